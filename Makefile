@@ -1,0 +1,53 @@
+# ztrain -- make deps | make | make test | make run | make bench | make clean
+#
+# `make` builds build/libztrain.so (runtime + CPU kernels, loaded by the Lua
+# FFI) and build/ztrain (the LuaJIT host program). `make run` and `make test`
+# install missing Debian packages first (tools/deps.sh), so a fresh machine
+# needs nothing but those two commands.
+
+CC      ?= gcc
+CFLAGS  ?= -std=c11 -O3 -march=x86-64-v3 -fopenmp -fPIC -Wall -Wextra -D_GNU_SOURCE -g
+LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
+LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
+LIBS    := -lopenblas -lm -lpthread
+
+B := build
+RUNTIME_SRC := $(filter-out runtime/main.c,$(wildcard runtime/*.c))
+KERNEL_SRC  := $(wildcard kernels/cpu/*.c)
+LIB_OBJ     := $(patsubst %.c,$(B)/obj/%.o,$(RUNTIME_SRC) $(KERNEL_SRC))
+CTEST_SRC   := $(wildcard spec/c/test_*.c)
+CTEST_BIN   := $(patsubst spec/c/%.c,$(B)/%,$(CTEST_SRC))
+HEADERS     := runtime/ztrain.h runtime/internal.h kernels/cpu/kernels.h
+
+.PHONY: all deps test run bench clean ctest spec
+all: $(B)/libztrain.so $(B)/ztrain
+
+deps:
+	@sh tools/deps.sh
+
+$(B)/obj/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Iruntime -Ikernels/cpu -c $< -o $@
+
+$(B)/libztrain.so: $(LIB_OBJ)
+	$(CC) $(CFLAGS) -shared -o $@ $(LIB_OBJ) $(LIBS)
+
+$(B)/ztrain: runtime/main.c
+	@mkdir -p $(B)
+	$(CC) $(CFLAGS) $(LUAJIT_CFLAGS) -o $@ $< $(LUAJIT_LIBS) -ldl -Wl,-E
+
+$(B)/test_%: spec/c/test_%.c $(LIB_OBJ) $(wildcard spec/c/*.h)
+	$(CC) $(CFLAGS) -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< $(LIB_OBJ) $(LIBS)
+
+# All C tests and busted specs; the last line is "N passed, N failed".
+test: deps all $(CTEST_BIN)
+	@sh tools/run_tests.sh $(CTEST_BIN)
+
+run: deps all
+	$(B)/ztrain recipes/single.lua $(ARGS)
+
+bench: deps all
+	@sh tools/bench.sh
+
+clean:
+	rm -rf $(B)

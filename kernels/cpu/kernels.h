@@ -1,0 +1,119 @@
+/*
+ * kernels.h -- the CPU math of GPT-2 training.
+ *
+ * Raw-pointer kernels, llm.c style: every array is contiguous, row-major,
+ * float32 unless said otherwise. Shapes are in the comments: (B, T, C) means
+ * B*T*C floats with C fastest. N is a row count (usually B*T).
+ *
+ * Contracts every kernel keeps:
+ *  - Bit-identical results whatever the OpenMP thread count: a reduction runs
+ *    over a fixed partition of its input (fixed blocks, or one owner per output
+ *    element looping in index order), never one partial per thread.
+ *  - No heap allocation inside a kernel (the runtime accounts all memory);
+ *    small per-thread tiles on the stack (<= 64 KiB) are fine.
+ *  - Gradient semantics are stated per kernel: "written" means the output is
+ *    overwritten (=), "accumulated" means the kernel adds into it (+=).
+ *  - Kernels know nothing of tensors, devices, comm or Lua. They cannot fail:
+ *    the runtime validates shapes and dtypes before calling them.
+ */
+#ifndef ZT_KERNELS_CPU_H
+#define ZT_KERNELS_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- small elementwise ops (n elements) -------------------------------- */
+void zk_fill(float *x, float value, size_t n);
+void zk_copy(float *dst, const float *src, size_t n);
+void zk_scale(float *x, float a, size_t n);                 /* x *= a          */
+void zk_axpy(float *y, float a, const float *x, size_t n);  /* y += a * x      */
+void zk_add(float *y, const float *x, size_t n);            /* y += x          */
+void zk_add3(float *out, const float *a, const float *b, size_t n); /* out = a + b (residual) */
+
+/* ---- casts (round to nearest even; NaN stays NaN) ---------------------- */
+void zk_cast_f32_bf16(uint16_t *dst, const float *src, size_t n);
+void zk_cast_bf16_f32(float *dst, const uint16_t *src, size_t n);
+void zk_cast_f32_f16(uint16_t *dst, const float *src, size_t n);  /* IEEE binary16 */
+void zk_cast_f16_f32(float *dst, const uint16_t *src, size_t n);
+
+/* ---- embedding: token + position --------------------------------------- */
+/* out (B,T,C) = wte[tokens[b,t]] + wpe[t];  tokens (B,T) int32 in [0,V). */
+void zk_encoder_forward(float *out, const int32_t *tokens, const float *wte,
+                        const float *wpe, int B, int T, int C);
+/* dwte (V,C) ACCUMULATED (+=) (the tied LM head wrote it first);
+ * dwpe (maxT,C) rows [0,T) WRITTEN = sum over b of dout[b,t,:].
+ * Deterministic: each dwte row sums its occurrences in (b,t) order. */
+void zk_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                         const int32_t *tokens, int B, int T, int C, int V);
+
+/* ---- layer norm (eps = 1e-5, biased variance, as PyTorch) -------------- */
+/* out (N,C); mean, rstd (N) saved for backward. */
+void zk_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                          const float *weight, const float *bias, int N, int C);
+/* dinp (N,C) ACCUMULATED (+=: it is the residual stream's gradient);
+ * dweight, dbias (C) WRITTEN (sum over the N rows in row order). */
+void zk_layernorm_backward(float *dinp, float *dweight, float *dbias,
+                           const float *dout, const float *inp,
+                           const float *weight, const float *mean,
+                           const float *rstd, int N, int C);
+
+/* ---- matmul with bias (OpenBLAS sgemm) ---------------------------------- */
+/* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL. */
+void zk_matmul_forward(float *out, const float *inp, const float *weight,
+                       const float *bias, int N, int C, int OC);
+/* dinp (N,C) = dout @ weight, WRITTEN (skipped when NULL);
+ * dweight (OC,C) = dout^T @ inp, WRITTEN (sgemm beta = 0);
+ * dbias (OC) = column sums of dout, WRITTEN (skipped when NULL). */
+void zk_matmul_backward(float *dinp, float *dweight, float *dbias,
+                        const float *dout, const float *inp,
+                        const float *weight, int N, int C, int OC);
+
+/* ---- causal multi-head self-attention ----------------------------------- */
+/* qkv (B,T,3C) holds q | k | v along the last dim, heads of size C/NH inside
+ * each; out (B,T,C); lse (B,NH,T) = log-sum-exp of each scaled score row,
+ * saved for backward. Scale 1/sqrt(C/NH). Tiled: no (T,T) buffer per batch. */
+void zk_attention_forward(float *out, float *lse, const float *qkv,
+                          int B, int T, int C, int NH);
+/* dqkv (B,T,3C) WRITTEN, from dout (B,T,C) and the forward's qkv, out, lse. */
+void zk_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                           const float *out, const float *lse,
+                           int B, int T, int C, int NH);
+
+/* ---- GELU, tanh approximation ------------------------------------------ */
+void zk_gelu_forward(float *out, const float *inp, size_t n);
+/* dinp = dout * gelu'(inp), WRITTEN; dinp may alias dout. */
+void zk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
+/* ---- softmax cross-entropy, fused with its backward -------------------- */
+/* logits (N,V); targets (N) int32 in [0,V). losses (N) WRITTEN with
+ * -log softmax(logits)[target]. If dlogits is not NULL it is WRITTEN with
+ * (softmax - onehot(target)) * dscale; dlogits may alias logits. */
+void zk_crossentropy(float *losses, float *dlogits, const float *logits,
+                     const int32_t *targets, int N, int V, float dscale);
+
+/* ---- AdamW (decoupled weight decay), PyTorch's formula ------------------ */
+/* g = grad * grad_scale (clip coefficient);
+ * param *= 1 - lr*wd;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g;
+ * param -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+ * t is the 1-based step count. Elementwise: same bits on any partition. */
+void zk_adamw(float *param, const float *grad, float *m, float *v, size_t n,
+              float lr, float beta1, float beta2, float eps, float wd,
+              float grad_scale, int t);
+
+/* ---- sums in fp64 over a fixed block partition -------------------------- */
+#define ZK_SUM_BLOCK 4096
+/* partials[i] = sum of x[j]^2 (in double) over block i = [i*ZK_SUM_BLOCK,
+ * min(n, (i+1)*ZK_SUM_BLOCK)), summed in index order. Writes
+ * ceil(n / ZK_SUM_BLOCK) partials. The caller adds partials in block order:
+ * that is how the global gradient norm stays the same under any sharding. */
+void zk_sumsq_blocks(double *partials, const float *x, size_t n);
+/* sum of x in double over the same fixed blocks, blocks added in order. */
+double zk_sum_f64(const float *x, size_t n);
+
+/* ---- deterministic random init ----------------------------------------- */
+/* x[i] = mean + std * N(0,1), where the normal deviate of element i depends
+ * only on (seed, stream, i): a counter-based generator (splitmix64 + Box-Muller),
+ * so the result is the same on any thread count or partition. */
+void zk_randn(float *x, size_t n, uint64_t seed, uint64_t stream, float mean, float std);
+
+#endif

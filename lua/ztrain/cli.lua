@@ -1,0 +1,91 @@
+-- ztrain.cli: the `ztrain` command line (argv parsing, -e, the REPL).
+local M = {}
+
+M.usage = [[
+usage: ztrain [options] [RECIPE.lua [key=value ...]]
+
+Runs a training recipe, or with no recipe opens a Lua REPL with ztrain loaded
+(as `zt`). Recipes are Lua files returning a table; key=value arguments
+override dotted fields of it, e.g.
+
+  ztrain recipes/single.lua train.steps=100 model.size=gpt2-mini
+  ztrain recipes/single.lua batch.micro=8 device.memory_limit=2GiB out=runs/try1
+
+options:
+  -e CODE        run Lua CODE with ztrain loaded as `zt` (may repeat), then exit
+                 unless -i is given
+  -i             open the REPL after running -e code or a recipe
+  -q, --quiet    no progress output (outputs are still written)
+  --threads N    kernel and BLAS threads (same as device.threads=N)
+  --version      print the version
+  -h, --help     this text
+
+Recipe keys (defaults in lua/ztrain/recipe.lua; docs/recipes.md):
+  model.size (gpt2-tiny, gpt2-mini, gpt2, gpt2-medium, gpt2-large, gpt2-xl), model.seed
+  data.text, data.exclude, data.tokenizer, data.seq_len, data.valid_fraction, data.seed
+  optim.lr, optim.betas, optim.eps, optim.weight_decay, optim.clip
+  lr.warmup, lr.schedule (cosine, linear, constant), lr.min_ratio
+  batch.micro, batch.accumulate
+  train.steps, train.log_every, train.eval_every, train.eval_batches
+  device.backend, device.memory_limit (e.g. 2GiB), device.threads
+  strategy, out, name
+
+Outputs go to out= (default runs/<recipe>-<time>/): metrics.jsonl, summary.json.
+]]
+
+local function die(msg)
+  io.stderr:write("ztrain: ", msg, "\n")
+  return 1
+end
+
+function M.main(argv)
+  local opts = { exprs = {}, overrides = {} }
+  local i = 1
+  while argv[i] do
+    local a = argv[i]
+    if a == "-h" or a == "--help" then io.stdout:write(M.usage); return 0
+    elseif a == "--version" then print(require("ztrain").version()); return 0
+    elseif a == "-e" then
+      if not argv[i + 1] then return die("-e needs an argument (Lua code)") end
+      opts.exprs[#opts.exprs + 1] = argv[i + 1]; i = i + 1
+    elseif a == "-i" then opts.interactive = true
+    elseif a == "-q" or a == "--quiet" then opts.quiet = true
+    elseif a == "--threads" then
+      local n = tonumber(argv[i + 1] or "")
+      if not n then return die("--threads needs a number") end
+      opts.overrides[#opts.overrides + 1] = "device.threads=" .. n; i = i + 1
+    elseif a:match("^%-") then return die(("unknown option %s (see ztrain --help)"):format(a))
+    elseif not opts.recipe and a:match("%.lua$") then opts.recipe = a
+    elseif a:match("=") then opts.overrides[#opts.overrides + 1] = a
+    else return die(("cannot read argument %q: expected RECIPE.lua or key=value"):format(a)) end
+    i = i + 1
+  end
+
+  local ok_load, zt = pcall(require, "ztrain")
+  if not ok_load then return die(tostring(zt)) end
+  _G.zt = zt
+
+  for _, code in ipairs(opts.exprs) do
+    local ok, err = require("ztrain.repl").eval(code, true)
+    if not ok then return die(err) end
+  end
+
+  if opts.recipe then
+    local r, err = zt.recipe.load(opts.recipe, opts.overrides)
+    if not r then return die(err) end
+    local ok, rerr = pcall(require("ztrain.run").run, r, { quiet = opts.quiet })
+    if not ok then
+      if not opts.interactive then return die(tostring(rerr)) end
+      io.stderr:write("ztrain: ", tostring(rerr), "\n")
+    end
+  elseif #opts.overrides > 0 then
+    return die("key=value overrides need a recipe: ztrain RECIPE.lua " .. opts.overrides[1])
+  end
+
+  if opts.interactive or (not opts.recipe and #opts.exprs == 0) then
+    require("ztrain.repl").loop()
+  end
+  return 0
+end
+
+return M

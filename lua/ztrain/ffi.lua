@@ -1,0 +1,55 @@
+-- ztrain.ffi: the C runtime through LuaJIT's FFI.
+--
+-- The cdefs are read from runtime/ztrain.h at load time (preprocessor lines
+-- and comments dropped), so the header is the only declaration of the API.
+-- Returns { C = <libztrain>, home = <tree root>, check = fn }.
+local ffi = require "ffi"
+
+local M = {}
+
+local function tree_root()
+  if rawget(_G, "ZTRAIN_HOME") then return ZTRAIN_HOME end
+  local env = os.getenv("ZTRAIN_HOME")
+  if env and env ~= "" then return env end
+  local src = debug.getinfo(1, "S").source:gsub("^@", "")
+  local dir = src:match("^(.*)/lua/ztrain/ffi%.lua$")
+  if dir then return dir == "" and "/" or dir end
+  if src == "lua/ztrain/ffi.lua" then return "." end
+  error("ztrain: cannot locate the ztrain tree from " .. src .. "; set ZTRAIN_HOME")
+end
+
+local function read_header(path)
+  local f, err = io.open(path, "rb")
+  if not f then error("ztrain: cannot read the runtime header: " .. err) end
+  local text = f:read("*a")
+  f:close()
+  text = text:gsub("/%*.-%*/", ""):gsub("//[^\n]*", "")
+  local out = {}
+  for line in text:gmatch("[^\n]*") do
+    if not line:match("^%s*#") then out[#out + 1] = line end
+  end
+  return table.concat(out, "\n")
+end
+
+M.home = tree_root()
+ffi.cdef(read_header(M.home .. "/runtime/ztrain.h"))
+
+local libpath = os.getenv("ZTRAIN_LIB") or (M.home .. "/build/libztrain.so")
+local ok, lib = pcall(ffi.load, libpath)
+if not ok then
+  error("ztrain: cannot load " .. libpath .. " (" .. tostring(lib) .. "); run `make` first", 0)
+end
+M.C = lib
+
+local C = lib
+-- Turn a runtime error code into a Lua error carrying the runtime's message.
+-- `what` names the Lua-level operation for context.
+function M.check(rc, what)
+  if rc ~= 0 then
+    local msg = ffi.string(C.zt_last_error())
+    error((what and (what .. ": ") or "") .. msg .. " [" .. ffi.string(C.zt_strerror(rc)) .. "]", 3)
+  end
+  return rc
+end
+
+return M

@@ -1,0 +1,41 @@
+-- ztrain: GPT-2 training on a C runtime, driven from Lua.
+--
+--   local zt = require "ztrain"
+--   zt.train("recipes/single.lua", { "train.steps=20" })   -- run a recipe
+--   local t = zt.tensor.new({ 2, 3 }); t:fill(1); print(t:totable()[1]); t:free()
+local M = {}
+
+M.ffi      = require "ztrain.ffi"
+M.tensor   = require "ztrain.tensor"
+M.ops      = require "ztrain.ops"
+M.memory   = require "ztrain.memory"
+M.gpt2     = require "ztrain.nn.gpt2"
+M.adamw    = require "ztrain.optim.adamw"
+M.lr       = require "ztrain.lr"
+M.data     = require "ztrain.data"
+M.strategy = require "ztrain.strategy"
+M.recipe   = require "ztrain.recipe"
+M.digest   = require "ztrain.digest"
+M.trainer  = require "ztrain.trainer"
+M.home     = M.ffi.home
+
+function M.version() return require("ffi").string(M.ffi.C.zt_version()) end
+
+-- threads(n): kernel + BLAS threads of this process; threads() reads it.
+function M.threads(n)
+  local C = M.ffi.C
+  if n then M.ffi.check(C.zt_set_threads(n), "threads") end
+  return C.zt_get_threads()
+end
+
+-- train(recipe_path_or_table, overrides, opts) -> summary
+function M.train(r, overrides, opts)
+  local resolved, err
+  if type(r) == "string" then resolved, err = M.recipe.load(r, overrides)
+  else resolved, err = M.recipe.resolve(r, overrides) end
+  if not resolved then error(err, 2) end
+  if resolved.name == "" then resolved.name = "repl" end
+  return require("ztrain.run").run(resolved, opts)
+end
+
+return M

@@ -1,0 +1,52 @@
+-- ztrain.memory: the runtime's byte accounting by tier and category.
+local zffi = require "ztrain.ffi"
+local T = require "ztrain.tensor"
+local C, check = zffi.C, zffi.check
+
+local M = {}
+M.tiers = { "device", "host", "nvme" }
+M.categories = { "params", "grads", "optim", "activations", "comm", "other" }
+
+local UNITS = { [""] = 1, b = 1, k = 1e3, kb = 1e3, m = 1e6, mb = 1e6, g = 1e9, gb = 1e9,
+                kib = 2^10, mib = 2^20, gib = 2^30, tib = 2^40, t = 1e12, tb = 1e12 }
+
+-- parse_size("1.5GiB") -> bytes; numbers pass through. nil, err on bad input.
+function M.parse_size(s)
+  if type(s) == "number" then return math.floor(s) end
+  if type(s) ~= "string" then return nil, "a size must be a number or a string like \"2GiB\"" end
+  local num, unit = s:lower():gsub("%s", ""):match("^([%d%.]+)(%a*)$")
+  local mult = unit and UNITS[unit]
+  if not num or not tonumber(num) or not mult then
+    return nil, ("cannot read size %q (use bytes or a unit: KiB, MiB, GiB, KB, MB, GB)"):format(s)
+  end
+  return math.floor(tonumber(num) * mult)
+end
+
+function M.format(bytes)
+  local u, v, i = { "B", "KiB", "MiB", "GiB", "TiB" }, bytes, 1
+  while v >= 1024 and i < #u do v, i = v / 1024, i + 1 end
+  return i == 1 and ("%d B"):format(v) or ("%.2f %s"):format(v, u[i])
+end
+
+function M.set_limit(tier, bytes)
+  check(C.zt_mem_set_limit(T.TIER[tier], bytes or 0), "memory.set_limit")
+end
+function M.limit(tier) return tonumber(C.zt_mem_limit(T.TIER[tier])) end
+function M.current(tier, cat) return tonumber(C.zt_mem_current(T.TIER[tier], cat and T.CATEGORY[cat] or -1)) end
+function M.peak(tier, cat) return tonumber(C.zt_mem_peak(T.TIER[tier], cat and T.CATEGORY[cat] or -1)) end
+function M.reset_peak() C.zt_mem_reset_peak() end
+
+-- Snapshot: { device = {current=, peak=, by_category = {params = {current=, peak=}, ...}}, ...}
+function M.stats()
+  local out = {}
+  for _, tier in ipairs(M.tiers) do
+    local by = {}
+    for _, cat in ipairs(M.categories) do
+      by[cat] = { current = M.current(tier, cat), peak = M.peak(tier, cat) }
+    end
+    out[tier] = { current = M.current(tier), peak = M.peak(tier), by_category = by }
+  end
+  return out
+end
+
+return M

@@ -1,0 +1,280 @@
+-- ztrain.nn.gpt2: GPT-2 as a list of units over the runtime's kernels.
+--
+-- Units: "embed" (wte, wpe), "block.0" .. "block.L-1", "head" (ln_f; the LM
+-- head is tied to embed's wte). Each unit keeps its parameters in one flat
+-- buffer and its gradients in another, with named tensors as views into them
+-- (the layout sharding slices). A unit's forward/backward read and write the
+-- shared activation set (see activations.lua) and the unit's current views,
+-- so a strategy may swap a unit's flat buffers (zero3 gathers) between calls.
+local T = require "ztrain.tensor"
+local ops = require "ztrain.ops"
+local Acts = require "ztrain.nn.activations"
+
+local M = {}
+
+-- name -> { L, C, NH, maxT, V } (V defaults to GPT-2's 50257; a tokenizer may override).
+M.sizes = {
+  ["gpt2-tiny"]   = { L = 2,  C = 64,   NH = 4,  maxT = 128 },
+  ["gpt2-mini"]   = { L = 4,  C = 128,  NH = 4,  maxT = 256 },
+  ["gpt2"]        = { L = 12, C = 768,  NH = 12, maxT = 1024 },
+  ["gpt2-medium"] = { L = 24, C = 1024, NH = 16, maxT = 1024 },
+  ["gpt2-large"]  = { L = 36, C = 1280, NH = 20, maxT = 1024 },
+  ["gpt2-xl"]     = { L = 48, C = 1600, NH = 25, maxT = 1024 },
+}
+
+-- Flat buffers are padded to a multiple of this many elements, so views stay
+-- 64-byte aligned and shards can be cut on fixed-sum block boundaries.
+M.PAD = 16
+
+local function sorted_names()
+  local n = {}
+  for k in pairs(M.sizes) do n[#n + 1] = k end
+  table.sort(n)
+  return table.concat(n, ", ")
+end
+
+-- config(size, {vocab_size=, seq_len=}) -> { name, L, C, NH, maxT, V }
+function M.config(size, over)
+  over = over or {}
+  local s = M.sizes[size]
+  if not s then
+    error(("unknown model size %q (known: %s)"):format(tostring(size), sorted_names()), 2)
+  end
+  local cfg = { name = size, L = s.L, C = s.C, NH = s.NH, maxT = s.maxT,
+                V = over.vocab_size or 50257 }
+  return cfg
+end
+
+-- Parameter layout of each unit: list of { name, shape, decay, std }.
+-- std: "w" = 0.02, "proj" = 0.02/sqrt(2L), "zero", "one".
+local function unit_layout(cfg)
+  local C, V = cfg.C, cfg.V
+  local units = {}
+  units[1] = { name = "embed", kind = "embed", tensors = {
+    { "wte", { V, C }, true, "w" }, { "wpe", { cfg.maxT, C }, true, "w" } } }
+  for l = 0, cfg.L - 1 do
+    local p = "h." .. l .. "."
+    units[#units + 1] = { name = "block." .. l, kind = "block", layer = l, tensors = {
+      { p .. "ln_1.weight", { C }, false, "one" }, { p .. "ln_1.bias", { C }, false, "zero" },
+      { p .. "attn.c_attn.weight", { 3 * C, C }, true, "w" },
+      { p .. "attn.c_attn.bias", { 3 * C }, false, "zero" },
+      { p .. "attn.c_proj.weight", { C, C }, true, "proj" },
+      { p .. "attn.c_proj.bias", { C }, false, "zero" },
+      { p .. "ln_2.weight", { C }, false, "one" }, { p .. "ln_2.bias", { C }, false, "zero" },
+      { p .. "mlp.c_fc.weight", { 4 * C, C }, true, "w" },
+      { p .. "mlp.c_fc.bias", { 4 * C }, false, "zero" },
+      { p .. "mlp.c_proj.weight", { C, 4 * C }, true, "proj" },
+      { p .. "mlp.c_proj.bias", { C }, false, "zero" } } }
+  end
+  units[#units + 1] = { name = "head", kind = "head", tensors = {
+    { "ln_f.weight", { C }, false, "one" }, { "ln_f.bias", { C }, false, "zero" } } }
+  return units
+end
+
+local function numel(shape)
+  local n = 1
+  for i = 1, #shape do n = n * shape[i] end
+  return n
+end
+
+local Model = {}
+Model.__index = Model
+M.Model = Model
+
+-- new(cfg, {tier=}) -> model with parameter and gradient buffers allocated.
+function M.new(cfg, opts)
+  opts = opts or {}
+  local self = setmetatable({ cfg = cfg, units = {}, tier = opts.tier or "device" }, Model)
+  local nparams = 0
+  for ui, lay in ipairs(unit_layout(cfg)) do
+    local u = { name = lay.name, kind = lay.kind, layer = lay.layer, index = ui, tensors = {} }
+    local off = 0
+    for _, t in ipairs(lay.tensors) do
+      local n = numel(t[2])
+      u.tensors[#u.tensors + 1] = { name = t[1], shape = t[2], offset = off, numel = n,
+                                    decay = t[3], init = t[4] }
+      off = off + n
+      nparams = nparams + n
+    end
+    u.numel = off
+    u.padded = math.ceil(off / M.PAD) * M.PAD
+    self.units[ui] = u
+  end
+  self.nparams = nparams
+  self.embed, self.head = self.units[1], self.units[#self.units]
+  for _, u in ipairs(self.units) do
+    self:set_params(u, T.new({ u.padded }, { tier = self.tier, category = "params" }))
+    self:set_grads(u, T.new({ u.padded }, { tier = self.tier, category = "grads" }))
+  end
+  return self
+end
+
+local function free_views(views)
+  if views then for _, v in pairs(views) do v:free() end end
+end
+
+-- Point unit u's parameter views at flat buffer `flat` (a tensor of >= u.numel
+-- elements). The unit takes over the buffer; the previous one is returned.
+function Model:set_params(u, flat)
+  free_views(u.p)
+  local old = u.params
+  u.params, u.p = flat, nil
+  if flat then
+    u.p = {}
+    for _, t in ipairs(u.tensors) do u.p[t.name] = flat:view(t.offset, t.shape) end
+  end
+  return old
+end
+
+function Model:set_grads(u, flat)
+  free_views(u.g)
+  local old = u.grads
+  u.grads, u.g = flat, nil
+  if flat then
+    u.g = {}
+    for _, t in ipairs(u.tensors) do u.g[t.name] = flat:view(t.offset, t.shape) end
+  end
+  return old
+end
+
+-- GPT-2 initialisation, deterministic in seed: normal(0, 0.02) weights,
+-- residual projections 0.02/sqrt(2L), zero biases, unit LayerNorm scales.
+-- Each tensor draws from its own stream (its canonical index).
+function Model:init(seed)
+  local stream = 0
+  local proj_std = 0.02 / math.sqrt(2 * self.cfg.L)
+  for _, u in ipairs(self.units) do
+    for _, t in ipairs(u.tensors) do
+      local v = u.p[t.name]
+      if t.init == "w" then ops.randn(v, seed, stream, 0, 0.02)
+      elseif t.init == "proj" then ops.randn(v, seed, stream, 0, proj_std)
+      elseif t.init == "one" then ops.fill(v, 1)
+      else ops.fill(v, 0) end
+      stream = stream + 1
+    end
+  end
+end
+
+-- Iterate canonical (unit, tensor spec) pairs.
+function Model:each_tensor()
+  return coroutine.wrap(function()
+    for _, u in ipairs(self.units) do
+      for _, t in ipairs(u.tensors) do coroutine.yield(u, t) end
+    end
+  end)
+end
+
+function Model:free()
+  for _, u in ipairs(self.units) do
+    local p = self:set_params(u, nil)
+    local g = self:set_grads(u, nil)
+    if p then p:free() end
+    if g then g:free() end
+  end
+end
+
+-- Activations for micro-batches of B x T (T <= maxT).
+function Model:activations(B, Tlen)
+  if Tlen > self.cfg.maxT then
+    error(("sequence length %d exceeds %s's context of %d; lower data.seq_len")
+          :format(Tlen, self.cfg.name, self.cfg.maxT), 2)
+  end
+  return Acts.new(self.cfg, B, Tlen, self.tier)
+end
+
+---------------------------------------------------------------------------
+-- Unit forward / backward. `a` is the activation set; a.tokens, a.targets
+-- (B,T) i32 are filled by the caller. Forward of the head computes the
+-- per-position losses; with a.dscale set it also writes dlogits for backward.
+
+local function block_forward(u, a)
+  local P, x = u.p, a.resid[u.layer]         -- x: (B,T,C) input residual
+  local L, pre = a.layer[u.layer], "h." .. u.layer .. "."
+  ops.layernorm_forward(L.ln1, L.ln1_mean, L.ln1_rstd, x, P[pre .. "ln_1.weight"], P[pre .. "ln_1.bias"])
+  ops.matmul_forward(L.qkv, L.ln1, P[pre .. "attn.c_attn.weight"], P[pre .. "attn.c_attn.bias"])
+  ops.attention_forward(L.atty, L.lse, L.qkv, a.cfg.NH)
+  ops.matmul_forward(a.proj, L.atty, P[pre .. "attn.c_proj.weight"], P[pre .. "attn.c_proj.bias"])
+  ops.add3(L.resid2, x, a.proj)
+  ops.layernorm_forward(L.ln2, L.ln2_mean, L.ln2_rstd, L.resid2, P[pre .. "ln_2.weight"], P[pre .. "ln_2.bias"])
+  ops.matmul_forward(L.fch, L.ln2, P[pre .. "mlp.c_fc.weight"], P[pre .. "mlp.c_fc.bias"])
+  ops.gelu_forward(L.fch_gelu, L.fch)
+  ops.matmul_forward(a.proj, L.fch_gelu, P[pre .. "mlp.c_proj.weight"], P[pre .. "mlp.c_proj.bias"])
+  ops.add3(a.resid[u.layer + 1], L.resid2, a.proj)
+end
+
+-- dresid holds d(output residual) on entry and d(input residual) on exit.
+local function block_backward(u, a)
+  local P, G, x = u.p, u.g, a.resid[u.layer]
+  local L, pre, d = a.layer[u.layer], "h." .. u.layer .. ".", a.dresid
+  ops.matmul_backward(a.dfch, G[pre .. "mlp.c_proj.weight"], G[pre .. "mlp.c_proj.bias"], d,
+                      L.fch_gelu, P[pre .. "mlp.c_proj.weight"])
+  ops.gelu_backward(a.dfch, L.fch, a.dfch)
+  ops.matmul_backward(a.dln, G[pre .. "mlp.c_fc.weight"], G[pre .. "mlp.c_fc.bias"], a.dfch,
+                      L.ln2, P[pre .. "mlp.c_fc.weight"])
+  ops.layernorm_backward(d, G[pre .. "ln_2.weight"], G[pre .. "ln_2.bias"], a.dln, L.resid2,
+                         P[pre .. "ln_2.weight"], L.ln2_mean, L.ln2_rstd)
+  ops.matmul_backward(a.datty, G[pre .. "attn.c_proj.weight"], G[pre .. "attn.c_proj.bias"], d,
+                      L.atty, P[pre .. "attn.c_proj.weight"])
+  ops.attention_backward(a.dqkv, a.datty, L.qkv, L.atty, L.lse, a.cfg.NH)
+  ops.matmul_backward(a.dln, G[pre .. "attn.c_attn.weight"], G[pre .. "attn.c_attn.bias"], a.dqkv,
+                      L.ln1, P[pre .. "attn.c_attn.weight"])
+  ops.layernorm_backward(d, G[pre .. "ln_1.weight"], G[pre .. "ln_1.bias"], a.dln, x,
+                         P[pre .. "ln_1.weight"], L.ln1_mean, L.ln1_rstd)
+end
+
+-- The head needs wte, which lives in the embed unit (tied weights).
+local function head_forward(u, a, model)
+  local P, x = u.p, a.resid[a.cfg.L]
+  ops.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, P["ln_f.weight"], P["ln_f.bias"])
+  ops.matmul_forward(a.logits, a.lnf, model.embed.p.wte, nil)
+  ops.crossentropy(a.losses, a.dscale and a.logits or nil, a.logits, a.targets, a.dscale or 0)
+end
+
+-- Writes embed's wte gradient (the head's contribution comes first; the
+-- embedding backward then adds its own: one fixed order).
+local function head_backward(u, a, model)
+  local P, G = u.p, u.g
+  ops.matmul_backward(a.dln, model.embed.g.wte, nil, a.logits, a.lnf, model.embed.p.wte)
+  ops.fill(a.dresid, 0)
+  ops.layernorm_backward(a.dresid, G["ln_f.weight"], G["ln_f.bias"], a.dln, a.resid[a.cfg.L],
+                         P["ln_f.weight"], a.lnf_mean, a.lnf_rstd)
+end
+
+local function embed_forward(u, a)
+  ops.encoder_forward(a.resid[0], a.tokens, u.p.wte, u.p.wpe)
+end
+
+local function embed_backward(u, a)
+  if a.T < a.cfg.maxT then   -- rows [T, maxT) get no gradient from this batch
+    local C, wpe = a.cfg.C, u.tensors[2]
+    local tail = u.grads:view(wpe.offset + a.T * C, { (a.cfg.maxT - a.T) * C })
+    ops.fill(tail, 0)
+    tail:free()
+  end
+  ops.encoder_backward(u.g.wte, u.g.wpe, a.dresid, a.tokens)
+end
+
+function Model:forward_unit(u, a)
+  if u.kind == "block" then block_forward(u, a)
+  elseif u.kind == "embed" then embed_forward(u, a)
+  else head_forward(u, a, self) end
+end
+
+function Model:backward_unit(u, a)
+  if u.kind == "block" then block_backward(u, a)
+  elseif u.kind == "embed" then embed_backward(u, a)
+  else head_backward(u, a, self) end
+end
+
+-- The units a unit reads parameters from (itself, plus embed for the tied head).
+function Model:param_units(u)
+  if u.kind == "head" then return { u, self.embed } end
+  return { u }
+end
+
+-- Mean loss of the last forward (fp64 sum over positions / count).
+function Model:mean_loss(a)
+  return ops.sum(a.losses) / (a.B * a.T)
+end
+
+return M

@@ -1,0 +1,71 @@
+-- ztrain.ops: the runtime's tensor ops, checked. Tensor arguments are
+-- ztrain.tensor objects (or nil where the C API allows NULL); failures raise
+-- a Lua error with the runtime's message.
+local zffi = require "ztrain.ffi"
+local C, check = zffi.C, zffi.check
+
+local M = {}
+
+local function c(t) if t == nil then return nil end return t.c end
+
+function M.fill(x, v) check(C.zt_fill(c(x), v), "fill") end
+function M.copy(dst, src) check(C.zt_copy(c(dst), c(src)), "copy") end
+function M.scale(x, a) check(C.zt_scale(c(x), a), "scale") end
+function M.axpy(y, a, x) check(C.zt_axpy(c(y), a, c(x)), "axpy") end
+function M.add(y, x) check(C.zt_add(c(y), c(x)), "add") end
+function M.add3(out, a, b) check(C.zt_add3(c(out), c(a), c(b)), "add3") end
+function M.cast(dst, src) check(C.zt_cast(c(dst), c(src)), "cast") end
+
+function M.encoder_forward(out, tokens, wte, wpe)
+  check(C.zt_encoder_forward(c(out), c(tokens), c(wte), c(wpe)), "encoder_forward")
+end
+function M.encoder_backward(dwte, dwpe, dout, tokens)
+  check(C.zt_encoder_backward(c(dwte), c(dwpe), c(dout), c(tokens)), "encoder_backward")
+end
+function M.layernorm_forward(out, mean, rstd, inp, w, b)
+  check(C.zt_layernorm_forward(c(out), c(mean), c(rstd), c(inp), c(w), c(b)), "layernorm_forward")
+end
+function M.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd)
+  check(C.zt_layernorm_backward(c(dinp), c(dw), c(db), c(dout), c(inp), c(w), c(mean), c(rstd)),
+        "layernorm_backward")
+end
+function M.matmul_forward(out, inp, w, b)
+  check(C.zt_matmul_forward(c(out), c(inp), c(w), c(b)), "matmul_forward")
+end
+function M.matmul_backward(dinp, dw, db, dout, inp, w)
+  check(C.zt_matmul_backward(c(dinp), c(dw), c(db), c(dout), c(inp), c(w)), "matmul_backward")
+end
+function M.attention_forward(out, lse, qkv, nh)
+  check(C.zt_attention_forward(c(out), c(lse), c(qkv), nh), "attention_forward")
+end
+function M.attention_backward(dqkv, dout, qkv, out, lse, nh)
+  check(C.zt_attention_backward(c(dqkv), c(dout), c(qkv), c(out), c(lse), nh), "attention_backward")
+end
+function M.gelu_forward(out, inp) check(C.zt_gelu_forward(c(out), c(inp)), "gelu_forward") end
+function M.gelu_backward(dinp, inp, dout)
+  check(C.zt_gelu_backward(c(dinp), c(inp), c(dout)), "gelu_backward")
+end
+function M.crossentropy(losses, dlogits, logits, targets, dscale)
+  check(C.zt_crossentropy(c(losses), c(dlogits), c(logits), c(targets), dscale), "crossentropy")
+end
+function M.adamw(p, g, m, v, lr, b1, b2, eps, wd, gscale, step)
+  check(C.zt_adamw(c(p), c(g), c(m), c(v), lr, b1, b2, eps, wd, gscale, step), "adamw")
+end
+
+function M.randn(x, seed, stream, mean, std)
+  check(C.zt_randn(c(x), seed, stream, mean or 0, std or 1), "randn")
+end
+
+local ffi = require "ffi"
+local dbuf = ffi.new("double[1]")
+-- Sum of x in fp64 over fixed blocks.
+function M.sum(x) check(C.zt_sum(dbuf, c(x)), "sum"); return dbuf[0] end
+-- Per-block sums of squares (a double[] cdata of ceil(numel/block) entries).
+function M.sumsq_blocks(x)
+  local nb = math.ceil(x:numel() / tonumber(C.zt_sum_block()))
+  local partials = ffi.new("double[?]", nb)
+  check(C.zt_sumsq_blocks(partials, c(x)), "sumsq_blocks")
+  return partials, nb
+end
+
+return M

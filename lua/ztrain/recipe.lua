@@ -1,0 +1,205 @@
+-- ztrain.recipe: load a recipe file, apply key=value overrides, validate.
+--
+-- A recipe is a Lua file returning a table. Every key must be one of the
+-- schema's (the defaults below); an unknown key is an error that names it and
+-- the nearest valid key. Overrides are dotted paths: train.steps=20.
+local M = {}
+
+-- The schema: every valid key with its default. `strategy` may also be a
+-- strategy object; `out` defaults to runs/<recipe>-<time>.
+M.defaults = {
+  name     = "",
+  model    = { size = "gpt2-tiny", seed = 1337 },
+  data     = { text = "/usr/share/games/fortunes/*", exclude = "*.dat", tokenizer = "bytes",
+               seq_len = 128, valid_fraction = 0.05, seed = 1337 },
+  strategy = "single",
+  optim    = { name = "adamw", lr = 1e-3, betas = { 0.9, 0.95 }, eps = 1e-8,
+               weight_decay = 0.1, clip = 1.0 },
+  lr       = { warmup = 20, schedule = "cosine", min_ratio = 0.1 },
+  batch    = { micro = 4, accumulate = 1 },
+  train    = { steps = 200, log_every = 10, eval_every = 50, eval_batches = 20 },
+  device   = { backend = "cpu", memory_limit = "0", threads = 0 },
+  out      = "",
+}
+
+-- Keys whose value is a list or an opaque object, not a sub-table of keys.
+local LEAF = { ["optim.betas"] = true, ["strategy"] = true, ["data.text"] = true,
+               ["data.exclude"] = true, ["device.memory_limit"] = true }
+
+local function deepcopy(t)
+  if type(t) ~= "table" or getmetatable(t) then return t end
+  local c = {}
+  for k, v in pairs(t) do c[k] = deepcopy(v) end
+  return c
+end
+
+-- All dotted leaf paths of the schema.
+local function schema_paths()
+  local out = {}
+  local function walk(t, prefix)
+    for k, v in pairs(t) do
+      local p = prefix == "" and k or (prefix .. "." .. k)
+      if type(v) == "table" and not LEAF[p] then walk(v, p) else out[#out + 1] = p end
+    end
+  end
+  walk(M.defaults, "")
+  table.sort(out)
+  return out
+end
+
+local function levenshtein(a, b)
+  local prev = {}
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    local cur = { [0] = i }
+    for j = 1, #b do
+      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev = cur
+  end
+  return prev[#b]
+end
+
+-- nearest("train.step") -> "train.steps"
+function M.nearest(path)
+  local best, bd = nil, math.huge
+  for _, p in ipairs(schema_paths()) do
+    local d = levenshtein(path, p)
+    -- a matching last component is a strong hint (e.g. "steps" -> train.steps)
+    if p:match("[^.]+$") == path:match("[^.]+$") then d = d - 3 end
+    if d < bd then best, bd = p, d end
+  end
+  return best
+end
+
+local function unknown(path)
+  return ("unknown recipe key %q; did you mean %q?"):format(path, M.nearest(path))
+end
+
+-- Check every key of r against the schema; returns nil, err on the first unknown.
+local function validate(r, schema, prefix)
+  for k, v in pairs(r) do
+    local p = prefix == "" and tostring(k) or (prefix .. "." .. tostring(k))
+    local s = schema[k]
+    if s == nil then return nil, unknown(p) end
+    if type(s) == "table" and not LEAF[p] then
+      if type(v) ~= "table" then
+        return nil, ("recipe key %q must be a table of keys, got %s"):format(p, type(v))
+      end
+      local ok, err = validate(v, s, p)
+      if not ok then return nil, err end
+    elseif not LEAF[p] and type(v) ~= type(s) then
+      return nil, ("recipe key %q must be a %s, got %s (%s)"):format(p, type(s), type(v), tostring(v))
+    end
+  end
+  return true
+end
+
+local function merge(dst, src, prefix)
+  for k, v in pairs(src) do
+    local p = prefix == "" and k or (prefix .. "." .. k)
+    if type(v) == "table" and type(dst[k]) == "table" and not LEAF[p] and not getmetatable(v) then
+      merge(dst[k], v, p)
+    else
+      dst[k] = v
+    end
+  end
+end
+
+-- Parse an override value: numbers, true/false, Lua table literals, else string.
+local function parse_value(s)
+  if s == "true" then return true elseif s == "false" then return false end
+  local n = tonumber(s)
+  if n then return n end
+  if s:match("^%s*{") then
+    local f = loadstring("return " .. s)
+    if f then
+      setfenv(f, {})
+      local ok, v = pcall(f)
+      if ok then return v end
+    end
+  end
+  return s
+end
+
+-- apply_override(recipe, "train.steps=20") -> true | nil, err
+function M.apply_override(r, arg)
+  local path, value = arg:match("^([%w_%.]+)=(.*)$")
+  if not path then
+    return nil, ("cannot read argument %q: overrides look like key=value (e.g. train.steps=20)"):format(arg)
+  end
+  local keys = {}
+  for k in path:gmatch("[^.]+") do keys[#keys + 1] = k end
+  local schema, t = M.defaults, r
+  for i = 1, #keys - 1 do
+    local k = keys[i]
+    local sub = table.concat(keys, ".", 1, i)
+    if type(schema[k]) ~= "table" or LEAF[sub] then return nil, unknown(path) end
+    schema = schema[k]
+    if type(t[k]) ~= "table" then t[k] = {} end
+    t = t[k]
+  end
+  local last = keys[#keys]
+  if schema[last] == nil or (type(schema[last]) == "table" and not LEAF[path]) then
+    return nil, unknown(path)
+  end
+  local v = parse_value(value)
+  if type(schema[last]) == "number" and type(v) ~= "number" then
+    return nil, ("%s must be a number, got %q"):format(path, value)
+  end
+  if type(schema[last]) == "string" and type(v) == "number" then v = value end
+  t[last] = v
+  return true
+end
+
+-- resolve(user_table, overrides) -> full recipe (defaults filled) | nil, err
+function M.resolve(user, overrides)
+  user = user or {}
+  local ok, err = validate(user, M.defaults, "")
+  if not ok then return nil, err end
+  local r = deepcopy(M.defaults)
+  merge(r, user, "")
+  for _, o in ipairs(overrides or {}) do
+    ok, err = M.apply_override(r, o)
+    if not ok then return nil, err end
+  end
+  ok, err = validate(r, M.defaults, "")
+  if not ok then return nil, err end
+  return r
+end
+
+-- load(path, overrides) -> recipe | nil, err
+function M.load(path, overrides)
+  local chunk, err = loadfile(path)
+  if not chunk then return nil, ("cannot load recipe %s: %s"):format(path, err) end
+  local ok, user = pcall(chunk)
+  if not ok then return nil, ("recipe %s failed: %s"):format(path, tostring(user)) end
+  if type(user) ~= "table" then
+    return nil, ("recipe %s must return a table, it returned %s"):format(path, type(user))
+  end
+  local r, rerr = M.resolve(user, overrides)
+  if not r then return nil, ("%s: %s"):format(path, rerr) end
+  if r.name == "" then r.name = path:match("([^/]+)%.lua$") or path end
+  r.path = path
+  return r
+end
+
+-- A stable text form of the resolved recipe (sorted keys), for logs and hashes.
+function M.serialize(r)
+  local function ser(v)
+    if type(v) == "table" then
+      if getmetatable(v) or v.setup then return ("%q"):format(v.name or "object") end
+      local keys = {}
+      for k in pairs(v) do keys[#keys + 1] = k end
+      table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+      local parts = {}
+      for _, k in ipairs(keys) do parts[#parts + 1] = tostring(k) .. "=" .. ser(v[k]) end
+      return "{" .. table.concat(parts, ",") .. "}"
+    elseif type(v) == "string" then return ("%q"):format(v)
+    else return tostring(v) end
+  end
+  return ser(r)
+end
+
+return M

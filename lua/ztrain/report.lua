@@ -1,0 +1,128 @@
+-- ztrain.report: what a run shows and leaves behind.
+--
+-- metrics.jsonl (one object per logged step), summary.json (the run's
+-- contract, DESIGN.md "Run outputs"), a live progress line on a terminal
+-- (plain lines otherwise), and the end-of-run table.
+local ffi = require "ffi"
+local cjson = require "cjson"
+local memory = require "ztrain.memory"
+
+ffi.cdef [[
+int isatty(int fd);
+int mkdir(const char *path, unsigned int mode);
+]]
+
+local M = {}
+cjson.encode_number_precision(17)
+cjson.encode_sparse_array(true)
+
+-- mkdir -p; returns true or nil, err.
+function M.mkdirs(path)
+  local acc = path:sub(1, 1) == "/" and "/" or ""
+  for part in path:gmatch("[^/]+") do
+    acc = acc .. part
+    ffi.C.mkdir(acc, 493) -- 0755; an existing directory is fine
+    acc = acc .. "/"
+  end
+  local f = io.open(path .. "/.probe", "w")
+  if not f then return nil, ("cannot create output directory %s"):format(path) end
+  f:close()
+  os.remove(path .. "/.probe")
+  return true
+end
+
+-- Write a file atomically: a temporary name, then rename. A crash leaves the
+-- old file or the new one, never half of one.
+function M.write_atomic(path, text)
+  local tmp = path .. ".tmp"
+  local f, err = io.open(tmp, "wb")
+  if not f then return nil, err end
+  f:write(text)
+  f:close()
+  local ok, rerr = os.rename(tmp, path)
+  if not ok then return nil, rerr end
+  return true
+end
+
+function M.is_tty() return ffi.C.isatty(1) == 1 end
+
+-- Memory snapshot for one rank, as summary.json carries it.
+function M.memory_snapshot()
+  local s = memory.stats()
+  local by = {}
+  for _, cat in ipairs(memory.categories) do
+    by[cat] = { device = s.device.by_category[cat].peak, host = s.host.by_category[cat].peak }
+  end
+  return { device_peak = s.device.peak, host_peak = s.host.peak, nvme_peak = s.nvme.peak,
+           by_category = by }
+end
+
+local Log = {}
+Log.__index = Log
+
+-- open(outdir, {total_steps=, quiet=}) -> logger
+function M.open(outdir, opts)
+  local f, err = io.open(outdir .. "/metrics.jsonl", "w")
+  if not f then return nil, err end
+  return setmetatable({ f = f, outdir = outdir, tty = M.is_tty() and not opts.quiet,
+                        quiet = opts.quiet, total = opts.total_steps, t0 = os.time() }, Log)
+end
+
+local function fmt_eta(s)
+  if s >= 3600 then return ("%dh%02dm"):format(math.floor(s / 3600), math.floor((s % 3600) / 60)) end
+  return ("%dm%02ds"):format(math.floor(s / 60), math.floor(s % 60))
+end
+
+-- metrics(rec): rec has step, loss, lr, grad_norm, step_ms, tokens_per_s, ...
+function Log:metrics(rec)
+  rec.memory = { device = memory.current("device"), host = memory.current("host"),
+                 device_peak = memory.peak("device"), host_peak = memory.peak("host") }
+  self.f:write(cjson.encode(rec), "\n")
+  self.f:flush()
+end
+
+-- progress(rec, elapsed_s): the live line on a TTY; a plain line otherwise
+-- (only when asked: log steps).
+function Log:progress(rec, elapsed, plain)
+  if self.quiet then return end
+  local eta = elapsed / rec.step * (self.total - rec.step)
+  local line = ("step %5d/%d  loss %.4f  lr %.2e  norm %.3f  %7.0f tok/s  %6.0f ms/step  eta %s")
+      :format(rec.step, self.total, rec.loss, rec.lr, rec.grad_norm, rec.tokens_per_s,
+              rec.step_ms, fmt_eta(eta))
+  if rec.eval_loss then line = line .. ("  eval %.4f"):format(rec.eval_loss) end
+  if self.tty then
+    io.stdout:write("\r\27[K", line)
+    if plain then io.stdout:write("\n") end
+    io.stdout:flush()
+  elseif plain then
+    io.stdout:write(line, "\n")
+    io.stdout:flush()
+  end
+end
+
+function Log:close() if self.f then self.f:close(); self.f = nil end end
+
+-- The end-of-run table, in the seeds' spirit.
+function M.print_summary(s)
+  local mem = s.memory[1]
+  local w = io.stdout
+  w:write(("\n%s: %s, %s (%d params), %d step(s), %d tokens\n")
+          :format(s.recipe, s.strategy, s.model.name, s.model.params, s.steps, s.tokens))
+  w:write(("  loss        %.4f -> %.4f"):format(s.first_loss or 0 / 0, s.final_loss or 0 / 0))
+  if s.eval_loss then w:write(("   eval %.4f (perplexity %.2f)"):format(s.eval_loss, s.perplexity)) end
+  w:write(("\n  time        %.1f s, %.0f tokens/s (median), %.1f ms/step (median)\n")
+          :format(s.seconds, s.tokens_per_s, s.step_ms_median))
+  w:write(("  memory      device peak %s, host peak %s\n")
+          :format(memory.format(mem.device_peak), memory.format(mem.host_peak)))
+  local parts = {}
+  for _, cat in ipairs(memory.categories) do
+    local v = mem.by_category[cat].device
+    if v > 0 then parts[#parts + 1] = cat .. " " .. memory.format(v) end
+  end
+  w:write("  by category " .. table.concat(parts, ", ") .. "\n")
+  w:write(("  digest      %s\n  output      %s\n"):format(s.param_digest, s.out))
+end
+
+function M.encode(t) return cjson.encode(t) end
+
+return M

@@ -1,0 +1,91 @@
+-- ztrain.run: run a resolved recipe end to end and write its outputs.
+--
+-- run(recipe, {quiet=}) -> summary table. Errors before training (bad data,
+-- over-limit memory, ...) raise with a clear message; a failure during
+-- training still writes summary.json with exit = "error: ...".
+local zffi = require "ztrain.ffi"
+local C = zffi.C
+local trainer = require "ztrain.trainer"
+local report = require "ztrain.report"
+local recipe_mod = require "ztrain.recipe"
+
+local M = {}
+
+local function median(xs)
+  if #xs == 0 then return 0 end
+  local c = {}
+  for i, v in ipairs(xs) do c[i] = v end
+  table.sort(c)
+  local n = #c
+  return n % 2 == 1 and c[(n + 1) / 2] or 0.5 * (c[n / 2] + c[n / 2 + 1])
+end
+
+local function default_out(r)
+  return ("runs/%s-%s"):format(r.name ~= "" and r.name or "run", os.date("%Y%m%d-%H%M%S"))
+end
+
+function M.run(r, opts)
+  opts = opts or {}
+  local t_start = C.zt_now()
+  local tr = trainer.new(r, opts)
+  local out = r.out ~= "" and r.out or default_out(r)
+  local ok, err = report.mkdirs(out)
+  if not ok then tr:free(); error(err, 0) end
+  local log = assert(report.open(out, { total_steps = r.train.steps, quiet = opts.quiet }))
+  local steps_ms, tps, first_loss, last = {}, {}, nil, nil
+  local eval_loss
+  local status = "ok"
+  local t_train = C.zt_now()
+  local okrun, rerr = pcall(function()
+    for _ = 1, r.train.steps do
+      local rec = tr:train_step()
+      first_loss = first_loss or rec.loss
+      rec.tokens_per_s = rec.tokens / (rec.step_ms / 1000)
+      steps_ms[#steps_ms + 1], tps[#tps + 1] = rec.step_ms, rec.tokens_per_s
+      local is_last = rec.step == r.train.steps
+      if (r.train.eval_every > 0 and rec.step % r.train.eval_every == 0) or is_last then
+        rec.eval_loss = tr:evaluate()
+        eval_loss = rec.eval_loss or eval_loss
+      end
+      local log_now = rec.step == 1 or is_last or rec.eval_loss or
+                      (r.train.log_every > 0 and rec.step % r.train.log_every == 0)
+      if log_now then log:metrics(rec) end
+      log:progress(rec, C.zt_now() - t_train, log_now)
+      if rec.loss ~= rec.loss then error("loss is NaN at step " .. rec.step ..
+        "; lower optim.lr or check the data", 0) end
+      last = rec
+    end
+  end)
+  if not okrun then status = "error: " .. tostring(rerr) end
+  log:close()
+
+  local model = tr.model
+  local summary = {
+    recipe = r.name, recipe_path = r.path, strategy = tr.strategy.name,
+    world_size = tr.world_size, backend = require("ffi").string(C.zt_device_name()),
+    threads = C.zt_get_threads(),
+    model = { name = tr.cfg.name, params = model.nparams, layers = tr.cfg.L, channels = tr.cfg.C,
+              heads = tr.cfg.NH, vocab = tr.cfg.V, context = tr.cfg.maxT },
+    data = { files = #tr.dataset.files, train_tokens = tr.dataset.train.n,
+             valid_tokens = tr.dataset.valid.n, tokenizer = tr.tokenizer.name },
+    batch = { micro = r.batch.micro, accumulate = r.batch.accumulate, seq_len = r.data.seq_len },
+    steps = last and last.step or 0,
+    tokens = (last and last.step or 0) * r.batch.micro * r.data.seq_len * r.batch.accumulate * tr.world_size,
+    first_loss = first_loss, final_loss = last and last.loss,
+    eval_loss = eval_loss, perplexity = eval_loss and math.exp(eval_loss),
+    tokens_per_s = median(tps), step_ms_median = median(steps_ms),
+    seconds = C.zt_now() - t_start,
+    memory = { report.memory_snapshot() },
+    predicted = tr.strategy.predicted and tr.strategy.predicted(tr.ctx),
+    param_digest = tr:param_digest(),
+    exit = status, out = out,
+    recipe_resolved = recipe_mod.serialize(r),
+  }
+  tr:free()
+  assert(report.write_atomic(out .. "/summary.json", report.encode(summary) .. "\n"))
+  if not opts.quiet then report.print_summary(summary) end
+  if not okrun then error(rerr, 0) end
+  return summary
+end
+
+return M

@@ -1,0 +1,126 @@
+-- ztrain.tensor: tensors of the C runtime as Lua objects.
+--
+-- A Tensor is a small table holding the zt_tensor* in field `c`. `:free()`
+-- releases it at once and clears `c` (so a later use is a clear error, not a
+-- crash); ffi.gc is only the backstop, because the Lua GC cannot see tensor
+-- bytes and would free them late.
+local ffi = require "ffi"
+local zffi = require "ztrain.ffi"
+local C, check = zffi.C, zffi.check
+
+local M = {}
+local Tensor = {}
+Tensor.__index = Tensor
+M.Tensor = Tensor
+
+local DTYPE = { f32 = C.ZT_F32, bf16 = C.ZT_BF16, f16 = C.ZT_F16, i32 = C.ZT_I32, u16 = C.ZT_U16 }
+local TIER = { device = C.ZT_TIER_DEVICE, host = C.ZT_TIER_HOST, nvme = C.ZT_TIER_NVME }
+local CAT = { params = C.ZT_CAT_PARAMS, grads = C.ZT_CAT_GRADS, optim = C.ZT_CAT_OPTIM,
+              activations = C.ZT_CAT_ACTIVATIONS, comm = C.ZT_CAT_COMM, other = C.ZT_CAT_OTHER }
+local CTYPE = { f32 = "float*", bf16 = "uint16_t*", f16 = "uint16_t*", i32 = "int32_t*",
+                u16 = "uint16_t*" }
+local DNAME = {}
+for k, v in pairs(DTYPE) do DNAME[tonumber(v)] = k end
+M.DTYPE, M.TIER, M.CATEGORY = DTYPE, TIER, CAT
+
+local function enum(tbl, key, what)
+  local v = tbl[key]
+  if v == nil then
+    local names = {}
+    for k in pairs(tbl) do names[#names + 1] = k end
+    table.sort(names)
+    error(("unknown %s %q (known: %s)"):format(what, tostring(key), table.concat(names, ", ")), 3)
+  end
+  return v
+end
+
+local shape_buf = ffi.new("int64_t[4]")
+local out_buf = ffi.new("zt_tensor*[1]")
+
+local function wrap(c)
+  ffi.gc(c, C.zt_tensor_release)
+  return setmetatable({ c = c }, Tensor)
+end
+
+local function fill_shape(shape)
+  assert(type(shape) == "table" and #shape >= 1 and #shape <= 4,
+         "tensor shape must be a table of 1 to 4 dimensions")
+  for i = 1, #shape do shape_buf[i - 1] = shape[i] end
+  return #shape
+end
+
+-- new(shape, {dtype=, tier=, category=}) -> zero-filled tensor.
+-- Defaults: f32, device tier, category "other".
+function M.new(shape, opts)
+  opts = opts or {}
+  local nd = fill_shape(shape)
+  local rc = C.zt_tensor_new(out_buf, enum(TIER, opts.tier or "device", "tier"),
+                             enum(CAT, opts.category or "other", "category"),
+                             enum(DTYPE, opts.dtype or "f32", "dtype"), nd, shape_buf)
+  check(rc, "tensor.new")
+  return wrap(out_buf[0])
+end
+
+-- t:view(offset, shape): a tensor over elements [offset, offset+numel(shape)).
+function Tensor:view(offset, shape)
+  local nd = fill_shape(shape)
+  check(C.zt_tensor_view(out_buf, self.c, offset, nd, shape_buf), "tensor:view")
+  return wrap(out_buf[0])
+end
+
+function Tensor:free()
+  local c = self.c
+  if c ~= nil then
+    self.c = nil
+    ffi.gc(c, nil)
+    C.zt_tensor_release(c)
+  end
+end
+
+local function live(t)
+  local c = t.c
+  if c == nil then error("use of a freed tensor", 3) end
+  return c
+end
+
+function Tensor:numel() return tonumber(live(self).numel) end
+function Tensor:dtype() return DNAME[tonumber(live(self).dtype)] end
+function Tensor:shape()
+  local c, s = live(self), {}
+  for i = 0, c.ndim - 1 do s[#s + 1] = tonumber(c.shape[i]) end
+  return s
+end
+function Tensor:nbytes() local c = live(self); return tonumber(c.numel * C.zt_dtype_size(c.dtype)) end
+function Tensor:tier() return ffi.string(C.zt_tier_name(live(self).storage.tier)) end
+function Tensor:category() return ffi.string(C.zt_category_name(live(self).storage.category)) end
+
+-- Host pointer to the data (CPU backend only; use read/write for portability).
+function Tensor:ptr() local c = live(self); return ffi.cast(CTYPE[DNAME[tonumber(c.dtype)]], c.data) end
+
+-- Copy from / into host memory (a cdata array or pointer of nbytes bytes).
+function Tensor:write(src) check(C.zt_tensor_write(live(self), src, self:nbytes()), "tensor:write") end
+function Tensor:read(dst) check(C.zt_tensor_read(live(self), dst, self:nbytes()), "tensor:read") end
+
+-- Values as a Lua array (for tests and the REPL; copies).
+function Tensor:totable()
+  local n, p = self:numel(), nil
+  local dt = self:dtype()
+  local ct = (dt == "f32") and "float[?]" or (dt == "i32") and "int32_t[?]" or "uint16_t[?]"
+  p = ffi.new(ct, n)
+  self:read(p)
+  local t = {}
+  for i = 0, n - 1 do t[i + 1] = tonumber(p[i]) end
+  return t
+end
+
+function Tensor:fill(v) check(C.zt_fill(live(self), v), "tensor:fill"); return self end
+
+function Tensor:__tostring()
+  if self.c == nil then return "Tensor(freed)" end
+  return ("Tensor(%s [%s] on %s, %s)"):format(self:dtype(), table.concat(self:shape(), ","),
+                                           self:tier(), self:category())
+end
+
+function M.is_tensor(x) return getmetatable(x) == Tensor end
+
+return M

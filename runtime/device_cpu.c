@@ -1,0 +1,111 @@
+/*
+ * device_cpu.c -- the CPU device: kernels/cpu behind the device table.
+ *
+ * Ops run synchronously on the calling thread, spreading over OpenMP threads
+ * inside kernels and OpenBLAS threads inside sgemm. Both pools are sized by
+ * zt_set_threads so a rank never oversubscribes its share of cores.
+ */
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include "internal.h"
+#include "../kernels/cpu/kernels.h"
+
+/* OpenBLAS extensions (not in cblas.h on every build). */
+void openblas_set_num_threads(int n);
+char *openblas_get_corename(void);
+char *openblas_get_config(void);
+
+static int cpu_sync(void) { return ZT_OK; }
+
+static void cpu_copy(void *dst, const void *src, size_t nbytes)
+{
+    if (nbytes % sizeof(float) == 0 && ((uintptr_t)dst | (uintptr_t)src) % 4 == 0)
+        zk_copy(dst, src, nbytes / sizeof(float));
+    else
+        memcpy(dst, src, nbytes);
+}
+
+static void cpu_cast(void *dst, int dd, const void *src, int sd, size_t n)
+{
+    if (dd == sd) { cpu_copy(dst, src, n * zt_dtype_size(dd)); return; }
+    if (sd == ZT_F32 && dd == ZT_BF16) zk_cast_f32_bf16(dst, src, n);
+    else if (sd == ZT_BF16 && dd == ZT_F32) zk_cast_bf16_f32(dst, src, n);
+    else if (sd == ZT_F32 && dd == ZT_F16) zk_cast_f32_f16(dst, src, n);
+    else if (sd == ZT_F16 && dd == ZT_F32) zk_cast_f16_f32(dst, src, n);
+}
+
+const zt_device_ops zt_cpu_device = {
+    .name = "cpu",
+    .sync = cpu_sync,
+    .fill = zk_fill,
+    .copy = cpu_copy,
+    .scale = zk_scale,
+    .axpy = zk_axpy,
+    .add = zk_add,
+    .add3 = zk_add3,
+    .cast = cpu_cast,
+    .encoder_forward = zk_encoder_forward,
+    .encoder_backward = zk_encoder_backward,
+    .layernorm_forward = zk_layernorm_forward,
+    .layernorm_backward = zk_layernorm_backward,
+    .matmul_forward = zk_matmul_forward,
+    .matmul_backward = zk_matmul_backward,
+    .attention_forward = zk_attention_forward,
+    .attention_backward = zk_attention_backward,
+    .gelu_forward = zk_gelu_forward,
+    .gelu_backward = zk_gelu_backward,
+    .crossentropy = zk_crossentropy,
+    .adamw = zk_adamw,
+    .sumsq_blocks = zk_sumsq_blocks,
+    .sum = zk_sum_f64,
+    .randn = zk_randn,
+};
+
+static const zt_device_ops *active = &zt_cpu_device;
+static int nthreads = 0;
+
+const zt_device_ops *zt_dev(void) { return active; }
+
+int zt_device_init(const char *backend)
+{
+    ZT_CHECK(backend != NULL, "zt_device_init: backend is NULL");
+    if (strcmp(backend, "cpu") == 0) { active = &zt_cpu_device; return ZT_OK; }
+    if (strcmp(backend, "cuda") == 0)
+        return zt_error(ZT_EINVAL, "device \"cuda\" is not available in this build; "
+                        "use device.backend=cpu (CUDA support comes with `make CUDA=1`)");
+    return zt_error(ZT_EINVAL, "unknown device backend \"%s\"; known: cpu, cuda", backend);
+}
+
+const char *zt_device_name(void) { return active->name; }
+
+int zt_device_sync(void) { return active->sync(); }
+
+int zt_set_threads(int n)
+{
+    ZT_CHECK(n >= 1 && n <= 1024, "threads must be in 1..1024, got %d", n);
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+    nthreads = n;
+    return ZT_OK;
+}
+
+int zt_get_threads(void) { return nthreads ? nthreads : omp_get_max_threads(); }
+
+const char *zt_blas_info(void)
+{
+    static char buf[256];
+    snprintf(buf, sizeof buf, "OpenBLAS core %s (%s)", openblas_get_corename(),
+             openblas_get_config());
+    return buf;
+}
+
+double zt_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *zt_version(void) { return "ztrain 0.1.0"; }

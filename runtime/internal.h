@@ -1,0 +1,73 @@
+/*
+ * internal.h -- private to runtime/: error reporting and the device table.
+ */
+#ifndef ZT_INTERNAL_H
+#define ZT_INTERNAL_H
+
+#include "ztrain.h"
+
+/* Record an error message for zt_last_error() and return code. The message
+ * is formatted like printf; keep it actionable: name the thing, say what to do. */
+int zt_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void zt_clear_error(void);
+
+/* Validate, else return the error from the calling function. */
+#define ZT_CHECK(cond, ...) \
+    do { if (!(cond)) return zt_error(ZT_EINVAL, __VA_ARGS__); } while (0)
+#define ZT_TRY(expr) \
+    do { int zt_rc_ = (expr); if (zt_rc_ != ZT_OK) return zt_rc_; } while (0)
+
+/* Raw allocation on a tier with accounting and limits (memory.c). */
+int zt_mem_alloc(void **out, size_t nbytes, int tier, int category,
+                 const char *what);
+void zt_mem_free(void *p, size_t nbytes, int tier, int category);
+
+/* A device is a table of raw-pointer ops. The CPU device calls kernels/cpu;
+ * a CUDA device would launch on its stream. Ops receive validated sizes. */
+typedef struct zt_device_ops {
+    const char *name;
+    int (*sync)(void);
+    void (*fill)(float *x, float v, size_t n);
+    void (*copy)(void *dst, const void *src, size_t nbytes);
+    void (*scale)(float *x, float a, size_t n);
+    void (*axpy)(float *y, float a, const float *x, size_t n);
+    void (*add)(float *y, const float *x, size_t n);
+    void (*add3)(float *out, const float *a, const float *b, size_t n);
+    void (*cast)(void *dst, int dst_dtype, const void *src, int src_dtype, size_t n);
+    void (*encoder_forward)(float *out, const int32_t *tok, const float *wte,
+                            const float *wpe, int B, int T, int C);
+    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout,
+                             const int32_t *tok, int B, int T, int C, int V);
+    void (*layernorm_forward)(float *out, float *mean, float *rstd,
+                              const float *inp, const float *w, const float *b,
+                              int N, int C);
+    void (*layernorm_backward)(float *dinp, float *dw, float *db,
+                               const float *dout, const float *inp,
+                               const float *w, const float *mean,
+                               const float *rstd, int N, int C);
+    void (*matmul_forward)(float *out, const float *inp, const float *w,
+                           const float *b, int N, int C, int OC);
+    void (*matmul_backward)(float *dinp, float *dw, float *db, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC);
+    void (*attention_forward)(float *out, float *lse, const float *qkv,
+                              int B, int T, int C, int NH);
+    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
+                               const float *out, const float *lse,
+                               int B, int T, int C, int NH);
+    void (*gelu_forward)(float *out, const float *inp, size_t n);
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    void (*crossentropy)(float *losses, float *dlogits, const float *logits,
+                         const int32_t *targets, int N, int V, float dscale);
+    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n,
+                  float lr, float b1, float b2, float eps, float wd,
+                  float gscale, int t);
+    void (*sumsq_blocks)(double *partials, const float *x, size_t n);
+    double (*sum)(const float *x, size_t n);
+    void (*randn)(float *x, size_t n, uint64_t seed, uint64_t stream, float mean, float std);
+} zt_device_ops;
+
+extern const zt_device_ops zt_cpu_device;
+/* The active device (CPU until zt_device_init selects another). */
+const zt_device_ops *zt_dev(void);
+
+#endif

@@ -1,0 +1,89 @@
+/*
+ * main.c -- the `ztrain` program: a LuaJIT host.
+ *
+ * It finds the ztrain tree (ZTRAIN_HOME, else the directory above the
+ * binary's build/), puts lua/ on package.path, and hands argv to
+ * ztrain.cli.main. Everything else -- recipes, the REPL, options -- is Lua.
+ * The runtime itself is libztrain.so, loaded by lua/ztrain/ffi.lua.
+ */
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+static int find_home(char *home, size_t n)
+{
+    const char *env = getenv("ZTRAIN_HOME");
+    if (env && *env) { snprintf(home, n, "%s", env); return 0; }
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return -1;
+    exe[len] = '\0';
+    char *dir = dirname(exe);                    /* .../build */
+    snprintf(home, n, "%s/..", dir);
+    char probe[PATH_MAX + 32];
+    snprintf(probe, sizeof probe, "%s/lua/ztrain/init.lua", home);
+    if (access(probe, R_OK) != 0) snprintf(home, n, "%s", dir);
+    return 0;
+}
+
+static int traceback(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+    luaL_traceback(L, L, msg ? msg : "(error object is not a string)", 1);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    char home[PATH_MAX], rp[PATH_MAX];
+    if (find_home(home, sizeof home) != 0) {
+        fprintf(stderr, "ztrain: cannot locate the ztrain tree; set ZTRAIN_HOME\n");
+        return 2;
+    }
+    if (realpath(home, rp)) snprintf(home, sizeof home, "%s", rp);
+
+    lua_State *L = luaL_newstate();
+    if (!L) { fprintf(stderr, "ztrain: cannot create a Lua state\n"); return 2; }
+    luaL_openlibs(L);
+
+    /* package.path: the tree's lua/ first, then the system's. */
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "path");
+    lua_pushfstring(L, "%s/lua/?.lua;%s/lua/?/init.lua;%s", home, home, lua_tostring(L, -1));
+    lua_setfield(L, -3, "path");
+    lua_pop(L, 2);
+
+    /* arg, as the standalone interpreter makes it: arg[0] is the program. */
+    lua_createtable(L, argc, 1);
+    for (int i = 0; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i);
+    }
+    lua_setglobal(L, "arg");
+    lua_pushstring(L, home);
+    lua_setglobal(L, "ZTRAIN_HOME");
+
+    lua_pushcfunction(L, traceback);
+    lua_getglobal(L, "require");
+    lua_pushstring(L, "ztrain.cli");
+    int rc = 1;
+    if (lua_pcall(L, 1, 1, -3) != 0) {
+        fprintf(stderr, "ztrain: %s\n", lua_tostring(L, -1));
+    } else {
+        lua_getfield(L, -1, "main");
+        lua_getglobal(L, "arg");
+        if (lua_pcall(L, 1, 1, -4) != 0) {
+            fprintf(stderr, "ztrain: %s\n", lua_tostring(L, -1));
+        } else {
+            rc = lua_isnumber(L, -1) ? (int)lua_tointeger(L, -1) : 0;
+        }
+    }
+    lua_close(L);
+    return rc;
+}

@@ -1,0 +1,161 @@
+/*
+ * memory.c -- every byte the runtime allocates, by tier and category.
+ *
+ * Current and peak bytes are kept per (tier, category) and per tier total;
+ * a tier may have a limit. On the CPU backend the "device" tier is ordinary
+ * memory that behaves like a GPU's: it is accounted and limited separately
+ * from "host", so memory reports and ZeRO formulas mean the same thing on
+ * both backends. The nvme tier belongs to aio (a later layer).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+
+static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static size_t cur[ZT_NTIERS][ZT_NCATS], peak[ZT_NTIERS][ZT_NCATS];
+static size_t cur_total[ZT_NTIERS], peak_total[ZT_NTIERS];
+static size_t limit[ZT_NTIERS];
+
+static const char *tier_names[ZT_NTIERS] = { "device", "host", "nvme" };
+static const char *cat_names[ZT_NCATS] = {
+    "params", "grads", "optim", "activations", "comm", "other"
+};
+
+const char *zt_tier_name(int tier)
+{
+    return (tier >= 0 && tier < ZT_NTIERS) ? tier_names[tier] : "?";
+}
+
+const char *zt_category_name(int c)
+{
+    return (c >= 0 && c < ZT_NCATS) ? cat_names[c] : "?";
+}
+
+/* Human-readable bytes into buf (e.g. "1.50 GiB"). */
+static const char *fmt_bytes(char *buf, size_t n, size_t bytes)
+{
+    const char *u[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+    double v = (double)bytes;
+    int i = 0;
+    while (v >= 1024.0 && i < 4) { v /= 1024.0; i++; }
+    if (i == 0) snprintf(buf, n, "%zu B", bytes);
+    else snprintf(buf, n, "%.2f %s", v, u[i]);
+    return buf;
+}
+
+int zt_mem_alloc(void **out, size_t nbytes, int tier, int category, const char *what)
+{
+    ZT_CHECK(tier >= 0 && tier < ZT_NTIERS, "zt_mem_alloc: tier %d out of range", tier);
+    ZT_CHECK(category >= 0 && category < ZT_NCATS,
+             "zt_mem_alloc: category %d out of range", category);
+    if (tier == ZT_TIER_NVME)
+        return zt_error(ZT_EINVAL, "cannot allocate %s on the nvme tier directly: "
+                        "nvme storage is files managed by aio", what);
+    *out = NULL;
+    pthread_mutex_lock(&mem_lock);
+    if (limit[tier] && cur_total[tier] + nbytes > limit[tier]) {
+        char req[32], used[32], lim[32], cats[512];
+        size_t off = 0;
+        for (int c = 0; c < ZT_NCATS; c++) {
+            char b[32];
+            off += (size_t)snprintf(cats + off, sizeof cats - off, "%s%s %s",
+                                    c ? ", " : "", cat_names[c],
+                                    fmt_bytes(b, sizeof b, cur[tier][c]));
+        }
+        fmt_bytes(req, sizeof req, nbytes);
+        fmt_bytes(used, sizeof used, cur_total[tier]);
+        fmt_bytes(lim, sizeof lim, limit[tier]);
+        pthread_mutex_unlock(&mem_lock);
+        return zt_error(ZT_ELIMIT,
+                        "%s memory limit exceeded: requested %s for %s (%s); in use %s "
+                        "of the %s limit (%s)",
+                        tier_names[tier], req, cat_names[category], what, used, lim, cats);
+    }
+    /* Account first so concurrent allocators see the reservation. */
+    cur[tier][category] += nbytes;
+    cur_total[tier] += nbytes;
+    pthread_mutex_unlock(&mem_lock);
+
+    void *p = NULL;
+    size_t rounded = (nbytes + 63) & ~(size_t)63;
+    if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0) p = NULL;
+    if (!p) {
+        char req[32];
+        pthread_mutex_lock(&mem_lock);
+        cur[tier][category] -= nbytes;
+        cur_total[tier] -= nbytes;
+        pthread_mutex_unlock(&mem_lock);
+        return zt_error(ZT_ENOMEM, "out of system memory allocating %s for %s (%s) on %s",
+                        fmt_bytes(req, sizeof req, nbytes), cat_names[category], what,
+                        tier_names[tier]);
+    }
+    pthread_mutex_lock(&mem_lock);
+    if (cur[tier][category] > peak[tier][category]) peak[tier][category] = cur[tier][category];
+    if (cur_total[tier] > peak_total[tier]) peak_total[tier] = cur_total[tier];
+    pthread_mutex_unlock(&mem_lock);
+    *out = p;
+    return ZT_OK;
+}
+
+void zt_mem_free(void *p, size_t nbytes, int tier, int category)
+{
+    if (!p) return;
+    free(p);
+    pthread_mutex_lock(&mem_lock);
+    cur[tier][category] -= nbytes;
+    cur_total[tier] -= nbytes;
+    pthread_mutex_unlock(&mem_lock);
+}
+
+size_t zt_mem_current(int tier, int category)
+{
+    if (tier < 0 || tier >= ZT_NTIERS || category >= ZT_NCATS) return 0;
+    pthread_mutex_lock(&mem_lock);
+    size_t v = category < 0 ? cur_total[tier] : cur[tier][category];
+    pthread_mutex_unlock(&mem_lock);
+    return v;
+}
+
+size_t zt_mem_peak(int tier, int category)
+{
+    if (tier < 0 || tier >= ZT_NTIERS || category >= ZT_NCATS) return 0;
+    pthread_mutex_lock(&mem_lock);
+    size_t v = category < 0 ? peak_total[tier] : peak[tier][category];
+    pthread_mutex_unlock(&mem_lock);
+    return v;
+}
+
+size_t zt_mem_peak_total(int tier) { return zt_mem_peak(tier, -1); }
+
+void zt_mem_reset_peak(void)
+{
+    pthread_mutex_lock(&mem_lock);
+    memcpy(peak, cur, sizeof peak);
+    memcpy(peak_total, cur_total, sizeof peak_total);
+    pthread_mutex_unlock(&mem_lock);
+}
+
+int zt_mem_set_limit(int tier, size_t bytes)
+{
+    ZT_CHECK(tier >= 0 && tier < ZT_NTIERS, "zt_mem_set_limit: tier %d out of range", tier);
+    pthread_mutex_lock(&mem_lock);
+    size_t used = cur_total[tier];
+    if (bytes && used > bytes) {
+        pthread_mutex_unlock(&mem_lock);
+        char u[32], l[32];
+        return zt_error(ZT_EINVAL, "%s memory limit %s is below the %s already in use; "
+                        "set the limit before allocating or raise it",
+                        tier_names[tier], fmt_bytes(l, sizeof l, bytes),
+                        fmt_bytes(u, sizeof u, used));
+    }
+    limit[tier] = bytes;
+    pthread_mutex_unlock(&mem_lock);
+    return ZT_OK;
+}
+
+size_t zt_mem_limit(int tier)
+{
+    return (tier >= 0 && tier < ZT_NTIERS) ? limit[tier] : 0;
+}

@@ -1,0 +1,142 @@
+/*
+ * tensor.c -- refcounted tensors over storages on a memory tier.
+ *
+ * A storage is one accounted allocation; a tensor is a typed, shaped window
+ * (offset + numel) into it. Views share the storage: this is how a unit's
+ * parameters are tensors inside one flat buffer that sharding can slice.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+
+static const char *dtype_names[ZT_NDTYPES] = { "f32", "bf16", "f16", "i32", "u16" };
+static const size_t dtype_sizes[ZT_NDTYPES] = { 4, 2, 2, 4, 2 };
+
+const char *zt_dtype_name(int d) { return (d >= 0 && d < ZT_NDTYPES) ? dtype_names[d] : "?"; }
+size_t zt_dtype_size(int d) { return (d >= 0 && d < ZT_NDTYPES) ? dtype_sizes[d] : 0; }
+
+/* Validate a shape; on success *numel is the element count. */
+static int check_shape(const char *fn, int ndim, const int64_t *shape, int64_t *numel)
+{
+    ZT_CHECK(ndim >= 1 && ndim <= 4, "%s: ndim %d out of range (1..4)", fn, ndim);
+    ZT_CHECK(shape != NULL, "%s: shape is NULL", fn);
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        ZT_CHECK(shape[i] >= 1, "%s: dimension %d is %lld; every dimension must be >= 1",
+                 fn, i, (long long)shape[i]);
+        ZT_CHECK(n <= INT64_MAX / shape[i], "%s: shape overflows", fn);
+        n *= shape[i];
+    }
+    *numel = n;
+    return ZT_OK;
+}
+
+static void describe(char *buf, size_t n, int dtype, int ndim, const int64_t *shape)
+{
+    size_t off = (size_t)snprintf(buf, n, "%s [", zt_dtype_name(dtype));
+    for (int i = 0; i < ndim && off < n; i++)
+        off += (size_t)snprintf(buf + off, n - off, "%s%lld", i ? "," : "", (long long)shape[i]);
+    if (off < n) snprintf(buf + off, n - off, "]");
+}
+
+int zt_tensor_new(zt_tensor **out, int tier, int category, int dtype, int ndim,
+                  const int64_t *shape)
+{
+    int64_t numel;
+    ZT_CHECK(out != NULL, "zt_tensor_new: out is NULL");
+    *out = NULL;
+    ZT_CHECK(dtype >= 0 && dtype < ZT_NDTYPES, "zt_tensor_new: unknown dtype %d", dtype);
+    ZT_CHECK(tier >= 0 && tier < ZT_NTIERS, "zt_tensor_new: unknown tier %d", tier);
+    ZT_CHECK(category >= 0 && category < ZT_NCATS, "zt_tensor_new: unknown category %d",
+             category);
+    ZT_TRY(check_shape("zt_tensor_new", ndim, shape, &numel));
+
+    size_t nbytes = (size_t)numel * dtype_sizes[dtype];
+    char what[96];
+    describe(what, sizeof what, dtype, ndim, shape);
+    zt_tensor *t = calloc(1, sizeof *t);
+    zt_storage *s = calloc(1, sizeof *s);
+    if (!t || !s) {
+        free(t); free(s);
+        return zt_error(ZT_ENOMEM, "zt_tensor_new: out of memory for a tensor header");
+    }
+    void *data;
+    int rc = zt_mem_alloc(&data, nbytes, tier, category, what);
+    if (rc != ZT_OK) { free(t); free(s); return rc; }
+    memset(data, 0, nbytes);
+    *s = (zt_storage){ .data = data, .nbytes = nbytes, .tier = tier,
+                       .category = category, .refcount = 1 };
+    t->data = data;
+    t->storage = s;
+    t->offset = 0;
+    t->numel = numel;
+    t->ndim = ndim;
+    t->dtype = dtype;
+    t->refcount = 1;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    *out = t;
+    return ZT_OK;
+}
+
+int zt_tensor_view(zt_tensor **out, zt_tensor *base, int64_t offset, int ndim,
+                   const int64_t *shape)
+{
+    int64_t numel;
+    ZT_CHECK(out != NULL, "zt_tensor_view: out is NULL");
+    *out = NULL;
+    ZT_CHECK(base != NULL, "zt_tensor_view: base tensor is NULL (freed?)");
+    ZT_TRY(check_shape("zt_tensor_view", ndim, shape, &numel));
+    ZT_CHECK(offset >= 0 && offset + numel <= base->numel,
+             "zt_tensor_view: elements [%lld, %lld) are outside the base tensor of %lld elements",
+             (long long)offset, (long long)(offset + numel), (long long)base->numel);
+    zt_tensor *t = calloc(1, sizeof *t);
+    if (!t) return zt_error(ZT_ENOMEM, "zt_tensor_view: out of memory for a tensor header");
+    __atomic_add_fetch(&base->storage->refcount, 1, __ATOMIC_RELAXED);
+    t->storage = base->storage;
+    t->offset = base->offset + offset;
+    t->data = (char *)base->storage->data + (size_t)t->offset * dtype_sizes[base->dtype];
+    t->numel = numel;
+    t->ndim = ndim;
+    t->dtype = base->dtype;
+    t->refcount = 1;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    *out = t;
+    return ZT_OK;
+}
+
+void zt_tensor_retain(zt_tensor *t)
+{
+    if (t) __atomic_add_fetch(&t->refcount, 1, __ATOMIC_RELAXED);
+}
+
+void zt_tensor_release(zt_tensor *t)
+{
+    if (!t) return;
+    if (__atomic_sub_fetch(&t->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
+    zt_storage *s = t->storage;
+    free(t);
+    if (__atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
+    zt_mem_free(s->data, s->nbytes, s->tier, s->category);
+    free(s);
+}
+
+int zt_tensor_write(zt_tensor *t, const void *src, size_t nbytes)
+{
+    ZT_CHECK(t != NULL && src != NULL, "zt_tensor_write: NULL tensor or source");
+    size_t want = (size_t)t->numel * dtype_sizes[t->dtype];
+    ZT_CHECK(nbytes == want, "zt_tensor_write: %zu bytes given, the tensor holds %zu",
+             nbytes, want);
+    zt_dev()->copy(t->data, src, nbytes);
+    return ZT_OK;
+}
+
+int zt_tensor_read(const zt_tensor *t, void *dst, size_t nbytes)
+{
+    ZT_CHECK(t != NULL && dst != NULL, "zt_tensor_read: NULL tensor or destination");
+    size_t want = (size_t)t->numel * dtype_sizes[t->dtype];
+    ZT_CHECK(nbytes == want, "zt_tensor_read: %zu bytes asked, the tensor holds %zu",
+             nbytes, want);
+    zt_dev()->copy(dst, t->data, nbytes);
+    return ZT_OK;
+}

@@ -1,0 +1,198 @@
+/*
+ * ztrain.h -- the public C API of the ztrain runtime.
+ *
+ * This header is the single source of truth for the LuaJIT FFI: lua/ztrain/ffi.lua
+ * reads it, drops preprocessor lines and comments, and passes the rest to
+ * ffi.cdef. So: no macros in declarations, plain C types only, and every
+ * constant an enum.
+ *
+ * Conventions (libuv style):
+ *  - Functions return 0 (ZT_OK) or a negative error code; on error
+ *    zt_last_error() holds a message naming what was wrong and what to do.
+ *    The message is per thread. Nothing in the library calls exit().
+ *  - Functions validate all arguments before acquiring anything, so a failed
+ *    call leaves no resource held and no state half-changed.
+ *  - Tensors are refcounted: zt_tensor_new/zt_tensor_view return a tensor with
+ *    one reference; zt_tensor_release drops it. A view keeps its base's
+ *    storage alive.
+ */
+#ifndef ZTRAIN_H
+#define ZTRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- errors ------------------------------------------------------------ */
+enum {
+    ZT_OK = 0,
+    ZT_EINVAL = -1,   /* bad argument: shape, dtype, range */
+    ZT_ENOMEM = -2,   /* the system allocator failed */
+    ZT_ELIMIT = -3,   /* a tier's memory limit would be exceeded */
+    ZT_EIO = -4,      /* file or device I/O failed */
+    ZT_ESTATE = -5    /* call not valid in the current state */
+};
+/* Message of the last failing call on this thread ("" if none). */
+const char *zt_last_error(void);
+/* Short name of an error code ("EINVAL", ...). */
+const char *zt_strerror(int code);
+
+/* ---- memory tiers and categories --------------------------------------- */
+typedef enum { ZT_F32 = 0, ZT_BF16 = 1, ZT_F16 = 2, ZT_I32 = 3, ZT_U16 = 4, ZT_NDTYPES = 5 } zt_dtype;
+typedef enum { ZT_TIER_DEVICE = 0, ZT_TIER_HOST = 1, ZT_TIER_NVME = 2, ZT_NTIERS = 3 } zt_tier;
+typedef enum {
+    ZT_CAT_PARAMS = 0, ZT_CAT_GRADS = 1, ZT_CAT_OPTIM = 2,
+    ZT_CAT_ACTIVATIONS = 3, ZT_CAT_COMM = 4, ZT_CAT_OTHER = 5, ZT_NCATS = 6
+} zt_category;
+
+const char *zt_dtype_name(int dtype);
+size_t zt_dtype_size(int dtype);
+const char *zt_tier_name(int tier);
+const char *zt_category_name(int category);
+
+/* Current and peak bytes allocated on a tier in a category (category -1: all). */
+size_t zt_mem_current(int tier, int category);
+size_t zt_mem_peak(int tier, int category);
+/* Peak of the tier total (not the sum of per-category peaks). */
+size_t zt_mem_peak_total(int tier);
+/* Set peaks to the current values (start of a measured region). */
+void zt_mem_reset_peak(void);
+/* Limit a tier's total bytes; 0 = no limit. Allocations beyond it fail with
+ * ZT_ELIMIT and a message naming the request, the use by category and the
+ * limit. Fails with ZT_EINVAL if the tier already holds more than the limit. */
+int zt_mem_set_limit(int tier, size_t bytes);
+size_t zt_mem_limit(int tier);
+
+/* ---- tensors ----------------------------------------------------------- */
+typedef struct zt_storage {
+    void *data;         /* 64-byte aligned */
+    size_t nbytes;
+    int32_t tier;
+    int32_t category;
+    int32_t refcount;
+    int32_t pad_;
+} zt_storage;
+
+typedef struct zt_tensor {
+    void *data;         /* storage->data + offset * dtype size */
+    zt_storage *storage;
+    int64_t offset;     /* in elements, into the storage */
+    int64_t numel;
+    int64_t shape[4];
+    int32_t ndim;
+    int32_t dtype;
+    int32_t refcount;
+    int32_t pad_;
+} zt_tensor;
+
+/* New contiguous tensor on a tier, tagged with a category, zero-filled.
+ * ndim in 1..4, every dim >= 1. */
+int zt_tensor_new(zt_tensor **out, int tier, int category, int dtype,
+                  int ndim, const int64_t *shape);
+/* A view of numel(shape) elements of base's storage starting at element
+ * offset (relative to base), same dtype. Must lie inside base. */
+int zt_tensor_view(zt_tensor **out, zt_tensor *base, int64_t offset,
+                   int ndim, const int64_t *shape);
+void zt_tensor_retain(zt_tensor *t);
+/* Drop one reference; frees the tensor (and its storage with the last
+ * reference to it). NULL is ignored. */
+void zt_tensor_release(zt_tensor *t);
+/* Copy nbytes between host memory and the tensor (any tier; on the CPU
+ * backend a memcpy). nbytes must equal numel * dtype size. */
+int zt_tensor_write(zt_tensor *t, const void *src, size_t nbytes);
+int zt_tensor_read(const zt_tensor *t, void *dst, size_t nbytes);
+
+/* ---- device ------------------------------------------------------------ */
+/* Select the compute backend: "cpu" (always) or "cuda" (when built with it).
+ * Ops are issued to it; on the CPU they complete before returning. */
+int zt_device_init(const char *backend);
+const char *zt_device_name(void);
+/* Wait for every op issued so far. */
+int zt_device_sync(void);
+/* Threads used by kernels and BLAS (OpenMP + OpenBLAS); n >= 1. */
+int zt_set_threads(int n);
+int zt_get_threads(void);
+/* The OpenBLAS core in use and its build config (for benchmark reports). */
+const char *zt_blas_info(void);
+
+/* ---- ops ---------------------------------------------------------------- */
+/* Shapes: N = rows (B*T), C = channels, OC = out channels, V = vocab.
+ * Activations may be given as (B,T,C) or (N,C): ops check numel. Gradient
+ * outputs are WRITTEN unless marked ACCUMULATED. All f32 unless stated. */
+int zt_fill(zt_tensor *x, float value);
+int zt_copy(zt_tensor *dst, const zt_tensor *src);          /* same dtype, numel */
+int zt_scale(zt_tensor *x, float a);
+int zt_axpy(zt_tensor *y, float a, const zt_tensor *x);      /* y += a*x */
+int zt_add(zt_tensor *y, const zt_tensor *x);                /* y += x */
+int zt_add3(zt_tensor *out, const zt_tensor *a, const zt_tensor *b); /* out = a+b */
+/* dst and src of equal numel, f32 <-> bf16/f16 (or equal dtypes: a copy). */
+int zt_cast(zt_tensor *dst, const zt_tensor *src);
+
+/* tokens (B,T) i32; out (B,T,C); wte (V,C); wpe (maxT,C), T <= maxT. */
+int zt_encoder_forward(zt_tensor *out, const zt_tensor *tokens,
+                       const zt_tensor *wte, const zt_tensor *wpe);
+/* dwte ACCUMULATED, dwpe rows [0,T) WRITTEN. */
+int zt_encoder_backward(zt_tensor *dwte, zt_tensor *dwpe, const zt_tensor *dout,
+                        const zt_tensor *tokens);
+/* out (N,C); mean, rstd (N). */
+int zt_layernorm_forward(zt_tensor *out, zt_tensor *mean, zt_tensor *rstd,
+                         const zt_tensor *inp, const zt_tensor *weight,
+                         const zt_tensor *bias);
+/* dinp ACCUMULATED; dweight, dbias WRITTEN. */
+int zt_layernorm_backward(zt_tensor *dinp, zt_tensor *dweight, zt_tensor *dbias,
+                          const zt_tensor *dout, const zt_tensor *inp,
+                          const zt_tensor *weight, const zt_tensor *mean,
+                          const zt_tensor *rstd);
+/* out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias(OC); bias may be NULL. */
+int zt_matmul_forward(zt_tensor *out, const zt_tensor *inp,
+                      const zt_tensor *weight, const zt_tensor *bias);
+/* dinp, dbias may be NULL. */
+int zt_matmul_backward(zt_tensor *dinp, zt_tensor *dweight, zt_tensor *dbias,
+                       const zt_tensor *dout, const zt_tensor *inp,
+                       const zt_tensor *weight);
+/* qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T). */
+int zt_attention_forward(zt_tensor *out, zt_tensor *lse, const zt_tensor *qkv,
+                         int NH);
+int zt_attention_backward(zt_tensor *dqkv, const zt_tensor *dout,
+                          const zt_tensor *qkv, const zt_tensor *out,
+                          const zt_tensor *lse, int NH);
+int zt_gelu_forward(zt_tensor *out, const zt_tensor *inp);
+int zt_gelu_backward(zt_tensor *dinp, const zt_tensor *inp, const zt_tensor *dout);
+/* logits (N,V), targets (N) i32, losses (N); dlogits may be NULL or logits. */
+int zt_crossentropy(zt_tensor *losses, zt_tensor *dlogits,
+                    const zt_tensor *logits, const zt_tensor *targets,
+                    float dscale);
+/* AdamW over equal-numel param, grad, m, v (see kernels.h for the formula). */
+int zt_adamw(zt_tensor *param, const zt_tensor *grad, zt_tensor *m,
+             zt_tensor *v, float lr, float beta1, float beta2, float eps,
+             float weight_decay, float grad_scale, int step);
+/* Elements per block of the fixed-partition fp64 sums. */
+int64_t zt_sum_block(void);
+/* partials[i] = sum of squares of block i of x (f32); writes
+ * ceil(numel / zt_sum_block()) doubles. */
+int zt_sumsq_blocks(double *partials, const zt_tensor *x);
+/* sum of x (f32) in fp64 over fixed blocks, in block order. */
+int zt_sum(double *out, const zt_tensor *x);
+
+/* x (f32) = mean + std * N(0,1), deterministic in (seed, stream, element index):
+ * the same values on any thread count. Used for model initialisation. */
+int zt_randn(zt_tensor *x, uint64_t seed, uint64_t stream, float mean, float std);
+
+/* ---- SHA-256 (for parameter digests) ------------------------------------ */
+typedef struct zt_sha256 {
+    uint32_t h[8];
+    uint64_t nbytes;
+    uint8_t buf[64];
+    uint32_t nbuf;
+} zt_sha256;
+void zt_sha256_init(zt_sha256 *s);
+void zt_sha256_update(zt_sha256 *s, const void *data, size_t n);
+/* Writes 65 bytes: 64 lowercase hex digits and a NUL. */
+void zt_sha256_hex(zt_sha256 *s, char *hex65);
+
+/* ---- misc ---------------------------------------------------------------- */
+/* Monotonic clock in seconds. */
+double zt_now(void);
+/* Runtime version string. */
+const char *zt_version(void);
+
+#endif

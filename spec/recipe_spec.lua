@@ -1,0 +1,67 @@
+local recipe = require "ztrain.recipe"
+
+local function tmpfile(text)
+  local p = os.tmpname() .. ".lua"
+  local f = assert(io.open(p, "w")); f:write(text); f:close()
+  return p
+end
+
+describe("recipe", function()
+  it("fills defaults and applies dotted overrides with types", function()
+    local r = assert(recipe.resolve({ train = { steps = 5 } },
+                                    { "model.size=gpt2-mini", "optim.lr=0.01", "lr.schedule=linear",
+                                      "optim.betas={0.8,0.9}" }))
+    assert.are.equal(5, r.train.steps)
+    assert.are.equal("gpt2-mini", r.model.size)
+    assert.are.equal(0.01, r.optim.lr)
+    assert.are.equal("linear", r.lr.schedule)
+    assert.are.same({ 0.8, 0.9 }, r.optim.betas)
+    assert.are.equal(4, r.batch.micro)             -- a default
+  end)
+
+  it("names an unknown key and the nearest valid one", function()
+    local r, err = recipe.resolve({ train = { stpes = 1 } })
+    assert.is_nil(r)
+    assert.matches('unknown recipe key "train.stpes"; did you mean "train.steps"', err, 1, true)
+    r, err = recipe.resolve({}, { "optim.learning_rate=1" })
+    assert.is_nil(r)
+    assert.matches('did you mean "optim.', err, 1, true)
+    r, err = recipe.resolve({}, { "modle.size=gpt2" })
+    assert.matches('did you mean "model.size"', err, 1, true)
+  end)
+
+  it("rejects wrong types and malformed overrides", function()
+    local r, err = recipe.resolve({}, { "train.steps=many" })
+    assert.is_nil(r)
+    assert.matches("train.steps must be a number", err, 1, true)
+    r, err = recipe.resolve({ batch = 4 })
+    assert.matches('"batch" must be a table', err, 1, true)
+    r, err = recipe.resolve({}, { "train.steps" })
+    assert.matches("key=value", err, 1, true)
+  end)
+
+  it("loads a file, names it, and reports a file that returns no table", function()
+    local p = tmpfile("return { train = { steps = 3 } }")
+    local r = assert(recipe.load(p, { "batch.micro=2" }))
+    assert.are.equal(3, r.train.steps)
+    assert.are.equal(2, r.batch.micro)
+    assert.are.equal(p:match("([^/]+)%.lua$"), r.name)
+    os.remove(p)
+    p = tmpfile("return 42")
+    local _, err = recipe.load(p)
+    assert.matches("must return a table", err, 1, true)
+    os.remove(p)
+    local _, err2 = recipe.load("/nonexistent/recipe.lua")
+    assert.matches("cannot load recipe", err2, 1, true)
+  end)
+
+  it("serializes stably", function()
+    local a = recipe.serialize(assert(recipe.resolve({ train = { steps = 2 } })))
+    local b = recipe.serialize(assert(recipe.resolve({}, { "train.steps=2" })))
+    assert.are.equal(a, b)
+  end)
+
+  it("every shipped recipe resolves", function()
+    for _, p in ipairs({ "recipes/single.lua" }) do assert(recipe.load(p)) end
+  end)
+end)

@@ -1,0 +1,16 @@
+#!/bin/sh
+# deps.sh -- install ztrain's system packages from Debian, only if missing.
+# Idempotent and quiet when everything is present; needs root (or sudo) to install.
+set -e
+PKGS="build-essential pkg-config luajit libluajit-5.1-dev libuv1-dev libopenblas-dev \
+libopenmpi-dev openmpi-bin lua-busted lua-cjson fortunes"
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "deps: installing$missing"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing

@@ -1,0 +1,28 @@
+#!/bin/sh
+# run_tests.sh -- run every C test binary given as an argument, then the busted
+# specs under LuaJIT, and end with one line "N passed, N failed" over all of them.
+passed=0; failed=0; status=0
+for t in "$@"; do
+  echo "== $t"
+  out=$("$t" 2>&1); rc=$?
+  echo "$out" | grep -v '^ok ' 
+  line=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -1)
+  if [ -z "$line" ]; then
+    echo "$t: no summary line (exit $rc): counted as 1 failure"; failed=$((failed + 1)); status=1; continue
+  fi
+  p=$(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/'); f=$(echo "$line" | sed -E 's/.*, ([0-9]+) failed.*/\1/')
+  passed=$((passed + p)); failed=$((failed + f))
+  [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && { echo "$t exited $rc"; failed=$((failed + 1)); }
+  [ "$rc" -ne 0 ] && status=1
+done
+echo "== busted (luajit)"
+tap=$(mktemp)
+busted --lua=luajit -o TAP > "$tap" 2>&1; brc=$?
+grep -v '^ok ' "$tap"
+bp=$(grep -c '^ok ' "$tap"); bf=$(grep -c '^not ok ' "$tap")
+if [ "$brc" -ne 0 ] && [ "$bf" -eq 0 ]; then echo "busted exited $brc"; bf=1; fi
+rm -f "$tap"
+passed=$((passed + bp)); failed=$((failed + bf))
+[ "$failed" -ne 0 ] && status=1
+echo "$passed passed, $failed failed"
+exit $status
