@@ -1,0 +1,304 @@
+-- ztrain.data.text: a tokenized text dataset from file globs, split into train and
+-- validation token streams.
+--
+--   local ds, err = data.text{
+--     text = "/usr/share/games/fortunes/*",   -- glob or list of globs (glob(3): * ? [..] {a,b} ~)
+--     exclude = "*.dat",                      -- glob or list; nil = nothing excluded
+--     tokenizer = tok,                        -- tokenizer object or name ("bytes")
+--     valid_fraction = 0.05,                  -- in [0, 1); default 0.05
+--   }
+--
+-- Files. Every pattern in `text` must match something. Matches are merged and sorted
+-- (byte order). Directories are skipped. An `exclude` pattern without '/' is matched
+-- against the file's base name, one with '/' against the whole path (fnmatch(3),
+-- FNM_PATHNAME); a file is excluded if either the name that matched or the path it
+-- resolves to (symlinks followed) matches. Symlinks are followed, and a file reached
+-- under several names is read once, under the first name in sorted order (for the
+-- fortunes corpus: `art` is kept, its symlink `art.u8` is skipped). Every file read
+-- must be valid UTF-8 without NUL bytes; otherwise data.text returns nil and an error
+-- naming the file, byte offset and line, and how to exclude it.
+--
+-- Split. Each file is split in two at one point: the last `valid_fraction` of its
+-- bytes goes to validation, the rest to training. The point is moved forward to a
+-- document boundary: the start of a line after a line holding only "%" (the fortune
+-- separator; not the one ending the file), else the next line start, else the next
+-- UTF-8 character start; if there is none, the whole file goes to training. The
+-- split is made on text, before tokenization, so it works for any tokenizer.
+-- Training stream = the train parts of all files in file order; validation stream
+-- likewise; the two never share a byte.
+-- Files are concatenated as they are; when the tokenizer has an `eot` id, it is
+-- appended after every non-empty part.
+--
+-- Result: ds.files (sorted paths read), ds.train / ds.valid = { tokens = uint16_t[n]
+-- (int32_t[n] when vocab_size > 65536), n = count, dtype = "uint16_t" | "int32_t" },
+-- ds.bytes (bytes read), ds.vocab_size, ds.tokenizer, ds.valid_fraction,
+-- ds.file_info[i] = { path, real (resolved path), bytes, train_bytes, valid_bytes,
+-- train_tokens, valid_tokens }, ds.skipped = { {path =, reason =}, ... } (directories,
+-- excluded files, second names), ds.seconds (CPU time of the load), ds:describe().
+local ffi = require "ffi"
+local utf8 = require "ztrain.data.utf8"
+
+-- libc bindings under private names (asm labels), so that they cannot clash with
+-- cdefs made by other modules.
+ffi.cdef [[
+typedef struct ztrain_data_glob_t {
+  size_t gl_pathc;
+  char **gl_pathv;
+  size_t gl_offs;
+  int gl_flags;
+  void *gl_closedir, *gl_readdir, *gl_opendir, *gl_lstat, *gl_stat;
+} ztrain_data_glob_t;
+int ztrain_data_glob(const char *pattern, int flags, void *errfunc, ztrain_data_glob_t *pglob) __asm__("glob");
+void ztrain_data_globfree(ztrain_data_glob_t *pglob) __asm__("globfree");
+int ztrain_data_fnmatch(const char *pattern, const char *string, int flags) __asm__("fnmatch");
+char *ztrain_data_realpath(const char *path, char *resolved) __asm__("realpath");
+void ztrain_data_free(void *p) __asm__("free");
+]]
+local C = ffi.C
+
+if ffi.os ~= "Linux" then
+  -- glob_t's layout above is glibc's; other libcs differ.
+  error("ztrain.data.text: file globs are implemented for Linux (glibc) only", 0)
+end
+
+local GLOB_MARK, GLOB_BRACE, GLOB_TILDE = 2, 1024, 4096
+local GLOB_NOSPACE, GLOB_ABORTED, GLOB_NOMATCH = 1, 2, 3
+local FNM_PATHNAME = 1
+
+local M = {}
+
+-- glob(pattern) -> list of paths (directories end in '/'), or nil, err
+local function glob(pattern)
+  local g = ffi.new("ztrain_data_glob_t")
+  local rc = C.ztrain_data_glob(pattern, GLOB_MARK + GLOB_BRACE + GLOB_TILDE, nil, g)
+  if rc ~= 0 then
+    C.ztrain_data_globfree(g)
+    if rc == GLOB_NOMATCH then return nil, "nomatch" end
+    if rc == GLOB_ABORTED then return nil, "read error while matching" end
+    if rc == GLOB_NOSPACE then return nil, "out of memory while matching" end
+    return nil, "glob() failed with code " .. rc
+  end
+  local out = {}
+  for i = 0, tonumber(g.gl_pathc) - 1 do out[#out + 1] = ffi.string(g.gl_pathv[i]) end
+  C.ztrain_data_globfree(g)
+  return out
+end
+
+local function realpath(path)
+  local p = C.ztrain_data_realpath(path, nil)
+  if p == nil then return nil end
+  local s = ffi.string(p)
+  C.ztrain_data_free(p)
+  return s
+end
+
+local function basename(path) return path:match("([^/]*)$") end
+
+local function fnmatch(pattern, path)
+  if pattern:find("/", 1, true) then
+    return C.ztrain_data_fnmatch(pattern, path, FNM_PATHNAME) == 0
+  end
+  return C.ztrain_data_fnmatch(pattern, basename(path), 0) == 0
+end
+
+-- string or non-empty list of strings -> list; `what` names the field for errors
+local function string_list(v, what, optional)
+  if v == nil and optional then return {} end
+  if type(v) == "string" then
+    if v == "" then error("data.text: " .. what .. " is an empty string", 3) end
+    return { v }
+  end
+  if type(v) == "table" then
+    if #v == 0 and not optional then error("data.text: " .. what .. " is an empty list", 3) end
+    local out = {}
+    for i = 1, #v do
+      if type(v[i]) ~= "string" or v[i] == "" then
+        error(("data.text: %s[%d] must be a non-empty string, got %s"):format(what, i, type(v[i])), 3)
+      end
+      out[i] = v[i]
+    end
+    return out
+  end
+  error(("data.text: %s must be a glob string or a list of them, got %s"):format(what, type(v)), 3)
+end
+
+local function shell_list(list)
+  local q = {}
+  for i, s in ipairs(list) do q[i] = ("%q"):format(s) end
+  return #q == 1 and q[1] or "{ " .. table.concat(q, ", ") .. " }"
+end
+
+-- Suggested exclude pattern for a rejected file: "*.ext" if it has an extension.
+local function exclude_hint(path)
+  local ext = basename(path):match("^.+(%.[^.]+)$")
+  if ext then return ('"*%s" (all %s files) or %q'):format(ext, ext, path) end
+  return ("%q"):format(path)
+end
+
+-- 1-based index where the validation part of `s` starts (#s + 1: none).
+local function split_index(s, f)
+  local n = #s
+  if f <= 0 or n == 0 then return n + 1 end
+  local v = math.floor(n * (1 - f)) + 1 -- first validation byte before snapping
+  if v <= 1 then return 1 end
+  -- after a line "%" (fortune separator): "\n%\n" at a, boundary a + 3 >= v
+  local a = s:find("\n%\n", math.max(1, v - 3), true)
+  if a and a + 3 <= n then return a + 3 end
+  -- next line start: "\n" at a, boundary a + 1 >= v
+  a = s:find("\n", v - 1, true)
+  if a then return a + 1 end
+  -- next UTF-8 character start
+  while v <= n do
+    local b = s:byte(v)
+    if b < 0x80 or b >= 0xC0 then return v end
+    v = v + 1
+  end
+  return n + 1
+end
+
+local function resolve_tokenizer(t)
+  if type(t) == "string" then return require("ztrain.data").tokenizer(t) end
+  if type(t) == "table" and type(t.encode) == "function" and type(t.vocab_size) == "number" then
+    return t
+  end
+  error("data.text: tokenizer must be a tokenizer object (from data.tokenizer) or a name, got " .. type(t), 3)
+end
+
+local known_keys = { text = true, exclude = true, tokenizer = true, valid_fraction = true,
+                     seq_len = true --[[ used by the loader; accepted so a recipe's data block can be passed as is ]] }
+
+local Dataset = {}
+Dataset.__index = Dataset
+
+function Dataset:describe()
+  return ("%d files, %d bytes; train %d tokens, valid %d tokens (%s, vocab %d); loaded in %.3f s")
+    :format(#self.files, self.bytes, self.train.n, self.valid.n, self.tokenizer.name or "?",
+            self.vocab_size, self.seconds)
+end
+
+function M.text(opts)
+  local t0 = os.clock()
+  if type(opts) ~= "table" then error("data.text: expected a table of options, got " .. type(opts), 2) end
+  for k in pairs(opts) do
+    if not known_keys[k] then
+      local names = {}
+      for n in pairs(known_keys) do names[#names + 1] = n end
+      table.sort(names)
+      error(("data.text: unknown option %q (known: %s)"):format(tostring(k), table.concat(names, ", ")), 2)
+    end
+  end
+  local patterns = string_list(opts.text, "text", false)
+  local excludes = string_list(opts.exclude, "exclude", true)
+  if opts.tokenizer == nil then error("data.text: tokenizer is required (e.g. data.tokenizer(\"bytes\"))", 2) end
+  local tok = resolve_tokenizer(opts.tokenizer)
+  local f = opts.valid_fraction
+  if f == nil then f = 0.05 end
+  if type(f) ~= "number" or f ~= f or f < 0 or f >= 1 then
+    error("data.text: valid_fraction must be a number in [0, 1), got " .. tostring(f), 2)
+  end
+
+  -- 1. expand the globs
+  local seen, paths = {}, {}
+  for _, pat in ipairs(patterns) do
+    local list, err = glob(pat)
+    if not list then
+      if err == "nomatch" then
+        return nil, ("data.text: no file matches %q; check data.text (the glob must name existing files)"):format(pat)
+      end
+      return nil, ("data.text: %s for pattern %q"):format(err, pat)
+    end
+    for _, p in ipairs(list) do
+      if not seen[p] then seen[p] = true; paths[#paths + 1] = p end
+    end
+  end
+  table.sort(paths)
+
+  -- 2. drop directories, excluded files and second names of the same file
+  local skipped, files, reals, first_name = {}, {}, {}, {}
+  for _, p in ipairs(paths) do
+    if p:sub(-1) == "/" then
+      skipped[#skipped + 1] = { path = p, reason = "directory" }
+    else
+      local real = realpath(p)
+      local excluded
+      for _, x in ipairs(excludes) do
+        if fnmatch(x, p) or (real and fnmatch(x, real)) then excluded = x; break end
+      end
+      if excluded then
+        skipped[#skipped + 1] = { path = p, reason = "excluded by " .. excluded }
+      elseif not real then
+        return nil, ("data.text: cannot resolve %q (dangling symlink?); fix it or add it to data.exclude"):format(p)
+      elseif first_name[real] then
+        skipped[#skipped + 1] = { path = p, reason = "same file as " .. first_name[real] }
+      else
+        first_name[real] = p
+        files[#files + 1] = p
+        reals[#reals + 1] = real
+      end
+    end
+  end
+  if #files == 0 then
+    return nil, ("data.text: no file left to read: %d path(s) matched %s, all excluded (%s) or directories")
+      :format(#paths, shell_list(patterns), shell_list(excludes))
+  end
+
+  -- 3. read, validate, split, tokenize
+  local parts = { train = {}, valid = {} }
+  local counts = { train = 0, valid = 0 }
+  local eot = tok.eot
+  local file_info, total_bytes = {}, 0
+  local function add(which, s)
+    if #s == 0 then return 0 end
+    local ids, n = tok.encode(s)
+    local list = parts[which]
+    list[#list + 1] = { ids = ids, n = n }
+    counts[which] = counts[which] + n + (eot and 1 or 0)
+    return n
+  end
+  for i, p in ipairs(files) do
+    local fh, oerr = io.open(p, "rb")
+    if not fh then return nil, ("data.text: cannot open %s: %s"):format(p, tostring(oerr)) end
+    local s, rerr = fh:read("*a")
+    fh:close()
+    if not s then return nil, ("data.text: cannot read %s: %s"):format(p, tostring(rerr)) end
+    local ok, off, reason = utf8.check(s, #s, { nul = false })
+    if not ok then
+      local line, col = utf8.line_col(s, off)
+      local what = reason == "NUL byte" and "looks binary (NUL byte)" or "is not valid UTF-8 (" .. reason .. ")"
+      return nil, ("data.text: %s %s at byte offset %d (line %d, column %d); "
+                   .. "only UTF-8 text can be used: convert it, or add it to data.exclude, e.g. exclude = %s")
+                  :format(p, what, off, line, col, exclude_hint(p))
+    end
+    local v = split_index(s, f)
+    local tr, va = s:sub(1, v - 1), s:sub(v)
+    file_info[i] = { path = p, real = reals[i], bytes = #s, train_bytes = #tr, valid_bytes = #va,
+                     train_tokens = add("train", tr), valid_tokens = add("valid", va) }
+    total_bytes = total_bytes + #s
+  end
+
+  -- 4. concatenate into one compact array per split
+  local dtype = tok.vocab_size <= 65536 and "uint16_t" or "int32_t"
+  local arr = ffi.typeof(dtype .. "[?]")
+  local function build(which)
+    local n = counts[which]
+    local out = arr(math.max(n, 1))
+    local k = 0
+    for _, part in ipairs(parts[which]) do
+      local ids = part.ids
+      for j = 0, part.n - 1 do out[k + j] = ids[j] end
+      k = k + part.n
+      if eot then out[k] = eot; k = k + 1 end
+    end
+    assert(k == n)
+    return { tokens = out, n = n, dtype = dtype }
+  end
+  local ds = setmetatable({
+    files = files, file_info = file_info, skipped = skipped,
+    train = build("train"), valid = build("valid"),
+    bytes = total_bytes, vocab_size = tok.vocab_size, tokenizer = tok, valid_fraction = f,
+  }, Dataset)
+  ds.seconds = os.clock() - t0
+  return ds
+end
+
+return M
