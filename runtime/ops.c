@@ -237,7 +237,7 @@ static int attn_dims(const char *op, const zt_tensor *qkv, int NH, int64_t *B, i
 int zt_attention_forward(zt_tensor *out, zt_tensor *lse, const zt_tensor *qkv, int NH)
 {
     const char *op = "zt_attention_forward";
-    int64_t B, T, C;
+    int64_t B = 0, T = 0, C = 0;
     ZT_TRY(attn_dims(op, qkv, NH, &B, &T, &C));
     ZT_TRY(need_numel(op, "out", out, ZT_F32, B * T * C, "(B,T,C)"));
     ZT_TRY(need_numel(op, "lse", lse, ZT_F32, B * NH * T, "(B,NH,T)"));
@@ -249,7 +249,7 @@ int zt_attention_backward(zt_tensor *dqkv, const zt_tensor *dout, const zt_tenso
                           const zt_tensor *out, const zt_tensor *lse, int NH)
 {
     const char *op = "zt_attention_backward";
-    int64_t B, T, C;
+    int64_t B = 0, T = 0, C = 0;
     ZT_TRY(attn_dims(op, qkv, NH, &B, &T, &C));
     ZT_TRY(need_numel(op, "dqkv", dqkv, ZT_F32, B * T * 3 * C, "(B,T,3C)"));
     ZT_TRY(need_numel(op, "dout", dout, ZT_F32, B * T * C, "(B,T,C)"));

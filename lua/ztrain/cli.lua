@@ -1,7 +1,7 @@
 -- ztrain.cli: the `ztrain` command line (argv parsing, -e, the REPL).
 local M = {}
 
-M.usage = [[
+M.usage = [==[
 usage: ztrain [options] [RECIPE.lua [key=value ...]]
 
 Runs a training recipe, or with no recipe opens a Lua REPL with ztrain loaded
@@ -31,7 +31,7 @@ Recipe keys (defaults in lua/ztrain/recipe.lua; docs/recipes.md):
   strategy, out, name
 
 Outputs go to out= (default runs/<recipe>-<time>/): metrics.jsonl, summary.json.
-]]
+]==]
 
 local function die(msg)
   io.stderr:write("ztrain: ", msg, "\n")

@@ -13,7 +13,7 @@ int mkdir(const char *path, unsigned int mode);
 ]]
 
 local M = {}
-cjson.encode_number_precision(17)
+cjson.encode_number_precision(14)
 cjson.encode_sparse_array(true)
 
 -- mkdir -p; returns true or nil, err.

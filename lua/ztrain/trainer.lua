@@ -22,10 +22,26 @@ Trainer.__index = Trainer
 
 local function fail(msg) error(msg, 0) end
 
--- new(recipe, {rank=, world_size=, quiet=}) -> trainer (model built, data loaded)
+local build
+
+-- new(recipe, {rank=, world_size=, quiet=}) -> trainer (model built, data loaded).
+-- On failure everything allocated so far is freed before the error is raised.
 function M.new(r, env)
   env = env or {}
   local self = setmetatable({ recipe = r, rank = env.rank or 0, world_size = env.world_size or 1 }, Trainer)
+  local ok, err = pcall(build, self, r)
+  if not ok then
+    self:free()
+    err = tostring(err)
+    if err:match("memory limit exceeded") then
+      err = err .. "; raise device.memory_limit, or lower batch.micro, data.seq_len or model.size"
+    end
+    error(err, 0)
+  end
+  return self
+end
+
+function build(self, r)
   check(C.zt_device_init(r.device.backend), "device.backend")
   if r.device.threads and r.device.threads > 0 then check(C.zt_set_threads(r.device.threads), "device.threads") end
   local limit, err = memory.parse_size(r.device.memory_limit)
@@ -72,7 +88,6 @@ function M.new(r, env)
   self.xbuf = ffi.new("int32_t[?]", B * Tlen)
   self.ybuf = ffi.new("int32_t[?]", B * Tlen)
   self.step = 0
-  return self
 end
 
 -- One training step; returns { step, loss, lr, grad_norm, step_ms, tokens }.
