@@ -1,0 +1,48 @@
+/*
+ * embedding.c -- token + position embedding (GPT-2's encoder).
+ */
+#include "kernels.h"
+
+/* channels per task in the backward: one owner per (row, channel) element */
+#define ENC_CHUNK 64
+
+/* out (B,T,C) = wte[tokens[b,t]] + wpe[t]. */
+void zk_encoder_forward(float *out, const int32_t *tokens, const float *wte,
+                        const float *wpe, int B, int T, int C) {
+    #pragma omp parallel for schedule(static) if ((long)B * T * C >= 65536)
+    for (int bt = 0; bt < B * T; bt++) {
+        int t = bt % T;
+        float *restrict o = out + (size_t)bt * C;            // (C)
+        const float *restrict e = wte + (size_t)tokens[bt] * C;
+        const float *restrict p = wpe + (size_t)t * C;
+        for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+    }
+}
+
+/* dwte (V,C) ACCUMULATED; dwpe rows [0,T) WRITTEN.
+ * Tasks split the channels, never the rows: a task walks every (b,t) in
+ * order for its channel slice, so each dwte element receives its additions
+ * in (b,t) order -- the sequential loop's bits -- and no two tasks touch the
+ * same element even when a token repeats. */
+void zk_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                         const int32_t *tokens, int B, int T, int C, int V) {
+    (void)V;
+    int nchunk = (C + ENC_CHUNK - 1) / ENC_CHUNK;
+    #pragma omp parallel for schedule(static) if ((long)B * T * C >= 65536)
+    for (int k = 0; k < nchunk; k++) {
+        int c0 = k * ENC_CHUNK, c1 = c0 + ENC_CHUNK < C ? c0 + ENC_CHUNK : C;
+        for (int t = 0; t < T; t++) {
+            float *restrict p = dwpe + (size_t)t * C;
+            for (int c = c0; c < c1; c++) p[c] = 0.0f;
+            for (int b = 0; b < B; b++) {
+                const float *restrict d = dout + ((size_t)b * T + t) * C;
+                for (int c = c0; c < c1; c++) p[c] += d[c];
+            }
+        }
+        for (int bt = 0; bt < B * T; bt++) {
+            const float *restrict d = dout + (size_t)bt * C;
+            float *restrict w = dwte + (size_t)tokens[bt] * C;
+            for (int c = c0; c < c1; c++) w[c] += d[c];
+        }
+    }
+}

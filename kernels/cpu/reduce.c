@@ -1,0 +1,55 @@
+/*
+ * reduce.c -- fp64 sums over the fixed ZK_SUM_BLOCK partition.
+ *
+ * A block's sum runs strictly in index order (one double accumulator), so a
+ * partial depends only on the block's data: any rank holding the block gets
+ * the same bits, which is what keeps the global gradient norm identical
+ * under every sharding.
+ */
+#include "kernels.h"
+
+/* blocks per parallel region in zk_sum_f64: the partials of one group live
+ * on the stack (no heap in kernels) and are then added in block order */
+#define SUM_GROUP 512
+#define SUM_PAR_BLOCKS 4
+
+static double block_sumsq(const float *x, size_t lo, size_t hi) {
+    double s = 0.0;
+    for (size_t i = lo; i < hi; i++) s += (double)x[i] * (double)x[i];
+    return s;
+}
+
+static double block_sum(const float *x, size_t lo, size_t hi) {
+    double s = 0.0;
+    for (size_t i = lo; i < hi; i++) s += (double)x[i];
+    return s;
+}
+
+/* partials[i] = sum of x[j]^2 over block i (index order), ceil(n/BLOCK) of them. */
+void zk_sumsq_blocks(double *partials, const float *x, size_t n) {
+    size_t nb = (n + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
+    #pragma omp parallel for schedule(static) if (nb >= SUM_PAR_BLOCKS)
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * ZK_SUM_BLOCK;
+        size_t hi = lo + ZK_SUM_BLOCK < n ? lo + ZK_SUM_BLOCK : n;
+        partials[b] = block_sumsq(x, lo, hi);
+    }
+}
+
+/* sum of x: block partials (index order), then the partials in block order. */
+double zk_sum_f64(const float *x, size_t n) {
+    size_t nb = (n + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
+    double total = 0.0;
+    double part[SUM_GROUP];
+    for (size_t g0 = 0; g0 < nb; g0 += SUM_GROUP) {
+        size_t gn = nb - g0 < SUM_GROUP ? nb - g0 : SUM_GROUP;
+        #pragma omp parallel for schedule(static) if (gn >= SUM_PAR_BLOCKS)
+        for (size_t k = 0; k < gn; k++) {
+            size_t lo = (g0 + k) * ZK_SUM_BLOCK;
+            size_t hi = lo + ZK_SUM_BLOCK < n ? lo + ZK_SUM_BLOCK : n;
+            part[k] = block_sum(x, lo, hi);
+        }
+        for (size_t k = 0; k < gn; k++) total += part[k];
+    }
+    return total;
+}

@@ -1,0 +1,327 @@
+/*
+ * test_elementwise.c -- fill/copy/scale/axpy/add/add3, the four casts,
+ * the fp64 block sums and AdamW, each against a plain loop written here,
+ * plus bit-identity under 1, 2 and 3 OpenMP threads.
+ */
+#include "ctest.h"
+#include "kernels.h"
+
+static const size_t SIZES[] = {1, 7, 4096, 4096 * 3 + 13, 100003};
+#define NSIZES (sizeof(SIZES) / sizeof(SIZES[0]))
+
+/* ---- small elementwise ops ----------------------------------------------- */
+
+enum { OP_FILL, OP_COPY, OP_SCALE, OP_AXPY, OP_ADD, OP_ADD3, NOPS };
+static const char *OP_NAME[NOPS] = {"fill", "copy", "scale", "axpy", "add", "add3"};
+
+static void run_op(int op, float *y, const float *x, const float *z, size_t n) {
+    switch (op) {
+    case OP_FILL: zk_fill(y, 0.375f, n); break;
+    case OP_COPY: zk_copy(y, x, n); break;
+    case OP_SCALE: zk_scale(y, -1.7f, n); break;
+    case OP_AXPY: zk_axpy(y, 0.3f, x, n); break;
+    case OP_ADD: zk_add(y, x, n); break;
+    case OP_ADD3: zk_add3(y, x, z, n); break;
+    }
+}
+
+static void ref_op(int op, float *y, const float *x, const float *z, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        switch (op) {
+        case OP_FILL: y[i] = 0.375f; break;
+        case OP_COPY: y[i] = x[i]; break;
+        case OP_SCALE: y[i] = y[i] * -1.7f; break;
+        case OP_AXPY: y[i] = y[i] + 0.3f * x[i]; break;
+        case OP_ADD: y[i] = y[i] + x[i]; break;
+        case OP_ADD3: y[i] = x[i] + z[i]; break;
+        }
+    }
+}
+
+static void test_small_ops(void) {
+    char name[96];
+    for (int op = 0; op < NOPS; op++) {
+        for (size_t s = 0; s < NSIZES; s++) {
+            size_t n = SIZES[s];
+            float *x = ct_rand(n, -2, 2), *z = ct_rand(n, -2, 2), *y0 = ct_rand(n, -2, 2);
+            float *ref = ct_alloc(n * 4), *got[3];
+            memcpy(ref, y0, n * 4);
+            ref_op(op, ref, x, z, n);
+            for (int t = 0; t < 3; t++) {
+                omp_set_num_threads(t + 1);
+                got[t] = ct_alloc(n * 4);
+                memcpy(got[t], y0, n * 4);
+                run_op(op, got[t], x, z, n);
+            }
+            snprintf(name, sizeof name, "%s n=%zu matches plain loop", OP_NAME[op], n);
+            ct_same_bits(name, got[0], ref, n * 4);
+            snprintf(name, sizeof name, "%s n=%zu same bits on 1/2/3 threads", OP_NAME[op], n);
+            ct_check(!memcmp(got[0], got[1], n * 4) && !memcmp(got[0], got[2], n * 4), name,
+                     "outputs differ across thread counts");
+            /* in-place forms the runtime relies on: out aliases an input */
+            if (op == OP_ADD3 || op == OP_ADD) {
+                float *a = ct_alloc(n * 4), *r = ct_alloc(n * 4);
+                memcpy(a, x, n * 4);
+                for (size_t i = 0; i < n; i++) r[i] = x[i] + x[i];
+                if (op == OP_ADD3) zk_add3(a, a, a, n); else zk_add(a, a, n);
+                snprintf(name, sizeof name, "%s n=%zu fully aliased", OP_NAME[op], n);
+                ct_same_bits(name, a, r, n * 4);
+                free(a); free(r);
+            }
+            free(x); free(z); free(y0); free(ref);
+            for (int t = 0; t < 3; t++) free(got[t]);
+        }
+    }
+    omp_set_num_threads(2);
+}
+
+/* ---- casts ----------------------------------------------------------------- */
+
+static uint32_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float bitsf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* Decode a binary format with E exponent and M mantissa bits, plainly. */
+static double ref_decode(uint32_t h, int E, int M) {
+    int bias = (1 << (E - 1)) - 1;
+    uint32_t sign = (h >> (E + M)) & 1, ex = (h >> M) & ((1u << E) - 1), man = h & ((1u << M) - 1);
+    double v;
+    if (ex == (1u << E) - 1) v = man ? NAN : INFINITY;
+    else if (ex == 0) v = ldexp((double)man, 1 - bias - M);
+    else v = ldexp((double)(man + (1u << M)), (int)ex - bias - M);
+    return sign ? -v : v;
+}
+
+/* Encode a float to E/M bits with round-to-nearest-even, via double math. */
+static uint32_t ref_encode(float f, int E, int M) {
+    int bias = (1 << (E - 1)) - 1, emin = 1 - bias;
+    uint32_t sign = fbits(f) >> 31 << (E + M), inf = ((1u << E) - 1) << M;
+    double a = fabs((double)f);
+    if (isnan(f)) return sign | inf | (1u << (M - 1));
+    /* halfway between the largest finite value and 2^(bias+1) goes to inf */
+    if (a >= ldexp(2.0 - ldexp(1.0, -(M + 1)), bias)) return sign | inf;
+    if (a == 0) return sign;
+    int ex;
+    frexp(a, &ex);
+    int e = ex - 1 < emin ? emin : ex - 1;
+    double m = rint(ldexp(a, M - e));          /* default rounding: to even */
+    if (m >= ldexp(1.0, M + 1)) { m /= 2; e++; }
+    if (m < ldexp(1.0, M)) return sign | (uint32_t)m;          /* subnormal */
+    return sign | ((uint32_t)(e + bias) << M) | ((uint32_t)m - (1u << M));
+}
+
+static int is_nan16(uint16_t h, int E, int M) {
+    return ((h >> M) & ((1u << E) - 1)) == (1u << E) - 1 && (h & ((1u << M) - 1)) != 0;
+}
+
+static void test_cast_decode(void) {
+    static uint16_t all[65536];
+    static float got[65536];
+    for (int i = 0; i < 65536; i++) all[i] = (uint16_t)i;
+    const char *names[2] = {"bf16->f32 all 65536 patterns", "f16->f32 all 65536 patterns"};
+    for (int k = 0; k < 2; k++) {
+        int E = k ? 5 : 8, M = k ? 10 : 7;
+        if (k) zk_cast_f16_f32(got, all, 65536); else zk_cast_bf16_f32(got, all, 65536);
+        int bad = -1;
+        for (int i = 0; i < 65536 && bad < 0; i++) {
+            double r = ref_decode(all[i], E, M);
+            if (isnan(r) ? !isnan(got[i]) || (fbits(got[i]) >> 31) != (uint32_t)(i >> 15)
+                         : fbits(got[i]) != fbits((float)r))
+                bad = i;
+        }
+        ct_check(bad < 0, names[k], "pattern 0x%04x decoded to %.9g (bits 0x%08x)",
+                 bad, bad < 0 ? 0.0 : got[bad], bad < 0 ? 0u : fbits(got[bad]));
+    }
+}
+
+/* Encode every x in xs with the kernel and the reference; NaNs must stay NaN
+ * with their sign, everything else must match bit for bit. */
+static void check_encode(const char *name, const float *xs, size_t n, int E, int M) {
+    uint16_t *got = ct_alloc(n * 2);
+    if (E == 5) zk_cast_f32_f16(got, xs, n); else zk_cast_f32_bf16(got, xs, n);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t want = ref_encode(xs[i], E, M);
+        int ok = isnan(xs[i]) ? is_nan16(got[i], E, M) && (got[i] >> 15) == (fbits(xs[i]) >> 31)
+                              : got[i] == want;
+        if (!ok) {
+            ct_fail(name, "x=%.9g (0x%08x) -> 0x%04x, want 0x%04x", xs[i], fbits(xs[i]),
+                    got[i], want);
+            free(got);
+            return;
+        }
+    }
+    ct_ok(name);
+    free(got);
+}
+
+static void test_cast_encode(void) {
+    for (int k = 0; k < 2; k++) {
+        int E = k ? 5 : 8, M = k ? 10 : 7;
+        const char *fmt = k ? "f16" : "bf16";
+        char name[96];
+        float special[] = {0.0f, -0.0f, 1.0f, -1.0f, INFINITY, -INFINITY, NAN, -NAN,
+                           bitsf(0x7f800001u), bitsf(0xffc00001u), bitsf(0x7fbfffffu),
+                           1e-45f, -1e-45f, 1.17549435e-38f, 1.1754942e-38f, 3.4028235e38f,
+                           -3.4028235e38f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 65536.0f,
+                           1e5f, 6.1035156e-05f, 6.0975552e-05f, 5.9604645e-08f, 2.9802322e-08f,
+                           2.9802326e-08f, 8.9406967e-08f, 1.0009765625f, 1.00048828125f,
+                           1.00146484375f, 1.00390625f, 1.005859375f, 1.0078125f, 3.3895314e38f,
+                           3.3961776e38f, 0.33333334f, -2.7182817f};
+        snprintf(name, sizeof name, "f32->%s special values (0, -0, subnormal, max, inf, NaN, ties)", fmt);
+        check_encode(name, special, sizeof special / sizeof special[0], E, M);
+        /* every representable value, the midpoint to its successor (a tie)
+         * and the floats just either side of that midpoint */
+        float *xs = ct_alloc(65536 * 5 * sizeof(float));
+        size_t n = 0;
+        for (uint32_t h = 0; h < 65536; h++) {
+            double v = ref_decode(h, E, M), w = ref_decode(h + 1 <= 0xffff ? h + 1 : h, E, M);
+            if (isnan(v) || isinf(v)) continue;
+            xs[n++] = (float)v;
+            if ((h & 0x7fffu) == (uint32_t)(((1u << E) - 1) << M) - 1) /* largest finite */
+                w = (h >> 15 ? -1 : 1) * ldexp(1.0, (1 << (E - 1)));
+            if (isnan(w) || (h & 0x7fffu) == 0x7fffu) continue;
+            float mid = (float)((v + w) / 2);                           /* exact */
+            xs[n++] = mid;
+            xs[n++] = nextafterf(mid, INFINITY);
+            xs[n++] = nextafterf(mid, -INFINITY);
+        }
+        snprintf(name, sizeof name, "f32->%s every value, tie and tie+-1ulp (%zu inputs)", fmt, n);
+        check_encode(name, xs, n, E, M);
+        free(xs);
+        /* random bit patterns over the whole float range */
+        size_t nr = 1 << 20;
+        float *r = ct_alloc(nr * sizeof(float));
+        for (size_t i = 0; i < nr; i++) r[i] = bitsf((uint32_t)ct_u64());
+        snprintf(name, sizeof name, "f32->%s %zu random bit patterns", fmt, nr);
+        check_encode(name, r, nr, E, M);
+        /* round trip and thread bits on the random inputs */
+        uint16_t *h[3];
+        for (int t = 0; t < 3; t++) {
+            omp_set_num_threads(t + 1);
+            h[t] = ct_alloc(nr * 2);
+            if (k) zk_cast_f32_f16(h[t], r, nr); else zk_cast_f32_bf16(h[t], r, nr);
+        }
+        snprintf(name, sizeof name, "f32->%s same bits on 1/2/3 threads", fmt);
+        ct_check(!memcmp(h[0], h[1], nr * 2) && !memcmp(h[0], h[2], nr * 2), name, "differ");
+        float *back = ct_alloc(nr * 4);
+        uint16_t *again = ct_alloc(nr * 2);
+        if (k) zk_cast_f16_f32(back, h[0], nr); else zk_cast_bf16_f32(back, h[0], nr);
+        if (k) zk_cast_f32_f16(again, back, nr); else zk_cast_f32_bf16(again, back, nr);
+        size_t bad = nr;
+        for (size_t i = 0; i < nr && bad == nr; i++)
+            if (!is_nan16(h[0][i], E, M) && again[i] != h[0][i]) bad = i;
+        snprintf(name, sizeof name, "%s -> f32 -> %s round trip is the identity", fmt, fmt);
+        ct_check(bad == nr, name, "0x%04x came back 0x%04x", bad < nr ? h[0][bad] : 0,
+                 bad < nr ? again[bad] : 0);
+        for (int t = 0; t < 3; t++) free(h[t]);
+        free(back); free(again); free(r);
+        omp_set_num_threads(2);
+    }
+}
+
+/* ---- fp64 block sums -------------------------------------------------------- */
+
+static void test_sums(void) {
+    const size_t ns[] = {0, 5, ZK_SUM_BLOCK, 3 * ZK_SUM_BLOCK + 123, 1100 * (size_t)ZK_SUM_BLOCK + 17};
+    char name[96];
+    for (size_t s = 0; s < sizeof ns / sizeof ns[0]; s++) {
+        size_t n = ns[s], nb = (n + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
+        float *x = ct_rand(n, -3, 3);
+        double *ref = ct_alloc((nb + 1) * sizeof(double)), total = 0;
+        for (size_t b = 0; b < nb; b++) {
+            double acc = 0, acc1 = 0;
+            for (size_t i = b * ZK_SUM_BLOCK; i < n && i < (b + 1) * ZK_SUM_BLOCK; i++) {
+                acc += (double)x[i] * (double)x[i];
+                acc1 += (double)x[i];
+            }
+            ref[b] = acc;
+            total += acc1;
+        }
+        double *got[3], sums[3];
+        for (int t = 0; t < 3; t++) {
+            omp_set_num_threads(t + 1);
+            got[t] = ct_alloc((nb + 1) * sizeof(double));
+            zk_sumsq_blocks(got[t], x, n);
+            sums[t] = zk_sum_f64(x, n);
+        }
+        snprintf(name, sizeof name, "sumsq_blocks n=%zu equals plain double loop", n);
+        ct_same_bits(name, got[0], ref, nb * sizeof(double));
+        snprintf(name, sizeof name, "sum_f64 n=%zu equals plain blocked double loop", n);
+        ct_check(sums[0] == total, name, "got %.17g want %.17g", sums[0], total);
+        snprintf(name, sizeof name, "sumsq_blocks/sum_f64 n=%zu same bits on 1/2/3 threads", n);
+        ct_check(!memcmp(got[0], got[1], nb * 8) && !memcmp(got[0], got[2], nb * 8) &&
+                 sums[0] == sums[1] && sums[0] == sums[2], name, "differ");
+        for (int t = 0; t < 3; t++) free(got[t]);
+        free(x); free(ref);
+    }
+    omp_set_num_threads(2);
+}
+
+/* ---- AdamW ------------------------------------------------------------------ */
+
+/* The header's formula, written plainly (scalars in double, rounded once). */
+static void ref_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                      float b1, float b2, float eps, float wd, float gs, int t) {
+    float decay = (float)(1.0 - (double)lr * wd);
+    float step = (float)(lr / (1.0 - pow(b1, t)));
+    float bc2 = (float)sqrt(1.0 - pow(b2, t));
+    float omb1 = (float)(1.0 - b1), omb2 = (float)(1.0 - b2);
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * gs;
+        p[i] = p[i] * decay;
+        m[i] = b1 * m[i] + omb1 * gi;
+        v[i] = b2 * v[i] + omb2 * (gi * gi);
+        p[i] = p[i] - step * (m[i] / (sqrtf(v[i]) / bc2 + eps));
+    }
+}
+
+static void test_adamw(void) {
+    char name[96];
+    const size_t ns[] = {7, 100003};
+    for (size_t s = 0; s < 2; s++) {
+        size_t n = ns[s];
+        float *p0 = ct_rand(n, -1, 1), *g = ct_rand(n, -0.1f, 0.1f);
+        float *pr = ct_alloc(n * 4), *mr = ct_alloc(n * 4), *vr = ct_alloc(n * 4);
+        float *pk[3], *mk[3], *vk[3];
+        memcpy(pr, p0, n * 4);
+        for (int t = 0; t < 3; t++) {
+            pk[t] = ct_alloc(n * 4); mk[t] = ct_alloc(n * 4); vk[t] = ct_alloc(n * 4);
+            memcpy(pk[t], p0, n * 4);
+        }
+        for (int step = 1; step <= 5; step++) {
+            ref_adamw(pr, g, mr, vr, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, step);
+            for (int t = 0; t < 3; t++) {
+                omp_set_num_threads(t + 1);
+                zk_adamw(pk[t], g, mk[t], vk[t], n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, step);
+            }
+        }
+        int maxulp = 0;
+        for (size_t i = 0; i < n; i++) {
+            int d = abs((int)(fbits(pk[0][i]) - fbits(pr[i])));
+            if (d > maxulp) maxulp = d;
+        }
+        snprintf(name, sizeof name, "adamw n=%zu 5 steps bit-exact vs plain formula", n);
+        ct_check(maxulp == 0 && !memcmp(mk[0], mr, n * 4) && !memcmp(vk[0], vr, n * 4), name,
+                 "param differs by up to %d ulp (or m/v differ)", maxulp);
+        snprintf(name, sizeof name, "adamw n=%zu same bits on 1/2/3 threads", n);
+        ct_check(!memcmp(pk[0], pk[1], n * 4) && !memcmp(pk[0], pk[2], n * 4) &&
+                 !memcmp(vk[0], vk[2], n * 4), name, "differ");
+        for (int t = 0; t < 3; t++) { free(pk[t]); free(mk[t]); free(vk[t]); }
+        free(p0); free(g); free(pr); free(mr); free(vr);
+    }
+    /* one step by hand: t=1 with zero state is a sign step of size lr */
+    float p = 1.0f, g = 0.5f, m = 0, v = 0;
+    zk_adamw(&p, &g, &m, &v, 1, 0.1f, 0.9f, 0.999f, 0.0f, 0.0f, 1.0f, 1);
+    ct_check(fabsf(p - 0.9f) < 1e-6f, "adamw first step moves by lr against the gradient",
+             "param %.9g, want 0.9", p);
+    omp_set_num_threads(2);
+}
+
+int main(void) {
+    ct_seed(1);
+    test_small_ops();
+    test_cast_decode();
+    test_cast_encode();
+    test_sums();
+    test_adamw();
+    return ct_summary();
+}

@@ -1,0 +1,459 @@
+/*
+ * test_layers.c -- encoder, layernorm, matmul, GELU and cross-entropy
+ * against plain double-precision references written here; every backward
+ * against central differences of the double forward on a scalar loss
+ * L = sum(out * R); bit-identity under 1/2/3 OpenMP threads (and 1/2
+ * OpenBLAS threads for the matmul).
+ */
+#include <cblas.h>
+#include "ctest.h"
+#include "kernels.h"
+
+#define FD_EPS 1e-5
+
+static float *dup_f(const float *x, size_t n) {
+    float *y = ct_alloc(n * 4);
+    memcpy(y, x, n * 4);
+    return y;
+}
+
+static int same3(float *const r[3], size_t n) {
+    return !memcmp(r[0], r[1], n * 4) && !memcmp(r[0], r[2], n * 4);
+}
+
+/* ---- encoder ------------------------------------------------------------- */
+
+typedef struct { const int32_t *tok; const double *R; int B, T, C, V; } enc_ctx;
+
+/* x = [wte (V,C) | wpe (T,C)] */
+static double enc_loss(void *p, const double *x) {
+    enc_ctx *c = p;
+    const double *wte = x, *wpe = x + (size_t)c->V * c->C;
+    double L = 0;
+    for (int bt = 0; bt < c->B * c->T; bt++)
+        for (int k = 0; k < c->C; k++)
+            L += (wte[c->tok[bt] * c->C + k] + wpe[(bt % c->T) * c->C + k]) * c->R[bt * c->C + k];
+    return L;
+}
+
+static void test_encoder(void) {
+    /* small: exact against plain loops, gradients against differences */
+    int B = 2, T = 5, C = 13, V = 11;
+    int32_t tok[10] = {3, 7, 3, 0, 10, 7, 7, 1, 3, 0};
+    float *wte = ct_rand(V * C, -1, 1), *wpe = ct_rand(T * C, -1, 1);
+    float *out = ct_alloc(B * T * C * 4), *ref = ct_alloc(B * T * C * 4);
+    zk_encoder_forward(out, tok, wte, wpe, B, T, C);
+    for (int bt = 0; bt < B * T; bt++)
+        for (int k = 0; k < C; k++) ref[bt * C + k] = wte[tok[bt] * C + k] + wpe[(bt % T) * C + k];
+    ct_same_bits("encoder forward B=2 T=5 C=13 equals plain loop", out, ref, B * T * C * 4);
+
+    float *R = ct_rand(B * T * C, -1, 1);
+    float *dwte0 = ct_rand(V * C, -1, 1), *dwte = dup_f(dwte0, V * C), *rwte = dup_f(dwte0, V * C);
+    float *dwpe = ct_rand(T * C, 5, 6), *rwpe = ct_alloc(T * C * 4);
+    zk_encoder_backward(dwte, dwpe, R, tok, B, T, C, V);
+    for (int bt = 0; bt < B * T; bt++)
+        for (int k = 0; k < C; k++) rwte[tok[bt] * C + k] += R[bt * C + k];
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < C; k++) {
+            rwpe[t * C + k] = 0;
+            for (int b = 0; b < B; b++) rwpe[t * C + k] += R[(b * T + t) * C + k];
+        }
+    ct_same_bits("encoder backward dwte accumulated in (b,t) order", dwte, rwte, V * C * 4);
+    ct_same_bits("encoder backward dwpe written", dwpe, rwpe, T * C * 4);
+
+    double *x = ct_alloc((V + T) * C * 8), *g = ct_alloc((V + T) * C * 8);
+    for (int i = 0; i < V * C; i++) x[i] = wte[i];
+    for (int i = 0; i < T * C; i++) x[V * C + i] = wpe[i];
+    double *Rd = ct_to_double(R, B * T * C);
+    enc_ctx ctx = {tok, Rd, B, T, C, V};
+    ct_fd_grad(g, enc_loss, &ctx, x, (V + T) * C, FD_EPS);
+    float *dz = ct_alloc(V * C * 4);
+    zk_encoder_backward(dz, dwpe, R, tok, B, T, C, V);
+    ct_close("encoder backward dwte vs finite differences", dz, g, V * C, 1e-6, 1e-5);
+    ct_close("encoder backward dwpe vs finite differences", dwpe, g + V * C, T * C, 1e-6, 1e-5);
+    free(wte); free(wpe); free(out); free(ref); free(R); free(dwte0); free(dwte); free(rwte);
+    free(dwpe); free(rwpe); free(x); free(g); free(Rd); free(dz);
+
+    /* threads: many repeated tokens, big enough to go parallel */
+    B = 4; T = 128; C = 160; V = 20;
+    int32_t *tk = ct_alloc(B * T * 4);
+    for (int i = 0; i < B * T; i++) tk[i] = (int32_t)(ct_u64() % V);
+    wte = ct_rand(V * C, -1, 1); wpe = ct_rand(T * C, -1, 1); R = ct_rand(B * T * C, -1, 1);
+    float *o[3], *dw[3], *dp[3];
+    for (int t = 0; t < 3; t++) {
+        omp_set_num_threads(t + 1);
+        o[t] = ct_alloc(B * T * C * 4); dw[t] = dup_f(wte, V * C); dp[t] = ct_alloc(T * C * 4);
+        zk_encoder_forward(o[t], tk, wte, wpe, B, T, C);
+        zk_encoder_backward(dw[t], dp[t], R, tk, B, T, C, V);
+    }
+    ct_check(same3(o, B * T * C) && same3(dw, V * C) && same3(dp, T * C),
+             "encoder forward/backward same bits on 1/2/3 threads", "differ");
+    for (int t = 0; t < 3; t++) { free(o[t]); free(dw[t]); free(dp[t]); }
+    free(tk); free(wte); free(wpe); free(R);
+    omp_set_num_threads(2);
+}
+
+/* ---- layernorm ----------------------------------------------------------- */
+
+static void ln_ref(double *out, double *mean, double *rstd, const double *x,
+                   const double *w, const double *b, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const double *r = x + (size_t)n * C;
+        double m = 0, v = 0;
+        for (int c = 0; c < C; c++) m += r[c];
+        m /= C;
+        for (int c = 0; c < C; c++) v += (r[c] - m) * (r[c] - m);
+        double s = 1.0 / sqrt(v / C + 1e-5);
+        for (int c = 0; c < C; c++) out[(size_t)n * C + c] = (r[c] - m) * s * w[c] + b[c];
+        if (mean) { mean[n] = m; rstd[n] = s; }
+    }
+}
+
+typedef struct { const double *R; int N, C; } ln_ctx;
+
+/* x = [inp (N,C) | weight (C) | bias (C)] */
+static double ln_loss(void *p, const double *x) {
+    ln_ctx *c = p;
+    size_t nc = (size_t)c->N * c->C;
+    double *out = ct_alloc(nc * 8), L = 0;
+    ln_ref(out, NULL, NULL, x, x + nc, x + nc + c->C, c->N, c->C);
+    for (size_t i = 0; i < nc; i++) L += out[i] * c->R[i];
+    free(out);
+    return L;
+}
+
+static void test_layernorm_case(int N, int C, int fd) {
+    char name[128];
+    size_t nc = (size_t)N * C;
+    float *x = ct_rand(nc, -2, 3), *w = ct_rand(C, 0.5f, 1.5f), *b = ct_rand(C, -0.5f, 0.5f);
+    for (size_t i = 0; i < nc; i++) x[i] += 4.0f;      /* a mean far from 0 */
+    float *out = ct_alloc(nc * 4), *mean = ct_alloc(N * 4), *rstd = ct_alloc(N * 4);
+    zk_layernorm_forward(out, mean, rstd, x, w, b, N, C);
+    double *xd = ct_alloc((nc + 2 * C) * 8);
+    for (size_t i = 0; i < nc; i++) xd[i] = x[i];
+    for (int c = 0; c < C; c++) { xd[nc + c] = w[c]; xd[nc + C + c] = b[c]; }
+    double *ro = ct_alloc(nc * 8), *rm = ct_alloc(N * 8), *rs = ct_alloc(N * 8);
+    ln_ref(ro, rm, rs, xd, xd + nc, xd + nc + C, N, C);
+    snprintf(name, sizeof name, "layernorm forward N=%d C=%d out", N, C);
+    ct_close(name, out, ro, nc, 1e-5, 1e-5);
+    snprintf(name, sizeof name, "layernorm forward N=%d C=%d mean, rstd", N, C);
+    ct_close(name, mean, rm, N, 1e-6, 1e-6);
+    ct_close(name, rstd, rs, N, 1e-6, 1e-5);
+
+    float *R = ct_rand(nc, -1, 1), *d0 = ct_rand(nc, -1, 1), *dinp = dup_f(d0, nc);
+    float *dw = ct_rand(C, 9, 10), *db = ct_rand(C, 9, 10);
+    zk_layernorm_backward(dinp, dw, db, R, x, w, mean, rstd, N, C);
+    double *g = ct_alloc((nc + 2 * C) * 8);
+    if (fd) {
+        double *Rd = ct_to_double(R, nc);
+        ln_ctx ctx = {Rd, N, C};
+        ct_fd_grad(g, ln_loss, &ctx, xd, nc + 2 * C, FD_EPS);
+        free(Rd);
+    } else {   /* analytic gradient in double (the FD cases vouch for it) */
+        for (int c = 0; c < 2 * C; c++) g[nc + c] = 0;
+        for (int n = 0; n < N; n++) {
+            double a = 0, bsum = 0;
+            for (int c = 0; c < C; c++) {
+                double nr = (xd[(size_t)n * C + c] - rm[n]) * rs[n], gg = w[c] * (double)R[(size_t)n * C + c];
+                a += gg; bsum += gg * nr;
+                g[nc + c] += nr * R[(size_t)n * C + c];
+                g[nc + C + c] += R[(size_t)n * C + c];
+            }
+            for (int c = 0; c < C; c++) {
+                double nr = (xd[(size_t)n * C + c] - rm[n]) * rs[n];
+                g[(size_t)n * C + c] = (w[c] * (double)R[(size_t)n * C + c] - a / C - nr * bsum / C) * rs[n];
+            }
+        }
+    }
+    for (size_t i = 0; i < nc; i++) g[i] += d0[i];    /* dinp accumulates */
+    const char *how = fd ? "finite differences" : "double analytic";
+    snprintf(name, sizeof name, "layernorm backward N=%d C=%d dinp (+=) vs %s", N, C, how);
+    ct_close(name, dinp, g, nc, 2e-5, 1e-4);
+    snprintf(name, sizeof name, "layernorm backward N=%d C=%d dweight vs %s", N, C, how);
+    ct_close(name, dw, g + nc, C, 2e-5, 1e-4);
+    snprintf(name, sizeof name, "layernorm backward N=%d C=%d dbias vs %s", N, C, how);
+    ct_close(name, db, g + nc + C, C, 2e-5, 1e-4);
+    free(x); free(w); free(b); free(out); free(mean); free(rstd); free(xd); free(ro);
+    free(rm); free(rs); free(R); free(d0); free(dinp); free(dw); free(db); free(g);
+}
+
+static void test_layernorm(void) {
+    test_layernorm_case(7, 13, 1);
+    test_layernorm_case(3, 37, 1);
+    test_layernorm_case(129, 768, 0);
+    int N = 129, C = 771;
+    float *x = ct_rand(N * C, -2, 2), *w = ct_rand(C, 0, 2), *b = ct_rand(C, -1, 1);
+    float *R = ct_rand(N * C, -1, 1);
+    float *o[3], *m[3], *s[3], *di[3], *dw[3], *db[3];
+    for (int t = 0; t < 3; t++) {
+        omp_set_num_threads(t + 1);
+        o[t] = ct_alloc(N * C * 4); m[t] = ct_alloc(N * 4); s[t] = ct_alloc(N * 4);
+        di[t] = dup_f(x, N * C); dw[t] = ct_alloc(C * 4); db[t] = ct_alloc(C * 4);
+        zk_layernorm_forward(o[t], m[t], s[t], x, w, b, N, C);
+        zk_layernorm_backward(di[t], dw[t], db[t], R, x, w, m[t], s[t], N, C);
+    }
+    ct_check(same3(o, N * C) && same3(m, N) && same3(s, N) && same3(di, N * C) &&
+             same3(dw, C) && same3(db, C), "layernorm forward/backward same bits on 1/2/3 threads",
+             "differ");
+    for (int t = 0; t < 3; t++) { free(o[t]); free(m[t]); free(s[t]); free(di[t]); free(dw[t]); free(db[t]); }
+    free(x); free(w); free(b); free(R);
+    omp_set_num_threads(2);
+}
+
+/* ---- matmul --------------------------------------------------------------- */
+
+static void mm_ref(double *out, const double *x, const double *w, const double *b,
+                   int N, int C, int OC) {
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double acc = b ? b[o] : 0;
+            for (int c = 0; c < C; c++) acc += x[(size_t)n * C + c] * w[(size_t)o * C + c];
+            out[(size_t)n * OC + o] = acc;
+        }
+}
+
+typedef struct { const double *R; int N, C, OC; } mm_ctx;
+
+/* x = [inp (N,C) | weight (OC,C) | bias (OC)] */
+static double mm_loss(void *p, const double *x) {
+    mm_ctx *c = p;
+    size_t no = (size_t)c->N * c->OC;
+    double *out = ct_alloc(no * 8), L = 0;
+    mm_ref(out, x, x + (size_t)c->N * c->C, x + (size_t)c->N * c->C + (size_t)c->OC * c->C,
+           c->N, c->C, c->OC);
+    for (size_t i = 0; i < no; i++) L += out[i] * c->R[i];
+    free(out);
+    return L;
+}
+
+static void test_matmul_case(int N, int C, int OC, int fd) {
+    char name[128];
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC, nt = nx + nw + OC;
+    float *x = ct_rand(nx, -1, 1), *w = ct_rand(nw, -1, 1), *b = ct_rand(OC, -1, 1);
+    double *xd = ct_alloc(nt * 8);
+    for (size_t i = 0; i < nx; i++) xd[i] = x[i];
+    for (size_t i = 0; i < nw; i++) xd[nx + i] = w[i];
+    for (int i = 0; i < OC; i++) xd[nx + nw + i] = b[i];
+    float *out = ct_rand(no, 7, 8);
+    double *ro = ct_alloc(no * 8);
+    double tol = 2e-6 * sqrt((double)C);
+    zk_matmul_forward(out, x, w, b, N, C, OC);
+    mm_ref(ro, xd, xd + nx, xd + nx + nw, N, C, OC);
+    snprintf(name, sizeof name, "matmul forward N=%d C=%d OC=%d with bias", N, C, OC);
+    ct_close(name, out, ro, no, tol, 1e-5);
+    zk_matmul_forward(out, x, w, NULL, N, C, OC);
+    mm_ref(ro, xd, xd + nx, NULL, N, C, OC);
+    snprintf(name, sizeof name, "matmul forward N=%d C=%d OC=%d bias NULL", N, C, OC);
+    ct_close(name, out, ro, no, tol, 1e-5);
+
+    float *R = ct_rand(no, -1, 1);
+    float *dx = ct_rand(nx, 5, 6), *dw = ct_rand(nw, 5, 6), *db = ct_rand(OC, 5, 6);
+    zk_matmul_backward(dx, dw, db, R, x, w, N, C, OC);
+    double *g = ct_alloc(nt * 8);
+    if (fd) {
+        double *Rd = ct_to_double(R, no);
+        mm_ctx ctx = {Rd, N, C, OC};
+        ct_fd_grad(g, mm_loss, &ctx, xd, nt, FD_EPS);
+        free(Rd);
+    } else {
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < C; c++) {
+                double a = 0;
+                for (int o = 0; o < OC; o++) a += (double)R[(size_t)n * OC + o] * w[(size_t)o * C + c];
+                g[(size_t)n * C + c] = a;
+            }
+        for (int o = 0; o < OC; o++) {
+            double s = 0;
+            for (int c = 0; c < C; c++) {
+                double a = 0;
+                for (int n = 0; n < N; n++) a += (double)R[(size_t)n * OC + o] * x[(size_t)n * C + c];
+                g[nx + (size_t)o * C + c] = a;
+            }
+            for (int n = 0; n < N; n++) s += R[(size_t)n * OC + o];
+            g[nx + nw + o] = s;
+        }
+    }
+    const char *how = fd ? "finite differences" : "double reference";
+    snprintf(name, sizeof name, "matmul backward N=%d C=%d OC=%d dinp vs %s", N, C, OC, how);
+    ct_close(name, dx, g, nx, 2e-6 * sqrt((double)OC) + 1e-6, 1e-4);
+    snprintf(name, sizeof name, "matmul backward N=%d C=%d OC=%d dweight vs %s", N, C, OC, how);
+    ct_close(name, dw, g + nx, nw, 2e-6 * sqrt((double)N) + 1e-6, 1e-4);
+    snprintf(name, sizeof name, "matmul backward N=%d C=%d OC=%d dbias vs %s", N, C, OC, how);
+    ct_close(name, db, g + nx + nw, OC, 1e-6, 1e-5);
+    /* NULL dinp / dbias are skipped and leave nothing behind */
+    float *dw2 = ct_alloc(nw * 4);
+    zk_matmul_backward(NULL, dw2, NULL, R, x, w, N, C, OC);
+    snprintf(name, sizeof name, "matmul backward N=%d C=%d OC=%d NULL dinp/dbias", N, C, OC);
+    ct_same_bits(name, dw2, dw, nw * 4);
+    free(x); free(w); free(b); free(xd); free(out); free(ro); free(R); free(dx); free(dw);
+    free(db); free(g); free(dw2);
+}
+
+static void test_matmul(void) {
+    test_matmul_case(7, 13, 5, 1);
+    test_matmul_case(3, 17, 33, 1);
+    test_matmul_case(257, 193, 321, 0);
+    int N = 257, C = 193, OC = 321;
+    float *x = ct_rand(N * C, -1, 1), *w = ct_rand(OC * C, -1, 1), *b = ct_rand(OC, -1, 1);
+    float *R = ct_rand(N * OC, -1, 1);
+    float *o[4], *dx[4], *dw[4], *db[4];
+    /* runs 0-2: OpenMP 1/2/3 threads (OpenBLAS 2); run 3: OpenBLAS 1 thread */
+    for (int t = 0; t < 4; t++) {
+        omp_set_num_threads(t < 3 ? t + 1 : 2);
+        openblas_set_num_threads(t < 3 ? 2 : 1);
+        o[t] = ct_alloc(N * OC * 4); dx[t] = ct_alloc(N * C * 4);
+        dw[t] = ct_alloc(OC * C * 4); db[t] = ct_alloc(OC * 4);
+        zk_matmul_forward(o[t], x, w, b, N, C, OC);
+        zk_matmul_backward(dx[t], dw[t], db[t], R, x, w, N, C, OC);
+    }
+    ct_check(same3(o, N * OC) && same3(dx, N * C) && same3(dw, OC * C) && same3(db, OC),
+             "matmul forward/backward same bits on 1/2/3 OpenMP threads", "differ");
+    ct_check(!memcmp(o[1], o[3], N * OC * 4) && !memcmp(dx[1], dx[3], N * C * 4) &&
+             !memcmp(dw[1], dw[3], OC * C * 4),
+             "matmul forward/backward same bits on 1 vs 2 OpenBLAS threads", "differ");
+    for (int t = 0; t < 4; t++) { free(o[t]); free(dx[t]); free(dw[t]); free(db[t]); }
+    free(x); free(w); free(b); free(R);
+    omp_set_num_threads(2);
+    openblas_set_num_threads(2);
+}
+
+/* ---- GELU ------------------------------------------------------------------ */
+
+static double gelu_ref(double x) {
+    return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+static double gelu_loss(void *p, const double *x) {
+    const double *R = p;
+    (void)R;
+    return gelu_ref(x[0]);
+}
+
+static void test_gelu(void) {
+    size_t n = 2003;
+    float *x = ct_rand(n, -6, 6);
+    const float special[] = {0.0f, -0.0f, 1e-8f, -1e-8f, 1e-3f, -1e-3f, 10.0f, -10.0f, 30.0f,
+                             -30.0f, 100.0f, -100.0f, 0.5f, -0.5f};
+    memcpy(x, special, sizeof special);
+    float *out = ct_alloc(n * 4);
+    double *ref = ct_alloc(n * 8);
+    zk_gelu_forward(out, x, n);
+    for (size_t i = 0; i < n; i++) ref[i] = gelu_ref(x[i]);
+    ct_close("gelu forward vs double tanh formula", out, ref, n, 5e-7, 2e-6);
+    /* the derivative, elementwise, by central differences in double */
+    float *dout = ct_rand(n, -1, 1), *din = ct_rand(n, 3, 4);
+    zk_gelu_backward(din, x, dout, n);
+    for (size_t i = 0; i < n; i++) {
+        double xi = x[i], gi;
+        ct_fd_grad(&gi, gelu_loss, NULL, &xi, 1, FD_EPS);
+        ref[i] = gi * dout[i];
+    }
+    ct_close("gelu backward vs finite differences", din, ref, n, 2e-6, 1e-5);
+    float *al = dup_f(dout, n);
+    zk_gelu_backward(al, x, al, n);
+    ct_same_bits("gelu backward with dinp aliasing dout", al, din, n * 4);
+    free(x); free(out); free(ref); free(dout); free(din); free(al);
+
+    n = 100003;
+    x = ct_rand(n, -8, 8);
+    dout = ct_rand(n, -1, 1);
+    float *o[3], *d[3];
+    for (int t = 0; t < 3; t++) {
+        omp_set_num_threads(t + 1);
+        o[t] = ct_alloc(n * 4); d[t] = ct_alloc(n * 4);
+        zk_gelu_forward(o[t], x, n);
+        zk_gelu_backward(d[t], x, dout, n);
+    }
+    ct_check(same3(o, n) && same3(d, n), "gelu forward/backward same bits on 1/2/3 threads", "differ");
+    for (int t = 0; t < 3; t++) { free(o[t]); free(d[t]); }
+    free(x); free(dout);
+    omp_set_num_threads(2);
+}
+
+/* ---- cross-entropy ---------------------------------------------------------- */
+
+static double xent_ref_row(const double *x, int V, int tgt) {
+    double m = x[0], s = 0;
+    for (int i = 1; i < V; i++) m = x[i] > m ? x[i] : m;
+    for (int i = 0; i < V; i++) s += exp(x[i] - m);
+    return m + log(s) - x[tgt];
+}
+
+typedef struct { const int32_t *tgt; int N, V; double dscale; } xe_ctx;
+
+static double xent_loss(void *p, const double *x) {
+    xe_ctx *c = p;
+    double L = 0;
+    for (int n = 0; n < c->N; n++) L += xent_ref_row(x + (size_t)n * c->V, c->V, c->tgt[n]);
+    return L * c->dscale;
+}
+
+static void test_xent_case(int N, int V, float spread, float offset, int fd) {
+    char name[128];
+    size_t nv = (size_t)N * V;
+    float *x = ct_rand(nv, -spread, spread);
+    for (size_t i = 0; i < nv; i++) x[i] += offset;
+    int32_t *tg = ct_alloc(N * 4);
+    for (int n = 0; n < N; n++) tg[n] = (int32_t)(ct_u64() % V);
+    tg[0] = V - 1;
+    float *loss = ct_alloc(N * 4), *dl = ct_alloc(nv * 4), dscale = 1.0f / N;
+    zk_crossentropy(loss, dl, x, tg, N, V, dscale);
+    double *xd = ct_to_double(x, nv), *rl = ct_alloc(N * 8), *g = ct_alloc(nv * 8);
+    for (int n = 0; n < N; n++) rl[n] = xent_ref_row(xd + (size_t)n * V, V, tg[n]);
+    snprintf(name, sizeof name, "crossentropy N=%d V=%d range %g+-%g losses", N, V, offset, spread);
+    ct_close(name, loss, rl, N, 1e-5, 1e-5);
+    xe_ctx ctx = {tg, N, V, dscale};
+    if (fd) {
+        ct_fd_grad(g, xent_loss, &ctx, xd, nv, FD_EPS);
+    } else {
+        for (int n = 0; n < N; n++) {
+            const double *r = xd + (size_t)n * V;
+            double lse = rl[n] + r[tg[n]];
+            for (int i = 0; i < V; i++) g[(size_t)n * V + i] = (exp(r[i] - lse) - (i == tg[n])) * dscale;
+        }
+    }
+    snprintf(name, sizeof name, "crossentropy N=%d V=%d dlogits vs %s", N, V,
+             fd ? "finite differences" : "double softmax");
+    ct_close(name, dl, g, nv, 1e-6 * dscale + 1e-9, 1e-4);
+    /* dlogits may alias logits; losses alone (dlogits NULL) are the same */
+    float *al = dup_f(x, nv), *l2 = ct_alloc(N * 4);
+    zk_crossentropy(l2, al, al, tg, N, V, dscale);
+    snprintf(name, sizeof name, "crossentropy N=%d V=%d dlogits aliasing logits", N, V);
+    ct_check(!memcmp(al, dl, nv * 4) && !memcmp(l2, loss, N * 4), name, "differ");
+    zk_crossentropy(l2, NULL, x, tg, N, V, dscale);
+    snprintf(name, sizeof name, "crossentropy N=%d V=%d dlogits NULL", N, V);
+    ct_same_bits(name, l2, loss, N * 4);
+    free(x); free(tg); free(loss); free(dl); free(xd); free(rl); free(g); free(al); free(l2);
+}
+
+static void test_xent(void) {
+    test_xent_case(5, 17, 3, 0, 1);
+    test_xent_case(3, 9, 40, 0, 1);        /* one logit dominates; exp underflows */
+    test_xent_case(4, 50257, 8, 0, 0);     /* GPT-2's vocabulary */
+    test_xent_case(3, 1001, 5, 1000, 0);   /* large offset: needs the max shift */
+    int N = 70, V = 1003;
+    float *x = ct_rand(N * V, -5, 5);
+    int32_t *tg = ct_alloc(N * 4);
+    for (int n = 0; n < N; n++) tg[n] = (int32_t)(ct_u64() % V);
+    float *l[3], *d[3];
+    for (int t = 0; t < 3; t++) {
+        omp_set_num_threads(t + 1);
+        l[t] = ct_alloc(N * 4); d[t] = ct_alloc(N * V * 4);
+        zk_crossentropy(l[t], d[t], x, tg, N, V, 0.25f);
+    }
+    ct_check(same3(l, N) && same3(d, N * V), "crossentropy same bits on 1/2/3 threads", "differ");
+    for (int t = 0; t < 3; t++) { free(l[t]); free(d[t]); }
+    free(x); free(tg);
+    omp_set_num_threads(2);
+}
+
+int main(void) {
+    ct_seed(2);
+    omp_set_num_threads(2);
+    test_encoder();
+    test_layernorm();
+    test_matmul();
+    test_gelu();
+    test_xent();
+    return ct_summary();
+}
