@@ -15,6 +15,8 @@ options:
   -e CODE        run Lua CODE with ztrain loaded as `zt` (may repeat), then exit
                  unless -i is given
   -i             open the REPL after running -e code or a recipe
+  --script FILE [ARGS...]
+                 run a Lua script with ztrain loaded (`arg` holds ARGS), then exit
   -q, --quiet    no progress output (outputs are still written)
   --threads N    kernel and BLAS threads (same as device.threads=N)
   --version      print the version
@@ -49,6 +51,12 @@ function M.main(argv)
       if not argv[i + 1] then return die("-e needs an argument (Lua code)") end
       opts.exprs[#opts.exprs + 1] = argv[i + 1]; i = i + 1
     elseif a == "-i" then opts.interactive = true
+    elseif a == "--script" then
+      if not argv[i + 1] then return die("--script needs a file") end
+      opts.script = argv[i + 1]
+      opts.script_args = {}
+      for j = i + 2, #argv do opts.script_args[#opts.script_args + 1] = argv[j] end
+      break
     elseif a == "-q" or a == "--quiet" then opts.quiet = true
     elseif a == "--threads" then
       local n = tonumber(argv[i + 1] or "")
@@ -68,6 +76,16 @@ function M.main(argv)
   for _, code in ipairs(opts.exprs) do
     local ok, err = require("ztrain.repl").eval(code, true)
     if not ok then return die(err) end
+  end
+
+  if opts.script then
+    local f, err = loadfile(opts.script)
+    if not f then return die(err) end
+    _G.arg = opts.script_args
+    opts.script_args[0] = opts.script
+    local ok, rerr = xpcall(f, debug.traceback, unpack(opts.script_args))
+    if not ok then return die(tostring(rerr)) end
+    return 0
   end
 
   if opts.recipe then

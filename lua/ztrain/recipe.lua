@@ -27,7 +27,7 @@ local LEAF = { ["optim.betas"] = true, ["strategy"] = true, ["data.text"] = true
                ["data.exclude"] = true, ["device.memory_limit"] = true }
 
 local function deepcopy(t)
-  if type(t) ~= "table" or getmetatable(t) then return t end
+  if type(t) ~= "table" or getmetatable(t) or t.setup then return t end
   local c = {}
   for k, v in pairs(t) do c[k] = deepcopy(v) end
   return c
