@@ -35,6 +35,19 @@ M.home = tree_root()
 ffi.cdef(read_header(M.home .. "/runtime/ztrain.h"))
 
 local libpath = os.getenv("ZTRAIN_LIB") or (M.home .. "/build/libztrain.so")
+
+-- Pin the library in memory first (RTLD_NODELETE): OpenMP's worker threads
+-- outlive the Lua state, and unloading their code at lua_close would crash
+-- the process on exit.
+ffi.cdef [[
+void *dlopen(const char *file, int mode);
+char *dlerror(void);
+]]
+local RTLD_NOW, RTLD_GLOBAL, RTLD_NODELETE = 0x2, 0x100, 0x1000
+if ffi.C.dlopen(libpath, RTLD_NOW + RTLD_GLOBAL + RTLD_NODELETE) == nil then
+  error("ztrain: cannot load " .. libpath .. " (" .. ffi.string(ffi.C.dlerror()) ..
+        "); run `make` first", 0)
+end
 local ok, lib = pcall(ffi.load, libpath)
 if not ok then
   error("ztrain: cannot load " .. libpath .. " (" .. tostring(lib) .. "); run `make` first", 0)

@@ -28,7 +28,11 @@ end
 function M.eval(code, quiet)
   local f, err = compile(code)
   if not f then return false, err end
-  local res = { xpcall(f, debug.traceback) }
+  local res = { xpcall(f, function(e)
+    -- keep the user's frames: cut the traceback where the REPL called in
+    local tb = debug.traceback(tostring(e), 2)
+    return (tb:gsub("\n%s*%[C%]: in function 'xpcall'.*$", ""))
+  end) }
   if not res[1] then return false, res[2] end
   if not quiet then
     for i = 2, table.maxn(res) do io.stdout:write(show(res[i]), i < table.maxn(res) and "\t" or "\n") end

@@ -27,6 +27,7 @@ end
 function M.run(r, opts)
   opts = opts or {}
   local t_start = C.zt_now()
+  C.zt_mem_reset_peak()       -- peaks in the summary are this run's
   local tr = trainer.new(r, opts)
   local out = r.out ~= "" and r.out or default_out(r)
   local ok, err = report.mkdirs(out)
