@@ -6,7 +6,7 @@
 # needs nothing but those two commands.
 
 CC      ?= gcc
-CFLAGS  ?= -std=c11 -O3 -march=x86-64-v3 -fopenmp -fPIC -Wall -Wextra -D_GNU_SOURCE -g
+CFLAGS  ?= -std=c11 -O3 -march=x86-64-v3 -fno-math-errno -fopenmp -fPIC -Wall -Wextra -D_GNU_SOURCE -g
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
 LIBS    := -lopenblas -lm -lpthread

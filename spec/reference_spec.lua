@@ -103,16 +103,16 @@ describe("GPT-2 against the PyTorch reference", function()
       assert.is_true(math.abs(loss - rl) / rl < 1e-5, ("step %d loss %.9g vs %.9g"):format(i, loss, rl))
       assert.is_true(math.abs(gn - rn) / rn < 1e-4, ("step %d grad norm %.9g vs %.9g"):format(i, gn, rn))
     end
-    -- and the parameters after the 10 updates. Absolute, not relative: the k
-    -- slice of c_attn.bias has a zero true gradient (softmax cancels it), so
-    -- Adam amplifies each side's rounding noise there (fixture README).
+    -- and the parameters after the 10 updates, norm-relative. Adam divides by
+    -- sqrt(v): where a gradient is near zero (the k slice of c_attn.bias is
+    -- exactly zero in exact arithmetic, softmax cancels it) each side's
+    -- rounding noise is amplified to ~1e-6..1e-5 absolute (fixture README).
     for u, t in model:each_tensor() do
       local ref = get("final/" .. t.name)
       local p = ffi.new("float[?]", t.numel)
       u.p[t.name]:read(p)
-      local worst = 0
-      for i = 0, t.numel - 1 do worst = math.max(worst, math.abs(p[i] - ref[i])) end
-      assert.is_true(worst < 1e-5, ("final %s: max abs error %.3g"):format(t.name, worst))
+      local e = rel_err(p, ref, t.numel)
+      assert.is_true(e < 1e-4, ("final %s: relative error %.3g"):format(t.name, e))
     end
     S.free(ctx); optim:free()
   end)

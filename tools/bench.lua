@@ -28,20 +28,26 @@ for t in (args.T or "64,256"):gmatch("%d+") do Ts[#Ts + 1] = tonumber(t) end
 local B = tonumber(args.B or 4)
 if args.threads then zt.threads(tonumber(args.threads)) end
 
+-- The machine's sgemm peak: OpenBLAS on all threads, best of a few large
+-- shapes (including GPT-2's), each timed for at least half a second.
 local function sgemm_peak()
-  local best = 0
-  for _, s in ipairs({ { 1024, 768, 3072 }, { 1024, 3072, 768 }, { 2048, 2048, 2048 } }) do
+  local best, best_shape = 0, nil
+  for _, s in ipairs({ { 2048, 2048, 2048 }, { 1024, 2304, 768 }, { 1024, 768, 3072 },
+                       { 4096, 3072, 768 } }) do
     local m, n, k = s[1], s[2], s[3]
     local a, b, c = ffi.new("float[?]", m * k), ffi.new("float[?]", k * n), ffi.new("float[?]", m * n)
     for i = 0, m * k - 1 do a[i] = (i % 7) * 0.1 end
     for i = 0, k * n - 1 do b[i] = (i % 5) * 0.1 end
     blas.cblas_sgemm(101, 111, 112, m, n, k, 1, a, k, b, k, 0, c, n)   -- warm up
-    local reps, t0 = 5, C.zt_now()
-    for _ = 1, reps do blas.cblas_sgemm(101, 111, 112, m, n, k, 1, a, k, b, k, 0, c, n) end
+    local reps, t0 = 0, C.zt_now()
+    repeat
+      blas.cblas_sgemm(101, 111, 112, m, n, k, 1, a, k, b, k, 0, c, n)
+      reps = reps + 1
+    until C.zt_now() - t0 > 0.5
     local gf = 2 * m * n * k * reps / (C.zt_now() - t0) / 1e9
-    if gf > best then best = gf end
+    if gf > best then best, best_shape = gf, table.concat(s, "x") end
   end
-  return best
+  return best, best_shape
 end
 
 local function median(xs)
@@ -50,10 +56,12 @@ local function median(xs)
 end
 
 print(("ztrain bench: %s, %s, %d threads"):format(zt.version(), ffi.string(C.zt_blas_info()), zt.threads()))
-print(("OPENBLAS_CORETYPE=%s OPENBLAS_L2_SIZE=%s"):format(os.getenv("OPENBLAS_CORETYPE") or "(unset)",
-                                                         os.getenv("OPENBLAS_L2_SIZE") or "(unset)"))
-local peak = sgemm_peak()
-print(("sgemm peak: %.1f GFLOP/s (best of 3 shapes)"):format(peak))
+local auto = zt.ffi.blas_core_auto
+print(("OPENBLAS_CORETYPE=%s OPENBLAS_L2_SIZE=%s"):format(
+  auto and ("(unset: ztrain chose " .. auto .. " for this CPU)") or (os.getenv("OPENBLAS_CORETYPE") or "(unset)"),
+  os.getenv("OPENBLAS_L2_SIZE") or "(unset)"))
+local peak, pshape = sgemm_peak()
+print(("sgemm peak: %.1f GFLOP/s (OpenBLAS, %d threads, best shape %s)"):format(peak, zt.threads(), pshape))
 
 local cfg = zt.gpt2.config(size)
 local model = zt.gpt2.new(cfg)

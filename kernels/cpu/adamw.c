@@ -15,7 +15,9 @@
 
 typedef struct { float decay, b1, b2, omb1, omb2, step, bc2_sqrt, eps, gscale; } adam_coef;
 
-/* One block of the update (a function so restrict applies). */
+/* One block of the update (a function so restrict applies). Under the
+ * project flags the loop stays scalar: libm's sqrtf keeps an errno branch.
+ * Building with -fno-math-errno (no effect on results) vectorizes it, ~2x. */
 static void adamw_block(float *restrict param, const float *restrict grad,
                         float *restrict m, float *restrict v, size_t n,
                         const adam_coef *c) {

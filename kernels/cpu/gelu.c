@@ -15,7 +15,8 @@
 #define GELU_BLOCK 4096
 #define GELU_PAR_BLOCKS 4
 
-/* exp(x) for x <= 0 (Cephes expf polynomial, ~1 ulp); 0 below -87, NaN
+/* exp(x) for x <= 0 (Cephes expf polynomial, <= 1.3 ulp on every float in
+ * [-87, 0], checked exhaustively); 0 below -87, NaN
  * stays NaN. Branch-free so loops calling it vectorize. The same function
  * is in attention.c and xent.c: keep the copies identical. */
 static inline float exp_nonpos(float x) {

@@ -1,25 +1,60 @@
 /*
  * matmul.c -- linear layer (x @ W^T + b) on OpenBLAS sgemm.
  *
- * sgemm is only ever called here, from the calling (main) thread, never
- * inside an OpenMP region: OpenBLAS splits M and N across its own threads
- * and every C element keeps one K loop, so the bits do not depend on its
- * thread count. All GEMMs use beta = 0 (see "Same math" in DESIGN.md: a
- * beta = 1 GEMM adds into C one K-block at a time).
+ * Why sgemm runs on fixed blocks inside OpenMP, single-threaded: OpenBLAS's
+ * own threading does NOT give the same bits for every thread count. With
+ * the Haswell kernels the micro-kernel that computes an element (and so the
+ * order of its K sum) depends on where the element falls in a thread's
+ * share; e.g. 1024x768 @ 768x2304 differs in ~5% of elements between 1 and
+ * 2 OpenBLAS threads. So every GEMM output is cut into fixed blocks of
+ * MM_BLOCK rows or columns (chosen from the shape only), each block is one
+ * single-threaded sgemm call, and OpenMP spreads the blocks: the bits then
+ * depend on the shapes alone. Cost measured at GPT-2 124M shapes on 2 cores:
+ * 92-98% of OpenBLAS's own 2-thread speed, and there is no second thread
+ * pool spinning against OpenMP's.
+ *
+ * All GEMMs use beta = 0 (see "Same math" in DESIGN.md: a beta = 1 GEMM adds
+ * into C one K-block at a time).
  */
 #include <cblas.h>
 #include "kernels.h"
 
-/* output columns per task when summing dbias down the rows */
-#define MM_COL_CHUNK 64
+#define MM_BLOCK 256       /* rows or columns of the output per sgemm call */
+#define MM_COL_CHUNK 64    /* output columns per task when summing dbias */
+
+/* C (M,N) = op(A) op(B), row-major, beta = 0. The longer output dimension
+ * is cut into MM_BLOCK pieces; block b covers [b*MM_BLOCK, ...). */
+static void gemm_fixed_blocks(int transA, int transB, int M, int N, int K,
+                              const float *A, int lda, const float *B, int ldb,
+                              float *C, int ldc) {
+    const int by_cols = N >= M;
+    const int D = by_cols ? N : M;
+    const int nb = (D + MM_BLOCK - 1) / MM_BLOCK;
+    const enum CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans;
+    const enum CBLAS_TRANSPOSE tb = transB ? CblasTrans : CblasNoTrans;
+    /* one thread inside each call: blocks are the only parallelism. The
+     * caller's OpenBLAS setting is restored for anyone calling sgemm raw. */
+    const int saved = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    #pragma omp parallel for schedule(dynamic, 1) if (nb > 1)
+    for (int b = 0; b < nb; b++) {
+        int s = b * MM_BLOCK, n = D - s < MM_BLOCK ? D - s : MM_BLOCK;
+        if (by_cols)   /* C[:, s:s+n] = op(A) op(B)[:, s:s+n] */
+            cblas_sgemm(CblasRowMajor, ta, tb, M, n, K, 1.0f, A, lda,
+                        transB ? B + (size_t)s * ldb : B + s, ldb, 0.0f, C + s, ldc);
+        else           /* C[s:s+n, :] = op(A)[s:s+n, :] op(B) */
+            cblas_sgemm(CblasRowMajor, ta, tb, n, N, K, 1.0f,
+                        transA ? A + s : A + (size_t)s * lda, lda, B, ldb, 0.0f,
+                        C + (size_t)s * ldc, ldc);
+    }
+    openblas_set_num_threads(saved);
+}
 
 /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL.
- * The bias is added after the GEMM (one rounding, as torch.addmm's
- * beta = 1 epilogue would give for a sum computed first). */
+ * The bias is added after the GEMM, one rounding on the finished dot. */
 void zk_matmul_forward(float *out, const float *inp, const float *weight,
                        const float *bias, int N, int C, int OC) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C,
-                1.0f, inp, C, weight, C, 0.0f, out, OC);
+    gemm_fixed_blocks(0, 1, N, OC, C, inp, C, weight, C, out, OC);
     if (bias == NULL) return;
     #pragma omp parallel for schedule(static) if ((long)N * OC >= 65536)
     for (int n = 0; n < N; n++) {
@@ -36,10 +71,8 @@ void zk_matmul_backward(float *dinp, float *dweight, float *dbias,
                         const float *dout, const float *inp,
                         const float *weight, int N, int C, int OC) {
     if (dinp != NULL)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC,
-                    1.0f, dout, OC, weight, C, 0.0f, dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N,
-                1.0f, dout, OC, inp, C, 0.0f, dweight, C);
+        gemm_fixed_blocks(0, 0, N, C, OC, dout, OC, weight, C, dinp, C);
+    gemm_fixed_blocks(1, 0, OC, C, N, dout, OC, inp, C, dweight, C);
     if (dbias == NULL) return;
     int nchunk = (OC + MM_COL_CHUNK - 1) / MM_COL_CHUNK;
     #pragma omp parallel for schedule(static) if ((long)N * OC >= 65536)

@@ -36,6 +36,32 @@ ffi.cdef(read_header(M.home .. "/runtime/ztrain.h"))
 
 local libpath = os.getenv("ZTRAIN_LIB") or (M.home .. "/build/libztrain.so")
 
+-- OpenBLAS picks its kernels when it loads, from OPENBLAS_CORETYPE or its own
+-- CPU detection. Debian's OpenBLAS 0.3.21 does not know recent Xeons and falls
+-- back to its generic SSE3 (Prescott) kernels, 5-9x slower. When the variable
+-- is unset, name the best core the CPU supports; a user's setting wins.
+ffi.cdef [[ int setenv(const char *name, const char *value, int overwrite); ]]
+local function pick_blas_core()
+  if os.getenv("OPENBLAS_CORETYPE") then return end
+  local f = io.open("/proc/cpuinfo")
+  if not f then return end
+  local flags = {}
+  for line in f:lines() do
+    local fl = line:match("^flags%s*:%s*(.*)$")
+    if fl then for w in fl:gmatch("%S+") do flags[w] = true end break end
+  end
+  f:close()
+  local core
+  if flags.avx512f and flags.avx512bw and flags.avx512vl and flags.avx512dq and flags.avx512cd then
+    core = "SkylakeX"
+  elseif flags.avx2 and flags.fma then
+    core = "Haswell"
+  end
+  if core then ffi.C.setenv("OPENBLAS_CORETYPE", core, 0) end
+  M.blas_core_auto = core
+end
+pick_blas_core()
+
 -- Pin the library in memory first (RTLD_NODELETE): OpenMP's worker threads
 -- outlive the Lua state, and unloading their code at lua_close would crash
 -- the process on exit.

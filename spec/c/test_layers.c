@@ -311,6 +311,10 @@ static void test_matmul(void) {
     ct_check(!memcmp(o[1], o[3], N * OC * 4) && !memcmp(dx[1], dx[3], N * C * 4) &&
              !memcmp(dw[1], dw[3], OC * C * 4),
              "matmul forward/backward same bits on 1 vs 2 OpenBLAS threads", "differ");
+    openblas_set_num_threads(2);
+    zk_matmul_forward(o[0], x, w, b, N, C, OC);
+    ct_check(openblas_get_num_threads() == 2, "matmul leaves the OpenBLAS thread count as it was",
+             "now %d", openblas_get_num_threads());
     for (int t = 0; t < 4; t++) { free(o[t]); free(dx[t]); free(dw[t]); free(db[t]); }
     free(x); free(w); free(b); free(R);
     omp_set_num_threads(2);

@@ -1,0 +1,188 @@
+/*
+ * test_attention.c -- causal self-attention against a naive double
+ * reference (full score rows, no tiling), its backward against central
+ * differences of that reference and against the analytic double backward,
+ * and bit-identity under 1/2/3 OpenMP threads. Sizes straddle the kernel's
+ * tiles (T not a multiple of 32 or 64) and head sizes 3, 5, 16, 64 and 80
+ * (above the 64-wide head-dim chunk).
+ */
+#include "ctest.h"
+#include "kernels.h"
+
+typedef struct { int B, T, C, NH; const double *R; } at_ctx;
+
+/* out (B,T,C), lse (B,NH,T) from qkv (B,T,3C), all double. */
+static void attn_ref(double *out, double *lse, const double *qkv, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    double scale = 1.0 / sqrt((double)hs);
+    double *s = ct_alloc(T * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                double m = -INFINITY, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    double d = 0;
+                    for (int i = 0; i < hs; i++) d += q[i] * k[i];
+                    s[j] = d * scale;
+                    if (s[j] > m) m = s[j];
+                }
+                for (int j = 0; j <= t; j++) sum += exp(s[j] - m);
+                double L = m + log(sum);
+                double *o = out + ((size_t)b * T + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) o[i] = 0;
+                for (int j = 0; j <= t; j++) {
+                    const double *v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * hs;
+                    double p = exp(s[j] - L);
+                    for (int i = 0; i < hs; i++) o[i] += p * v[i];
+                }
+                if (lse) lse[((size_t)b * NH + h) * T + t] = L;
+            }
+    free(s);
+}
+
+/* dqkv (B,T,3C) from dout, the textbook way: P, dP = dO V^T, dS = P (dP - D). */
+static void attn_ref_backward(double *dqkv, const double *dout, const double *qkv,
+                              int B, int T, int C, int NH) {
+    int hs = C / NH;
+    double scale = 1.0 / sqrt((double)hs);
+    double *p = ct_alloc(T * sizeof(double)), *dp = ct_alloc(T * sizeof(double));
+    memset(dqkv, 0, (size_t)B * T * 3 * C * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                size_t qo = ((size_t)b * T + t) * 3 * C + h * hs;
+                const double *q = qkv + qo, *dO = dout + ((size_t)b * T + t) * C + h * hs;
+                double m = -INFINITY, sum = 0, D = 0;
+                for (int j = 0; j <= t; j++) {
+                    const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    double d = 0;
+                    for (int i = 0; i < hs; i++) d += q[i] * k[i];
+                    p[j] = d * scale;
+                    if (p[j] > m) m = p[j];
+                }
+                for (int j = 0; j <= t; j++) sum += exp(p[j] - m);
+                for (int j = 0; j <= t; j++) {
+                    const double *v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * hs;
+                    p[j] = exp(p[j] - m) / sum;
+                    dp[j] = 0;
+                    for (int i = 0; i < hs; i++) dp[j] += dO[i] * v[i];
+                    D += p[j] * dp[j];
+                }
+                for (int j = 0; j <= t; j++) {
+                    size_t ko = ((size_t)b * T + j) * 3 * C + h * hs;
+                    double ds = p[j] * (dp[j] - D) * scale;
+                    for (int i = 0; i < hs; i++) {
+                        dqkv[qo + i] += ds * qkv[ko + C + i];
+                        dqkv[ko + C + i] += ds * q[i];
+                        dqkv[ko + 2 * C + i] += p[j] * dO[i];
+                    }
+                }
+            }
+    free(p); free(dp);
+}
+
+static double attn_loss(void *pc, const double *qkv) {
+    at_ctx *c = pc;
+    size_t n = (size_t)c->B * c->T * c->C;
+    double *out = ct_alloc(n * sizeof(double)), L = 0;
+    attn_ref(out, NULL, qkv, c->B, c->T, c->C, c->NH);
+    for (size_t i = 0; i < n; i++) L += out[i] * c->R[i];
+    free(out);
+    return L;
+}
+
+static void test_case(int B, int T, int C, int NH, int fd) {
+    char name[160], tag[64];
+    snprintf(tag, sizeof tag, "B=%d T=%d C=%d NH=%d hs=%d", B, T, C, NH, C / NH);
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = ct_rand(nq, -1.5f, 1.5f);
+    float *out = ct_rand(no, 9, 10), *lse = ct_rand(nl, 9, 10);
+    zk_attention_forward(out, lse, qkv, B, T, C, NH);
+    double *qd = ct_to_double(qkv, nq), *ro = ct_alloc(no * 8), *rl = ct_alloc(nl * 8);
+    attn_ref(ro, rl, qd, B, T, C, NH);
+    snprintf(name, sizeof name, "attention forward %s out", tag);
+    ct_close(name, out, ro, no, 2e-6, 1e-5);
+    snprintf(name, sizeof name, "attention forward %s lse", tag);
+    ct_close(name, lse, rl, nl, 2e-6, 1e-5);
+
+    float *R = ct_rand(no, -1, 1), *dqkv = ct_rand(nq, 9, 10);
+    zk_attention_backward(dqkv, R, qkv, out, lse, B, T, C, NH);
+    double *g = ct_alloc(nq * 8), *Rd = ct_to_double(R, no);
+    if (fd) {
+        at_ctx ctx = {B, T, C, NH, Rd};
+        ct_fd_grad(g, attn_loss, &ctx, qd, nq, 1e-5);
+    } else {
+        attn_ref_backward(g, Rd, qd, B, T, C, NH);
+    }
+    snprintf(name, sizeof name, "attention backward %s dqkv vs %s", tag,
+             fd ? "finite differences" : "double analytic");
+    ct_close(name, dqkv, g, nq, 1e-5, 1e-4);
+    if (fd) {   /* the analytic reference used for the big cases, checked too */
+        double *a = ct_alloc(nq * 8);
+        attn_ref_backward(a, Rd, qd, B, T, C, NH);
+        float *af = ct_alloc(nq * 4);
+        for (size_t i = 0; i < nq; i++) af[i] = (float)a[i];
+        snprintf(name, sizeof name, "attention reference backward %s vs finite differences", tag);
+        ct_close(name, af, g, nq, 1e-6, 1e-5);
+        free(a); free(af);
+    }
+    free(qkv); free(out); free(lse); free(qd); free(ro); free(rl); free(R); free(dqkv);
+    free(g); free(Rd);
+}
+
+static void test_threads(int B, int T, int C, int NH) {
+    char name[128];
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = ct_rand(nq, -2, 2), *R = ct_rand(no, -1, 1);
+    float *o[3], *l[3], *d[3];
+    for (int t = 0; t < 3; t++) {
+        omp_set_num_threads(t + 1);
+        o[t] = ct_alloc(no * 4); l[t] = ct_alloc(nl * 4); d[t] = ct_alloc(nq * 4);
+        zk_attention_forward(o[t], l[t], qkv, B, T, C, NH);
+        zk_attention_backward(d[t], R, qkv, o[t], l[t], B, T, C, NH);
+    }
+    int same = 1;
+    for (int t = 1; t < 3; t++)
+        same &= !memcmp(o[0], o[t], no * 4) && !memcmp(l[0], l[t], nl * 4) &&
+                !memcmp(d[0], d[t], nq * 4);
+    snprintf(name, sizeof name, "attention B=%d T=%d C=%d NH=%d same bits on 1/2/3 threads",
+             B, T, C, NH);
+    ct_check(same, name, "outputs differ across thread counts");
+    for (int t = 0; t < 3; t++) { free(o[t]); free(l[t]); free(d[t]); }
+    free(qkv); free(R);
+    omp_set_num_threads(2);
+}
+
+/* Large scores (|s| up to ~250): most exps underflow, one key dominates a
+ * row; nothing may overflow or NaN. Float scores of that size carry
+ * ~1e-5 absolute error, hence the looser tolerance. */
+static void test_peaked(void) {
+    int B = 1, T = 40, C = 16, NH = 1;
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = ct_rand(nq, -8, 8);
+    float *out = ct_alloc(no * 4), *lse = ct_alloc(nl * 4);
+    zk_attention_forward(out, lse, qkv, B, T, C, NH);
+    double *qd = ct_to_double(qkv, nq), *ro = ct_alloc(no * 8), *rl = ct_alloc(nl * 8);
+    attn_ref(ro, rl, qd, B, T, C, NH);
+    ct_close("attention forward peaked scores out", out, ro, no, 2e-4, 1e-4);
+    ct_close("attention forward peaked scores lse", lse, rl, nl, 1e-4, 1e-5);
+    free(qkv); free(out); free(lse); free(qd); free(ro); free(rl);
+}
+
+int main(void) {
+    ct_seed(3);
+    omp_set_num_threads(2);
+    test_case(1, 7, 15, 3, 1);      /* hs=5, one tile */
+    test_case(2, 70, 6, 2, 1);      /* hs=3, crosses query and key tiles */
+    test_case(1, 9, 32, 2, 1);      /* hs=16 */
+    test_case(2, 130, 128, 2, 0);   /* hs=64, GPT-2's head size */
+    test_case(1, 97, 48, 3, 0);     /* hs=16, T odd */
+    test_case(1, 70, 160, 2, 0);    /* hs=80 > the 64-wide chunk */
+    test_case(1, 200, 15, 3, 0);    /* hs=5, long T */
+    test_peaked();
+    test_threads(2, 100, 128, 2);
+    test_threads(3, 67, 48, 3);
+    return ct_summary();
+}

@@ -1,0 +1,109 @@
+/*
+ * bench_kernels.c -- rough timings of the CPU kernels at GPT-2 124M sizes
+ * (B=4, T=256, C=768, NH=12, V=50257). Prints the best of a few runs.
+ *
+ *   gcc -std=c11 -O3 -march=x86-64-v3 -fopenmp -Ikernels/cpu tools/bench_kernels.c \
+ *       kernels/cpu/[a-z]*.c -lopenblas -lm -o build/bench_kernels
+ *   OPENBLAS_CORETYPE=Haswell ./build/bench_kernels
+ */
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "kernels.h"
+
+static float *rnd(size_t n, float scale) {
+    float *x = malloc(n * sizeof(float));
+    uint64_t s = 88172645463325252ull;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        x[i] = ((float)(s >> 40) * 0x1p-24f * 2 - 1) * scale;
+    }
+    return x;
+}
+
+#define BEST(ms, reps, CODE)                                           \
+    do {                                                               \
+        ms = 1e30;                                                     \
+        for (int r_ = 0; r_ < (reps); r_++) {                          \
+            double t0_ = omp_get_wtime();                              \
+            CODE;                                                      \
+            double t_ = (omp_get_wtime() - t0_) * 1e3;                 \
+            if (t_ < ms) ms = t_;                                      \
+        }                                                              \
+    } while (0)
+
+int main(void) {
+    const int B = 4, T = 256, C = 768, NH = 12, V = 50257, N = B * T, L = 12;
+    double ms, ms2;
+    printf("threads: OpenMP %d\n", omp_get_max_threads());
+
+    float *qkv = rnd((size_t)N * 3 * C, 1), *out = rnd((size_t)N * C, 1);
+    float *lse = rnd((size_t)B * NH * T, 1), *dout = rnd((size_t)N * C, 1);
+    float *dqkv = rnd((size_t)N * 3 * C, 1);
+    double pairs = (double)B * NH * T * (T + 1) / 2, hs = C / NH;
+    BEST(ms, 5, zk_attention_forward(out, lse, qkv, B, T, C, NH));
+    BEST(ms2, 5, zk_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH));
+    printf("attention fwd %7.2f ms (%5.1f GFLOP/s)  bwd %7.2f ms (%5.1f GFLOP/s)  x%d layers = %.0f ms\n",
+           ms, 4 * hs * pairs / ms / 1e6, ms2, 10 * hs * pairs / ms2 / 1e6, L, (ms + ms2) * L);
+
+    float *x = rnd((size_t)N * C, 2), *w = rnd(C, 1), *b = rnd(C, 1), *y = rnd((size_t)N * C, 1);
+    float *mean = rnd(N, 1), *rstd = rnd(N, 1), *dx = rnd((size_t)N * C, 1);
+    float *dw = rnd(C, 1), *db = rnd(C, 1);
+    BEST(ms, 10, zk_layernorm_forward(y, mean, rstd, x, w, b, N, C));
+    BEST(ms2, 10, zk_layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C));
+    printf("layernorm (N=%d, C=%d) fwd %6.3f ms  bwd %6.3f ms  x%d = %.1f ms\n", N, C, ms, ms2,
+           2 * L + 1, (ms + ms2) * (2 * L + 1));
+
+    size_t ng = (size_t)N * 4 * C;
+    float *g = rnd(ng, 3), *go = rnd(ng, 1), *gd = rnd(ng, 1);
+    BEST(ms, 10, zk_gelu_forward(go, g, ng));
+    BEST(ms2, 10, zk_gelu_backward(gd, g, go, ng));
+    printf("gelu (n=%zu) fwd %6.3f ms  bwd %6.3f ms  x%d = %.1f ms\n", ng, ms, ms2, L, (ms + ms2) * L);
+
+    float *logits = rnd((size_t)N * V, 5), *losses = rnd(N, 1);
+    int32_t *tg = malloc(N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) tg[i] = (i * 7919) % V;
+    BEST(ms, 3, zk_crossentropy(losses, logits, logits, tg, N, V, 1.0f / N));
+    printf("crossentropy (N=%d, V=%d, in place) %7.2f ms\n", N, V, ms);
+
+    size_t np = 124475904;
+    float *p = rnd(np, 1), *pg = rnd(np, 1e-3f), *pm = rnd(np, 1e-3f), *pv = rnd(np, 1e-6f);
+    for (size_t i = 0; i < np; i++) pv[i] = pv[i] < 0 ? -pv[i] : pv[i];
+    BEST(ms, 3, zk_adamw(p, pg, pm, pv, np, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 3));
+    double *parts = malloc((np / ZK_SUM_BLOCK + 1) * sizeof(double));
+    BEST(ms2, 3, zk_sumsq_blocks(parts, pg, np));
+    printf("adamw (n=%zu) %7.2f ms   sumsq_blocks %7.2f ms\n", np, ms, ms2);
+    BEST(ms, 5, zk_add3(x, x, dout, (size_t)N * C));
+    BEST(ms2, 5, zk_cast_f32_bf16((uint16_t *)dx, x, (size_t)N * C));
+    printf("add3 (N*C) %6.3f ms   cast f32->bf16 (N*C) %6.3f ms\n", ms, ms2);
+    free(p); free(pg); free(pm); free(pv); free(parts);
+
+    int32_t *tok = malloc(N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) tok[i] = (i * 7919) % V;
+    float *wte = rnd((size_t)V * C, 1), *wpe = rnd((size_t)1024 * C, 1);
+    BEST(ms, 5, zk_encoder_forward(y, tok, wte, wpe, B, T, C));
+    BEST(ms2, 5, zk_encoder_backward(wte, wpe, dout, tok, B, T, C, V));
+    printf("encoder fwd %6.3f ms  bwd %6.3f ms\n", ms, ms2);
+
+    /* matmul: the four GEMM shapes of a layer plus the LM head, fwd + bwd */
+    const int shapes[5][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}};
+    const char *names[5] = {"qkv", "attproj", "fc", "fcproj", "lm_head"};
+    float *A = rnd((size_t)N * 4 * C, 1), *Wt = rnd((size_t)V * C, 1), *bias = rnd(V, 1);
+    float *Out = rnd((size_t)N * V, 1), *dA = rnd((size_t)N * 4 * C, 1), *dW = rnd((size_t)V * C, 1);
+    float *dB = rnd(V, 1);
+    for (int s = 0; s < 5; s++) {
+        int ic = shapes[s][0], oc = shapes[s][1], reps = oc > 10000 ? 2 : 5;
+        double fl = 2.0 * N * ic * oc;
+        BEST(ms, reps, zk_matmul_forward(Out, A, Wt, bias, N, ic, oc));
+        BEST(ms2, reps, zk_matmul_backward(dA, dW, dB, Out, A, Wt, N, ic, oc));
+        openblas_set_num_threads(omp_get_max_threads());
+        double ms3;
+        BEST(ms3, reps, cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, oc, ic, 1.0f,
+                                    A, ic, Wt, ic, 0.0f, Out, oc));
+        printf("matmul %-8s fwd %7.2f ms (%5.1f GFLOP/s)  bwd %7.2f ms (%5.1f GFLOP/s)  "
+               "[plain threaded sgemm fwd %5.1f GFLOP/s]\n",
+               names[s], ms, fl / ms / 1e6, ms2, 2 * fl / ms2 / 1e6, fl / ms3 / 1e6);
+    }
+    return 0;
+}
