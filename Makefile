@@ -9,7 +9,9 @@ CC      ?= gcc
 CFLAGS  ?= -std=c11 -O3 -march=x86-64-v3 -fno-math-errno -fopenmp -fPIC -Wall -Wextra -D_GNU_SOURCE -g
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
-LIBS    := -lopenblas -lm -lpthread
+MPI_CFLAGS    := $(shell mpicc --showme:compile 2>/dev/null || echo -I/usr/lib/x86_64-linux-gnu/openmpi/include)
+MPI_LIBS      := $(shell mpicc --showme:link 2>/dev/null || echo -lmpi)
+LIBS    := -lopenblas $(MPI_LIBS) -lm -lpthread
 
 B := build
 RUNTIME_SRC := $(filter-out runtime/main.c,$(wildcard runtime/*.c))
@@ -27,7 +29,7 @@ deps:
 
 $(B)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Iruntime -Ikernels/cpu -c $< -o $@
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Iruntime -Ikernels/cpu -c $< -o $@
 
 $(B)/libztrain.so: $(LIB_OBJ)
 	$(CC) $(CFLAGS) -shared -o $@ $(LIB_OBJ) $(LIBS)
@@ -37,7 +39,7 @@ $(B)/ztrain: runtime/main.c
 	$(CC) $(CFLAGS) $(LUAJIT_CFLAGS) -o $@ $< $(LUAJIT_LIBS) -ldl -Wl,-E
 
 $(B)/test_%: spec/c/test_%.c $(LIB_OBJ) $(wildcard spec/c/*.h)
-	$(CC) $(CFLAGS) -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< $(LIB_OBJ) $(LIBS)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< $(LIB_OBJ) $(LIBS)
 
 # All C tests and busted specs; the last line is "N passed, N failed".
 test: deps all $(CTEST_BIN)

@@ -177,6 +177,61 @@ int zt_sum(double *out, const zt_tensor *x);
  * the same values on any thread count. Used for model initialisation. */
 int zt_randn(zt_tensor *x, uint64_t seed, uint64_t stream, float mean, float std);
 
+/* ---- communication ----------------------------------------------------------
+ * A communicator is a group of ranks (the world, or a sub-group of it).
+ * Under an MPI launcher (mpirun / srun: detected from the environment) the
+ * world spans the job's processes over MPI; otherwise it is one rank and no
+ * MPI is touched. Every MPI call runs on one communication thread owned by
+ * the runtime, so collectives proceed while kernels run: an async call
+ * enqueues the operation and returns a request to wait on or test (polling;
+ * there are no callbacks).
+ *
+ * Reductions are deterministic: contributions are summed in rank order
+ * (rank 0 + rank 1 + ...) whatever the world size or timing, in f32 as
+ * ((x0 + x1) + x2) + ... Tensors in collectives must stay alive and
+ * untouched until the request completes. f32 for reductions; any dtype
+ * for gather / broadcast / send / recv (moved as bytes).
+ * Passing req = NULL makes a call blocking. */
+typedef struct zt_comm zt_comm;
+typedef struct zt_comm_req zt_comm_req;
+
+/* The world communicator (created on first call; the same one afterwards). */
+int zt_comm_world(zt_comm **out);
+int zt_comm_rank(const zt_comm *c);
+int zt_comm_size(const zt_comm *c);
+/* Collective over parent: ranks with equal color form a group, ordered by
+ * key then parent rank (MPI_Comm_split). */
+int zt_comm_split(zt_comm **out, zt_comm *parent, int color, int key);
+void zt_comm_free(zt_comm *c);
+/* Name of the transport: "mpi" or "local" (one rank, no MPI). */
+const char *zt_comm_backend(const zt_comm *c);
+/* Shut the communication thread and MPI down (after all requests). */
+int zt_comm_finalize(void);
+/* The program's last resort when one rank fails: terminate every rank of
+ * the job with this exit code (MPI_Abort). The library never calls it itself. */
+void zt_comm_abort(int code);
+
+/* x (f32, same numel on every rank) = sum over ranks, in rank order. */
+int zt_all_reduce(zt_comm *c, zt_tensor *x, zt_comm_req **req);
+/* in (f32, numel = size * numel(out)) on every rank; out = this rank's
+ * chunk [rank*n, (rank+1)*n) of the rank-ordered sum. */
+int zt_reduce_scatter(zt_comm *c, zt_tensor *out, const zt_tensor *in, zt_comm_req **req);
+/* out (numel = size * numel(in)) = concatenation of every rank's in, by rank. */
+int zt_all_gather(zt_comm *c, zt_tensor *out, const zt_tensor *in, zt_comm_req **req);
+int zt_broadcast(zt_comm *c, zt_tensor *x, int root, zt_comm_req **req);
+int zt_send(zt_comm *c, const zt_tensor *x, int peer, int tag, zt_comm_req **req);
+int zt_recv(zt_comm *c, zt_tensor *x, int peer, int tag, zt_comm_req **req);
+int zt_barrier(zt_comm *c, zt_comm_req **req);
+/* Wait for a request and free it. Returns the operation's result. */
+int zt_comm_wait(zt_comm_req *req);
+/* *done = 1 if finished (the request must still be passed to zt_comm_wait). */
+int zt_comm_test(zt_comm_req *req, int *done);
+
+/* Blocking collectives on host memory, for small metadata (losses, norm
+ * partials, memory stats, recipe hashes). out holds size * nbytes. */
+int zt_comm_all_gather_host(zt_comm *c, void *out, const void *in, size_t nbytes);
+int zt_comm_broadcast_host(zt_comm *c, void *buf, size_t nbytes, int root);
+
 /* ---- SHA-256 (for parameter digests) ------------------------------------ */
 typedef struct zt_sha256 {
     uint32_t h[8];

@@ -1,10 +1,27 @@
 #!/bin/sh
 # run_tests.sh -- run every C test binary given as an argument, then the busted
 # specs under LuaJIT, and end with one line "N passed, N failed" over all of them.
-passed=0; failed=0; status=0
+# A test named test_mpi_* runs under mpirun with 2 and with 4 ranks (its rank 0
+# prints the totals over ranks).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN="mpirun --oversubscribe --bind-to none"
+runs=""
 for t in "$@"; do
-  echo "== $t"
-  out=$("$t" 2>&1); rc=$?
+  case "$t" in
+    */test_mpi_*) runs="$runs $t@2 $t@4" ;;
+    *) runs="$runs $t" ;;
+  esac
+done
+passed=0; failed=0; status=0
+for r in $runs; do
+  t=${r%@*}; np=""
+  [ "$r" != "$t" ] && np=${r#*@}
+  echo "== $t${np:+ (mpirun -np $np)}"
+  if [ -n "$np" ]; then
+    out=$(timeout 120 $MPIRUN -np "$np" "$t" 2>&1); rc=$?
+  else
+    out=$("$t" 2>&1); rc=$?
+  fi
   echo "$out" | grep -v '^ok ' 
   line=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -1)
   if [ -z "$line" ]; then
