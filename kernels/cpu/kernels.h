@@ -101,9 +101,11 @@ void zk_adamw(float *param, const float *grad, float *m, float *v, size_t n,
               float grad_scale, int t);
 
 /* ---- sums in fp64 over a fixed block partition -------------------------- */
-#define ZK_SUM_BLOCK 4096
+#define ZK_SUM_BLOCK 1024
+#define ZK_SUM_LANES 8
 /* partials[i] = sum of x[j]^2 (in double) over block i = [i*ZK_SUM_BLOCK,
- * min(n, (i+1)*ZK_SUM_BLOCK)), summed in index order. Writes
+ * min(n, (i+1)*ZK_SUM_BLOCK)): element j of the block is added to lane
+ * j % ZK_SUM_LANES in index order, then the lanes in lane order. Writes
  * ceil(n / ZK_SUM_BLOCK) partials. The caller adds partials in block order:
  * that is how the global gradient norm stays the same under any sharding. */
 void zk_sumsq_blocks(double *partials, const float *x, size_t n);

@@ -1,10 +1,11 @@
 /*
  * reduce.c -- fp64 sums over the fixed ZK_SUM_BLOCK partition.
  *
- * A block's sum runs strictly in index order (one double accumulator), so a
+ * A block's sum uses ZK_SUM_LANES interleaved double accumulators (element i
+ * of the block goes to lane i % LANES, lanes added in order at the end), so a
  * partial depends only on the block's data: any rank holding the block gets
  * the same bits, which is what keeps the global gradient norm identical
- * under every sharding.
+ * under every sharding. The lanes let the loop vectorize.
  */
 #include "kernels.h"
 
@@ -13,16 +14,28 @@
 #define SUM_GROUP 512
 #define SUM_PAR_BLOCKS 4
 
-static double block_sumsq(const float *x, size_t lo, size_t hi) {
-    double s = 0.0;
-    for (size_t i = lo; i < hi; i++) s += (double)x[i] * (double)x[i];
-    return s;
+static double lanes_total(const double *s) {
+    double t = 0.0;
+    for (int k = 0; k < ZK_SUM_LANES; k++) t += s[k];
+    return t;
 }
 
-static double block_sum(const float *x, size_t lo, size_t hi) {
-    double s = 0.0;
-    for (size_t i = lo; i < hi; i++) s += (double)x[i];
-    return s;
+static double block_sumsq(const float *restrict x, size_t lo, size_t hi) {
+    double s[ZK_SUM_LANES] = { 0 };
+    size_t i = lo;
+    for (; i + ZK_SUM_LANES <= hi; i += ZK_SUM_LANES)
+        for (int k = 0; k < ZK_SUM_LANES; k++) s[k] += (double)x[i + k] * (double)x[i + k];
+    for (int k = 0; i < hi; i++, k++) s[k] += (double)x[i] * (double)x[i];
+    return lanes_total(s);
+}
+
+static double block_sum(const float *restrict x, size_t lo, size_t hi) {
+    double s[ZK_SUM_LANES] = { 0 };
+    size_t i = lo;
+    for (; i + ZK_SUM_LANES <= hi; i += ZK_SUM_LANES)
+        for (int k = 0; k < ZK_SUM_LANES; k++) s[k] += (double)x[i + k];
+    for (int k = 0; i < hi; i++, k++) s[k] += (double)x[i];
+    return lanes_total(s);
 }
 
 /* partials[i] = sum of x[j]^2 over block i (index order), ceil(n/BLOCK) of them. */

@@ -227,12 +227,14 @@ static void test_sums(void) {
         size_t n = ns[s], nb = (n + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
         float *x = ct_rand(n, -3, 3);
         double *ref = ct_alloc((nb + 1) * sizeof(double)), total = 0;
-        for (size_t b = 0; b < nb; b++) {
-            double acc = 0, acc1 = 0;
+        for (size_t b = 0; b < nb; b++) {   /* the lane scheme of kernels.h, written plainly */
+            double lq[ZK_SUM_LANES] = { 0 }, l1[ZK_SUM_LANES] = { 0 }, acc = 0, acc1 = 0;
             for (size_t i = b * ZK_SUM_BLOCK; i < n && i < (b + 1) * ZK_SUM_BLOCK; i++) {
-                acc += (double)x[i] * (double)x[i];
-                acc1 += (double)x[i];
+                size_t k = (i - b * ZK_SUM_BLOCK) % ZK_SUM_LANES;
+                lq[k] += (double)x[i] * (double)x[i];
+                l1[k] += (double)x[i];
             }
+            for (int k = 0; k < ZK_SUM_LANES; k++) { acc += lq[k]; acc1 += l1[k]; }
             ref[b] = acc;
             total += acc1;
         }

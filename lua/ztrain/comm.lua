@@ -1,0 +1,129 @@
+-- ztrain.comm: communicators over the runtime's comm layer (MPI or local).
+--
+--   local world = comm.world()              -- world.rank, world.size, world.backend
+--   local req = world:all_reduce(t, true)   -- async: a request; t summed in rank order
+--   req:wait()
+--   world:reduce_scatter(shard, full)       -- blocking when the last argument is absent
+--
+-- Collectives must be issued in the same order on every rank. A request must
+-- be waited on exactly once; tensors involved stay untouched until then.
+local ffi = require "ffi"
+local zffi = require "ztrain.ffi"
+local C, check = zffi.C, zffi.check
+
+local M = {}
+local Comm = {}
+Comm.__index = Comm
+local Req = {}
+Req.__index = Req
+
+local reqbuf = ffi.new("zt_comm_req*[1]")
+local donebuf = ffi.new("int[1]")
+
+local function wrap(c)
+  return setmetatable({ c = c, rank = C.zt_comm_rank(c), size = C.zt_comm_size(c),
+                        backend = ffi.string(C.zt_comm_backend(c)) }, Comm)
+end
+
+local world
+-- world() -> the world communicator (MPI under a launcher, else one local rank).
+function M.world()
+  if not world then
+    local out = ffi.new("zt_comm*[1]")
+    check(C.zt_comm_world(out), "comm.world")
+    world = wrap(out[0])
+  end
+  return world
+end
+
+-- Issue fn(..., reqptr); return a Req when async, else wait inside C.
+local function issue(what, async, fn, ...)
+  if async then
+    check(fn(..., reqbuf), what)
+    return setmetatable({ r = reqbuf[0], what = what }, Req)
+  end
+  check(fn(..., nil), what)
+end
+
+function Req:wait()
+  local r = self.r
+  if r == nil then error("comm request waited on twice (" .. self.what .. ")", 2) end
+  self.r = nil
+  check(C.zt_comm_wait(r), self.what)
+end
+
+function Req:test()
+  if self.r == nil then return true end
+  check(C.zt_comm_test(self.r, donebuf), self.what)
+  return donebuf[0] ~= 0
+end
+
+function Comm:all_reduce(x, async)
+  return issue("all_reduce", async, C.zt_all_reduce, self.c, x.c)
+end
+function Comm:reduce_scatter(out, inp, async)
+  return issue("reduce_scatter", async, C.zt_reduce_scatter, self.c, out.c, inp.c)
+end
+function Comm:all_gather(out, inp, async)
+  return issue("all_gather", async, C.zt_all_gather, self.c, out.c, inp.c)
+end
+function Comm:broadcast(x, root, async)
+  return issue("broadcast", async, C.zt_broadcast, self.c, x.c, root)
+end
+function Comm:send(x, peer, tag, async)
+  return issue("send", async, C.zt_send, self.c, x.c, peer, tag or 0)
+end
+function Comm:recv(x, peer, tag, async)
+  return issue("recv", async, C.zt_recv, self.c, x.c, peer, tag or 0)
+end
+function Comm:barrier(async) return issue("barrier", async, C.zt_barrier, self.c) end
+
+-- split(color, key) -> sub-communicator (collective over self).
+function Comm:split(color, key)
+  local out = ffi.new("zt_comm*[1]")
+  check(C.zt_comm_split(out, self.c, color, key or self.rank), "comm.split")
+  return wrap(out[0])
+end
+
+-- gather_doubles({x1, x2, ...}) -> { [rank+1] = {x1, x2, ...} } (same count on all ranks).
+function Comm:gather_doubles(values)
+  local n = #values
+  local inb = ffi.new("double[?]", math.max(n, 1))
+  for i = 1, n do inb[i - 1] = values[i] end
+  local out = ffi.new("double[?]", math.max(n, 1) * self.size)
+  check(C.zt_comm_all_gather_host(self.c, out, inb, n * 8), "comm.gather_doubles")
+  local res = {}
+  for r = 0, self.size - 1 do
+    local row = {}
+    for i = 1, n do row[i] = out[r * n + i - 1] end
+    res[r + 1] = row
+  end
+  return res
+end
+
+-- gather_strings(s) -> { [rank+1] = string } (any lengths).
+function Comm:gather_strings(s)
+  local lens = self:gather_doubles({ #s })
+  local maxlen = 0
+  for _, l in ipairs(lens) do maxlen = math.max(maxlen, l[1]) end
+  local inb = ffi.new("char[?]", maxlen + 1)
+  ffi.copy(inb, s, #s)
+  local out = ffi.new("char[?]", (maxlen + 1) * self.size)
+  check(C.zt_comm_all_gather_host(self.c, out, inb, maxlen + 1), "comm.gather_strings")
+  local res = {}
+  for r = 0, self.size - 1 do res[r + 1] = ffi.string(out + r * (maxlen + 1), lens[r + 1][1]) end
+  return res
+end
+
+-- True when this process was started by an MPI launcher.
+function M.launched()
+  for _, v in ipairs({ "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK" }) do
+    if os.getenv(v) then return true end
+  end
+  return false
+end
+
+function M.abort(code) C.zt_comm_abort(code or 1) end
+function M.finalize() check(C.zt_comm_finalize(), "comm.finalize") end
+
+return M
