@@ -139,6 +139,10 @@ int zt_encoder_backward(zt_tensor *dwte, zt_tensor *dwpe, const zt_tensor *dout,
     int64_t B = tokens->shape[0], T = tokens->shape[1], V = dwte->shape[0], C = dwte->shape[1];
     ZT_CHECK(dwpe->shape[1] == C && T <= dwpe->shape[0], "%s: dwpe shape mismatch", op);
     ZT_TRY(need_numel(op, "dout", dout, ZT_F32, B * T * C, "(B,T,C)"));
+    const int32_t *tk = tokens->data;
+    for (int64_t i = 0; i < B * T; i++)
+        ZT_CHECK(tk[i] >= 0 && tk[i] < V, "%s: token %d at position %lld is outside the "
+                 "vocabulary [0,%lld)", op, tk[i], (long long)i, (long long)V);
     zt_dev()->encoder_backward(dwte->data, dwpe->data, dout->data, tokens->data,
                                (int)B, (int)T, (int)C, (int)V);
     return ZT_OK;

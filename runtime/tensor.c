@@ -51,6 +51,9 @@ int zt_tensor_new(zt_tensor **out, int tier, int category, int dtype, int ndim,
     ZT_CHECK(category >= 0 && category < ZT_NCATS, "zt_tensor_new: unknown category %d",
              category);
     ZT_TRY(check_shape("zt_tensor_new", ndim, shape, &numel));
+    ZT_CHECK((uint64_t)numel <= (uint64_t)(SIZE_MAX / 2) / dtype_sizes[dtype],
+             "zt_tensor_new: %lld elements of %s do not fit in memory", (long long)numel,
+             dtype_names[dtype]);
 
     size_t nbytes = (size_t)numel * dtype_sizes[dtype];
     char what[96];
@@ -87,7 +90,7 @@ int zt_tensor_view(zt_tensor **out, zt_tensor *base, int64_t offset, int ndim,
     *out = NULL;
     ZT_CHECK(base != NULL, "zt_tensor_view: base tensor is NULL (freed?)");
     ZT_TRY(check_shape("zt_tensor_view", ndim, shape, &numel));
-    ZT_CHECK(offset >= 0 && offset + numel <= base->numel,
+    ZT_CHECK(offset >= 0 && offset <= base->numel && numel <= base->numel - offset,
              "zt_tensor_view: elements [%lld, %lld) are outside the base tensor of %lld elements",
              (long long)offset, (long long)(offset + numel), (long long)base->numel);
     zt_tensor *t = calloc(1, sizeof *t);

@@ -17,6 +17,8 @@ options:
   -i             open the REPL after running -e code or a recipe
   --script FILE [ARGS...]
                  run a Lua script with ztrain loaded (`arg` holds ARGS), then exit
+  --nproc N      run N ranks on this machine (through Open MPI's mpirun); under
+                 mpirun or srun already, ranks come from the launcher
   -q, --quiet    no progress output (outputs are still written)
   --threads N    kernel and BLAS threads (same as device.threads=N)
   --version      print the version
@@ -27,10 +29,10 @@ Recipe keys (defaults in lua/ztrain/recipe.lua; docs/recipes.md):
   data.text, data.exclude, data.tokenizer, data.seq_len, data.valid_fraction, data.seed
   optim.lr, optim.betas, optim.eps, optim.weight_decay, optim.clip
   lr.warmup, lr.schedule (cosine, linear, constant), lr.min_ratio
-  batch.micro, batch.accumulate
+  batch.micro, batch.accumulate, batch.global (= ranks x micro x accumulate)
   train.steps, train.log_every, train.eval_every, train.eval_batches
   device.backend, device.memory_limit (e.g. 2GiB), device.threads
-  strategy, out, name
+  strategy (single, dp, zero1, zero2, zero3 or an object), out, name
 
 Outputs go to out= (default runs/<recipe>-<time>/): metrics.jsonl, summary.json.
 ]==]
@@ -58,6 +60,10 @@ function M.main(argv)
       for j = i + 2, #argv do opts.script_args[#opts.script_args + 1] = argv[j] end
       break
     elseif a == "-q" or a == "--quiet" then opts.quiet = true
+    elseif a == "--nproc" then
+      local n = tonumber(argv[i + 1] or "")
+      if not n or n < 1 or n ~= math.floor(n) then return die("--nproc needs a rank count >= 1") end
+      opts.nproc = n; i = i + 1
     elseif a == "--threads" then
       local n = tonumber(argv[i + 1] or "")
       if not n then return die("--threads needs a number") end
@@ -67,6 +73,18 @@ function M.main(argv)
     elseif a:match("=") then opts.overrides[#opts.overrides + 1] = a
     else return die(("cannot read argument %q: expected RECIPE.lua or key=value"):format(a)) end
     i = i + 1
+  end
+
+  if opts.nproc and not require("ztrain.comm").launched() then
+    local rest = {}
+    local skip = false
+    for j = 1, #argv do
+      if skip then skip = false
+      elseif argv[j] == "--nproc" then skip = true
+      else rest[#rest + 1] = argv[j] end
+    end
+    local _, err = require("ztrain.launch").exec(opts.nproc, argv[0], rest)
+    return die(err)
   end
 
   local ok_load, zt = pcall(require, "ztrain")
@@ -93,6 +111,13 @@ function M.main(argv)
     if not r then return die(err) end
     local ok, rerr = pcall(require("ztrain.run").run, r, { quiet = opts.quiet })
     if not ok then
+      local world = zt.comm.world()
+      if world.size > 1 then
+        -- the other ranks may wait in a collective for ever: end the job
+        io.stderr:write(("ztrain: rank %d: %s\n"):format(world.rank, tostring(rerr)))
+        io.stderr:flush()
+        zt.comm.abort(1)
+      end
       if not opts.interactive then return die(tostring(rerr)) end
       io.stderr:write("ztrain: ", tostring(rerr), "\n")
     end
@@ -103,6 +128,7 @@ function M.main(argv)
   if opts.interactive or (not opts.recipe and #opts.exprs == 0) then
     require("ztrain.repl").loop()
   end
+  zt.comm.finalize()
   return 0
 end
 

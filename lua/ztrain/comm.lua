@@ -38,11 +38,11 @@ end
 
 -- Issue fn(..., reqptr); return a Req when async, else wait inside C.
 local function issue(what, async, fn, ...)
-  if async then
-    check(fn(..., reqbuf), what)
-    return setmetatable({ r = reqbuf[0], what = what }, Req)
-  end
-  check(fn(..., nil), what)
+  local n = select("#", ...)
+  local args = { ... }
+  args[n + 1] = async and reqbuf or nil
+  check(fn(unpack(args, 1, n + 1)), what)
+  if async then return setmetatable({ r = reqbuf[0], what = what }, Req) end
 end
 
 function Req:wait()

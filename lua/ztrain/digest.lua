@@ -7,15 +7,17 @@ local C = zffi.C
 
 local M = {}
 
--- params(model) -> 64 hex digits. Reads each unit's live parameter buffer.
-function M.params(model)
+-- params(model, with_full) -> 64 hex digits. Reads each unit's parameter
+-- buffer; with_full(u, fn) calls fn(full flat tensor) for strategies that
+-- shard parameters (a collective: every rank must call it).
+function M.params(model, with_full)
   assert(ffi.abi("le"), "param_digest assumes a little-endian host")
   local s = ffi.new("zt_sha256")
   C.zt_sha256_init(s)
   for _, u in ipairs(model.units) do
     local n = u.numel
     local buf = ffi.new("float[?]", u.padded)
-    u.params:read(buf)
+    if with_full then with_full(u, function(t) t:read(buf) end) else u.params:read(buf) end
     C.zt_sha256_update(s, buf, n * 4)
   end
   local hex = ffi.new("char[65]")

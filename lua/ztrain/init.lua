@@ -15,6 +15,7 @@ M.lr       = require "ztrain.lr"
 M.data     = require "ztrain.data"
 M.strategy = require "ztrain.strategy"
 M.recipe   = require "ztrain.recipe"
+M.comm     = require "ztrain.comm"
 M.digest   = require "ztrain.digest"
 M.trainer  = require "ztrain.trainer"
 M.home     = M.ffi.home

@@ -16,7 +16,7 @@ M.defaults = {
   optim    = { name = "adamw", lr = 1e-3, betas = { 0.9, 0.95 }, eps = 1e-8,
                weight_decay = 0.1, clip = 1.0 },
   lr       = { warmup = 20, schedule = "cosine", min_ratio = 0.1 },
-  batch    = { micro = 4, accumulate = 1 },
+  batch    = { micro = 4, accumulate = 1, global = 0 },
   train    = { steps = 200, log_every = 10, eval_every = 50, eval_batches = 20 },
   device   = { backend = "cpu", memory_limit = "0", threads = 0 },
   out      = "",
@@ -183,6 +183,22 @@ function M.load(path, overrides)
   if r.name == "" then r.name = path:match("([^/]+)%.lua$") or path end
   r.path = path
   return r
+end
+
+-- flatten(r) -> { ["train.steps"] = "20", ... }: every leaf as text, for
+-- comparing recipes key by key (strategy objects by name).
+function M.flatten(r)
+  local out = {}
+  local function walk(t, prefix)
+    for k, v in pairs(t) do
+      local p = prefix == "" and tostring(k) or (prefix .. "." .. tostring(k))
+      if type(v) == "table" and not LEAF[p] and not getmetatable(v) and not v.setup then walk(v, p)
+      else out[p] = M.serialize(v) end
+    end
+  end
+  walk(r, "")
+  out.path = nil
+  return out
 end
 
 -- A stable text form of the resolved recipe (sorted keys), for logs and hashes.

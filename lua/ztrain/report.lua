@@ -44,7 +44,15 @@ function M.write_atomic(path, text)
   return true
 end
 
-function M.is_tty() return ffi.C.isatty(1) == 1 end
+-- Is stdout a terminal? Under mpirun a rank's stdout is a pty whatever the
+-- user's terminal is, so `ztrain --nproc` passes its own answer in ZTRAIN_TTY;
+-- under another launcher, plain lines.
+function M.is_tty()
+  local env = os.getenv("ZTRAIN_TTY")
+  if env then return env == "1" end
+  if require("ztrain.comm").launched() then return false end
+  return ffi.C.isatty(1) == 1
+end
 
 -- Memory snapshot for one rank, as summary.json carries it.
 function M.memory_snapshot()
@@ -53,8 +61,32 @@ function M.memory_snapshot()
   for _, cat in ipairs(memory.categories) do
     by[cat] = { device = s.device.by_category[cat].peak, host = s.host.by_category[cat].peak }
   end
-  return { device_peak = s.device.peak, host_peak = s.host.peak, nvme_peak = s.nvme.peak,
+  return { rank = 0, device_peak = s.device.peak, host_peak = s.host.peak, nvme_peak = s.nvme.peak,
            by_category = by }
+end
+
+-- Memory snapshots of every rank (a collective), indexed by rank + 1.
+local FIELDS = { "device_peak", "host_peak", "nvme_peak" }
+function M.gather_memory(world)
+  local mine = M.memory_snapshot()
+  if world.size == 1 then return { mine } end
+  local vals = {}
+  for _, f in ipairs(FIELDS) do vals[#vals + 1] = mine[f] end
+  for _, cat in ipairs(memory.categories) do
+    vals[#vals + 1] = mine.by_category[cat].device
+    vals[#vals + 1] = mine.by_category[cat].host
+  end
+  local all, out = world:gather_doubles(vals), {}
+  for r, row in ipairs(all) do
+    local m, i = { rank = r - 1, by_category = {} }, 1
+    for _, f in ipairs(FIELDS) do m[f] = row[i]; i = i + 1 end
+    for _, cat in ipairs(memory.categories) do
+      m.by_category[cat] = { device = row[i], host = row[i + 1] }
+      i = i + 2
+    end
+    out[r] = m
+  end
+  return out
 end
 
 local Log = {}
@@ -104,22 +136,29 @@ function Log:close() if self.f then self.f:close(); self.f = nil end end
 
 -- The end-of-run table, in the seeds' spirit.
 function M.print_summary(s)
-  local mem = s.memory[1]
   local w = io.stdout
-  w:write(("\n%s: %s, %s (%d params), %d step(s), %d tokens\n")
-          :format(s.recipe, s.strategy, s.model.name, s.model.params, s.steps, s.tokens))
+  w:write(("\n%s: %s on %d rank(s), %s (%d params), %d step(s), %d tokens\n")
+          :format(s.recipe, s.strategy, s.world_size, s.model.name, s.model.params, s.steps, s.tokens))
   w:write(("  loss        %.4f -> %.4f"):format(s.first_loss or 0 / 0, s.final_loss or 0 / 0))
   if s.eval_loss then w:write(("   eval %.4f (perplexity %.2f)"):format(s.eval_loss, s.perplexity)) end
   w:write(("\n  time        %.1f s, %.0f tokens/s (median), %.1f ms/step (median)\n")
           :format(s.seconds, s.tokens_per_s, s.step_ms_median))
-  w:write(("  memory      device peak %s, host peak %s\n")
-          :format(memory.format(mem.device_peak), memory.format(mem.host_peak)))
-  local parts = {}
-  for _, cat in ipairs(memory.categories) do
-    local v = mem.by_category[cat].device
-    if v > 0 then parts[#parts + 1] = cat .. " " .. memory.format(v) end
+  local pred = s.predicted
+  local predicted = pred and (pred.params + pred.grads + pred.optim + (pred.accumulator or 0))
+  for _, m in ipairs(s.memory) do
+    local by = m.by_category
+    local state = by.params.device + by.grads.device + by.optim.device
+    w:write(("  memory%s device peak %s, host peak %s; model state %s%s\n")
+            :format(#s.memory > 1 and (" r" .. m.rank) or "   ", memory.format(m.device_peak),
+                    memory.format(m.host_peak), memory.format(state),
+                    predicted and (" (predicted " .. memory.format(predicted) .. ")") or ""))
+    local parts = {}
+    for _, cat in ipairs(memory.categories) do
+      local v = by[cat].device
+      if v > 0 then parts[#parts + 1] = cat .. " " .. memory.format(v) end
+    end
+    w:write("    by category " .. table.concat(parts, ", ") .. "\n")
   end
-  w:write("  by category " .. table.concat(parts, ", ") .. "\n")
   w:write(("  digest      %s\n  output      %s\n"):format(s.param_digest, s.out))
 end
 

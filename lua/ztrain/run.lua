@@ -29,10 +29,14 @@ function M.run(r, opts)
   local t_start = C.zt_now()
   C.zt_mem_reset_peak()       -- peaks in the summary are this run's
   local tr = trainer.new(r, opts)
+  local lead = tr.rank == 0          -- rank 0 alone prints and writes outputs
   local out = r.out ~= "" and r.out or default_out(r)
-  local ok, err = report.mkdirs(out)
-  if not ok then tr:free(); error(err, 0) end
-  local log = assert(report.open(out, { total_steps = r.train.steps, quiet = opts.quiet }))
+  local log = { metrics = function() end, progress = function() end, close = function() end }
+  if lead then
+    local ok, err = report.mkdirs(out)
+    if not ok then tr:free(); error(err, 0) end
+    log = assert(report.open(out, { total_steps = r.train.steps, quiet = opts.quiet }))
+  end
   local steps_ms, tps, first_loss, last = {}, {}, nil, nil
   local eval_loss
   local status = "ok"
@@ -57,7 +61,11 @@ function M.run(r, opts)
       last = rec
     end
   end)
-  if not okrun then status = "error: " .. tostring(rerr) end
+  if not okrun then
+    -- other ranks may be waiting in a collective: do not try to finish the run
+    if tr.world_size > 1 then error(rerr, 0) end
+    status = "error: " .. tostring(rerr)
+  end
   log:close()
 
   local model = tr.model
@@ -69,22 +77,26 @@ function M.run(r, opts)
               heads = tr.cfg.NH, vocab = tr.cfg.V, context = tr.cfg.maxT },
     data = { files = #tr.dataset.files, train_tokens = tr.dataset.train.n,
              valid_tokens = tr.dataset.valid.n, tokenizer = tr.tokenizer.name },
-    batch = { micro = r.batch.micro, accumulate = r.batch.accumulate, seq_len = r.data.seq_len },
+    batch = { micro = r.batch.micro, accumulate = tr.accumulate, seq_len = r.data.seq_len,
+              global = r.batch.micro * tr.accumulate * tr.world_size },
     steps = last and last.step or 0,
-    tokens = (last and last.step or 0) * r.batch.micro * r.data.seq_len * r.batch.accumulate * tr.world_size,
+    tokens = (last and last.step or 0) * r.batch.micro * r.data.seq_len * tr.accumulate * tr.world_size,
     first_loss = first_loss, final_loss = last and last.loss,
     eval_loss = eval_loss, perplexity = eval_loss and math.exp(eval_loss),
     tokens_per_s = median(tps), step_ms_median = median(steps_ms),
     seconds = C.zt_now() - t_start,
-    memory = { report.memory_snapshot() },
+    memory = report.gather_memory(tr.world),
     predicted = tr.strategy.predicted and tr.strategy.predicted(tr.ctx),
     param_digest = tr:param_digest(),
+    comm = tr.world.backend,
     exit = status, out = out,
     recipe_resolved = recipe_mod.serialize(r),
   }
   tr:free()
-  assert(report.write_atomic(out .. "/summary.json", report.encode(summary) .. "\n"))
-  if not opts.quiet then report.print_summary(summary) end
+  if lead then
+    assert(report.write_atomic(out .. "/summary.json", report.encode(summary) .. "\n"))
+    if not opts.quiet then report.print_summary(summary) end
+  end
   if not okrun then error(rerr, 0) end
   return summary
 end

@@ -15,6 +15,8 @@ local lr = require "ztrain.lr"
 local data = require "ztrain.data"
 local strategy = require "ztrain.strategy"
 local digest = require "ztrain.digest"
+local comm = require "ztrain.comm"
+local recipe_mod = require "ztrain.recipe"
 
 local M = {}
 local Trainer = {}
@@ -28,7 +30,8 @@ local build
 -- On failure everything allocated so far is freed before the error is raised.
 function M.new(r, env)
   env = env or {}
-  local self = setmetatable({ recipe = r, rank = env.rank or 0, world_size = env.world_size or 1 }, Trainer)
+  local world = comm.world()
+  local self = setmetatable({ recipe = r, world = world, rank = world.rank, world_size = world.size }, Trainer)
   local ok, err = pcall(build, self, r)
   if not ok then
     self:free()
@@ -41,18 +44,78 @@ function M.new(r, env)
   return self
 end
 
+-- Ranks that resolved different recipes would deadlock in the first
+-- collective that differs; compare hashes first and name the differing keys.
+local function check_agreement(world, r)
+  if world.size == 1 then return end
+  local mine = recipe_mod.flatten(r)
+  local lines = {}
+  for k, v in pairs(mine) do lines[#lines + 1] = k .. "=" .. v end
+  table.sort(lines)
+  local text = table.concat(lines, "\n")
+  local all = world:gather_strings(digest.string(text))
+  local same = true
+  for i = 2, #all do if all[i] ~= all[1] then same = false end end
+  if same then return end
+  local texts = world:gather_strings(text)
+  local ref = {}
+  for line in texts[1]:gmatch("[^\n]+") do local k, v = line:match("^([^=]+)=(.*)$"); ref[k] = v end
+  local diffs = {}
+  for rk = 2, #texts do
+    local other = {}
+    for line in texts[rk]:gmatch("[^\n]+") do local k, v = line:match("^([^=]+)=(.*)$"); other[k] = v end
+    local keys = {}
+    for k in pairs(ref) do keys[k] = true end
+    for k in pairs(other) do keys[k] = true end
+    for k in pairs(keys) do
+      if ref[k] ~= other[k] then
+        diffs[#diffs + 1] = ("%s (rank 0: %s, rank %d: %s)"):format(k, tostring(ref[k]), rk - 1, tostring(other[k]))
+      end
+    end
+  end
+  table.sort(diffs)
+  fail("ranks disagree on the recipe: " .. table.concat(diffs, "; ") ..
+       ". Every rank must resolve the same recipe (same file, same overrides, nothing rank-dependent)")
+end
+
+-- batch.global, when set, must split into ranks x batch.micro x accumulate.
+local function resolve_accumulation(r, world_size)
+  local B, accum, G = r.batch.micro, r.batch.accumulate, r.batch.global
+  if G == 0 then return accum end
+  local per = B * world_size
+  if G % per ~= 0 then
+    local lo, hi = math.max(per, G - G % per), G - G % per + per
+    fail(("batch.global %d does not divide into %d rank(s) x batch.micro %d = %d sequences per micro-step; " ..
+          "use batch.global=%d or %d, or a batch.micro that divides %d"):format(G, world_size, B, per, lo, hi,
+          G / world_size == math.floor(G / world_size) and G / world_size or G))
+  end
+  local a = G / per
+  if accum ~= 1 and accum ~= a then
+    fail(("batch.global %d = %d rank(s) x batch.micro %d x %d, but batch.accumulate is %d; " ..
+          "set one of them"):format(G, world_size, B, a, accum))
+  end
+  return a
+end
+
 function build(self, r)
   check(C.zt_device_init(r.device.backend), "device.backend")
-  if r.device.threads and r.device.threads > 0 then check(C.zt_set_threads(r.device.threads), "device.threads") end
+  local threads = r.device.threads
+  if (not threads or threads == 0) and os.getenv("ZTRAIN_DEFAULT_THREADS") then
+    threads = tonumber(os.getenv("ZTRAIN_DEFAULT_THREADS"))
+  end
+  if threads and threads > 0 then check(C.zt_set_threads(threads), "device.threads") end
+  check_agreement(self.world, r)
   local limit, err = memory.parse_size(r.device.memory_limit)
   if not limit then fail("device.memory_limit: " .. err) end
   memory.set_limit("device", limit)
 
   if r.optim.name ~= "adamw" then fail(("unknown optim.name %q (known: adamw)"):format(r.optim.name)) end
   local B, Tlen, accum = r.batch.micro, r.data.seq_len, r.batch.accumulate
-  if B < 1 or Tlen < 1 or accum < 1 then
+  if B < 1 or Tlen < 1 or accum < 1 or r.batch.global < 0 then
     fail(("batch.micro (%d), data.seq_len (%d) and batch.accumulate (%d) must be >= 1"):format(B, Tlen, accum))
   end
+  accum = resolve_accumulation(r, self.world_size)
+  self.accumulate = accum
   if r.train.steps < 1 then fail("train.steps must be >= 1") end
 
   -- data
@@ -75,14 +138,15 @@ function build(self, r)
   if Tlen > self.cfg.maxT then
     fail(("data.seq_len %d exceeds %s's context of %d; lower data.seq_len"):format(Tlen, self.cfg.name, self.cfg.maxT))
   end
-  self.model = gpt2.new(self.cfg)
-  self.model:init(r.model.seed)
+  self.strategy = strategy.resolve(r.strategy)
+  local pad = self.strategy.pad and self.strategy.pad(self.world_size) or gpt2.PAD
+  self.model = gpt2.new(self.cfg, { alloc = false, pad = pad })
   self.optim = adamw.new { lr = r.optim.lr, betas = r.optim.betas, eps = r.optim.eps,
                            weight_decay = r.optim.weight_decay }
   self.schedule = lr.make(r.optim.lr, r.lr, r.train.steps)
-  self.strategy = strategy.resolve(r.strategy)
   self.ctx = { model = self.model, optim = self.optim, accumulate = accum, clip = r.optim.clip,
-               world_size = self.world_size, rank = self.rank, recipe = r }
+               world_size = self.world_size, rank = self.rank, recipe = r, seed = r.model.seed,
+               world = self.world }
   self.strategy.setup(self.ctx)
   self.acts = self.model:activations(B, Tlen)
   self.xbuf = ffi.new("int32_t[?]", B * Tlen)
@@ -93,7 +157,7 @@ end
 -- One training step; returns { step, loss, lr, grad_norm, step_ms, tokens }.
 function Trainer:train_step()
   local r, S, ctx, m, a = self.recipe, self.strategy, self.ctx, self.model, self.acts
-  local accum, world = r.batch.accumulate, self.world_size
+  local accum, world = self.accumulate, self.world_size
   local units = m.units
   local t0 = C.zt_now()
   self.step = self.step + 1
@@ -107,18 +171,19 @@ function Trainer:train_step()
     a.targets:write(self.ybuf)
     for i = 1, #units do
       local u = units[i]
-      S.pre_forward(ctx, u); m:forward_unit(u, a); S.post_forward(ctx, u)
+      S.pre_forward(ctx, u, j); m:forward_unit(u, a); S.post_forward(ctx, u, j)
     end
     loss = loss + m:mean_loss(a)
     for i = #units, 1, -1 do
       local u = units[i]
-      S.pre_backward(ctx, u); m:backward_unit(u, a); S.post_backward(ctx, u, j)
+      S.pre_backward(ctx, u, j); m:backward_unit(u, a); S.post_backward(ctx, u, j)
     end
   end
   local gnorm = S.step(ctx, step_lr)
   check(C.zt_device_sync(), "device sync")
-  loss = loss / accum
+  -- the mean over all micro-batches of all ranks, summed in (rank, micro) order
   if S.reduce_loss then loss = S.reduce_loss(ctx, loss) end
+  loss = loss / (accum * world)
   return { step = self.step, loss = loss, lr = step_lr, grad_norm = gnorm,
            step_ms = (C.zt_now() - t0) * 1000, tokens = a.B * a.T * accum * world }
 end
@@ -146,7 +211,12 @@ function Trainer:evaluate()
   return total / n
 end
 
-function Trainer:param_digest() return digest.params(self.model) end
+function Trainer:param_digest()
+  local S = self.strategy
+  return digest.params(self.model, S.with_full_params and function(u, fn)
+    return S.with_full_params(self.ctx, u, fn)
+  end)
+end
 
 function Trainer:free()
   if self.acts then self.acts:free(); self.acts = nil end

@@ -81,32 +81,55 @@ local Model = {}
 Model.__index = Model
 M.Model = Model
 
--- new(cfg, {tier=}) -> model with parameter and gradient buffers allocated.
+-- new(cfg, {tier=, pad=, alloc=}) -> model. Each unit's flat buffers hold
+-- u.padded elements: u.numel rounded up to a multiple of `pad` (default PAD;
+-- sharded strategies ask for world_size * the norm block). With alloc=false
+-- no buffer is allocated: the strategy places them (see materialize).
 function M.new(cfg, opts)
   opts = opts or {}
-  local self = setmetatable({ cfg = cfg, units = {}, tier = opts.tier or "device" }, Model)
-  local nparams = 0
+  local pad = opts.pad or M.PAD
+  assert(pad % M.PAD == 0, "gpt2.new: pad must be a multiple of 16")
+  local self = setmetatable({ cfg = cfg, units = {}, tier = opts.tier or "device", pad = pad }, Model)
+  local nparams, stream = 0, 0
   for ui, lay in ipairs(unit_layout(cfg)) do
     local u = { name = lay.name, kind = lay.kind, layer = lay.layer, index = ui, tensors = {} }
     local off = 0
     for _, t in ipairs(lay.tensors) do
       local n = numel(t[2])
       u.tensors[#u.tensors + 1] = { name = t[1], shape = t[2], offset = off, numel = n,
-                                    decay = t[3], init = t[4] }
+                                    decay = t[3], init = t[4], stream = stream }
       off = off + n
       nparams = nparams + n
+      stream = stream + 1
     end
     u.numel = off
-    u.padded = math.ceil(off / M.PAD) * M.PAD
+    u.padded = math.ceil(off / pad) * pad
     self.units[ui] = u
   end
   self.nparams = nparams
   self.embed, self.head = self.units[1], self.units[#self.units]
-  for _, u in ipairs(self.units) do
-    self:set_params(u, T.new({ u.padded }, { tier = self.tier, category = "params" }))
-    self:set_grads(u, T.new({ u.padded }, { tier = self.tier, category = "grads" }))
+  if opts.alloc ~= false then
+    for _, u in ipairs(self.units) do
+      self:set_params(u, T.new({ u.padded }, { tier = self.tier, category = "params" }))
+      self:set_grads(u, T.new({ u.padded }, { tier = self.tier, category = "grads" }))
+    end
   end
   return self
+end
+
+-- Allocate full parameter (and unless grads=false, gradient) buffers for
+-- every unit and initialise them from seed: what replicated strategies do.
+function Model:materialize(seed, opts)
+  opts = opts or {}
+  for _, u in ipairs(self.units) do
+    if not u.params then
+      self:set_params(u, T.new({ u.padded }, { tier = self.tier, category = "params" }))
+      self:init_unit(u, seed)
+    end
+    if opts.grads ~= false and not u.grads then
+      self:set_grads(u, T.new({ u.padded }, { tier = self.tier, category = "grads" }))
+    end
+  end
 end
 
 local function free_views(views)
@@ -139,20 +162,21 @@ end
 
 -- GPT-2 initialisation, deterministic in seed: normal(0, 0.02) weights,
 -- residual projections 0.02/sqrt(2L), zero biases, unit LayerNorm scales.
--- Each tensor draws from its own stream (its canonical index).
-function Model:init(seed)
-  local stream = 0
+-- Each tensor draws from its own stream (its canonical index), so a unit
+-- can be initialised alone (sharded strategies do one unit at a time).
+function Model:init_unit(u, seed)
   local proj_std = 0.02 / math.sqrt(2 * self.cfg.L)
-  for _, u in ipairs(self.units) do
-    for _, t in ipairs(u.tensors) do
-      local v = u.p[t.name]
-      if t.init == "w" then ops.randn(v, seed, stream, 0, 0.02)
-      elseif t.init == "proj" then ops.randn(v, seed, stream, 0, proj_std)
-      elseif t.init == "one" then ops.fill(v, 1)
-      else ops.fill(v, 0) end
-      stream = stream + 1
-    end
+  for _, t in ipairs(u.tensors) do
+    local v = u.p[t.name]
+    if t.init == "w" then ops.randn(v, seed, t.stream, 0, 0.02)
+    elseif t.init == "proj" then ops.randn(v, seed, t.stream, 0, proj_std)
+    elseif t.init == "one" then ops.fill(v, 1)
+    else ops.fill(v, 0) end
   end
+end
+
+function Model:init(seed)
+  for _, u in ipairs(self.units) do self:init_unit(u, seed) end
 end
 
 -- Iterate canonical (unit, tensor spec) pairs.

@@ -3,14 +3,18 @@
 -- / post_backward / step (docs/strategies.md).
 local M = {}
 M.single = require("ztrain.strategy.single").new
+M.dp = require("ztrain.strategy.dp").new
+M.zero = require("ztrain.strategy.zero").new
 
 -- resolve("single") or a strategy object -> strategy object
 function M.resolve(s)
   if type(s) == "table" and s.setup then return s end
   if type(s) == "string" then
     local ctor = M[s]
-    if type(ctor) == "function" and s ~= "resolve" then return ctor() end
-    error(("unknown strategy %q (known: single)"):format(s), 0)
+    if s == "zero1" or s == "zero2" or s == "zero3" then return M.zero { stage = tonumber(s:sub(5)) } end
+    if type(ctor) == "function" and s ~= "resolve" and s ~= "zero" then return ctor() end
+    error(("unknown strategy %q (known: single, dp, zero1, zero2, zero3; or an object such as " ..
+           "zt.strategy.zero{stage=2})"):format(s), 0)
   end
   error("strategy must be a name or a strategy object (e.g. zt.strategy.single())", 0)
 end

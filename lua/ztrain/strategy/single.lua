@@ -22,6 +22,7 @@ function M.new(opts)
             :format(ctx.world_size), 0)
     end
     S.acc = {}
+    ctx.model:materialize(ctx.seed)
     for _, u in ipairs(ctx.model.units) do
       ctx.optim:add_unit(u, { tier = ctx.model.tier })
       if ctx.accumulate > 1 then
@@ -32,7 +33,7 @@ function M.new(opts)
 
   function S.pre_forward(ctx, u) end
   function S.post_forward(ctx, u) end
-  function S.pre_backward(ctx, u) end
+  function S.pre_backward(ctx, u, micro) end
 
   -- micro: 0-based index of the micro-batch within the step.
   function S.post_backward(ctx, u, micro)
@@ -56,11 +57,12 @@ function M.new(opts)
     return gn
   end
 
-  -- Bytes of model state this strategy predicts per rank (fp32: 16 psi).
+  -- Bytes of model state this strategy predicts per rank (fp32: 16 psi),
+  -- plus the gradient accumulator when accumulating.
   function S.predicted(ctx)
     local psi = ctx.model.nparams
-    return { params = 4 * psi, grads = 4 * psi * (ctx.accumulate > 1 and 2 or 1),
-             optim = 8 * psi }
+    return { params = 4 * psi, grads = 4 * psi, optim = 8 * psi,
+             accumulator = ctx.accumulate > 1 and 4 * psi or 0 }
   end
 
   function S.free(ctx)

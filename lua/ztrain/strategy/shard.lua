@@ -1,0 +1,59 @@
+-- ztrain.strategy.shard: the pieces sharded strategies share.
+--
+-- A unit's flat buffer of u.padded elements (a multiple of world_size x the
+-- norm block) is cut into world_size equal shards; rank r owns elements
+-- [r*S, (r+1)*S). Because shard edges fall on norm-block edges, the global
+-- gradient norm can be summed from the same blocks, in the same order, as on
+-- one rank.
+local ffi = require "ffi"
+local zffi = require "ztrain.ffi"
+local ops = require "ztrain.ops"
+
+local M = {}
+
+-- Elements per norm block (fixed partition of the fp64 sums).
+M.BLOCK = tonumber(zffi.C.zt_sum_block())
+
+-- The model padding a world of n ranks needs.
+function M.pad(n) return n * M.BLOCK end
+
+-- range(u, world) -> lo, hi, size of this rank's shard of unit u.
+function M.range(u, world)
+  local S = u.padded / world.size
+  assert(S == math.floor(S) and S % M.BLOCK == 0,
+         "unit " .. u.name .. " is not padded for " .. world.size .. " ranks")
+  return world.rank * S, (world.rank + 1) * S, S
+end
+
+-- Global gradient norm from shards: shard_of(u) -> this rank's grad shard.
+-- Every rank's block partials are gathered and added in (unit, rank, block)
+-- order, which is the (unit, block) order of the unsharded buffer.
+function M.global_norm(units, world, shard_of)
+  local mine, counts = {}, {}
+  for i, u in ipairs(units) do
+    local p, n = ops.sumsq_blocks(shard_of(u))
+    counts[i] = n
+    for b = 0, n - 1 do mine[#mine + 1] = p[b] end
+  end
+  local all = world:gather_doubles(mine)
+  local total, off = 0.0, 0
+  for i = 1, #units do
+    for r = 1, world.size do
+      local row = all[r]
+      for b = 1, counts[i] do total = total + row[off + b] end
+    end
+    off = off + counts[i]
+  end
+  return math.sqrt(total)
+end
+
+-- Sum of one number over ranks, in rank order.
+function M.sum_over_ranks(world, x)
+  if world.size == 1 then return x end
+  local all = world:gather_doubles({ x })
+  local s = all[1][1]
+  for r = 2, world.size do s = s + all[r][1] end
+  return s
+end
+
+return M

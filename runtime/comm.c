@@ -1,0 +1,667 @@
+/*
+ * comm.c -- communicators and collectives: the public API, argument checks,
+ * requests, and the communication thread with its queue.
+ *
+ * The world is chosen once (zt_comm_world): under an MPI launcher it is the
+ * MPI transport (comm_mpi.c), otherwise the local one-rank transport
+ * (comm_local.c) and MPI is never initialised. ZTRAIN_COMM=local|mpi forces
+ * the choice.
+ *
+ * Every call is validated here, on the caller's thread, before anything is
+ * acquired or enqueued: a bad call returns its error at once and never
+ * reaches MPI (so it cannot hang a collective). A valid call becomes one
+ * heap object, the request, which also describes the operation.
+ *
+ * MPI transport: one communication thread owns MPI. It calls MPI_Init_thread,
+ * then takes operations from a FIFO queue and runs them one after another, in
+ * issue order -- so the collectives of every rank reach MPI in the order the
+ * ranks issued them, which is what MPI requires. Collectives run to completion
+ * on the thread; point-to-point operations are started (MPI_Isend/Irecv) and
+ * then progressed with MPI_Test between later operations, so a send followed
+ * by a receive never deadlocks whatever the message size. Idle, the thread
+ * sleeps on a condition variable. The caller's thread never touches MPI
+ * (zt_comm_abort excepted). zt_comm_wait sleeps on a condition variable until
+ * the thread publishes the result; zt_comm_test reads it.
+ *
+ * Local transport: operations complete on the caller at once (copies where
+ * out != in); no thread.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "comm.h"
+
+/* ---- state ---------------------------------------------------------------
+ * world_state and the tuning knobs are touched by the API (main) thread only;
+ * the queue, the requests' results and the thread's start/stop handshake are
+ * under q_lock. */
+enum { WORLD_NONE, WORLD_UP, WORLD_DOWN /* MPI finalized or failed: final */ };
+
+static zt_comm world;
+static int world_state = WORLD_NONE;
+static char world_down_why[256];
+
+static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t q_cv = PTHREAD_COND_INITIALIZER;      /* work for the thread */
+static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;   /* a result published */
+static zt_comm_req *q_head, *q_tail;
+static int q_stop;
+static pthread_t comm_thread;
+static int init_done, init_rc, fin_rc;
+static char init_msg[512], fin_msg[512];
+
+static size_t tune_scratch = ZT_COMM_DEFAULT_SCRATCH;
+static size_t tune_msg = ZT_COMM_DEFAULT_MSG;
+
+void zt_comm_tune(size_t scratch_bytes, size_t msg_bytes)
+{
+    tune_scratch = scratch_bytes ? scratch_bytes : ZT_COMM_DEFAULT_SCRATCH;
+    tune_msg = msg_bytes ? msg_bytes : ZT_COMM_DEFAULT_MSG;
+}
+
+/* ---- rank-ordered sum ------------------------------------------------------ */
+void zt_comm_sum_ranks(float *restrict dst, const float *restrict src, int nsrc, size_t n)
+{
+    /* Blocks keep dst in cache across the sources; each element still gets
+     * ((s0 + s1) + s2) + ... exactly. */
+    const size_t B = 2048;
+    for (size_t i0 = 0; i0 < n; i0 += B) {
+        size_t m = n - i0 < B ? n - i0 : B;
+        float *restrict d = dst + i0;
+        const float *restrict s0 = src + i0;
+        if (nsrc == 1) {
+            for (size_t i = 0; i < m; i++) d[i] = s0[i];
+            continue;
+        }
+        const float *restrict s1 = src + n + i0;
+        for (size_t i = 0; i < m; i++) d[i] = s0[i] + s1[i];
+        for (int j = 2; j < nsrc; j++) {
+            const float *restrict sj = src + (size_t)j * n + i0;
+            for (size_t i = 0; i < m; i++) d[i] += sj[i];
+        }
+    }
+}
+
+/* ---- requests ------------------------------------------------------------- */
+static int new_op(zt_comm_req **out, int kind, const char *fn, zt_comm *c)
+{
+    zt_comm_req *op = calloc(1, sizeof *op);
+    if (!op) return zt_error(ZT_ENOMEM, "%s: out of memory for a request", fn);
+    op->kind = kind;
+    op->fn = fn;
+    op->comm = c;
+    op->dtype = -1;
+    op->esize = 1;
+    op->tier = ZT_TIER_HOST;
+    op->scratch_bytes = tune_scratch;
+    op->msg_bytes = tune_msg;
+    *out = op;
+    return ZT_OK;
+}
+
+static void hold(zt_comm_req *op, const zt_tensor *a, const zt_tensor *b)
+{
+    /* Keep the tensors alive until the operation is over: a tensor released
+     * by its owner while in flight must not be freed under MPI. */
+    op->hold[0] = (zt_tensor *)a;
+    op->hold[1] = (zt_tensor *)b;
+    zt_tensor_retain(op->hold[0]);
+    zt_tensor_retain(op->hold[1]);
+}
+
+/* Publish an operation's result (any thread). The caller's error message, if
+ * rc != OK, is the current thread's last error. */
+static void complete(zt_comm_req *op, int rc)
+{
+    if (rc != ZT_OK) snprintf(op->msg, sizeof op->msg, "%s", zt_last_error());
+    zt_tensor_release(op->hold[0]);
+    zt_tensor_release(op->hold[1]);
+    op->hold[0] = op->hold[1] = NULL;
+    free(op->pending);
+    op->pending = NULL;
+    if (op->detached) { free(op); return; }
+    pthread_mutex_lock(&q_lock);
+    op->rc = rc;
+    __atomic_store_n(&op->done, 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&done_cv);
+    pthread_mutex_unlock(&q_lock);
+}
+
+/* Run one operation on the current thread (transport start, or the
+ * communicator bookkeeping of FREE). */
+static int run_op(zt_comm_req *op)
+{
+    const zt_transport *tp = op->comm->tp;
+    if (op->kind == ZT_OP_FREE) {
+        int rc = tp->free_comm(op->comm);
+        free(op->comm);
+        op->comm = NULL;
+        return rc;
+    }
+    return tp->start(op);
+}
+
+/* ---- the communication thread ---------------------------------------------- */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void *comm_main(void *arg)
+{
+    zt_comm *w = arg;
+    int rc = w->tp->init(w);
+    pthread_mutex_lock(&q_lock);
+    init_rc = rc;
+    if (rc != ZT_OK) snprintf(init_msg, sizeof init_msg, "%s", zt_last_error());
+    init_done = 1;
+    pthread_cond_broadcast(&done_cv);
+    pthread_mutex_unlock(&q_lock);
+    if (rc != ZT_OK) return NULL;
+
+    /* Point-to-point operations in flight, in start order. */
+    zt_comm_req *fly = NULL, **fly_tail = &fly;
+    double last_progress = now_s();
+    for (;;) {
+        pthread_mutex_lock(&q_lock);
+        while (!q_head && !q_stop && !fly) pthread_cond_wait(&q_cv, &q_lock);
+        if (!q_head && fly) {
+            /* Only transfers in flight: poll MPI, spinning for a short while
+             * after the last progress (latency), then sleeping a little
+             * longer each time (a stage waiting long on its peer should not
+             * burn a core). A new operation wakes us at once. */
+            double idle = now_s() - last_progress;
+            if (idle > 2e-3) {
+                long us = idle > 0.1 ? 1000 : idle > 0.02 ? 200 : 50;
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += us * 1000;
+                if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+                pthread_cond_timedwait(&q_cv, &q_lock, &ts);
+            }
+        }
+        zt_comm_req *op = q_head;
+        if (op) {
+            q_head = op->next;
+            if (!q_head) q_tail = NULL;
+            op->next = NULL;
+        }
+        int stop = q_stop && !q_head && !op;
+        pthread_mutex_unlock(&q_lock);
+
+        if (op) {
+            last_progress = now_s();
+            zt_clear_error();
+            rc = run_op(op);
+            if (rc == ZT_OK && op->inflight) {
+                *fly_tail = op;
+                fly_tail = &op->next;
+            } else {
+                complete(op, rc);
+            }
+        } else if (!fly) {
+            if (stop) break;
+            continue;
+        }
+        /* Progress the transfers in flight; complete the finished ones. */
+        zt_comm_req **pp = &fly;
+        while (*pp) {
+            zt_comm_req *f = *pp;
+            int done = 0;
+            zt_clear_error();
+            rc = f->comm->tp->progress(f, &done);
+            if (rc != ZT_OK || done) {
+                *pp = f->next;
+                f->next = NULL;
+                complete(f, rc);
+                last_progress = now_s();
+            } else {
+                pp = &f->next;
+            }
+        }
+        fly_tail = &fly;
+        while (*fly_tail) fly_tail = &(*fly_tail)->next;
+        if (stop && !fly) break;
+        if (!op && fly) sched_yield();
+    }
+    zt_clear_error();
+    rc = w->tp->finalize(w);
+    pthread_mutex_lock(&q_lock);
+    fin_rc = rc;
+    if (rc != ZT_OK) snprintf(fin_msg, sizeof fin_msg, "%s", zt_last_error());
+    pthread_mutex_unlock(&q_lock);
+    return NULL;
+}
+
+/* Append to the communication thread's queue. */
+static void enqueue(zt_comm_req *op)
+{
+    pthread_mutex_lock(&q_lock);
+    if (q_tail) q_tail->next = op; else q_head = op;
+    q_tail = op;
+    pthread_cond_signal(&q_cv);
+    pthread_mutex_unlock(&q_lock);
+}
+
+/* Hand a validated operation to its transport. req == NULL: wait for it. */
+static int submit(zt_comm_req *op, zt_comm_req **req)
+{
+    if (!op->comm->tp->threaded) {
+        int rc = run_op(op);
+        if (!req) {
+            /* The message, if any, is already this thread's last error. */
+            zt_tensor_release(op->hold[0]);
+            zt_tensor_release(op->hold[1]);
+            free(op);
+            return rc;
+        }
+        complete(op, rc);
+        *req = op;
+        return ZT_OK;
+    }
+    enqueue(op);
+    if (req) { *req = op; return ZT_OK; }
+    return zt_comm_wait(op);
+}
+
+int zt_comm_wait(zt_comm_req *op)
+{
+    ZT_CHECK(op != NULL, "zt_comm_wait: req is NULL (already waited on?)");
+    if (!__atomic_load_n(&op->done, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&q_lock);
+        while (!op->done) pthread_cond_wait(&done_cv, &q_lock);
+        pthread_mutex_unlock(&q_lock);
+    }
+    int rc = op->rc;
+    if (rc != ZT_OK) zt_error(rc, "%s", op->msg);
+    free(op);
+    return rc;
+}
+
+int zt_comm_test(zt_comm_req *op, int *done)
+{
+    ZT_CHECK(op != NULL && done != NULL, "zt_comm_test: req or done is NULL");
+    *done = __atomic_load_n(&op->done, __ATOMIC_ACQUIRE);
+    return ZT_OK;
+}
+
+/* ---- world, groups, shutdown --------------------------------------------- */
+static int launcher_present(void)
+{
+    if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK")) return 1;
+    if (getenv("PMI_RANK") && getenv("PMI_SIZE")) return 1;      /* Hydra, srun --mpi=pmi2 */
+    if (getenv("SLURM_PROCID") && getenv("PMI_FD")) return 1;
+    return 0;
+}
+
+int zt_comm_world(zt_comm **out)
+{
+    ZT_CHECK(out != NULL, "zt_comm_world: out is NULL");
+    *out = NULL;
+    if (world_state == WORLD_UP) { *out = &world; return ZT_OK; }
+    if (world_state == WORLD_DOWN)
+        return zt_error(ZT_ESTATE, "zt_comm_world: %s; MPI cannot be started twice in one "
+                        "process: run a new process", world_down_why);
+    int use_mpi = launcher_present();
+    const char *force = getenv("ZTRAIN_COMM");
+    if (force && *force) {
+        if (strcmp(force, "local") == 0) use_mpi = 0;
+        else if (strcmp(force, "mpi") == 0) use_mpi = 1;
+        else return zt_error(ZT_EINVAL, "zt_comm_world: ZTRAIN_COMM is '%s'; use 'local' "
+                             "(one rank, no MPI), 'mpi', or leave it unset (detect the "
+                             "launcher)", force);
+    }
+    memset(&world, 0, sizeof world);
+    world.is_world = 1;
+    world.rank = 0;
+    world.size = 1;
+    world.tp = use_mpi ? &zt_transport_mpi : &zt_transport_local;
+    if (!world.tp->threaded) {
+        ZT_TRY(world.tp->init(&world));
+        world_state = WORLD_UP;
+        *out = &world;
+        return ZT_OK;
+    }
+    init_done = 0;
+    q_stop = 0;
+    q_head = q_tail = NULL;
+    int err = pthread_create(&comm_thread, NULL, comm_main, &world);
+    if (err)
+        return zt_error(ZT_ENOMEM, "zt_comm_world: cannot start the communication thread: %s",
+                        strerror(err));
+    pthread_mutex_lock(&q_lock);
+    while (!init_done) pthread_cond_wait(&done_cv, &q_lock);
+    int rc = init_rc;
+    pthread_mutex_unlock(&q_lock);
+    if (rc != ZT_OK) {
+        pthread_join(comm_thread, NULL);
+        world_state = WORLD_DOWN;
+        snprintf(world_down_why, sizeof world_down_why, "starting MPI failed");
+        return zt_error(rc, "zt_comm_world: %s", init_msg);
+    }
+    world_state = WORLD_UP;
+    *out = &world;
+    return ZT_OK;
+}
+
+int zt_comm_rank(const zt_comm *c) { return c ? c->rank : -1; }
+int zt_comm_size(const zt_comm *c) { return c ? c->size : -1; }
+const char *zt_comm_backend(const zt_comm *c) { return c && c->tp ? c->tp->name : "none"; }
+
+/* The communicator is usable: not NULL, and its transport is still up. */
+static int usable(const char *fn, const zt_comm *c)
+{
+    ZT_CHECK(c != NULL, "%s: communicator is NULL (call zt_comm_world first)", fn);
+    if (c->tp->threaded && world_state != WORLD_UP)
+        return zt_error(ZT_ESTATE, "%s: communication is shut down (zt_comm_finalize was "
+                        "called); no more collectives in this process", fn);
+    return ZT_OK;
+}
+
+int zt_comm_split(zt_comm **out, zt_comm *parent, int color, int key)
+{
+    const char *fn = "zt_comm_split";
+    ZT_CHECK(out != NULL, "%s: out is NULL", fn);
+    *out = NULL;
+    ZT_TRY(usable(fn, parent));
+    ZT_CHECK(color >= 0, "%s: color %d is negative; colors must be >= 0 (ranks with equal "
+             "color form one group)", fn, color);
+    zt_comm_req *op = NULL;
+    ZT_TRY(new_op(&op, ZT_OP_SPLIT, fn, parent));
+    op->color = color;
+    op->key = key;
+    op->split_out = out;
+    return submit(op, NULL);
+}
+
+void zt_comm_free(zt_comm *c)
+{
+    if (!c || c->is_world) return;
+    if (c->tp->threaded && world_state != WORLD_UP) {
+        /* MPI is gone and took the handle with it. */
+        free(c->impl);
+        free(c);
+        return;
+    }
+    zt_comm_req *op = NULL;
+    if (new_op(&op, ZT_OP_FREE, "zt_comm_free", c) != ZT_OK) return;
+    /* Queued behind every operation already issued on c; nobody waits. */
+    op->detached = 1;
+    if (c->tp->threaded) enqueue(op);
+    else submit(op, NULL);
+}
+
+int zt_comm_finalize(void)
+{
+    if (world_state != WORLD_UP) return ZT_OK;
+    if (!world.tp->threaded) {
+        int rc = world.tp->finalize(&world);
+        world_state = WORLD_NONE;         /* a local world can be made again */
+        return rc;
+    }
+    pthread_mutex_lock(&q_lock);
+    q_stop = 1;
+    pthread_cond_signal(&q_cv);
+    pthread_mutex_unlock(&q_lock);
+    pthread_join(comm_thread, NULL);
+    world_state = WORLD_DOWN;
+    snprintf(world_down_why, sizeof world_down_why, "MPI was finalized (zt_comm_finalize)");
+    if (fin_rc != ZT_OK) return zt_error(fin_rc, "zt_comm_finalize: %s", fin_msg);
+    return ZT_OK;
+}
+
+void zt_comm_abort(int code)
+{
+    fflush(NULL);
+    if (world.tp && world.tp->threaded) world.tp->abort(code);   /* MPI_Abort if up */
+    _exit(code);
+}
+
+/* ---- argument checks ---------------------------------------------------------- */
+static const char *desc(const zt_tensor *t, char *buf, size_t n)
+{
+    size_t off = (size_t)snprintf(buf, n, "%s [", zt_dtype_name(t->dtype));
+    for (int i = 0; i < t->ndim && off < n; i++)
+        off += (size_t)snprintf(buf + off, n - off, "%s%lld", i ? "," : "",
+                                (long long)t->shape[i]);
+    if (off < n) snprintf(buf + off, n - off, "]");
+    return buf;
+}
+
+static int need_tensor(const char *fn, const char *name, const zt_tensor *t)
+{
+    ZT_CHECK(t != NULL, "%s: %s is NULL (freed tensor?)", fn, name);
+    ZT_CHECK(t->dtype >= 0 && t->dtype < ZT_NDTYPES && t->storage != NULL,
+             "%s: %s is not a valid tensor (freed?)", fn, name);
+    return ZT_OK;
+}
+
+static int need_f32(const char *fn, const char *name, const zt_tensor *t)
+{
+    char b[96];
+    ZT_TRY(need_tensor(fn, name, t));
+    ZT_CHECK(t->dtype == ZT_F32, "%s: %s must be f32 (reductions sum in f32), got %s; "
+             "cast it with zt_cast first", fn, name, desc(t, b, sizeof b));
+    return ZT_OK;
+}
+
+static int need_max(const char *fn, const char *name, const zt_tensor *t)
+{
+    ZT_CHECK(t->numel <= ZT_COMM_MAX_ELEMS, "%s: %s has %lld elements; one collective "
+             "moves at most %lld (MPI counts are int): split it into buckets", fn, name,
+             (long long)t->numel, (long long)ZT_COMM_MAX_ELEMS);
+    return ZT_OK;
+}
+
+static size_t nbytes_of(const zt_tensor *t) { return (size_t)t->numel * zt_dtype_size(t->dtype); }
+
+/* Do [a, a+na) and [b, b+nb) share a byte? */
+static int overlap(const void *a, size_t na, const void *b, size_t nb)
+{
+    const char *x = a, *y = b;
+    return x < y + nb && y < x + na;
+}
+
+/* ---- collectives ------------------------------------------------------------ */
+int zt_all_reduce(zt_comm *c, zt_tensor *x, zt_comm_req **req)
+{
+    const char *fn = "zt_all_reduce";
+    if (req) *req = NULL;
+    ZT_TRY(usable(fn, c));
+    ZT_TRY(need_f32(fn, "x", x));
+    ZT_TRY(need_max(fn, "x", x));
+    zt_comm_req *op = NULL;
+    ZT_TRY(new_op(&op, ZT_OP_ALL_REDUCE, fn, c));
+    op->out = x->data;
+    op->count = x->numel;
+    op->dtype = ZT_F32;
+    op->esize = 4;
+    op->tier = x->storage->tier;
+    hold(op, x, NULL);
+    return submit(op, req);
+}
+
+int zt_reduce_scatter(zt_comm *c, zt_tensor *out, const zt_tensor *in, zt_comm_req **req)
+{
+    const char *fn = "zt_reduce_scatter";
+    char b1[96], b2[96];
+    if (req) *req = NULL;
+    ZT_TRY(usable(fn, c));
+    ZT_TRY(need_f32(fn, "in", in));
+    ZT_TRY(need_f32(fn, "out", out));
+    ZT_TRY(need_max(fn, "in", in));
+    ZT_CHECK(in->numel == (int64_t)c->size * out->numel,
+             "%s: in must hold size x numel(out) = %d x %lld = %lld elements, got in %s, "
+             "out %s", fn, c->size, (long long)out->numel,
+             (long long)c->size * out->numel, desc(in, b1, sizeof b1), desc(out, b2, sizeof b2));
+    const float *own = (const float *)in->data + (size_t)c->rank * (size_t)out->numel;
+    ZT_CHECK(out->data == own || !overlap(out->data, nbytes_of(out), in->data, nbytes_of(in)),
+             "%s: out overlaps in; out may only be this rank's own chunk of in (elements "
+             "[rank*n, (rank+1)*n)) or separate memory", fn);
+    zt_comm_req *op = NULL;
+    ZT_TRY(new_op(&op, ZT_OP_REDUCE_SCATTER, fn, c));
+    op->out = out->data;
+    op->in = in->data;
+    op->count = out->numel;
+    op->dtype = ZT_F32;
+    op->esize = 4;
+    op->tier = in->storage->tier;
+    hold(op, out, in);
+    return submit(op, req);
+}
+
+int zt_all_gather(zt_comm *c, zt_tensor *out, const zt_tensor *in, zt_comm_req **req)
+{
+    const char *fn = "zt_all_gather";
+    char b1[96], b2[96];
+    if (req) *req = NULL;
+    ZT_TRY(usable(fn, c));
+    ZT_TRY(need_tensor(fn, "in", in));
+    ZT_TRY(need_tensor(fn, "out", out));
+    ZT_CHECK(in->dtype == out->dtype, "%s: in is %s but out is %s; the dtypes must match",
+             fn, desc(in, b1, sizeof b1), desc(out, b2, sizeof b2));
+    ZT_TRY(need_max(fn, "out", out));
+    ZT_CHECK(out->numel == (int64_t)c->size * in->numel,
+             "%s: out must hold size x numel(in) = %d x %lld = %lld elements, got out %s, "
+             "in %s", fn, c->size, (long long)in->numel, (long long)c->size * in->numel,
+             desc(out, b1, sizeof b1), desc(in, b2, sizeof b2));
+    const char *own = (const char *)out->data + (size_t)c->rank * nbytes_of(in);
+    ZT_CHECK(in->data == own || !overlap(out->data, nbytes_of(out), in->data, nbytes_of(in)),
+             "%s: in overlaps out; in may only be this rank's own chunk of out (elements "
+             "[rank*n, (rank+1)*n)) or separate memory", fn);
+    zt_comm_req *op = NULL;
+    ZT_TRY(new_op(&op, ZT_OP_ALL_GATHER, fn, c));
+    op->out = out->data;
+    op->in = in->data;
+    op->count = in->numel;
+    op->dtype = in->dtype;
+    op->esize = zt_dtype_size(in->dtype);
+    op->tier = out->storage->tier;
+    hold(op, out, in);
+    return submit(op, req);
+}
+
+int zt_broadcast(zt_comm *c, zt_tensor *x, int root, zt_comm_req **req)
+{
+    const char *fn = "zt_broadcast";
+    if (req) *req = NULL;
+    ZT_TRY(usable(fn, c));
+    ZT_TRY(need_tensor(fn, "x", x));
+    ZT_CHECK(root >= 0 && root < c->size, "%s: root %d is not a rank of this communicator "
+             "(0..%d)", fn, root, c->size - 1);
+    zt_comm_req *op = NULL;
+    ZT_TRY(new_op(&op, ZT_OP_BROADCAST, fn, c));
+    op->out = x->data;
+    op->count = x->numel;
+    op->dtype = x->dtype;
+    op->esize = zt_dtype_size(x->dtype);
+    op->tier = x->storage->tier;
+    op->root = root;
+    hold(op, x, NULL);
+    return submit(op, req);
+}
+
+static int check_peer(const char *fn, const zt_comm *c, int peer, int tag)
+{
+    ZT_CHECK(peer >= 0 && peer < c->size, "%s: peer %d is not a rank of this communicator "
+             "(0..%d)", fn, peer, c->size - 1);
+    ZT_CHECK(peer != c->rank, "%s: peer %d is this rank; a rank cannot send to itself "
+             "(use zt_copy)", fn, peer);
+    ZT_CHECK(tag >= 0 && tag <= 32767, "%s: tag %d out of range (0..32767)", fn, tag);
+    return ZT_OK;
+}
+
+int zt_send(zt_comm *c, const zt_tensor *x, int peer, int tag, zt_comm_req **req)
+{
+    const char *fn = "zt_send";
+    if (req) *req = NULL;
+    ZT_TRY(usable(fn, c));
+    ZT_TRY(need_tensor(fn, "x", x));
+    ZT_TRY(check_peer(fn, c, peer, tag));
+    zt_comm_req *op = NULL;
+    ZT_TRY(new_op(&op, ZT_OP_SEND, fn, c));
+    op->in = x->data;
+    op->count = x->numel;
+    op->dtype = x->dtype;
+    op->esize = zt_dtype_size(x->dtype);
+    op->tier = x->storage->tier;
+    op->peer = peer;
+    op->tag = tag;
+    hold(op, x, NULL);
+    return submit(op, req);
+}
+
+int zt_recv(zt_comm *c, zt_tensor *x, int peer, int tag, zt_comm_req **req)
+{
+    const char *fn = "zt_recv";
+    if (req) *req = NULL;
+    ZT_TRY(usable(fn, c));
+    ZT_TRY(need_tensor(fn, "x", x));
+    ZT_TRY(check_peer(fn, c, peer, tag));
+    zt_comm_req *op = NULL;
+    ZT_TRY(new_op(&op, ZT_OP_RECV, fn, c));
+    op->out = x->data;
+    op->count = x->numel;
+    op->dtype = x->dtype;
+    op->esize = zt_dtype_size(x->dtype);
+    op->tier = x->storage->tier;
+    op->peer = peer;
+    op->tag = tag;
+    hold(op, x, NULL);
+    return submit(op, req);
+}
+
+int zt_barrier(zt_comm *c, zt_comm_req **req)
+{
+    const char *fn = "zt_barrier";
+    if (req) *req = NULL;
+    ZT_TRY(usable(fn, c));
+    zt_comm_req *op = NULL;
+    ZT_TRY(new_op(&op, ZT_OP_BARRIER, fn, c));
+    return submit(op, req);
+}
+
+int zt_comm_all_gather_host(zt_comm *c, void *out, const void *in, size_t nbytes)
+{
+    const char *fn = "zt_comm_all_gather_host";
+    ZT_TRY(usable(fn, c));
+    ZT_CHECK(out != NULL && in != NULL, "%s: out or in is NULL", fn);
+    ZT_CHECK(nbytes <= (size_t)ZT_COMM_MAX_ELEMS / (size_t)c->size,
+             "%s: %zu bytes per rank x %d ranks is more than this call moves (2 GiB); it "
+             "is meant for small metadata: use zt_all_gather on a tensor", fn, nbytes, c->size);
+    const char *own = (const char *)out + (size_t)c->rank * nbytes;
+    ZT_CHECK(in == own || !overlap(out, nbytes * (size_t)c->size, in, nbytes),
+             "%s: in overlaps out; in may only be this rank's own slot of out", fn);
+    if (nbytes == 0) return ZT_OK;
+    zt_comm_req *op = NULL;
+    ZT_TRY(new_op(&op, ZT_OP_ALL_GATHER_HOST, fn, c));
+    op->out = out;
+    op->in = in;
+    op->count = (int64_t)nbytes;
+    return submit(op, NULL);
+}
+
+int zt_comm_broadcast_host(zt_comm *c, void *buf, size_t nbytes, int root)
+{
+    const char *fn = "zt_comm_broadcast_host";
+    ZT_TRY(usable(fn, c));
+    ZT_CHECK(buf != NULL, "%s: buf is NULL", fn);
+    ZT_CHECK(root >= 0 && root < c->size, "%s: root %d is not a rank of this communicator "
+             "(0..%d)", fn, root, c->size - 1);
+    ZT_CHECK(nbytes <= (size_t)ZT_COMM_MAX_ELEMS, "%s: %zu bytes is more than this call "
+             "moves (2 GiB); it is meant for small metadata: use zt_broadcast on a tensor",
+             fn, nbytes);
+    if (nbytes == 0) return ZT_OK;
+    zt_comm_req *op = NULL;
+    ZT_TRY(new_op(&op, ZT_OP_BROADCAST_HOST, fn, c));
+    op->out = buf;
+    op->count = (int64_t)nbytes;
+    op->root = root;
+    return submit(op, NULL);
+}

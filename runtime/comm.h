@@ -1,0 +1,96 @@
+/*
+ * comm.h -- private to runtime/comm*.c: communicators, operations (= requests)
+ * and the transport interface.
+ *
+ * comm.c validates every call on the caller's thread and turns it into a
+ * zt_comm_req (one heap object: the operation and its result). A threaded
+ * transport (MPI) runs the operations on the communication thread, one at a
+ * time in issue order; the local transport runs them at once on the caller.
+ */
+#ifndef ZT_COMM_H
+#define ZT_COMM_H
+
+#include "internal.h"
+
+enum {
+    ZT_OP_ALL_REDUCE, ZT_OP_REDUCE_SCATTER, ZT_OP_ALL_GATHER, ZT_OP_BROADCAST,
+    ZT_OP_SEND, ZT_OP_RECV, ZT_OP_BARRIER, ZT_OP_SPLIT, ZT_OP_FREE,
+    ZT_OP_ALL_GATHER_HOST, ZT_OP_BROADCAST_HOST
+};
+
+typedef struct zt_transport zt_transport;
+
+struct zt_comm {
+    const zt_transport *tp;
+    int rank, size;
+    int is_world;
+    void *impl;                 /* transport's handle (MPI: an MPI_Comm) */
+};
+
+/* One operation; the public zt_comm_req is this object. */
+struct zt_comm_req {
+    int kind;
+    const char *fn;             /* API function name, for messages */
+    zt_comm *comm;
+    /* data: out/x and in as raw pointers (tensors are retained in hold[]) */
+    void *out;
+    const void *in;
+    int64_t count;              /* elements of `out`-side unit (see comm.c) */
+    int dtype;                  /* ZT_F32 ... or -1 for raw bytes (host ops) */
+    size_t esize;               /* bytes per element */
+    int tier;                   /* tier for scratch buffers */
+    int root, peer, tag;
+    int color, key;
+    zt_comm **split_out;
+    size_t scratch_bytes;       /* per-op scratch budget (captured at issue) */
+    size_t msg_bytes;           /* largest single MPI message (captured at issue) */
+    zt_tensor *hold[2];         /* references kept until completion */
+    /* transport state for operations left in flight (point-to-point) */
+    void *pending;
+    int npending;
+    int inflight;               /* set by start(): complete later via progress() */
+    /* result, published under the queue lock */
+    int done;
+    int rc;
+    int detached;               /* nobody waits: the runner frees it */
+    char msg[512];
+    struct zt_comm_req *next;
+};
+
+struct zt_transport {
+    const char *name;
+    int threaded;               /* operations run on the communication thread */
+    /* On the communication thread: bring the transport up, fill world. */
+    int (*init)(zt_comm *world);
+    /* Run an operation. Returns its result; or sets op->inflight and returns
+     * ZT_OK when it must be completed by progress(). */
+    int (*start)(zt_comm_req *op);
+    /* An in-flight operation: *done = 1 once finished (result returned). */
+    int (*progress)(zt_comm_req *op, int *done);
+    /* Release a communicator's handle (not the world's). */
+    int (*free_comm)(zt_comm *c);
+    /* On the communication thread after the last operation. */
+    int (*finalize)(zt_comm *world);
+    /* Last resort; must not return. */
+    void (*abort)(int code);
+};
+
+extern const zt_transport zt_transport_local;
+extern const zt_transport zt_transport_mpi;
+
+/* Element-wise rank-order sum: dst[i] = ((src0[i] + src1[i]) + src2[i]) + ...
+ * where srcj = src + j * n. */
+void zt_comm_sum_ranks(float *dst, const float *src, int nsrc, size_t n);
+
+/* Chunking knobs (tests use them to exercise multi-round paths):
+ * scratch_bytes bounds the receive buffer of one reduction round, msg_bytes
+ * the size of one MPI message. 0 restores the default. Read when an
+ * operation is issued. */
+void zt_comm_tune(size_t scratch_bytes, size_t msg_bytes);
+#define ZT_COMM_DEFAULT_SCRATCH ((size_t)32 << 20)
+#define ZT_COMM_DEFAULT_MSG     ((size_t)1 << 30)
+/* Largest element count of one tensor in a collective (MPI counts and
+ * displacements are int). */
+#define ZT_COMM_MAX_ELEMS       ((int64_t)2147483647)
+
+#endif

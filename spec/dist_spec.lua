@@ -1,0 +1,140 @@
+-- Multi-rank training through `ztrain --nproc N` (real MPI ranks): the same
+-- math under every strategy, the ZeRO memory formulas, and errors that stop
+-- the job instead of hanging it. Small model, few steps: N=2 and N=4
+-- (oversubscribed on this 2-core machine).
+local cjson = require "cjson"
+
+local function tmpdir() local p = os.tmpname(); os.remove(p); return p end
+
+-- run(args) -> output, exit code; killed after `limit` seconds (124).
+local function run(args, limit)
+  local cmd = ("timeout %d build/ztrain %s 2>&1; echo \"rc=$?\""):format(limit or 120, args)
+  local p = io.popen(cmd)
+  local out = p:read("*a")
+  p:close()
+  return out, tonumber(out:match("rc=(%d+)%s*$"))
+end
+
+local function summary(dir)
+  local f = assert(io.open(dir .. "/summary.json"), "no summary.json in " .. dir)
+  local s = cjson.decode(f:read("*a")); f:close()
+  return s
+end
+
+local function losses(dir)
+  local out = {}
+  for line in io.lines(dir .. "/metrics.jsonl") do
+    local m = cjson.decode(line)
+    out[#out + 1] = ("%d:%.14g"):format(m.step, m.loss)
+  end
+  return table.concat(out, " ")
+end
+
+-- Small settings shared by every run, so digests are comparable.
+local BASE = "model.size=gpt2-tiny data.seq_len=32 batch.micro=2 train.steps=3 train.log_every=1 " ..
+             "train.eval_every=0 train.eval_batches=2 lr.warmup=1 -q"
+
+local function train(nproc, recipe, extra)
+  local dir = tmpdir()
+  local launch = nproc and ("--nproc " .. nproc .. " ") or ""
+  local out, rc = run(("%s recipes/%s.lua %s %s out=%s"):format(launch, recipe, BASE, extra or "", dir))
+  assert(rc == 0, ("%s %s failed (rc %s):\n%s"):format(recipe, extra or "", tostring(rc), out))
+  return summary(dir), losses(dir)
+end
+
+describe("same math on every strategy", function()
+  for _, n in ipairs({ 2, 4 }) do
+    it(("dp, zero1, zero2, zero3 at N=%d equal one rank accumulating %d micro-batches"):format(n, n), function()
+      local ref, ref_losses = train(nil, "single", "batch.accumulate=" .. n)
+      for _, strat in ipairs({ "dp", "zero1", "zero2", "zero3" }) do
+        local s, l = train(n, strat)
+        assert.are.equal(n, s.world_size)
+        assert.are.equal(strat, s.strategy)
+        assert.are.equal(ref.param_digest, s.param_digest, strat .. " digest differs from single")
+        assert.are.equal(ref_losses, l, strat .. " per-step losses differ")
+      end
+    end)
+  end
+
+  it("holds with accumulation: N=2 x accumulate 2 equals one rank accumulating 4", function()
+    local ref = train(nil, "single", "batch.accumulate=4")
+    for _, strat in ipairs({ "dp", "zero1", "zero2", "zero3" }) do
+      local s = train(2, strat, "batch.accumulate=2")
+      assert.are.equal(ref.param_digest, s.param_digest, strat .. " with accumulation")
+    end
+  end)
+end)
+
+describe("ZeRO memory", function()
+  -- model state measured (params + grads + optim peaks) within 5% of the formula
+  local function formula(strat, psi, n)
+    return ({ dp = 16 * psi, zero1 = 8 * psi + 8 * psi / n, zero2 = 4 * psi + 12 * psi / n,
+              zero3 = 16 * psi / n })[strat]
+  end
+  for _, n in ipairs({ 2, 4 }) do
+    it(("matches the formulas at N=%d"):format(n), function()
+      for _, strat in ipairs({ "dp", "zero1", "zero2", "zero3" }) do
+        local s = train(n, strat, "model.size=gpt2-mini train.steps=1")
+        local want = formula(strat, s.model.params, n)
+        assert.are.equal(n, #s.memory)
+        for _, m in ipairs(s.memory) do
+          local by = m.by_category
+          local got = by.params.device + by.grads.device + by.optim.device
+          assert.is_true(math.abs(got - want) / want < 0.05,
+                         ("%s N=%d rank %d: measured %d, formula %d"):format(strat, n, m.rank, got, want))
+        end
+        local p = s.predicted
+        assert.is_true(math.abs(p.params + p.grads + p.optim - want) < 1)
+      end
+    end)
+  end
+end)
+
+describe("errors instead of hangs", function()
+  it("stops on a global batch that does not divide into ranks x micro-batch, with a valid choice", function()
+    local out, rc = run("--nproc 2 recipes/dp.lua batch.micro=4 batch.global=12 -q", 60)
+    assert.are_not.equal(0, rc)
+    assert.matches("batch.global 12 does not divide into 2 rank(s) x batch.micro 4 = 8", out, 1, true)
+    assert.matches("use batch.global=8 or 16", out, 1, true)
+  end)
+
+  it("names the keys on which ranks disagree", function()
+    local recipe = os.tmpname() .. ".lua"
+    local f = assert(io.open(recipe, "w"))
+    f:write([[
+      local rank = tonumber(os.getenv("OMPI_COMM_WORLD_RANK") or "0")
+      return { strategy = "dp", train = { steps = 10 + rank }, data = { seq_len = 32 } }
+    ]])
+    f:close()
+    local out, rc = run("--nproc 2 " .. recipe .. " -q", 60)
+    os.remove(recipe)
+    assert.are_not.equal(0, rc)
+    assert.are_not.equal(124, rc, "the job hung")
+    assert.matches("ranks disagree on the recipe: train.steps (rank 0: 10, rank 1: 11)", out, 1, true)
+  end)
+
+  it("ends the job within seconds when a rank dies", function()
+    local recipe = os.tmpname() .. ".lua"
+    local f = assert(io.open(recipe, "w"))
+    -- a strategy that kills rank 1 in its second step, mid-training
+    f:write([[
+      local zt = require "ztrain"
+      local S = zt.strategy.dp()
+      local step = S.step
+      local n = 0
+      S.step = function(ctx, lr)
+        n = n + 1
+        if n == 2 and ctx.rank == 1 then os.exit(3) end
+        return step(ctx, lr)
+      end
+      return { strategy = S, train = { steps = 50 }, data = { seq_len = 32 }, batch = { micro = 2 } }
+    ]])
+    f:close()
+    local t0 = os.time()
+    local out, rc = run("--nproc 2 " .. recipe .. " -q", 60)
+    os.remove(recipe)
+    assert.are_not.equal(0, rc)
+    assert.are_not.equal(124, rc, "the job hung:\n" .. out)
+    assert.is_true(os.time() - t0 < 30)
+  end)
+end)
