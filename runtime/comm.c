@@ -28,6 +28,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +60,7 @@ static size_t tune_msg = ZT_COMM_DEFAULT_MSG;
 
 void zt_comm_tune(size_t scratch_bytes, size_t msg_bytes)
 {
-    tune_scratch = scratch_bytes ? scratch_bytes : ZT_COMM_DEFAULT_SCRATCH;
+    tune_scratch = scratch_bytes;       /* 0: auto */
     tune_msg = msg_bytes ? msg_bytes : ZT_COMM_DEFAULT_MSG;
 }
 
@@ -331,7 +332,15 @@ int zt_comm_world(zt_comm **out)
     init_done = 0;
     q_stop = 0;
     q_head = q_tail = NULL;
+    /* The thread takes no asynchronous signals (Ctrl-C and friends go to the
+     * program's threads); faults still reach whoever faults. */
+    sigset_t all, old;
+    sigfillset(&all);
+    sigdelset(&all, SIGSEGV); sigdelset(&all, SIGBUS); sigdelset(&all, SIGFPE);
+    sigdelset(&all, SIGILL); sigdelset(&all, SIGABRT); sigdelset(&all, SIGTRAP);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     int err = pthread_create(&comm_thread, NULL, comm_main, &world);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err)
         return zt_error(ZT_ENOMEM, "zt_comm_world: cannot start the communication thread: %s",
                         strerror(err));
@@ -343,7 +352,7 @@ int zt_comm_world(zt_comm **out)
         pthread_join(comm_thread, NULL);
         world_state = WORLD_DOWN;
         snprintf(world_down_why, sizeof world_down_why, "starting MPI failed");
-        return zt_error(rc, "zt_comm_world: %s", init_msg);
+        return zt_error(rc, "%s", init_msg);
     }
     world_state = WORLD_UP;
     *out = &world;
@@ -412,7 +421,7 @@ int zt_comm_finalize(void)
     pthread_join(comm_thread, NULL);
     world_state = WORLD_DOWN;
     snprintf(world_down_why, sizeof world_down_why, "MPI was finalized (zt_comm_finalize)");
-    if (fin_rc != ZT_OK) return zt_error(fin_rc, "zt_comm_finalize: %s", fin_msg);
+    if (fin_rc != ZT_OK) return zt_error(fin_rc, "%s", fin_msg);
     return ZT_OK;
 }
 

@@ -147,7 +147,12 @@ static int mpi_free_comm(zt_comm *c)
  * round (p x S floats) fits the budget; a message never exceeds msg_bytes. */
 static int64_t round_elems(const zt_comm_req *op, int p, int64_t chunk)
 {
-    int64_t s = (int64_t)(op->scratch_bytes / (4 * (size_t)p));
+    size_t budget = op->scratch_bytes;
+    if (budget == 0) {
+        budget = (size_t)p * ZT_COMM_AUTO_SLICE;
+        if (budget < ZT_COMM_AUTO_SCRATCH) budget = ZT_COMM_AUTO_SCRATCH;
+    }
+    int64_t s = (int64_t)(budget / (4 * (size_t)p));
     int64_t m = (int64_t)(op->msg_bytes / 4);
     if (s > m) s = m;
     if (s < 1) s = 1;

@@ -73,17 +73,41 @@ describe("training a recipe", function()
 end)
 
 describe("determinism", function()
-  it("gives identical bits with 1 and 2 threads", function()
+  -- gpt2-mini at B=8, T=128: big enough that every kernel (GEMM blocks,
+  -- layernorm, encoder, attention tiles) actually splits across threads
+  it("gives identical bits with 1, 2 and 3 threads", function()
     local d = {}
-    for _, th in ipairs({ 1, 2 }) do
+    for _, th in ipairs({ 1, 2, 3 }) do
       local s = zt.train("recipes/single.lua",
-                         with({ "train.steps=3", "train.eval_every=0", "train.eval_batches=0",
+                         with({ "model.size=gpt2-mini", "batch.micro=8", "data.seq_len=128",
+                                "train.steps=2", "train.eval_every=0", "train.eval_batches=0",
                                 "device.threads=" .. th, "batch.accumulate=2", "out=" .. tmpdir() }),
                          { quiet = true })
       d[th] = s.param_digest
     end
-    zt.threads(2)
     assert.are.equal(d[1], d[2])
+    assert.are.equal(d[1], d[3])
+  end)
+end)
+
+describe("a diverging run", function()
+  it("stops with a message and still writes summary.json with null losses", function()
+    local out = tmpdir()
+    local S = zt.strategy.single()
+    local step = S.step
+    S.step = function(ctx, lr)          -- poison the parameters after step 1
+      local gn = step(ctx, lr)
+      zt.ops.fill(ctx.model.units[2].params, 0 / 0)
+      return gn
+    end
+    local r = assert(zt.recipe.resolve({ strategy = S }, with({ "train.steps=5", "out=" .. out })))
+    r.name = "nan"
+    local ok, err = pcall(require("ztrain.run").run, r, { quiet = true })
+    assert.is_false(ok)
+    assert.matches("training diverged", err, 1, true)
+    local j = cjson.decode(assert(io.open(out .. "/summary.json")):read("*a"))
+    assert.matches("^error: loss is nan at step 2", j.exit)
+    assert.are.equal(cjson.null, j.final_loss)
   end)
 end)
 

@@ -1,7 +1,7 @@
 -- tools/bench.lua -- training-step throughput of full-size GPT-2 on one rank.
 --
---   build/ztrain tools/bench.lua            (make bench runs it, with OPENBLAS_*
---                                           unset as on a user's machine)
+--   build/ztrain --script tools/bench.lua [model=gpt2] [T=64,256] [B=4] [steps=3]
+--   (make bench runs it with OPENBLAS_* unset, as on a user's machine)
 -- Prints tokens/s and achieved GFLOP/s of a full step (forward, backward,
 -- AdamW) beside the sgemm peak measured in the same process.
 -- FLOPs per token = 6 N + 12 L C T (PaLM's count: attention in full, forward

@@ -68,6 +68,7 @@ function M.main(argv)
       local n = tonumber(argv[i + 1] or "")
       if not n then return die("--threads needs a number") end
       opts.overrides[#opts.overrides + 1] = "device.threads=" .. n; i = i + 1
+      opts.threads = n
     elseif a:match("^%-") then return die(("unknown option %s (see ztrain --help)"):format(a))
     elseif not opts.recipe and a:match("%.lua$") then opts.recipe = a
     elseif a:match("=") then opts.overrides[#opts.overrides + 1] = a
@@ -90,6 +91,10 @@ function M.main(argv)
   local ok_load, zt = pcall(require, "ztrain")
   if not ok_load then return die(tostring(zt)) end
   _G.zt = zt
+  if opts.threads then
+    local ok, err = pcall(zt.threads, opts.threads)
+    if not ok then return die(tostring(err)) end
+  end
 
   for _, code in ipairs(opts.exprs) do
     local ok, err = require("ztrain.repl").eval(code, true)
@@ -122,7 +127,10 @@ function M.main(argv)
       io.stderr:write("ztrain: ", tostring(rerr), "\n")
     end
   elseif #opts.overrides > 0 then
-    return die("key=value overrides need a recipe: ztrain RECIPE.lua " .. opts.overrides[1])
+    local n = opts.threads
+    if not n or #opts.overrides > 1 then
+      return die("key=value overrides need a recipe: ztrain RECIPE.lua " .. opts.overrides[#opts.overrides])
+    end
   end
 
   if opts.interactive or (not opts.recipe and #opts.exprs == 0) then

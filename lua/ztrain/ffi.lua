@@ -86,7 +86,7 @@ local C = lib
 function M.check(rc, what)
   if rc ~= 0 then
     local msg = ffi.string(C.zt_last_error())
-    error((what and (what .. ": ") or "") .. msg .. " [" .. ffi.string(C.zt_strerror(rc)) .. "]", 3)
+    error((what and (what .. ": ") or "") .. msg .. " [" .. ffi.string(C.zt_strerror(rc)) .. "]", 0)
   end
   return rc
 end

@@ -141,8 +141,12 @@ function M.apply_override(r, arg)
     t = t[k]
   end
   local last = keys[#keys]
-  if schema[last] == nil or (type(schema[last]) == "table" and not LEAF[path]) then
-    return nil, unknown(path)
+  if schema[last] == nil then return nil, unknown(path) end
+  if type(schema[last]) == "table" and not LEAF[path] then
+    local sub = {}
+    for k in pairs(schema[last]) do sub[#sub + 1] = path .. "." .. k end
+    table.sort(sub)
+    return nil, ("%s is a table of keys; set one of them (%s)"):format(path, table.concat(sub, ", "))
   end
   local v = parse_value(value)
   if type(schema[last]) == "number" and type(v) ~= "number" then
@@ -150,6 +154,33 @@ function M.apply_override(r, arg)
   end
   if type(schema[last]) == "string" and type(v) == "number" then v = value end
   t[last] = v
+  return true
+end
+
+-- Numeric keys: { min, max, integer }. A value outside is an error naming
+-- the key, so nothing downstream sees NaN, infinities or fractional counts.
+local RANGES = {
+  ["model.seed"] = { 0, 2 ^ 53, true }, ["data.seq_len"] = { 1, 2 ^ 31, true },
+  ["data.valid_fraction"] = { 0, 0.9 }, ["data.seed"] = { 0, 2 ^ 53, true },
+  ["optim.lr"] = { 0, 1e3 }, ["optim.eps"] = { 1e-30, 1 }, ["optim.weight_decay"] = { 0, 1e3 },
+  ["optim.clip"] = { 0, 1e30 }, ["lr.warmup"] = { 0, 2 ^ 31, true }, ["lr.min_ratio"] = { 0, 1 },
+  ["batch.micro"] = { 1, 2 ^ 31, true }, ["batch.accumulate"] = { 1, 2 ^ 31, true },
+  ["batch.global"] = { 0, 2 ^ 31, true }, ["train.steps"] = { 1, 2 ^ 40, true },
+  ["train.log_every"] = { 0, 2 ^ 40, true }, ["train.eval_every"] = { 0, 2 ^ 40, true },
+  ["train.eval_batches"] = { 0, 2 ^ 31, true }, ["device.threads"] = { 0, 1024, true },
+}
+
+local function check_values(r)
+  for path, rng in pairs(RANGES) do
+    local a, b = path:match("^([^.]+)%.(.+)$")
+    local v = r[a][b]
+    local ok = type(v) == "number" and v == v and v >= rng[1] and v <= rng[2] and
+               (not rng[3] or v == math.floor(v))
+    if not ok then
+      return nil, ("%s must be %s in [%s, %s], got %s"):format(path, rng[3] and "an integer" or "a number",
+                   tostring(rng[1]), tostring(rng[2]), tostring(v))
+    end
+  end
   return true
 end
 
@@ -165,6 +196,8 @@ function M.resolve(user, overrides)
     if not ok then return nil, err end
   end
   ok, err = validate(r, M.defaults, "")
+  if not ok then return nil, err end
+  ok, err = check_values(r)
   if not ok then return nil, err end
   return r
 end

@@ -14,6 +14,7 @@ int mkdir(const char *path, unsigned int mode);
 
 local M = {}
 cjson.encode_number_precision(14)
+cjson.encode_invalid_numbers("null")       -- a diverged loss is written as null
 cjson.encode_sparse_array(true)
 
 -- mkdir -p; returns true or nil, err.
@@ -139,8 +140,9 @@ function M.print_summary(s)
   local w = io.stdout
   w:write(("\n%s: %s on %d rank(s), %s (%d params), %d step(s), %d tokens\n")
           :format(s.recipe, s.strategy, s.world_size, s.model.name, s.model.params, s.steps, s.tokens))
-  w:write(("  loss        %.4f -> %.4f"):format(s.first_loss or 0 / 0, s.final_loss or 0 / 0))
-  if s.eval_loss then w:write(("   eval %.4f (perplexity %.2f)"):format(s.eval_loss, s.perplexity)) end
+  local function num(x) return type(x) == "number" and x or 0 / 0 end
+  w:write(("  loss        %.4f -> %.4f"):format(num(s.first_loss), num(s.final_loss)))
+  if type(s.eval_loss) == "number" then w:write(("   eval %.4f (perplexity %.2f)"):format(s.eval_loss, s.perplexity)) end
   w:write(("\n  time        %.1f s, %.0f tokens/s (median), %.1f ms/step (median)\n")
           :format(s.seconds, s.tokens_per_s, s.step_ms_median))
   local pred = s.predicted

@@ -8,6 +8,7 @@ local C = zffi.C
 local trainer = require "ztrain.trainer"
 local report = require "ztrain.report"
 local recipe_mod = require "ztrain.recipe"
+local cjson_null = require("cjson").null
 
 local M = {}
 
@@ -24,8 +25,26 @@ local function default_out(r)
   return ("runs/%s-%s"):format(r.name ~= "" and r.name or "run", os.date("%Y%m%d-%H%M%S"))
 end
 
+local memory = require "ztrain.memory"
+
+local run
+
+-- run(recipe, opts) -> summary. The device memory limit and thread count the
+-- recipe sets last only for the run (a REPL session keeps its own).
 function M.run(r, opts)
-  opts = opts or {}
+  local limit, threads = memory.limit("device"), C.zt_get_threads()
+  local ok, res = pcall(run, r, opts or {})
+  memory.set_limit("device", 0)
+  pcall(memory.set_limit, "device", limit)
+  C.zt_set_threads(threads)
+  if not ok then
+    -- a user needs the message, not the Lua file and line it came from
+    error((tostring(res):gsub("^[^\n:]*%.lua:%d+: ", "")), 0)
+  end
+  return res
+end
+
+function run(r, opts)
   local t_start = C.zt_now()
   C.zt_mem_reset_peak()       -- peaks in the summary are this run's
   local tr = trainer.new(r, opts)
@@ -56,9 +75,11 @@ function M.run(r, opts)
                       (r.train.log_every > 0 and rec.step % r.train.log_every == 0)
       if log_now then log:metrics(rec) end
       log:progress(rec, C.zt_now() - t_train, log_now)
-      if rec.loss ~= rec.loss then error("loss is NaN at step " .. rec.step ..
-        "; lower optim.lr or check the data", 0) end
       last = rec
+      if rec.loss ~= rec.loss or math.abs(rec.loss) == math.huge then
+        error(("loss is %s at step %d: training diverged; lower optim.lr, raise lr.warmup or " ..
+               "set optim.clip"):format(tostring(rec.loss), rec.step), 0)
+      end
     end
   end)
   if not okrun then
@@ -81,8 +102,9 @@ function M.run(r, opts)
               global = r.batch.micro * tr.accumulate * tr.world_size },
     steps = last and last.step or 0,
     tokens = (last and last.step or 0) * r.batch.micro * r.data.seq_len * tr.accumulate * tr.world_size,
-    first_loss = first_loss, final_loss = last and last.loss,
-    eval_loss = eval_loss, perplexity = eval_loss and math.exp(eval_loss),
+    first_loss = first_loss or cjson_null, final_loss = last and last.loss or cjson_null,
+    eval_loss = eval_loss or cjson_null, perplexity = eval_loss and math.exp(eval_loss) or cjson_null,
+    blas = require("ffi").string(C.zt_blas_info()),
     tokens_per_s = median(tps), step_ms_median = median(steps_ms),
     seconds = C.zt_now() - t_start,
     memory = report.gather_memory(tr.world),

@@ -35,7 +35,7 @@ function M.new(r, env)
   local ok, err = pcall(build, self, r)
   if not ok then
     self:free()
-    err = tostring(err)
+    err = tostring(err):gsub("^[^\n:]*%.lua:%d+: ", "")
     if err:match("memory limit exceeded") then
       err = err .. "; raise device.memory_limit, or lower batch.micro, data.seq_len or model.size"
     end
@@ -144,6 +144,7 @@ function build(self, r)
   self.optim = adamw.new { lr = r.optim.lr, betas = r.optim.betas, eps = r.optim.eps,
                            weight_decay = r.optim.weight_decay }
   self.schedule = lr.make(r.optim.lr, r.lr, r.train.steps)
+  self:check_fits()
   self.ctx = { model = self.model, optim = self.optim, accumulate = accum, clip = r.optim.clip,
                world_size = self.world_size, rank = self.rank, recipe = r, seed = r.model.seed,
                world = self.world }
@@ -152,6 +153,32 @@ function build(self, r)
   self.xbuf = ffi.new("int32_t[?]", B * Tlen)
   self.ybuf = ffi.new("int32_t[?]", B * Tlen)
   self.step = 0
+end
+
+-- Refuse early (with numbers) a model whose state cannot fit in this
+-- machine's available memory, instead of being killed by the OOM killer
+-- half-way through allocating it.
+function Trainer:check_fits()
+  local S = self.strategy
+  if not S.predicted then return end
+  local p = S.predicted({ model = self.model, world_size = self.world_size, accumulate = self.accumulate })
+  local need = p.params + p.grads + p.optim + (p.accumulator or 0)
+  local f = io.open("/proc/meminfo")
+  if not f then return end
+  local avail
+  for line in f:lines() do
+    local kb = line:match("^MemAvailable:%s+(%d+) kB")
+    if kb then avail = tonumber(kb) * 1024 end
+  end
+  f:close()
+  local limit = memory.limit("device")
+  local local_ranks = tonumber(os.getenv("OMPI_COMM_WORLD_LOCAL_SIZE") or "") or 1
+  if avail and limit == 0 and need * local_ranks > avail then
+    fail(("%s with %s needs %s of model state per rank (%d rank(s) on this machine), but only %s " ..
+          "of memory is available: use a smaller model.size, zero3 with more ranks, or set " ..
+          "device.memory_limit to try anyway"):format(self.cfg.name, S.name, memory.format(need),
+          local_ranks, memory.format(avail)))
+  end
 end
 
 -- One training step; returns { step, loss, lr, grad_norm, step_ms, tokens }.

@@ -19,9 +19,14 @@ function M.new(opts)
   opts = opts or {}
   local self = setmetatable({}, AdamW)
   for k, v in pairs(M.defaults) do self[k] = opts[k] == nil and v or opts[k] end
-  if type(self.betas) ~= "table" or #self.betas ~= 2 then
-    error("optim.betas must be a pair like { 0.9, 0.95 }", 2)
+  local b = self.betas
+  if type(b) ~= "table" or #b ~= 2 or type(b[1]) ~= "number" or type(b[2]) ~= "number"
+     or b[1] < 0 or b[1] >= 1 or b[2] < 0 or b[2] >= 1 then
+    error("optim.betas must be a pair of numbers in [0, 1) like { 0.9, 0.95 }", 2)
   end
+  if not (self.lr >= 0 and self.lr < math.huge) then error("optim.lr must be a finite number >= 0", 2) end
+  if not (self.eps > 0) then error("optim.eps must be > 0", 2) end
+  if not (self.weight_decay >= 0) then error("optim.weight_decay must be >= 0", 2) end
   self.state, self.t = {}, 0
   return self
 end

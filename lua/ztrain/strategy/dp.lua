@@ -17,7 +17,7 @@ local M = {}
 
 function M.new(opts)
   opts = opts or {}
-  local S = { name = "dp", opts = opts }
+  local S = { name = opts.defer_reduction and "dp_deferred" or "dp", opts = opts }
   local W, acc, pending
 
   function S.setup(ctx)

@@ -209,7 +209,7 @@ function M.new(opts)
   end
 
   function S.predicted(ctx)
-    local psi, N = ctx.model.nparams, W.size
+    local psi, N = ctx.model.nparams, ctx.world_size
     local p = { [1] = { 4 * psi, 4 * psi, 8 * psi / N },
                 [2] = { 4 * psi, 4 * psi / N, 8 * psi / N },
                 [3] = { 4 * psi / N, 4 * psi / N, 8 * psi / N } }

@@ -1,0 +1,112 @@
+-- AdamW and clipping against a plain Lua transcription of PyTorch's formulas.
+local ffi = require "ffi"
+local zt = require "ztrain"
+local norm = require "ztrain.strategy.norm"
+
+-- A fake unit: two tensors, one decayed (a matrix), one not (a bias).
+local function unit(n1, n2)
+  return { index = 1, numel = n1 + n2, tensors = {
+    { name = "w", offset = 0, numel = n1, decay = true },
+    { name = "b", offset = n1, numel = n2, decay = false } } }
+end
+
+local function tensor(vals)
+  local t = zt.tensor.new({ #vals }, { category = "other" })
+  local a = ffi.new("float[?]", #vals)
+  for i, v in ipairs(vals) do a[i - 1] = v end
+  t:write(a)
+  return t
+end
+
+-- torch.optim.AdamW, in float32 steps as the kernel does them.
+local function f32(x) return tonumber(ffi.new("float", x)) end
+local function ref_adamw(p, g, m, v, lr, b1, b2, eps, wd, t, scale)
+  for i = 1, #p do
+    local gi = f32(g[i] * scale)
+    p[i] = f32(p[i] * f32(1 - lr * wd))
+    m[i] = f32(f32(b1 * m[i]) + f32((1 - b1) * gi))
+    v[i] = f32(f32(b2 * v[i]) + f32(f32((1 - b2) * gi) * gi))
+    local denom = f32(f32(math.sqrt(v[i]) / f32(math.sqrt(1 - b2 ^ t))) + eps)
+    p[i] = f32(p[i] - f32(f32(lr / (1 - b1 ^ t)) * f32(m[i] / denom)))
+  end
+end
+
+describe("AdamW", function()
+  it("follows PyTorch's formula with decay on matrices only", function()
+    local n1, n2 = 37, 11
+    local u = unit(n1, n2)
+    local p0, g = {}, {}
+    for i = 1, n1 + n2 do p0[i] = math.sin(i) * 0.5; g[i] = math.cos(3 * i) * 0.1 end
+    local P, G = tensor(p0), tensor(g)
+    local opt = zt.adamw.new { lr = 0.01, betas = { 0.9, 0.95 }, eps = 1e-8, weight_decay = 0.1 }
+    opt:add_unit(u)
+    local rp, rm, rv = {}, {}, {}
+    for i = 1, n1 + n2 do rp[i], rm[i], rv[i] = f32(p0[i]), 0, 0 end
+    for t = 1, 3 do
+      opt:begin_step()
+      opt:update_unit(u, P, G, 0.01, 0.5)
+      local rw = { unpack(rp, 1, n1) }
+      local rb = { unpack(rp, n1 + 1) }
+      local mw, mb = { unpack(rm, 1, n1) }, { unpack(rm, n1 + 1) }
+      local vw, vb = { unpack(rv, 1, n1) }, { unpack(rv, n1 + 1) }
+      ref_adamw(rw, { unpack(g, 1, n1) }, mw, vw, 0.01, 0.9, 0.95, 1e-8, 0.1, t, 0.5)
+      ref_adamw(rb, { unpack(g, n1 + 1) }, mb, vb, 0.01, 0.9, 0.95, 1e-8, 0.0, t, 0.5)
+      for i = 1, n1 do rp[i], rm[i], rv[i] = rw[i], mw[i], vw[i] end
+      for i = 1, n2 do rp[n1 + i], rm[n1 + i], rv[n1 + i] = rb[i], mb[i], vb[i] end
+    end
+    local got = P:totable()
+    local worst = 0
+    for i = 1, n1 + n2 do worst = math.max(worst, math.abs(got[i] - rp[i]) / math.abs(rp[i])) end
+    assert.is_true(worst < 1e-6, "relative error " .. worst)
+    -- the bias moved without decay: with g = 0 it would not move at all
+    opt:free(); P:free(); G:free()
+  end)
+
+  it("gives the same bits updated in shards as whole", function()
+    local n = 4096
+    local u = unit(3000, 1096)
+    local p0, g = {}, {}
+    for i = 1, n do p0[i] = math.sin(i); g[i] = math.cos(i) * 0.01 end
+    local whole, Gw = tensor(p0), tensor(g)
+    local ow = zt.adamw.new { lr = 1e-3 }
+    ow:add_unit(u)
+    ow:begin_step(); ow:update_unit(u, whole, Gw, 1e-3, 1)
+    -- two shards [0, 2048) and [2048, 4096), each with its own optimizer state
+    local parts = {}
+    for k, rng in ipairs({ { 0, 2048 }, { 2048, 4096 } }) do
+      local o = zt.adamw.new { lr = 1e-3 }
+      o:add_unit(u, { lo = rng[1], hi = rng[2] })
+      local ps, gs = {}, {}
+      for i = rng[1] + 1, rng[2] do ps[#ps + 1] = p0[i]; gs[#gs + 1] = g[i] end
+      local P, G = tensor(ps), tensor(gs)
+      o:begin_step(); o:update_unit(u, P, G, 1e-3, 1)
+      parts[k] = P:totable()
+      o:free(); P:free(); G:free()
+    end
+    local w = whole:totable()
+    for i = 1, 2048 do assert.are.equal(w[i], parts[1][i]) end
+    for i = 1, 2048 do assert.are.equal(w[2048 + i], parts[2][i]) end
+    ow:free(); whole:free(); Gw:free()
+  end)
+
+  it("rejects bad hyper-parameters up front", function()
+    assert.has_error(function() zt.adamw.new { betas = { 2, 3 } } end)
+    assert.has_error(function() zt.adamw.new { lr = -1 } end)
+  end)
+end)
+
+describe("clipping by global norm", function()
+  it("computes the norm over fixed blocks and clips like PyTorch", function()
+    local vals = {}
+    for i = 1, 3000 do vals[i] = (i % 7) - 3 end
+    local t = tensor(vals)
+    local s = 0
+    for _, v in ipairs(vals) do s = s + v * v end
+    local gn = norm.global({ units = { { index = 1 } }, grad_of = function() return t end })
+    assert.are.equal(math.sqrt(s), gn)
+    assert.are.equal(1.0, norm.clip_scale(0.5, 1.0))
+    assert.is_true(math.abs(norm.clip_scale(4.0, 1.0) - 1 / (4 + 1e-6)) < 1e-15)
+    assert.are.equal(1.0, norm.clip_scale(100, 0))       -- 0 = off
+    t:free()
+  end)
+end)
