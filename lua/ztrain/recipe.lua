@@ -9,7 +9,7 @@ local M = {}
 -- strategy object; `out` defaults to runs/<recipe>-<time>.
 M.defaults = {
   name     = "",
-  model    = { size = "gpt2-tiny", seed = 1337 },
+  model    = { size = "gpt2-tiny", seed = 1337, vocab_size = 0 },
   data     = { text = "/usr/share/games/fortunes/*", exclude = "*.dat", tokenizer = "bytes",
                seq_len = 128, valid_fraction = 0.05, seed = 1337 },
   strategy = "single",
@@ -160,7 +160,7 @@ end
 -- Numeric keys: { min, max, integer }. A value outside is an error naming
 -- the key, so nothing downstream sees NaN, infinities or fractional counts.
 local RANGES = {
-  ["model.seed"] = { 0, 2 ^ 53, true }, ["data.seq_len"] = { 1, 2 ^ 31, true },
+  ["model.seed"] = { 0, 2 ^ 53, true }, ["model.vocab_size"] = { 0, 2 ^ 24, true }, ["data.seq_len"] = { 1, 2 ^ 31, true },
   ["data.valid_fraction"] = { 0, 0.9 }, ["data.seed"] = { 0, 2 ^ 53, true },
   ["optim.lr"] = { 0, 1e3 }, ["optim.eps"] = { 1e-30, 1 }, ["optim.weight_decay"] = { 0, 1e3 },
   ["optim.clip"] = { 0, 1e30 }, ["lr.warmup"] = { 0, 2 ^ 31, true }, ["lr.min_ratio"] = { 0, 1 },

@@ -134,7 +134,12 @@ function build(self, r)
   self.data_seconds = C.zt_now() - t0
 
   -- model, optimizer, strategy
-  self.cfg = gpt2.config(r.model.size, { vocab_size = self.tokenizer.vocab_size })
+  local V = r.model.vocab_size > 0 and r.model.vocab_size or self.tokenizer.vocab_size
+  if V < self.tokenizer.vocab_size then
+    fail(("model.vocab_size %d is smaller than the %s tokenizer's %d tokens; leave it 0 to use the tokenizer's")
+         :format(V, self.tokenizer.name, self.tokenizer.vocab_size))
+  end
+  self.cfg = gpt2.config(r.model.size, { vocab_size = V })
   if Tlen > self.cfg.maxT then
     fail(("data.seq_len %d exceeds %s's context of %d; lower data.seq_len"):format(Tlen, self.cfg.name, self.cfg.maxT))
   end

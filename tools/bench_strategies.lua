@@ -1,0 +1,63 @@
+-- tools/bench_strategies.lua -- the seeds' strategy table, measured.
+--
+--   build/ztrain --script tools/bench_strategies.lua [model=gpt2] [T=256] [B=4] [steps=3]
+--
+-- For each configuration, runs a real training job (real MPI ranks for N=2)
+-- on GPT-2's shapes (vocabulary 50257, byte data) and reads its summary.json:
+-- tokens/s and step time (medians), peak device memory per rank, model-state
+-- bytes predicted by the ZeRO formulas and measured by the runtime.
+local cjson = require "cjson"
+local zt = require "ztrain"
+
+local args = {}
+for _, a in ipairs(arg or {}) do
+  local k, v = a:match("^([%w_]+)=(.*)$")
+  if k then args[k] = v end
+end
+local model = args.model or "gpt2"
+local T, B, steps = tonumber(args.T or 256), tonumber(args.B or 4), tonumber(args.steps or 3)
+local exe = arg[0]:match("^(.*)/tools/") and "build/ztrain" or "build/ztrain"
+
+local configs = {
+  { n = 1, strategy = "single" },
+  { n = 2, strategy = "dp" }, { n = 2, strategy = "zero1" },
+  { n = 2, strategy = "zero2" }, { n = 2, strategy = "zero3" },
+}
+
+local function run(c)
+  local out = os.tmpname(); os.remove(out)
+  local cmd = ("%s %s recipes/single.lua strategy=%s model.size=%s model.vocab_size=50257 " ..
+               "data.seq_len=%d batch.micro=%d train.steps=%d train.eval_batches=0 train.eval_every=0 " ..
+               "lr.warmup=1 -q out=%s 2>&1"):format(exe, c.n > 1 and ("--nproc " .. c.n) or "",
+               c.strategy, model, T, B, steps, out)
+  local p = io.popen(cmd)
+  local text = p:read("*a")
+  p:close()
+  local f = io.open(out .. "/summary.json")
+  if not f then return nil, text end
+  local s = cjson.decode(f:read("*a"))
+  f:close()
+  return s
+end
+
+local fmt = zt.memory.format
+print(("strategy table: %s, B=%d per rank, T=%d, %d steps (medians), %s"):format(model, B, T, steps,
+      os.getenv("OPENBLAS_CORETYPE") and ("OPENBLAS_CORETYPE=" .. os.getenv("OPENBLAS_CORETYPE")) or
+      "OPENBLAS_CORETYPE unset"))
+print(("%-8s %2s %7s %9s %9s %7s %12s %14s %14s"):format("strategy", "N", "threads", "tokens/s", "ms/step",
+      "vs N=1", "device peak", "state pred.", "state meas."))
+local base
+for _, c in ipairs(configs) do
+  local s, err = run(c)
+  if not s then
+    print(("%-8s %2d  failed: %s"):format(c.strategy, c.n, err))
+  else
+    base = base or s.tokens_per_s
+    local m = s.memory[1]
+    local by = m.by_category
+    local pred = s.predicted.params + s.predicted.grads + s.predicted.optim + (s.predicted.accumulator or 0)
+    local meas = by.params.device + by.grads.device + by.optim.device
+    print(("%-8s %2d %7d %9.1f %9.0f %6.2fx %12s %14s %14s"):format(s.strategy, s.world_size, s.threads,
+          s.tokens_per_s, s.step_ms_median, s.tokens_per_s / base, fmt(m.device_peak), fmt(pred), fmt(meas)))
+  end
+end
