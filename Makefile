@@ -19,7 +19,7 @@ KERNEL_SRC  := $(wildcard kernels/cpu/*.c)
 LIB_OBJ     := $(patsubst %.c,$(B)/obj/%.o,$(RUNTIME_SRC) $(KERNEL_SRC))
 CTEST_SRC   := $(wildcard spec/c/test_*.c)
 CTEST_BIN   := $(patsubst spec/c/%.c,$(B)/%,$(CTEST_SRC))
-HEADERS     := runtime/ztrain.h runtime/internal.h $(wildcard kernels/cpu/*.h)
+HEADERS     := $(wildcard runtime/*.h) $(wildcard kernels/cpu/*.h)
 
 .PHONY: all deps test run bench clean ctest spec
 all: $(B)/libztrain.so $(B)/ztrain

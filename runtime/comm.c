@@ -26,7 +26,6 @@
  * Local transport: operations complete on the caller at once (copies where
  * out != in); no thread.
  */
-#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -95,6 +94,7 @@ static int new_op(zt_comm_req **out, int kind, const char *fn, zt_comm *c)
     op->kind = kind;
     op->fn = fn;
     op->comm = c;
+    op->tp = c->tp;
     op->dtype = -1;
     op->esize = 1;
     op->tier = ZT_TIER_HOST;
@@ -216,7 +216,7 @@ static void *comm_main(void *arg)
             zt_comm_req *f = *pp;
             int done = 0;
             zt_clear_error();
-            rc = f->comm->tp->progress(f, &done);
+            rc = f->tp->progress(f, &done);     /* f->comm may be freed by now */
             if (rc != ZT_OK || done) {
                 *pp = f->next;
                 f->next = NULL;

@@ -32,6 +32,7 @@ struct zt_comm_req {
     int kind;
     const char *fn;             /* API function name, for messages */
     zt_comm *comm;
+    const zt_transport *tp;     /* comm->tp, kept: a freed group's transfers still finish */
     /* data: out/x and in as raw pointers (tensors are retained in hold[]) */
     void *out;
     const void *in;

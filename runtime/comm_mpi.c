@@ -19,10 +19,12 @@
  *
  * Both run in rounds: a round moves at most S elements of every chunk, with S
  * chosen so the scratch (size x S floats, accounted as "comm" on the tier of
- * the tensor, freed after the operation) stays within the op's scratch
- * budget. Every MPI count is therefore small, and every displacement is below
- * the tensor's element count, which comm.c bounds by INT_MAX. Broadcast and
- * point-to-point split large tensors into messages of at most msg_bytes.
+ * the tensor, freed after the operation) stays within the scratch budget
+ * (default max(4 MiB, size x 256 KiB), see comm.h). Every MPI count is
+ * therefore small, and every displacement is below the tensor's element
+ * count, which comm.c bounds by INT_MAX (8 GiB of f32). Broadcast, all_gather
+ * and point-to-point split large tensors into messages of at most msg_bytes
+ * (1 GiB); broadcast and send/recv have no size limit.
  * Errors come back as codes (MPI_ERRORS_RETURN) and become ZT_EIO with MPI's
  * error string.
  */
@@ -30,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <mpi.h>
 #include "comm.h"
 

@@ -115,12 +115,14 @@ function Comm:gather_strings(s)
   return res
 end
 
--- True when this process was started by an MPI launcher.
+-- True when this process was started by an MPI launcher (the runtime's rule
+-- in runtime/comm.c: ZTRAIN_COMM=local|mpi forces it).
 function M.launched()
-  for _, v in ipairs({ "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK" }) do
-    if os.getenv(v) then return true end
-  end
-  return false
+  local force = os.getenv("ZTRAIN_COMM")
+  if force == "mpi" then return true elseif force == "local" then return false end
+  if os.getenv("OMPI_COMM_WORLD_SIZE") or os.getenv("PMIX_RANK") then return true end
+  if os.getenv("PMI_RANK") and os.getenv("PMI_SIZE") then return true end
+  return (os.getenv("SLURM_PROCID") and os.getenv("PMI_FD")) and true or false
 end
 
 function M.abort(code) C.zt_comm_abort(code or 1) end

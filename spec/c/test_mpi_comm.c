@@ -428,6 +428,23 @@ static void test_split(void)
     rc2 = rc == ZT_OK ? zt_comm_wait(q) : rc;
     CHECK("zt_comm_free after an async op on the group", rc == ZT_OK && rc2 == ZT_OK,
           "rc %d %d", rc, rc2);
+    /* free a group while a large send on it is still in flight */
+    if (P >= 2 && zt_comm_split(&g, W, 0, R) == ZT_OK) {
+        const int64_t n = 1 << 19;
+        zt_tensor *t = R == 0 ? mk_vals(64, 0, n, 0) : mk(ZT_TIER_DEVICE, ZT_F32, n);
+        int zero = 0;
+        rc = rc2 = ZT_OK;
+        q = NULL;
+        if (R == 0) rc = zt_send(g, t, 1, 1, &q);
+        if (R == 1) usleep(50000);          /* the send is surely in flight */
+        if (R == 1) rc = zt_recv(g, t, 0, 1, NULL);
+        zt_comm_free(g);
+        if (R == 0) rc2 = rc == ZT_OK ? zt_comm_wait(q) : rc;
+        CHECK("zt_comm_free with a transfer in flight on the group", rc == ZT_OK &&
+              rc2 == ZT_OK && (R != 1 || diff_ref(t->data, 64, &zero, 1, 0, n) == -1),
+              "rc %d %d (%s)", rc, rc2, zt_last_error());
+        zt_tensor_release(t);
+    }
     zt_comm_free(W);    /* the world is not freed */
     CHECK("zt_comm_free(world) is a no-op", zt_barrier(W, NULL) == ZT_OK, "%s", zt_last_error());
 }
