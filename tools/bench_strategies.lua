@@ -15,8 +15,8 @@ for _, a in ipairs(arg or {}) do
   if k then args[k] = v end
 end
 local model = args.model or "gpt2"
-local T, B, steps = tonumber(args.T or 256), tonumber(args.B or 4), tonumber(args.steps or 3)
-local exe = arg[0]:match("^(.*)/tools/") and "build/ztrain" or "build/ztrain"
+local T, B, steps = tonumber(args.T or 256), tonumber(args.B or 4), tonumber(args.steps or 4)
+local exe = "build/ztrain"
 
 local configs = {
   { n = 1, strategy = "single" },
@@ -41,9 +41,10 @@ local function run(c)
 end
 
 local fmt = zt.memory.format
-print(("strategy table: %s, B=%d per rank, T=%d, %d steps (medians), %s"):format(model, B, T, steps,
-      os.getenv("OPENBLAS_CORETYPE") and ("OPENBLAS_CORETYPE=" .. os.getenv("OPENBLAS_CORETYPE")) or
-      "OPENBLAS_CORETYPE unset"))
+local core = zt.ffi.blas_core_auto and ("OPENBLAS_CORETYPE unset: ztrain chose " .. zt.ffi.blas_core_auto)
+             or ("OPENBLAS_CORETYPE=" .. tostring(os.getenv("OPENBLAS_CORETYPE")))
+print(("strategy table: %s (vocabulary 50257), B=%d per rank, T=%d, %d steps (medians of steps 2..%d), %s")
+      :format(model, B, T, steps, steps, core))
 print(("%-8s %2s %7s %9s %9s %7s %12s %14s %14s"):format("strategy", "N", "threads", "tokens/s", "ms/step",
       "vs N=1", "device peak", "state pred.", "state meas."))
 local base

@@ -102,6 +102,10 @@ function build(self, r)
   local threads = r.device.threads
   if (not threads or threads == 0) and os.getenv("ZTRAIN_DEFAULT_THREADS") then
     threads = tonumber(os.getenv("ZTRAIN_DEFAULT_THREADS"))
+  elseif (not threads or threads == 0) and os.getenv("OMPI_COMM_WORLD_LOCAL_SIZE") then
+    -- under a plain mpirun: share this machine's cores between its ranks
+    local cores = require("ztrain.launch").cores()
+    threads = math.max(1, math.floor(cores / tonumber(os.getenv("OMPI_COMM_WORLD_LOCAL_SIZE"))))
   end
   if threads and threads > 0 then check(C.zt_set_threads(threads), "device.threads") end
   check_agreement(self.world, r)
