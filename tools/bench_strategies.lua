@@ -1,6 +1,7 @@
 -- tools/bench_strategies.lua -- the seeds' strategy table, measured.
 --
---   build/ztrain --script tools/bench_strategies.lua [model=gpt2] [T=256] [B=4] [steps=3]
+--   build/ztrain --script tools/bench_strategies.lua [model=gpt2] [T=256] [B=4] [steps=4]
+--                                                    [only=single,zero2]
 --
 -- For each configuration, runs a real training job (real MPI ranks for N=2)
 -- on GPT-2's shapes (vocabulary 50257, byte data) and reads its summary.json:
@@ -23,6 +24,14 @@ local configs = {
   { n = 2, strategy = "dp" }, { n = 2, strategy = "zero1" },
   { n = 2, strategy = "zero2" }, { n = 2, strategy = "zero3" },
 }
+
+if args.only then                      -- e.g. only=single,zero2
+  local keep = {}
+  for _, c in ipairs(configs) do
+    if ("," .. args.only .. ","):find("," .. c.strategy .. ",", 1, true) then keep[#keep + 1] = c end
+  end
+  configs = keep
+end
 
 local function run(c)
   local out = os.tmpname(); os.remove(out)

@@ -47,6 +47,34 @@ function M.global_norm(units, world, shard_of)
   return math.sqrt(total)
 end
 
+-- A pool of working buffers (category "comm") by element count. Gradient
+-- buckets and gathered units are needed every micro-batch in the same sizes;
+-- reusing them saves zero-filling and first-touch page faults of hundreds of
+-- megabytes per step. Pooled buffers stay allocated (and accounted) until
+-- pool:free(). A reused buffer holds old values: callers must only use it
+-- where every element is written (gathers) or where the only elements not
+-- written are padding that was zero from the start (gradient buckets).
+function M.pool(tier)
+  local T = require "ztrain.tensor"
+  local free = {}
+  local P = {}
+  function P.get(n)
+    local list = free[n]
+    if list and #list > 0 then return table.remove(list) end
+    return T.new({ n }, { tier = tier, category = "comm" })
+  end
+  function P.put(t)
+    local n = t:numel()
+    free[n] = free[n] or {}
+    table.insert(free[n], t)
+  end
+  function P.free()
+    for _, list in pairs(free) do for _, t in ipairs(list) do t:free() end end
+    free = {}
+  end
+  return P
+end
+
 -- Sum of one number over ranks, in rank order.
 function M.sum_over_ranks(world, x)
   if world.size == 1 then return x end

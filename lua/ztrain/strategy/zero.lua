@@ -43,12 +43,14 @@ function M.new(opts)
   local inflight = {}    -- FIFO of gradient reductions { u, req, bucket, tmp, micro }
   local gathers = {}     -- [unit index] = { req, full } (stage 3 all-gathers in flight)
 
+  local pool             -- working buffers reused across micro-batches
   local function new(n, category) return T.new({ n }, { tier = tier, category = category }) end
 
   function S.pad(world_size) return shard.pad(world_size) end
 
   function S.setup(ctx)
     W, model, tier = comm.world(), ctx.model, ctx.model.tier
+    pool = shard.pool(tier)
     for _, u in ipairs(model.units) do
       local lo, hi, n = shard.range(u, W)
       range[u.index] = { lo, hi, n }
@@ -72,7 +74,7 @@ function M.new(opts)
   ---------------------------------------------------------------- parameters
   local function gather(u)
     if stage < 3 or u.params or gathers[u.index] then return end
-    local full = new(u.padded, "comm")
+    local full = pool.get(u.padded)     -- every element is overwritten by the gather
     gathers[u.index] = { req = W:all_gather(full, pshard[u.index], true), full = full }
   end
 
@@ -88,7 +90,7 @@ function M.new(opts)
   local function release(u)
     if stage < 3 then return end
     local full = model:set_params(u, nil)
-    if full then full:free() end
+    if full then pool.put(full) end
   end
 
   -- Unit i's neighbour in the pass direction, prefetched while i computes.
@@ -114,10 +116,10 @@ function M.new(opts)
     f.req:wait()
     if f.tmp then
       ops.add(gshard[f.u.index], f.tmp)
-      f.tmp:free()
+      pool.put(f.tmp)
     end
     if f.view then f.view:free() end
-    if f.bucket then f.bucket:free() end
+    if f.bucket then pool.put(f.bucket) end
   end
 
   local function finish_all() while #inflight > 0 do finish_one() end end
@@ -131,7 +133,9 @@ function M.new(opts)
       if stage == 1 then
         for _, f in ipairs(inflight) do if f.u == pu then finish_all() break end end
       elseif not pu.grads then
-        model:set_grads(pu, new(pu.padded, "comm"))
+        -- a recycled bucket: backward writes every gradient element; the
+        -- padding past u.numel is never written and stays zero
+        model:set_grads(pu, pool.get(pu.padded))
       end
     end
     prefetch(u.index, -1)
@@ -142,7 +146,7 @@ function M.new(opts)
     local f = { u = u, micro = micro }
     local out
     if micro > 0 then
-      f.tmp = new(n, "comm")
+      f.tmp = pool.get(n)
       out = f.tmp
     elseif gshard[u.index] then
       out = gshard[u.index]
@@ -220,6 +224,7 @@ function M.new(opts)
   function S.free(ctx)
     finish_all()
     for i, g in pairs(gathers) do g.req:wait(); g.full:free(); gathers[i] = nil end
+    if pool then pool.free() end
     for _, t in pairs(gshard) do t:free() end
     for _, t in pairs(pshard) do t:free() end
     gshard, pshard = {}, {}
