@@ -90,6 +90,18 @@ function M.gather_memory(world)
   return out
 end
 
+-- Add to each rank's entry: model_state (params + grads + optim peaks, every
+-- tier) and working (comm: gradient buckets, gathered units, reduce scratch).
+function M.with_totals(mem)
+  for _, m in ipairs(mem) do
+    local by = m.by_category
+    local function both(c) return by[c].device + by[c].host end
+    m.model_state = both("params") + both("grads") + both("optim")
+    m.working = both("comm")
+  end
+  return mem
+end
+
 local Log = {}
 Log.__index = Log
 
@@ -149,7 +161,7 @@ function M.print_summary(s)
   local predicted = pred and (pred.params + pred.grads + pred.optim + (pred.accumulator or 0))
   for _, m in ipairs(s.memory) do
     local by = m.by_category
-    local state = by.params.device + by.grads.device + by.optim.device
+    local state = m.model_state
     w:write(("  memory%s device peak %s, host peak %s; model state %s%s\n")
             :format(#s.memory > 1 and (" r" .. m.rank) or "   ", memory.format(m.device_peak),
                     memory.format(m.host_peak), memory.format(state),

@@ -110,7 +110,7 @@ function run(r, opts)
     blas = require("ffi").string(C.zt_blas_info()),
     tokens_per_s = median(tps), step_ms_median = median(steps_ms),
     seconds = C.zt_now() - t_start,
-    memory = report.gather_memory(tr.world),
+    memory = report.with_totals(report.gather_memory(tr.world)),
     predicted = tr.strategy.predicted and tr.strategy.predicted(tr.ctx),
     param_digest = tr:param_digest(),
     comm = tr.world.backend,
