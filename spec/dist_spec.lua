@@ -25,7 +25,7 @@ local function losses(dir)
   local out = {}
   for line in io.lines(dir .. "/metrics.jsonl") do
     local m = cjson.decode(line)
-    out[#out + 1] = ("%d:%.14g"):format(m.step, m.loss)
+    out[#out + 1] = ("%d:%s"):format(m.step, m.loss_hex)     -- exact bits
   end
   return table.concat(out, " ")
 end
@@ -103,7 +103,7 @@ describe("errors instead of hangs", function()
     local out, rc = run("--nproc 2 recipes/dp.lua batch.micro=4 batch.global=12 -q", 60)
     assert.are_not.equal(0, rc)
     assert.matches("batch.global 12 does not divide into 2 rank(s) x batch.micro 4 = 8", out, 1, true)
-    assert.matches("use batch.global=8 or 16", out, 1, true)
+    assert.matches("use batch.global=8, or batch.global=16, or batch.micro=6 or 3 or 2", out, 1, true)
   end)
 
   it("names the keys on which ranks disagree", function()
@@ -121,18 +121,31 @@ describe("errors instead of hangs", function()
     assert.matches("ranks disagree on the recipe: train.steps (rank 0: 10, rank 1: 11)", out, 1, true)
   end)
 
+  it("stops every rank cleanly on a diverged loss and still writes summary.json", function()
+    local dir = tmpdir()
+    local out, rc = run("--nproc 2 recipes/dp.lua optim.lr=1000 optim.clip=0 lr.warmup=0 train.steps=20 " ..
+                        "data.seq_len=32 -q out=" .. dir, 60)
+    assert.are.equal(1, rc, out)
+    assert.matches("training diverged", out, 1, true)
+    assert.is_nil(out:find("MPI_ABORT", 1, true), "a clean stop, not an abort")
+    assert.matches("^error: loss is nan", summary(dir).exit)
+  end)
+
   it("ends the job within seconds when a rank dies", function()
     local recipe = os.tmpname() .. ".lua"
     local f = assert(io.open(recipe, "w"))
-    -- a strategy that kills rank 1 in its second step, mid-training
+    -- a strategy that kills rank 1 (SIGKILL: no chance to clean up) in its
+    -- second step, mid-training, while rank 0 goes on into collectives
     f:write([[
       local zt = require "ztrain"
+      local ffi = require "ffi"
+      ffi.cdef "int getpid(void); int kill(int pid, int sig);"
       local S = zt.strategy.dp()
       local step = S.step
       local n = 0
       S.step = function(ctx, lr)
         n = n + 1
-        if n == 2 and ctx.rank == 1 then os.exit(3) end
+        if n == 2 and ctx.rank == 1 then ffi.C.kill(ffi.C.getpid(), 9) end
         return step(ctx, lr)
       end
       return { strategy = S, train = { steps = 50 }, data = { seq_len = 32 }, batch = { micro = 2 } }

@@ -32,7 +32,7 @@ Recipe keys (defaults in lua/ztrain/recipe.lua; docs/recipes.md):
   batch.micro, batch.accumulate, batch.global (= ranks x micro x accumulate)
   train.steps, train.log_every, train.eval_every, train.eval_batches
   device.backend, device.memory_limit (e.g. 2GiB), device.threads
-  strategy (single, dp, zero1, zero2, zero3 or an object), out, name
+  strategy (single, dp, dp_deferred, zero1, zero2, zero3 or an object), out, name
 
 Outputs go to out= (default runs/<recipe>-<time>/): metrics.jsonl, summary.json.
 ]==]
@@ -76,7 +76,8 @@ function M.main(argv)
     i = i + 1
   end
 
-  if opts.nproc and not require("ztrain.comm").launched() then
+  local comm = require "ztrain.comm"
+  if opts.nproc and not comm.launched() then
     local rest = {}
     local skip = false
     for j = 1, #argv do
@@ -91,6 +92,15 @@ function M.main(argv)
   local ok_load, zt = pcall(require, "ztrain")
   if not ok_load then return die(tostring(zt)) end
   _G.zt = zt
+  if opts.nproc and zt.comm.world().size ~= opts.nproc then
+    local w = zt.comm.world()
+    if w.rank == 0 then
+      io.stderr:write(("ztrain: --nproc %d, but the launcher started %d rank(s); drop --nproc under " ..
+                       "mpirun/srun, or unset ZTRAIN_COMM\n"):format(opts.nproc, w.size))
+    end
+    zt.comm.finalize()
+    return 1
+  end
   if opts.threads then
     local ok, err = pcall(zt.threads, opts.threads)
     if not ok then return die(tostring(err)) end
@@ -107,7 +117,11 @@ function M.main(argv)
     _G.arg = opts.script_args
     opts.script_args[0] = opts.script
     local ok, rerr = xpcall(f, debug.traceback, unpack(opts.script_args))
-    if not ok then return die(tostring(rerr)) end
+    if not ok then
+      if zt.comm.world().size > 1 then io.stderr:write("ztrain: ", tostring(rerr), "\n"); zt.comm.abort(1) end
+      return die(tostring(rerr))
+    end
+    zt.comm.finalize()
     return 0
   end
 
@@ -117,7 +131,12 @@ function M.main(argv)
     local ok, rerr = pcall(require("ztrain.run").run, r, { quiet = opts.quiet })
     if not ok then
       local world = zt.comm.world()
-      if world.size > 1 then
+      if world.size > 1 and zt.errors.is_all_ranks(rerr) then
+        -- every rank stopped at the same point: rank 0 says why, all exit 1
+        if world.rank == 0 then io.stderr:write("ztrain: ", tostring(rerr), "\n") end
+        zt.comm.finalize()
+        return 1
+      elseif world.size > 1 then
         -- the other ranks may wait in a collective for ever: end the job
         io.stderr:write(("ztrain: rank %d: %s\n"):format(world.rank, tostring(rerr)))
         io.stderr:flush()

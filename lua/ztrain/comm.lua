@@ -6,7 +6,8 @@
 --   world:reduce_scatter(shard, full)       -- blocking when the last argument is absent
 --
 -- Collectives must be issued in the same order on every rank. A request must
--- be waited on exactly once; tensors involved stay untouched until then.
+-- be waited on exactly once (one never waited on keeps its operation's
+-- memory); tensors involved stay untouched until then.
 local ffi = require "ffi"
 local zffi = require "ztrain.ffi"
 local C, check = zffi.C, zffi.check
@@ -83,6 +84,12 @@ function Comm:split(color, key)
   local out = ffi.new("zt_comm*[1]")
   check(C.zt_comm_split(out, self.c, color, key or self.rank), "comm.split")
   return wrap(out[0])
+end
+
+-- Free a sub-communicator (collective over its ranks; not the world).
+function Comm:free()
+  if self == world then error("the world communicator is not freed", 2) end
+  if self.c ~= nil then C.zt_comm_free(self.c); self.c = nil end
 end
 
 -- gather_doubles({x1, x2, ...}) -> { [rank+1] = {x1, x2, ...} } (same count on all ranks).

@@ -16,6 +16,7 @@ M.data     = require "ztrain.data"
 M.strategy = require "ztrain.strategy"
 M.recipe   = require "ztrain.recipe"
 M.comm     = require "ztrain.comm"
+M.errors   = require "ztrain.errors"
 M.digest   = require "ztrain.digest"
 M.trainer  = require "ztrain.trainer"
 M.home     = M.ffi.home

@@ -17,12 +17,24 @@ local M = {}
 
 function M.cores() return tonumber(ffi.C.sysconf(SC_NPROCESSORS_ONLN)) end
 
+-- Ranks of this job on this machine, from the launcher's environment
+-- (Open MPI, MPICH/Hydra, PMIx, Slurm); 1 when none says.
+function M.local_ranks()
+  for _, v in ipairs({ "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMIX_LOCAL_SIZE",
+                       "SLURM_NTASKS_PER_NODE" }) do
+    local n = tonumber((os.getenv(v) or ""):match("^%d+"))
+    if n and n >= 1 then return n end
+  end
+  return 1
+end
+
 -- The mpirun command line for N ranks running `program args...`.
 function M.command(n, program, args)
   local threads = math.max(1, math.floor(M.cores() / n))
   local cmd = { "mpirun", "-np", tostring(n), "--oversubscribe", "--bind-to", "none",
                 "-x", "ZTRAIN_DEFAULT_THREADS=" .. threads, "-x", "ZTRAIN_HOME",
-                "-x", "ZTRAIN_TTY=" .. (ffi.C.isatty(1) == 1 and "1" or "0") }
+                "-x", "ZTRAIN_TTY=" .. (ffi.C.isatty(1) == 1 and "1" or "0"),
+                "-x", "ZTRAIN_COMM=mpi" }
   cmd[#cmd + 1] = program
   for _, a in ipairs(args) do cmd[#cmd + 1] = a end
   return cmd

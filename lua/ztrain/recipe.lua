@@ -246,6 +246,7 @@ function M.serialize(r)
       for _, k in ipairs(keys) do parts[#parts + 1] = tostring(k) .. "=" .. ser(v[k]) end
       return "{" .. table.concat(parts, ",") .. "}"
     elseif type(v) == "string" then return ("%q"):format(v)
+    elseif type(v) == "number" then return ("%.17g"):format(v)
     else return tostring(v) end
   end
   return ser(r)

@@ -26,6 +26,7 @@ local function default_out(r)
 end
 
 local memory = require "ztrain.memory"
+local errors = require "ztrain.errors"
 
 local run
 
@@ -38,8 +39,9 @@ function M.run(r, opts)
   pcall(memory.set_limit, "device", limit)
   C.zt_set_threads(threads)
   if not ok then
+    if errors.is_all_ranks(res) then error(res, 0) end
     -- a user needs the message, not the Lua file and line it came from
-    error((tostring(res):gsub("^[^\n:]*%.lua:%d+: ", "")), 0)
+    error(errors.message(res), 0)
   end
   return res
 end
@@ -76,19 +78,22 @@ function run(r, opts)
       end
       local log_now = rec.step == 1 or is_last or rec.eval_loss or
                       (r.train.log_every > 0 and rec.step % r.train.log_every == 0)
+      rec.loss_hex = ("%a"):format(rec.loss)   -- exact, for comparing runs bit for bit
       if log_now then log:metrics(rec) end
       log:progress(rec, C.zt_now() - t_train, log_now)
       last = rec
       if rec.loss ~= rec.loss or math.abs(rec.loss) == math.huge then
-        error(("loss is %s at step %d: training diverged; lower optim.lr, raise lr.warmup or " ..
-               "set optim.clip"):format(tostring(rec.loss), rec.step), 0)
+        -- the loss was reduced over ranks: every rank stops here together
+        error(errors.all_ranks(("loss is %s at step %d: training diverged; lower optim.lr, raise " ..
+              "lr.warmup or set optim.clip"):format(tostring(rec.loss), rec.step)), 0)
       end
     end
   end)
   if not okrun then
-    -- other ranks may be waiting in a collective: do not try to finish the run
-    if tr.world_size > 1 then error(rerr, 0) end
-    status = "error: " .. tostring(rerr)
+    -- other ranks may be waiting in a collective: finish the run only when
+    -- every rank stopped at the same point
+    if tr.world_size > 1 and not errors.is_all_ranks(rerr) then error(rerr, 0) end
+    status = "error: " .. errors.message(rerr)
   end
   log:close()
 

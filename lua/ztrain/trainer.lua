@@ -22,7 +22,10 @@ local M = {}
 local Trainer = {}
 Trainer.__index = Trainer
 
+local errors = require "ztrain.errors"
 local function fail(msg) error(msg, 0) end
+-- for errors that follow from the resolved recipe alone: every rank raises them
+local function fail_all(msg) error(errors.all_ranks(msg), 0) end
 
 local build
 
@@ -35,7 +38,8 @@ function M.new(r, env)
   local ok, err = pcall(build, self, r)
   if not ok then
     self:free()
-    err = tostring(err):gsub("^[^\n:]*%.lua:%d+: ", "")
+    if errors.is_all_ranks(err) then error(err, 0) end
+    err = errors.message(err)
     if err:match("memory limit exceeded") then
       err = err .. "; raise device.memory_limit, or lower batch.micro, data.seq_len or model.size"
     end
@@ -74,7 +78,7 @@ local function check_agreement(world, r)
     end
   end
   table.sort(diffs)
-  fail("ranks disagree on the recipe: " .. table.concat(diffs, "; ") ..
+  fail_all("ranks disagree on the recipe: " .. table.concat(diffs, "; ") ..
        ". Every rank must resolve the same recipe (same file, same overrides, nothing rank-dependent)")
 end
 
@@ -84,14 +88,25 @@ local function resolve_accumulation(r, world_size)
   if G == 0 then return accum end
   local per = B * world_size
   if G % per ~= 0 then
-    local lo, hi = math.max(per, G - G % per), G - G % per + per
-    fail(("batch.global %d does not divide into %d rank(s) x batch.micro %d = %d sequences per micro-step; " ..
-          "use batch.global=%d or %d, or a batch.micro that divides %d"):format(G, world_size, B, per, lo, hi,
-          G / world_size == math.floor(G / world_size) and G / world_size or G))
+    -- valid choices: the multiples of ranks x micro around G, and the
+    -- micro-batch sizes that split G over the ranks
+    local choices = {}
+    local lo = G - G % per
+    if lo >= per then choices[#choices + 1] = "batch.global=" .. lo end
+    choices[#choices + 1] = "batch.global=" .. (lo + per)
+    if G % world_size == 0 then
+      local per_rank, micros = G / world_size, {}
+      for d = math.min(per_rank, 2 * B), 1, -1 do
+        if per_rank % d == 0 and #micros < 3 then micros[#micros + 1] = tostring(d) end
+      end
+      choices[#choices + 1] = "batch.micro=" .. table.concat(micros, " or ")
+    end
+    fail_all(("batch.global %d does not divide into %d rank(s) x batch.micro %d = %d sequences per micro-step; " ..
+              "use %s"):format(G, world_size, B, per, table.concat(choices, ", or ")))
   end
   local a = G / per
   if accum ~= 1 and accum ~= a then
-    fail(("batch.global %d = %d rank(s) x batch.micro %d x %d, but batch.accumulate is %d; " ..
+    fail_all(("batch.global %d = %d rank(s) x batch.micro %d x %d, but batch.accumulate is %d; " ..
           "set one of them"):format(G, world_size, B, a, accum))
   end
   return a
@@ -102,10 +117,10 @@ function build(self, r)
   local threads = r.device.threads
   if (not threads or threads == 0) and os.getenv("ZTRAIN_DEFAULT_THREADS") then
     threads = tonumber(os.getenv("ZTRAIN_DEFAULT_THREADS"))
-  elseif (not threads or threads == 0) and os.getenv("OMPI_COMM_WORLD_LOCAL_SIZE") then
-    -- under a plain mpirun: share this machine's cores between its ranks
-    local cores = require("ztrain.launch").cores()
-    threads = math.max(1, math.floor(cores / tonumber(os.getenv("OMPI_COMM_WORLD_LOCAL_SIZE"))))
+  elseif (not threads or threads == 0) and self.world_size > 1 then
+    -- under a plain mpirun/srun: share this machine's cores between its ranks
+    local launch = require "ztrain.launch"
+    threads = math.max(1, math.floor(launch.cores() / launch.local_ranks()))
   end
   if threads and threads > 0 then check(C.zt_set_threads(threads), "device.threads") end
   check_agreement(self.world, r)
@@ -181,7 +196,7 @@ function Trainer:check_fits()
   end
   f:close()
   local limit = memory.limit("device")
-  local local_ranks = tonumber(os.getenv("OMPI_COMM_WORLD_LOCAL_SIZE") or "") or 1
+  local local_ranks = require("ztrain.launch").local_ranks()
   if avail and limit == 0 and need * local_ranks > avail then
     fail(("%s with %s needs %s of model state per rank (%d rank(s) on this machine), but only %s " ..
           "of memory is available: use a smaller model.size, zero3 with more ranks, or set " ..
@@ -199,6 +214,7 @@ function Trainer:train_step()
   self.step = self.step + 1
   local step_lr = self.schedule(self.step)
   a.dscale = 1.0 / (a.B * a.T * accum * world)
+  ctx.training = true
   local loss = 0.0
   for j = 0, accum - 1 do
     local idx = (self.step - 1) * accum * world + j * world + self.rank
@@ -233,6 +249,7 @@ function Trainer:evaluate()
   if n < 1 then return nil end
   local saved = a.dscale
   a.dscale = nil
+  self.ctx.training = false
   local total = 0.0
   for i = 0, n - 1 do
     L:batch(i, self.xbuf, self.ybuf)

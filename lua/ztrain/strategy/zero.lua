@@ -93,10 +93,11 @@ function M.new(opts)
     if full then pool.put(full) end
   end
 
-  -- Unit i's neighbour in the pass direction, prefetched while i computes.
+  -- Unit i's neighbour in the pass direction (with the units it reads, e.g.
+  -- embed's tied wte for the head), prefetched while i computes.
   local function prefetch(i, dir)
     local nu = model.units[i + dir]
-    if nu then gather(nu) end
+    if nu then for _, pu in ipairs(model:param_units(nu)) do gather(pu) end end
   end
 
   function S.pre_forward(ctx, u)
@@ -104,7 +105,10 @@ function M.new(opts)
     prefetch(u.index, 1)
   end
 
+  -- In training the last unit's backward follows its forward at once: keep
+  -- its parameters (and embed's) gathered across the turn.
   function S.post_forward(ctx, u)
+    if ctx.training and u.index == #model.units then return end
     for _, pu in ipairs(model:param_units(u)) do release(pu) end
   end
 
