@@ -433,15 +433,7 @@ void zt_comm_abort(int code)
 }
 
 /* ---- argument checks ---------------------------------------------------------- */
-static const char *desc(const zt_tensor *t, char *buf, size_t n)
-{
-    size_t off = (size_t)snprintf(buf, n, "%s [", zt_dtype_name(t->dtype));
-    for (int i = 0; i < t->ndim && off < n; i++)
-        off += (size_t)snprintf(buf + off, n - off, "%s%lld", i ? "," : "",
-                                (long long)t->shape[i]);
-    if (off < n) snprintf(buf + off, n - off, "]");
-    return buf;
-}
+static const char *desc(const zt_tensor *t, char *buf, size_t n) { return zt_describe(t, buf, n); }
 
 static int need_tensor(const char *fn, const char *name, const zt_tensor *t)
 {

@@ -17,6 +17,10 @@ void zt_clear_error(void);
 #define ZT_TRY(expr) \
     do { int zt_rc_ = (expr); if (zt_rc_ != ZT_OK) return zt_rc_; } while (0)
 
+/* "f32 [4,64,768]": a tensor (or a dtype + shape) for error messages. */
+const char *zt_describe_shape(char *buf, size_t n, int dtype, int ndim, const int64_t *shape);
+const char *zt_describe(const zt_tensor *t, char *buf, size_t n);
+
 /* Raw allocation on a tier with accounting and limits (memory.c). */
 int zt_mem_alloc(void **out, size_t nbytes, int tier, int category,
                  const char *what);

@@ -32,12 +32,18 @@ static int check_shape(const char *fn, int ndim, const int64_t *shape, int64_t *
     return ZT_OK;
 }
 
-static void describe(char *buf, size_t n, int dtype, int ndim, const int64_t *shape)
+const char *zt_describe_shape(char *buf, size_t n, int dtype, int ndim, const int64_t *shape)
 {
     size_t off = (size_t)snprintf(buf, n, "%s [", zt_dtype_name(dtype));
     for (int i = 0; i < ndim && off < n; i++)
         off += (size_t)snprintf(buf + off, n - off, "%s%lld", i ? "," : "", (long long)shape[i]);
     if (off < n) snprintf(buf + off, n - off, "]");
+    return buf;
+}
+
+const char *zt_describe(const zt_tensor *t, char *buf, size_t n)
+{
+    return zt_describe_shape(buf, n, t->dtype, t->ndim, t->shape);
 }
 
 int zt_tensor_new(zt_tensor **out, int tier, int category, int dtype, int ndim,
@@ -57,7 +63,7 @@ int zt_tensor_new(zt_tensor **out, int tier, int category, int dtype, int ndim,
 
     size_t nbytes = (size_t)numel * dtype_sizes[dtype];
     char what[96];
-    describe(what, sizeof what, dtype, ndim, shape);
+    zt_describe_shape(what, sizeof what, dtype, ndim, shape);
     zt_tensor *t = calloc(1, sizeof *t);
     zt_storage *s = calloc(1, sizeof *s);
     if (!t || !s) {
