@@ -1,13 +1,14 @@
 /*
- * comm.c -- communicators and collectives: the public API, argument checks,
- * requests, and the communication thread with its queue.
+ * comm.c -- the communication engine: the world and its groups, requests,
+ * and the communication thread with its queue. The collectives' API and
+ * argument checks are in comm_ops.c.
  *
  * The world is chosen once (zt_comm_world): under an MPI launcher it is the
  * MPI transport (comm_mpi.c), otherwise the local one-rank transport
  * (comm_local.c) and MPI is never initialised. ZTRAIN_COMM=local|mpi forces
  * the choice.
  *
- * Every call is validated here, on the caller's thread, before anything is
+ * Every call is validated (comm_ops.c), on the caller's thread, before anything is
  * acquired or enqueued: a bad call returns its error at once and never
  * reaches MPI (so it cannot hang a collective). A valid call becomes one
  * heap object, the request, which also describes the operation.
@@ -87,7 +88,7 @@ void zt_comm_sum_ranks(float *restrict dst, const float *restrict src, int nsrc,
 }
 
 /* ---- requests ------------------------------------------------------------- */
-static int new_op(zt_comm_req **out, int kind, const char *fn, zt_comm *c)
+int zt_comm_new_op(zt_comm_req **out, int kind, const char *fn, zt_comm *c)
 {
     zt_comm_req *op = calloc(1, sizeof *op);
     if (!op) return zt_error(ZT_ENOMEM, "%s: out of memory for a request", fn);
@@ -104,7 +105,7 @@ static int new_op(zt_comm_req **out, int kind, const char *fn, zt_comm *c)
     return ZT_OK;
 }
 
-static void hold(zt_comm_req *op, const zt_tensor *a, const zt_tensor *b)
+void zt_comm_hold(zt_comm_req *op, const zt_tensor *a, const zt_tensor *b)
 {
     /* Keep the tensors alive until the operation is over: a tensor released
      * by its owner while in flight must not be freed under MPI. */
@@ -251,7 +252,7 @@ static void enqueue(zt_comm_req *op)
 }
 
 /* Hand a validated operation to its transport. req == NULL: wait for it. */
-static int submit(zt_comm_req *op, zt_comm_req **req)
+int zt_comm_submit(zt_comm_req *op, zt_comm_req **req)
 {
     if (!op->comm->tp->threaded) {
         int rc = run_op(op);
@@ -364,7 +365,7 @@ int zt_comm_size(const zt_comm *c) { return c ? c->size : -1; }
 const char *zt_comm_backend(const zt_comm *c) { return c && c->tp ? c->tp->name : "none"; }
 
 /* The communicator is usable: not NULL, and its transport is still up. */
-static int usable(const char *fn, const zt_comm *c)
+int zt_comm_usable(const char *fn, const zt_comm *c)
 {
     ZT_CHECK(c != NULL, "%s: communicator is NULL (call zt_comm_world first)", fn);
     if (c->tp->threaded && world_state != WORLD_UP)
@@ -378,15 +379,15 @@ int zt_comm_split(zt_comm **out, zt_comm *parent, int color, int key)
     const char *fn = "zt_comm_split";
     ZT_CHECK(out != NULL, "%s: out is NULL", fn);
     *out = NULL;
-    ZT_TRY(usable(fn, parent));
+    ZT_TRY(zt_comm_usable(fn, parent));
     ZT_CHECK(color >= 0, "%s: color %d is negative; colors must be >= 0 (ranks with equal "
              "color form one group)", fn, color);
     zt_comm_req *op = NULL;
-    ZT_TRY(new_op(&op, ZT_OP_SPLIT, fn, parent));
+    ZT_TRY(zt_comm_new_op(&op, ZT_OP_SPLIT, fn, parent));
     op->color = color;
     op->key = key;
     op->split_out = out;
-    return submit(op, NULL);
+    return zt_comm_submit(op, NULL);
 }
 
 void zt_comm_free(zt_comm *c)
@@ -399,11 +400,11 @@ void zt_comm_free(zt_comm *c)
         return;
     }
     zt_comm_req *op = NULL;
-    if (new_op(&op, ZT_OP_FREE, "zt_comm_free", c) != ZT_OK) return;
+    if (zt_comm_new_op(&op, ZT_OP_FREE, "zt_comm_free", c) != ZT_OK) return;
     /* Queued behind every operation already issued on c; nobody waits. */
     op->detached = 1;
     if (c->tp->threaded) enqueue(op);
-    else submit(op, NULL);
+    else zt_comm_submit(op, NULL);
 }
 
 int zt_comm_finalize(void)
@@ -430,239 +431,4 @@ void zt_comm_abort(int code)
     fflush(NULL);
     if (world.tp && world.tp->threaded) world.tp->abort(code);   /* MPI_Abort if up */
     _exit(code);
-}
-
-/* ---- argument checks ---------------------------------------------------------- */
-static const char *desc(const zt_tensor *t, char *buf, size_t n) { return zt_describe(t, buf, n); }
-
-static int need_tensor(const char *fn, const char *name, const zt_tensor *t)
-{
-    ZT_CHECK(t != NULL, "%s: %s is NULL (freed tensor?)", fn, name);
-    ZT_CHECK(t->dtype >= 0 && t->dtype < ZT_NDTYPES && t->storage != NULL,
-             "%s: %s is not a valid tensor (freed?)", fn, name);
-    return ZT_OK;
-}
-
-static int need_f32(const char *fn, const char *name, const zt_tensor *t)
-{
-    char b[96];
-    ZT_TRY(need_tensor(fn, name, t));
-    ZT_CHECK(t->dtype == ZT_F32, "%s: %s must be f32 (reductions sum in f32), got %s; "
-             "cast it with zt_cast first", fn, name, desc(t, b, sizeof b));
-    return ZT_OK;
-}
-
-static int need_max(const char *fn, const char *name, const zt_tensor *t)
-{
-    ZT_CHECK(t->numel <= ZT_COMM_MAX_ELEMS, "%s: %s has %lld elements; one collective "
-             "moves at most %lld (MPI counts are int): split it into buckets", fn, name,
-             (long long)t->numel, (long long)ZT_COMM_MAX_ELEMS);
-    return ZT_OK;
-}
-
-static size_t nbytes_of(const zt_tensor *t) { return (size_t)t->numel * zt_dtype_size(t->dtype); }
-
-/* Do [a, a+na) and [b, b+nb) share a byte? */
-static int overlap(const void *a, size_t na, const void *b, size_t nb)
-{
-    const char *x = a, *y = b;
-    return x < y + nb && y < x + na;
-}
-
-/* ---- collectives ------------------------------------------------------------ */
-int zt_all_reduce(zt_comm *c, zt_tensor *x, zt_comm_req **req)
-{
-    const char *fn = "zt_all_reduce";
-    if (req) *req = NULL;
-    ZT_TRY(usable(fn, c));
-    ZT_TRY(need_f32(fn, "x", x));
-    ZT_TRY(need_max(fn, "x", x));
-    zt_comm_req *op = NULL;
-    ZT_TRY(new_op(&op, ZT_OP_ALL_REDUCE, fn, c));
-    op->out = x->data;
-    op->count = x->numel;
-    op->dtype = ZT_F32;
-    op->esize = 4;
-    op->tier = x->storage->tier;
-    hold(op, x, NULL);
-    return submit(op, req);
-}
-
-int zt_reduce_scatter(zt_comm *c, zt_tensor *out, const zt_tensor *in, zt_comm_req **req)
-{
-    const char *fn = "zt_reduce_scatter";
-    char b1[96], b2[96];
-    if (req) *req = NULL;
-    ZT_TRY(usable(fn, c));
-    ZT_TRY(need_f32(fn, "in", in));
-    ZT_TRY(need_f32(fn, "out", out));
-    ZT_TRY(need_max(fn, "in", in));
-    ZT_CHECK(in->numel == (int64_t)c->size * out->numel,
-             "%s: in must hold size x numel(out) = %d x %lld = %lld elements, got in %s, "
-             "out %s", fn, c->size, (long long)out->numel,
-             (long long)c->size * out->numel, desc(in, b1, sizeof b1), desc(out, b2, sizeof b2));
-    const float *own = (const float *)in->data + (size_t)c->rank * (size_t)out->numel;
-    ZT_CHECK(out->data == own || !overlap(out->data, nbytes_of(out), in->data, nbytes_of(in)),
-             "%s: out overlaps in; out may only be this rank's own chunk of in (elements "
-             "[rank*n, (rank+1)*n)) or separate memory", fn);
-    zt_comm_req *op = NULL;
-    ZT_TRY(new_op(&op, ZT_OP_REDUCE_SCATTER, fn, c));
-    op->out = out->data;
-    op->in = in->data;
-    op->count = out->numel;
-    op->dtype = ZT_F32;
-    op->esize = 4;
-    op->tier = in->storage->tier;
-    hold(op, out, in);
-    return submit(op, req);
-}
-
-int zt_all_gather(zt_comm *c, zt_tensor *out, const zt_tensor *in, zt_comm_req **req)
-{
-    const char *fn = "zt_all_gather";
-    char b1[96], b2[96];
-    if (req) *req = NULL;
-    ZT_TRY(usable(fn, c));
-    ZT_TRY(need_tensor(fn, "in", in));
-    ZT_TRY(need_tensor(fn, "out", out));
-    ZT_CHECK(in->dtype == out->dtype, "%s: in is %s but out is %s; the dtypes must match",
-             fn, desc(in, b1, sizeof b1), desc(out, b2, sizeof b2));
-    ZT_TRY(need_max(fn, "out", out));
-    ZT_CHECK(out->numel == (int64_t)c->size * in->numel,
-             "%s: out must hold size x numel(in) = %d x %lld = %lld elements, got out %s, "
-             "in %s", fn, c->size, (long long)in->numel, (long long)c->size * in->numel,
-             desc(out, b1, sizeof b1), desc(in, b2, sizeof b2));
-    const char *own = (const char *)out->data + (size_t)c->rank * nbytes_of(in);
-    ZT_CHECK(in->data == own || !overlap(out->data, nbytes_of(out), in->data, nbytes_of(in)),
-             "%s: in overlaps out; in may only be this rank's own chunk of out (elements "
-             "[rank*n, (rank+1)*n)) or separate memory", fn);
-    zt_comm_req *op = NULL;
-    ZT_TRY(new_op(&op, ZT_OP_ALL_GATHER, fn, c));
-    op->out = out->data;
-    op->in = in->data;
-    op->count = in->numel;
-    op->dtype = in->dtype;
-    op->esize = zt_dtype_size(in->dtype);
-    op->tier = out->storage->tier;
-    hold(op, out, in);
-    return submit(op, req);
-}
-
-int zt_broadcast(zt_comm *c, zt_tensor *x, int root, zt_comm_req **req)
-{
-    const char *fn = "zt_broadcast";
-    if (req) *req = NULL;
-    ZT_TRY(usable(fn, c));
-    ZT_TRY(need_tensor(fn, "x", x));
-    ZT_CHECK(root >= 0 && root < c->size, "%s: root %d is not a rank of this communicator "
-             "(0..%d)", fn, root, c->size - 1);
-    zt_comm_req *op = NULL;
-    ZT_TRY(new_op(&op, ZT_OP_BROADCAST, fn, c));
-    op->out = x->data;
-    op->count = x->numel;
-    op->dtype = x->dtype;
-    op->esize = zt_dtype_size(x->dtype);
-    op->tier = x->storage->tier;
-    op->root = root;
-    hold(op, x, NULL);
-    return submit(op, req);
-}
-
-static int check_peer(const char *fn, const zt_comm *c, int peer, int tag)
-{
-    ZT_CHECK(peer >= 0 && peer < c->size, "%s: peer %d is not a rank of this communicator "
-             "(0..%d)", fn, peer, c->size - 1);
-    ZT_CHECK(peer != c->rank, "%s: peer %d is this rank; a rank cannot send to itself "
-             "(use zt_copy)", fn, peer);
-    ZT_CHECK(tag >= 0 && tag <= 32767, "%s: tag %d out of range (0..32767)", fn, tag);
-    return ZT_OK;
-}
-
-int zt_send(zt_comm *c, const zt_tensor *x, int peer, int tag, zt_comm_req **req)
-{
-    const char *fn = "zt_send";
-    if (req) *req = NULL;
-    ZT_TRY(usable(fn, c));
-    ZT_TRY(need_tensor(fn, "x", x));
-    ZT_TRY(check_peer(fn, c, peer, tag));
-    zt_comm_req *op = NULL;
-    ZT_TRY(new_op(&op, ZT_OP_SEND, fn, c));
-    op->in = x->data;
-    op->count = x->numel;
-    op->dtype = x->dtype;
-    op->esize = zt_dtype_size(x->dtype);
-    op->tier = x->storage->tier;
-    op->peer = peer;
-    op->tag = tag;
-    hold(op, x, NULL);
-    return submit(op, req);
-}
-
-int zt_recv(zt_comm *c, zt_tensor *x, int peer, int tag, zt_comm_req **req)
-{
-    const char *fn = "zt_recv";
-    if (req) *req = NULL;
-    ZT_TRY(usable(fn, c));
-    ZT_TRY(need_tensor(fn, "x", x));
-    ZT_TRY(check_peer(fn, c, peer, tag));
-    zt_comm_req *op = NULL;
-    ZT_TRY(new_op(&op, ZT_OP_RECV, fn, c));
-    op->out = x->data;
-    op->count = x->numel;
-    op->dtype = x->dtype;
-    op->esize = zt_dtype_size(x->dtype);
-    op->tier = x->storage->tier;
-    op->peer = peer;
-    op->tag = tag;
-    hold(op, x, NULL);
-    return submit(op, req);
-}
-
-int zt_barrier(zt_comm *c, zt_comm_req **req)
-{
-    const char *fn = "zt_barrier";
-    if (req) *req = NULL;
-    ZT_TRY(usable(fn, c));
-    zt_comm_req *op = NULL;
-    ZT_TRY(new_op(&op, ZT_OP_BARRIER, fn, c));
-    return submit(op, req);
-}
-
-int zt_comm_all_gather_host(zt_comm *c, void *out, const void *in, size_t nbytes)
-{
-    const char *fn = "zt_comm_all_gather_host";
-    ZT_TRY(usable(fn, c));
-    ZT_CHECK(out != NULL && in != NULL, "%s: out or in is NULL", fn);
-    ZT_CHECK(nbytes <= (size_t)ZT_COMM_MAX_ELEMS / (size_t)c->size,
-             "%s: %zu bytes per rank x %d ranks is more than this call moves (2 GiB); it "
-             "is meant for small metadata: use zt_all_gather on a tensor", fn, nbytes, c->size);
-    const char *own = (const char *)out + (size_t)c->rank * nbytes;
-    ZT_CHECK(in == own || !overlap(out, nbytes * (size_t)c->size, in, nbytes),
-             "%s: in overlaps out; in may only be this rank's own slot of out", fn);
-    if (nbytes == 0) return ZT_OK;
-    zt_comm_req *op = NULL;
-    ZT_TRY(new_op(&op, ZT_OP_ALL_GATHER_HOST, fn, c));
-    op->out = out;
-    op->in = in;
-    op->count = (int64_t)nbytes;
-    return submit(op, NULL);
-}
-
-int zt_comm_broadcast_host(zt_comm *c, void *buf, size_t nbytes, int root)
-{
-    const char *fn = "zt_comm_broadcast_host";
-    ZT_TRY(usable(fn, c));
-    ZT_CHECK(buf != NULL, "%s: buf is NULL", fn);
-    ZT_CHECK(root >= 0 && root < c->size, "%s: root %d is not a rank of this communicator "
-             "(0..%d)", fn, root, c->size - 1);
-    ZT_CHECK(nbytes <= (size_t)ZT_COMM_MAX_ELEMS, "%s: %zu bytes is more than this call "
-             "moves (2 GiB); it is meant for small metadata: use zt_broadcast on a tensor",
-             fn, nbytes);
-    if (nbytes == 0) return ZT_OK;
-    zt_comm_req *op = NULL;
-    ZT_TRY(new_op(&op, ZT_OP_BROADCAST_HOST, fn, c));
-    op->out = buf;
-    op->count = (int64_t)nbytes;
-    op->root = root;
-    return submit(op, NULL);
 }

@@ -100,4 +100,10 @@ void zt_comm_tune(size_t scratch_bytes, size_t msg_bytes);
  * displacements are int). */
 #define ZT_COMM_MAX_ELEMS       ((int64_t)2147483647)
 
+/* The engine (comm.c) as the collectives (comm_ops.c) use it. */
+int zt_comm_usable(const char *fn, const zt_comm *c);
+int zt_comm_new_op(zt_comm_req **out, int kind, const char *fn, zt_comm *c);
+void zt_comm_hold(zt_comm_req *op, const zt_tensor *a, const zt_tensor *b);
+int zt_comm_submit(zt_comm_req *op, zt_comm_req **req);
+
 #endif
