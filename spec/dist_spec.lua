@@ -37,7 +37,8 @@ local BASE = "model.size=gpt2-tiny data.seq_len=32 batch.micro=2 train.steps=3 t
 local function train(nproc, recipe, extra)
   local dir = tmpdir()
   local launch = nproc and ("--nproc " .. nproc .. " ") or ""
-  local out, rc = run(("%s recipes/%s.lua %s %s out=%s"):format(launch, recipe, BASE, extra or "", dir))
+  local path = recipe:find("/", 1, true) and recipe or ("recipes/" .. recipe .. ".lua")
+  local out, rc = run(("%s %s %s %s out=%s"):format(launch, path, BASE, extra or "", dir))
   assert(rc == 0, ("%s %s failed (rc %s):\n%s"):format(recipe, extra or "", tostring(rc), out))
   return summary(dir), losses(dir)
 end
@@ -65,6 +66,12 @@ describe("same math on every strategy", function()
       assert.are.equal(ref.param_digest, s.param_digest, strat .. " with accumulation")
       assert.are.equal(ref_losses, l, strat .. " losses with accumulation")
     end
+  end)
+
+  it("a user-written wrapper strategy (examples/timed_strategy.lua) changes no bits", function()
+    local ref = train(2, "zero2")
+    local s = train(2, "examples/timed_zero2.lua", "optim.lr=3e-3")   -- as recipes/zero2.lua
+    assert.are.equal(ref.param_digest, s.param_digest)
   end)
 
   it("dp's opt-in deferred reduction trains but is not held to bit-equality", function()
