@@ -12,14 +12,19 @@
  * Backward tasks are (b, h): query tiles in order, key tiles in order inside,
  * so dq, dk and dv of a head are accumulated by one task in one order.
  *
- * Vectorization: score tiles are (AQ, AK) with AK a compile-time constant;
- * S = Q K^T is computed against a transposed key tile so the inner loop runs
- * over AK contiguous keys, and P V / dS K / P^T dO run over the contiguous
- * head dim. Row max and sum use fixed halving trees over AK.
+ * Vectorization: score tiles are (AQ, AK) with AK a compile-time constant.
+ * All five products (Q K^T, dO V^T against an 8x8-transposed key/value
+ * tile; P V, dS K, P^T dO, dS^T Q over the contiguous head dim) go through
+ * one register-blocked AVX2 micro-kernel (gemm_acc: 3x32 / 6x16 / 6x8 C
+ * blocks held in ymm accumulators, scalar tail for head dims not a multiple
+ * of 8). Each output element is still a single fused multiply-add chain in
+ * ascending order, so the blocking never changes which terms meet where.
+ * Row max and sum use fixed halving trees over AK.
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <immintrin.h>
 #include "kernels.h"
 #include "fastmath.h"
 
@@ -55,12 +60,157 @@ static inline float sum_ak(const float *restrict s) {
 
 /* a . b over n in 8 fixed lanes */
 static inline float dot_lanes(const float *restrict a, const float *restrict b, int n) {
-    float acc[8] = {0};
+    float acc[8];
+    __m256 va = _mm256_setzero_ps();
     int d = 0;
     for (; d + 8 <= n; d += 8)
-        for (int k = 0; k < 8; k++) acc[k] = fmaf(a[d + k], b[d + k], acc[k]);
+        va = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), va);
+    _mm256_storeu_ps(acc, va);
     for (int k = 0; k < 8 && d < n; d++, k++) acc[k] = fmaf(a[d], b[d], acc[k]);
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* Register-blocked micro-kernel: C (MR, 8*NV) += A (MR, kk) . B (kk, 8*NV)
+ * over kk in [kb, ke) ascending. A(r, kk) = A[r*ars + kk*aks]; B row kk at
+ * B + kk*ldb; C row r at C + r*ldc. Every C element is one fused
+ * multiply-add chain in kk order, whatever the blocking, so results do not
+ * depend on which path (or thread) computes them. */
+static inline __attribute__((always_inline)) void
+mk_blk(const int MR, const int NV, float *restrict C, size_t ldc,
+       const float *restrict A, size_t ars, size_t aks,
+       const float *restrict B, size_t ldb, int kb, int ke) {
+    __m256 acc[6][4];
+    #pragma GCC unroll 6
+    for (int r = 0; r < MR; r++)
+        #pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) acc[r][v] = _mm256_loadu_ps(C + r * ldc + 8 * v);
+    for (int kk = kb; kk < ke; kk++) {
+        const float *restrict b = B + (size_t)kk * ldb;
+        const float *restrict a = A + (size_t)kk * aks;
+        __m256 av[6];
+        #pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) av[r] = _mm256_broadcast_ss(a + r * ars);
+        #pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            __m256 bv = _mm256_loadu_ps(b + 8 * v);
+            #pragma GCC unroll 6
+            for (int r = 0; r < MR; r++) acc[r][v] = _mm256_fmadd_ps(av[r], bv, acc[r][v]);
+        }
+    }
+    #pragma GCC unroll 6
+    for (int r = 0; r < MR; r++)
+        #pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) _mm256_storeu_ps(C + r * ldc + 8 * v, acc[r][v]);
+}
+
+/* row range [r0, r0+mr) -> kk range, causal by mode:
+ * 0 none; 1 kk <= r + off (rows are queries, kk keys);
+ * 2 kk >= r + off (rows are keys, kk queries). Skipped terms have A = 0. */
+static inline void kk_range(int mode, int off, int r0, int mr, int K, int *kb, int *ke) {
+    *kb = 0;
+    *ke = K;
+    if (mode == 1) {
+        int e = r0 + mr - 1 + off + 1;
+        if (e < *ke) *ke = e;
+    } else if (mode == 2) {
+        int s = r0 + off;
+        if (s > 0) *kb = s;
+    }
+}
+
+/* C (M, N) += A (M, K) . B (K, N), see mk_blk; mode/off as kk_range. */
+static void gemm_acc(float *restrict C, size_t ldc, const float *restrict A,
+                     size_t ars, size_t aks, const float *restrict B, size_t ldb,
+                     int M, int N, int K, int mode, int off) {
+    int n = 0, kb, ke;
+    for (; n + 32 <= N; n += 32) {
+        int r = 0;
+        for (; r + 3 <= M; r += 3) {
+            kk_range(mode, off, r, 3, K, &kb, &ke);
+            if (kb < ke) mk_blk(3, 4, C + r * ldc + n, ldc, A + r * ars, ars, aks, B + n, ldb, kb, ke);
+        }
+        if (M - r == 2) {
+            kk_range(mode, off, r, 2, K, &kb, &ke);
+            if (kb < ke) mk_blk(2, 4, C + r * ldc + n, ldc, A + r * ars, ars, aks, B + n, ldb, kb, ke);
+        } else if (M - r == 1) {
+            kk_range(mode, off, r, 1, K, &kb, &ke);
+            if (kb < ke) mk_blk(1, 4, C + r * ldc + n, ldc, A + r * ars, ars, aks, B + n, ldb, kb, ke);
+        }
+    }
+    for (; n + 16 <= N; n += 16) {
+        int r = 0;
+        for (; r + 6 <= M; r += 6) {
+            kk_range(mode, off, r, 6, K, &kb, &ke);
+            if (kb < ke) mk_blk(6, 2, C + r * ldc + n, ldc, A + r * ars, ars, aks, B + n, ldb, kb, ke);
+        }
+        if (r < M) {
+            int mr = M - r;
+            kk_range(mode, off, r, mr, K, &kb, &ke);
+            if (kb < ke) switch (mr) {
+            case 5: mk_blk(5, 2, C + r * ldc + n, ldc, A + r * ars, ars, aks, B + n, ldb, kb, ke); break;
+            case 4: mk_blk(4, 2, C + r * ldc + n, ldc, A + r * ars, ars, aks, B + n, ldb, kb, ke); break;
+            case 3: mk_blk(3, 2, C + r * ldc + n, ldc, A + r * ars, ars, aks, B + n, ldb, kb, ke); break;
+            case 2: mk_blk(2, 2, C + r * ldc + n, ldc, A + r * ars, ars, aks, B + n, ldb, kb, ke); break;
+            default: mk_blk(1, 2, C + r * ldc + n, ldc, A + r * ars, ars, aks, B + n, ldb, kb, ke); break;
+            }
+        }
+    }
+    for (; n + 8 <= N; n += 8) {
+        int r = 0;
+        for (; r + 6 <= M; r += 6) {
+            kk_range(mode, off, r, 6, K, &kb, &ke);
+            if (kb < ke) mk_blk(6, 1, C + r * ldc + n, ldc, A + r * ars, ars, aks, B + n, ldb, kb, ke);
+        }
+        if (r < M) {
+            int mr = M - r;
+            kk_range(mode, off, r, mr, K, &kb, &ke);
+            if (kb < ke) switch (mr) {
+            case 5: mk_blk(5, 1, C + r * ldc + n, ldc, A + r * ars, ars, aks, B + n, ldb, kb, ke); break;
+            case 4: mk_blk(4, 1, C + r * ldc + n, ldc, A + r * ars, ars, aks, B + n, ldb, kb, ke); break;
+            case 3: mk_blk(3, 1, C + r * ldc + n, ldc, A + r * ars, ars, aks, B + n, ldb, kb, ke); break;
+            case 2: mk_blk(2, 1, C + r * ldc + n, ldc, A + r * ars, ars, aks, B + n, ldb, kb, ke); break;
+            default: mk_blk(1, 1, C + r * ldc + n, ldc, A + r * ars, ars, aks, B + n, ldb, kb, ke); break;
+            }
+        }
+    }
+    if (n < N)
+        for (int r = 0; r < M; r++) {
+            kk_range(mode, off, r, 1, K, &kb, &ke);
+            for (int c = n; c < N; c++) {
+                float s = C[r * ldc + c];
+                for (int kk = kb; kk < ke; kk++)
+                    s = fmaf(A[r * ars + (size_t)kk * aks], B[(size_t)kk * ldb + c], s);
+                C[r * ldc + c] = s;
+            }
+        }
+}
+
+/* dst[c*ldd + r] = src[r*lds + c] for an 8x8 block */
+static inline void tr8x8(const float *restrict src, size_t lds, float *restrict dst, size_t ldd) {
+    __m256 r0 = _mm256_loadu_ps(src + 0 * lds), r1 = _mm256_loadu_ps(src + 1 * lds);
+    __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
+    __m256 r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds);
+    __m256 r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+    __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+    __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+    __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+    __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+    _mm256_storeu_ps(dst + 0 * ldd, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(dst + 1 * ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
 }
 
 /* S (nq, AK) = A (nq, hs; row stride lda) . Bm (nk, hs; row stride ldb)^T.
@@ -74,21 +224,17 @@ static inline void qk_tile(float *restrict S, const float *restrict A, size_t ld
         for (int j = 0; j < AK; j++) S[i * AK + j] = 0.0f;
     for (int d0 = 0; d0 < hs; d0 += AD) {
         int dn = hs - d0 < AD ? hs - d0 : AD;
+        int j8 = nk & ~7, d8 = dn & ~7;
+        for (int j = 0; j < j8; j += 8)
+            for (int d = 0; d < d8; d += 8)
+                tr8x8(Bm + (size_t)j * ldb + d0 + d, ldb, BT + d * AK + j, AK);
         for (int j = 0; j < nk; j++) {
             const float *restrict b = Bm + (size_t)j * ldb + d0;
-            for (int d = 0; d < dn; d++) BT[d * AK + j] = b[d];
+            for (int d = j < j8 ? d8 : 0; d < dn; d++) BT[d * AK + j] = b[d];
         }
         for (int d = 0; d < dn; d++)
             for (int j = nk; j < AK; j++) BT[d * AK + j] = 0.0f;
-        for (int i = 0; i < nq; i++) {
-            const float *restrict a = A + (size_t)i * lda + d0;
-            float *restrict s = S + i * AK;
-            for (int d = 0; d < dn; d++) {
-                float ad = a[d];
-                const float *restrict bt = BT + d * AK;
-                for (int j = 0; j < AK; j++) s[j] = fmaf(ad, bt[j], s[j]);
-            }
-        }
+        gemm_acc(S, AK, A + d0, lda, 1, BT, AK, nq, (nk + 7) & ~7, dn, 0, 0);
     }
 }
 
@@ -118,7 +264,10 @@ static inline void attn_fwd_tile(float *out, float *lse, const float *qkv,
         qk_tile(S, Q + (size_t)q0 * C3, C3, nq, K + (size_t)k0 * C3, C3, nk, hs, BT);
         for (int i = 0; i < nq; i++) {
             int jn = q0 + i - k0 + 1;              /* causal: keys <= query */
-            if (jn <= 0) continue;
+            if (jn <= 0) {                          /* no keys: P row is 0 */
+                for (int j = 0; j < AK; j++) S[i * AK + j] = 0.0f;
+                continue;
+            }
             if (jn > nk) jn = nk;
             float *restrict s = S + i * AK;
             for (int j = 0; j < AK; j++) s[j] = keep_or(j < jn, s[j] * scale, -INFINITY);
@@ -135,14 +284,8 @@ static inline void attn_fwd_tile(float *out, float *lse, const float *qkv,
         /* O_i += sum_j P_ij V_j. Keys outer, queries inner: consecutive
          * updates hit different rows, so no row waits on its own previous
          * store; each O_i still adds its keys in ascending order. */
-        for (int j = 0; j < nk; j++) {
-            const float *restrict v = V + (size_t)(k0 + j) * C3;
-            for (int i = k0 + j - q0 > 0 ? k0 + j - q0 : 0; i < nq; i++) {
-                float p = S[i * AK + j];
-                float *restrict o = O + (size_t)(q0 + i) * C;
-                for (int d = 0; d < hs; d++) o[d] = fmaf(p, v[d], o[d]);
-            }
-        }
+        gemm_acc(O + (size_t)q0 * C, C, S, AK, 1, V + (size_t)k0 * C3, C3,
+                 nq, hs, nk, 1, q0 - k0);
     }
     for (int i = 0; i < nq; i++) {
         float *restrict o = O + (size_t)(q0 + i) * C;
@@ -185,12 +328,14 @@ static inline void attn_bwd_head(float *dqkv, const float *dout, const float *qk
     const float *L = lse + ((size_t)b * NH + h) * T;
     float P[AQ * AK], dS[AQ * AK], BT[AD * AK], Dv[AQ];
 
-    for (int t = 0; t < T; t++)
-        for (int d = 0; d < hs; d++) {
-            dQ[(size_t)t * C3 + d] = 0.0f;
-            dK[(size_t)t * C3 + d] = 0.0f;
-            dV[(size_t)t * C3 + d] = 0.0f;
+    for (int t = 0; t < T; t++) {
+        float *restrict row = dQ + (size_t)t * C3;
+        for (int part = 0; part < 3; part++, row += C) {
+            int d = 0;
+            for (; d + 8 <= hs; d += 8) _mm256_storeu_ps(row + d, _mm256_setzero_ps());
+            for (; d < hs; d++) row[d] = 0.0f;
         }
+    }
     for (int q0 = 0; q0 < T; q0 += AQ) {
         const int nq = T - q0 < AQ ? T - q0 : AQ;
         const int qlast = q0 + nq - 1;
@@ -215,38 +360,13 @@ static inline void attn_bwd_head(float *dqkv, const float *dout, const float *qk
             /* dV_j += sum_i P_ij dO_i;  dK_j += sum_i dS_ij Q_i  (i ascending),
              * through an AD-wide local accumulator: a dqkv row updated in
              * place would make each step wait on the previous step's store. */
-            for (int j = 0; j < nk; j++) {
-                int i0 = k0 + j - q0 > 0 ? k0 + j - q0 : 0;
-                float *restrict dv = dV + (size_t)(k0 + j) * C3;
-                float *restrict dk = dK + (size_t)(k0 + j) * C3;
-                for (int d0 = 0; d0 < hs; d0 += AD) {
-                    int dn = hs - d0 < AD ? hs - d0 : AD;
-                    float acc[AD];
-                    for (int d = 0; d < dn; d++) acc[d] = dv[d0 + d];
-                    for (int i = i0; i < nq; i++) {
-                        float pij = P[i * AK + j];
-                        const float *restrict dor = dO + (size_t)(q0 + i) * C + d0;
-                        for (int d = 0; d < dn; d++) acc[d] = fmaf(pij, dor[d], acc[d]);
-                    }
-                    for (int d = 0; d < dn; d++) dv[d0 + d] = acc[d];
-                    for (int d = 0; d < dn; d++) acc[d] = dk[d0 + d];
-                    for (int i = i0; i < nq; i++) {
-                        float dsij = dS[i * AK + j];
-                        const float *restrict qr = Q + (size_t)(q0 + i) * C3 + d0;
-                        for (int d = 0; d < dn; d++) acc[d] = fmaf(dsij, qr[d], acc[d]);
-                    }
-                    for (int d = 0; d < dn; d++) dk[d0 + d] = acc[d];
-                }
-            }
+            gemm_acc(dV + (size_t)k0 * C3, C3, P, 1, AK, dO + (size_t)q0 * C, C,
+                     nk, hs, nq, 2, k0 - q0);
+            gemm_acc(dK + (size_t)k0 * C3, C3, dS, 1, AK, Q + (size_t)q0 * C3, C3,
+                     nk, hs, nq, 2, k0 - q0);
             /* dQ_i += sum_j dS_ij K_j  (j ascending) */
-            for (int j = 0; j < nk; j++) {
-                const float *restrict kr = K + (size_t)(k0 + j) * C3;
-                for (int i = k0 + j - q0 > 0 ? k0 + j - q0 : 0; i < nq; i++) {
-                    float dsij = dS[i * AK + j];
-                    float *restrict dq = dQ + (size_t)(q0 + i) * C3;
-                    for (int d = 0; d < hs; d++) dq[d] = fmaf(dsij, kr[d], dq[d]);
-                }
-            }
+            gemm_acc(dQ + (size_t)q0 * C3, C3, dS, AK, 1, K + (size_t)k0 * C3, C3,
+                     nq, hs, nk, 1, q0 - k0);
         }
     }
 }
