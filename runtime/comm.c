@@ -294,8 +294,14 @@ int zt_comm_test(zt_comm_req *op, int *done)
 }
 
 /* ---- world, groups, shutdown --------------------------------------------- */
-static int launcher_present(void)
+int zt_comm_launched(void)
 {
+    const char *force = getenv("ZTRAIN_COMM");
+    if (force && *force) {
+        if (strcmp(force, "local") == 0) return 0;
+        if (strcmp(force, "mpi") == 0) return 1;
+        return -1;
+    }
     if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK")) return 1;
     if (getenv("PMI_RANK") && getenv("PMI_SIZE")) return 1;      /* Hydra, srun --mpi=pmi2 */
     if (getenv("SLURM_PROCID") && getenv("PMI_FD")) return 1;
@@ -310,15 +316,12 @@ int zt_comm_world(zt_comm **out)
     if (world_state == WORLD_DOWN)
         return zt_error(ZT_ESTATE, "zt_comm_world: %s; MPI cannot be started twice in one "
                         "process: run a new process", world_down_why);
-    int use_mpi = launcher_present();
+    int use_mpi = zt_comm_launched();
     const char *force = getenv("ZTRAIN_COMM");
-    if (force && *force) {
-        if (strcmp(force, "local") == 0) use_mpi = 0;
-        else if (strcmp(force, "mpi") == 0) use_mpi = 1;
-        else return zt_error(ZT_EINVAL, "zt_comm_world: ZTRAIN_COMM is '%s'; use 'local' "
-                             "(one rank, no MPI), 'mpi', or leave it unset (detect the "
-                             "launcher)", force);
-    }
+    if (use_mpi < 0)
+        return zt_error(ZT_EINVAL, "zt_comm_world: ZTRAIN_COMM is '%s'; use 'local' "
+                        "(one rank, no MPI), 'mpi', or leave it unset (detect the "
+                        "launcher)", force);
     memset(&world, 0, sizeof world);
     world.is_world = 1;
     world.rank = 0;

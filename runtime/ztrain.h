@@ -195,6 +195,10 @@ int zt_randn(zt_tensor *x, uint64_t seed, uint64_t stream, float mean, float std
 typedef struct zt_comm zt_comm;
 typedef struct zt_comm_req zt_comm_req;
 
+/* 1 if the world will be MPI (a launcher is in the environment, or
+ * ZTRAIN_COMM=mpi), 0 if local (none, or ZTRAIN_COMM=local), -1 if
+ * ZTRAIN_COMM holds anything else. Reads the environment only. */
+int zt_comm_launched(void);
 /* The world communicator (created on first call; the same one afterwards). */
 int zt_comm_world(zt_comm **out);
 int zt_comm_rank(const zt_comm *c);

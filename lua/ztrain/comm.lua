@@ -122,15 +122,9 @@ function Comm:gather_strings(s)
   return res
 end
 
--- True when this process was started by an MPI launcher (the runtime's rule
--- in runtime/comm.c: ZTRAIN_COMM=local|mpi forces it).
-function M.launched()
-  local force = os.getenv("ZTRAIN_COMM")
-  if force == "mpi" then return true elseif force == "local" then return false end
-  if os.getenv("OMPI_COMM_WORLD_SIZE") or os.getenv("PMIX_RANK") then return true end
-  if os.getenv("PMI_RANK") and os.getenv("PMI_SIZE") then return true end
-  return (os.getenv("SLURM_PROCID") and os.getenv("PMI_FD")) and true or false
-end
+-- True when the world will be MPI: a launcher started this process, or
+-- ZTRAIN_COMM=mpi (the runtime's rule, zt_comm_launched).
+function M.launched() return C.zt_comm_launched() == 1 end
 
 function M.abort(code) C.zt_comm_abort(code or 1) end
 function M.finalize() check(C.zt_comm_finalize(), "comm.finalize") end

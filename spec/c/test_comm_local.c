@@ -39,8 +39,28 @@ static double now(void)
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+/* zt_comm_launched reads the environment the way zt_comm_world decides. */
+static void test_launched(void)
+{
+    CHECK("no launcher: local", zt_comm_launched() == 0, "%d", zt_comm_launched());
+    setenv("PMI_RANK", "0", 1);
+    CHECK("PMI_RANK alone is not a launcher", zt_comm_launched() == 0, "%d", zt_comm_launched());
+    setenv("PMI_SIZE", "2", 1);
+    CHECK("PMI_RANK + PMI_SIZE: MPI", zt_comm_launched() == 1, "%d", zt_comm_launched());
+    setenv("ZTRAIN_COMM", "local", 1);
+    CHECK("ZTRAIN_COMM=local wins", zt_comm_launched() == 0, "%d", zt_comm_launched());
+    setenv("ZTRAIN_COMM", "mpii", 1);
+    CHECK("a bad ZTRAIN_COMM is -1", zt_comm_launched() == -1, "%d", zt_comm_launched());
+    zt_comm *w = NULL;
+    int rc = zt_comm_world(&w);
+    CHECK("and zt_comm_world names it", rc == ZT_EINVAL && strstr(zt_last_error(), "'mpii'"),
+          "rc %d: %s", rc, zt_last_error());
+    unsetenv("ZTRAIN_COMM"); unsetenv("PMI_RANK"); unsetenv("PMI_SIZE");
+}
+
 int main(void)
 {
+    test_launched();
     zt_comm *w = NULL;
     size_t comm0 = zt_mem_current(ZT_TIER_DEVICE, ZT_CAT_COMM);
     double t0 = now();
