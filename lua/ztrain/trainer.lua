@@ -52,22 +52,24 @@ end
 -- collective that differs; compare hashes first and name the differing keys.
 local function check_agreement(world, r)
   if world.size == 1 then return end
-  local mine = recipe_mod.flatten(r)
   local lines = {}
-  for k, v in pairs(mine) do lines[#lines + 1] = k .. "=" .. v end
+  for k, v in pairs(recipe_mod.flatten(r)) do lines[#lines + 1] = k .. "=" .. v end
   table.sort(lines)
   local text = table.concat(lines, "\n")
-  local all = world:gather_strings(digest.string(text))
+  local hashes = world:gather_strings(digest.string(text))
   local same = true
-  for i = 2, #all do if all[i] ~= all[1] then same = false end end
+  for i = 2, #hashes do if hashes[i] ~= hashes[1] then same = false end end
   if same then return end
+  local function parse(t)
+    local kv = {}
+    for line in t:gmatch("[^\n]+") do local k, v = line:match("^([^=]+)=(.*)$"); kv[k] = v end
+    return kv
+  end
   local texts = world:gather_strings(text)
-  local ref = {}
-  for line in texts[1]:gmatch("[^\n]+") do local k, v = line:match("^([^=]+)=(.*)$"); ref[k] = v end
+  local ref = parse(texts[1])
   local diffs = {}
   for rk = 2, #texts do
-    local other = {}
-    for line in texts[rk]:gmatch("[^\n]+") do local k, v = line:match("^([^=]+)=(.*)$"); other[k] = v end
+    local other = parse(texts[rk])
     local keys = {}
     for k in pairs(ref) do keys[k] = true end
     for k in pairs(other) do keys[k] = true end
@@ -129,13 +131,10 @@ function build(self, r)
   memory.set_limit("device", limit)
 
   if r.optim.name ~= "adamw" then fail(("unknown optim.name %q (known: adamw)"):format(r.optim.name)) end
-  local B, Tlen, accum = r.batch.micro, r.data.seq_len, r.batch.accumulate
-  if B < 1 or Tlen < 1 or accum < 1 or r.batch.global < 0 then
-    fail(("batch.micro (%d), data.seq_len (%d) and batch.accumulate (%d) must be >= 1"):format(B, Tlen, accum))
-  end
-  accum = resolve_accumulation(r, self.world_size)
+  -- (ranges of every number were checked when the recipe was resolved)
+  local B, Tlen = r.batch.micro, r.data.seq_len
+  local accum = resolve_accumulation(r, self.world_size)
   self.accumulate = accum
-  if r.train.steps < 1 then fail("train.steps must be >= 1") end
 
   -- data
   local t0 = C.zt_now()
@@ -206,8 +205,26 @@ function Trainer:check_fits()
 end
 
 -- One training step; returns { step, loss, lr, grad_norm, step_ms, tokens }.
+-- Put batch idx of loader into the activations' token and target tensors.
+function Trainer:load_batch(loader, idx)
+  loader:batch(idx, self.xbuf, self.ybuf)
+  self.acts.tokens:write(self.xbuf)
+  self.acts.targets:write(self.ybuf)
+end
+
+-- Forward over the units with the strategy's hooks; the batch's mean loss.
+function Trainer:forward(j)
+  local S, ctx, m, a = self.strategy, self.ctx, self.model, self.acts
+  local units = m.units
+  for i = 1, #units do
+    local u = units[i]
+    S.pre_forward(ctx, u, j); m:forward_unit(u, a); S.post_forward(ctx, u, j)
+  end
+  return m:mean_loss(a)
+end
+
 function Trainer:train_step()
-  local r, S, ctx, m, a = self.recipe, self.strategy, self.ctx, self.model, self.acts
+  local S, ctx, m, a = self.strategy, self.ctx, self.model, self.acts
   local accum, world = self.accumulate, self.world_size
   local units = m.units
   local t0 = C.zt_now()
@@ -217,15 +234,8 @@ function Trainer:train_step()
   ctx.training = true
   local loss = 0.0
   for j = 0, accum - 1 do
-    local idx = (self.step - 1) * accum * world + j * world + self.rank
-    self.loader:batch(idx, self.xbuf, self.ybuf)
-    a.tokens:write(self.xbuf)
-    a.targets:write(self.ybuf)
-    for i = 1, #units do
-      local u = units[i]
-      S.pre_forward(ctx, u, j); m:forward_unit(u, a); S.post_forward(ctx, u, j)
-    end
-    loss = loss + m:mean_loss(a)
+    self:load_batch(self.loader, (self.step - 1) * accum * world + j * world + self.rank)
+    loss = loss + self:forward(j)
     for i = #units, 1, -1 do
       local u = units[i]
       S.pre_backward(ctx, u, j); m:backward_unit(u, a); S.post_backward(ctx, u, j)
@@ -240,11 +250,12 @@ function Trainer:train_step()
            step_ms = (C.zt_now() - t0) * 1000, tokens = a.B * a.T * accum * world }
 end
 
--- Mean validation loss over up to train.eval_batches batches (forward only).
+-- Mean validation loss over up to train.eval_batches batches (forward only;
+-- every rank evaluates the same batches).
 function Trainer:evaluate()
   local L = self.valid_loader
   if not L then return nil end
-  local a, m = self.acts, self.model
+  local a = self.acts
   local n = math.min(self.recipe.train.eval_batches, math.floor(L.windows / a.B))
   if n < 1 then return nil end
   local saved = a.dscale
@@ -252,13 +263,8 @@ function Trainer:evaluate()
   self.ctx.training = false
   local total = 0.0
   for i = 0, n - 1 do
-    L:batch(i, self.xbuf, self.ybuf)
-    a.tokens:write(self.xbuf)
-    a.targets:write(self.ybuf)
-    for _, u in ipairs(m.units) do
-      self.strategy.pre_forward(self.ctx, u); m:forward_unit(u, a); self.strategy.post_forward(self.ctx, u)
-    end
-    total = total + m:mean_loss(a)
+    self:load_batch(L, i)
+    total = total + self:forward(0)
   end
   a.dscale = saved
   return total / n

@@ -181,8 +181,6 @@ function M.new(opts)
   ---------------------------------------------------------------------- step
   function S.step(ctx, lr)
     finish_all()
-    for _, f in pairs(grad_views) do f:free() end
-    grad_views = {}
     local units = model.units
     local gn = shard.global_norm(units, W, grad_shard)
     local scale = norm.clip_scale(gn, ctx.clip)
@@ -228,6 +226,8 @@ function M.new(opts)
   function S.free(ctx)
     finish_all()
     for i, g in pairs(gathers) do g.req:wait(); g.full:free(); gathers[i] = nil end
+    for _, v in pairs(grad_views) do v:free() end
+    grad_views = {}
     if pool then pool.free() end
     for _, t in pairs(gshard) do t:free() end
     for _, t in pairs(pshard) do t:free() end
