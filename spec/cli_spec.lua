@@ -44,6 +44,12 @@ describe("ztrain program", function()
     assert.matches('unknown recipe key "batch.mirco"; did you mean "batch.micro"?', out, 1, true)
   end)
 
+  it("says what to do when --nproc cannot find mpirun", function()
+    local out, rc = run("env PATH=/nonexistent " .. os.getenv("PWD") .. "/build/ztrain --nproc 2 recipes/dp.lua")
+    assert.are.equal(1, rc)
+    assert.matches("cannot run mpirun", out, 1, true)
+  end)
+
   it("exits 1 on arguments it cannot read", function()
     local out, rc = run("build/ztrain --frobnicate")
     assert.are.equal(1, rc)

@@ -138,6 +138,26 @@ describe("errors instead of hangs", function()
     assert.matches("^error: loss is nan", summary(dir).exit)
   end)
 
+  it("refuses --nproc when the launched world has another size", function()
+    -- ZTRAIN_COMM=mpi says "already launched": MPI starts as one rank, not two
+    local p = io.popen("ZTRAIN_COMM=mpi timeout 60 build/ztrain --nproc 2 recipes/dp.lua -q 2>&1; echo \"rc=$?\"")
+    local out = p:read("*a"); p:close()
+    local rc = tonumber(out:match("rc=(%d+)%s*$"))
+    assert.are_not.equal(0, rc)
+    assert.matches("--nproc 2, but the launcher started 1 rank(s)", out, 1, true)
+  end)
+
+  it("finalizes MPI after a --script on several ranks", function()
+    local script = os.tmpname() .. ".lua"
+    local f = assert(io.open(script, "w"))
+    f:write('local w = zt.comm.world(); w:barrier(); if w.rank == 0 then print("ranks " .. w.size) end\n')
+    f:close()
+    local out, rc = run("--nproc 2 --script " .. script, 60)
+    os.remove(script)
+    assert.are.equal(0, rc, out)
+    assert.matches("ranks 2", out, 1, true)
+  end)
+
   it("ends the job within seconds when a rank dies", function()
     local recipe = os.tmpname() .. ".lua"
     local f = assert(io.open(recipe, "w"))

@@ -30,6 +30,17 @@ describe("recipe", function()
     assert.matches('did you mean "model.size"', err, 1, true)
   end)
 
+  it("rejects non-finite, fractional and out-of-range numbers by key", function()
+    for _, o in ipairs({ "train.steps=nan", "train.steps=2.5", "batch.micro=0", "optim.lr=-1",
+                         "lr.min_ratio=2" }) do
+      local r, err = recipe.resolve({}, { o })
+      assert.is_nil(r, o)
+      assert.matches(o:match("^[^=]+") .. " must be", err, 1, true)
+    end
+    local _, err = recipe.resolve({}, { "model=5" })
+    assert.matches("model is a table of keys; set one of them (model.seed, model.size", err, 1, true)
+  end)
+
   it("rejects wrong types and malformed overrides", function()
     local r, err = recipe.resolve({}, { "train.steps=many" })
     assert.is_nil(r)

@@ -129,6 +129,13 @@ describe("bad input", function()
     assert.matches("device.memory_limit", err, 1, true)
   end)
 
+  it("rejects a model vocabulary smaller than the tokenizer's", function()
+    local ok, err = pcall(zt.train, "recipes/single.lua", with({ "model.vocab_size=100", "train.steps=1" }),
+                          { quiet = true })
+    assert.is_false(ok)
+    assert.matches("model.vocab_size 100 is smaller than the bytes tokenizer's 256 tokens", err, 1, true)
+  end)
+
   it("rejects a sequence longer than the model's context", function()
     local ok, err = pcall(zt.train, "recipes/single.lua", with({ "data.seq_len=512", "train.steps=1" }),
                           { quiet = true })

@@ -34,6 +34,10 @@ static void test_tensors(void)
     CHECK("storage freed with the last reference",
           zt_mem_current(ZT_TIER_DEVICE, ZT_CAT_PARAMS) == before, "leak");
     CHECK("peak kept", zt_mem_peak(ZT_TIER_DEVICE, ZT_CAT_PARAMS) >= before + 60, "peak");
+    int64_t huge[1] = { (int64_t)1 << 62 };
+    rc = zt_tensor_new(&t, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 1, huge);
+    CHECK("a size that overflows bytes is rejected", rc == ZT_EINVAL && t == NULL &&
+          strstr(zt_last_error(), "do not fit in memory"), "rc %d msg %s", rc, zt_last_error());
     int64_t zero[1] = { 0 };
     rc = zt_tensor_new(&t, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 1, zero);
     CHECK("zero dimension rejected", rc == ZT_EINVAL && strstr(zt_last_error(), "dimension 0"),
@@ -81,6 +85,20 @@ static void test_ops_validation(void)
     rc = zt_attention_forward(o, o, x, 4);
     CHECK("attention rejects a 2-D qkv", rc == ZT_EINVAL && strstr(zt_last_error(), "(B,T,3C)"),
           "msg %s", zt_last_error());
+    {   /* a token outside the vocabulary must not reach the kernel's scatter */
+        int64_t sv[2] = { 4, 8 }, sd[3] = { 1, 2, 8 }, st[2] = { 1, 2 };
+        zt_tensor *dwte = NULL, *dwpe = NULL, *dout = NULL, *tok = NULL;
+        zt_tensor_new(&dwte, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, sv);
+        zt_tensor_new(&dwpe, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, sv);
+        zt_tensor_new(&dout, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 3, sd);
+        zt_tensor_new(&tok, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_I32, 2, st);
+        ((int32_t *)tok->data)[1] = 100000000;
+        rc = zt_encoder_backward(dwte, dwpe, dout, tok);
+        CHECK("encoder backward rejects a token outside the vocabulary",
+              rc == ZT_EINVAL && strstr(zt_last_error(), "outside the vocabulary"), "rc %d msg %s",
+              rc, zt_last_error());
+        zt_tensor_release(dwte); zt_tensor_release(dwpe); zt_tensor_release(dout); zt_tensor_release(tok);
+    }
     rc = zt_fill(NULL, 1.0f);
     CHECK("NULL tensor is an error, not a crash", rc == ZT_EINVAL, "rc %d", rc);
     zt_tensor_release(x); zt_tensor_release(w); zt_tensor_release(o);
