@@ -32,11 +32,44 @@ static int find_home(char *home, size_t n)
     return 0;
 }
 
+/* Does msg start with a Lua location ("path/file.lua:12: ", "repl:3: ")? As
+ * ztrain.errors.located, for the common forms. */
+static int is_located(const char *msg)
+{
+    const char *p = msg;
+    while (*p && *p != ':' && *p != ' ' && *p != '\t' && *p != '\n') p++;
+    if (p == msg || *p != ':' || p[1] < '0' || p[1] > '9') return 0;
+    p++;
+    while (*p >= '0' && *p <= '9') p++;
+    return p[0] == ':' && p[1] == ' ';
+}
+
+/* Message handler for errors that escape ztrain.cli (ztrain.errors has the
+ * rule): a user error -- a table with user = true, or a string without a
+ * "file.lua:N:" location -- is shown as its message alone; a bug keeps its
+ * location and gets a traceback. */
 static int traceback(lua_State *L)
 {
+    if (lua_istable(L, 1)) {
+        lua_getfield(L, 1, "user");
+        int user = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+        if (!luaL_callmeta(L, 1, "__tostring")) lua_pushliteral(L, "(error object is a table value)");
+        if (user) return 1;
+        luaL_traceback(L, L, lua_tostring(L, -1), 1);
+        return 1;
+    }
     const char *msg = lua_tostring(L, 1);
+    if (msg && !is_located(msg)) { lua_settop(L, 1); return 1; }
     luaL_traceback(L, L, msg ? msg : "(error object is not a string)", 1);
     return 1;
+}
+
+/* "ztrain: MESSAGE", once: messages may already start with the name. */
+static void print_error(const char *msg)
+{
+    if (!msg) msg = "(error object is not a string)";
+    fprintf(stderr, "%s%s\n", strncmp(msg, "ztrain: ", 8) == 0 ? "" : "ztrain: ", msg);
 }
 
 int main(int argc, char **argv)
@@ -74,12 +107,12 @@ int main(int argc, char **argv)
     lua_pushstring(L, "ztrain.cli");
     int rc = 1;
     if (lua_pcall(L, 1, 1, -3) != 0) {
-        fprintf(stderr, "ztrain: %s\n", lua_tostring(L, -1));
+        print_error(lua_tostring(L, -1));
     } else {
         lua_getfield(L, -1, "main");
         lua_getglobal(L, "arg");
         if (lua_pcall(L, 1, 1, -4) != 0) {
-            fprintf(stderr, "ztrain: %s\n", lua_tostring(L, -1));
+            print_error(lua_tostring(L, -1));
         } else {
             rc = lua_isnumber(L, -1) ? (int)lua_tointeger(L, -1) : 0;
         }

@@ -37,8 +37,18 @@ Recipe keys (defaults in lua/ztrain/recipe.lua; docs/recipes.md):
 Outputs go to out= (default runs/<recipe>-<time>/): metrics.jsonl, summary.json.
 ]==]
 
-local function die(msg)
-  io.stderr:write("ztrain: ", msg, "\n")
+local errors = require "ztrain.errors"
+
+-- say(e): print an error as "ztrain: MESSAGE" -- a user error as is, a bug
+-- with its location (errors.lua). Messages that already start with the
+-- program's name do not get it twice.
+local function say(e)
+  local msg = errors.message(e)
+  io.stderr:write(msg:find("^ztrain: ") and "" or "ztrain: ", msg, "\n")
+end
+
+local function die(e)
+  say(e)
   return 1
 end
 
@@ -90,7 +100,7 @@ function M.main(argv)
   end
 
   local ok_load, zt = pcall(require, "ztrain")
-  if not ok_load then return die(tostring(zt)) end
+  if not ok_load then return die(zt) end
   _G.zt = zt
   if opts.nproc and zt.comm.world().size ~= opts.nproc then
     local w = zt.comm.world()
@@ -103,7 +113,7 @@ function M.main(argv)
   end
   if opts.threads then
     local ok, err = pcall(zt.threads, opts.threads)
-    if not ok then return die(tostring(err)) end
+    if not ok then return die(err) end
   end
 
   for _, code in ipairs(opts.exprs) do
@@ -116,10 +126,10 @@ function M.main(argv)
     if not f then return die(err) end
     _G.arg = opts.script_args
     opts.script_args[0] = opts.script
-    local ok, rerr = xpcall(f, debug.traceback, unpack(opts.script_args))
+    local ok, rerr = xpcall(f, errors.traceback, unpack(opts.script_args))
     if not ok then
-      if zt.comm.world().size > 1 then io.stderr:write("ztrain: ", tostring(rerr), "\n"); zt.comm.abort(1) end
-      return die(tostring(rerr))
+      if zt.comm.world().size > 1 then say(rerr); io.stderr:flush(); zt.comm.abort(1) end
+      return die(rerr)
     end
     zt.comm.finalize()
     return 0
@@ -131,19 +141,19 @@ function M.main(argv)
     local ok, rerr = pcall(require("ztrain.run").run, r, { quiet = opts.quiet })
     if not ok then
       local world = zt.comm.world()
-      if world.size > 1 and zt.errors.is_all_ranks(rerr) then
+      if world.size > 1 and errors.is_all_ranks(rerr) then
         -- every rank stopped at the same point: rank 0 says why, all exit 1
-        if world.rank == 0 then io.stderr:write("ztrain: ", tostring(rerr), "\n") end
+        if world.rank == 0 then say(rerr) end
         zt.comm.finalize()
         return 1
       elseif world.size > 1 then
         -- the other ranks may wait in a collective for ever: end the job
-        io.stderr:write(("ztrain: rank %d: %s\n"):format(world.rank, tostring(rerr)))
+        io.stderr:write(("ztrain: rank %d: %s\n"):format(world.rank, errors.message(rerr)))
         io.stderr:flush()
         zt.comm.abort(1)
       end
-      if not opts.interactive then return die(tostring(rerr)) end
-      io.stderr:write("ztrain: ", tostring(rerr), "\n")
+      if not opts.interactive then return die(rerr) end
+      say(rerr)
     end
   elseif #opts.overrides > 0 then
     local n = opts.threads

@@ -1,22 +1,67 @@
--- ztrain.errors: errors every rank raises alike.
+-- ztrain.errors: errors meant for users, errors every rank raises alike, and
+-- how both are shown.
+--
+-- Two kinds of error reach the top (the CLI, the REPL, summary.json):
+--  * user errors: bad input, a setting out of range, a file that does not
+--    exist. The message names the thing and what to do; a Lua file and line
+--    would only distract. Raise them with error(errors.user(msg), 0), or with
+--    error(msg, 0) (a plain string without a location counts as one).
+--  * bugs: anything else (an index of nil, an error(msg) or error(msg, 2) with
+--    its "file.lua:N:" location, a non-string error object). They keep their
+--    location, and where the host prints one, a traceback: the place to fix.
 --
 -- Under several ranks an error normally ends the job with MPI_Abort: the
 -- other ranks may be waiting in a collective. But an error that every rank
 -- reaches at the same point (a bad setting they all resolved, a loss that
 -- diverged after it was reduced) can end the job cleanly: each rank finishes
--- its collectives, rank 0 writes summary.json, every rank exits 1.
+-- its collectives, rank 0 writes summary.json, every rank exits 1. Such
+-- all_ranks errors are user errors too.
 local M = {}
 
 local mt = { __tostring = function(e) return e.msg end }
 
--- all_ranks(msg) -> an error object to raise with error(obj, 0).
-function M.all_ranks(msg) return setmetatable({ msg = msg, all_ranks = true }, mt) end
+-- user(msg) -> an error object to raise with error(obj, 0).
+function M.user(msg)
+  return setmetatable({ msg = tostring(msg), user = true }, mt)
+end
+
+-- all_ranks(msg) -> a user error that every rank raises alike; error(obj, 0).
+function M.all_ranks(msg)
+  return setmetatable({ msg = tostring(msg), user = true, all_ranks = true }, mt)
+end
 
 function M.is_all_ranks(e) return type(e) == "table" and e.all_ranks == true end
 
--- message(e) -> text without a "file.lua:123: " prefix (users need the message).
+-- located(s) -> true when string s starts with a Lua location, as error()
+-- at level >= 1 and the VM's own errors write it: "path/file.lua:12: ",
+-- "repl:3: ", '[string "..."]:1: '.
+function M.located(s)
+  return type(s) == "string" and
+         (s:find("^[^%s:]+:%d+: ") ~= nil or s:find('^%[string ".-"%]:%d+: ') ~= nil)
+end
+
+-- is_user(e) -> true for errors meant for users: user() and all_ranks()
+-- objects, and strings raised without a location (level 0).
+function M.is_user(e)
+  if type(e) == "table" then return e.user == true end
+  return type(e) == "string" and not M.located(e)
+end
+
+-- message(e) -> the text to show. A user error's message as is; a bug's full
+-- text, location included (a non-string object through its __tostring).
 function M.message(e)
-  return (tostring(e):gsub("^[^\n:]*%.lua:%d+: ", ""))
+  if type(e) == "table" and e.user == true then return e.msg end
+  if type(e) == "string" then return e end
+  local mtab = getmetatable(e)
+  if mtab and mtab.__tostring then return tostring(e) end
+  return ("(error object is a %s value)"):format(type(e))
+end
+
+-- traceback(e, level) -> for xpcall: a user error's message alone; a bug's
+-- message with a traceback from `level` (default: the function that raised).
+function M.traceback(e, level)
+  if M.is_user(e) then return M.message(e) end
+  return debug.traceback(M.message(e), level or 2)
 end
 
 return M

@@ -13,9 +13,9 @@ function M.make(base, opts, total)
   local kind = opts.schedule or M.defaults.schedule
   local min_ratio = opts.min_ratio or M.defaults.min_ratio
   if not M.schedules[kind] then
-    error(("unknown lr.schedule %q (known: cosine, linear, constant)"):format(tostring(kind)), 2)
+    error(("unknown lr.schedule %q (known: cosine, linear, constant)"):format(tostring(kind)), 0)
   end
-  if warmup < 0 or total < 1 then error("lr: warmup must be >= 0 and steps >= 1", 2) end
+  if warmup < 0 or total < 1 then error("lr: warmup must be >= 0 and steps >= 1", 0) end
   local min_lr = base * min_ratio
   return function(step)
     if step <= warmup then return base * step / warmup end

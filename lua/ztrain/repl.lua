@@ -1,6 +1,8 @@
 -- ztrain.repl: a read-eval-print loop with ztrain loaded as `zt`. Prints every
 -- result, survives errors, accepts multi-line input (continues while the
 -- chunk is incomplete). Line editing and completion come later.
+local errors = require "ztrain.errors"
+
 local M = {}
 
 local function show(v, depth)
@@ -29,8 +31,10 @@ function M.eval(code, quiet)
   local f, err = compile(code)
   if not f then return false, err end
   local res = { xpcall(f, function(e)
-    -- keep the user's frames: cut the traceback where the REPL called in
-    local tb = debug.traceback(tostring(e), 2)
+    -- a user error is its message; a bug keeps its location and a traceback
+    -- of the user's frames (cut where the REPL called in)
+    if errors.is_user(e) then return errors.message(e) end
+    local tb = debug.traceback(errors.message(e), 2)
     return (tb:gsub("\n%s*%[C%]: in function 'xpcall'.*$", ""))
   end) }
   if not res[1] then return false, res[2] end

@@ -29,11 +29,11 @@ end
 function M.tokenizer(name)
   if type(name) == "table" and type(name.encode) == "function" then return name end
   if type(name) ~= "string" then
-    error("data.tokenizer: expected a tokenizer name, got " .. type(name), 2)
+    error("data.tokenizer: expected a tokenizer name, got " .. type(name), 0)
   end
   local mod = tokenizers[name]
   if not mod then
-    error(("data.tokenizer: unknown tokenizer %q (known: %s)"):format(name, table.concat(M.tokenizers(), ", ")), 2)
+    error(("data.tokenizer: unknown tokenizer %q (known: %s)"):format(name, table.concat(M.tokenizers(), ", ")), 0)
   end
   return require(mod)
 end
