@@ -9,11 +9,7 @@ local loader_mod = require "ztrain.data.loader"
 
 assert(jit, "these specs must run under LuaJIT: busted --lua=luajit spec/data_spec.lua")
 
-ffi.cdef [[
-char *ztrain_spec_mkdtemp(char *template) __asm__("mkdtemp");
-int ztrain_spec_symlink(const char *target, const char *linkpath) __asm__("symlink");
-int ztrain_spec_mkdir(const char *path, unsigned int mode) __asm__("mkdir");
-]]
+local libc = require "ztrain.libc"
 
 ---------------------------------------------------------------------------
 -- helpers
@@ -24,7 +20,7 @@ local function tmpdir()
   os.remove(base)
   local buf = ffi.new("char[?]", #base + 8)
   ffi.copy(buf, base .. "XXXXXX")
-  assert(ffi.C.ztrain_spec_mkdtemp(buf) ~= nil, "mkdtemp failed")
+  assert(libc.mkdtemp(buf) ~= nil, "mkdtemp failed")
   local d = { path = ffi.string(buf), created = {} }
   function d:file(name, content)
     local p = self.path .. "/" .. name
@@ -36,13 +32,13 @@ local function tmpdir()
   end
   function d:dir(name)
     local p = self.path .. "/" .. name
-    assert(ffi.C.ztrain_spec_mkdir(p, tonumber("755", 8)) == 0, "mkdir failed")
+    assert(libc.mkdir(p, tonumber("755", 8)) == 0, "mkdir failed")
     self.created[#self.created + 1] = p
     return p
   end
   function d:symlink(target, name)
     local p = self.path .. "/" .. name
-    assert(ffi.C.ztrain_spec_symlink(target, p) == 0, "symlink failed")
+    assert(libc.symlink(target, p) == 0, "symlink failed")
     self.created[#self.created + 1] = p
     return p
   end

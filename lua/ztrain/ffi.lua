@@ -4,6 +4,7 @@
 -- and comments dropped), so the header is the only declaration of the API.
 -- Returns { C = <libztrain>, home = <tree root>, check = fn }.
 local ffi = require "ffi"
+local libc = require "ztrain.libc"
 
 local M = {}
 
@@ -15,12 +16,12 @@ local function tree_root()
   local dir = src:match("^(.*)/lua/ztrain/ffi%.lua$")
   if dir then return dir == "" and "/" or dir end
   if src == "lua/ztrain/ffi.lua" then return "." end
-  error("ztrain: cannot locate the ztrain tree from " .. src .. "; set ZTRAIN_HOME")
+  error("ztrain: cannot locate the ztrain tree from " .. src .. "; set ZTRAIN_HOME", 0)
 end
 
 local function read_header(path)
   local f, err = io.open(path, "rb")
-  if not f then error("ztrain: cannot read the runtime header: " .. err) end
+  if not f then error("ztrain: cannot read the runtime header: " .. err .. "; set ZTRAIN_HOME to the tree", 0) end
   local text = f:read("*a")
   f:close()
   text = text:gsub("/%*.-%*/", ""):gsub("//[^\n]*", "")
@@ -40,7 +41,6 @@ local libpath = os.getenv("ZTRAIN_LIB") or (M.home .. "/build/libztrain.so")
 -- CPU detection. Debian's OpenBLAS 0.3.21 does not know recent Xeons and falls
 -- back to its generic SSE3 (Prescott) kernels, 5-9x slower. When the variable
 -- is unset, name the best core the CPU supports; a user's setting wins.
-ffi.cdef [[ int setenv(const char *name, const char *value, int overwrite); ]]
 local function pick_blas_core()
   if os.getenv("OPENBLAS_CORETYPE") then return end
   local f = io.open("/proc/cpuinfo")
@@ -57,7 +57,7 @@ local function pick_blas_core()
   elseif flags.avx2 and flags.fma then
     core = "Haswell"
   end
-  if core then ffi.C.setenv("OPENBLAS_CORETYPE", core, 0) end
+  if core then libc.setenv("OPENBLAS_CORETYPE", core, 0) end
   M.blas_core_auto = core
 end
 pick_blas_core()
@@ -65,13 +65,8 @@ pick_blas_core()
 -- Pin the library in memory first (RTLD_NODELETE): OpenMP's worker threads
 -- outlive the Lua state, and unloading their code at lua_close would crash
 -- the process on exit.
-ffi.cdef [[
-void *dlopen(const char *file, int mode);
-char *dlerror(void);
-]]
-local RTLD_NOW, RTLD_GLOBAL, RTLD_NODELETE = 0x2, 0x100, 0x1000
-if ffi.C.dlopen(libpath, RTLD_NOW + RTLD_GLOBAL + RTLD_NODELETE) == nil then
-  error("ztrain: cannot load " .. libpath .. " (" .. ffi.string(ffi.C.dlerror()) ..
+if libc.dlopen(libpath, libc.RTLD_NOW + libc.RTLD_GLOBAL + libc.RTLD_NODELETE) == nil then
+  error("ztrain: cannot load " .. libpath .. " (" .. ffi.string(libc.dlerror()) ..
         "); run `make` first", 0)
 end
 local ok, lib = pcall(ffi.load, libpath)

@@ -3,14 +3,9 @@
 -- metrics.jsonl (one object per logged step), summary.json (the run's
 -- contract, DESIGN.md "Run outputs"), a live progress line on a terminal
 -- (plain lines otherwise), and the end-of-run table.
-local ffi = require "ffi"
 local cjson = require "cjson"
 local memory = require "ztrain.memory"
-
-ffi.cdef [[
-int isatty(int fd);
-int mkdir(const char *path, unsigned int mode);
-]]
+local libc = require "ztrain.libc"
 
 local M = {}
 cjson.encode_number_precision(14)
@@ -22,7 +17,7 @@ function M.mkdirs(path)
   local acc = path:sub(1, 1) == "/" and "/" or ""
   for part in path:gmatch("[^/]+") do
     acc = acc .. part
-    ffi.C.mkdir(acc, 493) -- 0755; an existing directory is fine
+    libc.mkdir(acc, 493) -- 0755; an existing directory is fine
     acc = acc .. "/"
   end
   local f = io.open(path .. "/.probe", "w")
@@ -52,7 +47,7 @@ function M.is_tty()
   local env = os.getenv("ZTRAIN_TTY")
   if env then return env == "1" end
   if require("ztrain.comm").launched() then return false end
-  return ffi.C.isatty(1) == 1
+  return libc.isatty(1) == 1
 end
 
 -- Memory snapshot for one rank, as summary.json carries it.

@@ -37,42 +37,25 @@
 -- excluded files, second names), ds.seconds (CPU time of the load), ds:describe().
 local ffi = require "ffi"
 local utf8 = require "ztrain.data.utf8"
-
--- libc bindings under private names (asm labels), so that they cannot clash with
--- cdefs made by other modules.
-ffi.cdef [[
-typedef struct ztrain_data_glob_t {
-  size_t gl_pathc;
-  char **gl_pathv;
-  size_t gl_offs;
-  int gl_flags;
-  void *gl_closedir, *gl_readdir, *gl_opendir, *gl_lstat, *gl_stat;
-} ztrain_data_glob_t;
-int ztrain_data_glob(const char *pattern, int flags, void *errfunc, ztrain_data_glob_t *pglob) __asm__("glob");
-void ztrain_data_globfree(ztrain_data_glob_t *pglob) __asm__("globfree");
-int ztrain_data_fnmatch(const char *pattern, const char *string, int flags) __asm__("fnmatch");
-char *ztrain_data_realpath(const char *path, char *resolved) __asm__("realpath");
-void ztrain_data_free(void *p) __asm__("free");
-]]
-local C = ffi.C
+local libc = require "ztrain.libc"
 
 if ffi.os ~= "Linux" then
-  -- glob_t's layout above is glibc's; other libcs differ.
+  -- glob_t's layout (ztrain.libc) is glibc's; other libcs differ.
   error("ztrain.data.text: file globs are implemented for Linux (glibc) only", 0)
 end
 
-local GLOB_MARK, GLOB_BRACE, GLOB_TILDE = 2, 1024, 4096
-local GLOB_NOSPACE, GLOB_ABORTED, GLOB_NOMATCH = 1, 2, 3
-local FNM_PATHNAME = 1
+local GLOB_MARK, GLOB_BRACE, GLOB_TILDE = libc.GLOB_MARK, libc.GLOB_BRACE, libc.GLOB_TILDE
+local GLOB_NOSPACE, GLOB_ABORTED, GLOB_NOMATCH = libc.GLOB_NOSPACE, libc.GLOB_ABORTED, libc.GLOB_NOMATCH
+local FNM_PATHNAME = libc.FNM_PATHNAME
 
 local M = {}
 
 -- glob(pattern) -> list of paths (directories end in '/'), or nil, err
 local function glob(pattern)
-  local g = ffi.new("ztrain_data_glob_t")
-  local rc = C.ztrain_data_glob(pattern, GLOB_MARK + GLOB_BRACE + GLOB_TILDE, nil, g)
+  local g = libc.glob_t()
+  local rc = libc.glob(pattern, GLOB_MARK + GLOB_BRACE + GLOB_TILDE, nil, g)
   if rc ~= 0 then
-    C.ztrain_data_globfree(g)
+    libc.globfree(g)
     if rc == GLOB_NOMATCH then return nil, "nomatch" end
     if rc == GLOB_ABORTED then return nil, "read error while matching" end
     if rc == GLOB_NOSPACE then return nil, "out of memory while matching" end
@@ -80,15 +63,15 @@ local function glob(pattern)
   end
   local out = {}
   for i = 0, tonumber(g.gl_pathc) - 1 do out[#out + 1] = ffi.string(g.gl_pathv[i]) end
-  C.ztrain_data_globfree(g)
+  libc.globfree(g)
   return out
 end
 
 local function realpath(path)
-  local p = C.ztrain_data_realpath(path, nil)
+  local p = libc.realpath(path, nil)
   if p == nil then return nil end
   local s = ffi.string(p)
-  C.ztrain_data_free(p)
+  libc.free(p)
   return s
 end
 
@@ -96,30 +79,30 @@ local function basename(path) return path:match("([^/]*)$") end
 
 local function fnmatch(pattern, path)
   if pattern:find("/", 1, true) then
-    return C.ztrain_data_fnmatch(pattern, path, FNM_PATHNAME) == 0
+    return libc.fnmatch(pattern, path, FNM_PATHNAME) == 0
   end
-  return C.ztrain_data_fnmatch(pattern, basename(path), 0) == 0
+  return libc.fnmatch(pattern, basename(path), 0) == 0
 end
 
 -- string or non-empty list of strings -> list; `what` names the field for errors
 local function string_list(v, what, optional)
   if v == nil and optional then return {} end
   if type(v) == "string" then
-    if v == "" then error("data.text: " .. what .. " is an empty string", 3) end
+    if v == "" then error("data.text: " .. what .. " is an empty string", 0) end
     return { v }
   end
   if type(v) == "table" then
-    if #v == 0 and not optional then error("data.text: " .. what .. " is an empty list", 3) end
+    if #v == 0 and not optional then error("data.text: " .. what .. " is an empty list", 0) end
     local out = {}
     for i = 1, #v do
       if type(v[i]) ~= "string" or v[i] == "" then
-        error(("data.text: %s[%d] must be a non-empty string, got %s"):format(what, i, type(v[i])), 3)
+        error(("data.text: %s[%d] must be a non-empty string, got %s"):format(what, i, type(v[i])), 0)
       end
       out[i] = v[i]
     end
     return out
   end
-  error(("data.text: %s must be a glob string or a list of them, got %s"):format(what, type(v)), 3)
+  error(("data.text: %s must be a glob string or a list of them, got %s"):format(what, type(v)), 0)
 end
 
 local function shell_list(list)
@@ -161,7 +144,7 @@ local function resolve_tokenizer(t)
   if type(t) == "table" and type(t.encode) == "function" and type(t.vocab_size) == "number" then
     return t
   end
-  error("data.text: tokenizer must be a tokenizer object (from data.tokenizer) or a name, got " .. type(t), 3)
+  error("data.text: tokenizer must be a tokenizer object (from data.tokenizer) or a name, got " .. type(t), 0)
 end
 
 local known_keys = { text = true, exclude = true, tokenizer = true, valid_fraction = true,
@@ -178,23 +161,23 @@ end
 
 function M.text(opts)
   local t0 = os.clock()
-  if type(opts) ~= "table" then error("data.text: expected a table of options, got " .. type(opts), 2) end
+  if type(opts) ~= "table" then error("data.text: expected a table of options, got " .. type(opts), 0) end
   for k in pairs(opts) do
     if not known_keys[k] then
       local names = {}
       for n in pairs(known_keys) do names[#names + 1] = n end
       table.sort(names)
-      error(("data.text: unknown option %q (known: %s)"):format(tostring(k), table.concat(names, ", ")), 2)
+      error(("data.text: unknown option %q (known: %s)"):format(tostring(k), table.concat(names, ", ")), 0)
     end
   end
   local patterns = string_list(opts.text, "text", false)
   local excludes = string_list(opts.exclude, "exclude", true)
-  if opts.tokenizer == nil then error("data.text: tokenizer is required (e.g. data.tokenizer(\"bytes\"))", 2) end
+  if opts.tokenizer == nil then error("data.text: tokenizer is required (e.g. data.tokenizer(\"bytes\"))", 0) end
   local tok = resolve_tokenizer(opts.tokenizer)
   local f = opts.valid_fraction
   if f == nil then f = 0.05 end
   if type(f) ~= "number" or f ~= f or f < 0 or f >= 1 then
-    error("data.text: valid_fraction must be a number in [0, 1), got " .. tostring(f), 2)
+    error("data.text: valid_fraction must be a number in [0, 1), got " .. tostring(f), 0)
   end
 
   -- 1. expand the globs

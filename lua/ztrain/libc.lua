@@ -1,0 +1,83 @@
+-- ztrain.libc: every libc function ztrain calls through the FFI, declared once.
+--
+--   local libc = require "ztrain.libc"
+--   libc.setenv("NAME", "value", 0)
+--   local g = libc.glob_t()                 -- ctypes are fields too
+--
+-- Returns a table of the C functions under their plain names (not ffi.C
+-- itself): each is declared under a private name bound to the libc symbol
+-- with an asm label, so a recipe or script that declares `int getpid(void)`
+-- or `int mkdir(...)` itself through ffi.cdef never clashes with ztrain
+-- ("attempt to redefine"). The cdef runs once per Lua state, however many
+-- times the module is loaded (package.loaded cleared, a second path).
+--
+-- Linux (glibc) only: glob_t's layout and the sysconf/dlopen constants are
+-- glibc's.
+local ffi = require "ffi"
+
+-- name -> C declaration with "%s" where the private name goes
+local decls = {
+  -- environment, processes
+  setenv = "int %s(const char *name, const char *value, int overwrite)",
+  execvp = "int %s(const char *file, char *const argv[])",
+  getpid = "int %s(void)",
+  kill = "int %s(int pid, int sig)",
+  strerror = "char *%s(int errnum)",
+  isatty = "int %s(int fd)",
+  -- cores: sysconf(_SC_NPROCESSORS_ONLN), the affinity mask (cpu_set_t bytes)
+  sysconf = "long %s(int name)",
+  sched_getaffinity = "int %s(int pid, size_t cpusetsize, void *mask)",
+  -- the runtime library
+  dlopen = "void *%s(const char *file, int mode)",
+  dlerror = "char *%s(void)",
+  -- files
+  mkdir = "int %s(const char *path, unsigned int mode)",
+  mkdtemp = "char *%s(char *template)",
+  symlink = "int %s(const char *target, const char *linkpath)",
+  realpath = "char *%s(const char *path, char *resolved)",
+  free = "void %s(void *p)",
+  glob = "int %s(const char *pattern, int flags, void *errfunc, ztrain_libc_glob_t *pglob)",
+  globfree = "void %s(ztrain_libc_glob_t *pglob)",
+  fnmatch = "int %s(const char *pattern, const char *string, int flags)",
+}
+
+local PREFIX = "ztrain_libc_"
+
+-- glibc's glob_t
+local types = [[
+typedef struct ztrain_libc_glob_t {
+  size_t gl_pathc;
+  char **gl_pathv;
+  size_t gl_offs;
+  int gl_flags;
+  void *gl_closedir, *gl_readdir, *gl_opendir, *gl_lstat, *gl_stat;
+} ztrain_libc_glob_t;
+]]
+
+-- Declared already in this Lua state? (ffi.cdef of a second copy would fail
+-- with "attempt to redefine".)
+local declared = pcall(ffi.typeof, "ztrain_libc_glob_t")
+if not declared then
+  local text = { types }
+  local names = {}
+  for name in pairs(decls) do names[#names + 1] = name end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    text[#text + 1] = decls[name]:format(PREFIX .. name) .. (' __asm__("%s");'):format(name)
+  end
+  ffi.cdef(table.concat(text, "\n"))
+end
+
+local M = {}
+for name in pairs(decls) do M[name] = ffi.C[PREFIX .. name] end
+M.glob_t = ffi.typeof("ztrain_libc_glob_t")
+
+-- constants (glibc, Linux)
+M.SC_NPROCESSORS_ONLN = 84
+M.RTLD_NOW, M.RTLD_GLOBAL, M.RTLD_NODELETE = 0x2, 0x100, 0x1000
+M.GLOB_MARK, M.GLOB_BRACE, M.GLOB_TILDE = 2, 1024, 4096
+M.GLOB_NOSPACE, M.GLOB_ABORTED, M.GLOB_NOMATCH = 1, 2, 3
+M.FNM_PATHNAME = 1
+M.EINVAL = 22
+
+return M
