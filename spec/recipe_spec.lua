@@ -72,7 +72,41 @@ describe("recipe", function()
     assert.are.equal(a, b)
   end)
 
-  it("every shipped recipe resolves", function()
-    for _, p in ipairs({ "recipes/single.lua" }) do assert(recipe.load(p)) end
+  it("every shipped recipe resolves, with the strategy it is named for", function()
+    local strategy = require "ztrain.strategy"
+    -- recipes/NAME.lua runs strategy NAME; examples say theirs here
+    local expect = { ["examples/timed_zero2.lua"] = "zero2" }
+    local p = io.popen("ls recipes/*.lua examples/*.lua")
+    local paths = {}
+    for line in p:lines() do paths[#paths + 1] = line end
+    p:close()
+    local checked = {}
+    for _, path in ipairs(paths) do
+      -- examples may be modules for recipes to use (a table of functions)
+      local chunk = assert(loadfile(path))
+      local ok, value = pcall(chunk)
+      assert(ok, path .. ": " .. tostring(value))
+      local module = type(value) == "table" and next(value) ~= nil
+      for _, v in pairs(type(value) == "table" and value or {}) do
+        if type(v) ~= "function" then module = false end
+      end
+      if not module then
+        local r, err = recipe.load(path)
+        assert(r, err)
+        local want = expect[path] or (path:match("^recipes/(.+)%.lua$"))
+        assert(want, path .. ": say which strategy this example runs in `expect` above")
+        local s = strategy.resolve(r.strategy)
+        assert.are.equal(want, s.name, path)
+        checked[#checked + 1] = path
+      end
+    end
+    -- every recipe and the example recipe were checked, not the example module
+    local seen = {}
+    for _, c in ipairs(checked) do seen[c] = true end
+    for _, want in ipairs({ "examples/timed_zero2.lua", "recipes/dp.lua", "recipes/single.lua",
+                            "recipes/zero1.lua", "recipes/zero2.lua", "recipes/zero3.lua" }) do
+      assert.is_true(seen[want], want .. " was not checked")
+    end
+    assert.is_nil(seen["examples/timed_strategy.lua"])
   end)
 end)
