@@ -58,7 +58,23 @@ describe("AdamW", function()
     local worst = 0
     for i = 1, n1 + n2 do worst = math.max(worst, math.abs(got[i] - rp[i]) / math.abs(rp[i])) end
     assert.is_true(worst < 1e-6, "relative error " .. worst)
-    -- the bias moved without decay: with g = 0 it would not move at all
+    opt:free(); P:free(); G:free()
+  end)
+
+  it("decays the matrix and leaves the bias alone when the gradient is zero", function()
+    -- g = 0: the moments stay 0, the Adam term is 0 / (0 + eps) = 0, so only
+    -- decoupled weight decay moves a parameter, and only a decayed one
+    local n1, n2 = 5, 3
+    local u = unit(n1, n2)
+    local p0, g = {}, {}
+    for i = 1, n1 + n2 do p0[i] = f32(0.25 * i); g[i] = 0 end
+    local P, G = tensor(p0), tensor(g)
+    local opt = zt.adamw.new { lr = 0.1, weight_decay = 0.5 }
+    opt:add_unit(u)
+    opt:begin_step(); opt:update_unit(u, P, G, 0.1, 1)
+    local got = P:totable()
+    for i = 1, n1 do assert.are.equal(f32(p0[i] * f32(1 - 0.1 * 0.5)), got[i], "w[" .. i .. "]") end
+    for i = n1 + 1, n1 + n2 do assert.are.equal(p0[i], got[i], "b[" .. i - n1 .. "] moved") end
     opt:free(); P:free(); G:free()
   end)
 
@@ -89,9 +105,18 @@ describe("AdamW", function()
     ow:free(); whole:free(); Gw:free()
   end)
 
-  it("rejects bad hyper-parameters up front", function()
-    assert.has_error(function() zt.adamw.new { betas = { 2, 3 } } end)
-    assert.has_error(function() zt.adamw.new { lr = -1 } end)
+  it("rejects bad hyper-parameters up front, naming the setting", function()
+    local function err_of(opts)
+      local ok, err = pcall(zt.adamw.new, opts)
+      assert.is_false(ok)
+      return tostring(err)
+    end
+    assert.matches("optim.betas must be a pair of numbers in [0, 1)", err_of { betas = { 2, 3 } }, 1, true)
+    assert.matches("optim.betas must be a pair", err_of { betas = { 0.9 } }, 1, true)
+    assert.matches("optim.lr must be a finite number >= 0", err_of { lr = -1 }, 1, true)
+    assert.matches("optim.lr must be a finite number >= 0", err_of { lr = 1 / 0 }, 1, true)
+    assert.matches("optim.eps must be > 0", err_of { eps = 0 }, 1, true)
+    assert.matches("optim.weight_decay must be >= 0", err_of { weight_decay = -0.1 }, 1, true)
   end)
 end)
 
