@@ -3,14 +3,34 @@ local zt = require "ztrain"
 
 describe("GPT-2 model layout", function()
   it("has GPT-2's parameter counts", function()
-    -- counts from the published checkpoints (vocabulary 50257, context 1024)
+    -- counts from the published checkpoints (vocabulary 50257, context 1024,
+    -- head tied to the token embedding)
     local want = { gpt2 = 124439808, ["gpt2-medium"] = 354823168, ["gpt2-large"] = 774030080,
                    ["gpt2-xl"] = 1557611200 }
     for size, n in pairs(want) do
       local cfg = zt.gpt2.config(size)
-      local total = cfg.V * cfg.C + cfg.maxT * cfg.C + 2 * cfg.C
-                    + cfg.L * (12 * cfg.C * cfg.C + 13 * cfg.C)
-      assert.are.equal(n, total, size)
+      assert.are.equal(50257, cfg.V)
+      -- the layout the trainer builds, without its buffers: every tensor of every unit
+      local m = zt.gpt2.new(cfg, { alloc = false })
+      local counted, names = 0, {}
+      for _, u in ipairs(m.units) do
+        assert.is_nil(u.params, "alloc=false allocated " .. u.name)
+        for _, t in ipairs(u.tensors) do
+          local k = 1
+          for _, d in ipairs(t.shape) do k = k * d end
+          assert.are.equal(k, t.numel, t.name)
+          assert.is_nil(names[t.name], "tensor " .. t.name .. " appears twice")
+          names[t.name] = true
+          counted = counted + k
+        end
+      end
+      assert.are.equal(n, counted, size .. " layout")
+      assert.are.equal(n, m.nparams, size .. " nparams")
+      -- and the closed formula: wte + wpe + ln_f + L blocks of 12 C^2 + 13 C
+      local formula = cfg.V * cfg.C + cfg.maxT * cfg.C + 2 * cfg.C
+                      + cfg.L * (12 * cfg.C * cfg.C + 13 * cfg.C)
+      assert.are.equal(n, formula, size .. " formula")
+      m:free()
     end
   end)
 
