@@ -68,7 +68,8 @@ local model = zt.gpt2.new(cfg)
 model:init(1)
 local optim = zt.adamw.new { lr = 1e-4 }
 local S = zt.strategy.single()
-local ctx = { model = model, optim = optim, accumulate = 1, world_size = 1, rank = 0, clip = 1.0 }
+local ctx = { model = model, optim = optim, accumulate = 1, world_size = 1, rank = 0, clip = 1.0,
+              dp = zt.comm.world() }
 S.setup(ctx)
 print(("model %s: %d parameters, L=%d C=%d V=%d"):format(size, model.nparams, cfg.L, cfg.C, cfg.V))
 print(("%-6s %-5s %10s %10s %10s %8s %12s"):format("B", "T", "ms/step", "tokens/s", "GFLOP/s", "% peak", "device peak"))
@@ -85,8 +86,8 @@ for _, T in ipairs(Ts) do
   local times = {}
   for s = 0, steps do
     local t0 = C.zt_now()
-    for _, u in ipairs(model.units) do model:forward_unit(u, a) end
-    for i = #model.units, 1, -1 do model:backward_unit(model.units[i], a) end
+    model:forward_all(a)
+    model:backward_all(a)
     S.step(ctx, 1e-4)
     if s > 0 then times[#times + 1] = C.zt_now() - t0 end   -- step 0 warms up
   end

@@ -13,6 +13,7 @@ M.defaults = {
   data     = { text = "/usr/share/games/fortunes/*", exclude = "*.dat", tokenizer = "bytes",
                seq_len = 128, valid_fraction = 0.05, seed = 1337 },
   strategy = "single",
+  schedule = "",         -- "" = the sequential driver; a schedule name or function = the schedule driver
   optim    = { name = "adamw", lr = 1e-3, betas = { 0.9, 0.95 }, eps = 1e-8,
                weight_decay = 0.1, clip = 1.0 },
   lr       = { warmup = 20, schedule = "cosine", min_ratio = 0.1 },
@@ -23,7 +24,7 @@ M.defaults = {
 }
 
 -- Keys whose value is a list or an opaque object, not a sub-table of keys.
-local LEAF = { ["optim.betas"] = true, ["strategy"] = true, ["data.text"] = true,
+local LEAF = { ["optim.betas"] = true, ["strategy"] = true, ["schedule"] = true, ["data.text"] = true,
                ["data.exclude"] = true, ["device.memory_limit"] = true }
 
 local function deepcopy(t)
@@ -199,6 +200,12 @@ function M.resolve(user, overrides)
   if not ok then return nil, err end
   ok, err = check_values(r)
   if not ok then return nil, err end
+  -- the strategy (a name or an object) is checked now, not mid-step
+  local sok, serr = pcall(require("ztrain.strategy").resolve, r.strategy)
+  if not sok then return nil, "strategy: " .. tostring(serr) end
+  if type(r.schedule) ~= "string" and type(r.schedule) ~= "function" then
+    return nil, ("recipe key \"schedule\" must be a schedule name or a function, got %s"):format(type(r.schedule))
+  end
   return r
 end
 
@@ -247,6 +254,7 @@ function M.serialize(r)
       return "{" .. table.concat(parts, ",") .. "}"
     elseif type(v) == "string" then return ("%q"):format(v)
     elseif type(v) == "number" then return ("%.17g"):format(v)
+    elseif type(v) == "function" then return "function"
     else return tostring(v) end
   end
   return ser(r)

@@ -1,10 +1,15 @@
--- ztrain.trainer: drive training steps for a resolved recipe.
+-- ztrain.trainer: build a run from a resolved recipe and drive its steps.
 --
--- A step: for each micro-batch, forward over the units, the loss, backward
--- over the units in reverse; then the strategy's step (norm, clip, update).
--- The strategy attaches to that loop through its hooks. Micro-batch j of step
--- s on rank r reads global batch (s-1)*accumulate*world + j*world + r, so N
--- ranks with one micro-batch each see the same data as one rank accumulating N.
+-- The trainer builds the model, the data, the groups (ctx.dp: the
+-- data-parallel group every strategy works on; ctx.pp: the pipeline group),
+-- the stages and their activation pools, and hands each step to a driver:
+-- `sequential` (driver/sequential.lua: forward and backward per micro-batch,
+-- then the strategy's step) or `schedule` (driver/schedule.lua: any valid
+-- action list, schedule/init.lua). The strategy is the synchronisation
+-- policy both drivers call. Micro-batch j of step s on data-parallel rank r
+-- reads global batch (s-1)*accumulate*N + j*N + r (N = ctx.dp.size), so N
+-- ranks with one micro-batch each see the same data as one rank
+-- accumulating N.
 local ffi = require "ffi"
 local zffi = require "ztrain.ffi"
 local C, check = zffi.C, zffi.check
@@ -14,6 +19,8 @@ local adamw = require "ztrain.optim.adamw"
 local lr = require "ztrain.lr"
 local data = require "ztrain.data"
 local strategy = require "ztrain.strategy"
+local schedule = require "ztrain.schedule"
+local stage_run = require "ztrain.driver.stage"
 local digest = require "ztrain.digest"
 local comm = require "ztrain.comm"
 local recipe_mod = require "ztrain.recipe"
@@ -29,12 +36,18 @@ local function fail_all(msg) error(errors.all_ranks(msg), 0) end
 
 local build
 
+-- The model's vocabulary: model.vocab_size, or the tokenizer's.
+function Trainer:vocab_size(r)
+  return r.model.vocab_size > 0 and r.model.vocab_size or self.tokenizer.vocab_size
+end
+
 -- new(recipe, {rank=, world_size=, quiet=}) -> trainer (model built, data loaded).
 -- On failure everything allocated so far is freed before the error is raised.
 function M.new(r, env)
   env = env or {}
   local world = comm.world()
-  local self = setmetatable({ recipe = r, world = world, rank = world.rank, world_size = world.size }, Trainer)
+  local self = setmetatable({ recipe = r, world = world, rank = world.rank, world_size = world.size,
+                              dp = world }, Trainer)
   local ok, err = pcall(build, self, r)
   if not ok then
     self:free()
@@ -143,11 +156,11 @@ function build(self, r)
                                tokenizer = self.tokenizer, valid_fraction = r.data.valid_fraction }
   if not ds then fail("data: " .. derr) end
   self.dataset = ds
-  local loader, lerr = data.loader { split = ds.train, B = B, T = Tlen, seed = r.data.seed, shuffle = true }
+  local loader, lerr = data.loader { split = ds.train, B = B, T = Tlen, seed = r.data.seed, shuffle = true, }
   if not loader then fail("data (train split): " .. lerr) end
   self.loader = loader
   if r.train.eval_batches > 0 and ds.valid.n > Tlen then
-    self.valid_loader = data.loader { split = ds.valid, B = B, T = Tlen, seed = 0, shuffle = false }
+    self.valid_loader = data.loader { split = ds.valid, B = B, T = Tlen, seed = 0, shuffle = false, }
   end
   self.data_seconds = C.zt_now() - t0
 
@@ -162,17 +175,32 @@ function build(self, r)
     fail(("data.seq_len %d exceeds %s's context of %d; lower data.seq_len"):format(Tlen, self.cfg.name, self.cfg.maxT))
   end
   self.strategy = strategy.resolve(r.strategy)
-  local pad = self.strategy.pad and self.strategy.pad(self.world_size) or gpt2.PAD
+  local S, dp = self.strategy, self.dp
+  local pad = S.pad and S.pad(dp.size) or gpt2.PAD
   self.model = gpt2.new(self.cfg, { alloc = false, pad = pad })
   self.optim = adamw.new { lr = r.optim.lr, betas = r.optim.betas, eps = r.optim.eps,
                            weight_decay = r.optim.weight_decay }
   self.schedule = lr.make(r.optim.lr, r.lr, r.train.steps)
   self:check_fits()
   self.ctx = { model = self.model, optim = self.optim, accumulate = accum, clip = r.optim.clip,
-               world_size = self.world_size, rank = self.rank, recipe = r, seed = r.model.seed,
-               world = self.world }
-  self.strategy.setup(self.ctx)
-  self.acts = self.model:activations(B, Tlen)
+               recipe = r, seed = r.model.seed, dp = dp, pp = nil, world = self.world,
+               rank = self.rank, world_size = self.world_size }
+  self.setup_called = true
+  S.setup(self.ctx)
+
+  -- stages, activations, driver
+  self.stages = stage_run.stages(self.model)
+  self.pools = {}
+  for i, st in ipairs(self.stages) do self.pools[i] = stage_run.pool(self.model, st, B, Tlen) end
+  self.env = { ctx = self.ctx, strategy = S, stages = self.stages, pools = self.pools,
+               microbatches = accum, stage_rank = function(s) return s end,
+               load = function(a, mb) self:load_micro(a, mb) end }
+  self.driver = require "ztrain.driver.sequential"
+  if r.schedule ~= "" then
+    self.env.lists = schedule.resolve(r.schedule, { stages = #self.stages, microbatches = accum,
+                                                    ranks = #self.stages })
+    self.driver = require "ztrain.driver.schedule"
+  end
   self.xbuf = ffi.new("int32_t[?]", B * Tlen)
   self.ybuf = ffi.new("int32_t[?]", B * Tlen)
   self.step = 0
@@ -184,7 +212,8 @@ end
 function Trainer:check_fits()
   local S = self.strategy
   if not S.predicted then return end
-  local p = S.predicted({ model = self.model, world_size = self.world_size, accumulate = self.accumulate })
+  local p = S.predicted({ model = self.model, dp = self.dp, world_size = self.world_size,
+                          accumulate = self.accumulate })
   local need = p.params + p.grads + p.optim + (p.accumulator or 0)
   local f = io.open("/proc/meminfo")
   if not f then return end
@@ -204,50 +233,37 @@ function Trainer:check_fits()
   end
 end
 
--- One training step; returns { step, loss, lr, grad_norm, step_ms, tokens }.
--- Put batch idx of loader into the activations' token and target tensors.
-function Trainer:load_batch(loader, idx)
+-- Put batch idx of loader into an activation set's token and target tensors.
+function Trainer:load_batch(a, loader, idx)
   loader:batch(idx, self.xbuf, self.ybuf)
-  self.acts.tokens:write(self.xbuf)
-  self.acts.targets:write(self.ybuf)
+  if a.tokens then a.tokens:write(self.xbuf) end
+  if a.targets then a.targets:write(self.ybuf) end
 end
 
--- Forward over the units with the strategy's hooks; the batch's mean loss.
-function Trainer:forward(j)
-  local S, ctx, m, a = self.strategy, self.ctx, self.model, self.acts
-  local units = m.units
-  for i = 1, #units do
-    local u = units[i]
-    S.pre_forward(ctx, u, j); m:forward_unit(u, a); S.post_forward(ctx, u, j)
-  end
-  return m:mean_loss(a)
+-- Micro-batch mb of the current step, on this data-parallel rank.
+function Trainer:load_micro(a, mb)
+  local N = self.dp.size
+  self:load_batch(a, self.loader, (self.step - 1) * self.accumulate * N + mb * N + self.dp.rank)
 end
 
+-- One training step; returns { step, loss, lr, grad_norm, step_ms, tokens }.
 function Trainer:train_step()
-  local S, ctx, m, a = self.strategy, self.ctx, self.model, self.acts
-  local accum, world = self.accumulate, self.world_size
-  local units = m.units
+  local S, ctx, env = self.strategy, self.ctx, self.env
+  local accum, N = self.accumulate, self.dp.size
+  local B, Tlen = self.recipe.batch.micro, self.recipe.data.seq_len
   local t0 = C.zt_now()
   self.step = self.step + 1
   local step_lr = self.schedule(self.step)
-  a.dscale = 1.0 / (a.B * a.T * accum * world)
+  env.dscale = 1.0 / (B * Tlen * accum * N)
   ctx.training = true
-  local loss = 0.0
-  for j = 0, accum - 1 do
-    self:load_batch(self.loader, (self.step - 1) * accum * world + j * world + self.rank)
-    loss = loss + self:forward(j)
-    for i = #units, 1, -1 do
-      local u = units[i]
-      S.pre_backward(ctx, u, j); m:backward_unit(u, a); S.post_backward(ctx, u, j)
-    end
-  end
-  local gnorm = S.step(ctx, step_lr)
+  local loss, gnorm = self.driver.step(env, step_lr)
   check(C.zt_device_sync(), "device sync")
   -- the mean over all micro-batches of all ranks, summed in (rank, micro) order
+  loss = loss or 0.0
   if S.reduce_loss then loss = S.reduce_loss(ctx, loss) end
-  loss = loss / (accum * world)
+  loss = loss / (accum * N)
   return { step = self.step, loss = loss, lr = step_lr, grad_norm = gnorm,
-           step_ms = (C.zt_now() - t0) * 1000, tokens = a.B * a.T * accum * world }
+           step_ms = (C.zt_now() - t0) * 1000, tokens = B * Tlen * accum * N }
 end
 
 -- Mean validation loss over up to train.eval_batches batches (forward only;
@@ -255,18 +271,24 @@ end
 function Trainer:evaluate()
   local L = self.valid_loader
   if not L then return nil end
-  local a = self.acts
-  local n = math.min(self.recipe.train.eval_batches, math.floor(L.windows / a.B))
+  local B = self.recipe.batch.micro
+  local n = math.min(self.recipe.train.eval_batches, math.floor(L.windows / B))
   if n < 1 then return nil end
-  local saved = a.dscale
-  a.dscale = nil
-  self.ctx.training = false
+  assert(#self.stages == 1, "evaluation runs on one stage")
+  local ctx, stage, pool = self.ctx, self.stages[1], self.pools[1]
+  ctx.training = false
   local total = 0.0
-  for i = 0, n - 1 do
-    self:load_batch(L, i)
-    total = total + self:forward(0)
-  end
-  a.dscale = saved
+  local a = pool:acquire(0)
+  a.dscale = nil
+  local ok, err = pcall(function()
+    for i = 0, n - 1 do
+      self:load_batch(a, L, i)
+      stage_run.forward(ctx, self.strategy, stage, a, 0)
+      total = total + self.model:mean_loss(a)
+    end
+  end)
+  pool:release(0)
+  if not ok then error(err, 0) end
   return total / n
 end
 
@@ -277,10 +299,13 @@ function Trainer:param_digest()
   end)
 end
 
+-- Free everything the run allocated; safe after a build that failed
+-- part-way (only what exists is freed), and twice.
 function Trainer:free()
-  if self.acts then self.acts:free(); self.acts = nil end
-  if self.strategy and self.strategy.free then self.strategy.free(self.ctx) end
-  if self.optim then self.optim:free() end
+  for _, p in ipairs(self.pools or {}) do p:free() end
+  self.pools = nil
+  if self.setup_called and self.strategy and self.strategy.free then self.strategy.free(self.ctx) end
+  self.setup_called = nil
   if self.model then self.model:free(); self.model = nil end
 end
 

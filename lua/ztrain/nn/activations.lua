@@ -1,70 +1,167 @@
--- ztrain.nn.activations: one slab for a GPT-2 micro-batch's activations.
+-- ztrain.nn.activations: what one micro-batch leaves behind on one stage.
 --
--- Everything forward saves for backward, plus the backward pass's shared
--- scratch, as views into a single f32 tensor (category "activations"), and
--- the (B,T) i32 token and target tensors. Sizes for N = B*T rows:
---   per layer: ln1, atty, resid2, ln2 (N,C); qkv (N,3C); fch, fch_gelu (N,4C);
---              ln1/ln2 mean+rstd (N); lse (B,NH,T)
---   shared:    resid[0..L] (N,C); proj (N,C); lnf (N,C) + mean/rstd;
---              logits (N,V) (overwritten in place by dlogits); losses (N);
---   backward:  dresid, dln, datty (N,C); dqkv (N,3C); dfch (N,4C)
+-- An activation set belongs to a (stage, micro-batch): a stage is a run of
+-- consecutive units, and a driver keeps one set per micro-batch in flight on
+-- it (the sequential driver: one set; a pipeline: up to its in-flight bound).
+-- Everything lives in one f32 slab (category "activations"), every view
+-- 64-byte aligned, plus (B,T) i32 tokens and targets where the stage has the
+-- embedding or the head. Per unit, for N = B*T rows:
+--   embed   out (N,C)
+--   block   saved: ln1, atty, resid2, ln2 (N,C); qkv (N,3C); fch, fch_gelu (N,4C);
+--                  ln1/ln2 mean+rstd (N); lse (B,NH,T);  out (N,C)
+--   head    saved: lnf (N,C) + mean/rstd (N); logits (N,V) (overwritten in
+--                  place by dlogits); out = losses (N)
+-- and for the stage: `input` (N,C) when its first unit is not the embedding
+-- (a pipeline receives it), `grad` (N,C), the gradient flowing backward
+-- (d output on entry to a unit's backward, d input on exit).
+--
+-- Scratch shared by every set of a stage (never alive across units): the
+-- forward projection output and the fused backward's intermediates.
 local T = require "ztrain.tensor"
 
 local M = {}
-local Acts = {}
-Acts.__index = Acts
 
-function M.new(cfg, B, Tlen, tier)
-  local N, C, V, NH = B * Tlen, cfg.C, cfg.V, cfg.NH
-  local plan, total = {}, 0
-  local function add(name, shape)
+-- A slab plan: named views of one f32 tensor, each rounded up to 16 floats.
+local function planner()
+  local P = { list = {}, total = 0 }
+  function P.add(key, shape)
     local n = 1
     for i = 1, #shape do n = n * shape[i] end
-    plan[#plan + 1] = { name, shape, total }
-    total = total + math.ceil(n / 16) * 16          -- keep views 64-byte aligned
+    P.list[#P.list + 1] = { key = key, shape = shape, offset = P.total }
+    P.total = P.total + math.ceil(n / 16) * 16
   end
-  for l = 0, cfg.L do add("resid." .. l, { B, Tlen, C }) end
-  for l = 0, cfg.L - 1 do
-    local p = "layer." .. l .. "."
-    add(p .. "ln1", { B, Tlen, C }); add(p .. "ln1_mean", { N }); add(p .. "ln1_rstd", { N })
-    add(p .. "qkv", { B, Tlen, 3 * C }); add(p .. "atty", { B, Tlen, C }); add(p .. "lse", { B, NH, Tlen })
-    add(p .. "resid2", { B, Tlen, C })
-    add(p .. "ln2", { B, Tlen, C }); add(p .. "ln2_mean", { N }); add(p .. "ln2_rstd", { N })
-    add(p .. "fch", { B, Tlen, 4 * C }); add(p .. "fch_gelu", { B, Tlen, 4 * C })
+  -- Allocate the slab and return { slab, views = list, [key] = view }.
+  function P.alloc(tier, category)
+    local out = { views = {} }
+    out.slab = T.new({ math.max(P.total, 16) }, { tier = tier, category = category })
+    for _, e in ipairs(P.list) do
+      local v = out.slab:view(e.offset, e.shape)
+      out.views[#out.views + 1] = v
+      out[e.key] = v
+    end
+    return out
   end
-  add("proj", { B, Tlen, C })
-  add("lnf", { B, Tlen, C }); add("lnf_mean", { N }); add("lnf_rstd", { N })
-  add("logits", { B, Tlen, V }); add("losses", { N })
-  add("dresid", { B, Tlen, C }); add("dln", { B, Tlen, C }); add("datty", { B, Tlen, C })
-  add("dqkv", { B, Tlen, 3 * C }); add("dfch", { B, Tlen, 4 * C })
+  return P
+end
 
-  local self = setmetatable({ cfg = cfg, B = B, T = Tlen, N = N, views = {},
-                              resid = {}, layer = {}, nfloats = total }, Acts)
-  self.slab = T.new({ total }, { tier = tier, category = "activations" })
-  for _, e in ipairs(plan) do
-    local v = self.slab:view(e[3], e[2])
-    self.views[#self.views + 1] = v
-    local name = e[1]
-    local r = name:match("^resid%.(%d+)$")
-    local l, field = name:match("^layer%.(%d+)%.(.+)$")
-    if r then self.resid[tonumber(r)] = v
-    elseif l then
-      l = tonumber(l)
-      self.layer[l] = self.layer[l] or {}
-      self.layer[l][field] = v
-    else self[name] = v end
+local function free_slab(s)
+  if not s then return end
+  for _, v in ipairs(s.views) do v:free() end
+  s.slab:free()
+end
+
+local BLOCK_SAVED = { { "ln1", 1 }, { "ln1_mean", 0 }, { "ln1_rstd", 0 }, { "qkv", 3 },
+                      { "atty", 1 }, { "lse", -1 }, { "resid2", 1 }, { "ln2", 1 },
+                      { "ln2_mean", 0 }, { "ln2_rstd", 0 }, { "fch", 4 }, { "fch_gelu", 4 } }
+
+local Set = {}
+Set.__index = Set
+M.Set = Set
+
+-- new(cfg, B, T, tier, units, scratch) -> an activation set for those units.
+-- Sets of one stage share the stage's scratch; without one the set owns its own.
+function M.new(cfg, B, Tlen, tier, units, scratch)
+  local N, C, V, NH = B * Tlen, cfg.C, cfg.V, cfg.NH
+  local P = planner()
+  local first = units[1]
+  local has_embed, has_head = false, false
+  for _, u in ipairs(units) do
+    local k = "u" .. u.index .. "."
+    if u.kind == "embed" then
+      has_embed = true
+      P.add(k .. "out", { B, Tlen, C })
+    elseif u.kind == "block" then
+      for _, s in ipairs(BLOCK_SAVED) do
+        local shape = s[2] == 0 and { N } or s[2] == -1 and { B, NH, Tlen } or { B, Tlen, s[2] * C }
+        P.add(k .. s[1], shape)
+      end
+      P.add(k .. "out", { B, Tlen, C })
+    else
+      has_head = true
+      P.add(k .. "lnf", { B, Tlen, C }); P.add(k .. "lnf_mean", { N }); P.add(k .. "lnf_rstd", { N })
+      P.add(k .. "logits", { B, Tlen, V }); P.add(k .. "out", { N })
+    end
   end
-  self.tokens = T.new({ B, Tlen }, { dtype = "i32", tier = tier, category = "activations" })
-  self.targets = T.new({ B, Tlen }, { dtype = "i32", tier = tier, category = "activations" })
+  if first.kind ~= "embed" then P.add("input", { B, Tlen, C }) end
+  P.add("grad", { B, Tlen, C })
+  local self = setmetatable({ cfg = cfg, B = B, T = Tlen, N = N, units = units, nfloats = P.total,
+                              tier = tier, x = {} }, Set)
+  self.mem = P.alloc(tier, "activations")
+  -- per-unit tables of views: self.unit[u.index].qkv, ...
+  self.unit = {}
+  for _, u in ipairs(units) do
+    local k, t = "u" .. u.index .. ".", {}
+    for key, v in pairs(self.mem) do
+      if type(key) == "string" and key:sub(1, #k) == k then t[key:sub(#k + 1)] = v end
+    end
+    self.unit[u.index] = t
+  end
+  self.input, self.grad = self.mem.input, self.mem.grad
+  self.w = {}
+  if scratch then self.scratch = scratch
+  else self.scratch = M.scratch(cfg, B, Tlen, tier); self.own_scratch = true end
+  if has_embed then
+    self.tokens = T.new({ B, Tlen }, { dtype = "i32", tier = tier, category = "activations" })
+  end
+  if has_head then
+    self.targets = T.new({ B, Tlen }, { dtype = "i32", tier = tier, category = "activations" })
+  end
   return self
 end
 
-function Acts:bytes() return self.nfloats * 4 + 2 * self.N * 4 end
+function Set:bytes()
+  return self.nfloats * 4 + (self.tokens and self.N * 4 or 0) + (self.targets and self.N * 4 or 0)
+end
 
-function Acts:free()
-  for _, v in ipairs(self.views) do v:free() end
-  self.views = {}
-  self.slab:free(); self.tokens:free(); self.targets:free()
+-- The losses (N) of this micro-batch, when the set holds the head.
+function Set:losses()
+  local last = self.units[#self.units]
+  return last.kind == "head" and self.unit[last.index].out or nil
+end
+
+function Set:free()
+  free_slab(self.mem); self.mem = nil
+  if self.own_scratch and self.scratch then self.scratch.free() end
+  self.scratch = nil
+  if self.tokens then self.tokens:free(); self.tokens = nil end
+  if self.targets then self.targets:free(); self.targets = nil end
+end
+
+---------------------------------------------------------------------------
+-- Scratch shared by the sets of one stage: proj (N,C) for forward; dln,
+-- datty (N,C), dqkv (N,3C), dfch (N,4C) for the fused backward.
+function M.scratch(cfg, B, Tlen, tier)
+  local N, C = B * Tlen, cfg.C
+  local P = planner()
+  P.add("proj", { B, Tlen, C })
+  P.add("dln", { B, Tlen, C }); P.add("datty", { B, Tlen, C })
+  P.add("dqkv", { B, Tlen, 3 * C }); P.add("dfch", { B, Tlen, 4 * C })
+  local s = P.alloc(tier, "activations")
+  s.nfloats, s.N = P.total, N
+  s.free = function() free_slab(s) end
+  return s
+end
+
+---------------------------------------------------------------------------
+-- What a unit's weight-gradient pass (W) needs from its input-gradient pass
+-- (I) when the backward is split: the gradients at each weight's output.
+--   block  dy, dresid2, dln1, dln2 (N,C); dqkv (N,3C); dfch (N,4C)
+--   head   dlnf (N,C)            embed  dy (N,C)
+function M.wgrad(cfg, B, Tlen, tier, kind)
+  local C = cfg.C
+  local P = planner()
+  if kind == "block" then
+    P.add("dy", { B, Tlen, C }); P.add("dresid2", { B, Tlen, C })
+    P.add("dln1", { B, Tlen, C }); P.add("dln2", { B, Tlen, C })
+    P.add("dqkv", { B, Tlen, 3 * C }); P.add("dfch", { B, Tlen, 4 * C })
+  elseif kind == "head" then
+    P.add("dlnf", { B, Tlen, C })
+  else
+    P.add("dy", { B, Tlen, C })
+  end
+  local s = P.alloc(tier, "activations")
+  s.free = function() free_slab(s) end
+  return s
 end
 
 return M

@@ -3,9 +3,10 @@
 -- Units: "embed" (wte, wpe), "block.0" .. "block.L-1", "head" (ln_f; the LM
 -- head is tied to embed's wte). Each unit keeps its parameters in one flat
 -- buffer and its gradients in another, with named tensors as views into them
--- (the layout sharding slices). A unit's forward/backward read and write the
--- shared activation set (see activations.lua) and the unit's current views,
--- so a strategy may swap a unit's flat buffers (zero3 gathers) between calls.
+-- (the layout sharding slices). A unit's forward and backward take explicit
+-- inputs and outputs over an activation set per (stage, micro-batch) (see
+-- activations.lua) and use the unit's current views, so a strategy may swap
+-- a unit's flat buffers (zero3 gathers) between calls.
 local T = require "ztrain.tensor"
 local ops = require "ztrain.ops"
 local Acts = require "ztrain.nn.activations"
@@ -197,97 +198,199 @@ function Model:free()
   end
 end
 
--- Activations for micro-batches of B x T (T <= maxT).
-function Model:activations(B, Tlen)
+-- An activation set for micro-batches of B x T (T <= maxT) over `units`
+-- (default: all of them): one per (stage, micro-batch) in flight.
+-- A stage's sets share its scratch; a set made without one owns its own.
+function Model:activations(B, Tlen, units, scratch)
   if Tlen > self.cfg.maxT then
     error(("sequence length %d exceeds %s's context of %d; lower data.seq_len")
-          :format(Tlen, self.cfg.name, self.cfg.maxT), 2)
+          :format(Tlen, self.cfg.name, self.cfg.maxT), 0)
   end
-  return Acts.new(self.cfg, B, Tlen, self.tier)
+  return Acts.new(self.cfg, B, Tlen, self.tier, units or self.units, scratch)
+end
+
+-- Scratch shared by a stage's activation sets (activations.lua).
+function Model:scratch(B, Tlen) return Acts.scratch(self.cfg, B, Tlen, self.tier) end
+
+-- What a unit's W pass keeps from its I pass (split backward), or nil.
+function Model:wgrad(u, B, Tlen)
+  if u.kind == "embed" then return nil end
+  return Acts.wgrad(self.cfg, B, Tlen, self.tier, u.kind)
 end
 
 ---------------------------------------------------------------------------
--- Unit forward / backward. `a` is the activation set; a.tokens, a.targets
--- (B,T) i32 are filled by the caller. Forward of the head computes the
--- per-position losses; with a.dscale set it also writes dlogits for backward.
+-- Units with explicit inputs and outputs. `a` is the activation set of the
+-- micro-batch (with a.scratch the stage's scratch), x the unit's input:
+--   forward(u, a, x) -> y     embed: x = a.tokens; head: y = per-position
+--                             losses (and dlogits in place when a.dscale is set)
+--   backward(u, a) -> dx      fused I + W; a.grad holds dy on entry, dx on exit
+--   backward_input(u, a, w) -> dx   I only; keeps in w what W needs
+--   backward_weight(u, a, w)        W only: writes the unit's gradients
+-- backward(u, a) and backward_input + backward_weight give the same bits:
+-- the same kernel calls, with the input and weight halves issued apart.
+-- Gradients are WRITTEN (beta = 0), except embed's wte, which the head's
+-- backward writes first and the embedding's adds to (one fixed order).
 
-local function block_forward(u, a)
-  local P, x = u.p, a.resid[u.layer]         -- x: (B,T,C) input residual
-  local L, pre = a.layer[u.layer], "h." .. u.layer .. "."
-  ops.layernorm_forward(L.ln1, L.ln1_mean, L.ln1_rstd, x, P[pre .. "ln_1.weight"], P[pre .. "ln_1.bias"])
-  ops.matmul_forward(L.qkv, L.ln1, P[pre .. "attn.c_attn.weight"], P[pre .. "attn.c_attn.bias"])
-  ops.attention_forward(L.atty, L.lse, L.qkv, a.cfg.NH)
-  ops.matmul_forward(a.proj, L.atty, P[pre .. "attn.c_proj.weight"], P[pre .. "attn.c_proj.bias"])
-  ops.add3(L.resid2, x, a.proj)
-  ops.layernorm_forward(L.ln2, L.ln2_mean, L.ln2_rstd, L.resid2, P[pre .. "ln_2.weight"], P[pre .. "ln_2.bias"])
-  ops.matmul_forward(L.fch, L.ln2, P[pre .. "mlp.c_fc.weight"], P[pre .. "mlp.c_fc.bias"])
-  ops.gelu_forward(L.fch_gelu, L.fch)
-  ops.matmul_forward(a.proj, L.fch_gelu, P[pre .. "mlp.c_proj.weight"], P[pre .. "mlp.c_proj.bias"])
-  ops.add3(a.resid[u.layer + 1], L.resid2, a.proj)
+local function block_forward(u, a, x)
+  local P, S, sc = u.p, a.unit[u.index], a.scratch
+  local pre = "h." .. u.layer .. "."
+  ops.layernorm_forward(S.ln1, S.ln1_mean, S.ln1_rstd, x, P[pre .. "ln_1.weight"], P[pre .. "ln_1.bias"])
+  ops.matmul_forward(S.qkv, S.ln1, P[pre .. "attn.c_attn.weight"], P[pre .. "attn.c_attn.bias"])
+  ops.attention_forward(S.atty, S.lse, S.qkv, a.cfg.NH)
+  ops.matmul_forward(sc.proj, S.atty, P[pre .. "attn.c_proj.weight"], P[pre .. "attn.c_proj.bias"])
+  ops.add3(S.resid2, x, sc.proj)
+  ops.layernorm_forward(S.ln2, S.ln2_mean, S.ln2_rstd, S.resid2, P[pre .. "ln_2.weight"], P[pre .. "ln_2.bias"])
+  ops.matmul_forward(S.fch, S.ln2, P[pre .. "mlp.c_fc.weight"], P[pre .. "mlp.c_fc.bias"])
+  ops.gelu_forward(S.fch_gelu, S.fch)
+  ops.matmul_forward(sc.proj, S.fch_gelu, P[pre .. "mlp.c_proj.weight"], P[pre .. "mlp.c_proj.bias"])
+  ops.add3(S.out, S.resid2, sc.proj)
+  return S.out
 end
 
--- dresid holds d(output residual) on entry and d(input residual) on exit.
+-- d = a.grad: d(output residual) on entry, d(input residual) on exit.
 local function block_backward(u, a)
-  local P, G, x = u.p, u.g, a.resid[u.layer]
-  local L, pre, d = a.layer[u.layer], "h." .. u.layer .. ".", a.dresid
-  ops.matmul_backward(a.dfch, G[pre .. "mlp.c_proj.weight"], G[pre .. "mlp.c_proj.bias"], d,
-                      L.fch_gelu, P[pre .. "mlp.c_proj.weight"])
-  ops.gelu_backward(a.dfch, L.fch, a.dfch)
-  ops.matmul_backward(a.dln, G[pre .. "mlp.c_fc.weight"], G[pre .. "mlp.c_fc.bias"], a.dfch,
-                      L.ln2, P[pre .. "mlp.c_fc.weight"])
-  ops.layernorm_backward(d, G[pre .. "ln_2.weight"], G[pre .. "ln_2.bias"], a.dln, L.resid2,
-                         P[pre .. "ln_2.weight"], L.ln2_mean, L.ln2_rstd)
-  ops.matmul_backward(a.datty, G[pre .. "attn.c_proj.weight"], G[pre .. "attn.c_proj.bias"], d,
-                      L.atty, P[pre .. "attn.c_proj.weight"])
-  ops.attention_backward(a.dqkv, a.datty, L.qkv, L.atty, L.lse, a.cfg.NH)
-  ops.matmul_backward(a.dln, G[pre .. "attn.c_attn.weight"], G[pre .. "attn.c_attn.bias"], a.dqkv,
-                      L.ln1, P[pre .. "attn.c_attn.weight"])
-  ops.layernorm_backward(d, G[pre .. "ln_1.weight"], G[pre .. "ln_1.bias"], a.dln, x,
-                         P[pre .. "ln_1.weight"], L.ln1_mean, L.ln1_rstd)
+  local P, G, S, sc, x = u.p, u.g, a.unit[u.index], a.scratch, a.x[u.index]
+  local pre, d = "h." .. u.layer .. ".", a.grad
+  ops.matmul_backward(sc.dfch, G[pre .. "mlp.c_proj.weight"], G[pre .. "mlp.c_proj.bias"], d,
+                      S.fch_gelu, P[pre .. "mlp.c_proj.weight"])
+  ops.gelu_backward(sc.dfch, S.fch, sc.dfch)
+  ops.matmul_backward(sc.dln, G[pre .. "mlp.c_fc.weight"], G[pre .. "mlp.c_fc.bias"], sc.dfch,
+                      S.ln2, P[pre .. "mlp.c_fc.weight"])
+  ops.layernorm_backward(d, G[pre .. "ln_2.weight"], G[pre .. "ln_2.bias"], sc.dln, S.resid2,
+                         P[pre .. "ln_2.weight"], S.ln2_mean, S.ln2_rstd)
+  ops.matmul_backward(sc.datty, G[pre .. "attn.c_proj.weight"], G[pre .. "attn.c_proj.bias"], d,
+                      S.atty, P[pre .. "attn.c_proj.weight"])
+  ops.attention_backward(sc.dqkv, sc.datty, S.qkv, S.atty, S.lse, a.cfg.NH)
+  ops.matmul_backward(sc.dln, G[pre .. "attn.c_attn.weight"], G[pre .. "attn.c_attn.bias"], sc.dqkv,
+                      S.ln1, P[pre .. "attn.c_attn.weight"])
+  ops.layernorm_backward(d, G[pre .. "ln_1.weight"], G[pre .. "ln_1.bias"], sc.dln, x,
+                         P[pre .. "ln_1.weight"], S.ln1_mean, S.ln1_rstd)
+  return d
+end
+
+local function block_backward_input(u, a, w)
+  local P, S, sc, x = u.p, a.unit[u.index], a.scratch, a.x[u.index]
+  local pre, d = "h." .. u.layer .. ".", a.grad
+  ops.copy(w.dy, d)
+  ops.matmul_backward(w.dfch, nil, nil, d, S.fch_gelu, P[pre .. "mlp.c_proj.weight"])
+  ops.gelu_backward(w.dfch, S.fch, w.dfch)
+  ops.matmul_backward(w.dln2, nil, nil, w.dfch, S.ln2, P[pre .. "mlp.c_fc.weight"])
+  ops.layernorm_backward(d, nil, nil, w.dln2, S.resid2, P[pre .. "ln_2.weight"], S.ln2_mean, S.ln2_rstd)
+  ops.copy(w.dresid2, d)
+  ops.matmul_backward(sc.datty, nil, nil, d, S.atty, P[pre .. "attn.c_proj.weight"])
+  ops.attention_backward(w.dqkv, sc.datty, S.qkv, S.atty, S.lse, a.cfg.NH)
+  ops.matmul_backward(w.dln1, nil, nil, w.dqkv, S.ln1, P[pre .. "attn.c_attn.weight"])
+  ops.layernorm_backward(d, nil, nil, w.dln1, x, P[pre .. "ln_1.weight"], S.ln1_mean, S.ln1_rstd)
+  return d
+end
+
+local function block_backward_weight(u, a, w)
+  local P, G, S, x = u.p, u.g, a.unit[u.index], a.x[u.index]
+  local pre = "h." .. u.layer .. "."
+  ops.matmul_backward(nil, G[pre .. "mlp.c_proj.weight"], G[pre .. "mlp.c_proj.bias"], w.dy,
+                      S.fch_gelu, P[pre .. "mlp.c_proj.weight"])
+  ops.matmul_backward(nil, G[pre .. "mlp.c_fc.weight"], G[pre .. "mlp.c_fc.bias"], w.dfch,
+                      S.ln2, P[pre .. "mlp.c_fc.weight"])
+  ops.layernorm_backward(nil, G[pre .. "ln_2.weight"], G[pre .. "ln_2.bias"], w.dln2, S.resid2,
+                         P[pre .. "ln_2.weight"], S.ln2_mean, S.ln2_rstd)
+  ops.matmul_backward(nil, G[pre .. "attn.c_proj.weight"], G[pre .. "attn.c_proj.bias"], w.dresid2,
+                      S.atty, P[pre .. "attn.c_proj.weight"])
+  ops.matmul_backward(nil, G[pre .. "attn.c_attn.weight"], G[pre .. "attn.c_attn.bias"], w.dqkv,
+                      S.ln1, P[pre .. "attn.c_attn.weight"])
+  ops.layernorm_backward(nil, G[pre .. "ln_1.weight"], G[pre .. "ln_1.bias"], w.dln1, x,
+                         P[pre .. "ln_1.weight"], S.ln1_mean, S.ln1_rstd)
 end
 
 -- The head needs wte, which lives in the embed unit (tied weights).
-local function head_forward(u, a, model)
-  local P, x = u.p, a.resid[a.cfg.L]
-  ops.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, P["ln_f.weight"], P["ln_f.bias"])
-  ops.matmul_forward(a.logits, a.lnf, model.embed.p.wte, nil)
-  ops.crossentropy(a.losses, a.dscale and a.logits or nil, a.logits, a.targets, a.dscale or 0)
+local function head_forward(u, a, x, model)
+  local P, S = u.p, a.unit[u.index]
+  ops.layernorm_forward(S.lnf, S.lnf_mean, S.lnf_rstd, x, P["ln_f.weight"], P["ln_f.bias"])
+  ops.matmul_forward(S.logits, S.lnf, model.embed.p.wte, nil)
+  ops.crossentropy(S.out, a.dscale and S.logits or nil, S.logits, a.targets, a.dscale or 0)
+  return S.out
 end
 
 -- Writes embed's wte gradient (the head's contribution comes first; the
 -- embedding backward then adds its own: one fixed order).
 local function head_backward(u, a, model)
-  local P, G = u.p, u.g
-  ops.matmul_backward(a.dln, model.embed.g.wte, nil, a.logits, a.lnf, model.embed.p.wte)
-  ops.fill(a.dresid, 0)
-  ops.layernorm_backward(a.dresid, G["ln_f.weight"], G["ln_f.bias"], a.dln, a.resid[a.cfg.L],
-                         P["ln_f.weight"], a.lnf_mean, a.lnf_rstd)
+  local P, G, S, sc = u.p, u.g, a.unit[u.index], a.scratch
+  ops.matmul_backward(sc.dln, model.embed.g.wte, nil, S.logits, S.lnf, model.embed.p.wte)
+  ops.fill(a.grad, 0)
+  ops.layernorm_backward(a.grad, G["ln_f.weight"], G["ln_f.bias"], sc.dln, a.x[u.index],
+                         P["ln_f.weight"], S.lnf_mean, S.lnf_rstd)
+  return a.grad
+end
+
+local function head_backward_input(u, a, w, model)
+  local P, S = u.p, a.unit[u.index]
+  ops.matmul_backward(w.dlnf, nil, nil, S.logits, S.lnf, model.embed.p.wte)
+  ops.fill(a.grad, 0)
+  ops.layernorm_backward(a.grad, nil, nil, w.dlnf, a.x[u.index], P["ln_f.weight"], S.lnf_mean, S.lnf_rstd)
+  return a.grad
+end
+
+local function head_backward_weight(u, a, w, model)
+  local P, G, S = u.p, u.g, a.unit[u.index]
+  ops.matmul_backward(nil, model.embed.g.wte, nil, S.logits, S.lnf, model.embed.p.wte)
+  ops.layernorm_backward(nil, G["ln_f.weight"], G["ln_f.bias"], w.dlnf, a.x[u.index],
+                         P["ln_f.weight"], S.lnf_mean, S.lnf_rstd)
 end
 
 local function embed_forward(u, a)
-  ops.encoder_forward(a.resid[0], a.tokens, u.p.wte, u.p.wpe)
+  local out = a.unit[u.index].out
+  ops.encoder_forward(out, a.tokens, u.p.wte, u.p.wpe)
+  return out
 end
 
-local function embed_backward(u, a)
+-- The embedding has no input gradient; its weight gradient reads a.grad,
+-- which nothing overwrites after the embedding's turn in the micro-batch.
+local function embed_backward_weight(u, a)
   if a.T < a.cfg.maxT then   -- rows [T, maxT) get no gradient from this batch
     local C, wpe = a.cfg.C, u.tensors[2]
     local tail = u.grads:view(wpe.offset + a.T * C, { (a.cfg.maxT - a.T) * C })
     ops.fill(tail, 0)
     tail:free()
   end
-  ops.encoder_backward(u.g.wte, u.g.wpe, a.dresid, a.tokens)
+  ops.encoder_backward(u.g.wte, u.g.wpe, a.grad, a.tokens)
 end
 
-function Model:forward_unit(u, a)
-  if u.kind == "block" then block_forward(u, a)
-  elseif u.kind == "embed" then embed_forward(u, a)
-  else head_forward(u, a, self) end
+function Model:forward(u, a, x)
+  a.x[u.index] = x
+  if u.kind == "block" then return block_forward(u, a, x)
+  elseif u.kind == "embed" then return embed_forward(u, a)
+  else return head_forward(u, a, x, self) end
 end
 
-function Model:backward_unit(u, a)
-  if u.kind == "block" then block_backward(u, a)
-  elseif u.kind == "embed" then embed_backward(u, a)
-  else head_backward(u, a, self) end
+function Model:backward(u, a)
+  if u.kind == "block" then return block_backward(u, a)
+  elseif u.kind == "embed" then embed_backward_weight(u, a); return nil
+  else return head_backward(u, a, self) end
+end
+
+function Model:backward_input(u, a, w)
+  if u.kind == "block" then return block_backward_input(u, a, w)
+  elseif u.kind == "embed" then return nil
+  else return head_backward_input(u, a, w, self) end
+end
+
+function Model:backward_weight(u, a, w)
+  if u.kind == "block" then block_backward_weight(u, a, w)
+  elseif u.kind == "embed" then embed_backward_weight(u, a)
+  else head_backward_weight(u, a, w, self) end
+end
+
+-- Forward over every unit of a whole-model set `a` (tokens and targets
+-- filled by the caller); returns the mean loss. For the REPL, benchmarks and
+-- specs: drivers run units one by one with the strategy's hooks.
+function Model:forward_all(a)
+  local x = a.tokens
+  for _, u in ipairs(self.units) do x = self:forward(u, a, x) end
+  return self:mean_loss(a)
+end
+
+-- Fused backward over every unit, in reverse (after forward_all with a.dscale set).
+function Model:backward_all(a)
+  for i = #self.units, 1, -1 do self:backward(self.units[i], a) end
 end
 
 -- The units a unit reads parameters from (itself, plus embed for the tied head).
@@ -296,9 +399,9 @@ function Model:param_units(u)
   return { u }
 end
 
--- Mean loss of the last forward (fp64 sum over positions / count).
+-- Mean loss of a set's last forward (fp64 sum over positions / count).
 function Model:mean_loss(a)
-  return ops.sum(a.losses) / (a.B * a.T)
+  return ops.sum(a:losses()) / (a.B * a.T)
 end
 
 return M

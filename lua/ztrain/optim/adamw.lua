@@ -1,10 +1,13 @@
 -- ztrain.optim.adamw: AdamW with decoupled weight decay (PyTorch's formula).
 --
--- State m and v mirror a set of flat parameter buffers (category "optim").
--- The update is elementwise (kernels.h: zk_adamw), so it gives the same bits
--- on a whole unit, a shard of it, on the device or on the host. Weight decay
--- applies to tensors marked decay (matrices and embeddings), not to biases
--- and LayerNorm parameters.
+-- The optimizer holds hyperparameters and the step count, not the state: a
+-- strategy owns the moments (named state kinds "exp_avg" and "exp_avg_sq",
+-- placed on whatever tier it chooses) and hands the optimizer any range
+-- [lo, hi) of a unit's flat buffer with the matching parameter, gradient and
+-- moment tensors. The update is elementwise (kernels.h: zk_adamw), so a whole
+-- unit, a shard of it, or a shard streamed through in chunks all give the
+-- same bits. Weight decay applies to tensors marked decay (matrices and
+-- embeddings), not to biases and LayerNorm parameters.
 local T = require "ztrain.tensor"
 local ops = require "ztrain.ops"
 
@@ -14,63 +17,98 @@ AdamW.__index = AdamW
 
 M.defaults = { lr = 3e-4, betas = { 0.9, 0.95 }, eps = 1e-8, weight_decay = 0.1 }
 
+-- The optimizer's state kinds, in canonical order (checkpoints, reports).
+M.state_kinds = { "exp_avg", "exp_avg_sq" }
+
+local function user_error(msg) error(msg, 0) end
+
 -- new(opts) -> optimizer; opts: lr, betas, eps, weight_decay.
 function M.new(opts)
   opts = opts or {}
-  local self = setmetatable({}, AdamW)
+  local self = setmetatable({ state_kinds = M.state_kinds }, AdamW)
   for k, v in pairs(M.defaults) do self[k] = opts[k] == nil and v or opts[k] end
   local b = self.betas
   if type(b) ~= "table" or #b ~= 2 or type(b[1]) ~= "number" or type(b[2]) ~= "number"
      or b[1] < 0 or b[1] >= 1 or b[2] < 0 or b[2] >= 1 then
-    error("optim.betas must be a pair of numbers in [0, 1) like { 0.9, 0.95 }", 2)
+    user_error("optim.betas must be a pair of numbers in [0, 1) like { 0.9, 0.95 }")
   end
-  if not (self.lr >= 0 and self.lr < math.huge) then error("optim.lr must be a finite number >= 0", 2) end
-  if not (self.eps > 0) then error("optim.eps must be > 0", 2) end
-  if not (self.weight_decay >= 0) then error("optim.weight_decay must be >= 0", 2) end
-  self.state, self.t = {}, 0
+  if not (self.lr >= 0 and self.lr < math.huge) then user_error("optim.lr must be a finite number >= 0") end
+  if not (self.eps > 0) then user_error("optim.eps must be > 0") end
+  if not (self.weight_decay >= 0) then user_error("optim.weight_decay must be >= 0") end
+  self.t = 0
+  self.segments_cache = {}
   return self
 end
 
--- Allocate m and v for a unit's parameter range [lo, hi) of its flat buffer
--- (the whole unit by default; a shard under ZeRO). tier: where state lives.
-function AdamW:add_unit(u, opts)
-  opts = opts or {}
-  local lo, hi = opts.lo or 0, opts.hi or u.numel
-  local n = math.max(hi - lo, 1)
-  local st = { unit = u, lo = lo, hi = hi,
-               m = T.new({ n }, { tier = opts.tier or "device", category = "optim" }),
-               v = T.new({ n }, { tier = opts.tier or "device", category = "optim" }) }
-  -- Per-tensor segments inside [lo, hi): { offset in range, length, decay }.
-  st.segments = {}
-  for _, t in ipairs(u.tensors) do
-    local a, b = math.max(lo, t.offset), math.min(hi, t.offset + t.numel)
-    if b > a then st.segments[#st.segments + 1] = { a - lo, b - a, t.decay } end
+-- new_state(n, tier) -> { exp_avg = tensor(n), exp_avg_sq = tensor(n) }, zeroed,
+-- category "optim": the state for a range of n elements.
+function AdamW:new_state(n, tier)
+  local st = {}
+  for _, k in ipairs(M.state_kinds) do
+    st[k] = T.new({ math.max(n, 1) }, { tier = tier or "device", category = "optim" })
   end
-  self.state[u.index] = st
   return st
 end
 
--- Update one unit: params and grads are flat tensors covering [lo, hi) of the
--- unit (the caller passes views for shards). grad_scale is the clip factor.
-function AdamW:update_unit(u, params, grads, lr, grad_scale)
-  local st = assert(self.state[u.index], "adamw: unit not added")
+-- Per-tensor segments of unit u inside [lo, hi): { offset in range, length, decay }.
+function AdamW:segments(u, lo, hi)
+  local key = u.index .. ":" .. lo .. ":" .. hi
+  local segs = self.segments_cache[key]
+  if segs then return segs end
+  segs = {}
+  for _, t in ipairs(u.tensors) do
+    local a, b = math.max(lo, t.offset), math.min(hi, t.offset + t.numel)
+    if b > a then segs[#segs + 1] = { a - lo, b - a, t.decay } end
+  end
+  self.segments_cache[key] = segs
+  return segs
+end
+
+-- Update elements [lo, hi) of unit u's flat buffer. params, grads and the
+-- moments in st (exp_avg, exp_avg_sq) are tensors whose element 0 is element
+-- lo (views of a shard, a chunk streamed in, ...); padding past the unit's
+-- tensors is left alone. grad_scale is the clip factor.
+function AdamW:update_range(u, lo, hi, params, grads, st, lr, grad_scale)
   local b1, b2 = self.betas[1], self.betas[2]
-  for _, seg in ipairs(st.segments) do
+  local m, v = st.exp_avg, st.exp_avg_sq
+  for _, seg in ipairs(self:segments(u, lo, hi)) do
     local off, len = seg[1], seg[2]
     local p, g = params:view(off, { len }), grads:view(off, { len })
-    local m, v = st.m:view(off, { len }), st.v:view(off, { len })
-    ops.adamw(p, g, m, v, lr, b1, b2, self.eps, seg[3] and self.weight_decay or 0,
+    local mv, vv = m:view(off, { len }), v:view(off, { len })
+    ops.adamw(p, g, mv, vv, lr, b1, b2, self.eps, seg[3] and self.weight_decay or 0,
               grad_scale, self.t)
-    p:free(); g:free(); m:free(); v:free()
+    p:free(); g:free(); mv:free(); vv:free()
   end
 end
 
--- Call once per optimizer step, before the unit updates.
-function AdamW:begin_step() self.t = self.t + 1 end
+-- Convenience for the REPL and tests: the optimizer keeps the state of a
+-- unit's range itself. add_unit(u, {lo=, hi=, tier=}) (default the whole
+-- unit), update_unit(u, params, grads, lr, scale), free(). Strategies own
+-- their state instead (new_state / update_range).
+function AdamW:add_unit(u, opts)
+  opts = opts or {}
+  local lo, hi = opts.lo or 0, opts.hi or u.numel
+  self.owned = self.owned or {}
+  local st = self:new_state(hi - lo, opts.tier)
+  st.lo, st.hi = lo, hi
+  self.owned[u.index] = st
+  return st
+end
+
+function AdamW:update_unit(u, params, grads, lr, grad_scale)
+  local st = self.owned and self.owned[u.index]
+  if not st then error("adamw: update_unit before add_unit for unit " .. tostring(u.name), 2) end
+  self:update_range(u, st.lo, st.hi, params, grads, st, lr, grad_scale)
+end
 
 function AdamW:free()
-  for _, st in pairs(self.state) do st.m:free(); st.v:free() end
-  self.state = {}
+  for _, st in pairs(self.owned or {}) do
+    for _, k in ipairs(M.state_kinds) do st[k]:free() end
+  end
+  self.owned = nil
 end
+
+-- Call once per optimizer step, before the updates.
+function AdamW:begin_step() self.t = self.t + 1 end
 
 return M

@@ -1,37 +1,38 @@
--- ztrain.strategy.dp: data parallelism. Every rank holds the whole model and
--- optimizer; each unit's gradient is all-reduced (summed in rank order) as
--- soon as backward produces it, overlapping with the rest of backward.
+-- ztrain.strategy.dp: data parallelism. Every rank of the data-parallel
+-- group (ctx.dp) holds the whole model and optimizer; each unit's gradient
+-- is all-reduced (summed in rank order) as soon as backward produces it,
+-- overlapping with the rest of backward.
 --
 -- Canonical order (DESIGN.md): each micro-batch's gradient is reduced across
 -- ranks, then added to the accumulator, so N ranks equal one rank
 -- accumulating N micro-batches, bit for bit. defer_reduction = true instead
 -- accumulates locally and reduces once per step: less communication when
 -- accumulating, but the sums are ordered differently (no bit-equality).
-local comm = require "ztrain.comm"
 local shard = require "ztrain.strategy.shard"
 local replicated = require "ztrain.strategy.replicated"
+local options = require "ztrain.strategy.options"
 
 local M = {}
 
 function M.new(opts)
-  opts = opts or {}
-  local S = { name = opts.defer_reduction and "dp_deferred" or "dp", opts = opts }
-  local W, acc, pending
+  opts = options.check("dp", opts, { "defer_reduction" })
+  local defer = opts.defer_reduction and true or false
+  local S = { name = defer and "dp_deferred" or "dp", opts = opts }
 
   function S.setup(ctx)
-    W = comm.world()
-    pending = {}
-    acc = replicated.setup(ctx)
+    ctx.work = { pending = {} }      -- [unit index] = { req, micro }: reductions in flight
+    replicated.setup(ctx)
   end
 
   -- Wait for unit u's pending reduction and accumulate it (in canonical order).
-  local function finish(u)
+  local function finish(ctx, u)
+    local pending = ctx.work.pending
     local p = pending[u.index]
     if not p then return end
     pending[u.index] = nil
     p.req:wait()
-    local a = acc[u.index]
-    if a and not opts.defer_reduction then replicated.accumulate(a, u.grads, p.micro) end
+    local a = ctx.state.acc[u.index]
+    if a and not defer then replicated.accumulate(a, u.grads, p.micro) end
   end
 
   function S.pre_forward(ctx, u) end
@@ -40,40 +41,46 @@ function M.new(opts)
   -- Backward of u writes the gradients of every unit it reads parameters of
   -- (the head writes embed's wte): their last reductions must be done.
   function S.pre_backward(ctx, u, micro)
-    for _, pu in ipairs(ctx.model:param_units(u)) do finish(pu) end
+    for _, pu in ipairs(ctx.model:param_units(u)) do finish(ctx, pu) end
   end
 
   function S.post_backward(ctx, u, micro)
-    if opts.defer_reduction and ctx.accumulate > 1 then
-      local a = acc[u.index]
+    local pending = ctx.work.pending
+    if defer and ctx.accumulate > 1 then
+      local a = ctx.state.acc[u.index]
       replicated.accumulate(a, u.grads, micro)
       if micro == ctx.accumulate - 1 then
-        pending[u.index] = { req = W:all_reduce(a, true), micro = micro }
+        pending[u.index] = { req = ctx.dp:all_reduce(a, true), micro = micro }
       end
       return
     end
-    pending[u.index] = { req = W:all_reduce(u.grads, true), micro = micro }
+    pending[u.index] = { req = ctx.dp:all_reduce(u.grads, true), micro = micro }
   end
 
-  local function grad_of(u) return acc[u.index] or u.grads end
+  -- Every reduction of the step done (the REDUCE_GRAD action).
+  function S.finish_grads(ctx)
+    local units = ctx.model.units
+    for i = #units, 1, -1 do finish(ctx, units[i]) end
+  end
 
   function S.step(ctx, lr)
-    local units = ctx.model.units
-    for i = #units, 1, -1 do finish(units[i]) end
-    return replicated.step(ctx, lr, grad_of)
+    S.finish_grads(ctx)
+    return replicated.step(ctx, lr)
   end
 
-  function S.reduce_loss(ctx, loss_sum) return shard.sum_over_ranks(W, loss_sum) end
+  function S.reduce_loss(ctx, loss_sum) return shard.sum_over_ranks(ctx.dp, loss_sum) end
 
   S.predicted = replicated.predicted
 
+  -- Safe after a failed or partial setup (ctx.work or ctx.state missing).
   function S.free(ctx)
-    for _, u in ipairs(ctx.model.units) do finish(u) end
-    replicated.free(acc)
-    acc = {}
+    if ctx and ctx.work and ctx.work.pending then
+      for _, u in ipairs(ctx.model.units) do pcall(finish, ctx, u) end
+    end
+    replicated.free(ctx)
   end
 
-  return S
+  return options.complete(S)
 end
 
 return M

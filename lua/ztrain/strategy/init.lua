@@ -1,14 +1,20 @@
 -- ztrain.strategy: the built-in strategies. Each is a constructor returning
 -- an object with the hooks setup / pre_forward / post_forward / pre_backward
--- / post_backward / step (docs/strategies.md).
+-- / post_backward / step (docs/strategies.md); options.lua says which hooks
+-- are required, state.lua how a strategy's state is made public.
 local M = {}
 M.single = require("ztrain.strategy.single").new
 M.dp = require("ztrain.strategy.dp").new
 M.zero = require("ztrain.strategy.zero").new
 
--- resolve("single") or a strategy object -> strategy object
+local options = require "ztrain.strategy.options"
+M.options = options
+M.state = require "ztrain.strategy.state"
+
+-- resolve("single") or a strategy object -> strategy object (checked:
+-- required hooks present, hooks are functions, no misspelt hook names).
 function M.resolve(s)
-  if type(s) == "table" and s.setup then return s end
+  if type(s) == "table" then return options.validate(s) end
   if type(s) == "string" then
     local ctor = M[s]
     if s == "zero1" or s == "zero2" or s == "zero3" then return M.zero { stage = tonumber(s:sub(5)) } end

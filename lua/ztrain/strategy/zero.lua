@@ -1,8 +1,10 @@
 -- ztrain.strategy.zero: ZeRO stages 1, 2 and 3 (Rajbhandari et al.).
 --
--- Every unit's flat buffer is cut into world_size equal shards (shard.lua);
--- rank r owns shard r of every unit: its optimizer state (all stages), its
--- reduced gradient (stage 2, 3) and its parameters (stage 3).
+-- Every unit's flat buffer is cut into N equal shards, N the size of the
+-- data-parallel group ctx.dp (shard.lua); rank r owns shard r of every
+-- unit: its optimizer state (all stages), its reduced gradient (stage 2, 3)
+-- and its parameters (stage 3). The shards and their placement are public
+-- (ctx.state, strategy/state.lua).
 --
 --   stage 1  full params and micro-batch grads; each unit's gradient is
 --            reduce-scattered as backward produces it, into this rank's slice
@@ -20,202 +22,230 @@
 -- "comm", so the params/grads/optim categories measure model state only.
 local T = require "ztrain.tensor"
 local ops = require "ztrain.ops"
-local comm = require "ztrain.comm"
 local norm = require "ztrain.strategy.norm"
 local shard = require "ztrain.strategy.shard"
+local state = require "ztrain.strategy.state"
+local options = require "ztrain.strategy.options"
 
 local M = {}
 
 -- How many gradient reductions may be in flight before backward waits.
 local MAX_INFLIGHT = 2
 
+M.valid_options = { "stage" }
+
 function M.new(opts)
-  opts = opts or {}
+  opts = options.check("zero", opts, M.valid_options)
   local stage = opts.stage
   if stage ~= 1 and stage ~= 2 and stage ~= 3 then
-    error(("zero: stage must be 1, 2 or 3, got %s"):format(tostring(stage)), 2)
+    error(("zero: stage must be 1, 2 or 3, got %s"):format(tostring(stage)), 0)
   end
   local S = { name = "zero" .. stage, stage = stage, opts = opts }
-  local W, model, tier
-  local range = {}       -- [unit index] = { lo, hi, size }
-  local gshard = {}      -- [unit index] = this rank's reduced gradient (stage 2, 3; stage 1 with accumulation)
-  local pshard = {}      -- [unit index] = this rank's parameters (stage 3)
-  local inflight = {}    -- FIFO of gradient reductions { u, req, bucket, tmp, micro }
-  local gathers = {}     -- [unit index] = { req, full } (stage 3 all-gathers in flight)
 
-  local pool             -- working buffers reused across micro-batches
-  local function new(n, category) return T.new({ n }, { tier = tier, category = category }) end
+  function S.pad(n) return shard.pad(n) end
 
-  function S.pad(world_size) return shard.pad(world_size) end
-
+  -- ctx.state: layout (this rank's [lo, hi) of every unit), kinds params,
+  -- grads, exp_avg, exp_avg_sq; plus pshard (stage 3), gshard, optim per unit.
+  -- ctx.work: reductions and gathers in flight, the working-buffer pool.
   function S.setup(ctx)
-    W, model, tier = comm.world(), ctx.model, ctx.model.tier
-    pool = shard.pool(tier)
+    local model, tier = ctx.model, ctx.model.tier
+    local st = state.new(model, ctx.dp, true)
+    st.gshard, st.pshard, st.optim = {}, {}, {}
+    ctx.state = st
+    ctx.work = { inflight = {}, gathers = {}, grad_views = {}, pool = shard.pool(tier) }
+    local pool = ctx.work.pool
+    state.add_kind(st, "params", { tier = tier, sharded = stage == 3, category = "params" })
+    state.add_kind(st, "grads", { tier = tier, sharded = stage >= 2, category = "grads" })
+    for _, k in ipairs(ctx.optim.state_kinds) do
+      state.add_kind(st, k, { tier = tier, sharded = true, category = "optim" })
+    end
     for _, u in ipairs(model.units) do
-      local lo, hi, n = shard.range(u, W)
-      range[u.index] = { lo, hi, n }
-      ctx.optim:add_unit(u, { lo = lo, hi = hi, tier = tier })
+      local l = st.layout[u.index]
+      local lo, hi, n = l.lo, l.hi, l.size
+      local os = ctx.optim:new_state(n, tier)
+      st.optim[u.index] = os
+      for _, k in ipairs(ctx.optim.state_kinds) do state.set(st, k, u, lo, hi, os[k]) end
       if stage == 3 then
         -- initialise one unit at a time in a working buffer, keep the shard
-        local full = new(u.padded, "comm")
+        local full = pool.get(u.padded)
+        ops.fill(full, 0)
         model:set_params(u, full)
         model:init_unit(u, ctx.seed)
         model:set_params(u, nil)
-        pshard[u.index] = new(n, "params")
+        st.pshard[u.index] = T.new({ n }, { tier = tier, category = "params" })
         local v = full:view(lo, { n })
-        ops.copy(pshard[u.index], v)
-        v:free(); full:free()
+        ops.copy(st.pshard[u.index], v)
+        v:free(); pool.put(full)
+        state.set(st, "params", u, lo, hi, st.pshard[u.index])
       end
-      if stage >= 2 or ctx.accumulate > 1 then gshard[u.index] = new(n, "grads") end
+      if stage >= 2 or ctx.accumulate > 1 then
+        st.gshard[u.index] = T.new({ n }, { tier = tier, category = "grads" })
+        state.set(st, "grads", u, lo, hi, st.gshard[u.index])
+      end
     end
-    if stage <= 2 then model:materialize(ctx.seed, { grads = stage == 1 }) end
+    if stage <= 2 then
+      model:materialize(ctx.seed, { grads = stage == 1 })
+      for _, u in ipairs(model.units) do
+        state.set(st, "params", u, 0, u.padded, u.params)
+        if stage == 1 and not st.gshard[u.index] then state.set(st, "grads", u, 0, u.padded, u.grads) end
+      end
+    end
   end
 
   ---------------------------------------------------------------- parameters
-  local function gather(u)
-    if stage < 3 or u.params or gathers[u.index] then return end
-    local full = pool.get(u.padded)     -- every element is overwritten by the gather
-    gathers[u.index] = { req = W:all_gather(full, pshard[u.index], true), full = full }
+  local function gather(ctx, u)
+    local W = ctx.work
+    if stage < 3 or u.params or W.gathers[u.index] then return end
+    local full = W.pool.get(u.padded)     -- every element is overwritten by the gather
+    W.gathers[u.index] = { req = ctx.dp:all_gather(full, ctx.state.pshard[u.index], true), full = full }
   end
 
-  local function ready(u)
-    gather(u)
-    local g = gathers[u.index]
+  local function ready(ctx, u)
+    gather(ctx, u)
+    local g = ctx.work.gathers[u.index]
     if not g then return end
-    gathers[u.index] = nil
+    ctx.work.gathers[u.index] = nil
     g.req:wait()
-    model:set_params(u, g.full)
+    ctx.model:set_params(u, g.full)
   end
 
-  local function release(u)
+  local function release(ctx, u)
     if stage < 3 then return end
-    local full = model:set_params(u, nil)
-    if full then pool.put(full) end
+    local full = ctx.model:set_params(u, nil)
+    if full then ctx.work.pool.put(full) end
   end
 
   -- Unit i's neighbour in the pass direction (with the units it reads, e.g.
   -- embed's tied wte for the head), prefetched while i computes.
-  local function prefetch(i, dir)
+  local function prefetch(ctx, i, dir)
+    local model = ctx.model
     local nu = model.units[i + dir]
-    if nu then for _, pu in ipairs(model:param_units(nu)) do gather(pu) end end
+    if nu then for _, pu in ipairs(model:param_units(nu)) do gather(ctx, pu) end end
   end
 
   function S.pre_forward(ctx, u)
-    for _, pu in ipairs(model:param_units(u)) do ready(pu) end
-    prefetch(u.index, 1)
+    for _, pu in ipairs(ctx.model:param_units(u)) do ready(ctx, pu) end
+    prefetch(ctx, u.index, 1)
   end
 
   -- In training the last unit's backward follows its forward at once: keep
   -- its parameters (and embed's) gathered across the turn.
   function S.post_forward(ctx, u)
-    if ctx.training and u.index == #model.units then return end
-    for _, pu in ipairs(model:param_units(u)) do release(pu) end
+    if ctx.training and u.index == #ctx.model.units then return end
+    for _, pu in ipairs(ctx.model:param_units(u)) do release(ctx, pu) end
   end
 
   ----------------------------------------------------------------- gradients
   -- Complete the oldest reduction: accumulate micro-batches > 0 into the
   -- shard, free the working bucket.
-  local function finish_one()
-    local f = table.remove(inflight, 1)
+  local function finish_one(ctx)
+    local W = ctx.work
+    local f = table.remove(W.inflight, 1)
     f.req:wait()
     if f.tmp then
-      ops.add(gshard[f.u.index], f.tmp)
-      pool.put(f.tmp)
+      ops.add(ctx.state.gshard[f.u.index], f.tmp)
+      W.pool.put(f.tmp)
     end
     if f.view then f.view:free() end
-    if f.bucket then pool.put(f.bucket) end
+    if f.bucket then W.pool.put(f.bucket) end
   end
 
-  local function finish_all() while #inflight > 0 do finish_one() end end
+  local function finish_all(ctx) while #ctx.work.inflight > 0 do finish_one(ctx) end end
 
   -- Before unit u's backward writes gradients, every reduction still reading
   -- those buffers must be done (stage 1 reuses them across micro-batches),
   -- and stage 2/3 need a fresh zeroed bucket.
   function S.pre_backward(ctx, u, micro)
+    local model, W = ctx.model, ctx.work
     for _, pu in ipairs(model:param_units(u)) do
-      ready(pu)
+      ready(ctx, pu)
       if stage == 1 then
-        for _, f in ipairs(inflight) do if f.u == pu then finish_all() break end end
+        for _, f in ipairs(W.inflight) do if f.u == pu then finish_all(ctx) break end end
       elseif not pu.grads then
         -- a recycled bucket: backward writes every gradient element; the
         -- padding past u.numel is never written and stays zero
-        model:set_grads(pu, pool.get(pu.padded))
+        model:set_grads(pu, W.pool.get(pu.padded))
       end
     end
-    prefetch(u.index, -1)
+    prefetch(ctx, u.index, -1)
   end
 
   function S.post_backward(ctx, u, micro)
-    local lo, _, n = unpack(range[u.index])
+    local model, W, st = ctx.model, ctx.work, ctx.state
+    local l = st.layout[u.index]
     local f = { u = u, micro = micro }
     local out
     if micro > 0 then
-      f.tmp = pool.get(n)
+      f.tmp = W.pool.get(l.size)
       out = f.tmp
-    elseif gshard[u.index] then
-      out = gshard[u.index]
+    elseif st.gshard[u.index] then
+      out = st.gshard[u.index]
     else                                 -- stage 1, no accumulation: in place
-      f.view = u.grads:view(lo, { n })
+      f.view = u.grads:view(l.lo, { l.size })
       out = f.view
     end
-    f.req = W:reduce_scatter(out, u.grads, true)
+    f.req = ctx.dp:reduce_scatter(out, u.grads, true)
     if stage >= 2 then f.bucket = model:set_grads(u, nil) end
-    inflight[#inflight + 1] = f
-    while #inflight > MAX_INFLIGHT do finish_one() end
-    for _, pu in ipairs(model:param_units(u)) do release(pu) end
+    W.inflight[#W.inflight + 1] = f
+    while #W.inflight > MAX_INFLIGHT do finish_one(ctx) end
+    for _, pu in ipairs(model:param_units(u)) do release(ctx, pu) end
   end
 
+  -- Every reduction of the step done (the REDUCE_GRAD action).
+  function S.finish_grads(ctx) finish_all(ctx) end
+
   -- This rank's reduced gradient shard of unit u, once all are finished.
-  local grad_views = {}
-  local function grad_shard(u)
-    if gshard[u.index] then return gshard[u.index] end
-    local v = grad_views[u.index]
+  local function grad_shard(ctx, u)
+    local st, W = ctx.state, ctx.work
+    if st.gshard[u.index] then return st.gshard[u.index] end
+    local v = W.grad_views[u.index]
     if not v then
-      local lo, _, n = unpack(range[u.index])
-      v = u.grads:view(lo, { n })
-      grad_views[u.index] = v
+      local l = st.layout[u.index]
+      v = u.grads:view(l.lo, { l.size })
+      W.grad_views[u.index] = v
     end
     return v
   end
 
   ---------------------------------------------------------------------- step
   function S.step(ctx, lr)
-    finish_all()
+    finish_all(ctx)
+    local model, st, W = ctx.model, ctx.state, ctx.work
     local units = model.units
-    local gn = shard.global_norm(units, W, grad_shard)
+    local gn = shard.global_norm(units, ctx.dp, function(u) return grad_shard(ctx, u) end)
     local scale = norm.clip_scale(gn, ctx.clip)
     ctx.optim:begin_step()
     local reqs = {}
     for _, u in ipairs(units) do
-      local lo, _, n = unpack(range[u.index])
+      local l = st.layout[u.index]
       if stage == 3 then
-        ctx.optim:update_unit(u, pshard[u.index], grad_shard(u), lr, scale)
+        ctx.optim:update_range(u, l.lo, l.hi, st.pshard[u.index], grad_shard(ctx, u), st.optim[u.index], lr, scale)
       else
-        local pv = u.params:view(lo, { n })
-        ctx.optim:update_unit(u, pv, grad_shard(u), lr, scale)
+        local pv = u.params:view(l.lo, { l.size })
+        ctx.optim:update_range(u, l.lo, l.hi, pv, grad_shard(ctx, u), st.optim[u.index], lr, scale)
         -- the updated shard goes to every rank (in place: my slice is the input)
-        reqs[#reqs + 1] = { W:all_gather(u.params, pv, true), pv }
+        reqs[#reqs + 1] = { ctx.dp:all_gather(u.params, pv, true), pv }
       end
     end
     for _, r in ipairs(reqs) do r[1]:wait(); r[2]:free() end
-    for _, v in pairs(grad_views) do v:free() end
-    grad_views = {}
+    for _, v in pairs(W.grad_views) do v:free() end
+    W.grad_views = {}
     return gn
   end
 
-  function S.reduce_loss(ctx, loss_sum) return shard.sum_over_ranks(W, loss_sum) end
+  function S.reduce_loss(ctx, loss_sum) return shard.sum_over_ranks(ctx.dp, loss_sum) end
 
   -- Full parameters of unit u (for digests and checkpoints): fn(tensor).
   function S.with_full_params(ctx, u, fn)
     if u.params then return fn(u.params) end
-    ready(u)
+    ready(ctx, u)
     local ok, err = pcall(fn, u.params)
-    release(u)
+    release(ctx, u)
     if not ok then error(err, 0) end
   end
 
   function S.predicted(ctx)
-    local psi, N = ctx.model.nparams, ctx.world_size
+    local psi, N = ctx.model.nparams, ctx.dp.size
     local p = { [1] = { 4 * psi, 4 * psi, 8 * psi / N },
                 [2] = { 4 * psi, 4 * psi / N, 8 * psi / N },
                 [3] = { 4 * psi / N, 4 * psi / N, 8 * psi / N } }
@@ -223,18 +253,25 @@ function M.new(opts)
     return { params = p[stage][1], grads = p[stage][2], optim = p[stage][3], accumulator = acc }
   end
 
+  -- Safe after a setup that failed part-way, and twice.
   function S.free(ctx)
-    finish_all()
-    for i, g in pairs(gathers) do g.req:wait(); g.full:free(); gathers[i] = nil end
-    for _, v in pairs(grad_views) do v:free() end
-    grad_views = {}
-    if pool then pool.free() end
-    for _, t in pairs(gshard) do t:free() end
-    for _, t in pairs(pshard) do t:free() end
-    gshard, pshard = {}, {}
+    local W, st = ctx and ctx.work, ctx and ctx.state
+    if W then
+      while #W.inflight > 0 do pcall(finish_one, ctx) end
+      for i, g in pairs(W.gathers) do pcall(g.req.wait, g.req); g.full:free(); W.gathers[i] = nil end
+      for _, v in pairs(W.grad_views) do v:free() end
+      W.grad_views = {}
+      W.pool.free()
+    end
+    if st then
+      for _, t in pairs(st.gshard or {}) do t:free() end
+      for _, t in pairs(st.pshard or {}) do t:free() end
+      for _, os in pairs(st.optim or {}) do for _, t in pairs(os) do t:free() end end
+      st.gshard, st.pshard, st.optim = {}, {}, {}
+    end
   end
 
-  return S
+  return options.complete(S)
 end
 
 return M

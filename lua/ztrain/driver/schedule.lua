@@ -1,0 +1,110 @@
+-- ztrain.driver.schedule: execute a step written as data (schedule/init.lua):
+-- this rank's list of actions, in order. Activations live per (stage,
+-- micro-batch) from F (or RECV_F) until the stage's backward of that
+-- micro-batch is complete (B, or W) and its gradient has been sent.
+--
+-- Sends and receives go over the pipeline group (env.pp) with tag = mb and
+-- are asynchronous (tags by boundary, micro-batch and direction): a RECV's buffer is waited on before the action that
+-- reads it, a SEND's before its buffer is reused or released. Stages on
+-- other ranks are reached through env.stage_rank(s).
+local stage_run = require "ztrain.driver.stage"
+
+local M = { name = "schedule" }
+
+local function key(s, mb) return s * 1048576 + mb end
+-- Message tags: one per boundary (between stages b and b+1), micro-batch
+-- and direction, so interleaved stages on one pair of ranks never mix.
+local function tag(boundary, mb, backward) return 2 * (boundary * 65536 + mb) + (backward and 1 or 0) end
+
+-- step(env, lr) -> loss_sum (nil where no stage holds the head), grad_norm.
+-- env: as for the sequential driver, plus lists (one action list per
+-- pipeline rank), pp (pipeline group or nil), stage_rank.
+function M.step(env, lr)
+  local ctx, S = env.ctx, env.strategy
+  local rank = env.pp and env.pp.rank or 0
+  local list = env.lists[rank + 1]
+  local loss, gnorm = nil, nil
+  -- requests in flight by (stage, micro-batch); progress of each backward
+  local recv_f, recv_b, send_f, send_b, done = {}, {}, {}, {}, {}
+
+  local function settle(tbl, k) local r = tbl[k]; if r then tbl[k] = nil; r:wait() end end
+  local function set_for(a)
+    local stage, pool = env.stages[a.stage + 1], env.pools[a.stage + 1]
+    local set = pool.live[a.mb]
+    if not set then
+      set = pool:acquire(a.mb)
+      set.dscale = env.dscale
+      if stage.has_embed or stage.has_head then env.load(set, a.mb) end
+    end
+    return stage, pool, set
+  end
+  -- A micro-batch's activations go once its weight gradient is complete and
+  -- (past the first stage) its input gradient has been sent.
+  local function maybe_retire(a, stage, pool)
+    local k = key(a.stage, a.mb)
+    local d = done[k]
+    if d and d.weights and (stage.index == 0 or d.sent) then
+      settle(send_f, k); settle(send_b, k)
+      done[k] = nil
+      pool:release(a.mb)
+    end
+  end
+  local function mark(a, field)
+    local k = key(a.stage, a.mb)
+    done[k] = done[k] or {}
+    done[k][field] = true
+  end
+
+  for _, a in ipairs(list) do
+    local op = a.op
+    local k = a.mb and key(a.stage, a.mb)
+    if op == "F" then
+      local stage, _, set = set_for(a)
+      settle(recv_f, k)
+      stage_run.forward(ctx, S, stage, set, a.mb)
+      if stage.has_head then loss = (loss or 0.0) + ctx.model:mean_loss(set) end
+    elseif op == "B" then
+      local stage, pool, set = set_for(a)
+      settle(recv_b, k)
+      stage_run.backward(ctx, S, stage, set, a.mb)
+      mark(a, "weights")
+      maybe_retire(a, stage, pool)
+    elseif op == "I" then
+      local stage, pool, set = set_for(a)
+      settle(recv_b, k)
+      stage_run.backward_input(ctx, S, stage, set, a.mb, pool)
+    elseif op == "W" then
+      local stage, pool, set = set_for(a)
+      stage_run.backward_weight(ctx, S, stage, set, a.mb, pool)
+      mark(a, "weights")
+      maybe_retire(a, stage, pool)
+    elseif op == "SEND_F" then
+      local stage, _, set = set_for(a)
+      local out = set.unit[stage.units[#stage.units].index].out
+      send_f[k] = env.pp:send(out, env.stage_rank(a.stage + 1), tag(a.stage, a.mb), true)
+    elseif op == "RECV_F" then
+      local _, _, set = set_for(a)
+      recv_f[k] = env.pp:recv(set.input, env.stage_rank(a.stage - 1), tag(a.stage - 1, a.mb), true)
+    elseif op == "SEND_B" then
+      local stage, pool, set = set_for(a)
+      send_b[k] = env.pp:send(set.grad, env.stage_rank(a.stage - 1), tag(a.stage - 1, a.mb, true), true)
+      mark(a, "sent")
+      maybe_retire(a, stage, pool)
+    elseif op == "RECV_B" then
+      local _, _, set = set_for(a)
+      recv_b[k] = env.pp:recv(set.grad, env.stage_rank(a.stage + 1), tag(a.stage, a.mb, true), true)
+    elseif op == "REDUCE_GRAD" then
+      if S.finish_grads then S.finish_grads(ctx) end
+    elseif op == "STEP" then
+      for kk in pairs(send_f) do settle(send_f, kk) end
+      for kk in pairs(send_b) do settle(send_b, kk) end
+      gnorm = S.step(ctx, lr)
+    end
+  end
+  for _, tbl in ipairs({ recv_f, recv_b, send_f, send_b }) do
+    for kk in pairs(tbl) do settle(tbl, kk) end
+  end
+  return loss, gnorm
+end
+
+return M

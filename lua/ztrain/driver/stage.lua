@@ -1,0 +1,145 @@
+-- ztrain.driver.stage: a stage's units run with the strategy's hooks, and
+-- the activation sets of its micro-batches in flight.
+--
+-- A stage is { index (0-based), units (consecutive), has_embed, has_head }.
+-- Every driver runs units through these functions, so a strategy sees the
+-- same hook calls whatever the driver: pre_forward / post_forward around a
+-- unit's forward, pre_backward before its backward (or its I half),
+-- post_backward once its weight gradient is complete (after B, or after W).
+local M = {}
+
+-- stages(model, bounds) -> list of stages. bounds: unit counts per stage
+-- (nil: one stage with every unit).
+function M.stages(model, counts)
+  counts = counts or { #model.units }
+  local out, i = {}, 1
+  for s, n in ipairs(counts) do
+    local st = { index = s - 1, units = {} }
+    for _ = 1, n do
+      local u = model.units[i]
+      st.units[#st.units + 1] = u
+      if u.kind == "embed" then st.has_embed = true end
+      if u.kind == "head" then st.has_head = true end
+      i = i + 1
+    end
+    out[s] = st
+  end
+  assert(i == #model.units + 1, "stage unit counts must add up to the model's units")
+  return out
+end
+
+---------------------------------------------------------------------------
+-- Activation sets: a pool per stage, one set per micro-batch in flight.
+local Pool = {}
+Pool.__index = Pool
+
+-- pool(model, stage, B, T) -> pool: acquire(mb) / get(mb) / release(mb) / free().
+function M.pool(model, stage, B, Tlen)
+  local self = setmetatable({ model = model, stage = stage, B = B, T = Tlen, free_sets = {},
+                              live = {}, wfree = {}, nsets = 0, peak_sets = 0 }, Pool)
+  self.scratch = model:scratch(B, Tlen)
+  return self
+end
+
+function Pool:acquire(mb)
+  assert(not self.live[mb], "micro-batch " .. tostring(mb) .. " already has activations")
+  local a = table.remove(self.free_sets)
+  if not a then
+    a = self.model:activations(self.B, self.T, self.stage.units, self.scratch)
+    self.nsets = self.nsets + 1
+    self.peak_sets = math.max(self.peak_sets, self.nsets)
+  end
+  a.mb = mb
+  self.live[mb] = a
+  return a
+end
+
+function Pool:get(mb)
+  local a = self.live[mb]
+  if not a then error(("stage %d has no activations for micro-batch %s"):format(self.stage.index, tostring(mb)), 2) end
+  return a
+end
+
+function Pool:release(mb)
+  local a = self.live[mb]
+  self.live[mb] = nil
+  if a then self.free_sets[#self.free_sets + 1] = a end
+end
+
+-- A W-pass record for unit u (pooled by unit kind).
+function Pool:wget(u)
+  local list = self.wfree[u.kind]
+  local w = list and table.remove(list)
+  return w or self.model:wgrad(u, self.B, self.T)
+end
+
+function Pool:wput(u, w)
+  if not w then return end
+  self.wfree[u.kind] = self.wfree[u.kind] or {}
+  table.insert(self.wfree[u.kind], w)
+end
+
+function Pool:free()
+  for mb in pairs(self.live) do self:release(mb) end
+  for _, a in ipairs(self.free_sets) do
+    for _, u in ipairs(self.stage.units) do self:wput(u, a.w[u.index]) end
+    a:free()
+  end
+  for _, list in pairs(self.wfree) do for _, w in ipairs(list) do w.free() end end
+  self.free_sets, self.wfree = {}, {}
+  if self.scratch then self.scratch.free(); self.scratch = nil end
+end
+
+---------------------------------------------------------------------------
+-- Running a stage. ctx: the strategy context; S: the strategy.
+
+-- forward(ctx, S, stage, a, mb) -> the stage's output (the head: losses).
+function M.forward(ctx, S, stage, a, mb)
+  local model = ctx.model
+  local x = stage.has_embed and a.tokens or a.input
+  for _, u in ipairs(stage.units) do
+    S.pre_forward(ctx, u, mb)
+    x = model:forward(u, a, x)
+    S.post_forward(ctx, u, mb)
+  end
+  return x
+end
+
+-- backward (fused I + W) over the stage's units in reverse; a.grad holds
+-- the gradient of the stage's output (set by the head, or received), and
+-- the gradient of its input at the end (nil for the first stage).
+function M.backward(ctx, S, stage, a, mb)
+  local model, units = ctx.model, stage.units
+  for i = #units, 1, -1 do
+    local u = units[i]
+    S.pre_backward(ctx, u, mb)
+    model:backward(u, a)
+    S.post_backward(ctx, u, mb)
+  end
+end
+
+-- The input-gradient half: what W needs is kept in a.w[u.index].
+function M.backward_input(ctx, S, stage, a, mb, pool)
+  local model, units = ctx.model, stage.units
+  for i = #units, 1, -1 do
+    local u = units[i]
+    S.pre_backward(ctx, u, mb)
+    a.w[u.index] = pool:wget(u)
+    model:backward_input(u, a, a.w[u.index])
+  end
+end
+
+-- The weight-gradient half, in the same unit order as the fused backward
+-- (the head's wte gradient before the embedding's).
+function M.backward_weight(ctx, S, stage, a, mb, pool)
+  local model, units = ctx.model, stage.units
+  for i = #units, 1, -1 do
+    local u = units[i]
+    model:backward_weight(u, a, a.w[u.index])
+    pool:wput(u, a.w[u.index])
+    a.w[u.index] = nil
+    S.post_backward(ctx, u, mb)
+  end
+end
+
+return M

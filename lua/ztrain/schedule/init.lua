@@ -1,0 +1,177 @@
+-- ztrain.schedule: a training step as data -- a list of actions per rank.
+--
+-- In the spirit of PyTorch's torch.distributed.pipelining action IR. An
+-- action is { op = OP, stage = s, mb = i } (stage and micro-batch 0-based):
+--   F        forward of stage s for micro-batch i (the loss where the head is)
+--   B        full backward of stage s, micro-batch i (I and W fused)
+--   I        input-gradient half of the backward
+--   W        weight-gradient half (after I of the same stage and micro-batch)
+--   SEND_F   send stage s's output of micro-batch i to stage s+1
+--   RECV_F   receive stage s's input of micro-batch i from stage s-1
+--   SEND_B   send the gradient of stage s's input to stage s-1
+--   RECV_B   receive the gradient of stage s's output from stage s+1
+--   REDUCE_GRAD  finish every gradient reduction of the step (strategy)
+--   STEP     clip and update (strategy)
+-- The schedule driver (driver/schedule.lua) executes any list that
+-- validate() accepts; a schedule is a Lua function returning such lists:
+--   fn({ stages = p, microbatches = m, ranks = p }) -> { [rank + 1] = { actions } }
+-- The sequential step is one_stage(m): F0 B0 F1 B1 ... STEP on one rank.
+local M = {}
+
+M.OPS = { F = true, B = true, I = true, W = true, SEND_F = true, RECV_F = true,
+          SEND_B = true, RECV_B = true, REDUCE_GRAD = true, STEP = true }
+
+-- action(op, stage, mb) -> action
+function M.action(op, stage, mb)
+  assert(M.OPS[op], "unknown action " .. tostring(op))
+  return { op = op, stage = stage, mb = mb }
+end
+
+-- "0F3", "1SEND_B2", "STEP": PyTorch's compact form.
+function M.format(a)
+  if a.op == "STEP" or a.op == "REDUCE_GRAD" then
+    return a.stage and (a.stage .. a.op) or a.op
+  end
+  return ("%d%s%d"):format(a.stage, a.op, a.mb)
+end
+
+-- parse("0F3") -> action (the inverse of format).
+function M.parse(s)
+  if s == "STEP" or s == "REDUCE_GRAD" then return { op = s } end
+  local st, op, mb = s:match("^(%d+)(%u[%u_]*)(%d+)$")
+  if not st or not M.OPS[op] then
+    local st2, op2 = s:match("^(%d+)(%u[%u_]*)$")
+    if st2 and (op2 == "STEP" or op2 == "REDUCE_GRAD") then return { op = op2, stage = tonumber(st2) } end
+    error(("cannot read action %q (expected e.g. 0F3, 1B0, 0SEND_F2, STEP)"):format(s), 0)
+  end
+  return { op = op, stage = tonumber(st), mb = tonumber(mb) }
+end
+
+-- one_stage(m, { split = bool }) -> lists: the sequential step as a schedule
+-- on one rank and one stage: F B per micro-batch (or F I W), then STEP.
+function M.one_stage(m, opts)
+  opts = opts or {}
+  local list = {}
+  for i = 0, m - 1 do
+    list[#list + 1] = M.action("F", 0, i)
+    if opts.split then
+      list[#list + 1] = M.action("I", 0, i)
+      list[#list + 1] = M.action("W", 0, i)
+    else
+      list[#list + 1] = M.action("B", 0, i)
+    end
+  end
+  list[#list + 1] = { op = "REDUCE_GRAD" }
+  list[#list + 1] = { op = "STEP" }
+  return { list }
+end
+
+-- Built-in schedules by name (the Pipeline issue adds gpipe, 1f1b, ...).
+M.builtin = {
+  one_stage = function(p) return M.one_stage(p.microbatches) end,
+  one_stage_iw = function(p) return M.one_stage(p.microbatches, { split = true }) end,
+}
+
+-- resolve(name_or_fn, p) -> validated lists, or raises a user error.
+-- p: { stages, microbatches, ranks, stage_rank }.
+function M.resolve(sched, p)
+  local fn = sched
+  if type(sched) == "string" then
+    fn = M.builtin[sched]
+    if not fn then
+      local names = {}
+      for k in pairs(M.builtin) do names[#names + 1] = k end
+      table.sort(names)
+      error(("unknown schedule %q (known: %s; or a function returning action lists)")
+            :format(sched, table.concat(names, ", ")), 0)
+    end
+  end
+  if type(fn) ~= "function" then
+    error("schedule must be a name or a function returning one action list per rank", 0)
+  end
+  local lists = fn(p)
+  local ok, err = M.validate(lists, p)
+  if not ok then error("schedule: " .. err, 0) end
+  return lists
+end
+
+local function where(rank, k, a) return ("rank %d action %d (%s)"):format(rank, k, M.format(a)) end
+
+-- validate(lists, { stages = p, microbatches = m, stage_rank = fn(s) -> rank })
+-- -> true | nil, err. Checks each action, that every stage runs every
+-- micro-batch's forward once and its backward once (B, or I then W), after
+-- the forward, on the rank that owns the stage; that gradients complete in
+-- micro-batch order on each stage (the canonical accumulation order of
+-- DESIGN.md); that sends pair with receives; and one STEP last on each rank.
+function M.validate(lists, p)
+  local nst, m = p.stages, p.microbatches
+  local stage_rank = p.stage_rank or function(s) return s end
+  if type(lists) ~= "table" or #lists < 1 then return nil, "a schedule must return a list of action lists, one per rank" end
+  local seen = {}     -- seen[op][stage][mb] = true
+  for op in pairs(M.OPS) do seen[op] = {} end
+  local last_grad = {}  -- per stage: last micro-batch whose gradient completed
+  for r, list in ipairs(lists) do
+    local rank = r - 1
+    local steps = 0
+    for k, a in ipairs(list) do
+      if type(a) ~= "table" or not M.OPS[a.op] then
+        return nil, ("rank %d action %d is not an action (got %s)"):format(rank, k, tostring(a and a.op or a))
+      end
+      if a.op == "STEP" then
+        steps = steps + 1
+        if k ~= #list then return nil, where(rank, k, a) .. ": STEP must be the last action" end
+      elseif a.op ~= "REDUCE_GRAD" then
+        if type(a.stage) ~= "number" or a.stage < 0 or a.stage >= nst or a.stage % 1 ~= 0 then
+          return nil, ("%s: stage must be in 0..%d"):format(where(rank, k, a), nst - 1)
+        end
+        if type(a.mb) ~= "number" or a.mb < 0 or a.mb >= m or a.mb % 1 ~= 0 then
+          return nil, ("%s: micro-batch must be in 0..%d"):format(where(rank, k, a), m - 1)
+        end
+        if stage_rank(a.stage) ~= rank then
+          return nil, ("%s: stage %d runs on rank %d"):format(where(rank, k, a), a.stage, stage_rank(a.stage))
+        end
+        local s, i = a.stage, a.mb
+        local by = seen[a.op]
+        by[s] = by[s] or {}
+        if by[s][i] then return nil, where(rank, k, a) .. ": appears twice" end
+        local function done(op) return seen[op][s] and seen[op][s][i] end
+        if (a.op == "B" or a.op == "I") and not done("F") then
+          return nil, where(rank, k, a) .. ": backward before the forward of the same micro-batch"
+        end
+        if a.op == "W" and not done("I") then return nil, where(rank, k, a) .. ": W before I" end
+        if a.op == "B" and done("I") or a.op == "I" and done("B") then
+          return nil, where(rank, k, a) .. ": both B and I for one micro-batch"
+        end
+        if a.op == "B" or a.op == "W" then
+          local prev = last_grad[s] or -1
+          if i ~= prev + 1 then
+            return nil, ("%s: gradients must complete in micro-batch order on a stage (expected " ..
+                         "micro-batch %d next): the accumulation order is part of the math"):format(
+                         where(rank, k, a), prev + 1)
+          end
+          last_grad[s] = i
+        end
+        by[s][i] = true
+      end
+    end
+    if steps ~= 1 then return nil, ("rank %d: needs exactly one STEP, as its last action"):format(rank) end
+  end
+  for s = 0, nst - 1 do
+    for i = 0, m - 1 do
+      local f = seen.F[s] and seen.F[s][i]
+      local b = (seen.B[s] and seen.B[s][i]) or (seen.W[s] and seen.W[s][i])
+      if not f or not b then
+        return nil, ("stage %d micro-batch %d: %s missing"):format(s, i, not f and "forward" or "backward")
+      end
+      if s > 0 and not (seen.RECV_F[s] and seen.RECV_F[s][i]) then
+        return nil, ("stage %d micro-batch %d: no RECV_F for its input"):format(s, i)
+      end
+      if s < nst - 1 and not (seen.SEND_F[s] and seen.SEND_F[s][i]) then
+        return nil, ("stage %d micro-batch %d: no SEND_F of its output"):format(s, i)
+      end
+    end
+  end
+  return true
+end
+
+return M

@@ -1,0 +1,161 @@
+-- ztrain.strategy.state: a strategy's state, made public.
+--
+-- Every strategy describes what it holds in the same terms, so checkpoints,
+-- reports, offload and the REPL can read any strategy's state without
+-- knowing the strategy:
+--
+--   layout   per unit: { unit, index, numel, padded, lo, hi, size, padding }
+--            this rank's shard [lo, hi) of the unit's padded flat buffer
+--            (size = hi - lo; padding = padded - numel). Replicated
+--            strategies hold the whole unit: lo = 0, hi = padded.
+--   kinds    named state: params, grads, and the optimizer's (exp_avg,
+--            exp_avg_sq; master_params under mixed precision), each with
+--            { name, dtype, tier, sharded, category } and per unit the
+--            tensor holding this rank's part: shards[u.index] =
+--            { lo =, hi =, tensor = } (tensor element 0 = element lo).
+--
+-- state(ctx) exports, and load_state(ctx, read) imports, a strategy-
+-- independent form: ranges of each kind's unpadded per-unit flat buffer.
+-- Whatever the strategy and the number of ranks that wrote it, a loader asks
+-- for exactly the ranges it holds.
+local ops = require "ztrain.ops"
+
+local M = {}
+
+-- new(model, dp, sharded) -> a state table with the layout filled in.
+-- sharded: true when each of the dp ranks owns 1/N of every unit.
+function M.new(model, dp, sharded)
+  local st = { layout = {}, kinds = {}, order = {} }
+  for _, u in ipairs(model.units) do
+    local lo, hi = 0, u.padded
+    if sharded and dp.size > 1 then
+      local n = u.padded / dp.size
+      assert(n == math.floor(n), "unit " .. u.name .. " is not padded for " .. dp.size .. " ranks")
+      lo, hi = dp.rank * n, (dp.rank + 1) * n
+    end
+    st.layout[u.index] = { unit = u.name, index = u.index, numel = u.numel, padded = u.padded,
+                           lo = lo, hi = hi, size = hi - lo, padding = u.padded - u.numel }
+  end
+  return st
+end
+
+-- add_kind(st, name, { dtype=, tier=, sharded=, category= }) -> kind
+function M.add_kind(st, name, info)
+  local k = { name = name, dtype = info.dtype or "f32", tier = info.tier or "device",
+              sharded = info.sharded and true or false, category = info.category, shards = {} }
+  st.kinds[name] = k
+  st.order[#st.order + 1] = name
+  return k
+end
+
+-- set(st, kind, u, lo, hi, tensor): this rank holds [lo, hi) of kind for u in tensor.
+function M.set(st, name, u, lo, hi, tensor)
+  st.kinds[name].shards[u.index] = { lo = lo, hi = hi, tensor = tensor }
+end
+
+-- describe(st) -> plain table (no tensors) for reports and the REPL.
+function M.describe(st)
+  local out = { layout = {}, kinds = {} }
+  for i, l in ipairs(st.layout) do out.layout[i] = l end
+  for _, name in ipairs(st.order) do
+    local k = st.kinds[name]
+    out.kinds[#out.kinds + 1] = { name = name, dtype = k.dtype, tier = k.tier, sharded = k.sharded }
+  end
+  return out
+end
+
+---------------------------------------------------------------------------
+-- Export / import.
+
+-- The part of a shard that holds real elements: [lo, min(hi, numel)).
+local function clip(l, sh)
+  local lo, hi = sh.lo, math.min(sh.hi, l.numel)
+  if hi <= lo then return nil end
+  return lo, hi
+end
+
+-- export(ctx, st, model, step) -> { step =, units = {{name, numel}...},
+-- entries = { { kind, unit, lo, hi, tensor }... }, free = fn }: this rank's
+-- ranges of every kind, unpadded (tensors are views; call :free() after use).
+function M.export(st, model, step)
+  local out = { step = step, units = {}, entries = {}, views = {} }
+  for _, u in ipairs(model.units) do out.units[#out.units + 1] = { name = u.name, numel = u.numel } end
+  for _, name in ipairs(st.order) do
+    local k = st.kinds[name]
+    if name ~= "grads" then                    -- gradients do not outlive a step
+      for _, u in ipairs(model.units) do
+        local sh = k.shards[u.index]
+        local lo, hi = nil, nil
+        if sh then lo, hi = clip(st.layout[u.index], sh) end
+        if lo then
+          local v = sh.tensor:view(lo - sh.lo, { hi - lo })
+          out.views[#out.views + 1] = v
+          out.entries[#out.entries + 1] = { kind = name, unit = u.name, lo = lo, hi = hi, tensor = v }
+        end
+      end
+    end
+  end
+  function out.free()
+    for _, v in ipairs(out.views) do v:free() end
+    out.views, out.entries = {}, {}
+  end
+  return out
+end
+
+-- import(st, model, read): for every kind but grads and every unit, fill
+-- this rank's range with read(kind, unit_name, lo, hi, dst) (dst: a tensor
+-- of hi - lo elements). Padding stays as it is (zero).
+function M.import(st, model, read)
+  for _, name in ipairs(st.order) do
+    local k = st.kinds[name]
+    if name ~= "grads" then
+      for _, u in ipairs(model.units) do
+        local sh = k.shards[u.index]
+        local lo, hi = nil, nil
+        if sh then lo, hi = clip(st.layout[u.index], sh) end
+        if lo then
+          local v = sh.tensor:view(lo - sh.lo, { hi - lo })
+          local ok, err = pcall(read, name, u.name, lo, hi, v)
+          v:free()
+          if not ok then error(err, 0) end
+        end
+      end
+    end
+  end
+end
+
+-- reader(exports) -> read function over one or more exports (e.g. every
+-- rank's, gathered): copies the overlapping parts of matching entries (a
+-- replicated kind appears in every rank's export: copies agree) and checks
+-- that every element was found.
+function M.reader(exports)
+  return function(kind, unit, lo, hi, dst)
+    local spans = {}
+    for _, ex in ipairs(exports) do
+      for _, e in ipairs(ex.entries) do
+        if e.kind == kind and e.unit == unit then
+          local a, b = math.max(lo, e.lo), math.min(hi, e.hi)
+          if b > a then
+            local s = e.tensor:view(a - e.lo, { b - a })
+            local d = dst:view(a - lo, { b - a })
+            ops.copy(d, s)
+            s:free(); d:free()
+            spans[#spans + 1] = { a, b }
+          end
+        end
+      end
+    end
+    table.sort(spans, function(x, y) return x[1] < y[1] end)
+    local reach = lo
+    for _, sp in ipairs(spans) do
+      if sp[1] > reach then break end
+      if sp[2] > reach then reach = sp[2] end
+    end
+    if reach < hi then
+      error(("state: %s of %s [%d, %d) is not in the saved state (elements from %d are missing)")
+            :format(kind, unit, lo, hi, reach), 0)
+    end
+  end
+end
+
+return M
