@@ -13,6 +13,9 @@ local function run(cmd, input)
   return out, rc
 end
 
+-- a fresh path under /tmp: runs never write into the checkout's runs/
+local function tmpdir() local p = os.tmpname(); os.remove(p); return p end
+
 describe("ztrain program", function()
   it("prints help with the recipe keys", function()
     local out, rc = run("build/ztrain --help")
@@ -39,13 +42,13 @@ describe("ztrain program", function()
   end)
 
   it("exits 1 naming an unknown recipe key and its nearest valid key", function()
-    local out, rc = run("build/ztrain recipes/single.lua batch.mirco=2")
+    local out, rc = run("build/ztrain recipes/single.lua batch.mirco=2 out=" .. tmpdir())
     assert.are.equal(1, rc)
     assert.matches('unknown recipe key "batch.mirco"; did you mean "batch.micro"?', out, 1, true)
   end)
 
   it("says what to do when --nproc cannot find mpirun", function()
-    local out, rc = run("env PATH=/nonexistent " .. os.getenv("PWD") .. "/build/ztrain --nproc 2 recipes/dp.lua")
+    local out, rc = run("env PATH=/nonexistent " .. os.getenv("PWD") .. "/build/ztrain --nproc 2 recipes/dp.lua out=" .. tmpdir())
     assert.are.equal(1, rc)
     assert.matches("cannot run mpirun", out, 1, true)
   end)
@@ -103,7 +106,7 @@ describe("ztrain program", function()
   end)
 
   it("trains a recipe and prints plain progress lines when not on a terminal", function()
-    local dir = os.tmpname(); os.remove(dir)
+    local dir = tmpdir()
     local out, rc = run("build/ztrain recipes/single.lua train.steps=4 train.log_every=2 " ..
                         "data.seq_len=32 batch.micro=2 train.eval_batches=2 out=" .. dir)
     assert.are.equal(0, rc)

@@ -15,10 +15,14 @@ end
 local base = { "model.size=gpt2-tiny", "data.seq_len=64", "batch.micro=4", "lr.warmup=5",
                "optim.lr=3e-3", "train.eval_batches=4", "train.log_every=10" }
 
+-- base + extra, and out= a fresh temporary directory unless extra names one
+-- (a run never writes into the checkout's runs/)
 local function with(extra)
   local o = {}
   for _, v in ipairs(base) do o[#o + 1] = v end
-  for _, v in ipairs(extra) do o[#o + 1] = v end
+  local out = false
+  for _, v in ipairs(extra) do o[#o + 1] = v; out = out or v:find("^out=") ~= nil end
+  if not out then o[#o + 1] = "out=" .. tmpdir() end
   return o
 end
 
@@ -81,7 +85,7 @@ describe("determinism", function()
       local s = zt.train("recipes/single.lua",
                          with({ "model.size=gpt2-mini", "batch.micro=8", "data.seq_len=128",
                                 "train.steps=2", "train.eval_every=0", "train.eval_batches=0",
-                                "device.threads=" .. th, "batch.accumulate=2", "out=" .. tmpdir() }),
+                                "device.threads=" .. th, "batch.accumulate=2" }),
                          { quiet = true })
       d[th] = s.param_digest
     end
