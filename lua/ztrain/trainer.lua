@@ -292,6 +292,25 @@ function Trainer:evaluate()
   return total / n
 end
 
+-- state() -> this rank's state in the strategy-independent form
+-- (strategy/state.lua: entries { kind, unit, lo, hi, tensor }, step);
+-- call :free() on it when done. A collective-free, per-rank export.
+function Trainer:state()
+  if not self.ctx.state then error("strategy " .. self.strategy.name .. " publishes no state (ctx.state)", 0) end
+  local ex = self.strategy.state(self.ctx)
+  ex.step = self.step
+  return ex
+end
+
+-- load_state(read, step): fill this rank's state through read(kind, unit,
+-- lo, hi, dst) (e.g. strategy.state.reader(exports)), and continue after
+-- `step` steps (optimizer step count, learning rate and data position).
+function Trainer:load_state(read, step)
+  self.strategy.load_state(self.ctx, read)
+  self.step = step
+  self.optim.t = step
+end
+
 function Trainer:param_digest()
   local S = self.strategy
   return digest.params(self.model, S.with_full_params and function(u, fn)

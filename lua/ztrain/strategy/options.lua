@@ -67,10 +67,19 @@ function M.check(name, opts, valid)
 end
 
 -- complete(S) -> S with missing per-unit hooks set to no-ops (so wrappers
--- can call any hook of any strategy).
+-- can call any hook of any strategy), and state / load_state defaulting to
+-- the generic ones over ctx.state (strategy/state.lua).
 local function noop() end
+local function default_state(ctx)
+  return require("ztrain.strategy.state").export(ctx.state, ctx.model, ctx.optim.t)
+end
+local function default_load_state(ctx, read)
+  require("ztrain.strategy.state").import(ctx.state, ctx.model, read)
+end
 function M.complete(S)
   for _, h in ipairs(M.unit_hooks) do if S[h] == nil then S[h] = noop end end
+  if S.state == nil then S.state = default_state end
+  if S.load_state == nil then S.load_state = default_load_state end
   return S
 end
 
