@@ -36,7 +36,7 @@ function M.train(r, overrides, opts)
   local resolved, err
   if type(r) == "string" then resolved, err = M.recipe.load(r, overrides)
   else resolved, err = M.recipe.resolve(r, overrides) end
-  if not resolved then error(err, 2) end
+  if not resolved then error(err, 0) end
   if resolved.name == "" then resolved.name = "repl" end
   return require("ztrain.run").run(resolved, opts)
 end

@@ -39,7 +39,7 @@ function M.config(size, over)
   over = over or {}
   local s = M.sizes[size]
   if not s then
-    error(("unknown model size %q (known: %s)"):format(tostring(size), sorted_names()), 2)
+    error(("unknown model size %q (known: %s)"):format(tostring(size), sorted_names()), 0)
   end
   local cfg = { name = size, L = s.L, C = s.C, NH = s.NH, maxT = s.maxT,
                 V = over.vocab_size or 50257 }

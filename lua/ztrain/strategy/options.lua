@@ -36,6 +36,8 @@ local function nearest(word, list)
   local best, bd = nil, math.huge
   for _, w in ipairs(list) do
     local d = levenshtein(word, w)
+    -- a prefix is a strong hint ("defer" -> "defer_reduction")
+    if w:sub(1, #word) == word or word:sub(1, #w) == w then d = math.min(d, 1) end
     if d < bd then best, bd = w, d end
   end
   return best, bd

@@ -1,0 +1,127 @@
+-- Drivers and schedules: the sequential driver and the schedule driver (an
+-- action list per rank) give the same bits; the split backward (I then W)
+-- gives the fused backward's bits; the validator names what is wrong.
+local cjson = require "cjson"
+local zt = require "ztrain"
+local schedule = require "ztrain.schedule"
+local trainer = require "ztrain.trainer"
+
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
+  local out = p:read("*a"); p:close()
+  return out, tonumber(out:match("rc=(%d+)%s*$"))
+end
+
+local BASE = "model.size=gpt2-tiny data.seq_len=32 batch.micro=2 train.steps=3 train.log_every=1 " ..
+             "train.eval_every=0 train.eval_batches=2 lr.warmup=1 optim.clip=0.05 -q"
+
+local function run(args)
+  local dir = os.tmpname(); os.remove(dir)
+  local out, rc = sh(("timeout 120 build/ztrain %s %s out=%s"):format(args, BASE, dir))
+  assert.are.equal(0, rc, out)
+  local f = assert(io.open(dir .. "/summary.json")); local s = cjson.decode(f:read("*a")); f:close()
+  local losses = {}
+  for line in io.lines(dir .. "/metrics.jsonl") do losses[#losses + 1] = cjson.decode(line).loss_hex end
+  sh("rm -rf " .. dir)
+  return s.param_digest, table.concat(losses, " ")
+end
+
+describe("drivers", function()
+  for _, case in ipairs({ { "single", "recipes/single.lua batch.accumulate=3" },
+                          { "dp at N=2", "--nproc 2 recipes/dp.lua batch.accumulate=2" },
+                          { "zero3 at N=2", "--nproc 2 recipes/zero3.lua batch.accumulate=2" } }) do
+    it(case[1] .. ": sequential = one-stage schedule = one-stage schedule with split backward", function()
+      local d0, l0 = run(case[2])
+      local d1, l1 = run(case[2] .. " schedule=one_stage")
+      local d2, l2 = run(case[2] .. " schedule=one_stage_iw")
+      assert.are.equal(d0, d1); assert.are.equal(l0, l1)
+      assert.are.equal(d0, d2, "I followed by W differs from the fused backward")
+      assert.are.equal(l0, l2)
+    end)
+  end
+
+  local function new(extra, user)
+    local o = { "model.size=gpt2-tiny", "data.seq_len=32", "batch.micro=2", "train.eval_every=0" }
+    for _, x in ipairs(extra or {}) do o[#o + 1] = x end
+    return trainer.new(assert(zt.recipe.resolve(user or {}, o)))
+  end
+
+  it("the sequential driver holds one micro-batch's activations at a time", function()
+    local tr = new({ "batch.accumulate=3" })
+    tr:train_step()
+    assert.are.equal(1, tr.pools[1].peak_sets)
+    tr:free()
+  end)
+
+  it("a user schedule keeps several micro-batches in flight, one set each, with the same bits", function()
+    local A = schedule.action
+    local function all_forward_first(p)
+      local list = {}
+      for i = 0, p.microbatches - 1 do list[#list + 1] = A("F", 0, i) end
+      for i = 0, p.microbatches - 1 do list[#list + 1] = A("B", 0, i) end
+      list[#list + 1] = { op = "STEP" }
+      return { list }
+    end
+    local ref = new({ "batch.accumulate=3" })
+    ref:train_step(); ref:train_step()
+    local tr = new({ "batch.accumulate=3" }, { schedule = all_forward_first })
+    tr:train_step(); tr:train_step()
+    assert.are.equal(3, tr.pools[1].peak_sets)
+    assert.are.equal(ref:param_digest(), tr:param_digest())
+    ref:free(); tr:free()
+  end)
+
+  it("frees every activation byte with the trainer", function()
+    local before = zt.memory.current("device", "activations")
+    local tr = new({ "batch.accumulate=2", "schedule=one_stage_iw" })
+    tr:train_step()
+    assert.is_true(zt.memory.current("device", "activations") > before)
+    tr:free()
+    assert.are.equal(before, zt.memory.current("device", "activations"))
+  end)
+end)
+
+describe("schedule validator", function()
+  local A = schedule.action
+  local P = { stages = 1, microbatches = 2 }
+  local function err(lists, p)
+    local ok, e = schedule.validate(lists, p or P)
+    assert.is_nil(ok)
+    return e
+  end
+
+  it("accepts the one-stage lists", function()
+    assert.is_true(schedule.validate(schedule.one_stage(2), P))
+    assert.is_true(schedule.validate(schedule.one_stage(2, { split = true }), P))
+  end)
+
+  it("names the first wrong action", function()
+    assert.matches("rank 0 action 1 %(0B0%): backward before the forward",
+                   err({ { A("B", 0, 0), A("F", 0, 0), A("F", 0, 1), A("B", 0, 1), { op = "STEP" } } }))
+    assert.matches("W before I", err({ { A("F", 0, 0), A("W", 0, 0), { op = "STEP" } } }))
+    assert.matches("0F0%): appears twice", err({ { A("F", 0, 0), A("F", 0, 0), { op = "STEP" } } }))
+    assert.matches("micro%-batch order", err({ { A("F", 0, 0), A("F", 0, 1), A("B", 0, 1), A("B", 0, 0),
+                                                { op = "STEP" } } }))
+    assert.matches("micro%-batch must be in 0..1", err({ { A("F", 0, 2), { op = "STEP" } } }))
+    assert.matches("stage 0 micro%-batch 1: forward missing",
+                   err({ { A("F", 0, 0), A("B", 0, 0), { op = "STEP" } } }))
+    assert.matches("exactly one STEP", err({ { A("F", 0, 0), A("B", 0, 0), A("F", 0, 1), A("B", 0, 1) } }))
+    assert.matches("STEP must be the last", err({ { { op = "STEP" }, A("F", 0, 0) } }))
+    assert.matches("stage 1 runs on rank 1", err({ { A("F", 1, 0), { op = "STEP" } } },
+                                                  { stages = 2, microbatches = 1 }))
+  end)
+
+  it("formats and parses PyTorch's compact action names", function()
+    for _, s in ipairs({ "0F3", "1B0", "2SEND_F1", "0RECV_B12", "3I2", "3W2", "STEP", "REDUCE_GRAD" }) do
+      assert.are.equal(s, schedule.format(schedule.parse(s)))
+    end
+    assert.has_error(function() schedule.parse("0X1") end, 'cannot read action "0X1" (expected e.g. 0F3, 1B0, 0SEND_F2, STEP)')
+  end)
+
+  it("a recipe with an unknown schedule is an error naming the known ones", function()
+    local r = assert(zt.recipe.resolve({}, { "schedule=gpipe", "model.size=gpt2-tiny", "data.seq_len=32" }))
+    local ok, e = pcall(trainer.new, r)
+    assert.is_false(ok)
+    assert.matches('unknown schedule "gpipe" (known: one_stage, one_stage_iw;', tostring(e), 1, true)
+  end)
+end)

@@ -1,0 +1,99 @@
+-- Strategy objects: options and hooks checked when the recipe is resolved,
+-- clean failure paths (nothing left accounted after a failed setup), and
+-- strategies that work on their data-parallel group only.
+local zt = require "ztrain"
+local trainer = require "ztrain.trainer"
+
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
+  local out = p:read("*a"); p:close()
+  return out, tonumber(out:match("rc=(%d+)%s*$"))
+end
+
+local function err_of(fn, ...)
+  local ok, e = pcall(fn, ...)
+  assert.is_false(ok, "expected an error")
+  return tostring(e)
+end
+
+describe("strategy options", function()
+  it("an unknown option is an error naming the valid ones", function()
+    assert.are.equal('zero: unknown option "offload_optimizer"; valid options: stage',
+                     err_of(zt.strategy.zero, { stage = 3, offload_optimizer = "host" }))
+    assert.are.equal('dp: unknown option "defer"; did you mean "defer_reduction"? valid options: defer_reduction',
+                     err_of(zt.strategy.dp, { defer = true }))
+    assert.are.equal('single: unknown option "stage"; it takes no options', err_of(zt.strategy.single, { stage = 1 }))
+    assert.are.equal("zero: stage must be 1, 2 or 3, got 4", err_of(zt.strategy.zero, { stage = 4 }))
+  end)
+end)
+
+describe("strategy hooks", function()
+  local function resolve(S)
+    return zt.recipe.resolve({ strategy = S }, {})
+  end
+
+  it("a strategy without a required hook is refused when the recipe is resolved", function()
+    local r, e = resolve({ name = "mine", setup = function() end })
+    assert.is_nil(r)
+    assert.matches('strategy: strategy "mine" has no step hook: a strategy needs setup, step', e, 1, true)
+  end)
+
+  it("a misspelt hook is named with the right spelling", function()
+    local S = zt.strategy.single()
+    S.pre_foward = function() end
+    local r, e = resolve(S)
+    assert.is_nil(r)
+    assert.matches("unknown hook pre_foward; did you mean pre_forward?", e, 1, true)
+  end)
+
+  it("a hook that is not a function is refused", function()
+    local S = zt.strategy.single()
+    S.post_backward = true
+    local r, e = resolve(S)
+    assert.is_nil(r)
+    assert.matches("hook post_backward must be a function, got boolean", e, 1, true)
+  end)
+
+  it("missing per-unit hooks are no-ops, so a minimal strategy trains", function()
+    -- the smallest strategy: single's setup and step only
+    local base = zt.strategy.single()
+    local S = { name = "minimal", setup = base.setup, step = base.step, free = base.free }
+    local r = assert(zt.recipe.resolve({ strategy = S }, { "model.size=gpt2-tiny", "data.seq_len=32",
+                                                         "batch.micro=2", "train.eval_every=0" }))
+    local tr = trainer.new(r)
+    local rec = tr:train_step()
+    assert.is_true(rec.loss > 4 and rec.loss < 7)
+    tr:free()
+  end)
+end)
+
+describe("failure paths", function()
+  it("a bad optim.betas on dp is reported as such (not a crash in free)", function()
+    local out, rc = sh("build/ztrain recipes/dp.lua 'optim.betas={2,3}' -q out=" .. os.tmpname() .. ".d")
+    assert.are.equal(1, rc)
+    assert.matches("optim.betas must be a pair of numbers in [0, 1)", out, 1, true)
+    assert.is_nil(out:find("attempt to", 1, true), out)
+  end)
+
+  it("a setup that fails part-way leaves nothing accounted", function()
+    local before = {}
+    for _, cat in ipairs(zt.memory.categories) do before[cat] = zt.memory.current("device", cat) end
+    -- gpt2-mini under zero3 at a limit that admits a few units, not all
+    local r = assert(zt.recipe.resolve({ strategy = "zero3" },
+      { "model.size=gpt2-mini", "data.seq_len=32", "batch.micro=2", "device.memory_limit=3MiB" }))
+    local e = err_of(trainer.new, r)
+    assert.matches("memory limit", e, 1, true)
+    zt.memory.set_limit("device", 0)
+    for _, cat in ipairs(zt.memory.categories) do
+      assert.are.equal(before[cat], zt.memory.current("device", cat), cat .. " still accounted")
+    end
+  end)
+
+  it("built-in strategies use their data-parallel group, never the world", function()
+    for _, f in ipairs({ "single", "dp", "zero", "replicated", "shard", "norm", "state", "options" }) do
+      local src = assert(io.open("lua/ztrain/strategy/" .. f .. ".lua")):read("*a")
+      assert.is_nil(src:find("comm.world", 1, true), f .. ".lua reaches for the world communicator")
+      assert.is_nil(src:find('require "ztrain.comm"', 1, true), f .. ".lua requires the comm module")
+    end
+  end)
+end)
