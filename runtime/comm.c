@@ -13,16 +13,34 @@
  * reaches MPI (so it cannot hang a collective). A valid call becomes one
  * heap object, the request, which also describes the operation.
  *
- * MPI transport: one communication thread owns MPI. It calls MPI_Init_thread,
- * then takes operations from a FIFO queue and runs them one after another, in
- * issue order -- so the collectives of every rank reach MPI in the order the
- * ranks issued them, which is what MPI requires. Collectives run to completion
- * on the thread; point-to-point operations are started (MPI_Isend/Irecv) and
- * then progressed with MPI_Test between later operations, so a send followed
- * by a receive never deadlocks whatever the message size. Idle, the thread
- * sleeps on a condition variable. The caller's thread never touches MPI
- * (zt_comm_abort excepted). zt_comm_wait sleeps on a condition variable until
- * the thread publishes the result; zt_comm_test reads it.
+ * MPI transport: one communication thread -- the engine -- owns MPI. It
+ * calls MPI_Init_thread, then serves every communicator side by side, so an
+ * operation on one group is never queued behind a long collective on
+ * another (a pipeline send is not stuck behind a data-parallel all-reduce,
+ * and two groups' operations issued in opposite orders on two ranks do not
+ * deadlock):
+ *  - each communicator has its own FIFO queue. Its operations start in issue
+ *    order; a collective holds its communicator until it completes, so one
+ *    communicator's collectives reach MPI one after another, in issue order,
+ *    on every rank (what MPI requires). A send or receive holds nothing once
+ *    started (MPI_Isend/Irecv), so a send followed by a receive never
+ *    deadlocks, whatever the message size.
+ *  - nothing the engine does waits: every operation is a state machine over
+ *    nonblocking MPI (comm_mpi.c) that the engine starts, then tests
+ *    together with every other operation in flight, taking its next step
+ *    (sum a round, post the next request) as each request completes.
+ *    Reductions keep their rounds and rank-order sums, so the bits are those
+ *    of a blocking run whatever the timing.
+ *  - the engine waits gently (nap_ns): it polls briefly after progress, then
+ *    sleeps between polls, backing off, so it does not steal the compute
+ *    cores; a new operation wakes it at once, and idle it sleeps on a
+ *    condition variable.
+ * The caller's thread never touches MPI (zt_comm_abort excepted).
+ * zt_comm_wait sleeps on a condition variable until the engine publishes the
+ * result (with its own copy of the error message); zt_comm_test reads it.
+ * A group freed with operations in flight is released when its queue
+ * reaches the free (after its last collective); transfers still in flight
+ * on it finish on their own.
  *
  * Local transport: operations complete on the caller at once (copies where
  * out != in); no thread.
@@ -38,8 +56,8 @@
 
 /* ---- state ---------------------------------------------------------------
  * world_state and the tuning knobs are touched by the API (main) thread only;
- * the queue, the requests' results and the thread's start/stop handshake are
- * under q_lock. */
+ * the communicators' queues and the ready list, the requests' results and
+ * the thread's start/stop handshake are under q_lock. */
 enum { WORLD_NONE, WORLD_UP, WORLD_DOWN /* MPI finalized or failed: final */ };
 
 static zt_comm world;
@@ -49,7 +67,7 @@ static char world_down_why[256];
 static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t q_cv = PTHREAD_COND_INITIALIZER;      /* work for the thread */
 static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;   /* a result published */
-static zt_comm_req *q_head, *q_tail;
+static zt_comm *ready;          /* communicators with queued operations */
 static int q_stop;
 static pthread_t comm_thread;
 static int init_done, init_rc, fin_rc;
@@ -115,8 +133,16 @@ void zt_comm_hold(zt_comm_req *op, const zt_tensor *a, const zt_tensor *b)
     zt_tensor_retain(op->hold[1]);
 }
 
-/* Publish an operation's result (any thread). The caller's error message, if
- * rc != OK, is the current thread's last error. */
+/* Point-to-point operations only occupy their communicator while they are
+ * started: later operations start behind them at once, and a send followed
+ * by a receive never deadlocks. Every other operation holds its
+ * communicator until it completes, so one communicator's collectives reach
+ * MPI one after another, in issue order, on every rank. */
+static int is_p2p(const zt_comm_req *op) { return op->kind == ZT_OP_SEND || op->kind == ZT_OP_RECV; }
+
+/* Publish an operation's result (any thread) and let its communicator's
+ * next operation start. The caller's error message, if rc != OK, is the
+ * current thread's last error: the request keeps its own copy. */
 static void complete(zt_comm_req *op, int rc)
 {
     if (rc != ZT_OK) snprintf(op->msg, sizeof op->msg, "%s", zt_last_error());
@@ -125,8 +151,15 @@ static void complete(zt_comm_req *op, int rc)
     op->hold[0] = op->hold[1] = NULL;
     free(op->pending);
     op->pending = NULL;
-    if (op->detached) { free(op); return; }
     pthread_mutex_lock(&q_lock);
+    /* op->comm is only read for an operation that held it: a transfer's
+     * communicator may have been freed while the transfer was in flight. */
+    if (!is_p2p(op) && op->comm && op->comm->busy == op) op->comm->busy = NULL;
+    if (op->detached) {
+        pthread_mutex_unlock(&q_lock);
+        free(op);
+        return;
+    }
     op->rc = rc;
     __atomic_store_n(&op->done, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&done_cv);
@@ -155,6 +188,90 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Under q_lock: move every operation that may start now to *tail, in issue
+ * order per communicator -- a communicator's queue up to and including the
+ * next operation that holds it (which makes it busy). A communicator leaves
+ * the ready list when its queue is empty. */
+static void take_startable(zt_comm_req ***tail)
+{
+    zt_comm **pc = &ready;
+    while (*pc) {
+        zt_comm *c = *pc;
+        while (c->q_head && !c->busy) {
+            zt_comm_req *op = c->q_head;
+            c->q_head = op->next;
+            if (!c->q_head) c->q_tail = NULL;
+            op->next = NULL;
+            if (!is_p2p(op)) c->busy = op;
+            **tail = op;
+            *tail = &op->next;
+        }
+        if (!c->q_head) {
+            *pc = c->next_ready;
+            c->next_ready = NULL;
+            c->in_ready = 0;
+        } else {
+            pc = &c->next_ready;
+        }
+    }
+}
+
+/* The engine's waiting, gentle on the compute cores: while operations are
+ * in flight it polls MPI (which progresses only inside MPI calls), and
+ * between polls it may sleep this long. A new operation wakes it at once.
+ *  - collectives: poll for WAIT_SPIN_S after the last completed step, then
+ *    sleep 10 us, doubling to WAIT_MAX_NS. While the peers are still
+ *    computing (the backward of the next unit), polling would take their
+ *    cores: measured on 2 cores with 2 ranks, step times varied by 50% under
+ *    blocking collectives.
+ *  - transfers: poll (yielding) for 2 ms after the last completed one
+ *    (latency), then sleep 50 us, and longer the longer nothing happens (a
+ *    stage waiting long on its peer should not burn a core).
+ * With both kinds in flight the shorter sleep wins. Returns 0 to poll again
+ * at once. */
+#define WAIT_SPIN_S 30e-6
+#define WAIT_MAX_NS 200000L
+#define P2P_SPIN_S  2e-3
+typedef struct {
+    double last_p2p, last_coll;     /* when the last step of each kind completed */
+    int coll_naps;                  /* sleeps since then (collectives' backoff) */
+} pace;
+
+static long nap_ns(const zt_comm_req *fly, pace *pc, double t)
+{
+    int p2p = 0, coll = 0;
+    for (const zt_comm_req *f = fly; f; f = f->next) {
+        if (is_p2p(f)) p2p = 1; else coll = 1;
+    }
+    long ns = -1;
+    if (p2p) {
+        double idle = t - pc->last_p2p;
+        ns = idle <= P2P_SPIN_S ? 0 : idle > 0.1 ? 1000000L : idle > 0.02 ? 200000L : 50000L;
+    }
+    if (coll) {
+        long c = 0;
+        if (t - pc->last_coll >= WAIT_SPIN_S) {
+            c = 10000L << (pc->coll_naps < 5 ? pc->coll_naps : 5);
+            if (c > WAIT_MAX_NS) c = WAIT_MAX_NS;
+        }
+        if (ns < 0 || c < ns) {
+            ns = c;
+            if (c) pc->coll_naps++;
+        }
+    }
+    return ns < 0 ? 0 : ns;
+}
+
+static void moved(pace *pc, const zt_comm_req *op, double t)
+{
+    if (is_p2p(op)) {
+        pc->last_p2p = t;
+    } else {
+        pc->last_coll = t;
+        pc->coll_naps = 0;
+    }
+}
+
 static void *comm_main(void *arg)
 {
     zt_comm *w = arg;
@@ -167,70 +284,70 @@ static void *comm_main(void *arg)
     pthread_mutex_unlock(&q_lock);
     if (rc != ZT_OK) return NULL;
 
-    /* Point-to-point operations in flight, in start order. */
-    zt_comm_req *fly = NULL, **fly_tail = &fly;
-    double last_progress = now_s();
+    zt_comm_req *fly = NULL;        /* started, not finished; in start order */
+    pace pc = { now_s(), now_s(), 0 };
     for (;;) {
+        zt_comm_req *todo = NULL, **tt = &todo;
+        long nap = 0;
         pthread_mutex_lock(&q_lock);
-        while (!q_head && !q_stop && !fly) pthread_cond_wait(&q_cv, &q_lock);
-        if (!q_head && fly) {
-            /* Only transfers in flight: poll MPI, spinning for a short while
-             * after the last progress (latency), then sleeping a little
-             * longer each time (a stage waiting long on its peer should not
-             * burn a core). A new operation wakes us at once. */
-            double idle = now_s() - last_progress;
-            if (idle > 2e-3) {
-                long us = idle > 0.1 ? 1000 : idle > 0.02 ? 200 : 50;
+        take_startable(&tt);
+        if (!todo && !fly) {
+            if (q_stop && !ready) { pthread_mutex_unlock(&q_lock); break; }
+            pthread_cond_wait(&q_cv, &q_lock);
+            pthread_mutex_unlock(&q_lock);
+            continue;
+        }
+        if (!todo) {
+            nap = nap_ns(fly, &pc, now_s());
+            if (nap) {
                 struct timespec ts;
                 clock_gettime(CLOCK_REALTIME, &ts);
-                ts.tv_nsec += us * 1000;
+                ts.tv_nsec += nap;
                 if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
                 pthread_cond_timedwait(&q_cv, &q_lock, &ts);
+                take_startable(&tt);
             }
         }
-        zt_comm_req *op = q_head;
-        if (op) {
-            q_head = op->next;
-            if (!q_head) q_tail = NULL;
-            op->next = NULL;
-        }
-        int stop = q_stop && !q_head && !op;
         pthread_mutex_unlock(&q_lock);
 
-        if (op) {
-            last_progress = now_s();
+        /* Start what may start, in issue order per communicator. */
+        zt_comm_req **fly_tail = &fly;
+        while (*fly_tail) fly_tail = &(*fly_tail)->next;
+        int any = todo != NULL;
+        while (todo) {
+            zt_comm_req *op = todo;
+            todo = op->next;
+            op->next = NULL;
             zt_clear_error();
             rc = run_op(op);
             if (rc == ZT_OK && op->inflight) {
+                moved(&pc, op, now_s());
                 *fly_tail = op;
                 fly_tail = &op->next;
             } else {
                 complete(op, rc);
             }
-        } else if (!fly) {
-            if (stop) break;
-            continue;
         }
-        /* Progress the transfers in flight; complete the finished ones. */
-        zt_comm_req **pp = &fly;
-        while (*pp) {
+        /* Progress everything in flight, every communicator's. */
+        for (zt_comm_req **pp = &fly; *pp;) {
             zt_comm_req *f = *pp;
             int done = 0;
+            f->moved = 0;
             zt_clear_error();
-            rc = f->tp->progress(f, &done);     /* f->comm may be freed by now */
+            rc = f->tp->progress(f, &done);
+            if (rc != ZT_OK || done || f->moved) {
+                moved(&pc, f, now_s());
+                any = 1;
+            }
             if (rc != ZT_OK || done) {
                 *pp = f->next;
                 f->next = NULL;
                 complete(f, rc);
-                last_progress = now_s();
             } else {
                 pp = &f->next;
             }
         }
-        fly_tail = &fly;
-        while (*fly_tail) fly_tail = &(*fly_tail)->next;
-        if (stop && !fly) break;
-        if (!op && fly) sched_yield();
+        if (!any && !nap) sched_yield();
     }
     zt_clear_error();
     rc = w->tp->finalize(w);
@@ -241,12 +358,18 @@ static void *comm_main(void *arg)
     return NULL;
 }
 
-/* Append to the communication thread's queue. */
+/* Append to the operation's communicator's queue. */
 static void enqueue(zt_comm_req *op)
 {
+    zt_comm *c = op->comm;
     pthread_mutex_lock(&q_lock);
-    if (q_tail) q_tail->next = op; else q_head = op;
-    q_tail = op;
+    if (c->q_tail) c->q_tail->next = op; else c->q_head = op;
+    c->q_tail = op;
+    if (!c->in_ready) {
+        c->in_ready = 1;
+        c->next_ready = ready;
+        ready = c;
+    }
     pthread_cond_signal(&q_cv);
     pthread_mutex_unlock(&q_lock);
 }
@@ -335,7 +458,7 @@ int zt_comm_world(zt_comm **out)
     }
     init_done = 0;
     q_stop = 0;
-    q_head = q_tail = NULL;
+    ready = NULL;
     /* The thread takes no asynchronous signals (Ctrl-C and friends go to the
      * program's threads); faults still reach whoever faults. */
     sigset_t all, old;

@@ -2,10 +2,12 @@
  * comm.h -- private to runtime/comm*.c: communicators, operations (= requests)
  * and the transport interface.
  *
- * comm.c validates every call on the caller's thread and turns it into a
+ * comm_ops.c validates every call on the caller's thread and turns it into a
  * zt_comm_req (one heap object: the operation and its result). A threaded
- * transport (MPI) runs the operations on the communication thread, one at a
- * time in issue order; the local transport runs them at once on the caller.
+ * transport (MPI) runs the operations on the communication thread: each
+ * communicator has its own queue, started in issue order, and every started
+ * operation is progressed side by side with the other communicators' (see
+ * comm.c); the local transport runs them at once on the caller.
  */
 #ifndef ZT_COMM_H
 #define ZT_COMM_H
@@ -25,6 +27,11 @@ struct zt_comm {
     int rank, size;
     int is_world;
     void *impl;                 /* transport's handle (MPI: an MPI_Comm) */
+    /* The engine's (comm.c), under its lock: */
+    zt_comm_req *q_head, *q_tail;   /* issued, not yet started; issue order */
+    zt_comm_req *busy;          /* its collective in flight: later operations wait */
+    zt_comm *next_ready;        /* link in the list of communicators with queued work */
+    int in_ready;
 };
 
 /* One operation; the public zt_comm_req is this object. */
@@ -46,10 +53,10 @@ struct zt_comm_req {
     size_t scratch_bytes;       /* per-op scratch budget, 0 = auto (captured at issue) */
     size_t msg_bytes;           /* largest single MPI message (captured at issue) */
     zt_tensor *hold[2];         /* references kept until completion */
-    /* transport state for operations left in flight (point-to-point) */
+    /* transport state for operations left in flight */
     void *pending;
-    int npending;
     int inflight;               /* set by start(): complete later via progress() */
+    int moved;                  /* set by progress() when a step completed */
     /* result, published under the queue lock */
     int done;
     int rc;
@@ -64,9 +71,13 @@ struct zt_transport {
     /* On the communication thread: bring the transport up, fill world. */
     int (*init)(zt_comm *world);
     /* Run an operation. Returns its result; or sets op->inflight and returns
-     * ZT_OK when it must be completed by progress(). */
+     * ZT_OK when it must be completed by progress(). Must not wait on other
+     * ranks (a threaded transport's engine serves every communicator). */
     int (*start)(zt_comm_req *op);
-    /* An in-flight operation: *done = 1 once finished (result returned). */
+    /* An in-flight operation, never waiting: *done = 1 once finished (result
+     * returned; the transport has released what it held, op->pending aside);
+     * op->moved = 1 when a step completed (the engine's waiting backs off
+     * from the last one). */
     int (*progress)(zt_comm_req *op, int *done);
     /* Release a communicator's handle (not the world's). */
     int (*free_comm)(zt_comm *c);

@@ -3,6 +3,13 @@
  * the communication thread (comm.c), which initialised MPI: MPI sees one
  * thread.
  *
+ * Nothing here waits. mpi_start posts an operation's first nonblocking
+ * request (MPI_Isend/Irecv, MPI_Ialltoallv, MPI_Ibcast, ...) and returns;
+ * mpi_progress tests it and takes the operation's next step when it
+ * completed, so the engine can progress every communicator's operations
+ * side by side. The one blocking call, MPI_Comm_split, comes only after an
+ * Ibarrier on the parent has shown that every rank is in the split too.
+ *
  * Reductions never use MPI's arithmetic (whose order is MPI's choice): the
  * contributions are exchanged and summed here in rank order, so the bits do
  * not depend on the world's size, the algorithm MPI picks, or timing.
@@ -17,7 +24,7 @@
  *    very sum reduce_scatter computes, so all_reduce == reduce_scatter +
  *    all_gather, bit for bit.
  *
- * Both run in rounds: a round moves at most S elements of every chunk, with S
+ * Both run in rounds (one state-machine step per MPI request): a round moves at most S elements of every chunk, with S
  * chosen so the scratch (size x S floats, accounted as "comm" on the tier of
  * the tensor, freed after the operation) stays within the scratch budget
  * (default max(4 MiB, size x 256 KiB), see comm.h). Every MPI count is
@@ -143,30 +150,50 @@ static int mpi_free_comm(zt_comm *c)
     return rc;
 }
 
-/* ---- collectives ---------------------------------------------------------------- */
+/* ---- collectives: state machines over nonblocking MPI ---------------------------
+ * A collective never blocks the engine: mpi_start sets up its state and posts
+ * its first request; mpi_progress tests the request and, once it completed,
+ * takes the next step (sum a round, post the next request) until the last
+ * one. The engine runs one collective per communicator at a time, so the
+ * requests of one communicator are posted in the same order on every rank
+ * (MPI's rule for collectives); other communicators' operations progress
+ * between the steps. The arithmetic and the partition into rounds are
+ * exactly those of a blocking run, so the bits do not depend on timing. */
+typedef struct {
+    MPI_Request rq;
+    int phase;                  /* kind-specific step, see each step_* */
+    int64_t k0, S;              /* current round's first element; elements per round */
+    int64_t n;                  /* elements per chunk / message rounds bound */
+    float *scr;                 /* reduction scratch (p x S floats), "comm" on op->tier */
+    size_t scr_bytes;
+    int v[];                    /* counts and displacements: 4 x size ints */
+} coll_state;
 
-/* Finish a nonblocking collective without holding a core. While this thread
- * waits, the peers are usually still computing (the backward of the next
- * unit), and on a machine with as many busy threads as cores a blocking MPI
- * call's polling would take their time: measured on 2 cores with 2 ranks,
- * step times varied by 50% under blocking collectives. So: test for a few
- * tens of microseconds, then sleep between tests (MPI progresses inside
- * MPI_Test), backing off to WAIT_MAX_NS. Returns the MPI error code. */
-#define WAIT_SPIN_S 30e-6
-#define WAIT_MAX_NS 200000L
-static int wait_gently(int started, MPI_Request *r)
+static int coll_new(zt_comm_req *op, int nints, coll_state **out)
 {
-    if (started != MPI_SUCCESS) return started;
-    double t0 = MPI_Wtime();
-    long ns = 10000;
-    for (;;) {
-        int flag = 0, e = MPI_Test(r, &flag, MPI_STATUS_IGNORE);
-        if (e != MPI_SUCCESS || flag) return e;
-        if (MPI_Wtime() - t0 < WAIT_SPIN_S) continue;
-        struct timespec ts = { 0, ns };
-        nanosleep(&ts, NULL);
-        if (ns < WAIT_MAX_NS) ns *= 2;
-    }
+    coll_state *st = calloc(1, sizeof *st + (size_t)nints * sizeof(int));
+    if (!st) return zt_error(ZT_ENOMEM, "%s: out of memory for %d counts", op->fn, nints);
+    st->rq = MPI_REQUEST_NULL;
+    op->pending = st;
+    *out = st;
+    return ZT_OK;
+}
+
+/* Release a collective's state (scratch with its accounting); on every exit. */
+static void coll_free(zt_comm_req *op)
+{
+    coll_state *st = op->pending;
+    if (!st) return;
+    if (st->rq != MPI_REQUEST_NULL) MPI_Request_free(&st->rq);
+    zt_mem_free(st->scr, st->scr_bytes, op->tier, ZT_CAT_COMM);
+    free(st);
+    op->pending = NULL;
+}
+
+static int coll_scratch(zt_comm_req *op, coll_state *st, int p, const char *what)
+{
+    st->scr_bytes = (size_t)p * (size_t)st->S * sizeof(float);
+    return zt_mem_alloc((void **)&st->scr, st->scr_bytes, op->tier, ZT_CAT_COMM, what);
 }
 
 /* Elements per chunk and round for a reduction over p ranks: the scratch of a
@@ -186,102 +213,95 @@ static int64_t round_elems(const zt_comm_req *op, int p, int64_t chunk)
     return s < 1 ? 1 : s;
 }
 
-static int alloc_ints(const char *fn, int **v, int n)
-{
-    *v = malloc((size_t)n * sizeof **v);
-    if (!*v) return zt_error(ZT_ENOMEM, "%s: out of memory for %d counts", fn, n);
-    return ZT_OK;
-}
+/* Each step_* runs once at start (phase 0) and again each time st->rq
+ * completed: it posts the next request, or sets *done. */
 
-static int run_all_reduce(zt_comm_req *op)
+/* all_reduce, per round: phase 1 = Ialltoallv of the round's slices of every
+ * chunk posted; phase 2 = own chunk summed in rank order, Iallgatherv of the
+ * reduced slices posted. */
+static int step_all_reduce(zt_comm_req *op, coll_state *st, int *done)
 {
-    MPI_Request rq = MPI_REQUEST_NULL;
     zt_comm *c = op->comm;
     const int p = c->size, me = c->rank;
-    if (p == 1) return ZT_OK;
     MPI_Comm h = HANDLE(c);
     float *x = op->out;
     const int64_t n = op->count, base = n / p, rem = n % p;
-    const int64_t maxcnt = base + (rem ? 1 : 0);
-    const int64_t S = round_elems(op, p, maxcnt);
-    float *scr = NULL;
-    int *v = NULL, rc;
-    size_t scr_bytes = (size_t)p * (size_t)S * sizeof(float);
-    ZT_TRY(alloc_ints(op->fn, &v, 4 * p));
-    int *cnt = v, *dsp = v + p, *rcnt = v + 2 * p, *rdsp = v + 3 * p;
-    rc = zt_mem_alloc((void **)&scr, scr_bytes, op->tier, ZT_CAT_COMM, "all_reduce receive buffer");
-    if (rc != ZT_OK) goto out;
-    for (int64_t k0 = 0; k0 < maxcnt; k0 += S) {
-        for (int r = 0; r < p; r++) {
-            int64_t off = r * base + (r < rem ? r : rem);
-            int64_t len = base + (r < rem ? 1 : 0) - k0;
-            if (len < 0) len = 0;
-            if (len > S) len = S;
-            cnt[r] = (int)len;
-            dsp[r] = len ? (int)(off + k0) : 0;
-        }
+    int *cnt = st->v, *dsp = st->v + p, *rcnt = st->v + 2 * p, *rdsp = st->v + 3 * p;
+    int rc = ZT_OK;
+    switch (st->phase) {
+    case 0:
+        st->n = base + (rem ? 1 : 0);                   /* largest chunk */
+        st->S = round_elems(op, p, st->n);
+        ZT_TRY(coll_scratch(op, st, p, "all_reduce receive buffer"));
+        st->k0 = 0;
+        break;
+    case 1: {
         const int L = cnt[me];
-        for (int j = 0; j < p; j++) { rcnt[j] = L; rdsp[j] = j * L; }
-        MPI_DO(op->fn, "MPI_Ialltoallv",
-               wait_gently(MPI_Ialltoallv(x, cnt, dsp, MPI_FLOAT, scr, rcnt, rdsp, MPI_FLOAT, h, &rq),
-                           &rq));
-        if (L) zt_comm_sum_ranks(x + dsp[me], scr, p, (size_t)L);
+        if (L) zt_comm_sum_ranks(x + dsp[me], st->scr, p, (size_t)L);
         MPI_DO(op->fn, "MPI_Iallgatherv",
-               wait_gently(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, cnt, dsp, MPI_FLOAT,
-                                           h, &rq), &rq));
-    }
-    rc = ZT_OK;
-out:
-    zt_mem_free(scr, scr_bytes, op->tier, ZT_CAT_COMM);
-    free(v);
-    return rc;
-}
-
-static int run_reduce_scatter(zt_comm_req *op)
-{
-    MPI_Request rq = MPI_REQUEST_NULL;
-    zt_comm *c = op->comm;
-    const int p = c->size;
-    float *out = op->out;
-    const float *in = op->in;
-    const int64_t m = op->count;
-    if (p == 1) {
-        if (out != in) memcpy(out, in, (size_t)m * sizeof(float));
+               MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, cnt, dsp, MPI_FLOAT, h,
+                               &st->rq));
+        st->phase = 2;
         return ZT_OK;
     }
-    MPI_Comm h = HANDLE(c);
-    const int64_t S = round_elems(op, p, m);
-    float *scr = NULL;
-    int *v = NULL, rc;
-    size_t scr_bytes = (size_t)p * (size_t)S * sizeof(float);
-    ZT_TRY(alloc_ints(op->fn, &v, 4 * p));
-    int *cnt = v, *dsp = v + p, *rcnt = v + 2 * p, *rdsp = v + 3 * p;
-    rc = zt_mem_alloc((void **)&scr, scr_bytes, op->tier, ZT_CAT_COMM,
-                      "reduce_scatter receive buffer");
-    if (rc != ZT_OK) goto out;
-    for (int64_t k0 = 0; k0 < m; k0 += S) {
-        const int L = (int)(m - k0 < S ? m - k0 : S);
-        for (int r = 0; r < p; r++) {
-            cnt[r] = L;
-            dsp[r] = (int)(r * m + k0);
-            rcnt[r] = L;
-            rdsp[r] = r * L;
-        }
-        MPI_DO(op->fn, "MPI_Ialltoallv",
-               wait_gently(MPI_Ialltoallv(in, cnt, dsp, MPI_FLOAT, scr, rcnt, rdsp, MPI_FLOAT, h, &rq),
-                           &rq));
-        zt_comm_sum_ranks(out + k0, scr, p, (size_t)L);
+    case 2:
+        st->k0 += st->S;
+        if (st->k0 >= st->n) { *done = 1; return ZT_OK; }
+        break;
     }
-    rc = ZT_OK;
+    for (int r = 0; r < p; r++) {
+        int64_t off = r * base + (r < rem ? r : rem);
+        int64_t len = base + (r < rem ? 1 : 0) - st->k0;
+        if (len < 0) len = 0;
+        if (len > st->S) len = st->S;
+        cnt[r] = (int)len;
+        dsp[r] = len ? (int)(off + st->k0) : 0;
+    }
+    const int L = cnt[me];
+    for (int j = 0; j < p; j++) { rcnt[j] = L; rdsp[j] = j * L; }
+    MPI_DO(op->fn, "MPI_Ialltoallv",
+           MPI_Ialltoallv(x, cnt, dsp, MPI_FLOAT, st->scr, rcnt, rdsp, MPI_FLOAT, h, &st->rq));
+    st->phase = 1;
 out:
-    zt_mem_free(scr, scr_bytes, op->tier, ZT_CAT_COMM);
-    free(v);
     return rc;
 }
 
-static int run_all_gather(zt_comm_req *op)
+/* reduce_scatter, per round: Ialltoallv of every rank's copy of this rank's
+ * round slice, then the rank-order sum into out. */
+static int step_reduce_scatter(zt_comm_req *op, coll_state *st, int *done)
 {
-    MPI_Request rq = MPI_REQUEST_NULL;
+    zt_comm *c = op->comm;
+    const int p = c->size;
+    const int64_t m = op->count;
+    int *cnt = st->v, *dsp = st->v + p, *rcnt = st->v + 2 * p, *rdsp = st->v + 3 * p;
+    int rc = ZT_OK;
+    if (st->phase == 0) {
+        st->S = round_elems(op, p, m);
+        ZT_TRY(coll_scratch(op, st, p, "reduce_scatter receive buffer"));
+        st->k0 = 0;
+    } else {
+        zt_comm_sum_ranks((float *)op->out + st->k0, st->scr, p, (size_t)cnt[0]);
+        st->k0 += st->S;
+        if (st->k0 >= m) { *done = 1; return ZT_OK; }
+    }
+    const int L = (int)(m - st->k0 < st->S ? m - st->k0 : st->S);
+    for (int r = 0; r < p; r++) {
+        cnt[r] = L;
+        dsp[r] = (int)(r * m + st->k0);
+        rcnt[r] = L;
+        rdsp[r] = r * L;
+    }
+    MPI_DO(op->fn, "MPI_Ialltoallv",
+           MPI_Ialltoallv(op->in, cnt, dsp, MPI_FLOAT, st->scr, rcnt, rdsp, MPI_FLOAT,
+                          HANDLE(c), &st->rq));
+    st->phase = 1;
+out:
+    return rc;
+}
+
+/* all_gather: one Iallgather, or rounds of Iallgatherv of msg_bytes each. */
+static int step_all_gather(zt_comm_req *op, coll_state *st, int *done)
+{
     zt_comm *c = op->comm;
     const int p = c->size, me = c->rank;
     const int64_t m = op->count;
@@ -289,54 +309,136 @@ static int run_all_gather(zt_comm_req *op)
     char *out = op->out;
     const char *in = op->in;
     const int inplace = in == out + (size_t)me * (size_t)m * es;
-    if (p == 1) {
-        if (!inplace) memcpy(out, in, (size_t)m * es);
-        return ZT_OK;
-    }
     MPI_Comm h = HANDLE(c);
     MPI_Datatype T = mpi_type(op);
-    int64_t P = (int64_t)(op->msg_bytes / es);
-    if (P < 1) P = 1;
-    int *v = NULL, rc;
-    ZT_TRY(alloc_ints(op->fn, &v, 2 * p));
-    int *cnt = v, *dsp = v + p;
-    if (m <= P) {
-        MPI_DO(op->fn, "MPI_Iallgather",
-               wait_gently(MPI_Iallgather(inplace ? MPI_IN_PLACE : in, (int)m, T, out, (int)m, T, h,
-                                          &rq), &rq));
-    } else {
-        for (int64_t k0 = 0; k0 < m; k0 += P) {
-            const int L = (int)(m - k0 < P ? m - k0 : P);
-            for (int r = 0; r < p; r++) { cnt[r] = L; dsp[r] = (int)(r * m + k0); }
-            MPI_DO(op->fn, "MPI_Iallgatherv",
-                   wait_gently(MPI_Iallgatherv(inplace ? MPI_IN_PLACE : in + (size_t)k0 * es, L, T,
-                                               out, cnt, dsp, T, h, &rq), &rq));
+    int *cnt = st->v, *dsp = st->v + p;
+    int rc = ZT_OK;
+    if (st->phase == 0) {
+        st->S = (int64_t)(op->msg_bytes / es);
+        if (st->S < 1) st->S = 1;
+        st->k0 = 0;
+        if (m <= st->S) {
+            MPI_DO(op->fn, "MPI_Iallgather",
+                   MPI_Iallgather(inplace ? MPI_IN_PLACE : in, (int)m, T, out, (int)m, T, h,
+                                  &st->rq));
+            st->k0 = m;
+            st->phase = 1;
+            return ZT_OK;
         }
+    } else {
+        st->k0 += st->S;
+        if (st->k0 >= m) { *done = 1; return ZT_OK; }
     }
-    rc = ZT_OK;
+    const int L = (int)(m - st->k0 < st->S ? m - st->k0 : st->S);
+    for (int r = 0; r < p; r++) { cnt[r] = L; dsp[r] = (int)(r * m + st->k0); }
+    MPI_DO(op->fn, "MPI_Iallgatherv",
+           MPI_Iallgatherv(inplace ? MPI_IN_PLACE : in + (size_t)st->k0 * es, L, T, out, cnt,
+                           dsp, T, h, &st->rq));
+    st->phase = 1;
 out:
-    free(v);
     return rc;
 }
 
-static int run_broadcast(zt_comm_req *op)
+/* broadcast (tensor or host bytes): rounds of Ibcast of msg_bytes each. */
+static int step_broadcast(zt_comm_req *op, coll_state *st, int *done)
 {
-    MPI_Request rq = MPI_REQUEST_NULL;
-    if (op->comm->size == 1) return ZT_OK;
-    MPI_Comm h = HANDLE(op->comm);
-    MPI_Datatype T = mpi_type(op);
     const int64_t n = op->count;
-    int64_t P = (int64_t)(op->msg_bytes / op->esize);
-    if (P < 1) P = 1;
     int rc = ZT_OK;
-    for (int64_t k0 = 0; k0 < n; k0 += P) {
-        const int L = (int)(n - k0 < P ? n - k0 : P);
-        MPI_DO(op->fn, "MPI_Ibcast",
-               wait_gently(MPI_Ibcast((char *)op->out + (size_t)k0 * op->esize, L, T, op->root, h,
-                                      &rq), &rq));
+    if (st->phase == 0) {
+        st->S = (int64_t)(op->msg_bytes / op->esize);
+        if (st->S < 1) st->S = 1;
+        st->k0 = 0;
+    } else {
+        st->k0 += st->S;
+        if (st->k0 >= n) { *done = 1; return ZT_OK; }
     }
+    const int L = (int)(n - st->k0 < st->S ? n - st->k0 : st->S);
+    MPI_DO(op->fn, "MPI_Ibcast",
+           MPI_Ibcast((char *)op->out + (size_t)st->k0 * op->esize, L, mpi_type(op), op->root,
+                      HANDLE(op->comm), &st->rq));
+    st->phase = 1;
 out:
     return rc;
+}
+
+static int step_barrier(zt_comm_req *op, coll_state *st, int *done)
+{
+    int rc = ZT_OK;
+    if (st->phase) { *done = 1; return ZT_OK; }
+    MPI_DO(op->fn, "MPI_Ibarrier", MPI_Ibarrier(HANDLE(op->comm), &st->rq));
+    st->phase = 1;
+out:
+    return rc;
+}
+
+static int step_all_gather_host(zt_comm_req *op, coll_state *st, int *done)
+{
+    int rc = ZT_OK;
+    if (st->phase) { *done = 1; return ZT_OK; }
+    const size_t nb = (size_t)op->count;
+    const int inplace = (const char *)op->in == (char *)op->out + (size_t)op->comm->rank * nb;
+    MPI_DO(op->fn, "MPI_Iallgather",
+           MPI_Iallgather(inplace ? MPI_IN_PLACE : op->in, (int)nb, MPI_BYTE, op->out, (int)nb,
+                          MPI_BYTE, HANDLE(op->comm), &st->rq));
+    st->phase = 1;
+out:
+    return rc;
+}
+
+static int step_split(zt_comm_req *op, coll_state *st, int *done);
+
+typedef int (*step_fn)(zt_comm_req *, coll_state *, int *);
+
+static step_fn coll_step(int kind)
+{
+    switch (kind) {
+    case ZT_OP_ALL_REDUCE: return step_all_reduce;
+    case ZT_OP_REDUCE_SCATTER: return step_reduce_scatter;
+    case ZT_OP_ALL_GATHER: return step_all_gather;
+    case ZT_OP_BROADCAST: case ZT_OP_BROADCAST_HOST: return step_broadcast;
+    case ZT_OP_BARRIER: return step_barrier;
+    case ZT_OP_ALL_GATHER_HOST: return step_all_gather_host;
+    case ZT_OP_SPLIT: return step_split;
+    default: return NULL;
+    }
+}
+
+/* Start a collective: its state, its first request. */
+static int coll_start(zt_comm_req *op, step_fn step)
+{
+    coll_state *st = NULL;
+    int done = 0, p = op->comm->size;
+    ZT_TRY(coll_new(op, 4 * p, &st));
+    int rc = step(op, st, &done);
+    if (rc != ZT_OK || done) { coll_free(op); return rc; }
+    op->inflight = 1;
+    return ZT_OK;
+}
+
+/* Test a collective's request; on completion take its next step. Several
+ * steps may follow one another at once (a request can complete at post). */
+static int coll_progress(zt_comm_req *op, int *done)
+{
+    coll_state *st = op->pending;
+    step_fn step = coll_step(op->kind);
+    *done = 0;
+    for (;;) {
+        int flag = 0, e = MPI_Test(&st->rq, &flag, MPI_STATUS_IGNORE);
+        if (e != MPI_SUCCESS) {
+            int rc = mpi_fail(op->fn, "completing a collective (MPI_Test)", e);
+            coll_free(op);
+            *done = 1;
+            return rc;
+        }
+        if (!flag) return ZT_OK;
+        op->moved = 1;
+        int rc = step(op, st, done);
+        if (rc != ZT_OK || *done) {
+            coll_free(op);
+            *done = 1;
+            return rc;
+        }
+    }
 }
 
 /* ---- point to point: started here, finished by mpi_progress ----------------- */
@@ -386,7 +488,7 @@ static int run_p2p(zt_comm_req *op)
     return ZT_OK;
 }
 
-static int mpi_progress(zt_comm_req *op, int *done)
+static int p2p_progress(zt_comm_req *op, int *done)
 {
     p2p_state *st = op->pending;
     *done = 0;
@@ -424,10 +526,23 @@ static int mpi_progress(zt_comm_req *op, int *done)
     return ZT_OK;
 }
 
-/* ---- groups and host metadata ---------------------------------------------------- */
-static int run_split(zt_comm_req *op)
+/* ---- groups ------------------------------------------------------------------------ */
+
+/* split: MPI has no nonblocking MPI_Comm_split, and a blocking one would hold
+ * every other communicator until the last rank of the parent arrives. So
+ * phase 1 is an Ibarrier on the parent (progressed like any collective):
+ * once it completed, every rank of the parent has started this split, and
+ * the blocking MPI_Comm_split that follows waits only for the other ranks'
+ * engines, not for their programs. */
+static int step_split(zt_comm_req *op, coll_state *st, int *done)
 {
     int rc = ZT_OK;
+    if (st->phase == 0) {
+        int e = MPI_Ibarrier(HANDLE(op->comm), &st->rq);
+        if (e != MPI_SUCCESS) return mpi_fail(op->fn, "MPI_Ibarrier", e);
+        st->phase = 1;
+        return ZT_OK;
+    }
     zt_comm *c = calloc(1, sizeof *c);
     MPI_Comm *h = malloc(sizeof *h);
     if (!c || !h) {
@@ -443,6 +558,7 @@ static int run_split(zt_comm_req *op)
     c->tp = &zt_transport_mpi;
     c->impl = h;
     *op->split_out = c;
+    *done = 1;
     return ZT_OK;
 out:
     if (*h != MPI_COMM_NULL) MPI_Comm_free(h);
@@ -453,38 +569,24 @@ out:
 
 static int mpi_start(zt_comm_req *op)
 {
-    int rc = ZT_OK;
-    MPI_Comm h = HANDLE(op->comm);
-    switch (op->kind) {
-    case ZT_OP_ALL_REDUCE: return run_all_reduce(op);
-    case ZT_OP_REDUCE_SCATTER: return run_reduce_scatter(op);
-    case ZT_OP_ALL_GATHER: return run_all_gather(op);
-    case ZT_OP_BROADCAST: return run_broadcast(op);
-    case ZT_OP_SEND: case ZT_OP_RECV: return run_p2p(op);
-    case ZT_OP_SPLIT: return run_split(op);
-    case ZT_OP_BARRIER:
-    {
-        MPI_Request rq = MPI_REQUEST_NULL;
-        MPI_DO(op->fn, "MPI_Ibarrier", wait_gently(MPI_Ibarrier(h, &rq), &rq));
+    if (op->kind == ZT_OP_SEND || op->kind == ZT_OP_RECV) return run_p2p(op);
+    step_fn step = coll_step(op->kind);
+    if (!step) return zt_error(ZT_EINVAL, "%s: unknown operation %d", op->fn, op->kind);
+    /* Over one rank there is nothing to exchange (copies where out != in). */
+    if (op->comm->size == 1 && op->kind != ZT_OP_SPLIT) {
+        size_t nb = (size_t)op->count * op->esize;
+        if ((op->kind == ZT_OP_REDUCE_SCATTER || op->kind == ZT_OP_ALL_GATHER ||
+             op->kind == ZT_OP_ALL_GATHER_HOST) && op->out != op->in)
+            memcpy(op->out, op->in, nb);
+        return ZT_OK;
     }
-        break;
-    case ZT_OP_ALL_GATHER_HOST: {
-        const int me = op->comm->rank;
-        const size_t nb = (size_t)op->count;
-        const int inplace = (const char *)op->in == (char *)op->out + (size_t)me * nb;
-        MPI_DO(op->fn, "MPI_Allgather",
-               MPI_Allgather(inplace ? MPI_IN_PLACE : op->in, (int)nb, MPI_BYTE,
-                             op->out, (int)nb, MPI_BYTE, h));
-        break;
-    }
-    case ZT_OP_BROADCAST_HOST:
-        MPI_DO(op->fn, "MPI_Bcast", MPI_Bcast(op->out, (int)op->count, MPI_BYTE, op->root, h));
-        break;
-    default:
-        return zt_error(ZT_EINVAL, "%s: unknown operation %d", op->fn, op->kind);
-    }
-out:
-    return rc;
+    return coll_start(op, step);
+}
+
+static int mpi_progress(zt_comm_req *op, int *done)
+{
+    if (op->kind == ZT_OP_SEND || op->kind == ZT_OP_RECV) return p2p_progress(op, done);
+    return coll_progress(op, done);
 }
 
 const zt_transport zt_transport_mpi = {
