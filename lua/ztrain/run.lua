@@ -117,6 +117,9 @@ function run(r, opts)
     seconds = C.zt_now() - t_start,
     memory = report.with_totals(report.gather_memory(tr.world)),
     predicted = tr.strategy.predicted and tr.strategy.predicted(tr.ctx),
+    -- the strategy's public state: each kind's dtype, tier and sharding
+    state = tr.ctx.state and require("ztrain.strategy.state").describe(tr.ctx.state).kinds or cjson_null,
+    driver = tr.driver.name,
     param_digest = tr:param_digest(),
     comm = tr.world.backend,
     exit = status, out = out,

@@ -22,6 +22,7 @@ local strategy = require "ztrain.strategy"
 local schedule = require "ztrain.schedule"
 local stage_run = require "ztrain.driver.stage"
 local digest = require "ztrain.digest"
+local groups = require "ztrain.groups"
 local comm = require "ztrain.comm"
 local recipe_mod = require "ztrain.recipe"
 
@@ -46,8 +47,7 @@ end
 function M.new(r, env)
   env = env or {}
   local world = comm.world()
-  local self = setmetatable({ recipe = r, world = world, rank = world.rank, world_size = world.size,
-                              dp = world }, Trainer)
+  local self = setmetatable({ recipe = r, world = world, rank = world.rank, world_size = world.size }, Trainer)
   local ok, err = pcall(build, self, r)
   if not ok then
     self:free()
@@ -139,6 +139,9 @@ function build(self, r)
   end
   if threads and threads > 0 then check(C.zt_set_threads(threads), "device.threads") end
   check_agreement(self.world, r)
+  -- groups: one pipeline stage for now (the Pipeline issue adds stages)
+  self.groups = groups.build(self.world, { pp = 1 })
+  self.dp = self.groups.dp
   local limit, err = memory.parse_size(r.device.memory_limit)
   if not limit then fail("device.memory_limit: " .. err) end
   memory.set_limit("device", limit)
@@ -146,7 +149,7 @@ function build(self, r)
   if r.optim.name ~= "adamw" then fail(("unknown optim.name %q (known: adamw)"):format(r.optim.name)) end
   -- (ranges of every number were checked when the recipe was resolved)
   local B, Tlen = r.batch.micro, r.data.seq_len
-  local accum = resolve_accumulation(r, self.world_size)
+  local accum = resolve_accumulation(r, self.dp.size)
   self.accumulate = accum
 
   -- data
@@ -183,7 +186,7 @@ function build(self, r)
   self.schedule = lr.make(r.optim.lr, r.lr, r.train.steps)
   self:check_fits()
   self.ctx = { model = self.model, optim = self.optim, accumulate = accum, clip = r.optim.clip,
-               recipe = r, seed = r.model.seed, dp = dp, pp = nil, world = self.world,
+               recipe = r, seed = r.model.seed, dp = dp, pp = self.groups.pp, world = self.world,
                rank = self.rank, world_size = self.world_size }
   self.setup_called = true
   S.setup(self.ctx)
@@ -193,7 +196,7 @@ function build(self, r)
   self.pools = {}
   for i, st in ipairs(self.stages) do self.pools[i] = stage_run.pool(self.model, st, B, Tlen) end
   self.env = { ctx = self.ctx, strategy = S, stages = self.stages, pools = self.pools,
-               microbatches = accum, stage_rank = function(s) return s end,
+               microbatches = accum, pp = self.groups.pp, stage_rank = function(s) return s end,
                load = function(a, mb) self:load_micro(a, mb) end }
   self.driver = require "ztrain.driver.sequential"
   if r.schedule ~= "" then
@@ -326,6 +329,7 @@ function Trainer:free()
   if self.setup_called and self.strategy and self.strategy.free then self.strategy.free(self.ctx) end
   self.setup_called = nil
   if self.model then self.model:free(); self.model = nil end
+  if self.groups then groups.free(self.groups); self.groups = nil end
 end
 
 return M

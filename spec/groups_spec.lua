@@ -1,0 +1,46 @@
+-- Groups: data-parallel and pipeline sub-communicators of the world, on
+-- real MPI ranks (4 ranks: 2 stages x 2 replicas).
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
+  local out = p:read("*a"); p:close()
+  return out, tonumber(out:match("rc=(%d+)%s*$"))
+end
+
+describe("groups", function()
+  it("cuts 4 ranks into 2 stages x 2 replicas, stages consecutive, and both groups carry traffic", function()
+    local script = os.tmpname() .. ".lua"
+    local f = assert(io.open(script, "w"))
+    f:write([[
+      local groups = require "ztrain.groups"
+      local w = zt.comm.world()
+      local g = groups.build(w, { pp = 2 })
+      -- every member of my dp group sums its world rank: the sum names the members
+      local t = zt.tensor.new({ 1 }); t:fill(w.rank)
+      g.dp:all_reduce(t)
+      local dpsum = t:totable()[1]
+      t:fill(w.rank); g.pp:all_reduce(t)
+      local ppsum = t:totable()[1]
+      t:free()
+      print(("rank %d stage %d replica %d dp %d/%d sum %d pp %d/%d sum %d"):format(w.rank, g.stage,
+            g.replica, g.dp.rank, g.dp.size, dpsum, g.pp.rank, g.pp.size, ppsum))
+      groups.free(g)
+    ]])
+    f:close()
+    local out, rc = sh("timeout 60 build/ztrain --nproc 4 --script " .. script)
+    os.remove(script)
+    assert.are.equal(0, rc, out)
+    -- stage 0 = ranks 0, 1; stage 1 = ranks 2, 3; pp groups {0, 2}, {1, 3}
+    assert.matches("rank 0 stage 0 replica 0 dp 0/2 sum 1 pp 0/2 sum 2", out, 1, true)
+    assert.matches("rank 1 stage 0 replica 1 dp 1/2 sum 1 pp 0/2 sum 4", out, 1, true)
+    assert.matches("rank 2 stage 1 replica 0 dp 0/2 sum 5 pp 1/2 sum 2", out, 1, true)
+    assert.matches("rank 3 stage 1 replica 1 dp 1/2 sum 5 pp 1/2 sum 4", out, 1, true)
+  end)
+
+  it("refuses a world that does not divide into the stages, naming valid choices", function()
+    local groups = require "ztrain.groups"
+    local ok, err = pcall(groups.build, { size = 6, rank = 0 }, { pp = 4 })
+    assert.is_false(ok)
+    assert.are.equal("6 rank(s) do not divide into 4 pipeline stages; use 1, 2, 3, 6 stages, or a multiple of 4 ranks",
+                     tostring(err))
+  end)
+end)
