@@ -33,6 +33,7 @@ Recipe keys (defaults in lua/ztrain/recipe.lua; docs/recipes.md):
   train.steps, train.log_every, train.eval_every, train.eval_batches
   device.backend, device.memory_limit (e.g. 2GiB), device.threads
   strategy (single, dp, dp_deferred, zero1, zero2, zero3 or an object), out, name
+  schedule ("": sequential driver; one_stage, one_stage_iw or a function: schedule driver)
 
 Outputs go to out= (default runs/<recipe>-<time>/): metrics.jsonl, summary.json.
 ]==]
