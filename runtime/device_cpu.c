@@ -2,22 +2,70 @@
  * device_cpu.c -- the CPU device: kernels/cpu behind the device table.
  *
  * Ops run synchronously on the calling thread, spreading over OpenMP threads
- * inside kernels and OpenBLAS threads inside sgemm. Both pools are sized by
- * zt_set_threads so a rank never oversubscribes its share of cores.
+ * inside kernels; OpenBLAS runs one thread per sgemm call for the whole
+ * process (kernels/cpu/matmul.c), its calls spread over OpenMP blocks. So
+ * zt_set_threads sizes the OpenMP pool alone, and a rank never
+ * oversubscribes its share of cores.
+ *
+ * Device memory is plain 64-byte-aligned host memory: the device tier is a
+ * pool that behaves like a GPU's (own accounting and limit), nothing more.
  */
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "internal.h"
 #include "../kernels/cpu/kernels.h"
 
 /* OpenBLAS extensions (not in cblas.h on every build). */
-void openblas_set_num_threads(int n);
+int openblas_get_num_threads(void);
 char *openblas_get_corename(void);
 char *openblas_get_config(void);
 
 static int cpu_sync(void) { return ZT_OK; }
+
+static int cpu_alloc(void **out, size_t nbytes)
+{
+    size_t rounded = (nbytes + 63) & ~(size_t)63;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0) return ZT_ENOMEM;
+    *out = p;
+    return ZT_OK;
+}
+
+static void cpu_free(void *p) { free(p); }
+
+static void cpu_zero(void *p, size_t nbytes) { memset(p, 0, nbytes); }
+
+/* The GEMMs need OpenBLAS at one thread (fixed blocks over OpenMP give the
+ * bits; a threaded sgemm inside them would not). It is set once at load;
+ * this catches code that changed it and did not put it back. */
+static int blas_single(const char *op)
+{
+    int n = openblas_get_num_threads();
+    if (n == 1) return ZT_OK;
+    return zt_error(ZT_ESTATE, "%s: OpenBLAS is set to %d threads, but ztrain's GEMMs need 1 "
+                    "(they spread fixed blocks over OpenMP; zt_set_threads sizes that): "
+                    "whoever called openblas_set_num_threads(%d) must set it back to 1",
+                    op, n, n);
+}
+
+static int cpu_matmul_forward(float *out, const float *inp, const float *w, const float *b,
+                              int N, int C, int OC)
+{
+    ZT_TRY(blas_single("zt_matmul_forward"));
+    zk_matmul_forward(out, inp, w, b, N, C, OC);
+    return ZT_OK;
+}
+
+static int cpu_matmul_backward(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, int N, int C, int OC)
+{
+    ZT_TRY(blas_single("zt_matmul_backward"));
+    zk_matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+    return ZT_OK;
+}
 
 static void cpu_copy(void *dst, const void *src, size_t nbytes)
 {
@@ -39,6 +87,9 @@ static void cpu_cast(void *dst, int dd, const void *src, int sd, size_t n)
 const zt_device_ops zt_cpu_device = {
     .name = "cpu",
     .sync = cpu_sync,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .zero = cpu_zero,
     .fill = zk_fill,
     .copy = cpu_copy,
     .scale = zk_scale,
@@ -50,8 +101,8 @@ const zt_device_ops zt_cpu_device = {
     .encoder_backward = zk_encoder_backward,
     .layernorm_forward = zk_layernorm_forward,
     .layernorm_backward = zk_layernorm_backward,
-    .matmul_forward = zk_matmul_forward,
-    .matmul_backward = zk_matmul_backward,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
     .attention_forward = zk_attention_forward,
     .attention_backward = zk_attention_backward,
     .gelu_forward = zk_gelu_forward,
@@ -85,8 +136,7 @@ int zt_device_sync(void) { return active->sync(); }
 int zt_set_threads(int n)
 {
     ZT_CHECK(n >= 1 && n <= 1024, "threads must be in 1..1024, got %d", n);
-    omp_set_num_threads(n);
-    openblas_set_num_threads(n);
+    omp_set_num_threads(n);     /* OpenMP only: OpenBLAS stays at 1 (see top) */
     nthreads = n;
     return ZT_OK;
 }

@@ -21,16 +21,39 @@ void zt_clear_error(void);
 const char *zt_describe_shape(char *buf, size_t n, int dtype, int ndim, const int64_t *shape);
 const char *zt_describe(const zt_tensor *t, char *buf, size_t n);
 
-/* Raw allocation on a tier with accounting and limits (memory.c). */
+/* Raw allocation on a tier with accounting and limits (memory.c), through
+ * the tier's allocator: device -> the device backend's alloc; host -> plain
+ * 64-byte-aligned memory (pinned once a CUDA build exists); nvme -> none yet
+ * (a clear error). */
 int zt_mem_alloc(void **out, size_t nbytes, int tier, int category,
                  const char *what);
 void zt_mem_free(void *p, size_t nbytes, int tier, int category);
+/* Zero nbytes at p on tier, by whoever owns the bytes: the device's zero op
+ * for the device tier (the host never writes device bytes), memset on host. */
+void zt_mem_zero(void *p, size_t nbytes, int tier);
+
+/* Streams (stream.c). Before an op runs on the calling thread, the thread's
+ * current stream must have finished its earlier work (stream order): a
+ * no-op for a compute stream, a drain for a copy/comm stream whose worker
+ * may still hold queued work. Returns that stream's kept error, if any. */
+int zt_stream_enter(void);
+/* Test hook: queue on s an item that fails with code and msg when the worker
+ * reaches it (to exercise error propagation; nothing else fails on the CPU). */
+int zt_stream_inject_error(zt_stream *s, int code, const char *msg);
 
 /* A device is a table of raw-pointer ops. The CPU device calls kernels/cpu;
- * a CUDA device would launch on its stream. Ops receive validated sizes. */
+ * a CUDA device would launch on its stream. Ops receive validated sizes.
+ * Most ops cannot fail. Those that index by token id return the number of
+ * ids outside [0,V) (skipped, memory-safe; on CUDA the count comes back
+ * through a device flag); matmul returns 0 or an error code with a message. */
 typedef struct zt_device_ops {
     const char *name;
     int (*sync)(void);
+    /* device memory: 64-byte aligned; alloc returns ZT_ENOMEM (no message)
+     * when the backend is out of memory. zero writes nbytes of zeros. */
+    int (*alloc)(void **out, size_t nbytes);
+    void (*free)(void *p);
+    void (*zero)(void *p, size_t nbytes);
     void (*fill)(float *x, float v, size_t n);
     void (*copy)(void *dst, const void *src, size_t nbytes);
     void (*scale)(float *x, float a, size_t n);
@@ -38,10 +61,10 @@ typedef struct zt_device_ops {
     void (*add)(float *y, const float *x, size_t n);
     void (*add3)(float *out, const float *a, const float *b, size_t n);
     void (*cast)(void *dst, int dst_dtype, const void *src, int src_dtype, size_t n);
-    void (*encoder_forward)(float *out, const int32_t *tok, const float *wte,
-                            const float *wpe, int B, int T, int C);
-    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout,
-                             const int32_t *tok, int B, int T, int C, int V);
+    int (*encoder_forward)(float *out, const int32_t *tok, const float *wte,
+                           const float *wpe, int B, int T, int C, int V);
+    int (*encoder_backward)(float *dwte, float *dwpe, const float *dout,
+                            const int32_t *tok, int B, int T, int C, int V);
     void (*layernorm_forward)(float *out, float *mean, float *rstd,
                               const float *inp, const float *w, const float *b,
                               int N, int C);
@@ -49,10 +72,10 @@ typedef struct zt_device_ops {
                                const float *dout, const float *inp,
                                const float *w, const float *mean,
                                const float *rstd, int N, int C);
-    void (*matmul_forward)(float *out, const float *inp, const float *w,
-                           const float *b, int N, int C, int OC);
-    void (*matmul_backward)(float *dinp, float *dw, float *db, const float *dout,
-                            const float *inp, const float *w, int N, int C, int OC);
+    int (*matmul_forward)(float *out, const float *inp, const float *w,
+                          const float *b, int N, int C, int OC);
+    int (*matmul_backward)(float *dinp, float *dw, float *db, const float *dout,
+                           const float *inp, const float *w, int N, int C, int OC);
     void (*attention_forward)(float *out, float *lse, const float *qkv,
                               int B, int T, int C, int NH);
     void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
@@ -60,8 +83,8 @@ typedef struct zt_device_ops {
                                int B, int T, int C, int NH);
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
-    void (*crossentropy)(float *losses, float *dlogits, const float *logits,
-                         const int32_t *targets, int N, int V, float dscale);
+    int (*crossentropy)(float *losses, float *dlogits, const float *logits,
+                        const int32_t *targets, int N, int V, float dscale);
     void (*adamw)(float *p, const float *g, float *m, float *v, size_t n,
                   float lr, float b1, float b2, float eps, float wd,
                   float gscale, int t);

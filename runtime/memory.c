@@ -6,12 +6,53 @@
  * memory that behaves like a GPU's: it is accounted and limited separately
  * from "host", so memory reports and ZeRO formulas mean the same thing on
  * both backends. The nvme tier belongs to aio (a later layer).
+ *
+ * One allocator per tier (the table below): accounting and limits are the
+ * same for all; where the bytes come from is the tier's business.
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "internal.h"
+
+/* ---- allocators ------------------------------------------------------------ */
+typedef struct zt_allocator {
+    const char *name;
+    int (*alloc)(void **out, size_t nbytes);   /* 64-byte aligned; ZT_ENOMEM, no message */
+    void (*free)(void *p);
+    void (*zero)(void *p, size_t nbytes);
+} zt_allocator;
+
+/* device: the active device backend's memory (zt_device_init happens before
+ * any tensor exists, so a block is freed by the backend that allocated it). */
+static int dev_alloc(void **out, size_t n) { return zt_dev()->alloc(out, n); }
+static void dev_free(void *p) { zt_dev()->free(p); }
+static void dev_zero(void *p, size_t n) { zt_dev()->zero(p, n); }
+
+/* host: plain aligned memory. A CUDA build makes this pinned memory
+ * (cudaHostAlloc) so copies to and from the device can be asynchronous. */
+static int host_alloc(void **out, size_t n)
+{
+    size_t rounded = (n + 63) & ~(size_t)63;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0) return ZT_ENOMEM;
+    *out = p;
+    return ZT_OK;
+}
+static void host_free(void *p) { free(p); }
+static void host_zero(void *p, size_t n) { memset(p, 0, n); }
+
+static const zt_allocator device_allocator = { "device", dev_alloc, dev_free, dev_zero };
+static const zt_allocator host_allocator = { "host", host_alloc, host_free, host_zero };
+
+/* nvme: none yet. Its bytes are files, not addressable memory; the Offload
+ * issue brings them through aio. */
+static const zt_allocator *const allocators[ZT_NTIERS] = {
+    [ZT_TIER_DEVICE] = &device_allocator,
+    [ZT_TIER_HOST] = &host_allocator,
+    [ZT_TIER_NVME] = NULL,
+};
 
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t cur[ZT_NTIERS][ZT_NCATS], peak[ZT_NTIERS][ZT_NCATS];
@@ -50,9 +91,12 @@ int zt_mem_alloc(void **out, size_t nbytes, int tier, int category, const char *
     ZT_CHECK(tier >= 0 && tier < ZT_NTIERS, "zt_mem_alloc: tier %d out of range", tier);
     ZT_CHECK(category >= 0 && category < ZT_NCATS,
              "zt_mem_alloc: category %d out of range", category);
-    if (tier == ZT_TIER_NVME)
-        return zt_error(ZT_EINVAL, "cannot allocate %s on the nvme tier directly: "
-                        "nvme storage is files managed by aio", what);
+    const zt_allocator *a = allocators[tier];
+    if (a == NULL)
+        return zt_error(ZT_EINVAL, "cannot allocate %s (%s) on the %s tier: it has no "
+                        "allocator yet (nvme bytes are files, not addressable memory; "
+                        "nvme placement comes with the aio engine); place it on host or device",
+                        what, cat_names[category], tier_names[tier]);
     *out = NULL;
     pthread_mutex_lock(&mem_lock);
     if (limit[tier] && cur_total[tier] + nbytes > limit[tier]) {
@@ -79,17 +123,15 @@ int zt_mem_alloc(void **out, size_t nbytes, int tier, int category, const char *
     pthread_mutex_unlock(&mem_lock);
 
     void *p = NULL;
-    size_t rounded = (nbytes + 63) & ~(size_t)63;
-    if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0) p = NULL;
+    if (a->alloc(&p, nbytes) != ZT_OK) p = NULL;
     if (!p) {
         char req[32];
         pthread_mutex_lock(&mem_lock);
         cur[tier][category] -= nbytes;
         cur_total[tier] -= nbytes;
         pthread_mutex_unlock(&mem_lock);
-        return zt_error(ZT_ENOMEM, "out of system memory allocating %s for %s (%s) on %s",
-                        fmt_bytes(req, sizeof req, nbytes), cat_names[category], what,
-                        tier_names[tier]);
+        return zt_error(ZT_ENOMEM, "out of %s memory allocating %s for %s (%s)", a->name,
+                        fmt_bytes(req, sizeof req, nbytes), cat_names[category], what);
     }
     pthread_mutex_lock(&mem_lock);
     if (cur[tier][category] > peak[tier][category]) peak[tier][category] = cur[tier][category];
@@ -102,11 +144,16 @@ int zt_mem_alloc(void **out, size_t nbytes, int tier, int category, const char *
 void zt_mem_free(void *p, size_t nbytes, int tier, int category)
 {
     if (!p) return;
-    free(p);
+    allocators[tier]->free(p);   /* p came from zt_mem_alloc: the tier has one */
     pthread_mutex_lock(&mem_lock);
     cur[tier][category] -= nbytes;
     cur_total[tier] -= nbytes;
     pthread_mutex_unlock(&mem_lock);
+}
+
+void zt_mem_zero(void *p, size_t nbytes, int tier)
+{
+    allocators[tier]->zero(p, nbytes);
 }
 
 size_t zt_mem_current(int tier, int category)

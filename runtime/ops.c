@@ -1,9 +1,17 @@
 /*
- * ops.c -- tensor-level ops: validate shapes and dtypes, then issue the raw
- * kernel to the active device. Validation lives here, once, so kernels can
- * trust their sizes and a bad call from Lua becomes a clear error instead of
- * a crash.
+ * ops.c -- tensor-level ops: validate shapes, dtypes and tiers, then issue
+ * the raw kernel to the active device. Validation lives here, once, so
+ * kernels can trust their sizes and a bad call from Lua becomes a clear error
+ * instead of a crash.
+ *
+ * Tier discipline: an op's operands live on one tier (device or host; nvme
+ * bytes are not addressable), and moving bytes between tiers is an explicit
+ * zt_copy_async. On the CPU backend every tier is ordinary memory, so a
+ * mixed-tier op would silently work here and break on a GPU: it is refused.
+ * The host never reads operand bytes here (token ids included: the kernels
+ * count bad ids and the op reports them).
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include "internal.h"
 #include "../kernels/cpu/kernels.h"
@@ -34,9 +42,56 @@ static int need_numel(const char *op, const char *name, const zt_tensor *t,
 
 static int64_t last_dim(const zt_tensor *t) { return t->shape[t->ndim - 1]; }
 
+/* ready(op, "name", tensor, ..., NULL): every non-NULL operand is on one
+ * addressable tier, and the calling thread's stream has finished its earlier
+ * work (stream order). Call after the shape checks, right before issuing. */
+static int ready(const char *op, ...)
+{
+    const char *first_name = NULL;
+    const zt_tensor *first = NULL;
+    va_list ap;
+    va_start(ap, op);
+    for (const char *name; (name = va_arg(ap, const char *)) != NULL;) {
+        const zt_tensor *t = va_arg(ap, const zt_tensor *);
+        if (t == NULL) continue;
+        char a[96], b[96];
+        int tier = t->storage->tier;
+        if (tier == ZT_TIER_NVME) {
+            va_end(ap);
+            return zt_error(ZT_EINVAL, "%s: %s (%s) is on the nvme tier, whose bytes are not "
+                            "addressable; copy it to host or device first", op, name,
+                            zt_describe(t, a, sizeof a));
+        }
+        if (first == NULL) { first = t; first_name = name; continue; }
+        if (tier != first->storage->tier) {
+            va_end(ap);
+            return zt_error(ZT_EINVAL, "%s: %s (%s on %s) and %s (%s on %s) are on different "
+                            "tiers; an op's operands must share one tier: copy one with "
+                            "zt_copy_async first", op, first_name,
+                            zt_describe(first, a, sizeof a),
+                            zt_tier_name(first->storage->tier), name,
+                            zt_describe(t, b, sizeof b), zt_tier_name(tier));
+        }
+    }
+    va_end(ap);
+    return zt_stream_enter();
+}
+
+/* A kernel skipped `bad` token ids outside [0,V): a clear error, never a
+ * wild read. The ids are not read on the host (they live on the device). */
+static int bad_tokens(const char *op, const char *what, int bad, int64_t n, int64_t V)
+{
+    if (bad == 0) return ZT_OK;
+    return zt_error(ZT_EINVAL, "%s: %d of %lld %s are outside the vocabulary [0,%lld) and were "
+                    "skipped (the outputs are wrong for them); the tokenizer and model.vocab_size "
+                    "disagree: check tokens where they are made (data.loader's vocab_size option)",
+                    op, bad, (long long)n, what, (long long)V);
+}
+
 int zt_fill(zt_tensor *x, float v)
 {
     ZT_TRY(need("zt_fill", "x", x, ZT_F32));
+    ZT_TRY(ready("zt_fill", "x", x, NULL));
     zt_dev()->fill(x->data, v, (size_t)x->numel);
     return ZT_OK;
 }
@@ -45,6 +100,7 @@ int zt_copy(zt_tensor *dst, const zt_tensor *src)
 {
     ZT_CHECK(dst && src, "zt_copy: NULL tensor");
     ZT_TRY(need_numel("zt_copy", "dst", dst, src->dtype, src->numel, "(same as src)"));
+    ZT_TRY(ready("zt_copy", "dst", dst, "src", src, NULL));
     zt_dev()->copy(dst->data, src->data, (size_t)src->numel * zt_dtype_size(src->dtype));
     return ZT_OK;
 }
@@ -52,6 +108,7 @@ int zt_copy(zt_tensor *dst, const zt_tensor *src)
 int zt_scale(zt_tensor *x, float a)
 {
     ZT_TRY(need("zt_scale", "x", x, ZT_F32));
+    ZT_TRY(ready("zt_scale", "x", x, NULL));
     zt_dev()->scale(x->data, a, (size_t)x->numel);
     return ZT_OK;
 }
@@ -60,6 +117,7 @@ int zt_axpy(zt_tensor *y, float a, const zt_tensor *x)
 {
     ZT_TRY(need("zt_axpy", "x", x, ZT_F32));
     ZT_TRY(need_numel("zt_axpy", "y", y, ZT_F32, x->numel, "(same as x)"));
+    ZT_TRY(ready("zt_axpy", "y", y, "x", x, NULL));
     zt_dev()->axpy(y->data, a, x->data, (size_t)x->numel);
     return ZT_OK;
 }
@@ -68,6 +126,7 @@ int zt_add(zt_tensor *y, const zt_tensor *x)
 {
     ZT_TRY(need("zt_add", "x", x, ZT_F32));
     ZT_TRY(need_numel("zt_add", "y", y, ZT_F32, x->numel, "(same as x)"));
+    ZT_TRY(ready("zt_add", "y", y, "x", x, NULL));
     zt_dev()->add(y->data, x->data, (size_t)x->numel);
     return ZT_OK;
 }
@@ -77,6 +136,7 @@ int zt_add3(zt_tensor *out, const zt_tensor *a, const zt_tensor *b)
     ZT_TRY(need("zt_add3", "a", a, ZT_F32));
     ZT_TRY(need_numel("zt_add3", "b", b, ZT_F32, a->numel, "(same as a)"));
     ZT_TRY(need_numel("zt_add3", "out", out, ZT_F32, a->numel, "(same as a)"));
+    ZT_TRY(ready("zt_add3", "out", out, "a", a, "b", b, NULL));
     zt_dev()->add3(out->data, a->data, b->data, (size_t)a->numel);
     return ZT_OK;
 }
@@ -91,6 +151,7 @@ int zt_cast(zt_tensor *dst, const zt_tensor *src)
              (dst->dtype == ZT_F32 && (src->dtype == ZT_BF16 || src->dtype == ZT_F16));
     ZT_CHECK(ok, "zt_cast: no cast from %s to %s (supported: f32 <-> bf16, f32 <-> f16)",
              zt_dtype_name(src->dtype), zt_dtype_name(dst->dtype));
+    ZT_TRY(ready("zt_cast", "dst", dst, "src", src, NULL));
     zt_dev()->cast(dst->data, dst->dtype, src->data, src->dtype, (size_t)src->numel);
     return ZT_OK;
 }
@@ -109,14 +170,11 @@ int zt_encoder_forward(zt_tensor *out, const zt_tensor *tokens, const zt_tensor 
     ZT_CHECK(T <= wpe->shape[0], "%s: sequence length %lld exceeds the model's context %lld; "
              "lower data.seq_len", op, (long long)T, (long long)wpe->shape[0]);
     ZT_TRY(need_numel(op, "out", out, ZT_F32, B * T * C, "(B,T,C)"));
-    const int32_t *tk = tokens->data;
-    for (int64_t i = 0; i < B * T; i++)
-        ZT_CHECK(tk[i] >= 0 && tk[i] < wte->shape[0],
-                 "%s: token %d at position %lld is outside the vocabulary [0,%lld); "
-                 "the tokenizer and model.vocab_size disagree", op, tk[i], (long long)i,
-                 (long long)wte->shape[0]);
-    zt_dev()->encoder_forward(out->data, tk, wte->data, wpe->data, (int)B, (int)T, (int)C);
-    return ZT_OK;
+    ZT_TRY(ready(op, "out", out, "tokens", tokens, "wte", wte, "wpe", wpe, NULL));
+    int64_t V = wte->shape[0];
+    int bad = zt_dev()->encoder_forward(out->data, tokens->data, wte->data, wpe->data,
+                                        (int)B, (int)T, (int)C, (int)V);
+    return bad_tokens(op, "tokens", bad, B * T, V);
 }
 
 int zt_encoder_backward(zt_tensor *dwte, zt_tensor *dwpe, const zt_tensor *dout,
@@ -131,13 +189,10 @@ int zt_encoder_backward(zt_tensor *dwte, zt_tensor *dwpe, const zt_tensor *dout,
     int64_t B = tokens->shape[0], T = tokens->shape[1], V = dwte->shape[0], C = dwte->shape[1];
     ZT_CHECK(dwpe->shape[1] == C && T <= dwpe->shape[0], "%s: dwpe shape mismatch", op);
     ZT_TRY(need_numel(op, "dout", dout, ZT_F32, B * T * C, "(B,T,C)"));
-    const int32_t *tk = tokens->data;
-    for (int64_t i = 0; i < B * T; i++)
-        ZT_CHECK(tk[i] >= 0 && tk[i] < V, "%s: token %d at position %lld is outside the "
-                 "vocabulary [0,%lld)", op, tk[i], (long long)i, (long long)V);
-    zt_dev()->encoder_backward(dwte->data, dwpe->data, dout->data, tokens->data,
-                               (int)B, (int)T, (int)C, (int)V);
-    return ZT_OK;
+    ZT_TRY(ready(op, "dwte", dwte, "dwpe", dwpe, "dout", dout, "tokens", tokens, NULL));
+    int bad = zt_dev()->encoder_backward(dwte->data, dwpe->data, dout->data, tokens->data,
+                                         (int)B, (int)T, (int)C, (int)V);
+    return bad_tokens(op, "tokens", bad, B * T, V);
 }
 
 int zt_layernorm_forward(zt_tensor *out, zt_tensor *mean, zt_tensor *rstd,
@@ -153,6 +208,8 @@ int zt_layernorm_forward(zt_tensor *out, zt_tensor *mean, zt_tensor *rstd,
     ZT_TRY(need_numel(op, "out", out, ZT_F32, N * C, "(N,C)"));
     ZT_TRY(need_numel(op, "mean", mean, ZT_F32, N, "(N)"));
     ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, N, "(N)"));
+    ZT_TRY(ready(op, "out", out, "mean", mean, "rstd", rstd, "inp", inp, "weight", w,
+                 "bias", b, NULL));
     zt_dev()->layernorm_forward(out->data, mean->data, rstd->data, inp->data, w->data,
                                 b->data, (int)N, (int)C);
     return ZT_OK;
@@ -168,13 +225,20 @@ int zt_layernorm_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db,
     ZT_TRY(need(op, "inp", inp, ZT_F32));
     ZT_CHECK(last_dim(inp) == C, "%s: inp's last dim must be C=%lld", op, (long long)C);
     int64_t N = inp->numel / C;
-    ZT_TRY(need_numel(op, "dinp", dinp, ZT_F32, N * C, "(N,C)"));
+    ZT_CHECK((dw == NULL) == (db == NULL), "%s: dweight and dbias are computed together: "
+             "pass both (weight gradient) or neither (input gradient only)", op);
+    ZT_CHECK(dinp != NULL || dw != NULL, "%s: nothing to compute: dinp, dweight and dbias "
+             "are all NULL", op);
+    if (dinp) ZT_TRY(need_numel(op, "dinp", dinp, ZT_F32, N * C, "(N,C)"));
     ZT_TRY(need_numel(op, "dout", dout, ZT_F32, N * C, "(N,C)"));
-    ZT_TRY(need_numel(op, "dweight", dw, ZT_F32, C, "(C)"));
-    ZT_TRY(need_numel(op, "dbias", db, ZT_F32, C, "(C)"));
+    if (dw) ZT_TRY(need_numel(op, "dweight", dw, ZT_F32, C, "(C)"));
+    if (db) ZT_TRY(need_numel(op, "dbias", db, ZT_F32, C, "(C)"));
     ZT_TRY(need_numel(op, "mean", mean, ZT_F32, N, "(N)"));
     ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, N, "(N)"));
-    zt_dev()->layernorm_backward(dinp->data, dw->data, db->data, dout->data, inp->data,
+    ZT_TRY(ready(op, "dinp", dinp, "dweight", dw, "dbias", db, "dout", dout, "inp", inp,
+                 "weight", w, "mean", mean, "rstd", rstd, NULL));
+    zt_dev()->layernorm_backward(dinp ? dinp->data : NULL, dw ? dw->data : NULL,
+                                 db ? db->data : NULL, dout->data, inp->data,
                                  w->data, mean->data, rstd->data, (int)N, (int)C);
     return ZT_OK;
 }
@@ -193,9 +257,9 @@ int zt_matmul_forward(zt_tensor *out, const zt_tensor *inp, const zt_tensor *w,
     int64_t N = inp->numel / C;
     ZT_TRY(need_numel(op, "out", out, ZT_F32, N * OC, "(N,OC)"));
     if (b) ZT_TRY(need_numel(op, "bias", b, ZT_F32, OC, "(OC)"));
-    zt_dev()->matmul_forward(out->data, inp->data, w->data, b ? b->data : NULL, (int)N,
-                             (int)C, (int)OC);
-    return ZT_OK;
+    ZT_TRY(ready(op, "out", out, "inp", inp, "weight", w, "bias", b, NULL));
+    return zt_dev()->matmul_forward(out->data, inp->data, w->data, b ? b->data : NULL,
+                                    (int)N, (int)C, (int)OC);
 }
 
 int zt_matmul_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db, const zt_tensor *dout,
@@ -208,13 +272,19 @@ int zt_matmul_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db, const zt_t
     ZT_TRY(need(op, "inp", inp, ZT_F32));
     ZT_CHECK(last_dim(inp) == C, "%s: inp's last dim must be C=%lld", op, (long long)C);
     int64_t N = inp->numel / C;
+    ZT_CHECK(dw != NULL || db == NULL, "%s: dbias without dweight; the weight gradient "
+             "computes both (pass dweight too, or neither for the input gradient only)", op);
+    ZT_CHECK(dinp != NULL || dw != NULL, "%s: nothing to compute: dinp and dweight are "
+             "both NULL", op);
     ZT_TRY(need_numel(op, "dout", dout, ZT_F32, N * OC, "(N,OC)"));
-    ZT_TRY(need_numel(op, "dweight", dw, ZT_F32, OC * C, "(OC,C)"));
+    if (dw) ZT_TRY(need_numel(op, "dweight", dw, ZT_F32, OC * C, "(OC,C)"));
     if (dinp) ZT_TRY(need_numel(op, "dinp", dinp, ZT_F32, N * C, "(N,C)"));
     if (db) ZT_TRY(need_numel(op, "dbias", db, ZT_F32, OC, "(OC)"));
-    zt_dev()->matmul_backward(dinp ? dinp->data : NULL, dw->data, db ? db->data : NULL,
-                              dout->data, inp->data, w->data, (int)N, (int)C, (int)OC);
-    return ZT_OK;
+    ZT_TRY(ready(op, "dinp", dinp, "dweight", dw, "dbias", db, "dout", dout, "inp", inp,
+                 "weight", w, NULL));
+    return zt_dev()->matmul_backward(dinp ? dinp->data : NULL, dw ? dw->data : NULL,
+                                     db ? db->data : NULL, dout->data, inp->data, w->data,
+                                     (int)N, (int)C, (int)OC);
 }
 
 static int attn_dims(const char *op, const zt_tensor *qkv, int NH, int64_t *B, int64_t *T,
@@ -237,6 +307,7 @@ int zt_attention_forward(zt_tensor *out, zt_tensor *lse, const zt_tensor *qkv, i
     ZT_TRY(attn_dims(op, qkv, NH, &B, &T, &C));
     ZT_TRY(need_numel(op, "out", out, ZT_F32, B * T * C, "(B,T,C)"));
     ZT_TRY(need_numel(op, "lse", lse, ZT_F32, B * NH * T, "(B,NH,T)"));
+    ZT_TRY(ready(op, "out", out, "lse", lse, "qkv", qkv, NULL));
     zt_dev()->attention_forward(out->data, lse->data, qkv->data, (int)B, (int)T, (int)C, NH);
     return ZT_OK;
 }
@@ -251,6 +322,7 @@ int zt_attention_backward(zt_tensor *dqkv, const zt_tensor *dout, const zt_tenso
     ZT_TRY(need_numel(op, "dout", dout, ZT_F32, B * T * C, "(B,T,C)"));
     ZT_TRY(need_numel(op, "out", out, ZT_F32, B * T * C, "(B,T,C)"));
     ZT_TRY(need_numel(op, "lse", lse, ZT_F32, B * NH * T, "(B,NH,T)"));
+    ZT_TRY(ready(op, "dqkv", dqkv, "dout", dout, "qkv", qkv, "out", out, "lse", lse, NULL));
     zt_dev()->attention_backward(dqkv->data, dout->data, qkv->data, out->data, lse->data,
                                  (int)B, (int)T, (int)C, NH);
     return ZT_OK;
@@ -260,6 +332,7 @@ int zt_gelu_forward(zt_tensor *out, const zt_tensor *inp)
 {
     ZT_TRY(need("zt_gelu_forward", "inp", inp, ZT_F32));
     ZT_TRY(need_numel("zt_gelu_forward", "out", out, ZT_F32, inp->numel, "(same as inp)"));
+    ZT_TRY(ready("zt_gelu_forward", "out", out, "inp", inp, NULL));
     zt_dev()->gelu_forward(out->data, inp->data, (size_t)inp->numel);
     return ZT_OK;
 }
@@ -270,6 +343,7 @@ int zt_gelu_backward(zt_tensor *dinp, const zt_tensor *inp, const zt_tensor *dou
     ZT_TRY(need(op, "inp", inp, ZT_F32));
     ZT_TRY(need_numel(op, "dout", dout, ZT_F32, inp->numel, "(same as inp)"));
     ZT_TRY(need_numel(op, "dinp", dinp, ZT_F32, inp->numel, "(same as inp)"));
+    ZT_TRY(ready(op, "dinp", dinp, "inp", inp, "dout", dout, NULL));
     zt_dev()->gelu_backward(dinp->data, inp->data, dout->data, (size_t)inp->numel);
     return ZT_OK;
 }
@@ -287,13 +361,11 @@ int zt_crossentropy(zt_tensor *losses, zt_tensor *dlogits, const zt_tensor *logi
     ZT_CHECK(last_dim(logits) == V, "%s: logits' last dim must be V=%lld", op, (long long)V);
     ZT_TRY(need_numel(op, "losses", losses, ZT_F32, N, "(N)"));
     if (dlogits) ZT_TRY(need_numel(op, "dlogits", dlogits, ZT_F32, N * V, "(N,V)"));
-    const int32_t *tg = targets->data;
-    for (int64_t i = 0; i < N; i++)
-        ZT_CHECK(tg[i] >= 0 && tg[i] < V, "%s: target %d at %lld outside [0,%lld)", op,
-                 tg[i], (long long)i, (long long)V);
-    zt_dev()->crossentropy(losses->data, dlogits ? dlogits->data : NULL, logits->data, tg,
-                           (int)N, (int)V, dscale);
-    return ZT_OK;
+    ZT_TRY(ready(op, "losses", losses, "dlogits", dlogits, "logits", logits, "targets", targets,
+                 NULL));
+    int bad = zt_dev()->crossentropy(losses->data, dlogits ? dlogits->data : NULL,
+                                     logits->data, targets->data, (int)N, (int)V, dscale);
+    return bad_tokens(op, "targets", bad, N, V);
 }
 
 int zt_adamw(zt_tensor *p, const zt_tensor *g, zt_tensor *m, zt_tensor *v, float lr,
@@ -306,6 +378,7 @@ int zt_adamw(zt_tensor *p, const zt_tensor *g, zt_tensor *m, zt_tensor *v, float
     ZT_TRY(need_numel(op, "v", v, ZT_F32, p->numel, "(same as param)"));
     ZT_CHECK(step >= 1, "%s: step must be >= 1 (1-based), got %d", op, step);
     ZT_CHECK(b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1, "%s: betas must be in [0,1)", op);
+    ZT_TRY(ready(op, "param", p, "grad", g, "m", m, "v", v, NULL));
     zt_dev()->adamw(p->data, g->data, m->data, v->data, (size_t)p->numel, lr, b1, b2, eps,
                     wd, gscale, step);
     return ZT_OK;
@@ -317,6 +390,7 @@ int zt_sumsq_blocks(double *partials, const zt_tensor *x)
 {
     ZT_CHECK(partials != NULL, "zt_sumsq_blocks: partials is NULL");
     ZT_TRY(need("zt_sumsq_blocks", "x", x, ZT_F32));
+    ZT_TRY(ready("zt_sumsq_blocks", "x", x, NULL));
     zt_dev()->sumsq_blocks(partials, x->data, (size_t)x->numel);
     return ZT_OK;
 }
@@ -325,6 +399,7 @@ int zt_sum(double *out, const zt_tensor *x)
 {
     ZT_CHECK(out != NULL, "zt_sum: out is NULL");
     ZT_TRY(need("zt_sum", "x", x, ZT_F32));
+    ZT_TRY(ready("zt_sum", "x", x, NULL));
     *out = zt_dev()->sum(x->data, (size_t)x->numel);
     return ZT_OK;
 }
@@ -333,6 +408,7 @@ int zt_randn(zt_tensor *x, uint64_t seed, uint64_t stream, float mean, float std
 {
     ZT_TRY(need("zt_randn", "x", x, ZT_F32));
     ZT_CHECK(std >= 0, "zt_randn: std must be >= 0, got %g", (double)std);
+    ZT_TRY(ready("zt_randn", "x", x, NULL));
     zt_dev()->randn(x->data, (size_t)x->numel, seed, stream, mean, std);
     return ZT_OK;
 }

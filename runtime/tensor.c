@@ -73,7 +73,7 @@ int zt_tensor_new(zt_tensor **out, int tier, int category, int dtype, int ndim,
     void *data;
     int rc = zt_mem_alloc(&data, nbytes, tier, category, what);
     if (rc != ZT_OK) { free(t); free(s); return rc; }
-    memset(data, 0, nbytes);
+    zt_mem_zero(data, nbytes, tier);   /* by the tier's owner: the host never writes device bytes */
     *s = (zt_storage){ .data = data, .nbytes = nbytes, .tier = tier,
                        .category = category, .refcount = 1 };
     t->data = data;
@@ -130,12 +130,24 @@ void zt_tensor_release(zt_tensor *t)
     free(s);
 }
 
+/* The explicit synchronous copies between host memory and a tensor (the
+ * device copies device bytes; the host never reads them itself). */
+static int addressable(const char *fn, const zt_tensor *t)
+{
+    char b[96];
+    if (t->storage->tier != ZT_TIER_NVME) return ZT_OK;
+    return zt_error(ZT_EINVAL, "%s: tensor %s is on the nvme tier, whose bytes are not "
+                    "addressable; read or write it through aio", fn, zt_describe(t, b, sizeof b));
+}
+
 int zt_tensor_write(zt_tensor *t, const void *src, size_t nbytes)
 {
     ZT_CHECK(t != NULL && src != NULL, "zt_tensor_write: NULL tensor or source");
     size_t want = (size_t)t->numel * dtype_sizes[t->dtype];
     ZT_CHECK(nbytes == want, "zt_tensor_write: %zu bytes given, the tensor holds %zu",
              nbytes, want);
+    ZT_TRY(addressable("zt_tensor_write", t));
+    ZT_TRY(zt_stream_enter());
     zt_dev()->copy(t->data, src, nbytes);
     return ZT_OK;
 }
@@ -146,6 +158,8 @@ int zt_tensor_read(const zt_tensor *t, void *dst, size_t nbytes)
     size_t want = (size_t)t->numel * dtype_sizes[t->dtype];
     ZT_CHECK(nbytes == want, "zt_tensor_read: %zu bytes asked, the tensor holds %zu",
              nbytes, want);
+    ZT_TRY(addressable("zt_tensor_read", t));
+    ZT_TRY(zt_stream_enter());
     zt_dev()->copy(dst, t->data, nbytes);
     return ZT_OK;
 }

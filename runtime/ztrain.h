@@ -84,8 +84,9 @@ typedef struct zt_tensor {
     int32_t pad_;
 } zt_tensor;
 
-/* New contiguous tensor on a tier, tagged with a category, zero-filled.
- * ndim in 1..4, every dim >= 1. */
+/* New contiguous tensor on a tier, tagged with a category, zero-filled (by
+ * the tier's owner: the device zeroes device memory). ndim in 1..4, every
+ * dim >= 1. The nvme tier has no allocator yet (an error). */
 int zt_tensor_new(zt_tensor **out, int tier, int category, int dtype,
                   int ndim, const int64_t *shape);
 /* A view of numel(shape) elements of base's storage starting at element
@@ -96,8 +97,10 @@ void zt_tensor_retain(zt_tensor *t);
 /* Drop one reference; frees the tensor (and its storage with the last
  * reference to it). NULL is ignored. */
 void zt_tensor_release(zt_tensor *t);
-/* Copy nbytes between host memory and the tensor (any tier; on the CPU
- * backend a memcpy). nbytes must equal numel * dtype size. */
+/* The explicit synchronous copies between host memory and a tensor on the
+ * device or host tier (through the device's copy): the only way host code
+ * reads or writes device-tier bytes. nbytes must equal numel * dtype size.
+ * The calling thread's current stream finishes its earlier work first. */
 int zt_tensor_write(zt_tensor *t, const void *src, size_t nbytes);
 int zt_tensor_read(const zt_tensor *t, void *dst, size_t nbytes);
 
@@ -108,7 +111,11 @@ int zt_device_init(const char *backend);
 const char *zt_device_name(void);
 /* Wait for every op issued so far. */
 int zt_device_sync(void);
-/* Threads used by kernels and BLAS (OpenMP + OpenBLAS); n >= 1. */
+/* Threads used by the kernels (the OpenMP pool); n >= 1. OpenBLAS runs one
+ * thread per call for the whole process (set once when the library loads):
+ * the GEMMs spread fixed blocks over OpenMP, which keeps their bits the same
+ * on any thread count. Code that changes openblas_set_num_threads for its
+ * own sgemm must set it back to 1; a GEMM op fails with ZT_ESTATE until then. */
 int zt_set_threads(int n);
 int zt_get_threads(void);
 /* The OpenBLAS core in use and its build config (for benchmark reports). */
@@ -117,9 +124,15 @@ const char *zt_blas_info(void);
 /* ---- ops ---------------------------------------------------------------- */
 /* Shapes: N = rows (B*T), C = channels, OC = out channels, V = vocab.
  * Activations may be given as (B,T,C) or (N,C): ops check numel. Gradient
- * outputs are WRITTEN unless marked ACCUMULATED. All f32 unless stated. */
+ * outputs are WRITTEN unless marked ACCUMULATED. All f32 unless stated.
+ *
+ * Tiers: an op's tensors all live on one tier, device or host (nvme bytes
+ * are not addressable); otherwise it fails with ZT_EINVAL naming both
+ * tensors and tiers. Move bytes between tiers with zt_copy_async.
+ * Streams: an op runs on the calling thread's current stream (see "streams
+ * and events" below). */
 int zt_fill(zt_tensor *x, float value);
-int zt_copy(zt_tensor *dst, const zt_tensor *src);          /* same dtype, numel */
+int zt_copy(zt_tensor *dst, const zt_tensor *src);          /* same dtype, numel, tier */
 int zt_scale(zt_tensor *x, float a);
 int zt_axpy(zt_tensor *y, float a, const zt_tensor *x);      /* y += a*x */
 int zt_add(zt_tensor *y, const zt_tensor *x);                /* y += x */
@@ -127,7 +140,12 @@ int zt_add3(zt_tensor *out, const zt_tensor *a, const zt_tensor *b); /* out = a+
 /* dst and src of equal numel, f32 <-> bf16/f16 (or equal dtypes: a copy). */
 int zt_cast(zt_tensor *dst, const zt_tensor *src);
 
-/* tokens (B,T) i32; out (B,T,C); wte (V,C); wpe (maxT,C), T <= maxT. */
+/* tokens (B,T) i32; out (B,T,C); wte (V,C); wpe (maxT,C), T <= maxT.
+ * Token ids are not read on the host: a kernel skips ids outside [0,V)
+ * (memory-safe) and the op then fails with ZT_EINVAL saying how many (its
+ * outputs are then wrong for them). Check tokens where they are made: the
+ * data loader's vocab_size option. The same holds for zt_crossentropy's
+ * targets. */
 int zt_encoder_forward(zt_tensor *out, const zt_tensor *tokens,
                        const zt_tensor *wte, const zt_tensor *wpe);
 /* dwte ACCUMULATED, dwpe rows [0,T) WRITTEN. */
@@ -137,7 +155,9 @@ int zt_encoder_backward(zt_tensor *dwte, zt_tensor *dwpe, const zt_tensor *dout,
 int zt_layernorm_forward(zt_tensor *out, zt_tensor *mean, zt_tensor *rstd,
                          const zt_tensor *inp, const zt_tensor *weight,
                          const zt_tensor *bias);
-/* dinp ACCUMULATED; dweight, dbias WRITTEN. */
+/* dinp ACCUMULATED; dweight, dbias WRITTEN. Split backward: dinp NULL
+ * computes the weight gradients only; dweight and dbias both NULL the input
+ * gradient only. Each output has the same bits as in the fused call. */
 int zt_layernorm_backward(zt_tensor *dinp, zt_tensor *dweight, zt_tensor *dbias,
                           const zt_tensor *dout, const zt_tensor *inp,
                           const zt_tensor *weight, const zt_tensor *mean,
@@ -145,7 +165,8 @@ int zt_layernorm_backward(zt_tensor *dinp, zt_tensor *dweight, zt_tensor *dbias,
 /* out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias(OC); bias may be NULL. */
 int zt_matmul_forward(zt_tensor *out, const zt_tensor *inp,
                       const zt_tensor *weight, const zt_tensor *bias);
-/* dinp, dbias may be NULL. */
+/* dinp, dbias may be NULL. Split backward: dweight NULL (then dbias NULL
+ * too) computes dinp only. Each output has the same bits as in the fused call. */
 int zt_matmul_backward(zt_tensor *dinp, zt_tensor *dweight, zt_tensor *dbias,
                        const zt_tensor *dout, const zt_tensor *inp,
                        const zt_tensor *weight);
@@ -235,6 +256,90 @@ int zt_comm_test(zt_comm_req *req, int *done);
  * partials, memory stats, recipe hashes). out holds size * nbytes. */
 int zt_comm_all_gather_host(zt_comm *c, void *out, const void *in, size_t nbytes);
 int zt_comm_broadcast_host(zt_comm *c, void *buf, size_t nbytes, int root);
+
+/* ---- streams and events -----------------------------------------------------
+ * Work is issued to a stream; one stream's work runs in issue order, two
+ * streams' work may overlap. A stream can wait on an event (recorded on
+ * another stream) or on a communication request; the host waits only where
+ * it asks (zt_stream_sync, zt_event_sync). Write strategies as if every copy
+ * and collective were asynchronous: on a GPU they are.
+ *
+ * Kinds: COMPUTE (kernels), COPY (transfers between tiers), COMM (work that
+ * follows collectives). Each thread has a current stream, the default
+ * compute stream unless zt_stream_set_current chose another; ops, and
+ * stream arguments given as NULL, use it.
+ *
+ * The CPU backend:
+ *  - A compute stream is the calling thread: its work is done when the call
+ *    returns, an event recorded on it completes at once, and a compute
+ *    stream told to wait (event, comm request) blocks the caller until the
+ *    wait is met.
+ *  - A copy or comm stream is real: a worker thread of its own runs its
+ *    queue in order (copies through the device copy, waits, event records);
+ *    an event completes when the worker reaches it. Reading a tensor before
+ *    the event after its copy has completed is a race, as on a GPU.
+ *  - An op (zt_add, ...) or zt_tensor_read/write issued while a copy or comm
+ *    stream is current first waits for that stream's queued work, then runs
+ *    on the caller: the stream's order holds; only the queued work overlaps.
+ *
+ * Errors in queued work (on the CPU: a waited-on event whose stream failed;
+ * a GPU reports asynchronous faults the same way) are kept by the stream,
+ * which skips its later work until the error is reported: the next
+ * zt_stream_sync (or op drain, above) returns it with its message and clears
+ * it. An event recorded after the failure carries it too: zt_event_sync and
+ * zt_event_query return it.
+ *
+ * Lifetimes: tensors given to zt_copy_async are retained until the copy is
+ * done (releasing them meanwhile is safe; the bytes stay accounted until
+ * then); an event is kept alive by the streams that will record or wait on
+ * it. Nothing else is allocated: memory accounting is unchanged. */
+typedef struct zt_stream zt_stream;
+typedef struct zt_event zt_event;
+typedef enum { ZT_STREAM_COMPUTE = 0, ZT_STREAM_COPY = 1, ZT_STREAM_COMM = 2 } zt_stream_kind;
+
+int zt_stream_new(zt_stream **out, int kind);
+/* Wait for the stream's queued work, then free it. An error it still keeps
+ * is dropped (sync first to see it). NULL and the default stream are
+ * ignored. If it is the calling thread's current stream, the thread goes
+ * back to the default; other threads must have stopped using it. */
+void zt_stream_free(zt_stream *s);
+/* The default compute stream (it is never freed). */
+zt_stream *zt_stream_default(void);
+/* Make s the calling thread's current stream (NULL: the default). */
+int zt_stream_set_current(zt_stream *s);
+zt_stream *zt_stream_current(void);
+/* Block until all work issued to s (NULL: current) so far is done; returns
+ * the error its work kept, if any. */
+int zt_stream_sync(zt_stream *s);
+/* Later work on s waits until e's latest record at the time of this call
+ * has completed (an event never recorded is complete). */
+int zt_stream_wait_event(zt_stream *s, zt_event *e);
+/* Later work on s waits until the request r has completed. This does NOT
+ * consume r: it must still be waited exactly once with zt_comm_wait (which
+ * frees it), and not before s has passed this wait -- zt_stream_sync(s), or
+ * an event recorded on s after this call has completed -- because s reads r
+ * until then. The operation's own result is returned by zt_comm_wait. */
+int zt_stream_wait_comm(zt_stream *s, zt_comm_req *r);
+
+int zt_event_new(zt_event **out);
+/* Drop the caller's reference (streams that will still record or wait on
+ * it keep it alive). NULL is ignored. */
+void zt_event_free(zt_event *e);
+/* e completes when s (NULL: current) reaches this point: at once on a
+ * compute stream. Recording again moves the event to the new point. */
+int zt_event_record(zt_event *e, zt_stream *s);
+/* Block until e's latest record has completed; the error it carries, if any. */
+int zt_event_sync(zt_event *e);
+/* *done = 1 if e's latest record has completed (never blocks); errors as
+ * zt_event_sync once done. */
+int zt_event_query(zt_event *e, int *done);
+
+/* dst = src on stream s (NULL: current): same dtype and numel, any tiers but
+ * nvme (device <-> host, or within one tier); dst and src must not overlap.
+ * Asynchronous: the host must touch neither tensor (read, write, or use in
+ * an op on another stream) until an event recorded on s after this call has
+ * completed, or s was synced. */
+int zt_copy_async(zt_tensor *dst, const zt_tensor *src, zt_stream *s);
 
 /* ---- SHA-256 (for parameter digests) ------------------------------------ */
 typedef struct zt_sha256 {

@@ -82,7 +82,7 @@ int main(void) {
     int32_t *tok = malloc(N * sizeof(int32_t));
     for (int i = 0; i < N; i++) tok[i] = (i * 7919) % V;
     float *wte = rnd((size_t)V * C, 1), *wpe = rnd((size_t)1024 * C, 1);
-    BEST(ms, 5, zk_encoder_forward(y, tok, wte, wpe, B, T, C));
+    BEST(ms, 5, zk_encoder_forward(y, tok, wte, wpe, B, T, C, V));
     BEST(ms2, 5, zk_encoder_backward(wte, wpe, dout, tok, B, T, C, V));
     printf("encoder fwd %6.3f ms  bwd %6.3f ms\n", ms, ms2);
 
@@ -97,10 +97,13 @@ int main(void) {
         double fl = 2.0 * N * ic * oc;
         BEST(ms, reps, zk_matmul_forward(Out, A, Wt, bias, N, ic, oc));
         BEST(ms2, reps, zk_matmul_backward(dA, dW, dB, Out, A, Wt, N, ic, oc));
+        /* OpenBLAS's own threading for this comparison only: ztrain's GEMMs
+         * need it at 1 (kernels.h), so put it back before the next shape. */
         openblas_set_num_threads(omp_get_max_threads());
         double ms3;
         BEST(ms3, reps, cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, oc, ic, 1.0f,
                                     A, ic, Wt, ic, 0.0f, Out, oc));
+        openblas_set_num_threads(1);
         printf("matmul %-8s fwd %7.2f ms (%5.1f GFLOP/s)  bwd %7.2f ms (%5.1f GFLOP/s)  "
                "[plain threaded sgemm fwd %5.1f GFLOP/s]\n",
                names[s], ms, fl / ms / 1e6, ms2, 2 * fl / ms2 / 1e6, fl / ms3 / 1e6);

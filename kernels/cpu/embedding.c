@@ -6,29 +6,37 @@
 /* channels per task in the backward: one owner per (row, channel) element */
 #define ENC_CHUNK 64
 
-/* out (B,T,C) = wte[tokens[b,t]] + wpe[t]. */
-void zk_encoder_forward(float *out, const int32_t *tokens, const float *wte,
-                        const float *wpe, int B, int T, int C) {
-    #pragma omp parallel for schedule(static) if ((long)B * T * C >= 65536)
+/* out (B,T,C) = wte[tokens[b,t]] + wpe[t]. A token outside [0,V) is not
+ * looked up: its row gets wpe[t] alone. Returns how many there were. */
+int zk_encoder_forward(float *out, const int32_t *tokens, const float *wte,
+                       const float *wpe, int B, int T, int C, int V) {
+    int bad = 0;
+    #pragma omp parallel for schedule(static) reduction(+:bad) if ((long)B * T * C >= 65536)
     for (int bt = 0; bt < B * T; bt++) {
-        int t = bt % T;
+        int t = bt % T, tok = tokens[bt];
         float *restrict o = out + (size_t)bt * C;            // (C)
-        const float *restrict e = wte + (size_t)tokens[bt] * C;
         const float *restrict p = wpe + (size_t)t * C;
+        if (tok < 0 || tok >= V) {
+            bad++;
+            for (int c = 0; c < C; c++) o[c] = p[c];
+            continue;
+        }
+        const float *restrict e = wte + (size_t)tok * C;
         for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
     }
+    return bad;
 }
 
 /* dwte (V,C) ACCUMULATED; dwpe rows [0,T) WRITTEN.
  * Tasks split the channels, never the rows: a task walks every (b,t) in
  * order for its channel slice, so each dwte element receives its additions
  * in (b,t) order -- the sequential loop's bits -- and no two tasks touch the
- * same element even when a token repeats. */
-void zk_encoder_backward(float *dwte, float *dwpe, const float *dout,
-                         const int32_t *tokens, int B, int T, int C, int V) {
-    (void)V;
-    int nchunk = (C + ENC_CHUNK - 1) / ENC_CHUNK;
-    #pragma omp parallel for schedule(static) if ((long)B * T * C >= 65536)
+ * same element even when a token repeats. A token outside [0,V) adds to no
+ * row (dwpe still gets its dout); the count of them is returned. */
+int zk_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                        const int32_t *tokens, int B, int T, int C, int V) {
+    int nchunk = (C + ENC_CHUNK - 1) / ENC_CHUNK, bad = 0;
+    #pragma omp parallel for schedule(static) reduction(+:bad) if ((long)B * T * C >= 65536)
     for (int k = 0; k < nchunk; k++) {
         int c0 = k * ENC_CHUNK, c1 = c0 + ENC_CHUNK < C ? c0 + ENC_CHUNK : C;
         for (int t = 0; t < T; t++) {
@@ -40,9 +48,12 @@ void zk_encoder_backward(float *dwte, float *dwpe, const float *dout,
             }
         }
         for (int bt = 0; bt < B * T; bt++) {
+            int tok = tokens[bt];
+            if (tok < 0 || tok >= V) { bad += k == 0; continue; }   /* counted once */
             const float *restrict d = dout + (size_t)bt * C;
-            float *restrict w = dwte + (size_t)tokens[bt] * C;
+            float *restrict w = dwte + (size_t)tok * C;
             for (int c = c0; c < c1; c++) w[c] += d[c];
         }
     }
+    return bad;
 }

@@ -14,7 +14,19 @@
  *  - Gradient semantics are stated per kernel: "written" means the output is
  *    overwritten (=), "accumulated" means the kernel adds into it (+=).
  *  - Kernels know nothing of tensors, devices, comm or Lua. They cannot fail:
- *    the runtime validates shapes and dtypes before calling them.
+ *    the runtime validates shapes and dtypes before calling them. Data is
+ *    not validated on the host (on a GPU the host cannot read it): a kernel
+ *    that indexes by a token id skips an id outside [0,V) (memory-safe: it
+ *    reads and writes nothing through it), counts it and returns the count,
+ *    which the runtime turns into an error. Check tokens where they are made
+ *    (the data loader's vocab_size).
+ *  - Split backward: where a backward kernel takes several outputs and
+ *    accepts NULL for some, each output it computes has the same bits
+ *    whether computed in one call with the others or in a call of its own
+ *    (no output's arithmetic depends on which others were asked for).
+ *  - OpenBLAS runs one thread for the whole process (matmul.c sets it once
+ *    at load): sgemm is called inside OpenMP blocks. Never change it around
+ *    a call; a caller that wants a threaded sgemm of its own puts 1 back.
  */
 #ifndef ZT_KERNELS_CPU_H
 #define ZT_KERNELS_CPU_H
@@ -37,21 +49,25 @@ void zk_cast_f32_f16(uint16_t *dst, const float *src, size_t n);  /* IEEE binary
 void zk_cast_f16_f32(float *dst, const uint16_t *src, size_t n);
 
 /* ---- embedding: token + position --------------------------------------- */
-/* out (B,T,C) = wte[tokens[b,t]] + wpe[t];  tokens (B,T) int32 in [0,V). */
-void zk_encoder_forward(float *out, const int32_t *tokens, const float *wte,
-                        const float *wpe, int B, int T, int C);
+/* out (B,T,C) = wte[tokens[b,t]] + wpe[t];  tokens (B,T) int32, wte (V,C).
+ * Returns the number of tokens outside [0,V) (their rows get wpe[t] alone). */
+int zk_encoder_forward(float *out, const int32_t *tokens, const float *wte,
+                       const float *wpe, int B, int T, int C, int V);
 /* dwte (V,C) ACCUMULATED (+=) (the tied LM head wrote it first);
  * dwpe (maxT,C) rows [0,T) WRITTEN = sum over b of dout[b,t,:].
- * Deterministic: each dwte row sums its occurrences in (b,t) order. */
-void zk_encoder_backward(float *dwte, float *dwpe, const float *dout,
-                         const int32_t *tokens, int B, int T, int C, int V);
+ * Deterministic: each dwte row sums its occurrences in (b,t) order.
+ * Returns the number of tokens outside [0,V) (they add to no dwte row). */
+int zk_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                        const int32_t *tokens, int B, int T, int C, int V);
 
 /* ---- layer norm (eps = 1e-5, biased variance, as PyTorch) -------------- */
 /* out (N,C); mean, rstd (N) saved for backward. */
 void zk_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                           const float *weight, const float *bias, int N, int C);
 /* dinp (N,C) ACCUMULATED (+=: it is the residual stream's gradient);
- * dweight, dbias (C) WRITTEN (sum over the N rows in row order). */
+ * dweight, dbias (C) WRITTEN (sum over the N rows in row order).
+ * Split backward: dinp NULL computes the weights only; dweight and dbias
+ * both NULL compute dinp only. Same bits as the fused call either way. */
 void zk_layernorm_backward(float *dinp, float *dweight, float *dbias,
                            const float *dout, const float *inp,
                            const float *weight, const float *mean,
@@ -62,8 +78,10 @@ void zk_layernorm_backward(float *dinp, float *dweight, float *dbias,
 void zk_matmul_forward(float *out, const float *inp, const float *weight,
                        const float *bias, int N, int C, int OC);
 /* dinp (N,C) = dout @ weight, WRITTEN (skipped when NULL);
- * dweight (OC,C) = dout^T @ inp, WRITTEN (sgemm beta = 0);
- * dbias (OC) = column sums of dout, WRITTEN (skipped when NULL). */
+ * dweight (OC,C) = dout^T @ inp, WRITTEN (sgemm beta = 0; skipped when NULL);
+ * dbias (OC) = column sums of dout, WRITTEN (skipped when NULL).
+ * Split backward: (dinp, NULL, NULL) then (NULL, dweight, dbias) gives the
+ * same bits as one call with all three. */
 void zk_matmul_backward(float *dinp, float *dweight, float *dbias,
                         const float *dout, const float *inp,
                         const float *weight, int N, int C, int OC);
@@ -87,9 +105,10 @@ void zk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n
 /* ---- softmax cross-entropy, fused with its backward -------------------- */
 /* logits (N,V); targets (N) int32 in [0,V). losses (N) WRITTEN with
  * -log softmax(logits)[target]. If dlogits is not NULL it is WRITTEN with
- * (softmax - onehot(target)) * dscale; dlogits may alias logits. */
-void zk_crossentropy(float *losses, float *dlogits, const float *logits,
-                     const int32_t *targets, int N, int V, float dscale);
+ * (softmax - onehot(target)) * dscale; dlogits may alias logits.
+ * Returns the number of targets outside [0,V) (loss and dlogits row 0). */
+int zk_crossentropy(float *losses, float *dlogits, const float *logits,
+                    const int32_t *targets, int N, int V, float dscale);
 
 /* ---- AdamW (decoupled weight decay), PyTorch's formula ------------------ */
 /* g = grad * grad_scale (clip coefficient);

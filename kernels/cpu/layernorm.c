@@ -54,7 +54,10 @@ void zk_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
     }
 }
 
-/* dinp (N,C) ACCUMULATED; dweight, dbias (C) WRITTEN (rows in order). */
+/* dinp (N,C) ACCUMULATED; dweight, dbias (C) WRITTEN (rows in order).
+ * dinp NULL: weights only; dweight = dbias = NULL: input gradient only. The
+ * two parts share nothing but their inputs, so each output has the same bits
+ * in the fused call and in a split one. */
 void zk_layernorm_backward(float *dinp, float *dweight, float *dbias,
                            const float *dout, const float *inp,
                            const float *weight, const float *mean,
@@ -62,6 +65,7 @@ void zk_layernorm_backward(float *dinp, float *dweight, float *dbias,
     int par = (long)N * C >= 32768;
     /* dinp: one row per task. With norm = (x - mean) * rstd and
      * g = weight * dout:  dinp += (g - mean(g) - norm * mean(g * norm)) * rstd */
+    if (dinp != NULL) {
     #pragma omp parallel for schedule(static) if (par)
     for (int n = 0; n < N; n++) {
         const float *restrict x = inp + (size_t)n * C;
@@ -88,6 +92,8 @@ void zk_layernorm_backward(float *dinp, float *dweight, float *dbias,
             di[c] += (weight[c] * d[c] - g_mean - norm * gn_mean) * s;
         }
     }
+    }
+    if (dweight == NULL || dbias == NULL) return;
     /* dweight, dbias: column slices, each summing all rows in order in
      * double (N terms; double keeps large N accurate at no real cost). */
     int nchunk = (C + LN_COL_CHUNK - 1) / LN_COL_CHUNK;

@@ -15,9 +15,24 @@
  *
  * All GEMMs use beta = 0 (see "Same math" in DESIGN.md: a beta = 1 GEMM adds
  * into C one K-block at a time).
+ *
+ * OpenBLAS's own thread count is 1 for the whole process, set once when the
+ * library loads (below) and never touched per call: openblas_set_num_threads
+ * is one global, so flipping it around every GEMM (as this file once did)
+ * races with any other thread that calls BLAS -- a copy-stream worker, a CPU
+ * optimizer, the loader -- and can hand a block a multi-threaded sgemm with
+ * different bits. zt_set_threads sizes OpenMP only. Code that wants a
+ * threaded sgemm of its own (tools/bench.lua's peak) sets the count around
+ * its call and puts 1 back; the CPU device refuses to run a GEMM otherwise.
  */
 #include <cblas.h>
 #include "kernels.h"
+
+/* OpenBLAS's library constructor has run by now (a dependency is initialised
+ * before the objects that need it), so this wins over OPENBLAS_NUM_THREADS. */
+__attribute__((constructor)) static void zk_blas_one_thread(void) {
+    openblas_set_num_threads(1);
+}
 
 #define MM_BLOCK 256       /* rows or columns of the output per sgemm call */
 #define MM_COL_CHUNK 64    /* output columns per task when summing dbias */
@@ -32,10 +47,8 @@ static void gemm_fixed_blocks(int transA, int transB, int M, int N, int K,
     const int nb = (D + MM_BLOCK - 1) / MM_BLOCK;
     const enum CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans;
     const enum CBLAS_TRANSPOSE tb = transB ? CblasTrans : CblasNoTrans;
-    /* one thread inside each call: blocks are the only parallelism. The
-     * caller's OpenBLAS setting is restored for anyone calling sgemm raw. */
-    const int saved = openblas_get_num_threads();
-    openblas_set_num_threads(1);
+    /* one thread inside each call (the process-wide setting above): blocks
+     * are the only parallelism. */
     #pragma omp parallel for schedule(dynamic, 1) if (nb > 1)
     for (int b = 0; b < nb; b++) {
         int s = b * MM_BLOCK, n = D - s < MM_BLOCK ? D - s : MM_BLOCK;
@@ -47,7 +60,6 @@ static void gemm_fixed_blocks(int transA, int transB, int M, int N, int K,
                         transA ? A + s : A + (size_t)s * lda, lda, B, ldb, 0.0f,
                         C + (size_t)s * ldc, ldc);
     }
-    openblas_set_num_threads(saved);
 }
 
 /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL.
@@ -65,14 +77,18 @@ void zk_matmul_forward(float *out, const float *inp, const float *weight,
 }
 
 /* dinp (N,C) = dout @ weight WRITTEN (if not NULL); dweight (OC,C) =
- * dout^T @ inp WRITTEN; dbias (OC) = column sums of dout WRITTEN (if not
- * NULL), each column summed over the rows in order, in double. */
+ * dout^T @ inp WRITTEN (if not NULL); dbias (OC) = column sums of dout
+ * WRITTEN (if not NULL), each column summed over the rows in order, in
+ * double. The three outputs are independent computations over the same
+ * fixed blocks, so each has the same bits whether computed in one call or in
+ * separate calls (split backward: dinp first, the weights later). */
 void zk_matmul_backward(float *dinp, float *dweight, float *dbias,
                         const float *dout, const float *inp,
                         const float *weight, int N, int C, int OC) {
     if (dinp != NULL)
         gemm_fixed_blocks(0, 0, N, C, OC, dout, OC, weight, C, dinp, C);
-    gemm_fixed_blocks(1, 0, OC, C, N, dout, OC, inp, C, dweight, C);
+    if (dweight != NULL)
+        gemm_fixed_blocks(1, 0, OC, C, N, dout, OC, inp, C, dweight, C);
     if (dbias == NULL) return;
     int nchunk = (OC + MM_COL_CHUNK - 1) / MM_COL_CHUNK;
     #pragma omp parallel for schedule(static) if ((long)N * OC >= 65536)

@@ -42,13 +42,22 @@ static double row_sumexp(const float *restrict x, float mx, int V) {
 
 /* losses (N) WRITTEN = logsumexp(logits[n]) - logits[n, target];
  * dlogits (N,V) WRITTEN (if not NULL) = (softmax - onehot) * dscale, and
- * may alias logits (each element is read before it is overwritten). */
-void zk_crossentropy(float *losses, float *dlogits, const float *logits,
-                     const int32_t *targets, int N, int V, float dscale) {
-    #pragma omp parallel for schedule(static) if ((long)N * V >= 65536)
+ * may alias logits (each element is read before it is overwritten).
+ * A target outside [0,V) is not read: its loss and dlogits row are 0.
+ * Returns how many there were. */
+int zk_crossentropy(float *losses, float *dlogits, const float *logits,
+                    const int32_t *targets, int N, int V, float dscale) {
+    int bad = 0;
+    #pragma omp parallel for schedule(static) reduction(+:bad) if ((long)N * V >= 65536)
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * V;        // (V)
         int tgt = targets[n];
+        if (tgt < 0 || tgt >= V) {
+            bad++;
+            losses[n] = 0.0f;
+            if (dlogits != NULL) memset(dlogits + (size_t)n * V, 0, (size_t)V * sizeof(float));
+            continue;
+        }
         float xt = x[tgt];
         float mx = row_max(x, V);
         double sum = row_sumexp(x, mx, V);
@@ -60,4 +69,5 @@ void zk_crossentropy(float *losses, float *dlogits, const float *logits,
         for (int i = 0; i < V; i++) d[i] = exp_nonpos(x[i] - mx) / fsum * dscale;
         d[tgt] = (exp_nonpos(xt - mx) / fsum - 1.0f) * dscale;
     }
+    return bad;
 }

@@ -2,12 +2,27 @@
  * test_layers.c -- encoder, layernorm, matmul, GELU and cross-entropy
  * against plain double-precision references written here; every backward
  * against central differences of the double forward on a scalar loss
- * L = sum(out * R); bit-identity under 1/2/3 OpenMP threads (and 1/2
- * OpenBLAS threads for the matmul).
+ * L = sum(out * R); bit-identity under 1/2/3 OpenMP threads; split
+ * backward (input gradient and weight gradient in separate calls) bit for
+ * bit against the fused call; token ids outside the vocabulary skipped and
+ * counted; OpenBLAS left at one thread (never flipped per call).
  */
 #include <cblas.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include "ctest.h"
 #include "kernels.h"
+
+/* Every call to openblas_set_num_threads in this process comes here first
+ * (the executable's definition wins over the library's), so the test can
+ * see whether a kernel touches the global OpenBLAS thread count. */
+static int blas_set_calls;
+void openblas_set_num_threads(int n) {
+    static void (*real)(int);
+    if (!real) real = (void (*)(int))dlsym(RTLD_NEXT, "openblas_set_num_threads");
+    __atomic_add_fetch(&blas_set_calls, 1, __ATOMIC_RELAXED);
+    real(n);
+}
 
 #define FD_EPS 1e-5
 
@@ -42,7 +57,8 @@ static void test_encoder(void) {
     int32_t tok[10] = {3, 7, 3, 0, 10, 7, 7, 1, 3, 0};
     float *wte = ct_rand(V * C, -1, 1), *wpe = ct_rand(T * C, -1, 1);
     float *out = ct_alloc(B * T * C * 4), *ref = ct_alloc(B * T * C * 4);
-    zk_encoder_forward(out, tok, wte, wpe, B, T, C);
+    ct_check(zk_encoder_forward(out, tok, wte, wpe, B, T, C, V) == 0,
+             "encoder forward counts no bad tokens", "counted some");
     for (int bt = 0; bt < B * T; bt++)
         for (int k = 0; k < C; k++) ref[bt * C + k] = wte[tok[bt] * C + k] + wpe[(bt % T) * C + k];
     ct_same_bits("encoder forward B=2 T=5 C=13 equals plain loop", out, ref, B * T * C * 4);
@@ -83,12 +99,55 @@ static void test_encoder(void) {
     for (int t = 0; t < 3; t++) {
         omp_set_num_threads(t + 1);
         o[t] = ct_alloc(B * T * C * 4); dw[t] = dup_f(wte, V * C); dp[t] = ct_alloc(T * C * 4);
-        zk_encoder_forward(o[t], tk, wte, wpe, B, T, C);
+        zk_encoder_forward(o[t], tk, wte, wpe, B, T, C, V);
         zk_encoder_backward(dw[t], dp[t], R, tk, B, T, C, V);
     }
     ct_check(same3(o, B * T * C) && same3(dw, V * C) && same3(dp, T * C),
              "encoder forward/backward same bits on 1/2/3 threads", "differ");
     for (int t = 0; t < 3; t++) { free(o[t]); free(dw[t]); free(dp[t]); }
+
+    /* ids outside [0,V): skipped (no read or write through them), counted
+     * once, and the valid rows are exactly those of a run without them.
+     * wte sits at the start of a larger buffer: a kernel reading row V+3
+     * would read the canary rows and show up in out. */
+    int32_t *bad = (int32_t *)dup_f((float *)tk, B * T);
+    bad[5] = V + 3; bad[77] = -2; bad[300] = V;
+    float *big = ct_rand((size_t)(V + 8) * C, 1000, 2000);   /* canary rows past V */
+    memcpy(big, wte, (size_t)V * C * 4);
+    float *ob = ct_alloc(B * T * C * 4), *ok = ct_alloc(B * T * C * 4);
+    for (int t = 0; t < 2; t++) {
+        omp_set_num_threads(t + 1);
+        int n = zk_encoder_forward(ob, bad, big, wpe, B, T, C, V);
+        ct_check(n == 3, t ? "encoder forward counts bad tokens (2 threads)" :
+                 "encoder forward counts bad tokens (1 thread)", "counted %d", n);
+    }
+    zk_encoder_forward(ok, tk, wte, wpe, B, T, C, V);
+    int rows_ok = 1;
+    for (int bt = 0; bt < B * T; bt++) {
+        int skipped = bt == 5 || bt == 77 || bt == 300;
+        for (int c = 0; c < C; c++) {
+            float want = skipped ? wpe[(bt % T) * C + c] : ok[bt * C + c];
+            if (ob[bt * C + c] != want) rows_ok = 0;
+        }
+    }
+    ct_check(rows_ok, "encoder forward: valid rows unchanged, skipped rows get wpe alone", "differ");
+    float *dwb = dup_f(big, (V + 8) * C), *dwr = dup_f(wte, V * C), *dpb = ct_alloc(T * C * 4);
+    float *dpr = ct_alloc(T * C * 4);
+    int nb = zk_encoder_backward(dwb, dpb, R, bad, B, T, C, V);
+    /* reference: the same ids with the bad ones' dout zeroed */
+    float *R0 = dup_f(R, B * T * C);
+    int32_t *fixed = (int32_t *)dup_f((float *)bad, B * T);
+    int idx[3] = {5, 77, 300};
+    for (int k = 0; k < 3; k++) { fixed[idx[k]] = 0; memset(R0 + idx[k] * C, 0, C * 4); }
+    zk_encoder_backward(dwr, dpr, R0, fixed, B, T, C, V);
+    ct_check(nb == 3, "encoder backward counts bad tokens once", "counted %d", nb);
+    ct_check(!memcmp(dwb, dwr, V * C * 4) && !memcmp(dwb + V * C, big + V * C, 8 * C * 4),
+             "encoder backward: bad ids add to no row (canary rows untouched)", "differ");
+    float *dpfull = ct_alloc(T * C * 4), *dwfull = dup_f(wte, V * C);
+    zk_encoder_backward(dwfull, dpfull, R, tk, B, T, C, V);
+    ct_same_bits("encoder backward: dwpe still gets every position's dout", dpb, dpfull, T * C * 4);
+    free(bad); free(big); free(ob); free(ok); free(dwb); free(dwr); free(dpb); free(dpr);
+    free(R0); free(fixed); free(dpfull); free(dwfull);
     free(tk); free(wte); free(wpe); free(R);
     omp_set_num_threads(2);
 }
@@ -200,6 +259,42 @@ static void test_layernorm(void) {
     omp_set_num_threads(2);
 }
 
+/* Split backward: dinp alone, then dweight/dbias alone, on 1/2/3 threads,
+ * equal bit for bit to the fused call on 2 threads; and the NULL parts are
+ * left untouched. */
+static void test_layernorm_split_case(int N, int C) {
+    char name[128];
+    size_t nc = (size_t)N * C;
+    float *x = ct_rand(nc, -2, 2), *w = ct_rand(C, 0, 2), *b = ct_rand(C, -1, 1);
+    float *R = ct_rand(nc, -1, 1), *d0 = ct_rand(nc, -1, 1);
+    float *out = ct_alloc(nc * 4), *m = ct_alloc(N * 4), *s = ct_alloc(N * 4);
+    omp_set_num_threads(2);
+    zk_layernorm_forward(out, m, s, x, w, b, N, C);
+    float *fdi = dup_f(d0, nc), *fdw = ct_alloc(C * 4), *fdb = ct_alloc(C * 4);
+    zk_layernorm_backward(fdi, fdw, fdb, R, x, w, m, s, N, C);
+    int same = 1, untouched = 1;
+    for (int t = 1; t <= 3; t++) {
+        omp_set_num_threads(t);
+        float *di = dup_f(d0, nc), *dw = ct_rand(C, 5, 6), *db = ct_rand(C, 5, 6);
+        float *dw0 = dup_f(dw, C), *db0 = dup_f(db, C);
+        zk_layernorm_backward(di, NULL, NULL, R, x, w, m, s, N, C);     /* I */
+        untouched &= !memcmp(dw, dw0, C * 4) && !memcmp(db, db0, C * 4);
+        float *di1 = dup_f(di, nc);
+        zk_layernorm_backward(NULL, dw, db, R, x, w, m, s, N, C);       /* W */
+        untouched &= !memcmp(di, di1, nc * 4);
+        same &= !memcmp(di, fdi, nc * 4) && !memcmp(dw, fdw, C * 4) && !memcmp(db, fdb, C * 4);
+        free(di); free(dw); free(db); free(dw0); free(db0); free(di1);
+    }
+    snprintf(name, sizeof name, "layernorm split backward N=%d C=%d: I then W = fused, bit for bit "
+             "(1/2/3 threads)", N, C);
+    ct_check(same, name, "differ");
+    snprintf(name, sizeof name, "layernorm split backward N=%d C=%d: NULL parts untouched", N, C);
+    ct_check(untouched, name, "written");
+    free(x); free(w); free(b); free(R); free(d0); free(out); free(m); free(s);
+    free(fdi); free(fdw); free(fdb);
+    omp_set_num_threads(2);
+}
+
 /* ---- matmul --------------------------------------------------------------- */
 
 static void mm_ref(double *out, const double *x, const double *w, const double *b,
@@ -296,11 +391,10 @@ static void test_matmul(void) {
     int N = 257, C = 193, OC = 321;
     float *x = ct_rand(N * C, -1, 1), *w = ct_rand(OC * C, -1, 1), *b = ct_rand(OC, -1, 1);
     float *R = ct_rand(N * OC, -1, 1);
-    float *o[4], *dx[4], *dw[4], *db[4];
-    /* runs 0-2: OpenMP 1/2/3 threads (OpenBLAS 2); run 3: OpenBLAS 1 thread */
-    for (int t = 0; t < 4; t++) {
-        omp_set_num_threads(t < 3 ? t + 1 : 2);
-        openblas_set_num_threads(t < 3 ? 2 : 1);
+    float *o[3], *dx[3], *dw[3], *db[3];
+    int calls = __atomic_load_n(&blas_set_calls, __ATOMIC_RELAXED);
+    for (int t = 0; t < 3; t++) {
+        omp_set_num_threads(t + 1);
         o[t] = ct_alloc(N * OC * 4); dx[t] = ct_alloc(N * C * 4);
         dw[t] = ct_alloc(OC * C * 4); db[t] = ct_alloc(OC * 4);
         zk_matmul_forward(o[t], x, w, b, N, C, OC);
@@ -308,17 +402,71 @@ static void test_matmul(void) {
     }
     ct_check(same3(o, N * OC) && same3(dx, N * C) && same3(dw, OC * C) && same3(db, OC),
              "matmul forward/backward same bits on 1/2/3 OpenMP threads", "differ");
-    ct_check(!memcmp(o[1], o[3], N * OC * 4) && !memcmp(dx[1], dx[3], N * C * 4) &&
-             !memcmp(dw[1], dw[3], OC * C * 4),
-             "matmul forward/backward same bits on 1 vs 2 OpenBLAS threads", "differ");
-    openblas_set_num_threads(2);
-    zk_matmul_forward(o[0], x, w, b, N, C, OC);
-    ct_check(openblas_get_num_threads() == 2, "matmul leaves the OpenBLAS thread count as it was",
-             "now %d", openblas_get_num_threads());
-    for (int t = 0; t < 4; t++) { free(o[t]); free(dx[t]); free(dw[t]); free(db[t]); }
+    ct_check(__atomic_load_n(&blas_set_calls, __ATOMIC_RELAXED) == calls,
+             "matmul never calls openblas_set_num_threads (a global: racy per call)",
+             "%d calls", __atomic_load_n(&blas_set_calls, __ATOMIC_RELAXED) - calls);
+    for (int t = 0; t < 3; t++) { free(o[t]); free(dx[t]); free(dw[t]); free(db[t]); }
     free(x); free(w); free(b); free(R);
     omp_set_num_threads(2);
-    openblas_set_num_threads(2);
+}
+
+/* Split backward: (dinp) then (dweight, dbias) equal the fused call bit for
+ * bit on 1/2/3 threads, and a NULL output is left untouched. */
+static void test_matmul_split_case(int N, int C, int OC) {
+    char name[160];
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+    float *x = ct_rand(nx, -1, 1), *w = ct_rand(nw, -1, 1), *R = ct_rand(no, -1, 1);
+    omp_set_num_threads(2);
+    float *fdx = ct_alloc(nx * 4), *fdw = ct_alloc(nw * 4), *fdb = ct_alloc(OC * 4);
+    zk_matmul_backward(fdx, fdw, fdb, R, x, w, N, C, OC);
+    int same = 1, untouched = 1;
+    for (int t = 1; t <= 3; t++) {
+        omp_set_num_threads(t);
+        float *dx = ct_rand(nx, 5, 6), *dw = ct_rand(nw, 5, 6), *db = ct_rand(OC, 5, 6);
+        float *dw0 = dup_f(dw, nw), *db0 = dup_f(db, OC);
+        zk_matmul_backward(dx, NULL, NULL, R, x, w, N, C, OC);          /* I */
+        untouched &= !memcmp(dw, dw0, nw * 4) && !memcmp(db, db0, OC * 4);
+        float *dx1 = dup_f(dx, nx);
+        zk_matmul_backward(NULL, dw, db, R, x, w, N, C, OC);            /* W */
+        untouched &= !memcmp(dx, dx1, nx * 4);
+        same &= !memcmp(dx, fdx, nx * 4) && !memcmp(dw, fdw, nw * 4) && !memcmp(db, fdb, OC * 4);
+        free(dx); free(dw); free(db); free(dw0); free(db0); free(dx1);
+    }
+    snprintf(name, sizeof name, "matmul split backward N=%d C=%d OC=%d: I then W = fused, bit for bit "
+             "(1/2/3 threads)", N, C, OC);
+    ct_check(same, name, "differ");
+    snprintf(name, sizeof name, "matmul split backward N=%d C=%d OC=%d: NULL parts untouched", N, C, OC);
+    ct_check(untouched, name, "written");
+    free(x); free(w); free(R); free(fdx); free(fdw); free(fdb);
+    omp_set_num_threads(2);
+}
+
+/* Another thread running GEMMs at the same time (a copy worker, a CPU
+ * optimizer) must not change this thread's bits. */
+typedef struct { const float *x, *w; float *out; int N, C, OC, reps; } mm_job;
+static void *mm_worker(void *p) {
+    mm_job *j = p;
+    omp_set_num_threads(2);
+    for (int r = 0; r < j->reps; r++) zk_matmul_forward(j->out, j->x, j->w, NULL, j->N, j->C, j->OC);
+    return NULL;
+}
+
+static void test_matmul_concurrent(void) {
+    int N = 512, C = 384, OC = 1152;
+    float *x = ct_rand((size_t)N * C, -1, 1), *w = ct_rand((size_t)OC * C, -1, 1);
+    float *ref = ct_alloc((size_t)N * OC * 4), *o1 = ct_alloc((size_t)N * OC * 4);
+    float *o2 = ct_alloc((size_t)N * OC * 4);
+    omp_set_num_threads(2);
+    zk_matmul_forward(ref, x, w, NULL, N, C, OC);
+    mm_job a = {x, w, o1, N, C, OC, 8}, b = {x, w, o2, N, C, OC, 8};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, mm_worker, &a);
+    pthread_create(&tb, NULL, mm_worker, &b);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    ct_check(!memcmp(o1, ref, (size_t)N * OC * 4) && !memcmp(o2, ref, (size_t)N * OC * 4),
+             "matmul bits unchanged with two threads running GEMMs at once", "differ");
+    free(x); free(w); free(ref); free(o1); free(o2);
 }
 
 /* ---- GELU ------------------------------------------------------------------ */
@@ -446,6 +594,27 @@ static void test_xent(void) {
         zk_crossentropy(l[t], d[t], x, tg, N, V, 0.25f);
     }
     ct_check(same3(l, N) && same3(d, N * V), "crossentropy same bits on 1/2/3 threads", "differ");
+    /* targets outside [0,V): skipped (loss and dlogits row 0), counted; the
+     * other rows are unchanged */
+    int32_t *bt = (int32_t *)dup_f((float *)tg, N);
+    bt[3] = V; bt[40] = -7;
+    float *lb = ct_alloc(N * 4), *db = ct_rand(N * V, 1, 2);
+    int nbad = zk_crossentropy(lb, db, x, bt, N, V, 0.25f);
+    int rows = 1;
+    for (int n = 0; n < N; n++) {
+        int skip = n == 3 || n == 40;
+        if (skip) {
+            rows &= lb[n] == 0.0f;
+            for (int i = 0; i < V; i++) rows &= db[(size_t)n * V + i] == 0.0f;
+        } else {
+            rows &= lb[n] == l[1][n] && !memcmp(db + (size_t)n * V, d[1] + (size_t)n * V, V * 4);
+        }
+    }
+    ct_check(nbad == 2, "crossentropy counts targets outside [0,V)", "counted %d", nbad);
+    ct_check(rows, "crossentropy: bad rows zeroed, the others unchanged", "differ");
+    ct_check(zk_crossentropy(lb, NULL, x, tg, N, V, 0.25f) == 0, "crossentropy counts no bad targets",
+             "counted some");
+    free(bt); free(lb); free(db);
     for (int t = 0; t < 3; t++) { free(l[t]); free(d[t]); }
     free(x); free(tg);
     omp_set_num_threads(2);
@@ -454,9 +623,18 @@ static void test_xent(void) {
 int main(void) {
     ct_seed(2);
     omp_set_num_threads(2);
+    ct_check(openblas_get_num_threads() == 1, "OpenBLAS runs one thread from load (set once)",
+             "%d", openblas_get_num_threads());
     test_encoder();
     test_layernorm();
+    test_layernorm_split_case(7, 13);
+    test_layernorm_split_case(129, 771);
+    test_layernorm_split_case(1024, 768);
     test_matmul();
+    test_matmul_split_case(7, 13, 5);
+    test_matmul_split_case(257, 193, 321);
+    test_matmul_split_case(1024, 768, 2304);
+    test_matmul_concurrent();
     test_gelu();
     test_xent();
     return ct_summary();

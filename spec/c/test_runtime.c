@@ -1,7 +1,12 @@
-/* test_runtime.c -- tensors, views, memory accounting and limits, errors, SHA-256. */
+/* test_runtime.c -- tensors, views, memory accounting and limits, errors,
+ * tier discipline, token ids checked by the kernels, SHA-256. */
 #include <stdio.h>
 #include <string.h>
 #include "ztrain.h"
+
+/* OpenBLAS extensions (the runtime's GEMMs need one OpenBLAS thread) */
+void openblas_set_num_threads(int n);
+int openblas_get_num_threads(void);
 
 static int passed, failed;
 #define CHECK(name, cond, ...) do { \
@@ -85,22 +90,177 @@ static void test_ops_validation(void)
     rc = zt_attention_forward(o, o, x, 4);
     CHECK("attention rejects a 2-D qkv", rc == ZT_EINVAL && strstr(zt_last_error(), "(B,T,3C)"),
           "msg %s", zt_last_error());
-    {   /* a token outside the vocabulary must not reach the kernel's scatter */
+    {   /* a token outside the vocabulary: skipped by the kernels (never a wild
+         * read or write), reported by the op; the host never reads the ids */
         int64_t sv[2] = { 4, 8 }, sd[3] = { 1, 2, 8 }, st[2] = { 1, 2 };
-        zt_tensor *dwte = NULL, *dwpe = NULL, *dout = NULL, *tok = NULL;
+        zt_tensor *dwte = NULL, *dwpe = NULL, *dout = NULL, *tok = NULL, *out = NULL;
         zt_tensor_new(&dwte, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, sv);
         zt_tensor_new(&dwpe, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, sv);
         zt_tensor_new(&dout, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 3, sd);
+        zt_tensor_new(&out, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 3, sd);
         zt_tensor_new(&tok, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_I32, 2, st);
-        ((int32_t *)tok->data)[1] = 100000000;
+        int32_t ids[2] = { 1, 100000000 };
+        zt_tensor_write(tok, ids, sizeof ids);
+        zt_fill(dout, 1.0f);
         rc = zt_encoder_backward(dwte, dwpe, dout, tok);
         CHECK("encoder backward rejects a token outside the vocabulary",
+              rc == ZT_EINVAL && strstr(zt_last_error(), "1 of 2 tokens are outside the vocabulary [0,4)")
+              && strstr(zt_last_error(), "vocab_size"), "rc %d msg %s", rc, zt_last_error());
+        float w[32];
+        zt_tensor_read(dwte, w, sizeof w);
+        CHECK("encoder backward still scatters the valid token", w[8] == 1.0f && w[0] == 0.0f,
+              "row 1 %g row 0 %g", w[8], w[0]);
+        rc = zt_encoder_forward(out, tok, dwte, dwpe);
+        CHECK("encoder forward rejects a token outside the vocabulary",
               rc == ZT_EINVAL && strstr(zt_last_error(), "outside the vocabulary"), "rc %d msg %s",
               rc, zt_last_error());
+        ids[1] = -1;
+        zt_tensor_write(tok, ids, sizeof ids);
+        rc = zt_encoder_forward(out, tok, dwte, dwpe);
+        CHECK("a negative token is outside too", rc == ZT_EINVAL, "rc %d", rc);
+        ids[1] = 3;
+        zt_tensor_write(tok, ids, sizeof ids);
+        rc = zt_encoder_forward(out, tok, dwte, dwpe);
+        CHECK("tokens inside the vocabulary pass", rc == ZT_OK, "rc %d %s", rc, zt_last_error());
+        /* cross-entropy targets: logits (2,4) */
+        int64_t sl[2] = { 2, 4 };
+        zt_tensor *logits = NULL, *losses = NULL;
+        zt_tensor_new(&logits, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, sl);
+        zt_tensor_new(&losses, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 1, st + 1);
+        rc = zt_crossentropy(losses, logits, logits, tok, 1.0f);
+        CHECK("crossentropy with good targets", rc == ZT_OK, "rc %d %s", rc, zt_last_error());
+        ids[0] = 4;
+        zt_tensor_write(tok, ids, sizeof ids);
+        rc = zt_crossentropy(losses, logits, logits, tok, 1.0f);
+        CHECK("crossentropy rejects a target outside the vocabulary",
+              rc == ZT_EINVAL && strstr(zt_last_error(), "1 of 2 targets are outside the vocabulary"),
+              "rc %d msg %s", rc, zt_last_error());
+        zt_tensor_release(logits); zt_tensor_release(losses); zt_tensor_release(out);
         zt_tensor_release(dwte); zt_tensor_release(dwpe); zt_tensor_release(dout); zt_tensor_release(tok);
+    }
+    {   /* split backward: which NULL combinations are valid */
+        int64_t sw[2] = { 3, 8 }, so[2] = { 4, 3 }, sb[1] = { 3 };
+        zt_tensor *mw = NULL, *mdw = NULL, *mdb = NULL, *mdo = NULL, *mdx = NULL;
+        zt_tensor_new(&mw, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, sw);
+        zt_tensor_new(&mdw, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, sw);
+        zt_tensor_new(&mdb, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 1, sb);
+        zt_tensor_new(&mdo, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, so);
+        zt_tensor_new(&mdx, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, s2);
+        rc = zt_matmul_backward(mdx, NULL, NULL, mdo, x, mw);
+        CHECK("matmul backward with dweight NULL (input gradient only)", rc == ZT_OK, "rc %d %s", rc,
+              zt_last_error());
+        rc = zt_matmul_backward(NULL, mdw, mdb, mdo, x, mw);
+        CHECK("matmul backward with dinp NULL (weights only)", rc == ZT_OK, "rc %d %s", rc,
+              zt_last_error());
+        rc = zt_matmul_backward(mdx, NULL, mdb, mdo, x, mw);
+        CHECK("matmul backward rejects dbias without dweight",
+              rc == ZT_EINVAL && strstr(zt_last_error(), "dbias without dweight"), "rc %d %s", rc,
+              zt_last_error());
+        rc = zt_matmul_backward(NULL, NULL, NULL, mdo, x, mw);
+        CHECK("matmul backward rejects nothing to compute",
+              rc == ZT_EINVAL && strstr(zt_last_error(), "nothing to compute"), "rc %d %s", rc,
+              zt_last_error());
+        int64_t s8[1] = { 8 }, s4[1] = { 4 };
+        zt_tensor *lw = NULL, *ldw = NULL, *ldb = NULL, *lm = NULL, *lr = NULL, *ldx = NULL;
+        zt_tensor_new(&lw, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 1, s8);
+        zt_tensor_new(&ldw, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 1, s8);
+        zt_tensor_new(&ldb, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 1, s8);
+        zt_tensor_new(&lm, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 1, s4);
+        zt_tensor_new(&lr, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 1, s4);
+        zt_tensor_new(&ldx, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, s2);
+        rc = zt_layernorm_backward(NULL, ldw, ldb, x, x, lw, lm, lr);
+        CHECK("layernorm backward with dinp NULL", rc == ZT_OK, "rc %d %s", rc, zt_last_error());
+        rc = zt_layernorm_backward(ldx, NULL, NULL, x, x, lw, lm, lr);
+        CHECK("layernorm backward with dweight, dbias NULL", rc == ZT_OK, "rc %d %s", rc, zt_last_error());
+        rc = zt_layernorm_backward(ldx, ldw, NULL, x, x, lw, lm, lr);
+        CHECK("layernorm backward rejects dweight without dbias",
+              rc == ZT_EINVAL && strstr(zt_last_error(), "pass both"), "rc %d %s", rc, zt_last_error());
+        rc = zt_layernorm_backward(NULL, NULL, NULL, x, x, lw, lm, lr);
+        CHECK("layernorm backward rejects nothing to compute",
+              rc == ZT_EINVAL && strstr(zt_last_error(), "nothing to compute"), "rc %d %s", rc,
+              zt_last_error());
+        zt_tensor_release(mw); zt_tensor_release(mdw); zt_tensor_release(mdb); zt_tensor_release(mdo);
+        zt_tensor_release(mdx); zt_tensor_release(lw); zt_tensor_release(ldw); zt_tensor_release(ldb);
+        zt_tensor_release(lm); zt_tensor_release(lr); zt_tensor_release(ldx);
     }
     rc = zt_fill(NULL, 1.0f);
     CHECK("NULL tensor is an error, not a crash", rc == ZT_EINVAL, "rc %d", rc);
+    zt_tensor_release(x); zt_tensor_release(w); zt_tensor_release(o);
+}
+
+/* An op's operands share one addressable tier; copies between tiers are
+ * explicit (zt_copy_async). */
+static void test_tiers(void)
+{
+    int64_t s2[2] = { 4, 8 }, sw[2] = { 8, 8 };
+    zt_tensor *hd = NULL, *dv = NULL, *h2 = NULL, *w = NULL;
+    zt_tensor_new(&hd, ZT_TIER_HOST, ZT_CAT_OTHER, ZT_F32, 2, s2);
+    zt_tensor_new(&h2, ZT_TIER_HOST, ZT_CAT_OTHER, ZT_F32, 2, s2);
+    zt_tensor_new(&dv, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, s2);
+    zt_tensor_new(&w, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, sw);
+    float ones[32];
+    for (int i = 0; i < 32; i++) ones[i] = 1.0f;
+    zt_tensor_write(dv, ones, sizeof ones);
+    int rc = zt_add(hd, dv);
+    const char *m = zt_last_error();
+    CHECK("add rejects a host and a device operand",
+          rc == ZT_EINVAL && strstr(m, "zt_add: y (f32 [4,8] on host) and x (f32 [4,8] on device)") &&
+          strstr(m, "different tiers") && strstr(m, "zt_copy_async"), "rc %d msg %s", rc, m);
+    float back[32];
+    zt_tensor_read(hd, back, sizeof back);
+    CHECK("the rejected add wrote nothing", back[0] == 0.0f && back[31] == 0.0f, "%g", back[0]);
+    rc = zt_copy(hd, dv);
+    CHECK("zt_copy requires one tier", rc == ZT_EINVAL && strstr(zt_last_error(), "different tiers"),
+          "rc %d msg %s", rc, zt_last_error());
+    rc = zt_matmul_forward(hd, dv, w, NULL);
+    CHECK("matmul names the mismatched pair",
+          rc == ZT_EINVAL && strstr(zt_last_error(), "out (f32 [4,8] on host) and inp (f32 [4,8] on device)"),
+          "rc %d msg %s", rc, zt_last_error());
+    rc = zt_copy_async(hd, dv, NULL);
+    CHECK("copy_async moves bytes between tiers", rc == ZT_OK, "rc %d %s", rc, zt_last_error());
+    rc = zt_add(h2, hd);
+    zt_tensor_read(h2, back, sizeof back);
+    CHECK("ops on host-tier operands run", rc == ZT_OK && back[5] == 1.0f, "rc %d %g", rc, back[5]);
+    /* nvme: no allocator, and ops refuse its (unaddressable) bytes */
+    zt_tensor *nv = NULL;
+    rc = zt_tensor_new(&nv, ZT_TIER_NVME, ZT_CAT_OPTIM, ZT_F32, 2, s2);
+    CHECK("no allocator for the nvme tier yet", rc == ZT_EINVAL && nv == NULL &&
+          strstr(zt_last_error(), "nvme tier") && strstr(zt_last_error(), "no allocator"),
+          "rc %d msg %s", rc, zt_last_error());
+    CHECK("a failed nvme allocation is not accounted", zt_mem_current(ZT_TIER_NVME, -1) == 0, "%zu",
+          zt_mem_current(ZT_TIER_NVME, -1));
+    h2->storage->tier = ZT_TIER_NVME;   /* none can exist yet: pretend */
+    rc = zt_scale(h2, 2.0f);
+    int rc2 = zt_tensor_read(h2, back, sizeof back);
+    h2->storage->tier = ZT_TIER_HOST;
+    CHECK("ops reject nvme-tier tensors", rc == ZT_EINVAL && rc2 == ZT_EINVAL &&
+          strstr(zt_last_error(), "nvme"), "rc %d %d msg %s", rc, rc2, zt_last_error());
+    zt_tensor_release(hd); zt_tensor_release(h2); zt_tensor_release(dv); zt_tensor_release(w);
+}
+
+/* OpenBLAS runs one thread per call for the process; zt_set_threads sizes
+ * OpenMP only, and a GEMM refuses to run if someone changed the count. */
+static void test_blas_threads(void)
+{
+    CHECK("OpenBLAS at one thread from the start", openblas_get_num_threads() == 1, "%d",
+          openblas_get_num_threads());
+    zt_set_threads(2);
+    CHECK("zt_set_threads leaves OpenBLAS alone", openblas_get_num_threads() == 1, "%d",
+          openblas_get_num_threads());
+    int64_t s2[2] = { 4, 8 };
+    zt_tensor *x = NULL, *w = NULL, *o = NULL;
+    zt_tensor_new(&x, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, s2);
+    zt_tensor_new(&w, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, s2);
+    int64_t so[2] = { 4, 4 };
+    zt_tensor_new(&o, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, so);
+    openblas_set_num_threads(2);
+    int rc = zt_matmul_forward(o, x, w, NULL);
+    CHECK("a GEMM refuses to run with OpenBLAS threads changed",
+          rc == ZT_ESTATE && strstr(zt_last_error(), "set it back to 1"), "rc %d msg %s", rc,
+          zt_last_error());
+    openblas_set_num_threads(1);
+    rc = zt_matmul_forward(o, x, w, NULL);
+    CHECK("and runs once it is 1 again", rc == ZT_OK, "rc %d %s", rc, zt_last_error());
     zt_tensor_release(x); zt_tensor_release(w); zt_tensor_release(o);
 }
 
@@ -154,6 +314,8 @@ int main(void)
     test_tensors();
     test_limit();
     test_ops_validation();
+    test_tiers();
+    test_blas_threads();
     test_sha256();
     test_randn();
     printf("%d passed, %d failed\n", passed, failed);

@@ -1,0 +1,465 @@
+/*
+ * stream.c -- streams and events on the CPU backend (contracts in ztrain.h).
+ *
+ * A compute stream is the calling thread itself: ops run synchronously, an
+ * event recorded on it is complete at once, a wait blocks the caller until
+ * it is met. A copy or comm stream is real: one worker thread runs its queue
+ * in issue order (copies through the device copy, waits, event records), so
+ * a strategy that forgets to wait for a copy reads bytes that are still
+ * being written -- the race it would have on a GPU, where a CUDA build maps
+ * these objects to cudaStream_t and cudaEvent_t.
+ *
+ * Synchronisation: each stream has a lock and two condition variables
+ * (work queued; work finished). Events share one lock and one condition
+ * variable: completions are rare (a few per step) and waiters few. No
+ * function holds a stream lock and the event lock at once.
+ *
+ * Sequence numbers: a stream counts the items queued (issued) and done
+ * (finished); zt_stream_sync waits for finished >= the issued count it saw,
+ * so other threads queueing more work cannot starve it. An event counts its
+ * records (recorded) and the highest record reached (completed); a wait
+ * captures the record in effect when it is issued, as CUDA's does.
+ */
+#include <omp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "internal.h"
+
+enum { ITEM_COPY, ITEM_RECORD, ITEM_WAIT_EVENT, ITEM_WAIT_COMM, ITEM_FAIL };
+
+typedef struct item {
+    int kind;
+    struct item *next;
+    zt_tensor *dst, *src;       /* COPY: both retained until done */
+    zt_event *ev;               /* RECORD, WAIT_EVENT: retained */
+    uint64_t seq;               /* the record this item completes or waits for */
+    zt_comm_req *req;           /* WAIT_COMM: not owned (see ztrain.h) */
+    int code;                   /* FAIL */
+    char msg[256];
+} item;
+
+struct zt_stream {
+    int kind;
+    int worker;                 /* 1: a worker thread runs the queue */
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t queued, finished_cv;
+    item *head, *tail;
+    uint64_t issued, finished;
+    int stop;
+    int err;                    /* first error of the queued work, kept until reported */
+    char msg[1024];
+};
+
+struct zt_event {
+    int refs;                   /* the user's + one per queued item naming it */
+    uint64_t recorded, completed;
+    int err;                    /* the recording stream's kept error at completion */
+    char msg[1024];
+};
+
+static pthread_mutex_t ev_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ev_cv = PTHREAD_COND_INITIALIZER;
+
+static zt_stream default_stream = { .kind = ZT_STREAM_COMPUTE, .worker = 0 };
+static _Thread_local zt_stream *current;
+
+static const char *kind_name(int kind)
+{
+    switch (kind) {
+    case ZT_STREAM_COMPUTE: return "compute";
+    case ZT_STREAM_COPY: return "copy";
+    case ZT_STREAM_COMM: return "comm";
+    default: return "?";
+    }
+}
+
+/* Spin briefly (a copy or a small collective finishes in microseconds), then
+ * sleep a little longer each round, up to 1 ms: a long wait must not burn a
+ * core the compute stream or the communication thread needs. */
+static void backoff(int *round)
+{
+    if (*round < 32) sched_yield();
+    else {
+        int sh = *round - 32 < 10 ? *round - 32 : 10;
+        struct timespec ts = { 0, 1000L << sh };
+        nanosleep(&ts, NULL);
+    }
+    (*round)++;
+}
+
+/* ---- events ------------------------------------------------------------------ */
+
+static void event_release(zt_event *e)
+{
+    pthread_mutex_lock(&ev_lock);
+    int last = --e->refs == 0;
+    pthread_mutex_unlock(&ev_lock);
+    if (last) free(e);
+}
+
+int zt_event_new(zt_event **out)
+{
+    ZT_CHECK(out != NULL, "zt_event_new: out is NULL");
+    *out = NULL;
+    zt_event *e = calloc(1, sizeof *e);
+    if (!e) return zt_error(ZT_ENOMEM, "zt_event_new: out of memory");
+    e->refs = 1;
+    *out = e;
+    return ZT_OK;
+}
+
+void zt_event_free(zt_event *e)
+{
+    if (e) event_release(e);
+}
+
+/* Mark record seq of e reached, carrying the recording stream's error. */
+static void event_complete(zt_event *e, uint64_t seq, int err, const char *msg)
+{
+    pthread_mutex_lock(&ev_lock);
+    if (seq > e->completed) {
+        e->completed = seq;
+        e->err = err;
+        if (err) snprintf(e->msg, sizeof e->msg, "%s", msg);
+    }
+    pthread_cond_broadcast(&ev_cv);
+    pthread_mutex_unlock(&ev_lock);
+}
+
+/* Block until record seq of e is reached; its error (code, message in msg). */
+static int event_wait_seq(zt_event *e, uint64_t seq, char *msg, size_t n)
+{
+    pthread_mutex_lock(&ev_lock);
+    while (e->completed < seq) pthread_cond_wait(&ev_cv, &ev_lock);
+    int err = e->err;           /* of the latest record reached (errors are sticky) */
+    if (err) snprintf(msg, n, "%s", e->msg);
+    pthread_mutex_unlock(&ev_lock);
+    return err;
+}
+
+int zt_event_sync(zt_event *e)
+{
+    ZT_CHECK(e != NULL, "zt_event_sync: event is NULL (freed?)");
+    pthread_mutex_lock(&ev_lock);
+    uint64_t seq = e->recorded;
+    pthread_mutex_unlock(&ev_lock);
+    char msg[1024];
+    int err = event_wait_seq(e, seq, msg, sizeof msg);
+    return err ? zt_error(err, "%s", msg) : ZT_OK;
+}
+
+int zt_event_query(zt_event *e, int *done)
+{
+    ZT_CHECK(e != NULL && done != NULL, "zt_event_query: event or done is NULL");
+    pthread_mutex_lock(&ev_lock);
+    *done = e->completed >= e->recorded;
+    int err = *done ? e->err : 0;
+    char msg[1024];
+    if (err) snprintf(msg, sizeof msg, "%s", e->msg);
+    pthread_mutex_unlock(&ev_lock);
+    return err ? zt_error(err, "%s", msg) : ZT_OK;
+}
+
+/* ---- the worker ---------------------------------------------------------------- */
+
+/* Keep the first error of s's work (later ones follow from it). */
+static void stream_fail(zt_stream *s, int code, const char *msg)
+{
+    pthread_mutex_lock(&s->lock);
+    if (!s->err) {
+        s->err = code;
+        snprintf(s->msg, sizeof s->msg, "%s", msg);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void run_item(zt_stream *s, item *it)
+{
+    pthread_mutex_lock(&s->lock);
+    int err = s->err;
+    char msg[1024];
+    if (err) snprintf(msg, sizeof msg, "%s", s->msg);
+    pthread_mutex_unlock(&s->lock);
+
+    switch (it->kind) {
+    case ITEM_COPY:
+        if (!err)   /* after a failure the stream skips its work until the error is seen */
+            zt_dev()->copy(it->dst->data, it->src->data,
+                           (size_t)it->src->numel * zt_dtype_size(it->src->dtype));
+        zt_tensor_release(it->dst);
+        zt_tensor_release(it->src);
+        break;
+    case ITEM_RECORD:
+        if (err) {
+            char m[1024];
+            snprintf(m, sizeof m, "work queued on the %s stream before this event failed: "
+                     "%.900s", kind_name(s->kind), msg);
+            event_complete(it->ev, it->seq, err, m);
+        } else {
+            event_complete(it->ev, it->seq, 0, "");
+        }
+        event_release(it->ev);
+        break;
+    case ITEM_WAIT_EVENT: {
+        char emsg[1024];
+        int eerr = event_wait_seq(it->ev, it->seq, emsg, sizeof emsg);
+        if (eerr && !err) {
+            char m[1024];
+            snprintf(m, sizeof m, "waited on an event whose stream failed: %.900s", emsg);
+            stream_fail(s, eerr, m);
+        }
+        event_release(it->ev);
+        break;
+    }
+    case ITEM_WAIT_COMM: {
+        int done = 0, round = 0;
+        while (zt_comm_test(it->req, &done) == ZT_OK && !done) backoff(&round);
+        break;
+    }
+    case ITEM_FAIL:
+        if (!err) stream_fail(s, it->code, it->msg);
+        break;
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    zt_stream *s = arg;
+    /* One thread: a copy engine, not a second OpenMP team fighting the
+     * compute stream's for the cores (device copies use OpenMP blocks). */
+    omp_set_num_threads(1);
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->head && !s->stop) pthread_cond_wait(&s->queued, &s->lock);
+        if (!s->head) break;            /* stop, and the queue is drained */
+        item *it = s->head;
+        s->head = it->next;
+        if (!s->head) s->tail = NULL;
+        pthread_mutex_unlock(&s->lock);
+        run_item(s, it);
+        free(it);
+        pthread_mutex_lock(&s->lock);
+        s->finished++;
+        pthread_cond_broadcast(&s->finished_cv);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+static void enqueue(zt_stream *s, item *it)
+{
+    pthread_mutex_lock(&s->lock);
+    it->next = NULL;
+    if (s->tail) s->tail->next = it; else s->head = it;
+    s->tail = it;
+    s->issued++;
+    pthread_cond_signal(&s->queued);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static item *new_item(const char *fn, int kind)
+{
+    item *it = calloc(1, sizeof *it);
+    if (!it) zt_error(ZT_ENOMEM, "%s: out of memory for a stream item", fn);
+    else it->kind = kind;
+    return it;
+}
+
+/* ---- streams -------------------------------------------------------------------- */
+
+zt_stream *zt_stream_default(void) { return &default_stream; }
+
+zt_stream *zt_stream_current(void) { return current ? current : &default_stream; }
+
+int zt_stream_set_current(zt_stream *s)
+{
+    current = s == &default_stream ? NULL : s;
+    return ZT_OK;
+}
+
+static zt_stream *resolve(zt_stream *s) { return s ? s : zt_stream_current(); }
+
+int zt_stream_new(zt_stream **out, int kind)
+{
+    ZT_CHECK(out != NULL, "zt_stream_new: out is NULL");
+    *out = NULL;
+    ZT_CHECK(kind == ZT_STREAM_COMPUTE || kind == ZT_STREAM_COPY || kind == ZT_STREAM_COMM,
+             "zt_stream_new: unknown stream kind %d (known: ZT_STREAM_COMPUTE, "
+             "ZT_STREAM_COPY, ZT_STREAM_COMM)", kind);
+    zt_stream *s = calloc(1, sizeof *s);
+    if (!s) return zt_error(ZT_ENOMEM, "zt_stream_new: out of memory");
+    s->kind = kind;
+    s->worker = kind != ZT_STREAM_COMPUTE;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->queued, NULL);
+    pthread_cond_init(&s->finished_cv, NULL);
+    if (s->worker) {
+        int rc = pthread_create(&s->thread, NULL, worker_main, s);
+        if (rc != 0) {
+            pthread_cond_destroy(&s->queued);
+            pthread_cond_destroy(&s->finished_cv);
+            pthread_mutex_destroy(&s->lock);
+            free(s);
+            return zt_error(ZT_ENOMEM, "zt_stream_new: cannot start the %s stream's thread "
+                            "(%s)", kind_name(kind), strerror(rc));
+        }
+    }
+    *out = s;
+    return ZT_OK;
+}
+
+void zt_stream_free(zt_stream *s)
+{
+    if (s == NULL || s == &default_stream) return;
+    if (current == s) current = NULL;
+    if (s->worker) {
+        pthread_mutex_lock(&s->lock);
+        s->stop = 1;
+        pthread_cond_signal(&s->queued);
+        pthread_mutex_unlock(&s->lock);
+        pthread_join(s->thread, NULL);      /* it drains the queue first */
+    }
+    pthread_cond_destroy(&s->queued);
+    pthread_cond_destroy(&s->finished_cv);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+int zt_stream_sync(zt_stream *s)
+{
+    s = resolve(s);
+    if (!s->worker) return zt_dev()->sync();
+    pthread_mutex_lock(&s->lock);
+    uint64_t target = s->issued;
+    while (s->finished < target) pthread_cond_wait(&s->finished_cv, &s->lock);
+    int err = s->err;
+    char msg[1024];
+    if (err) { snprintf(msg, sizeof msg, "%s", s->msg); s->err = 0; }
+    pthread_mutex_unlock(&s->lock);
+    return err ? zt_error(err, "work queued on the %s stream failed (its later work was "
+                          "skipped): %s", kind_name(s->kind), msg) : ZT_OK;
+}
+
+int zt_stream_enter(void)
+{
+    zt_stream *s = current;
+    return (s && s->worker) ? zt_stream_sync(s) : ZT_OK;
+}
+
+int zt_stream_wait_event(zt_stream *s, zt_event *e)
+{
+    ZT_CHECK(e != NULL, "zt_stream_wait_event: event is NULL (freed?)");
+    s = resolve(s);
+    pthread_mutex_lock(&ev_lock);
+    uint64_t seq = e->recorded;
+    pthread_mutex_unlock(&ev_lock);
+    if (!s->worker) {
+        char msg[1024];
+        int err = event_wait_seq(e, seq, msg, sizeof msg);
+        return err ? zt_error(err, "%s", msg) : ZT_OK;
+    }
+    item *it = new_item("zt_stream_wait_event", ITEM_WAIT_EVENT);
+    if (!it) return ZT_ENOMEM;
+    pthread_mutex_lock(&ev_lock);
+    e->refs++;
+    pthread_mutex_unlock(&ev_lock);
+    it->ev = e;
+    it->seq = seq;
+    enqueue(s, it);
+    return ZT_OK;
+}
+
+int zt_stream_wait_comm(zt_stream *s, zt_comm_req *r)
+{
+    ZT_CHECK(r != NULL, "zt_stream_wait_comm: request is NULL (already waited on?)");
+    s = resolve(s);
+    if (!s->worker) {
+        int done = 0, round = 0, rc;
+        while ((rc = zt_comm_test(r, &done)) == ZT_OK && !done) backoff(&round);
+        return rc;
+    }
+    item *it = new_item("zt_stream_wait_comm", ITEM_WAIT_COMM);
+    if (!it) return ZT_ENOMEM;
+    it->req = r;
+    enqueue(s, it);
+    return ZT_OK;
+}
+
+int zt_stream_inject_error(zt_stream *s, int code, const char *msg)
+{
+    ZT_CHECK(code < 0 && msg != NULL, "zt_stream_inject_error: need an error code and a message");
+    s = resolve(s);
+    ZT_CHECK(s->worker, "zt_stream_inject_error: a compute stream runs on the caller; "
+             "its errors are returned at once");
+    item *it = new_item("zt_stream_inject_error", ITEM_FAIL);
+    if (!it) return ZT_ENOMEM;
+    it->code = code;
+    snprintf(it->msg, sizeof it->msg, "%s", msg);
+    enqueue(s, it);
+    return ZT_OK;
+}
+
+int zt_event_record(zt_event *e, zt_stream *s)
+{
+    ZT_CHECK(e != NULL, "zt_event_record: event is NULL (freed?)");
+    s = resolve(s);
+    if (!s->worker) {   /* everything issued to a compute stream is done */
+        pthread_mutex_lock(&ev_lock);
+        uint64_t seq = ++e->recorded;
+        pthread_mutex_unlock(&ev_lock);
+        event_complete(e, seq, 0, "");
+        return ZT_OK;
+    }
+    item *it = new_item("zt_event_record", ITEM_RECORD);
+    if (!it) return ZT_ENOMEM;
+    pthread_mutex_lock(&ev_lock);
+    it->seq = ++e->recorded;
+    e->refs++;
+    pthread_mutex_unlock(&ev_lock);
+    it->ev = e;
+    enqueue(s, it);
+    return ZT_OK;
+}
+
+/* ---- copies ---------------------------------------------------------------------- */
+
+int zt_copy_async(zt_tensor *dst, const zt_tensor *src, zt_stream *s)
+{
+    const char *fn = "zt_copy_async";
+    char a[96], b[96];
+    ZT_CHECK(dst != NULL && src != NULL, "%s: dst or src is NULL (freed tensor?)", fn);
+    int dt = dst->storage->tier, st = src->storage->tier;
+    ZT_CHECK(dst->dtype == src->dtype && dst->numel == src->numel,
+             "%s: dst (%s on %s) and src (%s on %s) must have the same dtype and numel "
+             "(a copy moves bytes; cast with zt_cast first)", fn, zt_describe(dst, a, sizeof a),
+             zt_tier_name(dt), zt_describe(src, b, sizeof b), zt_tier_name(st));
+    ZT_CHECK(dt != ZT_TIER_NVME && st != ZT_TIER_NVME,
+             "%s: dst (%s on %s) or src (%s on %s) is on the nvme tier, whose bytes are not "
+             "addressable; nvme transfers go through aio", fn, zt_describe(dst, a, sizeof a),
+             zt_tier_name(dt), zt_describe(src, b, sizeof b), zt_tier_name(st));
+    ZT_CHECK(dst->storage != src->storage || dst->offset + dst->numel <= src->offset ||
+             src->offset + src->numel <= dst->offset,
+             "%s: dst and src overlap in one storage (elements [%lld,%lld) and [%lld,%lld)); "
+             "copy through a separate buffer", fn, (long long)dst->offset,
+             (long long)(dst->offset + dst->numel), (long long)src->offset,
+             (long long)(src->offset + src->numel));
+    s = resolve(s);
+    size_t nbytes = (size_t)src->numel * zt_dtype_size(src->dtype);
+    if (!s->worker) {
+        zt_dev()->copy(dst->data, src->data, nbytes);
+        return ZT_OK;
+    }
+    item *it = new_item(fn, ITEM_COPY);
+    if (!it) return ZT_ENOMEM;
+    zt_tensor_retain(dst);
+    zt_tensor_retain((zt_tensor *)src);   /* released by the worker; never written */
+    it->dst = dst;
+    it->src = (zt_tensor *)src;
+    enqueue(s, it);
+    return ZT_OK;
+}
