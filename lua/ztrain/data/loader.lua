@@ -1,7 +1,14 @@
 -- ztrain.data.loader: random-access batches of (inputs, targets) over a token stream.
 --
---   local L, err = data.loader{ split = ds.train, B = 4, T = 128, seed = 1337, shuffle = true }
+--   local L, err = data.loader{ split = ds.train, B = 4, T = 128, seed = 1337, shuffle = true,
+--                               vocab_size = 50257 }
 --   local x, y = L:batch(i)            -- or L:batch(i, x, y) to fill int32_t[B*T] arrays
+--
+-- Tokens. With vocab_size, every token the loader can hand out is checked to lie
+-- in [0, vocab_size) when the loader is made (one pass over the split): a token
+-- outside is an error naming it and its position. This is the token-range check
+-- of the whole pipeline: the ops never read token ids on the host (they live on
+-- the device), and a kernel that meets a bad id only skips and counts it.
 --
 -- Windows. The stream (split.tokens[0 .. split.n-1]) is cut into L.windows =
 -- floor((n - 1) / T) windows of T + 1 tokens with stride T: window w is tokens
@@ -74,10 +81,11 @@ end
 
 function M.loader(opts)
   if type(opts) ~= "table" then error("data.loader: expected a table of options, got " .. type(opts), 2) end
-  local known = { split = true, B = true, T = true, seed = true, shuffle = true }
+  local known = { split = true, B = true, T = true, seed = true, shuffle = true, vocab_size = true }
   for k in pairs(opts) do
     if not known[k] then
-      error(("data.loader: unknown option %q (known: B, T, seed, shuffle, split)"):format(tostring(k)), 2)
+      error(("data.loader: unknown option %q (known: B, T, seed, shuffle, split, vocab_size)")
+            :format(tostring(k)), 2)
     end
   end
   local split = opts.split
@@ -91,6 +99,7 @@ function M.loader(opts)
   local shuffle = opts.shuffle
   if shuffle == nil then shuffle = true end
   if type(shuffle) ~= "boolean" then error("data.loader: shuffle must be a boolean, got " .. type(shuffle), 2) end
+  local V = opts.vocab_size ~= nil and check_int(opts.vocab_size, "vocab_size", 1) or nil
 
   local windows = n >= T + 1 and math.floor((n - 1) / T) or 0
   if windows < 1 then
@@ -101,8 +110,21 @@ function M.loader(opts)
     return nil, ("data.loader: too little data: %d tokens make %d windows of T + 1 = %d tokens (stride %d), "
                  .. "fewer than B = %d; lower B or T, or add data"):format(n, windows, T + 1, T, B)
   end
+  if V then
+    -- windows cover tokens [0, windows*T]; nothing past them is ever handed out
+    local tok = split.tokens
+    for j = 0, windows * T do
+      local v = tok[j]
+      if v < 0 or v >= V then
+        return nil, ("data.loader: token %d at position %d of the split is outside the model's "
+                     .. "vocabulary [0,%d): the tokenizer and model.vocab_size disagree")
+                    :format(tonumber(v), j, V)
+      end
+    end
+  end
   return setmetatable({
     split = split, tokens = split.tokens, n = n, B = B, T = T, seed = seed, shuffle = shuffle,
+    vocab_size = V,
     windows = windows, batches_per_epoch = windows / B,
     _cache = {}, -- epoch -> permutation; at most 2 (a batch spans at most 2 epochs)
     _order = {},
