@@ -94,8 +94,18 @@ function Tensor:nbytes() local c = live(self); return tonumber(c.numel * C.zt_dt
 function Tensor:tier() return ffi.string(C.zt_tier_name(live(self).storage.tier)) end
 function Tensor:category() return ffi.string(C.zt_category_name(live(self).storage.category)) end
 
--- Host pointer to the data (CPU backend only; use read/write for portability).
-function Tensor:ptr() local c = live(self); return ffi.cast(CTYPE[DNAME[tonumber(c.dtype)]], c.data) end
+-- Pointer to the data of a host-tier tensor. Device-tier bytes are not the
+-- host's to touch (on a GPU they are not even addressable): use :read/:write,
+-- or stream.copy_async into a host tensor and wait for it.
+function Tensor:ptr()
+  local c = live(self)
+  if c.storage.tier ~= C.ZT_TIER_HOST then
+    error(("tensor:ptr(): %s is on the %s tier; only host-tier tensors are addressable from Lua: "
+           .. "use :read()/:write(), or stream.copy_async it into a host tensor and wait for it")
+          :format(tostring(self), self:tier()), 2)
+  end
+  return ffi.cast(CTYPE[DNAME[tonumber(c.dtype)]], c.data)
+end
 
 -- Copy from / into host memory (a cdata array or pointer of nbytes bytes).
 function Tensor:write(src) check(C.zt_tensor_write(live(self), src, self:nbytes()), "tensor:write") end
