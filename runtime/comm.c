@@ -228,7 +228,9 @@ static void take_startable(zt_comm_req ***tail)
  *    (latency), then sleep 50 us, and longer the longer nothing happens (a
  *    stage waiting long on its peer should not burn a core).
  * With both kinds in flight the shorter sleep wins. Returns 0 to poll again
- * at once. */
+ * at once; *yield = 1 when the thread should yield the core before it does
+ * (the transfers' long window; a collective's short spin does not yield:
+ * on a loaded machine a yield can cost a whole time slice). */
 #define WAIT_SPIN_S 30e-6
 #define WAIT_MAX_NS 200000L
 #define P2P_SPIN_S  2e-3
@@ -237,9 +239,10 @@ typedef struct {
     int coll_naps;                  /* sleeps since then (collectives' backoff) */
 } pace;
 
-static long nap_ns(const zt_comm_req *fly, pace *pc, double t)
+static long nap_ns(const zt_comm_req *fly, pace *pc, double t, int *yield)
 {
     int p2p = 0, coll = 0;
+    *yield = 0;
     for (const zt_comm_req *f = fly; f; f = f->next) {
         if (is_p2p(f)) p2p = 1; else coll = 1;
     }
@@ -247,6 +250,7 @@ static long nap_ns(const zt_comm_req *fly, pace *pc, double t)
     if (p2p) {
         double idle = t - pc->last_p2p;
         ns = idle <= P2P_SPIN_S ? 0 : idle > 0.1 ? 1000000L : idle > 0.02 ? 200000L : 50000L;
+        *yield = ns == 0;
     }
     if (coll) {
         long c = 0;
@@ -258,6 +262,7 @@ static long nap_ns(const zt_comm_req *fly, pace *pc, double t)
             ns = c;
             if (c) pc->coll_naps++;
         }
+        if (c == 0) *yield = 0;
     }
     return ns < 0 ? 0 : ns;
 }
@@ -289,6 +294,7 @@ static void *comm_main(void *arg)
     for (;;) {
         zt_comm_req *todo = NULL, **tt = &todo;
         long nap = 0;
+        int yield = 0;
         pthread_mutex_lock(&q_lock);
         take_startable(&tt);
         if (!todo && !fly) {
@@ -298,7 +304,7 @@ static void *comm_main(void *arg)
             continue;
         }
         if (!todo) {
-            nap = nap_ns(fly, &pc, now_s());
+            nap = nap_ns(fly, &pc, now_s(), &yield);
             if (nap) {
                 struct timespec ts;
                 clock_gettime(CLOCK_REALTIME, &ts);
@@ -347,7 +353,7 @@ static void *comm_main(void *arg)
                 pp = &f->next;
             }
         }
-        if (!any && !nap) sched_yield();
+        if (!any && yield) sched_yield();
     }
     zt_clear_error();
     rc = w->tp->finalize(w);

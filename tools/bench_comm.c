@@ -9,6 +9,10 @@
  *
  * Prints, per size: median time per all_reduce, algorithm bandwidth
  * (bytes / time) and bus bandwidth (x 2(p-1)/p, what each rank moves).
+ * Then the round trip of a small send/recv between ranks 0 and 1 on a group
+ * of their own: alone, and while the largest all_reduce runs on the world
+ * (the engine progresses every communicator side by side, so the round
+ * trips are not queued behind the all_reduce).
  * ZT_BENCH_SCRATCH_MB sets the per-op scratch budget (comm.h's knob).
  */
 #include <stdio.h>
@@ -30,6 +34,68 @@ static int cmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* One round trip of t between ranks 0 and 1 on g (others: nothing). */
+static int round_trip(zt_comm *g, zt_tensor *t, int R)
+{
+    int rc = ZT_OK;
+    if (R == 0) rc = zt_send(g, t, 1, 1, NULL) | zt_recv(g, t, 1, 2, NULL);
+    if (R == 1) rc = zt_recv(g, t, 0, 1, NULL) | zt_send(g, t, 0, 2, NULL);
+    if (rc != ZT_OK) { fprintf(stderr, "%s\n", zt_last_error()); exit(1); }
+    return rc;
+}
+
+static void ping_pong(zt_comm *w, int R, double ar_mb)
+{
+    enum { N = 200 };
+    zt_comm *g;
+    int64_t n = 256, na = (int64_t)(ar_mb * (1 << 20) / 4);
+    if (na < 1) na = 1;
+    zt_tensor *t, *x;
+    if (zt_comm_split(&g, w, 0, R) != ZT_OK ||
+        zt_tensor_new(&t, ZT_TIER_DEVICE, ZT_CAT_COMM, ZT_F32, 1, &n) != ZT_OK ||
+        zt_tensor_new(&x, ZT_TIER_DEVICE, ZT_CAT_GRADS, ZT_F32, 1, &na) != ZT_OK) {
+        fprintf(stderr, "%s\n", zt_last_error());
+        exit(1);
+    }
+    memset(t->data, 0, 1024);
+    memset(x->data, 0, (size_t)na * 4);
+    double rt[N], during[N];
+    zt_barrier(w, NULL);
+    for (int i = 0; i < N; i++) {
+        double t0 = now();
+        round_trip(g, t, R);
+        rt[i] = now() - t0;
+    }
+    qsort(rt, N, sizeof *rt, cmp);
+    /* Round trips while the all_reduce is in flight (at least one). */
+    zt_barrier(w, NULL);
+    zt_comm_req *q;
+    double t0 = now();
+    if (zt_all_reduce(w, x, &q) != ZT_OK) { fprintf(stderr, "%s\n", zt_last_error()); exit(1); }
+    int k = 0, done = 0;
+    while (k < N) {
+        double t1 = now();
+        round_trip(g, t, R);
+        during[k++] = now() - t1;
+        zt_comm_test(q, &done);
+        int any = done;          /* stop together: rank 0 decides */
+        zt_comm_broadcast_host(g, &any, sizeof any, 0);
+        if (any) break;
+    }
+    zt_comm_wait(q);
+    double ar = now() - t0, first = during[0];
+    qsort(during, (size_t)k, sizeof *during, cmp);
+    if (R == 0)
+        printf("\nsend/recv round trip, 1 KiB, ranks 0 and 1 on their own group:\n"
+               "  alone: median %.1f us\n"
+               "  while a %.0f MiB all_reduce runs on the world (%.1f ms): %d round trips, "
+               "median %.1f us, first %.1f us\n", rt[N / 2] * 1e6, ar_mb, ar * 1e3, k,
+               during[k / 2] * 1e6, first * 1e6);
+    zt_tensor_release(t);
+    zt_tensor_release(x);
+    zt_comm_free(g);
 }
 
 int main(int argc, char **argv)
@@ -88,6 +154,7 @@ int main(int argc, char **argv)
         }
         zt_tensor_release(x);
     }
+    if (P >= 2) ping_pong(w, R, sizes_mb[ns - 1]);
     zt_comm_finalize();
     return 0;
 }
