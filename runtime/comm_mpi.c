@@ -231,6 +231,7 @@ static int step_all_reduce(zt_comm_req *op, coll_state *st, int *done)
     switch (st->phase) {
     case 0:
         st->n = base + (rem ? 1 : 0);                   /* largest chunk */
+        if (st->n == 0) { *done = 1; return ZT_OK; }
         st->S = round_elems(op, p, st->n);
         ZT_TRY(coll_scratch(op, st, p, "all_reduce receive buffer"));
         st->k0 = 0;
@@ -276,6 +277,7 @@ static int step_reduce_scatter(zt_comm_req *op, coll_state *st, int *done)
     int *cnt = st->v, *dsp = st->v + p, *rcnt = st->v + 2 * p, *rdsp = st->v + 3 * p;
     int rc = ZT_OK;
     if (st->phase == 0) {
+        if (m == 0) { *done = 1; return ZT_OK; }
         st->S = round_elems(op, p, m);
         ZT_TRY(coll_scratch(op, st, p, "reduce_scatter receive buffer"));
         st->k0 = 0;
@@ -345,6 +347,7 @@ static int step_broadcast(zt_comm_req *op, coll_state *st, int *done)
     const int64_t n = op->count;
     int rc = ZT_OK;
     if (st->phase == 0) {
+        if (n == 0) { *done = 1; return ZT_OK; }
         st->S = (int64_t)(op->msg_bytes / op->esize);
         if (st->S < 1) st->S = 1;
         st->k0 = 0;
