@@ -282,11 +282,11 @@ int zt_comm_broadcast_host(zt_comm *c, void *buf, size_t nbytes, int root);
  *    stream is current first waits for that stream's queued work, then runs
  *    on the caller: the stream's order holds; only the queued work overlaps.
  *
- * Errors in queued work (on the CPU: a waited-on event whose stream failed;
- * a GPU reports asynchronous faults the same way) are kept by the stream,
- * which skips its later work until the error is reported: the next
- * zt_stream_sync (or op drain, above) returns it with its message and clears
- * it. An event recorded after the failure carries it too: zt_event_sync and
+ * Errors in queued work (a GPU's asynchronous faults; on the CPU only a
+ * failure passed on through a waited-on event, or a test's injected one)
+ * are kept by the stream, which skips its later work until the error is
+ * reported: the next zt_stream_sync (or op drain, above) returns it with its
+ * message and clears it. An event recorded after the failure carries it too: zt_event_sync and
  * zt_event_query return it.
  *
  * Lifetimes: tensors given to zt_copy_async are retained until the copy is
