@@ -1,6 +1,8 @@
 -- ztrain.ops: the runtime's tensor ops, checked. Tensor arguments are
 -- ztrain.tensor objects (or nil where the C API allows NULL); failures raise
--- a Lua error with the runtime's message.
+-- a Lua error with the runtime's message. An op's tensors must all live on
+-- one tier (move bytes with ztrain.stream.copy_async); ops run on the calling
+-- thread's current stream.
 local zffi = require "ztrain.ffi"
 local C, check = zffi.C, zffi.check
 
@@ -25,6 +27,8 @@ end
 function M.layernorm_forward(out, mean, rstd, inp, w, b)
   check(C.zt_layernorm_forward(c(out), c(mean), c(rstd), c(inp), c(w), c(b)), "layernorm_forward")
 end
+-- Split backward: dinp nil computes the weight gradients only; dw and db both
+-- nil the input gradient only. Each output has the same bits as in the fused call.
 function M.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd)
   check(C.zt_layernorm_backward(c(dinp), c(dw), c(db), c(dout), c(inp), c(w), c(mean), c(rstd)),
         "layernorm_backward")
@@ -32,6 +36,8 @@ end
 function M.matmul_forward(out, inp, w, b)
   check(C.zt_matmul_forward(c(out), c(inp), c(w), c(b)), "matmul_forward")
 end
+-- dinp and db may be nil; dw nil (then db nil) computes dinp only (split
+-- backward: the same bits as the fused call).
 function M.matmul_backward(dinp, dw, db, dout, inp, w)
   check(C.zt_matmul_backward(c(dinp), c(dw), c(db), c(dout), c(inp), c(w)), "matmul_backward")
 end
