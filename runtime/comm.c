@@ -1,7 +1,7 @@
 /*
  * comm.c -- the communication engine: the world and its groups, requests,
- * and the communication thread with its queue. The collectives' API and
- * argument checks are in comm_ops.c.
+ * and the communication thread with one queue per communicator. The
+ * collectives' API and argument checks are in comm_ops.c.
  *
  * The world is chosen once (zt_comm_world): under an MPI launcher it is the
  * MPI transport (comm_mpi.c), otherwise the local one-rank transport
