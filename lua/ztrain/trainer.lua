@@ -281,6 +281,7 @@ function Trainer:evaluate()
   local ctx, stage, pool = self.ctx, self.stages[1], self.pools[1]
   ctx.training = false
   local total = 0.0
+  pool:reset()
   local a = pool:acquire(0)
   a.dscale = nil
   local ok, err = pcall(function()

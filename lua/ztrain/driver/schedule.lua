@@ -23,6 +23,7 @@ function M.step(env, lr)
   local ctx, S = env.ctx, env.strategy
   local rank = env.pp and env.pp.rank or 0
   local list = env.lists[rank + 1]
+  for _, pool in ipairs(env.pools) do pool:reset() end
   local loss, gnorm = nil, nil
   -- requests in flight by (stage, micro-batch); progress of each backward
   local recv_f, recv_b, send_f, send_b, done = {}, {}, {}, {}, {}

@@ -14,6 +14,7 @@ function M.step(env, lr)
   local ctx, S = env.ctx, env.strategy
   assert(#env.stages == 1, "the sequential driver runs one stage; use a schedule for pipelines")
   local stage, pool = env.stages[1], env.pools[1]
+  pool:reset()
   local loss = 0.0
   for mb = 0, env.microbatches - 1 do
     local a = pool:acquire(mb)

@@ -3,9 +3,14 @@
 --
 -- A stage is { index (0-based), units (consecutive), has_embed, has_head }.
 -- Every driver runs units through these functions, so a strategy sees the
--- same hook calls whatever the driver: pre_forward / post_forward around a
--- unit's forward, pre_backward before its backward (or its I half),
--- post_backward once its weight gradient is complete (after B, or after W).
+-- same hook calls whatever the driver:
+--   pre_forward, post_forward      around a unit's forward
+--   pre_backward                   before its backward reads parameters (B or I)
+--   post_input_grad                its input gradient is done: parameters may go
+--   pre_weight_grad                its weight gradients are about to be written (B or W)
+--   post_backward                  its weight gradient is complete: reduce it
+-- Fused: pre_backward, pre_weight_grad, B, post_input_grad, post_backward.
+-- Split: I = pre_backward, I, post_input_grad; W = pre_weight_grad, W, post_backward.
 local M = {}
 
 -- stages(model, bounds) -> list of stages. bounds: unit counts per stage
@@ -52,6 +57,15 @@ function Pool:acquire(mb)
   a.mb = mb
   self.live[mb] = a
   return a
+end
+
+-- Release every set still live (a step that failed part-way leaves some):
+-- each step starts from none, so no micro-batch reuses stale inputs.
+function Pool:reset()
+  for mb, a in pairs(self.live) do
+    for _, u in ipairs(self.stage.units) do self:wput(u, a.w[u.index]); a.w[u.index] = nil end
+    self:release(mb)
+  end
 end
 
 function Pool:get(mb)
@@ -113,7 +127,9 @@ function M.backward(ctx, S, stage, a, mb)
   for i = #units, 1, -1 do
     local u = units[i]
     S.pre_backward(ctx, u, mb)
+    S.pre_weight_grad(ctx, u, mb)
     model:backward(u, a)
+    S.post_input_grad(ctx, u, mb)
     S.post_backward(ctx, u, mb)
   end
 end
@@ -126,6 +142,7 @@ function M.backward_input(ctx, S, stage, a, mb, pool)
     S.pre_backward(ctx, u, mb)
     a.w[u.index] = pool:wget(u)
     model:backward_input(u, a, a.w[u.index])
+    S.post_input_grad(ctx, u, mb)
   end
 end
 
@@ -135,6 +152,7 @@ function M.backward_weight(ctx, S, stage, a, mb, pool)
   local model, units = ctx.model, stage.units
   for i = #units, 1, -1 do
     local u = units[i]
+    S.pre_weight_grad(ctx, u, mb)
     model:backward_weight(u, a, a.w[u.index])
     pool:wput(u, a.w[u.index])
     a.w[u.index] = nil

@@ -228,6 +228,9 @@ end
 --   backward_weight(u, a, w)        W only: writes the unit's gradients
 -- backward(u, a) and backward_input + backward_weight give the same bits:
 -- the same kernel calls, with the input and weight halves issued apart.
+-- The W pass never reads parameters (a strategy may release them after I):
+-- the kernels read a weight only for the input gradient, so each weight's
+-- gradient view stands in for the weight's shape.
 -- Gradients are WRITTEN (beta = 0), except embed's wte, which the head's
 -- backward writes first and the embedding's adds to (one fixed order).
 
@@ -285,20 +288,20 @@ local function block_backward_input(u, a, w)
 end
 
 local function block_backward_weight(u, a, w)
-  local P, G, S, x = u.p, u.g, a.unit[u.index], a.x[u.index]
+  local G, S, x = u.g, a.unit[u.index], a.x[u.index]
   local pre = "h." .. u.layer .. "."
   ops.matmul_backward(nil, G[pre .. "mlp.c_proj.weight"], G[pre .. "mlp.c_proj.bias"], w.dy,
-                      S.fch_gelu, P[pre .. "mlp.c_proj.weight"])
+                      S.fch_gelu, G[pre .. "mlp.c_proj.weight"])
   ops.matmul_backward(nil, G[pre .. "mlp.c_fc.weight"], G[pre .. "mlp.c_fc.bias"], w.dfch,
-                      S.ln2, P[pre .. "mlp.c_fc.weight"])
+                      S.ln2, G[pre .. "mlp.c_fc.weight"])
   ops.layernorm_backward(nil, G[pre .. "ln_2.weight"], G[pre .. "ln_2.bias"], w.dln2, S.resid2,
-                         P[pre .. "ln_2.weight"], S.ln2_mean, S.ln2_rstd)
+                         G[pre .. "ln_2.weight"], S.ln2_mean, S.ln2_rstd)
   ops.matmul_backward(nil, G[pre .. "attn.c_proj.weight"], G[pre .. "attn.c_proj.bias"], w.dresid2,
-                      S.atty, P[pre .. "attn.c_proj.weight"])
+                      S.atty, G[pre .. "attn.c_proj.weight"])
   ops.matmul_backward(nil, G[pre .. "attn.c_attn.weight"], G[pre .. "attn.c_attn.bias"], w.dqkv,
-                      S.ln1, P[pre .. "attn.c_attn.weight"])
+                      S.ln1, G[pre .. "attn.c_attn.weight"])
   ops.layernorm_backward(nil, G[pre .. "ln_1.weight"], G[pre .. "ln_1.bias"], w.dln1, x,
-                         P[pre .. "ln_1.weight"], S.ln1_mean, S.ln1_rstd)
+                         G[pre .. "ln_1.weight"], S.ln1_mean, S.ln1_rstd)
 end
 
 -- The head needs wte, which lives in the embed unit (tied weights).
@@ -330,10 +333,10 @@ local function head_backward_input(u, a, w, model)
 end
 
 local function head_backward_weight(u, a, w, model)
-  local P, G, S = u.p, u.g, a.unit[u.index]
-  ops.matmul_backward(nil, model.embed.g.wte, nil, S.logits, S.lnf, model.embed.p.wte)
+  local G, S = u.g, a.unit[u.index]
+  ops.matmul_backward(nil, model.embed.g.wte, nil, S.logits, S.lnf, model.embed.g.wte)
   ops.layernorm_backward(nil, G["ln_f.weight"], G["ln_f.bias"], w.dlnf, a.x[u.index],
-                         P["ln_f.weight"], S.lnf_mean, S.lnf_rstd)
+                         G["ln_f.weight"], S.lnf_mean, S.lnf_rstd)
 end
 
 local function embed_forward(u, a)

@@ -38,9 +38,10 @@ function M.new(opts)
   function S.pre_forward(ctx, u) end
   function S.post_forward(ctx, u) end
 
-  -- Backward of u writes the gradients of every unit it reads parameters of
-  -- (the head writes embed's wte): their last reductions must be done.
-  function S.pre_backward(ctx, u, micro)
+  -- The weight-gradient pass of u writes the gradients of every unit it
+  -- reads parameters of (the head writes embed's wte): their last
+  -- reductions must be done.
+  function S.pre_weight_grad(ctx, u, micro)
     for _, pu in ipairs(ctx.model:param_units(u)) do finish(ctx, pu) end
   end
 

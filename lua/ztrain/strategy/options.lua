@@ -10,7 +10,8 @@ local M = {}
 -- Hooks a strategy must define.
 M.required = { "setup", "step" }
 -- Per-unit hooks every driver calls; missing ones are no-ops.
-M.unit_hooks = { "pre_forward", "post_forward", "pre_backward", "post_backward" }
+M.unit_hooks = { "pre_forward", "post_forward", "pre_backward", "post_input_grad", "pre_weight_grad",
+                 "post_backward" }
 -- Other optional members.
 M.optional = { "free", "reduce_loss", "with_full_params", "predicted", "pad", "finish_grads",
                "state", "load_state", "describe" }

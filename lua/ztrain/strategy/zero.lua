@@ -152,13 +152,24 @@ function M.new(opts)
 
   local function finish_all(ctx) while #ctx.work.inflight > 0 do finish_one(ctx) end end
 
-  -- Before unit u's backward writes gradients, every reduction still reading
-  -- those buffers must be done (stage 1 reuses them across micro-batches),
-  -- and stage 2/3 need a fresh zeroed bucket.
+  -- Before unit u's backward reads parameters: gather them (and prefetch).
   function S.pre_backward(ctx, u, micro)
+    for _, pu in ipairs(ctx.model:param_units(u)) do ready(ctx, pu) end
+    prefetch(ctx, u.index, -1)
+  end
+
+  -- u's input gradient is done: its parameters (and embed's, for the head)
+  -- may go; the weight-gradient pass does not read them.
+  function S.post_input_grad(ctx, u, micro)
+    for _, pu in ipairs(ctx.model:param_units(u)) do release(ctx, pu) end
+  end
+
+  -- Before unit u's weight gradients are written, every reduction still
+  -- reading those buffers must be done (stage 1 reuses them across
+  -- micro-batches), and stage 2/3 need a fresh zeroed bucket.
+  function S.pre_weight_grad(ctx, u, micro)
     local model, W = ctx.model, ctx.work
     for _, pu in ipairs(model:param_units(u)) do
-      ready(ctx, pu)
       if stage == 1 then
         for _, f in ipairs(W.inflight) do if f.u == pu then finish_all(ctx) break end end
       elseif not pu.grads then
@@ -167,7 +178,6 @@ function M.new(opts)
         model:set_grads(pu, W.pool.get(pu.padded))
       end
     end
-    prefetch(ctx, u.index, -1)
   end
 
   function S.post_backward(ctx, u, micro)
@@ -188,7 +198,6 @@ function M.new(opts)
     if stage >= 2 then f.bucket = model:set_grads(u, nil) end
     W.inflight[#W.inflight + 1] = f
     while #W.inflight > MAX_INFLIGHT do finish_one(ctx) end
-    for _, pu in ipairs(model:param_units(u)) do release(ctx, pu) end
   end
 
   -- Every reduction of the step done (the REDUCE_GRAD action).
