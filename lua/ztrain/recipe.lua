@@ -206,6 +206,13 @@ function M.resolve(user, overrides)
   if type(r.schedule) ~= "string" and type(r.schedule) ~= "function" then
     return nil, ("recipe key \"schedule\" must be a schedule name or a function, got %s"):format(type(r.schedule))
   end
+  if type(r.schedule) == "string" and r.schedule ~= "" and not require("ztrain.schedule").builtin[r.schedule] then
+    local names = {}
+    for k in pairs(require("ztrain.schedule").builtin) do names[#names + 1] = k end
+    table.sort(names)
+    return nil, ("unknown schedule %q (known: %s; or a function returning action lists)")
+                :format(r.schedule, table.concat(names, ", "))
+  end
   return r
 end
 
@@ -245,7 +252,11 @@ end
 function M.serialize(r)
   local function ser(v)
     if type(v) == "table" then
-      if getmetatable(v) or v.setup then return ("%q"):format(v.name or "object") end
+      if getmetatable(v) or v.setup then
+        -- a strategy object: its name and options (ranks must agree on both)
+        local opts = type(rawget(v, "opts")) == "table" and ser(v.opts) or ""
+        return ("%q"):format(tostring(v.name or "object")) .. opts
+      end
       local keys = {}
       for k in pairs(v) do keys[#keys + 1] = k end
       table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
@@ -254,7 +265,11 @@ function M.serialize(r)
       return "{" .. table.concat(parts, ",") .. "}"
     elseif type(v) == "string" then return ("%q"):format(v)
     elseif type(v) == "number" then return ("%.17g"):format(v)
-    elseif type(v) == "function" then return "function"
+    elseif type(v) == "function" then
+      -- a function (a user schedule): its bytecode's hash, so ranks that
+      -- loaded different code disagree (upvalues are not compared)
+      local ok, code = pcall(string.dump, v)
+      return ok and ("function:" .. require("ztrain.digest").string(code):sub(1, 16)) or "function"
     else return tostring(v) end
   end
   return ser(r)

@@ -23,7 +23,10 @@ M.OPS = { F = true, B = true, I = true, W = true, SEND_F = true, RECV_F = true,
 
 -- action(op, stage, mb) -> action
 function M.action(op, stage, mb)
-  assert(M.OPS[op], "unknown action " .. tostring(op))
+  if not M.OPS[op] then
+    error(("unknown action %q (known: F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B, REDUCE_GRAD, STEP)")
+          :format(tostring(op)), 2)
+  end
   return { op = op, stage = stage, mb = mb }
 end
 
@@ -95,42 +98,88 @@ function M.resolve(sched, p)
   return lists
 end
 
-local function where(rank, k, a) return ("rank %d action %d (%s)"):format(rank, k, M.format(a)) end
+-- A readable name for anything found in an action list (never raises).
+local function show(a)
+  if type(a) ~= "table" then return tostring(a) end
+  local ok, s = pcall(M.format, a)
+  if ok then return s end
+  return ("{op=%s, stage=%s, mb=%s}"):format(tostring(a.op), tostring(a.stage), tostring(a.mb))
+end
+
+local function where(rank, k, a) return ("rank %d action %d (%s)"):format(rank, k, show(a)) end
+
+local function whole(x, lo, hi)
+  return type(x) == "number" and x == x and x % 1 == 0 and x >= lo and x <= hi
+end
+
+-- The per-(stage, micro-batch) order rules, as (earlier, later, when) on
+-- one rank: "when" limits a rule to stages where both actions exist.
+local ORDER = {
+  { "RECV_F", "F", "the forward reads the received input" },
+  { "F", "SEND_F", "the output exists only after the forward" },
+  { "SEND_F", "B", "the output is sent before the backward releases it" },
+  { "SEND_F", "I", "the output is sent before the backward releases it" },
+  { "RECV_B", "B", "the backward reads the received output gradient" },
+  { "RECV_B", "I", "the backward reads the received output gradient" },
+  { "B", "SEND_B", "the input gradient exists only after the backward" },
+  { "I", "SEND_B", "the input gradient exists only after the backward" },
+}
 
 -- validate(lists, { stages = p, microbatches = m, stage_rank = fn(s) -> rank })
--- -> true | nil, err. Checks each action, that every stage runs every
+-- -> true | nil, err. Checks each action; that every stage runs every
 -- micro-batch's forward once and its backward once (B, or I then W), after
 -- the forward, on the rank that owns the stage; that gradients complete in
 -- micro-batch order on each stage (the canonical accumulation order of
--- DESIGN.md); that sends pair with receives; and one STEP last on each rank.
+-- DESIGN.md); that activations cross every stage boundary both ways
+-- (SEND_F/RECV_F, SEND_B/RECV_B, each once, in an order the driver can run:
+-- received before use, sent after they exist and before the backward frees
+-- them); and one STEP last on each rank. It does not simulate timing: a
+-- schedule that passes can still deadlock across ranks (the Pipeline issue's
+-- simulator finds those).
 function M.validate(lists, p)
+  if type(p) ~= "table" or not whole(p.stages, 1, 4096) or not whole(p.microbatches, 1, 65535) then
+    return nil, "schedule parameters need stages (1..4096) and microbatches (1..65535)"
+  end
   local nst, m = p.stages, p.microbatches
   local stage_rank = p.stage_rank or function(s) return s end
-  if type(lists) ~= "table" or #lists < 1 then return nil, "a schedule must return a list of action lists, one per rank" end
-  local seen = {}     -- seen[op][stage][mb] = true
-  for op in pairs(M.OPS) do seen[op] = {} end
-  local last_grad = {}  -- per stage: last micro-batch whose gradient completed
+  if type(lists) ~= "table" or #lists < 1 then
+    return nil, "a schedule must return a list of action lists, one per rank, got " ..
+                (type(lists) == "table" and "an empty table" or show(lists))
+  end
+  local seen, pos = {}, {}    -- seen[op][stage][mb] = true; pos[op][stage][mb] = index on its rank
+  for op in pairs(M.OPS) do seen[op], pos[op] = {}, {} end
+  local last_grad = {}        -- per stage: last micro-batch whose gradient completed
   for r, list in ipairs(lists) do
     local rank = r - 1
+    if type(list) ~= "table" then return nil, ("rank %d's list is not a table (got %s)"):format(rank, show(list)) end
     local steps = 0
     for k, a in ipairs(list) do
       if type(a) ~= "table" or not M.OPS[a.op] then
-        return nil, ("rank %d action %d is not an action (got %s)"):format(rank, k, tostring(a and a.op or a))
+        return nil, ("rank %d action %d is not an action (got %s; known: F, B, I, W, SEND_F, RECV_F, " ..
+                     "SEND_B, RECV_B, REDUCE_GRAD, STEP)"):format(rank, k, show(a))
       end
       if a.op == "STEP" then
         steps = steps + 1
         if k ~= #list then return nil, where(rank, k, a) .. ": STEP must be the last action" end
       elseif a.op ~= "REDUCE_GRAD" then
-        if type(a.stage) ~= "number" or a.stage < 0 or a.stage >= nst or a.stage % 1 ~= 0 then
-          return nil, ("%s: stage must be in 0..%d"):format(where(rank, k, a), nst - 1)
+        if not whole(a.stage, 0, nst - 1) then
+          return nil, ("%s: stage must be a whole number in 0..%d, got %s"):format(where(rank, k, a), nst - 1,
+                       show(a.stage))
         end
-        if type(a.mb) ~= "number" or a.mb < 0 or a.mb >= m or a.mb % 1 ~= 0 then
-          return nil, ("%s: micro-batch must be in 0..%d"):format(where(rank, k, a), m - 1)
+        if not whole(a.mb, 0, m - 1) then
+          return nil, ("%s: micro-batch must be a whole number in 0..%d, got %s"):format(where(rank, k, a),
+                       m - 1, show(a.mb))
         end
         if stage_rank(a.stage) ~= rank then
           return nil, ("%s: stage %d runs on rank %d"):format(where(rank, k, a), a.stage, stage_rank(a.stage))
         end
         local s, i = a.stage, a.mb
+        if (a.op == "RECV_F" or a.op == "SEND_B") and s == 0 then
+          return nil, where(rank, k, a) .. ": the first stage has no previous stage"
+        end
+        if (a.op == "SEND_F" or a.op == "RECV_B") and s == nst - 1 then
+          return nil, where(rank, k, a) .. ": the last stage has no next stage"
+        end
         local by = seen[a.op]
         by[s] = by[s] or {}
         if by[s][i] then return nil, where(rank, k, a) .. ": appears twice" end
@@ -142,6 +191,11 @@ function M.validate(lists, p)
         if a.op == "B" and done("I") or a.op == "I" and done("B") then
           return nil, where(rank, k, a) .. ": both B and I for one micro-batch"
         end
+        for _, rule in ipairs(ORDER) do
+          if a.op == rule[1] and done(rule[2]) then
+            return nil, ("%s: must come before %d%s%d (%s)"):format(where(rank, k, a), s, rule[2], i, rule[3])
+          end
+        end
         if a.op == "B" or a.op == "W" then
           local prev = last_grad[s] or -1
           if i ~= prev + 1 then
@@ -152,22 +206,29 @@ function M.validate(lists, p)
           last_grad[s] = i
         end
         by[s][i] = true
+        pos[a.op][s] = pos[a.op][s] or {}
+        pos[a.op][s][i] = k
       end
     end
     if steps ~= 1 then return nil, ("rank %d: needs exactly one STEP, as its last action"):format(rank) end
   end
+  local function has(op, s, i) return seen[op][s] and seen[op][s][i] end
   for s = 0, nst - 1 do
     for i = 0, m - 1 do
-      local f = seen.F[s] and seen.F[s][i]
-      local b = (seen.B[s] and seen.B[s][i]) or (seen.W[s] and seen.W[s][i])
+      local f = has("F", s, i)
+      local b = has("B", s, i) or has("W", s, i)
       if not f or not b then
         return nil, ("stage %d micro-batch %d: %s missing"):format(s, i, not f and "forward" or "backward")
       end
-      if s > 0 and not (seen.RECV_F[s] and seen.RECV_F[s][i]) then
-        return nil, ("stage %d micro-batch %d: no RECV_F for its input"):format(s, i)
+      if s > 0 then
+        for _, op in ipairs({ "RECV_F", "SEND_B" }) do
+          if not has(op, s, i) then return nil, ("stage %d micro-batch %d: no %s"):format(s, i, op) end
+        end
       end
-      if s < nst - 1 and not (seen.SEND_F[s] and seen.SEND_F[s][i]) then
-        return nil, ("stage %d micro-batch %d: no SEND_F of its output"):format(s, i)
+      if s < nst - 1 then
+        for _, op in ipairs({ "SEND_F", "RECV_B" }) do
+          if not has(op, s, i) then return nil, ("stage %d micro-batch %d: no %s"):format(s, i, op) end
+        end
       end
     end
   end
