@@ -89,6 +89,31 @@ describe("failure paths", function()
     end
   end)
 
+  it("a build or step that runs out of memory at any point leaves nothing accounted, limit restored", function()
+    -- every limit from "almost nothing fits" to "everything fits", so the
+    -- failure lands at every allocation in turn (GC stopped: no backstop)
+    collectgarbage("stop")
+    local leaks = {}
+    for _, strat in ipairs({ "single", "zero1", "zero3" }) do
+      for kib = 200, 4200, 61 do
+        local r = assert(zt.recipe.resolve({ strategy = strat }, { "model.size=gpt2-tiny", "data.seq_len=64",
+          "batch.micro=4", "device.memory_limit=" .. kib .. "KiB", "train.eval_every=0" }))
+        local ok, tr = pcall(trainer.new, r)
+        if ok then pcall(tr.train_step, tr); tr:free() end
+        zt.memory.set_limit("device", 0)
+        for _, cat in ipairs(zt.memory.categories) do
+          local c = zt.memory.current("device", cat)
+          if c ~= 0 then leaks[#leaks + 1] = ("%s at %d KiB: %d bytes of %s"):format(strat, kib, c, cat) end
+        end
+      end
+    end
+    collectgarbage("restart")
+    assert.are.same({}, leaks)
+    local r = assert(zt.recipe.resolve({}, { "device.memory_limit=300KiB" }))
+    assert.is_false(pcall(trainer.new, r))
+    assert.are.equal(0, zt.memory.limit("device"), "a failed build keeps its memory limit")
+  end)
+
   it("built-in strategies use their data-parallel group, never the world", function()
     for _, f in ipairs({ "single", "dp", "zero", "replicated", "shard", "norm", "state", "options" }) do
       local src = assert(io.open("lua/ztrain/strategy/" .. f .. ".lua")):read("*a")

@@ -1,7 +1,8 @@
 -- Public strategy state (strategy/state.lua): the layout and named state
 -- kinds every strategy publishes, and state() / load_state() moving a run's
 -- state between strategies bit-exactly. Multi-rank resharding (N ranks ->
--- 1 rank) is in spec/state_reshard_spec.lua.
+-- 1 rank, host-tier state into device-tier strategies) is in
+-- spec/state_reshard_spec.lua.
 local zt = require "ztrain"
 local trainer = require "ztrain.trainer"
 

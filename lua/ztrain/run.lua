@@ -30,6 +30,13 @@ local errors = require "ztrain.errors"
 
 local run
 
+-- The digest, or null when computing it fails (after a failed step the
+-- parameters may be incomplete; the step's own error is the one to report).
+local function digest_or_null(tr)
+  local ok, d = pcall(tr.param_digest, tr)
+  return ok and d or cjson_null
+end
+
 -- run(recipe, opts) -> summary. The device memory limit and thread count the
 -- recipe sets last only for the run (a REPL session keeps its own).
 function M.run(r, opts)
@@ -120,7 +127,7 @@ function run(r, opts)
     -- the strategy's public state: each kind's dtype, tier and sharding
     state = tr.ctx.state and require("ztrain.strategy.state").describe(tr.ctx.state).kinds or cjson_null,
     driver = tr.driver.name,
-    param_digest = tr:param_digest(),
+    param_digest = digest_or_null(tr),
     comm = tr.world.backend,
     exit = status, out = out,
     recipe_resolved = recipe_mod.serialize(r),

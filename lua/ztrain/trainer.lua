@@ -48,9 +48,14 @@ function M.new(r, env)
   env = env or {}
   local world = comm.world()
   local self = setmetatable({ recipe = r, world = world, rank = world.rank, world_size = world.size }, Trainer)
+  -- a failed build gives back the limit and threads it set (a REPL goes on)
+  local limit0, threads0 = memory.limit("device"), C.zt_get_threads()
   local ok, err = pcall(build, self, r)
   if not ok then
     self:free()
+    memory.set_limit("device", 0)
+    pcall(memory.set_limit, "device", limit0)
+    C.zt_set_threads(threads0)
     if errors.is_all_ranks(err) then error(err, 0) end
     err = errors.message(err)
     if err:match("memory limit exceeded") then
@@ -190,11 +195,22 @@ function build(self, r)
                rank = self.rank, world_size = self.world_size }
   self.setup_called = true
   S.setup(self.ctx)
+  for _, u in ipairs(self.model.units) do
+    if not u.params and not S.with_full_params then
+      fail(("strategy %s: setup left unit %s without parameters, and the strategy has no " ..
+            "with_full_params hook to gather them"):format(S.name or "?", u.name))
+    end
+  end
 
   -- stages, activations, driver
   self.stages = stage_run.stages(self.model)
   self.pools = {}
-  for i, st in ipairs(self.stages) do self.pools[i] = stage_run.pool(self.model, st, B, Tlen) end
+  for i, st in ipairs(self.stages) do
+    self.pools[i] = stage_run.pool(self.model, st, B, Tlen)
+    -- one activation set made now: a batch that does not fit fails here,
+    -- with the hint below, not in the middle of the first step
+    self.pools[i]:acquire(0); self.pools[i]:release(0)
+  end
   self.env = { ctx = self.ctx, strategy = S, stages = self.stages, pools = self.pools,
                microbatches = accum, pp = self.groups.pp, stage_rank = function(s) return s end,
                load = function(a, mb) self:load_micro(a, mb) end }
@@ -310,6 +326,7 @@ end
 -- lo, hi, dst) (e.g. strategy.state.reader(exports)), and continue after
 -- `step` steps (optimizer step count, learning rate and data position).
 function Trainer:load_state(read, step)
+  if not self.ctx.state then error("strategy " .. self.strategy.name .. " publishes no state (ctx.state)", 0) end
   self.strategy.load_state(self.ctx, read)
   self.step = step
   self.optim.t = step

@@ -98,14 +98,17 @@ function M.new(cfg, B, Tlen, tier, units, scratch)
   end
   self.input, self.grad = self.mem.input, self.mem.grad
   self.w = {}
-  if scratch then self.scratch = scratch
-  else self.scratch = M.scratch(cfg, B, Tlen, tier); self.own_scratch = true end
-  if has_embed then
-    self.tokens = T.new({ B, Tlen }, { dtype = "i32", tier = tier, category = "activations" })
-  end
-  if has_head then
-    self.targets = T.new({ B, Tlen }, { dtype = "i32", tier = tier, category = "activations" })
-  end
+  self.scratch = scratch
+  local ok, err = pcall(function()
+    if has_embed then
+      self.tokens = T.new({ B, Tlen }, { dtype = "i32", tier = tier, category = "activations" })
+    end
+    if has_head then
+      self.targets = T.new({ B, Tlen }, { dtype = "i32", tier = tier, category = "activations" })
+    end
+    if not scratch then self.scratch = M.scratch(cfg, B, Tlen, tier); self.own_scratch = true end
+  end)
+  if not ok then self:free(); error(err, 0) end   -- nothing half-made stays allocated
   return self
 end
 

@@ -45,7 +45,12 @@ end
 function AdamW:new_state(n, tier)
   local st = {}
   for _, k in ipairs(M.state_kinds) do
-    st[k] = T.new({ math.max(n, 1) }, { tier = tier or "device", category = "optim" })
+    local ok, t = pcall(T.new, { math.max(n, 1) }, { tier = tier or "device", category = "optim" })
+    if not ok then                       -- nothing half-made stays allocated
+      for _, made in pairs(st) do made:free() end
+      error(t, 0)
+    end
+    st[k] = t
   end
   return st
 end

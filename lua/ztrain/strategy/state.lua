@@ -20,6 +20,15 @@
 -- for exactly the ranges it holds.
 local ops = require "ztrain.ops"
 
+-- Copy between tensors on any tiers: a plain copy on one tier, an explicit
+-- copy (waited for) between tiers.
+local function copy_any(dst, src)
+  if dst:tier() == src:tier() then return ops.copy(dst, src) end
+  local stream = require "ztrain.stream"
+  stream.copy_async(dst, src)
+  stream.current():sync()
+end
+
 local M = {}
 
 -- new(model, dp, sharded) -> a state table with the layout filled in.
@@ -103,8 +112,9 @@ function M.export(st, model, step)
 end
 
 -- import(st, model, read): for every kind but grads and every unit, fill
--- this rank's range with read(kind, unit_name, lo, hi, dst) (dst: a tensor
--- of hi - lo elements). Padding stays as it is (zero).
+-- this rank's range with read(kind, unit_name, lo, hi, dst, numel) (dst: a
+-- tensor of hi - lo elements, on any tier; numel: the unit's element count
+-- in this model, for the reader to check). Padding stays as it is (zero).
 function M.import(st, model, read)
   for _, name in ipairs(st.order) do
     local k = st.kinds[name]
@@ -115,7 +125,7 @@ function M.import(st, model, read)
         if sh then lo, hi = clip(st.layout[u.index], sh) end
         if lo then
           local v = sh.tensor:view(lo - sh.lo, { hi - lo })
-          local ok, err = pcall(read, name, u.name, lo, hi, v)
+          local ok, err = pcall(read, name, u.name, lo, hi, v, u.numel)
           v:free()
           if not ok then error(err, 0) end
         end
@@ -129,7 +139,15 @@ end
 -- replicated kind appears in every rank's export: copies agree) and checks
 -- that every element was found.
 function M.reader(exports)
-  return function(kind, unit, lo, hi, dst)
+  local numel = {}      -- unit name -> element count in the saved model
+  for _, ex in ipairs(exports) do
+    for _, u in ipairs(ex.units or {}) do numel[u.name] = u.numel end
+  end
+  return function(kind, unit, lo, hi, dst, want_numel)
+    if want_numel and numel[unit] and numel[unit] ~= want_numel then
+      error(("state: unit %s has %d elements in the saved state but %d in this model: " ..
+             "it was saved from another model size or vocabulary"):format(unit, numel[unit], want_numel), 0)
+    end
     local spans = {}
     for _, ex in ipairs(exports) do
       for _, e in ipairs(ex.entries) do
@@ -138,8 +156,9 @@ function M.reader(exports)
           if b > a then
             local s = e.tensor:view(a - e.lo, { b - a })
             local d = dst:view(a - lo, { b - a })
-            ops.copy(d, s)
+            local ok, err = pcall(copy_any, d, s)
             s:free(); d:free()
+            if not ok then error(err, 0) end
             spans[#spans + 1] = { a, b }
           end
         end

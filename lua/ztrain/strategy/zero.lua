@@ -68,14 +68,19 @@ function M.new(opts)
       if stage == 3 then
         -- initialise one unit at a time in a working buffer, keep the shard
         local full = pool.get(u.padded)
-        ops.fill(full, 0)
-        model:set_params(u, full)
-        model:init_unit(u, ctx.seed)
-        model:set_params(u, nil)
-        st.pshard[u.index] = T.new({ n }, { tier = tier, category = "params" })
-        local v = full:view(lo, { n })
-        ops.copy(st.pshard[u.index], v)
-        v:free(); pool.put(full)
+        local ok, err = pcall(function()
+          ops.fill(full, 0)
+          model:set_params(u, full)
+          model:init_unit(u, ctx.seed)
+          model:set_params(u, nil)
+          st.pshard[u.index] = T.new({ n }, { tier = tier, category = "params" })
+          local v = full:view(lo, { n })
+          ops.copy(st.pshard[u.index], v)
+          v:free()
+        end)
+        if u.params == full then model:set_params(u, nil) end
+        pool.put(full)                   -- back to the pool even on failure (S.free frees it)
+        if not ok then error(err, 0) end
         state.set(st, "params", u, lo, hi, st.pshard[u.index])
       end
       if stage >= 2 or ctx.accumulate > 1 then
