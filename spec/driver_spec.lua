@@ -95,6 +95,22 @@ describe("drivers", function()
     end
   end)
 
+  for _, mode in ipairs({ "fused", "split" }) do
+    it("runs 2 stages on 2 ranks (GPipe, " .. mode .. " backward) with the one-stage step's gradients", function()
+      local out, rc = sh("timeout 60 build/ztrain --nproc 2 --script spec/helpers/two_stage.lua 3 " .. mode)
+      assert.are.equal(0, rc, out)
+      for _, u in ipairs({ "embed", "block.0", "block.1", "head" }) do
+        assert.matches("unit " .. u .. " diff 0\n", out, 1, true)
+      end
+      local loss, ref = out:match("loss (%S+) ref (%S+)")
+      assert.is_string(loss, out)
+      assert.are.equal(ref, loss)
+      -- GPipe holds every micro-batch's activations; all released at the end
+      assert.matches("rank 0 sets peak 3 live 0", out, 1, true)
+      assert.matches("rank 1 sets peak 3 live 0", out, 1, true)
+    end)
+  end
+
   local function new(extra, user)
     local o = { "model.size=gpt2-tiny", "data.seq_len=32", "batch.micro=2", "train.eval_every=0" }
     for _, x in ipairs(extra or {}) do o[#o + 1] = x end

@@ -3,10 +3,12 @@
 -- micro-batch) from F (or RECV_F) until the stage's backward of that
 -- micro-batch is complete (B, or W) and its gradient has been sent.
 --
--- Sends and receives go over the pipeline group (env.pp) with tag = mb and
--- are asynchronous (tags by boundary, micro-batch and direction): a RECV's buffer is waited on before the action that
--- reads it, a SEND's before its buffer is reused or released. Stages on
--- other ranks are reached through env.stage_rank(s).
+-- Sends and receives go over the pipeline group (env.pp), tagged by stage
+-- boundary, micro-batch and direction, and are asynchronous: a RECV's buffer
+-- is waited on before the action that reads it; a set whose backward is
+-- done is released once its sends have completed (polled between actions,
+-- all waited for at STEP), so a send never blocks the next action. Stages
+-- on other ranks are reached through env.stage_rank(s).
 local stage_run = require "ztrain.driver.stage"
 
 local M = { name = "schedule" }
@@ -41,13 +43,36 @@ function M.step(env, lr)
   end
   -- A micro-batch's activations go once its weight gradient is complete and
   -- (past the first stage) its input gradient has been sent.
+  local retiring = {}    -- { pool, mb, k }: backward done, sends maybe in flight
+  local function sends_done(k)
+    for _, tbl in ipairs({ send_f, send_b }) do
+      local r = tbl[k]
+      if r then
+        if not r:test() then return false end
+        tbl[k] = nil; r:wait()
+      end
+    end
+    return true
+  end
+  local function poll_retiring(block)
+    for i = #retiring, 1, -1 do
+      local t = retiring[i]
+      if block then settle(send_f, t.k); settle(send_b, t.k) end
+      if block or sends_done(t.k) then
+        t.pool:release(t.mb)
+        table.remove(retiring, i)
+      end
+    end
+  end
+  -- A micro-batch's activations go once its weight gradient is complete and
+  -- (past the first stage) its input gradient has been sent.
   local function maybe_retire(a, stage, pool)
     local k = key(a.stage, a.mb)
     local d = done[k]
     if d and d.weights and (stage.index == 0 or d.sent) then
-      settle(send_f, k); settle(send_b, k)
       done[k] = nil
-      pool:release(a.mb)
+      retiring[#retiring + 1] = { pool = pool, mb = a.mb, k = k }
+      poll_retiring(false)
     end
   end
   local function mark(a, field)
@@ -57,6 +82,7 @@ function M.step(env, lr)
   end
 
   for _, a in ipairs(list) do
+    if #retiring > 0 then poll_retiring(false) end
     local op = a.op
     local k = a.mb and key(a.stage, a.mb)
     if op == "F" then
@@ -97,11 +123,13 @@ function M.step(env, lr)
     elseif op == "REDUCE_GRAD" then
       if S.finish_grads then S.finish_grads(ctx) end
     elseif op == "STEP" then
+      poll_retiring(true)
       for kk in pairs(send_f) do settle(send_f, kk) end
       for kk in pairs(send_b) do settle(send_b, kk) end
       gnorm = S.step(ctx, lr)
     end
   end
+  poll_retiring(true)
   for _, tbl in ipairs({ recv_f, recv_b, send_f, send_b }) do
     for kk in pairs(tbl) do settle(tbl, kk) end
   end
