@@ -36,6 +36,41 @@ describe("groups", function()
     assert.matches("rank 3 stage 1 replica 1 dp 1/2 sum 5 pp 1/2 sum 4", out, 1, true)
   end)
 
+  it("a ping-pong on one group is not queued behind an all-reduce on another", function()
+    -- rank 0 starts a 32 MiB all-reduce on group A, then ping-pongs on B;
+    -- rank 1 ping-pongs on B first and joins A's all-reduce only after: with
+    -- one queue for both groups this deadlocks (timeout 124), with
+    -- independent progress the ping-pong finishes before the all-reduce
+    local script = os.tmpname() .. ".lua"
+    local f = assert(io.open(script, "w"))
+    f:write([[
+      local w = zt.comm.world()
+      local A, B = w:split(0, w.rank), w:split(0, w.rank)
+      local big = zt.tensor.new({ 8 * 1024 * 1024 }); big:fill(1)
+      local msg = zt.tensor.new({ 256 })
+      local req, done_first
+      if w.rank == 0 then req = A:all_reduce(big, true) end
+      for i = 1, 4 do
+        if w.rank == 0 then B:send(msg, 1, i); B:recv(msg, 1, i)
+        elseif w.rank == 1 then B:recv(msg, 0, i); B:send(msg, 0, i) end
+      end
+      if w.rank == 0 then done_first = req:test() end
+      if w.rank ~= 0 then req = A:all_reduce(big, true) end
+      req:wait()
+      local v = big:totable()
+      if w.rank == 0 then
+        print(("ping-pong done; all-reduce finished before it: %s; sum %g"):format(tostring(done_first), v[1]))
+      end
+      big:free(); msg:free(); A:free(); B:free()
+    ]])
+    f:close()
+    local out, rc = sh("timeout 60 build/ztrain --nproc 2 --script " .. script)
+    os.remove(script)
+    assert.are_not.equal(124, rc, "deadlock: the ping-pong waited for the other group's all-reduce")
+    assert.are.equal(0, rc, out)
+    assert.matches("ping-pong done; all-reduce finished before it: false; sum 2", out, 1, true)
+  end)
+
   it("refuses a world that does not divide into the stages, naming valid choices", function()
     local groups = require "ztrain.groups"
     local ok, err = pcall(groups.build, { size = 6, rank = 0 }, { pp = 4 })
