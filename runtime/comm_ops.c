@@ -13,9 +13,25 @@ static const char *desc(const zt_tensor *t, char *buf, size_t n) { return zt_des
 
 static int need_tensor(const char *fn, const char *name, const zt_tensor *t)
 {
+    char b[96];
     ZT_CHECK(t != NULL, "%s: %s is NULL (freed tensor?)", fn, name);
     ZT_CHECK(t->dtype >= 0 && t->dtype < ZT_NDTYPES && t->storage != NULL,
              "%s: %s is not a valid tensor (freed?)", fn, name);
+    ZT_CHECK(t->storage->tier != ZT_TIER_NVME, "%s: %s (%s) is on the nvme tier, whose bytes "
+             "are not addressable; copy it to the device or host tier first", fn, name,
+             desc(t, b, sizeof b));
+    return ZT_OK;
+}
+
+/* Tier discipline (as for ops): a collective's tensors live on one tier. */
+static int same_tier(const char *fn, const zt_tensor *out, const zt_tensor *in)
+{
+    char b1[96], b2[96];
+    ZT_CHECK(out->storage->tier == in->storage->tier,
+             "%s: out (%s on %s) and in (%s on %s) are on different tiers; a collective's "
+             "tensors live on one tier: copy one with zt_copy_async first", fn,
+             desc(out, b1, sizeof b1), zt_tier_name(out->storage->tier),
+             desc(in, b2, sizeof b2), zt_tier_name(in->storage->tier));
     return ZT_OK;
 }
 
@@ -72,6 +88,7 @@ int zt_reduce_scatter(zt_comm *c, zt_tensor *out, const zt_tensor *in, zt_comm_r
     ZT_TRY(zt_comm_usable(fn, c));
     ZT_TRY(need_f32(fn, "in", in));
     ZT_TRY(need_f32(fn, "out", out));
+    ZT_TRY(same_tier(fn, out, in));
     ZT_TRY(need_max(fn, "in", in));
     ZT_CHECK(in->numel == (int64_t)c->size * out->numel,
              "%s: in must hold size x numel(out) = %d x %lld = %lld elements, got in %s, "
@@ -101,6 +118,7 @@ int zt_all_gather(zt_comm *c, zt_tensor *out, const zt_tensor *in, zt_comm_req *
     ZT_TRY(zt_comm_usable(fn, c));
     ZT_TRY(need_tensor(fn, "in", in));
     ZT_TRY(need_tensor(fn, "out", out));
+    ZT_TRY(same_tier(fn, out, in));
     ZT_CHECK(in->dtype == out->dtype, "%s: in is %s but out is %s; the dtypes must match",
              fn, desc(in, b1, sizeof b1), desc(out, b2, sizeof b2));
     ZT_TRY(need_max(fn, "out", out));

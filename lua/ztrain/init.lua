@@ -15,6 +15,8 @@ M.lr       = require "ztrain.lr"
 M.data     = require "ztrain.data"
 M.strategy = require "ztrain.strategy"
 M.schedule = require "ztrain.schedule"
+M.stream   = require "ztrain.stream"
+M.groups   = require "ztrain.groups"
 M.recipe   = require "ztrain.recipe"
 M.comm     = require "ztrain.comm"
 M.errors   = require "ztrain.errors"
@@ -24,7 +26,8 @@ M.home     = M.ffi.home
 
 function M.version() return require("ffi").string(M.ffi.C.zt_version()) end
 
--- threads(n): kernel + BLAS threads of this process; threads() reads it.
+-- threads(n): kernel threads (OpenMP) of this process; threads() reads it.
+-- OpenBLAS itself always runs one thread per call (matmul.c spreads blocks).
 function M.threads(n)
   local C = M.ffi.C
   if n then M.ffi.check(C.zt_set_threads(n), "threads") end

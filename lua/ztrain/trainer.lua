@@ -157,27 +157,30 @@ function build(self, r)
   local accum = resolve_accumulation(r, self.dp.size)
   self.accumulate = accum
 
-  -- data
+  -- data (token ids checked against the model's vocabulary by the loaders)
   local t0 = C.zt_now()
   self.tokenizer = data.tokenizer(r.data.tokenizer)
-  local ds, derr = data.text { text = r.data.text, exclude = r.data.exclude,
-                               tokenizer = self.tokenizer, valid_fraction = r.data.valid_fraction }
-  if not ds then fail("data: " .. derr) end
-  self.dataset = ds
-  local loader, lerr = data.loader { split = ds.train, B = B, T = Tlen, seed = r.data.seed, shuffle = true, }
-  if not loader then fail("data (train split): " .. lerr) end
-  self.loader = loader
-  if r.train.eval_batches > 0 and ds.valid.n > Tlen then
-    self.valid_loader = data.loader { split = ds.valid, B = B, T = Tlen, seed = 0, shuffle = false, }
-  end
-  self.data_seconds = C.zt_now() - t0
-
-  -- model, optimizer, strategy
-  local V = r.model.vocab_size > 0 and r.model.vocab_size or self.tokenizer.vocab_size
+  local V = self:vocab_size(r)
   if V < self.tokenizer.vocab_size then
     fail(("model.vocab_size %d is smaller than the %s tokenizer's %d tokens; leave it 0 to use the tokenizer's")
          :format(V, self.tokenizer.name, self.tokenizer.vocab_size))
   end
+  local ds, derr = data.text { text = r.data.text, exclude = r.data.exclude,
+                               tokenizer = self.tokenizer, valid_fraction = r.data.valid_fraction }
+  if not ds then fail("data: " .. derr) end
+  self.dataset = ds
+  local loader, lerr = data.loader { split = ds.train, B = B, T = Tlen, seed = r.data.seed, shuffle = true,
+                                     vocab_size = V }
+  if not loader then fail("data (train split): " .. lerr) end
+  self.loader = loader
+  if r.train.eval_batches > 0 and ds.valid.n > Tlen then
+    local vl, verr = data.loader { split = ds.valid, B = B, T = Tlen, seed = 0, shuffle = false, vocab_size = V }
+    if not vl then fail("data (validation split): " .. verr) end
+    self.valid_loader = vl
+  end
+  self.data_seconds = C.zt_now() - t0
+
+  -- model, optimizer, strategy
   self.cfg = gpt2.config(r.model.size, { vocab_size = V })
   if Tlen > self.cfg.maxT then
     fail(("data.seq_len %d exceeds %s's context of %d; lower data.seq_len"):format(Tlen, self.cfg.name, self.cfg.maxT))

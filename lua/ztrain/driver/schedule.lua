@@ -14,9 +14,15 @@ local stage_run = require "ztrain.driver.stage"
 local M = { name = "schedule" }
 
 local function key(s, mb) return s * 1048576 + mb end
--- Message tags: one per boundary (between stages b and b+1), micro-batch
--- and direction, so interleaved stages on one pair of ranks never mix.
-local function tag(boundary, mb, backward) return 2 * (boundary * 65536 + mb) + (backward and 1 or 0) end
+-- Message tags: one per boundary (between stages b and b+1), direction and
+-- micro-batch, so interleaved stages on one pair of ranks never mix. MPI
+-- promises tags up to 32767 only: past p x 2 x m = 32768 tags repeat, and
+-- MPI's in-order matching per tag keeps them apart as long as each
+-- boundary's messages are received in the order they were sent.
+local TAG_SPACE = 32768
+local function tag(m, boundary, mb, backward)
+  return ((boundary * 2 + (backward and 1 or 0)) * m + mb) % TAG_SPACE
+end
 
 -- step(env, lr) -> loss_sum (nil where no stage holds the head), grad_norm.
 -- env: as for the sequential driver, plus lists (one action list per
@@ -25,6 +31,7 @@ function M.step(env, lr)
   local ctx, S = env.ctx, env.strategy
   local rank = env.pp and env.pp.rank or 0
   local list = env.lists[rank + 1]
+  local m = env.microbatches
   for _, pool in ipairs(env.pools) do pool:reset() end
   local loss, gnorm = nil, nil
   -- requests in flight by (stage, micro-batch); progress of each backward
@@ -108,18 +115,18 @@ function M.step(env, lr)
     elseif op == "SEND_F" then
       local stage, _, set = set_for(a)
       local out = set.unit[stage.units[#stage.units].index].out
-      send_f[k] = env.pp:send(out, env.stage_rank(a.stage + 1), tag(a.stage, a.mb), true)
+      send_f[k] = env.pp:send(out, env.stage_rank(a.stage + 1), tag(m, a.stage, a.mb), true)
     elseif op == "RECV_F" then
       local _, _, set = set_for(a)
-      recv_f[k] = env.pp:recv(set.input, env.stage_rank(a.stage - 1), tag(a.stage - 1, a.mb), true)
+      recv_f[k] = env.pp:recv(set.input, env.stage_rank(a.stage - 1), tag(m, a.stage - 1, a.mb), true)
     elseif op == "SEND_B" then
       local stage, pool, set = set_for(a)
-      send_b[k] = env.pp:send(set.grad, env.stage_rank(a.stage - 1), tag(a.stage - 1, a.mb, true), true)
+      send_b[k] = env.pp:send(set.grad, env.stage_rank(a.stage - 1), tag(m, a.stage - 1, a.mb, true), true)
       mark(a, "sent")
       maybe_retire(a, stage, pool)
     elseif op == "RECV_B" then
       local _, _, set = set_for(a)
-      recv_b[k] = env.pp:recv(set.grad, env.stage_rank(a.stage + 1), tag(a.stage, a.mb, true), true)
+      recv_b[k] = env.pp:recv(set.grad, env.stage_rank(a.stage + 1), tag(m, a.stage, a.mb, true), true)
     elseif op == "REDUCE_GRAD" then
       if S.finish_grads then S.finish_grads(ctx) end
     elseif op == "STEP" then
