@@ -2,18 +2,13 @@
 -- recipe in recipes/ and examples/, at a few settings, N = 1, 2 and 4) must
 -- give the param_digest, per-step loss bits and eval loss recorded in
 -- spec/fixtures/digests.json from main before the Seams issue.
+local util = require "helpers.util"
 local cjson = require "cjson"
 local cases = dofile("spec/fixtures/digest_cases.lua")
 
-local function read(path)
-  local f = assert(io.open(path)); local s = f:read("*a"); f:close(); return s
-end
+local read = util.read
 
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-  local out = p:read("*a"); p:close()
-  return out, tonumber(out:match("rc=(%d+)%s*$"))
-end
+local sh = util.sh
 
 local fixture = cjson.decode(read("spec/fixtures/digests.json"))
 

@@ -1,15 +1,12 @@
 -- The worked examples in docs/strategies.md are run as written: the code
 -- blocks marked "-- example: NAME" are extracted, put in a recipe and
 -- trained, and their digests compared with the built-in equivalents.
+local util = require "helpers.util"
 local cjson = require "cjson"
 
-local function read(path) local f = assert(io.open(path)); local s = f:read("*a"); f:close(); return s end
-local function write(path, s) local f = assert(io.open(path, "w")); f:write(s); f:close() end
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-  local out = p:read("*a"); p:close()
-  return out, tonumber(out:match("rc=(%d+)%s*$"))
-end
+local read = util.read
+local write = util.write
+local sh = util.sh
 
 local function example(name)
   local doc = read("docs/strategies.md")

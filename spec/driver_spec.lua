@@ -1,16 +1,13 @@
 -- Drivers and schedules: the sequential driver and the schedule driver (an
 -- action list per rank) give the same bits; the split backward (I then W)
 -- gives the fused backward's bits; the validator names what is wrong.
+local util = require "helpers.util"
 local cjson = require "cjson"
 local zt = require "ztrain"
 local schedule = require "ztrain.schedule"
 local trainer = require "ztrain.trainer"
 
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-  local out = p:read("*a"); p:close()
-  return out, tonumber(out:match("rc=(%d+)%s*$"))
-end
+local sh = util.sh
 
 local BASE = "model.size=gpt2-tiny data.seq_len=32 batch.micro=2 train.steps=3 train.log_every=1 " ..
              "train.eval_every=0 train.eval_batches=2 lr.warmup=1 optim.clip=0.05 -q"

@@ -1,10 +1,7 @@
 -- Groups: data-parallel and pipeline sub-communicators of the world, on
 -- real MPI ranks (4 ranks: 2 stages x 2 replicas).
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-  local out = p:read("*a"); p:close()
-  return out, tonumber(out:match("rc=(%d+)%s*$"))
-end
+local util = require "helpers.util"
+local sh = util.sh
 
 describe("groups", function()
   it("cuts 4 ranks into 2 stages x 2 replicas, stages consecutive, and both groups carry traffic", function()

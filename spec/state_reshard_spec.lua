@@ -1,11 +1,8 @@
 -- state() saved by one strategy on N ranks, loaded by another strategy on
 -- another number of ranks, with the same bits as an uninterrupted run.
 -- Same global batch throughout: N ranks x 1 micro-batch = 1 rank x N.
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-  local out = p:read("*a"); p:close()
-  return out, tonumber(out:match("rc=(%d+)%s*$"))
-end
+local util = require "helpers.util"
+local sh = util.sh
 
 local H = "spec/helpers/state_roundtrip.lua"
 local function ztrain(n, args)

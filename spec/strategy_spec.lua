@@ -1,14 +1,11 @@
 -- Strategy objects: options and hooks checked when the recipe is resolved,
 -- clean failure paths (nothing left accounted after a failed setup), and
 -- strategies that work on their data-parallel group only.
+local util = require "helpers.util"
 local zt = require "ztrain"
 local trainer = require "ztrain.trainer"
 
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-  local out = p:read("*a"); p:close()
-  return out, tonumber(out:match("rc=(%d+)%s*$"))
-end
+local sh = util.sh
 
 local function err_of(fn, ...)
   local ok, e = pcall(fn, ...)

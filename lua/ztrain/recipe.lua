@@ -48,30 +48,12 @@ local function schema_paths()
   return out
 end
 
-local function levenshtein(a, b)
-  local prev = {}
-  for j = 0, #b do prev[j] = j end
-  for i = 1, #a do
-    local cur = { [0] = i }
-    for j = 1, #b do
-      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
-      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-    end
-    prev = cur
-  end
-  return prev[#b]
-end
-
 -- nearest("train.step") -> "train.steps"
 function M.nearest(path)
-  local best, bd = nil, math.huge
-  for _, p in ipairs(schema_paths()) do
-    local d = levenshtein(path, p)
-    -- a matching last component is a strong hint (e.g. "steps" -> train.steps)
-    if p:match("[^.]+$") == path:match("[^.]+$") then d = d - 3 end
-    if d < bd then best, bd = p, d end
-  end
-  return best
+  -- a matching last component is a strong hint (e.g. "steps" -> train.steps)
+  return (require("ztrain.suggest").nearest(path, schema_paths(), function(w, p)
+    return p:match("[^.]+$") == w:match("[^.]+$") and 3 or 0
+  end))
 end
 
 local function unknown(path)

@@ -18,30 +18,13 @@ M.optional = { "free", "reduce_loss", "with_full_params", "predicted", "pad", "f
 -- Plain fields a strategy may carry.
 M.fields = { "name", "opts", "stage", "inner", "kind" }
 
-local function levenshtein(a, b)
-  local prev = {}
-  for j = 0, #b do prev[j] = j end
-  for i = 1, #a do
-    local cur = { [0] = i }
-    for j = 1, #b do
-      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
-      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-    end
-    prev = cur
-  end
-  return prev[#b]
-end
-M.levenshtein = levenshtein
+local suggest = require "ztrain.suggest"
 
 local function nearest(word, list)
-  local best, bd = nil, math.huge
-  for _, w in ipairs(list) do
-    local d = levenshtein(word, w)
-    -- a prefix is a strong hint ("defer" -> "defer_reduction")
-    if w:sub(1, #word) == word or word:sub(1, #w) == w then d = math.min(d, 1) end
-    if d < bd then best, bd = w, d end
-  end
-  return best, bd
+  -- a prefix is a strong hint ("defer" -> "defer_reduction")
+  return suggest.nearest(word, list, function(w, c)
+    return (c:sub(1, #w) == w or w:sub(1, #c) == c) and math.max(suggest.distance(w, c) - 1, 0) or 0
+  end)
 end
 
 -- check(strategy_name, opts, valid) -> opts: every key of opts must be in

@@ -83,12 +83,10 @@ local function clip(l, sh)
   return lo, hi
 end
 
--- export(ctx, st, model, step) -> { step =, units = {{name, numel}...},
--- entries = { { kind, unit, lo, hi, tensor }... }, free = fn }: this rank's
--- ranges of every kind, unpadded (tensors are views; call :free() after use).
-function M.export(st, model, step)
-  local out = { step = step, units = {}, entries = {}, views = {} }
-  for _, u in ipairs(model.units) do out.units[#out.units + 1] = { name = u.name, numel = u.numel } end
+-- each_range(st, model, fn): fn(kind_name, u, lo, hi, view) for every kind
+-- but grads and every unit this rank holds real elements of; view covers
+-- [lo, hi): fn keeps it or frees it (on an error it is freed here).
+local function each_range(st, model, fn)
   for _, name in ipairs(st.order) do
     local k = st.kinds[name]
     if name ~= "grads" then                    -- gradients do not outlive a step
@@ -98,12 +96,24 @@ function M.export(st, model, step)
         if sh then lo, hi = clip(st.layout[u.index], sh) end
         if lo then
           local v = sh.tensor:view(lo - sh.lo, { hi - lo })
-          out.views[#out.views + 1] = v
-          out.entries[#out.entries + 1] = { kind = name, unit = u.name, lo = lo, hi = hi, tensor = v }
+          local ok, err = pcall(fn, name, u, lo, hi, v)
+          if not ok then v:free(); error(err, 0) end
         end
       end
     end
   end
+end
+
+-- export(st, model, step) -> { step =, units = {{name, numel}...},
+-- entries = { { kind, unit, lo, hi, tensor }... }, free = fn }: this rank's
+-- ranges of every kind, unpadded (tensors are views; call :free() after use).
+function M.export(st, model, step)
+  local out = { step = step, units = {}, entries = {}, views = {} }
+  for _, u in ipairs(model.units) do out.units[#out.units + 1] = { name = u.name, numel = u.numel } end
+  each_range(st, model, function(name, u, lo, hi, v)
+    out.views[#out.views + 1] = v                -- kept until out.free()
+    out.entries[#out.entries + 1] = { kind = name, unit = u.name, lo = lo, hi = hi, tensor = v }
+  end)
   function out.free()
     for _, v in ipairs(out.views) do v:free() end
     out.views, out.entries = {}, {}
@@ -116,22 +126,10 @@ end
 -- tensor of hi - lo elements, on any tier; numel: the unit's element count
 -- in this model, for the reader to check). Padding stays as it is (zero).
 function M.import(st, model, read)
-  for _, name in ipairs(st.order) do
-    local k = st.kinds[name]
-    if name ~= "grads" then
-      for _, u in ipairs(model.units) do
-        local sh = k.shards[u.index]
-        local lo, hi = nil, nil
-        if sh then lo, hi = clip(st.layout[u.index], sh) end
-        if lo then
-          local v = sh.tensor:view(lo - sh.lo, { hi - lo })
-          local ok, err = pcall(read, name, u.name, lo, hi, v, u.numel)
-          v:free()
-          if not ok then error(err, 0) end
-        end
-      end
-    end
-  end
+  each_range(st, model, function(name, u, lo, hi, v)
+    read(name, u.name, lo, hi, v, u.numel)
+    v:free()
+  end)
 end
 
 -- reader(exports) -> read function over one or more exports (e.g. every
