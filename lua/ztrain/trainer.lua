@@ -59,7 +59,9 @@ function M.new(r, env)
     if errors.is_all_ranks(err) then error(err, 0) end
     err = errors.message(err)
     if err:match("memory limit exceeded") then
-      err = err .. "; raise device.memory_limit, or lower batch.micro, data.seq_len or model.size"
+      err = err .. "; raise device.memory_limit, lower batch.micro, data.seq_len or model.size, or move " ..
+            "model state off the device (strategy=zero3_offload: optimizer state and parameter shards on " ..
+            "the host; zero2_offload: optimizer state)"
     end
     error(err, 0)
   end

@@ -19,8 +19,15 @@ function M.resolve(s)
     local ctor = M[s]
     if s == "zero1" or s == "zero2" or s == "zero3" then return M.zero { stage = tonumber(s:sub(5)) } end
     if s == "dp_deferred" then return M.dp { defer_reduction = true } end
+    if s == "zero1_offload" or s == "zero2_offload" then
+      return M.zero { stage = tonumber(s:sub(5, 5)), offload_optimizer = "host" }
+    end
+    if s == "zero3_offload" then
+      return M.zero { stage = 3, offload_optimizer = "host", offload_params = "host" }
+    end
     if type(ctor) == "function" and s ~= "resolve" and s ~= "zero" then return ctor() end
-    error(("unknown strategy %q (known: single, dp, dp_deferred, zero1, zero2, zero3; or an object such as " ..
+    error(("unknown strategy %q (known: single, dp, dp_deferred, zero1, zero2, zero3, zero1_offload, " ..
+           "zero2_offload, zero3_offload; or an object such as " ..
            "zt.strategy.zero{stage=2})"):format(s), 0)
   end
   error("strategy must be a name or a strategy object (e.g. zt.strategy.single())", 0)

@@ -26,13 +26,15 @@ local norm = require "ztrain.strategy.norm"
 local shard = require "ztrain.strategy.shard"
 local state = require "ztrain.strategy.state"
 local options = require "ztrain.strategy.options"
+local offload = require "ztrain.strategy.offload"
 
 local M = {}
 
 -- How many gradient reductions may be in flight before backward waits.
 local MAX_INFLIGHT = 2
 
-M.valid_options = { "stage" }
+M.valid_options = { "stage", "offload_optimizer", "offload_params" }
+local PLACES = { none = true, host = true }
 
 function M.new(opts)
   opts = options.check("zero", opts, M.valid_options)
@@ -40,7 +42,25 @@ function M.new(opts)
   if stage ~= 1 and stage ~= 2 and stage ~= 3 then
     error(("zero: stage must be 1, 2 or 3, got %s"):format(tostring(stage)), 0)
   end
-  local S = { name = "zero" .. stage, stage = stage, opts = opts }
+  local oopt, oparams = opts.offload_optimizer or "none", opts.offload_params or "none"
+  for key, v in pairs({ offload_optimizer = oopt, offload_params = oparams }) do
+    if not PLACES[v] then
+      error(('zero: %s must be "none" or "host", got %s (NVMe offload, "nvme", comes with the ' ..
+             'aio engine)'):format(key, tostring(v)), 0)
+    end
+  end
+  if oparams ~= "none" and stage ~= 3 then
+    error(("zero: offload_params needs stage 3 (stages 1 and 2 keep full parameters on the device), " ..
+           "got stage %d"):format(stage), 0)
+  end
+  if oparams ~= "none" and oopt == "none" then
+    error('zero: offload_params = "host" needs offload_optimizer = "host" too (the update runs ' ..
+          'where the parameter shards live)', 0)
+  end
+  local name = "zero" .. stage .. (oparams ~= "none" and "_offload_all" or oopt ~= "none" and "_offload" or "")
+  local S = { name = name, stage = stage, opts = opts }
+  local otier = oopt ~= "none" and oopt or nil       -- where the optimizer state lives
+  local ptier = oparams ~= "none" and oparams or nil -- where stage 3's parameter shards live
 
   function S.pad(n) return shard.pad(n) end
 
@@ -54,15 +74,16 @@ function M.new(opts)
     ctx.state = st
     ctx.work = { inflight = {}, gathers = {}, grad_views = {}, pool = shard.pool(tier) }
     local pool = ctx.work.pool
-    state.add_kind(st, "params", { tier = tier, sharded = stage == 3, category = "params" })
+    if otier then ctx.work.offload = offload.new { tier = otier, staging = offload.staging_bytes(ctx.recipe) } end
+    state.add_kind(st, "params", { tier = ptier or tier, sharded = stage == 3, category = "params" })
     state.add_kind(st, "grads", { tier = tier, sharded = stage >= 2, category = "grads" })
     for _, k in ipairs(ctx.optim.state_kinds) do
-      state.add_kind(st, k, { tier = tier, sharded = true, category = "optim" })
+      state.add_kind(st, k, { tier = otier or tier, sharded = true, category = "optim" })
     end
     for _, u in ipairs(model.units) do
       local l = st.layout[u.index]
       local lo, hi, n = l.lo, l.hi, l.size
-      local os = ctx.optim:new_state(n, tier)
+      local os = ctx.optim:new_state(n, otier or tier)
       st.optim[u.index] = os
       for _, k in ipairs(ctx.optim.state_kinds) do state.set(st, k, u, lo, hi, os[k]) end
       if stage == 3 then
@@ -73,9 +94,9 @@ function M.new(opts)
           model:set_params(u, full)
           model:init_unit(u, ctx.seed)
           model:set_params(u, nil)
-          st.pshard[u.index] = T.new({ n }, { tier = tier, category = "params" })
+          st.pshard[u.index] = T.new({ n }, { tier = ptier or tier, category = "params" })
           local v = full:view(lo, { n })
-          ops.copy(st.pshard[u.index], v)
+          if ptier then ctx.work.offload:copy(st.pshard[u.index], v) else ops.copy(st.pshard[u.index], v) end
           v:free()
         end)
         if u.params == full then model:set_params(u, nil) end
@@ -98,11 +119,20 @@ function M.new(opts)
   end
 
   ---------------------------------------------------------------- parameters
+  -- Start gathering unit u's parameters. A shard on the host is first
+  -- copied to a device working buffer (the gather's input must live on the
+  -- device, like its output).
   local function gather(ctx, u)
     local W = ctx.work
     if stage < 3 or u.params or W.gathers[u.index] then return end
+    local shard_t, staged = ctx.state.pshard[u.index], nil
+    if ptier then
+      staged = W.pool.get(shard_t:numel())
+      W.offload:copy(staged, shard_t)
+      shard_t = staged
+    end
     local full = W.pool.get(u.padded)     -- every element is overwritten by the gather
-    W.gathers[u.index] = { req = ctx.dp:all_gather(full, ctx.state.pshard[u.index], true), full = full }
+    W.gathers[u.index] = { req = ctx.dp:all_gather(full, shard_t, true), full = full, staged = staged }
   end
 
   local function ready(ctx, u)
@@ -111,6 +141,7 @@ function M.new(opts)
     if not g then return end
     ctx.work.gathers[u.index] = nil
     g.req:wait()
+    if g.staged then ctx.work.pool.put(g.staged) end
     ctx.model:set_params(u, g.full)
   end
 
@@ -229,19 +260,23 @@ function M.new(opts)
     local gn = shard.global_norm(units, ctx.dp, function(u) return grad_shard(ctx, u) end)
     local scale = norm.clip_scale(gn, ctx.clip)
     ctx.optim:begin_step()
-    local reqs = {}
+    local reqs, work = {}, {}
     for _, u in ipairs(units) do
       local l = st.layout[u.index]
-      if stage == 3 then
-        ctx.optim:update_range(u, l.lo, l.hi, st.pshard[u.index], grad_shard(ctx, u), st.optim[u.index], lr, scale)
+      local P = st.pshard[u.index]
+      if stage < 3 then P = u.params:view(l.lo, { l.size }) end
+      if W.offload then
+        work[#work + 1] = { u = u, lo = l.lo, size = l.size, P = P, G = grad_shard(ctx, u), st = st.optim[u.index] }
       else
-        local pv = u.params:view(l.lo, { l.size })
-        ctx.optim:update_range(u, l.lo, l.hi, pv, grad_shard(ctx, u), st.optim[u.index], lr, scale)
-        -- the updated shard goes to every rank (in place: my slice is the input)
-        reqs[#reqs + 1] = { ctx.dp:all_gather(u.params, pv, true), pv }
+        ctx.optim:update_range(u, l.lo, l.hi, P, grad_shard(ctx, u), st.optim[u.index], lr, scale)
       end
+      if stage < 3 then reqs[#reqs + 1] = { u = u, pv = P } end
     end
-    for _, r in ipairs(reqs) do r[1]:wait(); r[2]:free() end
+    -- off the device: every shard streamed through the host and back
+    if W.offload then W.offload:step(ctx.optim, work, lr, scale) end
+    -- the updated shards go to every rank (in place: my slice is the input)
+    for _, r in ipairs(reqs) do r.req = ctx.dp:all_gather(r.u.params, r.pv, true) end
+    for _, r in ipairs(reqs) do r.req:wait(); r.pv:free() end
     for _, v in pairs(W.grad_views) do v:free() end
     W.grad_views = {}
     return gn
@@ -258,13 +293,21 @@ function M.new(opts)
     if not ok then error(err, 0) end
   end
 
+  -- Model-state bytes per rank (DESIGN.md's table), and where they live:
+  -- tiers[tier] = { params, grads, optim } (offload moves the optimizer term,
+  -- and with offload_params the parameter shards, to the host).
   function S.predicted(ctx)
     local psi, N = ctx.model.nparams, ctx.dp.size
     local p = { [1] = { 4 * psi, 4 * psi, 8 * psi / N },
                 [2] = { 4 * psi, 4 * psi / N, 8 * psi / N },
                 [3] = { 4 * psi / N, 4 * psi / N, 8 * psi / N } }
     local acc = (stage == 1 and ctx.accumulate > 1) and 4 * psi / N or 0
-    return { params = p[stage][1], grads = p[stage][2], optim = p[stage][3], accumulator = acc }
+    local P, G, O = p[stage][1], p[stage][2], p[stage][3]
+    local tiers = { device = { params = P, grads = G + acc, optim = O }, host = { params = 0, grads = 0, optim = 0 } }
+    if otier then tiers.device.optim, tiers[otier].optim = 0, O end
+    if ptier then tiers.device.params, tiers[ptier].params = 0, P end
+    return { params = P, grads = G, optim = O, accumulator = acc, tiers = tiers,
+             staging = otier and 2 * 2 * 4 * offload.chunk_elems(offload.staging_bytes(ctx.recipe)) or 0 }
   end
 
   -- Safe after a setup that failed part-way, and twice.
@@ -272,7 +315,12 @@ function M.new(opts)
     local W, st = ctx and ctx.work, ctx and ctx.state
     if W then
       while #W.inflight > 0 do pcall(finish_one, ctx) end
-      for i, g in pairs(W.gathers) do pcall(g.req.wait, g.req); g.full:free(); W.gathers[i] = nil end
+      for i, g in pairs(W.gathers) do
+        pcall(g.req.wait, g.req); g.full:free()
+        if g.staged then g.staged:free() end
+        W.gathers[i] = nil
+      end
+      if W.offload then W.offload:free(); W.offload = nil end
       for _, v in pairs(W.grad_views) do v:free() end
       W.grad_views = {}
       W.pool.free()

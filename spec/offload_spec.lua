@@ -1,0 +1,96 @@
+-- ZeRO-Offload (host tier): the optimizer state, and under stage 3 the
+-- parameter shards, on the host; the same bits as without offload; memory
+-- per tier as predicted; a model that does not fit on the device under
+-- zero3 trains with offload.
+local cjson = require "cjson"
+local util = require "helpers.util"
+local zt = require "ztrain"
+
+local BASE = "model.size=gpt2-mini data.seq_len=32 batch.micro=2 train.steps=3 train.log_every=1 " ..
+             "train.eval_every=0 lr.warmup=1 optim.clip=0.05 -q"
+
+local function run(args, base)
+  local dir = util.outdir()
+  local out, rc = util.sh(("timeout 120 build/ztrain %s %s out=%s"):format(args, base or BASE, dir))
+  local s
+  if rc == 0 then s = cjson.decode(util.read(dir .. "/summary.json")) end
+  local losses = {}
+  if rc == 0 then
+    for line in io.lines(dir .. "/metrics.jsonl") do losses[#losses + 1] = cjson.decode(line).loss_hex end
+  end
+  util.rm(dir)
+  return s, table.concat(losses, " "), out, rc
+end
+
+describe("offload: same math", function()
+  -- small staging: every unit's shard streams through many chunks
+  for _, n in ipairs({ 1, 2 }) do
+    it(("zero1/2/3 with offload equal them without at N=%d, with accumulation"):format(n), function()
+      local launch = n > 1 and ("--nproc " .. n .. " ") or ""
+      for _, pair in ipairs({ { "zero1", "zero1_offload" }, { "zero2", "zero2_offload" },
+                              { "zero3", "zero3_offload" } }) do
+        local a, la, oa, ra = run(launch .. "recipes/zero3.lua batch.accumulate=2 strategy=" .. pair[1])
+        assert.are.equal(0, ra, oa)
+        local b, lb, ob, rb = run(launch .. "recipes/zero3.lua batch.accumulate=2 offload.staging=64KiB strategy=" ..
+                                  pair[2])
+        assert.are.equal(0, rb, ob)
+        assert.are.equal(pair[2], b.strategy == "zero3_offload_all" and "zero3_offload" or b.strategy)
+        assert.are.equal(a.param_digest, b.param_digest, pair[2])
+        assert.are.equal(la, lb, pair[2] .. " loss bits")
+      end
+    end)
+  end
+end)
+
+describe("offload: memory", function()
+  it("puts each term on the tier it predicts, within 5%, on every tier and rank", function()
+    for _, strat in ipairs({ "zero2_offload", "zero3_offload", "zero3" }) do
+      local s, _, out, rc = run("--nproc 2 recipes/zero3.lua strategy=" .. strat)
+      assert.are.equal(0, rc, out)
+      for _, m in ipairs(s.memory) do
+        for _, tier in ipairs({ "device", "host" }) do
+          local want = s.predicted.tiers[tier]
+          for _, cat in ipairs({ "params", "grads", "optim" }) do
+            local got, exp = m.by_category[cat][tier], want[cat]
+            local ok = (exp == 0 and got == 0) or (exp > 0 and math.abs(got - exp) / exp < 0.05)
+            assert.is_true(ok, ("%s rank %d %s %s: measured %d, predicted %d"):format(strat, m.rank, tier, cat,
+                                                                                        got, exp))
+          end
+        end
+        -- the staging pool shows as host working memory, at its predicted size
+        assert.are.equal(s.predicted.staging, m.by_category.comm.host, strat)
+      end
+    end
+  end)
+
+  it("a model that does not fit under zero3 trains under zero3_offload", function()
+    local base = BASE:gsub("train.steps=3", "train.steps=2") .. " device.memory_limit=12MiB"
+    local _, _, out, rc = run("recipes/zero3.lua", base)
+    assert.are.equal(1, rc, out)
+    assert.matches("device memory limit exceeded", out, 1, true)
+    assert.matches("zero3_offload", out, 1, true)       -- the error says what to do
+    local s, _, out2, rc2 = run("recipes/zero3.lua strategy=zero3_offload", base)
+    assert.are.equal(0, rc2, out2)
+    assert.is_true(s.memory[1].device_peak <= 12 * 2 ^ 20)
+    assert.is_true(s.final_loss < s.first_loss)
+  end)
+end)
+
+describe("offload: options", function()
+  local function err(opts)
+    local ok, e = pcall(zt.strategy.zero, opts)
+    assert.is_false(ok)
+    return tostring(e)
+  end
+  it("names what is wrong and what to do", function()
+    assert.matches("offload_params needs stage 3", err({ stage = 2, offload_params = "host" }), 1, true)
+    assert.matches('needs offload_optimizer = "host" too', err({ stage = 3, offload_params = "host" }), 1, true)
+    assert.matches('offload_optimizer must be "none" or "host", got gpu', err({ stage = 1, offload_optimizer = "gpu" }),
+                   1, true)
+    local r, e = zt.recipe.resolve({}, { "offload.staging=lots" })
+    assert.is_table(r)       -- a size string is only read when a strategy offloads
+    local ok, e2 = pcall(require("ztrain.strategy.offload").staging_bytes, r)
+    assert.is_false(ok)
+    assert.matches('offload.staging: cannot read size "lots"', tostring(e2), 1, true)
+  end)
+end)
