@@ -20,6 +20,9 @@ M.defaults = {
   batch    = { micro = 4, accumulate = 1, global = 0 },
   train    = { steps = 200, log_every = 10, eval_every = 50, eval_batches = 20 },
   device   = { backend = "cpu", memory_limit = "0", threads = 0 },
+  launch   = { nproc = 0 },  -- local ranks `ztrain RECIPE` starts (0: the launcher's, or one)
+  -- where offloaded state is staged and swapped (zt.strategy.zero{offload_*})
+  offload  = { staging = "16MiB" },
   out      = "",
 }
 
@@ -151,6 +154,7 @@ local RANGES = {
   ["batch.global"] = { 0, 2 ^ 31, true }, ["train.steps"] = { 1, 2 ^ 40, true },
   ["train.log_every"] = { 0, 2 ^ 40, true }, ["train.eval_every"] = { 0, 2 ^ 40, true },
   ["train.eval_batches"] = { 0, 2 ^ 31, true }, ["device.threads"] = { 0, 1024, true },
+  ["launch.nproc"] = { 0, 4096, true },
 }
 
 local function check_values(r)
