@@ -57,7 +57,12 @@ function M.new(opts)
     error('zero: offload_params = "host" needs offload_optimizer = "host" too (the update runs ' ..
           'where the parameter shards live)', 0)
   end
-  local name = "zero" .. stage .. (oparams ~= "none" and "_offload_all" or oopt ~= "none" and "_offload" or "")
+  -- zero3_offload: optimizer and parameters off the device (DeepSpeed's usual
+  -- stage-3 offload); zero3_offload_optimizer: the optimizer state only
+  local name = "zero" .. stage
+  if oopt ~= "none" then
+    name = name .. ((stage == 3 and oparams == "none") and "_offload_optimizer" or "_offload")
+  end
   local S = { name = name, stage = stage, opts = opts }
   local otier = oopt ~= "none" and oopt or nil       -- where the optimizer state lives
   local ptier = oparams ~= "none" and oparams or nil -- where stage 3's parameter shards live
