@@ -5,8 +5,9 @@
 --
 -- For each configuration, runs a real training job (real MPI ranks for N=2)
 -- on GPT-2's shapes (vocabulary 50257, byte data) and reads its summary.json:
--- tokens/s and step time (medians), peak device memory per rank, model-state
--- bytes predicted by the ZeRO formulas and measured by the runtime.
+-- tokens/s and step time (medians), peak device and host memory per rank,
+-- model-state bytes on the device and on the host, predicted by the ZeRO
+-- formulas (offload moves terms to the host) and measured by the runtime.
 local cjson = require "cjson"
 local zt = require "ztrain"
 
@@ -23,6 +24,7 @@ local configs = {
   { n = 1, strategy = "single" },
   { n = 2, strategy = "dp" }, { n = 2, strategy = "zero1" },
   { n = 2, strategy = "zero2" }, { n = 2, strategy = "zero3" },
+  { n = 2, strategy = "zero2_offload" }, { n = 2, strategy = "zero3_offload" },
 }
 
 if args.only then                      -- e.g. only=single,zero2
@@ -54,8 +56,8 @@ local core = zt.ffi.blas_core_auto and ("OPENBLAS_CORETYPE unset: ztrain chose "
              or ("OPENBLAS_CORETYPE=" .. tostring(os.getenv("OPENBLAS_CORETYPE")))
 print(("strategy table: %s (vocabulary 50257), B=%d per rank, T=%d, %d steps (medians of steps 2..%d), %s")
       :format(model, B, T, steps, steps, core))
-print(("%-8s %2s %7s %9s %9s %7s %12s %14s %14s"):format("strategy", "N", "threads", "tokens/s", "ms/step",
-      "vs N=1", "device peak", "state pred.", "state meas."))
+print(("%-14s %2s %7s %9s %9s %7s %12s %12s %25s %25s"):format("strategy", "N", "threads", "tokens/s", "ms/step",
+      "vs N=1", "device peak", "host peak", "state pred. (dev/host)", "state meas. (dev/host)"))
 local base
 for _, c in ipairs(configs) do
   local s, err = run(c)
@@ -65,9 +67,17 @@ for _, c in ipairs(configs) do
     base = base or s.tokens_per_s
     local m = s.memory[1]
     local by = m.by_category
-    local pred = s.predicted.params + s.predicted.grads + s.predicted.optim + (s.predicted.accumulator or 0)
-    local meas = by.params.device + by.grads.device + by.optim.device
-    print(("%-8s %2d %7d %9.1f %9.0f %6.2fx %12s %14s %14s"):format(s.strategy, s.world_size, s.threads,
-          s.tokens_per_s, s.step_ms_median, s.tokens_per_s / base, fmt(m.device_peak), fmt(pred), fmt(meas)))
+    local function state_on(t)
+      local p = s.predicted.tiers and s.predicted.tiers[t]
+      local pred = p and (p.params + p.grads + p.optim) or
+                   (t == "device" and s.predicted.params + s.predicted.grads + s.predicted.optim +
+                   (s.predicted.accumulator or 0) or 0)
+      return pred, by.params[t] + by.grads[t] + by.optim[t]
+    end
+    local pd, md = state_on("device")
+    local ph, mh = state_on("host")
+    print(("%-14s %2d %7d %9.1f %9.0f %6.2fx %12s %12s %25s %25s"):format(s.strategy, s.world_size, s.threads,
+          s.tokens_per_s, s.step_ms_median, s.tokens_per_s / base, fmt(m.device_peak), fmt(m.host_peak),
+          fmt(pd) .. " / " .. fmt(ph), fmt(md) .. " / " .. fmt(mh)))
   end
 end
