@@ -48,8 +48,12 @@ test: deps all $(CTEST_BIN)
 run: deps all
 	$(B)/ztrain recipes/single.lua $(ARGS)
 
-bench: deps all
+bench: deps all $(B)/bench_adamw
 	@sh tools/bench.sh
+
+# CPU AdamW GB/s beside memcpy, zk_copy and triad bandwidth (run by tools/bench.sh)
+$(B)/bench_adamw: tools/bench_adamw.c $(patsubst %.c,$(B)/obj/%.o,$(KERNEL_SRC)) kernels/cpu/kernels.h
+	$(CC) $(CFLAGS) -Ikernels/cpu -o $@ $< $(patsubst %.c,$(B)/obj/%.o,$(KERNEL_SRC)) -lopenblas -lm
 
 clean:
 	rm -rf $(B)

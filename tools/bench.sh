@@ -6,4 +6,6 @@
 cd "$(dirname "$0")/.."
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/ztrain --script tools/bench.lua "$@" || exit 1
 echo
+build/bench_adamw || exit 1    # CPU AdamW GB/s beside copy and triad bandwidth
+echo
 exec env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/ztrain --script tools/bench_strategies.lua "$@"
