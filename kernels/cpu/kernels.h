@@ -114,7 +114,18 @@ int zk_crossentropy(float *losses, float *dlogits, const float *logits,
 /* g = grad * grad_scale (clip coefficient);
  * param *= 1 - lr*wd;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g;
  * param -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
- * t is the 1-based step count. Elementwise: same bits on any partition. */
+ * t is the 1-based step count. Elementwise, each operation rounded to float
+ * on its own (no fused multiply-add): the same bits on any partition, thread
+ * count or CPU (AVX2 body, scalar fallback), and as a plain loop of the formula
+ * (under the calling thread's default rounding, no flush-to-zero).
+ * Memory-bound: 28 bytes per element; make bench prints its GB/s.
+ * Threads: runs an OpenMP team of the CALLING thread's size. That count is
+ * per thread (a stream worker sets 1 for itself and updates alone; a fresh
+ * pthread gets OMP_NUM_THREADS or all cores, not zt_set_threads' count).
+ * It touches no process-wide state -- no OpenBLAS call, no thread-count
+ * setting, no floating-point environment change -- so it may run on host
+ * tensors from a second thread while compute kernels run on another team;
+ * no other thread may touch param, m, v (or write grad) until it returns. */
 void zk_adamw(float *param, const float *grad, float *m, float *v, size_t n,
               float lr, float beta1, float beta2, float eps, float wd,
               float grad_scale, int t);

@@ -1,8 +1,12 @@
 /*
  * test_elementwise.c -- fill/copy/scale/axpy/add/add3, the four casts,
  * the fp64 block sums and AdamW, each against a plain loop written here,
- * plus bit-identity under 1, 2 and 3 OpenMP threads.
+ * plus bit-identity under 1, 2 and 3 OpenMP threads. AdamW is also checked
+ * against a reference that rounds every operation on its own (random inputs,
+ * every tail length, unaligned starts) and on a second thread beside another
+ * OpenMP team.
  */
+#include <pthread.h>
 #include "ctest.h"
 #include "kernels.h"
 
@@ -318,6 +322,147 @@ static void test_adamw(void) {
     omp_set_num_threads(2);
 }
 
+/* A second reference that does not trust the compiler: every operation's
+ * result goes through a volatile float, so it is rounded to float on its
+ * own and can never be fused into a multiply-add, whatever -std or
+ * -ffp-contract this file is built with. The scalars are computed as the
+ * header says (in double, rounded once). */
+static float rnd1(float x) { volatile float y = x; return y; }
+
+typedef struct { float lr, b1, b2, eps, wd, gs; int t; } adam_hp;
+
+static void ref_adamw_rounded(float *p, const float *g, float *m, float *v, size_t n,
+                              const adam_hp *h) {
+    float decay = (float)(1.0 - (double)h->lr * (double)h->wd);
+    float step = (float)((double)h->lr / (1.0 - pow((double)h->b1, h->t)));
+    float bc2 = (float)sqrt(1.0 - pow((double)h->b2, h->t));
+    float omb1 = (float)(1.0 - (double)h->b1), omb2 = (float)(1.0 - (double)h->b2);
+    for (size_t i = 0; i < n; i++) {
+        float gi = rnd1(g[i] * h->gs);
+        float pd = rnd1(p[i] * decay);
+        float mi = rnd1(rnd1(h->b1 * m[i]) + rnd1(omb1 * gi));
+        float vi = rnd1(rnd1(h->b2 * v[i]) + rnd1(omb2 * rnd1(gi * gi)));
+        float denom = rnd1(rnd1(rnd1(sqrtf(vi)) / bc2) + h->eps);
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = rnd1(pd - rnd1(step * rnd1(mi / denom)));
+    }
+}
+
+/* a float of random sign and magnitude 10^[lo, hi), or an exact zero now and then */
+static float rand_mag(float lo, float hi) {
+    if (ct_u64() % 61 == 0) return 0.0f;
+    float x = powf(10.0f, ct_unif(lo, hi));
+    return ct_u64() & 1 ? -x : x;
+}
+
+/* the first element where two float arrays differ, or -1 */
+static long first_diff(const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (fbits(a[i]) != fbits(b[i])) return (long)i;
+    return -1;
+}
+
+/* The kernel (vector body, scalar tails, OpenMP blocks) against the rounded
+ * reference, bit for bit, on random inputs and hyperparameters: every size
+ * 0..40 (tails of every length), sizes around the 4096 block and the 8-block
+ * parallel threshold, odd offsets (unaligned vectors), 1, 2 and 3 threads. */
+static void test_adamw_random(void) {
+    static const size_t big[] = {63, 64, 65, 4095, 4096, 4097, 8 * 4096 - 1, 8 * 4096,
+                                 8 * 4096 + 9, 13 * 4096 + 3, 100003};
+    const size_t nbig = sizeof big / sizeof big[0], nmax = 100003 + 8;
+    float *g = ct_alloc(nmax * 4), *p0 = ct_alloc(nmax * 4), *m0 = ct_alloc(nmax * 4);
+    float *v0 = ct_alloc(nmax * 4), *pr = ct_alloc(nmax * 4), *mr = ct_alloc(nmax * 4);
+    float *vr = ct_alloc(nmax * 4), *pk = ct_alloc(nmax * 4), *mk = ct_alloc(nmax * 4);
+    float *vk = ct_alloc(nmax * 4);
+    int cases = 0, bad = 0;
+    char detail[256] = "";
+    for (size_t s = 0; s < 41 + nbig; s++) {
+        size_t n = s < 41 ? s : big[s - 41];
+        size_t off = ct_u64() % 8;                  /* element offset: unaligned starts */
+        adam_hp h = {powf(10.0f, ct_unif(-5, -1)), ct_unif(0.8f, 0.99f), ct_unif(0.9f, 0.9999f),
+                     powf(10.0f, ct_unif(-10, -6)), ct_unif(0, 0.2f), ct_unif(0.05f, 1.0f),
+                     1 + (int)(ct_u64() % 2000)};
+        float gmag = ct_unif(-6, 0);                /* gradients of one scale per case */
+        for (size_t i = 0; i < n; i++) {
+            g[off + i] = rand_mag(gmag - 2, gmag + 1);
+            p0[off + i] = rand_mag(-4, 1);
+            m0[off + i] = rand_mag(gmag - 2, gmag);
+            v0[off + i] = fabsf(rand_mag(2 * gmag - 3, 2 * gmag));
+        }
+        memcpy(pr, p0, nmax * 4); memcpy(mr, m0, nmax * 4); memcpy(vr, v0, nmax * 4);
+        ref_adamw_rounded(pr + off, g + off, mr + off, vr + off, n, &h);
+        for (int t = 1; t <= 3; t++) {
+            memcpy(pk, p0, nmax * 4); memcpy(mk, m0, nmax * 4); memcpy(vk, v0, nmax * 4);
+            omp_set_num_threads(t);
+            zk_adamw(pk + off, g + off, mk + off, vk + off, n, h.lr, h.b1, h.b2, h.eps, h.wd,
+                     h.gs, h.t);
+            cases++;
+            /* whole buffers: also nothing written outside [off, off + n) */
+            long dp = first_diff(pk, pr, nmax), dm = first_diff(mk, mr, nmax);
+            long dv = first_diff(vk, vr, nmax);
+            if ((dp >= 0 || dm >= 0 || dv >= 0) && !bad++) {
+                long at = dp >= 0 ? dp : dm >= 0 ? dm : dv;
+                const float *got = dp >= 0 ? pk : dm >= 0 ? mk : vk;
+                const float *want = dp >= 0 ? pr : dm >= 0 ? mr : vr;
+                snprintf(detail, sizeof detail,
+                         "n=%zu off=%zu threads=%d t=%d: %s[%ld] = %.9g (0x%08x), want %.9g (0x%08x)",
+                         n, off, t, h.t, dp >= 0 ? "param" : dm >= 0 ? "m" : "v", at - (long)off,
+                         got[at], fbits(got[at]), want[at], fbits(want[at]));
+            }
+        }
+    }
+    omp_set_num_threads(2);
+    ct_check(!bad, "adamw random inputs, sizes 0..40 and block edges, offsets, 1/2/3 threads: "
+             "bit-exact vs per-op-rounded formula", "%d of %d cases differ; first: %s", bad,
+             cases, detail);
+    free(g); free(p0); free(m0); free(v0); free(pr); free(mr); free(vr);
+    free(pk); free(mk); free(vk);
+}
+
+/* The offload strategy may run AdamW on host tensors from a copy-stream
+ * worker while the compute thread runs its own OpenMP kernels: two teams at
+ * once must not disturb each other's results. */
+typedef struct { float *p, *g, *m, *v; size_t n; int threads; } adam_job;
+
+static void *adam_thread(void *arg) {
+    adam_job *j = arg;
+    omp_set_num_threads(j->threads);            /* this thread's own team size */
+    for (int step = 1; step <= 4; step++)
+        zk_adamw(j->p, j->g, j->m, j->v, j->n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step);
+    return NULL;
+}
+
+static void test_adamw_second_thread(void) {
+    const size_t n = 1 << 20;
+    adam_job job[2];
+    float *want[2][3];
+    for (int k = 0; k < 2; k++) {
+        job[k] = (adam_job){ct_rand(n, -1, 1), ct_rand(n, -1e-2f, 1e-2f), ct_alloc(n * 4),
+                            ct_alloc(n * 4), n, 2};
+        for (int a = 0; a < 3; a++) want[k][a] = ct_alloc(n * 4);
+        memcpy(want[k][0], job[k].p, n * 4);
+        adam_hp h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0};
+        for (h.t = 1; h.t <= 4; h.t++)
+            ref_adamw_rounded(want[k][0], job[k].g, want[k][1], want[k][2], n, &h);
+    }
+    pthread_t th;
+    int rc = pthread_create(&th, NULL, adam_thread, &job[1]);
+    omp_set_num_threads(2);
+    adam_thread(&job[0]);                       /* the "compute" team, concurrently */
+    if (rc == 0) pthread_join(th, NULL);
+    int ok = rc == 0;
+    for (int k = 0; k < 2; k++)
+        ok = ok && !memcmp(job[k].p, want[k][0], n * 4) && !memcmp(job[k].m, want[k][1], n * 4) &&
+             !memcmp(job[k].v, want[k][2], n * 4);
+    ct_check(ok, "adamw on a second thread while another OpenMP team runs: both bit-exact",
+             "pthread_create %d; results differ from the formula", rc);
+    for (int k = 0; k < 2; k++) {
+        free(job[k].p); free(job[k].g); free(job[k].m); free(job[k].v);
+        for (int a = 0; a < 3; a++) free(want[k][a]);
+    }
+}
+
 int main(void) {
     ct_seed(1);
     test_small_ops();
@@ -325,5 +470,7 @@ int main(void) {
     test_cast_encode();
     test_sums();
     test_adamw();
+    test_adamw_random();
+    test_adamw_second_thread();
     return ct_summary();
 }
