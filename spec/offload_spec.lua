@@ -42,6 +42,19 @@ describe("offload: same math", function()
   end
 end)
 
+describe("offload: parameter prefetch", function()
+  it("fetching 1, 2 or 4 units ahead from the host changes no bits", function()
+    local ref, lref, o, rc = run("--nproc 2 recipes/zero3.lua strategy=zero3")
+    assert.are.equal(0, rc, o)
+    for _, d in ipairs({ 1, 2, 4 }) do
+      local s, l, out, rc2 = run("--nproc 2 recipes/zero3.lua strategy=zero3_offload offload.prefetch=" .. d)
+      assert.are.equal(0, rc2, out)
+      assert.are.equal(ref.param_digest, s.param_digest, "prefetch " .. d)
+      assert.are.equal(lref, l)
+    end
+  end)
+end)
+
 describe("offload: memory", function()
   it("puts each term on the tier it predicts, within 5%, on every tier and rank", function()
     for _, strat in ipairs({ "zero2_offload", "zero3_offload", "zero3" }) do

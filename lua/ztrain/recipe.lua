@@ -22,7 +22,7 @@ M.defaults = {
   device   = { backend = "cpu", memory_limit = "0", threads = 0 },
   launch   = { nproc = 0 },  -- local ranks `ztrain RECIPE` starts (0: the launcher's, or one)
   -- where offloaded state is staged and swapped (zt.strategy.zero{offload_*})
-  offload  = { staging = "16MiB" },
+  offload  = { staging = "16MiB", prefetch = 2 },
   out      = "",
 }
 
@@ -154,7 +154,7 @@ local RANGES = {
   ["batch.global"] = { 0, 2 ^ 31, true }, ["train.steps"] = { 1, 2 ^ 40, true },
   ["train.log_every"] = { 0, 2 ^ 40, true }, ["train.eval_every"] = { 0, 2 ^ 40, true },
   ["train.eval_batches"] = { 0, 2 ^ 31, true }, ["device.threads"] = { 0, 1024, true },
-  ["launch.nproc"] = { 0, 4096, true },
+  ["launch.nproc"] = { 0, 4096, true }, ["offload.prefetch"] = { 1, 64, true },
 }
 
 local function check_values(r)

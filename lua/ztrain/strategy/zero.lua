@@ -77,7 +77,8 @@ function M.new(opts)
     local st = state.new(model, ctx.dp, true)
     st.gshard, st.pshard, st.optim = {}, {}, {}
     ctx.state = st
-    ctx.work = { inflight = {}, gathers = {}, grad_views = {}, pool = shard.pool(tier) }
+    ctx.work = { inflight = {}, gathers = {}, fetches = {}, grad_views = {}, pool = shard.pool(tier),
+                 fetch_depth = ptier and ctx.recipe and ctx.recipe.offload and ctx.recipe.offload.prefetch or 2 }
     local pool = ctx.work.pool
     if otier then ctx.work.offload = offload.new { tier = otier, staging = offload.staging_bytes(ctx.recipe) } end
     state.add_kind(st, "params", { tier = ptier or tier, sharded = stage == 3, category = "params" })
@@ -124,17 +125,30 @@ function M.new(opts)
   end
 
   ---------------------------------------------------------------- parameters
-  -- Start gathering unit u's parameters. A shard on the host is first
-  -- copied to a device working buffer (the gather's input must live on the
-  -- device, like its output).
+  -- Parameter shards on the host are fetched to a device working buffer
+  -- (the all-gather's input must live on the device, like its output) on
+  -- the offload copy stream, up to offload.prefetch units ahead.
+  local function fetch(ctx, u)
+    local W = ctx.work
+    if not ptier or u.params or W.gathers[u.index] or W.fetches[u.index] then return end
+    local src = ctx.state.pshard[u.index]
+    local staged = W.pool.get(src:numel())
+    local cs = W.offload.copies
+    cs:copy_async(staged, src)
+    W.fetches[u.index] = { staged = staged, ready = cs:record() }
+  end
+
+  -- Start gathering unit u's parameters (after its fetch, from the host).
   local function gather(ctx, u)
     local W = ctx.work
     if stage < 3 or u.params or W.gathers[u.index] then return end
     local shard_t, staged = ctx.state.pshard[u.index], nil
     if ptier then
-      staged = W.pool.get(shard_t:numel())
-      W.offload:copy(staged, shard_t)
-      shard_t = staged
+      fetch(ctx, u)
+      local f = W.fetches[u.index]
+      W.fetches[u.index] = nil
+      f.ready:sync(); f.ready:free()
+      staged, shard_t = f.staged, f.staged
     end
     local full = W.pool.get(u.padded)     -- every element is overwritten by the gather
     W.gathers[u.index] = { req = ctx.dp:all_gather(full, shard_t, true), full = full, staged = staged }
@@ -158,10 +172,15 @@ function M.new(opts)
 
   -- Unit i's neighbour in the pass direction (with the units it reads, e.g.
   -- embed's tied wte for the head), prefetched while i computes.
+  -- Further units' shards are fetched from the host meanwhile (prefetch depth).
   local function prefetch(ctx, i, dir)
     local model = ctx.model
     local nu = model.units[i + dir]
     if nu then for _, pu in ipairs(model:param_units(nu)) do gather(ctx, pu) end end
+    for d = 2, ctx.work.fetch_depth or 0 do
+      local fu = model.units[i + dir * d]
+      if fu then for _, pu in ipairs(model:param_units(fu)) do fetch(ctx, pu) end end
+    end
   end
 
   function S.pre_forward(ctx, u)
@@ -324,6 +343,10 @@ function M.new(opts)
         pcall(g.req.wait, g.req); g.full:free()
         if g.staged then g.staged:free() end
         W.gathers[i] = nil
+      end
+      for i, f in pairs(W.fetches) do
+        pcall(f.ready.sync, f.ready); f.ready:free(); f.staged:free()
+        W.fetches[i] = nil
       end
       if W.offload then W.offload:free(); W.offload = nil end
       for _, v in pairs(W.grad_views) do v:free() end
