@@ -22,6 +22,8 @@ describe("ztrain program", function()
     assert.are.equal(0, rc)
     assert.matches("usage: ztrain", out, 1, true)
     assert.matches("device.memory_limit", out, 1, true)
+    assert.matches("launch.nproc", out, 1, true)
+    assert.matches("launch = { nproc = N }", out, 1, true)
   end)
 
   it("runs -e code with ztrain loaded", function()

@@ -10,6 +10,13 @@ override dotted fields of it, e.g.
 
   ztrain recipes/single.lua train.steps=100 model.size=gpt2-mini
   ztrain recipes/single.lua batch.micro=8 device.memory_limit=2GiB out=runs/try1
+  ztrain recipes/dp.lua launch.nproc=2     # start 2 local ranks (as --nproc 2)
+
+A recipe with launch = { nproc = N } (N > 1) starts N local ranks itself
+(through mpirun, as --nproc N) unless already under mpirun or srun, where the
+launcher's rank count must equal N. launch.nproc = 0 (the default) takes what
+the launcher gave, or one rank. The recipe file is read once before launching
+(to find N), then again in each rank.
 
 options:
   -e CODE        run Lua CODE with ztrain loaded as `zt` (may repeat), then exit
@@ -17,8 +24,9 @@ options:
   -i             open the REPL after running -e code or a recipe
   --script FILE [ARGS...]
                  run a Lua script with ztrain loaded (`arg` holds ARGS), then exit
-  --nproc N      run N ranks on this machine (through Open MPI's mpirun); under
-                 mpirun or srun already, ranks come from the launcher
+  --nproc N      run N ranks on this machine (through Open MPI's mpirun); wins
+                 over the recipe's launch.nproc. Under mpirun or srun already,
+                 ranks come from the launcher (and must number N)
   -q, --quiet    no progress output (outputs are still written)
   --threads N    kernel and BLAS threads (same as device.threads=N)
   --version      print the version
@@ -33,6 +41,7 @@ Recipe keys (defaults in lua/ztrain/recipe.lua; docs/recipes.md):
   train.steps, train.log_every, train.eval_every, train.eval_batches
   device.backend, device.memory_limit (e.g. 2GiB), device.threads
   strategy (single, dp, dp_deferred, zero1, zero2, zero3 or an object), out, name
+  launch.nproc (local ranks to start; 0: the launcher's, or one)
   schedule ("": sequential driver; one_stage, one_stage_iw or a function: schedule driver)
 
 Outputs go to out= (default runs/<recipe>-<time>/): metrics.jsonl, summary.json.
@@ -51,6 +60,43 @@ end
 local function die(e)
   say(e)
   return 1
+end
+
+-- The overrides a recipe is loaded with: the command line's, then --nproc's
+-- count as launch.nproc (--nproc wins over the recipe and over key=value).
+local function recipe_overrides(opts)
+  local o = {}
+  for i, v in ipairs(opts.overrides) do o[i] = v end
+  if opts.nproc then o[#o + 1] = "launch.nproc=" .. opts.nproc end
+  return o
+end
+
+-- load_recipe(zt, opts) -> recipe | nil, exit code. On every rank of the
+-- world; when it fails, the message is said once if every rank failed alike
+-- (the usual case: one file, one error), else by each rank that failed.
+local function load_recipe(zt, opts)
+  local okl, r, err = pcall(zt.recipe.load, opts.recipe, recipe_overrides(opts))
+  if not okl then r, err = nil, r end
+  local okw, world = pcall(zt.comm.world)
+  if not okw then
+    if not r then say(err) else say(world) end
+    return nil, 1
+  end
+  if world.size == 1 then
+    if not r then say(err); return nil, 1 end
+    return r
+  end
+  local failed = 0
+  for _, v in ipairs(world:gather_doubles({ r and 0 or 1 })) do failed = failed + v[1] end
+  if failed == 0 then return r end
+  if failed == world.size then
+    if world.rank == 0 then say(err) end
+  elseif not r then
+    io.stderr:write(("ztrain: rank %d: %s\n"):format(world.rank, errors.message(err)))
+  end
+  io.stderr:flush()
+  zt.comm.finalize()
+  return nil, 1
 end
 
 function M.main(argv)
@@ -88,16 +134,27 @@ function M.main(argv)
   end
 
   local comm = require "ztrain.comm"
-  if opts.nproc and not comm.launched() then
-    local rest = {}
-    local skip = false
-    for j = 1, #argv do
-      if skip then skip = false
-      elseif argv[j] == "--nproc" then skip = true
-      else rest[#rest + 1] = argv[j] end
+  local runs_recipe = opts.recipe ~= nil and opts.script == nil
+  local pre            -- the recipe, read here to decide whether to launch
+  if not comm.launched() and (opts.nproc or runs_recipe) then
+    if runs_recipe then
+      -- Read once before launching: its launch.nproc says how many ranks
+      -- to start, and a broken recipe is said once, not once per rank.
+      local err
+      pre, err = require("ztrain.recipe").load(opts.recipe, recipe_overrides(opts))
+      if not pre then return die(err) end
     end
-    local _, err = require("ztrain.launch").exec(opts.nproc, argv[0], rest)
-    return die(err)
+    local n = opts.nproc or pre.launch.nproc
+    if opts.nproc or n > 1 then
+      -- the ranks get the same arguments (--nproc too: each checks it)
+      local args = {}
+      for j = 1, #argv do args[j] = argv[j] end
+      local _, err = require("ztrain.launch").exec(n, argv[0], args)
+      if not opts.nproc then
+        err = ("%s (the recipe asks for launch.nproc = %d; launch.nproc=1 runs one rank here)"):format(err, n)
+      end
+      return die(err)
+    end
   end
 
   local ok_load, zt = pcall(require, "ztrain")
@@ -137,11 +194,24 @@ function M.main(argv)
   end
 
   if opts.recipe then
-    local r, err = zt.recipe.load(opts.recipe, opts.overrides)
-    if not r then return die(err) end
+    -- the recipe read before launching serves, unless -e code ran since
+    -- (it may change what the recipe sees)
+    local r = #opts.exprs == 0 and pre or nil
+    if not r then
+      local code
+      r, code = load_recipe(zt, opts)
+      if not r then return code end
+    end
+    local world = zt.comm.world()
+    local okw, werr = require("ztrain.launch").check_world(r.launch.nproc, world.size, "launcher")
+    if not okw then
+      -- every rank resolved the same recipe: rank 0 says why, all exit 1
+      if world.rank == 0 then say(werr) end
+      zt.comm.finalize()
+      return 1
+    end
     local ok, rerr = pcall(require("ztrain.run").run, r, { quiet = opts.quiet })
     if not ok then
-      local world = zt.comm.world()
       if world.size > 1 and errors.is_all_ranks(rerr) then
         -- every rank stopped at the same point: rank 0 says why, all exit 1
         if world.rank == 0 then say(rerr) end

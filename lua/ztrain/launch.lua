@@ -1,7 +1,7 @@
--- ztrain.launch: `ztrain --nproc N ...` starts N local ranks through Open
--- MPI's mpirun, which runs this same program in each. Works as root,
--- oversubscribes when N exceeds the cores, and gives each rank cores / N
--- threads unless the recipe sets device.threads.
+-- ztrain.launch: `ztrain --nproc N ...` (or a recipe's launch.nproc) starts
+-- N local ranks through Open MPI's mpirun, which runs this same program in
+-- each. Works as root, oversubscribes when N exceeds the cores, and gives
+-- each rank cores / N threads unless the recipe sets device.threads.
 local ffi = require "ffi"
 local libc = require "ztrain.libc"
 local bit = require "bit"
@@ -140,6 +140,24 @@ function M.command(n, program, args)
   cmd[#cmd + 1] = program
   for _, a in ipairs(args) do cmd[#cmd + 1] = a end
   return cmd
+end
+
+-- check_world(nproc, size, where) -> true | nil, message. A recipe's
+-- launch.nproc (0: any) against the `size` ranks it is about to run on.
+-- `where` says who made that world: "launcher" (mpirun/srun started this
+-- process) or "session" (zt.train in a running program, which never starts
+-- ranks). The message names both numbers and what to do.
+function M.check_world(nproc, size, where)
+  if nproc == 0 or nproc == size then return true end
+  if where == "session" then
+    return nil, ("the recipe asks for launch.nproc = %d rank(s), but this session's world has %d; " ..
+                 "zt.train runs on the current world and starts no ranks: run `ztrain RECIPE.lua` " ..
+                 "from a shell (it starts them), or pass the override launch.nproc=0 to train on " ..
+                 "this world"):format(nproc, size)
+  end
+  return nil, ("the recipe asks for launch.nproc = %d rank(s), but the launcher started %d; start " ..
+               "%d (mpirun -np %d), or override launch.nproc=%d (launch.nproc=0: whatever the " ..
+               "launcher gives)"):format(nproc, size, nproc, nproc, size)
 end
 
 -- Replace this process with mpirun. Returns only on failure (nil, err).
