@@ -180,7 +180,7 @@ describe("launch.nproc", function()
     assert.matches("size=1", out, 1, true)
   end)
 
-  pending("zt.train runs on the current world and refuses a recipe asking for more ranks", function()
+  it("zt.train runs on the current world and refuses a recipe asking for more ranks", function()
     -- needs zt.train (lua/ztrain/init.lua) to call launch.check_world(..., "session")
     local out, rc = sh(("timeout 60 build/ztrain -e 'zt.train(%q, { \"out=%s\" })'"):format(two, never()))
     assert.are.equal(1, rc, out)

@@ -41,6 +41,10 @@ function M.train(r, overrides, opts)
   else resolved, err = M.recipe.resolve(r, overrides) end
   if not resolved then error(err, 0) end
   if resolved.name == "" then resolved.name = "repl" end
+  -- at the REPL the world is what it is: a recipe asking for another rank
+  -- count is refused rather than launched
+  local ok, lerr = require("ztrain.launch").check_world(resolved.launch.nproc, M.comm.world().size, "session")
+  if not ok then error(lerr, 0) end
   return require("ztrain.run").run(resolved, opts)
 end
 
