@@ -11,7 +11,9 @@ LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/i
 LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
 MPI_CFLAGS    := $(shell mpicc --showme:compile 2>/dev/null || echo -I/usr/lib/x86_64-linux-gnu/openmpi/include)
 MPI_LIBS      := $(shell mpicc --showme:link 2>/dev/null || echo -lmpi)
-LIBS    := -lopenblas $(MPI_LIBS) -lm -lpthread
+UV_CFLAGS     := $(shell pkg-config --cflags libuv 2>/dev/null)
+UV_LIBS       := $(shell pkg-config --libs libuv 2>/dev/null || echo -luv)
+LIBS    := -lopenblas $(MPI_LIBS) $(UV_LIBS) -lm -lpthread
 
 B := build
 RUNTIME_SRC := $(filter-out runtime/main.c,$(wildcard runtime/*.c))
@@ -29,7 +31,7 @@ deps:
 
 $(B)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Iruntime -Ikernels/cpu -c $< -o $@
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) $(UV_CFLAGS) -Iruntime -Ikernels/cpu -c $< -o $@
 
 $(B)/libztrain.so: $(LIB_OBJ)
 	$(CC) $(CFLAGS) -shared -o $@ $(LIB_OBJ) $(LIBS)
@@ -46,7 +48,7 @@ test: deps all $(CTEST_BIN)
 	@sh tools/run_tests.sh $(CTEST_BIN)
 
 run: deps all
-	$(B)/ztrain recipes/single.lua $(ARGS)
+	$(B)/ztrain recipes/zero3_offload.lua $(ARGS)
 
 bench: deps all $(B)/bench_adamw
 	@sh tools/bench.sh

@@ -161,12 +161,14 @@ function M.print_summary(s)
             :format(#s.memory > 1 and (" r" .. m.rank) or "   ", memory.format(m.device_peak),
                     memory.format(m.host_peak), memory.format(state),
                     predicted and (" (predicted " .. memory.format(predicted) .. ")") or ""))
-    local parts = {}
-    for _, cat in ipairs(memory.categories) do
-      local v = by[cat].device
-      if v > 0 then parts[#parts + 1] = cat .. " " .. memory.format(v) end
+    for _, tier in ipairs({ "device", "host" }) do
+      local parts = {}
+      for _, cat in ipairs(memory.categories) do
+        local v = by[cat][tier]
+        if v and v > 0 then parts[#parts + 1] = cat .. " " .. memory.format(v) end
+      end
+      if #parts > 0 then w:write(("    %-6s by category %s\n"):format(tier, table.concat(parts, ", "))) end
     end
-    w:write("    by category " .. table.concat(parts, ", ") .. "\n")
   end
   w:write(("  digest      %s\n  output      %s\n"):format(s.param_digest, s.out))
 end
