@@ -40,7 +40,9 @@ Recipe keys (defaults in lua/ztrain/recipe.lua; docs/recipes.md):
   batch.micro, batch.accumulate, batch.global (= ranks x micro x accumulate)
   train.steps, train.log_every, train.eval_every, train.eval_batches
   device.backend, device.memory_limit (e.g. 2GiB), device.threads
-  strategy (single, dp, dp_deferred, zero1, zero2, zero3 or an object), out, name
+  strategy (single, dp, dp_deferred, zero1, zero2, zero3, zero1_offload, zero2_offload,
+    zero3_offload or an object), out, name
+  offload.staging (host staging buffers, e.g. 16MiB), offload.prefetch (units fetched ahead)
   launch.nproc (local ranks to start; 0: the launcher's, or one)
   schedule ("": sequential driver; one_stage, one_stage_iw or a function: schedule driver)
 
