@@ -23,14 +23,23 @@ const char *zt_describe(const zt_tensor *t, char *buf, size_t n);
 
 /* Raw allocation on a tier with accounting and limits (memory.c), through
  * the tier's allocator: device -> the device backend's alloc; host -> plain
- * 64-byte-aligned memory (pinned once a CUDA build exists); nvme -> none yet
- * (a clear error). */
+ * 4096-byte-aligned memory (O_DIRECT-ready; pinned once a CUDA build
+ * exists); nvme -> a swap file of the nvme engine (an opaque handle, not
+ * bytes; ZT_EINVAL until zt_nvme_configure). */
 int zt_mem_alloc(void **out, size_t nbytes, int tier, int category,
                  const char *what);
 void zt_mem_free(void *p, size_t nbytes, int tier, int category);
 /* Zero nbytes at p on tier, by whoever owns the bytes: the device's zero op
  * for the device tier (the host never writes device bytes), memset on host. */
 void zt_mem_zero(void *p, size_t nbytes, int tier);
+
+/* The nvme tier (aio.c). zt_nvme_alloc: a new zero-filled swap file of
+ * nbytes as an opaque handle; errors carry their message (not configured:
+ * ZT_EINVAL; a full disk: ZT_EIO). zt_nvme_rw: blocking transfer between
+ * host bytes buf and the nvme tensor t (all of it: nbytes = t's bytes). */
+int zt_nvme_alloc(void **out, size_t nbytes);
+void zt_nvme_free(void *handle);
+int zt_nvme_rw(int write, const zt_tensor *t, void *buf, size_t nbytes);
 
 /* Streams (stream.c). Before an op runs on the calling thread, the thread's
  * current stream must have finished its earlier work (stream order): a

@@ -5,7 +5,8 @@
  * a tier may have a limit. On the CPU backend the "device" tier is ordinary
  * memory that behaves like a GPU's: it is accounted and limited separately
  * from "host", so memory reports and ZeRO formulas mean the same thing on
- * both backends. The nvme tier belongs to aio (a later layer).
+ * both backends. The nvme tier's bytes are swap files of the aio engine
+ * (aio.c): accounted here like any other tier.
  *
  * One allocator per tier (the table below): accounting and limits are the
  * same for all; where the bytes come from is the tier's business.
@@ -19,7 +20,9 @@
 /* ---- allocators ------------------------------------------------------------ */
 typedef struct zt_allocator {
     const char *name;
-    int (*alloc)(void **out, size_t nbytes);   /* 64-byte aligned; ZT_ENOMEM, no message */
+    /* ZT_OK; ZT_ENOMEM without a message (written here); or another code
+     * with its message set (nvme: not configured, a full disk). */
+    int (*alloc)(void **out, size_t nbytes);
     void (*free)(void *p);
     void (*zero)(void *p, size_t nbytes);
 } zt_allocator;
@@ -31,27 +34,32 @@ static void dev_free(void *p) { zt_dev()->free(p); }
 static void dev_zero(void *p, size_t n) { zt_dev()->zero(p, n); }
 
 /* host: plain aligned memory. A CUDA build makes this pinned memory
- * (cudaHostAlloc) so copies to and from the device can be asynchronous. */
+ * (cudaHostAlloc) so copies to and from the device can be asynchronous.
+ * Page-aligned (ZT_AIO_PAGE) and page-rounded, so a whole host tensor goes
+ * to and from an O_DIRECT swap file without a bounce copy. */
 static int host_alloc(void **out, size_t n)
 {
-    size_t rounded = (n + 63) & ~(size_t)63;
+    size_t rounded = (n + ZT_AIO_PAGE - 1) & ~(size_t)(ZT_AIO_PAGE - 1);
     void *p = NULL;
-    if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0) return ZT_ENOMEM;
+    if (posix_memalign(&p, ZT_AIO_PAGE, rounded ? rounded : ZT_AIO_PAGE) != 0) return ZT_ENOMEM;
     *out = p;
     return ZT_OK;
 }
 static void host_free(void *p) { free(p); }
 static void host_zero(void *p, size_t n) { memset(p, 0, n); }
 
+/* nvme: a swap file per storage (aio.c); the pointer is a handle, not
+ * bytes. A new swap file reads as zeros, so zeroing is free. */
+static void nvme_zero(void *p, size_t n) { (void)p; (void)n; }
+
 static const zt_allocator device_allocator = { "device", dev_alloc, dev_free, dev_zero };
 static const zt_allocator host_allocator = { "host", host_alloc, host_free, host_zero };
+static const zt_allocator nvme_allocator = { "nvme", zt_nvme_alloc, zt_nvme_free, nvme_zero };
 
-/* nvme: none yet. Its bytes are files, not addressable memory; the Offload
- * issue brings them through aio. */
 static const zt_allocator *const allocators[ZT_NTIERS] = {
     [ZT_TIER_DEVICE] = &device_allocator,
     [ZT_TIER_HOST] = &host_allocator,
-    [ZT_TIER_NVME] = NULL,
+    [ZT_TIER_NVME] = &nvme_allocator,
 };
 
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -92,11 +100,6 @@ int zt_mem_alloc(void **out, size_t nbytes, int tier, int category, const char *
     ZT_CHECK(category >= 0 && category < ZT_NCATS,
              "zt_mem_alloc: category %d out of range", category);
     const zt_allocator *a = allocators[tier];
-    if (a == NULL)
-        return zt_error(ZT_EINVAL, "cannot allocate %s (%s) on the %s tier: it has no "
-                        "allocator yet (nvme bytes are files, not addressable memory; "
-                        "nvme placement comes with the aio engine); place it on host or device",
-                        what, cat_names[category], tier_names[tier]);
     *out = NULL;
     pthread_mutex_lock(&mem_lock);
     if (limit[tier] && cur_total[tier] + nbytes > limit[tier]) {
@@ -123,15 +126,22 @@ int zt_mem_alloc(void **out, size_t nbytes, int tier, int category, const char *
     pthread_mutex_unlock(&mem_lock);
 
     void *p = NULL;
-    if (a->alloc(&p, nbytes) != ZT_OK) p = NULL;
-    if (!p) {
+    int rc = a->alloc(&p, nbytes);
+    if (rc != ZT_OK || !p) {
         char req[32];
         pthread_mutex_lock(&mem_lock);
         cur[tier][category] -= nbytes;
         cur_total[tier] -= nbytes;
         pthread_mutex_unlock(&mem_lock);
+        fmt_bytes(req, sizeof req, nbytes);
+        if (rc != ZT_OK && rc != ZT_ENOMEM) {   /* the allocator said why */
+            char why[1024];
+            snprintf(why, sizeof why, "%s", zt_last_error());
+            return zt_error(rc, "cannot allocate %s for %s (%s) on the %s tier: %s", req,
+                            cat_names[category], what, tier_names[tier], why);
+        }
         return zt_error(ZT_ENOMEM, "out of %s memory allocating %s for %s (%s)", a->name,
-                        fmt_bytes(req, sizeof req, nbytes), cat_names[category], what);
+                        req, cat_names[category], what);
     }
     pthread_mutex_lock(&mem_lock);
     if (cur[tier][category] > peak[tier][category]) peak[tier][category] = cur[tier][category];

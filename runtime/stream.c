@@ -7,7 +7,9 @@
  * in issue order (copies through the device copy, waits, event records), so
  * a strategy that forgets to wait for a copy reads bytes that are still
  * being written -- the race it would have on a GPU, where a CUDA build maps
- * these objects to cudaStream_t and cudaEvent_t.
+ * these objects to cudaStream_t and cudaEvent_t. A copy to or from the nvme
+ * tier is a request to the aio engine that the worker waits for, so the
+ * stream's later items (event records) follow the bytes.
  *
  * Synchronisation: each stream has a lock and two condition variables
  * (work queued; work finished). Events share one lock and one condition
@@ -178,6 +180,18 @@ static void stream_fail(zt_stream *s, int code, const char *msg)
     pthread_mutex_unlock(&s->lock);
 }
 
+/* dst = src (checked by zt_copy_async): the device's copy, or an nvme
+ * transfer through the engine, blocking this thread until every block is
+ * done (the engine keeps its queue depth in flight meanwhile). */
+static int do_copy(zt_tensor *dst, const zt_tensor *src)
+{
+    size_t nbytes = (size_t)src->numel * zt_dtype_size(src->dtype);
+    if (dst->storage->tier == ZT_TIER_NVME) return zt_nvme_rw(1, dst, src->data, nbytes);
+    if (src->storage->tier == ZT_TIER_NVME) return zt_nvme_rw(0, src, dst->data, nbytes);
+    zt_dev()->copy(dst->data, src->data, nbytes);
+    return ZT_OK;
+}
+
 static void run_item(zt_stream *s, item *it)
 {
     pthread_mutex_lock(&s->lock);
@@ -188,9 +202,10 @@ static void run_item(zt_stream *s, item *it)
 
     switch (it->kind) {
     case ITEM_COPY:
-        if (!err)   /* after a failure the stream skips its work until the error is seen */
-            zt_dev()->copy(it->dst->data, it->src->data,
-                           (size_t)it->src->numel * zt_dtype_size(it->src->dtype));
+        if (!err) {   /* after a failure the stream skips its work until the error is seen */
+            int rc = do_copy(it->dst, it->src);
+            if (rc) stream_fail(s, rc, zt_last_error());   /* this worker's message */
+        }
         zt_tensor_release(it->dst);
         zt_tensor_release(it->src);
         break;
@@ -438,10 +453,13 @@ int zt_copy_async(zt_tensor *dst, const zt_tensor *src, zt_stream *s)
              "%s: dst (%s on %s) and src (%s on %s) must have the same dtype and numel "
              "(a copy moves bytes; cast with zt_cast first)", fn, zt_describe(dst, a, sizeof a),
              zt_tier_name(dt), zt_describe(src, b, sizeof b), zt_tier_name(st));
-    ZT_CHECK(dt != ZT_TIER_NVME && st != ZT_TIER_NVME,
-             "%s: dst (%s on %s) or src (%s on %s) is on the nvme tier, whose bytes are not "
-             "addressable; nvme transfers go through aio", fn, zt_describe(dst, a, sizeof a),
-             zt_tier_name(dt), zt_describe(src, b, sizeof b), zt_tier_name(st));
+    ZT_CHECK((dt != ZT_TIER_NVME && st != ZT_TIER_NVME) ||
+             (dt == ZT_TIER_NVME && st == ZT_TIER_HOST) ||
+             (dt == ZT_TIER_HOST && st == ZT_TIER_NVME),
+             "%s: dst (%s on %s) and src (%s on %s): nvme bytes move to and from the host "
+             "tier only (a device cannot read a file); copy through a host tensor", fn,
+             zt_describe(dst, a, sizeof a), zt_tier_name(dt), zt_describe(src, b, sizeof b),
+             zt_tier_name(st));
     ZT_CHECK(dst->storage != src->storage || dst->offset + dst->numel <= src->offset ||
              src->offset + src->numel <= dst->offset,
              "%s: dst and src overlap in one storage (elements [%lld,%lld) and [%lld,%lld)); "
@@ -449,11 +467,7 @@ int zt_copy_async(zt_tensor *dst, const zt_tensor *src, zt_stream *s)
              (long long)(dst->offset + dst->numel), (long long)src->offset,
              (long long)(src->offset + src->numel));
     s = resolve(s);
-    size_t nbytes = (size_t)src->numel * zt_dtype_size(src->dtype);
-    if (!s->worker) {
-        zt_dev()->copy(dst->data, src->data, nbytes);
-        return ZT_OK;
-    }
+    if (!s->worker) return do_copy(dst, src);
     item *it = new_item(fn, ITEM_COPY);
     if (!it) return ZT_ENOMEM;
     zt_tensor_retain(dst);

@@ -76,7 +76,7 @@ int zt_tensor_new(zt_tensor **out, int tier, int category, int dtype, int ndim,
     zt_mem_zero(data, nbytes, tier);   /* by the tier's owner: the host never writes device bytes */
     *s = (zt_storage){ .data = data, .nbytes = nbytes, .tier = tier,
                        .category = category, .refcount = 1 };
-    t->data = data;
+    t->data = tier == ZT_TIER_NVME ? NULL : data;   /* nvme: a handle, not bytes */
     t->storage = s;
     t->offset = 0;
     t->numel = numel;
@@ -104,7 +104,8 @@ int zt_tensor_view(zt_tensor **out, zt_tensor *base, int64_t offset, int ndim,
     __atomic_add_fetch(&base->storage->refcount, 1, __ATOMIC_RELAXED);
     t->storage = base->storage;
     t->offset = base->offset + offset;
-    t->data = (char *)base->storage->data + (size_t)t->offset * dtype_sizes[base->dtype];
+    t->data = base->storage->tier == ZT_TIER_NVME ? NULL
+            : (char *)base->storage->data + (size_t)t->offset * dtype_sizes[base->dtype];
     t->numel = numel;
     t->ndim = ndim;
     t->dtype = base->dtype;
@@ -131,23 +132,16 @@ void zt_tensor_release(zt_tensor *t)
 }
 
 /* The explicit synchronous copies between host memory and a tensor (the
- * device copies device bytes; the host never reads them itself). */
-static int addressable(const char *fn, const zt_tensor *t)
-{
-    char b[96];
-    if (t->storage->tier != ZT_TIER_NVME) return ZT_OK;
-    return zt_error(ZT_EINVAL, "%s: tensor %s is on the nvme tier, whose bytes are not "
-                    "addressable; read or write it through aio", fn, zt_describe(t, b, sizeof b));
-}
-
+ * device copies device bytes; the host never reads them itself; nvme bytes
+ * move by a blocking aio request). */
 int zt_tensor_write(zt_tensor *t, const void *src, size_t nbytes)
 {
     ZT_CHECK(t != NULL && src != NULL, "zt_tensor_write: NULL tensor or source");
     size_t want = (size_t)t->numel * dtype_sizes[t->dtype];
     ZT_CHECK(nbytes == want, "zt_tensor_write: %zu bytes given, the tensor holds %zu",
              nbytes, want);
-    ZT_TRY(addressable("zt_tensor_write", t));
     ZT_TRY(zt_stream_enter());
+    if (t->storage->tier == ZT_TIER_NVME) return zt_nvme_rw(1, t, (void *)src, nbytes);
     zt_dev()->copy(t->data, src, nbytes);
     return ZT_OK;
 }
@@ -158,8 +152,8 @@ int zt_tensor_read(const zt_tensor *t, void *dst, size_t nbytes)
     size_t want = (size_t)t->numel * dtype_sizes[t->dtype];
     ZT_CHECK(nbytes == want, "zt_tensor_read: %zu bytes asked, the tensor holds %zu",
              nbytes, want);
-    ZT_TRY(addressable("zt_tensor_read", t));
     ZT_TRY(zt_stream_enter());
+    if (t->storage->tier == ZT_TIER_NVME) return zt_nvme_rw(0, t, dst, nbytes);
     zt_dev()->copy(dst, t->data, nbytes);
     return ZT_OK;
 }

@@ -64,7 +64,7 @@ size_t zt_mem_limit(int tier);
 
 /* ---- tensors ----------------------------------------------------------- */
 typedef struct zt_storage {
-    void *data;         /* 64-byte aligned */
+    void *data;         /* 64-byte aligned (host: 4096); nvme: an opaque handle */
     size_t nbytes;
     int32_t tier;
     int32_t category;
@@ -85,8 +85,10 @@ typedef struct zt_tensor {
 } zt_tensor;
 
 /* New contiguous tensor on a tier, tagged with a category, zero-filled (by
- * the tier's owner: the device zeroes device memory). ndim in 1..4, every
- * dim >= 1. The nvme tier has no allocator yet (an error). */
+ * the tier's owner: the device zeroes device memory; a new swap file reads
+ * as zeros). ndim in 1..4, every dim >= 1. Host storage is ZT_AIO_PAGE
+ * (4096) aligned. The nvme tier needs zt_nvme_configure first (see "nvme
+ * tier / aio"); its tensors have data NULL. */
 int zt_tensor_new(zt_tensor **out, int tier, int category, int dtype,
                   int ndim, const int64_t *shape);
 /* A view of numel(shape) elements of base's storage starting at element
@@ -97,10 +99,11 @@ void zt_tensor_retain(zt_tensor *t);
 /* Drop one reference; frees the tensor (and its storage with the last
  * reference to it). NULL is ignored. */
 void zt_tensor_release(zt_tensor *t);
-/* The explicit synchronous copies between host memory and a tensor on the
- * device or host tier (through the device's copy): the only way host code
- * reads or writes device-tier bytes. nbytes must equal numel * dtype size.
- * The calling thread's current stream finishes its earlier work first. */
+/* The explicit synchronous copies between host memory and a tensor on any
+ * tier (the device's copy; on nvme a blocking aio request): the only way
+ * host code reads or writes device-tier bytes. nbytes must equal numel *
+ * dtype size. The calling thread's current stream finishes its earlier work
+ * first. */
 int zt_tensor_write(zt_tensor *t, const void *src, size_t nbytes);
 int zt_tensor_read(const zt_tensor *t, void *dst, size_t nbytes);
 
@@ -334,12 +337,142 @@ int zt_event_sync(zt_event *e);
  * zt_event_sync once done. */
 int zt_event_query(zt_event *e, int *done);
 
-/* dst = src on stream s (NULL: current): same dtype and numel, any tiers but
- * nvme (device <-> host, or within one tier); dst and src must not overlap.
+/* dst = src on stream s (NULL: current): same dtype and numel; device <->
+ * host, within one of them, or nvme <-> host (a GPU cannot read a file:
+ * nvme <-> device goes through a host tensor); dst and src must not overlap.
  * Asynchronous: the host must touch neither tensor (read, write, or use in
  * an op on another stream) until an event recorded on s after this call has
- * completed, or s was synced. */
+ * completed, or s was synced.
+ * An nvme copy on a copy stream: the stream's worker issues the blocks
+ * through the nvme engine (up to its queue depth in flight) and goes on
+ * when all are done, so events recorded after it complete after the bytes
+ * are on disk (or in memory); an I/O error becomes the stream's error. On a
+ * compute stream it runs on the caller and returns the I/O error itself.
+ * Two nvme copies in flight at once (on two streams) must not share a 4 KiB
+ * page of one swap file if either writes it (see the aio section). */
 int zt_copy_async(zt_tensor *dst, const zt_tensor *src, zt_stream *s);
+
+/* ---- nvme tier / aio ----------------------------------------------------------
+ * An aio engine does asynchronous reads and writes of host buffers at
+ * offsets of swap files it owns, on libuv's thread pool. A request is cut
+ * into blocks of block_bytes (at multiples of block_bytes in the file) and
+ * the engine keeps up to queue_depth blocks in flight, over all its
+ * requests, in submission order. Completion is polled (zt_aio_test) or
+ * waited for (zt_aio_wait); libuv's callbacks run on the engine's own loop
+ * thread, in C: nothing ever calls back into Lua.
+ *
+ * Files are opened with O_DIRECT where the file system accepts it (probed
+ * with a real write at open); elsewhere (ramfs, tmpfs before Linux 6.6, some
+ * FUSE mounts) the engine uses buffered I/O and zt_aio_mode() says so, once,
+ * for the caller to print. A block whose buffer, offset and length are
+ * multiples of ZT_AIO_PAGE goes straight from the caller's buffer; any other
+ * goes through a bounce buffer (one per queue slot), reading the partial
+ * first and last pages before writing them, so bytes around the range are
+ * kept. Host tensors are ZT_AIO_PAGE-aligned, so whole tensors take the
+ * direct path; views at other offsets are bounced (correct, slower).
+ *
+ * Flags: ZT_AIO_CHECKSUM keeps a 32-bit hash per 4 KiB page of every file
+ * (4 bytes of host memory per 4 KiB on disk), set by writes and verified by
+ * every read: a mismatch is an error naming the file and offset.
+ * ZT_AIO_BUFFERED never uses O_DIRECT. ZT_AIO_SPARSE does not reserve a
+ * file's space when it is made (a full disk then fails a write instead of
+ * zt_aio_file_new).
+ *
+ * Ownership: the engine makes DIR/ztrain-aio.HOST.PID.N with a locked
+ * `owner` file and its swap files (swap.N) in it, and removes them at
+ * zt_aio_close and at process exit. zt_aio_open removes the swap files left
+ * by a dead run of ztrain on this host (its owner lock is free: the kernel
+ * drops it when a process dies, even by SIGKILL); it leaves alone live
+ * runs' directories, other hosts', and anything without ztrain's owner
+ * file, and says what it did in zt_aio_notes().
+ *
+ * Errors of a request (ZT_EIO: short reads past the end of a file, ENOSPC,
+ * EIO, checksum mismatches) are copied into the request and returned by
+ * zt_aio_wait with a message naming the file, the operation, the offset and
+ * sizes, and what to do. The engine stays usable after a failed request.
+ *
+ * Concurrency: any thread may submit, test and wait. Requests in flight at
+ * the same time must not touch the same ZT_AIO_PAGE-byte page of a file if
+ * either writes (a partial page is read-modify-written). The caller's buffer
+ * must stay alive and untouched until the request completes. */
+typedef struct zt_aio zt_aio;
+typedef struct zt_aio_req zt_aio_req;
+enum {
+    ZT_AIO_CHECKSUM = 1,            /* flag: verify every read against page hashes */
+    ZT_AIO_BUFFERED = 2,            /* flag: never O_DIRECT */
+    ZT_AIO_SPARSE = 4,              /* flag: do not reserve file space at creation */
+    ZT_AIO_PAGE = 4096,             /* O_DIRECT alignment: buffers, offsets, lengths */
+    ZT_AIO_DEFAULT_BLOCK = 1048576, /* block_bytes 0 means this (DeepSpeed's default) */
+    ZT_AIO_DEFAULT_DEPTH = 8        /* queue_depth 0 means this */
+};
+typedef struct zt_aio_stats {
+    uint64_t bytes_read, bytes_written;   /* of completed, successful requests */
+    uint64_t requests, blocks;            /* completed requests; blocks issued */
+    uint64_t bounced;                     /* blocks that went through a bounce buffer */
+    uint64_t errors;                      /* failed requests */
+    uint64_t host_bytes;                  /* host memory held: bounce buffers + page hashes */
+} zt_aio_stats;
+
+/* Open an engine over swap directory dir (made if missing when its parent
+ * exists; an error if it is not a directory or not writable). block_bytes:
+ * a multiple of ZT_AIO_PAGE up to 256 MiB (0: 1 MiB); queue_depth 1..256
+ * (0: 8). Holds queue_depth * block_bytes of host memory (accounted: host,
+ * other). libuv's thread pool is process-wide and sized once, at the first
+ * open, to max(8, queue_depth) unless UV_THREADPOOL_SIZE is set. */
+int zt_aio_open(zt_aio **out, const char *dir, size_t block_bytes, int queue_depth, int flags);
+/* Finish every request in flight, then remove the engine's files and
+ * directory. Requests not yet waited are freed (their handles die). NULL
+ * is ignored. */
+void zt_aio_close(zt_aio *a);
+/* "O_DIRECT", or "buffered: DIR refuses O_DIRECT (...)", or "buffered (...)". */
+const char *zt_aio_mode(const zt_aio *a);
+/* The engine's own directory (DIR/ztrain-aio.HOST.PID.N). */
+const char *zt_aio_dir(const zt_aio *a);
+/* What opening cleaned up or left alone in DIR, one line each ("" if nothing). */
+const char *zt_aio_notes(const zt_aio *a);
+size_t zt_aio_block_bytes(const zt_aio *a);
+int zt_aio_queue_depth(const zt_aio *a);
+int zt_aio_flags(const zt_aio *a);
+/* 1 if files use O_DIRECT. */
+int zt_aio_direct(const zt_aio *a);
+int zt_aio_get_stats(zt_aio *a, zt_aio_stats *out);
+
+/* A new swap file of nbytes (>= 1), zero-filled, its space reserved
+ * (rounded up to ZT_AIO_PAGE) unless ZT_AIO_SPARSE: a full disk is an error
+ * here (ZT_EIO, naming the path). *id names it in requests. */
+int zt_aio_file_new(zt_aio *a, size_t nbytes, int *id);
+/* Remove a file. ZT_ESTATE while requests on it are in flight. */
+int zt_aio_file_free(zt_aio *a, int id);
+/* The file's path (valid until it is freed), NULL if unknown. */
+const char *zt_aio_file_path(zt_aio *a, int id);
+
+/* Write nbytes from buf to file at offset / read them into buf. Any offset,
+ * length and buffer alignment; [offset, offset+nbytes) must lie inside the
+ * file's size. With req, the call queues the request and returns; the
+ * request must be waited exactly once (zt_aio_wait frees it). req NULL:
+ * blocking. */
+int zt_aio_write(zt_aio *a, int file, size_t offset, const void *buf, size_t nbytes,
+                 zt_aio_req **req);
+int zt_aio_read(zt_aio *a, int file, size_t offset, void *buf, size_t nbytes, zt_aio_req **req);
+/* Block until the request is done, free it, return its result. */
+int zt_aio_wait(zt_aio_req *r);
+/* *done = 1 if finished (never blocks; the request must still be waited). */
+int zt_aio_test(zt_aio_req *r, int *done);
+
+/* The nvme tier: one engine for the process, configured by the run. Each
+ * nvme storage is one swap file; tensors are accounted on tier nvme like
+ * any other tier (current/peak bytes, limit). An nvme tensor's bytes are
+ * not addressable (tensor->data is NULL; storage->data is an opaque
+ * handle): ops refuse it; bytes move with zt_copy_async between an nvme
+ * tensor and a host tensor, or with zt_tensor_read/write (synchronous).
+ * Until configured, allocating on nvme fails with ZT_EINVAL saying so.
+ * Configuring again moves the tier (ZT_ESTATE while nvme tensors exist). */
+int zt_nvme_configure(const char *dir, size_t block_bytes, int queue_depth, int flags);
+/* The tier's engine (mode, notes, stats), NULL if not configured. */
+zt_aio *zt_nvme_engine(void);
+/* Close the tier's engine and remove its files (ZT_ESTATE while nvme
+ * tensors exist). Harmless when not configured. */
+int zt_nvme_shutdown(void);
 
 /* ---- SHA-256 (for parameter digests) ------------------------------------ */
 typedef struct zt_sha256 {

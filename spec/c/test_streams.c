@@ -376,12 +376,14 @@ static void test_validation(void) {
              "rc %d %s", rc, zt_last_error());
     rc = zt_copy_async(NULL, a, NULL);
     ct_check(rc == ZT_EINVAL, "copy_async rejects NULL", "rc %d", rc);
-    b->storage->tier = ZT_TIER_NVME;   /* no nvme tensors exist yet: pretend */
-    zt_tensor *d = tensor(ZT_TIER_HOST, ZT_F32, 99);
+    b->storage->tier = ZT_TIER_NVME;   /* pretend: refused before any byte moves */
+    zt_tensor *d = tensor(ZT_TIER_DEVICE, ZT_F32, 99);
     rc = zt_copy_async(d, b, NULL);
+    int rc2 = zt_copy_async(b, d, NULL);
     b->storage->tier = ZT_TIER_HOST;
-    ct_check(rc == ZT_EINVAL && strstr(zt_last_error(), "nvme"), "copy_async rejects nvme",
-             "rc %d %s", rc, zt_last_error());
+    ct_check(rc == ZT_EINVAL && rc2 == ZT_EINVAL && strstr(zt_last_error(), "host tensor"),
+             "copy_async rejects nvme <-> device (through a host tensor)", "rc %d %d %s", rc,
+             rc2, zt_last_error());
     zt_stream *s = NULL;
     rc = zt_stream_new(&s, 7);
     ct_check(rc == ZT_EINVAL && s == NULL && strstr(zt_last_error(), "ZT_STREAM_COPY"),

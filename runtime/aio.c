@@ -1,0 +1,1106 @@
+/*
+ * aio.c -- asynchronous file I/O on libuv's thread pool, and the nvme tier
+ * over it (contracts in ztrain.h, "nvme tier / aio").
+ *
+ * An engine owns one directory, DIR/ztrain-aio.HOST.PID.N, and the swap
+ * files in it. A request (a read or write of a host buffer at a file offset)
+ * is cut into blocks at multiples of block_bytes in the file; the engine's
+ * loop thread keeps up to queue_depth blocks in flight as uv_queue_work jobs
+ * and a job does its block's pread/pwrite on a pool thread. Completions are
+ * counted on the loop thread and published under the engine lock: callers
+ * poll (zt_aio_test) or block (zt_aio_wait). No callback ever leaves C.
+ *
+ *   caller thread          loop thread (uv_run)          libuv pool threads
+ *   zt_aio_write --queue--> wake: issue blocks ---------> block_work: pwrite
+ *   zt_aio_wait  <--cv----- block_done: count, issue <--- (after_work)
+ *
+ * O_DIRECT needs the buffer, offset and length aligned to the device's
+ * logical block: 4096 covers every device. A block that is aligned goes
+ * straight from the caller's buffer; any other block goes through the job's
+ * bounce buffer (one per queue slot), whole pages at a time, reading a
+ * partial first or last page before writing it (read-modify-write) so the
+ * neighbouring bytes survive. A file system that refuses O_DIRECT (ramfs,
+ * tmpfs before Linux 6.6, some FUSE mounts: EINVAL) gets buffered I/O,
+ * said once in zt_aio_mode().
+ *
+ * Checksum mode keeps a 32-bit hash per 4096-byte page of every file (in
+ * host memory), set on write and verified on every read, so a swap file
+ * changed underneath is an error, never silent corruption. Pages never
+ * written hash as zeros (a new file reads as zeros).
+ *
+ * Ownership: the engine directory holds an `owner` file, flock()ed for the
+ * engine's life (the kernel drops the lock when the process dies, however it
+ * dies). zt_aio_open scans DIR for ztrain-aio.* directories of this host
+ * whose owner file it can lock: their runs are dead, and it removes the swap
+ * files they made (named swap.N) and nothing else. Live runs' directories
+ * and anything without ztrain's owner file are left alone and noted
+ * (zt_aio_notes). An engine removes its files at zt_aio_close and, for an
+ * engine still open, when the process exits (atexit).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+#include <uv.h>
+#include "internal.h"
+
+enum { PAGE = ZT_AIO_PAGE, MAX_DEPTH = 256 };
+#define MAX_BLOCK ((size_t)256 << 20)
+
+/* ---- page hashes ---------------------------------------------------------------- */
+
+/* xxHash64-style: four independent lanes (fast: about one cycle per 8 bytes),
+ * each round a bijection of its lane, so a changed word always changes its
+ * lane; folded to 32 bits. An error detector, not a cryptographic hash. */
+static const uint64_t P1 = 0x9E3779B185EBCA87ull, P2 = 0xC2B2AE3D27D4EB4Full,
+                      P3 = 0x165667B19E3779F9ull;
+static inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+static uint32_t page_hash(const void *page)
+{
+    const uint64_t *w = page;
+    uint64_t a = P1 + P2, b = P2, c = 0, d = (uint64_t)0 - P1;
+    for (int i = 0; i < PAGE / 8; i += 4) {
+        a = rotl(a + w[i] * P2, 31) * P1;
+        b = rotl(b + w[i + 1] * P2, 31) * P1;
+        c = rotl(c + w[i + 2] * P2, 31) * P1;
+        d = rotl(d + w[i + 3] * P2, 31) * P1;
+    }
+    uint64_t h = rotl(a, 1) + rotl(b, 7) + rotl(c, 12) + rotl(d, 18);
+    h ^= h >> 33; h *= P2; h ^= h >> 29; h *= P3; h ^= h >> 32;
+    return (uint32_t)h ^ (uint32_t)(h >> 32);
+}
+
+static uint32_t zero_page_hash;
+
+/* ---- engine state ------------------------------------------------------------------ */
+
+typedef struct aio_file {
+    int id;
+    int fd;
+    size_t size;                /* logical bytes (requests stay inside) */
+    size_t reserved;            /* on disk: size rounded up to PAGE */
+    int inflight;               /* requests not yet complete (under the engine lock) */
+    uint32_t *sums;             /* checksum mode: one hash per page */
+    size_t sums_bytes;          /* accounted host bytes of sums */
+    char path[PATH_MAX + 32];
+} aio_file;
+
+struct zt_aio_req {
+    zt_aio *a;
+    aio_file *f;
+    int write;
+    char *buf;
+    size_t off, n;              /* file offset, bytes */
+    size_t next;                /* bytes issued so far */
+    int inflight;               /* blocks in flight */
+    int queued;                 /* in the engine's pending list */
+    int done;
+    int err;
+    char msg[2048];
+    struct zt_aio_req *next_pending;
+    struct zt_aio_req *prev_live, *next_live;   /* every request not yet waited */
+};
+
+typedef struct slot {
+    uv_work_t work;
+    zt_aio *a;
+    zt_aio_req *req;            /* NULL: free */
+    size_t off, n;              /* this block's file range */
+    char *ubuf;                 /* caller's bytes for [off, off+n) */
+    char *bounce;               /* block_bytes, PAGE-aligned */
+    int bounced;
+    int err;
+    char msg[2048];
+} slot;
+
+struct zt_aio {
+    size_t block;
+    int depth;
+    int flags;
+    int direct;                 /* files opened with O_DIRECT */
+    int owner_fd;
+    unsigned seq;               /* file ids */
+    char dir[PATH_MAX];         /* the engine's own directory */
+    char parent[PATH_MAX];      /* the directory it was given */
+    char mode[PATH_MAX + 256];
+    char notes[4096];
+
+    pthread_mutex_t lock;
+    pthread_cond_t cv;          /* a request completed; a slot freed */
+    aio_file **files;
+    int nfiles, cap;
+    zt_aio_req *pending, *pending_tail;
+    zt_aio_req *live;
+    slot *slots;
+    int busy;                   /* slots in flight */
+    int stopping;
+    int quit_sent;              /* the wake handle is closing: uv_run returns */
+    char *bounce;               /* depth * block, accounted on host */
+    zt_aio_stats stats;
+
+    uv_loop_t loop;
+    uv_async_t wake;
+    uv_thread_t thread;
+    struct zt_aio *next_open;   /* the atexit list */
+};
+
+/* Open engines, for the exit-time cleanup. */
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+static zt_aio *open_engines;
+static int pool_threads;        /* libuv's pool size (fixed at its first use) */
+static unsigned engine_seq;
+
+static const char *op_name(int write) { return write ? "write to" : "read of"; }
+
+/* Format the message of an I/O failure with errno e, naming the file, the
+ * operation, the range and what to do. */
+static int io_error(char *msg, size_t n, int write, const char *path, size_t off, size_t len,
+                    int e, const char *dir)
+{
+    const char *what;
+    switch (e) {
+    case ENOSPC: case EDQUOT:
+        what = "no space left on the device (ENOSPC); free space there or point "
+               "offload.nvme_path at a larger disk"; break;
+    case EIO:
+        what = "the device reported an I/O error (EIO); check the disk (dmesg) or move "
+               "offload.nvme_path to another device"; break;
+    case EROFS:
+        what = "the file system is read-only (EROFS); point offload.nvme_path at a "
+               "writable directory"; break;
+    default: what = NULL;
+    }
+    if (what)
+        snprintf(msg, n, "aio %s %.400s at offset %zu (%zu bytes) failed: %s (swap "
+                 "directory %.400s)", op_name(write), path, off, len, what, dir);
+    else
+        snprintf(msg, n, "aio %s %.400s at offset %zu (%zu bytes) failed: %s (swap "
+                 "directory %.400s)", op_name(write), path, off, len, strerror(e), dir);
+    return ZT_EIO;
+}
+
+/* ---- block I/O (pool threads) ------------------------------------------------------- */
+
+/* pread/pwrite all of [off, off+len): EINTR and short transfers retried. A
+ * read that meets the end of the file is an error naming the sizes. */
+static int rw_full(slot *sl, aio_file *f, int write, char *p, size_t len, size_t off)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = write ? pwrite(f->fd, p + got, len - got, (off_t)(off + got))
+                          : pread(f->fd, p + got, len - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r > 0) { got += (size_t)r; continue; }
+        int e = r < 0 ? errno : 0;
+        if (r == 0 || (e == EINVAL && got > 0)) {
+            /* 0: end of file. EINVAL after a partial O_DIRECT transfer: the
+             * retry is misaligned because the file ended mid-page. */
+            struct stat st;
+            long long size = fstat(f->fd, &st) == 0 ? (long long)st.st_size : -1;
+            if (!write) {
+                snprintf(sl->msg, sizeof sl->msg,
+                         "aio read of %.500s at offset %zu (%zu bytes): short read: the file ends "
+                         "at %lld bytes, it should hold %zu (truncated or replaced underneath?); "
+                         "its data is lost: restart from a checkpoint, and keep other "
+                         "programs out of %.400s", f->path, off, len, size, f->reserved,
+                         sl->a->dir);
+                return ZT_EIO;
+            }
+            snprintf(sl->msg, sizeof sl->msg,
+                     "aio write to %.500s at offset %zu (%zu bytes): the device accepted only "
+                     "%zu bytes (file now %lld bytes); check free space and the device under %.400s",
+                     f->path, off, len, got, size, sl->a->dir);
+            return ZT_EIO;
+        }
+        return io_error(sl->msg, sizeof sl->msg, write, f->path, off + got, len - got, e,
+                        sl->a->dir);
+    }
+    return ZT_OK;
+}
+
+/* Verify the pages of p (file offset off, whole pages) against the file's sums. */
+static int verify(slot *sl, aio_file *f, const char *p, size_t off, size_t len)
+{
+    for (size_t i = 0; i < len; i += PAGE) {
+        if (page_hash(p + i) != f->sums[(off + i) / PAGE]) {
+            snprintf(sl->msg, sizeof sl->msg,
+                     "aio read of %.500s: checksum mismatch in the %d-byte page at offset %zu "
+                     "(reading %zu bytes at offset %zu): the swap file changed underneath; "
+                     "its data is lost: restart from a checkpoint, and keep other programs "
+                     "out of %.400s", f->path, PAGE, off + i, sl->n, sl->off, sl->a->dir);
+            return ZT_EIO;
+        }
+    }
+    return ZT_OK;
+}
+
+static void hash_pages(uint32_t *out, const char *p, size_t len)
+{
+    for (size_t i = 0; i < len; i += PAGE) out[i / PAGE] = page_hash(p + i);
+}
+
+static void block_work(uv_work_t *w)
+{
+    slot *sl = w->data;
+    zt_aio_req *r = sl->req;
+    aio_file *f = r->f;
+    zt_aio *a = sl->a;
+    int sums = f->sums != NULL;
+    size_t off = sl->off, n = sl->n;
+    int aligned = off % PAGE == 0 && n % PAGE == 0 && (uintptr_t)sl->ubuf % PAGE == 0;
+    sl->err = ZT_OK;
+    sl->bounced = 0;
+
+    if (aligned || (!a->direct && !sums)) {
+        /* Straight from the caller's bytes (buffered I/O takes any range). */
+        if (r->write) {
+            if (sums) {
+                /* Hash first (the bytes written), publish after the write. */
+                uint32_t *h = malloc(n / PAGE * sizeof *h);
+                if (!h) {
+                    snprintf(sl->msg, sizeof sl->msg, "aio write to %.500s: out of host memory "
+                             "for checksums", f->path);
+                    sl->err = ZT_ENOMEM;
+                    return;
+                }
+                hash_pages(h, sl->ubuf, n);
+                sl->err = rw_full(sl, f, 1, sl->ubuf, n, off);
+                if (!sl->err) memcpy(f->sums + off / PAGE, h, n / PAGE * sizeof *h);
+                free(h);
+            } else {
+                sl->err = rw_full(sl, f, 1, sl->ubuf, n, off);
+            }
+        } else {
+            sl->err = rw_full(sl, f, 0, sl->ubuf, n, off);
+            if (!sl->err && sums) sl->err = verify(sl, f, sl->ubuf, off, n);
+        }
+        return;
+    }
+
+    /* Whole pages through the bounce buffer. Blocks are cut at multiples of
+     * block_bytes, so the page span fits in it. */
+    sl->bounced = 1;
+    size_t a0 = off / PAGE * PAGE, a1 = (off + n + PAGE - 1) / PAGE * PAGE, span = a1 - a0;
+    char *b = sl->bounce;
+    if (!r->write) {
+        sl->err = rw_full(sl, f, 0, b, span, a0);
+        if (!sl->err && sums) sl->err = verify(sl, f, b, a0, span);
+        if (!sl->err) memcpy(sl->ubuf, b + (off - a0), n);
+        return;
+    }
+    /* Read-modify-write of a partial first and last page. */
+    if (off != a0) {
+        sl->err = rw_full(sl, f, 0, b, PAGE, a0);
+        if (!sl->err && sums) sl->err = verify(sl, f, b, a0, PAGE);
+        if (sl->err) return;
+    }
+    if (off + n != a1 && (a1 - PAGE != a0 || off == a0)) {
+        sl->err = rw_full(sl, f, 0, b + span - PAGE, PAGE, a1 - PAGE);
+        if (!sl->err && sums) sl->err = verify(sl, f, b + span - PAGE, a1 - PAGE, PAGE);
+        if (sl->err) return;
+    }
+    memcpy(b + (off - a0), sl->ubuf, n);
+    sl->err = rw_full(sl, f, 1, b, span, a0);
+    if (!sl->err && sums) hash_pages(f->sums + a0 / PAGE, b, span);
+}
+
+/* ---- the loop thread ------------------------------------------------------------------ */
+
+static void block_done(uv_work_t *w, int status);
+static void maybe_quit(zt_aio *a);
+
+/* Mark r complete (engine lock held). */
+static void complete(zt_aio *a, zt_aio_req *r)
+{
+    r->done = 1;
+    r->f->inflight--;
+    a->stats.requests++;
+    if (r->err) a->stats.errors++;
+    else if (r->write) a->stats.bytes_written += r->n;
+    else a->stats.bytes_read += r->n;
+    pthread_cond_broadcast(&a->cv);
+}
+
+static void pop_pending(zt_aio *a)
+{
+    zt_aio_req *r = a->pending;
+    a->pending = r->next_pending;
+    if (!a->pending) a->pending_tail = NULL;
+    r->queued = 0;
+}
+
+/* Start blocks while slots are free (loop thread). */
+static void issue(zt_aio *a)
+{
+    pthread_mutex_lock(&a->lock);
+    while (a->pending) {
+        zt_aio_req *r = a->pending;
+        if (r->err) {               /* a block failed: issue no more of it */
+            pop_pending(a);
+            if (r->inflight == 0) complete(a, r);
+            continue;
+        }
+        if (a->busy == a->depth) break;
+        slot *sl = NULL;
+        for (int i = 0; i < a->depth; i++)
+            if (!a->slots[i].req) { sl = &a->slots[i]; break; }
+        size_t off = r->off + r->next;
+        size_t end = (off / a->block + 1) * a->block;   /* the next block boundary */
+        size_t len = end - off < r->n - r->next ? end - off : r->n - r->next;
+        sl->req = r;
+        sl->off = off;
+        sl->n = len;
+        sl->ubuf = r->buf + r->next;
+        r->next += len;
+        r->inflight++;
+        a->busy++;
+        a->stats.blocks++;
+        if (r->next == r->n) pop_pending(a);
+        uv_queue_work(&a->loop, &sl->work, block_work, block_done);
+    }
+    pthread_mutex_unlock(&a->lock);
+}
+
+static void block_done(uv_work_t *w, int status)
+{
+    slot *sl = w->data;
+    zt_aio *a = sl->a;
+    zt_aio_req *r = sl->req;
+    (void)status;               /* never cancelled: the engine does not call uv_cancel */
+    pthread_mutex_lock(&a->lock);
+    if (sl->bounced) a->stats.bounced++;
+    if (sl->err && !r->err) {
+        r->err = sl->err;
+        snprintf(r->msg, sizeof r->msg, "%s", sl->msg);
+    }
+    sl->req = NULL;
+    a->busy--;
+    r->inflight--;
+    if (r->inflight == 0 && !r->queued) complete(a, r);
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->lock);
+    issue(a);
+    maybe_quit(a);
+}
+
+/* Closing, and nothing left in flight: close the wake handle so uv_run
+ * returns (loop thread). */
+static void maybe_quit(zt_aio *a)
+{
+    pthread_mutex_lock(&a->lock);
+    int quit = a->stopping && !a->pending && a->busy == 0 && !a->quit_sent;
+    if (quit) a->quit_sent = 1;
+    pthread_mutex_unlock(&a->lock);
+    if (quit) uv_close((uv_handle_t *)&a->wake, NULL);
+}
+
+static void on_wake(uv_async_t *h)
+{
+    zt_aio *a = h->data;
+    issue(a);
+    maybe_quit(a);
+}
+
+static void loop_main(void *arg)
+{
+    zt_aio *a = arg;
+    uv_run(&a->loop, UV_RUN_DEFAULT);
+}
+
+/* ---- directories and ownership ------------------------------------------------------- */
+
+static void note(zt_aio *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(zt_aio *a, const char *fmt, ...)
+{
+    size_t len = strlen(a->notes);
+    if (len + 2 >= sizeof a->notes) return;
+    if (len) { a->notes[len++] = '\n'; a->notes[len] = 0; }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->notes + len, sizeof a->notes - len, fmt, ap);
+    va_end(ap);
+}
+
+static const char OWNER_MAGIC[] = "ztrain-aio owner 1\n";
+
+static int is_swap_name(const char *s)
+{
+    if (strncmp(s, "swap.", 5) != 0 || !s[5]) return 0;
+    for (s += 5; *s; s++) if (*s < '0' || *s > '9') return 0;
+    return 1;
+}
+
+/* One ztrain-aio.* directory of DIR: remove a dead run's swap files. */
+static void clean_one(zt_aio *a, const char *host, const char *name)
+{
+    char d[PATH_MAX + 512], owner[PATH_MAX + 528];
+    snprintf(d, sizeof d, "%s/%.500s", a->parent, name);
+    snprintf(owner, sizeof owner, "%s/owner", d);
+    int fd = open(owner, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    char buf[512] = { 0 };
+    ssize_t got = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd < 0 || got < (ssize_t)strlen(OWNER_MAGIC) ||
+        strncmp(buf, OWNER_MAGIC, strlen(OWNER_MAGIC)) != 0) {
+        if (fd >= 0) close(fd);
+        note(a, "left %s alone: it has no ztrain owner file, so ztrain did not create it", d);
+        return;
+    }
+    long pid = -1;
+    char ohost[256] = "";
+    const char *p = strstr(buf, "pid ");
+    if (p) pid = strtol(p + 4, NULL, 10);
+    p = strstr(buf, "host ");
+    if (p) sscanf(p + 5, "%255s", ohost);
+    if (strcmp(ohost, host) != 0) {
+        close(fd);
+        note(a, "left %s alone: it belongs to a run on host %s (cannot tell from here "
+             "whether it is alive)", d, ohost);
+        return;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        note(a, "left %s alone: its run (pid %ld) is alive", d, pid);
+        return;
+    }
+    /* The owner's lock is gone: its process died without closing. */
+    DIR *dp = opendir(d);
+    int removed = 0, foreign = 0;
+    unsigned long long bytes = 0;
+    if (dp) {
+        struct dirent *e;
+        while ((e = readdir(dp)) != NULL) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+                !strcmp(e->d_name, "owner"))
+                continue;
+            char fp[PATH_MAX * 2];
+            snprintf(fp, sizeof fp, "%s/%s", d, e->d_name);
+            struct stat st;
+            if ((is_swap_name(e->d_name) || !strcmp(e->d_name, ".probe")) &&
+                lstat(fp, &st) == 0 && S_ISREG(st.st_mode) && unlink(fp) == 0) {
+                removed += e->d_name[0] != '.';
+                bytes += (unsigned long long)st.st_blocks * 512;
+            } else {
+                foreign++;
+            }
+        }
+        closedir(dp);
+    }
+    if (foreign) {
+        note(a, "removed %d swap files (%.1f MiB) left in %s by a dead run (pid %ld); left "
+             "the directory and %d file(s) ztrain did not create in it", removed,
+             bytes / 1048576.0, d, pid, foreign);
+    } else {
+        unlink(owner);
+        rmdir(d);
+        note(a, "removed %d swap files (%.1f MiB) left in %s by a dead run (pid %ld)",
+             removed, bytes / 1048576.0, d, pid);
+    }
+    close(fd);
+}
+
+static void clean_dead_runs(zt_aio *a, const char *host)
+{
+    DIR *dp = opendir(a->parent);
+    if (!dp) return;
+    struct dirent *e;
+    char names[64][256];
+    int n = 0;
+    const char *own = strrchr(a->dir, '/') + 1;
+    while ((e = readdir(dp)) != NULL && n < 64)   /* collect first: cleaning edits DIR */
+        if (!strncmp(e->d_name, "ztrain-aio.", 11) && strcmp(e->d_name, own))
+            snprintf(names[n++], sizeof names[0], "%s", e->d_name);
+    closedir(dp);
+    for (int i = 0; i < n; i++) clean_one(a, host, names[i]);
+}
+
+/* Is O_DIRECT accepted in a->dir? A real aligned write and read, not just
+ * the open: some file systems accept the flag and refuse the I/O. */
+static int probe_direct(zt_aio *a, char *why, size_t n)
+{
+    char p[PATH_MAX + 16];
+    snprintf(p, sizeof p, "%s/.probe", a->dir);
+    int fd = open(p, O_CREAT | O_EXCL | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+    int ok = 0;
+    if (fd < 0) {
+        snprintf(why, n, "%s at open", strerror(errno));
+    } else {
+        void *buf = NULL;
+        if (posix_memalign(&buf, PAGE, PAGE) == 0) {
+            memset(buf, 0x5a, PAGE);
+            if (pwrite(fd, buf, PAGE, 0) != PAGE) snprintf(why, n, "%s at write", strerror(errno));
+            else if (pread(fd, buf, PAGE, 0) != PAGE) snprintf(why, n, "%s at read", strerror(errno));
+            else ok = 1;
+            free(buf);
+        } else {
+            snprintf(why, n, "no memory for the probe");
+        }
+        close(fd);
+    }
+    unlink(p);
+    return ok;
+}
+
+/* Check `dir` (create it if its parent exists), then make the engine's own
+ * directory with its locked owner file. Fills a->parent, a->dir. */
+static int make_dirs(zt_aio *a, const char *dir, const char *host)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        if (errno != ENOENT)
+            return zt_error(ZT_EINVAL, "aio: cannot use swap directory %s: %s; point "
+                            "offload.nvme_path at a writable directory", dir, strerror(errno));
+        /* Create the last component only: a mistyped mount point must not
+         * silently put swap files on the root disk. */
+        if (mkdir(dir, 0700) != 0)
+            return zt_error(ZT_EINVAL, "aio: swap directory %s does not exist and cannot be "
+                            "created (%s); create it (on a fast disk) or point "
+                            "offload.nvme_path elsewhere", dir, strerror(errno));
+    } else if (!S_ISDIR(st.st_mode)) {
+        return zt_error(ZT_EINVAL, "aio: swap directory %s is not a directory; point "
+                        "offload.nvme_path at a directory", dir);
+    }
+    if (!realpath(dir, a->parent))
+        return zt_error(ZT_EINVAL, "aio: cannot resolve swap directory %s: %s", dir,
+                        strerror(errno));
+    pthread_mutex_lock(&open_lock);
+    unsigned n = engine_seq++;
+    pthread_mutex_unlock(&open_lock);
+    int w = snprintf(a->dir, sizeof a->dir, "%s/ztrain-aio.%s.%ld.%u", a->parent, host,
+                     (long)getpid(), n);
+    if (w < 0 || (size_t)w >= sizeof a->dir - 32)
+        return zt_error(ZT_EINVAL, "aio: swap directory path %s is too long", a->parent);
+    if (mkdir(a->dir, 0700) != 0)
+        return zt_error(ZT_EINVAL, "aio: swap directory %s is not writable (%s creating %s); "
+                        "fix its permissions or point offload.nvme_path at a writable "
+                        "directory", a->parent, strerror(errno), a->dir);
+    char owner[PATH_MAX + 16];
+    snprintf(owner, sizeof owner, "%s/owner", a->dir);
+    a->owner_fd = open(owner, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    int fail = a->owner_fd < 0 || flock(a->owner_fd, LOCK_EX) != 0;
+    if (!fail) {
+        char body[512];
+        int len = snprintf(body, sizeof body, "%spid %ld\nhost %s\n", OWNER_MAGIC,
+                           (long)getpid(), host);
+        fail = write(a->owner_fd, body, (size_t)len) != len;
+    }
+    if (fail) {
+        int e = errno;
+        if (a->owner_fd >= 0) close(a->owner_fd);
+        a->owner_fd = -1;
+        unlink(owner);
+        rmdir(a->dir);
+        return zt_error(ZT_EIO, "aio: cannot write the owner file in %s (%s); point "
+                        "offload.nvme_path at a writable directory with free space",
+                        a->dir, strerror(e));
+    }
+    return ZT_OK;
+}
+
+/* Remove every file the engine made and its directory. */
+static void remove_files(zt_aio *a)
+{
+    for (int i = 0; i < a->nfiles; i++)
+        if (a->files[i]) unlink(a->files[i]->path);
+    char owner[PATH_MAX + 16];
+    snprintf(owner, sizeof owner, "%s/owner", a->dir);
+    unlink(owner);
+    rmdir(a->dir);
+}
+
+static void at_exit_cleanup(void)
+{
+    pthread_mutex_lock(&open_lock);
+    for (zt_aio *a = open_engines; a; a = a->next_open) remove_files(a);
+    pthread_mutex_unlock(&open_lock);
+}
+
+static void init_once(void)
+{
+    static char zero[PAGE] __attribute__((aligned(64)));
+    zero_page_hash = page_hash(zero);
+    atexit(at_exit_cleanup);
+}
+
+/* ---- the engine ----------------------------------------------------------------------- */
+
+int zt_aio_open(zt_aio **out, const char *dir, size_t block_bytes, int queue_depth, int flags)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    ZT_CHECK(out != NULL, "zt_aio_open: out is NULL");
+    *out = NULL;
+    ZT_CHECK(dir != NULL && dir[0], "zt_aio_open: no swap directory given (offload.nvme_path)");
+    ZT_CHECK(strlen(dir) < PATH_MAX - 128, "zt_aio_open: swap directory path too long");
+    if (block_bytes == 0) block_bytes = ZT_AIO_DEFAULT_BLOCK;
+    if (queue_depth == 0) queue_depth = ZT_AIO_DEFAULT_DEPTH;
+    ZT_CHECK(block_bytes % PAGE == 0 && block_bytes <= MAX_BLOCK,
+             "zt_aio_open: block size %zu must be a multiple of %d bytes, at most %zu "
+             "(default 1 MiB)", block_bytes, PAGE, MAX_BLOCK);
+    ZT_CHECK(queue_depth >= 1 && queue_depth <= MAX_DEPTH,
+             "zt_aio_open: queue depth %d must be in 1..%d (default 8)", queue_depth, MAX_DEPTH);
+    ZT_CHECK((flags & ~(ZT_AIO_CHECKSUM | ZT_AIO_BUFFERED | ZT_AIO_SPARSE)) == 0,
+             "zt_aio_open: unknown flags 0x%x (known: ZT_AIO_CHECKSUM, ZT_AIO_BUFFERED, "
+             "ZT_AIO_SPARSE)", (unsigned)flags);
+    pthread_once(&once, init_once);
+
+    /* libuv sizes its one process-wide pool from UV_THREADPOOL_SIZE at its
+     * first use; a pool smaller than the queue depth would cap it. */
+    pthread_mutex_lock(&open_lock);
+    if (!pool_threads) {
+        const char *env = getenv("UV_THREADPOOL_SIZE");
+        if (env && atoi(env) > 0) {
+            pool_threads = atoi(env);
+        } else {
+            char v[16];
+            pool_threads = queue_depth > 8 ? queue_depth : 8;
+            snprintf(v, sizeof v, "%d", pool_threads);
+            setenv("UV_THREADPOOL_SIZE", v, 1);
+        }
+        if (pool_threads > 1024) pool_threads = 1024;
+    }
+    pthread_mutex_unlock(&open_lock);
+
+    char host[256] = "localhost";
+    gethostname(host, sizeof host - 1);
+    for (char *c = host; *c; c++) if (*c == '/' || *c == '.') *c = '_';
+
+    zt_aio *a = calloc(1, sizeof *a);
+    slot *slots = calloc((size_t)queue_depth, sizeof *slots);
+    if (!a || !slots) {
+        free(a); free(slots);
+        return zt_error(ZT_ENOMEM, "zt_aio_open: out of memory");
+    }
+    a->block = block_bytes;
+    a->depth = queue_depth;
+    a->flags = flags;
+    a->owner_fd = -1;
+    a->slots = slots;
+    int rc = make_dirs(a, dir, host);
+    if (rc) { free(slots); free(a); return rc; }
+    clean_dead_runs(a, host);
+
+    char why[256] = "";
+    if (flags & ZT_AIO_BUFFERED) {
+        snprintf(a->mode, sizeof a->mode, "buffered (ZT_AIO_BUFFERED asked for it)");
+    } else if (probe_direct(a, why, sizeof why)) {
+        a->direct = 1;
+        snprintf(a->mode, sizeof a->mode, "O_DIRECT");
+    } else {
+        snprintf(a->mode, sizeof a->mode, "buffered: %s refuses O_DIRECT (%s: ramfs, tmpfs "
+                 "before Linux 6.6, some FUSE or overlay mounts); I/O goes through the page "
+                 "cache", a->parent, why);
+    }
+    if (queue_depth > pool_threads) {
+        size_t l = strlen(a->mode);
+        snprintf(a->mode + l, sizeof a->mode - l, "; queue depth %d exceeds libuv's pool of %d "
+                 "threads (set UV_THREADPOOL_SIZE before the first engine opens)",
+                 queue_depth, pool_threads);
+    }
+
+    rc = zt_mem_alloc((void **)&a->bounce, block_bytes * (size_t)queue_depth, ZT_TIER_HOST,
+                      ZT_CAT_OTHER, "aio bounce buffers (queue_depth x block_bytes)");
+    if (rc) { remove_files(a); close(a->owner_fd); free(slots); free(a); return rc; }
+    a->stats.host_bytes = block_bytes * (size_t)queue_depth;
+    for (int i = 0; i < queue_depth; i++) {
+        slots[i].a = a;
+        slots[i].bounce = a->bounce + (size_t)i * block_bytes;
+        slots[i].work.data = &slots[i];
+    }
+    pthread_mutex_init(&a->lock, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    int uvrc = uv_loop_init(&a->loop);
+    if (uvrc == 0) {
+        uvrc = uv_async_init(&a->loop, &a->wake, on_wake);
+        a->wake.data = a;
+        if (uvrc == 0) {
+            uvrc = uv_thread_create(&a->thread, loop_main, a);
+            if (uvrc != 0) {
+                uv_close((uv_handle_t *)&a->wake, NULL);
+                uv_run(&a->loop, UV_RUN_DEFAULT);
+            }
+        }
+        if (uvrc != 0) uv_loop_close(&a->loop);
+    }
+    if (uvrc != 0) {
+        zt_mem_free(a->bounce, block_bytes * (size_t)queue_depth, ZT_TIER_HOST, ZT_CAT_OTHER);
+        remove_files(a);
+        close(a->owner_fd);
+        pthread_cond_destroy(&a->cv);
+        pthread_mutex_destroy(&a->lock);
+        free(slots); free(a);
+        return zt_error(ZT_ENOMEM, "zt_aio_open: cannot start the aio loop (%s)",
+                        uv_strerror(uvrc));
+    }
+    pthread_mutex_lock(&open_lock);
+    a->next_open = open_engines;
+    open_engines = a;
+    pthread_mutex_unlock(&open_lock);
+    *out = a;
+    return ZT_OK;
+}
+
+static void file_destroy(zt_aio *a, aio_file *f)
+{
+    close(f->fd);
+    unlink(f->path);
+    if (f->sums) zt_mem_free(f->sums, f->sums_bytes, ZT_TIER_HOST, ZT_CAT_OTHER);
+    (void)a;
+    free(f);
+}
+
+void zt_aio_close(zt_aio *a)
+{
+    if (!a) return;
+    pthread_mutex_lock(&open_lock);
+    for (zt_aio **p = &open_engines; *p; p = &(*p)->next_open)
+        if (*p == a) { *p = a->next_open; break; }
+    pthread_mutex_unlock(&open_lock);
+
+    pthread_mutex_lock(&a->lock);
+    a->stopping = 1;
+    pthread_mutex_unlock(&a->lock);
+    uv_async_send(&a->wake);    /* the loop drains its work, then closes the handle */
+    uv_thread_join(&a->thread);
+    uv_loop_close(&a->loop);
+
+    while (a->live) {           /* requests never waited: their handles die here */
+        zt_aio_req *r = a->live;
+        a->live = r->next_live;
+        free(r);
+    }
+    for (int i = 0; i < a->nfiles; i++)
+        if (a->files[i]) file_destroy(a, a->files[i]);
+    char owner[PATH_MAX + 16];
+    snprintf(owner, sizeof owner, "%s/owner", a->dir);
+    unlink(owner);
+    rmdir(a->dir);
+    close(a->owner_fd);
+    zt_mem_free(a->bounce, a->block * (size_t)a->depth, ZT_TIER_HOST, ZT_CAT_OTHER);
+    pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->lock);
+    free(a->files);
+    free(a->slots);
+    free(a);
+}
+
+const char *zt_aio_mode(const zt_aio *a) { return a ? a->mode : ""; }
+const char *zt_aio_dir(const zt_aio *a) { return a ? a->dir : ""; }
+const char *zt_aio_notes(const zt_aio *a) { return a ? a->notes : ""; }
+size_t zt_aio_block_bytes(const zt_aio *a) { return a ? a->block : 0; }
+int zt_aio_queue_depth(const zt_aio *a) { return a ? a->depth : 0; }
+int zt_aio_flags(const zt_aio *a) { return a ? a->flags : 0; }
+int zt_aio_direct(const zt_aio *a) { return a ? a->direct : 0; }
+
+int zt_aio_get_stats(zt_aio *a, zt_aio_stats *out)
+{
+    ZT_CHECK(a != NULL && out != NULL, "zt_aio_get_stats: engine or out is NULL");
+    pthread_mutex_lock(&a->lock);
+    *out = a->stats;
+    pthread_mutex_unlock(&a->lock);
+    return ZT_OK;
+}
+
+/* ---- files ------------------------------------------------------------------------------ */
+
+int zt_aio_file_new(zt_aio *a, size_t nbytes, int *id)
+{
+    ZT_CHECK(a != NULL && id != NULL, "zt_aio_file_new: engine or id is NULL");
+    *id = -1;
+    ZT_CHECK(nbytes >= 1 && nbytes <= (size_t)INT64_MAX - PAGE,
+             "zt_aio_file_new: size %zu out of range (at least 1 byte)", nbytes);
+    size_t reserved = (nbytes + PAGE - 1) / PAGE * PAGE;
+    aio_file *f = calloc(1, sizeof *f);
+    if (!f) return zt_error(ZT_ENOMEM, "zt_aio_file_new: out of memory");
+    if (a->flags & ZT_AIO_CHECKSUM) {
+        f->sums_bytes = reserved / PAGE * sizeof(uint32_t);
+        int rc = zt_mem_alloc((void **)&f->sums, f->sums_bytes, ZT_TIER_HOST, ZT_CAT_OTHER,
+                              "aio page checksums (4 bytes per 4 KiB of swap file)");
+        if (rc) { free(f); return rc; }
+        for (size_t i = 0; i < reserved / PAGE; i++) f->sums[i] = zero_page_hash;
+    }
+    pthread_mutex_lock(&a->lock);
+    f->id = (int)a->seq++;
+    pthread_mutex_unlock(&a->lock);
+    snprintf(f->path, sizeof f->path, "%s/swap.%d", a->dir, f->id);
+    f->size = nbytes;
+    f->reserved = reserved;
+    f->fd = open(f->path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | (a->direct ? O_DIRECT : 0),
+                 0600);
+    int rc = ZT_OK;
+    char msg[2048];
+    if (f->fd < 0) {
+        rc = io_error(msg, sizeof msg, 1, f->path, 0, reserved, errno, a->parent);
+    } else if (!(a->flags & ZT_AIO_SPARSE)) {
+        /* Reserve the space now: a full disk is an error at allocation, not
+         * in the middle of a step. Unwritten extents read as zeros. */
+        int e = fallocate(f->fd, 0, 0, (off_t)reserved) == 0 ? 0 : errno;
+        if (e == EOPNOTSUPP || e == ENOSYS)   /* no fallocate (ramfs): a sparse file */
+            e = ftruncate(f->fd, (off_t)reserved) == 0 ? 0 : errno;
+        if (e) rc = io_error(msg, sizeof msg, 1, f->path, 0, reserved, e, a->parent);
+    } else if (ftruncate(f->fd, (off_t)reserved) != 0) {
+        rc = io_error(msg, sizeof msg, 1, f->path, 0, reserved, errno, a->parent);
+    }
+    if (rc) {
+        if (f->fd >= 0) { close(f->fd); unlink(f->path); }
+        if (f->sums) zt_mem_free(f->sums, f->sums_bytes, ZT_TIER_HOST, ZT_CAT_OTHER);
+        free(f);
+        return zt_error(rc, "%s (reserving a %zu-byte swap file)", msg, reserved);
+    }
+    pthread_mutex_lock(&a->lock);
+    if (a->nfiles == a->cap) {
+        int cap = a->cap ? a->cap * 2 : 16;
+        aio_file **nf = realloc(a->files, (size_t)cap * sizeof *nf);
+        if (!nf) {
+            pthread_mutex_unlock(&a->lock);
+            file_destroy(a, f);
+            return zt_error(ZT_ENOMEM, "zt_aio_file_new: out of memory");
+        }
+        a->files = nf;
+        a->cap = cap;
+    }
+    /* Kept sorted by id (ids are never reused; two threads may get here out
+     * of order). */
+    int at = a->nfiles;
+    while (at > 0 && a->files[at - 1]->id > f->id) at--;
+    memmove(a->files + at + 1, a->files + at, (size_t)(a->nfiles - at) * sizeof *a->files);
+    a->files[at] = f;
+    a->nfiles++;
+    a->stats.host_bytes += f->sums_bytes;
+    pthread_mutex_unlock(&a->lock);
+    *id = f->id;
+    return ZT_OK;
+}
+
+/* The file with id (engine lock held), or NULL: a binary search of the
+ * table, sorted by id. */
+static aio_file *find_file(zt_aio *a, int id, int *index)
+{
+    int lo = 0, hi = a->nfiles - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        aio_file *f = a->files[mid];
+        if (f->id == id) { if (index) *index = mid; return f; }
+        if (f->id < id) lo = mid + 1; else hi = mid - 1;
+    }
+    return NULL;
+}
+
+int zt_aio_file_free(zt_aio *a, int id)
+{
+    ZT_CHECK(a != NULL, "zt_aio_file_free: engine is NULL");
+    pthread_mutex_lock(&a->lock);
+    int at;
+    aio_file *f = find_file(a, id, &at);
+    if (!f) {
+        pthread_mutex_unlock(&a->lock);
+        return zt_error(ZT_EINVAL, "zt_aio_file_free: no file %d in %s (freed already?)", id,
+                        a->dir);
+    }
+    if (f->inflight) {
+        int n = f->inflight;
+        pthread_mutex_unlock(&a->lock);
+        return zt_error(ZT_ESTATE, "zt_aio_file_free: %s has %d request(s) in flight; wait "
+                        "for them first", f->path, n);
+    }
+    memmove(a->files + at, a->files + at + 1, (size_t)(a->nfiles - at - 1) * sizeof *a->files);
+    a->nfiles--;
+    a->stats.host_bytes -= f->sums_bytes;
+    pthread_mutex_unlock(&a->lock);
+    file_destroy(a, f);
+    return ZT_OK;
+}
+
+const char *zt_aio_file_path(zt_aio *a, int id)
+{
+    if (!a) return NULL;
+    pthread_mutex_lock(&a->lock);
+    aio_file *f = find_file(a, id, NULL);
+    pthread_mutex_unlock(&a->lock);
+    return f ? f->path : NULL;
+}
+
+/* ---- requests ----------------------------------------------------------------------------- */
+
+static int submit(const char *fn, zt_aio *a, int write, int file, size_t offset, char *buf,
+                  size_t nbytes, zt_aio_req **req)
+{
+    if (req) *req = NULL;
+    ZT_CHECK(a != NULL, "%s: engine is NULL (closed?)", fn);
+    ZT_CHECK(buf != NULL || nbytes == 0, "%s: buffer is NULL", fn);
+    zt_aio_req *r = calloc(1, sizeof *r);
+    if (!r) return zt_error(ZT_ENOMEM, "%s: out of memory for a request", fn);
+    pthread_mutex_lock(&a->lock);
+    aio_file *f = find_file(a, file, NULL);
+    const char *bad = NULL;
+    char why[PATH_MAX + 256];
+    if (a->stopping) bad = "the engine is closing";
+    else if (!f) bad = "no such file (freed, or from another engine?)";
+    else if (offset > f->size || nbytes > f->size - offset) {
+        snprintf(why, sizeof why, "bytes [%zu, %zu) are outside %s (%zu bytes)", offset,
+                 offset + nbytes, f->path, f->size);
+        bad = why;
+    }
+    if (bad) {
+        pthread_mutex_unlock(&a->lock);
+        free(r);
+        return zt_error(ZT_EINVAL, "%s: file %d: %s", fn, file, bad);
+    }
+    *r = (zt_aio_req){ .a = a, .f = f, .write = write, .buf = buf, .off = offset, .n = nbytes };
+    f->inflight++;
+    r->next_live = a->live;
+    if (a->live) a->live->prev_live = r;
+    a->live = r;
+    if (nbytes == 0) {
+        complete(a, r);
+    } else {
+        r->queued = 1;
+        if (a->pending_tail) a->pending_tail->next_pending = r; else a->pending = r;
+        a->pending_tail = r;
+    }
+    pthread_mutex_unlock(&a->lock);
+    if (nbytes) uv_async_send(&a->wake);
+    if (req) { *req = r; return ZT_OK; }
+    return zt_aio_wait(r);
+}
+
+int zt_aio_write(zt_aio *a, int file, size_t offset, const void *buf, size_t nbytes,
+                 zt_aio_req **req)
+{
+    return submit("zt_aio_write", a, 1, file, offset, (char *)buf, nbytes, req);
+}
+
+int zt_aio_read(zt_aio *a, int file, size_t offset, void *buf, size_t nbytes, zt_aio_req **req)
+{
+    return submit("zt_aio_read", a, 0, file, offset, buf, nbytes, req);
+}
+
+int zt_aio_test(zt_aio_req *r, int *done)
+{
+    ZT_CHECK(r != NULL && done != NULL, "zt_aio_test: request or done is NULL (waited already?)");
+    pthread_mutex_lock(&r->a->lock);
+    *done = r->done;
+    pthread_mutex_unlock(&r->a->lock);
+    return ZT_OK;
+}
+
+int zt_aio_wait(zt_aio_req *r)
+{
+    ZT_CHECK(r != NULL, "zt_aio_wait: request is NULL (waited already?)");
+    zt_aio *a = r->a;
+    pthread_mutex_lock(&a->lock);
+    while (!r->done) pthread_cond_wait(&a->cv, &a->lock);
+    if (r->prev_live) r->prev_live->next_live = r->next_live; else a->live = r->next_live;
+    if (r->next_live) r->next_live->prev_live = r->prev_live;
+    pthread_mutex_unlock(&a->lock);
+    int err = r->err;
+    if (err) zt_error(err, "%s", r->msg);
+    free(r);
+    return err;
+}
+
+/* ---- the nvme tier --------------------------------------------------------------------------- */
+
+/* One engine serves the tier; each nvme storage is one swap file. */
+static pthread_mutex_t nvme_lock = PTHREAD_MUTEX_INITIALIZER;
+static zt_aio *nvme;
+static int nvme_regions;
+
+typedef struct nvme_region {
+    zt_aio *a;
+    int file;
+} nvme_region;
+
+int zt_nvme_configure(const char *dir, size_t block_bytes, int queue_depth, int flags)
+{
+    pthread_mutex_lock(&nvme_lock);
+    if (nvme_regions) {
+        int n = nvme_regions;
+        pthread_mutex_unlock(&nvme_lock);
+        return zt_error(ZT_ESTATE, "zt_nvme_configure: %d nvme tensor storage(s) still exist "
+                        "in %s; free them before moving the nvme tier", n, zt_aio_dir(nvme));
+    }
+    zt_aio *a = NULL;
+    int rc = zt_aio_open(&a, dir, block_bytes, queue_depth, flags);
+    if (rc) { pthread_mutex_unlock(&nvme_lock); return rc; }
+    zt_aio *old = nvme;
+    nvme = a;
+    pthread_mutex_unlock(&nvme_lock);
+    zt_aio_close(old);
+    return ZT_OK;
+}
+
+zt_aio *zt_nvme_engine(void)
+{
+    pthread_mutex_lock(&nvme_lock);
+    zt_aio *a = nvme;
+    pthread_mutex_unlock(&nvme_lock);
+    return a;
+}
+
+int zt_nvme_shutdown(void)
+{
+    pthread_mutex_lock(&nvme_lock);
+    if (nvme_regions) {
+        int n = nvme_regions;
+        pthread_mutex_unlock(&nvme_lock);
+        return zt_error(ZT_ESTATE, "zt_nvme_shutdown: %d nvme tensor storage(s) still exist; "
+                        "free them first", n);
+    }
+    zt_aio *a = nvme;
+    nvme = NULL;
+    pthread_mutex_unlock(&nvme_lock);
+    zt_aio_close(a);
+    return ZT_OK;
+}
+
+int zt_nvme_alloc(void **out, size_t nbytes)
+{
+    pthread_mutex_lock(&nvme_lock);
+    zt_aio *a = nvme;
+    if (!a) {
+        pthread_mutex_unlock(&nvme_lock);
+        return zt_error(ZT_EINVAL, "the nvme tier has no allocator until it is configured "
+                        "with a swap directory: call zt_nvme_configure(dir, ...) first (Lua: "
+                        "aio.configure{path = ...}; recipes: offload.nvme_path), or place the "
+                        "tensor on host or device");
+    }
+    nvme_region *g = malloc(sizeof *g);
+    int rc = g ? zt_aio_file_new(a, nbytes ? nbytes : 1, &g->file)
+               : zt_error(ZT_ENOMEM, "out of memory for an nvme region");
+    if (rc == ZT_OK) {
+        g->a = a;
+        nvme_regions++;
+        *out = g;
+    } else {
+        free(g);
+    }
+    pthread_mutex_unlock(&nvme_lock);
+    return rc;
+}
+
+void zt_nvme_free(void *p)
+{
+    nvme_region *g = p;
+    zt_aio_file_free(g->a, g->file);   /* cannot fail: copies retain their tensors */
+    pthread_mutex_lock(&nvme_lock);
+    nvme_regions--;
+    pthread_mutex_unlock(&nvme_lock);
+    free(g);
+}
+
+int zt_nvme_rw(int write, const zt_tensor *t, void *buf, size_t nbytes)
+{
+    nvme_region *g = t->storage->data;
+    size_t off = (size_t)t->offset * zt_dtype_size(t->dtype);
+    return write ? zt_aio_write(g->a, g->file, off, buf, nbytes, NULL)
+                 : zt_aio_read(g->a, g->file, off, buf, nbytes, NULL);
+}
