@@ -1104,3 +1104,11 @@ int zt_nvme_rw(int write, const zt_tensor *t, void *buf, size_t nbytes)
     return write ? zt_aio_write(g->a, g->file, off, buf, nbytes, NULL)
                  : zt_aio_read(g->a, g->file, off, buf, nbytes, NULL);
 }
+
+const char *zt_nvme_path(const zt_tensor *t, size_t *offset)
+{
+    if (!t || t->storage->tier != ZT_TIER_NVME) return NULL;
+    nvme_region *g = t->storage->data;
+    if (offset) *offset = (size_t)t->offset * zt_dtype_size(t->dtype);
+    return zt_aio_file_path(g->a, g->file);
+}

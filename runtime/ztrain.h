@@ -473,6 +473,9 @@ zt_aio *zt_nvme_engine(void);
 /* Close the tier's engine and remove its files (ZT_ESTATE while nvme
  * tensors exist). Harmless when not configured. */
 int zt_nvme_shutdown(void);
+/* The swap file holding an nvme tensor's storage, and the tensor's byte
+ * offset in it (for messages, reports and tests); NULL if t is not on nvme. */
+const char *zt_nvme_path(const zt_tensor *t, size_t *offset);
 
 /* ---- SHA-256 (for parameter digests) ------------------------------------ */
 typedef struct zt_sha256 {

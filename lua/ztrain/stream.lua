@@ -97,8 +97,10 @@ function M.event()
 end
 
 -- copy_async(dst, src, s): dst = src on stream s (nil: the current stream);
--- same dtype and numel, any tiers but nvme. Touch neither tensor until an
--- event recorded on s afterwards has completed (or s:sync()).
+-- same dtype and numel; device <-> host, within one of them, or nvme <->
+-- host (ztrain.aio: the copy stream's worker moves the blocks through the
+-- nvme engine, and an I/O error becomes the stream's error). Touch neither
+-- tensor until an event recorded on s afterwards has completed (or s:sync()).
 function M.copy_async(dst, src, s)
   local sc = s and live(s, "stream.copy_async") or nil
   check(C.zt_copy_async(tensor_c(dst, "stream.copy_async", "dst"),

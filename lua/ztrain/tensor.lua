@@ -107,7 +107,8 @@ function Tensor:ptr()
   return ffi.cast(CTYPE[DNAME[tonumber(c.dtype)]], c.data)
 end
 
--- Copy from / into host memory (a cdata array or pointer of nbytes bytes).
+-- Copy from / into host memory (a cdata array or pointer of nbytes bytes);
+-- synchronous on every tier (nvme: a blocking request to the aio engine).
 function Tensor:write(src) check(C.zt_tensor_write(live(self), src, self:nbytes()), "tensor:write") end
 function Tensor:read(dst) check(C.zt_tensor_read(live(self), dst, self:nbytes()), "tensor:read") end
 

@@ -1,0 +1,242 @@
+-- ztrain.aio: the nvme tier and the asynchronous file I/O engine under it
+-- (contracts in runtime/ztrain.h, "nvme tier / aio").
+--
+--   local aio = require "ztrain.aio"
+--   local info = aio.configure{ path = "out/nvme", checksum = true }
+--   print(info.summary)                         -- mode (O_DIRECT or why not), and
+--                                               -- what start-up cleaned up: print it once
+--   local nv = tensor.new({ n }, { tier = "nvme", category = "optim" })
+--   local cs = stream.new("copy")
+--   cs:copy_async(nv, host_t)                   -- host -> nvme on the copy stream
+--   local ev = cs:record()                      -- completes once the bytes are written
+--   ...
+--   nv:free(); aio.shutdown()                   -- the swap files go
+--
+-- The tier: one engine per process; each nvme tensor storage is one swap
+-- file under PATH/ztrain-aio.HOST.PID.N/. Bytes move only between nvme and
+-- host tensors (stream.copy_async, or Tensor:read/:write synchronously);
+-- ops refuse nvme tensors. Swap files are removed by aio.shutdown(), at
+-- process exit, and (for a run that was killed) by the next run that
+-- configures the same PATH.
+--
+-- The raw engine (aio.open) is for benchmarks and tools: files by id,
+-- requests polled with req:done() or waited with req:wait(). Nothing calls
+-- back into Lua: completions are polled.
+local ffi = require "ffi"
+local bit = require "bit"
+local zffi = require "ztrain.ffi"
+local memory = require "ztrain.memory"
+local C, check = zffi.C, zffi.check
+
+local M = {}
+local Engine, Request = {}, {}
+Engine.__index, Request.__index = Engine, Request
+M.Engine, M.Request = Engine, Request
+
+M.PAGE = tonumber(C.ZT_AIO_PAGE)
+M.DEFAULT_BLOCK = tonumber(C.ZT_AIO_DEFAULT_BLOCK)
+M.DEFAULT_DEPTH = tonumber(C.ZT_AIO_DEFAULT_DEPTH)
+
+local abuf = ffi.new("zt_aio*[1]")
+local rbuf = ffi.new("zt_aio_req*[1]")
+local ibuf = ffi.new("int[1]")
+local sbuf = ffi.new("size_t[1]")
+
+local KNOWN = { path = true, block_bytes = true, queue_depth = true, checksum = true,
+                buffered = true, sparse = true }
+
+-- Options -> dir, block_bytes, queue_depth, flags (errors name the option).
+local function options(what, opts)
+  if type(opts) ~= "table" then
+    error(what .. ": expected a table { path = DIR, block_bytes =, queue_depth =, checksum =, "
+          .. "buffered =, sparse = }", 3)
+  end
+  for k in pairs(opts) do
+    if not KNOWN[k] then
+      error(("%s: unknown option %q (known: block_bytes, buffered, checksum, path, queue_depth, "
+             .. "sparse)"):format(what, tostring(k)), 3)
+    end
+  end
+  if type(opts.path) ~= "string" or opts.path == "" then
+    error(what .. ": path must be a directory name (offload.nvme_path)", 3)
+  end
+  local block = 0
+  if opts.block_bytes ~= nil then
+    local b, err = memory.parse_size(opts.block_bytes)
+    if not b then error(what .. ": block_bytes: " .. err, 3) end
+    block = b
+  end
+  local depth = opts.queue_depth or 0
+  if type(depth) ~= "number" or depth % 1 ~= 0 then
+    error(what .. ": queue_depth must be a whole number (default 8)", 3)
+  end
+  local flags = 0
+  if opts.checksum then flags = flags + C.ZT_AIO_CHECKSUM end
+  if opts.buffered then flags = flags + C.ZT_AIO_BUFFERED end
+  if opts.sparse then flags = flags + C.ZT_AIO_SPARSE end
+  return opts.path, block, depth, flags
+end
+
+local function stats_of(a)
+  local s = ffi.new("zt_aio_stats")
+  check(C.zt_aio_get_stats(a, s), "aio.stats")
+  return { bytes_read = tonumber(s.bytes_read), bytes_written = tonumber(s.bytes_written),
+           requests = tonumber(s.requests), blocks = tonumber(s.blocks),
+           bounced = tonumber(s.bounced), errors = tonumber(s.errors),
+           host_bytes = tonumber(s.host_bytes) }
+end
+
+-- Mode, directory, sizes and start-up notes of an engine.
+local function info_of(a)
+  local notes = ffi.string(C.zt_aio_notes(a))
+  local i = {
+    mode = ffi.string(C.zt_aio_mode(a)),
+    direct = C.zt_aio_direct(a) ~= 0,
+    dir = ffi.string(C.zt_aio_dir(a)),
+    block_bytes = tonumber(C.zt_aio_block_bytes(a)),
+    queue_depth = tonumber(C.zt_aio_queue_depth(a)),
+    checksum = bit.band(C.zt_aio_flags(a), C.ZT_AIO_CHECKSUM) ~= 0,
+    notes = notes,
+  }
+  i.summary = ("nvme: %s, %s blocks, queue depth %d%s, in %s%s"):format(
+    i.mode, memory.format(i.block_bytes), i.queue_depth, i.checksum and ", checksummed" or "",
+    i.dir, notes ~= "" and ("\n" .. notes) or "")
+  return i
+end
+
+-- ---- the nvme tier ------------------------------------------------------------------
+
+-- configure{ path = DIR, block_bytes = "1MiB", queue_depth = 8, checksum = false,
+--            buffered = false, sparse = false } -> info
+-- Opens the tier's engine over DIR (made if its parent exists; an error if it
+-- is not a directory or not writable) and removes files left there by dead
+-- runs. info = { mode, direct, dir, block_bytes, queue_depth, checksum,
+-- notes, summary }; print info.summary once. Configuring again moves the
+-- tier (an error while nvme tensors exist).
+function M.configure(opts)
+  local dir, block, depth, flags = options("aio.configure", opts)
+  check(C.zt_nvme_configure(dir, block, depth, flags), "aio.configure")
+  return info_of(C.zt_nvme_engine())
+end
+
+-- info() -> the tier's info (as configure returns), or nil if not configured.
+function M.info()
+  local a = C.zt_nvme_engine()
+  if a == nil then return nil end
+  return info_of(a)
+end
+
+-- stats() -> { bytes_read, bytes_written, requests, blocks, bounced, errors,
+-- host_bytes } of the tier's engine, or nil if not configured.
+function M.stats()
+  local a = C.zt_nvme_engine()
+  if a == nil then return nil end
+  return stats_of(a)
+end
+
+-- shutdown(): close the tier's engine and remove its swap files (an error
+-- while nvme tensors exist). Harmless when not configured.
+function M.shutdown() check(C.zt_nvme_shutdown(), "aio.shutdown") end
+
+-- path_of(t) -> the swap file holding nvme tensor t, and t's byte offset in it.
+function M.path_of(t)
+  if type(t) ~= "table" or t.c == nil then error("aio.path_of: expected a live tensor", 2) end
+  local p = C.zt_nvme_path(t.c, sbuf)
+  if p == nil then error("aio.path_of: " .. tostring(t) .. " is not on the nvme tier", 2) end
+  return ffi.string(p), tonumber(sbuf[0])
+end
+
+-- ---- the raw engine --------------------------------------------------------------------
+
+-- open(opts) -> an engine of its own (same options as configure).
+function M.open(opts)
+  local dir, block, depth, flags = options("aio.open", opts)
+  check(C.zt_aio_open(abuf, dir, block, depth, flags), "aio.open")
+  local a = abuf[0]
+  ffi.gc(a, C.zt_aio_close)
+  -- reqs: every request not yet waited, held strongly so its buffer outlives
+  -- the I/O even if the caller drops the request
+  return setmetatable({ c = a, reqs = {} }, Engine)
+end
+
+local function live(e, what)
+  if getmetatable(e) ~= Engine then error(what .. ": expected an engine from aio.open", 3) end
+  if e.c == nil then error(what .. ": use of a closed engine", 3) end
+  return e.c
+end
+
+function Engine:info() return info_of(live(self, "engine:info")) end
+function Engine:stats() return stats_of(live(self, "engine:stats")) end
+
+-- e:file(nbytes) -> id of a new zero-filled swap file (space reserved).
+function Engine:file(nbytes)
+  check(C.zt_aio_file_new(live(self, "engine:file"), nbytes, ibuf), "engine:file")
+  return ibuf[0]
+end
+function Engine:free_file(id) check(C.zt_aio_file_free(live(self, "engine:free_file"), id), "engine:free_file") end
+function Engine:path(id)
+  local p = C.zt_aio_file_path(live(self, "engine:path"), id)
+  return p ~= nil and ffi.string(p) or nil
+end
+
+-- A host buffer: a cdata pointer/array, or a host-tier tensor (its bytes).
+local function host_ptr(buf, what)
+  if type(buf) == "cdata" then return buf end
+  if type(buf) == "table" and buf.c ~= nil and buf.ptr then return buf:ptr() end
+  error(what .. ": buffer must be a cdata pointer or a host tensor", 3)
+end
+
+local function submit(self, fn, what, id, offset, buf, nbytes)
+  local a = live(self, what)
+  check(fn(a, id, offset, host_ptr(buf, what), nbytes, rbuf), what)
+  -- No ffi.gc on the request: a request never waited is freed by the
+  -- engine's close (a finalizer could run after the engine's). The request
+  -- keeps buf alive until it is waited.
+  local req = setmetatable({ c = rbuf[0], buf = buf, what = what, engine = self }, Request)
+  self.reqs[req] = true
+  return req
+end
+
+-- e:write(id, offset, buf, nbytes) / e:read(...) -> a request. Keep buf
+-- untouched until req:wait() (the request holds a reference to it).
+function Engine:write(id, offset, buf, nbytes)
+  return submit(self, C.zt_aio_write, "engine:write", id, offset, buf, nbytes)
+end
+function Engine:read(id, offset, buf, nbytes)
+  return submit(self, C.zt_aio_read, "engine:read", id, offset, buf, nbytes)
+end
+
+-- e:close(): finish what is in flight, remove the engine's files. Requests
+-- not yet waited are dropped (their handles die with the engine).
+function Engine:close()
+  local a = self.c
+  if a == nil then return end
+  self.c = nil
+  ffi.gc(a, nil)
+  C.zt_aio_close(a)   -- finishes the I/O in flight, whose buffers self.reqs holds
+  for req in pairs(self.reqs) do req.c = nil; req.closed = true end
+  self.reqs = {}
+end
+
+-- req:done() -> true once the request has finished (never blocks).
+function Request:done()
+  if self.c == nil then return true end
+  check(C.zt_aio_test(self.c, ibuf), self.what)
+  return ibuf[0] ~= 0
+end
+
+-- req:wait(): block until it has finished; raises its error (naming the
+-- file, the operation, the offset and what to do). Once only.
+function Request:wait()
+  local r = self.c
+  if r == nil then
+    if self.closed then error(self.what .. ": its engine was closed before the wait", 2) end
+    error(self.what .. ": request already waited", 2)
+  end
+  self.c = nil
+  self.buf = nil
+  self.engine.reqs[self] = nil
+  check(C.zt_aio_wait(r), self.what)
+end
+
+return M

@@ -1,0 +1,221 @@
+-- The nvme tier and the aio engine from Lua: nvme tensors written from host
+-- and read back bit for bit (through a copy stream and synchronously, with
+-- checksums), accounted on tier nvme; a swap file changed underneath is an
+-- error naming it; bad paths are clear errors; the raw engine's requests
+-- polled and waited; swap files gone after shutdown.
+local ffi = require "ffi"
+local zt = require "ztrain"
+local T, ops = zt.tensor, zt.ops
+local stream = require "ztrain.stream"
+local aio = require "ztrain.aio"
+local memory = require "ztrain.memory"
+local libc = require "ztrain.libc"
+local home = require("ztrain.ffi").home
+
+ffi.cdef [[ int memcmp(const void *a, const void *b, size_t n); ]]
+
+local function raises(fn, ...)
+  local ok, err = pcall(fn, ...)
+  assert.is_false(ok, "expected an error")
+  return tostring(err)
+end
+
+local function tmpdir()
+  local buf = ffi.new("char[64]", "/tmp/zt_aio_spec_XXXXXX")
+  assert(libc.mkdtemp(buf) ~= nil, "mkdtemp failed")
+  return ffi.string(buf)
+end
+
+local function entries(dir)
+  local out = {}
+  local p = io.popen("ls -A '" .. dir .. "' 2>/dev/null")
+  for line in p:lines() do out[#out + 1] = line end
+  p:close()
+  return out
+end
+
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() return true end
+  return false
+end
+
+-- A host tensor of n f32 with values from f(i).
+local function host(n, f)
+  local t = T.new({ n }, { tier = "host" })
+  local p = t:ptr()
+  for i = 0, n - 1 do p[i] = f(i) end
+  return t
+end
+
+describe("the nvme tier", function()
+  local dir
+
+  before_each(function() dir = tmpdir() end)
+  after_each(function()
+    pcall(aio.shutdown)
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+
+  it("an nvme tensor written from host reads back bit-exact, with checksums", function()
+    local info = aio.configure { path = dir, checksum = true, block_bytes = "64KiB", queue_depth = 4 }
+    assert.is_string(info.mode)
+    assert.is_true(info.checksum)
+    assert.are.equal(65536, info.block_bytes)
+    assert.are.equal(4, info.queue_depth)
+    assert.matches(dir, info.dir, 1, true)
+    assert.matches("nvme: " .. info.mode, info.summary, 1, true)
+
+    local n = 100003                                    -- not a page multiple
+    local nv = T.new({ n }, { tier = "nvme", category = "optim" })
+    assert.are.equal("nvme", nv:tier())
+    assert.are.equal(n * 4, memory.current("nvme", "optim"))
+    local src = host(n, function(i) return math.sin(i) * 1e3 + i end)
+    local dst = T.new({ n }, { tier = "host" })
+
+    local cs = stream.new("copy")
+    cs:copy_async(nv, src)
+    cs:copy_async(dst, nv)                              -- in order on one stream
+    local ev = cs:record()
+    ev:sync()
+    assert.are.equal(0, ffi.C.memcmp(dst:ptr(), src:ptr(), n * 4))
+
+    -- synchronously, through a view at an unaligned offset
+    local v = nv:view(7, { 1000 })
+    local vals = ffi.new("float[1000]")
+    for i = 0, 999 do vals[i] = -i - 0.25 end
+    v:write(vals)
+    local back = ffi.new("float[?]", n)
+    nv:read(back)
+    for i = 0, n - 1 do
+      local want = (i >= 7 and i < 1007) and vals[i - 7] or src:ptr()[i]
+      if back[i] ~= want then error(("element %d: %g, want %g"):format(i, back[i], want)) end
+    end
+    local st = aio.stats()
+    assert.is_true(st.bytes_written >= n * 4 and st.bytes_read >= n * 4)
+    assert.are.equal(0, st.errors)
+
+    local path, off = aio.path_of(v)
+    assert.are.equal(28, off)
+    assert.is_true(exists(path))
+    v:free(); nv:free(); src:free(); dst:free(); ev:free(); cs:free()
+    assert.are.equal(0, memory.current("nvme"))
+    assert.is_false(exists(path))
+  end)
+
+  it("a swap file changed underneath fails the copy with the file and offset", function()
+    aio.configure { path = dir, checksum = true }
+    local n = 4096
+    local nv = T.new({ n }, { tier = "nvme" })
+    local src = host(n, function(i) return i end)
+    nv:write(src:ptr())
+    local path = aio.path_of(nv)
+    local f = assert(io.open(path, "r+b"))
+    f:seek("set", 5000)
+    f:write("\255")
+    f:close()
+    local cs = stream.new("copy")
+    cs:copy_async(src, nv)
+    local ev = cs:record()
+    local err = raises(ev.sync, ev)
+    assert.matches("checksum mismatch", err, 1, true)
+    assert.matches(path, err, 1, true)
+    assert.matches("offset 4096", err, 1, true)
+    err = raises(cs.sync, cs)                           -- the stream reports it too
+    assert.matches("checksum mismatch", err, 1, true)
+    cs:sync()                                           -- reported once, then cleared
+    ev:free(); cs:free(); nv:free(); src:free()
+  end)
+
+  it("ops refuse nvme tensors; bytes move only to and from host", function()
+    aio.configure { path = dir }
+    local nv = T.new({ 8 }, { tier = "nvme" })
+    local d = T.new({ 8 }, { tier = "device" })
+    local err = raises(ops.add, nv, nv)
+    assert.matches("nvme", err, 1, true)
+    err = raises(stream.copy_async, d, nv)
+    assert.matches("through a host tensor", err, 1, true)
+    err = raises(nv.ptr, nv)
+    assert.matches("nvme tier", err, 1, true)
+    err = raises(aio.configure, { path = dir })
+    assert.matches("still exist", err, 1, true)
+    nv:free(); d:free()
+  end)
+
+  it("bad paths and options are clear errors", function()
+    local err = raises(aio.configure, { path = dir .. "/no/such" })
+    assert.matches(dir .. "/no/such", err, 1, true)
+    assert.matches("does not exist", err, 1, true)
+    local file = dir .. "/plain"
+    io.open(file, "w"):close()
+    err = raises(aio.configure, { path = file })
+    assert.matches("not a directory", err, 1, true)
+    assert.matches("offload.nvme_path", err, 1, true)
+    err = raises(aio.configure, { path = dir, block_bytes = 1000 })
+    assert.matches("multiple of 4096", err, 1, true)
+    err = raises(aio.configure, { path = dir, queue_dpeth = 4 })
+    assert.matches("unknown option \"queue_dpeth\"", err, 1, true)
+    err = raises(aio.configure, { path = dir, block_bytes = "1 Mib-ish" })
+    assert.matches("block_bytes", err, 1, true)
+    err = raises(T.new, { 4 }, { tier = "nvme" })      -- nothing configured
+    assert.matches("zt_nvme_configure", err, 1, true)
+    assert.is_nil(aio.info())
+  end)
+
+  it("shutdown removes the swap directory; a new configure cleans a dead run's files", function()
+    local info = aio.configure { path = dir }
+    local nv = T.new({ 1024 }, { tier = "nvme" })
+    assert.are.equal(2, #entries(info.dir))             -- owner + one swap file
+    local err = raises(aio.shutdown)
+    assert.matches("still exist", err, 1, true)
+    nv:free()
+    aio.shutdown()
+    assert.are.equal(0, #entries(dir))
+
+    -- a run killed with its files on disk: a child process, SIGKILLed
+    local cmd = ("ZTRAIN_HOME=%s luajit -e 'package.path=%q..package.path; "
+                 .. "local zt=require\"ztrain\"; local aio=require\"ztrain.aio\"; "
+                 .. "aio.configure{path=%q}; local t=zt.tensor.new({4096},{tier=\"nvme\"}); "
+                 .. "os.execute(\"kill -9 \"..require\"ztrain.libc\".getpid())' 2>/dev/null")
+                :format(home, home .. "/lua/?.lua;" .. home .. "/lua/?/init.lua;", dir)
+    os.execute(cmd)
+    assert.are.equal(1, #entries(dir))                  -- its directory stayed behind
+    info = aio.configure { path = dir }
+    assert.matches("removed 1 swap files", info.notes, 1, true)
+    assert.matches("dead run", info.summary, 1, true)
+    assert.are.equal(1, #entries(dir))                  -- only ours now
+  end)
+end)
+
+describe("the raw aio engine", function()
+  it("requests are polled and waited; buffers come back bit-exact", function()
+    local dir = tmpdir()
+    local e = aio.open { path = dir, block_bytes = 65536, queue_depth = 8 }
+    local n = 1048576
+    local id = e:file(8 * n)
+    local src = ffi.new("uint8_t[?]", 8 * n)
+    for i = 0, 8 * n - 1 do src[i] = (i * 131 + 7) % 251 end
+    local reqs = {}
+    for k = 0, 7 do reqs[#reqs + 1] = e:write(id, k * n, src + k * n, n) end
+    local pending = #reqs
+    while pending > 0 do                                -- polling, as a strategy would
+      pending = 0
+      for _, r in ipairs(reqs) do if not r:done() then pending = pending + 1 end end
+    end
+    for _, r in ipairs(reqs) do r:wait() end
+    local dst = ffi.new("uint8_t[?]", 8 * n)
+    local r = e:read(id, 0, dst, 8 * n)
+    r:wait()
+    assert.are.equal(0, ffi.C.memcmp(src, dst, 8 * n))
+    local err = raises(r.wait, r)
+    assert.matches("already waited", err, 1, true)
+    err = raises(e.read, e, id, 8 * n - 1, dst, 2)
+    assert.matches("outside", err, 1, true)
+    local st = e:stats()
+    assert.are.equal(9, st.requests)                    -- 8 writes + 1 read
+    assert.are.equal(8 * 16 + 128, st.blocks)           -- 64 KiB blocks
+    e:close()
+    assert.are.equal(0, #entries(dir))
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+end)
