@@ -55,7 +55,8 @@ function M.memory_snapshot()
   local s = memory.stats()
   local by = {}
   for _, cat in ipairs(memory.categories) do
-    by[cat] = { device = s.device.by_category[cat].peak, host = s.host.by_category[cat].peak }
+    by[cat] = { device = s.device.by_category[cat].peak, host = s.host.by_category[cat].peak,
+                nvme = s.nvme.by_category[cat].peak }
   end
   return { rank = 0, device_peak = s.device.peak, host_peak = s.host.peak, nvme_peak = s.nvme.peak,
            by_category = by }
@@ -71,14 +72,15 @@ function M.gather_memory(world)
   for _, cat in ipairs(memory.categories) do
     vals[#vals + 1] = mine.by_category[cat].device
     vals[#vals + 1] = mine.by_category[cat].host
+    vals[#vals + 1] = mine.by_category[cat].nvme
   end
   local all, out = world:gather_doubles(vals), {}
   for r, row in ipairs(all) do
     local m, i = { rank = r - 1, by_category = {} }, 1
     for _, f in ipairs(FIELDS) do m[f] = row[i]; i = i + 1 end
     for _, cat in ipairs(memory.categories) do
-      m.by_category[cat] = { device = row[i], host = row[i + 1] }
-      i = i + 2
+      m.by_category[cat] = { device = row[i], host = row[i + 1], nvme = row[i + 2] }
+      i = i + 3
     end
     out[r] = m
   end
@@ -90,7 +92,7 @@ end
 function M.with_totals(mem)
   for _, m in ipairs(mem) do
     local by = m.by_category
-    local function both(c) return by[c].device + by[c].host end
+    local function both(c) return by[c].device + by[c].host + (by[c].nvme or 0) end
     m.model_state = both("params") + both("grads") + both("optim")
     m.working = both("comm")
   end
@@ -157,11 +159,13 @@ function M.print_summary(s)
   for _, m in ipairs(s.memory) do
     local by = m.by_category
     local state = m.model_state
-    w:write(("  memory%s device peak %s, host peak %s; model state %s%s\n")
+    w:write(("  memory%s device peak %s, host peak %s%s; model state %s%s\n")
             :format(#s.memory > 1 and (" r" .. m.rank) or "   ", memory.format(m.device_peak),
-                    memory.format(m.host_peak), memory.format(state),
+                    memory.format(m.host_peak),
+                    (m.nvme_peak or 0) > 0 and (", nvme peak " .. memory.format(m.nvme_peak)) or "",
+                    memory.format(state),
                     predicted and (" (predicted " .. memory.format(predicted) .. ")") or ""))
-    for _, tier in ipairs({ "device", "host" }) do
+    for _, tier in ipairs({ "device", "host", "nvme" }) do
       local parts = {}
       for _, cat in ipairs(memory.categories) do
         local v = by[cat][tier]

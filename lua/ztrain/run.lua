@@ -56,9 +56,9 @@ end
 function run(r, opts)
   local t_start = C.zt_now()
   C.zt_mem_reset_peak()       -- peaks in the summary are this run's
-  local tr = trainer.new(r, opts)
-  local lead = tr.rank == 0          -- rank 0 alone prints and writes outputs
   local out = r.out ~= "" and r.out or default_out(r)
+  local tr = trainer.new(r, { quiet = opts.quiet, out = out })
+  local lead = tr.rank == 0          -- rank 0 alone prints and writes outputs
   local log = { metrics = function() end, progress = function() end, close = function() end }
   if lead then
     local ok, err = report.mkdirs(out)

@@ -42,12 +42,14 @@ function Trainer:vocab_size(r)
   return r.model.vocab_size > 0 and r.model.vocab_size or self.tokenizer.vocab_size
 end
 
--- new(recipe, {rank=, world_size=, quiet=}) -> trainer (model built, data loaded).
+-- new(recipe, {quiet=, out=}) -> trainer (model built, data loaded); out:
+-- the run's output directory (offload puts its nvme swap files under it).
 -- On failure everything allocated so far is freed before the error is raised.
 function M.new(r, env)
   env = env or {}
   local world = comm.world()
-  local self = setmetatable({ recipe = r, world = world, rank = world.rank, world_size = world.size }, Trainer)
+  local self = setmetatable({ recipe = r, world = world, rank = world.rank, world_size = world.size,
+                              env_opts = env }, Trainer)
   -- a failed build gives back the limit and threads it set (a REPL goes on)
   local limit0, threads0 = memory.limit("device"), C.zt_get_threads()
   local ok, err = pcall(build, self, r)
@@ -197,6 +199,7 @@ function build(self, r)
   self:check_fits()
   self.ctx = { model = self.model, optim = self.optim, accumulate = accum, clip = r.optim.clip,
                recipe = r, seed = r.model.seed, dp = dp, pp = self.groups.pp, world = self.world,
+               out_dir = self.env_opts.out, quiet = self.env_opts.quiet,
                rank = self.rank, world_size = self.world_size }
   self.setup_called = true
   S.setup(self.ctx)

@@ -25,9 +25,12 @@ function M.resolve(s)
     if s == "zero3_offload" then
       return M.zero { stage = 3, offload_optimizer = "host", offload_params = "host" }
     end
+    if s == "zero3_infinity" then
+      return M.zero { stage = 3, offload_optimizer = "nvme", offload_params = "nvme" }
+    end
     if type(ctor) == "function" and s ~= "resolve" and s ~= "zero" then return ctor() end
     error(("unknown strategy %q (known: single, dp, dp_deferred, zero1, zero2, zero3, zero1_offload, " ..
-           "zero2_offload, zero3_offload; or an object such as " ..
+           "zero2_offload, zero3_offload, zero3_infinity; or an object such as " ..
            "zt.strategy.zero{stage=2})"):format(s), 0)
   end
   error("strategy must be a name or a strategy object (e.g. zt.strategy.single())", 0)

@@ -1,19 +1,21 @@
 -- ztrain.strategy.offload: the optimizer step where the optimizer state
--- lives off the device (ZeRO-Offload), streamed through a bounded pool of
--- staging buffers.
+-- lives off the device (ZeRO-Offload on the host, ZeRO-Infinity on NVMe),
+-- streamed through a bounded pool of staging buffers.
 --
--- The moments (exp_avg, exp_avg_sq) live on the host tier; the step walks
--- every unit's shard in chunks: copy the gradient chunk (and the parameter
--- chunk, when parameters live on the device) into a host staging slot on a
--- copy stream, update it on the host with the same AdamW kernel, copy the
--- parameters back. Two slots: chunk i+1 is copied in while chunk i is
--- updated and chunk i-1 is copied out, so copies overlap the update. The
--- copy stream runs in order, so a slot is refilled only after its previous
--- chunk was copied out. The update is elementwise: the bits are those of
--- the step on the device, chunk by chunk or whole.
+-- The moments (exp_avg, exp_avg_sq) live on the host or nvme tier; the step
+-- walks every unit's shard in chunks, all on one copy stream: the gradient
+-- chunk comes from the device to a host staging slot, the parameter chunk
+-- from wherever the parameters live (device or nvme; host parameters are
+-- updated in place), the moments from nvme; the same AdamW kernel updates
+-- them on the host; parameters and moments go back. Two slots: chunk i+1 is
+-- read while chunk i is updated and chunk i-1 is written, so transfers
+-- overlap the update; the stream runs in order, so a slot is refilled only
+-- after its previous chunk was written out. The update is elementwise: the
+-- bits are those of the step on the device, chunk by chunk or whole.
 --
--- Memory: 2 slots x (gradient + parameter) chunks of host memory, category
--- "comm" -- the staging pool, sized by the recipe's offload.staging.
+-- Memory: 2 slots x (gradient, parameter, and with nvme moments two more)
+-- chunks of host memory, category "comm" -- the staging pool, sized by the
+-- recipe's offload.staging.
 local T = require "ztrain.tensor"
 local stream = require "ztrain.stream"
 local memory = require "ztrain.memory"
@@ -22,22 +24,36 @@ local M = {}
 local Off = {}
 Off.__index = Off
 
--- Elements per chunk for a staging budget of `bytes` (2 slots x 2 buffers
--- of f32), a multiple of 16 (views stay 64-byte aligned), at least 4096.
-function M.chunk_elems(bytes)
-  local n = math.floor(bytes / (2 * 2 * 4) / 16) * 16
+-- Buffers per slot: gradient and parameter, plus the two moments when they
+-- live on nvme.
+local function buffers(opts) return opts.tier == "nvme" and 4 or 2 end
+
+-- Elements per chunk for a staging budget of `bytes` (2 slots x nbuf
+-- buffers of f32), a multiple of 1024 (4 KiB: chunks never share a page of
+-- a swap file, views stay aligned), at least 4096.
+function M.chunk_elems(bytes, nbuf)
+  local n = math.floor(bytes / (2 * (nbuf or 2) * 4) / 1024) * 1024
   return math.max(n, 4096)
 end
 
--- new{ tier = "host", staging = bytes } -> off. Allocates the staging slots
--- and a copy stream; :free() releases them.
+-- The staging pool's bytes for these options.
+function M.pool_bytes(opts)
+  local nbuf = buffers(opts)
+  return 2 * nbuf * 4 * M.chunk_elems(opts.staging, nbuf)
+end
+
+-- new{ tier = "host" | "nvme", staging = bytes } -> off. Allocates the
+-- staging slots and a copy stream; :free() releases them.
 function M.new(opts)
-  local self = setmetatable({ tier = opts.tier or "host", chunk = M.chunk_elems(opts.staging) }, Off)
+  local nbuf = buffers(opts)
+  local self = setmetatable({ tier = opts.tier or "host", chunk = M.chunk_elems(opts.staging, nbuf) }, Off)
   self.slots = {}
+  local names = nbuf == 4 and { "g", "p", "exp_avg", "exp_avg_sq" } or { "g", "p" }
   local ok, err = pcall(function()
     for i = 1, 2 do
-      self.slots[i] = { g = T.new({ self.chunk }, { tier = "host", category = "comm" }),
-                        p = T.new({ self.chunk }, { tier = "host", category = "comm" }) }
+      local slot = {}
+      self.slots[i] = slot
+      for _, k in ipairs(names) do slot[k] = T.new({ self.chunk }, { tier = "host", category = "comm" }) end
     end
     self.copies = stream.new("copy")
   end)
@@ -45,7 +61,11 @@ function M.new(opts)
   return self
 end
 
-function Off:staging_bytes() return 2 * 2 * 4 * self.chunk end
+function Off:staging_bytes()
+  local n = 0
+  for _, t in pairs(self.slots[1] or {}) do n = n + t:nbytes() end
+  return 2 * n
+end
 
 -- The chunks of one step: { u, lo (unit element), off (in the shard), len,
 -- P, G, moments }, in unit order.
@@ -60,9 +80,9 @@ local function plan(self, work)
 end
 
 -- step(optim, work, lr, scale): work is a list of { u, lo, size, P, G, st }
--- per unit: P (params over [lo, lo+size): device or host), G (the reduced
--- gradient shard, device), st (moments on the host). Returns once every
--- updated parameter is back where it lives.
+-- per unit: P (params over [lo, lo+size): device, host or nvme), G (the
+-- reduced gradient shard, device), st (moments, host or nvme). Returns once
+-- every updated parameter and moment is back where it lives.
 function Off:step(optim, work, lr, scale)
   local chunks, cs, views = plan(self, work), self.copies, {}
   local function view(t, off, len)
@@ -70,18 +90,25 @@ function Off:step(optim, work, lr, scale)
     views[#views + 1] = v
     return v
   end
+  -- the host tensor holding a chunk of t: t itself on the host, else the
+  -- slot's buffer, filled on the copy stream; back = where to write it after
+  local function stage_in(c, slot, key, t)
+    local src = view(t, c.off, c.len)
+    if t:tier() == "host" then return src end
+    local buf = view(slot[key], 0, c.len)
+    cs:copy_async(buf, src)
+    c.back[#c.back + 1] = { src, buf }
+    return buf
+  end
   local function copy_in(i)
     local c = chunks[i]
     local slot, w = self.slots[(i - 1) % 2 + 1], c.w
+    c.back = {}
     c.g = view(slot.g, 0, c.len)
     cs:copy_async(c.g, view(w.G, c.off, c.len))
-    if w.P:tier() ~= "host" then
-      c.p = view(slot.p, 0, c.len)
-      c.pdev = view(w.P, c.off, c.len)
-      cs:copy_async(c.p, c.pdev)
-    else
-      c.p = view(w.P, c.off, c.len)
-    end
+    c.p = stage_in(c, slot, "p", w.P)
+    c.mom = {}
+    for k, t in pairs(w.st) do c.mom[k] = stage_in(c, slot, k, t) end
     c.ready = cs:record()
   end
   local ok, err = pcall(function()
@@ -90,10 +117,8 @@ function Off:step(optim, work, lr, scale)
       if chunks[i + 1] then copy_in(i + 1) end       -- the next chunk comes in meanwhile
       c.ready:sync(); c.ready:free(); c.ready = nil
       local w = c.w
-      local mom = {}
-      for k, t in pairs(w.st) do mom[k] = view(t, c.off, c.len) end
-      optim:update_range(w.u, w.lo + c.off, w.lo + c.off + c.len, c.p, c.g, mom, lr, scale)
-      if c.pdev then cs:copy_async(c.pdev, c.p) end  -- back to the device
+      optim:update_range(w.u, w.lo + c.off, w.lo + c.off + c.len, c.p, c.g, c.mom, lr, scale)
+      for _, b in ipairs(c.back) do cs:copy_async(b[1], b[2]) end   -- written back
     end
     cs:sync()
   end)
@@ -105,18 +130,27 @@ function Off:step(optim, work, lr, scale)
   if not ok then error(err, 0) end
 end
 
--- copy(dst, src): a copy between tiers, waited for (set-up, gathers).
+-- copy(dst, src): a copy between tiers, waited for (set-up). Device and
+-- nvme meet through a host buffer (a device cannot read a file).
 function Off:copy(dst, src)
+  local tmp
+  if dst:tier() ~= "host" and src:tier() ~= "host" and dst:tier() ~= src:tier() then
+    tmp = T.new({ src:numel() }, { tier = "host", category = "comm" })
+    self.copies:copy_async(tmp, src)
+    src = tmp
+  end
   self.copies:copy_async(dst, src)
   local ev = self.copies:record()
-  ev:sync(); ev:free()
+  local ok, err = pcall(ev.sync, ev)
+  ev:free()
+  if tmp then tmp:free() end
+  if not ok then error(err, 0) end
 end
 
 function Off:free()
   if self.copies then pcall(self.copies.sync, self.copies); self.copies:free(); self.copies = nil end
-  for _, s in ipairs(self.slots or {}) do
-    if s.g then s.g:free() end
-    if s.p then s.p:free() end
+  for _, slot in ipairs(self.slots or {}) do
+    for _, t in pairs(slot) do t:free() end
   end
   self.slots = {}
 end
@@ -127,6 +161,21 @@ function M.staging_bytes(recipe)
   local b, err = memory.parse_size(o and o.staging or "16MiB")
   if not b then error("offload.staging: " .. err, 0) end
   return b
+end
+
+-- nvme(recipe, out_dir) -> aio info: the nvme tier configured from the
+-- recipe's offload keys (nvme_path, default OUT/nvme; block_size;
+-- queue_depth; checksum). The path is made if missing.
+function M.configure_nvme(recipe, out_dir)
+  local aio = require "ztrain.aio"
+  local o = recipe and recipe.offload or {}
+  local path = (o.nvme_path and o.nvme_path ~= "") and o.nvme_path or ((out_dir or "runs/offload") .. "/nvme")
+  local block, err = memory.parse_size(o.block_size or "1MiB")
+  if not block then error("offload.block_size: " .. err, 0) end
+  local ok, merr = require("ztrain.report").mkdirs(path)
+  if not ok then error("offload.nvme_path: " .. tostring(merr), 0) end
+  return aio.configure { path = path, block_bytes = block, queue_depth = o.queue_depth or 8,
+                         checksum = o.checksum or false }
 end
 
 return M

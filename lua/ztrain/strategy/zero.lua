@@ -34,7 +34,7 @@ local M = {}
 local MAX_INFLIGHT = 2
 
 M.valid_options = { "stage", "offload_optimizer", "offload_params" }
-local PLACES = { none = true, host = true }
+local PLACES = { none = true, host = true, nvme = true }
 
 function M.new(opts)
   opts = options.check("zero", opts, M.valid_options)
@@ -45,8 +45,7 @@ function M.new(opts)
   local oopt, oparams = opts.offload_optimizer or "none", opts.offload_params or "none"
   for key, v in pairs({ offload_optimizer = oopt, offload_params = oparams }) do
     if not PLACES[v] then
-      error(('zero: %s must be "none" or "host", got %s (NVMe offload, "nvme", comes with the ' ..
-             'aio engine)'):format(key, tostring(v)), 0)
+      error(('zero: %s must be "none", "host" or "nvme", got %s'):format(key, tostring(v)), 0)
     end
   end
   if oparams ~= "none" and stage ~= 3 then
@@ -54,7 +53,7 @@ function M.new(opts)
            "got stage %d"):format(stage), 0)
   end
   if oparams ~= "none" and oopt == "none" then
-    error('zero: offload_params = "host" needs offload_optimizer = "host" too (the update runs ' ..
+    error('zero: offload_params needs offload_optimizer too (the update runs off the device, ' ..
           'where the parameter shards live)', 0)
   end
   -- zero3_offload: optimizer and parameters off the device (DeepSpeed's usual
@@ -62,6 +61,11 @@ function M.new(opts)
   local name = "zero" .. stage
   if oopt ~= "none" then
     name = name .. ((stage == 3 and oparams == "none") and "_offload_optimizer" or "_offload")
+  end
+  if oopt == "nvme" and (stage < 3 or oparams == "nvme") then   -- ZeRO-Infinity
+    name = name:gsub("_offload", "_infinity")
+  elseif oopt ~= "none" and oopt ~= oparams and oparams ~= "none" then
+    name = name .. "_" .. oopt .. "_" .. oparams                   -- e.g. optimizer on nvme, params on host
   end
   local S = { name = name, stage = stage, opts = opts }
   local otier = oopt ~= "none" and oopt or nil       -- where the optimizer state lives
@@ -80,7 +84,12 @@ function M.new(opts)
     ctx.work = { inflight = {}, gathers = {}, fetches = {}, grad_views = {}, pool = shard.pool(tier),
                  fetch_depth = ptier and ctx.recipe and ctx.recipe.offload and ctx.recipe.offload.prefetch or 2 }
     local pool = ctx.work.pool
+    if otier == "nvme" or ptier == "nvme" then
+      ctx.work.nvme = offload.configure_nvme(ctx.recipe, ctx.out_dir)
+      if ctx.rank == 0 and not ctx.quiet then io.stderr:write(ctx.work.nvme.summary, "\n") end
+    end
     if otier then ctx.work.offload = offload.new { tier = otier, staging = offload.staging_bytes(ctx.recipe) } end
+    ctx.work.hpool = ptier == "nvme" and shard.pool("host") or nil
     state.add_kind(st, "params", { tier = ptier or tier, sharded = stage == 3, category = "params" })
     state.add_kind(st, "grads", { tier = tier, sharded = stage >= 2, category = "grads" })
     for _, k in ipairs(ctx.optim.state_kinds) do
@@ -133,9 +142,14 @@ function M.new(opts)
     if not ptier or u.params or W.gathers[u.index] or W.fetches[u.index] then return end
     local src = ctx.state.pshard[u.index]
     local staged = W.pool.get(src:numel())
-    local cs = W.offload.copies
+    local cs, bounce = W.offload.copies, nil
+    if ptier == "nvme" then                -- a file reaches the device through the host
+      bounce = W.hpool.get(src:numel())
+      cs:copy_async(bounce, src)
+      src = bounce
+    end
     cs:copy_async(staged, src)
-    W.fetches[u.index] = { staged = staged, ready = cs:record() }
+    W.fetches[u.index] = { staged = staged, bounce = bounce, ready = cs:record() }
   end
 
   -- Start gathering unit u's parameters (after its fetch, from the host).
@@ -148,6 +162,7 @@ function M.new(opts)
       local f = W.fetches[u.index]
       W.fetches[u.index] = nil
       f.ready:sync(); f.ready:free()
+      if f.bounce then W.hpool.put(f.bounce) end
       staged, shard_t = f.staged, f.staged
     end
     local full = W.pool.get(u.padded)     -- every element is overwritten by the gather
@@ -327,11 +342,12 @@ function M.new(opts)
                 [3] = { 4 * psi / N, 4 * psi / N, 8 * psi / N } }
     local acc = (stage == 1 and ctx.accumulate > 1) and 4 * psi / N or 0
     local P, G, O = p[stage][1], p[stage][2], p[stage][3]
-    local tiers = { device = { params = P, grads = G + acc, optim = O }, host = { params = 0, grads = 0, optim = 0 } }
+    local tiers = { device = { params = P, grads = G + acc, optim = O }, host = { params = 0, grads = 0, optim = 0 },
+                    nvme = { params = 0, grads = 0, optim = 0 } }
     if otier then tiers.device.optim, tiers[otier].optim = 0, O end
     if ptier then tiers.device.params, tiers[ptier].params = 0, P end
     return { params = P, grads = G, optim = O, accumulator = acc, tiers = tiers,
-             staging = otier and 2 * 2 * 4 * offload.chunk_elems(offload.staging_bytes(ctx.recipe)) or 0 }
+             staging = otier and offload.pool_bytes { tier = otier, staging = offload.staging_bytes(ctx.recipe) } or 0 }
   end
 
   -- Safe after a setup that failed part-way, and twice.
@@ -346,9 +362,11 @@ function M.new(opts)
       end
       for i, f in pairs(W.fetches) do
         pcall(f.ready.sync, f.ready); f.ready:free(); f.staged:free()
+        if f.bounce then f.bounce:free() end
         W.fetches[i] = nil
       end
       if W.offload then W.offload:free(); W.offload = nil end
+      if W.hpool then W.hpool.free() end
       for _, v in pairs(W.grad_views) do v:free() end
       W.grad_views = {}
       W.pool.free()
@@ -359,6 +377,8 @@ function M.new(opts)
       for _, os in pairs(st.optim or {}) do for _, t in pairs(os) do t:free() end end
       st.gshard, st.pshard, st.optim = {}, {}, {}
     end
+    -- the nvme tier's swap files go with the last nvme tensor
+    if W and W.nvme then pcall(require("ztrain.aio").shutdown); W.nvme = nil end
   end
 
   return options.complete(S)
