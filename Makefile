@@ -50,12 +50,16 @@ test: deps all $(CTEST_BIN)
 run: deps all
 	$(B)/ztrain recipes/zero3_offload.lua $(ARGS)
 
-bench: deps all $(B)/bench_adamw
+bench: deps all $(B)/bench_adamw $(B)/bench_aio
 	@sh tools/bench.sh
 
 # CPU AdamW GB/s beside memcpy, zk_copy and triad bandwidth (run by tools/bench.sh)
 $(B)/bench_adamw: tools/bench_adamw.c $(patsubst %.c,$(B)/obj/%.o,$(KERNEL_SRC)) kernels/cpu/kernels.h
 	$(CC) $(CFLAGS) -Ikernels/cpu -o $@ $< $(patsubst %.c,$(B)/obj/%.o,$(KERNEL_SRC)) -lopenblas -lm
+
+# The aio engine's sequential bandwidth beside fio (run by tools/bench.sh)
+$(B)/bench_aio: tools/bench_aio.c $(LIB_OBJ)
+	$(CC) $(CFLAGS) -Iruntime -o $@ $< $(LIB_OBJ) $(LIBS)
 
 clean:
 	rm -rf $(B)
