@@ -42,6 +42,60 @@ describe("offload: same math", function()
   end
 end)
 
+describe("infinity (nvme): same math", function()
+  for _, n in ipairs({ 1, 2 }) do
+    it(("zero3_infinity equals zero3, and zero2 with its optimizer on nvme equals zero2, at N=%d"):format(n),
+       function()
+      local launch = n > 1 and ("--nproc " .. n .. " ") or ""
+      local dir = util.tmpdir()
+      for _, pair in ipairs({ { "zero3", "zero3_infinity" },
+                              { "zero2", 'zt.strategy.zero{stage=2,offload_optimizer="nvme"}' } }) do
+        local a, la, oa, ra = run(launch .. "recipes/zero3.lua batch.accumulate=2 strategy=" .. pair[1])
+        assert.are.equal(0, ra, oa)
+        -- checksums on, a staging pool small enough for many chunks per unit
+        local recipe = dir .. "/r.lua"
+        util.write(recipe, ('local zt = require "ztrain"; local r = dofile("recipes/zero3.lua"); ' ..
+                            'r.strategy = %s; return r'):format(pair[2]:match("^zt") and pair[2] or ("%q"):format(pair[2])))
+        local b, lb, ob, rb = run(("%s%s batch.accumulate=2 offload.staging=96KiB offload.checksum=true " ..
+                                   "offload.nvme_path=%s/nvme"):format(launch, recipe, dir))
+        assert.are.equal(0, rb, ob)
+        assert.are.equal(a.param_digest, b.param_digest, pair[2])
+        assert.are.equal(la, lb, pair[2] .. " loss bits")
+        -- every swap file is gone at exit
+        local left = util.sh("find " .. dir .. "/nvme -type f | wc -l")
+        assert.are.equal("0", left:match("^(%d+)"), "swap files left behind")
+      end
+      util.rm(dir)
+    end)
+  end
+
+  it("puts parameters and moments on the nvme tier as predicted, within 5%", function()
+    local dir = util.tmpdir()
+    local s, _, out, rc = run("--nproc 2 recipes/zero3.lua strategy=zero3_infinity offload.nvme_path=" .. dir)
+    assert.are.equal(0, rc, out)
+    for _, m in ipairs(s.memory) do
+      for _, tier in ipairs({ "device", "host", "nvme" }) do
+        for _, cat in ipairs({ "params", "grads", "optim" }) do
+          local got, exp = m.by_category[cat][tier], s.predicted.tiers[tier][cat]
+          local ok = (exp == 0 and got == 0) or (exp > 0 and math.abs(got - exp) / exp < 0.05)
+          assert.is_true(ok, ("rank %d %s %s: measured %d, predicted %d"):format(m.rank, tier, cat, got, exp))
+        end
+      end
+      assert.is_true(m.nvme_peak > 0)
+    end
+    util.rm(dir)
+  end)
+
+  it("a bad nvme_path stops the run with the path named", function()
+    local f = os.tmpname()             -- a file, not a directory
+    local _, _, out, rc = run("recipes/zero3.lua strategy=zero3_infinity offload.nvme_path=" .. f)
+    os.remove(f)
+    assert.are.equal(1, rc, out)
+    assert.matches(f, out, 1, true)
+    assert.is_nil(out:find("%.lua:%d+:"), "a user error, without a Lua location:\n" .. out)
+  end)
+end)
+
 describe("offload: parameter prefetch", function()
   it("fetching 1, 2 or 4 units ahead from the host changes no bits", function()
     local ref, lref, o, rc = run("--nproc 2 recipes/zero3.lua strategy=zero3")
@@ -97,8 +151,8 @@ describe("offload: options", function()
   end
   it("names what is wrong and what to do", function()
     assert.matches("offload_params needs stage 3", err({ stage = 2, offload_params = "host" }), 1, true)
-    assert.matches('needs offload_optimizer = "host" too', err({ stage = 3, offload_params = "host" }), 1, true)
-    assert.matches('offload_optimizer must be "none" or "host", got gpu', err({ stage = 1, offload_optimizer = "gpu" }),
+    assert.matches('offload_params needs offload_optimizer too', err({ stage = 3, offload_params = "host" }), 1, true)
+    assert.matches('offload_optimizer must be "none", "host" or "nvme", got gpu', err({ stage = 1, offload_optimizer = "gpu" }),
                    1, true)
     local r, e = zt.recipe.resolve({}, { "offload.staging=lots" })
     assert.is_table(r)       -- a size string is only read when a strategy offloads
