@@ -452,7 +452,8 @@ static void clean_one(zt_aio *a, const char *host, const char *name)
     if (fd < 0 || got < (ssize_t)strlen(OWNER_MAGIC) ||
         strncmp(buf, OWNER_MAGIC, strlen(OWNER_MAGIC)) != 0) {
         if (fd >= 0) close(fd);
-        note(a, "left %s alone: it has no ztrain owner file, so ztrain did not create it", d);
+        note(a, "left %s alone: it has no ztrain owner file (not made by ztrain, or a run "
+             "just starting)", d);
         return;
     }
     long pid = -1;
