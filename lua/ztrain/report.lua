@@ -174,6 +174,12 @@ function M.print_summary(s)
       if #parts > 0 then w:write(("    %-6s by category %s\n"):format(tier, table.concat(parts, ", "))) end
     end
   end
+  local off = type(s.strategy_stats) == "table" and s.strategy_stats.offload
+  if off then
+    w:write(("  offload     per step: %.0f ms waiting for parameter fetches, %.0f ms waiting for the " ..
+             "optimizer's transfers, %.0f ms updating on the host (%s)\n"):format(off.fetch_wait_ms,
+             off.io_wait_ms, off.update_ms, off.tier))
+  end
   w:write(("  digest      %s\n  output      %s\n"):format(s.param_digest, s.out))
 end
 

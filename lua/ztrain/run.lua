@@ -127,6 +127,7 @@ function run(r, opts)
     -- the strategy's public state: each kind's dtype, tier and sharding
     state = tr.ctx.state and require("ztrain.strategy.state").describe(tr.ctx.state).kinds or cjson_null,
     driver = tr.driver.name,
+    strategy_stats = tr.strategy.describe and tr.strategy.describe(tr.ctx) or cjson_null,
     param_digest = digest_or_null(tr),
     comm = tr.world.backend,
     exit = status, out = out,

@@ -240,8 +240,17 @@ function Trainer:check_fits()
   local S = self.strategy
   if not S.predicted then return end
   local p = S.predicted({ model = self.model, dp = self.dp, world_size = self.world_size,
-                          accumulate = self.accumulate })
+                          accumulate = self.accumulate, recipe = self.recipe })
+  -- bytes in memory: the device and host tiers (on this machine both are
+  -- RAM); what a strategy puts on nvme lives on disk
   local need = p.params + p.grads + p.optim + (p.accumulator or 0)
+  if p.tiers then
+    need = 0
+    for _, tier in ipairs({ "device", "host" }) do
+      local t = p.tiers[tier]
+      if t then need = need + t.params + t.grads + t.optim end
+    end
+  end
   local f = io.open("/proc/meminfo")
   if not f then return end
   local avail

@@ -19,6 +19,7 @@
 local T = require "ztrain.tensor"
 local stream = require "ztrain.stream"
 local memory = require "ztrain.memory"
+local now = require("ztrain.ffi").C.zt_now
 
 local M = {}
 local Off = {}
@@ -46,7 +47,9 @@ end
 -- staging slots and a copy stream; :free() releases them.
 function M.new(opts)
   local nbuf = buffers(opts)
-  local self = setmetatable({ tier = opts.tier or "host", chunk = M.chunk_elems(opts.staging, nbuf) }, Off)
+  local self = setmetatable({ tier = opts.tier or "host", chunk = M.chunk_elems(opts.staging, nbuf),
+                              -- seconds spent: waiting for transfers, updating, over `steps` steps
+                              time = { io_wait = 0, update = 0, fetch_wait = 0, steps = 0 } }, Off)
   self.slots = {}
   local names = nbuf == 4 and { "g", "p", "exp_avg", "exp_avg_sq" } or { "g", "p" }
   local ok, err = pcall(function()
@@ -115,12 +118,19 @@ function Off:step(optim, work, lr, scale)
     if #chunks > 0 then copy_in(1) end
     for i, c in ipairs(chunks) do
       if chunks[i + 1] then copy_in(i + 1) end       -- the next chunk comes in meanwhile
+      local t0 = now()
       c.ready:sync(); c.ready:free(); c.ready = nil
+      local t1 = now()
       local w = c.w
       optim:update_range(w.u, w.lo + c.off, w.lo + c.off + c.len, c.p, c.g, c.mom, lr, scale)
       for _, b in ipairs(c.back) do cs:copy_async(b[1], b[2]) end   -- written back
+      local t2 = now()
+      self.time.io_wait, self.time.update = self.time.io_wait + (t1 - t0), self.time.update + (t2 - t1)
     end
+    local t3 = now()
     cs:sync()
+    self.time.io_wait = self.time.io_wait + (now() - t3)
+    self.time.steps = self.time.steps + 1
   end)
   if not ok then
     for _, c in ipairs(chunks) do if c.ready then c.ready:free() end end

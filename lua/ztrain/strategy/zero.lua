@@ -27,6 +27,7 @@ local shard = require "ztrain.strategy.shard"
 local state = require "ztrain.strategy.state"
 local options = require "ztrain.strategy.options"
 local offload = require "ztrain.strategy.offload"
+local now = require("ztrain.ffi").C.zt_now
 
 local M = {}
 
@@ -161,7 +162,9 @@ function M.new(opts)
       fetch(ctx, u)
       local f = W.fetches[u.index]
       W.fetches[u.index] = nil
+      local t0 = now()
       f.ready:sync(); f.ready:free()
+      W.offload.time.fetch_wait = W.offload.time.fetch_wait + (now() - t0)
       if f.bounce then W.hpool.put(f.bounce) end
       staged, shard_t = f.staged, f.staged
     end
@@ -348,6 +351,18 @@ function M.new(opts)
     if ptier then tiers.device.params, tiers[ptier].params = 0, P end
     return { params = P, grads = G, optim = O, accumulator = acc, tiers = tiers,
              staging = otier and offload.pool_bytes { tier = otier, staging = offload.staging_bytes(ctx.recipe) } or 0 }
+  end
+
+  -- Where an offloaded step's time went (per step, rank 0's view): waiting
+  -- for parameter shards fetched from the host or nvme, waiting for the
+  -- optimizer's transfers, and the update itself.
+  function S.describe(ctx)
+    local off = ctx.work and ctx.work.offload
+    if not off or off.time.steps == 0 then return nil end
+    local n = off.time.steps
+    return { offload = { tier = otier, params_tier = ptier or "device", chunk_elems = off.chunk,
+                         fetch_wait_ms = 1000 * off.time.fetch_wait / n, io_wait_ms = 1000 * off.time.io_wait / n,
+                         update_ms = 1000 * off.time.update / n } }
   end
 
   -- Safe after a setup that failed part-way, and twice.
