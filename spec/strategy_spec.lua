@@ -15,8 +15,9 @@ end
 
 describe("strategy options", function()
   it("an unknown option is an error naming the valid ones", function()
-    assert.are.equal('zero: unknown option "offload_optimizer"; valid options: stage',
-                     err_of(zt.strategy.zero, { stage = 3, offload_optimizer = "host" }))
+    assert.are.equal('zero: unknown option "offload"; did you mean "offload_optimizer"? valid options: ' ..
+                     'stage, offload_optimizer, offload_params',
+                     err_of(zt.strategy.zero, { stage = 3, offload = "host" }))
     assert.are.equal('dp: unknown option "defer"; did you mean "defer_reduction"? valid options: defer_reduction',
                      err_of(zt.strategy.dp, { defer = true }))
     assert.are.equal('single: unknown option "stage"; it takes no options', err_of(zt.strategy.single, { stage = 1 }))
