@@ -5,12 +5,13 @@
  * I/O, the usual yardstick). `make bench` runs it; alone:
  *
  *   make build/bench_aio && build/bench_aio [--dir DIR] [--size 1GiB]
- *        [--block 1MiB] [--depth 8] [--repeat 3] [--buffered]
+ *        [--block 1MiB] [--depth 8] [--repeat 5] [--buffered]
  *
  * One swap file of --size is made by the engine in DIR (default build/, the
  * tree's disk); it is written once to lay it out, then the engine and fio
  * take turns on that same file, --repeat times each way, and the best run
- * of each is reported (turns share whatever else the disk is doing). The
+ * of each is reported (turns share whatever else the disk is doing), with
+ * the median ratio of each engine run to the fio run right after it. The
  * engine is handed the file as requests of 64 MiB from one 64 MiB buffer,
  * all queued at once, so it keeps --depth blocks in flight from start to
  * end, as fio --iodepth does. Without fio the engine column is printed alone.
@@ -96,7 +97,7 @@ int main(int argc, char **argv)
 {
     const char *dir = "build";
     size_t size = (size_t)1 << 30, block = (size_t)1 << 20;
-    int depth = 8, repeat = 3, flags = 0;
+    int depth = 8, repeat = 5, flags = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--buffered")) { flags |= ZT_AIO_BUFFERED; continue; }
@@ -110,7 +111,7 @@ int main(int argc, char **argv)
                        "--repeat --buffered)\n", a); return 2; }
         i++;
     }
-    if (repeat < 1 || repeat > 50) repeat = 3;
+    if (repeat < 1 || repeat > 50) repeat = 5;
     size = size / block * block;
     if (size == 0) { fprintf(stderr, "bench_aio: --size below one block\n"); return 2; }
 
@@ -146,23 +147,30 @@ int main(int argc, char **argv)
                                             sizeof why) : -1;
             if (fio[w][r] < 0) have_fio = 0;
         }
-    printf("  %-6s %12s %14s %10s\n", "", "engine", "fio (libaio)", "engine/fio");
+    printf("  %-6s %12s %14s %11s %12s\n", "", "engine", "fio (libaio)", "engine/fio",
+           "pair median");
     int ok = 1;
     if (getenv("ZT_BENCH_AIO_RUNS"))
         for (int r = 0; r < repeat; r++)
             printf("  run %d: write %.2f / %.2f, read %.2f / %.2f GB/s (engine / fio)\n", r,
                    eng[1][r] / 1e9, fio[1][r] / 1e9, eng[0][r] / 1e9, fio[0][r] / 1e9);
     for (int w = 1; w >= 0; w--) {
+        /* each engine run beside the fio run right after it: the disk and
+         * the CPUs were in about the same state */
+        double ratio[50];
+        for (int r = 0; r < repeat; r++) ratio[r] = have_fio ? eng[w][r] / fio[w][r] : 0;
+        qsort(ratio, (size_t)repeat, sizeof(double), cmp);
         qsort(eng[w], (size_t)repeat, sizeof(double), cmp);
         double e = eng[w][repeat - 1];
         if (have_fio) {
             qsort(fio[w], (size_t)repeat, sizeof(double), cmp);
             double fb = fio[w][repeat - 1];
-            printf("  %-6s %9.2f GB/s %9.2f GB/s %9.0f%%\n", w ? "write" : "read", e / 1e9,
-                   fb / 1e9, 100.0 * e / fb);
+            printf("  %-6s %9.2f GB/s %9.2f GB/s %10.0f%% %11.0f%%\n", w ? "write" : "read",
+                   e / 1e9, fb / 1e9, 100.0 * e / fb, 100.0 * ratio[repeat / 2]);
             ok &= e >= 0.9 * fb;
         } else {
-            printf("  %-6s %9.2f GB/s %14s %10s\n", w ? "write" : "read", e / 1e9, "-", "-");
+            printf("  %-6s %9.2f GB/s %14s %11s %12s\n", w ? "write" : "read", e / 1e9, "-", "-",
+                   "-");
         }
     }
     if (have_fio)
