@@ -154,6 +154,7 @@ struct zt_aio {
     slot *slots;
     int busy;                   /* runners active */
     size_t unissued;            /* blocks of pending requests not yet taken */
+    int blocks_inflight;        /* blocks taken by runners, not yet finished */
     int stopping;
     int quit_sent;              /* the wake handle is closing: uv_run returns */
     char *bounce;               /* depth * block, accounted on host */
@@ -373,6 +374,8 @@ static int take_block(zt_aio *a, slot *sl)
     r->inflight++;
     a->unissued--;
     a->stats.blocks++;
+    if ((uint64_t)++a->blocks_inflight > a->stats.peak_inflight)
+        a->stats.peak_inflight = (uint64_t)a->blocks_inflight;
     if (r->next == r->n) pop_pending(a);
     return 1;
 }
@@ -391,6 +394,7 @@ static void finish_block(zt_aio *a, slot *sl)
         }
     }
     sl->req = NULL;
+    a->blocks_inflight--;
     r->inflight--;
     if (r->inflight == 0 && !r->queued) complete(a, r);
 }
@@ -1148,12 +1152,17 @@ void zt_nvme_free(void *p)
     free(g);
 }
 
-int zt_nvme_rw(int write, const zt_tensor *t, void *buf, size_t nbytes)
+int zt_nvme_submit(int write, const zt_tensor *t, void *buf, size_t nbytes, zt_aio_req **req)
 {
     nvme_region *g = t->storage->data;
     size_t off = (size_t)t->offset * zt_dtype_size(t->dtype);
-    return write ? zt_aio_write(g->a, g->file, off, buf, nbytes, NULL)
-                 : zt_aio_read(g->a, g->file, off, buf, nbytes, NULL);
+    return write ? zt_aio_write(g->a, g->file, off, buf, nbytes, req)
+                 : zt_aio_read(g->a, g->file, off, buf, nbytes, req);
+}
+
+int zt_nvme_rw(int write, const zt_tensor *t, void *buf, size_t nbytes)
+{
+    return zt_nvme_submit(write, t, buf, nbytes, NULL);
 }
 
 const char *zt_nvme_path(const zt_tensor *t, size_t *offset)

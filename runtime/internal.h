@@ -40,6 +40,8 @@ void zt_mem_zero(void *p, size_t nbytes, int tier);
 int zt_nvme_alloc(void **out, size_t nbytes);
 void zt_nvme_free(void *handle);
 int zt_nvme_rw(int write, const zt_tensor *t, void *buf, size_t nbytes);
+/* The same, queued: *req to zt_aio_wait. */
+int zt_nvme_submit(int write, const zt_tensor *t, void *buf, size_t nbytes, zt_aio_req **req);
 
 /* Streams (stream.c). Before an op runs on the calling thread, the thread's
  * current stream must have finished its earlier work (stream order): a

@@ -8,8 +8,9 @@
  * a strategy that forgets to wait for a copy reads bytes that are still
  * being written -- the race it would have on a GPU, where a CUDA build maps
  * these objects to cudaStream_t and cudaEvent_t. A copy to or from the nvme
- * tier is a request to the aio engine that the worker waits for, so the
- * stream's later items (event records) follow the bytes.
+ * tier is a request to the aio engine; consecutive independent ones are in
+ * flight together, and the stream's later items (event records, device
+ * copies, waits) start once they are done.
  *
  * Synchronisation: each stream has a lock and two condition variables
  * (work queued; work finished). Events share one lock and one condition
@@ -242,20 +243,134 @@ static void run_item(zt_stream *s, item *it)
     }
 }
 
+/* ---- nvme copies in flight together ----
+ * A copy to or from nvme is a request to the aio engine. Waiting for each
+ * before the next would leave the engine's queue part empty whenever a copy
+ * is shorter than queue_depth blocks (a chunk of a pipelined optimizer
+ * step), so the worker starts consecutive nvme copies together while they
+ * are independent, and completes them in issue order. Anything else (a
+ * device copy, an event record, a wait) first finishes every copy in
+ * flight, so the stream's order holds for everything a caller can see. */
+enum { MAX_FLIGHT = 32 };
+
+typedef struct flight {
+    item *it[MAX_FLIGHT];
+    zt_aio_req *req[MAX_FLIGHT];
+    int n;
+} flight;
+
+static int is_nvme_copy(const item *it)
+{
+    return it->kind == ITEM_COPY && (it->dst->storage->tier == ZT_TIER_NVME ||
+                                     it->src->storage->tier == ZT_TIER_NVME);
+}
+
+/* Byte range of t in its storage; on nvme widened to whole 4 KiB pages (a
+ * partial page is read-modify-written: two copies sharing a page conflict). */
+static void span(const zt_tensor *t, size_t *lo, size_t *hi)
+{
+    size_t es = zt_dtype_size(t->dtype);
+    *lo = (size_t)t->offset * es;
+    *hi = *lo + (size_t)t->numel * es;
+    if (t->storage->tier == ZT_TIER_NVME) {
+        *lo = *lo / ZT_AIO_PAGE * ZT_AIO_PAGE;
+        *hi = (*hi + ZT_AIO_PAGE - 1) / ZT_AIO_PAGE * ZT_AIO_PAGE;
+    }
+}
+
+static int overlaps(const zt_tensor *a, const zt_tensor *b)
+{
+    if (a->storage != b->storage) return 0;
+    size_t alo, ahi, blo, bhi;
+    span(a, &alo, &ahi);
+    span(b, &blo, &bhi);
+    return alo < bhi && blo < ahi;
+}
+
+/* Would copy `it` touch bytes a copy in flight writes, or write bytes one reads? */
+static int conflicts(const flight *f, const item *it)
+{
+    for (int i = 0; i < f->n; i++) {
+        const item *o = f->it[i];
+        if (overlaps(o->dst, it->dst) || overlaps(o->dst, it->src) || overlaps(o->src, it->dst))
+            return 1;
+    }
+    return 0;
+}
+
+/* Finish the oldest copy in flight (worker, stream lock not held). */
+static void finish_oldest(zt_stream *s, flight *f)
+{
+    item *it = f->it[0];
+    int rc = zt_aio_wait(f->req[0]);
+    if (rc) stream_fail(s, rc, zt_last_error());   /* keeps the first error only */
+    memmove(f->it, f->it + 1, (size_t)(f->n - 1) * sizeof *f->it);
+    memmove(f->req, f->req + 1, (size_t)(f->n - 1) * sizeof *f->req);
+    f->n--;
+    zt_tensor_release(it->dst);
+    zt_tensor_release(it->src);
+    free(it);
+    pthread_mutex_lock(&s->lock);
+    s->finished++;
+    pthread_cond_broadcast(&s->finished_cv);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Start nvme copy `it` (worker, stream lock not held): 1 if it is in
+ * flight, 0 if it failed to start (its error kept, the item done). */
+static int start_copy(zt_stream *s, flight *f, item *it)
+{
+    const zt_tensor *d = it->dst, *src = it->src;
+    size_t nbytes = (size_t)src->numel * zt_dtype_size(src->dtype);
+    zt_aio_req *r = NULL;
+    int rc = d->storage->tier == ZT_TIER_NVME ? zt_nvme_submit(1, d, src->data, nbytes, &r)
+                                              : zt_nvme_submit(0, src, d->data, nbytes, &r);
+    if (rc == ZT_OK) {
+        f->it[f->n] = it;
+        f->req[f->n] = r;
+        f->n++;
+        return 1;
+    }
+    stream_fail(s, rc, zt_last_error());
+    zt_tensor_release(it->dst);
+    zt_tensor_release(it->src);
+    free(it);
+    pthread_mutex_lock(&s->lock);
+    s->finished++;
+    pthread_cond_broadcast(&s->finished_cv);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
 static void *worker_main(void *arg)
 {
     zt_stream *s = arg;
+    flight f = { .n = 0 };
     /* One thread: a copy engine, not a second OpenMP team fighting the
      * compute stream's for the cores (device copies use OpenMP blocks). */
     omp_set_num_threads(1);
     pthread_mutex_lock(&s->lock);
     for (;;) {
-        while (!s->head && !s->stop) pthread_cond_wait(&s->queued, &s->lock);
-        if (!s->head) break;            /* stop, and the queue is drained */
+        while (!s->head && !s->stop && f.n == 0) pthread_cond_wait(&s->queued, &s->lock);
         item *it = s->head;
+        if (!it && f.n == 0) break;     /* stop, and the queue is drained */
+        /* nvme copies go into flight while they are independent (and the
+         * stream has no error: after one it skips its work) */
+        int async = it && is_nvme_copy(it) && !s->err && f.n < MAX_FLIGHT && !conflicts(&f, it);
+        if (!async && f.n > 0) {        /* anything else: what is in flight finishes first */
+            pthread_mutex_unlock(&s->lock);
+            finish_oldest(s, &f);
+            pthread_mutex_lock(&s->lock);
+            continue;
+        }
         s->head = it->next;
         if (!s->head) s->tail = NULL;
         pthread_mutex_unlock(&s->lock);
+        if (async) {
+            start_copy(s, &f, it);
+            pthread_mutex_lock(&s->lock);
+            continue;
+        }
         run_item(s, it);
         free(it);
         pthread_mutex_lock(&s->lock);

@@ -411,6 +411,7 @@ typedef struct zt_aio_stats {
     uint64_t bounced;                     /* blocks that went through a bounce buffer */
     uint64_t errors;                      /* failed requests */
     uint64_t host_bytes;                  /* host memory held: bounce buffers + page hashes */
+    uint64_t peak_inflight;               /* most blocks in flight at once (<= queue_depth) */
 } zt_aio_stats;
 
 /* Open an engine over swap directory dir (made if missing when its parent

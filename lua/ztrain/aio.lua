@@ -83,7 +83,7 @@ local function stats_of(a)
   return { bytes_read = tonumber(s.bytes_read), bytes_written = tonumber(s.bytes_written),
            requests = tonumber(s.requests), blocks = tonumber(s.blocks),
            bounced = tonumber(s.bounced), errors = tonumber(s.errors),
-           host_bytes = tonumber(s.host_bytes) }
+           host_bytes = tonumber(s.host_bytes), peak_inflight = tonumber(s.peak_inflight) }
 end
 
 -- Mode, directory, sizes and start-up notes of an engine.
@@ -127,7 +127,7 @@ function M.info()
 end
 
 -- stats() -> { bytes_read, bytes_written, requests, blocks, bounced, errors,
--- host_bytes } of the tier's engine, or nil if not configured.
+-- host_bytes, peak_inflight } of the tier's engine, or nil if not configured.
 function M.stats()
   local a = C.zt_nvme_engine()
   if a == nil then return nil end
