@@ -86,6 +86,25 @@ describe("infinity (nvme): same math", function()
     util.rm(dir)
   end)
 
+  it("a full disk stops the run with the path, ENOSPC and what to do, and leaves no file", function()
+    local dir = util.tmpdir()
+    local _, mrc = util.sh("mount -t tmpfs -o size=1m tmpfs " .. dir)
+    if mrc ~= 0 then
+      pending("cannot mount a small tmpfs here (needs root): ENOSPC not exercised")
+      util.rm(dir)
+      return
+    end
+    local _, _, out, rc = run("recipes/zero3.lua strategy=zero3_infinity offload.nvme_path=" .. dir)
+    local left = util.sh("find " .. dir .. " -type f | wc -l")
+    util.sh("umount " .. dir)
+    util.rm(dir)
+    assert.are.equal(1, rc, out)
+    assert.matches(dir, out, 1, true)
+    assert.matches("ENOSPC", out, 1, true)
+    assert.matches("offload.nvme_path", out, 1, true)
+    assert.are.equal("0", left:match("^(%d+)"), "swap files left on the full disk")
+  end)
+
   it("a bad nvme_path stops the run with the path named", function()
     local f = os.tmpname()             -- a file, not a directory
     local _, _, out, rc = run("recipes/zero3.lua strategy=zero3_infinity offload.nvme_path=" .. f)
