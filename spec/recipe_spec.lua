@@ -75,7 +75,8 @@ describe("recipe", function()
   it("every shipped recipe resolves, with the strategy it is named for", function()
     local strategy = require "ztrain.strategy"
     -- recipes/NAME.lua runs strategy NAME; examples say theirs here
-    local expect = { ["examples/timed_zero2.lua"] = "zero2", ["examples/all_forward_first.lua"] = "single" }
+    local expect = { ["examples/timed_zero2.lua"] = "zero2", ["examples/all_forward_first.lua"] = "single",
+                     ["recipes/infinity.lua"] = "zero3_infinity" }
     local p = io.popen("ls recipes/*.lua examples/*.lua")
     local paths = {}
     for line in p:lines() do paths[#paths + 1] = line end
