@@ -105,6 +105,14 @@ describe("infinity (nvme): same math", function()
     assert.are.equal("0", left:match("^(%d+)"), "swap files left on the full disk")
   end)
 
+  it("a missing nvme_path is an error, not a new directory", function()
+    local missing = util.outdir() .. "/typo"
+    local _, _, out, rc = run("recipes/zero3.lua strategy=zero3_infinity offload.nvme_path=" .. missing)
+    assert.are.equal(1, rc, out)
+    assert.matches("offload.nvme_path " .. missing .. " does not exist; create it", out, 1, true)
+    assert.is_nil(io.open(missing), "the directory was created")
+  end)
+
   it("a bad nvme_path stops the run with the path named", function()
     local f = os.tmpname()             -- a file, not a directory
     local _, _, out, rc = run("recipes/zero3.lua strategy=zero3_infinity offload.nvme_path=" .. f)

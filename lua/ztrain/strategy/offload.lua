@@ -179,11 +179,22 @@ end
 function M.configure_nvme(recipe, out_dir)
   local aio = require "ztrain.aio"
   local o = recipe and recipe.offload or {}
-  local path = (o.nvme_path and o.nvme_path ~= "") and o.nvme_path or ((out_dir or "runs/offload") .. "/nvme")
+  local explicit = o.nvme_path and o.nvme_path ~= ""
+  local path = explicit and o.nvme_path or ((out_dir or "runs/offload") .. "/nvme")
   local block, err = memory.parse_size(o.block_size or "1MiB")
   if not block then error("offload.block_size: " .. err, 0) end
-  local ok, merr = require("ztrain.report").mkdirs(path)
-  if not ok then error("offload.nvme_path: " .. tostring(merr), 0) end
+  if explicit then
+    -- a path the user named must exist: a typo must not become a new directory
+    local f, ferr = io.open(path)
+    if not f and tostring(ferr):find("No such file", 1, true) then
+      error(("offload.nvme_path %s does not exist; create it (a directory on a fast local disk) or " ..
+             "leave offload.nvme_path empty for the run's OUT/nvme"):format(path), 0)
+    end
+    if f then f:close() end
+  else
+    local ok, merr = require("ztrain.report").mkdirs(path)
+    if not ok then error("offload.nvme_path: " .. tostring(merr), 0) end
+  end
   return aio.configure { path = path, block_bytes = block, queue_depth = o.queue_depth or 8,
                          checksum = o.checksum or false }
 end
