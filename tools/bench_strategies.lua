@@ -25,6 +25,7 @@ local configs = {
   { n = 2, strategy = "dp" }, { n = 2, strategy = "zero1" },
   { n = 2, strategy = "zero2" }, { n = 2, strategy = "zero3" },
   { n = 2, strategy = "zero2_offload" }, { n = 2, strategy = "zero3_offload" },
+  { n = 2, strategy = "zero3_infinity" },
 }
 
 if args.only then                      -- e.g. only=single,zero2
