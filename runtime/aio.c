@@ -671,12 +671,14 @@ static void remove_files(zt_aio *a)
     rmdir(a->dir);
 }
 
-static void at_exit_cleanup(void)
+void zt_aio_remove_files(void)
 {
     pthread_mutex_lock(&open_lock);
     for (zt_aio *a = open_engines; a; a = a->next_open) remove_files(a);
     pthread_mutex_unlock(&open_lock);
 }
+
+static void at_exit_cleanup(void) { zt_aio_remove_files(); }
 
 static void init_once(void)
 {

@@ -425,6 +425,10 @@ int zt_aio_open(zt_aio **out, const char *dir, size_t block_bytes, int queue_dep
  * directory. Requests not yet waited are freed (their handles die). NULL
  * is ignored. */
 void zt_aio_close(zt_aio *a);
+/* Remove every open engine's swap files and directories now, without
+ * closing anything: for a process about to die without exit handlers
+ * (before zt_comm_abort). The engines are unusable afterwards. */
+void zt_aio_remove_files(void);
 /* "O_DIRECT", or "buffered: DIR refuses O_DIRECT (...)", or "buffered (...)". */
 const char *zt_aio_mode(const zt_aio *a);
 /* The engine's own directory (DIR/ztrain-aio.HOST.PID.N). */

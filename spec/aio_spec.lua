@@ -185,6 +185,20 @@ describe("the nvme tier", function()
     assert.matches("dead run", info.summary, 1, true)
     assert.are.equal(1, #entries(dir))                  -- only ours now
   end)
+
+  it("remove_files() takes the swap files away before an abort", function()
+    local info = aio.configure { path = dir }
+    local nv = T.new({ 1024 }, { tier = "nvme" })
+    local path = aio.path_of(nv)
+    assert.is_true(exists(path))
+    aio.remove_files()
+    assert.is_false(exists(path))
+    assert.are.equal(0, #entries(dir))
+    nv:free()                                           -- still safe to free
+    aio.shutdown()
+    assert.is_nil(aio.info())
+    assert.is_string(info.dir)
+  end)
 end)
 
 describe("the raw aio engine", function()

@@ -138,6 +138,11 @@ end
 -- while nvme tensors exist). Harmless when not configured.
 function M.shutdown() check(C.zt_nvme_shutdown(), "aio.shutdown") end
 
+-- remove_files(): remove every engine's swap files now, for a process about
+-- to die without exit handlers (call it before comm.abort). The engines
+-- (and nvme tensors) are unusable afterwards.
+function M.remove_files() C.zt_aio_remove_files() end
+
 -- path_of(t) -> the swap file holding nvme tensor t, and t's byte offset in it.
 function M.path_of(t)
   if type(t) ~= "table" or t.c == nil then error("aio.path_of: expected a live tensor", 2) end
