@@ -561,6 +561,9 @@ int zt_comm_finalize(void)
 void zt_comm_abort(int code)
 {
     fflush(NULL);
+    /* the job ends without exit handlers: take the nvme tier's swap files
+     * with it (MPI_Abort kills every rank; each aborting one cleans up) */
+    zt_aio_remove_files();
     if (world.tp && world.tp->threaded) world.tp->abort(code);   /* MPI_Abort if up */
     _exit(code);
 }

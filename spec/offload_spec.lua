@@ -48,6 +48,7 @@ describe("infinity (nvme): same math", function()
        function()
       local launch = n > 1 and ("--nproc " .. n .. " ") or ""
       local dir = util.tmpdir()
+      util.sh("mkdir -p " .. dir .. "/nvme")
       for _, pair in ipairs({ { "zero3", "zero3_infinity" },
                               { "zero2", 'zt.strategy.zero{stage=2,offload_optimizer="nvme"}' } }) do
         local a, la, oa, ra = run(launch .. "recipes/zero3.lua batch.accumulate=2 strategy=" .. pair[1])

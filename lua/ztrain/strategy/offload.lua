@@ -58,7 +58,9 @@ function M.new(opts)
       self.slots[i] = slot
       for _, k in ipairs(names) do slot[k] = T.new({ self.chunk }, { tier = "host", category = "comm" }) end
     end
-    self.copies = stream.new("copy")
+    self.copies = stream.new("copy")     -- nvme <-> host (and set-up copies)
+    self.dcopies = stream.new("copy")    -- device <-> host: a device copy on the nvme stream
+                                         -- would drain its nvme transfers first
   end)
   if not ok then self:free(); error(err, 0) end
   return self
@@ -95,12 +97,16 @@ function Off:step(optim, work, lr, scale)
   end
   -- the host tensor holding a chunk of t: t itself on the host, else the
   -- slot's buffer, filled on the copy stream; back = where to write it after
+  -- each staging buffer always moves on the same stream (device data on
+  -- ds, nvme data on cs), so a slot is refilled only after it was written out
+  local ds = self.dcopies
   local function stage_in(c, slot, key, t)
     local src = view(t, c.off, c.len)
     if t:tier() == "host" then return src end
     local buf = view(slot[key], 0, c.len)
-    cs:copy_async(buf, src)
-    c.back[#c.back + 1] = { src, buf }
+    local st = t:tier() == "nvme" and cs or ds
+    st:copy_async(buf, src)
+    c.back[#c.back + 1] = { src, buf, st }
     return buf
   end
   local function copy_in(i)
@@ -108,33 +114,40 @@ function Off:step(optim, work, lr, scale)
     local slot, w = self.slots[(i - 1) % 2 + 1], c.w
     c.back = {}
     c.g = view(slot.g, 0, c.len)
-    cs:copy_async(c.g, view(w.G, c.off, c.len))
+    ds:copy_async(c.g, view(w.G, c.off, c.len))
     c.p = stage_in(c, slot, "p", w.P)
     c.mom = {}
     for k, t in pairs(w.st) do c.mom[k] = stage_in(c, slot, k, t) end
-    c.ready = cs:record()
+    c.ready = { ds:record(), cs:record() }
+  end
+  local function wait_ready(c)
+    for _, ev in ipairs(c.ready) do ev:sync() end
+    for _, ev in ipairs(c.ready) do ev:free() end
+    c.ready = nil
   end
   local ok, err = pcall(function()
     if #chunks > 0 then copy_in(1) end
     for i, c in ipairs(chunks) do
       if chunks[i + 1] then copy_in(i + 1) end       -- the next chunk comes in meanwhile
       local t0 = now()
-      c.ready:sync(); c.ready:free(); c.ready = nil
+      wait_ready(c)
       local t1 = now()
       local w = c.w
       optim:update_range(w.u, w.lo + c.off, w.lo + c.off + c.len, c.p, c.g, c.mom, lr, scale)
-      for _, b in ipairs(c.back) do cs:copy_async(b[1], b[2]) end   -- written back
+      for _, b in ipairs(c.back) do b[3]:copy_async(b[1], b[2]) end   -- written back
       local t2 = now()
       self.time.io_wait, self.time.update = self.time.io_wait + (t1 - t0), self.time.update + (t2 - t1)
     end
     local t3 = now()
-    cs:sync()
+    cs:sync(); ds:sync()
     self.time.io_wait = self.time.io_wait + (now() - t3)
     self.time.steps = self.time.steps + 1
   end)
   if not ok then
-    for _, c in ipairs(chunks) do if c.ready then c.ready:free() end end
-    pcall(cs.sync, cs)
+    for _, c in ipairs(chunks) do
+      for _, ev in ipairs(c.ready or {}) do ev:free() end
+    end
+    pcall(cs.sync, cs); pcall(ds.sync, ds)
   end
   for _, v in ipairs(views) do v:free() end         -- copies retain what they use
   if not ok then error(err, 0) end
@@ -159,6 +172,7 @@ end
 
 function Off:free()
   if self.copies then pcall(self.copies.sync, self.copies); self.copies:free(); self.copies = nil end
+  if self.dcopies then pcall(self.dcopies.sync, self.dcopies); self.dcopies:free(); self.dcopies = nil end
   for _, slot in ipairs(self.slots or {}) do
     for _, t in pairs(slot) do t:free() end
   end
