@@ -136,82 +136,71 @@ local ORDER = {
 -- them); and one STEP last on each rank. It does not simulate timing: a
 -- schedule that passes can still deadlock across ranks (the Pipeline issue's
 -- simulator finds those).
-function M.validate(lists, p)
-  if type(p) ~= "table" or not whole(p.stages, 1, 4096) or not whole(p.microbatches, 1, 65535) then
-    return nil, "schedule parameters need stages (1..4096) and microbatches (1..65535)"
-  end
+-- Check one action of rank `rank` (position k) against what this rank and
+-- the ranks before it have done (seen[op][stage][mb]); nil, err if wrong.
+local function check_action(a, rank, k, list, p, seen, last_grad)
   local nst, m = p.stages, p.microbatches
   local stage_rank = p.stage_rank or function(s) return s end
-  if type(lists) ~= "table" or #lists < 1 then
-    return nil, "a schedule must return a list of action lists, one per rank, got " ..
-                (type(lists) == "table" and "an empty table" or show(lists))
+  if type(a) ~= "table" or not M.OPS[a.op] then
+    return nil, ("rank %d action %d is not an action (got %s; known: F, B, I, W, SEND_F, RECV_F, " ..
+                 "SEND_B, RECV_B, REDUCE_GRAD, STEP)"):format(rank, k, show(a))
   end
-  local seen, pos = {}, {}    -- seen[op][stage][mb] = true; pos[op][stage][mb] = index on its rank
-  for op in pairs(M.OPS) do seen[op], pos[op] = {}, {} end
-  local last_grad = {}        -- per stage: last micro-batch whose gradient completed
-  for r, list in ipairs(lists) do
-    local rank = r - 1
-    if type(list) ~= "table" then return nil, ("rank %d's list is not a table (got %s)"):format(rank, show(list)) end
-    local steps = 0
-    for k, a in ipairs(list) do
-      if type(a) ~= "table" or not M.OPS[a.op] then
-        return nil, ("rank %d action %d is not an action (got %s; known: F, B, I, W, SEND_F, RECV_F, " ..
-                     "SEND_B, RECV_B, REDUCE_GRAD, STEP)"):format(rank, k, show(a))
-      end
-      if a.op == "STEP" then
-        steps = steps + 1
-        if k ~= #list then return nil, where(rank, k, a) .. ": STEP must be the last action" end
-      elseif a.op ~= "REDUCE_GRAD" then
-        if not whole(a.stage, 0, nst - 1) then
-          return nil, ("%s: stage must be a whole number in 0..%d, got %s"):format(where(rank, k, a), nst - 1,
-                       show(a.stage))
-        end
-        if not whole(a.mb, 0, m - 1) then
-          return nil, ("%s: micro-batch must be a whole number in 0..%d, got %s"):format(where(rank, k, a),
-                       m - 1, show(a.mb))
-        end
-        if stage_rank(a.stage) ~= rank then
-          return nil, ("%s: stage %d runs on rank %d"):format(where(rank, k, a), a.stage, stage_rank(a.stage))
-        end
-        local s, i = a.stage, a.mb
-        if (a.op == "RECV_F" or a.op == "SEND_B") and s == 0 then
-          return nil, where(rank, k, a) .. ": the first stage has no previous stage"
-        end
-        if (a.op == "SEND_F" or a.op == "RECV_B") and s == nst - 1 then
-          return nil, where(rank, k, a) .. ": the last stage has no next stage"
-        end
-        local by = seen[a.op]
-        by[s] = by[s] or {}
-        if by[s][i] then return nil, where(rank, k, a) .. ": appears twice" end
-        local function done(op) return seen[op][s] and seen[op][s][i] end
-        if (a.op == "B" or a.op == "I") and not done("F") then
-          return nil, where(rank, k, a) .. ": backward before the forward of the same micro-batch"
-        end
-        if a.op == "W" and not done("I") then return nil, where(rank, k, a) .. ": W before I" end
-        if a.op == "B" and done("I") or a.op == "I" and done("B") then
-          return nil, where(rank, k, a) .. ": both B and I for one micro-batch"
-        end
-        for _, rule in ipairs(ORDER) do
-          if a.op == rule[1] and done(rule[2]) then
-            return nil, ("%s: must come before %d%s%d (%s)"):format(where(rank, k, a), s, rule[2], i, rule[3])
-          end
-        end
-        if a.op == "B" or a.op == "W" then
-          local prev = last_grad[s] or -1
-          if i ~= prev + 1 then
-            return nil, ("%s: gradients must complete in micro-batch order on a stage (expected " ..
-                         "micro-batch %d next): the accumulation order is part of the math"):format(
-                         where(rank, k, a), prev + 1)
-          end
-          last_grad[s] = i
-        end
-        by[s][i] = true
-        pos[a.op][s] = pos[a.op][s] or {}
-        pos[a.op][s][i] = k
-      end
+  if a.op == "STEP" then
+    if k ~= #list then return nil, where(rank, k, a) .. ": STEP must be the last action" end
+    return true
+  end
+  if a.op == "REDUCE_GRAD" then return true end
+  if not whole(a.stage, 0, nst - 1) then
+    return nil, ("%s: stage must be a whole number in 0..%d, got %s"):format(where(rank, k, a), nst - 1,
+                 show(a.stage))
+  end
+  if not whole(a.mb, 0, m - 1) then
+    return nil, ("%s: micro-batch must be a whole number in 0..%d, got %s"):format(where(rank, k, a),
+                 m - 1, show(a.mb))
+  end
+  if stage_rank(a.stage) ~= rank then
+    return nil, ("%s: stage %d runs on rank %d"):format(where(rank, k, a), a.stage, stage_rank(a.stage))
+  end
+  local s, i = a.stage, a.mb
+  if (a.op == "RECV_F" or a.op == "SEND_B") and s == 0 then
+    return nil, where(rank, k, a) .. ": the first stage has no previous stage"
+  end
+  if (a.op == "SEND_F" or a.op == "RECV_B") and s == nst - 1 then
+    return nil, where(rank, k, a) .. ": the last stage has no next stage"
+  end
+  local by = seen[a.op]
+  by[s] = by[s] or {}
+  if by[s][i] then return nil, where(rank, k, a) .. ": appears twice" end
+  local function done(op) return seen[op][s] and seen[op][s][i] end
+  if (a.op == "B" or a.op == "I") and not done("F") then
+    return nil, where(rank, k, a) .. ": backward before the forward of the same micro-batch"
+  end
+  if a.op == "W" and not done("I") then return nil, where(rank, k, a) .. ": W before I" end
+  if a.op == "B" and done("I") or a.op == "I" and done("B") then
+    return nil, where(rank, k, a) .. ": both B and I for one micro-batch"
+  end
+  for _, rule in ipairs(ORDER) do
+    if a.op == rule[1] and done(rule[2]) then
+      return nil, ("%s: must come before %d%s%d (%s)"):format(where(rank, k, a), s, rule[2], i, rule[3])
     end
-    if steps ~= 1 then return nil, ("rank %d: needs exactly one STEP, as its last action"):format(rank) end
   end
+  if a.op == "B" or a.op == "W" then
+    local prev = last_grad[s] or -1
+    if i ~= prev + 1 then
+      return nil, ("%s: gradients must complete in micro-batch order on a stage (expected " ..
+                   "micro-batch %d next): the accumulation order is part of the math"):format(
+                   where(rank, k, a), prev + 1)
+    end
+    last_grad[s] = i
+  end
+  by[s][i] = true
+  return true
+end
+
+-- Every stage ran every micro-batch's forward and backward, and every
+-- boundary was crossed both ways.
+local function check_complete(p, seen)
+  local nst, m = p.stages, p.microbatches
   local function has(op, s, i) return seen[op][s] and seen[op][s][i] end
   for s = 0, nst - 1 do
     for i = 0, m - 1 do
@@ -220,19 +209,40 @@ function M.validate(lists, p)
       if not f or not b then
         return nil, ("stage %d micro-batch %d: %s missing"):format(s, i, not f and "forward" or "backward")
       end
-      if s > 0 then
-        for _, op in ipairs({ "RECV_F", "SEND_B" }) do
-          if not has(op, s, i) then return nil, ("stage %d micro-batch %d: no %s"):format(s, i, op) end
-        end
-      end
-      if s < nst - 1 then
-        for _, op in ipairs({ "SEND_F", "RECV_B" }) do
-          if not has(op, s, i) then return nil, ("stage %d micro-batch %d: no %s"):format(s, i, op) end
-        end
+      local need = {}
+      if s > 0 then need[#need + 1] = "RECV_F"; need[#need + 1] = "SEND_B" end
+      if s < nst - 1 then need[#need + 1] = "SEND_F"; need[#need + 1] = "RECV_B" end
+      for _, op in ipairs(need) do
+        if not has(op, s, i) then return nil, ("stage %d micro-batch %d: no %s"):format(s, i, op) end
       end
     end
   end
   return true
+end
+
+function M.validate(lists, p)
+  if type(p) ~= "table" or not whole(p.stages, 1, 4096) or not whole(p.microbatches, 1, 65535) then
+    return nil, "schedule parameters need stages (1..4096) and microbatches (1..65535)"
+  end
+  if type(lists) ~= "table" or #lists < 1 then
+    return nil, "a schedule must return a list of action lists, one per rank, got " ..
+                (type(lists) == "table" and "an empty table" or show(lists))
+  end
+  local seen = {}             -- seen[op][stage][mb] = true
+  for op in pairs(M.OPS) do seen[op] = {} end
+  local last_grad = {}        -- per stage: last micro-batch whose gradient completed
+  for r, list in ipairs(lists) do
+    local rank = r - 1
+    if type(list) ~= "table" then return nil, ("rank %d's list is not a table (got %s)"):format(rank, show(list)) end
+    local steps = 0
+    for k, a in ipairs(list) do
+      local ok, err = check_action(a, rank, k, list, p, seen, last_grad)
+      if not ok then return nil, err end
+      if a.op == "STEP" then steps = steps + 1 end
+    end
+    if steps ~= 1 then return nil, ("rank %d: needs exactly one STEP, as its last action"):format(rank) end
+  end
+  return check_complete(p, seen)
 end
 
 return M
