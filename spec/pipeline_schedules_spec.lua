@@ -1,0 +1,207 @@
+-- Pipeline schedules (pipeline/schedules.lua) against the validator
+-- (schedule/init.lua) and the simulator (pipeline/simulate.lua), and the
+-- simulated figures against the published formulas, which owe nothing to
+-- this code:
+--   GPipe, 1F1B: bubble (p-1)/(m+p-1) as idle over all rank-time (makespan
+--     x ranks); exact for uniform stages whatever F and B cost.
+--   1F1B: stage s (0-based) holds at most min(p-s, m) activations.
+--   interleaved 1F1B: (p-1)/(v*m) as idle over busy time (Megatron's
+--     normalisation: bubble time over ideal compute time), m a multiple of p.
+--   ZB-H1: idle per stage (p-1)(F+I-W) with F = I = W (Qi et al.), below
+--     1F1B's (p-1)(F+B); peak activations no more than 1F1B's worst stage.
+local S = require "ztrain.schedule"
+local P = require "ztrain.pipeline.schedules"
+local sim = require "ztrain.pipeline.simulate"
+
+local A = S.action
+local EPS = 1e-12
+
+local function cases(name)
+  local out = {}
+  for _, p in ipairs({ 2, 4 }) do
+    for _, m in ipairs({ p, 2 * p, 4 * p, 8, 3 }) do
+      for _, v in ipairs(name == "interleaved_1f1b" and { 1, 2, 3 } or { 1 }) do
+        if name ~= "interleaved_1f1b" or m % p == 0 then out[#out + 1] = { p = p, m = m, v = v } end
+      end
+    end
+  end
+  return out
+end
+
+local function label(c) return ("p=%d m=%d v=%d"):format(c.p, c.m, c.v) end
+
+local function run(name, c, opts)
+  local lists, q = P.build(name, { ranks = c.p, microbatches = c.m, chunks = c.v })
+  assert(S.validate(lists, q))
+  local res = sim.run(lists, opts)
+  assert(res.ok, res.deadlock)
+  -- the posted-receive model (the driver's) must agree where RECVs sit
+  -- right before their readers
+  local posted = sim.run(lists, { times = opts and opts.times, posted = true })
+  assert(posted.ok and posted.makespan == res.makespan, "posted and blocking receives disagree")
+  return res, q, lists
+end
+
+describe("pipeline schedules", function()
+  for _, name in ipairs({ "gpipe", "1f1b", "interleaved_1f1b", "zb_h1" }) do
+    it(name .. " validates and runs without deadlock over (p, m, v)", function()
+      for _, c in ipairs(cases(name)) do
+        local res, q, lists = run(name, c)
+        assert.are.equal(c.p, #lists, label(c))
+        -- each rank ends REDUCE_GRAD, STEP; every compute action ran once
+        local n = 0
+        for _, l in ipairs(lists) do
+          assert.are.equal("REDUCE_GRAD", l[#l - 1].op, label(c))
+          assert.are.equal("STEP", l[#l].op, label(c))
+          for _, a in ipairs(l) do if a.op == "F" then n = n + 1 end end
+        end
+        assert.are.equal(q.stages * c.m, n, label(c))
+        assert.is_true(res.bubble >= 0 and res.bubble < 1, label(c))
+      end
+    end)
+  end
+
+  it("GPipe and 1F1B: bubble (p-1)/(m+p-1) of all rank-time, with F=1 B=2 and with F=1 B=3", function()
+    for _, name in ipairs({ "gpipe", "1f1b" }) do
+      for _, c in ipairs(cases(name)) do
+        for _, times in ipairs({ nil, { F = 1, B = 3 } }) do
+          local res = run(name, c, { times = times })
+          local want = (c.p - 1) / (c.m + c.p - 1)
+          assert(math.abs(res.bubble - want) < EPS,
+                 ("%s %s: bubble %.6f, want %.6f"):format(name, label(c), res.bubble, want))
+          local fb = times and 4 or 3
+          assert.are.equal((c.m + c.p - 1) * fb, res.makespan, name .. " " .. label(c))
+        end
+      end
+    end
+  end)
+
+  it("1F1B holds min(p-s, m) activations on stage s; GPipe holds m", function()
+    for _, c in ipairs(cases("1f1b")) do
+      local r1, r0 = run("1f1b", c), run("gpipe", c)
+      for s = 0, c.p - 1 do
+        assert.are.equal(math.min(c.p - s, c.m), r1.peak[s], ("1f1b %s stage %d"):format(label(c), s))
+        assert.are.equal(c.m, r0.peak[s], ("gpipe %s stage %d"):format(label(c), s))
+      end
+    end
+  end)
+
+  it("interleaved 1F1B: bubble (p-1)/(v*m) of the busy time (Megatron's normalisation)", function()
+    for _, c in ipairs(cases("interleaved_1f1b")) do
+      local res = run("interleaved_1f1b", c)
+      local want = (c.p - 1) / (c.v * c.m)
+      assert(math.abs(res.bubble_busy - want) < EPS,
+             ("%s: idle/busy %.6f, want %.6f"):format(label(c), res.bubble_busy, want))
+      -- the same thing over all rank-time
+      assert(math.abs(res.bubble - (c.p - 1) / (c.v * c.m + c.p - 1)) < EPS, label(c))
+      -- stage c*p + r runs on rank r
+      for s, r in pairs(res.stage_rank) do assert.are.equal(s % c.p, r, label(c)) end
+    end
+  end)
+
+  it("ZB-H1: a third of 1F1B's idle time with F=I=W, below it with F=1 B=2, no more activations", function()
+    for _, c in ipairs(cases("zb_h1")) do
+      local z = run("zb_h1", c, { times = { F = 1, B = 2, I = 1, W = 1 } })
+      local f = run("1f1b", c)
+      assert(z.bubble < f.bubble, ("%s: zb_h1 %.4f not below 1f1b %.4f"):format(label(c), z.bubble, f.bubble))
+      local worst1, worstz = 0, 0
+      for s = 0, c.p - 1 do
+        worst1, worstz = math.max(worst1, f.peak[s]), math.max(worstz, z.peak[s])
+        assert.is_true(z.peak[s] <= math.min(c.p, c.m), label(c))
+      end
+      assert.is_true(worstz <= worst1, label(c))
+      if c.m >= c.p then
+        -- Qi et al.: idle (p-1)(F+I-W) per stage against 1F1B's (p-1)(F+I+W)
+        local idle_z = c.p * z.makespan - c.p * c.m * 3
+        local idle_f = c.p * f.makespan - c.p * c.m * 3
+        assert.are.equal(c.p * (c.p - 1) * 1, idle_z, label(c))
+        assert.are.equal(3 * idle_z, idle_f, label(c))
+      end
+    end
+  end)
+
+  it("the grid shows the clock-cycle table", function()
+    local res = run("1f1b", { p = 2, m = 2, v = 1 })
+    assert.are.equal(table.concat({
+      "       0  1  2  3  4  5  6  7  8 ",
+      "rank 0 F0 F1 .  .  B0 B0 .  B1 B1",
+      "rank 1 .  F0 B0 B0 F1 B1 B1 .  . ",
+    }, "\n") .. "\n", sim.grid(res))
+    local il = run("interleaved_1f1b", { p = 2, m = 2, v = 2 })
+    assert.truthy(sim.grid(il):find("2F0", 1, true), "interleaved cells name the stage")
+  end)
+
+  -- rank 0 waits for micro-batch 0's gradient before sending micro-batch 1's
+  -- activations; rank 1 runs both forwards before its first backward
+  local function criss_crossed()
+    local l0 = { A("F", 0, 0), A("SEND_F", 0, 0), A("F", 0, 1), A("RECV_B", 0, 0), A("B", 0, 0),
+                 A("SEND_F", 0, 1), A("RECV_B", 0, 1), A("B", 0, 1), { op = "STEP" } }
+    local l1 = { A("RECV_F", 1, 0), A("F", 1, 0), A("RECV_F", 1, 1), A("F", 1, 1), A("B", 1, 0),
+                 A("SEND_B", 1, 0), A("B", 1, 1), A("SEND_B", 1, 1), { op = "STEP" } }
+    return { l0, l1 }
+  end
+
+  it("a criss-crossed user schedule passes the static checks and is reported as a deadlock", function()
+    local lists = criss_crossed()
+    assert.is_true(S.validate(lists, { stages = 2, microbatches = 2 }))
+    local res = sim.run(lists)
+    assert.is_false(res.ok)
+    assert.are.equal(4, res.blocked[1].index)
+    assert.are.equal("1SEND_B0", S.format(res.blocked[1].waits))
+    assert.are.equal(1, res.blocked[1].on)
+    assert.are.equal(3, res.blocked[2].index)
+    assert.are.equal("0SEND_F1", S.format(res.blocked[2].waits))
+    assert.truthy(res.deadlock:find("rank 0 blocked at action 4 (0RECV_B0) waiting for 1SEND_B0 " ..
+                                    "(rank 1 action 6, not reached)", 1, true), res.deadlock)
+    assert.truthy(res.deadlock:find("rank 1 blocked at action 3 (1RECV_F1) waiting for 0SEND_F1", 1, true),
+                  res.deadlock)
+    assert.has_error(function() sim.check(lists) end, res.deadlock)
+    -- posted receives (the driver) hang too, one action later, at the reader
+    local posted = sim.run(lists, { posted = true })
+    assert.is_false(posted.ok)
+    assert.are.equal("0B0", S.format(posted.blocked[1].action))
+    assert.are.equal("1F1", S.format(posted.blocked[2].action))
+  end)
+
+  it("a receive nobody sends is named as such", function()
+    local lists = { { A("F", 0, 0), A("RECV_B", 0, 0), A("B", 0, 0), { op = "STEP" } },
+                    { A("RECV_F", 1, 0), A("F", 1, 0), A("B", 1, 0), A("SEND_B", 1, 0), { op = "STEP" } } }
+    local res = sim.run(lists)
+    assert.is_false(res.ok)
+    assert.truthy(res.deadlock:find("rank 1 blocked at action 1 (1RECV_F0) waiting for 0SEND_F0, which no rank sends",
+                                    1, true), res.deadlock)
+  end)
+
+  it("a schedule dropping a micro-batch is refused before anything runs", function()
+    local lists, q = P.build("1f1b", { ranks = 4, microbatches = 8 })
+    for _, l in ipairs(lists) do
+      for k = #l, 1, -1 do if l[k].mb == 7 then table.remove(l, k) end end
+    end
+    local ok, err = S.validate(lists, q)
+    assert.is_nil(ok)
+    assert.truthy(err:find("micro-batch 7", 1, true), err)
+    local dropped = function(p) local l = P.gpipe(p); table.remove(l[2], 1); table.remove(l[2], 1); return l end
+    assert.has_error(function() P.build(dropped, { ranks = 2, microbatches = 2 }) end)
+  end)
+
+  it("bad (p, m, v) are refused with the numbers and the valid choices", function()
+    local function err(name, p)
+      local ok, e = pcall(P.build, name, p)
+      assert.is_false(ok)
+      return e
+    end
+    local e = err("interleaved_1f1b", { ranks = 4, microbatches = 6, chunks = 2 })
+    assert.truthy(e:find("microbatches (6) must be a multiple of the pipeline ranks (4)", 1, true), e)
+    assert.truthy(e:find("try 4 or 8", 1, true), e)
+    e = err("interleaved_1f1b", { ranks = 4, microbatches = 8, chunks = 0 })
+    assert.truthy(e:find("chunks (v) must be a whole number >= 1, got 0", 1, true), e)
+    e = err("gpipe", { ranks = 2, microbatches = 4, chunks = 2 })
+    assert.truthy(e:find("gpipe runs one stage per rank (chunks = 1), got chunks = 2", 1, true), e)
+    e = err("interleaved_1f1b", { stages = 4, ranks = 4, microbatches = 8, chunks = 2 })
+    assert.truthy(e:find("stages (4) must equal ranks (4) x chunks (2) = 8", 1, true), e)
+    e = err("1f1b", { ranks = 2, microbatches = 0 })
+    assert.truthy(e:find("microbatches must be a whole number >= 1, got 0", 1, true), e)
+    e = err("zb_h2", { ranks = 2, microbatches = 2 })
+    assert.truthy(e:find("known: 1f1b, gpipe, interleaved_1f1b, zb_h1", 1, true), e)
+  end)
+end)
