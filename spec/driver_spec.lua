@@ -114,6 +114,15 @@ describe("drivers", function()
     return trainer.new(assert(zt.recipe.resolve(user or {}, o)))
   end
 
+  it("the pipeline schedules run on one stage with the sequential bits", function()
+    local d0, l0 = run("recipes/single.lua batch.accumulate=3")
+    for _, name in ipairs({ "gpipe", "1f1b", "zb_h1" }) do
+      local d, l = run("recipes/single.lua batch.accumulate=3 schedule=" .. name)
+      assert.are.equal(d0, d, name)
+      assert.are.equal(l0, l, name)
+    end
+  end)
+
   it("the sequential driver holds one micro-batch's activations at a time", function()
     local tr = new({ "batch.accumulate=3" })
     tr:train_step()
@@ -215,9 +224,10 @@ describe("schedule validator", function()
   end)
 
   it("a recipe with an unknown schedule is an error naming the known ones, when it is resolved", function()
-    local r, e = zt.recipe.resolve({}, { "schedule=gpipe", "model.size=gpt2-tiny", "data.seq_len=32" })
+    local r, e = zt.recipe.resolve({}, { "schedule=gpipe2", "model.size=gpt2-tiny", "data.seq_len=32" })
     assert.is_nil(r)
-    assert.matches('unknown schedule "gpipe" (known: one_stage, one_stage_iw;', tostring(e), 1, true)
+    assert.matches('unknown schedule "gpipe2" (known: 1f1b, gpipe, interleaved_1f1b, one_stage, one_stage_iw, zb_h1;',
+                   tostring(e), 1, true)
   end)
 
   it("ranks that loaded different schedule code disagree on the recipe", function()

@@ -194,12 +194,14 @@ function M.resolve(user, overrides)
   if type(r.schedule) ~= "string" and type(r.schedule) ~= "function" then
     return nil, ("recipe key \"schedule\" must be a schedule name or a function, got %s"):format(type(r.schedule))
   end
-  if type(r.schedule) == "string" and r.schedule ~= "" and not require("ztrain.schedule").builtin[r.schedule] then
-    local names = {}
-    for k in pairs(require("ztrain.schedule").builtin) do names[#names + 1] = k end
-    table.sort(names)
-    return nil, ("unknown schedule %q (known: %s; or a function returning action lists)")
-                :format(r.schedule, table.concat(names, ", "))
+  if type(r.schedule) == "string" and r.schedule ~= "" then
+    local names = require("ztrain.schedule").names()
+    local known = false
+    for _, n in ipairs(names) do if n == r.schedule then known = true end end
+    if not known then
+      return nil, ("unknown schedule %q (known: %s; or a function returning action lists)")
+                  :format(r.schedule, table.concat(names, ", "))
+    end
   end
   return r
 end
