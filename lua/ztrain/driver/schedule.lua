@@ -88,8 +88,12 @@ function M.step(env, lr)
     done[k][field] = true
   end
 
+  -- measured events for timelines: env.events[#+1] = { op, stage, mb, t0, t1 }
+  local events, now = env.events, nil
+  if events then now = require("ztrain.ffi").C.zt_now end
   for _, a in ipairs(list) do
     if #retiring > 0 then poll_retiring(false) end
+    local t0 = events and now()
     local op = a.op
     local k = a.mb and key(a.stage, a.mb)
     if op == "F" then
@@ -135,6 +139,7 @@ function M.step(env, lr)
       for kk in pairs(send_b) do settle(send_b, kk) end
       gnorm = S.step(ctx, lr)
     end
+    if events then events[#events + 1] = { op = op, stage = a.stage, mb = a.mb, t0 = t0, t1 = now() } end
   end
   poll_retiring(true)
   for _, tbl in ipairs({ recv_f, recv_b, send_f, send_b }) do
