@@ -106,6 +106,36 @@ describe("infinity (nvme): same math", function()
     assert.are.equal("0", left:match("^(%d+)"), "swap files left on the full disk")
   end)
 
+  it("swap files of a run killed mid-training are removed by the next run on the same path", function()
+    local dir = util.tmpdir()
+    local recipe = dir .. "/killed.lua"
+    -- SIGKILL in the second step: no exit handler runs, the swap files stay
+    util.write(recipe, [[
+      local zt = require "ztrain"
+      local ffi = require "ffi"
+      ffi.cdef "int getpid(void); int kill(int pid, int sig);"
+      local S = zt.strategy.zero { stage = 3, offload_optimizer = "nvme", offload_params = "nvme" }
+      local step, n = S.step, 0
+      S.step = function(ctx, lr)
+        n = n + 1
+        if n == 2 then ffi.C.kill(ffi.C.getpid(), 9) end
+        return step(ctx, lr)
+      end
+      return { strategy = S, model = { size = "gpt2-mini" }, data = { seq_len = 32 }, batch = { micro = 2 },
+               train = { steps = 5, eval_every = 0 } }
+    ]])
+    util.sh("mkdir -p " .. dir .. "/nvme")
+    local out, rc = util.sh(("timeout 60 build/ztrain %s -q offload.nvme_path=%s/nvme out=%s/o1"):format(recipe, dir, dir))
+    assert.are_not.equal(0, rc, out)
+    local left = util.sh("find " .. dir .. "/nvme -name 'swap*' -type f | wc -l")
+    assert.is_true(tonumber(left:match("^(%d+)")) > 0, "the killed run should have left its swap files")
+    local s, _, out2, rc2 = run("recipes/zero3.lua strategy=zero3_infinity offload.nvme_path=" .. dir .. "/nvme")
+    assert.are.equal(0, rc2, out2)
+    local after = util.sh("find " .. dir .. "/nvme -name 'swap*' -type f | wc -l")
+    assert.are.equal("0", after:match("^(%d+)"), "a dead run's swap files were not cleaned up")
+    util.rm(dir)
+  end)
+
   it("a missing nvme_path is an error, not a new directory", function()
     local missing = util.outdir() .. "/typo"
     local _, _, out, rc = run("recipes/zero3.lua strategy=zero3_infinity offload.nvme_path=" .. missing)
