@@ -3,6 +3,7 @@ local M = {}
 
 M.usage = [==[
 usage: ztrain [options] [RECIPE.lua [key=value ...]]
+       ztrain schedule NAME|compare [p=4] [m=8] [v=2] [out=DIR]
 
 Runs a training recipe, or with no recipe opens a Lua REPL with ztrain loaded
 (as `zt`). Recipes are Lua files returning a table; key=value arguments
@@ -45,6 +46,13 @@ Recipe keys (defaults in lua/ztrain/recipe.lua; docs/recipes.md):
   offload.staging (host staging buffers, e.g. 16MiB), offload.prefetch (units fetched ahead)
   launch.nproc (local ranks to start; 0: the launcher's, or one)
   schedule ("": sequential driver; one_stage, one_stage_iw or a function: schedule driver)
+
+ztrain schedule NAME p=P m=M [v=V] [out=DIR] draws a pipeline schedule without
+training: builds it (gpipe, 1f1b, interleaved_1f1b, zb_h1), simulates it, prints
+the ranks x time grid, the predicted bubble and peak activations per stage, and
+writes timeline.svg and timeline.json (Chrome trace) of the ideal timeline to
+DIR (default runs/schedule-NAME-pP-mM-<time>/). `ztrain schedule compare p=4
+m=8` prints every schedule's bubble and writes compare.svg (a bar chart).
 
 Outputs go to out= (default runs/<recipe>-<time>/): metrics.jsonl, summary.json.
 ]==]
@@ -101,7 +109,138 @@ local function load_recipe(zt, opts)
   return nil, 1
 end
 
+-- `ztrain schedule ...`: draw a pipeline schedule without training ----------
+
+local SCHEDULE_KEYS = { p = "pipeline ranks", m = "micro-batches", v = "chunks per rank (interleaved)",
+                        out = "output directory" }
+
+-- schedule_args(args) -> { p, m, v, out }. Raises a user error naming the
+-- argument.
+local function schedule_args(args, from)
+  local o = {}
+  for j = from, #args do
+    local k, v = args[j]:match("^([%w_]+)=(.*)$")
+    if not k then
+      error(("cannot read argument %q: expected key=value (p=4 m=8 v=2 out=DIR)"):format(args[j]), 0)
+    end
+    if not SCHEDULE_KEYS[k] then
+      error(("unknown key %q for ztrain schedule (known: p ranks, m micro-batches, v chunks, out DIR)")
+            :format(k), 0)
+    end
+    if k == "out" then o.out = v
+    else
+      local n = tonumber(v)
+      if not n or n ~= math.floor(n) or n < 1 then
+        error(("%s=%s: %s must be a whole number >= 1"):format(k, v, SCHEDULE_KEYS[k]), 0)
+      end
+      o[k] = n
+    end
+  end
+  return o
+end
+
+-- fmt_peak(res, stages) -> "s0 2, s1 1"
+local function fmt_peak(res, stages)
+  local t = {}
+  for s = 0, stages - 1 do t[#t + 1] = ("s%d %d"):format(s, res.peak[s] or 0) end
+  return table.concat(t, ", ")
+end
+
+local function out_dir(o, what)
+  local dir = o.out or ("runs/schedule-%s-p%d-m%d%s-%s"):format(what, o.p, o.m,
+    (o.v and o.v > 1) and ("-v" .. o.v) or "", os.date("%Y%m%d-%H%M%S"))
+  local ok, err = require("ztrain.report").mkdirs(dir)
+  if not ok then error(err, 0) end
+  return dir
+end
+
+-- schedule(args) -> exit code. args = { NAME, key=value ... }.
+local function schedule(args)
+  local schedules = require "ztrain.pipeline.schedules"
+  local simulate = require "ztrain.pipeline.simulate"
+  local timeline = require "ztrain.pipeline.timeline"
+  local names = {}
+  for k in pairs(schedules.builtin) do names[#names + 1] = k end
+  table.sort(names)
+  local known = table.concat(names, ", ") .. ", or compare"
+  local name = args[1]
+  if name == "-h" or name == "--help" then io.stdout:write(M.usage); return 0 end
+  if not name or name:find("=") then
+    error(("schedule: give a schedule name (%s), e.g. ztrain schedule 1f1b p=4 m=8"):format(known), 0)
+  end
+  if name ~= "compare" and not schedules.builtin[name] then
+    error(("unknown pipeline schedule %q (known: %s)"):format(name, known), 0)
+  end
+  local o = schedule_args(args, 2)
+  o.p, o.m = o.p or 4, o.m or 8
+  local T = simulate.TIMES
+  local model = ("simulated with F=%g B=%g (I=%g W=%g) time units, communication free")
+                :format(T.F, T.B, T.I, T.W)
+
+  if name ~= "compare" then
+    -- interleaving with one chunk is 1F1B: default to two
+    o.v = o.v or (name == "interleaved_1f1b" and 2 or 1)
+    local lists, q = schedules.build(name, { ranks = o.p, microbatches = o.m, chunks = o.v })
+    local res = simulate.check(lists)
+    print(("%s: p=%d ranks, m=%d micro-batches, v=%d chunk(s) per rank, %d stages; %s")
+          :format(name, q.ranks, q.microbatches, q.chunks, q.stages, model))
+    io.stdout:write(simulate.grid(res))
+    print(("bubble %.6f (%.1f%%) of ranks x makespan %g, idle / (ranks x makespan); %.6f of busy time " ..
+           "(Megatron's normalisation)"):format(res.bubble, 100 * res.bubble, res.makespan, res.bubble_busy))
+    print("peak activations per stage (micro-batches held): " .. fmt_peak(res, q.stages))
+    local dir = out_dir(o, name)
+    local w = timeline.write(dir, timeline.from_simulation(res), {
+      name = ("%s p=%d m=%d%s"):format(name, q.ranks, q.microbatches, q.chunks > 1 and (" v=" .. q.chunks) or ""),
+      subtitle = model .. "; the ideal timeline", us_per_unit = 1000 })
+    print(("wrote %s and %s (1 time unit = 1 ms in the trace)"):format(w.svg, w.json))
+    return 0
+  end
+
+  -- compare: every built-in schedule at the same p and m (interleaved with
+  -- v, default 2), and the naive pipeline (GPipe with one micro-batch)
+  local v = o.v or 2
+  local dir = out_dir(o, "compare")
+  local rows = {}
+  print(("p=%d ranks, m=%d micro-batches (interleaved_1f1b: v=%d); %s"):format(o.p, o.m, v, model))
+  print(("%-18s %-9s %-9s %s"):format("schedule", "bubble", "makespan", "peak activations per stage"))
+  local cases = { { "naive (gpipe m=1)", "gpipe", 1, 1 }, { "gpipe", "gpipe", o.m, 1 },
+                  { "1f1b", "1f1b", o.m, 1 }, { "interleaved_1f1b", "interleaved_1f1b", o.m, v },
+                  { "zb_h1", "zb_h1", o.m, 1 } }
+  for _, c in ipairs(cases) do
+    local label, sname, m, chunks = c[1], c[2], c[3], c[4]
+    local ok, lists, q = pcall(schedules.build, sname, { ranks = o.p, microbatches = m, chunks = chunks })
+    local res
+    if ok then ok, res = pcall(simulate.check, lists) end
+    if ok then
+      print(("%-18s %-9.6f %-9g %s"):format(label, res.bubble, res.makespan, fmt_peak(res, q.stages)))
+      local maxpeak = 0
+      for s = 0, q.stages - 1 do maxpeak = math.max(maxpeak, res.peak[s] or 0) end
+      rows[#rows + 1] = { name = label, bubble = res.bubble, note = ("(peak activations: %d)"):format(maxpeak) }
+      timeline.write(dir, timeline.from_simulation(res), {
+        name = ("%s p=%d m=%d%s"):format(sname, q.ranks, q.microbatches, q.chunks > 1 and (" v=" .. q.chunks) or ""),
+        subtitle = model, us_per_unit = 1000, basename = "timeline-" .. label:gsub("[^%w_]+", "-"):gsub("-$", "") })
+    else
+      local why = require("ztrain.errors").message(lists or res)
+      print(("%-18s n/a: %s"):format(label, why))
+      rows[#rows + 1] = { name = label, note = why }
+    end
+  end
+  local path = timeline.write_file(dir .. "/compare.svg", timeline.compare_svg(rows, {
+    title = ("pipeline bubble per schedule, p=%d m=%d"):format(o.p, o.m),
+    subtitle = ("idle / (ranks x makespan), utilisation = 1 - bubble; F=%g B=%g (I=%g W=%g), no communication cost")
+               :format(T.F, T.B, T.I, T.W) }))
+  print(("wrote %s and each schedule's timeline-NAME.svg/.json in %s"):format(path, dir))
+  return 0
+end
+
 function M.main(argv)
+  if argv[1] == "schedule" then
+    local args = {}
+    for j = 2, #argv do args[j - 1] = argv[j] end
+    local ok, rc = xpcall(schedule, errors.traceback, args)
+    if not ok then return die(rc) end
+    return rc
+  end
   local opts = { exprs = {}, overrides = {} }
   local i = 1
   while argv[i] do

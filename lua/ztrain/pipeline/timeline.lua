@@ -362,9 +362,12 @@ function M.write(dir, events, opts)
            bubble = (M.bubble(events)) }
 end
 
+local PALETTE = { "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1" }
+
 -- compare_svg(rows, opts) -> string: a horizontal bar chart of the bubble
 -- fraction per schedule. rows = { { name = "1f1b", bubble = 0.27, note =
--- "peak 4 3 2 1" }, ... } (bubble nil: drawn as "n/a" with the note).
+-- "peak 4 3 2 1", color = "#rrggbb" (default: a palette) }, ... } (bubble
+-- nil: drawn as "n/a" with the note).
 -- opts.title.
 function M.compare_svg(rows, opts)
   opts = opts or {}
@@ -397,7 +400,8 @@ function M.compare_svg(rows, opts)
     if row.bubble then
       local w = row.bubble * plot
       add(('<rect class="bar" x="%d" y="%d" width="%s" height="%d" fill="%s"><title>%s</title></rect>')
-          :format(left, y, num(w), barh, row.color or "#e15759", esc(row.name .. " " .. pct(row.bubble))))
+          :format(left, y, num(w), barh, row.color or PALETTE[(i - 1) % #PALETTE + 1],
+                  esc(row.name .. " " .. pct(row.bubble))))
       add(('<text x="%s" y="%s" dominant-baseline="middle">%s%s</text>')
           :format(num(left + w + 6), num(y + barh / 2), pct(row.bubble), row.note and ("  " .. esc(row.note)) or ""))
     else
