@@ -123,6 +123,24 @@ describe("drivers", function()
     end
   end)
 
+  it("a run on the schedule driver writes the last step's measured timeline", function()
+    local dir = util.outdir()
+    local out, rc = sh(("build/ztrain recipes/single.lua %s batch.accumulate=4 schedule=1f1b out=%s")
+                       :format(BASE, dir))
+    assert.are.equal(0, rc, out)
+    local s = cjson.decode(util.read(dir .. "/summary.json"))
+    assert.is_table(s.timeline, "summary.json has no timeline")
+    assert.are.equal(0, s.timeline.predicted_bubble)          -- one stage: no bubble
+    local tr = cjson.decode(util.read(dir .. "/timeline.json"))
+    local compute = 0
+    for _, e in ipairs(tr.traceEvents) do
+      if e.ph == "X" and (e.name:match("^F%d") or e.name:match("^B%d")) then compute = compute + 1 end
+    end
+    assert.are.equal(8, compute)                               -- F and B of 4 micro-batches
+    assert.matches("<svg", util.read(dir .. "/timeline.svg"), 1, true)
+    util.rm(dir)
+  end)
+
   it("the sequential driver holds one micro-batch's activations at a time", function()
     local tr = new({ "batch.accumulate=3" })
     tr:train_step()

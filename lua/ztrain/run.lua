@@ -28,7 +28,23 @@ end
 local memory = require "ztrain.memory"
 local errors = require "ztrain.errors"
 
-local run
+local run, write_timeline
+
+-- timeline.svg and timeline.json of the recorded step (one pipeline rank
+-- for now: ranks of other stages join when pipelines span ranks), with the
+-- simulator's predicted bubble beside the measured one. A failed write is
+-- reported in the summary, not fatal to a finished run.
+write_timeline = function(tr, out, events)
+  local ok, res = pcall(function()
+    local tl = require "ztrain.pipeline.timeline"
+    local sim = require("ztrain.pipeline.simulate").run(tr.env.lists, {})
+    local w = tl.write(out, { events }, { name = tostring(tr.recipe.schedule), unit = "s",
+                                          predicted_bubble = sim.bubble })
+    return { svg = w.svg, json = w.json, bubble = w.bubble, predicted_bubble = sim.bubble }
+  end)
+  if ok then return res end
+  return { error = errors.message(res) }
+end
 
 -- The digest, or null when computing it fails (after a failed step the
 -- parameters may be incomplete; the step's own error is the one to report).
@@ -66,12 +82,19 @@ function run(r, opts)
     log = assert(report.open(out, { total_steps = r.train.steps, quiet = opts.quiet }))
   end
   local steps_ms, tps, first_loss, last = {}, {}, nil, nil
+  local timeline_events
   local eval_loss
   local status = "ok"
   local t_train = C.zt_now()
   local okrun, rerr = pcall(function()
     for _ = 1, r.train.steps do
+      -- the schedule driver's last step is recorded for timeline.svg/json
+      local record = tr.driver.name == "schedule" and tr.step + 1 == r.train.steps
+      if record then tr.env.events = {} end
       local rec = tr:train_step()
+      if record then
+        tr.env.events, timeline_events = nil, tr.env.events
+      end
       first_loss = first_loss or rec.loss
       rec.tokens_per_s = rec.tokens / (rec.step_ms / 1000)
       -- step 1 pays for first touches of every buffer: medians skip it
@@ -133,6 +156,9 @@ function run(r, opts)
     exit = status, out = out,
     recipe_resolved = recipe_mod.serialize(r),
   }
+  if lead and timeline_events then
+    summary.timeline = write_timeline(tr, out, timeline_events)
+  end
   tr:free()
   if lead then
     assert(report.write_atomic(out .. "/summary.json", report.encode(summary) .. "\n"))
