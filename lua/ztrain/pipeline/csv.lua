@@ -232,8 +232,9 @@ function M.load(path, opts)
     if not ok then
       error(("pipeline csv load %s: a compute-only file needs stages = ranks x chunks: %s"):format(path, q), 2)
     end
-    for s, r in pairs(placed) do
-      if s % R ~= r then
+    for s = 0, maxs do
+      local r = placed[s]
+      if r and s % R ~= r then
         error(("pipeline csv load %s: compute-only file has stage %d on rank %d; ztrain places stage s " ..
                "on rank s %% %d (write the file with its SEND/RECV to use another placement)")
               :format(path, s, r, R), 2)

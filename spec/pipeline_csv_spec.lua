@@ -1,0 +1,213 @@
+-- PyTorch's pipelining CSV (pipeline/csv.lua). The independent side is the
+-- two fixtures in spec/fixtures/pytorch_*.csv, written by hand from
+-- PyTorch's source (see spec/fixtures/README.md), not by this module:
+--   pytorch_1f1b_p2_m4.csv: Schedule1F1B's order (p = 2, m = 4) with its
+--     SEND/RECV cells and per-stage REDUCE_GRAD, CRLF rows.
+--   pytorch_interleaved1f1b_p2_v1_m4_compute_only.csv: ScheduleInterleaved
+--     1F1B's compute-only grid (p = 2, one stage per rank, m = 4), idle
+--     slots as empty cells; its rank 0 warms up with 2 forwards, not 1.
+local S = require "ztrain.schedule"
+local P = require "ztrain.pipeline.schedules"
+local sim = require "ztrain.pipeline.simulate"
+local C = require "ztrain.pipeline.csv"
+
+local FIX = "spec/fixtures/"
+local TMP = os.tmpname()
+
+local function write(text)
+  local f = assert(io.open(TMP, "wb")); f:write(text); f:close()
+  return TMP
+end
+
+local function fmt(lists)
+  local out = {}
+  for r, l in ipairs(lists) do
+    local t = {}
+    for _, a in ipairs(l) do t[#t + 1] = S.format(a) end
+    out[r] = table.concat(t, " ")
+  end
+  return out
+end
+
+local function compute(lists)
+  local out = {}
+  for r, l in ipairs(lists) do
+    local t = {}
+    for _, a in ipairs(l) do
+      if a.op == "F" or a.op == "B" or a.op == "I" or a.op == "W" then t[#t + 1] = S.format(a) end
+    end
+    out[r] = table.concat(t, " ")
+  end
+  return out
+end
+
+local function err_of(fn, ...)
+  local ok, e = pcall(fn, ...)
+  assert.is_false(ok)
+  return tostring(e)
+end
+
+describe("pipeline csv: PyTorch fixtures", function()
+  teardown(function() os.remove(TMP); os.remove(TMP .. ".tmp") end)
+
+  it("loads the 1F1B fixture, which validates and simulates without deadlock", function()
+    local lists, info = C.load(FIX .. "pytorch_1f1b_p2_m4.csv", { stages = 2, microbatches = 4 })
+    assert.equals(2, #lists)
+    assert.is_false(info.compute_only)
+    assert.is_true((S.validate(lists, info)))
+    local res = sim.run(lists)
+    assert.is_true(res.ok, res.deadlock)
+    -- GPipe/1F1B bubble (p-1)/(m+p-1) with F=1, B=2: makespan (m+p-1)(F+B)
+    assert.equals(15, res.makespan)
+    -- PyTorch's per-stage REDUCE_GRAD became ztrain's rank-wide one; STEP added
+    assert.equals("REDUCE_GRAD STEP", fmt(lists)[1]:match("(%S+ %S+)$"))
+    assert.truthy(table.concat(info.notes, "; "):find("STEP appended", 1, true))
+    assert.truthy(table.concat(info.notes, "; "):find("2 per-stage REDUCE_GRAD", 1, true))
+  end)
+
+  it("the fixture has the compute order per rank of ztrain's 1f1b (and its comms)", function()
+    local lists = C.load(FIX .. "pytorch_1f1b_p2_m4.csv", { stages = 2, microbatches = 4 })
+    local ours = P.build("1f1b", { stages = 2, microbatches = 4 })
+    assert.same(compute(ours), compute(lists))
+    assert.same({ "0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3", "1F0 1B0 1F1 1B1 1F2 1B2 1F3 1B3" }, compute(lists))
+    -- the fixture's SEND/RECV sit where with_comms puts them: same lists
+    assert.same(ours, lists)
+  end)
+
+  it("loads the compute-only fixture: idle cells skipped, comms inserted, runs", function()
+    local lists, info = C.load(FIX .. "pytorch_interleaved1f1b_p2_v1_m4_compute_only.csv",
+                               { stages = 2, microbatches = 4 })
+    assert.is_true(info.compute_only)
+    assert.same({ "0F0 0F1 0F2 0B0 0F3 0B1 0B2 0B3", "1F0 1B0 1F1 1B1 1F2 1B2 1F3 1B3" }, compute(lists))
+    assert.is_true((S.validate(lists, info)))
+    local res = sim.run(lists)
+    assert.is_true(res.ok, res.deadlock)
+    -- every F past stage 0 reads a RECV_F right before it
+    local l = lists[2]
+    for k, a in ipairs(l) do
+      if a.op == "F" then assert.same({ op = "RECV_F", stage = 1, mb = a.mb }, l[k - 1]) end
+    end
+  end)
+
+  it("stages and micro-batches default to what the file uses", function()
+    local lists, info = C.load(FIX .. "pytorch_1f1b_p2_m4.csv")
+    assert.equals(2, info.stages); assert.equals(4, info.microbatches); assert.equals(2, #lists)
+  end)
+end)
+
+describe("pipeline csv: dump then load", function()
+  teardown(function() os.remove(TMP); os.remove(TMP .. ".tmp") end)
+
+  local cases = {
+    { "gpipe", { stages = 4, microbatches = 6 } },
+    { "1f1b", { stages = 2, microbatches = 4 } },
+    { "1f1b", { stages = 4, microbatches = 3 } },
+    { "interleaved_1f1b", { ranks = 2, chunks = 2, microbatches = 4 } },
+    { "interleaved_1f1b", { ranks = 3, chunks = 3, microbatches = 6 } },
+    { "zb_h1", { stages = 4, microbatches = 8 } },
+    { "one_stage", { stages = 1, microbatches = 3, ranks = 1 } },
+    { "one_stage_iw", { stages = 1, microbatches = 3, ranks = 1 } },
+  }
+  for _, c in ipairs(cases) do
+    local name, p = c[1], c[2]
+    local desc = {}
+    for k, v in pairs(p) do desc[#desc + 1] = k .. "=" .. v end
+    table.sort(desc)
+    it(("round-trips %s bit for bit (%s)"):format(name, table.concat(desc, ", ")), function()
+      local lists, q
+      if S.builtin[name] then
+        q = { stages = 1, microbatches = p.microbatches, ranks = 1 }
+        lists = S.resolve(name, q)
+      else
+        lists, q = P.build(name, p)
+      end
+      C.dump(lists, TMP)
+      local back = C.load(TMP, { stages = q.stages, microbatches = q.microbatches })
+      assert.same(lists, back)
+      -- and again: the file is a fixed point
+      local f = assert(io.open(TMP, "rb")); local first = f:read("*a"); f:close()
+      C.dump(back, TMP)
+      f = assert(io.open(TMP, "rb")); local second = f:read("*a"); f:close()
+      assert.equals(first, second)
+    end)
+  end
+
+  it("writes PyTorch's spelling: CRLF rows, per-stage REDUCE_GRAD, no STEP", function()
+    local lists = P.build("1f1b", { stages = 2, microbatches = 4 })
+    C.dump(lists, TMP)
+    local f = assert(io.open(TMP, "rb")); local got = f:read("*a"); f:close()
+    f = assert(io.open(FIX .. "pytorch_1f1b_p2_m4.csv", "rb")); local want = f:read("*a"); f:close()
+    assert.equals(want, got)
+    -- an interleaved rank holds two stages: one REDUCE_GRAD cell for each
+    C.dump(P.build("interleaved_1f1b", { ranks = 2, chunks = 2, microbatches = 2 }), TMP)
+    f = assert(io.open(TMP, "rb")); got = f:read("*a"); f:close()
+    assert.truthy(got:find(",0REDUCE_GRAD,2REDUCE_GRAD\r\n", 1, true))
+    assert.truthy(got:find(",1REDUCE_GRAD,3REDUCE_GRAD\r\n", 1, true))
+    assert.falsy(got:find("STEP", 1, true))
+  end)
+
+  it("dump names the file it cannot write and the action it cannot hold", function()
+    local lists = P.build("1f1b", { stages = 2, microbatches = 2 })
+    local e = err_of(C.dump, lists, "/nonexistent-dir/x.csv")
+    assert.truthy(e:find("/nonexistent-dir/x.csv", 1, true))
+    local bad = { { { op = "F", stage = 0 } , { op = "STEP" } } }
+    e = err_of(C.dump, bad, TMP)
+    assert.truthy(e:find(TMP, 1, true)); assert.truthy(e:find("rank 0 action 1", 1, true))
+  end)
+end)
+
+describe("pipeline csv: malformed files", function()
+  teardown(function() os.remove(TMP) end)
+
+  local function load_err(text, opts)
+    return err_of(C.load, write(text), opts or { stages = 2, microbatches = 2 })
+  end
+
+  it("names file, row (rank), column and cell for a bad cell", function()
+    local e = load_err("0F0,0SEND_F0,0RECV_B0,0B0\r\n1RECV_F0,1X0,1B0,1SEND_B0\r\n")
+    assert.truthy(e:find(TMP, 1, true))
+    assert.truthy(e:find("row 2 (rank 1) column 2", 1, true))
+    assert.truthy(e:find('"1X0"', 1, true))
+    assert.truthy(e:find("unknown action type X", 1, true))
+  end)
+
+  it("rejects cells that are not {stage}{TYPE}{mb}", function()
+    for _, c in ipairs({ "F0", "0F", "0f1", "0F1x", "0REDUCE_GRAD1", "-1F0", "0 F1" }) do
+      local e = load_err(c .. "\n")
+      assert.truthy(e:find("row 1 (rank 0) column 1", 1, true), e)
+      assert.truthy(e:find(("%q"):format(c), 1, true), e)
+    end
+    local e = load_err("(0F1;1B0)OVERLAP_F_B\n")
+    assert.truthy(e:find("not supported", 1, true))
+  end)
+
+  it("accepts UNSHARD/RESHARD and drops them with a note; skips blank cells and spaces", function()
+    local lists, info = C.load(write("0UNSHARD, 0F0 ,,0B0,0RESHARD,0REDUCE_GRAD\n"),
+                               { stages = 1, microbatches = 1 })
+    assert.same({ "0F0 0B0 REDUCE_GRAD STEP" }, fmt(lists))
+    assert.truthy(table.concat(info.notes, "; "):find("dropped 2 UNSHARD/RESHARD", 1, true))
+  end)
+
+  it("rejects a stage on two ranks, out-of-range indices, and invalid schedules", function()
+    local e = load_err("0F0,0B0\n0F1,0B1\n")
+    assert.truthy(e:find("row 2 (rank 1) column 1", 1, true)); assert.truthy(e:find("stage 0 is already on rank 0", 1, true))
+    e = load_err("0F0,0B0,0F2,0B2\n", { stages = 1, microbatches = 2 })
+    assert.truthy(e:find("micro-batch 2 but microbatches = 2", 1, true))
+    e = load_err("0B0,0F0\n", { stages = 1, microbatches = 1 })
+    assert.truthy(e:find("not a valid schedule", 1, true)); assert.truthy(e:find("backward before the forward", 1, true))
+    e = load_err("", { stages = 1, microbatches = 1 })
+    assert.truthy(e:find("empty file", 1, true))
+    e = err_of(C.load, "/nonexistent-dir/none.csv")
+    assert.truthy(e:find("/nonexistent-dir/none.csv", 1, true))
+  end)
+
+  it("rejects a REDUCE_GRAD before the rank's last backward", function()
+    local e = load_err("0F0,0F1,0B0,0REDUCE_GRAD,0B1,0SEND_F0\n", { stages = 1, microbatches = 2 })
+    assert.truthy(e:find("row 1 (rank 0) column 5", 1, true)); assert.truthy(e:find("0B1", 1, true))
+  end)
+
+  it("a compute-only file must put stage s on rank s % ranks", function()
+    local e = load_err("1F0,1B0\n0F0,0B0\n", { stages = 2, microbatches = 1 })
+    assert.truthy(e:find("stage 0 on rank 1; ztrain places stage s on rank s % 2", 1, true))
+  end)
+end)
