@@ -119,10 +119,11 @@ function M.new(cfg, opts)
 end
 
 -- Allocate full parameter (and unless grads=false, gradient) buffers for
--- every unit and initialise them from seed: what replicated strategies do.
+-- every unit (or opts.units) and initialise them from seed: what replicated
+-- strategies do.
 function Model:materialize(seed, opts)
   opts = opts or {}
-  for _, u in ipairs(self.units) do
+  for _, u in ipairs(opts.units or self.units) do
     if not u.params then
       self:set_params(u, T.new({ u.padded }, { tier = self.tier, category = "params" }))
       self:init_unit(u, seed)

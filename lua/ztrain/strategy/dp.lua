@@ -60,7 +60,7 @@ function M.new(opts)
 
   -- Every reduction of the step done (the REDUCE_GRAD action).
   function S.finish_grads(ctx)
-    local units = ctx.model.units
+    local units = replicated.units(ctx)
     for i = #units, 1, -1 do finish(ctx, units[i]) end
   end
 
@@ -76,7 +76,7 @@ function M.new(opts)
   -- Safe after a failed or partial setup (ctx.work or ctx.state missing).
   function S.free(ctx)
     if ctx and ctx.work and ctx.work.pending then
-      for _, u in ipairs(ctx.model.units) do pcall(finish, ctx, u) end
+      for _, u in ipairs(replicated.units(ctx)) do pcall(finish, ctx, u) end
     end
     replicated.free(ctx)
   end

@@ -12,6 +12,11 @@ local state = require "ztrain.strategy.state"
 
 local M = {}
 
+-- The units this rank holds: its pipeline stages' (ctx.units), or all.
+function M.units(ctx) return ctx.units or ctx.model.units end
+-- Their parameter count.
+function M.nparams(ctx) return ctx.nparams or ctx.model.nparams end
+
 -- setup(ctx) -> st: full parameters and optimizer state for every unit,
 -- and accumulators when ctx.accumulate > 1. Sets ctx.state.
 function M.setup(ctx)
@@ -19,11 +24,12 @@ function M.setup(ctx)
   local st = state.new(model, ctx.dp, false)
   st.acc, st.optim = {}, {}
   ctx.state = st
-  model:materialize(ctx.seed)
+  local units = M.units(ctx)
+  model:materialize(ctx.seed, { units = units })
   state.add_kind(st, "params", { tier = tier, category = "params" })
   state.add_kind(st, "grads", { tier = tier, category = "grads" })
   for _, k in ipairs(ctx.optim.state_kinds) do state.add_kind(st, k, { tier = tier, category = "optim" }) end
-  for _, u in ipairs(model.units) do
+  for _, u in ipairs(units) do
     state.set(st, "params", u, 0, u.padded, u.params)
     local os = ctx.optim:new_state(u.numel, tier)
     st.optim[u.index] = os
@@ -47,8 +53,8 @@ function M.grad_of(ctx, u) return ctx.state.acc[u.index] or u.grads end
 
 -- Clip by the global norm and update every unit. Returns the pre-clip norm.
 function M.step(ctx, lr)
-  local units, st = ctx.model.units, ctx.state
-  local gn = norm.global({ units = units, grad_of = function(u) return M.grad_of(ctx, u) end })
+  local units, st = M.units(ctx), ctx.state
+  local gn = norm.global({ units = units, grad_of = function(u) return M.grad_of(ctx, u) end, pp = ctx.pp })
   local scale = norm.clip_scale(gn, ctx.clip)
   ctx.optim:begin_step()
   for _, u in ipairs(units) do
@@ -59,7 +65,7 @@ end
 
 -- Model state per rank (fp32: 16 bytes a parameter), plus the accumulator.
 function M.predicted(ctx)
-  local psi = ctx.model.nparams
+  local psi = M.nparams(ctx)
   return { params = 4 * psi, grads = 4 * psi, optim = 8 * psi,
            accumulator = ctx.accumulate > 1 and 4 * psi or 0 }
 end

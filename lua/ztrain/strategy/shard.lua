@@ -26,9 +26,10 @@ function M.range(u, world)
 end
 
 -- Global gradient norm from shards: shard_of(u) -> this rank's grad shard.
--- Every rank's block partials are gathered and added in (unit, rank, block)
--- order, which is the (unit, block) order of the unsharded buffer.
-function M.global_norm(units, world, shard_of)
+-- Every rank's block partials are gathered and put in (unit, rank, block)
+-- order, which is the (unit, block) order of the unsharded buffer; with a
+-- pipeline group the stages' lists follow in stage order (norm.total).
+function M.global_norm(units, world, shard_of, pp)
   local mine, counts = {}, {}
   for i, u in ipairs(units) do
     local p, n = ops.sumsq_blocks(shard_of(u))
@@ -36,15 +37,15 @@ function M.global_norm(units, world, shard_of)
     for b = 0, n - 1 do mine[#mine + 1] = p[b] end
   end
   local all = world:gather_doubles(mine)
-  local total, off = 0.0, 0
+  local ordered, off = {}, 0
   for i = 1, #units do
     for r = 1, world.size do
       local row = all[r]
-      for b = 1, counts[i] do total = total + row[off + b] end
+      for b = 1, counts[i] do ordered[#ordered + 1] = row[off + b] end
     end
     off = off + counts[i]
   end
-  return math.sqrt(total)
+  return require("ztrain.strategy.norm").total(ordered, pp)
 end
 
 -- A pool of working buffers (category "comm") by element count. Gradient

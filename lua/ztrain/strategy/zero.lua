@@ -27,6 +27,7 @@ local shard = require "ztrain.strategy.shard"
 local state = require "ztrain.strategy.state"
 local options = require "ztrain.strategy.options"
 local offload = require "ztrain.strategy.offload"
+local replicated = require "ztrain.strategy.replicated"
 local now = require("ztrain.ffi").C.zt_now
 
 local M = {}
@@ -96,7 +97,7 @@ function M.new(opts)
     for _, k in ipairs(ctx.optim.state_kinds) do
       state.add_kind(st, k, { tier = otier or tier, sharded = true, category = "optim" })
     end
-    for _, u in ipairs(model.units) do
+    for _, u in ipairs(replicated.units(ctx)) do
       local l = st.layout[u.index]
       local lo, hi, n = l.lo, l.hi, l.size
       local os = ctx.optim:new_state(n, otier or tier)
@@ -126,8 +127,8 @@ function M.new(opts)
       end
     end
     if stage <= 2 then
-      model:materialize(ctx.seed, { grads = stage == 1 })
-      for _, u in ipairs(model.units) do
+      model:materialize(ctx.seed, { grads = stage == 1, units = replicated.units(ctx) })
+      for _, u in ipairs(replicated.units(ctx)) do
         state.set(st, "params", u, 0, u.padded, u.params)
         if stage == 1 and not st.gshard[u.index] then state.set(st, "grads", u, 0, u.padded, u.grads) end
       end
@@ -298,8 +299,8 @@ function M.new(opts)
   function S.step(ctx, lr)
     finish_all(ctx)
     local model, st, W = ctx.model, ctx.state, ctx.work
-    local units = model.units
-    local gn = shard.global_norm(units, ctx.dp, function(u) return grad_shard(ctx, u) end)
+    local units = replicated.units(ctx)
+    local gn = shard.global_norm(units, ctx.dp, function(u) return grad_shard(ctx, u) end, ctx.pp)
     local scale = norm.clip_scale(gn, ctx.clip)
     ctx.optim:begin_step()
     local reqs, work = {}, {}
@@ -339,7 +340,7 @@ function M.new(opts)
   -- tiers[tier] = { params, grads, optim } (offload moves the optimizer term,
   -- and with offload_params the parameter shards, to the host).
   function S.predicted(ctx)
-    local psi, N = ctx.model.nparams, ctx.dp.size
+    local psi, N = replicated.nparams(ctx), ctx.dp.size
     local p = { [1] = { 4 * psi, 4 * psi, 8 * psi / N },
                 [2] = { 4 * psi, 4 * psi / N, 8 * psi / N },
                 [3] = { 4 * psi / N, 4 * psi / N, 8 * psi / N } }
