@@ -7,18 +7,17 @@ local C = zffi.C
 
 local M = {}
 
--- params(model, with_full) -> 64 hex digits. Reads each unit's parameter
--- buffer; with_full(u, fn) calls fn(full flat tensor) for strategies that
--- shard parameters (a collective: every rank must call it).
-function M.params(model, with_full)
+-- update(st, units, with_full): hash units' parameters (canonical tensor
+-- order, padding excluded) into a running zt_sha256 state. with_full(u, fn)
+-- calls fn(full flat tensor) for strategies that shard parameters (a
+-- collective: every rank must call it).
+function M.update(st, units, with_full)
   assert(ffi.abi("le"), "param_digest assumes a little-endian host")
-  local s = ffi.new("zt_sha256")
-  C.zt_sha256_init(s)
   -- one host buffer for every unit (a buffer per unit left gigabytes of
   -- garbage for the Lua GC on a 1.5B model), read through in slices
   local SLICE = 4 * 1024 * 1024
   local buf = ffi.new("float[?]", SLICE)
-  for _, u in ipairs(model.units) do
+  for _, u in ipairs(units) do
     local function hash(t)
       for off = 0, u.numel - 1, SLICE do
         local n = math.min(SLICE, u.numel - off)
@@ -26,11 +25,18 @@ function M.params(model, with_full)
         local ok, err = pcall(v.read, v, buf)
         v:free()
         if not ok then error(err, 0) end
-        C.zt_sha256_update(s, buf, n * 4)
+        C.zt_sha256_update(st, buf, n * 4)
       end
     end
     if with_full then with_full(u, hash) else hash(u.params) end
   end
+end
+
+-- params(model, with_full) -> 64 hex digits over every unit.
+function M.params(model, with_full)
+  local s = ffi.new("zt_sha256")
+  C.zt_sha256_init(s)
+  M.update(s, model.units, with_full)
   local hex = ffi.new("char[65]")
   C.zt_sha256_hex(s, hex)
   return ffi.string(hex)

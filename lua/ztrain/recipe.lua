@@ -20,7 +20,9 @@ M.defaults = {
   batch    = { micro = 4, accumulate = 1, global = 0 },
   train    = { steps = 200, log_every = 10, eval_every = 50, eval_batches = 20 },
   device   = { backend = "cpu", memory_limit = "0", threads = 0 },
-  launch   = { nproc = 0 },  -- local ranks `ztrain RECIPE` starts (0: the launcher's, or one)
+  launch   = { nproc = 0 },
+  -- pipeline stages (ranks per replica): units split by parameter count or as listed
+  pipeline = { stages = 1, split = "params" },  -- local ranks `ztrain RECIPE` starts (0: the launcher's, or one)
   -- where offloaded state is staged and swapped (zt.strategy.zero{offload_*})
   offload  = { staging = "16MiB", prefetch = 2, nvme_path = "", block_size = "1MiB", queue_depth = 8,
                checksum = false },
@@ -28,7 +30,7 @@ M.defaults = {
 }
 
 -- Keys whose value is a list or an opaque object, not a sub-table of keys.
-local LEAF = { ["optim.betas"] = true, ["strategy"] = true, ["schedule"] = true, ["data.text"] = true,
+local LEAF = { ["pipeline.split"] = true, ["optim.betas"] = true, ["strategy"] = true, ["schedule"] = true, ["data.text"] = true,
                ["data.exclude"] = true, ["device.memory_limit"] = true }
 
 local function deepcopy(t)
@@ -155,7 +157,7 @@ local RANGES = {
   ["batch.global"] = { 0, 2 ^ 31, true }, ["train.steps"] = { 1, 2 ^ 40, true },
   ["train.log_every"] = { 0, 2 ^ 40, true }, ["train.eval_every"] = { 0, 2 ^ 40, true },
   ["train.eval_batches"] = { 0, 2 ^ 31, true }, ["device.threads"] = { 0, 1024, true },
-  ["launch.nproc"] = { 0, 4096, true }, ["offload.prefetch"] = { 1, 64, true },
+  ["launch.nproc"] = { 0, 4096, true }, ["pipeline.stages"] = { 1, 4096, true }, ["offload.prefetch"] = { 1, 64, true },
   ["offload.queue_depth"] = { 1, 1024, true },
 }
 

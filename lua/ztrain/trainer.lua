@@ -23,6 +23,7 @@ local schedule = require "ztrain.schedule"
 local stage_run = require "ztrain.driver.stage"
 local digest = require "ztrain.digest"
 local groups = require "ztrain.groups"
+local pipeline_stages = require "ztrain.pipeline.stages"
 local comm = require "ztrain.comm"
 local recipe_mod = require "ztrain.recipe"
 
@@ -148,9 +149,9 @@ function build(self, r)
   end
   if threads and threads > 0 then check(C.zt_set_threads(threads), "device.threads") end
   check_agreement(self.world, r)
-  -- groups: one pipeline stage for now (the Pipeline issue adds stages)
-  self.groups = groups.build(self.world, { pp = 1 })
-  self.dp = self.groups.dp
+  -- groups: pipeline.stages ranks per replica, the rest data-parallel
+  self.groups = groups.build(self.world, { pp = r.pipeline.stages })
+  self.dp, self.pp = self.groups.dp, self.groups.pp
   local limit, err = memory.parse_size(r.device.memory_limit)
   if not limit then fail("device.memory_limit: " .. err) end
   memory.set_limit("device", limit)
@@ -196,36 +197,60 @@ function build(self, r)
   self.optim = adamw.new { lr = r.optim.lr, betas = r.optim.betas, eps = r.optim.eps,
                            weight_decay = r.optim.weight_decay }
   self.schedule = lr.make(r.optim.lr, r.lr, r.train.steps)
+
+  -- stages: this rank runs stage pp.rank (one chunk per rank)
+  local P = r.pipeline.stages
+  if P > 1 and S.stage == 3 then
+    fail("pipeline.stages > 1 composes with single, dp, zero1 and zero2; zero3 across pipeline stages " ..
+         "is not supported yet")
+  end
+  self.stages = stage_run.stages(self.model, pipeline_stages.partition(self.model, P, r.pipeline.split))
+  local prank = self.pp and self.pp.rank or 0
+  local stage_rank = function(s) return s % P end
+  local units, holds, nparams = {}, {}, 0
+  for _, st in ipairs(self.stages) do
+    if stage_rank(st.index) == prank then
+      for _, u in ipairs(st.units) do units[#units + 1] = u; holds[u.index] = true; nparams = nparams + u.numel end
+    end
+  end
+  self.units, self.nparams = units, nparams
   self:check_fits()
   self.ctx = { model = self.model, optim = self.optim, accumulate = accum, clip = r.optim.clip,
-               recipe = r, seed = r.model.seed, dp = dp, pp = self.groups.pp, world = self.world,
+               recipe = r, seed = r.model.seed, dp = dp, pp = self.pp, world = self.world,
+               units = P > 1 and units or nil, nparams = nparams,
                out_dir = self.env_opts.out, quiet = self.env_opts.quiet,
                rank = self.rank, world_size = self.world_size }
+  self.tied = pipeline_stages.tied(self.model, self.pp, holds)
+  self.ctx.tied = self.tied
   self.setup_called = true
   S.setup(self.ctx)
-  for _, u in ipairs(self.model.units) do
+  if self.tied then self.tied:init(r.model.seed) end
+  for _, u in ipairs(units) do
     if not u.params and not S.with_full_params then
       fail(("strategy %s: setup left unit %s without parameters, and the strategy has no " ..
             "with_full_params hook to gather them"):format(S.name or "?", u.name))
     end
   end
 
-  -- stages, activations, driver
-  self.stages = stage_run.stages(self.model)
+  -- activations (for this rank's stages), driver
   self.pools = {}
   for i, st in ipairs(self.stages) do
-    self.pools[i] = stage_run.pool(self.model, st, B, Tlen)
-    -- one activation set made now: a batch that does not fit fails here,
-    -- with the hint below, not in the middle of the first step
-    self.pools[i]:acquire(0); self.pools[i]:release(0)
+    if stage_rank(st.index) == prank then
+      self.pools[i] = stage_run.pool(self.model, st, B, Tlen)
+      -- one activation set made now: a batch that does not fit fails here,
+      -- with the hint below, not in the middle of the first step
+      self.pools[i]:acquire(0); self.pools[i]:release(0)
+    end
   end
   self.env = { ctx = self.ctx, strategy = S, stages = self.stages, pools = self.pools,
-               microbatches = accum, pp = self.groups.pp, stage_rank = function(s) return s end,
+               microbatches = accum, pp = self.pp, stage_rank = stage_rank,
                load = function(a, mb) self:load_micro(a, mb) end }
   self.driver = require "ztrain.driver.sequential"
-  if r.schedule ~= "" then
-    self.env.lists = schedule.resolve(r.schedule, { stages = #self.stages, microbatches = accum,
-                                                    ranks = #self.stages })
+  local sched = r.schedule
+  if sched == "" and P > 1 then sched = "1f1b" end
+  if sched ~= "" then
+    self.env.lists = schedule.resolve(sched, { stages = #self.stages, microbatches = accum,
+                                               ranks = P, stage_rank = stage_rank })
     self.driver = require "ztrain.driver.schedule"
   end
   self.xbuf = ffi.new("int32_t[?]", B * Tlen)
@@ -240,7 +265,7 @@ function Trainer:check_fits()
   local S = self.strategy
   if not S.predicted then return end
   local p = S.predicted({ model = self.model, dp = self.dp, world_size = self.world_size,
-                          accumulate = self.accumulate, recipe = self.recipe })
+                          accumulate = self.accumulate, recipe = self.recipe, nparams = self.nparams })
   -- bytes in memory: the device and host tiers (on this machine both are
   -- RAM); what a strategy puts on nvme lives on disk
   local need = p.params + p.grads + p.optim + (p.accumulator or 0)
@@ -293,9 +318,12 @@ function Trainer:train_step()
   env.dscale = 1.0 / (B * Tlen * accum * N)
   ctx.training = true
   local loss, gnorm = self.driver.step(env, step_lr)
+  if self.tied then self.tied:sync_params() end
   check(C.zt_device_sync(), "device sync")
-  -- the mean over all micro-batches of all ranks, summed in (rank, micro) order
+  -- the loss lives on the last stage: summed over the pipeline (0 + ... + L)
   loss = loss or 0.0
+  if self.pp then loss = require("ztrain.strategy.shard").sum_over_ranks(self.pp, loss) end
+  -- the mean over all micro-batches of all ranks, summed in (rank, micro) order
   if S.reduce_loss then loss = S.reduce_loss(ctx, loss) end
   loss = loss / (accum * N)
   return { step = self.step, loss = loss, lr = step_lr, grad_norm = gnorm,
@@ -307,6 +335,7 @@ end
 function Trainer:evaluate()
   local L = self.valid_loader
   if not L then return nil end
+  if #self.stages > 1 then return nil end   -- evaluation across pipeline stages: not yet
   local B = self.recipe.batch.micro
   local n = math.min(self.recipe.train.eval_batches, math.floor(L.windows / B))
   if n < 1 then return nil end
@@ -351,6 +380,10 @@ end
 
 function Trainer:param_digest()
   local S = self.strategy
+  if self.pp then
+    local with = S.with_full_params and function(u, fn) return S.with_full_params(self.ctx, u, fn) end
+    return pipeline_stages.digest(self.pp, function(st) digest.update(st, self.units, with) end)
+  end
   return digest.params(self.model, S.with_full_params and function(u, fn)
     return S.with_full_params(self.ctx, u, fn)
   end)
@@ -359,10 +392,11 @@ end
 -- Free everything the run allocated; safe after a build that failed
 -- part-way (only what exists is freed), and twice.
 function Trainer:free()
-  for _, p in ipairs(self.pools or {}) do p:free() end
+  for _, p in pairs(self.pools or {}) do p:free() end
   self.pools = nil
   if self.setup_called and self.strategy and self.strategy.free then self.strategy.free(self.ctx) end
   self.setup_called = nil
+  if self.tied then self.tied:free(); self.tied = nil end
   if self.model then self.model:free(); self.model = nil end
   if self.groups then groups.free(self.groups); self.groups = nil end
 end

@@ -128,7 +128,9 @@ function M.backward(ctx, S, stage, a, mb)
     local u = units[i]
     S.pre_backward(ctx, u, mb)
     S.pre_weight_grad(ctx, u, mb)
+    if ctx.tied then ctx.tied:before_weight(u, mb) end
     model:backward(u, a)
+    if ctx.tied then ctx.tied:after_weight(u, mb) end
     S.post_input_grad(ctx, u, mb)
     S.post_backward(ctx, u, mb)
   end
@@ -153,7 +155,9 @@ function M.backward_weight(ctx, S, stage, a, mb, pool)
   for i = #units, 1, -1 do
     local u = units[i]
     S.pre_weight_grad(ctx, u, mb)
+    if ctx.tied then ctx.tied:before_weight(u, mb) end
     model:backward_weight(u, a, a.w[u.index])
+    if ctx.tied then ctx.tied:after_weight(u, mb) end
     pool:wput(u, a.w[u.index])
     a.w[u.index] = nil
     S.post_backward(ctx, u, mb)

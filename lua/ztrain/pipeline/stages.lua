@@ -1,0 +1,148 @@
+-- ztrain.pipeline.stages: GPT-2's units cut into pipeline stages, and what
+-- crossing stages asks of the model: the tied embedding/head weights and a
+-- parameter digest chained through the stages.
+--
+-- Stage s runs on pipeline rank s (one chunk per rank). The embedding lives
+-- on the first stage and the head, which reads the embedding's wte (tied),
+-- on the last. The last stage keeps a replica of the embedding unit: its
+-- parameters are refreshed from the first stage after every step, and the
+-- head's wte gradient of each micro-batch is sent to the first stage, which
+-- writes it before the embedding adds its own -- the order of one rank
+-- (gpt2.lua: the head's part first, written; the embedding's added), so a
+-- pipeline gives the bits of one rank accumulating its micro-batches.
+local ffi = require "ffi"
+local T = require "ztrain.tensor"
+local zffi = require "ztrain.ffi"
+local C = zffi.C
+
+local M = {}
+
+-- partition(model, p, split) -> unit counts per stage. split: "params"
+-- (contiguous, balanced by parameter count) or a list of counts.
+function M.partition(model, p, split)
+  local units = model.units
+  if p > #units then
+    error(("pipeline.stages %d is more than %s's %d units (embedding, %d blocks, head); use at most %d")
+          :format(p, model.cfg.name, #units, #units - 2, #units), 0)
+  end
+  if type(split) == "table" then
+    local sum = 0
+    for i, c in ipairs(split) do
+      if type(c) ~= "number" or c < 1 or c % 1 ~= 0 then
+        error(("pipeline.split[%d] must be a whole number of units >= 1, got %s"):format(i, tostring(c)), 0)
+      end
+      sum = sum + c
+    end
+    if #split ~= p or sum ~= #units then
+      error(("pipeline.split must give %d stage sizes adding up to the model's %d units, got %d sizes adding " ..
+             "up to %d"):format(p, #units, #split, sum), 0)
+    end
+    return split
+  end
+  if split ~= "params" then
+    error(('pipeline.split must be "params" or a list of unit counts per stage, got %s'):format(tostring(split)), 0)
+  end
+  -- boundaries nearest to k/p of the cumulative parameter count
+  local total, cum = 0, {}
+  for i, u in ipairs(units) do total = total + u.numel; cum[i] = total end
+  local counts, start = {}, 1
+  for s = 1, p - 1 do
+    local target, best, bd = total * s / p, nil, math.huge
+    -- leave at least one unit for each stage still to come
+    for i = start, #units - (p - s) do
+      local d = math.abs(cum[i] - target)
+      if d < bd then best, bd = i, d end
+    end
+    counts[s] = best - start + 1
+    start = best + 1
+  end
+  counts[p] = #units - start + 1
+  return counts
+end
+
+---------------------------------------------------------------------------
+-- The tied embedding across the first and last stage.
+local Tied = {}
+Tied.__index = Tied
+
+-- tied(model, pp, holds) -> handler or nil (when one rank holds both ends).
+-- holds[u.index] = true for this rank's units. Collective over pp.
+function M.tied(model, pp, holds)
+  if not pp or pp.size == 1 then return nil end
+  local self = setmetatable({ model = model, comm = pp:split(0, pp.rank), first = 0, last = pp.size - 1,
+                              embed = model.embed, head = model.head }, Tied)
+  self.rank = pp.rank
+  if holds[model.head.index] and not holds[model.embed.index] then
+    -- the replica: initialised from the same seed as the first stage's
+    local e = model.embed
+    model:set_params(e, T.new({ e.padded }, { tier = model.tier, category = "params" }))
+    model:set_grads(e, T.new({ e.padded }, { tier = model.tier, category = "grads" }))
+    self.replica = true
+  end
+  self.receiver = holds[model.embed.index] and not holds[model.head.index]
+  return self
+end
+
+-- The replica's parameters start as the first stage's (same seed).
+function Tied:init(seed) if self.replica then self.model:init_unit(self.embed, seed) end end
+
+-- Hooks the stage runner calls around a unit's weight-gradient pass.
+function Tied:before_weight(u, mb)
+  if u == self.head and self.replica and self.pending then
+    self.pending:wait(); self.pending = nil          -- the previous part is out
+  elseif u == self.embed and self.receiver then
+    self.comm:recv(self.embed.g.wte, self.last, mb % 32768)   -- the head's part, written
+  end
+end
+
+function Tied:after_weight(u, mb)
+  if u == self.head and self.replica then
+    self.pending = self.comm:send(self.embed.g.wte, self.first, mb % 32768, true)
+  end
+end
+
+-- After the step: the first stage's updated embedding to the replica.
+function Tied:sync_params()
+  if self.pending then self.pending:wait(); self.pending = nil end
+  if self.receiver then
+    self.comm:send(self.embed.params, self.last, 32767)
+  elseif self.replica then
+    self.comm:recv(self.embed.params, self.first, 32767)
+  end
+end
+
+function Tied:free()
+  if self.pending then pcall(self.pending.wait, self.pending); self.pending = nil end
+  if self.comm then self.comm:free(); self.comm = nil end
+end
+
+---------------------------------------------------------------------------
+-- digest(pp, update) -> hex: SHA-256 chained through the stages in order:
+-- update(state) hashes this rank's units into the running state, which then
+-- goes to the next stage; the last stage's digest is broadcast.
+function M.digest(pp, update)
+  local nb = ffi.sizeof("zt_sha256")
+  local st = ffi.new("zt_sha256")
+  local box = T.new({ math.ceil(nb / 4) }, { dtype = "i32", tier = "host", category = "other" })
+  local hexbox = T.new({ 16 }, { dtype = "i32", tier = "host", category = "other" })
+  local ok, res = pcall(function()
+    if pp.rank == 0 then C.zt_sha256_init(st)
+    else pp:recv(box, pp.rank - 1, 1); ffi.copy(st, box:ptr(), nb) end
+    update(st)
+    if pp.rank < pp.size - 1 then
+      ffi.copy(box:ptr(), st, nb)
+      pp:send(box, pp.rank + 1, 1)
+    else
+      local hex = ffi.new("char[65]")
+      C.zt_sha256_hex(st, hex)
+      ffi.copy(hexbox:ptr(), hex, 64)
+    end
+    pp:broadcast(hexbox, pp.size - 1)
+    return ffi.string(hexbox:ptr(), 64)
+  end)
+  box:free(); hexbox:free()
+  if not ok then error(res, 0) end
+  return res
+end
+
+return M
