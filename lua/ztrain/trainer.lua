@@ -150,7 +150,9 @@ function build(self, r)
   if threads and threads > 0 then check(C.zt_set_threads(threads), "device.threads") end
   check_agreement(self.world, r)
   -- groups: pipeline.stages ranks per replica, the rest data-parallel
-  self.groups = groups.build(self.world, { pp = r.pipeline.stages })
+  local okg, g = pcall(groups.build, self.world, { pp = r.pipeline.stages })
+  if not okg then fail_all(errors.message(g)) end      -- the same on every rank
+  self.groups = g
   self.dp, self.pp = self.groups.dp, self.groups.pp
   local limit, err = memory.parse_size(r.device.memory_limit)
   if not limit then fail("device.memory_limit: " .. err) end
@@ -200,11 +202,14 @@ function build(self, r)
 
   -- stages: this rank runs stage pp.rank (one chunk per rank)
   local P = r.pipeline.stages
+  -- (errors that follow from the recipe alone: every rank stops alike)
   if P > 1 and S.stage == 3 then
-    fail("pipeline.stages > 1 composes with single, dp, zero1 and zero2; zero3 across pipeline stages " ..
-         "is not supported yet")
+    fail_all("pipeline.stages > 1 composes with single, dp, zero1 and zero2; zero3 across pipeline stages " ..
+             "is not supported yet")
   end
-  self.stages = stage_run.stages(self.model, pipeline_stages.partition(self.model, P, r.pipeline.split))
+  local okp, counts = pcall(pipeline_stages.partition, self.model, P, r.pipeline.split)
+  if not okp then fail_all(errors.message(counts)) end
+  self.stages = stage_run.stages(self.model, counts)
   local prank = self.pp and self.pp.rank or 0
   local stage_rank = function(s) return s % P end
   local units, holds, nparams = {}, {}, 0
