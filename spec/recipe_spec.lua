@@ -76,7 +76,9 @@ describe("recipe", function()
     local strategy = require "ztrain.strategy"
     -- recipes/NAME.lua runs strategy NAME; examples say theirs here
     local expect = { ["examples/timed_zero2.lua"] = "zero2", ["examples/all_forward_first.lua"] = "single",
-                     ["recipes/infinity.lua"] = "zero3_infinity" }
+                     ["recipes/infinity.lua"] = "zero3_infinity", ["recipes/pipeline_1f1b.lua"] = "single",
+                     ["recipes/pipeline_gpipe.lua"] = "single", ["recipes/pipeline_zb.lua"] = "single",
+                     ["recipes/pipeline_dp.lua"] = "zero1" }
     local p = io.popen("ls recipes/*.lua examples/*.lua")
     local paths = {}
     for line in p:lines() do paths[#paths + 1] = line end

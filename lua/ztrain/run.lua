@@ -30,16 +30,44 @@ local errors = require "ztrain.errors"
 
 local run, write_timeline
 
--- timeline.svg and timeline.json of the recorded step (one pipeline rank
--- for now: ranks of other stages join when pipelines span ranks), with the
--- simulator's predicted bubble beside the measured one. A failed write is
--- reported in the summary, not fatal to a finished run.
+-- Every pipeline rank's recorded events, by pipeline rank (a collective
+-- over the pipeline group): { [rank + 1] = { { op, stage, mb, t0, t1 } } }.
+local OPS = { "F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "REDUCE_GRAD", "STEP" }
+local function gather_events(tr, events)
+  local pp = tr.pp
+  if not pp then return { events } end
+  local code = {}
+  for i, op in ipairs(OPS) do code[op] = i end
+  local flat = {}
+  for _, e in ipairs(events) do
+    for _, v in ipairs({ code[e.op], e.stage or -1, e.mb or -1, e.t0, e.t1 }) do flat[#flat + 1] = v end
+  end
+  local counts = pp:gather_doubles({ #flat })
+  local most = 0
+  for _, c in ipairs(counts) do most = math.max(most, c[1]) end
+  for i = #flat + 1, most do flat[i] = 0 end
+  local all, out = pp:gather_doubles(flat), {}
+  for r = 1, pp.size do
+    local list, row = {}, all[r]
+    for i = 1, counts[r][1], 5 do
+      list[#list + 1] = { op = OPS[row[i]], stage = row[i + 1] >= 0 and row[i + 1] or nil,
+                          mb = row[i + 2] >= 0 and row[i + 2] or nil, t0 = row[i + 3], t1 = row[i + 4] }
+    end
+    out[r] = list
+  end
+  return out
+end
+
+-- timeline.svg and timeline.json of the recorded step (every pipeline
+-- rank's row), with the simulator's predicted bubble beside the measured
+-- one. A failed write is reported in the summary, not fatal to a finished run.
 write_timeline = function(tr, out, events)
   local ok, res = pcall(function()
     local tl = require "ztrain.pipeline.timeline"
     local sim = require("ztrain.pipeline.simulate").run(tr.env.lists, {})
-    local w = tl.write(out, { events }, { name = tostring(tr.recipe.schedule), unit = "s",
-                                          predicted_bubble = sim.bubble })
+    local name = tr.recipe.schedule ~= "" and tostring(tr.recipe.schedule) or "1f1b"
+    if tr.pp then name = ("%s p=%d m=%d"):format(name, tr.pp.size, tr.accumulate) end
+    local w = tl.write(out, events, { name = name, unit = "s", predicted_bubble = sim.bubble })
     return { svg = w.svg, json = w.json, bubble = w.bubble, predicted_bubble = sim.bubble }
   end)
   if ok then return res end
@@ -93,7 +121,8 @@ function run(r, opts)
       if record then tr.env.events = {} end
       local rec = tr:train_step()
       if record then
-        tr.env.events, timeline_events = nil, tr.env.events
+        timeline_events = gather_events(tr, tr.env.events)
+        tr.env.events = nil
       end
       first_loss = first_loss or rec.loss
       rec.tokens_per_s = rec.tokens / (rec.step_ms / 1000)
@@ -137,9 +166,13 @@ function run(r, opts)
     data = { files = #tr.dataset.files, train_tokens = tr.dataset.train.n,
              valid_tokens = tr.dataset.valid.n, tokenizer = tr.tokenizer.name },
     batch = { micro = r.batch.micro, accumulate = tr.accumulate, seq_len = r.data.seq_len,
-              global = r.batch.micro * tr.accumulate * tr.world_size },
+              global = r.batch.micro * tr.accumulate * tr.dp.size },
     steps = last and last.step or 0,
-    tokens = (last and last.step or 0) * r.batch.micro * r.data.seq_len * tr.accumulate * tr.world_size,
+    tokens = (last and last.step or 0) * r.batch.micro * r.data.seq_len * tr.accumulate * tr.dp.size,
+    pipeline = tr.pp and { stages = tr.pp.size, units = (function()
+      local c = {}
+      for i, st in ipairs(tr.stages) do c[i] = #st.units end
+      return c end)() } or cjson_null,
     first_loss = first_loss or cjson_null, final_loss = last and last.loss or cjson_null,
     eval_loss = eval_loss or cjson_null, perplexity = eval_loss and math.exp(eval_loss) or cjson_null,
     blas = require("ffi").string(C.zt_blas_info()),

@@ -340,12 +340,13 @@ end
 function Trainer:evaluate()
   local L = self.valid_loader
   if not L then return nil end
-  if #self.stages > 1 then return nil end   -- evaluation across pipeline stages: not yet
   local B = self.recipe.batch.micro
   local n = math.min(self.recipe.train.eval_batches, math.floor(L.windows / B))
   if n < 1 then return nil end
-  assert(#self.stages == 1, "evaluation runs on one stage")
-  local ctx, stage, pool = self.ctx, self.stages[1], self.pools[1]
+  local ctx, pp = self.ctx, self.pp
+  -- this rank's stage (one per pipeline rank) and its activation pool
+  local si = pp and (pp.rank + 1) or 1
+  local stage, pool = self.stages[si], self.pools[si]
   ctx.training = false
   local total = 0.0
   pool:reset()
@@ -354,12 +355,17 @@ function Trainer:evaluate()
   local ok, err = pcall(function()
     for i = 0, n - 1 do
       self:load_batch(a, L, i)
-      stage_run.forward(ctx, self.strategy, stage, a, 0)
-      total = total + self.model:mean_loss(a)
+      -- across stages: the input from the previous stage, the output to the next
+      if pp and stage.index > 0 then pp:recv(a.input, stage.index - 1, 32000 + i % 512) end
+      local y = stage_run.forward(ctx, self.strategy, stage, a, 0)
+      if pp and stage.index < #self.stages - 1 then pp:send(y, stage.index + 1, 32000 + i % 512) end
+      if stage.has_head then total = total + self.model:mean_loss(a) end
     end
   end)
   pool:release(0)
   if not ok then error(err, 0) end
+  -- the loss lives on the last stage: summed over the pipeline (0 + ... + L)
+  if pp then total = require("ztrain.strategy.shard").sum_over_ranks(pp, total) end
   return total / n
 end
 

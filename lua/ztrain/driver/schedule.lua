@@ -99,17 +99,20 @@ function M.step(env, lr)
     if op == "F" then
       local stage, _, set = set_for(a)
       settle(recv_f, k)
+      if events then t0 = now() end      -- waiting for the input is idle, not compute
       stage_run.forward(ctx, S, stage, set, a.mb)
       if stage.has_head then loss = (loss or 0.0) + ctx.model:mean_loss(set) end
     elseif op == "B" then
       local stage, pool, set = set_for(a)
       settle(recv_b, k)
+      if events then t0 = now() end
       stage_run.backward(ctx, S, stage, set, a.mb)
       mark(a, "weights")
       maybe_retire(a, stage, pool)
     elseif op == "I" then
       local stage, pool, set = set_for(a)
       settle(recv_b, k)
+      if events then t0 = now() end
       stage_run.backward_input(ctx, S, stage, set, a.mb, pool)
     elseif op == "W" then
       local stage, pool, set = set_for(a)
