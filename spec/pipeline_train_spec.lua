@@ -53,5 +53,20 @@ describe("pipeline training", function()
           "pipeline.split must give 2 stage sizes adding up to the model's 6 units, got 2 sizes adding up to 5")
     fails("--nproc 2 recipes/zero3.lua pipeline.stages=2",
           "zero3 across pipeline stages is not supported yet")
+    -- a user schedule whose stages wait for each other: refused before running
+    local recipe = os.tmpname() .. ".lua"
+    util.write(recipe, [[
+      local r = dofile("recipes/pipeline_1f1b.lua")
+      local A = require("ztrain.schedule").action
+      r.schedule = function(p)
+        return {
+          { A("F", 0, 0), A("SEND_F", 0, 0), A("RECV_B", 0, 0), A("B", 0, 0), A("F", 0, 1), A("SEND_F", 0, 1),
+            A("RECV_B", 0, 1), A("B", 0, 1), { op = "STEP" } },
+          { A("RECV_F", 1, 0), A("F", 1, 0), A("RECV_F", 1, 1), A("F", 1, 1), A("B", 1, 0), A("SEND_B", 1, 0),
+            A("B", 1, 1), A("SEND_B", 1, 1), { op = "STEP" } } }
+      end
+      return r]])
+    fails(recipe .. " batch.accumulate=2", "the recipe's schedule would deadlock: rank 0 blocked at action 4 (0B0)")
+    os.remove(recipe)
   end)
 end)

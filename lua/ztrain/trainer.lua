@@ -254,8 +254,19 @@ function build(self, r)
   local sched = r.schedule
   if sched == "" and P > 1 then sched = "1f1b" end
   if sched ~= "" then
-    self.env.lists = schedule.resolve(sched, { stages = #self.stages, microbatches = accum,
-                                               ranks = P, stage_rank = stage_rank })
+    local okl, lists = pcall(schedule.resolve, sched, { stages = #self.stages, microbatches = accum,
+                                                         ranks = P, stage_rank = stage_rank })
+    if not okl then fail_all(errors.message(lists)) end
+    if P > 1 then
+      -- every rank's list simulated together before any rank blocks: a
+      -- schedule whose sends and receives cross is refused, naming them
+      local sim = require("ztrain.pipeline.simulate").run(lists, { posted = true })
+      if not sim.ok then
+        local what = type(sched) == "string" and ("schedule " .. sched) or "the recipe's schedule"
+        fail_all(what .. " would " .. tostring(sim.deadlock) .. "; reorder its sends and receives")
+      end
+    end
+    self.env.lists = lists
     self.driver = require "ztrain.driver.schedule"
   end
   self.xbuf = ffi.new("int32_t[?]", B * Tlen)
