@@ -2,7 +2,9 @@
 # bench.sh -- `make bench`: benchmarks run as on a user's machine, with the
 # OPENBLAS_* overrides these development machines set removed.
 #   1. one-rank step throughput of GPT-2 124M against the sgemm peak
-#   2. the strategy table (single at N=1; dp, zero1, zero2, zero3 at N=2)
+#   2. the strategy table (single at N=1; dp, zero1, zero2, zero3 and the
+#      offload settings at N=2)
+#   3. pipeline schedules at p=2 (gpt2) and p=4 (gpt2-mini): measured bubble
 #   build/bench_adamw: CPU AdamW beside copy bandwidth; build/bench_aio: the
 #   aio engine's sequential write/read bandwidth beside fio (1 GiB, 1 MiB
 #   blocks, queue depth 8, O_DIRECT, the same file; fio's column skipped
@@ -14,4 +16,7 @@ build/bench_adamw || exit 1    # CPU AdamW GB/s beside copy and triad bandwidth
 echo
 build/bench_aio || exit 1      # the aio engine beside fio: same file, block size, queue depth, O_DIRECT
 echo
-exec env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/ztrain --script tools/bench_strategies.lua "$@"
+env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/ztrain --script tools/bench_strategies.lua "$@" || exit 1
+echo
+# pipeline schedules on real ranks: measured bubble beside the simulator's
+exec env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/ztrain --script tools/bench_pipeline.lua
