@@ -20,11 +20,12 @@ local function run(args)
 end
 
 describe("pipeline training", function()
-  it("2 stages (gpipe, 1f1b, zb_h1) and 4 stages (1f1b) equal one rank accumulating 8", function()
+  it("2 stages (gpipe, 1f1b, zb_h1), 4 stages (1f1b), 2 ranks x 2 chunks (interleaved) equal one rank accumulating 8",
+     function()
     local d0, l0 = run("recipes/single.lua batch.accumulate=8")
-    for _, c in ipairs({ { 2, "gpipe" }, { 2, "1f1b" }, { 2, "zb_h1" }, { 4, "1f1b" } }) do
-      local d, l, s = run(("--nproc %d recipes/single.lua batch.accumulate=8 pipeline.stages=%d schedule=%s")
-                          :format(c[1], c[1], c[2]))
+    for _, c in ipairs({ { 2, "gpipe" }, { 2, "1f1b" }, { 2, "zb_h1" }, { 4, "1f1b" }, { 2, "interleaved_1f1b", 2 } }) do
+      local d, l, s = run(("--nproc %d recipes/single.lua batch.accumulate=8 pipeline.stages=%d " ..
+                           "pipeline.chunks=%d schedule=%s"):format(c[1], c[1], c[3] or 1, c[2]))
       assert.are.equal(d0, d, c[2] .. " p=" .. c[1])
       assert.are.equal(l0, l, c[2] .. " p=" .. c[1] .. " loss bits")
       assert.are.equal("schedule", s.driver)
@@ -38,6 +39,9 @@ describe("pipeline training", function()
       assert.are.equal(d0, d, strat)
       assert.are.equal(l0, l, strat .. " loss bits")
     end
+    local d, l = run("--nproc 4 recipes/dp.lua batch.accumulate=4 pipeline.stages=2 pipeline.chunks=2 strategy=zero1")
+    assert.are.equal(d0, d, "interleaved x dp")
+    assert.are.equal(l0, l)
   end)
 
   it("refuses what it cannot run, before any rank blocks", function()

@@ -22,7 +22,7 @@ M.defaults = {
   device   = { backend = "cpu", memory_limit = "0", threads = 0 },
   launch   = { nproc = 0 },
   -- pipeline stages (ranks per replica): units split by parameter count or as listed
-  pipeline = { stages = 1, split = "params" },  -- local ranks `ztrain RECIPE` starts (0: the launcher's, or one)
+  pipeline = { stages = 1, chunks = 1, split = "params" },  -- local ranks `ztrain RECIPE` starts (0: the launcher's, or one)
   -- where offloaded state is staged and swapped (zt.strategy.zero{offload_*})
   offload  = { staging = "16MiB", prefetch = 2, nvme_path = "", block_size = "1MiB", queue_depth = 8,
                checksum = false },
@@ -157,7 +157,8 @@ local RANGES = {
   ["batch.global"] = { 0, 2 ^ 31, true }, ["train.steps"] = { 1, 2 ^ 40, true },
   ["train.log_every"] = { 0, 2 ^ 40, true }, ["train.eval_every"] = { 0, 2 ^ 40, true },
   ["train.eval_batches"] = { 0, 2 ^ 31, true }, ["device.threads"] = { 0, 1024, true },
-  ["launch.nproc"] = { 0, 4096, true }, ["pipeline.stages"] = { 1, 4096, true }, ["offload.prefetch"] = { 1, 64, true },
+  ["launch.nproc"] = { 0, 4096, true }, ["pipeline.stages"] = { 1, 4096, true },
+  ["pipeline.chunks"] = { 1, 64, true }, ["offload.prefetch"] = { 1, 64, true },
   ["offload.queue_depth"] = { 1, 1024, true },
 }
 

@@ -207,7 +207,8 @@ function build(self, r)
     fail_all("pipeline.stages > 1 composes with single, dp, zero1 and zero2; zero3 across pipeline stages " ..
              "is not supported yet")
   end
-  local okp, counts = pcall(pipeline_stages.partition, self.model, P, r.pipeline.split)
+  local V = r.pipeline.chunks          -- model chunks per pipeline rank (interleaved schedules)
+  local okp, counts = pcall(pipeline_stages.partition, self.model, P * V, r.pipeline.split)
   if not okp then fail_all(errors.message(counts)) end
   self.stages = stage_run.stages(self.model, counts)
   local prank = self.pp and self.pp.rank or 0
@@ -252,10 +253,10 @@ function build(self, r)
                load = function(a, mb) self:load_micro(a, mb) end }
   self.driver = require "ztrain.driver.sequential"
   local sched = r.schedule
-  if sched == "" and P > 1 then sched = "1f1b" end
+  if sched == "" and P > 1 then sched = V > 1 and "interleaved_1f1b" or "1f1b" end
   if sched ~= "" then
     local okl, lists = pcall(schedule.resolve, sched, { stages = #self.stages, microbatches = accum,
-                                                         ranks = P, stage_rank = stage_rank })
+                                                         ranks = P, chunks = V, stage_rank = stage_rank })
     if not okl then fail_all(errors.message(lists)) end
     if P > 1 then
       -- every rank's list simulated together before any rank blocks: a
@@ -355,25 +356,33 @@ function Trainer:evaluate()
   local n = math.min(self.recipe.train.eval_batches, math.floor(L.windows / B))
   if n < 1 then return nil end
   local ctx, pp = self.ctx, self.pp
-  -- this rank's stage (one per pipeline rank) and its activation pool
-  local si = pp and (pp.rank + 1) or 1
-  local stage, pool = self.stages[si], self.pools[si]
   ctx.training = false
   local total = 0.0
-  pool:reset()
-  local a = pool:acquire(0)
-  a.dscale = nil
+  -- this rank's stages, in order (one per rank, or v interleaved chunks)
+  local mine = {}
+  for i, st in ipairs(self.stages) do if self.pools[i] then mine[#mine + 1] = i end end
+  local sets = {}
+  for _, i in ipairs(mine) do
+    self.pools[i]:reset()
+    sets[i] = self.pools[i]:acquire(0)
+    sets[i].dscale = nil
+  end
+  local S, P = #self.stages, pp and pp.size or 1
   local ok, err = pcall(function()
-    for i = 0, n - 1 do
-      self:load_batch(a, L, i)
-      -- across stages: the input from the previous stage, the output to the next
-      if pp and stage.index > 0 then pp:recv(a.input, stage.index - 1, 32000 + i % 512) end
-      local y = stage_run.forward(ctx, self.strategy, stage, a, 0)
-      if pp and stage.index < #self.stages - 1 then pp:send(y, stage.index + 1, 32000 + i % 512) end
-      if stage.has_head then total = total + self.model:mean_loss(a) end
+    for b = 0, n - 1 do
+      for _, i in ipairs(mine) do
+        local stage, a = self.stages[i], sets[i]
+        self:load_batch(a, L, b)
+        -- across stages: the input from the previous stage, the output to the next
+        local tag = 30000 + (stage.index * 64 + b) % 2048
+        if pp and stage.index > 0 then pp:recv(a.input, (stage.index - 1) % P, tag) end
+        local y = stage_run.forward(ctx, self.strategy, stage, a, 0)
+        if pp and stage.index < S - 1 then pp:send(y, (stage.index + 1) % P, 30000 + ((stage.index + 1) * 64 + b) % 2048) end
+        if stage.has_head then total = total + self.model:mean_loss(a) end
+      end
     end
   end)
-  pool:release(0)
+  for _, i in ipairs(mine) do self.pools[i]:release(0) end
   if not ok then error(err, 0) end
   -- the loss lives on the last stage: summed over the pipeline (0 + ... + L)
   if pp then total = require("ztrain.strategy.shard").sum_over_ranks(pp, total) end
@@ -404,7 +413,9 @@ function Trainer:param_digest()
   local S = self.strategy
   if self.pp then
     local with = S.with_full_params and function(u, fn) return S.with_full_params(self.ctx, u, fn) end
-    return pipeline_stages.digest(self.pp, function(st) digest.update(st, self.units, with) end)
+    return pipeline_stages.digest(self.pp, #self.stages, function(st, s)
+      digest.update(st, self.stages[s + 1].units, with)
+    end)
   end
   return digest.params(self.model, S.with_full_params and function(u, fn)
     return S.with_full_params(self.ctx, u, fn)

@@ -2,7 +2,8 @@
 -- crossing stages asks of the model: the tied embedding/head weights and a
 -- parameter digest chained through the stages.
 --
--- Stage s runs on pipeline rank s (one chunk per rank). The embedding lives
+-- Stage s runs on pipeline rank s % p (v chunks per rank: interleaved
+-- schedules give rank r stages r, r + p, ...). The embedding lives
 -- on the first stage and the head, which reads the embedding's wte (tied),
 -- on the last. The last stage keeps a replica of the embedding unit: its
 -- parameters are refreshed from the first stage after every step, and the
@@ -86,24 +87,45 @@ end
 -- The replica's parameters start as the first stage's (same seed).
 function Tied:init(seed) if self.replica then self.model:init_unit(self.embed, seed) end end
 
--- Hooks the stage runner calls around a unit's weight-gradient pass.
+-- Hooks the stage runner calls around a unit's weight-gradient pass. The
+-- head's part goes out from a buffer of its own, so the head can go on to
+-- the next micro-batch while the first stage has not taken it yet (it takes
+-- them in micro-batch order, when it reaches the embedding's backward).
 function Tied:before_weight(u, mb)
-  if u == self.head and self.replica and self.pending then
-    self.pending:wait(); self.pending = nil          -- the previous part is out
-  elseif u == self.embed and self.receiver then
+  if u == self.embed and self.receiver then
     self.comm:recv(self.embed.g.wte, self.last, mb % 32768)   -- the head's part, written
   end
 end
 
 function Tied:after_weight(u, mb)
   if u == self.head and self.replica then
-    self.pending = self.comm:send(self.embed.g.wte, self.first, mb % 32768, true)
+    self.pending, self.spare = self.pending or {}, self.spare or {}
+    -- recycle the buffers of sends already taken
+    for i = #self.pending, 1, -1 do
+      local p = self.pending[i]
+      if p.req:test() then
+        p.req:wait(); table.insert(self.spare, p.buf); table.remove(self.pending, i)
+      end
+    end
+    local wte = self.embed.g.wte
+    local buf = table.remove(self.spare) or T.new(wte:shape(), { tier = self.model.tier, category = "comm" })
+    require("ztrain.ops").copy(buf, wte)
+    self.pending[#self.pending + 1] = { req = self.comm:send(buf, self.first, mb % 32768, true), buf = buf }
   end
+end
+
+local function drain(self)
+  for _, p in ipairs(self.pending or {}) do
+    pcall(p.req.wait, p.req)
+    self.spare = self.spare or {}
+    table.insert(self.spare, p.buf)
+  end
+  self.pending = {}
 end
 
 -- After the step: the first stage's updated embedding to the replica.
 function Tied:sync_params()
-  if self.pending then self.pending:wait(); self.pending = nil end
+  drain(self)
   if self.receiver then
     self.comm:send(self.embed.params, self.last, 32767)
   elseif self.replica then
@@ -112,32 +134,40 @@ function Tied:sync_params()
 end
 
 function Tied:free()
-  if self.pending then pcall(self.pending.wait, self.pending); self.pending = nil end
+  drain(self)
+  for _, b in ipairs(self.spare or {}) do b:free() end
+  self.spare = {}
   if self.comm then self.comm:free(); self.comm = nil end
 end
 
 ---------------------------------------------------------------------------
--- digest(pp, update) -> hex: SHA-256 chained through the stages in order:
--- update(state) hashes this rank's units into the running state, which then
--- goes to the next stage; the last stage's digest is broadcast.
-function M.digest(pp, update)
+-- digest(pp, nstages, update) -> hex: SHA-256 chained through the stages in
+-- order: stage s (on pipeline rank s % pp.size) receives the running state
+-- from stage s-1's rank, update(state, s) hashes its units, and passes it on;
+-- the last stage's digest is broadcast.
+function M.digest(pp, nstages, update)
   local nb = ffi.sizeof("zt_sha256")
   local st = ffi.new("zt_sha256")
   local box = T.new({ math.ceil(nb / 4) }, { dtype = "i32", tier = "host", category = "other" })
   local hexbox = T.new({ 16 }, { dtype = "i32", tier = "host", category = "other" })
+  local P = pp.size
   local ok, res = pcall(function()
-    if pp.rank == 0 then C.zt_sha256_init(st)
-    else pp:recv(box, pp.rank - 1, 1); ffi.copy(st, box:ptr(), nb) end
-    update(st)
-    if pp.rank < pp.size - 1 then
-      ffi.copy(box:ptr(), st, nb)
-      pp:send(box, pp.rank + 1, 1)
-    else
-      local hex = ffi.new("char[65]")
-      C.zt_sha256_hex(st, hex)
-      ffi.copy(hexbox:ptr(), hex, 64)
+    for s = 0, nstages - 1 do
+      if s % P == pp.rank then
+        if s == 0 then C.zt_sha256_init(st)
+        else pp:recv(box, (s - 1) % P, 1); ffi.copy(st, box:ptr(), nb) end
+        update(st, s)
+        if s < nstages - 1 then
+          ffi.copy(box:ptr(), st, nb)
+          pp:send(box, (s + 1) % P, 1)
+        else
+          local hex = ffi.new("char[65]")
+          C.zt_sha256_hex(st, hex)
+          ffi.copy(hexbox:ptr(), hex, 64)
+        end
+      end
     end
-    pp:broadcast(hexbox, pp.size - 1)
+    pp:broadcast(hexbox, (nstages - 1) % P)
     return ffi.string(hexbox:ptr(), 64)
   end)
   box:free(); hexbox:free()

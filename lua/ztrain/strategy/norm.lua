@@ -8,36 +8,52 @@ local ops = require "ztrain.ops"
 
 local M = {}
 
--- partials(units, grad_of) -> the fp64 block sums of squares of every unit's
--- gradient, in (unit, block) order (a Lua list).
+-- partials(units, grad_of) -> { { index = u.index, p = { block sums } } }:
+-- the fp64 block sums of squares of every unit's gradient.
 function M.partials(units, grad_of)
   local out = {}
   for _, u in ipairs(units) do
     local p, n = ops.sumsq_blocks(grad_of(u))
-    for i = 0, n - 1 do out[#out + 1] = p[i] end
+    local list = {}
+    for i = 0, n - 1 do list[i + 1] = p[i] end
+    out[#out + 1] = { index = u.index, p = list }
   end
   return out
 end
 
--- total(list, pp) -> sqrt of the partials added one by one, in order. With
--- a pipeline group, every stage's list is gathered and the lists are added
--- in stage order: the (unit, block) order of the whole model, so the same
--- bits as one rank holding every unit.
-function M.total(list, pp)
+-- total(per_unit, pp) -> sqrt of every block partial added one by one in
+-- (unit, block) order. With a pipeline group the units of every stage are
+-- gathered first (any placement: interleaved ranks hold non-adjacent
+-- units), so the bits are those of one rank holding every unit.
+function M.total(per_unit, pp)
   if pp and pp.size > 1 then
-    local counts = pp:gather_doubles({ #list })
+    local flat = {}
+    for _, e in ipairs(per_unit) do
+      flat[#flat + 1] = e.index; flat[#flat + 1] = #e.p
+      for _, v in ipairs(e.p) do flat[#flat + 1] = v end
+    end
+    local counts = pp:gather_doubles({ #flat })
     local most = 0
     for _, c in ipairs(counts) do most = math.max(most, c[1]) end
-    local padded = {}
-    for i = 1, most do padded[i] = list[i] or 0 end
-    local all = pp:gather_doubles(padded)
-    list = {}
+    for i = #flat + 1, most do flat[i] = 0 end
+    local all = pp:gather_doubles(flat)
+    per_unit = {}
     for r = 1, pp.size do
-      for i = 1, counts[r][1] do list[#list + 1] = all[r][i] end
+      local row, i = all[r], 1
+      while i <= counts[r][1] do
+        local n = row[i + 1]
+        local e = { index = row[i], p = {} }
+        for k = 1, n do e.p[k] = row[i + 1 + k] end
+        per_unit[#per_unit + 1] = e
+        i = i + 2 + n
+      end
     end
+    table.sort(per_unit, function(a, b) return a.index < b.index end)
   end
   local total = 0.0
-  for i = 1, #list do total = total + list[i] end
+  for _, e in ipairs(per_unit) do
+    for _, v in ipairs(e.p) do total = total + v end
+  end
   return math.sqrt(total)
 end
 

@@ -37,15 +37,17 @@ function M.global_norm(units, world, shard_of, pp)
     for b = 0, n - 1 do mine[#mine + 1] = p[b] end
   end
   local all = world:gather_doubles(mine)
-  local ordered, off = {}, 0
-  for i = 1, #units do
+  local per_unit, off = {}, 0
+  for i, u in ipairs(units) do
+    local list = {}
     for r = 1, world.size do
       local row = all[r]
-      for b = 1, counts[i] do ordered[#ordered + 1] = row[off + b] end
+      for b = 1, counts[i] do list[#list + 1] = row[off + b] end
     end
+    per_unit[i] = { index = u.index, p = list }
     off = off + counts[i]
   end
-  return require("ztrain.strategy.norm").total(ordered, pp)
+  return require("ztrain.strategy.norm").total(per_unit, pp)
 end
 
 -- A pool of working buffers (category "comm") by element count. Gradient
