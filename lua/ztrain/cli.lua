@@ -45,7 +45,8 @@ Recipe keys (defaults in lua/ztrain/recipe.lua; docs/recipes.md):
     zero3_offload or an object), out, name
   offload.staging (host staging buffers, e.g. 16MiB), offload.prefetch (units fetched ahead)
   launch.nproc (local ranks to start; 0: the launcher's, or one)
-  pipeline.stages (ranks per pipeline), pipeline.split ("params" or unit counts per stage)
+  pipeline.stages (ranks per pipeline), pipeline.chunks (stages per rank, interleaved),
+    pipeline.split ("params" or unit counts per stage)
   schedule ("": sequential driver; one_stage, one_stage_iw or a function: schedule driver)
 
 ztrain schedule NAME p=P m=M [v=V] [out=DIR] draws a pipeline schedule without
