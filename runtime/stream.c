@@ -298,6 +298,19 @@ static int conflicts(const flight *f, const item *it)
     return 0;
 }
 
+/* An nvme copy is over (done or failed): drop its tensors and count it
+ * finished (worker, stream lock not held). */
+static void copy_done(zt_stream *s, item *it)
+{
+    zt_tensor_release(it->dst);
+    zt_tensor_release(it->src);
+    free(it);
+    pthread_mutex_lock(&s->lock);
+    s->finished++;
+    pthread_cond_broadcast(&s->finished_cv);
+    pthread_mutex_unlock(&s->lock);
+}
+
 /* Finish the oldest copy in flight (worker, stream lock not held). */
 static void finish_oldest(zt_stream *s, flight *f)
 {
@@ -307,13 +320,7 @@ static void finish_oldest(zt_stream *s, flight *f)
     memmove(f->it, f->it + 1, (size_t)(f->n - 1) * sizeof *f->it);
     memmove(f->req, f->req + 1, (size_t)(f->n - 1) * sizeof *f->req);
     f->n--;
-    zt_tensor_release(it->dst);
-    zt_tensor_release(it->src);
-    free(it);
-    pthread_mutex_lock(&s->lock);
-    s->finished++;
-    pthread_cond_broadcast(&s->finished_cv);
-    pthread_mutex_unlock(&s->lock);
+    copy_done(s, it);
 }
 
 /* Start nvme copy `it` (worker, stream lock not held): 1 if it is in
@@ -332,13 +339,7 @@ static int start_copy(zt_stream *s, flight *f, item *it)
         return 1;
     }
     stream_fail(s, rc, zt_last_error());
-    zt_tensor_release(it->dst);
-    zt_tensor_release(it->src);
-    free(it);
-    pthread_mutex_lock(&s->lock);
-    s->finished++;
-    pthread_cond_broadcast(&s->finished_cv);
-    pthread_mutex_unlock(&s->lock);
+    copy_done(s, it);
     return 0;
 }
 
