@@ -17,11 +17,7 @@ void openblas_set_num_threads(int n);
 local blas = ffi.load("openblas")
 local C = zt.ffi.C
 
-local args = {}
-for _, a in ipairs(arg or {}) do
-  local k, v = a:match("^([%w_]+)=(.*)$")
-  if k then args[k] = v end
-end
+local args = dofile(zt.home .. "/tools/args.lua")(arg)
 local size = args.model or "gpt2"
 local steps = tonumber(args.steps or 3)
 local Ts = {}

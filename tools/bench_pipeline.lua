@@ -11,11 +11,7 @@
 local cjson = require "cjson"
 local zt = require "ztrain"
 
-local args = {}
-for _, a in ipairs(arg or {}) do
-  local k, v = a:match("^([%w_]+)=(.*)$")
-  if k then args[k] = v end
-end
+local args = dofile(zt.home .. "/tools/args.lua")(arg)
 local model = args.model or "gpt2"
 local m, B, T, steps = tonumber(args.m or 8), tonumber(args.B or 4), tonumber(args.T or 256), tonumber(args.steps or 3)
 local split = args.split or "10,4"

@@ -32,8 +32,8 @@ local run, write_timeline
 
 -- Every pipeline rank's recorded events, by pipeline rank (a collective
 -- over the pipeline group): { [rank + 1] = { { op, stage, mb, t0, t1 } } }.
-local OPS = { "F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "REDUCE_GRAD", "STEP" }
 local function gather_events(tr, events)
+  local OPS = require("ztrain.schedule").OP_LIST
   local pp = tr.pp
   if not pp then return { events } end
   local code = {}

@@ -18,8 +18,10 @@
 -- The sequential step is one_stage(m): F0 B0 F1 B1 ... STEP on one rank.
 local M = {}
 
-M.OPS = { F = true, B = true, I = true, W = true, SEND_F = true, RECV_F = true,
-          SEND_B = true, RECV_B = true, REDUCE_GRAD = true, STEP = true }
+-- The ops, in a fixed order (their codes: M.OP_LIST[code]), and as a set.
+M.OP_LIST = { "F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "REDUCE_GRAD", "STEP" }
+M.OPS = {}
+for _, op in ipairs(M.OP_LIST) do M.OPS[op] = true end
 
 -- action(op, stage, mb) -> action
 function M.action(op, stage, mb)

@@ -35,9 +35,6 @@ function M.new(opts)
     if a and not defer then replicated.accumulate(a, u.grads, p.micro) end
   end
 
-  function S.pre_forward(ctx, u) end
-  function S.post_forward(ctx, u) end
-
   -- The weight-gradient pass of u writes the gradients of every unit it
   -- reads parameters of (the head writes embed's wte): their last
   -- reductions must be done.

@@ -66,12 +66,6 @@ function M.new(opts)
   return self
 end
 
-function Off:staging_bytes()
-  local n = 0
-  for _, t in pairs(self.slots[1] or {}) do n = n + t:nbytes() end
-  return 2 * n
-end
-
 -- The chunks of one step: { u, lo (unit element), off (in the shard), len,
 -- P, G, moments }, in unit order.
 local function plan(self, work)

@@ -15,8 +15,6 @@ M.unit_hooks = { "pre_forward", "post_forward", "pre_backward", "post_input_grad
 -- Other optional members.
 M.optional = { "free", "reduce_loss", "with_full_params", "predicted", "pad", "finish_grads",
                "state", "load_state", "describe" }
--- Plain fields a strategy may carry.
-M.fields = { "name", "opts", "stage", "inner", "kind" }
 
 local suggest = require "ztrain.suggest"
 

@@ -17,14 +17,6 @@ M.BLOCK = tonumber(zffi.C.zt_sum_block())
 -- The model padding a world of n ranks needs.
 function M.pad(n) return n * M.BLOCK end
 
--- range(u, world) -> lo, hi, size of this rank's shard of unit u.
-function M.range(u, world)
-  local S = u.padded / world.size
-  assert(S == math.floor(S) and S % M.BLOCK == 0,
-         "unit " .. u.name .. " is not padded for " .. world.size .. " ranks")
-  return world.rank * S, (world.rank + 1) * S, S
-end
-
 -- Global gradient norm from shards: shard_of(u) -> this rank's grad shard.
 -- Every rank's block partials are gathered and put in (unit, rank, block)
 -- order, which is the (unit, block) order of the unsharded buffer; with a
