@@ -24,6 +24,7 @@ local stage_run = require "ztrain.driver.stage"
 local digest = require "ztrain.digest"
 local groups = require "ztrain.groups"
 local pipeline_stages = require "ztrain.pipeline.stages"
+local shard = require "ztrain.strategy.shard"
 local comm = require "ztrain.comm"
 local recipe_mod = require "ztrain.recipe"
 
@@ -339,7 +340,7 @@ function Trainer:train_step()
   check(C.zt_device_sync(), "device sync")
   -- the loss lives on the last stage: summed over the pipeline (0 + ... + L)
   loss = loss or 0.0
-  if self.pp then loss = require("ztrain.strategy.shard").sum_over_ranks(self.pp, loss) end
+  if self.pp then loss = shard.sum_over_ranks(self.pp, loss) end
   -- the mean over all micro-batches of all ranks, summed in (rank, micro) order
   if S.reduce_loss then loss = S.reduce_loss(ctx, loss) end
   loss = loss / (accum * N)
@@ -385,7 +386,7 @@ function Trainer:evaluate()
   for _, i in ipairs(mine) do self.pools[i]:release(0) end
   if not ok then error(err, 0) end
   -- the loss lives on the last stage: summed over the pipeline (0 + ... + L)
-  if pp then total = require("ztrain.strategy.shard").sum_over_ranks(pp, total) end
+  if pp then total = shard.sum_over_ranks(pp, total) end
   return total / n
 end
 

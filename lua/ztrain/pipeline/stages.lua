@@ -13,6 +13,7 @@
 -- pipeline gives the bits of one rank accumulating its micro-batches.
 local ffi = require "ffi"
 local T = require "ztrain.tensor"
+local ops = require "ztrain.ops"
 local zffi = require "ztrain.ffi"
 local C = zffi.C
 
@@ -109,7 +110,7 @@ function Tied:after_weight(u, mb)
     end
     local wte = self.embed.g.wte
     local buf = table.remove(self.spare) or T.new(wte:shape(), { tier = self.model.tier, category = "comm" })
-    require("ztrain.ops").copy(buf, wte)
+    ops.copy(buf, wte)
     self.pending[#self.pending + 1] = { req = self.comm:send(buf, self.first, mb % 32768, true), buf = buf }
   end
 end
