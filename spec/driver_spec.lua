@@ -244,7 +244,7 @@ describe("schedule validator", function()
   it("a recipe with an unknown schedule is an error naming the known ones, when it is resolved", function()
     local r, e = zt.recipe.resolve({}, { "schedule=gpipe2", "model.size=gpt2-tiny", "data.seq_len=32" })
     assert.is_nil(r)
-    assert.matches('unknown schedule "gpipe2" (known: 1f1b, gpipe, interleaved_1f1b, one_stage, one_stage_iw, zb_h1;',
+    assert.matches('unknown schedule "gpipe2" (known: 1f1b, gpipe, interleaved_1f1b, one_stage, one_stage_iw, pipedream, zb_h1, zbv;',
                    tostring(e), 1, true)
   end)
 

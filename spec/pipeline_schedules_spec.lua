@@ -20,7 +20,7 @@ local function cases(name)
   local out = {}
   for _, p in ipairs({ 2, 4 }) do
     for _, m in ipairs({ p, 2 * p, 4 * p, 8, 3 }) do
-      for _, v in ipairs(name == "interleaved_1f1b" and { 1, 2, 3 } or { 1 }) do
+      for _, v in ipairs(name == "interleaved_1f1b" and { 1, 2, 3 } or name == "zbv" and { 2 } or { 1 }) do
         if name ~= "interleaved_1f1b" or m % p == 0 then out[#out + 1] = { p = p, m = m, v = v } end
       end
     end
@@ -32,7 +32,7 @@ local function label(c) return ("p=%d m=%d v=%d"):format(c.p, c.m, c.v) end
 
 local function run(name, c, opts)
   local lists, q = P.build(name, { ranks = c.p, microbatches = c.m, chunks = c.v })
-  assert(S.validate(lists, q))
+  assert(S.validate(lists, setmetatable({ tied = true }, { __index = q })))
   local res = sim.run(lists, opts)
   assert(res.ok, res.deadlock)
   -- the posted-receive model (the driver's) must agree where RECVs sit
@@ -43,7 +43,7 @@ local function run(name, c, opts)
 end
 
 describe("pipeline schedules", function()
-  for _, name in ipairs({ "gpipe", "1f1b", "interleaved_1f1b", "zb_h1" }) do
+  for _, name in ipairs({ "gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "pipedream" }) do
     it(name .. " validates and runs without deadlock over (p, m, v)", function()
       for _, c in ipairs(cases(name)) do
         local res, q, lists = run(name, c)
@@ -117,6 +117,113 @@ describe("pipeline schedules", function()
         assert.are.equal(c.p * (c.p - 1) * 1, idle_z, label(c))
         assert.are.equal(3 * idle_z, idle_f, label(c))
       end
+    end
+  end)
+
+  -- ZB-V (Qi et al. section 6): the V placement, below ZB-H1's bubble for
+  -- m >= 2p, each rank holding at most 2p chunks' activations (p full
+  -- stages', 1F1B's first stage), and the tied first/last stage's
+  -- gradients on rank 0 in one rank's order
+  it("ZB-V: V placement, below ZB-H1's bubble, 1F1B's memory, tied gradients in order", function()
+    for _, p in ipairs({ 2, 3, 4 }) do
+      for _, m in ipairs({ 2 * p, 4 * p }) do
+        local c = { p = p, m = m, v = 2 }
+        local res, q, lists = run("zbv", c)
+        for s = 0, 2 * p - 1 do
+          assert.are.equal(s < p and s or 2 * p - 1 - s, q.stage_rank(s), label(c))
+        end
+        local zb = run("zb_h1", { p = p, m = m, v = 1 })
+        assert.is_true(res.bubble < zb.bubble, label(c) .. (" zbv %.4f vs zb_h1 %.4f"):format(res.bubble, zb.bubble))
+        -- held per rank: F done, W not yet, over the simulated timeline
+        for r = 1, p do
+          local held, peak = 0, 0
+          for _, e in ipairs(res.timeline[r]) do
+            if e.action.op == "F" then held = held + 1; peak = math.max(peak, held)
+            elseif e.action.op == "W" then held = held - 1 end
+          end
+          assert.is_true(peak <= 2 * p, label(c) .. " rank " .. (r - 1) .. " holds " .. peak)
+        end
+        -- rank 0's W's alternate: last stage (the head) of mb i, stage 0 of mb i, ...
+        local order = {}
+        for _, a in ipairs(lists[1]) do
+          if a.op == "W" and (a.stage == 0 or a.stage == 2 * p - 1) then order[#order + 1] = S.format(a) end
+        end
+        for i = 0, m - 1 do
+          assert.are.equal(("%dW%d"):format(2 * p - 1, i), order[2 * i + 1], label(c))
+          assert.are.equal(("0W%d"):format(i), order[2 * i + 2], label(c))
+        end
+      end
+    end
+    -- the validator refuses the embedding's W before the head's on one rank
+    local lists, q = P.build("zbv", { ranks = 2, microbatches = 4 })
+    local l, iw0, iw3 = lists[1], nil, nil
+    for k, a in ipairs(l) do
+      if a.op == "W" and a.mb == 0 and a.stage == 0 then iw0 = k end
+      if a.op == "W" and a.mb == 0 and a.stage == 3 then iw3 = k end
+    end
+    -- the head's W of micro-batch 0 moved to just after the embedding's
+    local w3 = table.remove(l, iw3)
+    table.insert(l, iw0, w3)
+    local ok, err = S.validate(lists, setmetatable({ tied = true }, { __index = q }))
+    assert.is_nil(ok)
+    assert.matches("stage 3's gradient of micro-batch 0 must complete first (the tied weights", err, 1, true)
+    assert.is_true(S.validate(lists, q))           -- untied: any order of the two
+  end)
+
+  -- pipeline.split = "time": contiguous stages whose slowest is as fast as
+  -- any contiguous split's (checked against trying every split)
+  it("a split by measured time minimises the slowest stage (against every split)", function()
+    local stages = require "ztrain.pipeline.stages"
+    local function best_by_brute(costs, p)
+      local n, best = #costs, math.huge
+      local function go(start, left, worst)
+        if left == 1 then
+          local sum = 0
+          for i = start, n do sum = sum + costs[i] end
+          best = math.min(best, math.max(worst, sum)); return
+        end
+        local sum = 0
+        for e = start, n - left + 1 do
+          sum = sum + costs[e]
+          go(e + 1, left - 1, math.max(worst, sum))
+        end
+      end
+      go(1, p, 0)
+      return best
+    end
+    local rng = 12345
+    local function rand() rng = (rng * 1103515245 + 12345) % 2147483648; return rng / 2147483648 end
+    for trial = 1, 40 do
+      local L = 2 + trial % 7
+      local times = { embed = rand(), block = 0.5 + rand(), head = 1 + 4 * rand() }
+      local units = { { kind = "embed", numel = 1 } }
+      for _ = 1, L do units[#units + 1] = { kind = "block", numel = 1 } end
+      units[#units + 1] = { kind = "head", numel = 1 }
+      local costs = {}
+      for i, u in ipairs(units) do costs[i] = times[u.kind] end
+      local model = { units = units, cfg = { name = "fake" } }
+      for p = 2, math.min(5, #units) do
+        local counts = stages.partition(model, p, "time", times)
+        local i, worst, total = 1, 0, 0
+        for _, c in ipairs(counts) do
+          assert.is_true(c >= 1)
+          local sum = 0
+          for _ = 1, c do sum = sum + costs[i]; i = i + 1 end
+          worst = math.max(worst, sum); total = total + c
+        end
+        assert.are.equal(#units, total)
+        assert.is_true(math.abs(worst - best_by_brute(costs, p)) < 1e-12, ("trial %d p=%d"):format(trial, p))
+      end
+    end
+  end)
+
+  it("pipedream: 1F1B's order, marked asynchronous", function()
+    local a = P.build("pipedream", { ranks = 4, microbatches = 8 })
+    local b = P.build("1f1b", { ranks = 4, microbatches = 8 })
+    assert.is_true(a.async)
+    assert.is_nil(b.async)
+    for r = 1, 4 do
+      for k = 1, #b[r] do assert.are.equal(S.format(b[r][k]), S.format(a[r][k])) end
     end
   end)
 
@@ -202,6 +309,8 @@ describe("pipeline schedules", function()
     e = err("1f1b", { ranks = 2, microbatches = 0 })
     assert.truthy(e:find("microbatches must be a whole number >= 1, got 0", 1, true), e)
     e = err("zb_h2", { ranks = 2, microbatches = 2 })
-    assert.truthy(e:find("known: 1f1b, gpipe, interleaved_1f1b, zb_h1", 1, true), e)
+    assert.truthy(e:find("known: 1f1b, gpipe, interleaved_1f1b, pipedream, zb_h1, zbv", 1, true), e)
+    e = err("zbv", { ranks = 2, microbatches = 4, chunks = 3 })
+    assert.truthy(e:find("the V placement holds two stages per rank (chunks = 2), got chunks = 3", 1, true), e)
   end)
 end)

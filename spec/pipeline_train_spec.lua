@@ -8,9 +8,10 @@ local util = require "helpers.util"
 local BASE = "model.size=gpt2-mini data.seq_len=32 batch.micro=2 train.steps=3 train.log_every=1 " ..
              "train.eval_every=0 lr.warmup=1 optim.clip=0.05 -q"
 
-local function run(args)
+-- after: overrides that come after BASE's
+local function run(args, after)
   local dir = util.outdir()
-  local out, rc = util.sh(("timeout 120 build/ztrain %s %s out=%s"):format(args, BASE, dir))
+  local out, rc = util.sh(("timeout 120 build/ztrain %s %s %s out=%s"):format(args, BASE, after or "", dir))
   assert.are.equal(0, rc, args .. "\n" .. out)
   local s = cjson.decode(util.read(dir .. "/summary.json"))
   local losses = {}
@@ -20,16 +21,94 @@ local function run(args)
 end
 
 describe("pipeline training", function()
-  it("2 stages (gpipe, 1f1b, zb_h1), 4 stages (1f1b), 2 ranks x 2 chunks (interleaved) equal one rank accumulating 8",
+  it("2 stages (gpipe, 1f1b, zb_h1), 4 stages (1f1b), 2 ranks x 2 chunks (interleaved, zbv) equal one rank accumulating 8",
      function()
     local d0, l0 = run("recipes/single.lua batch.accumulate=8")
-    for _, c in ipairs({ { 2, "gpipe" }, { 2, "1f1b" }, { 2, "zb_h1" }, { 4, "1f1b" }, { 2, "interleaved_1f1b", 2 } }) do
+    for _, c in ipairs({ { 2, "gpipe" }, { 2, "1f1b" }, { 2, "zb_h1" }, { 4, "1f1b" }, { 2, "interleaved_1f1b", 2 },
+                         { 2, "zbv", 2 } }) do
       local d, l, s = run(("--nproc %d recipes/single.lua batch.accumulate=8 pipeline.stages=%d " ..
                            "pipeline.chunks=%d schedule=%s"):format(c[1], c[1], c[3] or 1, c[2]))
       assert.are.equal(d0, d, c[2] .. " p=" .. c[1])
       assert.are.equal(l0, l, c[2] .. " p=" .. c[1] .. " loss bits")
       assert.are.equal("schedule", s.driver)
     end
+  end)
+
+  it("ZB-V on 4 ranks (8 stages of gpt2 in a V) equals one rank accumulating 8", function()
+    local more = "model.size=gpt2 train.steps=2"
+    local d0, l0 = run("recipes/single.lua batch.accumulate=8", more)
+    local d, l, s = run("--nproc 4 recipes/single.lua batch.accumulate=8 pipeline.stages=4 pipeline.chunks=2 " ..
+                        "schedule=zbv", more)
+    assert.are.equal(d0, d)
+    assert.are.equal(l0, l)
+    assert.are.equal(8, #s.pipeline.units)
+  end)
+
+  it("stages balanced by measured time train to the same bits", function()
+    local d0, l0 = run("recipes/single.lua batch.accumulate=4")
+    local d, l, s = run("--nproc 2 recipes/single.lua batch.accumulate=4 pipeline.stages=2 pipeline.split=time")
+    assert.are.equal(d0, d)
+    assert.are.equal(l0, l)
+    assert.are.equal(6, s.pipeline.units[1] + s.pipeline.units[2])
+    assert.is_table(s.pipeline.unit_seconds)
+    assert.is_true(s.pipeline.unit_seconds.head > 0 and s.pipeline.unit_seconds.block > 0)
+  end)
+
+  -- PipeDream (asynchronous, weight stashing): no synchronous oracle, so
+  -- one stage against one rank updating after every micro-batch, and on
+  -- two stages the stash's promise checked from inside: each micro-batch's
+  -- backward sees the very weights its forward saw, though the stage was
+  -- updated in between
+  it("pipedream on one stage equals one rank updating after every micro-batch", function()
+    local fixed = " lr.schedule=constant lr.warmup=0 optim.clip=0"
+    local d0 = run("recipes/single.lua batch.accumulate=1", "train.steps=12" .. fixed)
+    local d1 = run("recipes/single.lua batch.accumulate=4 schedule=pipedream", "train.steps=3" .. fixed)
+    assert.are.equal(d0, d1)
+    local d2 = run("recipes/single.lua batch.accumulate=4 schedule=1f1b", "train.steps=3" .. fixed)
+    assert.are_not.equal(d0, d2)
+  end)
+
+  it("pipedream on two stages: every backward runs on its forward's weights (the stash)", function()
+    local recipe = os.tmpname() .. ".lua"
+    local report = os.tmpname()
+    util.write(recipe, ([[
+      local zt = require "ztrain"
+      local ops = require "ztrain.ops"
+      local r = dofile("recipes/pipeline_pipedream.lua")
+      local base = zt.strategy.single()
+      local seen, stale = {}, 0
+      local function sum(u) return ops.sum(u.params) end
+      r.strategy = setmetatable({ name = "stash_probe",
+        pre_forward = function(ctx, u, mb)
+          if ctx.training then
+            local s = seen[u.index] or { f = {}, b = 0 }; seen[u.index] = s
+            s.f[#s.f + 1] = sum(u)
+          end
+          return base.pre_forward(ctx, u, mb)
+        end,
+        pre_backward = function(ctx, u, mb)
+          local s = seen[u.index]
+          s.b = s.b + 1
+          local f, now = s.f[s.b], sum(u)
+          if f ~= now then
+            error(("unit %%s, micro-batch %%d of the run: backward on other weights than its forward (%%.17g vs %%.17g)")
+                  :format(u.name, s.b - 1, f, now), 0)
+          end
+          -- a later forward already saw newer weights: this backward needed the stash
+          if s.f[s.b + 1] and s.f[s.b + 1] ~= f then stale = stale + 1 end
+          return base.pre_backward(ctx, u, mb)
+        end,
+        free = function(ctx)
+          local f = assert(io.open("%s." .. ctx.rank, "w")); f:write(stale); f:close()
+          return base.free(ctx)
+        end }, { __index = base })
+      return r]]):format(report))
+    local d = run("--nproc 2 " .. recipe .. " batch.accumulate=4", "optim.clip=0")
+    assert.is_string(d)
+    -- stage 0 (warm-up 1) ran backwards on stashed weights; stage 1 never needs to
+    assert.is_true(tonumber(util.read(report .. ".0")) > 0)
+    assert.are.equal(0, tonumber(util.read(report .. ".1")))
+    os.remove(recipe); os.remove(report .. ".0"); os.remove(report .. ".1")
   end)
 
   it("2 stages x 2 data-parallel replicas equal dp on 2 ranks, under dp and zero1", function()
@@ -57,6 +136,35 @@ describe("pipeline training", function()
           "pipeline.split must give 2 stage sizes adding up to the model's 6 units, got 2 sizes adding up to 5")
     fails("--nproc 2 recipes/zero3.lua pipeline.stages=2",
           "zero3 across pipeline stages is not supported yet")
+    fails("--nproc 2 recipes/single.lua pipeline.stages=2 pipeline.chunks=4",
+          "8 pipeline stages (pipeline.stages x pipeline.chunks) are more than gpt2-mini's 6 units")
+    fails("--nproc 2 recipes/single.lua pipeline.stages=2 'pipeline.split={0,6}'",
+          "pipeline.split[1] must be a whole number of units >= 1, got 0")
+    fails("--nproc 2 recipes/single.lua pipeline.stages=2 pipeline.split=fast",
+          'pipeline.split must be "params", "time" or a list of unit counts per stage, got fast')
+    fails("--nproc 2 recipes/single.lua pipeline.stages=2 pipeline.chunks=2 batch.accumulate=3",
+          "interleaved_1f1b: microbatches (3) must be a multiple of the pipeline ranks (2)")
+    fails("--nproc 2 recipes/single.lua pipeline.stages=2 schedule=zbv",
+          "schedule zbv places two stages on each rank in a V: set pipeline.chunks = 2 (it is 1)")
+    fails("--nproc 2 recipes/pipeline_pipedream.lua optim.clip=1",
+          "schedule pipedream updates each stage after every micro-batch, on its own")
+    fails("--nproc 2 recipes/single.lua pipeline.stages=2 pipeline.placement=w",
+          'pipeline.placement must be "" (the schedule\'s), "loop" or "v", got "w"')
+    -- a user schedule that drops a micro-batch
+    local drop = os.tmpname() .. ".lua"
+    util.write(drop, [[
+      local r = dofile("recipes/pipeline_1f1b.lua")
+      local base = require("ztrain.pipeline.schedules").one_f_one_b
+      r.schedule = function(p)
+        local lists = base(p)
+        for _, l in ipairs(lists) do
+          for i = #l, 1, -1 do if l[i].mb == 1 then table.remove(l, i) end end
+        end
+        return lists
+      end
+      return r]])
+    fails(drop .. " batch.accumulate=2", "schedule: stage 0 micro-batch 1: forward missing")
+    os.remove(drop)
     -- a user schedule whose stages wait for each other: refused before running
     local recipe = os.tmpname() .. ".lua"
     util.write(recipe, [[

@@ -78,7 +78,8 @@ describe("recipe", function()
     local expect = { ["examples/timed_zero2.lua"] = "zero2", ["examples/all_forward_first.lua"] = "single",
                      ["recipes/infinity.lua"] = "zero3_infinity", ["recipes/pipeline_1f1b.lua"] = "single",
                      ["recipes/pipeline_gpipe.lua"] = "single", ["recipes/pipeline_zb.lua"] = "single",
-                     ["recipes/pipeline_interleaved.lua"] = "single",
+                     ["recipes/pipeline_interleaved.lua"] = "single", ["recipes/pipeline_zbv.lua"] = "single",
+                     ["recipes/pipeline_pipedream.lua"] = "single",
                      ["recipes/pipeline_dp.lua"] = "zero1" }
     local p = io.popen("ls recipes/*.lua examples/*.lua")
     local paths = {}

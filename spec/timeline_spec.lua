@@ -189,10 +189,13 @@ describe("ztrain schedule", function()
     end
     assert.matches("\ninterleaved_1f1b%s+0%.", out)
     assert.matches("\nzb_h1%s+0%.", out)
+    -- ZB-V below ZB-H1 (p=4 m=8: 1/13 against 1/9)
+    local zbv, zb = tonumber(out:match("\nzbv%s+([%d.]+)")), tonumber(out:match("\nzb_h1%s+([%d.]+)"))
+    assert.is_true(zbv < zb, out)
     well_formed(dir .. "/compare.svg")
     local bars = 0
     for _ in slurp(dir .. "/compare.svg"):gmatch('<rect class="bar"') do bars = bars + 1 end
-    assert.are.equal(5, bars)
+    assert.are.equal(6, bars)
     os.execute("rm -rf " .. dir)
   end)
 
@@ -200,7 +203,7 @@ describe("ztrain schedule", function()
     local dir = tmpdir()
     local out, rc = run("build/ztrain schedule nope p=2 m=4 out=" .. dir)
     assert.are.equal(1, rc, out)
-    assert.matches('unknown pipeline schedule "nope" (known: 1f1b, gpipe, interleaved_1f1b, zb_h1, or compare)',
+    assert.matches('unknown pipeline schedule "nope" (known: 1f1b, gpipe, interleaved_1f1b, pipedream, zb_h1, zbv, or compare)',
                    out, 1, true)
     out, rc = run("build/ztrain schedule interleaved_1f1b p=4 m=6 out=" .. dir)
     assert.are.equal(1, rc, out)

@@ -46,11 +46,12 @@ Recipe keys (defaults in lua/ztrain/recipe.lua; docs/recipes.md):
   offload.staging (host staging buffers, e.g. 16MiB), offload.prefetch (units fetched ahead)
   launch.nproc (local ranks to start; 0: the launcher's, or one)
   pipeline.stages (ranks per pipeline), pipeline.chunks (stages per rank, interleaved),
-    pipeline.split ("params" or unit counts per stage)
-  schedule ("": sequential driver; one_stage, one_stage_iw or a function: schedule driver)
+    pipeline.split ("params", "time" or unit counts per stage), pipeline.placement ("", loop, v)
+  schedule ("": sequential driver; one_stage, one_stage_iw, gpipe, 1f1b, interleaved_1f1b,
+    zb_h1, zbv, pipedream or a function: schedule driver)
 
 ztrain schedule NAME p=P m=M [v=V] [out=DIR] draws a pipeline schedule without
-training: builds it (gpipe, 1f1b, interleaved_1f1b, zb_h1), simulates it, prints
+training: builds it (gpipe, 1f1b, interleaved_1f1b, zb_h1, zbv, pipedream), simulates it, prints
 the ranks x time grid, the predicted bubble and peak activations per stage, and
 writes timeline.svg and timeline.json (Chrome trace) of the ideal timeline to
 DIR (default runs/schedule-NAME-pP-mM-<time>/). `ztrain schedule compare p=4
@@ -181,7 +182,7 @@ local function schedule(args)
 
   if name ~= "compare" then
     -- interleaving with one chunk is 1F1B: default to two
-    o.v = o.v or (name == "interleaved_1f1b" and 2 or 1)
+    o.v = o.v or ((name == "interleaved_1f1b" or name == "zbv") and 2 or 1)
     local lists, q = schedules.build(name, { ranks = o.p, microbatches = o.m, chunks = o.v })
     local res = simulate.check(lists)
     print(("%s: p=%d ranks, m=%d micro-batches, v=%d chunk(s) per rank, %d stages; %s")
@@ -207,7 +208,7 @@ local function schedule(args)
   print(("%-18s %-9s %-9s %s"):format("schedule", "bubble", "makespan", "peak activations per stage"))
   local cases = { { "naive (gpipe m=1)", "gpipe", 1, 1 }, { "gpipe", "gpipe", o.m, 1 },
                   { "1f1b", "1f1b", o.m, 1 }, { "interleaved_1f1b", "interleaved_1f1b", o.m, v },
-                  { "zb_h1", "zb_h1", o.m, 1 } }
+                  { "zb_h1", "zb_h1", o.m, 1 }, { "zbv", "zbv", o.m, 2 } }
   for _, c in ipairs(cases) do
     local label, sname, m, chunks = c[1], c[2], c[3], c[4]
     local ok, lists, q = pcall(schedules.build, sname, { ranks = o.p, microbatches = m, chunks = chunks })

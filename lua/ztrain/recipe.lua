@@ -20,9 +20,11 @@ M.defaults = {
   batch    = { micro = 4, accumulate = 1, global = 0 },
   train    = { steps = 200, log_every = 10, eval_every = 50, eval_batches = 20 },
   device   = { backend = "cpu", memory_limit = "0", threads = 0 },
-  launch   = { nproc = 0 },
-  -- pipeline stages (ranks per replica): units split by parameter count or as listed
-  pipeline = { stages = 1, chunks = 1, split = "params" },  -- local ranks `ztrain RECIPE` starts (0: the launcher's, or one)
+  launch   = { nproc = 0 },   -- local ranks `ztrain RECIPE` starts (0: the launcher's, or one)
+  -- pipeline: ranks per replica (stages), model chunks per rank; units split
+  -- "params" (by parameter count), "time" (by measured time) or as listed;
+  -- placement "" (the schedule's), "loop" (stage s on rank s % stages) or "v"
+  pipeline = { stages = 1, chunks = 1, split = "params", placement = "" },
   -- where offloaded state is staged and swapped (zt.strategy.zero{offload_*})
   offload  = { staging = "16MiB", prefetch = 2, nvme_path = "", block_size = "1MiB", queue_depth = 8,
                checksum = false },
@@ -194,6 +196,10 @@ function M.resolve(user, overrides)
   -- the strategy (a name or an object) is checked now, not mid-step
   local sok, serr = pcall(require("ztrain.strategy").resolve, r.strategy)
   if not sok then return nil, "strategy: " .. tostring(serr) end
+  local pl = r.pipeline.placement
+  if pl ~= "" and pl ~= "loop" and pl ~= "v" then
+    return nil, ('pipeline.placement must be "" (the schedule\'s), "loop" or "v", got %q'):format(tostring(pl))
+  end
   if type(r.schedule) ~= "string" and type(r.schedule) ~= "function" then
     return nil, ("recipe key \"schedule\" must be a schedule name or a function, got %s"):format(type(r.schedule))
   end

@@ -169,7 +169,8 @@ function run(r, opts)
               global = r.batch.micro * tr.accumulate * tr.dp.size },
     steps = last and last.step or 0,
     tokens = (last and last.step or 0) * r.batch.micro * r.data.seq_len * tr.accumulate * tr.dp.size,
-    pipeline = tr.pp and { stages = tr.pp.size, units = (function()
+    pipeline = tr.pp and { stages = tr.pp.size, split = type(r.pipeline.split) == "string" and r.pipeline.split
+                           or "given", unit_seconds = tr.unit_times or cjson_null, units = (function()
       local c = {}
       for i, st in ipairs(tr.stages) do c[i] = #st.units end
       return c end)() } or cjson_null,

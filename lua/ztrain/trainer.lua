@@ -26,6 +26,7 @@ local groups = require "ztrain.groups"
 local pipeline_stages = require "ztrain.pipeline.stages"
 local shard = require "ztrain.strategy.shard"
 local comm = require "ztrain.comm"
+local ops = require "ztrain.ops"
 local recipe_mod = require "ztrain.recipe"
 
 local M = {}
@@ -201,19 +202,34 @@ function build(self, r)
                            weight_decay = r.optim.weight_decay }
   self.schedule = lr.make(r.optim.lr, r.lr, r.train.steps)
 
-  -- stages: this rank runs stage pp.rank (one chunk per rank)
-  local P = r.pipeline.stages
+  -- stages: P pipeline ranks x V chunks each, placed as the schedule needs
+  local P, V = r.pipeline.stages, r.pipeline.chunks
   -- (errors that follow from the recipe alone: every rank stops alike)
   if P > 1 and S.stage == 3 then
     fail_all("pipeline.stages > 1 composes with single, dp, zero1 and zero2; zero3 across pipeline stages " ..
              "is not supported yet")
   end
-  local V = r.pipeline.chunks          -- model chunks per pipeline rank (interleaved schedules)
-  local okp, counts = pcall(pipeline_stages.partition, self.model, P * V, r.pipeline.split)
+  local sched = r.schedule
+  if sched == "" and P > 1 then sched = V > 1 and "interleaved_1f1b" or "1f1b" end
+  local pipe = require "ztrain.pipeline.schedules"
+  local placement = r.pipeline.placement ~= "" and r.pipeline.placement or pipe.placement(sched)
+  if placement == "v" and V ~= 2 then
+    fail_all(("%s places two stages on each rank in a V: set pipeline.chunks = 2 (it is %d)")
+             :format(r.pipeline.placement ~= "" and 'pipeline.placement = "v"' or ("schedule " .. tostring(sched)), V))
+  end
+  local okq, q = pcall(pipe.params, { ranks = P, chunks = V, microbatches = accum, placement = placement }, "pipeline")
+  if not okq then fail_all(errors.message(q)) end
+  local stage_rank = q.stage_rank
+  self.stage_rank = stage_rank
+  local times
+  if r.pipeline.split == "time" and P * V > 1 then
+    times = self:measure_units(B, Tlen)
+  end
+  local okp, counts = pcall(pipeline_stages.partition, self.model, P * V, r.pipeline.split, times)
   if not okp then fail_all(errors.message(counts)) end
   self.stages = stage_run.stages(self.model, counts)
+  self.unit_times = times
   local prank = self.pp and self.pp.rank or 0
-  local stage_rank = function(s) return s % P end
   local units, holds, nparams = {}, {}, 0
   for _, st in ipairs(self.stages) do
     if stage_rank(st.index) == prank then
@@ -227,7 +243,7 @@ function build(self, r)
                units = P > 1 and units or nil, nparams = nparams,
                out_dir = self.env_opts.out, quiet = self.env_opts.quiet,
                rank = self.rank, world_size = self.world_size }
-  self.tied = pipeline_stages.tied(self.model, self.pp, holds)
+  self.tied = pipeline_stages.tied(self.model, self.pp, holds, stage_rank(0), stage_rank(#self.stages - 1))
   self.ctx.tied = self.tied
   self.setup_called = true
   S.setup(self.ctx)
@@ -253,11 +269,10 @@ function build(self, r)
                microbatches = accum, pp = self.pp, stage_rank = stage_rank,
                load = function(a, mb) self:load_micro(a, mb) end }
   self.driver = require "ztrain.driver.sequential"
-  local sched = r.schedule
-  if sched == "" and P > 1 then sched = V > 1 and "interleaved_1f1b" or "1f1b" end
   if sched ~= "" then
     local okl, lists = pcall(schedule.resolve, sched, { stages = #self.stages, microbatches = accum,
-                                                         ranks = P, chunks = V, stage_rank = stage_rank })
+                                                         ranks = P, chunks = V, placement = placement,
+                                                         stage_rank = stage_rank, tied = true })
     if not okl then fail_all(errors.message(lists)) end
     if P > 1 then
       -- every rank's list simulated together before any rank blocks: a
@@ -268,12 +283,41 @@ function build(self, r)
         fail_all(what .. " would " .. tostring(sim.deadlock) .. "; reorder its sends and receives")
       end
     end
+    if lists.async then
+      -- PipeDream: each stage updates on its own, after every micro-batch
+      if r.optim.clip > 0 then
+        fail_all(("schedule %s updates each stage after every micro-batch, on its own: clipping by the " ..
+                  "global norm needs every stage's gradient at once; set optim.clip = 0")
+                 :format(type(sched) == "string" and sched or "(async)"))
+      end
+      if V > 1 then fail_all("an asynchronous schedule updates a rank's one stage after each micro-batch: " ..
+                             "set pipeline.chunks = 1") end
+      self.env.async = true
+    end
     self.env.lists = lists
     self.driver = require "ztrain.driver.schedule"
   end
   self.xbuf = ffi.new("int32_t[?]", B * Tlen)
   self.ybuf = ffi.new("int32_t[?]", B * Tlen)
   self.step = 0
+end
+
+-- pipeline.split = "time": world rank 0 times each kind of unit at this
+-- micro-batch and tells every rank (the split must be the same on all).
+function Trainer:measure_units(B, Tlen)
+  local T = require "ztrain.tensor"
+  local box = T.new({ 3 }, { dtype = "f32", tier = "host", category = "other" })
+  local ok, err = pcall(function()
+    if self.rank == 0 then
+      local t = pipeline_stages.measure(self.cfg, B, Tlen)
+      box:write(ffi.new("float[3]", { t.embed, t.block, t.head }))
+    end
+    if self.world_size > 1 then self.world:broadcast(box, 0) end
+  end)
+  local v = ok and box:totable() or nil
+  box:free()
+  if not ok then error(err, 0) end
+  return { embed = v[1], block = v[2], head = v[3] }
 end
 
 -- Refuse early (with numbers) a model whose state cannot fit in this
@@ -333,7 +377,9 @@ function Trainer:train_step()
   local t0 = C.zt_now()
   self.step = self.step + 1
   local step_lr = self.schedule(self.step)
-  env.dscale = 1.0 / (B * Tlen * accum * N)
+  -- the loss is the mean over the step's micro-batches (asynchronous
+  -- pipelines update after each one: the mean over one)
+  env.dscale = 1.0 / (B * Tlen * (env.async and 1 or accum) * N)
   ctx.training = true
   local loss, gnorm = self.driver.step(env, step_lr)
   if self.tied then self.tied:sync_params() end
@@ -368,7 +414,7 @@ function Trainer:evaluate()
     sets[i] = self.pools[i]:acquire(0)
     sets[i].dscale = nil
   end
-  local S, P = #self.stages, pp and pp.size or 1
+  local S, at = #self.stages, self.stage_rank
   local ok, err = pcall(function()
     for b = 0, n - 1 do
       for _, i in ipairs(mine) do
@@ -376,9 +422,14 @@ function Trainer:evaluate()
         self:load_batch(a, L, b)
         -- across stages: the input from the previous stage, the output to the next
         local tag = 30000 + (stage.index * 64 + b) % 2048
-        if pp and stage.index > 0 then pp:recv(a.input, (stage.index - 1) % P, tag) end
+        local prank = pp and pp.rank
+        if pp and stage.index > 0 and at(stage.index - 1) ~= prank then pp:recv(a.input, at(stage.index - 1), tag) end
         local y = stage_run.forward(ctx, self.strategy, stage, a, 0)
-        if pp and stage.index < S - 1 then pp:send(y, (stage.index + 1) % P, 30000 + ((stage.index + 1) * 64 + b) % 2048) end
+        if pp and stage.index < S - 1 then
+          local nxt = at(stage.index + 1)
+          if nxt == prank then ops.copy(sets[i + 1].input, y)      -- the next stage is here too
+          else pp:send(y, nxt, 30000 + ((stage.index + 1) * 64 + b) % 2048) end
+        end
         if stage.has_head then total = total + self.model:mean_loss(a) end
       end
     end
@@ -416,7 +467,7 @@ function Trainer:param_digest()
     local with = S.with_full_params and function(u, fn) return S.with_full_params(self.ctx, u, fn) end
     return pipeline_stages.digest(self.pp, #self.stages, function(st, s)
       digest.update(st, self.stages[s + 1].units, with)
-    end)
+    end, self.stage_rank)
   end
   return digest.params(self.model, S.with_full_params and function(u, fn)
     return S.with_full_params(self.ctx, u, fn)
@@ -426,6 +477,7 @@ end
 -- Free everything the run allocated; safe after a build that failed
 -- part-way (only what exists is freed), and twice.
 function Trainer:free()
+  if self.env then require("ztrain.driver.schedule").free_stash(self.env) end
   for _, p in pairs(self.pools or {}) do p:free() end
   self.pools = nil
   if self.setup_called and self.strategy and self.strategy.free then self.strategy.free(self.ctx) end

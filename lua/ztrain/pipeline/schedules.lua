@@ -4,10 +4,12 @@
 --   fn({ stages = S, microbatches = m, ranks = r, chunks = v })
 --     -> { [rank + 1] = { actions } }
 --
--- stages counts every model chunk: S = r x v. Stage s runs on rank s % r
--- (M.stage_rank), so with v > 1 rank r holds stages r, r + p, r + 2p, ...
--- (Megatron's interleaving). Any two of stages/ranks/chunks determine the
--- third (chunks defaults to 1).
+-- stages counts every model chunk: S = r x v. Placement "loop" (the
+-- default): stage s runs on rank s % r, so with v > 1 rank r holds stages
+-- r, r + p, r + 2p, ... (Megatron's interleaving). Placement "v" (v = 2):
+-- rank r holds stages r and 2r' - 1 - r, so the first and the last stage
+-- share rank 0 (ZB-V's V shape). Any two of stages/ranks/chunks determine
+-- the third (chunks defaults to 1).
 --
 -- Every schedule is first a compute order per rank (F, B or I/W); with_comms
 -- then places the communication the way the executor needs it never to
@@ -26,12 +28,14 @@ local A = S.action
 
 local function whole(x) return type(x) == "number" and x == x and x % 1 == 0 end
 
--- params(p, name) -> { stages, microbatches, ranks, chunks, stage_rank }
--- Checks the numbers and raises a user error naming them.
+M.PLACEMENTS = { loop = true, v = true }
+
+-- params(p, name) -> { stages, microbatches, ranks, chunks, placement,
+-- stage_rank }. Checks the numbers and raises a user error naming them.
 function M.params(p, name)
   name = name or "schedule"
   if type(p) ~= "table" then error(name .. ": parameters must be a table { stages, microbatches, ranks, chunks }", 0) end
-  local v = p.chunks == nil and 1 or p.chunks
+  local v = p.chunks == nil and (p.placement == "v" and 2 or 1) or p.chunks
   if not whole(v) or v < 1 then
     error(("%s: chunks (v) must be a whole number >= 1, got %s"):format(name, tostring(p.chunks)), 0)
   end
@@ -50,8 +54,20 @@ function M.params(p, name)
   if not whole(m) or m < 1 then
     error(("%s: microbatches must be a whole number >= 1, got %s"):format(name, tostring(m)), 0)
   end
-  return { stages = st, microbatches = m, ranks = r, chunks = v,
-           stage_rank = function(s) return s % r end }
+  local placement = p.placement or "loop"
+  if not M.PLACEMENTS[placement] then
+    error(('%s: placement must be "loop" (stage s on rank s %% ranks) or "v" (ranks r and 2 x ranks - 1 - r), ' ..
+           'got %s'):format(name, tostring(placement)), 0)
+  end
+  local stage_rank = function(s) return s % r end
+  if placement == "v" then
+    if v ~= 2 then
+      error(("%s: the V placement holds two stages per rank (chunks = 2), got chunks = %d"):format(name, v), 0)
+    end
+    stage_rank = function(s) return s < r and s or st - 1 - s end
+  end
+  return { stages = st, microbatches = m, ranks = r, chunks = v, placement = placement,
+           stage_rank = stage_rank }
 end
 
 -- stage_rank(p) -> fn(s) -> rank: the placement every schedule here uses.
@@ -207,6 +223,92 @@ function M.zb_h1(p)
   return M.with_comms(orders, q)
 end
 
+-- ZB-V (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", section 6):
+-- two chunks per rank in a V (rank r holds stages r and 2p - 1 - r, so a
+-- micro-batch goes down the ranks and back up, and the first and last
+-- stage -- the tied embedding and head -- share rank 0), the backward split
+-- into I and W. The order is built as the paper builds its schedules: a
+-- list scheduler at F = I = W = 1 where each free rank runs, in this order
+-- of preference, an I that is ready (the critical path; the later chunk
+-- first), an F that is ready (the later chunk first, and only while the
+-- rank holds fewer than 2p chunks' activations: p full stages', 1F1B's
+-- peak), else the oldest W, which fills what would be idle.
+-- W's stay in micro-batch order on each stage, and on rank 0 the head's W
+-- of micro-batch i comes before the embedding's, which comes before the
+-- head's of i + 1 (the tied wte gradient's order on one rank). Any m; the
+-- bubble falls to near zero for m >= 2p (simulate to see it).
+function M.zbv(p)
+  local q = M.params({ stages = p.stages, microbatches = p.microbatches, ranks = p.ranks,
+                       chunks = p.chunks or 2, placement = "v" }, "zbv")
+  local R, NS, m = q.ranks, q.stages, q.microbatches
+  local fin = {}                                    -- fin[op][s][i] = finish time
+  for _, op in ipairs({ "F", "I", "W" }) do fin[op] = {}; for s = 0, NS - 1 do fin[op][s] = {} end end
+  local nxt = { F = {}, I = {}, W = {} }             -- next micro-batch per op and stage
+  for _, op in ipairs({ "F", "I", "W" }) do for s = 0, NS - 1 do nxt[op][s] = 0 end end
+  local held = {}                                   -- per rank: chunk activations F'd, not yet W'd
+  local free_at, orders = {}, {}
+  for r = 0, R - 1 do held[r] = 0; free_at[r] = 0; orders[r + 1] = {} end
+  local function by(op, s, i, t) local f = fin[op][s][i]; return f ~= nil and f <= t end
+  local function ready(op, s, t)
+    local i = nxt[op][s]
+    if i >= m then return nil end
+    if op == "F" then
+      if s > 0 and not by("F", s - 1, i, t) then return nil end
+    elseif op == "I" then
+      if not by("F", s, i, t) or (s < NS - 1 and not by("I", s + 1, i, t)) then return nil end
+    else
+      if not by("I", s, i, t) then return nil end
+      if s == 0 and NS > 1 and not by("W", NS - 1, i, t) then return nil end           -- head first
+      if s == NS - 1 and NS > 1 and i > 0 and not by("W", 0, i - 1, t) then return nil end
+    end
+    return i
+  end
+  local left, t = 3 * NS * m, 0
+  while left > 0 do
+    for r = 0, R - 1 do
+      if free_at[r] <= t then
+        local hi, lo = NS - 1 - r, r                 -- the rank's later and earlier chunk
+        local pick
+        for _, c in ipairs({ { "I", hi }, { "I", lo }, { "F", hi }, { "F", lo }, { "W", hi }, { "W", lo } }) do
+          local op, s = c[1], c[2]
+          local i = ready(op, s, t)
+          if i and op == "F" and held[r] >= 2 * R then i = nil end
+          if i then pick = { op, s, i }; break end
+        end
+        if pick then
+          local op, s, i = pick[1], pick[2], pick[3]
+          fin[op][s][i] = t + 1
+          nxt[op][s] = i + 1
+          if op == "F" then held[r] = held[r] + 1 elseif op == "W" then held[r] = held[r] - 1 end
+          free_at[r] = t + 1
+          left = left - 1
+          orders[r + 1][#orders[r + 1] + 1] = C(op, s, i)
+        end
+      end
+    end
+    t = t + 1
+    assert(t < 100 * NS * m + 100, "zbv: the list scheduler made no progress")
+  end
+  return M.with_comms(orders, q)
+end
+
+-- PipeDream's asynchronous 1F1B (Narayanan et al., SOSP 2019) with weight
+-- stashing: 1F1B's order, but each stage updates its weights after every
+-- micro-batch's backward instead of once per step, and a micro-batch's
+-- backward uses the weights its forward used (stashed at the forward).
+-- The driver sees lists.async. Stage s of p runs micro-batch i's forward
+-- and backward on weights min(i, p - s - 1) updates old (the last stage's
+-- are never stale; PipeDream without vertical sync: stages of one
+-- micro-batch use different versions). Every step ends with a flush, so
+-- staleness never crosses steps. Not the same math as one rank: opt-in.
+function M.pipedream(p)
+  local q = M.params(p, "pipedream")
+  one_chunk(q, "pipedream")
+  local lists = M.one_f_one_b(p)
+  lists.async = true
+  return lists
+end
+
 -- By name, for recipes and the CLI (ztrain.schedule.builtin holds the
 -- one-stage ones).
 M.builtin = {
@@ -214,7 +316,13 @@ M.builtin = {
   ["1f1b"] = M.one_f_one_b,
   interleaved_1f1b = M.interleaved_1f1b,
   zb_h1 = M.zb_h1,
+  zbv = M.zbv,
+  pipedream = M.pipedream,
 }
+
+-- The placement a built-in schedule needs ("loop" where it has none).
+M.PLACEMENT = { zbv = "v" }
+function M.placement(name) return type(name) == "string" and M.PLACEMENT[name] or "loop" end
 
 -- build(name_or_fn, p) -> lists, vp. Runs the schedule and validates its
 -- lists (raises a user error naming what is wrong); vp is what
@@ -233,7 +341,8 @@ function M.build(sched, p)
     end
   end
   if type(fn) ~= "function" then error("a pipeline schedule is a name or a function returning action lists", 0) end
-  local q = M.params(p, type(sched) == "string" and sched or "schedule")
+  local p2 = setmetatable({ placement = p.placement or M.placement(sched) }, { __index = p })
+  local q = M.params(p2, type(sched) == "string" and sched or "schedule")
   local lists = fn(q)
   if type(lists) == "table" and #lists ~= q.ranks then
     error(("schedule returned %d action lists for %d ranks"):format(#lists, q.ranks), 0)

@@ -2,8 +2,8 @@
 -- crossing stages asks of the model: the tied embedding/head weights and a
 -- parameter digest chained through the stages.
 --
--- Stage s runs on pipeline rank s % p (v chunks per rank: interleaved
--- schedules give rank r stages r, r + p, ...). The embedding lives
+-- Stage s runs on pipeline rank stage_rank(s) (schedules.lua: s % p, or
+-- the V of ZB-V). The embedding lives
 -- on the first stage and the head, which reads the embedding's wte (tied),
 -- on the last. The last stage keeps a replica of the embedding unit: its
 -- parameters are refreshed from the first stage after every step, and the
@@ -19,13 +19,90 @@ local C = zffi.C
 
 local M = {}
 
--- partition(model, p, split) -> unit counts per stage. split: "params"
--- (contiguous, balanced by parameter count) or a list of counts.
-function M.partition(model, p, split)
+-- Contiguous split of costs[1..n] into p parts, each non-empty, that
+-- minimises the largest part's sum (the slowest stage sets the pace).
+local function minmax_split(costs, p)
+  local n = #costs
+  local pre = { [0] = 0 }
+  for i = 1, n do pre[i] = pre[i - 1] + costs[i] end
+  -- best[k][i]: the least largest sum of units 1..i in k parts; cut[k][i]: the last part's start
+  local best, cut = { [0] = { [0] = 0 } }, {}
+  for k = 1, p do
+    best[k], cut[k] = {}, {}
+    for i = k, n - (p - k) do
+      local b, c = math.huge, nil
+      for j = k, i do          -- the k-th part is units j..i
+        local prev = best[k - 1][j - 1]
+        if prev then
+          local v = math.max(prev, pre[i] - pre[j - 1])
+          if v < b then b, c = v, j end
+        end
+      end
+      best[k][i], cut[k][i] = b, c
+    end
+  end
+  local counts, i = {}, n
+  for k = p, 1, -1 do
+    local j = cut[k][i]
+    counts[k] = i - j + 1
+    i = j - 1
+  end
+  return counts
+end
+
+-- measure(cfg, B, T) -> { embed = s, block = s, head = s }: the seconds of a
+-- forward and a fused backward of each kind of unit at this micro-batch
+-- (the best of 3 runs, after a warm-up), on a one-block copy of the model.
+function M.measure(cfg, B, Tlen)
+  local gpt2 = require "ztrain.nn.gpt2"
+  local c1 = {}
+  for k, v in pairs(cfg) do c1[k] = v end
+  c1.L = 1
+  local model = gpt2.new(c1, {})
+  local a
+  local ok, res = pcall(function()
+    model:init(1)
+    a = model:activations(B, Tlen)
+    local tok = ffi.new("int32_t[?]", B * Tlen)
+    for i = 0, B * Tlen - 1 do tok[i] = (i * 7919) % c1.V end
+    a.tokens:write(tok); a.targets:write(tok)
+    a.dscale = 1 / (B * Tlen)
+    local best = {}
+    for rep = 0, 3 do
+      local x = a.tokens
+      for _, u in ipairs(model.units) do
+        local t0 = C.zt_now()
+        x = model:forward(u, a, x)
+        local dt = C.zt_now() - t0
+        if rep > 0 then best[u.kind] = math.min(best[u.kind] or math.huge, dt) end
+        u.fwd_s = dt
+      end
+      for i = #model.units, 1, -1 do
+        local u = model.units[i]
+        local t0 = C.zt_now()
+        model:backward(u, a)
+        local dt = C.zt_now() - t0 + u.fwd_s
+        if rep > 0 then best[u.kind .. ".fb"] = math.min(best[u.kind .. ".fb"] or math.huge, dt) end
+      end
+    end
+    return { embed = best["embed.fb"], block = best["block.fb"], head = best["head.fb"] }
+  end)
+  if a then a:free() end
+  model:free()
+  if not ok then error(res, 0) end
+  return res
+end
+
+-- partition(model, p, split, times) -> unit counts per stage. split:
+-- "params" (contiguous, balanced by parameter count), "time" (contiguous,
+-- the slowest stage as fast as can be by times = measure()'s seconds per
+-- unit kind), or a list of counts.
+function M.partition(model, p, split, times)
   local units = model.units
   if p > #units then
-    error(("pipeline.stages %d is more than %s's %d units (embedding, %d blocks, head); use at most %d")
-          :format(p, model.cfg.name, #units, #units - 2, #units), 0)
+    error(("%d pipeline stages (pipeline.stages x pipeline.chunks) are more than %s's %d units (embedding, " ..
+           "%d blocks, head); use at most %d, or a larger model.size"):format(p, model.cfg.name, #units,
+           #units - 2, #units), 0)
   end
   if type(split) == "table" then
     local sum = 0
@@ -41,8 +118,14 @@ function M.partition(model, p, split)
     end
     return split
   end
+  if split == "time" then
+    local costs = {}
+    for i, u in ipairs(units) do costs[i] = times[u.kind] end
+    return minmax_split(costs, p)
+  end
   if split ~= "params" then
-    error(('pipeline.split must be "params" or a list of unit counts per stage, got %s'):format(tostring(split)), 0)
+    error(('pipeline.split must be "params", "time" or a list of unit counts per stage, got %s')
+          :format(tostring(split)), 0)
   end
   -- boundaries nearest to k/p of the cumulative parameter count
   local total, cum = 0, {}
@@ -67,11 +150,12 @@ end
 local Tied = {}
 Tied.__index = Tied
 
--- tied(model, pp, holds) -> handler or nil (when one rank holds both ends).
+-- tied(model, pp, holds, first, last) -> handler or nil (one rank: no pipeline).
 -- holds[u.index] = true for this rank's units. Collective over pp.
-function M.tied(model, pp, holds)
+-- first, last: the pipeline ranks of the first and the last stage.
+function M.tied(model, pp, holds, first, last)
   if not pp or pp.size == 1 then return nil end
-  local self = setmetatable({ model = model, comm = pp:split(0, pp.rank), first = 0, last = pp.size - 1,
+  local self = setmetatable({ model = model, comm = pp:split(0, pp.rank), first = first, last = last,
                               embed = model.embed, head = model.head }, Tied)
   self.rank = pp.rank
   if holds[model.head.index] and not holds[model.embed.index] then
@@ -142,25 +226,27 @@ function Tied:free()
 end
 
 ---------------------------------------------------------------------------
--- digest(pp, nstages, update) -> hex: SHA-256 chained through the stages in
--- order: stage s (on pipeline rank s % pp.size) receives the running state
--- from stage s-1's rank, update(state, s) hashes its units, and passes it on;
--- the last stage's digest is broadcast.
-function M.digest(pp, nstages, update)
+-- digest(pp, nstages, update, stage_rank) -> hex: SHA-256 chained through
+-- the stages in order: stage s (on pipeline rank stage_rank(s)) receives the
+-- running state from stage s-1's rank, update(state, s) hashes its units,
+-- and passes it on; the last stage's digest is broadcast.
+function M.digest(pp, nstages, update, stage_rank)
   local nb = ffi.sizeof("zt_sha256")
   local st = ffi.new("zt_sha256")
   local box = T.new({ math.ceil(nb / 4) }, { dtype = "i32", tier = "host", category = "other" })
   local hexbox = T.new({ 16 }, { dtype = "i32", tier = "host", category = "other" })
-  local P = pp.size
+  local at = stage_rank
   local ok, res = pcall(function()
     for s = 0, nstages - 1 do
-      if s % P == pp.rank then
+      if at(s) == pp.rank then
         if s == 0 then C.zt_sha256_init(st)
-        else pp:recv(box, (s - 1) % P, 1); ffi.copy(st, box:ptr(), nb) end
+        elseif at(s - 1) ~= pp.rank then pp:recv(box, at(s - 1), 1); ffi.copy(st, box:ptr(), nb) end
         update(st, s)
         if s < nstages - 1 then
-          ffi.copy(box:ptr(), st, nb)
-          pp:send(box, (s + 1) % P, 1)
+          if at(s + 1) ~= pp.rank then    -- (the next stage on this rank: st goes on as it is)
+            ffi.copy(box:ptr(), st, nb)
+            pp:send(box, at(s + 1), 1)
+          end
         else
           local hex = ffi.new("char[65]")
           C.zt_sha256_hex(st, hex)
@@ -168,7 +254,7 @@ function M.digest(pp, nstages, update)
         end
       end
     end
-    pp:broadcast(hexbox, (nstages - 1) % P)
+    pp:broadcast(hexbox, at(nstages - 1))
     return ffi.string(hexbox:ptr(), 64)
   end)
   box:free(); hexbox:free()

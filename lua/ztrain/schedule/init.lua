@@ -89,7 +89,7 @@ end
 -- resolve(name_or_fn, p) -> validated lists, or raises a user error.
 -- p: { stages, microbatches, ranks, stage_rank }. Names are the one-stage
 -- built-ins above or the pipeline schedules (pipeline/schedules.lua: gpipe,
--- 1f1b, interleaved_1f1b, zb_h1), which also run on one stage.
+-- 1f1b, interleaved_1f1b, zb_h1, zbv, pipedream), which also run on one stage.
 function M.resolve(sched, p)
   local fn = sched
   if type(sched) == "string" then
@@ -137,8 +137,8 @@ local ORDER = {
   { "I", "SEND_B", "the input gradient exists only after the backward" },
 }
 
--- validate(lists, { stages = p, microbatches = m, stage_rank = fn(s) -> rank })
--- -> true | nil, err. Checks each action; that every stage runs every
+-- validate(lists, { stages = p, microbatches = m, stage_rank = fn(s) -> rank,
+-- tied = bool }) -> true | nil, err. Checks each action; that every stage runs every
 -- micro-batch's forward once and its backward once (B, or I then W), after
 -- the forward, on the rank that owns the stage; that gradients complete in
 -- micro-batch order on each stage (the canonical accumulation order of
@@ -204,6 +204,20 @@ local function check_action(a, rank, k, list, p, seen, last_grad)
                    where(rank, k, a), prev + 1)
     end
     last_grad[s] = i
+    -- tied weights on one rank (p.tied: the first and last stage share a
+    -- gradient buffer, as GPT-2's wte): the last stage's part of
+    -- micro-batch i is written before the first stage adds its own, and
+    -- the first stage's is taken before the last writes micro-batch i + 1
+    local L = nst - 1
+    if p.tied and L > 0 and stage_rank(0) == stage_rank(L) then
+      if s == 0 and (last_grad[L] or -1) < i then
+        return nil, ("%s: stage %d's gradient of micro-batch %d must complete first (the tied weights: the " ..
+                     "last stage writes their gradient, the first adds to it)"):format(where(rank, k, a), L, i)
+      elseif s == L and i > 0 and (last_grad[0] or -1) < i - 1 then
+        return nil, ("%s: stage 0's gradient of micro-batch %d must complete first (the tied weights' " ..
+                     "gradient is taken before the next micro-batch overwrites it)"):format(where(rank, k, a), i - 1)
+      end
+    end
   end
   by[s][i] = true
   return true
