@@ -1,7 +1,7 @@
 -- tools/bench_pipeline.lua -- pipeline schedules measured on real ranks.
 --
 --   build/ztrain --script tools/bench_pipeline.lua [model=gpt2] [split=time|params|10,4] [m=8] [B=4] [T=256]
---                [steps=3] [p4=0]
+--                [steps=3] [p2=0] [p4=0]   (p2=0, p4=0: skip those rows)
 --
 -- For each schedule at p=2 (the stages split by `split`: by default
 -- pipeline.split=time, which times gpt2's units and balances the stages --
@@ -47,7 +47,9 @@ local function row(p, sched, size, sp, TT)
   print(("%-8s %2d %-9s %9.1f %9.0f %9.1f%% %9.1f%%"):format(sched, p, units, s.tokens_per_s, s.step_ms_median,
         100 * (tl.bubble or 0), 100 * (tl.predicted_bubble or 0)))
 end
-for _, sched in ipairs({ "gpipe", "1f1b", "zb_h1" }) do row(2, sched, model, split, T) end
+if args.p2 ~= "0" then
+  for _, sched in ipairs({ "gpipe", "1f1b", "zb_h1" }) do row(2, sched, model, split, T) end
+end
 if args.p4 ~= "0" then
   -- 4 ranks on this machine's 2 cores: the ranks share cores, so the measured
   -- bubble here says more about oversubscription than about the schedule

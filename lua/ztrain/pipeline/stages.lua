@@ -119,6 +119,7 @@ function M.partition(model, p, split, times)
     return split
   end
   if split == "time" then
+    if p == 1 then return { #units } end
     local costs = {}
     for i, u in ipairs(units) do costs[i] = times[u.kind] end
     return minmax_split(costs, p)
