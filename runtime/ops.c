@@ -328,6 +328,39 @@ int zt_attention_backward(zt_tensor *dqkv, const zt_tensor *dout, const zt_tenso
     return ZT_OK;
 }
 
+int zt_attention_decode(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
+                        const zt_tensor *qkv, int NH, int pos)
+{
+    const char *op = "zt_attention_decode";
+    char d[96];
+    int64_t B = 0, T = 0, C = 0;
+    ZT_TRY(attn_dims(op, qkv, NH, &B, &T, &C));
+    int64_t hs = C / NH;
+    ZT_TRY(need(op, "kcache", kcache, ZT_F32));
+    ZT_CHECK(kcache->ndim == 4 && kcache->shape[0] == B && kcache->shape[1] == NH &&
+             kcache->shape[3] == hs, "%s: kcache must be (B,NH,maxT,hs) = (%lld,%d,maxT,%lld) "
+             "for qkv (B,T,3C) with %d heads, got %s", op, (long long)B, NH, (long long)hs, NH,
+             desc(kcache, d, sizeof d));
+    int64_t maxT = kcache->shape[2];
+    ZT_TRY(need_numel(op, "vcache", vcache, ZT_F32, kcache->numel, "(same as kcache)"));
+    ZT_CHECK(vcache->ndim == 4 && vcache->shape[2] == maxT, "%s: vcache must have kcache's "
+             "shape (B,NH,maxT,hs), got %s", op, desc(vcache, d, sizeof d));
+    ZT_CHECK(kcache->data != vcache->data, "%s: kcache and vcache are the same tensor; keys "
+             "and values need a cache each", op);
+    ZT_CHECK(pos >= 0 && pos + T <= maxT, "%s: positions [%d, %lld) do not fit the cache's "
+             "%lld positions (the model's context); stop generating at the context or "
+             "start a new sequence", op, pos, (long long)(pos + T), (long long)maxT);
+    ZT_TRY(need_numel(op, "out", out, ZT_F32, B * T * C, "(B,T,C)"));
+    /* The device table (internal.h) has no entry for this kernel yet: only
+     * the CPU backend runs it. */
+    ZT_CHECK(zt_dev() == &zt_cpu_device, "%s: not available on the %s device (CPU only)", op,
+             zt_dev()->name);
+    ZT_TRY(ready(op, "out", out, "kcache", kcache, "vcache", vcache, "qkv", qkv, NULL));
+    zk_attention_decode(out->data, kcache->data, vcache->data, qkv->data, (int)B, (int)T,
+                        (int)C, NH, (int)maxT, pos);
+    return ZT_OK;
+}
+
 int zt_gelu_forward(zt_tensor *out, const zt_tensor *inp)
 {
     ZT_TRY(need("zt_gelu_forward", "inp", inp, ZT_F32));

@@ -179,6 +179,15 @@ int zt_attention_forward(zt_tensor *out, zt_tensor *lse, const zt_tensor *qkv,
 int zt_attention_backward(zt_tensor *dqkv, const zt_tensor *dout,
                           const zt_tensor *qkv, const zt_tensor *out,
                           const zt_tensor *lse, int NH);
+/* Generation with a KV cache: kcache, vcache (B,NH,maxT,C/NH) hold the keys
+ * and values of positions [0,pos) of each sequence; qkv (B,T,3C) those of
+ * the T new positions [pos, pos+T), pos + T <= maxT. Writes the new keys and
+ * values into the caches, then out (B,T,C) = causal attention of each new
+ * query over positions [0, its own]. Each out row has the bits of the same
+ * row of zt_attention_forward over the whole sequence. A prefill is pos = 0
+ * with the prompt; a decode step T = 1, costing O(pos). */
+int zt_attention_decode(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
+                        const zt_tensor *qkv, int NH, int pos);
 int zt_gelu_forward(zt_tensor *out, const zt_tensor *inp);
 int zt_gelu_backward(zt_tensor *dinp, const zt_tensor *inp, const zt_tensor *dout);
 /* logits (N,V), targets (N) i32, losses (N); dlogits may be NULL or logits. */

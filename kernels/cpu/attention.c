@@ -20,6 +20,10 @@
  * of 8). Each output element is still a single fused multiply-add chain in
  * ascending order, so the blocking never changes which terms meet where.
  * Row max and sum use fixed halving trees over AK.
+ *
+ * Generation: zk_attention_decode runs the same row arithmetic (attn_rows)
+ * for new query positions over a KV cache, so a cached position's output
+ * has the bits of that row of a full forward over the whole sequence.
  */
 #include <math.h>
 #include <stdint.h>
@@ -238,32 +242,33 @@ static inline void qk_tile(float *restrict S, const float *restrict A, size_t ld
     }
 }
 
-/* One forward task: queries [q0, q0+nq) of head h in batch b. The out rows
- * serve as the running accumulator (this task owns them). */
-static inline void attn_fwd_tile(float *out, float *lse, const float *qkv,
-                                 int b, int h, int q0, int T, int C, int NH, int hs) {
-    const size_t C3 = 3 * (size_t)C;
+/* The forward's arithmetic for nq query rows of one head, shared by the
+ * training forward and the KV-cache kernel so a cached row has the bits of
+ * the same row of a full forward. Query i sits at absolute position
+ * qpos + i and sees keys [0, qpos + i]. Q rows (hs) at stride ldq; key and
+ * value rows j at K + j*ldk, V + j*ldv; out rows at stride ldo serve as the
+ * running accumulator (the caller's task owns them); lse (nq), if not NULL,
+ * gets each row's log-sum-exp. Key tiles start at multiples of AK from key
+ * 0 whatever qpos is: a row's tiles, and so its sums, depend only on its
+ * position. */
+static inline void attn_rows(float *O, size_t ldo, float *lse, const float *Q, size_t ldq,
+                             const float *K, size_t ldk, const float *V, size_t ldv,
+                             int qpos, int nq, int hs) {
     const float scale = 1.0f / sqrtf((float)hs);
-    const float *Q = qkv + (size_t)b * T * C3 + (size_t)h * hs;    // (T, hs) rows of stride 3C
-    const float *K = Q + C;
-    const float *V = Q + 2 * (size_t)C;
-    float *O = out + (size_t)b * T * C + (size_t)h * hs;           // (T, hs) rows of stride C
-    float *L = lse + ((size_t)b * NH + h) * T;                     // (T)
-    const int nq = T - q0 < AQ ? T - q0 : AQ;
-    const int qlast = q0 + nq - 1;
+    const int qlast = qpos + nq - 1;
     float S[AQ * AK], BT[AD * AK], m[AQ], l[AQ];
 
     for (int i = 0; i < nq; i++) {
-        float *restrict o = O + (size_t)(q0 + i) * C;
+        float *restrict o = O + (size_t)i * ldo;
         for (int d = 0; d < hs; d++) o[d] = 0.0f;
         m[i] = -INFINITY;
         l[i] = 0.0f;
     }
     for (int k0 = 0; k0 <= qlast; k0 += AK) {
         int nk = qlast + 1 - k0 < AK ? qlast + 1 - k0 : AK;
-        qk_tile(S, Q + (size_t)q0 * C3, C3, nq, K + (size_t)k0 * C3, C3, nk, hs, BT);
+        qk_tile(S, Q, ldq, nq, K + (size_t)k0 * ldk, ldk, nk, hs, BT);
         for (int i = 0; i < nq; i++) {
-            int jn = q0 + i - k0 + 1;              /* causal: keys <= query */
+            int jn = qpos + i - k0 + 1;            /* causal: keys <= query */
             if (jn <= 0) {                          /* no keys: P row is 0 */
                 for (int j = 0; j < AK; j++) S[i * AK + j] = 0.0f;
                 continue;
@@ -277,22 +282,34 @@ static inline void attn_fwd_tile(float *out, float *lse, const float *qkv,
             for (int j = 0; j < AK; j++) s[j] = exp_nonpos(s[j] - mnew);
             l[i] = l[i] * alpha + sum_ak(s);
             m[i] = mnew;
-            float *restrict o = O + (size_t)(q0 + i) * C;
+            float *restrict o = O + (size_t)i * ldo;
             if (alpha != 1.0f)
                 for (int d = 0; d < hs; d++) o[d] *= alpha;
         }
         /* O_i += sum_j P_ij V_j. Keys outer, queries inner: consecutive
          * updates hit different rows, so no row waits on its own previous
          * store; each O_i still adds its keys in ascending order. */
-        gemm_acc(O + (size_t)q0 * C, C, S, AK, 1, V + (size_t)k0 * C3, C3,
-                 nq, hs, nk, 1, q0 - k0);
+        gemm_acc(O, ldo, S, AK, 1, V + (size_t)k0 * ldv, ldv, nq, hs, nk, 1, qpos - k0);
     }
     for (int i = 0; i < nq; i++) {
-        float *restrict o = O + (size_t)(q0 + i) * C;
+        float *restrict o = O + (size_t)i * ldo;
         float inv = 1.0f / l[i];
         for (int d = 0; d < hs; d++) o[d] *= inv;
-        L[q0 + i] = m[i] + logf(l[i]);
+        if (lse) lse[i] = m[i] + logf(l[i]);
     }
+}
+
+/* One forward task: queries [q0, q0+nq) of head h in batch b. */
+static inline void attn_fwd_tile(float *out, float *lse, const float *qkv,
+                                 int b, int h, int q0, int T, int C, int NH, int hs) {
+    const size_t C3 = 3 * (size_t)C;
+    const float *Q = qkv + (size_t)b * T * C3 + (size_t)h * hs;    // (T, hs) rows of stride 3C
+    const float *K = Q + C;
+    const float *V = Q + 2 * (size_t)C;
+    float *O = out + (size_t)b * T * C + (size_t)h * hs;           // (T, hs) rows of stride C
+    float *L = lse + ((size_t)b * NH + h) * T;                     // (T)
+    const int nq = T - q0 < AQ ? T - q0 : AQ;
+    attn_rows(O + (size_t)q0 * C, C, L + q0, Q + (size_t)q0 * C3, C3, K, C3, V, C3, q0, nq, hs);
 }
 
 /* out (B,T,C), lse (B,NH,T) from qkv (B,T,3C). */
@@ -311,6 +328,51 @@ void zk_attention_forward(float *out, float *lse, const float *qkv,
             attn_fwd_tile(out, lse, qkv, b, h, qt * AQ, T, C, NH, 64);
         else
             attn_fwd_tile(out, lse, qkv, b, h, qt * AQ, T, C, NH, hs);
+    }
+}
+
+/* One cache task: new queries [q0, q0+nq) of head h in batch b, at
+ * absolute positions pos + q0 + i, over the head's cached keys and values
+ * (rows of hs floats, contiguous). */
+static inline void attn_cache_tile(float *out, const float *kcache, const float *vcache,
+                                   const float *qkv, int b, int h, int q0, int T, int C,
+                                   int NH, int maxT, int pos, int hs) {
+    const size_t C3 = 3 * (size_t)C;
+    const size_t head = ((size_t)b * NH + h) * maxT * hs;
+    const int nq = T - q0 < AQ ? T - q0 : AQ;
+    attn_rows(out + ((size_t)b * T + q0) * C + (size_t)h * hs, C, NULL,
+              qkv + ((size_t)b * T + q0) * C3 + (size_t)h * hs, C3,
+              kcache + head, hs, vcache + head, hs, pos + q0, nq, hs);
+}
+
+/* Appends the new positions' k and v to the caches, then attends. */
+void zk_attention_decode(float *out, float *kcache, float *vcache, const float *qkv,
+                         int B, int T, int C, int NH, int maxT, int pos) {
+    const int hs = C / NH;
+    const size_t C3 = 3 * (size_t)C;
+    const long nrow = (long)B * NH * T;
+    /* every new row is in the cache before any query reads it: a query
+     * sees the new keys before it in the same call */
+    #pragma omp parallel for schedule(static) if (nrow * hs >= 65536)
+    for (long r = 0; r < nrow; r++) {
+        int t = (int)(r % T), bh = (int)(r / T);
+        int b = bh / NH, h = bh % NH;
+        const float *src = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+        size_t dst = ((size_t)bh * maxT + pos + t) * hs;
+        memcpy(kcache + dst, src + C, (size_t)hs * sizeof(float));
+        memcpy(vcache + dst, src + 2 * (size_t)C, (size_t)hs * sizeof(float));
+    }
+    const int nqt = (T + AQ - 1) / AQ;
+    const long ntask = (long)B * NH * nqt;
+    #pragma omp parallel for schedule(dynamic, 1) if ((long)B * (pos + T) * C >= 16384)
+    for (long task = 0; task < ntask; task++) {
+        int qt = nqt - 1 - (int)(task % nqt);
+        int bh = (int)(task / nqt);
+        int b = bh / NH, h = bh % NH;
+        if (hs == 64)
+            attn_cache_tile(out, kcache, vcache, qkv, b, h, qt * AQ, T, C, NH, maxT, pos, 64);
+        else
+            attn_cache_tile(out, kcache, vcache, qkv, b, h, qt * AQ, T, C, NH, maxT, pos, hs);
     }
 }
 

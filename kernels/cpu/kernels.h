@@ -92,6 +92,17 @@ void zk_matmul_backward(float *dinp, float *dweight, float *dbias,
  * saved for backward. Scale 1/sqrt(C/NH). Tiled: no (T,T) buffer per batch. */
 void zk_attention_forward(float *out, float *lse, const float *qkv,
                           int B, int T, int C, int NH);
+/* Generation with a KV cache. kcache, vcache (B,NH,maxT,hs), hs = C/NH: row
+ * p of head h holds the key (value) of position p. qkv (B,T,3C) holds the T
+ * new positions [pos, pos+T) of each sequence, pos + T <= maxT. Writes their
+ * k and v into cache rows [pos, pos+T) (WRITTEN), then out (B,T,C) (WRITTEN)
+ * = attention of new query i over cache rows [0, pos+i] (causal by
+ * construction; rows [0,pos) must hold earlier calls' keys and values).
+ * Row i of out has the bits of row pos+i of zk_attention_forward over the
+ * whole sequence (the same row arithmetic and key tiles), on any thread
+ * count. pos = 0 with T tokens is a prefill; T = 1 a decode step, O(pos). */
+void zk_attention_decode(float *out, float *kcache, float *vcache, const float *qkv,
+                         int B, int T, int C, int NH, int maxT, int pos);
 /* dqkv (B,T,3C) WRITTEN, from dout (B,T,C) and the forward's qkv, out, lse. */
 void zk_attention_backward(float *dqkv, const float *dout, const float *qkv,
                            const float *out, const float *lse,

@@ -47,6 +47,11 @@ end
 function M.attention_backward(dqkv, dout, qkv, out, lse, nh)
   check(C.zt_attention_backward(c(dqkv), c(dout), c(qkv), c(out), c(lse), nh), "attention_backward")
 end
+-- Generation: appends qkv's new positions [pos, pos+T) to the caches
+-- (B,NH,maxT,hs) and attends each over positions [0, its own].
+function M.attention_decode(out, kcache, vcache, qkv, nh, pos)
+  check(C.zt_attention_decode(c(out), c(kcache), c(vcache), c(qkv), nh, pos), "attention_decode")
+end
 function M.gelu_forward(out, inp) check(C.zt_gelu_forward(c(out), c(inp)), "gelu_forward") end
 function M.gelu_backward(dinp, inp, dout)
   check(C.zt_gelu_backward(c(dinp), c(inp), c(dout)), "gelu_backward")

@@ -2,7 +2,9 @@
  * test_attention.c -- causal self-attention against a naive double
  * reference (full score rows, no tiling), its backward against central
  * differences of that reference and against the analytic double backward,
- * and bit-identity under 1/2/3 OpenMP threads. Sizes straddle the kernel's
+ * and bit-identity under 1/2/3 OpenMP threads; the KV-cache kernel fed a
+ * sequence in chunks and one-token steps against the forward's rows (bit
+ * for bit) and the reference. Sizes straddle the kernel's
  * tiles (T not a multiple of 32 or 64) and head sizes 3, 5, 16, 64 and 80
  * (above the 64-wide head-dim chunk).
  */
@@ -171,6 +173,58 @@ static void test_peaked(void) {
     free(qkv); free(out); free(lse); free(qd); free(ro); free(rl);
 }
 
+/* The KV-cache kernel over a sequence of Ttot positions fed in chunks
+ * (chunk[0] the prefill, then the rest in turn; a chunk of 1 is a decode
+ * step): every out row has the bits of that row of the full forward, lies
+ * within rounding of the naive double reference, and the caches hold each
+ * position's key and value in (B,NH,maxT,hs) order. */
+static void test_decode(int B, int Ttot, int C, int NH, int maxT, const int *chunks, int nchunk,
+                        int threads) {
+    char name[192], tag[96];
+    int hs = C / NH;
+    snprintf(tag, sizeof tag, "B=%d T=%d C=%d NH=%d hs=%d maxT=%d chunks from %d, %d threads",
+             B, Ttot, C, NH, hs, maxT, chunks[0], threads);
+    omp_set_num_threads(threads);
+    size_t nq = (size_t)B * Ttot * 3 * C, no = (size_t)B * Ttot * C, nl = (size_t)B * NH * Ttot;
+    size_t nc = (size_t)B * NH * maxT * hs;
+    float *qkv = ct_rand(nq, -1.5f, 1.5f);
+    float *full = ct_alloc(no * 4), *lse = ct_alloc(nl * 4), *got = ct_rand(no, 9, 10);
+    float *kc = ct_rand(nc, 9, 10), *vc = ct_rand(nc, 9, 10);   /* stale rows must not leak in */
+    zk_attention_forward(full, lse, qkv, B, Ttot, C, NH);
+    int pos = 0;
+    for (int c = 0; pos < Ttot; c++) {
+        int T = c < nchunk ? chunks[c] : chunks[nchunk - 1];
+        if (pos + T > Ttot) T = Ttot - pos;
+        float *q = ct_alloc((size_t)B * T * 3 * C * 4), *o = ct_rand((size_t)B * T * C, 9, 10);
+        for (int b = 0; b < B; b++)   /* this chunk's rows of the sequence */
+            memcpy(q + (size_t)b * T * 3 * C, qkv + ((size_t)b * Ttot + pos) * 3 * C,
+                   (size_t)T * 3 * C * 4);
+        zk_attention_decode(o, kc, vc, q, B, T, C, NH, maxT, pos);
+        for (int b = 0; b < B; b++)
+            memcpy(got + ((size_t)b * Ttot + pos) * C, o + (size_t)b * T * C, (size_t)T * C * 4);
+        free(q); free(o);
+        pos += T;
+    }
+    snprintf(name, sizeof name, "attention decode %s: same bits as the full forward's rows", tag);
+    ct_same_bits(name, got, full, no * 4);
+    double *qd = ct_to_double(qkv, nq), *ro = ct_alloc(no * 8);
+    attn_ref(ro, NULL, qd, B, Ttot, C, NH);
+    snprintf(name, sizeof name, "attention decode %s: vs the double reference", tag);
+    ct_close(name, got, ro, no, 2e-6, 1e-5);
+    int cache_ok = 1;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < Ttot; t++) {
+                const float *src = qkv + ((size_t)b * Ttot + t) * 3 * C + h * hs;
+                size_t at = (((size_t)b * NH + h) * maxT + t) * hs;
+                cache_ok &= !memcmp(kc + at, src + C, hs * 4) && !memcmp(vc + at, src + 2 * C, hs * 4);
+            }
+    snprintf(name, sizeof name, "attention decode %s: caches hold every position's k and v", tag);
+    ct_check(cache_ok, name, "a cache row differs from its qkv key/value");
+    free(qkv); free(full); free(lse); free(got); free(kc); free(vc); free(qd); free(ro);
+    omp_set_num_threads(2);
+}
+
 int main(void) {
     ct_seed(3);
     omp_set_num_threads(2);
@@ -184,5 +238,13 @@ int main(void) {
     test_peaked();
     test_threads(2, 100, 128, 2);
     test_threads(3, 67, 48, 3);
+    {   /* decode: one-token steps across key tiles (AK = 64), chunked prefills */
+        int one[] = {1}, pre[] = {5, 1}, big[] = {70, 1}, mixed[] = {33, 2, 40, 1, 7};
+        test_decode(1, 150, 128, 2, 160, one, 1, 2);      /* hs=64 */
+        test_decode(2, 140, 15, 3, 140, pre, 2, 1);       /* hs=5, cache exactly full */
+        test_decode(1, 131, 160, 2, 200, big, 2, 3);      /* hs=80 > the head-dim chunk */
+        test_decode(2, 150, 48, 3, 256, mixed, 5, 2);     /* hs=16, chunks of several sizes */
+        test_decode(1, 9, 64, 1, 9, one, 1, 2);           /* hs=64, one head, short */
+    }
     return ct_summary();
 }
