@@ -21,7 +21,9 @@ local split = args.split or "time"
 
 local function run(p, sched, size, sp, TT)
   local out = os.tmpname(); os.remove(out)
-  local cmd = ("build/ztrain --nproc %d recipes/pipeline_1f1b.lua pipeline.stages=%d schedule=%s model.size=%s " ..
+  local chunks = sched == "zbv" and 2 or 1
+  local cmd = ("build/ztrain --nproc %d recipes/pipeline_1f1b.lua pipeline.stages=%d pipeline.chunks=" .. chunks ..
+               " schedule=%s model.size=%s " ..
                "model.vocab_size=50257 %s data.seq_len=%d batch.micro=%d batch.accumulate=%d " ..
                "train.steps=%d lr.warmup=1 train.log_every=1 -q out=%s 2>&1"):format(p, p, sched, size,
                sp:match("^%a") and ("pipeline.split=" .. sp) or ("'pipeline.split={" .. sp .. "}'"), TT, B, m,
@@ -48,7 +50,7 @@ local function row(p, sched, size, sp, TT)
         100 * (tl.bubble or 0), 100 * (tl.predicted_bubble or 0)))
 end
 if args.p2 ~= "0" then
-  for _, sched in ipairs({ "gpipe", "1f1b", "zb_h1" }) do row(2, sched, model, split, T) end
+  for _, sched in ipairs({ "gpipe", "1f1b", "zb_h1", "zbv" }) do row(2, sched, model, split, T) end
 end
 if args.p4 ~= "0" then
   -- 4 ranks on this machine's 2 cores: the ranks share cores, so the measured
