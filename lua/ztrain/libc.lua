@@ -38,6 +38,14 @@ local decls = {
   free = "void %s(void *p)",
   glob = "int %s(const char *pattern, int flags, void *errfunc, ztrain_libc_glob_t *pglob)",
   globfree = "void %s(ztrain_libc_glob_t *pglob)",
+  -- files (checkpoints: positioned reads and writes, fsync for durability)
+  open = "int %s(const char *path, int flags, ...)",
+  close = "int %s(int fd)",
+  pread = "int64_t %s(int fd, void *buf, size_t n, int64_t off)",
+  pwrite = "int64_t %s(int fd, const void *buf, size_t n, int64_t off)",
+  fsync = "int %s(int fd)",
+  unlink = "int %s(const char *path)",
+  rmdir = "int %s(const char *path)",
   fnmatch = "int %s(const char *pattern, const char *string, int flags)",
 }
 
@@ -79,5 +87,7 @@ M.GLOB_MARK, M.GLOB_BRACE, M.GLOB_TILDE = 2, 1024, 4096
 M.GLOB_NOSPACE, M.GLOB_ABORTED, M.GLOB_NOMATCH = 1, 2, 3
 M.FNM_PATHNAME = 1
 M.EINVAL = 22
+M.O_RDONLY, M.O_WRONLY, M.O_CREAT, M.O_TRUNC, M.O_EXCL = 0, 1, 0x40, 0x200, 0x80
+M.O_DIRECTORY, M.O_CLOEXEC = 0x10000, 0x80000
 
 return M
