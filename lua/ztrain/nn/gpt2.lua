@@ -46,6 +46,25 @@ function M.config(size, over)
   return cfg
 end
 
+-- custom{ name=, L=, C=, NH=, maxT=, V= } -> a config of any shape (a
+-- checkpoint's, nn/hf.lua): each a whole number >= 1, C a multiple of NH.
+-- Raises naming `what` (e.g. the file the numbers came from).
+function M.custom(spec, what)
+  what = what or "model config"
+  local cfg = { name = spec.name or "gpt2-custom" }
+  for _, k in ipairs({ "L", "C", "NH", "maxT", "V" }) do
+    local v = spec[k]
+    if type(v) ~= "number" or v < 1 or v ~= math.floor(v) or v > 2 ^ 31 then
+      error(("%s: %s must be a whole number >= 1, got %s"):format(what, k, tostring(v)), 0)
+    end
+    cfg[k] = v
+  end
+  if cfg.C % cfg.NH ~= 0 then
+    error(("%s: %d channels do not divide into %d heads"):format(what, cfg.C, cfg.NH), 0)
+  end
+  return cfg
+end
+
 -- Parameter layout of each unit: list of { name, shape, decay, std }.
 -- std: "w" = 0.02, "proj" = 0.02/sqrt(2L), "zero", "one".
 local function unit_layout(cfg)
@@ -166,7 +185,11 @@ end
 -- residual projections 0.02/sqrt(2L), zero biases, unit LayerNorm scales.
 -- Each tensor draws from its own stream (its canonical index), so a unit
 -- can be initialised alone (sharded strategies do one unit at a time).
+-- With model.source set (an object with :fill_unit(model, u), e.g. a
+-- checkpoint from nn/hf.lua) the unit's values come from it instead: every
+-- strategy initialises through here, so each loads the checkpoint alike.
 function Model:init_unit(u, seed)
+  if self.source then return self.source:fill_unit(self, u) end
   local proj_std = 0.02 / math.sqrt(2 * self.cfg.L)
   for _, t in ipairs(u.tensors) do
     local v = u.p[t.name]
