@@ -1,0 +1,392 @@
+-- ztrain.checkpoint: a run's state on disk, written by every rank at once,
+-- read back by any strategy on any number of ranks.
+--
+-- A checkpoint is a directory ROOT/step-NNNNNNNN/ holding
+--   manifest.json      what was saved: the model's units and their element
+--                      counts, the strategy, world size, step, optimizer
+--                      step count, data position, extra state (loss scaler,
+--                      RNG), and every rank file with its size and SHA-256
+--   rank-RRRRR.bin     one rank's ranges of its state (strategy/state.lua's
+--                      export: kind, unit, [lo, hi) of the unit's unpadded
+--                      flat buffer), raw little-endian fp32, back to back
+--   rank-RRRRR.json    that file's index: each range's kind, unit, lo, hi,
+--                      dtype and byte offset, and a SHA-256 per 1 MiB block
+-- and ROOT/latest names the newest complete one.
+--
+-- Writing (save, collective): every rank writes its files into
+-- ROOT/.step-NNNNNNNN.tmp and fsyncs them; rank 0 gathers every rank's
+-- outcome, and only when all succeeded writes the manifest, fsyncs it and
+-- the directory, renames the directory into place, fsyncs ROOT, then
+-- replaces `latest` the same way (temporary file, fsync, rename) and
+-- removes checkpoints beyond the newest `keep`. A failure anywhere (a full
+-- disk) removes the temporary directory and raises the same error on every
+-- rank: the previous checkpoint and `latest` are untouched. A crash at any
+-- point leaves at most a stale .tmp directory (removed by the next save).
+--
+-- Reading (open, per rank): the manifest and every rank's index are read
+-- (small); `read(kind, unit, lo, hi, dst)` then reads only the byte ranges
+-- that overlap what this rank asks for, in whole 1 MiB blocks whose
+-- checksums it verifies before using a byte. So a strategy on M ranks
+-- loads a checkpoint saved on N ranks by another strategy, reading only its
+-- shard (strategy/state.lua's import asks for exactly the ranges it holds).
+local ffi = require "ffi"
+local cjson = require "cjson"
+local libc = require "ztrain.libc"
+local zffi = require "ztrain.ffi"
+local errors = require "ztrain.errors"
+local C = zffi.C
+
+local M = {}
+
+M.FORMAT, M.VERSION = "ztrain-checkpoint", 1
+M.BLOCK = 1048576                    -- bytes per checksummed block
+local CHUNK = 1048576                -- elements staged per copy (4 MiB)
+
+local function fail(msg) error(msg, 0) end
+
+local function errno_text()
+  local e = ffi.errno()
+  return ffi.string(libc.strerror(e)), e
+end
+
+-- hex SHA-256 of n bytes at p
+local function sha_hex(p, n)
+  local st = ffi.new("zt_sha256")
+  C.zt_sha256_init(st)
+  C.zt_sha256_update(st, p, n)
+  local hex = ffi.new("char[65]")
+  C.zt_sha256_hex(st, hex)
+  return ffi.string(hex, 64)
+end
+
+-- fsync a directory (so a rename in it is durable)
+local function fsync_dir(path)
+  local fd = libc.open(path, libc.O_RDONLY + libc.O_DIRECTORY + libc.O_CLOEXEC)
+  if fd < 0 then return nil, ("cannot open %s: %s"):format(path, errno_text()) end
+  local rc = libc.fsync(fd)
+  local msg = rc ~= 0 and ("cannot fsync %s: %s"):format(path, errno_text()) or nil
+  libc.close(fd)
+  if msg then return nil, msg end
+  return true
+end
+
+-- write text to path durably (fsync), or nil, err
+local function write_file(path, text)
+  local fd = libc.open(path, libc.O_WRONLY + libc.O_CREAT + libc.O_TRUNC + libc.O_CLOEXEC, ffi.cast("int", 420))
+  if fd < 0 then return nil, ("cannot create %s: %s"):format(path, errno_text()) end
+  local n = libc.pwrite(fd, text, #text, 0)
+  local err
+  if n ~= #text then err = ("cannot write %s: %s"):format(path, n < 0 and errno_text() or "short write")
+  elseif libc.fsync(fd) ~= 0 then err = ("cannot fsync %s: %s"):format(path, errno_text()) end
+  libc.close(fd)
+  if err then return nil, err end
+  return true
+end
+
+local function read_text(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+-- remove a directory and the files in it (one level: what save writes)
+local function remove_dir(path)
+  local g = libc.glob_t()
+  if libc.glob(path .. "/*", 0, nil, g) == 0 then
+    for i = 0, tonumber(g.gl_pathc) - 1 do libc.unlink(g.gl_pathv[i]) end
+  end
+  libc.globfree(g)
+  libc.rmdir(path)
+end
+
+local function list_steps(root)
+  local out = {}
+  local g = libc.glob_t()
+  if libc.glob(root .. "/step-*", libc.GLOB_MARK, nil, g) == 0 then
+    for i = 0, tonumber(g.gl_pathc) - 1 do
+      local p = ffi.string(g.gl_pathv[i])
+      local n = p:match("/step%-(%d+)/$")
+      if n then out[#out + 1] = { step = tonumber(n), path = p:sub(1, -2) } end
+    end
+  end
+  libc.globfree(g)
+  table.sort(out, function(a, b) return a.step < b.step end)
+  return out
+end
+M.list = list_steps
+
+---------------------------------------------------------------------------
+-- Writing one rank's file.
+
+-- A file written in order, with a running SHA-256 of each 1 MiB block.
+local function block_writer(path)
+  local fd = libc.open(path, libc.O_WRONLY + libc.O_CREAT + libc.O_TRUNC + libc.O_CLOEXEC, ffi.cast("int", 420))
+  if fd < 0 then fail(("cannot create %s: %s"):format(path, errno_text())) end
+  local w = { fd = fd, path = path, off = 0, blocks = {}, st = ffi.new("zt_sha256"), inblock = 0 }
+  C.zt_sha256_init(w.st)
+  local hex = ffi.new("char[65]")
+  local function close_block()
+    C.zt_sha256_hex(w.st, hex)
+    w.blocks[#w.blocks + 1] = ffi.string(hex, 64)
+    C.zt_sha256_init(w.st)
+    w.inblock = 0
+  end
+  function w.write(p, n)
+    local done = 0
+    while done < n do
+      local k = libc.pwrite(fd, p + done, n - done, w.off + done)
+      if k <= 0 then fail(("cannot write %s: %s"):format(path, k < 0 and errno_text() or "no progress")) end
+      done = done + tonumber(k)
+    end
+    -- checksum in block-sized pieces
+    local q = 0
+    while q < n do
+      local take = math.min(n - q, M.BLOCK - w.inblock)
+      C.zt_sha256_update(w.st, p + q, take)
+      w.inblock = w.inblock + take
+      q = q + take
+      if w.inblock == M.BLOCK then close_block() end
+    end
+    w.off = w.off + n
+  end
+  function w.finish()
+    if w.inblock > 0 then close_block() end
+    local rc = libc.fsync(fd)
+    local err = rc ~= 0 and ("cannot fsync %s: %s"):format(path, errno_text()) or nil
+    libc.close(fd); w.fd = nil
+    if err then fail(err) end
+  end
+  function w.abort() if w.fd then libc.close(w.fd); w.fd = nil end end
+  return w
+end
+
+-- write_rank(dir, rank, export) -> index table. Streams each entry's tensor
+-- (any tier) through a host buffer into dir/rank-RRRRR.bin.
+local function write_rank(dir, rank, ex)
+  local name = ("rank-%05d"):format(rank)
+  local w = block_writer(dir .. "/" .. name .. ".bin")
+  local buf = ffi.new("float[?]", CHUNK)
+  local index = { rank = rank, file = name .. ".bin", block = M.BLOCK, entries = {} }
+  local ok, err = pcall(function()
+    for _, e in ipairs(ex.entries) do
+      index.entries[#index.entries + 1] = { kind = e.kind, unit = e.unit, lo = e.lo, hi = e.hi, dtype = "f32",
+                                            offset = w.off }
+      local n = e.hi - e.lo
+      for at = 0, n - 1, CHUNK do
+        local cnt = math.min(CHUNK, n - at)
+        local v = e.tensor:view(at, { cnt })
+        local okr, rerr = pcall(v.read, v, buf)
+        v:free()
+        if not okr then error(rerr, 0) end
+        w.write(ffi.cast("const uint8_t *", buf), 4 * cnt)
+      end
+    end
+    w.finish()
+  end)
+  if not ok then w.abort(); error(err, 0) end
+  index.bytes, index.blocks = w.off, w.blocks
+  local text = cjson.encode(index)
+  local okw, werr = write_file(dir .. "/" .. name .. ".json", text)
+  if not okw then fail(werr) end
+  return index
+end
+
+---------------------------------------------------------------------------
+-- save(args) -> path of the checkpoint. Collective over args.world.
+--   args: { world, root, step, export (this rank's strategy export), keep,
+--           meta = { ... } (rank 0's: model, strategy, data, extra; JSON-able) }
+function M.save(args)
+  local world, root, step = args.world, args.root, args.step
+  local name = ("step-%08d"):format(step)
+  local final, tmp = root .. "/" .. name, root .. "/." .. name .. ".tmp"
+  -- rank 0 prepares the temporary directory; the others wait for it
+  local prep_err = ""
+  if world.rank == 0 then
+    local ok, err = require("ztrain.report").mkdirs(root)
+    if not ok then prep_err = "checkpoint: " .. tostring(err)
+    else
+      remove_dir(tmp)
+      if libc.mkdir(tmp, 493) ~= 0 then prep_err = ("checkpoint: cannot create %s: %s"):format(tmp, errno_text()) end
+    end
+  end
+  local prep = world:gather_strings(prep_err)
+  for _, e in ipairs(prep) do if e ~= "" then fail(errors.all_ranks(e)) end end
+  -- every rank writes its own files
+  local ok, res = pcall(write_rank, tmp, world.rank, args.export)
+  local outcome = ok and cjson.encode({ ok = true, bytes = res.bytes, sha = sha_hex(res.blocks and
+                  table.concat(res.blocks) or "", #table.concat(res.blocks or {})) })
+                  or cjson.encode({ ok = false, err = errors.message(res) })
+  local all = world:gather_strings(outcome)
+  local first_err
+  for rk, s in ipairs(all) do
+    local o = cjson.decode(s)
+    if not o.ok and not first_err then first_err = ("checkpoint %s: rank %d: %s"):format(final, rk - 1, o.err) end
+  end
+  local final_err = ""
+  if world.rank == 0 then
+    if first_err then
+      remove_dir(tmp)
+      final_err = first_err .. "; the previous checkpoint is intact"
+    else
+      local okc, cerr = pcall(function()
+        local files = {}
+        for rk, s in ipairs(all) do
+          local o = cjson.decode(s)
+          files[rk] = { bin = ("rank-%05d.bin"):format(rk - 1), index = ("rank-%05d.json"):format(rk - 1),
+                        bytes = o.bytes, blocks_sha256 = o.sha }
+        end
+        local man = { format = M.FORMAT, version = M.VERSION, step = step, world_size = world.size,
+                      files = files, created = os.date("!%Y-%m-%dT%H:%M:%SZ") }
+        for k, v in pairs(args.meta or {}) do man[k] = v end
+        local okm, merr = write_file(tmp .. "/manifest.json", cjson.encode(man))
+        if not okm then error(merr, 0) end
+        local okd, derr = fsync_dir(tmp)
+        if not okd then error(derr, 0) end
+        remove_dir(final)          -- a checkpoint of the same step from an earlier attempt
+        local okr, rerr = os.rename(tmp, final)
+        if not okr then error(("cannot rename %s to %s: %s"):format(tmp, final, tostring(rerr)), 0) end
+        local okf, ferr = fsync_dir(root)
+        if not okf then error(ferr, 0) end
+        -- the latest pointer, replaced atomically
+        local okl, lerr = write_file(root .. "/.latest.tmp", name .. "\n")
+        if not okl then error(lerr, 0) end
+        local oklr, lrerr = os.rename(root .. "/.latest.tmp", root .. "/latest")
+        if not oklr then error(("cannot rename %s/.latest.tmp: %s"):format(root, tostring(lrerr)), 0) end
+        fsync_dir(root)
+        -- keep the newest `keep`
+        local keep = args.keep or 0
+        if keep > 0 then
+          local steps = list_steps(root)
+          for i = 1, #steps - keep do remove_dir(steps[i].path) end
+        end
+      end)
+      if not okc then
+        remove_dir(tmp)
+        final_err = ("checkpoint %s: %s; the previous checkpoint is intact"):format(final, errors.message(cerr))
+      end
+    end
+  end
+  local fin = world:gather_strings(final_err)
+  if fin[1] ~= "" then fail(errors.all_ranks(fin[1])) end
+  return final
+end
+
+---------------------------------------------------------------------------
+-- Reading.
+
+-- resolve(path) -> directory of a checkpoint: a checkpoint directory, or a
+-- root whose `latest` names one.
+function M.resolve(path)
+  if read_text(path .. "/manifest.json") then return path end
+  local latest = read_text(path .. "/latest")
+  if latest then
+    local name = latest:match("^%s*(%S+)%s*$")
+    if name and read_text(path .. "/" .. name .. "/manifest.json") then return path .. "/" .. name end
+    fail(("checkpoint: %s/latest names %q, which is not a complete checkpoint"):format(path, tostring(name)))
+  end
+  fail(("checkpoint: %s is neither a checkpoint (no manifest.json) nor a checkpoint directory with a " ..
+        "`latest` file"):format(path))
+end
+
+local function decode(path, text)
+  local ok, v = pcall(cjson.decode, text)
+  if not ok or type(v) ~= "table" then fail(("checkpoint: %s is not valid JSON"):format(path)) end
+  return v
+end
+
+-- open(path) -> ck: { dir, manifest, read = fn(kind, unit, lo, hi, dst, numel), close() }
+function M.open(path)
+  local dir = M.resolve(path)
+  local mpath = dir .. "/manifest.json"
+  local man = decode(mpath, assert(read_text(mpath)))
+  if man.format ~= M.FORMAT then fail(("checkpoint: %s is not a ztrain checkpoint manifest"):format(mpath)) end
+  if man.version ~= M.VERSION then
+    fail(("checkpoint: %s has format version %s; this ztrain reads version %d"):format(mpath,
+         tostring(man.version), M.VERSION))
+  end
+  local files = {}
+  for i, f in ipairs(man.files or {}) do
+    local ipath = dir .. "/" .. f.index
+    local text = read_text(ipath)
+    if not text then fail(("checkpoint %s: rank file index %s is missing (a shard of rank %d)"):format(dir, f.index, i - 1)) end
+    local idx = decode(ipath, text)
+    if sha_hex(table.concat(idx.blocks or {}), #table.concat(idx.blocks or {})) ~= f.blocks_sha256 then
+      fail(("checkpoint %s: %s does not match the manifest (block checksums differ)"):format(dir, f.index))
+    end
+    local bpath = dir .. "/" .. f.bin
+    local fd = libc.open(bpath, libc.O_RDONLY + libc.O_CLOEXEC)
+    if fd < 0 then
+      for _, g in ipairs(files) do libc.close(g.fd) end
+      fail(("checkpoint %s: cannot open %s: %s (a shard of rank %d)"):format(dir, f.bin, errno_text(), i - 1))
+    end
+    files[i] = { fd = fd, path = bpath, index = idx, bytes = f.bytes }
+  end
+  local ck = { dir = dir, manifest = man, files = files, step = man.step }
+
+  -- read bytes [off, off + n) of file f into p, verifying the blocks they touch
+  local function read_verified(f, off, n, p)
+    local B = M.BLOCK
+    local b0, b1 = math.floor(off / B), math.floor((off + n - 1) / B)
+    local blk = ffi.new("uint8_t[?]", B)
+    for b = b0, b1 do
+      local start = b * B
+      local len = math.min(B, f.bytes - start)
+      local got = libc.pread(f.fd, blk, len, start)
+      if got ~= len then
+        fail(("checkpoint %s: %s is truncated or unreadable at block %d (bytes %d..%d; the index says %d bytes)")
+             :format(dir, f.path:match("[^/]+$"), b, start, start + len, f.bytes))
+      end
+      if sha_hex(blk, len) ~= f.index.blocks[b + 1] then
+        fail(("checkpoint %s: %s block %d (bytes %d..%d) fails its checksum: the file is corrupt; resume " ..
+              "from an older checkpoint"):format(dir, f.path:match("[^/]+$"), b, start, start + len))
+      end
+      local a, z = math.max(off, start), math.min(off + n, start + len)
+      ffi.copy(p + (a - off), blk + (a - start), z - a)
+    end
+  end
+
+  local numel = {}
+  for _, u in ipairs((man.model or {}).units or {}) do numel[u.name] = u.numel end
+  local staging = ffi.new("float[?]", CHUNK)
+  function ck.read(kind, unit, lo, hi, dst, want_numel)
+    if want_numel and numel[unit] and numel[unit] ~= want_numel then
+      fail(("checkpoint %s: unit %s has %d elements in the checkpoint but %d in this model: it was saved " ..
+            "from another model size or vocabulary"):format(dir, unit, numel[unit], want_numel))
+    end
+    local spans = {}
+    for _, f in ipairs(files) do
+      for _, e in ipairs(f.index.entries) do
+        if e.kind == kind and e.unit == unit then
+          local a, b = math.max(lo, e.lo), math.min(hi, e.hi)
+          for at = a, b - 1, CHUNK do
+            local cnt = math.min(CHUNK, b - at)
+            read_verified(f, e.offset + 4 * (at - e.lo), 4 * cnt, ffi.cast("uint8_t *", staging))
+            local d = dst:view(at - lo, { cnt })
+            local ok, err = pcall(d.write, d, staging)
+            d:free()
+            if not ok then error(err, 0) end
+          end
+          if b > a then spans[#spans + 1] = { a, b } end
+        end
+      end
+    end
+    table.sort(spans, function(x, y) return x[1] < y[1] end)
+    local reach = lo
+    for _, sp in ipairs(spans) do
+      if sp[1] > reach then break end
+      if sp[2] > reach then reach = sp[2] end
+    end
+    if reach < hi then
+      fail(("checkpoint %s: %s of %s [%d, %d) is not in it (elements from %d are missing): a rank's " ..
+            "shard is missing or the checkpoint holds no %s"):format(dir, kind, unit, lo, hi, reach, kind))
+    end
+  end
+  function ck.close()
+    for _, f in ipairs(files) do if f.fd then libc.close(f.fd); f.fd = nil end end
+  end
+  return ck
+end
+
+return M
