@@ -4,6 +4,8 @@ local M = {}
 M.usage = [==[
 usage: ztrain [options] [RECIPE.lua [key=value ...]]
        ztrain schedule NAME|compare [p=4] [m=8] [v=2] [out=DIR]
+       ztrain generate SRC "PROMPT" [max_tokens=64] [temperature=1] [top_k=0] [top_p=1]
+                       [seed=0] [tokenizer=NAME]
 
 Runs a training recipe, or with no recipe opens a Lua REPL with ztrain loaded
 (as `zt`). Recipes are Lua files returning a table; key=value arguments
@@ -56,6 +58,13 @@ the ranks x time grid, the predicted bubble and peak activations per stage, and
 writes timeline.svg and timeline.json (Chrome trace) of the ideal timeline to
 DIR (default runs/schedule-NAME-pP-mM-<time>/). `ztrain schedule compare p=4
 m=8` prints every schedule's bubble and writes compare.svg (a bar chart).
+
+ztrain generate SRC "PROMPT" continues PROMPT with a GPT-2 model and prints the
+prompt and its continuation. SRC is hf:DIR or DIR: a Hugging Face GPT-2
+directory (config.json + model.safetensors), such as a run's export.hf. The
+tokenizer is DIR's vocab.json + merges.txt unless tokenizer= names one (bytes,
+bpe, bpe:DIR, hf:DIR). temperature=0 is greedy; top_k=0 and top_p=1 are off;
+a seed reproduces a sample. The prompt and max_tokens must fit the model's context.
 
 Outputs go to out= (default runs/<recipe>-<time>/): metrics.jsonl, summary.json.
 ]==]
@@ -236,7 +245,75 @@ local function schedule(args)
   return 0
 end
 
+-- `ztrain generate SRC "PROMPT" ...`: text from a Hugging Face GPT-2 -------
+
+local GENERATE_KEYS = { max_tokens = "number", temperature = "number", top_k = "number",
+                        top_p = "number", seed = "number", tokenizer = "string" }
+
+-- generate(args) -> exit code. args = { SRC, PROMPT, key=value ... }.
+local function generate(args)
+  local usage = 'ztrain generate SRC "PROMPT" [max_tokens=N temperature=T top_k=K top_p=P seed=S ' ..
+                'tokenizer=NAME]'
+  local src, prompt = args[1], args[2]
+  if src == "-h" or src == "--help" then io.stdout:write(M.usage); return 0 end
+  if not src or not prompt or src:find("=") then
+    error("generate: give a model directory and a prompt: " .. usage, 0)
+  end
+  local o = {}
+  for j = 3, #args do
+    local k, v = args[j]:match("^([%w_]+)=(.*)$")
+    if not k then error(("generate: cannot read argument %q: expected key=value (%s)"):format(args[j], usage), 0) end
+    local kind = GENERATE_KEYS[k]
+    if not kind then
+      local known = {}
+      for name in pairs(GENERATE_KEYS) do known[#known + 1] = name end
+      table.sort(known)
+      error(("generate: unknown key %q (known: %s)"):format(k, table.concat(known, ", ")), 0)
+    end
+    if kind == "number" then
+      local n = tonumber(v)
+      if not n then error(("generate: %s=%s is not a number"):format(k, v), 0) end
+      o[k] = n
+    else
+      o[k] = v
+    end
+  end
+  local dir = require("ztrain.nn.hf").dir_of(src) or src
+  local function has(f)
+    local h = io.open(dir .. "/" .. f, "rb")
+    if h then h:close() end
+    return h ~= nil
+  end
+  if not has("config.json") then
+    error(("generate: %s has no config.json: SRC must be a Hugging Face GPT-2 directory " ..
+           "(hf:DIR, or a run's export.hf directory)"):format(dir), 0)
+  end
+  local zt = require "ztrain"
+  local tok = o.tokenizer
+  if not tok then
+    if not (has("vocab.json") and has("merges.txt")) then
+      error(("generate: %s has no vocab.json + merges.txt: name a tokenizer with tokenizer=NAME " ..
+             "(bytes, bpe, bpe:DIR, hf:DIR)"):format(dir), 0)
+    end
+    tok = "hf:" .. dir
+  end
+  o.tokenizer = zt.data.tokenizer(tok)
+  local model = require("ztrain.nn.hf").load(dir)
+  local ok, ids, text = pcall(zt.generate, model, prompt, o)
+  model:free()
+  if not ok then error(ids, 0) end
+  io.stdout:write(prompt, text, "\n")
+  return 0
+end
+
 function M.main(argv)
+  if argv[1] == "generate" then
+    local args = {}
+    for j = 2, #argv do args[j - 1] = argv[j] end
+    local ok, rc = xpcall(generate, errors.traceback, args)
+    if not ok then return die(rc) end
+    return rc
+  end
   if argv[1] == "schedule" then
     local args = {}
     for j = 2, #argv do args[j - 1] = argv[j] end

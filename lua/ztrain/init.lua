@@ -35,6 +35,13 @@ function M.threads(n)
   return C.zt_get_threads()
 end
 
+-- generate(model, prompt, opts) -> new ids, text, info: text generation with
+-- a KV cache (ztrain.nn.generate): opts max_tokens, temperature (0: greedy),
+-- top_k, top_p, seed, tokenizer (an object or a name; else model.tokenizer).
+function M.generate(model, prompt, opts)
+  return require("ztrain.nn.generate").generate(model, prompt, opts)
+end
+
 -- train(recipe_path_or_table, overrides, opts) -> summary
 function M.train(r, overrides, opts)
   local resolved, err
