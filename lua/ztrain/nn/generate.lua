@@ -70,7 +70,7 @@ function M.session(model, cap)
          tostring(cap), cfg.maxT)
   end
   local s = setmetatable({ model = model, cfg = cfg, cap = cap, pos = 0, tier = model.tier,
-                           kc = {}, vc = {}, rows = {} }, Session)
+                           kc = {}, vc = {} }, Session)
   local hs = cfg.C / cfg.NH
   local ok, err = pcall(function()
     -- one slab for every block's caches (category activations: what a
@@ -91,60 +91,44 @@ function M.session(model, cap)
   return s
 end
 
--- Work buffers for a chunk of n rows (built once per n and kept: decode
--- steps reuse the n = 1 set).
+-- Work buffers for a chunk of n rows: the one-row set of decode steps is
+-- kept; a prefill's set is freed once it has run.
 local ROWS = { { "x", 1 }, { "y", 1 }, { "ln", 1 }, { "qkv", 3 }, { "atty", 1 }, { "proj", 1 },
                { "resid2", 1 }, { "fch", 4 }, { "fch_gelu", 4 } }
 
-function Session:work(n)
-  local w = self.rows[n]
-  if w then return w end
-  local C = self.cfg.C
+local function free_work(w)
+  for _, v in ipairs(w.views) do v:free() end
+  if w.slab then w.slab:free() end
+  if w.tokens then w.tokens:free() end
+end
+
+local function new_work(tier, C, n)
   local total = 2 * n + 16
   for _, r in ipairs(ROWS) do total = total + math.ceil(n * r[2] * C / 16) * 16 end
-  w = { n = n, views = {} }
-  self.rows[n] = w
-  w.slab = T.new({ total }, { tier = self.tier, category = "activations" })
-  local off = 0
-  local function add(key, shape, k)
-    local v = w.slab:view(off, shape)
-    w[key], w.views[#w.views + 1] = v, v
-    off = off + math.ceil(k / 16) * 16
-  end
-  for _, r in ipairs(ROWS) do add(r[1], { 1, n, r[2] * C }, n * r[2] * C) end
-  add("mean", { n }, n); add("rstd", { n }, n)
-  -- the last row of x and of y: the blocks' output ends in one of them
-  w.last = { [w.x] = w.x:view((n - 1) * C, { 1, C }), [w.y] = w.y:view((n - 1) * C, { 1, C }) }
-  for _, v in pairs(w.last) do w.views[#w.views + 1] = v end
-  w.tokens = T.new({ 1, n }, { dtype = "i32", tier = self.tier, category = "activations" })
-  w.host_tokens = ffi.new("int32_t[?]", n)
+  local w = { n = n, views = {} }
+  local ok, err = pcall(function()
+    w.slab = T.new({ total }, { tier = tier, category = "activations" })
+    local off = 0
+    local function add(key, shape, k)
+      local v = w.slab:view(off, shape)
+      w[key], w.views[#w.views + 1] = v, v
+      off = off + math.ceil(k / 16) * 16
+    end
+    for _, r in ipairs(ROWS) do add(r[1], { 1, n, r[2] * C }, n * r[2] * C) end
+    add("mean", { n }, n); add("rstd", { n }, n)
+    -- the last row of x and of y: the blocks' output ends in one of them
+    w.last = { [w.x] = w.x:view((n - 1) * C, { 1, C }), [w.y] = w.y:view((n - 1) * C, { 1, C }) }
+    for _, v in pairs(w.last) do w.views[#w.views + 1] = v end
+    w.tokens = T.new({ 1, n }, { dtype = "i32", tier = tier, category = "activations" })
+  end)
+  if not ok then free_work(w); error(err, 0) end
   return w
 end
 
--- feed(ids[, n]) -> the logits (1, V) tensor of the last fed position.
--- ids: a Lua list (1-based) of token ids, or an int32 cdata array with n.
--- Positions [pos, pos + n) are added to the cache.
-function Session:feed(ids, n)
+-- The model over the n tokens in w.tokens at positions [pos, pos+n).
+function Session:run(w, n)
   local cfg, model = self.cfg, self.model
-  if type(ids) == "table" then n = n or #ids end
-  if type(n) ~= "number" or n < 1 then uerr("generate: nothing to feed (no token ids)") end
-  if self.pos + n > self.cap then
-    uerr("generate: %d more token(s) at position %d exceed the cache's %d positions (the model's " ..
-         "context is %d)", n, self.pos, self.cap, cfg.maxT)
-  end
-  local w = self:work(n)
-  local ht = w.host_tokens
-  for i = 0, n - 1 do
-    local id = type(ids) == "table" and ids[i + 1] or ids[i]
-    id = tonumber(id)
-    if id == nil or id % 1 ~= 0 or id < 0 or id >= cfg.V then
-      uerr("generate: token id %s (position %d) is outside the model's vocabulary [0, %d)",
-           tostring(id), self.pos + i, cfg.V)
-    end
-    ht[i] = id
-  end
-  w.tokens:write(ht)
-  -- embedding at positions [pos, pos+n): wpe from row pos on
+  -- embedding: wpe from row pos on
   local embed = model.embed
   local wpe = embed.p.wpe:view(self.pos * cfg.C, { cfg.maxT - self.pos, cfg.C })
   local ok, err = pcall(ops.encoder_forward, w.x, w.tokens, embed.p.wte, wpe)
@@ -170,6 +154,38 @@ function Session:feed(ids, n)
   local hp = model.head.p
   ops.layernorm_forward(self.lnf, self.lnf_mean, self.lnf_rstd, w.last[x], hp["ln_f.weight"], hp["ln_f.bias"])
   ops.matmul_forward(self.logits, self.lnf, embed.p.wte, nil)
+end
+
+-- feed(ids[, n]) -> the logits (1, V) tensor of the last fed position.
+-- ids: a Lua list (1-based) of token ids, or an int32 cdata array with n.
+-- Positions [pos, pos + n) are added to the cache. Checked before anything
+-- runs; after a failure the session stays at its position.
+function Session:feed(ids, n)
+  local cfg = self.cfg
+  if type(ids) == "table" then n = n or #ids end
+  if type(n) ~= "number" or n < 1 then uerr("generate: nothing to feed (no token ids)") end
+  if self.pos + n > self.cap then
+    uerr("generate: %d more token(s) at position %d exceed the cache's %d positions (the model's " ..
+         "context is %d)", n, self.pos, self.cap, cfg.maxT)
+  end
+  local ht = ffi.new("int32_t[?]", n)
+  for i = 0, n - 1 do
+    local id = type(ids) == "table" and ids[i + 1] or ids[i]
+    id = tonumber(id)
+    if id == nil or id % 1 ~= 0 or id < 0 or id >= cfg.V then
+      uerr("generate: token id %s (position %d) is outside the model's vocabulary [0, %d)",
+           tostring(id), self.pos + i, cfg.V)
+    end
+    ht[i] = id
+  end
+  local w = n == 1 and self.step or new_work(self.tier, cfg.C, n)
+  if n == 1 then self.step = w end
+  local ok, err = pcall(function()
+    w.tokens:write(ht)
+    self:run(w, n)
+  end)
+  if n > 1 then free_work(w) end
+  if not ok then error(err, 0) end
   self.pos = self.pos + n
   return self.logits
 end
@@ -190,11 +206,7 @@ function Session:host()
 end
 
 function Session:free()
-  for _, w in pairs(self.rows) do
-    for _, v in ipairs(w.views) do v:free() end
-    w.slab:free(); w.tokens:free()
-  end
-  self.rows = {}
+  if self.step then free_work(self.step); self.step = nil end
   for l = 1, #self.kc do self.kc[l]:free() end
   for l = 1, #self.vc do self.vc[l]:free() end
   self.kc, self.vc = {}, {}
