@@ -11,6 +11,8 @@
 --   post_backward                  its weight gradient is complete: reduce it
 -- Fused: pre_backward, pre_weight_grad, B, post_input_grad, post_backward.
 -- Split: I = pre_backward, I, post_input_grad; W = pre_weight_grad, W, post_backward.
+local Acts = require "ztrain.nn.activations"
+
 local M = {}
 
 -- stages(model, bounds) -> list of stages. bounds: unit counts per stage
@@ -38,19 +40,43 @@ end
 local Pool = {}
 Pool.__index = Pool
 
--- pool(model, stage, B, T) -> pool: acquire(mb) / get(mb) / release(mb) / free().
-function M.pool(model, stage, B, Tlen)
+-- pool(model, stage, B, T, opts) -> pool: acquire(mb) / get(mb) /
+-- release(mb) / free(). opts.checkpoint = { [unit index] = true }: those
+-- blocks keep only their output per micro-batch and are recomputed in
+-- backward (nn/activations.lua).
+function M.pool(model, stage, B, Tlen, opts)
+  local ckpt = {}
+  for _, u in ipairs(stage.units) do
+    if opts and opts.checkpoint and opts.checkpoint[u.index] then ckpt[u.index] = true end
+  end
   local self = setmetatable({ model = model, stage = stage, B = B, T = Tlen, free_sets = {},
-                              live = {}, wfree = {}, nsets = 0, peak_sets = 0 }, Pool)
-  self.scratch = model:scratch(B, Tlen)
+                              live = {}, wfree = {}, nsets = 0, peak_sets = 0, checkpoint = ckpt }, Pool)
+  self.scratch = Acts.scratch(model.cfg, B, Tlen, model.tier, { recompute = next(ckpt) ~= nil })
   return self
+end
+
+-- checkpoint_units(model, every) -> { [unit index] = true }: every k-th
+-- block (every = 1: all blocks; true means 1; false or 0: none).
+function M.checkpoint_units(model, every)
+  if every == true then every = 1 end
+  local out = {}
+  if not every or every == false or every == 0 then return out end
+  local k = 0
+  for _, u in ipairs(model.units) do
+    if u.kind == "block" then
+      if k % every == 0 then out[u.index] = true end
+      k = k + 1
+    end
+  end
+  return out
 end
 
 function Pool:acquire(mb)
   assert(not self.live[mb], "micro-batch " .. tostring(mb) .. " already has activations")
   local a = table.remove(self.free_sets)
   if not a then
-    a = self.model:activations(self.B, self.T, self.stage.units, self.scratch)
+    a = Acts.new(self.model.cfg, self.B, self.T, self.model.tier, self.stage.units, self.scratch,
+                 { checkpoint = self.checkpoint })
     self.nsets = self.nsets + 1
     self.peak_sets = math.max(self.peak_sets, self.nsets)
   end
@@ -128,6 +154,8 @@ function M.backward(ctx, S, stage, a, mb)
     local u = units[i]
     S.pre_backward(ctx, u, mb)
     S.pre_weight_grad(ctx, u, mb)
+    -- a checkpointed block: its forward again, from its kept input
+    if a.checkpointed[u.index] then model:forward(u, a, a.x[u.index]) end
     if ctx.tied then ctx.tied:before_weight(u, mb) end
     model:backward(u, a)
     if ctx.tied then ctx.tied:after_weight(u, mb) end
@@ -141,6 +169,10 @@ function M.backward_input(ctx, S, stage, a, mb, pool)
   local model, units = ctx.model, stage.units
   for i = #units, 1, -1 do
     local u = units[i]
+    if a.checkpointed[u.index] then
+      error("activation checkpointing needs the fused backward (B): a split W reads activations that the " ..
+            "next block's recompute overwrites; use a schedule without I/W (1f1b, gpipe, interleaved_1f1b)", 0)
+    end
     S.pre_backward(ctx, u, mb)
     a.w[u.index] = pool:wget(u)
     model:backward_input(u, a, a.w[u.index])

@@ -17,6 +17,16 @@
 --
 -- Scratch shared by every set of a stage (never alive across units): the
 -- forward projection output and the fused backward's intermediates.
+--
+-- Activation checkpointing (opts.checkpoint[u.index] = true, blocks only):
+-- such a block keeps only its output in the set (the next unit's input);
+-- what its backward reads (ln1 .. fch_gelu, lse) lives in one block's worth
+-- of the stage's scratch ("recompute"), which every checkpointed block of
+-- every set shares. Its forward writes there and is overwritten by the next
+-- block's; the driver runs the block's forward again, from its kept input,
+-- right before its backward (driver/stage.lua), with the same kernels on the
+-- same inputs: the same bits. The backward must be fused (B): a split W
+-- would read the shared buffers after another block's recompute.
 local T = require "ztrain.tensor"
 
 local M = {}
@@ -58,9 +68,16 @@ local Set = {}
 Set.__index = Set
 M.Set = Set
 
--- new(cfg, B, T, tier, units, scratch) -> an activation set for those units.
--- Sets of one stage share the stage's scratch; without one the set owns its own.
-function M.new(cfg, B, Tlen, tier, units, scratch)
+local function block_shape(s, B, Tlen, N, C, NH)
+  return s[2] == 0 and { N } or s[2] == -1 and { B, NH, Tlen } or { B, Tlen, s[2] * C }
+end
+
+-- new(cfg, B, T, tier, units, scratch, opts) -> an activation set for those
+-- units. Sets of one stage share the stage's scratch; without one the set
+-- owns its own. opts.checkpoint: { [unit index] = true } for checkpointed
+-- blocks (the scratch must then have been made with recompute = true).
+function M.new(cfg, B, Tlen, tier, units, scratch, opts)
+  local ckpt = opts and opts.checkpoint or {}
   local N, C, V, NH = B * Tlen, cfg.C, cfg.V, cfg.NH
   local P = planner()
   local first = units[1]
@@ -71,9 +88,8 @@ function M.new(cfg, B, Tlen, tier, units, scratch)
       has_embed = true
       P.add(k .. "out", { B, Tlen, C })
     elseif u.kind == "block" then
-      for _, s in ipairs(BLOCK_SAVED) do
-        local shape = s[2] == 0 and { N } or s[2] == -1 and { B, NH, Tlen } or { B, Tlen, s[2] * C }
-        P.add(k .. s[1], shape)
+      if not ckpt[u.index] then
+        for _, s in ipairs(BLOCK_SAVED) do P.add(k .. s[1], block_shape(s, B, Tlen, N, C, NH)) end
       end
       P.add(k .. "out", { B, Tlen, C })
     else
@@ -85,7 +101,7 @@ function M.new(cfg, B, Tlen, tier, units, scratch)
   if first.kind ~= "embed" then P.add("input", { B, Tlen, C }) end
   P.add("grad", { B, Tlen, C })
   local self = setmetatable({ cfg = cfg, B = B, T = Tlen, N = N, units = units, nfloats = P.total,
-                              tier = tier, x = {} }, Set)
+                              tier = tier, x = {}, checkpointed = ckpt }, Set)
   self.mem = P.alloc(tier, "activations")
   -- per-unit tables of views: self.unit[u.index].qkv, ...
   self.unit = {}
@@ -106,7 +122,17 @@ function M.new(cfg, B, Tlen, tier, units, scratch)
     if has_head then
       self.targets = T.new({ B, Tlen }, { dtype = "i32", tier = tier, category = "activations" })
     end
-    if not scratch then self.scratch = M.scratch(cfg, B, Tlen, tier); self.own_scratch = true end
+    if not scratch then
+      self.scratch = M.scratch(cfg, B, Tlen, tier, { recompute = next(ckpt) ~= nil }); self.own_scratch = true
+    end
+    -- checkpointed blocks: what backward reads is the stage's recompute buffer
+    for _, u in ipairs(units) do
+      if ckpt[u.index] then
+        assert(u.kind == "block", "only blocks are checkpointed")
+        assert(self.scratch.recompute, "checkpointed blocks need a scratch made with recompute = true")
+        for _, s in ipairs(BLOCK_SAVED) do self.unit[u.index][s[1]] = self.scratch.recompute[s[1]] end
+      end
+    end
   end)
   if not ok then self:free(); error(err, 0) end   -- nothing half-made stays allocated
   return self
@@ -132,15 +158,24 @@ end
 
 ---------------------------------------------------------------------------
 -- Scratch shared by the sets of one stage: proj (N,C) for forward; dln,
--- datty (N,C), dqkv (N,3C), dfch (N,4C) for the fused backward.
-function M.scratch(cfg, B, Tlen, tier)
-  local N, C = B * Tlen, cfg.C
+-- datty (N,C), dqkv (N,3C), dfch (N,4C) for the fused backward; with
+-- opts.recompute, one block's saved activations (s.recompute.ln1, ...) for
+-- checkpointed blocks.
+function M.scratch(cfg, B, Tlen, tier, opts)
+  local N, C, NH = B * Tlen, cfg.C, cfg.NH
   local P = planner()
   P.add("proj", { B, Tlen, C })
   P.add("dln", { B, Tlen, C }); P.add("datty", { B, Tlen, C })
   P.add("dqkv", { B, Tlen, 3 * C }); P.add("dfch", { B, Tlen, 4 * C })
+  if opts and opts.recompute then
+    for _, b in ipairs(BLOCK_SAVED) do P.add("rc." .. b[1], block_shape(b, B, Tlen, N, C, NH)) end
+  end
   local s = P.alloc(tier, "activations")
   s.nfloats, s.N = P.total, N
+  if opts and opts.recompute then
+    s.recompute = {}
+    for _, b in ipairs(BLOCK_SAVED) do s.recompute[b[1]] = s["rc." .. b[1]] end
+  end
   s.free = function() free_slab(s) end
   return s
 end
