@@ -105,6 +105,7 @@ const zt_device_ops zt_cpu_device = {
     .matmul_backward = cpu_matmul_backward,
     .attention_forward = zk_attention_forward,
     .attention_backward = zk_attention_backward,
+    .attention_decode = zk_attention_decode,
     .gelu_forward = zk_gelu_forward,
     .gelu_backward = zk_gelu_backward,
     .crossentropy = zk_crossentropy,

@@ -92,6 +92,8 @@ typedef struct zt_device_ops {
     void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
                                const float *out, const float *lse,
                                int B, int T, int C, int NH);
+    void (*attention_decode)(float *out, float *kcache, float *vcache, const float *qkv,
+                             int B, int T, int C, int NH, int maxT, int pos);
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
     int (*crossentropy)(float *losses, float *dlogits, const float *logits,

@@ -351,12 +351,10 @@ int zt_attention_decode(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
              "%lld positions (the model's context); stop generating at the context or "
              "start a new sequence", op, pos, (long long)(pos + T), (long long)maxT);
     ZT_TRY(need_numel(op, "out", out, ZT_F32, B * T * C, "(B,T,C)"));
-    /* The device table (internal.h) has no entry for this kernel yet: only
-     * the CPU backend runs it. */
-    ZT_CHECK(zt_dev() == &zt_cpu_device, "%s: not available on the %s device (CPU only)", op,
+    ZT_CHECK(zt_dev()->attention_decode != NULL, "%s: not available on the %s device", op,
              zt_dev()->name);
     ZT_TRY(ready(op, "out", out, "kcache", kcache, "vcache", vcache, "qkv", qkv, NULL));
-    zk_attention_decode(out->data, kcache->data, vcache->data, qkv->data, (int)B, (int)T,
+    zt_dev()->attention_decode(out->data, kcache->data, vcache->data, qkv->data, (int)B, (int)T,
                         (int)C, NH, (int)maxT, pos);
     return ZT_OK;
 }
