@@ -102,13 +102,17 @@ function M.loader(opts)
   local V = opts.vocab_size ~= nil and check_int(opts.vocab_size, "vocab_size", 1) or nil
 
   local windows = n >= T + 1 and math.floor((n - 1) / T) or 0
+  -- name the split when the dataset named it (data.open / data.text set split.name)
+  local what = split.name and ("the %s split%s"):format(split.name,
+                 split.source and (" (from %s)"):format(split.source) or "") or "the split"
   if windows < 1 then
-    return nil, ("data.loader: too little data: %d tokens, but one window needs T + 1 = %d tokens; "
-                 .. "lower T (seq_len) or add data"):format(n, T + 1)
+    return nil, ("data.loader: too little data: %s has %d tokens, but one window needs T + 1 = %d tokens "
+                 .. "(T = data.seq_len); lower data.seq_len or add data"):format(what, n, T + 1)
   end
   if windows < B then
-    return nil, ("data.loader: too little data: %d tokens make %d windows of T + 1 = %d tokens (stride %d), "
-                 .. "fewer than B = %d; lower B or T, or add data"):format(n, windows, T + 1, T, B)
+    return nil, ("data.loader: too little data: %s has %d tokens, which make %d windows of T + 1 = %d tokens "
+                 .. "(stride %d), fewer than B = %d (batch.micro); lower batch.micro or data.seq_len, or add data")
+                :format(what, n, windows, T + 1, T, B)
   end
   if V then
     -- windows cover tokens [0, windows*T]; nothing past them is ever handed out
