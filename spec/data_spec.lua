@@ -343,6 +343,33 @@ describe("ztrain.data.text", function()
     assert.are.equal("int32_t", ds.train.dtype)
     assert.are.equal(69999, ds.train.tokens[ds.train.n - 1])
   end)
+
+  it("data.open on text globs gives data.text's streams, cached or not (eot, wide storage included)", function()
+    local cdir = os.tmpname(); os.remove(cdir)
+    -- files older than their cache entries (the cache does not trust an entry made in the same clock
+    -- tick as its file's last change)
+    assert(os.execute("touch -d '2020-01-01 00:00:00' " .. d.path .. "/*.txt " .. d.path .. "/c.md") == 0)
+    for _, tok in ipairs({ bytes, { name = "fake", vocab_size = 70000, eot = 69999, cache_key = "fake 70000",
+                                    encode = bytes.encode, decode = bytes.decode } }) do
+      local block = { text = d.path .. "/*", exclude = "*.dat", tokenizer = tok, valid_fraction = 0.25, seq_len = 8 }
+      local ref = assert(data.text{ text = block.text, exclude = block.exclude, tokenizer = tok, valid_fraction = 0.25 })
+      for pass = 1, 2 do -- the second pass reads the cache (for the cacheable tokenizer)
+        block.cache = cdir
+        local ds = assert(data.open(block))
+        assert.are.equal("text", ds.kind)
+        assert.are.same(ref.files, ds.files)
+        assert.are.same(ref.file_info, ds.file_info)
+        for _, k in ipairs({ "train", "valid" }) do
+          assert.are.equal(ref[k].n, ds[k].n)
+          assert.are.equal(ref[k].dtype, ds[k].dtype)
+          assert.is_true(arr_equal(ref[k].tokens, ds[k].tokens, ref[k].n), k)
+        end
+        assert.is_nil(ds.test)
+        if tok ~= bytes and pass == 2 then assert.are.equal(#ref.files, ds.cache.hits) end
+      end
+    end
+    os.execute("rm -rf " .. cdir)
+  end)
 end)
 
 ---------------------------------------------------------------------------

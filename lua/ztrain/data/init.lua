@@ -1,44 +1,121 @@
--- ztrain.data: tokenizers, text datasets and batch loaders. Pure Lua + LuaJIT FFI
+-- ztrain.data: tokenizers, datasets and batch loaders. Pure Lua + LuaJIT FFI
 -- (libc only); produces plain ffi arrays, nothing here needs the C runtime.
 --
 --   local data = require "ztrain.data"
---   local tok = data.tokenizer("bytes")
---   local ds = assert(data.text{ text = "/usr/share/games/fortunes/*", exclude = "*.dat",
---                                tokenizer = tok, valid_fraction = 0.05 })
+--   local tok = data.tokenizer("bpe")                 -- or "bytes", "bpe:DIR", "hf:DIR"
+--   local ds = assert(data.open{ text = "/usr/share/games/fortunes/*", exclude = "*.dat",
+--                                tokenizer = tok, valid_fraction = 0.05, seq_len = 128 })
 --   local L = assert(data.loader{ split = ds.train, B = 4, T = 128, seed = 1337 })
 --   local x, y = L:batch(0)
 --
--- See text.lua and loader.lua for the exact rules (file selection, split, windows,
--- shuffling, resume).
+-- data.open (source.lua) takes text globs, a WikiText raw directory or llm.c .bin
+-- token files and caches tokenisation on disk; data.text (text.lua) is the text-glob
+-- dataset alone. See text.lua, wikitext.lua, tokbin.lua, cache.lua and loader.lua for
+-- the exact rules (file selection, splits, windows, shuffling, resume).
 local M = {}
 
-local tokenizers = {
-  bytes = "ztrain.data.bytes",
-}
+-- The tree root (for the shipped vocabulary), found as ztrain.ffi finds it, without
+-- loading the runtime.
+local function tree_root()
+  if rawget(_G, "ZTRAIN_HOME") then return ZTRAIN_HOME end
+  local env = os.getenv("ZTRAIN_HOME")
+  if env and env ~= "" then return env end
+  local src = debug.getinfo(1, "S").source:gsub("^@", "")
+  local dir = src:match("^(.*)/lua/ztrain/data/init%.lua$")
+  if dir then return dir == "" and "/" or dir end
+  if src == "lua/ztrain/data/init.lua" then return "." end
+  return "."
+end
+M.home = tree_root()
 
--- Names of the known tokenizers, sorted.
+-- The shipped vocabulary (trained on the default corpus by tools/, see data/bpe/).
+M.BPE_DEFAULT = "data/bpe/fortunes"
+
+-- Tokenizer names (data.tokenizer): a fixed name, or a prefix with a directory.
+--   bytes      byte-level, 256 ids, no eot (ztrain.data.bytes)
+--   bpe        GPT-2 byte-level BPE with the shipped vocabulary (M.home/data/bpe/fortunes)
+--   bpe:DIR    the same with DIR/vocab.json + DIR/merges.txt
+--   hf:DIR     a Hugging Face GPT-2 model or tokenizer directory (the same two files)
+local fixed = { "bytes", "bpe" }
+local prefixes = { "bpe:DIR", "hf:DIR" }
+
 function M.tokenizers()
   local names = {}
-  for k in pairs(tokenizers) do names[#names + 1] = k end
-  table.sort(names)
+  for _, k in ipairs(fixed) do names[#names + 1] = k end
+  for _, k in ipairs(prefixes) do names[#names + 1] = k end
   return names
 end
 
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close(); return true end
+  return false
+end
+
+local function module_file(name)
+  return package.searchpath(name, package.path)
+end
+
+-- A BPE tokenizer from DIR/vocab.json + DIR/merges.txt. `what` names it in errors.
+local function load_bpe(dir, what)
+  if dir == "" then error(("data.tokenizer: %s needs a directory after the colon"):format(what), 0) end
+  dir = dir:gsub("/+$", "")
+  if dir == "" then dir = "/" end
+  local missing = {}
+  for _, f in ipairs({ "vocab.json", "merges.txt" }) do
+    if not exists(dir .. "/" .. f) then missing[#missing + 1] = f end
+  end
+  if #missing > 0 then
+    local hint = "a GPT-2 tokenizer directory holds vocab.json and merges.txt (Hugging Face format)"
+    if exists(dir .. "/tokenizer.json") then
+      hint = "it has tokenizer.json only: save the tokenizer with vocab.json and merges.txt " ..
+             "(transformers: GPT2Tokenizer.from_pretrained(DIR).save_pretrained(DIR))"
+    end
+    error(("data.tokenizer: %s: no %s in %s; %s"):format(what, table.concat(missing, " or "), dir, hint), 0)
+  end
+  local ok, bpe = pcall(require, "ztrain.data.bpe")
+  if not ok then
+    error(("data.tokenizer: %s: the BPE tokenizer module ztrain.data.bpe cannot be loaded: %s")
+          :format(what, tostring(bpe)), 0)
+  end
+  local tok = bpe.load(dir)
+  -- what the tokenisation cache keys this tokenizer by (cache.lua): its vocabulary
+  -- files and the encoder's own source, so an encoder fix invalidates old tokens
+  if tok.cache_key == nil and tok.cache_files == nil then
+    tok.cache_files = { dir .. "/vocab.json", dir .. "/merges.txt", module_file("ztrain.data.bpe") }
+  end
+  tok.dir = tok.dir or dir
+  return tok
+end
+
 -- data.tokenizer(name) -> tokenizer { name, vocab_size, eot, encode, decode }.
--- A tokenizer object is returned as is.
+-- A tokenizer object is returned as is. Unknown names and missing vocabulary files
+-- raise errors that say what to give instead.
 function M.tokenizer(name)
   if type(name) == "table" and type(name.encode) == "function" then return name end
   if type(name) ~= "string" then
     error("data.tokenizer: expected a tokenizer name, got " .. type(name), 0)
   end
-  local mod = tokenizers[name]
-  if not mod then
-    error(("data.tokenizer: unknown tokenizer %q (known: %s)"):format(name, table.concat(M.tokenizers(), ", ")), 0)
+  if name == "bytes" then
+    -- not cached (no cache_key): reading its tokens back costs as much as making them
+    return require "ztrain.data.bytes"
   end
-  return require(mod)
+  if name == "bpe" then
+    local dir = M.home .. "/" .. M.BPE_DEFAULT
+    if not exists(dir .. "/vocab.json") then
+      error(("data.tokenizer: \"bpe\" is the shipped vocabulary %s, which is missing from this tree; "
+             .. "restore it (git checkout %s), or name one with \"bpe:DIR\" / \"hf:DIR\", or use \"bytes\"")
+            :format(dir, M.BPE_DEFAULT), 0)
+    end
+    return load_bpe(dir, '"bpe"')
+  end
+  local prefix, dir = name:match("^(%a+):(.*)$")
+  if prefix == "bpe" or prefix == "hf" then return load_bpe(dir, ("%q"):format(name)) end
+  error(("data.tokenizer: unknown tokenizer %q (known: %s)"):format(name, table.concat(M.tokenizers(), ", ")), 0)
 end
 
-M.text = require("ztrain.data.text").text        -- data.text(opts) -> ds | nil, err
+M.text = require("ztrain.data.text").text        -- data.text(opts) -> ds | nil, err (text globs only)
+M.open = require("ztrain.data.source").open      -- data.open(opts) -> ds | nil, err (any source)
 M.loader = require("ztrain.data.loader").loader  -- data.loader(opts) -> L | nil, err
 
 return M
