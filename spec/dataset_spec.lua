@@ -532,7 +532,8 @@ describe("the tokenizer registry", function()
     end
     local tok = data.tokenizer("bpe")
     assert.is_true(tok.vocab_size > 256)
-    assert.are.equal(3, #tok.cache_files)
+    assert.is_true(#tok.cache_files >= 3) -- vocab.json, merges.txt, the encoder's source
+    assert.matches("vocab.json", tok.cache_files[1], 1, true)
     local ids, n = tok.encode("The history of")
     assert.are.equal("The history of", tok.decode(ids, n))
     assert.is_string(cache.tokenizer_key(tok))

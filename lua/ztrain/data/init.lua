@@ -82,7 +82,12 @@ local function load_bpe(dir, what)
   -- what the tokenisation cache keys this tokenizer by (cache.lua): its vocabulary
   -- files and the encoder's own source, so an encoder fix invalidates old tokens
   if tok.cache_key == nil and tok.cache_files == nil then
-    tok.cache_files = { dir .. "/vocab.json", dir .. "/merges.txt", module_file("ztrain.data.bpe") }
+    local files = { dir .. "/vocab.json", dir .. "/merges.txt" }
+    for _, m in ipairs({ "ztrain.data.bpe", "ztrain.data.pcre2" }) do
+      local p = module_file(m)
+      if p then files[#files + 1] = p end
+    end
+    tok.cache_files = files
   end
   tok.dir = tok.dir or dir
   return tok
