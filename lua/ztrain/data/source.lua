@@ -32,7 +32,6 @@
 -- eot is added) and every id is checked against the tokenizer's vocabulary: the
 -- tokenizer must be the one the files were made with. valid_fraction does not apply
 -- to WikiText or token files: they bring their own splits.
-local ffi = require "ffi"
 local text = require "ztrain.data.text"
 local wikitext = require "ztrain.data.wikitext"
 local tokbin = require "ztrain.data.tokbin"
@@ -61,13 +60,13 @@ BinDataset.__index = BinDataset
 function BinDataset:describe()
   local parts = {}
   for _, s in ipairs(SPLITS) do
-    local sp = self[s.key]
-    if sp and (s.key ~= "valid" or sp.n > 0 or #self.groups.valid > 0) then
-      parts[#parts + 1] = ("%s %d tokens (%d file%s)"):format(s.name, sp.n, #self.groups[s.key],
-                                                            #self.groups[s.key] == 1 and "" or "s")
+    local nf = #self.groups[s.key]
+    if nf > 0 then
+      parts[#parts + 1] = ("%s %d tokens (%d file%s)"):format(s.name, self[s.key].n, nf, nf == 1 and "" or "s")
+    elseif s.key == "valid" then
+      parts[#parts + 1] = "no validation files"
     end
   end
-  if #self.groups.valid == 0 then parts[#parts + 1] = "no validation files" end
   return ("llm.c token files: %s (%s, vocab %d); loaded in %.3f s")
     :format(table.concat(parts, ", "), self.tokenizer.name or "?", self.vocab_size, self.seconds)
 end
@@ -84,7 +83,7 @@ local function open_bins(groups, tok, skipped)
   for _, s in ipairs(SPLITS) do
     local list = groups[s.key]
     if #list > 0 or s.key == "valid" then
-      local tabs, total, wide = {}, 0, false
+      local tabs, wide = {}, false
       for _, p in ipairs(list) do
         local t, err = tokbin.read(p)
         if not t then return nil, "data: " .. err end
@@ -98,15 +97,21 @@ local function open_bins(groups, tok, skipped)
           end
         end
         tabs[#tabs + 1] = t
-        total = total + t.n
         wide = wide or t.width == 4
         ds.files[#ds.files + 1] = p
         ds.file_info[#ds.file_info + 1] = { path = p, split = s.key, tokens = t.n }
       end
       local dtype = (wide or V > 65536) and "int32_t" or "uint16_t"
-      local parts = {}
-      for i, t in ipairs(tabs) do parts[i] = { ids = t.tokens, n = t.n } end
-      local sp = text.build_split(parts, dtype, nil, s.name)
+      local sp
+      if #tabs == 1 and tabs[1].dtype == dtype then
+        -- one file: its array is the split (no second copy of a big shard)
+        local t = tabs[1]
+        sp = { tokens = t.tokens, n = t.n, dtype = dtype, name = s.name }
+      else
+        local parts = {}
+        for i, t in ipairs(tabs) do parts[i] = { ids = t.tokens, n = t.n } end
+        sp = text.build_split(parts, dtype, nil, s.name)
+      end
       sp.source = #list == 1 and list[1] or (#list .. " files")
       ds[s.key] = sp
     end

@@ -15,7 +15,6 @@
 -- " = Title = " headings, " @-@ " and the blank lines stay (the raw release is what the
 -- seeds' `wikitext-2-raw-v1` holds; nothing is detokenised). The tokenizer's eot, when
 -- it has one, follows each file's tokens, as data.text appends it after each part.
-local ffi = require "ffi"
 local text = require "ztrain.data.text"
 
 local M = {}
