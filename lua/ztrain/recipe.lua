@@ -9,7 +9,10 @@ local M = {}
 -- strategy object; `out` defaults to runs/<recipe>-<time>.
 M.defaults = {
   name     = "",
-  model    = { size = "gpt2-tiny", seed = 1337, vocab_size = 0 },
+  -- model.from = "hf:DIR": a Hugging Face GPT-2 directory (config.json +
+  -- model.safetensors) whose shape and weights replace size and seed;
+  -- `model = "hf:DIR"` is short for it
+  model    = { size = "gpt2-tiny", seed = 1337, vocab_size = 0, from = "" },
   data     = { text = "/usr/share/games/fortunes/*", exclude = "*.dat", tokenizer = "bytes",
                seq_len = 128, valid_fraction = 0.05, seed = 1337 },
   strategy = "single",
@@ -28,6 +31,9 @@ M.defaults = {
   -- where offloaded state is staged and swapped (zt.strategy.zero{offload_*})
   offload  = { staging = "16MiB", prefetch = 2, nvme_path = "", block_size = "1MiB", queue_depth = 8,
                checksum = false },
+  -- written at the end of a run: export.hf = DIR, the trained model as a
+  -- Hugging Face GPT-2 directory ("" = none)
+  export   = { hf = "" },
   out      = "",
 }
 
@@ -120,6 +126,7 @@ function M.apply_override(r, arg)
   if not path then
     return nil, ("cannot read argument %q: overrides look like key=value (e.g. train.steps=20)"):format(arg)
   end
+  if path == "model" and value:match("^hf:") then path = "model.from" end   -- model=hf:DIR
   local keys = {}
   for k in path:gmatch("[^.]+") do keys[#keys + 1] = k end
   local schema, t = M.defaults, r
@@ -135,9 +142,13 @@ function M.apply_override(r, arg)
   if schema[last] == nil then return nil, unknown(path) end
   if type(schema[last]) == "table" and not LEAF[path] then
     local sub = {}
-    for k in pairs(schema[last]) do sub[#sub + 1] = path .. "." .. k end
+    for k in pairs(schema[last]) do
+      if not (path == "model" and k == "from") then sub[#sub + 1] = path .. "." .. k end
+    end
     table.sort(sub)
-    return nil, ("%s is a table of keys; set one of them (%s)"):format(path, table.concat(sub, ", "))
+    -- model's other form: model=hf:DIR (model.from) loads a checkpoint
+    local also = path == "model" and "; or model=hf:DIR to load a Hugging Face GPT-2 checkpoint" or ""
+    return nil, ("%s is a table of keys; set one of them (%s)%s"):format(path, table.concat(sub, ", "), also)
   end
   local v = parse_value(value)
   if type(schema[last]) == "number" and type(v) ~= "number" then
@@ -181,6 +192,12 @@ end
 -- resolve(user_table, overrides) -> full recipe (defaults filled) | nil, err
 function M.resolve(user, overrides)
   user = user or {}
+  if type(user.model) == "string" then      -- model = "hf:DIR"
+    local u = {}
+    for k, v in pairs(user) do u[k] = v end
+    u.model = { from = user.model }
+    user = u
+  end
   local ok, err = validate(user, M.defaults, "")
   if not ok then return nil, err end
   local r = deepcopy(M.defaults)
@@ -196,6 +213,10 @@ function M.resolve(user, overrides)
   -- the strategy (a name or an object) is checked now, not mid-step
   local sok, serr = pcall(require("ztrain.strategy").resolve, r.strategy)
   if not sok then return nil, "strategy: " .. tostring(serr) end
+  if r.model.from ~= "" and not r.model.from:match("^hf:.") then
+    return nil, ('model.from must be "hf:DIR" (a Hugging Face GPT-2 directory: config.json + model.safetensors), ' ..
+                 'got %q'):format(r.model.from)
+  end
   local pl = r.pipeline.placement
   if pl ~= "" and pl ~= "loop" and pl ~= "v" then
     return nil, ('pipeline.placement must be "" (the schedule\'s), "loop" or "v", got %q'):format(tostring(pl))

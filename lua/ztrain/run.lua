@@ -148,6 +148,13 @@ function run(r, opts)
       end
     end
   end)
+  -- export.hf: the trained model as a Hugging Face directory (every rank
+  -- takes part: sharded parameters are gathered, pipeline stages sent)
+  local exported
+  if okrun and r.export.hf ~= "" then
+    okrun, rerr = pcall(tr.export_hf, tr, r.export.hf)
+    if okrun then exported = r.export.hf end
+  end
   if not okrun then
     -- other ranks may be waiting in a collective: finish the run only when
     -- every rank stopped at the same point
@@ -187,6 +194,7 @@ function run(r, opts)
     strategy_stats = tr.strategy.describe and tr.strategy.describe(tr.ctx) or cjson_null,
     param_digest = digest_or_null(tr),
     comm = tr.world.backend,
+    export = exported and { hf = exported } or cjson_null,
     exit = status, out = out,
     recipe_resolved = recipe_mod.serialize(r),
   }

@@ -40,9 +40,47 @@ local function fail_all(msg) error(errors.all_ranks(msg), 0) end
 
 local build
 
--- The model's vocabulary: model.vocab_size, or the tokenizer's.
+-- The model's vocabulary: a checkpoint's, model.vocab_size, or the tokenizer's.
 function Trainer:vocab_size(r)
+  if self.checkpoint then return self.checkpoint.cfg.V end
   return r.model.vocab_size > 0 and r.model.vocab_size or self.tokenizer.vocab_size
+end
+
+-- agree(world, err) -> the first rank's error ("" for none) once every rank
+-- has said whether it failed: a check whose outcome could differ between
+-- ranks (a file one rank cannot read) then stops all of them alike.
+local function agree(world, err)
+  if world.size == 1 then return err end
+  for _, e in ipairs(world:gather_strings(err)) do if e ~= "" then return e end end
+  return ""
+end
+
+-- model.from = "hf:DIR": open and check the checkpoint on every rank
+-- before anything is built (its config sets the model's shape).
+function Trainer:open_checkpoint(r)
+  local hf = require "ztrain.nn.hf"
+  local dir = hf.dir_of(r.model.from)
+  local ok, src = pcall(hf.open, dir)
+  local err = agree(self.world, ok and "" or errors.message(src))
+  if err ~= "" then fail_all(err) end
+  if r.model.vocab_size > 0 and r.model.vocab_size ~= src.cfg.V then
+    fail_all(("model.vocab_size %d differs from the checkpoint's vocab_size %d (%s/config.json); leave it 0")
+             :format(r.model.vocab_size, src.cfg.V, dir))
+  end
+  self.checkpoint = src
+end
+
+-- export.hf = DIR: rank 0 makes sure it can write there before training
+-- (not after hours of it).
+local function check_export(self, r)
+  local dir = r.export.hf
+  local err = ""
+  if self.rank == 0 then
+    local ok, derr = require("ztrain.nn.hf").check_dir(dir)
+    if not ok then err = "export.hf: " .. derr end
+  end
+  err = agree(self.world, err)
+  if err ~= "" then fail_all(err) end
 end
 
 -- new(recipe, {quiet=, out=}) -> trainer (model built, data loaded); out:
@@ -166,11 +204,19 @@ function build(self, r)
   local accum = resolve_accumulation(r, self.dp.size)
   self.accumulate = accum
 
+  if r.model.from ~= "" then self:open_checkpoint(r) end
+  if r.export.hf ~= "" then check_export(self, r) end
+
   -- data (token ids checked against the model's vocabulary by the loaders)
   local t0 = C.zt_now()
   self.tokenizer = data.tokenizer(r.data.tokenizer)
   local V = self:vocab_size(r)
   if V < self.tokenizer.vocab_size then
+    if self.checkpoint then
+      fail(("the checkpoint %s has a vocabulary of %d tokens, fewer than the %s tokenizer's %d (its embedding " ..
+            "has no row for the rest); use the checkpoint's own tokenizer (data.tokenizer = %q)")
+           :format(r.model.from, V, self.tokenizer.name, self.tokenizer.vocab_size, r.model.from))
+    end
     fail(("model.vocab_size %d is smaller than the %s tokenizer's %d tokens; leave it 0 to use the tokenizer's")
          :format(V, self.tokenizer.name, self.tokenizer.vocab_size))
   end
@@ -190,7 +236,7 @@ function build(self, r)
   self.data_seconds = C.zt_now() - t0
 
   -- model, optimizer, strategy
-  self.cfg = gpt2.config(r.model.size, { vocab_size = V })
+  self.cfg = self.checkpoint and self.checkpoint.cfg or gpt2.config(r.model.size, { vocab_size = V })
   if Tlen > self.cfg.maxT then
     fail(("data.seq_len %d exceeds %s's context of %d; lower data.seq_len"):format(Tlen, self.cfg.name, self.cfg.maxT))
   end
@@ -246,8 +292,13 @@ function build(self, r)
   self.tied = pipeline_stages.tied(self.model, self.pp, holds, stage_rank(0), stage_rank(#self.stages - 1))
   self.ctx.tied = self.tied
   self.setup_called = true
+  -- every unit a strategy initialises (whole, or one at a time before it
+  -- keeps its shard) takes the checkpoint's values instead of the seed's
+  self.model.source = self.checkpoint
   S.setup(self.ctx)
   if self.tied then self.tied:init(r.model.seed) end
+  self.model.source = nil
+  if self.checkpoint then self.checkpoint:close() end
   for _, u in ipairs(units) do
     if not u.params and not S.with_full_params then
       fail(("strategy %s: setup left unit %s without parameters, and the strategy has no " ..
@@ -474,9 +525,57 @@ function Trainer:param_digest()
   end)
 end
 
+-- export_hf(dir): write the model as a Hugging Face GPT-2 directory
+-- (nn/hf.lua's save) from world rank 0. A collective over the world: a
+-- sharded strategy gathers each unit's full parameters (with_full_params);
+-- a pipeline sends every other stage's units to its rank 0. A failure to
+-- write stops every rank alike; nothing half-written is left.
+function Trainer:export_hf(dir)
+  local hf = require "ztrain.nn.hf"
+  local S, ctx, pp = self.strategy, self.ctx, self.pp
+  local function with(u, fn)
+    if S.with_full_params then return S.with_full_params(ctx, u, fn) end
+    return fn(u.params)
+  end
+  local each
+  if not pp then
+    each = function(visit)
+      for _, u in ipairs(self.model.units) do with(u, function(flat) visit(u, flat) end) end
+    end
+  else
+    local T = require "ztrain.tensor"
+    each = function(visit)
+      for _, stage in ipairs(self.stages) do
+        local owner = self.stage_rank(stage.index)
+        for _, u in ipairs(stage.units) do
+          local tag = 31000 + u.index % 1000
+          if owner == pp.rank then
+            with(u, function(flat)
+              if pp.rank == 0 then visit(u, flat) else pp:send(flat, 0, tag) end
+            end)
+          elseif pp.rank == 0 then
+            local buf = T.new({ u.padded }, { tier = self.model.tier, category = "comm" })
+            local ok, err = pcall(function() pp:recv(buf, owner, tag); visit(u, buf) end)
+            buf:free()
+            if not ok then error(err, 0) end
+          end
+        end
+      end
+    end
+  end
+  local tok = self.recipe.data.tokenizer
+  local tdir = type(tok) == "string" and (tok:match("^hf:(.+)$") or tok:match("^bpe:(.+)$")) or nil
+  if tok == "bpe" then tdir = zffi.home .. "/data/bpe/fortunes" end
+  local ok, err = hf.save(self.model, dir, { each = each, write = self.rank == 0,
+                                             eot = self.tokenizer and self.tokenizer.eot, tokenizer_dir = tdir })
+  err = agree(self.world, ok and "" or ("export.hf: " .. tostring(err)))
+  if err ~= "" then error(errors.all_ranks(err), 0) end
+end
+
 -- Free everything the run allocated; safe after a build that failed
 -- part-way (only what exists is freed), and twice.
 function Trainer:free()
+  if self.model then self.model.source = nil end
   if self.env then require("ztrain.driver.schedule").free_stash(self.env) end
   for _, p in pairs(self.pools or {}) do p:free() end
   self.pools = nil
