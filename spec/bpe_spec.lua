@@ -403,6 +403,15 @@ describe("the shipped vocabulary", function()
     for j, info in ipairs(ds.file_info) do
       texts[j] = ffi.string(buf + at, info.train_bytes); at = at + info.train_bytes
     end
+    -- the fixture holds BpeTrainer's merges for the files as they were then
+    for _, f in ipairs(corpus.files) do
+      local s = read(corpus.dir .. "/" .. f.name)
+      local p = ffi.cast("const uint8_t *", s)
+      if #s ~= f.bytes or fnv(function(i) return p[i] end, #s) ~= f.bytes_hash then
+        print("\n  skipped: " .. f.name .. " differs from the fixture's (another fortunes package)")
+        return
+      end
+    end
     local t0 = os.clock()
     local v = train.train { texts = texts, vocab_size = corpus.vocab_size, min_frequency = corpus.min_frequency }
     local secs = os.clock() - t0
