@@ -58,9 +58,15 @@ local PCRE2_CONFIG_UNICODE    = 9
 local PCRE2_CONFIG_UNICODE_VERSION = 10
 local PCRE2_CONFIG_VERSION    = 11
 
+-- The library is pinned (RTLD_NODELETE) before ffi.load: compiled
+-- patterns are freed by ffi.gc finalizers, which may run as the Lua state
+-- closes, after LuaJIT has dropped its handle -- without the pin, a call
+-- into an unmapped library (a segfault at exit).
 local function load_lib()
+  local libc = require "ztrain.libc"
   local errs = {}
-  for _, name in ipairs { "pcre2-8", "libpcre2-8.so.0" } do
+  for _, name in ipairs { "libpcre2-8.so.0", "pcre2-8" } do
+    libc.dlopen(name, libc.RTLD_NOW + libc.RTLD_NODELETE)
     local ok, lib = pcall(ffi.load, name)
     if ok then return lib end
     errs[#errs + 1] = tostring(lib)
