@@ -216,7 +216,14 @@ describe("Hugging Face GPT-2 checkpoints", function()
       { "zero1 N=2", "--nproc 2 recipes/zero1.lua" },
       { "zero3 N=2", "--nproc 2 recipes/zero3.lua" },
       { "zero3_offload N=2 (parameter shards on the host)", "--nproc 2 recipes/zero3_offload.lua" },
+      { "zero2 N=2", "--nproc 2 recipes/zero2.lua" },
+      { "zero2_offload N=2", "--nproc 2 recipes/zero2_offload.lua" },
+      { "ZeRO-Infinity N=2 (shards on nvme)", "--nproc 2 recipes/infinity.lua" },
       { "a 2-stage pipeline (1f1b)", "--nproc 2 recipes/pipeline_1f1b.lua" },
+      { "an interleaved pipeline (2 ranks x 2 chunks)", "--nproc 2 recipes/pipeline_interleaved.lua" },
+      { "ZB-V (first and last stage on one rank)", "--nproc 2 recipes/pipeline_zbv.lua" },
+      { "PipeDream (a replica of the tied embedding on the last stage)", "--nproc 2 recipes/pipeline_pipedream.lua" },
+      { "2 stages x 2 data-parallel replicas", "--nproc 4 recipes/pipeline_dp.lua" },
     }) do
       it(case[1] .. " loads PyTorch's parameters", function()
         local s = run_summary(case[2] .. " " .. base, util.outdir())
@@ -267,6 +274,17 @@ describe("Hugging Face GPT-2 checkpoints", function()
       end
     end)
 
+    it("under ZeRO-Infinity, interleaved stages and 2 stages x 2 replicas too", function()
+      for _, args in ipairs({ "--nproc 2 recipes/infinity.lua", "--nproc 2 recipes/pipeline_interleaved.lua",
+                              "--nproc 4 recipes/pipeline_dp.lua" }) do
+        local s, dir = trained_export(args)
+        local m = hf.load(dir)
+        assert.are.equal(s.param_digest, digest.params(m), args)
+        m:free()
+        util.rm(dir)
+      end
+    end)
+
     it("an untrained round trip writes the fixture's bytes back", function()
       local m = hf.load(TINY)
       local dir = tmp .. "/roundtrip"
@@ -281,8 +299,11 @@ describe("Hugging Face GPT-2 checkpoints", function()
     end)
 
     it("loads into transformers' GPT2LMHeadModel with the logits ztrain computes", function()
+      -- ZTRAIN_HF_PYTHON names the interpreter to try (e.g. to see the skip)
       local py
-      for _, cand in ipairs({ "/opt/hfvenv/bin/python", "/usr/bin/python3", "python3" }) do
+      local cands = os.getenv("ZTRAIN_HF_PYTHON") and { os.getenv("ZTRAIN_HF_PYTHON") } or
+                    { "/opt/hfvenv/bin/python", "/usr/bin/python3", "python3" }
+      for _, cand in ipairs(cands) do
         local _, rc = sh(cand .. ' -c "import torch, transformers, safetensors"')
         if rc == 0 then py = cand; break end
       end
