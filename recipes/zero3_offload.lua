@@ -13,12 +13,14 @@ local zt = require "ztrain"
 return {
   launch   = { nproc = 2 },
   model    = { size = "gpt2-mini", seed = 1337 },
+  -- the BPE vocabulary trained on this corpus (data/bpe/fortunes); "bytes" also works
   data     = { text = "/usr/share/games/fortunes/*", exclude = "*.dat",
-               tokenizer = "bytes", seq_len = 128 },
+               tokenizer = "bpe", seq_len = 128 },
   strategy = zt.strategy.zero { stage = 3, offload_optimizer = "host", offload_params = "host" },
   offload  = { staging = "16MiB" },
   optim    = { name = "adamw", lr = 3e-3, weight_decay = 0.1, betas = { 0.9, 0.95 }, clip = 1.0 },
   lr       = { warmup = 30, schedule = "cosine" },
   batch    = { micro = 8, accumulate = 1 },      -- global batch = ranks x 8
+  sample   = { prompt = "Q:", tokens = 40, temperature = 0.8, top_k = 40 },   -- printed at each evaluation
   train    = { steps = 500, log_every = 50, eval_every = 250, eval_batches = 20 },
 }

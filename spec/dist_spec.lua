@@ -32,7 +32,7 @@ end
 
 -- Small settings shared by every run, so digests are comparable.
 local BASE = "model.size=gpt2-tiny data.seq_len=32 batch.micro=2 train.steps=3 train.log_every=1 " ..
-             "train.eval_every=0 train.eval_batches=2 lr.warmup=1 -q"
+             "train.eval_every=0 train.eval_batches=2 lr.warmup=1 data.tokenizer=bytes -q"
 
 local function train(nproc, recipe, extra)
   local dir = tmpdir()

@@ -57,7 +57,8 @@ describe("strategy hooks", function()
     local base = zt.strategy.single()
     local S = { name = "minimal", setup = base.setup, step = base.step, free = base.free }
     local r = assert(zt.recipe.resolve({ strategy = S }, { "model.size=gpt2-tiny", "data.seq_len=32",
-                                                         "batch.micro=2", "train.eval_every=0" }))
+                                                         "batch.micro=2", "train.eval_every=0",
+                                                         "data.tokenizer=bytes" }))
     local tr = trainer.new(r)
     local rec = tr:train_step()
     assert.is_true(rec.loss > 4 and rec.loss < 7)

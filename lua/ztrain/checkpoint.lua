@@ -389,4 +389,75 @@ function M.open(path)
   return ck
 end
 
+---------------------------------------------------------------------------
+-- A run's checkpoints (the trainer's side).
+
+-- The model's units and shape, as the manifest records them.
+local function model_meta(tr)
+  local units = {}
+  for _, u in ipairs(tr.model.units) do units[#units + 1] = { name = u.name, numel = u.numel } end
+  local c = tr.cfg
+  return { name = c.name, L = c.L, C = c.C, NH = c.NH, V = c.V, maxT = c.maxT, units = units }
+end
+
+-- save_run(tr, root, keep) -> path: every rank's state at tr.step.
+-- Collective over the world.
+function M.save_run(tr, root, keep)
+  local ex = tr:state()
+  local G = tr.recipe.batch.micro * tr.accumulate * tr.dp.size
+  local ok, res = pcall(M.save, {
+    world = tr.world, root = root, step = tr.step, export = ex, keep = keep,
+    meta = { model = model_meta(tr), strategy = tr.strategy.name, dp = tr.dp.size,
+             pp = tr.pp and tr.pp.size or 1, precision = "fp32",
+             optim = { t = tr.optim.t },
+             -- the next global micro-batch index of the training data, and
+             -- the global batch that reached it
+             data = { next_batch = tr:next_batch(), global_batch = G, seed = tr.recipe.data.seed },
+             -- no random state to keep: initialisation and data order are
+             -- functions of the seeds and the step
+             rng = "none" },
+  })
+  ex.free()
+  if not ok then error(res, 0) end
+  return res
+end
+
+-- resume_run(tr, path): load the checkpoint at path (a checkpoint or a root
+-- with `latest`) into this run, whatever strategy and world size saved it.
+-- Every rank reads only its ranges. Raises a user error naming what does
+-- not match (model shape, a missing shard, a corrupt block) -- on every
+-- rank alike (a collective: the first failing rank's message).
+function M.resume_run(tr, path)
+  local ok, dir, man = pcall(M.load_run, tr, path)
+  local msg = ok and "" or ("rank %d: %s"):format(tr.rank, errors.message(dir))
+  if tr.world_size > 1 then
+    for _, e in ipairs(tr.world:gather_strings(msg)) do if e ~= "" then msg = e; break end end
+  end
+  if msg ~= "" then fail(errors.all_ranks(tr.world_size > 1 and msg or msg:gsub("^rank %d+: ", ""))) end
+  if tr.tied then tr.tied:sync_params() end      -- the head's replica of the embedding (a collective)
+  return dir, man
+end
+
+-- load_run(tr, path) -> dir, manifest: this rank's part of resume_run.
+function M.load_run(tr, path)
+  local ck = M.open(path)
+  local man = ck.manifest
+  local ok, err = pcall(function()
+    local mine = model_meta(tr)
+    local saved = man.model or {}
+    if saved.C and (saved.C ~= mine.C or saved.L ~= mine.L or saved.V ~= mine.V or saved.NH ~= mine.NH) then
+      fail(("checkpoint %s holds a model of %s layers, %s channels, %s heads and %s tokens, but this run's " ..
+            "model has %d, %d, %d and %d (model.size, model.vocab_size or data.tokenizer differ)"):format(ck.dir,
+            tostring(saved.L), tostring(saved.C), tostring(saved.NH), tostring(saved.V), mine.L, mine.C, mine.NH,
+            mine.V))
+    end
+    tr:load_state(ck.read, man.step)
+    tr.optim.t = man.optim and man.optim.t or man.step
+    if man.data and man.data.next_batch then tr:set_next_batch(man.data.next_batch) end
+  end)
+  ck.close()
+  if not ok then error(err, 0) end
+  return ck.dir, man
+end
+
 return M

@@ -13,15 +13,29 @@ M.defaults = {
   -- model.safetensors) whose shape and weights replace size and seed;
   -- `model = "hf:DIR"` is short for it
   model    = { size = "gpt2-tiny", seed = 1337, vocab_size = 0, from = "" },
-  data     = { text = "/usr/share/games/fortunes/*", exclude = "*.dat", tokenizer = "bytes",
-               seq_len = 128, valid_fraction = 0.05, seed = 1337 },
+  -- data.tokenizer: "bpe" (the vocabulary trained on the default corpus,
+  -- data/bpe/fortunes), "bytes", "bpe:DIR" or "hf:DIR" (vocab.json +
+  -- merges.txt); data.cache: where tokenised corpora are kept ("" = the
+  -- default, $ZTRAIN_CACHE or ~/.cache/ztrain; "off")
+  data     = { text = "/usr/share/games/fortunes/*", exclude = "*.dat", tokenizer = "bpe",
+               seq_len = 128, valid_fraction = 0.05, seed = 1337, cache = "" },
   strategy = "single",
   schedule = "",         -- "" = the sequential driver; a schedule name or function = the schedule driver
   optim    = { name = "adamw", lr = 1e-3, betas = { 0.9, 0.95 }, eps = 1e-8,
                weight_decay = 0.1, clip = 1.0 },
   lr       = { warmup = 20, schedule = "cosine", min_ratio = 0.1 },
   batch    = { micro = 4, accumulate = 1, global = 0 },
-  train    = { steps = 200, log_every = 10, eval_every = 50, eval_batches = 20 },
+  -- train.ckpt_every: a checkpoint every N steps and at the end (0 = none),
+  -- in train.ckpt_dir ("" = OUT/checkpoints), the newest ckpt_keep kept;
+  -- train.checkpoint_activations: false, true (every block) or k (every
+  -- k-th block): recompute their activations in backward
+  train    = { steps = 200, log_every = 10, eval_every = 50, eval_batches = 20, ckpt_every = 0,
+               ckpt_keep = 2, ckpt_dir = "", checkpoint_activations = false },
+  -- resume = "latest" (train.ckpt_dir, or OUT/checkpoints) or a checkpoint
+  -- directory: continue that run's state, under any strategy and world size
+  resume   = "",
+  -- a sample printed at each evaluation and at the end (sample.tokens > 0)
+  sample   = { prompt = "", tokens = 0, temperature = 0.8, top_k = 40, top_p = 1.0, seed = 1337 },
   device   = { backend = "cpu", memory_limit = "0", threads = 0 },
   launch   = { nproc = 0 },   -- local ranks `ztrain RECIPE` starts (0: the launcher's, or one)
   -- pipeline: ranks per replica (stages), model chunks per rank; units split
@@ -38,7 +52,7 @@ M.defaults = {
 }
 
 -- Keys whose value is a list or an opaque object, not a sub-table of keys.
-local LEAF = { ["pipeline.split"] = true, ["optim.betas"] = true, ["strategy"] = true, ["schedule"] = true, ["data.text"] = true,
+local LEAF = { ["train.checkpoint_activations"] = true, ["pipeline.split"] = true, ["optim.betas"] = true, ["strategy"] = true, ["schedule"] = true, ["data.text"] = true,
                ["data.exclude"] = true, ["device.memory_limit"] = true }
 
 local function deepcopy(t)
@@ -172,7 +186,10 @@ local RANGES = {
   ["train.eval_batches"] = { 0, 2 ^ 31, true }, ["device.threads"] = { 0, 1024, true },
   ["launch.nproc"] = { 0, 4096, true }, ["pipeline.stages"] = { 1, 4096, true },
   ["pipeline.chunks"] = { 1, 64, true }, ["offload.prefetch"] = { 1, 64, true },
-  ["offload.queue_depth"] = { 1, 1024, true },
+  ["offload.queue_depth"] = { 1, 1024, true }, ["train.ckpt_every"] = { 0, 2 ^ 40, true },
+  ["train.ckpt_keep"] = { 0, 2 ^ 20, true }, ["sample.tokens"] = { 0, 2 ^ 20, true },
+  ["sample.temperature"] = { 0, 1e3 }, ["sample.top_k"] = { 0, 2 ^ 24, true }, ["sample.top_p"] = { 1e-9, 1 },
+  ["sample.seed"] = { 0, 2 ^ 53, true },
 }
 
 local function check_values(r)
@@ -216,6 +233,11 @@ function M.resolve(user, overrides)
   if r.model.from ~= "" and not r.model.from:match("^hf:.") then
     return nil, ('model.from must be "hf:DIR" (a Hugging Face GPT-2 directory: config.json + model.safetensors), ' ..
                  'got %q'):format(r.model.from)
+  end
+  local ca = r.train.checkpoint_activations
+  if not (type(ca) == "boolean" or (type(ca) == "number" and ca >= 0 and ca % 1 == 0)) then
+    return nil, ("train.checkpoint_activations must be false, true (every block) or k (every k-th block), " ..
+                 "got %s"):format(tostring(ca))
   end
   local pl = r.pipeline.placement
   if pl ~= "" and pl ~= "loop" and pl ~= "v" then

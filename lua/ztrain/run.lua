@@ -111,11 +111,31 @@ function run(r, opts)
   end
   local steps_ms, tps, first_loss, last = {}, {}, nil, nil
   local timeline_events
-  local eval_loss
+  local eval_loss, test_loss, sample_text
   local status = "ok"
+  local ckpt = require "ztrain.checkpoint"
+  local ckpt_root = r.train.ckpt_dir ~= "" and r.train.ckpt_dir or (out .. "/checkpoints")
+  local resumed, saved = nil, nil
+  if lead and not opts.quiet then
+    for _, w in ipairs(tr.warnings or {}) do io.stderr:write("ztrain: warning: ", w, "\n") end
+  end
   local t_train = C.zt_now()
   local okrun, rerr = pcall(function()
-    for _ = 1, r.train.steps do
+    if r.resume ~= "" then
+      -- resume = latest: this run's checkpoint directory; else a path
+      local from = r.resume == "latest" and ckpt_root or r.resume
+      local dir = ckpt.resume_run(tr, from)
+      resumed = { from = dir, step = tr.step }
+      if lead and not opts.quiet then print(("resumed from %s at step %d"):format(dir, tr.step)) end
+    end
+    local function sample(step)
+      if r.sample.tokens <= 0 then return end
+      sample_text = tr:sample(r.sample)
+      if lead and not opts.quiet and sample_text then
+        print(("sample at step %d: %s"):format(step, sample_text))
+      end
+    end
+    while tr.step < r.train.steps do
       -- the schedule driver's last step is recorded for timeline.svg/json
       local record = tr.driver.name == "schedule" and tr.step + 1 == r.train.steps
       if record then tr.env.events = {} end
@@ -134,6 +154,12 @@ function run(r, opts)
       if (r.train.eval_every > 0 and rec.step % r.train.eval_every == 0) or is_last then
         rec.eval_loss = tr:evaluate()
         eval_loss = rec.eval_loss or eval_loss
+        sample(rec.step)
+        rec.sample = sample_text
+      end
+      if is_last and tr.test_loader then test_loss = tr:evaluate(tr.test_loader) end
+      if r.train.ckpt_every > 0 and (rec.step % r.train.ckpt_every == 0 or is_last) then
+        saved = ckpt.save_run(tr, ckpt_root, r.train.ckpt_keep)
       end
       local log_now = rec.step == 1 or is_last or rec.eval_loss or
                       (r.train.log_every > 0 and rec.step % r.train.log_every == 0)
@@ -170,8 +196,9 @@ function run(r, opts)
     threads = C.zt_get_threads(),
     model = { name = tr.cfg.name, params = model.nparams, layers = tr.cfg.L, channels = tr.cfg.C,
               heads = tr.cfg.NH, vocab = tr.cfg.V, context = tr.cfg.maxT },
-    data = { files = #tr.dataset.files, train_tokens = tr.dataset.train.n,
-             valid_tokens = tr.dataset.valid.n, tokenizer = tr.tokenizer.name },
+    data = { files = #tr.dataset.files, kind = tr.dataset.kind, train_tokens = tr.dataset.train.n,
+             valid_tokens = tr.dataset.valid and tr.dataset.valid.n or 0,
+             test_tokens = tr.dataset.test and tr.dataset.test.n or cjson_null, tokenizer = tr.tokenizer.name },
     batch = { micro = r.batch.micro, accumulate = tr.accumulate, seq_len = r.data.seq_len,
               global = r.batch.micro * tr.accumulate * tr.dp.size },
     steps = last and last.step or 0,
@@ -183,6 +210,10 @@ function run(r, opts)
       return c end)() } or cjson_null,
     first_loss = first_loss or cjson_null, final_loss = last and last.loss or cjson_null,
     eval_loss = eval_loss or cjson_null, perplexity = eval_loss and math.exp(eval_loss) or cjson_null,
+    test_loss = test_loss or cjson_null, test_perplexity = test_loss and math.exp(test_loss) or cjson_null,
+    sample = sample_text or cjson_null,
+    checkpoint = saved or cjson_null, resumed = resumed or cjson_null,
+    warnings = tr.warnings,
     blas = require("ffi").string(C.zt_blas_info()),
     tokens_per_s = median(tps), step_ms_median = median(steps_ms),
     seconds = C.zt_now() - t_start,

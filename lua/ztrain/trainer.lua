@@ -220,18 +220,25 @@ function build(self, r)
     fail(("model.vocab_size %d is smaller than the %s tokenizer's %d tokens; leave it 0 to use the tokenizer's")
          :format(V, self.tokenizer.name, self.tokenizer.vocab_size))
   end
-  local ds, derr = data.text { text = r.data.text, exclude = r.data.exclude,
-                               tokenizer = self.tokenizer, valid_fraction = r.data.valid_fraction }
-  if not ds then fail("data: " .. derr) end
+  local ds, derr = data.open { text = r.data.text, exclude = r.data.exclude, tokenizer = self.tokenizer,
+                               valid_fraction = r.data.valid_fraction, cache = r.data.cache, seq_len = Tlen }
+  if not ds then fail(derr) end
   self.dataset = ds
+  self.warnings = {}
+  for _, w in ipairs(ds.warnings or {}) do self.warnings[#self.warnings + 1] = "data: " .. w end
   local loader, lerr = data.loader { split = ds.train, B = B, T = Tlen, seed = r.data.seed, shuffle = true,
                                      vocab_size = V }
   if not loader then fail("data (train split): " .. lerr) end
   self.loader = loader
-  if r.train.eval_batches > 0 and ds.valid.n > Tlen then
+  if r.train.eval_batches > 0 and ds.valid and ds.valid.n > Tlen then
     local vl, verr = data.loader { split = ds.valid, B = B, T = Tlen, seed = 0, shuffle = false, vocab_size = V }
     if not vl then fail("data (validation split): " .. verr) end
     self.valid_loader = vl
+  end
+  if ds.test and ds.test.n > Tlen then
+    local tl, terr = data.loader { split = ds.test, B = B, T = Tlen, seed = 0, shuffle = false, vocab_size = V }
+    if not tl then fail("data (test split): " .. terr) end
+    self.test_loader = tl
   end
   self.data_seconds = C.zt_now() - t0
 
@@ -306,11 +313,18 @@ function build(self, r)
     end
   end
 
-  -- activations (for this rank's stages), driver
+  -- activations (for this rank's stages), driver; checkpointed blocks keep
+  -- only their output and are recomputed in backward (driver/stage.lua)
+  self.ckpt_units = stage_run.checkpoint_units(self.model, r.train.checkpoint_activations)
+  if next(self.ckpt_units) and type(sched) ~= "function" and (sched == "zb_h1" or sched == "zbv" or
+      sched == "one_stage_iw") then
+    fail_all(("train.checkpoint_activations needs the fused backward, and schedule %s splits it into I and W; " ..
+              "use 1f1b, gpipe or interleaved_1f1b, or turn checkpointing off"):format(sched))
+  end
   self.pools = {}
   for i, st in ipairs(self.stages) do
     if stage_rank(st.index) == prank then
-      self.pools[i] = stage_run.pool(self.model, st, B, Tlen)
+      self.pools[i] = stage_run.pool(self.model, st, B, Tlen, { checkpoint = self.ckpt_units })
       -- one activation set made now: a batch that does not fit fails here,
       -- with the hint below, not in the middle of the first step
       self.pools[i]:acquire(0); self.pools[i]:release(0)
@@ -414,11 +428,21 @@ function Trainer:load_batch(a, loader, idx)
   if a.targets then a.targets:write(self.ybuf) end
 end
 
--- Micro-batch mb of the current step, on this data-parallel rank.
+-- Micro-batch mb of the current step, on this data-parallel rank. The
+-- global micro-batch index is data_base + (step - 1) x G + mb x N + rank
+-- (G = accumulate x N, the global batch); data_base is 0 except after a
+-- resume with another global batch (set_next_batch).
 function Trainer:load_micro(a, mb)
   local N = self.dp.size
-  self:load_batch(a, self.loader, (self.step - 1) * self.accumulate * N + mb * N + self.dp.rank)
+  self:load_batch(a, self.loader, (self.data_base or 0) + (self.step - 1) * self.accumulate * N + mb * N +
+                  self.dp.rank)
 end
+
+-- The global micro-batch index the next step starts at.
+function Trainer:next_batch() return (self.data_base or 0) + self.step * self.accumulate * self.dp.size end
+
+-- Continue the data at global micro-batch index `nb` from the next step on.
+function Trainer:set_next_batch(nb) self.data_base = nb - self.step * self.accumulate * self.dp.size end
 
 -- One training step; returns { step, loss, lr, grad_norm, step_ms, tokens }.
 function Trainer:train_step()
@@ -445,17 +469,23 @@ function Trainer:train_step()
            step_ms = (C.zt_now() - t0) * 1000, tokens = B * Tlen * accum * N }
 end
 
--- Mean validation loss over up to train.eval_batches batches (forward only;
--- every rank evaluates the same batches).
-function Trainer:evaluate()
-  local L = self.valid_loader
+-- Mean loss over up to train.eval_batches batches of a split's loader
+-- (default: validation; forward only). The batches are split over the
+-- data-parallel ranks (batch b on dp rank b % N, each replica through its
+-- pipeline); every rank runs the same number of forwards, repeating its
+-- first batch where it has none left, so a sharded strategy's gathers stay
+-- matched. The per-batch losses are gathered and summed in batch order:
+-- the same bits whatever N.
+function Trainer:evaluate(L)
+  L = L or self.valid_loader
   if not L then return nil end
   local B = self.recipe.batch.micro
   local n = math.min(self.recipe.train.eval_batches, math.floor(L.windows / B))
   if n < 1 then return nil end
   local ctx, pp = self.ctx, self.pp
+  local N, r = self.dp.size, self.dp.rank
   ctx.training = false
-  local total = 0.0
+  local losses = {}           -- [b] = mean loss, where this rank holds the head
   -- this rank's stages, in order (one per rank, or v interleaved chunks)
   local mine = {}
   for i, st in ipairs(self.stages) do if self.pools[i] then mine[#mine + 1] = i end end
@@ -466,29 +496,45 @@ function Trainer:evaluate()
     sets[i].dscale = nil
   end
   local S, at = #self.stages, self.stage_rank
+  local rounds = math.ceil(n / N)
   local ok, err = pcall(function()
-    for b = 0, n - 1 do
+    for k = 0, rounds - 1 do
+      local b = k * N + r
+      local real = b < n
+      if not real then b = r end          -- a forward to keep the collectives matched; not counted
       for _, i in ipairs(mine) do
         local stage, a = self.stages[i], sets[i]
         self:load_batch(a, L, b)
         -- across stages: the input from the previous stage, the output to the next
-        local tag = 30000 + (stage.index * 64 + b) % 2048
+        local tag = 30000 + (stage.index * 64 + k) % 2048
         local prank = pp and pp.rank
         if pp and stage.index > 0 and at(stage.index - 1) ~= prank then pp:recv(a.input, at(stage.index - 1), tag) end
         local y = stage_run.forward(ctx, self.strategy, stage, a, 0)
         if pp and stage.index < S - 1 then
           local nxt = at(stage.index + 1)
           if nxt == prank then ops.copy(sets[i + 1].input, y)      -- the next stage is here too
-          else pp:send(y, nxt, 30000 + ((stage.index + 1) * 64 + b) % 2048) end
+          else pp:send(y, nxt, 30000 + ((stage.index + 1) * 64 + k) % 2048) end
         end
-        if stage.has_head then total = total + self.model:mean_loss(a) end
+        if stage.has_head and real then losses[b] = self.model:mean_loss(a) end
       end
     end
   end)
   for _, i in ipairs(mine) do self.pools[i]:release(0) end
   if not ok then error(err, 0) end
-  -- the loss lives on the last stage: summed over the pipeline (0 + ... + L)
-  if pp then total = shard.sum_over_ranks(pp, total) end
+  -- every rank's losses (exact: %.17g round-trips a double), summed in batch order
+  local parts = {}
+  for b, l in pairs(losses) do parts[#parts + 1] = ("%d:%.17g"):format(b, l) end
+  local all = { [0] = table.concat(parts, " ") }
+  if self.world_size > 1 then all = self.world:gather_strings(all[0]) end
+  local by = {}
+  for _, s in pairs(all) do
+    for b, l in s:gmatch("(%d+):(%S+)") do by[tonumber(b)] = tonumber(l) end
+  end
+  local total = 0.0
+  for b = 0, n - 1 do
+    if not by[b] then error(("evaluate: no loss for batch %d (a bug: every batch has one replica's head)"):format(b)) end
+    total = total + by[b]
+  end
   return total / n
 end
 
@@ -525,44 +571,99 @@ function Trainer:param_digest()
   end)
 end
 
--- export_hf(dir): write the model as a Hugging Face GPT-2 directory
--- (nn/hf.lua's save) from world rank 0. A collective over the world: a
--- sharded strategy gathers each unit's full parameters (with_full_params);
--- a pipeline sends every other stage's units to its rank 0. A failure to
--- write stops every rank alike; nothing half-written is left.
-function Trainer:export_hf(dir)
-  local hf = require "ztrain.nn.hf"
+-- each_full_unit(visit): visit(u, flat) on world rank 0 for every unit in
+-- order, flat its full parameters; a collective over the world: a sharded
+-- strategy gathers each unit (with_full_params), a pipeline sends every
+-- other stage's units to its rank 0. Other ranks take part and visit nothing
+-- (rank 0 of each data-parallel replica's pipeline also visits, with the
+-- same values).
+function Trainer:each_full_unit(visit)
   local S, ctx, pp = self.strategy, self.ctx, self.pp
   local function with(u, fn)
     if S.with_full_params then return S.with_full_params(ctx, u, fn) end
     return fn(u.params)
   end
-  local each
   if not pp then
-    each = function(visit)
-      for _, u in ipairs(self.model.units) do with(u, function(flat) visit(u, flat) end) end
-    end
-  else
-    local T = require "ztrain.tensor"
-    each = function(visit)
-      for _, stage in ipairs(self.stages) do
-        local owner = self.stage_rank(stage.index)
-        for _, u in ipairs(stage.units) do
-          local tag = 31000 + u.index % 1000
-          if owner == pp.rank then
-            with(u, function(flat)
-              if pp.rank == 0 then visit(u, flat) else pp:send(flat, 0, tag) end
-            end)
-          elseif pp.rank == 0 then
-            local buf = T.new({ u.padded }, { tier = self.model.tier, category = "comm" })
-            local ok, err = pcall(function() pp:recv(buf, owner, tag); visit(u, buf) end)
-            buf:free()
-            if not ok then error(err, 0) end
-          end
-        end
+    for _, u in ipairs(self.model.units) do with(u, function(flat) visit(u, flat) end) end
+    return
+  end
+  local T = require "ztrain.tensor"
+  for _, stage in ipairs(self.stages) do
+    local owner = self.stage_rank(stage.index)
+    for _, u in ipairs(stage.units) do
+      local tag = 31000 + u.index % 1000
+      if owner == pp.rank then
+        with(u, function(flat)
+          if pp.rank == 0 then visit(u, flat) else pp:send(flat, 0, tag) end
+        end)
+      elseif pp.rank == 0 then
+        local buf = T.new({ u.padded }, { tier = self.model.tier, category = "comm" })
+        local ok, err = pcall(function() pp:recv(buf, owner, tag); visit(u, buf) end)
+        buf:free()
+        if not ok then error(err, 0) end
       end
     end
   end
+end
+
+-- sample(opts) -> text on world rank 0 (nil elsewhere): sample.tokens new
+-- tokens after sample.prompt (the tokenizer's end-of-text, or a newline,
+-- when empty), by nn/generate.lua on a full copy of the model gathered on
+-- rank 0 (each_full_unit; a collective). A failure to sample is reported
+-- in the text, never fatal to the run.
+function Trainer:sample(o)
+  local gpt2m = require "ztrain.nn.gpt2"
+  -- every unit's full parameters already here (replicated, no pipeline): no copy
+  local here = not self.pp and not self.strategy.with_full_params
+  local copy
+  if self.rank == 0 then
+    copy = here and self.model or gpt2m.new(self.cfg, { tier = self.model.tier, alloc = false })
+    if not here then
+      -- parameters only, accounted as "other": a transient copy, not model state
+      local T = require "ztrain.tensor"
+      for _, u in ipairs(copy.units) do
+        copy:set_params(u, T.new({ u.padded }, { tier = copy.tier, category = "other" }))
+      end
+    end
+  end
+  local ok, err = pcall(self.each_full_unit, self, function(u, flat)
+    if copy and not here then
+      local cu = copy.units[u.index]
+      local v = flat:view(0, { cu.padded })
+      local okc, cerr = pcall(function()
+        if v:tier() == cu.params:tier() then return ops.copy(cu.params, v) end
+        local stream = require "ztrain.stream"      -- a gathered unit on another tier
+        stream.copy_async(cu.params, v)
+        stream.current():sync()
+      end)
+      v:free()
+      if not okc then error(cerr, 0) end
+    end
+  end)
+  local text
+  if copy then
+    if ok then
+      local prompt = o.prompt
+      if prompt == "" then prompt = self.tokenizer.eot and { self.tokenizer.eot } or "\n" end
+      local okg, ids, t = pcall(require("ztrain.nn.generate").generate, copy, prompt, {
+        tokenizer = self.tokenizer, max_tokens = math.min(o.tokens, self.cfg.maxT - 1),
+        temperature = o.temperature, top_k = o.top_k, top_p = o.top_p, seed = o.seed })
+      text = okg and ((type(o.prompt) == "string" and o.prompt or "") .. (t or "")) or
+             ("(no sample: " .. errors.message(ids) .. ")")
+    end
+    if not here then copy:free() end
+  end
+  if not ok then error(err, 0) end
+  return text
+end
+
+-- export_hf(dir): write the model as a Hugging Face GPT-2 directory
+-- (nn/hf.lua's save) from world rank 0. A collective over the world
+-- (each_full_unit). A failure to write stops every rank alike; nothing
+-- half-written is left.
+function Trainer:export_hf(dir)
+  local hf = require "ztrain.nn.hf"
+  local each = function(visit) return self:each_full_unit(visit) end
   local tok = self.recipe.data.tokenizer
   local tdir = type(tok) == "string" and (tok:match("^hf:(.+)$") or tok:match("^bpe:(.+)$")) or nil
   if tok == "bpe" then tdir = zffi.home .. "/data/bpe/fortunes" end
