@@ -57,7 +57,8 @@ local function module_file(name)
 end
 
 -- A BPE tokenizer from DIR/vocab.json + DIR/merges.txt. `what` names it in errors.
-local function load_bpe(dir, what)
+-- name: the tokenizer's name in reports (what the recipe said)
+local function load_bpe(dir, what, name)
   if dir == "" then error(("data.tokenizer: %s needs a directory after the colon"):format(what), 0) end
   dir = dir:gsub("/+$", "")
   if dir == "" then dir = "/" end
@@ -78,7 +79,7 @@ local function load_bpe(dir, what)
     error(("data.tokenizer: %s: the BPE tokenizer module ztrain.data.bpe cannot be loaded: %s")
           :format(what, tostring(bpe)), 0)
   end
-  local tok = bpe.load(dir)
+  local tok = bpe.load(dir, { name = name })
   -- what the tokenisation cache keys this tokenizer by (cache.lua): its vocabulary
   -- files and the encoder's own source, so an encoder fix invalidates old tokens
   if tok.cache_key == nil and tok.cache_files == nil then
@@ -112,10 +113,10 @@ function M.tokenizer(name)
              .. "restore it (git checkout %s), or name one with \"bpe:DIR\" / \"hf:DIR\", or use \"bytes\"")
             :format(dir, M.BPE_DEFAULT), 0)
     end
-    return load_bpe(dir, '"bpe"')
+    return load_bpe(dir, '"bpe"', "bpe")
   end
   local prefix, dir = name:match("^(%a+):(.*)$")
-  if prefix == "bpe" or prefix == "hf" then return load_bpe(dir, ("%q"):format(name)) end
+  if prefix == "bpe" or prefix == "hf" then return load_bpe(dir, ("%q"):format(name), name) end
   error(("data.tokenizer: unknown tokenizer %q (known: %s)"):format(name, table.concat(M.tokenizers(), ", ")), 0)
 end
 
