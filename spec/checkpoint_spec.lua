@@ -21,8 +21,10 @@ local function losses(dir)
   return out, val
 end
 
-local function run(args, dir, timeout)
-  local out, rc = util.sh(("timeout %d build/ztrain %s %s out=%s"):format(timeout or 120, args, BASE, dir))
+-- after: overrides that come after BASE's
+local function run(args, dir, timeout, after)
+  local out, rc = util.sh(("timeout %d build/ztrain %s %s %s out=%s"):format(timeout or 120, args, BASE, after or "",
+                                                                       dir))
   assert.are.equal(0, rc, args .. "\n" .. out)
   return summary(dir)
 end
@@ -156,6 +158,25 @@ describe("checkpoints", function()
     for _, d in ipairs({ ref, dir, dir2, dir3, ck:match("^(.*)/checkpoints"), ck2:match("^(.*)/checkpoints") }) do
       util.rm(d)
     end
+  end)
+
+  it("ztrain export: a zero3 checkpoint on 2 ranks becomes a Hugging Face directory with the run's digest", function()
+    local dir = util.outdir()
+    local s = run("--nproc 2 recipes/zero3.lua train.steps=3 train.ckpt_every=3", dir, nil, "data.tokenizer=bpe")
+    local hf = util.outdir()
+    local out, rc = util.sh(("build/ztrain export %s/checkpoints %s"):format(dir, hf))
+    assert.are.equal(0, rc, out)
+    for _, f in ipairs({ "config.json", "model.safetensors", "vocab.json", "merges.txt" }) do
+      assert.is_truthy(io.open(hf .. "/" .. f), f)
+    end
+    -- loaded back with a learning rate of 0: the parameters are the run's
+    local s2 = run(("recipes/single.lua model=hf:%s optim.lr=0 train.steps=1"):format(hf), util.outdir(), nil,
+                   "data.tokenizer=bpe")
+    assert.are.equal(s.param_digest, s2.param_digest)
+    local bad, brc = util.sh(("build/ztrain export %s/nowhere %s.x"):format(dir, hf))
+    assert.are.equal(1, brc, bad)
+    assert.matches("is neither a checkpoint", bad, 1, true)
+    util.rm(dir); util.rm(hf)
   end)
 
   describe("refuses a damaged or mismatched checkpoint, naming it", function()

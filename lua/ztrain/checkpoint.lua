@@ -412,7 +412,9 @@ function M.save_run(tr, root, keep)
              optim = { t = tr.optim.t },
              -- the next global micro-batch index of the training data, and
              -- the global batch that reached it
-             data = { next_batch = tr:next_batch(), global_batch = G, seed = tr.recipe.data.seed },
+             data = { next_batch = tr:next_batch(), global_batch = G, seed = tr.recipe.data.seed,
+                      tokenizer = type(tr.recipe.data.tokenizer) == "string" and tr.recipe.data.tokenizer or nil,
+                      eot = tr.tokenizer and tr.tokenizer.eot },
              -- no random state to keep: initialisation and data order are
              -- functions of the seeds and the step
              rng = "none" },
@@ -458,6 +460,44 @@ function M.load_run(tr, path)
   ck.close()
   if not ok then error(err, 0) end
   return ck.dir, man
+end
+
+-- export(path, dir) -> dir: the parameters of the checkpoint at path,
+-- consolidated from every rank's shard, written as a Hugging Face GPT-2
+-- directory (config.json + model.safetensors, F32; with vocab.json and
+-- merges.txt when the run's tokenizer was a BPE vocabulary). Needs no
+-- ranks, no strategy: `ztrain export CKPT DIR`.
+function M.export(path, dir)
+  local T = require "ztrain.tensor"
+  local gpt2 = require "ztrain.nn.gpt2"
+  local hf = require "ztrain.nn.hf"
+  local ck = M.open(path)
+  local man, model = ck.manifest, nil
+  local ok, err = pcall(function()
+    local m = man.model or {}
+    local cfg = gpt2.custom({ name = m.name, L = m.L, C = m.C, NH = m.NH, maxT = m.maxT, V = m.V },
+                            "checkpoint " .. ck.dir .. " manifest")
+    model = gpt2.new(cfg, { tier = "host", alloc = false })
+    for _, u in ipairs(model.units) do
+      local t = T.new({ u.padded }, { tier = "host", category = "params" })
+      model:set_params(u, t)
+      t:fill(0)
+      local v = t:view(0, { u.numel })
+      local okr, rerr = pcall(ck.read, "params", u.name, 0, u.numel, v, u.numel)
+      v:free()
+      if not okr then error(rerr, 0) end
+    end
+    local tok = man.data and man.data.tokenizer
+    local tdir
+    if tok == "bpe" then tdir = require("ztrain.data").home .. "/" .. require("ztrain.data").BPE_DEFAULT
+    elseif type(tok) == "string" then tdir = tok:match("^hf:(.+)$") or tok:match("^bpe:(.+)$") end
+    local oks, serr = hf.save(model, dir, { eot = man.data and man.data.eot, tokenizer_dir = tdir })
+    if not oks then error(serr, 0) end
+  end)
+  ck.close()
+  if model then model:free() end
+  if not ok then error(err, 0) end
+  return dir
 end
 
 return M

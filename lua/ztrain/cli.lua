@@ -6,6 +6,7 @@ usage: ztrain [options] [RECIPE.lua [key=value ...]]
        ztrain schedule NAME|compare [p=4] [m=8] [v=2] [out=DIR]
        ztrain generate SRC "PROMPT" [max_tokens=64] [temperature=1] [top_k=0] [top_p=1]
                        [seed=0] [tokenizer=NAME]
+       ztrain export CHECKPOINT DIR
 
 Runs a training recipe, or with no recipe opens a Lua REPL with ztrain loaded
 (as `zt`). Recipes are Lua files returning a table; key=value arguments
@@ -36,12 +37,17 @@ options:
   -h, --help     this text
 
 Recipe keys (defaults in lua/ztrain/recipe.lua; docs/recipes.md):
-  model.size (gpt2-tiny, gpt2-mini, gpt2, gpt2-medium, gpt2-large, gpt2-xl), model.seed
-  data.text, data.exclude, data.tokenizer, data.seq_len, data.valid_fraction, data.seed
+  model.size (gpt2-tiny, gpt2-mini, gpt2, gpt2-medium, gpt2-large, gpt2-xl), model.seed,
+    model.from (hf:DIR: a Hugging Face GPT-2; model=hf:DIR for short), model.vocab_size
+  data.text (globs, wikitext:DIR, bin:TRAIN,VALID,TEST), data.exclude, data.tokenizer (bpe, bytes,
+    bpe:DIR, hf:DIR), data.seq_len, data.valid_fraction, data.seed, data.cache
   optim.lr, optim.betas, optim.eps, optim.weight_decay, optim.clip
   lr.warmup, lr.schedule (cosine, linear, constant), lr.min_ratio
   batch.micro, batch.accumulate, batch.global (= ranks x micro x accumulate)
-  train.steps, train.log_every, train.eval_every, train.eval_batches
+  train.steps, train.log_every, train.eval_every, train.eval_batches,
+    train.ckpt_every, train.ckpt_keep, train.ckpt_dir, train.checkpoint_activations (true or k)
+  resume (latest or a checkpoint directory), export.hf (DIR)
+  sample.prompt, sample.tokens, sample.temperature, sample.top_k, sample.top_p, sample.seed
   device.backend, device.memory_limit (e.g. 2GiB), device.threads
   strategy (single, dp, dp_deferred, zero1, zero2, zero3, zero1_offload, zero2_offload,
     zero3_offload or an object), out, name
@@ -66,7 +72,14 @@ tokenizer is DIR's vocab.json + merges.txt unless tokenizer= names one (bytes,
 bpe, bpe:DIR, hf:DIR). temperature=0 is greedy; top_k=0 and top_p=1 are off;
 a seed reproduces a sample. The prompt and max_tokens must fit the model's context.
 
-Outputs go to out= (default runs/<recipe>-<time>/): metrics.jsonl, summary.json.
+ztrain export CHECKPOINT DIR writes a checkpoint's parameters (consolidated
+from every rank's shard, whatever strategy and world size saved it) as a
+Hugging Face GPT-2 directory: config.json + model.safetensors (fp32), and the
+tokenizer's vocab.json + merges.txt when the run used a BPE vocabulary.
+CHECKPOINT is a checkpoint directory, or a directory with `latest`.
+
+Outputs go to out= (default runs/<recipe>-<time>/): metrics.jsonl, summary.json,
+checkpoints/ (train.ckpt_every), timeline.svg/.json (pipeline schedules).
 ]==]
 
 local errors = require "ztrain.errors"
@@ -307,6 +320,19 @@ local function generate(args)
 end
 
 function M.main(argv)
+  if argv[1] == "export" then
+    local ok, rc = xpcall(function()
+      if argv[2] == "-h" or argv[2] == "--help" then io.stdout:write(M.usage); return 0 end
+      if not argv[2] or not argv[3] or argv[4] then
+        error("export: give a checkpoint and an output directory: ztrain export CHECKPOINT DIR", 0)
+      end
+      local dir = require("ztrain.checkpoint").export(argv[2], argv[3])
+      print(("wrote %s (config.json, model.safetensors)"):format(dir))
+      return 0
+    end, errors.traceback)
+    if not ok then return die(rc) end
+    return rc
+  end
   if argv[1] == "generate" then
     local args = {}
     for j = 2, #argv do args[j - 1] = argv[j] end
