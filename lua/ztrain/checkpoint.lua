@@ -408,7 +408,7 @@ function M.save_run(tr, root, keep)
   local ok, res = pcall(M.save, {
     world = tr.world, root = root, step = tr.step, export = ex, keep = keep,
     meta = { model = model_meta(tr), strategy = tr.strategy.name, dp = tr.dp.size,
-             pp = tr.pp and tr.pp.size or 1, precision = "fp32",
+             pp = tr.pp and tr.pp.size or 1,
              optim = { t = tr.optim.t },
              -- the next global micro-batch index of the training data, and
              -- the global batch that reached it
@@ -417,7 +417,11 @@ function M.save_run(tr, root, keep)
                       eot = tr.tokenizer and tr.tokenizer.eot },
              -- no random state to keep: initialisation and data order are
              -- functions of the seeds and the step
-             rng = "none" },
+             rng = "none",
+             precision = tr.recipe.precision,
+             loss_scaler = tr.ctx.loss_scaler and { scale = tr.ctx.loss_scaler.scale, good = tr.ctx.loss_scaler.good,
+                                                    left = tr.ctx.loss_scaler.left,
+                                                    skipped = tr.ctx.loss_scaler.skipped } or "none" },
   })
   ex.free()
   if not ok then error(res, 0) end
@@ -456,6 +460,12 @@ function M.load_run(tr, path)
     tr:load_state(ck.read, man.step)
     tr.optim.t = man.optim and man.optim.t or man.step
     if man.data and man.data.next_batch then tr:set_next_batch(man.data.next_batch) end
+    -- fp16's loss scaler goes on where it was (a run in another precision starts its own)
+    local LS = tr.ctx.loss_scaler
+    if LS and type(man.loss_scaler) == "table" then
+      LS.scale, LS.good, LS.left, LS.skipped = man.loss_scaler.scale, man.loss_scaler.good, man.loss_scaler.left,
+                                                man.loss_scaler.skipped
+    end
   end)
   ck.close()
   if not ok then error(err, 0) end

@@ -20,6 +20,11 @@ M.defaults = {
   data     = { text = "/usr/share/games/fortunes/*", exclude = "*.dat", tokenizer = "bpe",
                seq_len = 128, valid_fraction = 0.05, seed = 1337, cache = "" },
   strategy = "single",
+  -- "fp32", or mixed: "bf16" / "fp16" parameters and gradients, fp32 master
+  -- weights and optimizer state (fp16 with dynamic loss scaling)
+  precision = "fp32",
+  -- fp16's dynamic loss scaling, DeepSpeed's keys and defaults
+  fp16     = { initial_scale_power = 16, loss_scale_window = 1000, hysteresis = 2, min_loss_scale = 1 },
   schedule = "",         -- "" = the sequential driver; a schedule name or function = the schedule driver
   optim    = { name = "adamw", lr = 1e-3, betas = { 0.9, 0.95 }, eps = 1e-8,
                weight_decay = 0.1, clip = 1.0 },
@@ -189,7 +194,9 @@ local RANGES = {
   ["offload.queue_depth"] = { 1, 1024, true }, ["train.ckpt_every"] = { 0, 2 ^ 40, true },
   ["train.ckpt_keep"] = { 0, 2 ^ 20, true }, ["sample.tokens"] = { 0, 2 ^ 20, true },
   ["sample.temperature"] = { 0, 1e3 }, ["sample.top_k"] = { 0, 2 ^ 24, true }, ["sample.top_p"] = { 1e-9, 1 },
-  ["sample.seed"] = { 0, 2 ^ 53, true },
+  ["sample.seed"] = { 0, 2 ^ 53, true }, ["fp16.initial_scale_power"] = { 0, 127, true },
+  ["fp16.loss_scale_window"] = { 1, 2 ^ 40, true }, ["fp16.hysteresis"] = { 1, 2 ^ 20, true },
+  ["fp16.min_loss_scale"] = { 2 ^ -126, 2 ^ 127 },
 }
 
 local function check_values(r)
@@ -233,6 +240,9 @@ function M.resolve(user, overrides)
   if r.model.from ~= "" and not r.model.from:match("^hf:.") then
     return nil, ('model.from must be "hf:DIR" (a Hugging Face GPT-2 directory: config.json + model.safetensors), ' ..
                  'got %q'):format(r.model.from)
+  end
+  if not require("ztrain.precision").NAMES[r.precision] then
+    return nil, ('precision must be "fp32", "bf16" or "fp16", got %q'):format(tostring(r.precision))
   end
   local ca = r.train.checkpoint_activations
   if not (type(ca) == "boolean" or (type(ca) == "number" and ca >= 0 and ca % 1 == 0)) then

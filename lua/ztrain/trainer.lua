@@ -296,6 +296,24 @@ function build(self, r)
                units = P > 1 and units or nil, nparams = nparams,
                out_dir = self.env_opts.out, quiet = self.env_opts.quiet,
                rank = self.rank, world_size = self.world_size }
+  -- mixed precision: low-precision storage, fp32 compute (precision.lua)
+  local precision = require "ztrain.precision"
+  local prec = precision.new(r.precision, self.model)
+  if prec.lp then
+    if not (S.name == "single" or S.name == "dp") then
+      fail_all(("precision %s runs with the single and dp strategies so far (%s keeps fp32 parameters); " ..
+                "use precision=fp32 with %s"):format(r.precision, S.name, S.name))
+    end
+    if P > 1 then
+      fail_all(("precision %s does not run across pipeline stages yet; use precision=fp32 with pipeline.stages > 1")
+               :format(r.precision))
+    end
+    self.ctx.precision = prec
+    if r.precision == "fp16" then
+      self.ctx.loss_scaler = precision.loss_scaler { initial = 2 ^ r.fp16.initial_scale_power,
+        window = r.fp16.loss_scale_window, hysteresis = r.fp16.hysteresis, min_scale = r.fp16.min_loss_scale }
+    end
+  end
   self.tied = pipeline_stages.tied(self.model, self.pp, holds, stage_rank(0), stage_rank(#self.stages - 1))
   self.ctx.tied = self.tied
   self.setup_called = true
@@ -455,6 +473,8 @@ function Trainer:train_step()
   -- the loss is the mean over the step's micro-batches (asynchronous
   -- pipelines update after each one: the mean over one)
   env.dscale = 1.0 / (B * Tlen * (env.async and 1 or accum) * N)
+  local LS = ctx.loss_scaler
+  if LS then env.dscale = env.dscale * LS.scale end      -- fp16: the loss scaled, gradients unscaled at the step
   ctx.training = true
   local loss, gnorm = self.driver.step(env, step_lr)
   if self.tied then self.tied:sync_params() end
@@ -466,7 +486,8 @@ function Trainer:train_step()
   if S.reduce_loss then loss = S.reduce_loss(ctx, loss) end
   loss = loss / (accum * N)
   return { step = self.step, loss = loss, lr = step_lr, grad_norm = gnorm,
-           step_ms = (C.zt_now() - t0) * 1000, tokens = B * Tlen * accum * N }
+           step_ms = (C.zt_now() - t0) * 1000, tokens = B * Tlen * accum * N,
+           loss_scale = LS and LS.scale or nil, skipped_steps = LS and LS.skipped or nil }
 end
 
 -- Mean loss over up to train.eval_batches batches of a split's loader
@@ -681,6 +702,7 @@ function Trainer:free()
   for _, p in pairs(self.pools or {}) do p:free() end
   self.pools = nil
   if self.setup_called and self.strategy and self.strategy.free then self.strategy.free(self.ctx) end
+  if self.ctx and self.ctx.precision then self.ctx.precision:free(); self.ctx.precision = nil end
   self.setup_called = nil
   if self.tied then self.tied:free(); self.tied = nil end
   if self.model then self.model:free(); self.model = nil end

@@ -137,9 +137,12 @@ end
 function M.forward(ctx, S, stage, a, mb)
   local model = ctx.model
   local x = stage.has_embed and a.tokens or a.input
+  local P = ctx.precision
   for _, u in ipairs(stage.units) do
     S.pre_forward(ctx, u, mb)
+    if P then P:enter(u, true, false) end
     x = model:forward(u, a, x)
+    if P then P:leave(u) end
     S.post_forward(ctx, u, mb)
   end
   return x
@@ -149,16 +152,18 @@ end
 -- the gradient of the stage's output (set by the head, or received), and
 -- the gradient of its input at the end (nil for the first stage).
 function M.backward(ctx, S, stage, a, mb)
-  local model, units = ctx.model, stage.units
+  local model, units, P = ctx.model, stage.units, ctx.precision
   for i = #units, 1, -1 do
     local u = units[i]
     S.pre_backward(ctx, u, mb)
     S.pre_weight_grad(ctx, u, mb)
+    if P then P:enter(u, true, true) end
     -- a checkpointed block: its forward again, from its kept input
     if a.checkpointed[u.index] then model:forward(u, a, a.x[u.index]) end
     if ctx.tied then ctx.tied:before_weight(u, mb) end
     model:backward(u, a)
     if ctx.tied then ctx.tied:after_weight(u, mb) end
+    if P then P:leave(u) end
     S.post_input_grad(ctx, u, mb)
     S.post_backward(ctx, u, mb)
   end
@@ -166,7 +171,7 @@ end
 
 -- The input-gradient half: what W needs is kept in a.w[u.index].
 function M.backward_input(ctx, S, stage, a, mb, pool)
-  local model, units = ctx.model, stage.units
+  local model, units, P = ctx.model, stage.units, ctx.precision
   for i = #units, 1, -1 do
     local u = units[i]
     if a.checkpointed[u.index] then
@@ -175,7 +180,9 @@ function M.backward_input(ctx, S, stage, a, mb, pool)
     end
     S.pre_backward(ctx, u, mb)
     a.w[u.index] = pool:wget(u)
+    if P then P:enter(u, true, false) end
     model:backward_input(u, a, a.w[u.index])
+    if P then P:leave(u) end
     S.post_input_grad(ctx, u, mb)
   end
 end
@@ -183,13 +190,15 @@ end
 -- The weight-gradient half, in the same unit order as the fused backward
 -- (the head's wte gradient before the embedding's).
 function M.backward_weight(ctx, S, stage, a, mb, pool)
-  local model, units = ctx.model, stage.units
+  local model, units, P = ctx.model, stage.units, ctx.precision
   for i = #units, 1, -1 do
     local u = units[i]
     S.pre_weight_grad(ctx, u, mb)
+    if P then P:enter(u, false, true) end
     if ctx.tied then ctx.tied:before_weight(u, mb) end
     model:backward_weight(u, a, a.w[u.index])
     if ctx.tied then ctx.tied:after_weight(u, mb) end
+    if P then P:leave(u) end
     pool:wput(u, a.w[u.index])
     a.w[u.index] = nil
     S.post_backward(ctx, u, mb)

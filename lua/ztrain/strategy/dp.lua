@@ -9,6 +9,7 @@
 -- accumulates locally and reduces once per step: less communication when
 -- accumulating, but the sums are ordered differently (no bit-equality).
 local shard = require "ztrain.strategy.shard"
+local ops = require "ztrain.ops"
 local replicated = require "ztrain.strategy.replicated"
 local options = require "ztrain.strategy.options"
 
@@ -21,7 +22,15 @@ function M.new(opts)
 
   function S.setup(ctx)
     ctx.work = { pending = {} }      -- [unit index] = { req, micro }: reductions in flight
+    if ctx.precision and defer then
+      error("dp_deferred runs in fp32 only (it reduces the accumulator); use dp with precision " ..
+            ctx.precision.name, 0)
+    end
     replicated.setup(ctx)
+    replicated.precision_hooks(S, ctx)
+    -- mixed precision: gradients are reduced in fp32, widened into a
+    -- buffer of their own per reduction in flight (category comm)
+    if ctx.precision then ctx.work.pool = require("ztrain.strategy.shard").pool(ctx.model.tier) end
   end
 
   -- Wait for unit u's pending reduction and accumulate it (in canonical order).
@@ -32,7 +41,8 @@ function M.new(opts)
     pending[u.index] = nil
     p.req:wait()
     local a = ctx.state.acc[u.index]
-    if a and not defer then replicated.accumulate(a, u.grads, p.micro) end
+    if a and not defer then replicated.accumulate(a, p.buf or u.grads, p.micro) end
+    if p.buf then ctx.work.pool.put(p.buf) end
   end
 
   -- The weight-gradient pass of u writes the gradients of every unit it
@@ -50,6 +60,12 @@ function M.new(opts)
       if micro == ctx.accumulate - 1 then
         pending[u.index] = { req = ctx.dp:all_reduce(a, true), micro = micro }
       end
+      return
+    end
+    if ctx.precision then
+      local buf = ctx.work.pool.get(u.padded)
+      ops.cast(buf, u.grads)
+      pending[u.index] = { req = ctx.dp:all_reduce(buf, true), micro = micro, buf = buf }
       return
     end
     pending[u.index] = { req = ctx.dp:all_reduce(u.grads, true), micro = micro }
@@ -75,6 +91,7 @@ function M.new(opts)
     if ctx and ctx.work and ctx.work.pending then
       for _, u in ipairs(replicated.units(ctx)) do pcall(finish, ctx, u) end
     end
+    if ctx and ctx.work and ctx.work.pool then ctx.work.pool.free(); ctx.work.pool = nil end
     replicated.free(ctx)
   end
 

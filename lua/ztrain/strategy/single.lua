@@ -21,12 +21,13 @@ function M.new(opts)
       error(("strategy single runs on one rank, but the job has %d; use dp or zero"):format(n), 0)
     end
     replicated.setup(ctx)
+    replicated.precision_hooks(S, ctx)
   end
 
   -- micro: 0-based index of the micro-batch within the step.
   function S.post_backward(ctx, u, micro)
     local a = ctx.state.acc[u.index]
-    if a then replicated.accumulate(a, u.grads, micro) end
+    if a then replicated.accumulate(a, u.grads, micro, ctx.precision and replicated.up_buffer(ctx)) end
   end
 
   S.step = replicated.step

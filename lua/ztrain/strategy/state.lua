@@ -48,10 +48,13 @@ function M.new(model, dp, sharded)
   return st
 end
 
--- add_kind(st, name, { dtype=, tier=, sharded=, category= }) -> kind
+-- add_kind(st, name, { dtype=, tier=, sharded=, category=, derived= }) -> kind
+-- derived: computed from other kinds (the low-precision parameters, a
+-- rounding of the fp32 master): described, never exported or imported.
 function M.add_kind(st, name, info)
   local k = { name = name, dtype = info.dtype or "f32", tier = info.tier or "device",
-              sharded = info.sharded and true or false, category = info.category, shards = {} }
+              sharded = info.sharded and true or false, category = info.category, shards = {},
+              derived = info.derived or nil }
   st.kinds[name] = k
   st.order[#st.order + 1] = name
   return k
@@ -89,7 +92,7 @@ end
 local function each_range(st, model, fn)
   for _, name in ipairs(st.order) do
     local k = st.kinds[name]
-    if name ~= "grads" then                    -- gradients do not outlive a step
+    if name ~= "grads" and not k.derived then  -- gradients do not outlive a step
       for _, u in ipairs(model.units) do
         local sh = k.shards[u.index]
         local lo, hi = nil, nil

@@ -1,0 +1,165 @@
+-- ztrain.precision: mixed precision (recipe key `precision`).
+--
+--   fp32   everything in fp32 (the default)
+--   bf16   parameters and gradients stored as bfloat16 on the device; fp32
+--          master weights and optimizer state (optimizer state kinds
+--          "master_params", "exp_avg", "exp_avg_sq"); fp32 gradient
+--          accumulation and reduction
+--   fp16   as bf16 with IEEE half, plus dynamic loss scaling (LossScaler)
+--
+-- Storage and compute are separate: a unit's parameters (u.params) and
+-- gradients (u.grads) are low-precision tensors, and the kernels compute in
+-- fp32 (this CPU backend has no bf16 GEMM wired in yet). The stage runner
+-- (driver/stage.lua) calls enter/leave around each unit's forward and
+-- backward: enter casts the parameters of the units it reads (the unit, and
+-- the embedding for the tied head) into fp32 work buffers and points the
+-- unit's views at them; for a backward it points the gradients at fp32 work
+-- buffers too (the embedding's is first filled from its stored gradient:
+-- the embedding adds to the head's part); leave casts those gradients back
+-- to low precision and restores the views. So every strategy sees
+-- low-precision parameters and gradients, and the same kernel calls on the
+-- same fp32 values in every strategy: the same-math rule holds within a
+-- precision.
+local T = require "ztrain.tensor"
+local ops = require "ztrain.ops"
+
+local M = {}
+
+M.NAMES = { fp32 = "f32", bf16 = "bf16", fp16 = "f16" }
+
+local P = {}
+P.__index = P
+
+-- new(name, model) -> policy; name one of M.NAMES. The fp32 policy has
+-- lp = false and does nothing.
+function M.new(name, model)
+  local dtype = M.NAMES[name]
+  if not dtype then
+    error(('precision must be "fp32", "bf16" or "fp16", got %s'):format(tostring(name)), 0)
+  end
+  local self = setmetatable({ name = name, dtype = dtype, lp = dtype ~= "f32", model = model,
+                              pw = {}, gw = {}, saved_p = {}, saved_g = {} }, P)
+  return self
+end
+
+-- bytes of one stored element
+function P:elem_bytes() return self.lp and 2 or 4 end
+
+-- An fp32 work buffer for slot k (1: the unit; 2: a unit it reads, the
+-- embedding for the head), at least n elements; category "activations":
+-- transient, per unit, like the other per-unit scratch.
+local function work(self, list, k, n)
+  local w = list[k]
+  if not w or w:numel() < n then
+    if w then w:free() end
+    w = T.new({ n }, { tier = self.model.tier, category = "activations" })
+    list[k] = w
+  end
+  return w
+end
+
+-- enter(u, backward): fp32 views of the parameters of every unit u reads,
+-- and for a backward of its gradients.
+function P:enter(u, want_params, want_grads)
+  if not self.lp then return end
+  local model = self.model
+  for k, pu in ipairs(model:param_units(u)) do
+    if want_params and pu.params then
+      local w = work(self, self.pw, k, pu.padded)
+      local v = w:view(0, { pu.padded })
+      ops.cast(v, pu.params)
+      self.saved_p[k] = { u = pu, lp = model:set_params(pu, v) }
+    end
+    if want_grads and pu.grads then
+      local w = work(self, self.gw, k, pu.padded)
+      local v = w:view(0, { pu.padded })
+      -- the embedding's wte gradient is the head's part plus its own: it
+      -- starts from what is stored; every other gradient is written (the
+      -- embedding's when the head writes its wte part: zero, so its wpe
+      -- and the padding cast back as zeros)
+      if pu.kind == "embed" and pu == u then ops.cast(v, pu.grads)
+      elseif pu ~= u then ops.fill(v, 0)
+      elseif pu.padded > pu.numel then
+        local tail = v:view(pu.numel, { pu.padded - pu.numel })
+        ops.fill(tail, 0)
+        tail:free()
+      end
+      self.saved_g[k] = { u = pu, lp = model:set_grads(pu, v) }
+    end
+  end
+end
+
+-- leave(u): the fp32 gradients back into the stored low-precision ones,
+-- and the stored buffers back in place.
+function P:leave(u)
+  if not self.lp then return end
+  local model = self.model
+  for k, s in pairs(self.saved_g) do
+    local v = model:set_grads(s.u, s.lp)
+    ops.cast(s.lp, v)
+    v:free()
+    self.saved_g[k] = nil
+  end
+  for k, s in pairs(self.saved_p) do
+    local v = model:set_params(s.u, s.lp)
+    v:free()
+    self.saved_p[k] = nil
+  end
+end
+
+-- After a failure inside a unit: restore the stored buffers (no cast).
+function P:abort()
+  if not self.lp then return end
+  for k, s in pairs(self.saved_g) do
+    local v = self.model:set_grads(s.u, s.lp); if v then v:free() end; self.saved_g[k] = nil
+  end
+  for k, s in pairs(self.saved_p) do
+    local v = self.model:set_params(s.u, s.lp); if v then v:free() end; self.saved_p[k] = nil
+  end
+end
+
+function P:free()
+  self:abort()
+  for _, list in ipairs({ self.pw, self.gw }) do
+    for k, w in pairs(list) do w:free(); list[k] = nil end
+  end
+end
+
+---------------------------------------------------------------------------
+-- Dynamic loss scaling for fp16, DeepSpeed's conventions (its
+-- DynamicLossScaler): start at 2^16; a step whose gradients hold an inf or
+-- NaN is skipped; the first hysteresis - 1 overflows only use up the
+-- hysteresis budget, every further one halves the scale (never below
+-- min_scale); after `window` steps without overflow the scale doubles and
+-- the budget is restored.
+local LossScaler = {}
+LossScaler.__index = LossScaler
+
+function M.loss_scaler(opts)
+  opts = opts or {}
+  return setmetatable({ scale = opts.initial or 2 ^ 16, window = opts.window or 1000,
+                        hysteresis = opts.hysteresis or 2, min_scale = opts.min_scale or 1,
+                        good = 0, skipped = 0, left = opts.hysteresis or 2 }, LossScaler)
+end
+
+-- update(overflow) -> true when the step must be skipped.
+function LossScaler:update(overflow)
+  if overflow then
+    self.skipped = self.skipped + 1
+    self.good = 0
+    if self.left <= 1 then
+      self.scale = math.max(self.scale / 2, self.min_scale)
+    else
+      self.left = self.left - 1
+    end
+    return true
+  end
+  self.good = self.good + 1
+  if self.good % self.window == 0 then
+    self.scale = self.scale * 2
+    self.left = self.hysteresis
+  end
+  return false
+end
+
+return M
