@@ -33,16 +33,30 @@ describe("mixed precision", function()
     end
   end)
 
-  it("the same math within a precision: dp on N ranks equals one rank accumulating N (bf16, fp16)", function()
-    for _, p in ipairs({ "bf16", "fp16" }) do
-      for _, n in ipairs({ 2, 4 }) do
-        local ref, rm = run("recipes/single.lua train.steps=4 batch.accumulate=" .. n .. " precision=" .. p)
-        local s, m = run(("--nproc %d recipes/dp.lua train.steps=4 precision=%s"):format(n, p))
-        assert.are.equal(ref.param_digest, s.param_digest, p .. " N=" .. n)
-        for i = 1, #rm do assert.are.equal(rm[i].loss_hex, m[i].loss_hex, p .. " step " .. i) end
+  -- every strategy and pipeline schedule on N ranks equals one rank
+  -- accumulating N micro-batches, within each precision
+  for _, p in ipairs({ "bf16", "fp16" }) do
+    it("the same math within " .. p .. ": dp, zero1/2/3 on N ranks, pipelines, = one rank accumulating", function()
+      local refs = {}
+      local function ref(n)
+        refs[n] = refs[n] or { run("recipes/single.lua train.steps=3 batch.accumulate=" .. n .. " precision=" .. p) }
+        return refs[n][1], refs[n][2]
       end
-    end
-  end)
+      local cases = {
+        { 2, "--nproc 2 recipes/dp.lua" }, { 4, "--nproc 4 recipes/dp.lua" },
+        { 2, "--nproc 2 recipes/zero1.lua" }, { 2, "--nproc 2 recipes/zero2.lua" },
+        { 4, "--nproc 4 recipes/zero3.lua" },
+        { 4, "--nproc 2 recipes/single.lua batch.accumulate=4 pipeline.stages=2 schedule=1f1b" },
+        { 4, "--nproc 2 recipes/single.lua batch.accumulate=4 pipeline.stages=2 pipeline.chunks=2 schedule=zbv" },
+      }
+      for _, c in ipairs(cases) do
+        local r, rm = ref(c[1])
+        local s, m = run(c[2] .. " train.steps=3 precision=" .. p)
+        assert.are.equal(r.param_digest, s.param_digest, p .. ": " .. c[2])
+        for i = 1, #rm do assert.are.equal(rm[i].loss_hex, m[i].loss_hex, p .. " step " .. i .. ": " .. c[2]) end
+      end
+    end)
+  end
 
   it("model state: 2 bytes of parameters, 2 of gradients (+ the fp32 accumulator), 12 of optimizer state", function()
     local s = run("recipes/single.lua train.steps=1 precision=bf16")
@@ -76,13 +90,17 @@ describe("mixed precision", function()
     assert.are.equal(b.param_digest, a.param_digest)
   end)
 
-  it("a bf16 or fp16 run resumed from a checkpoint (fp32 master weights, the loss scaler) equals the uninterrupted run", function()
+  it("a bf16 or fp16 run resumed from a checkpoint (fp32 master weights, the loss scaler) equals the uninterrupted run",
+     function()
     for _, p in ipairs({ "bf16", "fp16" }) do
-      local ref = run("recipes/single.lua train.steps=6 precision=" .. p)
-      local _, _, dir = run("recipes/single.lua train.steps=6 train.ckpt_every=3 precision=" .. p)
-      local s = run(("recipes/single.lua train.steps=6 precision=%s resume=%s/checkpoints/step-00000003")
-                    :format(p, dir))
-      assert.are.equal(ref.param_digest, s.param_digest, p)
+      local ref = run("recipes/single.lua train.steps=6 batch.accumulate=2 precision=" .. p)
+      local _, _, dir = run("--nproc 2 recipes/zero3.lua train.steps=6 train.ckpt_every=3 precision=" .. p)
+      -- saved by zero3 on 2 ranks, resumed by one rank accumulating 2 and by zero1 on 2 ranks
+      local ck = dir .. "/checkpoints/step-00000003"
+      local s = run(("recipes/single.lua train.steps=6 batch.accumulate=2 precision=%s resume=%s"):format(p, ck))
+      assert.are.equal(ref.param_digest, s.param_digest, p .. " zero3 -> single")
+      local z = run(("--nproc 2 recipes/zero1.lua train.steps=6 precision=%s resume=%s"):format(p, ck))
+      assert.are.equal(ref.param_digest, z.param_digest, p .. " zero3 -> zero1")
       util.rm(dir)
     end
   end)
@@ -93,8 +111,7 @@ describe("mixed precision", function()
       assert.are.equal(1, rc, out)
       assert.matches(msg, out, 1, true)
     end
-    fails("--nproc 2 recipes/zero3.lua precision=bf16", "precision bf16 runs with the single and dp strategies so far")
-    fails("--nproc 2 recipes/pipeline_1f1b.lua precision=bf16", "does not run across pipeline stages yet")
+    fails("--nproc 2 recipes/zero3_offload.lua precision=bf16", "precision bf16 runs with single, dp and zero1/2/3 so far")
     fails("recipes/single.lua precision=fp8", 'precision must be "fp32", "bf16" or "fp16", got "fp8"')
   end)
 end)

@@ -440,6 +440,7 @@ function M.resume_run(tr, path)
     for _, e in ipairs(tr.world:gather_strings(msg)) do if e ~= "" then msg = e; break end end
   end
   if msg ~= "" then fail(errors.all_ranks(tr.world_size > 1 and msg or msg:gsub("^rank %d+: ", ""))) end
+  tr:finish_load()                               -- e.g. low-precision parameters from the master weights
   if tr.tied then tr.tied:sync_params() end      -- the head's replica of the embedding (a collective)
   return dir, man
 end
@@ -457,7 +458,7 @@ function M.load_run(tr, path)
             tostring(saved.L), tostring(saved.C), tostring(saved.NH), tostring(saved.V), mine.L, mine.C, mine.NH,
             mine.V))
     end
-    tr:load_state(ck.read, man.step)
+    tr:import_state(ck.read, man.step)
     tr.optim.t = man.optim and man.optim.t or man.step
     if man.data and man.data.next_batch then tr:set_next_batch(man.data.next_batch) end
     -- fp16's loss scaler goes on where it was (a run in another precision starts its own)

@@ -142,6 +142,18 @@ function M.loss_scaler(opts)
                         good = 0, skipped = 0, left = opts.hysteresis or 2 }, LossScaler)
 end
 
+-- unscale(LS, gn) -> skip, norm, factor: what a strategy's step does with
+-- the global norm of the scaled gradients. skip: an inf or NaN -- the step
+-- is skipped (the scaler adjusts); else the true norm and the factor the
+-- update multiplies the gradients by (1 / the scale this step used).
+-- Without a scaler: false, gn, 1.
+function M.unscale(LS, gn)
+  if not LS then return false, gn, 1.0 end
+  local used = LS.scale
+  if LS:update(gn ~= gn or gn == math.huge or gn == -math.huge) then return true, gn, 0 end
+  return false, gn / used, 1.0 / used
+end
+
 -- update(overflow) -> true when the step must be skipped.
 function LossScaler:update(overflow)
   if overflow then

@@ -300,13 +300,9 @@ function build(self, r)
   local precision = require "ztrain.precision"
   local prec = precision.new(r.precision, self.model)
   if prec.lp then
-    if not (S.name == "single" or S.name == "dp") then
-      fail_all(("precision %s runs with the single and dp strategies so far (%s keeps fp32 parameters); " ..
-                "use precision=fp32 with %s"):format(r.precision, S.name, S.name))
-    end
-    if P > 1 then
-      fail_all(("precision %s does not run across pipeline stages yet; use precision=fp32 with pipeline.stages > 1")
-               :format(r.precision))
+    if not (S.name == "single" or S.name == "dp" or S.name:match("^zero%d$")) then
+      fail_all(("precision %s runs with single, dp and zero1/2/3 so far (not %s); use precision=fp32 with %s")
+               :format(r.precision, S.name, S.name))
     end
     self.ctx.precision = prec
     if r.precision == "fp16" then
@@ -314,7 +310,8 @@ function build(self, r)
         window = r.fp16.loss_scale_window, hysteresis = r.fp16.hysteresis, min_scale = r.fp16.min_loss_scale }
     end
   end
-  self.tied = pipeline_stages.tied(self.model, self.pp, holds, stage_rank(0), stage_rank(#self.stages - 1))
+  self.tied = pipeline_stages.tied(self.model, self.pp, holds, stage_rank(0), stage_rank(#self.stages - 1),
+                                   prec.dtype)
   self.ctx.tied = self.tied
   self.setup_called = true
   -- every unit a strategy initialises (whole, or one at a time before it
@@ -573,10 +570,24 @@ end
 -- lo, hi, dst) (e.g. strategy.state.reader(exports)), and continue after
 -- `step` steps (optimizer step count, learning rate and data position).
 function Trainer:load_state(read, step)
+  self:import_state(read, step)
+  self:finish_load()
+end
+
+-- import_state(read, step): load_state's per-rank part (no collective), for
+-- a caller that first agrees across ranks that every one succeeded.
+function Trainer:import_state(read, step)
   if not self.ctx.state then error("strategy " .. self.strategy.name .. " publishes no state (ctx.state)", 0) end
   self.strategy.load_state(self.ctx, read)
   self.step = step
   self.optim.t = step
+end
+
+-- finish_load(): what follows from the loaded state (a collective): stored
+-- low-precision parameters re-rounded from the fp32 master weights and
+-- gathered (strategy after_load).
+function Trainer:finish_load()
+  if self.strategy.after_load then self.strategy.after_load(self.ctx) end
 end
 
 function Trainer:param_digest()

@@ -59,7 +59,7 @@ local function stash_take(env, stage, k)
   for _, u in ipairs(stage.units) do
     local spare = pool.spare[u.index]
     local buf = spare and table.remove(spare)
-    if not buf then buf = T.new({ u.padded }, { tier = u.params:tier(), category = "params" }) end
+    if not buf then buf = T.new({ u.padded }, { tier = u.params:tier(), category = "params", dtype = u.params:dtype() }) end
     ops.copy(buf, u.params)
     held[u] = buf
   end

@@ -154,24 +154,40 @@ Tied.__index = Tied
 -- tied(model, pp, holds, first, last) -> handler or nil (one rank: no pipeline).
 -- holds[u.index] = true for this rank's units. Collective over pp.
 -- first, last: the pipeline ranks of the first and the last stage.
-function M.tied(model, pp, holds, first, last)
+-- dtype: the stored parameters' (mixed precision: "bf16" or "f16"; the
+-- replica is stored like the first stage's embedding, and the head's part
+-- of the wte gradient goes out rounded to it, as one rank rounds it).
+function M.tied(model, pp, holds, first, last, dtype)
   if not pp or pp.size == 1 then return nil end
   local self = setmetatable({ model = model, comm = pp:split(0, pp.rank), first = first, last = last,
                               embed = model.embed, head = model.head }, Tied)
   self.rank = pp.rank
+  self.dtype = dtype ~= "f32" and dtype or nil
   if holds[model.head.index] and not holds[model.embed.index] then
     -- the replica: initialised from the same seed as the first stage's
     local e = model.embed
-    model:set_params(e, T.new({ e.padded }, { tier = model.tier, category = "params" }))
-    model:set_grads(e, T.new({ e.padded }, { tier = model.tier, category = "grads" }))
+    model:set_params(e, T.new({ e.padded }, { tier = model.tier, category = "params", dtype = self.dtype }))
+    model:set_grads(e, T.new({ e.padded }, { tier = model.tier, category = "grads", dtype = self.dtype }))
     self.replica = true
   end
   self.receiver = holds[model.embed.index] and not holds[model.head.index]
   return self
 end
 
--- The replica's parameters start as the first stage's (same seed).
-function Tied:init(seed) if self.replica then self.model:init_unit(self.embed, seed) end end
+-- The replica's parameters start as the first stage's (same seed; mixed
+-- precision: initialised in fp32, then rounded).
+function Tied:init(seed)
+  if not self.replica then return end
+  local model, e = self.model, self.embed
+  if not self.dtype then return model:init_unit(e, seed) end
+  local full = T.new({ e.padded }, { tier = model.tier, category = "other" })
+  local lp = model:set_params(e, full)
+  local ok, err = pcall(model.init_unit, model, e, seed)
+  model:set_params(e, lp)
+  if ok then ops.cast(lp, full) end
+  full:free()
+  if not ok then error(err, 0) end
+end
 
 -- Hooks the stage runner calls around a unit's weight-gradient pass. The
 -- head's part goes out from a buffer of its own, so the head can go on to
@@ -196,6 +212,11 @@ function Tied:after_weight(u, mb)
     local wte = self.embed.g.wte
     local buf = table.remove(self.spare) or T.new(wte:shape(), { tier = self.model.tier, category = "comm" })
     ops.copy(buf, wte)
+    if self.dtype then               -- rounded as one rank stores it between the head and the embedding
+      self.round = self.round or T.new(wte:shape(), { tier = self.model.tier, category = "comm", dtype = self.dtype })
+      ops.cast(self.round, buf)
+      ops.cast(buf, self.round)
+    end
     self.pending[#self.pending + 1] = { req = self.comm:send(buf, self.first, mb % 32768, true), buf = buf }
   end
 end
@@ -223,6 +244,7 @@ function Tied:free()
   drain(self)
   for _, b in ipairs(self.spare or {}) do b:free() end
   self.spare = {}
+  if self.round then self.round:free(); self.round = nil end
   if self.comm then self.comm:free(); self.comm = nil end
 end
 

@@ -108,14 +108,9 @@ function M.grad_of(ctx, u) return ctx.state.acc[u.index] or u.grads end
 function M.step(ctx, lr)
   local units, st, LS = M.units(ctx), ctx.state, ctx.loss_scaler
   local gn = norm.global({ units = units, grad_of = function(u) return M.grad_of(ctx, u) end, pp = ctx.pp })
-  local unscale = 1.0
-  if LS then
-    local used = LS.scale                  -- the scale this step's loss was multiplied by
-    local overflow = gn ~= gn or gn == math.huge
-    if LS:update(overflow) then return gn end
-    unscale = 1.0 / used
-    gn = gn * unscale
-  end
+  local skip, unscale
+  skip, gn, unscale = require("ztrain.precision").unscale(LS, gn)
+  if skip then return gn end
   local scale = norm.clip_scale(gn, ctx.clip) * unscale
   ctx.optim:begin_step()
   for _, u in ipairs(units) do
@@ -148,10 +143,7 @@ end
 function M.precision_hooks(S, ctx)
   if not ctx.precision then return end
   S.with_full_params = M.with_full_params
-  S.load_state = function(c, read)
-    state.import(c.state, c.model, read)
-    M.after_load(c)
-  end
+  S.after_load = M.after_load
 end
 
 -- Model state per rank: fp32, 16 bytes a parameter (4 params + 4 grads +

@@ -49,14 +49,14 @@ end
 -- pool:free(). A reused buffer holds old values: callers must only use it
 -- where every element is written (gathers) or where the only elements not
 -- written are padding that was zero from the start (gradient buckets).
-function M.pool(tier)
+function M.pool(tier, dtype)
   local T = require "ztrain.tensor"
   local free = {}
   local P = {}
   function P.get(n)
     local list = free[n]
     if list and #list > 0 then return table.remove(list) end
-    return T.new({ n }, { tier = tier, category = "comm" })
+    return T.new({ n }, { tier = tier, category = "comm", dtype = dtype })
   end
   function P.put(t)
     local n = t:numel()

@@ -16,6 +16,13 @@
 --            buffer before its forward (and its backward), freed after, with
 --            the next unit prefetched.                 16P/N
 --
+-- Mixed precision (ctx.precision): parameters (full, or stage 3's shards)
+-- and micro-batch gradients are stored low-precision; each rank's fp32
+-- master shard is optimizer state (the public kind "params"); gradients
+-- are widened to fp32 before the reduce-scatter and accumulated in fp32
+-- shards; after the update the master shard is rounded into the stored
+-- parameter shard and the all-gathers move 2-byte parameters.
+--
 -- Same math as dp: each micro-batch is reduced in rank order, then added to
 -- the shard accumulator; norm blocks, clipping and AdamW are elementwise or
 -- ordered per block. Working buffers (buckets, gathered units) are category
@@ -79,12 +86,18 @@ function M.new(opts)
   -- grads, exp_avg, exp_avg_sq; plus pshard (stage 3), gshard, optim per unit.
   -- ctx.work: reductions and gathers in flight, the working-buffer pool.
   function S.setup(ctx)
-    local model, tier = ctx.model, ctx.model.tier
+    local model, tier, PR = ctx.model, ctx.model.tier, ctx.precision
+    if PR and (otier or ptier) then
+      error(("precision %s with ZeRO offload is not supported yet; use %s without offload, or precision=fp32")
+            :format(PR.name, "zero" .. stage), 0)
+    end
     local st = state.new(model, ctx.dp, true)
-    st.gshard, st.pshard, st.optim = {}, {}, {}
+    st.gshard, st.pshard, st.optim, st.master = {}, {}, {}, {}
     ctx.state = st
     ctx.work = { inflight = {}, gathers = {}, fetches = {}, grad_views = {}, pool = shard.pool(tier),
                  fetch_depth = ptier and ctx.recipe and ctx.recipe.offload and ctx.recipe.offload.prefetch or 2 }
+    -- low precision: gathered units and gradient buckets in 2 bytes
+    ctx.work.lpool = PR and shard.pool(tier, PR.dtype) or ctx.work.pool
     local pool = ctx.work.pool
     if otier == "nvme" or ptier == "nvme" then
       ctx.work.nvme = offload.configure_nvme(ctx.recipe, ctx.out_dir)
@@ -92,43 +105,72 @@ function M.new(opts)
     end
     if otier then ctx.work.offload = offload.new { tier = otier, staging = offload.staging_bytes(ctx.recipe) } end
     ctx.work.hpool = ptier == "nvme" and shard.pool("host") or nil
-    state.add_kind(st, "params", { tier = ptier or tier, sharded = stage == 3, category = "params" })
+    local pdtype = PR and PR.dtype or nil
+    if PR then
+      state.add_kind(st, "params", { tier = tier, sharded = true, category = "optim" })       -- fp32 master shards
+      state.add_kind(st, "lp_params", { dtype = pdtype, tier = tier, sharded = stage == 3, category = "params",
+                                        derived = true })
+    else
+      state.add_kind(st, "params", { tier = ptier or tier, sharded = stage == 3, category = "params" })
+    end
     state.add_kind(st, "grads", { tier = tier, sharded = stage >= 2, category = "grads" })
     for _, k in ipairs(ctx.optim.state_kinds) do
       state.add_kind(st, k, { tier = otier or tier, sharded = true, category = "optim" })
     end
-    for _, u in ipairs(replicated.units(ctx)) do
+    local units = replicated.units(ctx)
+    for _, u in ipairs(units) do
       local l = st.layout[u.index]
       local lo, hi, n = l.lo, l.hi, l.size
       local os = ctx.optim:new_state(n, otier or tier)
       st.optim[u.index] = os
       for _, k in ipairs(ctx.optim.state_kinds) do state.set(st, k, u, lo, hi, os[k]) end
-      if stage == 3 then
+      if stage == 3 or PR then
         -- initialise one unit at a time in a working buffer, keep the shard
+        -- (and with mixed precision the fp32 master shard, and for stages
+        -- 1 and 2 the full parameters rounded)
         local full = pool.get(u.padded)
         local ok, err = pcall(function()
           ops.fill(full, 0)
           model:set_params(u, full)
           model:init_unit(u, ctx.seed)
           model:set_params(u, nil)
-          st.pshard[u.index] = T.new({ n }, { tier = ptier or tier, category = "params" })
           local v = full:view(lo, { n })
-          if ptier then ctx.work.offload:copy(st.pshard[u.index], v) else ops.copy(st.pshard[u.index], v) end
+          if PR then
+            st.master[u.index] = T.new({ n }, { tier = tier, category = "optim" })
+            ops.copy(st.master[u.index], v)
+          end
+          if stage == 3 then
+            st.pshard[u.index] = T.new({ n }, { tier = ptier or tier, category = "params", dtype = pdtype })
+            if ptier then ctx.work.offload:copy(st.pshard[u.index], v)
+            elseif PR then ops.cast(st.pshard[u.index], v)
+            else ops.copy(st.pshard[u.index], v) end
+          else
+            local lp = T.new({ u.padded }, { tier = tier, category = "params", dtype = pdtype })
+            ops.cast(lp, full)
+            model:set_params(u, lp)
+            if stage == 1 then
+              model:set_grads(u, T.new({ u.padded }, { tier = tier, category = "grads", dtype = pdtype }))
+            end
+          end
           v:free()
         end)
         if u.params == full then model:set_params(u, nil) end
         pool.put(full)                   -- back to the pool even on failure (S.free frees it)
         if not ok then error(err, 0) end
-        state.set(st, "params", u, lo, hi, st.pshard[u.index])
+        if stage == 3 then state.set(st, PR and "lp_params" or "params", u, lo, hi, st.pshard[u.index]) end
+        if PR then
+          state.set(st, "params", u, lo, hi, st.master[u.index])
+          if stage < 3 then state.set(st, "lp_params", u, 0, u.padded, u.params) end
+        end
       end
-      if stage >= 2 or ctx.accumulate > 1 then
+      if stage >= 2 or ctx.accumulate > 1 or PR then
         st.gshard[u.index] = T.new({ n }, { tier = tier, category = "grads" })
         state.set(st, "grads", u, lo, hi, st.gshard[u.index])
       end
     end
-    if stage <= 2 then
-      model:materialize(ctx.seed, { grads = stage == 1, units = replicated.units(ctx) })
-      for _, u in ipairs(replicated.units(ctx)) do
+    if stage <= 2 and not PR then
+      model:materialize(ctx.seed, { grads = stage == 1, units = units })
+      for _, u in ipairs(units) do
         state.set(st, "params", u, 0, u.padded, u.params)
         if stage == 1 and not st.gshard[u.index] then state.set(st, "grads", u, 0, u.padded, u.grads) end
       end
@@ -169,7 +211,7 @@ function M.new(opts)
       if f.bounce then W.hpool.put(f.bounce) end
       staged, shard_t = f.staged, f.staged
     end
-    local full = W.pool.get(u.padded)     -- every element is overwritten by the gather
+    local full = W.lpool.get(u.padded)    -- every element is overwritten by the gather
     W.gathers[u.index] = { req = ctx.dp:all_gather(full, shard_t, true), full = full, staged = staged }
   end
 
@@ -186,7 +228,7 @@ function M.new(opts)
   local function release(ctx, u)
     if stage < 3 then return end
     local full = ctx.model:set_params(u, nil)
-    if full then ctx.work.pool.put(full) end
+    if full then ctx.work.lpool.put(full) end
   end
 
   -- Unit i's neighbour in the pass direction (with the units it reads, e.g.
@@ -226,7 +268,8 @@ function M.new(opts)
       W.pool.put(f.tmp)
     end
     if f.view then f.view:free() end
-    if f.bucket then W.pool.put(f.bucket) end
+    if f.bucket then W.lpool.put(f.bucket) end
+    if f.wide then W.pool.put(f.wide) end
   end
 
   local function finish_all(ctx) while #ctx.work.inflight > 0 do finish_one(ctx) end end
@@ -254,7 +297,7 @@ function M.new(opts)
       elseif not pu.grads then
         -- a recycled bucket: backward writes every gradient element; the
         -- padding past u.numel is never written and stays zero
-        model:set_grads(pu, W.pool.get(pu.padded))
+        model:set_grads(pu, W.lpool.get(pu.padded))
       end
     end
   end
@@ -273,7 +316,13 @@ function M.new(opts)
       f.view = u.grads:view(l.lo, { l.size })
       out = f.view
     end
-    f.req = ctx.dp:reduce_scatter(out, u.grads, true)
+    local inp = u.grads
+    if ctx.precision then            -- reductions sum in fp32: the gradient widened first
+      f.wide = W.pool.get(u.padded)
+      ops.cast(f.wide, u.grads)
+      inp = f.wide
+    end
+    f.req = ctx.dp:reduce_scatter(out, inp, true)
     if stage >= 2 then f.bucket = model:set_grads(u, nil) end
     W.inflight[#W.inflight + 1] = f
     while #W.inflight > MAX_INFLIGHT do finish_one(ctx) end
@@ -301,7 +350,15 @@ function M.new(opts)
     local model, st, W = ctx.model, ctx.state, ctx.work
     local units = replicated.units(ctx)
     local gn = shard.global_norm(units, ctx.dp, function(u) return grad_shard(ctx, u) end, ctx.pp)
-    local scale = norm.clip_scale(gn, ctx.clip)
+    -- fp16: gradients hold the loss scale; an overflow skips the step
+    local skip, unscale
+    skip, gn, unscale = require("ztrain.precision").unscale(ctx.loss_scaler, gn)
+    if skip then
+      for _, v in pairs(W.grad_views) do v:free() end
+      W.grad_views = {}
+      return gn
+    end
+    local scale = norm.clip_scale(gn, ctx.clip) * unscale
     ctx.optim:begin_step()
     local reqs, work = {}, {}
     for _, u in ipairs(units) do
@@ -310,6 +367,10 @@ function M.new(opts)
       if stage < 3 then P = u.params:view(l.lo, { l.size }) end
       if W.offload then
         work[#work + 1] = { u = u, lo = l.lo, size = l.size, P = P, G = grad_shard(ctx, u), st = st.optim[u.index] }
+      elseif st.master[u.index] then
+        -- mixed precision: the fp32 master shard, rounded into the stored shard
+        ctx.optim:update_range(u, l.lo, l.hi, st.master[u.index], grad_shard(ctx, u), st.optim[u.index], lr, scale)
+        ops.cast(P, st.master[u.index])
       else
         ctx.optim:update_range(u, l.lo, l.hi, P, grad_shard(ctx, u), st.optim[u.index], lr, scale)
       end
@@ -327,8 +388,41 @@ function M.new(opts)
 
   function S.reduce_loss(ctx, loss_sum) return shard.sum_over_ranks(ctx.dp, loss_sum) end
 
+  -- After a load filled the fp32 master shards (mixed precision): the
+  -- stored parameters rounded from them, and for stages 1 and 2 gathered
+  -- into the full parameters. A collective.
+  function S.after_load(ctx)
+    local st = ctx.state
+    for _, u in ipairs(replicated.units(ctx)) do
+      local m = st.master[u.index]
+      if m then
+        if stage == 3 then ops.cast(st.pshard[u.index], m)
+        else
+          local l = st.layout[u.index]
+          local pv = u.params:view(l.lo, { l.size })
+          ops.cast(pv, m)
+          ctx.dp:all_gather(u.params, pv)
+          pv:free()
+        end
+      end
+    end
+  end
+
   -- Full parameters of unit u (for digests and checkpoints): fn(tensor).
+  -- Mixed precision: the fp32 master shards, gathered.
   function S.with_full_params(ctx, u, fn)
+    local m = ctx.state.master and ctx.state.master[u.index]
+    if m then
+      local full = ctx.work.pool.get(u.padded)
+      local ok, err = pcall(function()
+        local l = ctx.state.layout[u.index]
+        ctx.dp:all_gather(full, m)
+        return fn(full)
+      end)
+      ctx.work.pool.put(full)
+      if not ok then error(err, 0) end
+      return
+    end
     if u.params then return fn(u.params) end
     ready(ctx, u)
     local ok, err = pcall(fn, u.params)
@@ -345,6 +439,14 @@ function M.new(opts)
                 [2] = { 4 * psi, 4 * psi / N, 8 * psi / N },
                 [3] = { 4 * psi / N, 4 * psi / N, 8 * psi / N } }
     local acc = (stage == 1 and ctx.accumulate > 1) and 4 * psi / N or 0
+    if ctx.precision then
+      -- 2-byte parameters (and stage 1's micro-batch gradients), fp32
+      -- gradient shards, fp32 master weights beside the two moments
+      p = { [1] = { 2 * psi, 2 * psi, 12 * psi / N },
+            [2] = { 2 * psi, 4 * psi / N, 12 * psi / N },
+            [3] = { 2 * psi / N, 4 * psi / N, 12 * psi / N } }
+      acc = stage == 1 and 4 * psi / N or 0
+    end
     local P, G, O = p[stage][1], p[stage][2], p[stage][3]
     local tiers = { device = { params = P, grads = G + acc, optim = O }, host = { params = 0, grads = 0, optim = 0 },
                     nvme = { params = 0, grads = 0, optim = 0 } }
@@ -386,8 +488,11 @@ function M.new(opts)
       for _, v in pairs(W.grad_views) do v:free() end
       W.grad_views = {}
       W.pool.free()
+      if W.lpool ~= W.pool then W.lpool.free() end
     end
     if st then
+      for _, t in pairs(st.master or {}) do t:free() end
+      st.master = {}
       for _, t in pairs(st.gshard or {}) do t:free() end
       for _, t in pairs(st.pshard or {}) do t:free() end
       for _, os in pairs(st.optim or {}) do for _, t in pairs(os) do t:free() end end
