@@ -94,6 +94,10 @@ describe("models and data in a run", function()
       assert.are.equal(s0.param_digest, s1.param_digest, c[1])
       assert.are.equal(s0.param_digest, s2.param_digest, c[1] .. " every 2nd block")
       local function act(s) return s.memory[1].by_category.activations.device end
+      -- the summary states both: what a set holds, and would without checkpointing
+      assert.are.equal(s0.activations.per_set, s0.activations.per_set_without)
+      assert.is_true(s1.activations.per_set < s1.activations.per_set_without)
+      assert.are.equal(s0.activations.per_set, s1.activations.per_set_without)
       assert.is_true(act(s1) < act(s2) and act(s2) < act(s0),
                      ("%s: activations %d (all) < %d (every 2nd) < %d (none)"):format(c[1], act(s1), act(s2), act(s0)))
     end

@@ -213,6 +213,7 @@ function run(r, opts)
     test_loss = test_loss or cjson_null, test_perplexity = test_loss and math.exp(test_loss) or cjson_null,
     sample = sample_text or cjson_null,
     checkpoint = saved or cjson_null, resumed = resumed or cjson_null,
+    activations = tr:activation_report(),
     warnings = tr.warnings,
     blas = require("ffi").string(C.zt_blas_info()),
     tokens_per_s = median(tps), step_ms_median = median(steps_ms),

@@ -382,6 +382,23 @@ function build(self, r)
   self.step = 0
 end
 
+-- activation_report() -> { checkpointed_blocks, per_set, per_set_without }:
+-- the bytes one micro-batch's activation set of this rank's stages holds,
+-- with and without activation checkpointing (train.checkpoint_activations).
+function Trainer:activation_report()
+  local Acts = require "ztrain.nn.activations"
+  local B, Tlen = self.recipe.batch.micro, self.recipe.data.seq_len
+  local with, without, n = 0, 0, 0
+  for i, st in ipairs(self.stages) do
+    if self.pools and self.pools[i] then
+      with = with + Acts.set_bytes(self.cfg, B, Tlen, st.units, self.ckpt_units)
+      without = without + Acts.set_bytes(self.cfg, B, Tlen, st.units, {})
+      for _, u in ipairs(st.units) do if self.ckpt_units[u.index] then n = n + 1 end end
+    end
+  end
+  return { checkpointed_blocks = n, per_set = with, per_set_without = without }
+end
+
 -- pipeline.split = "time": world rank 0 times each kind of unit at this
 -- micro-batch and tells every rank (the split must be the same on all).
 function Trainer:measure_units(B, Tlen)

@@ -76,8 +76,8 @@ end
 -- units. Sets of one stage share the stage's scratch; without one the set
 -- owns its own. opts.checkpoint: { [unit index] = true } for checkpointed
 -- blocks (the scratch must then have been made with recompute = true).
-function M.new(cfg, B, Tlen, tier, units, scratch, opts)
-  local ckpt = opts and opts.checkpoint or {}
+-- The slab plan of a set (no allocation): planner, has_embed, has_head.
+local function plan(cfg, B, Tlen, units, ckpt)
   local N, C, V, NH = B * Tlen, cfg.C, cfg.V, cfg.NH
   local P = planner()
   local first = units[1]
@@ -100,6 +100,21 @@ function M.new(cfg, B, Tlen, tier, units, scratch, opts)
   end
   if first.kind ~= "embed" then P.add("input", { B, Tlen, C }) end
   P.add("grad", { B, Tlen, C })
+  return P, has_embed, has_head
+end
+
+-- set_bytes(cfg, B, T, units, checkpoint) -> the bytes one set of these
+-- units holds (its slab, tokens and targets), checkpointed blocks or not;
+-- for reports ("activation memory with and without checkpointing").
+function M.set_bytes(cfg, B, Tlen, units, ckpt)
+  local P, e, h = plan(cfg, B, Tlen, units, ckpt or {})
+  return P.total * 4 + (e and B * Tlen * 4 or 0) + (h and B * Tlen * 4 or 0)
+end
+
+function M.new(cfg, B, Tlen, tier, units, scratch, opts)
+  local ckpt = opts and opts.checkpoint or {}
+  local N = B * Tlen
+  local P, has_embed, has_head = plan(cfg, B, Tlen, units, ckpt)
   local self = setmetatable({ cfg = cfg, B = B, T = Tlen, N = N, units = units, nfloats = P.total,
                               tier = tier, x = {}, checkpointed = ckpt }, Set)
   self.mem = P.alloc(tier, "activations")
