@@ -22,6 +22,11 @@ local configs = {
   { n = 2, strategy = "zero2" }, { n = 2, strategy = "zero3" },
   { n = 2, strategy = "zero2_offload" }, { n = 2, strategy = "zero3_offload" },
   { n = 2, strategy = "zero3_infinity" },
+  -- mixed precision (2-byte parameters and gradients, fp32 compute) and
+  -- activation checkpointing (blocks recomputed in backward): their cost
+  { n = 1, strategy = "single", extra = "precision=bf16", label = "single bf16" },
+  { n = 2, strategy = "zero3", extra = "precision=bf16", label = "zero3 bf16" },
+  { n = 1, strategy = "single", extra = "train.checkpoint_activations=true", label = "single ckpt-act" },
 }
 
 if args.only then                      -- e.g. only=single,zero2
@@ -36,8 +41,8 @@ local function run(c)
   local out = os.tmpname(); os.remove(out)
   local cmd = ("%s %s recipes/single.lua strategy=%s model.size=%s model.vocab_size=50257 " ..
                "data.seq_len=%d batch.micro=%d train.steps=%d train.eval_batches=0 train.eval_every=0 " ..
-               "lr.warmup=1 -q out=%s 2>&1"):format(exe, c.n > 1 and ("--nproc " .. c.n) or "",
-               c.strategy, model, T, B, steps, out)
+               "lr.warmup=1 data.tokenizer=bytes %s -q out=%s 2>&1"):format(exe, c.n > 1 and ("--nproc " .. c.n) or "",
+               c.strategy, model, T, B, steps, c.extra or "", out)
   local p = io.popen(cmd)
   local text = p:read("*a")
   p:close()
@@ -53,13 +58,13 @@ local core = zt.ffi.blas_core_auto and ("OPENBLAS_CORETYPE unset: ztrain chose "
              or ("OPENBLAS_CORETYPE=" .. tostring(os.getenv("OPENBLAS_CORETYPE")))
 print(("strategy table: %s (vocabulary 50257), B=%d per rank, T=%d, %d steps (medians of steps 2..%d), %s")
       :format(model, B, T, steps, steps, core))
-print(("%-14s %2s %7s %9s %9s %7s %12s %12s %25s %25s"):format("strategy", "N", "threads", "tokens/s", "ms/step",
+print(("%-15s %2s %7s %9s %9s %7s %12s %12s %25s %25s"):format("strategy", "N", "threads", "tokens/s", "ms/step",
       "vs N=1", "device peak", "host peak", "state pred. (dev/host)", "state meas. (dev/host)"))
 local base
 for _, c in ipairs(configs) do
   local s, err = run(c)
   if not s then
-    print(("%-8s %2d  failed: %s"):format(c.strategy, c.n, err))
+    print(("%-8s %2d  failed: %s"):format(c.label or c.strategy, c.n, err))
   else
     base = base or s.tokens_per_s
     local m = s.memory[1]
@@ -73,7 +78,7 @@ for _, c in ipairs(configs) do
     end
     local pd, md = state_on("device")
     local ph, mh = state_on("host")
-    print(("%-14s %2d %7d %9.1f %9.0f %6.2fx %12s %12s %25s %25s"):format(s.strategy, s.world_size, s.threads,
+    print(("%-15s %2d %7d %9.1f %9.0f %6.2fx %12s %12s %25s %25s"):format(c.label or s.strategy, s.world_size, s.threads,
           s.tokens_per_s, s.step_ms_median, s.tokens_per_s / base, fmt(m.device_peak), fmt(m.host_peak),
           fmt(pd) .. " / " .. fmt(ph), fmt(md) .. " / " .. fmt(mh)))
   end
