@@ -67,6 +67,21 @@ static int cpu_matmul_backward(float *dinp, float *dw, float *db, const float *d
     return ZT_OK;
 }
 
+/* The bf16 GEMMs are our own kernels (no OpenBLAS inside): nothing to check. */
+static int cpu_matmul_bf16_forward(float *out, const uint16_t *inp, const uint16_t *w,
+                                   const float *b, int N, int C, int OC)
+{
+    zk_matmul_bf16_forward(out, inp, w, b, N, C, OC);
+    return ZT_OK;
+}
+
+static int cpu_matmul_bf16_backward(float *dinp, float *dw, float *db, const uint16_t *dout,
+                                    const uint16_t *inp, const uint16_t *w, int N, int C, int OC)
+{
+    zk_matmul_bf16_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+    return ZT_OK;
+}
+
 static void cpu_copy(void *dst, const void *src, size_t nbytes)
 {
     if (nbytes % sizeof(float) == 0 && ((uintptr_t)dst | (uintptr_t)src) % 4 == 0)
@@ -103,6 +118,8 @@ const zt_device_ops zt_cpu_device = {
     .layernorm_backward = zk_layernorm_backward,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
+    .matmul_bf16_forward = cpu_matmul_bf16_forward,
+    .matmul_bf16_backward = cpu_matmul_bf16_backward,
     .attention_forward = zk_attention_forward,
     .attention_backward = zk_attention_backward,
     .attention_decode = zk_attention_decode,
@@ -150,6 +167,12 @@ const char *zt_blas_info(void)
     snprintf(buf, sizeof buf, "OpenBLAS core %s (%s)", openblas_get_corename(),
              openblas_get_config());
     return buf;
+}
+
+const char *zt_matmul_bf16_info(void)
+{
+    return zk_bf16_simd(-1) ? "AVX512_BF16 (vdpbf16ps)"
+                            : "portable C (no AVX512_BF16 on this CPU; same bits, much slower)";
 }
 
 double zt_now(void)

@@ -87,6 +87,12 @@ typedef struct zt_device_ops {
                           const float *b, int N, int C, int OC);
     int (*matmul_backward)(float *dinp, float *dw, float *db, const float *dout,
                            const float *inp, const float *w, int N, int C, int OC);
+    /* bf16 operands (uint16_t bits), fp32 outputs and bias; the arithmetic
+     * is kernels.h's zk_matmul_bf16_* (the same bits on every backend). */
+    int (*matmul_bf16_forward)(float *out, const uint16_t *inp, const uint16_t *w,
+                               const float *b, int N, int C, int OC);
+    int (*matmul_bf16_backward)(float *dinp, float *dw, float *db, const uint16_t *dout,
+                                const uint16_t *inp, const uint16_t *w, int N, int C, int OC);
     void (*attention_forward)(float *out, float *lse, const float *qkv,
                               int B, int T, int C, int NH);
     void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,

@@ -287,6 +287,60 @@ int zt_matmul_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db, const zt_t
                                      (int)N, (int)C, (int)OC);
 }
 
+/* The bf16 linear layer: weight (OC,C) and inp (..,C) bf16, the rest f32.
+ * Sizes must fit the kernels' int. */
+static int bf16_dims(const char *op, const zt_tensor *inp, const zt_tensor *w,
+                     int64_t *N, int64_t *C, int64_t *OC)
+{
+    char d[96];
+    ZT_TRY(need(op, "weight", w, ZT_BF16));
+    ZT_CHECK(w->ndim == 2, "%s: weight must be 2-D (OC,C) bf16, got %s", op,
+             desc(w, d, sizeof d));
+    *OC = w->shape[0]; *C = w->shape[1];
+    ZT_TRY(need(op, "inp", inp, ZT_BF16));
+    ZT_CHECK(last_dim(inp) == *C, "%s: inp %s does not match weight (OC=%lld, C=%lld)", op,
+             desc(inp, d, sizeof d), (long long)*OC, (long long)*C);
+    *N = inp->numel / *C;
+    ZT_CHECK(*N <= INT32_MAX && *C <= INT32_MAX && *OC <= INT32_MAX,
+             "%s: N=%lld, C=%lld, OC=%lld: each must be below 2^31", op, (long long)*N,
+             (long long)*C, (long long)*OC);
+    return ZT_OK;
+}
+
+int zt_matmul_bf16_forward(zt_tensor *out, const zt_tensor *inp, const zt_tensor *w,
+                           const zt_tensor *b)
+{
+    const char *op = "zt_matmul_bf16_forward";
+    int64_t N = 0, C = 0, OC = 0;
+    ZT_TRY(bf16_dims(op, inp, w, &N, &C, &OC));
+    ZT_TRY(need_numel(op, "out", out, ZT_F32, N * OC, "(N,OC) f32"));
+    if (b) ZT_TRY(need_numel(op, "bias", b, ZT_F32, OC, "(OC) f32"));
+    ZT_TRY(ready(op, "out", out, "inp", inp, "weight", w, "bias", b, NULL));
+    return zt_dev()->matmul_bf16_forward(out->data, inp->data, w->data, b ? b->data : NULL,
+                                         (int)N, (int)C, (int)OC);
+}
+
+int zt_matmul_bf16_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db,
+                            const zt_tensor *dout, const zt_tensor *inp, const zt_tensor *w)
+{
+    const char *op = "zt_matmul_bf16_backward";
+    int64_t N = 0, C = 0, OC = 0;
+    ZT_TRY(bf16_dims(op, inp, w, &N, &C, &OC));
+    ZT_CHECK(dw != NULL || db == NULL, "%s: dbias without dweight; the weight gradient "
+             "computes both (pass dweight too, or neither for the input gradient only)", op);
+    ZT_CHECK(dinp != NULL || dw != NULL, "%s: nothing to compute: dinp and dweight are "
+             "both NULL", op);
+    ZT_TRY(need_numel(op, "dout", dout, ZT_BF16, N * OC, "(N,OC) bf16"));
+    if (dw) ZT_TRY(need_numel(op, "dweight", dw, ZT_F32, OC * C, "(OC,C) f32"));
+    if (dinp) ZT_TRY(need_numel(op, "dinp", dinp, ZT_F32, N * C, "(N,C) f32"));
+    if (db) ZT_TRY(need_numel(op, "dbias", db, ZT_F32, OC, "(OC) f32"));
+    ZT_TRY(ready(op, "dinp", dinp, "dweight", dw, "dbias", db, "dout", dout, "inp", inp,
+                 "weight", w, NULL));
+    return zt_dev()->matmul_bf16_backward(dinp ? dinp->data : NULL, dw ? dw->data : NULL,
+                                          db ? db->data : NULL, dout->data, inp->data,
+                                          w->data, (int)N, (int)C, (int)OC);
+}
+
 static int attn_dims(const char *op, const zt_tensor *qkv, int NH, int64_t *B, int64_t *T,
                      int64_t *C)
 {

@@ -123,6 +123,8 @@ int zt_set_threads(int n);
 int zt_get_threads(void);
 /* The OpenBLAS core in use and its build config (for benchmark reports). */
 const char *zt_blas_info(void);
+/* The bf16 GEMMs' path: "AVX512_BF16 (vdpbf16ps)" or "portable C (...)". */
+const char *zt_matmul_bf16_info(void);
 
 /* ---- ops ---------------------------------------------------------------- */
 /* Shapes: N = rows (B*T), C = channels, OC = out channels, V = vocab.
@@ -173,6 +175,18 @@ int zt_matmul_forward(zt_tensor *out, const zt_tensor *inp,
 int zt_matmul_backward(zt_tensor *dinp, zt_tensor *dweight, zt_tensor *dbias,
                        const zt_tensor *dout, const zt_tensor *inp,
                        const zt_tensor *weight);
+/* The same on bf16 operands with fp32 accumulation (mixed precision):
+ * inp (N,C), weight (OC,C), dout (N,OC) bf16; out, dinp, dweight, bias,
+ * dbias f32. Every output element is one fixed sequential chain over k with
+ * VDPBF16PS's arithmetic (kernels/cpu/matmul_bf16.c states it exactly), so
+ * the bits are the same on any thread count and any CPU (AVX512_BF16 where
+ * present, a much slower portable path elsewhere: zt_matmul_bf16_info).
+ * All outputs WRITTEN; NULLs and split backward as zt_matmul_backward. */
+int zt_matmul_bf16_forward(zt_tensor *out, const zt_tensor *inp,
+                           const zt_tensor *weight, const zt_tensor *bias);
+int zt_matmul_bf16_backward(zt_tensor *dinp, zt_tensor *dweight, zt_tensor *dbias,
+                            const zt_tensor *dout, const zt_tensor *inp,
+                            const zt_tensor *weight);
 /* qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T). */
 int zt_attention_forward(zt_tensor *out, zt_tensor *lse, const zt_tensor *qkv,
                          int NH);

@@ -86,6 +86,32 @@ void zk_matmul_backward(float *dinp, float *dweight, float *dbias,
                         const float *dout, const float *inp,
                         const float *weight, int N, int C, int OC);
 
+/* ---- matmul on bf16 operands, fp32 accumulation (matmul_bf16.c) --------- */
+/* bf16 arrays are uint16_t (the high half of a float32). Each output element
+ * is one sequential chain over k with VDPBF16PS's arithmetic (pairs of k,
+ * the odd one first; each step one fp32 FMA rounded to nearest even, denormal
+ * inputs read as zero, tiny results flushed; K padded with +0 to even;
+ * matmul_bf16.c defines it exactly), then + bias in one fp32 add. The same
+ * bits on any thread count and on any CPU: AVX512_BF16 where present, a
+ * portable path elsewhere. The layouts are those of zk_matmul_*.
+ * out (N,OC) fp32 = inp (N,C) bf16 @ weight (OC,C)^T bf16 + bias (OC) fp32;
+ * bias may be NULL. */
+void zk_matmul_bf16_forward(float *out, const uint16_t *inp, const uint16_t *weight,
+                            const float *bias, int N, int C, int OC);
+/* dinp (N,C) fp32 = dout (N,OC) bf16 @ weight (OC,C) bf16, WRITTEN (skipped
+ * when NULL); dweight (OC,C) fp32 = dout^T @ inp (N,C) bf16, WRITTEN (k runs
+ * over the N rows; skipped when NULL); dbias (OC) fp32 = column sums of
+ * dout, WRITTEN (in double, rows in order; skipped when NULL). Each output
+ * is computed alone, so split backward gives the same bits. */
+void zk_matmul_bf16_backward(float *dinp, float *dweight, float *dbias,
+                             const uint16_t *dout, const uint16_t *inp,
+                             const uint16_t *weight, int N, int C, int OC);
+/* Which path the bf16 GEMMs take: mode -1 asks (deciding on first use),
+ * 0 forces the portable path, 1 picks AVX512_BF16 where the CPU has it.
+ * Returns 1 for AVX512_BF16, 0 for portable. Both give the same bits, so
+ * this is for tests and benchmarks; it is one process-wide setting. */
+int zk_bf16_simd(int mode);
+
 /* ---- causal multi-head self-attention ----------------------------------- */
 /* qkv (B,T,3C) holds q | k | v along the last dim, heads of size C/NH inside
  * each; out (B,T,C); lse (B,NH,T) = log-sum-exp of each scaled score row,

@@ -41,6 +41,15 @@ end
 function M.matmul_backward(dinp, dw, db, dout, inp, w)
   check(C.zt_matmul_backward(c(dinp), c(dw), c(db), c(dout), c(inp), c(w)), "matmul_backward")
 end
+-- bf16 operands (inp, w, dout), fp32 outputs and bias, fp32 accumulation;
+-- the same nils and split backward as matmul_*.
+function M.matmul_bf16_forward(out, inp, w, b)
+  check(C.zt_matmul_bf16_forward(c(out), c(inp), c(w), c(b)), "matmul_bf16_forward")
+end
+function M.matmul_bf16_backward(dinp, dw, db, dout, inp, w)
+  check(C.zt_matmul_bf16_backward(c(dinp), c(dw), c(db), c(dout), c(inp), c(w)),
+        "matmul_bf16_backward")
+end
 function M.attention_forward(out, lse, qkv, nh)
   check(C.zt_attention_forward(c(out), c(lse), c(qkv), nh), "attention_forward")
 end
