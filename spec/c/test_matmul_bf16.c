@@ -14,7 +14,7 @@
  *    bf16 add 2 u_bf16 + u_bf16^2 of sum|a b|, u_bf16 = 2^-8;
  *  - itself on 1, 2 and 3 OpenMP threads; split backward against fused.
  * Odd shapes (N, C, OC not multiples of 12/16/32, C = 1, OC = 1, K odd and
- * beyond one 256-wide K block), bias NULL.
+ * beyond one 128-wide K block), bias NULL.
  */
 #include "ctest.h"
 #include "kernels.h"
@@ -331,7 +331,7 @@ static void test_specials(void) {
 }
 
 static void test_threads(void) {
-    prob p = make(200, 601, 1100);      /* 3 x 3 tasks, 3 K blocks, odd K */
+    prob p = make(200, 601, 1100);      /* 2 x 2 tasks, 5 K blocks, odd K */
     outs r[3];
     for (int t = 0; t < 3; t++) {
         omp_set_num_threads(t + 1);
