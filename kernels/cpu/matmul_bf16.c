@@ -236,9 +236,12 @@ static int cpu_has_bf16(void) { return 0; }
 static int bf_simd = -1;
 
 int zk_bf16_simd(int mode) {
-    if (mode == 0) bf_simd = 0;
-    else if (mode == 1 || bf_simd < 0) bf_simd = cpu_has_bf16();
-    return bf_simd;
+    int v = __atomic_load_n(&bf_simd, __ATOMIC_RELAXED);
+    if (mode == 0 || mode == 1 || v < 0) {   /* racing first calls store the same value */
+        v = mode == 0 ? 0 : cpu_has_bf16();
+        __atomic_store_n(&bf_simd, v, __ATOMIC_RELAXED);
+    }
+    return v;
 }
 
 /* C (M,N) fp32, rows ldc apart, WRITTEN = A (M,K) B (K,N) (+ bias (N)),
