@@ -39,8 +39,12 @@
  * operand bytes. The portable path runs ~2.7 GFLOP/s (a correctness
  * fallback). AMX (tdpbf16ps, ~3.7 TFLOP/s a core, register-only) does not
  * follow the pseudo-code: its sums differ from any chain of S (most
- * elements of a 32-deep tile differ in the last bits), so its bits could not
- * be reproduced elsewhere and it is not used.
+ * elements of a 32-deep tile differ in the last bits; not even one
+ * rounding of the exact sum), so its bits could not be reproduced by a
+ * portable path and it is not used. (Its element results do not depend on
+ * the element's place in a tile or on the tile shape, so an AMX path with
+ * fixed 32-deep k chunks would be thread-invariant, with bits of its own
+ * that only AMX CPUs of the same kind reproduce.)
  *
  * Layout (Goto/BLIS): C (M,N) = A (M,K) B (K,N). Operands are packed into
  * dwords holding a k pair (low half k = 2p, high half 2p+1), as vdpbf16ps
