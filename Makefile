@@ -50,8 +50,12 @@ test: deps all $(CTEST_BIN)
 run: deps all
 	$(B)/ztrain recipes/zero3_offload.lua $(ARGS)
 
-bench: deps all $(B)/bench_adamw $(B)/bench_aio
+bench: deps all $(B)/bench_adamw $(B)/bench_aio $(B)/bench_bf16
 	@sh tools/bench.sh
+
+# bf16 GEMM (AVX512_BF16 or the portable path) beside fp32 sgemm and both peaks
+$(B)/bench_bf16: tools/bench_bf16.c $(patsubst %.c,$(B)/obj/%.o,$(KERNEL_SRC)) kernels/cpu/kernels.h
+	$(CC) $(CFLAGS) -Ikernels/cpu -o $@ $< $(patsubst %.c,$(B)/obj/%.o,$(KERNEL_SRC)) -lopenblas -lm
 
 # CPU AdamW GB/s beside memcpy, zk_copy and triad bandwidth (run by tools/bench.sh)
 $(B)/bench_adamw: tools/bench_adamw.c $(patsubst %.c,$(B)/obj/%.o,$(KERNEL_SRC)) kernels/cpu/kernels.h

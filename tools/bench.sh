@@ -16,6 +16,8 @@ build/bench_adamw || exit 1    # CPU AdamW GB/s beside copy and triad bandwidth
 echo
 build/bench_aio || exit 1      # the aio engine beside fio: same file, block size, queue depth, O_DIRECT
 echo
+env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/bench_bf16 || exit 1   # bf16 GEMM vs fp32 sgemm, and both peaks
+echo
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/ztrain --script tools/bench_strategies.lua "$@" || exit 1
 echo
 # pipeline schedules on real ranks: measured bubble beside the simulator's
