@@ -137,6 +137,14 @@ end)
 
 ---------------------------------------------------------------------------
 describe("ztrain.data.utf8", function()
+  it("sanitize replaces each invalid byte with U+FFFD and keeps valid text", function()
+    local u = require "ztrain.data.utf8"
+    assert.are.equal("ab\239\191\189c\239\191\189", u.sanitize("ab\255c\195"))
+    assert.are.equal("h\195\169llo", u.sanitize("h\195\169llo"))
+    assert.are.equal("", u.sanitize(""))
+    assert.is_true(u.check(u.sanitize("\240\159\152\128\240\159\152")))   -- an emoji, then a cut one
+  end)
+
   it("accepts valid UTF-8 (1- to 4-byte sequences, limits)", function()
     assert.is_true(utf8.check(""))
     assert.is_true(utf8.check("ascii\t\b\a\n"))

@@ -300,8 +300,8 @@ function build(self, r)
   local precision = require "ztrain.precision"
   local prec = precision.new(r.precision, self.model)
   if prec.lp then
-    if not (S.name == "single" or S.name == "dp" or S.name:match("^zero%d$")) then
-      fail_all(("precision %s runs with single, dp and zero1/2/3 so far (not %s); use precision=fp32 with %s")
+    if not (S.name == "single" or S.name == "dp" or S.name:match("^zero%d")) then
+      fail_all(("precision %s runs with single, dp and the zero strategies (not %s); use precision=fp32 with %s")
                :format(r.precision, S.name, S.name))
     end
     self.ctx.precision = prec
@@ -699,6 +699,8 @@ function Trainer:sample(o)
         temperature = o.temperature, top_k = o.top_k, top_p = o.top_p, seed = o.seed })
       text = okg and ((type(o.prompt) == "string" and o.prompt or "") .. (t or "")) or
              ("(no sample: " .. errors.message(ids) .. ")")
+      -- a byte tokenizer's sample may end inside a character: valid UTF-8 for JSON
+      text = require("ztrain.data.utf8").sanitize(text)
     end
     if not here then copy:free() end
   end

@@ -92,4 +92,19 @@ function M.line_col(s, offset)
   return line, offset + 1 - last_nl
 end
 
+-- sanitize(s) -> s with every invalid byte replaced by U+FFFD (valid
+-- UTF-8 for JSON and terminals: a sample from a byte tokenizer may cut a
+-- character in two).
+function M.sanitize(s)
+  local out, i, n = {}, 0, #s
+  while i < n do
+    local ok, off = M.check(s:sub(i + 1))
+    if ok then out[#out + 1] = s:sub(i + 1); break end
+    out[#out + 1] = s:sub(i + 1, i + off)
+    out[#out + 1] = "\239\191\189"
+    i = i + off + 1
+  end
+  return table.concat(out)
+end
+
 return M

@@ -16,6 +16,12 @@
 -- Memory: 2 slots x (gradient, parameter, and with nvme moments two more)
 -- chunks of host memory, category "comm" -- the staging pool, sized by the
 -- recipe's offload.staging.
+--
+-- Mixed precision (opts.dtype "bf16"/"f16"; a work entry's M, the fp32
+-- master shard, lives with the moments): the update runs on the master
+-- chunk, which is then rounded into the slot's low-precision parameter
+-- buffer and written to where the stored parameters live. The stored
+-- parameters are never read by the step.
 local T = require "ztrain.tensor"
 local stream = require "ztrain.stream"
 local memory = require "ztrain.memory"
@@ -25,9 +31,12 @@ local M = {}
 local Off = {}
 Off.__index = Off
 
--- Buffers per slot: gradient and parameter, plus the two moments when they
--- live on nvme.
-local function buffers(opts) return opts.tier == "nvme" and 4 or 2 end
+-- Buffers per slot: gradient and parameter, plus the two moments (and with
+-- mixed precision the master weights) when they live on nvme.
+local function buffers(opts)
+  if opts.tier ~= "nvme" then return 2 end
+  return opts.dtype and 5 or 4
+end
 
 -- Elements per chunk for a staging budget of `bytes` (2 slots x nbuf
 -- buffers of f32), a multiple of 1024 (4 KiB: chunks never share a page of
@@ -48,15 +57,19 @@ end
 function M.new(opts)
   local nbuf = buffers(opts)
   local self = setmetatable({ tier = opts.tier or "host", chunk = M.chunk_elems(opts.staging, nbuf),
+                              dtype = opts.dtype,
                               -- seconds spent: waiting for transfers, updating, over `steps` steps
                               time = { io_wait = 0, update = 0, fetch_wait = 0, steps = 0 } }, Off)
   self.slots = {}
-  local names = nbuf == 4 and { "g", "p", "exp_avg", "exp_avg_sq" } or { "g", "p" }
+  local names = nbuf == 2 and { "g", "p" } or { "g", "p", "exp_avg", "exp_avg_sq", "master" }
+  if nbuf == 4 then names[5] = nil end
   local ok, err = pcall(function()
     for i = 1, 2 do
       local slot = {}
       self.slots[i] = slot
-      for _, k in ipairs(names) do slot[k] = T.new({ self.chunk }, { tier = "host", category = "comm" }) end
+      for _, k in ipairs(names) do
+        slot[k] = T.new({ self.chunk }, { tier = "host", category = "comm", dtype = k == "p" and opts.dtype or nil })
+      end
     end
     self.copies = stream.new("copy")     -- nvme <-> host (and set-up copies)
     self.dcopies = stream.new("copy")    -- device <-> host: a device copy on the nvme stream
@@ -109,7 +122,15 @@ function Off:step(optim, work, lr, scale)
     c.back = {}
     c.g = view(slot.g, 0, c.len)
     ds:copy_async(c.g, view(w.G, c.off, c.len))
-    c.p = stage_in(c, slot, "p", w.P)
+    if w.M then
+      -- mixed precision: the master chunk is updated; the stored parameters
+      -- are only written (from the slot's low-precision buffer, or in place)
+      c.m = stage_in(c, slot, "master", w.M)
+      c.pdst = view(w.P, c.off, c.len)
+      c.plp = w.P:tier() == "host" and c.pdst or view(slot.p, 0, c.len)
+    else
+      c.p = stage_in(c, slot, "p", w.P)
+    end
     c.mom = {}
     for k, t in pairs(w.st) do c.mom[k] = stage_in(c, slot, k, t) end
     c.ready = { ds:record(), cs:record() }
@@ -127,7 +148,14 @@ function Off:step(optim, work, lr, scale)
       wait_ready(c)
       local t1 = now()
       local w = c.w
-      optim:update_range(w.u, w.lo + c.off, w.lo + c.off + c.len, c.p, c.g, c.mom, lr, scale)
+      optim:update_range(w.u, w.lo + c.off, w.lo + c.off + c.len, c.m or c.p, c.g, c.mom, lr, scale)
+      if c.m then
+        require("ztrain.ops").cast(c.plp, c.m)                         -- rounded
+        if c.plp ~= c.pdst then
+          local st = w.P:tier() == "nvme" and cs or ds
+          c.back[#c.back + 1] = { c.pdst, c.plp, st }
+        end
+      end
       for _, b in ipairs(c.back) do b[3]:copy_async(b[1], b[2]) end   -- written back
       local t2 = now()
       self.time.io_wait, self.time.update = self.time.io_wait + (t1 - t0), self.time.update + (t2 - t1)
@@ -152,7 +180,7 @@ end
 function Off:copy(dst, src)
   local tmp
   if dst:tier() ~= "host" and src:tier() ~= "host" and dst:tier() ~= src:tier() then
-    tmp = T.new({ src:numel() }, { tier = "host", category = "comm" })
+    tmp = T.new({ src:numel() }, { tier = "host", category = "comm", dtype = src:dtype() })
     self.copies:copy_async(tmp, src)
     src = tmp
   end

@@ -87,10 +87,6 @@ function M.new(opts)
   -- ctx.work: reductions and gathers in flight, the working-buffer pool.
   function S.setup(ctx)
     local model, tier, PR = ctx.model, ctx.model.tier, ctx.precision
-    if PR and (otier or ptier) then
-      error(("precision %s with ZeRO offload is not supported yet; use %s without offload, or precision=fp32")
-            :format(PR.name, "zero" .. stage), 0)
-    end
     local st = state.new(model, ctx.dp, true)
     st.gshard, st.pshard, st.optim, st.master = {}, {}, {}, {}
     ctx.state = st
@@ -103,9 +99,11 @@ function M.new(opts)
       ctx.work.nvme = offload.configure_nvme(ctx.recipe, ctx.out_dir)
       if ctx.rank == 0 and not ctx.quiet then io.stderr:write(ctx.work.nvme.summary, "\n") end
     end
-    if otier then ctx.work.offload = offload.new { tier = otier, staging = offload.staging_bytes(ctx.recipe) } end
-    ctx.work.hpool = ptier == "nvme" and shard.pool("host") or nil
     local pdtype = PR and PR.dtype or nil
+    if otier then
+      ctx.work.offload = offload.new { tier = otier, staging = offload.staging_bytes(ctx.recipe), dtype = pdtype }
+    end
+    ctx.work.hpool = ptier == "nvme" and shard.pool("host", pdtype) or nil
     if PR then
       state.add_kind(st, "params", { tier = tier, sharded = true, category = "optim" })       -- fp32 master shards
       state.add_kind(st, "lp_params", { dtype = pdtype, tier = tier, sharded = stage == 3, category = "params",
@@ -136,12 +134,19 @@ function M.new(opts)
           model:set_params(u, nil)
           local v = full:view(lo, { n })
           if PR then
-            st.master[u.index] = T.new({ n }, { tier = tier, category = "optim" })
-            ops.copy(st.master[u.index], v)
+            -- the fp32 master shard lives with the optimizer state
+            st.master[u.index] = T.new({ n }, { tier = otier or tier, category = "optim" })
+            if otier then ctx.work.offload:copy(st.master[u.index], v) else ops.copy(st.master[u.index], v) end
           end
           if stage == 3 then
             st.pshard[u.index] = T.new({ n }, { tier = ptier or tier, category = "params", dtype = pdtype })
-            if ptier then ctx.work.offload:copy(st.pshard[u.index], v)
+            if PR and ptier then            -- rounded on the device, then moved
+              local lp = ctx.work.lpool.get(n)
+              ops.cast(lp, v)
+              local okc, cerr = pcall(ctx.work.offload.copy, ctx.work.offload, st.pshard[u.index], lp)
+              ctx.work.lpool.put(lp)
+              if not okc then error(cerr, 0) end
+            elseif ptier then ctx.work.offload:copy(st.pshard[u.index], v)
             elseif PR then ops.cast(st.pshard[u.index], v)
             else ops.copy(st.pshard[u.index], v) end
           else
@@ -185,7 +190,7 @@ function M.new(opts)
     local W = ctx.work
     if not ptier or u.params or W.gathers[u.index] or W.fetches[u.index] then return end
     local src = ctx.state.pshard[u.index]
-    local staged = W.pool.get(src:numel())
+    local staged = W.lpool.get(src:numel())
     local cs, bounce = W.offload.copies, nil
     if ptier == "nvme" then                -- a file reaches the device through the host
       bounce = W.hpool.get(src:numel())
@@ -221,7 +226,7 @@ function M.new(opts)
     if not g then return end
     ctx.work.gathers[u.index] = nil
     g.req:wait()
-    if g.staged then ctx.work.pool.put(g.staged) end
+    if g.staged then ctx.work.lpool.put(g.staged) end
     ctx.model:set_params(u, g.full)
   end
 
@@ -366,7 +371,8 @@ function M.new(opts)
       local P = st.pshard[u.index]
       if stage < 3 then P = u.params:view(l.lo, { l.size }) end
       if W.offload then
-        work[#work + 1] = { u = u, lo = l.lo, size = l.size, P = P, G = grad_shard(ctx, u), st = st.optim[u.index] }
+        work[#work + 1] = { u = u, lo = l.lo, size = l.size, P = P, G = grad_shard(ctx, u), st = st.optim[u.index],
+                            M = st.master[u.index] }
       elseif st.master[u.index] then
         -- mixed precision: the fp32 master shard, rounded into the stored shard
         ctx.optim:update_range(u, l.lo, l.hi, st.master[u.index], grad_shard(ctx, u), st.optim[u.index], lr, scale)
@@ -392,18 +398,35 @@ function M.new(opts)
   -- stored parameters rounded from them, and for stages 1 and 2 gathered
   -- into the full parameters. A collective.
   function S.after_load(ctx)
-    local st = ctx.state
+    local st, W = ctx.state, ctx.work
+    -- a shard on another tier goes through the device (casts run there)
+    local function on_device(t, pool, fn)
+      if t:tier() == ctx.model.tier then return fn(t) end
+      local d = pool.get(t:numel())
+      local ok, err = pcall(function() W.offload:copy(d, t); fn(d) end)
+      pool.put(d)
+      if not ok then error(err, 0) end
+    end
     for _, u in ipairs(replicated.units(ctx)) do
       local m = st.master[u.index]
       if m then
-        if stage == 3 then ops.cast(st.pshard[u.index], m)
-        else
-          local l = st.layout[u.index]
-          local pv = u.params:view(l.lo, { l.size })
-          ops.cast(pv, m)
-          ctx.dp:all_gather(u.params, pv)
-          pv:free()
-        end
+        on_device(m, W.pool, function(md)
+          if stage == 3 then
+            local ps = st.pshard[u.index]
+            if ps:tier() == ctx.model.tier then return ops.cast(ps, md) end
+            local lp = W.lpool.get(ps:numel())
+            ops.cast(lp, md)
+            local ok, err = pcall(W.offload.copy, W.offload, ps, lp)
+            W.lpool.put(lp)
+            if not ok then error(err, 0) end
+          else
+            local l = st.layout[u.index]
+            local pv = u.params:view(l.lo, { l.size })
+            ops.cast(pv, md)
+            ctx.dp:all_gather(u.params, pv)
+            pv:free()
+          end
+        end)
       end
     end
   end
@@ -413,13 +436,19 @@ function M.new(opts)
   function S.with_full_params(ctx, u, fn)
     local m = ctx.state.master and ctx.state.master[u.index]
     if m then
-      local full = ctx.work.pool.get(u.padded)
+      local W = ctx.work
+      local full, local_m = W.pool.get(u.padded), nil
       local ok, err = pcall(function()
-        local l = ctx.state.layout[u.index]
+        if m:tier() ~= full:tier() then      -- offloaded master shards: to the device first
+          local_m = W.pool.get(m:numel())
+          W.offload:copy(local_m, m)
+          m = local_m
+        end
         ctx.dp:all_gather(full, m)
         return fn(full)
       end)
-      ctx.work.pool.put(full)
+      W.pool.put(full)
+      if local_m then W.pool.put(local_m) end
       if not ok then error(err, 0) end
       return
     end
