@@ -99,6 +99,11 @@ describe("models and data in a run", function()
       assert.are.equal(s0.activations.per_set, s0.activations.per_set_without)
       assert.is_true(s1.activations.per_set < s1.activations.per_set_without)
       assert.are.equal(s0.activations.per_set, s1.activations.per_set_without)
+      -- the kept inputs on the host tier: the same bits, fewer device bytes per set
+      local s3 = run(c[1] .. " " .. A .. " train.checkpoint_activations=true train.checkpoint_host=true")
+      assert.are.equal(s0.param_digest, s3.param_digest, c[1] .. " host")
+      assert.is_true(s3.activations.per_set < s1.activations.per_set)
+      assert.is_true(s3.memory[1].by_category.activations.host > 0)
       assert.is_true(act(s1) < act(s2) and act(s2) < act(s0),
                      ("%s: activations %d (all) < %d (every 2nd) < %d (none)"):format(c[1], act(s1), act(s2), act(s0)))
     end

@@ -33,9 +33,10 @@ M.defaults = {
   -- train.ckpt_every: a checkpoint every N steps and at the end (0 = none),
   -- in train.ckpt_dir ("" = OUT/checkpoints), the newest ckpt_keep kept;
   -- train.checkpoint_activations: false, true (every block) or k (every
-  -- k-th block): recompute their activations in backward
+  -- k-th block): recompute their activations in backward, from their inputs
+  -- kept on the host tier with train.checkpoint_host
   train    = { steps = 200, log_every = 10, eval_every = 50, eval_batches = 20, ckpt_every = 0,
-               ckpt_keep = 2, ckpt_dir = "", checkpoint_activations = false },
+               ckpt_keep = 2, ckpt_dir = "", checkpoint_activations = false, checkpoint_host = false },
   -- resume = "latest" (train.ckpt_dir, or OUT/checkpoints) or a checkpoint
   -- directory: continue that run's state, under any strategy and world size
   resume   = "",

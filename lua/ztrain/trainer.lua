@@ -339,7 +339,8 @@ function build(self, r)
   self.pools = {}
   for i, st in ipairs(self.stages) do
     if stage_rank(st.index) == prank then
-      self.pools[i] = stage_run.pool(self.model, st, B, Tlen, { checkpoint = self.ckpt_units })
+      self.pools[i] = stage_run.pool(self.model, st, B, Tlen, { checkpoint = self.ckpt_units,
+                                                                host = r.train.checkpoint_host })
       -- one activation set made now: a batch that does not fit fails here,
       -- with the hint below, not in the middle of the first step
       self.pools[i]:acquire(0); self.pools[i]:release(0)
@@ -391,7 +392,7 @@ function Trainer:activation_report()
   local with, without, n = 0, 0, 0
   for i, st in ipairs(self.stages) do
     if self.pools and self.pools[i] then
-      with = with + Acts.set_bytes(self.cfg, B, Tlen, st.units, self.ckpt_units)
+      with = with + Acts.set_bytes(self.cfg, B, Tlen, st.units, self.ckpt_units, self.recipe.train.checkpoint_host)
       without = without + Acts.set_bytes(self.cfg, B, Tlen, st.units, {})
       for _, u in ipairs(st.units) do if self.ckpt_units[u.index] then n = n + 1 end end
     end

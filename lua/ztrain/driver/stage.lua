@@ -13,6 +13,13 @@
 -- Split: I = pre_backward, I, post_input_grad; W = pre_weight_grad, W, post_backward.
 local Acts = require "ztrain.nn.activations"
 
+-- a copy between tiers, waited for (kept inputs to and from the host)
+local function copy_wait(dst, src)
+  local stream = require "ztrain.stream"
+  stream.copy_async(dst, src)
+  stream.current():sync()
+end
+
 local M = {}
 
 -- stages(model, bounds) -> list of stages. bounds: unit counts per stage
@@ -42,16 +49,17 @@ Pool.__index = Pool
 
 -- pool(model, stage, B, T, opts) -> pool: acquire(mb) / get(mb) /
 -- release(mb) / free(). opts.checkpoint = { [unit index] = true }: those
--- blocks keep only their output per micro-batch and are recomputed in
--- backward (nn/activations.lua).
+-- blocks keep only their input per micro-batch and are recomputed in
+-- backward; opts.host: that input kept on the host tier (nn/activations.lua).
 function M.pool(model, stage, B, Tlen, opts)
   local ckpt = {}
   for _, u in ipairs(stage.units) do
     if opts and opts.checkpoint and opts.checkpoint[u.index] then ckpt[u.index] = true end
   end
   local self = setmetatable({ model = model, stage = stage, B = B, T = Tlen, free_sets = {},
-                              live = {}, wfree = {}, nsets = 0, peak_sets = 0, checkpoint = ckpt }, Pool)
-  self.scratch = Acts.scratch(model.cfg, B, Tlen, model.tier, { recompute = next(ckpt) ~= nil })
+                              live = {}, wfree = {}, nsets = 0, peak_sets = 0, checkpoint = ckpt,
+                              host = opts and opts.host and next(ckpt) ~= nil }, Pool)
+  self.scratch = Acts.scratch(model.cfg, B, Tlen, model.tier, { recompute = next(ckpt) ~= nil, host = self.host })
   return self
 end
 
@@ -76,7 +84,7 @@ function Pool:acquire(mb)
   local a = table.remove(self.free_sets)
   if not a then
     a = Acts.new(self.model.cfg, self.B, self.T, self.model.tier, self.stage.units, self.scratch,
-                 { checkpoint = self.checkpoint })
+                 { checkpoint = self.checkpoint, host = self.host })
     self.nsets = self.nsets + 1
     self.peak_sets = math.max(self.peak_sets, self.nsets)
   end
@@ -141,8 +149,11 @@ function M.forward(ctx, S, stage, a, mb)
   for _, u in ipairs(stage.units) do
     S.pre_forward(ctx, u, mb)
     if P then P:enter(u, true, false) end
+    local xin = x
     x = model:forward(u, a, x)
     if P then P:leave(u) end
+    -- a checkpointed block's input kept on the host (train.checkpoint_host)
+    if a.hx and a.hx[u.index] then copy_wait(a.hx[u.index], xin) end
     S.post_forward(ctx, u, mb)
   end
   return x
@@ -159,7 +170,11 @@ function M.backward(ctx, S, stage, a, mb)
     S.pre_weight_grad(ctx, u, mb)
     if P then P:enter(u, true, true) end
     -- a checkpointed block: its forward again, from its kept input
-    if a.checkpointed[u.index] then model:forward(u, a, a.x[u.index]) end
+    if a.checkpointed[u.index] then
+      local x = a.x[u.index]
+      if a.hx and a.hx[u.index] then x = a.scratch.xin; copy_wait(x, a.hx[u.index]) end
+      model:forward(u, a, x)
+    end
     if ctx.tied then ctx.tied:before_weight(u, mb) end
     model:backward(u, a)
     if ctx.tied then ctx.tied:after_weight(u, mb) end

@@ -27,6 +27,14 @@
 -- right before its backward (driver/stage.lua), with the same kernels on the
 -- same inputs: the same bits. The backward must be fused (B): a split W
 -- would read the shared buffers after another block's recompute.
+--
+-- With opts.host (train.checkpoint_host), a checkpointed block's kept input
+-- lives on the host tier instead (set.hx[u.index], copied after its
+-- forward), and the output of a unit that feeds a checkpointed block is
+-- not kept in the set either: it goes to one of two device buffers of the
+-- stage's scratch (ping-pong, s.ping[1], s.ping[2]) that the next unit
+-- reads at once. Backward copies the kept input back to the scratch's
+-- `xin` before the recompute.
 local T = require "ztrain.tensor"
 
 local M = {}
@@ -77,21 +85,26 @@ end
 -- owns its own. opts.checkpoint: { [unit index] = true } for checkpointed
 -- blocks (the scratch must then have been made with recompute = true).
 -- The slab plan of a set (no allocation): planner, has_embed, has_head.
-local function plan(cfg, B, Tlen, units, ckpt)
+-- feeds_ckpt(units, i, ckpt): unit i's output is a checkpointed block's input
+local function feeds_ckpt(units, i, ckpt) return units[i + 1] ~= nil and ckpt[units[i + 1].index] end
+
+local function plan(cfg, B, Tlen, units, ckpt, host)
   local N, C, V, NH = B * Tlen, cfg.C, cfg.V, cfg.NH
   local P = planner()
   local first = units[1]
   local has_embed, has_head = false, false
-  for _, u in ipairs(units) do
+  for i, u in ipairs(units) do
     local k = "u" .. u.index .. "."
+    -- host mode: an output a checkpointed block reads goes to a ping-pong buffer
+    local keep_out = not (host and feeds_ckpt(units, i, ckpt))
     if u.kind == "embed" then
       has_embed = true
-      P.add(k .. "out", { B, Tlen, C })
+      if keep_out then P.add(k .. "out", { B, Tlen, C }) end
     elseif u.kind == "block" then
       if not ckpt[u.index] then
         for _, s in ipairs(BLOCK_SAVED) do P.add(k .. s[1], block_shape(s, B, Tlen, N, C, NH)) end
       end
-      P.add(k .. "out", { B, Tlen, C })
+      if keep_out then P.add(k .. "out", { B, Tlen, C }) end
     else
       has_head = true
       P.add(k .. "lnf", { B, Tlen, C }); P.add(k .. "lnf_mean", { N }); P.add(k .. "lnf_rstd", { N })
@@ -106,15 +119,16 @@ end
 -- set_bytes(cfg, B, T, units, checkpoint) -> the bytes one set of these
 -- units holds (its slab, tokens and targets), checkpointed blocks or not;
 -- for reports ("activation memory with and without checkpointing").
-function M.set_bytes(cfg, B, Tlen, units, ckpt)
-  local P, e, h = plan(cfg, B, Tlen, units, ckpt or {})
+function M.set_bytes(cfg, B, Tlen, units, ckpt, host)
+  local P, e, h = plan(cfg, B, Tlen, units, ckpt or {}, host)
   return P.total * 4 + (e and B * Tlen * 4 or 0) + (h and B * Tlen * 4 or 0)
 end
 
 function M.new(cfg, B, Tlen, tier, units, scratch, opts)
   local ckpt = opts and opts.checkpoint or {}
+  local host = opts and opts.host and next(ckpt) ~= nil
   local N = B * Tlen
-  local P, has_embed, has_head = plan(cfg, B, Tlen, units, ckpt)
+  local P, has_embed, has_head = plan(cfg, B, Tlen, units, ckpt, host)
   local self = setmetatable({ cfg = cfg, B = B, T = Tlen, N = N, units = units, nfloats = P.total,
                               tier = tier, x = {}, checkpointed = ckpt }, Set)
   self.mem = P.alloc(tier, "activations")
@@ -138,7 +152,23 @@ function M.new(cfg, B, Tlen, tier, units, scratch, opts)
       self.targets = T.new({ B, Tlen }, { dtype = "i32", tier = tier, category = "activations" })
     end
     if not scratch then
-      self.scratch = M.scratch(cfg, B, Tlen, tier, { recompute = next(ckpt) ~= nil }); self.own_scratch = true
+      self.scratch = M.scratch(cfg, B, Tlen, tier, { recompute = next(ckpt) ~= nil, host = host })
+      self.own_scratch = true
+    end
+    if host then
+      -- kept inputs on the host; outputs feeding them through the ping-pong buffers
+      assert(self.scratch.ping, "host checkpointing needs a scratch made with host = true")
+      self.hx = {}
+      local flip = 1
+      for i, u in ipairs(units) do
+        if feeds_ckpt(units, i, ckpt) then
+          self.unit[u.index].out = self.scratch.ping[flip]
+          flip = 3 - flip
+        end
+        if ckpt[u.index] then
+          self.hx[u.index] = T.new({ B, Tlen, cfg.C }, { tier = "host", category = "activations" })
+        end
+      end
     end
     -- checkpointed blocks: what backward reads is the stage's recompute buffer
     for _, u in ipairs(units) do
@@ -165,6 +195,8 @@ end
 
 function Set:free()
   free_slab(self.mem); self.mem = nil
+  for _, h in pairs(self.hx or {}) do h:free() end
+  self.hx = nil
   if self.own_scratch and self.scratch then self.scratch.free() end
   self.scratch = nil
   if self.tokens then self.tokens:free(); self.tokens = nil end
@@ -185,8 +217,12 @@ function M.scratch(cfg, B, Tlen, tier, opts)
   if opts and opts.recompute then
     for _, b in ipairs(BLOCK_SAVED) do P.add("rc." .. b[1], block_shape(b, B, Tlen, N, C, NH)) end
   end
+  if opts and opts.host then
+    P.add("ping1", { B, Tlen, C }); P.add("ping2", { B, Tlen, C }); P.add("xin", { B, Tlen, C })
+  end
   local s = P.alloc(tier, "activations")
   s.nfloats, s.N = P.total, N
+  if opts and opts.host then s.ping = { s.ping1, s.ping2 } end
   if opts and opts.recompute then
     s.recompute = {}
     for _, b in ipairs(BLOCK_SAVED) do s.recompute[b[1]] = s["rc." .. b[1]] end
