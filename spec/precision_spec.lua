@@ -60,6 +60,22 @@ describe("mixed precision", function()
     end)
   end
 
+  it("bf16 GEMMs (device.bf16_gemm=on): other math, the same for every thread count, strategy and pipeline", function()
+    local G = " train.steps=3 precision=bf16 device.bf16_gemm=on"
+    local ref = run("recipes/single.lua batch.accumulate=2" .. G)
+    assert.matches("^bf16 %(", ref.gemm)
+    local fp = run("recipes/single.lua batch.accumulate=2 train.steps=3 precision=bf16 device.bf16_gemm=off")
+    assert.are.equal("fp32", fp.gemm)
+    assert.are_not.equal(fp.param_digest, ref.param_digest, "bf16 operands are other math than fp32 ones")
+    for _, c in ipairs({ "recipes/single.lua batch.accumulate=2 device.threads=1", "--nproc 2 recipes/dp.lua",
+                         "--nproc 2 recipes/zero3.lua", "--nproc 2 recipes/pipeline_1f1b.lua batch.accumulate=2 model.size=gpt2-tiny" }) do
+      assert.are.equal(ref.param_digest, run(c .. G).param_digest, c)
+    end
+    local L = "model.size=gpt2-mini data.seq_len=64 batch.micro=4 train.steps=40 optim.lr=3e-3 lr.warmup=5"
+    local s = run("recipes/single.lua precision=bf16 device.bf16_gemm=on", L)
+    assert.is_true(s.final_loss < s.first_loss - 1.5, ("%.3f -> %.3f"):format(s.first_loss, s.final_loss))
+  end)
+
   it("model state: 2 bytes of parameters, 2 of gradients (+ the fp32 accumulator), 12 of optimizer state", function()
     local s = run("recipes/single.lua train.steps=1 precision=bf16")
     local psi = s.model.params
@@ -114,5 +130,6 @@ describe("mixed precision", function()
       assert.matches(msg, out, 1, true)
     end
     fails("recipes/single.lua precision=fp8", 'precision must be "fp32", "bf16" or "fp16", got "fp8"')
+    fails("recipes/single.lua precision=fp16 device.bf16_gemm=on", 'device.bf16_gemm = "on" needs precision = "bf16"')
   end)
 end)

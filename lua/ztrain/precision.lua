@@ -126,6 +126,67 @@ function P:free()
 end
 
 ---------------------------------------------------------------------------
+-- bf16 GEMMs (device.bf16_gemm): every matmul of a pass takes its operands
+-- rounded to bf16 -- the weights exactly (they are stored as bf16), the
+-- activations and their gradients by rounding -- and accumulates in fp32
+-- (zt_matmul_bf16_*: AVX512_BF16 or AMX where the CPU has them, a portable
+-- path with the same bits elsewhere). Other math than the fp32 kernels on
+-- the same stored values, the same for every strategy. bf16 storage only
+-- (fp16 values do not fit bf16 exactly).
+local MMB = {}
+MMB.__index = MMB
+
+function M.bf16_gemm(tier)
+  return setmetatable({ tier = tier, free_bufs = {}, bases = {}, views = {} }, MMB)
+end
+
+-- a bf16 buffer shaped like t (reused across calls; given back by :done())
+function MMB:buf(t, fill)
+  local n = t:numel()
+  local list = self.free_bufs[n]
+  local b = list and table.remove(list)
+  if not b then b = T.new({ n }, { tier = self.tier, category = "activations", dtype = "bf16" }) end
+  self.bases[#self.bases + 1] = b
+  local v = b:view(0, t:shape())
+  self.views[#self.views + 1] = v
+  if fill then ops.cast(v, t) end
+  return v
+end
+
+function MMB:done()
+  for i = #self.views, 1, -1 do self.views[i]:free(); self.views[i] = nil end
+  for i = #self.bases, 1, -1 do
+    local b = self.bases[i]
+    local n = b:numel()
+    self.free_bufs[n] = self.free_bufs[n] or {}
+    table.insert(self.free_bufs[n], b)
+    self.bases[i] = nil
+  end
+end
+
+function MMB:forward_(out, inp, w, b)
+  ops.matmul_bf16_forward(out, self:buf(inp, true), self:buf(w, true), b)
+end
+
+function MMB:backward_(dinp, dw, db, dout, inp, w)
+  -- w is read only for dinp (without it, w only gives the shape)
+  ops.matmul_bf16_backward(dinp, dw, db, self:buf(dout, true), self:buf(inp, dw ~= nil), self:buf(w, dinp ~= nil))
+end
+
+-- the interface gpt2.lua calls: mm.forward(...), mm.backward(...)
+function M.bf16_matmuls(tier)
+  local g = M.bf16_gemm(tier)
+  local mm = {}
+  function mm.forward(...) local ok, err = pcall(g.forward_, g, ...); g:done(); if not ok then error(err, 0) end end
+  function mm.backward(...) local ok, err = pcall(g.backward_, g, ...); g:done(); if not ok then error(err, 0) end end
+  function mm.free()
+    for _, list in pairs(g.free_bufs) do for _, b in ipairs(list) do b:free() end end
+    g.free_bufs = {}
+  end
+  return mm
+end
+
+---------------------------------------------------------------------------
 -- Dynamic loss scaling for fp16, DeepSpeed's conventions (its
 -- DynamicLossScaler): start at 2^16; a step whose gradients hold an inf or
 -- NaN is skipped; the first hysteresis - 1 overflows only use up the

@@ -42,7 +42,10 @@ M.defaults = {
   resume   = "",
   -- a sample printed at each evaluation and at the end (sample.tokens > 0)
   sample   = { prompt = "", tokens = 0, temperature = 0.8, top_k = 40, top_p = 1.0, seed = 1337 },
-  device   = { backend = "cpu", memory_limit = "0", threads = 0 },
+  -- device.bf16_gemm: with precision = "bf16", the matmuls in bf16 with fp32
+  -- accumulation ("on"), or in fp32 on the stored values ("off"); "auto":
+  -- on where the CPU's bf16 path outruns its fp32 GEMMs (AMX), else off
+  device   = { backend = "cpu", memory_limit = "0", threads = 0, bf16_gemm = "auto" },
   launch   = { nproc = 0 },   -- local ranks `ztrain RECIPE` starts (0: the launcher's, or one)
   -- pipeline: ranks per replica (stages), model chunks per rank; units split
   -- "params" (by parameter count), "time" (by measured time) or as listed;
@@ -244,6 +247,14 @@ function M.resolve(user, overrides)
   end
   if not require("ztrain.precision").NAMES[r.precision] then
     return nil, ('precision must be "fp32", "bf16" or "fp16", got %q'):format(tostring(r.precision))
+  end
+  local bg = r.device.bf16_gemm
+  if bg ~= "auto" and bg ~= "on" and bg ~= "off" then
+    return nil, ('device.bf16_gemm must be "auto", "on" or "off", got %q'):format(tostring(bg))
+  end
+  if bg == "on" and r.precision ~= "bf16" then
+    return nil, ('device.bf16_gemm = "on" needs precision = "bf16" (the weights must be stored as bf16), got %q')
+                :format(tostring(r.precision))
   end
   local ca = r.train.checkpoint_activations
   if not (type(ca) == "boolean" or (type(ca) == "number" and ca >= 0 and ca % 1 == 0)) then

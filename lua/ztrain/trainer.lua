@@ -304,6 +304,14 @@ function build(self, r)
                :format(r.precision, S.name, S.name))
     end
     self.ctx.precision = prec
+    -- bf16 GEMMs: "auto" takes them where the CPU's bf16 path is AMX (the
+    -- AVX512_BF16 instruction runs at half the fp32 rate on this CPU kind)
+    local bg = r.device.bf16_gemm
+    local path = require("ffi").string(C.zt_matmul_bf16_info())
+    if r.precision == "bf16" and (bg == "on" or (bg == "auto" and path:match("AMX"))) then
+      self.ctx.mm = precision.bf16_matmuls(self.model.tier)
+      self.gemm = "bf16 (" .. path .. ")"
+    end
     if r.precision == "fp16" then
       self.ctx.loss_scaler = precision.loss_scaler { initial = 2 ^ r.fp16.initial_scale_power,
         window = r.fp16.loss_scale_window, hysteresis = r.fp16.hysteresis, min_scale = r.fp16.min_loss_scale }
@@ -549,6 +557,7 @@ function Trainer:free()
   self.pools = nil
   if self.setup_called and self.strategy and self.strategy.free then self.strategy.free(self.ctx) end
   if self.ctx and self.ctx.precision then self.ctx.precision:free(); self.ctx.precision = nil end
+  if self.ctx and self.ctx.mm then self.ctx.mm.free(); self.ctx.mm = nil end
   self.setup_called = nil
   if self.tied then self.tied:free(); self.tied = nil end
   if self.model then self.model:free(); self.model = nil end

@@ -143,6 +143,7 @@ end
 
 -- forward(ctx, S, stage, a, mb) -> the stage's output (the head: losses).
 function M.forward(ctx, S, stage, a, mb)
+  a.mm = ctx.mm
   local model = ctx.model
   local x = stage.has_embed and a.tokens or a.input
   local P = ctx.precision
@@ -163,6 +164,7 @@ end
 -- the gradient of the stage's output (set by the head, or received), and
 -- the gradient of its input at the end (nil for the first stage).
 function M.backward(ctx, S, stage, a, mb)
+  a.mm = ctx.mm
   local model, units, P = ctx.model, stage.units, ctx.precision
   for i = #units, 1, -1 do
     local u = units[i]
@@ -186,6 +188,7 @@ end
 
 -- The input-gradient half: what W needs is kept in a.w[u.index].
 function M.backward_input(ctx, S, stage, a, mb, pool)
+  a.mm = ctx.mm
   local model, units, P = ctx.model, stage.units, ctx.precision
   for i = #units, 1, -1 do
     local u = units[i]
@@ -205,6 +208,7 @@ end
 -- The weight-gradient half, in the same unit order as the fused backward
 -- (the head's wte gradient before the embedding's).
 function M.backward_weight(ctx, S, stage, a, mb, pool)
+  a.mm = ctx.mm
   local model, units, P = ctx.model, stage.units, ctx.precision
   for i = #units, 1, -1 do
     local u = units[i]

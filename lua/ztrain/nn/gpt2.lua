@@ -258,18 +258,23 @@ end
 -- Gradients are WRITTEN (beta = 0), except embed's wte, which the head's
 -- backward writes first and the embedding's adds to (one fixed order).
 
+-- The matmuls of a pass: the fp32 kernels, or what the activation set
+-- carries (a.mm, set by the stage runner: precision.lua's bf16 GEMMs).
+local MM = { forward = ops.matmul_forward, backward = ops.matmul_backward }
+local function mm(a) return a.mm or MM end
+
 local function block_forward(u, a, x)
   local P, S, sc = u.p, a.unit[u.index], a.scratch
   local pre = "h." .. u.layer .. "."
   ops.layernorm_forward(S.ln1, S.ln1_mean, S.ln1_rstd, x, P[pre .. "ln_1.weight"], P[pre .. "ln_1.bias"])
-  ops.matmul_forward(S.qkv, S.ln1, P[pre .. "attn.c_attn.weight"], P[pre .. "attn.c_attn.bias"])
+  mm(a).forward(S.qkv, S.ln1, P[pre .. "attn.c_attn.weight"], P[pre .. "attn.c_attn.bias"])
   ops.attention_forward(S.atty, S.lse, S.qkv, a.cfg.NH)
-  ops.matmul_forward(sc.proj, S.atty, P[pre .. "attn.c_proj.weight"], P[pre .. "attn.c_proj.bias"])
+  mm(a).forward(sc.proj, S.atty, P[pre .. "attn.c_proj.weight"], P[pre .. "attn.c_proj.bias"])
   ops.add3(S.resid2, x, sc.proj)
   ops.layernorm_forward(S.ln2, S.ln2_mean, S.ln2_rstd, S.resid2, P[pre .. "ln_2.weight"], P[pre .. "ln_2.bias"])
-  ops.matmul_forward(S.fch, S.ln2, P[pre .. "mlp.c_fc.weight"], P[pre .. "mlp.c_fc.bias"])
+  mm(a).forward(S.fch, S.ln2, P[pre .. "mlp.c_fc.weight"], P[pre .. "mlp.c_fc.bias"])
   ops.gelu_forward(S.fch_gelu, S.fch)
-  ops.matmul_forward(sc.proj, S.fch_gelu, P[pre .. "mlp.c_proj.weight"], P[pre .. "mlp.c_proj.bias"])
+  mm(a).forward(sc.proj, S.fch_gelu, P[pre .. "mlp.c_proj.weight"], P[pre .. "mlp.c_proj.bias"])
   ops.add3(S.out, S.resid2, sc.proj)
   return S.out
 end
@@ -278,17 +283,17 @@ end
 local function block_backward(u, a)
   local P, G, S, sc, x = u.p, u.g, a.unit[u.index], a.scratch, a.x[u.index]
   local pre, d = "h." .. u.layer .. ".", a.grad
-  ops.matmul_backward(sc.dfch, G[pre .. "mlp.c_proj.weight"], G[pre .. "mlp.c_proj.bias"], d,
+  mm(a).backward(sc.dfch, G[pre .. "mlp.c_proj.weight"], G[pre .. "mlp.c_proj.bias"], d,
                       S.fch_gelu, P[pre .. "mlp.c_proj.weight"])
   ops.gelu_backward(sc.dfch, S.fch, sc.dfch)
-  ops.matmul_backward(sc.dln, G[pre .. "mlp.c_fc.weight"], G[pre .. "mlp.c_fc.bias"], sc.dfch,
+  mm(a).backward(sc.dln, G[pre .. "mlp.c_fc.weight"], G[pre .. "mlp.c_fc.bias"], sc.dfch,
                       S.ln2, P[pre .. "mlp.c_fc.weight"])
   ops.layernorm_backward(d, G[pre .. "ln_2.weight"], G[pre .. "ln_2.bias"], sc.dln, S.resid2,
                          P[pre .. "ln_2.weight"], S.ln2_mean, S.ln2_rstd)
-  ops.matmul_backward(sc.datty, G[pre .. "attn.c_proj.weight"], G[pre .. "attn.c_proj.bias"], d,
+  mm(a).backward(sc.datty, G[pre .. "attn.c_proj.weight"], G[pre .. "attn.c_proj.bias"], d,
                       S.atty, P[pre .. "attn.c_proj.weight"])
   ops.attention_backward(sc.dqkv, sc.datty, S.qkv, S.atty, S.lse, a.cfg.NH)
-  ops.matmul_backward(sc.dln, G[pre .. "attn.c_attn.weight"], G[pre .. "attn.c_attn.bias"], sc.dqkv,
+  mm(a).backward(sc.dln, G[pre .. "attn.c_attn.weight"], G[pre .. "attn.c_attn.bias"], sc.dqkv,
                       S.ln1, P[pre .. "attn.c_attn.weight"])
   ops.layernorm_backward(d, G[pre .. "ln_1.weight"], G[pre .. "ln_1.bias"], sc.dln, x,
                          P[pre .. "ln_1.weight"], S.ln1_mean, S.ln1_rstd)
@@ -299,14 +304,14 @@ local function block_backward_input(u, a, w)
   local P, S, sc, x = u.p, a.unit[u.index], a.scratch, a.x[u.index]
   local pre, d = "h." .. u.layer .. ".", a.grad
   ops.copy(w.dy, d)
-  ops.matmul_backward(w.dfch, nil, nil, d, S.fch_gelu, P[pre .. "mlp.c_proj.weight"])
+  mm(a).backward(w.dfch, nil, nil, d, S.fch_gelu, P[pre .. "mlp.c_proj.weight"])
   ops.gelu_backward(w.dfch, S.fch, w.dfch)
-  ops.matmul_backward(w.dln2, nil, nil, w.dfch, S.ln2, P[pre .. "mlp.c_fc.weight"])
+  mm(a).backward(w.dln2, nil, nil, w.dfch, S.ln2, P[pre .. "mlp.c_fc.weight"])
   ops.layernorm_backward(d, nil, nil, w.dln2, S.resid2, P[pre .. "ln_2.weight"], S.ln2_mean, S.ln2_rstd)
   ops.copy(w.dresid2, d)
-  ops.matmul_backward(sc.datty, nil, nil, d, S.atty, P[pre .. "attn.c_proj.weight"])
+  mm(a).backward(sc.datty, nil, nil, d, S.atty, P[pre .. "attn.c_proj.weight"])
   ops.attention_backward(w.dqkv, sc.datty, S.qkv, S.atty, S.lse, a.cfg.NH)
-  ops.matmul_backward(w.dln1, nil, nil, w.dqkv, S.ln1, P[pre .. "attn.c_attn.weight"])
+  mm(a).backward(w.dln1, nil, nil, w.dqkv, S.ln1, P[pre .. "attn.c_attn.weight"])
   ops.layernorm_backward(d, nil, nil, w.dln1, x, P[pre .. "ln_1.weight"], S.ln1_mean, S.ln1_rstd)
   return d
 end
@@ -314,15 +319,15 @@ end
 local function block_backward_weight(u, a, w)
   local G, S, x = u.g, a.unit[u.index], a.x[u.index]
   local pre = "h." .. u.layer .. "."
-  ops.matmul_backward(nil, G[pre .. "mlp.c_proj.weight"], G[pre .. "mlp.c_proj.bias"], w.dy,
+  mm(a).backward(nil, G[pre .. "mlp.c_proj.weight"], G[pre .. "mlp.c_proj.bias"], w.dy,
                       S.fch_gelu, G[pre .. "mlp.c_proj.weight"])
-  ops.matmul_backward(nil, G[pre .. "mlp.c_fc.weight"], G[pre .. "mlp.c_fc.bias"], w.dfch,
+  mm(a).backward(nil, G[pre .. "mlp.c_fc.weight"], G[pre .. "mlp.c_fc.bias"], w.dfch,
                       S.ln2, G[pre .. "mlp.c_fc.weight"])
   ops.layernorm_backward(nil, G[pre .. "ln_2.weight"], G[pre .. "ln_2.bias"], w.dln2, S.resid2,
                          G[pre .. "ln_2.weight"], S.ln2_mean, S.ln2_rstd)
-  ops.matmul_backward(nil, G[pre .. "attn.c_proj.weight"], G[pre .. "attn.c_proj.bias"], w.dresid2,
+  mm(a).backward(nil, G[pre .. "attn.c_proj.weight"], G[pre .. "attn.c_proj.bias"], w.dresid2,
                       S.atty, G[pre .. "attn.c_proj.weight"])
-  ops.matmul_backward(nil, G[pre .. "attn.c_attn.weight"], G[pre .. "attn.c_attn.bias"], w.dqkv,
+  mm(a).backward(nil, G[pre .. "attn.c_attn.weight"], G[pre .. "attn.c_attn.bias"], w.dqkv,
                       S.ln1, G[pre .. "attn.c_attn.weight"])
   ops.layernorm_backward(nil, G[pre .. "ln_1.weight"], G[pre .. "ln_1.bias"], w.dln1, x,
                          G[pre .. "ln_1.weight"], S.ln1_mean, S.ln1_rstd)
@@ -332,7 +337,7 @@ end
 local function head_forward(u, a, x, model)
   local P, S = u.p, a.unit[u.index]
   ops.layernorm_forward(S.lnf, S.lnf_mean, S.lnf_rstd, x, P["ln_f.weight"], P["ln_f.bias"])
-  ops.matmul_forward(S.logits, S.lnf, model.embed.p.wte, nil)
+  mm(a).forward(S.logits, S.lnf, model.embed.p.wte, nil)
   ops.crossentropy(S.out, a.dscale and S.logits or nil, S.logits, a.targets, a.dscale or 0)
   return S.out
 end
@@ -341,7 +346,7 @@ end
 -- embedding backward then adds its own: one fixed order).
 local function head_backward(u, a, model)
   local P, G, S, sc = u.p, u.g, a.unit[u.index], a.scratch
-  ops.matmul_backward(sc.dln, model.embed.g.wte, nil, S.logits, S.lnf, model.embed.p.wte)
+  mm(a).backward(sc.dln, model.embed.g.wte, nil, S.logits, S.lnf, model.embed.p.wte)
   ops.fill(a.grad, 0)
   ops.layernorm_backward(a.grad, G["ln_f.weight"], G["ln_f.bias"], sc.dln, a.x[u.index],
                          P["ln_f.weight"], S.lnf_mean, S.lnf_rstd)
@@ -350,7 +355,7 @@ end
 
 local function head_backward_input(u, a, w, model)
   local P, S = u.p, a.unit[u.index]
-  ops.matmul_backward(w.dlnf, nil, nil, S.logits, S.lnf, model.embed.p.wte)
+  mm(a).backward(w.dlnf, nil, nil, S.logits, S.lnf, model.embed.p.wte)
   ops.fill(a.grad, 0)
   ops.layernorm_backward(a.grad, nil, nil, w.dlnf, a.x[u.index], P["ln_f.weight"], S.lnf_mean, S.lnf_rstd)
   return a.grad
@@ -358,7 +363,7 @@ end
 
 local function head_backward_weight(u, a, w, model)
   local G, S = u.g, a.unit[u.index]
-  ops.matmul_backward(nil, model.embed.g.wte, nil, S.logits, S.lnf, model.embed.g.wte)
+  mm(a).backward(nil, model.embed.g.wte, nil, S.logits, S.lnf, model.embed.g.wte)
   ops.layernorm_backward(nil, G["ln_f.weight"], G["ln_f.bias"], w.dlnf, a.x[u.index],
                          G["ln_f.weight"], S.lnf_mean, S.lnf_rstd)
 end
