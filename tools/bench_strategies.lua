@@ -25,6 +25,7 @@ local configs = {
   -- mixed precision (2-byte parameters and gradients, fp32 compute) and
   -- activation checkpointing (blocks recomputed in backward): their cost
   { n = 1, strategy = "single", extra = "precision=bf16", label = "single bf16" },
+  { n = 1, strategy = "single", extra = "precision=bf16 device.bf16_gemm=on", label = "single bf16gemm" },
   { n = 2, strategy = "zero3", extra = "precision=bf16", label = "zero3 bf16" },
   { n = 1, strategy = "single", extra = "train.checkpoint_activations=true", label = "single ckpt-act" },
 }
