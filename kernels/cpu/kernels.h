@@ -88,12 +88,24 @@ void zk_matmul_backward(float *dinp, float *dweight, float *dbias,
 
 /* ---- matmul on bf16 operands, fp32 accumulation (matmul_bf16.c) --------- */
 /* bf16 arrays are uint16_t (the high half of a float32). Each output element
- * is one sequential chain over k with VDPBF16PS's arithmetic (pairs of k,
- * the odd one first; each step one fp32 FMA rounded to nearest even, denormal
- * inputs read as zero, tiny results flushed; K padded with +0 to even;
- * matmul_bf16.c defines it exactly), then + bias in one fp32 add. The same
- * bits on any thread count and on any CPU: AVX512_BF16 where present, a
- * portable path elsewhere. The layouts are those of zk_matmul_*.
+ * is a fixed sum over k, then + bias in one fp32 add (a NaN sum stays
+ * itself), by one of three paths, chosen once per process (zk_bf16_simd):
+ *  - AMX (matmul_amx.c), where the CPU has AMX-BF16 and the kernel grants
+ *    the tile state: K padded with +0 to a multiple of 32; acc = +0; per
+ *    chunk of 32 k in order: e = o = +0, e = S(e, a[2p], b[2p]) and
+ *    o = S(o, a[2p+1], b[2p+1]) for p = 0..15 (k within the chunk), then
+ *    acc = ADD(acc, ADD(e, o)). TDPBF16PS's arithmetic as measured on this
+ *    CPU kind (not its older SDM pseudo-code); its bits differ from the
+ *    other two paths' and only AMX CPUs that pass the same self-test
+ *    reproduce them.
+ *  - AVX512_BF16 and portable C (same bits): VDPBF16PS's one chain, pairs
+ *    of k with the odd one first, acc = S(S(acc, a[2p+1], b[2p+1]), a[2p],
+ *    b[2p]); K padded with +0 to even.
+ * S(c, a, b) = a*b + c as one fp32 FMA rounded to nearest even, denormal
+ * inputs read as zero, results tiny after rounding flushed (matmul_bf16.c
+ * defines it exactly, NaN order too); ADD is an fp32 add with the same
+ * DAZ/FTZ, the first operand's NaN first. On each path the bits are the
+ * same on any thread count and any blocking. The layouts are zk_matmul_*'s.
  * out (N,OC) fp32 = inp (N,C) bf16 @ weight (OC,C)^T bf16 + bias (OC) fp32;
  * bias may be NULL. */
 void zk_matmul_bf16_forward(float *out, const uint16_t *inp, const uint16_t *weight,
@@ -101,16 +113,39 @@ void zk_matmul_bf16_forward(float *out, const uint16_t *inp, const uint16_t *wei
 /* dinp (N,C) fp32 = dout (N,OC) bf16 @ weight (OC,C) bf16, WRITTEN (skipped
  * when NULL); dweight (OC,C) fp32 = dout^T @ inp (N,C) bf16, WRITTEN (k runs
  * over the N rows; skipped when NULL); dbias (OC) fp32 = column sums of
- * dout, WRITTEN (in double, rows in order; skipped when NULL). Each output
- * is computed alone, so split backward gives the same bits. */
+ * dout, WRITTEN (in double, rows in order, on every path; skipped when
+ * NULL). Each output is computed alone, so split backward gives the same
+ * bits. */
 void zk_matmul_bf16_backward(float *dinp, float *dweight, float *dbias,
                              const uint16_t *dout, const uint16_t *inp,
                              const uint16_t *weight, int N, int C, int OC);
-/* Which path the bf16 GEMMs take: mode -1 asks (deciding on first use),
- * 0 forces the portable path, 1 picks AVX512_BF16 where the CPU has it.
- * Returns 1 for AVX512_BF16, 0 for portable. Both give the same bits, so
- * this is for tests and benchmarks; it is one process-wide setting. */
+/* Which path the bf16 GEMMs take. mode -1 asks, deciding on first use:
+ * AMX where usable, else AVX512_BF16 where the CPU has it, else portable;
+ * the environment variable ZTRAIN_BF16_GEMM = amx | avx512_bf16 | portable
+ * picks another (read once). mode 0 forces portable, 1 AVX512_BF16 (where
+ * present), 2 AMX (where usable), each falling back down that list; for
+ * tests and benchmarks: the choice is process-wide, so change it only
+ * between GEMMs. Returns 2 for AMX, 1 for AVX512_BF16, 0 for portable. */
 int zk_bf16_simd(int mode);
+/* The path in use as a line of text, and why AMX is not used where it is
+ * not (no CPU support, the kernel refused the tile state, self-test). */
+const char *zk_bf16_info(void);
+
+/* matmul_amx.c's side of the dispatch (used by matmul_bf16.c and tests). */
+/* 1 if this process may use AMX (asks the kernel for the tile state once,
+ * runs a self-test); else 0, with the reason in why. */
+int zk_amx_enable(char *why, size_t n);
+/* C (M,N) fp32, rows ldc apart, WRITTEN = A (M,K) B (K,N) (+ bias (N)) with
+ * AMX's arithmetic above; A element (m,k) at a[m*a_rs + k*a_ks], B^T
+ * element (n,k) at bt[n*bt_rs + k*bt_ks], each with a stride of 1 along one
+ * of its axes; K >= 1. Only after zk_amx_enable said 1. */
+void zk_amx_gemm(float *C, long ldc, const uint16_t *a, long a_rs, long a_ks,
+                 const uint16_t *bt, long bt_rs, long bt_ks, const float *bias,
+                 int M, int N, int K);
+/* Tests: the AMX path's task and K-block sizes (multiples of 32; 0 = the
+ * default). Returns -1 (and changes nothing) for sizes its buffers cannot
+ * hold. Changes no bits -- which is what the test checks. */
+int zk_amx_set_blocking(int mc, int nc, int kc);
 
 /* ---- causal multi-head self-attention ----------------------------------- */
 /* qkv (B,T,3C) holds q | k | v along the last dim, heads of size C/NH inside

@@ -37,14 +37,15 @@
  * cannot beat OpenBLAS's sgemm here: this one runs ~90 GFLOP/s a core at
  * GPT-2's shapes (~80% of that peak) against sgemm's ~145. It halves the
  * operand bytes. The portable path runs ~2.7 GFLOP/s (a correctness
- * fallback). AMX (tdpbf16ps, ~3.7 TFLOP/s a core, register-only) does not
- * follow the pseudo-code: its sums differ from any chain of S (most
- * elements of a 32-deep tile differ in the last bits; not even one
- * rounding of the exact sum), so its bits could not be reproduced by a
- * portable path and it is not used. (Its element results do not depend on
- * the element's place in a tile or on the tile shape, so an AMX path with
- * fixed 32-deep k chunks would be thread-invariant, with bits of its own
- * that only AMX CPUs of the same kind reproduce.)
+ * fallback).
+ *
+ * AMX (tdpbf16ps, ~3.4 TFLOP/s a core, register-only) sums differently:
+ * two lanes of 16 steps per 32-deep chunk, then two adds (matmul_amx.c
+ * states it, measured). Where the CPU and the kernel allow AMX, the GEMMs
+ * go there instead (matmul_amx.c): bits of their own, not this chain's,
+ * the same on any thread count and blocking. The path is chosen once per
+ * process (zk_bf16_simd; ZTRAIN_BF16_GEMM overrides) and named by
+ * zk_bf16_info, which also says why AMX is not used where it is not.
  *
  * Layout (Goto/BLIS): C (M,N) = A (M,K) B (K,N). Operands are packed into
  * dwords holding a k pair (low half k = 2p, high half 2p+1), as vdpbf16ps
@@ -55,6 +56,9 @@
  * columns); the micro-kernel runs at ~90% of the vdpbf16ps peak.
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "kernels.h"
 #if defined(__x86_64__) || defined(__i386__)
@@ -236,28 +240,67 @@ static int cpu_has_bf16(void) { return 0; }
 #define ukr_avx512 ukr_portable
 #endif
 
-/* -1: not decided yet; 0: portable; 1: AVX512_BF16. */
+/* -1: not decided yet; 0: portable; 1: AVX512_BF16; 2: AMX. */
 static int bf_simd = -1;
+
+/* What the process may use, probed once (pthread_once: the AMX probe asks
+ * the kernel for the tile state and runs a self-test): AMX's verdict, the
+ * ZTRAIN_BF16_GEMM override, and each path's line for zk_bf16_info. */
+static pthread_once_t bf_once = PTHREAD_ONCE_INIT;
+static int bf_amx_ok, bf_has_bf16, bf_env = -1;
+static char bf_info[3][400];
+
+static void bf_probe(void) {
+    char why[200];
+    bf_has_bf16 = cpu_has_bf16();
+    bf_amx_ok = zk_amx_enable(why, sizeof why);
+    const char *e = getenv("ZTRAIN_BF16_GEMM"), *note = "";
+    if (e && *e) {
+        if (!strcmp(e, "amx")) bf_env = 2;
+        else if (!strcmp(e, "avx512_bf16")) bf_env = 1;
+        else if (!strcmp(e, "portable")) bf_env = 0;
+        else note = " (ZTRAIN_BF16_GEMM not understood: say amx, avx512_bf16 or portable)";
+    }
+    char amx[260];
+    if (bf_amx_ok) snprintf(amx, sizeof amx, "%s", bf_env >= 0 && bf_env < 2 ?
+                            "; AMX usable, not chosen (ZTRAIN_BF16_GEMM)" : "");
+    else snprintf(amx, sizeof amx, "; AMX not used: %s", why);
+    snprintf(bf_info[0], sizeof bf_info[0], "portable C (the VDPBF16PS chain, much slower)%s%s",
+             amx, note);
+    snprintf(bf_info[1], sizeof bf_info[1], "AVX512_BF16 (vdpbf16ps)%s%s", amx, note);
+    snprintf(bf_info[2], sizeof bf_info[2], "AMX (tdpbf16ps; its own bits, see kernels.h)%s", note);
+}
 
 int zk_bf16_simd(int mode) {
     int v = __atomic_load_n(&bf_simd, __ATOMIC_RELAXED);
-    if (mode == 0 || mode == 1 || v < 0) {   /* racing first calls store the same value */
-        v = mode == 0 ? 0 : cpu_has_bf16();
+    if (mode >= 0 || v < 0) {   /* racing first calls store the same value */
+        pthread_once(&bf_once, bf_probe);
+        int want = mode >= 0 ? mode : bf_env >= 0 ? bf_env : 2;
+        v = want >= 2 && bf_amx_ok ? 2 : want >= 1 && bf_has_bf16 ? 1 : 0;
         __atomic_store_n(&bf_simd, v, __ATOMIC_RELAXED);
     }
     return v;
+}
+
+const char *zk_bf16_info(void) {
+    return bf_info[zk_bf16_simd(-1)];
 }
 
 /* C (M,N) fp32, rows ldc apart, WRITTEN = A (M,K) B (K,N) (+ bias (N)),
  * where A is a (M, K) view and Bt a (N, K) view of B^T. */
 static void gemm_bf16(float *C, long ldc, bf_view A, bf_view Bt, const float *bias,
                       int M, int N, int K) {
-    ukr_fn ukr = zk_bf16_simd(-1) ? ukr_avx512 : ukr_portable;
+    int path = zk_bf16_simd(-1);
+    ukr_fn ukr = path ? ukr_avx512 : ukr_portable;
     int mt = (M + BF_MC - 1) / BF_MC, nt = (N + BF_NC - 1) / BF_NC;
-    if (K == 0) {   /* an empty sum: +0, plus the bias */
+    if (K == 0) {   /* an empty sum: +0, plus the bias (on every path) */
         #pragma omp parallel for schedule(static) if ((long)M * N >= 65536)
         for (int m = 0; m < M; m++)
             for (int n = 0; n < N; n++) C[m * ldc + n] = bias ? bf_add_bias(0.0f, bias[n]) : 0.0f;
+        return;
+    }
+    if (path == 2) {
+        zk_amx_gemm(C, ldc, A.p, A.rs, A.ks, Bt.p, Bt.rs, Bt.ks, bias, M, N, K);
         return;
     }
     #pragma omp parallel for schedule(dynamic, 1) if (mt * nt > 1 && (long)M * N * K >= 1L << 20)

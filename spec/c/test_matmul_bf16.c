@@ -13,6 +13,16 @@
  *    absent at these magnitudes); against the fp32 data BEFORE rounding to
  *    bf16 add 2 u_bf16 + u_bf16^2 of sum|a b|, u_bf16 = 2^-8;
  *  - itself on 1, 2 and 3 OpenMP threads; split backward against fused.
+ * The AMX path (where this CPU and kernel allow it) has its own bits
+ * (kernels.h): it is checked against its own model written here (two lanes
+ * of 16 steps per 32-deep chunk, then ADD(acc, ADD(e, o))), bit for bit,
+ * on the same shapes, specials and FTZ boundary; against double within
+ * (ceil(K/32) + 18) u sum|ab| (a product meets at most 16 lane steps, two
+ * adds in its chunk and one add per later chunk, plus the bias add); and
+ * for the invariances its thread-invariance rests on: 1/2/3 threads,
+ * several task and K-block sizes (zk_amx_set_blocking), and the same
+ * elements computed at other places in the tiles (shifted rows, cropped
+ * columns).
  * Odd shapes (N, C, OC not multiples of 12/16/32, C = 1, OC = 1, K odd and
  * beyond one 128-wide K block), bias NULL.
  */
@@ -81,6 +91,37 @@ static float ref_dot(const uint16_t *a, long as, const uint16_t *b, long bs, int
     return acc;
 }
 
+/* AMX's: an fp32 add, DAZ, FTZ, the first operand's NaN first */
+static float ref_add(float x, float y) {
+    if (isnan(x)) return u2f(f2u(x) | 0x00400000u);
+    if (isnan(y)) return u2f(f2u(y) | 0x00400000u);
+    x = daz(x); y = daz(y);
+    float r = x + y;              /* a tiny sum of normals is exact: flush it */
+    if (isnan(r)) return u2f(0xffc00000u);
+    return fabsf(r) < 0x1p-126f ? copysignf(0.0f, r) : r;
+}
+
+/* K padded with +0 to a multiple of 32; per chunk an even and an odd lane
+ * of ref_step from +0, then acc = acc + (e + o) */
+static float ref_dot_amx(const uint16_t *a, long as, const uint16_t *b, long bs, int K) {
+    float acc = 0.0f;
+    for (int c0 = 0; c0 < K; c0 += 32) {
+        float e = 0.0f, o = 0.0f;
+        for (int p = 0; p < 16; p++) {
+            int k = c0 + 2 * p;
+            e = ref_step(e, k < K ? bf(a[k * as]) : 0.0f, k < K ? bf(b[k * bs]) : 0.0f);
+            o = ref_step(o, k + 1 < K ? bf(a[(k + 1) * as]) : 0.0f,
+                         k + 1 < K ? bf(b[(k + 1) * bs]) : 0.0f);
+        }
+        acc = ref_add(acc, ref_add(e, o));
+    }
+    return acc;
+}
+
+static const char *path_name(int path) {
+    return path == 2 ? "amx" : path == 1 ? "avx512_bf16" : "portable";
+}
+
 /* ---- data ----------------------------------------------------------------- */
 static uint16_t *rand_bf16(size_t n, float lo, float hi, float **orig) {
     uint16_t *x = ct_alloc(n * 2);
@@ -141,7 +182,8 @@ static int same_outs(const prob *p, const outs *a, const outs *b) {
 
 /* every output against ref_dot (bit for bit) and against double within the
  * stated bound, both on the bf16 values and on the fp32 originals */
-static void check_against_refs(const prob *p, const outs *o, int with_bias, const char *tag) {
+static void check_against_refs(const prob *p, const outs *o, int with_bias, int path) {
+    const char *tag = path_name(path);
     int N = p->N, C = p->C, OC = p->OC;
     long bad_bits = 0, bad_bound = 0, bad_orig = 0;
     double worst = 0, worst_orig = 0;
@@ -162,7 +204,7 @@ static void check_against_refs(const prob *p, const outs *o, int with_bias, cons
                                    a32 = p->dout32 + (long)m * OC; b32 = p->w32 + n; }
                 else { a = p->dout + m; as = OC; b = p->inp + n; bs = C;
                        a32 = p->dout32 + m; b32 = p->inp32 + n; }
-                float r = ref_dot(a, as, b, bs, K);
+                float r = path == 2 ? ref_dot_amx(a, as, b, bs, K) : ref_dot(a, as, b, bs, K);
                 float bias = (g == 0 && with_bias) ? p->bias[n] : 0.0f;
                 if (g == 0 && with_bias) r = ref_add_bias(r, bias);
                 float x = got[(long)m * Nn + n];
@@ -173,8 +215,9 @@ static void check_against_refs(const prob *p, const outs *o, int with_bias, cons
                     exact += ab; mag += fabs(ab);
                     exact_orig += (double)a32[k * as] * b32[k * bs];
                 }
-                int K2 = K + (K & 1);
-                double bound = (K2 + 1) * u * mag + u * fabs(bias) + 1e-30;
+                int K2 = K + (K & 1);   /* roundings a product meets, + the bias add */
+                double h = path == 2 ? (K + 31) / 32 + 18 : K2 + 1;
+                double bound = h * u * mag + u * fabs(bias) + 1e-30;
                 double e = fabs(x - exact) / bound;
                 if (e > worst) worst = e;
                 if (e > 1) bad_bound++;
@@ -191,27 +234,31 @@ static void check_against_refs(const prob *p, const outs *o, int with_bias, cons
         if (f2u((float)s) != f2u(o->db[j])) bad_bits++;
     }
     char name[160];
-    snprintf(name, sizeof name, "%s: N=%d C=%d OC=%d%s equals the defining chain bit for bit",
-             tag, N, C, OC, with_bias ? "" : " (bias NULL)");
+    snprintf(name, sizeof name, "%s: N=%d C=%d OC=%d%s equals %s bit for bit", tag, N, C, OC,
+             with_bias ? "" : " (bias NULL)", path == 2 ? "the AMX model" : "the defining chain");
     ct_check(bad_bits == 0, name, "%ld elements differ", bad_bits);
-    snprintf(name, sizeof name, "%s: N=%d C=%d OC=%d within (K'+1) u sum|ab| of double "
-             "(worst %.3f of the bound)", tag, N, C, OC, worst);
+    snprintf(name, sizeof name, "%s: N=%d C=%d OC=%d within %s u sum|ab| of double "
+             "(worst %.3f of the bound)", tag, N, C, OC, path == 2 ? "(K/32+18)" : "(K'+1)", worst);
     ct_check(bad_bound == 0, name, "%ld elements outside", bad_bound);
     snprintf(name, sizeof name, "%s: N=%d C=%d OC=%d within the bf16-rounding bound of the fp32 "
              "data (worst %.3f)", tag, N, C, OC, worst_orig);
     ct_check(bad_orig == 0, name, "%ld elements outside", bad_orig);
 }
 
+/* on the path in use (main runs it on each): the chain's shapes, and shapes
+ * that cross AMX's 32-row/column blocks, 16-wide tiles and 32-deep chunks */
 static void test_shapes(void) {
     static const int shapes[][3] = {
         {1, 1, 1}, {3, 1, 5}, {5, 7, 1}, {1, 64, 1}, {13, 33, 47}, {12, 32, 32},
         {17, 257, 31}, {25, 300, 70}, {7, 513, 3}, {100, 96, 33}, {31, 2, 529},
+        {32, 32, 32}, {33, 31, 65}, {64, 800, 48}, {70, 129, 97},
     };
+    int path = zk_bf16_simd(-1);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         prob p = make(shapes[s][0], shapes[s][1], shapes[s][2]);
         for (int wb = 1; wb >= 0; wb--) {
             outs o = run(&p, wb);
-            check_against_refs(&p, &o, wb, zk_bf16_simd(-1) ? "avx512_bf16" : "portable");
+            check_against_refs(&p, &o, wb, path);
             unrun(&o);
         }
         unmake(&p);
@@ -260,22 +307,31 @@ static void test_specials(void) {
     float *bias = ct_alloc(OC * 4);
     for (int j = 0; j < OC; j++) bias[j] = bf(sp[(j * 5) % ns]);
     float *o1 = ct_alloc((size_t)N * OC * 4), *o0 = ct_alloc((size_t)N * OC * 4);
+    float *o2 = ct_alloc((size_t)N * OC * 4);
+    int amx = zk_bf16_simd(2) == 2;
+    zk_matmul_bf16_forward(o2, inp, w, bias, N, C, OC);
     zk_bf16_simd(1);
     zk_matmul_bf16_forward(o1, inp, w, bias, N, C, OC);
     zk_bf16_simd(0);
     zk_matmul_bf16_forward(o0, inp, w, bias, N, C, OC);
     zk_bf16_simd(1);
-    long bad1 = 0, bad0 = 0;
+    long bad1 = 0, bad0 = 0, bad2 = 0;
     for (int i = 0; i < N; i++)
         for (int j = 0; j < OC; j++) {
             float r = ref_add_bias(ref_dot(inp + i * C, 1, w + j * C, 1, C), bias[j]);
             if (f2u(r) != f2u(o1[(long)i * OC + j])) bad1++;
             if (f2u(r) != f2u(o0[(long)i * OC + j])) bad0++;
+            if (!amx) continue;
+            r = ref_add_bias(ref_dot_amx(inp + i * C, 1, w + j * C, 1, C), bias[j]);
+            if (f2u(r) != f2u(o2[(long)i * OC + j])) bad2++;
         }
-    ct_check(bad1 == 0, "specials (NaN payloads, inf, denormals, huge): selected path equals the "
-             "defining chain", "%ld of %d differ", bad1, N * OC);
+    ct_check(bad1 == 0, "specials (NaN payloads, inf, denormals, huge): AVX512_BF16 path equals "
+             "the defining chain", "%ld of %d differ", bad1, N * OC);
     ct_check(bad0 == 0, "specials: portable path equals the defining chain",
              "%ld of %d differ", bad0, N * OC);
+    if (amx)
+        ct_check(bad2 == 0, "specials: AMX path equals the AMX model",
+                 "%ld of %d differ", bad2, N * OC);
 
     /* the FTZ boundary: the last step's exact value lies in [2^-126 - 2^-150,
      * 2^-126 - 2^-151), where fmaf + flush keeps 2^-126 but the instruction
@@ -325,12 +381,34 @@ static void test_specials(void) {
     }
     ct_check(n2 >= 1000 && flushed == n2 && bad1 == 0 && bad0 == 0,
              "FTZ boundary (tininess after rounding): both paths flush, as the chain does",
-             "%d cases, %d flushed by the reference; selected path %ld differ, portable %ld",
+             "%d cases, %d flushed by the reference; AVX512_BF16 path %ld differ, portable %ld",
              n2, flushed, bad1, bad0);
-    free(inp); free(w); free(bias); free(o1); free(o0); free(x); free(ob1); free(ob0);
+    if (amx) {  /* the same sums in AMX's even lane: x2 = [T2, 0, T1, 0, T3, 0, a_i, 0] */
+        uint16_t *x2 = ct_alloc((size_t)n2 * 8 * 2), y2[8] = {y[1], 0, y[0], 0, y[3], 0, y[2], 0};
+        for (int i = 0; i < n2; i++) {
+            x2[i * 8 + 0] = x[i * 4 + 1]; x2[i * 8 + 2] = x[i * 4 + 0];
+            x2[i * 8 + 4] = x[i * 4 + 3]; x2[i * 8 + 6] = x[i * 4 + 2];
+        }
+        zk_bf16_simd(2);
+        zk_matmul_bf16_forward(ob1, x2, y2, NULL, n2, 8, 1);
+        zk_bf16_simd(1);
+        long bad = 0, fl = 0;
+        for (int i = 0; i < n2; i++) {
+            float r = ref_dot_amx(x2 + i * 8, 1, y2, 1, 8);
+            if (r == 0) fl++;
+            if (f2u(r) != f2u(ob1[i])) bad++;
+        }
+        ct_check(fl == n2 && bad == 0, "FTZ boundary: AMX flushes in its lanes as the AMX model does",
+                 "%d cases, %ld flushed by the model, %ld differ", n2, fl, bad);
+        free(x2);
+    }
+    free(inp); free(w); free(bias); free(o1); free(o0); free(o2); free(x); free(ob1); free(ob0);
 }
 
+/* on the path in use */
 static void test_threads(void) {
+    const char *tag = path_name(zk_bf16_simd(-1));
+    char name[160];
     prob p = make(200, 601, 1100);      /* 2 x 2 tasks, 5 K blocks, odd K */
     outs r[3];
     for (int t = 0; t < 3; t++) {
@@ -338,19 +416,107 @@ static void test_threads(void) {
         r[t] = run(&p, 1);
     }
     omp_set_num_threads(1);
-    ct_check(same_outs(&p, &r[0], &r[1]) && same_outs(&p, &r[0], &r[2]),
-             "1, 2 and 3 OpenMP threads give the same bits (N=200 C=601 OC=1100)", "differ");
+    snprintf(name, sizeof name, "%s: 1, 2 and 3 OpenMP threads give the same bits "
+             "(N=200 C=601 OC=1100)", tag);
+    ct_check(same_outs(&p, &r[0], &r[1]) && same_outs(&p, &r[0], &r[2]), name, "differ");
     /* split backward */
     float *dinp = ct_alloc((size_t)p.N * p.C * 4), *dw = ct_alloc((size_t)p.OC * p.C * 4);
     float *db = ct_alloc((size_t)p.OC * 4);
     zk_matmul_bf16_backward(dinp, NULL, NULL, p.dout, p.inp, p.w, p.N, p.C, p.OC);
     zk_matmul_bf16_backward(NULL, dw, db, p.dout, p.inp, p.w, p.N, p.C, p.OC);
+    snprintf(name, sizeof name, "%s: split backward (dinp alone, then dweight + dbias) equals "
+             "the fused call", tag);
     ct_check(!memcmp(dinp, r[0].dinp, (size_t)p.N * p.C * 4) &&
              !memcmp(dw, r[0].dw, (size_t)p.OC * p.C * 4) && !memcmp(db, r[0].db, p.OC * 4),
-             "split backward (dinp alone, then dweight + dbias) equals the fused call", "differ");
+             name, "differ");
     free(dinp); free(dw); free(db);
     for (int t = 0; t < 3; t++) unrun(&r[t]);
     unmake(&p);
+}
+
+/* AMX: the invariances its bits rest on. An element's TDPBF16PS result
+ * depends only on its accumulator, its A row and its B column, and every
+ * element runs the same 32-deep chunks from k = 0, so neither the task and
+ * K-block sizes nor the place in a tile where an element falls may change
+ * a bit: computed with other blockings, and as part of problems whose rows
+ * are shifted and columns cropped (the same element lands elsewhere in its
+ * tile and block, edges and scratch blocks move), every element is equal. */
+static void test_amx_invariance(void) {
+    if (zk_bf16_simd(2) != 2) {
+        ct_ok("AMX invariances: AMX is not usable here (skipped)");
+        return;
+    }
+    int N = 200, C = 601, OC = 1100;
+    prob p = make(N, C, OC);
+    outs ref = run(&p, 1);
+    static const int bl[][3] = {{32, 32, 32}, {64, 96, 64}, {96, 64, 160}, {160, 224, 96}};
+    for (size_t b = 0; b < sizeof bl / sizeof bl[0]; b++) {
+        char name[160];
+        int rc = zk_amx_set_blocking(bl[b][0], bl[b][1], bl[b][2]);
+        outs o = run(&p, 1);
+        snprintf(name, sizeof name, "amx: task %d x %d, K block %d gives the default blocking's bits "
+                 "(forward, dinp, dweight; N=%d C=%d OC=%d)", bl[b][0], bl[b][1], bl[b][2], N, C, OC);
+        ct_check(rc == 0 && same_outs(&p, &o, &ref), name, rc ? "blocking refused" : "differ");
+        unrun(&o);
+    }
+    ct_check(zk_amx_set_blocking(512, 128, 1024) == -1 && zk_amx_set_blocking(48, 0, 0) == -1,
+             "amx: zk_amx_set_blocking refuses sizes its buffers cannot hold or not multiples of 32",
+             "accepted");
+    zk_amx_set_blocking(0, 0, 0);
+
+    static const int sh[][2] = {{1, 0}, {7, 3}, {16, 17}, {33, 40}, {0, 95}};
+    long bad_f = 0, bad_i = 0, bad_w = 0;
+    for (size_t t = 0; t < sizeof sh / sizeof sh[0]; t++) {
+        int r0 = sh[t][0], j0 = sh[t][1], c0 = sh[t][1] / 2;
+        int N2 = N - r0, OC2 = OC - j0, C2 = C - c0;
+        /* forward: rows r0.. of inp, rows j0.. of weight (columns of out) */
+        float *out = ct_alloc((size_t)N2 * OC2 * 4);
+        zk_matmul_bf16_forward(out, p.inp + (long)r0 * C, p.w + (long)j0 * C, p.bias + j0, N2, C, OC2);
+        for (int i = 0; i < N2; i++)
+            for (int j = 0; j < OC2; j++)
+                bad_f += f2u(out[(long)i * OC2 + j]) != f2u(ref.out[(long)(r0 + i) * OC + j0 + j]);
+        /* dinp: rows r0.. of dout; columns c0.. of weight (columns of dinp) */
+        uint16_t *w2 = ct_alloc((size_t)OC * C2 * 2), *inp2 = ct_alloc((size_t)N * C2 * 2);
+        uint16_t *dout2 = ct_alloc((size_t)N * OC2 * 2);
+        for (int o = 0; o < OC; o++) memcpy(w2 + (long)o * C2, p.w + (long)o * C + c0, C2 * 2);
+        float *dinp = ct_alloc((size_t)N2 * C2 * 4);
+        zk_matmul_bf16_backward(dinp, NULL, NULL, p.dout + (long)r0 * OC, p.inp, w2, N2, C2, OC);
+        for (int i = 0; i < N2; i++)
+            for (int c = 0; c < C2; c++)
+                bad_i += f2u(dinp[(long)i * C2 + c]) != f2u(ref.dinp[(long)(r0 + i) * C + c0 + c]);
+        /* dweight: columns j0.. of dout (rows of dw), columns c0.. of inp */
+        for (int n = 0; n < N; n++) {
+            memcpy(dout2 + (long)n * OC2, p.dout + (long)n * OC + j0, OC2 * 2);
+            memcpy(inp2 + (long)n * C2, p.inp + (long)n * C + c0, C2 * 2);
+        }
+        float *dw = ct_alloc((size_t)OC2 * C2 * 4);
+        zk_matmul_bf16_backward(NULL, dw, NULL, dout2, inp2, p.w, N, C2, OC2);
+        for (int o = 0; o < OC2; o++)
+            for (int c = 0; c < C2; c++)
+                bad_w += f2u(dw[(long)o * C2 + c]) != f2u(ref.dw[(long)(j0 + o) * C + c0 + c]);
+        free(out); free(w2); free(inp2); free(dout2); free(dinp); free(dw);
+    }
+    ct_check(bad_f == 0 && bad_i == 0 && bad_w == 0,
+             "amx: shifted rows and cropped columns give each element the same bits (forward, dinp, "
+             "dweight)", "%ld, %ld, %ld elements differ", bad_f, bad_i, bad_w);
+    unrun(&ref);
+    unmake(&p);
+}
+
+/* the path is chosen once: AMX where usable, and zk_bf16_info says which
+ * (and why not AMX) */
+static void test_path_choice(int def) {
+    const char *info = zk_bf16_info(), *env = getenv("ZTRAIN_BF16_GEMM");
+    int amx = zk_bf16_simd(2) == 2;
+    zk_bf16_simd(def);
+    char name[400];
+    snprintf(name, sizeof name, "path %s, said as \"%s\"", path_name(def), info);
+    if (env && *env)
+        ct_ok("path choice: ZTRAIN_BF16_GEMM is set (default not checked)");
+    else if (amx)
+        ct_check(def == 2 && !strncmp(info, "AMX", 3), name, "AMX is usable but not the default");
+    else
+        ct_check(def < 2 && strstr(info, "AMX not used: ") != NULL, name, "no reason for not AMX");
 }
 
 /* dbias sums rows in order in double: rows 0 and 1 hold +-2^60, the rest
@@ -470,7 +636,7 @@ static void test_ops(void) {
     rc = zt_matmul_bf16_backward(dinp, outbf, NULL, dout, inp, w);
     ct_check(err_has(rc, "dweight must be f32"), "backward refuses a bf16 dweight", "%s",
              zt_last_error());
-    printf("   (bf16 path: %s)\n", zt_matmul_bf16_info());
+    printf("   (bf16 path: %s; zt_matmul_bf16_info: %s)\n", zk_bf16_info(), zt_matmul_bf16_info());
 
     zt_tensor *all[] = {inp, w, dout, b, out, dinp, dw, db, inp3, f32in, w1, wbad, outbf,
                         outsmall, bbf, hout, f32dout};
@@ -483,14 +649,24 @@ static void test_ops(void) {
 int main(void) {
     ct_seed(7);
     omp_set_num_threads(2);
-    printf("bf16 GEMM path: %s\n", zk_bf16_simd(-1) ? "AVX512_BF16" : "portable");
-    test_shapes();
-    zk_bf16_simd(0);
-    test_shapes();              /* the portable path, the same checks */
+    int def = zk_bf16_simd(-1);
+    printf("bf16 GEMM path: %s\n", zk_bf16_info());
+    test_path_choice(def);
+    for (int path = 2; path >= 0; path--) {         /* each path this CPU has */
+        if (zk_bf16_simd(path) != path) {
+            printf("   (no %s path here)\n", path_name(path));
+            continue;
+        }
+        test_shapes();
+    }
     zk_bf16_simd(1);
     test_paths_agree();
     test_specials();
-    test_threads();
+    for (int path = 2; path >= 1; path--)
+        if (zk_bf16_simd(path) == path) test_threads();
+    omp_set_num_threads(2);
+    test_amx_invariance();
+    zk_bf16_simd(def);
     test_dbias_order();
     test_ops();
     return ct_summary();
