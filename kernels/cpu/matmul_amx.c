@@ -42,6 +42,19 @@
  * columns past N, k past K) go through zero-padded copies and a 32x32
  * scratch block of C. Every buffer is on the stack (<= 52 KiB).
  *
+ * Speed, one core of this machine (tools/bench_bf16.c, GPT-2 124M shapes,
+ * page-aligned operands): ~800-1100 GFLOP/s forward and dinp, 430-800 dweight,
+ * 6x fp32 sgemm over the three; 2 threads ~1.8x that. The register-only
+ * TDPBF16PS rate is ~3.4 TFLOP/s (zeros; ~18% less on random data, the
+ * unit's power draw depends on the data). What is left: a tile load from
+ * L2 delivers ~57 B/cycle and a 2x2 step needs 32 B/cycle of A from L2
+ * beside B from L1, so the kernel alone runs ~1700-1900 GFLOP/s; C is
+ * written and re-read once per K block (RFO of fresh lines included) and
+ * B is packed per task (10-15%, dweight's A and B 40%); the 64 KiB stack
+ * limit (kernels.h) is what bounds KC and MC: with 256 KiB, dweight runs
+ * ~1.3-1.6x faster. Tile rows that straddle cache lines (a base or row
+ * stride not a multiple of 64 bytes) load at about half speed.
+ *
  * Linux hands out the tile state only after arch_prctl(ARCH_REQ_XCOMP_PERM,
  * XFEATURE_XTILEDATA) (once per process); zk_amx_enable does it, with a
  * self-test of the arithmetic above, and says why when AMX is not usable.
@@ -65,12 +78,14 @@
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA  18
 
-/* default blocking: forward/dinp read A in place (KC deep B strips of 24
- * KiB, A tails copied into 24 KiB); dweight packs A blocks of 128 x 128
- * (32 KiB) with B strips of 8 KiB. MC, NC: one task of C. */
+/* Default blocking (measured best of a small grid at GPT-2's shapes, all
+ * within +-15%): forward/dinp read A in place, KC = 384 deep B strips of 24
+ * KiB, A tails copied into 24 KiB, tasks of 512 x 256 (A block 384 KiB and
+ * C block 512 KiB stay in L2); dweight packs A blocks of 128 x 128 (32 KiB)
+ * with B strips of 8 KiB, tasks of 128 x 768. */
 #define AMX_KC_DIRECT 384
 #define AMX_MC_DIRECT 512
-#define AMX_NC_DIRECT 128
+#define AMX_NC_DIRECT 256
 #define AMX_KC_PACKED 128
 #define AMX_MC_PACKED 128
 #define AMX_NC_PACKED 768
