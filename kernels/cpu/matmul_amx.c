@@ -43,10 +43,11 @@
  * scratch block of C. Every buffer is on the stack (<= 52 KiB).
  *
  * Speed, one core of this machine (tools/bench_bf16.c, GPT-2 124M shapes,
- * page-aligned operands): ~800-1100 GFLOP/s forward and dinp, 430-800 dweight,
- * 6x fp32 sgemm over the three; 2 threads ~1.8x that. The register-only
- * TDPBF16PS rate is ~3.4 TFLOP/s (zeros; ~18% less on random data, the
- * unit's power draw depends on the data). What is left: a tile load from
+ * page-aligned operands): ~800-1100 GFLOP/s forward and dinp, 430-800
+ * dweight (lm_head 380-640), 4-6.5x fp32 sgemm over the three; 2 threads
+ * 1.7-2.7x that. The register-only TDPBF16PS rate is ~3.4 TFLOP/s with
+ * zero operands; a GEMM loop runs ~18% slower on random data than on
+ * zeros (the unit's power draw depends on the data). What is left: a tile load from
  * L2 delivers ~57 B/cycle and a 2x2 step needs 32 B/cycle of A from L2
  * beside B from L1, so the kernel alone runs ~1700-1900 GFLOP/s; C is
  * written and re-read once per K block (RFO of fresh lines included) and
