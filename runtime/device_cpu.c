@@ -171,8 +171,7 @@ const char *zt_blas_info(void)
 
 const char *zt_matmul_bf16_info(void)
 {
-    return zk_bf16_simd(-1) ? "AVX512_BF16 (vdpbf16ps)"
-                            : "portable C (no AVX512_BF16 on this CPU; same bits, much slower)";
+    return zk_bf16_info();     /* AMX, AVX512_BF16 or portable, and why not AMX */
 }
 
 double zt_now(void)

@@ -123,7 +123,10 @@ int zt_set_threads(int n);
 int zt_get_threads(void);
 /* The OpenBLAS core in use and its build config (for benchmark reports). */
 const char *zt_blas_info(void);
-/* The bf16 GEMMs' path: "AVX512_BF16 (vdpbf16ps)" or "portable C (...)". */
+/* The bf16 GEMMs' path, fixed for the process: "AMX (tdpbf16ps)",
+ * "AVX512_BF16 (vdpbf16ps)" or "portable C (...)", with the reason AMX is not
+ * used where it is not (ZTRAIN_BF16_GEMM=amx|avx512_bf16|portable picks one).
+ * AMX's bits differ from the other two paths' (kernels.h). */
 const char *zt_matmul_bf16_info(void);
 
 /* ---- ops ---------------------------------------------------------------- */
