@@ -24,8 +24,8 @@ local configs = {
   { n = 2, strategy = "zero3_infinity" },
   -- mixed precision (2-byte parameters and gradients, fp32 compute) and
   -- activation checkpointing (blocks recomputed in backward): their cost
-  { n = 1, strategy = "single", extra = "precision=bf16", label = "single bf16" },
-  { n = 1, strategy = "single", extra = "precision=bf16 device.bf16_gemm=on", label = "single bf16gemm" },
+  { n = 1, strategy = "single", extra = "precision=bf16", label = "single bf16" },   -- bf16 GEMMs where AMX
+  { n = 1, strategy = "single", extra = "precision=bf16 device.bf16_gemm=off", label = "single bf16/f32mm" },
   { n = 2, strategy = "zero3", extra = "precision=bf16", label = "zero3 bf16" },
   { n = 1, strategy = "single", extra = "train.checkpoint_activations=true", label = "single ckpt-act" },
 }
