@@ -4,6 +4,12 @@
 # FFI) and build/ztrain (the LuaJIT host program). `make run` and `make test`
 # install missing Debian packages first (tools/deps.sh), so a fresh machine
 # needs nothing but those two commands.
+#
+# CUDA: `make CUDA=1` adds the CUDA device (runtime/device_cuda.c,
+# kernels/cuda/*.cu; nvcc for sm_80 and sm_90) to the library; nothing of it
+# is compiled without CUDA=1. `make test-cuda` builds that into build-cuda/
+# (build/ is untouched) and runs spec/c/test_cuda.c, which skips with one
+# line where no GPU is visible. docs/gpu.md.
 
 CC      ?= gcc
 CFLAGS  ?= -std=c11 -O3 -march=x86-64-v3 -fno-math-errno -fopenmp -fPIC -Wall -Wextra -D_GNU_SOURCE -g
@@ -16,15 +22,56 @@ UV_LIBS       := $(shell pkg-config --libs libuv 2>/dev/null || echo -luv)
 LIBS    := -lopenblas $(MPI_LIBS) $(UV_LIBS) -lm -lpthread
 
 B := build
-RUNTIME_SRC := $(filter-out runtime/main.c,$(wildcard runtime/*.c))
+RUNTIME_SRC := $(filter-out runtime/main.c runtime/device_cuda.c,$(wildcard runtime/*.c))
 KERNEL_SRC  := $(wildcard kernels/cpu/*.c)
 LIB_OBJ     := $(patsubst %.c,$(B)/obj/%.o,$(RUNTIME_SRC) $(KERNEL_SRC))
-CTEST_SRC   := $(wildcard spec/c/test_*.c)
+CTEST_SRC   := $(filter-out spec/c/test_cuda.c,$(wildcard spec/c/test_*.c))
 CTEST_BIN   := $(patsubst spec/c/%.c,$(B)/%,$(CTEST_SRC))
 HEADERS     := $(wildcard runtime/*.h) $(wildcard kernels/cpu/*.h)
 
-.PHONY: all deps test run bench clean ctest spec
+.PHONY: all deps test run bench clean ctest spec test-cuda
 all: $(B)/libztrain.so $(B)/ztrain
+
+# ---- CUDA (only with CUDA=1) ----
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+NVCCFLAGS ?= -O3 -std=c++17 -lineinfo -Xcompiler -fPIC,-Wall \
+             -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
+CUDA_SRC  := $(wildcard kernels/cuda/*.cu)
+CUDA_OBJ  := $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC)) $(B)/obj/runtime/device_cuda.o
+ifneq ($(CUDA),)
+# A CUDA build differs in flags (device_cpu.c registers the device), so it
+# must not share objects with a CPU build: use its own B (make test-cuda
+# uses build-cuda/); `make CUDA=1` alone builds into build/, so run
+# `make clean` before switching build/ between the two.
+CFLAGS  += -DZT_CUDA -I$(CUDA_HOME)/include
+LIB_OBJ += $(CUDA_OBJ)
+LIBS    += $(CUDA_LIBS)
+endif
+
+$(B)/obj/%.o: %.cu $(wildcard kernels/cuda/*.cuh)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# The CUDA kernels against their CPU twins. Links no MPI, libuv, LuaJIT or
+# OpenBLAS (matmul is checked against a double-precision loop), so it builds
+# on a GPU machine with nothing but the CUDA toolkit and gcc.
+CUDA_TEST_OBJ := $(CUDA_OBJ) $(B)/obj/runtime/error.o \
+                 $(patsubst %.c,$(B)/obj/%.o,$(filter-out kernels/cpu/matmul.c,$(KERNEL_SRC)))
+$(B)/test_cuda: spec/c/test_cuda.c $(CUDA_TEST_OBJ) spec/c/ctest.h
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< \
+	    $(CUDA_TEST_OBJ) $(CUDA_LIBS) -lm -lpthread
+
+# Builds into build-cuda/ (not build/) and runs the GPU test; "skipped" where
+# no GPU is visible. cuda-check: the test alone (no MPI/libuv/OpenBLAS/LuaJIT).
+test-cuda:
+	$(MAKE) CUDA=1 B=build-cuda build-cuda/libztrain.so build-cuda/test_cuda
+	build-cuda/test_cuda
+cuda-check:
+	$(MAKE) CUDA=1 B=build-cuda build-cuda/test_cuda
+	build-cuda/test_cuda
 
 deps:
 	@sh tools/deps.sh

@@ -132,6 +132,12 @@ const zt_device_ops zt_cpu_device = {
     .randn = zk_randn,
 };
 
+#ifdef ZT_CUDA
+/* device_cuda.c (built with `make CUDA=1` only) */
+extern const zt_device_ops zt_cuda_device;
+int zt_cuda_init(void);
+#endif
+
 static const zt_device_ops *active = &zt_cpu_device;
 static int nthreads = 0;
 
@@ -141,9 +147,16 @@ int zt_device_init(const char *backend)
 {
     ZT_CHECK(backend != NULL, "zt_device_init: backend is NULL");
     if (strcmp(backend, "cpu") == 0) { active = &zt_cpu_device; return ZT_OK; }
-    if (strcmp(backend, "cuda") == 0)
-        return zt_error(ZT_EINVAL, "device \"cuda\" is not available in this build; "
-                        "use device.backend=cpu (CUDA support comes with `make CUDA=1`)");
+    if (strcmp(backend, "cuda") == 0) {
+#ifdef ZT_CUDA
+        ZT_TRY(zt_cuda_init());             /* device_cuda.c: GPU, stream, cuBLAS */
+        active = &zt_cuda_device;
+        return ZT_OK;
+#else
+        return zt_error(ZT_EINVAL, "device.backend=cuda: built without CUDA: rebuild with "
+                        "make CUDA=1 (or use device.backend=cpu)");
+#endif
+    }
     return zt_error(ZT_EINVAL, "unknown device backend \"%s\"; known: cpu, cuda", backend);
 }
 

@@ -82,6 +82,7 @@ static int ready(const char *op, ...)
 static int bad_tokens(const char *op, const char *what, int bad, int64_t n, int64_t V)
 {
     if (bad == 0) return ZT_OK;
+    if (bad < 0) return bad;    /* a device error (CUDA), its message already set */
     return zt_error(ZT_EINVAL, "%s: %d of %lld %s are outside the vocabulary [0,%lld) and were "
                     "skipped (the outputs are wrong for them); the tokenizer and model.vocab_size "
                     "disagree: check tokens where they are made (data.loader's vocab_size option)",
@@ -362,6 +363,8 @@ int zt_attention_forward(zt_tensor *out, zt_tensor *lse, const zt_tensor *qkv, i
     ZT_TRY(need_numel(op, "out", out, ZT_F32, B * T * C, "(B,T,C)"));
     ZT_TRY(need_numel(op, "lse", lse, ZT_F32, B * NH * T, "(B,NH,T)"));
     ZT_TRY(ready(op, "out", out, "lse", lse, "qkv", qkv, NULL));
+    ZT_CHECK(zt_dev()->attention_forward != NULL, "%s: not implemented on the %s device yet; "
+             "use device.backend=cpu", op, zt_dev()->name);
     zt_dev()->attention_forward(out->data, lse->data, qkv->data, (int)B, (int)T, (int)C, NH);
     return ZT_OK;
 }
@@ -377,6 +380,8 @@ int zt_attention_backward(zt_tensor *dqkv, const zt_tensor *dout, const zt_tenso
     ZT_TRY(need_numel(op, "out", out, ZT_F32, B * T * C, "(B,T,C)"));
     ZT_TRY(need_numel(op, "lse", lse, ZT_F32, B * NH * T, "(B,NH,T)"));
     ZT_TRY(ready(op, "dqkv", dqkv, "dout", dout, "qkv", qkv, "out", out, "lse", lse, NULL));
+    ZT_CHECK(zt_dev()->attention_backward != NULL, "%s: not implemented on the %s device yet; "
+             "use device.backend=cpu", op, zt_dev()->name);
     zt_dev()->attention_backward(dqkv->data, dout->data, qkv->data, out->data, lse->data,
                                  (int)B, (int)T, (int)C, NH);
     return ZT_OK;

@@ -1,0 +1,34 @@
+/* common.cuh -- launch helpers shared by the kernels/cuda .cu files */
+#ifndef ZT_KCUDA_COMMON_H
+#define ZT_KCUDA_COMMON_H
+#include <cuda_runtime.h>
+#include "kernels.cuh"
+
+/* grid for n elements at 256 threads, grid-stride loops cover the rest */
+static inline unsigned zkc_grid(size_t n, unsigned threads)
+{
+    size_t g = (n + threads - 1) / threads;
+    if (g > 65535u * 16u) g = 65535u * 16u;
+    return g ? (unsigned)g : 1u;
+}
+#define ZKC_FOR(i, n) \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (size_t)blockDim.x * gridDim.x)
+#define ZKC_LAUNCHED() ((int)cudaGetLastError())
+
+__device__ __forceinline__ float zkc_warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double zkc_warp_sum_d(double v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float zkc_warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+#endif

@@ -1,0 +1,101 @@
+/*
+ * kernels.cuh -- the CUDA math of GPT-2 training: kernels/cpu/kernels.h's
+ * ops on device pointers, launched on a stream.
+ *
+ * Same layouts and WRITTEN/ACCUMULATED semantics as kernels.h (read the
+ * contracts there; only the differences are stated here). C-callable, so
+ * runtime/device_cuda.c (plain C) can call them.
+ *
+ * Every launcher returns a cudaError_t as int: cudaGetLastError() after its
+ * launches (0 = cudaSuccess). Launch errors only; a fault inside a kernel
+ * surfaces at the next synchronizing call. Kernels know nothing of the
+ * runtime: the caller turns codes into messages.
+ *
+ * Arithmetic: fp32 unless said otherwise, reductions over fixed partitions
+ * (deterministic run to run on one GPU), but not the CPU's bits: the order
+ * of sums and the exp/tanh differ. adamw, casts, sumsq/sum are the
+ * exceptions (stated at each).
+ */
+#ifndef ZT_KERNELS_CUDA_H
+#define ZT_KERNELS_CUDA_H
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+#include <cublas_v2.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- elementwise.cu ---- */
+int zkc_fill(cudaStream_t s, float *x, float v, size_t n);
+int zkc_scale(cudaStream_t s, float *x, float a, size_t n);
+int zkc_axpy(cudaStream_t s, float *y, float a, const float *x, size_t n);
+int zkc_add(cudaStream_t s, float *y, const float *x, size_t n);
+int zkc_add3(cudaStream_t s, float *out, const float *a, const float *b, size_t n);
+/* Round to nearest even, NaN stays NaN: the same bits as the CPU casts
+ * for every non-NaN value. */
+int zkc_cast_f32_bf16(cudaStream_t s, uint16_t *dst, const float *src, size_t n);
+int zkc_cast_bf16_f32(cudaStream_t s, float *dst, const uint16_t *src, size_t n);
+int zkc_cast_f32_f16(cudaStream_t s, uint16_t *dst, const float *src, size_t n);
+int zkc_cast_f16_f32(cudaStream_t s, float *dst, const uint16_t *src, size_t n);
+
+/* ---- gelu.cu (tanhf, not the CPU's tanh_fast: ~1e-7 apart) ---- */
+int zkc_gelu_forward(cudaStream_t s, float *out, const float *inp, size_t n);
+int zkc_gelu_backward(cudaStream_t s, float *dinp, const float *inp, const float *dout, size_t n);
+
+/* ---- layernorm.cu ---- */
+int zkc_layernorm_forward(cudaStream_t s, float *out, float *mean, float *rstd,
+                          const float *inp, const float *w, const float *b, int N, int C);
+/* dinp ACCUMULATED (skipped when NULL); dw, db WRITTEN (rows in order, in
+ * double; skipped unless both given). */
+int zkc_layernorm_backward(cudaStream_t s, float *dinp, float *dw, float *db,
+                           const float *dout, const float *inp, const float *w,
+                           const float *mean, const float *rstd, int N, int C);
+
+/* ---- embedding.cu: bad counts go to *dbad (device int, ADDED to) ---- */
+int zkc_encoder_forward(cudaStream_t s, float *out, const int32_t *tok, const float *wte,
+                        const float *wpe, int B, int T, int C, int V, int *dbad);
+/* dwte ACCUMULATED, each row summing its occurrences in (b,t) order (no
+ * atomics: deterministic); dwpe rows [0,T) WRITTEN. */
+int zkc_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float *dout,
+                         const int32_t *tok, int B, int T, int C, int V, int *dbad);
+
+/* ---- xent.cu: sum of exp in double, as the CPU ---- */
+int zkc_crossentropy(cudaStream_t s, float *losses, float *dlogits, const float *logits,
+                     const int32_t *targets, int N, int V, float dscale, int *dbad);
+
+/* ---- adamw.cu: the CPU's coefficients (computed on the host the same way)
+ * and the same per-operation rounding (no FMA contraction): the same bits
+ * as zk_adamw. ---- */
+int zkc_adamw(cudaStream_t s, float *p, const float *g, float *m, float *v, size_t n,
+              float lr, float b1, float b2, float eps, float wd, float gscale, int t);
+
+/* ---- reduce.cu: zk_sumsq_blocks' / zk_sum_f64's block partials, same
+ * lanes and order in double: the same bits. partials is a device array of
+ * ceil(n / 1024) doubles. ---- */
+int zkc_sumsq_blocks(cudaStream_t s, double *partials, const float *x, size_t n);
+int zkc_sum_blocks(cudaStream_t s, double *partials, const float *x, size_t n);
+
+/* ---- matmul.cu: cuBLAS fp32 GEMMs (fp32 compute, no TF32: the handle's
+ * math mode is the caller's, device_cuda.c sets CUBLAS_DEFAULT_MATH), bias
+ * as a kernel; layouts of zk_matmul_*. Returns a cublasStatus_t (nonzero)
+ * from cuBLAS, or cudaError_t + 1000 from a launch. ---- */
+int zkc_matmul_forward(cublasHandle_t h, cudaStream_t s, float *out, const float *inp,
+                       const float *w, const float *b, int N, int C, int OC);
+int zkc_matmul_backward(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw, float *db,
+                        const float *dout, const float *inp, const float *w,
+                        int N, int C, int OC);
+/* bf16 operands, fp32 outputs, fp32 accumulation (cublasGemmEx,
+ * CUBLAS_COMPUTE_32F): not zk_matmul_bf16's bits (cuBLAS's k order). */
+int zkc_matmul_bf16_forward(cublasHandle_t h, cudaStream_t s, float *out, const uint16_t *inp,
+                            const uint16_t *w, const float *b, int N, int C, int OC);
+int zkc_matmul_bf16_backward(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw,
+                             float *db, const uint16_t *dout, const uint16_t *inp,
+                             const uint16_t *w, int N, int C, int OC);
+#define ZKC_LAUNCH_BASE 1000
+
+#ifdef __cplusplus
+}
+#endif
+#endif
