@@ -29,12 +29,13 @@ local function run(args, dir, timeout, after)
   return summary(dir)
 end
 
--- start a run in the background (its own process group), kill it with
--- SIGKILL once `ready(dir)` holds or after `delay` seconds
-local function run_and_kill(args, dir, delay)
+-- start a run in the background (its own process group), wait until its
+-- first checkpoint is complete (`latest` exists), then `delay` seconds more,
+-- and kill it with SIGKILL (however loaded the machine, a checkpoint exists)
+local function run_and_kill(args, dir, delay, after)
   local pidfile = os.tmpname()
-  util.sh(("setsid sh -c 'echo $$ > %s; exec timeout 120 build/ztrain %s %s out=%s' > /dev/null 2>&1 &")
-          :format(pidfile, args, BASE, dir))
+  util.sh(("setsid sh -c 'echo $$ > %s; exec timeout 120 build/ztrain %s %s %s out=%s' > /dev/null 2>&1 &")
+          :format(pidfile, args, BASE, after or "", dir))
   local pid
   for _ = 1, 200 do
     local s = util.read(pidfile)
@@ -43,6 +44,7 @@ local function run_and_kill(args, dir, delay)
     util.sh("sleep 0.05")
   end
   assert(pid, "the run did not start")
+  util.sh(("for i in $(seq 600); do [ -e %s/checkpoints/latest ] && break; sleep 0.1; done"):format(dir))
   util.sh(("sleep %.3f"):format(delay))
   util.sh(("kill -9 -%d"):format(pid))        -- the whole group: launcher and ranks
   util.sh(("while kill -0 -%d 2>/dev/null; do sleep 0.05; done"):format(pid))
@@ -59,16 +61,18 @@ describe("checkpoints", function()
   }
   for _, c in ipairs(CASES) do
     it(c[1] .. ": killed with SIGKILL, resumed from latest, equals the uninterrupted run bit for bit", function()
-      local steps = 12
+      -- a model slow enough that the kill lands mid-run
+      local steps, M = 30, "model.size=gpt2-mini data.seq_len=64"
       local ref = util.outdir()
-      local s0 = run(c[2] .. " train.steps=" .. steps, ref)
+      local s0 = run(c[2] .. " train.steps=" .. steps, ref, nil, M)
       local l0 = losses(ref)
       local dir = util.outdir()
-      -- a checkpoint every step; killed a little after the first appears
-      run_and_kill(c[2] .. (" train.steps=%d train.ckpt_every=1"):format(steps), dir, 1.5)
-      local s1 = run(c[2] .. (" train.steps=%d train.ckpt_every=1 resume=latest"):format(steps), dir)
+      -- a checkpoint every step; killed as the first appears
+      run_and_kill(c[2] .. (" train.steps=%d train.ckpt_every=1"):format(steps), dir, 0.05, M)
+      local s1 = run(c[2] .. (" train.steps=%d train.ckpt_every=1 resume=latest"):format(steps), dir, nil, M)
       assert.are.equal(s0.param_digest, s1.param_digest)
       assert.is_table(s1.resumed, "the second run resumed")
+      assert.is_true(s1.resumed.step < steps, "killed before the end (resumed at step " .. s1.resumed.step .. ")")
       local l1 = losses(dir)
       for step = s1.resumed.step + 1, steps do
         assert.are.equal(l0[step], l1[step], c[1] .. " step " .. step)
@@ -78,16 +82,18 @@ describe("checkpoints", function()
   end
 
   it("SIGKILL at random moments while checkpoints are written: latest always loads and resumes exactly", function()
-    local args = "recipes/single.lua model.size=gpt2-mini train.steps=10 train.ckpt_every=1 train.ckpt_keep=3"
+    local args = "recipes/single.lua model.size=gpt2-mini train.steps=30 train.ckpt_every=1 train.ckpt_keep=3"
     local ref = util.outdir()
     local s0 = run(args, ref)
     math.randomseed(os.time())
+    local mid = 0
     for k = 1, 3 do
       local dir = util.outdir()
-      local delay = 0.6 + math.random() * 1.5
+      local delay = math.random() * 1.0
       run_and_kill(args, dir, delay)
       local s1 = run(args .. " resume=latest", dir)
       assert.are.equal(s0.param_digest, s1.param_digest, ("kill %d after %.2f s"):format(k, delay))
+      if s1.resumed.step < 30 then mid = mid + 1 end
       -- no stale temporary directory survives the next save, and at most keep=3 remain
       local ls = util.sh("ls -a " .. dir .. "/checkpoints")
       assert.is_nil(ls:find("%.tmp"), ls)
@@ -96,6 +102,7 @@ describe("checkpoints", function()
       assert.is_true(n <= 3, ls)
       util.rm(dir)
     end
+    assert.is_true(mid >= 1, "at least one kill landed before the run's end")
     util.rm(ref)
   end)
 
