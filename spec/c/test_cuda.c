@@ -1,0 +1,423 @@
+/*
+ * test_cuda.c -- the CUDA device (runtime/device_cuda.c + kernels/cuda)
+ * against its CPU twins (kernels/cpu) on random inputs. Built only by
+ * `make test-cuda` / `make cuda-check` (CUDA=1). Where no GPU is visible it
+ * prints "cuda: no GPU here, N tests skipped" and exits 0.
+ *
+ * Every op goes through the device table zt_cuda_device exactly as ops.c
+ * calls it, with device memory from its own alloc and copies.
+ *
+ * Tolerances, by what the two sides compute:
+ *  - exact bits: fill/scale/axpy/add/add3, all four casts, embedding
+ *    forward, AdamW (the same per-operation rounding), the fp64 block sums,
+ *    randn (the CPU generator), the bad-id counts;
+ *  - GEMMs (fp32 and bf16 operands, fp32 accumulation), checked against a
+ *    double-precision loop, not the CPU GEMM: |err| <= K * 2^-23 * sum|a*b|
+ *    per element (twice the classic gamma_K bound of an fp32 dot product of
+ *    any order) -- TF32 would break it;
+ *  - GELU (tanhf against the CPU's tanh_fast): 1e-6 + 1e-5 |x|;
+ *  - layernorm, cross-entropy (sums in another order; expf): 1e-5 + 1e-5 |x|,
+ *    the weight gradients (N-row sums) 1e-5 + 1e-4 |x|;
+ *  - embedding backward: 1e-6 + 1e-6 |x| (same order; exact in practice).
+ */
+#include <cuda_runtime_api.h>
+#include "ctest.h"
+#include "internal.h"
+#include "kernels.h"
+
+extern const zt_device_ops zt_cuda_device;
+int zt_cuda_init(void);
+static const zt_device_ops *dv = &zt_cuda_device;
+
+/* ---- host <-> device ---- */
+static void *up(const void *h, size_t nbytes)
+{
+    void *d = NULL;
+    if (dv->alloc(&d, nbytes) != ZT_OK) { printf("FAIL alloc %zu bytes\n", nbytes); exit(1); }
+    dv->copy(d, h, nbytes);
+    return d;
+}
+static void *down(const void *d, size_t nbytes)
+{
+    void *h = malloc(nbytes + 1);
+    dv->copy(h, d, nbytes);
+    return h;
+}
+static int synced(const char *name)
+{
+    int rc = dv->sync();
+    if (rc != ZT_OK) ct_fail(name, "device error: %s", zt_last_error());
+    return rc == ZT_OK;
+}
+
+/* max over i of |got - want| / (atol + rtol |want|) <= 1 */
+static void close_to(const char *name, const float *got, const float *want, size_t n,
+                     double atol, double rtol)
+{
+    double worst = 0; size_t wi = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]) / (atol + rtol * fabs((double)want[i]));
+        if (!(e <= worst)) { worst = e; wi = i; }
+        if (isnan(e)) { worst = INFINITY; wi = i; break; }
+    }
+    ct_check(worst <= 1.0, name, "element %zu: got %.9g want %.9g (%.3g of the tolerance)",
+             wi, (double)got[wi], (double)want[wi], worst);
+}
+static void same_bits(const char *name, const void *got, const void *want, size_t nbytes)
+{
+    const unsigned char *g = got, *w = want;
+    size_t i = 0;
+    while (i < nbytes && g[i] == w[i]) i++;
+    ct_check(i == nbytes, name, "first differing byte %zu of %zu", i, nbytes);
+}
+
+/* ---- tests ---- */
+static void t_elementwise(void)
+{
+    size_t n = 100003;
+    float *x = ct_rand(n, -2, 2), *y = ct_rand(n, -2, 2), *w = malloc(n * 4);
+    float *dx = up(x, n * 4), *dy = up(y, n * 4), *dz = up(y, n * 4);
+    dv->scale(dy, 0.37f, n); zk_scale(y, 0.37f, n);
+    dv->axpy(dy, -1.3f, dx, n); zk_axpy(y, -1.3f, x, n);
+    dv->add(dy, dx, n); zk_add(y, x, n);
+    dv->add3(dz, dy, dx, n); zk_add3(w, y, x, n);
+    if (!synced("elementwise")) return;
+    float *gy = down(dy, n * 4), *gz = down(dz, n * 4);
+    same_bits("scale, axpy, add: CPU bits", gy, y, n * 4);
+    same_bits("add3: CPU bits", gz, w, n * 4);
+    dv->fill(dz, 2.5f, n); zk_fill(w, 2.5f, n);
+    float *gf = down(dz, n * 4);
+    same_bits("fill", gf, w, n * 4);
+    free(x); free(y); free(w); free(gy); free(gz); free(gf);
+    dv->free(dx); dv->free(dy); dv->free(dz);
+}
+
+static void t_casts(void)
+{
+    size_t n = 65536 + 13;
+    float *x = ct_rand(n, -70000, 70000);
+    /* rounding ties, denormals, f16 overflow and underflow, infinities */
+    uint32_t sp[] = { 0x3f808000u, 0x3f818000u, 0x00000001u, 0x807fffffu, 0x7f7fffffu,
+                      0x7f800000u, 0xff800000u, 0x477ff000u, 0x33000001u, 0x38800000u };
+    for (size_t k = 0; k < sizeof sp / 4; k++) memcpy(&x[k], &sp[k], 4);
+    for (size_t i = 20; i < 4000; i++) x[i] *= 1e-8f;     /* small: f16 subnormals */
+    uint16_t *hb = malloc(n * 2), *hh = malloc(n * 2);
+    float *fb = malloc(n * 4), *fh = malloc(n * 4);
+    zk_cast_f32_bf16(hb, x, n); zk_cast_bf16_f32(fb, hb, n);
+    zk_cast_f32_f16(hh, x, n); zk_cast_f16_f32(fh, hh, n);
+    float *dx = up(x, n * 4), *df = up(x, n * 4);
+    uint16_t *db = up(hb, n * 2);
+    dv->cast(db, ZT_BF16, dx, ZT_F32, n);
+    uint16_t *gb = down(db, n * 2);
+    same_bits("cast f32->bf16: CPU bits", gb, hb, n * 2);
+    dv->cast(df, ZT_F32, db, ZT_BF16, n);
+    float *gfb = down(df, n * 4);
+    same_bits("cast bf16->f32: CPU bits", gfb, fb, n * 4);
+    dv->cast(db, ZT_F16, dx, ZT_F32, n);
+    uint16_t *gh = down(db, n * 2);
+    same_bits("cast f32->f16: CPU bits", gh, hh, n * 2);
+    dv->cast(df, ZT_F32, db, ZT_F16, n);
+    float *gfh = down(df, n * 4);
+    same_bits("cast f16->f32: CPU bits", gfh, fh, n * 4);
+    synced("casts");
+    free(x); free(hb); free(hh); free(fb); free(fh); free(gb); free(gfb); free(gh); free(gfh);
+    dv->free(dx); dv->free(df); dv->free(db);
+}
+
+static void t_gelu(void)
+{
+    size_t n = 50001;
+    float *x = ct_rand(n, -6, 6), *d = ct_rand(n, -1, 1), *o = malloc(n * 4), *g = malloc(n * 4);
+    zk_gelu_forward(o, x, n); zk_gelu_backward(g, x, d, n);
+    float *dx = up(x, n * 4), *dd = up(d, n * 4), *dout = up(x, n * 4);
+    dv->gelu_forward(dout, dx, n);
+    dv->gelu_backward(dd, dx, dd, n);          /* dinp aliases dout */
+    if (!synced("gelu")) return;
+    float *go = down(dout, n * 4), *gg = down(dd, n * 4);
+    close_to("gelu forward (1e-6 + 1e-5|x|)", go, o, n, 1e-6, 1e-5);
+    close_to("gelu backward, dinp aliasing dout", gg, g, n, 1e-6, 1e-5);
+    free(x); free(d); free(o); free(g); free(go); free(gg);
+    dv->free(dx); dv->free(dd); dv->free(dout);
+}
+
+static void t_layernorm(void)
+{
+    int N = 67, C = 771;
+    size_t nc = (size_t)N * C;
+    float *x = ct_rand(nc, -3, 3), *w = ct_rand(C, 0.5f, 1.5f), *b = ct_rand(C, -1, 1);
+    for (size_t i = 0; i < nc; i++) x[i] += (float)(i / C) * 0.1f;   /* a mean per row */
+    float *o = malloc(nc * 4), *m = malloc(N * 4), *r = malloc(N * 4);
+    zk_layernorm_forward(o, m, r, x, w, b, N, C);
+    float *dx = up(x, nc * 4), *dw = up(w, C * 4), *db = up(b, C * 4);
+    float *dout = up(o, nc * 4), *dm = up(m, N * 4), *dr = up(r, N * 4);
+    dv->layernorm_forward(dout, dm, dr, dx, dw, db, N, C);
+    if (!synced("layernorm forward")) return;
+    float *go = down(dout, nc * 4), *gm = down(dm, N * 4), *gr = down(dr, N * 4);
+    close_to("layernorm forward out", go, o, nc, 1e-5, 1e-5);
+    close_to("layernorm forward mean", gm, m, N, 1e-5, 1e-5);
+    close_to("layernorm forward rstd", gr, r, N, 1e-5, 1e-5);
+    /* backward: dinp accumulates onto what is there */
+    float *dy = ct_rand(nc, -1, 1), *di = ct_rand(nc, -1, 1), *gwt = malloc(C * 4), *gbs = malloc(C * 4);
+    float *d_dy = up(dy, nc * 4), *d_di = up(di, nc * 4), *d_di2 = up(di, nc * 4);
+    float *d_gw = up(w, C * 4), *d_gb = up(b, C * 4);
+    zk_layernorm_backward(di, gwt, gbs, dy, x, w, m, r, N, C);
+    dv->layernorm_backward(d_di, d_gw, d_gb, d_dy, dx, dw, dm, dr, N, C);
+    dv->layernorm_backward(d_di2, NULL, NULL, d_dy, dx, dw, dm, dr, N, C);
+    if (!synced("layernorm backward")) return;
+    float *g_di = down(d_di, nc * 4), *g_di2 = down(d_di2, nc * 4);
+    float *g_gw = down(d_gw, C * 4), *g_gb = down(d_gb, C * 4);
+    close_to("layernorm backward dinp (accumulated)", g_di, di, nc, 1e-5, 1e-5);
+    close_to("layernorm backward dweight", g_gw, gwt, C, 1e-5, 1e-4);
+    close_to("layernorm backward dbias", g_gb, gbs, C, 1e-5, 1e-4);
+    same_bits("layernorm split backward: dinp alone has the fused call's bits", g_di2, g_di, nc * 4);
+    free(x); free(w); free(b); free(o); free(m); free(r); free(go); free(gm); free(gr);
+    free(dy); free(di); free(gwt); free(gbs); free(g_di); free(g_di2); free(g_gw); free(g_gb);
+    dv->free(dx); dv->free(dw); dv->free(db); dv->free(dout); dv->free(dm); dv->free(dr);
+    dv->free(d_dy); dv->free(d_di); dv->free(d_di2); dv->free(d_gw); dv->free(d_gb);
+}
+
+static void t_encoder(void)
+{
+    int B = 3, T = 37, C = 97, V = 50, maxT = 40;
+    size_t bt = (size_t)B * T;
+    int32_t *tok = malloc(bt * 4);
+    for (size_t i = 0; i < bt; i++) tok[i] = (int32_t)(ct_u64() % 12);  /* repeats */
+    tok[5] = V; tok[40] = -1;                                            /* two bad ids */
+    float *wte = ct_rand((size_t)V * C, -1, 1), *wpe = ct_rand((size_t)maxT * C, -1, 1);
+    float *o = malloc(bt * C * 4);
+    int bad_c = zk_encoder_forward(o, tok, wte, wpe, B, T, C, V);
+    int32_t *dtok = up(tok, bt * 4);
+    float *dwte = up(wte, (size_t)V * C * 4), *dwpe = up(wpe, (size_t)maxT * C * 4);
+    float *dout = up(o, bt * C * 4);
+    int bad_g = dv->encoder_forward(dout, dtok, dwte, dwpe, B, T, C, V);
+    float *go = down(dout, bt * C * 4);
+    ct_check(bad_g == bad_c && bad_c == 2, "encoder forward: bad ids counted", "gpu %d cpu %d", bad_g, bad_c);
+    same_bits("encoder forward: CPU bits", go, o, bt * C * 4);
+    float *dy = ct_rand(bt * C, -1, 1), *gte = ct_rand((size_t)V * C, -1, 1);
+    float *gpe = ct_rand((size_t)maxT * C, -1, 1);
+    float *d_dy = up(dy, bt * C * 4), *d_gte = up(gte, (size_t)V * C * 4), *d_gpe = up(gpe, (size_t)maxT * C * 4);
+    bad_c = zk_encoder_backward(gte, gpe, dy, tok, B, T, C, V);
+    bad_g = dv->encoder_backward(d_gte, d_gpe, d_dy, dtok, B, T, C, V);
+    ct_check(bad_g == bad_c && bad_c == 2, "encoder backward: bad ids counted", "gpu %d cpu %d", bad_g, bad_c);
+    if (!synced("encoder")) return;
+    float *h_gte = down(d_gte, (size_t)V * C * 4), *h_gpe = down(d_gpe, (size_t)maxT * C * 4);
+    close_to("encoder backward dwte (accumulated)", h_gte, gte, (size_t)V * C, 1e-6, 1e-6);
+    close_to("encoder backward dwpe (rows < T written, the rest kept)", h_gpe, gpe, (size_t)maxT * C, 1e-6, 1e-6);
+    free(tok); free(wte); free(wpe); free(o); free(go); free(dy); free(gte); free(gpe); free(h_gte); free(h_gpe);
+    dv->free(dtok); dv->free(dwte); dv->free(dwpe); dv->free(dout); dv->free(d_dy); dv->free(d_gte); dv->free(d_gpe);
+}
+
+static void t_xent(void)
+{
+    int N = 33, V = 50257;
+    size_t nv = (size_t)N * V;
+    float *lg = ct_rand(nv, -8, 8);
+    int32_t *tg = malloc(N * 4);
+    for (int i = 0; i < N; i++) tg[i] = (int32_t)(ct_u64() % V);
+    tg[7] = V + 3;                                 /* a bad target */
+    float *loss = malloc(N * 4), *dl = malloc(nv * 4);
+    int bad_c = zk_crossentropy(loss, dl, lg, tg, N, V, 1.0f / 33);
+    float *dlg = up(lg, nv * 4), *dloss = up(loss, N * 4);
+    int32_t *dtg = up(tg, N * 4);
+    int bad_g = dv->crossentropy(dloss, dlg, dlg, dtg, N, V, 1.0f / 33);   /* dlogits aliases logits */
+    ct_check(bad_g == bad_c && bad_c == 1, "crossentropy: bad targets counted", "gpu %d cpu %d", bad_g, bad_c);
+    if (!synced("crossentropy")) return;
+    float *gl = down(dloss, N * 4), *gd = down(dlg, nv * 4);
+    close_to("crossentropy losses", gl, loss, N, 1e-5, 1e-5);
+    close_to("crossentropy dlogits, aliasing logits", gd, dl, nv, 1e-9, 1e-5);
+    free(lg); free(tg); free(loss); free(dl); free(gl); free(gd);
+    dv->free(dlg); dv->free(dloss); dv->free(dtg);
+}
+
+static void t_adamw(void)
+{
+    size_t n = 200003;
+    float *p = ct_rand(n, -1, 1), *g = ct_rand(n, -1, 1), *m = ct_alloc(n * 4), *v = ct_alloc(n * 4);
+    float *dp = up(p, n * 4), *dg = up(g, n * 4), *dm = up(m, n * 4), *dvv = up(v, n * 4);
+    for (int t = 1; t <= 3; t++) {
+        zk_adamw(p, g, m, v, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, t);
+        dv->adamw(dp, dg, dm, dvv, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, t);
+    }
+    if (!synced("adamw")) return;
+    float *hp = down(dp, n * 4), *hm = down(dm, n * 4), *hv = down(dvv, n * 4);
+    same_bits("adamw 3 steps: param has the CPU bits", hp, p, n * 4);
+    same_bits("adamw 3 steps: m, v have the CPU bits", hm, m, n * 4);
+    same_bits("adamw v", hv, v, n * 4);
+    free(p); free(g); free(m); free(v); free(hp); free(hm); free(hv);
+    dv->free(dp); dv->free(dg); dv->free(dm); dv->free(dvv);
+}
+
+static void t_sums(void)
+{
+    size_t n = 5 * ZK_SUM_BLOCK + 777, nb = 6;
+    float *x = ct_rand(n, -3, 3);
+    double pc[6], pg[6], sc, sg;
+    zk_sumsq_blocks(pc, x, n);
+    sc = zk_sum_f64(x, n);
+    float *dx = up(x, n * 4);
+    dv->sumsq_blocks(pg, dx, n);
+    sg = dv->sum(dx, n);
+    if (!synced("sums")) return;
+    same_bits("sumsq_blocks: CPU bits", pg, pc, nb * 8);
+    same_bits("sum: CPU bits", &sg, &sc, 8);
+    free(x); dv->free(dx);
+}
+
+static void t_randn(void)
+{
+    size_t n = 10007;
+    float *h = malloc(n * 4);
+    zk_randn(h, n, 42, 7, 0.0f, 0.02f);
+    float *d = NULL; dv->alloc((void **)&d, n * 4);
+    dv->randn(d, n, 42, 7, 0.0f, 0.02f);
+    if (!synced("randn")) return;
+    float *g = down(d, n * 4);
+    same_bits("randn: the CPU generator's bits", g, h, n * 4);
+    free(h); free(g); dv->free(d);
+}
+
+/* out (N,OC) = a (N,C) . w (OC,C)^T + b, and the gamma bound per element */
+static void ref_gemm_nt(double *out, double *bound, const float *a, const float *w, const float *b,
+                        int N, int C, int OC)
+{
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = 0, sa = 0;
+            for (int c = 0; c < C; c++) {
+                double p = (double)a[(size_t)n * C + c] * w[(size_t)o * C + c];
+                s += p; sa += fabs(p);
+            }
+            out[(size_t)n * OC + o] = s + (b ? b[o] : 0);
+            bound[(size_t)n * OC + o] = (C + 1) * 0x1p-23 * (sa + (b ? fabs(b[o]) : 0)) + 1e-30;
+        }
+}
+static void check_gemm(const char *name, const float *got, const double *ref, const double *bound, size_t n)
+{
+    double worst = 0; size_t wi = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs(got[i] - ref[i]) / bound[i];
+        if (!(e <= worst)) { worst = e; wi = i; if (isnan(e)) break; }
+    }
+    ct_check(worst <= 1.0, name, "element %zu: got %.9g want %.9g (%.3g of the bound)",
+             wi, (double)got[wi], ref[wi], worst);
+}
+static float *transpose(const float *x, int R, int K)
+{
+    float *t = malloc((size_t)R * K * 4);
+    for (int r = 0; r < R; r++) for (int k = 0; k < K; k++) t[(size_t)k * R + r] = x[(size_t)r * K + k];
+    return t;
+}
+static void round_bf16(float *x, size_t n)
+{
+    uint16_t *h = malloc(n * 2); zk_cast_f32_bf16(h, x, n); zk_cast_bf16_f32(x, h, n); free(h);
+}
+
+static void t_matmul(int bf16, int N, int C, int OC)
+{
+    char name[160];
+    const char *k = bf16 ? "matmul bf16" : "matmul fp32";
+    float *a = ct_rand((size_t)N * C, -1, 1), *w = ct_rand((size_t)OC * C, -1, 1);
+    float *b = ct_rand(OC, -1, 1), *dy = ct_rand((size_t)N * OC, -1, 1);
+    if (bf16) { round_bf16(a, (size_t)N * C); round_bf16(w, (size_t)OC * C); round_bf16(dy, (size_t)N * OC); }
+    double *ref = malloc(sizeof(double) * ((size_t)N * OC + (size_t)N * C + (size_t)OC * C));
+    double *bnd = malloc(sizeof(double) * ((size_t)N * OC + (size_t)N * C + (size_t)OC * C));
+    /* device operands: fp32 or their bf16 bits */
+    size_t es = bf16 ? 2 : 4;
+    void *da, *dw, *ddy;
+    if (bf16) {
+        uint16_t *ha = malloc((size_t)N * C * 2), *hw = malloc((size_t)OC * C * 2), *hd = malloc((size_t)N * OC * 2);
+        zk_cast_f32_bf16(ha, a, (size_t)N * C); zk_cast_f32_bf16(hw, w, (size_t)OC * C);
+        zk_cast_f32_bf16(hd, dy, (size_t)N * OC);
+        da = up(ha, (size_t)N * C * es); dw = up(hw, (size_t)OC * C * es); ddy = up(hd, (size_t)N * OC * es);
+        free(ha); free(hw); free(hd);
+    } else {
+        da = up(a, (size_t)N * C * es); dw = up(w, (size_t)OC * C * es); ddy = up(dy, (size_t)N * OC * es);
+    }
+    float *db = up(b, OC * 4), *dout = NULL, *dinp = NULL, *dwt = NULL, *dbias = NULL;
+    dv->alloc((void **)&dout, (size_t)N * OC * 4); dv->alloc((void **)&dinp, (size_t)N * C * 4);
+    dv->alloc((void **)&dwt, (size_t)OC * C * 4); dv->alloc((void **)&dbias, OC * 4);
+    int rc = bf16 ? dv->matmul_bf16_forward(dout, da, dw, db, N, C, OC)
+                  : dv->matmul_forward(dout, da, dw, db, N, C, OC);
+    int rc2 = bf16 ? dv->matmul_bf16_backward(dinp, dwt, dbias, ddy, da, dw, N, C, OC)
+                   : dv->matmul_backward(dinp, dwt, dbias, ddy, da, dw, N, C, OC);
+    snprintf(name, sizeof name, "%s %dx%dx%d: calls succeed", k, N, C, OC);
+    ct_check(rc == ZT_OK && rc2 == ZT_OK, name, "%d %d: %s", rc, rc2, zt_last_error());
+    if (!synced(name)) return;
+    float *g = down(dout, (size_t)N * OC * 4);
+    ref_gemm_nt(ref, bnd, a, w, b, N, C, OC);
+    snprintf(name, sizeof name, "%s forward %dx%dx%d + bias (fp32 dot bound)", k, N, C, OC);
+    check_gemm(name, g, ref, bnd, (size_t)N * OC); free(g);
+    /* dinp (N,C) = dy (N,OC) . w (OC,C) = dy . (w^T)^T */
+    float *wt = transpose(w, OC, C);
+    g = down(dinp, (size_t)N * C * 4);
+    ref_gemm_nt(ref, bnd, dy, wt, NULL, N, OC, C);
+    snprintf(name, sizeof name, "%s backward dinp", k);
+    check_gemm(name, g, ref, bnd, (size_t)N * C); free(g);
+    /* dw (OC,C) = dy^T (OC,N) . a (N,C) = dy^T . (a^T)^T */
+    float *dyt = transpose(dy, N, OC), *at = transpose(a, N, C);
+    g = down(dwt, (size_t)OC * C * 4);
+    ref_gemm_nt(ref, bnd, dyt, at, NULL, OC, N, C);
+    snprintf(name, sizeof name, "%s backward dweight", k);
+    check_gemm(name, g, ref, bnd, (size_t)OC * C); free(g);
+    float *ones = malloc(N * 4);
+    for (int i = 0; i < N; i++) ones[i] = 1;
+    g = down(dbias, OC * 4);
+    ref_gemm_nt(ref, bnd, dyt, ones, NULL, OC, N, 1);
+    snprintf(name, sizeof name, "%s backward dbias (double sum)", k);
+    {
+        float *r = malloc(OC * 4);
+        for (int o = 0; o < OC; o++) r[o] = (float)ref[o];
+        close_to(name, g, r, OC, 1e-6, 1e-6);
+        free(r);
+    }
+    free(g); free(ones); free(wt); free(dyt); free(at);
+    free(a); free(w); free(b); free(dy); free(ref); free(bnd);
+    dv->free(da); dv->free(dw); dv->free(ddy); dv->free(db);
+    dv->free(dout); dv->free(dinp); dv->free(dwt); dv->free(dbias);
+}
+static void t_matmul_all(void)
+{
+    t_matmul(0, 67, 771, 130);
+    t_matmul(0, 128, 768, 2304);
+    t_matmul(1, 67, 771, 130);
+    t_matmul(1, 128, 768, 3072);
+}
+
+/* errors come back as codes with file:line, never exit */
+static void t_errors(void)
+{
+    void *p = NULL;
+    int rc = dv->alloc(&p, (size_t)1 << 52);
+    ct_check(rc == ZT_ENOMEM, "alloc of 4 PiB: ZT_ENOMEM", "rc %d", rc);
+    dv->zero((void *)(uintptr_t)0x10, 64);             /* not a device pointer */
+    rc = dv->sync();
+    ct_check(rc == ZT_EIO && strstr(zt_last_error(), "device_cuda.c:") != NULL,
+             "a failed CUDA call surfaces at sync with file:line", "rc %d: %s", rc, zt_last_error());
+    rc = dv->sync();
+    ct_check(rc == ZT_OK, "the kept error is reported once; the device still works", "rc %d: %s",
+             rc, zt_last_error());
+}
+
+static void (*const tests[])(void) = {
+    t_elementwise, t_casts, t_gelu, t_layernorm, t_encoder, t_xent, t_adamw, t_sums,
+    t_randn, t_matmul_all, t_errors,
+};
+#define NTESTS (int)(sizeof tests / sizeof tests[0])
+
+int main(void)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        printf("cuda: no GPU here, %d tests skipped (%s)\n", NTESTS,
+               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 0;
+    }
+    if (zt_cuda_init() != ZT_OK) { printf("FAIL zt_cuda_init: %s\n", zt_last_error()); return 1; }
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+        printf("cuda: %s, sm_%d%d\n", prop.name, prop.major, prop.minor);
+    ct_seed(1234);
+    for (int i = 0; i < NTESTS; i++) tests[i]();
+    return ct_summary();
+}
