@@ -15,7 +15,11 @@
  *    double-precision loop, not the CPU GEMM: |err| <= K * 2^-23 * sum|a*b|
  *    per element (twice the classic gamma_K bound of an fp32 dot product of
  *    any order) -- TF32 would break it;
- *  - GELU (tanhf against the CPU's tanh_fast): 1e-6 + 1e-5 |x|;
+ *  - GELU (tanhf against the CPU's tanh_fast, ~1e-7 absolute): forward
+ *    1e-6 + 1e-5 |x|; backward 5e-6 + 1e-5 |x| (dout in [-1,1]): gelu' =
+ *    left + right cancels near x = -0.75 and d(gelu')/d(tanh) reaches ~30
+ *    on [-6,6], so tanh's 1e-7 shows as up to ~3e-6 absolute (1.1e-6 seen
+ *    on an H200);
  *  - layernorm, cross-entropy (sums in another order; expf): 1e-5 + 1e-5 |x|,
  *    the weight gradients (N-row sums) 1e-5 + 1e-4 |x|;
  *  - embedding backward: 1e-6 + 1e-6 |x| (same order; exact in practice).
@@ -135,7 +139,7 @@ static void t_gelu(void)
     if (!synced("gelu")) return;
     float *go = down(dout, n * 4), *gg = down(dd, n * 4);
     close_to("gelu forward (1e-6 + 1e-5|x|)", go, o, n, 1e-6, 1e-5);
-    close_to("gelu backward, dinp aliasing dout", gg, g, n, 1e-6, 1e-5);
+    close_to("gelu backward, dinp aliasing dout", gg, g, n, 5e-6, 1e-5);
     free(x); free(d); free(o); free(g); free(go); free(gg);
     dv->free(dx); dv->free(dd); dv->free(dout);
 }
