@@ -188,6 +188,10 @@ describe("checkpoints", function()
     local bad, brc = util.sh(("build/ztrain export %s/nowhere %s.x"):format(dir, hf))
     assert.are.equal(1, brc, bad)
     assert.matches("is neither a checkpoint", bad, 1, true)
+    -- an export replaces nothing: a directory that holds anything is refused, untouched
+    local again, arc = util.sh(("build/ztrain export %s/checkpoints %s"):format(dir, hf))
+    assert.are.equal(1, arc, again)
+    assert.matches("is not empty (it holds", again, 1, true)
     util.rm(dir); util.rm(hf)
   end)
 
@@ -229,6 +233,36 @@ describe("checkpoints", function()
     it("something that is not a checkpoint", function()
       refused(function(d) util.sh("rm " .. d .. "/manifest.json") end, nil, "is neither a checkpoint")
     end)
+    it("a checkpoint of another tokenizer with the same vocabulary size", function()
+      -- saved with bytes at model.vocab_size=300; resumed with a 270-token BPE at 300
+      local d = util.outdir()
+      run("--nproc 2 recipes/zero3.lua train.steps=2 train.ckpt_every=2", d, nil, "model.vocab_size=300")
+      local out, rc = util.sh(("timeout 60 build/ztrain --nproc 2 recipes/zero3.lua train.steps=3 %s " ..
+        "model.vocab_size=300 data.tokenizer=bpe:spec/fixtures/bpe/tiny resume=%s/checkpoints out=%s")
+        :format(BASE, d, util.outdir()))
+      assert.are.equal(1, rc, out)
+      assert.matches('was trained with data.tokenizer = "bytes", this run uses "bpe:spec/fixtures/bpe/tiny"', out, 1, true)
+      util.rm(d)
+    end)
+    it("a checkpoint at or past train.steps", function()
+      refused(function() end, "train.steps=2", "is at step 2 and train.steps is 2: nothing is left to train")
+    end)
+  end)
+
+  it("a checkpoint directory that cannot be written stops the run before it trains, saying why", function()
+    local mnt = util.tmpdir()
+    local _, mrc = util.sh("mount -t tmpfs -o size=1m,ro tmpfs " .. mnt)
+    if mrc ~= 0 then pending("cannot mount a read-only tmpfs here (needs root)"); return end
+    local dir = util.outdir()
+    local out, rc = util.sh(("timeout 60 build/ztrain recipes/single.lua train.steps=3 train.ckpt_every=1 " ..
+                             "train.ckpt_dir=%s/ck %s out=%s"):format(mnt, BASE, dir))
+    util.sh("umount " .. mnt)
+    assert.are.equal(1, rc, out)
+    assert.matches("train.ckpt_dir: cannot create output directory " .. mnt .. "/ck: Read-only file system", out, 1, true)
+    local m = io.open(dir .. "/metrics.jsonl")
+    assert.is_true(m == nil or m:read("*a") == "", "no step was trained")
+    if m then m:close() end
+    util.rm(mnt); util.rm(dir)
   end)
 
   it("a full disk while writing: a clear error, the previous checkpoint and latest intact", function()

@@ -287,7 +287,8 @@ function M.resolve(path)
     fail(("checkpoint: %s/latest names %q, which is not a complete checkpoint"):format(path, tostring(name)))
   end
   fail(("checkpoint: %s is neither a checkpoint (no manifest.json) nor a checkpoint directory with a " ..
-        "`latest` file"):format(path))
+        "`latest` file; resume=latest reads OUT/checkpoints (or train.ckpt_dir) of the run to continue: give " ..
+        "that run's out=, and train.ckpt_every > 0 writes checkpoints"):format(path))
 end
 
 local function decode(path, text)
@@ -457,6 +458,17 @@ function M.load_run(tr, path)
             "model has %d, %d, %d and %d (model.size, model.vocab_size or data.tokenizer differ)"):format(ck.dir,
             tostring(saved.L), tostring(saved.C), tostring(saved.NH), tostring(saved.V), mine.L, mine.C, mine.NH,
             mine.V))
+    end
+    -- the same tokenizer: the embedding's rows mean the same tokens
+    local tok = type(tr.recipe.data.tokenizer) == "string" and tr.recipe.data.tokenizer or nil
+    local saved_tok = man.data and man.data.tokenizer
+    if tok and saved_tok and tok ~= saved_tok then
+      fail(("checkpoint %s was trained with data.tokenizer = %q, this run uses %q: its embedding rows " ..
+            "stand for other tokens; set data.tokenizer=%s"):format(ck.dir, saved_tok, tok, saved_tok))
+    end
+    if man.step >= tr.recipe.train.steps then
+      fail(("checkpoint %s is at step %d and train.steps is %d: nothing is left to train; raise train.steps")
+           :format(ck.dir, man.step, tr.recipe.train.steps))
     end
     tr:import_state(ck.read, man.step)
     tr.optim.t = man.optim and man.optim.t or man.step

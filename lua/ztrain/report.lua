@@ -7,6 +7,8 @@ local cjson = require "cjson"
 local memory = require "ztrain.memory"
 local libc = require "ztrain.libc"
 
+local ffi_string = require("ffi").string
+
 local M = {}
 cjson.encode_number_precision(14)
 cjson.encode_invalid_numbers("null")       -- a diverged loss is written as null
@@ -15,13 +17,21 @@ cjson.encode_sparse_array(true)
 -- mkdir -p; returns true or nil, err.
 function M.mkdirs(path)
   local acc = path:sub(1, 1) == "/" and "/" or ""
+  local mkerr
   for part in path:gmatch("[^/]+") do
     acc = acc .. part
-    libc.mkdir(acc, 493) -- 0755; an existing directory is fine
+    if libc.mkdir(acc, 493) ~= 0 then -- 0755; an existing directory is fine
+      local e = require("ffi").errno()
+      if e ~= 17 then mkerr = ffi_string(libc.strerror(e)) end
+    end
     acc = acc .. "/"
   end
-  local f = io.open(path .. "/.probe", "w")
-  if not f then return nil, ("cannot create output directory %s"):format(path) end
+  local f, err = io.open(path .. "/.probe", "w")
+  if not f then
+    -- the reason (read-only file system, permission denied, a file in the way)
+    local why = mkerr or tostring(err):match(":%s*([^:]+)$") or tostring(err)
+    return nil, ("cannot create output directory %s: %s"):format(path, why)
+  end
   f:close()
   os.remove(path .. "/.probe")
   return true

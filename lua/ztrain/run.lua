@@ -119,6 +119,19 @@ function run(r, opts)
   if lead and not opts.quiet then
     for _, w in ipairs(tr.warnings or {}) do io.stderr:write("ztrain: warning: ", w, "\n") end
   end
+  -- checkpoints go where they can be written: checked before training, not
+  -- after hours of it (every rank stops alike)
+  if r.train.ckpt_every > 0 then
+    local err = ""
+    if lead then
+      local ok, merr = report.mkdirs(ckpt_root)
+      if not ok then err = "train.ckpt_dir: " .. tostring(merr) end
+    end
+    if tr.world_size > 1 then
+      for _, e in ipairs(tr.world:gather_strings(err)) do if e ~= "" then err = e; break end end
+    end
+    if err ~= "" then tr:free(); log:close(); error(errors.all_ranks(err), 0) end
+  end
   local t_train = C.zt_now()
   local okrun, rerr = pcall(function()
     if r.resume ~= "" then

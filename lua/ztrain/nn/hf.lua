@@ -366,6 +366,15 @@ end
 -- check_dir(dir) -> true | nil, err: can an export be written there?
 -- (made if missing; a file of that name, or no write access, fails)
 function M.check_dir(dir)
+  -- an export replaces nothing: a directory that holds anything is refused
+  -- (stale vocab.json or config.json of another model would mix with ours)
+  local g = io.popen(("ls -A %q 2>/dev/null | grep -v '^.ztrain-probe' | head -3"):format(dir))
+  local found = g and g:read("*a") or ""
+  if g then g:close() end
+  if found ~= "" then
+    return nil, ("%s is not empty (it holds %s); export into a new directory, or empty it first: an export " ..
+                 "replaces nothing"):format(dir, (found:gsub("\n$", ""):gsub("\n", ", ")))
+  end
   mkdirs(dir)
   local probe = ("%s/.ztrain-probe-%d"):format(dir, ffi.C.ztrain_st_getpid())
   local f, err = io.open(probe, "wb")
