@@ -58,6 +58,9 @@ describe("checkpoints", function()
     { "zero3", "--nproc 2 recipes/zero3.lua" },
     { "zero3_offload", "--nproc 2 recipes/zero3_offload.lua data.tokenizer=bytes model.size=gpt2-tiny" },
     { "1f1b", "--nproc 2 recipes/pipeline_1f1b.lua model.size=gpt2-tiny" },
+    { "infinity (nvme)", "--nproc 2 recipes/infinity.lua data.tokenizer=bytes" },
+    { "zbv", "--nproc 2 recipes/pipeline_zbv.lua" },
+    { "zero1 bf16", "--nproc 2 recipes/zero1.lua precision=bf16" },
   }
   for _, c in ipairs(CASES) do
     it(c[1] .. ": killed with SIGKILL, resumed from latest, equals the uninterrupted run bit for bit", function()
@@ -91,9 +94,23 @@ describe("checkpoints", function()
       local dir = util.outdir()
       local delay = math.random() * 1.0
       run_and_kill(args, dir, delay)
-      local s1 = run(args .. " resume=latest", dir)
-      assert.are.equal(s0.param_digest, s1.param_digest, ("kill %d after %.2f s"):format(k, delay))
-      if s1.resumed.step < 30 then mid = mid + 1 end
+      -- a run that finished before the kill wrote its summary
+      local finished = io.open(dir .. "/summary.json") and summary(dir)
+      local out, rc = util.sh(("timeout 120 build/ztrain %s %s resume=latest out=%s"):format(args, BASE, dir))
+      if not finished and rc == 1 and out:find("nothing is left to train", 1, true) then
+        -- killed between its last checkpoint (step 30) and its summary: nothing to resume
+        assert.matches("is at step 30", out, 1, true)
+      elseif finished then
+        -- resuming a finished run is refused; its own digest is the uninterrupted one
+        assert.are.equal(1, rc, out)
+        assert.matches("nothing is left to train", out, 1, true)
+        assert.are.equal(s0.param_digest, finished.param_digest, ("kill %d after %.2f s"):format(k, delay))
+      else
+        assert.are.equal(0, rc, out)
+        local s1 = summary(dir)
+        assert.are.equal(s0.param_digest, s1.param_digest, ("kill %d after %.2f s"):format(k, delay))
+        if s1.resumed.step < 30 then mid = mid + 1 end
+      end
       -- no stale temporary directory survives the next save, and at most keep=3 remain
       local ls = util.sh("ls -a " .. dir .. "/checkpoints")
       assert.is_nil(ls:find("%.tmp"), ls)
