@@ -86,17 +86,18 @@ describe("checkpoints", function()
 
   it("SIGKILL at random moments while checkpoints are written: latest always loads and resumes exactly", function()
     local args = "recipes/single.lua model.size=gpt2-mini train.steps=30 train.ckpt_every=1 train.ckpt_keep=3"
+    local M = "data.seq_len=128 batch.micro=8"       -- slow enough that kills land mid-run
     local ref = util.outdir()
-    local s0 = run(args, ref)
+    local s0 = run(args, ref, nil, M)
     math.randomseed(os.time())
     local mid = 0
     for k = 1, 3 do
       local dir = util.outdir()
       local delay = math.random() * 1.0
-      run_and_kill(args, dir, delay)
+      run_and_kill(args, dir, delay, M)
       -- a run that finished before the kill wrote its summary
       local finished = io.open(dir .. "/summary.json") and summary(dir)
-      local out, rc = util.sh(("timeout 120 build/ztrain %s %s resume=latest out=%s"):format(args, BASE, dir))
+      local out, rc = util.sh(("timeout 120 build/ztrain %s %s %s resume=latest out=%s"):format(args, BASE, M, dir))
       if not finished and rc == 1 and out:find("nothing is left to train", 1, true) then
         -- killed between its last checkpoint (step 30) and its summary: nothing to resume
         assert.matches("is at step 30", out, 1, true)
