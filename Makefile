@@ -29,7 +29,7 @@ CTEST_SRC   := $(filter-out spec/c/test_cuda.c,$(wildcard spec/c/test_*.c))
 CTEST_BIN   := $(patsubst spec/c/%.c,$(B)/%,$(CTEST_SRC))
 HEADERS     := $(wildcard runtime/*.h) $(wildcard kernels/cpu/*.h)
 
-.PHONY: all deps test run bench clean ctest spec test-cuda
+.PHONY: all deps test run bench clean ctest spec test-cuda cuda-check
 all: $(B)/libztrain.so $(B)/ztrain
 
 # ---- CUDA (only with CUDA=1) ----
@@ -91,8 +91,18 @@ $(B)/test_%: spec/c/test_%.c $(LIB_OBJ) $(wildcard spec/c/*.h)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< $(LIB_OBJ) $(LIBS)
 
 # All C tests and busted specs; the last line is "N passed, N failed".
+# Where nvcc is present, first the CUDA backend is compiled and linked into
+# build-cuda/ and its test run (it skips with one line without a GPU); a
+# CUDA build or test failure fails `make test` after the summary.
 test: deps all $(CTEST_BIN)
-	@sh tools/run_tests.sh $(CTEST_BIN)
+	@cuda_rc=0; if [ -x "$(NVCC)" ]; then \
+	  echo "== CUDA backend (nvcc found): make test-cuda into build-cuda/"; \
+	  out=$$($(MAKE) --no-print-directory -s test-cuda 2>&1); cuda_rc=$$?; \
+	  echo "$$out" | grep -v '^ok '; \
+	  [ $$cuda_rc -eq 0 ] || echo "make test-cuda FAILED (exit $$cuda_rc)"; \
+	fi; \
+	sh tools/run_tests.sh $(CTEST_BIN); st=$$?; \
+	[ $$cuda_rc -eq 0 ] || st=1; exit $$st
 
 run: deps all
 	$(B)/ztrain recipes/zero3_offload.lua $(ARGS)
@@ -113,4 +123,4 @@ $(B)/bench_aio: tools/bench_aio.c $(LIB_OBJ)
 	$(CC) $(CFLAGS) -Iruntime -o $@ $< $(LIB_OBJ) $(LIBS)
 
 clean:
-	rm -rf $(B)
+	rm -rf $(B) build-cuda
