@@ -16,8 +16,8 @@
  * zt_device_sync -- like CUDA's own asynchronous errors. The library
  * never exits.
  *
- * Not on CUDA yet: attention (forward, backward, decode) -- the entries are
- * NULL and ops.c answers "not implemented on the cuda device yet".
+ * Not on CUDA yet: attention_decode (the KV-cache generation path) -- its
+ * entry is NULL and ops.c answers that it is not available on this device.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -307,6 +307,23 @@ static double cuda_sum(const float *x, size_t n)
     return total;
 }
 
+static void cuda_attention_forward(float *out, float *lse, const float *qkv,
+                                   int B, int T, int C, int NH)
+{
+    KC_NOTE(zkc_attention_forward(cu_stream, out, lse, qkv, B, T, C, NH));
+}
+
+/* D = rowsum(dout * out) (B*NH*T floats) lives in the scratch buffer */
+static void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                    const float *out, const float *lse, int B, int T, int C, int NH)
+{
+    size_t rows = (size_t)B * NH * T;
+    int rc = scratch(rows / 2 + 1);
+    if (rc != ZT_OK) { note(rc); return; }
+    KC_NOTE(zkc_attention_backward(cu_stream, dqkv, dout, qkv, out, lse, B, T, C, NH,
+                                   (float *)cu_scratch));
+}
+
 /* Initialization only: the CPU generator on the host, then one upload --
  * the same parameters on both backends, bit for bit. */
 static void cuda_randn(float *x, size_t n, uint64_t seed, uint64_t stream, float mean, float std)
@@ -341,9 +358,9 @@ const zt_device_ops zt_cuda_device = {
     .matmul_backward = cuda_matmul_backward,
     .matmul_bf16_forward = cuda_matmul_bf16_forward,
     .matmul_bf16_backward = cuda_matmul_bf16_backward,
-    .attention_forward = NULL,      /* not yet: ops.c says so */
-    .attention_backward = NULL,
-    .attention_decode = NULL,
+    .attention_forward = cuda_attention_forward,
+    .attention_backward = cuda_attention_backward,
+    .attention_decode = NULL,       /* not yet: ops.c says so */
     .gelu_forward = cuda_gelu_forward,
     .gelu_backward = cuda_gelu_backward,
     .crossentropy = cuda_crossentropy,

@@ -95,6 +95,16 @@ int zkc_matmul_bf16_backward(cublasHandle_t h, cudaStream_t s, float *dinp, floa
                              const uint16_t *w, int N, int C, int OC);
 #define ZKC_LAUNCH_BASE 1000
 
+/* ---- attention.cu: causal self-attention, layouts of zk_attention_*; head
+ * size C/NH <= 256 (else cudaErrorInvalidValue). Online softmax, no (T,T)
+ * buffer; backward deterministic (one owner per output row). scratch: a
+ * device array of B*NH*T floats. Plain, not fast (see the file). ---- */
+int zkc_attention_forward(cudaStream_t s, float *out, float *lse, const float *qkv,
+                          int B, int T, int C, int NH);
+int zkc_attention_backward(cudaStream_t s, float *dqkv, const float *dout, const float *qkv,
+                           const float *out, const float *lse, int B, int T, int C, int NH,
+                           float *scratch);
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,7 +22,10 @@
  *    on an H200);
  *  - layernorm, cross-entropy (sums in another order; expf): 1e-5 + 1e-5 |x|,
  *    the weight gradients (N-row sums) 1e-5 + 1e-4 |x|;
- *  - embedding backward: 1e-6 + 1e-6 |x| (same order; exact in practice).
+ *  - embedding backward: 1e-6 + 1e-6 |x| (same order; exact in practice);
+ *  - attention (online softmax over single keys against the CPU's key
+ *    tiles, expf): out 1e-5 + 1e-4 |x|, lse 1e-5 + 1e-5 |x|, dqkv
+ *    1e-5 + 1e-3 |x| (sums of T products with cancellation).
  */
 #include <cuda_runtime_api.h>
 #include "ctest.h"
@@ -387,6 +390,37 @@ static void t_matmul_all(void)
     t_matmul(1, 128, 768, 3072);
 }
 
+static void t_attention(int B, int T, int C, int NH)
+{
+    char name[128];
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1);
+    float *o = malloc(no * 4), *l = malloc(nl * 4), *dq = malloc(nq * 4);
+    zk_attention_forward(o, l, qkv, B, T, C, NH);
+    zk_attention_backward(dq, dy, qkv, o, l, B, T, C, NH);
+    float *d_qkv = up(qkv, nq * 4), *d_dy = up(dy, no * 4), *d_o = NULL, *d_l = NULL, *d_dq = NULL;
+    dv->alloc((void **)&d_o, no * 4); dv->alloc((void **)&d_l, nl * 4); dv->alloc((void **)&d_dq, nq * 4);
+    dv->attention_forward(d_o, d_l, d_qkv, B, T, C, NH);
+    dv->attention_backward(d_dq, d_dy, d_qkv, d_o, d_l, B, T, C, NH);
+    snprintf(name, sizeof name, "attention B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    if (!synced(name)) return;
+    float *go = down(d_o, no * 4), *gl = down(d_l, nl * 4), *gq = down(d_dq, nq * 4);
+    snprintf(name, sizeof name, "attention forward out, T=%d hs=%d", T, C / NH);
+    close_to(name, go, o, no, 1e-5, 1e-4);
+    snprintf(name, sizeof name, "attention forward lse, T=%d", T);
+    close_to(name, gl, l, nl, 1e-5, 1e-5);
+    snprintf(name, sizeof name, "attention backward dqkv, T=%d", T);
+    close_to(name, gq, dq, nq, 1e-5, 1e-3);
+    free(qkv); free(dy); free(o); free(l); free(dq); free(go); free(gl); free(gq);
+    dv->free(d_qkv); dv->free(d_dy); dv->free(d_o); dv->free(d_l); dv->free(d_dq);
+}
+static void t_attention_all(void)
+{
+    t_attention(2, 67, 96, 3);      /* hs 32 */
+    t_attention(1, 130, 192, 3);    /* hs 64, T over a CPU key tile */
+    t_attention(2, 33, 120, 3);     /* hs 40: lanes past the head */
+}
+
 /* errors come back as codes with file:line, never exit */
 static void t_errors(void)
 {
@@ -404,7 +438,7 @@ static void t_errors(void)
 
 static void (*const tests[])(void) = {
     t_elementwise, t_casts, t_gelu, t_layernorm, t_encoder, t_xent, t_adamw, t_sums,
-    t_randn, t_matmul_all, t_errors,
+    t_randn, t_matmul_all, t_attention_all, t_errors,
 };
 #define NTESTS (int)(sizeof tests / sizeof tests[0])
 
