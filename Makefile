@@ -29,7 +29,7 @@ CTEST_SRC   := $(filter-out spec/c/test_cuda.c,$(wildcard spec/c/test_*.c))
 CTEST_BIN   := $(patsubst spec/c/%.c,$(B)/%,$(CTEST_SRC))
 HEADERS     := $(wildcard runtime/*.h) $(wildcard kernels/cpu/*.h)
 
-.PHONY: all deps test run bench clean ctest spec test-cuda cuda-check
+.PHONY: all deps test run bench clean ctest spec test-cuda cuda-check bench-cuda
 all: $(B)/libztrain.so $(B)/ztrain
 
 # ---- CUDA (only with CUDA=1) ----
@@ -63,6 +63,13 @@ CUDA_TEST_OBJ := $(CUDA_OBJ) $(B)/obj/runtime/error.o \
 $(B)/test_cuda: spec/c/test_cuda.c $(CUDA_TEST_OBJ) spec/c/ctest.h
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< \
 	    $(CUDA_TEST_OBJ) $(CUDA_LIBS) -lm -lpthread
+
+# The CUDA ops at GPT-2 124M shapes, ms per call (needs a GPU).
+$(B)/bench_cuda: tools/bench_cuda.c $(CUDA_TEST_OBJ)
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Iruntime -o $@ $< $(CUDA_TEST_OBJ) $(CUDA_LIBS) -lm -lpthread
+bench-cuda:
+	$(MAKE) CUDA=1 B=build-cuda build-cuda/bench_cuda
+	build-cuda/bench_cuda
 
 # Builds into build-cuda/ (not build/) and runs the GPU test; "skipped" where
 # no GPU is visible. cuda-check: the test alone (no MPI/libuv/OpenBLAS/LuaJIT).
