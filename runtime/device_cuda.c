@@ -4,9 +4,12 @@
  *
  * One GPU per process (the current device: CUDA_VISIBLE_DEVICES or
  * cudaSetDevice before zt_device_init picks it), one non-blocking compute
- * stream, one cuBLAS handle on it. Ops are asynchronous on that stream;
+ * stream, one cuBLAS handle. Every op launches on the calling thread's
+ * current stream (zt_cuda_set_stream; the compute stream until set), the
+ * cuBLAS handle bound to it per call. Ops are asynchronous on that stream;
  * copies that touch host memory, and ops that return a count (token ids
- * outside the vocabulary) or host values (sums), wait for it.
+ * outside the vocabulary) or host values (sums), wait for it. More streams
+ * (copy, comm), events and asynchronous copies: cuda.h.
  *
  * Errors. Every CUDA and cuBLAS status is checked, and every launcher
  * returns cudaGetLastError() after its launches; a failure becomes
@@ -24,7 +27,9 @@
 #include <string.h>
 #include <cuda_runtime_api.h>
 #include <cublas_v2.h>
+#include <pthread.h>
 #include "internal.h"
+#include "cuda.h"
 #include "../kernels/cpu/kernels.h"
 #include "../kernels/cuda/kernels.cuh"
 
@@ -35,6 +40,20 @@ static double *cu_scratch;        /* device: block partials of sum/sumsq */
 static size_t cu_scratch_n;
 static int cu_ready;
 static int cu_pending;            /* first error of a void op, not yet returned */
+
+/* The calling thread's current stream (zt_cuda_set_stream); 0: cu_stream. */
+static _Thread_local cudaStream_t cu_cur;
+#define S() (cu_cur ? cu_cur : cu_stream)
+
+/* Shared by every stream: the cuBLAS handle (bound to the caller's stream
+ * per call), the bad-id flag and the scratch buffer. cu_lock serialises the
+ * host side of their use across threads; scratch_user + scratch_ev order
+ * the device side across streams: the next stream to use the scratch
+ * waits for the last one's work on it (a sum on the compute stream after an
+ * attention backward on another stream must not overwrite its D rows). */
+static pthread_mutex_t cu_lock = PTHREAD_MUTEX_INITIALIZER;
+static cudaEvent_t scratch_ev;
+static cudaStream_t scratch_user;
 
 static int cu_err(const char *file, int line, const char *call, cudaError_t e)
 {
@@ -91,13 +110,14 @@ int zt_cuda_init(void)
     st = cublasSetStream(cu_blas, cu_stream);
     if (st != CUBLAS_STATUS_SUCCESS) return blas_err(__FILE__, __LINE__, "cublasSetStream", st);
     CU(cudaMalloc((void **)&cu_flag, sizeof(int)));
+    CU(cudaEventCreateWithFlags(&scratch_ev, cudaEventDisableTiming));
     cu_ready = 1;
     return ZT_OK;
 }
 
 static int cuda_sync(void)
 {
-    CU(cudaStreamSynchronize(cu_stream));
+    CU(cudaStreamSynchronize(S()));
     return take_pending();
 }
 
@@ -113,7 +133,7 @@ static int cuda_alloc(void **out, size_t nbytes)
 
 static void cuda_free(void *p) { if (p) CU_NOTE(cudaFree(p)); }
 
-static void cuda_zero(void *p, size_t nbytes) { CU_NOTE(cudaMemsetAsync(p, 0, nbytes, cu_stream)); }
+static void cuda_zero(void *p, size_t nbytes) { CU_NOTE(cudaMemsetAsync(p, 0, nbytes, S())); }
 
 static int on_device(const void *p)
 {
@@ -129,35 +149,35 @@ static int on_device(const void *p)
 static void cuda_copy(void *dst, const void *src, size_t nbytes)
 {
     if (nbytes == 0) return;
-    CU_NOTE(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, cu_stream));
-    if (!on_device(dst) || !on_device(src)) CU_NOTE(cudaStreamSynchronize(cu_stream));
+    CU_NOTE(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, S()));
+    if (!on_device(dst) || !on_device(src)) CU_NOTE(cudaStreamSynchronize(S()));
 }
 
-static void cuda_fill(float *x, float v, size_t n) { KC_NOTE(zkc_fill(cu_stream, x, v, n)); }
-static void cuda_scale(float *x, float a, size_t n) { KC_NOTE(zkc_scale(cu_stream, x, a, n)); }
-static void cuda_axpy(float *y, float a, const float *x, size_t n) { KC_NOTE(zkc_axpy(cu_stream, y, a, x, n)); }
-static void cuda_add(float *y, const float *x, size_t n) { KC_NOTE(zkc_add(cu_stream, y, x, n)); }
-static void cuda_add3(float *o, const float *a, const float *b, size_t n) { KC_NOTE(zkc_add3(cu_stream, o, a, b, n)); }
+static void cuda_fill(float *x, float v, size_t n) { KC_NOTE(zkc_fill(S(), x, v, n)); }
+static void cuda_scale(float *x, float a, size_t n) { KC_NOTE(zkc_scale(S(), x, a, n)); }
+static void cuda_axpy(float *y, float a, const float *x, size_t n) { KC_NOTE(zkc_axpy(S(), y, a, x, n)); }
+static void cuda_add(float *y, const float *x, size_t n) { KC_NOTE(zkc_add(S(), y, x, n)); }
+static void cuda_add3(float *o, const float *a, const float *b, size_t n) { KC_NOTE(zkc_add3(S(), o, a, b, n)); }
 
 static void cuda_cast(void *dst, int dd, const void *src, int sd, size_t n)
 {
     if (dd == sd) {
         size_t es = dd == ZT_F32 || dd == ZT_I32 ? 4 : 2;
         cuda_copy(dst, src, n * es);
-    } else if (sd == ZT_F32 && dd == ZT_BF16) KC_NOTE(zkc_cast_f32_bf16(cu_stream, dst, src, n));
-    else if (sd == ZT_BF16 && dd == ZT_F32) KC_NOTE(zkc_cast_bf16_f32(cu_stream, dst, src, n));
-    else if (sd == ZT_F32 && dd == ZT_F16) KC_NOTE(zkc_cast_f32_f16(cu_stream, dst, src, n));
-    else if (sd == ZT_F16 && dd == ZT_F32) KC_NOTE(zkc_cast_f16_f32(cu_stream, dst, src, n));
+    } else if (sd == ZT_F32 && dd == ZT_BF16) KC_NOTE(zkc_cast_f32_bf16(S(), dst, src, n));
+    else if (sd == ZT_BF16 && dd == ZT_F32) KC_NOTE(zkc_cast_bf16_f32(S(), dst, src, n));
+    else if (sd == ZT_F32 && dd == ZT_F16) KC_NOTE(zkc_cast_f32_f16(S(), dst, src, n));
+    else if (sd == ZT_F16 && dd == ZT_F32) KC_NOTE(zkc_cast_f16_f32(S(), dst, src, n));
 }
 
 /* Count of bad ids: zero the device flag, run, read it back (waits). A
  * CUDA failure returns its (negative) error code instead. */
-static int flag_reset(void) { CU(cudaMemsetAsync(cu_flag, 0, sizeof(int), cu_stream)); return ZT_OK; }
+static int flag_reset(void) { CU(cudaMemsetAsync(cu_flag, 0, sizeof(int), S())); return ZT_OK; }
 static int flag_read(void)
 {
     int bad = 0;
-    CU(cudaMemcpyAsync(&bad, cu_flag, sizeof(int), cudaMemcpyDeviceToHost, cu_stream));
-    CU(cudaStreamSynchronize(cu_stream));
+    CU(cudaMemcpyAsync(&bad, cu_flag, sizeof(int), cudaMemcpyDeviceToHost, S()));
+    CU(cudaStreamSynchronize(S()));
     return bad;
 }
 
@@ -165,41 +185,55 @@ static int cuda_encoder_forward(float *out, const int32_t *tok, const float *wte
                                 const float *wpe, int B, int T, int C, int V)
 {
     ZT_TRY(take_pending());
-    ZT_TRY(flag_reset());
-    KC(zkc_encoder_forward(cu_stream, out, tok, wte, wpe, B, T, C, V, cu_flag));
-    return flag_read();
+    pthread_mutex_lock(&cu_lock);      /* one flag for every stream and thread */
+    int rc = flag_reset();
+    if (rc == ZT_OK) {
+        int e = zkc_encoder_forward(S(), out, tok, wte, wpe, B, T, C, V, cu_flag);
+        rc = e ? cu_err(__FILE__, __LINE__, "zkc_encoder_forward", (cudaError_t)e) : flag_read();
+    }
+    pthread_mutex_unlock(&cu_lock);
+    return rc;
 }
 
 static int cuda_encoder_backward(float *dwte, float *dwpe, const float *dout,
                                  const int32_t *tok, int B, int T, int C, int V)
 {
     ZT_TRY(take_pending());
-    ZT_TRY(flag_reset());
-    KC(zkc_encoder_backward(cu_stream, dwte, dwpe, dout, tok, B, T, C, V, cu_flag));
-    return flag_read();
+    pthread_mutex_lock(&cu_lock);      /* one flag for every stream and thread */
+    int rc = flag_reset();
+    if (rc == ZT_OK) {
+        int e = zkc_encoder_backward(S(), dwte, dwpe, dout, tok, B, T, C, V, cu_flag);
+        rc = e ? cu_err(__FILE__, __LINE__, "zkc_encoder_backward", (cudaError_t)e) : flag_read();
+    }
+    pthread_mutex_unlock(&cu_lock);
+    return rc;
 }
 
 static void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                                    const float *w, const float *b, int N, int C)
 {
-    KC_NOTE(zkc_layernorm_forward(cu_stream, out, mean, rstd, inp, w, b, N, C));
+    KC_NOTE(zkc_layernorm_forward(S(), out, mean, rstd, inp, w, b, N, C));
 }
 
 static void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                                     const float *inp, const float *w, const float *mean,
                                     const float *rstd, int N, int C)
 {
-    KC_NOTE(zkc_layernorm_backward(cu_stream, dinp, dw, db, dout, inp, w, mean, rstd, N, C));
+    KC_NOTE(zkc_layernorm_backward(S(), dinp, dw, db, dout, inp, w, mean, rstd, N, C));
 }
 
-#define BLAS(call) do { int st_ = (call); \
+/* One cuBLAS handle: zkc_matmul_* bind it to the caller's stream
+ * (cublasSetStream) and launch under cu_lock, so two threads on two
+ * streams never race on the binding. */
+#define BLAS(call) do { pthread_mutex_lock(&cu_lock); int st_ = (call); \
+    pthread_mutex_unlock(&cu_lock); \
     if (st_ != 0) return blas_err(__FILE__, __LINE__, #call, st_); } while (0)
 
 static int cuda_matmul_forward(float *out, const float *inp, const float *w, const float *b,
                                int N, int C, int OC)
 {
     ZT_TRY(take_pending());
-    BLAS(zkc_matmul_forward(cu_blas, cu_stream, out, inp, w, b, N, C, OC));
+    BLAS(zkc_matmul_forward(cu_blas, S(), out, inp, w, b, N, C, OC));
     return ZT_OK;
 }
 
@@ -207,7 +241,7 @@ static int cuda_matmul_backward(float *dinp, float *dw, float *db, const float *
                                 const float *inp, const float *w, int N, int C, int OC)
 {
     ZT_TRY(take_pending());
-    BLAS(zkc_matmul_backward(cu_blas, cu_stream, dinp, dw, db, dout, inp, w, N, C, OC));
+    BLAS(zkc_matmul_backward(cu_blas, S(), dinp, dw, db, dout, inp, w, N, C, OC));
     return ZT_OK;
 }
 
@@ -215,7 +249,7 @@ static int cuda_matmul_bf16_forward(float *out, const uint16_t *inp, const uint1
                                     const float *b, int N, int C, int OC)
 {
     ZT_TRY(take_pending());
-    BLAS(zkc_matmul_bf16_forward(cu_blas, cu_stream, out, inp, w, b, N, C, OC));
+    BLAS(zkc_matmul_bf16_forward(cu_blas, S(), out, inp, w, b, N, C, OC));
     return ZT_OK;
 }
 
@@ -223,38 +257,49 @@ static int cuda_matmul_bf16_backward(float *dinp, float *dw, float *db, const ui
                                      const uint16_t *inp, const uint16_t *w, int N, int C, int OC)
 {
     ZT_TRY(take_pending());
-    BLAS(zkc_matmul_bf16_backward(cu_blas, cu_stream, dinp, dw, db, dout, inp, w, N, C, OC));
+    BLAS(zkc_matmul_bf16_backward(cu_blas, S(), dinp, dw, db, dout, inp, w, N, C, OC));
     return ZT_OK;
 }
 
 static void cuda_gelu_forward(float *out, const float *inp, size_t n)
 {
-    KC_NOTE(zkc_gelu_forward(cu_stream, out, inp, n));
+    KC_NOTE(zkc_gelu_forward(S(), out, inp, n));
 }
 
 static void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 {
-    KC_NOTE(zkc_gelu_backward(cu_stream, dinp, inp, dout, n));
+    KC_NOTE(zkc_gelu_backward(S(), dinp, inp, dout, n));
 }
 
 static int cuda_crossentropy(float *losses, float *dlogits, const float *logits,
                              const int32_t *targets, int N, int V, float dscale)
 {
     ZT_TRY(take_pending());
-    ZT_TRY(flag_reset());
-    KC(zkc_crossentropy(cu_stream, losses, dlogits, logits, targets, N, V, dscale, cu_flag));
-    return flag_read();
+    pthread_mutex_lock(&cu_lock);      /* one flag for every stream and thread */
+    int rc = flag_reset();
+    if (rc == ZT_OK) {
+        int e = zkc_crossentropy(S(), losses, dlogits, logits, targets, N, V, dscale, cu_flag);
+        rc = e ? cu_err(__FILE__, __LINE__, "zkc_crossentropy", (cudaError_t)e) : flag_read();
+    }
+    pthread_mutex_unlock(&cu_lock);
+    return rc;
 }
 
 static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
                        float b1, float b2, float eps, float wd, float gscale, int t)
 {
-    KC_NOTE(zkc_adamw(cu_stream, p, g, m, v, n, lr, b1, b2, eps, wd, gscale, t));
+    KC_NOTE(zkc_adamw(S(), p, g, m, v, n, lr, b1, b2, eps, wd, gscale, t));
 }
 
-/* nb doubles of device scratch for block partials (kept, grown) */
+/* nb doubles of device scratch for block partials (kept, grown), for use
+ * on S(); cu_lock held. */
 static int scratch(size_t nb)
 {
+    if (scratch_user && scratch_user != S()) {   /* the last user's work on it first */
+        CU(cudaEventRecord(scratch_ev, scratch_user));
+        CU(cudaStreamWaitEvent(S(), scratch_ev, 0));
+    }
+    scratch_user = S();
     if (nb <= cu_scratch_n) return ZT_OK;
     if (cu_scratch) CU(cudaFree(cu_scratch));
     cu_scratch = NULL;
@@ -270,16 +315,18 @@ static int sumsq_blocks(double *partials, const float *x, size_t n)
     size_t nb = (n + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
     if (nb == 0) return ZT_OK;
     ZT_TRY(scratch(nb));
-    KC(zkc_sumsq_blocks(cu_stream, cu_scratch, x, n));
+    KC(zkc_sumsq_blocks(S(), cu_scratch, x, n));
     CU(cudaMemcpyAsync(partials, cu_scratch, nb * sizeof(double), cudaMemcpyDeviceToHost,
-                       cu_stream));
-    CU(cudaStreamSynchronize(cu_stream));
+                       S()));
+    CU(cudaStreamSynchronize(S()));
     return ZT_OK;
 }
 
 static void cuda_sumsq_blocks(double *partials, const float *x, size_t n)
 {
+    pthread_mutex_lock(&cu_lock);
     note(sumsq_blocks(partials, x, n));
+    pthread_mutex_unlock(&cu_lock);
 }
 
 /* zk_sum_f64: block partials, then added in block order from 0.0 */
@@ -291,16 +338,18 @@ static double cuda_sum(const float *x, size_t n)
     if (!part) { note(zt_error(ZT_ENOMEM, "cuda sum: %zu bytes of host memory", nb * 8)); return 0.0; }
     double total = 0.0;
     int rc = ZT_OK;
+    pthread_mutex_lock(&cu_lock);
     if ((rc = scratch(nb)) == ZT_OK) {
-        rc = zkc_sum_blocks(cu_stream, cu_scratch, x, n);
+        rc = zkc_sum_blocks(S(), cu_scratch, x, n);
         if (rc) rc = cu_err(__FILE__, __LINE__, "zkc_sum_blocks", (cudaError_t)rc);
     }
     if (rc == ZT_OK) {
         cudaError_t e = cudaMemcpyAsync(part, cu_scratch, nb * sizeof(double),
-                                        cudaMemcpyDeviceToHost, cu_stream);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(cu_stream);
+                                        cudaMemcpyDeviceToHost, S());
+        if (e == cudaSuccess) e = cudaStreamSynchronize(S());
         if (e != cudaSuccess) rc = cu_err(__FILE__, __LINE__, "cudaMemcpyAsync(partials)", e);
     }
+    pthread_mutex_unlock(&cu_lock);
     if (rc == ZT_OK) for (size_t k = 0; k < nb; k++) total += part[k];
     note(rc);
     free(part);
@@ -310,7 +359,7 @@ static double cuda_sum(const float *x, size_t n)
 static void cuda_attention_forward(float *out, float *lse, const float *qkv,
                                    int B, int T, int C, int NH)
 {
-    KC_NOTE(zkc_attention_forward(cu_stream, out, lse, qkv, B, T, C, NH));
+    KC_NOTE(zkc_attention_forward(S(), out, lse, qkv, B, T, C, NH));
 }
 
 /* D = rowsum(dout * out) (B*NH*T floats) lives in the scratch buffer */
@@ -318,10 +367,13 @@ static void cuda_attention_backward(float *dqkv, const float *dout, const float 
                                     const float *out, const float *lse, int B, int T, int C, int NH)
 {
     size_t rows = (size_t)B * NH * T;
+    pthread_mutex_lock(&cu_lock);
     int rc = scratch(rows / 2 + 1);
-    if (rc != ZT_OK) { note(rc); return; }
-    KC_NOTE(zkc_attention_backward(cu_stream, dqkv, dout, qkv, out, lse, B, T, C, NH,
-                                   (float *)cu_scratch));
+    if (rc == ZT_OK)
+        KC_NOTE(zkc_attention_backward(S(), dqkv, dout, qkv, out, lse, B, T, C, NH,
+                                       (float *)cu_scratch));
+    else note(rc);
+    pthread_mutex_unlock(&cu_lock);
 }
 
 /* Initialization only: the CPU generator on the host, then one upload --
@@ -332,10 +384,133 @@ static void cuda_randn(float *x, size_t n, uint64_t seed, uint64_t stream, float
     float *h = malloc(n * sizeof(float));
     if (!h) { note(zt_error(ZT_ENOMEM, "cuda randn: %zu bytes of host staging", n * 4)); return; }
     zk_randn(h, n, seed, stream, mean, std);
-    CU_NOTE(cudaMemcpyAsync(x, h, n * sizeof(float), cudaMemcpyHostToDevice, cu_stream));
-    CU_NOTE(cudaStreamSynchronize(cu_stream));
+    CU_NOTE(cudaMemcpyAsync(x, h, n * sizeof(float), cudaMemcpyHostToDevice, S()));
+    CU_NOTE(cudaStreamSynchronize(S()));
     free(h);
 }
+
+/* ---- streams, events, pinned host memory (cuda.h) ---------------------------- */
+
+/* Before any of these: the device must be up (zt_device_init("cuda")). */
+#define NEED_INIT(fn) ZT_CHECK(cu_ready, "%s: the CUDA device is not initialised; call " \
+                               "zt_device_init(\"cuda\") first", fn)
+
+int zt_cuda_stream_new(void **out, int kind)
+{
+    ZT_CHECK(out != NULL, "zt_cuda_stream_new: out is NULL");
+    *out = NULL;
+    ZT_CHECK(kind == ZT_STREAM_COMPUTE || kind == ZT_STREAM_COPY || kind == ZT_STREAM_COMM,
+             "zt_cuda_stream_new: unknown stream kind %d (known: ZT_STREAM_COMPUTE, "
+             "ZT_STREAM_COPY, ZT_STREAM_COMM)", kind);
+    NEED_INIT("zt_cuda_stream_new");
+    int lo = 0, hi = 0;                 /* greatest priority is the lowest number */
+    CU(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+    cudaStream_t st;
+    CU(cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking, kind == ZT_STREAM_COMM ? hi : lo));
+    *out = st;
+    return ZT_OK;
+}
+
+void zt_cuda_stream_free(void *s)
+{
+    if (!s || s == (void *)cu_stream) return;
+    cudaStream_t st = s;
+    if (cu_cur == st) cu_cur = NULL;
+    CU_NOTE(cudaStreamSynchronize(st));   /* its work finishes; then nothing names it */
+    pthread_mutex_lock(&cu_lock);
+    if (scratch_user == st) scratch_user = NULL;
+    pthread_mutex_unlock(&cu_lock);
+    CU_NOTE(cudaStreamDestroy(st));
+}
+
+int zt_cuda_stream_sync(void *s)
+{
+    NEED_INIT("zt_cuda_stream_sync");
+    CU(cudaStreamSynchronize(s ? (cudaStream_t)s : S()));
+    return take_pending();
+}
+
+void zt_cuda_set_stream(void *s) { cu_cur = s == (void *)cu_stream ? NULL : (cudaStream_t)s; }
+
+void *zt_cuda_get_stream(void) { return S(); }
+
+int zt_cuda_event_new(void **out, int timing)
+{
+    ZT_CHECK(out != NULL, "zt_cuda_event_new: out is NULL");
+    *out = NULL;
+    NEED_INIT("zt_cuda_event_new");
+    cudaEvent_t e;
+    CU(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
+    *out = e;
+    return ZT_OK;
+}
+
+void zt_cuda_event_free(void *e)
+{
+    if (e) CU_NOTE(cudaEventDestroy((cudaEvent_t)e));   /* CUDA frees it once it completes */
+}
+
+int zt_cuda_event_record(void *e, void *s)
+{
+    ZT_CHECK(e != NULL, "zt_cuda_event_record: event is NULL (freed?)");
+    CU(cudaEventRecord((cudaEvent_t)e, s ? (cudaStream_t)s : S()));
+    return ZT_OK;
+}
+
+int zt_cuda_stream_wait_event(void *s, void *e)
+{
+    ZT_CHECK(e != NULL, "zt_cuda_stream_wait_event: event is NULL (freed?)");
+    NEED_INIT("zt_cuda_stream_wait_event");
+    CU(cudaStreamWaitEvent(s ? (cudaStream_t)s : S(), (cudaEvent_t)e, 0));
+    return ZT_OK;
+}
+
+int zt_cuda_event_sync(void *e)
+{
+    ZT_CHECK(e != NULL, "zt_cuda_event_sync: event is NULL (freed?)");
+    CU(cudaEventSynchronize((cudaEvent_t)e));
+    return take_pending();
+}
+
+int zt_cuda_event_query(void *e, int *done)
+{
+    ZT_CHECK(e != NULL && done != NULL, "zt_cuda_event_query: event or done is NULL");
+    cudaError_t r = cudaEventQuery((cudaEvent_t)e);
+    if (r == cudaErrorNotReady) {
+        /* not an error: make sure the next launcher's cudaGetLastError does
+         * not read it as one */
+        if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+        *done = 0;
+        return ZT_OK;
+    }
+    *done = r == cudaSuccess;
+    CU(r);
+    return ZT_OK;
+}
+
+int zt_cuda_copy_async(void *dst, const void *src, size_t nbytes, void *s)
+{
+    ZT_CHECK(nbytes == 0 || (dst != NULL && src != NULL), "zt_cuda_copy_async: dst or src is NULL");
+    NEED_INIT("zt_cuda_copy_async");
+    if (nbytes == 0) return ZT_OK;
+    CU(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, s ? (cudaStream_t)s : S()));
+    return ZT_OK;
+}
+
+int zt_cuda_host_alloc(void **out, size_t nbytes)
+{
+    ZT_CHECK(out != NULL, "zt_cuda_host_alloc: out is NULL");
+    *out = NULL;
+    NEED_INIT("zt_cuda_host_alloc");
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, nbytes ? nbytes : 64, cudaHostAllocPortable);
+    if (e == cudaErrorMemoryAllocation) { (void)cudaGetLastError(); return ZT_ENOMEM; }
+    CU(e);
+    *out = p;
+    return ZT_OK;
+}
+
+void zt_cuda_host_free(void *p) { if (p) CU_NOTE(cudaFreeHost(p)); }
 
 const zt_device_ops zt_cuda_device = {
     .name = "cuda",

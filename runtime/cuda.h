@@ -1,0 +1,55 @@
+/*
+ * cuda.h -- the CUDA device's streams, events and pinned host memory
+ * (runtime/device_cuda.c; exists only in a `make CUDA=1` build). The Seams
+ * issue's zt_stream_* / zt_event_* / zt_copy_async map onto these when the
+ * CUDA device is active; stream.c keeps its worker-thread model for the CPU.
+ *
+ * Handles are opaque: a stream is a cudaStream_t, an event a cudaEvent_t.
+ * A NULL stream means the calling thread's current stream (see
+ * zt_cuda_set_stream), which is the device's compute stream until set.
+ * Every call returns 0 or an error code with a zt_error message naming the
+ * CUDA call, file and line; nothing here exits.
+ */
+#ifndef ZT_CUDA_H
+#define ZT_CUDA_H
+#include <stddef.h>
+
+int zt_cuda_init(void);
+
+/* A non-blocking stream (no implicit sync with the legacy stream 0). kind:
+ * ZT_STREAM_COMPUTE | ZT_STREAM_COPY | ZT_STREAM_COMM; comm streams get the
+ * device's highest priority, so a collective's kernels are not queued
+ * behind a step's GEMMs. free waits for the stream's work. */
+int zt_cuda_stream_new(void **out, int kind);
+void zt_cuda_stream_free(void *s);
+/* The host waits for everything issued to s so far; then reports the
+ * first kept error of a void op, if any. */
+int zt_cuda_stream_sync(void *s);
+/* Ops (the device table) called by this thread launch on s from now on,
+ * cuBLAS included; NULL: back to the compute stream. Per thread, like
+ * stream.c's current stream. */
+void zt_cuda_set_stream(void *s);
+void *zt_cuda_get_stream(void);
+
+/* Events: timing disabled unless timing != 0 (cheaper record and wait). */
+int zt_cuda_event_new(void **out, int timing);
+void zt_cuda_event_free(void *e);
+int zt_cuda_event_record(void *e, void *s);       /* at this point of s's work */
+int zt_cuda_stream_wait_event(void *s, void *e);  /* s's later work waits (host does not) */
+int zt_cuda_event_sync(void *e);                  /* the host waits */
+int zt_cuda_event_query(void *e, int *done);      /* never blocks; a never-recorded event is done */
+
+/* nbytes from src to dst on s (cudaMemcpyDefault: device or host on either
+ * side), asynchronous: the host must not touch host bytes of the copy
+ * before an event or sync after it. From pageable host memory CUDA stages
+ * the bytes, so the call returns late (device->host: when done) and
+ * nothing overlaps; from pinned memory (zt_cuda_host_alloc) it overlaps
+ * compute on other streams. */
+int zt_cuda_copy_async(void *dst, const void *src, size_t nbytes, void *s);
+
+/* Pinned (page-locked, portable) host memory: page aligned, so it also
+ * serves O_DIRECT. ZT_ENOMEM without a message when CUDA has none. */
+int zt_cuda_host_alloc(void **out, size_t nbytes);
+void zt_cuda_host_free(void *p);
+
+#endif
