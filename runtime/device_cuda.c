@@ -9,7 +9,7 @@
  * cuBLAS handle bound to it per call. Ops are asynchronous on that stream;
  * copies that touch host memory, and ops that return a count (token ids
  * outside the vocabulary) or host values (sums), wait for it. More streams
- * (copy, comm), events and asynchronous copies: cuda.h.
+ * (copy, comm), events and asynchronous copies: cuda_stream.h.
  *
  * Errors. Every CUDA and cuBLAS status is checked, and every launcher
  * returns cudaGetLastError() after its launches; a failure becomes
@@ -29,7 +29,7 @@
 #include <cublas_v2.h>
 #include <pthread.h>
 #include "internal.h"
-#include "cuda.h"
+#include "cuda_stream.h"
 #include "../kernels/cpu/kernels.h"
 #include "../kernels/cuda/kernels.cuh"
 
@@ -389,7 +389,7 @@ static void cuda_randn(float *x, size_t n, uint64_t seed, uint64_t stream, float
     free(h);
 }
 
-/* ---- streams, events, pinned host memory (cuda.h) ---------------------------- */
+/* ---- streams, events, pinned host memory (cuda_stream.h) ---------------------------- */
 
 /* Before any of these: the device must be up (zt_device_init("cuda")). */
 #define NEED_INIT(fn) ZT_CHECK(cu_ready, "%s: the CUDA device is not initialised; call " \

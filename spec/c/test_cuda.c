@@ -31,9 +31,9 @@
 #include "ctest.h"
 #include "internal.h"
 #include "kernels.h"
+#include "cuda_stream.h"
 
 extern const zt_device_ops zt_cuda_device;
-int zt_cuda_init(void);
 static const zt_device_ops *dv = &zt_cuda_device;
 
 /* ---- host <-> device ---- */
@@ -436,9 +436,167 @@ static void t_errors(void)
              rc, zt_last_error());
 }
 
+/* ---- streams and events (cuda_stream.h) ----
+ * Each test makes the stream that must be waited for slow (R launches of
+ * an axpy over a large buffer, tens of ms of GPU work queued in a few ms),
+ * so a missing or misplaced wait gives a wrong result, not a lucky one. */
+enum { BUSY_N = 1 << 22, BUSY_R = 4000 };
+
+/* On the current stream: x[0..n) = R exactly (R adds of 1.0 from 0) */
+static void busy_count(float *x, const float *ones, size_t n, int R)
+{
+    dv->fill(x, 0.0f, n);
+    for (int r = 0; r < R; r++) dv->axpy(x, 1.0f, ones, n);
+}
+
+static float *dev_ones(size_t n)
+{
+    float *d = NULL;
+    if (dv->alloc((void **)&d, n * 4) != ZT_OK) { printf("FAIL alloc\n"); exit(1); }
+    dv->fill(d, 1.0f, n);
+    return d;
+}
+
+static void all_equal(const char *name, const float *h, size_t n, float want)
+{
+    size_t i = 0;
+    while (i < n && h[i] == want) i++;
+    ct_check(i == n, name, "element %zu of %zu: got %.9g want %.9g", i, n,
+                    i < n ? (double)h[i] : 0.0, (double)want);
+}
+
+#define OKC(call) do { int rc_ = (call); if (rc_ != ZT_OK) { \
+    ct_fail(#call, "rc %d: %s", rc_, zt_last_error()); return; } } while (0)
+
+/* host -> device on a copy stream, ordered before a compute op by an event */
+static void t_copy_then_compute(void)
+{
+    size_t n = BUSY_N;
+    float *h = NULL, *d = NULL, *ones = dev_ones(n), *junk = NULL;
+    void *cs = NULL, *ev = NULL;
+    OKC(zt_cuda_host_alloc((void **)&h, n * 4));
+    for (size_t i = 0; i < n; i++) h[i] = (float)(i % 1000) * 0.5f;
+    OKC(dv->alloc((void **)&d, n * 4));
+    OKC(dv->alloc((void **)&junk, n * 4));
+    dv->fill(d, 0.0f, n);
+    OKC(zt_cuda_stream_sync(NULL));
+    OKC(zt_cuda_stream_new(&cs, ZT_STREAM_COPY));
+    OKC(zt_cuda_event_new(&ev, 0));
+    zt_cuda_set_stream(cs);                 /* the copy stream is busy first */
+    busy_count(junk, ones, n, BUSY_R);
+    zt_cuda_set_stream(NULL);
+    OKC(zt_cuda_copy_async(d, h, n * 4, cs));
+    OKC(zt_cuda_event_record(ev, cs));
+    OKC(zt_cuda_stream_wait_event(NULL, ev));   /* compute waits for the copy */
+    dv->scale(d, 2.0f, n);                       /* on the compute stream */
+    float *back = down(d, n * 4);
+    size_t i = 0;
+    while (i < n && back[i] == 2.0f * h[i]) i++;
+    ct_check(i == n, "copy stream -> event -> compute: scale sees the copied bytes",
+             "element %zu: got %g want %g", i, i < n ? (double)back[i] : 0.0,
+             i < n ? 2.0 * h[i] : 0.0);
+    /* and back: compute produces, the copy stream waits for it, device -> pinned host */
+    busy_count(d, ones, n, BUSY_R);
+    OKC(zt_cuda_event_record(ev, NULL));
+    OKC(zt_cuda_stream_wait_event(cs, ev));
+    OKC(zt_cuda_copy_async(h, d, n * 4, cs));
+    OKC(zt_cuda_event_record(ev, cs));
+    OKC(zt_cuda_event_sync(ev));
+    all_equal("compute -> event -> copy stream -> host: the finished values", h, n, BUSY_R);
+    free(back);
+    zt_cuda_event_free(ev);
+    zt_cuda_stream_free(cs);
+    zt_cuda_host_free(h);
+    dv->free(d); dv->free(junk); dv->free(ones);
+    synced("copy/compute streams");
+}
+
+/* two streams, an event dependency; event query before and after */
+static void t_two_streams(void)
+{
+    size_t n = BUSY_N;
+    float *x = NULL, *y = NULL, *ones = dev_ones(n);
+    void *a = NULL, *b = NULL, *ev = NULL;
+    OKC(dv->alloc((void **)&x, n * 4));
+    OKC(dv->alloc((void **)&y, n * 4));
+    OKC(zt_cuda_stream_sync(NULL));
+    OKC(zt_cuda_stream_new(&a, ZT_STREAM_COMPUTE));
+    OKC(zt_cuda_stream_new(&b, ZT_STREAM_COMM));
+    OKC(zt_cuda_event_new(&ev, 0));
+    int done = -1;
+    OKC(zt_cuda_event_query(ev, &done));
+    ct_check(done == 1, "a never-recorded event is done", "done %d", done);
+    zt_cuda_set_stream(a);
+    ct_check(zt_cuda_get_stream() == a, "set_stream makes a the current stream", "got %p", zt_cuda_get_stream());
+    busy_count(x, ones, n, BUSY_R);
+    OKC(zt_cuda_event_record(ev, NULL));         /* NULL: the current stream, a */
+    OKC(zt_cuda_event_query(ev, &done));
+    ct_check(done == 0, "event query right after recording behind busy work: not done",
+             "done %d", done);
+    zt_cuda_set_stream(b);
+    OKC(zt_cuda_stream_wait_event(NULL, ev));
+    dv->add3(y, x, x, n);                        /* on b, after a's count */
+    OKC(zt_cuda_stream_sync(b));
+    OKC(zt_cuda_event_query(ev, &done));
+    ct_check(done == 1, "event query after the waiting stream finished: done", "done %d", done);
+    float *h = down(y, n * 4);                   /* current is b: waits for b */
+    all_equal("stream b waits for a's event: y = 2 * a's count", h, n, 2.0f * BUSY_R);
+    zt_cuda_set_stream(NULL);
+    ct_check(zt_cuda_get_stream() != a && zt_cuda_get_stream() != b,
+             "set_stream(NULL): back to the compute stream", "%p", zt_cuda_get_stream());
+    free(h);
+    zt_cuda_event_free(ev);
+    zt_cuda_stream_free(a);
+    zt_cuda_stream_free(b);
+    dv->free(x); dv->free(y); dv->free(ones);
+    synced("two streams");
+}
+
+/* cuBLAS runs on the current stream: a GEMM on stream a reads inputs that
+ * a's earlier (slow) work writes; on any other stream it would not wait */
+static void t_blas_on_current_stream(void)
+{
+    int N = 65536, C = 64, OC = 32;
+    size_t n = (size_t)N * C;
+    float *inp = NULL, *w = NULL, *out = NULL, *ones = dev_ones(n);
+    void *a = NULL;
+    OKC(dv->alloc((void **)&inp, n * 4));
+    OKC(dv->alloc((void **)&w, (size_t)OC * C * 4));
+    OKC(dv->alloc((void **)&out, (size_t)N * OC * 4));
+    OKC(zt_cuda_stream_sync(NULL));
+    OKC(zt_cuda_stream_new(&a, ZT_STREAM_COMPUTE));
+    zt_cuda_set_stream(a);
+    dv->fill(w, 1.0f, (size_t)OC * C);
+    busy_count(inp, ones, n, BUSY_R);
+    int rc = dv->matmul_forward(out, inp, w, NULL, N, C, OC);
+    ct_check(rc == ZT_OK, "matmul on stream a", "rc %d: %s", rc, zt_last_error());
+    float *h = down(out, (size_t)N * OC * 4);   /* waits for a */
+    all_equal("cuBLAS on the current stream: out = C * count", h, (size_t)N * OC,
+              (float)C * BUSY_R);
+    zt_cuda_set_stream(NULL);
+    free(h);
+    zt_cuda_stream_free(a);
+    dv->free(inp); dv->free(w); dv->free(out); dv->free(ones);
+    synced("cuBLAS stream");
+}
+
+static void t_stream_errors(void)
+{
+    void *p = NULL;
+    int rc = zt_cuda_stream_new(&p, 7);
+    ct_check(rc == ZT_EINVAL && strstr(zt_last_error(), "unknown stream kind 7"),
+             "stream_new: an unknown kind is named", "rc %d: %s", rc, zt_last_error());
+    int done = 0;
+    rc = zt_cuda_event_query(NULL, &done);
+    ct_check(rc == ZT_EINVAL, "event_query(NULL): EINVAL", "rc %d", rc);
+    rc = zt_cuda_copy_async(NULL, NULL, 4, NULL);
+    ct_check(rc == ZT_EINVAL, "copy_async(NULL, NULL, 4): EINVAL", "rc %d", rc);
+}
+
 static void (*const tests[])(void) = {
     t_elementwise, t_casts, t_gelu, t_layernorm, t_encoder, t_xent, t_adamw, t_sums,
     t_randn, t_matmul_all, t_attention_all, t_errors,
+    t_copy_then_compute, t_two_streams, t_blas_on_current_stream, t_stream_errors,
 };
 #define NTESTS (int)(sizeof tests / sizeof tests[0])
 

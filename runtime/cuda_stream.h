@@ -1,5 +1,5 @@
 /*
- * cuda.h -- the CUDA device's streams, events and pinned host memory
+ * cuda_stream.h -- the CUDA device's streams, events and pinned host memory
  * (runtime/device_cuda.c; exists only in a `make CUDA=1` build). The Seams
  * issue's zt_stream_* / zt_event_* / zt_copy_async map onto these when the
  * CUDA device is active; stream.c keeps its worker-thread model for the CPU.
@@ -10,8 +10,8 @@
  * Every call returns 0 or an error code with a zt_error message naming the
  * CUDA call, file and line; nothing here exits.
  */
-#ifndef ZT_CUDA_H
-#define ZT_CUDA_H
+#ifndef ZT_CUDA_STREAM_H
+#define ZT_CUDA_STREAM_H
 #include <stddef.h>
 
 int zt_cuda_init(void);
