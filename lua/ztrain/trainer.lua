@@ -176,7 +176,22 @@ local function resolve_accumulation(r, world_size)
   return a
 end
 
+-- The phases of a build, in order; each leaves what the next needs on self
+-- (or in b, the stage plan).
+local setup_device, build_data, build_model, plan_stages, build_strategy, build_driver
+
 function build(self, r)
+  setup_device(self, r)
+  build_data(self, r)
+  build_model(self, r)
+  local b = plan_stages(self, r)
+  build_strategy(self, r, b)
+  build_driver(self, r, b)
+end
+
+-- The device, its threads, the recipe agreed on by every rank, the groups,
+-- the memory limit and the accumulation.
+function setup_device(self, r)
   check(C.zt_device_init(r.device.backend), "device.backend")
   local threads = r.device.threads
   if (not threads or threads == 0) and os.getenv("ZTRAIN_DEFAULT_THREADS") then
@@ -202,7 +217,12 @@ function build(self, r)
   local B, Tlen = r.batch.micro, r.data.seq_len
   local accum = resolve_accumulation(r, self.dp.size)
   self.accumulate = accum
+end
 
+-- The tokenizer, the dataset and its loaders (token ids checked against
+-- the model's vocabulary by the loaders).
+function build_data(self, r)
+  local B, Tlen = r.batch.micro, r.data.seq_len
   if r.model.from ~= "" then self:open_checkpoint(r) end
   if r.export.hf ~= "" then check_export(self, r) end
 
@@ -240,8 +260,11 @@ function build(self, r)
     self.test_loader = tl
   end
   self.data_seconds = C.zt_now() - t0
+end
 
-  -- model, optimizer, strategy
+-- The model (no buffers yet: the strategy places them), optimizer, lr.
+function build_model(self, r)
+  local Tlen, V = r.data.seq_len, self:vocab_size(r)
   self.cfg = self.checkpoint and self.checkpoint.cfg or gpt2.config(r.model.size, { vocab_size = V })
   if Tlen > self.cfg.maxT then
     fail(("data.seq_len %d exceeds %s's context of %d; lower data.seq_len"):format(Tlen, self.cfg.name, self.cfg.maxT))
@@ -253,8 +276,13 @@ function build(self, r)
   self.optim = adamw.new { lr = r.optim.lr, betas = r.optim.betas, eps = r.optim.eps,
                            weight_decay = r.optim.weight_decay }
   self.schedule = lr.make(r.optim.lr, r.lr, r.train.steps)
+end
 
-  -- stages: P pipeline ranks x V chunks each, placed as the schedule needs
+-- stages: P pipeline ranks x V chunks each, placed as the schedule needs;
+-- returns the plan the later phases use.
+function plan_stages(self, r)
+  local S, accum = self.strategy, self.accumulate
+  local B, Tlen = r.batch.micro, r.data.seq_len
   local P, V = r.pipeline.stages, r.pipeline.chunks
   -- (errors that follow from the recipe alone: every rank stops alike)
   if P > 1 and S.stage == 3 then
@@ -289,6 +317,15 @@ function build(self, r)
     end
   end
   self.units, self.nparams = units, nparams
+  return { P = P, V = V, sched = sched, placement = placement, stage_rank = stage_rank, units = units,
+           holds = holds, nparams = nparams, prank = prank }
+end
+
+-- The strategy context, mixed precision, the tied embedding, and the
+-- strategy's setup (parameters placed and initialised).
+function build_strategy(self, r, b)
+  local S, dp, accum = self.strategy, self.dp, self.accumulate
+  local P, units, holds, nparams, stage_rank = b.P, b.units, b.holds, b.nparams, b.stage_rank
   self:check_fits()
   self.ctx = { model = self.model, optim = self.optim, accumulate = accum, clip = r.optim.clip,
                recipe = r, seed = r.model.seed, dp = dp, pp = self.pp, world = self.world,
@@ -334,7 +371,14 @@ function build(self, r)
             "with_full_params hook to gather them"):format(S.name or "?", u.name))
     end
   end
+end
 
+-- Activation pools for this rank's stages, and the driver: sequential, or
+-- a schedule's action lists (validated and simulated before any rank blocks).
+function build_driver(self, r, b)
+  local S, accum = self.strategy, self.accumulate
+  local B, Tlen = r.batch.micro, r.data.seq_len
+  local P, V, sched, placement, stage_rank, prank = b.P, b.V, b.sched, b.placement, b.stage_rank, b.prank
   -- activations (for this rank's stages), driver; checkpointed blocks keep
   -- only their output and are recomputed in backward (driver/stage.lua)
   self.ckpt_units = stage_run.checkpoint_units(self.model, r.train.checkpoint_activations)
