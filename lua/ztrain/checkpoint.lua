@@ -373,12 +373,7 @@ function M.open(path)
         end
       end
     end
-    table.sort(spans, function(x, y) return x[1] < y[1] end)
-    local reach = lo
-    for _, sp in ipairs(spans) do
-      if sp[1] > reach then break end
-      if sp[2] > reach then reach = sp[2] end
-    end
+    local reach = require("ztrain.strategy.state").reach(spans, lo)
     if reach < hi then
       fail(("checkpoint %s: %s of %s [%d, %d) is not in it (elements from %d are missing): a rank's " ..
             "shard is missing or the checkpoint holds no %s"):format(dir, kind, unit, lo, hi, reach, kind))

@@ -135,6 +135,18 @@ function M.import(st, model, read)
   end)
 end
 
+-- reach(spans, lo) -> how far from lo the spans { {a, b}, ... } cover
+-- [lo, reach) without a gap (a reader checks that it found every element).
+function M.reach(spans, lo)
+  table.sort(spans, function(x, y) return x[1] < y[1] end)
+  local reach = lo
+  for _, sp in ipairs(spans) do
+    if sp[1] > reach then break end
+    if sp[2] > reach then reach = sp[2] end
+  end
+  return reach
+end
+
 -- reader(exports) -> read function over one or more exports (e.g. every
 -- rank's, gathered): copies the overlapping parts of matching entries (a
 -- replicated kind appears in every rank's export: copies agree) and checks
@@ -165,12 +177,7 @@ function M.reader(exports)
         end
       end
     end
-    table.sort(spans, function(x, y) return x[1] < y[1] end)
-    local reach = lo
-    for _, sp in ipairs(spans) do
-      if sp[1] > reach then break end
-      if sp[2] > reach then reach = sp[2] end
-    end
+    local reach = M.reach(spans, lo)
     if reach < hi then
       error(("state: %s of %s [%d, %d) is not in the saved state (elements from %d are missing)")
             :format(kind, unit, lo, hi, reach), 0)
