@@ -57,6 +57,10 @@ static cudaStream_t scratch_user;
 
 static int cu_err(const char *file, int line, const char *call, cudaError_t e)
 {
+    /* A failed runtime call also sets the thread's last error; reset it, or
+     * the next launcher's cudaGetLastError reports this failure again under
+     * that kernel's name (sticky errors stay: the context is gone). */
+    (void)cudaGetLastError();
     return zt_error(ZT_EIO, "cuda: %s:%d: %s: %s (%s)", file, line, call,
                     cudaGetErrorName(e), cudaGetErrorString(e));
 }
