@@ -431,10 +431,7 @@ end
 -- rank alike (a collective: the first failing rank's message).
 function M.resume_run(tr, path)
   local ok, dir, man = pcall(M.load_run, tr, path)
-  local msg = ok and "" or ("rank %d: %s"):format(tr.rank, errors.message(dir))
-  if tr.world_size > 1 then
-    for _, e in ipairs(tr.world:gather_strings(msg)) do if e ~= "" then msg = e; break end end
-  end
+  local msg = errors.agree(tr.world, ok and "" or ("rank %d: %s"):format(tr.rank, errors.message(dir)))
   if msg ~= "" then fail(errors.all_ranks(tr.world_size > 1 and msg or msg:gsub("^rank %d+: ", ""))) end
   tr:finish_load()                               -- e.g. low-precision parameters from the master weights
   if tr.tied then tr.tied:sync_params() end      -- the head's replica of the embedding (a collective)

@@ -64,4 +64,14 @@ function M.traceback(e, level)
   return debug.traceback(M.message(e), level or 2)
 end
 
+-- agree(world, err) -> the first rank's error ("" for none), once every rank
+-- of `world` has said whether it failed (a collective): a check whose
+-- outcome could differ between ranks (a file one rank cannot read) then
+-- stops all of them alike.
+function M.agree(world, err)
+  if not world or world.size == 1 then return err end
+  for _, e in ipairs(world:gather_strings(err)) do if e ~= "" then return e end end
+  return ""
+end
+
 return M

@@ -127,9 +127,7 @@ function run(r, opts)
       local ok, merr = report.mkdirs(ckpt_root)
       if not ok then err = "train.ckpt_dir: " .. tostring(merr) end
     end
-    if tr.world_size > 1 then
-      for _, e in ipairs(tr.world:gather_strings(err)) do if e ~= "" then err = e; break end end
-    end
+    err = errors.agree(tr.world, err)
     if err ~= "" then tr:free(); log:close(); error(errors.all_ranks(err), 0) end
   end
   local t_train = C.zt_now()

@@ -45,14 +45,7 @@ function Trainer:vocab_size(r)
   return r.model.vocab_size > 0 and r.model.vocab_size or self.tokenizer.vocab_size
 end
 
--- agree(world, err) -> the first rank's error ("" for none) once every rank
--- has said whether it failed: a check whose outcome could differ between
--- ranks (a file one rank cannot read) then stops all of them alike.
-local function agree(world, err)
-  if world.size == 1 then return err end
-  for _, e in ipairs(world:gather_strings(err)) do if e ~= "" then return e end end
-  return ""
-end
+local agree = errors.agree
 
 -- model.from = "hf:DIR": open and check the checkpoint on every rank
 -- before anything is built (its config sets the model's shape).

@@ -10,13 +10,7 @@ local stage_run = require "ztrain.driver.stage"
 local pipeline_stages = require "ztrain.pipeline.stages"
 local zffi = require "ztrain.ffi"
 
--- agree(world, err) -> the first rank's error ("" for none) once every rank
--- has said whether it failed.
-local function agree(world, err)
-  if world.size == 1 then return err end
-  for _, e in ipairs(world:gather_strings(err)) do if e ~= "" then return e end end
-  return ""
-end
+local agree = errors.agree
 
 return function(Trainer)
 
