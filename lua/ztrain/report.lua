@@ -160,7 +160,12 @@ function M.print_summary(s)
   w:write(("\n%s: %s on %d rank(s), %s (%d params), %d step(s), %d tokens\n")
           :format(s.recipe, s.strategy, s.world_size, s.model.name, s.model.params, s.steps, s.tokens))
   local function num(x) return type(x) == "number" and x or 0 / 0 end
-  w:write(("  loss        %.4f -> %.4f"):format(num(s.first_loss), num(s.final_loss)))
+  if type(s.first_loss) ~= "number" then
+    w:write("  loss        (no step trained)")
+  else
+    w:write(("  loss        %.4f -> %.4f"):format(num(s.first_loss), num(s.final_loss)))
+  end
+  if type(s.test_loss) == "number" then w:write(("   test %.4f"):format(s.test_loss)) end
   if type(s.eval_loss) == "number" then w:write(("   eval %.4f (perplexity %.2f)"):format(s.eval_loss, s.perplexity)) end
   w:write(("\n  time        %.1f s, %.0f tokens/s (median), %.1f ms/step (median)\n")
           :format(s.seconds, s.tokens_per_s, s.step_ms_median))
