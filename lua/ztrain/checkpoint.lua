@@ -115,7 +115,6 @@ local function list_steps(root)
   table.sort(out, function(a, b) return a.step < b.step end)
   return out
 end
-M.list = list_steps
 
 ---------------------------------------------------------------------------
 -- Writing one rank's file.

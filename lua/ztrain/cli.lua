@@ -83,6 +83,7 @@ checkpoints/ (train.ckpt_every), timeline.svg/.json (pipeline schedules).
 ]==]
 
 local errors = require "ztrain.errors"
+local SUBCOMMANDS          -- name -> fn(args) -> exit code (set below, once they exist)
 
 -- say(e): print an error as "ztrain: MESSAGE" -- a user error as is, a bug
 -- with its location (errors.lua). Messages that already start with the
@@ -319,31 +320,26 @@ local function generate(args)
   return 0
 end
 
+-- export(args) -> exit code. args = { CHECKPOINT, DIR }.
+local function export(args)
+  if args[1] == "-h" or args[1] == "--help" then io.stdout:write(M.usage); return 0 end
+  if not args[1] or not args[2] or args[3] then
+    error("export: give a checkpoint and an output directory: ztrain export CHECKPOINT DIR", 0)
+  end
+  local dir = require("ztrain.checkpoint").export(args[1], args[2])
+  print(("wrote %s (config.json, model.safetensors)"):format(dir))
+  return 0
+end
+
+SUBCOMMANDS = { export = export, generate = generate, schedule = schedule }
+
 function M.main(argv)
-  if argv[1] == "export" then
-    local ok, rc = xpcall(function()
-      if argv[2] == "-h" or argv[2] == "--help" then io.stdout:write(M.usage); return 0 end
-      if not argv[2] or not argv[3] or argv[4] then
-        error("export: give a checkpoint and an output directory: ztrain export CHECKPOINT DIR", 0)
-      end
-      local dir = require("ztrain.checkpoint").export(argv[2], argv[3])
-      print(("wrote %s (config.json, model.safetensors)"):format(dir))
-      return 0
-    end, errors.traceback)
-    if not ok then return die(rc) end
-    return rc
-  end
-  if argv[1] == "generate" then
+  -- subcommands: their arguments after the name; an error is one `ztrain:` line
+  local sub = SUBCOMMANDS[argv[1]]
+  if sub then
     local args = {}
     for j = 2, #argv do args[j - 1] = argv[j] end
-    local ok, rc = xpcall(generate, errors.traceback, args)
-    if not ok then return die(rc) end
-    return rc
-  end
-  if argv[1] == "schedule" then
-    local args = {}
-    for j = 2, #argv do args[j - 1] = argv[j] end
-    local ok, rc = xpcall(schedule, errors.traceback, args)
+    local ok, rc = xpcall(sub, errors.traceback, args)
     if not ok then return die(rc) end
     return rc
   end

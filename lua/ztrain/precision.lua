@@ -42,9 +42,6 @@ function M.new(name, model)
   return self
 end
 
--- bytes of one stored element
-function P:elem_bytes() return self.lp and 2 or 4 end
-
 -- An fp32 work buffer for slot k (1: the unit; 2: a unit it reads, the
 -- embedding for the head), at least n elements; category "activations":
 -- transient, per unit, like the other per-unit scratch.
