@@ -25,9 +25,29 @@ describe("recipe", function()
     assert.matches('unknown recipe key "train.stpes"; did you mean "train.steps"', err, 1, true)
     r, err = recipe.resolve({}, { "optim.learning_rate=1" })
     assert.is_nil(r)
-    assert.matches('did you mean "optim.', err, 1, true)
+    assert.matches('did you mean "optim.lr"', err, 1, true)
     r, err = recipe.resolve({}, { "modle.size=gpt2" })
     assert.matches('did you mean "model.size"', err, 1, true)
+  end)
+
+  it("suggests from the same section first, then from other tools' names", function()
+    -- the same section: batch.size is batch.micro, not model.size
+    for typed, want in pairs({ ["batch.size"] = "batch.micro", ["optim.learning_rate"] = "optim.lr",
+                               ["train.max_steps"] = "train.steps", ["batch.mirco"] = "batch.micro",
+                               ["optim.weight_dcay"] = "optim.weight_decay",
+                               ["data.block_size"] = "data.seq_len",
+                               -- names users bring from PyTorch, HF, DeepSpeed, nanoGPT
+                               learning_rate = "optim.lr", batch_size = "batch.micro",
+                               epochs = "train.steps", max_steps = "train.steps",
+                               weight_decay = "optim.weight_decay", warmup_steps = "lr.warmup",
+                               gradient_accumulation_steps = "batch.accumulate",
+                               ["train.stpes"] = "train.steps", ["modle.size"] = "model.size" }) do
+      local _, err = recipe.resolve({}, { typed .. "=1" })
+      assert.matches(('unknown recipe key "%s"; did you mean "%s"?'):format(typed, want), err, 1, true)
+    end
+    -- lr is a section here (warmup, schedule): its message names optim.lr
+    local _, err = recipe.resolve({}, { "lr=3e-4" })
+    assert.matches("the learning rate itself is optim.lr", err, 1, true)
   end)
 
   it("rejects non-finite, fractional and out-of-range numbers by key", function()

@@ -85,10 +85,64 @@ local function schema_paths()
   return out
 end
 
--- nearest("train.step") -> "train.steps"
+-- Names users bring from other tools (PyTorch, Hugging Face, DeepSpeed,
+-- nanoGPT), by section: a key in a known section is matched inside that
+-- section first ("batch.size" -> batch.micro, not model.size); a bare key
+-- by its last part ("lr", "max_steps" -> optim.lr, train.steps).
+local SYNONYMS = {
+  batch = { size = "micro", batch_size = "micro", micro_batch = "micro", micro_batch_size = "micro",
+            train_micro_batch_size_per_gpu = "micro", grad_accum = "accumulate",
+            gradient_accumulation_steps = "accumulate", accumulation = "accumulate",
+            train_batch_size = "global", global_batch = "global" },
+  optim = { learning_rate = "lr", optimizer = "name", type = "name", wd = "weight_decay",
+            beta = "betas", epsilon = "eps", grad_clip = "clip", gradient_clipping = "clip",
+            max_grad_norm = "clip", clip_grad_norm = "clip" },
+  train = { max_steps = "steps", epochs = "steps", num_epochs = "steps", iters = "steps",
+            max_iters = "steps", num_steps = "steps", train_steps = "steps",
+            eval_interval = "eval_every", log_interval = "log_every", save_every = "ckpt_every",
+            save_interval = "ckpt_every", gradient_checkpointing = "checkpoint_activations" },
+  lr = { warmup_steps = "warmup", warmup_iters = "warmup", scheduler = "schedule", decay = "schedule",
+         lr_scheduler_type = "schedule" },
+  model = { name = "size", model_size = "size", type = "size", model_name_or_path = "from",
+            pretrained = "from" },
+  data = { block_size = "seq_len", seq_length = "seq_len", max_seq_len = "seq_len", context = "seq_len",
+           context_length = "seq_len", n_ctx = "seq_len", dataset = "text", path = "text", files = "text" },
+}
+
+-- synonym(name) -> "section.key" for a bare name: a section's own key
+-- first, then a synonym; sections in the order users reach for them
+local SECTION_ORDER = { "optim", "train", "batch", "lr", "data", "model", "sample", "device" }
+local function synonym(name)
+  for _, section in ipairs(SECTION_ORDER) do
+    if M.defaults[section][name] ~= nil then return section .. "." .. name end
+  end
+  for _, section in ipairs(SECTION_ORDER) do
+    local names = SYNONYMS[section]
+    if names and names[name] then return section .. "." .. names[name] end
+  end
+end
+
+-- nearest("train.step") -> "train.steps"; nearest("batch.size") ->
+-- "batch.micro"; nearest("lr") -> "optim.lr"
 function M.nearest(path)
+  local suggest = require "ztrain.suggest"
+  local section, last = path:match("^([^.]+)%.(.+)$")
+  if section and type(M.defaults[section]) == "table" and not LEAF[section] then
+    -- the same section first: its synonyms, then its nearest key
+    local syn = SYNONYMS[section] and SYNONYMS[section][last]
+    if syn then return section .. "." .. syn end
+    local keys = {}
+    for _, p in ipairs(schema_paths()) do
+      if p:sub(1, #section + 1) == section .. "." then keys[#keys + 1] = p:sub(#section + 2) end
+    end
+    local best, d = suggest.nearest(last, keys)
+    -- a far match inside the section is no hint: fall through to the rest
+    if best and d <= math.max(2, #last / 2) then return section .. "." .. best end
+  end
+  local syn = synonym(path:match("[^.]+$"))
+  if syn and (not section or M.defaults[section] == nil) then return syn end
   -- a matching last component is a strong hint (e.g. "steps" -> train.steps)
-  return (require("ztrain.suggest").nearest(path, schema_paths(), function(w, p)
+  return (suggest.nearest(path, schema_paths(), function(w, p)
     return p:match("[^.]+$") == w:match("[^.]+$") and 3 or 0
   end))
 end
@@ -171,6 +225,8 @@ function M.apply_override(r, arg)
     table.sort(sub)
     -- model's other form: model=hf:DIR (model.from) loads a checkpoint
     local also = path == "model" and "; or model=hf:DIR to load a Hugging Face GPT-2 checkpoint" or ""
+    -- lr=3e-4 is the learning rate in every other tool
+    if path == "lr" then also = "; the learning rate itself is optim.lr" end
     return nil, ("%s is a table of keys; set one of them (%s)%s"):format(path, table.concat(sub, ", "), also)
   end
   local v = parse_value(value)
