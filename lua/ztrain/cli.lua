@@ -32,6 +32,7 @@ options:
                  over the recipe's launch.nproc. Under mpirun or srun already,
                  ranks come from the launcher (and must number N)
   -q, --quiet    no progress output (outputs are still written)
+  --overwrite    replace an earlier run's outputs in out= (same as overwrite=true)
   --threads N    kernel and BLAS threads (same as device.threads=N)
   --version      print the version
   -h, --help     this text
@@ -50,7 +51,7 @@ Recipe keys (defaults in lua/ztrain/recipe.lua; docs/recipes.md):
   sample.prompt, sample.tokens, sample.temperature, sample.top_k, sample.top_p, sample.seed
   device.backend, device.memory_limit (e.g. 2GiB), device.threads
   strategy (single, dp, dp_deferred, zero1, zero2, zero3, zero1_offload, zero2_offload,
-    zero3_offload or an object), out, name
+    zero3_offload or an object), out, overwrite, name
   offload.staging (host staging buffers, e.g. 16MiB), offload.prefetch (units fetched ahead)
   launch.nproc (local ranks to start; 0: the launcher's, or one)
   pipeline.stages (ranks per pipeline), pipeline.chunks (stages per rank, interleaved),
@@ -78,8 +79,13 @@ Hugging Face GPT-2 directory: config.json + model.safetensors (fp32), and the
 tokenizer's vocab.json + merges.txt when the run used a BPE vocabulary.
 CHECKPOINT is a checkpoint directory, or a directory with `latest`.
 
-Outputs go to out= (default runs/<recipe>-<time>/): metrics.jsonl, summary.json,
-checkpoints/ (train.ckpt_every), timeline.svg/.json (pipeline schedules).
+Outputs go to out= (default runs/<recipe>-<time>/, made unique): metrics.jsonl,
+summary.json, checkpoints/ (train.ckpt_every), timeline.svg/.json (pipeline
+schedules). An out= that holds an earlier run is refused unless --overwrite
+(or resume=...); one run at a time per directory (a lock).
+
+Exit status: 0 success; 1 an error (bad input, a failed run: the message says);
+3 an output could not be written (disk full, I/O error; the previous file stays).
 ]==]
 
 local errors = require "ztrain.errors"
@@ -93,9 +99,10 @@ local function say(e)
   io.stderr:write(msg:find("^ztrain: ") and "" or "ztrain: ", msg, "\n")
 end
 
+-- die(e) -> the exit status for e (errors.status: 1, or 3 for an I/O error)
 local function die(e)
   say(e)
-  return 1
+  return errors.status(e)
 end
 
 -- The overrides a recipe is loaded with: the command line's, then --nproc's
@@ -360,6 +367,7 @@ function M.main(argv)
       for j = i + 2, #argv do opts.script_args[#opts.script_args + 1] = argv[j] end
       break
     elseif a == "-q" or a == "--quiet" then opts.quiet = true
+    elseif a == "--overwrite" then opts.overrides[#opts.overrides + 1] = "overwrite=true"
     elseif a == "--nproc" then
       local n = tonumber(argv[i + 1] or "")
       if not n or n < 1 or n ~= math.floor(n) then return die("--nproc needs a rank count >= 1") end
@@ -464,7 +472,7 @@ function M.main(argv)
         -- the other ranks may wait in a collective for ever: end the job
         io.stderr:write(("ztrain: rank %d: %s\n"):format(world.rank, errors.message(rerr)))
         io.stderr:flush()
-        zt.comm.abort(1)
+        zt.comm.abort(errors.status(rerr))
       end
       if not opts.interactive then return die(rerr) end
       say(rerr)

@@ -32,6 +32,20 @@ end
 
 function M.is_all_ranks(e) return type(e) == "table" and e.all_ranks == true end
 
+-- The process's exit status by what happened (docs/cli.md "Exit status").
+M.EXIT = { ok = 0, error = 1, io = 3 }
+
+-- io(msg) -> a user error for a failed write of an output (disk full, I/O
+-- error, a name too long): the run ends with exit status EXIT.io.
+function M.io(msg)
+  return setmetatable({ msg = tostring(msg), user = true, status = M.EXIT.io }, mt)
+end
+
+-- status(e) -> the exit status an error ends the process with
+function M.status(e)
+  return type(e) == "table" and e.status or M.EXIT.error
+end
+
 -- located(s) -> true when string s starts with a Lua location, as error()
 -- at level >= 1 and the VM's own errors write it: "path/file.lua:12: ",
 -- "repl:3: ", '[string "..."]:1: '.

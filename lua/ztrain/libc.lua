@@ -44,6 +44,8 @@ local decls = {
   pread = "int64_t %s(int fd, void *buf, size_t n, int64_t off)",
   pwrite = "int64_t %s(int fd, const void *buf, size_t n, int64_t off)",
   fsync = "int %s(int fd)",
+  ftruncate = "int %s(int fd, int64_t length)",
+  flock = "int %s(int fd, int operation)",
   unlink = "int %s(const char *path)",
   rmdir = "int %s(const char *path)",
   fnmatch = "int %s(const char *pattern, const char *string, int flags)",
@@ -87,6 +89,7 @@ M.GLOB_MARK, M.GLOB_BRACE, M.GLOB_TILDE = 2, 1024, 4096
 M.GLOB_NOSPACE, M.GLOB_ABORTED, M.GLOB_NOMATCH = 1, 2, 3
 M.FNM_PATHNAME = 1
 M.EINVAL = 22
+M.O_RDWR = 2
 M.O_RDONLY, M.O_WRONLY, M.O_CREAT, M.O_TRUNC, M.O_EXCL = 0, 1, 0x40, 0x200, 0x80
 M.O_DIRECTORY, M.O_CLOEXEC = 0x10000, 0x80000
 

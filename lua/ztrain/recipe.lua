@@ -58,6 +58,9 @@ M.defaults = {
   -- Hugging Face GPT-2 directory ("" = none)
   export   = { hf = "" },
   out      = "",
+  -- replace an earlier run's outputs in `out` (--overwrite); without it
+  -- such a directory is refused (resume = ... continues one instead)
+  overwrite = false,
 }
 
 -- Keys whose value is a list or an opaque object, not a sub-table of keys.

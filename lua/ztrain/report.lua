@@ -6,6 +6,8 @@
 local cjson = require "cjson"
 local memory = require "ztrain.memory"
 local libc = require "ztrain.libc"
+local durable = require "ztrain.durable"
+local errors = require "ztrain.errors"
 
 local ffi_string = require("ffi").string
 
@@ -37,18 +39,9 @@ function M.mkdirs(path)
   return true
 end
 
--- Write a file atomically: a temporary name, then rename. A crash leaves the
--- old file or the new one, never half of one.
-function M.write_atomic(path, text)
-  local tmp = path .. ".tmp"
-  local f, err = io.open(tmp, "wb")
-  if not f then return nil, err end
-  f:write(text)
-  f:close()
-  local ok, rerr = os.rename(tmp, path)
-  if not ok then return nil, rerr end
-  return true
-end
+-- Write a file atomically and durably (ztrain.durable): the old file or
+-- the new one, never half of one; nil, "cannot write PATH: REASON" on failure.
+M.write_atomic = durable.write_atomic
 
 -- Is stdout a terminal? Under mpirun a rank's stdout is a pty whatever the
 -- user's terminal is, so `ztrain --nproc` passes its own answer in ZTRAIN_TTY;
@@ -114,7 +107,7 @@ Log.__index = Log
 
 -- open(outdir, {total_steps=, quiet=}) -> logger
 function M.open(outdir, opts)
-  local f, err = io.open(outdir .. "/metrics.jsonl", "w")
+  local f, err = durable.appender(outdir .. "/metrics.jsonl")
   if not f then return nil, err end
   return setmetatable({ f = f, outdir = outdir, tty = M.is_tty() and not opts.quiet,
                         quiet = opts.quiet, total = opts.total_steps, t0 = os.time() }, Log)
@@ -129,8 +122,9 @@ end
 function Log:metrics(rec)
   rec.memory = { device = memory.current("device"), host = memory.current("host"),
                  device_peak = memory.peak("device"), host_peak = memory.peak("host") }
-  self.f:write(cjson.encode(rec), "\n")
-  self.f:flush()
+  local ok, err = self.f:append(cjson.encode(rec) .. "\n")
+  -- a metrics file cut short is an I/O error of the run, not a silent gap
+  if not ok then error(errors.io(err), 0) end
 end
 
 -- progress(rec, elapsed_s): the live line on a TTY; a plain line otherwise
@@ -152,7 +146,13 @@ function Log:progress(rec, elapsed, plain)
   end
 end
 
-function Log:close() if self.f then self.f:close(); self.f = nil end end
+-- close() -> true | nil, err (the final fsync can fail too)
+function Log:close()
+  local f = self.f
+  self.f = nil
+  if f then return f:close() end
+  return true
+end
 
 -- The end-of-run table, in the seeds' spirit.
 function M.print_summary(s)

@@ -21,10 +21,6 @@ local function median(xs)
   return n % 2 == 1 and c[(n + 1) / 2] or 0.5 * (c[n / 2] + c[n / 2 + 1])
 end
 
-local function default_out(r)
-  return ("runs/%s-%s"):format(r.name ~= "" and r.name or "run", os.date("%Y%m%d-%H%M%S"))
-end
-
 local memory = require "ztrain.memory"
 local errors = require "ztrain.errors"
 
@@ -85,29 +81,32 @@ end
 -- recipe sets last only for the run (a REPL session keeps its own).
 function M.run(r, opts)
   local limit, threads = memory.limit("device"), C.zt_get_threads()
-  local ok, res = pcall(run, r, opts or {})
+  -- the output directory: unique, not an earlier run's, locked (rundir.lua)
+  local out, lock = require("ztrain.rundir").claim(r, require("ztrain.comm").world())
+  local ok, res = pcall(run, r, opts or {}, out)
+  lock:release()
   memory.set_limit("device", 0)
   pcall(memory.set_limit, "device", limit)
   C.zt_set_threads(threads)
   if not ok then
-    if errors.is_all_ranks(res) then error(res, 0) end
+    -- all-ranks errors and those with an exit status of their own keep their kind
+    if errors.is_all_ranks(res) or (type(res) == "table" and res.status) then error(res, 0) end
     -- a user needs the message, not the Lua file and line it came from
     error(errors.message(res), 0)
   end
   return res
 end
 
-function run(r, opts)
+function run(r, opts, out)
   local t_start = C.zt_now()
   C.zt_mem_reset_peak()       -- peaks in the summary are this run's
-  local out = r.out ~= "" and r.out or default_out(r)
   local tr = trainer.new(r, { quiet = opts.quiet, out = out })
   local lead = tr.rank == 0          -- rank 0 alone prints and writes outputs
-  local log = { metrics = function() end, progress = function() end, close = function() end }
+  local log = { metrics = function() end, progress = function() end, close = function() return true end }
   if lead then
-    local ok, err = report.mkdirs(out)
-    if not ok then tr:free(); error(err, 0) end
-    log = assert(report.open(out, { total_steps = r.train.steps, quiet = opts.quiet }))
+    local lerr
+    log, lerr = report.open(out, { total_steps = r.train.steps, quiet = opts.quiet })
+    if not log then tr:free(); error(errors.io(lerr), 0) end
   end
   local steps_ms, tps, first_loss, last = {}, {}, nil, nil
   local timeline_events
@@ -198,7 +197,8 @@ function run(r, opts)
     if tr.world_size > 1 and not errors.is_all_ranks(rerr) then error(rerr, 0) end
     status = "error: " .. errors.message(rerr)
   end
-  log:close()
+  local okc, cerr = log:close()
+  if not okc and okrun then okrun, rerr, status = false, errors.io(cerr), "error: " .. cerr end
 
   local model = tr.model
   local summary = {
@@ -247,10 +247,16 @@ function run(r, opts)
   end
   tr:free()
   if lead then
-    assert(report.write_atomic(out .. "/summary.json", report.encode(summary) .. "\n"))
+    local okw, werr = report.write_atomic(out .. "/summary.json", report.encode(summary) .. "\n")
+    if not okw then
+      -- the previous summary.json (if any) stays; the run is an I/O error
+      if not okrun then werr = ("%s (the run had failed: %s)"):format(werr, errors.message(rerr)) end
+      error(errors.io(werr), 0)
+    end
     if not opts.quiet then report.print_summary(summary) end
   end
   if not okrun then error(rerr, 0) end
+  if summary.timeline and summary.timeline.error then error(errors.io(summary.timeline.error), 0) end
   return summary
 end
 

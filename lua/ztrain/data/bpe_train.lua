@@ -245,11 +245,8 @@ function M.write(dir, v)
   local lines = {}
   for i, tok in ipairs(ids) do lines[i] = json_string(tok) .. ": " .. (i - 1) end
   local function put(path, text)
-    local f, err = io.open(path, "wb")
-    if not f then error(("bpe_train: cannot write %s: %s"):format(path, err), 0) end
-    local ok, werr = f:write(text)
-    f:close()
-    if not ok then error(("bpe_train: cannot write %s: %s"):format(path, werr), 0) end
+    local ok, err = require("ztrain.durable").write_atomic(path, text)
+    if not ok then error("bpe_train: " .. err, 0) end
   end
   put(dir .. "/vocab.json", "{\n" .. table.concat(lines, ",\n") .. "\n}\n")
   local m = { "#version: 0.2" }

@@ -78,20 +78,8 @@ function M.dump(lists, path)
     end
     rows[#rows + 1] = table.concat(cells, ",") .. "\r\n"
   end
-  local tmp = path .. ".tmp"
-  local f, err = io.open(tmp, "wb")
-  if not f then error(("pipeline csv dump %s: cannot write (%s)"):format(path, tostring(err)), 2) end
-  local ok, werr = f:write(table.concat(rows))
-  local cok, cerr = f:close()
-  if not ok or not cok then
-    os.remove(tmp)
-    error(("pipeline csv dump %s: write failed (%s)"):format(path, tostring(werr or cerr)), 2)
-  end
-  local rok, rerr = os.rename(tmp, path)
-  if not rok then
-    os.remove(tmp)
-    error(("pipeline csv dump %s: cannot rename %s into place (%s)"):format(path, tmp, tostring(rerr)), 2)
-  end
+  local ok, err = require("ztrain.durable").write_atomic(path, table.concat(rows))
+  if not ok then error(require("ztrain.errors").io("pipeline csv dump: " .. err), 0) end
 end
 
 -- split one CSV line into fields (RFC 4180 quoting; PyTorch never quotes,

@@ -334,18 +334,11 @@ function M.trace(events, opts)
   return cjson.encode(doc) .. "\n"
 end
 
--- write_file(path, text): atomic (a temporary name in the same directory,
--- then rename: a reader sees the old file or the new one, never half).
--- Raises a user error naming the file.
+-- write_file(path, text): atomic and durable (ztrain.durable: the old file
+-- or the new one, never half). Raises an I/O error naming the file.
 function M.write_file(path, text)
-  local tmp = path .. ".tmp"
-  local f, err = io.open(tmp, "wb")
-  if not f then error(("cannot write %s: %s"):format(path, err), 0) end
-  local ok, werr = f:write(text)
-  f:close()
-  if not ok then os.remove(tmp); error(("cannot write %s: %s"):format(path, tostring(werr)), 0) end
-  local rok, rerr = os.rename(tmp, path)
-  if not rok then os.remove(tmp); error(("cannot write %s: %s"):format(path, tostring(rerr)), 0) end
+  local ok, err = require("ztrain.durable").write_atomic(path, text)
+  if not ok then error(require("ztrain.errors").io(err), 0) end
   return path
 end
 

@@ -1,0 +1,156 @@
+-- Reliability: outputs that never lie, run directories that are never shared
+-- or silently reused. (Issue "Reliability" items 1 and 2.)
+local u = require "spec.helpers.util"
+
+local ROOT = io.popen("pwd"):read("*l")
+local ZT = ROOT .. "/build/ztrain"
+-- a tiny run that writes summary.json and metrics.jsonl quickly
+local TINY = ROOT .. "/recipes/single.lua model.size=gpt2-tiny train.steps=3 data.tokenizer=bytes -q"
+
+local function exists(p) local f = io.open(p, "rb"); if f then f:close() end; return f ~= nil end
+
+-- Whole lines of JSON, each parseable: metrics.jsonl is never cut mid-line
+local function jsonl_ok(path)
+  local cjson = require "cjson.safe"
+  local n = 0
+  for line in u.read(path):gmatch("([^\n]*)\n") do
+    if not cjson.decode(line) then return false, line end
+    n = n + 1
+  end
+  return u.read(path):sub(-1) == "\n" or u.read(path) == "", n
+end
+
+-- Can this machine give a process a small file system of its own (a user
+-- and mount namespace with a tmpfs)? Where it cannot, the ENOSPC cases skip;
+-- the RLIMIT_FSIZE cases below cover the same code paths with EFBIG.
+local function can_tmpfs()
+  local _, rc = u.sh("unshare -rm sh -c 'mount -t tmpfs -o size=64k tmpfs /mnt'")
+  return rc == 0
+end
+
+describe("outputs", function()
+  it("write_atomic: a failed write keeps the old file and leaves no temporary behind", function()
+    local d = u.tmpdir()
+    u.write(d .. "/f.json", "old\n")
+    -- a 64 KiB file under an 8 KiB file-size limit (SIGXFSZ ignored: EFBIG)
+    local script = d .. "/w.lua"
+    u.write(script, ([[
+      package.path = %q .. "/lua/?.lua;" .. %q .. "/lua/?/init.lua;" .. package.path
+      local durable = require "ztrain.durable"
+      local ok, err = durable.write_atomic(%q, string.rep("x", 65536))
+      print("result", ok, err)
+      local a = assert(durable.appender(%q))
+      local lines = 0
+      while true do
+        local ok2, err2 = a:append(string.rep("y", 999) .. "\n")
+        if not ok2 then print("append", err2); break end
+        lines = lines + 1
+      end
+      print("lines", lines, a:close())
+    ]]):format(ROOT, ROOT, d .. "/f.json", d .. "/m.txt"))
+    local out = u.sh(("bash -c \"trap '' XFSZ; ulimit -f 8; exec luajit %s\""):format(script))
+    assert.matches("result\tnil\tcannot write " .. d .. "/f.json: File too large", out, 1, true)
+    assert.are.equal("old\n", u.read(d .. "/f.json"))
+    assert.are.equal("rc=0\n", (u.sh("ls -A " .. d .. " | grep tmp || true")))
+    -- the appender stopped at a whole line: 8 KiB holds 8 lines of 1000 bytes
+    assert.matches("append\tcannot write " .. d .. "/m.txt: File too large", out, 1, true)
+    assert.matches("lines\t8\ttrue", out, 1, true)
+    assert.are.equal(8000, #u.read(d .. "/m.txt"))
+    u.rm(d)
+  end)
+
+  it("a run on a full disk fails with exit 3 naming the file, and the old summary stays", function()
+    if not can_tmpfs() then
+      pending("no user+mount namespace here to make a small tmpfs (the RLIMIT case covers the code)")
+      return
+    end
+    local function full_run(fill)
+      local script = ([[
+        mount -t tmpfs -o size=48k tmpfs /mnt && mkdir -p /mnt/run && echo '{"good":1}' > /mnt/run/summary.json
+        head -c %d /dev/zero > /mnt/filler
+        cd %s && %s %s out=/mnt/run overwrite=true data.cache=off; echo "exit=$?"
+        echo "summary=$(cat /mnt/run/summary.json)"; ls -A /mnt/run | tr '\n' ' '; echo
+        cat /mnt/run/metrics.jsonl > %s]]):format(fill, ROOT, ZT, TINY, "/tmp/ztrain_rel_metrics." .. fill)
+      return u.sh("unshare -rm sh -c '" .. script:gsub("'", "'\\''") .. "'")
+    end
+    -- 4 KiB pages: 48k = 12; with 9 of filler, the old summary and the lock,
+    -- there is room for metrics.jsonl, none for the new summary.json
+    local out = full_run(35500)
+    assert.matches("ztrain: cannot write /mnt/run/summary.json: No space left on device", out, 1, true)
+    assert.matches("exit=3", out, 1, true)
+    assert.matches('summary={"good":1}', out, 1, true)
+    assert.is_nil(out:match("%.tmp"))          -- no temporary file left behind
+    local ok, n = jsonl_ok("/tmp/ztrain_rel_metrics.35500")
+    assert.is_true(ok); assert.are.equal(2, n)
+    -- no room even for the metrics: the run says so, and says both
+    out = full_run(39500)
+    assert.matches("cannot write /mnt/run/summary.json: No space left on device (the run had failed: " ..
+                   "cannot write /mnt/run/metrics.jsonl: No space left on device)", out, 1, true)
+    assert.matches("exit=3", out, 1, true)
+    assert.matches('summary={"good":1}', out, 1, true)
+    os.remove("/tmp/ztrain_rel_metrics.35500"); os.remove("/tmp/ztrain_rel_metrics.39500")
+  end)
+end)
+
+describe("run directories", function()
+  it("refuse an earlier run's out= unless --overwrite, and allow resume", function()
+    local d = u.outdir()
+    local _, rc = u.sh(("%s %s out=%s"):format(ZT, TINY, d))
+    assert.are.equal(0, rc)
+    local before = u.read(d .. "/summary.json")
+    local out, rc2 = u.sh(("%s %s out=%s"):format(ZT, TINY, d))
+    assert.are.equal(1, rc2)
+    assert.matches(("ztrain: out=%s holds an earlier run (summary.json); choose another out=, continue " ..
+                    "it with resume=latest, or replace it with --overwrite"):format(d), out, 1, true)
+    assert.are.equal(before, u.read(d .. "/summary.json"))
+    local _, rc3 = u.sh(("%s %s out=%s --overwrite optim.lr=0.001"):format(ZT, TINY, d))
+    assert.are.equal(0, rc3)
+    assert.are_not.equal(before, u.read(d .. "/summary.json"))
+    u.rm(d)
+  end)
+
+  it("lock: a second run on the same out= at the same time is refused with the holder's pid", function()
+    local d = u.outdir()
+    -- the first run holds the lock while it trains (long enough to overlap)
+    local first = io.popen(("%s %s out=%s train.steps=200 2>&1; echo rc=$?"):format(ZT, TINY, d))
+    local t0 = os.time()
+    while not exists(d .. "/.lock") and os.time() - t0 < 30 do u.sh("sleep 0.1") end
+    local out, rc = u.sh(("%s %s out=%s/ --overwrite"):format(ZT, TINY, d))
+    local rest = first:read("*a"); first:close()
+    assert.matches("rc=0", rest, 1, true)
+    assert.are.equal(1, rc)
+    assert.matches(("ztrain: out=%s is in use by another run %%(pid %%d+%%); wait for it to end, or " ..
+                    "choose another out="):format(d:gsub("%p", "%%%0")), out)
+    assert.is_false(exists(d .. "/.lock"))   -- released at the end
+    -- and a run killed outright leaves no lock that stops the next one
+    local _, rck = u.sh(("timeout -s KILL 3 %s %s out=%s train.steps=100000 --overwrite"):format(ZT, TINY, d))
+    assert.are.equal(137, rck)
+    local _, rc4 = u.sh(("%s %s out=%s --overwrite"):format(ZT, TINY, d))
+    assert.are.equal(0, rc4)
+    u.rm(d)
+  end)
+
+  it("default directories are unique even for runs started together", function()
+    local cwd = u.tmpdir()
+    local cmd = ("cd %s && for i in 1 2 3; do %s %s name=same & done; wait"):format(cwd, ZT, TINY)
+    u.sh(cmd)
+    local dirs = u.sh("ls " .. cwd .. "/runs")
+    local n, seen = 0, {}
+    for name in dirs:gmatch("(same%-[%d%-]+)") do
+      n = n + 1
+      seen[name] = true
+      assert.is_true(exists(cwd .. "/runs/" .. name .. "/summary.json"), name)
+    end
+    assert.are.equal(3, n)
+    u.rm(cwd)
+  end)
+
+  it("a failed start leaves no empty default directory behind", function()
+    local cwd = u.tmpdir()
+    local out, rc = u.sh(("cd %s && %s %s name=bad batch.micro=1 device.memory_limit=1KiB"):format(cwd, ZT, TINY))
+    assert.are.equal(1, rc)
+    assert.matches("memory", out)
+    assert.are.equal("rc=0\n", (u.sh("ls -A " .. cwd .. "/runs")))
+    u.rm(cwd)
+  end)
+end)
