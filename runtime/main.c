@@ -19,7 +19,18 @@
 static int find_home(char *home, size_t n)
 {
     const char *env = getenv("ZTRAIN_HOME");
-    if (env && *env) { snprintf(home, n, "%s", env); return 0; }
+    if (env && *env) {
+        /* a wrong ZTRAIN_HOME is said as such, not as Lua's search path */
+        char probe[PATH_MAX + 32];
+        snprintf(probe, sizeof probe, "%s/lua/ztrain/cli.lua", env);
+        if (access(probe, R_OK) != 0) {
+            fprintf(stderr, "ztrain: ZTRAIN_HOME=%s does not hold ztrain (no readable lua/ztrain/cli.lua "
+                            "there); unset it, or set it to the ztrain checkout\n", env);
+            return 1;
+        }
+        snprintf(home, n, "%s", env);
+        return 0;
+    }
     char exe[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (len <= 0) return -1;
@@ -75,7 +86,9 @@ static void print_error(const char *msg)
 int main(int argc, char **argv)
 {
     char home[PATH_MAX], rp[PATH_MAX];
-    if (find_home(home, sizeof home) != 0) {
+    int hrc = find_home(home, sizeof home);
+    if (hrc > 0) return 1;                   /* said why */
+    if (hrc != 0) {
         fprintf(stderr, "ztrain: cannot locate the ztrain tree; set ZTRAIN_HOME\n");
         return 2;
     }

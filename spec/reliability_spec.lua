@@ -154,3 +154,23 @@ describe("run directories", function()
     u.rm(cwd)
   end)
 end)
+
+describe("bad input, said plainly", function()
+  it("a FIFO matched by a data glob is refused at once, not read for ever", function()
+    local d = u.tmpdir()
+    u.write(d .. "/a.txt", "hello\n")
+    u.sh("mkfifo " .. d .. "/pipe")
+    local out, rc = u.sh(("timeout 20 %s %s 'data.text=%s/*' out=%s/out"):format(ZT, TINY, d, d))
+    assert.are.equal(1, rc)       -- not 124 (timeout)
+    assert.matches(("ztrain: data.text: %s/pipe is a FIFO, not a regular file; add it to data.exclude"):format(d),
+                   out, 1, true)
+    u.rm(d)
+  end)
+
+  it("a wrong ZTRAIN_HOME is named, not Lua's search path", function()
+    local out, rc = u.sh(("ZTRAIN_HOME=/nonexistent/zt %s --version"):format(ZT))
+    assert.are.equal(1, rc)
+    assert.are.equal("ztrain: ZTRAIN_HOME=/nonexistent/zt does not hold ztrain (no readable lua/ztrain/cli.lua " ..
+                     "there); unset it, or set it to the ztrain checkout\nrc=1\n", out)
+  end)
+end)

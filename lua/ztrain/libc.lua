@@ -14,6 +14,7 @@
 -- Linux (glibc) only: glob_t's layout and the sysconf/dlopen constants are
 -- glibc's.
 local ffi = require "ffi"
+local bit = require "bit"
 
 -- name -> C declaration with "%s" where the private name goes
 local decls = {
@@ -46,6 +47,7 @@ local decls = {
   fsync = "int %s(int fd)",
   ftruncate = "int %s(int fd, int64_t length)",
   flock = "int %s(int fd, int operation)",
+  stat = "int %s(const char *path, ztrain_libc_stat_t *st)",
   unlink = "int %s(const char *path)",
   rmdir = "int %s(const char *path)",
   fnmatch = "int %s(const char *pattern, const char *string, int flags)",
@@ -62,6 +64,14 @@ typedef struct ztrain_libc_glob_t {
   int gl_flags;
   void *gl_closedir, *gl_readdir, *gl_opendir, *gl_lstat, *gl_stat;
 } ztrain_libc_glob_t;
+typedef struct ztrain_libc_stat_t {          /* x86_64 struct stat */
+  uint64_t st_dev, st_ino, st_nlink;
+  uint32_t st_mode, st_uid, st_gid, pad0;
+  uint64_t st_rdev;
+  int64_t st_size, st_blksize, st_blocks;
+  int64_t st_atime, st_atime_ns, st_mtime, st_mtime_ns, st_ctime, st_ctime_ns;
+  int64_t reserved[3];
+} ztrain_libc_stat_t;
 ]]
 
 -- Declared already in this Lua state? (ffi.cdef of a second copy would fail
@@ -81,6 +91,17 @@ end
 local M = {}
 for name in pairs(decls) do M[name] = ffi.C[PREFIX .. name] end
 M.glob_t = ffi.typeof("ztrain_libc_glob_t")
+M.stat_t = ffi.typeof("ztrain_libc_stat_t")
+
+-- file_kind(path) -> "file", "directory", "FIFO", "socket", "character device",
+-- "block device", or nil, errno (stat follows symlinks)
+local KINDS = { [0x8000] = "file", [0x4000] = "directory", [0x1000] = "FIFO", [0xC000] = "socket",
+                [0x2000] = "character device", [0x6000] = "block device" }
+function M.file_kind(path)
+  local st = M.stat_t()
+  if M.stat(path, st) ~= 0 then return nil, ffi.errno() end
+  return KINDS[bit.band(st.st_mode, 0xF000)] or "unknown"
+end
 
 -- constants (glibc, Linux)
 M.SC_NPROCESSORS_ONLN = 84

@@ -204,6 +204,11 @@ function M.expand(patterns, excludes)
         skipped[#skipped + 1] = { path = p, reason = "excluded by " .. excluded }
       elseif not real then
         return nil, ("data.text: cannot resolve %q (dangling symlink?); fix it or add it to data.exclude"):format(p)
+      elseif libc.file_kind(real) ~= "file" then
+        -- reading a FIFO, socket or device would block or never end
+        return nil, ("data.text: %s is a %s, not a regular file; add it to data.exclude (e.g. exclude = %s) " ..
+                     "or point data.text elsewhere"):format(p, libc.file_kind(real) or "special file",
+                                                            exclude_hint(p))
       elseif first_name[real] then
         skipped[#skipped + 1] = { path = p, reason = "same file as " .. first_name[real] }
       else
