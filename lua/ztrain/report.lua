@@ -53,6 +53,18 @@ function M.is_tty()
   return libc.isatty(1) == 1
 end
 
+-- The process's resident memory from the OS (/proc/self/status): peak
+-- (VmHWM) and current (VmRSS) bytes. It counts what the tier accounting
+-- does not: the dataset, LuaJIT, OpenBLAS's and MPI's buffers, the code.
+function M.rss()
+  local f = io.open("/proc/self/status", "rb")
+  if not f then return 0, 0 end
+  local s = f:read("*a")
+  f:close()
+  local hwm, cur = s:match("VmHWM:%s*(%d+) kB"), s:match("VmRSS:%s*(%d+) kB")
+  return (tonumber(hwm) or 0) * 1024, (tonumber(cur) or 0) * 1024
+end
+
 -- Memory snapshot for one rank, as summary.json carries it.
 function M.memory_snapshot()
   local s = memory.stats()
@@ -62,11 +74,11 @@ function M.memory_snapshot()
                 nvme = s.nvme.by_category[cat].peak }
   end
   return { rank = 0, device_peak = s.device.peak, host_peak = s.host.peak, nvme_peak = s.nvme.peak,
-           by_category = by }
+           rss_peak = (M.rss()), by_category = by }
 end
 
 -- Memory snapshots of every rank (a collective), indexed by rank + 1.
-local FIELDS = { "device_peak", "host_peak", "nvme_peak" }
+local FIELDS = { "device_peak", "host_peak", "nvme_peak", "rss_peak" }
 function M.gather_memory(world)
   local mine = M.memory_snapshot()
   if world.size == 1 then return { mine } end
@@ -121,7 +133,8 @@ end
 -- metrics(rec): rec has step, loss, lr, grad_norm, step_ms, tokens_per_s, ...
 function Log:metrics(rec)
   rec.memory = { device = memory.current("device"), host = memory.current("host"),
-                 device_peak = memory.peak("device"), host_peak = memory.peak("host") }
+                 device_peak = memory.peak("device"), host_peak = memory.peak("host"),
+                 rss = select(2, M.rss()) }
   local ok, err = self.f:append(cjson.encode(rec) .. "\n")
   -- a metrics file cut short is an I/O error of the run, not a silent gap
   if not ok then error(errors.io(err), 0) end
@@ -174,10 +187,11 @@ function M.print_summary(s)
   for _, m in ipairs(s.memory) do
     local by = m.by_category
     local state = m.model_state
-    w:write(("  memory%s device peak %s, host peak %s%s; model state %s%s\n")
+    w:write(("  memory%s device peak %s, host peak %s%s, process %s resident; model state %s%s\n")
             :format(#s.memory > 1 and (" r" .. m.rank) or "   ", memory.format(m.device_peak),
                     memory.format(m.host_peak),
                     (m.nvme_peak or 0) > 0 and (", nvme peak " .. memory.format(m.nvme_peak)) or "",
+                    memory.format(m.rss_peak or 0),
                     memory.format(state),
                     predicted and (" (predicted " .. memory.format(predicted) .. ")") or ""))
     for _, tier in ipairs({ "device", "host", "nvme" }) do
