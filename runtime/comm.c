@@ -140,12 +140,22 @@ void zt_comm_hold(zt_comm_req *op, const zt_tensor *a, const zt_tensor *b)
  * MPI one after another, in issue order, on every rank. */
 static int is_p2p(const zt_comm_req *op) { return op->kind == ZT_OP_SEND || op->kind == ZT_OP_RECV; }
 
+static double now_s(void);
+
 /* Publish an operation's result (any thread) and let its communicator's
  * next operation start. The caller's error message, if rc != OK, is the
  * current thread's last error: the request keeps its own copy. */
 static void complete(zt_comm_req *op, int rc)
 {
     if (rc != ZT_OK) snprintf(op->msg, sizeof op->msg, "%s", zt_last_error());
+    if (op->check_of) {             /* a signature exchange: judge its operation */
+        op->rc = rc;
+        zt_watch_compare(op);
+    } else if (rc == ZT_OK) {
+        zt_watch_done(op, now_s());
+        if (op->kind == ZT_OP_SPLIT && op->split_out && *op->split_out)
+            zt_watch_register(*op->split_out, op->comm, op->seq, op->color);
+    }
     zt_tensor_release(op->hold[0]);
     zt_tensor_release(op->hold[1]);
     op->hold[0] = op->hold[1] = NULL;
@@ -172,6 +182,7 @@ static int run_op(zt_comm_req *op)
 {
     const zt_transport *tp = op->comm->tp;
     if (op->kind == ZT_OP_FREE) {
+        zt_watch_unregister(op->comm);
         int rc = tp->free_comm(op->comm);
         free(op->comm);
         op->comm = NULL;
@@ -288,6 +299,7 @@ static void *comm_main(void *arg)
     pthread_cond_broadcast(&done_cv);
     pthread_mutex_unlock(&q_lock);
     if (rc != ZT_OK) return NULL;
+    zt_watch_register(w, NULL, 0, 0);
 
     zt_comm_req *fly = NULL;        /* started, not finished; in start order */
     pace pc = { now_s(), now_s(), 0 };
@@ -299,8 +311,19 @@ static void *comm_main(void *arg)
         take_startable(&tt);
         if (!todo && !fly) {
             if (q_stop && !ready) { pthread_mutex_unlock(&q_lock); break; }
-            pthread_cond_wait(&q_cv, &q_lock);
-            pthread_mutex_unlock(&q_lock);
+            if (zt_watch_timeout() > 0 && w->tp->side_poll) {
+                /* the watchdog's peers may ask where this rank is: look every 100 ms */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 100000000L;
+                if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+                pthread_cond_timedwait(&q_cv, &q_lock, &ts);
+                pthread_mutex_unlock(&q_lock);
+                zt_watch_serve(w, NULL);
+            } else {
+                pthread_cond_wait(&q_cv, &q_lock);
+                pthread_mutex_unlock(&q_lock);
+            }
             continue;
         }
         if (!todo) {
@@ -324,6 +347,13 @@ static void *comm_main(void *arg)
             zt_comm_req *op = todo;
             todo = op->next;
             op->next = NULL;
+            op->t_start = now_s();
+            if (op->pre_rc) {
+                /* its signature check failed on every rank alike: fail it, do not run it */
+                zt_error(op->pre_rc, "%s", op->pre_msg);
+                complete(op, op->pre_rc);
+                continue;
+            }
             zt_clear_error();
             rc = run_op(op);
             if (rc == ZT_OK && op->inflight) {
@@ -353,6 +383,13 @@ static void *comm_main(void *arg)
                 pp = &f->next;
             }
         }
+        double timeout = zt_watch_timeout();
+        if (timeout > 0 && w->tp->side_poll) {
+            zt_watch_serve(w, fly);
+            double t = now_s();
+            for (zt_comm_req *f = fly; f; f = f->next)
+                if (!f->watched && t - f->t_start > timeout) zt_watch_stuck(w, f, fly, t - f->t_start);
+        }
         if (!any && yield) sched_yield();
     }
     zt_clear_error();
@@ -368,7 +405,16 @@ static void *comm_main(void *arg)
 static void enqueue(zt_comm_req *op)
 {
     zt_comm *c = op->comm;
+    zt_watch_stamp(op);
     pthread_mutex_lock(&q_lock);
+    if (!is_p2p(op) && op->kind != ZT_OP_FREE) {
+        op->seq = ++c->seq;             /* the same number on every member */
+        zt_comm_req *sig = zt_watch_signature_op(op);
+        if (sig) {
+            if (c->q_tail) c->q_tail->next = sig; else c->q_head = sig;
+            c->q_tail = sig;
+        }
+    }
     if (c->q_tail) c->q_tail->next = op; else c->q_head = op;
     c->q_tail = op;
     if (!c->in_ready) {

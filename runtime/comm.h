@@ -32,6 +32,14 @@ struct zt_comm {
     zt_comm_req *busy;          /* its collective in flight: later operations wait */
     zt_comm *next_ready;        /* link in the list of communicators with queued work */
     int in_ready;
+    /* The watchdog's and checker's (comm_watch.c): */
+    uint64_t gid;               /* equal on every member: the world 1, a split's from
+                                 * its parent's gid, the split's sequence and color */
+    uint64_t seq;               /* collectives issued on it (caller, under q_lock) */
+    uint64_t done_seq;          /* last completed collective (engine thread) */
+    int done_kind;
+    double done_t;
+    zt_comm *all_next;          /* registry of live communicators (engine thread) */
 };
 
 /* One operation; the public zt_comm_req is this object. */
@@ -63,6 +71,14 @@ struct zt_comm_req {
     int detached;               /* nobody waits: the runner frees it */
     char msg[512];
     struct zt_comm_req *next;
+    /* The watchdog's and checker's (comm_watch.c): */
+    uint64_t seq;               /* its communicator's collective number (1, 2, ...; 0 = p2p) */
+    double t_start;             /* when the engine started it (monotonic seconds) */
+    int watched;                /* the watchdog reported it */
+    char site[96];              /* the caller's (Lua) call site, with comm.check on */
+    struct zt_comm_req *check_of;   /* a signature exchange: the operation it checks */
+    int pre_rc;                 /* the check failed: the operation fails with this */
+    char pre_msg[640];
 };
 
 struct zt_transport {
@@ -85,7 +101,37 @@ struct zt_transport {
     int (*finalize)(zt_comm *world);
     /* Last resort; must not return. */
     void (*abort)(int code);
+    /* The watchdog's side channel (engine thread; NULL where there are no
+     * peers): a small message to a world rank, never waiting on it; a
+     * received one (returns 1, 0 when none); a communicator's members as
+     * world ranks. */
+    int (*side_send)(int world_rank, const void *buf, int n);
+    int (*side_poll)(void *buf, int n, int *from);
+    int (*world_ranks)(zt_comm *c, int *out);
 };
+
+/* ---- watchdog and checked collectives (comm_watch.c) ----------------------
+ * Called by the engine (comm.c). zt_watch_timeout() > 0 turns the watchdog
+ * on; zt_watch_check() the signature exchange before each collective. */
+double zt_watch_timeout(void);
+int zt_watch_check(void);
+/* Caller thread, at issue: the call site to carry (comm.check). */
+void zt_watch_stamp(zt_comm_req *op);
+/* Caller thread, under q_lock, before op is queued: a signature exchange to
+ * queue first, or NULL (check off, p2p, or out of memory: then unchecked). */
+zt_comm_req *zt_watch_signature_op(zt_comm_req *op);
+/* Engine: a signature exchange completed; compare and mark its operation. */
+void zt_watch_compare(zt_comm_req *sig);
+/* Engine: answer peers' questions; report an operation stuck past the
+ * timeout (which ends the job: does not return). */
+void zt_watch_serve(zt_comm *world, zt_comm_req *fly);
+void zt_watch_stuck(zt_comm *world, zt_comm_req *op, zt_comm_req *fly, double waited);
+/* Engine: registry of communicators, and what completed. */
+void zt_watch_register(zt_comm *c, const zt_comm *parent, uint64_t split_seq, int color);
+void zt_watch_unregister(zt_comm *c);
+void zt_watch_done(zt_comm_req *op, double t);
+/* The exit status of a job ended by the watchdog or a failed check. */
+#define ZT_EXIT_COMM 5
 
 extern const zt_transport zt_transport_local;
 extern const zt_transport zt_transport_mpi;

@@ -43,6 +43,8 @@
 #include "comm.h"
 
 static int mpi_up;              /* MPI initialised and not finalised (atomic) */
+static MPI_Comm side = MPI_COMM_NULL;   /* the watchdog's channel (comm_watch.c) */
+#define SIDE_TAG 7
 static int mpi_owned;           /* we called MPI_Init_thread */
 
 #define HANDLE(c) (*(MPI_Comm *)(c)->impl)
@@ -106,6 +108,8 @@ static int mpi_init(zt_comm *w)
     MPI_DO("zt_comm_world", "MPI_Comm_dup", MPI_Comm_dup(MPI_COMM_WORLD, h));
     MPI_DO("zt_comm_world", "MPI_Comm_rank", MPI_Comm_rank(*h, &w->rank));
     MPI_DO("zt_comm_world", "MPI_Comm_size", MPI_Comm_size(*h, &w->size));
+    /* The watchdog's questions and answers never match collective traffic. */
+    MPI_DO("zt_comm_world", "MPI_Comm_dup", MPI_Comm_dup(MPI_COMM_WORLD, &side));
     w->impl = h;
     return ZT_OK;
 out:
@@ -118,6 +122,7 @@ out:
 static int mpi_finalize(zt_comm *w)
 {
     int rc = ZT_OK;
+    if (side != MPI_COMM_NULL) MPI_Comm_free(&side);
     if (w->impl) {
         MPI_Comm_free((MPI_Comm *)w->impl);
         free(w->impl);
@@ -569,6 +574,44 @@ out:
     return rc;
 }
 
+/* ---- the watchdog's side channel (comm_watch.c) ------------------------------
+ * Messages of a few hundred bytes: MPI_Send returns once the message is
+ * buffered (eager), so a stopped peer does not hold the sender. */
+static int side_send(int world_rank, const void *buf, int n)
+{
+    return MPI_Send(buf, n, MPI_BYTE, world_rank, SIDE_TAG, side) == MPI_SUCCESS ? ZT_OK : ZT_EIO;
+}
+
+static int side_poll(void *buf, int n, int *from)
+{
+    int flag = 0;
+    MPI_Status st;
+    if (side == MPI_COMM_NULL || MPI_Iprobe(MPI_ANY_SOURCE, SIDE_TAG, side, &flag, &st) != MPI_SUCCESS ||
+        !flag)
+        return 0;
+    if (MPI_Recv(buf, n, MPI_BYTE, st.MPI_SOURCE, SIDE_TAG, side, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        return 0;
+    *from = st.MPI_SOURCE;
+    return 1;
+}
+
+static int world_ranks(zt_comm *c, int *out)
+{
+    MPI_Group g, wg;
+    if (MPI_Comm_group(HANDLE(c), &g) != MPI_SUCCESS) return ZT_EIO;
+    if (MPI_Comm_group(side, &wg) != MPI_SUCCESS) { MPI_Group_free(&g); return ZT_EIO; }
+    int *in = malloc((size_t)c->size * sizeof *in);
+    int rc = in ? ZT_OK : ZT_ENOMEM;
+    if (in) {
+        for (int i = 0; i < c->size; i++) in[i] = i;
+        if (MPI_Group_translate_ranks(g, c->size, in, wg, out) != MPI_SUCCESS) rc = ZT_EIO;
+    }
+    free(in);
+    MPI_Group_free(&g);
+    MPI_Group_free(&wg);
+    return rc;
+}
+
 static int mpi_start(zt_comm_req *op)
 {
     if (op->kind == ZT_OP_SEND || op->kind == ZT_OP_RECV) return run_p2p(op);
@@ -600,4 +643,7 @@ const zt_transport zt_transport_mpi = {
     .free_comm = mpi_free_comm,
     .finalize = mpi_finalize,
     .abort = mpi_abort,
+    .side_send = side_send,
+    .side_poll = side_poll,
+    .world_ranks = world_ranks,
 };

@@ -261,6 +261,17 @@ void zt_comm_free(zt_comm *c);
 const char *zt_comm_backend(const zt_comm *c);
 /* Shut the communication thread and MPI down (after all requests). */
 int zt_comm_finalize(void);
+/* The collective watchdog and checker (docs/cli.md "When a rank stalls").
+ * timeout_s > 0: an operation in flight longer than that makes its rank ask
+ * every member of the group where it is, print which ranks arrived and each
+ * other's last completed operation, and end the job with exit status 5;
+ * 0 = off. check != 0: before each collective the ranks exchange a signature
+ * (operation, dtype, count, root, sequence number, call site) and every rank
+ * fails that collective, naming both call sites, where they differ. */
+int zt_comm_watch(double timeout_s, int check);
+/* The calling thread's call site (e.g. "trainer.lua:120"), carried by the
+ * collectives it issues next while checking is on. */
+void zt_comm_set_site(const char *site);
 /* The program's last resort when one rank fails: terminate every rank of
  * the job with this exit code (MPI_Abort). The library never calls it itself. */
 void zt_comm_abort(int code);

@@ -4,6 +4,9 @@
 # A test named test_mpi_* runs under mpirun with 2 and with 4 ranks (its rank 0
 # prints the totals over ranks).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# checked collectives in every multi-rank run of the suite: ranks whose
+# collectives differ fail at once, naming both call sites, instead of hanging
+export ZTRAIN_COMM_CHECK=1
 MPIRUN="mpirun --oversubscribe --bind-to none"
 runs=""
 for t in "$@"; do

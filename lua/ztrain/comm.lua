@@ -26,6 +26,27 @@ local function wrap(c)
                         backend = ffi.string(C.zt_comm_backend(c)) }, Comm)
 end
 
+-- The watchdog and checker (runtime/comm_watch.c): comm.timeout seconds
+-- before a stuck collective ends the job naming who did not arrive (0 =
+-- off), and comm.check: signatures compared before every collective.
+-- Defaults: ZTRAIN_COMM_TIMEOUT (else 300 s) and ZTRAIN_COMM_CHECK=1.
+M.DEFAULT_TIMEOUT = tonumber(os.getenv("ZTRAIN_COMM_TIMEOUT") or "") or 300
+M.DEFAULT_CHECK = os.getenv("ZTRAIN_COMM_CHECK") == "1"
+local watching = { timeout = M.DEFAULT_TIMEOUT, check = M.DEFAULT_CHECK }
+
+-- watch{timeout=, check=} -> the previous settings (to restore them)
+function M.watch(opts)
+  local prev = { timeout = watching.timeout, check = watching.check }
+  local t = opts.timeout == nil and watching.timeout or opts.timeout
+  local c = opts.check == nil and watching.check or opts.check
+  if type(t) ~= "number" or t < 0 or t ~= t then
+    error(("comm.timeout must be a number of seconds >= 0 (0 = off), got %s"):format(tostring(t)), 0)
+  end
+  check(C.zt_comm_watch(t, c and 1 or 0), "comm.watch")
+  watching.timeout, watching.check = t, c and true or false
+  return prev
+end
+
 local world
 -- world() -> the world communicator (MPI under a launcher, else one local rank).
 function M.world()
@@ -33,12 +54,30 @@ function M.world()
     local out = ffi.new("zt_comm*[1]")
     check(C.zt_comm_world(out), "comm.world")
     world = wrap(out[0])
+    M.watch({})
   end
   return world
 end
 
+-- With comm.check on, the Lua line that issues a collective travels with
+-- its signature: a mismatch names both ranks' lines.
+local getinfo = debug.getinfo
+local function stamp_site()
+  if not watching.check then return end
+  for level = 3, 8 do
+    local info = getinfo(level, "Sl")
+    if not info then break end
+    if not info.short_src:find("ztrain/comm.lua", 1, true) then
+      C.zt_comm_set_site(("%s:%d"):format(info.short_src:match("[^/]*/?[^/]*$"), info.currentline))
+      return
+    end
+  end
+end
+M.stamp_site = stamp_site
+
 -- Issue fn(..., reqptr); return a Req when async, else wait inside C.
 local function issue(what, async, fn, ...)
+  stamp_site()
   local n = select("#", ...)
   local args = { ... }
   args[n + 1] = async and reqbuf or nil
@@ -82,6 +121,7 @@ function Comm:barrier(async) return issue("barrier", async, C.zt_barrier, self.c
 -- split(color, key) -> sub-communicator (collective over self).
 function Comm:split(color, key)
   local out = ffi.new("zt_comm*[1]")
+  stamp_site()
   check(C.zt_comm_split(out, self.c, color, key or self.rank), "comm.split")
   return wrap(out[0])
 end
@@ -98,6 +138,7 @@ function Comm:gather_doubles(values)
   local inb = ffi.new("double[?]", math.max(n, 1))
   for i = 1, n do inb[i - 1] = values[i] end
   local out = ffi.new("double[?]", math.max(n, 1) * self.size)
+  stamp_site()
   check(C.zt_comm_all_gather_host(self.c, out, inb, n * 8), "comm.gather_doubles")
   local res = {}
   for r = 0, self.size - 1 do
@@ -116,6 +157,7 @@ function Comm:gather_strings(s)
   local inb = ffi.new("char[?]", maxlen + 1)
   ffi.copy(inb, s, #s)
   local out = ffi.new("char[?]", (maxlen + 1) * self.size)
+  stamp_site()
   check(C.zt_comm_all_gather_host(self.c, out, inb, maxlen + 1), "comm.gather_strings")
   local res = {}
   for r = 0, self.size - 1 do res[r + 1] = ffi.string(out + r * (maxlen + 1), lens[r + 1][1]) end

@@ -54,6 +54,13 @@ M.defaults = {
   -- where offloaded state is staged and swapped (zt.strategy.zero{offload_*})
   offload  = { staging = "16MiB", prefetch = 2, nvme_path = "", block_size = "1MiB", queue_depth = 8,
                checksum = false },
+  -- comm.timeout: seconds a collective may wait for its peers before the job
+  -- ends naming the ranks that did not arrive (0 = never; default
+  -- $ZTRAIN_COMM_TIMEOUT or 300); comm.check: compare the ranks' collectives
+  -- (operation, dtype, count, call site) before each one (default
+  -- $ZTRAIN_COMM_CHECK=1, on in the test suite)
+  comm     = { timeout = tonumber(os.getenv("ZTRAIN_COMM_TIMEOUT") or "") or 300,
+               check = os.getenv("ZTRAIN_COMM_CHECK") == "1" },
   -- written at the end of a run: export.hf = DIR, the trained model as a
   -- Hugging Face GPT-2 directory ("" = none)
   export   = { hf = "" },
@@ -257,6 +264,7 @@ local RANGES = {
   ["offload.queue_depth"] = { 1, 1024, true }, ["train.ckpt_every"] = { 0, 2 ^ 40, true },
   ["train.ckpt_keep"] = { 0, 2 ^ 20, true }, ["sample.tokens"] = { 0, 2 ^ 20, true },
   ["sample.temperature"] = { 0, 1e3 }, ["sample.top_k"] = { 0, 2 ^ 24, true }, ["sample.top_p"] = { 1e-9, 1 },
+  ["comm.timeout"] = { 0, 1e9 },
   ["sample.seed"] = { 0, 2 ^ 53, true }, ["fp16.initial_scale_power"] = { 0, 127, true },
   ["fp16.loss_scale_window"] = { 1, 2 ^ 40, true }, ["fp16.hysteresis"] = { 1, 2 ^ 20, true },
   ["fp16.min_loss_scale"] = { 2 ^ -126, 2 ^ 127 },

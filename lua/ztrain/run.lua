@@ -81,9 +81,12 @@ end
 -- recipe sets last only for the run (a REPL session keeps its own).
 function M.run(r, opts)
   local limit, threads = memory.limit("device"), C.zt_get_threads()
+  local comm = require "ztrain.comm"
   -- the output directory: unique, not an earlier run's, locked (rundir.lua)
-  local out, lock = require("ztrain.rundir").claim(r, require("ztrain.comm").world())
+  local out, lock = require("ztrain.rundir").claim(r, comm.world())
+  local watch = comm.watch({ timeout = r.comm.timeout, check = r.comm.check })
   local ok, res = pcall(run, r, opts or {}, out)
+  comm.watch(watch)
   lock:release()
   memory.set_limit("device", 0)
   pcall(memory.set_limit, "device", limit)
