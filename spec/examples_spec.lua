@@ -164,3 +164,59 @@ describe("examples/local_sgd.lua", function()
     assert.are_not.equal(r0[15].digest, r1[15].digest)
   end)
 end)
+
+describe("examples/topk_compression.lua", function()
+  local TK = "examples/topk_compression.lua"
+
+  local function topk_trace(out_dir, rank)
+    local t = {}
+    for line in io.lines(("%s/topk.rank%d.jsonl"):format(out_dir, rank)) do t[#t + 1] = cjson.decode(line) end
+    return t
+  end
+
+  it("keep = 1 (everything sent) is dp, bit for bit, with and without accumulation", function()
+    for _, extra in ipairs({ "train.steps=3", "train.steps=2 batch.accumulate=2" }) do
+      local want, wl = train(2, recipe(TK, "zt.strategy.dp()"), extra)
+      local got, gl, out = train(2, recipe(TK, "ex.new { keep = 1, trace = true }"), extra)
+      assert.are.equal("topk_ef", got.strategy)
+      assert.are.equal(want.param_digest, got.param_digest, extra)
+      assert.are.equal(loss_bits(wl), loss_bits(gl), extra)
+      for _, line in ipairs(topk_trace(out, 1)) do assert.are.equal(0, line.residual_sq) end
+    end
+  end)
+
+  it("keep = 1%: k pairs a unit, the residual is what was not sent, nothing is lost, the loss falls", function()
+    local s, l, out = train(2, recipe(TK, "ex.new { keep = 0.01, trace = true, audit = true }"),
+                            "train.steps=12 optim.lr=3e-3")
+    -- bytes: ceil(1% of each unit's elements) (index, value) pairs of 4 + 4
+    -- bytes, from the model's own unit sizes (which must add up to the
+    -- parameter count the run reports)
+    local gpt2 = require "ztrain.nn.gpt2"
+    local model = gpt2.new(gpt2.config("gpt2-tiny", { vocab_size = 256 }), { alloc = false })
+    local pairs_, total = 0, 0
+    for _, u in ipairs(model.units) do
+      pairs_ = pairs_ + math.ceil(0.01 * u.numel)
+      total = total + u.numel
+    end
+    assert.are.equal(s.model.params, total)
+    for rank = 0, 1 do
+      local t = topk_trace(out, rank)
+      assert.are.equal(12, #t)
+      for _, line in ipairs(t) do
+        assert.are.equal(pairs_, line.sent_elements)
+        assert.are.equal(8 * pairs_, line.sent_bytes)
+        assert.are.equal(4 * total, line.dense_bytes)
+        -- c = sent + e on disjoint elements: |c|^2 = |sent|^2 + |e|^2 (fp64
+        -- sums of exact fp32 squares: equal up to the sums' rounding)
+        assert.is_true(line.residual_sq > 0)
+        assert.is_true(math.abs(line.c_sq - line.sent_sq - line.residual_sq) <= 1e-12 * line.c_sq,
+                       ("step %d: %.17g vs %.17g + %.17g"):format(line.step, line.c_sq, line.sent_sq,
+                                                                  line.residual_sq))
+        -- summed over steps, sent + residual = the raw gradients (to fp32 rounding of c = g + e)
+        assert.is_true(line.ledger <= 1e-5 * line.ledger_scale,
+                       ("step %d: ledger %.3g of %.3g"):format(line.step, line.ledger, line.ledger_scale))
+      end
+    end
+    assert.is_true(l[#l].loss < l[1].loss - 0.3, ("loss %g -> %g"):format(l[1].loss, l[#l].loss))
+  end)
+end)
