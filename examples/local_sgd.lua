@@ -67,6 +67,10 @@ function M.new(opts)
       error(("%s: train.eval_every (%d) must be a multiple of every (%d), so that evaluation "
              .. "sees the averaged model"):format(S.name, ev, every), 0)
     end
+    if ctx.recipe.train.ckpt_every > 0 or ctx.recipe.resume ~= "" then
+      -- a checkpoint would hold rank 0's replica and not the outer state
+      error(S.name .. " does not checkpoint yet: set train.ckpt_every = 0", 0)
+    end
     if opts.inner == "sgd" then ctx.optim = M.sgd() end
     replicated.setup(ctx)   -- whole model, inner optimizer state, accumulators
     ctx.work = { since_sync = 0, step = 0, pool = shard.pool(ctx.model.tier), start = {}, momentum = {} }

@@ -33,8 +33,8 @@ local M = {}
 -- that "add nothing" leaves a gradient's bits, signed zeros included.
 local NEG_ZERO = -0.0
 
--- Index of the k-th largest of mag[0..n-1] (0 < k <= n), found by
--- quickselect on a scratch copy; returns that value.
+-- The k-th largest of mag[0..n-1] (0 < k <= n), found by
+-- quickselect on a scratch copy.
 local function kth_largest(mag, scratch, n, k)
   ffi.copy(scratch, mag, n * ffi.sizeof("double"))
   local lo, hi, want = 0, n - 1, k - 1         -- position want in descending order
@@ -145,7 +145,7 @@ function M.new(opts)
     local ai, av = w.all_idx:ptr(), w.all_val:ptr()
     for q = 0, N * k - 1 do
       local i = ai[q]
-      dense[i] = dense[i] + av[q]            -- double sum of two floats, rounded once to float: fp32's add
+      dense[i] = dense[i] + av[q]            -- two floats added in double, stored as float: fp32's add
     end
     g:write(dense)
     g:free()
