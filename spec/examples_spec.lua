@@ -148,7 +148,7 @@ describe("examples/local_sgd.lua", function()
     assert.are.equal(wl[1].loss_hex, gl[1].loss_hex)
   end)
 
-  it("DiLoCo with outer lr 1 and no momentum is plain averaging up to rounding; with Nesterov it trains", function()
+  it("DiLoCo: outer lr 1 without momentum is averaging, its first Nesterov step is (1 + mu) delta, and it trains", function()
     -- start - mean_r (start - p_r) = mean_r p_r in exact arithmetic
     local extra = "train.steps=4 optim.lr=3e-3"
     local _, _, avg = train(2, recipe(LS, "ex.new { every = 2 }", true), extra)
@@ -157,6 +157,27 @@ describe("examples/local_sgd.lua", function()
     local rel = rel_diff(outer1, avg)
     print(("DiLoCo (outer lr 1, momentum 0) vs averaging: relative difference %.3g"):format(rel))
     assert.is_true(rel < 2 ^ -20, ("relative difference %.3g"):format(rel))
+    -- the first outer step by hand: momentum starts at 0, so m = delta and
+    -- the update is (1 + mu) delta, with delta = start - mean_r p_r =
+    -- start - (what averaging gives); start from a run that does not move
+    -- (lr 0: AdamW leaves p exactly), averaging and DiLoCo from two steps
+    local _, _, start = train(2, recipe(LS, "ex.new { every = 1 }", true), "train.steps=1 optim.lr=0")
+    local _, _, outer = train(2, recipe(LS, 'ex.new { every = 2, outer = "nesterov", outer_lr = 0.7, ' ..
+                                              'outer_momentum = 0.9 }', true), "train.steps=2 optim.lr=3e-3")
+    local _, _, avg2 = train(2, recipe(LS, "ex.new { every = 2 }", true), "train.steps=2 optim.lr=3e-3")
+    local p0, n = params(start)
+    local a, d = params(avg2), params(outer)
+    local worst, scale, moved = 0, 0, 0
+    for i = 0, n - 1 do
+      local want = p0[i] - 0.7 * 1.9 * (p0[i] - a[i])
+      worst = math.max(worst, math.abs(d[i] - want))
+      scale = math.max(scale, math.abs(p0[i]))
+      moved = math.max(moved, math.abs(d[i] - a[i]))
+    end
+    print(("DiLoCo's first outer step vs by hand: %.3g of max |p|; it moved %.3g from averaging")
+          :format(worst / scale, moved / scale))
+    assert.is_true(worst < 2 ^ -20 * scale, ("first outer step off by %.3g"):format(worst))
+    assert.is_true(moved > 100 * worst)
     local s, l, out = train(2, recipe(LS, 'ex.new { every = 4, outer = "nesterov", trace = true }'),
                             "train.steps=16 optim.lr=3e-3")
     assert.are.equal("diloco", s.strategy)
