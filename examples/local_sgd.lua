@@ -16,9 +16,10 @@
 -- this leaves the same-math rule on purpose: between syncs the ranks hold
 -- different parameters, and no synchronous strategy computes what it does.
 -- Its own identities, checked by spec/examples_spec.lua: at N=1 it is dp;
--- with every=1, plain averaging and SGD it is dp up to rounding; right
--- after a sync every rank holds the same bits (trace = true writes each
--- rank's parameter digest after every step).
+-- with every=1, plain averaging and SGD it is dp up to rounding; DiLoCo
+-- with outer lr 1 and no momentum is averaging up to rounding; right after
+-- a sync every rank holds the same bits (trace = true writes each rank's
+-- parameter digest after every step).
 --
 --   build/ztrain --nproc 2 examples/diloco.lua
 local zt = require "ztrain"
