@@ -197,10 +197,13 @@ describe("examples/topk_compression.lua", function()
     return t
   end
 
-  it("keep = 1 (everything sent) is dp, bit for bit, with and without accumulation", function()
-    for _, extra in ipairs({ "train.steps=3", "train.steps=2 batch.accumulate=2" }) do
-      local want, wl = train(2, recipe(TK, "zt.strategy.dp()"), extra)
-      local got, gl, out = train(2, recipe(TK, "ex.new { keep = 1, trace = true }"), extra)
+  it("keep = 1 (everything sent) is dp, bit for bit, with and without accumulation, on 2 and 3 ranks", function()
+    -- (3 ranks: at 2, g1 + g0 = g0 + g1 and a sum out of rank order would pass)
+    for _, case in ipairs({ { 2, "train.steps=3" }, { 2, "train.steps=2 batch.accumulate=2" },
+                            { 3, "train.steps=2" } }) do
+      local nproc, extra = case[1], case[2]
+      local want, wl = train(nproc, recipe(TK, "zt.strategy.dp()"), extra)
+      local got, gl, out = train(nproc, recipe(TK, "ex.new { keep = 1, trace = true }"), extra)
       assert.are.equal("topk_ef", got.strategy)
       assert.are.equal(want.param_digest, got.param_digest, extra)
       assert.are.equal(loss_bits(wl), loss_bits(gl), extra)
