@@ -40,6 +40,19 @@ describe("docs/strategies.md examples", function()
     assert.are.equal(want, digest("--nproc 2 " .. dir .. "/recipe.lua batch.accumulate=2"))
   end)
 
+  it("every block marked '-- from examples/FILE' is a verbatim piece of that file", function()
+    -- (the files themselves are trained and checked by spec/examples_spec.lua)
+    local doc = read("docs/strategies.md")
+    local n = 0
+    for path, body in doc:gmatch("```lua\n%-%- from (examples/[%w_]+%.lua)\n(.-)```") do
+      n = n + 1
+      assert.is_true(#body > 40, path .. ": an empty excerpt")
+      assert.is_truthy(read(path):find(body, 1, true),
+                       "docs/strategies.md quotes " .. path .. " but the file does not contain:\n" .. body)
+    end
+    assert.is_true(n >= 8, ("only %d excerpts found"):format(n))
+  end)
+
   it("the user-written schedule gives the sequential step's digest", function()
     write(dir .. "/sched.lua", example("user_schedule"))
     write(dir .. "/recipe.lua", ('local r = dofile("recipes/single.lua"); r.schedule = dofile(%q); return r')

@@ -96,6 +96,7 @@ describe("recipe", function()
     local strategy = require "ztrain.strategy"
     -- recipes/NAME.lua runs strategy NAME; examples say theirs here
     local expect = { ["examples/timed_zero2.lua"] = "zero2", ["examples/all_forward_first.lua"] = "single",
+                     ["examples/diloco.lua"] = "diloco", ["examples/topk_dp.lua"] = "topk_ef",
                      ["recipes/infinity.lua"] = "zero3_infinity", ["recipes/pipeline_1f1b.lua"] = "single",
                      ["recipes/pipeline_gpipe.lua"] = "single", ["recipes/pipeline_zb.lua"] = "single",
                      ["recipes/pipeline_interleaved.lua"] = "single", ["recipes/pipeline_zbv.lua"] = "single",
