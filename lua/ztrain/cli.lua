@@ -331,7 +331,8 @@ local function export(args)
   return 0
 end
 
-SUBCOMMANDS = { export = export, generate = generate, schedule = schedule }
+SUBCOMMANDS = { export = export, generate = generate, schedule = schedule,
+                compare = function(args) return require("ztrain.compare").main(args) end }
 
 function M.main(argv)
   -- subcommands: their arguments after the name; an error is one `ztrain:` line
