@@ -67,6 +67,7 @@ local TIER_TITLE = { device = "device tier", host = "host tier (ZeRO-Offload)", 
 
 -- one tier's panel at y; returns the y below it
 local function memory_panel(doc, rows, tier, y)
+  doc:open("g", { class = "panel", ["data-tier"] = tier })
   doc:text(LEFT, y + 14, TIER_TITLE[tier], { ["font-weight"] = "bold" })
   y = y + 26
   local max = 1
@@ -111,6 +112,7 @@ local function memory_panel(doc, rows, tier, y)
   end
   local axis_y = top + #rows * (BAR + GAP) - GAP + 6
   x_axis(doc, axis_y, top - 4, values, step, x_of, ("peak bytes per rank (%s)"):format(unit))
+  doc:close("g")
   return axis_y + 52
 end
 

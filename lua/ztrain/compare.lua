@@ -147,7 +147,7 @@ function M.plan(o)
       if not n or n < 1 or n ~= math.floor(n) then
         error(user("%q: the rank count after '@' must be a whole number >= 1 (e.g. dp@2)", item), 0)
       end
-    elseif name == "single" or name:match("/single%.lua$") then
+    elseif name == "single" or name:match("([^/]+)$") == "single.lua" then
       n = 1
     end
     if global % n ~= 0 then
