@@ -182,7 +182,11 @@ describe("ztrain compare", function()
       local tier, panel = st[2], svgt:sub(st[1], starts[k + 1] and starts[k + 1][1] or #svgt)
       local unit = panel:match("peak bytes per rank %((%a+)%)")
       local div = ({ B = 1, KiB = 1024, MiB = 1024 ^ 2, GiB = 1024 ^ 3 })[unit]
-      local X = axis_map(ticks(panel, "xtick", "x1"))
+      local t = ticks(panel, "xtick", "x1")
+      local X = axis_map(t)
+      -- the axis ends inside the drawing, with room for the value labels
+      local width = tonumber(svgt:match('<svg[^>]* width="(%d+)"'))
+      assert.is_true(t[#t].pos <= width - 100, ("%s axis ends at %g of %d px"):format(tier, t[#t].pos, width))
       for tag in panel:gmatch('<rect class="seg"[^>]*>') do
         local r = row(attr(tag, "data%-label"))
         local bytes = tonumber(r[tier .. "_" .. attr(tag, "data%-category")])
