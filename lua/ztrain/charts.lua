@@ -35,12 +35,17 @@ local function thousands(x)
 end
 M.thousands = thousands
 
--- x_axis(doc, y, lo, hi, values, step, x_of, label): a horizontal axis with
--- ticks, grid lines up to y_top, labels and the axis title
-local function x_axis(doc, y, y_top, values, step, x_of, label, fmt)
+-- grid(doc, values, x_of, y0, y1): light vertical lines at the ticks, drawn
+-- before the bars so the bars stay solid
+local function grid(doc, values, x_of, y0, y1)
+  for _, v in ipairs(values) do doc:line(x_of(v), y0, x_of(v), y1, { stroke = "#e4e4e4" }) end
+end
+
+-- x_axis(doc, y, values, step, x_of, label, fmt): a horizontal axis at y
+-- with ticks, their labels and the axis title
+local function x_axis(doc, y, values, step, x_of, label, fmt)
   for _, v in ipairs(values) do
     local x = x_of(v)
-    doc:line(x, y_top, x, y, { stroke = "#e4e4e4" })
     doc:open("g", { class = "xtick" })
     doc:line(x, y, x, y + 5, { ["data-value"] = v })
     doc:text(x, y + 18, fmt and fmt(v) or svg.tick_label(v, step), { ["text-anchor"] = "middle" })
@@ -83,6 +88,8 @@ local function memory_panel(doc, rows, tier, y)
   local px_per_byte = PLOT / (hi * div)
   local function x_of(v) return LEFT + v * div * px_per_byte end
   local top = y
+  local axis_y = top + #rows * (BAR + GAP) - GAP + 6
+  grid(doc, values, x_of, top - 4, axis_y)
   for i, r in ipairs(rows) do
     local by = y + (i - 1) * (BAR + GAP)
     doc:text(LEFT - 8, by + BAR / 2 + 4, svg.fit(r.label, LEFT - 14), { ["text-anchor"] = "end" })
@@ -110,8 +117,7 @@ local function memory_panel(doc, rows, tier, y)
                peak > 0 and ("peak " .. svg.format_bytes(peak)) or "0")
     end
   end
-  local axis_y = top + #rows * (BAR + GAP) - GAP + 6
-  x_axis(doc, axis_y, top - 4, values, step, x_of, ("peak bytes per rank (%s)"):format(unit))
+  x_axis(doc, axis_y, values, step, x_of, ("peak bytes per rank (%s)"):format(unit))
   doc:close("g")
   return axis_y + 52
 end
@@ -145,6 +151,8 @@ function M.throughput(rows, opts)
   for _, r in ipairs(rows) do if not r.failed then max = math.max(max, r.tokens_per_s or 0) end end
   local step, values, _, hi = svg.ticks(0, max, 5)
   local function x_of(v) return LEFT + v / hi * PLOT end
+  local axis_y = top + #rows * (BAR + GAP) - GAP + 6
+  grid(doc, values, x_of, top - 4, axis_y)
   for i, r in ipairs(rows) do
     local by = top + (i - 1) * (BAR + GAP)
     doc:text(LEFT - 8, by + BAR / 2 + 4, svg.fit(r.label, LEFT - 14), { ["text-anchor"] = "end" })
@@ -158,8 +166,7 @@ function M.throughput(rows, opts)
                                                                                  r.step_ms))
     end
   end
-  local axis_y = top + #rows * (BAR + GAP) - GAP + 6
-  x_axis(doc, axis_y, top - 4, values, step, x_of, "tokens per second", function(v) return thousands(v) end)
+  x_axis(doc, axis_y, values, step, x_of, "tokens per second", function(v) return thousands(v) end)
   return doc:finish()
 end
 
@@ -259,10 +266,13 @@ function M.loss(rows, opts)
       doc:element("circle", { class = "loss", cx = pts[1][1], cy = pts[1][2], r = 4, fill = color,
                               ["data-label"] = r.label })
     end
-    -- legend on the right
-    doc:line(left + pw + 16, ly + 7, left + pw + 40, ly + 7, { stroke = color, ["stroke-width"] = 3 })
-    local note = #pts == 0 and " (no metrics)" or (g.j > 0 and (" = " .. rows[g.first].label) or "")
-    local label = svg.fit(r.label .. note, right - 60)
+    -- legend on the right: the label, cut to leave room for its note
+    local note = #pts == 0 and (r.failed and " (failed)" or " (no metrics)") or
+                 (g.j > 0 and (" = " .. svg.fit(rows[g.first].label, 100)) or "")
+    if #pts > 0 then
+      doc:line(left + pw + 16, ly + 7, left + pw + 40, ly + 7, { stroke = color, ["stroke-width"] = 3 })
+    end
+    local label = svg.fit(r.label, right - 60 - svg.text_width(note)) .. note
     doc:text(left + pw + 48, ly + 11, label, { fill = #pts == 0 and "#777777" or "#000000" })
     ly = ly + 22
   end
