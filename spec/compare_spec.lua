@@ -105,6 +105,7 @@ describe("ztrain compare", function()
       assert.are.equal(s.tokens_per_s, tonumber(r.tokens_per_s), label)
       assert.are.equal(s.final_loss, tonumber(r.final_loss), label)
       assert.are.equal(s.param_digest, r.param_digest, label)
+      assert.are.equal(s.threads, tonumber(r.threads), label)
       local p = s.predicted
       assert.are.equal(p.params + p.grads + p.optim + p.accumulator, tonumber(r.model_state_predicted), label)
       -- per rank: the largest rank's value of each
@@ -136,7 +137,7 @@ describe("ztrain compare", function()
     assert.are.equal("differs", row("zero2,model.seed=7").same_bits)
     assert.are_not.equal(row("single").param_digest, row("zero2,model.seed=7").param_digest)
     local md = slurp(OUT .. "/results.md")
-    assert.truthy(md:find("| zero3 | 2 x 1 |", 1, true), md)
+    assert.truthy(md:find("| zero3 | 2 x 1 (1 thread) |", 1, true), md)
     assert.truthy(md:find("| differs | ok |", 1, true), md)
   end)
 

@@ -17,6 +17,7 @@ M.COLUMNS = {
   col("recipe", function(r) return r.recipe end),
   col("ranks", function(r) return r.ranks end),
   col("accumulate", function(r) return r.accumulate end),
+  col("threads", function(r) return r.summary and r.summary.threads end),
   col("status", function(r) return r.failed and "failed" or "ok" end),
   col("exit_code", function(r) return r.code end),
   col("error", function(r) return r.failed end),
@@ -91,8 +92,10 @@ local function main_table(rows)
   for _, r in ipairs(rows) do
     local status = r.failed and ("failed (exit %d): %s"):format(r.code, r.failed) or "ok"
     local num = function(fmt, v) return type(v) == "number" and fmt:format(v) or "—" end
-    t[#t + 1] = ("| %s | %d x %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |"):format(
-      cell(r.label), r.ranks, r.accumulate, num("%.1f ms", r.step_ms),
+    local threads = r.summary and tonumber(r.summary.threads)
+    t[#t + 1] = ("| %s | %d x %d%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |"):format(
+      cell(r.label), r.ranks, r.accumulate,
+      threads and (" (%d thread%s)"):format(threads, threads == 1 and "" or "s") or "", num("%.1f ms", r.step_ms),
       type(r.tokens_per_s) == "number" and charts.thousands(r.tokens_per_s) or "—",
       bytes(r.peak and r.peak.device), bytes(r.peak and r.peak.host), bytes(r.peak and r.peak.nvme),
       bytes(r.predicted), bytes(r.state), num("%.4f", r.final_loss),
