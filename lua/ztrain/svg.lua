@@ -38,7 +38,7 @@ function M.nice_step(span, n)
   local raw = span / n
   if raw <= 0 then return 1 end
   local p = 10 ^ math.floor(math.log10(raw))
-  for _, f in ipairs({ 1, 2, 5, 10 }) do if f * p >= raw * (1 - 1e-9) then return f * p end end
+  for _, f in ipairs({ 1, 2, 5, 10 }) do if f * p >= raw then return f * p end end
   return 10 * p
 end
 
