@@ -270,6 +270,7 @@ function M.collect(run, dir, code, log)
   local exit = row.summary and row.summary.exit
   if code ~= 0 or not row.summary or exit ~= "ok" then
     local why = type(exit) == "string" and exit ~= "ok" and exit:gsub("^error: ", "") or last_error(log)
+    if code == 130 then why = "interrupted (Ctrl-C)" end
     row.failed = why or ("exit status %d, no summary.json (see %s/log.txt)"):format(code, dir)
     if code == 0 then code = 1; row.code = code end
   end
@@ -336,13 +337,21 @@ function M.run_all(o, say)
                                                       row.final_loss))
     end
     rows[#rows + 1] = row
+    if code == 130 then
+      -- Ctrl-C reached the run (system() shields this process): stop here,
+      -- keeping the table of what ran, rather than start the next one
+      say(("interrupted: stopping after %d of %d run(s)"):format(k, #o.runs))
+      o.interrupted = true
+      break
+    end
   end
   M.mark_same_bits(rows)
   return rows
 end
 
 -- main(args) -> exit code: 0 when at least one run succeeded (failed runs
--- are rows with their error), 1 when every run failed or on bad input.
+-- are rows with their error), 1 when every run failed or on bad input, 130
+-- when Ctrl-C stopped a run (the outputs then cover the runs so far).
 function M.main(args)
   if args[1] == "-h" or args[1] == "--help" then io.stdout:write(require("ztrain.cli").usage); return 0 end
   local o = M.parse(args)
@@ -365,6 +374,7 @@ function M.main(args)
     io.stderr:write(("ztrain: compare: %d of %d run(s) failed (their rows say why; logs in %s/NAME/log.txt)\n")
                     :format(failed, #rows, o.out))
   end
+  if o.interrupted then return 130 end
   return failed == #rows and 1 or 0
 end
 
