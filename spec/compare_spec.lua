@@ -78,6 +78,7 @@ describe("ztrain compare", function()
                    "train.steps=4 out=%s"):format(table.concat(ITEMS, " "), OUT))
     csv = parse_csv(slurp(OUT .. "/results.csv"))
   end)
+  lazy_teardown(function() os.execute("rm -rf " .. ROOT) end)
 
   local function row(label)
     for _, r in ipairs(csv.rows) do if r.strategy == label then return r end end

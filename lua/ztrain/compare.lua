@@ -18,6 +18,7 @@
 local cjson = require("cjson").new()
 local svg = require "ztrain.svg"
 local charts = require "ztrain.charts"
+local tables = require "ztrain.compare_tables"
 local errors = require "ztrain.errors"
 
 local M = {}
@@ -299,10 +300,9 @@ function M.mark_same_bits(rows)
   end
 end
 
-local tables = require "ztrain.compare_tables"
 M.markdown, M.csv = tables.markdown, tables.csv
 
--- write_outputs(o, dir, rows) -> { paths }
+-- write_outputs(dir, rows, o) -> the paths written (each atomically)
 local function write_outputs(dir, rows, o)
   local paths = {}
   local function put(name, text) paths[#paths + 1] = svg.write(dir .. "/" .. name, text) end
