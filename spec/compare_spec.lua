@@ -233,6 +233,7 @@ describe("ztrain compare", function()
       { "dp,seed", 'cannot read "seed": expected key=value' },
       { "out=", "out= needs a directory" },
       { "single batch.accumulate=0", "batch.accumulate must be a whole number" },
+      { "single dp train.stepz=3", 'no recipe takes the shared settings: ' },
     }) do
       local o, code = run("build/ztrain compare " .. case[1] .. (case[1] == "out=" and "" or (" out=" .. ROOT .. "/bad")))
       assert.are.equal(1, code, o)

@@ -174,6 +174,25 @@ function M.plan(o)
   return runs
 end
 
+-- check_shared(o): the shared settings (DEFAULTS and the command line's
+-- key=value) read with each item's recipe, before anything runs. When no
+-- recipe takes them (a misspelt key, a value out of range), that is said
+-- once, instead of once per run; an item whose own recipe or overrides
+-- fail still becomes a row of the table.
+function M.check_shared(o)
+  local recipe = require "ztrain.recipe"
+  local first
+  for _, run in ipairs(o.runs) do
+    local kv = {}
+    for _, x in ipairs(M.DEFAULTS) do kv[#kv + 1] = x end
+    for _, x in ipairs(o.overrides) do kv[#kv + 1] = x end
+    local ok, r, err = pcall(recipe.load, run.recipe, kv)
+    if ok and r then return true end
+    first = first or errors.message(ok and err or r)
+  end
+  error(user("no recipe takes the shared settings: %s", first), 0)
+end
+
 -- program(): the ztrain executable that runs each item
 local function program()
   local a0 = rawget(_G, "arg") and _G.arg[0]
@@ -355,6 +374,7 @@ end
 function M.main(args)
   if args[1] == "-h" or args[1] == "--help" then io.stdout:write(require("ztrain.cli").usage); return 0 end
   local o = M.parse(args)
+  M.check_shared(o)
   o.out = o.out or ("runs/compare-%s"):format(os.date("%Y%m%d-%H%M%S"))
   local ok, err = require("ztrain.report").mkdirs(o.out)
   if not ok then error(errors.user(err), 0) end
