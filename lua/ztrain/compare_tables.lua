@@ -73,11 +73,9 @@ local function settings(rows, o)
   for _, r in ipairs(rows) do
     local s = r.summary
     if s and type(s.model) == "table" and type(s.batch) == "table" then
-      return ("%s (%s parameters), %s step(s) of %d sequences x %d tokens (global batch), %s, %s; " ..
-              "overrides: %s"):format(s.model.name, charts.thousands(s.model.params), tostring(s.steps),
+      return ("%s (%s parameters), %s step(s) of %d sequences x %d tokens (global batch), %s, %s"):format(s.model.name, charts.thousands(s.model.params), tostring(s.steps),
               s.batch.global, s.batch.seq_len, s.backend or "?",
-              type(s.recipe_resolved) == "string" and s.recipe_resolved:match('precision="(%w+)"') or "fp32",
-              #o.overrides > 0 and table.concat(o.overrides, " ") or "none")
+              type(s.recipe_resolved) == "string" and s.recipe_resolved:match('precision="(%w+)"') or "fp32")
     end
   end
   return "no run produced a summary"
@@ -130,6 +128,9 @@ function M.markdown(rows, o)
   return table.concat({
     "# ztrain compare", "",
     settings(rows, o) .. ".", "",
+    ("Every run got `%s`%s, and its own item's key=value."):format(
+      table.concat(require("ztrain.compare").DEFAULTS, " "),
+      #o.overrides > 0 and (", then `" .. table.concat(o.overrides, " ") .. "`") or ""), "",
     main_table(rows), "",
     "Time and tokens/s: medians over the steps after the first. Memory: per rank (the largest " ..
     "rank's), peaks. Model state: parameters + gradients + optimizer state on every tier; " ..
