@@ -7,6 +7,7 @@ usage: ztrain [options] [RECIPE.lua [key=value ...]]
        ztrain generate SRC "PROMPT" [max_tokens=64] [temperature=1] [top_k=0] [top_p=1]
                        [seed=0] [tokenizer=NAME]
        ztrain export CHECKPOINT DIR
+       ztrain compare [--nproc N] [NAME[@RANKS][,key=value...] ...] [key=value ...] [out=DIR]
 
 Runs a training recipe, or with no recipe opens a Lua REPL with ztrain loaded
 (as `zt`). Recipes are Lua files returning a table; key=value arguments
@@ -79,13 +80,29 @@ Hugging Face GPT-2 directory: config.json + model.safetensors (fp32), and the
 tokenizer's vocab.json + merges.txt when the run used a BPE vocabulary.
 CHECKPOINT is a checkpoint directory, or a directory with `latest`.
 
+ztrain compare trains a list of strategies on the same settings, one after
+another, each as its own ztrain process into DIR/<item>/, and writes
+results.md and results.csv (time/step, tokens/s, peak memory per tier and
+category, model state predicted vs measured, final loss, param digest and
+whether it equals the first run's: "same bits") and memory.svg,
+throughput.svg, loss.svg. An item is a recipe name (recipes/NAME.lua) or a
+RECIPE.lua path, with @RANKS (default --nproc, 2; single: 1) and its own
+,key=value overrides: `ztrain compare single dp zero3 zero3,model.seed=7`.
+Default items: single dp zero1 zero2 zero3 zero2_offload zero3_offload
+infinity. Every item gets model.size=gpt2-tiny data.tokenizer=bytes
+batch.micro=8 train.steps=20 train.log_every=1 (key=value overrides them)
+and the same global batch (fewer ranks accumulate more micro-batches). A
+failed run is a row with its error; the exit status is 1 only when every
+run failed (or on bad input). Default DIR: runs/compare-<time>/.
+
 Outputs go to out= (default runs/<recipe>-<time>/, made unique): metrics.jsonl,
 summary.json, checkpoints/ (train.ckpt_every), timeline.svg/.json (pipeline
 schedules). An out= that holds an earlier run is refused unless --overwrite
 (or resume=...); one run at a time per directory (a lock).
 
 Exit status: 0 success; 1 an error (bad input, a failed run: the message says);
-3 an output could not be written (disk full, I/O error; the previous file stays).
+3 an output could not be written (disk full, I/O error; the previous file stays);
+5 a collective waited past comm.timeout for its peers (the message names them).
 ]==]
 
 local errors = require "ztrain.errors"
@@ -338,7 +355,8 @@ local function export(args)
   return 0
 end
 
-SUBCOMMANDS = { export = export, generate = generate, schedule = schedule }
+SUBCOMMANDS = { export = export, generate = generate, schedule = schedule,
+                compare = function(args) return require("ztrain.compare").main(args) end }
 
 function M.main(argv)
   -- subcommands: their arguments after the name; an error is one `ztrain:` line

@@ -15,6 +15,8 @@
 --   write_file(path, text)    -> atomic write (temporary name, then rename)
 --
 -- Pure Lua plus cjson: no FFI, so it runs without the runtime library.
+-- Escaping, coordinates, tick steps, colours and the atomic write come
+-- from ztrain.svg (shared with `ztrain compare`'s charts).
 local cjson = require("cjson").new()   -- own instance: report.lua's settings stay its own
 cjson.encode_number_precision(14)
 
@@ -114,20 +116,8 @@ end
 
 -- SVG ------------------------------------------------------------------
 
-local function esc(s)
-  return (tostring(s):gsub("[&<>\"']", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;",
-                                         ['"'] = "&quot;", ["'"] = "&apos;" }))
-end
-
-local function num(x) return (("%.2f"):format(x):gsub("%.?0+$", "")) end
-
--- nice_step(span, n) -> a 1, 2 or 5 x 10^k step giving about n ticks
-local function nice_step(span, n)
-  local raw = span / n
-  local p = 10 ^ math.floor(math.log10(raw))
-  for _, f in ipairs({ 1, 2, 5, 10 }) do if f * p >= raw then return f * p end end
-  return 10 * p
-end
+local svg = require "ztrain.svg"
+local esc, num, nice_step, lighten = svg.esc, svg.num, svg.nice_step, svg.lighten
 
 -- time_unit(opts, span) -> scale, label: seconds shown as s, ms or us;
 -- simulated time in "time units"
@@ -137,16 +127,6 @@ local function time_unit(opts, span)
     return 1e6, "us"
   end
   return 1, opts.unit or "time units"
-end
-
--- lighten("#rrggbb", f) -> the colour mixed with white by fraction f
-local function lighten(hex, f)
-  local c = {}
-  for i = 1, 3 do
-    local v = tonumber(hex:sub(2 * i, 2 * i + 1), 16)
-    c[i] = math.floor(v + (255 - v) * f + 0.5)
-  end
-  return ("#%02x%02x%02x"):format(c[1], c[2], c[3])
 end
 
 local function pct(x) return ("%.1f%%"):format(100 * x) end
@@ -334,13 +314,9 @@ function M.trace(events, opts)
   return cjson.encode(doc) .. "\n"
 end
 
--- write_file(path, text): atomic and durable (ztrain.durable: the old file
--- or the new one, never half). Raises an I/O error naming the file.
-function M.write_file(path, text)
-  local ok, err = require("ztrain.durable").write_atomic(path, text)
-  if not ok then error(require("ztrain.errors").io(err), 0) end
-  return path
-end
+-- write_file(path, text): atomic and durable (svg.write: ztrain.durable).
+-- Raises an I/O error naming the file.
+M.write_file = svg.write
 
 -- write(dir, events, opts) -> { svg = path, json = path, bubble = b }.
 -- Writes dir/timeline.svg and dir/timeline.json (dir must exist); opts as
