@@ -388,6 +388,16 @@ function M.main(argv)
       if not pre then return die(err) end
     end
     local n = opts.nproc or pre.launch.nproc
+    local repl_opens = not opts.script and (opts.interactive or (not opts.recipe and #opts.exprs == 0))
+    if opts.nproc and repl_opens then
+      -- the multi-rank REPL: this process keeps the terminal and drives
+      -- mpirun's ranks (repl/ranks.lua)
+      local args = {}
+      for j = 1, #argv do args[j] = argv[j] end
+      local rc, err = require("ztrain.repl.ranks").front(n, argv[0], args)
+      if not rc then return die(err) end
+      return rc
+    end
     if opts.nproc or n > 1 then
       -- the ranks get the same arguments (--nproc too: each checks it)
       local args = {}
@@ -477,7 +487,8 @@ function M.main(argv)
   end
 
   if opts.interactive or (not opts.recipe and #opts.exprs == 0) then
-    require("ztrain.repl").loop()
+    if os.getenv(require("ztrain.repl.ranks").ENV) then require("ztrain.repl.ranks").loop()
+    else require("ztrain.repl").loop() end
   end
   zt.comm.finalize()
   return 0

@@ -47,6 +47,7 @@ local decls = {
   unlink = "int %s(const char *path)",
   rmdir = "int %s(const char *path)",
   fnmatch = "int %s(const char *pattern, const char *string, int flags)",
+  signal = "void *%s(int sig, void *handler)",
   -- the REPL: readline's strings are malloc'd (it frees them), input is
   -- polled (a signal interrupts the wait), the multi-rank front end talks
   -- to mpirun through pipes
@@ -79,6 +80,7 @@ typedef struct ztrain_libc_glob_t {
   int gl_flags;
   void *gl_closedir, *gl_readdir, *gl_opendir, *gl_lstat, *gl_stat;
 } ztrain_libc_glob_t;
+extern char **ztrain_libc_environ __asm__("environ");
 typedef struct ztrain_libc_pollfd { int fd; short events; short revents; } ztrain_libc_pollfd;
 /* opaque, glibc's sizes (80 and 336 bytes) rounded up */
 typedef struct ztrain_libc_spawn_actions { uint64_t opaque[16]; } ztrain_libc_spawn_actions;
@@ -114,6 +116,8 @@ M.GLOB_NOSPACE, M.GLOB_ABORTED, M.GLOB_NOMATCH = 1, 2, 3
 M.FNM_PATHNAME = 1
 M.EINVAL, M.EINTR = 22, 4
 M.POLLIN, M.POLLHUP = 0x1, 0x10
+M.SIGPIPE, M.SIG_IGN = 13, ffi.cast("void *", 1)
+function M.environ() return ffi.C.ztrain_libc_environ end
 M.POSIX_SPAWN_SETPGROUP = 0x2
 M.O_RDONLY, M.O_WRONLY, M.O_CREAT, M.O_TRUNC, M.O_EXCL = 0, 1, 0x40, 0x200, 0x80
 M.O_DIRECTORY, M.O_CLOEXEC = 0x10000, 0x80000
