@@ -26,7 +26,7 @@ M.show = pretty.show
 function M.globalize(code)
   local c = code:gsub("^(%s*)local%s+function%s", "%1function ", 1)
   if c ~= code then return c end
-  c = code:gsub("^(%s*)local%s+([%a_][%w_]*%s*,?[%w_%s,]-)%s*=([^=])", "%1%2 =%3", 1)
+  c = code:gsub("^(%s*)local%s+([%a_][%w_%s,]-)%s*=([^=])", "%1%2 =%3", 1)
   if c ~= code then return c end
   return code
 end

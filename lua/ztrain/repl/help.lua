@@ -66,9 +66,9 @@ end
 -- module_name(t) -> the name under which t is in package.loaded
 local function module_name(t)
   for name, v in pairs(package.loaded) do
-    if v == t and type(name) == "string" and name:match("^ztrain") then return name end
+    if rawequal(v, t) and type(name) == "string" and name:match("^ztrain") then return name end
   end
-  for name, v in pairs(package.loaded) do if v == t and type(name) == "string" then return name end end
+  for name, v in pairs(package.loaded) do if rawequal(v, t) and type(name) == "string" then return name end end
 end
 
 -- class_module(obj) -> the module whose table holds obj's metatable (a
@@ -76,9 +76,15 @@ end
 local function class_module(obj)
   local mt = getmetatable(obj)
   if type(mt) ~= "table" then return nil end
-  for name, v in pairs(package.loaded) do
-    if type(v) == "table" and type(name) == "string" and name:match("^ztrain") then
-      for _, x in pairs(v) do if x == mt then return name, v end end
+  local names = {}
+  for name in pairs(package.loaded) do
+    if type(name) == "string" and name:match("^ztrain") then names[#names + 1] = name end
+  end
+  table.sort(names)                           -- the same answer every time
+  for _, name in ipairs(names) do
+    local v = package.loaded[name]
+    if type(v) == "table" then
+      for _, x in pairs(v) do if rawequal(x, mt) then return name, v end end
     end
   end
 end
