@@ -32,6 +32,14 @@ options:
                  over the recipe's launch.nproc. Under mpirun or srun already,
                  ranks come from the launcher (and must number N)
   -q, --quiet    no progress output (outputs are still written)
+
+The REPL (docs/cli.md): readline keys, history in $ZTRAIN_HISTORY or
+~/.ztrain_history, Tab completes zt. names, fields and methods; help(x) or ?x
+prints documentation; Ctrl-C drops the line, or interrupts the running call
+(training stops between steps) and keeps the session; Ctrl-D exits.
+zt.train(recipe, overrides, {keep = true}) also returns the live trainer.
+`ztrain --nproc N` (or --nproc N -i) runs each line on N ranks and shows the
+results per rank ([rank k]) or once ([all ranks]); Ctrl-C reaches every rank.
   --threads N    kernel and BLAS threads (same as device.threads=N)
   --version      print the version
   -h, --help     this text

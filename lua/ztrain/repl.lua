@@ -31,10 +31,20 @@ function M.globalize(code)
   return code
 end
 
+-- compile(code) -> function | nil, err: an expression (its values are
+-- shown), statements, or statements then an expression after the last ';'
+-- (`x = f(); x.field` shows x.field)
 local function compile(code)
   local f, err = loadstring("return " .. code, "=repl")
-  if not f then f, err = loadstring(M.globalize(code), "=repl") end
-  return f, err
+  if f then return f end
+  f, err = loadstring(M.globalize(code), "=repl")
+  if f then return f end
+  local stmts, last = code:match("^(.*);%s*([^;]-)%s*$")
+  if stmts and last ~= "" then
+    local g = loadstring(M.globalize(stmts) .. "\nreturn " .. last, "=repl")
+    if g then return g end
+  end
+  return nil, err
 end
 M.compile = compile
 
@@ -71,6 +81,8 @@ function M.results_text(res, n)
   return table.concat(parts, multiline and "\n" or "\t")
 end
 
+local function pack(...) return { n = select("#", ...), ... } end   -- keeps trailing nils
+
 -- A pending Ctrl-C raises "interrupted" from a count hook too: Lua loops
 -- that call nothing polled (interpreted code; compiled traces run no hooks).
 local function hook() interrupt.poll() end
@@ -84,10 +96,10 @@ function M.run(code, hooked)
   if not f then return false, err end
   interrupt.clear()
   if hooked then debug.sethook(hook, "", 10000) end
-  local res = { xpcall(f, handler) }
+  local res = pack(xpcall(f, handler))
   if hooked then debug.sethook() end
   if not res[1] then return false, res[2] end
-  return true, M.results_text(res, table.maxn(res))
+  return true, M.results_text(res, res.n)
 end
 
 -- eval(code, quiet, hooked) -> true | false, err. Prints results unless quiet.
