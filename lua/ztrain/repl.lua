@@ -6,8 +6,8 @@
 -- pretty-printed (repl/pretty.lua): tensors, models, trainers, run
 -- summaries. `help(x)` or `?x` prints x's documentation (repl/help.lua).
 -- Input continues while the chunk is incomplete; an error is printed and
--- the session goes on; `local x = ...` at the prompt defines a global (each
--- line is its own chunk, so a local would be gone at the next).
+-- the session goes on; `local x = ...` at the prompt also defines a global
+-- (each line is its own chunk, so a local would be gone at the next).
 --
 -- Ctrl-C (SIGINT, counted by runtime/interrupt.c) at the prompt drops the
 -- line; during a call it raises "interrupted" at the next safe point: between
@@ -22,26 +22,40 @@ local M = {}
 
 M.show = pretty.show
 
--- A `local` statement at the start of a chunk defines globals instead.
-function M.globalize(code)
-  local c = code:gsub("^(%s*)local%s+function%s", "%1function ", 1)
-  if c ~= code then return c end
-  c = code:gsub("^(%s*)local%s+([%a_][%w_%s,]-)%s*=([^=])", "%1%2 =%3", 1)
-  if c ~= code then return c end
-  return code
+-- exports(code) -> the names a leading `local` statement declares
+-- ("local a, b = ..." -> { "a", "b" }), or nil. Each chunk is compiled on
+-- its own, so a local would be gone at the next line: they are also set as
+-- globals when the chunk ends (and stay locals inside it).
+function M.exports(code)
+  local fname = code:match("^%s*local%s+function%s+([%a_][%w_]*)")
+  if fname then return { fname } end
+  local list = code:match("^%s*local%s+([%a_][%w_%s,]-)%s*=[^=]") or code:match("^%s*local%s+([%a_][%w_%s,]-)%s*$")
+             or code:match("^%s*local%s+([%a_][%w_%s,]-)%s*[;\n]")
+  if not list then return nil end
+  local names = {}
+  for n in list:gmatch("[%a_][%w_]*") do names[#names + 1] = n end
+  return #names > 0 and names or nil
 end
 
 -- compile(code) -> function | nil, err: an expression (its values are
--- shown), statements, or statements then an expression after the last ';'
--- (`x = f(); x.field` shows x.field)
+-- shown), statements (a leading local exported, see exports), or statements
+-- then an expression after the last ';' (`x = f(); x.field` shows x.field)
 local function compile(code)
   local f, err = loadstring("return " .. code, "=repl")
   if f then return f end
-  f, err = loadstring(M.globalize(code), "=repl")
+  local names = M.exports(code)
+  if names then
+    local set = {}
+    for i, n in ipairs(names) do set[i] = ("rawset(_G, %q, %s)"):format(n, n) end
+    -- (fails to compile after a final `return`: then the chunk runs as typed)
+    f = loadstring(code .. "\n" .. table.concat(set, " "), "=repl")
+    if f then return f end
+  end
+  f, err = loadstring(code, "=repl")
   if f then return f end
   local stmts, last = code:match("^(.*);%s*([^;]-)%s*$")
   if stmts and last ~= "" then
-    local g = loadstring(M.globalize(stmts) .. "\nreturn " .. last, "=repl")
+    local g = loadstring(stmts .. "\nreturn " .. last, "=repl")
     if g then return g end
   end
   return nil, err
