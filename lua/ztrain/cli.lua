@@ -435,6 +435,19 @@ function M.main(argv)
     if not ok then return die(err) end
   end
 
+  if opts.interactive or (not opts.recipe and #opts.exprs == 0 and not opts.script) then
+    -- a session: Ctrl-C interrupts -e code and the recipe too, then the REPL
+    -- opens (SIGUSR1: what mpirun forwards from the multi-rank front end)
+    local interrupt = require "ztrain.interrupt"
+    if os.getenv(require("ztrain.repl.ranks").ENV) then
+      interrupt.install({ interrupt.SIGUSR1 })
+      interrupt.set_action("raise", { agreed = zt.comm.world().size > 1 })
+    else
+      interrupt.install({ interrupt.SIGINT })
+      interrupt.set_action("raise")
+    end
+  end
+
   for _, code in ipairs(opts.exprs) do
     local ok, err = require("ztrain.repl").eval(code, true)
     if not ok then return die(err) end
