@@ -65,9 +65,12 @@ describe("the REPL in a terminal", function()
   local hist = os.tmpname()
   os.remove(hist)
   local env = ("ZTRAIN_HISTORY=%s TERM=xterm"):format(hist)
+  local outs = {}
+  local function outdir() outs[#outs + 1] = util.outdir(); return outs[#outs] end
   teardown(function()
     tmux("kill-server")
     os.remove(hist)
+    for _, d in ipairs(outs) do util.rm(d) end
   end)
 
   it("edits lines, completes zt. names, pretty-prints, helps, and survives Ctrl-C", function()
@@ -107,7 +110,7 @@ describe("the REPL in a terminal", function()
     wait_for(s, "no documentation for nosuch", 5, true)
     -- Ctrl-C stops a long zt.train between steps; the session and its
     -- variables stay, and the trainer trained so far is returned
-    send(s, 's, tr = zt.train("recipes/single.lua", {"train.steps=100000", "out=' .. util.outdir() ..
+    send(s, 's, tr = zt.train("recipes/single.lua", {"train.steps=100000", "out=' .. outdir() ..
             '"}, {keep = true})', "Enter")
     wait_for(s, "step +%d+/100000")
     send(s, "C-c")
@@ -148,7 +151,7 @@ describe("the REPL in a terminal", function()
     send(s, "shared", "Enter")
     wait_for(s, "[all ranks] 42", 10, true)
     -- Ctrl-C reaches both ranks (SIGUSR1 through mpirun) without ending the job
-    send(s, 'zt.train("recipes/dp.lua", {"train.steps=100000", "launch.nproc=0", "out=' .. util.outdir() .. '"})',
+    send(s, 'zt.train("recipes/dp.lua", {"train.steps=100000", "launch.nproc=0", "out=' .. outdir() .. '"})',
          "Enter")
     wait_for(s, "step +%d+/100000", 20)
     send(s, "C-c")
@@ -334,9 +337,11 @@ describe("interrupt polls", function()
       end
       return tr
     end
+    local out = util.outdir()
     local ok, s, tr = pcall(zt.train, "recipes/single.lua", { "train.steps=50", "train.eval_every=0",
-                                                               "out=" .. util.outdir() }, { keep = true, quiet = true })
+                                                               "out=" .. out }, { keep = true, quiet = true })
     trainer.new = orig
+    util.rm(out)
     assert.truthy(ok, s)
     assert.equal("interrupted", s.exit)
     assert.equal(2, s.steps)
