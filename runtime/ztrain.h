@@ -531,6 +531,21 @@ void zt_sha256_update(zt_sha256 *s, const void *data, size_t n);
 /* Writes 65 bytes: 64 lowercase hex digits and a NUL. */
 void zt_sha256_hex(zt_sha256 *s, char *hex65);
 
+/* ---- interrupts (interrupt.c) --------------------------------------------
+ * A process-wide counter that the installed signal handler increments (and
+ * nothing else: it is async-signal-safe). Long loops poll it at boundaries
+ * where stopping is safe; what an interrupt means is the caller's choice. */
+/* Handle signal `sig` (SIGINT 2, SIGTERM 15, SIGUSR1 10) by counting it;
+ * without SA_RESTART, so a blocking read returns EINTR. */
+int zt_interrupt_install(int sig);
+/* Give `sig` its default action back. */
+int zt_interrupt_restore(int sig);
+/* Signals counted since the last clear. */
+int zt_interrupt_count(void);
+void zt_interrupt_clear(void);
+/* Count one as a signal would (tests, a caller forwarding an interrupt). */
+void zt_interrupt_raise(void);
+
 /* ---- misc ---------------------------------------------------------------- */
 /* Monotonic clock in seconds. */
 double zt_now(void);

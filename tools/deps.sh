@@ -3,7 +3,7 @@
 # Idempotent and quiet when everything is present; needs root (or sudo) to install.
 set -e
 PKGS="build-essential pkg-config luajit libluajit-5.1-dev libuv1-dev libopenblas-dev \
-libopenmpi-dev openmpi-bin lua-busted lua-cjson fortunes fio libpcre2-8-0"
+libopenmpi-dev openmpi-bin lua-busted lua-cjson fortunes fio libpcre2-8-0 libreadline8 tmux"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -38,6 +38,14 @@ options:
   --version      print the version
   -h, --help     this text
 
+The REPL (docs/cli.md): readline keys, history in $ZTRAIN_HISTORY or
+~/.ztrain_history, Tab completes zt. names, fields and methods; help(x) or ?x
+prints documentation; Ctrl-C drops the line, or interrupts the running call
+(training stops between steps) and keeps the session; Ctrl-D exits.
+zt.train(recipe, overrides, {keep = true}) also returns the live trainer.
+`ztrain --nproc N` (or --nproc N -i) runs each line on N ranks and shows the
+results per rank ([rank k]) or once ([all ranks]); Ctrl-C reaches every rank.
+
 Recipe keys (defaults in lua/ztrain/recipe.lua; docs/recipes.md):
   model.size (gpt2-tiny, gpt2-mini, gpt2, gpt2-medium, gpt2-large, gpt2-xl), model.seed,
     model.from (hf:DIR: a Hugging Face GPT-2; model=hf:DIR for short), model.vocab_size
@@ -414,6 +422,16 @@ function M.main(argv)
       if not pre then return die(err) end
     end
     local n = opts.nproc or pre.launch.nproc
+    local repl_opens = not opts.script and (opts.interactive or (not opts.recipe and #opts.exprs == 0))
+    if opts.nproc and repl_opens then
+      -- the multi-rank REPL: this process keeps the terminal and drives
+      -- mpirun's ranks (repl/ranks.lua)
+      local args = {}
+      for j = 1, #argv do args[j] = argv[j] end
+      local rc, err = require("ztrain.repl.ranks").front(n, argv[0], args)
+      if not rc then return die(err) end
+      return rc
+    end
     if opts.nproc or n > 1 then
       -- the ranks get the same arguments (--nproc too: each checks it)
       local args = {}
@@ -441,6 +459,19 @@ function M.main(argv)
   if opts.threads then
     local ok, err = pcall(zt.threads, opts.threads)
     if not ok then return die(err) end
+  end
+
+  if opts.interactive or (not opts.recipe and #opts.exprs == 0 and not opts.script) then
+    -- a session: Ctrl-C interrupts -e code and the recipe too, then the REPL
+    -- opens (SIGUSR1: what mpirun forwards from the multi-rank front end)
+    local interrupt = require "ztrain.interrupt"
+    if os.getenv(require("ztrain.repl.ranks").ENV) then
+      interrupt.install({ interrupt.SIGUSR1 })
+      interrupt.set_action("raise", { agreed = zt.comm.world().size > 1 })
+    else
+      interrupt.install({ interrupt.SIGINT })
+      interrupt.set_action("raise")
+    end
   end
 
   for _, code in ipairs(opts.exprs) do
@@ -503,7 +534,8 @@ function M.main(argv)
   end
 
   if opts.interactive or (not opts.recipe and #opts.exprs == 0) then
-    require("ztrain.repl").loop()
+    if os.getenv(require("ztrain.repl.ranks").ENV) then require("ztrain.repl.ranks").loop()
+    else require("ztrain.repl").loop() end
   end
   zt.comm.finalize()
   return 0

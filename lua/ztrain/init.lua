@@ -2,6 +2,7 @@
 --
 --   local zt = require "ztrain"
 --   zt.train("recipes/single.lua", { "train.steps=20" })   -- run a recipe
+--   local s, tr = zt.train("recipes/single.lua", nil, { keep = true })  -- and keep the trainer
 --   local t = zt.tensor.new({ 2, 3 }); t:fill(1); print(t:totable()[1]); t:free()
 local M = {}
 
@@ -23,6 +24,7 @@ M.comm     = require "ztrain.comm"
 M.errors   = require "ztrain.errors"
 M.digest   = require "ztrain.digest"
 M.trainer  = require "ztrain.trainer"
+M.interrupt = require "ztrain.interrupt"
 M.home     = M.ffi.home
 
 function M.version() return require("ffi").string(M.ffi.C.zt_version()) end
@@ -42,7 +44,12 @@ function M.generate(model, prompt, opts)
   return require("ztrain.nn.generate").generate(model, prompt, opts)
 end
 
--- train(recipe_path_or_table, overrides, opts) -> summary
+-- train(recipe_path_or_table, overrides, opts) -> summary[, trainer].
+-- opts.quiet: no progress; opts.keep: also return the live trainer, to keep
+-- exploring (tr:evaluate(), tr:sample{prompt=...}, tr.model, tr:state(),
+-- tr:param_digest()); free it with tr:free(). With keep, Ctrl-C at the REPL
+-- ends the run between steps and returns what was trained so far
+-- (summary.exit = "interrupted"); without, the call raises "interrupted".
 function M.train(r, overrides, opts)
   local resolved, err
   if type(r) == "string" then resolved, err = M.recipe.load(r, overrides)

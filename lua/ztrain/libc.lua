@@ -51,6 +51,26 @@ local decls = {
   unlink = "int %s(const char *path)",
   rmdir = "int %s(const char *path)",
   fnmatch = "int %s(const char *pattern, const char *string, int flags)",
+  signal = "void *%s(int sig, void *handler)",
+  -- the REPL: readline's strings are malloc'd (it frees them), input is
+  -- polled (a signal interrupts the wait), the multi-rank front end talks
+  -- to mpirun through pipes
+  malloc = "void *%s(size_t n)",
+  poll = "int %s(ztrain_libc_pollfd *fds, unsigned long nfds, int timeout)",
+  pipe = "int %s(int fds[2])",
+  read = "int64_t %s(int fd, void *buf, size_t n)",
+  write = "int64_t %s(int fd, const void *buf, size_t n)",
+  waitpid = "int %s(int pid, int *status, int options)",
+  posix_spawnp = "int %s(int *pid, const char *file, const ztrain_libc_spawn_actions *actions, " ..
+                 "const ztrain_libc_spawnattr *attr, char *const argv[], char *const envp[])",
+  posix_spawn_file_actions_init = "int %s(ztrain_libc_spawn_actions *a)",
+  posix_spawn_file_actions_destroy = "int %s(ztrain_libc_spawn_actions *a)",
+  posix_spawn_file_actions_adddup2 = "int %s(ztrain_libc_spawn_actions *a, int fd, int newfd)",
+  posix_spawn_file_actions_addclose = "int %s(ztrain_libc_spawn_actions *a, int fd)",
+  posix_spawnattr_init = "int %s(ztrain_libc_spawnattr *a)",
+  posix_spawnattr_destroy = "int %s(ztrain_libc_spawnattr *a)",
+  posix_spawnattr_setflags = "int %s(ztrain_libc_spawnattr *a, short flags)",
+  posix_spawnattr_setpgroup = "int %s(ztrain_libc_spawnattr *a, int pgroup)",
 }
 
 local PREFIX = "ztrain_libc_"
@@ -72,6 +92,11 @@ typedef struct ztrain_libc_stat_t {          /* x86_64 struct stat */
   int64_t st_atime, st_atime_ns, st_mtime, st_mtime_ns, st_ctime, st_ctime_ns;
   int64_t reserved[3];
 } ztrain_libc_stat_t;
+extern char **ztrain_libc_environ __asm__("environ");
+typedef struct ztrain_libc_pollfd { int fd; short events; short revents; } ztrain_libc_pollfd;
+/* opaque, glibc's sizes (80 and 336 bytes) rounded up */
+typedef struct ztrain_libc_spawn_actions { uint64_t opaque[16]; } ztrain_libc_spawn_actions;
+typedef struct ztrain_libc_spawnattr { uint64_t opaque[64]; } ztrain_libc_spawnattr;
 ]]
 
 -- Declared already in this Lua state? (ffi.cdef of a second copy would fail
@@ -102,6 +127,9 @@ function M.file_kind(path)
   if M.stat(path, st) ~= 0 then return nil, ffi.errno() end
   return KINDS[bit.band(st.st_mode, 0xF000)] or "unknown"
 end
+M.pollfd = ffi.typeof("ztrain_libc_pollfd[?]")
+M.spawn_actions = ffi.typeof("ztrain_libc_spawn_actions[1]")
+M.spawnattr = ffi.typeof("ztrain_libc_spawnattr[1]")
 
 -- constants (glibc, Linux)
 M.SC_NPROCESSORS_ONLN = 84
@@ -109,8 +137,12 @@ M.RTLD_NOW, M.RTLD_GLOBAL, M.RTLD_NODELETE = 0x2, 0x100, 0x1000
 M.GLOB_MARK, M.GLOB_BRACE, M.GLOB_TILDE = 2, 1024, 4096
 M.GLOB_NOSPACE, M.GLOB_ABORTED, M.GLOB_NOMATCH = 1, 2, 3
 M.FNM_PATHNAME = 1
-M.EINVAL = 22
 M.O_RDWR = 2
+M.EINVAL, M.EINTR = 22, 4
+M.POLLIN, M.POLLHUP = 0x1, 0x10
+M.SIGPIPE, M.SIG_IGN = 13, ffi.cast("void *", 1)
+function M.environ() return ffi.C.ztrain_libc_environ end
+M.POSIX_SPAWN_SETPGROUP = 0x2
 M.O_RDONLY, M.O_WRONLY, M.O_CREAT, M.O_TRUNC, M.O_EXCL = 0, 1, 0x40, 0x200, 0x80
 M.O_DIRECTORY, M.O_CLOEXEC = 0x10000, 0x80000
 

@@ -88,4 +88,10 @@ function M.sumsq_blocks(x)
   return partials, nb
 end
 
+-- A loop of kernels (at the REPL: `for i = 1, 1e4 do ops.matmul(...) end`)
+-- stops between two of them on Ctrl-C: each op ends with a poll, which does
+-- nothing unless a session asked polls to raise (ztrain.interrupt).
+local polled = require("ztrain.interrupt").polled
+for name, f in pairs(M) do M[name] = polled(f) end
+
 return M

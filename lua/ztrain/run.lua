@@ -23,6 +23,7 @@ end
 
 local memory = require "ztrain.memory"
 local errors = require "ztrain.errors"
+local interrupt = require "ztrain.interrupt"
 
 local run, write_timeline
 
@@ -77,15 +78,18 @@ local function digest_or_null(tr)
   return ok and d or cjson_null
 end
 
--- run(recipe, opts) -> summary. The device memory limit and thread count the
--- recipe sets last only for the run (a REPL session keeps its own).
+-- run(recipe, opts) -> summary[, trainer]. The device memory limit and thread
+-- count the recipe sets last only for the run (a REPL session keeps its own).
+-- opts.keep: return the live trainer too (the caller frees it: tr:free());
+-- an interrupt (ztrain.interrupt) then returns what was trained so far,
+-- summary.exit = "interrupted", instead of raising.
 function M.run(r, opts)
   local limit, threads = memory.limit("device"), C.zt_get_threads()
   local comm = require "ztrain.comm"
   -- the output directory: unique, not an earlier run's, locked (rundir.lua)
   local out, lock = require("ztrain.rundir").claim(r, comm.world())
   local watch = comm.watch({ timeout = r.comm.timeout, check = r.comm.check })
-  local ok, res = pcall(run, r, opts or {}, out)
+  local ok, res, tr = pcall(run, r, opts or {}, out)
   comm.watch(watch)
   lock:release()
   memory.set_limit("device", 0)
@@ -97,7 +101,7 @@ function M.run(r, opts)
     -- a user needs the message, not the Lua file and line it came from
     error(errors.message(res), 0)
   end
-  return res
+  return res, tr
 end
 
 function run(r, opts, out)
@@ -133,6 +137,52 @@ function run(r, opts, out)
     if err ~= "" then tr:free(); log:close(); error(errors.all_ranks(err), 0) end
   end
   local t_train = C.zt_now()
+  local function sample(step)
+    if r.sample.tokens <= 0 then return end
+    sample_text = tr:sample(r.sample)
+    if lead and not opts.quiet and sample_text then
+      print(("sample at step %d: %s"):format(step, sample_text))
+    end
+  end
+  -- one training step with its evaluation, sample, checkpoint and log line
+  local function one_step()
+    -- the schedule driver's last step is recorded for timeline.svg/json
+    local record = tr.driver.name == "schedule" and tr.step + 1 == r.train.steps
+    if record then tr.env.events = {} end
+    local rec = tr:train_step()
+    if record then
+      timeline_events = gather_events(tr, tr.env.events)
+      tr.env.events = nil
+    end
+    first_loss = first_loss or rec.loss
+    rec.tokens_per_s = rec.tokens / (rec.step_ms / 1000)
+    -- step 1 pays for first touches of every buffer: medians skip it
+    if rec.step > 1 or r.train.steps == 1 then
+      steps_ms[#steps_ms + 1], tps[#tps + 1] = rec.step_ms, rec.tokens_per_s
+    end
+    local is_last = rec.step == r.train.steps
+    if (r.train.eval_every > 0 and rec.step % r.train.eval_every == 0) or is_last then
+      rec.eval_loss = tr:evaluate()
+      eval_loss = rec.eval_loss or eval_loss
+      sample(rec.step)
+      rec.sample = sample_text
+    end
+    if is_last and tr.test_loader then test_loss = tr:evaluate(tr.test_loader) end
+    if r.train.ckpt_every > 0 and (rec.step % r.train.ckpt_every == 0 or is_last) then
+      saved = ckpt.save_run(tr, ckpt_root, r.train.ckpt_keep)
+    end
+    local log_now = rec.step == 1 or is_last or rec.eval_loss or
+                    (r.train.log_every > 0 and rec.step % r.train.log_every == 0)
+    rec.loss_hex = ("%a"):format(rec.loss)   -- exact, for comparing runs bit for bit
+    if log_now then log:metrics(rec) end
+    log:progress(rec, C.zt_now() - t_train, log_now)
+    last = rec
+    if rec.loss ~= rec.loss or math.abs(rec.loss) == math.huge then
+      -- the loss was reduced over ranks: every rank stops here together
+      error(errors.all_ranks(("loss is %s at step %d: training diverged; lower optim.lr, raise " ..
+            "lr.warmup or set optim.clip"):format(tostring(rec.loss), rec.step)), 0)
+    end
+  end
   local okrun, rerr = pcall(function()
     if r.resume ~= "" then
       -- resume = latest: this run's checkpoint directory; else a path
@@ -141,50 +191,11 @@ function run(r, opts, out)
       resumed = { from = dir, step = tr.step }
       if lead and not opts.quiet then print(("resumed from %s at step %d"):format(dir, tr.step)) end
     end
-    local function sample(step)
-      if r.sample.tokens <= 0 then return end
-      sample_text = tr:sample(r.sample)
-      if lead and not opts.quiet and sample_text then
-        print(("sample at step %d: %s"):format(step, sample_text))
-      end
-    end
     while tr.step < r.train.steps do
-      -- the schedule driver's last step is recorded for timeline.svg/json
-      local record = tr.driver.name == "schedule" and tr.step + 1 == r.train.steps
-      if record then tr.env.events = {} end
-      local rec = tr:train_step()
-      if record then
-        timeline_events = gather_events(tr, tr.env.events)
-        tr.env.events = nil
-      end
-      first_loss = first_loss or rec.loss
-      rec.tokens_per_s = rec.tokens / (rec.step_ms / 1000)
-      -- step 1 pays for first touches of every buffer: medians skip it
-      if rec.step > 1 or r.train.steps == 1 then
-        steps_ms[#steps_ms + 1], tps[#tps + 1] = rec.step_ms, rec.tokens_per_s
-      end
-      local is_last = rec.step == r.train.steps
-      if (r.train.eval_every > 0 and rec.step % r.train.eval_every == 0) or is_last then
-        rec.eval_loss = tr:evaluate()
-        eval_loss = rec.eval_loss or eval_loss
-        sample(rec.step)
-        rec.sample = sample_text
-      end
-      if is_last and tr.test_loader then test_loss = tr:evaluate(tr.test_loader) end
-      if r.train.ckpt_every > 0 and (rec.step % r.train.ckpt_every == 0 or is_last) then
-        saved = ckpt.save_run(tr, ckpt_root, r.train.ckpt_keep)
-      end
-      local log_now = rec.step == 1 or is_last or rec.eval_loss or
-                      (r.train.log_every > 0 and rec.step % r.train.log_every == 0)
-      rec.loss_hex = ("%a"):format(rec.loss)   -- exact, for comparing runs bit for bit
-      if log_now then log:metrics(rec) end
-      log:progress(rec, C.zt_now() - t_train, log_now)
-      last = rec
-      if rec.loss ~= rec.loss or math.abs(rec.loss) == math.huge then
-        -- the loss was reduced over ranks: every rank stops here together
-        error(errors.all_ranks(("loss is %s at step %d: training diverged; lower optim.lr, raise " ..
-              "lr.warmup or set optim.clip"):format(tostring(rec.loss), rec.step)), 0)
-      end
+      -- Ctrl-C (at the REPL) stops here, between steps, on every rank at
+      -- once; the step itself is shielded (async work in flight mid-step)
+      interrupt.poll_all(tr.world)
+      interrupt.shield(one_step)
     end
   end)
   -- export.hf: the trained model as a Hugging Face directory (every rank
@@ -198,7 +209,7 @@ function run(r, opts, out)
     -- other ranks may be waiting in a collective: finish the run only when
     -- every rank stopped at the same point
     if tr.world_size > 1 and not errors.is_all_ranks(rerr) then error(rerr, 0) end
-    status = "error: " .. errors.message(rerr)
+    status = interrupt.is_interrupt(rerr) and "interrupted" or ("error: " .. errors.message(rerr))
   end
   local okc, cerr = log:close()
   if not okc and okrun then okrun, rerr, status = false, errors.io(cerr), "error: " .. cerr end
@@ -248,7 +259,11 @@ function run(r, opts, out)
   if lead and timeline_events then
     summary.timeline = write_timeline(tr, out, timeline_events)
   end
-  tr:free()
+  -- keep: the trainer stays alive for the caller (the REPL explores it);
+  -- an interrupt then ends the run, not the call
+  local stopped = not okrun and opts.keep and interrupt.is_interrupt(rerr)
+  local keep = opts.keep and (okrun or stopped)
+  if not keep then tr:free() end
   if lead then
     local okw, werr = report.write_atomic(out .. "/summary.json", report.encode(summary) .. "\n")
     if not okw then
@@ -258,9 +273,9 @@ function run(r, opts, out)
     end
     if not opts.quiet then report.print_summary(summary) end
   end
-  if not okrun then error(rerr, 0) end
+  if not okrun and not stopped then error(rerr, 0) end
   if summary.timeline and summary.timeline.error then error(errors.io(summary.timeline.error), 0) end
-  return summary
+  return summary, keep and tr or nil
 end
 
 return M

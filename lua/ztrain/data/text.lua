@@ -327,7 +327,9 @@ function M.text(opts)
   -- 3. per file: the cached tokens, or read, validate, split, tokenize (and cache)
   local parts = { train = {}, valid = {} }
   local file_info, total_bytes = {}, 0
+  local poll = require("ztrain.interrupt").poll
   for i, p in ipairs(files) do
+    poll()                       -- Ctrl-C at the REPL stops between two files
     local e, st
     if c then e, st = c:lookup(reals[i], rule) end
     local info = { path = p, real = reals[i] }

@@ -1,0 +1,363 @@
+-- The REPL as a new user meets it: in a terminal (tmux) with readline's
+-- history and Tab completion, Ctrl-C at the prompt and during zt.train,
+-- pretty tensors, ?help; `ztrain --nproc 2 -i` on two ranks. Then its parts
+-- without a terminal: completion, pretty-printing, help, interrupt polls,
+-- the multi-rank display.
+local zt = require "ztrain"
+_G.zt = zt
+local complete = require "ztrain.repl.complete"
+local pretty = require "ztrain.repl.pretty"
+local help = require "ztrain.repl.help"
+local repl = require "ztrain.repl"
+local ranks = require "ztrain.repl.ranks"
+local interrupt = require "ztrain.interrupt"
+local util = require "helpers.util"
+
+local ROOT = os.getenv("PWD")
+
+-- tmux on a socket of its own (never the user's server)
+local SOCK = "ztrain_spec_" .. tostring(os.time()) .. "_" .. tostring(math.random(1e6))
+local function tmux(args)
+  local out, rc = util.sh("tmux -L " .. SOCK .. " " .. args)
+  return out, rc
+end
+local function pane(s)
+  return (tmux("capture-pane -p -J -S -200 -t " .. s):gsub("rc=%d+%s*$", ""))
+end
+local function send(s, ...)
+  local keys = {}
+  for i, k in ipairs({ ... }) do keys[i] = ("'%s'"):format(k:gsub("'", [['\'']])) end
+  tmux("send-keys -t " .. s .. " " .. table.concat(keys, " "))
+end
+local function sleep(t) os.execute("sleep " .. t) end
+-- wait_for(s, pattern, seconds, plain) -> the pane once it matches; fails with the pane otherwise
+local function wait_for(s, pattern, seconds, plain)
+  local deadline = os.time() + (seconds or 10)
+  local text
+  repeat
+    text = pane(s)
+    if text:find(pattern, 1, plain) then return text end
+    sleep(0.1)
+  until os.time() > deadline
+  error(("timed out waiting for %q; the pane:\n%s"):format(pattern, text), 2)
+end
+-- count(text, s) -> occurrences of plain string s
+local function count(text, s)
+  local n, i = 0, 1
+  while true do
+    local j = text:find(s, i, true)
+    if not j then return n end
+    n, i = n + 1, j + #s
+  end
+end
+local function start(s, cmd, env)
+  tmux(("new-session -d -s %s -x 200 -y 50 \"cd %s && %s %s; echo EXITED rc=\\$?; sleep 60\"")
+       :format(s, ROOT, env or "", cmd))
+end
+
+local have_tmux = select(2, util.sh("tmux -V")) == 0
+
+describe("the REPL in a terminal", function()
+  if not have_tmux then
+    it("needs tmux (make deps installs it)", function() pending("tmux is not installed: skipped") end)
+    return
+  end
+  local hist = os.tmpname()
+  os.remove(hist)
+  local env = ("ZTRAIN_HISTORY=%s TERM=xterm"):format(hist)
+  local outs = {}
+  local function outdir() outs[#outs + 1] = util.outdir(); return outs[#outs] end
+  teardown(function()
+    tmux("kill-server")
+    os.remove(hist)
+    for _, d in ipairs(outs) do util.rm(d) end
+  end)
+
+  it("edits lines, completes zt. names, pretty-prints, helps, and survives Ctrl-C", function()
+    local s = "one"
+    start(s, "build/ztrain", env)
+    wait_for(s, "zt> ", 10, true)
+    -- Tab completion of zt. names: one candidate completes in place ...
+    send(s, "zt.tens", "Tab")
+    wait_for(s, "zt> zt.tensor", 5, true)
+    send(s, ".ne", "Tab")
+    wait_for(s, "zt> zt.tensor.new", 5, true)
+    send(s, "C-u")
+    -- ... several are listed on a second Tab
+    send(s, "zt.t", "Tab", "Tab")
+    local p = wait_for(s, "zt.trainer", 5, true)
+    assert.truthy(p:find("zt.train ", 1, true), p)
+    assert.truthy(p:find("zt.threads ", 1, true), p)
+    send(s, "C-u")
+    -- Ctrl-C at the prompt drops the line and keeps the session
+    send(s, "keepme = 99")
+    send(s, "Enter")
+    send(s, "this line is dropped")
+    wait_for(s, "zt> this line is dropped", 5, true)
+    send(s, "C-c")
+    wait_for(s, "dropped^C", 5, true)
+    send(s, "keepme + 1", "Enter")
+    wait_for(s, "\n100\n", 5, true)
+    -- a tensor, pretty
+    send(s, 't = zt.tensor.new({3, 4}, {category = "params"})', "Enter")
+    send(s, "t", "Enter")
+    p = wait_for(s, "mean 0", 5, true)
+    assert.truthy(p:find("Tensor f32 [3, 4]  device  params  48 B (12 elements)", 1, true), p)
+    -- ?x prints documentation
+    send(s, "?zt.train", "Enter")
+    wait_for(s, "train(recipe_path_or_table, overrides, opts) -> summary[, trainer]", 5, true)
+    send(s, "?nosuch", "Enter")
+    wait_for(s, "no documentation for nosuch", 5, true)
+    -- Ctrl-C stops a long zt.train between steps; the session and its
+    -- variables stay, and the trainer trained so far is returned
+    send(s, 's, tr = zt.train("recipes/single.lua", {"train.steps=100000", "out=' .. outdir() ..
+            '"}, {keep = true})', "Enter")
+    wait_for(s, "step +%d+/100000")
+    send(s, "C-c")
+    wait_for(s, "exit        interrupted", 20, true)
+    send(s, "keepme, s.exit, tr.step > 0", "Enter")
+    wait_for(s, "\n99%s+interrupted%s+true\n", 10)         -- (tmux shows the tabs as spaces)
+    send(s, "histmark = 1", "Enter")
+    send(s, "C-d")
+    wait_for(s, "EXITED rc=0", 10, true)
+    tmux("kill-session -t " .. s)
+
+    -- the next session has the history: Up brings back the last line, Up again the one before
+    s = "two"
+    start(s, "build/ztrain", env)
+    wait_for(s, "zt> ", 10, true)
+    send(s, "Up")
+    wait_for(s, "zt> histmark = 1", 5, true)
+    send(s, "Up")
+    wait_for(s, "zt> keepme, s.exit, tr.step > 0", 5, true)
+    send(s, "C-u", "C-d")
+    wait_for(s, "EXITED rc=0", 10, true)
+    local h = util.read(hist)
+    assert.truthy(h:find("keepme = 99\n", 1, true), h)
+    assert.falsy(h:find("this line is dropped", 1, true), h)
+  end)
+
+  it("runs each line on every rank under --nproc 2 -i, shows errors and survives Ctrl-C", function()
+    local s = "ranks"
+    start(s, "build/ztrain --nproc 2 -i", env .. " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+    wait_for(s, "2 ranks: each chunk runs on all of them", 20, true)
+    wait_for(s, "zt> ", 10, true)
+    send(s, "zt.comm.world().rank * 10", "Enter")
+    local p = wait_for(s, "[rank 1] 10", 10, true)
+    assert.truthy(p:find("[rank 0] 0\n", 1, true), p)
+    send(s, 'assert(zt.comm.world().rank == 0, "boom on rank 1")', "Enter")
+    p = wait_for(s, "[rank 1] error: boom on rank 1", 10, true)
+    send(s, "shared = 6 * 7", "Enter")
+    send(s, "shared", "Enter")
+    wait_for(s, "[all ranks] 42", 10, true)
+    -- Ctrl-C reaches both ranks (SIGUSR1 through mpirun) without ending the job
+    send(s, 'zt.train("recipes/dp.lua", {"train.steps=100000", "launch.nproc=0", "out=' .. outdir() .. '"})',
+         "Enter")
+    wait_for(s, "step +%d+/100000", 20)
+    send(s, "C-c")
+    wait_for(s, "[all ranks] error: interrupted", 20, true)
+    send(s, "shared + 1", "Enter")
+    wait_for(s, "[all ranks] 43", 10, true)
+    -- Tab completes from rank 0's globals
+    send(s, "shar", "Tab")
+    wait_for(s, "zt> shared", 5, true)
+    send(s, "C-u", "C-d")
+    wait_for(s, "EXITED rc=0", 20, true)
+  end)
+end)
+
+describe("REPL completion", function()
+  local env = setmetatable({ zt = zt, myvar = 1, mytab = { alpha = 1, beta = { gamma = 2 } },
+                             t = zt.tensor.new({ 2 }), s = "text" }, { __index = _G })
+  teardown(function() env.t:free() end)
+
+  it("completes zt. names, fields, methods, globals and keywords", function()
+    assert.same({ "zt.tensor" }, complete.candidates("zt.tens", env))
+    assert.same({ "zt.tensor.new" }, complete.candidates("zt.tensor.ne", env))
+    local all = complete.candidates("zt.", env)
+    assert.truthy(#all > 15)
+    for _, name in ipairs({ "zt.train", "zt.tensor", "zt.comm", "zt.interrupt" }) do
+      assert.truthy(table.concat(all, " "):find(name, 1, true), name)
+    end
+    assert.same({ "mytab.beta.gamma" }, complete.candidates("mytab.beta.g", env))
+    assert.same({ "mytab.alpha", "mytab.beta" }, complete.candidates("mytab.", env))
+    assert.same({ "t:shape" }, complete.candidates("t:sha", env))           -- a tensor's methods
+    assert.same({ "s:upper" }, complete.candidates("s:up", env))            -- a string's
+    assert.same({ "myvar", "mytab" }, (function()
+      local c = complete.candidates("my", env); table.sort(c, function(a, b) return a > b end); return c end)())
+    assert.same({ "while" }, complete.candidates("whi", env))
+    assert.same({}, complete.candidates("nosuch.x", env))
+    assert.same({}, complete.candidates("mytab..", env))
+  end)
+end)
+
+describe("REPL pretty-printing", function()
+  it("shows a tensor's shape, dtype, tier, category, bytes and values", function()
+    local t = zt.tensor.new({ 2, 5 }, { category = "grads" })
+    t:fill(0.5)
+    local text = pretty.show(t)
+    assert.truthy(text:find("Tensor f32 [2, 5]  device  grads  40 B (10 elements)", 1, true), text)
+    assert.truthy(text:find("values 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, ...", 1, true), text)
+    assert.truthy(text:find("min 0.5  max 0.5  mean 0.5", 1, true), text)
+    local b = zt.tensor.new({ 3 }, { dtype = "bf16", tier = "host" })
+    local f = zt.tensor.new({ 3 }, { tier = "host" }):fill(-2)
+    zt.ops.cast(b, f)
+    f:free()
+    text = pretty.show(b)
+    assert.truthy(text:find("Tensor bf16 [3]  host  other  6 B (3 elements)", 1, true), text)
+    assert.truthy(text:find("values -2, -2, -2\n", 1, true), text)
+    b:free(); t:free()
+    assert.equal("Tensor (freed)", pretty.show(t))
+  end)
+
+  it("shows a model's units and sizes", function()
+    local m = zt.gpt2.new(zt.gpt2.config("gpt2-tiny", { vocab_size = 256 }), { alloc = false })
+    local text = pretty.show(m)
+    assert.truthy(text:find("GPT-2 gpt2-tiny: 124672 parameters, 2 layers, 64 channels", 1, true), text)
+    assert.truthy(text:find("block.0 +49984 +195.25 KiB +%-"), text)
+    assert.truthy(text:find("head +128"), text)
+  end)
+
+  it("shows summaries as the seeds' results table", function()
+    local function summ(strategy, digest, loss)
+      return { recipe = "r", strategy = strategy, world_size = 2, steps = 10, step_ms_median = 12.5,
+               tokens_per_s = 4096, final_loss = loss, eval_loss = 2.5, param_digest = digest, exit = "ok",
+               model = { name = "gpt2-tiny", params = 124672 },
+               memory = { { device_peak = 2 * 1048576, host_peak = 0 }, { device_peak = 3 * 1048576, host_peak = 1024 } } }
+    end
+    local text = pretty.show({ summ("dp", "aaaaaaaaaaaaaaaa", 2.25), summ("zero3", "bbbbbbbbbbbbbbbb", 2.5) })
+    assert.truthy(text:find("| Strategy | Ranks | Steps | Time/step | Tokens/s | Peak device | Peak host |", 1, true), text)
+    assert.truthy(text:find("| dp       | 2     | 10    | 12.5 ms   | 4096     | 3.00 MiB    | 1.00 KiB  | 2.2500", 1, true), text)
+    assert.truthy(text:find("aaaaaaaaaaaa (=)", 1, true), text)
+    assert.truthy(text:find("bbbbbbbbbbbb (differs)", 1, true), text)
+    assert.equal('{ a = "x" }', pretty.show({ a = "x" }))
+  end)
+end)
+
+describe("REPL help", function()
+  it("prints a function's or module's source comments, or says there is none", function()
+    local text = help.text(zt.train, "zt.train")
+    assert.truthy(text:find("^zt.train  %(lua/ztrain/init.lua:%d+%)\ntrain%(recipe_path_or_table"), text)
+    text = help.text(zt.tensor)
+    assert.truthy(text:find("^zt.tensor  %(lua/ztrain/tensor.lua%)\nztrain.tensor: tensors"), text)
+    assert.truthy(text:find("zt.tensor.new  new(shape", 1, true), text)
+    assert.truthy(help.text(zt.ops.sum):find("Sum of x in fp64", 1, true))     -- through the poll wrapper
+    local t = zt.tensor.new({ 1 })
+    local ht = help.text(t, "t")
+    assert.truthy(ht:find("t is a ztrain.tensor object", 1, true), ht)
+    t:free()
+    assert.equal("no documentation for print", help.text(print, "print"))
+    assert.equal("no documentation for x", help.text(42, "x"))
+  end)
+
+  it("reads ?x as help(x), and a leading local as a global", function()
+    assert.equal('help((function() return zt.train end)(), "zt.train")', repl.question("?zt.train"))
+    assert.falsy(repl.question("zt.train"))
+    assert.same({ "x" }, repl.exports("local x = 1"))
+    assert.same({ "a", "b" }, repl.exports("local a, b = 1, 2"))
+    assert.same({ "f" }, repl.exports("local function f() end"))
+    assert.same({ "z" }, repl.exports("local z"))
+    assert.is_nil(repl.exports("y = local_x"))
+    local ok, text = repl.run("local replvar = 5")
+    assert.truthy(ok)
+    ok, text = repl.run("replvar * 2")
+    assert.equal("10", text)
+    ok, text = repl.run("local function replfn() return 7 end")
+    ok, text = repl.run("replfn()")
+    assert.equal("7", text)
+    ok, text = repl.run("local nilvar = nil; return nilvar.x")      -- still a local inside its chunk
+    assert.falsy(ok)
+    assert.truthy(text:find("attempt to index local 'nilvar'", 1, true), text)
+    ok, text = repl.run("splitvar = 3; splitvar + 1")     -- statements, then an expression
+    assert.equal("4", text)
+    ok, text = repl.run("nil")
+    assert.equal("nil", text)
+    assert.truthy(repl.incomplete("for i = 1, 2 do"))
+    assert.falsy(repl.incomplete("?zt"))
+  end)
+end)
+
+describe("interrupt polls", function()
+  after_each(function() interrupt.set_action(nil); interrupt.clear() end)
+
+  it("do nothing without an action, raise 'interrupted' with one", function()
+    interrupt.raise()
+    interrupt.poll()                                   -- no action: nothing
+    assert.equal(1, interrupt.count())
+    interrupt.set_action("raise")
+    local ok, e = pcall(interrupt.poll)
+    assert.falsy(ok)
+    assert.truthy(interrupt.is_interrupt(e))
+    assert.equal("interrupted", zt.errors.message(e))
+    assert.equal(0, interrupt.count())
+    interrupt.poll()                                   -- cleared: nothing
+  end)
+
+  it("wait inside shield, and under `agreed` only poll_all raises", function()
+    interrupt.set_action("raise")
+    interrupt.raise()
+    interrupt.shield(function() interrupt.poll() end) -- held: nothing
+    assert.equal(1, interrupt.count())
+    interrupt.set_action("raise", { agreed = true })
+    interrupt.poll()                                   -- agreed: one rank alone never raises
+    assert.equal(1, interrupt.count())
+    local ok, e = pcall(interrupt.poll_all, zt.comm.world())
+    assert.falsy(ok)
+    assert.truthy(zt.errors.is_all_ranks(e) and interrupt.is_interrupt(e))
+  end)
+
+  it("stop a loop of kernels between two ops", function()
+    local t = zt.tensor.new({ 4 })
+    interrupt.set_action("raise")
+    local done = 0
+    local ok, e = pcall(function()
+      for i = 1, 100 do
+        if i == 10 then interrupt.raise() end
+        zt.ops.fill(t, i)
+        done = i
+      end
+    end)
+    t:free()
+    assert.falsy(ok)
+    assert.equal("interrupted", zt.errors.message(e))
+    assert.equal(9, done)
+  end)
+
+  it("stop zt.train between steps; with keep the trainer trained so far comes back", function()
+    interrupt.set_action("raise")
+    -- an interrupt arriving during step 2 (the step is shielded: it finishes)
+    local trainer = require "ztrain.trainer"
+    local orig = trainer.new
+    trainer.new = function(...)
+      local tr = orig(...)
+      local step = tr.train_step
+      tr.train_step = function(self)
+        if self.step == 1 then interrupt.raise() end
+        return step(self)
+      end
+      return tr
+    end
+    local out = util.outdir()
+    local ok, s, tr = pcall(zt.train, "recipes/single.lua", { "train.steps=50", "train.eval_every=0",
+                                                               "out=" .. out }, { keep = true, quiet = true })
+    trainer.new = orig
+    util.rm(out)
+    assert.truthy(ok, s)
+    assert.equal("interrupted", s.exit)
+    assert.equal(2, s.steps)
+    assert.equal(2, tr.step)
+    assert.truthy(tr.model.units[1].params)
+    tr:free()
+  end)
+end)
+
+describe("multi-rank REPL display", function()
+  it("shows equal texts once, different ones per rank, and nothing for none", function()
+    assert.equal("[all ranks] 2\n", ranks.show({ "2", "2" }))
+    assert.equal("[rank 0] 0\n[rank 1] 1\n", ranks.show({ "0", "1" }))
+    assert.equal("[rank 0] true\n[rank 1] error: boom\n[rank 1] more\n", ranks.show({ "true", "error: boom\nmore" }))
+    assert.equal("[rank 1] x\n", ranks.show({ "", "x" }))
+    assert.equal("", ranks.show({ "", "" }))
+    assert.equal("R5\n1 + 1", ranks.frame("R", "1 + 1"))
+  end)
+end)
