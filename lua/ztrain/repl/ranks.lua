@@ -169,7 +169,10 @@ function M.loop()
         end
       end
     end
+    -- the other ranks wait here while the user thinks: no watchdog (comm.timeout)
+    local watch = require("ztrain.comm").watch({ timeout = 0 })
     msg = world:gather_strings(msg)[1]
+    require("ztrain.comm").watch(watch)
     if msg == "Q" then break end
     local text = run_captured(msg:sub(2))
     local texts = world:gather_strings(text)
