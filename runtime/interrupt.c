@@ -15,11 +15,29 @@
 #include "internal.h"
 
 static atomic_int interrupt_count;
+static atomic_int received;          /* every signal since start: never cleared */
+static atomic_int hard_after;        /* 0, or the signal that kills at once */
 
 static void on_signal(int sig)
 {
-    (void)sig;
     atomic_fetch_add_explicit(&interrupt_count, 1, memory_order_relaxed);
+    int n = atomic_fetch_add_explicit(&received, 1, memory_order_relaxed) + 1;
+    int h = atomic_load_explicit(&hard_after, memory_order_relaxed);
+    if (h > 0 && n >= h) {
+        /* "a second Ctrl-C stops at once": the signal's own default action
+         * (sigaction and raise are async-signal-safe) */
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = SIG_DFL;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sig, &sa, NULL);
+        raise(sig);
+    }
+}
+
+void zt_interrupt_hard(int n)
+{
+    atomic_store_explicit(&hard_after, n > 0 ? n : 0, memory_order_relaxed);
 }
 
 int zt_interrupt_install(int sig)

@@ -545,6 +545,10 @@ int zt_interrupt_count(void);
 void zt_interrupt_clear(void);
 /* Count one as a signal would (tests, a caller forwarding an interrupt). */
 void zt_interrupt_raise(void);
+/* n > 0: the n-th signal received (counting from the start, cleared or not)
+ * takes its default action at once instead of being counted: a graceful
+ * stop's "second signal stops now". 0 = never. */
+void zt_interrupt_hard(int n);
 
 /* ---- misc ---------------------------------------------------------------- */
 /* Monotonic clock in seconds. */

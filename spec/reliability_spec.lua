@@ -194,3 +194,64 @@ describe("memory told truthfully", function()
     u.rm(d)
   end)
 end)
+
+describe("graceful stops", function()
+  -- start a run in the background; wait until its metrics show `lines`
+  -- steps; send `sig` (count times, `gap` s apart); return output, rc, seconds
+  local function interrupted_run(args, out, sig, count, gap)
+    local cmd = ("%s %s %s out=%s train.log_every=1 > %s/log 2>&1 & echo $!"):format(ZT, TINY, args, out, out)
+    u.sh("mkdir -p " .. out)
+    local pid = u.sh(cmd):match("^(%d+)")
+    local t0 = os.time()
+    while os.time() - t0 < 60 do
+      local f = io.open(out .. "/metrics.jsonl", "rb")
+      local n = f and select(2, f:read("*a"):gsub("\n", "")) or 0
+      if f then f:close() end
+      if n >= 3 then break end
+      u.sh("sleep 0.05")
+    end
+    for i = 1, count do
+      u.sh(("kill -%s %s"):format(sig, pid))
+      if i < count then u.sh("sleep " .. gap) end
+    end
+    local t1 = os.time()
+    local _, rc = u.sh(("while kill -0 %s 2>/dev/null; do sleep 0.05; done; wait %s 2>/dev/null"):format(pid, pid))
+    return u.read(out .. "/log"), rc, os.time() - t1
+  end
+
+  it("SIGTERM finishes the step, checkpoints, writes the summary, exits 130; resuming gives the same bits", function()
+    local d = u.outdir()
+    local log = interrupted_run("train.steps=200", d, "TERM", 1)
+    local s = require("cjson").decode(u.read(d .. "/summary.json"))
+    assert.are.equal("interrupted", s.exit)
+    assert.is_true(s.steps >= 3 and s.steps < 200, "steps " .. s.steps)
+    assert.matches(("ztrain: interrupted after step %d; checkpoint %s/checkpoints/step%%-0*%d: continue with " ..
+                    "resume=latest out=%s"):format(s.steps, d:gsub("%p", "%%%0"), s.steps, d:gsub("%p", "%%%0")), log)
+    -- exit status: the shell's $? of the background job is not ours to read; run it again in the foreground
+    local _, rc = u.sh(("%s %s train.steps=200 resume=latest out=%s"):format(ZT, TINY, d))
+    assert.are.equal(0, rc)
+    local resumed = require("cjson").decode(u.read(d .. "/summary.json"))
+    local ref = u.outdir()
+    u.sh(("%s %s train.steps=200 out=%s"):format(ZT, TINY, ref))
+    local whole = require("cjson").decode(u.read(ref .. "/summary.json"))
+    assert.are.equal(whole.param_digest, resumed.param_digest)
+    u.rm(d); u.rm(ref)
+  end)
+
+  it("the exit status of an interrupted run is 130; a second signal stops at once (143)", function()
+    -- the shell that started the run reads its exit status; a guard kills
+    -- it after 60 s should the signals be ignored
+    local function status(d, signals)
+      local script = ("%s %s train.steps=100000 train.log_every=1 out=%s >/dev/null 2>&1 & pid=$!; " ..
+                      "(sleep 60; kill -KILL $pid 2>/dev/null) & guard=$!; " ..
+                      "while [ ! -s %s/metrics.jsonl ]; do sleep 0.05; done; %s; wait $pid; " ..
+                      "echo status=$?; kill $guard 2>/dev/null"):format(ZT, TINY, d, d, signals)
+      return tonumber(u.sh(script):match("status=(%d+)"))
+    end
+    local d, d2 = u.outdir(), u.outdir()
+    assert.are.equal(130, status(d, "kill -TERM $pid"))
+    -- two signals at once: the first asks for a stop, the second ends it now
+    assert.are.equal(143, status(d2, "kill -TERM $pid; sleep 0.02; kill -TERM $pid"))
+    u.rm(d); u.rm(d2)
+  end)
+end)

@@ -510,13 +510,24 @@ function M.main(argv)
       zt.comm.finalize()
       return 1
     end
-    local ok, rerr = pcall(require("ztrain.run").run, r, { quiet = opts.quiet })
+    local graceful = not opts.interactive
+    if graceful then
+      -- a graceful stop: the first SIGINT/SIGTERM (SIGUSR1: what the
+      -- launcher forwards through mpirun) ends the run after the step in
+      -- flight, with a checkpoint and summary.json; a second one at once
+      local interrupt = require "ztrain.interrupt"
+      interrupt.install({ interrupt.SIGINT, interrupt.SIGTERM, interrupt.SIGUSR1 })
+      interrupt.set_action("raise", { agreed = world.size > 1 })
+      interrupt.hard_after(2)
+    end
+    local ok, rerr = pcall(require("ztrain.run").run, r, { quiet = opts.quiet, graceful = graceful })
     if not ok then
       if world.size > 1 and errors.is_all_ranks(rerr) then
-        -- every rank stopped at the same point: rank 0 says why, all exit 1
+        -- every rank stopped at the same point: rank 0 says why, all exit
+        -- alike (1, or 130 when interrupted)
         if world.rank == 0 then say(rerr) end
         zt.comm.finalize()
-        return 1
+        return errors.status(rerr)
       elseif world.size > 1 then
         -- the other ranks may wait in a collective for ever: end the job
         io.stderr:write(("ztrain: rank %d: %s\n"):format(world.rank, errors.message(rerr)))

@@ -33,7 +33,7 @@ end
 function M.is_all_ranks(e) return type(e) == "table" and e.all_ranks == true end
 
 -- The process's exit status by what happened (docs/cli.md "Exit status").
-M.EXIT = { ok = 0, error = 1, io = 3 }
+M.EXIT = { ok = 0, error = 1, io = 3, comm = 5, interrupted = 130 }
 
 -- io(msg) -> a user error for a failed write of an output (disk full, I/O
 -- error, a name too long): the run ends with exit status EXIT.io.

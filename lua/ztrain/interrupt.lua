@@ -42,6 +42,10 @@ end
 function M.count() return count_fn() end
 function M.pending() return count_fn() > 0 end
 function M.clear() clear_fn() end
+-- hard_after(n): the n-th signal received kills at once (its default
+-- action): a graceful stop's second Ctrl-C. 0 = never.
+function M.hard_after(n) C.zt_interrupt_hard(n or 0) end
+
 -- raise(): count one, as a signal would (tests; a front end forwarding Ctrl-C)
 function M.raise() C.zt_interrupt_raise() end
 
@@ -59,6 +63,7 @@ end
 function M.error(all)
   local e = all and errors.all_ranks(M.MESSAGE) or errors.user(M.MESSAGE)
   e.interrupted = true
+  e.status = errors.EXIT.interrupted
   return e
 end
 

@@ -211,6 +211,21 @@ function run(r, opts, out)
     if tr.world_size > 1 and not errors.is_all_ranks(rerr) then error(rerr, 0) end
     status = interrupt.is_interrupt(rerr) and "interrupted" or ("error: " .. errors.message(rerr))
   end
+  if not okrun and opts.graceful and interrupt.is_interrupt(rerr) and tr.step > 0 then
+    -- a graceful stop (SIGINT/SIGTERM to a run): every rank finished the
+    -- same step (poll_all agreed on it); keep it as a checkpoint
+    local okc, dir = pcall(ckpt.save_run, tr, ckpt_root, r.train.ckpt_keep)
+    local msg
+    if okc then
+      saved = dir
+      msg = ("interrupted after step %d; checkpoint %s: continue with resume=latest out=%s"):format(
+            tr.step, dir, out)
+    else
+      msg = ("interrupted after step %d; the checkpoint failed: %s"):format(tr.step, errors.message(dir))
+    end
+    rerr = interrupt.error(true)
+    rerr.msg = msg
+  end
   local okc, cerr = log:close()
   if not okc and okrun then okrun, rerr, status = false, errors.io(cerr), "error: " .. cerr end
 
