@@ -1,0 +1,276 @@
+-- ztrain.plan: the memory planner. Predicts the bytes one rank holds, by
+-- tier (device, host, nvme) and category (params, grads, optim,
+-- activations, comm, other: memory.lua's), for a recipe under a strategy,
+-- without allocating anything.
+--
+-- The prediction follows what the code allocates, not a textbook formula:
+--  * model state: every unit's flat buffer is u.padded elements (gpt2.lua;
+--    sharded strategies pad to N x the norm block), a shard is padded / N;
+--    the optimizer's moments cover u.numel (replicated) or the shard (zero);
+--    mixed precision keeps fp32 master weights with the moments (optim) and
+--    an fp32 accumulator (grads). The seeds' 2 + 2 + 12 bytes per parameter
+--    are these numbers without the padding.
+--  * activations: one activation set of the sequential driver plus the
+--    stage's scratch, from nn/activations.lua's own slab plan (exact).
+--  * working buffers (comm): the gradient buckets, gathered units, MPI
+--    scratch and host staging that strategy/zero.lua, dp.lua and offload.lua
+--    keep in their pools. These follow the pools' reuse pattern: in flight
+--    at once are the unit computing, the one prefetched and MAX_INFLIGHT
+--    reductions (zero.lua), each pooled by size. Measured equal on
+--    gpt2-tiny and gpt2-mini (spec/plan_spec.lua); for other shapes an
+--    estimate of the same pattern.
+-- Pipelines (the schedule driver) are estimated: their stages' units and
+-- the sets in flight (pipeline rows say "estimate").
+local memory = require "ztrain.memory"
+local gpt2 = require "ztrain.nn.gpt2"
+local Acts = require "ztrain.nn.activations"
+
+local M = {}
+
+local TIERS, CATS = memory.tiers, memory.categories
+local GPT2_VOCAB = 50257
+local NORM_BLOCK = 1024       -- shard.lua's BLOCK (zt_sum_block); read from the runtime when loaded
+
+-- The strategies the plan compares: name -> { stage (0: replicated),
+-- otier, ptier (offload tiers), ranks ("one": single only on one rank) }.
+M.STRATEGIES = {
+  { name = "single", stage = 0, one_rank = true },
+  { name = "dp", stage = 0 },
+  { name = "zero1", stage = 1 },
+  { name = "zero2", stage = 2 },
+  { name = "zero3", stage = 3 },
+  { name = "zero2_offload", stage = 2, otier = "host" },
+  { name = "zero3_offload", stage = 3, otier = "host", ptier = "host" },
+  { name = "zero3_infinity", stage = 3, otier = "nvme", ptier = "nvme" },
+  { name = "pipeline_1f1b", stage = 0, pipeline = true },
+}
+
+-- spec_of(strategy) -> the plan's description of a strategy object or name,
+-- or nil for a strategy the planner does not know (a user's own).
+function M.spec_of(s)
+  if type(s) == "string" then
+    for _, e in ipairs(M.STRATEGIES) do if e.name == s then return e end end
+    local ok, obj = pcall(require("ztrain.strategy").resolve, s)
+    if not ok then return nil end
+    s = obj
+  end
+  if type(s) ~= "table" then return nil end
+  local name = s.name
+  if name == "single" or name == "dp" then return { name = name, stage = 0 } end
+  if name == "dp_deferred" then return { name = name, stage = 0, deferred = true } end
+  if type(s.stage) == "number" and s.opts and name and name:match("^zero") then
+    local o = s.opts
+    local otier = o.offload_optimizer ~= "none" and o.offload_optimizer or nil
+    local ptier = o.offload_params ~= "none" and o.offload_params or nil
+    return { name = name, stage = s.stage, otier = otier, ptier = ptier }
+  end
+  return nil
+end
+
+-- vocab(r) -> the vocabulary the plan assumes: model.vocab_size, 256 for
+-- byte tokens, else GPT-2's 50257 (what the seeds' tables count).
+function M.vocab(r)
+  if r.model.vocab_size > 0 then return r.model.vocab_size end
+  if r.data.tokenizer == "bytes" then return 256 end
+  return GPT2_VOCAB
+end
+
+local function norm_block()
+  local ok, shard = pcall(require, "ztrain.strategy.shard")
+  return ok and shard.BLOCK or NORM_BLOCK
+end
+
+-- units(cfg, pad) -> the model's units (numel, padded, kind), no buffers.
+function M.units(cfg, pad)
+  return gpt2.new(cfg, { alloc = false, pad = pad }).units
+end
+
+local function zero_tiers()
+  local t = {}
+  for _, tier in ipairs(TIERS) do
+    t[tier] = {}
+    for _, c in ipairs(CATS) do t[tier][c] = 0 end
+  end
+  return t
+end
+
+local function add(t, tier, cat, bytes) t[tier][cat] = t[tier][cat] + bytes end
+
+-- Model state of a replicated strategy (single, dp; a pipeline stage).
+local function replicated_state(t, units, lowp, accumulate)
+  for _, u in ipairs(units) do
+    add(t, "device", "params", (lowp and 2 or 4) * u.padded)
+    add(t, "device", "grads", (lowp and 2 or 4) * u.padded)
+    add(t, "device", "optim", 8 * u.numel + (lowp and 4 * u.padded or 0))
+    if lowp or accumulate > 1 then add(t, "device", "grads", 4 * u.padded) end
+  end
+end
+
+-- Model state of ZeRO stage 1, 2 or 3 on N ranks (zero.lua's setup).
+local function zero_state(t, spec, units, N, lowp, accumulate)
+  local pb = lowp and 2 or 4
+  local otier, ptier = spec.otier or "device", spec.ptier or "device"
+  for _, u in ipairs(units) do
+    local n = u.padded / N
+    add(t, otier, "optim", 8 * n + (lowp and 4 * n or 0))
+    if spec.stage == 3 then
+      add(t, ptier, "params", pb * n)
+    else
+      add(t, "device", "params", pb * u.padded)
+      if spec.stage == 1 then add(t, "device", "grads", pb * u.padded) end
+    end
+    if spec.stage >= 2 or accumulate > 1 or lowp then add(t, "device", "grads", 4 * n) end
+  end
+end
+
+-- The largest unit of each kind (padded elements), and the block count.
+local function shapes(units)
+  local s = { embed = 0, head = 0, block = 0, blocks = 0, largest = 0 }
+  for _, u in ipairs(units) do
+    s[u.kind] = math.max(s[u.kind], u.padded)
+    if u.kind == "block" then s.blocks = s.blocks + 1 end
+    s.largest = math.max(s.largest, u.padded)
+  end
+  return s
+end
+
+-- The MPI reduction scratch of one collective over n elements on p ranks
+-- (comm_mpi.c: p x S floats, S capped by the budget max(4 MiB, p x 256 KiB)).
+local function mpi_scratch(n, p)
+  if p <= 1 then return 0 end
+  local budget = math.max(4 * 2 ^ 20, p * 256 * 2 ^ 10)
+  local S = math.min(math.floor(budget / (4 * p)), math.ceil(n / p))
+  return p * S * 4
+end
+M.mpi_scratch = mpi_scratch
+
+-- Working buffers (comm, other) per strategy; see the header for the pattern.
+local function working(t, spec, units, N, lowp, r)
+  local s = shapes(units)
+  local lb = lowp and 2 or 4                -- gathered units and buckets: the stored dtype
+  -- mixed precision: gradients widened to fp32 for the reduction, one
+  -- buffer per unit size in flight (measured: every unit of a small model)
+  local widened = 4 * (s.embed + s.head + math.min(s.blocks, 3) * s.block)
+  if spec.stage == 0 then
+    if spec.pipeline then return end
+    add(t, "device", "comm", mpi_scratch(s.largest, N))
+    if lowp and N > 1 then add(t, "device", "comm", widened) end
+    if lowp and N == 1 and r.batch.accumulate > 1 then add(t, "device", "comm", 4 * s.largest) end
+    return
+  end
+  add(t, "device", "comm", mpi_scratch(s.largest, N))
+  if lowp then add(t, "device", "comm", widened) end
+  -- accumulation: micro-batches > 0 reduce into a shard-sized buffer, then add
+  if r.batch.accumulate > 1 then add(t, "device", "comm", 4 * (s.head + math.min(s.blocks, 3) * s.block) / N) end
+  if spec.stage == 2 then            -- buckets: the unit in backward and two reductions in flight
+    add(t, "device", "comm", lb * (s.embed + s.head + math.min(s.blocks, 3) * s.block))
+  elseif spec.stage == 3 then        -- a gathered unit and a bucket of each; blocks as zero.lua pools them
+    add(t, "device", "comm", lb * (2 * s.embed + 2 * s.head + math.min(s.blocks + 1, 5) * s.block))
+  end
+  if spec.ptier then                 -- shards fetched from the host, offload.prefetch ahead
+    local ahead = math.min(s.blocks, r.offload.prefetch)
+    add(t, "device", "comm", lb * (s.embed + s.head + ahead * s.block) / N)
+    if spec.ptier == "nvme" then add(t, "host", "comm", lb * (s.embed + s.head + s.block) / N) end
+  end
+  if spec.otier then
+    local offload = require "ztrain.strategy.offload"
+    add(t, "host", "comm", offload.pool_bytes { tier = spec.otier, staging = offload.staging_bytes(r),
+                                                dtype = lowp and "bf16" or nil })
+  end
+  if spec.otier == "nvme" or spec.ptier == "nvme" then      -- aio bounce buffers (aio.c)
+    add(t, "host", "other", r.offload.queue_depth * assert(memory.parse_size(r.offload.block_size)))
+  end
+end
+
+-- checkpointed(r, units) -> { [unit index] = true }: driver/stage.lua's choice.
+local function checkpointed(r, units)
+  local every, out, k = r.train.checkpoint_activations, {}, 0
+  if every == true then every = 1 end
+  if not every or every == 0 then return out end
+  for _, u in ipairs(units) do
+    if u.kind == "block" then
+      if k % every == 0 then out[u.index] = true end
+      k = k + 1
+    end
+  end
+  return out
+end
+
+-- Activations of `sets` micro-batches in flight over these units, and the
+-- stage's scratch (nn/activations.lua's plan); kept inputs on the host.
+local function activations(t, cfg, r, units, sets)
+  local B, Tlen = r.batch.micro, r.data.seq_len
+  local ckpt = checkpointed(r, units)
+  local host = r.train.checkpoint_host and next(ckpt) ~= nil
+  add(t, "device", "activations", sets * Acts.set_bytes(cfg, B, Tlen, units, ckpt, host) +
+      Acts.scratch_bytes(cfg, B, Tlen, { recompute = next(ckpt) ~= nil, host = host }))
+  if host then
+    for _ in pairs(ckpt) do add(t, "host", "activations", sets * B * Tlen * cfg.C * 4) end
+  end
+end
+
+-- model_config(r) -> the GPT-2 shape a recipe asks for (the plan's vocab).
+function M.model_config(r)
+  if r.model.from ~= "" then
+    return require("ztrain.nn.hf").config(require("ztrain.nn.hf").dir_of(r.model.from))
+  end
+  return gpt2.config(r.model.size, { vocab_size = M.vocab(r) })
+end
+
+-- A pipeline's first stage (the heaviest in activations under 1F1B: it
+-- holds one set per stage): the embedding and its share of the blocks.
+local function first_stage(units, P)
+  local blocks = 0
+  for _, u in ipairs(units) do if u.kind == "block" then blocks = blocks + 1 end end
+  local n, out = math.ceil(blocks / P), {}
+  for _, u in ipairs(units) do
+    if u.kind == "embed" or (u.kind == "block" and #out <= n) then out[#out + 1] = u end
+  end
+  return out
+end
+
+-- predict(r, opts) -> { device = { params =, grads =, optim =, activations =,
+-- comm =, other = }, host = {...}, nvme = {...} }: one rank's peak bytes.
+-- r: a resolved recipe (recipe.resolve); opts.nproc (world size, default
+-- r.launch.nproc or 1), opts.strategy (a name or object; default
+-- r.strategy), opts.cfg (the model's shape; default from r). Raises for a
+-- strategy the planner does not know.
+function M.predict(r, opts)
+  opts = opts or {}
+  local spec = opts.spec or M.spec_of(opts.strategy or r.strategy)
+  if not spec then
+    error(("plan: cannot predict strategy %s (a strategy of your own)"):format(tostring(opts.strategy or r.strategy)), 0)
+  end
+  local world = opts.nproc or math.max(r.launch.nproc, 1)
+  local cfg = opts.cfg or M.model_config(r)
+  local lowp = r.precision ~= "fp32"
+  local t = zero_tiers()
+  if spec.pipeline then
+    local P = math.max(r.pipeline.stages > 1 and r.pipeline.stages or world, 1)
+    local units = first_stage(M.units(cfg, gpt2.PAD), P)
+    replicated_state(t, units, lowp, r.batch.accumulate)
+    activations(t, cfg, r, units, P)
+    return t, spec
+  end
+  local N = spec.one_rank and 1 or world
+  local pad = spec.stage == 0 and gpt2.PAD or N * norm_block()
+  local units = M.units(cfg, pad)
+  if spec.stage == 0 then replicated_state(t, units, lowp, r.batch.accumulate)
+  else zero_state(t, spec, units, N, lowp, r.batch.accumulate) end
+  working(t, spec, units, N, lowp, r)
+  activations(t, cfg, r, units, 1)
+  return t, spec
+end
+
+-- totals(t) -> { device =, host =, nvme = } bytes per tier.
+function M.totals(t)
+  local out = {}
+  for _, tier in ipairs(TIERS) do
+    local n = 0
+    for _, c in ipairs(CATS) do n = n + t[tier][c] end
+    out[tier] = n
+  end
+  return out
+end
+
+return M
