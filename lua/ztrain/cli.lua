@@ -7,6 +7,7 @@ usage: ztrain [options] [RECIPE.lua [key=value ...]]
        ztrain generate SRC "PROMPT" [max_tokens=64] [temperature=1] [top_k=0] [top_p=1]
                        [seed=0] [tokenizer=NAME]
        ztrain export CHECKPOINT DIR
+       ztrain plan [RECIPE.lua] [nproc=N] [key=value ...]
 
 Runs a training recipe, or with no recipe opens a Lua REPL with ztrain loaded
 (as `zt`). Recipes are Lua files returning a table; key=value arguments
@@ -77,6 +78,16 @@ from every rank's shard, whatever strategy and world size saved it) as a
 Hugging Face GPT-2 directory: config.json + model.safetensors (fp32), and the
 tokenizer's vocab.json + merges.txt when the run used a BPE vocabulary.
 CHECKPOINT is a checkpoint directory, or a directory with `latest`.
+
+ztrain plan predicts one rank's bytes by tier (device, host, nvme) and category
+(parameters, gradients, optimizer state, activations, working buffers) for
+every strategy and offload setting at nproc=N ranks, says which fit
+device.memory_limit (else the available memory shared by the ranks) and which
+is fastest to try. Any recipe key may be set, e.g.
+  ztrain plan model.size=gpt2-xl nproc=8 device.memory_limit=16GiB precision=bf16
+  ztrain plan recipes/zero3.lua nproc=4 batch.micro=8 data.seq_len=1024
+A run checks the same prediction before it allocates, and refuses with the
+numbers when its strategy does not fit.
 
 Outputs go to out= (default runs/<recipe>-<time>/): metrics.jsonl, summary.json,
 checkpoints/ (train.ckpt_every), timeline.svg/.json (pipeline schedules).
@@ -331,7 +342,10 @@ local function export(args)
   return 0
 end
 
-SUBCOMMANDS = { export = export, generate = generate, schedule = schedule }
+-- `ztrain plan ...`: the memory planner (plan_report.lua)
+local function plan(args) return require("ztrain.plan_report").main(args) end
+
+SUBCOMMANDS = { export = export, generate = generate, plan = plan, schedule = schedule }
 
 function M.main(argv)
   -- subcommands: their arguments after the name; an error is one `ztrain:` line

@@ -273,4 +273,112 @@ function M.totals(t)
   return out
 end
 
+---------------------------------------------------------------------------
+-- Ranking: which strategy that fits is fastest to try. Simple and stated:
+-- first the slowest tier a step streams state through (none < pipeline
+-- bubble < host < nvme), then the bytes a rank moves per step over the
+-- network and to/from host or nvme (the textbook volumes: all-reduce 2x
+-- the gradient, reduce-scatter + all-gather, zero3's two gathers; offload
+-- moves gradient and parameter shards, nvme the optimizer state too).
+local CLASS = { none = 0, pipeline = 1, host = 2, nvme = 3 }
+
+-- traffic(spec, psi, N, lowp) -> { class =, net =, offload = } bytes per step.
+function M.traffic(spec, psi, N, lowp)
+  local pb, f = lowp and 2 or 4, N > 1 and (N - 1) / N or 0
+  local net, off = 0, 0
+  if spec.pipeline then return { class = CLASS.pipeline, net = 0, offload = 0 } end
+  if spec.stage == 0 then net = 2 * 4 * psi * f
+  elseif spec.stage < 3 then net = (4 + pb) * psi * f
+  else net = (4 + 2 * pb) * psi * f end
+  local class = CLASS.none
+  if spec.otier then
+    class = CLASS[spec.otier]
+    off = (4 + pb) * psi / N                                     -- gradient shards out, parameters back
+    if spec.ptier then off = off + 2 * pb * psi / N end          -- parameter shards fetched each pass
+    if spec.otier == "nvme" then off = off + 2 * (8 + (lowp and 4 or 0)) * psi / N end
+  end
+  return { class = class, net = net, offload = off }
+end
+
+-- available() -> bytes of MemAvailable (/proc/meminfo), or nil.
+function M.available()
+  local f = io.open("/proc/meminfo")
+  if not f then return nil end
+  local avail
+  for line in f:lines() do
+    local kb = line:match("^MemAvailable:%s+(%d+) kB")
+    if kb then avail = tonumber(kb) * 1024 end
+  end
+  f:close()
+  return avail
+end
+
+-- limit(r, local_ranks) -> bytes a rank may hold on the device tier, and
+-- where the number comes from: device.memory_limit, or on the CPU backend
+-- (device and host are both this machine's memory) MemAvailable shared by
+-- the local ranks.
+function M.limit(r, local_ranks)
+  local lim = memory.parse_size(r.device.memory_limit) or 0
+  if lim > 0 then return lim, "device.memory_limit", true end
+  local avail = M.available()
+  if not avail then return nil end
+  return math.floor(avail / math.max(local_ranks or 1, 1)), ("available memory (%s, /proc/meminfo) / %d local rank(s)")
+         :format(memory.format(avail), math.max(local_ranks or 1, 1)), false
+end
+
+-- fits(t, r, limit, explicit) -> true when a rank's prediction fits: the
+-- device tier under device.memory_limit; without one, on the CPU backend,
+-- device + host under the rank's share of available memory.
+function M.fits(t, r, limit, explicit)
+  if not limit then return true end
+  local tot = M.totals(t)
+  if explicit then return tot.device <= limit end
+  if r.device.backend == "cpu" then return tot.device + tot.host <= limit end
+  return tot.host <= limit
+end
+
+-- faster(a, b) -> true when row a ranks before row b: the slower tier
+-- class last, then fewer bytes moved, then (a tie, e.g. zero1 and zero2)
+-- fewer device bytes.
+function M.faster(a, b)
+  local ta, tb = a.traffic, b.traffic
+  if ta.class ~= tb.class then return ta.class < tb.class end
+  local ma, mb = ta.net + ta.offload, tb.net + tb.offload
+  if ma ~= mb then return ma < mb end
+  return a.totals.device < b.totals.device
+end
+
+local function psi_of(cfg)
+  local n = 0
+  for _, u in ipairs(M.units(cfg, gpt2.PAD)) do n = n + u.numel end
+  return n
+end
+
+-- rows(r, nproc) -> one row per strategy of M.STRATEGIES that applies at
+-- nproc ranks: { name, t (predict), totals, fits, traffic }, and the
+-- limit's description; rows.best is the fastest row that fits.
+function M.rows(r, nproc)
+  local cfg = M.model_config(r)
+  local psi, lowp = psi_of(cfg), r.precision ~= "fp32"
+  local limit, source, explicit = M.limit(r, nproc)
+  local rows = { cfg = cfg, psi = psi, nproc = nproc, limit = limit, source = source }
+  for _, spec in ipairs(M.STRATEGIES) do
+    local applies = (spec.one_rank or nproc > 1 or spec.otier) and not (spec.pipeline and nproc < 2)
+    if applies then
+      local N = spec.one_rank and 1 or nproc
+      local t = M.predict(r, { spec = spec, nproc = nproc, cfg = cfg })
+      local row = { name = spec.name, spec = spec, t = t, totals = M.totals(t), fits = M.fits(t, r, limit, explicit),
+                    traffic = M.traffic(spec, psi, N, lowp), ranks = spec.pipeline and nproc or N }
+      rows[#rows + 1] = row
+      -- single uses one rank of nproc: the fastest to try only on one rank
+      local candidate = row.fits and (nproc == 1 or not spec.one_rank)
+      local b = rows.best
+      if candidate and (not b or M.faster(row, b)) then
+        rows.best = row
+      end
+    end
+  end
+  return rows
+end
+
 return M

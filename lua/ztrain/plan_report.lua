@@ -1,0 +1,114 @@
+-- ztrain.plan_report: `ztrain plan` (the planner's table) and the words of
+-- the pre-flight refusal; the numbers come from plan.lua.
+local memory = require "ztrain.memory"
+local plan = require "ztrain.plan"
+
+local M = {}
+
+local fmt = memory.format
+local TIER_MARK = { device = "", host = " h", nvme = " n" }
+local COLUMNS = { { "params", { "params" } }, { "grads", { "grads" } }, { "optim", { "optim" } },
+                  { "activations", { "activations" } }, { "working", { "comm", "other" } } }
+
+-- A category column: its bytes on every tier, the tier marked (h host, n nvme).
+local function cell(t, cats)
+  local parts = {}
+  for _, tier in ipairs(memory.tiers) do
+    local n = 0
+    for _, c in ipairs(cats) do n = n + t[tier][c] end
+    if n > 0 then parts[#parts + 1] = fmt(n) .. TIER_MARK[tier] end
+  end
+  return #parts == 0 and "0" or table.concat(parts, " + ")
+end
+
+local function gb(n) return fmt(n) end
+
+-- table(rows, r) -> the text `ztrain plan` prints.
+function M.table(rows, r)
+  local cfg, out = rows.cfg, {}
+  local function say(s, ...) out[#out + 1] = select("#", ...) > 0 and s:format(...) or s end
+  say("%s: %.1fM parameters (%d layers, %d channels, vocabulary %d), %d rank(s), %s; activations for " ..
+      "batch.micro=%d x data.seq_len=%d%s", cfg.name, rows.psi / 1e6, cfg.L, cfg.C, cfg.V, rows.nproc, r.precision,
+      r.batch.micro, r.data.seq_len, r.train.checkpoint_activations and ", checkpointed" or "")
+  say("limit per rank: %s", rows.limit and (fmt(rows.limit) .. " (" .. rows.source .. ")") or "none known")
+  say("")
+  local head = ("%-16s %-5s %-10s %-10s %-10s  %-12s %-12s %-12s %-12s %-25s %s")
+  say(head, "strategy", "ranks", "device", "host", "nvme", "params", "grads", "optim", "activations", "working",
+      "fits")
+  for _, row in ipairs(rows) do
+    local t, tot = row.t, row.totals
+    local cells = {}
+    for i, c in ipairs(COLUMNS) do cells[i] = cell(t, c[2]) end
+    local name = row.name .. (row.spec.pipeline and "*" or "")
+    say(head, name, tostring(row.ranks), fmt(tot.device), fmt(tot.host), fmt(tot.nvme), cells[1], cells[2],
+        cells[3], cells[4], cells[5], row.fits and "yes" or "no")
+  end
+  say("")
+  say("bytes per rank at the step's peak; h = host tier, n = nvme tier; working = gradient buckets, gathered " ..
+      "units, MPI scratch, offload staging (comm) and aio buffers.")
+  if rows[#rows] and rows[#rows].spec.pipeline then
+    say("* pipeline_1f1b: an estimate (first stage: the embedding and its share of blocks, one activation set " ..
+        "per stage in flight).")
+  end
+  local fit = {}
+  for _, row in ipairs(rows) do if row.fits then fit[#fit + 1] = row.name end end
+  if #fit == 0 then
+    say("nothing fits: use more ranks (nproc=), a smaller batch.micro or data.seq_len, " ..
+        "train.checkpoint_activations=true, or a larger device.memory_limit")
+  else
+    say("fits: %s", table.concat(fit, ", "))
+  end
+  local b = rows.best
+  if b then
+    local tr = b.traffic
+    say("fastest to try: %s (moves %s per rank per step over the network%s; ranking: device-only before a " ..
+        "pipeline before host offload before nvme, then the fewest bytes moved)", b.name, gb(tr.net),
+        tr.offload > 0 and (", " .. gb(tr.offload) .. " to and from " .. (b.spec.otier or "")) or "")
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
+-- plan_args(args) -> recipe path or nil, overrides, nproc.
+local function plan_args(args)
+  local path, over, nproc = nil, {}, nil
+  for _, a in ipairs(args) do
+    local k, v = a:match("^([%w_%.]+)=(.*)$")
+    if not k and a:match("%.lua$") and not path then path = a
+    elseif k == "nproc" or k == "launch.nproc" then
+      nproc = tonumber(v)
+      if not nproc or nproc < 1 or nproc ~= math.floor(nproc) then
+        error(("plan: nproc=%s must be a whole number >= 1 (the ranks to plan for)"):format(v), 0)
+      end
+    elseif k then over[#over + 1] = a
+    else error(("plan: cannot read argument %q: expected [RECIPE.lua] key=value (e.g. model.size=gpt2-xl " ..
+               "nproc=8 device.memory_limit=16GiB)"):format(a), 0) end
+  end
+  return path, over, nproc
+end
+
+-- main(args) -> exit code: `ztrain plan [RECIPE.lua] key=value ...`.
+function M.main(args)
+  if args[1] == "-h" or args[1] == "--help" then io.stdout:write(require("ztrain.cli").usage); return 0 end
+  local path, over, nproc = plan_args(args)
+  local recipe = require "ztrain.recipe"
+  local r, err
+  if path then r, err = recipe.load(path, over) else r, err = recipe.resolve({}, over) end
+  if not r then error(err, 0) end
+  nproc = nproc or math.max(r.launch.nproc, 1)
+  io.stdout:write(M.table(plan.rows(r, nproc), r))
+  return 0
+end
+
+-- refusal(name, strategy, t, limit, source, suggestions) -> the pre-flight's
+-- one-paragraph message: the predicted bytes per category, the limit, what
+-- to try.
+function M.refusal(what, t, limit, source, tried)
+  local parts = {}
+  for _, c in ipairs(COLUMNS) do parts[#parts + 1] = c[1] .. " " .. cell(t, c[2]) end
+  local tot = plan.totals(t)
+  return ("%s needs %s per rank (%s; h = host), but %s allows %s; try %s"):format(what,
+    fmt(tot.device + (tried.with_host and tot.host or 0)), table.concat(parts, ", "), source, fmt(limit),
+    tried.text)
+end
+
+return M
