@@ -67,13 +67,16 @@ function M.spec_of(s)
   return nil
 end
 
--- vocab(r) -> the vocabulary the plan assumes: model.vocab_size, 256 for
--- byte tokens, else GPT-2's 50257 (what the seeds' tables count).
+-- vocab(r) -> the vocabulary a run of r would have: model.vocab_size, or
+-- its tokenizer's (256 for bytes; bpe reads its vocabulary, a fraction of
+-- a second), else GPT-2's 50257.
 function M.vocab(r)
   if r.model.vocab_size > 0 then return r.model.vocab_size end
   if r.data.tokenizer == "bytes" then return 256 end
-  return GPT2_VOCAB
+  local ok, tok = pcall(require("ztrain.data").tokenizer, r.data.tokenizer)
+  return ok and tok.vocab_size or GPT2_VOCAB
 end
+M.GPT2_VOCAB = GPT2_VOCAB
 
 local function norm_block()
   local ok, shard = pcall(require, "ztrain.strategy.shard")
@@ -160,8 +163,13 @@ local function working(t, spec, units, N, lowp, r)
   end
   add(t, "device", "comm", mpi_scratch(s.largest, N))
   if lowp then add(t, "device", "comm", widened) end
-  -- accumulation: micro-batches > 0 reduce into a shard-sized buffer, then add
-  if r.batch.accumulate > 1 then add(t, "device", "comm", 4 * (s.head + math.min(s.blocks, 3) * s.block) / N) end
+  -- accumulation: micro-batches > 0 reduce into a shard-sized buffer, then
+  -- add; how many are alive at once depends on when reductions complete
+  -- (measured: the head's and two blocks', sometimes the embedding's too):
+  -- the upper bound
+  if r.batch.accumulate > 1 then
+    add(t, "device", "comm", 4 * (s.embed + s.head + math.min(s.blocks, 3) * s.block) / N)
+  end
   if spec.stage == 2 then            -- buckets: the unit in backward and two reductions in flight
     add(t, "device", "comm", lb * (s.embed + s.head + math.min(s.blocks, 3) * s.block))
   elseif spec.stage == 3 then        -- a gathered unit and a bucket of each; blocks as zero.lua pools them
@@ -206,6 +214,35 @@ local function activations(t, cfg, r, units, sets)
       Acts.scratch_bytes(cfg, B, Tlen, { recompute = next(ckpt) ~= nil, host = host }))
   if host then
     for _ in pairs(ckpt) do add(t, "host", "activations", sets * B * Tlen * cfg.C * 4) end
+  end
+end
+
+-- Rank 0's sample (sample.tokens > 0, at each evaluation and at the end,
+-- while the training activations are held): nn/generate.lua's session (a
+-- key/value cache of prompt + tokens positions, the final norm, logits)
+-- and its work rows (the prompt's prefill and one decode row), and for a
+-- strategy that keeps no full parameters (sharded, or mixed precision) a
+-- full fp32 copy of the model ("other", trainer.lua's sample).
+local GEN_ROWS = { 1, 1, 1, 3, 1, 1, 1, 4, 4 }
+local function gen_work(C, n)
+  local total = 2 * n + 16
+  for _, k in ipairs(GEN_ROWS) do total = total + math.ceil(n * k * C / 16) * 16 end
+  return 4 * (total + n)
+end
+
+local function sample(t, cfg, r, spec, units)
+  if r.sample.tokens <= 0 then return end
+  local n = #r.sample.prompt + 1                 -- tokens of the prompt, at most one per byte
+  local okt, tok = pcall(require("ztrain.data").tokenizer, r.data.tokenizer)
+  if okt and r.sample.prompt ~= "" and tok.encode then
+    local oke, ids = pcall(tok.encode, tok, r.sample.prompt)
+    if oke and type(ids) == "table" then n = #ids end
+  end
+  local cap = math.min(n + r.sample.tokens, cfg.maxT)
+  add(t, "device", "activations", 4 * (2 * cfg.L * cfg.C * cap + cfg.C + 2 + cfg.V) + gen_work(cfg.C, n) +
+      gen_work(cfg.C, 1))
+  if spec.stage > 0 or r.precision ~= "fp32" then
+    for _, u in ipairs(M.units(cfg, gpt2.PAD)) do add(t, "device", "other", 4 * u.padded) end
   end
 end
 
@@ -259,6 +296,7 @@ function M.predict(r, opts)
   else zero_state(t, spec, units, N, lowp, r.batch.accumulate) end
   working(t, spec, units, N, lowp, r)
   activations(t, cfg, r, units, 1)
+  sample(t, cfg, r, spec, units)
   return t, spec
 end
 
@@ -357,8 +395,8 @@ end
 -- rows(r, nproc) -> one row per strategy of M.STRATEGIES that applies at
 -- nproc ranks: { name, t (predict), totals, fits, traffic }, and the
 -- limit's description; rows.best is the fastest row that fits.
-function M.rows(r, nproc)
-  local cfg = M.model_config(r)
+function M.rows(r, nproc, cfg)
+  cfg = cfg or M.model_config(r)
   local psi, lowp = psi_of(cfg), r.precision ~= "fp32"
   local limit, source, explicit = M.limit(r, nproc)
   local rows = { cfg = cfg, psi = psi, nproc = nproc, limit = limit, source = source }
@@ -379,6 +417,49 @@ function M.rows(r, nproc)
     end
   end
   return rows
+end
+
+---------------------------------------------------------------------------
+-- The pre-flight check of a run (trainer.lua, before anything is
+-- allocated): the same prediction as `ztrain plan`, against
+-- device.memory_limit (the device tier), or without one on the CPU backend
+-- against the machine's available memory shared by the local ranks (device
+-- and host are both RAM there; the kernel's OOM killer would end the run
+-- without a word). nvme bytes live on disk and are not counted.
+-- o = { recipe, strategy (object), cfg, nproc (data-parallel ranks),
+-- local_ranks }. Returns nil when it fits, false when the strategy or
+-- driver is one the planner does not predict, else the refusal's text.
+function M.preflight(o)
+  local r = o.recipe
+  local spec = M.spec_of(o.strategy)
+  if not spec or r.schedule ~= "" or r.pipeline.stages > 1 then return false end
+  local t = M.predict(r, { spec = spec, nproc = o.nproc, cfg = o.cfg })
+  local tot = M.totals(t)
+  local lim = memory.parse_size(r.device.memory_limit) or 0
+  local need, limit, source
+  if lim > 0 then
+    need, limit, source = tot.device, lim, {}
+  elseif r.device.backend == "cpu" then
+    local avail = M.available()
+    if not avail then return nil end
+    local lr = math.max(o.local_ranks or 1, 1)
+    need, limit, source = tot.device + tot.host, math.floor(avail / lr), { avail = avail, local_ranks = lr }
+  else
+    return nil
+  end
+  if need <= limit then return nil end
+  -- what fits instead, fastest first, at the same ranks (a limit
+  -- explicit or not, as above)
+  local rows = M.rows(r, o.nproc, o.cfg)
+  local alts = {}
+  for _, row in ipairs(rows) do
+    if row.fits and row.name ~= spec.name and not row.spec.pipeline and (o.nproc == 1 or not row.spec.one_rank) then
+      alts[#alts + 1] = row
+    end
+  end
+  table.sort(alts, M.faster)
+  return require("ztrain.plan_report").refusal({ what = ("%s under %s"):format(o.cfg.name, spec.name), t = t,
+    need = need, limit = limit, avail = source.avail, local_ranks = source.local_ranks, explicit = lim > 0, alts = alts, nproc = o.nproc, recipe = r })
 end
 
 return M

@@ -92,23 +92,50 @@ function M.main(args)
   local path, over, nproc = plan_args(args)
   local recipe = require "ztrain.recipe"
   local r, err
-  if path then r, err = recipe.load(path, over) else r, err = recipe.resolve({}, over) end
+  if path then r, err = recipe.load(path, over)
+  else
+    -- without a recipe: GPT-2's own vocabulary (what its sizes are known
+    -- by), unless a tokenizer or vocabulary is given
+    local given = false
+    for _, o in ipairs(over) do
+      if o:match("^data%.tokenizer=") or o:match("^model%.vocab_size=") then given = true end
+    end
+    if not given then table.insert(over, 1, "model.vocab_size=" .. plan.GPT2_VOCAB) end
+    r, err = recipe.resolve({}, over)
+  end
   if not r then error(err, 0) end
   nproc = nproc or math.max(r.launch.nproc, 1)
   io.stdout:write(M.table(plan.rows(r, nproc), r))
   return 0
 end
 
--- refusal(name, strategy, t, limit, source, suggestions) -> the pre-flight's
--- one-paragraph message: the predicted bytes per category, the limit, what
--- to try.
-function M.refusal(what, t, limit, source, tried)
+-- refusal(o) -> the pre-flight's message (plan.preflight): the predicted
+-- bytes per category, the limit, and what to try: the strategies that fit,
+-- fastest first, and the `ztrain plan` line that shows them all.
+function M.refusal(o)
   local parts = {}
-  for _, c in ipairs(COLUMNS) do parts[#parts + 1] = c[1] .. " " .. cell(t, c[2]) end
-  local tot = plan.totals(t)
-  return ("%s needs %s per rank (%s; h = host), but %s allows %s; try %s"):format(what,
-    fmt(tot.device + (tried.with_host and tot.host or 0)), table.concat(parts, ", "), source, fmt(limit),
-    tried.text)
+  for _, c in ipairs(COLUMNS) do parts[#parts + 1] = c[1] .. " " .. cell(o.t, c[2]) end
+  local try = {}
+  for i = 1, math.min(#o.alts, 3) do
+    local a = o.alts[i]
+    try[#try + 1] = ("strategy=%s (%s)"):format(a.name, fmt(o.explicit and a.totals.device or a.totals.device + a.totals.host))
+  end
+  local r = o.recipe
+  local plan_line = ("ztrain plan %s%snproc=%d%s"):format(r.path and (r.path .. " ") or "",
+    r.path and "" or ("model.size=" .. r.model.size .. " "), o.nproc,
+    o.explicit and (" device.memory_limit=" .. tostring(r.device.memory_limit)) or "")
+  local head = o.explicit and "device memory limit exceeded (predicted before the run): " or
+               "not enough memory (predicted before the run): "
+  local over = o.explicit and ("over device.memory_limit = " .. fmt(o.limit)) or
+               ("but each rank has %s (MemAvailable %s in /proc/meminfo over %d local rank(s))")
+               :format(fmt(o.limit), fmt(o.avail), o.local_ranks)
+  local advice = #try > 0 and ("try " .. table.concat(try, ", ")) or
+                 "nothing fits at this rank count: use more ranks, a smaller batch.micro or data.seq_len, or " ..
+                 "train.checkpoint_activations=true"
+  local escape = o.explicit and "raise device.memory_limit" or "set device.memory_limit to try anyway"
+  return ("%s%s needs %s per rank (%s; h = host, n = nvme), %s; %s, lower batch.micro or data.seq_len, or %s " ..
+          "(`%s` with your overrides shows every strategy)"):format(head, o.what, fmt(o.need),
+          table.concat(parts, ", "), over, advice, escape, plan_line)
 end
 
 return M
