@@ -8,6 +8,7 @@ usage: ztrain [options] [RECIPE.lua [key=value ...]]
                        [seed=0] [tokenizer=NAME]
        ztrain export CHECKPOINT DIR
        ztrain plan [RECIPE.lua] [nproc=N] [key=value ...]
+       ztrain ds-convert DS_CONFIG.json [nproc=N]
 
 Runs a training recipe, or with no recipe opens a Lua REPL with ztrain loaded
 (as `zt`). Recipes are Lua files returning a table; key=value arguments
@@ -32,6 +33,11 @@ options:
   --nproc N      run N ranks on this machine (through Open MPI's mpirun); wins
                  over the recipe's launch.nproc. Under mpirun or srun already,
                  ranks come from the launcher (and must number N)
+  --ds-config FILE
+                 apply a DeepSpeed config (ds_config.json) over the recipe:
+                 zero_optimization, fp16/bf16, batch sizes, optimizer,
+                 scheduler, gradient_clipping ... (docs/recipes.md); key=value
+                 arguments win; every key it does not map is named on stderr
   -q, --quiet    no progress output (outputs are still written)
   --threads N    kernel and BLAS threads (same as device.threads=N)
   --version      print the version
@@ -89,6 +95,10 @@ is fastest to try. Any recipe key may be set, e.g.
 A run checks the same prediction before it allocates, and refuses with the
 numbers when its strategy does not fit.
 
+ztrain ds-convert FILE [nproc=N] prints a DeepSpeed config as a recipe (the
+keys --ds-config would set; unsupported keys as comments), its batch sizes
+checked for N ranks.
+
 Outputs go to out= (default runs/<recipe>-<time>/): metrics.jsonl, summary.json,
 checkpoints/ (train.ckpt_every), timeline.svg/.json (pipeline schedules).
 ]==]
@@ -113,7 +123,9 @@ end
 -- count as launch.nproc (--nproc wins over the recipe and over key=value).
 local function recipe_overrides(opts)
   local o = {}
-  for i, v in ipairs(opts.overrides) do o[i] = v end
+  -- a DeepSpeed config's keys come first: key=value arguments win over them
+  for _, v in ipairs(opts.ds_overrides or {}) do o[#o + 1] = v end
+  for _, v in ipairs(opts.overrides) do o[#o + 1] = v end
   if opts.nproc then o[#o + 1] = "launch.nproc=" .. opts.nproc end
   return o
 end
@@ -342,10 +354,23 @@ local function export(args)
   return 0
 end
 
+-- `ztrain ds-convert FILE [nproc=N]`: a DeepSpeed config as a recipe on stdout
+local function ds_convert(args)
+  if args[1] == "-h" or args[1] == "--help" or not args[1] then
+    if not args[1] then error("ds-convert: give a DeepSpeed config: ztrain ds-convert ds_config.json [nproc=N]", 0) end
+    io.stdout:write(M.usage); return 0
+  end
+  local n = args[2] and tonumber((args[2]:match("^nproc=(%d+)$")))
+  if args[2] and not n or args[3] then error("ds-convert: expected ztrain ds-convert FILE [nproc=N]", 0) end
+  io.stdout:write(require("ztrain.dsconfig").recipe_text(args[1], n or 1))
+  return 0
+end
+
 -- `ztrain plan ...`: the memory planner (plan_report.lua)
 local function plan(args) return require("ztrain.plan_report").main(args) end
 
-SUBCOMMANDS = { export = export, generate = generate, plan = plan, schedule = schedule }
+SUBCOMMANDS = { ["ds-convert"] = ds_convert, export = export, generate = generate, plan = plan,
+                schedule = schedule }
 
 function M.main(argv)
   -- subcommands: their arguments after the name; an error is one `ztrain:` line
@@ -374,6 +399,9 @@ function M.main(argv)
       for j = i + 2, #argv do opts.script_args[#opts.script_args + 1] = argv[j] end
       break
     elseif a == "-q" or a == "--quiet" then opts.quiet = true
+    elseif a == "--ds-config" then
+      if not argv[i + 1] then return die("--ds-config needs a DeepSpeed config file (ds_config.json)") end
+      opts.ds_config = argv[i + 1]; i = i + 1
     elseif a == "--nproc" then
       local n = tonumber(argv[i + 1] or "")
       if not n or n < 1 or n ~= math.floor(n) then return die("--nproc needs a rank count >= 1") end
@@ -388,6 +416,17 @@ function M.main(argv)
     elseif a:match("=") then opts.overrides[#opts.overrides + 1] = a
     else return die(("cannot read argument %q: expected RECIPE.lua or key=value"):format(a)) end
     i = i + 1
+  end
+
+  if opts.ds_config then
+    if not opts.recipe then return die("--ds-config needs a recipe: ztrain RECIPE.lua --ds-config FILE") end
+    local ds = require "ztrain.dsconfig"
+    local ok, list, notes = pcall(function()
+      return ds.overrides(opts.ds_config, ds.world_size(opts.nproc, opts.recipe, opts.overrides))
+    end)
+    if not ok then return die(list) end
+    opts.ds_overrides = list
+    ds.say_notes(notes)
   end
 
   local comm = require "ztrain.comm"
