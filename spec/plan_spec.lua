@@ -55,6 +55,7 @@ describe("plan: predicted against measured peaks", function()
     { "zero3 2", 2, "recipes/zero3.lua", "" },
     { "zero3_offload 2", 2, "recipes/zero3_offload.lua", "sample.tokens=0" },
     { "zero3 2, gpt2-mini", 2, "recipes/zero3.lua", "model.size=gpt2-mini batch.micro=2" },
+    { "zero3_infinity 2, gpt2-mini (nvme)", 2, "recipes/infinity.lua", "batch.micro=2" },
     { "single, checkpointed activations on the host", 1, "recipes/single.lua",
       "train.checkpoint_activations=true train.checkpoint_host=true" },
   }
