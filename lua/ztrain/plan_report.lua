@@ -130,8 +130,7 @@ function M.refusal(o)
                ("but each rank has %s (MemAvailable %s in /proc/meminfo over %d local rank(s))")
                :format(fmt(o.limit), fmt(o.avail), o.local_ranks)
   local advice = #try > 0 and ("try " .. table.concat(try, ", ")) or
-                 "nothing fits at this rank count: use more ranks, a smaller batch.micro or data.seq_len, or " ..
-                 "train.checkpoint_activations=true"
+                 ("no other strategy fits at %d rank(s): use more ranks or train.checkpoint_activations=true"):format(o.nproc)
   local escape = o.explicit and "raise device.memory_limit" or "set device.memory_limit to try anyway"
   return ("%s%s needs %s per rank (%s; h = host, n = nvme), %s; %s, lower batch.micro or data.seq_len, or %s " ..
           "(`%s` with your overrides shows every strategy)"):format(head, o.what, fmt(o.need),
