@@ -98,6 +98,31 @@ describe("plan: predicted against measured peaks", function()
     assert.is_true(got <= want and got >= 0.85 * want, ("comm predicted %d, measured %d"):format(want, got))
   end)
 
+  -- pipelines: the plan is the heaviest stage's rank (here the last: the
+  -- tied embedding's replica, the head)
+  local function heaviest(s)
+    local m = s.memory[1]
+    for _, x in ipairs(s.memory) do if x.device_peak > m.device_peak then m = x end end
+    return m
+  end
+
+  it("pipeline GPipe 2 stages: model state and activations exact, the tied gradient's sends (2 predicted) up to one per micro-batch", function()
+    local s, r = run(2, "recipes/pipeline_gpipe.lua", "")
+    local t, m = plan.predict(r, { nproc = 2, strategy = "pipeline_1f1b" }), heaviest(s)
+    assert.are.same({}, differences(t, m, { params = true, grads = true, optim = true, activations = true }))
+    local wte, micro_batches = 4 * 256 * 128, r.batch.accumulate
+    local got = m.by_category.comm.device
+    assert.is_true(got >= wte and got <= micro_batches * wte, ("comm predicted %d, measured %d"):format(t.device.comm, got))
+  end)
+
+  it("pipeline 1F1B 2 stages: model state exact, activations exact or one set more (a send taken late)", function()
+    local s, r = run(2, "recipes/pipeline_1f1b.lua", "")
+    local t, m = plan.predict(r, { nproc = 2, strategy = "pipeline_1f1b" }), heaviest(s)
+    assert.are.same({}, differences(t, m, { params = true, grads = true, optim = true }))
+    local got, want = m.by_category.activations.device, t.device.activations
+    assert.is_true(got >= want and got <= 1.5 * want, ("activations predicted %d, measured %d"):format(want, got))
+  end)
+
   it("bf16 (dp 2): model state and working buffers exact, activations within 15% below", function()
     local s, r = run(2, "recipes/dp.lua", "precision=bf16")
     local t = plan.predict(r, { nproc = 2 })

@@ -19,8 +19,8 @@
 --    reductions (zero.lua), each pooled by size. Measured equal on
 --    gpt2-tiny and gpt2-mini (spec/plan_spec.lua); for other shapes an
 --    estimate of the same pattern.
--- Pipelines (the schedule driver) are estimated: their stages' units and
--- the sets in flight (pipeline rows say "estimate").
+-- Pipelines: the heaviest stage, its sets in flight from the schedule's
+-- simulator (pipeline rows are checked on one recipe, 1F1B on 2 ranks).
 local memory = require "ztrain.memory"
 local gpt2 = require "ztrain.nn.gpt2"
 local Acts = require "ztrain.nn.activations"
@@ -254,16 +254,42 @@ function M.model_config(r)
   return gpt2.config(r.model.size, { vocab_size = M.vocab(r) })
 end
 
--- A pipeline's first stage (the heaviest in activations under 1F1B: it
--- holds one set per stage): the embedding and its share of the blocks.
-local function first_stage(units, P)
-  local blocks = 0
-  for _, u in ipairs(units) do if u.kind == "block" then blocks = blocks + 1 end end
-  local n, out = math.ceil(blocks / P), {}
-  for _, u in ipairs(units) do
-    if u.kind == "embed" or (u.kind == "block" and #out <= n) then out[#out + 1] = u end
+-- A pipeline (one stage per rank, pipeline.stages or nproc of them, loop
+-- placement): each stage's units as pipeline/stages.lua splits them
+-- ("params"; "time" is taken as "params"), the activation sets in flight on
+-- it as the schedule's simulator counts them (1F1B: one per later stage;
+-- a stage that sends gradients back holds one more while the send is out),
+-- and on the last stage the tied embedding's replica (parameters and
+-- gradients) with its outgoing gradient buffers (two measured in flight).
+-- Returns the heaviest rank's prediction.
+local function pipeline(cfg, r, P, lowp)
+  local model = gpt2.new(cfg, { alloc = false, pad = gpt2.PAD })
+  local split = type(r.pipeline.split) == "table" and r.pipeline.split or "params"
+  local counts = require("ztrain.pipeline.stages").partition(model, P, split)
+  local stages = require("ztrain.driver.stage").stages(model, counts)
+  local sched = type(r.schedule) == "string" and r.schedule ~= "" and r.schedule or "1f1b"
+  local lists = require("ztrain.pipeline.schedules").build(sched, { ranks = P, microbatches = r.batch.accumulate,
+                                                                   chunks = 1 })
+  local res = require("ztrain.pipeline.simulate").check(lists)
+  local best, best_total
+  for s, st in ipairs(stages) do
+    local t = zero_tiers()
+    replicated_state(t, st.units, lowp, r.batch.accumulate)
+    if st.has_head and not st.has_embed then
+      local e, pb = model.embed, lowp and 2 or 4
+      add(t, "device", "params", pb * e.padded)
+      add(t, "device", "grads", pb * e.padded)
+      add(t, "device", "comm", 2 * 4 * cfg.V * cfg.C)
+    end
+    -- a stage after the first keeps a set until its backward's send is
+    -- taken (driver/schedule.lua retires it late): one more than simulated
+    -- when the schedule reuses sets (1F1B), none when all are live (GPipe)
+    local peak = math.max(res.peak[s - 1] or 1, 1)
+    activations(t, cfg, r, st.units, peak + ((s > 1 and peak < r.batch.accumulate) and 1 or 0))
+    local total = M.totals(t).device
+    if not best or total > best_total then best, best_total = t, total end
   end
-  return out
+  return best
 end
 
 -- predict(r, opts) -> { device = { params =, grads =, optim =, activations =,
@@ -283,11 +309,7 @@ function M.predict(r, opts)
   local lowp = r.precision ~= "fp32"
   local t = zero_tiers()
   if spec.pipeline then
-    local P = math.max(r.pipeline.stages > 1 and r.pipeline.stages or world, 1)
-    local units = first_stage(M.units(cfg, gpt2.PAD), P)
-    replicated_state(t, units, lowp, r.batch.accumulate)
-    activations(t, cfg, r, units, P)
-    return t, spec
+    return pipeline(cfg, r, math.max(r.pipeline.stages > 1 and r.pipeline.stages or world, 1), lowp), spec
   end
   local N = spec.one_rank and 1 or world
   local pad = spec.stage == 0 and gpt2.PAD or N * norm_block()
@@ -432,8 +454,11 @@ end
 function M.preflight(o)
   local r = o.recipe
   local spec = M.spec_of(o.strategy)
-  if not spec or r.schedule ~= "" or r.pipeline.stages > 1 then return false end
-  local t = M.predict(r, { spec = spec, nproc = o.nproc, cfg = o.cfg })
+  local nproc = o.nproc
+  -- pipelines keep one more activation set than predicted when a send is
+  -- slow to be taken (timing): they are checked on model state only
+  if not spec or r.pipeline.stages > 1 or r.schedule ~= "" then return false end
+  local t = M.predict(r, { spec = spec, nproc = nproc, cfg = o.cfg })
   local tot = M.totals(t)
   local lim = memory.parse_size(r.device.memory_limit) or 0
   local need, limit, source
@@ -450,16 +475,16 @@ function M.preflight(o)
   if need <= limit then return nil end
   -- what fits instead, fastest first, at the same ranks (a limit
   -- explicit or not, as above)
-  local rows = M.rows(r, o.nproc, o.cfg)
+  local rows = M.rows(r, nproc, o.cfg)
   local alts = {}
   for _, row in ipairs(rows) do
-    if row.fits and row.name ~= spec.name and not row.spec.pipeline and (o.nproc == 1 or not row.spec.one_rank) then
+    if row.fits and row.name ~= spec.name and not row.spec.pipeline and (nproc == 1 or not row.spec.one_rank) then
       alts[#alts + 1] = row
     end
   end
   table.sort(alts, M.faster)
   return require("ztrain.plan_report").refusal({ what = ("%s under %s"):format(o.cfg.name, spec.name), t = t,
-    need = need, limit = limit, avail = source.avail, local_ranks = source.local_ranks, explicit = lim > 0, alts = alts, nproc = o.nproc, recipe = r })
+    need = need, limit = limit, avail = source.avail, local_ranks = source.local_ranks, explicit = lim > 0, alts = alts, nproc = nproc, recipe = r })
 end
 
 return M

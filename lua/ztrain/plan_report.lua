@@ -47,8 +47,8 @@ function M.table(rows, r)
   say("bytes per rank at the step's peak; h = host tier, n = nvme tier; working = gradient buckets, gathered " ..
       "units, MPI scratch, offload staging (comm) and aio buffers.")
   if rows[#rows] and rows[#rows].spec.pipeline then
-    say("* pipeline_1f1b: an estimate (first stage: the embedding and its share of blocks, one activation set " ..
-        "per stage in flight).")
+    say("* pipeline_1f1b: one stage per rank (no data parallelism), the heaviest stage: its units as " ..
+        "pipeline.split divides them, its activation sets in flight from the schedule's simulator.")
   end
   local fit = {}
   for _, row in ipairs(rows) do if row.fits then fit[#fit + 1] = row.name end end
