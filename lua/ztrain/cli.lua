@@ -8,6 +8,8 @@ usage: ztrain [options] [RECIPE.lua [key=value ...]]
                        [seed=0] [tokenizer=NAME]
        ztrain export CHECKPOINT DIR
        ztrain compare [--nproc N] [NAME[@RANKS][,key=value...] ...] [key=value ...] [out=DIR]
+       ztrain plan [RECIPE.lua] [nproc=N] [key=value ...]
+       ztrain ds-convert DS_CONFIG.json [nproc=N]
 
 Runs a training recipe, or with no recipe opens a Lua REPL with ztrain loaded
 (as `zt`). Recipes are Lua files returning a table; key=value arguments
@@ -32,6 +34,11 @@ options:
   --nproc N      run N ranks on this machine (through Open MPI's mpirun); wins
                  over the recipe's launch.nproc. Under mpirun or srun already,
                  ranks come from the launcher (and must number N)
+  --ds-config FILE
+                 apply a DeepSpeed config (ds_config.json) over the recipe:
+                 zero_optimization, fp16/bf16, batch sizes, optimizer,
+                 scheduler, gradient_clipping ... (docs/recipes.md); key=value
+                 arguments win; every key it does not map is named on stderr
   -q, --quiet    no progress output (outputs are still written)
   --overwrite    replace an earlier run's outputs in out= (same as overwrite=true)
   --threads N    kernel and BLAS threads (same as device.threads=N)
@@ -103,6 +110,20 @@ and the same global batch (fewer ranks accumulate more micro-batches). A
 failed run is a row with its error; the exit status is 1 only when every
 run failed (or on bad input). Default DIR: runs/compare-<time>/.
 
+ztrain plan predicts one rank's bytes by tier (device, host, nvme) and category
+(parameters, gradients, optimizer state, activations, working buffers) for
+every strategy and offload setting at nproc=N ranks, says which fit
+device.memory_limit (else the available memory shared by the ranks) and which
+is fastest to try. Any recipe key may be set, e.g.
+  ztrain plan model.size=gpt2-xl nproc=8 device.memory_limit=16GiB precision=bf16
+  ztrain plan recipes/zero3.lua nproc=4 batch.micro=8 data.seq_len=1024
+A run checks the same prediction before it allocates, and refuses with the
+numbers when its strategy does not fit.
+
+ztrain ds-convert FILE [nproc=N] prints a DeepSpeed config as a recipe (the
+keys --ds-config would set; unsupported keys as comments), its batch sizes
+checked for N ranks.
+
 Outputs go to out= (default runs/<recipe>-<time>/, made unique): metrics.jsonl,
 summary.json, checkpoints/ (train.ckpt_every), timeline.svg/.json (pipeline
 schedules). An out= that holds an earlier run is refused unless --overwrite
@@ -134,7 +155,9 @@ end
 -- count as launch.nproc (--nproc wins over the recipe and over key=value).
 local function recipe_overrides(opts)
   local o = {}
-  for i, v in ipairs(opts.overrides) do o[i] = v end
+  -- a DeepSpeed config's keys come first: key=value arguments win over them
+  for _, v in ipairs(opts.ds_overrides or {}) do o[#o + 1] = v end
+  for _, v in ipairs(opts.overrides) do o[#o + 1] = v end
   if opts.nproc then o[#o + 1] = "launch.nproc=" .. opts.nproc end
   return o
 end
@@ -363,8 +386,24 @@ local function export(args)
   return 0
 end
 
-SUBCOMMANDS = { export = export, generate = generate, schedule = schedule,
-                compare = function(args) return require("ztrain.compare").main(args) end }
+-- `ztrain ds-convert FILE [nproc=N]`: a DeepSpeed config as a recipe on stdout
+local function ds_convert(args)
+  if args[1] == "-h" or args[1] == "--help" or not args[1] then
+    if not args[1] then error("ds-convert: give a DeepSpeed config: ztrain ds-convert ds_config.json [nproc=N]", 0) end
+    io.stdout:write(M.usage); return 0
+  end
+  local n = args[2] and tonumber((args[2]:match("^nproc=(%d+)$")))
+  if args[2] and not n or args[3] then error("ds-convert: expected ztrain ds-convert FILE [nproc=N]", 0) end
+  io.stdout:write(require("ztrain.dsconfig").recipe_text(args[1], n or 1))
+  return 0
+end
+
+-- `ztrain plan ...`: the memory planner (plan_report.lua)
+local function plan(args) return require("ztrain.plan_report").main(args) end
+
+SUBCOMMANDS = { compare = function(args) return require("ztrain.compare").main(args) end,
+                ["ds-convert"] = ds_convert, export = export, generate = generate, plan = plan,
+                schedule = schedule }
 
 function M.main(argv)
   -- subcommands: their arguments after the name; an error is one `ztrain:` line
@@ -394,6 +433,9 @@ function M.main(argv)
       break
     elseif a == "-q" or a == "--quiet" then opts.quiet = true
     elseif a == "--overwrite" then opts.overrides[#opts.overrides + 1] = "overwrite=true"
+    elseif a == "--ds-config" then
+      if not argv[i + 1] then return die("--ds-config needs a DeepSpeed config file (ds_config.json)") end
+      opts.ds_config = argv[i + 1]; i = i + 1
     elseif a == "--nproc" then
       local n = tonumber(argv[i + 1] or "")
       if not n or n < 1 or n ~= math.floor(n) then return die("--nproc needs a rank count >= 1") end
@@ -408,6 +450,17 @@ function M.main(argv)
     elseif a:match("=") then opts.overrides[#opts.overrides + 1] = a
     else return die(("cannot read argument %q: expected RECIPE.lua or key=value"):format(a)) end
     i = i + 1
+  end
+
+  if opts.ds_config then
+    if not opts.recipe then return die("--ds-config needs a recipe: ztrain RECIPE.lua --ds-config FILE") end
+    local ds = require "ztrain.dsconfig"
+    local ok, list, notes = pcall(function()
+      return ds.overrides(opts.ds_config, ds.world_size(opts.nproc, opts.recipe, opts.overrides))
+    end)
+    if not ok then return die(list) end
+    opts.ds_overrides = list
+    ds.say_notes(notes)
   end
 
   local comm = require "ztrain.comm"

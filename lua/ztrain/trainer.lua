@@ -462,10 +462,9 @@ function Trainer:measure_units(B, Tlen)
   return { embed = v[1], block = v[2], head = v[3] }
 end
 
--- Refuse early (with numbers) a model whose state cannot fit in this
--- machine's available memory, instead of being killed by the OOM killer
--- half-way through allocating it.
-function Trainer:check_fits()
+-- The model-state check, for strategies and drivers the planner does not
+-- predict (a user's strategy, pipelines): state per rank vs available memory.
+function Trainer:check_model_state()
   local S = self.strategy
   if not S.predicted then return end
   local p = S.predicted({ model = self.model, dp = self.dp, world_size = self.world_size,
@@ -496,6 +495,24 @@ function Trainer:check_fits()
           "device.memory_limit to try anyway"):format(self.cfg.name, S.name, memory.format(need),
           local_ranks, memory.format(avail)))
   end
+end
+
+-- Refuse early (with numbers) a run that cannot fit in device.memory_limit
+-- or this machine's available memory, instead of being killed by the OOM
+-- killer half-way through: the memory planner's prediction (plan.lua) of
+-- model state, activations and working buffers.
+function Trainer:check_fits()
+  local plan = require "ztrain.plan"
+  local launch = require "ztrain.launch"
+  local ok, msg = pcall(plan.preflight, { recipe = self.recipe, strategy = self.strategy, cfg = self.cfg,
+                                          nproc = self.dp.size, local_ranks = launch.local_ranks() })
+  -- a prediction that failed (a bug in the planner) must not stop a run
+  -- that may fit: the runtime's own limit still guards it
+  if not ok then msg = nil end
+  if msg == false then return self:check_model_state() end
+  -- ranks could read /proc/meminfo a moment apart: they stop together
+  local err = errors.agree(self.world, msg or "")
+  if err and err ~= "" then fail_all(err) end
 end
 
 -- Put batch idx of loader into an activation set's token and target tensors.

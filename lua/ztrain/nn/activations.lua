@@ -208,7 +208,7 @@ end
 -- datty (N,C), dqkv (N,3C), dfch (N,4C) for the fused backward; with
 -- opts.recompute, one block's saved activations (s.recompute.ln1, ...) for
 -- checkpointed blocks.
-function M.scratch(cfg, B, Tlen, tier, opts)
+local function scratch_plan(cfg, B, Tlen, opts)
   local N, C, NH = B * Tlen, cfg.C, cfg.NH
   local P = planner()
   P.add("proj", { B, Tlen, C })
@@ -220,6 +220,18 @@ function M.scratch(cfg, B, Tlen, tier, opts)
   if opts and opts.host then
     P.add("ping1", { B, Tlen, C }); P.add("ping2", { B, Tlen, C }); P.add("xin", { B, Tlen, C })
   end
+  return P
+end
+
+-- scratch_bytes(cfg, B, T, opts) -> the bytes M.scratch allocates (for the
+-- memory planner, plan.lua: no allocation).
+function M.scratch_bytes(cfg, B, Tlen, opts)
+  return math.max(scratch_plan(cfg, B, Tlen, opts).total, 16) * 4
+end
+
+function M.scratch(cfg, B, Tlen, tier, opts)
+  local N = B * Tlen
+  local P = scratch_plan(cfg, B, Tlen, opts)
   local s = P.alloc(tier, "activations")
   s.nfloats, s.N = P.total, N
   if opts and opts.host then s.ping = { s.ping1, s.ping2 } end

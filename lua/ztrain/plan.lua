@@ -1,0 +1,490 @@
+-- ztrain.plan: the memory planner. Predicts the bytes one rank holds, by
+-- tier (device, host, nvme) and category (params, grads, optim,
+-- activations, comm, other: memory.lua's), for a recipe under a strategy,
+-- without allocating anything.
+--
+-- The prediction follows what the code allocates, not a textbook formula:
+--  * model state: every unit's flat buffer is u.padded elements (gpt2.lua;
+--    sharded strategies pad to N x the norm block), a shard is padded / N;
+--    the optimizer's moments cover u.numel (replicated) or the shard (zero);
+--    mixed precision keeps fp32 master weights with the moments (optim) and
+--    an fp32 accumulator (grads). The seeds' 2 + 2 + 12 bytes per parameter
+--    are these numbers without the padding.
+--  * activations: one activation set of the sequential driver plus the
+--    stage's scratch, from nn/activations.lua's own slab plan (exact).
+--  * working buffers (comm): the gradient buckets, gathered units, MPI
+--    scratch and host staging that strategy/zero.lua, dp.lua and offload.lua
+--    keep in their pools. These follow the pools' reuse pattern: in flight
+--    at once are the unit computing, the one prefetched and MAX_INFLIGHT
+--    reductions (zero.lua), each pooled by size. Measured equal on
+--    gpt2-tiny and gpt2-mini (spec/plan_spec.lua); for other shapes an
+--    estimate of the same pattern.
+-- Pipelines: the heaviest stage, its sets in flight from the schedule's
+-- simulator (pipeline rows are checked on one recipe, 1F1B on 2 ranks).
+local memory = require "ztrain.memory"
+local gpt2 = require "ztrain.nn.gpt2"
+local Acts = require "ztrain.nn.activations"
+
+local M = {}
+
+local TIERS, CATS = memory.tiers, memory.categories
+local GPT2_VOCAB = 50257
+local NORM_BLOCK = 1024       -- shard.lua's BLOCK (zt_sum_block); read from the runtime when loaded
+
+-- The strategies the plan compares: name -> { stage (0: replicated),
+-- otier, ptier (offload tiers), ranks ("one": single only on one rank) }.
+M.STRATEGIES = {
+  { name = "single", stage = 0, one_rank = true },
+  { name = "dp", stage = 0 },
+  { name = "zero1", stage = 1 },
+  { name = "zero2", stage = 2 },
+  { name = "zero3", stage = 3 },
+  { name = "zero2_offload", stage = 2, otier = "host" },
+  { name = "zero3_offload", stage = 3, otier = "host", ptier = "host" },
+  { name = "zero3_infinity", stage = 3, otier = "nvme", ptier = "nvme" },
+  { name = "pipeline_1f1b", stage = 0, pipeline = true },
+}
+
+-- spec_of(strategy) -> the plan's description of a strategy object or name,
+-- or nil for a strategy the planner does not know (a user's own).
+function M.spec_of(s)
+  if type(s) == "string" then
+    for _, e in ipairs(M.STRATEGIES) do if e.name == s then return e end end
+    local ok, obj = pcall(require("ztrain.strategy").resolve, s)
+    if not ok then return nil end
+    s = obj
+  end
+  if type(s) ~= "table" then return nil end
+  local name = s.name
+  if name == "single" or name == "dp" then return { name = name, stage = 0 } end
+  if name == "dp_deferred" then return { name = name, stage = 0, deferred = true } end
+  if type(s.stage) == "number" and s.opts and name and name:match("^zero") then
+    local o = s.opts
+    local otier = o.offload_optimizer ~= "none" and o.offload_optimizer or nil
+    local ptier = o.offload_params ~= "none" and o.offload_params or nil
+    return { name = name, stage = s.stage, otier = otier, ptier = ptier }
+  end
+  return nil
+end
+
+-- vocab(r) -> the vocabulary a run of r would have: model.vocab_size, or
+-- its tokenizer's (256 for bytes; bpe reads its vocabulary, a fraction of
+-- a second), else GPT-2's 50257.
+function M.vocab(r)
+  if r.model.vocab_size > 0 then return r.model.vocab_size end
+  if r.data.tokenizer == "bytes" then return 256 end
+  local ok, tok = pcall(require("ztrain.data").tokenizer, r.data.tokenizer)
+  return ok and tok.vocab_size or GPT2_VOCAB
+end
+M.GPT2_VOCAB = GPT2_VOCAB
+
+local function norm_block()
+  local ok, shard = pcall(require, "ztrain.strategy.shard")
+  return ok and shard.BLOCK or NORM_BLOCK
+end
+
+-- units(cfg, pad) -> the model's units (numel, padded, kind), no buffers.
+function M.units(cfg, pad)
+  return gpt2.new(cfg, { alloc = false, pad = pad }).units
+end
+
+local function zero_tiers()
+  local t = {}
+  for _, tier in ipairs(TIERS) do
+    t[tier] = {}
+    for _, c in ipairs(CATS) do t[tier][c] = 0 end
+  end
+  return t
+end
+
+local function add(t, tier, cat, bytes) t[tier][cat] = t[tier][cat] + bytes end
+
+-- Model state of a replicated strategy (single, dp; a pipeline stage).
+local function replicated_state(t, units, lowp, accumulate)
+  for _, u in ipairs(units) do
+    add(t, "device", "params", (lowp and 2 or 4) * u.padded)
+    add(t, "device", "grads", (lowp and 2 or 4) * u.padded)
+    add(t, "device", "optim", 8 * u.numel + (lowp and 4 * u.padded or 0))
+    if lowp or accumulate > 1 then add(t, "device", "grads", 4 * u.padded) end
+  end
+end
+
+-- Model state of ZeRO stage 1, 2 or 3 on N ranks (zero.lua's setup).
+local function zero_state(t, spec, units, N, lowp, accumulate)
+  local pb = lowp and 2 or 4
+  local otier, ptier = spec.otier or "device", spec.ptier or "device"
+  for _, u in ipairs(units) do
+    local n = u.padded / N
+    add(t, otier, "optim", 8 * n + (lowp and 4 * n or 0))
+    if spec.stage == 3 then
+      add(t, ptier, "params", pb * n)
+    else
+      add(t, "device", "params", pb * u.padded)
+      if spec.stage == 1 then add(t, "device", "grads", pb * u.padded) end
+    end
+    if spec.stage >= 2 or accumulate > 1 or lowp then add(t, "device", "grads", 4 * n) end
+  end
+end
+
+-- The largest unit of each kind (padded elements), and the block count.
+local function shapes(units)
+  local s = { embed = 0, head = 0, block = 0, blocks = 0, largest = 0 }
+  for _, u in ipairs(units) do
+    s[u.kind] = math.max(s[u.kind], u.padded)
+    if u.kind == "block" then s.blocks = s.blocks + 1 end
+    s.largest = math.max(s.largest, u.padded)
+  end
+  return s
+end
+
+-- The MPI reduction scratch of one collective over n elements on p ranks
+-- (comm_mpi.c: p x S floats, S capped by the budget max(4 MiB, p x 256 KiB)).
+local function mpi_scratch(n, p)
+  if p <= 1 then return 0 end
+  local budget = math.max(4 * 2 ^ 20, p * 256 * 2 ^ 10)
+  local S = math.min(math.floor(budget / (4 * p)), math.ceil(n / p))
+  return p * S * 4
+end
+M.mpi_scratch = mpi_scratch
+
+-- Working buffers (comm, other) per strategy; see the header for the pattern.
+local function working(t, spec, units, N, lowp, r)
+  local s = shapes(units)
+  local lb = lowp and 2 or 4                -- gathered units and buckets: the stored dtype
+  -- mixed precision: gradients widened to fp32 for the reduction, one
+  -- buffer per unit size in flight (measured: every unit of a small model)
+  local widened = 4 * (s.embed + s.head + math.min(s.blocks, 3) * s.block)
+  if spec.stage == 0 then
+    if spec.pipeline then return end
+    add(t, "device", "comm", mpi_scratch(s.largest, N))
+    if lowp and N > 1 then add(t, "device", "comm", widened) end
+    if lowp and N == 1 and r.batch.accumulate > 1 then add(t, "device", "comm", 4 * s.largest) end
+    return
+  end
+  add(t, "device", "comm", mpi_scratch(s.largest, N))
+  if lowp then add(t, "device", "comm", widened) end
+  -- accumulation: micro-batches > 0 reduce into a shard-sized buffer, then
+  -- add; how many are alive at once depends on when reductions complete
+  -- (measured: the head's and two blocks', sometimes the embedding's too):
+  -- the upper bound
+  if r.batch.accumulate > 1 then
+    add(t, "device", "comm", 4 * (s.embed + s.head + math.min(s.blocks, 3) * s.block) / N)
+  end
+  if spec.stage == 2 then            -- buckets: the unit in backward and two reductions in flight
+    add(t, "device", "comm", lb * (s.embed + s.head + math.min(s.blocks, 3) * s.block))
+  elseif spec.stage == 3 then        -- a gathered unit and a bucket of each; blocks as zero.lua pools them
+    add(t, "device", "comm", lb * (2 * s.embed + 2 * s.head + math.min(s.blocks + 1, 5) * s.block))
+  end
+  if spec.ptier then                 -- shards fetched from the host, offload.prefetch ahead
+    local ahead = math.min(s.blocks, r.offload.prefetch)
+    add(t, "device", "comm", lb * (s.embed + s.head + ahead * s.block) / N)
+    if spec.ptier == "nvme" then add(t, "host", "comm", lb * (s.embed + s.head + s.block) / N) end
+  end
+  if spec.otier then
+    local offload = require "ztrain.strategy.offload"
+    add(t, "host", "comm", offload.pool_bytes { tier = spec.otier, staging = offload.staging_bytes(r),
+                                                dtype = lowp and "bf16" or nil })
+  end
+  if spec.otier == "nvme" or spec.ptier == "nvme" then      -- aio bounce buffers (aio.c)
+    add(t, "host", "other", r.offload.queue_depth * assert(memory.parse_size(r.offload.block_size)))
+  end
+end
+
+-- checkpointed(r, units) -> { [unit index] = true }: driver/stage.lua's choice.
+local function checkpointed(r, units)
+  local every, out, k = r.train.checkpoint_activations, {}, 0
+  if every == true then every = 1 end
+  if not every or every == 0 then return out end
+  for _, u in ipairs(units) do
+    if u.kind == "block" then
+      if k % every == 0 then out[u.index] = true end
+      k = k + 1
+    end
+  end
+  return out
+end
+
+-- Activations of `sets` micro-batches in flight over these units, and the
+-- stage's scratch (nn/activations.lua's plan); kept inputs on the host.
+local function activations(t, cfg, r, units, sets)
+  local B, Tlen = r.batch.micro, r.data.seq_len
+  local ckpt = checkpointed(r, units)
+  local host = r.train.checkpoint_host and next(ckpt) ~= nil
+  add(t, "device", "activations", sets * Acts.set_bytes(cfg, B, Tlen, units, ckpt, host) +
+      Acts.scratch_bytes(cfg, B, Tlen, { recompute = next(ckpt) ~= nil, host = host }))
+  if host then
+    for _ in pairs(ckpt) do add(t, "host", "activations", sets * B * Tlen * cfg.C * 4) end
+  end
+end
+
+-- Rank 0's sample (sample.tokens > 0, at each evaluation and at the end,
+-- while the training activations are held): nn/generate.lua's session (a
+-- key/value cache of prompt + tokens positions, the final norm, logits)
+-- and its work rows (the prompt's prefill and one decode row), and for a
+-- strategy that keeps no full parameters (sharded, or mixed precision) a
+-- full fp32 copy of the model ("other", trainer.lua's sample).
+local GEN_ROWS = { 1, 1, 1, 3, 1, 1, 1, 4, 4 }
+local function gen_work(C, n)
+  local total = 2 * n + 16
+  for _, k in ipairs(GEN_ROWS) do total = total + math.ceil(n * k * C / 16) * 16 end
+  return 4 * (total + n)
+end
+
+local function sample(t, cfg, r, spec, units)
+  if r.sample.tokens <= 0 then return end
+  local n = #r.sample.prompt + 1                 -- tokens of the prompt, at most one per byte
+  local okt, tok = pcall(require("ztrain.data").tokenizer, r.data.tokenizer)
+  if okt and r.sample.prompt ~= "" and tok.encode then
+    local oke, ids = pcall(tok.encode, tok, r.sample.prompt)
+    if oke and type(ids) == "table" then n = #ids end
+  end
+  local cap = math.min(n + r.sample.tokens, cfg.maxT)
+  add(t, "device", "activations", 4 * (2 * cfg.L * cfg.C * cap + cfg.C + 2 + cfg.V) + gen_work(cfg.C, n) +
+      gen_work(cfg.C, 1))
+  if spec.stage > 0 or r.precision ~= "fp32" then
+    for _, u in ipairs(M.units(cfg, gpt2.PAD)) do add(t, "device", "other", 4 * u.padded) end
+  end
+end
+
+-- model_config(r) -> the GPT-2 shape a recipe asks for (the plan's vocab).
+function M.model_config(r)
+  if r.model.from ~= "" then
+    return require("ztrain.nn.hf").config(require("ztrain.nn.hf").dir_of(r.model.from))
+  end
+  return gpt2.config(r.model.size, { vocab_size = M.vocab(r) })
+end
+
+-- A pipeline (one stage per rank, pipeline.stages or nproc of them, loop
+-- placement): each stage's units as pipeline/stages.lua splits them
+-- ("params"; "time" is taken as "params"), the activation sets in flight on
+-- it as the schedule's simulator counts them (1F1B: one per later stage;
+-- a stage that sends gradients back holds one more while the send is out),
+-- and on the last stage the tied embedding's replica (parameters and
+-- gradients) with its outgoing gradient buffers (two measured in flight).
+-- Returns the heaviest rank's prediction.
+local function pipeline(cfg, r, P, lowp)
+  local model = gpt2.new(cfg, { alloc = false, pad = gpt2.PAD })
+  local split = type(r.pipeline.split) == "table" and r.pipeline.split or "params"
+  local counts = require("ztrain.pipeline.stages").partition(model, P, split)
+  local stages = require("ztrain.driver.stage").stages(model, counts)
+  local sched = type(r.schedule) == "string" and r.schedule ~= "" and r.schedule or "1f1b"
+  local lists = require("ztrain.pipeline.schedules").build(sched, { ranks = P, microbatches = r.batch.accumulate,
+                                                                   chunks = 1 })
+  local res = require("ztrain.pipeline.simulate").check(lists)
+  local best, best_total
+  for s, st in ipairs(stages) do
+    local t = zero_tiers()
+    replicated_state(t, st.units, lowp, r.batch.accumulate)
+    if st.has_head and not st.has_embed then
+      local e, pb = model.embed, lowp and 2 or 4
+      add(t, "device", "params", pb * e.padded)
+      add(t, "device", "grads", pb * e.padded)
+      add(t, "device", "comm", 2 * 4 * cfg.V * cfg.C)
+    end
+    -- a stage after the first keeps a set until its backward's send is
+    -- taken (driver/schedule.lua retires it late): one more than simulated
+    -- when the schedule reuses sets (1F1B), none when all are live (GPipe)
+    local peak = math.max(res.peak[s - 1] or 1, 1)
+    activations(t, cfg, r, st.units, peak + ((s > 1 and peak < r.batch.accumulate) and 1 or 0))
+    local total = M.totals(t).device
+    if not best or total > best_total then best, best_total = t, total end
+  end
+  return best
+end
+
+-- predict(r, opts) -> { device = { params =, grads =, optim =, activations =,
+-- comm =, other = }, host = {...}, nvme = {...} }: one rank's peak bytes.
+-- r: a resolved recipe (recipe.resolve); opts.nproc (world size, default
+-- r.launch.nproc or 1), opts.strategy (a name or object; default
+-- r.strategy), opts.cfg (the model's shape; default from r). Raises for a
+-- strategy the planner does not know.
+function M.predict(r, opts)
+  opts = opts or {}
+  local spec = opts.spec or M.spec_of(opts.strategy or r.strategy)
+  if not spec then
+    error(("plan: cannot predict strategy %s (a strategy of your own)"):format(tostring(opts.strategy or r.strategy)), 0)
+  end
+  local world = opts.nproc or math.max(r.launch.nproc, 1)
+  local cfg = opts.cfg or M.model_config(r)
+  local lowp = r.precision ~= "fp32"
+  local t = zero_tiers()
+  if spec.pipeline then
+    return pipeline(cfg, r, math.max(r.pipeline.stages > 1 and r.pipeline.stages or world, 1), lowp), spec
+  end
+  local N = spec.one_rank and 1 or world
+  local pad = spec.stage == 0 and gpt2.PAD or N * norm_block()
+  local units = M.units(cfg, pad)
+  if spec.stage == 0 then replicated_state(t, units, lowp, r.batch.accumulate)
+  else zero_state(t, spec, units, N, lowp, r.batch.accumulate) end
+  working(t, spec, units, N, lowp, r)
+  activations(t, cfg, r, units, 1)
+  sample(t, cfg, r, spec, units)
+  return t, spec
+end
+
+-- totals(t) -> { device =, host =, nvme = } bytes per tier.
+function M.totals(t)
+  local out = {}
+  for _, tier in ipairs(TIERS) do
+    local n = 0
+    for _, c in ipairs(CATS) do n = n + t[tier][c] end
+    out[tier] = n
+  end
+  return out
+end
+
+---------------------------------------------------------------------------
+-- Ranking: which strategy that fits is fastest to try. Simple and stated:
+-- first the slowest tier a step streams state through (none < pipeline
+-- bubble < host < nvme), then the bytes a rank moves per step over the
+-- network and to/from host or nvme (the textbook volumes: all-reduce 2x
+-- the gradient, reduce-scatter + all-gather, zero3's two gathers; offload
+-- moves gradient and parameter shards, nvme the optimizer state too).
+local CLASS = { none = 0, pipeline = 1, host = 2, nvme = 3 }
+
+-- traffic(spec, psi, N, lowp) -> { class =, net =, offload = } bytes per step.
+function M.traffic(spec, psi, N, lowp)
+  local pb, f = lowp and 2 or 4, N > 1 and (N - 1) / N or 0
+  local net, off = 0, 0
+  if spec.pipeline then return { class = CLASS.pipeline, net = 0, offload = 0 } end
+  if spec.stage == 0 then net = 2 * 4 * psi * f
+  elseif spec.stage < 3 then net = (4 + pb) * psi * f
+  else net = (4 + 2 * pb) * psi * f end
+  local class = CLASS.none
+  if spec.otier then
+    class = CLASS[spec.otier]
+    off = (4 + pb) * psi / N                                     -- gradient shards out, parameters back
+    if spec.ptier then off = off + 2 * pb * psi / N end          -- parameter shards fetched each pass
+    if spec.otier == "nvme" then off = off + 2 * (8 + (lowp and 4 or 0)) * psi / N end
+  end
+  return { class = class, net = net, offload = off }
+end
+
+-- available() -> bytes of MemAvailable (/proc/meminfo), or nil.
+function M.available()
+  local f = io.open("/proc/meminfo")
+  if not f then return nil end
+  local avail
+  for line in f:lines() do
+    local kb = line:match("^MemAvailable:%s+(%d+) kB")
+    if kb then avail = tonumber(kb) * 1024 end
+  end
+  f:close()
+  return avail
+end
+
+-- limit(r, local_ranks) -> bytes a rank may hold on the device tier, and
+-- where the number comes from: device.memory_limit, or on the CPU backend
+-- (device and host are both this machine's memory) MemAvailable shared by
+-- the local ranks.
+function M.limit(r, local_ranks)
+  local lim = memory.parse_size(r.device.memory_limit) or 0
+  if lim > 0 then return lim, "device.memory_limit", true end
+  local avail = M.available()
+  if not avail then return nil end
+  return math.floor(avail / math.max(local_ranks or 1, 1)), ("available memory (%s, /proc/meminfo) / %d local rank(s)")
+         :format(memory.format(avail), math.max(local_ranks or 1, 1)), false
+end
+
+-- fits(t, r, limit, explicit) -> true when a rank's prediction fits: the
+-- device tier under device.memory_limit; without one, on the CPU backend,
+-- device + host under the rank's share of available memory.
+function M.fits(t, r, limit, explicit)
+  if not limit then return true end
+  local tot = M.totals(t)
+  if explicit then return tot.device <= limit end
+  if r.device.backend == "cpu" then return tot.device + tot.host <= limit end
+  return tot.host <= limit
+end
+
+-- faster(a, b) -> true when row a ranks before row b: the slower tier
+-- class last, then fewer bytes moved, then (a tie, e.g. zero1 and zero2)
+-- fewer device bytes.
+function M.faster(a, b)
+  local ta, tb = a.traffic, b.traffic
+  if ta.class ~= tb.class then return ta.class < tb.class end
+  local ma, mb = ta.net + ta.offload, tb.net + tb.offload
+  if ma ~= mb then return ma < mb end
+  return a.totals.device < b.totals.device
+end
+
+local function psi_of(cfg)
+  local n = 0
+  for _, u in ipairs(M.units(cfg, gpt2.PAD)) do n = n + u.numel end
+  return n
+end
+
+-- rows(r, nproc) -> one row per strategy of M.STRATEGIES that applies at
+-- nproc ranks: { name, t (predict), totals, fits, traffic }, and the
+-- limit's description; rows.best is the fastest row that fits.
+function M.rows(r, nproc, cfg)
+  cfg = cfg or M.model_config(r)
+  local psi, lowp = psi_of(cfg), r.precision ~= "fp32"
+  local limit, source, explicit = M.limit(r, nproc)
+  local rows = { cfg = cfg, psi = psi, nproc = nproc, limit = limit, source = source }
+  for _, spec in ipairs(M.STRATEGIES) do
+    local applies = (spec.one_rank or nproc > 1 or spec.otier) and not (spec.pipeline and nproc < 2)
+    if applies then
+      local N = spec.one_rank and 1 or nproc
+      local t = M.predict(r, { spec = spec, nproc = nproc, cfg = cfg })
+      local row = { name = spec.name, spec = spec, t = t, totals = M.totals(t), fits = M.fits(t, r, limit, explicit),
+                    traffic = M.traffic(spec, psi, N, lowp), ranks = spec.pipeline and nproc or N }
+      rows[#rows + 1] = row
+      -- single uses one rank of nproc: the fastest to try only on one rank
+      local candidate = row.fits and (nproc == 1 or not spec.one_rank)
+      local b = rows.best
+      if candidate and (not b or M.faster(row, b)) then
+        rows.best = row
+      end
+    end
+  end
+  return rows
+end
+
+---------------------------------------------------------------------------
+-- The pre-flight check of a run (trainer.lua, before anything is
+-- allocated): the same prediction as `ztrain plan`, against
+-- device.memory_limit (the device tier), or without one on the CPU backend
+-- against the machine's available memory shared by the local ranks (device
+-- and host are both RAM there; the kernel's OOM killer would end the run
+-- without a word). nvme bytes live on disk and are not counted.
+-- o = { recipe, strategy (object), cfg, nproc (data-parallel ranks),
+-- local_ranks }. Returns nil when it fits, false when the strategy or
+-- driver is one the planner does not predict, else the refusal's text.
+function M.preflight(o)
+  local r = o.recipe
+  local spec = M.spec_of(o.strategy)
+  local nproc = o.nproc
+  -- pipelines keep one more activation set than predicted when a send is
+  -- slow to be taken (timing): they are checked on model state only
+  if not spec or r.pipeline.stages > 1 or r.schedule ~= "" then return false end
+  local t = M.predict(r, { spec = spec, nproc = nproc, cfg = o.cfg })
+  local tot = M.totals(t)
+  local lim = memory.parse_size(r.device.memory_limit) or 0
+  local need, limit, source
+  if lim > 0 then
+    need, limit, source = tot.device, lim, {}
+  elseif r.device.backend == "cpu" then
+    local avail = M.available()
+    if not avail then return nil end
+    local lr = math.max(o.local_ranks or 1, 1)
+    need, limit, source = tot.device + tot.host, math.floor(avail / lr), { avail = avail, local_ranks = lr }
+  else
+    return nil
+  end
+  if need <= limit then return nil end
+  -- what fits instead, fastest first, at the same ranks (a limit
+  -- explicit or not, as above)
+  local rows = M.rows(r, nproc, o.cfg)
+  local alts = {}
+  for _, row in ipairs(rows) do
+    if row.fits and row.name ~= spec.name and not row.spec.pipeline and (nproc == 1 or not row.spec.one_rank) then
+      alts[#alts + 1] = row
+    end
+  end
+  table.sort(alts, M.faster)
+  return require("ztrain.plan_report").refusal({ what = ("%s under %s"):format(o.cfg.name, spec.name), t = t,
+    need = need, limit = limit, avail = source.avail, local_ranks = source.local_ranks, explicit = lim > 0, alts = alts, nproc = nproc, recipe = r })
+end
+
+return M

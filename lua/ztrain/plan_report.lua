@@ -1,0 +1,140 @@
+-- ztrain.plan_report: `ztrain plan` (the planner's table) and the words of
+-- the pre-flight refusal; the numbers come from plan.lua.
+local memory = require "ztrain.memory"
+local plan = require "ztrain.plan"
+
+local M = {}
+
+local fmt = memory.format
+local TIER_MARK = { device = "", host = " h", nvme = " n" }
+local COLUMNS = { { "params", { "params" } }, { "grads", { "grads" } }, { "optim", { "optim" } },
+                  { "activations", { "activations" } }, { "working", { "comm", "other" } } }
+
+-- A category column: its bytes on every tier, the tier marked (h host, n nvme).
+local function cell(t, cats)
+  local parts = {}
+  for _, tier in ipairs(memory.tiers) do
+    local n = 0
+    for _, c in ipairs(cats) do n = n + t[tier][c] end
+    if n > 0 then parts[#parts + 1] = fmt(n) .. TIER_MARK[tier] end
+  end
+  return #parts == 0 and "0" or table.concat(parts, " + ")
+end
+
+local function gb(n) return fmt(n) end
+
+-- table(rows, r) -> the text `ztrain plan` prints.
+function M.table(rows, r)
+  local cfg, out = rows.cfg, {}
+  local function say(s, ...) out[#out + 1] = select("#", ...) > 0 and s:format(...) or s end
+  say("%s: %.1fM parameters (%d layers, %d channels, vocabulary %d), %d rank(s), %s; activations for " ..
+      "batch.micro=%d x data.seq_len=%d%s", cfg.name, rows.psi / 1e6, cfg.L, cfg.C, cfg.V, rows.nproc, r.precision,
+      r.batch.micro, r.data.seq_len, r.train.checkpoint_activations and ", checkpointed" or "")
+  say("limit per rank: %s", rows.limit and (fmt(rows.limit) .. " (" .. rows.source .. ")") or "none known")
+  say("")
+  local head = ("%-16s %-5s %-10s %-10s %-10s  %-12s %-12s %-12s %-12s %-25s %s")
+  say(head, "strategy", "ranks", "device", "host", "nvme", "params", "grads", "optim", "activations", "working",
+      "fits")
+  for _, row in ipairs(rows) do
+    local t, tot = row.t, row.totals
+    local cells = {}
+    for i, c in ipairs(COLUMNS) do cells[i] = cell(t, c[2]) end
+    local name = row.name .. (row.spec.pipeline and "*" or "")
+    say(head, name, tostring(row.ranks), fmt(tot.device), fmt(tot.host), fmt(tot.nvme), cells[1], cells[2],
+        cells[3], cells[4], cells[5], row.fits and "yes" or "no")
+  end
+  say("")
+  say("bytes per rank at the step's peak; h = host tier, n = nvme tier; working = gradient buckets, gathered " ..
+      "units, MPI scratch, offload staging (comm) and aio buffers.")
+  if rows[#rows] and rows[#rows].spec.pipeline then
+    say("* pipeline_1f1b: one stage per rank (no data parallelism), the heaviest stage: its units as " ..
+        "pipeline.split divides them, its activation sets in flight from the schedule's simulator.")
+  end
+  local fit = {}
+  for _, row in ipairs(rows) do if row.fits then fit[#fit + 1] = row.name end end
+  if #fit == 0 then
+    say("nothing fits: use more ranks (nproc=), a smaller batch.micro or data.seq_len, " ..
+        "train.checkpoint_activations=true, or a larger device.memory_limit")
+  else
+    say("fits: %s", table.concat(fit, ", "))
+  end
+  local b = rows.best
+  if b then
+    local tr = b.traffic
+    say("fastest to try: %s (moves %s per rank per step over the network%s; ranking: device-only before a " ..
+        "pipeline before host offload before nvme, then the fewest bytes moved)", b.name, gb(tr.net),
+        tr.offload > 0 and (", " .. gb(tr.offload) .. " to and from " .. (b.spec.otier or "")) or "")
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
+-- plan_args(args) -> recipe path or nil, overrides, nproc.
+local function plan_args(args)
+  local path, over, nproc = nil, {}, nil
+  for _, a in ipairs(args) do
+    local k, v = a:match("^([%w_%.]+)=(.*)$")
+    if not k and a:match("%.lua$") and not path then path = a
+    elseif k == "nproc" or k == "launch.nproc" then
+      nproc = tonumber(v)
+      if not nproc or nproc < 1 or nproc ~= math.floor(nproc) then
+        error(("plan: nproc=%s must be a whole number >= 1 (the ranks to plan for)"):format(v), 0)
+      end
+    elseif k then over[#over + 1] = a
+    else error(("plan: cannot read argument %q: expected [RECIPE.lua] key=value (e.g. model.size=gpt2-xl " ..
+               "nproc=8 device.memory_limit=16GiB)"):format(a), 0) end
+  end
+  return path, over, nproc
+end
+
+-- main(args) -> exit code: `ztrain plan [RECIPE.lua] key=value ...`.
+function M.main(args)
+  if args[1] == "-h" or args[1] == "--help" then io.stdout:write(require("ztrain.cli").usage); return 0 end
+  local path, over, nproc = plan_args(args)
+  local recipe = require "ztrain.recipe"
+  local r, err
+  if path then r, err = recipe.load(path, over)
+  else
+    -- without a recipe: GPT-2's own vocabulary (what its sizes are known
+    -- by), unless a tokenizer or vocabulary is given
+    local given = false
+    for _, o in ipairs(over) do
+      if o:match("^data%.tokenizer=") or o:match("^model%.vocab_size=") then given = true end
+    end
+    if not given then table.insert(over, 1, "model.vocab_size=" .. plan.GPT2_VOCAB) end
+    r, err = recipe.resolve({}, over)
+  end
+  if not r then error(err, 0) end
+  nproc = nproc or math.max(r.launch.nproc, 1)
+  io.stdout:write(M.table(plan.rows(r, nproc), r))
+  return 0
+end
+
+-- refusal(o) -> the pre-flight's message (plan.preflight): the predicted
+-- bytes per category, the limit, and what to try: the strategies that fit,
+-- fastest first, and the `ztrain plan` line that shows them all.
+function M.refusal(o)
+  local parts = {}
+  for _, c in ipairs(COLUMNS) do parts[#parts + 1] = c[1] .. " " .. cell(o.t, c[2]) end
+  local try = {}
+  for i = 1, math.min(#o.alts, 3) do
+    local a = o.alts[i]
+    try[#try + 1] = ("strategy=%s (%s)"):format(a.name, fmt(o.explicit and a.totals.device or a.totals.device + a.totals.host))
+  end
+  local r = o.recipe
+  local plan_line = ("ztrain plan %s%snproc=%d%s"):format(r.path and (r.path .. " ") or "",
+    r.path and "" or ("model.size=" .. r.model.size .. " "), o.nproc,
+    o.explicit and (" device.memory_limit=" .. tostring(r.device.memory_limit)) or "")
+  local head = o.explicit and "device memory limit exceeded (predicted before the run): " or
+               "not enough memory (predicted before the run): "
+  local over = o.explicit and ("over device.memory_limit = " .. fmt(o.limit)) or
+               ("but each rank has %s (MemAvailable %s in /proc/meminfo over %d local rank(s))")
+               :format(fmt(o.limit), fmt(o.avail), o.local_ranks)
+  local advice = #try > 0 and ("try " .. table.concat(try, ", ")) or
+                 ("no other strategy fits at %d rank(s): use more ranks or train.checkpoint_activations=true"):format(o.nproc)
+  local escape = o.explicit and "raise device.memory_limit" or "set device.memory_limit to try anyway"
+  return ("%s%s needs %s per rank (%s; h = host, n = nvme), %s; %s, lower batch.micro or data.seq_len, or %s " ..
+          "(`%s` with your overrides shows every strategy)"):format(head, o.what, fmt(o.need),
+          table.concat(parts, ", "), over, advice, escape, plan_line)
+end
+
+return M
