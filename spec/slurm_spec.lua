@@ -1,0 +1,132 @@
+-- spec/slurm_spec.lua -- ztrain under a real Slurm: a single-node cluster on
+-- this machine (Debian's slurm-wlm: slurmctld + slurmd, started here with a
+-- generated slurm.conf in a temp dir, no munge, private ports) runs
+-- `srun --mpi=pmix -n 2 build/ztrain recipes/dp.lua ...`, which must give the
+-- parameter digest of `ztrain --nproc 2` with the same overrides. The daemons
+-- are stopped in a finally, pass or fail. Where Slurm cannot start here (not
+-- installed, not root, no PMIx plugin, daemons not up) the spec says why and
+-- is pending.
+local util = require "helpers.util"
+local cjson = require "cjson"
+
+local ROOT = os.getenv("PWD")
+local ARGS = "recipes/dp.lua model.size=gpt2-tiny train.steps=3 data.seq_len=32 batch.micro=2 " ..
+             "train.eval_every=0 sample.tokens=0 -q"
+
+local function have(prog) return (util.sh("command -v " .. prog)):match("/") ~= nil end
+
+-- slurm.conf for one node called localhost with CPUS cpus, everything in DIR.
+-- auth/none + cred/none: no munge daemon (both sides read this file).
+local function conf(dir, cpus, port)
+  return table.concat({
+    "ClusterName=ztspec",
+    "SlurmctldHost=localhost",
+    "SlurmctldPort=" .. port, "SlurmdPort=" .. (port + 1),
+    "AuthType=auth/none", "CredType=cred/none",
+    "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SwitchType=switch/none",
+    "MpiDefault=none", "SlurmUser=root", "SlurmdUser=root",
+    "StateSaveLocation=" .. dir .. "/state", "SlurmdSpoolDir=" .. dir .. "/spool",
+    "SlurmctldPidFile=" .. dir .. "/slurmctld.pid", "SlurmdPidFile=" .. dir .. "/slurmd.pid",
+    "SlurmctldLogFile=" .. dir .. "/slurmctld.log", "SlurmdLogFile=" .. dir .. "/slurmd.log",
+    "SchedulerType=sched/builtin", "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
+    "ReturnToService=2", "JobCompType=jobcomp/none", "AccountingStorageType=accounting_storage/none",
+    ("NodeName=localhost CPUs=%d RealMemory=1000 State=UNKNOWN"):format(cpus),
+    "PartitionName=ztspec Nodes=localhost Default=YES MaxTime=10 State=UP",
+  }, "\n") .. "\n"
+end
+
+-- Poll fn() every 0.2 s until it returns true or `secs` pass.
+local function wait_for(secs, fn)
+  local deadline = os.time() + secs
+  repeat
+    if fn() then return true end
+    util.sh("sleep 0.2")
+  until os.time() > deadline
+  return false
+end
+
+local Slurm = {}
+Slurm.__index = Slurm
+
+-- start() -> a running cluster, or nil, why (one line).
+local function start()
+  for _, p in ipairs({ "slurmctld", "slurmd", "srun", "sinfo", "scancel" }) do
+    if not have(p) then return nil, p .. " is not installed (apt-get install slurm-wlm; make deps)" end
+  end
+  if (util.sh("id -u")):match("^(%d+)") ~= "0" then
+    return nil, "not root: slurmd must run as root to start tasks"
+  end
+  local dir = util.tmpdir()
+  util.sh(("mkdir -p %s/state %s/spool"):format(dir, dir))
+  local cpus = tonumber((util.sh("slurmd -C")):match("CPUs=(%d+)")) or 2
+  -- private ports: a spec run elsewhere on the machine picks others
+  math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)"), 16) % 1000)
+  local port = 20000 + 2 * math.random(0, 4000)
+  util.write(dir .. "/slurm.conf", conf(dir, math.max(cpus, 2), port))
+  local self = setmetatable({ dir = dir, env = "env SLURM_CONF=" .. dir .. "/slurm.conf " }, Slurm)
+  local function bg(cmd, log)
+    local out = util.sh(("%s sh -c '%s >%s/%s 2>&1 & echo pid=$!'"):format(self.env, cmd, dir, log))
+    return tonumber(out:match("pid=(%d+)"))
+  end
+  self.ctld = bg("exec slurmctld -D -i", "slurmctld.out")
+  self.slurmd = bg("exec slurmd -D -N localhost", "slurmd.out")
+  local idle = wait_for(30, function()
+    return (util.sh(self.env .. "sinfo -h -n localhost -o %T")):match("^idle") ~= nil
+  end)
+  if not idle then
+    local why = (util.sh("tail -n 1 " .. dir .. "/slurmctld.out " .. dir .. "/slurmd.out")):gsub("%s+", " ")
+    self:stop()
+    return nil, "slurmctld/slurmd did not show an idle node within 30 s: " .. why
+  end
+  if not (util.sh(self.env .. "srun --mpi=list")):find("pmix", 1, true) then
+    self:stop()
+    return nil, "this Slurm has no PMIx plugin (srun --mpi=list), which Open MPI needs"
+  end
+  return self
+end
+
+-- Stop the daemons we started (by pid), then remove the temp dir.
+function Slurm:stop()
+  util.sh(self.env .. "scancel --full -p ztspec")
+  for _, pid in ipairs({ self.slurmd, self.ctld }) do
+    if pid then
+      util.sh("kill -TERM " .. pid)
+      if not wait_for(10, function() return select(2, util.sh("kill -0 " .. pid)) ~= 0 end) then
+        util.sh("kill -KILL " .. pid)
+      end
+    end
+  end
+  util.rm(self.dir)
+end
+
+local function summary(out)
+  return cjson.decode(util.read(out .. "/summary.json"))
+end
+
+describe("Slurm", function()
+  it("srun -n 2 trains as ztrain --nproc 2 does (same digest)", function()
+    local slurm, why = start()
+    if not slurm then pending("Slurm cannot start here: " .. why) end
+
+    local out_srun, out_mpi = util.outdir(), util.outdir()
+    -- always, pass or fail: the daemons go, and the outputs
+    finally(function() slurm:stop(); util.rm(out_srun); util.rm(out_mpi) end)
+    local t0 = os.time()
+    local log, rc = util.sh(("cd %s && %s timeout 120 srun --mpi=pmix -n 2 -t 2 build/ztrain %s out=%s")
+                            :format(ROOT, slurm.env, ARGS, out_srun))
+    assert.are.equal(0, rc, log)
+    assert.is_true(os.time() - t0 < 120)
+    local s = summary(out_srun)
+    assert.are.equal(2, s.world_size, log)
+    -- srun sets no local-size variable: the ranks count themselves from
+    -- SLURM_STEP_TASKS_PER_NODE and share the cores (2 ranks, 2 cores: 1 each)
+    local cores = tonumber((util.sh("nproc")):match("%d+"))
+    assert.are.equal(math.max(1, math.floor(cores / 2)), s.threads)
+
+    local mlog, mrc = util.sh(("cd %s && timeout 120 build/ztrain --nproc 2 %s out=%s"):format(ROOT, ARGS, out_mpi))
+    assert.are.equal(0, mrc, mlog)
+    local m = summary(out_mpi)
+    assert.are.equal(64, #s.param_digest)
+    assert.are.equal(m.param_digest, s.param_digest)
+  end)
+end)
