@@ -1,8 +1,9 @@
 -- spec/slurm_spec.lua -- ztrain under a real Slurm: a single-node cluster on
 -- this machine (Debian's slurm-wlm: slurmctld + slurmd, started here with a
 -- generated slurm.conf in a temp dir, no munge, private ports) runs
--- `srun --mpi=pmix -n 2 build/ztrain recipes/dp.lua ...`, which must give the
--- parameter digest of `ztrain --nproc 2` with the same overrides. The daemons
+-- `srun --mpi=pmix -n 2 build/ztrain recipes/dp.lua ...` and then the sbatch
+-- example (examples/slurm/train.sbatch), which must each give the parameter
+-- digest of `ztrain --nproc 2` with the same overrides. The daemons
 -- are stopped in a finally, pass or fail. Where Slurm cannot start here (not
 -- installed, not root, no PMIx plugin, daemons not up) the spec says why and
 -- is pending.
@@ -50,7 +51,7 @@ Slurm.__index = Slurm
 
 -- start() -> a running cluster, or nil, why (one line).
 local function start()
-  for _, p in ipairs({ "slurmctld", "slurmd", "srun", "sinfo", "scancel" }) do
+  for _, p in ipairs({ "slurmctld", "slurmd", "srun", "sbatch", "sinfo", "scancel" }) do
     if not have(p) then return nil, p .. " is not installed (apt-get install slurm-wlm; make deps)" end
   end
   if (util.sh("id -u")):match("^(%d+)") ~= "0" then
@@ -88,6 +89,11 @@ end
 -- Stop the daemons we started (by pid), then remove the temp dir.
 function Slurm:stop()
   util.sh(self.env .. "scancel --full -p ztspec")
+  -- slurmd's step daemons (slurmstepd), if a failed step left one
+  local steps = {}
+  if self.slurmd then
+    for pid in (util.sh("pgrep -P " .. self.slurmd)):gmatch("(%d+)\n") do steps[#steps + 1] = tonumber(pid) end
+  end
   for _, pid in ipairs({ self.slurmd, self.ctld }) do
     if pid then
       util.sh("kill -TERM " .. pid)
@@ -95,6 +101,11 @@ function Slurm:stop()
         util.sh("kill -KILL " .. pid)
       end
     end
+  end
+  for _, pid in ipairs(steps) do   -- still a slurmstepd: a recycled pid is left alone
+    local f = io.open(("/proc/%d/comm"):format(pid))
+    if f and f:read("*l") == "slurmstepd" then util.sh("kill -KILL " .. pid) end
+    if f then f:close() end
   end
   util.rm(self.dir)
 end
@@ -128,5 +139,31 @@ describe("Slurm", function()
     local m = summary(out_mpi)
     assert.are.equal(64, #s.param_digest)
     assert.are.equal(m.param_digest, s.param_digest)
+
+    -- the sbatch example as a user submits it (its #SBATCH sizes overridden
+    -- for this one node): same digest again
+    util.rm(out_srun)
+    local jlog = slurm.dir .. "/job.log"
+    local blog, brc = util.sh(("cd %s && %s ZTRAIN=%s OUT=%s timeout 120 sbatch --wait -N 1 " ..
+                               "--ntasks-per-node=2 --cpus-per-task=1 -t 2 -o %s " ..
+                               "examples/slurm/train.sbatch recipes/dp.lua %s")
+                              :format(ROOT, slurm.env, ROOT, out_srun, jlog, ARGS:gsub("^recipes/dp.lua ", "")))
+    assert.are.equal(0, brc, blog .. (io.open(jlog) and util.read(jlog) or ""))
+    local b = summary(out_srun)
+    assert.are.equal(2, b.world_size)
+    assert.are.equal(1, b.threads)                 -- --cpus-per-task=1
+    assert.are.equal(m.param_digest, b.param_digest)
+  end)
+end)
+
+describe("launch under Slurm (no cluster needed)", function()
+  local launch = require "ztrain.launch"
+  it("reads srun's tasks-per-node list for this node", function()
+    assert.are.equal(2, launch.slurm_tasks_on_node("2", 0))
+    assert.are.equal(4, launch.slurm_tasks_on_node("4(x3),1", 2))
+    assert.are.equal(1, launch.slurm_tasks_on_node("4(x3),1", 3))
+    assert.are.equal(3, launch.slurm_tasks_on_node("2,3", 1))
+    assert.is_nil(launch.slurm_tasks_on_node("4(x3),1", 4))
+    assert.is_nil(launch.slurm_tasks_on_node("bad", 0))
   end)
 end)

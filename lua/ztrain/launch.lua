@@ -133,6 +133,16 @@ function M.local_ranks()
   return n or 1
 end
 
+-- rank_threads() -> threads for a rank that a plain mpirun/srun started:
+-- srun's --cpus-per-task when given (the CPUs Slurm gave this task, bound
+-- to them or not), else this machine's usable cores shared between its ranks.
+function M.rank_threads()
+  local cores = M.cores()
+  local per_task = tonumber(os.getenv("SLURM_CPUS_PER_TASK") or "")
+  if per_task and per_task >= 1 then return math.min(per_task, cores) end
+  return math.max(1, math.floor(cores / M.local_ranks()))
+end
+
 -- slurm_tasks_on_node("2(x3),1", nodeid) -> tasks on node `nodeid` (0-based)
 -- of a Slurm tasks-per-node list, or nil.
 function M.slurm_tasks_on_node(list, nodeid)
@@ -398,26 +408,6 @@ function M.run(n, program, args)
   end
   libc.rmdir(job)
   return code
-end
-
--- Replace this process with mpirun (no supervision). Returns only on failure (nil, err).
-function M.exec(n, program, args)
-  local cmd = M.command(n, program, args)
-  -- Open MPI refuses root unless told; a container's root is the usual case.
-  libc.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0)
-  libc.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0)
-  libc.setenv("ZTRAIN_HOME", rawget(_G, "ZTRAIN_HOME") or require("ztrain.ffi").home, 0)
-  local argv = ffi.new("char *[?]", #cmd + 1)
-  local keep = {}
-  for i, a in ipairs(cmd) do
-    keep[i] = ffi.new("char[?]", #a + 1, a)
-    argv[i - 1] = keep[i]
-  end
-  argv[#cmd] = nil
-  io.stdout:flush(); io.stderr:flush()
-  libc.execvp("mpirun", argv)
-  return nil, "cannot run mpirun (" .. ffi.string(libc.strerror(ffi.errno())) ..
-              "): install Open MPI (make deps) or start the ranks with your own launcher"
 end
 
 return M
