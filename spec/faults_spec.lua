@@ -9,6 +9,8 @@
 -- written (train.ckpt_every=1, the kill aimed at a .step-N.tmp directory
 -- appearing), several times: `latest` must still name a complete checkpoint,
 -- which a fresh run resumes from (every block's checksum is checked on read).
+-- And the launcher itself killed: mpirun and the ranks must end, and the
+-- next launch must remove the swap files nobody could clean.
 local ffi = require "ffi"
 local util = require "helpers.util"
 local cjson = require "cjson"
@@ -76,10 +78,10 @@ end
 
 -- start(recipe, extra, out) -> job: the launcher in the background; job.rc()
 -- is its exit status once it ended (nil before), job.log() its output
-local function start(recipe, extra, out)
+local function start(recipe, extra, out, env)
   local rcfile, logfile = out .. ".rc", out .. ".log"
-  os.execute(("cd %s && (build/ztrain --nproc 2 %s %s %s out=%s >%s 2>&1; echo $? >%s) &")
-             :format(ROOT, recipe, COMMON, extra or "", out, logfile, rcfile))
+  os.execute(("cd %s && (%s build/ztrain --nproc 2 %s %s %s out=%s >%s 2>&1; echo $? >%s) &")
+             :format(ROOT, env or "", recipe, COMMON, extra or "", out, logfile, rcfile))
   return {
     out = out,
     rc = function()
@@ -154,6 +156,44 @@ describe("kill -9 of a rank under --nproc 2", function()
       assert.are.same({}, glob("/tmp/ztrain-job.*/" .. pid))   -- the launcher's registry went too
     end)
   end
+end)
+
+describe("kill -9 of the launcher itself", function()
+  it("ends mpirun and the ranks; the next launch removes their swap files", function()
+    local out, nvme, tmp = util.outdir() .. "-faults", util.tmpdir(), util.tmpdir()
+    local out2 = out .. "-next"
+    -- a private TMPDIR: the job registry is the only ztrain-job.* in it
+    local job = start("recipes/infinity.lua", "offload.nvme_path=" .. nvme, out, "TMPDIR=" .. tmp)
+    finally(function()
+      for _, p in ipairs(job_pids(out)) do libc.kill(p, libc.SIGKILL) end
+      job.clean(); util.rm(out2); util.rm(nvme); util.rm(tmp)
+    end)
+    assert.is_truthy(wait_for(120, function() return last_step(out) >= 1 or job.rc() end), job.log())
+    local launcher
+    for _, pid in ipairs(job_pids(out)) do
+      local f = io.open(("/proc/%d/cmdline"):format(pid), "rb")
+      local cl = f and f:read("*a") or ""
+      if f then f:close() end
+      if cl:match("^build/ztrain%z") then
+        local e = io.open(("/proc/%d/environ"):format(pid), "rb")
+        local env = e and e:read("*a") or ""
+        if e then e:close() end
+        if not env:find("OMPI_COMM_WORLD_RANK=", 1, true) then launcher = pid end
+      end
+    end
+    assert.is_number(launcher, "no launcher process")
+    assert.are.equal(1, #glob(tmp .. "/ztrain-job.*"))
+    assert.is_true(libc.kill(launcher, libc.SIGKILL) == 0)
+    local t0 = now()
+    assert.is_truthy(wait_for(10, function() return #job_pids(out) == 0 end), "ranks outlived the launcher")
+    print(("faults_spec: launcher (pid %d) killed; mpirun and the ranks gone in %.2f s"):format(launcher, now() - t0))
+    assert.is_true(#glob(nvme .. "/ztrain-aio.*/swap.*") > 0)     -- nobody could clean up yet
+    local log, rc = util.sh(("cd %s && TMPDIR=%s timeout 120 build/ztrain --nproc 2 recipes/dp.lua %s train.steps=1 out=%s")
+                            :format(ROOT, tmp, COMMON, out2))
+    assert.are.equal(0, rc, log)
+    assert.are.same({}, glob(nvme .. "/ztrain-aio.*"))
+    assert.are.same({}, glob(tmp .. "/ztrain-job.*"))
+  end)
 end)
 
 describe("kill -9 during a checkpoint write", function()

@@ -299,6 +299,39 @@ end
 -- Returns mpirun's exit status (128 + signal when it was killed), after
 -- naming a rank that died by a signal, killing ranks left behind and
 -- removing their swap files; or nil, err when mpirun cannot be started.
+-- cleanup_job(dir, ranks): after a job, kill its ranks still alive (said on
+-- stderr), remove the swap files its dead ranks left, and the registry.
+function M.cleanup_job(job, ranks)
+  ranks = ranks or M.read_job(job)
+  for p, r in pairs(ranks) do
+    if ours(p, job) then
+      io.stderr:write(("ztrain: rank %s (pid %d) outlived mpirun; killed it\n"):format(tostring(r.rank), p))
+      libc.kill(p, libc.SIGKILL)
+      -- its swap directory's lock goes when it is gone: wait for that (2 s at most)
+      local t = os.time() + 2
+      while libc.kill(p, 0) == 0 and os.time() <= t do libc.poll(nil, 0, 20) end
+    end
+  end
+  for p, r in pairs(ranks) do
+    for _, d in ipairs(r.nvme) do M.remove_swap(d, p) end
+    os.remove(("%s/%d"):format(job, p))
+  end
+  os.remove(job .. "/lock")
+  libc.rmdir(job)
+end
+
+-- Jobs whose launcher died (SIGKILL: no clean-up ran) are cleaned by the
+-- next launcher: a job directory whose lock no process holds.
+local function clean_dead_jobs(tmpdir)
+  for _, d in ipairs(glob(tmpdir .. "/ztrain-job.*")) do
+    local fd = libc.open(d .. "/lock", libc.O_RDONLY + libc.O_CLOEXEC)
+    if fd >= 0 then
+      if libc.flock(fd, libc.LOCK_EX + libc.LOCK_NB) == 0 then M.cleanup_job(d) end
+      libc.close(fd)
+    end
+  end
+end
+
 local function in_path(name)
   for d in (os.getenv("PATH") or ""):gmatch("[^:]+") do
     if libc.file_kind(d .. "/" .. name) == "file" then return true end
@@ -316,11 +349,19 @@ function M.run(n, program, args)
   libc.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0)
   libc.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0)
   libc.setenv("ZTRAIN_HOME", rawget(_G, "ZTRAIN_HOME") or require("ztrain.ffi").home, 0)
-  local tmpl = ffi.new("char[?]", 64, (os.getenv("TMPDIR") or "/tmp") .. "/ztrain-job.XXXXXX")
+  local tmpdir = os.getenv("TMPDIR") or "/tmp"
+  clean_dead_jobs(tmpdir)
+  local tmpl = ffi.new("char[?]", #tmpdir + 32, tmpdir .. "/ztrain-job.XXXXXX")
   if libc.mkdtemp(tmpl) == nil then
     return nil, "cannot make the job directory: " .. ffi.string(libc.strerror(ffi.errno()))
   end
   local job = ffi.string(tmpl)
+  -- held for the launcher's life (not by mpirun: close-on-exec), so a later
+  -- launcher can tell this job's launcher died
+  local lockfd = libc.open(job .. "/lock", libc.O_RDONLY + libc.O_CREAT + libc.O_CLOEXEC, 420)
+  if lockfd < 0 or libc.flock(lockfd, libc.LOCK_EX + libc.LOCK_NB) ~= 0 then
+    return nil, "cannot lock the job directory " .. job .. ": " .. ffi.string(libc.strerror(ffi.errno()))
+  end
   libc.setenv("ZTRAIN_JOB", job, 1)
   table.insert(cmd, 4, "-x"); table.insert(cmd, 5, "ZTRAIN_JOB")
   local argv, keep = cstrings(cmd)
@@ -393,20 +434,8 @@ function M.run(n, program, args)
     for p, r in pairs(ranks) do if r.rank == rank then rpid = p end end
     io.stderr:write(M.death_message(rank, rpid, sig, code), "\n")
   end
-  for p, r in pairs(ranks) do
-    if ours(p, job) then
-      io.stderr:write(("ztrain: rank %s (pid %d) outlived mpirun; killed it\n"):format(tostring(r.rank), p))
-      libc.kill(p, libc.SIGKILL)
-      -- its swap directory's lock goes when it is gone: wait for that (2 s at most)
-      local t = os.time() + 2
-      while libc.kill(p, 0) == 0 and os.time() <= t do libc.poll(nil, 0, 20) end
-    end
-  end
-  for p, r in pairs(ranks) do
-    for _, d in ipairs(r.nvme) do M.remove_swap(d, p) end
-    os.remove(("%s/%d"):format(job, p))
-  end
-  libc.rmdir(job)
+  M.cleanup_job(job, ranks)
+  libc.close(lockfd)
   return code
 end
 
