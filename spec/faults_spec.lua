@@ -148,6 +148,8 @@ describe("kill -9 of a rank under --nproc 2", function()
       assert.are.equal(137, rc, job.log())
       assert.matches(("ztrain: rank %d (pid %d) was killed by signal 9 (SIGKILL); the job was ended (exit status 137)")
                      :format(victim, pid), job.log(), 1, true)
+      -- (the spec's own wrapper shell may take a moment to exit after writing the status)
+      wait_for(2, function() return #job_pids(out) == 0 end)
       assert.are.same({}, job_pids(out))
       if nvme then
         assert.are.same({}, glob(nvme .. "/ztrain-aio.*/swap.*"))
@@ -156,6 +158,19 @@ describe("kill -9 of a rank under --nproc 2", function()
       assert.are.same({}, glob("/tmp/ztrain-job.*/" .. pid))   -- the launcher's registry went too
     end)
   end
+end)
+
+describe("the launcher's reading of mpirun's report", function()
+  local launch = require "ztrain.launch"
+  it("finds the rank and signal (Open MPI 4.1 says PID 0; 5.x's prterun the real one)", function()
+    assert.are.same({ 1, 9 }, { launch.dead_rank("...\nmpirun noticed that process rank 1 with PID 0 on node vm " ..
+                                                 "exited on signal 9 (Killed).\n---") })
+    assert.are.same({ 12, 11 }, { launch.dead_rank("prterun noticed that process rank 12 with PID 4242 on node " ..
+                                                   "n1 exited on signal 11 (Segmentation fault).") })
+    assert.are.same({}, { launch.dead_rank("Primary job terminated normally, but 1 process returned a non-zero exit code.") })
+    assert.are.equal("ztrain: rank 3 (pid 77) was killed by signal 6 (SIGABRT); the job was ended (exit status 134)",
+                     launch.death_message(3, 77, 6, 134))
+  end)
 end)
 
 describe("kill -9 of the launcher itself", function()

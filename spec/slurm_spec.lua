@@ -46,6 +46,17 @@ local function wait_for(secs, fn)
   return false
 end
 
+-- pids_of(cmd) -> the pids a pgrep prints, one per line (never 0 or 1:
+-- `kill 0` would end this spec's own process group)
+local function pids_of(cmd)
+  local pids = {}
+  for line in (util.sh(cmd)):gmatch("[^\n]+") do
+    local pid = tonumber(line:match("^(%d+)$"))
+    if pid and pid > 1 then pids[#pids + 1] = pid end
+  end
+  return pids
+end
+
 local Slurm = {}
 Slurm.__index = Slurm
 
@@ -92,7 +103,7 @@ function Slurm:stop()
   -- slurmd's step daemons (slurmstepd), if a failed step left one
   local steps = {}
   if self.slurmd then
-    for pid in (util.sh("pgrep -P " .. self.slurmd)):gmatch("(%d+)\n") do steps[#steps + 1] = tonumber(pid) end
+    steps = pids_of("pgrep -P " .. self.slurmd)
   end
   for _, pid in ipairs({ self.slurmd, self.ctld }) do
     if pid then
@@ -115,13 +126,18 @@ local function summary(out)
 end
 
 describe("Slurm", function()
-  it("srun -n 2 trains as ztrain --nproc 2 does (same digest)", function()
-    local slurm, why = start()
-    if not slurm then pending("Slurm cannot start here: " .. why) end
+  local slurm, why
+  setup(function()
+    local ok, s, w = pcall(start)
+    if ok then slurm, why = s, w else why = "starting it failed: " .. tostring(s) end
+  end)
+  -- always, whatever the tests did: the daemons go
+  teardown(function() if slurm then slurm:stop() end end)
 
+  it("srun -n 2 trains as ztrain --nproc 2 does (same digest)", function()
+    if not slurm then pending("Slurm cannot start here: " .. why) end
     local out_srun, out_mpi = util.outdir(), util.outdir()
-    -- always, pass or fail: the daemons go, and the outputs
-    finally(function() slurm:stop(); util.rm(out_srun); util.rm(out_mpi) end)
+    finally(function() util.rm(out_srun); util.rm(out_mpi) end)
     local t0 = os.time()
     local log, rc = util.sh(("cd %s && %s timeout 120 srun --mpi=pmix -n 2 -t 2 build/ztrain %s out=%s")
                             :format(ROOT, slurm.env, ARGS, out_srun))
@@ -153,6 +169,45 @@ describe("Slurm", function()
     assert.are.equal(2, b.world_size)
     assert.are.equal(1, b.threads)                 -- --cpus-per-task=1
     assert.are.equal(m.param_digest, b.param_digest)
+  end)
+
+  it("a task killed with SIGKILL ends the step within 10 s, srun names it, nothing is left", function()
+    if not slurm then pending("Slurm cannot start here: " .. why) end
+    local out = util.outdir() .. "-slurmkill"
+    local logf, rcf = out .. ".log", out .. ".rc"
+    local function job_pids()       -- every process whose command line holds the unique out=
+      -- "[/]tmp/...": the regex does not match the shell that runs pgrep
+      return pids_of("pgrep -f -- '[" .. out:sub(1, 1) .. "]" .. out:sub(2) .. "'")
+    end
+    finally(function()
+      for _, pid in ipairs(job_pids()) do util.sh("kill -KILL " .. pid) end
+      util.rm(out); util.rm(logf); util.rm(rcf)
+    end)
+    os.execute(("cd %s && (%s srun --mpi=pmix --kill-on-bad-exit=1 -n 2 -t 2 build/ztrain recipes/dp.lua " ..
+                "model.size=gpt2-tiny data.seq_len=32 batch.micro=2 train.eval_every=0 sample.tokens=0 " ..
+                "train.log_every=1 train.steps=100000 out=%s >%s 2>&1; echo $? >%s) &")
+               :format(ROOT, slurm.env, out, logf, rcf))
+    local function rc() local f = io.open(rcf); local v = f and tonumber(f:read("*a"):match("%d+")); if f then f:close() end; return v end
+    assert.is_truthy(wait_for(120, function() return io.open(out .. "/metrics.jsonl") or rc() end), "no step within 120 s")
+    assert.is_nil(rc())
+    math.randomseed(os.time())
+    local victim = math.random(0, 1)
+    local pid
+    for _, p in ipairs(job_pids()) do
+      local f = io.open(("/proc/%d/environ"):format(p), "rb")
+      local env = "\0" .. (f and f:read("*a") or "")
+      if f then f:close() end
+      if env:find("\0PMIX_RANK=" .. victim .. "\0", 1, true) then pid = p end
+    end
+    assert.is_number(pid, "no task " .. victim)
+    local t0 = os.time()
+    util.sh("kill -KILL " .. pid)
+    assert.is_truthy(wait_for(30, rc), "srun still running 30 s after the kill")
+    local secs = os.time() - t0
+    assert.is_true(secs <= 10, secs .. " s")
+    assert.are_not.equal(0, rc())
+    assert.matches(("srun: error: localhost: task %d: Killed"):format(victim), util.read(logf), 1, true)
+    assert.is_truthy(wait_for(10, function() return #job_pids() == 0 end), "tasks left after srun ended")
   end)
 end)
 
