@@ -295,10 +295,6 @@ local function cstrings(list)
   return argv, keep
 end
 
--- Start mpirun for N ranks as a child, relay its stderr, and wait for it.
--- Returns mpirun's exit status (128 + signal when it was killed), after
--- naming a rank that died by a signal, killing ranks left behind and
--- removing their swap files; or nil, err when mpirun cannot be started.
 -- cleanup_job(dir, ranks): after a job, kill its ranks still alive (said on
 -- stderr), remove the swap files its dead ranks left, and the registry.
 function M.cleanup_job(job, ranks)
@@ -339,6 +335,10 @@ local function in_path(name)
   return false
 end
 
+-- Start mpirun for N ranks as a child, relay its stderr, and wait for it.
+-- Returns mpirun's exit status (128 + signal when it was killed), after
+-- naming a rank that died by a signal, killing ranks left behind and
+-- removing their swap files; or nil, err when mpirun cannot be started.
 function M.run(n, program, args)
   local cmd = M.command(n, program, args)
   if not in_path("mpirun") then
@@ -399,9 +399,11 @@ function M.run(n, program, args)
   local zero = libc.timespec_t()
   local status = ffi.new("int[1]")
   local tail, open_fd, reaped = "", true, false
-  local drain_until
-  while open_fd do
-    if libc.poll(pfd, 1, 100) > 0 then
+  local drain_until                            -- signals are forwarded until mpirun is reaped
+  while true do
+    if not open_fd then
+      libc.poll(nil, 0, 100)
+    elseif libc.poll(pfd, 1, 100) > 0 then
       local got = libc.read(fds[0], buf, 65536)
       if got > 0 then
         libc.write(2, buf, got)
@@ -419,10 +421,9 @@ function M.run(n, program, args)
       reaped = true
       drain_until = os.time() + 2              -- an orphan may hold the pipe: read 2 s more at most
     end
-    if reaped and os.time() > drain_until then break end
+    if reaped and (not open_fd or os.time() > drain_until) then break end
   end
   libc.close(fds[0])
-  if not reaped then libc.waitpid(pid, status, 0) end
   libc.sigprocmask(libc.SIG_SETMASK, old, nil)
   local st = status[0]
   local code = bit.band(st, 0x7f) == 0 and bit.band(bit.rshift(st, 8), 0xff) or 128 + bit.band(st, 0x7f)
