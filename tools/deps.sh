@@ -3,7 +3,11 @@
 # Idempotent and quiet when everything is present; needs root (or sudo) to install.
 set -e
 PKGS="build-essential pkg-config luajit libluajit-5.1-dev libuv1-dev libopenblas-dev \
-libopenmpi-dev openmpi-bin lua-busted lua-cjson fortunes fio libpcre2-8-0 libreadline8 tmux"
+libopenmpi-dev openmpi-bin lua-busted lua-cjson fortunes fio libpcre2-8-0 libreadline8 tmux \
+slurm-wlm"
+# slurm-wlm (slurmctld, slurmd, srun; ~12 MiB installed, 7 packages with munge and
+# the plugins): spec/slurm_spec.lua runs a one-node Slurm here. Its services are
+# not started by us; the spec starts its own daemons with a private config.
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

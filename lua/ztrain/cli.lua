@@ -489,7 +489,10 @@ function M.main(argv)
       -- the ranks get the same arguments (--nproc too: each checks it)
       local args = {}
       for j = 1, #argv do args[j] = argv[j] end
-      local _, err = require("ztrain.launch").exec(n, argv[0], args)
+      -- mpirun runs as a child: the launcher names a rank that dies and
+      -- cleans up after it (launch.run)
+      local code, err = require("ztrain.launch").run(n, argv[0], args)
+      if code then return code end
       if not opts.nproc then
         err = ("%s (the recipe asks for launch.nproc = %d; launch.nproc=1 runs one rank here)"):format(err, n)
       end
@@ -497,6 +500,12 @@ function M.main(argv)
     end
   end
 
+  if comm.launched() then
+    -- a rank: tell the launcher's registry who this pid is (launch.note)
+    local launch = require "ztrain.launch"
+    local r = launch.launched_rank()
+    if r then launch.note("rank " .. r) end
+  end
   local ok_load, zt = pcall(require, "ztrain")
   if not ok_load then return die(zt) end
   _G.zt = zt

@@ -120,14 +120,42 @@ function M.cores()
 end
 
 -- Ranks of this job on this machine, from the launcher's environment
--- (Open MPI, MPICH/Hydra, PMIx, Slurm); 1 when none says.
+-- (Open MPI, MPICH/Hydra, PMIx, Slurm's srun); 1 when none says.
 function M.local_ranks()
   for _, v in ipairs({ "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMIX_LOCAL_SIZE",
                        "SLURM_NTASKS_PER_NODE" }) do
     local n = tonumber((os.getenv(v) or ""):match("^%d+"))
     if n and n >= 1 then return n end
   end
-  return 1
+  -- srun sets no local size; its step's tasks per node are a list
+  local n = M.slurm_tasks_on_node(os.getenv("SLURM_STEP_TASKS_PER_NODE") or os.getenv("SLURM_TASKS_PER_NODE"),
+                                  tonumber(os.getenv("SLURM_NODEID") or "0"))
+  return n or 1
+end
+
+-- rank_threads() -> threads for a rank that a plain mpirun/srun started:
+-- srun's --cpus-per-task when given (the CPUs Slurm gave this task, bound
+-- to them or not), else this machine's usable cores shared between its ranks.
+function M.rank_threads()
+  local cores = M.cores()
+  local per_task = tonumber(os.getenv("SLURM_CPUS_PER_TASK") or "")
+  if per_task and per_task >= 1 then return math.min(per_task, cores) end
+  return math.max(1, math.floor(cores / M.local_ranks()))
+end
+
+-- slurm_tasks_on_node("2(x3),1", nodeid) -> tasks on node `nodeid` (0-based)
+-- of a Slurm tasks-per-node list, or nil.
+function M.slurm_tasks_on_node(list, nodeid)
+  if not list or not nodeid then return nil end
+  local i = 0
+  for item in list:gmatch("[^,]+") do
+    local n, rep = item:match("^(%d+)%(x(%d+)%)$")
+    n, rep = tonumber(n or item:match("^(%d+)$")), tonumber(rep) or 1
+    if not n then return nil end
+    if nodeid < i + rep then return n >= 1 and n or nil end
+    i = i + rep
+  end
+  return nil
 end
 
 -- The mpirun command line for N ranks running `program args...`.
@@ -160,24 +188,256 @@ function M.check_world(nproc, size, where)
                "launcher gives)"):format(nproc, size, nproc, nproc, size)
 end
 
--- Replace this process with mpirun. Returns only on failure (nil, err).
-function M.exec(n, program, args)
+-- ---- the job registry ---------------------------------------------------------------
+-- The launcher makes a private directory and passes it to every rank as
+-- ZTRAIN_JOB. Each rank writes a file named by its pid there, with lines
+-- "rank R" and "nvme DIR" (where its swap files go). After mpirun ends, the
+-- launcher reads them to name a rank that died, kill any rank left behind
+-- and remove swap files that ranks killed without exit handlers left.
+
+-- note(line): add a line to this rank's registry file (no-op outside a job).
+function M.note(line)
+  local dir = os.getenv("ZTRAIN_JOB")
+  if not dir or dir == "" then return end
+  local f = io.open(("%s/%d"):format(dir, libc.getpid()), "a")
+  if f then f:write(line, "\n"); f:close() end
+end
+
+-- launched_rank() -> this process's rank from the launcher's environment, or nil.
+function M.launched_rank()
+  for _, v in ipairs({ "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID" }) do
+    local n = tonumber(os.getenv(v) or "")
+    if n then return n end
+  end
+end
+
+local function glob(pattern)
+  local g = libc.glob_t()
+  local out = {}
+  if libc.glob(pattern, 0, nil, g) == 0 then
+    for i = 0, tonumber(g.gl_pathc) - 1 do out[#out + 1] = ffi.string(g.gl_pathv[i]) end
+  end
+  libc.globfree(g)
+  return out
+end
+
+-- read_job(dir) -> { [pid] = { rank =, nvme = { DIR, ... } } }
+function M.read_job(dir)
+  local ranks = {}
+  for _, path in ipairs(glob(dir .. "/*")) do
+    local pid = tonumber(path:match("/(%d+)$"))
+    local text = pid and read_file(path)
+    if text then
+      local r = { nvme = {} }
+      r.rank = tonumber(text:match("rank (%d+)"))
+      for d in text:gmatch("nvme ([^\n]+)") do r.nvme[#r.nvme + 1] = d end
+      ranks[pid] = r
+    end
+  end
+  return ranks
+end
+
+-- Is pid alive and one of this job's processes (its environment names the
+-- job directory: a recycled pid is never killed)?
+local function ours(pid, dir)
+  if libc.kill(pid, 0) ~= 0 then return false end
+  local env = read_file(("/proc/%d/environ"):format(pid)) or ""
+  return env:find("\0ZTRAIN_JOB=" .. dir .. "\0", 1, true) ~= nil
+      or env:sub(1, 12 + #dir) == "ZTRAIN_JOB=" .. dir .. "\0"
+end
+
+-- remove_swap(nvme_dir, pid) -> files removed: the swap files a dead rank
+-- (pid) left in its engine directory NVME/ztrain-aio.HOST.PID.N, when no
+-- process holds the directory's owner lock (runtime/aio.c's rule).
+function M.remove_swap(nvme, pid)
+  local removed = 0
+  for _, d in ipairs(glob(("%s/ztrain-aio.*.%d.*"):format(nvme, pid))) do
+    local fd = libc.open(d .. "/owner", libc.O_RDONLY + libc.O_CLOEXEC)
+    if fd >= 0 and libc.flock(fd, libc.LOCK_EX + libc.LOCK_NB) == 0 then
+      for _, f in ipairs(glob(d .. "/swap.*")) do
+        if f:match("/swap%.%d+$") and libc.unlink(f) == 0 then removed = removed + 1 end
+      end
+      libc.unlink(d .. "/.probe")
+      libc.unlink(d .. "/owner")
+      libc.rmdir(d)                  -- fails, harmlessly, if anything else is in it
+    end
+    if fd >= 0 then libc.close(fd) end
+  end
+  return removed
+end
+
+local SIGNAMES = { [1] = "SIGHUP", [2] = "SIGINT", [3] = "SIGQUIT", [4] = "SIGILL", [6] = "SIGABRT",
+                   [7] = "SIGBUS", [8] = "SIGFPE", [9] = "SIGKILL", [11] = "SIGSEGV", [13] = "SIGPIPE",
+                   [15] = "SIGTERM" }
+
+-- dead_rank(tail) -> rank, signal from Open MPI's report in mpirun's stderr
+-- ("mpirun noticed that process rank 1 with PID 0 on node vm exited on
+-- signal 9 (Killed)."; its PID is 0 in Open MPI 4.1, hence the registry).
+function M.dead_rank(tail)
+  local rank, sig = tail:match("process rank (%d+) with PID %d+ on node %S+ exited on signal (%d+)")
+  return tonumber(rank), tonumber(sig)
+end
+
+-- death_message(rank, pid, sig, status) -> the launcher's line naming a dead rank.
+function M.death_message(rank, pid, sig, status)
+  return ("ztrain: rank %d (pid %s) was killed by signal %d (%s); the job was ended (exit status %d)")
+    :format(rank, pid and tostring(pid) or "?", sig, SIGNAMES[sig] or "signal " .. sig, status)
+end
+
+local function cstrings(list)
+  local argv = ffi.new("char *[?]", #list + 1)
+  local keep = {}
+  for i, a in ipairs(list) do
+    keep[i] = ffi.new("char[?]", #a + 1, a)
+    argv[i - 1] = keep[i]
+  end
+  argv[#list] = nil
+  return argv, keep
+end
+
+-- cleanup_job(dir, ranks): after a job, kill its ranks still alive (said on
+-- stderr), remove the swap files its dead ranks left, and the registry.
+function M.cleanup_job(job, ranks)
+  ranks = ranks or M.read_job(job)
+  for p, r in pairs(ranks) do
+    if ours(p, job) then
+      io.stderr:write(("ztrain: rank %s (pid %d) outlived mpirun; killed it\n"):format(tostring(r.rank), p))
+      libc.kill(p, libc.SIGKILL)
+      -- its swap directory's lock goes when it is gone: wait for that (2 s at most)
+      local t = os.time() + 2
+      while libc.kill(p, 0) == 0 and os.time() <= t do libc.poll(nil, 0, 20) end
+    end
+  end
+  for p, r in pairs(ranks) do
+    for _, d in ipairs(r.nvme) do M.remove_swap(d, p) end
+    os.remove(("%s/%d"):format(job, p))
+  end
+  os.remove(job .. "/lock")
+  libc.rmdir(job)
+end
+
+-- Jobs whose launcher died (SIGKILL: no clean-up ran) are cleaned by the
+-- next launcher: a job directory whose lock no process holds.
+local function clean_dead_jobs(tmpdir)
+  for _, d in ipairs(glob(tmpdir .. "/ztrain-job.*")) do
+    local fd = libc.open(d .. "/lock", libc.O_RDONLY + libc.O_CLOEXEC)
+    if fd >= 0 then
+      if libc.flock(fd, libc.LOCK_EX + libc.LOCK_NB) == 0 then M.cleanup_job(d) end
+      libc.close(fd)
+    end
+  end
+end
+
+local function in_path(name)
+  for d in (os.getenv("PATH") or ""):gmatch("[^:]+") do
+    if libc.file_kind(d .. "/" .. name) == "file" then return true end
+  end
+  return false
+end
+
+-- Start mpirun for N ranks as a child, relay its stderr, and wait for it.
+-- Returns mpirun's exit status (128 + signal when it was killed), after
+-- naming a rank that died by a signal, killing ranks left behind and
+-- removing their swap files; or nil, err when mpirun cannot be started.
+function M.run(n, program, args)
   local cmd = M.command(n, program, args)
+  if not in_path("mpirun") then
+    return nil, "cannot run mpirun (not found in PATH): install Open MPI (make deps) or start " ..
+                "the ranks with your own launcher"
+  end
   -- Open MPI refuses root unless told; a container's root is the usual case.
   libc.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0)
   libc.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0)
   libc.setenv("ZTRAIN_HOME", rawget(_G, "ZTRAIN_HOME") or require("ztrain.ffi").home, 0)
-  local argv = ffi.new("char *[?]", #cmd + 1)
-  local keep = {}
-  for i, a in ipairs(cmd) do
-    keep[i] = ffi.new("char[?]", #a + 1, a)
-    argv[i - 1] = keep[i]
+  local tmpdir = os.getenv("TMPDIR") or "/tmp"
+  clean_dead_jobs(tmpdir)
+  local tmpl = ffi.new("char[?]", #tmpdir + 32, tmpdir .. "/ztrain-job.XXXXXX")
+  if libc.mkdtemp(tmpl) == nil then
+    return nil, "cannot make the job directory: " .. ffi.string(libc.strerror(ffi.errno()))
   end
-  argv[#cmd] = nil
+  local job = ffi.string(tmpl)
+  -- held for the launcher's life (not by mpirun: close-on-exec), so a later
+  -- launcher can tell this job's launcher died
+  local lockfd = libc.open(job .. "/lock", libc.O_RDONLY + libc.O_CREAT + libc.O_CLOEXEC, 420)
+  if lockfd < 0 or libc.flock(lockfd, libc.LOCK_EX + libc.LOCK_NB) ~= 0 then
+    return nil, "cannot lock the job directory " .. job .. ": " .. ffi.string(libc.strerror(ffi.errno()))
+  end
+  libc.setenv("ZTRAIN_JOB", job, 1)
+  table.insert(cmd, 4, "-x"); table.insert(cmd, 5, "ZTRAIN_JOB")
+  local argv, keep = cstrings(cmd)
+  local fds = ffi.new("int[2]")
+  if libc.pipe(fds) ~= 0 then return nil, "pipe: " .. ffi.string(libc.strerror(ffi.errno())) end
+  -- Signals to the launcher are taken with sigtimedwait and passed on to
+  -- mpirun (a Ctrl-C from the terminal reaches mpirun itself: not twice).
+  local set, old = libc.sigset_t(), libc.sigset_t()
+  libc.sigemptyset(set)
+  for _, s in ipairs({ libc.SIGINT, libc.SIGTERM, libc.SIGHUP }) do libc.sigaddset(set, s) end
+  libc.sigprocmask(libc.SIG_BLOCK, set, old)
   io.stdout:flush(); io.stderr:flush()
-  libc.execvp("mpirun", argv)
-  return nil, "cannot run mpirun (" .. ffi.string(libc.strerror(ffi.errno())) ..
-              "): install Open MPI (make deps) or start the ranks with your own launcher"
+  local pid = libc.fork()
+  if pid == 0 then
+    libc.dup2(fds[1], 2)
+    libc.close(fds[0]); libc.close(fds[1])
+    libc.sigprocmask(libc.SIG_SETMASK, old, nil)
+    libc.prctl(libc.PR_SET_PDEATHSIG, libc.SIGTERM, 0, 0, 0)  -- launcher gone: end the job
+    libc.execvp("mpirun", argv)
+    local msg = "ztrain: cannot run mpirun (" .. ffi.string(libc.strerror(ffi.errno())) ..
+                "): install Open MPI (make deps) or start the ranks with your own launcher\n"
+    libc.write(2, msg, #msg)
+    libc._exit(127)
+  end
+  libc.close(fds[1])
+  if pid < 0 then
+    libc.close(fds[0]); libc.sigprocmask(libc.SIG_SETMASK, old, nil)
+    return nil, "fork: " .. ffi.string(libc.strerror(ffi.errno()))
+  end
+  local _ = keep
+  local pfd = libc.pollfd_t(1)
+  pfd[0].fd, pfd[0].events = fds[0], libc.POLLIN
+  local buf = ffi.new("char[?]", 65536)
+  local info = ffi.new("int32_t[32]")          -- siginfo_t: signo, errno, code, ...
+  local zero = libc.timespec_t()
+  local status = ffi.new("int[1]")
+  local tail, open_fd, reaped = "", true, false
+  local drain_until                            -- signals are forwarded until mpirun is reaped
+  while true do
+    if not open_fd then
+      libc.poll(nil, 0, 100)
+    elseif libc.poll(pfd, 1, 100) > 0 then
+      local got = libc.read(fds[0], buf, 65536)
+      if got > 0 then
+        libc.write(2, buf, got)
+        tail = (tail .. ffi.string(buf, got)):sub(-8192)
+      else
+        open_fd = false                        -- EOF: mpirun and every writer are gone
+      end
+    end
+    while true do
+      local sig = libc.sigtimedwait(set, info, zero)
+      if sig <= 0 then break end
+      if sig ~= libc.SIGINT or info[2] == libc.SI_USER then libc.kill(pid, sig) end
+    end
+    if not reaped and libc.waitpid(pid, status, libc.WNOHANG) == pid then
+      reaped = true
+      drain_until = os.time() + 2              -- an orphan may hold the pipe: read 2 s more at most
+    end
+    if reaped and (not open_fd or os.time() > drain_until) then break end
+  end
+  libc.close(fds[0])
+  libc.sigprocmask(libc.SIG_SETMASK, old, nil)
+  local st = status[0]
+  local code = bit.band(st, 0x7f) == 0 and bit.band(bit.rshift(st, 8), 0xff) or 128 + bit.band(st, 0x7f)
+
+  local ranks = M.read_job(job)
+  local rank, sig = M.dead_rank(tail)
+  if rank and sig then
+    local rpid
+    for p, r in pairs(ranks) do if r.rank == rank then rpid = p end end
+    io.stderr:write(M.death_message(rank, rpid, sig, code), "\n")
+  end
+  M.cleanup_job(job, ranks)
+  libc.close(lockfd)
+  return code
 end
 
 return M

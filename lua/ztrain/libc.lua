@@ -25,6 +25,20 @@ local decls = {
   kill = "int %s(int pid, int sig)",
   strerror = "char *%s(int errnum)",
   isatty = "int %s(int fd)",
+  -- the --nproc launcher: mpirun as a child, its stderr relayed (launch.lua)
+  fork = "int %s(void)",
+  waitpid = "int %s(int pid, int *status, int options)",
+  pipe = "int %s(int fds[2])",
+  dup2 = "int %s(int oldfd, int newfd)",
+  poll = "int %s(ztrain_libc_pollfd_t *fds, unsigned long nfds, int timeout)",
+  read = "int64_t %s(int fd, void *buf, size_t n)",
+  write = "int64_t %s(int fd, const void *buf, size_t n)",
+  _exit = "void %s(int status)",
+  prctl = "int %s(int option, unsigned long arg2, unsigned long arg3, unsigned long arg4, unsigned long arg5)",
+  sigemptyset = "int %s(ztrain_libc_sigset_t *set)",
+  sigaddset = "int %s(ztrain_libc_sigset_t *set, int sig)",
+  sigprocmask = "int %s(int how, const ztrain_libc_sigset_t *set, ztrain_libc_sigset_t *old)",
+  sigtimedwait = "int %s(const ztrain_libc_sigset_t *set, void *info, const ztrain_libc_timespec_t *timeout)",
   -- cores: sysconf(_SC_NPROCESSORS_ONLN), the affinity mask (cpu_set_t bytes)
   sysconf = "long %s(int name)",
   sched_getaffinity = "int %s(int pid, size_t cpusetsize, void *mask)",
@@ -84,6 +98,9 @@ typedef struct ztrain_libc_glob_t {
   int gl_flags;
   void *gl_closedir, *gl_readdir, *gl_opendir, *gl_lstat, *gl_stat;
 } ztrain_libc_glob_t;
+typedef struct ztrain_libc_pollfd_t { int fd; short events, revents; } ztrain_libc_pollfd_t;
+typedef struct ztrain_libc_sigset_t { unsigned long val[16]; } ztrain_libc_sigset_t;
+typedef struct ztrain_libc_timespec_t { long tv_sec, tv_nsec; } ztrain_libc_timespec_t;
 typedef struct ztrain_libc_stat_t {          /* x86_64 struct stat */
   uint64_t st_dev, st_ino, st_nlink;
   uint32_t st_mode, st_uid, st_gid, pad0;
@@ -117,6 +134,9 @@ local M = {}
 for name in pairs(decls) do M[name] = ffi.C[PREFIX .. name] end
 M.glob_t = ffi.typeof("ztrain_libc_glob_t")
 M.stat_t = ffi.typeof("ztrain_libc_stat_t")
+M.pollfd_t = ffi.typeof("ztrain_libc_pollfd_t[?]")
+M.sigset_t = ffi.typeof("ztrain_libc_sigset_t")
+M.timespec_t = ffi.typeof("ztrain_libc_timespec_t")
 
 -- file_kind(path) -> "file", "directory", "FIFO", "socket", "character device",
 -- "block device", or nil, errno (stat follows symlinks)
@@ -145,5 +165,12 @@ function M.environ() return ffi.C.ztrain_libc_environ end
 M.POSIX_SPAWN_SETPGROUP = 0x2
 M.O_RDONLY, M.O_WRONLY, M.O_CREAT, M.O_TRUNC, M.O_EXCL = 0, 1, 0x40, 0x200, 0x80
 M.O_DIRECTORY, M.O_CLOEXEC = 0x10000, 0x80000
+M.LOCK_EX, M.LOCK_NB = 2, 4
+M.POLLIN, M.POLLHUP = 1, 0x10
+M.WNOHANG = 1
+M.SIGINT, M.SIGKILL, M.SIGTERM, M.SIGHUP = 2, 9, 15, 1
+M.SIG_BLOCK, M.SIG_SETMASK = 0, 2
+M.SI_USER = 0                      -- siginfo si_code: sent by kill(), not by the tty
+M.PR_SET_PDEATHSIG = 1
 
 return M

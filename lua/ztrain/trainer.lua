@@ -191,8 +191,7 @@ function setup_device(self, r)
     threads = tonumber(os.getenv("ZTRAIN_DEFAULT_THREADS"))
   elseif (not threads or threads == 0) and self.world_size > 1 then
     -- under a plain mpirun/srun: share this machine's cores between its ranks
-    local launch = require "ztrain.launch"
-    threads = math.max(1, math.floor(launch.cores() / launch.local_ranks()))
+    threads = require("ztrain.launch").rank_threads()
   end
   if threads and threads > 0 then check(C.zt_set_threads(threads), "device.threads") end
   check_agreement(self.world, r)

@@ -231,6 +231,8 @@ function M.configure_nvme(recipe, out_dir)
     local ok, merr = require("ztrain.report").mkdirs(path)
     if not ok then error("offload.nvme_path: " .. tostring(merr), 0) end
   end
+  -- the launcher removes these swap files if this rank is killed (launch.run)
+  require("ztrain.launch").note("nvme " .. path)
   return aio.configure { path = path, block_bytes = block, queue_depth = o.queue_depth or 8,
                          checksum = o.checksum or false }
 end
