@@ -549,6 +549,12 @@ void zt_interrupt_raise(void);
  * takes its default action at once instead of being counted: a graceful
  * stop's "second signal stops now". 0 = never. */
 void zt_interrupt_hard(int n);
+/* With zt_interrupt_hard set: the first signal leaves `seconds` to reach a
+ * safe stop (the end of the step in flight), after which the process says
+ * so and ends with 128 + that signal (a rank stuck in a collective with a
+ * dead peer). zt_interrupt_grace_done() when the stop point was reached. */
+void zt_interrupt_grace(int seconds);
+void zt_interrupt_grace_done(void);
 
 /* ---- misc ---------------------------------------------------------------- */
 /* Monotonic clock in seconds. */

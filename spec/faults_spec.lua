@@ -202,7 +202,9 @@ describe("kill -9 of the launcher itself", function()
     local t0 = now()
     assert.is_truthy(wait_for(10, function() return #job_pids(out) == 0 end), "ranks outlived the launcher")
     print(("faults_spec: launcher (pid %d) killed; mpirun and the ranks gone in %.2f s"):format(launcher, now() - t0))
-    assert.is_true(#glob(nvme .. "/ztrain-aio.*/swap.*") > 0)     -- nobody could clean up yet
+    -- mpirun passes the launcher's end on as SIGTERM: the ranks may stop
+    -- and remove their swap files themselves, or be killed first; either
+    -- way, after the next launch nothing is left
     local log, rc = util.sh(("cd %s && TMPDIR=%s timeout 120 build/ztrain --nproc 2 recipes/dp.lua %s train.steps=1 out=%s")
                             :format(ROOT, tmp, COMMON, out2))
     assert.are.equal(0, rc, log)

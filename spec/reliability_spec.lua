@@ -238,6 +238,24 @@ describe("graceful stops", function()
     u.rm(d); u.rm(ref)
   end)
 
+  it("--nproc 2: SIGINT to the launcher stops every rank after the same step; resume gives the same bits", function()
+    local d = u.outdir()
+    local log = interrupted_run("--nproc 2 strategy=zero3 train.steps=200", d, "INT", 1)
+    assert.matches("ztrain: stopping after the step in flight (a checkpoint and summary.json follow); " ..
+                   "Ctrl-C again to stop at once", log, 1, true)
+    local s = require("cjson").decode(u.read(d .. "/summary.json"))
+    assert.are.equal("interrupted", s.exit)
+    assert.is_true(s.steps >= 3 and s.steps < 200, "steps " .. s.steps)
+    assert.matches("Exit code:    130", log, 1, true)
+    local _, rc = u.sh(("%s %s --nproc 2 strategy=zero1 train.steps=200 resume=latest out=%s"):format(ZT, TINY, d))
+    assert.are.equal(0, rc)
+    local resumed = require("cjson").decode(u.read(d .. "/summary.json"))
+    local ref = u.outdir()
+    u.sh(("%s %s --nproc 2 strategy=zero3 train.steps=200 out=%s"):format(ZT, TINY, ref))
+    assert.are.equal(require("cjson").decode(u.read(ref .. "/summary.json")).param_digest, resumed.param_digest)
+    u.rm(d); u.rm(ref)
+  end)
+
   it("the exit status of an interrupted run is 130; a second signal stops at once (143)", function()
     -- the shell that started the run reads its exit status; a guard kills
     -- it after 60 s should the signals be ignored
@@ -253,5 +271,30 @@ describe("graceful stops", function()
     -- two signals at once: the first asks for a stop, the second ends it now
     assert.are.equal(143, status(d2, "kill -TERM $pid; sleep 0.02; kill -TERM $pid"))
     u.rm(d); u.rm(d2)
+  end)
+end)
+
+describe("graceful stop's grace period", function()
+  it("a rank that cannot reach its stop point (a peer gone) ends on its own, saying why", function()
+    local script = os.tmpname() .. ".lua"
+    u.write(script, [[
+      local interrupt = require "ztrain.interrupt"
+      interrupt.install({ interrupt.SIGTERM })
+      interrupt.set_action("raise")
+      interrupt.hard_after(2)
+      interrupt.grace(1)
+      require("ztrain.libc").kill(require("ztrain.libc").getpid(), interrupt.SIGTERM)
+      local t0 = os.time()
+      while os.time() - t0 < 20 do end      -- never reaches a stop point
+      print("not stopped")
+    ]])
+    local t0 = os.time()
+    local out, rc = u.sh(ZT .. " --script " .. script)
+    os.remove(script)
+    assert.are.equal(143, rc)
+    assert.is_true(os.time() - t0 < 10)
+    assert.matches("ztrain: the step in flight did not end within its grace period after the stop request " ..
+                   "(a peer gone?); stopping now", out, 1, true)
+    assert.is_nil(out:find("not stopped", 1, true))
   end)
 end)

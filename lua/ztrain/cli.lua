@@ -508,6 +508,11 @@ function M.main(argv)
   end
   local ok_load, zt = pcall(require, "ztrain")
   if not ok_load then return die(zt) end
+  if comm.launched() then
+    -- a rank: the launcher's stop request (SIGUSR1 through mpirun) is
+    -- counted from the start, not fatal before the run installs its policy
+    require("ztrain.interrupt").install({ require("ztrain.interrupt").SIGUSR1 })
+  end
   _G.zt = zt
   if opts.nproc and zt.comm.world().size ~= opts.nproc then
     local w = zt.comm.world()

@@ -46,6 +46,11 @@ function M.clear() clear_fn() end
 -- action): a graceful stop's second Ctrl-C. 0 = never.
 function M.hard_after(n) C.zt_interrupt_hard(n or 0) end
 
+-- grace(seconds): with hard_after set, the first signal leaves this long to
+-- reach the stop point; grace_done() once it was reached (runtime/interrupt.c).
+function M.grace(seconds) C.zt_interrupt_grace(math.max(0, math.ceil(seconds))) end
+function M.grace_done() C.zt_interrupt_grace_done() end
+
 -- raise(): count one, as a signal would (tests; a front end forwarding Ctrl-C)
 function M.raise() C.zt_interrupt_raise() end
 

@@ -364,11 +364,18 @@ function M.run(n, program, args)
   end
   libc.setenv("ZTRAIN_JOB", job, 1)
   table.insert(cmd, 4, "-x"); table.insert(cmd, 5, "ZTRAIN_JOB")
+  -- mpirun runs in a process group of its own (below): reading the terminal
+  -- from there would stop it (SIGTTIN), so it forwards no terminal input
+  if libc.isatty(0) == 1 then table.insert(cmd, 4, "--stdin"); table.insert(cmd, 5, "none") end
   local argv, keep = cstrings(cmd)
   local fds = ffi.new("int[2]")
   if libc.pipe(fds) ~= 0 then return nil, "pipe: " .. ffi.string(libc.strerror(ffi.errno())) end
-  -- Signals to the launcher are taken with sigtimedwait and passed on to
-  -- mpirun (a Ctrl-C from the terminal reaches mpirun itself: not twice).
+  -- Signals to the launcher are taken with sigtimedwait. mpirun and the
+  -- ranks run in a process group of their own, so a Ctrl-C from the
+  -- terminal reaches the launcher alone (mpirun would end the job on it):
+  -- the first SIGINT/SIGTERM/SIGHUP becomes SIGUSR1, which mpirun forwards
+  -- to every rank -- a graceful stop after the step in flight, with a
+  -- checkpoint and summary.json (cli.lua, run.lua) -- the second SIGTERM.
   local set, old = libc.sigset_t(), libc.sigset_t()
   libc.sigemptyset(set)
   for _, s in ipairs({ libc.SIGINT, libc.SIGTERM, libc.SIGHUP }) do libc.sigaddset(set, s) end
@@ -380,6 +387,7 @@ function M.run(n, program, args)
     libc.close(fds[0]); libc.close(fds[1])
     libc.sigprocmask(libc.SIG_SETMASK, old, nil)
     libc.prctl(libc.PR_SET_PDEATHSIG, libc.SIGTERM, 0, 0, 0)  -- launcher gone: end the job
+    libc.setpgid(0, 0)                                        -- no terminal signals
     libc.execvp("mpirun", argv)
     local msg = "ztrain: cannot run mpirun (" .. ffi.string(libc.strerror(ffi.errno())) ..
                 "): install Open MPI (make deps) or start the ranks with your own launcher\n"
@@ -400,6 +408,7 @@ function M.run(n, program, args)
   local status = ffi.new("int[1]")
   local tail, open_fd, reaped = "", true, false
   local drain_until                            -- signals are forwarded until mpirun is reaped
+  local stops = 0
   while true do
     if not open_fd then
       libc.poll(nil, 0, 100)
@@ -415,7 +424,14 @@ function M.run(n, program, args)
     while true do
       local sig = libc.sigtimedwait(set, info, zero)
       if sig <= 0 then break end
-      if sig ~= libc.SIGINT or info[2] == libc.SI_USER then libc.kill(pid, sig) end
+      stops = stops + 1
+      if stops == 1 then
+        io.stderr:write("ztrain: stopping after the step in flight (a checkpoint and summary.json follow); " ..
+                        "Ctrl-C again to stop at once\n")
+        libc.kill(pid, libc.SIGUSR1)
+      else
+        libc.kill(pid, libc.SIGTERM)
+      end
     end
     if not reaped and libc.waitpid(pid, status, libc.WNOHANG) == pid then
       reaped = true

@@ -61,6 +61,7 @@ local decls = {
   fsync = "int %s(int fd)",
   ftruncate = "int %s(int fd, int64_t length)",
   flock = "int %s(int fd, int operation)",
+  setpgid = "int %s(int pid, int pgid)",
   stat = "int %s(const char *path, ztrain_libc_stat_t *st)",
   unlink = "int %s(const char *path)",
   rmdir = "int %s(const char *path)",
@@ -68,13 +69,8 @@ local decls = {
   signal = "void *%s(int sig, void *handler)",
   -- the REPL: readline's strings are malloc'd (it frees them), input is
   -- polled (a signal interrupts the wait), the multi-rank front end talks
-  -- to mpirun through pipes
+  -- to mpirun through pipes (poll, pipe, read, write, waitpid: above)
   malloc = "void *%s(size_t n)",
-  poll = "int %s(ztrain_libc_pollfd *fds, unsigned long nfds, int timeout)",
-  pipe = "int %s(int fds[2])",
-  read = "int64_t %s(int fd, void *buf, size_t n)",
-  write = "int64_t %s(int fd, const void *buf, size_t n)",
-  waitpid = "int %s(int pid, int *status, int options)",
   posix_spawnp = "int %s(int *pid, const char *file, const ztrain_libc_spawn_actions *actions, " ..
                  "const ztrain_libc_spawnattr *attr, char *const argv[], char *const envp[])",
   posix_spawn_file_actions_init = "int %s(ztrain_libc_spawn_actions *a)",
@@ -110,7 +106,6 @@ typedef struct ztrain_libc_stat_t {          /* x86_64 struct stat */
   int64_t reserved[3];
 } ztrain_libc_stat_t;
 extern char **ztrain_libc_environ __asm__("environ");
-typedef struct ztrain_libc_pollfd { int fd; short events; short revents; } ztrain_libc_pollfd;
 /* opaque, glibc's sizes (80 and 336 bytes) rounded up */
 typedef struct ztrain_libc_spawn_actions { uint64_t opaque[16]; } ztrain_libc_spawn_actions;
 typedef struct ztrain_libc_spawnattr { uint64_t opaque[64]; } ztrain_libc_spawnattr;
@@ -147,7 +142,7 @@ function M.file_kind(path)
   if M.stat(path, st) ~= 0 then return nil, ffi.errno() end
   return KINDS[bit.band(st.st_mode, 0xF000)] or "unknown"
 end
-M.pollfd = ffi.typeof("ztrain_libc_pollfd[?]")
+M.pollfd = M.pollfd_t
 M.spawn_actions = ffi.typeof("ztrain_libc_spawn_actions[1]")
 M.spawnattr = ffi.typeof("ztrain_libc_spawnattr[1]")
 
@@ -168,7 +163,7 @@ M.O_DIRECTORY, M.O_CLOEXEC = 0x10000, 0x80000
 M.LOCK_EX, M.LOCK_NB = 2, 4
 M.POLLIN, M.POLLHUP = 1, 0x10
 M.WNOHANG = 1
-M.SIGINT, M.SIGKILL, M.SIGTERM, M.SIGHUP = 2, 9, 15, 1
+M.SIGINT, M.SIGKILL, M.SIGTERM, M.SIGHUP, M.SIGUSR1 = 2, 9, 15, 1, 10
 M.SIG_BLOCK, M.SIG_SETMASK = 0, 2
 M.SI_USER = 0                      -- siginfo si_code: sent by kill(), not by the tty
 M.PR_SET_PDEATHSIG = 1

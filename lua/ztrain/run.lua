@@ -183,6 +183,8 @@ function run(r, opts, out)
             "lr.warmup or set optim.clip"):format(tostring(rec.loss), rec.step)), 0)
     end
   end
+  local longest = 0
+  if opts.graceful then interrupt.grace(60) end      -- start-up, and the first step
   local okrun, rerr = pcall(function()
     if r.resume ~= "" then
       -- resume = latest: this run's checkpoint directory; else a path
@@ -195,7 +197,13 @@ function run(r, opts, out)
       -- Ctrl-C (at the REPL) stops here, between steps, on every rank at
       -- once; the step itself is shielded (async work in flight mid-step)
       interrupt.poll_all(tr.world)
+      local t0 = C.zt_now()
       interrupt.shield(one_step)
+      -- a stop request leaves 5x the longest step (evaluation and
+      -- checkpoints included) to reach the next boundary; a rank that cannot
+      -- (a peer died under it) then ends on its own (interrupt.c)
+      longest = math.max(longest, C.zt_now() - t0)
+      if opts.graceful then interrupt.grace(math.max(5, 5 * longest)) end
     end
   end)
   -- export.hf: the trained model as a Hugging Face directory (every rank
@@ -214,6 +222,7 @@ function run(r, opts, out)
   if not okrun and opts.graceful and interrupt.is_interrupt(rerr) and tr.step > 0 then
     -- a graceful stop (SIGINT/SIGTERM to a run): every rank finished the
     -- same step (poll_all agreed on it); keep it as a checkpoint
+    interrupt.grace_done()
     local okc, dir = pcall(ckpt.save_run, tr, ckpt_root, r.train.ckpt_keep)
     local msg
     if okc then
