@@ -22,6 +22,18 @@ UV_LIBS       := $(shell pkg-config --libs libuv 2>/dev/null || echo -luv)
 LIBS    := -lopenblas $(MPI_LIBS) $(UV_LIBS) -lm -lpthread
 
 B := build
+
+# SAN=1: the library, the host program and the C tests with AddressSanitizer
+# and UndefinedBehaviorSanitizer, in build-san/ (build/ is untouched); plain
+# `make SAN=1` builds them and runs tools/san.sh (the C tests, then a short
+# 2-rank zero3 run). -O1 keeps the build quick on a shared machine; UB is
+# fatal (-fno-sanitize-recover) so a finding cannot scroll past. docs/reliability.md.
+ifneq ($(SAN),)
+B := build-san
+CFLAGS := $(filter-out -O3,$(CFLAGS)) -O1 -fno-omit-frame-pointer \
+          -fsanitize=address,undefined -fno-sanitize-recover=all
+.DEFAULT_GOAL := san
+endif
 RUNTIME_SRC := $(filter-out runtime/main.c runtime/device_cuda.c,$(wildcard runtime/*.c))
 KERNEL_SRC  := $(wildcard kernels/cpu/*.c)
 LIB_OBJ     := $(patsubst %.c,$(B)/obj/%.o,$(RUNTIME_SRC) $(KERNEL_SRC))
@@ -29,7 +41,7 @@ CTEST_SRC   := $(filter-out spec/c/test_cuda.c,$(wildcard spec/c/test_*.c))
 CTEST_BIN   := $(patsubst spec/c/%.c,$(B)/%,$(CTEST_SRC))
 HEADERS     := $(wildcard runtime/*.h) $(wildcard kernels/cpu/*.h)
 
-.PHONY: all deps test run bench clean ctest spec test-cuda cuda-check bench-cuda
+.PHONY: all deps test run bench clean ctest spec test-cuda cuda-check bench-cuda san valgrind fuzz fuzz-smoke
 all: $(B)/libztrain.so $(B)/ztrain
 
 # ---- CUDA (only with CUDA=1) ----
@@ -128,5 +140,39 @@ $(B)/bench_adamw: tools/bench_adamw.c $(patsubst %.c,$(B)/obj/%.o,$(KERNEL_SRC))
 $(B)/bench_aio: tools/bench_aio.c $(LIB_OBJ)
 	$(CC) $(CFLAGS) -Iruntime -o $@ $< $(LIB_OBJ) $(LIBS)
 
+# ---- Sanitizers and valgrind (docs/reliability.md) ----
+san: $(B)/libztrain.so $(B)/ztrain $(CTEST_BIN)
+	@sh tools/san.sh $(B) $(CTEST_BIN)
+
+# memcheck on the C tests of the plain build (MPI tests on one rank is not
+# what they test, so those run under mpirun -np 2, each rank under valgrind)
+valgrind: all $(CTEST_BIN)
+	@sh tools/valgrind.sh $(CTEST_BIN)
+
+# ---- Fuzzing (docs/reliability.md): libFuzzer harnesses of the readers ----
+# tools/fuzz/harness.c embeds LuaJIT and feeds each input to one reader
+# (tools/fuzz/targets.lua), one binary per target, built by clang with
+# ASan + UBSan into build-fuzz/. `make fuzz` runs each for FUZZ_SECONDS
+# from its seeds (spec/fuzz/TARGET/, read-only; new inputs go to
+# build-fuzz/corpus/TARGET/); `make fuzz-smoke` (part of `make test`) runs
+# FUZZ_RUNS inputs each. Without clang both say so in one line and pass.
+FUZZ_TARGETS := safetensors tokbin bpe_vocab bpe_merges checkpoint recipe
+FUZZ_SECONDS ?= 60
+FUZZ_RUNS    ?= 500
+FUZZ_CC      ?= clang
+FUZZ_BIN     := $(patsubst %,build-fuzz/fuzz_%,$(FUZZ_TARGETS))
+build-fuzz/fuzz_%: tools/fuzz/harness.c
+	@mkdir -p build-fuzz
+	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	    -DZT_FUZZ_TARGET='"$*"' $(LUAJIT_CFLAGS) -o $@ $< $(LUAJIT_LIBS) -ldl -Wl,-E
+fuzz: all
+	@if ! command -v $(FUZZ_CC) >/dev/null 2>&1; then echo "fuzz: skipped ($(FUZZ_CC) not installed)"; \
+	else $(MAKE) --no-print-directory $(FUZZ_BIN) && \
+	  sh tools/fuzz/run.sh -max_total_time=$(FUZZ_SECONDS) $(FUZZ_TARGETS); fi
+fuzz-smoke: all
+	@if ! command -v $(FUZZ_CC) >/dev/null 2>&1; then echo "fuzz-smoke: skipped ($(FUZZ_CC) not installed)"; \
+	else $(MAKE) --no-print-directory -s $(FUZZ_BIN) && \
+	  sh tools/fuzz/run.sh -runs=$(FUZZ_RUNS) $(FUZZ_TARGETS); fi
+
 clean:
-	rm -rf $(B) build-cuda
+	rm -rf $(B) build-cuda build-san build-fuzz
