@@ -110,6 +110,8 @@ $(B)/test_%: spec/c/test_%.c $(LIB_OBJ) $(wildcard spec/c/*.h)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< $(LIB_OBJ) $(LIBS)
 
 # All C tests and busted specs; the last line is "N passed, N failed".
+# Before them, a fuzz smoke run (make fuzz-smoke; one skip line without clang);
+# a finding there is counted as one failure.
 # Where nvcc is present, first the CUDA backend is compiled and linked into
 # build-cuda/ and its test run (it skips with one line without a GPU); a
 # CUDA build or test failure fails `make test` after the summary.
@@ -120,7 +122,10 @@ test: deps all $(CTEST_BIN)
 	  echo "$$out" | grep -v '^ok '; \
 	  [ $$cuda_rc -eq 0 ] || echo "make test-cuda FAILED (exit $$cuda_rc)"; \
 	fi; \
-	EXTRA_FAILED=$$([ $$cuda_rc -eq 0 ] && echo 0 || echo 1) sh tools/run_tests.sh $(CTEST_BIN)
+	extra=$$([ $$cuda_rc -eq 0 ] && echo 0 || echo 1); \
+	echo "== fuzz smoke ($(FUZZ_RUNS) inputs per reader; make fuzz runs longer)"; \
+	$(MAKE) --no-print-directory -s fuzz-smoke || extra=$$((extra + 1)); \
+	EXTRA_FAILED=$$extra sh tools/run_tests.sh $(CTEST_BIN)
 
 run: deps all
 	$(B)/ztrain recipes/zero3_offload.lua $(ARGS)

@@ -8,16 +8,24 @@ limit=$1; shift
 passed=0; failed=0
 # a reader that hangs over 10 s on one input is a finding; 2 GiB of RSS too
 for t in "$@"; do
-  mkdir -p "build-fuzz/corpus/$t"
+  # a smoke run (-runs=N) starts from the seeds alone each time (a corpus
+  # grown by earlier runs would make it slower and less repeatable)
+  corpus="build-fuzz/corpus/$t"
+  case "$limit" in -runs=*) corpus=$(mktemp -d /tmp/ztrain-fuzz-corpus.XXXXXX) ;; esac
+  mkdir -p "$corpus"
   log="build-fuzz/fuzz_$t.log"
-  ZTRAIN_HOME="$PWD" ASAN_OPTIONS="detect_leaks=0:abort_on_error=0" \
+  scratch=$(mktemp -d /tmp/ztrain-fuzz.XXXXXX)    # the files the harness writes inputs to
+  TMPDIR="$scratch" ZTRAIN_HOME="$PWD" ASAN_OPTIONS="detect_leaks=0:abort_on_error=0" \
     "build-fuzz/fuzz_$t" "$limit" -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
-    -artifact_prefix="build-fuzz/crash-$t-" "build-fuzz/corpus/$t" "spec/fuzz/$t" > "$log" 2>&1
+    -artifact_prefix="build-fuzz/crash-$t-" "$corpus" "spec/fuzz/$t" > "$log" 2>&1
   rc=$?
+  rm -rf "$scratch"
+  new=$(ls "$corpus" | wc -l)
+  case "$limit" in -runs=*) rm -rf "$corpus" ;; esac
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   cov=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | sed 's/ft: /features /')
   if [ $rc -eq 0 ]; then
-    echo "fuzz $t: ok, ${execs:-?} executions, $cov, corpus $(ls "build-fuzz/corpus/$t" | wc -l) new"
+    echo "fuzz $t: ok, ${execs:-?} executions, $cov, $new new inputs kept"
     passed=$((passed + 1))
   else
     echo "fuzz $t: FINDING (exit $rc), ${execs:-?} executions; log $log:"

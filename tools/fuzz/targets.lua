@@ -270,10 +270,12 @@ end
 local TARGETS = { safetensors = safetensors, tokbin = tokbin, bpe_vocab = bpe_vocab, bpe_merges = bpe_merges,
                   checkpoint = checkpoint, recipe = recipe }
 
-function M.setup(name)
+-- setup(name[, base]): scratch files go to BASE/ztrain-fuzz-NAME-PID (base:
+-- $TMPDIR or /tmp)
+function M.setup(name, base)
   local run = TARGETS[name]
   if not run then error("no fuzz target " .. tostring(name)) end
-  dir = ("%s/ztrain-fuzz-%s-%d"):format(os.getenv("TMPDIR") or "/tmp", name, libc.getpid())
+  dir = ("%s/ztrain-fuzz-%s-%d"):format(base or os.getenv("TMPDIR") or "/tmp", name, libc.getpid())
   libc.mkdir(dir, 448)
   libc.mkdir(dir .. "/bpe", 448)
   libc.mkdir(dir .. "/ck", 448)
