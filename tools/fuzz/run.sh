@@ -14,9 +14,11 @@ for t in "$@"; do
   case "$limit" in -runs=*) corpus=$(mktemp -d /tmp/ztrain-fuzz-corpus.XXXXXX) ;; esac
   mkdir -p "$corpus"
   log="build-fuzz/fuzz_$t.log"
+  dict=""
+  [ -f "tools/fuzz/$t.dict" ] && dict="-dict=tools/fuzz/$t.dict"   # the format's keys and tokens
   scratch=$(mktemp -d /tmp/ztrain-fuzz.XXXXXX)    # the files the harness writes inputs to
   TMPDIR="$scratch" ZTRAIN_HOME="$PWD" ASAN_OPTIONS="detect_leaks=0:abort_on_error=0" \
-    "build-fuzz/fuzz_$t" "$limit" -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+    "build-fuzz/fuzz_$t" "$limit" -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 $dict \
     -artifact_prefix="build-fuzz/crash-$t-" "$corpus" "spec/fuzz/$t" > "$log" 2>&1
   rc=$?
   rm -rf "$scratch"

@@ -236,8 +236,7 @@ local function recipe(input)
   local head = cut and input:sub(1, cut - 1) or input
   local file = cut and input:sub(cut + 2) or nil
   local overrides = {}
-  for line in (head .. "\n"):gmatch("([^\n]*)\n") do overrides[#overrides + 1] = line end
-  if head == "" then overrides = {} end
+  for line in head:gmatch("[^\n]+") do overrides[#overrides + 1] = line end
   local real_loadfile = loadfile
   local ok, err = xpcall(function()
     -- an infinite loop in a recipe (or an override's table literal) stops here
