@@ -53,6 +53,14 @@ describe("fuzz corpora", function()
     return err
   end
 
+  it("safetensors: a shape that is a JSON object is refused, naming the tensor", function()
+    local st = require "ztrain.nn.safetensors"
+    local path = "spec/fuzz/safetensors/crash-shape-is-object"
+    local ok, err = pcall(st.open, path)
+    assert.is_false(ok)
+    assert.are.equal(path .. ': tensor x: "shape" must be a list of sizes, as [768, 3072]', err)
+  end)
+
   it("checkpoint: a files[] entry without an index is named", function()
     local err = message("checkpoint", "crash-files-entry-without-index")
     assert.matches('manifest.json: files%[1%] %(rank 0%): "index" is not a file name in the checkpoint directory',

@@ -70,6 +70,14 @@ local function safetensors(input)
     for _, name in ipairs(f.names) do
       local t = f.tensors[name]
       local esize = st.DTYPE_SIZE[t.dtype]
+      local n, dims = 1, 0
+      for _ in pairs(t.shape) do dims = dims + 1 end
+      for i = 1, #t.shape do n = n * t.shape[i] end
+      if dims ~= #t.shape or n ~= t.numel then
+        finding = ("open accepted tensor %s whose shape is not a list of sizes (%d entries, %d in sequence)")
+                  :format(name, dims, #t.shape)
+        return
+      end
       if not (esize and t.lo >= 0 and t.lo <= t.hi and t.hi <= f.data_size and t.numel * esize == t.hi - t.lo) then
         finding = ("open accepted tensor %s with dtype %s, span [%s, %s), numel %s in %s data bytes")
                   :format(name, tostring(t.dtype), tostring(t.lo), tostring(t.hi), tostring(t.numel), f.data_size)
