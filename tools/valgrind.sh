@@ -17,9 +17,16 @@ MPISUPP=$(ls /usr/share/openmpi/openmpi-valgrind.supp 2>/dev/null)
 if ! command -v valgrind >/dev/null 2>&1; then echo "valgrind: skipped (valgrind not installed)"; exit 0; fi
 t0=$(date +%s)
 passed=0; failed=0
+skipped=0
 for t in "$@"; do
   s0=$(date +%s)
   case "$t" in
+    */test_layers)
+      # GPT-2 layers forward and backward at real sizes: over 15 minutes under
+      # memcheck (valgrind runs one thread at a time, 20-50x slower);
+      # make SAN=1 runs it under ASan + UBSan in seconds
+      echo "== $t: skipped under valgrind (over 15 min; make SAN=1 covers it)"
+      skipped=$((skipped + 1)); continue ;;
     */test_mpi_*)
       echo "== $t (mpirun -np 2, each rank under memcheck)"
       out=$(timeout 900 mpirun --oversubscribe --bind-to none -np 2 $VG --suppressions=$SUPP \
@@ -33,5 +40,5 @@ for t in "$@"; do
   if [ $rc -ne 0 ]; then echo "FAILED: $t (exit $rc)"; failed=$((failed + 1)); else passed=$((passed + 1)); fi
   echo "   ($(( $(date +%s) - s0 )) s)"
 done
-echo "valgrind: $passed passed, $failed failed ($(( $(date +%s) - t0 )) s)"
+echo "valgrind: $passed passed, $failed failed, $skipped skipped ($(( $(date +%s) - t0 )) s)"
 [ $failed -eq 0 ]
