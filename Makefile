@@ -170,12 +170,16 @@ build-fuzz/fuzz_%: tools/fuzz/harness.c
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	    -DZT_FUZZ_TARGET='"$*"' $(LUAJIT_CFLAGS) -o $@ $< $(LUAJIT_LIBS) -ldl -Wl,-E
+# can FUZZ_CC link a libFuzzer binary at all (clang without compiler-rt cannot)?
+FUZZ_PROBE = command -v $(FUZZ_CC) >/dev/null 2>&1 && mkdir -p build-fuzz && \
+  echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' | \
+  $(FUZZ_CC) -fsanitize=fuzzer -x c - -o build-fuzz/probe >/dev/null 2>&1
 fuzz: all
-	@if ! command -v $(FUZZ_CC) >/dev/null 2>&1; then echo "fuzz: skipped ($(FUZZ_CC) not installed)"; \
-	else $(MAKE) --no-print-directory $(FUZZ_BIN) && \
+	@if ! ($(FUZZ_PROBE)); then echo "fuzz: skipped ($(FUZZ_CC) with libFuzzer not installed)"; \
+	else $(MAKE) --no-print-directory -s $(FUZZ_BIN) && \
 	  sh tools/fuzz/run.sh -max_total_time=$(FUZZ_SECONDS) $(FUZZ_TARGETS); fi
 fuzz-smoke: all
-	@if ! command -v $(FUZZ_CC) >/dev/null 2>&1; then echo "fuzz-smoke: skipped ($(FUZZ_CC) not installed)"; \
+	@if ! ($(FUZZ_PROBE)); then echo "fuzz-smoke: skipped ($(FUZZ_CC) with libFuzzer not installed)"; \
 	else $(MAKE) --no-print-directory -s $(FUZZ_BIN) && \
 	  sh tools/fuzz/run.sh -runs=$(FUZZ_RUNS) $(FUZZ_TARGETS); fi
 
