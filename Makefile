@@ -22,6 +22,18 @@ UV_LIBS       := $(shell pkg-config --libs libuv 2>/dev/null || echo -luv)
 LIBS    := -lopenblas $(MPI_LIBS) $(UV_LIBS) -lm -lpthread
 
 B := build
+
+# SAN=1: the library, the host program and the C tests with AddressSanitizer
+# and UndefinedBehaviorSanitizer, in build-san/ (build/ is untouched); plain
+# `make SAN=1` builds them and runs tools/san.sh (the C tests, then a short
+# 2-rank zero3 run). -O1 keeps the build quick on a shared machine; UB is
+# fatal (-fno-sanitize-recover) so a finding cannot scroll past. docs/reliability.md.
+ifneq ($(SAN),)
+B := build-san
+CFLAGS := $(filter-out -O3,$(CFLAGS)) -O1 -fno-omit-frame-pointer \
+          -fsanitize=address,undefined -fno-sanitize-recover=all
+.DEFAULT_GOAL := san
+endif
 RUNTIME_SRC := $(filter-out runtime/main.c runtime/device_cuda.c,$(wildcard runtime/*.c))
 KERNEL_SRC  := $(wildcard kernels/cpu/*.c)
 LIB_OBJ     := $(patsubst %.c,$(B)/obj/%.o,$(RUNTIME_SRC) $(KERNEL_SRC))
@@ -29,7 +41,7 @@ CTEST_SRC   := $(filter-out spec/c/test_cuda.c,$(wildcard spec/c/test_*.c))
 CTEST_BIN   := $(patsubst spec/c/%.c,$(B)/%,$(CTEST_SRC))
 HEADERS     := $(wildcard runtime/*.h) $(wildcard kernels/cpu/*.h)
 
-.PHONY: all deps test run bench clean ctest spec test-cuda cuda-check bench-cuda
+.PHONY: all deps test run bench clean ctest spec test-cuda cuda-check bench-cuda san valgrind fuzz fuzz-smoke
 all: $(B)/libztrain.so $(B)/ztrain
 
 # ---- CUDA (only with CUDA=1) ----
@@ -98,6 +110,8 @@ $(B)/test_%: spec/c/test_%.c $(LIB_OBJ) $(wildcard spec/c/*.h)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< $(LIB_OBJ) $(LIBS)
 
 # All C tests and busted specs; the last line is "N passed, N failed".
+# Before them, a fuzz smoke run (make fuzz-smoke; one skip line without clang);
+# a finding there is counted as one failure.
 # Where nvcc is present, first the CUDA backend is compiled and linked into
 # build-cuda/ and its test run (it skips with one line without a GPU); a
 # CUDA build or test failure fails `make test` after the summary.
@@ -108,7 +122,10 @@ test: deps all $(CTEST_BIN)
 	  echo "$$out" | grep -v '^ok '; \
 	  [ $$cuda_rc -eq 0 ] || echo "make test-cuda FAILED (exit $$cuda_rc)"; \
 	fi; \
-	EXTRA_FAILED=$$([ $$cuda_rc -eq 0 ] && echo 0 || echo 1) sh tools/run_tests.sh $(CTEST_BIN)
+	extra=$$([ $$cuda_rc -eq 0 ] && echo 0 || echo 1); \
+	echo "== fuzz smoke ($(FUZZ_RUNS) inputs per reader; make fuzz runs longer)"; \
+	$(MAKE) --no-print-directory -s fuzz-smoke || extra=$$((extra + 1)); \
+	EXTRA_FAILED=$$extra sh tools/run_tests.sh $(CTEST_BIN)
 
 run: deps all
 	$(B)/ztrain recipes/zero3_offload.lua $(ARGS)
@@ -128,5 +145,43 @@ $(B)/bench_adamw: tools/bench_adamw.c $(patsubst %.c,$(B)/obj/%.o,$(KERNEL_SRC))
 $(B)/bench_aio: tools/bench_aio.c $(LIB_OBJ)
 	$(CC) $(CFLAGS) -Iruntime -o $@ $< $(LIB_OBJ) $(LIBS)
 
+# ---- Sanitizers and valgrind (docs/reliability.md) ----
+san: $(B)/libztrain.so $(B)/ztrain $(CTEST_BIN)
+	@sh tools/san.sh $(B) $(CTEST_BIN)
+
+# memcheck on the C tests of the plain build (MPI tests on one rank is not
+# what they test, so those run under mpirun -np 2, each rank under valgrind)
+valgrind: all $(CTEST_BIN)
+	@sh tools/valgrind.sh $(CTEST_BIN)
+
+# ---- Fuzzing (docs/reliability.md): libFuzzer harnesses of the readers ----
+# tools/fuzz/harness.c embeds LuaJIT and feeds each input to one reader
+# (tools/fuzz/targets.lua), one binary per target, built by clang with
+# ASan + UBSan into build-fuzz/. `make fuzz` runs each for FUZZ_SECONDS
+# from its seeds (spec/fuzz/TARGET/, read-only; new inputs go to
+# build-fuzz/corpus/TARGET/); `make fuzz-smoke` (part of `make test`) runs
+# FUZZ_RUNS inputs each. Without clang both say so in one line and pass.
+FUZZ_TARGETS := safetensors tokbin bpe_vocab bpe_merges checkpoint recipe
+FUZZ_SECONDS ?= 60
+FUZZ_RUNS    ?= 500
+FUZZ_CC      ?= clang
+FUZZ_BIN     := $(patsubst %,build-fuzz/fuzz_%,$(FUZZ_TARGETS))
+build-fuzz/fuzz_%: tools/fuzz/harness.c
+	@mkdir -p build-fuzz
+	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	    -DZT_FUZZ_TARGET='"$*"' $(LUAJIT_CFLAGS) -o $@ $< $(LUAJIT_LIBS) -ldl -Wl,-E
+# can FUZZ_CC link a libFuzzer binary at all (clang without compiler-rt cannot)?
+FUZZ_PROBE = command -v $(FUZZ_CC) >/dev/null 2>&1 && mkdir -p build-fuzz && \
+  echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' | \
+  $(FUZZ_CC) -fsanitize=fuzzer -x c - -o build-fuzz/probe >/dev/null 2>&1
+fuzz: all
+	@if ! ($(FUZZ_PROBE)); then echo "fuzz: skipped ($(FUZZ_CC) with libFuzzer not installed)"; \
+	else $(MAKE) --no-print-directory -s $(FUZZ_BIN) && \
+	  sh tools/fuzz/run.sh -max_total_time=$(FUZZ_SECONDS) $(FUZZ_TARGETS); fi
+fuzz-smoke: all
+	@if ! ($(FUZZ_PROBE)); then echo "fuzz-smoke: skipped ($(FUZZ_CC) with libFuzzer not installed)"; \
+	else $(MAKE) --no-print-directory -s $(FUZZ_BIN) && \
+	  sh tools/fuzz/run.sh -runs=$(FUZZ_RUNS) $(FUZZ_TARGETS); fi
+
 clean:
-	rm -rf $(B) build-cuda
+	rm -rf $(B) build-cuda build-san build-fuzz

@@ -296,6 +296,78 @@ local function decode(path, text)
   return v
 end
 
+-- The manifest and the indexes are trusted only after these checks (a
+-- corrupt or hand-edited file must end in a message naming the file and the
+-- field, not in an index of nil deep inside read).
+local function is_count(x) return type(x) == "number" and x >= 0 and x == math.floor(x) and x < 2 ^ 53 end
+local function is_list(x) return type(x) == "table" and (next(x) == nil or x[1] ~= nil) end
+local function bad_field(path, what)
+  fail(("checkpoint: %s: %s; the checkpoint is corrupt (resume from an older one)"):format(path, what))
+end
+
+local function check_manifest(mpath, man)
+  if not is_count(man.step) then bad_field(mpath, '"step" is not a whole number') end
+  if man.files ~= nil and not is_list(man.files) then bad_field(mpath, '"files" is not a list') end
+  for i, f in ipairs(man.files or {}) do
+    local what = ("files[%d] (rank %d)"):format(i, i - 1)
+    if type(f) ~= "table" then bad_field(mpath, what .. " is not an object") end
+    -- plain names in the checkpoint's directory: a manifest never points elsewhere
+    for _, k in ipairs { "index", "bin" } do
+      if type(f[k]) ~= "string" or not f[k]:match("^[%w_%-][%w_%.%-]*$") then
+        bad_field(mpath, ("%s: %q is not a file name in the checkpoint directory"):format(what, k))
+      end
+    end
+    if not is_count(f.bytes) then bad_field(mpath, ('%s: "bytes" is not a whole number'):format(what)) end
+    if type(f.blocks_sha256) ~= "string" then bad_field(mpath, ('%s: no "blocks_sha256"'):format(what)) end
+  end
+  -- what load_run reads besides the shards
+  for _, k in ipairs { "data", "optim" } do
+    if man[k] ~= nil and type(man[k]) ~= "table" then bad_field(mpath, ('"%s" is not an object'):format(k)) end
+  end
+  if man.optim and man.optim.t ~= nil and not is_count(man.optim.t) then
+    bad_field(mpath, '"optim.t" is not a whole number')
+  end
+  if man.data and man.data.next_batch ~= nil and not is_count(man.data.next_batch) then
+    bad_field(mpath, '"data.next_batch" is not a whole number')
+  end
+  if man.data and man.data.tokenizer ~= nil and type(man.data.tokenizer) ~= "string" then
+    bad_field(mpath, '"data.tokenizer" is not a string')
+  end
+  if man.model ~= nil then
+    if type(man.model) ~= "table" or (man.model.units ~= nil and not is_list(man.model.units)) then
+      bad_field(mpath, '"model" is not an object with a list of "units"')
+    end
+    for i, u in ipairs(man.model.units or {}) do
+      if type(u) ~= "table" or type(u.name) ~= "string" or not is_count(u.numel) then
+        bad_field(mpath, ('model.units[%d] is not { "name": string, "numel": whole number }'):format(i))
+      end
+    end
+  end
+end
+
+-- an index (rank-RRRRR.json) against its manifest entry f
+local function check_index(ipath, idx, f)
+  local nblocks = math.ceil(f.bytes / M.BLOCK)
+  if not is_list(idx.blocks) or #idx.blocks ~= nblocks then
+    bad_field(ipath, ('"blocks" is not a list of %d checksums (one per %d bytes of %d)'):format(nblocks, M.BLOCK,
+              f.bytes))
+  end
+  for i = 1, nblocks do
+    if type(idx.blocks[i]) ~= "string" then bad_field(ipath, ("blocks[%d] is not a checksum"):format(i)) end
+  end
+  if not is_list(idx.entries) then bad_field(ipath, '"entries" is not a list') end
+  for i, e in ipairs(idx.entries) do
+    if type(e) ~= "table" or type(e.kind) ~= "string" or type(e.unit) ~= "string" or not is_count(e.lo) or
+       not is_count(e.hi) or not is_count(e.offset) or e.hi < e.lo then
+      bad_field(ipath, ('entries[%d] is not { kind, unit, lo <= hi, offset } (whole numbers)'):format(i))
+    end
+    if e.offset + 4 * (e.hi - e.lo) > f.bytes then
+      bad_field(ipath, ("entries[%d] (%s of %s [%.0f, %.0f)) ends at byte %.0f, past the %.0f bytes of %s")
+                :format(i, e.kind, e.unit, e.lo, e.hi, e.offset + 4 * (e.hi - e.lo), f.bytes, f.bin))
+    end
+  end
+end
+
 -- open(path) -> ck: { dir, manifest, read = fn(kind, unit, lo, hi, dst, numel), close() }
 function M.open(path)
   local dir = M.resolve(path)
@@ -306,19 +378,30 @@ function M.open(path)
     fail(("checkpoint: %s has format version %s; this ztrain reads version %d"):format(mpath,
          tostring(man.version), M.VERSION))
   end
+  check_manifest(mpath, man)
   local files = {}
+  local function close_all() for _, g in ipairs(files) do libc.close(g.fd) end end
   for i, f in ipairs(man.files or {}) do
     local ipath = dir .. "/" .. f.index
     local text = read_text(ipath)
-    if not text then fail(("checkpoint %s: rank file index %s is missing (a shard of rank %d)"):format(dir, f.index, i - 1)) end
-    local idx = decode(ipath, text)
-    if sha_hex(table.concat(idx.blocks or {}), #table.concat(idx.blocks or {})) ~= f.blocks_sha256 then
+    if not text then
+      close_all()
+      fail(("checkpoint %s: rank file index %s is missing (a shard of rank %d)"):format(dir, f.index, i - 1))
+    end
+    local ok, idx = pcall(function()
+      local v = decode(ipath, text)
+      check_index(ipath, v, f)
+      return v
+    end)
+    if not ok then close_all(); error(idx, 0) end
+    if sha_hex(table.concat(idx.blocks), #table.concat(idx.blocks)) ~= f.blocks_sha256 then
+      close_all()
       fail(("checkpoint %s: %s does not match the manifest (block checksums differ)"):format(dir, f.index))
     end
     local bpath = dir .. "/" .. f.bin
     local fd = libc.open(bpath, libc.O_RDONLY + libc.O_CLOEXEC)
     if fd < 0 then
-      for _, g in ipairs(files) do libc.close(g.fd) end
+      close_all()
       fail(("checkpoint %s: cannot open %s: %s (a shard of rank %d)"):format(dir, f.bin, errno_text(), i - 1))
     end
     files[i] = { fd = fd, path = bpath, index = idx, bytes = f.bytes }

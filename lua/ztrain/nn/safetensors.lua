@@ -159,6 +159,10 @@ function M.open(path)
     local esize = M.DTYPE_SIZE[e.dtype]
     if not esize then bad(("unknown dtype %q"):format(e.dtype)) end
     if type(e.shape) ~= "table" then bad('no "shape" list') end
+    -- a JSON object decodes to a table too: {"rows": 3} is no shape
+    local entries = 0
+    for _ in pairs(e.shape) do entries = entries + 1 end
+    if entries ~= #e.shape then bad('"shape" must be a list of sizes, as [768, 3072]') end
     local numel = 1
     for i = 1, #e.shape do
       if not is_count(e.shape[i]) then bad(("shape entry %s is not a whole number >= 0"):format(tostring(e.shape[i]))) end
