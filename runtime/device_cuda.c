@@ -438,6 +438,8 @@ void zt_cuda_set_stream(void *s) { cu_cur = s == (void *)cu_stream ? NULL : (cud
 
 void *zt_cuda_get_stream(void) { return S(); }
 
+void *zt_cuda_compute_stream(void) { return cu_stream; }
+
 int zt_cuda_event_new(void **out, int timing)
 {
     ZT_CHECK(out != NULL, "zt_cuda_event_new: out is NULL");
@@ -515,6 +517,14 @@ int zt_cuda_host_alloc(void **out, size_t nbytes)
 }
 
 void zt_cuda_host_free(void *p) { if (p) CU_NOTE(cudaFreeHost(p)); }
+
+int zt_cuda_is_pinned(const void *p)
+{
+    if (!cu_ready || !p) return 0;
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) { (void)cudaGetLastError(); return 0; }
+    return a.type == cudaMemoryTypeHost;
+}
 
 const zt_device_ops zt_cuda_device = {
     .name = "cuda",
