@@ -25,7 +25,7 @@ B := build
 RUNTIME_SRC := $(filter-out runtime/main.c runtime/device_cuda.c,$(wildcard runtime/*.c))
 KERNEL_SRC  := $(wildcard kernels/cpu/*.c)
 LIB_OBJ     := $(patsubst %.c,$(B)/obj/%.o,$(RUNTIME_SRC) $(KERNEL_SRC))
-CTEST_SRC   := $(filter-out spec/c/test_cuda.c,$(wildcard spec/c/test_*.c))
+CTEST_SRC   := $(filter-out spec/c/test_cuda%.c,$(wildcard spec/c/test_*.c))
 CTEST_BIN   := $(patsubst spec/c/%.c,$(B)/%,$(CTEST_SRC))
 HEADERS     := $(wildcard runtime/*.h) $(wildcard kernels/cpu/*.h)
 
@@ -73,9 +73,13 @@ bench-cuda:
 
 # Builds into build-cuda/ (not build/) and runs the GPU test; "skipped" where
 # no GPU is visible. cuda-check: the test alone (no MPI/libuv/OpenBLAS/LuaJIT).
+# test_cuda_seams: the Seams API (stream.c, pinned host tier, nvme) on the
+# GPU through the whole library (needs MPI/libuv/OpenBLAS like libztrain.so).
 test-cuda:
-	$(MAKE) CUDA=1 B=build-cuda build-cuda/libztrain.so build-cuda/test_cuda
+	$(MAKE) CUDA=1 B=build-cuda build-cuda/libztrain.so build-cuda/test_cuda \
+	    build-cuda/test_cuda_seams
 	build-cuda/test_cuda
+	build-cuda/test_cuda_seams
 cuda-check:
 	$(MAKE) CUDA=1 B=build-cuda build-cuda/test_cuda
 	build-cuda/test_cuda
