@@ -18,9 +18,6 @@
  * failure is kept and returned by the next op that returns a code, or by
  * zt_device_sync -- like CUDA's own asynchronous errors. The library
  * never exits.
- *
- * Not on CUDA yet: attention_decode (the KV-cache generation path) -- its
- * entry is NULL and ops.c answers that it is not available on this device.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -366,6 +363,12 @@ static void cuda_attention_forward(float *out, float *lse, const float *qkv,
     KC_NOTE(zkc_attention_forward(S(), out, lse, qkv, B, T, C, NH));
 }
 
+static void cuda_attention_decode(float *out, float *kcache, float *vcache, const float *qkv,
+                                  int B, int T, int C, int NH, int maxT, int pos)
+{
+    KC_NOTE(zkc_attention_decode(S(), out, kcache, vcache, qkv, B, T, C, NH, maxT, pos));
+}
+
 /* D = rowsum(dout * out) (B*NH*T floats) lives in the scratch buffer */
 static void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
                                     const float *out, const float *lse, int B, int T, int C, int NH)
@@ -549,7 +552,7 @@ const zt_device_ops zt_cuda_device = {
     .matmul_bf16_backward = cuda_matmul_bf16_backward,
     .attention_forward = cuda_attention_forward,
     .attention_backward = cuda_attention_backward,
-    .attention_decode = NULL,       /* not yet: ops.c says so */
+    .attention_decode = cuda_attention_decode,
     .gelu_forward = cuda_gelu_forward,
     .gelu_backward = cuda_gelu_backward,
     .crossentropy = cuda_crossentropy,
