@@ -22,7 +22,8 @@ UV_LIBS       := $(shell pkg-config --libs libuv 2>/dev/null || echo -luv)
 LIBS    := -lopenblas $(MPI_LIBS) $(UV_LIBS) -lm -lpthread
 
 B := build
-RUNTIME_SRC := $(filter-out runtime/main.c runtime/device_cuda.c,$(wildcard runtime/*.c))
+RUNTIME_SRC := $(filter-out runtime/main.c runtime/device_cuda.c runtime/comm_nccl.c \
+                 runtime/comm_stage.c,$(wildcard runtime/*.c))
 KERNEL_SRC  := $(wildcard kernels/cpu/*.c)
 LIB_OBJ     := $(patsubst %.c,$(B)/obj/%.o,$(RUNTIME_SRC) $(KERNEL_SRC))
 CTEST_SRC   := $(filter-out spec/c/test_cuda%.c,$(wildcard spec/c/test_*.c))
@@ -47,8 +48,8 @@ ifneq ($(CUDA),)
 # uses build-cuda/); `make CUDA=1` alone builds into build/, so run
 # `make clean` before switching build/ between the two.
 CFLAGS  += -DZT_CUDA -I$(CUDA_HOME)/include
-LIB_OBJ += $(CUDA_OBJ)
-LIBS    += $(CUDA_LIBS)
+LIB_OBJ += $(CUDA_OBJ) $(B)/obj/runtime/comm_nccl.o $(B)/obj/runtime/comm_stage.o
+LIBS    += $(CUDA_LIBS) -lnccl
 endif
 
 $(B)/obj/%.o: %.cu $(wildcard kernels/cuda/*.cuh)
@@ -75,11 +76,19 @@ bench-cuda:
 # no GPU is visible. cuda-check: the test alone (no MPI/libuv/OpenBLAS/LuaJIT).
 # test_cuda_seams: the Seams API (stream.c, pinned host tier, nvme) on the
 # GPU through the whole library (needs MPI/libuv/OpenBLAS like libztrain.so).
+# test_cuda_nccl: device-tensor collectives under mpirun -np 2, through MPI
+# staged in pinned memory (ranks may share a GPU) and through NCCL (one GPU
+# per rank; skips with fewer GPUs, or without mpirun).
 test-cuda:
 	$(MAKE) CUDA=1 B=build-cuda build-cuda/libztrain.so build-cuda/test_cuda \
-	    build-cuda/test_cuda_seams
+	    build-cuda/test_cuda_seams build-cuda/test_cuda_nccl
 	build-cuda/test_cuda
 	build-cuda/test_cuda_seams
+	@if command -v mpirun >/dev/null; then \
+	  for m in mpi nccl; do echo "mpirun -np 2 build-cuda/test_cuda_nccl $$m"; \
+	    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+	      mpirun --oversubscribe -np 2 build-cuda/test_cuda_nccl $$m || exit 1; done; \
+	else echo "cuda mpi/nccl: no mpirun, skipped"; fi
 cuda-check:
 	$(MAKE) CUDA=1 B=build-cuda build-cuda/test_cuda
 	build-cuda/test_cuda

@@ -154,7 +154,9 @@ static void complete(zt_comm_req *op, int rc)
  * communicator bookkeeping of FREE). */
 static int run_op(zt_comm_req *op)
 {
-    const zt_transport *tp = op->comm->tp;
+    /* op->tp: the communicator's transport when issued (NCCL's attach runs
+     * NCCL's start on an MPI communicator) */
+    const zt_transport *tp = op->tp;
     if (op->kind == ZT_OP_FREE) {
         int rc = tp->free_comm(op->comm);
         free(op->comm);
@@ -367,6 +369,15 @@ static void enqueue(zt_comm_req *op)
 /* Hand a validated operation to its transport. req == NULL: wait for it. */
 int zt_comm_submit(zt_comm_req *op, zt_comm_req **req)
 {
+    if (op->tp->issue) {
+        int rc = op->tp->issue(op);
+        if (rc != ZT_OK) {
+            zt_tensor_release(op->hold[0]);
+            zt_tensor_release(op->hold[1]);
+            free(op);
+            return rc;
+        }
+    }
     if (!op->comm->tp->threaded) {
         int rc = run_op(op);
         if (!req) {
@@ -475,6 +486,17 @@ int zt_comm_world(zt_comm **out)
     *out = &world;
     return ZT_OK;
 }
+
+#ifndef ZT_CUDA
+/* comm_nccl.c in a CUDA build */
+int zt_comm_use_nccl(zt_comm *c, int deterministic)
+{
+    (void)c;
+    (void)deterministic;
+    return zt_error(ZT_EINVAL, "comm.backend=nccl: built without CUDA (NCCL); rebuild with "
+                    "make CUDA=1, or use comm.backend=mpi");
+}
+#endif
 
 int zt_comm_rank(const zt_comm *c) { return c ? c->rank : -1; }
 int zt_comm_size(const zt_comm *c) { return c ? c->size : -1; }

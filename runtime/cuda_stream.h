@@ -32,6 +32,10 @@ void zt_cuda_set_stream(void *s);
 void *zt_cuda_get_stream(void);
 /* The device's compute stream (what NULL means on a thread that set none). */
 void *zt_cuda_compute_stream(void);
+/* CUDA's current device is per thread: a thread other than the one that
+ * called zt_device_init (stream workers, the communication thread) calls
+ * this before its first CUDA call, so it works on the process's GPU. */
+int zt_cuda_bind_thread(void);
 
 /* Events: timing disabled unless timing != 0 (cheaper record and wait). */
 int zt_cuda_event_new(void **out, int timing);

@@ -37,6 +37,7 @@ static double *cu_scratch;        /* device: block partials of sum/sumsq */
 static size_t cu_scratch_n;
 static int cu_ready;
 static int cu_pending;            /* first error of a void op, not yet returned */
+static int cu_dev;                /* the GPU of this process (zt_cuda_bind_thread) */
 
 /* The calling thread's current stream (zt_cuda_set_stream); 0: cu_stream. */
 static _Thread_local cudaStream_t cu_cur;
@@ -102,6 +103,15 @@ int zt_cuda_init(void)
         return zt_error(ZT_EINVAL, "device.backend=cuda: no CUDA GPU is visible (%s); check "
                         "nvidia-smi and CUDA_VISIBLE_DEVICES, or use device.backend=cpu",
                         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    /* One GPU per rank: the launcher's local rank picks the device (ranks
+     * beyond the GPUs share them, round robin: the MPI transport stages
+     * their device tensors; NCCL would refuse). With one visible device
+     * (CUDA_VISIBLE_DEVICES set per rank, or one GPU) it is that one. */
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!lr) lr = getenv("SLURM_LOCALID");
+    if (!lr) lr = getenv("LOCAL_RANK");
+    if (lr && n > 1) CU(cudaSetDevice(atoi(lr) % n));
+    CU(cudaGetDevice(&cu_dev));
     CU(cudaStreamCreateWithFlags(&cu_stream, cudaStreamNonBlocking));
     cublasStatus_t st = cublasCreate(&cu_blas);
     if (st != CUBLAS_STATUS_SUCCESS) return blas_err(__FILE__, __LINE__, "cublasCreate", st);
@@ -442,6 +452,13 @@ void zt_cuda_set_stream(void *s) { cu_cur = s == (void *)cu_stream ? NULL : (cud
 void *zt_cuda_get_stream(void) { return S(); }
 
 void *zt_cuda_compute_stream(void) { return cu_stream; }
+
+int zt_cuda_bind_thread(void)
+{
+    NEED_INIT("zt_cuda_bind_thread");
+    CU(cudaSetDevice(cu_dev));
+    return ZT_OK;
+}
 
 int zt_cuda_event_new(void **out, int timing)
 {

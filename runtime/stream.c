@@ -59,6 +59,7 @@ static inline void zt_cuda_stream_free(void *s) { (void)s; }
 static inline int zt_cuda_stream_sync(void *s) { (void)s; return zt_cuda_nocuda(); }
 static inline void zt_cuda_set_stream(void *s) { (void)s; }
 static inline void *zt_cuda_compute_stream(void) { return NULL; }
+static inline int zt_cuda_bind_thread(void) { return zt_cuda_nocuda(); }
 static inline int zt_cuda_event_new(void **o, int t) { (void)o; (void)t; return zt_cuda_nocuda(); }
 static inline void zt_cuda_event_free(void *e) { (void)e; }
 static inline int zt_cuda_event_record(void *e, void *s) { (void)e; (void)s; return zt_cuda_nocuda(); }
@@ -531,6 +532,10 @@ static void *worker_main(void *arg)
     /* One thread: a copy engine, not a second OpenMP team fighting the
      * compute stream's for the cores (device copies use OpenMP blocks). */
     omp_set_num_threads(1);
+    if (s->cu) {                        /* its CUDA calls go to the process's GPU */
+        int rc = zt_cuda_bind_thread();
+        if (rc) stream_fail(s, rc, zt_last_error());
+    }
     pthread_mutex_lock(&s->lock);
     for (;;) {
         while (!s->head && !s->stop && f.n == 0) pthread_cond_wait(&s->queued, &s->lock);

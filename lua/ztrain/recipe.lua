@@ -46,6 +46,11 @@ M.defaults = {
   -- accumulation ("on"), or in fp32 on the stored values ("off"); "auto":
   -- on where the CPU's bf16 path outruns its fp32 GEMMs (AMX), else off
   device   = { backend = "cpu", memory_limit = "0", threads = 0, bf16_gemm = "auto" },
+  -- comm.backend: "mpi" (MPI under a launcher, one local rank otherwise) or
+  -- "nccl" (device.backend = "cuda": device tensors over NCCL, one GPU per
+  -- rank); comm.deterministic: reductions in rank order (NCCL too), the same
+  -- bits as one rank; false: NCCL's own all-reduce
+  comm     = { backend = "mpi", deterministic = true },
   launch   = { nproc = 0 },   -- local ranks `ztrain RECIPE` starts (0: the launcher's, or one)
   -- pipeline: ranks per replica (stages), model chunks per rank; units split
   -- "params" (by parameter count), "time" (by measured time) or as listed;
@@ -247,6 +252,13 @@ function M.resolve(user, overrides)
   end
   if not require("ztrain.precision").NAMES[r.precision] then
     return nil, ('precision must be "fp32", "bf16" or "fp16", got %q'):format(tostring(r.precision))
+  end
+  if r.comm.backend ~= "mpi" and r.comm.backend ~= "nccl" then
+    return nil, ('comm.backend must be "mpi" or "nccl", got %q'):format(tostring(r.comm.backend))
+  end
+  if r.comm.backend == "nccl" and r.device.backend ~= "cuda" then
+    return nil, ('comm.backend = "nccl" needs device.backend = "cuda" (NCCL moves GPU memory), got %q')
+                :format(tostring(r.device.backend))
   end
   local bg = r.device.bf16_gemm
   if bg ~= "auto" and bg ~= "on" and bg ~= "off" then
