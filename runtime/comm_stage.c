@@ -12,7 +12,8 @@
  *         the copy down reads what the kernels issued before wrote;
  *  start  (communication thread): wait for it, pinned buffers on the host
  *         tier ("comm"), copy down what the operation reads, point the
- *         operation at the buffers;
+ *         operation at the buffers and make it a host-tier one (MPI's own
+ *         receive scratch is then host memory too);
  *  finish (communication thread, after the MPI operation): copy up what it
  *         wrote, free the buffers.
  * Host-tier operations, and every operation on the CPU device, pass through.
@@ -28,6 +29,7 @@ typedef struct {
     char *h_out, *h_in;         /* their staging buffers (h_out may lie inside h_in) */
     size_t out_bytes, in_bytes, held_out, held_in;
     int up;                     /* copy out back to the device when done */
+    int tier, retiered;         /* the operation's own tier (it runs as a host one) */
 } staged;
 
 static int on_cuda(const zt_comm_req *op)
@@ -122,6 +124,10 @@ int zt_comm_stage_in(zt_comm_req *op)
     if (rc) return zt_comm_stage_out(op, rc);
     if (s->h_out) op->out = s->h_out;
     if (s->h_in) op->in = s->h_in;
+    /* MPI's receive scratch goes on op->tier: host memory, not the GPU's */
+    s->tier = op->tier;
+    s->retiered = 1;
+    op->tier = ZT_TIER_HOST;
     return ZT_OK;
 }
 
@@ -136,6 +142,7 @@ int zt_comm_stage_out(zt_comm_req *op, int rc)
     }
     op->out = s->dev_out;
     op->in = s->dev_in;
+    if (s->retiered) op->tier = s->tier;
     if (s->held_in) zt_mem_free(s->h_in, s->held_in, ZT_TIER_HOST, ZT_CAT_COMM);
     if (s->held_out) zt_mem_free(s->h_out, s->held_out, ZT_TIER_HOST, ZT_CAT_COMM);
     free(s);
