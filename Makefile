@@ -42,8 +42,8 @@ NVCCFLAGS ?= -O3 -std=c++17 -lineinfo -Xcompiler -fPIC,-Wall \
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 CUDA_SRC  := $(wildcard kernels/cuda/*.cu)
 CUDA_OBJ  := $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC)) $(B)/obj/runtime/device_cuda.o
-ifeq ($(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h),)
-CTEST_BIN := $(filter-out $(B)/test_mpi_stage_fakecuda,$(CTEST_BIN))
+ifneq ($(words $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h $(CUDA_HOME)/include/nccl.h)),2)
+CTEST_BIN := $(filter-out $(B)/test_mpi_fakecuda,$(CTEST_BIN))
 endif
 ifneq ($(CUDA),)
 # A CUDA build differs in flags (device_cpu.c registers the device), so it
@@ -54,7 +54,7 @@ CFLAGS  += -DZT_CUDA -I$(CUDA_HOME)/include
 LIB_OBJ += $(CUDA_OBJ) $(B)/obj/runtime/comm_nccl.o $(B)/obj/runtime/comm_stage.o
 LIBS    += $(CUDA_LIBS) -lnccl
 # the fake-CUDA tests link the CPU library only
-CTEST_BIN := $(filter-out $(B)/test_stream_fakecuda $(B)/test_mpi_stage_fakecuda,$(CTEST_BIN))
+CTEST_BIN := $(filter-out $(B)/test_stream_fakecuda $(B)/test_mpi_fakecuda,$(CTEST_BIN))
 endif
 
 $(B)/obj/%.o: %.cu $(wildcard kernels/cuda/*.cuh)
@@ -119,17 +119,19 @@ $(B)/test_stream_fakecuda: spec/c/test_stream_fakecuda.c runtime/stream.c $(FAKE
                            $(wildcard spec/c/*.h) $(HEADERS)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< $(FAKECUDA_OBJ) $(LIBS)
 
-# comm_stage.c (MPI with CUDA device tensors) under mpirun on the CPU: the
-# files that reach the device are compiled with ZT_CUDA and zt_dev renamed to
-# the test's fake device (needs the CUDA headers only; skipped without them).
-FAKEDEV_SRC := runtime/memory.c runtime/tensor.c runtime/comm_mpi.c runtime/comm_stage.c
+# comm_stage.c (MPI with CUDA device tensors) and comm_nccl.c under mpirun on
+# the CPU, against a fake device, CUDA and NCCL: the files that reach them are
+# compiled with ZT_CUDA and zt_dev renamed to the test's fake device (needs
+# the CUDA and NCCL headers only; skipped without them).
+FAKEDEV_SRC := runtime/memory.c runtime/tensor.c runtime/comm.c runtime/comm_mpi.c \
+               runtime/comm_stage.c runtime/comm_nccl.c
 FAKEDEV_OBJ := $(patsubst %.c,$(B)/obj/fakecuda/%.o,$(FAKEDEV_SRC)) \
                $(filter-out $(patsubst %.c,$(B)/obj/%.o,$(FAKEDEV_SRC)),$(LIB_OBJ))
 $(B)/obj/fakecuda/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -DZT_CUDA -Dzt_dev=fake_dev -I$(CUDA_HOME)/include -Iruntime \
 	    -Ikernels/cpu -c $< -o $@
-$(B)/test_mpi_stage_fakecuda: spec/c/test_mpi_stage_fakecuda.c $(FAKEDEV_OBJ) $(wildcard spec/c/*.h)
+$(B)/test_mpi_fakecuda: spec/c/test_mpi_fakecuda.c $(FAKEDEV_OBJ) $(wildcard spec/c/*.h)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -I$(CUDA_HOME)/include -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< \
 	    $(FAKEDEV_OBJ) $(LIBS)
 
