@@ -264,8 +264,10 @@ const char *zt_comm_backend(const zt_comm *c);
  * rank), host-tier ones stay on MPI; groups split from c later run NCCL
  * too. deterministic != 0: all_reduce / reduce_scatter keep the rank-order
  * sum (an all-to-all, then the ordered sum on the GPU: the MPI transport's
- * bits); 0: NCCL's own all-reduce / reduce-scatter. NCCL send/recv have no
- * tags: two ranks must issue their transfers to each other in one order.
+ * bits); 0: NCCL's own all-reduce / reduce-scatter. NCCL runs a
+ * communicator's device operations in issue order on one stream, and a
+ * send waits for its receive (no tags, no buffering): ranks must issue
+ * transfers and collectives on c in orders that match, or they deadlock.
  * A one-rank (local) c is left as it is. Without CUDA: ZT_EINVAL. */
 int zt_comm_use_nccl(zt_comm *c, int deterministic);
 /* Shut the communication thread and MPI down (after all requests). */
