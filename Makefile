@@ -34,10 +34,11 @@ CFLAGS := $(filter-out -O3,$(CFLAGS)) -O1 -fno-omit-frame-pointer \
           -fsanitize=address,undefined -fno-sanitize-recover=all
 .DEFAULT_GOAL := san
 endif
-RUNTIME_SRC := $(filter-out runtime/main.c runtime/device_cuda.c,$(wildcard runtime/*.c))
+RUNTIME_SRC := $(filter-out runtime/main.c runtime/device_cuda.c runtime/comm_nccl.c \
+                 runtime/comm_stage.c,$(wildcard runtime/*.c))
 KERNEL_SRC  := $(wildcard kernels/cpu/*.c)
 LIB_OBJ     := $(patsubst %.c,$(B)/obj/%.o,$(RUNTIME_SRC) $(KERNEL_SRC))
-CTEST_SRC   := $(filter-out spec/c/test_cuda.c,$(wildcard spec/c/test_*.c))
+CTEST_SRC   := $(filter-out spec/c/test_cuda%.c,$(wildcard spec/c/test_*.c))
 CTEST_BIN   := $(patsubst spec/c/%.c,$(B)/%,$(CTEST_SRC))
 HEADERS     := $(wildcard runtime/*.h) $(wildcard kernels/cpu/*.h)
 
@@ -53,14 +54,19 @@ NVCCFLAGS ?= -O3 -std=c++17 -lineinfo -Xcompiler -fPIC,-Wall \
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 CUDA_SRC  := $(wildcard kernels/cuda/*.cu)
 CUDA_OBJ  := $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC)) $(B)/obj/runtime/device_cuda.o
+ifneq ($(words $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h $(CUDA_HOME)/include/nccl.h)),2)
+CTEST_BIN := $(filter-out $(B)/test_mpi_fakecuda,$(CTEST_BIN))
+endif
 ifneq ($(CUDA),)
 # A CUDA build differs in flags (device_cpu.c registers the device), so it
 # must not share objects with a CPU build: use its own B (make test-cuda
 # uses build-cuda/); `make CUDA=1` alone builds into build/, so run
 # `make clean` before switching build/ between the two.
 CFLAGS  += -DZT_CUDA -I$(CUDA_HOME)/include
-LIB_OBJ += $(CUDA_OBJ)
-LIBS    += $(CUDA_LIBS)
+LIB_OBJ += $(CUDA_OBJ) $(B)/obj/runtime/comm_nccl.o $(B)/obj/runtime/comm_stage.o
+LIBS    += $(CUDA_LIBS) -lnccl
+# the fake-CUDA tests link the CPU library only
+CTEST_BIN := $(filter-out $(B)/test_stream_fakecuda $(B)/test_mpi_fakecuda,$(CTEST_BIN))
 endif
 
 $(B)/obj/%.o: %.cu $(wildcard kernels/cuda/*.cuh)
@@ -85,9 +91,21 @@ bench-cuda:
 
 # Builds into build-cuda/ (not build/) and runs the GPU test; "skipped" where
 # no GPU is visible. cuda-check: the test alone (no MPI/libuv/OpenBLAS/LuaJIT).
+# test_cuda_seams: the Seams API (stream.c, pinned host tier, nvme) on the
+# GPU through the whole library (needs MPI/libuv/OpenBLAS like libztrain.so).
+# test_cuda_nccl: device-tensor collectives under mpirun -np 2, through MPI
+# staged in pinned memory (ranks may share a GPU) and through NCCL (one GPU
+# per rank; skips with fewer GPUs, or without mpirun).
 test-cuda:
-	$(MAKE) CUDA=1 B=build-cuda build-cuda/libztrain.so build-cuda/test_cuda
+	$(MAKE) CUDA=1 B=build-cuda build-cuda/libztrain.so build-cuda/test_cuda \
+	    build-cuda/test_cuda_seams build-cuda/test_cuda_nccl
 	build-cuda/test_cuda
+	build-cuda/test_cuda_seams
+	@if command -v mpirun >/dev/null; then \
+	  for m in mpi nccl; do echo "mpirun -np 2 build-cuda/test_cuda_nccl $$m"; \
+	    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+	      mpirun --oversubscribe -np 2 build-cuda/test_cuda_nccl $$m || exit 1; done; \
+	else echo "cuda mpi/nccl: no mpirun, skipped"; fi
 cuda-check:
 	$(MAKE) CUDA=1 B=build-cuda build-cuda/test_cuda
 	build-cuda/test_cuda
@@ -105,6 +123,29 @@ $(B)/libztrain.so: $(LIB_OBJ)
 $(B)/ztrain: runtime/main.c
 	@mkdir -p $(B)
 	$(CC) $(CFLAGS) $(LUAJIT_CFLAGS) -o $@ $< $(LUAJIT_LIBS) -ldl -Wl,-E
+
+# stream.c's CUDA routing against a fake CUDA, on the CPU: the test compiles
+# runtime/stream.c itself (with ZT_CUDA), so the library's stream.o stays out.
+FAKECUDA_OBJ := $(filter-out $(B)/obj/runtime/stream.o,$(LIB_OBJ))
+$(B)/test_stream_fakecuda: spec/c/test_stream_fakecuda.c runtime/stream.c $(FAKECUDA_OBJ) \
+                           $(wildcard spec/c/*.h) $(HEADERS)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< $(FAKECUDA_OBJ) $(LIBS)
+
+# comm_stage.c (MPI with CUDA device tensors) and comm_nccl.c under mpirun on
+# the CPU, against a fake device, CUDA and NCCL: the files that reach them are
+# compiled with ZT_CUDA and zt_dev renamed to the test's fake device (needs
+# the CUDA and NCCL headers only; skipped without them).
+FAKEDEV_SRC := runtime/memory.c runtime/tensor.c runtime/comm.c runtime/comm_mpi.c \
+               runtime/comm_stage.c runtime/comm_nccl.c
+FAKEDEV_OBJ := $(patsubst %.c,$(B)/obj/fakecuda/%.o,$(FAKEDEV_SRC)) \
+               $(filter-out $(patsubst %.c,$(B)/obj/%.o,$(FAKEDEV_SRC)),$(LIB_OBJ))
+$(B)/obj/fakecuda/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -DZT_CUDA -Dzt_dev=fake_dev -I$(CUDA_HOME)/include -Iruntime \
+	    -Ikernels/cpu -c $< -o $@
+$(B)/test_mpi_fakecuda: spec/c/test_mpi_fakecuda.c $(FAKEDEV_OBJ) $(wildcard spec/c/*.h)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -I$(CUDA_HOME)/include -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< \
+	    $(FAKEDEV_OBJ) $(LIBS)
 
 $(B)/test_%: spec/c/test_%.c $(LIB_OBJ) $(wildcard spec/c/*.h)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< $(LIB_OBJ) $(LIBS)

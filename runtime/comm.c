@@ -53,6 +53,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "comm.h"
+#include "kernels.h"
 
 /* ---- state ---------------------------------------------------------------
  * world_state and the tuning knobs are touched by the API (main) thread only;
@@ -83,26 +84,9 @@ void zt_comm_tune(size_t scratch_bytes, size_t msg_bytes)
 }
 
 /* ---- rank-ordered sum ------------------------------------------------------ */
-void zt_comm_sum_ranks(float *restrict dst, const float *restrict src, int nsrc, size_t n)
+void zt_comm_sum_ranks(float *dst, const float *src, int nsrc, size_t n)
 {
-    /* Blocks keep dst in cache across the sources; each element still gets
-     * ((s0 + s1) + s2) + ... exactly. */
-    const size_t B = 2048;
-    for (size_t i0 = 0; i0 < n; i0 += B) {
-        size_t m = n - i0 < B ? n - i0 : B;
-        float *restrict d = dst + i0;
-        const float *restrict s0 = src + i0;
-        if (nsrc == 1) {
-            for (size_t i = 0; i < m; i++) d[i] = s0[i];
-            continue;
-        }
-        const float *restrict s1 = src + n + i0;
-        for (size_t i = 0; i < m; i++) d[i] = s0[i] + s1[i];
-        for (int j = 2; j < nsrc; j++) {
-            const float *restrict sj = src + (size_t)j * n + i0;
-            for (size_t i = 0; i < m; i++) d[i] += sj[i];
-        }
-    }
+    zk_sum_ranks(dst, src, nsrc, n);    /* kernels/cpu: the CUDA twin has its bits */
 }
 
 /* ---- requests ------------------------------------------------------------- */
@@ -180,7 +164,9 @@ static void complete(zt_comm_req *op, int rc)
  * communicator bookkeeping of FREE). */
 static int run_op(zt_comm_req *op)
 {
-    const zt_transport *tp = op->comm->tp;
+    /* op->tp: the communicator's transport when issued (NCCL's attach runs
+     * NCCL's start on an MPI communicator) */
+    const zt_transport *tp = op->tp;
     if (op->kind == ZT_OP_FREE) {
         zt_watch_unregister(op->comm);
         int rc = tp->free_comm(op->comm);
@@ -429,6 +415,15 @@ static void enqueue(zt_comm_req *op)
 /* Hand a validated operation to its transport. req == NULL: wait for it. */
 int zt_comm_submit(zt_comm_req *op, zt_comm_req **req)
 {
+    if (op->tp->issue) {
+        int rc = op->tp->issue(op);
+        if (rc != ZT_OK) {
+            zt_tensor_release(op->hold[0]);
+            zt_tensor_release(op->hold[1]);
+            free(op);
+            return rc;
+        }
+    }
     if (!op->comm->tp->threaded) {
         int rc = run_op(op);
         if (!req) {
@@ -537,6 +532,17 @@ int zt_comm_world(zt_comm **out)
     *out = &world;
     return ZT_OK;
 }
+
+#ifndef ZT_CUDA
+/* comm_nccl.c in a CUDA build */
+int zt_comm_use_nccl(zt_comm *c, int deterministic)
+{
+    (void)c;
+    (void)deterministic;
+    return zt_error(ZT_EINVAL, "comm.backend=nccl: built without CUDA (NCCL); rebuild with "
+                    "make CUDA=1, or use comm.backend=mpi");
+}
+#endif
 
 int zt_comm_rank(const zt_comm *c) { return c ? c->rank : -1; }
 int zt_comm_size(const zt_comm *c) { return c ? c->size : -1; }

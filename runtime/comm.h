@@ -17,7 +17,8 @@
 enum {
     ZT_OP_ALL_REDUCE, ZT_OP_REDUCE_SCATTER, ZT_OP_ALL_GATHER, ZT_OP_BROADCAST,
     ZT_OP_SEND, ZT_OP_RECV, ZT_OP_BARRIER, ZT_OP_SPLIT, ZT_OP_FREE,
-    ZT_OP_ALL_GATHER_HOST, ZT_OP_BROADCAST_HOST
+    ZT_OP_ALL_GATHER_HOST, ZT_OP_BROADCAST_HOST,
+    ZT_OP_NCCL_ATTACH           /* comm_nccl.c: an MPI communicator joins NCCL */
 };
 
 typedef struct zt_transport zt_transport;
@@ -65,6 +66,9 @@ struct zt_comm_req {
     void *pending;
     int inflight;               /* set by start(): complete later via progress() */
     int moved;                  /* set by progress() when a step completed */
+    void *ready;                /* NCCL: event on the issuing stream (issue() to start()) */
+    int on_nccl;                /* NCCL: start() enqueued it on NCCL (else MPI runs it) */
+    void *staged;               /* MPI with CUDA device tensors: comm_stage.c's buffers */
     /* result, published under the queue lock */
     int done;
     int rc;
@@ -84,6 +88,9 @@ struct zt_comm_req {
 struct zt_transport {
     const char *name;
     int threaded;               /* operations run on the communication thread */
+    /* On the caller's thread when an operation is submitted, before it is
+     * queued (NULL: nothing to do). An error fails the call. */
+    int (*issue)(zt_comm_req *op);
     /* On the communication thread: bring the transport up, fill world. */
     int (*init)(zt_comm *world);
     /* Run an operation. Returns its result; or sets op->inflight and returns
@@ -135,6 +142,17 @@ void zt_watch_done(zt_comm_req *op, double t);
 
 extern const zt_transport zt_transport_local;
 extern const zt_transport zt_transport_mpi;
+#ifdef ZT_CUDA
+extern const zt_transport zt_transport_nccl;    /* comm_nccl.c: MPI + NCCL for device tensors */
+/* comm_stage.c: the MPI transport's device tensors through pinned host
+ * buffers when the CUDA device is active (else these do nothing). issue:
+ * caller's thread; stage_in before the MPI operation starts (points op at
+ * the buffers); stage_out after it ends (copies back, frees; returns rc or
+ * the copy's error). */
+int zt_comm_stage_issue(zt_comm_req *op);
+int zt_comm_stage_in(zt_comm_req *op);
+int zt_comm_stage_out(zt_comm_req *op, int rc);
+#endif
 
 /* Element-wise rank-order sum: dst[i] = ((src0[i] + src1[i]) + src2[i]) + ...
  * where srcj = src + j * n. */

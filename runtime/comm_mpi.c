@@ -612,7 +612,7 @@ static int world_ranks(zt_comm *c, int *out)
     return rc;
 }
 
-static int mpi_start(zt_comm_req *op)
+static int mpi_start_host(zt_comm_req *op)
 {
     if (op->kind == ZT_OP_SEND || op->kind == ZT_OP_RECV) return run_p2p(op);
     step_fn step = coll_step(op->kind);
@@ -628,15 +628,35 @@ static int mpi_start(zt_comm_req *op)
     return coll_start(op, step);
 }
 
+/* CUDA device tensors go through pinned host buffers (comm_stage.c): MPI
+ * reads and writes host memory only. */
+static int mpi_start(zt_comm_req *op)
+{
+#ifdef ZT_CUDA
+    ZT_TRY(zt_comm_stage_in(op));
+    int rc = mpi_start_host(op);
+    return rc != ZT_OK || !op->inflight ? zt_comm_stage_out(op, rc) : rc;
+#else
+    return mpi_start_host(op);
+#endif
+}
+
 static int mpi_progress(zt_comm_req *op, int *done)
 {
-    if (op->kind == ZT_OP_SEND || op->kind == ZT_OP_RECV) return p2p_progress(op, done);
-    return coll_progress(op, done);
+    int rc = op->kind == ZT_OP_SEND || op->kind == ZT_OP_RECV ? p2p_progress(op, done)
+                                                              : coll_progress(op, done);
+#ifdef ZT_CUDA
+    if (*done) rc = zt_comm_stage_out(op, rc);
+#endif
+    return rc;
 }
 
 const zt_transport zt_transport_mpi = {
     .name = "mpi",
     .threaded = 1,
+#ifdef ZT_CUDA
+    .issue = zt_comm_stage_issue,
+#endif
     .init = mpi_init,
     .start = mpi_start,
     .progress = mpi_progress,

@@ -30,6 +30,12 @@ int zt_cuda_stream_sync(void *s);
  * stream.c's current stream. */
 void zt_cuda_set_stream(void *s);
 void *zt_cuda_get_stream(void);
+/* The device's compute stream (what NULL means on a thread that set none). */
+void *zt_cuda_compute_stream(void);
+/* CUDA's current device is per thread: a thread other than the one that
+ * called zt_device_init (stream workers, the communication thread) calls
+ * this before its first CUDA call, so it works on the process's GPU. */
+int zt_cuda_bind_thread(void);
 
 /* Events: timing disabled unless timing != 0 (cheaper record and wait). */
 int zt_cuda_event_new(void **out, int timing);
@@ -51,5 +57,7 @@ int zt_cuda_copy_async(void *dst, const void *src, size_t nbytes, void *s);
  * serves O_DIRECT. ZT_ENOMEM without a message when CUDA has none. */
 int zt_cuda_host_alloc(void **out, size_t nbytes);
 void zt_cuda_host_free(void *p);
+/* 1 if p is host memory CUDA pinned (zt_cuda_host_alloc), else 0; never fails. */
+int zt_cuda_is_pinned(const void *p);
 
 #endif

@@ -18,9 +18,6 @@
  * failure is kept and returned by the next op that returns a code, or by
  * zt_device_sync -- like CUDA's own asynchronous errors. The library
  * never exits.
- *
- * Not on CUDA yet: attention_decode (the KV-cache generation path) -- its
- * entry is NULL and ops.c answers that it is not available on this device.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +37,7 @@ static double *cu_scratch;        /* device: block partials of sum/sumsq */
 static size_t cu_scratch_n;
 static int cu_ready;
 static int cu_pending;            /* first error of a void op, not yet returned */
+static int cu_dev;                /* the GPU of this process (zt_cuda_bind_thread) */
 
 /* The calling thread's current stream (zt_cuda_set_stream); 0: cu_stream. */
 static _Thread_local cudaStream_t cu_cur;
@@ -105,6 +103,15 @@ int zt_cuda_init(void)
         return zt_error(ZT_EINVAL, "device.backend=cuda: no CUDA GPU is visible (%s); check "
                         "nvidia-smi and CUDA_VISIBLE_DEVICES, or use device.backend=cpu",
                         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    /* One GPU per rank: the launcher's local rank picks the device (ranks
+     * beyond the GPUs share them, round robin: the MPI transport stages
+     * their device tensors; NCCL would refuse). With one visible device
+     * (CUDA_VISIBLE_DEVICES set per rank, or one GPU) it is that one. */
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!lr) lr = getenv("SLURM_LOCALID");
+    if (!lr) lr = getenv("LOCAL_RANK");
+    if (lr && n > 1) CU(cudaSetDevice(atoi(lr) % n));
+    CU(cudaGetDevice(&cu_dev));
     CU(cudaStreamCreateWithFlags(&cu_stream, cudaStreamNonBlocking));
     cublasStatus_t st = cublasCreate(&cu_blas);
     if (st != CUBLAS_STATUS_SUCCESS) return blas_err(__FILE__, __LINE__, "cublasCreate", st);
@@ -366,6 +373,12 @@ static void cuda_attention_forward(float *out, float *lse, const float *qkv,
     KC_NOTE(zkc_attention_forward(S(), out, lse, qkv, B, T, C, NH));
 }
 
+static void cuda_attention_decode(float *out, float *kcache, float *vcache, const float *qkv,
+                                  int B, int T, int C, int NH, int maxT, int pos)
+{
+    KC_NOTE(zkc_attention_decode(S(), out, kcache, vcache, qkv, B, T, C, NH, maxT, pos));
+}
+
 /* D = rowsum(dout * out) (B*NH*T floats) lives in the scratch buffer */
 static void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
                                     const float *out, const float *lse, int B, int T, int C, int NH)
@@ -437,6 +450,15 @@ int zt_cuda_stream_sync(void *s)
 void zt_cuda_set_stream(void *s) { cu_cur = s == (void *)cu_stream ? NULL : (cudaStream_t)s; }
 
 void *zt_cuda_get_stream(void) { return S(); }
+
+void *zt_cuda_compute_stream(void) { return cu_stream; }
+
+int zt_cuda_bind_thread(void)
+{
+    NEED_INIT("zt_cuda_bind_thread");
+    CU(cudaSetDevice(cu_dev));
+    return ZT_OK;
+}
 
 int zt_cuda_event_new(void **out, int timing)
 {
@@ -516,6 +538,14 @@ int zt_cuda_host_alloc(void **out, size_t nbytes)
 
 void zt_cuda_host_free(void *p) { if (p) CU_NOTE(cudaFreeHost(p)); }
 
+int zt_cuda_is_pinned(const void *p)
+{
+    if (!cu_ready || !p) return 0;
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) { (void)cudaGetLastError(); return 0; }
+    return a.type == cudaMemoryTypeHost;
+}
+
 const zt_device_ops zt_cuda_device = {
     .name = "cuda",
     .sync = cuda_sync,
@@ -539,7 +569,7 @@ const zt_device_ops zt_cuda_device = {
     .matmul_bf16_backward = cuda_matmul_bf16_backward,
     .attention_forward = cuda_attention_forward,
     .attention_backward = cuda_attention_backward,
-    .attention_decode = NULL,       /* not yet: ops.c says so */
+    .attention_decode = cuda_attention_decode,
     .gelu_forward = cuda_gelu_forward,
     .gelu_backward = cuda_gelu_backward,
     .crossentropy = cuda_crossentropy,

@@ -23,8 +23,8 @@ const char *zt_describe(const zt_tensor *t, char *buf, size_t n);
 
 /* Raw allocation on a tier with accounting and limits (memory.c), through
  * the tier's allocator: device -> the device backend's alloc; host -> plain
- * 4096-byte-aligned memory (O_DIRECT-ready; pinned once a CUDA build
- * exists); nvme -> a swap file of the nvme engine (an opaque handle, not
+ * 4096-byte-aligned memory (O_DIRECT-ready; pinned by cudaHostAlloc while
+ * the CUDA device is active); nvme -> a swap file of the nvme engine (an opaque handle, not
  * bytes; ZT_EINVAL until zt_nvme_configure). */
 int zt_mem_alloc(void **out, size_t nbytes, int tier, int category,
                  const char *what);

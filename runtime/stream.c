@@ -14,14 +14,30 @@
  *
  * Synchronisation: each stream has a lock and two condition variables
  * (work queued; work finished). Events share one lock and one condition
- * variable: completions are rare (a few per step) and waiters few. No
- * function holds a stream lock and the event lock at once.
+ * variable: completions are rare (a few per step) and waiters few. The
+ * event lock may be taken inside a stream lock (CUDA: a record issued
+ * directly), never the reverse; held_lock is innermost.
  *
  * Sequence numbers: a stream counts the items queued (issued) and done
  * (finished); zt_stream_sync waits for finished >= the issued count it saw,
  * so other threads queueing more work cannot starve it. An event counts its
  * records (recorded) and the highest record reached (completed); a wait
  * captures the record in effect when it is issued, as CUDA's does.
+ *
+ * CUDA (a `make CUDA=1` build with zt_device_init("cuda") called before the
+ * stream or event was made): a stream holds a cudaStream_t and an event a
+ * cudaEvent_t (cuda_stream.h). Records, waits, syncs, queries and device
+ * <-> host copies go to CUDA, which orders them on the GPU; the host does
+ * not wait. What CUDA cannot run -- an nvme copy (file I/O on the host) and
+ * a wait for a comm request (completed by the communication engine) -- goes
+ * to the stream's worker thread, as on the CPU. While the worker holds
+ * queued items, the stream's later items are queued too, and the worker
+ * issues them to CUDA when it reaches them: the stream's order holds across
+ * the two. The worker syncs the CUDA stream before an nvme copy (the host
+ * bytes it writes out may come from a device -> host copy queued before it).
+ * For such an event, `completed` means "its record has reached CUDA"; CUDA
+ * says when the GPU got there. Tensors of a CUDA copy are held until an
+ * internal event after it completes (reaped by later calls on the stream).
  */
 #include <omp.h>
 #include <pthread.h>
@@ -31,6 +47,28 @@
 #include <string.h>
 #include <time.h>
 #include "internal.h"
+#ifdef ZT_CUDA
+#include "cuda_stream.h"
+static int cuda_on(void) { return strcmp(zt_dev()->name, "cuda") == 0; }
+#else
+/* Never called: cuda_on() is 0 without CUDA; stubs keep one code path. */
+static int cuda_on(void) { return 0; }
+static int zt_cuda_nocuda(void) { return zt_error(ZT_ESTATE, "stream.c: built without CUDA"); }
+static inline int zt_cuda_stream_new(void **o, int k) { (void)o; (void)k; return zt_cuda_nocuda(); }
+static inline void zt_cuda_stream_free(void *s) { (void)s; }
+static inline int zt_cuda_stream_sync(void *s) { (void)s; return zt_cuda_nocuda(); }
+static inline void zt_cuda_set_stream(void *s) { (void)s; }
+static inline void *zt_cuda_compute_stream(void) { return NULL; }
+static inline int zt_cuda_bind_thread(void) { return zt_cuda_nocuda(); }
+static inline int zt_cuda_event_new(void **o, int t) { (void)o; (void)t; return zt_cuda_nocuda(); }
+static inline void zt_cuda_event_free(void *e) { (void)e; }
+static inline int zt_cuda_event_record(void *e, void *s) { (void)e; (void)s; return zt_cuda_nocuda(); }
+static inline int zt_cuda_stream_wait_event(void *s, void *e) { (void)e; (void)s; return zt_cuda_nocuda(); }
+static inline int zt_cuda_event_sync(void *e) { (void)e; return zt_cuda_nocuda(); }
+static inline int zt_cuda_event_query(void *e, int *d) { (void)e; *d = 1; return zt_cuda_nocuda(); }
+static inline int zt_cuda_copy_async(void *d, const void *s, size_t n, void *st)
+{ (void)d; (void)s; (void)n; (void)st; return zt_cuda_nocuda(); }
+#endif
 
 enum { ITEM_COPY, ITEM_RECORD, ITEM_WAIT_EVENT, ITEM_WAIT_COMM, ITEM_FAIL };
 
@@ -56,16 +94,27 @@ struct zt_stream {
     int stop;
     int err;                    /* first error of the queued work, kept until reported */
     char msg[1024];
+    void *cu;                   /* CUDA: its cudaStream_t (NULL: the CPU model) */
+    struct held *held;          /* CUDA: copies' tensors until their event completes */
 };
+
+/* A CUDA copy's tensors, released once ev (recorded after it) completes. */
+typedef struct held {
+    void *ev;
+    zt_tensor *a, *b;
+    struct held *next;
+} held;
 
 struct zt_event {
     int refs;                   /* the user's + one per queued item naming it */
     uint64_t recorded, completed;
     int err;                    /* the recording stream's kept error at completion */
     char msg[1024];
+    void *cu;                   /* CUDA: its cudaEvent_t (NULL: the CPU model) */
 };
 
 static pthread_mutex_t ev_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;   /* every stream's held list */
 static pthread_cond_t ev_cv = PTHREAD_COND_INITIALIZER;
 
 static zt_stream default_stream = { .kind = ZT_STREAM_COMPUTE, .worker = 0 };
@@ -79,6 +128,15 @@ static const char *kind_name(int kind)
     case ZT_STREAM_COMM: return "comm";
     default: return "?";
     }
+}
+
+/* The CUDA stream s's work goes to, or NULL for the CPU model: a stream
+ * made while the CUDA device was active, or the default stream then (the
+ * device's compute stream). */
+static void *cu_of(const zt_stream *s)
+{
+    if (s->cu) return s->cu;
+    return s == &default_stream && cuda_on() ? zt_cuda_compute_stream() : NULL;
 }
 
 /* Spin briefly (a copy or a small collective finishes in microseconds), then
@@ -102,16 +160,25 @@ static void event_release(zt_event *e)
     pthread_mutex_lock(&ev_lock);
     int last = --e->refs == 0;
     pthread_mutex_unlock(&ev_lock);
-    if (last) free(e);
+    if (last) {
+        zt_cuda_event_free(e->cu);      /* CUDA destroys it once its record completes */
+        free(e);
+    }
 }
 
 int zt_event_new(zt_event **out)
 {
     ZT_CHECK(out != NULL, "zt_event_new: out is NULL");
     *out = NULL;
+    void *cu = NULL;
+    if (cuda_on()) ZT_TRY(zt_cuda_event_new(&cu, 0));
     zt_event *e = calloc(1, sizeof *e);
-    if (!e) return zt_error(ZT_ENOMEM, "zt_event_new: out of memory");
+    if (!e) {
+        zt_cuda_event_free(cu);
+        return zt_error(ZT_ENOMEM, "zt_event_new: out of memory");
+    }
     e->refs = 1;
+    e->cu = cu;
     *out = e;
     return ZT_OK;
 }
@@ -153,7 +220,8 @@ int zt_event_sync(zt_event *e)
     pthread_mutex_unlock(&ev_lock);
     char msg[1024];
     int err = event_wait_seq(e, seq, msg, sizeof msg);
-    return err ? zt_error(err, "%s", msg) : ZT_OK;
+    if (err) return zt_error(err, "%s", msg);
+    return e->cu ? zt_cuda_event_sync(e->cu) : ZT_OK;    /* then the GPU's part */
 }
 
 int zt_event_query(zt_event *e, int *done)
@@ -165,7 +233,95 @@ int zt_event_query(zt_event *e, int *done)
     char msg[1024];
     if (err) snprintf(msg, sizeof msg, "%s", e->msg);
     pthread_mutex_unlock(&ev_lock);
-    return err ? zt_error(err, "%s", msg) : ZT_OK;
+    if (err) return zt_error(err, "%s", msg);
+    if (*done && e->cu) return zt_cuda_event_query(e->cu, done);
+    return ZT_OK;
+}
+
+/* An event about to be recorded on a CUDA stream gets its cudaEvent_t now
+ * if it was made before the CUDA device was selected. */
+static int event_cu(zt_event *e)
+{
+    pthread_mutex_lock(&ev_lock);
+    int rc = e->cu ? ZT_OK : zt_cuda_event_new(&e->cu, 0);
+    pthread_mutex_unlock(&ev_lock);
+    return rc;
+}
+
+static int event_reached(zt_event *e, uint64_t seq)
+{
+    pthread_mutex_lock(&ev_lock);
+    int r = e->completed >= seq;
+    pthread_mutex_unlock(&ev_lock);
+    return r;
+}
+
+/* ---- CUDA: tensors of copies in flight ------------------------------------------
+ * zt_copy_async keeps its tensors alive until the copy is done. On CUDA
+ * the host does not see it end, so an internal event recorded after the
+ * copy stands for it; later calls on the stream release what is done. */
+
+/* Hold a and b until the work issued to cu so far (the copy) is done. */
+static int hold(zt_stream *s, void *cu, zt_tensor *a, zt_tensor *b)
+{
+    held *h = calloc(1, sizeof *h);
+    int rc = h ? zt_cuda_event_new(&h->ev, 0)
+               : zt_error(ZT_ENOMEM, "zt_copy_async: out of memory for a copy's record");
+    if (rc == ZT_OK) rc = zt_cuda_event_record(h->ev, cu);
+    if (rc != ZT_OK) {          /* cannot track it: let the copy end before returning */
+        if (h) zt_cuda_event_free(h->ev);
+        free(h);
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", zt_last_error());
+        (void)zt_cuda_stream_sync(cu);
+        return zt_error(rc, "%s", msg);
+    }
+    zt_tensor_retain(a);
+    zt_tensor_retain(b);
+    h->a = a;
+    h->b = b;
+    pthread_mutex_lock(&held_lock);
+    h->next = s->held;
+    s->held = h;
+    pthread_mutex_unlock(&held_lock);
+    return ZT_OK;
+}
+
+/* Release s's held tensors whose copies are done (all: every one; after a
+ * sync of the stream). A failed query releases too: the GPU is gone then
+ * and its error reaches the caller through the stream's sync. */
+static void reap(zt_stream *s, int all)
+{
+    held *done = NULL;
+    pthread_mutex_lock(&held_lock);
+    held **pp = &s->held;
+    while (*pp) {
+        held *h = *pp;
+        int d = 1;
+        if (!all && zt_cuda_event_query(h->ev, &d) != ZT_OK) d = 1;
+        if (d) { *pp = h->next; h->next = done; done = h; }
+        else pp = &h->next;
+    }
+    pthread_mutex_unlock(&held_lock);
+    while (done) {
+        held *h = done;
+        done = h->next;
+        zt_cuda_event_free(h->ev);
+        zt_tensor_release(h->a);
+        zt_tensor_release(h->b);
+        free(h);
+    }
+}
+
+/* A CUDA stream with a worker: returns 1 with s->lock held when the worker
+ * has nothing queued (the caller issues to CUDA directly, then unlocks),
+ * else 0 (unlocked: the item must be queued behind the worker's). */
+static int idle_locked(zt_stream *s)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->issued == s->finished) return 1;
+    pthread_mutex_unlock(&s->lock);
+    return 0;
 }
 
 /* ---- the worker ---------------------------------------------------------------- */
@@ -181,12 +337,21 @@ static void stream_fail(zt_stream *s, int code, const char *msg)
     pthread_mutex_unlock(&s->lock);
 }
 
-/* dst = src (checked by zt_copy_async): the device's copy, or an nvme
+/* dst = src on s (checked by zt_copy_async): the device's copy, or an nvme
  * transfer through the engine, blocking this thread until every block is
- * done (the engine keeps its queue depth in flight meanwhile). */
-static int do_copy(zt_tensor *dst, const zt_tensor *src)
+ * done (the engine keeps its queue depth in flight meanwhile). On a CUDA
+ * stream a device/host copy is queued to CUDA (its tensors held), and an
+ * nvme copy first waits for the stream's GPU work. */
+static int do_copy(zt_stream *s, zt_tensor *dst, const zt_tensor *src)
 {
     size_t nbytes = (size_t)src->numel * zt_dtype_size(src->dtype);
+    int nvme = dst->storage->tier == ZT_TIER_NVME || src->storage->tier == ZT_TIER_NVME;
+    void *cu = cu_of(s);
+    if (cu && nvme) ZT_TRY(zt_cuda_stream_sync(cu));
+    if (cu && !nvme) {
+        ZT_TRY(zt_cuda_copy_async(dst->data, src->data, nbytes, cu));
+        return hold(s, cu, dst, (zt_tensor *)src);
+    }
     if (dst->storage->tier == ZT_TIER_NVME) return zt_nvme_rw(1, dst, src->data, nbytes);
     if (src->storage->tier == ZT_TIER_NVME) return zt_nvme_rw(0, src, dst->data, nbytes);
     zt_dev()->copy(dst->data, src->data, nbytes);
@@ -204,13 +369,21 @@ static void run_item(zt_stream *s, item *it)
     switch (it->kind) {
     case ITEM_COPY:
         if (!err) {   /* after a failure the stream skips its work until the error is seen */
-            int rc = do_copy(it->dst, it->src);
+            int rc = do_copy(s, it->dst, it->src);
             if (rc) stream_fail(s, rc, zt_last_error());   /* this worker's message */
         }
         zt_tensor_release(it->dst);
         zt_tensor_release(it->src);
         break;
     case ITEM_RECORD:
+        if (!err && s->cu) {    /* CUDA: the record goes to the GPU's queue now */
+            int rc = zt_cuda_event_record(it->ev->cu, s->cu);
+            if (rc) {
+                stream_fail(s, rc, zt_last_error());
+                err = rc;
+                snprintf(msg, sizeof msg, "%s", zt_last_error());
+            }
+        }
         if (err) {
             char m[1024];
             snprintf(m, sizeof m, "work queued on the %s stream before this event failed: "
@@ -228,6 +401,9 @@ static void run_item(zt_stream *s, item *it)
             char m[1024];
             snprintf(m, sizeof m, "waited on an event whose stream failed: %.900s", emsg);
             stream_fail(s, eerr, m);
+        } else if (!eerr && !err && s->cu && it->ev->cu) {   /* CUDA: the GPU waits too */
+            int rc = zt_cuda_stream_wait_event(s->cu, it->ev->cu);
+            if (rc) stream_fail(s, rc, zt_last_error());
         }
         event_release(it->ev);
         break;
@@ -330,7 +506,13 @@ static int start_copy(zt_stream *s, flight *f, item *it)
     const zt_tensor *d = it->dst, *src = it->src;
     size_t nbytes = (size_t)src->numel * zt_dtype_size(src->dtype);
     zt_aio_req *r = NULL;
-    int rc = d->storage->tier == ZT_TIER_NVME ? zt_nvme_submit(1, d, src->data, nbytes, &r)
+    int rc = s->cu ? zt_cuda_stream_sync(s->cu) : ZT_OK;    /* the host bytes are final */
+    if (rc != ZT_OK) {
+        stream_fail(s, rc, zt_last_error());
+        copy_done(s, it);
+        return 0;
+    }
+    rc = d->storage->tier == ZT_TIER_NVME ? zt_nvme_submit(1, d, src->data, nbytes, &r)
                                               : zt_nvme_submit(0, src, d->data, nbytes, &r);
     if (rc == ZT_OK) {
         f->it[f->n] = it;
@@ -350,6 +532,10 @@ static void *worker_main(void *arg)
     /* One thread: a copy engine, not a second OpenMP team fighting the
      * compute stream's for the cores (device copies use OpenMP blocks). */
     omp_set_num_threads(1);
+    if (s->cu) {                        /* its CUDA calls go to the process's GPU */
+        int rc = zt_cuda_bind_thread();
+        if (rc) stream_fail(s, rc, zt_last_error());
+    }
     pthread_mutex_lock(&s->lock);
     for (;;) {
         while (!s->head && !s->stop && f.n == 0) pthread_cond_wait(&s->queued, &s->lock);
@@ -410,6 +596,7 @@ zt_stream *zt_stream_current(void) { return current ? current : &default_stream;
 int zt_stream_set_current(zt_stream *s)
 {
     current = s == &default_stream ? NULL : s;
+    if (cuda_on()) zt_cuda_set_stream(current ? current->cu : NULL);   /* ops launch there */
     return ZT_OK;
 }
 
@@ -422,9 +609,15 @@ int zt_stream_new(zt_stream **out, int kind)
     ZT_CHECK(kind == ZT_STREAM_COMPUTE || kind == ZT_STREAM_COPY || kind == ZT_STREAM_COMM,
              "zt_stream_new: unknown stream kind %d (known: ZT_STREAM_COMPUTE, "
              "ZT_STREAM_COPY, ZT_STREAM_COMM)", kind);
+    void *cu = NULL;
+    if (cuda_on()) ZT_TRY(zt_cuda_stream_new(&cu, kind));
     zt_stream *s = calloc(1, sizeof *s);
-    if (!s) return zt_error(ZT_ENOMEM, "zt_stream_new: out of memory");
+    if (!s) {
+        zt_cuda_stream_free(cu);
+        return zt_error(ZT_ENOMEM, "zt_stream_new: out of memory");
+    }
     s->kind = kind;
+    s->cu = cu;
     s->worker = kind != ZT_STREAM_COMPUTE;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->queued, NULL);
@@ -435,6 +628,7 @@ int zt_stream_new(zt_stream **out, int kind)
             pthread_cond_destroy(&s->queued);
             pthread_cond_destroy(&s->finished_cv);
             pthread_mutex_destroy(&s->lock);
+            zt_cuda_stream_free(cu);
             free(s);
             return zt_error(ZT_ENOMEM, "zt_stream_new: cannot start the %s stream's thread "
                             "(%s)", kind_name(kind), strerror(rc));
@@ -455,16 +649,19 @@ void zt_stream_free(zt_stream *s)
         pthread_mutex_unlock(&s->lock);
         pthread_join(s->thread, NULL);      /* it drains the queue first */
     }
+    if (s->cu) {
+        zt_cuda_stream_free(s->cu);         /* waits for its GPU work */
+        reap(s, 1);
+    }
     pthread_cond_destroy(&s->queued);
     pthread_cond_destroy(&s->finished_cv);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
 
-int zt_stream_sync(zt_stream *s)
+/* Wait for the worker's queue as it is now; its kept error (cleared). */
+static int drain(zt_stream *s)
 {
-    s = resolve(s);
-    if (!s->worker) return zt_dev()->sync();
     pthread_mutex_lock(&s->lock);
     uint64_t target = s->issued;
     while (s->finished < target) pthread_cond_wait(&s->finished_cv, &s->lock);
@@ -476,23 +673,48 @@ int zt_stream_sync(zt_stream *s)
                           "skipped): %s", kind_name(s->kind), msg) : ZT_OK;
 }
 
+int zt_stream_sync(zt_stream *s)
+{
+    s = resolve(s);
+    void *cu = cu_of(s);
+    if (!cu) return s->worker ? drain(s) : zt_dev()->sync();
+    /* CUDA: the worker's queue reaches CUDA, then the GPU finishes it */
+    int err = s->worker ? drain(s) : ZT_OK;
+    char msg[1024];
+    if (err) snprintf(msg, sizeof msg, "%s", zt_last_error());
+    int rc = zt_cuda_stream_sync(cu);
+    reap(s, 1);
+    if (err) return zt_error(err, "%s", msg);
+    return rc;
+}
+
 int zt_stream_enter(void)
 {
     zt_stream *s = current;
-    return (s && s->worker) ? zt_stream_sync(s) : ZT_OK;
+    if (!s || !s->worker) return ZT_OK;
+    /* CUDA: ops launch on s->cu behind what the worker has issued there; the
+     * host need not wait for the GPU. CPU: the copies themselves. */
+    return s->cu ? drain(s) : zt_stream_sync(s);
 }
 
 int zt_stream_wait_event(zt_stream *s, zt_event *e)
 {
     ZT_CHECK(e != NULL, "zt_stream_wait_event: event is NULL (freed?)");
     s = resolve(s);
+    void *cu = cu_of(s);
     pthread_mutex_lock(&ev_lock);
     uint64_t seq = e->recorded;
     pthread_mutex_unlock(&ev_lock);
-    if (!s->worker) {
+    /* On the caller: a compute stream, or (CUDA) a stream whose worker is
+     * idle while the record has reached CUDA: the GPU does the waiting. */
+    int direct = cu && s->worker && event_reached(e, seq) && idle_locked(s);
+    if (!s->worker || direct) {
         char msg[1024];
         int err = event_wait_seq(e, seq, msg, sizeof msg);
-        return err ? zt_error(err, "%s", msg) : ZT_OK;
+        int rc = err ? zt_error(err, "%s", msg) : ZT_OK;
+        if (!rc && cu && e->cu) rc = zt_cuda_stream_wait_event(cu, e->cu);
+        if (direct) pthread_mutex_unlock(&s->lock);
+        return rc;
     }
     item *it = new_item("zt_stream_wait_event", ITEM_WAIT_EVENT);
     if (!it) return ZT_ENOMEM;
@@ -539,12 +761,19 @@ int zt_event_record(zt_event *e, zt_stream *s)
 {
     ZT_CHECK(e != NULL, "zt_event_record: event is NULL (freed?)");
     s = resolve(s);
-    if (!s->worker) {   /* everything issued to a compute stream is done */
+    void *cu = cu_of(s);
+    if (cu) ZT_TRY(event_cu(e));
+    int direct = cu && s->worker && idle_locked(s);
+    if (!s->worker || direct) {
+        /* CPU: everything issued to a compute stream is done. CUDA: the
+         * record goes to the GPU's queue now ("completed" = reached CUDA). */
         pthread_mutex_lock(&ev_lock);
         uint64_t seq = ++e->recorded;
         pthread_mutex_unlock(&ev_lock);
-        event_complete(e, seq, 0, "");
-        return ZT_OK;
+        int rc = cu ? zt_cuda_event_record(e->cu, cu) : ZT_OK;
+        event_complete(e, seq, rc, rc ? zt_last_error() : "");
+        if (direct) pthread_mutex_unlock(&s->lock);
+        return rc;
     }
     item *it = new_item("zt_event_record", ITEM_RECORD);
     if (!it) return ZT_ENOMEM;
@@ -583,7 +812,16 @@ int zt_copy_async(zt_tensor *dst, const zt_tensor *src, zt_stream *s)
              (long long)(dst->offset + dst->numel), (long long)src->offset,
              (long long)(src->offset + src->numel));
     s = resolve(s);
-    if (!s->worker) return do_copy(dst, src);
+    void *cu = cu_of(s);
+    if (cu) reap(s, 0);
+    if (!s->worker) return do_copy(s, dst, src);
+    /* CUDA: a device/host copy goes to the GPU's queue now unless the
+     * worker holds earlier items; an nvme copy always to the worker. */
+    if (cu && dt != ZT_TIER_NVME && st != ZT_TIER_NVME && idle_locked(s)) {
+        int rc = do_copy(s, dst, src);
+        pthread_mutex_unlock(&s->lock);
+        return rc;
+    }
     item *it = new_item(fn, ITEM_COPY);
     if (!it) return ZT_ENOMEM;
     zt_tensor_retain(dst);

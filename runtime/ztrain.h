@@ -257,8 +257,19 @@ int zt_comm_size(const zt_comm *c);
  * key then parent rank (MPI_Comm_split). */
 int zt_comm_split(zt_comm **out, zt_comm *parent, int color, int key);
 void zt_comm_free(zt_comm *c);
-/* Name of the transport: "mpi" or "local" (one rank, no MPI). */
+/* Name of the transport: "mpi", "nccl" or "local" (one rank, no MPI). */
 const char *zt_comm_backend(const zt_comm *c);
+/* Collective over c (an MPI communicator, the CUDA device active): from now
+ * on c's device-tier collectives and transfers run on NCCL (one GPU per
+ * rank), host-tier ones stay on MPI; groups split from c later run NCCL
+ * too. deterministic != 0: all_reduce / reduce_scatter keep the rank-order
+ * sum (an all-to-all, then the ordered sum on the GPU: the MPI transport's
+ * bits); 0: NCCL's own all-reduce / reduce-scatter. NCCL runs a
+ * communicator's device operations in issue order on one stream, and a
+ * send waits for its receive (no tags, no buffering): ranks must issue
+ * transfers and collectives on c in orders that match, or they deadlock.
+ * A one-rank (local) c is left as it is. Without CUDA: ZT_EINVAL. */
+int zt_comm_use_nccl(zt_comm *c, int deterministic);
 /* Shut the communication thread and MPI down (after all requests). */
 int zt_comm_finalize(void);
 /* The collective watchdog and checker (docs/cli.md "When a rank stalls").

@@ -213,6 +213,13 @@ void zk_adamw(float *param, const float *grad, float *m, float *v, size_t n,
 void zk_sumsq_blocks(double *partials, const float *x, size_t n);
 /* sum of x in double over the same fixed blocks, blocks added in order. */
 double zk_sum_f64(const float *x, size_t n);
+/* The communicators' rank-order sum: dst[i] = ((src0[i] + src1[i]) + src2[i])
+ * + ... in fp32, where srcj = src + j * n (the chunks of nsrc ranks after an
+ * all-to-all, in rank order); nsrc == 1 copies. Every element has exactly
+ * this association on every backend (kernels/cuda: zkc_sum_ranks), so a
+ * reduction's bits depend on neither the transport nor the world's
+ * partition into rounds. dst must not overlap src. */
+void zk_sum_ranks(float *dst, const float *src, int nsrc, size_t n);
 
 /* ---- deterministic random init ----------------------------------------- */
 /* x[i] = mean + std * N(0,1), where the normal deviate of element i depends

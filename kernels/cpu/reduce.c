@@ -66,3 +66,25 @@ double zk_sum_f64(const float *x, size_t n) {
     }
     return total;
 }
+
+void zk_sum_ranks(float *restrict dst, const float *restrict src, int nsrc, size_t n)
+{
+    /* Blocks keep dst in cache across the sources; each element still gets
+     * ((s0 + s1) + s2) + ... exactly. */
+    const size_t B = 2048;
+    for (size_t i0 = 0; i0 < n; i0 += B) {
+        size_t m = n - i0 < B ? n - i0 : B;
+        float *restrict d = dst + i0;
+        const float *restrict s0 = src + i0;
+        if (nsrc == 1) {
+            for (size_t i = 0; i < m; i++) d[i] = s0[i];
+            continue;
+        }
+        const float *restrict s1 = src + n + i0;
+        for (size_t i = 0; i < m; i++) d[i] = s0[i] + s1[i];
+        for (int j = 2; j < nsrc; j++) {
+            const float *restrict sj = src + (size_t)j * n + i0;
+            for (size_t i = 0; i < m; i++) d[i] += sj[i];
+        }
+    }
+}

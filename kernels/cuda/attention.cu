@@ -4,7 +4,8 @@
  * the keys (no (T,T) buffer anywhere), each score a warp-reduced dot
  * product. Backward in three passes with one owner per output row, so no
  * atomics and the same bits run to run: D = rowsum(dout * out), then dq per
- * query row, then dk and dv per key row. Correct and deterministic, not
+ * query row, then dk and dv per key row. Decode (KV cache) runs the
+ * forward's row arithmetic over cache rows. Correct and deterministic, not
  * fast: a tiled, tensor-core kernel (FlashAttention style) replaces it. */
 #include "common.cuh"
 
@@ -51,6 +52,51 @@ __global__ static void k_attn_fwd(float *out, float *lse, const float *qkv, rowp
 #pragma unroll
     for (int k = 0; k < PER; k++) { int d = lane + 32 * k; if (d < a.hs) o[d] = acc[k] / l; }
     if (lane == 0) lse[row] = m + logf(l);      /* row = (b*NH + h)*T + i: lse's (B,NH,T) */
+}
+
+/* Decode with a KV cache (zk_attention_decode's layout): cache row p of
+ * (b, h) at ((b*NH + h)*maxT + p)*hs. First the T new rows' k and v go into
+ * the cache, then each new query row i runs k_attn_fwd's arithmetic over
+ * cache rows [0, pos+i]: the same dot products, online-softmax updates and
+ * order, so a row's output has the bits of the GPU's full forward row. */
+__global__ static void k_cache_put(float *kc, float *vc, const float *qkv, rowp a,
+                                   int maxT, int pos)
+{
+    size_t n = (size_t)a.B * a.NH * a.T * a.hs;
+    ZKC_FOR(x, n) {
+        int d = (int)(x % a.hs);
+        size_t r = x / a.hs;
+        int t = (int)(r % a.T), h = (int)((r / a.T) % a.NH), b = (int)(r / ((size_t)a.T * a.NH));
+        size_t dst = (((size_t)b * a.NH + h) * maxT + pos + t) * a.hs + d;
+        kc[dst] = qkv_at(qkv, a, b, t, h, 1)[d];
+        vc[dst] = qkv_at(qkv, a, b, t, h, 2)[d];
+    }
+}
+
+__global__ static void k_attn_decode(float *out, const float *kc, const float *vc,
+                                     const float *qkv, rowp a, int maxT, int pos)
+{
+    int row = blockIdx.x * AW + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= a.B * a.NH * a.T) return;
+    int i = row % a.T, h = (row / a.T) % a.NH, b = row / (a.T * a.NH);
+    const float *q = qkv_at(qkv, a, b, i, h, 0);
+    const size_t base = ((size_t)b * a.NH + h) * maxT * a.hs;
+    float qr[PER], acc[PER];
+#pragma unroll
+    for (int k = 0; k < PER; k++) { int d = lane + 32 * k; qr[k] = d < a.hs ? q[d] : 0.0f; acc[k] = 0.0f; }
+    float m = -INFINITY, l = 0.0f;
+    for (int j = 0; j <= pos + i; j++) {
+        float s = dot_lane(qr, kc + base + (size_t)j * a.hs, a.hs, lane) * a.scale;
+        float mn = fmaxf(m, s), c = expf(m - mn), p = expf(s - mn);
+        const float *v = vc + base + (size_t)j * a.hs;
+        l = l * c + p;
+#pragma unroll
+        for (int k = 0; k < PER; k++) { int d = lane + 32 * k; if (d < a.hs) acc[k] = acc[k] * c + p * v[d]; }
+        m = mn;
+    }
+    float *o = out + ((size_t)b * a.T + i) * a.C + (size_t)h * a.hs;
+#pragma unroll
+    for (int k = 0; k < PER; k++) { int d = lane + 32 * k; if (d < a.hs) o[d] = acc[k] / l; }
 }
 
 /* D[b,h,i] = sum over the head's d of dout * out */
@@ -161,5 +207,21 @@ extern "C" int zkc_attention_backward(cudaStream_t s, float *dqkv, const float *
     k_attn_dq<<<g, 32 * AW, 0, s>>>(dqkv, dout, qkv, lse, scratch, a);
     e = ZKC_LAUNCHED(); if (e) return e;
     k_attn_dkv<<<g, 32 * AW, 0, s>>>(dqkv, dout, qkv, lse, scratch, a);
+    return ZKC_LAUNCHED();
+}
+
+extern "C" int zkc_attention_decode(cudaStream_t s, float *out, float *kcache, float *vcache,
+                                    const float *qkv, int B, int T, int C, int NH, int maxT,
+                                    int pos)
+{
+    rowp a = params(B, T, C, NH);
+    if (a.hs > HS_MAX) return (int)cudaErrorInvalidValue;
+    size_t rows = (size_t)B * NH * T;
+    if (rows == 0) return 0;
+    /* the same stream: every new row is in the cache before a query reads it */
+    k_cache_put<<<zkc_grid(rows * a.hs, 256), 256, 0, s>>>(kcache, vcache, qkv, a, maxT, pos);
+    int e = ZKC_LAUNCHED(); if (e) return e;
+    k_attn_decode<<<(unsigned)((rows + AW - 1) / AW), 32 * AW, 0, s>>>(out, kcache, vcache, qkv,
+                                                                      a, maxT, pos);
     return ZKC_LAUNCHED();
 }

@@ -95,6 +95,11 @@ int zkc_matmul_bf16_backward(cublasHandle_t h, cudaStream_t s, float *dinp, floa
                              const uint16_t *w, int N, int C, int OC);
 #define ZKC_LAUNCH_BASE 1000
 
+/* ---- reduce.cu: the communicators' rank-order sum (zk_sum_ranks): dst[i] =
+ * ((src0[i] + src1[i]) + src2[i]) + ..., srcj = src + j*n, each add rounded
+ * in fp32: the CPU's bits. dst must not overlap src. ---- */
+int zkc_sum_ranks(cudaStream_t s, float *dst, const float *src, int nsrc, size_t n);
+
 /* ---- attention.cu: causal self-attention, layouts of zk_attention_*; head
  * size C/NH <= 256 (else cudaErrorInvalidValue). Online softmax, no (T,T)
  * buffer; backward deterministic (one owner per output row). scratch: a
@@ -104,6 +109,11 @@ int zkc_attention_forward(cudaStream_t s, float *out, float *lse, const float *q
 int zkc_attention_backward(cudaStream_t s, float *dqkv, const float *dout, const float *qkv,
                            const float *out, const float *lse, int B, int T, int C, int NH,
                            float *scratch);
+/* zk_attention_decode's contract (KV cache rows [pos, pos+T) WRITTEN, then
+ * out); row i's output has the bits of row pos+i of zkc_attention_forward
+ * over the whole sequence (the same row arithmetic), not the CPU's. */
+int zkc_attention_decode(cudaStream_t s, float *out, float *kcache, float *vcache,
+                         const float *qkv, int B, int T, int C, int NH, int maxT, int pos);
 
 #ifdef __cplusplus
 }

@@ -39,3 +39,22 @@ extern "C" int zkc_sum_blocks(cudaStream_t s, double *partials, const float *x, 
     k_blocks<false><<<zkc_grid(nb, 128), 128, 0, s>>>(partials, x, n, nb);
     return ZKC_LAUNCHED();
 }
+
+/* One thread per element, sources in rank order; __fadd_rn keeps each add
+ * a separately rounded fp32 add (no contraction or reassociation). */
+__global__ static void k_sum_ranks(float *__restrict__ dst, const float *__restrict__ src,
+                                   int nsrc, size_t n)
+{
+    ZKC_FOR(i, n) {
+        float acc = src[i];
+        for (int j = 1; j < nsrc; j++) acc = __fadd_rn(acc, src[(size_t)j * n + i]);
+        dst[i] = acc;
+    }
+}
+
+extern "C" int zkc_sum_ranks(cudaStream_t s, float *dst, const float *src, int nsrc, size_t n)
+{
+    if (n == 0 || nsrc < 1) return 0;
+    k_sum_ranks<<<zkc_grid(n, 256), 256, 0, s>>>(dst, src, nsrc, n);
+    return ZKC_LAUNCHED();
+}

@@ -66,6 +66,7 @@ Recipe keys (defaults in lua/ztrain/recipe.lua; docs/recipes.md):
   resume (latest or a checkpoint directory), export.hf (DIR)
   sample.prompt, sample.tokens, sample.temperature, sample.top_k, sample.top_p, sample.seed
   device.backend, device.memory_limit (e.g. 2GiB), device.threads
+  comm.backend (mpi, nccl: needs device.backend=cuda), comm.deterministic (rank-order sums)
   strategy (single, dp, dp_deferred, zero1, zero2, zero3, zero1_offload, zero2_offload,
     zero3_offload or an object), out, overwrite, name
   offload.staging (host staging buffers, e.g. 16MiB), offload.prefetch (units fetched ahead)

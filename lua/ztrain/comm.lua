@@ -75,6 +75,15 @@ local function stamp_site()
 end
 M.stamp_site = stamp_site
 
+-- use_nccl(deterministic): collective; this communicator's device tensors
+-- move over NCCL from now on (a CUDA build, device.backend = "cuda"; groups
+-- split from it later too); host tensors stay on MPI. deterministic: the
+-- rank-order sum (the MPI transport's bits). One local rank: unchanged.
+function Comm:use_nccl(deterministic)
+  check(C.zt_comm_use_nccl(self.c, deterministic and 1 or 0))   -- the message names the key
+  self.backend = ffi.string(C.zt_comm_backend(self.c))
+end
+
 -- Issue fn(..., reqptr); return a Req when async, else wait inside C.
 local function issue(what, async, fn, ...)
   stamp_site()

@@ -46,6 +46,17 @@ M.defaults = {
   -- accumulation ("on"), or in fp32 on the stored values ("off"); "auto":
   -- on where the CPU's bf16 path outruns its fp32 GEMMs (AMX), else off
   device   = { backend = "cpu", memory_limit = "0", threads = 0, bf16_gemm = "auto" },
+  -- comm.backend: "mpi" (MPI under a launcher, one local rank otherwise) or
+  -- "nccl" (device.backend = "cuda": device tensors over NCCL, one GPU per
+  -- rank); comm.deterministic: reductions in rank order (NCCL too), the same
+  -- bits as one rank; false: NCCL's own all-reduce. comm.timeout: seconds a
+  -- collective may wait for its peers before the job ends naming the ranks
+  -- that did not arrive (0 = never; default $ZTRAIN_COMM_TIMEOUT or 300);
+  -- comm.check: compare the ranks' collectives (operation, dtype, count,
+  -- call site) before each one (default $ZTRAIN_COMM_CHECK=1, on in the test suite)
+  comm     = { backend = "mpi", deterministic = true,
+               timeout = tonumber(os.getenv("ZTRAIN_COMM_TIMEOUT") or "") or 300,
+               check = os.getenv("ZTRAIN_COMM_CHECK") == "1" },
   launch   = { nproc = 0 },   -- local ranks `ztrain RECIPE` starts (0: the launcher's, or one)
   -- pipeline: ranks per replica (stages), model chunks per rank; units split
   -- "params" (by parameter count), "time" (by measured time) or as listed;
@@ -54,13 +65,6 @@ M.defaults = {
   -- where offloaded state is staged and swapped (zt.strategy.zero{offload_*})
   offload  = { staging = "16MiB", prefetch = 2, nvme_path = "", block_size = "1MiB", queue_depth = 8,
                checksum = false },
-  -- comm.timeout: seconds a collective may wait for its peers before the job
-  -- ends naming the ranks that did not arrive (0 = never; default
-  -- $ZTRAIN_COMM_TIMEOUT or 300); comm.check: compare the ranks' collectives
-  -- (operation, dtype, count, call site) before each one (default
-  -- $ZTRAIN_COMM_CHECK=1, on in the test suite)
-  comm     = { timeout = tonumber(os.getenv("ZTRAIN_COMM_TIMEOUT") or "") or 300,
-               check = os.getenv("ZTRAIN_COMM_CHECK") == "1" },
   -- written at the end of a run: export.hf = DIR, the trained model as a
   -- Hugging Face GPT-2 directory ("" = none)
   export   = { hf = "" },
@@ -314,6 +318,13 @@ function M.resolve(user, overrides)
   end
   if not require("ztrain.precision").NAMES[r.precision] then
     return nil, ('precision must be "fp32", "bf16" or "fp16", got %q'):format(tostring(r.precision))
+  end
+  if r.comm.backend ~= "mpi" and r.comm.backend ~= "nccl" then
+    return nil, ('comm.backend must be "mpi" or "nccl", got %q'):format(tostring(r.comm.backend))
+  end
+  if r.comm.backend == "nccl" and r.device.backend ~= "cuda" then
+    return nil, ('comm.backend = "nccl" needs device.backend = "cuda" (NCCL moves GPU memory), got %q')
+                :format(tostring(r.device.backend))
   end
   local bg = r.device.bf16_gemm
   if bg ~= "auto" and bg ~= "on" and bg ~= "off" then

@@ -10,7 +10,8 @@
  * Tolerances, by what the two sides compute:
  *  - exact bits: fill/scale/axpy/add/add3, all four casts, embedding
  *    forward, AdamW (the same per-operation rounding), the fp64 block sums,
- *    randn (the CPU generator), the bad-id counts;
+ *    randn (the CPU generator), the bad-id counts, the rank-order sum of
+ *    the communicators (zkc_sum_ranks against zk_sum_ranks);
  *  - GEMMs (fp32 and bf16 operands, fp32 accumulation), checked against a
  *    double-precision loop, not the CPU GEMM: |err| <= K * 2^-23 * sum|a*b|
  *    per element (twice the classic gamma_K bound of an fp32 dot product of
@@ -25,13 +26,15 @@
  *  - embedding backward: 1e-6 + 1e-6 |x| (same order; exact in practice);
  *  - attention (online softmax over single keys against the CPU's key
  *    tiles, expf): out 1e-5 + 1e-4 |x|, lse 1e-5 + 1e-5 |x|, dqkv
- *    1e-5 + 1e-3 |x| (sums of T products with cancellation).
+ *    1e-5 + 1e-3 |x| (sums of T products with cancellation); decode (KV
+ *    cache) as out against the CPU, and the GPU forward's bits exactly.
  */
 #include <cuda_runtime_api.h>
 #include "ctest.h"
 #include "internal.h"
 #include "kernels.h"
 #include "cuda_stream.h"
+#include "../kernels/cuda/kernels.cuh"
 
 extern const zt_device_ops zt_cuda_device;
 static const zt_device_ops *dv = &zt_cuda_device;
@@ -270,6 +273,44 @@ static void t_sums(void)
     free(x); dv->free(dx);
 }
 
+/* The communicators' rank-order sum: CUDA and CPU bits, for rank counts
+ * where the order matters (values spread over 2^-20..2^20, so another
+ * association rounds differently -- checked, or the test proves nothing). */
+static void t_sum_ranks(void)
+{
+    const size_t n = 100003;
+    const int ranks[] = { 1, 2, 3, 5, 8 };
+    float *src = ct_alloc(8 * n * 4), *want = ct_alloc(n * 4), *rev = ct_alloc(n * 4);
+    for (size_t i = 0; i < 8 * n; i++)
+        src[i] = ct_unif(-1, 1) * ldexpf(1.0f, (int)(ct_unif(-20, 20)));
+    float *dsrc = up(src, 8 * n * 4), *ddst = NULL;
+    dv->alloc((void **)&ddst, n * 4);
+    for (int k = 0; k < 5; k++) {
+        int p = ranks[k];
+        char name[96];
+        zk_sum_ranks(want, src, p, n);
+        int e = zkc_sum_ranks(zt_cuda_compute_stream(), ddst, dsrc, p, n);
+        float *got = down(ddst, n * 4);
+        snprintf(name, sizeof name, "sum_ranks over %d ranks: the CPU's bits", p);
+        if (e) ct_fail(name, "launch: %s", cudaGetErrorString((cudaError_t)e));
+        else if (synced(name)) same_bits(name, got, want, n * 4);
+        free(got);
+        if (p >= 3) {   /* the same sum in reverse rank order is another result */
+            size_t diff = 0;
+            for (size_t i = 0; i < n; i++) {
+                float r = src[(size_t)(p - 1) * n + i];
+                for (int j = p - 2; j >= 0; j--) r += src[(size_t)j * n + i];
+                diff += memcmp(&r, &want[i], 4) != 0;
+            }
+            snprintf(name, sizeof name, "sum_ranks over %d ranks: the order shows", p);
+            ct_check(diff > n / 100, name, "only %zu of %zu elements differ in reverse order",
+                     diff, n);
+        }
+    }
+    free(src); free(want); free(rev);
+    dv->free(dsrc); dv->free(ddst);
+}
+
 static void t_randn(void)
 {
     size_t n = 10007;
@@ -414,8 +455,65 @@ static void t_attention(int B, int T, int C, int NH)
     free(qkv); free(dy); free(o); free(l); free(dq); free(go); free(gl); free(gq);
     dv->free(d_qkv); dv->free(d_dy); dv->free(d_o); dv->free(d_l); dv->free(d_dq);
 }
+/* KV-cache decode: a prefill of P positions, then a step of Tn more. The
+ * step's rows against the CPU's full forward (attention's tolerance), and
+ * against the GPU's own full forward, bit for bit (the same row arithmetic:
+ * a cached position's output is that of the whole sequence). */
+static void t_decode(int B, int P, int Tn, int C, int NH, int maxT)
+{
+    char name[128];
+    const int L = P + Tn, hs = C / NH;
+    size_t nq = (size_t)B * L * 3 * C, no = (size_t)B * L * C, nc = (size_t)B * NH * maxT * hs;
+    float *qkv = ct_rand(nq, -2, 2), *o = malloc(no * 4), *l = malloc((size_t)B * NH * L * 4);
+    zk_attention_forward(o, l, qkv, B, L, C, NH);
+    /* the two calls' inputs: rows [0,P) and [P,L) of each sequence */
+    float *q0 = malloc((size_t)B * P * 3 * C * 4), *q1 = malloc((size_t)B * Tn * 3 * C * 4);
+    for (int b = 0; b < B; b++) {
+        memcpy(q0 + (size_t)b * P * 3 * C, qkv + (size_t)b * L * 3 * C, (size_t)P * 3 * C * 4);
+        memcpy(q1 + (size_t)b * Tn * 3 * C, qkv + ((size_t)b * L + P) * 3 * C,
+               (size_t)Tn * 3 * C * 4);
+    }
+    float *d_q = up(qkv, nq * 4), *d_q0 = up(q0, (size_t)B * P * 3 * C * 4);
+    float *d_q1 = up(q1, (size_t)B * Tn * 3 * C * 4);
+    float *d_o = NULL, *d_l = NULL, *d_o0 = NULL, *d_o1 = NULL, *d_k = NULL, *d_v = NULL;
+    dv->alloc((void **)&d_o, no * 4); dv->alloc((void **)&d_l, (size_t)B * NH * L * 4);
+    dv->alloc((void **)&d_o0, (size_t)B * P * C * 4); dv->alloc((void **)&d_o1, (size_t)B * Tn * C * 4);
+    dv->alloc((void **)&d_k, nc * 4); dv->alloc((void **)&d_v, nc * 4);
+    dv->zero(d_k, nc * 4); dv->zero(d_v, nc * 4);
+    dv->attention_forward(d_o, d_l, d_q, B, L, C, NH);
+    dv->attention_decode(d_o0, d_k, d_v, d_q0, B, P, C, NH, maxT, 0);
+    dv->attention_decode(d_o1, d_k, d_v, d_q1, B, Tn, C, NH, maxT, P);
+    snprintf(name, sizeof name, "attention decode B=%d P=%d T=%d hs=%d", B, P, Tn, hs);
+    if (!synced(name)) return;
+    float *go = down(d_o, no * 4), *g1 = down(d_o1, (size_t)B * Tn * C * 4);
+    float *gk = down(d_k, nc * 4);
+    float *want = malloc((size_t)B * Tn * C * 4), *gwant = malloc((size_t)B * Tn * C * 4);
+    for (int b = 0; b < B; b++) {
+        memcpy(want + (size_t)b * Tn * C, o + ((size_t)b * L + P) * C, (size_t)Tn * C * 4);
+        memcpy(gwant + (size_t)b * Tn * C, go + ((size_t)b * L + P) * C, (size_t)Tn * C * 4);
+    }
+    snprintf(name, sizeof name, "attention decode step (pos %d, T %d, hs %d) vs CPU forward", P, Tn, hs);
+    close_to(name, g1, want, (size_t)B * Tn * C, 1e-5, 1e-4);
+    snprintf(name, sizeof name, "attention decode step (hs %d): the GPU forward's bits", hs);
+    same_bits(name, g1, gwant, (size_t)B * Tn * C * 4);
+    size_t bad = 0;     /* cache row p of (b, h) = key of position p */
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int p = 0; p < L; p++)
+                bad += memcmp(gk + (((size_t)b * NH + h) * maxT + p) * hs,
+                              qkv + ((size_t)b * L + p) * 3 * C + C + (size_t)h * hs, hs * 4) != 0;
+    snprintf(name, sizeof name, "attention decode: kcache rows [0,%d) hold the keys", L);
+    ct_check(bad == 0, name, "%zu of %d rows differ", bad, B * NH * L);
+    free(qkv); free(o); free(l); free(q0); free(q1); free(go); free(g1); free(gk);
+    free(want); free(gwant);
+    dv->free(d_q); dv->free(d_q0); dv->free(d_q1); dv->free(d_o); dv->free(d_l);
+    dv->free(d_o0); dv->free(d_o1); dv->free(d_k); dv->free(d_v);
+}
+
 static void t_attention_all(void)
 {
+    t_decode(2, 37, 1, 96, 3, 64);      /* a decode step, hs 32 */
+    t_decode(1, 70, 9, 120, 3, 100);    /* several new tokens, hs 40 */
     t_attention(2, 67, 96, 3);      /* hs 32 */
     t_attention(1, 130, 192, 3);    /* hs 64, T over a CPU key tile */
     t_attention(2, 33, 120, 3);     /* hs 40: lanes past the head */
@@ -595,7 +693,7 @@ static void t_stream_errors(void)
 
 static void (*const tests[])(void) = {
     t_elementwise, t_casts, t_gelu, t_layernorm, t_encoder, t_xent, t_adamw, t_sums,
-    t_randn, t_matmul_all, t_attention_all, t_errors,
+    t_sum_ranks, t_randn, t_matmul_all, t_attention_all, t_errors,
     t_copy_then_compute, t_two_streams, t_blas_on_current_stream, t_stream_errors,
 };
 #define NTESTS (int)(sizeof tests / sizeof tests[0])

@@ -1,0 +1,495 @@
+/*
+ * test_mpi_fakecuda.c -- the MPI transport's staging of CUDA device
+ * tensors (runtime/comm_stage.c, and comm_mpi.c's hooks) on the CPU, under
+ * mpirun, against a fake CUDA: memory.c, tensor.c, comm_mpi.c and
+ * comm_stage.c are compiled for this test with ZT_CUDA and zt_dev() = this
+ * file's device, named "cuda", whose memory the host cannot read directly
+ * -- its bytes are stored XOR-ed with a mask, and only the device's copy and
+ * the fake cudaMemcpy translate. MPI handed a device
+ * pointer (no staging) would therefore move masked bytes: wrong results.
+ *
+ * Every collective on device tensors, in place and not, with rounds (small
+ * scratch), against the rank-order sums every rank computes itself (bits),
+ * and the staging buffers accounted on the host tier and freed after. Then
+ * the same through comm_nccl.c (zt_comm_use_nccl on the world) against a
+ * fake NCCL that moves the masked bytes over MPI: the deterministic
+ * all-to-all + ordered-sum algorithm gives the rank-order bits; splits,
+ * NCCL's native reductions, and an NCCL error's message.
+ * Rank 0 prints "N passed, N failed" over all ranks.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <nccl.h>
+#include "comm.h"
+#include "kernels.h"
+#include "mpi_inputs.h"
+
+/* The Makefile compiles memory.c, tensor.c, comm_mpi.c and comm_stage.c
+ * for this test with -DZT_CUDA -Dzt_dev=fake_dev: they see this device. */
+extern const zt_device_ops zt_cpu_device;
+const zt_device_ops *fake_dev(void);
+
+/* ---- the fake device: masked memory ------------------------------------------ */
+#define MASK 0xA5u
+enum { MAXA = 256 };
+static struct { char *p; size_t n; } allocs[MAXA];
+static pthread_mutex_t fk = PTHREAD_MUTEX_INITIALIZER;
+static zt_device_ops fake_table;
+const zt_device_ops *fake_dev(void) { return &fake_table; }
+static long d2h, h2d;           /* cudaMemcpy calls by direction */
+
+static int is_dev(const void *p)
+{
+    int r = 0;
+    pthread_mutex_lock(&fk);
+    for (int i = 0; i < MAXA && !r; i++)
+        r = allocs[i].p && (const char *)p >= allocs[i].p && (const char *)p < allocs[i].p + allocs[i].n;
+    pthread_mutex_unlock(&fk);
+    return r;
+}
+static void xcopy(void *dst, const void *src, size_t n)
+{
+    int dd = is_dev(dst), sd = is_dev(src);
+    unsigned char *d = dst;
+    const unsigned char *s = src;
+    for (size_t i = 0; i < n; i++) d[i] = (unsigned char)(s[i] ^ (dd != sd ? MASK : 0));
+}
+static int f_alloc(void **out, size_t n)
+{
+    char *p = malloc(n ? n : 64);
+    if (!p) return ZT_ENOMEM;
+    pthread_mutex_lock(&fk);
+    for (int i = 0; i < MAXA; i++) if (!allocs[i].p) { allocs[i].p = p; allocs[i].n = n; break; }
+    pthread_mutex_unlock(&fk);
+    *out = p;
+    return ZT_OK;
+}
+static void f_free(void *p)
+{
+    pthread_mutex_lock(&fk);
+    for (int i = 0; i < MAXA; i++) if (allocs[i].p == p) allocs[i].p = NULL;
+    pthread_mutex_unlock(&fk);
+    free(p);
+}
+static void f_zero(void *p, size_t n) { memset(p, MASK, n); }
+static int f_sync(void) { return ZT_OK; }
+
+/* ---- the fake CUDA calls comm_stage.c and memory.c make ------------------------ */
+int zt_cuda_host_alloc(void **out, size_t n) { return posix_memalign(out, 4096, n) ? ZT_ENOMEM : ZT_OK; }
+void zt_cuda_host_free(void *p) { free(p); }
+int zt_cuda_is_pinned(const void *p) { (void)p; return 0; }    /* host_free: free() */
+int zt_cuda_event_new(void **out, int timing) { (void)timing; *out = malloc(1); return ZT_OK; }
+int zt_cuda_event_record(void *e, void *s) { (void)e; (void)s; return ZT_OK; }
+void zt_cuda_event_free(void *e) { free(e); }
+int zt_cuda_bind_thread(void) { return ZT_OK; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { (void)e; return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return cudaSuccess; }
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+const char *cudaGetErrorName(cudaError_t e) { (void)e; return "fake"; }
+const char *cudaGetErrorString(cudaError_t e) { (void)e; return "fake"; }
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k)
+{
+    if (k == cudaMemcpyDeviceToHost) __atomic_add_fetch(&d2h, 1, __ATOMIC_RELAXED);
+    if (k == cudaMemcpyHostToDevice) __atomic_add_fetch(&h2d, 1, __ATOMIC_RELAXED);
+    xcopy(dst, src, n);
+    return cudaSuccess;
+}
+
+/* ---- the fake CUDA and NCCL comm_nccl.c calls --------------------------------------
+ * Every call completes at once on the calling (communication) thread; NCCL
+ * transfers are MPI messages on MPI_COMM_WORLD (or its split) with their own
+ * tag, reading and writing device memory through the mask (so a device op
+ * that reached MPI directly instead would move masked bytes). */
+enum { NTAG = 31000 };
+struct ncclComm { MPI_Comm mpi; };
+static long nccl_calls;
+static int in_group;
+typedef struct { int send; void *dev; size_t n; int peer; MPI_Comm c; char *tmp; } pend;
+static pend group[64];
+static int ngroup;
+
+static char *dec(const void *dev, size_t n) { char *t = malloc(n + 1); xcopy(t, dev, n); return t; }
+
+cudaError_t cudaDeviceGetStreamPriorityRange(int *lo, int *hi) { *lo = 0; *hi = -1; return cudaSuccess; }
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned f, int p)
+{ (void)f; (void)p; *s = (cudaStream_t)malloc(1); return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { free(s); return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f) { (void)s; (void)e; (void)f; return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) { (void)f; *e = (cudaEvent_t)malloc(1); return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { (void)e; (void)s; return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t e) { (void)e; return cudaSuccess; }
+cudaError_t cudaMemcpyAsync(void *d, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t s)
+{ (void)k; (void)s; xcopy(d, src, n); return cudaSuccess; }
+int zkc_sum_ranks(cudaStream_t s, float *dst, const float *src, int nsrc, size_t n)
+{
+    (void)s;
+    float *in = (float *)dec(src, (size_t)nsrc * n * 4), *out = malloc(n * 4 + 1);
+    zk_sum_ranks(out, in, nsrc, n);
+    xcopy(dst, out, n * 4);     /* host -> device: masked */
+    free(in); free(out);
+    return 0;
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) { memset(id, 7, sizeof *id); return ncclSuccess; }
+ncclResult_t ncclCommInitRank(ncclComm_t *c, int n, ncclUniqueId id, int r)
+{
+    (void)n; (void)id; (void)r;
+    *c = calloc(1, sizeof **c);
+    MPI_Comm_dup(MPI_COMM_WORLD, &(*c)->mpi);   /* the test attaches world-ordered groups */
+    return ncclSuccess;
+}
+ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, ncclConfig_t *cfg)
+{
+    (void)cfg;
+    *out = calloc(1, sizeof **out);
+    MPI_Comm_split(c->mpi, color, key, &(*out)->mpi);
+    return ncclSuccess;
+}
+ncclResult_t ncclCommDestroy(ncclComm_t c) { MPI_Comm_free(&c->mpi); free(c); return ncclSuccess; }
+ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *e) { (void)c; *e = ncclSuccess; return ncclSuccess; }
+const char *ncclGetErrorString(ncclResult_t r) { (void)r; return "fake"; }
+const char *ncclGetLastError(ncclComm_t c) { (void)c; return ""; }
+static void flush_group(void)
+{
+    MPI_Request rq[64];
+    for (int i = 0; i < ngroup; i++) {
+        pend *g = &group[i];
+        if (g->send) {
+            g->tmp = dec(g->dev, g->n);
+            MPI_Isend(g->tmp, (int)g->n, MPI_BYTE, g->peer, NTAG, g->c, &rq[i]);
+        } else {
+            g->tmp = malloc(g->n + 1);
+            MPI_Irecv(g->tmp, (int)g->n, MPI_BYTE, g->peer, NTAG, g->c, &rq[i]);
+        }
+    }
+    MPI_Waitall(ngroup, rq, MPI_STATUSES_IGNORE);
+    for (int i = 0; i < ngroup; i++) {
+        if (!group[i].send) xcopy(group[i].dev, group[i].tmp, group[i].n);
+        free(group[i].tmp);
+    }
+    ngroup = 0;
+}
+ncclResult_t ncclGroupStart(void) { in_group = 1; return ncclSuccess; }
+ncclResult_t ncclGroupEnd(void) { in_group = 0; flush_group(); return ncclSuccess; }
+static size_t tsize(ncclDataType_t t) { return t == ncclFloat ? 4 : 1; }
+static ncclResult_t p2p(int send, const void *buf, size_t cnt, ncclDataType_t t, int peer, ncclComm_t c)
+{
+    __atomic_add_fetch(&nccl_calls, 1, __ATOMIC_RELAXED);
+    if (ngroup == 64) return ncclInternalError;
+    group[ngroup++] = (pend){ send, (void *)buf, cnt * tsize(t), peer, c->mpi, NULL };
+    if (!in_group) flush_group();
+    return ncclSuccess;
+}
+ncclResult_t ncclSend(const void *b, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s)
+{ (void)s; return p2p(1, b, n, t, peer, c); }
+ncclResult_t ncclRecv(void *b, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s)
+{ (void)s; return p2p(0, b, n, t, peer, c); }
+ncclResult_t ncclAllReduce(const void *sb, void *rb, size_t n, ncclDataType_t t, ncclRedOp_t op,
+                           ncclComm_t c, cudaStream_t s)
+{
+    (void)t; (void)op; (void)s;
+    __atomic_add_fetch(&nccl_calls, 1, __ATOMIC_RELAXED);
+    float *in = (float *)dec(sb, n * 4), *out = malloc(n * 4 + 1);
+    MPI_Allreduce(in, out, (int)n, MPI_FLOAT, MPI_SUM, c->mpi);     /* MPI's order: not the bits */
+    xcopy(rb, out, n * 4);
+    free(in); free(out);
+    return ncclSuccess;
+}
+ncclResult_t ncclReduceScatter(const void *sb, void *rb, size_t n, ncclDataType_t t, ncclRedOp_t op,
+                               ncclComm_t c, cudaStream_t s)
+{ (void)sb; (void)rb; (void)n; (void)t; (void)op; (void)c; (void)s; return ncclInvalidUsage; }
+ncclResult_t ncclAllGather(const void *sb, void *rb, size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t s)
+{
+    (void)s;
+    __atomic_add_fetch(&nccl_calls, 1, __ATOMIC_RELAXED);
+    int p = 0;
+    MPI_Comm_size(c->mpi, &p);
+    size_t b = n * tsize(t);
+    char *in = dec(sb, b), *out = malloc(b * (size_t)p + 1);
+    MPI_Allgather(in, (int)b, MPI_BYTE, out, (int)b, MPI_BYTE, c->mpi);
+    xcopy(rb, out, b * (size_t)p);
+    free(in); free(out);
+    return ncclSuccess;
+}
+ncclResult_t ncclBroadcast(const void *sb, void *rb, size_t n, ncclDataType_t t, int root, ncclComm_t c,
+                           cudaStream_t s)
+{
+    (void)s;
+    __atomic_add_fetch(&nccl_calls, 1, __ATOMIC_RELAXED);
+    size_t b = n * tsize(t);
+    char *buf = dec(sb, b);
+    MPI_Bcast(buf, (int)b, MPI_BYTE, root, c->mpi);
+    xcopy(rb, buf, b);
+    free(buf);
+    return ncclSuccess;
+}
+
+/* ---- checks -------------------------------------------------------------------- */
+static int passed, failed, R, P;
+static zt_comm *W;
+static int NCCL;                /* 0: the staged MPI checks; 1: W runs NCCL */
+static char nm[160];
+/* a check's name, prefixed by the path under test */
+static const char *N(const char *fmt, ...)
+{
+    va_list ap;
+    int k = snprintf(nm, sizeof nm, "%s ", NCCL ? "nccl:" : "staged mpi:");
+    va_start(ap, fmt);
+    vsnprintf(nm + k, sizeof nm - (size_t)k, fmt, ap);
+    va_end(ap);
+    return nm;
+}
+#define CHECK(name, cond, ...) do { \
+    if (cond) { passed++; if (R == 0) printf("ok %s\n", name); } \
+    else { failed++; printf("rank %d: FAIL %s: ", R, name); printf(__VA_ARGS__); printf("\n"); } \
+} while (0)
+
+static zt_tensor *dev(int64_t n)
+{
+    zt_tensor *t = NULL;
+    if (zt_tensor_new(&t, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 1, &n)) {
+        printf("tensor_new: %s\n", zt_last_error());
+        zt_comm_abort(2);
+    }
+    return t;
+}
+static void put(zt_tensor *t, uint32_t seed, int r, int64_t lo)
+{
+    float *h = malloc((size_t)t->numel * 4);
+    for (int64_t i = 0; i < t->numel; i++) h[i] = val(seed, r, lo + i);
+    zt_tensor_write(t, h, (size_t)t->numel * 4);
+    free(h);
+}
+static float *get(const zt_tensor *t)
+{
+    float *h = malloc((size_t)t->numel * 4);
+    zt_tensor_read(t, h, (size_t)t->numel * 4);
+    return h;
+}
+static float rsum(uint32_t seed, int64_t i)
+{
+    float s = val(seed, 0, i);
+    for (int r = 1; r < P; r++) s += val(seed, r, i);
+    return s;
+}
+static int64_t diff_bits(const float *g, const float *w, int64_t n)
+{
+    int64_t b = 0;
+    for (int64_t i = 0; i < n; i++) b += memcmp(&g[i], &w[i], 4) != 0;
+    return b;
+}
+
+static void t_all_reduce(int64_t n, size_t scratch)
+{
+    zt_comm_tune(scratch, 0);
+    zt_tensor *x = dev(n);
+    put(x, 3, R, 0);
+    zt_mem_reset_peak();
+    size_t host0 = zt_mem_current(ZT_TIER_HOST, ZT_CAT_COMM);
+    int rc = zt_all_reduce(W, x, NULL);
+    float *g = get(x), *w = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) w[i] = rsum(3, i);
+    CHECK(N("device all_reduce n=%lld scratch=%zu: rank-order bits", (long long)n, scratch), rc == 0 && diff_bits(g, w, n) == 0, "rc %d (%s), %lld differ", rc,
+          rc ? zt_last_error() : "", (long long)diff_bits(g, w, n));
+    CHECK(N("comm buffers freed after the operation"),
+          zt_mem_current(ZT_TIER_HOST, ZT_CAT_COMM) == host0 &&
+          zt_mem_current(ZT_TIER_DEVICE, ZT_CAT_COMM) == 0, "host comm bytes %zu -> %zu, "
+          "device %zu", host0, zt_mem_current(ZT_TIER_HOST, ZT_CAT_COMM),
+          zt_mem_current(ZT_TIER_DEVICE, ZT_CAT_COMM));
+    /* staged: MPI's receive scratch must be host memory (MPI cannot write a
+     * GPU's); NCCL: the ordered sum's scratch is device memory, none on the host */
+    size_t dpk = zt_mem_peak(ZT_TIER_DEVICE, ZT_CAT_COMM), hpk = zt_mem_peak(ZT_TIER_HOST, ZT_CAT_COMM);
+    CHECK(N("comm scratch on the %s tier", NCCL ? "device" : "host"),
+          NCCL ? (n < P || dpk > 0) && hpk == host0 : dpk == 0, "device comm peak %zu, host %zu",
+          dpk, hpk);
+    free(g); free(w);
+    zt_tensor_release(x);
+    zt_comm_tune(0, 0);
+}
+
+/* in place: out is rank R's chunk of in */
+static void t_reduce_scatter(int inplace)
+{
+    const int64_t m = 3001;
+    zt_tensor *in = dev(m * P), *out = NULL;
+    put(in, 5, R, 0);
+    if (inplace) zt_tensor_view(&out, in, R * m, 1, (int64_t[]){ m });
+    else out = dev(m);
+    zt_mem_reset_peak();
+    size_t c0 = zt_mem_current(ZT_TIER_HOST, ZT_CAT_COMM);
+    int rc = zt_reduce_scatter(W, out, in, NULL);
+    /* staging: in's bytes, plus out's unless out lies inside in; and MPI's
+     * receive scratch (P x m floats: one round at the default budget) */
+    size_t want = (size_t)(m * P + (inplace ? 0 : m)) * 4 + (size_t)(P * m) * 4;
+    size_t peak = zt_mem_peak(ZT_TIER_HOST, ZT_CAT_COMM) - c0;
+    if (!NCCL)
+        CHECK(inplace ? "in place: one staging buffer, scratch on the host"
+                      : "not in place: two staging buffers, scratch on the host",
+              peak == want, "host comm peak %zu bytes, expected %zu", peak, want);
+    float *g = get(out), *w = malloc((size_t)m * 4);
+    for (int64_t i = 0; i < m; i++) w[i] = rsum(5, R * m + i);
+    CHECK(N(inplace ? "device reduce_scatter in place: bits" : "device reduce_scatter: bits"),
+          rc == 0 && diff_bits(g, w, m) == 0, "rc %d (%s), %lld differ", rc,
+          rc ? zt_last_error() : "", (long long)diff_bits(g, w, m));
+    free(g); free(w);
+    zt_tensor_release(out);
+    zt_tensor_release(in);
+}
+
+static void t_all_gather(int inplace)
+{
+    const int64_t m = 1000;
+    zt_tensor *out = dev(m * P), *in = NULL;
+    if (inplace) zt_tensor_view(&in, out, R * m, 1, (int64_t[]){ m });
+    else in = dev(m);
+    put(in, 7, R, 0);
+    int rc = zt_all_gather(W, out, in, NULL);
+    float *g = get(out);
+    int64_t bad = 0;
+    for (int r = 0; r < P; r++)
+        for (int64_t i = 0; i < m; i++) bad += g[r * m + i] != val(7, r, i);
+    CHECK(N(inplace ? "device all_gather in place" : "device all_gather"), rc == 0 && bad == 0,
+          "rc %d (%s), %lld differ", rc, rc ? zt_last_error() : "", (long long)bad);
+    free(g);
+    zt_tensor_release(in);
+    zt_tensor_release(out);
+}
+
+static void t_bcast_p2p(void)
+{
+    const int64_t n = 777;
+    zt_tensor *x = dev(n);
+    put(x, 9, R, 0);
+    int rc = zt_broadcast(W, x, P - 1, NULL);
+    float *g = get(x);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += g[i] != val(9, P - 1, i);
+    CHECK(N("device broadcast"), rc == 0 && bad == 0, "rc %d, %lld differ", rc, (long long)bad);
+    free(g);
+    if (R < 2) {
+        put(x, 11, R, 0);
+        rc = R == 0 ? zt_send(W, x, 1, 5, NULL) : zt_recv(W, x, 0, 5, NULL);
+        g = get(x);
+        bad = 0;
+        for (int64_t i = 0; i < n; i++) bad += g[i] != val(11, 0, i);
+        CHECK(N("device send/recv"), rc == 0 && bad == 0, "rc %d, %lld differ", rc, (long long)bad);
+        free(g);
+    }
+    zt_tensor_release(x);
+}
+
+static void run_all(void)
+{
+    t_all_reduce(100003, 0);
+    t_all_reduce(1001, 256);    /* rounds */
+    t_all_reduce(1, 0);
+    t_reduce_scatter(0);
+    t_reduce_scatter(1);
+    t_all_gather(0);
+    t_all_gather(1);
+    t_bcast_p2p();
+}
+
+/* a group split from the NCCL world: NCCL (ncclCommSplit), its rank order */
+static void t_split_nccl(void)
+{
+    zt_comm *g = NULL;
+    int rc = zt_comm_split(&g, W, 0, P - 1 - R);
+    CHECK("nccl: a split group is nccl", rc == 0 && !strcmp(zt_comm_backend(g), "nccl"),
+          "rc %d (%s)", rc, rc ? zt_last_error() : "");
+    if (rc) return;
+    const int64_t n = 4099;
+    zt_tensor *x = dev(n);
+    put(x, 13, R, 0);
+    rc = zt_all_reduce(g, x, NULL);
+    float *h = get(x);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {   /* group rank k is world rank P-1-k */
+        float s = val(13, P - 1, i);
+        for (int k = 1; k < P; k++) s += val(13, P - 1 - k, i);
+        bad += memcmp(&h[i], &s, 4) != 0;
+    }
+    CHECK("nccl: all_reduce over the split group sums in its rank order", rc == 0 && bad == 0,
+          "rc %d, %lld differ", rc, (long long)bad);
+    free(h);
+    zt_tensor_release(x);
+    zt_comm_free(g);
+}
+
+/* deterministic = 0: NCCL's own reductions (the fake: MPI_Allreduce), and an
+ * NCCL failure reported with file:line (the fake's ncclReduceScatter fails) */
+static void t_native(zt_comm *g)
+{
+    const int64_t n = 5003;
+    zt_tensor *x = dev(n), *big = dev(n * P);
+    put(x, 15, R, 0);
+    int rc = zt_all_reduce(g, x, NULL);
+    float *h = get(x);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double ex = 0, mag = 0;
+        for (int r = 0; r < P; r++) { ex += val(15, r, i); mag += fabs(val(15, r, i)); }
+        bad += fabs(h[i] - ex) > P * ldexp(1.0, -24) * mag;
+    }
+    CHECK("nccl native: all_reduce by ncclAllReduce, within the fp32 bound", rc == 0 && bad == 0,
+          "rc %d, %lld outside", rc, (long long)bad);
+    free(h);
+    rc = zt_reduce_scatter(g, x, big, NULL);
+    const char *e = zt_last_error();
+    CHECK("nccl native: a failing NCCL call is an error naming it, file:line",
+          rc == ZT_EIO && strstr(e, "comm_nccl.c:") && strstr(e, "ncclReduceScatter") &&
+          strstr(e, "nccl: "), "rc %d: %s", rc, e);
+    rc = zt_comm_use_nccl(g, 1);
+    CHECK("nccl: a group's deterministic flag cannot change", rc == ZT_EINVAL, "rc %d", rc);
+    zt_tensor_release(x);
+    zt_tensor_release(big);
+}
+
+int main(void)
+{
+    fake_table = zt_cpu_device;
+    fake_table.name = "cuda";
+    fake_table.alloc = f_alloc;
+    fake_table.free = f_free;
+    fake_table.zero = f_zero;
+    fake_table.copy = xcopy;
+    fake_table.sync = f_sync;
+    if (zt_comm_world(&W) != ZT_OK) { printf("world: %s\n", zt_last_error()); return 1; }
+    R = zt_comm_rank(W);
+    P = zt_comm_size(W);
+    run_all();
+    CHECK("the fake saw the copies (staging ran)", d2h > 0 && h2d > 0, "d2h %ld h2d %ld", d2h, h2d);
+
+    /* NCCL: a group with NCCL's own all-reduce, then the world, deterministic */
+    zt_comm *native = NULL;
+    int rc = zt_comm_split(&native, W, 0, R);
+    if (!rc) rc = zt_comm_use_nccl(native, 0);
+    if (!rc) rc = zt_comm_use_nccl(W, 1);
+    CHECK("world and a group join NCCL", rc == 0 && !strcmp(zt_comm_backend(W), "nccl") &&
+          !strcmp(zt_comm_backend(native), "nccl"), "rc %d (%s)", rc, rc ? zt_last_error() : "");
+    if (rc) zt_comm_abort(1);
+    NCCL = 1;
+    long d0 = d2h, c0 = nccl_calls;
+    run_all();
+    CHECK("nccl: device operations went to NCCL, not to MPI staging", d2h == d0 && nccl_calls > c0,
+          "staging copies %ld, nccl calls %ld", d2h - d0, nccl_calls - c0);
+    t_split_nccl();
+    t_native(native);
+    zt_comm_free(native);
+    int tot[2] = { passed, failed }, all[2 * 64] = { 0 };
+    zt_comm_all_gather_host(W, all, tot, sizeof tot);
+    if (R == 0) {
+        int p = 0, f = 0;
+        for (int r = 0; r < P; r++) { p += all[2 * r]; f += all[2 * r + 1]; }
+        printf("%d passed, %d failed\n", p, f);
+    }
+    zt_comm_finalize();
+    return failed ? 1 : 0;
+}
