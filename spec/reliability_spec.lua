@@ -167,6 +167,14 @@ describe("bad input, said plainly", function()
     u.rm(d)
   end)
 
+  it("an out= that cannot be created says why", function()
+    local f = os.tmpname()                -- a file where a directory should go
+    local out, rc = u.sh(("%s %s out=%s/run"):format(ZT, TINY, f))
+    os.remove(f)
+    assert.are.equal(1, rc)
+    assert.matches(("ztrain: cannot create output directory %s/run: Not a directory"):format(f), out, 1, true)
+  end)
+
   it("a wrong ZTRAIN_HOME is named, not Lua's search path", function()
     local out, rc = u.sh(("ZTRAIN_HOME=/nonexistent/zt %s --version"):format(ZT))
     assert.are.equal(1, rc)
