@@ -123,11 +123,16 @@ describe("plan: predicted against measured peaks", function()
     assert.is_true(got >= want and got <= 1.5 * want, ("activations predicted %d, measured %d"):format(want, got))
   end)
 
-  it("bf16 (dp 2): model state and working buffers exact, activations within 15% below", function()
+  it("bf16 (dp 2): model state exact, working buffers at most the predicted peak, activations within 15% below", function()
     local s, r = run(2, "recipes/dp.lua", "precision=bf16")
     local t = plan.predict(r, { nproc = 2 })
     local m = s.memory[1]
-    assert.are.same({}, differences(t, m, { params = true, grads = true, optim = true, comm = true, other = true }))
+    assert.are.same({}, differences(t, m, { params = true, grads = true, optim = true, other = true }))
+    -- bf16's gradient buckets (fp32 reduction buffers) overlap as timing
+    -- allows: the plan is their peak when all are in flight; a loaded
+    -- machine measured 86% of it (600320 of 698624 bytes), an idle one 100%
+    local gc, wc = m.by_category.comm.device, t.device.comm
+    assert.is_true(gc <= wc and gc >= 0.75 * wc, ("comm predicted %d, measured %d"):format(wc, gc))
     local got, want = m.by_category.activations.device, t.device.activations
     assert.is_true(want <= got and want >= 0.85 * got, ("activations predicted %d, measured %d"):format(want, got))
   end)
