@@ -392,6 +392,10 @@ static void test_enospc(void)
              has(zt_last_error(), zt_aio_file_path(a, f)),
              "ENOSPC during a write: names the file, the operation and what to do", "rc %d %s", rc,
              zt_last_error());
+    /* free the disk again (which blocks the failed write filled depends on
+     * the order the pool's writes ran in: under valgrind, not block 0) */
+    if (truncate(zt_aio_file_path(a, f), 0) != 0 || truncate(zt_aio_file_path(a, f), 4u << 20) != 0)
+        ct_fail("truncate the full swap file", "%s", strerror(errno));
     rc = zt_aio_write(a, f, 0, buf, 65536, NULL);
     ct_check(rc == ZT_OK, "the engine stays usable after a failed request", "rc %d %s", rc,
              zt_last_error());
