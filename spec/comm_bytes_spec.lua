@@ -107,6 +107,31 @@ local function check_metrics(s, steps)
   end
 end
 
+describe("comm.stats (one local rank)", function()
+  it("counts calls by kind, no bytes; stats_delta and reset_stats", function()
+    local comm = require "ztrain.comm"
+    local T = require "ztrain.tensor"
+    local w = comm.world()
+    comm.reset_stats()
+    local a = comm.stats()
+    assert.are.equal(0, a.calls)
+    local x = T.new({ 8 }, { category = "other" })
+    w:all_reduce(x)
+    w:all_reduce(x, true):wait()
+    w:barrier()
+    local b = comm.stats()
+    local d = comm.stats_delta(a, b)
+    assert.are.equal(2, d.by_kind.all_reduce.calls)
+    assert.are.equal(1, d.by_kind.barrier.calls)
+    assert.are.equal(3, d.calls)
+    assert.are.equal(0, d.sent + d.recv)          -- one rank: nothing crosses a link
+    assert.is_true(d.busy_ms >= 0 and d.exposed_ms >= 0)
+    comm.reset_stats()
+    assert.are.equal(0, comm.stats().calls)
+    x:free()
+  end)
+end)
+
 describe("communication bytes per step and rank", function()
   it("one rank: nothing crosses a link", function()
     local s, steps = run("recipes/single.lua", nil)
