@@ -158,13 +158,26 @@ function M.slurm_tasks_on_node(list, nodeid)
   return nil
 end
 
--- The mpirun command line for N ranks running `program args...`.
-function M.command(n, program, args)
+-- command(n, program, args, o) -> the mpirun command line for N ranks
+-- running `program args...` | nil, err. o (optional) = { hostfile =,
+-- mpirun_args = { ... } }: a launch across hosts and extra mpirun words
+-- (launch_hosts.lua; $ZTRAIN_MPIRUN_ARGS too). Ranks on this machine (local,
+-- or the test cluster's namespace hosts) get cores / N threads each; on
+-- other hosts each rank takes its host's share (rank_threads).
+function M.command(n, program, args, o)
+  o = o or {}
+  local extra, local_only = require("ztrain.launch_hosts").args({
+    hostfile = o.hostfile, nproc = n, mpirun_args = o.mpirun_args, env = os.getenv("ZTRAIN_MPIRUN_ARGS") })
+  if not extra then return nil, local_only end
   local threads = math.max(1, math.floor(M.cores() / n))
   local cmd = { "mpirun", "-np", tostring(n), "--oversubscribe", "--bind-to", "none",
-                "-x", "ZTRAIN_DEFAULT_THREADS=" .. threads, "-x", "ZTRAIN_HOME",
+                "-x", "ZTRAIN_HOME",
                 "-x", "ZTRAIN_TTY=" .. (libc.isatty(1) == 1 and "1" or "0"),
                 "-x", "ZTRAIN_COMM=mpi" }
+  if local_only then
+    cmd[#cmd + 1] = "-x"; cmd[#cmd + 1] = "ZTRAIN_DEFAULT_THREADS=" .. threads
+  end
+  for _, w in ipairs(extra) do cmd[#cmd + 1] = w end
   cmd[#cmd + 1] = program
   for _, a in ipairs(args) do cmd[#cmd + 1] = a end
   return cmd
@@ -284,6 +297,35 @@ function M.death_message(rank, pid, sig, status)
     :format(rank, pid and tostring(pid) or "?", sig, SIGNAMES[sig] or "signal " .. sig, status)
 end
 
+local now = os.time                            -- whole seconds serve a grace period
+
+-- abort_grace() -> seconds the launcher lets mpirun take to end a failed
+-- job before it ends mpirun itself ($ZTRAIN_ABORT_GRACE, default 10)
+function M.abort_grace()
+  local g = tonumber(os.getenv("ZTRAIN_ABORT_GRACE") or "")
+  return (g and g >= 0) and g or 10
+end
+
+-- failure(tail) -> { status = } when mpirun's stderr says the job failed
+-- (so mpirun should end it soon), else nil. status: what the job's exit
+-- status is when the launcher has to end mpirun: the watchdog's 5, an
+-- MPI_Abort's error code, 128 + the signal of a killed rank, 1 for a lost host.
+function M.failure(tail)
+  if tail:find("comm%.timeout: ") then return { status = 5 } end
+  local code = tail:match("MPI_ABORT was invoked on rank %d+ in communicator %S+%s+with errorcode (%d+)")
+  if code then return { status = tonumber(code) } end
+  local _, sig = M.dead_rank(tail)
+  if sig then return { status = 128 + sig } end
+  if M.lost_host(tail) or tail:find("ORTE has lost communication") then return { status = 1 } end
+  return nil
+end
+
+-- lost_host(tail) -> the host whose Open MPI daemon mpirun lost, or nil
+-- ("Remote daemon: [[...],2] on node ztn2")
+function M.lost_host(tail)
+  return tail:match("Remote daemon:%s*%S+ on node (%S+)")
+end
+
 local function cstrings(list)
   local argv = ffi.new("char *[?]", #list + 1)
   local keep = {}
@@ -293,6 +335,36 @@ local function cstrings(list)
   end
   argv[#list] = nil
   return argv, keep
+end
+
+-- job_pids(dir) -> pids of live processes, other than this one, whose
+-- environment names job directory `dir` (every process mpirun started,
+-- through any launch agent, inherits ZTRAIN_JOB)
+function M.job_pids(dir)
+  local out, me = {}, libc.getpid()
+  for _, path in ipairs(glob("/proc/[0-9]*")) do
+    local p = tonumber(path:match("(%d+)$"))
+    if p and p ~= me and ours(p, dir) then out[#out + 1] = p end
+  end
+  table.sort(out)
+  return out
+end
+
+-- pid_host(pid) -> the network namespace a process runs in, by name (the
+-- test cluster's hosts: /run/netns/NAME), or nil when it is this one's
+local function file_id(path)
+  local st = libc.stat_t()
+  if libc.stat(path, st) ~= 0 then return nil end
+  return tostring(st.st_dev) .. ":" .. tostring(st.st_ino)
+end
+
+function M.pid_host(pid)
+  local them = file_id(("/proc/%d/ns/net"):format(pid))
+  if not them or them == file_id("/proc/self/ns/net") then return nil end
+  for _, path in ipairs(glob("/run/netns/*")) do
+    if file_id(path) == them then return path:match("([^/]+)$") end
+  end
+  return nil
 end
 
 -- cleanup_job(dir, ranks): after a job, kill its ranks still alive (said on
@@ -307,6 +379,15 @@ function M.cleanup_job(job, ranks)
       local t = os.time() + 2
       while libc.kill(p, 0) == 0 and os.time() <= t do libc.poll(nil, 0, 20) end
     end
+  end
+  -- then any other process of the job (its environment names the job):
+  -- Open MPI's daemons on hosts mpirun lost touch with, and their children
+  for _, p in ipairs(M.job_pids(job)) do
+    local comm = (read_file(("/proc/%d/comm"):format(p)) or "?"):gsub("%s+$", "")
+    local host = M.pid_host(p)
+    io.stderr:write(("ztrain: %s (pid %d)%s outlived mpirun; killed it\n"):format(comm, p,
+                    host and (" on host " .. host) or ""))
+    libc.kill(p, libc.SIGKILL)
   end
   for p, r in pairs(ranks) do
     for _, d in ipairs(r.nvme) do M.remove_swap(d, p) end
@@ -339,8 +420,9 @@ end
 -- Returns mpirun's exit status (128 + signal when it was killed), after
 -- naming a rank that died by a signal, killing ranks left behind and
 -- removing their swap files; or nil, err when mpirun cannot be started.
-function M.run(n, program, args)
-  local cmd = M.command(n, program, args)
+function M.run(n, program, args, o)
+  local cmd, cerr = M.command(n, program, args, o)
+  if not cmd then return nil, cerr end
   if not in_path("mpirun") then
     return nil, "cannot run mpirun (not found in PATH): install Open MPI (make deps) or start " ..
                 "the ranks with your own launcher"
@@ -409,6 +491,8 @@ function M.run(n, program, args)
   local tail, open_fd, reaped = "", true, false
   local drain_until                            -- signals are forwarded until mpirun is reaped
   local stops = 0
+  local failed, kill_at, killed              -- the job failed; when to end mpirun; whether it was
+  local grace = M.abort_grace()
   while true do
     if not open_fd then
       libc.poll(nil, 0, 100)
@@ -433,6 +517,23 @@ function M.run(n, program, args)
         libc.kill(pid, libc.SIGTERM)
       end
     end
+    -- a failed job that mpirun does not end (a host it cannot reach):
+    -- after the grace period, end mpirun and its process group
+    if not reaped and not failed then
+      failed = M.failure(tail)
+      if failed then kill_at = now() + grace end
+    end
+    if not reaped and kill_at and now() >= kill_at then
+      if not killed then
+        io.stderr:write(("ztrain: mpirun did not end within %g s of the job's failure (a host it cannot " ..
+                         "reach?); ending it\n"):format(grace))
+        libc.kill(-pid, libc.SIGTERM)
+        killed, kill_at = true, now() + 3
+      else
+        libc.kill(-pid, libc.SIGKILL)
+        kill_at = nil
+      end
+    end
     if not reaped and libc.waitpid(pid, status, libc.WNOHANG) == pid then
       reaped = true
       drain_until = os.time() + 2              -- an orphan may hold the pipe: read 2 s more at most
@@ -443,6 +544,13 @@ function M.run(n, program, args)
   libc.sigprocmask(libc.SIG_SETMASK, old, nil)
   local st = status[0]
   local code = bit.band(st, 0x7f) == 0 and bit.band(bit.rshift(st, 8), 0xff) or 128 + bit.band(st, 0x7f)
+  -- mpirun ended by the launcher: the status the failure asked for
+  if killed then code = failed.status end
+  local lost = M.lost_host(tail)
+  if lost then
+    io.stderr:write(("ztrain: lost host %s (its daemon stopped answering mpirun: the host died, " ..
+                     "or its link is down); the job was ended (exit status %d)\n"):format(lost, code))
+  end
 
   local ranks = M.read_job(job)
   local rank, sig = M.dead_rank(tail)
