@@ -234,7 +234,9 @@ local function glob(pattern)
   return out
 end
 
--- read_job(dir) -> { [pid] = { rank =, nvme = { DIR, ... } } }
+-- read_job(dir) -> { [pid] = { rank =, host =, nvme = { DIR, ... }, session = } }
+-- (a launch agent's file -- tools/netns_agent -- has host and session: the
+-- Open MPI daemon's session directory, and no rank)
 function M.read_job(dir)
   local ranks = {}
   for _, path in ipairs(glob(dir .. "/*")) do
@@ -244,6 +246,8 @@ function M.read_job(dir)
       local r = { nvme = {} }
       r.rank = tonumber(text:match("rank (%d+)"))
       for d in text:gmatch("nvme ([^\n]+)") do r.nvme[#r.nvme + 1] = d end
+      r.host = text:match("host ([^\n]+)")
+      r.session = text:match("session ([^\n]+)")
       ranks[pid] = r
     end
   end
@@ -297,34 +301,14 @@ function M.death_message(rank, pid, sig, status)
     :format(rank, pid and tostring(pid) or "?", sig, SIGNAMES[sig] or "signal " .. sig, status)
 end
 
+local PR_SET_CHILD_SUBREAPER = 36
+local hosts = require "ztrain.launch_hosts"
+
+-- hostname() -> this machine's name (a test cluster's hosts have their own)
+local function hostname()
+  return ((read_file("/proc/sys/kernel/hostname") or "?"):gsub("%s+$", ""))
+end
 local now = os.time                            -- whole seconds serve a grace period
-
--- abort_grace() -> seconds the launcher lets mpirun take to end a failed
--- job before it ends mpirun itself ($ZTRAIN_ABORT_GRACE, default 10)
-function M.abort_grace()
-  local g = tonumber(os.getenv("ZTRAIN_ABORT_GRACE") or "")
-  return (g and g >= 0) and g or 10
-end
-
--- failure(tail) -> { status = } when mpirun's stderr says the job failed
--- (so mpirun should end it soon), else nil. status: what the job's exit
--- status is when the launcher has to end mpirun: the watchdog's 5, an
--- MPI_Abort's error code, 128 + the signal of a killed rank, 1 for a lost host.
-function M.failure(tail)
-  if tail:find("comm%.timeout: ") then return { status = 5 } end
-  local code = tail:match("MPI_ABORT was invoked on rank %d+ in communicator %S+%s+with errorcode (%d+)")
-  if code then return { status = tonumber(code) } end
-  local _, sig = M.dead_rank(tail)
-  if sig then return { status = 128 + sig } end
-  if M.lost_host(tail) or tail:find("ORTE has lost communication") then return { status = 1 } end
-  return nil
-end
-
--- lost_host(tail) -> the host whose Open MPI daemon mpirun lost, or nil
--- ("Remote daemon: [[...],2] on node ztn2")
-function M.lost_host(tail)
-  return tail:match("Remote daemon:%s*%S+ on node (%S+)")
-end
 
 local function cstrings(list)
   local argv = ffi.new("char *[?]", #list + 1)
@@ -373,7 +357,10 @@ function M.cleanup_job(job, ranks)
   ranks = ranks or M.read_job(job)
   for p, r in pairs(ranks) do
     if ours(p, job) then
-      io.stderr:write(("ztrain: rank %s (pid %d) outlived mpirun; killed it\n"):format(tostring(r.rank), p))
+      local what = r.rank and ("rank " .. r.rank) or
+                   (read_file(("/proc/%d/comm"):format(p)) or "process"):gsub("%s+$", "")
+      io.stderr:write(("ztrain: %s (pid %d)%s outlived mpirun; killed it\n"):format(what, p,
+                      r.host and (" on host " .. r.host) or ""))
       libc.kill(p, libc.SIGKILL)
       -- its swap directory's lock goes when it is gone: wait for that (2 s at most)
       local t = os.time() + 2
@@ -390,6 +377,13 @@ function M.cleanup_job(job, ranks)
     libc.kill(p, libc.SIGKILL)
   end
   for p, r in pairs(ranks) do
+    -- an Open MPI daemon killed above leaves its session directory
+    -- (tools/netns_agent notes it); the pattern keeps rm to those
+    if r.session and r.session:match("^/[%w_/%.%-]*/ompi%.[%w_%.%-]+%.%d+/jf%.%d+$")
+       and libc.kill(p, 0) ~= 0 then
+      os.execute("rm -rf '" .. r.session .. "'")
+      libc.rmdir((r.session:match("^(.*)/jf%.%d+$")))   -- its host's directory, when empty
+    end
     for _, d in ipairs(r.nvme) do M.remove_swap(d, p) end
     os.remove(("%s/%d"):format(job, p))
   end
@@ -463,6 +457,9 @@ function M.run(n, program, args, o)
   for _, s in ipairs({ libc.SIGINT, libc.SIGTERM, libc.SIGHUP }) do libc.sigaddset(set, s) end
   libc.sigprocmask(libc.SIG_BLOCK, set, old)
   io.stdout:flush(); io.stderr:flush()
+  -- the launcher adopts what mpirun leaves when it dies (Open MPI's
+  -- daemons), so it can end and reap them: no orphans, no zombies
+  libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
   local pid = libc.fork()
   if pid == 0 then
     libc.dup2(fds[1], 2)
@@ -492,7 +489,7 @@ function M.run(n, program, args, o)
   local drain_until                            -- signals are forwarded until mpirun is reaped
   local stops = 0
   local failed, kill_at, killed              -- the job failed; when to end mpirun; whether it was
-  local grace = M.abort_grace()
+  local grace = hosts.abort_grace()
   while true do
     if not open_fd then
       libc.poll(nil, 0, 100)
@@ -520,19 +517,17 @@ function M.run(n, program, args, o)
     -- a failed job that mpirun does not end (a host it cannot reach):
     -- after the grace period, end mpirun and its process group
     if not reaped and not failed then
-      failed = M.failure(tail)
+      failed = hosts.failure(tail, M.dead_rank)
       if failed then kill_at = now() + grace end
     end
     if not reaped and kill_at and now() >= kill_at then
-      if not killed then
-        io.stderr:write(("ztrain: mpirun did not end within %g s of the job's failure (a host it cannot " ..
-                         "reach?); ending it\n"):format(grace))
-        libc.kill(-pid, libc.SIGTERM)
-        killed, kill_at = true, now() + 3
-      else
-        libc.kill(-pid, libc.SIGKILL)
-        kill_at = nil
-      end
+      -- SIGKILL: mpirun already aborting ignores SIGTERM, or crashes on it;
+      -- what it leaves behind is the launcher's to clean (cleanup_job)
+      io.stderr:write(("ztrain: mpirun did not end within %g s of the job's failure (a host it cannot " ..
+                       "reach?); ending it\n"):format(grace))
+      libc.kill(-pid, libc.SIGKILL)
+      libc.kill(pid, libc.SIGKILL)
+      killed, kill_at = true, nil
     end
     if not reaped and libc.waitpid(pid, status, libc.WNOHANG) == pid then
       reaped = true
@@ -546,7 +541,7 @@ function M.run(n, program, args, o)
   local code = bit.band(st, 0x7f) == 0 and bit.band(bit.rshift(st, 8), 0xff) or 128 + bit.band(st, 0x7f)
   -- mpirun ended by the launcher: the status the failure asked for
   if killed then code = failed.status end
-  local lost = M.lost_host(tail)
+  local lost = hosts.lost_host(tail)
   if lost then
     io.stderr:write(("ztrain: lost host %s (its daemon stopped answering mpirun: the host died, " ..
                      "or its link is down); the job was ended (exit status %d)\n"):format(lost, code))
@@ -559,7 +554,26 @@ function M.run(n, program, args, o)
     for p, r in pairs(ranks) do if r.rank == rank then rpid = p end end
     io.stderr:write(M.death_message(rank, rpid, sig, code), "\n")
   end
+  -- ranks the watchdog found unreachable: say on which host each ran
+  local gone = {}
+  for r in tail:gmatch("rank (%d+): no answer") do gone[tonumber(r)] = true end
+  for p, r in pairs(ranks) do
+    if r.rank and gone[r.rank] and r.host and r.host ~= hostname() then
+      io.stderr:write(("ztrain: rank %d (pid %d) ran on host %s, which did not answer: the host is down, " ..
+                       "its link is, or the rank is stuck\n"):format(r.rank, p, r.host))
+    end
+  end
   M.cleanup_job(job, ranks)
+  -- reap what was adopted and has ended (cleanup_job killed the job's rest)
+  local deadline = now() + 2
+  while true do
+    local r = libc.waitpid(-1, status, libc.WNOHANG)
+    if r < 0 then break end                         -- no children left
+    if r == 0 then
+      if now() > deadline then break end
+      libc.poll(nil, 0, 20)
+    end
+  end
   libc.close(lockfd)
   return code
 end

@@ -166,4 +166,33 @@ function M.args(o)
   return words, local_only
 end
 
+-- ---- a failed job --------------------------------------------------------------------
+
+-- abort_grace() -> seconds the launcher lets mpirun take to end a failed
+-- job before it ends mpirun itself ($ZTRAIN_ABORT_GRACE, default 5)
+function M.abort_grace()
+  local g = tonumber(os.getenv("ZTRAIN_ABORT_GRACE") or "")
+  return (g and g >= 0) and g or 5
+end
+
+-- failure(tail) -> { status = } when mpirun's stderr says the job failed
+-- (so mpirun should end it soon), else nil. status: what the job's exit
+-- status is when the launcher has to end mpirun: the watchdog's 5, an
+-- MPI_Abort's error code, 128 + the signal of a killed rank, 1 for a lost host.
+function M.failure(tail, dead_rank)
+  if tail:find("comm%.timeout: ") then return { status = 5 } end
+  local code = tail:match("MPI_ABORT was invoked on rank %d+ in communicator %S+%s+with errorcode (%d+)")
+  if code then return { status = tonumber(code) } end
+  local _, sig = dead_rank(tail)
+  if sig then return { status = 128 + sig } end
+  if M.lost_host(tail) or tail:find("ORTE has lost communication") then return { status = 1 } end
+  return nil
+end
+
+-- lost_host(tail) -> the host whose Open MPI daemon mpirun lost, or nil
+-- ("Remote daemon: [[...],2] on node ztn2")
+function M.lost_host(tail)
+  return tail:match("Remote daemon:%s*%S+ on node (%S+)")
+end
+
 return M
