@@ -540,7 +540,12 @@ function M.run(n, program, args, o)
   local st = status[0]
   local code = bit.band(st, 0x7f) == 0 and bit.band(bit.rshift(st, 8), 0xff) or 128 + bit.band(st, 0x7f)
   -- mpirun ended by the launcher: the status the failure asked for
-  if killed then code = failed.status end
+  -- (and whenever its stderr says how it failed: one status per failure)
+  if killed then code = failed.status
+  elseif code ~= 0 then
+    local f = hosts.failure(tail, M.dead_rank)
+    if f then code = f.status end
+  end
   local lost = hosts.lost_host(tail)
   if lost then
     io.stderr:write(("ztrain: lost host %s (its daemon stopped answering mpirun: the host died, " ..

@@ -178,14 +178,17 @@ end
 -- failure(tail) -> { status = } when mpirun's stderr says the job failed
 -- (so mpirun should end it soon), else nil. status: what the job's exit
 -- status is when the launcher has to end mpirun: the watchdog's 5, an
--- MPI_Abort's error code, 128 + the signal of a killed rank, 1 for a lost host.
+-- MPI_Abort's error code, 128 + the signal of a killed rank, 1 for a lost
+-- host (its ranks' deaths follow from it). The launcher gives it as the
+-- job's status whenever the job failed: mpirun's own status for a lost
+-- host is an internal code (205 and the like).
 function M.failure(tail, dead_rank)
   if tail:find("comm%.timeout: ") then return { status = 5 } end
+  if M.lost_host(tail) or tail:find("ORTE has lost communication") then return { status = 1 } end
   local code = tail:match("MPI_ABORT was invoked on rank %d+ in communicator %S+%s+with errorcode (%d+)")
   if code then return { status = tonumber(code) } end
   local _, sig = dead_rank(tail)
   if sig then return { status = 128 + sig } end
-  if M.lost_host(tail) or tail:find("ORTE has lost communication") then return { status = 1 } end
   return nil
 end
 
