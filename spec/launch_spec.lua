@@ -253,6 +253,16 @@ describe("launch across hosts: the hostfile and mpirun's arguments", function()
     assert.is_nil(hosts.network("fe80::1/64"))
   end)
 
+  it("a launch across hosts has started when every rank noted itself; else says which hosts have none", function()
+    local ranks = { [10] = { rank = 0, host = "h0" }, [11] = { host = "h0" }, [12] = { host = "h1" } }
+    local ok, missing = hosts.started(ranks, 2)
+    assert.is_false(ok)
+    assert.are.equal(1, missing.count)
+    assert.matches("none on host h1: Open MPI starts ranks once every host's daemon has called back", missing.hosts)
+    ranks[13] = { rank = 1, host = "h1" }
+    assert.is_true(hosts.started(ranks, 2))
+  end)
+
   it("reads how a job failed from mpirun's stderr, one exit status per failure", function()
     local dead = launch.dead_rank
     assert.are.equal(5, hosts.failure("ztrain: rank 0: comm.timeout: all_reduce #3 ...", dead).status)

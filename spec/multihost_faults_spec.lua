@@ -3,7 +3,9 @@
 -- the job through the collective watchdog within comm.timeout (+ the
 -- launcher's grace), naming the rank and its host; a link throttled to a
 -- trickle mid-run slows the run, which completes with the same digest; a
--- host removed mid-run ends the job with a message naming it. Every case
+-- host removed mid-run ends the job with a message naming it; a host
+-- unreachable at the launch (where mpirun waits for ever) ends it after
+-- the launcher's start timeout. Every case
 -- leaves no process, no namespace and no Open MPI session directory behind.
 local nc = require "helpers.netcluster"
 local util = require "helpers.util"
@@ -97,6 +99,21 @@ rc=$?; date +%%s.%%N > %s.end; wait; (exit $rc)
     -- comm.timeout, the watchdog's own 2 s for answers, the launcher's
     -- grace, whole-second clocks and a loaded machine
     assert.is_true(after <= TIMEOUT + 2 + GRACE + 6, ("the job ended %.1f s after the cut"):format(after))
+    assert_nothing_left(out)
+  end)
+
+  it("a host unreachable at the launch: the job ends after ZTRAIN_START_TIMEOUT, nothing left", function()
+    nc.sh(PREFIX, "link " .. PREFIX .. "1 down")
+    local out = util.outdir()
+    local t0 = os.time()
+    local o, rc = util.sh(("%s ZTRAIN_START_TIMEOUT=4 timeout 60 build/ztrain --hostfile %s/hostfile.2 " ..
+                           "recipes/dp.lua %s train.steps=3 out=%s"):format(nc.ENV, hostdir, BASE, out))
+    local took = os.time() - t0
+    nc.sh(PREFIX, "link " .. PREFIX .. "1 up")
+    util.rm(out)
+    assert.are.equal(1, rc, o)
+    assert.matches("only 0 of 2 rank%(s%) started within 4 s %(none on host [^)]*" .. PREFIX .. "1", o)
+    assert.is_true(took <= 4 + 6, ("the launch ended %d s after it began"):format(took))
     assert_nothing_left(out)
   end)
 

@@ -175,6 +175,31 @@ function M.abort_grace()
   return (g and g >= 0) and g or 5
 end
 
+-- start_timeout() -> seconds every rank of a launch across hosts has to
+-- start ($ZTRAIN_START_TIMEOUT, default 60)
+function M.start_timeout()
+  local t = tonumber(os.getenv("ZTRAIN_START_TIMEOUT") or "")
+  return (t and t > 0) and t or 60
+end
+
+-- started(ranks, n) -> true when n ranks have noted themselves in the
+-- job registry (launch.read_job's table); else false, { count = ranks noted, hosts = text naming the
+-- hosts whose daemon started but whose ranks did not, or "" }
+function M.started(ranks, n)
+  local count, daemons, with_ranks = 0, {}, {}
+  for _, r in pairs(ranks) do
+    if r.rank then count = count + 1; if r.host then with_ranks[r.host] = true end
+    elseif r.host then daemons[#daemons + 1] = r.host end
+  end
+  if count >= n then return true end
+  local silent = {}
+  for _, h in ipairs(daemons) do if not with_ranks[h] then silent[#silent + 1] = h end end
+  table.sort(silent)
+  return false, { count = count, hosts = #silent > 0 and
+    (" (none on host %s: Open MPI starts ranks once every host's daemon has called back, and one " ..
+     "that cannot reach mpirun stalls them all)"):format(table.concat(silent, ", ")) or "" }
+end
+
 -- failure(tail) -> { status = } when mpirun's stderr says the job failed
 -- (so mpirun should end it soon), else nil. status: what the job's exit
 -- status is when the launcher has to end mpirun: the watchdog's 5, an
