@@ -103,6 +103,12 @@ describe("multi-host runs on a namespace test cluster", function()
   end)
 
   it("netcluster.sh: hostfile, status, shape, a bad prefix refused, down idempotent", function()
+    -- no way out of the machine: no default route in a host, no IPv6
+    for i = 0, 3 do
+      local h = PREFIX .. i
+      assert.are.equal("rc=0", (util.sh(("ip -n %s route show default"):format(h)):gsub("%s+", "")))
+      assert.are.equal("rc=0", (util.sh(("ip -n %s -6 addr show"):format(h)):gsub("%s+", "")))
+    end
     local hf = nc.sh(PREFIX, "hostfile")
     assert.matches("^" .. PREFIX .. "0 slots=1\n" .. PREFIX .. "1 slots=1\n", hf)
     local o, rc = nc.sh(PREFIX, "shape 1gbit " .. PREFIX .. "2")

@@ -141,6 +141,9 @@ cmd_up() {
   # on any failure: undo what was made
   trap 'cmd_down >/dev/null 2>&1' EXIT
   ip link add "${P}br" type bridge || die "cannot create bridge ${P}br"
+  # IPv4 only: no IPv6 link-local chatter on the links (their counters are
+  # what the specs compare with the formulas)
+  sysctl -qw "net.ipv6.conf.${P}br.disable_ipv6=1" 2>/dev/null
   ip addr add "$net.254/24" dev "${P}br"
   ip link set "${P}br" up
   i=0
@@ -148,6 +151,8 @@ cmd_up() {
     h=$P$i
     ip netns add "$h" || die "cannot create namespace $h"
     ip link add "${P}${i}b" type veth peer name zteth netns "$h" || die "cannot create veth ${P}${i}b"
+    sysctl -qw "net.ipv6.conf.${P}${i}b.disable_ipv6=1" 2>/dev/null
+    ip netns exec "$h" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 2>/dev/null
     ip link set "${P}${i}b" master "${P}br"
     ip link set "${P}${i}b" up
     ip -n "$h" link set lo up
