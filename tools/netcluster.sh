@@ -16,10 +16,9 @@
 #                                    a hand-written mpirun: flags)
 #   exec HOST CMD...                 run CMD inside a host (as the launch agent)
 #
-# env: ZTRAIN_NETCLUSTER=PREFIX (default ztn; 1-8 of [a-z0-9], first and last a
-# letter) so clusters
-# never collide; ZTRAIN_NETCLUSTER_SUBNET=A.B.C (a /24; default 10.213.0 for
-# ztn, else 10.213.K with K from the prefix). Root only, iproute2 + tc only.
+# env: ZTRAIN_NETCLUSTER=PREFIX (default ztn; 1-8 of [a-z0-9], first and
+# last a letter) so clusters never collide; ZTRAIN_NETCLUSTER_SUBNET=A.B.C
+# (a /24; default 10.213.0 for ztn, else 10.213.K, K from the prefix). Root only, iproute2 + tc only.
 # Nothing routes out: the hosts have no default route and there is no NAT;
 # the subnet is reachable only inside this machine.
 set -u
@@ -233,7 +232,7 @@ cmd_exec() {
   exec "$(dirname "$0")/netns_agent" "$h" "$@"
 }
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 
 c=${1:-}; shift 2>/dev/null
 case $c in
