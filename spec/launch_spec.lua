@@ -71,7 +71,7 @@ describe("launch.nproc", function()
   it("ztrain RECIPE starts the ranks the recipe asks for, with --nproc's bits", function()
     local s, losses = train(two)
     assert.are.equal(2, s.world_size)
-    assert.matches("launch={nproc=2}", s.recipe_resolved, 1, true)
+    assert.matches('launch={hostfile="",nproc=2}', s.recipe_resolved, 1, true)
     assert.are.equal(want, s.param_digest)
     assert.are.equal(want_losses, losses)
   end)
@@ -89,7 +89,7 @@ describe("launch.nproc", function()
     assert.are.equal(1, one.world_size)
     local s = train("--nproc 1 " .. two)
     assert.are.equal(1, s.world_size)
-    assert.matches("launch={nproc=1}", s.recipe_resolved, 1, true)  -- what ran
+    assert.matches('launch={hostfile="",nproc=1}', s.recipe_resolved, 1, true)  -- what ran
     assert.are.equal(one.param_digest, s.param_digest)
     s = train("--nproc 2 " .. plain .. " launch.nproc=1")
     assert.are.equal(2, s.world_size)
@@ -190,5 +190,86 @@ describe("launch.nproc", function()
                  :format(two, dir))
     assert.are.equal(0, rc, out)
     assert.are.equal(1, cjson.decode(read(dir .. "/ok/summary.json")).world_size)
+  end)
+end)
+
+-- Launching across hosts (--hostfile, launch_hosts.lua), at the unit level:
+-- no namespaces, no mpirun. spec/multihost_spec.lua runs it for real.
+describe("launch across hosts: the hostfile and mpirun's arguments", function()
+  local hosts = require "ztrain.launch_hosts"
+  local launch = require "ztrain.launch"
+  local tmp
+  setup(function() tmp = util.tmpdir() end)
+  teardown(function() util.rm(tmp) end)
+
+  it("reads an Open MPI hostfile: slots (1 when not given), comments, a host named twice", function()
+    local h = assert(hosts.parse("# cluster\nnodeA slots=2\n\n  nodeB   # one slot\nnodeA slots=3 max_slots=8\n", "F"))
+    assert.are.same({ { host = "nodeA", slots = 5 }, { host = "nodeB", slots = 1 } }, h)
+  end)
+
+  it("refuses a hostfile that is missing, empty, malformed or has too few slots, naming the file", function()
+    local _, err = hosts.check(tmp .. "/none", 2)
+    assert.matches("hostfile .*/none does not exist; give an Open MPI hostfile: one line per host, `HOST slots=N`", err)
+    _, err = hosts.check(tmp, 2)
+    assert.matches("is a directory, not a file", err)
+    write(tmp .. "/empty", "# nothing\n\n")
+    _, err = hosts.check(tmp .. "/empty", 2)
+    assert.matches("hostfile .*/empty names no host: write one line per host", err)
+    write(tmp .. "/bad", "a slots=two\n")
+    _, err = hosts.check(tmp .. "/bad", 1)
+    assert.matches("hostfile .*/bad line 1: slots=two is not a whole number >= 1", err)
+    write(tmp .. "/two", "a slots=1\nb slots=1\n")
+    _, err = hosts.check(tmp .. "/two", 3)
+    assert.matches("hostfile .*/two has 2 slot%(s%) on 2 host%(s%), fewer than the 3 rank%(s%) asked for: " ..
+                   "add slots %(HOST slots=N%), or ask for 2 rank%(s%) at most", err)
+    local h, slots = hosts.check(tmp .. "/two", 0)
+    assert.are.equal(2, #h); assert.are.equal(2, slots)
+  end)
+
+  it("the command line: --hostfile and extra words before the program; ssh hosts get no thread count", function()
+    write(tmp .. "/real", "node-a-not-a-namespace slots=4\n")
+    local cmd = assert(launch.command(2, "ztrain", { "r.lua" }, { hostfile = tmp .. "/real",
+                                                                 mpirun_args = { "--mca", "btl_tcp_if_include", "eth0" } }))
+    local line = table.concat(cmd, " ")
+    assert.matches("^mpirun %-np 2 .*%-%-hostfile " .. tmp:gsub("%p", "%%%0") .. "/real %-%-mca btl_tcp_if_include eth0 ztrain r%.lua$", line)
+    assert.is_nil(line:find("ZTRAIN_DEFAULT_THREADS", 1, true))    -- a remote host shares its own cores
+    assert.is_nil(line:find("netns_agent", 1, true))               -- ssh, as mpirun does
+    local here = table.concat(assert(launch.command(2, "ztrain", {})), " ")
+    assert.matches("ZTRAIN_DEFAULT_THREADS=%d+", here)             -- local ranks: cores / N
+    local _, err = launch.command(3, "ztrain", {}, { hostfile = tmp .. "/two" })
+    assert.matches("fewer than the 3 rank", err)
+  end)
+
+  it("$ZTRAIN_MPIRUN_ARGS: words split at blanks, quotes keep blanks; an open quote is refused", function()
+    assert.are.same({ "--mca", "x", "a b", "c d" }, hosts.split([[--mca x 'a b' "c d"]]))
+    assert.are.same({}, hosts.split(nil))
+    local w, err = hosts.split("--mca 'x")
+    assert.is_nil(w); assert.matches("ZTRAIN_MPIRUN_ARGS has an unclosed ' quote", err)
+  end)
+
+  it("a host's network from its interface address", function()
+    assert.are.equal("10.213.0.0/24", hosts.network("10.213.0.7/24"))
+    assert.are.equal("10.213.128.0/17", hosts.network("10.213.200.7/17"))
+    assert.is_nil(hosts.network("fe80::1/64"))
+  end)
+
+  it("a launch across hosts has started when every rank noted itself; else says which hosts have none", function()
+    local ranks = { [10] = { rank = 0, host = "h0" }, [11] = { host = "h0" }, [12] = { host = "h1" } }
+    local ok, missing = hosts.started(ranks, 2)
+    assert.is_false(ok)
+    assert.are.equal(1, missing.count)
+    assert.matches("none on host h1: Open MPI starts ranks once every host's daemon has called back", missing.hosts)
+    ranks[13] = { rank = 1, host = "h1" }
+    assert.is_true(hosts.started(ranks, 2))
+  end)
+
+  it("reads how a job failed from mpirun's stderr, one exit status per failure", function()
+    local dead = launch.dead_rank
+    assert.are.equal(5, hosts.failure("ztrain: rank 0: comm.timeout: all_reduce #3 ...", dead).status)
+    assert.are.equal(1, hosts.failure("Remote daemon: [[7769,0],2] on node ztx1\n", dead).status)
+    assert.are.equal("ztx1", hosts.lost_host("  HNP daemon   : [[7769,0],0] on node vm\n  Remote daemon: [[7769,0],2] on node ztx1\n"))
+    assert.are.equal(3, hosts.failure("MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD\nwith errorcode 3.", dead).status)
+    assert.are.equal(137, hosts.failure("mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).", dead).status)
+    assert.is_nil(hosts.failure("step 3 loss 5.1", dead))
   end)
 end)

@@ -96,6 +96,40 @@ describe("multi-host runs on a namespace test cluster", function()
     assert.are.equal(want.dp2_accum2, s.param_digest)
   end)
 
+  it("the recipe key launch.hostfile launches across hosts as --hostfile does", function()
+    local s = run(("recipes/dp.lua %s %s launch.hostfile=%s"):format(BASE, TINY, hostfile(2)))
+    assert.are.equal(2, s.world_size)               -- launch.nproc = 0: one rank per slot
+    assert.are.equal(want.dp2, s.param_digest)
+  end)
+
+  it("netcluster.sh: hostfile, status, shape, a bad prefix refused, down idempotent", function()
+    -- no way out of the machine: no default route in a host, no IPv6
+    for i = 0, 3 do
+      local h = PREFIX .. i
+      assert.are.equal("rc=0", (util.sh(("ip -n %s route show default"):format(h)):gsub("%s+", "")))
+      assert.are.equal("rc=0", (util.sh(("ip -n %s -6 addr show"):format(h)):gsub("%s+", "")))
+    end
+    local hf = nc.sh(PREFIX, "hostfile")
+    assert.matches("^" .. PREFIX .. "0 slots=1\n" .. PREFIX .. "1 slots=1\n", hf)
+    local o, rc = nc.sh(PREFIX, "shape 1gbit " .. PREFIX .. "2")
+    assert.are.equal(0, rc, o)
+    assert.matches(PREFIX .. "2 %S+ link=up qdisc=htb rate=1Gbit", nc.sh(PREFIX, "status"))
+    nc.sh(PREFIX, "shape none")
+    assert.matches(PREFIX .. "2 %S+ link=up qdisc=noqueue rate=unlimited", nc.sh(PREFIX, "status"))
+    o, rc = nc.sh("Bad-1", "up 1")
+    assert.are.equal(1, rc)
+    assert.matches("ZTRAIN_NETCLUSTER=Bad%-1: a prefix is 1%-8 characters", o)
+    o, rc = nc.sh(PREFIX, "up 2")
+    assert.are.equal(1, rc)
+    assert.matches("a cluster with prefix " .. PREFIX .. " is already up", o)
+    -- a second cluster beside it, removed twice
+    o, rc = nc.sh(PREFIX .. "z", "up 1")
+    assert.are.equal(0, rc, o)
+    assert.are.equal(0, select(2, nc.down(PREFIX .. "z")))
+    assert.are.equal(0, select(2, nc.down(PREFIX .. "z")))
+    assert.are.equal("", nc.leftovers(PREFIX .. "z"))
+  end)
+
   it("the ranks took their share of this machine's cores (cores / ranks, at least 1)", function()
     local cores = tonumber((util.sh("nproc"):match("(%d+)")))
     local s = run(("--hostfile %s recipes/dp.lua %s %s train.steps=1"):format(hostfile(4), BASE, TINY))

@@ -12,12 +12,13 @@
 #   link HOST down|up                cut or restore one host's link
 #   status                           hosts, addresses, links, shaping, counters
 #   hostfile                         an Open MPI hostfile (HOST slots=S)
-#   env                              KEY=VALUE lines a launch needs
+#   env                              what a launch needs (ztrain: nothing;
+#                                    a hand-written mpirun: flags)
 #   exec HOST CMD...                 run CMD inside a host (as the launch agent)
 #
-# env: ZTRAIN_NETCLUSTER=PREFIX (default ztn; [a-z][a-z0-9]{0,7}) so clusters
-# never collide; ZTRAIN_NETCLUSTER_SUBNET=A.B.C (a /24; default 10.213.0 for
-# ztn, else 10.213.K with K from the prefix). Root only, iproute2 + tc only.
+# env: ZTRAIN_NETCLUSTER=PREFIX (default ztn; 1-8 of [a-z0-9], first and
+# last a letter) so clusters never collide; ZTRAIN_NETCLUSTER_SUBNET=A.B.C
+# (a /24; default 10.213.0 for ztn, else 10.213.K, K from the prefix). Root only, iproute2 + tc only.
 # Nothing routes out: the hosts have no default route and there is no NAT;
 # the subnet is reachable only inside this machine.
 set -u
@@ -141,6 +142,9 @@ cmd_up() {
   # on any failure: undo what was made
   trap 'cmd_down >/dev/null 2>&1' EXIT
   ip link add "${P}br" type bridge || die "cannot create bridge ${P}br"
+  # IPv4 only: no IPv6 link-local chatter on the links (their counters are
+  # what the specs compare with the formulas)
+  sysctl -qw "net.ipv6.conf.${P}br.disable_ipv6=1" 2>/dev/null
   ip addr add "$net.254/24" dev "${P}br"
   ip link set "${P}br" up
   i=0
@@ -148,6 +152,8 @@ cmd_up() {
     h=$P$i
     ip netns add "$h" || die "cannot create namespace $h"
     ip link add "${P}${i}b" type veth peer name zteth netns "$h" || die "cannot create veth ${P}${i}b"
+    sysctl -qw "net.ipv6.conf.${P}${i}b.disable_ipv6=1" 2>/dev/null
+    ip netns exec "$h" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 2>/dev/null
     ip link set "${P}${i}b" master "${P}br"
     ip link set "${P}${i}b" up
     ip -n "$h" link set lo up
@@ -208,15 +214,16 @@ cmd_hostfile() {
   for h in $(hosts); do echo "$h slots=$s"; done
 }
 
-# What a launch needs: the agent and the subnet Open MPI's TCP keeps to.
-# ztrain --hostfile reads ZTRAIN_NETCLUSTER itself; a hand-written mpirun
-# uses ZTRAIN_MPIRUN_ARGS (or these flags).
+# What a launch needs: ztrain --hostfile nothing (it sees the hosts are
+# namespaces and adds the flags itself); a hand-written mpirun the agent
+# and the subnet Open MPI's TCP keeps to.
 cmd_env() {
   [ -n "$(hosts)" ] || die "no cluster with prefix $P is up (tools/netcluster.sh up N)"
   net=$(state_get subnet); net=${net:-$(subnet)}
   here=$(cd "$(dirname "$0")" && pwd)
+  echo "# ztrain --hostfile FILE needs nothing more; a hand-written mpirun --hostfile FILE needs these flags:"
   echo "ZTRAIN_NETCLUSTER=$P"
-  echo "ZTRAIN_MPIRUN_ARGS='--mca plm_rsh_agent $here/netns_agent --mca plm_rsh_no_tree_spawn 1 --mca btl tcp,self --mca btl_tcp_if_include $net.0/24 --mca oob_tcp_if_include $net.0/24'"
+  echo "NETCLUSTER_MPIRUN_FLAGS='--mca plm_rsh_agent $here/netns_agent --mca plm_rsh_no_tree_spawn 1 --mca btl tcp,self --mca btl_tcp_if_include $net.0/24 --mca oob_tcp_if_include $net.0/24'"
 }
 
 cmd_exec() {
@@ -225,7 +232,7 @@ cmd_exec() {
   exec "$(dirname "$0")/netns_agent" "$h" "$@"
 }
 
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 
 c=${1:-}; shift 2>/dev/null
 case $c in

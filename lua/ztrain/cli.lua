@@ -145,7 +145,8 @@ Exit status: 0 success; 1 an error (bad input, a failed run: the message says);
 5 a collective waited past comm.timeout for its peers (the message names them);
 128 + N a rank killed by signal N. A failed job that mpirun does not end
 (a host it cannot reach) is ended by ztrain after $ZTRAIN_ABORT_GRACE seconds
-(default 10), with the failure's exit status.
+(default 5), with the failure's exit status; across hosts, ranks that do not
+all start within $ZTRAIN_START_TIMEOUT seconds (default 60) end the launch (1).
 ]==]
 
 local errors = require "ztrain.errors"

@@ -490,6 +490,10 @@ function M.run(n, program, args, o)
   local stops = 0
   local failed, kill_at, killed              -- the job failed; when to end mpirun; whether it was
   local grace = hosts.abort_grace()
+  -- across hosts, every rank must start (note itself) within the start
+  -- timeout: mpirun waits for ever for a daemon on a host it cannot reach
+  local start_by = o and o.hostfile and now() + hosts.start_timeout()
+  local next_look, start_failed = 0, false
   while true do
     if not open_fd then
       libc.poll(nil, 0, 100)
@@ -514,6 +518,17 @@ function M.run(n, program, args, o)
         libc.kill(pid, libc.SIGTERM)
       end
     end
+    if start_by and not reaped and not killed and now() >= next_look then
+      next_look = now() + 1
+      local started, missing = hosts.started(M.read_job(job), n)
+      if started then start_by = nil
+      elseif now() >= start_by then
+        io.stderr:write(("ztrain: only %d of %d rank(s) started within %g s%s; ending the job " ..
+                         "(ZTRAIN_START_TIMEOUT sets the wait)\n"):format(missing.count, n,
+                         hosts.start_timeout(), missing.hosts))
+        failed, kill_at, start_failed = { status = 1 }, now(), true
+      end
+    end
     -- a failed job that mpirun does not end (a host it cannot reach):
     -- after the grace period, end mpirun and its process group
     if not reaped and not failed then
@@ -523,8 +538,10 @@ function M.run(n, program, args, o)
     if not reaped and kill_at and now() >= kill_at then
       -- SIGKILL: mpirun already aborting ignores SIGTERM, or crashes on it;
       -- what it leaves behind is the launcher's to clean (cleanup_job)
-      io.stderr:write(("ztrain: mpirun did not end within %g s of the job's failure (a host it cannot " ..
-                       "reach?); ending it\n"):format(grace))
+      if not start_failed then
+        io.stderr:write(("ztrain: mpirun did not end within %g s of the job's failure (a host it cannot " ..
+                         "reach?); ending it\n"):format(grace))
+      end
       libc.kill(-pid, libc.SIGKILL)
       libc.kill(pid, libc.SIGKILL)
       killed, kill_at = true, nil
@@ -540,7 +557,12 @@ function M.run(n, program, args, o)
   local st = status[0]
   local code = bit.band(st, 0x7f) == 0 and bit.band(bit.rshift(st, 8), 0xff) or 128 + bit.band(st, 0x7f)
   -- mpirun ended by the launcher: the status the failure asked for
-  if killed then code = failed.status end
+  -- (and whenever its stderr says how it failed: one status per failure)
+  if killed then code = failed.status
+  elseif code ~= 0 then
+    local f = hosts.failure(tail, M.dead_rank)
+    if f then code = f.status end
+  end
   local lost = hosts.lost_host(tail)
   if lost then
     io.stderr:write(("ztrain: lost host %s (its daemon stopped answering mpirun: the host died, " ..

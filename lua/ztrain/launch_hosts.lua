@@ -175,17 +175,45 @@ function M.abort_grace()
   return (g and g >= 0) and g or 5
 end
 
+-- start_timeout() -> seconds every rank of a launch across hosts has to
+-- start ($ZTRAIN_START_TIMEOUT, default 60)
+function M.start_timeout()
+  local t = tonumber(os.getenv("ZTRAIN_START_TIMEOUT") or "")
+  return (t and t > 0) and t or 60
+end
+
+-- started(ranks, n) -> true when n ranks have noted themselves in the
+-- job registry (launch.read_job's table); else false, { count = ranks noted, hosts = text naming the
+-- hosts whose daemon started but whose ranks did not, or "" }
+function M.started(ranks, n)
+  local count, daemons, with_ranks = 0, {}, {}
+  for _, r in pairs(ranks) do
+    if r.rank then count = count + 1; if r.host then with_ranks[r.host] = true end
+    elseif r.host then daemons[#daemons + 1] = r.host end
+  end
+  if count >= n then return true end
+  local silent = {}
+  for _, h in ipairs(daemons) do if not with_ranks[h] then silent[#silent + 1] = h end end
+  table.sort(silent)
+  return false, { count = count, hosts = #silent > 0 and
+    (" (none on host %s: Open MPI starts ranks once every host's daemon has called back, and one " ..
+     "that cannot reach mpirun stalls them all)"):format(table.concat(silent, ", ")) or "" }
+end
+
 -- failure(tail) -> { status = } when mpirun's stderr says the job failed
 -- (so mpirun should end it soon), else nil. status: what the job's exit
 -- status is when the launcher has to end mpirun: the watchdog's 5, an
--- MPI_Abort's error code, 128 + the signal of a killed rank, 1 for a lost host.
+-- MPI_Abort's error code, 128 + the signal of a killed rank, 1 for a lost
+-- host (its ranks' deaths follow from it). The launcher gives it as the
+-- job's status whenever the job failed: mpirun's own status for a lost
+-- host is an internal code (205 and the like).
 function M.failure(tail, dead_rank)
   if tail:find("comm%.timeout: ") then return { status = 5 } end
+  if M.lost_host(tail) or tail:find("ORTE has lost communication") then return { status = 1 } end
   local code = tail:match("MPI_ABORT was invoked on rank %d+ in communicator %S+%s+with errorcode (%d+)")
   if code then return { status = tonumber(code) } end
   local _, sig = dead_rank(tail)
   if sig then return { status = 128 + sig } end
-  if M.lost_host(tail) or tail:find("ORTE has lost communication") then return { status = 1 } end
   return nil
 end
 

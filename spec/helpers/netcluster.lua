@@ -74,9 +74,11 @@ function M.run(args, env)
   return s, o, rc
 end
 
--- pids(pattern) -> pids of processes whose command line matches (pgrep -f)
-function M.pids(pattern)
-  local out = sh(("pgrep -f %q"):format(pattern)):gsub("rc=%d+%s*$", "")
+-- ranks(out) -> pids of processes whose command line holds out=OUT (a
+-- run's ranks and launcher; pgrep -f, its pattern written so that it does
+-- not match the shell that runs pgrep)
+function M.ranks(out)
+  local out = sh(("pgrep -f '[o]ut=%s'"):format(out)):gsub("rc=%d+%s*$", "")
   local t = {}
   for p in out:gmatch("%d+") do t[#t + 1] = tonumber(p) end
   return t
