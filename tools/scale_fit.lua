@@ -1,0 +1,129 @@
+-- tools/scale_fit.lua -- the step-time model (lua/ztrain/steptime.lua)
+-- calibrated on the measured scaling table (tools/bench_scale.lua's
+-- records) and checked against it.
+--
+--   local fit = dofile("tools/scale_fit.lua")
+--   local res = fit.calibrate(records)  -- { params, points = { {rec, model_ms, err} }, mean, max }
+--
+-- Known, not fitted: the model's shape and each run's batch (from the
+-- record), the FLOP rate (the one-rank baseline: its step time less its
+-- optimizer's at the fitted memory bandwidth), the ranks sharing the
+-- machine's cores (every namespace host is this machine: a run of H hosts
+-- has H ranks on the same cores), the link rate (tc's), the hidden share
+-- (measured, summary.json comm_per_step.hidden_share; 0 where not
+-- reported). Fitted, four constants for the whole table: eta (the fraction
+-- of the link rate MPI's TCP transport reaches), latency (seconds per
+-- message), contention (how much more than 1/H of the cores a rank loses
+-- when H share them: MPI's progress and the kernel's TCP stack run on the
+-- same cores) and mem_bw (the optimizer's and offload's copies).
+-- Minimising the mean squared log error by coordinate descent over grids;
+-- the error reported is |model - measured| / measured per point.
+local st = require "ztrain.steptime"
+local gpt2 = require "ztrain.nn.gpt2"
+
+local M = {}
+
+-- rate_bps("10gbit") -> bytes per second (nil: no link, "local" or "none").
+function M.rate_bytes(rate)
+  local n, unit = tostring(rate):match("^(%d+%.?%d*)(%a+)$")
+  local mult = { kbit = 1e3, mbit = 1e6, gbit = 1e9, tbit = 1e12 }
+  if not n or not mult[unit and unit:lower()] then return nil end
+  return tonumber(n) * mult[unit:lower()] / 8
+end
+
+local function cfg_of(rec)
+  local m = rec.model or {}
+  if m.layers then return { name = m.name, L = m.layers, C = m.channels, V = m.vocab, maxT = m.context } end
+  return gpt2.config(rec.config.model, { vocab_size = 50257 })
+end
+
+function M.hidden_of(rec)
+  local c = rec.comm_per_step
+  return type(c) == "table" and type(c.hidden_share) == "number" and c.hidden_share or nil
+end
+
+-- the record's run as steptime's input
+function M.input(rec)
+  local cfg = cfg_of(rec)
+  local b = rec.batch or {}
+  local m = b.accumulate or rec.config.accumulate
+  local o = { cfg = cfg, strategy = rec.strategy == "single" and "dp" or rec.strategy, B = b.micro or rec.config.B,
+              T = b.seq_len or rec.config.T, m = m, hosts = rec.hosts, gpus = 1, units = cfg.L + 2,
+              hidden = M.hidden_of(rec) or 0 }
+  return o
+end
+
+local function baseline(recs)
+  for _, r in ipairs(recs) do if r.ok and r.strategy == "single" then return r end end
+end
+
+-- hw_for(rec, p, base) -> steptime's hardware for one measured run
+function M.hw_for(rec, p, base)
+  local bo = M.input(base)
+  local tokens = bo.B * bo.T * bo.m
+  local opt = st.ADAM_BYTES * st.params(bo.cfg) / p.mem_bw
+  local flops = tokens * st.flops_per_token(bo.cfg, bo.T) / math.max(base.step_ms / 1000 - opt, 1e-6)
+  local bw = M.rate_bytes(rec.rate) or 1e30
+  return { flops = flops, share = rec.hosts > 1 and rec.hosts * p.contention or 1, inter_bw = bw, eta = p.eta,
+           latency = p.latency, mem_bw = p.mem_bw, host_bw = p.mem_bw }
+end
+
+-- predict(rec, p, base) -> model step ms for one record
+function M.predict(rec, p, base)
+  local r = st.step(M.input(rec), M.hw_for(rec, p, base))
+  return r.step * 1000, r
+end
+
+local GRID = {
+  eta = { lo = 0.02, hi = 1, log = true },
+  latency = { lo = 1e-6, hi = 2e-2, log = true },
+  contention = { lo = 0.7, hi = 2.5 },
+  mem_bw = { lo = 5e8, hi = 5e10, log = true },
+}
+local ORDER = { "eta", "latency", "contention", "mem_bw" }
+
+local function loss(points, p, base)
+  local s = 0
+  for _, rec in ipairs(points) do
+    local ms = M.predict(rec, p, base)
+    s = s + math.log(ms / rec.step_ms) ^ 2
+  end
+  return s / #points
+end
+
+-- calibrate(recs) -> { params, points, mean, max, n } or nil, why
+function M.calibrate(recs)
+  local base = baseline(recs)
+  if not base then return nil, "no one-rank baseline (single_h1) measured" end
+  local points = {}
+  for _, r in ipairs(recs) do
+    if r.ok and r.strategy ~= "single" and type(r.step_ms) == "number" then points[#points + 1] = r end
+  end
+  if #points == 0 then return nil, "no multi-host runs measured" end
+  local p = { eta = 0.5, latency = 1e-4, contention = 1, mem_bw = 5e9 }
+  local best = loss(points, p, base)
+  for _ = 1, 4 do
+    for _, k in ipairs(ORDER) do
+      local g = GRID[k]
+      for i = 0, 40 do
+        local v = g.log and g.lo * (g.hi / g.lo) ^ (i / 40) or g.lo + (g.hi - g.lo) * i / 40
+        local old = p[k]
+        p[k] = v
+        local l = loss(points, p, base)
+        if l < best then best = l else p[k] = old end
+      end
+    end
+  end
+  local res = { params = p, points = {}, n = #points, mean = 0, max = 0, base = base }
+  for _, rec in ipairs(points) do
+    local ms, parts = M.predict(rec, p, base)
+    local err = math.abs(ms - rec.step_ms) / rec.step_ms
+    res.points[#res.points + 1] = { rec = rec, model_ms = ms, err = err, parts = parts }
+    res.mean = res.mean + err / #points
+    res.max = math.max(res.max, err)
+  end
+  res.flops = M.hw_for(base, p, base).flops
+  return res
+end
+
+return M
