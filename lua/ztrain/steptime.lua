@@ -201,6 +201,17 @@ local function pipe_step(o, hw)
   return r
 end
 
+-- A GPU cluster, as assumptions (docs/scaling.md states them): H100 SXM,
+-- 989 TFLOP/s dense bf16 at 40% MFU; NVLink 4 within a host (900 GB/s both
+-- ways: 450 GB/s each way per GPU), NDR InfiniBand across (400 Gbit/s per
+-- GPU), NCCL reaching 80% of either, 2 us a message within a host and 5 us
+-- across; HBM3 3.35 TB/s for the optimizer; offload over PCIe 5 (25 GB/s
+-- a GPU, effective) to a host whose 200 GB/s of memory bandwidth 8 GPUs
+-- share (CPU AdamW).
+M.CLUSTER = { flops = 989e12 * 0.40, peak_flops = 989e12, mfu = 0.40, share = 1, intra_bw = 450e9, intra_eta = 0.8,
+              intra_latency = 2e-6, inter_bw = 400e9 / 8, eta = 0.8, latency = 5e-6, mem_bw = 3.35e12,
+              host_bw = 25e9, host_mem_bw = 200e9 / 8, gpus_per_host = 8, memory = 80 * 2 ^ 30 }
+
 -- step(o, hw) -> { step, compute, optimizer, offload, comm, exposed,
 -- hidden, bytes, messages, bubble (pipelines) } in seconds and bytes.
 -- o = { cfg (a GPT-2 shape: L, C, V, maxT), strategy (M.STRATEGIES), B
