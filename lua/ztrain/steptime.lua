@@ -137,7 +137,9 @@ local function dp_step(o, hw)
   if offl then
     local pb = o.lowp and 2 or 4
     local bytes = (4 + pb) * o.psi / N + (stage == 3 and 2 * pb * o.psi / N * o.m or 0)
-    r.offload = bytes / (hw.host_bw or math.huge)
+    -- infinity: the shards live on nvme (its rate when given)
+    local bw = o.strategy:match("infinity") and (hw.nvme_bw or hw.host_bw) or hw.host_bw
+    r.offload = bytes / (bw or math.huge)
   end
   local hidden = type(o.hidden) == "table" and (o.hidden[o.strategy] or o.hidden.default) or o.hidden or 0
   -- at most the backward (2/3 of the compute) can hide communication
@@ -210,7 +212,44 @@ end
 -- share (CPU AdamW).
 M.CLUSTER = { flops = 989e12 * 0.40, peak_flops = 989e12, mfu = 0.40, share = 1, intra_bw = 450e9, intra_eta = 0.8,
               intra_latency = 2e-6, inter_bw = 400e9 / 8, eta = 0.8, latency = 5e-6, mem_bw = 3.35e12,
-              host_bw = 25e9, host_mem_bw = 200e9 / 8, gpus_per_host = 8, memory = 80 * 2 ^ 30 }
+              host_bw = 25e9, host_mem_bw = 200e9 / 8, nvme_bw = 3e9, gpus_per_host = 8, memory = 80 * 2 ^ 30 }
+
+-- parse_rate("100gbit" | "25GB/s" | "400e9") -> bytes per second, or nil, why
+local RATE_UNITS = { kbit = 1e3 / 8, mbit = 1e6 / 8, gbit = 1e9 / 8, tbit = 1e12 / 8, ["kb/s"] = 1e3, ["mb/s"] = 1e6,
+                     ["gb/s"] = 1e9, ["tb/s"] = 1e12 }
+function M.parse_rate(s)
+  local n, unit = tostring(s):lower():match("^%s*([%d%.e%+%-]+)%s*([%a/]*)%s*$")
+  local v = tonumber(n)
+  local mult = unit == "" and 1 or RATE_UNITS[unit]
+  if not v or not mult or v <= 0 then
+    return nil, ("%s is not a link rate: give e.g. 100gbit, 10mbit, 450GB/s or bytes per second"):format(tostring(s))
+  end
+  return v * mult
+end
+
+-- parse_time("5us" | "1ms" | "2e-6") -> seconds, or nil, why
+local TIME_UNITS = { ns = 1e-9, us = 1e-6, ms = 1e-3, s = 1 }
+function M.parse_time(s)
+  local n, unit = tostring(s):lower():match("^%s*([%d%.e%+%-]+)%s*(%a*)%s*$")
+  local v = tonumber(n)
+  local mult = unit == "" and 1 or TIME_UNITS[unit]
+  if not v or not mult or v < 0 then
+    return nil, ("%s is not a latency: give e.g. 5us, 1ms or seconds"):format(tostring(s))
+  end
+  return v * mult
+end
+
+-- parse_flops("989e12" | "989T" | "20G") -> FLOP/s, or nil, why
+local FLOP_UNITS = { [""] = 1, k = 1e3, m = 1e6, g = 1e9, t = 1e12, p = 1e15 }
+function M.parse_flops(s)
+  local n, unit = tostring(s):lower():match("^%s*([%d%.e%+%-]+)%s*(%a?)%s*$")
+  local v = tonumber(n)
+  local mult = unit and FLOP_UNITS[unit]
+  if not v or not mult or v <= 0 then
+    return nil, ("%s is not a FLOP rate: give e.g. 989T (FLOP/s, dense) or 989e12"):format(tostring(s))
+  end
+  return v * mult
+end
 
 -- step(o, hw) -> { step, compute, optimizer, offload, comm, exposed,
 -- hidden, bytes, messages, bubble (pipelines) } in seconds and bytes.
