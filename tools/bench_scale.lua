@@ -2,6 +2,7 @@
 --
 --   build/ztrain --script tools/bench_scale.lua [dry=1] [reuse=1] [local=1] [only=dp,zero3]
 --       [hosts=2,4] [rates=1gbit,10gbit,100gbit] [model=gpt2-mini] [T=64] [B=4] [accumulate=2] [steps=5]
+--       [mem_bw=5e9]   (bytes/s the model assumes for the optimizer's copies; tools/bench.sh measures AdamW's)
 --
 -- For each host count, brings up a test cluster (tools/netcluster.sh: network
 -- namespaces joined by shaped veth links), and for each link rate and
@@ -195,5 +196,5 @@ if not args.reuse then run_all(plan) end
 local recs = report.load(RESULTS)
 if #recs == 0 then error("bench_scale: no results in " .. RESULTS .. " (run without reuse=1 first)", 0) end
 local out = report.render(recs, { doc = home .. "/docs/scaling.md", svg = home .. "/docs/scaling.svg",
-                                  fit_out = RESULTS .. "/fit.json" })
+                                  fit_out = RESULTS .. "/fit.json", mem_bw = tonumber(args.mem_bw) })
 io.stdout:write(out)

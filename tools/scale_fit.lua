@@ -11,12 +11,15 @@
 -- machine's cores (every namespace host is this machine: a run of H hosts
 -- has H ranks on the same cores), the link rate (tc's), the hidden share
 -- (measured, summary.json comm_per_step.hidden_share; 0 where not
--- reported). Fitted, four constants for the whole table: eta (the fraction
--- of the link rate MPI's TCP transport reaches), latency (seconds per
--- message), contention (how much more than 1/H of the cores a rank loses
--- when H share them: MPI's progress and the kernel's TCP stack run on the
--- same cores) and mem_bw (the optimizer's and offload's copies).
--- Minimising the mean squared log error by coordinate descent over grids;
+-- reported), the memory bandwidth of the optimizer's and offload's copies
+-- (M.MEM_BW or bench_scale's mem_bw=: it trades with the FLOP rate, so a
+-- fit cannot tell them apart). Fitted, three constants for the whole
+-- table: eta (the fraction of the link rate MPI's TCP transport reaches),
+-- latency (seconds per message), contention (how much more than 1/H of the
+-- cores a rank loses when H share them: MPI's progress and the kernel's
+-- TCP stack run on the same cores).
+-- Minimising the mean squared log error: coordinate descent over grids,
+-- then Nelder-Mead;
 -- the error reported is |model - measured| / measured per point.
 local st = require "ztrain.steptime"
 local gpt2 = require "ztrain.nn.gpt2"
@@ -78,9 +81,9 @@ local GRID = {
   eta = { lo = 0.02, hi = 1, log = true },
   latency = { lo = 1e-6, hi = 2e-2, log = true },
   contention = { lo = 0.7, hi = 2.5 },
-  mem_bw = { lo = 5e8, hi = 5e10, log = true },
 }
-local ORDER = { "eta", "latency", "contention", "mem_bw" }
+local ORDER = { "eta", "latency", "contention" }
+M.MEM_BW = 5e9        -- bytes/s the optimizer's and offload's copies move on this machine: stated, not fitted
 
 local function loss(points, p, base)
   local s = 0
@@ -91,8 +94,59 @@ local function loss(points, p, base)
   return s / #points
 end
 
--- calibrate(recs) -> { params, points, mean, max, n } or nil, why
-function M.calibrate(recs)
+-- nelder_mead(f, p) -> the constants (ORDER's, clamped to GRID) that
+-- minimise f, searched in log space from p: reflection, expansion,
+-- contraction and shrink, 400 evaluations at most.
+function M.nelder_mead(f, p0)
+  local n = #ORDER
+  local function params(x)
+    local q = {}
+    for i, k in ipairs(ORDER) do q[k] = math.min(math.max(math.exp(x[i]), GRID[k].lo), GRID[k].hi) end
+    q.mem_bw = p0.mem_bw
+    return q
+  end
+  local simplex = {}
+  for i = 0, n do
+    local x = {}
+    for j, k in ipairs(ORDER) do x[j] = math.log(p0[k]) + (i == j and 0.3 or 0) end
+    simplex[#simplex + 1] = { x = x, f = f(params(x)) }
+  end
+  local evals = n + 1
+  local function point(c, d, t)
+    local x = {}
+    for j = 1, n do x[j] = c[j] + t * (d[j] - c[j]) end
+    return { x = x, f = f(params(x)) }
+  end
+  while evals < 400 do
+    table.sort(simplex, function(a, b) return a.f < b.f end)
+    if simplex[n + 1].f - simplex[1].f < 1e-12 then break end
+    local c = {}
+    for j = 1, n do
+      c[j] = 0
+      for i = 1, n do c[j] = c[j] + simplex[i].x[j] / n end
+    end
+    local worst = simplex[n + 1]
+    local r = point(c, worst.x, -1); evals = evals + 1
+    if r.f < simplex[1].f then
+      local e = point(c, worst.x, -2); evals = evals + 1
+      simplex[n + 1] = e.f < r.f and e or r
+    elseif r.f < simplex[n].f then
+      simplex[n + 1] = r
+    else
+      local k = point(c, worst.x, 0.5); evals = evals + 1
+      if k.f < worst.f then simplex[n + 1] = k
+      else
+        for i = 2, n + 1 do simplex[i] = point(simplex[1].x, simplex[i].x, 0.5); evals = evals + 1 end
+      end
+    end
+  end
+  table.sort(simplex, function(a, b) return a.f < b.f end)
+  return params(simplex[1].x)
+end
+
+-- calibrate(recs, opts) -> { params, points, mean, max, n } or nil, why.
+-- opts.mem_bw: the memory bandwidth to assume (default M.MEM_BW).
+function M.calibrate(recs, opts)
   local base = baseline(recs)
   if not base then return nil, "no one-rank baseline (single_h1) measured" end
   local points = {}
@@ -100,12 +154,12 @@ function M.calibrate(recs)
     if r.ok and r.strategy ~= "single" and type(r.step_ms) == "number" then points[#points + 1] = r end
   end
   if #points == 0 then return nil, "no multi-host runs measured" end
-  local p = { eta = 0.5, latency = 1e-4, contention = 1, mem_bw = 5e9 }
+  local p = { eta = 0.5, latency = 1e-4, contention = 1, mem_bw = opts and opts.mem_bw or M.MEM_BW }
   local best = loss(points, p, base)
-  for _ = 1, 4 do
+  for _ = 1, 2 do
     for _, k in ipairs(ORDER) do
       local g = GRID[k]
-      for i = 0, 40 do
+      for i = 0, 40, 2 do
         local v = g.log and g.lo * (g.hi / g.lo) ^ (i / 40) or g.lo + (g.hi - g.lo) * i / 40
         local old = p[k]
         p[k] = v
@@ -114,6 +168,10 @@ function M.calibrate(recs)
       end
     end
   end
+  -- then Nelder-Mead in log space from there (the constants are coupled:
+  -- the FLOP rate depends on mem_bw, the exposed time on eta, latency and
+  -- contention together, so one coordinate at a time stalls in the valley)
+  p = M.nelder_mead(function(q) return loss(points, q, base) end, p)
   local res = { params = p, points = {}, n = #points, mean = 0, max = 0, base = base }
   for _, rec in ipairs(points) do
     local ms, parts = M.predict(rec, p, base)

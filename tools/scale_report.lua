@@ -233,11 +233,12 @@ function M.measured_block(recs, res, why)
     local p = res.params
     say("`lua/ztrain/steptime.lua` calibrated on these %d points (tools/scale_fit.lua). Measured, not fitted: the " ..
         "FLOP rate, %.2f GFLOP/s for the machine (the one-rank baseline, %.1f ms/step), divided among the ranks " ..
-        "sharing its cores; the hidden share (where reported). Fitted: link efficiency eta = %.3f of tc's rate, " ..
-        "latency %.0f us per message, contention %.2f (a rank of H gets 1/(%.2f H) of the cores), memory " ..
-        "bandwidth %.2f GB/s (optimizer and offload copies). **Error: mean %.1f%%, max %.1f%%** " ..
-        "(|model - measured| / measured per point, column `error` above).", res.n, res.flops / 1e9, base.step_ms,
-        p.eta, p.latency * 1e6, p.contention, p.contention, p.mem_bw / 1e9, 100 * res.mean, 100 * res.max)
+        "sharing its cores; the hidden share (where reported). Assumed: memory bandwidth %.2f GB/s for the " ..
+        "optimizer's and offload's copies (bench_scale's mem_bw=). Fitted, three constants for the whole table: " ..
+        "link efficiency eta = %.3f of tc's rate, latency %.0f us per message, contention %.2f (a rank of H gets " ..
+        "1/(%.2f H) of the cores). **Error: mean %.1f%%, max %.1f%%** (|model - measured| / measured per point, " ..
+        "column `error` above).", res.n, res.flops / 1e9, base.step_ms, p.mem_bw / 1e9, p.eta, p.latency * 1e6,
+        p.contention, p.contention, 100 * res.mean, 100 * res.max)
   end
   return table.concat(out, "\n")
 end
@@ -245,7 +246,7 @@ end
 -- render(recs, opts) -> the text to print; writes opts.doc's measured
 -- block, opts.svg and opts.fit_out (the calibration, for scale_predict).
 function M.render(recs, opts)
-  local res, why = fit.calibrate(recs)
+  local res, why = fit.calibrate(recs, { mem_bw = opts.mem_bw })
   local block = M.measured_block(recs, res, why)
   if opts.doc then
     local f = io.open(opts.doc)
