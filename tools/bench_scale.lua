@@ -3,6 +3,9 @@
 --   build/ztrain --script tools/bench_scale.lua [dry=1] [reuse=1] [local=1] [only=dp,zero3]
 --       [hosts=2,4] [rates=1gbit,10gbit,100gbit] [model=gpt2-mini] [T=64] [B=4] [accumulate=2] [steps=5]
 --       [mem_bw=5e9]   (bytes/s the model assumes for the optimizer's copies; tools/bench.sh measures AdamW's)
+--       [baseline=0] [results=DIR] [netcluster=SCRIPT] [doc=PATH] [svg=PATH]
+--       (skip the one-rank run; results elsewhere than build/bench_scale; another cluster script; render
+--        elsewhere than docs/scaling.md and docs/scaling.svg)
 --
 -- For each host count, brings up a test cluster (tools/netcluster.sh: network
 -- namespaces joined by shaped veth links), and for each link rate and
@@ -45,8 +48,8 @@ local function num(k, default)
 end
 
 local home = zt.home
-local RESULTS = home .. "/build/bench_scale"
-local NETCLUSTER = home .. "/tools/netcluster.sh"
+local RESULTS = args.results or (home .. "/build/bench_scale")
+local NETCLUSTER = args.netcluster or (home .. "/tools/netcluster.sh")   -- another script: the specs' stand-in
 local cfg = { model = args.model or "gpt2-mini", T = num("T", 64), B = num("B", 4), accumulate = num("accumulate", 2),
               steps = num("steps", 5) }
 local STRATEGIES = list(args.strategies, "dp,zero1,zero3,zero3_offload,pipeline_1f1b")
@@ -60,19 +63,24 @@ end
 -- the shell's quoting of one word
 local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
+-- sh(cmd) -> ok, output (stdout and stderr). The exit status is echoed:
+-- LuaJIT's popen():close() does not return it.
 local function sh(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1"))
+  local p = assert(io.popen("(" .. cmd .. ") 2>&1; echo \"__rc=$?\""))
   local text = p:read("*a")
-  local ok, _, code = p:close()
-  if ok == true or code == 0 then return true, text end
-  return false, text
+  p:close()
+  local rc = tonumber(text:match("__rc=(%d+)%s*$"))
+  text = text:gsub("__rc=%d+%s*$", "")
+  return rc == 0, text
 end
 
 -- The plan: the baseline, then per host count the rates, per rate the strategies.
 local function runs()
   local out = {}
   -- the baseline (one rank, no network): the FLOP rate the model starts from
-  out[#out + 1] = { id = "single_h1", strategy = "single", hosts = 1, rate = "none" }
+  if args.baseline ~= "0" then
+    out[#out + 1] = { id = "single_h1", strategy = "single", hosts = 1, rate = "none" }
+  end
   for _, h in ipairs(HOSTS) do
     for _, rate in ipairs(RATES) do
       for _, s in ipairs(STRATEGIES) do
@@ -143,7 +151,7 @@ local function say(...) io.stdout:write(string.format(...), "\n"); io.stdout:flu
 
 local function cluster(cmd)
   local ok, text = sh(("ZTRAIN_NETCLUSTER=${ZTRAIN_NETCLUSTER:-ztbench} %s %s"):format(q(NETCLUSTER), cmd))
-  if not ok then error(("bench_scale: tools/netcluster.sh %s failed: %s"):format(cmd, text), 0) end
+  if not ok then error(("bench_scale: %s %s failed: %s"):format(NETCLUSTER, cmd, text), 0) end
   return text
 end
 
@@ -195,6 +203,7 @@ end
 if not args.reuse then run_all(plan) end
 local recs = report.load(RESULTS)
 if #recs == 0 then error("bench_scale: no results in " .. RESULTS .. " (run without reuse=1 first)", 0) end
-local out = report.render(recs, { doc = home .. "/docs/scaling.md", svg = home .. "/docs/scaling.svg",
+local out = report.render(recs, { doc = args.doc or (home .. "/docs/scaling.md"),
+                                  svg = args.svg or (home .. "/docs/scaling.svg"),
                                   fit_out = RESULTS .. "/fit.json", mem_bw = tonumber(args.mem_bw) })
 io.stdout:write(out)

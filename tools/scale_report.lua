@@ -158,6 +158,11 @@ function M.chart(recs, res)
   local model = {}
   for _, p in ipairs(res and res.points or {}) do model[p.rec.id] = p.model_ms end
   local PW, PH, L, TOP = 380, 260, 70, 70
+  if #hosts == 0 then              -- nothing measured yet: say so, in the chart's place
+    local doc = svg.new(600, 120)
+    doc:title(20, "Step time against link bandwidth", "not measured yet: make bench-scale")
+    return doc:finish()
+  end
   local W = L + #hosts * (PW + 40) + 20
   local doc = svg.new(math.max(W, 500), TOP + PH + 110)
   doc:title(L, "Step time against link bandwidth",
