@@ -80,7 +80,7 @@ end
 local GRID = {
   eta = { lo = 0.02, hi = 1, log = true },
   latency = { lo = 1e-6, hi = 2e-2, log = true },
-  contention = { lo = 0.7, hi = 2.5 },
+  contention = { lo = 0.3, hi = 3 },
 }
 local ORDER = { "eta", "latency", "contention" }
 M.MEM_BW = 5e9        -- bytes/s the optimizer's and offload's copies move on this machine: stated, not fitted

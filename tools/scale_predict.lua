@@ -2,7 +2,7 @@
 -- step-time model (lua/ztrain/steptime.lua) on GPU clusters it was not
 -- measured on, with the hardware stated as assumptions (steptime.CLUSTER).
 --
---   build/ztrain --script tools/scale_predict.lua [print=1] [mfu=0.4] [gpus=8,64,256,1024]
+--   build/ztrain --script tools/scale_predict.lua [print=1] [mfu=0.4] [gpus=8,64,256,1024] [results=DIR]
 --
 -- For each model (GPT-2 xl and GPT-3-style 6.7B, 13B and 175B shapes) and
 -- GPU count (8 a host), each strategy's step time and tokens/s per GPU at
@@ -21,7 +21,7 @@ local gpt2 = require "ztrain.nn.gpt2"
 local args = dofile(zt.home .. "/tools/args.lua")(arg)
 local report = dofile(zt.home .. "/tools/scale_report.lua")
 local fitmod = dofile(zt.home .. "/tools/scale_fit.lua")
-local RESULTS = zt.home .. "/build/bench_scale"
+local RESULTS = args.results or (zt.home .. "/build/bench_scale")
 
 local MODELS = {
   { cfg = gpt2.config("gpt2-xl"), T = 1024, label = "gpt2-xl (1.56B; 48 layers, 1600 channels)" },
