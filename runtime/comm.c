@@ -140,6 +140,7 @@ static void complete(zt_comm_req *op, int rc)
         if (op->kind == ZT_OP_SPLIT && op->split_out && *op->split_out)
             zt_watch_register(*op->split_out, op->comm, op->seq, op->color);
     }
+    if (op->stats_running) zt_stats_end();
     zt_tensor_release(op->hold[0]);
     zt_tensor_release(op->hold[1]);
     op->hold[0] = op->hold[1] = NULL;
@@ -424,8 +425,13 @@ int zt_comm_submit(zt_comm_req *op, zt_comm_req **req)
             return rc;
         }
     }
+    /* counted from issue to completion: queued behind its communicator's
+     * earlier collectives is in flight too (comm_stats.c) */
+    zt_stats_issue(op);
+    zt_stats_start();
     if (!op->comm->tp->threaded) {
         int rc = run_op(op);
+        zt_stats_end();
         if (!req) {
             /* The message, if any, is already this thread's last error. */
             zt_tensor_release(op->hold[0]);
@@ -437,6 +443,7 @@ int zt_comm_submit(zt_comm_req *op, zt_comm_req **req)
         *req = op;
         return ZT_OK;
     }
+    op->stats_running = 1;
     enqueue(op);
     if (req) { *req = op; return ZT_OK; }
     return zt_comm_wait(op);
@@ -446,9 +453,11 @@ int zt_comm_wait(zt_comm_req *op)
 {
     ZT_CHECK(op != NULL, "zt_comm_wait: req is NULL (already waited on?)");
     if (!__atomic_load_n(&op->done, __ATOMIC_ACQUIRE)) {
+        uint64_t t0 = zt_stats_now_ns();    /* exposed: the caller is blocked */
         pthread_mutex_lock(&q_lock);
         while (!op->done) pthread_cond_wait(&done_cv, &q_lock);
         pthread_mutex_unlock(&q_lock);
+        zt_stats_exposed(zt_stats_now_ns() - t0);
     }
     int rc = op->rc;
     if (rc != ZT_OK) zt_error(rc, "%s", op->msg);

@@ -68,6 +68,7 @@ struct zt_comm_req {
     int moved;                  /* set by progress() when a step completed */
     void *ready;                /* NCCL: event on the issuing stream (issue() to start()) */
     int on_nccl;                /* NCCL: start() enqueued it on NCCL (else MPI runs it) */
+    int stats_running;          /* zt_stats_start counted it: complete() ends it */
     void *staged;               /* MPI with CUDA device tensors: comm_stage.c's buffers */
     /* result, published under the queue lock */
     int done;
@@ -174,6 +175,16 @@ void zt_comm_tune(size_t scratch_bytes, size_t msg_bytes);
 /* Largest element count of one tensor in a collective (MPI counts and
  * displacements are int). */
 #define ZT_COMM_MAX_ELEMS       ((int64_t)2147483647)
+
+/* ---- counters (comm_stats.c; contract in ztrain.h) ------------------------
+ * zt_stats_issue: caller thread, once per submitted operation (bytes and a
+ * call by kind); zt_stats_bytes: what it counts. zt_stats_start / _end:
+ * around each operation's run (engine, or the caller for the local
+ * transport). zt_stats_exposed (internal.h): a waiter's blocked time. */
+void zt_stats_issue(const zt_comm_req *op);
+void zt_stats_bytes(const zt_comm_req *op, uint64_t *sent, uint64_t *recv);
+void zt_stats_start(void);
+void zt_stats_end(void);
 
 /* The engine (comm.c) as the collectives (comm_ops.c) use it. */
 int zt_comm_usable(const char *fn, const zt_comm *c);

@@ -112,6 +112,11 @@ typedef struct zt_device_ops {
     void (*randn)(float *x, size_t n, uint64_t seed, uint64_t stream, float mean, float std);
 } zt_device_ops;
 
+/* comm_stats.c: a thread was blocked this long waiting for a comm request
+ * (stream.c's compute-stream wait; comm.c's zt_comm_wait); the clock. */
+void zt_stats_exposed(uint64_t ns);
+uint64_t zt_stats_now_ns(void);
+
 extern const zt_device_ops zt_cpu_device;
 /* The active device (CPU until zt_device_init selects another). */
 const zt_device_ops *zt_dev(void);

@@ -733,7 +733,12 @@ int zt_stream_wait_comm(zt_stream *s, zt_comm_req *r)
     s = resolve(s);
     if (!s->worker) {
         int done = 0, round = 0, rc;
-        while ((rc = zt_comm_test(r, &done)) == ZT_OK && !done) backoff(&round);
+        uint64_t t0 = 0;
+        while ((rc = zt_comm_test(r, &done)) == ZT_OK && !done) {
+            if (!t0) t0 = zt_stats_now_ns();    /* exposed: the caller is blocked */
+            backoff(&round);
+        }
+        if (t0) zt_stats_exposed(zt_stats_now_ns() - t0);
         return rc;
     }
     item *it = new_item("zt_stream_wait_comm", ITEM_WAIT_COMM);

@@ -308,6 +308,46 @@ int zt_comm_test(zt_comm_req *req, int *done);
 int zt_comm_all_gather_host(zt_comm *c, void *out, const void *in, size_t nbytes);
 int zt_comm_broadcast_host(zt_comm *c, void *buf, size_t nbytes, int root);
 
+/* Communication counters (runtime/comm_stats.c; docs/architecture.md
+ * "Communication"): this rank's operations over every communicator, by
+ * kind. Bytes are what the operation moves between this rank and its peers
+ * as the transport runs it, each message counted once at its sender and
+ * once at its receiver, a rank's own share not counted (nothing moves over
+ * one rank): all_reduce of n elements of e bytes over p ranks, rank r's
+ * chunk L_r = n/p rounded as the partition does: sent = recv =
+ * e (n + (p-2) L_r) (an all-to-all of chunks, then an all-gather of the
+ * sums; 2 e n (p-1)/p when p divides n); reduce_scatter and all_gather of
+ * m elements per rank: e m (p-1) each way; broadcast of n: the root sends
+ * e n (p-1), every other rank receives e n; send / recv: e n. Counted when
+ * the operation is issued (so a step's traffic is the operations it
+ * issued). The comm.check signature exchanges are not counted.
+ * busy_s: wall time during which at least one operation of this rank was
+ * in flight (issued, not finished: queued behind its communicator's earlier
+ * collectives and waiting for a peer included); exposed_s: time callers spent blocked in zt_comm_wait and in a
+ * compute stream's zt_stream_wait_comm for an operation not yet finished
+ * (summed over threads). Cheap: a few atomic adds per operation. */
+enum {
+    ZT_COMM_KIND_ALL_REDUCE, ZT_COMM_KIND_REDUCE_SCATTER, ZT_COMM_KIND_ALL_GATHER,
+    ZT_COMM_KIND_BROADCAST, ZT_COMM_KIND_SEND, ZT_COMM_KIND_RECV, ZT_COMM_KIND_BARRIER,
+    ZT_COMM_KIND_HOST,          /* zt_comm_all_gather_host / broadcast_host (metadata) */
+    ZT_COMM_KIND_OTHER,         /* split, NCCL attach: no payload */
+    ZT_COMM_KINDS
+};
+typedef struct { uint64_t sent, recv, calls; } zt_comm_kind_stats;
+typedef struct {
+    zt_comm_kind_stats kind[ZT_COMM_KINDS];
+    uint64_t sent, recv, calls;     /* over every kind */
+    double busy_s, exposed_s;
+} zt_comm_stats;
+/* This rank's counters since the start (or the last reset). c: any
+ * communicator of this process, or NULL (the counters are the rank's, over
+ * all its communicators). */
+int zt_comm_stats_get(const zt_comm *c, zt_comm_stats *out);
+/* Zero the counters (operations in flight count their time from now). */
+void zt_comm_stats_reset(void);
+/* "all_reduce", "reduce_scatter", ..., "host", "other"; NULL out of range. */
+const char *zt_comm_kind_name(int kind);
+
 /* ---- streams and events -----------------------------------------------------
  * Work is issued to a stream; one stream's work runs in issue order, two
  * streams' work may overlap. A stream can wait on an event (recorded on

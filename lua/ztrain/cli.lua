@@ -34,6 +34,16 @@ options:
   --nproc N      run N ranks on this machine (through Open MPI's mpirun); wins
                  over the recipe's launch.nproc. Under mpirun or srun already,
                  ranks come from the launcher (and must number N)
+  --hostfile FILE
+                 run the ranks across the hosts of an Open MPI hostfile (HOST
+                 slots=N lines; same as launch.hostfile=FILE); --nproc N ranks,
+                 default one per slot. Hosts of tools/netcluster.sh (network
+                 namespaces here) are reached with tools/netns_agent, TCP kept
+                 to their links (docs/cluster.md); other hosts as mpirun does
+  --mpirun-arg ARG
+                 pass ARG (one word) to mpirun, e.g. --mpirun-arg --mca
+                 --mpirun-arg btl_tcp_if_include --mpirun-arg eth0 (may repeat;
+                 $ZTRAIN_MPIRUN_ARGS adds words too)
   --ds-config FILE
                  apply a DeepSpeed config (ds_config.json) over the recipe:
                  zero_optimization, fp16/bf16, batch sizes, optimizer,
@@ -70,7 +80,7 @@ Recipe keys (defaults in lua/ztrain/recipe.lua; docs/recipes.md):
   strategy (single, dp, dp_deferred, zero1, zero2, zero3, zero1_offload, zero2_offload,
     zero3_offload or an object), out, overwrite, name
   offload.staging (host staging buffers, e.g. 16MiB), offload.prefetch (units fetched ahead)
-  launch.nproc (local ranks to start; 0: the launcher's, or one)
+  launch.nproc (local ranks to start; 0: the launcher's, or one), launch.hostfile (as --hostfile)
   pipeline.stages (ranks per pipeline), pipeline.chunks (stages per rank, interleaved),
     pipeline.split ("params", "time" or unit counts per stage), pipeline.placement ("", loop, v)
   schedule ("": sequential driver; one_stage, one_stage_iw, gpipe, 1f1b, interleaved_1f1b,
@@ -138,7 +148,10 @@ schedules). An out= that holds an earlier run is refused unless --overwrite
 
 Exit status: 0 success; 1 an error (bad input, a failed run: the message says);
 3 an output could not be written (disk full, I/O error; the previous file stays);
-5 a collective waited past comm.timeout for its peers (the message names them).
+5 a collective waited past comm.timeout for its peers (the message names them);
+128 + N a rank killed by signal N. A failed job that mpirun does not end
+(a host it cannot reach) is ended by ztrain after $ZTRAIN_ABORT_GRACE seconds
+(default 10), with the failure's exit status.
 ]==]
 
 local errors = require "ztrain.errors"
@@ -447,6 +460,13 @@ function M.main(argv)
       local n = tonumber(argv[i + 1] or "")
       if not n or n < 1 or n ~= math.floor(n) then return die("--nproc needs a rank count >= 1") end
       opts.nproc = n; i = i + 1
+    elseif a == "--hostfile" then
+      if not argv[i + 1] then return die("--hostfile needs an Open MPI hostfile (HOST slots=N lines)") end
+      opts.hostfile = argv[i + 1]; i = i + 1
+    elseif a == "--mpirun-arg" then
+      if not argv[i + 1] then return die("--mpirun-arg needs an argument for mpirun (one word)") end
+      opts.mpirun_args = opts.mpirun_args or {}
+      opts.mpirun_args[#opts.mpirun_args + 1] = argv[i + 1]; i = i + 1
     elseif a == "--threads" then
       local n = tonumber(argv[i + 1] or "")
       if not n then return die("--threads needs a number") end
@@ -482,7 +502,18 @@ function M.main(argv)
       if not pre then return die(err) end
     end
     local n = opts.nproc or pre.launch.nproc
+    local hostfile = opts.hostfile or (pre and pre.launch.hostfile ~= "" and pre.launch.hostfile) or nil
+    if hostfile and n == 0 then
+      -- across hosts, launch.nproc = 0 means one rank per slot of the hostfile
+      local hosts, slots = require("ztrain.launch_hosts").check(hostfile, 0)
+      if not hosts then return die(slots) end
+      n = slots
+    end
     local repl_opens = not opts.script and (opts.interactive or (not opts.recipe and #opts.exprs == 0))
+    if hostfile and repl_opens then
+      return die("--hostfile runs a recipe across hosts; the multi-rank REPL runs on this machine " ..
+                 "(ztrain --nproc N)")
+    end
     if opts.nproc and repl_opens then
       -- the multi-rank REPL: this process keeps the terminal and drives
       -- mpirun's ranks (repl/ranks.lua)
@@ -492,13 +523,14 @@ function M.main(argv)
       if not rc then return die(err) end
       return rc
     end
-    if opts.nproc or n > 1 then
+    if opts.nproc or n > 1 or hostfile then
       -- the ranks get the same arguments (--nproc too: each checks it)
       local args = {}
       for j = 1, #argv do args[j] = argv[j] end
       -- mpirun runs as a child: the launcher names a rank that dies and
       -- cleans up after it (launch.run)
-      local code, err = require("ztrain.launch").run(n, argv[0], args)
+      local code, err = require("ztrain.launch").run(n, argv[0], args,
+                                                      { hostfile = hostfile, mpirun_args = opts.mpirun_args })
       if code then return code end
       if not opts.nproc then
         err = ("%s (the recipe asks for launch.nproc = %d; launch.nproc=1 runs one rank here)"):format(err, n)
@@ -512,6 +544,9 @@ function M.main(argv)
     local launch = require "ztrain.launch"
     local r = launch.launched_rank()
     if r then launch.note("rank " .. r) end
+    -- and on which host (a test cluster's namespace has its own hostname)
+    local hf = io.open("/proc/sys/kernel/hostname", "rb")
+    if hf then launch.note("host " .. (hf:read("*l") or "?")); hf:close() end
   end
   local ok_load, zt = pcall(require, "ztrain")
   if not ok_load then return die(zt) end

@@ -173,6 +173,42 @@ function Comm:gather_strings(s)
   return res
 end
 
+-- Communication counters (runtime/comm_stats.c; the contract is in
+-- runtime/ztrain.h): this rank's bytes and calls by kind over every
+-- communicator, busy and exposed time.
+-- stats() -> { sent=, recv=, calls=, busy_ms=, exposed_ms=,
+--              by_kind = { all_reduce = { sent=, recv=, calls= }, ... } }
+local statbuf = ffi.new("zt_comm_stats")
+M.KINDS = {}
+for k = 0, C.ZT_COMM_KINDS - 1 do M.KINDS[k + 1] = ffi.string(C.zt_comm_kind_name(k)) end
+
+function M.stats()
+  check(C.zt_comm_stats_get(nil, statbuf), "comm.stats")
+  local by = {}
+  for k, name in ipairs(M.KINDS) do
+    local s = statbuf.kind[k - 1]
+    by[name] = { sent = tonumber(s.sent), recv = tonumber(s.recv), calls = tonumber(s.calls) }
+  end
+  return { sent = tonumber(statbuf.sent), recv = tonumber(statbuf.recv),
+           calls = tonumber(statbuf.calls), busy_ms = statbuf.busy_s * 1e3,
+           exposed_ms = statbuf.exposed_s * 1e3, by_kind = by }
+end
+
+-- stats_delta(a, b) -> b - a, field by field (a, b from stats(); a taken first).
+function M.stats_delta(a, b)
+  local by = {}
+  for _, name in ipairs(M.KINDS) do
+    local x, y = a.by_kind[name], b.by_kind[name]
+    by[name] = { sent = y.sent - x.sent, recv = y.recv - x.recv, calls = y.calls - x.calls }
+  end
+  return { sent = b.sent - a.sent, recv = b.recv - a.recv, calls = b.calls - a.calls,
+           busy_ms = b.busy_ms - a.busy_ms, exposed_ms = b.exposed_ms - a.exposed_ms,
+           by_kind = by }
+end
+
+-- reset_stats(): zero this rank's counters.
+function M.reset_stats() C.zt_comm_stats_reset() end
+
 -- True when the world will be MPI: a launcher started this process, or
 -- ZTRAIN_COMM=mpi (the runtime's rule, zt_comm_launched).
 function M.launched() return C.zt_comm_launched() == 1 end

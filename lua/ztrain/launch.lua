@@ -158,13 +158,26 @@ function M.slurm_tasks_on_node(list, nodeid)
   return nil
 end
 
--- The mpirun command line for N ranks running `program args...`.
-function M.command(n, program, args)
+-- command(n, program, args, o) -> the mpirun command line for N ranks
+-- running `program args...` | nil, err. o (optional) = { hostfile =,
+-- mpirun_args = { ... } }: a launch across hosts and extra mpirun words
+-- (launch_hosts.lua; $ZTRAIN_MPIRUN_ARGS too). Ranks on this machine (local,
+-- or the test cluster's namespace hosts) get cores / N threads each; on
+-- other hosts each rank takes its host's share (rank_threads).
+function M.command(n, program, args, o)
+  o = o or {}
+  local extra, local_only = require("ztrain.launch_hosts").args({
+    hostfile = o.hostfile, nproc = n, mpirun_args = o.mpirun_args, env = os.getenv("ZTRAIN_MPIRUN_ARGS") })
+  if not extra then return nil, local_only end
   local threads = math.max(1, math.floor(M.cores() / n))
   local cmd = { "mpirun", "-np", tostring(n), "--oversubscribe", "--bind-to", "none",
-                "-x", "ZTRAIN_DEFAULT_THREADS=" .. threads, "-x", "ZTRAIN_HOME",
+                "-x", "ZTRAIN_HOME",
                 "-x", "ZTRAIN_TTY=" .. (libc.isatty(1) == 1 and "1" or "0"),
                 "-x", "ZTRAIN_COMM=mpi" }
+  if local_only then
+    cmd[#cmd + 1] = "-x"; cmd[#cmd + 1] = "ZTRAIN_DEFAULT_THREADS=" .. threads
+  end
+  for _, w in ipairs(extra) do cmd[#cmd + 1] = w end
   cmd[#cmd + 1] = program
   for _, a in ipairs(args) do cmd[#cmd + 1] = a end
   return cmd
@@ -221,7 +234,9 @@ local function glob(pattern)
   return out
 end
 
--- read_job(dir) -> { [pid] = { rank =, nvme = { DIR, ... } } }
+-- read_job(dir) -> { [pid] = { rank =, host =, nvme = { DIR, ... }, session = } }
+-- (a launch agent's file -- tools/netns_agent -- has host and session: the
+-- Open MPI daemon's session directory, and no rank)
 function M.read_job(dir)
   local ranks = {}
   for _, path in ipairs(glob(dir .. "/*")) do
@@ -231,6 +246,8 @@ function M.read_job(dir)
       local r = { nvme = {} }
       r.rank = tonumber(text:match("rank (%d+)"))
       for d in text:gmatch("nvme ([^\n]+)") do r.nvme[#r.nvme + 1] = d end
+      r.host = text:match("host ([^\n]+)")
+      r.session = text:match("session ([^\n]+)")
       ranks[pid] = r
     end
   end
@@ -284,6 +301,15 @@ function M.death_message(rank, pid, sig, status)
     :format(rank, pid and tostring(pid) or "?", sig, SIGNAMES[sig] or "signal " .. sig, status)
 end
 
+local PR_SET_CHILD_SUBREAPER = 36
+local hosts = require "ztrain.launch_hosts"
+
+-- hostname() -> this machine's name (a test cluster's hosts have their own)
+local function hostname()
+  return ((read_file("/proc/sys/kernel/hostname") or "?"):gsub("%s+$", ""))
+end
+local now = os.time                            -- whole seconds serve a grace period
+
 local function cstrings(list)
   local argv = ffi.new("char *[?]", #list + 1)
   local keep = {}
@@ -295,20 +321,69 @@ local function cstrings(list)
   return argv, keep
 end
 
+-- job_pids(dir) -> pids of live processes, other than this one, whose
+-- environment names job directory `dir` (every process mpirun started,
+-- through any launch agent, inherits ZTRAIN_JOB)
+function M.job_pids(dir)
+  local out, me = {}, libc.getpid()
+  for _, path in ipairs(glob("/proc/[0-9]*")) do
+    local p = tonumber(path:match("(%d+)$"))
+    if p and p ~= me and ours(p, dir) then out[#out + 1] = p end
+  end
+  table.sort(out)
+  return out
+end
+
+-- pid_host(pid) -> the network namespace a process runs in, by name (the
+-- test cluster's hosts: /run/netns/NAME), or nil when it is this one's
+local function file_id(path)
+  local st = libc.stat_t()
+  if libc.stat(path, st) ~= 0 then return nil end
+  return tostring(st.st_dev) .. ":" .. tostring(st.st_ino)
+end
+
+function M.pid_host(pid)
+  local them = file_id(("/proc/%d/ns/net"):format(pid))
+  if not them or them == file_id("/proc/self/ns/net") then return nil end
+  for _, path in ipairs(glob("/run/netns/*")) do
+    if file_id(path) == them then return path:match("([^/]+)$") end
+  end
+  return nil
+end
+
 -- cleanup_job(dir, ranks): after a job, kill its ranks still alive (said on
 -- stderr), remove the swap files its dead ranks left, and the registry.
 function M.cleanup_job(job, ranks)
   ranks = ranks or M.read_job(job)
   for p, r in pairs(ranks) do
     if ours(p, job) then
-      io.stderr:write(("ztrain: rank %s (pid %d) outlived mpirun; killed it\n"):format(tostring(r.rank), p))
+      local what = r.rank and ("rank " .. r.rank) or
+                   (read_file(("/proc/%d/comm"):format(p)) or "process"):gsub("%s+$", "")
+      io.stderr:write(("ztrain: %s (pid %d)%s outlived mpirun; killed it\n"):format(what, p,
+                      r.host and (" on host " .. r.host) or ""))
       libc.kill(p, libc.SIGKILL)
       -- its swap directory's lock goes when it is gone: wait for that (2 s at most)
       local t = os.time() + 2
       while libc.kill(p, 0) == 0 and os.time() <= t do libc.poll(nil, 0, 20) end
     end
   end
+  -- then any other process of the job (its environment names the job):
+  -- Open MPI's daemons on hosts mpirun lost touch with, and their children
+  for _, p in ipairs(M.job_pids(job)) do
+    local comm = (read_file(("/proc/%d/comm"):format(p)) or "?"):gsub("%s+$", "")
+    local host = M.pid_host(p)
+    io.stderr:write(("ztrain: %s (pid %d)%s outlived mpirun; killed it\n"):format(comm, p,
+                    host and (" on host " .. host) or ""))
+    libc.kill(p, libc.SIGKILL)
+  end
   for p, r in pairs(ranks) do
+    -- an Open MPI daemon killed above leaves its session directory
+    -- (tools/netns_agent notes it); the pattern keeps rm to those
+    if r.session and r.session:match("^/[%w_/%.%-]*/ompi%.[%w_%.%-]+%.%d+/jf%.%d+$")
+       and libc.kill(p, 0) ~= 0 then
+      os.execute("rm -rf '" .. r.session .. "'")
+      libc.rmdir((r.session:match("^(.*)/jf%.%d+$")))   -- its host's directory, when empty
+    end
     for _, d in ipairs(r.nvme) do M.remove_swap(d, p) end
     os.remove(("%s/%d"):format(job, p))
   end
@@ -339,8 +414,9 @@ end
 -- Returns mpirun's exit status (128 + signal when it was killed), after
 -- naming a rank that died by a signal, killing ranks left behind and
 -- removing their swap files; or nil, err when mpirun cannot be started.
-function M.run(n, program, args)
-  local cmd = M.command(n, program, args)
+function M.run(n, program, args, o)
+  local cmd, cerr = M.command(n, program, args, o)
+  if not cmd then return nil, cerr end
   if not in_path("mpirun") then
     return nil, "cannot run mpirun (not found in PATH): install Open MPI (make deps) or start " ..
                 "the ranks with your own launcher"
@@ -381,6 +457,9 @@ function M.run(n, program, args)
   for _, s in ipairs({ libc.SIGINT, libc.SIGTERM, libc.SIGHUP }) do libc.sigaddset(set, s) end
   libc.sigprocmask(libc.SIG_BLOCK, set, old)
   io.stdout:flush(); io.stderr:flush()
+  -- the launcher adopts what mpirun leaves when it dies (Open MPI's
+  -- daemons), so it can end and reap them: no orphans, no zombies
+  libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
   local pid = libc.fork()
   if pid == 0 then
     libc.dup2(fds[1], 2)
@@ -409,6 +488,8 @@ function M.run(n, program, args)
   local tail, open_fd, reaped = "", true, false
   local drain_until                            -- signals are forwarded until mpirun is reaped
   local stops = 0
+  local failed, kill_at, killed              -- the job failed; when to end mpirun; whether it was
+  local grace = hosts.abort_grace()
   while true do
     if not open_fd then
       libc.poll(nil, 0, 100)
@@ -433,6 +514,21 @@ function M.run(n, program, args)
         libc.kill(pid, libc.SIGTERM)
       end
     end
+    -- a failed job that mpirun does not end (a host it cannot reach):
+    -- after the grace period, end mpirun and its process group
+    if not reaped and not failed then
+      failed = hosts.failure(tail, M.dead_rank)
+      if failed then kill_at = now() + grace end
+    end
+    if not reaped and kill_at and now() >= kill_at then
+      -- SIGKILL: mpirun already aborting ignores SIGTERM, or crashes on it;
+      -- what it leaves behind is the launcher's to clean (cleanup_job)
+      io.stderr:write(("ztrain: mpirun did not end within %g s of the job's failure (a host it cannot " ..
+                       "reach?); ending it\n"):format(grace))
+      libc.kill(-pid, libc.SIGKILL)
+      libc.kill(pid, libc.SIGKILL)
+      killed, kill_at = true, nil
+    end
     if not reaped and libc.waitpid(pid, status, libc.WNOHANG) == pid then
       reaped = true
       drain_until = os.time() + 2              -- an orphan may hold the pipe: read 2 s more at most
@@ -443,6 +539,13 @@ function M.run(n, program, args)
   libc.sigprocmask(libc.SIG_SETMASK, old, nil)
   local st = status[0]
   local code = bit.band(st, 0x7f) == 0 and bit.band(bit.rshift(st, 8), 0xff) or 128 + bit.band(st, 0x7f)
+  -- mpirun ended by the launcher: the status the failure asked for
+  if killed then code = failed.status end
+  local lost = hosts.lost_host(tail)
+  if lost then
+    io.stderr:write(("ztrain: lost host %s (its daemon stopped answering mpirun: the host died, " ..
+                     "or its link is down); the job was ended (exit status %d)\n"):format(lost, code))
+  end
 
   local ranks = M.read_job(job)
   local rank, sig = M.dead_rank(tail)
@@ -451,7 +554,26 @@ function M.run(n, program, args)
     for p, r in pairs(ranks) do if r.rank == rank then rpid = p end end
     io.stderr:write(M.death_message(rank, rpid, sig, code), "\n")
   end
+  -- ranks the watchdog found unreachable: say on which host each ran
+  local gone = {}
+  for r in tail:gmatch("rank (%d+): no answer") do gone[tonumber(r)] = true end
+  for p, r in pairs(ranks) do
+    if r.rank and gone[r.rank] and r.host and r.host ~= hostname() then
+      io.stderr:write(("ztrain: rank %d (pid %d) ran on host %s, which did not answer: the host is down, " ..
+                       "its link is, or the rank is stuck\n"):format(r.rank, p, r.host))
+    end
+  end
   M.cleanup_job(job, ranks)
+  -- reap what was adopted and has ended (cleanup_job killed the job's rest)
+  local deadline = now() + 2
+  while true do
+    local r = libc.waitpid(-1, status, libc.WNOHANG)
+    if r < 0 then break end                         -- no children left
+    if r == 0 then
+      if now() > deadline then break end
+      libc.poll(nil, 0, 20)
+    end
+  end
   libc.close(lockfd)
   return code
 end

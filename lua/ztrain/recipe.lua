@@ -57,7 +57,10 @@ M.defaults = {
   comm     = { backend = "mpi", deterministic = true,
                timeout = tonumber(os.getenv("ZTRAIN_COMM_TIMEOUT") or "") or 300,
                check = os.getenv("ZTRAIN_COMM_CHECK") == "1" },
-  launch   = { nproc = 0 },   -- local ranks `ztrain RECIPE` starts (0: the launcher's, or one)
+  -- launch.nproc: ranks `ztrain RECIPE` starts (0: the launcher's, or one;
+  -- with a hostfile, one per slot); launch.hostfile: start them across the
+  -- hosts of this Open MPI hostfile ("" = this machine; as --hostfile)
+  launch   = { nproc = 0, hostfile = "" },
   -- pipeline: ranks per replica (stages), model chunks per rank; units split
   -- "params" (by parameter count), "time" (by measured time) or as listed;
   -- placement "" (the schedule's), "loop" (stage s on rank s % stages) or "v"

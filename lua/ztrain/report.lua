@@ -209,6 +209,7 @@ function M.print_summary(s)
              "optimizer's transfers, %.0f ms updating on the host (%s)\n"):format(off.fetch_wait_ms,
              off.io_wait_ms, off.update_ms, off.tier))
   end
+  for _, l in ipairs(require("ztrain.comm_report").lines(s.comm_per_step) or {}) do w:write(l, "\n") end
   if s.exit and s.exit ~= "ok" then w:write(("  exit        %s\n"):format(s.exit)) end
   w:write(("  digest      %s\n  output      %s\n"):format(s.param_digest, s.out))
 end

@@ -137,6 +137,8 @@ function run(r, opts, out)
     if err ~= "" then tr:free(); log:close(); error(errors.all_ranks(err), 0) end
   end
   local t_train = C.zt_now()
+  local comm_report = require "ztrain.comm_report"
+  local comm_acc, comm_stats = comm_report.new(), require("ztrain.comm").stats
   local function sample(step)
     if r.sample.tokens <= 0 then return end
     sample_text = tr:sample(r.sample)
@@ -149,7 +151,9 @@ function run(r, opts, out)
     -- the schedule driver's last step is recorded for timeline.svg/json
     local record = tr.driver.name == "schedule" and tr.step + 1 == r.train.steps
     if record then tr.env.events = {} end
+    local comm_before = comm_stats()
     local rec = tr:train_step()
+    rec.comm = comm_report.step(comm_acc, comm_before, comm_stats())
     if record then
       timeline_events = gather_events(tr, tr.env.events)
       tr.env.events = nil
@@ -239,6 +243,8 @@ function run(r, opts, out)
   if not okc and okrun then okrun, rerr, status = false, errors.io(cerr), "error: " .. cerr end
 
   local model = tr.model
+  -- a collective, before the summary's other gathers (counted out: see comm_report)
+  local comm_per_step = comm_report.per_step(tr.world, comm_acc)
   local summary = {
     recipe = r.name, recipe_path = r.path, strategy = tr.strategy.name,
     world_size = tr.world_size, backend = require("ffi").string(C.zt_device_name()),
@@ -276,6 +282,7 @@ function run(r, opts, out)
     strategy_stats = tr.strategy.describe and tr.strategy.describe(tr.ctx) or cjson_null,
     param_digest = digest_or_null(tr),
     comm = tr.world.backend,
+    comm_per_step = comm_per_step,
     export = exported and { hf = exported } or cjson_null,
     exit = status, out = out,
     recipe_resolved = recipe_mod.serialize(r),

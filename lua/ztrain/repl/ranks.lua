@@ -193,7 +193,8 @@ function M.front(n, program, args)
   libc.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0)
   libc.setenv("ZTRAIN_HOME", rawget(_G, "ZTRAIN_HOME") or require("ztrain.ffi").home, 0)
   libc.setenv(M.ENV, "1", 1)
-  local cmd = launch.command(n, program, args)
+  local cmd, cerr = launch.command(n, program, args)
+  if not cmd then return nil, cerr end
   table.insert(cmd, 2, "-x"); table.insert(cmd, 3, M.ENV)
 
   local inp, outp = ffi.new("int[2]"), ffi.new("int[2]")

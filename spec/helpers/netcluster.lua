@@ -1,0 +1,85 @@
+-- spec/helpers/netcluster.lua -- a test cluster of network-namespace hosts
+-- (tools/netcluster.sh) for the multi-host specs: made with a prefix of the
+-- spec's own, removed in teardown even when a test failed, and checked to
+-- be gone.
+local util = require "helpers.util"
+local cjson = require "cjson"
+
+local M = {}
+local sh, read = util.sh, util.read
+
+M.ENV = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+
+-- unavailable() -> why the multi-host specs cannot run here, or nil
+function M.unavailable()
+  local id = sh("id -u"):match("^(%d+)")
+  if id ~= "0" then return "not root: network namespaces need root (run the suite as root)" end
+  local _, rc = sh("ip netns list >/dev/null")
+  if rc ~= 0 then return "`ip netns` does not work here (iproute2 missing, or no network namespaces)" end
+  _, rc = sh("command -v tc >/dev/null && command -v mpirun >/dev/null")
+  if rc ~= 0 then return "tc (iproute2) or mpirun (Open MPI) not found" end
+  return nil
+end
+
+local function script(prefix, args)
+  return ("ZTRAIN_NETCLUSTER=%s tools/netcluster.sh %s"):format(prefix, args)
+end
+
+-- up(prefix, n, rate) -> a directory holding hostfile.N for every N <= n
+-- (the first N hosts, one slot each)
+function M.up(prefix, n, rate)
+  M.down(prefix)
+  local out, rc = sh(script(prefix, ("up %d%s"):format(n, rate and (" --rate " .. rate) or "")))
+  assert(rc == 0, "netcluster up failed:\n" .. out)
+  local dir = util.tmpdir()
+  local hosts = {}
+  for line in sh(script(prefix, "hostfile")):gmatch("[^\n]+") do
+    if line:match("^" .. prefix .. "%d+ slots=") then hosts[#hosts + 1] = line end
+  end
+  assert(#hosts == n, "netcluster hostfile: expected " .. n .. " hosts")
+  for k = 1, n do
+    util.write(("%s/hostfile.%d"):format(dir, k), table.concat(hosts, "\n", 1, k) .. "\n")
+  end
+  return dir
+end
+
+function M.down(prefix) return sh(script(prefix, "down")) end
+
+function M.sh(prefix, args) return sh(script(prefix, args)) end
+
+-- leftovers(prefix) -> what of the cluster is still there ("" when none)
+function M.leftovers(prefix)
+  local out = sh(("ip netns list | grep -E '^%s[0-9]+' ; ip -o link show | grep -E ': %s([0-9]+b|br)[:@]'")
+                 :format(prefix, prefix))
+  return (out:gsub("rc=%d+%s*$", ""))
+end
+
+-- sent(prefix, i) -> bytes host i sent over its link (the bridge side's
+-- received count), received(prefix, i) likewise
+local function stat(prefix, i, what)
+  return tonumber(read(("/sys/class/net/%s%db/statistics/%s"):format(prefix, i, what)):match("%d+"))
+end
+function M.sent(prefix, i) return stat(prefix, i, "rx_bytes") end
+function M.received(prefix, i) return stat(prefix, i, "tx_bytes") end
+
+-- run(args, env) -> summary (nil when the run failed), output, exit status.
+-- args: what follows build/ztrain (out= is added).
+function M.run(args, env)
+  local out = util.outdir()
+  local o, rc = sh(("%s %s timeout 150 build/ztrain %s out=%s"):format(M.ENV, env or "", args, out))
+  local s
+  local f = io.open(out .. "/summary.json", "rb")
+  if f then s = cjson.decode(f:read("*a")); f:close() end
+  util.rm(out)
+  return s, o, rc
+end
+
+-- pids(pattern) -> pids of processes whose command line matches (pgrep -f)
+function M.pids(pattern)
+  local out = sh(("pgrep -f %q"):format(pattern)):gsub("rc=%d+%s*$", "")
+  local t = {}
+  for p in out:gmatch("%d+") do t[#t + 1] = tonumber(p) end
+  return t
+end
+
+return M

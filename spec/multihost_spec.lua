@@ -1,0 +1,104 @@
+-- The same math across hosts (issue 14 item 2): ranks launched by Open MPI
+-- from a hostfile onto a test cluster of network-namespace hosts
+-- (tools/netcluster.sh, docs/cluster.md) give the param_digest of the same
+-- world on this one machine -- dp, zero3, zero3_offload, 1F1B and
+-- pipeline x dp on 2 and 4 hosts -- and their bytes really cross the
+-- links: each host's link counters show what dp's all-reduce must send,
+-- 2 * 4 * Psi * (N - 1) / N bytes per step and rank (fp32, Psi parameters).
+-- The oracle is a run of the same settings on one machine (--nproc N), or
+-- for strategies that are the same math as dp / one rank, that run.
+local nc = require "helpers.netcluster"
+local util = require "helpers.util"
+
+local PREFIX = "ztms"                     -- this spec's cluster (never a benchmark's)
+local BASE = "data.seq_len=32 batch.micro=2 train.steps=3 train.log_every=1 train.eval_every=0 " ..
+             "train.eval_batches=2 lr.warmup=1 data.tokenizer=bytes -q"
+local TINY, ACCUM2 = "model.size=gpt2-tiny", "model.size=gpt2-tiny batch.accumulate=2"
+
+local why = nc.unavailable()
+
+describe("multi-host runs on a namespace test cluster", function()
+  if why then
+    pending("multi-host specs skipped: " .. why)
+    return
+  end
+
+  local hostdir
+  local want = {}                          -- one-machine digests
+  local function hostfile(n) return ("%s/hostfile.%d"):format(hostdir, n) end
+
+  -- run(args) -> summary of a run that must succeed
+  local function run(args)
+    local s, out, rc = nc.run(args)
+    assert(rc == 0 and s, ("ztrain %s failed (rc %s):\n%s"):format(args, tostring(rc), out))
+    return s
+  end
+
+  setup(function()
+    hostdir = nc.up(PREFIX, 4)
+    -- the oracle: the same worlds on this machine
+    want.dp2 = run(("--nproc 2 recipes/dp.lua %s %s"):format(BASE, TINY)).param_digest
+    want.dp4 = run(("--nproc 4 recipes/dp.lua %s %s"):format(BASE, TINY)).param_digest
+    want.single_accum2 = run(("recipes/single.lua %s %s"):format(BASE, ACCUM2)).param_digest
+    want.dp2_accum2 = run(("--nproc 2 recipes/dp.lua %s %s"):format(BASE, ACCUM2)).param_digest
+  end)
+
+  teardown(function()
+    nc.down(PREFIX)
+    if hostdir then util.rm(hostdir) end
+    assert.are.equal("", nc.leftovers(PREFIX), "the cluster's namespaces and links are gone")
+  end)
+
+  for _, n in ipairs({ 2, 4 }) do
+    it(("dp on %d hosts: the one-machine digest, and the all-reduce's bytes crossed every link"):format(n),
+       function()
+      local before = {}
+      for i = 0, n - 1 do before[i] = nc.sent(PREFIX, i) end
+      local s = run(("--hostfile %s recipes/dp.lua %s %s"):format(hostfile(n), BASE, TINY))
+      assert.are.equal(n, s.world_size)
+      assert.are.equal(want["dp" .. n], s.param_digest)
+      -- what each rank must send: 2 * 4 Psi (N-1)/N per step; on top of it
+      -- TCP/IP headers (~2-3%), the loss reductions, Open MPI's own channel
+      local psi = s.model.params
+      local must = s.steps * 2 * 4 * psi * (n - 1) / n
+      for i = 0, n - 1 do
+        local sent = nc.sent(PREFIX, i) - before[i]
+        assert.is_true(sent >= must, ("host %d sent %d bytes, less than dp's all-reduce needs (%d): " ..
+                                      "the bytes went another way"):format(i, sent, must))
+        assert.is_true(sent <= must * 1.15 + 200000, ("host %d sent %d bytes, far more than dp's %d")
+                       :format(i, sent, must))
+      end
+    end)
+
+    it(("zero3 on %d hosts gives dp's one-machine digest"):format(n), function()
+      local s = run(("--hostfile %s --nproc %d recipes/zero3.lua %s %s"):format(hostfile(n), n, BASE, TINY))
+      assert.are.equal(n, s.world_size)
+      assert.are.equal(want["dp" .. n], s.param_digest)
+    end)
+
+    it(("zero3_offload on %d hosts gives dp's one-machine digest"):format(n), function()
+      local s = run(("--hostfile %s --nproc %d recipes/zero3_offload.lua %s %s"):format(hostfile(n), n, BASE, TINY))
+      assert.are.equal(n, s.world_size)
+      assert.are.equal(want["dp" .. n], s.param_digest)
+    end)
+
+    it(("1F1B with %d stages on %d hosts gives one rank's digest (accumulating)"):format(n, n), function()
+      local s = run(("--hostfile %s --nproc %d recipes/pipeline_1f1b.lua %s %s pipeline.stages=%d")
+                    :format(hostfile(n), n, BASE, ACCUM2, n))
+      assert.are.equal(n, s.world_size)
+      assert.are.equal(want.single_accum2, s.param_digest)
+    end)
+  end
+
+  it("pipeline x dp (2 stages x 2 replicas) on 4 hosts gives dp on 2 ranks' digest", function()
+    local s = run(("--hostfile %s recipes/pipeline_dp.lua %s %s"):format(hostfile(4), BASE, ACCUM2))
+    assert.are.equal(4, s.world_size)
+    assert.are.equal(want.dp2_accum2, s.param_digest)
+  end)
+
+  it("the ranks took their share of this machine's cores (cores / ranks, at least 1)", function()
+    local cores = tonumber((util.sh("nproc"):match("(%d+)")))
+    local s = run(("--hostfile %s recipes/dp.lua %s %s train.steps=1"):format(hostfile(4), BASE, TINY))
+    assert.are.equal(math.max(1, math.floor(cores / 4)), s.threads)
+  end)
+end)
