@@ -128,3 +128,29 @@ describe("bench_scale: the cluster", function()
     util.rm(dir)
   end)
 end)
+
+describe("steptime: bytes against the runtime's counters", function()
+  -- Measured by the comm counters (summary.json comm_per_step, the busiest
+  -- rank's collective and send bytes per step, the loss exchanges left
+  -- out) of real runs on 2 namespace hosts: gpt2-mini, vocabulary 50257,
+  -- batch.micro=4, data.seq_len=64, 2 micro-batches a rank (the pipeline 4).
+  local st = require "ztrain.steptime"
+  local cfg = require("ztrain.nn.gpt2").config("gpt2-mini", { vocab_size = 50257 })
+  local function bytes(strategy, m)
+    return st.step({ cfg = cfg, strategy = strategy, B = 4, T = 64, m = m, hosts = 2 },
+                   { flops = 1e9, inter_bw = 1e9 }).bytes
+  end
+
+  it("dp: 58,072,064 bytes (2 micro-batches x 2·4Ψ(N-1)/N), exactly", function()
+    assert.are.equal(58072064, bytes("dp", 2))
+  end)
+
+  it("zero3: 113,033,216 bytes (reduce-scatter, two gathers, the embedding's third), within the padding", function()
+    local b = bytes("zero3", 2)
+    assert.is_true(math.abs(b - 113033216) / 113033216 < 0.002, ("model %d"):format(b))
+  end)
+
+  it("1F1B on 2 stages: 103,450,624 bytes from the last stage (gradients back, the head's wte gradient), exactly", function()
+    assert.are.equal(103450624, bytes("pipeline_1f1b", 4))
+  end)
+end)

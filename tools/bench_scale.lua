@@ -173,8 +173,14 @@ local function run_all(plan)
       local current
       if net then
         cluster(("up %d --rate %s"):format(h, group[1].rate))
-        local text = cluster("hostfile")
-        local f = assert(io.open(hostfile, "w")); f:write(text); f:close()
+        local lines = {}
+        for line in cluster("hostfile"):gmatch("[^\n]+") do
+          if line:match("slots=") then lines[#lines + 1] = line end
+        end
+        if #lines ~= h then
+          error(("bench_scale: tools/netcluster.sh hostfile listed %d host(s), %d expected"):format(#lines, h), 0)
+        end
+        local f = assert(io.open(hostfile, "w")); f:write(table.concat(lines, "\n"), "\n"); f:close()
         current = group[1].rate
       end
       for _, r in ipairs(group) do

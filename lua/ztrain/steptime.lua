@@ -68,7 +68,8 @@ function M.ring_half(S, N) return N > 1 and S * (N - 1) / N or 0 end
 
 -- collectives(o) -> { {kind, bytes (the whole buffer), count (per step)} }:
 -- the data-parallel collectives of a strategy per step. o: strategy, psi,
--- m (micro-batches), lowp (2-byte parameters). Gradients are reduced in
+-- m (micro-batches), lowp (2-byte parameters), embed (the embedding unit's
+-- elements, (V + maxT)·C: zero3's extra gather; 0 or nil: none). Gradients are reduced in
 -- fp32 (ztrain widens them), parameters gathered in their stored dtype.
 function M.collectives(o)
   local s, psi, m = o.strategy, o.psi, o.m or 1
@@ -80,7 +81,13 @@ function M.collectives(o)
                                 table.concat(M.STRATEGIES, ", ")), 0) end
   local c = { { kind = "reduce_scatter", bytes = 4 * psi, count = m } }
   if stage < 3 then c[2] = { kind = "all_gather", bytes = pb * psi, count = 1 }
-  else c[2] = { kind = "all_gather", bytes = pb * psi, count = 2 * m } end   -- forward and backward
+  else
+    c[2] = { kind = "all_gather", bytes = pb * psi, count = 2 * m }     -- forward and backward
+    -- the head reads the embedding's tied wte: zero.lua gathers the
+    -- embedding unit (o.embed elements) once more per micro-batch for it
+    -- (measured: 25.9 MB a step more on gpt2-mini, 2 ranks, 2 micro-batches)
+    if (o.embed or 0) > 0 then c[3] = { kind = "all_gather", bytes = pb * o.embed, count = m } end
+  end
   return c
 end
 
@@ -183,10 +190,13 @@ local function pipe_step(o, hw)
   r.comm = 2 * m * x + tied + sync
   local psi_stage = o.psi / p
   r.optimizer = opt_time(dp > 1 and psi_stage / dp or psi_stage, hw)
-  -- a middle stage sends its activations forward and gradients back; the
-  -- last (first) stage adds the tied embedding's gradients (parameters)
+  -- per boundary, each way; the busiest rank's: a middle stage sends its
+  -- activations forward and gradients back, the last its gradients back and
+  -- the head's wte gradient every micro-batch, the first its activations and
+  -- the embedding's parameters after the step (measured exactly so on
+  -- gpt2-mini, 2 stages: spec/scale_fit_spec.lua)
   r.act_bytes = 2 * m * act
-  r.bytes = r.act_bytes + math.max(m * 4 * V * C, (V + o.cfg.maxT) * C * pb)
+  r.bytes = math.max(p > 2 and 2 * m * act or 0, m * act + m * 4 * V * C, m * act + (V + o.cfg.maxT) * C * pb)
   r.dpcomm = 0
   if dp > 1 then       -- the stage's gradients over its data-parallel group (zero1): within a host
     local so = { strategy = "zero1", psi = psi_stage, m = m, lowp = o.lowp }
@@ -258,13 +268,13 @@ end
 -- pipeline's), hosts, gpus (ranks per host), stages (pipelines), lowp,
 -- recompute, units (collectives per ring step: 1 bucket, or the units),
 -- hidden (share or { strategy = share, default = }), psi (default
--- params(cfg)) }. hw = { flops, share, inter_bw, intra_bw, eta, intra_eta,
+-- params(cfg)), embed (default (V + maxT)·C; 0: no tied re-gather) }. hw = { flops, share, inter_bw, intra_bw, eta, intra_eta,
 -- latency, intra_latency, mem_bw, host_bw, host_mem_bw }.
 function M.step(o, hw)
   assert(o.cfg and o.strategy and o.B and o.T, "steptime.step: o.cfg, o.strategy, o.B and o.T are required")
   assert(hw and hw.flops and hw.inter_bw, "steptime.step: hw.flops and hw.inter_bw are required")
-  local q = setmetatable({ psi = o.psi or M.params(o.cfg), m = o.m or 1, hosts = o.hosts or 1, gpus = o.gpus or 1 },
-                         { __index = o })
+  local q = setmetatable({ psi = o.psi or M.params(o.cfg), m = o.m or 1, hosts = o.hosts or 1, gpus = o.gpus or 1,
+                           embed = o.embed or (o.cfg.V + o.cfg.maxT) * o.cfg.C }, { __index = o })
   local r
   if o.strategy:match("^pipeline") then r = pipe_step(q, hw) else r = dp_step(q, hw) end
   r.strategy = o.strategy
