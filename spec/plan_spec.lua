@@ -286,7 +286,10 @@ describe("plan: the step-time column (steptime.lua)", function()
     local f32 = by_name(plan.rows(r32, 16, nil, plan.hardware(16, { hosts = 2, link = st.parse_rate("400gbit") })))
     local s32 = by_name(plan.rows(r32, 16, nil, plan.hardware(16, { hosts = 2, link = st.parse_rate("10gbit") })))
     assert.is_true(s32.zero3.time.step - f32.zero3.time.step > s32.dp.time.step - f32.dp.time.step)
-    assert.are.equal(1.5 * s32.dp.time.bytes, s32.zero3.time.bytes)
+    -- 1.5x, and the embedding gathered once more for the head (its tied wte)
+    local cfg = s32.zero3.t and plan.model_config(r32)
+    local extra = 4 * (cfg.V + cfg.maxT) * cfg.C * 15 / 16
+    assert.is_true(math.abs(1.5 * s32.dp.time.bytes + extra - s32.zero3.time.bytes) < 1)
   end)
 
   it("`ztrain plan` prints the columns and the hardware; bad flags are named", function()
