@@ -48,6 +48,7 @@ local function num(k, default)
 end
 
 local home = zt.home
+local CORES                       -- set below (sh is defined further down)
 local RESULTS = args.results or (home .. "/build/bench_scale")
 local NETCLUSTER = args.netcluster or (home .. "/tools/netcluster.sh")   -- another script: the specs' stand-in
 local cfg = { model = args.model or "gpt2-mini", T = num("T", 64), B = num("B", 4), accumulate = num("accumulate", 2),
@@ -102,6 +103,9 @@ local function command(run, hostfile, dir)
                 "lr.warmup=1 sample.tokens=0"):format(cfg.model, cfg.T, cfg.B, acc, cfg.steps)
   if run.strategy == "pipeline_1f1b" then over = over .. (" pipeline.stages=%d"):format(run.hosts)
   else over = over .. " strategy=" .. run.strategy end
+  -- the baseline on one thread: the rate of one core, as each rank of a
+  -- multi-host run has (ztrain gives a rank cores / local ranks threads)
+  if run.hosts == 1 then over = over .. " device.threads=1" end
   local launch = ""
   if run.hosts > 1 then
     launch = hostfile and ("--hostfile %s --nproc %d"):format(q(hostfile), run.hosts) or ("--nproc " .. run.hosts)
@@ -134,6 +138,7 @@ local function measure(run, hostfile)
     rec.step_ms = s.step_ms_median
     rec.tokens_per_s = s.tokens_per_s
     rec.world_size, rec.threads = s.world_size, s.threads
+    rec.cores = CORES
     rec.model = s.model
     rec.batch = s.batch
     rec.param_digest = s.param_digest
@@ -146,6 +151,9 @@ local function measure(run, hostfile)
   sh("rm -rf " .. q(dir))
   return rec
 end
+
+-- the machine's cores, which every namespace host shares
+CORES = tonumber((select(2, sh("nproc")) or ""):match("%d+")) or 1
 
 local function say(...) io.stdout:write(string.format(...), "\n"); io.stdout:flush() end
 

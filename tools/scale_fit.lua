@@ -6,18 +6,19 @@
 --   local res = fit.calibrate(records)  -- { params, points = { {rec, model_ms, err} }, mean, max }
 --
 -- Known, not fitted: the model's shape and each run's batch (from the
--- record), the FLOP rate (the one-rank baseline: its step time less its
--- optimizer's at the fitted memory bandwidth), the ranks sharing the
--- machine's cores (every namespace host is this machine: a run of H hosts
--- has H ranks on the same cores), the link rate (tc's), the hidden share
+-- record), the FLOP rate of one core (the one-rank, one-thread baseline:
+-- its step time less its optimizer's at the assumed memory bandwidth), the
+-- ranks sharing the machine's cores (every namespace host is this machine:
+-- a run of H hosts has H one-thread ranks on the same cores, so a rank gets
+-- min(1, cores / H) of a core), the link rate (tc's), the hidden share
 -- (measured, summary.json comm_per_step.hidden_share; 0 where not
 -- reported), the memory bandwidth of the optimizer's and offload's copies
 -- (M.MEM_BW or bench_scale's mem_bw=: it trades with the FLOP rate, so a
 -- fit cannot tell them apart). Fitted, three constants for the whole
 -- table: eta (the fraction of the link rate MPI's TCP transport reaches),
--- latency (seconds per message), contention (how much more than 1/H of the
--- cores a rank loses when H share them: MPI's progress and the kernel's
--- TCP stack run on the same cores).
+-- latency (seconds per message), contention (how many times longer a
+-- multi-host rank's compute takes than its share of the cores says: MPI's
+-- progress and the kernel's TCP stack run on the same cores).
 -- Minimising the mean squared log error: coordinate descent over grids,
 -- then Nelder-Mead;
 -- the error reported is |model - measured| / measured per point.
@@ -67,7 +68,12 @@ function M.hw_for(rec, p, base)
   local opt = st.ADAM_BYTES * st.params(bo.cfg) / p.mem_bw
   local flops = tokens * st.flops_per_token(bo.cfg, bo.T) / math.max(base.step_ms / 1000 - opt, 1e-6)
   local bw = M.rate_bytes(rec.rate) or 1e30
-  return { flops = flops, share = rec.hosts > 1 and rec.hosts * p.contention or 1, inter_bw = bw, eta = p.eta,
+  -- a rank of H on this machine's cores: a core each while there are
+  -- enough, else a 1/H share of them; contention: what MPI's progress and
+  -- the kernel's TCP stack take besides
+  local cores = base.cores or rec.cores or 1
+  local share = rec.hosts > 1 and math.max(1, rec.hosts / cores) * p.contention or 1
+  return { flops = flops, share = share, inter_bw = bw, eta = p.eta,
            latency = p.latency, mem_bw = p.mem_bw, host_bw = p.mem_bw }
 end
 

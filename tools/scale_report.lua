@@ -237,13 +237,14 @@ function M.measured_block(recs, res, why)
   else
     local p = res.params
     say("`lua/ztrain/steptime.lua` calibrated on these %d points (tools/scale_fit.lua). Measured, not fitted: the " ..
-        "FLOP rate, %.2f GFLOP/s for the machine (the one-rank baseline, %.1f ms/step), divided among the ranks " ..
-        "sharing its cores; the hidden share (where reported). Assumed: memory bandwidth %.2f GB/s for the " ..
+        "FLOP rate, %.2f GFLOP/s for one core (the one-rank, one-thread baseline, %.1f ms/step), a rank of H " ..
+        "getting min(1, cores / H) of a core; the hidden share (where reported). Assumed: memory bandwidth %.2f GB/s for the " ..
         "optimizer's and offload's copies (bench_scale's mem_bw=). Fitted, three constants for the whole table: " ..
-        "link efficiency eta = %.3f of tc's rate, latency %.0f us per message, contention %.2f (a rank of H gets " ..
-        "1/(%.2f H) of the cores). **Error: mean %.1f%%, max %.1f%%** (|model - measured| / measured per point, " ..
-        "column `error` above).", res.n, res.flops / 1e9, base.step_ms, p.mem_bw / 1e9, p.eta, p.latency * 1e6,
-        p.contention, p.contention, 100 * res.mean, 100 * res.max)
+        "link efficiency eta = %.3f of tc's rate, latency %.0f us per message, contention %.2f (the compute of a " ..
+        "multi-host rank takes that many times longer: MPI's progress and the kernel's TCP stack share the cores). " ..
+        "**Error: mean %.1f%%, max %.1f%%** (|model - measured| / measured per point, column `error` above).",
+        res.n, res.flops / 1e9, base.step_ms, p.mem_bw / 1e9, p.eta, p.latency * 1e6, p.contention,
+        100 * res.mean, 100 * res.max)
   end
   return table.concat(out, "\n")
 end
