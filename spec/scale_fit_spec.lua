@@ -95,7 +95,7 @@ describe("scale_report: the doc's blocks", function()
     local bare = { recs[1], recs[2] }
     bare[2].comm_per_step = nil
     local t2 = report.measured_block(bare, fit.calibrate(bare))
-    assert.matches("| dp | 2 | 1gbit | [%d%.]+ | 1000 | n/a | n/a |", t2)
+    assert.matches("| dp | 2 | 1gbit | [%d%.]+ | 1000 | n/a | [%d%.]+ MiB | n/a |", t2)
   end)
 
   it("the chart: a measured dot per run, a dashed model line per strategy and host count", function()

@@ -64,6 +64,14 @@ function M.sent(rec)
   return best
 end
 
+-- model_bytes(rec) -> the step-time model's bytes per step for the busiest rank
+function M.model_bytes(rec)
+  local ok, r = pcall(function()
+    return require("ztrain.steptime").step(fit.input(rec), { flops = 1, inter_bw = 1 }).bytes
+  end)
+  return ok and r or 0 / 0
+end
+
 local function find(recs, s, h, rate)
   for _, r in ipairs(recs) do
     if r.ok and r.strategy == s and r.hosts == h and r.rate == rate then return r end
@@ -94,9 +102,10 @@ function M.conclusions(recs)
   local z1, z2 = find(recs, "zero3", H, slow), find(recs, "zero3", H, fast)
   local sb, db = z1 and M.sent(z1), d1 and M.sent(d1)
   row("ZeRO-3 moves 1.5x dp's bytes; the extra costs where links are slow",
-      (z1 and d1 and z2 and d2) and ("bytes zero3/dp %s; zero3 - dp: %+.0f ms at %s, %+.0f ms at %s"):format(
-        (sb and db) and ("%.2fx"):format(sb / db) or "n/a", z1.step_ms - d1.step_ms, slow, z2.step_ms - d2.step_ms,
-        fast) or "n/a")
+      (z1 and d1 and z2 and d2) and ("bytes zero3/dp %s (the model: %.2fx; 1.5x plus ztrain's third gather of the " ..
+                                     "embedding for the tied head); zero3 - dp: %+.0f ms at %s, %+.0f ms at %s"):format(
+        (sb and db) and ("%.2fx"):format(sb / db) or "n/a", M.model_bytes(z1) / M.model_bytes(d1),
+        z1.step_ms - d1.step_ms, slow, z2.step_ms - d2.step_ms, fast) or "n/a")
   local wins, loses = {}, {}
   for _, h in ipairs(hosts) do
     for _, rate in ipairs(rates) do
@@ -107,16 +116,25 @@ function M.conclusions(recs)
       end
     end
   end
+  local tiedx = ""
+  local pr = find(recs, "pipeline_1f1b", H, slow or rates[1])
+  if pr and pr.model and pr.model.vocab then
+    local b = pr.batch or {}
+    tiedx = (" (ztrain's 1F1B also sends the tied embedding's wte gradient, %.1f MB, every micro-batch: %.0fx " ..
+             "an activation of %.2f MB here)"):format(4 * pr.model.vocab * pr.model.channels / 1e6,
+             pr.model.vocab / ((b.micro or 1) * (b.seq_len or 1)), 4 * (b.micro or 1) * (b.seq_len or 1) *
+             pr.model.channels / 1e6)
+  end
   row("pipeline across hosts beats dp over slow links (activations, not gradients, cross)",
-      (#wins + #loses == 0) and "n/a" or ("faster: %s; slower: %s"):format(#wins > 0 and table.concat(wins, "; ") or
-                                                                            "none", #loses > 0 and
-                                                                            table.concat(loses, "; ") or "none"))
+      (#wins + #loses == 0) and "n/a" or ("faster: %s; slower: %s%s"):format(#wins > 0 and table.concat(wins, "; ") or
+                                                                              "none", #loses > 0 and
+                                                                              table.concat(loses, "; ") or "none", tiedx))
   local o, z = find(recs, "zero3_offload", H, fast), z2
   row("offload trades speed for device memory",
       (o and z) and ("zero3_offload vs zero3 on %d hosts at %s: %s vs %s (%+.0f%%)"):format(H, fast, cell(o), cell(z),
                                                                                             100 * (o.step_ms / z.step_ms - 1)) or "n/a")
   local a, b = find(recs, "zero1", H, slow), d1
-  row("zero1 moves what dp moves (reduce-scatter + all-gather = all-reduce)",
+  row("zero1 moves what dp moves (reduce-scatter + all-gather = all-reduce; accumulating, less: it gathers once a step)",
       (a and b) and ("at %s on %d hosts: zero1 %s (%s sent), dp %s (%s sent)"):format(slow, H, cell(a),
         na(M.sent(a), mib), cell(b), na(M.sent(b), mib)) or "n/a")
   return "| the seeds say | measured here |\n|---|---|\n" .. table.concat(rows, "\n")
@@ -126,16 +144,17 @@ end
 function M.table_md(recs, res)
   local model = {}
   for _, p in ipairs(res and res.points or {}) do model[p.rec.id] = p end
-  local lines = { "| strategy | hosts | link | step (ms) | tokens/s | sent / step / rank | hidden | model (ms) | error |",
-                  "|---|---|---|---|---|---|---|---|---|" }
+  local lines = { "| strategy | hosts | link | step (ms) | tokens/s | sent / step / rank | model's bytes | hidden | " ..
+                  "model (ms) | error |", "|---|---|---|---|---|---|---|---|---|---|" }
   for _, r in ipairs(recs) do
     local m = model[r.id]
     if r.ok then
-      lines[#lines + 1] = ("| %s | %d | %s | %.1f | %.0f | %s | %s | %s | %s |"):format(r.strategy, r.hosts, r.rate,
-        r.step_ms, r.tokens_per_s or 0, na(M.sent(r), mib), na(fit.hidden_of(r), pct),
+      lines[#lines + 1] = ("| %s | %d | %s | %.1f | %.0f | %s | %s | %s | %s | %s |"):format(r.strategy, r.hosts,
+        r.rate, r.step_ms, r.tokens_per_s or 0, na(M.sent(r), mib),
+        r.hosts > 1 and mib(M.model_bytes(r)) or "-", na(fit.hidden_of(r), pct),
         m and ("%.1f"):format(m.model_ms) or "-", m and pct(m.err) or "-")
     else
-      lines[#lines + 1] = ("| %s | %d | %s | failed | | | | | |"):format(r.strategy, r.hosts, r.rate)
+      lines[#lines + 1] = ("| %s | %d | %s | failed | | | | | | |"):format(r.strategy, r.hosts, r.rate)
     end
   end
   return table.concat(lines, "\n")
@@ -222,7 +241,8 @@ function M.measured_block(recs, res, why)
   say("")
   say(M.table_md(recs, res))
   say("")
-  say("sent / step / rank: the busiest rank's bytes (summary.json `comm_per_step.max.sent`); hidden: the share of " ..
+  say("sent / step / rank: the busiest rank's bytes (summary.json `comm_per_step.max.sent`, loss exchanges " ..
+      "included); model's bytes: lua/ztrain/steptime.lua's for the same run; hidden: the share of " ..
       "communication time behind compute (`comm_per_step.hidden_share`); n/a where the run did not report them. " ..
       "Latency columns: not measured (this kernel has no netem; tools/netcluster.sh says so).")
   say("")

@@ -103,7 +103,7 @@ function M.dp_bytes(o, N)
   return total
 end
 
--- transfer(bytes, hw, tier) -> seconds to send bytes over one tier's link.
+-- link(hw, tier) -> the bytes per second a tier ("intra" or "inter") carries, its latency per message
 local function link(hw, tier)
   if tier == "intra" then return (hw.intra_bw or hw.inter_bw) * (hw.intra_eta or hw.eta or 1), hw.intra_latency or 0 end
   return hw.inter_bw * (hw.eta or 1), hw.latency or 0
