@@ -174,6 +174,16 @@ run: deps all
 bench: deps all $(B)/bench_adamw $(B)/bench_aio $(B)/bench_bf16
 	@sh tools/bench.sh
 
+# The measured scaling table (issue 14; not part of `make test`; root: network
+# namespaces): strategies x link rates x 2 and 4 hosts on tools/netcluster.sh,
+# then docs/scaling.md's measured block, the model's fit and docs/scaling.svg,
+# and the predictions block. About 10-15 minutes on 2 cores. Re-render from
+# the saved results only: make bench-scale BENCH_SCALE_ARGS=reuse=1
+.PHONY: bench-scale
+bench-scale: all
+	build/ztrain --script tools/bench_scale.lua $(BENCH_SCALE_ARGS)
+	build/ztrain --script tools/scale_predict.lua
+
 # bf16 GEMM (AVX512_BF16 or the portable path) beside fp32 sgemm and both peaks
 $(B)/bench_bf16: tools/bench_bf16.c $(patsubst %.c,$(B)/obj/%.o,$(KERNEL_SRC)) kernels/cpu/kernels.h
 	$(CC) $(CFLAGS) -Ikernels/cpu -o $@ $< $(patsubst %.c,$(B)/obj/%.o,$(KERNEL_SRC)) -lopenblas -lm

@@ -246,3 +246,69 @@ describe("plan: the pre-flight check", function()
     assert.matches("device memory limit exceeded (predicted before the run): gpt2-mini under zero3", out2, 1, true)
   end)
 end)
+
+describe("plan: the step-time column (steptime.lua)", function()
+  local st = require "ztrain.steptime"
+  local r = assert(zt.recipe.resolve({}, { "model.size=gpt2-xl", "model.vocab_size=50257", "precision=bf16",
+                                           "batch.micro=1", "data.seq_len=1024", "batch.accumulate=2" }))
+  local function by_name(rows)
+    local by = {}
+    for _, row in ipairs(rows) do by[row.name] = row end
+    return by
+  end
+
+  it("each row's step is the model's for its strategy and layout, tokens/s every replica's tokens over it", function()
+    local hw = plan.hardware(16, { hosts = 2, link = st.parse_rate("100gbit") })
+    assert.are.equal(2, hw.hosts)
+    assert.are.equal(8, hw.gpus_per_host)
+    local rows = plan.rows(r, 16, nil, hw)
+    local by = by_name(rows)
+    local want = st.step({ cfg = rows.cfg, strategy = "zero3", B = 1, T = 1024, m = 2, hosts = 2, gpus = 8, lowp = true,
+                           units = rows.cfg.L + 2 }, hw)
+    assert.are.equal(want.step, by.zero3.time.step)
+    assert.are.equal(1024 * 2 * 16 / want.step, by.zero3.tokens_per_s)
+    -- the pipeline: one replica's micro-batches
+    assert.are.equal(1024 * 2 / by.pipeline_1f1b.time.step, by.pipeline_1f1b.tokens_per_s)
+    -- single: one rank, no network
+    assert.are.equal(0, by.single.time.comm)
+  end)
+
+  it("a slower link slows every multi-rank strategy, zero3 more than dp, and leaves single alone", function()
+    local fast = by_name(plan.rows(r, 16, nil, plan.hardware(16, { hosts = 2, link = st.parse_rate("400gbit") })))
+    local slow = by_name(plan.rows(r, 16, nil, plan.hardware(16, { hosts = 2, link = st.parse_rate("10gbit") })))
+    for name, row in pairs(slow) do
+      if name == "single" then assert.are.equal(fast[name].time.step, row.time.step)
+      else assert.is_true(row.time.step > fast[name].time.step, name) end
+    end
+    -- fp32: zero3 gathers 4-byte parameters twice, 1.5x dp's bytes (in bf16, 2-byte gathers: as many as dp)
+    local r32 = assert(zt.recipe.resolve({}, { "model.size=gpt2-xl", "model.vocab_size=50257", "batch.micro=1",
+                                               "data.seq_len=1024" }))
+    local f32 = by_name(plan.rows(r32, 16, nil, plan.hardware(16, { hosts = 2, link = st.parse_rate("400gbit") })))
+    local s32 = by_name(plan.rows(r32, 16, nil, plan.hardware(16, { hosts = 2, link = st.parse_rate("10gbit") })))
+    assert.is_true(s32.zero3.time.step - f32.zero3.time.step > s32.dp.time.step - f32.dp.time.step)
+    -- 1.5x, and the embedding gathered once more for the head (its tied wte)
+    local cfg = s32.zero3.t and plan.model_config(r32)
+    local extra = 4 * (cfg.V + cfg.maxT) * cfg.C * 15 / 16
+    assert.is_true(math.abs(1.5 * s32.dp.time.bytes + extra - s32.zero3.time.bytes) < 1)
+  end)
+
+  it("`ztrain plan` prints the columns and the hardware; bad flags are named", function()
+    local out, rc = util.sh("build/ztrain plan model.size=gpt2-xl --hosts 2 --gpus-per-host 4 --link=10gbit " ..
+                            "--latency 1ms precision=bf16 device.memory_limit=80GiB")
+    assert.are.equal(0, rc, out)
+    assert.matches("step +tokens/s", out)
+    assert.matches("8 rank(s)", out, 1, true)
+    assert.matches("on 2 host(s) x 4 rank(s)", out, 1, true)
+    assert.matches("links 10 Gbit/s across hosts (1 ms a message)", out, 1, true)
+    assert.matches("quickest by the step-time model: ", out, 1, true)
+    for cmd, want in pairs({ ["--hosts 3 nproc=8"] = "nproc=8 ranks cannot be laid out as 3 host(s)",
+                             ["--link fast"] = "--link: fast is not a link rate",
+                             ["--mfu 2"] = "--mfu 2 must be a fraction in (0, 1]",
+                             ["--latency"] = "--latency needs a value",
+                             ["--speed 1"] = "unknown flag --speed" }) do
+      local bad, brc = util.sh("build/ztrain plan " .. cmd)
+      assert.are.equal(1, brc, bad)
+      assert.matches(want, bad, 1, true)
+    end
+  end)
+end)

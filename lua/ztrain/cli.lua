@@ -128,6 +128,12 @@ device.memory_limit (else the available memory shared by the ranks) and which
 is fastest to try. Any recipe key may be set, e.g.
   ztrain plan model.size=gpt2-xl nproc=8 device.memory_limit=16GiB precision=bf16
   ztrain plan recipes/zero3.lua nproc=4 batch.micro=8 data.seq_len=1024
+Its step and tokens/s columns are the step-time model's (docs/scaling.md) on
+--hosts H x --gpus-per-host G ranks (default: 8 a host), --link RATE and
+--latency T across hosts (400gbit, 5us), --intra-link RATE and
+--intra-latency T within (450GB/s, 2us), --flops F per GPU (989T) at --mfu X
+(0.4): an H100 cluster with NDR InfiniBand unless told otherwise, e.g.
+  ztrain plan model.size=gpt2-xl --hosts 4 --gpus-per-host 8 --link 100gbit precision=bf16
 A run checks the same prediction before it allocates, and refuses with the
 numbers when its strategy does not fit.
 

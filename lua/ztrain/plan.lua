@@ -414,10 +414,55 @@ local function psi_of(cfg)
   return n
 end
 
--- rows(r, nproc) -> one row per strategy of M.STRATEGIES that applies at
--- nproc ranks: { name, t (predict), totals, fits, traffic }, and the
--- limit's description; rows.best is the fastest row that fits.
-function M.rows(r, nproc, cfg)
+-- hardware(nproc, o) -> steptime's hardware for `ztrain plan`: the stated
+-- cluster (steptime.CLUSTER) with o's overrides (hosts, gpus_per_host,
+-- link, latency, intra_link, intra_latency, flops, mfu: numbers, already
+-- parsed), and the layout: hosts x gpus_per_host = nproc. Raises naming the
+-- flag when they disagree.
+function M.hardware(nproc, o)
+  local st = require "ztrain.steptime"
+  o = o or {}
+  local hw = {}
+  for k, v in pairs(st.CLUSTER) do hw[k] = v end
+  if o.flops then hw.peak_flops = o.flops end
+  if o.mfu then hw.mfu = o.mfu end
+  hw.flops = hw.peak_flops * hw.mfu
+  if o.link then hw.inter_bw = o.link end
+  if o.latency then hw.latency = o.latency end
+  if o.intra_link then hw.intra_bw = o.intra_link end
+  if o.intra_latency then hw.intra_latency = o.intra_latency end
+  local G = o.gpus_per_host or (o.hosts and nproc / o.hosts) or math.min(nproc, hw.gpus_per_host)
+  local H = o.hosts or nproc / G
+  if H * G ~= nproc or H ~= math.floor(H) or G ~= math.floor(G) then
+    error(("plan: nproc=%d ranks cannot be laid out as %s host(s) x %s rank(s) a host: give --hosts and " ..
+           "--gpus-per-host whose product is nproc"):format(nproc, o.hosts and tostring(o.hosts) or "whole",
+           o.gpus_per_host and tostring(o.gpus_per_host) or "whole"), 0)
+  end
+  hw.hosts, hw.gpus_per_host = H, G
+  return hw
+end
+
+-- time(r, spec, nproc, cfg, hw) -> steptime's breakdown of one step (its
+-- .step in seconds) for a strategy of the plan at nproc ranks laid out as
+-- hw says (M.hardware), or nil for one the model does not know.
+function M.time(r, spec, nproc, cfg, hw)
+  local st = require "ztrain.steptime"
+  local name = spec.one_rank and "dp" or spec.name
+  if spec.pipeline then name = "pipeline_1f1b" end
+  local one = spec.one_rank or nproc == 1
+  local o = { cfg = cfg, strategy = name, B = r.batch.micro, T = r.data.seq_len, m = r.batch.accumulate,
+              hosts = one and 1 or hw.hosts, gpus = one and 1 or hw.gpus_per_host, lowp = r.precision ~= "fp32",
+              recompute = r.train.checkpoint_activations and true or false, units = cfg.L + 2 }
+  local ok, res = pcall(st.step, o, hw)
+  return ok and res or nil
+end
+
+-- rows(r, nproc, cfg, hw) -> one row per strategy of M.STRATEGIES that
+-- applies at nproc ranks: { name, t (predict), totals, fits, traffic, time
+-- (steptime, when hw is given: M.hardware) }, and the limit's description;
+-- rows.best is the fastest row that fits (by the ranking below), rows.quickest
+-- the one the step-time model finds fastest among those that fit.
+function M.rows(r, nproc, cfg, hw)
   cfg = cfg or M.model_config(r)
   local psi, lowp = psi_of(cfg), r.precision ~= "fp32"
   local limit, source, explicit = M.limit(r, nproc)
@@ -429,7 +474,19 @@ function M.rows(r, nproc, cfg)
       local t = M.predict(r, { spec = spec, nproc = nproc, cfg = cfg })
       local row = { name = spec.name, spec = spec, t = t, totals = M.totals(t), fits = M.fits(t, r, limit, explicit),
                     traffic = M.traffic(spec, psi, N, lowp), ranks = spec.pipeline and nproc or N }
+      if hw then row.time = M.time(r, spec, nproc, cfg, hw) end
+      if row.time then
+        -- a pipeline's step is one replica's micro-batches, dp's every rank's
+        local replicas = (spec.pipeline or spec.one_rank) and 1 or N
+        row.tokens_per_s = r.batch.micro * r.data.seq_len * r.batch.accumulate * replicas / row.time.step
+      end
       rows[#rows + 1] = row
+      if row.fits and row.time and (nproc == 1 or not spec.one_rank) then
+        local q = rows.quickest
+        -- a tie (zero1 and zero2 move the same bytes): the fewer device bytes
+        if not q or row.tokens_per_s > q.tokens_per_s or
+           (row.tokens_per_s == q.tokens_per_s and row.totals.device < q.totals.device) then rows.quickest = row end
+      end
       -- single uses one rank of nproc: the fastest to try only on one rank
       local candidate = row.fits and (nproc == 1 or not spec.one_rank)
       local b = rows.best
