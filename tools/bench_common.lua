@@ -83,6 +83,17 @@ function M.gemm_rate(dtype, rows, cin, cout)
   return 2 * rows * cin * cout / dt / 1e9
 end
 
+-- best of ztrain's GEMM over GPT-2's block shapes and a square one: the
+-- peak its own fp32 (matmul.c) or bf16 (matmul_bf16.c) GEMM reaches here.
+function M.gemm_peak(dtype)
+  local best, shape = 0, nil
+  for _, s in ipairs({ { 1024, 768, 3072 }, { 1024, 3072, 768 }, { 1024, 768, 2304 }, { 2048, 2048, 2048 } }) do
+    local gf = M.gemm_rate(dtype, s[1], s[2], s[3])
+    if gf > best then best, shape = gf, ("%dx%d->%d"):format(s[1], s[2], s[3]) end
+  end
+  return best, shape
+end
+
 -- copy (8 bytes an element: read + write) and triad-like axpy (y += a x:
 -- 12 bytes) bandwidth of ztrain's own threaded kernels over 2 x 128 MiB,
 -- far past any cache. GB/s.
