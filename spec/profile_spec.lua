@@ -78,6 +78,21 @@ describe("profile", function()
     tr:free()
   end)
 
+  -- what bench-ops found on bf16 steps: each bf16 GEMM cast its weight again
+  -- though the policy had just cast the stored bf16 weight to fp32
+  it("bf16 GEMMs read the stored bf16 weights: one cast a matmul (its input) in the forward", function()
+    local tr = new({ "precision=bf16", "device.bf16_gemm=on" })
+    local L = tr.model.cfg.L
+    local prof = profile.start(tr.model, tr.ctx)
+    tr:train_step()
+    prof:stop()
+    local f = by_family(prof)
+    -- entered: embed, L blocks, the head and (tied) the embed again: one
+    -- cast each; then 4 L + 1 matmuls, one input cast each
+    assert.are.equal((L + 3) + (4 * L + 1), f["forward/precision casts"].calls)
+    tr:free()
+  end)
+
   it("its families add up to the measured step (within Lua's and the data's share)", function()
     local tr = new()
     local prof = profile.start(tr.model, tr.ctx)
