@@ -62,7 +62,7 @@ for m in $(echo "$models" | tr ',' ' '); do
   fi
 done
 echo >> "$tmp"
-sort -u "$tmp.t" | sed 's/^/    /' >> "$tmp"    # what each side ran with
+awk '!seen[$0]++' "$tmp.t" | sed 's/^/    /' >> "$tmp"    # what each side ran with
 cat "$tmp"
 mkdir -p build && cp "$tmp" build/bench_peers.md && echo "(written to build/bench_peers.md)"
 exit $status
