@@ -94,21 +94,23 @@ function M.gemm_peak(dtype)
   return best, shape
 end
 
--- copy (8 bytes an element: read + write) and triad-like axpy (y += a x:
--- 12 bytes) bandwidth of ztrain's own threaded kernels over 2 x 128 MiB,
--- far past any cache. GB/s.
+-- copy (8 bytes an element: read + write), triad-like axpy (y += a x: 12
+-- bytes) and fp32 -> bf16 cast (6 bytes) bandwidth of ztrain's own threaded
+-- kernels over 128 MiB operands, far past any cache. GB/s.
 function M.bandwidth()
   local n = 32 * 1024 * 1024
   local opt = { category = "activations" }
   local x, y = T.new({ n }, opt), T.new({ n }, opt)
+  local h = T.new({ n }, { category = "activations", dtype = "bf16" })
   ops.fill(x, 1); ops.fill(y, 2)
-  local ok, copy, triad = pcall(function()
+  local ok, copy, triad, cast = pcall(function()
     return 8 * n / rate(function() ops.copy(y, x) end, 0.5) / 1e9,
-           12 * n / rate(function() ops.axpy(y, 1e-30, x) end, 0.5) / 1e9
+           12 * n / rate(function() ops.axpy(y, 1e-30, x) end, 0.5) / 1e9,
+           6 * n / rate(function() ops.cast(h, x) end, 0.5) / 1e9
   end)
-  x:free(); y:free()
+  x:free(); y:free(); h:free()
   if not ok then error(copy, 0) end
-  return copy, triad
+  return copy, triad, cast
 end
 
 -- The header lines every bench prints: version, BLAS, threads, core type.

@@ -35,10 +35,11 @@ local function say(s) print(s); lines[#lines + 1] = s end
 bc.header("ztrain bench-ops")
 local peak, pshape = bc.sgemm_peak()
 local own = bc.gemm_rate(precision == "bf16" and "bf16" or "f32")
-local copy, triad = bc.bandwidth()
+local copy, triad, cast = bc.bandwidth()
 say(("Reference rates, same run: sgemm peak %.1f GFLOP/s (OpenBLAS, %d threads, %s); ztrain %s GEMM "
-     .. "%.1f GFLOP/s (1024x768->3072); copy %.1f GB/s, triad %.1f GB/s (ztrain's kernels, 2 x 128 MiB)")
-    :format(peak, zt.threads(), pshape, precision, own, copy, triad))
+     .. "%.1f GFLOP/s (1024x768->3072); copy %.1f GB/s, triad %.1f GB/s, fp32->bf16 cast %.1f GB/s "
+     .. "(ztrain's kernels, 128 MiB operands)")
+    :format(peak, zt.threads(), pshape, precision, own, copy, triad, cast))
 say("")
 
 local function fmt(x, f) if x == nil then return "" end return (f or "%.1f"):format(x) end
