@@ -82,6 +82,7 @@ for _, size in ipairs(models) do
         say(("| **%s** | all ops | | %.2f | %.1f | | | | | |"):format(ph, by_phase[ph] * 1e3, 100 * by_phase[ph] / step))
       end
     end
+    say("| optimizer | communication (none: one rank) | 0 | 0.00 | 0.0 | | | | | |")
     say(("| | (unaccounted: Lua, data, allocation) | | %.2f | %.1f | | | | | |")
         :format((step - summed) * 1e3, 100 * (step - summed) / step))
     say(("| | **step** | | %.2f | 100.0 | %.1f | %.1f | | | |"):format(step * 1e3, flops / step / 1e9,
