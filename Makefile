@@ -180,9 +180,10 @@ bench-ops: deps all
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(B)/ztrain --script tools/bench_ops.lua $(BENCH_OPS_ARGS)
 
 # ztrain beside PyTorch eager and torch.compile, one sitting (skips without
-# PyTorch: $$ZTRAIN_TORCH_PYTHON or ./.venv-torch/bin/python3)
+# PyTorch: $$ZTRAIN_TORCH_PYTHON or ./.venv-torch/bin/python3);
+# BENCH_PEERS_ARGS: "models B T threads", e.g. "gpt2 8 512 16"
 bench-peers: deps all
-	@sh tools/bench_peers.sh
+	@sh tools/bench_peers.sh $(BENCH_PEERS_ARGS)
 
 # A venv with PyTorch from PyPI for bench-peers (outside git; ~5.5 GB: PyPI's
 # Linux torch links CUDA libraries, so its nvidia-* wheels come too, though
