@@ -42,7 +42,7 @@ CTEST_SRC   := $(filter-out spec/c/test_cuda%.c,$(wildcard spec/c/test_*.c))
 CTEST_BIN   := $(patsubst spec/c/%.c,$(B)/%,$(CTEST_SRC))
 HEADERS     := $(wildcard runtime/*.h) $(wildcard kernels/cpu/*.h)
 
-.PHONY: all deps test run bench clean ctest spec test-cuda cuda-check bench-cuda san valgrind fuzz fuzz-smoke
+.PHONY: all deps test run bench bench-ops bench-peers torch-venv clean ctest spec test-cuda cuda-check bench-cuda san valgrind fuzz fuzz-smoke
 all: $(B)/libztrain.so $(B)/ztrain
 
 # ---- CUDA (only with CUDA=1) ----
@@ -183,6 +183,27 @@ bench: deps all $(B)/bench_adamw $(B)/bench_aio $(B)/bench_bf16
 bench-scale: all
 	build/ztrain --script tools/bench_scale.lua $(BENCH_SCALE_ARGS)
 	build/ztrain --script tools/scale_predict.lua
+
+# Per-op profile of a training step (docs/performance.md); BENCH_OPS_ARGS:
+# e.g. "model=gpt2 B=8 T=512 steps=5 precision=bf16". Writes build/bench_ops.md.
+bench-ops: deps all
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(B)/ztrain --script tools/bench_ops.lua $(BENCH_OPS_ARGS)
+
+# ztrain beside PyTorch eager and torch.compile, one sitting (skips without
+# PyTorch: $$ZTRAIN_TORCH_PYTHON or ./.venv-torch/bin/python3);
+# BENCH_PEERS_ARGS: "models B T threads", e.g. "gpt2 8 512 16"
+bench-peers: deps all
+	@sh tools/bench_peers.sh $(BENCH_PEERS_ARGS)
+
+# A venv with PyTorch from PyPI for bench-peers (outside git; ~5.5 GB: PyPI's
+# Linux torch links CUDA libraries, so its nvidia-* wheels come too, though
+# the bench runs on the CPU). make torch-venv TORCH_VENV=/elsewhere, then
+# ZTRAIN_TORCH_PYTHON=/elsewhere/bin/python3 make bench-peers.
+TORCH_VENV ?= .venv-torch
+torch-venv:
+	python3 -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/pip install torch numpy
+	$(TORCH_VENV)/bin/python3 -c "import torch; print('torch', torch.__version__, 'in $(TORCH_VENV)')"
 
 # bf16 GEMM (AVX512_BF16 or the portable path) beside fp32 sgemm and both peaks
 $(B)/bench_bf16: tools/bench_bf16.c $(patsubst %.c,$(B)/obj/%.o,$(KERNEL_SRC)) kernels/cpu/kernels.h

@@ -1,7 +1,9 @@
 #!/bin/sh
 # bench.sh -- `make bench`: benchmarks run as on a user's machine, with the
 # OPENBLAS_* overrides these development machines set removed.
-#   1. one-rank step throughput of GPT-2 124M against the sgemm peak
+#   1. one-rank step throughput of GPT-2 124M, fp32 and bf16, against the
+#      sgemm peak and ztrain's own fp32 and bf16 GEMM peaks
+#   1b. the per-op profile of gpt2 and gpt2-medium (tools/bench_ops.lua)
 #   2. the strategy table (single at N=1; dp, zero1, zero2, zero3 and the
 #      offload settings at N=2)
 #   3. pipeline schedules at p=2 (gpt2) and p=4 (gpt2-mini): measured bubble
@@ -11,6 +13,9 @@
 #   with a note when fio is absent)
 cd "$(dirname "$0")/.."
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/ztrain --script tools/bench.lua "$@" || exit 1
+echo
+# per-op profile: time per (phase, op family) of gpt2 and gpt2-medium (build/bench_ops.md)
+env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/ztrain --script tools/bench_ops.lua || exit 1
 echo
 build/bench_adamw || exit 1    # CPU AdamW GB/s beside copy and triad bandwidth
 echo

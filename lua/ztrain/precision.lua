@@ -66,6 +66,12 @@ function P:enter(u, want_params, want_grads)
       local v = w:view(0, { pu.padded })
       ops.cast(v, pu.params)
       self.saved_p[k] = { u = pu, lp = model:set_params(pu, v) }
+      -- bf16 GEMMs read a weight as bf16: the stored view is the very bits
+      -- a cast of its fp32 image gives back (bf16 -> fp32 -> bf16 is exact)
+      if self.lp_of then
+        local lp = self.saved_p[k].lp
+        for _, t in ipairs(pu.tensors) do self.lp_of[pu.p[t.name]] = lp:view(t.offset, t.shape) end
+      end
     end
     if want_grads and pu.grads then
       local w = work(self, self.gw, k, pu.padded)
@@ -97,6 +103,7 @@ function P:leave(u)
     v:free()
     self.saved_g[k] = nil
   end
+  self:drop_lp_views()
   for k, s in pairs(self.saved_p) do
     local v = model:set_params(s.u, s.lp)
     v:free()
@@ -104,9 +111,15 @@ function P:leave(u)
   end
 end
 
+function P:drop_lp_views()
+  if not self.lp_of then return end
+  for w, v in pairs(self.lp_of) do v:free(); self.lp_of[w] = nil end
+end
+
 -- After a failure inside a unit: restore the stored buffers (no cast).
 function P:abort()
   if not self.lp then return end
+  self:drop_lp_views()
   for k, s in pairs(self.saved_g) do
     local v = self.model:set_grads(s.u, s.lp); if v then v:free() end; self.saved_g[k] = nil
   end
@@ -133,8 +146,11 @@ end
 local MMB = {}
 MMB.__index = MMB
 
-function M.bf16_gemm(tier)
-  return setmetatable({ tier = tier, free_bufs = {}, bases = {}, views = {} }, MMB)
+-- policy: the precision policy (optional); with it a weight the policy
+-- entered is read from its stored bf16 view instead of cast again.
+function M.bf16_gemm(tier, policy)
+  if policy and policy.dtype == "bf16" then policy.lp_of = policy.lp_of or {} end
+  return setmetatable({ tier = tier, free_bufs = {}, bases = {}, views = {}, policy = policy }, MMB)
 end
 
 -- a bf16 buffer shaped like t (reused across calls; given back by :done())
@@ -161,18 +177,25 @@ function MMB:done()
   end
 end
 
+-- the bf16 image of weight w: the policy's stored view, or a cast
+function MMB:weight(w, fill)
+  local lp = self.policy and self.policy.lp_of and self.policy.lp_of[w]
+  if lp then return lp end
+  return self:buf(w, fill)
+end
+
 function MMB:forward_(out, inp, w, b)
-  ops.matmul_bf16_forward(out, self:buf(inp, true), self:buf(w, true), b)
+  ops.matmul_bf16_forward(out, self:buf(inp, true), self:weight(w, true), b)
 end
 
 function MMB:backward_(dinp, dw, db, dout, inp, w)
   -- w is read only for dinp (without it, w only gives the shape)
-  ops.matmul_bf16_backward(dinp, dw, db, self:buf(dout, true), self:buf(inp, dw ~= nil), self:buf(w, dinp ~= nil))
+  ops.matmul_bf16_backward(dinp, dw, db, self:buf(dout, true), self:buf(inp, dw ~= nil), self:weight(w, dinp ~= nil))
 end
 
 -- the interface gpt2.lua calls: mm.forward(...), mm.backward(...)
-function M.bf16_matmuls(tier)
-  local g = M.bf16_gemm(tier)
+function M.bf16_matmuls(tier, policy)
+  local g = M.bf16_gemm(tier, policy)
   local mm = {}
   function mm.forward(...) local ok, err = pcall(g.forward_, g, ...); g:done(); if not ok then error(err, 0) end end
   function mm.backward(...) local ok, err = pcall(g.backward_, g, ...); g:done(); if not ok then error(err, 0) end end

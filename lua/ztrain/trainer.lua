@@ -340,7 +340,7 @@ function build_strategy(self, r, b)
     local bg = r.device.bf16_gemm
     local path = require("ffi").string(C.zt_matmul_bf16_info())
     if r.precision == "bf16" and (bg == "on" or (bg == "auto" and path:match("AMX"))) then
-      self.ctx.mm = precision.bf16_matmuls(self.model.tier)
+      self.ctx.mm = precision.bf16_matmuls(self.model.tier, prec)
       self.gemm = "bf16 (" .. path .. ")"
     end
     if r.precision == "fp16" then

@@ -261,6 +261,7 @@ end
 -- The matmuls of a pass: the fp32 kernels, or what the activation set
 -- carries (a.mm, set by the stage runner: precision.lua's bf16 GEMMs).
 local MM = { forward = ops.matmul_forward, backward = ops.matmul_backward }
+M.fp32_matmuls = MM   -- the seam ztrain.profile times them through (indexed per call)
 local function mm(a) return a.mm or MM end
 
 local function block_forward(u, a, x)
