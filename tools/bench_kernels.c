@@ -1,15 +1,18 @@
 /*
  * bench_kernels.c -- rough timings of the CPU kernels at GPT-2 124M sizes
  * (B=4, T=256, C=768, NH=12, V=50257). Prints the best of a few runs.
+ * First an A/B table: each kernel that has a plain scalar path and a vector
+ * path (zk_force_scalar) timed both ways in this process, reps alternating
+ * A and B, min of N, GB/s beside a parallel memcpy measured in the same run
+ * (on a loaded machine only the ratios within one run mean anything).
  *
- *   gcc -std=c11 -O3 -march=x86-64-v3 -fopenmp -Ikernels/cpu tools/bench_kernels.c \
- *       kernels/cpu/[a-z]*.c -lopenblas -lm -o build/bench_kernels
- *   OPENBLAS_CORETYPE=Haswell ./build/bench_kernels
+ *   make build/bench_kernels && build/bench_kernels
  */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "kernels.h"
 
 static float *rnd(size_t n, float scale) {
@@ -33,10 +36,78 @@ static float *rnd(size_t n, float scale) {
         }                                                              \
     } while (0)
 
+/* ---- A/B: scalar path vs vector path ------------------------------------ */
+
+#define AB_REPS 7
+
+/* best ms of the scalar (ms[0]) and vector (ms[1]) paths, reps alternating */
+#define AB(ms, CODE)                                                    \
+    do {                                                                \
+        ms[0] = ms[1] = 1e30;                                           \
+        for (int r_ = 0; r_ < 2 * AB_REPS; r_++) {                      \
+            zk_force_scalar(!(r_ & 1));                                 \
+            double t0_ = omp_get_wtime();                               \
+            CODE;                                                       \
+            double t_ = (omp_get_wtime() - t0_) * 1e3;                  \
+            if (t_ < ms[r_ & 1]) ms[r_ & 1] = t_;                       \
+        }                                                               \
+        zk_force_scalar(0);                                             \
+    } while (0)
+
+static void par_memcpy(float *dst, const float *src, size_t n) {
+    #pragma omp parallel
+    {
+        int id = omp_get_thread_num(), nt = omp_get_num_threads();
+        size_t per = (n / nt + 15) & ~(size_t)15;
+        size_t lo = per * id < n ? per * id : n, hi = per * (id + 1) < n ? per * (id + 1) : n;
+        memcpy(dst + lo, src + lo, (hi - lo) * sizeof(float));
+    }
+}
+
+static void ab_row(const char *name, const double ms[2], double bytes, double copy) {
+    printf("%-34s %8.3f  %8.3f  %5.2fx  %6.1f GB/s  %4.0f%% of copy\n", name, ms[0], ms[1],
+           ms[0] / ms[1], bytes / ms[1] / 1e6, 100 * bytes / ms[1] / 1e6 / copy);
+}
+
+static void ab_table(void) {
+    const size_t np = 124475904 / 4;   /* a quarter of GPT-2's parameters: out of cache */
+    float *g = rnd(np, 1e-3f), *d = rnd(np, 1);
+    double ms[2], copy = 1e30;
+    for (int r = 0; r < AB_REPS; r++) {
+        double t0 = omp_get_wtime();
+        par_memcpy(d, g, np);
+        double t = (omp_get_wtime() - t0) * 1e3;
+        if (t < copy) copy = t;
+    }
+    copy = 8.0 * np / copy / 1e6;      /* GB/s, STREAM's count (read + write) */
+    printf("A/B, same process (min of %d, reps alternating; measured now, not quiet):\n", AB_REPS);
+    printf("  parallel memcpy %.1f GB/s (%d threads)\n", copy, omp_get_max_threads());
+    printf("%-34s %8s  %8s  %6s\n", "kernel", "scalar", "vector", "gain");
+    double *parts = malloc((np / ZK_SUM_BLOCK + 1) * sizeof(double));
+    /* in L2, in L3 (a layer's gradient just written by backward), in DRAM */
+    const size_t sizes[3] = {(size_t)1 << 17, (size_t)3 << 20, np};
+    for (int k = 0; k < 3; k++) {
+        size_t n = sizes[k];
+        char name[64];
+        for (int rep = 0; rep < 3; rep++) zk_sumsq_blocks(parts, g, n);   /* warm */
+        AB(ms, zk_sumsq_blocks(parts, g, n));
+        snprintf(name, sizeof name, "sumsq_blocks (grad norm), %.2fM", n / 1e6);
+        ab_row(name, ms, 4.0 * n, copy);
+        volatile double sink;
+        AB(ms, sink = zk_sum_f64(g, n));
+        (void)sink;
+        snprintf(name, sizeof name, "sum_f64, %.2fM", n / 1e6);
+        ab_row(name, ms, 4.0 * n, copy);
+    }
+    free(parts); free(g); free(d);
+}
+
 int main(void) {
     const int B = 4, T = 256, C = 768, NH = 12, V = 50257, N = B * T, L = 12;
     double ms, ms2;
     printf("threads: OpenMP %d\n", omp_get_max_threads());
+    ab_table();
+    if (getenv("BENCH_AB_ONLY")) return 0;
 
     float *qkv = rnd((size_t)N * 3 * C, 1), *out = rnd((size_t)N * C, 1);
     float *lse = rnd((size_t)B * NH * T, 1), *dout = rnd((size_t)N * C, 1);

@@ -213,6 +213,13 @@ void zk_adamw(float *param, const float *grad, float *m, float *v, size_t n,
 void zk_sumsq_blocks(double *partials, const float *x, size_t n);
 /* sum of x in double over the same fixed blocks, blocks added in order. */
 double zk_sum_f64(const float *x, size_t n);
+
+/* Tests and benches only: on != 0 makes the kernels that have a vector path
+ * (sums above, ...) take their plain scalar loop instead -- the reference
+ * the vector path matches bit for bit -- so both can be compared and timed
+ * in one process. Process-wide; change it only while no kernel runs. */
+void zk_force_scalar(int on);
+int zk_scalar_forced(void);
 /* The communicators' rank-order sum: dst[i] = ((src0[i] + src1[i]) + src2[i])
  * + ... in fp32, where srcj = src + j * n (the chunks of nsrc ranks after an
  * all-to-all, in rank order); nsrc == 1 copies. Every element has exactly
