@@ -85,6 +85,16 @@ void zk_matmul_forward(float *out, const float *inp, const float *weight,
 void zk_matmul_backward(float *dinp, float *dweight, float *dbias,
                         const float *dout, const float *inp,
                         const float *weight, int N, int C, int OC);
+/* The fp32 GEMMs above cut their output into fixed blocks, each one
+ * single-threaded sgemm call, spread over OpenMP (matmul.c says why). The
+ * plan depends on the shape alone. zk_gemm_blocked runs C (M,N) = op(A)
+ * op(B) (row-major, beta = 0) with any cut; the bench and the tests use it
+ * to compare cuts (time, and bits against the plan's). */
+typedef struct { int by_cols, block; } zk_gemm_cut;   /* columns or rows, block > 0 */
+zk_gemm_cut zk_gemm_plan(int M, int N, int K);
+void zk_gemm_blocked(int transA, int transB, int M, int N, int K,
+                     const float *A, int lda, const float *B, int ldb,
+                     float *C, int ldc, zk_gemm_cut cut);
 
 /* ---- matmul on bf16 operands, fp32 accumulation (matmul_bf16.c) --------- */
 /* bf16 arrays are uint16_t (the high half of a float32). Each output element

@@ -37,21 +37,29 @@ __attribute__((constructor)) static void zk_blas_one_thread(void) {
 #define MM_BLOCK 256       /* rows or columns of the output per sgemm call */
 #define MM_COL_CHUNK 64    /* output columns per task when summing dbias */
 
-/* C (M,N) = op(A) op(B), row-major, beta = 0. The longer output dimension
- * is cut into MM_BLOCK pieces; block b covers [b*MM_BLOCK, ...). */
-static void gemm_fixed_blocks(int transA, int transB, int M, int N, int K,
-                              const float *A, int lda, const float *B, int ldb,
-                              float *C, int ldc) {
-    const int by_cols = N >= M;
+/* The cut of a GEMM's output, from the shape alone: the longer dimension in
+ * MM_BLOCK pieces. */
+zk_gemm_cut zk_gemm_plan(int M, int N, int K) {
+    (void)K;
+    zk_gemm_cut cut = { N >= M, MM_BLOCK };
+    return cut;
+}
+
+/* C (M,N) = op(A) op(B), row-major, beta = 0, cut as `cut` says: block b
+ * covers [b*block, ...) of the columns (by_cols) or rows. */
+void zk_gemm_blocked(int transA, int transB, int M, int N, int K,
+                     const float *A, int lda, const float *B, int ldb,
+                     float *C, int ldc, zk_gemm_cut cut) {
+    const int by_cols = cut.by_cols, S = cut.block;
     const int D = by_cols ? N : M;
-    const int nb = (D + MM_BLOCK - 1) / MM_BLOCK;
+    const int nb = (D + S - 1) / S;
     const enum CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans;
     const enum CBLAS_TRANSPOSE tb = transB ? CblasTrans : CblasNoTrans;
     /* one thread inside each call (the process-wide setting above): blocks
      * are the only parallelism. */
     #pragma omp parallel for schedule(dynamic, 1) if (nb > 1)
     for (int b = 0; b < nb; b++) {
-        int s = b * MM_BLOCK, n = D - s < MM_BLOCK ? D - s : MM_BLOCK;
+        int s = b * S, n = D - s < S ? D - s : S;
         if (by_cols)   /* C[:, s:s+n] = op(A) op(B)[:, s:s+n] */
             cblas_sgemm(CblasRowMajor, ta, tb, M, n, K, 1.0f, A, lda,
                         transB ? B + (size_t)s * ldb : B + s, ldb, 0.0f, C + s, ldc);
@@ -60,6 +68,12 @@ static void gemm_fixed_blocks(int transA, int transB, int M, int N, int K,
                         transA ? A + s : A + (size_t)s * lda, lda, B, ldb, 0.0f,
                         C + (size_t)s * ldc, ldc);
     }
+}
+
+static void gemm_fixed_blocks(int transA, int transB, int M, int N, int K,
+                              const float *A, int lda, const float *B, int ldb,
+                              float *C, int ldc) {
+    zk_gemm_blocked(transA, transB, M, N, K, A, lda, B, ldb, C, ldc, zk_gemm_plan(M, N, K));
 }
 
 /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL.
