@@ -5,16 +5,17 @@
  *
  * For each layer GEMM (qkv, attention proj, fc, fc proj, lm head) and each
  * product (forward out = x W^T, dinp = dout W, dweight = dout^T x) it
- * prints: ztrain's plan (zk_gemm_plan: which dimension is cut, block size)
- * and its GFLOP/s and share of the sgemm peak measured in the same run; the
- * one threaded OpenBLAS call's GFLOP/s (and whether its bits equal the
- * plan's: OpenBLAS's own threading generally does not keep them); and the
- * fastest other cut whose output has the SAME BITS as the plan's, with the
- * cuts whose bits differ counted. A cut that is faster and keeps the bits at
- * every shape is a candidate for zk_gemm_plan.
+ * prints: the old cut's speed (the longer dimension in 256 blocks, the
+ * reference bits); ztrain's plan (zk_gemm_plan: which dimension is cut,
+ * block size), its GFLOP/s, share of the sgemm peak measured in the same
+ * run, and whether its bits equal the reference's (they must); the one
+ * threaded OpenBLAS call's GFLOP/s and bits (OpenBLAS's own threading does
+ * not generally keep them); and the cheapest other cut whose output has the
+ * reference bits, with the cuts whose bits differ counted.
  *
- * Timings are the min of `reps` runs. On a machine shared with other work
- * only the ratios within one run mean anything.
+ * Timings are the min of `reps` runs, wall clock and process CPU time (run
+ * with OMP_WAIT_POLICY=passive so waiting threads do not count). On a
+ * machine shared with other work only the CPU-time ratios mean much.
  *
  *   make build/bench_gemm_shapes
  *   build/bench_gemm_shapes [gpt2|gpt2-medium|all] [reps]     (default all 3)
@@ -29,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "kernels.h"
 
 static float *rnd(size_t n, uint64_t seed) {
@@ -42,14 +44,26 @@ static float *rnd(size_t n, uint64_t seed) {
     return x;
 }
 
-#define BEST(ms, reps, CODE)                                           \
+static double cpu_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* min wall ms and min process CPU ms over reps: on a loaded machine the CPU
+ * time (with OMP_WAIT_POLICY=passive, so waiting threads do not spin) still
+ * shows the work a cut costs -- repacking, cache misses -- though not how
+ * evenly its blocks fill the threads. */
+#define BEST(ms, cms, reps, CODE)                                      \
     do {                                                               \
-        ms = 1e30;                                                     \
+        ms = cms = 1e30;                                               \
         for (int r_ = 0; r_ < (reps); r_++) {                          \
-            double t0_ = omp_get_wtime();                              \
+            double t0_ = omp_get_wtime(), c0_ = cpu_ms();              \
             CODE;                                                      \
             double t_ = (omp_get_wtime() - t0_) * 1e3;                 \
+            double c_ = cpu_ms() - c0_;                                \
             if (t_ < ms) ms = t_;                                      \
+            if (c_ < cms) cms = c_;                                    \
         }                                                              \
     } while (0)
 
@@ -77,49 +91,61 @@ static double peak_gflops(int nt, int reps) {
     const int n = 2048;
     float *a = rnd((size_t)n * n, 1), *b = rnd((size_t)n * n, 2), *c = rnd((size_t)n * n, 3);
     gemm g = {0, 0, n, n, n, n, n, a, b};
-    double ms;
+    double ms, cms;
     one_call(&g, c, nt);   /* warm */
-    BEST(ms, reps, one_call(&g, c, nt));
+    BEST(ms, cms, reps, one_call(&g, c, nt));
     free(a); free(b); free(c);
     return 2.0 * n * n * n / ms / 1e6;
+}
+
+static const char *cut_name(zk_gemm_cut c, char *buf, size_t n) {
+    snprintf(buf, n, "%s %d", c.by_cols ? "cols" : "rows", c.block);
+    return buf;
 }
 
 static void bench_gemm(const char *name, const gemm *g, float *C, float *ref, int nt,
                        int reps, double peak) {
     size_t bytes = (size_t)g->M * g->N * sizeof(float);
-    double fl = 2.0 * g->M * g->N * g->K, ms;
+    double fl = 2.0 * g->M * g->N * g->K, ms, cms;
     if (fl > 3e10 && reps > 2) reps = 2;   /* the lm head: a quarter second a call */
-    zk_gemm_cut plan = zk_gemm_plan(g->M, g->N, g->K);
-    run_cut(g, ref, plan);   /* warm, and the reference bits */
-    BEST(ms, reps, run_cut(g, ref, plan));
-    double gp = fl / ms / 1e6;
-    BEST(ms, reps, one_call(g, C, nt));
+    /* the reference: the longer dimension in blocks of 256, the cut every
+     * core had before zk_gemm_plan could choose (and Haswell's still) */
+    zk_gemm_cut old = {g->N >= g->M, 256}, plan = zk_gemm_plan(g->M, g->N, g->K);
+    run_cut(g, ref, old);   /* warm, and the reference bits */
+    BEST(ms, cms, reps, run_cut(g, ref, old));
+    double go = fl / ms / 1e6, goc = fl / cms / 1e6;
+    run_cut(g, C, plan);
+    int samep = memcmp(C, ref, bytes) == 0;
+    BEST(ms, cms, reps, run_cut(g, C, plan));
+    double gp = fl / ms / 1e6, gpc = fl / cms / 1e6;
+    BEST(ms, cms, reps, one_call(g, C, nt));
     double g1 = fl / ms / 1e6;
     int same1 = memcmp(C, ref, bytes) == 0;
-    /* other cuts: both dimensions, blocks of 256 to 4096 that leave every
-     * thread a block */
-    static const int blocks[] = {256, 512, 768, 1024, 1536, 2048, 3072, 4096};
-    double gbest = 0;
-    zk_gemm_cut best = plan;
+    /* other cuts: both dimensions, blocks that leave every thread a block;
+     * the one with the old cut's bits that costs the least CPU time */
+    static const int blocks[] = {192, 256, 512, 576, 768, 1024, 1536, 2048, 3072, 4096, 6144};
+    double gbest = 0, gbest_w = 0;
+    zk_gemm_cut best = old;
     int ndiff = 0, ntried = 0;
     for (int by = 0; by < 2; by++)
         for (size_t k = 0; k < sizeof blocks / sizeof blocks[0]; k++) {
             zk_gemm_cut cut = {by, blocks[k]};
             int D = by ? g->N : g->M;
-            if ((cut.by_cols == plan.by_cols && cut.block == plan.block) ||
-                (D + cut.block - 1) / cut.block < nt)
+            if ((D + cut.block - 1) / cut.block < nt ||
+                (cut.by_cols == old.by_cols && cut.block == old.block))
                 continue;
             ntried++;
             run_cut(g, C, cut);
             if (memcmp(C, ref, bytes) != 0) { ndiff++; continue; }
-            BEST(ms, reps, run_cut(g, C, cut));
-            if (fl / ms / 1e6 > gbest) { gbest = fl / ms / 1e6; best = cut; }
+            BEST(ms, cms, reps, run_cut(g, C, cut));
+            if (fl / cms / 1e6 > gbest) { gbest = fl / cms / 1e6; gbest_w = fl / ms / 1e6; best = cut; }
         }
-    char bc[32] = "-";
-    if (gbest > 0) snprintf(bc, sizeof bc, "%s %d", best.by_cols ? "cols" : "rows", best.block);
-    printf("%-16s %5dx%-5dx%5d  %s %-5d %6.1f %4.0f%%  %6.1f %-4s  %-10s %6.1f  %d/%d\n", name,
-           g->M, g->N, g->K, plan.by_cols ? "cols" : "rows", plan.block, gp, 100 * gp / peak, g1,
-           same1 ? "same" : "diff", bc, gbest, ndiff, ntried);
+    char pc[32], bc[32] = "-";
+    if (gbest > 0) cut_name(best, bc, sizeof bc);
+    printf("%-17s %5dx%-5dx%5d %6.1f %6.1f  %-9s %6.1f %4.0f%% %6.1f %-4s  %6.1f %-4s  "
+           "%-9s %6.1f %6.1f  %d/%d\n", name, g->M, g->N, g->K, go, goc,
+           cut_name(plan, pc, sizeof pc), gp, 100 * gp / peak, gpc, samep ? "same" : "DIFF",
+           g1, same1 ? "same" : "diff", bc, gbest_w, gbest, ndiff, ntried);
 }
 
 static void bench_model(const char *model, int C, int reps, int nt, double peak) {
@@ -132,8 +158,11 @@ static void bench_model(const char *model, int C, int reps, int nt, double peak)
         {"qkv", C, 3 * C}, {"attn proj", C, C}, {"fc", C, 4 * C}, {"fc proj", 4 * C, C},
         {"lm head", C, V}};
     printf("\n%s (C=%d, N=B*T=%d, V=%d)\n", model, C, N, V);
-    printf("%-16s %-19s  %-10s %6s %5s  %6s %-4s  %-10s %6s  %s\n", "gemm", "M x N x K", "plan",
-           "GF/s", "peak", "1-call", "bits", "best same", "GF/s", "cuts with other bits");
+    printf("%-17s %-17s %-13s  %-29s  %-11s  %-23s  %s\n", "", "", "old cut 256", "plan",
+           "1-call", "best other cut", "");
+    printf("%-17s %-17s %6s %6s  %-9s %6s %5s %6s %-4s  %6s %-4s  %-9s %6s %6s  %s\n", "gemm",
+           "M x N x K", "GF/s", "cpu", "cut", "GF/s", "peak", "cpu", "bits", "GF/s", "bits",
+           "cut", "GF/s", "cpu", "other bits");
     for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++) {
         int ic = layers[l].ic, oc = layers[l].oc;
         char name[40];
@@ -166,8 +195,11 @@ int main(int argc, char **argv) {
     printf("fp32 GEMM shapes, %d threads, OpenBLAS core %s (%s); sgemm peak (2048^3, one "
            "threaded call) %.1f GFLOP/s; min of %d\n", nt, openblas_get_corename(),
            core ? core : "OPENBLAS_CORETYPE unset", peak, reps);
-    printf("plan: ztrain's cut; 1-call: one OpenBLAS call on %d threads; best same: the fastest "
-           "other cut with the plan's bits\n", nt);
+    printf("old cut: the longer dimension in 256 blocks (the reference bits); plan: "
+           "zk_gemm_plan's cut;\nGF/s: wall clock; cpu: GF/s per CPU-second (the work, not the "
+           "balance); 1-call: one OpenBLAS call\non %d threads; best other cut: the one with the "
+           "reference bits that costs the least CPU time;\nother bits: cuts whose bits differ / "
+           "cuts tried\n", nt);
     if (!strcmp(which, "all") || !strcmp(which, "gpt2")) bench_model("gpt2", 768, reps, nt, peak);
     if (!strcmp(which, "all") || !strcmp(which, "gpt2-medium"))
         bench_model("gpt2-medium", 1024, reps, nt, peak);
