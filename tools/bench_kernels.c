@@ -143,9 +143,13 @@ static void ab_table(void) {
     ONE("residual add3 (N*C; 12 B/elem)", 12.0 * nc, zk_add3(y, x, dy, nc));
     ONE("gelu fwd (4*N*C; 8 B/elem)", 8.0 * n4, zk_gelu_forward(ho, h, n4));
     ONE("gelu bwd (4*N*C; 12 B/elem)", 12.0 * n4, zk_gelu_backward(hd, h, ho, n4));
-    ONE("crossentropy (N*V in place; 8 B/e)", 8.0 * N * V,
-        zk_crossentropy(loss, lg, lg, tg, N, V, 1.0f / N));
 #undef ONE
+    /* A/B: plain = each exp twice; vector = once, kept in dlogits. Into a
+     * second buffer, so every rep sees the same logits. */
+    float *dl = rnd((size_t)N * V, 1);
+    AB(ms, cms, zk_crossentropy(loss, dl, lg, tg, N, V, 1.0f / N));
+    ab_row("crossentropy N*V (12 B/elem)", ms, cms, 12.0 * N * V, copy);
+    free(dl);
     free(x); free(y); free(w); free(b); free(dy); free(mean); free(rstd); free(dx); free(dw);
     free(db); free(h); free(ho); free(hd); free(lg); free(loss); free(tg);
 }

@@ -225,7 +225,7 @@ void zk_sumsq_blocks(double *partials, const float *x, size_t n);
 double zk_sum_f64(const float *x, size_t n);
 
 /* Tests and benches only: on != 0 makes the kernels that have a vector path
- * (sums above, ...) take their plain scalar loop instead -- the reference
+ * (sums above, cross-entropy: each exp twice) take their plain loop instead -- the reference
  * the vector path matches bit for bit -- so both can be compared and timed
  * in one process. Process-wide; change it only while no kernel runs. */
 void zk_force_scalar(int on);
