@@ -213,6 +213,11 @@ $(B)/bench_bf16: tools/bench_bf16.c $(patsubst %.c,$(B)/obj/%.o,$(KERNEL_SRC)) k
 $(B)/bench_adamw: tools/bench_adamw.c $(patsubst %.c,$(B)/obj/%.o,$(KERNEL_SRC)) kernels/cpu/kernels.h
 	$(CC) $(CFLAGS) -Ikernels/cpu -o $@ $< $(patsubst %.c,$(B)/obj/%.o,$(KERNEL_SRC)) -lopenblas -lm
 
+# CPU kernels at GPT-2 sizes, scalar vs vector paths A/B; GEMM shapes vs one
+# threaded sgemm (by hand: make build/bench_kernels build/bench_gemm_shapes)
+$(B)/bench_kernels $(B)/bench_gemm_shapes: $(B)/%: tools/%.c $(patsubst %.c,$(B)/obj/%.o,$(KERNEL_SRC)) kernels/cpu/kernels.h
+	$(CC) $(CFLAGS) -Ikernels/cpu -o $@ $< $(patsubst %.c,$(B)/obj/%.o,$(KERNEL_SRC)) -lopenblas -lm
+
 # The aio engine's sequential bandwidth beside fio (run by tools/bench.sh)
 $(B)/bench_aio: tools/bench_aio.c $(LIB_OBJ)
 	$(CC) $(CFLAGS) -Iruntime -o $@ $< $(LIB_OBJ) $(LIBS)

@@ -1,15 +1,19 @@
 /*
  * bench_kernels.c -- rough timings of the CPU kernels at GPT-2 124M sizes
  * (B=4, T=256, C=768, NH=12, V=50257). Prints the best of a few runs.
+ * First an A/B table: each kernel that has a plain scalar path and a vector
+ * path (zk_force_scalar) timed both ways in this process, reps alternating
+ * A and B, min of N, GB/s beside a parallel memcpy measured in the same run
+ * (on a loaded machine only the ratios within one run mean anything).
  *
- *   gcc -std=c11 -O3 -march=x86-64-v3 -fopenmp -Ikernels/cpu tools/bench_kernels.c \
- *       kernels/cpu/[a-z]*.c -lopenblas -lm -o build/bench_kernels
- *   OPENBLAS_CORETYPE=Haswell ./build/bench_kernels
+ *   make build/bench_kernels && build/bench_kernels
  */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include "kernels.h"
 
 static float *rnd(size_t n, float scale) {
@@ -33,10 +37,129 @@ static float *rnd(size_t n, float scale) {
         }                                                              \
     } while (0)
 
+/* ---- A/B: scalar path vs vector path ------------------------------------ */
+
+#define AB_REPS 7
+
+static double cpu_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* best wall ms of the scalar (ms[0]) and vector (ms[1]) paths, reps
+ * alternating, and their best process CPU ms (cms): on a loaded machine the
+ * CPU time (with OMP_WAIT_POLICY=passive) is the steadier figure */
+#define AB(ms, cms, CODE)                                               \
+    do {                                                                \
+        ms[0] = ms[1] = cms[0] = cms[1] = 1e30;                         \
+        for (int r_ = 0; r_ < 2 * AB_REPS; r_++) {                      \
+            zk_force_scalar(!(r_ & 1));                                 \
+            double t0_ = omp_get_wtime(), c0_ = cpu_ms();               \
+            CODE;                                                       \
+            double t_ = (omp_get_wtime() - t0_) * 1e3, c_ = cpu_ms() - c0_; \
+            if (t_ < ms[r_ & 1]) ms[r_ & 1] = t_;                       \
+            if (c_ < cms[r_ & 1]) cms[r_ & 1] = c_;                     \
+        }                                                               \
+        zk_force_scalar(0);                                             \
+    } while (0)
+
+static void par_memcpy(float *dst, const float *src, size_t n) {
+    #pragma omp parallel
+    {
+        int id = omp_get_thread_num(), nt = omp_get_num_threads();
+        size_t per = (n / nt + 15) & ~(size_t)15;
+        size_t lo = per * id < n ? per * id : n, hi = per * (id + 1) < n ? per * (id + 1) : n;
+        memcpy(dst + lo, src + lo, (hi - lo) * sizeof(float));
+    }
+}
+
+static void ab_row(const char *name, const double ms[2], const double cms[2], double bytes,
+                   double copy) {
+    printf("%-34s %8.3f  %8.3f  %5.2fx  %6.1f GB/s  %4.0f%% of copy   cpu ms %8.3f %8.3f  %5.2fx\n",
+           name, ms[0], ms[1], ms[0] / ms[1], bytes / ms[1] / 1e6,
+           100 * bytes / ms[1] / 1e6 / copy, cms[0], cms[1], cms[0] / cms[1]);
+}
+
+static void ab_table(void) {
+    const size_t np = 124475904 / 4;   /* a quarter of GPT-2's parameters: out of cache */
+    float *g = rnd(np, 1e-3f), *d = rnd(np, 1);
+    double ms[2], cms[2], copy = 1e30;
+    for (int r = 0; r < AB_REPS; r++) {
+        double t0 = omp_get_wtime();
+        par_memcpy(d, g, np);
+        double t = (omp_get_wtime() - t0) * 1e3;
+        if (t < copy) copy = t;
+    }
+    copy = 8.0 * np / copy / 1e6;      /* GB/s, STREAM's count (read + write) */
+    printf("A/B, same process (min of %d, reps alternating; measured now, not quiet):\n", AB_REPS);
+    printf("  parallel memcpy %.1f GB/s (%d threads)\n", copy, omp_get_max_threads());
+    printf("%-34s %8s  %8s  %6s\n", "kernel", "scalar", "vector", "gain");
+    double *parts = malloc((np / ZK_SUM_BLOCK + 1) * sizeof(double));
+    /* in L2, in L3 (a layer's gradient just written by backward), in DRAM */
+    const size_t sizes[3] = {(size_t)1 << 17, (size_t)3 << 20, np};
+    for (int k = 0; k < 3; k++) {
+        size_t n = sizes[k];
+        char name[64];
+        for (int rep = 0; rep < 3; rep++) zk_sumsq_blocks(parts, g, n);   /* warm */
+        AB(ms, cms, zk_sumsq_blocks(parts, g, n));
+        snprintf(name, sizeof name, "sumsq_blocks (grad norm), %.2fM", n / 1e6);
+        ab_row(name, ms, cms, 4.0 * n, copy);
+        volatile double sink;
+        AB(ms, cms, sink = zk_sum_f64(g, n));
+        (void)sink;
+        snprintf(name, sizeof name, "sum_f64, %.2fM", n / 1e6);
+        ab_row(name, ms, cms, 4.0 * n, copy);
+    }
+    free(parts); free(g); free(d);
+
+    /* the memory-bound ops of a GPT-2 124M step (B=4, T=256), no second
+     * path: GB/s counting each array read or written once */
+    const int N = 1024, C = 768, V = 50257;
+    size_t nc = (size_t)N * C, n4 = 4 * nc;
+    float *x = rnd(nc, 2), *y = rnd(nc, 1), *w = rnd(C, 1), *b = rnd(C, 1), *dy = rnd(nc, 1);
+    float *mean = rnd(N, 1), *rstd = rnd(N, 1), *dx = rnd(nc, 1), *dw = rnd(C, 1), *db = rnd(C, 1);
+    float *h = rnd(n4, 3), *ho = rnd(n4, 1), *hd = rnd(n4, 1), *lg = rnd((size_t)N * V, 5);
+    float *loss = rnd(N, 1);
+    int32_t *tg = malloc(N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) tg[i] = (i * 7919) % V;
+    double t;
+    printf("%-34s %8s  %8s\n", "kernel (one path)", "", "ms");
+#define ONE(name, bytes, CODE)                                                   \
+    do {                                                                         \
+        t = 1e30;                                                                \
+        for (int r_ = 0; r_ < AB_REPS; r_++) {                                   \
+            double t0_ = omp_get_wtime();                                        \
+            CODE;                                                                \
+            double t_ = (omp_get_wtime() - t0_) * 1e3;                           \
+            if (t_ < t) t = t_;                                                  \
+        }                                                                        \
+        printf("%-34s %8s  %8.3f  %5s  %6.1f GB/s  %4.0f%% of copy\n", name, "", t, "",  \
+               (bytes) / t / 1e6, 100 * (bytes) / t / 1e6 / copy);               \
+    } while (0)
+    ONE("layernorm fwd (N*C; 8 B/elem)", 8.0 * nc, zk_layernorm_forward(y, mean, rstd, x, w, b, N, C));
+    ONE("layernorm bwd (N*C; 24 B/elem)", 24.0 * nc,
+        zk_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C));
+    ONE("residual add3 (N*C; 12 B/elem)", 12.0 * nc, zk_add3(y, x, dy, nc));
+    ONE("gelu fwd (4*N*C; 8 B/elem)", 8.0 * n4, zk_gelu_forward(ho, h, n4));
+    ONE("gelu bwd (4*N*C; 12 B/elem)", 12.0 * n4, zk_gelu_backward(hd, h, ho, n4));
+#undef ONE
+    /* A/B: plain = each exp twice; vector = once, kept in dlogits. Into a
+     * second buffer, so every rep sees the same logits. */
+    float *dl = rnd((size_t)N * V, 1);
+    AB(ms, cms, zk_crossentropy(loss, dl, lg, tg, N, V, 1.0f / N));
+    ab_row("crossentropy N*V (12 B/elem)", ms, cms, 12.0 * N * V, copy);
+    free(dl);
+    free(x); free(y); free(w); free(b); free(dy); free(mean); free(rstd); free(dx); free(dw);
+    free(db); free(h); free(ho); free(hd); free(lg); free(loss); free(tg);
+}
+
 int main(void) {
     const int B = 4, T = 256, C = 768, NH = 12, V = 50257, N = B * T, L = 12;
     double ms, ms2;
     printf("threads: OpenMP %d\n", omp_get_max_threads());
+    ab_table();
+    if (getenv("BENCH_AB_ONLY")) return 0;
 
     float *qkv = rnd((size_t)N * 3 * C, 1), *out = rnd((size_t)N * C, 1);
     float *lse = rnd((size_t)B * NH * T, 1), *dout = rnd((size_t)N * C, 1);

@@ -85,6 +85,16 @@ void zk_matmul_forward(float *out, const float *inp, const float *weight,
 void zk_matmul_backward(float *dinp, float *dweight, float *dbias,
                         const float *dout, const float *inp,
                         const float *weight, int N, int C, int OC);
+/* The fp32 GEMMs above cut their output into fixed blocks, each one
+ * single-threaded sgemm call, spread over OpenMP (matmul.c says why). The
+ * plan depends on the shape alone. zk_gemm_blocked runs C (M,N) = op(A)
+ * op(B) (row-major, beta = 0) with any cut; the bench and the tests use it
+ * to compare cuts (time, and bits against the plan's). */
+typedef struct { int by_cols, block; } zk_gemm_cut;   /* columns or rows, block > 0 */
+zk_gemm_cut zk_gemm_plan(int M, int N, int K);
+void zk_gemm_blocked(int transA, int transB, int M, int N, int K,
+                     const float *A, int lda, const float *B, int ldb,
+                     float *C, int ldc, zk_gemm_cut cut);
 
 /* ---- matmul on bf16 operands, fp32 accumulation (matmul_bf16.c) --------- */
 /* bf16 arrays are uint16_t (the high half of a float32). Each output element
@@ -213,6 +223,13 @@ void zk_adamw(float *param, const float *grad, float *m, float *v, size_t n,
 void zk_sumsq_blocks(double *partials, const float *x, size_t n);
 /* sum of x in double over the same fixed blocks, blocks added in order. */
 double zk_sum_f64(const float *x, size_t n);
+
+/* Tests and benches only: on != 0 makes the kernels that have a vector path
+ * (sums above, cross-entropy: each exp twice) take their plain loop instead -- the reference
+ * the vector path matches bit for bit -- so both can be compared and timed
+ * in one process. Process-wide; change it only while no kernel runs. */
+void zk_force_scalar(int on);
+int zk_scalar_forced(void);
 /* The communicators' rank-order sum: dst[i] = ((src0[i] + src1[i]) + src2[i])
  * + ... in fp32, where srcj = src + j * n (the chunks of nsrc ranks after an
  * all-to-all, in rank order); nsrc == 1 copies. Every element has exactly

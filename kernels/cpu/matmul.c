@@ -26,6 +26,7 @@
  * its call and puts 1 back; the CPU device refuses to run a GEMM otherwise.
  */
 #include <cblas.h>
+#include <strings.h>
 #include "kernels.h"
 
 /* OpenBLAS's library constructor has run by now (a dependency is initialised
@@ -36,22 +37,73 @@ __attribute__((constructor)) static void zk_blas_one_thread(void) {
 
 #define MM_BLOCK 256       /* rows or columns of the output per sgemm call */
 #define MM_COL_CHUNK 64    /* output columns per task when summing dbias */
+/* the cut on a cut-free core: a multiple of MM_SPLITS blocks of about
+ * MM_WIDE or more where the dimension allows, block edges on MM_GRAIN */
+#define MM_SPLITS 4
+#define MM_WIDE 1024
+#define MM_GRAIN 64
+/* OpenBLAS 0.3.21 sends small calls down other code with other bits
+ * (row-major NN under 28*512*512 multiply-adds: sgemm_direct on SkylakeX;
+ * its small-matrix kernels lower still). A cut is free only where every
+ * block of it, and of the MM_BLOCK cut, is above this. */
+#define MM_BIG_MNK (8.0 * 1024 * 1024)
 
-/* C (M,N) = op(A) op(B), row-major, beta = 0. The longer output dimension
- * is cut into MM_BLOCK pieces; block b covers [b*MM_BLOCK, ...). */
-static void gemm_fixed_blocks(int transA, int transB, int M, int N, int K,
-                              const float *A, int lda, const float *B, int ldb,
-                              float *C, int ldc) {
-    const int by_cols = N >= M;
+/* Whether this process's sgemm kernel gives each output element the same
+ * bits whichever (big) block computes it. OpenBLAS's K blocking depends on
+ * K and the core only, so an element's sum is the same in any cut if the
+ * micro-kernel's is: true of SkylakeX's (every GPT-2 shape, both cut
+ * dimensions, blocks 192-6144: tools/bench_gemm_shapes.c;
+ * spec/c/test_gemm_plan.c), false of Haswell's (most other cuts change
+ * bits). Any core not checked keeps the MM_BLOCK cut. */
+static int cut_free_core(void) {
+    static int known = -1;
+    int v = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *core = openblas_get_corename();
+        v = core != NULL && strcasecmp(core, "SkylakeX") == 0;
+        __atomic_store_n(&known, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+/* The cut of a GEMM's output, from the shape and the sgemm core alone: the
+ * longer dimension D in MM_BLOCK pieces. On a cut-free core, where every
+ * block is big, in MM_SPLITS * max(1, D / (MM_SPLITS * MM_WIDE)) near-equal
+ * blocks with edges on MM_GRAIN: fewer, wider calls repack the other
+ * operand less (each call packs all of it), and a multiple of 4 equal
+ * blocks loads 1, 2 or 4 threads evenly (the MM_BLOCK cut gave qkv's 2304
+ * columns 9 blocks and a 768-wide output 3: one thread of 2 idled for a
+ * ninth, a third of the call). */
+zk_gemm_cut zk_gemm_plan(int M, int N, int K) {
+    const int by_cols = N >= M, D = by_cols ? N : M;
+    zk_gemm_cut cut = { by_cols, MM_BLOCK };
+    if (!cut_free_core() || D <= MM_BLOCK) return cut;
+    int nb = MM_SPLITS * (D / (MM_SPLITS * MM_WIDE) > 1 ? D / (MM_SPLITS * MM_WIDE) : 1);
+    int s = (D + nb - 1) / nb;
+    s = (s + MM_GRAIN - 1) / MM_GRAIN * MM_GRAIN;
+    /* the smallest block of either cut: its last one, or a whole one */
+    int tail_old = D % MM_BLOCK ? D % MM_BLOCK : MM_BLOCK, tail_new = D % s ? D % s : s;
+    int least = tail_old < tail_new ? tail_old : tail_new;
+    if ((double)(by_cols ? M : N) * least * K < MM_BIG_MNK) return cut;
+    cut.block = s;
+    return cut;
+}
+
+/* C (M,N) = op(A) op(B), row-major, beta = 0, cut as `cut` says: block b
+ * covers [b*block, ...) of the columns (by_cols) or rows. */
+void zk_gemm_blocked(int transA, int transB, int M, int N, int K,
+                     const float *A, int lda, const float *B, int ldb,
+                     float *C, int ldc, zk_gemm_cut cut) {
+    const int by_cols = cut.by_cols, S = cut.block;
     const int D = by_cols ? N : M;
-    const int nb = (D + MM_BLOCK - 1) / MM_BLOCK;
+    const int nb = (D + S - 1) / S;
     const enum CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans;
     const enum CBLAS_TRANSPOSE tb = transB ? CblasTrans : CblasNoTrans;
     /* one thread inside each call (the process-wide setting above): blocks
      * are the only parallelism. */
     #pragma omp parallel for schedule(dynamic, 1) if (nb > 1)
     for (int b = 0; b < nb; b++) {
-        int s = b * MM_BLOCK, n = D - s < MM_BLOCK ? D - s : MM_BLOCK;
+        int s = b * S, n = D - s < S ? D - s : S;
         if (by_cols)   /* C[:, s:s+n] = op(A) op(B)[:, s:s+n] */
             cblas_sgemm(CblasRowMajor, ta, tb, M, n, K, 1.0f, A, lda,
                         transB ? B + (size_t)s * ldb : B + s, ldb, 0.0f, C + s, ldc);
@@ -60,6 +112,12 @@ static void gemm_fixed_blocks(int transA, int transB, int M, int N, int K,
                         transA ? A + s : A + (size_t)s * lda, lda, B, ldb, 0.0f,
                         C + (size_t)s * ldc, ldc);
     }
+}
+
+static void gemm_fixed_blocks(int transA, int transB, int M, int N, int K,
+                              const float *A, int lda, const float *B, int ldb,
+                              float *C, int ldc) {
+    zk_gemm_blocked(transA, transB, M, N, K, A, lda, B, ldb, C, ldc, zk_gemm_plan(M, N, K));
 }
 
 /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL.

@@ -6,13 +6,41 @@
  * partial depends only on the block's data: any rank holding the block gets
  * the same bits, which is what keeps the global gradient norm identical
  * under every sharding. The lanes let the loop vectorize.
+ *
+ * Speed. GCC left the lane loop scalar (one vcvtss2sd, vmulsd, vaddsd per
+ * element). The AVX2 path holds lanes 0-3 in one ymm and 4-7 in another and
+ * does the same IEEE convert, mul and add per element in the same order (no
+ * FMA), so each partial has the same bits; spec/c/test_elementwise.c checks
+ * both paths against the lane scheme written out. Each lane is one chain
+ * of dependent adds; running several blocks side by side to put more chains
+ * in flight (same bits) was tried and dropped: ~1.2x in L2, but 1.3-2.5x
+ * SLOWER from DRAM on the 2-core EPYC (measured under load; interleaved
+ * 4 KiB streams seem to defeat the prefetcher), where one block at a time
+ * already reads at about copy bandwidth.
  */
 #include "kernels.h"
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SUM_X86 1
+#endif
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#define SUM_NOCONTRACT
+#else
+#define SUM_NOCONTRACT __attribute__((optimize("fp-contract=off")))
+#endif
 
 /* blocks per parallel region in zk_sum_f64: the partials of one group live
  * on the stack (no heap in kernels) and are then added in block order */
 #define SUM_GROUP 512
+/* blocks per task (a call per run keeps the dispatch off the per-block path) */
+#define SUM_RUN 4
+/* below this many blocks a parallel region costs more than it saves */
 #define SUM_PAR_BLOCKS 4
+
+_Static_assert(ZK_SUM_LANES == 8 && ZK_SUM_BLOCK % 8 == 0,
+               "the AVX2 path holds the 8 lanes in two ymm registers");
 
 static double lanes_total(const double *s) {
     double t = 0.0;
@@ -20,33 +48,114 @@ static double lanes_total(const double *s) {
     return t;
 }
 
-static double block_sumsq(const float *restrict x, size_t lo, size_t hi) {
+/* The lane scheme written plainly: the reference the vector path matches
+ * (and the whole sum on a CPU without AVX2). sq: square each element. */
+SUM_NOCONTRACT
+static double block_scalar(const float *restrict x, size_t len, int sq) {
     double s[ZK_SUM_LANES] = { 0 };
-    size_t i = lo;
-    for (; i + ZK_SUM_LANES <= hi; i += ZK_SUM_LANES)
-        for (int k = 0; k < ZK_SUM_LANES; k++) s[k] += (double)x[i + k] * (double)x[i + k];
-    for (int k = 0; i < hi; i++, k++) s[k] += (double)x[i] * (double)x[i];
+    size_t i = 0;
+    for (; i + ZK_SUM_LANES <= len; i += ZK_SUM_LANES)
+        for (int k = 0; k < ZK_SUM_LANES; k++)
+            s[k] += sq ? (double)x[i + k] * (double)x[i + k] : (double)x[i + k];
+    for (int k = 0; i < len; i++, k++) s[k] += sq ? (double)x[i] * (double)x[i] : (double)x[i];
     return lanes_total(s);
 }
 
-static double block_sum(const float *restrict x, size_t lo, size_t hi) {
-    double s[ZK_SUM_LANES] = { 0 };
-    size_t i = lo;
-    for (; i + ZK_SUM_LANES <= hi; i += ZK_SUM_LANES)
-        for (int k = 0; k < ZK_SUM_LANES; k++) s[k] += (double)x[i + k];
-    for (int k = 0; i < hi; i++, k++) s[k] += (double)x[i];
+/* parts[j] = the partial of the block of len elements at x + j*ZK_SUM_BLOCK,
+ * for j < nblk (all blocks full except perhaps the last). */
+typedef void (*sum_blocks_fn)(double *restrict, const float *restrict, size_t, size_t);
+
+static inline void blocks_scalar(double *restrict parts, const float *restrict x, size_t nblk,
+                                 size_t last_len, int sq) {
+    for (size_t j = 0; j < nblk; j++)
+        parts[j] = block_scalar(x + j * ZK_SUM_BLOCK, j + 1 < nblk ? ZK_SUM_BLOCK : last_len, sq);
+}
+
+#ifdef SUM_X86
+/* 8 floats widened to lanes 0-3 (lo) and 4-7 (hi), squared if sq */
+#define SUM_LOAD8(p, lo, hi)                                                   \
+    do {                                                                       \
+        __m256 v_ = _mm256_loadu_ps(p);                                        \
+        lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v_));                      \
+        hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v_, 1));                    \
+        if (sq) { lo = _mm256_mul_pd(lo, lo); hi = _mm256_mul_pd(hi, hi); }    \
+    } while (0)
+
+/* One block of len elements, any len: the vector lanes, then the tail into
+ * lanes 0.. in order, as block_scalar. */
+__attribute__((target("avx2"), always_inline)) SUM_NOCONTRACT
+static inline double block_avx2(const float *restrict x, size_t len, int sq) {
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd(), lo, hi;
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        SUM_LOAD8(x + i, lo, hi);
+        a0 = _mm256_add_pd(a0, lo);
+        a1 = _mm256_add_pd(a1, hi);
+    }
+    double s[8];
+    _mm256_storeu_pd(s, a0);
+    _mm256_storeu_pd(s + 4, a1);
+    for (int k = 0; i < len; i++, k++) s[k] += sq ? (double)x[i] * (double)x[i] : (double)x[i];
     return lanes_total(s);
+}
+
+__attribute__((target("avx2"), always_inline)) SUM_NOCONTRACT
+static inline void blocks_avx2(double *restrict parts, const float *restrict x, size_t nblk,
+                               size_t last_len, int sq) {
+    for (size_t j = 0; j < nblk; j++)
+        parts[j] = block_avx2(x + j * ZK_SUM_BLOCK, j + 1 < nblk ? ZK_SUM_BLOCK : last_len, sq);
+}
+#endif
+
+#ifdef SUM_X86
+/* sq fixed at compile time in each instance, so no branch in the loops */
+__attribute__((target("avx2"))) SUM_NOCONTRACT
+static void sumsq_avx2(double *restrict p, const float *restrict x, size_t nb, size_t last) {
+    blocks_avx2(p, x, nb, last, 1);
+}
+__attribute__((target("avx2"))) SUM_NOCONTRACT
+static void sum_avx2(double *restrict p, const float *restrict x, size_t nb, size_t last) {
+    blocks_avx2(p, x, nb, last, 0);
+}
+#endif
+
+static void sumsq_scalar(double *restrict p, const float *restrict x, size_t nb, size_t last) {
+    blocks_scalar(p, x, nb, last, 1);
+}
+static void sum_scalar(double *restrict p, const float *restrict x, size_t nb, size_t last) {
+    blocks_scalar(p, x, nb, last, 0);
+}
+
+/* Tests and benches compare the plain loops with the vector paths in one
+ * process (kernels.h); a plain int: set it only while no kernel runs. */
+static int scalar_forced;
+void zk_force_scalar(int on) { scalar_forced = on != 0; }
+int zk_scalar_forced(void) { return scalar_forced; }
+
+static sum_blocks_fn sum_pick(int sq) {
+#if defined(SUM_X86)
+    if (!scalar_forced && __builtin_cpu_supports("avx2")) return sq ? sumsq_avx2 : sum_avx2;
+#endif
+    return sq ? sumsq_scalar : sum_scalar;
+}
+
+/* parts[j] = partial of block b0 + j of x (n elements), j < nblk, in runs
+ * of SUM_RUN whole blocks per task (a static split). */
+static void sum_blocks(double *parts, const float *x, size_t n, size_t b0, size_t nblk, int sq) {
+    sum_blocks_fn fn = sum_pick(sq);
+    size_t nr = (nblk + SUM_RUN - 1) / SUM_RUN;
+    #pragma omp parallel for schedule(static) if (nblk >= SUM_PAR_BLOCKS)
+    for (size_t r = 0; r < nr; r++) {
+        size_t j0 = r * SUM_RUN, m = nblk - j0 < SUM_RUN ? nblk - j0 : SUM_RUN;
+        size_t lo = (b0 + j0) * ZK_SUM_BLOCK, end = lo + m * ZK_SUM_BLOCK;
+        size_t last_len = (end < n ? end : n) - (lo + (m - 1) * ZK_SUM_BLOCK);
+        fn(parts + j0, x + lo, m, last_len);
+    }
 }
 
 /* partials[i] = sum of x[j]^2 over block i (index order), ceil(n/BLOCK) of them. */
 void zk_sumsq_blocks(double *partials, const float *x, size_t n) {
-    size_t nb = (n + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
-    #pragma omp parallel for schedule(static) if (nb >= SUM_PAR_BLOCKS)
-    for (size_t b = 0; b < nb; b++) {
-        size_t lo = b * ZK_SUM_BLOCK;
-        size_t hi = lo + ZK_SUM_BLOCK < n ? lo + ZK_SUM_BLOCK : n;
-        partials[b] = block_sumsq(x, lo, hi);
-    }
+    sum_blocks(partials, x, n, 0, (n + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK, 1);
 }
 
 /* sum of x: block partials (index order), then the partials in block order. */
@@ -56,12 +165,7 @@ double zk_sum_f64(const float *x, size_t n) {
     double part[SUM_GROUP];
     for (size_t g0 = 0; g0 < nb; g0 += SUM_GROUP) {
         size_t gn = nb - g0 < SUM_GROUP ? nb - g0 : SUM_GROUP;
-        #pragma omp parallel for schedule(static) if (gn >= SUM_PAR_BLOCKS)
-        for (size_t k = 0; k < gn; k++) {
-            size_t lo = (g0 + k) * ZK_SUM_BLOCK;
-            size_t hi = lo + ZK_SUM_BLOCK < n ? lo + ZK_SUM_BLOCK : n;
-            part[k] = block_sum(x, lo, hi);
-        }
+        sum_blocks(part, x, n, g0, gn, 0);
         for (size_t k = 0; k < gn; k++) total += part[k];
     }
     return total;

@@ -2,6 +2,11 @@
  * xent.c -- softmax cross-entropy over the vocabulary, fused with its
  * backward. One row per task; within a row, fixed lanes and a fixed
  * combination order (independent of threads).
+ *
+ * With dlogits, each exp(x - max) is computed once and kept in dlogits
+ * between the sum and the scaling (the row, 200 KB at GPT-2's vocabulary,
+ * stays in L2); the plain path (zk_force_scalar) computes it twice, as this
+ * file once did, and spec/c/test_layers.c checks both give the same bits.
  */
 #include <math.h>
 #include <stdint.h>
@@ -40,6 +45,28 @@ static double row_sumexp(const float *restrict x, float mx, int V) {
     return s;
 }
 
+/* row_sumexp, also storing each exp(x - mx) to e, which may be x itself.
+ * In chunks that stay in L1: the exps (a per-index loop, so e == x is safe),
+ * then the chunk's floats into the lanes in index order, as row_sumexp adds
+ * them (XE_CHUNK is a multiple of XE_LANES, so lane k still gets the
+ * elements i with i % XE_LANES == k). */
+#define XE_CHUNK 512
+static double row_sumexp_store(float *e, const float *x, float mx, int V) {
+    double acc[XE_LANES] = {0};
+    for (int c0 = 0; c0 < V; c0 += XE_CHUNK) {
+        int c1 = V - c0 < XE_CHUNK ? V : c0 + XE_CHUNK, i = c0;
+        #pragma omp simd
+        for (int j = c0; j < c1; j++) e[j] = exp_nonpos(x[j] - mx);
+        const float *restrict t = e;
+        for (; i + XE_LANES <= c1; i += XE_LANES)
+            for (int k = 0; k < XE_LANES; k++) acc[k] += (double)t[i + k];
+        for (int k = 0; i < c1; i++, k++) acc[k] += (double)t[i];
+    }
+    double s = 0.0;
+    for (int k = 0; k < XE_LANES; k++) s += acc[k];
+    return s;
+}
+
 /* losses (N) WRITTEN = logsumexp(logits[n]) - logits[n, target];
  * dlogits (N,V) WRITTEN (if not NULL) = (softmax - onehot) * dscale, and
  * may alias logits (each element is read before it is overwritten).
@@ -48,6 +75,7 @@ static double row_sumexp(const float *restrict x, float mx, int V) {
 int zk_crossentropy(float *losses, float *dlogits, const float *logits,
                     const int32_t *targets, int N, int V, float dscale) {
     int bad = 0;
+    const int plain = zk_scalar_forced();   /* the two-exp path, for tests and benches */
     #pragma omp parallel for schedule(static) reduction(+:bad) if ((long)N * V >= 65536)
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * V;        // (V)
@@ -60,10 +88,21 @@ int zk_crossentropy(float *losses, float *dlogits, const float *logits,
         }
         float xt = x[tgt];
         float mx = row_max(x, V);
+        float *d = dlogits == NULL ? NULL : dlogits + (size_t)n * V;   // (V), may be x
+        if (d != NULL && !plain) {
+            /* each exp once: kept in d between the sum and the scaling (the
+             * same floats the plain path computes twice, so the same bits) */
+            double sum = row_sumexp_store(d, x, mx, V);
+            losses[n] = (float)((double)mx + log(sum) - (double)xt);
+            float fsum = (float)sum, et = d[tgt];
+            #pragma omp simd
+            for (int i = 0; i < V; i++) d[i] = d[i] / fsum * dscale;
+            d[tgt] = (et / fsum - 1.0f) * dscale;
+            continue;
+        }
         double sum = row_sumexp(x, mx, V);
         losses[n] = (float)((double)mx + log(sum) - (double)xt);
-        if (dlogits == NULL) continue;
-        float *d = dlogits + (size_t)n * V;             // (V), may be x
+        if (d == NULL) continue;
         float fsum = (float)sum;
         #pragma omp simd
         for (int i = 0; i < V; i++) d[i] = exp_nonpos(x[i] - mx) / fsum * dscale;

@@ -225,7 +225,8 @@ static void test_cast_encode(void) {
 /* ---- fp64 block sums -------------------------------------------------------- */
 
 static void test_sums(void) {
-    const size_t ns[] = {0, 5, ZK_SUM_BLOCK, 3 * ZK_SUM_BLOCK + 123, 1100 * (size_t)ZK_SUM_BLOCK + 17};
+    const size_t ns[] = {0, 5, ZK_SUM_BLOCK, 3 * ZK_SUM_BLOCK + 123, 4 * ZK_SUM_BLOCK,
+                         9 * ZK_SUM_BLOCK + 7, 1100 * (size_t)ZK_SUM_BLOCK + 17};
     char name[96];
     for (size_t s = 0; s < sizeof ns / sizeof ns[0]; s++) {
         size_t n = ns[s], nb = (n + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
@@ -242,21 +243,27 @@ static void test_sums(void) {
             ref[b] = acc;
             total += acc1;
         }
-        double *got[3], sums[3];
-        for (int t = 0; t < 3; t++) {
-            omp_set_num_threads(t + 1);
-            got[t] = ct_alloc((nb + 1) * sizeof(double));
-            zk_sumsq_blocks(got[t], x, n);
-            sums[t] = zk_sum_f64(x, n);
+        for (int path = 0; path < 2; path++) {   /* the vector path, then the plain loop */
+            const char *pn = path ? "scalar" : "vector";
+            zk_force_scalar(path);
+            double *got[3], sums[3];
+            for (int t = 0; t < 3; t++) {
+                omp_set_num_threads(t + 1);
+                got[t] = ct_alloc((nb + 1) * sizeof(double));
+                zk_sumsq_blocks(got[t], x, n);
+                sums[t] = zk_sum_f64(x, n);
+            }
+            snprintf(name, sizeof name, "sumsq_blocks (%s) n=%zu equals plain double loop", pn, n);
+            ct_same_bits(name, got[0], ref, nb * sizeof(double));
+            snprintf(name, sizeof name, "sum_f64 (%s) n=%zu equals plain blocked double loop", pn, n);
+            ct_check(sums[0] == total, name, "got %.17g want %.17g", sums[0], total);
+            snprintf(name, sizeof name, "sumsq_blocks/sum_f64 (%s) n=%zu same bits on 1/2/3 threads",
+                     pn, n);
+            ct_check(!memcmp(got[0], got[1], nb * 8) && !memcmp(got[0], got[2], nb * 8) &&
+                     sums[0] == sums[1] && sums[0] == sums[2], name, "differ");
+            for (int t = 0; t < 3; t++) free(got[t]);
         }
-        snprintf(name, sizeof name, "sumsq_blocks n=%zu equals plain double loop", n);
-        ct_same_bits(name, got[0], ref, nb * sizeof(double));
-        snprintf(name, sizeof name, "sum_f64 n=%zu equals plain blocked double loop", n);
-        ct_check(sums[0] == total, name, "got %.17g want %.17g", sums[0], total);
-        snprintf(name, sizeof name, "sumsq_blocks/sum_f64 n=%zu same bits on 1/2/3 threads", n);
-        ct_check(!memcmp(got[0], got[1], nb * 8) && !memcmp(got[0], got[2], nb * 8) &&
-                 sums[0] == sums[1] && sums[0] == sums[2], name, "differ");
-        for (int t = 0; t < 3; t++) free(got[t]);
+        zk_force_scalar(0);
         free(x); free(ref);
     }
     omp_set_num_threads(2);

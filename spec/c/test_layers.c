@@ -575,6 +575,14 @@ static void test_xent_case(int N, int V, float spread, float offset, int fd) {
     zk_crossentropy(l2, NULL, x, tg, N, V, dscale);
     snprintf(name, sizeof name, "crossentropy N=%d V=%d dlogits NULL", N, V);
     ct_same_bits(name, l2, loss, N * 4);
+    /* the plain path (each exp computed twice) gives the same bits */
+    float *pd = ct_alloc(nv * 4);
+    zk_force_scalar(1);
+    zk_crossentropy(l2, pd, x, tg, N, V, dscale);
+    zk_force_scalar(0);
+    snprintf(name, sizeof name, "crossentropy N=%d V=%d one exp per logit = two (plain path)", N, V);
+    ct_check(!memcmp(pd, dl, nv * 4) && !memcmp(l2, loss, N * 4), name, "differ");
+    free(pd);
     free(x); free(tg); free(loss); free(dl); free(xd); free(rl); free(g); free(al); free(l2);
 }
 
