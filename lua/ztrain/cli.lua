@@ -143,10 +143,11 @@ schedules). An out= that holds an earlier run is refused unless --overwrite
 Exit status: 0 success; 1 an error (bad input, a failed run: the message says);
 3 an output could not be written (disk full, I/O error; the previous file stays);
 5 a collective waited past comm.timeout for its peers (the message names them);
-128 + N a rank killed by signal N. A failed job that mpirun does not end
-(a host it cannot reach) is ended by ztrain after $ZTRAIN_ABORT_GRACE seconds
-(default 5), with the failure's exit status; across hosts, ranks that do not
-all start within $ZTRAIN_START_TIMEOUT seconds (default 60) end the launch (1).
+128 + N a rank killed by signal N. Across hosts (--hostfile), a failed job
+that mpirun does not end (a host it cannot reach) is ended by ztrain after
+$ZTRAIN_ABORT_GRACE seconds (default 5), with the failure's exit status, and
+ranks that do not all start within $ZTRAIN_START_TIMEOUT seconds (default
+60) end the launch (1).
 ]==]
 
 local errors = require "ztrain.errors"

@@ -492,7 +492,8 @@ function M.run(n, program, args, o)
   local grace = hosts.abort_grace()
   -- across hosts, every rank must start (note itself) within the start
   -- timeout: mpirun waits for ever for a daemon on a host it cannot reach
-  local start_by = o and o.hostfile and now() + hosts.start_timeout()
+  local across = o and o.hostfile ~= nil
+  local start_by = across and now() + hosts.start_timeout()
   local next_look, start_failed = 0, false
   while true do
     if not open_fd then
@@ -531,7 +532,8 @@ function M.run(n, program, args, o)
     end
     -- a failed job that mpirun does not end (a host it cannot reach):
     -- after the grace period, end mpirun and its process group
-    if not reaped and not failed then
+    -- (across hosts only: on this machine mpirun ends its jobs itself)
+    if across and not reaped and not failed then
       failed = hosts.failure(tail, M.dead_rank)
       if failed then kill_at = now() + grace end
     end
@@ -559,7 +561,7 @@ function M.run(n, program, args, o)
   -- mpirun ended by the launcher: the status the failure asked for
   -- (and whenever its stderr says how it failed: one status per failure)
   if killed then code = failed.status
-  elseif code ~= 0 then
+  elseif across and code ~= 0 then
     local f = hosts.failure(tail, M.dead_rank)
     if f then code = f.status end
   end
