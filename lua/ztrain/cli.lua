@@ -37,7 +37,7 @@ options:
   --hostfile FILE
                  run the ranks across the hosts of an Open MPI hostfile (HOST
                  slots=N lines; same as launch.hostfile=FILE); --nproc N ranks,
-                 default one per slot. Hosts of tools/netcluster.sh (network
+                 else launch.nproc, else one per slot. Hosts of tools/netcluster.sh (network
                  namespaces here) are reached with tools/netns_agent, TCP kept
                  to their links (docs/cluster.md); other hosts as mpirun does
   --mpirun-arg ARG
