@@ -66,7 +66,7 @@ function M.received(prefix, i) return stat(prefix, i, "tx_bytes") end
 -- args: what follows build/ztrain (out= is added).
 function M.run(args, env)
   local out = util.outdir()
-  local o, rc = sh(("%s %s timeout 150 build/ztrain %s out=%s"):format(M.ENV, env or "", args, out))
+  local o, rc = sh(("%s %s timeout -k 10 150 build/ztrain %s out=%s"):format(M.ENV, env or "", args, out))
   local s
   local f = io.open(out .. "/summary.json", "rb")
   if f then s = cjson.decode(f:read("*a")); f:close() end
