@@ -368,8 +368,14 @@ function M.cleanup_job(job, ranks)
     end
   end
   -- then any other process of the job (its environment names the job):
-  -- Open MPI's daemons on hosts mpirun lost touch with, and their children
-  for _, p in ipairs(M.job_pids(job)) do
+  -- Open MPI's daemons on hosts mpirun lost touch with, and their children.
+  -- A daemon may still be ending after a good run: 2 s for that first.
+  local left, t = M.job_pids(job), os.time() + 2
+  while #left > 0 and os.time() <= t do
+    libc.poll(nil, 0, 100)
+    left = M.job_pids(job)
+  end
+  for _, p in ipairs(left) do
     local comm = (read_file(("/proc/%d/comm"):format(p)) or "?"):gsub("%s+$", "")
     local host = M.pid_host(p)
     io.stderr:write(("ztrain: %s (pid %d)%s outlived mpirun; killed it\n"):format(comm, p,
