@@ -25,7 +25,10 @@ describe("network faults on a namespace test cluster", function()
   end
 
   local hostdir
-  setup(function() hostdir = nc.up(PREFIX, 2) end)
+  setup(function()
+    local ok, err = pcall(function() hostdir = nc.up(PREFIX, 2) end)
+    if not ok then nc.down(PREFIX); error(err, 0) end      -- a failed setup still removes it
+  end)
   teardown(function()
     nc.down(PREFIX)
     if hostdir then util.rm(hostdir) end
@@ -41,7 +44,7 @@ describe("network faults on a namespace test cluster", function()
     local cmd = ([[{
 ( i=0; until [ -s %s/metrics.jsonl ] || [ $i -ge 3000 ]; do sleep 0.02; i=$((i+1)); done
   %s; date +%%s.%%N > %s.fault; wc -l < %s/metrics.jsonl > %s.steps ) &
-%s ZTRAIN_ABORT_GRACE=%d %s timeout 120 build/ztrain --hostfile %s/hostfile.2 --nproc 2 recipes/dp.lua %s %s out=%s
+%s ZTRAIN_ABORT_GRACE=%d %s timeout -k 10 120 build/ztrain --hostfile %s/hostfile.2 --nproc 2 recipes/dp.lua %s %s out=%s
 rc=$?; date +%%s.%%N > %s.end; wait; (exit $rc)
 }]]):format(out, fault, t, out, t, nc.ENV, GRACE, env or "", hostdir, BASE,
                                                         args, out, t)
@@ -106,7 +109,7 @@ rc=$?; date +%%s.%%N > %s.end; wait; (exit $rc)
     nc.sh(PREFIX, "link " .. PREFIX .. "1 down")
     local out = util.outdir()
     local t0 = os.time()
-    local o, rc = util.sh(("%s ZTRAIN_START_TIMEOUT=4 timeout 60 build/ztrain --hostfile %s/hostfile.2 " ..
+    local o, rc = util.sh(("%s ZTRAIN_START_TIMEOUT=4 timeout -k 10 60 build/ztrain --hostfile %s/hostfile.2 " ..
                            "recipes/dp.lua %s train.steps=3 out=%s"):format(nc.ENV, hostdir, BASE, out))
     local took = os.time() - t0
     nc.sh(PREFIX, "link " .. PREFIX .. "1 up")

@@ -35,12 +35,16 @@ describe("multi-host runs on a namespace test cluster", function()
   end
 
   setup(function()
-    hostdir = nc.up(PREFIX, 4)
-    -- the oracle: the same worlds on this machine
-    want.dp2 = run(("--nproc 2 recipes/dp.lua %s %s"):format(BASE, TINY)).param_digest
-    want.dp4 = run(("--nproc 4 recipes/dp.lua %s %s"):format(BASE, TINY)).param_digest
-    want.single_accum2 = run(("recipes/single.lua %s %s"):format(BASE, ACCUM2)).param_digest
-    want.dp2_accum2 = run(("--nproc 2 recipes/dp.lua %s %s"):format(BASE, ACCUM2)).param_digest
+    -- a setup that fails still removes the cluster
+    local ok, err = pcall(function()
+      hostdir = nc.up(PREFIX, 4)
+      -- the oracle: the same worlds on this machine
+      want.dp2 = run(("--nproc 2 recipes/dp.lua %s %s"):format(BASE, TINY)).param_digest
+      want.dp4 = run(("--nproc 4 recipes/dp.lua %s %s"):format(BASE, TINY)).param_digest
+      want.single_accum2 = run(("recipes/single.lua %s %s"):format(BASE, ACCUM2)).param_digest
+      want.dp2_accum2 = run(("--nproc 2 recipes/dp.lua %s %s"):format(BASE, ACCUM2)).param_digest
+    end)
+    if not ok then nc.down(PREFIX); error(err, 0) end
   end)
 
   teardown(function()

@@ -74,6 +74,7 @@ host_index() {
 # shape_dev NS DEV RATE: htb on DEV's egress in namespace NS ("" = root); "none" clears
 shape_dev() {
   ns=$1; dev=$2; rate=$3
+  command -v tc >/dev/null 2>&1 || die "tc not found (it comes with iproute2): apt-get install iproute2"
   if [ -n "$ns" ]; then T="ip netns exec $ns tc"; else T=tc; fi
   $T qdisc del dev "$dev" root 2>/dev/null
   [ "$rate" = none ] && return 0

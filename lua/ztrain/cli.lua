@@ -37,7 +37,7 @@ options:
   --hostfile FILE
                  run the ranks across the hosts of an Open MPI hostfile (HOST
                  slots=N lines; same as launch.hostfile=FILE); --nproc N ranks,
-                 default one per slot. Hosts of tools/netcluster.sh (network
+                 else launch.nproc, else one per slot. Hosts of tools/netcluster.sh (network
                  namespaces here) are reached with tools/netns_agent, TCP kept
                  to their links (docs/cluster.md); other hosts as mpirun does
   --mpirun-arg ARG
@@ -149,10 +149,11 @@ schedules). An out= that holds an earlier run is refused unless --overwrite
 Exit status: 0 success; 1 an error (bad input, a failed run: the message says);
 3 an output could not be written (disk full, I/O error; the previous file stays);
 5 a collective waited past comm.timeout for its peers (the message names them);
-128 + N a rank killed by signal N. A failed job that mpirun does not end
-(a host it cannot reach) is ended by ztrain after $ZTRAIN_ABORT_GRACE seconds
-(default 5), with the failure's exit status; across hosts, ranks that do not
-all start within $ZTRAIN_START_TIMEOUT seconds (default 60) end the launch (1).
+128 + N a rank killed by signal N. Across hosts (--hostfile), a failed job
+that mpirun does not end (a host it cannot reach) is ended by ztrain after
+$ZTRAIN_ABORT_GRACE seconds (default 5), with the failure's exit status, and
+ranks that do not all start within $ZTRAIN_START_TIMEOUT seconds (default
+60) end the launch (1).
 ]==]
 
 local errors = require "ztrain.errors"

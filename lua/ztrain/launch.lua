@@ -368,8 +368,14 @@ function M.cleanup_job(job, ranks)
     end
   end
   -- then any other process of the job (its environment names the job):
-  -- Open MPI's daemons on hosts mpirun lost touch with, and their children
-  for _, p in ipairs(M.job_pids(job)) do
+  -- Open MPI's daemons on hosts mpirun lost touch with, and their children.
+  -- A daemon may still be ending after a good run: 2 s for that first.
+  local left, t = M.job_pids(job), os.time() + 2
+  while #left > 0 and os.time() <= t do
+    libc.poll(nil, 0, 100)
+    left = M.job_pids(job)
+  end
+  for _, p in ipairs(left) do
     local comm = (read_file(("/proc/%d/comm"):format(p)) or "?"):gsub("%s+$", "")
     local host = M.pid_host(p)
     io.stderr:write(("ztrain: %s (pid %d)%s outlived mpirun; killed it\n"):format(comm, p,
@@ -492,7 +498,8 @@ function M.run(n, program, args, o)
   local grace = hosts.abort_grace()
   -- across hosts, every rank must start (note itself) within the start
   -- timeout: mpirun waits for ever for a daemon on a host it cannot reach
-  local start_by = o and o.hostfile and now() + hosts.start_timeout()
+  local across = o and o.hostfile ~= nil
+  local start_by = across and now() + hosts.start_timeout()
   local next_look, start_failed = 0, false
   while true do
     if not open_fd then
@@ -531,7 +538,8 @@ function M.run(n, program, args, o)
     end
     -- a failed job that mpirun does not end (a host it cannot reach):
     -- after the grace period, end mpirun and its process group
-    if not reaped and not failed then
+    -- (across hosts only: on this machine mpirun ends its jobs itself)
+    if across and not reaped and not failed then
       failed = hosts.failure(tail, M.dead_rank)
       if failed then kill_at = now() + grace end
     end
@@ -559,7 +567,7 @@ function M.run(n, program, args, o)
   -- mpirun ended by the launcher: the status the failure asked for
   -- (and whenever its stderr says how it failed: one status per failure)
   if killed then code = failed.status
-  elseif code ~= 0 then
+  elseif across and code ~= 0 then
     local f = hosts.failure(tail, M.dead_rank)
     if f then code = f.status end
   end

@@ -14,8 +14,11 @@ M.ENV = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
 function M.unavailable()
   local id = sh("id -u"):match("^(%d+)")
   if id ~= "0" then return "not root: network namespaces need root (run the suite as root)" end
-  local _, rc = sh("ip netns list >/dev/null")
-  if rc ~= 0 then return "`ip netns` does not work here (iproute2 missing, or no network namespaces)" end
+  -- a namespace made and removed: root in a container may lack the right
+  local _, rc = sh("ip netns add ztprobe$$ && ip netns del ztprobe$$")     -- $$: the shell's pid, unique
+  if rc ~= 0 then
+    return "`ip netns add` does not work here (iproute2 missing, or no right to make network namespaces)"
+  end
   _, rc = sh("command -v tc >/dev/null && command -v mpirun >/dev/null")
   if rc ~= 0 then return "tc (iproute2) or mpirun (Open MPI) not found" end
   return nil
@@ -66,7 +69,7 @@ function M.received(prefix, i) return stat(prefix, i, "tx_bytes") end
 -- args: what follows build/ztrain (out= is added).
 function M.run(args, env)
   local out = util.outdir()
-  local o, rc = sh(("%s %s timeout 150 build/ztrain %s out=%s"):format(M.ENV, env or "", args, out))
+  local o, rc = sh(("%s %s timeout -k 10 150 build/ztrain %s out=%s"):format(M.ENV, env or "", args, out))
   local s
   local f = io.open(out .. "/summary.json", "rb")
   if f then s = cjson.decode(f:read("*a")); f:close() end
