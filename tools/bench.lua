@@ -21,6 +21,7 @@ local C = zt.ffi.C
 
 local args = dofile(zt.home .. "/tools/args.lua")(arg)
 local size = args.model or "gpt2"
+zt.gpt2.config(size)   -- an unknown size fails here, naming the known ones, before any measuring
 local steps = tonumber(args.steps or 3)
 local Ts = {}
 for t in (args.T or "64,256"):gmatch("%d+") do Ts[#Ts + 1] = tonumber(t) end

@@ -22,10 +22,16 @@ local C = zt.ffi.C
 
 local args = dofile(zt.home .. "/tools/args.lua")(arg)
 local models = {}
-for m in (args.model or "gpt2,gpt2-medium"):gmatch("[^,]+") do models[#models + 1] = m end
+for m in (args.model or "gpt2,gpt2-medium"):gmatch("[^,]+") do
+  zt.gpt2.config(m)   -- an unknown size fails here, naming the known ones, before any measuring
+  models[#models + 1] = m
+end
 local B, Tlen = tonumber(args.B or 4), tonumber(args.T or 256)
 local steps = tonumber(args.steps or 3)
 local precision = args.precision or "fp32"
+if precision ~= "fp32" and precision ~= "bf16" then
+  error(("bench_ops.lua: precision must be fp32 or bf16, got %q"):format(precision), 0)
+end
 local outpath = args.out or (zt.home .. "/build/bench_ops.md")
 if args.threads then zt.threads(tonumber(args.threads)) end
 

@@ -129,7 +129,9 @@ cmd_up() {
     esac
   done
   case $slots in ''|*[!0-9]*|0) die "--slots $slots: give a count >= 1" ;; esac
-  if [ -n "$(hosts)" ] || ip link show "${P}br" >/dev/null 2>&1; then
+  # what exists, not the state file (a stale one, hosts deleted by hand, is overwritten)
+  if ip netns list 2>/dev/null | awk '{print $1}' | grep -qE "^$P[0-9]+\$" ||
+     ip link show "${P}br" >/dev/null 2>&1; then
     die "a cluster with prefix $P is already up (tools/netcluster.sh down first, or set ZTRAIN_NETCLUSTER=another)"
   fi
   net=$(subnet)

@@ -87,7 +87,9 @@ void zk_matmul_backward(float *dinp, float *dweight, float *dbias,
                         const float *weight, int N, int C, int OC);
 /* The fp32 GEMMs above cut their output into fixed blocks, each one
  * single-threaded sgemm call, spread over OpenMP (matmul.c says why). The
- * plan depends on the shape alone. zk_gemm_blocked runs C (M,N) = op(A)
+ * plan depends on the shape and the sgemm core (OpenBLAS's corename), never
+ * on the thread count; on every core it gives the bits of the longer
+ * dimension cut in blocks of 256. zk_gemm_blocked runs C (M,N) = op(A)
  * op(B) (row-major, beta = 0) with any cut; the bench and the tests use it
  * to compare cuts (time, and bits against the plan's). */
 typedef struct { int by_cols, block; } zk_gemm_cut;   /* columns or rows, block > 0 */

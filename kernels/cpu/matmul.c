@@ -7,11 +7,14 @@
  * order of its K sum) depends on where the element falls in a thread's
  * share; e.g. 1024x768 @ 768x2304 differs in ~5% of elements between 1 and
  * 2 OpenBLAS threads. So every GEMM output is cut into fixed blocks of
- * MM_BLOCK rows or columns (chosen from the shape only), each block is one
- * single-threaded sgemm call, and OpenMP spreads the blocks: the bits then
- * depend on the shapes alone. Cost measured at GPT-2 124M shapes on 2 cores:
- * 92-98% of OpenBLAS's own 2-thread speed, and there is no second thread
- * pool spinning against OpenMP's.
+ * rows or columns (zk_gemm_plan: chosen from the shape and the sgemm core,
+ * never the thread count), each block is one single-threaded sgemm call,
+ * and OpenMP spreads the blocks: the bits then depend on the shapes (and
+ * core) alone. Cost measured at GPT-2 124M shapes on 2 cores with the
+ * 256 cut: 92-98% of OpenBLAS's own 2-thread speed, and there is no second
+ * thread pool spinning against OpenMP's. The wider SkylakeX cut (below)
+ * repacks less and balances 2 threads; tools/bench_gemm_shapes.c measures
+ * every GPT-2 shape.
  *
  * All GEMMs use beta = 0 (see "Same math" in DESIGN.md: a beta = 1 GEMM adds
  * into C one K-block at a time).
