@@ -124,7 +124,7 @@ describe("bench_scale: the cluster", function()
                              "hosts=2 rates=1gbit only=dp doc=%s/scaling.md svg=%s/scaling.svg"):format(stub, dir, dir, dir))
     assert.are_not.equal(0, rc, out)
     assert.matches("hostfile failed: no hosts", out, 1, true)
-    assert.are.equal("up 2 --rate 1gbit\nhostfile\ndown\n", util.read(dir .. "/calls"))
+    assert.are.equal("up 2 --rate 1gbit --slots 1\nhostfile\ndown\n", util.read(dir .. "/calls"))
     util.rm(dir)
   end)
 end)
@@ -133,11 +133,11 @@ describe("steptime: bytes against the runtime's counters", function()
   -- Measured by the comm counters (summary.json comm_per_step, the busiest
   -- rank's collective and send bytes per step, the loss exchanges left
   -- out) of real runs on 2 namespace hosts: gpt2-mini, vocabulary 50257,
-  -- batch.micro=4, data.seq_len=64, 2 micro-batches a rank (the pipeline 4).
+  -- batch.micro=4, data.seq_len=64, 2 micro-batches a rank (the pipelines 4).
   local st = require "ztrain.steptime"
   local cfg = require("ztrain.nn.gpt2").config("gpt2-mini", { vocab_size = 50257 })
-  local function bytes(strategy, m)
-    return st.step({ cfg = cfg, strategy = strategy, B = 4, T = 64, m = m, hosts = 2 },
+  local function bytes(strategy, m, gpus)
+    return st.step({ cfg = cfg, strategy = strategy, B = 4, T = 64, m = m, hosts = 2, gpus = gpus },
                    { flops = 1e9, inter_bw = 1e9 }).bytes
   end
 
@@ -152,5 +152,10 @@ describe("steptime: bytes against the runtime's counters", function()
 
   it("1F1B on 2 stages: 103,450,624 bytes from the last stage (gradients back, the head's wte gradient), exactly", function()
     assert.are.equal(103450624, bytes("pipeline_1f1b", 4))
+  end)
+
+  it("pipeline x dp, 2 hosts x 2 ranks: 111,417,344 from a last-stage rank (its sends and its stage's zero1)", function()
+    local b = bytes("pipeline_dp", 4, 2)
+    assert.is_true(math.abs(b - 111417344) / 111417344 < 0.002, ("model %d"):format(b))
   end)
 end)

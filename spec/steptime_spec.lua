@@ -100,6 +100,22 @@ describe("steptime: times", function()
     assert.are.equal(r.compute, r.step)
   end)
 
+  it("ranks sharing a machine's cores: a rank's rate over ranks / cores once they outnumber them", function()
+    local cfg = gpt2.config("gpt2-tiny")
+    local o = { cfg = cfg, strategy = "dp", B = 2, T = 16, hosts = 4 }
+    local own = st.step(o, hw({ inter_bw = 1e30 }))
+    assert.is_true(near(2 * own.compute, st.step(o, hw({ inter_bw = 1e30, cores = 2 })).compute))
+    assert.is_true(near(own.compute, st.step(o, hw({ inter_bw = 1e30, cores = 4 })).compute))
+    -- a pipeline's stages compute one at a time on gpt2-mini (the embedding
+    -- stage is a lookup, the last holds the blocks and the head): no sharing on 2 cores
+    local p = { cfg = gpt2.config("gpt2-mini"), strategy = "pipeline_1f1b", B = 2, T = 16, m = 4, hosts = 2 }
+    assert.is_true(near(st.step(p, hw({ inter_bw = 1e30 })).step, st.step(p, hw({ inter_bw = 1e30, cores = 2 })).step))
+    assert.is_true(near(st.step(p, hw({ inter_bw = 1e30 })).step, st.step(p, hw({ inter_bw = 1e30, cores = 1 })).step))
+    -- on 4 stages the two one-block stages overlap the last: more than one core's work at once
+    p.hosts = 4
+    assert.is_true(st.step(p, hw({ inter_bw = 1e30, cores = 1 })).step > st.step(p, hw({ inter_bw = 1e30 })).step)
+  end)
+
   it("hidden communication comes off the step, at most the backward's compute", function()
     local cfg = gpt2.config("gpt2-mini")
     local o = { cfg = cfg, strategy = "dp", B = 1, T = 16, hosts = 2 }
@@ -114,16 +130,38 @@ describe("steptime: times", function()
 
   for _, pm in ipairs({ { 2, 4 }, { 4, 8 }, { 4, 1 } }) do
     local p, m = pm[1], pm[2]
-    it(("1F1B p=%d m=%d: the simulator's bubble (p-1)/(m+p-1), step (m+p-1) stage slots on a free link"):format(p, m),
+    it(("1F1B p=%d m=%d: the simulator's bubble (p-1)/(m+p-1), step (m-1) slowest + one pass on a free link"):format(p, m),
        function()
       local cfg = gpt2.config("gpt2-mini")
       local o = { cfg = cfg, strategy = "pipeline_1f1b", B = 2, T = 32, m = m, hosts = p }
       local r = st.step(o, hw({ inter_bw = 1e30 }))
       assert.is_true(near((p - 1) / (m + p - 1), r.bubble, 1e-9))
-      local slot = 2 * 32 * st.flops_per_token(cfg, 32) / p / 1e9
-      assert.is_true(near((m + p - 1) * slot, r.step, 1e-9))
+      -- the slowest stage paces it: split by parameters, the embedding (a
+      -- lookup) is a stage of its own and the last holds the head's matmul:
+      -- p=2: 4 blocks + head; p=4: embed | block | block | 2 blocks + head
+      local C, V = cfg.C, cfg.V
+      local block, head = 2 * 12 * C * C + 4 * 32 * C, 2 * V * C
+      local fmax = p == 2 and 4 * block + head or 2 * block + head
+      local pass = 4 * block + head                 -- every stage once (the embedding's lookup: none)
+      assert.is_true(near(2 * 32 * 3 * ((m - 1) * fmax + pass) / 1e9, r.step, 1e-9))
     end)
   end
+
+  it("stages are cut as pipeline/stages.lua cuts them (pipeline.split = params)", function()
+    local stages = require "ztrain.pipeline.stages"
+    for _, case in ipairs({ { "gpt2-mini", 2 }, { "gpt2-mini", 4 }, { "gpt2", 4 }, { "gpt2-xl", 8 }, { "gpt2-xl", 16 } }) do
+      local cfg = gpt2.config(case[1])
+      local want = stages.partition(gpt2.new(cfg, { alloc = false, pad = 16 }), case[2], "params")
+      local units, got, k = st.units(cfg, 64), {}, 0
+      for i, s in ipairs(st.stages(units, case[2])) do
+        -- count the units each stage took, from its parameters
+        local n, c = 0, 0
+        while n < s.n do k = k + 1; n = n + units[k].n; c = c + 1 end
+        got[i] = c
+      end
+      assert.are.same(want, got, case[1] .. " p=" .. case[2])
+    end
+  end)
 
   it("every strategy is slower on a slower link, and zero3 moves more than dp", function()
     local cfg = gpt2.config("gpt2-mini")

@@ -2,6 +2,7 @@
 --
 --   build/ztrain --script tools/bench_scale.lua [dry=1] [reuse=1] [local=1] [only=dp,zero3]
 --       [hosts=2,4] [rates=1gbit,10gbit,100gbit] [model=gpt2-mini] [T=64] [B=4] [accumulate=2] [steps=5]
+--       [pairs=0]      (leave out the 2 hosts x 2 ranks runs: dp across, pipeline_dp)
 --       [mem_bw=5e9]   (bytes/s the model assumes for the optimizer's copies; tools/bench.sh measures AdamW's)
 --       [baseline=0] [results=DIR] [netcluster=SCRIPT] [doc=PATH] [svg=PATH]
 --       (skip the one-rank run; results elsewhere than build/bench_scale; another cluster script; render
@@ -18,7 +19,11 @@
 -- run on one rank (no network) measures the FLOP rate the step-time model
 -- starts from. Every strategy does the same work per step: dp and ZeRO
 -- accumulate `accumulate` micro-batches per rank, the pipeline accumulate x
--- hosts through its stages (same global batch, same math).
+-- hosts through its stages (same global batch, same math). And the seeds'
+-- "pipeline across nodes, data parallelism within" on 2 hosts of 2 ranks
+-- each: pipeline_dp (2 stages across the hosts, a stage's 2 replicas on
+-- one host) against dp over all 4 ranks (its all-reduce across the link),
+-- ids <strategy>_h2x2_<rate>.
 --
 -- Then (and alone with reuse=1: from the saved results, nothing run) it
 -- renders docs/scaling.md's measured block, the model's calibration and
@@ -86,7 +91,17 @@ local function runs()
     for _, rate in ipairs(RATES) do
       for _, s in ipairs(STRATEGIES) do
         if wanted(s) then
-          out[#out + 1] = { id = ("%s_h%s_%s"):format(s, h, rate), strategy = s, hosts = tonumber(h), rate = rate }
+          out[#out + 1] = { id = ("%s_h%s_%s"):format(s, h, rate), strategy = s, hosts = tonumber(h), rate = rate,
+                            slots = 1 }
+        end
+      end
+    end
+  end
+  if args.pairs ~= "0" then
+    for _, rate in ipairs(RATES) do
+      for _, s in ipairs({ "dp", "pipeline_dp" }) do
+        if wanted(s) then
+          out[#out + 1] = { id = ("%s_h2x2_%s"):format(s, rate), strategy = s, hosts = 2, slots = 2, rate = rate }
         end
       end
     end
@@ -96,21 +111,28 @@ end
 
 -- command(run, hostfile) -> the ztrain command line of one run.
 local function command(run, hostfile, dir)
-  local acc = run.strategy == "pipeline_1f1b" and cfg.accumulate * run.hosts or cfg.accumulate
-  local recipe = run.strategy == "pipeline_1f1b" and "recipes/pipeline_1f1b.lua" or "recipes/single.lua"
+  local slots = run.slots or 1
+  local ranks = run.hosts * slots
+  -- the same global batch: a pipeline replica takes its stages' share
+  local acc = run.strategy == "pipeline_1f1b" and cfg.accumulate * run.hosts or
+              run.strategy == "pipeline_dp" and cfg.accumulate * run.hosts or cfg.accumulate
+  local recipe = run.strategy == "pipeline_1f1b" and "recipes/pipeline_1f1b.lua" or
+                 run.strategy == "pipeline_dp" and "recipes/pipeline_dp.lua" or "recipes/single.lua"
   local over = ("model.size=%s model.vocab_size=50257 data.tokenizer=bytes data.seq_len=%d batch.micro=%d " ..
                 "batch.accumulate=%d train.steps=%d train.eval_every=0 train.eval_batches=0 train.log_every=1000 " ..
                 "lr.warmup=1 sample.tokens=0"):format(cfg.model, cfg.T, cfg.B, acc, cfg.steps)
-  if run.strategy == "pipeline_1f1b" then over = over .. (" pipeline.stages=%d"):format(run.hosts)
+  if run.strategy:match("^pipeline") then over = over .. (" pipeline.stages=%d"):format(run.hosts)
   else over = over .. " strategy=" .. run.strategy end
   -- the baseline on one thread: the rate of one core, as each rank of a
   -- multi-host run has (ztrain gives a rank cores / local ranks threads)
   if run.hosts == 1 then over = over .. " device.threads=1" end
   local launch = ""
-  if run.hosts > 1 then
-    launch = hostfile and ("--hostfile %s --nproc %d"):format(q(hostfile), run.hosts) or ("--nproc " .. run.hosts)
+  if ranks > 1 then
+    launch = hostfile and ("--hostfile %s --nproc %d"):format(q(hostfile), ranks) or ("--nproc " .. ranks)
   end
-  return ("cd %s && timeout 900 build/ztrain %s %s %s -q out=%s"):format(q(home), launch, recipe, over, q(dir))
+  -- Open MPI refuses root without these; the cluster needs root
+  return ("cd %s && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 900 build/ztrain %s %s %s -q " ..
+          "out=%s"):format(q(home), launch, recipe, over, q(dir))
 end
 
 -- write_json(path, t): atomically (a temporary name, then rename).
@@ -128,7 +150,8 @@ local function measure(run, hostfile)
   sh("rm -rf " .. q(dir))
   local cmd = command(run, hostfile, dir)
   local ok, text = sh(cmd)
-  local rec = { id = run.id, strategy = run.strategy, hosts = run.hosts, rate = run.rate, config = cfg,
+  local rec = { id = run.id, strategy = run.strategy, hosts = run.hosts, slots = run.slots, rate = run.rate,
+                config = cfg,
                 command = cmd, ok = false }
   local f = io.open(dir .. "/summary.json")
   if ok and f then
@@ -165,22 +188,22 @@ end
 
 local function run_all(plan)
   sh("mkdir -p " .. q(RESULTS))
-  local by_hosts = {}
+  -- a cluster per layout (hosts x slots), in the plan's order
+  local groups, order = {}, {}
   for _, r in ipairs(plan) do
-    by_hosts[r.hosts] = by_hosts[r.hosts] or {}
-    table.insert(by_hosts[r.hosts], r)
+    local key = r.hosts .. "x" .. (r.slots or 1)
+    if not groups[key] then groups[key] = {}; order[#order + 1] = key end
+    table.insert(groups[key], r)
   end
-  local hosts = {}
-  for h in pairs(by_hosts) do hosts[#hosts + 1] = h end
-  table.sort(hosts)
-  for _, h in ipairs(hosts) do
-    local group = by_hosts[h]
+  for _, key in ipairs(order) do
+    local group = groups[key]
+    local h, slots = group[1].hosts, group[1].slots or 1
     local net = h > 1 and not args["local"]
     local hostfile = net and (RESULTS .. "/hostfile") or nil
     local ok, err = pcall(function()
       local current
       if net then
-        cluster(("up %d --rate %s"):format(h, group[1].rate))
+        cluster(("up %d --rate %s --slots %d"):format(h, group[1].rate, slots))
         local lines = {}
         for line in cluster("hostfile"):gmatch("[^\n]+") do
           if line:match("slots=") then lines[#lines + 1] = line end
@@ -219,5 +242,6 @@ local recs = report.load(RESULTS)
 if #recs == 0 then error("bench_scale: no results in " .. RESULTS .. " (run without reuse=1 first)", 0) end
 local out = report.render(recs, { doc = args.doc or (home .. "/docs/scaling.md"),
                                   svg = args.svg or (home .. "/docs/scaling.svg"),
-                                  fit_out = RESULTS .. "/fit.json", mem_bw = tonumber(args.mem_bw) })
+                                  fit_out = RESULTS .. "/fit.json", mem_bw = tonumber(args.mem_bw),
+                                  results = args.results and RESULTS or nil })
 io.stdout:write(out)

@@ -52,7 +52,7 @@ function M.input(rec)
   local b = rec.batch or {}
   local m = b.accumulate or rec.config.accumulate
   local o = { cfg = cfg, strategy = rec.strategy == "single" and "dp" or rec.strategy, B = b.micro or rec.config.B,
-              T = b.seq_len or rec.config.T, m = m, hosts = rec.hosts, gpus = 1, units = cfg.L + 2,
+              T = b.seq_len or rec.config.T, m = m, hosts = rec.hosts, gpus = rec.slots or 1, units = cfg.L + 2,
               hidden = M.hidden_of(rec) or 0 }
   return o
 end
@@ -71,10 +71,13 @@ function M.hw_for(rec, p, base)
   -- a rank of H on this machine's cores: a core each while there are
   -- enough, else a 1/H share of them; contention: what MPI's progress and
   -- the kernel's TCP stack take besides
-  local cores = base.cores or rec.cores or 1
-  local share = rec.hosts > 1 and math.max(1, rec.hosts / cores) * p.contention or 1
-  return { flops = flops, share = share, inter_bw = bw, eta = p.eta,
-           latency = p.latency, mem_bw = p.mem_bw, host_bw = p.mem_bw }
+  local ranks = rec.hosts * (rec.slots or 1)
+  -- every rank on this machine's cores (steptime shares them among the
+  -- ranks computing at once); ranks on one host (slots > 1) talk through
+  -- its memory: the assumed memory bandwidth, no latency of note
+  return { flops = flops, share = ranks > 1 and p.contention or 1, cores = base.cores or rec.cores or 1,
+           inter_bw = bw, eta = p.eta, latency = p.latency, mem_bw = p.mem_bw, host_bw = p.mem_bw,
+           intra_bw = p.mem_bw, intra_eta = 1, intra_latency = 0 }
 end
 
 -- predict(rec, p, base) -> model step ms for one record

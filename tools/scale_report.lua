@@ -14,7 +14,14 @@ local fit = dofile((require("ztrain").home or ".") .. "/tools/scale_fit.lua")
 
 local M = {}
 
-local ORDER = { single = 0, dp = 1, zero1 = 2, zero2 = 3, zero3 = 4, zero3_offload = 5, pipeline_1f1b = 6 }
+local ORDER = { single = 0, dp = 1, zero1 = 2, zero2 = 3, zero3 = 4, zero3_offload = 5, pipeline_1f1b = 6,
+                pipeline_dp = 7 }
+
+-- layout(rec) -> "2" (hosts, one rank each) or "2x2" (hosts x ranks a host)
+function M.layout(rec)
+  return tostring(rec.hosts) .. (((rec.slots or 1) > 1) and ("x" .. rec.slots) or "")
+end
+local function ranks(rec) return rec.hosts * (rec.slots or 1) end
 
 -- load(dir) -> the records (every <id>.json but fit.json), in table order
 function M.load(dir)
@@ -30,6 +37,7 @@ function M.load(dir)
   end
   p:close()
   table.sort(out, function(a, b)
+    if (a.slots or 1) ~= (b.slots or 1) then return (a.slots or 1) < (b.slots or 1) end
     if a.hosts ~= b.hosts then return a.hosts < b.hosts end
     local ra, rb = fit.rate_bytes(a.rate) or 0, fit.rate_bytes(b.rate) or 0
     if ra ~= rb then return ra < rb end
@@ -72,9 +80,12 @@ function M.model_bytes(rec)
   return ok and r or 0 / 0
 end
 
-local function find(recs, s, h, rate)
+-- find(recs, strategy, hosts, rate, slots) -> the record (slots default 1)
+local function find(recs, s, h, rate, slots)
   for _, r in ipairs(recs) do
-    if r.ok and r.strategy == s and r.hosts == h and r.rate == rate then return r end
+    if r.ok and r.strategy == s and r.hosts == h and r.rate == rate and (r.slots or 1) == (slots or 1) then
+      return r
+    end
   end
 end
 
@@ -86,7 +97,7 @@ function M.conclusions(recs)
   for _, r in ipairs(recs) do
     if r.ok and r.hosts > 1 then
       if not seen["r" .. r.rate] then seen["r" .. r.rate] = true; rates[#rates + 1] = r.rate end
-      if not seen["h" .. r.hosts] then seen["h" .. r.hosts] = true; hosts[#hosts + 1] = r.hosts end
+      if (r.slots or 1) == 1 and not seen["h" .. r.hosts] then seen["h" .. r.hosts] = true; hosts[#hosts + 1] = r.hosts end
     end
   end
   table.sort(rates, function(a, b) return (fit.rate_bytes(a) or 0) < (fit.rate_bytes(b) or 0) end)
@@ -129,6 +140,17 @@ function M.conclusions(recs)
       (#wins + #loses == 0) and "n/a" or ("faster: %s; slower: %s%s"):format(#wins > 0 and table.concat(wins, "; ") or
                                                                               "none", #loses > 0 and
                                                                               table.concat(loses, "; ") or "none", tiedx))
+  local within, across = {}, {}
+  for _, rate in ipairs(rates) do
+    local pd, dd = find(recs, "pipeline_dp", 2, rate, 2), find(recs, "dp", 2, rate, 2)
+    if pd and dd then
+      local t = ("%s: pipeline_dp %s vs dp %s"):format(rate, cell(pd), cell(dd))
+      if pd.step_ms < dd.step_ms then within[#within + 1] = t else across[#across + 1] = t end
+    end
+  end
+  row("pipeline across nodes, data parallelism within (2 hosts x 2 ranks: pipeline_dp against dp over all 4)",
+      (#within + #across == 0) and "n/a" or ("pipeline_dp faster: %s; dp faster: %s"):format(
+        #within > 0 and table.concat(within, "; ") or "none", #across > 0 and table.concat(across, "; ") or "none"))
   local o, z = find(recs, "zero3_offload", H, fast), z2
   row("offload trades speed for device memory",
       (o and z) and ("zero3_offload vs zero3 on %d hosts at %s: %s vs %s (%+.0f%%)"):format(H, fast, cell(o), cell(z),
@@ -149,29 +171,31 @@ function M.table_md(recs, res)
   for _, r in ipairs(recs) do
     local m = model[r.id]
     if r.ok then
-      lines[#lines + 1] = ("| %s | %d | %s | %.1f | %.0f | %s | %s | %s | %s | %s |"):format(r.strategy, r.hosts,
-        r.rate, r.step_ms, r.tokens_per_s or 0, na(M.sent(r), mib),
-        r.hosts > 1 and mib(M.model_bytes(r)) or "-", na(fit.hidden_of(r), pct),
+      lines[#lines + 1] = ("| %s | %s | %s | %.1f | %.0f | %s | %s | %s | %s | %s |"):format(r.strategy,
+        M.layout(r), r.rate, r.step_ms, r.tokens_per_s or 0, na(M.sent(r), mib),
+        ranks(r) > 1 and mib(M.model_bytes(r)) or "-", na(fit.hidden_of(r), pct),
         m and ("%.1f"):format(m.model_ms) or "-", m and pct(m.err) or "-")
     else
-      lines[#lines + 1] = ("| %s | %d | %s | failed | | | | | | |"):format(r.strategy, r.hosts, r.rate)
+      lines[#lines + 1] = ("| %s | %s | %s | failed | | | | | | |"):format(r.strategy, M.layout(r), r.rate)
     end
   end
   return table.concat(lines, "\n")
 end
 
--- chart(recs, res) -> SVG: step time against link rate, a panel per host
--- count, a line per strategy (measured: solid with dots; model: dashed).
+-- chart(recs, res) -> SVG: step time against link rate, a panel per
+-- layout (2 hosts, 4 hosts, 2 hosts x 2 ranks), a line per strategy
+-- (measured: solid with dots; model: dashed).
 function M.chart(recs, res)
   local hosts, rates, strategies, seen = {}, {}, {}, {}
   for _, r in ipairs(recs) do
     if r.ok and r.hosts > 1 then
-      if not seen["h" .. r.hosts] then seen["h" .. r.hosts] = true; hosts[#hosts + 1] = r.hosts end
+      local lay = { h = r.hosts, slots = r.slots or 1, name = M.layout(r) }
+      if not seen["h" .. lay.name] then seen["h" .. lay.name] = true; hosts[#hosts + 1] = lay end
       if not seen["r" .. r.rate] then seen["r" .. r.rate] = true; rates[#rates + 1] = r.rate end
       if not seen["s" .. r.strategy] then seen["s" .. r.strategy] = true; strategies[#strategies + 1] = r.strategy end
     end
   end
-  table.sort(hosts)
+  table.sort(hosts, function(a, b) if a.slots ~= b.slots then return a.slots < b.slots end return a.h < b.h end)
   table.sort(rates, function(a, b) return (fit.rate_bytes(a) or 0) < (fit.rate_bytes(b) or 0) end)
   table.sort(strategies, function(a, b) return (ORDER[a] or 99) < (ORDER[b] or 99) end)
   local model = {}
@@ -189,11 +213,13 @@ function M.chart(recs, res)
   local maxv = 0
   for _, r in ipairs(recs) do if r.ok and r.hosts > 1 then maxv = math.max(maxv, r.step_ms, model[r.id] or 0) end end
   local step, ticks, _, hi = svg.ticks(0, maxv * 1.05, 5)
-  for pi, h in ipairs(hosts) do
+  for pi, lay in ipairs(hosts) do
+    local h = lay.h
     local x0 = L + (pi - 1) * (PW + 40)
     local function X(i) return x0 + (#rates == 1 and PW / 2 or (i - 1) * PW / (#rates - 1)) end
     local function Y(v) return TOP + PH - v / hi * PH end
-    doc:text(x0 + PW / 2, TOP - 8, ("%d hosts"):format(h), { ["text-anchor"] = "middle", ["font-weight"] = "bold" })
+    doc:text(x0 + PW / 2, TOP - 8, lay.slots > 1 and ("%d hosts x %d ranks"):format(h, lay.slots) or
+             ("%d hosts"):format(h), { ["text-anchor"] = "middle", ["font-weight"] = "bold" })
     for _, v in ipairs(ticks) do
       doc:line(x0, Y(v), x0 + PW, Y(v), { stroke = "#e5e5e5" })
       if pi == 1 then doc:text(x0 - 6, Y(v) + 4, svg.tick_label(v, step), { ["text-anchor"] = "end" }) end
@@ -205,12 +231,13 @@ function M.chart(recs, res)
       local color = svg.PALETTE[(si - 1) % #svg.PALETTE + 1]
       local meas, mod = {}, {}
       for i, rate in ipairs(rates) do
-        local r = find(recs, s, h, rate)
+        local r = find(recs, s, h, rate, lay.slots)
         if r then
           meas[#meas + 1] = { X(i), Y(r.step_ms) }
           doc:element("circle", { cx = X(i), cy = Y(r.step_ms), r = 3.5, fill = color, class = "measured",
-                                  ["data-strategy"] = s, ["data-hosts"] = h, ["data-rate"] = rate,
-                                  ["data-ms"] = r.step_ms, tooltip = ("%s, %d hosts, %s: %.1f ms"):format(s, h, rate, r.step_ms) })
+                                  ["data-strategy"] = s, ["data-hosts"] = lay.name, ["data-rate"] = rate,
+                                  ["data-ms"] = r.step_ms,
+                                  tooltip = ("%s, %s hosts, %s: %.1f ms"):format(s, lay.name, rate, r.step_ms) })
           if model[r.id] then mod[#mod + 1] = { X(i), Y(model[r.id]) } end
         end
       end
@@ -229,14 +256,16 @@ function M.chart(recs, res)
 end
 
 -- measured_block(recs, res, why) -> the markdown between the measured markers
-function M.measured_block(recs, res, why)
+function M.measured_block(recs, res, why, dir)
   local base = res and res.base
   local c = recs[1] and recs[1].config or {}
   local out = {}
   local function say(s, ...) out[#out + 1] = select("#", ...) > 0 and s:format(...) or s end
-  say("Generated by `make bench-scale` (tools/bench_scale.lua) from build/bench_scale/*.json: %s, vocabulary 50257, " ..
+  say("Generated by `make bench-scale` (tools/bench_scale.lua) from " .. (dir or "build/bench_scale") ..
+      "/*.json: %s, vocabulary 50257, " ..
       "batch.micro=%s x data.seq_len=%s, %s micro-batches per rank per step (the pipeline: that x hosts through its " ..
-      "stages: the same global batch), one rank per host, %s steps (medians of the steps after the first).",
+      "stages: the same global batch), one rank per host (2x2: 2 hosts of 2 ranks), %s steps (medians of the " ..
+      "steps after the first).",
       tostring(c.model), tostring(c.B), tostring(c.T), tostring(c.accumulate), tostring(c.steps))
   say("")
   say(M.table_md(recs, res))
@@ -273,7 +302,7 @@ end
 -- block, opts.svg and opts.fit_out (the calibration, for scale_predict).
 function M.render(recs, opts)
   local res, why = fit.calibrate(recs, { mem_bw = opts.mem_bw })
-  local block = M.measured_block(recs, res, why)
+  local block = M.measured_block(recs, res, why, opts.results)
   if opts.doc then
     local f = io.open(opts.doc)
     local text = f and f:read("*a") or "# Scaling\n"

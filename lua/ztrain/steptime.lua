@@ -4,9 +4,11 @@
 --
 --   step = compute + optimizer + offload + exposed communication
 --   compute      FLOPs a rank does per step / its FLOP rate (hw.flops, the
---                rate of one rank that has its device to itself, divided by
---                hw.share, the ranks sharing that device: on one CPU machine
---                every namespace "host" shares the same cores)
+--                rate of one rank that has its device to itself, over
+--                hw.share; with hw.cores, all ranks share that many cores,
+--                as one CPU machine's namespace "hosts" do: a rank's rate
+--                over (ranks computing at once) / cores once they outnumber
+--                them, the pipeline's idle stages not counted)
 --   optimizer    AdamW touches 28 bytes per parameter it owns (4 reads, 3
 --                writes of fp32) at hw.mem_bw (on the host for offload)
 --   offload      the shards moved to and from the host (plan.traffic's
@@ -125,11 +127,21 @@ end
 
 local function opt_time(n, hw) return M.ADAM_BYTES * n / (hw.mem_bw or math.huge) end
 
+-- rate(hw, busy) -> a rank's FLOP rate when `busy` ranks compute at once:
+-- hw.flops over hw.share, and where they all share hw.cores one-thread
+-- cores (one machine's namespace hosts), over busy / cores once they
+-- outnumber the cores.
+local function rate_of(hw, busy)
+  local r = hw.flops / (hw.share or 1)
+  if hw.cores then r = r / math.max(1, busy / hw.cores) end
+  return r
+end
+
 -- dp_step(o, hw) -> the breakdown of a data-parallel (dp / ZeRO) step.
 local function dp_step(o, hw)
   local N = o.hosts * o.gpus
   local tokens = o.B * o.T * o.m
-  local rate = hw.flops / (hw.share or 1)
+  local rate = rate_of(hw, N)
   local r = { compute = tokens * M.flops_per_token(o.cfg, o.T, o.recompute) / rate }
   local stage = STAGE[o.strategy]
   local offl = o.strategy:match("offload") or o.strategy:match("infinity")
@@ -156,6 +168,41 @@ local function dp_step(o, hw)
   return r
 end
 
+-- units(cfg, T) -> GPT-2's units as gpt2.lua lays them out: { n (parameters),
+-- f (forward FLOPs per token) }: the embedding (a lookup: no FLOPs to
+-- speak of), L blocks, the head (the final norm; its matmul is the tied wte's).
+function M.units(cfg, T)
+  local C = cfg.C
+  local u = { { n = (cfg.V + cfg.maxT) * C, f = 0 } }
+  for _ = 1, cfg.L do u[#u + 1] = { n = 12 * C * C + 13 * C, f = 2 * 12 * C * C + 4 * T * C } end
+  u[#u + 1] = { n = 2 * C, f = 2 * cfg.V * C }
+  return u
+end
+
+-- stages(units, p) -> { { n, f, first, last } per stage }: pipeline.split =
+-- "params" as pipeline/stages.lua cuts it (each boundary nearest k/p of the
+-- cumulative parameter count, at least one unit left for each later stage).
+function M.stages(units, p)
+  local total, cum = 0, {}
+  for i, u in ipairs(units) do total = total + u.n; cum[i] = total end
+  local out, start = {}, 1
+  for s = 1, p do
+    local stop = #units
+    if s < p then
+      local target, bd = total * s / p, math.huge
+      for i = start, #units - (p - s) do
+        local d = math.abs(cum[i] - target)
+        if d < bd then stop, bd = i, d end
+      end
+    end
+    local st = { n = 0, f = 0, first = s == 1, last = s == p }
+    for i = start, stop do st.n = st.n + units[i].n; st.f = st.f + units[i].f end
+    out[s] = st
+    start = stop + 1
+  end
+  return out
+end
+
 -- pipe_step(o, hw) -> the breakdown of a 1F1B pipeline of o.stages stages
 -- (one per host unless given), each stage replicated over dp ranks.
 local function pipe_step(o, hw)
@@ -169,8 +216,15 @@ local function pipe_step(o, hw)
           :format(p, N, o.hosts, o.gpus), 0)
   end
   local m = o.m
-  local rate = hw.flops / (hw.share or 1)
-  local f_mb = o.B * o.T * M.flops_per_token(o.cfg, o.T, o.recompute) / p / rate   -- F + B of one stage
+  -- the stages as pipeline.split = "params" cuts them: the slowest one
+  -- paces the pipeline (the simulator takes one time for every stage)
+  local stages = M.stages(M.units(o.cfg, o.T), p)
+  local fmax, fsum = 0, 0
+  for _, st in ipairs(stages) do fmax = math.max(fmax, st.f); fsum = fsum + st.f end
+  -- ranks computing at once: each replica's stages, busy fsum / fmax of the time
+  local rate = rate_of(hw, dp * fsum / fmax)
+  local per = o.B * o.T * (o.recompute and 4 or 3) / rate
+  local f_mb = per * fmax                                             -- F + B of the slowest stage
   -- a boundary crosses hosts when the stages are spread over them (the
   -- seeds' layout: pipeline across hosts, data parallelism within)
   local tier = (o.hosts > 1) and "inter" or "intra"
@@ -179,37 +233,47 @@ local function pipe_step(o, hw)
   local x = act / bw + lat
   local res = sim.run(sched.build("1f1b", { ranks = p, microbatches = m, chunks = 1 }),
                       { times = { F = f_mb / 3, B = 2 * f_mb / 3 }, latency = x })
-  local r = { compute = m * f_mb, bubble = res.bubble, schedule = res.makespan, messages = 2 * m + m + 1 }
+  -- the simulator gives every stage the slowest one's time; a faster stage
+  -- shortens the fill and drain by what it saves on one micro-batch (1F1B
+  -- with unequal stages: (m - 1) x the slowest + one pass through all)
+  local makespan = res.makespan - (p * fmax - fsum) * per
+  local r = { compute = m * f_mb, bubble = res.bubble, schedule = makespan, messages = 2 * m + m + 1 }
   -- the tied embedding: the head's wte gradient per micro-batch, async, to
   -- the first stage (it needs them by its last backward), then the
   -- embedding's parameters back after the step
   local V, C, pb = o.cfg.V, o.cfg.C, o.lowp and 2 or 4
   local tied = m * (4 * V * C / bw + lat)
   local sync = (V + o.cfg.maxT) * C * pb / bw + lat
-  r.tied = math.max(0, tied - (res.makespan - f_mb))          -- what the schedule cannot hide
+  r.tied = math.max(0, tied - (makespan - f_mb))              -- what the schedule cannot hide
   r.comm = 2 * m * x + tied + sync
-  local psi_stage = o.psi / p
-  r.optimizer = opt_time(dp > 1 and psi_stage / dp or psi_stage, hw)
-  -- per boundary, each way; the busiest rank's: a middle stage sends its
-  -- activations forward and gradients back, the last its gradients back and
-  -- the head's wte gradient every micro-batch, the first its activations and
-  -- the embedding's parameters after the step (measured exactly so on
-  -- gpt2-mini, 2 stages: spec/scale_fit_spec.lua)
+  -- per boundary, each way; a rank's: its activations forward and
+  -- gradients back, the last stage the head's wte gradient every
+  -- micro-batch, the first the embedding's parameters after the step
+  -- (measured exactly so on gpt2-mini, 2 stages: spec/scale_fit_spec.lua),
+  -- and its stage's gradients over its data-parallel group (zero1, within
+  -- a host while the group fits one); the busiest rank's bytes
   r.act_bytes = 2 * m * act
-  r.bytes = math.max(p > 2 and 2 * m * act or 0, m * act + m * 4 * V * C, m * act + (V + o.cfg.maxT) * C * pb)
-  r.dpcomm = 0
-  if dp > 1 then       -- the stage's gradients over its data-parallel group (zero1): within a host
-    local so = { strategy = "zero1", psi = psi_stage, m = m, lowp = o.lowp }
-    local G = math.min(dp, o.gpus)
-    for _, c in ipairs(M.collectives(so)) do
-      r.dpcomm = r.dpcomm + c.count * M.collective_time(c.kind, c.bytes, math.floor(dp / G), G, hw, o.units)
+  r.bytes, r.dpcomm, r.optimizer = 0, 0, 0
+  local G = math.min(dp, o.gpus)
+  for _, st in ipairs(stages) do
+    local b = (st.first and 0 or m * act) + (st.last and 0 or m * act) + (st.last and m * 4 * V * C or 0) +
+              (st.first and (V + o.cfg.maxT) * C * pb or 0)
+    if dp > 1 then
+      local so = { strategy = "zero1", psi = st.n, m = m, lowp = o.lowp }
+      local t = 0
+      for _, c in ipairs(M.collectives(so)) do
+        t = t + c.count * M.collective_time(c.kind, c.bytes, math.floor(dp / G), G, hw, o.units)
+      end
+      r.dpcomm = math.max(r.dpcomm, t)
+      b = b + M.dp_bytes(so, dp)
     end
-    r.bytes = r.bytes + M.dp_bytes(so, dp)
+    r.bytes = math.max(r.bytes, b)
+    r.optimizer = math.max(r.optimizer, opt_time(st.n / dp, hw))
   end
   r.hidden = 0
   r.exposed = r.schedule - r.compute + r.tied + sync + r.dpcomm
   r.offload = 0
-  r.step = res.makespan + r.tied + sync + r.dpcomm + r.optimizer
+  r.step = makespan + r.tied + sync + r.dpcomm + r.optimizer
   return r
 end
 
@@ -268,8 +332,9 @@ end
 -- pipeline's), hosts, gpus (ranks per host), stages (pipelines), lowp,
 -- recompute, units (collectives per ring step: 1 bucket, or the units),
 -- hidden (share or { strategy = share, default = }), psi (default
--- params(cfg)), embed (default (V + maxT)·C; 0: no tied re-gather) }. hw = { flops, share, inter_bw, intra_bw, eta, intra_eta,
--- latency, intra_latency, mem_bw, host_bw, host_mem_bw }.
+-- params(cfg)), embed (default (V + maxT)·C; 0: no tied re-gather) }.
+-- hw = { flops, share, cores, inter_bw, intra_bw, eta, intra_eta, latency,
+-- intra_latency, mem_bw, host_bw, host_mem_bw, nvme_bw }.
 function M.step(o, hw)
   assert(o.cfg and o.strategy and o.B and o.T, "steptime.step: o.cfg, o.strategy, o.B and o.T are required")
   assert(hw and hw.flops and hw.inter_bw, "steptime.step: hw.flops and hw.inter_bw are required")
