@@ -122,7 +122,7 @@ describe("multi-host runs on a namespace test cluster", function()
     assert.matches(PREFIX .. "2 %S+ link=up qdisc=noqueue rate=unlimited", nc.sh(PREFIX, "status"))
     o, rc = nc.sh("Bad-1", "up 1")
     assert.are.equal(1, rc)
-    assert.matches("ZTRAIN_NETCLUSTER=Bad%-1: a prefix is 1%-8 characters", o)
+    assert.matches("ZTRAIN_NETCLUSTER=Bad%-1: a prefix is 3%-8 characters", o)
     o, rc = nc.sh(PREFIX, "up 2")
     assert.are.equal(1, rc)
     assert.matches("a cluster with prefix " .. PREFIX .. " is already up", o)
@@ -138,5 +138,85 @@ describe("multi-host runs on a namespace test cluster", function()
     local cores = tonumber((util.sh("nproc"):match("(%d+)")))
     local s = run(("--hostfile %s recipes/dp.lua %s %s train.steps=1"):format(hostfile(4), BASE, TINY))
     assert.are.equal(math.max(1, math.floor(cores / 4)), s.threads)
+  end)
+end)
+
+-- tools/netcluster.sh given bad arguments: the script's own one-line
+-- message and exit status 1 (2 for no command: the usage), nothing made or
+-- changed. Fast: one 1-host cluster, no run.
+describe("netcluster.sh refuses bad arguments", function()
+  if why then
+    pending("netcluster.sh specs skipped: " .. why)
+    return
+  end
+  local P = "ztmsa"
+
+  it("no command, up without a count or rate, exec without a host, a bad subnet, a short prefix", function()
+    local o, rc = nc.sh(P, "")
+    assert.are.equal(2, rc, o)
+    assert.matches("up N %[%-%-rate RATE%]", o)                      -- the usage
+    o, rc = nc.sh(P, "up")
+    assert.are.equal(1, rc, o)
+    assert.matches("netcluster: up needs a host count", o)
+    o, rc = nc.sh(P, "exec")
+    assert.are.equal(1, rc, o)
+    assert.matches("netcluster: usage: tools/netcluster.sh exec HOST CMD", o)
+    o, rc = nc.sh(P, "up 2 --rate")
+    assert.are.equal(1, rc, o)
+    assert.matches("^netcluster: up: %-%-rate needs a rate", o)
+    o, rc = nc.sh(P, "up 2 --slots")
+    assert.are.equal(1, rc, o)
+    assert.matches("^netcluster: up: %-%-slots needs a count", o)
+    for _, bad in ipairs({ "garbage", "10.213.256", "10.213", "10.213.1.2" }) do
+      o, rc = util.sh(("ZTRAIN_NETCLUSTER_SUBNET=%s ZTRAIN_NETCLUSTER=%s tools/netcluster.sh up 1"):format(bad, P))
+      assert.are.equal(1, rc, o)
+      assert.matches("netcluster: ZTRAIN_NETCLUSTER_SUBNET=" .. bad:gsub("%p", "%%%0") .. " is not", o)
+      assert.are.equal("", nc.leftovers(P), "a refused up made nothing")
+    end
+    -- a short prefix would match other clusters' namespaces (a0, a1, ...)
+    for _, short in ipairs({ "a", "ab" }) do
+      o, rc = nc.sh(short, "down")
+      assert.are.equal(1, rc, o)
+      assert.matches("prefix is 3%-8 characters", o)
+    end
+  end)
+
+  it("a failed ip command during up: exit 1, the partial cluster removed", function()
+    -- an `ip` that fails to add addresses (as a clash would)
+    local bin = util.tmpdir()
+    util.write(bin .. "/ip", "#!/bin/sh\n[ \"$1 $2\" = 'addr add' ] || [ \"$3 $4\" = 'addr add' ] && " ..
+                             "{ echo 'RTNETLINK answers: File exists' >&2; exit 2; }\nexec /usr/sbin/ip \"$@\"\n")
+    util.sh("chmod +x " .. bin .. "/ip")
+    local o, rc = util.sh(("PATH=%s:$PATH ZTRAIN_NETCLUSTER=%s tools/netcluster.sh up 2"):format(bin, P))
+    util.rm(bin)
+    nc.down(P)
+    assert.are.equal(1, rc, o)
+    assert.matches("netcluster: cannot add address", o)
+    assert.are.equal("", nc.leftovers(P))
+  end)
+
+  it("shape with a bad rate: refused before any qdisc is touched, the old rate kept", function()
+    local ok, err = pcall(function()
+      local o, rc = nc.sh(P, "up 1 --rate 1gbit")
+      assert.are.equal(0, rc, o)
+      for _, bad in ipairs({ "garbage", "10", "5 mbit", "1gbit;x" }) do
+        o, rc = nc.sh(P, ("shape '%s'"):format(bad))
+        assert.are.equal(1, rc, o)
+        assert.matches("^netcluster: shape " .. bad:gsub("%p", "%%%0") .. ": a rate looks like", o)
+        assert.is_nil(o:find("Usage", 1, true), o)                     -- not tc's usage text
+        local st = nc.sh(P, "status")
+        assert.matches(P .. "0 %S+ link=up qdisc=htb rate=1Gbit", st)
+        assert.matches("rate 1gbit", st)
+      end
+      o, rc = nc.sh(P, "shape 5MBit")                                  -- tc's units, any case
+      assert.are.equal(0, rc, o)
+      assert.matches(P .. "0 %S+ link=up qdisc=htb rate=5Mbit", nc.sh(P, "status"))
+      o, rc = nc.sh(P, "up 1 --rate fast")
+      assert.are.equal(1, rc, o)
+      assert.matches("a rate looks like", o)
+    end)
+    nc.down(P)
+    assert.are.equal("", nc.leftovers(P))
+    assert(ok, err)
   end)
 end)

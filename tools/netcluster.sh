@@ -16,7 +16,7 @@
 #                                    a hand-written mpirun: flags)
 #   exec HOST CMD...                 run CMD inside a host (as the launch agent)
 #
-# env: ZTRAIN_NETCLUSTER=PREFIX (default ztn; 1-8 of [a-z0-9], first and
+# env: ZTRAIN_NETCLUSTER=PREFIX (default ztn; 3-8 of [a-z0-9], first and
 # last a letter) so clusters never collide; ZTRAIN_NETCLUSTER_SUBNET=A.B.C
 # (a /24; default 10.213.0 for ztn, else 10.213.K, K from the prefix). Root only, iproute2 + tc only.
 # Nothing routes out: the hosts have no default route and there is no NAT;
@@ -29,18 +29,27 @@ STATE=$STATE_DIR/$P
 
 die() { echo "netcluster: $*" >&2; exit 1; }
 
+# 3 characters at least: `down` removes every namespace PREFIX<digits>, and a
+# short prefix (a, ab) would take other clusters' hosts with it
 case $P in
-  [a-z]|[a-z][a-z0-9]|[a-z][a-z0-9][a-z0-9]|[a-z][a-z0-9][a-z0-9][a-z0-9]|\
+  [a-z][a-z0-9][a-z0-9]|[a-z][a-z0-9][a-z0-9][a-z0-9]|\
   [a-z][a-z0-9][a-z0-9][a-z0-9][a-z0-9]|[a-z][a-z0-9][a-z0-9][a-z0-9][a-z0-9][a-z0-9]|\
   [a-z][a-z0-9][a-z0-9][a-z0-9][a-z0-9][a-z0-9][a-z0-9]|\
   [a-z][a-z0-9][a-z0-9][a-z0-9][a-z0-9][a-z0-9][a-z0-9][a-z0-9]) ;;
-  *) die "ZTRAIN_NETCLUSTER=$P: a prefix is 1-8 characters [a-z0-9], starting with a letter (interface names are 15 at most)" ;;
+  *) die "ZTRAIN_NETCLUSTER=$P: a prefix is 3-8 characters [a-z0-9], starting with a letter (interface names are 15 at most)" ;;
 esac
 # a prefix that ends in a digit would make PREFIX1 + 0 and PREFIX + 10 the same name
 case $P in *[0-9]) die "ZTRAIN_NETCLUSTER=$P: a prefix must end in a letter (hosts are PREFIX0, PREFIX1, ...)" ;; esac
 
 subnet() {
-  if [ -n "${ZTRAIN_NETCLUSTER_SUBNET:-}" ]; then echo "$ZTRAIN_NETCLUSTER_SUBNET"; return; fi
+  if [ -n "${ZTRAIN_NETCLUSTER_SUBNET:-}" ]; then
+    s=$ZTRAIN_NETCLUSTER_SUBNET
+    # A.B.C, three numbers 0-255 (the hosts are A.B.C.1.., the bridge A.B.C.254)
+    echo "$s" | grep -qxE '([0-9]{1,3}\.){2}[0-9]{1,3}' &&
+      [ "$(echo "$s" | awk -F. '$1 <= 255 && $2 <= 255 && $3 <= 255')" = "$s" ] ||
+      die "ZTRAIN_NETCLUSTER_SUBNET=$s is not a /24 written A.B.C (three numbers 0-255, e.g. 10.213.7)"
+    echo "$s"; return
+  fi
   if [ "$P" = ztn ]; then echo 10.213.0; return; fi
   k=$(printf %s "$P" | cksum | cut -d' ' -f1)
   echo "10.213.$((k % 250 + 1))"
@@ -71,6 +80,15 @@ host_index() {
   echo "$i"
 }
 
+# check_rate RATE: dies unless RATE is "none" or a rate tc takes (bits or
+# bytes per second, any case: 10gbit, 5Mbit, 100kbps), so a bad one is
+# refused before any qdisc is touched (no link left half-shaped)
+check_rate() {
+  [ "$1" = none ] && return 0
+  echo "$1" | grep -qixE '[0-9]+(\.[0-9]+)?([kmgt]?bit|[kmgt]?bps)' ||
+    die "$2 $1: a rate looks like 100gbit, 10gbit, 1gbit, 5mbit or 100kbps (bits or bytes per second), or none"
+}
+
 # shape_dev NS DEV RATE: htb on DEV's egress in namespace NS ("" = root); "none" clears
 shape_dev() {
   ns=$1; dev=$2; rate=$3
@@ -78,9 +96,10 @@ shape_dev() {
   if [ -n "$ns" ]; then T="ip netns exec $ns tc"; else T=tc; fi
   $T qdisc del dev "$dev" root 2>/dev/null
   [ "$rate" = none ] && return 0
-  $T qdisc add dev "$dev" root handle 1: htb default 10 &&
-    $T class add dev "$dev" parent 1: classid 1:10 htb rate "$rate" ceil "$rate" quantum 60000 ||
-    die "tc cannot set rate $rate on $dev (rates look like 100gbit, 10gbit, 1gbit, 5mbit)"
+  # tc's own complaint is its whole usage text: the line below says it
+  err=$( { $T qdisc add dev "$dev" root handle 1: htb default 10 &&
+    $T class add dev "$dev" parent 1: classid 1:10 htb rate "$rate" ceil "$rate" quantum 60000; } 2>&1 >/dev/null) ||
+    die "tc cannot set rate $rate on $dev${ns:+ in $ns}: $(echo "$err" | head -1)"
 }
 
 # shape_host HOST RATE: both directions of one host's link
@@ -103,6 +122,7 @@ netem_note() {
 
 cmd_down() {
   need_root
+  # (only this prefix's hosts: the prefix is 3 characters at least, above)
   for h in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$P[0-9]+\$"); do
     # processes left inside (a crashed run) go with the namespace
     pids=$(ip netns pids "$h" 2>/dev/null)
@@ -118,26 +138,28 @@ cmd_down() {
 
 cmd_up() {
   need_root
-  n=${1:-}; shift 2>/dev/null
+  n=${1:-}; [ $# -gt 0 ] && shift    # (dash: a shift with nothing to shift ends the script)
   case $n in ''|*[!0-9]*|0) die "up needs a host count >= 1: tools/netcluster.sh up N [--rate RATE] [--slots S]" ;; esac
   [ "$n" -le 200 ] || die "up $n: at most 200 hosts"
   rate=none; slots=1
   while [ $# -gt 0 ]; do
     case $1 in
-      --rate) rate=${2:?--rate needs a rate (e.g. 10gbit)}; shift 2 ;;
-      --slots) slots=${2:?--slots needs a count}; shift 2 ;;
+      --rate) [ $# -ge 2 ] || die "up: --rate needs a rate (e.g. 10gbit)"; rate=$2; shift 2 ;;
+      --slots) [ $# -ge 2 ] || die "up: --slots needs a count (e.g. 2)"; slots=$2; shift 2 ;;
       *) die "up: unknown argument $1 (expected --rate RATE, --slots S)" ;;
     esac
   done
   case $slots in ''|*[!0-9]*|0) die "--slots $slots: give a count >= 1" ;; esac
+  check_rate "$rate" "up: --rate"
   # what exists, not the state file (a stale one, hosts deleted by hand, is overwritten)
   if ip netns list 2>/dev/null | awk '{print $1}' | grep -qE "^$P[0-9]+\$" ||
      ip link show "${P}br" >/dev/null 2>&1; then
     die "a cluster with prefix $P is already up (tools/netcluster.sh down first, or set ZTRAIN_NETCLUSTER=another)"
   fi
-  net=$(subnet)
-  # the subnet must be this cluster's alone (another cluster, or a real network)
-  if ip -4 route show | grep -q "^$net\.0/24\|^$net\.0/24 "; then
+  net=$(subnet) || exit 1
+  # the subnet must be this cluster's alone (another cluster, or a real
+  # network); its dots escaped (in a pattern a dot is any character)
+  if ip -4 route show | grep -q "^$(echo "$net" | sed 's/\./\\./g')\.0/24\( \|\$\)"; then
     die "subnet $net.0/24 is already routed here (another cluster?): set ZTRAIN_NETCLUSTER_SUBNET=A.B.C"
   fi
   mkdir -p "$STATE_DIR"
@@ -148,8 +170,10 @@ cmd_up() {
   # IPv4 only: no IPv6 link-local chatter on the links (their counters are
   # what the specs compare with the formulas)
   sysctl -qw "net.ipv6.conf.${P}br.disable_ipv6=1" 2>/dev/null
-  ip addr add "$net.254/24" dev "${P}br"
-  ip link set "${P}br" up
+  # every step checked: a failed one ends the script, and the trap above
+  # removes what was made (docs/cluster.md)
+  ip addr add "$net.254/24" dev "${P}br" || die "cannot add address $net.254/24 to bridge ${P}br"
+  ip link set "${P}br" up || die "cannot bring up bridge ${P}br"
   i=0
   while [ "$i" -lt "$n" ]; do
     h=$P$i
@@ -157,11 +181,11 @@ cmd_up() {
     ip link add "${P}${i}b" type veth peer name zteth netns "$h" || die "cannot create veth ${P}${i}b"
     sysctl -qw "net.ipv6.conf.${P}${i}b.disable_ipv6=1" 2>/dev/null
     ip netns exec "$h" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 2>/dev/null
-    ip link set "${P}${i}b" master "${P}br"
-    ip link set "${P}${i}b" up
-    ip -n "$h" link set lo up
-    ip -n "$h" addr add "$net.$((i + 1))/24" dev zteth
-    ip -n "$h" link set zteth up
+    ip link set "${P}${i}b" master "${P}br" || die "cannot attach ${P}${i}b to bridge ${P}br"
+    ip link set "${P}${i}b" up || die "cannot bring up ${P}${i}b"
+    ip -n "$h" link set lo up || die "cannot bring up lo in $h"
+    ip -n "$h" addr add "$net.$((i + 1))/24" dev zteth || die "cannot add address $net.$((i + 1))/24 to zteth in $h"
+    ip -n "$h" link set zteth up || die "cannot bring up zteth in $h"
     # a cut link must end a connection in seconds, not the default ~15 min
     # (net.ipv4.tcp_retries2 is per namespace); the watchdog acts first anyway
     ip netns exec "$h" sysctl -qw net.ipv4.tcp_retries2=5 2>/dev/null
@@ -176,6 +200,7 @@ cmd_up() {
 cmd_shape() {
   need_root
   rate=${1:-}; [ -n "$rate" ] || die "shape needs a rate: tools/netcluster.sh shape RATE [HOST] (e.g. 10gbit, none)"
+  check_rate "$rate" shape
   if [ -n "${2:-}" ]; then
     host_index "$2" >/dev/null
     shape_host "$2" "$rate"
@@ -230,14 +255,14 @@ cmd_env() {
 }
 
 cmd_exec() {
-  h=${1:-}; shift 2>/dev/null
+  h=${1:-}; [ $# -gt 0 ] && shift
   [ -n "$h" ] && [ $# -gt 0 ] || die "usage: tools/netcluster.sh exec HOST CMD..."
   exec "$(dirname "$0")/netns_agent" "$h" "$@"
 }
 
 usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 
-c=${1:-}; shift 2>/dev/null
+c=${1:-}; [ $# -gt 0 ] && shift      # (dash: a shift with nothing to shift ends the script)
 case $c in
   up) cmd_up "$@" ;;
   down) cmd_down ;;
