@@ -226,6 +226,28 @@ describe("launch across hosts: the hostfile and mpirun's arguments", function()
     assert.are.equal(2, #h); assert.are.equal(2, slots)
   end)
 
+  it("refuses lines Open MPI would not take, naming the file, the line and the fix", function()
+    local function refused(text, want)
+      local h, err = hosts.parse(text, "F")
+      assert.is_nil(h, text)
+      assert.matches(want, err)
+      assert.matches("write one line per host, `HOST slots=N`", err)
+    end
+    refused("slots=2\n", "hostfile F line 1: a line starts with the host's name, not slots=2;")
+    refused("nodeA slots=1\n=x\n", "hostfile F line 2: a line starts with the host's name, not =x;")
+    refused("nodeA slot=4\n", "hostfile F line 1: slot=4 is not a setting Open MPI takes %(slots=N, max_slots=N%);")
+    refused("nodeA 4\n", "hostfile F line 1: 4 is not a setting Open MPI takes")
+    refused("nodeA slots = 2\n", "hostfile F line 1: slots is not a setting Open MPI takes")
+    refused("nodeA max_slots=x\n", "hostfile F line 1: max_slots=x is not a whole number >= 1")
+    -- a Lua file (a recipe given by mistake) never reaches mpirun
+    refused("-- a recipe\nreturn { model = { size = 'gpt2-tiny' } }\n",
+            "hostfile F line 1: a line starts with the host's name, not %-%-;")
+    refused("return { model = { size = 'gpt2-tiny' } }\n", "hostfile F line 1: { is not a setting Open MPI takes")
+    refused("local x = 1\n", "hostfile F line 1: x is not a setting")
+    local h = assert(hosts.parse("n-1.example.org slots=2 max-slots=4\n10.0.0.2 max_slots=3\n", "F"))
+    assert.are.same({ { host = "n-1.example.org", slots = 2 }, { host = "10.0.0.2", slots = 1 } }, h)
+  end)
+
   it("the command line: --hostfile and extra words before the program; ssh hosts get no thread count", function()
     write(tmp .. "/real", "node-a-not-a-namespace slots=4\n")
     local cmd = assert(launch.command(2, "ztrain", { "r.lua" }, { hostfile = tmp .. "/real",
@@ -238,6 +260,41 @@ describe("launch across hosts: the hostfile and mpirun's arguments", function()
     assert.matches("ZTRAIN_DEFAULT_THREADS=%d+", here)             -- local ranks: cores / N
     local _, err = launch.command(3, "ztrain", {}, { hostfile = tmp .. "/two" })
     assert.matches("fewer than the 3 rank", err)
+  end)
+
+  it("refuses a hostfile that mixes the test cluster's namespace hosts with other hosts", function()
+    -- namespaces stood in for: no root needed
+    local is_netns, netns_subnet = hosts.is_netns, hosts.netns_subnet
+    hosts.is_netns = function(h) return h:match("^ztq%d$") ~= nil end
+    hosts.netns_subnet = function() return "10.213.9.0/24" end
+    local errs = {}
+    for _, text in ipairs({ "ztq0\nnodeB\n", "nodeB\nztq0\n" }) do
+      write(tmp .. "/mixed", text)
+      local w, err = hosts.args({ hostfile = tmp .. "/mixed", nproc = 2 })
+      errs[#errs + 1] = w and "(accepted)" or err
+    end
+    write(tmp .. "/ns", "ztq0\nztq1\n")
+    local w = hosts.args({ hostfile = tmp .. "/ns", nproc = 2 })
+    hosts.is_netns, hosts.netns_subnet = is_netns, netns_subnet
+    for _, err in ipairs(errs) do
+      assert.matches("hostfile .*/mixed mixes hosts of the test cluster on this machine %(ztq0%) with other " ..
+                     "hosts %(nodeB%): ", err)
+    end
+    assert.matches("netns_agent", table.concat(assert(w), " "))
+  end)
+
+  it("--hostfile without a recipe to run is refused, not ignored; --help says what --nproc means with it", function()
+    for _, rest in ipairs({ "-e 'print(1)'", "--script /dev/null", "recipes/dp.lua --script /dev/null" }) do
+      local o, rc = sh("build/ztrain --hostfile /nonexistent " .. rest)
+      assert.are.equal(1, rc, o)
+      assert.matches("ztrain: %-%-hostfile launches a recipe across hosts %(ztrain %-%-hostfile FILE RECIPE%.lua%); " ..
+                     "%-e and %-%-script run on this machine", o)
+    end
+    local o, rc = sh("build/ztrain --hostfile /nonexistent </dev/null")          -- the REPL
+    assert.are.equal(1, rc, o)
+    assert.matches("ztrain: %-%-hostfile runs a recipe across hosts; the multi%-rank REPL runs on this machine", o)
+    local help = sh("build/ztrain --help")
+    assert.matches("%-%-nproc N      run N ranks %(on this machine; across the hosts of %-%-hostfile", help)
   end)
 
   it("$ZTRAIN_MPIRUN_ARGS: words split at blanks, quotes keep blanks; an open quote is refused", function()

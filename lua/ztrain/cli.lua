@@ -31,9 +31,10 @@ options:
   -i             open the REPL after running -e code or a recipe
   --script FILE [ARGS...]
                  run a Lua script with ztrain loaded (`arg` holds ARGS), then exit
-  --nproc N      run N ranks on this machine (through Open MPI's mpirun); wins
-                 over the recipe's launch.nproc. Under mpirun or srun already,
-                 ranks come from the launcher (and must number N)
+  --nproc N      run N ranks (on this machine; across the hosts of --hostfile
+                 when given), through Open MPI's mpirun; wins over the
+                 recipe's launch.nproc. Under mpirun or srun already, ranks
+                 come from the launcher (and must number N)
   --hostfile FILE
                  run the ranks across the hosts of an Open MPI hostfile (HOST
                  slots=N lines; same as launch.hostfile=FILE); --nproc N ranks,
@@ -494,6 +495,15 @@ function M.main(argv)
 
   local comm = require "ztrain.comm"
   local runs_recipe = opts.recipe ~= nil and opts.script == nil
+  -- --hostfile launches a recipe; without one it would be ignored silently
+  if opts.hostfile and not runs_recipe then
+    if opts.script or #opts.exprs > 0 then
+      return die("--hostfile launches a recipe across hosts (ztrain --hostfile FILE RECIPE.lua); -e and " ..
+                 "--script run on this machine (ztrain --nproc N for ranks here)")
+    end
+    return die("--hostfile runs a recipe across hosts; the multi-rank REPL runs on this machine " ..
+               "(ztrain --nproc N)")
+  end
   local pre            -- the recipe, read here to decide whether to launch
   if not comm.launched() and (opts.nproc or runs_recipe) then
     if runs_recipe then

@@ -14,26 +14,38 @@ local M = {}
 local HOW = "one line per host, `HOST slots=N` (tools/netcluster.sh hostfile prints one for the " ..
             "test cluster on this machine)"
 
+-- the settings a hostfile line may carry (Open MPI's names); slots counts
+local KEYS = { slots = true, max_slots = true, ["max-slots"] = true }
+
 -- parse(text, path) -> hosts | nil, err. hosts: list of { host =, slots = }
 -- in file order; a host named twice gets the slots of both lines (as
 -- Open MPI counts them); a line without slots= counts 1. Comments (#) and
--- blank lines are skipped.
+-- blank lines are skipped. A line is `HOST [key=N ...]`: a line that does
+-- not start with a host name, or carries any other word (a typo such as
+-- slot=4, a Lua file given by mistake), is refused here, naming the line,
+-- where Open MPI would miscount it or fail with an internal error.
 function M.parse(text, path)
   local hosts, by_name, lineno = {}, {}, 0
+  local function bad(what) return nil, ("hostfile %s line %d: %s; write %s"):format(path, lineno, what, HOW) end
   for line in (text .. "\n"):gmatch("([^\n]*)\n") do
     lineno = lineno + 1
     line = line:gsub("#.*$", ""):match("^%s*(.-)%s*$")
     if line ~= "" then
       local host, rest = line:match("^(%S+)%s*(.*)$")
+      if not host:match("^[%w][%w%._%-]*$") then
+        return bad(("a line starts with the host's name, not %s"):format(host))
+      end
       local slots = 1
-      for k, v in rest:gmatch("([%w_%-]+)%s*=%s*(%S*)") do
-        if k == "slots" then
-          slots = tonumber(v)
-          if not slots or slots < 1 or slots ~= math.floor(slots) then
-            return nil, ("hostfile %s line %d: slots=%s is not a whole number >= 1; write %s")
-                        :format(path, lineno, v, HOW)
-          end
+      for word in rest:gmatch("%S+") do
+        local k, v = word:match("^([%w_%-]+)=(.*)$")
+        if not k or not KEYS[k] then
+          return bad(("%s is not a setting Open MPI takes (slots=N, max_slots=N)"):format(word))
         end
+        local num = tonumber(v)
+        if not num or num < 1 or num ~= math.floor(num) then
+          return bad(("%s=%s is not a whole number >= 1"):format(k, v))
+        end
+        if k == "slots" then slots = num end
       end
       if by_name[host] then by_name[host].slots = by_name[host].slots + slots
       else
@@ -136,14 +148,25 @@ function M.args(o)
     local hosts, err = M.check(o.hostfile, o.nproc)
     if not hosts then return nil, err end
     words = { "--hostfile", o.hostfile }
-    local all_ns, subnet = true, nil
+    local ns, other, subnet = {}, {}, nil
     for _, h in ipairs(hosts) do
-      if not M.is_netns(h.host) then all_ns = false; break end
-      local net = M.netns_subnet(h.host)
+      local list = M.is_netns(h.host) and ns or other
+      list[#list + 1] = h.host
+    end
+    -- one way to reach them all: the agent reaches namespaces only, ssh
+    -- no namespace (it would fail with "Could not resolve hostname")
+    if #ns > 0 and #other > 0 then
+      return nil, ("hostfile %s mixes hosts of the test cluster on this machine (%s) with other hosts (%s): " ..
+                   "a launch reaches either namespaces (tools/netcluster.sh hostfile) or real hosts, not both")
+                  :format(o.hostfile, table.concat(ns, ", "), table.concat(other, ", "))
+    end
+    local all_ns = #other == 0
+    for _, host in ipairs(ns) do
+      local net = M.netns_subnet(host)
       if not net or (subnet and net ~= subnet) then
         return nil, ("hostfile %s: host %s is a network namespace without the test cluster's zteth " ..
                      "interface on %s: make the cluster with tools/netcluster.sh up N"):format(o.hostfile,
-                     h.host, subnet or "one subnet")
+                     host, subnet or "one subnet")
       end
       subnet = net
     end
