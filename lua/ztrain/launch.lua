@@ -464,7 +464,10 @@ function M.run(n, program, args, o)
   libc.sigprocmask(libc.SIG_BLOCK, set, old)
   io.stdout:flush(); io.stderr:flush()
   -- the launcher adopts what mpirun leaves when it dies (Open MPI's
-  -- daemons), so it can end and reap them: no orphans, no zombies
+  -- daemons), so it can end and reap them: no orphans, no zombies.
+  -- Only the CLI calls launch.run (its process does nothing else): being
+  -- a subreaper, and the waitpid(-1) below, would take other children of
+  -- an embedding program too
   libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
   local pid = libc.fork()
   if pid == 0 then
@@ -566,9 +569,11 @@ function M.run(n, program, args, o)
   local code = bit.band(st, 0x7f) == 0 and bit.band(bit.rshift(st, 8), 0xff) or 128 + bit.band(st, 0x7f)
   -- mpirun ended by the launcher: the status the failure asked for
   -- (and whenever its stderr says how it failed: one status per failure)
+  -- The first failure seen decides: a host removed is its ranks' watchdog
+  -- firing too (1, not 5), if mpirun is slow to end the job.
   if killed then code = failed.status
   elseif across and code ~= 0 then
-    local f = hosts.failure(tail, M.dead_rank)
+    local f = failed or hosts.failure(tail, M.dead_rank)
     if f then code = f.status end
   end
   local lost = hosts.lost_host(tail)
@@ -594,7 +599,8 @@ function M.run(n, program, args, o)
     end
   end
   M.cleanup_job(job, ranks)
-  -- reap what was adopted and has ended (cleanup_job killed the job's rest)
+  -- reap what was adopted and has ended (cleanup_job killed the job's rest);
+  -- any child: fine in the CLI's process, the only caller (above)
   local deadline = now() + 2
   while true do
     local r = libc.waitpid(-1, status, libc.WNOHANG)
