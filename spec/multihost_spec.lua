@@ -34,6 +34,26 @@ describe("multi-host runs on a namespace test cluster", function()
     return s
   end
 
+  -- The bytes the comm counters say each rank sent over the run's steps
+  -- (comm_per_step.ranks[i].run_sent, counted as each collective is
+  -- issued, from the transport's algorithm) must have crossed its host's
+  -- link (rank i on host i: one slot a host), with TCP/IP headers and the
+  -- uncounted end-of-run gathers (the digest's: up to the whole model
+  -- once, 4 Psi) on top.
+  local function link_bytes_cover(s, before, n)
+    local psi = s.model.params
+    for i = 0, n - 1 do
+      local counted = s.comm_per_step.ranks[i + 1].run_sent
+      local sent = nc.sent(PREFIX, i) - before[i]
+      assert.is_true(counted > 0, ("rank %d counted no bytes"):format(i))
+      assert.is_true(sent >= counted, ("host %d's link carried %d bytes, fewer than rank %d's " ..
+                                       "counters say it sent (%d)"):format(i, sent, i, counted))
+      assert.is_true(sent <= counted * 1.15 + 4 * psi + 300000,
+                     ("host %d's link carried %d bytes, far more than rank %d counted (%d)")
+                     :format(i, sent, i, counted))
+    end
+  end
+
   setup(function()
     -- a setup that fails still removes the cluster
     local ok, err = pcall(function()
@@ -74,10 +94,13 @@ describe("multi-host runs on a namespace test cluster", function()
       end
     end)
 
-    it(("zero3 on %d hosts gives dp's one-machine digest"):format(n), function()
+    it(("zero3 on %d hosts gives dp's one-machine digest; its counted bytes cross the links"):format(n), function()
+      local before = {}
+      for i = 0, n - 1 do before[i] = nc.sent(PREFIX, i) end
       local s = run(("--hostfile %s --nproc %d recipes/zero3.lua %s %s"):format(hostfile(n), n, BASE, TINY))
       assert.are.equal(n, s.world_size)
       assert.are.equal(want["dp" .. n], s.param_digest)
+      link_bytes_cover(s, before, n)
     end)
 
     it(("zero3_offload on %d hosts gives dp's one-machine digest"):format(n), function()
@@ -87,10 +110,13 @@ describe("multi-host runs on a namespace test cluster", function()
     end)
 
     it(("1F1B with %d stages on %d hosts gives one rank's digest (accumulating)"):format(n, n), function()
+      local before = {}
+      for i = 0, n - 1 do before[i] = nc.sent(PREFIX, i) end
       local s = run(("--hostfile %s --nproc %d recipes/pipeline_1f1b.lua %s %s pipeline.stages=%d")
                     :format(hostfile(n), n, BASE, ACCUM2, n))
       assert.are.equal(n, s.world_size)
       assert.are.equal(want.single_accum2, s.param_digest)
+      link_bytes_cover(s, before, n)
     end)
   end
 

@@ -52,9 +52,13 @@ end
 -- world: every rank calls it, after its last step). Means per step over the
 -- steps after the first (or the first alone when it was the only one).
 function M.per_step(world, acc)
+  -- the whole run's training steps, the first included (run_sent, run_recv:
+  -- what a link's own counters must show at least)
+  local f = acc.first or { sent = 0, recv = 0 }
+  local run_sent, run_recv = acc.sent + f.sent, acc.recv + f.recv
   if acc.steps == 0 and acc.first then add(acc, acc.first) end
   local S = acc.steps
-  local vals = { S, acc.sent, acc.recv, acc.busy_ms, acc.exposed_ms }
+  local vals = { S, acc.sent, acc.recv, acc.busy_ms, acc.exposed_ms, run_sent, run_recv }
   for _, k in ipairs(comm.KINDS) do
     local v = acc.by_kind[k]
     vals[#vals + 1], vals[#vals + 2], vals[#vals + 3] = v.sent, v.recv, v.calls
@@ -64,9 +68,9 @@ function M.per_step(world, acc)
   for r, row in ipairs(rows) do
     local s = math.max(row[1], 1)
     local e = { rank = r - 1, sent = row[2] / s, recv = row[3] / s, busy_ms = row[4] / s,
-                exposed_ms = row[5] / s, by_kind = {} }
+                exposed_ms = row[5] / s, run_sent = row[6], run_recv = row[7], by_kind = {} }
     e.hidden_share = hidden(e.busy_ms, e.exposed_ms)
-    local i = 6
+    local i = 8
     for _, k in ipairs(comm.KINDS) do
       if row[i + 2] > 0 then   -- kinds this rank used
         e.by_kind[k] = { sent = row[i] / s, recv = row[i + 1] / s, calls = row[i + 2] / s }
