@@ -349,6 +349,13 @@ static void test_matmul_case(int N, int C, int OC, int fd) {
     mm_ref(ro, xd, xd + nx, NULL, N, C, OC);
     snprintf(name, sizeof name, "matmul forward N=%d C=%d OC=%d bias NULL", N, C, OC);
     ct_close(name, out, ro, no, tol, 1e-5);
+    /* the bias, added per block, is one fp32 add on the finished dot */
+    float *ob = ct_rand(no, 7, 8);
+    zk_matmul_forward(ob, x, w, b, N, C, OC);
+    for (size_t i = 0; i < no; i++) out[i] += b[i % OC];
+    snprintf(name, sizeof name, "matmul forward N=%d C=%d OC=%d bias = GEMM then one add", N, C, OC);
+    ct_same_bits(name, ob, out, no * 4);
+    free(ob);
 
     float *R = ct_rand(no, -1, 1);
     float *dx = ct_rand(nx, 5, 6), *dw = ct_rand(nw, 5, 6), *db = ct_rand(OC, 5, 6);
@@ -397,6 +404,7 @@ static void test_matmul(void) {
     test_matmul_case(7, 13, 5, 1);
     test_matmul_case(3, 17, 33, 1);
     test_matmul_case(257, 193, 321, 0);
+    test_matmul_case(600, 40, 70, 0);      /* cut by rows */
     int N = 257, C = 193, OC = 321;
     float *x = ct_rand(N * C, -1, 1), *w = ct_rand(OC * C, -1, 1), *b = ct_rand(OC, -1, 1);
     float *R = ct_rand(N * OC, -1, 1);
