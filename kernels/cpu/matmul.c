@@ -100,8 +100,8 @@ zk_gemm_cut zk_gemm_plan(int M, int N, int K) {
 static void gemm_blocks(int transA, int transB, int M, int N, int K,
                         const float *A, int lda, const float *B, int ldb,
                         float *C, int ldc, const float *bias, zk_gemm_cut cut) {
-    const int by_cols = cut.by_cols, S = cut.block;
-    const int D = by_cols ? N : M;
+    const int by_cols = cut.by_cols, D = by_cols ? N : M;
+    const int S = cut.block > 0 ? cut.block : (D > 0 ? D : 1);   /* no block size: one call */
     const int nb = (D + S - 1) / S;
     const enum CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans;
     const enum CBLAS_TRANSPOSE tb = transB ? CblasTrans : CblasNoTrans;
