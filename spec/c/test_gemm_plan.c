@@ -45,7 +45,7 @@ static int all_big(const shape *s, zk_gemm_cut cut) {
 }
 
 static void check_shapes(void) {
-    /* the three products of GPT-2-like layers at N = 256 rows and C = 512
+    /* the three products of GPT-2-like layers at N = 256 rows and C = 384
      * (qkv, fc, a long "vocabulary"), then sizes whose 256 cut has a small
      * last block (the plan must keep the 256 cut there) */
     const int C = 384;
