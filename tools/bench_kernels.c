@@ -138,12 +138,16 @@ static void ab_table(void) {
                (bytes) / t / 1e6, 100 * (bytes) / t / 1e6 / copy);               \
     } while (0)
     ONE("layernorm fwd (N*C; 8 B/elem)", 8.0 * nc, zk_layernorm_forward(y, mean, rstd, x, w, b, N, C));
-    ONE("layernorm bwd (N*C; 24 B/elem)", 24.0 * nc,
-        zk_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C));
     ONE("residual add3 (N*C; 12 B/elem)", 12.0 * nc, zk_add3(y, x, dy, nc));
     ONE("gelu fwd (4*N*C; 8 B/elem)", 8.0 * n4, zk_gelu_forward(ho, h, n4));
     ONE("gelu bwd (4*N*C; 12 B/elem)", 12.0 * n4, zk_gelu_backward(hd, h, ho, n4));
 #undef ONE
+    /* A/B: the input-gradient sums of layer norm backward (plain lane loop
+     * vs AVX2), then the whole backward */
+    AB(ms, cms, zk_layernorm_backward(dx, NULL, NULL, dy, x, w, mean, rstd, N, C));
+    ab_row("layernorm bwd dinp (16 B/elem)", ms, cms, 16.0 * nc, copy);
+    AB(ms, cms, zk_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C));
+    ab_row("layernorm bwd all (24 B/elem)", ms, cms, 24.0 * nc, copy);
     /* A/B: plain = each exp twice; vector = once, kept in dlogits. Into a
      * second buffer, so every rep sees the same logits. */
     float *dl = rnd((size_t)N * V, 1);

@@ -92,7 +92,7 @@ void zk_matmul_backward(float *dinp, float *dweight, float *dbias,
  * dimension cut in blocks of 256. zk_gemm_blocked runs C (M,N) = op(A)
  * op(B) (row-major, beta = 0) with any cut; the bench and the tests use it
  * to compare cuts (time, and bits against the plan's). */
-typedef struct { int by_cols, block; } zk_gemm_cut;   /* columns or rows, block > 0 */
+typedef struct { int by_cols, block; } zk_gemm_cut;   /* columns or rows; block <= 0: one call */
 zk_gemm_cut zk_gemm_plan(int M, int N, int K);
 void zk_gemm_blocked(int transA, int transB, int M, int N, int K,
                      const float *A, int lda, const float *B, int ldb,

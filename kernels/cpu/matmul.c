@@ -92,13 +92,16 @@ zk_gemm_cut zk_gemm_plan(int M, int N, int K) {
     return cut;
 }
 
-/* C (M,N) = op(A) op(B), row-major, beta = 0, cut as `cut` says: block b
- * covers [b*block, ...) of the columns (by_cols) or rows. */
-void zk_gemm_blocked(int transA, int transB, int M, int N, int K,
-                     const float *A, int lda, const float *B, int ldb,
-                     float *C, int ldc, zk_gemm_cut cut) {
-    const int by_cols = cut.by_cols, S = cut.block;
-    const int D = by_cols ? N : M;
+/* C (M,N) = op(A) op(B) (+ bias (N) per row when bias is not NULL),
+ * row-major, beta = 0, cut as `cut` says: block b covers [b*block, ...) of
+ * the columns (by_cols) or rows. The bias is added to a block right after
+ * its sgemm, while the block is still in cache: one fp32 add per element on
+ * the finished dot, the same as a separate pass. */
+static void gemm_blocks(int transA, int transB, int M, int N, int K,
+                        const float *A, int lda, const float *B, int ldb,
+                        float *C, int ldc, const float *bias, zk_gemm_cut cut) {
+    const int by_cols = cut.by_cols, D = by_cols ? N : M;
+    const int S = cut.block > 0 ? cut.block : (D > 0 ? D : 1);   /* no block size: one call */
     const int nb = (D + S - 1) / S;
     const enum CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans;
     const enum CBLAS_TRANSPOSE tb = transB ? CblasTrans : CblasNoTrans;
@@ -107,6 +110,8 @@ void zk_gemm_blocked(int transA, int transB, int M, int N, int K,
     #pragma omp parallel for schedule(dynamic, 1) if (nb > 1)
     for (int b = 0; b < nb; b++) {
         int s = b * S, n = D - s < S ? D - s : S;
+        /* the block: rows r0 .. r0+nr, columns c0 .. c0+nc of C */
+        int r0 = by_cols ? 0 : s, nr = by_cols ? M : n, c0 = by_cols ? s : 0, nc = by_cols ? n : N;
         if (by_cols)   /* C[:, s:s+n] = op(A) op(B)[:, s:s+n] */
             cblas_sgemm(CblasRowMajor, ta, tb, M, n, K, 1.0f, A, lda,
                         transB ? B + (size_t)s * ldb : B + s, ldb, 0.0f, C + s, ldc);
@@ -114,27 +119,33 @@ void zk_gemm_blocked(int transA, int transB, int M, int N, int K,
             cblas_sgemm(CblasRowMajor, ta, tb, n, N, K, 1.0f,
                         transA ? A + s : A + (size_t)s * lda, lda, B, ldb, 0.0f,
                         C + (size_t)s * ldc, ldc);
+        if (bias == NULL) continue;
+        for (int r = r0; r < r0 + nr; r++) {
+            float *restrict o = C + (size_t)r * ldc + c0;
+            const float *restrict bb = bias + c0;
+            for (int j = 0; j < nc; j++) o[j] += bb[j];
+        }
     }
+}
+
+void zk_gemm_blocked(int transA, int transB, int M, int N, int K,
+                     const float *A, int lda, const float *B, int ldb,
+                     float *C, int ldc, zk_gemm_cut cut) {
+    gemm_blocks(transA, transB, M, N, K, A, lda, B, ldb, C, ldc, NULL, cut);
 }
 
 static void gemm_fixed_blocks(int transA, int transB, int M, int N, int K,
                               const float *A, int lda, const float *B, int ldb,
                               float *C, int ldc) {
-    zk_gemm_blocked(transA, transB, M, N, K, A, lda, B, ldb, C, ldc, zk_gemm_plan(M, N, K));
+    gemm_blocks(transA, transB, M, N, K, A, lda, B, ldb, C, ldc, NULL, zk_gemm_plan(M, N, K));
 }
 
 /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL.
- * The bias is added after the GEMM, one rounding on the finished dot. */
+ * The bias is added to each block right after its sgemm (gemm_blocks),
+ * one rounding on the finished dot. */
 void zk_matmul_forward(float *out, const float *inp, const float *weight,
                        const float *bias, int N, int C, int OC) {
-    gemm_fixed_blocks(0, 1, N, OC, C, inp, C, weight, C, out, OC);
-    if (bias == NULL) return;
-    #pragma omp parallel for schedule(static) if ((long)N * OC >= 65536)
-    for (int n = 0; n < N; n++) {
-        float *restrict o = out + (size_t)n * OC;   // (OC)
-        const float *restrict b = bias;
-        for (int j = 0; j < OC; j++) o[j] += b[j];
-    }
+    gemm_blocks(0, 1, N, OC, C, inp, C, weight, C, out, OC, bias, zk_gemm_plan(N, OC, C));
 }
 
 /* dinp (N,C) = dout @ weight WRITTEN (if not NULL); dweight (OC,C) =

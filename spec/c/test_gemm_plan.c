@@ -45,14 +45,14 @@ static int all_big(const shape *s, zk_gemm_cut cut) {
 }
 
 static void check_shapes(void) {
-    /* the three products of GPT-2-like layers at N = 256 rows and C = 512
+    /* the three products of GPT-2-like layers at N = 256 rows and C = 384
      * (qkv, fc, a long "vocabulary"), then sizes whose 256 cut has a small
      * last block (the plan must keep the 256 cut there) */
-    const int C = 512;
+    const int C = 384;
     const shape shapes[] = {
         {0, 1, 256, 3 * C, C}, {0, 0, 256, C, 3 * C}, {1, 0, 3 * C, C, 256},
         {0, 1, 256, 4 * C, C}, {1, 0, 4 * C, C, 256},
-        {0, 1, 256, 9001, C}, {0, 0, 256, C, 9001}, {1, 0, 9001, C, 256},
+        {0, 1, 256, 2000, C}, {0, 0, 256, C, 2000}, {1, 0, 2000, C, 256},
         {0, 1, 37, 1000, 77}, {1, 1, 999, 300, 65}, {0, 0, 513, 257, 129}, {0, 0, 1100, 640, 300},
     };
     const char *core = openblas_get_corename();
@@ -120,11 +120,17 @@ int main(int argc, char **argv) {
                   __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                       __builtin_cpu_supports("avx512cd")};
+    /* readlink, not exec of /proc/self/exe: under valgrind that link names
+     * valgrind's tool, and valgrind's readlink names the test */
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) { ct_fail("find this test's executable", "readlink failed"); return ct_summary(); }
+    self[len] = 0;
     for (int k = 0; k < 2; k++) {
         if (!can[k] || core_is(cores[k])) continue;
         char name[96];
         snprintf(name, sizeof name, "the checks above pass again under OPENBLAS_CORETYPE=%s", cores[k]);
-        int rc = rerun("/proc/self/exe", cores[k]);
+        int rc = rerun(self, cores[k]);
         ct_check(rc == 0, name, "exit %d", rc);
     }
     return ct_summary();

@@ -232,6 +232,14 @@ static void test_layernorm_case(int N, int C, int fd) {
     ct_close(name, dw, g + nc, C, 2e-5, 1e-4);
     snprintf(name, sizeof name, "layernorm backward N=%d C=%d dbias vs %s", N, C, how);
     ct_close(name, db, g + nc + C, C, 2e-5, 1e-4);
+    /* the plain lane loop (zk_force_scalar) gives the vector path's bits */
+    float *dplain = dup_f(d0, nc);
+    zk_force_scalar(1);
+    zk_layernorm_backward(dplain, NULL, NULL, R, x, w, mean, rstd, N, C);
+    zk_force_scalar(0);
+    snprintf(name, sizeof name, "layernorm backward N=%d C=%d dinp plain path = vector path", N, C);
+    ct_same_bits(name, dplain, dinp, nc * 4);
+    free(dplain);
     free(x); free(w); free(b); free(out); free(mean); free(rstd); free(xd); free(ro);
     free(rm); free(rs); free(R); free(d0); free(dinp); free(dw); free(db); free(g);
 }
@@ -240,6 +248,7 @@ static void test_layernorm(void) {
     test_layernorm_case(7, 13, 1);
     test_layernorm_case(3, 37, 1);
     test_layernorm_case(129, 768, 0);
+    test_layernorm_case(33, 771, 0);   /* a tail of 3 after the 16 lanes */
     int N = 129, C = 771;
     float *x = ct_rand(N * C, -2, 2), *w = ct_rand(C, 0, 2), *b = ct_rand(C, -1, 1);
     float *R = ct_rand(N * C, -1, 1);
@@ -340,6 +349,13 @@ static void test_matmul_case(int N, int C, int OC, int fd) {
     mm_ref(ro, xd, xd + nx, NULL, N, C, OC);
     snprintf(name, sizeof name, "matmul forward N=%d C=%d OC=%d bias NULL", N, C, OC);
     ct_close(name, out, ro, no, tol, 1e-5);
+    /* the bias, added per block, is one fp32 add on the finished dot */
+    float *ob = ct_rand(no, 7, 8);
+    zk_matmul_forward(ob, x, w, b, N, C, OC);
+    for (size_t i = 0; i < no; i++) out[i] += b[i % OC];
+    snprintf(name, sizeof name, "matmul forward N=%d C=%d OC=%d bias = GEMM then one add", N, C, OC);
+    ct_same_bits(name, ob, out, no * 4);
+    free(ob);
 
     float *R = ct_rand(no, -1, 1);
     float *dx = ct_rand(nx, 5, 6), *dw = ct_rand(nw, 5, 6), *db = ct_rand(OC, 5, 6);
@@ -388,6 +404,7 @@ static void test_matmul(void) {
     test_matmul_case(7, 13, 5, 1);
     test_matmul_case(3, 17, 33, 1);
     test_matmul_case(257, 193, 321, 0);
+    test_matmul_case(600, 40, 70, 0);      /* cut by rows */
     int N = 257, C = 193, OC = 321;
     float *x = ct_rand(N * C, -1, 1), *w = ct_rand(OC * C, -1, 1), *b = ct_rand(OC, -1, 1);
     float *R = ct_rand(N * OC, -1, 1);
