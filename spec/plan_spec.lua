@@ -257,6 +257,14 @@ describe("plan: the step-time column (steptime.lua)", function()
     return by
   end
 
+  it("without a layout, ranks a host are the largest divisor of nproc up to the cluster's 8", function()
+    local hw = plan.hardware(12)
+    assert.are.equal(6, hw.gpus_per_host)
+    assert.are.equal(2, hw.hosts)
+    assert.are.equal(7, plan.hardware(7).gpus_per_host)
+    assert.are.equal(8, plan.hardware(16).gpus_per_host)
+  end)
+
   it("each row's step is the model's for its strategy and layout, tokens/s every replica's tokens over it", function()
     local hw = plan.hardware(16, { hosts = 2, link = st.parse_rate("100gbit") })
     assert.are.equal(2, hw.hosts)

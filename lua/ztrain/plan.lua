@@ -431,7 +431,12 @@ function M.hardware(nproc, o)
   if o.latency then hw.latency = o.latency end
   if o.intra_link then hw.intra_bw = o.intra_link end
   if o.intra_latency then hw.intra_latency = o.intra_latency end
-  local G = o.gpus_per_host or (o.hosts and nproc / o.hosts) or math.min(nproc, hw.gpus_per_host)
+  -- no layout given: as many ranks a host as divide nproc, up to the cluster's
+  local G = o.gpus_per_host or (o.hosts and nproc / o.hosts)
+  if not G then
+    G = math.min(nproc, hw.gpus_per_host)
+    while nproc % G ~= 0 do G = G - 1 end
+  end
   local H = o.hosts or nproc / G
   if H * G ~= nproc or H ~= math.floor(H) or G ~= math.floor(G) then
     error(("plan: nproc=%d ranks cannot be laid out as %s host(s) x %s rank(s) a host: give --hosts and " ..
@@ -453,8 +458,12 @@ function M.time(r, spec, nproc, cfg, hw)
   local o = { cfg = cfg, strategy = name, B = r.batch.micro, T = r.data.seq_len, m = r.batch.accumulate,
               hosts = one and 1 or hw.hosts, gpus = one and 1 or hw.gpus_per_host, lowp = r.precision ~= "fp32",
               recompute = r.train.checkpoint_activations and true or false, units = cfg.L + 2 }
+  -- a layout or strategy the model does not cover ("steptime: ..."): no
+  -- time; anything else is a bug and raises
   local ok, res = pcall(st.step, o, hw)
-  return ok and res or nil
+  if ok then return res end
+  if type(res) == "string" and res:match("^steptime: ") then return nil end
+  error(res, 0)
 end
 
 -- rows(r, nproc, cfg, hw) -> one row per strategy of M.STRATEGIES that
