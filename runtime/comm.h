@@ -178,11 +178,10 @@ void zt_comm_tune(size_t scratch_bytes, size_t msg_bytes);
 
 /* ---- counters (comm_stats.c; contract in ztrain.h) ------------------------
  * zt_stats_issue: caller thread, once per submitted operation (bytes and a
- * call by kind); zt_stats_bytes: what it counts. zt_stats_start / _end:
+ * call by kind: comm_stats.c says what it counts). zt_stats_start / _end:
  * around each operation's run (engine, or the caller for the local
  * transport). zt_stats_exposed (internal.h): a waiter's blocked time. */
 void zt_stats_issue(const zt_comm_req *op);
-void zt_stats_bytes(const zt_comm_req *op, uint64_t *sent, uint64_t *recv);
 void zt_stats_start(void);
 void zt_stats_end(void);
 

@@ -77,7 +77,7 @@ static int public_kind(int op_kind)
     }
 }
 
-void zt_stats_bytes(const zt_comm_req *op, uint64_t *sent, uint64_t *recv)
+static void zt_stats_bytes(const zt_comm_req *op, uint64_t *sent, uint64_t *recv)
 {
     const uint64_t p = op->comm->size, r = op->comm->rank;
     const uint64_t n = (uint64_t)op->count, e = op->esize;
@@ -120,9 +120,12 @@ void zt_stats_issue(const zt_comm_req *op)
 /* Busy time is the union of the operations' intervals from issue to
  * completion (comm.c: queued behind the communicator's earlier collectives
  * counts, so a waiter's blocked time lies inside it): the clock runs while
- * inflight > 0. Two threads crossing 0 at once may misplace one interval's
- * start by the race's width; the local transport's operations finish on
- * their callers at once. */
+ * inflight > 0. busy_t0 changes only on a 0 -> 1 step, which cannot happen
+ * while this operation is still counted in inflight: zt_stats_end reads it
+ * before its own decrement, so an operation issued by another thread right
+ * after the count reaches 0 cannot hide the interval that just closed. A
+ * snapshot (zt_comm_stats_get) taken between a 0 -> 1 step and its store of
+ * busy_t0 may still see the previous interval's start for that instant. */
 void zt_stats_start(void)
 {
     if (__atomic_fetch_add(&inflight, 1, __ATOMIC_ACQ_REL) == 0) STORE(busy_t0, zt_stats_now_ns());
@@ -130,9 +133,9 @@ void zt_stats_start(void)
 
 void zt_stats_end(void)
 {
-    uint64_t t = zt_stats_now_ns();
+    const uint64_t t0 = LOAD(busy_t0);          /* ours: see above */
     if (__atomic_sub_fetch(&inflight, 1, __ATOMIC_ACQ_REL) == 0) {
-        uint64_t t0 = LOAD(busy_t0);
+        const uint64_t t = zt_stats_now_ns();   /* only the last one out reads the clock */
         if (t > t0) ADD(busy_ns, t - t0);
     }
 }
