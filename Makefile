@@ -42,7 +42,7 @@ CTEST_SRC   := $(filter-out spec/c/test_cuda%.c,$(wildcard spec/c/test_*.c))
 CTEST_BIN   := $(patsubst spec/c/%.c,$(B)/%,$(CTEST_SRC))
 HEADERS     := $(wildcard runtime/*.h) $(wildcard kernels/cpu/*.h)
 
-.PHONY: all deps test run bench bench-ops bench-peers torch-venv clean ctest spec test-cuda cuda-check bench-cuda san valgrind fuzz fuzz-smoke
+.PHONY: all deps test run bench bench-scale bench-ops bench-peers torch-venv clean ctest spec test-cuda cuda-check bench-cuda san valgrind fuzz fuzz-smoke
 all: $(B)/libztrain.so $(B)/ztrain
 
 # ---- CUDA (only with CUDA=1) ----
@@ -177,12 +177,11 @@ bench: deps all $(B)/bench_adamw $(B)/bench_aio $(B)/bench_bf16
 # The measured scaling table (issue 14; not part of `make test`; root: network
 # namespaces): strategies x link rates x 2 and 4 hosts on tools/netcluster.sh,
 # then docs/scaling.md's measured block, the model's fit and docs/scaling.svg,
-# and the predictions block. About 10-15 minutes on 2 cores. Re-render from
+# and the predictions block. About 4 minutes on 2 quiet cores. Re-render from
 # the saved results only: make bench-scale BENCH_SCALE_ARGS=reuse=1
-.PHONY: bench-scale
-bench-scale: all
-	build/ztrain --script tools/bench_scale.lua $(BENCH_SCALE_ARGS)
-	build/ztrain --script tools/scale_predict.lua
+bench-scale: deps all
+	$(B)/ztrain --script tools/bench_scale.lua $(BENCH_SCALE_ARGS)
+	$(B)/ztrain --script tools/scale_predict.lua
 
 # Per-op profile of a training step (docs/performance.md); BENCH_OPS_ARGS:
 # e.g. "model=gpt2 B=8 T=512 steps=5 precision=bf16". Writes build/bench_ops.md.

@@ -100,11 +100,8 @@ for _, size in ipairs(models) do
   if not ok then error(err, 0) end
 end
 
-local f = io.open(outpath, "w")
-if f then
-  f:write(table.concat(lines, "\n"), "\n")
-  f:close()
-  print("(written to " .. outpath .. ")")
-else
-  print("(could not write " .. outpath .. "; the table is above)")
-end
+local f, err = io.open(outpath, "w")
+if not f then error(("bench-ops: cannot write %s (%s); the table is above"):format(outpath, err), 0) end
+f:write(table.concat(lines, "\n"), "\n")
+f:close()
+print("(written to " .. outpath .. ")")

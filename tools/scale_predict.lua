@@ -86,6 +86,9 @@ local function memory(model, s, N, p)
 end
 
 local function predict(model, s, N, hidden)
+  if N > hw.gpus_per_host and N % hw.gpus_per_host ~= 0 then
+    error(("scale_predict: %d GPUs are not whole hosts of %d: give counts that are"):format(N, hw.gpus_per_host), 0)
+  end
   local H = math.max(1, N / hw.gpus_per_host)
   local G = math.min(N, hw.gpus_per_host)
   local o = { cfg = model.cfg, strategy = s, B = 1, T = model.T, m = M_MICRO, hosts = H, gpus = G, lowp = true,

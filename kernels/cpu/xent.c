@@ -57,10 +57,9 @@ static double row_sumexp_store(float *e, const float *x, float mx, int V) {
         int c1 = V - c0 < XE_CHUNK ? V : c0 + XE_CHUNK, i = c0;
         #pragma omp simd
         for (int j = c0; j < c1; j++) e[j] = exp_nonpos(x[j] - mx);
-        const float *restrict t = e;
         for (; i + XE_LANES <= c1; i += XE_LANES)
-            for (int k = 0; k < XE_LANES; k++) acc[k] += (double)t[i + k];
-        for (int k = 0; i < c1; i++, k++) acc[k] += (double)t[i];
+            for (int k = 0; k < XE_LANES; k++) acc[k] += (double)e[i + k];
+        for (int k = 0; i < c1; i++, k++) acc[k] += (double)e[i];
     }
     double s = 0.0;
     for (int k = 0; k < XE_LANES; k++) s += acc[k];

@@ -92,7 +92,6 @@ local function human(b)
   while b >= 1024 and i < #units do b, i = b / 1024, i + 1 end
   return i == 1 and ("%.0f B"):format(b) or ("%.1f %s"):format(b, units[i])
 end
-M.human = human
 
 -- The printed summary's line(s) for comm_per_step (nil: nothing to say).
 function M.lines(cps)

@@ -24,7 +24,6 @@
 -- Families: matmuls by role, told apart by the weight's shape (C the model
 -- width, V its vocabulary): qkv (3C,C), attn proj (C,C), mlp fc (4C,C),
 -- mlp proj (C,4C), lm head (V,C); the rest by op name (FAMILY below).
-local ffi = require "ffi"
 local zffi = require "ztrain.ffi"
 local ops = require "ztrain.ops"
 local gpt2 = require "ztrain.nn.gpt2"

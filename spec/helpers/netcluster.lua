@@ -58,12 +58,11 @@ function M.leftovers(prefix)
 end
 
 -- sent(prefix, i) -> bytes host i sent over its link (the bridge side's
--- received count), received(prefix, i) likewise
+-- received count)
 local function stat(prefix, i, what)
   return tonumber(read(("/sys/class/net/%s%db/statistics/%s"):format(prefix, i, what)):match("%d+"))
 end
 function M.sent(prefix, i) return stat(prefix, i, "rx_bytes") end
-function M.received(prefix, i) return stat(prefix, i, "tx_bytes") end
 
 -- run(args, env) -> summary (nil when the run failed), output, exit status.
 -- args: what follows build/ztrain (out= is added).
