@@ -76,7 +76,10 @@ static int cut_free_core(void) {
  * operand less (each call packs all of it), and a multiple of 4 equal
  * blocks loads 1, 2 or 4 threads evenly (the MM_BLOCK cut gave qkv's 2304
  * columns 9 blocks and a 768-wide output 3: one thread of 2 idled for a
- * ninth, a third of the call). */
+ * ninth, a third of the call). Below 4 * MM_WIDE that is 4 blocks, so
+ * under 1024 they are narrower than MM_BLOCK (768: 4 of 192); rounding the
+ * block up to MM_GRAIN can leave one block fewer than the multiple of 4
+ * (V = 50257: 48 planned, 47 of 1088). */
 zk_gemm_cut zk_gemm_plan(int M, int N, int K) {
     const int by_cols = N >= M, D = by_cols ? N : M;
     zk_gemm_cut cut = { by_cols, MM_BLOCK };
