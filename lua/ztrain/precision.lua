@@ -65,7 +65,7 @@ function P:enter(u, want_params, want_grads)
     if want_params and pu.params then
       local w = work(self, self.pw, k, pu.padded)
       local v = w:view(0, { pu.padded })
-      ops.cast(v, pu.params)
+      if self.lp_of then self:cast_params(pu, v) else ops.cast(v, pu.params) end
       self.saved_p[k] = { u = pu, lp = model:set_params(pu, v) }
       -- bf16 GEMMs read a weight as bf16: the stored view is the very bits
       -- a cast of its fp32 image gives back (bf16 -> fp32 -> bf16 is exact)
@@ -90,6 +90,37 @@ function P:enter(u, want_params, want_grads)
       end
       self.saved_g[k] = { u = pu, lp = model:set_grads(pu, v) }
     end
+  end
+end
+
+-- The ranges of unit u's parameters that something reads in fp32 when the
+-- bf16 GEMMs read the stored weights: all but the matmul-only tensors
+-- (the model's layout marks them mm_only), padding included. Adjacent
+-- tensors merge into one range.
+local function fp32_ranges(u)
+  local r, lo = {}, 0
+  for _, t in ipairs(u.tensors) do
+    if t.mm_only then
+      if t.offset > lo then r[#r + 1] = { lo, t.offset - lo } end
+      lo = t.offset + t.numel
+    end
+  end
+  if u.padded > lo then r[#r + 1] = { lo, u.padded - lo } end
+  return r
+end
+
+-- v (fp32, u.padded) = u's stored parameters, but for the matmul-only
+-- tensors, whose fp32 image nothing reads (the bf16 GEMMs read the stored
+-- bf16 view): it keeps whatever it held
+function P:cast_params(u, v)
+  self.ranges = self.ranges or {}
+  local rs = self.ranges[u] or fp32_ranges(u)
+  self.ranges[u] = rs
+  if #rs == 1 and rs[1][1] == 0 and rs[1][2] == u.padded then return ops.cast(v, u.params) end
+  for _, r in ipairs(rs) do
+    local dst, src = v:view(r[1], { r[2] }), u.params:view(r[1], { r[2] })
+    ops.cast(dst, src)
+    dst:free(); src:free()
   end
 end
 

@@ -65,8 +65,11 @@ function M.custom(spec, what)
   return cfg
 end
 
--- Parameter layout of each unit: list of { name, shape, decay, std }.
--- std: "w" = 0.02, "proj" = 0.02/sqrt(2L), "zero", "one".
+-- Parameter layout of each unit: list of { name, shape, decay, std, mm }.
+-- std: "w" = 0.02, "proj" = 0.02/sqrt(2L), "zero", "one". mm: read by the
+-- unit's matmuls (mm(a) below) and nothing else -- with bf16 GEMMs, which
+-- read the stored bf16 weight, the precision policy leaves its fp32 image
+-- uncast (precision.lua); wte is not: the encoder reads it in fp32.
 local function unit_layout(cfg)
   local C, V = cfg.C, cfg.V
   local units = {}
@@ -76,14 +79,14 @@ local function unit_layout(cfg)
     local p = "h." .. l .. "."
     units[#units + 1] = { name = "block." .. l, kind = "block", layer = l, tensors = {
       { p .. "ln_1.weight", { C }, false, "one" }, { p .. "ln_1.bias", { C }, false, "zero" },
-      { p .. "attn.c_attn.weight", { 3 * C, C }, true, "w" },
+      { p .. "attn.c_attn.weight", { 3 * C, C }, true, "w", true },
       { p .. "attn.c_attn.bias", { 3 * C }, false, "zero" },
-      { p .. "attn.c_proj.weight", { C, C }, true, "proj" },
+      { p .. "attn.c_proj.weight", { C, C }, true, "proj", true },
       { p .. "attn.c_proj.bias", { C }, false, "zero" },
       { p .. "ln_2.weight", { C }, false, "one" }, { p .. "ln_2.bias", { C }, false, "zero" },
-      { p .. "mlp.c_fc.weight", { 4 * C, C }, true, "w" },
+      { p .. "mlp.c_fc.weight", { 4 * C, C }, true, "w", true },
       { p .. "mlp.c_fc.bias", { 4 * C }, false, "zero" },
-      { p .. "mlp.c_proj.weight", { C, 4 * C }, true, "proj" },
+      { p .. "mlp.c_proj.weight", { C, 4 * C }, true, "proj", true },
       { p .. "mlp.c_proj.bias", { C }, false, "zero" } } }
   end
   units[#units + 1] = { name = "head", kind = "head", tensors = {
@@ -117,7 +120,7 @@ function M.new(cfg, opts)
     for _, t in ipairs(lay.tensors) do
       local n = numel(t[2])
       u.tensors[#u.tensors + 1] = { name = t[1], shape = t[2], offset = off, numel = n,
-                                    decay = t[3], init = t[4], stream = stream }
+                                    decay = t[3], init = t[4], mm_only = t[5] or nil, stream = stream }
       off = off + n
       nparams = nparams + n
       stream = stream + 1
