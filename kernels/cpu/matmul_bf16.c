@@ -86,97 +86,16 @@ static inline uint16_t at(bf_view v, long r, long k) {
     return v.f32 ? zk_f32_to_bf16(((const float *)v.p)[i]) : ((const uint16_t *)v.p)[i];
 }
 
-#ifdef BF_HAVE_X86
-#define BF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-
-/* 16 x 16 dwords: x[r] (row r, 16 columns) -> x[c] (column c, 16 rows) */
-BF_AVX512 static inline void transpose16(__m512i x[16]) {
-    __m512i t[16], u[16];
-    for (int i = 0; i < 8; i++) {   /* per 128-bit lane L: pairs of rows */
-        t[2 * i] = _mm512_unpacklo_epi32(x[2 * i], x[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(x[2 * i], x[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {   /* u[4i+k], lane L: rows 4i..4i+3 of column 4L+k */
-        u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int k = 0; k < 4; k++) {   /* gather the four row blocks of each lane */
-        __m512i v0 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0x88);
-        __m512i v1 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0xdd);
-        __m512i w0 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0x88);
-        __m512i w1 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0xdd);
-        x[k] = _mm512_shuffle_i32x4(v0, w0, 0x88);
-        x[8 + k] = _mm512_shuffle_i32x4(v0, w0, 0xdd);
-        x[4 + k] = _mm512_shuffle_i32x4(v1, w1, 0x88);
-        x[12 + k] = _mm512_shuffle_i32x4(v1, w1, 0xdd);
-    }
-}
-
-/* zk_f32_to_bf16 on 16 lanes, the results in the low halves */
-BF_AVX512 static inline __m512i round16(__m512i u) {
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i rne = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    __m512i nan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    __mmask16 isnan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                               _mm512_set1_epi32(0x7f800000));
-    return _mm512_mask_mov_epi32(rne, isnan, nan);
-}
-
-/* pack()'s dword transpose (pairs contiguous in a row) by 16 x 16 blocks:
- * dst[q*R + r] = the pair q of row r (rows src + r*rs) for r < rn, q < full;
- * f32: the row holds fp32 values, rounded as they are read. */
-BF_AVX512 static void pack_rows_avx512(uint32_t *restrict dst, const void *src, int f32, long rs,
-                                       int rn, int R, int full) {
-    for (int r0 = 0; r0 < rn; r0 += 16) {
-        int nr = rn - r0 < 16 ? rn - r0 : 16;
-        __mmask16 sm = (__mmask16)((1u << nr) - 1);
-        for (int q0 = 0; q0 < full; q0 += 16) {
-            int nq = full - q0 < 16 ? full - q0 : 16;
-            __m512i x[16];
-            for (int i = 0; i < 16; i++) {
-                if (i >= nr) { x[i] = _mm512_setzero_si512(); continue; }
-                if (!f32) {
-                    const uint16_t *row = (const uint16_t *)src + (r0 + i) * rs + 2 * q0;
-                    x[i] = _mm512_maskz_loadu_epi32((__mmask16)((1u << nq) - 1), row);
-                } else {     /* 2 nq floats: pairs q0.. as two halves of 8 */
-                    const float *row = (const float *)src + (r0 + i) * rs + 2 * q0;
-                    int nf = 2 * nq;
-                    __mmask16 m0 = (__mmask16)(nf >= 16 ? 0xffff : (1u << nf) - 1);
-                    __mmask16 m1 = (__mmask16)(nf >= 32 ? 0xffff : nf > 16 ? (1u << (nf - 16)) - 1 : 0);
-                    __m256i lo = _mm512_cvtepi32_epi16(round16(_mm512_maskz_loadu_epi32(m0, row)));
-                    __m256i hi = _mm512_cvtepi32_epi16(round16(_mm512_maskz_loadu_epi32(m1, row + 16)));
-                    x[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-                }
-            }
-            transpose16(x);
-            for (int c = 0; c < nq; c++)
-                _mm512_mask_storeu_epi32(dst + (size_t)(q0 + c) * R + r0, sm, x[c]);
-        }
-    }
-}
-#endif
-
 /* the dword of a k pair: low half k = 2p, high half 2p+1 */
 static inline uint32_t pair(uint16_t lo, uint16_t hi) { return (uint32_t)lo | (uint32_t)hi << 16; }
 
 /* dst[p][R] for the pairs of k in [k0, k0+kl), rows [r0, r0+rn) of v; rows
  * rn..R-1 and k >= K are zero. */
 static void pack(uint32_t *restrict dst, bf_view v, long r0, int rn, int R,
-                 long k0, int kl, long K, int simd) {
+                 long k0, int kl, long K) {
     int np = (kl + 1) / 2;
     int full = (int)((K - k0) / 2 < np ? (K - k0) / 2 : np);   /* pairs with both k < K */
     if (rn < R || full < np) memset(dst, 0, sizeof(uint32_t) * (size_t)np * R);
-#ifdef BF_HAVE_X86
-    if (v.ks == 1 && simd) {
-        const void *src = v.f32 ? (const void *)((const float *)v.p + r0 * v.rs + k0)
-                                : (const void *)((const uint16_t *)v.p + r0 * v.rs + k0);
-        pack_rows_avx512(dst, src, v.f32, v.rs, rn, R, full);
-    } else
-#else
-    (void)simd;
-#endif
     if (v.ks == 1 && !v.f32) {  /* pairs contiguous in a row: a dword transpose */
         for (int r = 0; r < rn; r++) {
             const uint16_t *row = (const uint16_t *)v.p + (r0 + r) * v.rs + k0;
@@ -286,6 +205,7 @@ static void ukr_portable(int np, const uint32_t *restrict pa, const uint32_t *re
 }
 
 #ifdef BF_HAVE_X86
+#define BF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 BF_AVX512
 static void ukr_avx512(int np, const uint32_t *restrict pa, const uint32_t *restrict pb,
@@ -415,10 +335,10 @@ static void gemm_bf16(float *C, long ldc, bf_view A, bf_view Bt, const float *bi
             int first = k0 == 0, last = k0 + kl == K;
             for (int i = 0; i < mc; i += BF_MR)
                 pack(pa + (size_t)(i / BF_MR) * np * BF_MR, A, m0 + i,
-                     mc - i < BF_MR ? mc - i : BF_MR, BF_MR, k0, kl, K, path);
+                     mc - i < BF_MR ? mc - i : BF_MR, BF_MR, k0, kl, K);
             for (int j = 0; j < nc; j += BF_NR) {
                 int nr = nc - j < BF_NR ? nc - j : BF_NR;
-                pack(pb, Bt, n0 + j, nr, BF_NR, k0, kl, K, path);
+                pack(pb, Bt, n0 + j, nr, BF_NR, k0, kl, K);
                 for (int i = 0; i < mc; i += BF_MR)
                     ukr(np, pa + (size_t)(i / BF_MR) * np * BF_MR, pb,
                         C + (long)(m0 + i) * ldc + n0 + j, ldc,
