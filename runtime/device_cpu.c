@@ -82,27 +82,6 @@ static int cpu_matmul_bf16_backward(float *dinp, float *dw, float *db, const uin
     return ZT_OK;
 }
 
-/* -1 only on the AMX path, whose bf16 copies of the activations failed to
- * allocate (kernels.h) */
-static int cpu_matmul_bf16_forward_f32in(float *out, const float *inp, const uint16_t *w,
-                                         const float *b, int N, int C, int OC)
-{
-    if (zk_matmul_bf16_forward_f32in(out, inp, w, b, N, C, OC) != 0)
-        return zt_error(ZT_ENOMEM, "zt_matmul_bf16_forward: out of memory for the bf16 copy "
-                        "of inp (%d x %d) that the AMX path reads", N, C);
-    return ZT_OK;
-}
-
-static int cpu_matmul_bf16_backward_f32in(float *dinp, float *dw, float *db, const float *dout,
-                                          const float *inp, const uint16_t *w, int N, int C,
-                                          int OC)
-{
-    if (zk_matmul_bf16_backward_f32in(dinp, dw, db, dout, inp, w, N, C, OC) != 0)
-        return zt_error(ZT_ENOMEM, "zt_matmul_bf16_backward: out of memory for the bf16 "
-                        "copies of dout (%d x %d) and inp that the AMX path reads", N, OC);
-    return ZT_OK;
-}
-
 static void cpu_copy(void *dst, const void *src, size_t nbytes)
 {
     if (nbytes % sizeof(float) == 0 && ((uintptr_t)dst | (uintptr_t)src) % 4 == 0)
@@ -141,8 +120,6 @@ const zt_device_ops zt_cpu_device = {
     .matmul_backward = cpu_matmul_backward,
     .matmul_bf16_forward = cpu_matmul_bf16_forward,
     .matmul_bf16_backward = cpu_matmul_bf16_backward,
-    .matmul_bf16_forward_f32in = cpu_matmul_bf16_forward_f32in,
-    .matmul_bf16_backward_f32in = cpu_matmul_bf16_backward_f32in,
     .attention_forward = zk_attention_forward,
     .attention_backward = zk_attention_backward,
     .attention_decode = zk_attention_decode,

@@ -93,13 +93,6 @@ typedef struct zt_device_ops {
                                const float *b, int N, int C, int OC);
     int (*matmul_bf16_backward)(float *dinp, float *dw, float *db, const uint16_t *dout,
                                 const uint16_t *inp, const uint16_t *w, int N, int C, int OC);
-    /* the same with f32 activations (inp, dout) rounded to bf16 as read:
-     * the bits of a cast first. NULL where the device cannot (ops.c then
-     * asks for bf16 activations). */
-    int (*matmul_bf16_forward_f32in)(float *out, const float *inp, const uint16_t *w,
-                                     const float *b, int N, int C, int OC);
-    int (*matmul_bf16_backward_f32in)(float *dinp, float *dw, float *db, const float *dout,
-                                      const float *inp, const uint16_t *w, int N, int C, int OC);
     void (*attention_forward)(float *out, float *lse, const float *qkv,
                               int B, int T, int C, int NH);
     void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,

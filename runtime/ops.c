@@ -288,27 +288,8 @@ int zt_matmul_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db, const zt_t
                                      (int)N, (int)C, (int)OC);
 }
 
-/* The bf16 linear layer: weight (OC,C) bf16, inp (..,C) bf16 or f32 (f32:
- * rounded to bf16 as the GEMM reads it, where the device can), the rest
- * f32. Sizes must fit the kernels' int. */
-/* An activation operand of a bf16 GEMM: bf16, or f32 where the device's
- * GEMMs round f32 as they read it (zt_matmul_bf16_reads_f32). */
-static int bf16_activation(const char *op, const char *name, const zt_tensor *t)
-{
-    char b[96];
-    if (t && t->dtype == ZT_F32 && zt_dev()->matmul_bf16_forward_f32in == NULL)
-        return zt_error(ZT_EINVAL, "%s: %s is f32, and the %s device's bf16 GEMMs read bf16 "
-                        "activations only: cast it to bf16 first (zt_cast)", op, name,
-                        zt_device_name());
-    if (t && t->dtype == ZT_F32) return ZT_OK;
-    if (t && t->dtype != ZT_BF16)
-        return zt_error(ZT_EINVAL, "%s: %s must be bf16 or f32, got %s", op, name,
-                        desc(t, b, sizeof b));
-    return need(op, name, t, ZT_BF16);
-}
-
-int zt_matmul_bf16_reads_f32(void) { return zt_dev()->matmul_bf16_forward_f32in != NULL; }
-
+/* The bf16 linear layer: weight (OC,C) and inp (..,C) bf16, the rest f32.
+ * Sizes must fit the kernels' int. */
 static int bf16_dims(const char *op, const zt_tensor *inp, const zt_tensor *w,
                      int64_t *N, int64_t *C, int64_t *OC)
 {
@@ -317,7 +298,7 @@ static int bf16_dims(const char *op, const zt_tensor *inp, const zt_tensor *w,
     ZT_CHECK(w->ndim == 2, "%s: weight must be 2-D (OC,C) bf16, got %s", op,
              desc(w, d, sizeof d));
     *OC = w->shape[0]; *C = w->shape[1];
-    ZT_TRY(bf16_activation(op, "inp", inp));
+    ZT_TRY(need(op, "inp", inp, ZT_BF16));
     ZT_CHECK(last_dim(inp) == *C, "%s: inp %s does not match weight (OC=%lld, C=%lld)", op,
              desc(inp, d, sizeof d), (long long)*OC, (long long)*C);
     *N = inp->numel / *C;
@@ -336,9 +317,6 @@ int zt_matmul_bf16_forward(zt_tensor *out, const zt_tensor *inp, const zt_tensor
     ZT_TRY(need_numel(op, "out", out, ZT_F32, N * OC, "(N,OC) f32"));
     if (b) ZT_TRY(need_numel(op, "bias", b, ZT_F32, OC, "(OC) f32"));
     ZT_TRY(ready(op, "out", out, "inp", inp, "weight", w, "bias", b, NULL));
-    if (inp->dtype == ZT_F32)
-        return zt_dev()->matmul_bf16_forward_f32in(out->data, inp->data, w->data,
-                                                   b ? b->data : NULL, (int)N, (int)C, (int)OC);
     return zt_dev()->matmul_bf16_forward(out->data, inp->data, w->data, b ? b->data : NULL,
                                          (int)N, (int)C, (int)OC);
 }
@@ -353,21 +331,12 @@ int zt_matmul_bf16_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db,
              "computes both (pass dweight too, or neither for the input gradient only)", op);
     ZT_CHECK(dinp != NULL || dw != NULL, "%s: nothing to compute: dinp and dweight are "
              "both NULL", op);
-    ZT_TRY(bf16_activation(op, "dout", dout));
-    ZT_CHECK(dout->dtype == inp->dtype, "%s: dout is %s and inp %s: the activations of a bf16 "
-             "GEMM share one dtype (bf16, or f32 rounded as read)", op,
-             zt_dtype_name(dout->dtype), zt_dtype_name(inp->dtype));
-    ZT_TRY(need_numel(op, "dout", dout, dout->dtype, N * OC, "(N,OC)"));
+    ZT_TRY(need_numel(op, "dout", dout, ZT_BF16, N * OC, "(N,OC) bf16"));
     if (dw) ZT_TRY(need_numel(op, "dweight", dw, ZT_F32, OC * C, "(OC,C) f32"));
     if (dinp) ZT_TRY(need_numel(op, "dinp", dinp, ZT_F32, N * C, "(N,C) f32"));
     if (db) ZT_TRY(need_numel(op, "dbias", db, ZT_F32, OC, "(OC) f32"));
     ZT_TRY(ready(op, "dinp", dinp, "dweight", dw, "dbias", db, "dout", dout, "inp", inp,
                  "weight", w, NULL));
-    if (dout->dtype == ZT_F32)
-        return zt_dev()->matmul_bf16_backward_f32in(dinp ? dinp->data : NULL,
-                                                    dw ? dw->data : NULL, db ? db->data : NULL,
-                                                    dout->data, inp->data, w->data,
-                                                    (int)N, (int)C, (int)OC);
     return zt_dev()->matmul_bf16_backward(dinp ? dinp->data : NULL, dw ? dw->data : NULL,
                                           db ? db->data : NULL, dout->data, inp->data,
                                           w->data, (int)N, (int)C, (int)OC);

@@ -179,8 +179,8 @@ int zt_matmul_backward(zt_tensor *dinp, zt_tensor *dweight, zt_tensor *dbias,
                        const zt_tensor *dout, const zt_tensor *inp,
                        const zt_tensor *weight);
 /* The same on bf16 operands with fp32 accumulation (mixed precision):
- * weight (OC,C) bf16; inp (N,C) and dout (N,OC) bf16, or both f32 where
- * zt_matmul_bf16_reads_f32 (below); out, dinp, dweight, bias, dbias f32. Every output element is one fixed sequential chain over k with
+ * inp (N,C), weight (OC,C), dout (N,OC) bf16; out, dinp, dweight, bias,
+ * dbias f32. Every output element is one fixed sequential chain over k with
  * VDPBF16PS's arithmetic (kernels/cpu/matmul_bf16.c states it exactly), so
  * the bits are the same on any thread count and any CPU (AVX512_BF16 where
  * present, a much slower portable path elsewhere: zt_matmul_bf16_info).
@@ -190,11 +190,6 @@ int zt_matmul_bf16_forward(zt_tensor *out, const zt_tensor *inp,
 int zt_matmul_bf16_backward(zt_tensor *dinp, zt_tensor *dweight, zt_tensor *dbias,
                             const zt_tensor *dout, const zt_tensor *inp,
                             const zt_tensor *weight);
-/* Whether the active device's bf16 GEMMs also take f32 activations (inp,
- * dout), rounding them to bf16 as they read them -- the bits of casting
- * them first, without the bf16 copies: 1 on the CPU, 0 on CUDA (there
- * cast first). inp and dout of one call share a dtype. */
-int zt_matmul_bf16_reads_f32(void);
 /* qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T). */
 int zt_attention_forward(zt_tensor *out, zt_tensor *lse, const zt_tensor *qkv,
                          int NH);

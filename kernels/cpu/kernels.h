@@ -131,17 +131,6 @@ void zk_matmul_bf16_forward(float *out, const uint16_t *inp, const uint16_t *wei
 void zk_matmul_bf16_backward(float *dinp, float *dweight, float *dbias,
                              const uint16_t *dout, const uint16_t *inp,
                              const uint16_t *weight, int N, int C, int OC);
-/* The same with the activations (inp, dout) in fp32, rounded to bf16 as
- * they are read -- zk_cast_f32_bf16's rounding, so every output has the
- * bits of casting them first and calling the functions above, without the
- * bf16 copies in memory. Return 0, or -1 when the AMX path (which packs
- * its own way and takes bf16 only) could not allocate the cast copies;
- * elsewhere they cannot fail. */
-int zk_matmul_bf16_forward_f32in(float *out, const float *inp, const uint16_t *weight,
-                                 const float *bias, int N, int C, int OC);
-int zk_matmul_bf16_backward_f32in(float *dinp, float *dweight, float *dbias,
-                                  const float *dout, const float *inp,
-                                  const uint16_t *weight, int N, int C, int OC);
 /* Which path the bf16 GEMMs take. mode -1 asks, deciding on first use:
  * AMX where usable, else AVX512_BF16 where the CPU has it, else portable;
  * the environment variable ZTRAIN_BF16_GEMM = amx | avx512_bf16 | portable

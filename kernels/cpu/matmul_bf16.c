@@ -61,7 +61,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kernels.h"
-#include "bf16.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define BF_HAVE_X86 1
@@ -74,59 +73,39 @@
 #define BF_NC 1024   /* columns per task (multiple of NR)                   */
 #define BF_COL_CHUNK 64
 
-/* A matrix seen as (R, K): element (r, k) at p[r*rs + k*ks], bf16 bits, or
- * fp32 values (f32 = 1) rounded to bf16 as they are read (zk_f32_to_bf16:
- * the cast kernel's rounding, so the bits are those of a cast first). Both
- * the left operand A (R = M) and the transposed right operand B^T (R = N)
- * use it. */
-typedef struct { const void *p; long rs, ks; int f32; } bf_view;
+/* A bf16 matrix seen as (R, K): element (r, k) at p[r*rs + k*ks]. Both the
+ * left operand A (R = M) and the transposed right operand B^T (R = N) use it. */
+typedef struct { const uint16_t *p; long rs, ks; } bf_view;
 
-static inline uint16_t at(bf_view v, long r, long k) {
-    long i = r * v.rs + k * v.ks;
-    return v.f32 ? zk_f32_to_bf16(((const float *)v.p)[i]) : ((const uint16_t *)v.p)[i];
-}
-
-/* the dword of a k pair: low half k = 2p, high half 2p+1 */
-static inline uint32_t pair(uint16_t lo, uint16_t hi) { return (uint32_t)lo | (uint32_t)hi << 16; }
+static inline uint16_t at(bf_view v, long r, long k) { return v.p[r * v.rs + k * v.ks]; }
 
 /* dst[p][R] for the pairs of k in [k0, k0+kl), rows [r0, r0+rn) of v; rows
- * rn..R-1 and k >= K are zero. */
+ * rn..R-1 and k >= K are zero. A dword holds k = 2p (low) and 2p+1 (high). */
 static void pack(uint32_t *restrict dst, bf_view v, long r0, int rn, int R,
                  long k0, int kl, long K) {
     int np = (kl + 1) / 2;
     int full = (int)((K - k0) / 2 < np ? (K - k0) / 2 : np);   /* pairs with both k < K */
     if (rn < R || full < np) memset(dst, 0, sizeof(uint32_t) * (size_t)np * R);
-    if (v.ks == 1 && !v.f32) {  /* pairs contiguous in a row: a dword transpose */
+    if (v.ks == 1) {            /* pairs contiguous in a row: a dword transpose */
         for (int r = 0; r < rn; r++) {
-            const uint16_t *row = (const uint16_t *)v.p + (r0 + r) * v.rs + k0;
+            const uint16_t *row = v.p + (r0 + r) * v.rs + k0;
             for (int q = 0; q < full; q++) {
                 uint32_t d;
                 memcpy(&d, row + 2 * q, 4);
                 dst[(size_t)q * R + r] = d;
             }
         }
-    } else if (v.ks == 1) {     /* the same from fp32 pairs */
-        for (int r = 0; r < rn; r++) {
-            const float *row = (const float *)v.p + (r0 + r) * v.rs + k0;
-            for (int q = 0; q < full; q++)
-                dst[(size_t)q * R + r] = pair(zk_f32_to_bf16(row[2 * q]), zk_f32_to_bf16(row[2 * q + 1]));
-        }
-    } else if (v.rs == 1 && !v.f32) {   /* rows contiguous: interleave two k rows */
+    } else if (v.rs == 1) {     /* rows contiguous: interleave two k rows */
         for (int q = 0; q < full; q++) {
-            const uint16_t *lo = (const uint16_t *)v.p + (k0 + 2 * q) * v.ks + r0, *hi = lo + v.ks;
+            const uint16_t *lo = v.p + (k0 + 2 * q) * v.ks + r0, *hi = lo + v.ks;
             uint32_t *restrict d = dst + (size_t)q * R;
-            for (int r = 0; r < rn; r++) d[r] = pair(lo[r], hi[r]);
-        }
-    } else if (v.rs == 1) {     /* the same from fp32 rows */
-        for (int q = 0; q < full; q++) {
-            const float *lo = (const float *)v.p + (k0 + 2 * q) * v.ks + r0, *hi = lo + v.ks;
-            uint32_t *restrict d = dst + (size_t)q * R;
-            for (int r = 0; r < rn; r++) d[r] = pair(zk_f32_to_bf16(lo[r]), zk_f32_to_bf16(hi[r]));
+            for (int r = 0; r < rn; r++) d[r] = (uint32_t)lo[r] | (uint32_t)hi[r] << 16;
         }
     } else {
         for (int q = 0; q < full; q++)
             for (int r = 0; r < rn; r++)
-                dst[(size_t)q * R + r] = pair(at(v, r0 + r, k0 + 2 * q), at(v, r0 + r, k0 + 2 * q + 1));
+                dst[(size_t)q * R + r] = (uint32_t)at(v, r0 + r, k0 + 2 * q) |
+                                         (uint32_t)at(v, r0 + r, k0 + 2 * q + 1) << 16;
     }
     if (full < np)              /* odd K: the last pair's high half is the +0 pad */
         for (int r = 0; r < rn; r++)
@@ -321,7 +300,6 @@ static void gemm_bf16(float *C, long ldc, bf_view A, bf_view Bt, const float *bi
         return;
     }
     if (path == 2) {
-        /* fp32 operands reach AMX already cast (the _f32in entry points) */
         zk_amx_gemm(C, ldc, A.p, A.rs, A.ks, Bt.p, Bt.rs, Bt.ks, bias, M, N, K);
         return;
     }
@@ -349,23 +327,25 @@ static void gemm_bf16(float *C, long ldc, bf_view A, bf_view Bt, const float *bi
     }
 }
 
-/* The three products over operand views (bf16 or fp32: bf_view). */
-static void forward_v(float *out, bf_view inp, const uint16_t *weight, const float *bias,
-                      int N, int C, int OC) {
-    bf_view Bt = {weight, C, 1, 0};     /* B^T = weight (OC, C) */
-    gemm_bf16(out, OC, inp, Bt, bias, N, OC, C);
+void zk_matmul_bf16_forward(float *out, const uint16_t *inp, const uint16_t *weight,
+                            const float *bias, int N, int C, int OC) {
+    bf_view A = {inp, C, 1};        /* (N, C)                      */
+    bf_view Bt = {weight, C, 1};    /* B^T = weight (OC, C)        */
+    gemm_bf16(out, OC, A, Bt, bias, N, OC, C);
 }
 
-static void backward_v(float *dinp, float *dweight, float *dbias, const void *dout, int dout_f32,
-                       bf_view inp_t, const uint16_t *weight, int N, int C, int OC) {
+void zk_matmul_bf16_backward(float *dinp, float *dweight, float *dbias,
+                             const uint16_t *dout, const uint16_t *inp,
+                             const uint16_t *weight, int N, int C, int OC) {
     if (dinp != NULL) {             /* (N,C) = dout (N,OC) @ weight (OC,C) */
-        bf_view A = {dout, OC, 1, dout_f32};
-        bf_view Bt = {weight, 1, C, 0};     /* B^T (C, OC): element (c, o) = weight[o][c] */
+        bf_view A = {dout, OC, 1};
+        bf_view Bt = {weight, 1, C};    /* B^T (C, OC): element (c, o) = weight[o][c] */
         gemm_bf16(dinp, C, A, Bt, NULL, N, C, OC);
     }
     if (dweight != NULL) {          /* (OC,C) = dout^T (OC,N) @ inp (N,C) */
-        bf_view A = {dout, 1, OC, dout_f32};   /* element (o, n) = dout[n][o] */
-        gemm_bf16(dweight, C, A, inp_t, NULL, OC, C, N);
+        bf_view A = {dout, 1, OC};      /* element (o, n) = dout[n][o] */
+        bf_view Bt = {inp, 1, C};       /* element (c, n) = inp[n][c]  */
+        gemm_bf16(dweight, C, A, Bt, NULL, OC, C, N);
     }
     if (dbias == NULL) return;
     int nchunk = (OC + BF_COL_CHUNK - 1) / BF_COL_CHUNK;
@@ -374,64 +354,9 @@ static void backward_v(float *dinp, float *dweight, float *dbias, const void *do
         int j0 = k * BF_COL_CHUNK, w = OC - j0 < BF_COL_CHUNK ? OC - j0 : BF_COL_CHUNK;
         double acc[BF_COL_CHUNK] = {0};
         for (int n = 0; n < N; n++) {
-            if (dout_f32) {     /* the column sums of the ROUNDED dout, as after a cast */
-                const float *restrict d = (const float *)dout + (size_t)n * OC + j0;
-                for (int j = 0; j < w; j++) acc[j] += (double)u2f((uint32_t)zk_f32_to_bf16(d[j]) << 16);
-            } else {
-                const uint16_t *restrict d = (const uint16_t *)dout + (size_t)n * OC + j0;
-                for (int j = 0; j < w; j++) acc[j] += (double)u2f((uint32_t)d[j] << 16);
-            }
+            const uint16_t *restrict d = dout + (size_t)n * OC + j0;
+            for (int j = 0; j < w; j++) acc[j] += (double)u2f((uint32_t)d[j] << 16);
         }
         for (int j = 0; j < w; j++) dbias[j0 + j] = (float)acc[j];
     }
-}
-
-void zk_matmul_bf16_forward(float *out, const uint16_t *inp, const uint16_t *weight,
-                            const float *bias, int N, int C, int OC) {
-    forward_v(out, (bf_view){inp, C, 1, 0}, weight, bias, N, C, OC);
-}
-
-void zk_matmul_bf16_backward(float *dinp, float *dweight, float *dbias,
-                             const uint16_t *dout, const uint16_t *inp,
-                             const uint16_t *weight, int N, int C, int OC) {
-    backward_v(dinp, dweight, dbias, dout, 0, (bf_view){inp, 1, C, 0}, weight, N, C, OC);
-}
-
-/* ---- fp32 activations, rounded as they are read --------------------------
- * gemm_bf16 packs each task's blocks from the operands: a task of BF_MC rows
- * packs its slivers of B, one of BF_NC columns its block of A. An fp32
- * operand packed more than twice is cast once into a bf16 copy instead
- * (malloc; where that fails, it is read as fp32 every time: slower, the
- * same bits). AMX packs its own way: there both are cast first. */
-#define BF_REREAD_MAX 2
-
-/* a bf16 copy of src (n floats), or NULL */
-static uint16_t *cast_copy(const float *src, size_t n) {
-    uint16_t *t = malloc(n * sizeof(uint16_t) + 64);
-    if (t != NULL) zk_cast_f32_bf16(t, src, n);
-    return t;
-}
-
-int zk_matmul_bf16_forward_f32in(float *out, const float *inp, const uint16_t *weight,
-                                 const float *bias, int N, int C, int OC) {
-    int amx = zk_bf16_simd(-1) == 2, packs = (OC + BF_NC - 1) / BF_NC;
-    uint16_t *t = amx || packs > BF_REREAD_MAX ? cast_copy(inp, (size_t)N * C) : NULL;
-    if (amx && t == NULL) return -1;
-    forward_v(out, t ? (bf_view){t, C, 1, 0} : (bf_view){inp, C, 1, 1}, weight, bias, N, C, OC);
-    free(t);
-    return 0;
-}
-
-int zk_matmul_bf16_backward_f32in(float *dinp, float *dweight, float *dbias,
-                                  const float *dout, const float *inp,
-                                  const uint16_t *weight, int N, int C, int OC) {
-    int amx = zk_bf16_simd(-1) == 2, packs = (OC + BF_MC - 1) / BF_MC;
-    uint16_t *td = amx ? cast_copy(dout, (size_t)N * OC) : NULL;
-    uint16_t *ti = dweight != NULL && (amx || packs > BF_REREAD_MAX) ? cast_copy(inp, (size_t)N * C) : NULL;
-    if (amx && (td == NULL || (dweight != NULL && ti == NULL))) { free(td); free(ti); return -1; }
-    bf_view inp_t = ti ? (bf_view){ti, 1, C, 0} : (bf_view){inp, 1, C, 1};
-    backward_v(dinp, dweight, dbias, td ? (const void *)td : dout, td == NULL, inp_t, weight, N, C, OC);
-    free(td);
-    free(ti);
-    return 0;
 }

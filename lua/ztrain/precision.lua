@@ -9,7 +9,7 @@
 --
 -- Storage and compute are separate: a unit's parameters (u.params) and
 -- gradients (u.grads) are low-precision tensors, and the kernels compute in
--- fp32 (the GEMMs in bf16 with device.bf16_gemm: below). The stage runner
+-- fp32 (this CPU backend has no bf16 GEMM wired in yet). The stage runner
 -- (driver/stage.lua) calls enter/leave around each unit's forward and
 -- backward: enter casts the parameters of the units it reads (the unit, and
 -- the embedding for the tied head) into fp32 work buffers and points the
@@ -22,7 +22,6 @@
 -- precision.
 local T = require "ztrain.tensor"
 local ops = require "ztrain.ops"
-local C = require("ztrain.ffi").C
 
 local M = {}
 
@@ -170,10 +169,7 @@ end
 ---------------------------------------------------------------------------
 -- bf16 GEMMs (device.bf16_gemm): every matmul of a pass takes its operands
 -- rounded to bf16 -- the weights exactly (they are stored as bf16), the
--- activations and their gradients by rounding (on the CPU the GEMM rounds
--- the fp32 activations as it reads them, zt_matmul_bf16_reads_f32: the bits
--- of a cast first, without the bf16 copies; elsewhere they are cast into
--- bf16 buffers first) -- and accumulates in fp32
+-- activations and their gradients by rounding -- and accumulates in fp32
 -- (zt_matmul_bf16_*: AVX512_BF16 or AMX where the CPU has them, a portable
 -- path with the same bits elsewhere). Other math than the fp32 kernels on
 -- the same stored values, the same for every strategy. bf16 storage only
@@ -185,8 +181,7 @@ MMB.__index = MMB
 -- entered is read from its stored bf16 view instead of cast again.
 function M.bf16_gemm(tier, policy)
   if policy and policy.dtype == "bf16" then policy.lp_of = policy.lp_of or {} end
-  return setmetatable({ tier = tier, free_bufs = {}, bases = {}, views = {}, policy = policy,
-                        reads_f32 = C.zt_matmul_bf16_reads_f32() == 1 }, MMB)
+  return setmetatable({ tier = tier, free_bufs = {}, bases = {}, views = {}, policy = policy }, MMB)
 end
 
 -- a bf16 buffer shaped like t (reused across calls; given back by :done())
@@ -220,20 +215,13 @@ function MMB:weight(w, fill)
   return self:buf(w, fill)
 end
 
--- an fp32 activation as the GEMM takes it: itself where the GEMM rounds as
--- it reads, else its bf16 cast (only where `fill`: else just the shape)
-function MMB:act(t, fill)
-  if self.reads_f32 then return t end
-  return self:buf(t, fill)
-end
-
 function MMB:forward_(out, inp, w, b)
-  ops.matmul_bf16_forward(out, self:act(inp, true), self:weight(w, true), b)
+  ops.matmul_bf16_forward(out, self:buf(inp, true), self:weight(w, true), b)
 end
 
 function MMB:backward_(dinp, dw, db, dout, inp, w)
-  -- w is read only for dinp, inp only for dw (without them, the shapes)
-  ops.matmul_bf16_backward(dinp, dw, db, self:act(dout, true), self:act(inp, dw ~= nil), self:weight(w, dinp ~= nil))
+  -- w is read only for dinp (without it, w only gives the shape)
+  ops.matmul_bf16_backward(dinp, dw, db, self:buf(dout, true), self:buf(inp, dw ~= nil), self:weight(w, dinp ~= nil))
 end
 
 -- the interface gpt2.lua calls: mm.forward(...), mm.backward(...)
