@@ -121,4 +121,19 @@ extern const zt_device_ops zt_cpu_device;
 /* The active device (CPU until zt_device_init selects another). */
 const zt_device_ops *zt_dev(void);
 
+/* Before work on the calling thread on bytes of one tier: stream order
+ * (zt_stream_enter), and *dev, the table that runs it. Host-tier bytes are
+ * the CPU device's whatever device is active (ZeRO-Offload's optimizer step,
+ * offload staging chunks, checkpointed inputs on the host run the CPU
+ * kernels, not GPU kernels on pinned host pointers); with another device
+ * active the current stream's device work is waited for first, since a copy
+ * into those bytes may still be queued there. The device tier is the active
+ * device's. On the CPU backend both are zt_cpu_device and nothing waits. */
+static inline int zt_tier_enter(int tier, const zt_device_ops **dev)
+{
+    ZT_TRY(zt_stream_enter());
+    *dev = tier == ZT_TIER_HOST ? &zt_cpu_device : zt_dev();
+    return *dev != zt_dev() ? zt_dev()->sync() : ZT_OK;
+}
+
 #endif

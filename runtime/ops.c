@@ -42,10 +42,12 @@ static int need_numel(const char *op, const char *name, const zt_tensor *t,
 
 static int64_t last_dim(const zt_tensor *t) { return t->shape[t->ndim - 1]; }
 
-/* ready(op, "name", tensor, ..., NULL): every non-NULL operand is on one
- * addressable tier, and the calling thread's stream has finished its earlier
- * work (stream order). Call after the shape checks, right before issuing. */
-static int ready(const char *op, ...)
+/* ready(&dev, op, "name", tensor, ..., NULL): every non-NULL operand is on
+ * one addressable tier, the calling thread's stream has finished its earlier
+ * work (stream order), and dev is the table to issue to: the CPU device for
+ * host-tier operands, the active device for the device tier (zt_tier_enter).
+ * Call after the shape checks, right before issuing. */
+static int ready(const zt_device_ops **dev, const char *op, ...)
 {
     const char *first_name = NULL;
     const zt_tensor *first = NULL;
@@ -74,7 +76,7 @@ static int ready(const char *op, ...)
         }
     }
     va_end(ap);
-    return zt_stream_enter();
+    return zt_tier_enter(first ? first->storage->tier : ZT_TIER_DEVICE, dev);
 }
 
 /* A kernel skipped `bad` token ids outside [0,V): a clear error, never a
@@ -92,8 +94,9 @@ static int bad_tokens(const char *op, const char *what, int bad, int64_t n, int6
 int zt_fill(zt_tensor *x, float v)
 {
     ZT_TRY(need("zt_fill", "x", x, ZT_F32));
-    ZT_TRY(ready("zt_fill", "x", x, NULL));
-    zt_dev()->fill(x->data, v, (size_t)x->numel);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, "zt_fill", "x", x, NULL));
+    dev->fill(x->data, v, (size_t)x->numel);
     return ZT_OK;
 }
 
@@ -101,16 +104,18 @@ int zt_copy(zt_tensor *dst, const zt_tensor *src)
 {
     ZT_CHECK(dst && src, "zt_copy: NULL tensor");
     ZT_TRY(need_numel("zt_copy", "dst", dst, src->dtype, src->numel, "(same as src)"));
-    ZT_TRY(ready("zt_copy", "dst", dst, "src", src, NULL));
-    zt_dev()->copy(dst->data, src->data, (size_t)src->numel * zt_dtype_size(src->dtype));
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, "zt_copy", "dst", dst, "src", src, NULL));
+    dev->copy(dst->data, src->data, (size_t)src->numel * zt_dtype_size(src->dtype));
     return ZT_OK;
 }
 
 int zt_scale(zt_tensor *x, float a)
 {
     ZT_TRY(need("zt_scale", "x", x, ZT_F32));
-    ZT_TRY(ready("zt_scale", "x", x, NULL));
-    zt_dev()->scale(x->data, a, (size_t)x->numel);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, "zt_scale", "x", x, NULL));
+    dev->scale(x->data, a, (size_t)x->numel);
     return ZT_OK;
 }
 
@@ -118,8 +123,9 @@ int zt_axpy(zt_tensor *y, float a, const zt_tensor *x)
 {
     ZT_TRY(need("zt_axpy", "x", x, ZT_F32));
     ZT_TRY(need_numel("zt_axpy", "y", y, ZT_F32, x->numel, "(same as x)"));
-    ZT_TRY(ready("zt_axpy", "y", y, "x", x, NULL));
-    zt_dev()->axpy(y->data, a, x->data, (size_t)x->numel);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, "zt_axpy", "y", y, "x", x, NULL));
+    dev->axpy(y->data, a, x->data, (size_t)x->numel);
     return ZT_OK;
 }
 
@@ -127,8 +133,9 @@ int zt_add(zt_tensor *y, const zt_tensor *x)
 {
     ZT_TRY(need("zt_add", "x", x, ZT_F32));
     ZT_TRY(need_numel("zt_add", "y", y, ZT_F32, x->numel, "(same as x)"));
-    ZT_TRY(ready("zt_add", "y", y, "x", x, NULL));
-    zt_dev()->add(y->data, x->data, (size_t)x->numel);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, "zt_add", "y", y, "x", x, NULL));
+    dev->add(y->data, x->data, (size_t)x->numel);
     return ZT_OK;
 }
 
@@ -137,8 +144,9 @@ int zt_add3(zt_tensor *out, const zt_tensor *a, const zt_tensor *b)
     ZT_TRY(need("zt_add3", "a", a, ZT_F32));
     ZT_TRY(need_numel("zt_add3", "b", b, ZT_F32, a->numel, "(same as a)"));
     ZT_TRY(need_numel("zt_add3", "out", out, ZT_F32, a->numel, "(same as a)"));
-    ZT_TRY(ready("zt_add3", "out", out, "a", a, "b", b, NULL));
-    zt_dev()->add3(out->data, a->data, b->data, (size_t)a->numel);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, "zt_add3", "out", out, "a", a, "b", b, NULL));
+    dev->add3(out->data, a->data, b->data, (size_t)a->numel);
     return ZT_OK;
 }
 
@@ -152,8 +160,9 @@ int zt_cast(zt_tensor *dst, const zt_tensor *src)
              (dst->dtype == ZT_F32 && (src->dtype == ZT_BF16 || src->dtype == ZT_F16));
     ZT_CHECK(ok, "zt_cast: no cast from %s to %s (supported: f32 <-> bf16, f32 <-> f16)",
              zt_dtype_name(src->dtype), zt_dtype_name(dst->dtype));
-    ZT_TRY(ready("zt_cast", "dst", dst, "src", src, NULL));
-    zt_dev()->cast(dst->data, dst->dtype, src->data, src->dtype, (size_t)src->numel);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, "zt_cast", "dst", dst, "src", src, NULL));
+    dev->cast(dst->data, dst->dtype, src->data, src->dtype, (size_t)src->numel);
     return ZT_OK;
 }
 
@@ -171,10 +180,11 @@ int zt_encoder_forward(zt_tensor *out, const zt_tensor *tokens, const zt_tensor 
     ZT_CHECK(T <= wpe->shape[0], "%s: sequence length %lld exceeds the model's context %lld; "
              "lower data.seq_len", op, (long long)T, (long long)wpe->shape[0]);
     ZT_TRY(need_numel(op, "out", out, ZT_F32, B * T * C, "(B,T,C)"));
-    ZT_TRY(ready(op, "out", out, "tokens", tokens, "wte", wte, "wpe", wpe, NULL));
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "out", out, "tokens", tokens, "wte", wte, "wpe", wpe, NULL));
     int64_t V = wte->shape[0];
-    int bad = zt_dev()->encoder_forward(out->data, tokens->data, wte->data, wpe->data,
-                                        (int)B, (int)T, (int)C, (int)V);
+    int bad = dev->encoder_forward(out->data, tokens->data, wte->data, wpe->data,
+                                   (int)B, (int)T, (int)C, (int)V);
     return bad_tokens(op, "tokens", bad, B * T, V);
 }
 
@@ -190,9 +200,10 @@ int zt_encoder_backward(zt_tensor *dwte, zt_tensor *dwpe, const zt_tensor *dout,
     int64_t B = tokens->shape[0], T = tokens->shape[1], V = dwte->shape[0], C = dwte->shape[1];
     ZT_CHECK(dwpe->shape[1] == C && T <= dwpe->shape[0], "%s: dwpe shape mismatch", op);
     ZT_TRY(need_numel(op, "dout", dout, ZT_F32, B * T * C, "(B,T,C)"));
-    ZT_TRY(ready(op, "dwte", dwte, "dwpe", dwpe, "dout", dout, "tokens", tokens, NULL));
-    int bad = zt_dev()->encoder_backward(dwte->data, dwpe->data, dout->data, tokens->data,
-                                         (int)B, (int)T, (int)C, (int)V);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "dwte", dwte, "dwpe", dwpe, "dout", dout, "tokens", tokens, NULL));
+    int bad = dev->encoder_backward(dwte->data, dwpe->data, dout->data, tokens->data,
+                                    (int)B, (int)T, (int)C, (int)V);
     return bad_tokens(op, "tokens", bad, B * T, V);
 }
 
@@ -209,10 +220,11 @@ int zt_layernorm_forward(zt_tensor *out, zt_tensor *mean, zt_tensor *rstd,
     ZT_TRY(need_numel(op, "out", out, ZT_F32, N * C, "(N,C)"));
     ZT_TRY(need_numel(op, "mean", mean, ZT_F32, N, "(N)"));
     ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, N, "(N)"));
-    ZT_TRY(ready(op, "out", out, "mean", mean, "rstd", rstd, "inp", inp, "weight", w,
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "out", out, "mean", mean, "rstd", rstd, "inp", inp, "weight", w,
                  "bias", b, NULL));
-    zt_dev()->layernorm_forward(out->data, mean->data, rstd->data, inp->data, w->data,
-                                b->data, (int)N, (int)C);
+    dev->layernorm_forward(out->data, mean->data, rstd->data, inp->data, w->data,
+                           b->data, (int)N, (int)C);
     return ZT_OK;
 }
 
@@ -236,11 +248,12 @@ int zt_layernorm_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db,
     if (db) ZT_TRY(need_numel(op, "dbias", db, ZT_F32, C, "(C)"));
     ZT_TRY(need_numel(op, "mean", mean, ZT_F32, N, "(N)"));
     ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, N, "(N)"));
-    ZT_TRY(ready(op, "dinp", dinp, "dweight", dw, "dbias", db, "dout", dout, "inp", inp,
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "dinp", dinp, "dweight", dw, "dbias", db, "dout", dout, "inp", inp,
                  "weight", w, "mean", mean, "rstd", rstd, NULL));
-    zt_dev()->layernorm_backward(dinp ? dinp->data : NULL, dw ? dw->data : NULL,
-                                 db ? db->data : NULL, dout->data, inp->data,
-                                 w->data, mean->data, rstd->data, (int)N, (int)C);
+    dev->layernorm_backward(dinp ? dinp->data : NULL, dw ? dw->data : NULL,
+                            db ? db->data : NULL, dout->data, inp->data,
+                            w->data, mean->data, rstd->data, (int)N, (int)C);
     return ZT_OK;
 }
 
@@ -258,9 +271,10 @@ int zt_matmul_forward(zt_tensor *out, const zt_tensor *inp, const zt_tensor *w,
     int64_t N = inp->numel / C;
     ZT_TRY(need_numel(op, "out", out, ZT_F32, N * OC, "(N,OC)"));
     if (b) ZT_TRY(need_numel(op, "bias", b, ZT_F32, OC, "(OC)"));
-    ZT_TRY(ready(op, "out", out, "inp", inp, "weight", w, "bias", b, NULL));
-    return zt_dev()->matmul_forward(out->data, inp->data, w->data, b ? b->data : NULL,
-                                    (int)N, (int)C, (int)OC);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "out", out, "inp", inp, "weight", w, "bias", b, NULL));
+    return dev->matmul_forward(out->data, inp->data, w->data, b ? b->data : NULL,
+                               (int)N, (int)C, (int)OC);
 }
 
 int zt_matmul_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db, const zt_tensor *dout,
@@ -281,11 +295,12 @@ int zt_matmul_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db, const zt_t
     if (dw) ZT_TRY(need_numel(op, "dweight", dw, ZT_F32, OC * C, "(OC,C)"));
     if (dinp) ZT_TRY(need_numel(op, "dinp", dinp, ZT_F32, N * C, "(N,C)"));
     if (db) ZT_TRY(need_numel(op, "dbias", db, ZT_F32, OC, "(OC)"));
-    ZT_TRY(ready(op, "dinp", dinp, "dweight", dw, "dbias", db, "dout", dout, "inp", inp,
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "dinp", dinp, "dweight", dw, "dbias", db, "dout", dout, "inp", inp,
                  "weight", w, NULL));
-    return zt_dev()->matmul_backward(dinp ? dinp->data : NULL, dw ? dw->data : NULL,
-                                     db ? db->data : NULL, dout->data, inp->data, w->data,
-                                     (int)N, (int)C, (int)OC);
+    return dev->matmul_backward(dinp ? dinp->data : NULL, dw ? dw->data : NULL,
+                                db ? db->data : NULL, dout->data, inp->data, w->data,
+                                (int)N, (int)C, (int)OC);
 }
 
 /* The bf16 linear layer: weight (OC,C) and inp (..,C) bf16, the rest f32.
@@ -316,8 +331,9 @@ int zt_matmul_bf16_forward(zt_tensor *out, const zt_tensor *inp, const zt_tensor
     ZT_TRY(bf16_dims(op, inp, w, &N, &C, &OC));
     ZT_TRY(need_numel(op, "out", out, ZT_F32, N * OC, "(N,OC) f32"));
     if (b) ZT_TRY(need_numel(op, "bias", b, ZT_F32, OC, "(OC) f32"));
-    ZT_TRY(ready(op, "out", out, "inp", inp, "weight", w, "bias", b, NULL));
-    return zt_dev()->matmul_bf16_forward(out->data, inp->data, w->data, b ? b->data : NULL,
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "out", out, "inp", inp, "weight", w, "bias", b, NULL));
+    return dev->matmul_bf16_forward(out->data, inp->data, w->data, b ? b->data : NULL,
                                          (int)N, (int)C, (int)OC);
 }
 
@@ -335,9 +351,10 @@ int zt_matmul_bf16_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db,
     if (dw) ZT_TRY(need_numel(op, "dweight", dw, ZT_F32, OC * C, "(OC,C) f32"));
     if (dinp) ZT_TRY(need_numel(op, "dinp", dinp, ZT_F32, N * C, "(N,C) f32"));
     if (db) ZT_TRY(need_numel(op, "dbias", db, ZT_F32, OC, "(OC) f32"));
-    ZT_TRY(ready(op, "dinp", dinp, "dweight", dw, "dbias", db, "dout", dout, "inp", inp,
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "dinp", dinp, "dweight", dw, "dbias", db, "dout", dout, "inp", inp,
                  "weight", w, NULL));
-    return zt_dev()->matmul_bf16_backward(dinp ? dinp->data : NULL, dw ? dw->data : NULL,
+    return dev->matmul_bf16_backward(dinp ? dinp->data : NULL, dw ? dw->data : NULL,
                                           db ? db->data : NULL, dout->data, inp->data,
                                           w->data, (int)N, (int)C, (int)OC);
 }
@@ -362,10 +379,11 @@ int zt_attention_forward(zt_tensor *out, zt_tensor *lse, const zt_tensor *qkv, i
     ZT_TRY(attn_dims(op, qkv, NH, &B, &T, &C));
     ZT_TRY(need_numel(op, "out", out, ZT_F32, B * T * C, "(B,T,C)"));
     ZT_TRY(need_numel(op, "lse", lse, ZT_F32, B * NH * T, "(B,NH,T)"));
-    ZT_TRY(ready(op, "out", out, "lse", lse, "qkv", qkv, NULL));
-    ZT_CHECK(zt_dev()->attention_forward != NULL, "%s: not implemented on the %s device yet; "
-             "use device.backend=cpu", op, zt_dev()->name);
-    zt_dev()->attention_forward(out->data, lse->data, qkv->data, (int)B, (int)T, (int)C, NH);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "out", out, "lse", lse, "qkv", qkv, NULL));
+    ZT_CHECK(dev->attention_forward != NULL, "%s: not implemented on the %s device yet; "
+             "use device.backend=cpu", op, dev->name);
+    dev->attention_forward(out->data, lse->data, qkv->data, (int)B, (int)T, (int)C, NH);
     return ZT_OK;
 }
 
@@ -379,11 +397,12 @@ int zt_attention_backward(zt_tensor *dqkv, const zt_tensor *dout, const zt_tenso
     ZT_TRY(need_numel(op, "dout", dout, ZT_F32, B * T * C, "(B,T,C)"));
     ZT_TRY(need_numel(op, "out", out, ZT_F32, B * T * C, "(B,T,C)"));
     ZT_TRY(need_numel(op, "lse", lse, ZT_F32, B * NH * T, "(B,NH,T)"));
-    ZT_TRY(ready(op, "dqkv", dqkv, "dout", dout, "qkv", qkv, "out", out, "lse", lse, NULL));
-    ZT_CHECK(zt_dev()->attention_backward != NULL, "%s: not implemented on the %s device yet; "
-             "use device.backend=cpu", op, zt_dev()->name);
-    zt_dev()->attention_backward(dqkv->data, dout->data, qkv->data, out->data, lse->data,
-                                 (int)B, (int)T, (int)C, NH);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "dqkv", dqkv, "dout", dout, "qkv", qkv, "out", out, "lse", lse, NULL));
+    ZT_CHECK(dev->attention_backward != NULL, "%s: not implemented on the %s device yet; "
+             "use device.backend=cpu", op, dev->name);
+    dev->attention_backward(dqkv->data, dout->data, qkv->data, out->data, lse->data,
+                            (int)B, (int)T, (int)C, NH);
     return ZT_OK;
 }
 
@@ -410,11 +429,12 @@ int zt_attention_decode(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
              "%lld positions (the model's context); stop generating at the context or "
              "start a new sequence", op, pos, (long long)(pos + T), (long long)maxT);
     ZT_TRY(need_numel(op, "out", out, ZT_F32, B * T * C, "(B,T,C)"));
-    ZT_CHECK(zt_dev()->attention_decode != NULL, "%s: not available on the %s device", op,
-             zt_dev()->name);
-    ZT_TRY(ready(op, "out", out, "kcache", kcache, "vcache", vcache, "qkv", qkv, NULL));
-    zt_dev()->attention_decode(out->data, kcache->data, vcache->data, qkv->data, (int)B, (int)T,
-                        (int)C, NH, (int)maxT, pos);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "out", out, "kcache", kcache, "vcache", vcache, "qkv", qkv, NULL));
+    ZT_CHECK(dev->attention_decode != NULL, "%s: not available on the %s device", op,
+             dev->name);
+    dev->attention_decode(out->data, kcache->data, vcache->data, qkv->data, (int)B, (int)T,
+                          (int)C, NH, (int)maxT, pos);
     return ZT_OK;
 }
 
@@ -422,8 +442,9 @@ int zt_gelu_forward(zt_tensor *out, const zt_tensor *inp)
 {
     ZT_TRY(need("zt_gelu_forward", "inp", inp, ZT_F32));
     ZT_TRY(need_numel("zt_gelu_forward", "out", out, ZT_F32, inp->numel, "(same as inp)"));
-    ZT_TRY(ready("zt_gelu_forward", "out", out, "inp", inp, NULL));
-    zt_dev()->gelu_forward(out->data, inp->data, (size_t)inp->numel);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, "zt_gelu_forward", "out", out, "inp", inp, NULL));
+    dev->gelu_forward(out->data, inp->data, (size_t)inp->numel);
     return ZT_OK;
 }
 
@@ -433,8 +454,9 @@ int zt_gelu_backward(zt_tensor *dinp, const zt_tensor *inp, const zt_tensor *dou
     ZT_TRY(need(op, "inp", inp, ZT_F32));
     ZT_TRY(need_numel(op, "dout", dout, ZT_F32, inp->numel, "(same as inp)"));
     ZT_TRY(need_numel(op, "dinp", dinp, ZT_F32, inp->numel, "(same as inp)"));
-    ZT_TRY(ready(op, "dinp", dinp, "inp", inp, "dout", dout, NULL));
-    zt_dev()->gelu_backward(dinp->data, inp->data, dout->data, (size_t)inp->numel);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "dinp", dinp, "inp", inp, "dout", dout, NULL));
+    dev->gelu_backward(dinp->data, inp->data, dout->data, (size_t)inp->numel);
     return ZT_OK;
 }
 
@@ -451,10 +473,11 @@ int zt_crossentropy(zt_tensor *losses, zt_tensor *dlogits, const zt_tensor *logi
     ZT_CHECK(last_dim(logits) == V, "%s: logits' last dim must be V=%lld", op, (long long)V);
     ZT_TRY(need_numel(op, "losses", losses, ZT_F32, N, "(N)"));
     if (dlogits) ZT_TRY(need_numel(op, "dlogits", dlogits, ZT_F32, N * V, "(N,V)"));
-    ZT_TRY(ready(op, "losses", losses, "dlogits", dlogits, "logits", logits, "targets", targets,
-                 NULL));
-    int bad = zt_dev()->crossentropy(losses->data, dlogits ? dlogits->data : NULL,
-                                     logits->data, targets->data, (int)N, (int)V, dscale);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "losses", losses, "dlogits", dlogits, "logits", logits,
+                 "targets", targets, NULL));
+    int bad = dev->crossentropy(losses->data, dlogits ? dlogits->data : NULL,
+                                logits->data, targets->data, (int)N, (int)V, dscale);
     return bad_tokens(op, "targets", bad, N, V);
 }
 
@@ -468,9 +491,10 @@ int zt_adamw(zt_tensor *p, const zt_tensor *g, zt_tensor *m, zt_tensor *v, float
     ZT_TRY(need_numel(op, "v", v, ZT_F32, p->numel, "(same as param)"));
     ZT_CHECK(step >= 1, "%s: step must be >= 1 (1-based), got %d", op, step);
     ZT_CHECK(b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1, "%s: betas must be in [0,1)", op);
-    ZT_TRY(ready(op, "param", p, "grad", g, "m", m, "v", v, NULL));
-    zt_dev()->adamw(p->data, g->data, m->data, v->data, (size_t)p->numel, lr, b1, b2, eps,
-                    wd, gscale, step);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "param", p, "grad", g, "m", m, "v", v, NULL));
+    dev->adamw(p->data, g->data, m->data, v->data, (size_t)p->numel, lr, b1, b2, eps,
+               wd, gscale, step);
     return ZT_OK;
 }
 
@@ -480,8 +504,9 @@ int zt_sumsq_blocks(double *partials, const zt_tensor *x)
 {
     ZT_CHECK(partials != NULL, "zt_sumsq_blocks: partials is NULL");
     ZT_TRY(need("zt_sumsq_blocks", "x", x, ZT_F32));
-    ZT_TRY(ready("zt_sumsq_blocks", "x", x, NULL));
-    zt_dev()->sumsq_blocks(partials, x->data, (size_t)x->numel);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, "zt_sumsq_blocks", "x", x, NULL));
+    dev->sumsq_blocks(partials, x->data, (size_t)x->numel);
     return ZT_OK;
 }
 
@@ -489,8 +514,9 @@ int zt_sum(double *out, const zt_tensor *x)
 {
     ZT_CHECK(out != NULL, "zt_sum: out is NULL");
     ZT_TRY(need("zt_sum", "x", x, ZT_F32));
-    ZT_TRY(ready("zt_sum", "x", x, NULL));
-    *out = zt_dev()->sum(x->data, (size_t)x->numel);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, "zt_sum", "x", x, NULL));
+    *out = dev->sum(x->data, (size_t)x->numel);
     return ZT_OK;
 }
 
@@ -498,7 +524,8 @@ int zt_randn(zt_tensor *x, uint64_t seed, uint64_t stream, float mean, float std
 {
     ZT_TRY(need("zt_randn", "x", x, ZT_F32));
     ZT_CHECK(std >= 0, "zt_randn: std must be >= 0, got %g", (double)std);
-    ZT_TRY(ready("zt_randn", "x", x, NULL));
-    zt_dev()->randn(x->data, (size_t)x->numel, seed, stream, mean, std);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, "zt_randn", "x", x, NULL));
+    dev->randn(x->data, (size_t)x->numel, seed, stream, mean, std);
     return ZT_OK;
 }

@@ -132,17 +132,19 @@ void zt_tensor_release(zt_tensor *t)
 }
 
 /* The explicit synchronous copies between host memory and a tensor (the
- * device copies device bytes; the host never reads them itself; nvme bytes
- * move by a blocking aio request). */
+ * device copies device bytes; the host never reads them itself; host-tier
+ * bytes are the CPU device's copy, after the stream's device work
+ * (zt_tier_enter); nvme bytes move by a blocking aio request). */
 int zt_tensor_write(zt_tensor *t, const void *src, size_t nbytes)
 {
     ZT_CHECK(t != NULL && src != NULL, "zt_tensor_write: NULL tensor or source");
     size_t want = (size_t)t->numel * dtype_sizes[t->dtype];
     ZT_CHECK(nbytes == want, "zt_tensor_write: %zu bytes given, the tensor holds %zu",
              nbytes, want);
-    ZT_TRY(zt_stream_enter());
+    const zt_device_ops *dev;
+    ZT_TRY(zt_tier_enter(t->storage->tier, &dev));
     if (t->storage->tier == ZT_TIER_NVME) return zt_nvme_rw(1, t, (void *)src, nbytes);
-    zt_dev()->copy(t->data, src, nbytes);
+    dev->copy(t->data, src, nbytes);
     return ZT_OK;
 }
 
@@ -152,8 +154,9 @@ int zt_tensor_read(const zt_tensor *t, void *dst, size_t nbytes)
     size_t want = (size_t)t->numel * dtype_sizes[t->dtype];
     ZT_CHECK(nbytes == want, "zt_tensor_read: %zu bytes asked, the tensor holds %zu",
              nbytes, want);
-    ZT_TRY(zt_stream_enter());
+    const zt_device_ops *dev;
+    ZT_TRY(zt_tier_enter(t->storage->tier, &dev));
     if (t->storage->tier == ZT_TIER_NVME) return zt_nvme_rw(0, t, dst, nbytes);
-    zt_dev()->copy(dst, t->data, nbytes);
+    dev->copy(dst, t->data, nbytes);
     return ZT_OK;
 }
