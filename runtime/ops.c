@@ -334,7 +334,7 @@ int zt_matmul_bf16_forward(zt_tensor *out, const zt_tensor *inp, const zt_tensor
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "inp", inp, "weight", w, "bias", b, NULL));
     return dev->matmul_bf16_forward(out->data, inp->data, w->data, b ? b->data : NULL,
-                                         (int)N, (int)C, (int)OC);
+                                    (int)N, (int)C, (int)OC);
 }
 
 int zt_matmul_bf16_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db,
@@ -355,8 +355,8 @@ int zt_matmul_bf16_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db,
     ZT_TRY(ready(&dev, op, "dinp", dinp, "dweight", dw, "dbias", db, "dout", dout, "inp", inp,
                  "weight", w, NULL));
     return dev->matmul_bf16_backward(dinp ? dinp->data : NULL, dw ? dw->data : NULL,
-                                          db ? db->data : NULL, dout->data, inp->data,
-                                          w->data, (int)N, (int)C, (int)OC);
+                                     db ? db->data : NULL, dout->data, inp->data,
+                                     w->data, (int)N, (int)C, (int)OC);
 }
 
 static int attn_dims(const char *op, const zt_tensor *qkv, int NH, int64_t *B, int64_t *T,
