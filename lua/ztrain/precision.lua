@@ -12,7 +12,8 @@
 -- fp32 (this CPU backend has no bf16 GEMM wired in yet). The stage runner
 -- (driver/stage.lua) calls enter/leave around each unit's forward and
 -- backward: enter casts the parameters of the units it reads (the unit, and
--- the embedding for the tied head) into fp32 work buffers and points the
+-- the embedding for the tied head; with bf16 GEMMs all but the matmul-only
+-- weights, which the GEMMs read stored) into fp32 work buffers and points the
 -- unit's views at them; for a backward it points the gradients at fp32 work
 -- buffers too (the embedding's is first filled from its stored gradient:
 -- the embedding adds to the head's part); leave casts those gradients back
@@ -38,7 +39,7 @@ function M.new(name, model)
     error(('precision must be "fp32", "bf16" or "fp16", got %s'):format(tostring(name)), 0)
   end
   local self = setmetatable({ name = name, dtype = dtype, lp = dtype ~= "f32", model = model,
-                              pw = {}, gw = {}, saved_p = {}, saved_g = {} }, P)
+                              pw = {}, gw = {}, saved_p = {}, saved_g = {}, ranges = {} }, P)
   return self
 end
 
@@ -112,7 +113,6 @@ end
 -- tensors, whose fp32 image nothing reads (the bf16 GEMMs read the stored
 -- bf16 view): it keeps whatever it held
 function P:cast_params(u, v)
-  self.ranges = self.ranges or {}
   local rs = self.ranges[u] or fp32_ranges(u)
   self.ranges[u] = rs
   if #rs == 1 and rs[1][1] == 0 and rs[1][2] == u.padded then return ops.cast(v, u.params) end
