@@ -178,21 +178,17 @@ describe("netcluster.sh refuses bad arguments", function()
   local P = "ztmsa"
 
   it("no command, up without a count or rate, exec without a host, a bad subnet, a short prefix", function()
-    local o, rc = nc.sh(P, "")
-    assert.are.equal(2, rc, o)
-    assert.matches("up N %[%-%-rate RATE%]", o)                      -- the usage
-    o, rc = nc.sh(P, "up")
-    assert.are.equal(1, rc, o)
-    assert.matches("netcluster: up needs a host count", o)
-    o, rc = nc.sh(P, "exec")
-    assert.are.equal(1, rc, o)
-    assert.matches("netcluster: usage: tools/netcluster.sh exec HOST CMD", o)
-    o, rc = nc.sh(P, "up 2 --rate")
-    assert.are.equal(1, rc, o)
-    assert.matches("^netcluster: up: %-%-rate needs a rate", o)
-    o, rc = nc.sh(P, "up 2 --slots")
-    assert.are.equal(1, rc, o)
-    assert.matches("^netcluster: up: %-%-slots needs a count", o)
+    local function refused(args, status, pattern)
+      local o, rc = nc.sh(P, args)
+      assert.are.equal(status, rc, o)
+      assert.matches(pattern, o)
+    end
+    refused("", 2, "up N %[%-%-rate RATE%]")                          -- the usage
+    refused("up", 1, "netcluster: up needs a host count")
+    refused("exec", 1, "netcluster: usage: tools/netcluster.sh exec HOST CMD")
+    refused("up 2 --rate", 1, "^netcluster: up: %-%-rate needs a rate")
+    refused("up 2 --slots", 1, "^netcluster: up: %-%-slots needs a count")
+    local o, rc
     for _, bad in ipairs({ "garbage", "10.213.256", "10.213", "10.213.1.2" }) do
       o, rc = util.sh(("ZTRAIN_NETCLUSTER_SUBNET=%s ZTRAIN_NETCLUSTER=%s tools/netcluster.sh up 1"):format(bad, P))
       assert.are.equal(1, rc, o)
