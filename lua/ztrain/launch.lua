@@ -263,14 +263,22 @@ local function ours(pid, dir)
       or env:sub(1, 12 + #dir) == "ZTRAIN_JOB=" .. dir .. "\0"
 end
 
--- remove_swap(nvme_dir, pid) -> files removed: the swap files a dead rank
--- (pid) left in its engine directory NVME/ztrain-aio.HOST.PID.N, when no
--- process holds the directory's owner lock (runtime/aio.c's rule).
-function M.remove_swap(nvme, pid)
+-- remove_swap(nvme_dir, pid[, wait_s]) -> files removed: the swap files a
+-- dead rank (pid) left in its engine directory NVME/ztrain-aio.HOST.PID.N,
+-- when no process holds the directory's owner lock (runtime/aio.c's rule).
+-- wait_s: how long to wait for the lock of a rank that is still exiting (it
+-- holds the lock until its last descriptor closes); default 0.
+function M.remove_swap(nvme, pid, wait_s)
   local removed = 0
   for _, d in ipairs(glob(("%s/ztrain-aio.*.%d.*"):format(nvme, pid))) do
     local fd = libc.open(d .. "/owner", libc.O_RDONLY + libc.O_CLOEXEC)
-    if fd >= 0 and libc.flock(fd, libc.LOCK_EX + libc.LOCK_NB) == 0 then
+    local locked = fd >= 0 and libc.flock(fd, libc.LOCK_EX + libc.LOCK_NB) == 0
+    local t = os.time() + (wait_s or 0)
+    while fd >= 0 and not locked and os.time() <= t do
+      libc.poll(nil, 0, 20)
+      locked = libc.flock(fd, libc.LOCK_EX + libc.LOCK_NB) == 0
+    end
+    if locked then
       for _, f in ipairs(glob(d .. "/swap.*")) do
         if f:match("/swap%.%d+$") and libc.unlink(f) == 0 then removed = removed + 1 end
       end
@@ -390,7 +398,7 @@ function M.cleanup_job(job, ranks)
       os.execute("rm -rf '" .. r.session .. "'")
       libc.rmdir((r.session:match("^(.*)/jf%.%d+$")))   -- its host's directory, when empty
     end
-    for _, d in ipairs(r.nvme) do M.remove_swap(d, p) end
+    for _, d in ipairs(r.nvme) do M.remove_swap(d, p, 2) end
     os.remove(("%s/%d"):format(job, p))
   end
   os.remove(job .. "/lock")
