@@ -15,10 +15,13 @@
  * Vectorization: score tiles are (AQ, AK) with AK a compile-time constant.
  * All five products (Q K^T, dO V^T against an 8x8-transposed key/value
  * tile; P V, dS K, P^T dO, dS^T Q over the contiguous head dim) go through
- * one register-blocked AVX2 micro-kernel (gemm_acc: 3x32 / 6x16 / 6x8 C
- * blocks held in ymm accumulators, scalar tail for head dims not a multiple
- * of 8). Each output element is still a single fused multiply-add chain in
- * ascending order, so the blocking never changes which terms meet where.
+ * one register-blocked micro-kernel: on AVX-512 CPUs 6x64 C blocks in zmm
+ * accumulators (gemm_acc16), the rest (and CPUs without AVX-512) 3x32 /
+ * 6x16 / 6x8 blocks in ymm (gemm_acc8), a scalar tail for head dims not a
+ * multiple of 8. Each output element is still a single fused multiply-add
+ * chain in ascending order, so neither the blocking nor the path changes
+ * which terms meet where (the AVX-512 path cut gpt2's attention by ~30%:
+ * docs/performance.md).
  * Row max and sum use fixed halving trees over AK.
  *
  * Generation: zk_attention_decode runs the same row arithmetic (attn_rows)
@@ -123,7 +126,7 @@ static inline void kk_range(int mode, int off, int r0, int mr, int K, int *kb, i
 }
 
 /* C (M, N) += A (M, K) . B (K, N), see mk_blk; mode/off as kk_range. */
-static void gemm_acc(float *restrict C, size_t ldc, const float *restrict A,
+static void gemm_acc8(float *restrict C, size_t ldc, const float *restrict A,
                      size_t ars, size_t aks, const float *restrict B, size_t ldb,
                      int M, int N, int K, int mode, int off) {
     int n = 0, kb, ke;
@@ -189,6 +192,78 @@ static void gemm_acc(float *restrict C, size_t ldc, const float *restrict A,
         }
 }
 
+/* The same products on AVX-512 (16-float registers): 6x64 C blocks in 24
+ * zmm accumulators, then gemm_acc for the columns left over. Every C
+ * element is still one fused multiply-add chain over its kk range in
+ * ascending order; a block's kk range is the union of its rows' ranges and
+ * the extra terms have A = 0 (masked probabilities and their dS), which
+ * leave a sum that is never -0 unchanged. So both paths give the same bits
+ * (test_attention checks it against zk_force_scalar's AVX2 path). */
+#define ATT_AVX512 __attribute__((target("avx512f")))
+ATT_AVX512 static inline __attribute__((always_inline)) void
+mk_blk16(const int MR, float *restrict C, size_t ldc,
+         const float *restrict A, size_t ars, size_t aks,
+         const float *restrict B, size_t ldb, int kb, int ke) {
+    __m512 acc[6][4];
+    #pragma GCC unroll 6
+    for (int r = 0; r < MR; r++)
+        #pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) acc[r][v] = _mm512_loadu_ps(C + r * ldc + 16 * v);
+    for (int kk = kb; kk < ke; kk++) {
+        const float *restrict b = B + (size_t)kk * ldb;
+        const float *restrict a = A + (size_t)kk * aks;
+        __m512 bv[4];
+        #pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) bv[v] = _mm512_loadu_ps(b + 16 * v);
+        #pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            __m512 av = _mm512_set1_ps(a[r * ars]);
+            #pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+        }
+    }
+    #pragma GCC unroll 6
+    for (int r = 0; r < MR; r++)
+        #pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) _mm512_storeu_ps(C + r * ldc + 16 * v, acc[r][v]);
+}
+
+ATT_AVX512 static void gemm_acc16(float *restrict C, size_t ldc, const float *restrict A,
+                                  size_t ars, size_t aks, const float *restrict B, size_t ldb,
+                                  int M, int N, int K, int mode, int off) {
+    int n = 0, kb, ke;
+    for (; n + 64 <= N; n += 64) {
+        int r = 0;
+        for (; r + 6 <= M; r += 6) {
+            kk_range(mode, off, r, 6, K, &kb, &ke);
+            if (kb < ke) mk_blk16(6, C + r * ldc + n, ldc, A + r * ars, ars, aks, B + n, ldb, kb, ke);
+        }
+        if (r < M) {
+            int mr = M - r;
+            kk_range(mode, off, r, mr, K, &kb, &ke);
+            float *c = C + r * ldc + n;
+            const float *a = A + r * ars, *b = B + n;
+            if (kb < ke) switch (mr) {
+            case 5: mk_blk16(5, c, ldc, a, ars, aks, b, ldb, kb, ke); break;
+            case 4: mk_blk16(4, c, ldc, a, ars, aks, b, ldb, kb, ke); break;
+            case 3: mk_blk16(3, c, ldc, a, ars, aks, b, ldb, kb, ke); break;
+            case 2: mk_blk16(2, c, ldc, a, ars, aks, b, ldb, kb, ke); break;
+            default: mk_blk16(1, c, ldc, a, ars, aks, b, ldb, kb, ke); break;
+            }
+        }
+    }
+    if (n < N) gemm_acc8(C + n, ldc, A, ars, aks, B + n, ldb, M, N - n, K, mode, off);
+}
+
+typedef void (*gemm_acc_fn)(float *restrict, size_t, const float *restrict, size_t, size_t,
+                            const float *restrict, size_t, int, int, int, int, int);
+
+/* The AVX-512 path where the CPU has it, unless a test forces the plain one. */
+static gemm_acc_fn pick_gemm_acc(void) {
+    if (!zk_scalar_forced() && __builtin_cpu_supports("avx512f")) return gemm_acc16;
+    return gemm_acc8;
+}
+
 /* dst[c*ldd + r] = src[r*lds + c] for an 8x8 block */
 static inline void tr8x8(const float *restrict src, size_t lds, float *restrict dst, size_t ldd) {
     __m256 r0 = _mm256_loadu_ps(src + 0 * lds), r1 = _mm256_loadu_ps(src + 1 * lds);
@@ -221,7 +296,7 @@ static inline void tr8x8(const float *restrict src, size_t lds, float *restrict 
  * Columns j >= nk come out 0. Each S element sums d = 0..hs-1 in order
  * with fused multiply-adds. BT is scratch (AD, AK): a transposed chunk of
  * Bm, so the inner loop runs over AK contiguous keys. */
-static inline void qk_tile(float *restrict S, const float *restrict A, size_t lda,
+static inline void qk_tile(gemm_acc_fn gemm_acc, float *restrict S, const float *restrict A, size_t lda,
                            int nq, const float *restrict Bm, size_t ldb, int nk,
                            int hs, float *restrict BT) {
     for (int i = 0; i < nq; i++)
@@ -251,7 +326,7 @@ static inline void qk_tile(float *restrict S, const float *restrict A, size_t ld
  * gets each row's log-sum-exp. Key tiles start at multiples of AK from key
  * 0 whatever qpos is: a row's tiles, and so its sums, depend only on its
  * position. */
-static inline void attn_rows(float *O, size_t ldo, float *lse, const float *Q, size_t ldq,
+static inline void attn_rows(gemm_acc_fn gemm_acc, float *O, size_t ldo, float *lse, const float *Q, size_t ldq,
                              const float *K, size_t ldk, const float *V, size_t ldv,
                              int qpos, int nq, int hs) {
     const float scale = 1.0f / sqrtf((float)hs);
@@ -266,7 +341,7 @@ static inline void attn_rows(float *O, size_t ldo, float *lse, const float *Q, s
     }
     for (int k0 = 0; k0 <= qlast; k0 += AK) {
         int nk = qlast + 1 - k0 < AK ? qlast + 1 - k0 : AK;
-        qk_tile(S, Q, ldq, nq, K + (size_t)k0 * ldk, ldk, nk, hs, BT);
+        qk_tile(gemm_acc, S, Q, ldq, nq, K + (size_t)k0 * ldk, ldk, nk, hs, BT);
         for (int i = 0; i < nq; i++) {
             int jn = qpos + i - k0 + 1;            /* causal: keys <= query */
             if (jn <= 0) {                          /* no keys: P row is 0 */
@@ -300,7 +375,7 @@ static inline void attn_rows(float *O, size_t ldo, float *lse, const float *Q, s
 }
 
 /* One forward task: queries [q0, q0+nq) of head h in batch b. */
-static inline void attn_fwd_tile(float *out, float *lse, const float *qkv,
+static inline void attn_fwd_tile(gemm_acc_fn gemm_acc, float *out, float *lse, const float *qkv,
                                  int b, int h, int q0, int T, int C, int NH, int hs) {
     const size_t C3 = 3 * (size_t)C;
     const float *Q = qkv + (size_t)b * T * C3 + (size_t)h * hs;    // (T, hs) rows of stride 3C
@@ -309,12 +384,13 @@ static inline void attn_fwd_tile(float *out, float *lse, const float *qkv,
     float *O = out + (size_t)b * T * C + (size_t)h * hs;           // (T, hs) rows of stride C
     float *L = lse + ((size_t)b * NH + h) * T;                     // (T)
     const int nq = T - q0 < AQ ? T - q0 : AQ;
-    attn_rows(O + (size_t)q0 * C, C, L + q0, Q + (size_t)q0 * C3, C3, K, C3, V, C3, q0, nq, hs);
+    attn_rows(gemm_acc, O + (size_t)q0 * C, C, L + q0, Q + (size_t)q0 * C3, C3, K, C3, V, C3, q0, nq, hs);
 }
 
 /* out (B,T,C), lse (B,NH,T) from qkv (B,T,3C). */
 void zk_attention_forward(float *out, float *lse, const float *qkv,
                           int B, int T, int C, int NH) {
+    const gemm_acc_fn gemm = pick_gemm_acc();
     const int hs = C / NH;
     const int nqt = (T + AQ - 1) / AQ;
     const long ntask = (long)B * NH * nqt;
@@ -325,22 +401,22 @@ void zk_attention_forward(float *out, float *lse, const float *qkv,
         int bh = (int)(task / nqt);
         int b = bh / NH, h = bh % NH;
         if (hs == 64)   /* GPT-2's head size: constant trip counts unroll */
-            attn_fwd_tile(out, lse, qkv, b, h, qt * AQ, T, C, NH, 64);
+            attn_fwd_tile(gemm, out, lse, qkv, b, h, qt * AQ, T, C, NH, 64);
         else
-            attn_fwd_tile(out, lse, qkv, b, h, qt * AQ, T, C, NH, hs);
+            attn_fwd_tile(gemm, out, lse, qkv, b, h, qt * AQ, T, C, NH, hs);
     }
 }
 
 /* One cache task: new queries [q0, q0+nq) of head h in batch b, at
  * absolute positions pos + q0 + i, over the head's cached keys and values
  * (rows of hs floats, contiguous). */
-static inline void attn_cache_tile(float *out, const float *kcache, const float *vcache,
+static inline void attn_cache_tile(gemm_acc_fn gemm_acc, float *out, const float *kcache, const float *vcache,
                                    const float *qkv, int b, int h, int q0, int T, int C,
                                    int NH, int maxT, int pos, int hs) {
     const size_t C3 = 3 * (size_t)C;
     const size_t head = ((size_t)b * NH + h) * maxT * hs;
     const int nq = T - q0 < AQ ? T - q0 : AQ;
-    attn_rows(out + ((size_t)b * T + q0) * C + (size_t)h * hs, C, NULL,
+    attn_rows(gemm_acc, out + ((size_t)b * T + q0) * C + (size_t)h * hs, C, NULL,
               qkv + ((size_t)b * T + q0) * C3 + (size_t)h * hs, C3,
               kcache + head, hs, vcache + head, hs, pos + q0, nq, hs);
 }
@@ -348,6 +424,7 @@ static inline void attn_cache_tile(float *out, const float *kcache, const float 
 /* Appends the new positions' k and v to the caches, then attends. */
 void zk_attention_decode(float *out, float *kcache, float *vcache, const float *qkv,
                          int B, int T, int C, int NH, int maxT, int pos) {
+    const gemm_acc_fn gemm = pick_gemm_acc();
     const int hs = C / NH;
     const size_t C3 = 3 * (size_t)C;
     const long nrow = (long)B * NH * T;
@@ -370,14 +447,14 @@ void zk_attention_decode(float *out, float *kcache, float *vcache, const float *
         int bh = (int)(task / nqt);
         int b = bh / NH, h = bh % NH;
         if (hs == 64)
-            attn_cache_tile(out, kcache, vcache, qkv, b, h, qt * AQ, T, C, NH, maxT, pos, 64);
+            attn_cache_tile(gemm, out, kcache, vcache, qkv, b, h, qt * AQ, T, C, NH, maxT, pos, 64);
         else
-            attn_cache_tile(out, kcache, vcache, qkv, b, h, qt * AQ, T, C, NH, maxT, pos, hs);
+            attn_cache_tile(gemm, out, kcache, vcache, qkv, b, h, qt * AQ, T, C, NH, maxT, pos, hs);
     }
 }
 
 /* One backward task: all of head h in batch b. */
-static inline void attn_bwd_head(float *dqkv, const float *dout, const float *qkv,
+static inline void attn_bwd_head(gemm_acc_fn gemm_acc, float *dqkv, const float *dout, const float *qkv,
                                  const float *out, const float *lse,
                                  int b, int h, int T, int C, int NH, int hs) {
     const size_t C3 = 3 * (size_t)C;
@@ -405,8 +482,8 @@ static inline void attn_bwd_head(float *dqkv, const float *dout, const float *qk
             Dv[i] = dot_lanes(dO + (size_t)(q0 + i) * C, O + (size_t)(q0 + i) * C, hs);
         for (int k0 = 0; k0 <= qlast; k0 += AK) {
             int nk = qlast + 1 - k0 < AK ? qlast + 1 - k0 : AK;
-            qk_tile(P, Q + (size_t)q0 * C3, C3, nq, K + (size_t)k0 * C3, C3, nk, hs, BT);
-            qk_tile(dS, dO + (size_t)q0 * C, C, nq, V + (size_t)k0 * C3, C3, nk, hs, BT);
+            qk_tile(gemm_acc, P, Q + (size_t)q0 * C3, C3, nq, K + (size_t)k0 * C3, C3, nk, hs, BT);
+            qk_tile(gemm_acc, dS, dO + (size_t)q0 * C, C, nq, V + (size_t)k0 * C3, C3, nk, hs, BT);
             for (int i = 0; i < nq; i++) {
                 int jn = q0 + i - k0 + 1;
                 jn = jn < 0 ? 0 : (jn > nk ? nk : jn);
@@ -437,13 +514,14 @@ static inline void attn_bwd_head(float *dqkv, const float *dout, const float *qk
 void zk_attention_backward(float *dqkv, const float *dout, const float *qkv,
                            const float *out, const float *lse,
                            int B, int T, int C, int NH) {
+    const gemm_acc_fn gemm = pick_gemm_acc();
     const int hs = C / NH;
     #pragma omp parallel for schedule(dynamic, 1) if ((long)B * T * C >= 16384)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
         if (hs == 64)
-            attn_bwd_head(dqkv, dout, qkv, out, lse, b, h, T, C, NH, 64);
+            attn_bwd_head(gemm, dqkv, dout, qkv, out, lse, b, h, T, C, NH, 64);
         else
-            attn_bwd_head(dqkv, dout, qkv, out, lse, b, h, T, C, NH, hs);
+            attn_bwd_head(gemm, dqkv, dout, qkv, out, lse, b, h, T, C, NH, hs);
     }
 }

@@ -157,6 +157,29 @@ static void test_threads(int B, int T, int C, int NH) {
     omp_set_num_threads(2);
 }
 
+/* The AVX-512 products (where the CPU has them) against the AVX2 path that
+ * zk_force_scalar selects: the same bits, forward and backward. */
+static void test_paths(int B, int T, int C, int NH) {
+    char name[160];
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = ct_rand(nq, -2, 2), *R = ct_rand(no, -1, 1);
+    float *o[2], *l[2], *d[2];
+    for (int p = 0; p < 2; p++) {
+        zk_force_scalar(p);
+        o[p] = ct_alloc(no * 4); l[p] = ct_alloc(nl * 4); d[p] = ct_alloc(nq * 4);
+        zk_attention_forward(o[p], l[p], qkv, B, T, C, NH);
+        zk_attention_backward(d[p], R, qkv, o[p], l[p], B, T, C, NH);
+    }
+    zk_force_scalar(0);
+    snprintf(name, sizeof name, "attention B=%d T=%d C=%d NH=%d hs=%d: %s path = AVX2 path, bits",
+             B, T, C, NH, C / NH,
+             __builtin_cpu_supports("avx512f") ? "AVX-512" : "(no AVX-512 here) default");
+    ct_check(!memcmp(o[0], o[1], no * 4) && !memcmp(l[0], l[1], nl * 4) &&
+             !memcmp(d[0], d[1], nq * 4), name, "outputs differ between the paths");
+    for (int p = 0; p < 2; p++) { free(o[p]); free(l[p]); free(d[p]); }
+    free(qkv); free(R);
+}
+
 /* Large scores (|s| up to ~250): most exps underflow, one key dominates a
  * row; nothing may overflow or NaN. Float scores of that size carry
  * ~1e-5 absolute error, hence the looser tolerance. */
@@ -238,6 +261,10 @@ int main(void) {
     test_peaked();
     test_threads(2, 100, 128, 2);
     test_threads(3, 67, 48, 3);
+    test_paths(2, 130, 128, 2);     /* hs=64: 64-wide blocks only */
+    test_paths(1, 100, 160, 2);     /* hs=80: a 64-wide block and a 16-wide rest */
+    test_paths(1, 70, 432, 3);      /* hs=144: two blocks, rest to the 8-wide path */
+    test_paths(2, 67, 15, 3);       /* hs=5: no 64-wide block at all */
     {   /* decode: one-token steps across key tiles (AK = 64), chunked prefills */
         int one[] = {1}, pre[] = {5, 1}, big[] = {70, 1}, mixed[] = {33, 2, 40, 1, 7};
         test_decode(1, 150, 128, 2, 160, one, 1, 2);      /* hs=64 */
