@@ -226,10 +226,11 @@ void zk_sumsq_blocks(double *partials, const float *x, size_t n);
 /* sum of x in double over the same fixed blocks, blocks added in order. */
 double zk_sum_f64(const float *x, size_t n);
 
-/* Tests and benches only: on != 0 makes the kernels that have a vector path
- * (sums above, cross-entropy: each exp twice) take their plain loop instead -- the reference
- * the vector path matches bit for bit -- so both can be compared and timed
- * in one process. Process-wide; change it only while no kernel runs. */
+/* Tests and benches only: on != 0 makes the kernels that have a faster path
+ * take their plain one instead -- the reference the fast path matches bit
+ * for bit -- so both can be compared and timed in one process: the sums
+ * above (scalar loop), cross-entropy (each exp twice), attention and GELU
+ * (AVX2 instead of AVX-512). Process-wide; change it only while no kernel runs. */
 void zk_force_scalar(int on);
 int zk_scalar_forced(void);
 /* The communicators' rank-order sum: dst[i] = ((src0[i] + src1[i]) + src2[i])

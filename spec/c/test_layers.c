@@ -521,6 +521,16 @@ static void test_gelu(void) {
     float *al = dup_f(dout, n);
     zk_gelu_backward(al, x, al, n);
     ct_same_bits("gelu backward with dinp aliasing dout", al, din, n * 4);
+    /* the AVX-512 twin (where the CPU has it) against the AVX2 one: same bits,
+     * specials and the odd-length tail included */
+    float *po = ct_alloc(n * 4), *pd = ct_alloc(n * 4);
+    zk_force_scalar(1);
+    zk_gelu_forward(po, x, n);
+    zk_gelu_backward(pd, x, dout, n);
+    zk_force_scalar(0);
+    ct_same_bits("gelu forward: default path = AVX2 path", out, po, n * 4);
+    ct_same_bits("gelu backward: default path = AVX2 path", din, pd, n * 4);
+    free(po); free(pd);
     free(x); free(out); free(ref); free(dout); free(din); free(al);
 
     n = 100003;
