@@ -18,12 +18,8 @@ local blas = ffi.load("openblas")
 
 local M = {}
 
-function M.median(xs)
-  local s = {}
-  for i, x in ipairs(xs) do s[i] = x end
-  table.sort(s)
-  return s[math.floor((#s + 1) / 2)]
-end
+-- median(xs) -> the lower middle of xs sorted (ztrain.run's median, low)
+function M.median(xs) return require("ztrain.run").median(xs, true) end
 
 -- repeat f until at least `secs` have passed; returns seconds per call
 local function rate(f, secs)

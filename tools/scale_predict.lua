@@ -17,6 +17,7 @@ local zt = require "ztrain"
 local st = require "ztrain.steptime"
 local plan = require "ztrain.plan"
 local gpt2 = require "ztrain.nn.gpt2"
+local run = require "ztrain.run"
 
 local args = dofile(zt.home .. "/tools/args.lua")(arg)
 local report = dofile(zt.home .. "/tools/scale_report.lua")
@@ -52,7 +53,7 @@ local function measured()
     local h = fitmod.hidden_of(r)
     if r.ok and h then by[r.strategy] = by[r.strategy] or {}; table.insert(by[r.strategy], h) end
   end
-  for s, v in pairs(by) do table.sort(v); hidden[s] = v[math.floor((#v + 1) / 2)] end
+  for s, v in pairs(by) do hidden[s] = run.median(v, true) end
   -- zero2 runs zero1's collectives (a reduce-scatter a micro-batch, a gather a step)
   hidden.zero2 = hidden.zero2 or hidden.zero1
   local f = io.open(RESULTS .. "/fit.json")
