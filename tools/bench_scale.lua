@@ -38,12 +38,9 @@ local cjson = require "cjson"
 local zt = require "ztrain"
 local report = dofile(zt.home .. "/tools/scale_report.lua")
 
-local args = dofile(zt.home .. "/tools/args.lua")(arg)
-local function list(s, default)
-  local out = {}
-  for v in (s or default):gmatch("[^,%s]+") do out[#out + 1] = v end
-  return out
-end
+local A = dofile(zt.home .. "/tools/args.lua")
+local args = A(arg)
+local list = A.list
 local function num(k, default)
   local v = tonumber(args[k] or default)
   if not v or v < 1 or v ~= math.floor(v) then
