@@ -130,10 +130,10 @@ function M.trainer(size, B, Tlen, precision)
 end
 
 -- FLOPs of one step (PaLM's count: 6 N + 12 L C T per token, attention in
--- full, forward and backward, no causal discount; N = all parameters)
+-- full, forward and backward, no causal discount; N = all parameters):
+-- steptime.flops_per_token with N for its matmul parameters
 function M.step_flops(model, B, Tlen)
-  local cfg = model.cfg
-  return (6 * model.nparams + 12 * cfg.L * cfg.C * Tlen) * B * Tlen
+  return require("ztrain.steptime").flops_per_token(model.cfg, Tlen, false, model.nparams) * B * Tlen
 end
 
 return M
