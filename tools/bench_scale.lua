@@ -36,6 +36,7 @@
 -- fails too (pcall, then `netcluster.sh down`).
 local cjson = require "cjson"
 local zt = require "ztrain"
+local durable = require "ztrain.durable"
 local report = dofile(zt.home .. "/tools/scale_report.lua")
 
 local A = dofile(zt.home .. "/tools/args.lua")
@@ -132,13 +133,11 @@ local function command(run, hostfile, dir)
           "out=%s"):format(q(home), launch, recipe, over, q(dir))
 end
 
--- write_json(path, t): atomically (a temporary name, then rename).
+-- write_json(path, t): atomically (durable.write_atomic: a temporary name,
+-- fsync, rename); an error names the file and why.
 local function write_json(path, t)
-  local tmp = path .. ".tmp"
-  local f = assert(io.open(tmp, "w"))
-  f:write(cjson.encode(t), "\n")
-  f:close()
-  assert(os.rename(tmp, path))
+  local ok, err = durable.write_atomic(path, cjson.encode(t) .. "\n")
+  if not ok then error("bench_scale: " .. err, 0) end
 end
 
 -- measure(run, hostfile) -> the saved record (ok = false with the error's text).
