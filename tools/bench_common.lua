@@ -18,12 +18,8 @@ local blas = ffi.load("openblas")
 
 local M = {}
 
-function M.median(xs)
-  local s = {}
-  for i, x in ipairs(xs) do s[i] = x end
-  table.sort(s)
-  return s[math.floor((#s + 1) / 2)]
-end
+-- median(xs) -> the lower middle of xs sorted (ztrain.run's median, low)
+function M.median(xs) return require("ztrain.run").median(xs, true) end
 
 -- repeat f until at least `secs` have passed; returns seconds per call
 local function rate(f, secs)
@@ -134,10 +130,10 @@ function M.trainer(size, B, Tlen, precision)
 end
 
 -- FLOPs of one step (PaLM's count: 6 N + 12 L C T per token, attention in
--- full, forward and backward, no causal discount; N = all parameters)
+-- full, forward and backward, no causal discount; N = all parameters):
+-- steptime.flops_per_token with N for its matmul parameters
 function M.step_flops(model, B, Tlen)
-  local cfg = model.cfg
-  return (6 * model.nparams + 12 * cfg.L * cfg.C * Tlen) * B * Tlen
+  return require("ztrain.steptime").flops_per_token(model.cfg, Tlen, false, model.nparams) * B * Tlen
 end
 
 return M

@@ -36,14 +36,12 @@
 -- fails too (pcall, then `netcluster.sh down`).
 local cjson = require "cjson"
 local zt = require "ztrain"
+local durable = require "ztrain.durable"
 local report = dofile(zt.home .. "/tools/scale_report.lua")
 
-local args = dofile(zt.home .. "/tools/args.lua")(arg)
-local function list(s, default)
-  local out = {}
-  for v in (s or default):gmatch("[^,%s]+") do out[#out + 1] = v end
-  return out
-end
+local A = dofile(zt.home .. "/tools/args.lua")
+local args = A(arg)
+local list = A.list
 local function num(k, default)
   local v = tonumber(args[k] or default)
   if not v or v < 1 or v ~= math.floor(v) then
@@ -135,13 +133,11 @@ local function command(run, hostfile, dir)
           "out=%s"):format(q(home), launch, recipe, over, q(dir))
 end
 
--- write_json(path, t): atomically (a temporary name, then rename).
+-- write_json(path, t): atomically (durable.write_atomic: a temporary name,
+-- fsync, rename); an error names the file and why.
 local function write_json(path, t)
-  local tmp = path .. ".tmp"
-  local f = assert(io.open(tmp, "w"))
-  f:write(cjson.encode(t), "\n")
-  f:close()
-  assert(os.rename(tmp, path))
+  local ok, err = durable.write_atomic(path, cjson.encode(t) .. "\n")
+  if not ok then error("bench_scale: " .. err, 0) end
 end
 
 -- measure(run, hostfile) -> the saved record (ok = false with the error's text).

@@ -27,13 +27,9 @@ local gpt2 = require "ztrain.nn.gpt2"
 
 local M = {}
 
--- rate_bps("10gbit") -> bytes per second (nil: no link, "local" or "none").
-function M.rate_bytes(rate)
-  local n, unit = tostring(rate):match("^(%d+%.?%d*)(%a+)$")
-  local mult = { kbit = 1e3, mbit = 1e6, gbit = 1e9, tbit = 1e12 }
-  if not n or not mult[unit and unit:lower()] then return nil end
-  return tonumber(n) * mult[unit:lower()] / 8
-end
+-- rate_bytes("10gbit") -> bytes per second (nil: no link, "local" or
+-- "none"): steptime.parse_rate's, without its reason.
+function M.rate_bytes(rate) return (st.parse_rate(rate)) end
 
 local function cfg_of(rec)
   local m = rec.model or {}

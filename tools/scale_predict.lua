@@ -17,8 +17,10 @@ local zt = require "ztrain"
 local st = require "ztrain.steptime"
 local plan = require "ztrain.plan"
 local gpt2 = require "ztrain.nn.gpt2"
+local run = require "ztrain.run"
 
-local args = dofile(zt.home .. "/tools/args.lua")(arg)
+local A = dofile(zt.home .. "/tools/args.lua")
+local args = A(arg)
 local report = dofile(zt.home .. "/tools/scale_report.lua")
 local fitmod = dofile(zt.home .. "/tools/scale_fit.lua")
 local RESULTS = args.results or (zt.home .. "/build/bench_scale")
@@ -35,12 +37,7 @@ local MODELS = {
 local STRATEGIES = { "dp", "zero2", "zero3", "zero3_offload", "pipeline_dp" }
 local M_MICRO = 8
 
-local function list(s, default)
-  local out = {}
-  for v in (s or default):gmatch("[^,%s]+") do out[#out + 1] = tonumber(v) end
-  return out
-end
-local GPUS = list(args.gpus, "8,64,256,1024")
+local GPUS = A.list(args.gpus, "8,64,256,1024", tonumber)
 
 local hw = setmetatable({}, { __index = st.CLUSTER })
 if args.mfu then hw.mfu = tonumber(args.mfu); hw.flops = hw.peak_flops * hw.mfu end
@@ -52,7 +49,7 @@ local function measured()
     local h = fitmod.hidden_of(r)
     if r.ok and h then by[r.strategy] = by[r.strategy] or {}; table.insert(by[r.strategy], h) end
   end
-  for s, v in pairs(by) do table.sort(v); hidden[s] = v[math.floor((#v + 1) / 2)] end
+  for s, v in pairs(by) do hidden[s] = run.median(v, true) end
   -- zero2 runs zero1's collectives (a reduce-scatter a micro-batch, a gather a step)
   hidden.zero2 = hidden.zero2 or hidden.zero1
   local f = io.open(RESULTS .. "/fit.json")

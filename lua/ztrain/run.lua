@@ -12,14 +12,19 @@ local cjson_null = require("cjson").null
 
 local M = {}
 
-local function median(xs)
+-- median(xs, low) -> the median of xs (0 when empty; xs is not reordered):
+-- for an even count the mean of the middle two, or with `low` the lower of
+-- them (tools/bench_common.lua's and tools/scale_predict.lua's medians).
+function M.median(xs, low)
   if #xs == 0 then return 0 end
   local c = {}
   for i, v in ipairs(xs) do c[i] = v end
   table.sort(c)
   local n = #c
-  return n % 2 == 1 and c[(n + 1) / 2] or 0.5 * (c[n / 2] + c[n / 2 + 1])
+  if n % 2 == 1 or low then return c[math.floor((n + 1) / 2)] end
+  return 0.5 * (c[n / 2] + c[n / 2 + 1])
 end
+local median = M.median
 
 local memory = require "ztrain.memory"
 local errors = require "ztrain.errors"

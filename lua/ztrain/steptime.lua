@@ -47,14 +47,15 @@ function M.params(cfg)
   return cfg.V * C + cfg.maxT * C + cfg.L * (12 * C * C + 13 * C) + 2 * C
 end
 
--- flops_per_token(cfg, T, recompute) -> training FLOPs per token: forward
--- 2 x the matmul parameters (blocks' 12C^2 and the head's V·C) plus the
--- attention's 2 x 2·T·C per layer (scores and weighted sum, counted full as
--- the usual estimate does); backward twice the forward; recomputed
--- (checkpointed) blocks one forward more.
-function M.flops_per_token(cfg, T, recompute)
+-- flops_per_token(cfg, T, recompute, n) -> training FLOPs per token: forward
+-- 2 x the matmul parameters (blocks' 12C^2 and the head's V·C; or n, e.g.
+-- all parameters, as tools/bench_common.lua's PaLM count 6 N + 12 L C T
+-- takes) plus the attention's 2 x 2·T·C per layer (scores and weighted sum,
+-- counted full as the usual estimate does); backward twice the forward;
+-- recomputed (checkpointed) blocks one forward more.
+function M.flops_per_token(cfg, T, recompute, n)
   local C, L = cfg.C, cfg.L
-  local fwd = 2 * (12 * L * C * C + cfg.V * C) + 4 * L * T * C
+  local fwd = 2 * (n or 12 * L * C * C + cfg.V * C) + 4 * L * T * C
   return fwd * (recompute and 4 or 3)
 end
 
