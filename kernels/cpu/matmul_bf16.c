@@ -31,13 +31,16 @@
  * spec/c/test_matmul_bf16.c checks both against a naive loop of S, bit for
  * bit, and against a double-precision reference.
  *
- * Speed on this machine (tools/bench_bf16.c): vdpbf16ps retires one
- * instruction per ~2 cycles (~115 GFLOP/s a core, register-only loop) while
- * vfmadd231ps zmm retires two per cycle (~230 GFLOP/s), so a VDPBF16PS GEMM
- * cannot beat OpenBLAS's sgemm here: this one runs ~90 GFLOP/s a core at
- * GPT-2's shapes (~80% of that peak) against sgemm's ~145. It halves the
- * operand bytes. The portable path runs ~2.7 GFLOP/s (a correctness
- * fallback).
+ * Speed (tools/bench_bf16.c; docs/performance.md has the sittings). On the
+ * Xeon this was first written on, vdpbf16ps retired one instruction per ~2
+ * cycles (~115 GFLOP/s a core) against two vfmadd231ps zmm per cycle, so
+ * this GEMM (~90 GFLOP/s a core) could not beat OpenBLAS's sgemm there. On
+ * the AMD EPYC development machine (AVX512_BF16, no AMX) vdpbf16ps runs at
+ * twice the fp32 FMA rate: this GEMM reaches 547-697 GFLOP/s on 2 threads
+ * at GPT-2's shapes, 1.5-1.8x ztrain's fp32 GEMM; the micro-kernel alone
+ * runs at its register-only peak, the rest goes to C-tile traffic and
+ * packing. It halves the operand bytes either way. The portable path runs
+ * ~2.7 GFLOP/s (a correctness fallback).
  *
  * AMX (tdpbf16ps, ~3.4 TFLOP/s a core, register-only) sums differently:
  * two lanes of 16 steps per 32-deep chunk, then two adds (matmul_amx.c
