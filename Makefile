@@ -97,8 +97,16 @@ bench-cuda:
 # test_cuda_nccl: device-tensor collectives under mpirun -np 2, through MPI
 # staged in pinned memory (ranks may share a GPU) and through NCCL (one GPU
 # per rank; skips with fewer GPUs, or without mpirun).
+# Then whole training steps through build-cuda/ztrain (ZTRAIN_LIB: the CUDA
+# library, not build/'s): spec/cuda/whole_step.lua, the CPU against the GPU
+# (losses, gradients, parameters within stated tolerances), and
+# spec/cuda/strategies.lua, dp and ZeRO 1-3 on 2 ranks sharing the GPU
+# (staged MPI) against one rank accumulating, equal digests. Each skips with
+# one line without a GPU.
+CUDA_ZTRAIN := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ZTRAIN_LIB=$(CURDIR)/build-cuda/libztrain.so \
+               OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 build-cuda/ztrain
 test-cuda:
-	$(MAKE) CUDA=1 B=build-cuda build-cuda/libztrain.so build-cuda/test_cuda \
+	$(MAKE) CUDA=1 B=build-cuda build-cuda/libztrain.so build-cuda/ztrain build-cuda/test_cuda \
 	    build-cuda/test_cuda_seams build-cuda/test_cuda_nccl
 	build-cuda/test_cuda
 	build-cuda/test_cuda_seams
@@ -107,6 +115,9 @@ test-cuda:
 	    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
 	      mpirun --oversubscribe -np 2 build-cuda/test_cuda_nccl $$m || exit 1; done; \
 	else echo "cuda mpi/nccl: no mpirun, skipped"; fi
+	$(CUDA_ZTRAIN) --script spec/cuda/whole_step.lua
+	@if command -v mpirun >/dev/null; then $(CUDA_ZTRAIN) --script spec/cuda/strategies.lua; \
+	else echo "cuda strategies: no mpirun, skipped"; fi
 cuda-check:
 	$(MAKE) CUDA=1 B=build-cuda build-cuda/test_cuda
 	build-cuda/test_cuda

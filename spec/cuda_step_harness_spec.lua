@@ -1,0 +1,71 @@
+-- The whole-step GPU tests of `make test-cuda` (spec/cuda/whole_step.lua,
+-- spec/cuda/strategies.lua) checked on the CPU, where they cannot meet a GPU:
+-- run with the CPU on both sides they pass, with one side perturbed they
+-- fail, asked for CUDA on this build they print one skip line and exit 0,
+-- and any other failure to select a backend fails them.
+local util = require "helpers.util"
+
+local function run(script, args)
+  local out, rc = util.sh(("build/ztrain --script spec/cuda/%s.lua %s"):format(script, args))
+  return out:gsub("rc=%d+%s*$", ""), rc
+end
+
+local function lines(s)
+  local t = {}
+  for l in s:gmatch("[^\n]+") do t[#t + 1] = l end
+  return t
+end
+
+describe("spec/cuda/whole_step.lua on the CPU", function()
+  it("passes with the CPU on both sides (b on one thread), fp32 and bf16", function()
+    local out, rc = run("whole_step", "a=cpu b=cpu threads_b=1 steps=2")
+    assert.are.equal(0, rc, out)
+    assert.matches("cuda whole step fp32 %(cpu against cpu, 2 steps%): losses worst 0 .*: ok\n", out)
+    assert.matches("cuda whole step bf16 %(cpu against cpu, 2 steps%): .*: ok\n", out)
+  end)
+
+  it("fails when one side's first-step gradients are scaled by 1 + 1e-3", function()
+    local out, rc = run("whole_step", "a=cpu b=cpu steps=2 precision=fp32 perturb=1e-3")
+    assert.are.equal(1, rc, out)
+    assert.matches("cuda whole step fp32 .*: FAILED\n", out)
+    assert.matches("  step 1 gradient norm: 0.001 > 0.0001", out, 1, true)
+    assert.matches("  gradient wte: 0.001 > 0.0001", out, 1, true)
+  end)
+
+  it("prints one skip line and exits 0 when CUDA is asked for on a build without it", function()
+    local out, rc = run("whole_step", "")
+    assert.are.equal(0, rc, out)
+    local l = lines(out)
+    assert.are.equal(1, #l, out)
+    assert.matches("^cuda whole step: no GPU here, skipped %(device.backend=cuda: built without CUDA", l[1])
+  end)
+
+  it("fails on any other backend error (only a missing GPU skips)", function()
+    local out, rc = run("whole_step", "b=bogus")
+    assert.are_not.equal(0, rc, out)
+    assert.matches('unknown device backend "bogus"', out, 1, true)
+  end)
+end)
+
+describe("spec/cuda/strategies.lua on the CPU", function()
+  it("dp and zero2 on 2 ranks equal one rank accumulating", function()
+    local out, rc = run("strategies", "backend=cpu strategies=dp,zero2")
+    assert.are.equal(0, rc, out)
+    assert.matches("cuda strategies: dp on 2 ranks %(cpu%) .*: same digest %x+, same loss bits\n", out)
+    assert.matches("cuda strategies: zero2 on 2 ranks %(cpu%) .*: same digest %x+, same loss bits\n", out)
+  end)
+
+  it("fails against a reference that does not accumulate (another batch)", function()
+    local out, rc = run("strategies", "backend=cpu strategies=dp break=1")
+    assert.are.equal(1, rc, out)
+    assert.matches("cuda strategies: dp on 2 ranks %(cpu%) .*: FAILED\n  param_digest %x+, one rank accumulating %x+", out)
+  end)
+
+  it("prints one skip line and exits 0 when CUDA is asked for on a build without it", function()
+    local out, rc = run("strategies", "")
+    assert.are.equal(0, rc, out)
+    local l = lines(out)
+    assert.are.equal(1, #l, out)
+    assert.matches("^cuda strategies: no GPU here, skipped %(device.backend=cuda: built without CUDA", l[1])
+  end)
+end)
