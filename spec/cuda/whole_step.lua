@@ -11,8 +11,10 @@
 -- keys (key=value): a=cpu b=cuda (the backends), threads_b=N (b's
 -- device.threads), precision=fp32,bf16 (each with its own tolerances; bf16
 -- with bf16 GEMMs), steps=3, perturb=X (b's first-step gradients scaled by
--- 1+X before its update: the comparison must then fail), ztrain=PATH (the
--- program for the two runs; default: the one running this).
+-- 1+X before its update: the comparison must then fail), env_b=NAME=VALUE
+-- (one variable set for b's run, e.g. env_b=OPENBLAS_CORETYPE=Prescott: other
+-- GEMM kernels, other sums), ztrain=PATH (the program for the two runs;
+-- default: the one running this).
 -- Without a GPU (b=cuda on a CPU build, or no visible GPU) it prints one
 -- skip line and exits 0; spec/cuda_step_harness_spec.lua checks this harness
 -- on the CPU (cpu against cpu passes, a perturbed side fails, the skip).
@@ -32,14 +34,18 @@ local common = dofile(zt.home .. "/spec/cuda/common.lua")
 --         every gradient within 1e-4 (norm-relative) of PyTorch's.
 --  param: per tensor, ||pa - pb|| / ||pa|| after the last step. Adam divides
 --         by sqrt(v): where a gradient is near zero its rounding noise moves
---         the parameter by up to ~lr, so loose.
+--         the parameter by up to ~lr, so loose. Measured on the CPU against
+--         itself with other GEMM kernels (env_b=OPENBLAS_CORETYPE=Prescott):
+--         losses 1.5e-8, gradients 5e-7, parameters 2e-4 after 3 and after
+--         10 steps (c_attn.bias, whose k slice has a zero gradient in exact
+--         arithmetic: spec/fixtures/README.md), everything else below 1e-5.
 --  bf16 (bf16 storage and GEMMs, fp32 accumulation): both sides round the
 --  same fp32 values to bf16 (the casts are bit-identical), but an fp32
 --  difference of one ulp flips a bf16 rounding (2^-8 relative) now and then,
 --  and those flips travel. Never run on a GPU: a first guess, to be set from
 --  the first GPU run's figures (docs/gpu.md).
 local TOL = {
-  fp32 = { loss = 1e-5, grad = 1e-4, param = 1e-4 },
+  fp32 = { loss = 1e-5, grad = 1e-4, param = 1e-3 },
   bf16 = { loss = 1e-3, grad = 3e-2, param = 1e-2 },
 }
 
@@ -182,15 +188,15 @@ local function parent()
   for prec in (args.precision or "fp32,bf16"):gmatch("[^,]+") do
     local tol = assert(TOL[prec], "precision must be fp32 or bf16, got " .. prec)
     local dir = common.util.tmpdir()
-    local function run(side, backend, extra)
-      local cmd = ("%s --script %s/spec/cuda/whole_step.lua dump=%s/%s backend=%s precision=%s steps=%d %s")
-        :format(prog, zt.home, dir, side, backend, prec, steps, extra)
+    local function run(side, backend, extra, env)
+      local cmd = ("%s%s --script %s/spec/cuda/whole_step.lua dump=%s/%s backend=%s precision=%s steps=%d %s")
+        :format(env and ("env '" .. env .. "' ") or "", prog, zt.home, dir, side, backend, prec, steps, extra)
       common.run(cmd, ("%s: the %s run (backend %s)"):format(what, side, backend))
       return load(dir .. "/" .. side)
     end
     local A = run("a", a, "")
     local B = run("b", b, (args.threads_b and ("threads=" .. args.threads_b) or "") ..
-                          (args.perturb and (" perturb=" .. args.perturb) or ""))
+                          (args.perturb and (" perturb=" .. args.perturb) or ""), args.env_b)
     common.util.rm(dir)
     local line, fails = compare(A, B, tol)
     print(("%s %s (%s against %s, %d steps): %s: %s"):format(what, prec, b, a, steps, line,
