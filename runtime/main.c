@@ -4,7 +4,8 @@
  * It finds the ztrain tree (ZTRAIN_HOME, else the directory above the
  * binary's build/), puts lua/ on package.path, and hands argv to
  * ztrain.cli.main. Everything else -- recipes, the REPL, options -- is Lua.
- * The runtime itself is libztrain.so, loaded by lua/ztrain/ffi.lua.
+ * The runtime itself is libztrain.so, loaded by lua/ztrain/ffi.lua: the
+ * one beside this binary unless ZTRAIN_LIB says otherwise.
  */
 #include <libgen.h>
 #include <limits.h>
@@ -83,6 +84,20 @@ static void print_error(const char *msg)
     fprintf(stderr, "%s%s\n", strncmp(msg, "ztrain: ", 8) == 0 ? "" : "ztrain: ", msg);
 }
 
+/* The library beside the binary (build-cuda/ztrain -> build-cuda/
+ * libztrain.so), unless ZTRAIN_LIB names one: ffi.lua's own default is the
+ * tree's build/, which for a second build directory is the other build. */
+static void default_lib(void)
+{
+    if (getenv("ZTRAIN_LIB")) return;
+    char exe[PATH_MAX], lib[PATH_MAX + 16];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return;
+    exe[len] = '\0';
+    snprintf(lib, sizeof lib, "%s/libztrain.so", dirname(exe));
+    if (access(lib, R_OK) == 0) setenv("ZTRAIN_LIB", lib, 0);
+}
+
 int main(int argc, char **argv)
 {
     char home[PATH_MAX], rp[PATH_MAX];
@@ -93,6 +108,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (realpath(home, rp)) snprintf(home, sizeof home, "%s", rp);
+    default_lib();
 
     lua_State *L = luaL_newstate();
     if (!L) { fprintf(stderr, "ztrain: cannot create a Lua state\n"); return 2; }

@@ -175,6 +175,25 @@ describe("bad input, said plainly", function()
     assert.matches(("ztrain: cannot create output directory %s/run: Not a directory"):format(f), out, 1, true)
   end)
 
+  it("ztrain loads the libztrain.so beside its binary unless ZTRAIN_LIB names one", function()
+    local d = u.outdir()
+    assert.are.equal(0, select(2, u.sh(("mkdir -p %s && cp %s %s/ztrain"):format(d, ZT, d))))
+    local show = [[ -e 'print(os.getenv("ZTRAIN_LIB"))']]
+    -- no library beside it: ffi.lua's default (the tree's build/) serves
+    local out, rc = u.sh(("ZTRAIN_HOME=%s %s/ztrain%s"):format(ROOT, d, show))
+    assert.are.equal("nil\nrc=0\n", out)
+    assert.are.equal(0, rc)
+    -- a library beside it is the one loaded (this one is not a library: the load names it)
+    local f = assert(io.open(d .. "/libztrain.so", "w")); f:write("not a library\n"); f:close()
+    out, rc = u.sh(("ZTRAIN_HOME=%s %s/ztrain%s"):format(ROOT, d, show))
+    assert.are_not.equal(0, rc)
+    assert.matches(d .. "/libztrain.so", out, 1, true)
+    -- ZTRAIN_LIB wins
+    out, rc = u.sh(("ZTRAIN_HOME=%s ZTRAIN_LIB=%s/build/libztrain.so %s/ztrain%s"):format(ROOT, ROOT, d, show))
+    assert.are.equal(ROOT .. "/build/libztrain.so\nrc=0\n", out)
+    assert.are.equal(0, rc)
+  end)
+
   it("a wrong ZTRAIN_HOME is named, not Lua's search path", function()
     local out, rc = u.sh(("ZTRAIN_HOME=/nonexistent/zt %s --version"):format(ZT))
     assert.are.equal(1, rc)
