@@ -69,6 +69,27 @@ static inline float mt_rank_sum(uint32_t seed, int64_t i)
     return s;
 }
 
+/* On a group g whose rank k is world rank P-1-k (the world split with key
+ * P-1-R): an all_reduce of a device tensor of n values val(seed, R, i), its
+ * status in *rc; returns how many elements differ in bits from the f32 sum
+ * in g's rank order. */
+static inline int64_t mt_all_reduce_reversed(zt_comm *g, uint32_t seed, int64_t n, int *rc)
+{
+    zt_tensor *x = mt_tensor(ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, n);
+    mt_put(x, seed, R, 0);
+    *rc = zt_all_reduce(g, x, NULL);
+    float *h = mt_get(x);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float s = val(seed, P - 1, i);
+        for (int k = 1; k < P; k++) s += val(seed, P - 1 - k, i);
+        bad += memcmp(&h[i], &s, 4) != 0;
+    }
+    free(h);
+    zt_tensor_release(x);
+    return bad;
+}
+
 /* The world W, R and P, stdout line-buffered (ranks' lines interleave whole).
  * 0, or 1 after a FAIL and a "0 passed, 1 failed" line: no world, or a world
  * of fewer than min_ranks or more than 64 ranks. */

@@ -140,21 +140,9 @@ static void t_split(void)
     CHECK("a split group keeps the world's transport", rc == 0 && strcmp(zt_comm_backend(g), MODE) == 0,
           "rc %d (%s), backend %s", rc, rc ? zt_last_error() : "", rc ? "-" : zt_comm_backend(g));
     if (rc) return;
-    const int64_t n = 4099;
-    zt_tensor *d = tensor(ZT_TIER_DEVICE, n);
-    mt_put(d, 17, R, 0);
-    rc = zt_all_reduce(g, d, NULL);
-    float *h = mt_get(d);
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; i++) {   /* group rank k is world rank P-1-k */
-        float s = val(17, P - 1, i);
-        for (int k = 1; k < P; k++) s += val(17, P - 1 - k, i);
-        bad += memcmp(&h[i], &s, 4) != 0;
-    }
+    int64_t bad = mt_all_reduce_reversed(g, 17, 4099, &rc);
     CHECK("all_reduce over the split group: its rank order", rc == 0 && bad == 0,
           "rc %d, %lld differ", rc, (long long)bad);
-    free(h);
-    zt_tensor_release(d);
     zt_comm_free(g);
 }
 
