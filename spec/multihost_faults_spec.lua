@@ -24,16 +24,9 @@ describe("network faults on a namespace test cluster", function()
     return
   end
 
-  local hostdir
-  setup(function()
-    local ok, err = pcall(function() hostdir = nc.up(PREFIX, 2) end)
-    if not ok then nc.down(PREFIX); error(err, 0) end      -- a failed setup still removes it
-  end)
-  teardown(function()
-    nc.down(PREFIX)
-    if hostdir then util.rm(hostdir) end
-    assert.are.equal("", nc.leftovers(PREFIX), "the cluster's namespaces and links are gone")
-  end)
+  local cluster = nc.cluster(PREFIX, 2)
+  setup(cluster.up)
+  teardown(cluster.down)
 
   -- fault_run(fault, args, env) -> exit status, output, seconds from the
   -- fault to the launcher's exit, out dir, steps logged before the fault.
@@ -46,9 +39,9 @@ describe("network faults on a namespace test cluster", function()
     local cmd = ([[{
 ( i=0; until [ -s %s/metrics.jsonl ] || [ -e %s.end ] || [ $i -ge 3000 ]; do sleep 0.02; i=$((i+1)); done
   [ -e %s.end ] || { %s; date +%%s.%%N > %s.fault; wc -l < %s/metrics.jsonl > %s.steps; } ) &
-%s ZTRAIN_ABORT_GRACE=%d %s timeout -k 10 120 build/ztrain --hostfile %s/hostfile.2 --nproc 2 recipes/dp.lua %s %s out=%s
+%s ZTRAIN_ABORT_GRACE=%d %s timeout -k 10 120 build/ztrain --hostfile %s --nproc 2 recipes/dp.lua %s %s out=%s
 rc=$?; date +%%s.%%N > %s.end; wait; (exit $rc)
-}]]):format(out, t, t, fault, t, out, t, nc.ENV, GRACE, env or "", hostdir, BASE,
+}]]):format(out, t, t, fault, t, out, t, nc.ENV, GRACE, env or "", cluster.hostfile(2), BASE,
                                                         args, out, t)
     local o, rc = util.sh(cmd)
     local function num(x)
@@ -120,8 +113,8 @@ rc=$?; date +%%s.%%N > %s.end; wait; (exit $rc)
     nc.sh(PREFIX, "link " .. PREFIX .. "1 down")
     local out = util.outdir()
     local t0 = os.time()
-    local o, rc = util.sh(("%s ZTRAIN_START_TIMEOUT=4 timeout -k 10 60 build/ztrain --hostfile %s/hostfile.2 " ..
-                           "recipes/dp.lua %s train.steps=3 out=%s"):format(nc.ENV, hostdir, BASE, out))
+    local o, rc = util.sh(("%s ZTRAIN_START_TIMEOUT=4 timeout -k 10 60 build/ztrain --hostfile %s " ..
+                           "recipes/dp.lua %s train.steps=3 out=%s"):format(nc.ENV, cluster.hostfile(2), BASE, out))
     local took = os.time() - t0
     nc.sh(PREFIX, "link " .. PREFIX .. "1 up")
     util.rm(out)

@@ -23,9 +23,7 @@ describe("multi-host runs on a namespace test cluster", function()
     return
   end
 
-  local hostdir
   local want = {}                          -- one-machine digests
-  local function hostfile(n) return ("%s/hostfile.%d"):format(hostdir, n) end
 
   -- run(args) -> summary of a run that must succeed
   local function run(args)
@@ -44,7 +42,7 @@ describe("multi-host runs on a namespace test cluster", function()
     local psi = s.model.params
     for i = 0, n - 1 do
       local counted = s.comm_per_step.ranks[i + 1].run_sent
-      local sent = nc.sent(PREFIX, i) - before[i]
+      local sent = nc.sent_since(PREFIX, before, i)
       assert.is_true(counted > 0, ("rank %d counted no bytes"):format(i))
       assert.is_true(sent >= counted, ("host %d's link carried %d bytes, fewer than rank %d's " ..
                                        "counters say it sent (%d)"):format(i, sent, i, counted))
@@ -54,30 +52,21 @@ describe("multi-host runs on a namespace test cluster", function()
     end
   end
 
-  setup(function()
-    -- a setup that fails still removes the cluster
-    local ok, err = pcall(function()
-      hostdir = nc.up(PREFIX, 4)
-      -- the oracle: the same worlds on this machine
-      want.dp2 = run(("--nproc 2 recipes/dp.lua %s %s"):format(BASE, TINY)).param_digest
-      want.dp4 = run(("--nproc 4 recipes/dp.lua %s %s"):format(BASE, TINY)).param_digest
-      want.single_accum2 = run(("recipes/single.lua %s %s"):format(BASE, ACCUM2)).param_digest
-      want.dp2_accum2 = run(("--nproc 2 recipes/dp.lua %s %s"):format(BASE, ACCUM2)).param_digest
-    end)
-    if not ok then nc.down(PREFIX); error(err, 0) end
+  local cluster = nc.cluster(PREFIX, 4, function()
+    -- the oracle: the same worlds on this machine
+    want.dp2 = run(("--nproc 2 recipes/dp.lua %s %s"):format(BASE, TINY)).param_digest
+    want.dp4 = run(("--nproc 4 recipes/dp.lua %s %s"):format(BASE, TINY)).param_digest
+    want.single_accum2 = run(("recipes/single.lua %s %s"):format(BASE, ACCUM2)).param_digest
+    want.dp2_accum2 = run(("--nproc 2 recipes/dp.lua %s %s"):format(BASE, ACCUM2)).param_digest
   end)
-
-  teardown(function()
-    nc.down(PREFIX)
-    if hostdir then util.rm(hostdir) end
-    assert.are.equal("", nc.leftovers(PREFIX), "the cluster's namespaces and links are gone")
-  end)
+  local hostfile = cluster.hostfile
+  setup(cluster.up)
+  teardown(cluster.down)
 
   for _, n in ipairs({ 2, 4 }) do
     it(("dp on %d hosts: the one-machine digest, and the all-reduce's bytes crossed every link"):format(n),
        function()
-      local before = {}
-      for i = 0, n - 1 do before[i] = nc.sent(PREFIX, i) end
+      local before = nc.snapshot(PREFIX, n)
       local s = run(("--hostfile %s recipes/dp.lua %s %s"):format(hostfile(n), BASE, TINY))
       assert.are.equal(n, s.world_size)
       assert.are.equal(want["dp" .. n], s.param_digest)
@@ -86,7 +75,7 @@ describe("multi-host runs on a namespace test cluster", function()
       local psi = s.model.params
       local must = s.steps * 2 * 4 * psi * (n - 1) / n
       for i = 0, n - 1 do
-        local sent = nc.sent(PREFIX, i) - before[i]
+        local sent = nc.sent_since(PREFIX, before, i)
         assert.is_true(sent >= must, ("host %d sent %d bytes, less than dp's all-reduce needs (%d): " ..
                                       "the bytes went another way"):format(i, sent, must))
         assert.is_true(sent <= must * 1.15 + 200000, ("host %d sent %d bytes, far more than dp's %d")
@@ -95,8 +84,7 @@ describe("multi-host runs on a namespace test cluster", function()
     end)
 
     it(("zero3 on %d hosts gives dp's one-machine digest; its counted bytes cross the links"):format(n), function()
-      local before = {}
-      for i = 0, n - 1 do before[i] = nc.sent(PREFIX, i) end
+      local before = nc.snapshot(PREFIX, n)
       local s = run(("--hostfile %s --nproc %d recipes/zero3.lua %s %s"):format(hostfile(n), n, BASE, TINY))
       assert.are.equal(n, s.world_size)
       assert.are.equal(want["dp" .. n], s.param_digest)
@@ -110,8 +98,7 @@ describe("multi-host runs on a namespace test cluster", function()
     end)
 
     it(("1F1B with %d stages on %d hosts gives one rank's digest (accumulating)"):format(n, n), function()
-      local before = {}
-      for i = 0, n - 1 do before[i] = nc.sent(PREFIX, i) end
+      local before = nc.snapshot(PREFIX, n)
       local s = run(("--hostfile %s --nproc %d recipes/pipeline_1f1b.lua %s %s pipeline.stages=%d")
                     :format(hostfile(n), n, BASE, ACCUM2, n))
       assert.are.equal(n, s.world_size)
@@ -237,8 +224,7 @@ describe("netcluster.sh refuses bad arguments", function()
       assert.are.equal(1, rc, o)
       assert.matches("a rate looks like", o)
     end)
-    nc.down(P)
-    assert.are.equal("", nc.leftovers(P))
+    nc.remove(P)
     assert(ok, err)
   end)
 end)

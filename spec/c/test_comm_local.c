@@ -11,22 +11,11 @@
 #include <unistd.h>
 #include <mpi.h>
 #include "ztrain.h"
-
-static int passed, failed;
-#define CHECK(name, cond, ...) do { \
-    if (cond) { passed++; printf("ok %s\n", name); } \
-    else { failed++; printf("FAIL %s: ", name); printf(__VA_ARGS__); printf(" (%s:%d)\n", __FILE__, __LINE__); } \
-} while (0)
-
-static int has(const char *s) { return strstr(zt_last_error(), s) != NULL; }
+#include "mpi_ctest.h"  /* CHECK (one process: R = P = 0), the tensors, the summary */
 
 static zt_tensor *mk(int dtype, int64_t n, float base)
 {
-    zt_tensor *t = NULL;
-    if (zt_tensor_new(&t, ZT_TIER_DEVICE, ZT_CAT_ACTIVATIONS, dtype, 1, &n) != ZT_OK) {
-        printf("cannot allocate: %s\n", zt_last_error());
-        exit(2);
-    }
+    zt_tensor *t = mt_tensor(ZT_TIER_DEVICE, ZT_CAT_ACTIVATIONS, dtype, n);
     if (dtype == ZT_F32)
         for (int64_t i = 0; i < n; i++) ((float *)t->data)[i] = base + (float)i * 0.37f;
     return t;
@@ -67,7 +56,7 @@ int main(void)
     int rc = zt_comm_world(&w);
     double dt = now() - t0;
     CHECK("world without a launcher", rc == ZT_OK && w != NULL, "rc %d (%s)", rc, zt_last_error());
-    if (rc != ZT_OK) { printf("%d passed, %d failed\n", passed, failed); return 1; }
+    if (rc != ZT_OK) return mt_report(passed, failed);
     CHECK("backend local, size 1, rank 0", strcmp(zt_comm_backend(w), "local") == 0 &&
           zt_comm_size(w) == 1 && zt_comm_rank(w) == 0, "backend %s size %d rank %d",
           zt_comm_backend(w), zt_comm_size(w), zt_comm_rank(w));
@@ -191,6 +180,5 @@ int main(void)
     zt_tensor_release(x); zt_tensor_release(ref); zt_tensor_release(out);
     zt_tensor_release(gi); zt_tensor_release(go); zt_tensor_release(o2);
     zt_tensor_release(small); zt_tensor_release(h);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    return mt_report(passed, failed);
 }

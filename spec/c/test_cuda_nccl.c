@@ -23,50 +23,11 @@
 #include <cuda_runtime_api.h>
 #include "ztrain.h"
 #include "comm.h"
-#include "mpi_inputs.h"
+#include "mpi_ctest.h" /* CHECK, the tensors, the summary; the inputs */
 
-static int passed, failed, R, P;
-static zt_comm *W;
 static const char *MODE = "nccl";   /* or "mpi": device tensors staged through pinned memory */
 
-#define CHECK(name, cond, ...) do { \
-    if (cond) { passed++; if (R == 0) printf("ok %s\n", name); } \
-    else { failed++; printf("rank %d: FAIL %s: ", R, name); printf(__VA_ARGS__); \
-           printf(" (%s:%d)\n", __FILE__, __LINE__); } \
-} while (0)
-
-static zt_tensor *tensor(int tier, int64_t n)
-{
-    zt_tensor *t = NULL;
-    if (zt_tensor_new(&t, tier, ZT_CAT_OTHER, ZT_F32, 1, &n) != ZT_OK) {
-        printf("rank %d: tensor_new: %s\n", R, zt_last_error());
-        zt_comm_abort(2);
-    }
-    return t;
-}
-
-/* t = val(seed, rank, lo + i) */
-static void put(zt_tensor *t, uint32_t seed, int rank, int64_t lo)
-{
-    float *h = malloc((size_t)t->numel * 4);
-    for (int64_t i = 0; i < t->numel; i++) h[i] = val(seed, rank, lo + i);
-    zt_tensor_write(t, h, (size_t)t->numel * 4);
-    free(h);
-}
-
-static float *get(const zt_tensor *t)
-{
-    float *h = malloc((size_t)t->numel * 4);
-    zt_tensor_read(t, h, (size_t)t->numel * 4);
-    return h;
-}
-
-static float rank_sum(uint32_t seed, int64_t i)
-{
-    float s = val(seed, 0, i);
-    for (int r = 1; r < P; r++) s += val(seed, r, i);
-    return s;
-}
+static zt_tensor *tensor(int tier, int64_t n) { return mt_tensor(tier, ZT_CAT_OTHER, ZT_F32, n); }
 
 /* all_reduce on a device tensor over NCCL (deterministic) and on a host
  * tensor over MPI: both the rank-order bits */
@@ -75,14 +36,14 @@ static void t_all_reduce(int64_t n, size_t scratch)
     char name[128];
     zt_comm_tune(scratch, 0);
     zt_tensor *d = tensor(ZT_TIER_DEVICE, n), *h = tensor(ZT_TIER_HOST, n);
-    put(d, 7, R, 0);
-    put(h, 7, R, 0);
+    mt_put(d, 7, R, 0);
+    mt_put(h, 7, R, 0);
     int rc = zt_all_reduce(W, d, NULL);
     int rh = zt_all_reduce(W, h, NULL);
-    float *gd = get(d), *gh = get(h);
+    float *gd = mt_get(d), *gh = mt_get(h);
     int64_t bad = 0, badh = 0, first = -1;
     for (int64_t i = 0; i < n; i++) {
-        float want = rank_sum(7, i);
+        float want = mt_rank_sum(7, i);
         if (memcmp(&gd[i], &want, 4)) { bad++; if (first < 0) first = i; }
         badh += memcmp(&gh[i], &want, 4) != 0;
     }
@@ -101,12 +62,12 @@ static void t_reduce_scatter(int64_t m)
 {
     zt_comm_tune(4096, 0);          /* rounds of 4096 / (4 P) elements */
     zt_tensor *in = tensor(ZT_TIER_DEVICE, m * P), *out = tensor(ZT_TIER_DEVICE, m);
-    put(in, 9, R, 0);
+    mt_put(in, 9, R, 0);
     int rc = zt_reduce_scatter(W, out, in, NULL);
-    float *g = get(out);
+    float *g = mt_get(out);
     int64_t bad = 0;
     for (int64_t i = 0; i < m; i++) {
-        float want = rank_sum(9, R * m + i);
+        float want = mt_rank_sum(9, R * m + i);
         bad += memcmp(&g[i], &want, 4) != 0;
     }
     CHECK("device reduce_scatter: rank-order bits", rc == 0 && bad == 0, "rc %d (%s), %lld differ",
@@ -129,7 +90,7 @@ static void t_ordered_after_compute(void)
     zt_comm_req *req = NULL;
     int rc = zt_all_reduce(W, x, &req);
     if (rc == 0) rc = zt_comm_wait(req);
-    float *g = get(x);
+    float *g = mt_get(x);
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++) bad += g[i] != (float)(SLOW * P);
     CHECK("device all_reduce waits for the issuing stream's kernels", rc == 0 && bad == 0,
@@ -143,26 +104,26 @@ static void t_moves(void)
 {
     const int64_t m = 100003;
     zt_tensor *in = tensor(ZT_TIER_DEVICE, m), *out = tensor(ZT_TIER_DEVICE, m * P);
-    put(in, 11, R, 0);
+    mt_put(in, 11, R, 0);
     int rc = zt_all_gather(W, out, in, NULL);
-    float *g = get(out);
+    float *g = mt_get(out);
     int64_t bad = 0;
     for (int r = 0; r < P; r++)
         for (int64_t i = 0; i < m; i++) bad += g[r * m + i] != val(11, r, i);
     CHECK("device all_gather", rc == 0 && bad == 0, "rc %d, %lld differ", rc, (long long)bad);
     free(g);
-    put(in, 13, R, 0);
+    mt_put(in, 13, R, 0);
     rc = zt_broadcast(W, in, P - 1, NULL);
-    g = get(in);
+    g = mt_get(in);
     bad = 0;
     for (int64_t i = 0; i < m; i++) bad += g[i] != val(13, P - 1, i);
     CHECK("device broadcast from the last rank", rc == 0 && bad == 0, "rc %d, %lld differ", rc,
           (long long)bad);
     free(g);
     if (R < 2) {                    /* rank 0 -> rank 1 */
-        put(in, 15, R, 0);
+        mt_put(in, 15, R, 0);
         rc = R == 0 ? zt_send(W, in, 1, 3, NULL) : zt_recv(W, in, 0, 3, NULL);
-        g = get(in);
+        g = mt_get(in);
         bad = 0;
         for (int64_t i = 0; i < m; i++) bad += g[i] != val(15, 0, i);
         CHECK("device send/recv", rc == 0 && bad == 0, "rc %d, %lld differ", rc, (long long)bad);
@@ -179,21 +140,9 @@ static void t_split(void)
     CHECK("a split group keeps the world's transport", rc == 0 && strcmp(zt_comm_backend(g), MODE) == 0,
           "rc %d (%s), backend %s", rc, rc ? zt_last_error() : "", rc ? "-" : zt_comm_backend(g));
     if (rc) return;
-    const int64_t n = 4099;
-    zt_tensor *d = tensor(ZT_TIER_DEVICE, n);
-    put(d, 17, R, 0);
-    rc = zt_all_reduce(g, d, NULL);
-    float *h = get(d);
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; i++) {   /* group rank k is world rank P-1-k */
-        float s = val(17, P - 1, i);
-        for (int k = 1; k < P; k++) s += val(17, P - 1 - k, i);
-        bad += memcmp(&h[i], &s, 4) != 0;
-    }
+    int64_t bad = mt_all_reduce_reversed(g, 17, 4099, &rc);
     CHECK("all_reduce over the split group: its rank order", rc == 0 && bad == 0,
           "rc %d, %lld differ", rc, (long long)bad);
-    free(h);
-    zt_tensor_release(d);
     zt_comm_free(g);
 }
 
@@ -203,9 +152,9 @@ static void t_native(zt_comm *g)
 {
     const int64_t n = 300007;
     zt_tensor *d = tensor(ZT_TIER_DEVICE, n);
-    put(d, 19, R, 0);
+    mt_put(d, 19, R, 0);
     int rc = zt_all_reduce(g, d, NULL);
-    float *h = get(d);
+    float *h = mt_get(d);
     int64_t bad = 0, worst = 0;
     for (int64_t i = 0; i < n; i++) {
         double ex = 0, mag = 0;
@@ -242,9 +191,7 @@ int main(int argc, char **argv)
         if (!quiet) printf("cuda %s: no GPU here, skipped (%s)\n", MODE, zt_last_error());
         return 0;
     }
-    if (zt_comm_world(&W) != ZT_OK) { printf("FAIL world: %s\n", zt_last_error()); return 1; }
-    R = zt_comm_rank(W);
-    P = zt_comm_size(W);
+    if (mt_init(1)) return 1;
     if (nccl && ngpu < P) {         /* the same answer on every rank of one node */
         if (R == 0) printf("cuda nccl: %d GPU(s) for %d ranks, skipped (NCCL needs one GPU "
                            "per rank)\n", ngpu, P);
@@ -275,13 +222,5 @@ int main(int argc, char **argv)
         t_native(native);
         zt_comm_free(native);
     }
-    int tot[2] = { passed, failed }, all[2 * 64] = { 0 };
-    if (P <= 64) zt_comm_all_gather_host(W, all, tot, sizeof tot);
-    if (R == 0) {
-        int p = 0, f = 0;
-        for (int r = 0; r < P && P <= 64; r++) { p += all[2 * r]; f += all[2 * r + 1]; }
-        printf("%d passed, %d failed (%d ranks)\n", p, f, P);
-    }
-    zt_comm_finalize();
-    return failed ? 1 : 0;
+    return mt_finish();
 }

@@ -19,18 +19,9 @@
 #include <unistd.h>
 #include "ztrain.h"
 #include "comm.h"      /* zt_comm_tune: small rounds and messages */
-
-static int passed, failed, R, P;
-static zt_comm *W;
-
-#define CHECK(name, cond, ...) do { \
-    if (cond) { passed++; if (R == 0) printf("ok %s\n", name); } \
-    else { failed++; printf("rank %d: FAIL %s: ", R, name); printf(__VA_ARGS__); \
-           printf(" (%s:%d)\n", __FILE__, __LINE__); } \
-} while (0)
+#include "mpi_ctest.h" /* CHECK, the tensors, the summary; the inputs */
 
 /* ---- inputs and references ------------------------------------------------ */
-#include "mpi_inputs.h"
 
 /* Sum over ranks[0..n) in that order: ((v0 + v1) + v2) + ... */
 static float ref_sum(uint32_t seed, const int *ranks, int n, int64_t i)
@@ -44,13 +35,7 @@ static int world_ranks[64];
 
 static zt_tensor *mk(int tier, int dtype, int64_t n)
 {
-    zt_tensor *t = NULL;
-    int rc = zt_tensor_new(&t, tier, ZT_CAT_ACTIVATIONS, dtype, 1, &n);
-    if (rc != ZT_OK) {
-        printf("rank %d: cannot allocate a test tensor: %s\n", R, zt_last_error());
-        exit(2);
-    }
-    return t;
+    return mt_tensor(tier, ZT_CAT_ACTIVATIONS, dtype, n);
 }
 
 static zt_tensor *mk_vals(uint32_t seed, int r, int64_t n, int64_t first)
@@ -458,7 +443,6 @@ static void test_host(void)
     CHECK("broadcast_host from every root", ok, "rc %d (%s)", rc, zt_last_error());
 }
 
-static int has(const char *s) { return strstr(zt_last_error(), s) != NULL; }
 
 static void test_errors(void)
 {
@@ -586,17 +570,9 @@ static void test_memory(void)
 
 int main(void)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
     double t0 = now();
-    int rc = zt_comm_world(&W);
-    if (rc != ZT_OK) {
-        printf("FAIL zt_comm_world: %s\n0 passed, 1 failed\n", zt_last_error());
-        return 1;
-    }
-    R = zt_comm_rank(W);
-    P = zt_comm_size(W);
-    for (int r = 0; r < P && r < 64; r++) world_ranks[r] = r;
-    if (P > 64) { printf("this test supports up to 64 ranks\n"); return 1; }
+    if (mt_init(1)) return 1;
+    for (int r = 0; r < P; r++) world_ranks[r] = r;
 
     test_world();
     test_all_reduce();
@@ -615,16 +591,13 @@ int main(void)
     zt_comm_req *late = NULL;
     int lrc = zt_barrier(W, &late);
 
-    int mine[2] = { passed, failed }, all[2 * 64];
-    rc = zt_comm_all_gather_host(W, all, mine, sizeof mine);
-    int tp = 0, tf = 0;
-    if (rc != ZT_OK) { printf("rank %d: FAIL gathering totals: %s\n", R, zt_last_error()); tf++; }
-    else for (int r = 0; r < P; r++) { tp += all[2 * r]; tf += all[2 * r + 1]; }
+    int tp, tf;
+    mt_totals(&tp, &tf);
 
     /* After shutdown (rank 0 counts its own checks here; a failure on
      * another rank shows as its FAIL line and exit status). */
     passed = failed = 0;
-    rc = zt_comm_finalize();
+    int rc = zt_comm_finalize();
     CHECK("finalize", rc == ZT_OK, "rc %d (%s)", rc, zt_last_error());
     CHECK("request issued before finalize can be waited on after it",
           lrc == ZT_OK && zt_comm_wait(late) == ZT_OK, "rc %d", lrc);
@@ -640,9 +613,6 @@ int main(void)
     CHECK("finalize twice is harmless", zt_comm_finalize() == ZT_OK, "%s", zt_last_error());
     tp += passed;
     tf += failed;
-    if (R == 0) {
-        fprintf(stderr, "test_mpi_comm: %d ranks, %.2f s\n", P, now() - t0);
-        printf("%d passed, %d failed\n", tp, tf);
-    }
-    return (tf != 0 || failed != 0) ? 1 : 0;
+    if (R == 0) fprintf(stderr, "test_mpi_comm: %d ranks, %.2f s\n", P, now() - t0);
+    return mt_report(tp, tf);
 }

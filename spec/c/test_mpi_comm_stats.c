@@ -20,15 +20,7 @@
 #include <unistd.h>
 #include "ztrain.h"
 #include "comm.h"      /* zt_stats_*: the hot path, for the microbenchmark */
-
-static int passed, failed, R, P;
-static zt_comm *W;
-
-#define CHECK(name, cond, ...) do { \
-    if (cond) { passed++; if (R == 0) printf("ok %s\n", name); } \
-    else { failed++; printf("rank %d: FAIL %s: ", R, name); printf(__VA_ARGS__); \
-           printf(" (%s:%d)\n", __FILE__, __LINE__); } \
-} while (0)
+#include "mpi_ctest.h" /* CHECK, the tensors, the summary */
 
 /* Under valgrind (make valgrind) threads run one at a time, 20-50x slower:
  * the timing bounds are not what it tests. Its preload library says so. */
@@ -47,11 +39,7 @@ static double now(void)
 
 static zt_tensor *mk(int64_t n)
 {
-    zt_tensor *t = NULL;
-    if (zt_tensor_new(&t, ZT_TIER_DEVICE, ZT_CAT_ACTIVATIONS, ZT_F32, 1, &n) != ZT_OK) {
-        printf("rank %d: cannot allocate a test tensor: %s\n", R, zt_last_error());
-        exit(2);
-    }
+    zt_tensor *t = mt_tensor(ZT_TIER_DEVICE, ZT_CAT_ACTIVATIONS, ZT_F32, n);
     memset(t->data, 0, (size_t)n * 4);
     return t;
 }
@@ -226,27 +214,11 @@ static void bench(void)
 
 int main(void)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    int rc = zt_comm_world(&W);
-    if (rc != ZT_OK) {
-        printf("FAIL zt_comm_world: %s\n0 passed, 1 failed\n", zt_last_error());
-        return 1;
-    }
-    R = zt_comm_rank(W);
-    P = zt_comm_size(W);
-    if (P > 64) { printf("this test supports up to 64 ranks\n"); return 1; }
+    if (mt_init(1)) return 1;
     test_api();
     test_kinds();
     test_time();
     bench();
 
-    int mine[2] = { passed, failed }, all[2 * 64];
-    rc = zt_comm_all_gather_host(W, all, mine, sizeof mine);
-    int tp = 0, tf = 0;
-    if (rc != ZT_OK) { printf("rank %d: FAIL gathering totals: %s\n", R, zt_last_error()); tf++; }
-    else for (int r = 0; r < P; r++) { tp += all[2 * r]; tf += all[2 * r + 1]; }
-    rc = zt_comm_finalize();
-    if (rc != ZT_OK) { printf("rank %d: FAIL finalize: %s\n", R, zt_last_error()); tf++; }
-    if (R == 0) printf("%d passed, %d failed\n", tp, tf);
-    return tf != 0;
+    return mt_finish();
 }

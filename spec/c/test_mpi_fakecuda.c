@@ -28,7 +28,7 @@
 #include <nccl.h>
 #include "comm.h"
 #include "kernels.h"
-#include "mpi_inputs.h"
+#include "mpi_ctest.h" /* CHECK, the tensors, the summary; the inputs */
 
 /* The Makefile compiles memory.c, tensor.c, comm_mpi.c and comm_stage.c
  * for this test with -DZT_CUDA -Dzt_dev=fake_dev: they see this device. */
@@ -232,8 +232,6 @@ ncclResult_t ncclBroadcast(const void *sb, void *rb, size_t n, ncclDataType_t t,
 }
 
 /* ---- checks -------------------------------------------------------------------- */
-static int passed, failed, R, P;
-static zt_comm *W;
 static int NCCL;                /* 0: the staged MPI checks; 1: W runs NCCL */
 static char nm[160];
 /* a check's name, prefixed by the path under test */
@@ -246,39 +244,7 @@ static const char *N(const char *fmt, ...)
     va_end(ap);
     return nm;
 }
-#define CHECK(name, cond, ...) do { \
-    if (cond) { passed++; if (R == 0) printf("ok %s\n", name); } \
-    else { failed++; printf("rank %d: FAIL %s: ", R, name); printf(__VA_ARGS__); printf("\n"); } \
-} while (0)
-
-static zt_tensor *dev(int64_t n)
-{
-    zt_tensor *t = NULL;
-    if (zt_tensor_new(&t, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 1, &n)) {
-        printf("tensor_new: %s\n", zt_last_error());
-        zt_comm_abort(2);
-    }
-    return t;
-}
-static void put(zt_tensor *t, uint32_t seed, int r, int64_t lo)
-{
-    float *h = malloc((size_t)t->numel * 4);
-    for (int64_t i = 0; i < t->numel; i++) h[i] = val(seed, r, lo + i);
-    zt_tensor_write(t, h, (size_t)t->numel * 4);
-    free(h);
-}
-static float *get(const zt_tensor *t)
-{
-    float *h = malloc((size_t)t->numel * 4);
-    zt_tensor_read(t, h, (size_t)t->numel * 4);
-    return h;
-}
-static float rsum(uint32_t seed, int64_t i)
-{
-    float s = val(seed, 0, i);
-    for (int r = 1; r < P; r++) s += val(seed, r, i);
-    return s;
-}
+static zt_tensor *dev(int64_t n) { return mt_tensor(ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, n); }
 static int64_t diff_bits(const float *g, const float *w, int64_t n)
 {
     int64_t b = 0;
@@ -290,12 +256,12 @@ static void t_all_reduce(int64_t n, size_t scratch)
 {
     zt_comm_tune(scratch, 0);
     zt_tensor *x = dev(n);
-    put(x, 3, R, 0);
+    mt_put(x, 3, R, 0);
     zt_mem_reset_peak();
     size_t host0 = zt_mem_current(ZT_TIER_HOST, ZT_CAT_COMM);
     int rc = zt_all_reduce(W, x, NULL);
-    float *g = get(x), *w = malloc((size_t)n * 4);
-    for (int64_t i = 0; i < n; i++) w[i] = rsum(3, i);
+    float *g = mt_get(x), *w = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) w[i] = mt_rank_sum(3, i);
     CHECK(N("device all_reduce n=%lld scratch=%zu: rank-order bits", (long long)n, scratch), rc == 0 && diff_bits(g, w, n) == 0, "rc %d (%s), %lld differ", rc,
           rc ? zt_last_error() : "", (long long)diff_bits(g, w, n));
     CHECK(N("comm buffers freed after the operation"),
@@ -319,7 +285,7 @@ static void t_reduce_scatter(int inplace)
 {
     const int64_t m = 3001;
     zt_tensor *in = dev(m * P), *out = NULL;
-    put(in, 5, R, 0);
+    mt_put(in, 5, R, 0);
     if (inplace) zt_tensor_view(&out, in, R * m, 1, (int64_t[]){ m });
     else out = dev(m);
     zt_mem_reset_peak();
@@ -333,8 +299,8 @@ static void t_reduce_scatter(int inplace)
         CHECK(inplace ? "in place: one staging buffer, scratch on the host"
                       : "not in place: two staging buffers, scratch on the host",
               peak == want, "host comm peak %zu bytes, expected %zu", peak, want);
-    float *g = get(out), *w = malloc((size_t)m * 4);
-    for (int64_t i = 0; i < m; i++) w[i] = rsum(5, R * m + i);
+    float *g = mt_get(out), *w = malloc((size_t)m * 4);
+    for (int64_t i = 0; i < m; i++) w[i] = mt_rank_sum(5, R * m + i);
     CHECK(N(inplace ? "device reduce_scatter in place: bits" : "device reduce_scatter: bits"),
           rc == 0 && diff_bits(g, w, m) == 0, "rc %d (%s), %lld differ", rc,
           rc ? zt_last_error() : "", (long long)diff_bits(g, w, m));
@@ -349,9 +315,9 @@ static void t_all_gather(int inplace)
     zt_tensor *out = dev(m * P), *in = NULL;
     if (inplace) zt_tensor_view(&in, out, R * m, 1, (int64_t[]){ m });
     else in = dev(m);
-    put(in, 7, R, 0);
+    mt_put(in, 7, R, 0);
     int rc = zt_all_gather(W, out, in, NULL);
-    float *g = get(out);
+    float *g = mt_get(out);
     int64_t bad = 0;
     for (int r = 0; r < P; r++)
         for (int64_t i = 0; i < m; i++) bad += g[r * m + i] != val(7, r, i);
@@ -366,17 +332,17 @@ static void t_bcast_p2p(void)
 {
     const int64_t n = 777;
     zt_tensor *x = dev(n);
-    put(x, 9, R, 0);
+    mt_put(x, 9, R, 0);
     int rc = zt_broadcast(W, x, P - 1, NULL);
-    float *g = get(x);
+    float *g = mt_get(x);
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++) bad += g[i] != val(9, P - 1, i);
     CHECK(N("device broadcast"), rc == 0 && bad == 0, "rc %d, %lld differ", rc, (long long)bad);
     free(g);
     if (R < 2) {
-        put(x, 11, R, 0);
+        mt_put(x, 11, R, 0);
         rc = R == 0 ? zt_send(W, x, 1, 5, NULL) : zt_recv(W, x, 0, 5, NULL);
-        g = get(x);
+        g = mt_get(x);
         bad = 0;
         for (int64_t i = 0; i < n; i++) bad += g[i] != val(11, 0, i);
         CHECK(N("device send/recv"), rc == 0 && bad == 0, "rc %d, %lld differ", rc, (long long)bad);
@@ -405,21 +371,9 @@ static void t_split_nccl(void)
     CHECK("nccl: a split group is nccl", rc == 0 && !strcmp(zt_comm_backend(g), "nccl"),
           "rc %d (%s)", rc, rc ? zt_last_error() : "");
     if (rc) return;
-    const int64_t n = 4099;
-    zt_tensor *x = dev(n);
-    put(x, 13, R, 0);
-    rc = zt_all_reduce(g, x, NULL);
-    float *h = get(x);
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; i++) {   /* group rank k is world rank P-1-k */
-        float s = val(13, P - 1, i);
-        for (int k = 1; k < P; k++) s += val(13, P - 1 - k, i);
-        bad += memcmp(&h[i], &s, 4) != 0;
-    }
+    int64_t bad = mt_all_reduce_reversed(g, 13, 4099, &rc);
     CHECK("nccl: all_reduce over the split group sums in its rank order", rc == 0 && bad == 0,
           "rc %d, %lld differ", rc, (long long)bad);
-    free(h);
-    zt_tensor_release(x);
     zt_comm_free(g);
 }
 
@@ -429,9 +383,9 @@ static void t_native(zt_comm *g)
 {
     const int64_t n = 5003;
     zt_tensor *x = dev(n), *big = dev(n * P);
-    put(x, 15, R, 0);
+    mt_put(x, 15, R, 0);
     int rc = zt_all_reduce(g, x, NULL);
-    float *h = get(x);
+    float *h = mt_get(x);
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++) {
         double ex = 0, mag = 0;
@@ -461,9 +415,7 @@ int main(void)
     fake_table.zero = f_zero;
     fake_table.copy = xcopy;
     fake_table.sync = f_sync;
-    if (zt_comm_world(&W) != ZT_OK) { printf("world: %s\n", zt_last_error()); return 1; }
-    R = zt_comm_rank(W);
-    P = zt_comm_size(W);
+    if (mt_init(1)) return 1;
     run_all();
     CHECK("the fake saw the copies (staging ran)", d2h > 0 && h2d > 0, "d2h %ld h2d %ld", d2h, h2d);
 
@@ -483,13 +435,5 @@ int main(void)
     t_split_nccl();
     t_native(native);
     zt_comm_free(native);
-    int tot[2] = { passed, failed }, all[2 * 64] = { 0 };
-    zt_comm_all_gather_host(W, all, tot, sizeof tot);
-    if (R == 0) {
-        int p = 0, f = 0;
-        for (int r = 0; r < P; r++) { p += all[2 * r]; f += all[2 * r + 1]; }
-        printf("%d passed, %d failed\n", p, f);
-    }
-    zt_comm_finalize();
-    return failed ? 1 : 0;
+    return mt_finish();
 }

@@ -42,16 +42,9 @@
 #include <time.h>
 #include <unistd.h>
 #include "ztrain.h"
+#include "mpi_ctest.h" /* CHECK, the tensors, the summary; the inputs */
 
-static int passed, failed, R, P;
-static zt_comm *W;
 static int world_ranks[64];
-
-#define CHECK(name, cond, ...) do { \
-    if (cond) { passed++; if (R == 0) printf("ok %s\n", name); } \
-    else { failed++; printf("rank %d: FAIL %s: ", R, name); printf(__VA_ARGS__); \
-           printf(" (%s:%d)\n", __FILE__, __LINE__); } \
-} while (0)
 
 /* Seconds any one wait may take before the test calls it a hang. A healthy
  * engine needs well under a second for everything below, even with 4 ranks
@@ -66,16 +59,9 @@ static double now(void)
 }
 
 /* ---- inputs and references (as test_mpi_comm.c) --------------------------- */
-#include "mpi_inputs.h"
-
 static zt_tensor *mk(int64_t n)
 {
-    zt_tensor *t = NULL;
-    if (zt_tensor_new(&t, ZT_TIER_DEVICE, ZT_CAT_ACTIVATIONS, ZT_F32, 1, &n) != ZT_OK) {
-        printf("rank %d: cannot allocate a test tensor: %s\n", R, zt_last_error());
-        exit(2);
-    }
-    return t;
+    return mt_tensor(ZT_TIER_DEVICE, ZT_CAT_ACTIVATIONS, ZT_F32, n);
 }
 
 static zt_tensor *mk_vals(uint32_t seed, int r, int64_t n)
@@ -490,19 +476,8 @@ static void test_gentle(void)
 
 int main(int argc, char **argv)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
     double t0 = now();
-    if (zt_comm_world(&W) != ZT_OK) {
-        printf("FAIL zt_comm_world: %s\n0 passed, 1 failed\n", zt_last_error());
-        return 1;
-    }
-    R = zt_comm_rank(W);
-    P = zt_comm_size(W);
-    if (P < 2 || P > 64) {
-        printf("test_mpi_progress needs 2..64 ranks (run it under mpirun -np 2), got %d\n"
-               "0 passed, 1 failed\n", P);
-        return 1;
-    }
+    if (mt_init(2)) return 1;
     for (int r = 0; r < P; r++) world_ranks[r] = r;
     int rc1 = zt_comm_split(&A, W, 0, R), rc2 = zt_comm_split(&B, W, 0, R);
     if (rc1 != ZT_OK || rc2 != ZT_OK) {
@@ -528,16 +503,6 @@ int main(int argc, char **argv)
 
     zt_comm_free(A);
     zt_comm_free(B);
-    int mine[2] = { passed, failed }, all[2 * 64];
-    int rc = zt_comm_all_gather_host(W, all, mine, sizeof mine);
-    int tp = 0, tf = 0;
-    if (rc != ZT_OK) { printf("rank %d: FAIL gathering totals: %s\n", R, zt_last_error()); tf++; }
-    else for (int r = 0; r < P; r++) { tp += all[2 * r]; tf += all[2 * r + 1]; }
-    rc = zt_comm_finalize();
-    if (rc != ZT_OK) { printf("rank %d: FAIL finalize: %s\n", R, zt_last_error()); tf++; }
-    if (R == 0) {
-        fprintf(stderr, "test_mpi_progress: %d ranks, %.2f s\n", P, now() - t0);
-        printf("%d passed, %d failed\n", tp, tf);
-    }
-    return (tf != 0 || failed != 0) ? 1 : 0;
+    if (R == 0) fprintf(stderr, "test_mpi_progress: %d ranks, %.2f s\n", P, now() - t0);
+    return mt_finish();
 }

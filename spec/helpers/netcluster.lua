@@ -4,6 +4,7 @@
 -- be gone.
 local util = require "helpers.util"
 local cjson = require "cjson"
+local luassert = require "luassert"
 
 local M = {}
 local sh, read = util.sh, util.read
@@ -50,6 +51,33 @@ function M.down(prefix) return sh(script(prefix, "down")) end
 
 function M.sh(prefix, args) return sh(script(prefix, args)) end
 
+-- remove(prefix): down, and checked to be gone (a failed assertion if not)
+function M.remove(prefix)
+  M.down(prefix)
+  luassert.are.equal("", M.leftovers(prefix), "the cluster's namespaces and links are gone")
+end
+
+-- cluster(prefix, n, ready) -> c, an n-host cluster for a describe block:
+-- setup(c.up) makes it (c.dir: its hostfiles; c.hostfile(k): the first k
+-- hosts), then calls ready(c) if given (e.g. the oracle runs); a setup that
+-- fails still removes it. teardown(c.down) removes it and checks it is gone.
+function M.cluster(prefix, n, ready)
+  local c = {}
+  function c.hostfile(k) return ("%s/hostfile.%d"):format(c.dir, k) end
+  function c.up()
+    local ok, err = pcall(function()
+      c.dir = M.up(prefix, n)
+      if ready then ready(c) end
+    end)
+    if not ok then M.down(prefix); error(err, 0) end
+  end
+  function c.down()
+    if c.dir then util.rm(c.dir) end
+    M.remove(prefix)
+  end
+  return c
+end
+
 -- leftovers(prefix) -> what of the cluster is still there ("" when none)
 function M.leftovers(prefix)
   local out = sh(("ip netns list | grep -E '^%s[0-9]+' ; ip -o link show | grep -E ': %s([0-9]+b|br)[:@]'")
@@ -63,6 +91,15 @@ local function stat(prefix, i, what)
   return tonumber(read(("/sys/class/net/%s%db/statistics/%s"):format(prefix, i, what)):match("%d+"))
 end
 function M.sent(prefix, i) return stat(prefix, i, "rx_bytes") end
+
+-- snapshot(prefix, n) -> before, the bytes hosts 0..n-1 have sent so far;
+-- sent_since(prefix, before, i) -> what host i sent after it
+function M.snapshot(prefix, n)
+  local before = {}
+  for i = 0, n - 1 do before[i] = M.sent(prefix, i) end
+  return before
+end
+function M.sent_since(prefix, before, i) return M.sent(prefix, i) - before[i] end
 
 -- run(args, env) -> summary (nil when the run failed), output, exit status.
 -- args: what follows build/ztrain (out= is added).
