@@ -66,31 +66,6 @@ static double row_sumexp_store(float *e, const float *x, float mx, int V) {
     return s;
 }
 
-/* One row of the fast path (dlogits given): each exp once, kept in d
- * between the sum and the scaling (the floats the plain path computes
- * twice, so the same bits). Inlined into a default and an AVX-512 twin:
- * the same operations in the same lanes, only the vector width differs. */
-static inline __attribute__((always_inline)) float
-row_fused(float *d, const float *x, int tgt, int V, float dscale) {
-    float xt = x[tgt];
-    float mx = row_max(x, V);
-    double sum = row_sumexp_store(d, x, mx, V);
-    float fsum = (float)sum, et = d[tgt];
-    #pragma omp simd
-    for (int i = 0; i < V; i++) d[i] = d[i] / fsum * dscale;
-    d[tgt] = (et / fsum - 1.0f) * dscale;
-    return (float)((double)mx + log(sum) - (double)xt);
-}
-
-typedef float (*row_fn)(float *, const float *, int, int, float);
-static float row_fused8(float *d, const float *x, int tgt, int V, float dscale) {
-    return row_fused(d, x, tgt, V, dscale);
-}
-__attribute__((target("avx512f")))
-static float row_fused16(float *d, const float *x, int tgt, int V, float dscale) {
-    return row_fused(d, x, tgt, V, dscale);
-}
-
 /* losses (N) WRITTEN = logsumexp(logits[n]) - logits[n, target];
  * dlogits (N,V) WRITTEN (if not NULL) = (softmax - onehot) * dscale, and
  * may alias logits (each element is read before it is overwritten).
@@ -100,7 +75,6 @@ int zk_crossentropy(float *losses, float *dlogits, const float *logits,
                     const int32_t *targets, int N, int V, float dscale) {
     int bad = 0;
     const int plain = zk_scalar_forced();   /* the two-exp path, for tests and benches */
-    const row_fn fused = __builtin_cpu_supports("avx512f") ? row_fused16 : row_fused8;
     #pragma omp parallel for schedule(static) reduction(+:bad) if ((long)N * V >= 65536)
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * V;        // (V)
@@ -111,13 +85,20 @@ int zk_crossentropy(float *losses, float *dlogits, const float *logits,
             if (dlogits != NULL) memset(dlogits + (size_t)n * V, 0, (size_t)V * sizeof(float));
             continue;
         }
-        float *d = dlogits == NULL ? NULL : dlogits + (size_t)n * V;   // (V), may be x
-        if (d != NULL && !plain) {
-            losses[n] = fused(d, x, tgt, V, dscale);
-            continue;
-        }
         float xt = x[tgt];
         float mx = row_max(x, V);
+        float *d = dlogits == NULL ? NULL : dlogits + (size_t)n * V;   // (V), may be x
+        if (d != NULL && !plain) {
+            /* each exp once: kept in d between the sum and the scaling (the
+             * same floats the plain path computes twice, so the same bits) */
+            double sum = row_sumexp_store(d, x, mx, V);
+            losses[n] = (float)((double)mx + log(sum) - (double)xt);
+            float fsum = (float)sum, et = d[tgt];
+            #pragma omp simd
+            for (int i = 0; i < V; i++) d[i] = d[i] / fsum * dscale;
+            d[tgt] = (et / fsum - 1.0f) * dscale;
+            continue;
+        }
         double sum = row_sumexp(x, mx, V);
         losses[n] = (float)((double)mx + log(sum) - (double)xt);
         if (d == NULL) continue;
