@@ -194,6 +194,15 @@ describe("bad input, said plainly", function()
     assert.are.equal(0, rc)
   end)
 
+  it("the step benchmark refuses a step count that is not a whole number >= 1, before measuring", function()
+    for _, v in ipairs({ "0", "x", "1.5" }) do
+      local out, rc = u.sh(("%s --script %s/tools/bench.lua model=gpt2-tiny steps=%s"):format(ZT, ROOT, v))
+      assert.are.equal(1, rc, out)
+      assert.are.equal(("ztrain: bench: steps=%s is not a whole number >= 1 (the timed steps after one warm-up)\nrc=1\n")
+                       :format(v), out)
+    end
+  end)
+
   it("a wrong ZTRAIN_HOME is named, not Lua's search path", function()
     local out, rc = u.sh(("ZTRAIN_HOME=/nonexistent/zt %s --version"):format(ZT))
     assert.are.equal(1, rc)

@@ -24,8 +24,7 @@ local size = args.model or "gpt2"
 zt.gpt2.config(size)   -- an unknown size fails here, naming the known ones, before any measuring
 local steps = tonumber(args.steps or 3)
 if not steps or steps < 1 or steps % 1 ~= 0 then
-  io.stderr:write("bench: steps=" .. tostring(args.steps) .. " is not a whole number >= 1 (the timed steps after one warm-up)\n")
-  os.exit(2)
+  error("bench: steps=" .. tostring(args.steps) .. " is not a whole number >= 1 (the timed steps after one warm-up)", 0)
 end
 local Ts = {}
 for t in (args.T or "64,256"):gmatch("%d+") do Ts[#Ts + 1] = tonumber(t) end
