@@ -97,8 +97,9 @@ bench-cuda:
 # test_cuda_nccl: device-tensor collectives under mpirun -np 2, through MPI
 # staged in pinned memory (ranks may share a GPU) and through NCCL (one GPU
 # per rank; skips with fewer GPUs, or without mpirun).
-# Then whole training steps through build-cuda/ztrain (ZTRAIN_LIB: the CUDA
-# library, not build/'s): spec/cuda/whole_step.lua, the CPU against the GPU
+# Then whole training steps through build-cuda/ztrain (it loads the library
+# beside it; ZTRAIN_LIB is named anyway, so one left in the environment
+# cannot point the run at another build): spec/cuda/whole_step.lua, the CPU against the GPU
 # (losses, gradients, parameters within stated tolerances), and
 # spec/cuda/strategies.lua, dp and ZeRO 1-3 on 2 ranks sharing the GPU
 # (staged MPI) against one rank accumulating, equal digests. Each skips with

@@ -16,7 +16,8 @@ local cjson = require "cjson"
 local zt = require "ztrain"
 local common = dofile(zt.home .. "/spec/cuda/common.lua")
 
-local args = dofile(zt.home .. "/tools/args.lua")(arg)
+local A = dofile(zt.home .. "/tools/args.lua")
+local args = A(arg)
 local backend = args.backend or "cuda"
 local what = "cuda strategies"
 common.need_backend(backend, what)
@@ -41,7 +42,7 @@ end
 local ref = { path = "recipes/single.lua", setting = args["break"] and "tiny" or "accum2", extra = "" }
 local want_digest, want_losses = run(ref)
 local failed = 0
-for name in (args.strategies or "dp,zero1,zero2,zero3"):gmatch("[^,]+") do
+for _, name in ipairs(A.list(args.strategies, "dp,zero1,zero2,zero3")) do
   local c = { path = "recipes/" .. name .. ".lua", setting = "tiny", nproc = 2, extra = "" }
   local digest, losses = run(c)
   local bad = {}

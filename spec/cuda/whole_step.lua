@@ -49,7 +49,8 @@ local TOL = {
   bf16 = { loss = 1e-3, grad = 3e-2, param = 1e-2 },
 }
 
-local args = dofile(zt.home .. "/tools/args.lua")(arg)
+local A = dofile(zt.home .. "/tools/args.lua")
+local args = A(arg)
 
 -- ---- a child run: train, dump losses, gradients and parameters ----
 
@@ -185,7 +186,7 @@ local function parent()
   local prog = common.program(args)
   local steps = tonumber(args.steps or 3)
   local failed = 0
-  for prec in (args.precision or "fp32,bf16"):gmatch("[^,]+") do
+  for _, prec in ipairs(A.list(args.precision, "fp32,bf16")) do
     local tol = assert(TOL[prec], "precision must be fp32 or bf16, got " .. prec)
     local dir = common.util.tmpdir()
     local function run(side, backend, extra, env)
