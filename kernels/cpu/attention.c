@@ -258,11 +258,7 @@ ATT_AVX512 static void gemm_acc16(float *restrict C, size_t ldc, const float *re
 typedef void (*gemm_acc_fn)(float *restrict, size_t, const float *restrict, size_t, size_t,
                             const float *restrict, size_t, int, int, int, int, int);
 
-/* The AVX-512 path where the CPU has it, unless a test forces the plain one. */
-static gemm_acc_fn pick_gemm_acc(void) {
-    if (!zk_scalar_forced() && __builtin_cpu_supports("avx512f")) return gemm_acc16;
-    return gemm_acc8;
-}
+static gemm_acc_fn pick_gemm_acc(void) { return zk_avx512_twin() ? gemm_acc16 : gemm_acc8; }
 
 /* dst[c*ldd + r] = src[r*lds + c] for an 8x8 block */
 static inline void tr8x8(const float *restrict src, size_t lds, float *restrict dst, size_t ldd) {

@@ -1,5 +1,6 @@
 /*
- * fastmath.h -- private to kernels/cpu: a branch-free exp for x <= 0.
+ * fastmath.h -- private to kernels/cpu: a branch-free exp for x <= 0, and
+ * which vector path the kernels with an AVX-512 twin take.
  *
  * libm's expf is a scalar call that keeps loops from vectorizing; attention,
  * GELU and cross-entropy all need exp of non-positive arguments (scores minus
@@ -11,6 +12,13 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include "kernels.h"
+
+/* The AVX-512 twins (attention's products, GELU) run where the CPU has
+ * avx512f, unless a test forces the plain AVX2 path (zk_force_scalar). */
+static inline int zk_avx512_twin(void) {
+    return !zk_scalar_forced() && __builtin_cpu_supports("avx512f");
+}
 
 /* exp(x) for x <= 0 (Cephes expf polynomial, <= 1.3 ulp on every float in
  * [-87, 0], checked exhaustively); 0 below -87, NaN

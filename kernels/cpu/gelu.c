@@ -67,12 +67,9 @@ GELU_AVX512 static void bwd16(float *dinp, const float *inp, const float *dout, 
     gelu_bwd_block(dinp, inp, dout, lo, hi);
 }
 
-/* AVX-512 where the CPU has it, unless a test forces the plain path */
-static int wide(void) { return !zk_scalar_forced() && __builtin_cpu_supports("avx512f"); }
-
 void zk_gelu_forward(float *out, const float *inp, size_t n) {
     size_t nb = (n + GELU_BLOCK - 1) / GELU_BLOCK;
-    void (*f)(float *, const float *, size_t, size_t) = wide() ? fwd16 : fwd8;
+    void (*f)(float *, const float *, size_t, size_t) = zk_avx512_twin() ? fwd16 : fwd8;
     #pragma omp parallel for schedule(static) if (nb >= GELU_PAR_BLOCKS)
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * GELU_BLOCK, hi = lo + GELU_BLOCK < n ? lo + GELU_BLOCK : n;
@@ -83,7 +80,7 @@ void zk_gelu_forward(float *out, const float *inp, size_t n) {
 /* dinp = dout * gelu'(inp), WRITTEN; dinp may alias dout. */
 void zk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     size_t nb = (n + GELU_BLOCK - 1) / GELU_BLOCK;
-    void (*f)(float *, const float *, const float *, size_t, size_t) = wide() ? bwd16 : bwd8;
+    void (*f)(float *, const float *, const float *, size_t, size_t) = zk_avx512_twin() ? bwd16 : bwd8;
     #pragma omp parallel for schedule(static) if (nb >= GELU_PAR_BLOCKS)
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * GELU_BLOCK, hi = lo + GELU_BLOCK < n ? lo + GELU_BLOCK : n;
