@@ -121,10 +121,12 @@ end
 -- A trainer as `ztrain` builds one (strategy single, the data pipeline),
 -- GPT-2's vocabulary of 50257, no evaluation. precision "bf16" takes the
 -- bf16 GEMMs (device.bf16_gemm=on: AVX512_BF16 or AMX, whichever the CPU has).
-function M.trainer(size, B, Tlen, precision)
+-- extra: more key=value overrides (tools/bench_gpu.lua: device.backend=cuda).
+function M.trainer(size, B, Tlen, precision, extra)
   local o = { "model.size=" .. size, "data.seq_len=" .. Tlen, "batch.micro=" .. B,
               "train.eval_every=0", "model.vocab_size=50257", "precision=" .. precision }
   if precision == "bf16" then o[#o + 1] = "device.bf16_gemm=on" end
+  for _, kv in ipairs(extra or {}) do o[#o + 1] = kv end
   local r = assert(zt.recipe.resolve({}, o))
   return require("ztrain.trainer").new(r, { quiet = true })
 end

@@ -13,8 +13,10 @@
 -- and a wrapper calls the same kernel with the same arguments (the same
 -- bits: spec/profile_spec.lua checks the param_digest). On the CPU backend
 -- an op runs on the calling thread (the compute stream), so the time
--- around the call is the op's time; a backend with asynchronous streams
--- would need a sync per op (not done: CPU only).
+-- around the call is the op's time. On an asynchronous backend (CUDA)
+-- start the profile with { sync = true }: each wrapper then waits for the
+-- device (zt_device_sync) before and after its op, so the time is the op's
+-- own, at the cost of the overlap a real step has (tools/bench_gpu.lua).
 --
 -- Phases: "forward" inside Model:forward, "backward" inside Model:backward,
 -- :backward_input and :backward_weight, and the precision policy's casts
@@ -147,9 +149,12 @@ end
 local function wrap_op(self, name, f)
   local cost, cfg = COST[name], self.cfg
   local fam = FAMILY[name] or name
+  local sync = self.sync
   return function(...)
+    if sync then zffi.check(C.zt_device_sync(), "profile: device sync") end
     local t0 = C.zt_now()
     local r1, r2 = f(...)
+    if sync then zffi.check(C.zt_device_sync(), "profile: device sync") end
     local dt = C.zt_now() - t0
     local family = fam
     if MATMUL[name] then
@@ -175,11 +180,13 @@ local function in_phase(self, phase, f)
   end
 end
 
--- start(model, ctx) -> profile. One at a time; stop() undoes every swap.
-function M.start(model, ctx)
+-- start(model, ctx, opts) -> profile. One at a time; stop() undoes every
+-- swap. opts.sync: wait for the device around every op (asynchronous backends).
+function M.start(model, ctx, opts)
   if active then error("profile.start: a profile is already running; stop it first", 0) end
   local self = setmetatable({ cfg = model.cfg, acc = {}, phase = "optimizer", saved_ops = {},
-                              saved_model = {}, saved_mm = {}, ctx = ctx }, Prof)
+                              saved_model = {}, saved_mm = {}, ctx = ctx,
+                              sync = opts and opts.sync or false }, Prof)
   for name, f in pairs(ops) do
     if type(f) == "function" then
       self.saved_ops[name] = f
