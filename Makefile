@@ -90,35 +90,19 @@ bench-cuda:
 	$(MAKE) CUDA=1 B=build-cuda build-cuda/bench_cuda
 	build-cuda/bench_cuda
 
-# Builds into build-cuda/ (not build/) and runs the GPU test; "skipped" where
-# no GPU is visible. cuda-check: the test alone (no MPI/libuv/OpenBLAS/LuaJIT).
-# test_cuda_seams: the Seams API (stream.c, pinned host tier, nvme) on the
-# GPU through the whole library (needs MPI/libuv/OpenBLAS like libztrain.so).
-# test_cuda_nccl: device-tensor collectives under mpirun -np 2, through MPI
-# staged in pinned memory (ranks may share a GPU) and through NCCL (one GPU
-# per rank; skips with fewer GPUs, or without mpirun).
-# Then whole training steps through build-cuda/ztrain (it loads the library
-# beside it; ZTRAIN_LIB is named anyway, so one left in the environment
-# cannot point the run at another build): spec/cuda/whole_step.lua, the CPU against the GPU
-# (losses, gradients, parameters within stated tolerances), and
-# spec/cuda/strategies.lua, dp and ZeRO 1-3 on 2 ranks sharing the GPU
-# (staged MPI) against one rank accumulating, equal digests. Each skips with
-# one line without a GPU.
-CUDA_ZTRAIN := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ZTRAIN_LIB=$(CURDIR)/build-cuda/libztrain.so \
-               OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 build-cuda/ztrain
+# Builds into build-cuda/ (not build/) and runs the GPU tests
+# (tools/test_cuda.sh; "skipped" where no GPU is visible): test_cuda, the
+# kernels against their CPU twins (cuda-check: that alone, no
+# MPI/libuv/OpenBLAS/LuaJIT); test_cuda_seams, the Seams API (stream.c,
+# pinned host tier, nvme) on the GPU through the whole library;
+# test_cuda_nccl under mpirun -np 2, device-tensor collectives through MPI
+# staged in pinned memory and through NCCL; then whole training steps
+# through build-cuda/ztrain (spec/cuda/whole_step.lua, CPU against GPU;
+# spec/cuda/strategies.lua, dp and ZeRO 1-3 on 2 ranks sharing the GPU).
 test-cuda:
 	$(MAKE) CUDA=1 B=build-cuda build-cuda/libztrain.so build-cuda/ztrain build-cuda/test_cuda \
 	    build-cuda/test_cuda_seams build-cuda/test_cuda_nccl
-	build-cuda/test_cuda
-	build-cuda/test_cuda_seams
-	@if command -v mpirun >/dev/null; then \
-	  for m in mpi nccl; do echo "mpirun -np 2 build-cuda/test_cuda_nccl $$m"; \
-	    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-	      mpirun --oversubscribe -np 2 build-cuda/test_cuda_nccl $$m || exit 1; done; \
-	else echo "cuda mpi/nccl: no mpirun, skipped"; fi
-	$(CUDA_ZTRAIN) --script spec/cuda/whole_step.lua
-	@if command -v mpirun >/dev/null; then $(CUDA_ZTRAIN) --script spec/cuda/strategies.lua; \
-	else echo "cuda strategies: no mpirun, skipped"; fi
+	sh tools/test_cuda.sh build-cuda
 cuda-check:
 	$(MAKE) CUDA=1 B=build-cuda build-cuda/test_cuda
 	build-cuda/test_cuda

@@ -14,7 +14,10 @@ void cblas_sgemm(int order, int ta, int tb, int M, int N, int K, float alpha,
                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 void openblas_set_num_threads(int n);
 ]])
-local blas = ffi.load("openblas")
+-- by its soname: the runtime package has it, the -dev package's libopenblas.so
+-- may be missing (a GPU machine with tools/gpu_kit.sh's libraries)
+local okb, blas = pcall(ffi.load, "libopenblas.so.0")
+if not okb then blas = ffi.load("openblas") end
 
 local M = {}
 

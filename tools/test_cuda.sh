@@ -1,0 +1,39 @@
+#!/bin/sh
+# tools/test_cuda.sh -- runs the GPU tests of an already built build-cuda/
+# (make test-cuda builds, then calls this; tools/gpu_kit.sh calls it on a
+# GPU machine that has the binaries but no compiler toolchain for the rest).
+# Each test prints one skip line and passes where no GPU is visible. Exit
+# status: that of the first test that fails.
+#   sh tools/test_cuda.sh [BUILD_DIR]          (default build-cuda)
+set -e
+cd "$(dirname "$0")/.."
+B=${1:-build-cuda}
+for f in test_cuda test_cuda_seams test_cuda_nccl libztrain.so ztrain; do
+  [ -e "$B/$f" ] || { echo "test_cuda.sh: $B/$f is missing: build it first (make test-cuda)" >&2; exit 2; }
+done
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+"$B/test_cuda"
+"$B/test_cuda_seams"
+# device-tensor collectives under mpirun -np 2: staged through MPI (ranks
+# may share a GPU) and through NCCL (one GPU per rank; skips with fewer)
+if command -v mpirun >/dev/null; then
+  for m in mpi nccl; do
+    echo "mpirun -np 2 $B/test_cuda_nccl $m"
+    mpirun --oversubscribe -np 2 "$B/test_cuda_nccl" $m
+  done
+else
+  echo "cuda mpi/nccl: no mpirun, skipped"
+fi
+# Whole training steps through $B/ztrain: it loads the library beside it,
+# and ZTRAIN_LIB is named anyway, so one left in the environment cannot
+# point the run at another build. whole_step.lua: the CPU against the GPU
+# (losses, gradients, parameters within stated tolerances); strategies.lua:
+# dp and ZeRO 1-3 on 2 ranks sharing the GPU (staged MPI) against one rank
+# accumulating, equal digests.
+ZT="env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ZTRAIN_LIB=$(pwd)/$B/libztrain.so $B/ztrain"
+$ZT --script spec/cuda/whole_step.lua
+if command -v mpirun >/dev/null; then
+  $ZT --script spec/cuda/strategies.lua
+else
+  echo "cuda strategies: no mpirun, skipped"
+fi
