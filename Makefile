@@ -34,8 +34,7 @@ CFLAGS := $(filter-out -O3,$(CFLAGS)) -O1 -fno-omit-frame-pointer \
           -fsanitize=address,undefined -fno-sanitize-recover=all
 .DEFAULT_GOAL := san
 endif
-RUNTIME_SRC := $(filter-out runtime/main.c runtime/device_cuda.c runtime/comm_nccl.c \
-                 runtime/comm_stage.c,$(wildcard runtime/*.c))
+RUNTIME_SRC := $(filter-out runtime/main.c runtime/device_cuda.c runtime/comm_nccl.c,$(wildcard runtime/*.c))
 KERNEL_SRC  := $(wildcard kernels/cpu/*.c)
 LIB_OBJ     := $(patsubst %.c,$(B)/obj/%.o,$(RUNTIME_SRC) $(KERNEL_SRC))
 CTEST_SRC   := $(filter-out spec/c/test_cuda%.c,$(wildcard spec/c/test_*.c))
@@ -63,7 +62,7 @@ ifneq ($(CUDA),)
 # uses build-cuda/); `make CUDA=1` alone builds into build/, so run
 # `make clean` before switching build/ between the two.
 CFLAGS  += -DZT_CUDA -I$(CUDA_HOME)/include
-LIB_OBJ += $(CUDA_OBJ) $(B)/obj/runtime/comm_nccl.o $(B)/obj/runtime/comm_stage.o
+LIB_OBJ += $(CUDA_OBJ) $(B)/obj/runtime/comm_nccl.o
 LIBS    += $(CUDA_LIBS) -lnccl
 # the fake-CUDA tests link the CPU library only
 CTEST_BIN := $(filter-out $(B)/test_stream_fakecuda $(B)/test_mpi_fakecuda \

@@ -145,15 +145,16 @@ extern const zt_transport zt_transport_local;
 extern const zt_transport zt_transport_mpi;
 #ifdef ZT_CUDA
 extern const zt_transport zt_transport_nccl;    /* comm_nccl.c: MPI + NCCL for device tensors */
-/* comm_stage.c: the MPI transport's device tensors through pinned host
- * buffers when the CUDA device is active (else these do nothing). issue:
- * caller's thread; stage_in before the MPI operation starts (points op at
- * the buffers); stage_out after it ends (copies back, frees; returns rc or
- * the copy's error). */
+#endif
+/* comm_stage.c: the MPI transport's device tensors through host buffers
+ * (pinned on CUDA) when the active device's memory is not the host's (CUDA,
+ * fakegpu; on the CPU device these do nothing). issue: caller's thread
+ * (CUDA: an event on its stream); stage_in before the MPI operation starts
+ * (points op at the buffers); stage_out after it ends (copies back, frees;
+ * returns rc or the copy's error). */
 int zt_comm_stage_issue(zt_comm_req *op);
 int zt_comm_stage_in(zt_comm_req *op);
 int zt_comm_stage_out(zt_comm_req *op, int rc);
-#endif
 
 /* Element-wise rank-order sum: dst[i] = ((src0[i] + src1[i]) + src2[i]) + ...
  * where srcj = src + j * n. */

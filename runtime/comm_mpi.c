@@ -628,35 +628,28 @@ static int mpi_start_host(zt_comm_req *op)
     return coll_start(op, step);
 }
 
-/* CUDA device tensors go through pinned host buffers (comm_stage.c): MPI
- * reads and writes host memory only. */
+/* Device tensors of a device whose memory is not the host's (CUDA,
+ * fakegpu) go through host buffers (comm_stage.c; on the CPU device they
+ * pass through): MPI reads and writes host memory only. */
 static int mpi_start(zt_comm_req *op)
 {
-#ifdef ZT_CUDA
     ZT_TRY(zt_comm_stage_in(op));
     int rc = mpi_start_host(op);
     return rc != ZT_OK || !op->inflight ? zt_comm_stage_out(op, rc) : rc;
-#else
-    return mpi_start_host(op);
-#endif
 }
 
 static int mpi_progress(zt_comm_req *op, int *done)
 {
     int rc = op->kind == ZT_OP_SEND || op->kind == ZT_OP_RECV ? p2p_progress(op, done)
                                                               : coll_progress(op, done);
-#ifdef ZT_CUDA
     if (*done) rc = zt_comm_stage_out(op, rc);
-#endif
     return rc;
 }
 
 const zt_transport zt_transport_mpi = {
     .name = "mpi",
     .threaded = 1,
-#ifdef ZT_CUDA
     .issue = zt_comm_stage_issue,
-#endif
     .init = mpi_init,
     .start = mpi_start,
     .progress = mpi_progress,

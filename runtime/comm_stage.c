@@ -1,12 +1,13 @@
 /*
- * comm_stage.c -- the MPI transport with device tensors on the CUDA device
- * (a `make CUDA=1` build only): their bytes go through pinned host buffers,
+ * comm_stage.c -- the MPI transport with device tensors on a device whose
+ * memory the host cannot address (CUDA; device_fakegpu.c, its stand-in for
+ * tests on the CPU): their bytes go through host buffers (pinned on CUDA),
  * so MPI never reads GPU memory (no CUDA-aware MPI needed) and several
  * ranks can share one GPU -- for testing dp and ZeRO at N = 2 on one GPU,
  * where NCCL refuses to run. Slow by design: the communication thread
  * copies whole tensors down before the operation and up after it,
- * blocking (cudaMemcpy). The arithmetic is comm_mpi.c's, on the host, so
- * the bits are the MPI transport's.
+ * blocking (cudaMemcpy; the device's copy elsewhere). The arithmetic is
+ * comm_mpi.c's, on the host, so the bits are the MPI transport's.
  *
  *  issue  (caller's thread): an event on the caller's current stream, so
  *         the copy down reads what the kernels issued before wrote;
@@ -17,12 +18,15 @@
  *  finish (communication thread, after the MPI operation): copy up what it
  *         wrote, free the buffers.
  * Host-tier operations, and every operation on the CPU device, pass through.
+ * The events are CUDA's alone: other devices run ops synchronously.
  */
 #include <stdlib.h>
 #include <string.h>
-#include <cuda_runtime_api.h>
 #include "comm.h"
+#ifdef ZT_CUDA
+#include <cuda_runtime_api.h>
 #include "cuda_stream.h"
+#endif
 
 typedef struct {
     void *dev_out, *dev_in;     /* the tensors' device bytes */
@@ -32,10 +36,17 @@ typedef struct {
     int tier, retiered;         /* the operation's own tier (it runs as a host one) */
 } staged;
 
-static int on_cuda(const zt_comm_req *op)
+/* a device-tier operation on a device whose memory is not the host's */
+static int staged_device(const zt_comm_req *op)
 {
-    return op->tier == ZT_TIER_DEVICE && strcmp(zt_dev()->name, "cuda") == 0;
+    return op->tier == ZT_TIER_DEVICE && zt_dev() != &zt_cpu_device;
 }
+
+#ifdef ZT_CUDA
+/* the active device is CUDA (staging copies by cudaMemcpy, events) */
+static int cuda_device(void) { return strcmp(zt_dev()->name, "cuda") == 0; }
+
+static int on_cuda(const zt_comm_req *op) { return staged_device(op) && cuda_device(); }
 
 static int cu_fail(const char *fn, const char *call, cudaError_t e)
 {
@@ -43,9 +54,29 @@ static int cu_fail(const char *fn, const char *call, cudaError_t e)
     return zt_error(ZT_EIO, "%s: staging device tensors for MPI: %s:%d: %s: %s (%s)", fn,
                     __FILE__, __LINE__, call, cudaGetErrorName(e), cudaGetErrorString(e));
 }
+#endif
+
+/* n bytes between the device and a staging buffer; up: host -> device */
+static int stage_copy(const zt_comm_req *op, void *dst, const void *src, size_t n, int up)
+{
+#ifdef ZT_CUDA
+    if (cuda_device()) {        /* op is a host one by now in stage_out: ask the device */
+        cudaError_t e = cudaMemcpy(dst, src, n, up ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+        return e == cudaSuccess ? ZT_OK
+             : cu_fail(op->fn, up ? "cudaMemcpy(host to device)" : "cudaMemcpy(device to host)", e);
+    }
+#endif
+    (void)op; (void)up;
+    zt_dev()->copy(dst, src, n);   /* synchronous, pointers of either side */
+    return ZT_OK;
+}
 
 int zt_comm_stage_issue(zt_comm_req *op)
 {
+#ifndef ZT_CUDA
+    (void)op;
+    return ZT_OK;
+#else
     if (!on_cuda(op)) return ZT_OK;
     void *ev = NULL;
     ZT_TRY(zt_cuda_event_new(&ev, 0));
@@ -53,6 +84,7 @@ int zt_comm_stage_issue(zt_comm_req *op)
     if (rc != ZT_OK) { zt_cuda_event_free(ev); return rc; }
     op->ready = ev;
     return ZT_OK;
+#endif
 }
 
 /* Bytes the operation reads (in) and writes (out), by kind; down: whether
@@ -81,16 +113,21 @@ static int inside(const void *p, size_t n, const void *base, size_t bn)
 
 int zt_comm_stage_in(zt_comm_req *op)
 {
-    if (!on_cuda(op)) return ZT_OK;
-    int rc = zt_cuda_bind_thread();
+    if (!staged_device(op)) return ZT_OK;
+    int rc = ZT_OK;
+#ifdef ZT_CUDA
+    if (on_cuda(op)) rc = zt_cuda_bind_thread();
+#endif
     staged *s = rc ? NULL : calloc(1, sizeof *s);
     if (!rc && !s) rc = zt_error(ZT_ENOMEM, "%s: out of memory", op->fn);
+#ifdef ZT_CUDA
     if (op->ready) {            /* the caller's kernels first */
         cudaError_t e = cudaEventSynchronize((cudaEvent_t)op->ready);
         cudaEventDestroy((cudaEvent_t)op->ready);
         op->ready = NULL;
         if (!rc && e != cudaSuccess) rc = cu_fail(op->fn, "cudaEventSynchronize", e);
     }
+#endif
     if (rc) { free(s); return rc; }
     int down_out = 0;
     extents(op, &s->out_bytes, &s->in_bytes, &down_out, &s->up);
@@ -112,14 +149,10 @@ int zt_comm_stage_in(zt_comm_req *op)
     }
     if (!rc && out_in_in) s->h_out = s->h_in + ((const char *)op->out - (const char *)op->in);
     if (!rc && in_in_out) s->h_in = s->h_out + ((const char *)op->in - (char *)op->out);
-    cudaError_t e = cudaSuccess;
-    if (!rc && s->in_bytes && !in_in_out)
-        e = cudaMemcpy(s->h_in, op->in, s->in_bytes, cudaMemcpyDeviceToHost);
-    if (!rc && e == cudaSuccess && down_out)
-        e = cudaMemcpy(s->h_out, op->out, s->out_bytes, cudaMemcpyDeviceToHost);
-    if (!rc && in_in_out && e == cudaSuccess)   /* in's bytes are inside out's buffer */
-        e = cudaMemcpy(s->h_in, op->in, s->in_bytes, cudaMemcpyDeviceToHost);
-    if (!rc && e != cudaSuccess) rc = cu_fail(op->fn, "cudaMemcpy(device to host)", e);
+    if (!rc && s->in_bytes && !in_in_out) rc = stage_copy(op, s->h_in, op->in, s->in_bytes, 0);
+    if (!rc && down_out) rc = stage_copy(op, s->h_out, op->out, s->out_bytes, 0);
+    if (!rc && in_in_out)       /* in's bytes are inside out's buffer */
+        rc = stage_copy(op, s->h_in, op->in, s->in_bytes, 0);
     op->staged = s;
     if (rc) return zt_comm_stage_out(op, rc);
     if (s->h_out) op->out = s->h_out;
@@ -136,10 +169,7 @@ int zt_comm_stage_out(zt_comm_req *op, int rc)
     staged *s = op->staged;
     if (!s) return rc;
     op->staged = NULL;
-    if (rc == ZT_OK && s->up && s->out_bytes) {
-        cudaError_t e = cudaMemcpy(s->dev_out, s->h_out, s->out_bytes, cudaMemcpyHostToDevice);
-        if (e != cudaSuccess) rc = cu_fail(op->fn, "cudaMemcpy(host to device)", e);
-    }
+    if (rc == ZT_OK && s->up && s->out_bytes) rc = stage_copy(op, s->dev_out, s->h_out, s->out_bytes, 1);
     op->out = s->dev_out;
     op->in = s->dev_in;
     if (s->retiered) op->tier = s->tier;

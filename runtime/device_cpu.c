@@ -147,6 +147,8 @@ int zt_device_init(const char *backend)
 {
     ZT_CHECK(backend != NULL, "zt_device_init: backend is NULL");
     if (strcmp(backend, "cpu") == 0) { active = &zt_cpu_device; return ZT_OK; }
+    /* device_fakegpu.c: the CPU kernels behind memory the host cannot address (tests) */
+    if (strcmp(backend, "fakegpu") == 0) { active = &zt_fakegpu_device; return ZT_OK; }
     if (strcmp(backend, "cuda") == 0) {
 #ifdef ZT_CUDA
         ZT_TRY(zt_cuda_init());             /* device_cuda.c: GPU, stream, cuBLAS */
@@ -157,7 +159,7 @@ int zt_device_init(const char *backend)
                         "make CUDA=1 (or use device.backend=cpu)");
 #endif
     }
-    return zt_error(ZT_EINVAL, "unknown device backend \"%s\"; known: cpu, cuda", backend);
+    return zt_error(ZT_EINVAL, "unknown device backend \"%s\"; known: cpu, cuda, fakegpu (a test device)", backend);
 }
 
 const char *zt_device_name(void) { return active->name; }

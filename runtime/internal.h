@@ -118,6 +118,8 @@ void zt_stats_exposed(uint64_t ns);
 uint64_t zt_stats_now_ns(void);
 
 extern const zt_device_ops zt_cpu_device;
+/* device_fakegpu.c: the CPU kernels behind tagged, host-unaddressable device memory */
+extern const zt_device_ops zt_fakegpu_device;
 /* The active device (CPU until zt_device_init selects another). */
 const zt_device_ops *zt_dev(void);
 

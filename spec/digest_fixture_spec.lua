@@ -3,14 +3,10 @@
 -- give the param_digest, per-step loss bits and eval loss recorded in
 -- spec/fixtures/digests.json from main before the Seams issue.
 local util = require "helpers.util"
-local cjson = require "cjson"
-local cases = dofile("spec/fixtures/digest_cases.lua")
+local digest = require "helpers.digest_check"
+local cases = digest.cases
 
 local read = util.read
-
-local sh = util.sh
-
-local fixture = cjson.decode(read("spec/fixtures/digests.json"))
 
 describe("digest fixture (bit-identical to before the refactor)", function()
   it("covers every recipe in recipes/ and examples/", function()
@@ -27,23 +23,6 @@ describe("digest fixture (bit-identical to before the refactor)", function()
   end)
 
   for _, c in ipairs(cases.cases) do
-    local key = cases.key(c)
-    it(key, function()
-      local want = fixture[c.same_as or key]
-      assert.is_table(want, "no fixture entry for " .. key .. "; run tools/record_digests.lua")
-      local dir = os.tmpname(); os.remove(dir)
-      local out, rc = sh(cases.command(c, dir))
-      assert.are.equal(0, rc, out)
-      local s = cjson.decode(read(dir .. "/summary.json"))
-      local losses = {}
-      for line in io.lines(dir .. "/metrics.jsonl") do
-        local m = cjson.decode(line)
-        losses[#losses + 1] = ("%d:%s"):format(m.step, m.loss_hex)
-      end
-      sh("rm -rf " .. dir)
-      assert.are.equal(want.losses, table.concat(losses, " "), "per-step loss bits")
-      assert.are.equal(want.eval_loss, ("%a"):format(s.eval_loss), "eval loss bits")
-      assert.are.equal(want.param_digest, s.param_digest, "param_digest")
-    end)
+    it(cases.key(c), function() digest.check(c) end)
   end
 end)

@@ -1,0 +1,162 @@
+/*
+ * device_fakegpu.c -- a GPU stand-in on the CPU, for tests: the CPU kernels
+ * behind device memory that the host cannot address.
+ *
+ * `device.backend = "fakegpu"` (zt_device_init("fakegpu")). Device memory is
+ * host memory whose pointer carries a tag (bit 62 set: a non-canonical
+ * x86-64 address), so code that reads or writes device-tier bytes on the
+ * host, instead of through the device table, faults at once -- as on a
+ * GPU, where such a read gets garbage or a fault and a CPU run would never
+ * notice. Every op here clears the tag and runs zt_cpu_device's op, so a
+ * training run has the CPU's bits exactly: equal digests with
+ * device.backend=cpu say the trainer, the strategies and the runtime keep
+ * to the host/device boundary a GPU needs (spec/fakegpu_spec.lua). copy
+ * takes host or device pointers on either side (cudaMemcpyDefault's
+ * contract). Nothing is asynchronous: ordering bugs between streams still
+ * need a GPU (or the fake-CUDA tests, docs/gpu.md).
+ */
+#include <stdint.h>
+#include "internal.h"
+
+#define TAG ((uintptr_t)1 << 62)
+
+static void *tag(void *p) { return p ? (void *)((uintptr_t)p | TAG) : NULL; }
+/* host pointers (copy's other side, sumsq's partials) pass unchanged */
+static void *un(const void *p) { return (void *)((uintptr_t)p & ~TAG); }
+#define F(p) ((float *)un(p))
+#define CF(p) ((const float *)un(p))
+#define CPU zt_cpu_device
+
+static int fg_sync(void) { return CPU.sync(); }
+
+static int fg_alloc(void **out, size_t nbytes)
+{
+    void *p = NULL;
+    int rc = CPU.alloc(&p, nbytes);
+    if (rc == ZT_OK) *out = tag(p);
+    return rc;
+}
+
+static void fg_free(void *p) { CPU.free(un(p)); }
+static void fg_zero(void *p, size_t n) { CPU.zero(un(p), n); }
+static void fg_fill(float *x, float v, size_t n) { CPU.fill(F(x), v, n); }
+static void fg_copy(void *dst, const void *src, size_t n) { CPU.copy(un(dst), un(src), n); }
+static void fg_scale(float *x, float a, size_t n) { CPU.scale(F(x), a, n); }
+static void fg_axpy(float *y, float a, const float *x, size_t n) { CPU.axpy(F(y), a, CF(x), n); }
+static void fg_add(float *y, const float *x, size_t n) { CPU.add(F(y), CF(x), n); }
+static void fg_add3(float *o, const float *a, const float *b, size_t n) { CPU.add3(F(o), CF(a), CF(b), n); }
+
+static void fg_cast(void *dst, int dt, const void *src, int st, size_t n)
+{
+    CPU.cast(un(dst), dt, un(src), st, n);
+}
+
+static int fg_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe,
+                              int B, int T, int C, int V)
+{
+    return CPU.encoder_forward(F(out), un(tok), CF(wte), CF(wpe), B, T, C, V);
+}
+
+static int fg_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok,
+                               int B, int T, int C, int V)
+{
+    return CPU.encoder_backward(F(dwte), F(dwpe), CF(dout), un(tok), B, T, C, V);
+}
+
+static void fg_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                 const float *w, const float *b, int N, int C)
+{
+    CPU.layernorm_forward(F(out), F(mean), F(rstd), CF(inp), CF(w), CF(b), N, C);
+}
+
+static void fg_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                                  const float *inp, const float *w, const float *mean,
+                                  const float *rstd, int N, int C)
+{
+    CPU.layernorm_backward(F(dinp), F(dw), F(db), CF(dout), CF(inp), CF(w), CF(mean), CF(rstd), N, C);
+}
+
+static int fg_matmul_forward(float *out, const float *inp, const float *w, const float *b,
+                             int N, int C, int OC)
+{
+    return CPU.matmul_forward(F(out), CF(inp), CF(w), CF(b), N, C, OC);
+}
+
+static int fg_matmul_backward(float *dinp, float *dw, float *db, const float *dout,
+                              const float *inp, const float *w, int N, int C, int OC)
+{
+    return CPU.matmul_backward(F(dinp), F(dw), F(db), CF(dout), CF(inp), CF(w), N, C, OC);
+}
+
+static int fg_matmul_bf16_forward(float *out, const uint16_t *inp, const uint16_t *w,
+                                  const float *b, int N, int C, int OC)
+{
+    return CPU.matmul_bf16_forward(F(out), un(inp), un(w), CF(b), N, C, OC);
+}
+
+static int fg_matmul_bf16_backward(float *dinp, float *dw, float *db, const uint16_t *dout,
+                                   const uint16_t *inp, const uint16_t *w, int N, int C, int OC)
+{
+    return CPU.matmul_bf16_backward(F(dinp), F(dw), F(db), un(dout), un(inp), un(w), N, C, OC);
+}
+
+static void fg_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
+{
+    CPU.attention_forward(F(out), F(lse), CF(qkv), B, T, C, NH);
+}
+
+static void fg_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                  const float *out, const float *lse, int B, int T, int C, int NH)
+{
+    CPU.attention_backward(F(dqkv), CF(dout), CF(qkv), CF(out), CF(lse), B, T, C, NH);
+}
+
+static void fg_attention_decode(float *out, float *kc, float *vc, const float *qkv,
+                                int B, int T, int C, int NH, int maxT, int pos)
+{
+    CPU.attention_decode(F(out), F(kc), F(vc), CF(qkv), B, T, C, NH, maxT, pos);
+}
+
+static void fg_gelu_forward(float *out, const float *inp, size_t n) { CPU.gelu_forward(F(out), CF(inp), n); }
+
+static void fg_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    CPU.gelu_backward(F(dinp), CF(inp), CF(dout), n);
+}
+
+static int fg_crossentropy(float *losses, float *dlogits, const float *logits,
+                           const int32_t *targets, int N, int V, float dscale)
+{
+    return CPU.crossentropy(F(losses), F(dlogits), CF(logits), un(targets), N, V, dscale);
+}
+
+static void fg_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                     float b2, float eps, float wd, float gscale, int t)
+{
+    CPU.adamw(F(p), CF(g), F(m), F(v), n, lr, b1, b2, eps, wd, gscale, t);
+}
+
+/* partials are the caller's host array, as on CUDA */
+static void fg_sumsq_blocks(double *partials, const float *x, size_t n) { CPU.sumsq_blocks(partials, CF(x), n); }
+static double fg_sum(const float *x, size_t n) { return CPU.sum(CF(x), n); }
+
+static void fg_randn(float *x, size_t n, uint64_t seed, uint64_t stream, float mean, float std)
+{
+    CPU.randn(F(x), n, seed, stream, mean, std);
+}
+
+const zt_device_ops zt_fakegpu_device = {
+    .name = "fakegpu",
+    .sync = fg_sync, .alloc = fg_alloc, .free = fg_free, .zero = fg_zero, .fill = fg_fill,
+    .copy = fg_copy, .scale = fg_scale, .axpy = fg_axpy, .add = fg_add, .add3 = fg_add3,
+    .cast = fg_cast,
+    .encoder_forward = fg_encoder_forward, .encoder_backward = fg_encoder_backward,
+    .layernorm_forward = fg_layernorm_forward, .layernorm_backward = fg_layernorm_backward,
+    .matmul_forward = fg_matmul_forward, .matmul_backward = fg_matmul_backward,
+    .matmul_bf16_forward = fg_matmul_bf16_forward, .matmul_bf16_backward = fg_matmul_bf16_backward,
+    .attention_forward = fg_attention_forward, .attention_backward = fg_attention_backward,
+    .attention_decode = fg_attention_decode,
+    .gelu_forward = fg_gelu_forward, .gelu_backward = fg_gelu_backward,
+    .crossentropy = fg_crossentropy, .adamw = fg_adamw,
+    .sumsq_blocks = fg_sumsq_blocks, .sum = fg_sum, .randn = fg_randn,
+};
