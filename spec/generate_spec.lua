@@ -354,5 +354,8 @@ describe("the tiny Hugging Face fixture", function()
     assert.matches("ztrain: .*rc=1\n$", run("hf:/nonexistent 'Hi'"))
     assert.matches("ztrain: generate: unknown key \"topk\".*rc=1\n$",
                    run("hf:" .. dir .. " 'Hi' tokenizer=bytes topk=3"))
+    -- a recipe key is an unknown key too, not an unreadable argument
+    assert.matches("ztrain: generate: unknown key \"device.backend\" %(known: max_tokens,.*rc=1\n$",
+                   run("hf:" .. dir .. " 'Hi' tokenizer=bytes device.backend=cuda"))
   end)
 end)

@@ -353,7 +353,7 @@ local function generate(args)
   end
   local o = {}
   for j = 3, #args do
-    local k, v = args[j]:match("^([%w_]+)=(.*)$")
+    local k, v = args[j]:match("^([%w_.]+)=(.*)$")
     if not k then error(("generate: cannot read argument %q: expected key=value (%s)"):format(args[j], usage), 0) end
     local kind = GENERATE_KEYS[k]
     if not kind then
