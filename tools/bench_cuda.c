@@ -1,13 +1,14 @@
 /*
  * bench_cuda.c -- the CUDA device's ops at GPT-2 124M shapes (B=4, T=1024,
  * C=768, NH=12, V=50257): milliseconds per call, GFLOP/s for the GEMMs and
- * attention. `make bench-cuda` (CUDA=1, build-cuda/); needs a GPU.
+ * attention (plain fp32 and the bf16 tensor-core kernels). `make bench-cuda` (CUDA=1, build-cuda/); needs a GPU.
  * Measures the kernels alone (device memory, one warm-up call, events).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <cuda_runtime_api.h>
 #include "internal.h"
+#include "cuda_stream.h"
 
 extern const zt_device_ops zt_cuda_device;
 int zt_cuda_init(void);
@@ -51,6 +52,10 @@ int main(void)
     double fa = 4.0 * B * NH * ((double)T * T / 2) * (C / NH);
     TIME("attention fwd T=1024", fa, 5, dv->attention_forward(y, lse, qkv, B, T, C, NH));
     TIME("attention bwd T=1024", 2.5 * fa, 3, dv->attention_backward(dq, g, qkv, y, lse, B, T, C, NH));
+    zt_cuda_attention_mode(1);      /* bf16 tensor cores (attention_tc.cu) */
+    TIME("attention fwd T=1024 bf16 tc", fa, 20, dv->attention_forward(y, lse, qkv, B, T, C, NH));
+    TIME("attention bwd T=1024 bf16 tc", 2.5 * fa, 20, dv->attention_backward(dq, g, qkv, y, lse, B, T, C, NH));
+    zt_cuda_attention_mode(0);
     TIME("layernorm fwd (N,768)", 0, 50, dv->layernorm_forward(y, mean, rstd, x, w, b, N, C));
     TIME("layernorm bwd (N,768)", 0, 50, dv->layernorm_backward(dx, dw, db, g, x, w, mean, rstd, N, C));
     TIME("gelu fwd (N,3072)", 0, 50, dv->gelu_forward(y, x, (size_t)N * 4 * C));

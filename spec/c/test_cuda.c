@@ -27,7 +27,12 @@
  *  - attention (online softmax over single keys against the CPU's key
  *    tiles, expf): out 1e-5 + 1e-4 |x|, lse 1e-5 + 1e-5 |x|, dqkv
  *    1e-5 + 1e-3 |x| (sums of T products with cancellation); decode (KV
- *    cache) as out against the CPU, and the GPU forward's bits exactly.
+ *    cache) as out against the CPU, and the GPU forward's bits exactly;
+ *  - bf16 tensor-core attention (attention_tc.cu, zt_cuda_attention_mode(1)):
+ *    on bf16-valued inputs against the CPU twin, per element within
+ *    1e-6 + 4 * 2^-9 * (the sum of the absolute terms), lse within its fp32
+ *    bound; derived in spec/c/attn_tc_check.h, which test_attention_tiles.c
+ *    shares (there broken variants of the algorithm must fail it).
  */
 #include <cuda_runtime_api.h>
 #include "ctest.h"
@@ -35,6 +40,7 @@
 #include "kernels.h"
 #include "cuda_stream.h"
 #include "../kernels/cuda/kernels.cuh"
+#include "attn_tc_check.h"
 
 extern const zt_device_ops zt_cuda_device;
 static const zt_device_ops *dv = &zt_cuda_device;
@@ -519,6 +525,113 @@ static void t_attention_all(void)
     t_attention(2, 33, 120, 3);     /* hs 40: lanes past the head */
 }
 
+/* bf16 tensor-core attention through the device table in mode 1, twice:
+ * against the CPU twin (attn_tc_check.h's tolerances), dqkv prefilled with
+ * NaN (WRITTEN: every element), and the same bits both runs. */
+static void t_attention_tc(int B, int T, int NH)
+{
+    char name[128];
+    const int C = 64 * NH;
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1), *nan = malloc(nq * 4);
+    tc_round_bf16(qkv, nq);             /* bf16 values: both sides see the same inputs */
+    tc_round_bf16(dy, no);
+    for (size_t i = 0; i < nq; i++) nan[i] = NAN;
+    float *o = malloc(no * 4), *l = malloc(nl * 4), *dq = malloc(nq * 4);
+    double *mo = malloc(no * 8), *ml = malloc(nl * 8), *mdq = malloc(nq * 8);
+    zk_attention_forward(o, l, qkv, B, T, C, NH);
+    zk_attention_backward(dq, dy, qkv, o, l, B, T, C, NH);
+    tc_mags(mo, ml, mdq, qkv, dy, B, T, C, NH);
+    float *d_qkv = up(qkv, nq * 4), *d_dy = up(dy, no * 4), *d_o[2], *d_l[2], *d_dq[2];
+    int was = zt_cuda_attention_mode(-1);
+    zt_cuda_attention_mode(1);
+    for (int r = 0; r < 2; r++) {
+        d_dq[r] = up(nan, nq * 4);
+        dv->alloc((void **)&d_o[r], no * 4); dv->alloc((void **)&d_l[r], nl * 4);
+        dv->attention_forward(d_o[r], d_l[r], d_qkv, B, T, C, NH);
+        dv->attention_backward(d_dq[r], d_dy, d_qkv, d_o[r], d_l[r], B, T, C, NH);
+    }
+    zt_cuda_attention_mode(was);
+    snprintf(name, sizeof name, "attention bf16 B=%d T=%d NH=%d", B, T, NH);
+    if (!synced(name)) return;
+    float *go = down(d_o[0], no * 4), *gl = down(d_l[0], nl * 4), *gq = down(d_dq[0], nq * 4);
+    float *go2 = down(d_o[1], no * 4), *gl2 = down(d_l[1], nl * 4), *gq2 = down(d_dq[1], nq * 4);
+    snprintf(name, sizeof name, "attention bf16 forward out, B=%d T=%d NH=%d", B, T, NH);
+    tc_check(name, go, o, mo, no, TC_RHO);
+    snprintf(name, sizeof name, "attention bf16 forward lse, T=%d", T);
+    tc_check(name, gl, l, ml, nl, 1.0);
+    snprintf(name, sizeof name, "attention bf16 backward dqkv (all written), T=%d", T);
+    tc_check(name, gq, dq, mdq, nq, TC_RHO);
+    snprintf(name, sizeof name, "attention bf16 T=%d: out the same bits twice", T);
+    same_bits(name, go2, go, no * 4);
+    snprintf(name, sizeof name, "attention bf16 T=%d: lse the same bits twice", T);
+    same_bits(name, gl2, gl, nl * 4);
+    snprintf(name, sizeof name, "attention bf16 T=%d: dqkv the same bits twice", T);
+    same_bits(name, gq2, gq, nq * 4);
+    free(qkv); free(dy); free(nan); free(o); free(l); free(dq); free(mo); free(ml); free(mdq);
+    free(go); free(gl); free(gq); free(go2); free(gl2); free(gq2);
+    dv->free(d_qkv); dv->free(d_dy);
+    for (int r = 0; r < 2; r++) { dv->free(d_o[r]); dv->free(d_l[r]); dv->free(d_dq[r]); }
+}
+
+/* forward + backward of (B, T, C, NH) in the given mode: out and dqkv, host */
+static void attn_in_mode(int mode, float **out, float **dqkv, const float *qkv, const float *dy,
+                         int B, int T, int C, int NH)
+{
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+    float *d_qkv = up(qkv, nq * 4), *d_dy = up(dy, no * 4), *d_o = NULL, *d_l = NULL, *d_dq = NULL;
+    dv->alloc((void **)&d_o, no * 4); dv->alloc((void **)&d_l, (size_t)B * NH * T * 4);
+    dv->alloc((void **)&d_dq, nq * 4);
+    int was = zt_cuda_attention_mode(-1);
+    zt_cuda_attention_mode(mode);
+    dv->attention_forward(d_o, d_l, d_qkv, B, T, C, NH);
+    dv->attention_backward(d_dq, d_dy, d_qkv, d_o, d_l, B, T, C, NH);
+    zt_cuda_attention_mode(was);
+    *out = down(d_o, no * 4);
+    *dqkv = down(d_dq, nq * 4);
+    dv->free(d_qkv); dv->free(d_dy); dv->free(d_o); dv->free(d_l); dv->free(d_dq);
+}
+
+/* the mode switch, the routing it controls, and hs != 64 refused */
+static void t_attention_tc_mode(void)
+{
+    int was = zt_cuda_attention_mode(-1);
+    int a = zt_cuda_attention_mode(1), b = zt_cuda_attention_mode(-1);
+    int c = zt_cuda_attention_mode(7), d = zt_cuda_attention_mode(-1);
+    zt_cuda_attention_mode(was);
+    ct_check(a == 1 && b == 1 && c == ZT_EINVAL && d == 1, "attention mode: set, query, 7 refused",
+             "set %d, query %d, set 7 %d, query %d", a, b, c, d);
+    float *qkv = ct_rand((size_t)100 * 3 * 128, -2, 2), *dy = ct_rand((size_t)100 * 128, -1, 1);
+    float *o0, *o1, *g0, *g1;
+    attn_in_mode(0, &o0, &g0, qkv, dy, 1, 100, 128, 2);           /* hs 64 */
+    attn_in_mode(1, &o1, &g1, qkv, dy, 1, 100, 128, 2);
+    ct_check(memcmp(o0, o1, (size_t)100 * 128 * 4) != 0 && memcmp(g0, g1, (size_t)300 * 128 * 4) != 0,
+             "attention mode bf16 at hs 64 runs the tensor-core kernels (not the plain bits)",
+             "out or dqkv has the plain kernel's bits");
+    free(o0); free(o1); free(g0); free(g1);
+    attn_in_mode(0, &o0, &g0, qkv, dy, 1, 100, 96, 3);            /* hs 32: plain in both */
+    attn_in_mode(1, &o1, &g1, qkv, dy, 1, 100, 96, 3);
+    same_bits("attention mode bf16 at hs 32: the plain kernel's out", o1, o0, (size_t)100 * 96 * 4);
+    same_bits("attention mode bf16 at hs 32: the plain kernel's dqkv", g1, g0, (size_t)300 * 96 * 4);
+    free(o0); free(o1); free(g0); free(g1); free(qkv); free(dy);
+    cudaStream_t s = (cudaStream_t)zt_cuda_get_stream();
+    int e1 = zkc_attention_forward_tc(s, NULL, NULL, NULL, 1, 8, 96, 3);
+    int e2 = zkc_attention_backward_tc(s, NULL, NULL, NULL, NULL, NULL, 1, 8, 130, 2, NULL);
+    ct_check(e1 == (int)cudaErrorInvalidValue && e2 == (int)cudaErrorInvalidValue,
+             "attention tc: head size 32 or 65 is cudaErrorInvalidValue", "forward %d, backward %d", e1, e2);
+}
+
+static void t_attention_tc_all(void)
+{
+    t_attention_tc_mode();
+    t_attention_tc(1, 1, 1);        /* one key */
+    t_attention_tc(2, 17, 2);       /* under one tile, B*NH = 4 */
+    t_attention_tc(1, 64, 3);       /* exactly one tile */
+    t_attention_tc(2, 100, 2);      /* ragged second tile */
+    t_attention_tc(1, 256, 2);      /* four tiles: the rescale across tiles */
+    t_attention_tc(2, 193, 12);     /* GPT-2's 12 heads of 64 (C 768), ragged */
+}
+
 /* errors come back as codes with file:line, never exit */
 static void t_errors(void)
 {
@@ -693,7 +806,7 @@ static void t_stream_errors(void)
 
 static void (*const tests[])(void) = {
     t_elementwise, t_casts, t_gelu, t_layernorm, t_encoder, t_xent, t_adamw, t_sums,
-    t_sum_ranks, t_randn, t_matmul_all, t_attention_all, t_errors,
+    t_sum_ranks, t_randn, t_matmul_all, t_attention_all, t_attention_tc_all, t_errors,
     t_copy_then_compute, t_two_streams, t_blas_on_current_stream, t_stream_errors,
 };
 #define NTESTS (int)(sizeof tests / sizeof tests[0])
@@ -712,6 +825,8 @@ int main(void)
     if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
         printf("cuda: %s, sm_%d%d\n", prop.name, prop.major, prop.minor);
     ct_seed(1234);
+    zt_cuda_attention_mode(0);      /* the plain tests test the plain kernels, whatever
+                                     * ZTRAIN_CUDA_ATTENTION says */
     for (int i = 0; i < NTESTS; i++) tests[i]();
     return ct_summary();
 }

@@ -1,0 +1,161 @@
+/*
+ * cuda_emu.h -- just enough of CUDA to run kernels/cuda/attention_tc.cu's
+ * source on the CPU (tools/emu_attention_tc.sh), where no GPU is lent.
+ *
+ * A block's threads are real threads (std::thread), __syncthreads and
+ * __syncwarp are barriers, __shfl_xor_sync goes through a per-warp array;
+ * blocks run one after another, so a __shared__ array (a static) is the
+ * block's. WMMA by its documented meaning, not the hardware's register
+ * layout: every lane holds the whole 16x16 tile, load/mma are computed by
+ * each lane, store writes each element from one lane (element e from lane
+ * e % 32); none of them synchronises the warp, so a missing __syncwarp
+ * around a store can show as a race (and as different bits run to run).
+ * Pointers of load/store must be 32-byte aligned and ldm a multiple of 8
+ * (16-bit) or 4 (float), as CUDA requires: checked, abort on a violation.
+ * Products are summed in k order in fp32 (tensor cores: another order).
+ */
+#ifndef ZT_CUDA_EMU_H
+#define ZT_CUDA_EMU_H
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <pthread.h>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+using std::min;
+
+struct dim3 { unsigned x, y, z; dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
+static thread_local dim3 threadIdx, blockIdx;
+static dim3 gridDim, blockDim;
+typedef void *cudaStream_t;
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
+static inline int cudaGetLastError(void) { return 0; }
+#define ZKC_LAUNCHED() ((int)cudaGetLastError())
+
+static pthread_barrier_t emu_block_bar, emu_warp_bar[32];
+static float emu_xchg[32][32];
+static inline void __syncthreads(void) { pthread_barrier_wait(&emu_block_bar); }
+static inline void __syncwarp(void) { pthread_barrier_wait(&emu_warp_bar[threadIdx.x / 32]); }
+static inline float __shfl_xor_sync(unsigned, float v, int o)
+{
+    int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    __syncwarp();
+    emu_xchg[w][l] = v;
+    __syncwarp();
+    float r = emu_xchg[w][l ^ o];
+    __syncwarp();
+    return r;
+}
+static inline float zkc_warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static inline float zkc_warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* f() on every thread of every block of grid g, blocks in turn */
+template <class F> static void emu_launch(dim3 g, int threads, F f)
+{
+    if (threads % 32 || threads > 1024) { fprintf(stderr, "emu: %d threads\n", threads); abort(); }
+    gridDim = g;
+    blockDim = dim3((unsigned)threads);
+    for (unsigned by = 0; by < g.y; by++)
+        for (unsigned bx = 0; bx < g.x; bx++) {
+            pthread_barrier_init(&emu_block_bar, NULL, (unsigned)threads);
+            for (int w = 0; w < threads / 32; w++) pthread_barrier_init(&emu_warp_bar[w], NULL, 32);
+            std::vector<std::thread> ts;
+            for (int t = 0; t < threads; t++)
+                ts.emplace_back([=] { threadIdx = dim3((unsigned)t); blockIdx = dim3(bx, by); f(); });
+            for (auto &t : ts) t.join();
+            pthread_barrier_destroy(&emu_block_bar);
+            for (int w = 0; w < threads / 32; w++) pthread_barrier_destroy(&emu_warp_bar[w]);
+        }
+}
+
+struct __nv_bfloat16 { uint16_t x; };
+static inline __nv_bfloat16 __float2bfloat16_rn(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    __nv_bfloat16 b = { (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) };
+    return b;
+}
+static inline float emu_f(__nv_bfloat16 b) { uint32_t u = (uint32_t)b.x << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline float emu_f(float f) { return f; }
+
+namespace nvcuda { namespace wmma {
+struct row_major {}; struct col_major {};
+struct matrix_a {}; struct matrix_b {}; struct accumulator {};
+enum layout_t { mem_row_major, mem_col_major };
+template <class Use, int M, int N, int K, class T, class L = void> struct fragment { float x[256]; };
+
+static inline void emu_check(const void *p, unsigned ldm, unsigned mult)
+{
+    if ((uintptr_t)p % 32 || ldm % mult) {
+        fprintf(stderr, "emu: wmma pointer %p (mod 32: %u) or ldm %u (not a multiple of %u)\n",
+                p, (unsigned)((uintptr_t)p % 32), ldm, mult);
+        abort();
+    }
+}
+template <class Use, class T, class L>
+static void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p, unsigned ldm)
+{
+    emu_check(p, ldm, 8);
+    const bool col = std::is_same<L, col_major>::value;
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) f.x[r * 16 + c] = emu_f(col ? p[c * ldm + r] : p[r * ldm + c]);
+}
+static void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p,
+                             unsigned ldm, layout_t l)
+{
+    emu_check(p, ldm, 4);
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) f.x[r * 16 + c] = l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c];
+}
+static void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f,
+                              unsigned ldm, layout_t l)
+{
+    emu_check(p, ldm, 4);
+    for (int e = threadIdx.x % 32; e < 256; e += 32) {
+        int r = e / 16, c = e % 16;
+        (l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) = f.x[e];
+    }
+}
+template <class Use, class T, class L>
+static void fill_fragment(fragment<Use, 16, 16, 16, T, L> &f, float v)
+{
+    for (int e = 0; e < 256; e++) f.x[e] = v;
+}
+template <class T, class LA, class LB>
+static void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
+                     const fragment<matrix_a, 16, 16, 16, T, LA> &a,
+                     const fragment<matrix_b, 16, 16, 16, T, LB> &b,
+                     const fragment<accumulator, 16, 16, 16, float> &c)
+{
+    float t[256];
+    for (int r = 0; r < 16; r++)
+        for (int n = 0; n < 16; n++) {
+            float s = c.x[r * 16 + n];
+            for (int k = 0; k < 16; k++) s += a.x[r * 16 + k] * b.x[k * 16 + n];
+            t[r * 16 + n] = s;
+        }
+    memcpy(d.x, t, sizeof t);
+}
+} }
+#endif
