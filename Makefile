@@ -152,6 +152,13 @@ $(B)/test_mpi_fakecuda: spec/c/test_mpi_fakecuda.c $(FAKEDEV_OBJ) $(wildcard spe
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -I$(CUDA_HOME)/include -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< \
 	    $(FAKEDEV_OBJ) $(LIBS)
 
+# attention_tc.cu's own source run on the CPU under spec/emu/cuda_emu.h
+# (threads, barriers, WMMA), against the CPU twin: a C test of make test.
+$(B)/emu/test_attention_tc_emu: kernels/cuda/attention_tc.cu spec/emu/test_attention_tc_emu.c \
+        $(wildcard spec/emu/*.h) spec/c/attn_tc_check.h tools/emu_attention_tc.sh $(LIB_OBJ)
+	NO_RUN=1 sh tools/emu_attention_tc.sh $(B)
+CTEST_BIN += $(B)/emu/test_attention_tc_emu
+
 $(B)/test_%: spec/c/test_%.c $(LIB_OBJ) $(wildcard spec/c/*.h)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< $(LIB_OBJ) $(LIBS)
 
@@ -233,7 +240,7 @@ san: $(B)/libztrain.so $(B)/ztrain $(CTEST_BIN)
 # memcheck on the C tests of the plain build (MPI tests on one rank is not
 # what they test, so those run under mpirun -np 2, each rank under valgrind)
 valgrind: all $(CTEST_BIN)
-	@sh tools/valgrind.sh $(CTEST_BIN)
+	@sh tools/valgrind.sh $(filter-out %/test_attention_tc_emu,$(CTEST_BIN))   # the emulator: thousands of threads
 
 # ---- Fuzzing (docs/reliability.md): libFuzzer harnesses of the readers ----
 # tools/fuzz/harness.c embeds LuaJIT and feeds each input to one reader

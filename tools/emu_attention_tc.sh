@@ -3,7 +3,9 @@
 # threads, barriers, WMMA by its documented meaning) against the CPU twin
 # with test_cuda.c's tolerances. No GPU or nvcc needed; needs the CPU
 # objects (make all). Usage: tools/emu_attention_tc.sh [build dir, default build];
-# SRC=file runs another version of the kernel (e.g. a deliberately broken one).
+# SRC=file runs another version of the kernel (e.g. a deliberately broken one);
+# NO_RUN=1 builds $B/emu/test_attention_tc_emu only (make test builds it so,
+# then runs it with the C tests).
 set -e
 B=${1:-build}
 D=$B/emu
@@ -16,4 +18,4 @@ g++ -std=c++17 -O2 -g -Wall -Wno-unused-function -Wno-unknown-pragmas -pthread -
 cc -std=c11 -O2 -g -Wall -Wextra -fopenmp -D_GNU_SOURCE -Ikernels/cpu -Ispec/c -c spec/emu/test_attention_tc_emu.c -o $D/test.o
 OBJ=$(ls $B/obj/kernels/cpu/*.o)
 g++ -fopenmp -pthread -o $D/test_attention_tc_emu $D/test.o $D/attention_tc_emu.o $OBJ -lopenblas -lm
-$D/test_attention_tc_emu
+[ -n "$NO_RUN" ] || $D/test_attention_tc_emu
