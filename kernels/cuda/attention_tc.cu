@@ -223,6 +223,32 @@ __device__ __forceinline__ void grad_elem(const float *s, const float *dp, bf16 
     db[idx_h] = __float2bfloat16_rn(ds);
 }
 
+/* The backward's two products of a chunk, one warp: o1 = A1 B1^T and
+ * o2 = A2 B2^T, (16, BC) fp32 at stride LDF2, where A1, A2 are the warp's
+ * 16 rows as fragments over the head and B1, B2 the chunk's BC rows (bf16,
+ * stride LDH) in shared memory. dK/dV: (K, V) against (Q, dout); dQ:
+ * (Q, dout) against (K, V). */
+__device__ __forceinline__ void chunk_products(float *o1, float *o2, const frag_a *a1,
+                                               const frag_a *a2, const bf16 *b1, const bf16 *b2)
+{
+#pragma unroll
+    for (int j = 0; j < BC / 16; j++) {
+        frag_c f1, f2;
+        wmma::fill_fragment(f1, 0.0f);
+        wmma::fill_fragment(f2, 0.0f);
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            frag_bc x1, x2;
+            wmma::load_matrix_sync(x1, b1 + j * 16 * LDH + kk * 16, LDH);
+            wmma::load_matrix_sync(x2, b2 + j * 16 * LDH + kk * 16, LDH);
+            wmma::mma_sync(f1, a1[kk], x1, f1);
+            wmma::mma_sync(f2, a2[kk], x2, f2);
+        }
+        wmma::store_matrix_sync(o1 + j * 16, f1, LDF2, wmma::mem_row_major);
+        wmma::store_matrix_sync(o2 + j * 16, f2, LDF2, wmma::mem_row_major);
+    }
+}
+
 __global__ static void __launch_bounds__(NW * 32)
 k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *D, tcp a)
 {
@@ -257,22 +283,7 @@ k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, con
         load_rows(qs, base, st, qc, BC, T);
         load_rows(gs, gbase, a.C, qc, BC, T);
         __syncthreads();
-#pragma unroll
-        for (int j = 0; j < BC / 16; j++) {       /* S^T = K Q^T, dP^T = V dout^T: (16, 32) */
-            frag_c sf, pf;
-            wmma::fill_fragment(sf, 0.0f);
-            wmma::fill_fragment(pf, 0.0f);
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                frag_bc qb, gb;
-                wmma::load_matrix_sync(qb, qs + j * 16 * LDH + kk * 16, LDH);
-                wmma::load_matrix_sync(gb, gs + j * 16 * LDH + kk * 16, LDH);
-                wmma::mma_sync(sf, kf[kk], qb, sf);
-                wmma::mma_sync(pf, vf[kk], gb, pf);
-            }
-            wmma::store_matrix_sync(sT + j * 16, sf, LDF2, wmma::mem_row_major);
-            wmma::store_matrix_sync(dpT + j * 16, pf, LDF2, wmma::mem_row_major);
-        }
+        chunk_products(sT, dpT, kf, vf, qs, gs);  /* S^T = K Q^T, dP^T = V dout^T: (16, 32) */
         __syncwarp();
         const int i = qc + lane;                  /* lane = query column */
         const float Li = i < T ? L[i] : 0.0f, Di = i < T ? Dr[i] : 0.0f;
@@ -350,22 +361,7 @@ k_tc_dq(float *dqkv, const float *dout, const float *qkv, const float *lse, cons
         load_rows(ks, base + a.C, st, kc, BC, T);
         load_rows(vs, base + 2 * a.C, st, kc, BC, T);
         __syncthreads();
-#pragma unroll
-        for (int j = 0; j < BC / 16; j++) {       /* S = Q K^T, dP = dout V^T: (16, 32) */
-            frag_c sf, pf;
-            wmma::fill_fragment(sf, 0.0f);
-            wmma::fill_fragment(pf, 0.0f);
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                frag_bc kb, vb;
-                wmma::load_matrix_sync(kb, ks + j * 16 * LDH + kk * 16, LDH);
-                wmma::load_matrix_sync(vb, vs + j * 16 * LDH + kk * 16, LDH);
-                wmma::mma_sync(sf, qf[kk], kb, sf);
-                wmma::mma_sync(pf, gf[kk], vb, pf);
-            }
-            wmma::store_matrix_sync(sw + j * 16, sf, LDF2, wmma::mem_row_major);
-            wmma::store_matrix_sync(dpw + j * 16, pf, LDF2, wmma::mem_row_major);
-        }
+        chunk_products(sw, dpw, qf, gf, ks, vs);  /* S = Q K^T, dP = dout V^T: (16, 32) */
         __syncwarp();
         const int jk = kc + lane;                 /* lane = key column */
 #pragma unroll
