@@ -20,12 +20,7 @@ end
 local function result(dir)
   local f = assert(io.open(dir .. "/summary.json"))
   local s = cjson.decode(f:read("*a")); f:close()
-  local losses = {}
-  for line in io.lines(dir .. "/metrics.jsonl") do
-    local m = cjson.decode(line)
-    losses[#losses + 1] = ("%d:%s"):format(m.step, m.loss_hex)
-  end
-  return { param_digest = s.param_digest, losses = table.concat(losses, " "),
+  return { param_digest = s.param_digest, losses = cases.loss_bits(dir),
            eval_loss = ("%a"):format(s.eval_loss), world_size = s.world_size, strategy = s.strategy }
 end
 

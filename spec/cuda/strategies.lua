@@ -30,13 +30,9 @@ local function run(c)
   local cmd = cases.command(c, dir, prog) .. (" device.backend=%s %s"):format(backend, common.DATA)
   common.run(cmd, ("%s: %s"):format(what, cases.key(c)))
   local s = cjson.decode(util.read(dir .. "/summary.json"))
-  local losses = {}
-  for line in io.lines(dir .. "/metrics.jsonl") do
-    local m = cjson.decode(line)
-    losses[#losses + 1] = ("%d:%s"):format(m.step, m.loss_hex)
-  end
+  local losses = cases.loss_bits(dir)
   util.rm(dir)
-  return s.param_digest, table.concat(losses, " ")
+  return s.param_digest, losses
 end
 
 local ref = { path = "recipes/single.lua", setting = args["break"] and "tiny" or "accum2", extra = "" }

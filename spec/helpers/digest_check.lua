@@ -21,13 +21,9 @@ function M.check(c, extra)
   local out, rc = util.sh(cmd)
   assert.are.equal(0, rc, cmd .. "\n" .. out)
   local s = cjson.decode(util.read(dir .. "/summary.json"))
-  local losses = {}
-  for line in io.lines(dir .. "/metrics.jsonl") do
-    local m = cjson.decode(line)
-    losses[#losses + 1] = ("%d:%s"):format(m.step, m.loss_hex)
-  end
+  local losses = M.cases.loss_bits(dir)
   util.sh("rm -rf " .. dir)
-  assert.are.equal(want.losses, table.concat(losses, " "), "per-step loss bits")
+  assert.are.equal(want.losses, losses, "per-step loss bits")
   assert.are.equal(want.eval_loss, ("%a"):format(s.eval_loss), "eval loss bits")
   assert.are.equal(want.param_digest, s.param_digest, "param_digest")
   return s
