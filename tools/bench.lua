@@ -19,13 +19,11 @@ local zt = require "ztrain"
 local bc = dofile(zt.home .. "/tools/bench_common.lua")
 local C = zt.ffi.C
 
-local args = dofile(zt.home .. "/tools/args.lua")(arg)
+local A = dofile(zt.home .. "/tools/args.lua")
+local args = A(arg)
 local size = args.model or "gpt2"
 zt.gpt2.config(size)   -- an unknown size fails here, naming the known ones, before any measuring
-local steps = tonumber(args.steps or 3)
-if not steps or steps < 1 or steps % 1 ~= 0 then
-  error("bench: steps=" .. tostring(args.steps) .. " is not a whole number >= 1 (the timed steps after one warm-up)", 0)
-end
+local steps = A.whole(args, "steps", 3, 1, "bench", "the timed steps after one warm-up")
 local Ts = {}
 for t in (args.T or "64,256"):gmatch("%d+") do Ts[#Ts + 1] = tonumber(t) end
 local B = tonumber(args.B or 4)

@@ -26,14 +26,9 @@ local profile = require "ztrain.profile"
 local bc = dofile(zt.home .. "/tools/bench_common.lua")
 local C = zffi.C
 
-local args = dofile(zt.home .. "/tools/args.lua")(arg)
-local function whole(key, default, least)
-  local v = tonumber(args[key] or default)
-  if not v or v < least or v % 1 ~= 0 then
-    error(("bench_gpu: %s=%s is not a whole number >= %d"):format(key, tostring(args[key]), least), 0)
-  end
-  return v
-end
+local A = dofile(zt.home .. "/tools/args.lua")
+local args = A(arg)
+local function whole(key, default, least) return A.whole(args, key, default, least, "bench_gpu") end
 local size = args.model or "gpt2"
 zt.gpt2.config(size)   -- an unknown size fails here, naming the known ones
 local B, Tlen = whole("B", 16, 1), whole("T", 1024, 1)
