@@ -27,26 +27,27 @@ libhwloc15 libhwloc-plugins libfabric1 libibverbs1 librdmacm1 libnl-3-200 libnl-
 libpsm-infinipath1 libpsm2-2 libucx0 libmunge2 libnuma1 libatomic1 libopenblas0-pthread
 libgfortran5 libquadmath0 libuv1 libluajit-5.1-2"
 BINS="libztrain.so ztrain test_cuda test_cuda_seams test_cuda_nccl bench_cuda"
+BIN_PATHS=$(for b in $BINS; do printf 'build-cuda/%s ' "$b"; done)
 
 pack() {
-  make -s CUDA=1 B=build-cuda $(for b in $BINS; do printf 'build-cuda/%s ' "$b"; done)
+  make -s CUDA=1 B=build-cuda $BIN_PATHS
   mkdir -p "$KIT/debs"
   for p in $PKGS; do
     ls "$KIT/debs/${p}_"*.deb >/dev/null 2>&1 || (cd "$KIT/debs" && apt-get download -q "$p" >/dev/null 2>&1) \
       || { echo "gpu_kit: apt-get download $p failed (run apt-get update first)" >&2; exit 1; }
   done
-  kib=$(du -ck $KIT $(for b in $BINS; do printf 'build-cuda/%s ' "$b"; done) | tail -1 | cut -f1)
+  kib=$(du -ck $KIT $BIN_PATHS | tail -1 | cut -f1)
   tree=$(git ls-files -z | du -ck --files0-from=- | tail -1 | cut -f1)
   echo "gpu_kit: $(ls $KIT/debs | wc -l) .debs and $(echo $BINS | wc -w) binaries, $((kib / 1024)) MiB," \
        "with the tree $(((kib + tree) / 1024)) MiB of the 64 MiB a device call carries"
-  echo "device run: carry = [\".gpukit\"$(for b in $BINS; do printf ', "build-cuda/%s"' "$b"; done)]"
+  echo "device run: carry = [\".gpukit\"$(for p in $BIN_PATHS; do printf ', "%s"' "$p"; done)]"
   echo "            command = \"sh tools/gpu_kit.sh run check test bench torch\" (or fewer, one call each)"
 }
 
 unpack() {
   [ -d "$KIT/debs" ] || { echo "gpu_kit: no $KIT/debs here: run 'sh tools/gpu_kit.sh pack' where apt works, and carry $KIT" >&2; exit 2; }
-  for b in $BINS; do
-    [ -x "build-cuda/$b" ] || [ -f "build-cuda/$b" ] || { echo "gpu_kit: build-cuda/$b missing: carry it (pack prints the list)" >&2; exit 2; }
+  for p in $BIN_PATHS; do
+    [ -f "$p" ] || { echo "gpu_kit: $p missing: carry it (pack prints the list)" >&2; exit 2; }
   done
   if [ ! -d $Z/usr ]; then
     for d in "$KIT"/debs/*.deb; do dpkg -x "$d" $Z; done
