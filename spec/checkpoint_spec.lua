@@ -29,9 +29,12 @@ local function run(args, dir, timeout, after)
   return summary(dir)
 end
 
--- start a run in the background (its own process group), wait until its
--- first checkpoint is complete (`latest` exists), then `delay` seconds more,
--- and kill it with SIGKILL (however loaded the machine, a checkpoint exists)
+-- start a run in the background (its own session), wait until its first
+-- checkpoint is complete (`latest` exists), then `delay` seconds more, and
+-- kill it with SIGKILL (however loaded the machine, a checkpoint exists).
+-- The whole session: under --nproc, mpirun and the ranks run in a process
+-- group of their own, and a launcher killed alone ends the job through
+-- mpirun (SIGTERM to the ranks after 1 s: a graceful stop, not a kill)
 local function run_and_kill(args, dir, delay, after)
   local pidfile = os.tmpname()
   util.sh(("setsid sh -c 'echo $$ > %s; exec timeout 120 build/ztrain %s %s %s out=%s' > /dev/null 2>&1 &")
@@ -46,8 +49,9 @@ local function run_and_kill(args, dir, delay, after)
   assert(pid, "the run did not start")
   util.sh(("for i in $(seq 600); do [ -e %s/checkpoints/latest ] && break; sleep 0.1; done"):format(dir))
   util.sh(("sleep %.3f"):format(delay))
-  util.sh(("kill -9 -%d"):format(pid))        -- the whole group: launcher and ranks
-  util.sh(("while kill -0 -%d 2>/dev/null; do sleep 0.05; done"):format(pid))
+  util.sh(("pkill -KILL -s %d"):format(pid))  -- launcher, mpirun and ranks at once
+  -- until none is left but zombies (an orphan's reaper may be slow)
+  util.sh(("while ps -o stat= -s %d | grep -qv '^Z'; do sleep 0.05; done"):format(pid))
   os.remove(pidfile)
 end
 
