@@ -64,7 +64,8 @@ int zt_cuda_is_pinned(const void *p);
  * the default), 1 "bf16" (kernels/cuda/attention_tc.cu, bf16 tensor cores
  * with fp32 accumulation, where the head size is 64; the plain kernels
  * otherwise), -1 only asks. Returns the mode in force (ZT_EINVAL for an
- * unknown mode). The first use reads ZTRAIN_CUDA_ATTENTION=exact|bf16.
+ * unknown mode). zt_device_attention("exact"|"bf16") (ztrain.h, the recipe
+ * key device.attention) sets it.
  * Decode stays on the plain kernel in both modes, so in bf16 mode a decode
  * row no longer has the bits of the forward's row (it is the exact kernel's
  * row, ~2^-9 relative from the bf16 one). Change it only while no attention

@@ -136,6 +136,7 @@ const zt_device_ops zt_cpu_device = {
 /* device_cuda.c (built with `make CUDA=1` only) */
 extern const zt_device_ops zt_cuda_device;
 int zt_cuda_init(void);
+#include "cuda_stream.h"                   /* zt_cuda_attention_mode */
 #endif
 
 static const zt_device_ops *active = &zt_cpu_device;
@@ -163,6 +164,26 @@ int zt_device_init(const char *backend)
 }
 
 const char *zt_device_name(void) { return active->name; }
+
+int zt_device_attention(const char *mode)
+{
+    ZT_CHECK(mode != NULL, "zt_device_attention: mode is NULL");
+    int bf16 = strcmp(mode, "bf16") == 0;
+    if (!bf16 && strcmp(mode, "exact") != 0)
+        return zt_error(ZT_EINVAL, "device.attention=%s: known: exact, bf16 (tensor cores, "
+                        "device.backend=cuda)", mode);
+#ifdef ZT_CUDA
+    if (active == &zt_cuda_device) {
+        int m = zt_cuda_attention_mode(bf16);
+        return m < 0 ? m : ZT_OK;
+    }
+#endif
+    if (bf16)
+        return zt_error(ZT_EINVAL, "device.attention=bf16: the tensor-core attention is a CUDA "
+                        "kernel and device.backend is %s: use device.attention=exact, or "
+                        "device.backend=cuda in a make CUDA=1 build", active->name);
+    return ZT_OK;
+}
 
 int zt_device_sync(void) { return active->sync(); }
 

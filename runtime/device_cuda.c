@@ -368,37 +368,15 @@ static double cuda_sum(const float *x, size_t n)
 }
 
 /* Attention mode (cuda_stream.h): 0 exact (the plain fp32 kernels), 1 bf16
- * (attention_tc.cu where the head size is 64). Process-wide; the first use
- * reads ZTRAIN_CUDA_ATTENTION=exact|bf16. Decode always runs the plain
- * kernel, so in bf16 mode a decode row no longer has a forward row's bits. */
+ * (attention_tc.cu where the head size is 64). Process-wide; set by
+ * zt_device_attention (recipe key device.attention). Decode always runs the
+ * plain kernel, so in bf16 mode a decode row no longer has a forward row's
+ * bits. */
 static int attn_mode_v;
-static int attn_env_bad;
-static pthread_once_t attn_once = PTHREAD_ONCE_INIT;
-
-static void attn_env(void)
-{
-    const char *e = getenv("ZTRAIN_CUDA_ATTENTION");
-    if (e && strcmp(e, "bf16") == 0) attn_mode_v = 1;
-    else if (e && *e && strcmp(e, "exact") != 0) attn_env_bad = 1;
-}
-
-/* the mode in force; an unknown ZTRAIN_CUDA_ATTENTION is kept as an error
- * (the next op returning a code reports it) and leaves mode exact */
-static int attn_mode(void)
-{
-    pthread_once(&attn_once, attn_env);
-    if (attn_env_bad) {
-        attn_env_bad = 0;
-        note(zt_error(ZT_EINVAL, "ZTRAIN_CUDA_ATTENTION=%s: known: exact, bf16 (kept: exact)",
-                      getenv("ZTRAIN_CUDA_ATTENTION")));
-    }
-    return attn_mode_v;
-}
 
 int zt_cuda_attention_mode(int mode)
 {
-    int cur = attn_mode();
-    if (mode == -1) return cur;
+    if (mode == -1) return attn_mode_v;
     ZT_CHECK(mode == 0 || mode == 1, "zt_cuda_attention_mode: mode %d (known: 0 exact, "
              "1 bf16, -1 query)", mode);
     attn_mode_v = mode;
@@ -406,7 +384,7 @@ int zt_cuda_attention_mode(int mode)
 }
 
 /* the tensor-core kernels take head size 64 only; others stay plain */
-static int attn_tc(int C, int NH) { return attn_mode() == 1 && NH > 0 && C == 64 * NH; }
+static int attn_tc(int C, int NH) { return attn_mode_v == 1 && NH > 0 && C == 64 * NH; }
 
 static void cuda_attention_forward(float *out, float *lse, const float *qkv,
                                    int B, int T, int C, int NH)

@@ -114,6 +114,14 @@ int zt_device_init(const char *backend);
 const char *zt_device_name(void);
 /* Wait for every op issued so far. */
 int zt_device_sync(void);
+/* The attention kernels of the active device (recipe key device.attention):
+ * "exact" (the plain fp32 kernels; every device) or "bf16" (CUDA only: the
+ * tensor-core kernels of kernels/cuda/attention_tc.cu where the head size is
+ * 64, bf16 operands with fp32 accumulation; other head sizes stay exact).
+ * ZT_EINVAL for an unknown mode, or "bf16" on a device without it. Call it
+ * after zt_device_init, while no attention op runs; zt_device_init leaves
+ * the mode as it was (a process-wide setting of the CUDA device). */
+int zt_device_attention(const char *mode);
 /* Threads used by the kernels (the OpenMP pool); n >= 1. OpenBLAS runs one
  * thread per call for the whole process (set once when the library loads):
  * the GEMMs spread fixed blocks over OpenMP, which keeps their bits the same

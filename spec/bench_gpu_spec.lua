@@ -46,7 +46,8 @@ describe("tools/bench_gpu.lua", function()
     for a, msg in pairs({ ["steps=0"] = "bench_gpu: steps=0 is not a whole number >= 1",
                           ["B=1.5"] = "bench_gpu: B=1.5 is not a whole number >= 1",
                           ["precision=fp16"] = 'bench_gpu: precision must be fp32 or bf16, got "fp16"',
-                          ["backend=tpu"] = "bench_gpu: device.backend=tpu: " }) do
+                          ["backend=tpu"] = "bench_gpu: device.backend=tpu: ",
+                          ["backend=cpu attention=bf16"] = 'device.attention = "bf16" needs device.backend = "cuda"' }) do
       local out, rc = u.sh(BENCH .. a)
       assert.are.equal(1, rc, out)
       assert.is_truthy(out:find("ztrain: " .. msg, 1, true), out)

@@ -130,7 +130,8 @@ function M.trainer(size, B, Tlen, precision, extra)
               "train.eval_every=0", "model.vocab_size=50257", "precision=" .. precision }
   if precision == "bf16" then o[#o + 1] = "device.bf16_gemm=on" end
   for _, kv in ipairs(extra or {}) do o[#o + 1] = kv end
-  local r = assert(zt.recipe.resolve({}, o))
+  local r, err = zt.recipe.resolve({}, o)
+  if not r then error(err, 0) end             -- a user's key: no traceback
   return require("ztrain.trainer").new(r, { quiet = true })
 end
 

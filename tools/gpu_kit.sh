@@ -80,7 +80,7 @@ run() {
       test)  step test sh tools/test_cuda.sh build-cuda ;;
       bench) step bench_cuda build-cuda/bench_cuda
              for m in exact bf16; do
-               step "bench_gpu_$m" env ZTRAIN_CUDA_ATTENTION=$m build-cuda/ztrain --script tools/bench_gpu.lua
+               step "bench_gpu_$m" build-cuda/ztrain --script tools/bench_gpu.lua attention=$m
              done ;;
       torch) step torch env PYTHONUNBUFFERED=1 python3 tools/torch_gpt2_bench.py ;;
       *) echo "gpu_kit: run takes check, test, bench or torch, not '$what'" >&2; exit 2 ;;

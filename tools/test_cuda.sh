@@ -27,11 +27,14 @@ fi
 # Whole training steps through $B/ztrain: it loads the library beside it,
 # and ZTRAIN_LIB is named anyway, so one left in the environment cannot
 # point the run at another build. whole_step.lua: the CPU against the GPU
-# (losses, gradients, parameters within stated tolerances); strategies.lua:
+# (losses, gradients, parameters within stated tolerances), also with the
+# tensor-core attention; strategies.lua:
 # dp and ZeRO 1-3 on 2 ranks sharing the GPU (staged MPI) against one rank
 # accumulating, equal digests.
 ZT="env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ZTRAIN_LIB=$(pwd)/$B/libztrain.so $B/ztrain"
 $ZT --script spec/cuda/whole_step.lua
+# and with the GPU's tensor-core attention (device.attention=bf16): bf16 only
+$ZT --script spec/cuda/whole_step.lua precision=bf16 attention_b=bf16
 if command -v mpirun >/dev/null; then
   $ZT --script spec/cuda/strategies.lua
 else

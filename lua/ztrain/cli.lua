@@ -76,7 +76,8 @@ Recipe keys (defaults in lua/ztrain/recipe.lua; docs/recipes.md):
     train.ckpt_every, train.ckpt_keep, train.ckpt_dir, train.checkpoint_activations (true or k)
   resume (latest or a checkpoint directory), export.hf (DIR)
   sample.prompt, sample.tokens, sample.temperature, sample.top_k, sample.top_p, sample.seed
-  device.backend, device.memory_limit (e.g. 2GiB), device.threads
+  device.backend, device.memory_limit (e.g. 2GiB), device.threads, device.bf16_gemm (auto, on, off),
+    device.attention (exact, bf16: tensor cores, needs device.backend=cuda)
   comm.backend (mpi, nccl: needs device.backend=cuda), comm.deterministic (rank-order sums)
   strategy (single, dp, dp_deferred, zero1, zero2, zero3, zero1_offload, zero2_offload,
     zero3_offload or an object), out, overwrite, name

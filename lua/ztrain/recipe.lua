@@ -47,7 +47,9 @@ M.defaults = {
   -- on where the CPU's bf16 path outruns its fp32 GEMMs (AMX), else off.
   -- device.backend: "cpu", "cuda" (make CUDA=1), "fakegpu" (a test device:
   -- the CPU kernels behind memory the host cannot address, docs/gpu.md)
-  device   = { backend = "cpu", memory_limit = "0", threads = 0, bf16_gemm = "auto" },
+  -- device.attention: "exact" (the fp32 kernels) or "bf16" (backend cuda:
+  -- tensor cores, head size 64; docs/gpu.md "Tensor-core attention")
+  device   = { backend = "cpu", memory_limit = "0", threads = 0, bf16_gemm = "auto", attention = "exact" },
   -- comm.backend: "mpi" (MPI under a launcher, one local rank otherwise) or
   -- "nccl" (device.backend = "cuda": device tensors over NCCL, one GPU per
   -- rank); comm.deterministic: reductions in rank order (NCCL too), the same
@@ -338,6 +340,14 @@ function M.resolve(user, overrides)
   if bg == "on" and r.precision ~= "bf16" then
     return nil, ('device.bf16_gemm = "on" needs precision = "bf16" (the weights must be stored as bf16), got %q')
                 :format(tostring(r.precision))
+  end
+  local at = r.device.attention
+  if at ~= "exact" and at ~= "bf16" then
+    return nil, ('device.attention must be "exact" or "bf16", got %q'):format(tostring(at))
+  end
+  if at == "bf16" and r.device.backend ~= "cuda" then
+    return nil, ('device.attention = "bf16" needs device.backend = "cuda" (a tensor-core kernel), got %q')
+                :format(tostring(r.device.backend))
   end
   local ca = r.train.checkpoint_activations
   if not (type(ca) == "boolean" or (type(ca) == "number" and ca >= 0 and ca % 1 == 0)) then

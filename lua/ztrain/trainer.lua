@@ -186,6 +186,8 @@ end
 -- the memory limit and the accumulation.
 function setup_device(self, r)
   check(C.zt_device_init(r.device.backend), "device.backend")
+  check(C.zt_device_attention(r.device.attention), "device.attention")
+  self.attention = r.device.attention
   -- before the groups: groups split from an NCCL world run NCCL too
   if r.comm.backend == "nccl" then self.world:use_nccl(r.comm.deterministic) end
   local threads = r.device.threads

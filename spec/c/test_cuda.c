@@ -825,8 +825,7 @@ int main(void)
     if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
         printf("cuda: %s, sm_%d%d\n", prop.name, prop.major, prop.minor);
     ct_seed(1234);
-    zt_cuda_attention_mode(0);      /* the plain tests test the plain kernels, whatever
-                                     * ZTRAIN_CUDA_ATTENTION says */
+    zt_cuda_attention_mode(0);      /* the plain tests test the plain kernels */
     for (int i = 0; i < NTESTS; i++) tests[i]();
     return ct_summary();
 }

@@ -9,8 +9,9 @@
 --   ZTRAIN_LIB=build-cuda/libztrain.so build-cuda/ztrain --script spec/cuda/whole_step.lua
 --
 -- keys (key=value): a=cpu b=cuda (the backends), threads_b=N (b's
--- device.threads), precision=fp32,bf16 (each with its own tolerances; bf16
--- with bf16 GEMMs), steps=3, perturb=X (b's first-step gradients scaled by
+-- device.threads), attention_b=exact|bf16 (b's device.attention: bf16, the
+-- tensor-core kernels, at precision=bf16 only), precision=fp32,bf16 (each
+-- with its own tolerances; bf16 with bf16 GEMMs), steps=3, perturb=X (b's first-step gradients scaled by
 -- 1+X before its update: the comparison must then fail), env_b=NAME=VALUE
 -- (one variable set for b's run, e.g. env_b=OPENBLAS_CORETYPE=Prescott: other
 -- GEMM kernels, other sums), ztrain=PATH (the program for the two runs;
@@ -78,6 +79,7 @@ local function child()
   end
   if prec == "bf16" then over[#over + 1] = "device.bf16_gemm=on" end
   if args.threads then over[#over + 1] = "device.threads=" .. args.threads end
+  if args.attention then over[#over + 1] = "device.attention=" .. args.attention end
   local r = assert(zt.recipe.load(zt.home .. "/recipes/single.lua", over))
   local tr = zt.trainer.new(r)
   local bin = assert(io.open(args.dump .. ".bin", "wb"))
@@ -197,10 +199,13 @@ local function parent()
     end
     local A = run("a", a, "")
     local B = run("b", b, (args.threads_b and ("threads=" .. args.threads_b) or "") ..
+                          (args.attention_b and (" attention=" .. args.attention_b) or "") ..
                           (args.perturb and (" perturb=" .. args.perturb) or ""), args.env_b)
     common.util.rm(dir)
     local line, fails = compare(A, B, tol)
-    print(("%s %s (%s against %s, %d steps): %s: %s"):format(what, prec, b, a, steps, line,
+    print(("%s %s%s (%s against %s, %d steps): %s: %s"):format(what, prec,
+                                                             args.attention_b and (", b's attention " .. args.attention_b) or "",
+                                                             b, a, steps, line,
                                                              #fails == 0 and "ok" or "FAILED"))
     for i, f in ipairs(fails) do
       if i > 8 then print(("  ... and %d more"):format(#fails - 8)); break end

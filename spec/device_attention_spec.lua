@@ -1,0 +1,56 @@
+-- device.attention (recipe key; zt_device_attention in runtime/ztrain.h):
+-- "exact" everywhere, "bf16" (the tensor-core kernels) on the CUDA device
+-- only. The recipe refuses what the runtime would, before anything starts;
+-- the runtime refuses it too, for programs that call it directly; a run's
+-- summary.json says which attention it trained with. The bf16 kernels
+-- themselves are checked by test_cuda (on a GPU), test_attention_tiles and
+-- the emulator (here), and spec/cuda/whole_step.lua attention_b=bf16.
+local ffi = require "ffi"
+local cjson = require "cjson"
+local recipe = require "ztrain.recipe"
+local util = require "helpers.util"
+local C = require("ztrain.ffi").C
+
+describe("device.attention", function()
+  it("the recipe knows exact and bf16, and bf16 needs the CUDA device", function()
+    local r = assert(recipe.resolve({}, {}))
+    assert.are.equal("exact", r.device.attention)
+    local bad, err = recipe.resolve({}, { "device.attention=fast" })
+    assert.is_nil(bad)
+    assert.are.equal('device.attention must be "exact" or "bf16", got "fast"', err)
+    for _, backend in ipairs({ "cpu", "fakegpu" }) do
+      bad, err = recipe.resolve({}, { "device.attention=bf16", "device.backend=" .. backend })
+      assert.is_nil(bad)
+      assert.are.equal(('device.attention = "bf16" needs device.backend = "cuda" (a tensor-core kernel), got %q')
+                       :format(backend), err)
+    end
+  end)
+
+  it("the runtime refuses bf16 on a device without it, naming the device and what to do", function()
+    finally(function() C.zt_device_init("cpu") end)
+    for _, backend in ipairs({ "cpu", "fakegpu" }) do
+      assert.are.equal(0, C.zt_device_init(backend))
+      assert.are.equal(0, C.zt_device_attention("exact"))
+      local rc = C.zt_device_attention("bf16")
+      assert.are_not.equal(0, rc)
+      local msg = ffi.string(C.zt_last_error())
+      assert.matches("device.attention=bf16: the tensor-core attention is a CUDA kernel and device.backend is "
+                     .. backend, msg, 1, true)
+      assert.matches("use device.attention=exact", msg, 1, true)
+      rc = C.zt_device_attention("fp8")
+      assert.are_not.equal(0, rc)
+      assert.are.equal("device.attention=fp8: known: exact, bf16 (tensor cores, device.backend=cuda)",
+                       ffi.string(C.zt_last_error()))
+    end
+  end)
+
+  it("a run's summary.json names its attention", function()
+    local dir = util.outdir()
+    local out, rc = util.sh("build/ztrain recipes/single.lua model.size=gpt2-tiny data.tokenizer=bytes " ..
+                            "data.seq_len=32 batch.micro=2 train.steps=1 train.eval_every=0 -q out=" .. dir)
+    assert.are.equal(0, rc, out)
+    local s = cjson.decode(util.read(dir .. "/summary.json"))
+    assert.are.equal("exact", s.attention)
+    util.rm(dir)
+  end)
+end)
