@@ -50,7 +50,7 @@ NVCC      ?= $(CUDA_HOME)/bin/nvcc
 NVCCFLAGS ?= -O3 -std=c++17 -lineinfo -Xcompiler -fPIC,-Wall \
              -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcudart -lstdc++
 CUDA_SRC  := $(wildcard kernels/cuda/*.cu)
 CUDA_OBJ  := $(patsubst %.cu,$(B)/obj/%.o,$(CUDA_SRC)) $(B)/obj/runtime/device_cuda.o
 ifneq ($(words $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h $(CUDA_HOME)/include/nccl.h)),2)

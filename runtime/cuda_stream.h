@@ -72,4 +72,10 @@ int zt_cuda_is_pinned(const void *p);
  * op runs; needs no initialised device. */
 int zt_cuda_attention_mode(int mode);
 
+/* The matmul forward's bias: 1 through cuBLASLt's bias epilogue (one
+ * kernel), 0 a kernel after the GEMM (the default, until a GPU shows the
+ * epilogue pays: bench_cuda's "bias epilogue" rows); -1 only asks. Returns
+ * the setting in force. Process-wide; change it while no matmul runs. */
+int zt_cuda_matmul_epilogue(int on);
+
 #endif

@@ -383,6 +383,13 @@ int zt_cuda_attention_mode(int mode)
     return mode;
 }
 
+int zt_cuda_matmul_epilogue(int on)
+{
+    ZT_CHECK(on >= -1 && on <= 1, "zt_cuda_matmul_epilogue: %d (known: 0 kernel, 1 cuBLASLt "
+             "epilogue, -1 query)", on);
+    return zkc_matmul_epilogue(on);
+}
+
 /* the tensor-core kernels take head size 64 only; others stay plain */
 static int attn_tc(int C, int NH) { return attn_mode_v == 1 && NH > 0 && C == 64 * NH; }
 

@@ -49,6 +49,18 @@ int main(void)
     double f = 2.0 * N * C * 4 * C;
     TIME("matmul fwd fc (N,768)->(N,3072)", f, 20, dv->matmul_forward(y, x, w, b, N, C, 4 * C));
     TIME("matmul bwd fc (dinp, dw, db)", 2 * f, 20, dv->matmul_backward(dx, dw, db, g, x, w, N, C, 4 * C));
+    /* the bias: a kernel after the GEMM (above) or cuBLASLt's epilogue;
+     * both dtypes, the qkv shape too (bf16 operands: w and x's bits) */
+    zt_cuda_matmul_epilogue(1);
+    TIME("matmul fwd fc, bias epilogue", f, 20, dv->matmul_forward(y, x, w, b, N, C, 4 * C));
+    zt_cuda_matmul_epilogue(0);
+    double fq = 2.0 * N * C * 3 * C;
+    TIME("matmul bf16 fwd qkv (N,768)->(N,2304)", fq, 20,
+         dv->matmul_bf16_forward(y, (uint16_t *)x, (uint16_t *)w, b, N, C, 3 * C));
+    zt_cuda_matmul_epilogue(1);
+    TIME("matmul bf16 fwd qkv, bias epilogue", fq, 20,
+         dv->matmul_bf16_forward(y, (uint16_t *)x, (uint16_t *)w, b, N, C, 3 * C));
+    zt_cuda_matmul_epilogue(0);
     double fa = 4.0 * B * NH * ((double)T * T / 2) * (C / NH);
     TIME("attention fwd T=1024", fa, 5, dv->attention_forward(y, lse, qkv, B, T, C, NH));
     TIME("attention bwd T=1024", 2.5 * fa, 3, dv->attention_backward(dq, g, qkv, y, lse, B, T, C, NH));

@@ -93,6 +93,10 @@ int zkc_matmul_bf16_forward(cublasHandle_t h, cudaStream_t s, float *out, const 
 int zkc_matmul_bf16_backward(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw,
                              float *db, const uint16_t *dout, const uint16_t *inp,
                              const uint16_t *w, int N, int C, int OC);
+/* The forward's bias through cuBLASLt's epilogue (1) or a kernel after the
+ * GEMM (0, the default); -1 only asks. Returns the setting in force.
+ * Shapes cuBLASLt has no algorithm for keep the kernel. */
+int zkc_matmul_epilogue(int on);
 #define ZKC_LAUNCH_BASE 1000
 
 /* ---- reduce.cu: the communicators' rank-order sum (zk_sum_ranks): dst[i] =

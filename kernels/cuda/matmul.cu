@@ -3,8 +3,12 @@
  *   out (N,OC) = inp (N,C) @ w (OC,C)^T   is  out^T = w^T(op T) . inp^T
  * and likewise for the two backward products (llm.c's calls). fp32 compute
  * throughout; the bias is a kernel after the GEMM (one fp32 add, as the
- * CPU), dbias a column sum in double, rows in order. */
+ * CPU) or, with zkc_matmul_epilogue(1), cuBLASLt's bias epilogue; dbias a
+ * column sum in double, rows in order. */
+#include <stdint.h>
+#include <string.h>
 #include <cuda_bf16.h>
+#include <cublasLt.h>
 #include "common.cuh"
 
 /* out[n,oc] += b[oc] */
@@ -44,10 +48,121 @@ static int gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, in
     return 0;
 }
 
+/* ---- the bias epilogue (cuBLASLt, CUBLASLT_EPILOGUE_BIAS): out = w.inp
+ * + b in one kernel, the bias added to the fp32 accumulator as the bias
+ * kernel adds it to the stored fp32 product (the same rounding; cuBLASLt
+ * may pick another GEMM algorithm than cublasSgemm/GemmEx, so not their
+ * bits). Off by default (zkc_matmul_epilogue): on only once a GPU shows it
+ * pays (bench_cuda's "bias epilogue" rows). One plan per shape and dtype
+ * (operands 16-byte aligned, else the plain path), kept for the process; callers serialise
+ * (device_cuda.c's lock), so the plan cache and the one descriptor whose
+ * bias pointer changes per call need no lock of their own. ---- */
+static int lt_on = 0;
+
+int zkc_matmul_epilogue(int on)
+{
+    if (on == 0 || on == 1) lt_on = on;
+    return lt_on;
+}
+
+#define LT_WS_BYTES ((size_t)32 << 20)
+#define LT_PLANS 64
+struct lt_plan {
+    int m, n, k, align;
+    cudaDataType_t ab;
+    int ok;                          /* 0: no algorithm (plain path) */
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+    size_t ws;
+};
+static cublasLtHandle_t lt;
+static void *lt_ws;
+static size_t lt_ws_bytes;
+static struct lt_plan lt_plans[LT_PLANS];
+static int lt_nplans;
+
+/* every operand 16-byte aligned: the heuristic's promise (a view at an
+ * odd offset of a slab, or an odd row length, keeps the plain path) */
+static int lt_aligned(const void *a, const void *b, const void *c, const void *bias)
+{
+    return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)bias) & 15) == 0;
+}
+
+static struct lt_plan *lt_plan(int m, int n, int k, cudaDataType_t ab, int align)
+{
+    for (int i = 0; i < lt_nplans; i++) {
+        struct lt_plan *p = &lt_plans[i];
+        if (p->m == m && p->n == n && p->k == k && p->ab == ab && p->align == align) return p;
+    }
+    if (!lt) {
+        if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) { lt = NULL; return NULL; }
+        /* a workspace widens the choice; without one, algorithms that need none */
+        if (cudaMalloc(&lt_ws, LT_WS_BYTES) == cudaSuccess) lt_ws_bytes = LT_WS_BYTES;
+        else { (void)cudaGetLastError(); lt_ws = NULL; }
+    }
+    if (lt_nplans == LT_PLANS) return NULL;                  /* plain path from here */
+    struct lt_plan *p = &lt_plans[lt_nplans];
+    memset(p, 0, sizeof *p);
+    p->m = m; p->n = n; p->k = k; p->ab = ab; p->align = align;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+    uint32_t al = (uint32_t)align;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res;
+    int nres = 0;
+    /* A = w, stored (k, m) column-major (w's (OC, C) rows), used transposed;
+     * B = inp, stored (k, n); C = D = out, (m, n), all leading dimensions
+     * the stored row lengths */
+    if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ||
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep) ||
+        cublasLtMatrixLayoutCreate(&p->la, ab, k, m, k) ||
+        cublasLtMatrixLayoutCreate(&p->lb, ab, k, n, k) ||
+        cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, m, n, m) ||
+        cublasLtMatmulPreferenceCreate(&pref) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &lt_ws_bytes, sizeof lt_ws_bytes) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al) ||
+        cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres) ||
+        nres < 1) {
+        p->ok = 0;                   /* this shape stays on the plain path */
+    } else {
+        p->ok = 1; p->algo = res.algo; p->ws = res.workspaceSize;
+    }
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    lt_nplans++;
+    return p;
+}
+
+/* out (N,OC) = inp (N,C) @ w (OC,C)^T + b through the epilogue; *done = 0
+ * when this shape has no plan (the caller takes the plain path) */
+static int lt_fwd(cudaStream_t s, float *out, const void *inp, const void *w, const float *b,
+                  int N, int C, int OC, cudaDataType_t ab, int *done)
+{
+    *done = 0;
+    if (!lt_aligned(inp, w, out, b)) return 0;
+    struct lt_plan *p = lt_plan(OC, N, C, ab, 16);
+    if (!p || !p->ok) return 0;
+    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b));
+    CUBLAS_TRY(cublasLtMatmul(lt, p->desc, &one, w, p->la, inp, p->lb, &zero, out, p->lc, out, p->lc,
+                              &p->algo, lt_ws, p->ws, s));
+    *done = 1;
+    return 0;
+}
+
 static int fwd(cublasHandle_t h, cudaStream_t s, float *out, const void *inp, const void *w,
                const float *b, int N, int C, int OC, cudaDataType_t ab)
 {
     if (N == 0 || OC == 0) return 0;
+    if (lt_on && b && C > 0) {
+        int done, e = lt_fwd(s, out, inp, w, b, N, C, OC, ab, &done);
+        if (e || done) return e;
+    }
     CUBLAS_TRY(cublasSetStream(h, s));
     if (C == 0) {                 /* an empty sum: cuBLAS may not write C at k = 0 */
         if (cudaMemsetAsync(out, 0, (size_t)N * OC * sizeof(float), s)) return ZKC_LAUNCH_BASE + (int)cudaGetLastError();

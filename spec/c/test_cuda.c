@@ -369,7 +369,9 @@ static void round_bf16(float *x, size_t n)
 static void t_matmul(int bf16, int N, int C, int OC)
 {
     char name[160];
-    const char *k = bf16 ? "matmul bf16" : "matmul fp32";
+    const char *k = zt_cuda_matmul_epilogue(-1) == 1
+                        ? (bf16 ? "matmul bf16 (bias epilogue)" : "matmul fp32 (bias epilogue)")
+                        : (bf16 ? "matmul bf16" : "matmul fp32");
     float *a = ct_rand((size_t)N * C, -1, 1), *w = ct_rand((size_t)OC * C, -1, 1);
     float *b = ct_rand(OC, -1, 1), *dy = ct_rand((size_t)N * OC, -1, 1);
     if (bf16) { round_bf16(a, (size_t)N * C); round_bf16(w, (size_t)OC * C); round_bf16(dy, (size_t)N * OC); }
@@ -435,6 +437,22 @@ static void t_matmul_all(void)
     t_matmul(0, 128, 768, 2304);
     t_matmul(1, 67, 771, 130);
     t_matmul(1, 128, 768, 3072);
+}
+
+/* the forward's bias through cuBLASLt's epilogue (zt_cuda_matmul_epilogue):
+ * the same checks, odd leading dimensions (771) among them */
+static void t_matmul_epilogue(void)
+{
+    int was = zt_cuda_matmul_epilogue(-1);
+    zt_cuda_matmul_epilogue(1);
+    t_matmul(0, 67, 771, 130);
+    t_matmul(0, 128, 768, 2304);
+    t_matmul(1, 67, 771, 130);
+    t_matmul(1, 128, 768, 3072);
+    zt_cuda_matmul_epilogue(was);
+    int bad = zt_cuda_matmul_epilogue(2);
+    ct_check(bad == ZT_EINVAL && zt_cuda_matmul_epilogue(-1) == was, "matmul epilogue: 2 is refused",
+             "rc %d, setting %d", bad, zt_cuda_matmul_epilogue(-1));
 }
 
 static void t_attention(int B, int T, int C, int NH)
@@ -806,7 +824,7 @@ static void t_stream_errors(void)
 
 static void (*const tests[])(void) = {
     t_elementwise, t_casts, t_gelu, t_layernorm, t_encoder, t_xent, t_adamw, t_sums,
-    t_sum_ranks, t_randn, t_matmul_all, t_attention_all, t_attention_tc_all, t_errors,
+    t_sum_ranks, t_randn, t_matmul_all, t_matmul_epilogue, t_attention_all, t_attention_tc_all, t_errors,
     t_copy_then_compute, t_two_streams, t_blas_on_current_stream, t_stream_errors,
 };
 #define NTESTS (int)(sizeof tests / sizeof tests[0])
@@ -826,6 +844,7 @@ int main(void)
         printf("cuda: %s, sm_%d%d\n", prop.name, prop.major, prop.minor);
     ct_seed(1234);
     zt_cuda_attention_mode(0);      /* the plain tests test the plain kernels */
+    zt_cuda_matmul_epilogue(0);
     for (int i = 0; i < NTESTS; i++) tests[i]();
     return ct_summary();
 }
