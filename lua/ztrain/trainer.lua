@@ -185,8 +185,9 @@ end
 -- The device, its threads, the recipe agreed on by every rank, the groups,
 -- the memory limit and the accumulation.
 function setup_device(self, r)
-  check(C.zt_device_init(r.device.backend), "device.backend")
-  check(C.zt_device_attention(r.device.attention), "device.attention")
+  -- (the runtime's messages name the key: no prefix)
+  check(C.zt_device_init(r.device.backend))
+  check(C.zt_device_attention(r.device.attention))
   self.attention = r.device.attention
   -- before the groups: groups split from an NCCL world run NCCL too
   if r.comm.backend == "nccl" then self.world:use_nccl(r.comm.deterministic) end

@@ -1,4 +1,6 @@
--- device.attention (recipe key; zt_device_attention in runtime/ztrain.h):
+-- The device keys as a user meets them: device.backend's refusals (a
+-- build without CUDA, an unknown backend), and device.attention
+-- (zt_device_attention in runtime/ztrain.h):
 -- "exact" everywhere, "bf16" (the tensor-core kernels) on the CUDA device
 -- only. The recipe refuses what the runtime would, before anything starts;
 -- the runtime refuses it too, for programs that call it directly; a run's
@@ -10,6 +12,26 @@ local cjson = require "cjson"
 local recipe = require "ztrain.recipe"
 local util = require "helpers.util"
 local C = require("ztrain.ffi").C
+
+local RUN = "build/ztrain recipes/single.lua model.size=gpt2-tiny data.tokenizer=bytes data.seq_len=32 " ..
+            "batch.micro=2 train.steps=1 train.eval_every=0 -q "
+
+describe("device.backend", function()
+  it("a build without CUDA refuses cuda, saying what to do; an unknown backend is named", function()
+    local dir = util.outdir()
+    for arg, msg in pairs({
+      ["device.backend=cuda"] = "ztrain: device.backend=cuda: built without CUDA: rebuild with make CUDA=1 " ..
+                                "(or use device.backend=cpu) [EINVAL]\n",
+      ["device.backend=tpu"] = 'ztrain: unknown device backend "tpu"; known: cpu, cuda, fakegpu (a test device) ' ..
+                               "[EINVAL]\n" }) do
+      local out, rc = util.sh(RUN .. arg .. " out=" .. dir)
+      assert.are.equal(1, rc, out)
+      assert.are.equal(msg .. "rc=1\n", out)           -- util.sh appends the status
+      assert.is_nil(io.open(dir .. "/summary.json"), "no summary for a run that never started")
+    end
+    util.rm(dir)
+  end)
+end)
 
 describe("device.attention", function()
   it("the recipe knows exact and bf16, and bf16 needs the CUDA device", function()
@@ -46,8 +68,7 @@ describe("device.attention", function()
 
   it("a run's summary.json names its attention", function()
     local dir = util.outdir()
-    local out, rc = util.sh("build/ztrain recipes/single.lua model.size=gpt2-tiny data.tokenizer=bytes " ..
-                            "data.seq_len=32 batch.micro=2 train.steps=1 train.eval_every=0 -q out=" .. dir)
+    local out, rc = util.sh(RUN .. "out=" .. dir)
     assert.are.equal(0, rc, out)
     local s = cjson.decode(util.read(dir .. "/summary.json"))
     assert.are.equal("exact", s.attention)
