@@ -54,8 +54,8 @@ static int gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, in
  * may pick another GEMM algorithm than cublasSgemm/GemmEx, so not their
  * bits). Off by default (zkc_matmul_epilogue): on only once a GPU shows it
  * pays (bench_cuda's "bias epilogue" rows). One plan per shape and dtype
- * (operands 16-byte aligned, else the plain path), kept for the process; callers serialise
- * (device_cuda.c's lock), so the plan cache and the one descriptor whose
+ * (operands 16-byte aligned, else the plain path), kept for the process;
+ * callers serialise (device_cuda.c's lock), so the plan cache and the one descriptor whose
  * bias pointer changes per call need no lock of their own. ---- */
 static int lt_on = 0;
 
@@ -65,20 +65,16 @@ int zkc_matmul_epilogue(int on)
     return lt_on;
 }
 
-#define LT_WS_BYTES ((size_t)32 << 20)
 #define LT_PLANS 64
 struct lt_plan {
-    int m, n, k, align;
+    int m, n, k;
     cudaDataType_t ab;
     int ok;                          /* 0: no algorithm (plain path) */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
-    size_t ws;
 };
 static cublasLtHandle_t lt;
-static void *lt_ws;
-static size_t lt_ws_bytes;
 static struct lt_plan lt_plans[LT_PLANS];
 static int lt_nplans;
 
@@ -89,25 +85,24 @@ static int lt_aligned(const void *a, const void *b, const void *c, const void *b
     return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)bias) & 15) == 0;
 }
 
-static struct lt_plan *lt_plan(int m, int n, int k, cudaDataType_t ab, int align)
+/* No workspace: matmuls on two streams may overlap on the GPU, and one
+ * shared workspace would be a race (cuBLAS keeps one per stream); it also
+ * keeps split-K, whose partial sums change the bits, out of the choice. */
+static struct lt_plan *lt_plan(int m, int n, int k, cudaDataType_t ab)
 {
     for (int i = 0; i < lt_nplans; i++) {
         struct lt_plan *p = &lt_plans[i];
-        if (p->m == m && p->n == n && p->k == k && p->ab == ab && p->align == align) return p;
+        if (p->m == m && p->n == n && p->k == k && p->ab == ab) return p;
     }
-    if (!lt) {
-        if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) { lt = NULL; return NULL; }
-        /* a workspace widens the choice; without one, algorithms that need none */
-        if (cudaMalloc(&lt_ws, LT_WS_BYTES) == cudaSuccess) lt_ws_bytes = LT_WS_BYTES;
-        else { (void)cudaGetLastError(); lt_ws = NULL; }
-    }
+    if (!lt && cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) { lt = NULL; return NULL; }
     if (lt_nplans == LT_PLANS) return NULL;                  /* plain path from here */
     struct lt_plan *p = &lt_plans[lt_nplans];
     memset(p, 0, sizeof *p);
-    p->m = m; p->n = n; p->k = k; p->ab = ab; p->align = align;
+    p->m = m; p->n = n; p->k = k; p->ab = ab;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-    uint32_t al = (uint32_t)align;
+    uint32_t al = 16;                /* lt_aligned's promise */
+    size_t ws = 0;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
@@ -123,7 +118,7 @@ static struct lt_plan *lt_plan(int m, int n, int k, cudaDataType_t ab, int align
         cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, m, n, m) ||
         cublasLtMatmulPreferenceCreate(&pref) ||
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                             &lt_ws_bytes, sizeof lt_ws_bytes) ||
+                                             &ws, sizeof ws) ||
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al) ||
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al) ||
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al) ||
@@ -132,7 +127,7 @@ static struct lt_plan *lt_plan(int m, int n, int k, cudaDataType_t ab, int align
         nres < 1) {
         p->ok = 0;                   /* this shape stays on the plain path */
     } else {
-        p->ok = 1; p->algo = res.algo; p->ws = res.workspaceSize;
+        p->ok = 1; p->algo = res.algo;
     }
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     lt_nplans++;
@@ -146,11 +141,11 @@ static int lt_fwd(cudaStream_t s, float *out, const void *inp, const void *w, co
 {
     *done = 0;
     if (!lt_aligned(inp, w, out, b)) return 0;
-    struct lt_plan *p = lt_plan(OC, N, C, ab, 16);
+    struct lt_plan *p = lt_plan(OC, N, C, ab);
     if (!p || !p->ok) return 0;
     CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b));
     CUBLAS_TRY(cublasLtMatmul(lt, p->desc, &one, w, p->la, inp, p->lb, &zero, out, p->lc, out, p->lc,
-                              &p->algo, lt_ws, p->ws, s));
+                              &p->algo, NULL, 0, s));
     *done = 1;
     return 0;
 }
