@@ -64,6 +64,22 @@ typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
 
 struct tcp { int T, C, NH; float scale; };
 
+/* acc += A . B over NK 16-wide steps: A a warp's 16 rows (bf16, stride lda),
+ * B 16 * NK rows of a 64-wide tile from its column block (bf16, stride
+ * LDH). O += P V, dV += P^T dout, dK += dS^T Q, dQ += dS K. */
+template <int NK>
+__device__ __forceinline__ void tile_acc(frag_c &acc, const bf16 *A, int lda, const bf16 *B)
+{
+#pragma unroll
+    for (int kk = 0; kk < NK; kk++) {
+        frag_a af;
+        frag_br bf;
+        wmma::load_matrix_sync(af, A + kk * 16, lda);
+        wmma::load_matrix_sync(bf, B + kk * 16 * LDH, LDH);
+        wmma::mma_sync(acc, af, bf, acc);
+    }
+}
+
 /* rows [t0, t0+n) of a (T, stride) matrix's 64 columns at src -> bf16 dst
  * (stride LDH); rows at or past T read as zero. All threads of the block. */
 __device__ static void load_rows(bf16 *dst, const float *src, size_t stride, int t0, int n, int T)
@@ -167,14 +183,7 @@ k_tc_fwd(float *out, float *lse, const float *qkv, tcp a)
 #pragma unroll
         for (int j = 0; j < HD / 16; j++) {       /* O += bf16(P) V */
             wmma::load_matrix_sync(of[j], sw + j * 16, LDF, wmma::mem_row_major);
-#pragma unroll
-            for (int kk = 0; kk < BR / 16; kk++) {
-                frag_a pf;
-                frag_br vf;
-                wmma::load_matrix_sync(pf, pw + kk * 16, LDH);
-                wmma::load_matrix_sync(vf, vs + kk * 16 * LDH + j * 16, LDH);
-                wmma::mma_sync(of[j], pf, vf, of[j]);
-            }
+            tile_acc<BR / 16>(of[j], pw, LDH, vs + j * 16);
         }
     }
     __syncwarp();
@@ -293,18 +302,10 @@ k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, con
                       i < T && i >= j0 + r, Li, Di, a.scale);
         __syncwarp();
 #pragma unroll
-        for (int j = 0; j < HD / 16; j++)         /* dV += P^T dout, dK += dS^T Q: (16, 64) */
-#pragma unroll
-            for (int kk = 0; kk < BC / 16; kk++) {
-                frag_a pa, sa;
-                frag_br gb, qb;
-                wmma::load_matrix_sync(pa, pT + kk * 16, LDH2);
-                wmma::load_matrix_sync(gb, gs + kk * 16 * LDH + j * 16, LDH);
-                wmma::mma_sync(dv[j], pa, gb, dv[j]);
-                wmma::load_matrix_sync(sa, dsT + kk * 16, LDH2);
-                wmma::load_matrix_sync(qb, qs + kk * 16 * LDH + j * 16, LDH);
-                wmma::mma_sync(dk[j], sa, qb, dk[j]);
-            }
+        for (int j = 0; j < HD / 16; j++) {       /* dV += P^T dout, dK += dS^T Q: (16, 64) */
+            tile_acc<BC / 16>(dv[j], pT, LDH2, gs + j * 16);
+            tile_acc<BC / 16>(dk[j], dsT, LDH2, qs + j * 16);
+        }
     }
     float *o = (float *)(wb + w * WBYTES);        /* (16, LDF) fits in the warp's area */
     float *drow = dqkv + (size_t)b * T * st + (size_t)h * HD;
@@ -371,14 +372,7 @@ k_tc_dq(float *dqkv, const float *dout, const float *qkv, const float *lse, cons
         __syncwarp();
 #pragma unroll
         for (int j = 0; j < HD / 16; j++)         /* dQ += dS K: (16, 64) */
-#pragma unroll
-            for (int kk = 0; kk < BC / 16; kk++) {
-                frag_a sa;
-                frag_br kb;
-                wmma::load_matrix_sync(sa, dsw + kk * 16, LDH2);
-                wmma::load_matrix_sync(kb, ks + kk * 16 * LDH + j * 16, LDH);
-                wmma::mma_sync(dq[j], sa, kb, dq[j]);
-            }
+            tile_acc<BC / 16>(dq[j], dsw, LDH2, ks + j * 16);
     }
     float *o = (float *)(wb + w * WBYTES);
     __syncwarp();
