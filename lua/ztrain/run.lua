@@ -277,7 +277,7 @@ function run(r, opts, out)
     warnings = tr.warnings,
     blas = require("ffi").string(C.zt_blas_info()),
     gemm = tr.gemm or "fp32",
-    attention = tr.attention,
+    attention = tr.recipe.device.attention,
     tokens_per_s = median(tps), step_ms_median = median(steps_ms),
     seconds = C.zt_now() - t_start,
     memory = report.with_totals(report.gather_memory(tr.world)),

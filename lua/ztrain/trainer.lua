@@ -188,7 +188,6 @@ function setup_device(self, r)
   -- (the runtime's messages name the key: no prefix)
   check(C.zt_device_init(r.device.backend))
   check(C.zt_device_attention(r.device.attention))
-  self.attention = r.device.attention
   -- before the groups: groups split from an NCCL world run NCCL too
   if r.comm.backend == "nccl" then self.world:use_nccl(r.comm.deterministic) end
   local threads = r.device.threads
