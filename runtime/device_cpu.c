@@ -17,6 +17,9 @@
 #include <time.h>
 #include "internal.h"
 #include "../kernels/cpu/kernels.h"
+#ifdef ZT_CUDA
+#include "cuda_stream.h"                   /* zt_cuda_attention_mode */
+#endif
 
 /* OpenBLAS extensions (not in cblas.h on every build). */
 int openblas_get_num_threads(void);
@@ -136,7 +139,6 @@ const zt_device_ops zt_cpu_device = {
 /* device_cuda.c (built with `make CUDA=1` only) */
 extern const zt_device_ops zt_cuda_device;
 int zt_cuda_init(void);
-#include "cuda_stream.h"                   /* zt_cuda_attention_mode */
 #endif
 
 static const zt_device_ops *active = &zt_cpu_device;
