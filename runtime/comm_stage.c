@@ -1,12 +1,13 @@
 /*
  * comm_stage.c -- the MPI transport with device tensors on a device whose
- * memory the host cannot address (CUDA; device_fakegpu.c, its stand-in for
- * tests on the CPU): their bytes go through host buffers (pinned on CUDA),
+ * memory the host cannot address (CUDA; device_fakegpu.c and
+ * device_fakegpu_async.c, its stand-ins for tests on the CPU): their bytes go through host buffers (pinned on CUDA),
  * so MPI never reads GPU memory (no CUDA-aware MPI needed) and several
  * ranks can share one GPU -- for testing dp and ZeRO at N = 2 on one GPU,
  * where NCCL refuses to run. Slow by design: the communication thread
  * copies whole tensors down before the operation and up after it,
- * blocking (cudaMemcpy; the device's copy elsewhere). The arithmetic is
+ * blocking (the execution table's copy_blocking, CUDA's cudaMemcpy; the
+ * device's synchronous copy on a device without one). The arithmetic is
  * comm_mpi.c's, on the host, so the bits are the MPI transport's.
  *
  *  issue  (caller's thread): an event on the caller's current stream, so
@@ -18,15 +19,12 @@
  *  finish (communication thread, after the MPI operation): copy up what it
  *         wrote, free the buffers.
  * Host-tier operations, and every operation on the CPU device, pass through.
- * The events are CUDA's alone: other devices run ops synchronously.
+ * The events exist on a device with an execution table (internal.h); the
+ * others run their ops synchronously, so there is nothing to wait for.
  */
 #include <stdlib.h>
 #include <string.h>
 #include "comm.h"
-#ifdef ZT_CUDA
-#include <cuda_runtime_api.h>
-#include "cuda_stream.h"
-#endif
 
 typedef struct {
     void *dev_out, *dev_in;     /* the tensors' device bytes */
@@ -34,6 +32,7 @@ typedef struct {
     size_t out_bytes, in_bytes, held_out, held_in;
     int up;                     /* copy out back to the device when done */
     int tier, retiered;         /* the operation's own tier (it runs as a host one) */
+    const zt_exec_ops *x;       /* the device's execution table, or NULL */
 } staged;
 
 /* a device-tier operation on a device whose memory is not the host's */
@@ -42,49 +41,39 @@ static int staged_device(const zt_comm_req *op)
     return op->tier == ZT_TIER_DEVICE && zt_dev() != &zt_cpu_device;
 }
 
-#ifdef ZT_CUDA
-/* the active device is CUDA (staging copies by cudaMemcpy, events) */
-static int cuda_device(void) { return strcmp(zt_dev()->name, "cuda") == 0; }
-
-static int on_cuda(const zt_comm_req *op) { return staged_device(op) && cuda_device(); }
-
-static int cu_fail(const char *fn, const char *call, cudaError_t e)
+/* ... on a device with streams of its own (an execution table: CUDA,
+ * fakegpu-async): ordered by an event, copied by exec->copy_blocking */
+static const zt_exec_ops *exec_of(const zt_comm_req *op)
 {
-    (void)cudaGetLastError();
-    return zt_error(ZT_EIO, "%s: staging device tensors for MPI: %s:%d: %s: %s (%s)", fn,
-                    __FILE__, __LINE__, call, cudaGetErrorName(e), cudaGetErrorString(e));
+    return staged_device(op) ? zt_exec() : NULL;
 }
-#endif
 
-/* n bytes between the device and a staging buffer; up: host -> device */
-static int stage_copy(const zt_comm_req *op, void *dst, const void *src, size_t n, int up)
+/* n bytes between the device and a staging buffer; up: host -> device.
+ * exec: blocking and ordered after nothing (CUDA's cudaMemcpy): the issue
+ * event ordered the copy down, the request's waiters order the copy up. */
+static int stage_copy(const zt_exec_ops *x, const zt_comm_req *op, void *dst, const void *src,
+                      size_t n, int up)
 {
-#ifdef ZT_CUDA
-    if (cuda_device()) {        /* op is a host one by now in stage_out: ask the device */
-        cudaError_t e = cudaMemcpy(dst, src, n, up ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
-        return e == cudaSuccess ? ZT_OK
-             : cu_fail(op->fn, up ? "cudaMemcpy(host to device)" : "cudaMemcpy(device to host)", e);
+    if (!x) {
+        zt_dev()->copy(dst, src, n);   /* synchronous, pointers of either side */
+        return ZT_OK;
     }
-#endif
-    (void)op; (void)up;
-    zt_dev()->copy(dst, src, n);   /* synchronous, pointers of either side */
-    return ZT_OK;
+    int rc = x->copy_blocking(dst, src, n);
+    return rc == ZT_OK ? ZT_OK
+         : zt_error(rc, "%s: staging device tensors for MPI (%s): %s", op->fn,
+                    up ? "host to device" : "device to host", zt_last_error());
 }
 
 int zt_comm_stage_issue(zt_comm_req *op)
 {
-#ifndef ZT_CUDA
-    (void)op;
-    return ZT_OK;
-#else
-    if (!on_cuda(op)) return ZT_OK;
+    const zt_exec_ops *x = exec_of(op);
+    if (!x) return ZT_OK;
     void *ev = NULL;
-    ZT_TRY(zt_cuda_event_new(&ev, 0));
-    int rc = zt_cuda_event_record(ev, NULL);
-    if (rc != ZT_OK) { zt_cuda_event_free(ev); return rc; }
+    ZT_TRY(x->event_new(&ev));
+    int rc = x->event_record(ev, NULL);
+    if (rc != ZT_OK) { x->event_free(ev); return rc; }
     op->ready = ev;
     return ZT_OK;
-#endif
 }
 
 /* Bytes the operation reads (in) and writes (out), by kind; down: whether
@@ -114,21 +103,18 @@ static int inside(const void *p, size_t n, const void *base, size_t bn)
 int zt_comm_stage_in(zt_comm_req *op)
 {
     if (!staged_device(op)) return ZT_OK;
-    int rc = ZT_OK;
-#ifdef ZT_CUDA
-    if (on_cuda(op)) rc = zt_cuda_bind_thread();
-#endif
+    const zt_exec_ops *x = exec_of(op);
+    int rc = x ? x->bind_thread() : ZT_OK;
     staged *s = rc ? NULL : calloc(1, sizeof *s);
     if (!rc && !s) rc = zt_error(ZT_ENOMEM, "%s: out of memory", op->fn);
-#ifdef ZT_CUDA
     if (op->ready) {            /* the caller's kernels first */
-        cudaError_t e = cudaEventSynchronize((cudaEvent_t)op->ready);
-        cudaEventDestroy((cudaEvent_t)op->ready);
+        int e = x->event_sync(op->ready);
+        x->event_free(op->ready);
         op->ready = NULL;
-        if (!rc && e != cudaSuccess) rc = cu_fail(op->fn, "cudaEventSynchronize", e);
+        if (!rc && e != ZT_OK) rc = e;
     }
-#endif
     if (rc) { free(s); return rc; }
+    s->x = x;
     int down_out = 0;
     extents(op, &s->out_bytes, &s->in_bytes, &down_out, &s->up);
     s->dev_out = op->out;
@@ -149,10 +135,10 @@ int zt_comm_stage_in(zt_comm_req *op)
     }
     if (!rc && out_in_in) s->h_out = s->h_in + ((const char *)op->out - (const char *)op->in);
     if (!rc && in_in_out) s->h_in = s->h_out + ((const char *)op->in - (char *)op->out);
-    if (!rc && s->in_bytes && !in_in_out) rc = stage_copy(op, s->h_in, op->in, s->in_bytes, 0);
-    if (!rc && down_out) rc = stage_copy(op, s->h_out, op->out, s->out_bytes, 0);
+    if (!rc && s->in_bytes && !in_in_out) rc = stage_copy(s->x, op, s->h_in, op->in, s->in_bytes, 0);
+    if (!rc && down_out) rc = stage_copy(s->x, op, s->h_out, op->out, s->out_bytes, 0);
     if (!rc && in_in_out)       /* in's bytes are inside out's buffer */
-        rc = stage_copy(op, s->h_in, op->in, s->in_bytes, 0);
+        rc = stage_copy(s->x, op, s->h_in, op->in, s->in_bytes, 0);
     op->staged = s;
     if (rc) return zt_comm_stage_out(op, rc);
     if (s->h_out) op->out = s->h_out;
@@ -169,7 +155,7 @@ int zt_comm_stage_out(zt_comm_req *op, int rc)
     staged *s = op->staged;
     if (!s) return rc;
     op->staged = NULL;
-    if (rc == ZT_OK && s->up && s->out_bytes) rc = stage_copy(op, s->dev_out, s->h_out, s->out_bytes, 1);
+    if (rc == ZT_OK && s->up && s->out_bytes) rc = stage_copy(s->x, op, s->dev_out, s->h_out, s->out_bytes, 1);
     op->out = s->dev_out;
     op->in = s->dev_in;
     if (s->retiered) op->tier = s->tier;

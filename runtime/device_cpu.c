@@ -152,6 +152,18 @@ int zt_device_init(const char *backend)
     if (strcmp(backend, "cpu") == 0) { active = &zt_cpu_device; return ZT_OK; }
     /* device_fakegpu.c: the CPU kernels behind memory the host cannot address (tests) */
     if (strcmp(backend, "fakegpu") == 0) { active = &zt_fakegpu_device; return ZT_OK; }
+    /* device_fakegpu_async.c: the same, with streams that run later in a
+     * seeded order a GPU permits (a missing wait gives wrong bits) */
+    if (strncmp(backend, "fakegpu-async", 13) == 0 && (backend[13] == 0 || backend[13] == ':')) {
+        char *end = NULL;
+        unsigned long long seed = backend[13] ? strtoull(backend + 14, &end, 10) : 1;
+        if (backend[13] && (end == backend + 14 || *end))
+            return zt_error(ZT_EINVAL, "device.backend=%s: the seed after \"fakegpu-async:\" must be "
+                            "a whole number, e.g. fakegpu-async:7", backend);
+        zt_fakegpu_async_seed(seed);
+        active = &zt_fakegpu_async_device;
+        return ZT_OK;
+    }
     if (strcmp(backend, "cuda") == 0) {
 #ifdef ZT_CUDA
         ZT_TRY(zt_cuda_init());             /* device_cuda.c: GPU, stream, cuBLAS */
@@ -162,8 +174,11 @@ int zt_device_init(const char *backend)
                         "make CUDA=1 (or use device.backend=cpu)");
 #endif
     }
-    return zt_error(ZT_EINVAL, "unknown device backend \"%s\"; known: cpu, cuda, fakegpu (a test device)", backend);
+    return zt_error(ZT_EINVAL, "unknown device backend \"%s\"; known: cpu, cuda, fakegpu and "
+                    "fakegpu-async[:SEED] (test devices)", backend);
 }
+
+void zt_device_install(const zt_device_ops *dev) { active = dev ? dev : &zt_cpu_device; }
 
 const char *zt_device_name(void) { return active->name; }
 
@@ -188,6 +203,14 @@ int zt_device_attention(const char *mode)
 }
 
 int zt_device_sync(void) { return active->sync(); }
+
+int64_t zt_device_count(const char *what)
+{
+    ZT_CHECK(what != NULL, "zt_device_count: what is NULL");
+    if (strcmp(what, "attention_tc") == 0)
+        return active->attention_tc_calls ? active->attention_tc_calls() : 0;
+    return zt_error(ZT_EINVAL, "zt_device_count: \"%s\" is not counted; known: attention_tc", what);
+}
 
 int zt_set_threads(int n)
 {

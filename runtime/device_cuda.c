@@ -84,15 +84,17 @@ static int blas_err(const char *file, int line, const char *call, int st)
 #define KC_NOTE(call) do { int e_ = (call); \
     if (e_ != 0) note(cu_err(__FILE__, __LINE__, #call, (cudaError_t)e_)); } while (0)
 
-static void note(int rc) { if (rc != ZT_OK && cu_pending == ZT_OK) cu_pending = rc; }
+/* cu_pending is shared by every thread that issues ops (the caller, stream
+ * workers, the communication thread): the first error wins, atomically. */
+static void note(int rc)
+{
+    int none = ZT_OK;
+    if (rc != ZT_OK)
+        __atomic_compare_exchange_n(&cu_pending, &none, rc, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
 
 /* The kept error, once: an op returning a code reports it first. */
-static int take_pending(void)
-{
-    int rc = cu_pending;
-    cu_pending = ZT_OK;
-    return rc;
-}
+static int take_pending(void) { return __atomic_exchange_n(&cu_pending, ZT_OK, __ATOMIC_ACQ_REL); }
 
 int zt_cuda_init(void)
 {
@@ -391,7 +393,16 @@ int zt_cuda_matmul_epilogue(int on)
 }
 
 /* the tensor-core kernels take head size 64 only; others stay plain */
-static int attn_tc(int C, int NH) { return attn_mode_v == 1 && NH > 0 && C == 64 * NH; }
+static int64_t tc_calls;          /* zt_device_count("attention_tc") */
+static int64_t cuda_attention_tc_calls(void) { return __atomic_load_n(&tc_calls, __ATOMIC_RELAXED); }
+
+/* The tensor-core kernels take this call (counted). */
+static int attn_tc(int C, int NH)
+{
+    int on = attn_mode_v == 1 && NH > 0 && C == 64 * NH;
+    if (on) __atomic_fetch_add(&tc_calls, 1, __ATOMIC_RELAXED);
+    return on;
+}
 
 static void cuda_attention_forward(float *out, float *lse, const float *qkv,
                                    int B, int T, int C, int NH)
@@ -576,8 +587,34 @@ int zt_cuda_is_pinned(const void *p)
     return a.type == cudaMemoryTypeHost;
 }
 
+static int cuda_event_new(void **out) { return zt_cuda_event_new(out, 0); }
+
+/* Blocking, on the legacy stream, which the device's non-blocking streams
+ * do not wait for (nor it for them): comm_stage.c orders it by an event. */
+static int cuda_copy_blocking(void *dst, const void *src, size_t nbytes)
+{
+    NEED_INIT("cuda copy_blocking");
+    if (nbytes) CU(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault));
+    return ZT_OK;
+}
+
+/* stream.c's streams and events, memory.c's pinned host tier and
+ * comm_stage.c's staging through this table (internal.h's contract). */
+static const zt_exec_ops cuda_exec = {
+    .stream_new = zt_cuda_stream_new, .stream_free = zt_cuda_stream_free,
+    .stream_sync = zt_cuda_stream_sync, .set_stream = zt_cuda_set_stream,
+    .compute_stream = zt_cuda_compute_stream, .bind_thread = zt_cuda_bind_thread,
+    .event_new = cuda_event_new, .event_free = zt_cuda_event_free,
+    .event_record = zt_cuda_event_record, .stream_wait_event = zt_cuda_stream_wait_event,
+    .event_sync = zt_cuda_event_sync, .event_query = zt_cuda_event_query,
+    .copy_async = zt_cuda_copy_async, .copy_blocking = cuda_copy_blocking,
+    .host_alloc = zt_cuda_host_alloc, .host_free = zt_cuda_host_free,
+    .is_pinned = zt_cuda_is_pinned,
+};
+
 const zt_device_ops zt_cuda_device = {
     .name = "cuda",
+    .exec = &cuda_exec,
     .sync = cuda_sync,
     .alloc = cuda_alloc,
     .free = cuda_free,
@@ -607,4 +644,5 @@ const zt_device_ops zt_cuda_device = {
     .sumsq_blocks = cuda_sumsq_blocks,
     .sum = cuda_sum,
     .randn = cuda_randn,
+    .attention_tc_calls = cuda_attention_tc_calls,
 };

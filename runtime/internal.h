@@ -52,6 +52,50 @@ int zt_stream_enter(void);
  * reaches it (to exercise error propagation; nothing else fails on the CPU). */
 int zt_stream_inject_error(zt_stream *s, int code, const char *msg);
 
+/* A device's execution model: streams, events, copies and host memory.
+ * NULL in a device table (the CPU device, fakegpu): stream.c's own model
+ * runs (a compute stream is the calling thread; a copy or comm stream a
+ * worker thread). A device with one (CUDA; fakegpu-async, a CPU stand-in
+ * whose streams run later, in any order a GPU permits) queues its ops on
+ * the calling thread's current stream, and stream.c maps zt_stream and
+ * zt_event onto these handles. The contract is CUDA's:
+ *  - stream_new: a stream of its own, no implicit sync with any other;
+ *    stream_free waits for its work. NULL as a stream argument means the
+ *    calling thread's current stream (set_stream; NULL: compute_stream()).
+ *  - event_record marks a point of a stream; stream_wait_event makes the
+ *    stream's later work wait for the event's latest record as of the call
+ *    (never recorded: no wait); event_sync and stream_sync block the host;
+ *    event_query never blocks (a never-recorded event is done).
+ *  - copy_async: nbytes on a stream, device or host memory on either side;
+ *    host bytes are read or written when the copy runs, not when issued.
+ *    copy_blocking: the host waits for the copy, which is ordered after
+ *    nothing on any stream (CUDA's cudaMemcpy on the legacy stream with
+ *    non-blocking streams): the caller orders it with an event first.
+ *  - host_alloc: host memory the device copies asynchronously (pinned);
+ *    NULL: plain memory. is_pinned(p): p came from host_alloc.
+ *  - bind_thread: a thread other than the initialising one calls it before
+ *    its first use of the device.
+ * Every int-returning call is 0 or an error code with its message. */
+typedef struct zt_exec_ops {
+    int (*stream_new)(void **out, int kind);
+    void (*stream_free)(void *s);
+    int (*stream_sync)(void *s);
+    void (*set_stream)(void *s);
+    void *(*compute_stream)(void);
+    int (*bind_thread)(void);
+    int (*event_new)(void **out);
+    void (*event_free)(void *e);
+    int (*event_record)(void *e, void *s);
+    int (*stream_wait_event)(void *s, void *e);
+    int (*event_sync)(void *e);
+    int (*event_query)(void *e, int *done);
+    int (*copy_async)(void *dst, const void *src, size_t nbytes, void *s);
+    int (*copy_blocking)(void *dst, const void *src, size_t nbytes);
+    int (*host_alloc)(void **out, size_t nbytes);
+    void (*host_free)(void *p);
+    int (*is_pinned)(const void *p);
+} zt_exec_ops;
+
 /* A device is a table of raw-pointer ops. The CPU device calls kernels/cpu;
  * a CUDA device would launch on its stream. Ops receive validated sizes.
  * Most ops cannot fail. Those that index by token id return the number of
@@ -59,6 +103,7 @@ int zt_stream_inject_error(zt_stream *s, int code, const char *msg);
  * through a device flag); matmul returns 0 or an error code with a message. */
 typedef struct zt_device_ops {
     const char *name;
+    const zt_exec_ops *exec;    /* streams, events, copies; NULL: stream.c's CPU model */
     int (*sync)(void);
     /* device memory: 64-byte aligned; alloc returns ZT_ENOMEM (no message)
      * when the backend is out of memory. zero writes nbytes of zeros. */
@@ -110,6 +155,8 @@ typedef struct zt_device_ops {
     void (*sumsq_blocks)(double *partials, const float *x, size_t n);
     double (*sum)(const float *x, size_t n);
     void (*randn)(float *x, size_t n, uint64_t seed, uint64_t stream, float mean, float std);
+    /* zt_device_count's "attention_tc" (NULL: the device has no such path) */
+    int64_t (*attention_tc_calls)(void);
 } zt_device_ops;
 
 /* comm_stats.c: a thread was blocked this long waiting for a comm request
@@ -120,8 +167,15 @@ uint64_t zt_stats_now_ns(void);
 extern const zt_device_ops zt_cpu_device;
 /* device_fakegpu.c: the CPU kernels behind tagged, host-unaddressable device memory */
 extern const zt_device_ops zt_fakegpu_device;
+/* device_fakegpu_async.c: fakegpu whose streams run later, in a seeded order */
+extern const zt_device_ops zt_fakegpu_async_device;
+int zt_fakegpu_async_seed(uint64_t seed);
 /* The active device (CPU until zt_device_init selects another). */
 const zt_device_ops *zt_dev(void);
+/* The active device's execution table, NULL for stream.c's CPU model. */
+static inline const zt_exec_ops *zt_exec(void) { return zt_dev()->exec; }
+/* Tests: make dev the active device (a fake of their own). */
+void zt_device_install(const zt_device_ops *dev);
 
 /* Before work on the calling thread on bytes of one tier: stream order
  * (zt_stream_enter), and *dev, the table that runs it. Host-tier bytes are

@@ -16,10 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "internal.h"
-#ifdef ZT_CUDA
 #include <stdint.h>
-#include "cuda_stream.h"
-#endif
 
 /* ---- allocators ------------------------------------------------------------ */
 typedef struct zt_allocator {
@@ -37,41 +34,39 @@ static int dev_alloc(void **out, size_t n) { return zt_dev()->alloc(out, n); }
 static void dev_free(void *p) { zt_dev()->free(p); }
 static void dev_zero(void *p, size_t n) { zt_dev()->zero(p, n); }
 
-/* host: aligned memory; pinned (cudaHostAlloc) while the CUDA device is
- * active, so copies to and from the device are asynchronous and overlap
+/* host: aligned memory; pinned (the device's exec->host_alloc: CUDA's
+ * cudaHostAlloc) while such a device is active, so copies to and from the device are asynchronous and overlap
  * compute (from pageable memory CUDA stages them and the host waits: see
  * docs/gpu.md). Page-aligned (ZT_AIO_PAGE; cudaHostAlloc gives whole
  * pages) and page-rounded, so a whole host tensor goes to and from an
- * O_DIRECT swap file without a bounce copy. Freed by whoever allocated it:
- * the device is chosen before any tensor exists, but asking CUDA costs
- * little and survives a program that switches anyway. */
+ * O_DIRECT swap file without a bounce copy. Freed by the device that
+ * pinned it (is_pinned), else by free(): the device is chosen before any
+ * tensor exists. */
 static int host_alloc(void **out, size_t n)
 {
     size_t rounded = (n + ZT_AIO_PAGE - 1) & ~(size_t)(ZT_AIO_PAGE - 1);
     if (!rounded) rounded = ZT_AIO_PAGE;
     void *p = NULL;
-#ifdef ZT_CUDA
-    if (strcmp(zt_dev()->name, "cuda") == 0) {
-        int rc = zt_cuda_host_alloc(&p, rounded);
+    const zt_exec_ops *x = zt_exec();
+    if (x && x->host_alloc) {
+        int rc = x->host_alloc(&p, rounded);
         if (rc == ZT_OK && ((uintptr_t)p & (ZT_AIO_PAGE - 1))) {    /* O_DIRECT needs it */
-            zt_cuda_host_free(p);
-            return zt_error(ZT_EIO, "cudaHostAlloc returned %p, not %d-byte aligned: the nvme "
-                            "tier's O_DIRECT transfers need page-aligned host memory", p,
-                            ZT_AIO_PAGE);
+            x->host_free(p);
+            return zt_error(ZT_EIO, "the %s device's pinned host memory came at %p, not "
+                            "%d-byte aligned: the nvme tier's O_DIRECT transfers need "
+                            "page-aligned host memory", zt_dev()->name, p, ZT_AIO_PAGE);
         }
         if (rc == ZT_OK) *out = p;
         return rc;
     }
-#endif
     if (posix_memalign(&p, ZT_AIO_PAGE, rounded) != 0) return ZT_ENOMEM;
     *out = p;
     return ZT_OK;
 }
 static void host_free(void *p)
 {
-#ifdef ZT_CUDA
-    if (zt_cuda_is_pinned(p)) { zt_cuda_host_free(p); return; }
-#endif
+    const zt_exec_ops *x = zt_exec();
+    if (x && x->is_pinned && x->is_pinned(p)) { x->host_free(p); return; }
     free(p);
 }
 static void host_zero(void *p, size_t n) { memset(p, 0, n); }

@@ -47,28 +47,6 @@
 #include <string.h>
 #include <time.h>
 #include "internal.h"
-#ifdef ZT_CUDA
-#include "cuda_stream.h"
-static int cuda_on(void) { return strcmp(zt_dev()->name, "cuda") == 0; }
-#else
-/* Never called: cuda_on() is 0 without CUDA; stubs keep one code path. */
-static int cuda_on(void) { return 0; }
-static int zt_cuda_nocuda(void) { return zt_error(ZT_ESTATE, "stream.c: built without CUDA"); }
-static inline int zt_cuda_stream_new(void **o, int k) { (void)o; (void)k; return zt_cuda_nocuda(); }
-static inline void zt_cuda_stream_free(void *s) { (void)s; }
-static inline int zt_cuda_stream_sync(void *s) { (void)s; return zt_cuda_nocuda(); }
-static inline void zt_cuda_set_stream(void *s) { (void)s; }
-static inline void *zt_cuda_compute_stream(void) { return NULL; }
-static inline int zt_cuda_bind_thread(void) { return zt_cuda_nocuda(); }
-static inline int zt_cuda_event_new(void **o, int t) { (void)o; (void)t; return zt_cuda_nocuda(); }
-static inline void zt_cuda_event_free(void *e) { (void)e; }
-static inline int zt_cuda_event_record(void *e, void *s) { (void)e; (void)s; return zt_cuda_nocuda(); }
-static inline int zt_cuda_stream_wait_event(void *s, void *e) { (void)e; (void)s; return zt_cuda_nocuda(); }
-static inline int zt_cuda_event_sync(void *e) { (void)e; return zt_cuda_nocuda(); }
-static inline int zt_cuda_event_query(void *e, int *d) { (void)e; *d = 1; return zt_cuda_nocuda(); }
-static inline int zt_cuda_copy_async(void *d, const void *s, size_t n, void *st)
-{ (void)d; (void)s; (void)n; (void)st; return zt_cuda_nocuda(); }
-#endif
 
 enum { ITEM_COPY, ITEM_RECORD, ITEM_WAIT_EVENT, ITEM_WAIT_COMM, ITEM_FAIL };
 
@@ -96,6 +74,8 @@ struct zt_stream {
     char msg[1024];
     void *cu;                   /* CUDA: its cudaStream_t (NULL: the CPU model) */
     struct held *held;          /* CUDA: copies' tensors until their event completes */
+    zt_event *order;            /* recorded here when a copy on another stream must follow
+                                   this stream's earlier work (zt_copy_async); lazily made */
 };
 
 /* A CUDA copy's tensors, released once ev (recorded after it) completes. */
@@ -136,7 +116,7 @@ static const char *kind_name(int kind)
 static void *cu_of(const zt_stream *s)
 {
     if (s->cu) return s->cu;
-    return s == &default_stream && cuda_on() ? zt_cuda_compute_stream() : NULL;
+    return s == &default_stream && zt_exec() ? zt_exec()->compute_stream() : NULL;
 }
 
 /* Spin briefly (a copy or a small collective finishes in microseconds), then
@@ -161,7 +141,7 @@ static void event_release(zt_event *e)
     int last = --e->refs == 0;
     pthread_mutex_unlock(&ev_lock);
     if (last) {
-        zt_cuda_event_free(e->cu);      /* CUDA destroys it once its record completes */
+        if (e->cu) zt_exec()->event_free(e->cu);   /* the device destroys it once its record completes */
         free(e);
     }
 }
@@ -171,10 +151,10 @@ int zt_event_new(zt_event **out)
     ZT_CHECK(out != NULL, "zt_event_new: out is NULL");
     *out = NULL;
     void *cu = NULL;
-    if (cuda_on()) ZT_TRY(zt_cuda_event_new(&cu, 0));
+    if (zt_exec()) ZT_TRY(zt_exec()->event_new(&cu));
     zt_event *e = calloc(1, sizeof *e);
     if (!e) {
-        zt_cuda_event_free(cu);
+        if (cu) zt_exec()->event_free(cu);
         return zt_error(ZT_ENOMEM, "zt_event_new: out of memory");
     }
     e->refs = 1;
@@ -221,7 +201,7 @@ int zt_event_sync(zt_event *e)
     char msg[1024];
     int err = event_wait_seq(e, seq, msg, sizeof msg);
     if (err) return zt_error(err, "%s", msg);
-    return e->cu ? zt_cuda_event_sync(e->cu) : ZT_OK;    /* then the GPU's part */
+    return e->cu ? zt_exec()->event_sync(e->cu) : ZT_OK;    /* then the GPU's part */
 }
 
 int zt_event_query(zt_event *e, int *done)
@@ -234,7 +214,7 @@ int zt_event_query(zt_event *e, int *done)
     if (err) snprintf(msg, sizeof msg, "%s", e->msg);
     pthread_mutex_unlock(&ev_lock);
     if (err) return zt_error(err, "%s", msg);
-    if (*done && e->cu) return zt_cuda_event_query(e->cu, done);
+    if (*done && e->cu) return zt_exec()->event_query(e->cu, done);
     return ZT_OK;
 }
 
@@ -243,7 +223,7 @@ int zt_event_query(zt_event *e, int *done)
 static int event_cu(zt_event *e)
 {
     pthread_mutex_lock(&ev_lock);
-    int rc = e->cu ? ZT_OK : zt_cuda_event_new(&e->cu, 0);
+    int rc = e->cu ? ZT_OK : zt_exec()->event_new(&e->cu);
     pthread_mutex_unlock(&ev_lock);
     return rc;
 }
@@ -265,15 +245,15 @@ static int event_reached(zt_event *e, uint64_t seq)
 static int hold(zt_stream *s, void *cu, zt_tensor *a, zt_tensor *b)
 {
     held *h = calloc(1, sizeof *h);
-    int rc = h ? zt_cuda_event_new(&h->ev, 0)
+    int rc = h ? zt_exec()->event_new(&h->ev)
                : zt_error(ZT_ENOMEM, "zt_copy_async: out of memory for a copy's record");
-    if (rc == ZT_OK) rc = zt_cuda_event_record(h->ev, cu);
+    if (rc == ZT_OK) rc = zt_exec()->event_record(h->ev, cu);
     if (rc != ZT_OK) {          /* cannot track it: let the copy end before returning */
-        if (h) zt_cuda_event_free(h->ev);
+        if (h) zt_exec()->event_free(h->ev);
         free(h);
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", zt_last_error());
-        (void)zt_cuda_stream_sync(cu);
+        (void)zt_exec()->stream_sync(cu);
         return zt_error(rc, "%s", msg);
     }
     zt_tensor_retain(a);
@@ -298,7 +278,7 @@ static void reap(zt_stream *s, int all)
     while (*pp) {
         held *h = *pp;
         int d = 1;
-        if (!all && zt_cuda_event_query(h->ev, &d) != ZT_OK) d = 1;
+        if (!all && zt_exec()->event_query(h->ev, &d) != ZT_OK) d = 1;
         if (d) { *pp = h->next; h->next = done; done = h; }
         else pp = &h->next;
     }
@@ -306,7 +286,7 @@ static void reap(zt_stream *s, int all)
     while (done) {
         held *h = done;
         done = h->next;
-        zt_cuda_event_free(h->ev);
+        zt_exec()->event_free(h->ev);
         zt_tensor_release(h->a);
         zt_tensor_release(h->b);
         free(h);
@@ -347,9 +327,9 @@ static int do_copy(zt_stream *s, zt_tensor *dst, const zt_tensor *src)
     size_t nbytes = (size_t)src->numel * zt_dtype_size(src->dtype);
     int nvme = dst->storage->tier == ZT_TIER_NVME || src->storage->tier == ZT_TIER_NVME;
     void *cu = cu_of(s);
-    if (cu && nvme) ZT_TRY(zt_cuda_stream_sync(cu));
+    if (cu && nvme) ZT_TRY(zt_exec()->stream_sync(cu));
     if (cu && !nvme) {
-        ZT_TRY(zt_cuda_copy_async(dst->data, src->data, nbytes, cu));
+        ZT_TRY(zt_exec()->copy_async(dst->data, src->data, nbytes, cu));
         return hold(s, cu, dst, (zt_tensor *)src);
     }
     if (dst->storage->tier == ZT_TIER_NVME) return zt_nvme_rw(1, dst, src->data, nbytes);
@@ -377,7 +357,7 @@ static void run_item(zt_stream *s, item *it)
         break;
     case ITEM_RECORD:
         if (!err && s->cu) {    /* CUDA: the record goes to the GPU's queue now */
-            int rc = zt_cuda_event_record(it->ev->cu, s->cu);
+            int rc = zt_exec()->event_record(it->ev->cu, s->cu);
             if (rc) {
                 stream_fail(s, rc, zt_last_error());
                 err = rc;
@@ -402,7 +382,7 @@ static void run_item(zt_stream *s, item *it)
             snprintf(m, sizeof m, "waited on an event whose stream failed: %.900s", emsg);
             stream_fail(s, eerr, m);
         } else if (!eerr && !err && s->cu && it->ev->cu) {   /* CUDA: the GPU waits too */
-            int rc = zt_cuda_stream_wait_event(s->cu, it->ev->cu);
+            int rc = zt_exec()->stream_wait_event(s->cu, it->ev->cu);
             if (rc) stream_fail(s, rc, zt_last_error());
         }
         event_release(it->ev);
@@ -506,7 +486,7 @@ static int start_copy(zt_stream *s, flight *f, item *it)
     const zt_tensor *d = it->dst, *src = it->src;
     size_t nbytes = (size_t)src->numel * zt_dtype_size(src->dtype);
     zt_aio_req *r = NULL;
-    int rc = s->cu ? zt_cuda_stream_sync(s->cu) : ZT_OK;    /* the host bytes are final */
+    int rc = s->cu ? zt_exec()->stream_sync(s->cu) : ZT_OK;    /* the host bytes are final */
     if (rc != ZT_OK) {
         stream_fail(s, rc, zt_last_error());
         copy_done(s, it);
@@ -533,7 +513,7 @@ static void *worker_main(void *arg)
      * compute stream's for the cores (device copies use OpenMP blocks). */
     omp_set_num_threads(1);
     if (s->cu) {                        /* its CUDA calls go to the process's GPU */
-        int rc = zt_cuda_bind_thread();
+        int rc = zt_exec()->bind_thread();
         if (rc) stream_fail(s, rc, zt_last_error());
     }
     pthread_mutex_lock(&s->lock);
@@ -596,7 +576,7 @@ zt_stream *zt_stream_current(void) { return current ? current : &default_stream;
 int zt_stream_set_current(zt_stream *s)
 {
     current = s == &default_stream ? NULL : s;
-    if (cuda_on()) zt_cuda_set_stream(current ? current->cu : NULL);   /* ops launch there */
+    if (zt_exec()) zt_exec()->set_stream(current ? current->cu : NULL);   /* ops launch there */
     return ZT_OK;
 }
 
@@ -610,10 +590,10 @@ int zt_stream_new(zt_stream **out, int kind)
              "zt_stream_new: unknown stream kind %d (known: ZT_STREAM_COMPUTE, "
              "ZT_STREAM_COPY, ZT_STREAM_COMM)", kind);
     void *cu = NULL;
-    if (cuda_on()) ZT_TRY(zt_cuda_stream_new(&cu, kind));
+    if (zt_exec()) ZT_TRY(zt_exec()->stream_new(&cu, kind));
     zt_stream *s = calloc(1, sizeof *s);
     if (!s) {
-        zt_cuda_stream_free(cu);
+        if (cu) zt_exec()->stream_free(cu);
         return zt_error(ZT_ENOMEM, "zt_stream_new: out of memory");
     }
     s->kind = kind;
@@ -628,7 +608,7 @@ int zt_stream_new(zt_stream **out, int kind)
             pthread_cond_destroy(&s->queued);
             pthread_cond_destroy(&s->finished_cv);
             pthread_mutex_destroy(&s->lock);
-            zt_cuda_stream_free(cu);
+            if (cu) zt_exec()->stream_free(cu);
             free(s);
             return zt_error(ZT_ENOMEM, "zt_stream_new: cannot start the %s stream's thread "
                             "(%s)", kind_name(kind), strerror(rc));
@@ -650,9 +630,10 @@ void zt_stream_free(zt_stream *s)
         pthread_join(s->thread, NULL);      /* it drains the queue first */
     }
     if (s->cu) {
-        zt_cuda_stream_free(s->cu);         /* waits for its GPU work */
+        zt_exec()->stream_free(s->cu);         /* waits for its GPU work */
         reap(s, 1);
     }
+    if (s->order) zt_event_free(s->order);
     pthread_cond_destroy(&s->queued);
     pthread_cond_destroy(&s->finished_cv);
     pthread_mutex_destroy(&s->lock);
@@ -682,7 +663,7 @@ int zt_stream_sync(zt_stream *s)
     int err = s->worker ? drain(s) : ZT_OK;
     char msg[1024];
     if (err) snprintf(msg, sizeof msg, "%s", zt_last_error());
-    int rc = zt_cuda_stream_sync(cu);
+    int rc = zt_exec()->stream_sync(cu);
     reap(s, 1);
     if (err) return zt_error(err, "%s", msg);
     return rc;
@@ -712,7 +693,7 @@ int zt_stream_wait_event(zt_stream *s, zt_event *e)
         char msg[1024];
         int err = event_wait_seq(e, seq, msg, sizeof msg);
         int rc = err ? zt_error(err, "%s", msg) : ZT_OK;
-        if (!rc && cu && e->cu) rc = zt_cuda_stream_wait_event(cu, e->cu);
+        if (!rc && cu && e->cu) rc = zt_exec()->stream_wait_event(cu, e->cu);
         if (direct) pthread_mutex_unlock(&s->lock);
         return rc;
     }
@@ -775,7 +756,7 @@ int zt_event_record(zt_event *e, zt_stream *s)
         pthread_mutex_lock(&ev_lock);
         uint64_t seq = ++e->recorded;
         pthread_mutex_unlock(&ev_lock);
-        int rc = cu ? zt_cuda_event_record(e->cu, cu) : ZT_OK;
+        int rc = cu ? zt_exec()->event_record(e->cu, cu) : ZT_OK;
         event_complete(e, seq, rc, rc ? zt_last_error() : "");
         if (direct) pthread_mutex_unlock(&s->lock);
         return rc;
@@ -792,6 +773,34 @@ int zt_event_record(zt_event *e, zt_stream *s)
 }
 
 /* ---- copies ---------------------------------------------------------------------- */
+
+/* Ordering by construction: a copy issued on stream s by a thread whose
+ * current stream is `from` runs after the work issued to `from` before it,
+ * as if both were one stream: an event recorded on `from`, waited for by s
+ * (the source a kernel just wrote, or a buffer a kernel still reads that
+ * the copy overwrites, need no wait of the caller's). Free where `from`'s
+ * work is already done on return: a compute stream of the CPU model.
+ * ZTRAIN_UNORDERED_COPIES=1 turns it off, so that spec/fakegpu_async_spec
+ * can show the asynchronous fakegpu catches the races it prevents. */
+static pthread_mutex_t order_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int unordered = -1;      /* ZTRAIN_UNORDERED_COPIES=1: off (a test hook) */
+
+static int order_after(zt_stream *s, zt_stream *from)
+{
+    if (unordered < 0) {        /* racy but idempotent: every thread reads the same */
+        const char *e = getenv("ZTRAIN_UNORDERED_COPIES");
+        unordered = e && strcmp(e, "1") == 0;
+    }
+    if (unordered || s == from || (!from->worker && !cu_of(from))) return ZT_OK;
+    pthread_mutex_lock(&order_lock);
+    int rc = from->order ? ZT_OK : zt_event_new(&from->order);
+    zt_event *ev = from->order;
+    pthread_mutex_unlock(&order_lock);
+    ZT_TRY(rc);
+    ZT_TRY(zt_event_record(ev, from));
+    return zt_stream_wait_event(s, ev);
+}
 
 int zt_copy_async(zt_tensor *dst, const zt_tensor *src, zt_stream *s)
 {
@@ -817,6 +826,7 @@ int zt_copy_async(zt_tensor *dst, const zt_tensor *src, zt_stream *s)
              (long long)(dst->offset + dst->numel), (long long)src->offset,
              (long long)(src->offset + src->numel));
     s = resolve(s);
+    ZT_TRY(order_after(s, zt_stream_current()));
     void *cu = cu_of(s);
     if (cu) reap(s, 0);
     if (!s->worker) return do_copy(s, dst, src);

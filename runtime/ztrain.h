@@ -122,6 +122,11 @@ int zt_device_sync(void);
  * after zt_device_init, while no attention op runs; zt_device_init leaves
  * the mode as it was (a process-wide setting of the CUDA device). */
 int zt_device_attention(const char *mode);
+/* How many times the active device took a kernel path since the process
+ * started, for tests that must see a path run: "attention_tc" (the
+ * tensor-core attention's forward and backward calls; 0 on a device
+ * without it). ZT_EINVAL for a name not counted. */
+int64_t zt_device_count(const char *what);
 /* Threads used by the kernels (the OpenMP pool); n >= 1. OpenBLAS runs one
  * thread per call for the whole process (set once when the library loads):
  * the GEMMs spread fixed blocks over OpenMP, which keeps their bits the same

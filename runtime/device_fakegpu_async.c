@@ -1,0 +1,669 @@
+/*
+ * device_fakegpu_async.c -- fakegpu with a GPU's asynchrony, for tests: a
+ * missing wait between streams gives wrong bits on the CPU.
+ *
+ * `device.backend = "fakegpu-async"` (or "fakegpu-async:SEED"). The
+ * memory and the arithmetic are fakegpu's (device_fakegpu.c: tagged
+ * pointers the host cannot dereference, the CPU kernels), but no op runs
+ * when it is issued: each stream is a queue, and queued work runs only
+ * when the host waits for something (a stream or event sync, an op that
+ * returns a value to the host, a copy to or from pageable memory, a free),
+ * in an order a real GPU permits and a seeded generator picks: at each
+ * step, one stream whose head may run (a wait item whose event has been
+ * reached, or any other item) runs its head. Work on one stream runs in
+ * issue order; two streams interleave in any order unless an event orders
+ * them. So a copy stream that does not wait for the kernel writing its
+ * source may copy the old bytes, and a host read of a buffer before the
+ * copy into it was waited for sees the old bytes -- wrong bits, the same
+ * for a given seed and issue order, where a CPU run would never notice.
+ *
+ * The execution table (internal.h's zt_exec_ops) is CUDA's contract:
+ * stream.c maps zt_stream / zt_event onto it exactly as on a GPU, and
+ * comm_stage.c stages MPI's device tensors through copy_blocking after an
+ * event. An event is a point of one stream (stream, position); a wait
+ * item is met once that stream has done that many items. A free runs
+ * every stream dry first (cudaFree synchronises the device). Host memory
+ * is never pinned here, but every copy reads and writes host bytes when it
+ * runs, the strictest reading of pinned memory.
+ *
+ * Threads: the caller, stream workers and the communication thread issue
+ * and wait; one lock guards the queues, and work runs under it (the CPU
+ * kernels keep their OpenMP threads). Errors of queued ops (a matmul's)
+ * are kept and returned by the next sync or value-returning op, as CUDA's.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+
+#define FG zt_fakegpu_device
+#define TAG ((uintptr_t)1 << 62)        /* device_fakegpu.c's device-pointer tag */
+
+typedef struct sim_stream sim_stream;
+
+enum { K_OP, K_WAIT };
+
+typedef struct item {
+    int kind;
+    struct item *next;
+    void (*run)(struct item *);     /* K_OP */
+    sim_stream *wst;                /* K_WAIT: met once wst->done >= wpos */
+    uint64_t wpos;
+    void *p[6];                     /* an op's arguments */
+    size_t n;
+    float f[7];
+    int i[6];
+    uint64_t u[2];
+    int keep;                       /* the issuer frees it (it reads the result) */
+    double d;
+} item;
+
+struct sim_stream {
+    item *head, *tail;
+    uint64_t issued, done;
+    int dead;                       /* freed by its user; kept, since events may name it */
+    sim_stream *next;
+};
+
+typedef struct { sim_stream *st; uint64_t pos; } sim_event;   /* st NULL: never recorded */
+
+static pthread_mutex_t sim_lock = PTHREAD_MUTEX_INITIALIZER;
+static sim_stream compute;
+static sim_stream *streams = &compute;      /* every stream ever made (compute first) */
+static _Thread_local sim_stream *cur;       /* NULL: compute */
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static int pending;                         /* first error of queued work */
+static char pending_msg[1024];
+
+int zt_fakegpu_async_seed(uint64_t seed)
+{
+    pthread_mutex_lock(&sim_lock);
+    rng = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+    if (!rng) rng = 1;
+    pthread_mutex_unlock(&sim_lock);
+    return ZT_OK;
+}
+
+static uint64_t next_rand(void)            /* xorshift64* */
+{
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return rng * 0x2545F4914F6CDD1Dull;
+}
+
+static sim_stream *stream_of(void *s) { return s ? (sim_stream *)s : cur ? cur : &compute; }
+
+static int is_dev(const void *p) { return ((uintptr_t)p & TAG) != 0; }
+
+/* ---- the scheduler (sim_lock held) ------------------------------------------ */
+
+static int runnable(const sim_stream *s)
+{
+    const item *it = s->head;
+    if (!it) return 0;
+    return it->kind != K_WAIT || it->wst->done >= it->wpos;
+}
+
+static void keep_error(int rc)
+{
+    if (rc != ZT_OK && pending == ZT_OK) {
+        pending = rc;
+        snprintf(pending_msg, sizeof pending_msg, "%s", zt_last_error());
+    }
+}
+
+/* Run the head of one runnable stream, picked at random; 0 if none can run. */
+static int step(void)
+{
+    sim_stream *can[64];
+    int n = 0;
+    for (sim_stream *s = streams; s; s = s->next)
+        if (runnable(s) && n < 64) can[n++] = s;
+    if (n == 0) return 0;
+    sim_stream *s = can[next_rand() % (uint64_t)n];
+    item *it = s->head;
+    s->head = it->next;
+    if (!s->head) s->tail = NULL;
+    if (it->kind == K_OP) it->run(it);
+    s->done++;
+    if (!it->keep) free(it);
+    return 1;
+}
+
+/* Run work until stream st has done `pos` items. Work on other streams may
+ * run meanwhile (it may on a GPU too). A wait that can never be met would
+ * be a bug here: every wait names a point already issued. */
+static int run_until(sim_stream *st, uint64_t pos)
+{
+    while (st->done < pos)
+        if (!step())
+            return zt_error(ZT_ESTATE, "fakegpu-async: no stream can run, yet a wait is not met "
+                            "(an internal bug)");
+    return ZT_OK;
+}
+
+static int drain_all(void)
+{
+    for (sim_stream *s = streams; s; s = s->next) ZT_TRY(run_until(s, s->issued));
+    return ZT_OK;
+}
+
+static void push(sim_stream *s, item *it)
+{
+    it->next = NULL;
+    if (s->tail) s->tail->next = it; else s->head = it;
+    s->tail = it;
+    s->issued++;
+}
+
+/* ---- issuing ops ------------------------------------------------------------ */
+
+static item *new_op(void (*run)(item *))
+{
+    item *it = calloc(1, sizeof *it);
+    if (!it) { keep_error(zt_error(ZT_ENOMEM, "fakegpu-async: out of memory for a queued op")); return NULL; }
+    it->kind = K_OP;
+    it->run = run;
+    return it;
+}
+
+/* Queue it on the current stream. */
+static void issue(item *it)
+{
+    pthread_mutex_lock(&sim_lock);
+    push(stream_of(NULL), it);
+    pthread_mutex_unlock(&sim_lock);
+}
+
+/* Queue it and wait for it (an op whose result the host needs): its rc. */
+static int issue_sync(item *it, double *d)
+{
+    pthread_mutex_lock(&sim_lock);
+    sim_stream *s = stream_of(NULL);
+    it->keep = 1;               /* step() leaves it: the result is read here */
+    push(s, it);
+    int rc = run_until(s, s->issued);
+    pthread_mutex_unlock(&sim_lock);
+    int r = rc != ZT_OK ? rc : it->i[5];
+    if (d) *d = it->d;
+    free(it);
+    return r;
+}
+
+#define OP0(it, fn) item *it = new_op(fn); if (!it) return
+#define OPV(it, fn, v) item *it = new_op(fn); if (!it) return v
+
+/* ---- the device ops --------------------------------------------------------- */
+
+static int fa_sync(void)
+{
+    pthread_mutex_lock(&sim_lock);
+    sim_stream *s = stream_of(NULL);
+    int rc = run_until(s, s->issued);
+    int p = pending;
+    char msg[1024];
+    if (p) snprintf(msg, sizeof msg, "%s", pending_msg);
+    pending = ZT_OK;
+    pthread_mutex_unlock(&sim_lock);
+    if (rc) return rc;
+    return p ? zt_error(p, "%s", msg) : ZT_OK;
+}
+
+static int take_pending(void)
+{
+    pthread_mutex_lock(&sim_lock);
+    int p = pending;
+    char msg[1024];
+    if (p) snprintf(msg, sizeof msg, "%s", pending_msg);
+    pending = ZT_OK;
+    pthread_mutex_unlock(&sim_lock);
+    return p ? zt_error(p, "%s", msg) : ZT_OK;
+}
+
+static int fa_alloc(void **out, size_t nbytes) { return FG.alloc(out, nbytes); }
+
+/* cudaFree waits for the device: every stream runs dry, then the bytes go */
+static void fa_free(void *p)
+{
+    pthread_mutex_lock(&sim_lock);
+    int rc = drain_all();
+    if (rc) keep_error(rc);
+    pthread_mutex_unlock(&sim_lock);
+    FG.free(p);
+}
+
+static void r_zero(item *it) { FG.zero(it->p[0], it->n); }
+static void fa_zero(void *p, size_t n) { OP0(it, r_zero); it->p[0] = p; it->n = n; issue(it); }
+
+static void r_fill(item *it) { FG.fill(it->p[0], it->f[0], it->n); }
+static void fa_fill(float *x, float v, size_t n)
+{
+    OP0(it, r_fill); it->p[0] = x; it->f[0] = v; it->n = n; issue(it);
+}
+
+/* device to device: queued; host memory on either side: queued, then
+ * waited for (CUDA's cuda_copy: the caller reuses host bytes at once) */
+static void r_copy(item *it) { FG.copy(it->p[0], it->p[1], it->n); }
+static void fa_copy(void *dst, const void *src, size_t n)
+{
+    OP0(it, r_copy);
+    it->p[0] = dst; it->p[1] = (void *)src; it->n = n;
+    if (is_dev(dst) && is_dev(src)) issue(it);
+    else keep_error(issue_sync(it, NULL));
+}
+
+static void r_scale(item *it) { FG.scale(it->p[0], it->f[0], it->n); }
+static void fa_scale(float *x, float a, size_t n)
+{
+    OP0(it, r_scale); it->p[0] = x; it->f[0] = a; it->n = n; issue(it);
+}
+
+static void r_axpy(item *it) { FG.axpy(it->p[0], it->f[0], it->p[1], it->n); }
+static void fa_axpy(float *y, float a, const float *x, size_t n)
+{
+    OP0(it, r_axpy); it->p[0] = y; it->f[0] = a; it->p[1] = (void *)x; it->n = n; issue(it);
+}
+
+static void r_add(item *it) { FG.add(it->p[0], it->p[1], it->n); }
+static void fa_add(float *y, const float *x, size_t n)
+{
+    OP0(it, r_add); it->p[0] = y; it->p[1] = (void *)x; it->n = n; issue(it);
+}
+
+static void r_add3(item *it) { FG.add3(it->p[0], it->p[1], it->p[2], it->n); }
+static void fa_add3(float *o, const float *a, const float *b, size_t n)
+{
+    OP0(it, r_add3); it->p[0] = o; it->p[1] = (void *)a; it->p[2] = (void *)b; it->n = n; issue(it);
+}
+
+static void r_cast(item *it) { FG.cast(it->p[0], it->i[0], it->p[1], it->i[1], it->n); }
+static void fa_cast(void *dst, int dt, const void *src, int st, size_t n)
+{
+    if (dt == st) { fa_copy(dst, src, n * zt_dtype_size(dt)); return; }
+    OP0(it, r_cast);
+    it->p[0] = dst; it->i[0] = dt; it->p[1] = (void *)src; it->i[1] = st; it->n = n;
+    issue(it);
+}
+
+/* Ops that return a count of bad token ids: the host needs it now. */
+static void r_encf(item *it)
+{
+    it->i[5] = FG.encoder_forward(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1],
+                                  it->i[2], it->i[3]);
+}
+static int fa_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe,
+                              int B, int T, int C, int V)
+{
+    ZT_TRY(take_pending());
+    OPV(it, r_encf, ZT_ENOMEM);
+    it->p[0] = out; it->p[1] = (void *)tok; it->p[2] = (void *)wte; it->p[3] = (void *)wpe;
+    it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = V;
+    return issue_sync(it, NULL);
+}
+
+static void r_encb(item *it)
+{
+    it->i[5] = FG.encoder_backward(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1],
+                                   it->i[2], it->i[3]);
+}
+static int fa_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok,
+                               int B, int T, int C, int V)
+{
+    ZT_TRY(take_pending());
+    OPV(it, r_encb, ZT_ENOMEM);
+    it->p[0] = dwte; it->p[1] = dwpe; it->p[2] = (void *)dout; it->p[3] = (void *)tok;
+    it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = V;
+    return issue_sync(it, NULL);
+}
+
+static void r_lnf(item *it)
+{
+    FG.layernorm_forward(it->p[0], it->p[1], it->p[2], it->p[3], it->p[4], it->p[5], it->i[0], it->i[1]);
+}
+static void fa_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                 const float *w, const float *b, int N, int C)
+{
+    OP0(it, r_lnf);
+    it->p[0] = out; it->p[1] = mean; it->p[2] = rstd; it->p[3] = (void *)inp;
+    it->p[4] = (void *)w; it->p[5] = (void *)b; it->i[0] = N; it->i[1] = C;
+    issue(it);
+}
+
+/* nine pointers: the last three ride in u[] */
+static void r_lnb(item *it)
+{
+    FG.layernorm_backward(it->p[0], it->p[1], it->p[2], it->p[3], it->p[4], it->p[5],
+                          (const float *)(uintptr_t)it->u[0], (const float *)(uintptr_t)it->u[1],
+                          it->i[0], it->i[1]);
+}
+static void fa_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                                  const float *inp, const float *w, const float *mean,
+                                  const float *rstd, int N, int C)
+{
+    OP0(it, r_lnb);
+    it->p[0] = dinp; it->p[1] = dw; it->p[2] = db; it->p[3] = (void *)dout;
+    it->p[4] = (void *)inp; it->p[5] = (void *)w;
+    it->u[0] = (uintptr_t)mean; it->u[1] = (uintptr_t)rstd; it->i[0] = N; it->i[1] = C;
+    issue(it);
+}
+
+/* matmuls: queued; an error (OpenBLAS's thread check) is kept for later */
+static void r_mmf(item *it)
+{
+    int rc = it->i[3] ? FG.matmul_bf16_forward(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1], it->i[2])
+                      : FG.matmul_forward(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1], it->i[2]);
+    keep_error(rc);
+}
+static int mm_forward(float *out, const void *inp, const void *w, const float *b, int N, int C,
+                      int OC, int bf16)
+{
+    ZT_TRY(take_pending());
+    OPV(it, r_mmf, ZT_ENOMEM);
+    it->p[0] = out; it->p[1] = (void *)inp; it->p[2] = (void *)w; it->p[3] = (void *)b;
+    it->i[0] = N; it->i[1] = C; it->i[2] = OC; it->i[3] = bf16;
+    issue(it);
+    return ZT_OK;
+}
+static int fa_matmul_forward(float *out, const float *inp, const float *w, const float *b,
+                             int N, int C, int OC)
+{
+    return mm_forward(out, inp, w, b, N, C, OC, 0);
+}
+static int fa_matmul_bf16_forward(float *out, const uint16_t *inp, const uint16_t *w,
+                                  const float *b, int N, int C, int OC)
+{
+    return mm_forward(out, inp, w, b, N, C, OC, 1);
+}
+
+static void r_mmb(item *it)
+{
+    int rc = it->i[3]
+        ? FG.matmul_bf16_backward(it->p[0], it->p[1], it->p[2], it->p[3], it->p[4], it->p[5],
+                                  it->i[0], it->i[1], it->i[2])
+        : FG.matmul_backward(it->p[0], it->p[1], it->p[2], it->p[3], it->p[4], it->p[5],
+                             it->i[0], it->i[1], it->i[2]);
+    keep_error(rc);
+}
+static int mm_backward(float *dinp, float *dw, float *db, const void *dout, const void *inp,
+                       const void *w, int N, int C, int OC, int bf16)
+{
+    ZT_TRY(take_pending());
+    OPV(it, r_mmb, ZT_ENOMEM);
+    it->p[0] = dinp; it->p[1] = dw; it->p[2] = db; it->p[3] = (void *)dout;
+    it->p[4] = (void *)inp; it->p[5] = (void *)w;
+    it->i[0] = N; it->i[1] = C; it->i[2] = OC; it->i[3] = bf16;
+    issue(it);
+    return ZT_OK;
+}
+static int fa_matmul_backward(float *dinp, float *dw, float *db, const float *dout,
+                              const float *inp, const float *w, int N, int C, int OC)
+{
+    return mm_backward(dinp, dw, db, dout, inp, w, N, C, OC, 0);
+}
+static int fa_matmul_bf16_backward(float *dinp, float *dw, float *db, const uint16_t *dout,
+                                   const uint16_t *inp, const uint16_t *w, int N, int C, int OC)
+{
+    return mm_backward(dinp, dw, db, dout, inp, w, N, C, OC, 1);
+}
+
+static void r_attf(item *it)
+{
+    FG.attention_forward(it->p[0], it->p[1], it->p[2], it->i[0], it->i[1], it->i[2], it->i[3]);
+}
+static void fa_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
+{
+    OP0(it, r_attf);
+    it->p[0] = out; it->p[1] = lse; it->p[2] = (void *)qkv;
+    it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = NH;
+    issue(it);
+}
+
+static void r_attb(item *it)
+{
+    FG.attention_backward(it->p[0], it->p[1], it->p[2], it->p[3], it->p[4], it->i[0], it->i[1],
+                          it->i[2], it->i[3]);
+}
+static void fa_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                  const float *out, const float *lse, int B, int T, int C, int NH)
+{
+    OP0(it, r_attb);
+    it->p[0] = dqkv; it->p[1] = (void *)dout; it->p[2] = (void *)qkv; it->p[3] = (void *)out;
+    it->p[4] = (void *)lse; it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = NH;
+    issue(it);
+}
+
+static void r_attd(item *it)
+{
+    FG.attention_decode(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1], it->i[2],
+                        it->i[3], it->i[4], it->i[5]);
+}
+static void fa_attention_decode(float *out, float *kc, float *vc, const float *qkv,
+                                int B, int T, int C, int NH, int maxT, int pos)
+{
+    OP0(it, r_attd);
+    it->p[0] = out; it->p[1] = kc; it->p[2] = vc; it->p[3] = (void *)qkv;
+    it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = NH; it->i[4] = maxT; it->i[5] = pos;
+    issue(it);
+}
+
+static void r_geluf(item *it) { FG.gelu_forward(it->p[0], it->p[1], it->n); }
+static void fa_gelu_forward(float *out, const float *inp, size_t n)
+{
+    OP0(it, r_geluf); it->p[0] = out; it->p[1] = (void *)inp; it->n = n; issue(it);
+}
+
+static void r_gelub(item *it) { FG.gelu_backward(it->p[0], it->p[1], it->p[2], it->n); }
+static void fa_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    OP0(it, r_gelub);
+    it->p[0] = dinp; it->p[1] = (void *)inp; it->p[2] = (void *)dout; it->n = n;
+    issue(it);
+}
+
+static void r_xent(item *it)
+{
+    it->i[5] = FG.crossentropy(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1], it->f[0]);
+}
+static int fa_crossentropy(float *losses, float *dlogits, const float *logits,
+                           const int32_t *targets, int N, int V, float dscale)
+{
+    ZT_TRY(take_pending());
+    OPV(it, r_xent, ZT_ENOMEM);
+    it->p[0] = losses; it->p[1] = dlogits; it->p[2] = (void *)logits; it->p[3] = (void *)targets;
+    it->i[0] = N; it->i[1] = V; it->f[0] = dscale;
+    return issue_sync(it, NULL);
+}
+
+static void r_adamw(item *it)
+{
+    FG.adamw(it->p[0], it->p[1], it->p[2], it->p[3], it->n, it->f[0], it->f[1], it->f[2],
+             it->f[3], it->f[4], it->f[5], it->i[0]);
+}
+static void fa_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                     float b2, float eps, float wd, float gscale, int t)
+{
+    OP0(it, r_adamw);
+    it->p[0] = p; it->p[1] = (void *)g; it->p[2] = m; it->p[3] = v; it->n = n;
+    it->f[0] = lr; it->f[1] = b1; it->f[2] = b2; it->f[3] = eps; it->f[4] = wd; it->f[5] = gscale;
+    it->i[0] = t;
+    issue(it);
+}
+
+/* partials are a host array: written when the op runs, so it is waited for */
+static void r_sumsq(item *it) { FG.sumsq_blocks(it->p[0], it->p[1], it->n); }
+static void fa_sumsq_blocks(double *partials, const float *x, size_t n)
+{
+    OP0(it, r_sumsq);
+    it->p[0] = partials; it->p[1] = (void *)x; it->n = n;
+    keep_error(issue_sync(it, NULL));
+}
+
+static void r_sum(item *it) { it->d = FG.sum(it->p[0], it->n); }
+static double fa_sum(const float *x, size_t n)
+{
+    OPV(it, r_sum, 0.0);
+    it->p[0] = (void *)x; it->n = n;
+    double d = 0.0;
+    issue_sync(it, &d);
+    return d;
+}
+
+static void r_randn(item *it) { FG.randn(it->p[0], it->n, it->u[0], it->u[1], it->f[0], it->f[1]); }
+static void fa_randn(float *x, size_t n, uint64_t seed, uint64_t stream, float mean, float std)
+{
+    OP0(it, r_randn);
+    it->p[0] = x; it->n = n; it->u[0] = seed; it->u[1] = stream; it->f[0] = mean; it->f[1] = std;
+    issue(it);
+}
+
+/* ---- the execution table ---------------------------------------------------- */
+
+static int fx_stream_new(void **out, int kind)
+{
+    (void)kind;
+    sim_stream *s = calloc(1, sizeof *s);
+    if (!s) return zt_error(ZT_ENOMEM, "fakegpu-async: out of memory for a stream");
+    pthread_mutex_lock(&sim_lock);
+    s->next = compute.next;             /* compute stays first */
+    compute.next = s;
+    pthread_mutex_unlock(&sim_lock);
+    *out = s;
+    return ZT_OK;
+}
+
+/* Its work runs first; the struct stays (an event may still name it). */
+static void fx_stream_free(void *p)
+{
+    sim_stream *s = p;
+    if (!s || s == &compute) return;
+    if (cur == s) cur = NULL;
+    pthread_mutex_lock(&sim_lock);
+    int rc = run_until(s, s->issued);
+    if (rc) keep_error(rc);
+    s->dead = 1;
+    pthread_mutex_unlock(&sim_lock);
+}
+
+static int fx_stream_sync(void *p)
+{
+    pthread_mutex_lock(&sim_lock);
+    sim_stream *s = stream_of(p);
+    int rc = run_until(s, s->issued);
+    pthread_mutex_unlock(&sim_lock);
+    return rc ? rc : take_pending();
+}
+
+static void fx_set_stream(void *s) { cur = s == &compute ? NULL : s; }
+static void *fx_compute_stream(void) { return &compute; }
+static int fx_bind_thread(void) { return ZT_OK; }
+
+static int fx_event_new(void **out)
+{
+    sim_event *e = calloc(1, sizeof *e);
+    if (!e) return zt_error(ZT_ENOMEM, "fakegpu-async: out of memory for an event");
+    *out = e;
+    return ZT_OK;
+}
+
+static void fx_event_free(void *e) { free(e); }   /* waits copied its point */
+
+static int fx_event_record(void *ev, void *s)
+{
+    sim_event *e = ev;
+    pthread_mutex_lock(&sim_lock);
+    e->st = stream_of(s);
+    e->pos = e->st->issued;
+    pthread_mutex_unlock(&sim_lock);
+    return ZT_OK;
+}
+
+static int fx_stream_wait_event(void *s, void *ev)
+{
+    sim_event *e = ev;
+    pthread_mutex_lock(&sim_lock);
+    sim_stream *st = stream_of(s);
+    if (e->st && e->st != st && e->st->done < e->pos) {
+        item *it = calloc(1, sizeof *it);
+        if (!it) {
+            pthread_mutex_unlock(&sim_lock);
+            return zt_error(ZT_ENOMEM, "fakegpu-async: out of memory for a wait");
+        }
+        it->kind = K_WAIT;
+        it->wst = e->st;
+        it->wpos = e->pos;
+        push(st, it);
+    }
+    pthread_mutex_unlock(&sim_lock);
+    return ZT_OK;
+}
+
+static int fx_event_sync(void *ev)
+{
+    sim_event *e = ev;
+    pthread_mutex_lock(&sim_lock);
+    int rc = e->st ? run_until(e->st, e->pos) : ZT_OK;
+    pthread_mutex_unlock(&sim_lock);
+    return rc ? rc : take_pending();
+}
+
+/* Never blocks, but lets one step of work run, so a poller makes progress. */
+static int fx_event_query(void *ev, int *done)
+{
+    sim_event *e = ev;
+    pthread_mutex_lock(&sim_lock);
+    if (e->st && e->st->done < e->pos) (void)step();
+    *done = !e->st || e->st->done >= e->pos;
+    pthread_mutex_unlock(&sim_lock);
+    return ZT_OK;
+}
+
+static int fx_copy_async(void *dst, const void *src, size_t nbytes, void *s)
+{
+    if (nbytes == 0) return ZT_OK;
+    item *it = new_op(r_copy);
+    if (!it) return take_pending();
+    it->p[0] = dst; it->p[1] = (void *)src; it->n = nbytes;
+    pthread_mutex_lock(&sim_lock);
+    push(stream_of(s), it);
+    pthread_mutex_unlock(&sim_lock);
+    return ZT_OK;
+}
+
+/* now, ordered with no stream (the legacy stream beside non-blocking ones) */
+static int fx_copy_blocking(void *dst, const void *src, size_t nbytes)
+{
+    pthread_mutex_lock(&sim_lock);
+    FG.copy(dst, src, nbytes);
+    pthread_mutex_unlock(&sim_lock);
+    return ZT_OK;
+}
+
+static const zt_exec_ops fakegpu_async_exec = {
+    .stream_new = fx_stream_new, .stream_free = fx_stream_free, .stream_sync = fx_stream_sync,
+    .set_stream = fx_set_stream, .compute_stream = fx_compute_stream,
+    .bind_thread = fx_bind_thread, .event_new = fx_event_new, .event_free = fx_event_free,
+    .event_record = fx_event_record, .stream_wait_event = fx_stream_wait_event,
+    .event_sync = fx_event_sync, .event_query = fx_event_query,
+    .copy_async = fx_copy_async, .copy_blocking = fx_copy_blocking,
+    /* host memory: plain (host_alloc NULL); copies treat it as pinned */
+};
+
+const zt_device_ops zt_fakegpu_async_device = {
+    .name = "fakegpu-async",
+    .exec = &fakegpu_async_exec,
+    .sync = fa_sync, .alloc = fa_alloc, .free = fa_free, .zero = fa_zero, .fill = fa_fill,
+    .copy = fa_copy, .scale = fa_scale, .axpy = fa_axpy, .add = fa_add, .add3 = fa_add3,
+    .cast = fa_cast,
+    .encoder_forward = fa_encoder_forward, .encoder_backward = fa_encoder_backward,
+    .layernorm_forward = fa_layernorm_forward, .layernorm_backward = fa_layernorm_backward,
+    .matmul_forward = fa_matmul_forward, .matmul_backward = fa_matmul_backward,
+    .matmul_bf16_forward = fa_matmul_bf16_forward, .matmul_bf16_backward = fa_matmul_bf16_backward,
+    .attention_forward = fa_attention_forward, .attention_backward = fa_attention_backward,
+    .attention_decode = fa_attention_decode,
+    .gelu_forward = fa_gelu_forward, .gelu_backward = fa_gelu_backward,
+    .crossentropy = fa_crossentropy, .adamw = fa_adamw,
+    .sumsq_blocks = fa_sumsq_blocks, .sum = fa_sum, .randn = fa_randn,
+};
