@@ -8,12 +8,26 @@ local assert = require "luassert"
 
 local M = {}
 M.cases = dofile("spec/fixtures/digest_cases.lua")
-local fixture = cjson.decode(util.read("spec/fixtures/digests.json"))
+
+-- The bits depend on OpenBLAS's kernels, which ztrain picks by CPU (SkylakeX
+-- with AVX-512, else Haswell; lua/ztrain/ffi.lua): one fixture per core,
+-- each recorded from main before the change it guards (digests.json is
+-- SkylakeX's, recorded before the Seams issue; digests.Haswell.json was
+-- recorded from 69a2df5, before GPU-Correct, on an AVX2-only EPYC).
+M.core = util.sh("build/ztrain -e 'io.write(require(\"ffi\").string(zt.ffi.C.zt_blas_info()))'")
+           :match("OpenBLAS core (%S+)")
+M.fixture_path = (M.core == "SkylakeX" or M.core == nil) and "spec/fixtures/digests.json"
+                 or ("spec/fixtures/digests.%s.json"):format(M.core)
+local ok, text = pcall(util.read, M.fixture_path)
+M.fixture = ok and cjson.decode(text) or nil
+local fixture = M.fixture or {}
 
 -- check(case, extra): runs the case with `extra` overrides appended and
 -- asserts the fixture's bits
 function M.check(c, extra)
   local key = M.cases.key(c)
+  assert.is_table(M.fixture, ("no digest fixture for OpenBLAS core %s (%s): record one from a commit " ..
+    "before your change: luajit tools/record_digests.lua %s"):format(tostring(M.core), M.fixture_path, M.fixture_path))
   local want = fixture[c.same_as or key]
   assert.is_table(want, "no fixture entry for " .. key .. "; run tools/record_digests.lua")
   local dir = os.tmpname(); os.remove(dir)
