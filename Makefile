@@ -65,8 +65,7 @@ CFLAGS  += -DZT_CUDA -I$(CUDA_HOME)/include
 LIB_OBJ += $(CUDA_OBJ) $(B)/obj/runtime/comm_nccl.o
 LIBS    += $(CUDA_LIBS) -lnccl
 # the fake-CUDA tests link the CPU library only
-CTEST_BIN := $(filter-out $(B)/test_stream_fakecuda $(B)/test_mpi_fakecuda \
-                 $(B)/test_ops_tier_fakecuda,$(CTEST_BIN))
+CTEST_BIN := $(filter-out $(B)/test_stream_fakecuda $(B)/test_mpi_fakecuda,$(CTEST_BIN))
 endif
 
 $(B)/obj/%.o: %.cu $(wildcard kernels/cuda/*.cuh)
@@ -126,15 +125,6 @@ FAKECUDA_OBJ := $(filter-out $(B)/obj/runtime/stream.o,$(LIB_OBJ))
 $(B)/test_stream_fakecuda: spec/c/test_stream_fakecuda.c runtime/stream.c $(FAKECUDA_OBJ) \
                            $(wildcard spec/c/*.h) $(HEADERS)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< $(FAKECUDA_OBJ) $(LIBS)
-
-# ops.c's and tensor.c's device table by tier (host-tier operands on the CPU
-# kernels while the CUDA device is active) against a fake CUDA device, on the
-# CPU: the test compiles both itself (ZT_CUDA, zt_dev renamed to its fake), so
-# the library's ops.o and tensor.o stay out.
-OPSTIER_OBJ := $(filter-out $(B)/obj/runtime/ops.o $(B)/obj/runtime/tensor.o,$(LIB_OBJ))
-$(B)/test_ops_tier_fakecuda: spec/c/test_ops_tier_fakecuda.c runtime/ops.c runtime/tensor.c \
-                             $(OPSTIER_OBJ) $(wildcard spec/c/*.h) $(HEADERS)
-	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< $(OPSTIER_OBJ) $(LIBS)
 
 # comm_stage.c (MPI with CUDA device tensors) and comm_nccl.c under mpirun on
 # the CPU, against a fake device, CUDA and NCCL: the files that reach them are

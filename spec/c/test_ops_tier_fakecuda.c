@@ -1,10 +1,11 @@
 /*
  * test_ops_tier_fakecuda.c -- which device table an op runs on, on the CPU,
- * against a fake CUDA device: runtime/ops.c and runtime/tensor.c are
- * compiled here with ZT_CUDA and zt_dev renamed to this file's fake_dev, so
- * the fake (named "cuda") is the active device for them, as the CUDA table
- * is after zt_device_init("cuda"). The rest of the library is the CPU
- * build's (its memory.c allocates every tier as ordinary memory).
+ * against a fake CUDA device: this file's device table (named "cuda") is
+ * made the active device with zt_device_install, as the CUDA table is after
+ * zt_device_init("cuda"), and the test links the CPU build's library as it
+ * is (its memory.c allocates every tier as ordinary memory: the fake's
+ * alloc is the CPU device's, and it has no execution table, so streams keep
+ * stream.c's CPU model).
  *
  * The fake's ops count their calls and compute through the CPU kernels, but
  * refuse host-tier bytes (the tensors this test made on ZT_TIER_HOST): a
@@ -19,15 +20,11 @@
  * kernels or real asynchrony (spec/c/test_cuda*.c do, on a GPU).
  */
 #include "ctest.h"
-#define ZT_CUDA 1
-#define zt_dev fake_dev
-#include "../../runtime/ops.c"
-#include "../../runtime/tensor.c"
-#undef zt_dev
+#include "internal.h"
+#include "kernels.h"
 
 /* ---- the fake device --------------------------------------------------------- */
 static zt_device_ops fake_table;
-const zt_device_ops *fake_dev(void) { return &fake_table; }
 
 enum { F_SYNC, F_COPY, F_FILL, F_ADD, F_SCALE, F_CAST, F_ADAMW, F_MATMUL_FWD, F_MATMUL_BWD,
        F_GELU, F_SUMSQ, F_SUM, F_RANDN, F_N };
@@ -444,6 +441,9 @@ int main(void)
     fake_table.sumsq_blocks = f_sumsq;
     fake_table.sum = f_sum;
     fake_table.randn = f_randn;
+    zt_device_install(&fake_table);
+    ct_check(zt_dev() == &fake_table && !strcmp(zt_device_name(), "cuda") && zt_exec() == NULL,
+             "zt_device_install: the fake is the active device", "active %s", zt_device_name());
     ct_seed(11);
     t_kinds();
     t_mixed();
