@@ -64,8 +64,9 @@ ifneq ($(CUDA),)
 CFLAGS  += -DZT_CUDA -I$(CUDA_HOME)/include
 LIB_OBJ += $(CUDA_OBJ) $(B)/obj/runtime/comm_nccl.o
 LIBS    += $(CUDA_LIBS) -lnccl
-# the fake-CUDA tests link the CPU library only
-CTEST_BIN := $(filter-out $(B)/test_stream_fakecuda $(B)/test_mpi_fakecuda,$(CTEST_BIN))
+# test_mpi_fakecuda defines the CUDA runtime's and NCCL's calls itself: it
+# links the CPU library only
+CTEST_BIN := $(filter-out $(B)/test_mpi_fakecuda,$(CTEST_BIN))
 endif
 
 $(B)/obj/%.o: %.cu $(wildcard kernels/cuda/*.cuh)
@@ -118,13 +119,6 @@ $(B)/libztrain.so: $(LIB_OBJ)
 $(B)/ztrain: runtime/main.c
 	@mkdir -p $(B)
 	$(CC) $(CFLAGS) $(LUAJIT_CFLAGS) -o $@ $< $(LUAJIT_LIBS) -ldl -Wl,-E
-
-# stream.c's CUDA routing against a fake CUDA, on the CPU: the test compiles
-# runtime/stream.c itself (with ZT_CUDA), so the library's stream.o stays out.
-FAKECUDA_OBJ := $(filter-out $(B)/obj/runtime/stream.o,$(LIB_OBJ))
-$(B)/test_stream_fakecuda: spec/c/test_stream_fakecuda.c runtime/stream.c $(FAKECUDA_OBJ) \
-                           $(wildcard spec/c/*.h) $(HEADERS)
-	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< $(FAKECUDA_OBJ) $(LIBS)
 
 # comm_stage.c (MPI with CUDA device tensors) and comm_nccl.c under mpirun on
 # the CPU, against a fake device, CUDA and NCCL: the files that reach them are
