@@ -13,7 +13,10 @@
 -- bf16 and fp16, activation checkpointing on the host) must give the CPU
 -- device's bits; and with the copies' ordering turned off
 -- (ZTRAIN_UNORDERED_COPIES=1, the runtime before GPU-Correct) the main job
--- must NOT give them: the test sees the race it guards. (That a host read
+-- must NOT give them: the test sees the race it guards. A working buffer
+-- of strategy/shard.lua's pool released on one stream and reused on another
+-- must wait for its release point (3 seeds; without that wait 1 to 4 of 10
+-- reads are wrong). (That a host read
 -- faults, and the devices' own ops: spec/c/test_fakegpu.c,
 -- spec/c/test_fakegpu_async.c.)
 local digest = require "helpers.digest_check"
@@ -97,4 +100,14 @@ describe("fakegpu-async sees the race the copies' ordering prevents", function()
     assert.are_not.equal(want.param_digest, s.param_digest,
       "the race went unseen: without the ordering the digest should differ")
   end)
+end)
+
+describe("fakegpu-async: a pooled buffer changes streams only after its release point", function()
+  for _, seed in ipairs({ 1, 2, 3 }) do
+    it("released on one stream, reused on another (seed " .. seed .. ")", function()
+      local out, rc = util.sh("build/ztrain --script spec/helpers/pool_streams.lua fakegpu-async:" .. seed)
+      assert.are.equal(0, rc, out)
+      assert.is_truthy(out:find("wrong reads: 0", 1, true), out)
+    end)
+  end
 end)

@@ -49,22 +49,38 @@ end
 -- pool:free(). A reused buffer holds old values: callers must only use it
 -- where every element is written (gathers) or where the only elements not
 -- written are padding that was zero from the start (gradient buckets).
+--
+-- A buffer released on one stream is not reused on another before the
+-- release point has completed (PyTorch's record_stream idea): put() records
+-- an event on the caller's current stream, and a get() on another stream
+-- makes that stream wait for it, so work still queued on the old stream
+-- cannot read or write the buffer after its new user has started. (A copy
+-- or a collective that hands the buffer to another stream orders itself:
+-- zt_copy_async, comm_stage.c.)
 function M.pool(tier, dtype)
   local T = require "ztrain.tensor"
+  local stream = require "ztrain.stream"
   local free = {}
   local P = {}
   function P.get(n)
     local list = free[n]
-    if list and #list > 0 then return table.remove(list) end
+    if list and #list > 0 then
+      local e = table.remove(list)
+      local cur = stream.current()
+      if e.on.c ~= cur.c then cur:wait(e.ev) end
+      e.ev:free()
+      return e.t
+    end
     return T.new({ n }, { tier = tier, category = "comm", dtype = dtype })
   end
   function P.put(t)
     local n = t:numel()
+    local on = stream.current()
     free[n] = free[n] or {}
-    table.insert(free[n], t)
+    table.insert(free[n], { t = t, on = on, ev = on:record() })
   end
   function P.free()
-    for _, list in pairs(free) do for _, t in ipairs(list) do t:free() end end
+    for _, list in pairs(free) do for _, e in ipairs(list) do e.ev:free(); e.t:free() end end
     free = {}
   end
   return P
