@@ -120,18 +120,18 @@ $(B)/ztrain: runtime/main.c
 	@mkdir -p $(B)
 	$(CC) $(CFLAGS) $(LUAJIT_CFLAGS) -o $@ $< $(LUAJIT_LIBS) -ldl -Wl,-E
 
-# comm_stage.c (MPI with CUDA device tensors) and comm_nccl.c under mpirun on
-# the CPU, against a fake device, CUDA and NCCL: the files that reach them are
-# compiled with ZT_CUDA and zt_dev renamed to the test's fake device (needs
-# the CUDA and NCCL headers only; skipped without them).
-FAKEDEV_SRC := runtime/memory.c runtime/tensor.c runtime/comm.c runtime/comm_mpi.c \
-               runtime/comm_stage.c runtime/comm_nccl.c
-FAKEDEV_OBJ := $(patsubst %.c,$(B)/obj/fakecuda/%.o,$(FAKEDEV_SRC)) \
+# comm_stage.c (MPI with device tensors, through the device's execution
+# table) and comm_nccl.c under mpirun on the CPU, against a fake device
+# (zt_device_install), CUDA and NCCL: comm_nccl.c is CUDA-only, so it and
+# comm.c (whose stand-in for it a CUDA build leaves out) are compiled with
+# ZT_CUDA and the CUDA headers (needs the CUDA and NCCL headers only;
+# skipped without them); the rest is the library's.
+FAKEDEV_SRC := runtime/comm.c runtime/comm_nccl.c
+FAKEDEV_OBJ := $(patsubst %.c,$(B)/obj/fakenccl/%.o,$(FAKEDEV_SRC)) \
                $(filter-out $(patsubst %.c,$(B)/obj/%.o,$(FAKEDEV_SRC)),$(LIB_OBJ))
-$(B)/obj/fakecuda/%.o: %.c $(HEADERS)
+$(B)/obj/fakenccl/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(MPI_CFLAGS) -DZT_CUDA -Dzt_dev=fake_dev -I$(CUDA_HOME)/include -Iruntime \
-	    -Ikernels/cpu -c $< -o $@
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -DZT_CUDA -I$(CUDA_HOME)/include -Iruntime -Ikernels/cpu -c $< -o $@
 $(B)/test_mpi_fakecuda: spec/c/test_mpi_fakecuda.c $(FAKEDEV_OBJ) $(wildcard spec/c/*.h)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -I$(CUDA_HOME)/include -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< \
 	    $(FAKEDEV_OBJ) $(LIBS)

@@ -1,20 +1,30 @@
 /*
- * test_mpi_fakecuda.c -- the MPI transport's staging of CUDA device
- * tensors (runtime/comm_stage.c, and comm_mpi.c's hooks) on the CPU, under
- * mpirun, against a fake CUDA: memory.c, tensor.c, comm_mpi.c and
- * comm_stage.c are compiled for this test with ZT_CUDA and zt_dev() = this
- * file's device, named "cuda", whose memory the host cannot read directly
- * -- its bytes are stored XOR-ed with a mask, and only the device's copy and
- * the fake cudaMemcpy translate. MPI handed a device
- * pointer (no staging) would therefore move masked bytes: wrong results.
+ * test_mpi_fakecuda.c -- the MPI transport's staging of device tensors
+ * (runtime/comm_stage.c, and comm_mpi.c's hooks) on the CPU, under mpirun,
+ * through a device's execution table (internal.h's zt_exec_ops): this
+ * file's device, named "cuda" and made the active one with
+ * zt_device_install, whose memory the host cannot read directly -- its
+ * bytes are stored XOR-ed with a mask, and only the device's copy and the
+ * execution table's copy_blocking translate. MPI handed a device pointer
+ * (no staging) would therefore move masked bytes: wrong results. Its fill
+ * (a kernel) is queued on a fake compute stream and runs only when the host
+ * waits (the device's copy, sync or free, or an event's sync up to where it
+ * was recorded); copy_blocking is ordered after nothing, as cudaMemcpy
+ * beside non-blocking streams, so staging that does not wait for the
+ * issue event copies the bytes from before the fill. Host memory comes
+ * from the table's host_alloc (pinned). The library is the CPU build's,
+ * but for comm.c and comm_nccl.c (the Makefile compiles both with ZT_CUDA:
+ * comm_nccl.c is CUDA-only and calls cuda_stream.h's zt_cuda_* functions
+ * and the CUDA runtime, faked below).
  *
  * Every collective on device tensors, in place and not, with rounds (small
  * scratch), against the rank-order sums every rank computes itself (bits),
- * and the staging buffers accounted on the host tier and freed after. Then
- * the same through comm_nccl.c (zt_comm_use_nccl on the world) against a
- * fake NCCL that moves the masked bytes over MPI: the deterministic
- * all-to-all + ordered-sum algorithm gives the rank-order bits; splits,
- * NCCL's native reductions, and an NCCL error's message.
+ * and the staging buffers accounted on the host tier and freed after; a
+ * collective issued right after a queued fill reduces the filled values.
+ * Then the same through comm_nccl.c (zt_comm_use_nccl on the world)
+ * against a fake NCCL that moves the masked bytes over MPI: the
+ * deterministic all-to-all + ordered-sum algorithm gives the rank-order
+ * bits; splits, NCCL's native reductions, and an NCCL error's message.
  * Rank 0 prints "N passed, N failed" over all ranks.
  */
 #include <math.h>
@@ -30,19 +40,14 @@
 #include "kernels.h"
 #include "mpi_ctest.h" /* CHECK, the tensors, the summary; the inputs */
 
-/* The Makefile compiles memory.c, tensor.c, comm_mpi.c and comm_stage.c
- * for this test with -DZT_CUDA -Dzt_dev=fake_dev: they see this device. */
-extern const zt_device_ops zt_cpu_device;
-const zt_device_ops *fake_dev(void);
-
 /* ---- the fake device: masked memory ------------------------------------------ */
 #define MASK 0xA5u
 enum { MAXA = 256 };
 static struct { char *p; size_t n; } allocs[MAXA];
 static pthread_mutex_t fk = PTHREAD_MUTEX_INITIALIZER;
 static zt_device_ops fake_table;
-const zt_device_ops *fake_dev(void) { return &fake_table; }
-static long d2h, h2d;           /* cudaMemcpy calls by direction */
+static long d2h, h2d;           /* copy_blocking calls by direction */
+static pthread_t main_thread;
 
 static int is_dev(const void *p)
 {
@@ -60,6 +65,32 @@ static void xcopy(void *dst, const void *src, size_t n)
     const unsigned char *s = src;
     for (size_t i = 0; i < n; i++) d[i] = (unsigned char)(s[i] ^ (dd != sd ? MASK : 0));
 }
+
+/* The fake compute stream: queued fills, run in order when the host waits.
+ * An event is a position in it (the number of fills issued when recorded). */
+typedef struct qfill { float *x; float v; size_t n; struct qfill *next; } qfill;
+typedef struct { long pos; } fev;
+static pthread_mutex_t qk = PTHREAD_MUTEX_INITIALIZER;
+static qfill *qhead, *qtail;
+static long q_issued, q_done;
+
+static void q_run_to(long pos)          /* qk held */
+{
+    while (q_done < pos && qhead) {
+        qfill *f = qhead;
+        qhead = f->next;
+        if (!qhead) qtail = NULL;
+        union { float f; unsigned char b[4]; } u = { .f = f->v };
+        unsigned char *d = (unsigned char *)f->x;
+        for (size_t i = 0; i < f->n * 4; i++) d[i] = (unsigned char)(u.b[i % 4] ^ MASK);
+        free(f);
+        q_done++;
+    }
+}
+static void q_run(long pos) { pthread_mutex_lock(&qk); q_run_to(pos); pthread_mutex_unlock(&qk); }
+static void q_drain(void) { q_run(__atomic_load_n(&q_issued, __ATOMIC_RELAXED)); }
+static long q_pos(void) { pthread_mutex_lock(&qk); long p = q_issued; pthread_mutex_unlock(&qk); return p; }
+
 static int f_alloc(void **out, size_t n)
 {
     char *p = malloc(n ? n : 64);
@@ -70,36 +101,139 @@ static int f_alloc(void **out, size_t n)
     *out = p;
     return ZT_OK;
 }
-static void f_free(void *p)
+static void f_free(void *p)             /* cudaFree: the device's work first */
 {
+    q_drain();
     pthread_mutex_lock(&fk);
     for (int i = 0; i < MAXA; i++) if (allocs[i].p == p) allocs[i].p = NULL;
     pthread_mutex_unlock(&fk);
     free(p);
 }
-static void f_zero(void *p, size_t n) { memset(p, MASK, n); }
-static int f_sync(void) { return ZT_OK; }
+static void f_zero(void *p, size_t n) { q_drain(); memset(p, MASK, n); }
+static int f_sync(void) { q_drain(); return ZT_OK; }
+static void f_copy(void *dst, const void *src, size_t n) { q_drain(); xcopy(dst, src, n); }
+static void f_fill(float *x, float v, size_t n)
+{
+    qfill *f = malloc(sizeof *f);
+    if (!f) { fprintf(stderr, "out of memory\n"); exit(2); }
+    *f = (qfill){ x, v, n, NULL };
+    pthread_mutex_lock(&qk);
+    if (qtail) qtail->next = f; else qhead = f;
+    qtail = f;
+    q_issued++;
+    pthread_mutex_unlock(&qk);
+}
 
-/* ---- the fake CUDA calls comm_stage.c and memory.c make ------------------------ */
-int zt_cuda_host_alloc(void **out, size_t n) { return posix_memalign(out, 4096, n) ? ZT_ENOMEM : ZT_OK; }
-void zt_cuda_host_free(void *p) { free(p); }
-int zt_cuda_is_pinned(const void *p) { (void)p; return 0; }    /* host_free: free() */
-int zt_cuda_event_new(void **out, int timing) { (void)timing; *out = malloc(1); return ZT_OK; }
-int zt_cuda_event_record(void *e, void *s) { (void)e; (void)s; return ZT_OK; }
-void zt_cuda_event_free(void *e) { free(e); }
-int zt_cuda_bind_thread(void) { return ZT_OK; }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { (void)e; return cudaSuccess; }
-cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return cudaSuccess; }
+/* ---- the fake device's execution table (what comm_stage.c and memory.c call) --- */
+static long events_live, binds_off_main, pinned_live, pinned_made;
+static int x_event_new(void **out)
+{
+    fev *e = calloc(1, sizeof *e);
+    if (!e) return ZT_ENOMEM;
+    __atomic_add_fetch(&events_live, 1, __ATOMIC_RELAXED);
+    *out = e;
+    return ZT_OK;
+}
+static void x_event_free(void *e)
+{
+    if (!e) return;
+    __atomic_sub_fetch(&events_live, 1, __ATOMIC_RELAXED);
+    free(e);
+}
+static int x_event_record(void *e, void *s) { (void)s; ((fev *)e)->pos = q_pos(); return ZT_OK; }
+static int x_event_sync(void *e) { q_run(((fev *)e)->pos); return ZT_OK; }
+static int x_event_query(void *e, int *done)
+{
+    pthread_mutex_lock(&qk);
+    *done = q_done >= ((fev *)e)->pos;
+    pthread_mutex_unlock(&qk);
+    return ZT_OK;
+}
+static int x_stream_wait_event(void *s, void *e) { (void)s; (void)e; return ZT_OK; }
+static int x_bind_thread(void)
+{
+    if (!pthread_equal(pthread_self(), main_thread)) __atomic_add_fetch(&binds_off_main, 1, __ATOMIC_RELAXED);
+    return ZT_OK;
+}
+/* ordered after nothing (CUDA's cudaMemcpy beside non-blocking streams) */
+static int x_copy_blocking(void *dst, const void *src, size_t n)
+{
+    int dd = is_dev(dst), sd = is_dev(src);
+    if (sd && !dd) __atomic_add_fetch(&d2h, 1, __ATOMIC_RELAXED);
+    if (dd && !sd) __atomic_add_fetch(&h2d, 1, __ATOMIC_RELAXED);
+    xcopy(dst, src, n);
+    return ZT_OK;
+}
+/* one stream, the compute stream (this test makes no zt_stream) */
+static int x_stream_new(void **out, int kind) { (void)kind; *out = &qhead; return ZT_OK; }
+static void x_stream_free(void *s) { (void)s; q_drain(); }
+static int x_stream_sync(void *s) { (void)s; q_drain(); return ZT_OK; }
+static void x_set_stream(void *s) { (void)s; }
+static void *x_compute_stream(void) { return &qhead; }
+static int x_copy_async(void *dst, const void *src, size_t n, void *s)
+{
+    (void)s;
+    q_drain();
+    xcopy(dst, src, n);
+    return ZT_OK;
+}
+/* pinned host memory: page-aligned, remembered until host_free */
+enum { MAXPIN = 1024 };
+static void *pinned[MAXPIN];
+static int pin_slot(const void *p)      /* fk held */
+{
+    for (int i = 0; i < MAXPIN; i++) if (pinned[i] && pinned[i] == p) return i;
+    return -1;
+}
+static int x_host_alloc(void **out, size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, n)) return ZT_ENOMEM;
+    pthread_mutex_lock(&fk);
+    int i;
+    for (i = 0; i < MAXPIN && pinned[i]; i++) ;
+    if (i < MAXPIN) { pinned[i] = p; pinned_live++; pinned_made++; }
+    pthread_mutex_unlock(&fk);
+    if (i == MAXPIN) { free(p); return ZT_ENOMEM; }
+    *out = p;
+    return ZT_OK;
+}
+static int x_is_pinned(const void *p)
+{
+    pthread_mutex_lock(&fk);
+    int r = pin_slot(p) >= 0;
+    pthread_mutex_unlock(&fk);
+    return r;
+}
+static void x_host_free(void *p)
+{
+    pthread_mutex_lock(&fk);
+    int i = pin_slot(p);
+    if (i >= 0) { pinned[i] = NULL; pinned_live--; }
+    pthread_mutex_unlock(&fk);
+    free(p);
+}
+
+static const zt_exec_ops fake_exec = {
+    .stream_new = x_stream_new, .stream_free = x_stream_free, .stream_sync = x_stream_sync,
+    .set_stream = x_set_stream, .compute_stream = x_compute_stream, .bind_thread = x_bind_thread,
+    .event_new = x_event_new, .event_free = x_event_free, .event_record = x_event_record,
+    .stream_wait_event = x_stream_wait_event, .event_sync = x_event_sync,
+    .event_query = x_event_query, .copy_async = x_copy_async, .copy_blocking = x_copy_blocking,
+    .host_alloc = x_host_alloc, .host_free = x_host_free, .is_pinned = x_is_pinned,
+};
+
+/* ---- the CUDA calls comm_nccl.c makes outside NCCL (cuda_stream.h's, and the
+ * runtime's): its events are the fake's, positions in the fake compute stream */
+int zt_cuda_event_new(void **out, int timing) { (void)timing; return x_event_new(out); }
+int zt_cuda_event_record(void *e, void *s) { return x_event_record(e, s); }
+void zt_cuda_event_free(void *e) { x_event_free(e); }
+int zt_cuda_bind_thread(void) { return x_bind_thread(); }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { x_event_sync(e); return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { x_event_free(e); return cudaSuccess; }
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 const char *cudaGetErrorName(cudaError_t e) { (void)e; return "fake"; }
 const char *cudaGetErrorString(cudaError_t e) { (void)e; return "fake"; }
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k)
-{
-    if (k == cudaMemcpyDeviceToHost) __atomic_add_fetch(&d2h, 1, __ATOMIC_RELAXED);
-    if (k == cudaMemcpyHostToDevice) __atomic_add_fetch(&h2d, 1, __ATOMIC_RELAXED);
-    xcopy(dst, src, n);
-    return cudaSuccess;
-}
 
 /* ---- the fake CUDA and NCCL comm_nccl.c calls --------------------------------------
  * Every call completes at once on the calling (communication) thread; NCCL
@@ -121,9 +255,10 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned f, int p)
 { (void)f; (void)p; *s = (cudaStream_t)malloc(1); return cudaSuccess; }
 cudaError_t cudaStreamDestroy(cudaStream_t s) { free(s); return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f) { (void)s; (void)e; (void)f; return cudaSuccess; }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) { (void)f; *e = (cudaEvent_t)malloc(1); return cudaSuccess; }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { (void)e; (void)s; return cudaSuccess; }
+/* the NCCL stream runs at once: its wait runs the compute stream up to the event */
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f) { (void)s; (void)f; x_event_sync(e); return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) { (void)f; x_event_new((void **)e); return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { (void)s; ((fev *)e)->pos = 0; return cudaSuccess; }
 cudaError_t cudaEventQuery(cudaEvent_t e) { (void)e; return cudaSuccess; }
 cudaError_t cudaMemcpyAsync(void *d, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t s)
 { (void)k; (void)s; xcopy(d, src, n); return cudaSuccess; }
@@ -259,7 +394,12 @@ static void t_all_reduce(int64_t n, size_t scratch)
     mt_put(x, 3, R, 0);
     zt_mem_reset_peak();
     size_t host0 = zt_mem_current(ZT_TIER_HOST, ZT_CAT_COMM);
+    long pm0 = pinned_made, pl0 = pinned_live;
     int rc = zt_all_reduce(W, x, NULL);
+    if (!NCCL)
+        CHECK("staging buffers are the device's pinned memory (exec->host_alloc), given back "
+              "(exec->host_free)", pinned_made > pm0 && pinned_live == pl0,
+              "pinned allocations %ld, live %ld -> %ld", pinned_made - pm0, pl0, pinned_live);
     float *g = mt_get(x), *w = malloc((size_t)n * 4);
     for (int64_t i = 0; i < n; i++) w[i] = mt_rank_sum(3, i);
     CHECK(N("device all_reduce n=%lld scratch=%zu: rank-order bits", (long long)n, scratch), rc == 0 && diff_bits(g, w, n) == 0, "rc %d (%s), %lld differ", rc,
@@ -351,8 +491,34 @@ static void t_bcast_p2p(void)
     zt_tensor_release(x);
 }
 
+/* A collective issued right after a fill still queued on the compute
+ * stream reduces the filled values: the operation waits for the event
+ * recorded at its issue (staged: comm_stage.c's event_sync before its
+ * copy_blocking, which is ordered after nothing; NCCL: the NCCL stream waits
+ * for it). Unordered, the collective would reduce the bytes from before the
+ * fill, and the fill would then overwrite its result. */
+static void t_after_fill(void)
+{
+    const int64_t n = 4097;
+    zt_tensor *x = dev(n);
+    mt_put(x, 17, R, 0);
+    zt_fill(x, (float)(R + 1));
+    int rc = zt_all_reduce(W, x, NULL);
+    float *g = mt_get(x);
+    float want = (float)P * (float)(P + 1) / 2;     /* small integers: exact in any order */
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += g[i] != want;
+    CHECK(N("device all_reduce right after a queued fill reduces the filled values (ordered by "
+            "the event recorded at its issue)"), rc == 0 && bad == 0,
+          "rc %d (%s), %lld of %lld differ (element 0: %g, want %g)", rc,
+          rc ? zt_last_error() : "", (long long)bad, (long long)n, g[0], want);
+    free(g);
+    zt_tensor_release(x);
+}
+
 static void run_all(void)
 {
+    t_after_fill();
     t_all_reduce(100003, 0);
     t_all_reduce(1001, 256);    /* rounds */
     t_all_reduce(1, 0);
@@ -408,16 +574,24 @@ static void t_native(zt_comm *g)
 
 int main(void)
 {
+    main_thread = pthread_self();
     fake_table = zt_cpu_device;
     fake_table.name = "cuda";
+    fake_table.exec = &fake_exec;
     fake_table.alloc = f_alloc;
     fake_table.free = f_free;
     fake_table.zero = f_zero;
-    fake_table.copy = xcopy;
+    fake_table.copy = f_copy;
+    fake_table.fill = f_fill;
     fake_table.sync = f_sync;
+    zt_device_install(&fake_table);
     if (mt_init(1)) return 1;
     run_all();
-    CHECK("the fake saw the copies (staging ran)", d2h > 0 && h2d > 0, "d2h %ld h2d %ld", d2h, h2d);
+    CHECK("the fake saw the copies (staging ran through exec->copy_blocking)", d2h > 0 && h2d > 0,
+          "d2h %ld h2d %ld", d2h, h2d);
+    CHECK("the communication thread bound itself to the device (exec->bind_thread) and every "
+          "issue event was freed", binds_off_main > 0 && events_live == 0,
+          "binds off the main thread %ld, events live %ld", binds_off_main, events_live);
 
     /* NCCL: a group with NCCL's own all-reduce, then the world, deterministic */
     zt_comm *native = NULL;
