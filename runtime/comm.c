@@ -542,16 +542,15 @@ int zt_comm_world(zt_comm **out)
     return ZT_OK;
 }
 
-#ifndef ZT_CUDA
-/* comm_nccl.c in a CUDA build */
-int zt_comm_use_nccl(zt_comm *c, int deterministic)
+/* A build without NCCL: this weak definition answers; a CUDA build links
+ * comm_nccl.c, whose definition replaces it (no #ifdef here). */
+__attribute__((weak)) int zt_comm_use_nccl(zt_comm *c, int deterministic)
 {
     (void)c;
     (void)deterministic;
     return zt_error(ZT_EINVAL, "comm.backend=nccl: built without CUDA (NCCL); rebuild with "
                     "make CUDA=1, or use comm.backend=mpi");
 }
-#endif
 
 int zt_comm_rank(const zt_comm *c) { return c ? c->rank : -1; }
 int zt_comm_size(const zt_comm *c) { return c ? c->size : -1; }

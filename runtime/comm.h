@@ -143,9 +143,7 @@ void zt_watch_done(zt_comm_req *op, double t);
 
 extern const zt_transport zt_transport_local;
 extern const zt_transport zt_transport_mpi;
-#ifdef ZT_CUDA
-extern const zt_transport zt_transport_nccl;    /* comm_nccl.c: MPI + NCCL for device tensors */
-#endif
+extern const zt_transport zt_transport_nccl;    /* comm_nccl.c (CUDA builds): MPI + NCCL */
 /* comm_stage.c: the MPI transport's device tensors through host buffers
  * (pinned on CUDA) when the active device's memory is not the host's (CUDA,
  * fakegpu; on the CPU device these do nothing). issue: caller's thread

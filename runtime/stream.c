@@ -1,5 +1,5 @@
 /*
- * stream.c -- streams and events on the CPU backend (contracts in ztrain.h).
+ * stream.c -- streams, events and asynchronous copies (contracts in ztrain.h).
  *
  * A compute stream is the calling thread itself: ops run synchronously, an
  * event recorded on it is complete at once, a wait blocks the caller until
@@ -15,7 +15,7 @@
  * Synchronisation: each stream has a lock and two condition variables
  * (work queued; work finished). Events share one lock and one condition
  * variable: completions are rare (a few per step) and waiters few. The
- * event lock may be taken inside a stream lock (CUDA: a record issued
+ * event lock may be taken inside a stream lock (a device record issued
  * directly), never the reverse; held_lock is innermost.
  *
  * Sequence numbers: a stream counts the items queued (issued) and done
@@ -24,20 +24,27 @@
  * records (recorded) and the highest record reached (completed); a wait
  * captures the record in effect when it is issued, as CUDA's does.
  *
- * CUDA (a `make CUDA=1` build with zt_device_init("cuda") called before the
- * stream or event was made): a stream holds a cudaStream_t and an event a
- * cudaEvent_t (cuda_stream.h). Records, waits, syncs, queries and device
- * <-> host copies go to CUDA, which orders them on the GPU; the host does
- * not wait. What CUDA cannot run -- an nvme copy (file I/O on the host) and
- * a wait for a comm request (completed by the communication engine) -- goes
- * to the stream's worker thread, as on the CPU. While the worker holds
- * queued items, the stream's later items are queued too, and the worker
- * issues them to CUDA when it reaches them: the stream's order holds across
- * the two. The worker syncs the CUDA stream before an nvme copy (the host
- * bytes it writes out may come from a device -> host copy queued before it).
- * For such an event, `completed` means "its record has reached CUDA"; CUDA
- * says when the GPU got there. Tensors of a CUDA copy are held until an
- * internal event after it completes (reaped by later calls on the stream).
+ * A device with an execution table (internal.h's zt_exec_ops: CUDA;
+ * fakegpu-async, its CPU stand-in whose streams run later), active when the
+ * stream or event was made: a stream holds the device's stream handle and
+ * an event the device's event (`cu`; cudaStream_t and cudaEvent_t on CUDA).
+ * Records, waits, syncs, queries and device <-> host copies go to the
+ * device, which orders them; the host does not wait. What the device
+ * cannot run -- an nvme copy (file I/O on the host) and a wait for a comm
+ * request (completed by the communication engine) -- goes to the stream's
+ * worker thread, as on the CPU. While the worker holds queued items, the
+ * stream's later items are queued too, and the worker issues them to the
+ * device when it reaches them: the stream's order holds across the two.
+ * The worker syncs the device stream before an nvme copy (the host bytes it
+ * writes out may come from a device -> host copy queued before it). For
+ * such an event, `completed` means "its record has reached the device"; the
+ * device says when its work got there. Tensors of a device copy are held
+ * until an internal event after it completes (reaped by later calls).
+ *
+ * Ordering by construction (DESIGN.md "What a GPU changes"): a copy issued
+ * on one stream follows the work issued before it on the issuing thread's
+ * current stream (order_after), so no strategy relies on an op that
+ * happens to synchronise. No file here tests for a particular device.
  */
 #include <omp.h>
 #include <pthread.h>
