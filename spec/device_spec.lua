@@ -22,8 +22,10 @@ describe("device.backend", function()
     for arg, msg in pairs({
       ["device.backend=cuda"] = "ztrain: device.backend=cuda: built without CUDA: rebuild with make CUDA=1 " ..
                                 "(or use device.backend=cpu) [EINVAL]\n",
-      ["device.backend=tpu"] = 'ztrain: unknown device backend "tpu"; known: cpu, cuda, fakegpu (a test device) ' ..
-                               "[EINVAL]\n" }) do
+      ["device.backend=tpu"] = 'ztrain: unknown device backend "tpu"; known: cpu, cuda, fakegpu and ' ..
+                               'fakegpu-async[:SEED] (test devices) [EINVAL]\n',
+      ["device.backend=fakegpu-async:x"] = 'ztrain: device.backend=fakegpu-async:x: the seed after ' ..
+                               '"fakegpu-async:" must be a whole number, e.g. fakegpu-async:7 [EINVAL]\n' }) do
       local out, rc = util.sh(RUN .. arg .. " out=" .. dir)
       assert.are.equal(1, rc, out)
       assert.are.equal(msg .. "rc=1\n", out)           -- util.sh appends the status

@@ -46,7 +46,8 @@ M.defaults = {
   -- accumulation ("on"), or in fp32 on the stored values ("off"); "auto":
   -- on where the CPU's bf16 path outruns its fp32 GEMMs (AMX), else off.
   -- device.backend: "cpu", "cuda" (make CUDA=1), "fakegpu" (a test device:
-  -- the CPU kernels behind memory the host cannot address, docs/gpu.md)
+  -- the CPU kernels behind memory the host cannot address, docs/gpu.md),
+  -- "fakegpu-async[:SEED]" (the same, its streams run later in a seeded order)
   -- device.attention: "exact" (the fp32 kernels) or "bf16" (backend cuda:
   -- tensor cores, head size 64; docs/gpu.md "Tensor-core attention")
   device   = { backend = "cpu", memory_limit = "0", threads = 0, bf16_gemm = "auto", attention = "exact" },
