@@ -10,6 +10,7 @@
  * Device memory is plain 64-byte-aligned host memory: the device tier is a
  * pool that behaves like a GPU's (own accounting and limit), nothing more.
  */
+#include <errno.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,9 +18,6 @@
 #include <time.h>
 #include "internal.h"
 #include "../kernels/cpu/kernels.h"
-#ifdef ZT_CUDA
-#include "cuda_stream.h"                   /* zt_cuda_attention_mode */
-#endif
 
 /* OpenBLAS extensions (not in cblas.h on every build). */
 int openblas_get_num_threads(void);
@@ -135,11 +133,13 @@ const zt_device_ops zt_cpu_device = {
     .randn = zk_randn,
 };
 
-#ifdef ZT_CUDA
-/* device_cuda.c (built with `make CUDA=1` only) */
-extern const zt_device_ops zt_cuda_device;
-int zt_cuda_init(void);
-#endif
+/* device_cuda.c, linked in a `make CUDA=1` build only: weak references,
+ * NULL in a CPU build, so this object is the same in both builds (no
+ * #ifdef ZT_CUDA: a CPU build and a CUDA build differ by what they link). */
+extern const zt_device_ops zt_cuda_device __attribute__((weak));
+int zt_cuda_init(void) __attribute__((weak));
+int zt_cuda_attention_mode(int mode) __attribute__((weak));
+static int have_cuda(void) { return &zt_cuda_device != NULL && zt_cuda_init != NULL; }
 
 static const zt_device_ops *active = &zt_cpu_device;
 static int nthreads = 0;
@@ -156,8 +156,10 @@ int zt_device_init(const char *backend)
      * seeded order a GPU permits (a missing wait gives wrong bits) */
     if (strncmp(backend, "fakegpu-async", 13) == 0 && (backend[13] == 0 || backend[13] == ':')) {
         char *end = NULL;
-        unsigned long long seed = backend[13] ? strtoull(backend + 14, &end, 10) : 1;
-        if (backend[13] && (end == backend + 14 || *end))
+        const char *d = backend + 14;
+        errno = 0;
+        unsigned long long seed = backend[13] ? strtoull(d, &end, 10) : 1;
+        if (backend[13] && (*d < '0' || *d > '9' || *end || errno == ERANGE))
             return zt_error(ZT_EINVAL, "device.backend=%s: the seed after \"fakegpu-async:\" must be "
                             "a whole number, e.g. fakegpu-async:7", backend);
         zt_fakegpu_async_seed(seed);
@@ -165,14 +167,12 @@ int zt_device_init(const char *backend)
         return ZT_OK;
     }
     if (strcmp(backend, "cuda") == 0) {
-#ifdef ZT_CUDA
+        if (!have_cuda())
+            return zt_error(ZT_EINVAL, "device.backend=cuda: built without CUDA: rebuild with "
+                            "make CUDA=1 (or use device.backend=cpu)");
         ZT_TRY(zt_cuda_init());             /* device_cuda.c: GPU, stream, cuBLAS */
         active = &zt_cuda_device;
         return ZT_OK;
-#else
-        return zt_error(ZT_EINVAL, "device.backend=cuda: built without CUDA: rebuild with "
-                        "make CUDA=1 (or use device.backend=cpu)");
-#endif
     }
     return zt_error(ZT_EINVAL, "unknown device backend \"%s\"; known: cpu, cuda, fakegpu and "
                     "fakegpu-async[:SEED] (test devices)", backend);
@@ -189,12 +189,10 @@ int zt_device_attention(const char *mode)
     if (!bf16 && strcmp(mode, "exact") != 0)
         return zt_error(ZT_EINVAL, "device.attention=%s: known: exact, bf16 (tensor cores, "
                         "device.backend=cuda)", mode);
-#ifdef ZT_CUDA
-    if (active == &zt_cuda_device) {
+    if (have_cuda() && active == &zt_cuda_device) {
         int m = zt_cuda_attention_mode(bf16);
         return m < 0 ? m : ZT_OK;
     }
-#endif
     if (bf16)
         return zt_error(ZT_EINVAL, "device.attention=bf16: the tensor-core attention is a CUDA "
                         "kernel and device.backend is %s: use device.attention=exact, or "

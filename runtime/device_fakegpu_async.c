@@ -186,8 +186,13 @@ static int issue_sync(item *it, double *d)
     it->keep = 1;               /* step() leaves it: the result is read here */
     push(s, it);
     int rc = run_until(s, s->issued);
+    if (rc != ZT_OK) {          /* still queued (an internal bug): step() frees it */
+        it->keep = 0;
+        pthread_mutex_unlock(&sim_lock);
+        return rc;
+    }
     pthread_mutex_unlock(&sim_lock);
-    int r = rc != ZT_OK ? rc : it->i[5];
+    int r = it->i[5];
     if (d) *d = it->d;
     free(it);
     return r;

@@ -112,7 +112,10 @@ int zt_tensor_read(const zt_tensor *t, void *dst, size_t nbytes);
  * Ops are issued to it; on the CPU they complete before returning. */
 int zt_device_init(const char *backend);
 const char *zt_device_name(void);
-/* Wait for every op issued so far. */
+/* Wait for every op the calling thread issued so far on its current
+ * stream (the default compute stream unless zt_stream_set_current chose
+ * another; other streams: zt_stream_sync), and return a kept error of the
+ * device's asynchronous ops, if any. */
 int zt_device_sync(void);
 /* The attention kernels of the active device (recipe key device.attention):
  * "exact" (the plain fp32 kernels; every device) or "bf16" (CUDA only: the
