@@ -1,12 +1,15 @@
 -- The whole-step GPU tests of `make test-cuda` (spec/cuda/whole_step.lua,
 -- spec/cuda/strategies.lua) checked on the CPU, where they cannot meet a GPU:
 -- run with the CPU on both sides they pass, with one side perturbed they
--- fail, asked for CUDA on this build they print one skip line and exit 0,
--- and any other failure to select a backend fails them.
+-- fail (the relative checks, the zero-gradient bounds, the tensor-core
+-- count), asked for CUDA on this build they print one skip line and exit 0,
+-- and any other failure to select a backend fails them. strategies.lua runs
+-- on fakegpu-async (streams run later, in a seeded order: the CPU's stand-in
+-- for a GPU), where a missing stream ordering gives wrong bits.
 local util = require "helpers.util"
 
-local function run(script, args)
-  local out, rc = util.sh(("build/ztrain --script spec/cuda/%s.lua %s"):format(script, args))
+local function run(script, args, env)
+  local out, rc = util.sh(("%sbuild/ztrain --script spec/cuda/%s.lua %s"):format(env or "", script, args))
   return out:gsub("rc=%d+%s*$", ""), rc
 end
 
@@ -63,17 +66,59 @@ describe("spec/cuda/whole_step.lua on the CPU", function()
 end)
 
 describe("spec/cuda/strategies.lua on the CPU", function()
-  it("dp and zero2 on 2 ranks equal one rank accumulating", function()
-    local out, rc = run("strategies", "backend=cpu strategies=dp,zero2")
+  it("covers every recipe in recipes/ (plan=1: the cases, nothing run)", function()
+    local out, rc = run("strategies", "plan=1")
     assert.are.equal(0, rc, out)
-    assert.matches("cuda strategies: dp on 2 ranks %(cpu%) .*: same digest %x+, same loss bits\n", out)
-    assert.matches("cuda strategies: zero2 on 2 ranks %(cpu%) .*: same digest %x+, same loss bits\n", out)
+    local n = 0
+    for f in util.sh("ls recipes"):gmatch("([%w_]+)%.lua") do
+      n = n + 1
+      if f ~= "single" then assert.matches("cuda strategies: case " .. f .. " ", out, 1, true) end
+    end
+    assert.matches(("cuda strategies: every recipe in recipes/ covered (%d): "):format(n), out, 1, true)
+    for _, v in ipairs({ "fp32", "bf16", "fp16", "ckpt", "async" }) do
+      assert.matches("%(" .. v .. "%): twice", out)
+    end
+  end)
+
+  it("zero3_offload and pipeline_1f1b on fakegpu-async (seeds 1 and 2): twice the same bits, = one rank", function()
+    local out, rc = run("strategies", "backend=fakegpu-async strategies=zero3_offload,pipeline_1f1b")
+    assert.are.equal(0, rc, out)
+    for _, l in ipairs({ "zero3_offload tiny n=2", "zero3_offload tiny n=2 precision=bf16 device.bf16_gemm=on",
+                         "zero3_offload tiny n=2 precision=fp16", "zero3_offload tiny n=2 train.checkpoint_activations=true",
+                         "pipeline_1f1b accum2 n=2", "pipeline_1f1b accum2 n=2 precision=bf16 device.bf16_gemm=on",
+                         "pipeline_1f1b accum2 n=2 train.checkpoint_activations=true train.checkpoint_host=true" }) do
+      assert.matches("cuda strategies: " .. l .. " (fakegpu-async): twice the same digest ", out, 1, true)
+    end
+    assert.matches("cuda strategies: 7 cases on fakegpu-async, each run twice: ok\n", out, 1, true)
+  end)
+
+  it("fails on fakegpu-async when copies do not wait for the compute stream (the H100's zero3_offload symptom)",
+     function()
+    local out, rc = run("strategies", "backend=fakegpu-async strategies=zero3_offload variants=fp32",
+                        "ZTRAIN_UNORDERED_COPIES=1 ")
+    assert.are.equal(1, rc, out)
+    assert.matches("cuda strategies: zero3_offload tiny n=2 (fakegpu-async): FAILED\n", out, 1, true)
+    assert.matches("  loss bits 1:0x1.62e43p+2 ", out, 1, true)        -- ln 256: every logit zero
   end)
 
   it("fails against a reference that does not accumulate (another batch)", function()
-    local out, rc = run("strategies", "backend=cpu strategies=dp break=1")
+    local out, rc = run("strategies", "backend=cpu strategies=dp variants=fp32 break=1")
     assert.are.equal(1, rc, out)
-    assert.matches("cuda strategies: dp on 2 ranks %(cpu%) .*: FAILED\n  param_digest %x+, one rank accumulating %x+", out)
+    assert.matches("cuda strategies: dp tiny n=2 %(cpu%): FAILED\n  param_digest %x+, one rank accumulating " ..
+                   "2 micro%-batches %x+", out)
+  end)
+
+  it("fails when the second run of a case differs from the first (break=twice)", function()
+    local out, rc = run("strategies", "backend=cpu strategies=zero2 variants=fp32 break=twice")
+    assert.are.equal(1, rc, out)
+    assert.matches("cuda strategies: zero2 tiny n=2 %(cpu%): FAILED\n  run to run: param_digest %x+, then %x+\n" ..
+                   "  run to run: loss bits ", out)
+  end)
+
+  it("refuses a recipe it has no case for", function()
+    local out, rc = run("strategies", "backend=cpu strategies=zero9")
+    assert.are_not.equal(0, rc, out)
+    assert.matches('strategies=zero9: no case for "zero9"', out, 1, true)
   end)
 
   it("prints one skip line and exits 0 when CUDA is asked for on a build without it", function()
