@@ -23,33 +23,92 @@ local function assert_skips(script, what)
 end
 
 describe("spec/cuda/whole_step.lua on the CPU", function()
-  it("passes with the CPU on both sides (b on one thread), fp32 and bf16", function()
+  it("passes with the CPU on both sides (b on one thread): fp32 and bf16, tiny and hs64", function()
     local out, rc = run("whole_step", "a=cpu b=cpu threads_b=1 steps=2")
     assert.are.equal(0, rc, out)
-    assert.matches("cuda whole step fp32 %(cpu against cpu, 2 steps%): losses worst 0 .*: ok\n", out)
-    assert.matches("cuda whole step bf16 %(cpu against cpu, 2 steps%): .*: ok\n", out)
+    for _, prec in ipairs({ "fp32", "bf16" }) do
+      -- tiny: 2 layers x 64 k-slice elements; hs64: 2 x 128 (C 128)
+      assert.matches("cuda whole step " .. prec .. " tiny %(cpu against cpu, 2 steps%): losses worst 0 .*" ..
+                     "; 128 zero%-gradient elements %(c_attn.bias k%-slices%): |g| worst [%d.e-]+ %(a%) and " ..
+                     "[%d.e-]+ %(b%) of its rounding bound, |pa %- pb| worst 0 of 2 sum lr R = [%d.]+; " ..
+                     "tensor%-core attention in b: 0 of 8 attention calls: ok\n", out)
+      assert.matches("cuda whole step " .. prec .. " hs64 %(cpu against cpu, 2 steps%): losses worst 0 .*" ..
+                     "; 256 zero%-gradient elements .*: ok\n", out)
+    end
+  end)
+
+  it("reads b's tensors from a device mid-backward: b=fakegpu-async:3 (device memory, streams run later) = the CPU",
+     function()
+    local out, rc = run("whole_step", "a=cpu b=fakegpu-async:3 steps=2")
+    assert.are.equal(0, rc, out)
+    for _, l in ipairs({ "fp32 tiny", "bf16 tiny", "fp32 hs64", "bf16 hs64" }) do
+      assert.matches("cuda whole step " .. l .. " (fakegpu-async:3 against cpu, 2 steps): losses worst 0 ", out, 1, true)
+    end
+    assert.are.equal(4, select(2, out:gsub(": ok\n", "")), out)
   end)
 
   it("passes with other GEMM kernels on one side (other sums: not the same bits, within the tolerances)", function()
     local out, rc = run("whole_step", "a=cpu b=cpu steps=3 precision=fp32 env_b=OPENBLAS_CORETYPE=Prescott")
     assert.are.equal(0, rc, out)
-    assert.matches("cuda whole step fp32 %(cpu against cpu, 3 steps%): .*: ok\n", out)
+    assert.matches("cuda whole step fp32 tiny %(cpu against cpu, 3 steps%): .*: ok\n", out)
+    assert.matches("cuda whole step fp32 hs64 %(cpu against cpu, 3 steps%): .*: ok\n", out)
     assert.is_nil(out:find("losses worst 0 ", 1, true), out)
     assert.is_nil(out:find("gradients worst 0 ", 1, true), out)
+    assert.is_nil(out:find("|pa - pb| worst 0 ", 1, true), out)   -- the k-slices moved apart, within the bound
   end)
 
   it("fails when one side's first-step gradients are scaled by 1 + 1e-3", function()
-    local out, rc = run("whole_step", "a=cpu b=cpu steps=2 precision=fp32 perturb=1e-3")
+    local out, rc = run("whole_step", "a=cpu b=cpu steps=2 precision=fp32 config=tiny perturb=1e-3")
     assert.are.equal(1, rc, out)
-    assert.matches("cuda whole step fp32 .*: FAILED\n", out)
+    assert.matches("cuda whole step fp32 tiny .*: FAILED\n", out)
     assert.matches("  step 1 gradient norm: 0.001 > 0.0001", out, 1, true)
     assert.matches("  gradient wte: 0.001 > 0.0001", out, 1, true)
   end)
 
-  it("gives b alone attention_b (device.attention): a's run passes, b's recipe refuses bf16 off the GPU", function()
+  -- b's zero-gradient elements set to X times their tensor's largest
+  -- |gradient|: within the relative tolerance (fp32 1e-4, bf16 3e-2), and
+  -- beyond the rounding of the terms that cancel
+  for _, c in ipairs({ { "fp32", "1e-4" }, { "bf16", "1e-3" } }) do
+    it(("fails when b's zero-gradient elements hold %s of their tensor's largest gradient (%s)"):format(c[2], c[1]),
+       function()
+      local out, rc = run("whole_step", ("a=cpu b=cpu steps=1 precision=%s perturb_zero=%s"):format(c[1], c[2]))
+      assert.are.equal(1, rc, out)
+      assert.matches("cuda whole step " .. c[1] .. " tiny .*: FAILED\n", out)
+      assert.matches("cuda whole step " .. c[1] .. " hs64 .*: FAILED\n", out)
+      assert.matches("  zero%-gradient h.0.attn.c_attn.bias%[64%] %(k%-slice element 0%), side b: |g| [%d.e-]+ > " ..
+                     "its rounding bound [%d.e-]+\n", out)
+      assert.is_nil(out:find("side a", 1, true), out)
+      assert.is_nil(out:find("  gradient h.", 1, true), out)        -- the relative check saw nothing
+    end)
+  end
+
+  it("holds the zero-gradient parameters to 2 sum lr_t R_t: 0.006 apart passes, 0.007 fails (2 steps: 0.00665)",
+     function()
+    local out, rc = run("whole_step", "a=cpu b=cpu steps=2 precision=fp32 config=tiny perturb_param=0.006")
+    assert.are.equal(0, rc, out)
+    assert.matches("|pa - pb| worst 0.9 of 2 sum lr R = 0.00665", out, 1, true)
+    out, rc = run("whole_step", "a=cpu b=cpu steps=2 precision=fp32 config=tiny perturb_param=0.007")
+    assert.are.equal(1, rc, out)
+    assert.matches("  zero-gradient h.0.attn.c_attn.bias[64] (k-slice element 0): |pa - pb| 0.007 > " ..
+                   "2 sum lr_t R_t 0.00665\n", out, 1, true)
+    assert.is_nil(out:find("  parameter h.", 1, true), out)       -- the relative check left them out
+  end)
+
+  it("fails when b's run must take the tensor-core attention and took it 0 times (require_tc=1)", function()
+    local out, rc = run("whole_step", "a=cpu b=cpu steps=1 precision=bf16 require_tc=1 config=hs64,tiny")
+    assert.are.equal(1, rc, out)
+    assert.matches("  tensor-core attention in b: 0 of 4 attention calls, want all (C 128 = 64 x 2 heads: " ..
+                   "the kernels were not taken)\n", out, 1, true)
+    assert.matches("  tensor-core attention in b: 0 of 4 attention calls, want all (C 64 = 64 x 4 heads: " ..
+                   "not head size 64, use config=hs64)\n", out, 1, true)
+  end)
+
+  it("gives b alone attention_b (device.attention), on hs64: a's run passes, b's recipe refuses bf16 off the GPU",
+     function()
     local out, rc = run("whole_step", "a=cpu b=cpu steps=1 precision=bf16 attention_b=bf16")
     assert.are.equal(1, rc, out)
     assert.matches("the b run (backend cpu) failed", out, 1, true)
+    assert.matches("config=hs64 attention=bf16", out, 1, true)
     assert.is_nil(out:find("the a run", 1, true), out)
     assert.matches('device.attention = "bf16" needs device.backend = "cuda"', out, 1, true)
   end)
