@@ -5,11 +5,14 @@
 # install missing Debian packages first (tools/deps.sh), so a fresh machine
 # needs nothing but those two commands.
 #
-# CUDA: `make CUDA=1` adds the CUDA device (runtime/device_cuda.c,
-# kernels/cuda/*.cu; nvcc for sm_80 and sm_90) to the library; nothing of it
-# is compiled without CUDA=1. `make test-cuda` builds that into build-cuda/
-# (build/ is untouched) and runs spec/c/test_cuda.c, which skips with one
-# line where no GPU is visible. docs/gpu.md.
+# CUDA: `make CUDA=1` builds the library with the CUDA device
+# (runtime/device_cuda.c, kernels/cuda/*.cu; nvcc for sm_80 and sm_90) into
+# build-cuda/ (build-cuda/libztrain.so, build-cuda/ztrain); build/ stays the
+# CPU build, so `make` and `make CUDA=1` coexist in either order (B=DIR
+# names another folder). Nothing of CUDA is compiled without CUDA=1.
+# `make test-cuda` builds build-cuda/ and runs the GPU tests
+# (tools/test_cuda.sh), which skip with one line where no GPU is visible;
+# tools/gpu_kit.sh carries build-cuda/ to a GPU machine. docs/gpu.md.
 
 CC      ?= gcc
 CFLAGS  ?= -std=c11 -O3 -march=x86-64-v3 -fno-math-errno -fopenmp -fPIC -Wall -Wextra -D_GNU_SOURCE -g
@@ -21,7 +24,7 @@ UV_CFLAGS     := $(shell pkg-config --cflags libuv 2>/dev/null)
 UV_LIBS       := $(shell pkg-config --libs libuv 2>/dev/null || echo -luv)
 LIBS    := -lopenblas $(MPI_LIBS) $(UV_LIBS) -lm -lpthread
 
-B := build
+B := $(if $(CUDA),build-cuda,build)
 
 # SAN=1: the library, the host program and the C tests with AddressSanitizer
 # and UndefinedBehaviorSanitizer, in build-san/ (build/ is untouched); plain
@@ -57,10 +60,9 @@ ifneq ($(words $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h $(CUDA_HOME)/i
 CTEST_BIN := $(filter-out $(B)/test_mpi_fakecuda,$(CTEST_BIN))
 endif
 ifneq ($(CUDA),)
-# A CUDA build differs in flags (device_cpu.c registers the device), so it
-# must not share objects with a CPU build: use its own B (make test-cuda
-# uses build-cuda/); `make CUDA=1` alone builds into build/, so run
-# `make clean` before switching build/ between the two.
+# A CUDA build differs in flags (-DZT_CUDA) and in what it links, so it
+# does not share objects with a CPU build: B defaults to build-cuda/ with
+# CUDA=1 (above; spec/build_dirs_spec.lua checks both builds).
 CFLAGS  += -DZT_CUDA -I$(CUDA_HOME)/include
 LIB_OBJ += $(CUDA_OBJ) $(B)/obj/runtime/comm_nccl.o
 LIBS    += $(CUDA_LIBS) -lnccl
