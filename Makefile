@@ -153,7 +153,10 @@ $(B)/test_%: spec/c/test_%.c $(LIB_OBJ) $(wildcard spec/c/*.h)
 # a finding there is counted as one failure.
 # Where nvcc is present, first the CUDA backend is compiled and linked into
 # build-cuda/ and its test run (it skips with one line without a GPU); a
-# CUDA build or test failure fails `make test` after the summary.
+# CUDA build or test failure fails `make test` after the summary. Among the
+# specs, build_dirs_spec checks that build/ stayed the CPU build beside
+# build-cuda/, and gpu_kit_spec packs the GPU kit and runs it here with the
+# system's Lua modules and libraries hidden (tools/kit_bare.sh).
 test: deps all $(CTEST_BIN)
 	@cuda_rc=0; if [ -x "$(NVCC)" ]; then \
 	  echo "== CUDA backend (nvcc found): make test-cuda into build-cuda/"; \
