@@ -594,7 +594,11 @@ static int cuda_event_new(void **out) { return zt_cuda_event_new(out, 0); }
 static int cuda_copy_blocking(void *dst, const void *src, size_t nbytes)
 {
     NEED_INIT("cuda copy_blocking");
-    if (nbytes) CU(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault));
+    if (!nbytes) return ZT_OK;
+    CU(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault));
+    /* from pageable memory cudaMemcpy may return before the bytes land:
+     * the caller's waiters must see them */
+    CU(cudaStreamSynchronize(cudaStreamLegacy));
     return ZT_OK;
 }
 

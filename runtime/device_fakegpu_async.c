@@ -8,14 +8,19 @@
  * when it is issued: each stream is a queue, and queued work runs only
  * when the host waits for something (a stream or event sync, an op that
  * returns a value to the host, a copy to or from pageable memory, a free),
- * in an order a real GPU permits and a seeded generator picks: at each
- * step, one stream whose head may run (a wait item whose event has been
- * reached, or any other item) runs its head. Work on one stream runs in
+ * and a few steps at random after each issue, in an order a real GPU
+ * permits and a seeded generator picks: at each step, one stream whose
+ * head may run (a wait item whose event has been reached, or any other
+ * item) runs its head. Work on one stream runs in
  * issue order; two streams interleave in any order unless an event orders
  * them. So a copy stream that does not wait for the kernel writing its
- * source may copy the old bytes, and a host read of a buffer before the
- * copy into it was waited for sees the old bytes -- wrong bits, the same
- * for a given seed and issue order, where a CPU run would never notice.
+ * source may copy the old bytes, a host read of a buffer before the copy
+ * into it was waited for sees the old bytes, and a copy issued before the
+ * host wrote its source may send the old ones -- wrong bits, where a CPU
+ * run would never notice. One seed gives one schedule for one issuing
+ * thread; where stream workers or the communication thread issue and wait
+ * too (offload, MPI staging), thread timing enters as well, so a seed may
+ * not replay a failure exactly: run several.
  *
  * The execution table (internal.h's zt_exec_ops) is CUDA's contract:
  * stream.c maps zt_stream / zt_event onto it exactly as on a GPU, and
@@ -115,15 +120,15 @@ static void keep_error(int rc)
     }
 }
 
-/* Run the head of one runnable stream, picked at random; 0 if none can run. */
+/* Run the head of one runnable stream, picked at random (uniformly among
+ * all of them: reservoir sampling); 0 if none can run. */
 static int step(void)
 {
-    sim_stream *can[64];
-    int n = 0;
-    for (sim_stream *s = streams; s; s = s->next)
-        if (runnable(s) && n < 64) can[n++] = s;
-    if (n == 0) return 0;
-    sim_stream *s = can[next_rand() % (uint64_t)n];
+    sim_stream *s = NULL;
+    uint64_t n = 0;
+    for (sim_stream *c = streams; c; c = c->next)
+        if (runnable(c) && next_rand() % ++n == 0) s = c;
+    if (!s) return 0;
     item *it = s->head;
     s->head = it->next;
     if (!s->head) s->tail = NULL;
@@ -159,6 +164,15 @@ static void push(sim_stream *s, item *it)
     s->issued++;
 }
 
+/* After an issue, 0 to 2 steps at random: work may also run early, as on
+ * a GPU that starts a kernel at once, so a consumer issued before its
+ * input was written (by the host, or by another thread's copy) reads the
+ * old bytes on some seeds, as a late one reads overwritten bytes on others. */
+static void run_early(void)
+{
+    for (uint64_t k = next_rand() % 3; k > 0 && step(); k--) {}
+}
+
 /* ---- issuing ops ------------------------------------------------------------ */
 
 static item *new_op(void (*run)(item *))
@@ -175,6 +189,7 @@ static void issue(item *it)
 {
     pthread_mutex_lock(&sim_lock);
     push(stream_of(NULL), it);
+    run_early();
     pthread_mutex_unlock(&sim_lock);
 }
 
@@ -633,6 +648,7 @@ static int fx_copy_async(void *dst, const void *src, size_t nbytes, void *s)
     it->p[0] = dst; it->p[1] = (void *)src; it->n = nbytes;
     pthread_mutex_lock(&sim_lock);
     push(stream_of(s), it);
+    run_early();
     pthread_mutex_unlock(&sim_lock);
     return ZT_OK;
 }

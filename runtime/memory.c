@@ -42,6 +42,10 @@ static void dev_zero(void *p, size_t n) { zt_dev()->zero(p, n); }
  * O_DIRECT swap file without a bounce copy. Freed by the device that
  * pinned it (is_pinned), else by free(): the device is chosen before any
  * tensor exists. */
+/* the table whose host_alloc pinned host memory (the device may change
+ * before a buffer is freed: free it through the table that pinned it) */
+static const zt_exec_ops *pinned_by;
+
 static int host_alloc(void **out, size_t n)
 {
     size_t rounded = (n + ZT_AIO_PAGE - 1) & ~(size_t)(ZT_AIO_PAGE - 1);
@@ -56,7 +60,7 @@ static int host_alloc(void **out, size_t n)
                             "%d-byte aligned: the nvme tier's O_DIRECT transfers need "
                             "page-aligned host memory", zt_dev()->name, p, ZT_AIO_PAGE);
         }
-        if (rc == ZT_OK) *out = p;
+        if (rc == ZT_OK) { *out = p; pinned_by = x; }
         return rc;
     }
     if (posix_memalign(&p, ZT_AIO_PAGE, rounded) != 0) return ZT_ENOMEM;
@@ -65,7 +69,7 @@ static int host_alloc(void **out, size_t n)
 }
 static void host_free(void *p)
 {
-    const zt_exec_ops *x = zt_exec();
+    const zt_exec_ops *x = pinned_by;
     if (x && x->is_pinned && x->is_pinned(p)) { x->host_free(p); return; }
     free(p);
 }

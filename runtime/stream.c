@@ -79,7 +79,8 @@ struct zt_stream {
     int stop;
     int err;                    /* first error of the queued work, kept until reported */
     char msg[1024];
-    void *cu;                   /* CUDA: its cudaStream_t (NULL: the CPU model) */
+    void *cu;                   /* the device's stream (cudaStream_t; NULL: the CPU model) */
+    const zt_exec_ops *x;       /* the execution table cu belongs to */
     struct held *held;          /* CUDA: copies' tensors until their event completes */
     zt_event *order;            /* recorded here when a copy on another stream must follow
                                    this stream's earlier work (zt_copy_async); lazily made */
@@ -88,6 +89,7 @@ struct zt_stream {
 /* A CUDA copy's tensors, released once ev (recorded after it) completes. */
 typedef struct held {
     void *ev;
+    const zt_exec_ops *x;       /* ev's table */
     zt_tensor *a, *b;
     struct held *next;
 } held;
@@ -97,7 +99,9 @@ struct zt_event {
     uint64_t recorded, completed;
     int err;                    /* the recording stream's kept error at completion */
     char msg[1024];
-    void *cu;                   /* CUDA: its cudaEvent_t (NULL: the CPU model) */
+    void *cu;                   /* the device's event (cudaEvent_t; NULL: the CPU model) */
+    const zt_exec_ops *x;       /* the execution table cu belongs to: kept, since the
+                                   active device may change before the event is freed */
 };
 
 static pthread_mutex_t ev_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -120,6 +124,10 @@ static const char *kind_name(int kind)
 /* The CUDA stream s's work goes to, or NULL for the CPU model: a stream
  * made while the CUDA device was active, or the default stream then (the
  * device's compute stream). */
+/* The table s's device work goes to (the active device's for the default
+ * stream; the one it was made under otherwise). */
+static const zt_exec_ops *xs(const zt_stream *s) { return s->cu ? s->x : zt_exec(); }
+
 static void *cu_of(const zt_stream *s)
 {
     if (s->cu) return s->cu;
@@ -148,7 +156,7 @@ static void event_release(zt_event *e)
     int last = --e->refs == 0;
     pthread_mutex_unlock(&ev_lock);
     if (last) {
-        if (e->cu) zt_exec()->event_free(e->cu);   /* the device destroys it once its record completes */
+        if (e->cu) e->x->event_free(e->cu);   /* the device destroys it once its record completes */
         free(e);
     }
 }
@@ -158,14 +166,16 @@ int zt_event_new(zt_event **out)
     ZT_CHECK(out != NULL, "zt_event_new: out is NULL");
     *out = NULL;
     void *cu = NULL;
-    if (zt_exec()) ZT_TRY(zt_exec()->event_new(&cu));
+    const zt_exec_ops *x = zt_exec();
+    if (x) ZT_TRY(x->event_new(&cu));
     zt_event *e = calloc(1, sizeof *e);
     if (!e) {
-        if (cu) zt_exec()->event_free(cu);
+        if (cu) x->event_free(cu);
         return zt_error(ZT_ENOMEM, "zt_event_new: out of memory");
     }
     e->refs = 1;
     e->cu = cu;
+    e->x = x;
     *out = e;
     return ZT_OK;
 }
@@ -208,7 +218,7 @@ int zt_event_sync(zt_event *e)
     char msg[1024];
     int err = event_wait_seq(e, seq, msg, sizeof msg);
     if (err) return zt_error(err, "%s", msg);
-    return e->cu ? zt_exec()->event_sync(e->cu) : ZT_OK;    /* then the GPU's part */
+    return e->cu ? e->x->event_sync(e->cu) : ZT_OK;    /* then the GPU's part */
 }
 
 int zt_event_query(zt_event *e, int *done)
@@ -221,16 +231,17 @@ int zt_event_query(zt_event *e, int *done)
     if (err) snprintf(msg, sizeof msg, "%s", e->msg);
     pthread_mutex_unlock(&ev_lock);
     if (err) return zt_error(err, "%s", msg);
-    if (*done && e->cu) return zt_exec()->event_query(e->cu, done);
+    if (*done && e->cu) return e->x->event_query(e->cu, done);
     return ZT_OK;
 }
 
 /* An event about to be recorded on a CUDA stream gets its cudaEvent_t now
  * if it was made before the CUDA device was selected. */
-static int event_cu(zt_event *e)
+static int event_cu(zt_event *e, const zt_exec_ops *x)
 {
     pthread_mutex_lock(&ev_lock);
-    int rc = e->cu ? ZT_OK : zt_exec()->event_new(&e->cu);
+    int rc = e->cu ? ZT_OK : x->event_new(&e->cu);
+    if (rc == ZT_OK && !e->x) e->x = x;
     pthread_mutex_unlock(&ev_lock);
     return rc;
 }
@@ -251,20 +262,22 @@ static int event_reached(zt_event *e, uint64_t seq)
 /* Hold a and b until the work issued to cu so far (the copy) is done. */
 static int hold(zt_stream *s, void *cu, zt_tensor *a, zt_tensor *b)
 {
+    const zt_exec_ops *x = xs(s);
     held *h = calloc(1, sizeof *h);
-    int rc = h ? zt_exec()->event_new(&h->ev)
+    int rc = h ? x->event_new(&h->ev)
                : zt_error(ZT_ENOMEM, "zt_copy_async: out of memory for a copy's record");
-    if (rc == ZT_OK) rc = zt_exec()->event_record(h->ev, cu);
+    if (rc == ZT_OK) rc = x->event_record(h->ev, cu);
     if (rc != ZT_OK) {          /* cannot track it: let the copy end before returning */
-        if (h) zt_exec()->event_free(h->ev);
+        if (h) x->event_free(h->ev);
         free(h);
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", zt_last_error());
-        (void)zt_exec()->stream_sync(cu);
+        (void)x->stream_sync(cu);
         return zt_error(rc, "%s", msg);
     }
     zt_tensor_retain(a);
     zt_tensor_retain(b);
+    h->x = x;
     h->a = a;
     h->b = b;
     pthread_mutex_lock(&held_lock);
@@ -285,7 +298,7 @@ static void reap(zt_stream *s, int all)
     while (*pp) {
         held *h = *pp;
         int d = 1;
-        if (!all && zt_exec()->event_query(h->ev, &d) != ZT_OK) d = 1;
+        if (!all && h->x->event_query(h->ev, &d) != ZT_OK) d = 1;
         if (d) { *pp = h->next; h->next = done; done = h; }
         else pp = &h->next;
     }
@@ -293,11 +306,20 @@ static void reap(zt_stream *s, int all)
     while (done) {
         held *h = done;
         done = h->next;
-        zt_exec()->event_free(h->ev);
+        h->x->event_free(h->ev);
         zt_tensor_release(h->a);
         zt_tensor_release(h->b);
         free(h);
     }
+}
+
+/* The worker has queued items it has not finished. */
+static int busy(zt_stream *s)
+{
+    pthread_mutex_lock(&s->lock);
+    int b = s->issued != s->finished;
+    pthread_mutex_unlock(&s->lock);
+    return b;
 }
 
 /* A CUDA stream with a worker: returns 1 with s->lock held when the worker
@@ -334,9 +356,9 @@ static int do_copy(zt_stream *s, zt_tensor *dst, const zt_tensor *src)
     size_t nbytes = (size_t)src->numel * zt_dtype_size(src->dtype);
     int nvme = dst->storage->tier == ZT_TIER_NVME || src->storage->tier == ZT_TIER_NVME;
     void *cu = cu_of(s);
-    if (cu && nvme) ZT_TRY(zt_exec()->stream_sync(cu));
+    if (cu && nvme) ZT_TRY(xs(s)->stream_sync(cu));
     if (cu && !nvme) {
-        ZT_TRY(zt_exec()->copy_async(dst->data, src->data, nbytes, cu));
+        ZT_TRY(xs(s)->copy_async(dst->data, src->data, nbytes, cu));
         return hold(s, cu, dst, (zt_tensor *)src);
     }
     if (dst->storage->tier == ZT_TIER_NVME) return zt_nvme_rw(1, dst, src->data, nbytes);
@@ -364,7 +386,7 @@ static void run_item(zt_stream *s, item *it)
         break;
     case ITEM_RECORD:
         if (!err && s->cu) {    /* CUDA: the record goes to the GPU's queue now */
-            int rc = zt_exec()->event_record(it->ev->cu, s->cu);
+            int rc = s->x->event_record(it->ev->cu, s->cu);
             if (rc) {
                 stream_fail(s, rc, zt_last_error());
                 err = rc;
@@ -389,7 +411,7 @@ static void run_item(zt_stream *s, item *it)
             snprintf(m, sizeof m, "waited on an event whose stream failed: %.900s", emsg);
             stream_fail(s, eerr, m);
         } else if (!eerr && !err && s->cu && it->ev->cu) {   /* CUDA: the GPU waits too */
-            int rc = zt_exec()->stream_wait_event(s->cu, it->ev->cu);
+            int rc = s->x->stream_wait_event(s->cu, it->ev->cu);
             if (rc) stream_fail(s, rc, zt_last_error());
         }
         event_release(it->ev);
@@ -493,7 +515,7 @@ static int start_copy(zt_stream *s, flight *f, item *it)
     const zt_tensor *d = it->dst, *src = it->src;
     size_t nbytes = (size_t)src->numel * zt_dtype_size(src->dtype);
     zt_aio_req *r = NULL;
-    int rc = s->cu ? zt_exec()->stream_sync(s->cu) : ZT_OK;    /* the host bytes are final */
+    int rc = s->cu ? s->x->stream_sync(s->cu) : ZT_OK;    /* the host bytes are final */
     if (rc != ZT_OK) {
         stream_fail(s, rc, zt_last_error());
         copy_done(s, it);
@@ -520,7 +542,7 @@ static void *worker_main(void *arg)
      * compute stream's for the cores (device copies use OpenMP blocks). */
     omp_set_num_threads(1);
     if (s->cu) {                        /* its CUDA calls go to the process's GPU */
-        int rc = zt_exec()->bind_thread();
+        int rc = s->x->bind_thread();
         if (rc) stream_fail(s, rc, zt_last_error());
     }
     pthread_mutex_lock(&s->lock);
@@ -583,7 +605,8 @@ zt_stream *zt_stream_current(void) { return current ? current : &default_stream;
 int zt_stream_set_current(zt_stream *s)
 {
     current = s == &default_stream ? NULL : s;
-    if (zt_exec()) zt_exec()->set_stream(current ? current->cu : NULL);   /* ops launch there */
+    const zt_exec_ops *x = current && current->cu ? current->x : zt_exec();
+    if (x) x->set_stream(current ? current->cu : NULL);   /* ops launch there */
     return ZT_OK;
 }
 
@@ -597,14 +620,16 @@ int zt_stream_new(zt_stream **out, int kind)
              "zt_stream_new: unknown stream kind %d (known: ZT_STREAM_COMPUTE, "
              "ZT_STREAM_COPY, ZT_STREAM_COMM)", kind);
     void *cu = NULL;
-    if (zt_exec()) ZT_TRY(zt_exec()->stream_new(&cu, kind));
+    const zt_exec_ops *x = zt_exec();
+    if (x) ZT_TRY(x->stream_new(&cu, kind));
     zt_stream *s = calloc(1, sizeof *s);
     if (!s) {
-        if (cu) zt_exec()->stream_free(cu);
+        if (cu) x->stream_free(cu);
         return zt_error(ZT_ENOMEM, "zt_stream_new: out of memory");
     }
     s->kind = kind;
     s->cu = cu;
+    s->x = x;
     s->worker = kind != ZT_STREAM_COMPUTE;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->queued, NULL);
@@ -615,7 +640,7 @@ int zt_stream_new(zt_stream **out, int kind)
             pthread_cond_destroy(&s->queued);
             pthread_cond_destroy(&s->finished_cv);
             pthread_mutex_destroy(&s->lock);
-            if (cu) zt_exec()->stream_free(cu);
+            if (cu) x->stream_free(cu);
             free(s);
             return zt_error(ZT_ENOMEM, "zt_stream_new: cannot start the %s stream's thread "
                             "(%s)", kind_name(kind), strerror(rc));
@@ -637,7 +662,7 @@ void zt_stream_free(zt_stream *s)
         pthread_join(s->thread, NULL);      /* it drains the queue first */
     }
     if (s->cu) {
-        zt_exec()->stream_free(s->cu);         /* waits for its GPU work */
+        s->x->stream_free(s->cu);              /* waits for its device work */
         reap(s, 1);
     }
     if (s->order) zt_event_free(s->order);
@@ -670,7 +695,7 @@ int zt_stream_sync(zt_stream *s)
     int err = s->worker ? drain(s) : ZT_OK;
     char msg[1024];
     if (err) snprintf(msg, sizeof msg, "%s", zt_last_error());
-    int rc = zt_exec()->stream_sync(cu);
+    int rc = xs(s)->stream_sync(cu);
     reap(s, 1);
     if (err) return zt_error(err, "%s", msg);
     return rc;
@@ -700,7 +725,7 @@ int zt_stream_wait_event(zt_stream *s, zt_event *e)
         char msg[1024];
         int err = event_wait_seq(e, seq, msg, sizeof msg);
         int rc = err ? zt_error(err, "%s", msg) : ZT_OK;
-        if (!rc && cu && e->cu) rc = zt_exec()->stream_wait_event(cu, e->cu);
+        if (!rc && cu && e->cu) rc = xs(s)->stream_wait_event(cu, e->cu);
         if (direct) pthread_mutex_unlock(&s->lock);
         return rc;
     }
@@ -755,7 +780,7 @@ int zt_event_record(zt_event *e, zt_stream *s)
     ZT_CHECK(e != NULL, "zt_event_record: event is NULL (freed?)");
     s = resolve(s);
     void *cu = cu_of(s);
-    if (cu) ZT_TRY(event_cu(e));
+    if (cu) ZT_TRY(event_cu(e, xs(s)));
     int direct = cu && s->worker && idle_locked(s);
     if (!s->worker || direct) {
         /* CPU: everything issued to a compute stream is done. CUDA: the
@@ -763,7 +788,7 @@ int zt_event_record(zt_event *e, zt_stream *s)
         pthread_mutex_lock(&ev_lock);
         uint64_t seq = ++e->recorded;
         pthread_mutex_unlock(&ev_lock);
-        int rc = cu ? zt_exec()->event_record(e->cu, cu) : ZT_OK;
+        int rc = cu ? xs(s)->event_record(e->cu, cu) : ZT_OK;
         event_complete(e, seq, rc, rc ? zt_last_error() : "");
         if (direct) pthread_mutex_unlock(&s->lock);
         return rc;
@@ -800,13 +825,24 @@ static int order_after(zt_stream *s, zt_stream *from)
         unordered = e && strcmp(e, "1") == 0;
     }
     if (unordered || s == from || (!from->worker && !cu_of(from))) return ZT_OK;
-    pthread_mutex_lock(&order_lock);
-    int rc = from->order ? ZT_OK : zt_event_new(&from->order);
-    zt_event *ev = from->order;
-    pthread_mutex_unlock(&order_lock);
-    ZT_TRY(rc);
-    ZT_TRY(zt_event_record(ev, from));
-    return zt_stream_wait_event(s, ev);
+    /* A wait queued behind s's worker reaches the device when the worker
+     * gets there, and the device then waits for the event's latest record:
+     * a shared event re-recorded meanwhile would order the copy after later
+     * work too. So a busy worker stream gets an event of its own. */
+    zt_event *ev = NULL;
+    int own = s->worker && busy(s);
+    int rc = ZT_OK;
+    if (own) rc = zt_event_new(&ev);
+    else {
+        pthread_mutex_lock(&order_lock);
+        rc = from->order ? ZT_OK : zt_event_new(&from->order);
+        ev = from->order;
+        pthread_mutex_unlock(&order_lock);
+    }
+    if (rc == ZT_OK) rc = zt_event_record(ev, from);
+    if (rc == ZT_OK) rc = zt_stream_wait_event(s, ev);
+    if (own && ev) zt_event_free(ev);       /* the queued wait holds its own reference */
+    return rc;
 }
 
 int zt_copy_async(zt_tensor *dst, const zt_tensor *src, zt_stream *s)

@@ -65,9 +65,9 @@ function M.pool(tier, dtype)
   function P.get(n)
     local list = free[n]
     if list and #list > 0 then
-      local e = table.remove(list)
-      local cur = stream.current()
-      if e.on.c ~= cur.c then cur:wait(e.ev) end
+      local e, cur = list[#list], stream.current()
+      if e.on.c ~= cur.c then cur:wait(e.ev) end   -- (a failure leaves it pooled)
+      list[#list] = nil
       e.ev:free()
       return e.t
     end
