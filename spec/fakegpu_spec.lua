@@ -90,15 +90,19 @@ describe("fakegpu-async sees the race the copies' ordering prevents", function()
       if x.path == "recipes/zero3_offload.lua" and x.setting == "tiny" then c = x end
     end
     assert.is_table(c, "no zero3_offload tiny case")
-    local dir = util.outdir()
-    local cmd = "ZTRAIN_UNORDERED_COPIES=1 " .. cases.command(c, dir) .. " device.backend=fakegpu-async:1"
-    local out, rc = util.sh(cmd)
-    assert.are.equal(0, rc, cmd .. "\n" .. out)
-    local s = cjson.decode(util.read(dir .. "/summary.json"))
-    util.rm(dir)
     local want = digest.fixture[c.same_as or cases.key(c)]
-    assert.are_not.equal(want.param_digest, s.param_digest,
-      "the race went unseen: without the ordering the digest should differ")
+    -- with several issuing threads a seed is not one schedule: any of 3 may show it
+    local seen = {}
+    for seed = 1, 3 do
+      local dir = util.outdir()
+      local cmd = "ZTRAIN_UNORDERED_COPIES=1 " .. cases.command(c, dir) .. " device.backend=fakegpu-async:" .. seed
+      local out, rc = util.sh(cmd)
+      assert.are.equal(0, rc, cmd .. "\n" .. out)
+      local s = cjson.decode(util.read(dir .. "/summary.json"))
+      util.rm(dir)
+      if s.param_digest ~= want.param_digest then seen[#seen + 1] = seed end
+    end
+    assert.is_true(#seen >= 1, "the race went unseen on seeds 1-3: without the ordering the digest should differ")
   end)
 end)
 
