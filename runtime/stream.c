@@ -38,7 +38,11 @@
  * The worker syncs the device stream before an nvme copy (the host bytes it
  * writes out may come from a device -> host copy queued before it). For
  * such an event, `completed` means "its record has reached the device"; the
- * device says when its work got there. Tensors of a device copy are held
+ * device says when its work got there. A wait queued behind the worker
+ * reaches the device when the worker gets there, and the device then waits
+ * for the event's latest record: if the event was recorded again meanwhile,
+ * the stream waits longer than asked (never less); order_after uses an
+ * event of its own for such a stream. Tensors of a device copy are held
  * until an internal event after it completes (reaped by later calls).
  *
  * Ordering by construction (DESIGN.md "What a GPU changes"): a copy issued
