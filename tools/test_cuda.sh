@@ -26,15 +26,19 @@ else
 fi
 # Whole training steps through $B/ztrain: it loads the library beside it,
 # and ZTRAIN_LIB is named anyway, so one left in the environment cannot
-# point the run at another build. whole_step.lua: the CPU against the GPU
-# (losses, gradients, parameters within stated tolerances), also with the
-# tensor-core attention; strategies.lua:
-# dp and ZeRO 1-3 on 2 ranks sharing the GPU (staged MPI) against one rank
-# accumulating, equal digests.
+# point the run at another build. whole_step.lua: the CPU against the GPU,
+# gpt2-tiny and hs64 (heads of 64, seq_len 100), fp32 and bf16: losses,
+# gradients, parameters within stated tolerances, c_attn.bias's
+# zero-gradient k-slices within their rounding and summed-learning-rate
+# bounds, no tensor-core call; then with the tensor-core attention
+# (device.attention=bf16, hs64): every attention call must take it.
+# strategies.lua: every recipe in recipes/ (28 cases: fp32, bf16, fp16,
+# activation checkpointing, pipedream), each twice (same bits) and against
+# one rank accumulating, 2-4 ranks sharing the GPU.
 ZT="env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ZTRAIN_LIB=$(pwd)/$B/libztrain.so $B/ztrain"
 $ZT --script spec/cuda/whole_step.lua
 # and with the GPU's tensor-core attention (device.attention=bf16): bf16 only
-$ZT --script spec/cuda/whole_step.lua precision=bf16 attention_b=bf16
+$ZT --script spec/cuda/whole_step.lua precision=bf16 attention_b=bf16 config=hs64
 if command -v mpirun >/dev/null; then
   $ZT --script spec/cuda/strategies.lua
 else
