@@ -144,6 +144,11 @@ $(B)/emu/test_attention_tc_emu: kernels/cuda/attention_tc.cu spec/emu/test_atten
         $(wildcard spec/emu/*.h) spec/c/attn_tc_check.h tools/emu_attention_tc.sh $(LIB_OBJ)
 	NO_RUN=1 sh tools/emu_attention_tc.sh $(B)
 CTEST_BIN += $(B)/emu/test_attention_tc_emu
+# layernorm.cu the same way (tools/emu_layernorm.sh)
+$(B)/emu/test_layernorm_emu: kernels/cuda/layernorm.cu spec/emu/test_layernorm_emu.c \
+        $(wildcard spec/emu/*.h) tools/emu_layernorm.sh $(LIB_OBJ)
+	NO_RUN=1 sh tools/emu_layernorm.sh $(B)
+CTEST_BIN += $(B)/emu/test_layernorm_emu
 
 $(B)/test_%: spec/c/test_%.c $(LIB_OBJ) $(wildcard spec/c/*.h)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< $(LIB_OBJ) $(LIBS)
@@ -229,7 +234,7 @@ san: $(B)/libztrain.so $(B)/ztrain $(CTEST_BIN)
 # memcheck on the C tests of the plain build (MPI tests on one rank is not
 # what they test, so those run under mpirun -np 2, each rank under valgrind)
 valgrind: all $(CTEST_BIN)
-	@sh tools/valgrind.sh $(filter-out %/test_attention_tc_emu,$(CTEST_BIN))   # the emulator: thousands of threads
+	@sh tools/valgrind.sh $(filter-out %/test_attention_tc_emu %/test_layernorm_emu,$(CTEST_BIN))   # the emulator: thousands of threads
 
 # ---- Fuzzing (docs/reliability.md): libFuzzer harnesses of the readers ----
 # tools/fuzz/harness.c embeds LuaJIT and feeds each input to one reader

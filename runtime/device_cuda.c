@@ -228,11 +228,23 @@ static void cuda_layernorm_forward(float *out, float *mean, float *rstd, const f
     KC_NOTE(zkc_layernorm_forward(S(), out, mean, rstd, inp, w, b, N, C));
 }
 
+static int scratch(size_t nb);       /* below: the shared device scratch, cu_lock held */
+
 static void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                                     const float *inp, const float *w, const float *mean,
                                     const float *rstd, int N, int C)
 {
-    KC_NOTE(zkc_layernorm_backward(S(), dinp, dw, db, dout, inp, w, mean, rstd, N, C));
+    if (!dw || !db) {               /* no weight gradients: no scratch */
+        KC_NOTE(zkc_layernorm_backward(S(), dinp, dw, db, dout, inp, w, mean, rstd, N, C, NULL));
+        return;
+    }
+    pthread_mutex_lock(&cu_lock);   /* the shared scratch (see scratch()) */
+    int rc = scratch(zkc_layernorm_scratch(N, C));
+    if (rc == ZT_OK)
+        KC_NOTE(zkc_layernorm_backward(S(), dinp, dw, db, dout, inp, w, mean, rstd, N, C,
+                                       cu_scratch));
+    else note(rc);
+    pthread_mutex_unlock(&cu_lock);
 }
 
 /* One cuBLAS handle: zkc_matmul_* bind it to the caller's stream

@@ -47,11 +47,15 @@ int zkc_gelu_backward(cudaStream_t s, float *dinp, const float *inp, const float
 /* ---- layernorm.cu ---- */
 int zkc_layernorm_forward(cudaStream_t s, float *out, float *mean, float *rstd,
                           const float *inp, const float *w, const float *b, int N, int C);
-/* dinp ACCUMULATED (skipped when NULL); dw, db WRITTEN (rows in order, in
- * double; skipped unless both given). */
+/* dinp ACCUMULATED (skipped when NULL); dw, db WRITTEN (skipped unless
+ * both given): chunks of rows in order in double, the chunks in order;
+ * scratch: zkc_layernorm_scratch(N, C) doubles of device memory, only
+ * touched on s (the caller orders its other users). */
 int zkc_layernorm_backward(cudaStream_t s, float *dinp, float *dw, float *db,
                            const float *dout, const float *inp, const float *w,
-                           const float *mean, const float *rstd, int N, int C);
+                           const float *mean, const float *rstd, int N, int C,
+                           double *scratch);
+size_t zkc_layernorm_scratch(int N, int C);
 
 /* ---- embedding.cu: bad counts go to *dbad (device int, ADDED to) ---- */
 int zkc_encoder_forward(cudaStream_t s, float *out, const int32_t *tok, const float *wte,

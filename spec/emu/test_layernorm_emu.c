@@ -1,0 +1,83 @@
+/*
+ * test_layernorm_emu.c -- kernels/cuda/layernorm.cu's own source run on the
+ * CPU under spec/emu/cuda_emu.h, against the CPU twin (zk_layernorm_*):
+ * the forward, dinp (accumulated), and the weight gradients summed in
+ * chunks of rows in double, then the chunks in order (the CPU sums every
+ * row in order in double: the same terms, so within a float ulp). Shapes
+ * whose N is not a multiple of the 64-row chunk, nor C of the 128-column
+ * block, and a single row. Catches indexing, chunk bounds, the scratch
+ * layout; not the GPU's speed. Run: tools/emu_layernorm.sh.
+ */
+#include <math.h>
+#include "ctest.h"
+#include "kernels.h"
+
+int zkc_layernorm_forward(void *s, float *out, float *mean, float *rstd, const float *inp,
+                          const float *w, const float *b, int N, int C);
+int zkc_layernorm_backward(void *s, float *dinp, float *dw, float *db, const float *dout,
+                           const float *inp, const float *w, const float *mean,
+                           const float *rstd, int N, int C, double *scratch);
+size_t zkc_layernorm_scratch(int N, int C);
+
+/* max |a - b| / max(max |b|, floor) over n */
+static double rel(const float *a, const float *b, size_t n, double floor)
+{
+    double m = floor, d = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (fabs(b[i]) > m) m = fabs(b[i]);
+        double e = fabs((double)a[i] - b[i]);
+        if (!(e <= d)) d = e;           /* NaN counts */
+    }
+    return d / m;
+}
+
+static void one(int N, int C)
+{
+    char name[160];
+    size_t nc = (size_t)N * C;
+    float *x = ct_rand(nc, -2, 2), *w = ct_rand(C, 0.5f, 1.5f), *b = ct_rand(C, -0.5f, 0.5f);
+    float *dy = ct_rand(nc, -1, 1);
+    float *o = malloc(nc * 4), *m = malloc(N * 4), *r = malloc(N * 4);
+    float *go = malloc(nc * 4), *gm = malloc(N * 4), *gr = malloc(N * 4);
+    zk_layernorm_forward(o, m, r, x, w, b, N, C);
+    int rc = zkc_layernorm_forward(NULL, go, gm, gr, x, w, b, N, C);
+    double eo = rel(go, o, nc, 1e-3), em = rel(gm, m, N, 1e-3), er = rel(gr, r, N, 1e-3);
+    snprintf(name, sizeof name, "emu layernorm forward N=%d C=%d: out, mean, rstd within 1e-5", N, C);
+    ct_check(rc == 0 && eo < 1e-5 && em < 1e-5 && er < 1e-5, name, "rc %d, out %.3g, mean %.3g, "
+             "rstd %.3g", rc, eo, em, er);
+    float *di = malloc(nc * 4), *gdi = malloc(nc * 4);
+    float *dw = malloc(C * 4), *db = malloc(C * 4), *gdw = malloc(C * 4), *gdb = malloc(C * 4);
+    for (size_t i = 0; i < nc; i++) di[i] = gdi[i] = 0.25f;    /* ACCUMULATED */
+    for (int c = 0; c < C; c++) gdw[c] = gdb[c] = NAN;         /* WRITTEN */
+    size_t ns = zkc_layernorm_scratch(N, C);
+    double *scratch = malloc((ns ? ns : 1) * sizeof(double));
+    for (size_t i = 0; i < ns; i++) scratch[i] = NAN;
+    zk_layernorm_backward(di, dw, db, dy, x, w, m, r, N, C);
+    /* the GPU side on the CPU's mean and rstd: the weight sums then see
+     * the same terms, so only the grouping of double additions differs */
+    rc = zkc_layernorm_backward(NULL, gdi, gdw, gdb, dy, x, w, m, r, N, C, scratch);
+    double edi = rel(gdi, di, nc, 1e-3), edw = rel(gdw, dw, C, 1e-3), edb = rel(gdb, db, C, 1e-3);
+    snprintf(name, sizeof name, "emu layernorm backward N=%d C=%d: dinp within 1e-5, dw and db "
+             "within 1e-6 (chunked double sums)", N, C);
+    ct_check(rc == 0 && edi < 1e-5 && edw < 1e-6 && edb < 1e-6, name, "rc %d, dinp %.3g, dw %.3g, "
+             "db %.3g (scratch %zu doubles)", rc, edi, edw, edb, ns);
+    /* dinp alone (weights NULL): no scratch touched */
+    for (size_t i = 0; i < nc; i++) gdi[i] = 0.25f;
+    rc = zkc_layernorm_backward(NULL, gdi, NULL, NULL, dy, x, w, m, r, N, C, NULL);
+    edi = rel(gdi, di, nc, 1e-3);
+    snprintf(name, sizeof name, "emu layernorm backward N=%d C=%d: dinp alone, no scratch", N, C);
+    ct_check(rc == 0 && edi < 1e-5, name, "rc %d, dinp %.3g", rc, edi);
+    free(x); free(w); free(b); free(dy); free(o); free(m); free(r); free(go); free(gm); free(gr);
+    free(di); free(gdi); free(dw); free(db); free(gdw); free(gdb); free(scratch);
+}
+
+int main(void)
+{
+    one(1, 5);
+    one(300, 70);       /* 5 chunks, the last of 44 rows */
+    one(257, 129);      /* two column blocks, the second of one column */
+    size_t s = zkc_layernorm_scratch(16384, 768);
+    ct_check(s == 2u * 256 * 768, "scratch for GPT-2's B=16 T=1024: 2 x 256 chunks x 768 doubles",
+             "%zu", s);
+    return ct_summary();
+}
