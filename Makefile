@@ -141,13 +141,13 @@ $(B)/test_mpi_fakecuda: spec/c/test_mpi_fakecuda.c $(FAKEDEV_OBJ) $(wildcard spe
 # attention_tc.cu's own source run on the CPU under spec/emu/cuda_emu.h
 # (threads, barriers, WMMA), against the CPU twin: a C test of make test.
 $(B)/emu/test_attention_tc_emu: kernels/cuda/attention_tc.cu spec/emu/test_attention_tc_emu.c \
-        $(wildcard spec/emu/*.h) spec/c/attn_tc_check.h tools/emu_attention_tc.sh $(LIB_OBJ)
-	NO_RUN=1 sh tools/emu_attention_tc.sh $(B)
+        $(wildcard spec/emu/*.h) spec/c/attn_tc_check.h tools/emu_kernel.sh $(LIB_OBJ)
+	NO_RUN=1 sh tools/emu_kernel.sh attention_tc $(B)
 CTEST_BIN += $(B)/emu/test_attention_tc_emu
-# layernorm.cu the same way (tools/emu_layernorm.sh)
+# layernorm.cu the same way
 $(B)/emu/test_layernorm_emu: kernels/cuda/layernorm.cu spec/emu/test_layernorm_emu.c \
-        $(wildcard spec/emu/*.h) tools/emu_layernorm.sh $(LIB_OBJ)
-	NO_RUN=1 sh tools/emu_layernorm.sh $(B)
+        $(wildcard spec/emu/*.h) tools/emu_kernel.sh $(LIB_OBJ)
+	NO_RUN=1 sh tools/emu_kernel.sh layernorm $(B)
 CTEST_BIN += $(B)/emu/test_layernorm_emu
 
 $(B)/test_%: spec/c/test_%.c $(LIB_OBJ) $(wildcard spec/c/*.h)

@@ -32,7 +32,7 @@
  *
  * spec/c/test_attention_tiles.c mirrors this recurrence on the CPU (tile
  * sizes, masking, rescale order, rounding points): change it with this file.
- * tools/emu_attention_tc.sh runs this file's own source on the CPU (spec/emu/
+ * tools/emu_kernel.sh attention_tc runs this file's own source on the CPU (spec/emu/
  * cuda_emu.h: threads, barriers, WMMA by its documented meaning).
  *
  * Resources (ptxas, sm_90): forward 168 registers, 45056 B static shared;

@@ -9,7 +9,7 @@
  * thread per column summed every row (768 threads for GPT-2: 0.78 ms per
  * call at B=16, T=1024 on an H100, 97 ms a step); the chunks give
  * N/64 times the parallelism. Checked on the CPU under spec/emu
- * (tools/emu_kernels.sh); not yet timed on a GPU. */
+ * (sh tools/emu_kernel.sh layernorm); not yet timed on a GPU. */
 #include "common.cuh"
 
 #define LN_WARPS 8      /* rows per 256-thread block */

@@ -1,6 +1,6 @@
 /*
  * cuda_emu.h -- just enough of CUDA to run kernels/cuda/attention_tc.cu's
- * source on the CPU (tools/emu_attention_tc.sh), where no GPU is lent.
+ * source on the CPU (tools/emu_kernel.sh), where no GPU is lent.
  *
  * A block's threads are real threads (std::thread), __syncthreads and
  * __syncwarp are barriers, __shfl_xor_sync goes through a per-warp array;

@@ -4,7 +4,7 @@
  * documented meaning), against the CPU twin with the tolerances of
  * test_cuda.c (spec/c/attn_tc_check.h). Catches indexing, masking, tile
  * offsets, fragment layouts and alignment, and (as races) missing syncs;
- * not the hardware's rounding or speed. Run: tools/emu_attention_tc.sh.
+ * not the hardware's rounding or speed. Run: sh tools/emu_kernel.sh attention_tc.
  */
 #include "ctest.h"
 #include "kernels.h"

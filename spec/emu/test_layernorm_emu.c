@@ -6,7 +6,7 @@
  * row in order in double: the same terms, so within a float ulp). Shapes
  * whose N is not a multiple of the 64-row chunk, nor C of the 128-column
  * block, and a single row. Catches indexing, chunk bounds, the scratch
- * layout; not the GPU's speed. Run: tools/emu_layernorm.sh.
+ * layout; not the GPU's speed. Run: sh tools/emu_kernel.sh layernorm.
  */
 #include <math.h>
 #include "ctest.h"
