@@ -112,12 +112,21 @@ static int runnable(const sim_stream *s)
     return it->kind != K_WAIT || it->wst->done >= it->wpos;
 }
 
+/* sim_lock held; note_error() takes it */
 static void keep_error(int rc)
 {
     if (rc != ZT_OK && pending == ZT_OK) {
         pending = rc;
         snprintf(pending_msg, sizeof pending_msg, "%s", zt_last_error());
     }
+}
+
+static void note_error(int rc)
+{
+    if (rc == ZT_OK) return;
+    pthread_mutex_lock(&sim_lock);
+    keep_error(rc);
+    pthread_mutex_unlock(&sim_lock);
 }
 
 /* Run the head of one runnable stream, picked at random (uniformly among
@@ -178,7 +187,7 @@ static void run_early(void)
 static item *new_op(void (*run)(item *))
 {
     item *it = calloc(1, sizeof *it);
-    if (!it) { keep_error(zt_error(ZT_ENOMEM, "fakegpu-async: out of memory for a queued op")); return NULL; }
+    if (!it) { note_error(zt_error(ZT_ENOMEM, "fakegpu-async: out of memory for a queued op")); return NULL; }
     it->kind = K_OP;
     it->run = run;
     return it;
@@ -218,20 +227,6 @@ static int issue_sync(item *it, double *d)
 
 /* ---- the device ops --------------------------------------------------------- */
 
-static int fa_sync(void)
-{
-    pthread_mutex_lock(&sim_lock);
-    sim_stream *s = stream_of(NULL);
-    int rc = run_until(s, s->issued);
-    int p = pending;
-    char msg[1024];
-    if (p) snprintf(msg, sizeof msg, "%s", pending_msg);
-    pending = ZT_OK;
-    pthread_mutex_unlock(&sim_lock);
-    if (rc) return rc;
-    return p ? zt_error(p, "%s", msg) : ZT_OK;
-}
-
 static int take_pending(void)
 {
     pthread_mutex_lock(&sim_lock);
@@ -242,6 +237,10 @@ static int take_pending(void)
     pthread_mutex_unlock(&sim_lock);
     return p ? zt_error(p, "%s", msg) : ZT_OK;
 }
+
+static int fx_stream_sync(void *p);
+/* the current stream's work, then a kept error (CUDA's cudaStreamSynchronize) */
+static int fa_sync(void) { return fx_stream_sync(NULL); }
 
 static int fa_alloc(void **out, size_t nbytes) { return FG.alloc(out, nbytes); }
 
@@ -272,7 +271,7 @@ static void fa_copy(void *dst, const void *src, size_t n)
     OP0(it, r_copy);
     it->p[0] = dst; it->p[1] = (void *)src; it->n = n;
     if (is_dev(dst) && is_dev(src)) issue(it);
-    else keep_error(issue_sync(it, NULL));
+    else note_error(issue_sync(it, NULL));
 }
 
 static void r_scale(item *it) { FG.scale(it->p[0], it->f[0], it->n); }
@@ -518,7 +517,7 @@ static void fa_sumsq_blocks(double *partials, const float *x, size_t n)
 {
     OP0(it, r_sumsq);
     it->p[0] = partials; it->p[1] = (void *)x; it->n = n;
-    keep_error(issue_sync(it, NULL));
+    note_error(issue_sync(it, NULL));
 }
 
 static void r_sum(item *it) { it->d = FG.sum(it->p[0], it->n); }
