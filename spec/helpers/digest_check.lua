@@ -9,15 +9,8 @@ local assert = require "luassert"
 local M = {}
 M.cases = dofile("spec/fixtures/digest_cases.lua")
 
--- The bits depend on OpenBLAS's kernels, which ztrain picks by CPU (SkylakeX
--- with AVX-512, else Haswell; lua/ztrain/ffi.lua): one fixture per core,
--- each recorded from main before the change it guards (digests.json is
--- SkylakeX's, recorded before the Seams issue; digests.Haswell.json was
--- recorded from 69a2df5, before GPU-Correct, on an AVX2-only EPYC).
-M.core = util.sh("build/ztrain -e 'io.write(require(\"ffi\").string(zt.ffi.C.zt_blas_info()))'")
-           :match("OpenBLAS core (%S+)")
-M.fixture_path = (M.core == "SkylakeX" or M.core == nil) and "spec/fixtures/digests.json"
-                 or ("spec/fixtures/digests.%s.json"):format(M.core)
+-- the fixture of the OpenBLAS core in use (digest_cases.fixture_path)
+M.fixture_path, M.core = M.cases.fixture_path()
 local ok, text = pcall(util.read, M.fixture_path)
 M.fixture = ok and cjson.decode(text) or nil
 local fixture = M.fixture or {}
