@@ -38,6 +38,7 @@
 #include <nccl.h>
 #include "comm.h"
 #include "kernels.h"
+#include "fake_pinned.h"
 #include "mpi_ctest.h" /* CHECK, the tensors, the summary; the inputs */
 
 /* ---- the fake device: masked memory ------------------------------------------ */
@@ -125,7 +126,7 @@ static void f_fill(float *x, float v, size_t n)
 }
 
 /* ---- the fake device's execution table (what comm_stage.c and memory.c call) --- */
-static long events_live, binds_off_main, pinned_live, pinned_made;
+static long events_live, binds_off_main;
 static int x_event_new(void **out)
 {
     fev *e = calloc(1, sizeof *e);
@@ -177,42 +178,6 @@ static int x_copy_async(void *dst, const void *src, size_t n, void *s)
     xcopy(dst, src, n);
     return ZT_OK;
 }
-/* pinned host memory: page-aligned, remembered until host_free */
-enum { MAXPIN = 1024 };
-static void *pinned[MAXPIN];
-static int pin_slot(const void *p)      /* fk held */
-{
-    for (int i = 0; i < MAXPIN; i++) if (pinned[i] && pinned[i] == p) return i;
-    return -1;
-}
-static int x_host_alloc(void **out, size_t n)
-{
-    void *p = NULL;
-    if (posix_memalign(&p, 4096, n)) return ZT_ENOMEM;
-    pthread_mutex_lock(&fk);
-    int i;
-    for (i = 0; i < MAXPIN && pinned[i]; i++) ;
-    if (i < MAXPIN) { pinned[i] = p; pinned_live++; pinned_made++; }
-    pthread_mutex_unlock(&fk);
-    if (i == MAXPIN) { free(p); return ZT_ENOMEM; }
-    *out = p;
-    return ZT_OK;
-}
-static int x_is_pinned(const void *p)
-{
-    pthread_mutex_lock(&fk);
-    int r = pin_slot(p) >= 0;
-    pthread_mutex_unlock(&fk);
-    return r;
-}
-static void x_host_free(void *p)
-{
-    pthread_mutex_lock(&fk);
-    int i = pin_slot(p);
-    if (i >= 0) { pinned[i] = NULL; pinned_live--; }
-    pthread_mutex_unlock(&fk);
-    free(p);
-}
 
 static const zt_exec_ops fake_exec = {
     .stream_new = x_stream_new, .stream_free = x_stream_free, .stream_sync = x_stream_sync,
@@ -220,7 +185,7 @@ static const zt_exec_ops fake_exec = {
     .event_new = x_event_new, .event_free = x_event_free, .event_record = x_event_record,
     .stream_wait_event = x_stream_wait_event, .event_sync = x_event_sync,
     .event_query = x_event_query, .copy_async = x_copy_async, .copy_blocking = x_copy_blocking,
-    .host_alloc = x_host_alloc, .host_free = x_host_free, .is_pinned = x_is_pinned,
+    .host_alloc = fake_host_alloc, .host_free = fake_host_free, .is_pinned = fake_is_pinned,
 };
 
 /* ---- the CUDA calls comm_nccl.c makes outside NCCL (cuda_stream.h's, and the
@@ -394,12 +359,12 @@ static void t_all_reduce(int64_t n, size_t scratch)
     mt_put(x, 3, R, 0);
     zt_mem_reset_peak();
     size_t host0 = zt_mem_current(ZT_TIER_HOST, ZT_CAT_COMM);
-    long pm0 = pinned_made, pl0 = pinned_live;
+    long pm0 = fake_pinned_made, pl0 = fake_pinned_live;
     int rc = zt_all_reduce(W, x, NULL);
     if (!NCCL)
         CHECK("staging buffers are the device's pinned memory (exec->host_alloc), given back "
-              "(exec->host_free)", pinned_made > pm0 && pinned_live == pl0,
-              "pinned allocations %ld, live %ld -> %ld", pinned_made - pm0, pl0, pinned_live);
+              "(exec->host_free)", fake_pinned_made > pm0 && fake_pinned_live == pl0,
+              "pinned allocations %ld, live %ld -> %ld", fake_pinned_made - pm0, pl0, fake_pinned_live);
     float *g = mt_get(x), *w = malloc((size_t)n * 4);
     for (int64_t i = 0; i < n; i++) w[i] = mt_rank_sum(3, i);
     CHECK(N("device all_reduce n=%lld scratch=%zu: rank-order bits", (long long)n, scratch), rc == 0 && diff_bits(g, w, n) == 0, "rc %d (%s), %lld differ", rc,

@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "ctest.h"
+#include "fake_pinned.h"
 #include "internal.h"
 #include "comm.h"
 
@@ -178,51 +179,6 @@ static int x_copy_blocking(void *dst, const void *src, size_t n)
     return ZT_OK;
 }
 
-/* pinned host memory: page-aligned, remembered until host_free */
-enum { MAXPIN = 256 };
-static void *pinned[MAXPIN];
-static int pinned_made;
-static int x_host_alloc(void **out, size_t n)
-{
-    void *p = NULL;
-    if (posix_memalign(&p, 4096, n)) return ZT_ENOMEM;
-    pthread_mutex_lock(&fk);
-    int i = 0;
-    while (i < MAXPIN && pinned[i]) i++;
-    if (i < MAXPIN) { pinned[i] = p; pinned_made++; }
-    pthread_mutex_unlock(&fk);
-    if (i == MAXPIN) { free(p); return ZT_ENOMEM; }
-    *out = p;
-    return ZT_OK;
-}
-static int pinned_slot(const void *p)        /* fk held */
-{
-    for (int i = 0; i < MAXPIN; i++) if (pinned[i] && pinned[i] == p) return i;
-    return -1;
-}
-static int x_is_pinned(const void *p)
-{
-    pthread_mutex_lock(&fk);
-    int r = pinned_slot(p) >= 0;
-    pthread_mutex_unlock(&fk);
-    return r;
-}
-static void x_host_free(void *p)
-{
-    pthread_mutex_lock(&fk);
-    int i = pinned_slot(p);
-    if (i >= 0) pinned[i] = NULL;
-    pthread_mutex_unlock(&fk);
-    free(p);
-}
-static int pinned_live(void)
-{
-    int n = 0;
-    pthread_mutex_lock(&fk);
-    for (int i = 0; i < MAXPIN; i++) n += pinned[i] != NULL;
-    pthread_mutex_unlock(&fk);
-    return n;
-}
 
 static const zt_exec_ops fake_exec = {
     .stream_new = x_stream_new, .stream_free = x_stream_free, .stream_sync = x_stream_sync,
@@ -230,7 +186,7 @@ static const zt_exec_ops fake_exec = {
     .event_new = x_event_new, .event_free = x_event_free, .event_record = x_event_record,
     .stream_wait_event = x_stream_wait_event, .event_sync = x_event_sync,
     .event_query = x_event_query, .copy_async = x_copy_async, .copy_blocking = x_copy_blocking,
-    .host_alloc = x_host_alloc, .host_free = x_host_free, .is_pinned = x_is_pinned,
+    .host_alloc = fake_host_alloc, .host_free = fake_host_free, .is_pinned = fake_is_pinned,
 };
 
 /* ---- the fake device's ops: fill queued, copy and sync after the current
@@ -493,13 +449,13 @@ static void t_current(void)
 /* memory.c: host tensors are the device's pinned memory while it is active */
 static void t_pinned(void)
 {
-    int made = pinned_made, live = pinned_live();
+    long made = fake_pinned_made, live = fake_pinned_live;
     zt_tensor *h = tensor(ZT_TIER_HOST, 100, 1.0f);
-    int pin = x_is_pinned(h->data);
+    int pin = fake_is_pinned(h->data);
     zt_tensor_release(h);
-    ct_check(pin && pinned_made == made + 1 && pinned_live() == live, "host tensors come from "
-             "exec->host_alloc and go back through exec->host_free", "pinned %d, allocations %d, "
-             "live %d -> %d", pin, pinned_made - made, live, pinned_live());
+    ct_check(pin && fake_pinned_made == made + 1 && fake_pinned_live == live, "host tensors come "
+             "from exec->host_alloc and go back through exec->host_free", "pinned %d, allocations "
+             "%ld, live %ld -> %ld", pin, fake_pinned_made - made, live, fake_pinned_live);
 }
 
 int main(void)
