@@ -60,10 +60,11 @@ ifneq ($(words $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h $(CUDA_HOME)/i
 CTEST_BIN := $(filter-out $(B)/test_mpi_fakecuda,$(CTEST_BIN))
 endif
 ifneq ($(CUDA),)
-# A CUDA build differs in flags (-DZT_CUDA) and in what it links, so it
-# does not share objects with a CPU build: B defaults to build-cuda/ with
-# CUDA=1 (above; spec/build_dirs_spec.lua checks both builds).
-CFLAGS  += -DZT_CUDA -I$(CUDA_HOME)/include
+# A CUDA build differs in what it links (device_cpu.c reaches the CUDA
+# device through weak references; no C file tests a ZT_CUDA macro), and it
+# keeps its objects apart: B defaults to build-cuda/ with CUDA=1 (above;
+# spec/build_dirs_spec.lua checks both builds).
+CFLAGS  += -I$(CUDA_HOME)/include
 LIB_OBJ += $(CUDA_OBJ) $(B)/obj/runtime/comm_nccl.o
 LIBS    += $(CUDA_LIBS) -lnccl
 # test_mpi_fakecuda defines the CUDA runtime's and NCCL's calls itself: it
@@ -124,16 +125,15 @@ $(B)/ztrain: runtime/main.c
 
 # comm_stage.c (MPI with device tensors, through the device's execution
 # table) and comm_nccl.c under mpirun on the CPU, against a fake device
-# (zt_device_install), CUDA and NCCL: comm_nccl.c is CUDA-only, so it and
-# comm.c (whose stand-in for it a CUDA build leaves out) are compiled with
-# ZT_CUDA and the CUDA headers (needs the CUDA and NCCL headers only;
-# skipped without them); the rest is the library's.
-FAKEDEV_SRC := runtime/comm.c runtime/comm_nccl.c
+# (zt_device_install), CUDA and NCCL: comm_nccl.c is CUDA-only, so it is
+# compiled here with the CUDA and NCCL headers (skipped without them); its
+# zt_comm_use_nccl replaces comm.c's weak one; the rest is the library's.
+FAKEDEV_SRC := runtime/comm_nccl.c
 FAKEDEV_OBJ := $(patsubst %.c,$(B)/obj/fakenccl/%.o,$(FAKEDEV_SRC)) \
                $(filter-out $(patsubst %.c,$(B)/obj/%.o,$(FAKEDEV_SRC)),$(LIB_OBJ))
 $(B)/obj/fakenccl/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(MPI_CFLAGS) -DZT_CUDA -I$(CUDA_HOME)/include -Iruntime -Ikernels/cpu -c $< -o $@
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -I$(CUDA_HOME)/include -Iruntime -Ikernels/cpu -c $< -o $@
 $(B)/test_mpi_fakecuda: spec/c/test_mpi_fakecuda.c $(FAKEDEV_OBJ) $(wildcard spec/c/*.h)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -I$(CUDA_HOME)/include -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< \
 	    $(FAKEDEV_OBJ) $(LIBS)

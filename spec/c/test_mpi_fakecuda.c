@@ -13,9 +13,8 @@
  * beside non-blocking streams, so staging that does not wait for the
  * issue event copies the bytes from before the fill. Host memory comes
  * from the table's host_alloc (pinned). The library is the CPU build's,
- * but for comm.c and comm_nccl.c (the Makefile compiles both with ZT_CUDA:
- * comm_nccl.c is CUDA-only and calls cuda_stream.h's zt_cuda_* functions
- * and the CUDA runtime, faked below).
+ * but for comm_nccl.c (CUDA-only: the Makefile compiles it here; it calls
+ * cuda_stream.h's zt_cuda_* functions and the CUDA runtime, faked below).
  *
  * Every collective on device tensors, in place and not, with rounds (small
  * scratch), against the rank-order sums every rank computes itself (bits),
