@@ -60,11 +60,12 @@ ifneq ($(words $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h $(CUDA_HOME)/i
 CTEST_BIN := $(filter-out $(B)/test_mpi_fakecuda,$(CTEST_BIN))
 endif
 ifneq ($(CUDA),)
-# A CUDA build differs in what it links (device_cpu.c reaches the CUDA
-# device through weak references; no C file tests a ZT_CUDA macro), and it
-# keeps its objects apart: B defaults to build-cuda/ with CUDA=1 (above;
+# A CUDA build differs in flags (-DZT_CUDA, which names the build; no C
+# file tests it since device_cpu.c reaches the CUDA device through weak
+# references) and in what it links, so it does not share objects with a
+# CPU build: B defaults to build-cuda/ with CUDA=1 (above;
 # spec/build_dirs_spec.lua checks both builds).
-CFLAGS  += -I$(CUDA_HOME)/include
+CFLAGS  += -DZT_CUDA -I$(CUDA_HOME)/include
 LIB_OBJ += $(CUDA_OBJ) $(B)/obj/runtime/comm_nccl.o
 LIBS    += $(CUDA_LIBS) -lnccl
 # test_mpi_fakecuda defines the CUDA runtime's and NCCL's calls itself: it
