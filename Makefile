@@ -151,6 +151,11 @@ $(B)/emu/test_layernorm_emu: kernels/cuda/layernorm.cu spec/emu/test_layernorm_e
 	NO_RUN=1 sh tools/emu_kernel.sh layernorm $(B)
 CTEST_BIN += $(B)/emu/test_layernorm_emu
 
+$(B)/emu/test_xent_emu: kernels/cuda/xent.cu spec/emu/test_xent_emu.c \
+        $(wildcard spec/emu/*.h) tools/emu_kernel.sh $(LIB_OBJ)
+	NO_RUN=1 sh tools/emu_kernel.sh xent $(B)
+CTEST_BIN += $(B)/emu/test_xent_emu
+
 $(B)/test_%: spec/c/test_%.c $(LIB_OBJ) $(wildcard spec/c/*.h)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< $(LIB_OBJ) $(LIBS)
 
@@ -235,7 +240,7 @@ san: $(B)/libztrain.so $(B)/ztrain $(CTEST_BIN)
 # memcheck on the C tests of the plain build (MPI tests on one rank is not
 # what they test, so those run under mpirun -np 2, each rank under valgrind)
 valgrind: all $(CTEST_BIN)
-	@sh tools/valgrind.sh $(filter-out %/test_attention_tc_emu %/test_layernorm_emu,$(CTEST_BIN))   # the emulator: thousands of threads
+	@sh tools/valgrind.sh $(filter-out %/test_attention_tc_emu %/test_layernorm_emu %/test_xent_emu,$(CTEST_BIN))   # the emulator: thousands of threads
 
 # ---- Fuzzing (docs/reliability.md): libFuzzer harnesses of the readers ----
 # tools/fuzz/harness.c embeds LuaJIT and feeds each input to one reader

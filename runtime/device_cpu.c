@@ -53,34 +53,44 @@ static int blas_single(const char *op)
 }
 
 static int cpu_matmul_forward(float *out, const float *inp, const float *w, const float *b,
-                              int N, int C, int OC)
+                              int N, int C, int OC, int ldo)
 {
     ZT_TRY(blas_single("zt_matmul_forward"));
-    zk_matmul_forward(out, inp, w, b, N, C, OC);
+    zk_matmul_forward(out, inp, w, b, N, C, OC, ldo);
     return ZT_OK;
 }
 
 static int cpu_matmul_backward(float *dinp, float *dw, float *db, const float *dout,
-                               const float *inp, const float *w, int N, int C, int OC)
+                               const float *inp, const float *w, int N, int C, int OC, int ldo)
 {
     ZT_TRY(blas_single("zt_matmul_backward"));
-    zk_matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+    zk_matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, ldo);
     return ZT_OK;
 }
 
 /* The bf16 GEMMs are our own kernels (no OpenBLAS inside): nothing to check. */
-static int cpu_matmul_bf16_forward(float *out, const uint16_t *inp, const uint16_t *w,
-                                   const float *b, int N, int C, int OC)
+static int cpu_matmul_bf16_forward(void *out, int out_bf16, const uint16_t *inp,
+                                   const uint16_t *w, const float *b, int N, int C, int OC,
+                                   int ldo)
 {
-    zk_matmul_bf16_forward(out, inp, w, b, N, C, OC);
+    if (out_bf16) zk_matmul_bf16_forward_b16(out, inp, w, b, N, C, OC, ldo);
+    else zk_matmul_bf16_forward(out, inp, w, b, N, C, OC, ldo);
     return ZT_OK;
 }
 
 static int cpu_matmul_bf16_backward(float *dinp, float *dw, float *db, const uint16_t *dout,
-                                    const uint16_t *inp, const uint16_t *w, int N, int C, int OC)
+                                    const uint16_t *inp, const uint16_t *w, int N, int C, int OC,
+                                    int ldo)
 {
-    zk_matmul_bf16_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+    zk_matmul_bf16_backward(dinp, dw, db, dout, inp, w, N, C, OC, ldo);
     return ZT_OK;
+}
+
+static int cpu_crossentropy(float *losses, void *dlogits, const void *logits,
+                            const int32_t *targets, int N, int V, int ld, int bf16, float dscale)
+{
+    return bf16 ? zk_crossentropy_bf16(losses, dlogits, logits, targets, N, V, ld, dscale)
+                : zk_crossentropy(losses, dlogits, logits, targets, N, V, ld, dscale);
 }
 
 static void cpu_copy(void *dst, const void *src, size_t nbytes)
@@ -126,7 +136,7 @@ const zt_device_ops zt_cpu_device = {
     .attention_decode = zk_attention_decode,
     .gelu_forward = zk_gelu_forward,
     .gelu_backward = zk_gelu_backward,
-    .crossentropy = zk_crossentropy,
+    .crossentropy = cpu_crossentropy,
     .adamw = zk_adamw,
     .sumsq_blocks = zk_sumsq_blocks,
     .sum = zk_sum_f64,

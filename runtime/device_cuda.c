@@ -255,34 +255,36 @@ static void cuda_layernorm_backward(float *dinp, float *dw, float *db, const flo
     if (st_ != 0) return blas_err(__FILE__, __LINE__, #call, st_); } while (0)
 
 static int cuda_matmul_forward(float *out, const float *inp, const float *w, const float *b,
-                               int N, int C, int OC)
+                               int N, int C, int OC, int ldo)
 {
     ZT_TRY(take_pending());
-    BLAS(zkc_matmul_forward(cu_blas, S(), out, inp, w, b, N, C, OC));
+    BLAS(zkc_matmul_forward(cu_blas, S(), out, inp, w, b, N, C, OC, ldo));
     return ZT_OK;
 }
 
 static int cuda_matmul_backward(float *dinp, float *dw, float *db, const float *dout,
-                                const float *inp, const float *w, int N, int C, int OC)
+                                const float *inp, const float *w, int N, int C, int OC, int ldo)
 {
     ZT_TRY(take_pending());
-    BLAS(zkc_matmul_backward(cu_blas, S(), dinp, dw, db, dout, inp, w, N, C, OC));
+    BLAS(zkc_matmul_backward(cu_blas, S(), dinp, dw, db, dout, inp, w, N, C, OC, ldo));
     return ZT_OK;
 }
 
-static int cuda_matmul_bf16_forward(float *out, const uint16_t *inp, const uint16_t *w,
-                                    const float *b, int N, int C, int OC)
+static int cuda_matmul_bf16_forward(void *out, int out_bf16, const uint16_t *inp,
+                                    const uint16_t *w, const float *b, int N, int C, int OC,
+                                    int ldo)
 {
     ZT_TRY(take_pending());
-    BLAS(zkc_matmul_bf16_forward(cu_blas, S(), out, inp, w, b, N, C, OC));
+    BLAS(zkc_matmul_bf16_forward(cu_blas, S(), out, out_bf16, inp, w, b, N, C, OC, ldo));
     return ZT_OK;
 }
 
 static int cuda_matmul_bf16_backward(float *dinp, float *dw, float *db, const uint16_t *dout,
-                                     const uint16_t *inp, const uint16_t *w, int N, int C, int OC)
+                                     const uint16_t *inp, const uint16_t *w, int N, int C, int OC,
+                                     int ldo)
 {
     ZT_TRY(take_pending());
-    BLAS(zkc_matmul_bf16_backward(cu_blas, S(), dinp, dw, db, dout, inp, w, N, C, OC));
+    BLAS(zkc_matmul_bf16_backward(cu_blas, S(), dinp, dw, db, dout, inp, w, N, C, OC, ldo));
     return ZT_OK;
 }
 
@@ -296,14 +298,17 @@ static void cuda_gelu_backward(float *dinp, const float *inp, const float *dout,
     KC_NOTE(zkc_gelu_backward(S(), dinp, inp, dout, n));
 }
 
-static int cuda_crossentropy(float *losses, float *dlogits, const float *logits,
-                             const int32_t *targets, int N, int V, float dscale)
+static int cuda_crossentropy(float *losses, void *dlogits, const void *logits,
+                             const int32_t *targets, int N, int V, int ld, int bf16, float dscale)
 {
     ZT_TRY(take_pending());
     pthread_mutex_lock(&cu_lock);      /* one flag for every stream and thread */
     int rc = flag_reset();
     if (rc == ZT_OK) {
-        int e = zkc_crossentropy(S(), losses, dlogits, logits, targets, N, V, dscale, cu_flag);
+        int e = bf16 ? zkc_crossentropy_bf16(S(), losses, dlogits, logits, targets, N, V, ld,
+                                             dscale, cu_flag)
+                     : zkc_crossentropy(S(), losses, dlogits, logits, targets, N, V, ld, dscale,
+                                        cu_flag);
         rc = e ? cu_err(__FILE__, __LINE__, "zkc_crossentropy", (cudaError_t)e) : flag_read();
     }
     pthread_mutex_unlock(&cu_lock);

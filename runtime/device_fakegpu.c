@@ -77,27 +77,28 @@ static void fg_layernorm_backward(float *dinp, float *dw, float *db, const float
 }
 
 static int fg_matmul_forward(float *out, const float *inp, const float *w, const float *b,
-                             int N, int C, int OC)
+                             int N, int C, int OC, int ldo)
 {
-    return CPU.matmul_forward(F(out), CF(inp), CF(w), CF(b), N, C, OC);
+    return CPU.matmul_forward(F(out), CF(inp), CF(w), CF(b), N, C, OC, ldo);
 }
 
 static int fg_matmul_backward(float *dinp, float *dw, float *db, const float *dout,
-                              const float *inp, const float *w, int N, int C, int OC)
+                              const float *inp, const float *w, int N, int C, int OC, int ldo)
 {
-    return CPU.matmul_backward(F(dinp), F(dw), F(db), CF(dout), CF(inp), CF(w), N, C, OC);
+    return CPU.matmul_backward(F(dinp), F(dw), F(db), CF(dout), CF(inp), CF(w), N, C, OC, ldo);
 }
 
-static int fg_matmul_bf16_forward(float *out, const uint16_t *inp, const uint16_t *w,
-                                  const float *b, int N, int C, int OC)
+static int fg_matmul_bf16_forward(void *out, int out_bf16, const uint16_t *inp,
+                                  const uint16_t *w, const float *b, int N, int C, int OC, int ldo)
 {
-    return CPU.matmul_bf16_forward(F(out), un(inp), un(w), CF(b), N, C, OC);
+    return CPU.matmul_bf16_forward(un(out), out_bf16, un(inp), un(w), CF(b), N, C, OC, ldo);
 }
 
 static int fg_matmul_bf16_backward(float *dinp, float *dw, float *db, const uint16_t *dout,
-                                   const uint16_t *inp, const uint16_t *w, int N, int C, int OC)
+                                   const uint16_t *inp, const uint16_t *w, int N, int C, int OC,
+                                   int ldo)
 {
-    return CPU.matmul_bf16_backward(F(dinp), F(dw), F(db), un(dout), un(inp), un(w), N, C, OC);
+    return CPU.matmul_bf16_backward(F(dinp), F(dw), F(db), un(dout), un(inp), un(w), N, C, OC, ldo);
 }
 
 static void fg_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
@@ -124,10 +125,10 @@ static void fg_gelu_backward(float *dinp, const float *inp, const float *dout, s
     CPU.gelu_backward(F(dinp), CF(inp), CF(dout), n);
 }
 
-static int fg_crossentropy(float *losses, float *dlogits, const float *logits,
-                           const int32_t *targets, int N, int V, float dscale)
+static int fg_crossentropy(float *losses, void *dlogits, const void *logits,
+                           const int32_t *targets, int N, int V, int ld, int bf16, float dscale)
 {
-    return CPU.crossentropy(F(losses), F(dlogits), CF(logits), un(targets), N, V, dscale);
+    return CPU.crossentropy(F(losses), un(dlogits), un(logits), un(targets), N, V, ld, bf16, dscale);
 }
 
 static void fg_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,

@@ -372,60 +372,64 @@ static void fa_layernorm_backward(float *dinp, float *dw, float *db, const float
 /* matmuls: queued; an error (OpenBLAS's thread check) is kept for later */
 static void r_mmf(item *it)
 {
-    int rc = it->i[3] ? FG.matmul_bf16_forward(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1], it->i[2])
-                      : FG.matmul_forward(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1], it->i[2]);
+    int rc = it->i[3] ? FG.matmul_bf16_forward(it->p[0], it->i[5], it->p[1], it->p[2], it->p[3],
+                                               it->i[0], it->i[1], it->i[2], it->i[4])
+                      : FG.matmul_forward(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1],
+                                          it->i[2], it->i[4]);
     keep_error(rc);
 }
-static int mm_forward(float *out, const void *inp, const void *w, const float *b, int N, int C,
-                      int OC, int bf16)
+static int mm_forward(void *out, int out_bf16, const void *inp, const void *w, const float *b,
+                      int N, int C, int OC, int ldo, int bf16)
 {
     ZT_TRY(take_pending());
     OPV(it, r_mmf, ZT_ENOMEM);
     it->p[0] = out; it->p[1] = (void *)inp; it->p[2] = (void *)w; it->p[3] = (void *)b;
-    it->i[0] = N; it->i[1] = C; it->i[2] = OC; it->i[3] = bf16;
+    it->i[0] = N; it->i[1] = C; it->i[2] = OC; it->i[3] = bf16; it->i[4] = ldo;
+    it->i[5] = out_bf16;
     issue(it);
     return ZT_OK;
 }
 static int fa_matmul_forward(float *out, const float *inp, const float *w, const float *b,
-                             int N, int C, int OC)
+                             int N, int C, int OC, int ldo)
 {
-    return mm_forward(out, inp, w, b, N, C, OC, 0);
+    return mm_forward(out, 0, inp, w, b, N, C, OC, ldo, 0);
 }
-static int fa_matmul_bf16_forward(float *out, const uint16_t *inp, const uint16_t *w,
-                                  const float *b, int N, int C, int OC)
+static int fa_matmul_bf16_forward(void *out, int out_bf16, const uint16_t *inp,
+                                  const uint16_t *w, const float *b, int N, int C, int OC, int ldo)
 {
-    return mm_forward(out, inp, w, b, N, C, OC, 1);
+    return mm_forward(out, out_bf16, inp, w, b, N, C, OC, ldo, 1);
 }
 
 static void r_mmb(item *it)
 {
     int rc = it->i[3]
         ? FG.matmul_bf16_backward(it->p[0], it->p[1], it->p[2], it->p[3], it->p[4], it->p[5],
-                                  it->i[0], it->i[1], it->i[2])
+                                  it->i[0], it->i[1], it->i[2], it->i[4])
         : FG.matmul_backward(it->p[0], it->p[1], it->p[2], it->p[3], it->p[4], it->p[5],
-                             it->i[0], it->i[1], it->i[2]);
+                             it->i[0], it->i[1], it->i[2], it->i[4]);
     keep_error(rc);
 }
 static int mm_backward(float *dinp, float *dw, float *db, const void *dout, const void *inp,
-                       const void *w, int N, int C, int OC, int bf16)
+                       const void *w, int N, int C, int OC, int ldo, int bf16)
 {
     ZT_TRY(take_pending());
     OPV(it, r_mmb, ZT_ENOMEM);
     it->p[0] = dinp; it->p[1] = dw; it->p[2] = db; it->p[3] = (void *)dout;
     it->p[4] = (void *)inp; it->p[5] = (void *)w;
-    it->i[0] = N; it->i[1] = C; it->i[2] = OC; it->i[3] = bf16;
+    it->i[0] = N; it->i[1] = C; it->i[2] = OC; it->i[3] = bf16; it->i[4] = ldo;
     issue(it);
     return ZT_OK;
 }
 static int fa_matmul_backward(float *dinp, float *dw, float *db, const float *dout,
-                              const float *inp, const float *w, int N, int C, int OC)
+                              const float *inp, const float *w, int N, int C, int OC, int ldo)
 {
-    return mm_backward(dinp, dw, db, dout, inp, w, N, C, OC, 0);
+    return mm_backward(dinp, dw, db, dout, inp, w, N, C, OC, ldo, 0);
 }
 static int fa_matmul_bf16_backward(float *dinp, float *dw, float *db, const uint16_t *dout,
-                                   const uint16_t *inp, const uint16_t *w, int N, int C, int OC)
+                                   const uint16_t *inp, const uint16_t *w, int N, int C, int OC,
+                                   int ldo)
 {
-    return mm_backward(dinp, dw, db, dout, inp, w, N, C, OC, 1);
+    return mm_backward(dinp, dw, db, dout, inp, w, N, C, OC, ldo, 1);
 }
 
 static void r_attf(item *it)
@@ -484,15 +488,16 @@ static void fa_gelu_backward(float *dinp, const float *inp, const float *dout, s
 
 static void r_xent(item *it)
 {
-    it->i[5] = FG.crossentropy(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1], it->f[0]);
+    it->i[5] = FG.crossentropy(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1],
+                               it->i[2], it->i[3], it->f[0]);
 }
-static int fa_crossentropy(float *losses, float *dlogits, const float *logits,
-                           const int32_t *targets, int N, int V, float dscale)
+static int fa_crossentropy(float *losses, void *dlogits, const void *logits,
+                           const int32_t *targets, int N, int V, int ld, int bf16, float dscale)
 {
     ZT_TRY(take_pending());
     OPV(it, r_xent, ZT_ENOMEM);
     it->p[0] = losses; it->p[1] = dlogits; it->p[2] = (void *)logits; it->p[3] = (void *)targets;
-    it->i[0] = N; it->i[1] = V; it->f[0] = dscale;
+    it->i[0] = N; it->i[1] = V; it->i[2] = ld; it->i[3] = bf16; it->f[0] = dscale;
     return issue_sync(it, NULL);
 }
 

@@ -128,16 +128,20 @@ typedef struct zt_device_ops {
                                const float *dout, const float *inp,
                                const float *w, const float *mean,
                                const float *rstd, int N, int C);
+    /* ldo: the row stride of out (forward) or dout (backward), >= OC
+     * (kernels.h: padded rows) */
     int (*matmul_forward)(float *out, const float *inp, const float *w,
-                          const float *b, int N, int C, int OC);
+                          const float *b, int N, int C, int OC, int ldo);
     int (*matmul_backward)(float *dinp, float *dw, float *db, const float *dout,
-                           const float *inp, const float *w, int N, int C, int OC);
-    /* bf16 operands (uint16_t bits), fp32 outputs and bias; the arithmetic
-     * is kernels.h's zk_matmul_bf16_* (the same bits on every backend). */
-    int (*matmul_bf16_forward)(float *out, const uint16_t *inp, const uint16_t *w,
-                               const float *b, int N, int C, int OC);
+                           const float *inp, const float *w, int N, int C, int OC, int ldo);
+    /* bf16 operands (uint16_t bits), fp32 bias, out fp32 or (out_bf16)
+     * bf16, the other outputs fp32; the CPU's arithmetic is kernels.h's
+     * zk_matmul_bf16_* (the same bits on every CPU backend). */
+    int (*matmul_bf16_forward)(void *out, int out_bf16, const uint16_t *inp, const uint16_t *w,
+                               const float *b, int N, int C, int OC, int ldo);
     int (*matmul_bf16_backward)(float *dinp, float *dw, float *db, const uint16_t *dout,
-                                const uint16_t *inp, const uint16_t *w, int N, int C, int OC);
+                                const uint16_t *inp, const uint16_t *w, int N, int C, int OC,
+                                int ldo);
     void (*attention_forward)(float *out, float *lse, const float *qkv,
                               int B, int T, int C, int NH);
     void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
@@ -147,8 +151,9 @@ typedef struct zt_device_ops {
                              int B, int T, int C, int NH, int maxT, int pos);
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
-    int (*crossentropy)(float *losses, float *dlogits, const float *logits,
-                        const int32_t *targets, int N, int V, float dscale);
+    /* logits and dlogits (N,V) in rows ld apart, fp32 or (bf16) bf16 */
+    int (*crossentropy)(float *losses, void *dlogits, const void *logits,
+                        const int32_t *targets, int N, int V, int ld, int bf16, float dscale);
     void (*adamw)(float *p, const float *g, float *m, float *v, size_t n,
                   float lr, float b1, float b2, float eps, float wd,
                   float gscale, int t);

@@ -42,6 +42,25 @@ static int need_numel(const char *op, const char *name, const zt_tensor *t,
 
 static int64_t last_dim(const zt_tensor *t) { return t->shape[t->ndim - 1]; }
 
+int64_t zt_padded_cols(int64_t n) { return (n + ZK_COL_PAD - 1) / ZK_COL_PAD * ZK_COL_PAD; }
+
+/* t is N rows of OC: N*OC elements (any shape), or padded rows (last dim
+ * zt_padded_cols(OC), N*that elements); their stride to *ld */
+static int need_rows(const char *op, const char *name, const zt_tensor *t, int dtype,
+                     int64_t N, int64_t OC, const char *hint, int64_t *ld)
+{
+    char b[96];
+    ZT_TRY(need(op, name, t, dtype));
+    int64_t pad = zt_padded_cols(OC);
+    *ld = OC;
+    if (t->numel == N * OC) return ZT_OK;
+    *ld = pad;
+    if (last_dim(t) == pad && t->numel == N * pad) return ZT_OK;
+    return zt_error(ZT_EINVAL, "%s: %s must be %s: %lld rows of %lld (or rows padded to %lld), "
+                    "got %s", op, name, hint, (long long)N, (long long)OC, (long long)pad,
+                    desc(t, b, sizeof b));
+}
+
 /* ready(&dev, op, "name", tensor, ..., NULL): every non-NULL operand is on
  * one addressable tier, the calling thread's stream has finished its earlier
  * work (stream order), and dev is the table to issue to: the CPU device for
@@ -268,13 +287,13 @@ int zt_matmul_forward(zt_tensor *out, const zt_tensor *inp, const zt_tensor *w,
     ZT_TRY(need(op, "inp", inp, ZT_F32));
     ZT_CHECK(last_dim(inp) == C, "%s: inp %s does not match weight (OC=%lld, C=%lld)", op,
              desc(inp, d, sizeof d), (long long)OC, (long long)C);
-    int64_t N = inp->numel / C;
-    ZT_TRY(need_numel(op, "out", out, ZT_F32, N * OC, "(N,OC)"));
+    int64_t N = inp->numel / C, ld = OC;
+    ZT_TRY(need_rows(op, "out", out, ZT_F32, N, OC, "(N,OC)", &ld));
     if (b) ZT_TRY(need_numel(op, "bias", b, ZT_F32, OC, "(OC)"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "inp", inp, "weight", w, "bias", b, NULL));
     return dev->matmul_forward(out->data, inp->data, w->data, b ? b->data : NULL,
-                               (int)N, (int)C, (int)OC);
+                               (int)N, (int)C, (int)OC, (int)ld);
 }
 
 int zt_matmul_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db, const zt_tensor *dout,
@@ -291,7 +310,8 @@ int zt_matmul_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db, const zt_t
              "computes both (pass dweight too, or neither for the input gradient only)", op);
     ZT_CHECK(dinp != NULL || dw != NULL, "%s: nothing to compute: dinp and dweight are "
              "both NULL", op);
-    ZT_TRY(need_numel(op, "dout", dout, ZT_F32, N * OC, "(N,OC)"));
+    int64_t ld = OC;
+    ZT_TRY(need_rows(op, "dout", dout, ZT_F32, N, OC, "(N,OC)", &ld));
     if (dw) ZT_TRY(need_numel(op, "dweight", dw, ZT_F32, OC * C, "(OC,C)"));
     if (dinp) ZT_TRY(need_numel(op, "dinp", dinp, ZT_F32, N * C, "(N,C)"));
     if (db) ZT_TRY(need_numel(op, "dbias", db, ZT_F32, OC, "(OC)"));
@@ -300,7 +320,7 @@ int zt_matmul_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db, const zt_t
                  "weight", w, NULL));
     return dev->matmul_backward(dinp ? dinp->data : NULL, dw ? dw->data : NULL,
                                 db ? db->data : NULL, dout->data, inp->data, w->data,
-                                (int)N, (int)C, (int)OC);
+                                (int)N, (int)C, (int)OC, (int)ld);
 }
 
 /* The bf16 linear layer: weight (OC,C) and inp (..,C) bf16, the rest f32.
@@ -329,12 +349,14 @@ int zt_matmul_bf16_forward(zt_tensor *out, const zt_tensor *inp, const zt_tensor
     const char *op = "zt_matmul_bf16_forward";
     int64_t N = 0, C = 0, OC = 0;
     ZT_TRY(bf16_dims(op, inp, w, &N, &C, &OC));
-    ZT_TRY(need_numel(op, "out", out, ZT_F32, N * OC, "(N,OC) f32"));
+    int64_t ld = OC;
+    int out16 = out != NULL && out->dtype == ZT_BF16;
+    ZT_TRY(need_rows(op, "out", out, out16 ? ZT_BF16 : ZT_F32, N, OC, "(N,OC) f32 or bf16", &ld));
     if (b) ZT_TRY(need_numel(op, "bias", b, ZT_F32, OC, "(OC) f32"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "inp", inp, "weight", w, "bias", b, NULL));
-    return dev->matmul_bf16_forward(out->data, inp->data, w->data, b ? b->data : NULL,
-                                    (int)N, (int)C, (int)OC);
+    return dev->matmul_bf16_forward(out->data, out16, inp->data, w->data, b ? b->data : NULL,
+                                    (int)N, (int)C, (int)OC, (int)ld);
 }
 
 int zt_matmul_bf16_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db,
@@ -347,7 +369,8 @@ int zt_matmul_bf16_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db,
              "computes both (pass dweight too, or neither for the input gradient only)", op);
     ZT_CHECK(dinp != NULL || dw != NULL, "%s: nothing to compute: dinp and dweight are "
              "both NULL", op);
-    ZT_TRY(need_numel(op, "dout", dout, ZT_BF16, N * OC, "(N,OC) bf16"));
+    int64_t ld = OC;
+    ZT_TRY(need_rows(op, "dout", dout, ZT_BF16, N, OC, "(N,OC) bf16", &ld));
     if (dw) ZT_TRY(need_numel(op, "dweight", dw, ZT_F32, OC * C, "(OC,C) f32"));
     if (dinp) ZT_TRY(need_numel(op, "dinp", dinp, ZT_F32, N * C, "(N,C) f32"));
     if (db) ZT_TRY(need_numel(op, "dbias", db, ZT_F32, OC, "(OC) f32"));
@@ -356,7 +379,7 @@ int zt_matmul_bf16_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db,
                  "weight", w, NULL));
     return dev->matmul_bf16_backward(dinp ? dinp->data : NULL, dw ? dw->data : NULL,
                                      db ? db->data : NULL, dout->data, inp->data,
-                                     w->data, (int)N, (int)C, (int)OC);
+                                     w->data, (int)N, (int)C, (int)OC, (int)ld);
 }
 
 static int attn_dims(const char *op, const zt_tensor *qkv, int NH, int64_t *B, int64_t *T,
@@ -461,23 +484,34 @@ int zt_gelu_backward(zt_tensor *dinp, const zt_tensor *inp, const zt_tensor *dou
 }
 
 int zt_crossentropy(zt_tensor *losses, zt_tensor *dlogits, const zt_tensor *logits,
-                    const zt_tensor *targets, float dscale)
+                    const zt_tensor *targets, float dscale, int64_t V)
 {
     const char *op = "zt_crossentropy";
-    ZT_TRY(need(op, "logits", logits, ZT_F32));
+    char d[96];
+    ZT_CHECK(logits != NULL, "%s: logits is NULL", op);
+    int dt = logits->dtype;
+    ZT_CHECK(dt == ZT_F32 || dt == ZT_BF16, "%s: logits must be f32 or bf16, got %s", op,
+             desc(logits, d, sizeof d));
     ZT_TRY(need(op, "targets", targets, ZT_I32));
-    int64_t N = targets->numel;
-    ZT_CHECK(logits->numel % N == 0, "%s: logits must be (N,V) with N=%lld targets", op,
-             (long long)N);
-    int64_t V = logits->numel / N;
-    ZT_CHECK(last_dim(logits) == V, "%s: logits' last dim must be V=%lld", op, (long long)V);
+    int64_t N = targets->numel, ld = 0;
+    ZT_CHECK(V >= 0 && V <= INT32_MAX, "%s: V=%lld: must be 0 (the logits' last dim) or a "
+             "vocabulary size below 2^31", op, (long long)V);
+    if (V == 0) {
+        V = last_dim(logits);
+        ZT_CHECK(logits->numel == N * V, "%s: logits %s must be (N,V) with N=%lld targets", op,
+                 desc(logits, d, sizeof d), (long long)N);
+    }
+    ZT_TRY(need_rows(op, "logits", logits, dt, N, V, "(N,V)", &ld));
+    ZT_CHECK(ld == last_dim(logits), "%s: logits %s: the last dim must be V=%lld or %lld (padded)",
+             op, desc(logits, d, sizeof d), (long long)V, (long long)zt_padded_cols(V));
     ZT_TRY(need_numel(op, "losses", losses, ZT_F32, N, "(N)"));
-    if (dlogits) ZT_TRY(need_numel(op, "dlogits", dlogits, ZT_F32, N * V, "(N,V)"));
+    if (dlogits) ZT_TRY(need_numel(op, "dlogits", dlogits, dt, logits->numel, "(as logits)"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "losses", losses, "dlogits", dlogits, "logits", logits,
                  "targets", targets, NULL));
     int bad = dev->crossentropy(losses->data, dlogits ? dlogits->data : NULL,
-                                logits->data, targets->data, (int)N, (int)V, dscale);
+                                logits->data, targets->data, (int)N, (int)V, (int)ld,
+                                dt == ZT_BF16, dscale);
     return bad_tokens(op, "targets", bad, N, V);
 }
 

@@ -186,6 +186,14 @@ int zt_layernorm_backward(zt_tensor *dinp, zt_tensor *dweight, zt_tensor *dbias,
                           const zt_tensor *dout, const zt_tensor *inp,
                           const zt_tensor *weight, const zt_tensor *mean,
                           const zt_tensor *rstd);
+/* Padded rows: a matmul's out (forward) or dout (backward) and the
+ * cross-entropy's logits may be (..., zt_padded_cols(OC)) instead of
+ * (N,OC): each row then holds OC values and zt_padded_cols(OC) - OC
+ * columns the GEMMs neither read nor write (the cross-entropy writes them
+ * 0 in dlogits). GPT-2's LM head keeps its logits so (50257 in rows of
+ * 50304): a GPU's GEMMs need rows on 16 bytes for their fast kernels. The
+ * bits do not depend on the padding. */
+int64_t zt_padded_cols(int64_t n);   /* n rounded up to a multiple of 128 */
 /* out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias(OC); bias may be NULL. */
 int zt_matmul_forward(zt_tensor *out, const zt_tensor *inp,
                       const zt_tensor *weight, const zt_tensor *bias);
@@ -195,8 +203,8 @@ int zt_matmul_backward(zt_tensor *dinp, zt_tensor *dweight, zt_tensor *dbias,
                        const zt_tensor *dout, const zt_tensor *inp,
                        const zt_tensor *weight);
 /* The same on bf16 operands with fp32 accumulation (mixed precision):
- * inp (N,C), weight (OC,C), dout (N,OC) bf16; out, dinp, dweight, bias,
- * dbias f32. Every output element is one fixed sequential chain over k with
+ * inp (N,C), weight (OC,C), dout (N,OC) bf16; dinp, dweight, bias, dbias
+ * f32; out f32, or bf16 (each element the f32 out's, rounded once). Every output element is one fixed sequential chain over k with
  * VDPBF16PS's arithmetic (kernels/cpu/matmul_bf16.c states it exactly), so
  * the bits are the same on any thread count and any CPU (AVX512_BF16 where
  * present, a much slower portable path elsewhere: zt_matmul_bf16_info).
@@ -223,10 +231,12 @@ int zt_attention_decode(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
                         const zt_tensor *qkv, int NH, int pos);
 int zt_gelu_forward(zt_tensor *out, const zt_tensor *inp);
 int zt_gelu_backward(zt_tensor *dinp, const zt_tensor *inp, const zt_tensor *dout);
-/* logits (N,V), targets (N) i32, losses (N); dlogits may be NULL or logits. */
+/* logits (N,V) f32 or bf16, targets (N) i32, losses (N) f32; dlogits (the
+ * logits' dtype) may be NULL or logits. V = 0: the logits' last dim; V > 0:
+ * logits may also be (N, zt_padded_cols(V)) (padded rows, above). */
 int zt_crossentropy(zt_tensor *losses, zt_tensor *dlogits,
                     const zt_tensor *logits, const zt_tensor *targets,
-                    float dscale);
+                    float dscale, int64_t V);
 /* AdamW over equal-numel param, grad, m, v (see kernels.h for the formula). */
 int zt_adamw(zt_tensor *param, const zt_tensor *grad, zt_tensor *m,
              zt_tensor *v, float lr, float beta1, float beta2, float eps,

@@ -27,8 +27,7 @@ local function full_logits(m, ids)
   for i = 1, n do tk[i - 1] = ids[i] end
   a.tokens:write(tk); a.targets:write(tk)
   m:forward_all(a)
-  local out = ffi.new("float[?]", n * V)
-  a.unit[m.head.index].logits:read(out)
+  local out = a:read_logits()        -- (n, V), the padding left out
   a:free()
   return out
 end

@@ -31,10 +31,7 @@ local function ztrain_logits(model)
   end
   a.tokens:write(ids); a.targets:write(tg)
   local loss = model:forward_all(a)
-  local lg = a.unit[model.head.index].logits
-  local n = lg:numel()
-  local out = ffi.new("float[?]", n)
-  lg:read(out)
+  local out, n = a:read_logits()     -- (B*T, V), the padding left out
   a:free()
   return out, n, loss
 end

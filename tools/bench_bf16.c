@@ -123,17 +123,17 @@ static void shape(const char *name, int N, int C, int OC, int reps) {
     float *dw = amalloc((size_t)OC * C * 4), *db = amalloc((size_t)OC * 4);
     double gf = 2.0 * N * C * OC / 1e6, t[4][3];
     /* warm-up (page faults, OpenMP team) */
-    zk_matmul_forward(out, x, w, b, N, C, OC);
-    BEST(t[3][0], reps, zk_matmul_forward(out, x, w, b, N, C, OC));
-    BEST(t[3][1], reps, zk_matmul_backward(dx, NULL, NULL, d, x, w, N, C, OC));
-    BEST(t[3][2], reps, zk_matmul_backward(NULL, dw, db, d, x, w, N, C, OC));
+    zk_matmul_forward(out, x, w, b, N, C, OC, OC);
+    BEST(t[3][0], reps, zk_matmul_forward(out, x, w, b, N, C, OC, OC));
+    BEST(t[3][1], reps, zk_matmul_backward(dx, NULL, NULL, d, x, w, N, C, OC, OC));
+    BEST(t[3][2], reps, zk_matmul_backward(NULL, dw, db, d, x, w, N, C, OC, OC));
     printf("%-8s %4d x %5d -> %5d |", name, N, C, OC);
     for (int i = 0; i < npaths; i++) {
         zk_bf16_simd(paths[i]);
-        zk_matmul_bf16_forward(out, x16, w16, b, N, C, OC);
-        BEST(t[i][0], reps, zk_matmul_bf16_forward(out, x16, w16, b, N, C, OC));
-        BEST(t[i][1], reps, zk_matmul_bf16_backward(dx, NULL, NULL, d16, x16, w16, N, C, OC));
-        BEST(t[i][2], reps, zk_matmul_bf16_backward(NULL, dw, db, d16, x16, w16, N, C, OC));
+        zk_matmul_bf16_forward(out, x16, w16, b, N, C, OC, OC);
+        BEST(t[i][0], reps, zk_matmul_bf16_forward(out, x16, w16, b, N, C, OC, OC));
+        BEST(t[i][1], reps, zk_matmul_bf16_backward(dx, NULL, NULL, d16, x16, w16, N, C, OC, OC));
+        BEST(t[i][2], reps, zk_matmul_bf16_backward(NULL, dw, db, d16, x16, w16, N, C, OC, OC));
         printf(" %s %6.0f %6.0f %6.0f |", paths[i] == 2 ? "amx" : paths[i] == 1 ? "vdp" : "c",
                gf / t[i][0], gf / t[i][1], gf / t[i][2]);
     }

@@ -1,8 +1,12 @@
 /*
  * bench_cuda.c -- the CUDA device's ops at GPT-2 124M shapes (B=4, T=1024,
  * C=768, NH=12, V=50257): milliseconds per call, GFLOP/s for the GEMMs and
- * attention (plain fp32 and the bf16 tensor-core kernels). `make bench-cuda` (CUDA=1, build-cuda/); needs a GPU.
- * Measures the kernels alone (device memory, one warm-up call, events).
+ * attention (plain fp32 and the bf16 tensor-core kernels), GB/s for the
+ * memory-bound ones beside the roofline: the device-to-device copy's rate
+ * measured first (bytes read + written), and each kernel's bytes moved at
+ * that rate ("x roof": its time over the copy's for the same bytes).
+ * `make bench-cuda` (CUDA=1, build-cuda/); needs a GPU. Measures the
+ * kernels alone (device memory, one warm-up call, events).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +35,15 @@ static float *dalloc(size_t n)
     float ms_ = 0; cudaEventElapsedTime(&ms_, a_, b_); ms_ /= (reps); \
     if ((flops) > 0) printf("%-34s %9.3f ms  %8.1f GFLOP/s\n", label, ms_, (flops) / ms_ / 1e6); \
     else printf("%-34s %9.3f ms\n", label, ms_); \
+    last_ms = ms_; \
+    } while (0)
+
+/* a memory-bound kernel moving `bytes`: GB/s and its time over the copy's */
+static double copy_gbs, last_ms;
+#define TIMEB(label, bytes, reps, stmt) do { \
+    TIME(label, 0, reps, stmt); \
+    double gbs_ = (bytes) / last_ms / 1e6; \
+    printf("%-34s %9s    %8.1f GB/s  %.2fx roof\n", "", "", gbs_, copy_gbs / gbs_); \
     } while (0)
 
 int main(void)
@@ -46,20 +59,24 @@ int main(void)
     float *dq = dalloc((size_t)N * 3 * C), *mean = dalloc(N), *rstd = dalloc(N);
     float *logits = dalloc((size_t)N * V / 4), *loss = dalloc(N);
     int32_t *tg = NULL; dv->alloc((void **)&tg, (size_t)N * 4); dv->zero(tg, (size_t)N * 4);
+    size_t cb = (size_t)N * 4 * C * 4;       /* the copy roofline: 50 MB each way */
+    TIME("copy d2d (roofline)", 0, 20, cudaMemcpyAsync(y, x, cb, cudaMemcpyDeviceToDevice, 0));
+    copy_gbs = 2.0 * cb / last_ms / 1e6;
+    printf("%-34s %9s    %8.1f GB/s (read + write)\n", "", "", copy_gbs);
     double f = 2.0 * N * C * 4 * C;
-    TIME("matmul fwd fc (N,768)->(N,3072)", f, 20, dv->matmul_forward(y, x, w, b, N, C, 4 * C));
-    TIME("matmul bwd fc (dinp, dw, db)", 2 * f, 20, dv->matmul_backward(dx, dw, db, g, x, w, N, C, 4 * C));
+    TIME("matmul fwd fc (N,768)->(N,3072)", f, 20, dv->matmul_forward(y, x, w, b, N, C, 4 * C, 4 * C));
+    TIME("matmul bwd fc (dinp, dw, db)", 2 * f, 20, dv->matmul_backward(dx, dw, db, g, x, w, N, C, 4 * C, 4 * C));
     /* the bias: a kernel after the GEMM (above) or cuBLASLt's epilogue;
      * both dtypes, the qkv shape too (bf16 operands: w and x's bits) */
     zt_cuda_matmul_epilogue(1);
-    TIME("matmul fwd fc, bias epilogue", f, 20, dv->matmul_forward(y, x, w, b, N, C, 4 * C));
+    TIME("matmul fwd fc, bias epilogue", f, 20, dv->matmul_forward(y, x, w, b, N, C, 4 * C, 4 * C));
     zt_cuda_matmul_epilogue(0);
     double fq = 2.0 * N * C * 3 * C;
     TIME("matmul bf16 fwd qkv (N,768)->(N,2304)", fq, 20,
-         dv->matmul_bf16_forward(y, (uint16_t *)x, (uint16_t *)w, b, N, C, 3 * C));
+         dv->matmul_bf16_forward(y, 0, (uint16_t *)x, (uint16_t *)w, b, N, C, 3 * C, 3 * C));
     zt_cuda_matmul_epilogue(1);
     TIME("matmul bf16 fwd qkv, bias epilogue", fq, 20,
-         dv->matmul_bf16_forward(y, (uint16_t *)x, (uint16_t *)w, b, N, C, 3 * C));
+         dv->matmul_bf16_forward(y, 0, (uint16_t *)x, (uint16_t *)w, b, N, C, 3 * C, 3 * C));
     zt_cuda_matmul_epilogue(0);
     double fa = 4.0 * B * NH * ((double)T * T / 2) * (C / NH);
     TIME("attention fwd T=1024", fa, 5, dv->attention_forward(y, lse, qkv, B, T, C, NH));
@@ -72,7 +89,26 @@ int main(void)
     TIME("layernorm bwd (N,768)", 0, 50, dv->layernorm_backward(dx, dw, db, g, x, w, mean, rstd, N, C));
     TIME("gelu fwd (N,3072)", 0, 50, dv->gelu_forward(y, x, (size_t)N * 4 * C));
     TIME("adamw 12.6M params", 0, 10, dv->adamw(x, g, y, dx, (size_t)N * 4 * C, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1));
-    TIME("crossentropy (N/4, V)", 0, 10, dv->crossentropy(loss, logits, logits, tg, N / 4, V, 1.0f));
+    /* the LM head (B=4 of the step's 16): bf16 operands, logits in rows of
+     * V (fp32, the old layout) against rows padded to Vp (bf16, the new) */
+    int Vp = (V + 127) / 128 * 128;
+    float *lg = dalloc((size_t)N * Vp), *wte = dalloc((size_t)Vp * C / 2);
+    double fl = 2.0 * N * C * V;
+    TIME("lm head fwd bf16, f32 rows of V", fl, 5,
+         dv->matmul_bf16_forward(lg, 0, (uint16_t *)x, (uint16_t *)wte, NULL, N, C, V, V));
+    TIME("lm head fwd bf16, bf16 rows of Vp", fl, 5,
+         dv->matmul_bf16_forward(lg, 1, (uint16_t *)x, (uint16_t *)wte, NULL, N, C, V, Vp));
+    TIME("lm head bwd bf16, dout rows of V", 2 * fl, 5,
+         dv->matmul_bf16_backward(dx, dw, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, V));
+    TIME("lm head bwd bf16, dout rows of Vp", 2 * fl, 5,
+         dv->matmul_bf16_backward(dx, dw, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
+    /* the classifier: the row read twice, dlogits written once */
+    TIMEB("classifier f32 (N, V rows of Vp)", 3.0 * N * Vp * 4, 5,
+          dv->crossentropy(loss, lg, lg, tg, N, V, Vp, 0, 1.0f));
+    dv->fill(lg, 0.0f, (size_t)N * Vp / 2);     /* bf16 zeros: finite logits */
+    TIMEB("classifier bf16 (N, V rows of Vp)", 3.0 * N * Vp * 2, 5,
+          dv->crossentropy(loss, lg, lg, tg, N, V, Vp, 1, 1.0f));
+    (void)logits;
     int rc = dv->sync();
     printf("sync: %s\n", rc == ZT_OK ? "ok" : zt_last_error());
     return rc != ZT_OK;

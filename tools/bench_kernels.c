@@ -151,7 +151,7 @@ static void ab_table(void) {
     /* A/B: plain = each exp twice; vector = once, kept in dlogits. Into a
      * second buffer, so every rep sees the same logits. */
     float *dl = rnd((size_t)N * V, 1);
-    AB(ms, cms, zk_crossentropy(loss, dl, lg, tg, N, V, 1.0f / N));
+    AB(ms, cms, zk_crossentropy(loss, dl, lg, tg, N, V, V, 1.0f / N));
     ab_row("crossentropy N*V (12 B/elem)", ms, cms, 12.0 * N * V, copy);
     free(dl);
     free(x); free(y); free(w); free(b); free(dy); free(mean); free(rstd); free(dx); free(dw);
@@ -191,7 +191,7 @@ int main(void) {
     float *logits = rnd((size_t)N * V, 5), *losses = rnd(N, 1);
     int32_t *tg = malloc(N * sizeof(int32_t));
     for (int i = 0; i < N; i++) tg[i] = (i * 7919) % V;
-    BEST(ms, 3, zk_crossentropy(losses, logits, logits, tg, N, V, 1.0f / N));
+    BEST(ms, 3, zk_crossentropy(losses, logits, logits, tg, N, V, V, 1.0f / N));
     printf("crossentropy (N=%d, V=%d, in place) %7.2f ms\n", N, V, ms);
 
     size_t np = 124475904;
@@ -223,8 +223,8 @@ int main(void) {
     for (int s = 0; s < 5; s++) {
         int ic = shapes[s][0], oc = shapes[s][1], reps = oc > 10000 ? 2 : 5;
         double fl = 2.0 * N * ic * oc;
-        BEST(ms, reps, zk_matmul_forward(Out, A, Wt, bias, N, ic, oc));
-        BEST(ms2, reps, zk_matmul_backward(dA, dW, dB, Out, A, Wt, N, ic, oc));
+        BEST(ms, reps, zk_matmul_forward(Out, A, Wt, bias, N, ic, oc, oc));
+        BEST(ms2, reps, zk_matmul_backward(dA, dW, dB, Out, A, Wt, N, ic, oc, oc));
         /* OpenBLAS's own threading for this comparison only: ztrain's GEMMs
          * need it at 1 (kernels.h), so put it back before the next shape. */
         openblas_set_num_threads(omp_get_max_threads());

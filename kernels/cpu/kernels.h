@@ -74,9 +74,15 @@ void zk_layernorm_backward(float *dinp, float *dweight, float *dbias,
                            const float *rstd, int N, int C);
 
 /* ---- matmul with bias (OpenBLAS sgemm) ---------------------------------- */
+/* Padded rows: out (forward) and dout (backward) are (N,OC) with rows ldo
+ * apart, ldo >= OC (ldo = OC: contiguous). The LM head's logits use
+ * zk_padded_cols(V), so that a GPU's GEMMs get 16-byte aligned rows; columns
+ * [OC,ldo) are neither read nor written, and the bits do not depend on ldo. */
+#define ZK_COL_PAD 128
+static inline int zk_padded_cols(int n) { return (n + ZK_COL_PAD - 1) / ZK_COL_PAD * ZK_COL_PAD; }
 /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL. */
 void zk_matmul_forward(float *out, const float *inp, const float *weight,
-                       const float *bias, int N, int C, int OC);
+                       const float *bias, int N, int C, int OC, int ldo);
 /* dinp (N,C) = dout @ weight, WRITTEN (skipped when NULL);
  * dweight (OC,C) = dout^T @ inp, WRITTEN (sgemm beta = 0; skipped when NULL);
  * dbias (OC) = column sums of dout, WRITTEN (skipped when NULL).
@@ -84,7 +90,7 @@ void zk_matmul_forward(float *out, const float *inp, const float *weight,
  * same bits as one call with all three. */
 void zk_matmul_backward(float *dinp, float *dweight, float *dbias,
                         const float *dout, const float *inp,
-                        const float *weight, int N, int C, int OC);
+                        const float *weight, int N, int C, int OC, int ldo);
 /* The fp32 GEMMs above cut their output into fixed blocks, each one
  * single-threaded sgemm call, spread over OpenMP (matmul.c says why). The
  * plan depends on the shape and the sgemm core (OpenBLAS's corename), never
@@ -119,9 +125,13 @@ void zk_gemm_blocked(int transA, int transB, int M, int N, int K,
  * DAZ/FTZ, the first operand's NaN first. On each path the bits are the
  * same on any thread count and any blocking. The layouts are zk_matmul_*'s.
  * out (N,OC) fp32 = inp (N,C) bf16 @ weight (OC,C)^T bf16 + bias (OC) fp32;
- * bias may be NULL. */
+ * bias may be NULL. Rows ldo apart as zk_matmul_*. */
 void zk_matmul_bf16_forward(float *out, const uint16_t *inp, const uint16_t *weight,
-                            const float *bias, int N, int C, int OC);
+                            const float *bias, int N, int C, int OC, int ldo);
+/* The same with a bf16 out: each element the fp32 forward's (bias added),
+ * rounded once to nearest even (zk_cast_f32_bf16's bits). */
+void zk_matmul_bf16_forward_b16(uint16_t *out, const uint16_t *inp, const uint16_t *weight,
+                                const float *bias, int N, int C, int OC, int ldo);
 /* dinp (N,C) fp32 = dout (N,OC) bf16 @ weight (OC,C) bf16, WRITTEN (skipped
  * when NULL); dweight (OC,C) fp32 = dout^T @ inp (N,C) bf16, WRITTEN (k runs
  * over the N rows; skipped when NULL); dbias (OC) fp32 = column sums of
@@ -130,7 +140,7 @@ void zk_matmul_bf16_forward(float *out, const uint16_t *inp, const uint16_t *wei
  * bits. */
 void zk_matmul_bf16_backward(float *dinp, float *dweight, float *dbias,
                              const uint16_t *dout, const uint16_t *inp,
-                             const uint16_t *weight, int N, int C, int OC);
+                             const uint16_t *weight, int N, int C, int OC, int ldo);
 /* Which path the bf16 GEMMs take. mode -1 asks, deciding on first use:
  * AMX where usable, else AVX512_BF16 where the CPU has it, else portable;
  * the environment variable ZTRAIN_BF16_GEMM = amx | avx512_bf16 | portable
@@ -187,12 +197,19 @@ void zk_gelu_forward(float *out, const float *inp, size_t n);
 void zk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 
 /* ---- softmax cross-entropy, fused with its backward -------------------- */
-/* logits (N,V); targets (N) int32 in [0,V). losses (N) WRITTEN with
- * -log softmax(logits)[target]. If dlogits is not NULL it is WRITTEN with
- * (softmax - onehot(target)) * dscale; dlogits may alias logits.
+/* logits (N,V) in rows ld apart (ld >= V: the LM head pads GPT-2's 50257 to
+ * 50304, zk_padded_cols); targets (N) int32 in [0,V). losses (N) WRITTEN
+ * with -log softmax(logits)[target]. If dlogits is not NULL it is WRITTEN
+ * with (softmax - onehot(target)) * dscale in columns [0,V) and 0 in
+ * [V,ld); dlogits may alias logits. Columns [V,ld) of logits are not read.
  * Returns the number of targets outside [0,V) (loss and dlogits row 0). */
 int zk_crossentropy(float *losses, float *dlogits, const float *logits,
-                    const int32_t *targets, int N, int V, float dscale);
+                    const int32_t *targets, int N, int V, int ld, float dscale);
+/* bf16 logits and dlogits (losses fp32): zk_crossentropy's arithmetic on
+ * the widened row, dlogits rounded once to bf16 -- the bits of
+ * zk_crossentropy on the fp32 image, then zk_cast_f32_bf16. */
+int zk_crossentropy_bf16(float *losses, uint16_t *dlogits, const uint16_t *logits,
+                         const int32_t *targets, int N, int V, int ld, float dscale);
 
 /* ---- AdamW (decoupled weight decay), PyTorch's formula ------------------ */
 /* g = grad * grad_scale (clip coefficient);

@@ -143,27 +143,29 @@ static void gemm_fixed_blocks(int transA, int transB, int M, int N, int K,
     gemm_blocks(transA, transB, M, N, K, A, lda, B, ldb, C, ldc, NULL, zk_gemm_plan(M, N, K));
 }
 
-/* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL.
- * The bias is added to each block right after its sgemm (gemm_blocks),
- * one rounding on the finished dot. */
+/* out (N,OC), rows ldo apart, = inp (N,C) @ weight (OC,C)^T + bias (OC);
+ * bias may be NULL. The bias is added to each block right after its sgemm
+ * (gemm_blocks), one rounding on the finished dot. ldo only places rows:
+ * sgemm packs and sums the same, so the bits do not depend on it. */
 void zk_matmul_forward(float *out, const float *inp, const float *weight,
-                       const float *bias, int N, int C, int OC) {
-    gemm_blocks(0, 1, N, OC, C, inp, C, weight, C, out, OC, bias, zk_gemm_plan(N, OC, C));
+                       const float *bias, int N, int C, int OC, int ldo) {
+    gemm_blocks(0, 1, N, OC, C, inp, C, weight, C, out, ldo, bias, zk_gemm_plan(N, OC, C));
 }
 
 /* dinp (N,C) = dout @ weight WRITTEN (if not NULL); dweight (OC,C) =
- * dout^T @ inp WRITTEN (if not NULL); dbias (OC) = column sums of dout
+ * dout^T @ inp WRITTEN (if not NULL), dout's rows ldo apart; dbias (OC) =
+ * column sums of dout
  * WRITTEN (if not NULL), each column summed over the rows in order, in
  * double. The three outputs are independent computations over the same
  * fixed blocks, so each has the same bits whether computed in one call or in
  * separate calls (split backward: dinp first, the weights later). */
 void zk_matmul_backward(float *dinp, float *dweight, float *dbias,
                         const float *dout, const float *inp,
-                        const float *weight, int N, int C, int OC) {
+                        const float *weight, int N, int C, int OC, int ldo) {
     if (dinp != NULL)
-        gemm_fixed_blocks(0, 0, N, C, OC, dout, OC, weight, C, dinp, C);
+        gemm_fixed_blocks(0, 0, N, C, OC, dout, ldo, weight, C, dinp, C);
     if (dweight != NULL)
-        gemm_fixed_blocks(1, 0, OC, C, N, dout, OC, inp, C, dweight, C);
+        gemm_fixed_blocks(1, 0, OC, C, N, dout, ldo, inp, C, dweight, C);
     if (dbias == NULL) return;
     int nchunk = (OC + MM_COL_CHUNK - 1) / MM_COL_CHUNK;
     #pragma omp parallel for schedule(static) if ((long)N * OC >= 65536)
@@ -171,7 +173,7 @@ void zk_matmul_backward(float *dinp, float *dweight, float *dbias,
         int j0 = k * MM_COL_CHUNK, w = OC - j0 < MM_COL_CHUNK ? OC - j0 : MM_COL_CHUNK;
         double acc[MM_COL_CHUNK] = {0};
         for (int n = 0; n < N; n++) {
-            const float *restrict d = dout + (size_t)n * OC + j0;
+            const float *restrict d = dout + (size_t)n * ldo + j0;
             for (int j = 0; j < w; j++) acc[j] += (double)d[j];
         }
         for (int j = 0; j < w; j++) dbias[j0 + j] = (float)acc[j];

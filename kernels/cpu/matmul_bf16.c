@@ -331,22 +331,72 @@ static void gemm_bf16(float *C, long ldc, bf_view A, bf_view Bt, const float *bi
 }
 
 void zk_matmul_bf16_forward(float *out, const uint16_t *inp, const uint16_t *weight,
-                            const float *bias, int N, int C, int OC) {
+                            const float *bias, int N, int C, int OC, int ldo) {
     bf_view A = {inp, C, 1};        /* (N, C)                      */
     bf_view Bt = {weight, C, 1};    /* B^T = weight (OC, C)        */
-    gemm_bf16(out, OC, A, Bt, bias, N, OC, C);
+    gemm_bf16(out, ldo, A, Bt, bias, N, OC, C);
+}
+
+/* bf16 output: C tiles of BF_OMC x BF_NR in fp32 on the stack, each the
+ * fp32 kernel's chains (the K blocks in order: the same bits), then rounded
+ * to bf16 once. A is packed again for each column sliver (~1/32 of the
+ * micro-kernel's loads): the price of a tile that fits the stack. */
+#define BF_OMC 96
+static void gemm_bf16_out16(uint16_t *Cb, long ldc, bf_view A, bf_view Bt, const float *bias,
+                            int M, int N, int K) {
+    int path = zk_bf16_simd(-1);
+    ukr_fn ukr = path ? ukr_avx512 : ukr_portable;
+    int mt = (M + BF_OMC - 1) / BF_OMC, nt = (N + BF_NR - 1) / BF_NR;
+    #pragma omp parallel for schedule(dynamic, 8) if (mt * nt > 1 && (long)M * N * K >= 1L << 20)
+    for (int t = 0; t < mt * nt; t++) {
+        uint32_t pa[BF_MR * BF_KC / 2], pb[BF_KC / 2 * BF_NR];    /* 3 + 8 KiB */
+        float ct[BF_OMC * BF_NR];                                  /* 12 KiB */
+        int m0 = (t % mt) * BF_OMC, n0 = (t / mt) * BF_NR;
+        int mc = M - m0 < BF_OMC ? M - m0 : BF_OMC, nr = N - n0 < BF_NR ? N - n0 : BF_NR;
+        if (K == 0) {
+            for (int i = 0; i < mc * BF_NR; i++) ct[i] = 0.0f;
+            if (bias)
+                for (int i = 0; i < mc; i++)
+                    for (int j = 0; j < nr; j++) ct[i * BF_NR + j] = bf_add_bias(0.0f, bias[n0 + j]);
+        } else if (path == 2) {     /* AMX: its own chains, the same bits in any tile */
+            bf_view a = {A.p + (long)m0 * A.rs, A.rs, A.ks}, b = {Bt.p + (long)n0 * Bt.rs, Bt.rs, Bt.ks};
+            zk_amx_gemm(ct, BF_NR, a.p, a.rs, a.ks, b.p, b.rs, b.ks, bias ? bias + n0 : NULL,
+                        mc, nr, K);
+        } else {
+            for (int k0 = 0; k0 < K; k0 += BF_KC) {
+                int kl = K - k0 < BF_KC ? K - k0 : BF_KC, np = (kl + 1) / 2;
+                int first = k0 == 0, last = k0 + kl == K;
+                pack(pb, Bt, n0, nr, BF_NR, k0, kl, K);
+                for (int i = 0; i < mc; i += BF_MR) {
+                    int mr = mc - i < BF_MR ? mc - i : BF_MR;
+                    pack(pa, A, m0 + i, mr, BF_MR, k0, kl, K);
+                    ukr(np, pa, pb, ct + (long)i * BF_NR, BF_NR, mr, nr, first,
+                        last && bias ? bias + n0 : NULL);
+                }
+            }
+        }
+        for (int i = 0; i < mc; i++)
+            zk_cast_f32_bf16(Cb + (long)(m0 + i) * ldc + n0, ct + (long)i * BF_NR, (size_t)nr);
+    }
+}
+
+void zk_matmul_bf16_forward_b16(uint16_t *out, const uint16_t *inp, const uint16_t *weight,
+                                const float *bias, int N, int C, int OC, int ldo) {
+    bf_view A = {inp, C, 1};
+    bf_view Bt = {weight, C, 1};
+    gemm_bf16_out16(out, ldo, A, Bt, bias, N, OC, C);
 }
 
 void zk_matmul_bf16_backward(float *dinp, float *dweight, float *dbias,
                              const uint16_t *dout, const uint16_t *inp,
-                             const uint16_t *weight, int N, int C, int OC) {
+                             const uint16_t *weight, int N, int C, int OC, int ldo) {
     if (dinp != NULL) {             /* (N,C) = dout (N,OC) @ weight (OC,C) */
-        bf_view A = {dout, OC, 1};
+        bf_view A = {dout, ldo, 1};
         bf_view Bt = {weight, 1, C};    /* B^T (C, OC): element (c, o) = weight[o][c] */
         gemm_bf16(dinp, C, A, Bt, NULL, N, C, OC);
     }
     if (dweight != NULL) {          /* (OC,C) = dout^T (OC,N) @ inp (N,C) */
-        bf_view A = {dout, 1, OC};      /* element (o, n) = dout[n][o] */
+        bf_view A = {dout, 1, ldo};     /* element (o, n) = dout[n][o] */
         bf_view Bt = {inp, 1, C};       /* element (c, n) = inp[n][c]  */
         gemm_bf16(dweight, C, A, Bt, NULL, OC, C, N);
     }
@@ -357,7 +407,7 @@ void zk_matmul_bf16_backward(float *dinp, float *dweight, float *dbias,
         int j0 = k * BF_COL_CHUNK, w = OC - j0 < BF_COL_CHUNK ? OC - j0 : BF_COL_CHUNK;
         double acc[BF_COL_CHUNK] = {0};
         for (int n = 0; n < N; n++) {
-            const uint16_t *restrict d = dout + (size_t)n * OC + j0;
+            const uint16_t *restrict d = dout + (size_t)n * ldo + j0;
             for (int j = 0; j < w; j++) acc[j] += (double)u2f((uint32_t)d[j] << 16);
         }
         for (int j = 0; j < w; j++) dbias[j0 + j] = (float)acc[j];

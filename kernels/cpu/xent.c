@@ -33,6 +33,13 @@ static float row_max(const float *restrict x, int V) {
     return m;
 }
 
+/* max(acc, x[0], x[XE_LANES], x[2 XE_LANES], ...) over x[0 .. n): one lane
+ * of row_max, for the bf16 twin's chunks (max is exact: any order gives it) */
+static float row_max_from(float acc, const float *x, int n) {
+    for (int i = 0; i < n; i += XE_LANES) acc = x[i] > acc ? x[i] : acc;
+    return acc;
+}
+
 /* sum of exp(x - mx) in double lanes (V terms: float would lose ~1e-4) */
 static double row_sumexp(const float *restrict x, float mx, int V) {
     double acc[XE_LANES] = {0};
@@ -69,25 +76,28 @@ static double row_sumexp_store(float *e, const float *x, float mx, int V) {
 /* losses (N) WRITTEN = logsumexp(logits[n]) - logits[n, target];
  * dlogits (N,V) WRITTEN (if not NULL) = (softmax - onehot) * dscale, and
  * may alias logits (each element is read before it is overwritten).
+ * Rows are ld apart (ld >= V: GPT-2's 50257 logits in rows of 50304);
+ * dlogits' columns [V, ld) are WRITTEN as 0, never read.
  * A target outside [0,V) is not read: its loss and dlogits row are 0.
  * Returns how many there were. */
 int zk_crossentropy(float *losses, float *dlogits, const float *logits,
-                    const int32_t *targets, int N, int V, float dscale) {
+                    const int32_t *targets, int N, int V, int ld, float dscale) {
     int bad = 0;
     const int plain = zk_scalar_forced();   /* the two-exp path, for tests and benches */
     #pragma omp parallel for schedule(static) reduction(+:bad) if ((long)N * V >= 65536)
     for (int n = 0; n < N; n++) {
-        const float *x = logits + (size_t)n * V;        // (V)
+        const float *x = logits + (size_t)n * ld;       // (V)
+        float *d = dlogits == NULL ? NULL : dlogits + (size_t)n * ld;   // (V), may be x
+        if (d != NULL && ld > V) memset(d + V, 0, (size_t)(ld - V) * sizeof(float));
         int tgt = targets[n];
         if (tgt < 0 || tgt >= V) {
             bad++;
             losses[n] = 0.0f;
-            if (dlogits != NULL) memset(dlogits + (size_t)n * V, 0, (size_t)V * sizeof(float));
+            if (d != NULL) memset(d, 0, (size_t)V * sizeof(float));
             continue;
         }
         float xt = x[tgt];
         float mx = row_max(x, V);
-        float *d = dlogits == NULL ? NULL : dlogits + (size_t)n * V;   // (V), may be x
         if (d != NULL && !plain) {
             /* each exp once: kept in d between the sum and the scaling (the
              * same floats the plain path computes twice, so the same bits) */
@@ -106,6 +116,67 @@ int zk_crossentropy(float *losses, float *dlogits, const float *logits,
         #pragma omp simd
         for (int i = 0; i < V; i++) d[i] = exp_nonpos(x[i] - mx) / fsum * dscale;
         d[tgt] = (exp_nonpos(xt - mx) / fsum - 1.0f) * dscale;
+    }
+    return bad;
+}
+
+/* The bf16 twin: each row read as fp32 (exact), the fp32 kernel's
+ * arithmetic on it (max, the double lanes of exp, the same quotients), and
+ * dlogits rounded once to bf16 (nearest even): dlogits and losses have the
+ * bits zk_crossentropy gives on the widened row, dlogits then cast. The row
+ * goes through a float chunk on the stack (XE_CHUNK, a multiple of the
+ * lanes: each lane sums the same elements in the same order). */
+static void widen(float *restrict f, const uint16_t *restrict b, int n) {
+    for (int i = 0; i < n; i++) { uint32_t u = (uint32_t)b[i] << 16; memcpy(f + i, &u, 4); }
+}
+
+int zk_crossentropy_bf16(float *losses, uint16_t *dlogits, const uint16_t *logits,
+                         const int32_t *targets, int N, int V, int ld, float dscale) {
+    int bad = 0;
+    #pragma omp parallel for schedule(static) reduction(+:bad) if ((long)N * V >= 65536)
+    for (int n = 0; n < N; n++) {
+        float f[XE_CHUNK];
+        const uint16_t *x = logits + (size_t)n * ld;          // (V)
+        uint16_t *d = dlogits == NULL ? NULL : dlogits + (size_t)n * ld;   // may be x
+        if (d != NULL && ld > V) memset(d + V, 0, (size_t)(ld - V) * sizeof(uint16_t));
+        int tgt = targets[n];
+        if (tgt < 0 || tgt >= V) {
+            bad++;
+            losses[n] = 0.0f;
+            if (d != NULL) memset(d, 0, (size_t)V * sizeof(uint16_t));
+            continue;
+        }
+        float xt;
+        widen(&xt, x + tgt, 1);
+        float lanes[XE_LANES];
+        for (int k = 0; k < XE_LANES; k++) lanes[k] = -INFINITY;
+        for (int c0 = 0; c0 < V; c0 += XE_CHUNK) {
+            int c = V - c0 < XE_CHUNK ? V - c0 : XE_CHUNK;
+            widen(f, x + c0, c);
+            for (int k = 0; k < XE_LANES; k++) lanes[k] = row_max_from(lanes[k], f + k, c - k);
+        }
+        float mx = lanes[0];
+        for (int k = 1; k < XE_LANES; k++) mx = lanes[k] > mx ? lanes[k] : mx;
+        double acc[XE_LANES] = {0};
+        for (int c0 = 0; c0 < V; c0 += XE_CHUNK) {
+            int c = V - c0 < XE_CHUNK ? V - c0 : XE_CHUNK;
+            widen(f, x + c0, c);
+            for (int i = 0; i < c; i++) acc[i % XE_LANES] += (double)exp_nonpos(f[i] - mx);
+        }
+        double sum = 0.0;
+        for (int k = 0; k < XE_LANES; k++) sum += acc[k];
+        losses[n] = (float)((double)mx + log(sum) - (double)xt);
+        if (d == NULL) continue;
+        float fsum = (float)sum;
+        for (int c0 = 0; c0 < V; c0 += XE_CHUNK) {
+            int c = V - c0 < XE_CHUNK ? V - c0 : XE_CHUNK;
+            widen(f, x + c0, c);
+            #pragma omp simd
+            for (int i = 0; i < c; i++) f[i] = exp_nonpos(f[i] - mx) / fsum * dscale;
+            zk_cast_f32_bf16(d + c0, f, (size_t)c);
+        }
+        float ft = (exp_nonpos(xt - mx) / fsum - 1.0f) * dscale;
+        zk_cast_f32_bf16(d + tgt, &ft, 1);
     }
     return bad;
 }

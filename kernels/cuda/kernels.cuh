@@ -65,9 +65,20 @@ int zkc_encoder_forward(cudaStream_t s, float *out, const int32_t *tok, const fl
 int zkc_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float *dout,
                          const int32_t *tok, int B, int T, int C, int V, int *dbad);
 
-/* ---- xent.cu: sum of exp in double, as the CPU ---- */
+/* ---- xent.cu: the fused classifier. logits (N,V) in rows ld apart (ld >=
+ * V: the LM head's padded rows), fp32 or bf16; losses (N) fp32 WRITTEN;
+ * dlogits (N,ld) WRITTEN when not NULL (may alias logits): columns [0,V) =
+ * (softmax - onehot) * dscale, [V,ld) = 0. One block per row, online
+ * softmax: one read pass keeps a running (max, sum) per thread over a fixed
+ * partition of the row, merged in a fixed order (deterministic, the same
+ * bits on any GPU); a second pass writes dlogits (rounded once for bf16).
+ * fp32 sums: not the CPU's bits (its double lanes), within ~1e-6. A target
+ * outside [0,V): loss 0, dlogits row 0, *dbad += 1. ---- */
 int zkc_crossentropy(cudaStream_t s, float *losses, float *dlogits, const float *logits,
-                     const int32_t *targets, int N, int V, float dscale, int *dbad);
+                     const int32_t *targets, int N, int V, int ld, float dscale, int *dbad);
+int zkc_crossentropy_bf16(cudaStream_t s, float *losses, uint16_t *dlogits,
+                          const uint16_t *logits, const int32_t *targets, int N, int V,
+                          int ld, float dscale, int *dbad);
 
 /* ---- adamw.cu: the CPU's coefficients (computed on the host the same way)
  * and the same per-operation rounding (no FMA contraction): the same bits
@@ -86,17 +97,19 @@ int zkc_sum_blocks(cudaStream_t s, double *partials, const float *x, size_t n);
  * as a kernel; layouts of zk_matmul_*. Returns a cublasStatus_t (nonzero)
  * from cuBLAS, or cudaError_t + 1000 from a launch. ---- */
 int zkc_matmul_forward(cublasHandle_t h, cudaStream_t s, float *out, const float *inp,
-                       const float *w, const float *b, int N, int C, int OC);
+                       const float *w, const float *b, int N, int C, int OC, int ldo);
 int zkc_matmul_backward(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw, float *db,
                         const float *dout, const float *inp, const float *w,
-                        int N, int C, int OC);
-/* bf16 operands, fp32 outputs, fp32 accumulation (cublasGemmEx,
- * CUBLAS_COMPUTE_32F): not zk_matmul_bf16's bits (cuBLAS's k order). */
-int zkc_matmul_bf16_forward(cublasHandle_t h, cudaStream_t s, float *out, const uint16_t *inp,
-                            const uint16_t *w, const float *b, int N, int C, int OC);
+                        int N, int C, int OC, int ldo);
+/* bf16 operands, fp32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F), out
+ * fp32 or (out_bf16) bf16: not zk_matmul_bf16's bits (cuBLAS's k order).
+ * ldo: out's (dout's) row stride in elements, >= OC (kernels.h). */
+int zkc_matmul_bf16_forward(cublasHandle_t h, cudaStream_t s, void *out, int out_bf16,
+                            const uint16_t *inp, const uint16_t *w, const float *b,
+                            int N, int C, int OC, int ldo);
 int zkc_matmul_bf16_backward(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw,
                              float *db, const uint16_t *dout, const uint16_t *inp,
-                             const uint16_t *w, int N, int C, int OC);
+                             const uint16_t *w, int N, int C, int OC, int ldo);
 /* The forward's bias through cuBLASLt's epilogue (1) or a kernel after the
  * GEMM (0, the default); -1 only asks. Returns the setting in force.
  * Shapes cuBLASLt has no algorithm for keep the kernel. */

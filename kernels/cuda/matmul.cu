@@ -4,27 +4,39 @@
  * and likewise for the two backward products (llm.c's calls). fp32 compute
  * throughout; the bias is a kernel after the GEMM (one fp32 add, as the
  * CPU) or, with zkc_matmul_epilogue(1), cuBLASLt's bias epilogue; dbias a
- * column sum in double, rows in order. */
+ * column sum in double, rows in order. out and dout may have padded rows
+ * (ldo >= OC, the LM head's logits): cuBLAS takes aligned kernels when the
+ * row stride is a multiple of 16 bytes, which V = 50257 is not. */
 #include <stdint.h>
 #include <string.h>
 #include <cuda_bf16.h>
 #include <cublasLt.h>
 #include "common.cuh"
 
-/* out[n,oc] += b[oc] */
-__global__ static void k_bias(float *out, const float *b, size_t N, int OC)
+/* out[n,oc] += b[oc], rows ld apart */
+__global__ static void k_bias(float *out, const float *b, size_t N, int OC, int ld)
 {
-    ZKC_FOR(i, N * (size_t)OC) out[i] += b[i % OC];
+    ZKC_FOR(i, N * (size_t)OC) out[i / OC * ld + i % OC] += b[i % OC];
 }
 
-/* db[oc] = sum over rows of dout[n,oc], in double, rows in order */
+/* the same on a bf16 out: the product was rounded to bf16 by the GEMM, so
+ * this rounds twice (the CPU adds to the fp32 sum, then rounds once) */
+__global__ static void k_bias_b16(__nv_bfloat16 *out, const float *b, size_t N, int OC, int ld)
+{
+    ZKC_FOR(i, N * (size_t)OC) {
+        __nv_bfloat16 *o = out + i / OC * ld + i % OC;
+        *o = __float2bfloat16_rn(__bfloat162float(*o) + b[i % OC]);
+    }
+}
+
+/* db[oc] = sum over rows of dout[n,oc] (rows ld apart), in double, rows in order */
 template <typename T>
-__global__ static void k_colsum(float *db, const T *dout, int N, int OC)
+__global__ static void k_colsum(float *db, const T *dout, int N, int OC, int ld)
 {
     int oc = blockIdx.x * blockDim.x + threadIdx.x;
     if (oc >= OC) return;
     double s = 0.0;
-    for (int n = 0; n < N; n++) s += (double)(float)dout[(size_t)n * OC + oc];
+    for (int n = 0; n < N; n++) s += (double)(float)dout[(size_t)n * ld + oc];
     db[oc] = (float)s;
 }
 
@@ -33,17 +45,18 @@ __global__ static void k_colsum(float *db, const T *dout, int N, int OC)
 
 static const float one = 1.0f, zero = 0.0f;
 
-/* the one GEMM shape family, for fp32 (CUDA_R_32F) or bf16 (CUDA_R_16BF) A, B */
+/* the one GEMM shape family, for fp32 (CUDA_R_32F) or bf16 (CUDA_R_16BF) A,
+ * B; C fp32, or bf16 (ct) with bf16 A, B */
 static int gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                int k, const void *a, int lda, const void *b, int ldb, float *c, int ldc,
-                cudaDataType_t ab)
+                int k, const void *a, int lda, const void *b, int ldb, void *c, int ldc,
+                cudaDataType_t ab, cudaDataType_t ct = CUDA_R_32F)
 {
     if (ab == CUDA_R_32F) {
         CUBLAS_TRY(cublasSgemm(h, ta, tb, m, n, k, &one, (const float *)a, lda,
-                               (const float *)b, ldb, &zero, c, ldc));
+                               (const float *)b, ldb, &zero, (float *)c, ldc));
     } else {
         CUBLAS_TRY(cublasGemmEx(h, ta, tb, m, n, k, &one, a, ab, lda, b, ab, ldb, &zero,
-                                c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                c, ct, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
     return 0;
 }
@@ -150,23 +163,30 @@ static int lt_fwd(cudaStream_t s, float *out, const void *inp, const void *w, co
     return 0;
 }
 
-static int fwd(cublasHandle_t h, cudaStream_t s, float *out, const void *inp, const void *w,
-               const float *b, int N, int C, int OC, cudaDataType_t ab)
+/* out (N,OC), rows ldo apart, fp32 or (ct = CUDA_R_16BF) bf16 */
+static int fwd(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, const void *w,
+               const float *b, int N, int C, int OC, int ldo, cudaDataType_t ab,
+               cudaDataType_t ct)
 {
     if (N == 0 || OC == 0) return 0;
-    if (lt_on && b && C > 0) {
-        int done, e = lt_fwd(s, out, inp, w, b, N, C, OC, ab, &done);
+    if (lt_on && b && C > 0 && ldo == OC && ct == CUDA_R_32F) {
+        int done, e = lt_fwd(s, (float *)out, inp, w, b, N, C, OC, ab, &done);
         if (e || done) return e;
     }
     CUBLAS_TRY(cublasSetStream(h, s));
+    size_t es = ct == CUDA_R_32F ? 4 : 2;
     if (C == 0) {                 /* an empty sum: cuBLAS may not write C at k = 0 */
-        if (cudaMemsetAsync(out, 0, (size_t)N * OC * sizeof(float), s)) return ZKC_LAUNCH_BASE + (int)cudaGetLastError();
+        if (cudaMemset2DAsync(out, (size_t)ldo * es, 0, (size_t)OC * es, (size_t)N, s))
+            return ZKC_LAUNCH_BASE + (int)cudaGetLastError();
     } else {
-        int e = gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, inp, C, out, OC, ab);
+        int e = gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, inp, C, out, ldo, ab, ct);
         if (e) return e;
     }
-    if (b) {
-        k_bias<<<zkc_grid((size_t)N * OC, 256), 256, 0, s>>>(out, b, (size_t)N, OC);
+    if (b && ct == CUDA_R_32F) {
+        k_bias<<<zkc_grid((size_t)N * OC, 256), 256, 0, s>>>((float *)out, b, (size_t)N, OC, ldo);
+        LAUNCH_TRY();
+    } else if (b) {
+        k_bias_b16<<<zkc_grid((size_t)N * OC, 256), 256, 0, s>>>((__nv_bfloat16 *)out, b, (size_t)N, OC, ldo);
         LAUNCH_TRY();
     }
     return 0;
@@ -174,19 +194,20 @@ static int fwd(cublasHandle_t h, cudaStream_t s, float *out, const void *inp, co
 
 template <typename T>
 static int bwd(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw, float *db,
-               const T *dout, const T *inp, const T *w, int N, int C, int OC, cudaDataType_t ab)
+               const T *dout, const T *inp, const T *w, int N, int C, int OC, int ldo,
+               cudaDataType_t ab)
 {
     CUBLAS_TRY(cublasSetStream(h, s));
     if (dinp && N > 0 && C > 0) {          /* dinp (N,C) = dout (N,OC) @ w (OC,C) */
         if (OC == 0) { if (cudaMemsetAsync(dinp, 0, (size_t)N * C * 4, s)) return ZKC_LAUNCH_BASE + (int)cudaGetLastError(); }
-        else { int e = gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, C, dout, OC, dinp, C, ab); if (e) return e; }
+        else { int e = gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, C, dout, ldo, dinp, C, ab); if (e) return e; }
     }
     if (dw && OC > 0 && C > 0) {           /* dw (OC,C) = dout^T @ inp, k over the N rows */
         if (N == 0) { if (cudaMemsetAsync(dw, 0, (size_t)OC * C * 4, s)) return ZKC_LAUNCH_BASE + (int)cudaGetLastError(); }
-        else { int e = gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, dw, C, ab); if (e) return e; }
+        else { int e = gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, ldo, dw, C, ab); if (e) return e; }
     }
     if (db && OC) {
-        k_colsum<T><<<(OC + 127) / 128, 128, 0, s>>>(db, dout, N, OC);
+        k_colsum<T><<<(OC + 127) / 128, 128, 0, s>>>(db, dout, N, OC, ldo);
         LAUNCH_TRY();
     }
     return 0;
@@ -194,30 +215,32 @@ static int bwd(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw, float *
 
 extern "C" {
 int zkc_matmul_forward(cublasHandle_t h, cudaStream_t s, float *out, const float *inp,
-                       const float *w, const float *b, int N, int C, int OC)
+                       const float *w, const float *b, int N, int C, int OC, int ldo)
 {
-    return fwd(h, s, out, inp, w, b, N, C, OC, CUDA_R_32F);
+    return fwd(h, s, out, inp, w, b, N, C, OC, ldo, CUDA_R_32F, CUDA_R_32F);
 }
 
 int zkc_matmul_backward(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw, float *db,
                         const float *dout, const float *inp, const float *w,
-                        int N, int C, int OC)
+                        int N, int C, int OC, int ldo)
 {
-    return bwd<float>(h, s, dinp, dw, db, dout, inp, w, N, C, OC, CUDA_R_32F);
+    return bwd<float>(h, s, dinp, dw, db, dout, inp, w, N, C, OC, ldo, CUDA_R_32F);
 }
 
-int zkc_matmul_bf16_forward(cublasHandle_t h, cudaStream_t s, float *out, const uint16_t *inp,
-                            const uint16_t *w, const float *b, int N, int C, int OC)
+int zkc_matmul_bf16_forward(cublasHandle_t h, cudaStream_t s, void *out, int out_bf16,
+                            const uint16_t *inp, const uint16_t *w, const float *b,
+                            int N, int C, int OC, int ldo)
 {
-    return fwd(h, s, out, inp, w, b, N, C, OC, CUDA_R_16BF);
+    return fwd(h, s, out, inp, w, b, N, C, OC, ldo, CUDA_R_16BF,
+               out_bf16 ? CUDA_R_16BF : CUDA_R_32F);
 }
 
 int zkc_matmul_bf16_backward(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw,
                              float *db, const uint16_t *dout, const uint16_t *inp,
-                             const uint16_t *w, int N, int C, int OC)
+                             const uint16_t *w, int N, int C, int OC, int ldo)
 {
     return bwd<__nv_bfloat16>(h, s, dinp, dw, db, (const __nv_bfloat16 *)dout,
                               (const __nv_bfloat16 *)inp, (const __nv_bfloat16 *)w, N, C, OC,
-                              CUDA_R_16BF);
+                              ldo, CUDA_R_16BF);
 }
 }

@@ -65,9 +65,14 @@ function M.gelu_forward(out, inp) check(C.zt_gelu_forward(c(out), c(inp)), "gelu
 function M.gelu_backward(dinp, inp, dout)
   check(C.zt_gelu_backward(c(dinp), c(inp), c(dout)), "gelu_backward")
 end
-function M.crossentropy(losses, dlogits, logits, targets, dscale)
-  check(C.zt_crossentropy(c(losses), c(dlogits), c(logits), c(targets), dscale), "crossentropy")
+-- logits (N,V) or, with V given, rows padded to padded_cols(V) (the LM
+-- head's); f32 or bf16, dlogits the same (nil, or logits itself).
+function M.crossentropy(losses, dlogits, logits, targets, dscale, V)
+  check(C.zt_crossentropy(c(losses), c(dlogits), c(logits), c(targets), dscale, V or 0),
+        "crossentropy")
 end
+-- n rounded up to the row padding of logits (128): 50257 -> 50304
+function M.padded_cols(n) return tonumber(C.zt_padded_cols(n)) end
 function M.adamw(p, g, m, v, lr, b1, b2, eps, wd, gscale, step)
   check(C.zt_adamw(c(p), c(g), c(m), c(v), lr, b1, b2, eps, wd, gscale, step), "adamw")
 end

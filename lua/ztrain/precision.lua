@@ -220,8 +220,10 @@ function MMB:forward_(out, inp, w, b)
 end
 
 function MMB:backward_(dinp, dw, db, dout, inp, w)
-  -- w is read only for dinp (without it, w only gives the shape)
-  ops.matmul_bf16_backward(dinp, dw, db, self:buf(dout, true), self:buf(inp, dw ~= nil), self:weight(w, dinp ~= nil))
+  -- w is read only for dinp (without it, w only gives the shape); a bf16
+  -- dout (the head's dlogits) is read as it is
+  local d16 = dout:dtype() == "bf16" and dout or self:buf(dout, true)
+  ops.matmul_bf16_backward(dinp, dw, db, d16, self:buf(inp, dw ~= nil), self:weight(w, dinp ~= nil))
 end
 
 -- the interface gpt2.lua calls: mm.forward(...), mm.backward(...)

@@ -343,6 +343,7 @@ function build_strategy(self, r, b)
     local path = require("ffi").string(C.zt_matmul_bf16_info())
     if r.precision == "bf16" and (bg == "on" or (bg == "auto" and path:match("AMX"))) then
       self.ctx.mm = precision.bf16_matmuls(self.model.tier, prec)
+      self.model.logits_dtype = "bf16"   -- the head's GEMM writes them, the loss reads them
       self.gemm = "bf16 (" .. path .. ")"
     end
     if r.precision == "fp16" then
@@ -439,8 +440,10 @@ function Trainer:activation_report()
   local with, without, n = 0, 0, 0
   for i, st in ipairs(self.stages) do
     if self.pools and self.pools[i] then
-      with = with + Acts.set_bytes(self.cfg, B, Tlen, st.units, self.ckpt_units, self.recipe.train.checkpoint_host)
-      without = without + Acts.set_bytes(self.cfg, B, Tlen, st.units, {})
+      local l16 = self.model.logits_dtype == "bf16"
+      with = with + Acts.set_bytes(self.cfg, B, Tlen, st.units, self.ckpt_units,
+                                   self.recipe.train.checkpoint_host, l16)
+      without = without + Acts.set_bytes(self.cfg, B, Tlen, st.units, {}, nil, l16)
       for _, u in ipairs(st.units) do if self.ckpt_units[u.index] then n = n + 1 end end
     end
   end

@@ -232,10 +232,10 @@ static void t_xent(void)
     for (int i = 0; i < N; i++) tg[i] = (int32_t)(ct_u64() % V);
     tg[7] = V + 3;                                 /* a bad target */
     float *loss = malloc(N * 4), *dl = malloc(nv * 4);
-    int bad_c = zk_crossentropy(loss, dl, lg, tg, N, V, 1.0f / 33);
+    int bad_c = zk_crossentropy(loss, dl, lg, tg, N, V, V, 1.0f / 33);
     float *dlg = up(lg, nv * 4), *dloss = up(loss, N * 4);
     int32_t *dtg = up(tg, N * 4);
-    int bad_g = dv->crossentropy(dloss, dlg, dlg, dtg, N, V, 1.0f / 33);   /* dlogits aliases logits */
+    int bad_g = dv->crossentropy(dloss, dlg, dlg, dtg, N, V, V, 0, 1.0f / 33);   /* dlogits aliases logits */
     ct_check(bad_g == bad_c && bad_c == 1, "crossentropy: bad targets counted", "gpu %d cpu %d", bad_g, bad_c);
     if (!synced("crossentropy")) return;
     float *gl = down(dloss, N * 4), *gd = down(dlg, nv * 4);
@@ -244,6 +244,53 @@ static void t_xent(void)
     free(lg); free(tg); free(loss); free(dl); free(gl); free(gd);
     dv->free(dlg); dv->free(dloss); dv->free(dtg);
 }
+
+/* the LM head's layout: rows of V padded to Vp, fp32 and bf16, in place;
+ * against the CPU twins (bf16: within one bf16 ulp), the pad written 0 and
+ * never read (NaN in the logits' pad) */
+static void t_xent_padded(int bf16)
+{
+    char name[128];
+    int N = 17, V = 50257, ld = 50304;
+    size_t nl = (size_t)N * ld;
+    float *lg = ct_rand(nl, -8, 8);
+    for (int n = 0; n < N; n++) for (int j = V; j < ld; j++) lg[(size_t)n * ld + j] = NAN;
+    int32_t *tg = malloc(N * 4);
+    for (int i = 0; i < N; i++) tg[i] = (int32_t)(ct_u64() % V);
+    float *loss = malloc(N * 4), *dl = malloc(nl * 4);
+    uint16_t *h16 = malloc(nl * 2), *d16 = malloc(nl * 2);
+    if (bf16) {
+        zk_cast_f32_bf16(h16, lg, nl);
+        zk_crossentropy_bf16(loss, d16, h16, tg, N, V, ld, 1.0f / N);
+        zk_cast_bf16_f32(dl, d16, nl);
+    } else {
+        zk_crossentropy(loss, dl, lg, tg, N, V, ld, 1.0f / N);
+    }
+    void *dlg = bf16 ? (void *)up(h16, nl * 2) : (void *)up(lg, nl * 4);
+    float *dloss = up(loss, N * 4);
+    int32_t *dtg = up(tg, N * 4);
+    int bad = dv->crossentropy(dloss, dlg, dlg, dtg, N, V, ld, bf16, 1.0f / N);
+    snprintf(name, sizeof name, "crossentropy %s rows of %d padded to %d", bf16 ? "bf16" : "f32", V, ld);
+    ct_check(bad == 0, name, "counted %d bad targets", bad);
+    if (!synced(name)) return;
+    float *gl = down(dloss, N * 4), *gd = malloc(nl * 4);
+    if (bf16) { uint16_t *g16 = down(dlg, nl * 2); zk_cast_bf16_f32(gd, g16, nl); free(g16); }
+    else { float *g32 = down(dlg, nl * 4); memcpy(gd, g32, nl * 4); free(g32); }
+    long pad = 0;
+    for (int n = 0; n < N; n++) for (int j = V; j < ld; j++) pad += gd[(size_t)n * ld + j] != 0.0f;
+    snprintf(name, sizeof name, "crossentropy %s padded: losses", bf16 ? "bf16" : "f32");
+    close_to(name, gl, loss, N, 1e-5, 1e-5);
+    for (int n = 0; n < N; n++) for (int j = V; j < ld; j++) { gd[(size_t)n * ld + j] = 0; dl[(size_t)n * ld + j] = 0; }
+    snprintf(name, sizeof name, "crossentropy %s padded: dlogits (%s)", bf16 ? "bf16" : "f32",
+             bf16 ? "one bf16 ulp" : "1e-5 relative");
+    close_to(name, gd, dl, nl, 1e-9, bf16 ? 1.0 / 128 : 1e-5);
+    snprintf(name, sizeof name, "crossentropy %s padded: the pad written 0", bf16 ? "bf16" : "f32");
+    ct_check(pad == 0, name, "%ld pad elements not 0", pad);
+    free(lg); free(tg); free(loss); free(dl); free(h16); free(d16); free(gl); free(gd);
+    dv->free(dlg); dv->free(dloss); dv->free(dtg);
+}
+
+static void t_xent_padded_both(void) { t_xent_padded(0); t_xent_padded(1); }
 
 static void t_adamw(void)
 {
@@ -366,7 +413,12 @@ static void round_bf16(float *x, size_t n)
     uint16_t *h = malloc(n * 2); zk_cast_f32_bf16(h, x, n); zk_cast_bf16_f32(x, h, n); free(h);
 }
 
-static void t_matmul(int bf16, int N, int C, int OC)
+static void t_matmul_ld(int bf16, int N, int C, int OC, int ld, int out16);
+static void t_matmul(int bf16, int N, int C, int OC) { t_matmul_ld(bf16, N, C, OC, OC, 0); }
+
+/* ld > OC: out (fp32, or bf16 with out16) and dout in rows ld apart, the
+ * LM head's layout; the pad poisoned (NaN in dout), checked untouched in out */
+static void t_matmul_ld(int bf16, int N, int C, int OC, int ld, int out16)
 {
     char name[160];
     const char *k = zt_cuda_matmul_epilogue(-1) == 1
@@ -375,34 +427,55 @@ static void t_matmul(int bf16, int N, int C, int OC)
     float *a = ct_rand((size_t)N * C, -1, 1), *w = ct_rand((size_t)OC * C, -1, 1);
     float *b = ct_rand(OC, -1, 1), *dy = ct_rand((size_t)N * OC, -1, 1);
     if (bf16) { round_bf16(a, (size_t)N * C); round_bf16(w, (size_t)OC * C); round_bf16(dy, (size_t)N * OC); }
+    float *dyp = malloc((size_t)N * ld * 4);      /* dy in rows ld apart, NaN pad */
+    for (size_t i = 0; i < (size_t)N * ld; i++) dyp[i] = NAN;
+    for (int n = 0; n < N; n++) memcpy(dyp + (size_t)n * ld, dy + (size_t)n * OC, (size_t)OC * 4);
     double *ref = malloc(sizeof(double) * ((size_t)N * OC + (size_t)N * C + (size_t)OC * C));
     double *bnd = malloc(sizeof(double) * ((size_t)N * OC + (size_t)N * C + (size_t)OC * C));
     /* device operands: fp32 or their bf16 bits */
     size_t es = bf16 ? 2 : 4;
     void *da, *dw, *ddy;
     if (bf16) {
-        uint16_t *ha = malloc((size_t)N * C * 2), *hw = malloc((size_t)OC * C * 2), *hd = malloc((size_t)N * OC * 2);
+        uint16_t *ha = malloc((size_t)N * C * 2), *hw = malloc((size_t)OC * C * 2), *hd = malloc((size_t)N * ld * 2);
         zk_cast_f32_bf16(ha, a, (size_t)N * C); zk_cast_f32_bf16(hw, w, (size_t)OC * C);
-        zk_cast_f32_bf16(hd, dy, (size_t)N * OC);
-        da = up(ha, (size_t)N * C * es); dw = up(hw, (size_t)OC * C * es); ddy = up(hd, (size_t)N * OC * es);
+        zk_cast_f32_bf16(hd, dyp, (size_t)N * ld);
+        da = up(ha, (size_t)N * C * es); dw = up(hw, (size_t)OC * C * es); ddy = up(hd, (size_t)N * ld * es);
         free(ha); free(hw); free(hd);
     } else {
-        da = up(a, (size_t)N * C * es); dw = up(w, (size_t)OC * C * es); ddy = up(dy, (size_t)N * OC * es);
+        da = up(a, (size_t)N * C * es); dw = up(w, (size_t)OC * C * es); ddy = up(dyp, (size_t)N * ld * es);
     }
-    float *db = up(b, OC * 4), *dout = NULL, *dinp = NULL, *dwt = NULL, *dbias = NULL;
-    dv->alloc((void **)&dout, (size_t)N * OC * 4); dv->alloc((void **)&dinp, (size_t)N * C * 4);
+    size_t oes = out16 ? 2 : 4;
+    float *db = up(b, OC * 4), *dinp = NULL, *dwt = NULL, *dbias = NULL;
+    void *dout = NULL;
+    dv->alloc((void **)&dout, (size_t)N * ld * oes); dv->alloc((void **)&dinp, (size_t)N * C * 4);
     dv->alloc((void **)&dwt, (size_t)OC * C * 4); dv->alloc((void **)&dbias, OC * 4);
-    int rc = bf16 ? dv->matmul_bf16_forward(dout, da, dw, db, N, C, OC)
-                  : dv->matmul_forward(dout, da, dw, db, N, C, OC);
-    int rc2 = bf16 ? dv->matmul_bf16_backward(dinp, dwt, dbias, ddy, da, dw, N, C, OC)
-                   : dv->matmul_backward(dinp, dwt, dbias, ddy, da, dw, N, C, OC);
-    snprintf(name, sizeof name, "%s %dx%dx%d: calls succeed", k, N, C, OC);
+    dv->fill(dout, 7.0f, (size_t)N * ld * oes / 4);
+    int rc = bf16 ? dv->matmul_bf16_forward(dout, out16, da, dw, db, N, C, OC, ld)
+                  : dv->matmul_forward(dout, da, dw, db, N, C, OC, ld);
+    int rc2 = bf16 ? dv->matmul_bf16_backward(dinp, dwt, dbias, ddy, da, dw, N, C, OC, ld)
+                   : dv->matmul_backward(dinp, dwt, dbias, ddy, da, dw, N, C, OC, ld);
+    snprintf(name, sizeof name, "%s %dx%dx%d ld %d%s: calls succeed", k, N, C, OC, ld, out16 ? " bf16 out" : "");
     ct_check(rc == ZT_OK && rc2 == ZT_OK, name, "%d %d: %s", rc, rc2, zt_last_error());
     if (!synced(name)) return;
-    float *g = down(dout, (size_t)N * OC * 4);
+    float *gp = malloc((size_t)N * ld * 4), *g = malloc((size_t)N * OC * 4);
+    unsigned char *raw = down(dout, (size_t)N * ld * oes), *fill = malloc((size_t)N * ld * oes);
+    for (size_t i = 0; i < (size_t)N * ld * oes / 4; i++) memcpy(fill + 4 * i, &(float){7.0f}, 4);
+    if (out16) zk_cast_bf16_f32(gp, (const uint16_t *)raw, (size_t)N * ld);
+    else memcpy(gp, raw, (size_t)N * ld * 4);
+    long pad = 0;
+    for (int n = 0; n < N; n++) {
+        memcpy(g + (size_t)n * OC, gp + (size_t)n * ld, (size_t)OC * 4);
+        size_t o = ((size_t)n * ld + OC) * oes;
+        pad += memcmp(raw + o, fill + o, (size_t)(ld - OC) * oes) != 0;
+    }
+    free(raw); free(fill);
     ref_gemm_nt(ref, bnd, a, w, b, N, C, OC);
-    snprintf(name, sizeof name, "%s forward %dx%dx%d + bias (fp32 dot bound)", k, N, C, OC);
-    check_gemm(name, g, ref, bnd, (size_t)N * OC); free(g);
+    if (out16) for (size_t i = 0; i < (size_t)N * OC; i++) bnd[i] += fabs(ref[i]) * 0x1p-8;
+    snprintf(name, sizeof name, "%s forward %dx%dx%d ld %d%s + bias (fp32 dot bound%s)", k, N, C, OC,
+             ld, out16 ? " bf16 out" : "", out16 ? " + a bf16 rounding" : "");
+    check_gemm(name, g, ref, bnd, (size_t)N * OC); free(g); free(gp);
+    snprintf(name, sizeof name, "%s forward ld %d: the pad untouched", k, ld);
+    ct_check(pad == 0, name, "%ld rows' pad written", pad);
     /* dinp (N,C) = dy (N,OC) . w (OC,C) = dy . (w^T)^T */
     float *wt = transpose(w, OC, C);
     g = down(dinp, (size_t)N * C * 4);
@@ -427,12 +500,16 @@ static void t_matmul(int bf16, int N, int C, int OC)
         free(r);
     }
     free(g); free(ones); free(wt); free(dyt); free(at);
-    free(a); free(w); free(b); free(dy); free(ref); free(bnd);
+    free(a); free(w); free(b); free(dy); free(dyp); free(ref); free(bnd);
     dv->free(da); dv->free(dw); dv->free(ddy); dv->free(db);
     dv->free(dout); dv->free(dinp); dv->free(dwt); dv->free(dbias);
 }
 static void t_matmul_all(void)
 {
+    t_matmul_ld(0, 67, 771, 130, 256, 0);        /* padded rows: the LM head's layout */
+    t_matmul_ld(1, 67, 771, 130, 256, 0);
+    t_matmul_ld(1, 67, 771, 130, 256, 1);        /* bf16 logits */
+    t_matmul_ld(1, 16, 768, 50257, 50304, 1);
     t_matmul(0, 67, 771, 130);
     t_matmul(0, 128, 768, 2304);
     t_matmul(1, 67, 771, 130);
@@ -797,7 +874,7 @@ static void t_blas_on_current_stream(void)
     zt_cuda_set_stream(a);
     dv->fill(w, 1.0f, (size_t)OC * C);
     busy_count(inp, ones, n, BUSY_R);
-    int rc = dv->matmul_forward(out, inp, w, NULL, N, C, OC);
+    int rc = dv->matmul_forward(out, inp, w, NULL, N, C, OC, OC);
     ct_check(rc == ZT_OK, "matmul on stream a", "rc %d: %s", rc, zt_last_error());
     float *h = down(out, (size_t)N * OC * 4);   /* waits for a */
     all_equal("cuBLAS on the current stream: out = C * count", h, (size_t)N * OC,
@@ -823,7 +900,7 @@ static void t_stream_errors(void)
 }
 
 static void (*const tests[])(void) = {
-    t_elementwise, t_casts, t_gelu, t_layernorm, t_encoder, t_xent, t_adamw, t_sums,
+    t_elementwise, t_casts, t_gelu, t_layernorm, t_encoder, t_xent, t_xent_padded_both, t_adamw, t_sums,
     t_sum_ranks, t_randn, t_matmul_all, t_matmul_epilogue, t_attention_all, t_attention_tc_all, t_errors,
     t_copy_then_compute, t_two_streams, t_blas_on_current_stream, t_stream_errors,
 };

@@ -26,6 +26,42 @@ void openblas_set_num_threads(int n) {
 
 #define FD_EPS 1e-5
 
+static uint32_t f2u_(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+
+/* The fp32 GEMMs with padded rows (out, dout ld > OC apart): the
+ * contiguous calls' bits, the pad neither written (forward) nor read
+ * (backward: NaN there). */
+static void test_matmul_padded(int N, int C, int OC) {
+    char name[128];
+    int ld = (OC + 127) / 128 * 128;
+    if (ld == OC) ld += 128;
+    float *x = ct_rand((size_t)N * C, -1, 1), *w = ct_rand((size_t)OC * C, -1, 1);
+    float *b = ct_rand(OC, -1, 1), *R = ct_rand((size_t)N * OC, -1, 1);
+    float *o = ct_alloc((size_t)N * OC * 4), *po = ct_alloc((size_t)N * ld * 4);
+    float *pR = ct_alloc((size_t)N * ld * 4);
+    for (size_t i = 0; i < (size_t)N * ld; i++) { po[i] = 7.0f; pR[i] = NAN; }
+    for (int n = 0; n < N; n++) memcpy(pR + (size_t)n * ld, R + (size_t)n * OC, (size_t)OC * 4);
+    zk_matmul_forward(o, x, w, b, N, C, OC, OC);
+    zk_matmul_forward(po, x, w, b, N, C, OC, ld);
+    long bad = 0, pad = 0;
+    for (int n = 0; n < N; n++) {
+        bad += memcmp(po + (size_t)n * ld, o + (size_t)n * OC, (size_t)OC * 4) != 0;
+        for (int j = OC; j < ld; j++) pad += po[(size_t)n * ld + j] != 7.0f;
+    }
+    float *dx = ct_alloc((size_t)N * C * 4), *dw = ct_alloc((size_t)OC * C * 4), *db = ct_alloc(OC * 4);
+    float *pdx = ct_alloc((size_t)N * C * 4), *pdw = ct_alloc((size_t)OC * C * 4), *pdb = ct_alloc(OC * 4);
+    zk_matmul_backward(dx, dw, db, R, x, w, N, C, OC, OC);
+    zk_matmul_backward(pdx, pdw, pdb, pR, x, w, N, C, OC, ld);
+    int same_b = !memcmp(dx, pdx, (size_t)N * C * 4) && !memcmp(dw, pdw, (size_t)OC * C * 4) &&
+                 !memcmp(db, pdb, OC * 4);
+    snprintf(name, sizeof name, "matmul N=%d C=%d OC=%d rows padded to %d: same bits, pad untouched",
+             N, C, OC, ld);
+    ct_check(bad == 0 && pad == 0 && same_b, name, "%ld rows differ, %ld pad written, backward %s",
+             bad, pad, same_b ? "same" : "differs");
+    free(x); free(w); free(b); free(R); free(o); free(po); free(pR);
+    free(dx); free(dw); free(db); free(pdx); free(pdw); free(pdb);
+}
+
 static float *dup_f(const float *x, size_t n) {
     float *y = ct_alloc(n * 4);
     memcpy(y, x, n * 4);
@@ -341,17 +377,17 @@ static void test_matmul_case(int N, int C, int OC, int fd) {
     float *out = ct_rand(no, 7, 8);
     double *ro = ct_alloc(no * 8);
     double tol = 2e-6 * sqrt((double)C);
-    zk_matmul_forward(out, x, w, b, N, C, OC);
+    zk_matmul_forward(out, x, w, b, N, C, OC, OC);
     mm_ref(ro, xd, xd + nx, xd + nx + nw, N, C, OC);
     snprintf(name, sizeof name, "matmul forward N=%d C=%d OC=%d with bias", N, C, OC);
     ct_close(name, out, ro, no, tol, 1e-5);
-    zk_matmul_forward(out, x, w, NULL, N, C, OC);
+    zk_matmul_forward(out, x, w, NULL, N, C, OC, OC);
     mm_ref(ro, xd, xd + nx, NULL, N, C, OC);
     snprintf(name, sizeof name, "matmul forward N=%d C=%d OC=%d bias NULL", N, C, OC);
     ct_close(name, out, ro, no, tol, 1e-5);
     /* the bias, added per block, is one fp32 add on the finished dot */
     float *ob = ct_rand(no, 7, 8);
-    zk_matmul_forward(ob, x, w, b, N, C, OC);
+    zk_matmul_forward(ob, x, w, b, N, C, OC, OC);
     for (size_t i = 0; i < no; i++) out[i] += b[i % OC];
     snprintf(name, sizeof name, "matmul forward N=%d C=%d OC=%d bias = GEMM then one add", N, C, OC);
     ct_same_bits(name, ob, out, no * 4);
@@ -359,7 +395,7 @@ static void test_matmul_case(int N, int C, int OC, int fd) {
 
     float *R = ct_rand(no, -1, 1);
     float *dx = ct_rand(nx, 5, 6), *dw = ct_rand(nw, 5, 6), *db = ct_rand(OC, 5, 6);
-    zk_matmul_backward(dx, dw, db, R, x, w, N, C, OC);
+    zk_matmul_backward(dx, dw, db, R, x, w, N, C, OC, OC);
     double *g = ct_alloc(nt * 8);
     if (fd) {
         double *Rd = ct_to_double(R, no);
@@ -393,7 +429,7 @@ static void test_matmul_case(int N, int C, int OC, int fd) {
     ct_close(name, db, g + nx + nw, OC, 1e-6, 1e-5);
     /* NULL dinp / dbias are skipped and leave nothing behind */
     float *dw2 = ct_alloc(nw * 4);
-    zk_matmul_backward(NULL, dw2, NULL, R, x, w, N, C, OC);
+    zk_matmul_backward(NULL, dw2, NULL, R, x, w, N, C, OC, OC);
     snprintf(name, sizeof name, "matmul backward N=%d C=%d OC=%d NULL dinp/dbias", N, C, OC);
     ct_same_bits(name, dw2, dw, nw * 4);
     free(x); free(w); free(b); free(xd); free(out); free(ro); free(R); free(dx); free(dw);
@@ -414,8 +450,8 @@ static void test_matmul(void) {
         omp_set_num_threads(t + 1);
         o[t] = ct_alloc(N * OC * 4); dx[t] = ct_alloc(N * C * 4);
         dw[t] = ct_alloc(OC * C * 4); db[t] = ct_alloc(OC * 4);
-        zk_matmul_forward(o[t], x, w, b, N, C, OC);
-        zk_matmul_backward(dx[t], dw[t], db[t], R, x, w, N, C, OC);
+        zk_matmul_forward(o[t], x, w, b, N, C, OC, OC);
+        zk_matmul_backward(dx[t], dw[t], db[t], R, x, w, N, C, OC, OC);
     }
     ct_check(same3(o, N * OC) && same3(dx, N * C) && same3(dw, OC * C) && same3(db, OC),
              "matmul forward/backward same bits on 1/2/3 OpenMP threads", "differ");
@@ -435,16 +471,16 @@ static void test_matmul_split_case(int N, int C, int OC) {
     float *x = ct_rand(nx, -1, 1), *w = ct_rand(nw, -1, 1), *R = ct_rand(no, -1, 1);
     omp_set_num_threads(2);
     float *fdx = ct_alloc(nx * 4), *fdw = ct_alloc(nw * 4), *fdb = ct_alloc(OC * 4);
-    zk_matmul_backward(fdx, fdw, fdb, R, x, w, N, C, OC);
+    zk_matmul_backward(fdx, fdw, fdb, R, x, w, N, C, OC, OC);
     int same = 1, untouched = 1;
     for (int t = 1; t <= 3; t++) {
         omp_set_num_threads(t);
         float *dx = ct_rand(nx, 5, 6), *dw = ct_rand(nw, 5, 6), *db = ct_rand(OC, 5, 6);
         float *dw0 = dup_f(dw, nw), *db0 = dup_f(db, OC);
-        zk_matmul_backward(dx, NULL, NULL, R, x, w, N, C, OC);          /* I */
+        zk_matmul_backward(dx, NULL, NULL, R, x, w, N, C, OC, OC);          /* I */
         untouched &= !memcmp(dw, dw0, nw * 4) && !memcmp(db, db0, OC * 4);
         float *dx1 = dup_f(dx, nx);
-        zk_matmul_backward(NULL, dw, db, R, x, w, N, C, OC);            /* W */
+        zk_matmul_backward(NULL, dw, db, R, x, w, N, C, OC, OC);            /* W */
         untouched &= !memcmp(dx, dx1, nx * 4);
         same &= !memcmp(dx, fdx, nx * 4) && !memcmp(dw, fdw, nw * 4) && !memcmp(db, fdb, OC * 4);
         free(dx); free(dw); free(db); free(dw0); free(db0); free(dx1);
@@ -464,7 +500,7 @@ typedef struct { const float *x, *w; float *out; int N, C, OC, reps; } mm_job;
 static void *mm_worker(void *p) {
     mm_job *j = p;
     omp_set_num_threads(2);
-    for (int r = 0; r < j->reps; r++) zk_matmul_forward(j->out, j->x, j->w, NULL, j->N, j->C, j->OC);
+    for (int r = 0; r < j->reps; r++) zk_matmul_forward(j->out, j->x, j->w, NULL, j->N, j->C, j->OC, j->OC);
     return NULL;
 }
 
@@ -474,7 +510,7 @@ static void test_matmul_concurrent(void) {
     float *ref = ct_alloc((size_t)N * OC * 4), *o1 = ct_alloc((size_t)N * OC * 4);
     float *o2 = ct_alloc((size_t)N * OC * 4);
     omp_set_num_threads(2);
-    zk_matmul_forward(ref, x, w, NULL, N, C, OC);
+    zk_matmul_forward(ref, x, w, NULL, N, C, OC, OC);
     mm_job a = {x, w, o1, N, C, OC, 8}, b = {x, w, o2, N, C, OC, 8};
     pthread_t ta, tb;
     pthread_create(&ta, NULL, mm_worker, &a);
@@ -576,7 +612,7 @@ static void test_xent_case(int N, int V, float spread, float offset, int fd) {
     for (int n = 0; n < N; n++) tg[n] = (int32_t)(ct_u64() % V);
     tg[0] = V - 1;
     float *loss = ct_alloc(N * 4), *dl = ct_alloc(nv * 4), dscale = 1.0f / N;
-    zk_crossentropy(loss, dl, x, tg, N, V, dscale);
+    zk_crossentropy(loss, dl, x, tg, N, V, V, dscale);
     double *xd = ct_to_double(x, nv), *rl = ct_alloc(N * 8), *g = ct_alloc(nv * 8);
     for (int n = 0; n < N; n++) rl[n] = xent_ref_row(xd + (size_t)n * V, V, tg[n]);
     snprintf(name, sizeof name, "crossentropy N=%d V=%d range %g+-%g losses", N, V, offset, spread);
@@ -596,16 +632,16 @@ static void test_xent_case(int N, int V, float spread, float offset, int fd) {
     ct_close(name, dl, g, nv, 1e-6 * dscale + 1e-9, 1e-4);
     /* dlogits may alias logits; losses alone (dlogits NULL) are the same */
     float *al = dup_f(x, nv), *l2 = ct_alloc(N * 4);
-    zk_crossentropy(l2, al, al, tg, N, V, dscale);
+    zk_crossentropy(l2, al, al, tg, N, V, V, dscale);
     snprintf(name, sizeof name, "crossentropy N=%d V=%d dlogits aliasing logits", N, V);
     ct_check(!memcmp(al, dl, nv * 4) && !memcmp(l2, loss, N * 4), name, "differ");
-    zk_crossentropy(l2, NULL, x, tg, N, V, dscale);
+    zk_crossentropy(l2, NULL, x, tg, N, V, V, dscale);
     snprintf(name, sizeof name, "crossentropy N=%d V=%d dlogits NULL", N, V);
     ct_same_bits(name, l2, loss, N * 4);
     /* the plain path (each exp computed twice) gives the same bits */
     float *pd = ct_alloc(nv * 4);
     zk_force_scalar(1);
-    zk_crossentropy(l2, pd, x, tg, N, V, dscale);
+    zk_crossentropy(l2, pd, x, tg, N, V, V, dscale);
     zk_force_scalar(0);
     snprintf(name, sizeof name, "crossentropy N=%d V=%d one exp per logit = two (plain path)", N, V);
     ct_check(!memcmp(pd, dl, nv * 4) && !memcmp(l2, loss, N * 4), name, "differ");
@@ -613,7 +649,64 @@ static void test_xent_case(int N, int V, float spread, float offset, int fd) {
     free(x); free(tg); free(loss); free(dl); free(xd); free(rl); free(g); free(al); free(l2);
 }
 
+/* Padded rows (the LM head's logits): rows ld > V apart give each row the
+ * contiguous call's bits; logits' pad is never read (NaN there), dlogits'
+ * pad is written 0. The bf16 twin: zk_crossentropy on the widened row,
+ * dlogits rounded once (zk_cast_f32_bf16), in place or not. */
+static void test_xent_padded(int N, int V) {
+    char name[128];
+    int ld = (V + 127) / 128 * 128;
+    if (ld == V) ld += 128;
+    size_t nv = (size_t)N * V, nl = (size_t)N * ld;
+    float *x = ct_rand(nv, -6, 6);
+    int32_t *tg = ct_alloc(N * 4);
+    for (int n = 0; n < N; n++) tg[n] = (int32_t)(ct_u64() % V);
+    float *loss = ct_alloc(N * 4), *dl = ct_alloc(nv * 4);
+    zk_crossentropy(loss, dl, x, tg, N, V, V, 0.5f);
+    float *px = ct_alloc(nl * 4), *pdl = ct_alloc(nl * 4), *pl = ct_alloc(N * 4);
+    for (size_t i = 0; i < nl; i++) { px[i] = NAN; pdl[i] = NAN; }
+    for (int n = 0; n < N; n++) memcpy(px + (size_t)n * ld, x + (size_t)n * V, (size_t)V * 4);
+    zk_crossentropy(pl, pdl, px, tg, N, V, ld, 0.5f);
+    long bad = 0, pad = 0;
+    for (int n = 0; n < N; n++) {
+        bad += memcmp(pdl + (size_t)n * ld, dl + (size_t)n * V, (size_t)V * 4) != 0;
+        for (int j = V; j < ld; j++) pad += f2u_(pdl[(size_t)n * ld + j]) != 0;
+    }
+    snprintf(name, sizeof name, "crossentropy N=%d V=%d rows padded to %d: same bits, pad 0", N, V, ld);
+    ct_check(bad == 0 && pad == 0 && !memcmp(pl, loss, N * 4), name, "%ld rows differ, %ld pad "
+             "elements not +0, losses %s", bad, pad, memcmp(pl, loss, N * 4) ? "differ" : "same");
+    /* bf16: rows rounded to bf16, the fp32 kernel on their widened values */
+    uint16_t *bx = ct_alloc(nl * 2), *bd = ct_alloc(nl * 2);
+    float *wx = ct_alloc(nv * 4), *wl = ct_alloc(N * 4), *wd = ct_alloc(nv * 4), *bl = ct_alloc(N * 4);
+    for (size_t i = 0; i < nl; i++) bx[i] = 0x7fc1;
+    for (int n = 0; n < N; n++) zk_cast_f32_bf16(bx + (size_t)n * ld, x + (size_t)n * V, (size_t)V);
+    for (int n = 0; n < N; n++) zk_cast_bf16_f32(wx + (size_t)n * V, bx + (size_t)n * ld, (size_t)V);
+    zk_crossentropy(wl, wd, wx, tg, N, V, V, 0.5f);
+    uint16_t *want = ct_alloc(nv * 2);
+    zk_cast_f32_bf16(want, wd, nv);
+    for (int inplace = 0; inplace <= 1; inplace++) {
+        uint16_t *src = bx, *dst = bd;
+        if (inplace) dst = src;     /* bx is overwritten: the last case */
+        else for (size_t i = 0; i < nl; i++) bd[i] = 0x7fc1;
+        zk_crossentropy_bf16(bl, dst, src, tg, N, V, ld, 0.5f);
+        bad = 0; pad = 0;
+        for (int n = 0; n < N; n++) {
+            bad += memcmp(dst + (size_t)n * ld, want + (size_t)n * V, (size_t)V * 2) != 0;
+            for (int j = V; j < ld; j++) pad += dst[(size_t)n * ld + j] != 0;
+        }
+        snprintf(name, sizeof name, "crossentropy bf16 N=%d V=%d ld=%d%s: the fp32 kernel's bits "
+                 "on the widened rows, rounded once", N, V, ld, inplace ? " in place" : "");
+        ct_check(bad == 0 && pad == 0 && !memcmp(bl, wl, N * 4), name, "%ld rows differ, %ld pad "
+                 "not 0, losses %s", bad, pad, memcmp(bl, wl, N * 4) ? "differ" : "same");
+    }
+    free(x); free(tg); free(loss); free(dl); free(px); free(pdl); free(pl);
+    free(bx); free(bd); free(wx); free(wl); free(wd); free(bl); free(want);
+}
+
 static void test_xent(void) {
+    test_xent_padded(3, 1000);
+    test_xent_padded(2, 50257);
+    test_xent_padded(4, 7);
     test_xent_case(5, 17, 3, 0, 1);
     test_xent_case(3, 9, 40, 0, 1);        /* one logit dominates; exp underflows */
     test_xent_case(4, 50257, 8, 0, 0);     /* GPT-2's vocabulary */
@@ -626,7 +719,7 @@ static void test_xent(void) {
     for (int t = 0; t < 3; t++) {
         omp_set_num_threads(t + 1);
         l[t] = ct_alloc(N * 4); d[t] = ct_alloc(N * V * 4);
-        zk_crossentropy(l[t], d[t], x, tg, N, V, 0.25f);
+        zk_crossentropy(l[t], d[t], x, tg, N, V, V, 0.25f);
     }
     ct_check(same3(l, N) && same3(d, N * V), "crossentropy same bits on 1/2/3 threads", "differ");
     /* targets outside [0,V): skipped (loss and dlogits row 0), counted; the
@@ -634,7 +727,7 @@ static void test_xent(void) {
     int32_t *bt = (int32_t *)dup_f((float *)tg, N);
     bt[3] = V; bt[40] = -7;
     float *lb = ct_alloc(N * 4), *db = ct_rand(N * V, 1, 2);
-    int nbad = zk_crossentropy(lb, db, x, bt, N, V, 0.25f);
+    int nbad = zk_crossentropy(lb, db, x, bt, N, V, V, 0.25f);
     int rows = 1;
     for (int n = 0; n < N; n++) {
         int skip = n == 3 || n == 40;
@@ -647,7 +740,7 @@ static void test_xent(void) {
     }
     ct_check(nbad == 2, "crossentropy counts targets outside [0,V)", "counted %d", nbad);
     ct_check(rows, "crossentropy: bad rows zeroed, the others unchanged", "differ");
-    ct_check(zk_crossentropy(lb, NULL, x, tg, N, V, 0.25f) == 0, "crossentropy counts no bad targets",
+    ct_check(zk_crossentropy(lb, NULL, x, tg, N, V, V, 0.25f) == 0, "crossentropy counts no bad targets",
              "counted some");
     free(bt); free(lb); free(db);
     for (int t = 0; t < 3; t++) { free(l[t]); free(d[t]); }
@@ -670,6 +763,9 @@ int main(void) {
     test_matmul_split_case(257, 193, 321);
     test_matmul_split_case(1024, 768, 2304);
     test_matmul_concurrent();
+    test_matmul_padded(300, 64, 1000);
+    test_matmul_padded(65, 768, 2049);
+    test_matmul_padded(7, 5, 3);
     test_gelu();
     test_xent();
     return ct_summary();

@@ -164,8 +164,8 @@ static outs run(const prob *p, int with_bias) {
     memset(o.out, 0xff, (size_t)p->N * p->OC * 4);
     memset(o.dinp, 0xff, (size_t)p->N * p->C * 4);
     memset(o.dw, 0xff, (size_t)p->OC * p->C * 4);
-    zk_matmul_bf16_forward(o.out, p->inp, p->w, with_bias ? p->bias : NULL, p->N, p->C, p->OC);
-    zk_matmul_bf16_backward(o.dinp, o.dw, o.db, p->dout, p->inp, p->w, p->N, p->C, p->OC);
+    zk_matmul_bf16_forward(o.out, p->inp, p->w, with_bias ? p->bias : NULL, p->N, p->C, p->OC, p->OC);
+    zk_matmul_bf16_backward(o.dinp, o.dw, o.db, p->dout, p->inp, p->w, p->N, p->C, p->OC, p->OC);
     return o;
 }
 
@@ -309,11 +309,11 @@ static void test_specials(void) {
     float *o1 = ct_alloc((size_t)N * OC * 4), *o0 = ct_alloc((size_t)N * OC * 4);
     float *o2 = ct_alloc((size_t)N * OC * 4);
     int amx = zk_bf16_simd(2) == 2;
-    zk_matmul_bf16_forward(o2, inp, w, bias, N, C, OC);
+    zk_matmul_bf16_forward(o2, inp, w, bias, N, C, OC, OC);
     zk_bf16_simd(1);
-    zk_matmul_bf16_forward(o1, inp, w, bias, N, C, OC);
+    zk_matmul_bf16_forward(o1, inp, w, bias, N, C, OC, OC);
     zk_bf16_simd(0);
-    zk_matmul_bf16_forward(o0, inp, w, bias, N, C, OC);
+    zk_matmul_bf16_forward(o0, inp, w, bias, N, C, OC, OC);
     zk_bf16_simd(1);
     long bad1 = 0, bad0 = 0, bad2 = 0;
     for (int i = 0; i < N; i++)
@@ -368,9 +368,9 @@ static void test_specials(void) {
         n2++;
     }
     zk_bf16_simd(1);
-    zk_matmul_bf16_forward(ob1, x, y, NULL, n2, 4, 1);
+    zk_matmul_bf16_forward(ob1, x, y, NULL, n2, 4, 1, 1);
     zk_bf16_simd(0);
-    zk_matmul_bf16_forward(ob0, x, y, NULL, n2, 4, 1);
+    zk_matmul_bf16_forward(ob0, x, y, NULL, n2, 4, 1, 1);
     zk_bf16_simd(1);
     bad1 = bad0 = 0;
     for (int i = 0; i < n2; i++) {
@@ -390,7 +390,7 @@ static void test_specials(void) {
             x2[i * 8 + 4] = x[i * 4 + 3]; x2[i * 8 + 6] = x[i * 4 + 2];
         }
         zk_bf16_simd(2);
-        zk_matmul_bf16_forward(ob1, x2, y2, NULL, n2, 8, 1);
+        zk_matmul_bf16_forward(ob1, x2, y2, NULL, n2, 8, 1, 1);
         zk_bf16_simd(1);
         long bad = 0, fl = 0;
         for (int i = 0; i < n2; i++) {
@@ -422,8 +422,8 @@ static void test_threads(void) {
     /* split backward */
     float *dinp = ct_alloc((size_t)p.N * p.C * 4), *dw = ct_alloc((size_t)p.OC * p.C * 4);
     float *db = ct_alloc((size_t)p.OC * 4);
-    zk_matmul_bf16_backward(dinp, NULL, NULL, p.dout, p.inp, p.w, p.N, p.C, p.OC);
-    zk_matmul_bf16_backward(NULL, dw, db, p.dout, p.inp, p.w, p.N, p.C, p.OC);
+    zk_matmul_bf16_backward(dinp, NULL, NULL, p.dout, p.inp, p.w, p.N, p.C, p.OC, p.OC);
+    zk_matmul_bf16_backward(NULL, dw, db, p.dout, p.inp, p.w, p.N, p.C, p.OC, p.OC);
     snprintf(name, sizeof name, "%s: split backward (dinp alone, then dweight + dbias) equals "
              "the fused call", tag);
     ct_check(!memcmp(dinp, r[0].dinp, (size_t)p.N * p.C * 4) &&
@@ -471,7 +471,7 @@ static void test_amx_invariance(void) {
         int N2 = N - r0, OC2 = OC - j0, C2 = C - c0;
         /* forward: rows r0.. of inp, rows j0.. of weight (columns of out) */
         float *out = ct_alloc((size_t)N2 * OC2 * 4);
-        zk_matmul_bf16_forward(out, p.inp + (long)r0 * C, p.w + (long)j0 * C, p.bias + j0, N2, C, OC2);
+        zk_matmul_bf16_forward(out, p.inp + (long)r0 * C, p.w + (long)j0 * C, p.bias + j0, N2, C, OC2, OC2);
         for (int i = 0; i < N2; i++)
             for (int j = 0; j < OC2; j++)
                 bad_f += f2u(out[(long)i * OC2 + j]) != f2u(ref.out[(long)(r0 + i) * OC + j0 + j]);
@@ -480,7 +480,7 @@ static void test_amx_invariance(void) {
         uint16_t *dout2 = ct_alloc((size_t)N * OC2 * 2);
         for (int o = 0; o < OC; o++) memcpy(w2 + (long)o * C2, p.w + (long)o * C + c0, C2 * 2);
         float *dinp = ct_alloc((size_t)N2 * C2 * 4);
-        zk_matmul_bf16_backward(dinp, NULL, NULL, p.dout + (long)r0 * OC, p.inp, w2, N2, C2, OC);
+        zk_matmul_bf16_backward(dinp, NULL, NULL, p.dout + (long)r0 * OC, p.inp, w2, N2, C2, OC, OC);
         for (int i = 0; i < N2; i++)
             for (int c = 0; c < C2; c++)
                 bad_i += f2u(dinp[(long)i * C2 + c]) != f2u(ref.dinp[(long)(r0 + i) * C + c0 + c]);
@@ -490,7 +490,7 @@ static void test_amx_invariance(void) {
             memcpy(inp2 + (long)n * C2, p.inp + (long)n * C + c0, C2 * 2);
         }
         float *dw = ct_alloc((size_t)OC2 * C2 * 4);
-        zk_matmul_bf16_backward(NULL, dw, NULL, dout2, inp2, p.w, N, C2, OC2);
+        zk_matmul_bf16_backward(NULL, dw, NULL, dout2, inp2, p.w, N, C2, OC2, OC2);
         for (int o = 0; o < OC2; o++)
             for (int c = 0; c < C2; c++)
                 bad_w += f2u(dw[(long)o * C2 + c]) != f2u(ref.dw[(long)(j0 + o) * C + c0 + c]);
@@ -532,7 +532,7 @@ static void test_dbias_order(void) {
         dout[OC + j] = to_bf16(-0x1p60f);
     }
     float *db = ct_alloc(OC * 4);
-    zk_matmul_bf16_backward(NULL, NULL, db, dout, inp, w, N, C, OC);
+    zk_matmul_bf16_backward(NULL, NULL, db, dout, inp, w, N, C, OC, OC);
     long bad = 0, order_matters = 0;
     for (int j = 0; j < OC; j++) {
         double s = 0, rs = 0;
@@ -547,6 +547,47 @@ static void test_dbias_order(void) {
 }
 
 /* ---- the runtime ops: validation before anything, then the kernel's bits -- */
+/* padded rows and a bf16 out, on the path in use: the forward's out with
+ * rows ldo > OC apart has the contiguous out's bits and leaves the pad
+ * alone; the bf16 out is the fp32 out rounded once (to_bf16, RNE); the
+ * backward reads a padded dout (pad poisoned with NaN) for the same bits. */
+static void test_padded_and_b16(int path) {
+    static const int shapes[][3] = {{37, 45, 29}, {200, 64, 130}, {5, 3, 1}, {97, 130, 257}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int N = shapes[si][0], C = shapes[si][1], OC = shapes[si][2], ld = (OC + 127) / 128 * 128;
+        if (ld == OC) ld += 128;
+        prob p = make(N, C, OC);
+        outs k = run(&p, 1);
+        float *po = ct_alloc((size_t)N * ld * 4);
+        uint16_t *ob = ct_alloc((size_t)N * ld * 2), *pd = ct_alloc((size_t)N * ld * 2);
+        for (size_t i = 0; i < (size_t)N * ld; i++) { po[i] = 7.0f; ob[i] = 0x7fc1; pd[i] = 0x7fc1; }
+        zk_matmul_bf16_forward(po, p.inp, p.w, p.bias, N, C, OC, ld);
+        zk_matmul_bf16_forward_b16(ob, p.inp, p.w, p.bias, N, C, OC, ld);
+        long bad_f = 0, bad_b = 0, pad = 0;
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < ld; j++) {
+                size_t i = (size_t)n * ld + j;
+                if (j >= OC) { pad += po[i] != 7.0f || ob[i] != 0x7fc1; continue; }
+                float want = k.out[(size_t)n * OC + j];
+                bad_f += f2u(po[i]) != f2u(want);
+                bad_b += ob[i] != to_bf16(want);
+            }
+        for (int n = 0; n < N; n++) memcpy(pd + (size_t)n * ld, p.dout + (size_t)n * OC, (size_t)OC * 2);
+        float *dinp = ct_alloc((size_t)N * C * 4), *dw = ct_alloc((size_t)OC * C * 4);
+        float *db = ct_alloc((size_t)OC * 4);
+        zk_matmul_bf16_backward(dinp, dw, db, pd, p.inp, p.w, N, C, OC, ld);
+        int same_b = !memcmp(dinp, k.dinp, (size_t)N * C * 4) && !memcmp(dw, k.dw, (size_t)OC * C * 4) &&
+                     !memcmp(db, k.db, (size_t)OC * 4);
+        ct_check(bad_f == 0 && bad_b == 0 && pad == 0 && same_b, "bf16 GEMM padded rows and bf16 out",
+                 "%s N=%d C=%d OC=%d ld=%d: %ld fp32 and %ld bf16 outs differ, %ld pad elements "
+                 "written, backward %s", path_name(path), N, C, OC, ld, bad_f, bad_b, pad,
+                 same_b ? "same" : "differs");
+        free(po); free(ob); free(pd); free(dinp); free(dw); free(db);
+        unrun(&k);
+        unmake(&p);
+    }
+}
+
 static zt_tensor *tnew(int tier, int dtype, int ndim, int64_t a, int64_t b) {
     zt_tensor *t = NULL;
     int64_t shape[2] = {a, b};
@@ -609,9 +650,15 @@ static void test_ops(void) {
     ct_check(err_has(rc, "does not match weight"), "forward refuses C mismatch", "%s",
              zt_last_error());
     rc = zt_matmul_bf16_forward(outbf, inp, w, b);
-    ct_check(err_has(rc, "out must be f32"), "forward refuses a bf16 out", "%s", zt_last_error());
+    uint16_t *g_bf = ct_alloc((size_t)N * OC * 2);
+    zt_tensor_read(outbf, g_bf, (size_t)N * OC * 2);
+    long off = 0;
+    for (int i = 0; i < N * OC; i++) off += g_bf[i] != to_bf16(k.out[i]);
+    ct_check(rc == ZT_OK && off == 0, "a bf16 out is the f32 out rounded once", "rc %d, %ld "
+             "differ: %s", rc, off, zt_last_error());
+    free(g_bf);
     rc = zt_matmul_bf16_forward(outsmall, inp, w, b);
-    ct_check(err_has(rc, "out must hold"), "forward refuses a wrong-size out", "%s",
+    ct_check(err_has(rc, "out must be (N,OC)"), "forward refuses a wrong-size out", "%s",
              zt_last_error());
     rc = zt_matmul_bf16_forward(out, inp, w, bbf);
     ct_check(err_has(rc, "bias must be f32"), "forward refuses a bf16 bias", "%s", zt_last_error());
@@ -658,6 +705,7 @@ int main(void) {
             continue;
         }
         test_shapes();
+        test_padded_and_b16(path);
     }
     zk_bf16_simd(1);
     test_paths_agree();

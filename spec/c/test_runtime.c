@@ -127,11 +127,11 @@ static void test_ops_validation(void)
         zt_tensor *logits = NULL, *losses = NULL;
         zt_tensor_new(&logits, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, sl);
         zt_tensor_new(&losses, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 1, st + 1);
-        rc = zt_crossentropy(losses, logits, logits, tok, 1.0f);
+        rc = zt_crossentropy(losses, logits, logits, tok, 1.0f, 0);
         CHECK("crossentropy with good targets", rc == ZT_OK, "rc %d %s", rc, zt_last_error());
         ids[0] = 4;
         zt_tensor_write(tok, ids, sizeof ids);
-        rc = zt_crossentropy(losses, logits, logits, tok, 1.0f);
+        rc = zt_crossentropy(losses, logits, logits, tok, 1.0f, 0);
         CHECK("crossentropy rejects a target outside the vocabulary",
               rc == ZT_EINVAL && strstr(zt_last_error(), "1 of 2 targets are outside the vocabulary"),
               "rc %d msg %s", rc, zt_last_error());

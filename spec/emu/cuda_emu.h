@@ -1,6 +1,7 @@
 /*
  * cuda_emu.h -- just enough of CUDA to run kernels/cuda/attention_tc.cu's
- * source on the CPU (tools/emu_kernel.sh), where no GPU is lent.
+ * source (and layernorm.cu's, xent.cu's) on the CPU (tools/emu_kernel.sh),
+ * where no GPU is lent.
  *
  * A block's threads are real threads (std::thread), __syncthreads and
  * __syncwarp are barriers, __shfl_xor_sync goes through a per-warp array;
@@ -68,6 +69,11 @@ static inline float zkc_warp_max(float v)
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
+
+/* bit casts and an int atomicAdd (kernels/cuda/xent.cu) */
+static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 
 /* f() on every thread of every block of grid g, blocks in turn */
 template <class F> static void emu_launch(dim3 g, int threads, F f)

@@ -84,7 +84,7 @@ function Pool:acquire(mb)
   local a = table.remove(self.free_sets)
   if not a then
     a = Acts.new(self.model.cfg, self.B, self.T, self.model.tier, self.stage.units, self.scratch,
-                 { checkpoint = self.checkpoint, host = self.host })
+                 { checkpoint = self.checkpoint, host = self.host, logits = self.model.logits_dtype })
     self.nsets = self.nsets + 1
     self.peak_sets = math.max(self.peak_sets, self.nsets)
   end

@@ -9,8 +9,14 @@
 --   embed   out (N,C)
 --   block   saved: ln1, atty, resid2, ln2 (N,C); qkv (N,3C); fch, fch_gelu (N,4C);
 --                  ln1/ln2 mean+rstd (N); lse (B,NH,T);  out (N,C)
---   head    saved: lnf (N,C) + mean/rstd (N); logits (N,V) (overwritten in
+--   head    saved: lnf (N,C) + mean/rstd (N); logits (N,Vp) (overwritten in
 --                  place by dlogits); out = losses (N)
+-- The logits' rows are padded to Vp = ops.padded_cols(V) (50257 -> 50304):
+-- a GPU's GEMMs need rows on 16 bytes for their fast kernels; the GEMMs and
+-- the cross-entropy use the first V columns of each row (ztrain.h, "padded
+-- rows"), Set:read_logits gives them packed. With opts.logits = "bf16"
+-- (bf16 GEMMs: the head's GEMM writes bf16, the cross-entropy reads and
+-- writes bf16) the logits are a bf16 tensor of their own, not in the slab.
 -- and for the stage: `input` (N,C) when its first unit is not the embedding
 -- (a pipeline receives it), `grad` (N,C), the gradient flowing backward
 -- (d output on entry to a unit's backward, d input on exit).
@@ -36,6 +42,8 @@
 -- reads at once. Backward copies the kept input back to the scratch's
 -- `xin` before the recompute.
 local T = require "ztrain.tensor"
+local ops = require "ztrain.ops"
+local ffi = require "ffi"
 
 local M = {}
 
@@ -88,7 +96,7 @@ end
 -- feeds_ckpt(units, i, ckpt): unit i's output is a checkpointed block's input
 local function feeds_ckpt(units, i, ckpt) return units[i + 1] ~= nil and ckpt[units[i + 1].index] end
 
-local function plan(cfg, B, Tlen, units, ckpt, host)
+local function plan(cfg, B, Tlen, units, ckpt, host, logits16)
   local N, C, V, NH = B * Tlen, cfg.C, cfg.V, cfg.NH
   local P = planner()
   local first = units[1]
@@ -108,7 +116,8 @@ local function plan(cfg, B, Tlen, units, ckpt, host)
     else
       has_head = true
       P.add(k .. "lnf", { B, Tlen, C }); P.add(k .. "lnf_mean", { N }); P.add(k .. "lnf_rstd", { N })
-      P.add(k .. "logits", { B, Tlen, V }); P.add(k .. "out", { N })
+      if not logits16 then P.add(k .. "logits", { B, Tlen, ops.padded_cols(V) }) end
+      P.add(k .. "out", { N })
     end
   end
   if first.kind ~= "embed" then P.add("input", { B, Tlen, C }) end
@@ -119,16 +128,18 @@ end
 -- set_bytes(cfg, B, T, units, checkpoint) -> the bytes one set of these
 -- units holds (its slab, tokens and targets), checkpointed blocks or not;
 -- for reports ("activation memory with and without checkpointing").
-function M.set_bytes(cfg, B, Tlen, units, ckpt, host)
-  local P, e, h = plan(cfg, B, Tlen, units, ckpt or {}, host)
-  return P.total * 4 + (e and B * Tlen * 4 or 0) + (h and B * Tlen * 4 or 0)
+function M.set_bytes(cfg, B, Tlen, units, ckpt, host, logits16)
+  local P, e, h = plan(cfg, B, Tlen, units, ckpt or {}, host, logits16)
+  local l16 = (h and logits16) and B * Tlen * ops.padded_cols(cfg.V) * 2 or 0
+  return P.total * 4 + (e and B * Tlen * 4 or 0) + (h and B * Tlen * 4 or 0) + l16
 end
 
 function M.new(cfg, B, Tlen, tier, units, scratch, opts)
   local ckpt = opts and opts.checkpoint or {}
   local host = opts and opts.host and next(ckpt) ~= nil
   local N = B * Tlen
-  local P, has_embed, has_head = plan(cfg, B, Tlen, units, ckpt, host)
+  local logits16 = opts and opts.logits == "bf16"
+  local P, has_embed, has_head = plan(cfg, B, Tlen, units, ckpt, host, logits16)
   local self = setmetatable({ cfg = cfg, B = B, T = Tlen, N = N, units = units, nfloats = P.total,
                               tier = tier, x = {}, checkpointed = ckpt }, Set)
   self.mem = P.alloc(tier, "activations")
@@ -150,6 +161,11 @@ function M.new(cfg, B, Tlen, tier, units, scratch, opts)
     end
     if has_head then
       self.targets = T.new({ B, Tlen }, { dtype = "i32", tier = tier, category = "activations" })
+      if logits16 then
+        self.logits16 = T.new({ B, Tlen, ops.padded_cols(cfg.V) },
+                              { dtype = "bf16", tier = tier, category = "activations" })
+        self.unit[units[#units].index].logits = self.logits16
+      end
     end
     if not scratch then
       self.scratch = M.scratch(cfg, B, Tlen, tier, { recompute = next(ckpt) ~= nil, host = host })
@@ -185,6 +201,33 @@ end
 
 function Set:bytes()
   return self.nfloats * 4 + (self.tokens and self.N * 4 or 0) + (self.targets and self.N * 4 or 0)
+         + (self.logits16 and self.logits16:nbytes() or 0)
+end
+
+-- The logits of the set's last forward as packed fp32 rows: a float[N*V]
+-- cdata (0-based) and N*V. For the REPL and specs (a host copy).
+function Set:read_logits()
+  local last = self.units[#self.units]
+  assert(last.kind == "head", "read_logits: this set has no head")
+  local lg, V = self.unit[last.index].logits, self.cfg.V
+  local Vp = lg:shape()[3]
+  local out = ffi.new("float[?]", self.N * V)
+  if lg:dtype() == "bf16" then
+    local raw = ffi.new("uint16_t[?]", lg:numel())
+    lg:read(raw)
+    local u = ffi.new("uint32_t[1]")
+    for n = 0, self.N - 1 do
+      for j = 0, V - 1 do
+        u[0] = bit.lshift(raw[n * Vp + j], 16)
+        out[n * V + j] = ffi.cast("float *", u)[0]
+      end
+    end
+  else
+    local raw = ffi.new("float[?]", lg:numel())
+    lg:read(raw)
+    for n = 0, self.N - 1 do ffi.copy(out + n * V, raw + n * Vp, V * 4) end
+  end
+  return out, self.N * V
 end
 
 -- The losses (N) of this micro-batch, when the set holds the head.
@@ -201,6 +244,7 @@ function Set:free()
   self.scratch = nil
   if self.tokens then self.tokens:free(); self.tokens = nil end
   if self.targets then self.targets:free(); self.targets = nil end
+  if self.logits16 then self.logits16:free(); self.logits16 = nil end
 end
 
 ---------------------------------------------------------------------------

@@ -233,7 +233,8 @@ function Model:activations(B, Tlen, units, scratch)
     error(("sequence length %d exceeds %s's context of %d; lower data.seq_len")
           :format(Tlen, self.cfg.name, self.cfg.maxT), 0)
   end
-  return Acts.new(self.cfg, B, Tlen, self.tier, units or self.units, scratch)
+  return Acts.new(self.cfg, B, Tlen, self.tier, units or self.units, scratch,
+                  { logits = self.logits_dtype })
 end
 
 -- Scratch shared by a stage's activation sets (activations.lua).
@@ -341,8 +342,8 @@ end
 local function head_forward(u, a, x, model)
   local P, S = u.p, a.unit[u.index]
   ops.layernorm_forward(S.lnf, S.lnf_mean, S.lnf_rstd, x, P["ln_f.weight"], P["ln_f.bias"])
-  mm(a).forward(S.logits, S.lnf, model.embed.p.wte, nil)
-  ops.crossentropy(S.out, a.dscale and S.logits or nil, S.logits, a.targets, a.dscale or 0)
+  mm(a).forward(S.logits, S.lnf, model.embed.p.wte, nil)       -- (N, Vp): rows padded
+  ops.crossentropy(S.out, a.dscale and S.logits or nil, S.logits, a.targets, a.dscale or 0, a.cfg.V)
   return S.out
 end
 
