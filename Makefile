@@ -73,9 +73,12 @@ LIBS    += $(CUDA_LIBS) -lnccl
 CTEST_BIN := $(filter-out $(B)/test_mpi_fakecuda,$(CTEST_BIN))
 endif
 
+# ptxas's resource report kept beside each object (tools/ptxas_check.sh
+# fails on spills); nvcc's other output still shown
 $(B)/obj/%.o: %.cu $(wildcard kernels/cuda/*.cuh)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ 2> $@.ptxas; rc=$$?; \
+	  grep -v -e '^ptxas info' -e 'bytes stack frame' $@.ptxas >&2; exit $$rc
 
 # The CUDA kernels against their CPU twins. Links no MPI, libuv, LuaJIT or
 # OpenBLAS (matmul is checked against a double-precision loop), so it builds
@@ -105,6 +108,7 @@ bench-cuda:
 test-cuda:
 	$(MAKE) CUDA=1 B=build-cuda build-cuda/libztrain.so build-cuda/ztrain build-cuda/test_cuda \
 	    build-cuda/test_cuda_seams build-cuda/test_cuda_nccl
+	sh tools/ptxas_check.sh build-cuda
 	sh tools/test_cuda.sh build-cuda
 cuda-check:
 	$(MAKE) CUDA=1 B=build-cuda build-cuda/test_cuda
@@ -155,6 +159,11 @@ $(B)/emu/test_xent_emu: kernels/cuda/xent.cu spec/emu/test_xent_emu.c \
         $(wildcard spec/emu/*.h) tools/emu_kernel.sh $(LIB_OBJ)
 	NO_RUN=1 sh tools/emu_kernel.sh xent $(B)
 CTEST_BIN += $(B)/emu/test_xent_emu
+
+$(B)/emu/test_colsum_emu: kernels/cuda/colsum.cu spec/emu/test_colsum_emu.c \
+        $(wildcard spec/emu/*.h) tools/emu_kernel.sh $(LIB_OBJ)
+	NO_RUN=1 sh tools/emu_kernel.sh colsum $(B)
+CTEST_BIN += $(B)/emu/test_colsum_emu
 
 $(B)/test_%: spec/c/test_%.c $(LIB_OBJ) $(wildcard spec/c/*.h)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< $(LIB_OBJ) $(LIBS)
@@ -240,7 +249,7 @@ san: $(B)/libztrain.so $(B)/ztrain $(CTEST_BIN)
 # memcheck on the C tests of the plain build (MPI tests on one rank is not
 # what they test, so those run under mpirun -np 2, each rank under valgrind)
 valgrind: all $(CTEST_BIN)
-	@sh tools/valgrind.sh $(filter-out %/test_attention_tc_emu %/test_layernorm_emu %/test_xent_emu,$(CTEST_BIN))   # the emulator: thousands of threads
+	@sh tools/valgrind.sh $(filter-out %/test_attention_tc_emu %/test_layernorm_emu %/test_xent_emu %/test_colsum_emu,$(CTEST_BIN))   # the emulator: thousands of threads
 
 # ---- Fuzzing (docs/reliability.md): libFuzzer harnesses of the readers ----
 # tools/fuzz/harness.c embeds LuaJIT and feeds each input to one reader

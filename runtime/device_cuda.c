@@ -262,11 +262,20 @@ static int cuda_matmul_forward(float *out, const float *inp, const float *w, con
     return ZT_OK;
 }
 
+/* the backward GEMMs, and the bias gradient through the shared scratch */
+#define BLAS_DB(call) do { pthread_mutex_lock(&cu_lock); \
+    int rc_ = db ? scratch(zkc_colsum_scratch(N, OC)) : ZT_OK; \
+    int st_ = rc_ == ZT_OK ? (call) : 0; \
+    pthread_mutex_unlock(&cu_lock); \
+    if (rc_ != ZT_OK) return rc_; \
+    if (st_ != 0) return blas_err(__FILE__, __LINE__, #call, st_); } while (0)
+
 static int cuda_matmul_backward(float *dinp, float *dw, float *db, const float *dout,
                                 const float *inp, const float *w, int N, int C, int OC, int ldo)
 {
     ZT_TRY(take_pending());
-    BLAS(zkc_matmul_backward(cu_blas, S(), dinp, dw, db, dout, inp, w, N, C, OC, ldo));
+    BLAS_DB(zkc_matmul_backward(cu_blas, S(), dinp, dw, db, dout, inp, w, N, C, OC, ldo,
+                                cu_scratch));
     return ZT_OK;
 }
 
@@ -284,7 +293,8 @@ static int cuda_matmul_bf16_backward(float *dinp, float *dw, float *db, const ui
                                      int ldo)
 {
     ZT_TRY(take_pending());
-    BLAS(zkc_matmul_bf16_backward(cu_blas, S(), dinp, dw, db, dout, inp, w, N, C, OC, ldo));
+    BLAS_DB(zkc_matmul_bf16_backward(cu_blas, S(), dinp, dw, db, dout, inp, w, N, C, OC, ldo,
+                                     cu_scratch));
     return ZT_OK;
 }
 

@@ -66,6 +66,11 @@ int main(void)
     double f = 2.0 * N * C * 4 * C;
     TIME("matmul fwd fc (N,768)->(N,3072)", f, 20, dv->matmul_forward(y, x, w, b, N, C, 4 * C, 4 * C));
     TIME("matmul bwd fc (dinp, dw, db)", 2 * f, 20, dv->matmul_backward(dx, dw, db, g, x, w, N, C, 4 * C, 4 * C));
+    /* the bias gradient alone (colsum.cu's two passes): N*4C floats read */
+    TIMEB("bias grad fc (N,3072) f32", (double)N * 4 * C * 4, 20,
+          dv->matmul_backward(NULL, NULL, db, g, x, w, N, C, 4 * C, 4 * C));
+    TIMEB("bias grad proj (N,768) bf16", (double)N * C * 2, 20,
+          dv->matmul_bf16_backward(NULL, NULL, db, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, C, C));
     /* the bias: a kernel after the GEMM (above) or cuBLASLt's epilogue;
      * both dtypes, the qkv shape too (bf16 operands: w and x's bits) */
     zt_cuda_matmul_epilogue(1);

@@ -98,9 +98,11 @@ int zkc_sum_blocks(cudaStream_t s, double *partials, const float *x, size_t n);
  * from cuBLAS, or cudaError_t + 1000 from a launch. ---- */
 int zkc_matmul_forward(cublasHandle_t h, cudaStream_t s, float *out, const float *inp,
                        const float *w, const float *b, int N, int C, int OC, int ldo);
+/* db (when not NULL) through zkc_colsum: scratch holds
+ * zkc_colsum_scratch(N, OC) doubles of device memory, used on s only. */
 int zkc_matmul_backward(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw, float *db,
                         const float *dout, const float *inp, const float *w,
-                        int N, int C, int OC, int ldo);
+                        int N, int C, int OC, int ldo, double *scratch);
 /* bf16 operands, fp32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F), out
  * fp32 or (out_bf16) bf16: not zk_matmul_bf16's bits (cuBLAS's k order).
  * ldo: out's (dout's) row stride in elements, >= OC (kernels.h). */
@@ -109,7 +111,20 @@ int zkc_matmul_bf16_forward(cublasHandle_t h, cudaStream_t s, void *out, int out
                             int N, int C, int OC, int ldo);
 int zkc_matmul_bf16_backward(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw,
                              float *db, const uint16_t *dout, const uint16_t *inp,
-                             const uint16_t *w, int N, int C, int OC, int ldo);
+                             const uint16_t *w, int N, int C, int OC, int ldo,
+                             double *scratch);
+
+/* ---- colsum.cu: out (OC) fp32 WRITTEN = column sums of x (N,OC), rows ld
+ * apart, fp32 or bf16: the bias gradients. Chunks of 64 rows each summed
+ * in order in double (a thread per column and chunk), then the chunks in
+ * order: deterministic, the same bits on any GPU; the CPU's grouping of
+ * double sums differs (a float ulp at most). scratch: zkc_colsum_scratch(N,
+ * OC) doubles of device memory, touched on s only. ---- */
+size_t zkc_colsum_scratch(int N, int OC);
+int zkc_colsum(cudaStream_t s, float *out, const float *x, int N, int OC, int ld,
+               double *scratch);
+int zkc_colsum_bf16(cudaStream_t s, float *out, const uint16_t *x, int N, int OC, int ld,
+                    double *scratch);
 /* The forward's bias through cuBLASLt's epilogue (1) or a kernel after the
  * GEMM (0, the default); -1 only asks. Returns the setting in force.
  * Shapes cuBLASLt has no algorithm for keep the kernel. */

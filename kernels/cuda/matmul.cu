@@ -4,7 +4,7 @@
  * and likewise for the two backward products (llm.c's calls). fp32 compute
  * throughout; the bias is a kernel after the GEMM (one fp32 add, as the
  * CPU) or, with zkc_matmul_epilogue(1), cuBLASLt's bias epilogue; dbias a
- * column sum in double, rows in order. out and dout may have padded rows
+ * column sum in two fixed passes (colsum.cu). out and dout may have padded rows
  * (ldo >= OC, the LM head's logits): cuBLAS takes aligned kernels when the
  * row stride is a multiple of 16 bytes, which V = 50257 is not. */
 #include <stdint.h>
@@ -29,16 +29,7 @@ __global__ static void k_bias_b16(__nv_bfloat16 *out, const float *b, size_t N, 
     }
 }
 
-/* db[oc] = sum over rows of dout[n,oc] (rows ld apart), in double, rows in order */
-template <typename T>
-__global__ static void k_colsum(float *db, const T *dout, int N, int OC, int ld)
-{
-    int oc = blockIdx.x * blockDim.x + threadIdx.x;
-    if (oc >= OC) return;
-    double s = 0.0;
-    for (int n = 0; n < N; n++) s += (double)(float)dout[(size_t)n * ld + oc];
-    db[oc] = (float)s;
-}
+
 
 #define CUBLAS_TRY(x) do { cublasStatus_t st_ = (x); if (st_ != CUBLAS_STATUS_SUCCESS) return (int)st_; } while (0)
 #define LAUNCH_TRY() do { int e_ = ZKC_LAUNCHED(); if (e_) return ZKC_LAUNCH_BASE + e_; } while (0)
@@ -195,7 +186,7 @@ static int fwd(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, con
 template <typename T>
 static int bwd(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw, float *db,
                const T *dout, const T *inp, const T *w, int N, int C, int OC, int ldo,
-               cudaDataType_t ab)
+               cudaDataType_t ab, double *scratch)
 {
     CUBLAS_TRY(cublasSetStream(h, s));
     if (dinp && N > 0 && C > 0) {          /* dinp (N,C) = dout (N,OC) @ w (OC,C) */
@@ -206,9 +197,10 @@ static int bwd(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw, float *
         if (N == 0) { if (cudaMemsetAsync(dw, 0, (size_t)OC * C * 4, s)) return ZKC_LAUNCH_BASE + (int)cudaGetLastError(); }
         else { int e = gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, ldo, dw, C, ab); if (e) return e; }
     }
-    if (db && OC) {
-        k_colsum<T><<<(OC + 127) / 128, 128, 0, s>>>(db, dout, N, OC, ldo);
-        LAUNCH_TRY();
+    if (db && OC) {                        /* two passes, fixed chunks: colsum.cu */
+        int e = ab == CUDA_R_32F ? zkc_colsum(s, db, (const float *)dout, N, OC, ldo, scratch)
+                                 : zkc_colsum_bf16(s, db, (const uint16_t *)dout, N, OC, ldo, scratch);
+        if (e) return ZKC_LAUNCH_BASE + e;
     }
     return 0;
 }
@@ -222,9 +214,9 @@ int zkc_matmul_forward(cublasHandle_t h, cudaStream_t s, float *out, const float
 
 int zkc_matmul_backward(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw, float *db,
                         const float *dout, const float *inp, const float *w,
-                        int N, int C, int OC, int ldo)
+                        int N, int C, int OC, int ldo, double *scratch)
 {
-    return bwd<float>(h, s, dinp, dw, db, dout, inp, w, N, C, OC, ldo, CUDA_R_32F);
+    return bwd<float>(h, s, dinp, dw, db, dout, inp, w, N, C, OC, ldo, CUDA_R_32F, scratch);
 }
 
 int zkc_matmul_bf16_forward(cublasHandle_t h, cudaStream_t s, void *out, int out_bf16,
@@ -237,10 +229,11 @@ int zkc_matmul_bf16_forward(cublasHandle_t h, cudaStream_t s, void *out, int out
 
 int zkc_matmul_bf16_backward(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw,
                              float *db, const uint16_t *dout, const uint16_t *inp,
-                             const uint16_t *w, int N, int C, int OC, int ldo)
+                             const uint16_t *w, int N, int C, int OC, int ldo,
+                             double *scratch)
 {
     return bwd<__nv_bfloat16>(h, s, dinp, dw, db, (const __nv_bfloat16 *)dout,
                               (const __nv_bfloat16 *)inp, (const __nv_bfloat16 *)w, N, C, OC,
-                              ldo, CUDA_R_16BF);
+                              ldo, CUDA_R_16BF, scratch);
 }
 }

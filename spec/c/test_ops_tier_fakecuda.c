@@ -76,13 +76,13 @@ static void f_adamw(float *p, const float *g, float *m, float *v, size_t n, floa
                     float b2, float eps, float wd, float gs, int t)
 { if (seen(F_ADAMW, 4, p, g, m, v)) C->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, gs, t); }
 static int f_matmul_fwd(float *o, const float *i, const float *w, const float *b, int N, int Ci,
-                        int OC)
-{ return seen(F_MATMUL_FWD, 4, o, i, w, b) ? C->matmul_forward(o, i, w, b, N, Ci, OC) : 0; }
+                        int OC, int ld)
+{ return seen(F_MATMUL_FWD, 4, o, i, w, b) ? C->matmul_forward(o, i, w, b, N, Ci, OC, ld) : 0; }
 static int f_matmul_bwd(float *di, float *dw, float *db, const float *dout, const float *i,
-                        const float *w, int N, int Ci, int OC)
+                        const float *w, int N, int Ci, int OC, int ld)
 {
     return seen(F_MATMUL_BWD, 6, di, dw, db, dout, i, w)
-        ? C->matmul_backward(di, dw, db, dout, i, w, N, Ci, OC) : 0;
+        ? C->matmul_backward(di, dw, db, dout, i, w, N, Ci, OC, ld) : 0;
 }
 static void f_gelu(float *o, const float *i, size_t n)
 { if (seen(F_GELU, 2, o, i)) C->gelu_forward(o, i, n); }
@@ -222,7 +222,7 @@ static result op_matmul_fwd(int tier)
     result r = { zt_matmul_forward(o, in, w, b), 0 };
     mark();
     float *got = get(o);
-    C->matmul_forward(want, i0, w0, b0, MN, MC, MOC);
+    C->matmul_forward(want, i0, w0, b0, MN, MC, MOC, MOC);
     r.same = bits_eq(got, want, sizeof want);
     free(i0); free(w0); free(b0); free(got);
     drop((zt_tensor *[]){ in, w, b, o }, 4);
@@ -241,7 +241,7 @@ static result op_matmul_bwd(int tier)
     result r = { zt_matmul_backward(tdi, tdw, tdb, dout, in, w), 0 };
     mark();
     float *gi = get(tdi), *gw = get(tdw), *gb = get(tdb);
-    C->matmul_backward(di, dw, db, d0, i0, w0, MN, MC, MOC);
+    C->matmul_backward(di, dw, db, d0, i0, w0, MN, MC, MOC, MOC);
     r.same = bits_eq(gi, di, MN * MC * 4) && bits_eq(gw, dw, MOC * MC * 4) &&
              bits_eq(gb, db, MOC * 4);
     free(i0); free(w0); free(d0); free(di); free(dw); free(db); free(gi); free(gw); free(gb);
