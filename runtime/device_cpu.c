@@ -86,6 +86,33 @@ static int cpu_matmul_bf16_backward(float *dinp, float *dw, float *db, const uin
     return ZT_OK;
 }
 
+static void cpu_layernorm_forward(void *out, int out16, float *mean, float *rstd,
+                                  const float *inp, const float *w, const float *b, int N, int C)
+{
+    if (out16) zk_layernorm_forward_b16(out, mean, rstd, inp, w, b, N, C);
+    else zk_layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+}
+
+static void cpu_layernorm_residual_forward(float *resid, void *out, int out16, float *mean,
+                                           float *rstd, const float *a, const float *b,
+                                           const float *w, const float *bias, int N, int C)
+{
+    zk_layernorm_residual_forward(resid, out16 ? NULL : out, out16 ? out : NULL, mean, rstd, a, b,
+                                  w, bias, N, C);
+}
+
+static void cpu_gelu_forward(void *out, int out16, const float *inp, size_t n)
+{
+    if (out16) zk_gelu_forward_b16(out, inp, n);
+    else zk_gelu_forward(out, inp, n);
+}
+
+static void cpu_gelu_backward(void *dinp, int out16, const float *inp, const float *dout, size_t n)
+{
+    if (out16) zk_gelu_backward_b16(dinp, inp, dout, n);
+    else zk_gelu_backward(dinp, inp, dout, n);
+}
+
 static int cpu_crossentropy(float *losses, void *dlogits, const void *logits,
                             const int32_t *targets, int N, int V, int ld, int bf16, float dscale)
 {
@@ -125,7 +152,8 @@ const zt_device_ops zt_cpu_device = {
     .cast = cpu_cast,
     .encoder_forward = zk_encoder_forward,
     .encoder_backward = zk_encoder_backward,
-    .layernorm_forward = zk_layernorm_forward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_residual_forward = cpu_layernorm_residual_forward,
     .layernorm_backward = zk_layernorm_backward,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
@@ -134,8 +162,8 @@ const zt_device_ops zt_cpu_device = {
     .attention_forward = zk_attention_forward,
     .attention_backward = zk_attention_backward,
     .attention_decode = zk_attention_decode,
-    .gelu_forward = zk_gelu_forward,
-    .gelu_backward = zk_gelu_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
     .crossentropy = cpu_crossentropy,
     .adamw = zk_adamw,
     .sumsq_blocks = zk_sumsq_blocks,

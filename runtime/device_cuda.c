@@ -222,10 +222,17 @@ static int cuda_encoder_backward(float *dwte, float *dwpe, const float *dout,
     return rc;
 }
 
-static void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                                   const float *w, const float *b, int N, int C)
+static void cuda_layernorm_forward(void *out, int out16, float *mean, float *rstd,
+                                   const float *inp, const float *w, const float *b, int N, int C)
 {
-    KC_NOTE(zkc_layernorm_forward(S(), out, mean, rstd, inp, w, b, N, C));
+    KC_NOTE(zkc_layernorm_forward(S(), out, out16, mean, rstd, inp, w, b, N, C));
+}
+
+static void cuda_layernorm_residual_forward(float *resid, void *out, int out16, float *mean,
+                                            float *rstd, const float *a, const float *b,
+                                            const float *w, const float *bias, int N, int C)
+{
+    KC_NOTE(zkc_layernorm_residual_forward(S(), resid, out, out16, mean, rstd, a, b, w, bias, N, C));
 }
 
 static int scratch(size_t nb);       /* below: the shared device scratch, cu_lock held */
@@ -298,14 +305,14 @@ static int cuda_matmul_bf16_backward(float *dinp, float *dw, float *db, const ui
     return ZT_OK;
 }
 
-static void cuda_gelu_forward(float *out, const float *inp, size_t n)
+static void cuda_gelu_forward(void *out, int out16, const float *inp, size_t n)
 {
-    KC_NOTE(zkc_gelu_forward(S(), out, inp, n));
+    KC_NOTE(zkc_gelu_forward(S(), out, out16, inp, n));
 }
 
-static void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+static void cuda_gelu_backward(void *dinp, int out16, const float *inp, const float *dout, size_t n)
 {
-    KC_NOTE(zkc_gelu_backward(S(), dinp, inp, dout, n));
+    KC_NOTE(zkc_gelu_backward(S(), dinp, out16, inp, dout, n));
 }
 
 static int cuda_crossentropy(float *losses, void *dlogits, const void *logits,
@@ -660,6 +667,7 @@ const zt_device_ops zt_cuda_device = {
     .encoder_forward = cuda_encoder_forward,
     .encoder_backward = cuda_encoder_backward,
     .layernorm_forward = cuda_layernorm_forward,
+    .layernorm_residual_forward = cuda_layernorm_residual_forward,
     .layernorm_backward = cuda_layernorm_backward,
     .matmul_forward = cuda_matmul_forward,
     .matmul_backward = cuda_matmul_backward,

@@ -63,10 +63,10 @@ static int fg_encoder_backward(float *dwte, float *dwpe, const float *dout, cons
     return CPU.encoder_backward(F(dwte), F(dwpe), CF(dout), un(tok), B, T, C, V);
 }
 
-static void fg_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+static void fg_layernorm_forward(void *out, int out16, float *mean, float *rstd, const float *inp,
                                  const float *w, const float *b, int N, int C)
 {
-    CPU.layernorm_forward(F(out), F(mean), F(rstd), CF(inp), CF(w), CF(b), N, C);
+    CPU.layernorm_forward(un(out), out16, F(mean), F(rstd), CF(inp), CF(w), CF(b), N, C);
 }
 
 static void fg_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
@@ -118,11 +118,22 @@ static void fg_attention_decode(float *out, float *kc, float *vc, const float *q
     CPU.attention_decode(F(out), F(kc), F(vc), CF(qkv), B, T, C, NH, maxT, pos);
 }
 
-static void fg_gelu_forward(float *out, const float *inp, size_t n) { CPU.gelu_forward(F(out), CF(inp), n); }
-
-static void fg_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+static void fg_layernorm_residual_forward(float *resid, void *out, int out16, float *mean,
+                                          float *rstd, const float *a, const float *b,
+                                          const float *w, const float *bias, int N, int C)
 {
-    CPU.gelu_backward(F(dinp), CF(inp), CF(dout), n);
+    CPU.layernorm_residual_forward(F(resid), un(out), out16, F(mean), F(rstd), CF(a), CF(b), CF(w),
+                                   CF(bias), N, C);
+}
+
+static void fg_gelu_forward(void *out, int out16, const float *inp, size_t n)
+{
+    CPU.gelu_forward(un(out), out16, CF(inp), n);
+}
+
+static void fg_gelu_backward(void *dinp, int out16, const float *inp, const float *dout, size_t n)
+{
+    CPU.gelu_backward(un(dinp), out16, CF(inp), CF(dout), n);
 }
 
 static int fg_crossentropy(float *losses, void *dlogits, const void *logits,
@@ -153,6 +164,7 @@ const zt_device_ops zt_fakegpu_device = {
     .cast = fg_cast,
     .encoder_forward = fg_encoder_forward, .encoder_backward = fg_encoder_backward,
     .layernorm_forward = fg_layernorm_forward, .layernorm_backward = fg_layernorm_backward,
+    .layernorm_residual_forward = fg_layernorm_residual_forward,
     .matmul_forward = fg_matmul_forward, .matmul_backward = fg_matmul_backward,
     .matmul_bf16_forward = fg_matmul_bf16_forward, .matmul_bf16_backward = fg_matmul_bf16_backward,
     .attention_forward = fg_attention_forward, .attention_backward = fg_attention_backward,

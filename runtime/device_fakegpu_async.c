@@ -340,14 +340,15 @@ static int fa_encoder_backward(float *dwte, float *dwpe, const float *dout, cons
 
 static void r_lnf(item *it)
 {
-    FG.layernorm_forward(it->p[0], it->p[1], it->p[2], it->p[3], it->p[4], it->p[5], it->i[0], it->i[1]);
+    FG.layernorm_forward(it->p[0], it->i[2], it->p[1], it->p[2], it->p[3], it->p[4], it->p[5],
+                         it->i[0], it->i[1]);
 }
-static void fa_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+static void fa_layernorm_forward(void *out, int out16, float *mean, float *rstd, const float *inp,
                                  const float *w, const float *b, int N, int C)
 {
     OP0(it, r_lnf);
     it->p[0] = out; it->p[1] = mean; it->p[2] = rstd; it->p[3] = (void *)inp;
-    it->p[4] = (void *)w; it->p[5] = (void *)b; it->i[0] = N; it->i[1] = C;
+    it->p[4] = (void *)w; it->p[5] = (void *)b; it->i[0] = N; it->i[1] = C; it->i[2] = out16;
     issue(it);
 }
 
@@ -472,17 +473,35 @@ static void fa_attention_decode(float *out, float *kc, float *vc, const float *q
     issue(it);
 }
 
-static void r_geluf(item *it) { FG.gelu_forward(it->p[0], it->p[1], it->n); }
-static void fa_gelu_forward(float *out, const float *inp, size_t n)
+static void r_lnrf(item *it)
 {
-    OP0(it, r_geluf); it->p[0] = out; it->p[1] = (void *)inp; it->n = n; issue(it);
+    FG.layernorm_residual_forward(it->p[0], it->p[1], it->i[2], it->p[2], it->p[3], it->p[4],
+                                  it->p[5], (const float *)(uintptr_t)it->u[0],
+                                  (const float *)(uintptr_t)it->u[1], it->i[0], it->i[1]);
+}
+static void fa_layernorm_residual_forward(float *resid, void *out, int out16, float *mean,
+                                          float *rstd, const float *a, const float *b,
+                                          const float *w, const float *bias, int N, int C)
+{
+    OP0(it, r_lnrf);
+    it->p[0] = resid; it->p[1] = out; it->p[2] = mean; it->p[3] = rstd;
+    it->p[4] = (void *)a; it->p[5] = (void *)b;
+    it->u[0] = (uintptr_t)w; it->u[1] = (uintptr_t)bias;
+    it->i[0] = N; it->i[1] = C; it->i[2] = out16;
+    issue(it);
 }
 
-static void r_gelub(item *it) { FG.gelu_backward(it->p[0], it->p[1], it->p[2], it->n); }
-static void fa_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+static void r_geluf(item *it) { FG.gelu_forward(it->p[0], it->i[0], it->p[1], it->n); }
+static void fa_gelu_forward(void *out, int out16, const float *inp, size_t n)
+{
+    OP0(it, r_geluf); it->p[0] = out; it->p[1] = (void *)inp; it->n = n; it->i[0] = out16; issue(it);
+}
+
+static void r_gelub(item *it) { FG.gelu_backward(it->p[0], it->i[0], it->p[1], it->p[2], it->n); }
+static void fa_gelu_backward(void *dinp, int out16, const float *inp, const float *dout, size_t n)
 {
     OP0(it, r_gelub);
-    it->p[0] = dinp; it->p[1] = (void *)inp; it->p[2] = (void *)dout; it->n = n;
+    it->p[0] = dinp; it->p[1] = (void *)inp; it->p[2] = (void *)dout; it->n = n; it->i[0] = out16;
     issue(it);
 }
 
@@ -684,6 +703,7 @@ const zt_device_ops zt_fakegpu_async_device = {
     .cast = fa_cast,
     .encoder_forward = fa_encoder_forward, .encoder_backward = fa_encoder_backward,
     .layernorm_forward = fa_layernorm_forward, .layernorm_backward = fa_layernorm_backward,
+    .layernorm_residual_forward = fa_layernorm_residual_forward,
     .matmul_forward = fa_matmul_forward, .matmul_backward = fa_matmul_backward,
     .matmul_bf16_forward = fa_matmul_bf16_forward, .matmul_bf16_backward = fa_matmul_bf16_backward,
     .attention_forward = fa_attention_forward, .attention_backward = fa_attention_backward,

@@ -121,9 +121,15 @@ typedef struct zt_device_ops {
                            const float *wpe, int B, int T, int C, int V);
     int (*encoder_backward)(float *dwte, float *dwpe, const float *dout,
                             const int32_t *tok, int B, int T, int C, int V);
-    void (*layernorm_forward)(float *out, float *mean, float *rstd,
+    /* out16: out (dinp for gelu_backward) is bf16, the fp32 result rounded
+     * once (a bf16 GEMM's input) */
+    void (*layernorm_forward)(void *out, int out16, float *mean, float *rstd,
                               const float *inp, const float *w, const float *b,
                               int N, int C);
+    /* resid = a + b, then out = layernorm(resid) (out16 as above) */
+    void (*layernorm_residual_forward)(float *resid, void *out, int out16, float *mean,
+                                       float *rstd, const float *a, const float *b,
+                                       const float *w, const float *bias, int N, int C);
     void (*layernorm_backward)(float *dinp, float *dw, float *db,
                                const float *dout, const float *inp,
                                const float *w, const float *mean,
@@ -149,8 +155,8 @@ typedef struct zt_device_ops {
                                int B, int T, int C, int NH);
     void (*attention_decode)(float *out, float *kcache, float *vcache, const float *qkv,
                              int B, int T, int C, int NH, int maxT, int pos);
-    void (*gelu_forward)(float *out, const float *inp, size_t n);
-    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    void (*gelu_forward)(void *out, int out16, const float *inp, size_t n);
+    void (*gelu_backward)(void *dinp, int out16, const float *inp, const float *dout, size_t n);
     /* logits and dlogits (N,V) in rows ld apart, fp32 or (bf16) bf16 */
     int (*crossentropy)(float *losses, void *dlogits, const void *logits,
                         const int32_t *targets, int N, int V, int ld, int bf16, float dscale);

@@ -236,14 +236,42 @@ int zt_layernorm_forward(zt_tensor *out, zt_tensor *mean, zt_tensor *rstd,
     ZT_TRY(need(op, "inp", inp, ZT_F32));
     ZT_CHECK(last_dim(inp) == C, "%s: inp's last dim must be C=%lld", op, (long long)C);
     int64_t N = inp->numel / C;
-    ZT_TRY(need_numel(op, "out", out, ZT_F32, N * C, "(N,C)"));
+    int out16 = out != NULL && out->dtype == ZT_BF16;
+    ZT_TRY(need_numel(op, "out", out, out16 ? ZT_BF16 : ZT_F32, N * C, "(N,C) f32 or bf16"));
     ZT_TRY(need_numel(op, "mean", mean, ZT_F32, N, "(N)"));
     ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, N, "(N)"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "mean", mean, "rstd", rstd, "inp", inp, "weight", w,
                  "bias", b, NULL));
-    dev->layernorm_forward(out->data, mean->data, rstd->data, inp->data, w->data,
+    dev->layernorm_forward(out->data, out16, mean->data, rstd->data, inp->data, w->data,
                            b->data, (int)N, (int)C);
+    return ZT_OK;
+}
+
+int zt_layernorm_residual_forward(zt_tensor *resid, zt_tensor *out, zt_tensor *mean,
+                                  zt_tensor *rstd, const zt_tensor *a, const zt_tensor *b,
+                                  const zt_tensor *w, const zt_tensor *bias)
+{
+    const char *op = "zt_layernorm_residual_forward";
+    ZT_TRY(need(op, "weight", w, ZT_F32));
+    int64_t C = w->numel;
+    ZT_TRY(need_numel(op, "bias", bias, ZT_F32, C, "(C)"));
+    ZT_TRY(need(op, "a", a, ZT_F32));
+    ZT_CHECK(last_dim(a) == C, "%s: a's last dim must be C=%lld", op, (long long)C);
+    int64_t N = a->numel / C;
+    ZT_TRY(need_numel(op, "b", b, ZT_F32, N * C, "(N,C)"));
+    ZT_TRY(need_numel(op, "resid", resid, ZT_F32, N * C, "(N,C)"));
+    ZT_CHECK(resid != a && resid != b && resid->data != a->data && resid->data != b->data,
+             "%s: resid must be a tensor of its own (it may not alias a or b)", op);
+    int out16 = out != NULL && out->dtype == ZT_BF16;
+    ZT_TRY(need_numel(op, "out", out, out16 ? ZT_BF16 : ZT_F32, N * C, "(N,C) f32 or bf16"));
+    ZT_TRY(need_numel(op, "mean", mean, ZT_F32, N, "(N)"));
+    ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, N, "(N)"));
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "resid", resid, "out", out, "mean", mean, "rstd", rstd, "a", a,
+                 "b", b, "weight", w, "bias", bias, NULL));
+    dev->layernorm_residual_forward(resid->data, out->data, out16, mean->data, rstd->data,
+                                    a->data, b->data, w->data, bias->data, (int)N, (int)C);
     return ZT_OK;
 }
 
@@ -464,10 +492,12 @@ int zt_attention_decode(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
 int zt_gelu_forward(zt_tensor *out, const zt_tensor *inp)
 {
     ZT_TRY(need("zt_gelu_forward", "inp", inp, ZT_F32));
-    ZT_TRY(need_numel("zt_gelu_forward", "out", out, ZT_F32, inp->numel, "(same as inp)"));
+    int out16 = out != NULL && out->dtype == ZT_BF16;
+    ZT_TRY(need_numel("zt_gelu_forward", "out", out, out16 ? ZT_BF16 : ZT_F32, inp->numel,
+                      "(same as inp) f32 or bf16"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, "zt_gelu_forward", "out", out, "inp", inp, NULL));
-    dev->gelu_forward(out->data, inp->data, (size_t)inp->numel);
+    dev->gelu_forward(out->data, out16, inp->data, (size_t)inp->numel);
     return ZT_OK;
 }
 
@@ -476,10 +506,12 @@ int zt_gelu_backward(zt_tensor *dinp, const zt_tensor *inp, const zt_tensor *dou
     const char *op = "zt_gelu_backward";
     ZT_TRY(need(op, "inp", inp, ZT_F32));
     ZT_TRY(need_numel(op, "dout", dout, ZT_F32, inp->numel, "(same as inp)"));
-    ZT_TRY(need_numel(op, "dinp", dinp, ZT_F32, inp->numel, "(same as inp)"));
+    int out16 = dinp != NULL && dinp->dtype == ZT_BF16;
+    ZT_TRY(need_numel(op, "dinp", dinp, out16 ? ZT_BF16 : ZT_F32, inp->numel,
+                      "(same as inp) f32 or bf16"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "dinp", dinp, "inp", inp, "dout", dout, NULL));
-    dev->gelu_backward(dinp->data, inp->data, dout->data, (size_t)inp->numel);
+    dev->gelu_backward(dinp->data, out16, inp->data, dout->data, (size_t)inp->numel);
     return ZT_OK;
 }
 

@@ -175,10 +175,18 @@ int zt_encoder_forward(zt_tensor *out, const zt_tensor *tokens,
 /* dwte ACCUMULATED, dwpe rows [0,T) WRITTEN. */
 int zt_encoder_backward(zt_tensor *dwte, zt_tensor *dwpe, const zt_tensor *dout,
                         const zt_tensor *tokens);
-/* out (N,C); mean, rstd (N). */
+/* out (N,C) f32, or bf16 (each element the f32 out's, rounded once: what a
+ * bf16 GEMM reads, written so instead of cast after); mean, rstd (N). */
 int zt_layernorm_forward(zt_tensor *out, zt_tensor *mean, zt_tensor *rstd,
                          const zt_tensor *inp, const zt_tensor *weight,
                          const zt_tensor *bias);
+/* The residual add fused with the layer norm that reads it: resid (N,C) f32
+ * WRITTEN = a + b, then out = layernorm(resid) (f32 or bf16), mean, rstd:
+ * the bits of zt_add3 followed by zt_layernorm_forward, one pass. resid
+ * may not alias a or b. */
+int zt_layernorm_residual_forward(zt_tensor *resid, zt_tensor *out, zt_tensor *mean,
+                                  zt_tensor *rstd, const zt_tensor *a, const zt_tensor *b,
+                                  const zt_tensor *weight, const zt_tensor *bias);
 /* dinp ACCUMULATED; dweight, dbias WRITTEN. Split backward: dinp NULL
  * computes the weight gradients only; dweight and dbias both NULL the input
  * gradient only. Each output has the same bits as in the fused call. */
@@ -229,6 +237,8 @@ int zt_attention_backward(zt_tensor *dqkv, const zt_tensor *dout,
  * with the prompt; a decode step T = 1, costing O(pos). */
 int zt_attention_decode(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
                         const zt_tensor *qkv, int NH, int pos);
+/* out (gelu_backward's dinp) f32 or bf16 (rounded once, as layernorm's);
+ * inp, dout f32. */
 int zt_gelu_forward(zt_tensor *out, const zt_tensor *inp);
 int zt_gelu_backward(zt_tensor *dinp, const zt_tensor *inp, const zt_tensor *dout);
 /* logits (N,V) f32 or bf16, targets (N) i32, losses (N) f32; dlogits (the

@@ -90,9 +90,9 @@ int main(void)
     TIME("attention fwd T=1024 bf16 tc", fa, 20, dv->attention_forward(y, lse, qkv, B, T, C, NH));
     TIME("attention bwd T=1024 bf16 tc", 2.5 * fa, 20, dv->attention_backward(dq, g, qkv, y, lse, B, T, C, NH));
     zt_cuda_attention_mode(0);
-    TIME("layernorm fwd (N,768)", 0, 50, dv->layernorm_forward(y, mean, rstd, x, w, b, N, C));
+    TIME("layernorm fwd (N,768)", 0, 50, dv->layernorm_forward(y, 0, mean, rstd, x, w, b, N, C));
     TIME("layernorm bwd (N,768)", 0, 50, dv->layernorm_backward(dx, dw, db, g, x, w, mean, rstd, N, C));
-    TIME("gelu fwd (N,3072)", 0, 50, dv->gelu_forward(y, x, (size_t)N * 4 * C));
+    TIME("gelu fwd (N,3072)", 0, 50, dv->gelu_forward(y, 0, x, (size_t)N * 4 * C));
     TIME("adamw 12.6M params", 0, 10, dv->adamw(x, g, y, dx, (size_t)N * 4 * C, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1));
     /* the LM head (B=4 of the step's 16): bf16 operands, logits in rows of
      * V (fp32, the old layout) against rows padded to Vp (bf16, the new) */

@@ -77,6 +77,32 @@ void zk_gelu_forward(float *out, const float *inp, size_t n) {
     }
 }
 
+/* bf16 out: each block through a float tile on the stack (16 KiB), then
+ * rounded: the fp32 kernel's floats, rounded once */
+void zk_gelu_forward_b16(uint16_t *out, const float *inp, size_t n) {
+    size_t nb = (n + GELU_BLOCK - 1) / GELU_BLOCK;
+    void (*f)(float *, const float *, size_t, size_t) = zk_avx512_twin() ? fwd16 : fwd8;
+    #pragma omp parallel for schedule(static) if (nb >= GELU_PAR_BLOCKS)
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * GELU_BLOCK, hi = lo + GELU_BLOCK < n ? lo + GELU_BLOCK : n;
+        float t[GELU_BLOCK];
+        f(t, inp + lo, 0, hi - lo);
+        zk_cast_f32_bf16(out + lo, t, hi - lo);
+    }
+}
+
+void zk_gelu_backward_b16(uint16_t *dinp, const float *inp, const float *dout, size_t n) {
+    size_t nb = (n + GELU_BLOCK - 1) / GELU_BLOCK;
+    void (*f)(float *, const float *, const float *, size_t, size_t) = zk_avx512_twin() ? bwd16 : bwd8;
+    #pragma omp parallel for schedule(static) if (nb >= GELU_PAR_BLOCKS)
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * GELU_BLOCK, hi = lo + GELU_BLOCK < n ? lo + GELU_BLOCK : n;
+        float t[GELU_BLOCK];
+        f(t, inp + lo, dout + lo, 0, hi - lo);
+        zk_cast_f32_bf16(dinp + lo, t, hi - lo);
+    }
+}
+
 /* dinp = dout * gelu'(inp), WRITTEN; dinp may alias dout. */
 void zk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     size_t nb = (n + GELU_BLOCK - 1) / GELU_BLOCK;

@@ -64,6 +64,17 @@ int zk_encoder_backward(float *dwte, float *dwpe, const float *dout,
 /* out (N,C); mean, rstd (N) saved for backward. */
 void zk_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                           const float *weight, const float *bias, int N, int C);
+/* bf16 out (a bf16 GEMM's input): each element the fp32 forward's, rounded
+ * once to nearest even (zk_cast_f32_bf16's bits); mean, rstd as above. */
+void zk_layernorm_forward_b16(uint16_t *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C);
+/* The residual add fused with the layer norm that reads it: resid (N,C)
+ * WRITTEN = a + b (zk_add3's bits), out = layernorm(resid) into out (fp32)
+ * or out16 (bf16; exactly one not NULL), mean, rstd: the bits of zk_add3
+ * followed by zk_layernorm_forward(_b16). resid aliases neither a nor b. */
+void zk_layernorm_residual_forward(float *resid, float *out, uint16_t *out16, float *mean,
+                                   float *rstd, const float *a, const float *b,
+                                   const float *weight, const float *bias, int N, int C);
 /* dinp (N,C) ACCUMULATED (+=: it is the residual stream's gradient);
  * dweight, dbias (C) WRITTEN (sum over the N rows in row order).
  * Split backward: dinp NULL computes the weights only; dweight and dbias
@@ -195,6 +206,10 @@ void zk_attention_backward(float *dqkv, const float *dout, const float *qkv,
 void zk_gelu_forward(float *out, const float *inp, size_t n);
 /* dinp = dout * gelu'(inp), WRITTEN; dinp may alias dout. */
 void zk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+/* bf16 out / dinp (a bf16 GEMM's input): the fp32 kernels' floats rounded
+ * once to nearest even. dinp does not alias dout here. */
+void zk_gelu_forward_b16(uint16_t *out, const float *inp, size_t n);
+void zk_gelu_backward_b16(uint16_t *dinp, const float *inp, const float *dout, size_t n);
 
 /* ---- softmax cross-entropy, fused with its backward -------------------- */
 /* logits (N,V) in rows ld apart (ld >= V: the LM head pads GPT-2's 50257 to

@@ -120,17 +120,76 @@ static dinp_sums_fn dinp_sums_pick(void) {
     return dinp_sums_plain;
 }
 
+/* A row's statistics: mean and rstd (biased variance) */
+static inline void row_stats(const float *restrict x, int C, float *m, float *s) {
+    *m = row_sum(x, C) / (float)C;
+    float var = row_sumsq_dev(x, *m, C) / (float)C;   // biased
+    *s = 1.0f / sqrtf(var + LN_EPS);
+}
+
+/* out[c] for c in [lo, hi): one expression, so the fp32 and the bf16
+ * forwards round the same floats */
+static inline void row_out(float *restrict o, const float *restrict x, float m, float s,
+                           const float *restrict weight, const float *restrict bias,
+                           int lo, int hi) {
+    for (int c = lo; c < hi; c++) o[c - lo] = (x[c] - m) * s * weight[c] + bias[c];
+}
+
 /* out (N,C) = (inp - mean) * rstd * weight + bias; mean, rstd (N) saved. */
 void zk_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                           const float *weight, const float *bias, int N, int C) {
     #pragma omp parallel for schedule(static) if ((long)N * C >= 32768)
     for (int n = 0; n < N; n++) {
         const float *restrict x = inp + (size_t)n * C;   // (C)
-        float *restrict o = out + (size_t)n * C;         // (C)
-        float m = row_sum(x, C) / (float)C;
-        float var = row_sumsq_dev(x, m, C) / (float)C;   // biased
-        float s = 1.0f / sqrtf(var + LN_EPS);
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+        float m, s;
+        row_stats(x, C, &m, &s);
+        row_out(out + (size_t)n * C, x, m, s, weight, bias, 0, C);
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+/* bf16 out: the rows through a float chunk on the stack, then rounded */
+#define LN_CHUNK 1024
+void zk_layernorm_forward_b16(uint16_t *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C) {
+    #pragma omp parallel for schedule(static) if ((long)N * C >= 32768)
+    for (int n = 0; n < N; n++) {
+        const float *restrict x = inp + (size_t)n * C;   // (C)
+        float m, s, o[LN_CHUNK];
+        row_stats(x, C, &m, &s);
+        for (int c0 = 0; c0 < C; c0 += LN_CHUNK) {
+            int c1 = C - c0 < LN_CHUNK ? C : c0 + LN_CHUNK;
+            row_out(o, x, m, s, weight, bias, c0, c1);
+            zk_cast_f32_bf16(out + (size_t)n * C + c0, o, (size_t)(c1 - c0));
+        }
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+/* The residual add fused with the next layer norm: resid (N,C) = a + b
+ * (one fp32 add each, zk_add3's), then out = layernorm(resid) from the
+ * stored resid, fp32 (out) or bf16 (out16; exactly one of them given): the
+ * bits of zk_add3 then zk_layernorm_forward(_b16), one pass over the row
+ * while it is in cache. */
+void zk_layernorm_residual_forward(float *resid, float *out, uint16_t *out16, float *mean,
+                                   float *rstd, const float *a, const float *b,
+                                   const float *weight, const float *bias, int N, int C) {
+    #pragma omp parallel for schedule(static) if ((long)N * C >= 32768)
+    for (int n = 0; n < N; n++) {
+        const float *restrict an = a + (size_t)n * C, *restrict bn = b + (size_t)n * C;
+        float *restrict x = resid + (size_t)n * C;       // (C)
+        for (int c = 0; c < C; c++) x[c] = an[c] + bn[c];
+        float m, s, o[LN_CHUNK];
+        row_stats(x, C, &m, &s);
+        if (out != NULL) row_out(out + (size_t)n * C, x, m, s, weight, bias, 0, C);
+        else
+            for (int c0 = 0; c0 < C; c0 += LN_CHUNK) {
+                int c1 = C - c0 < LN_CHUNK ? C : c0 + LN_CHUNK;
+                row_out(o, x, m, s, weight, bias, c0, c1);
+                zk_cast_f32_bf16(out16 + (size_t)n * C + c0, o, (size_t)(c1 - c0));
+            }
         mean[n] = m;
         rstd[n] = s;
     }

@@ -40,13 +40,21 @@ int zkc_cast_bf16_f32(cudaStream_t s, float *dst, const uint16_t *src, size_t n)
 int zkc_cast_f32_f16(cudaStream_t s, uint16_t *dst, const float *src, size_t n);
 int zkc_cast_f16_f32(cudaStream_t s, float *dst, const uint16_t *src, size_t n);
 
-/* ---- gelu.cu (tanhf, not the CPU's tanh_fast: ~1e-7 apart) ---- */
-int zkc_gelu_forward(cudaStream_t s, float *out, const float *inp, size_t n);
-int zkc_gelu_backward(cudaStream_t s, float *dinp, const float *inp, const float *dout, size_t n);
+/* ---- gelu.cu (tanhf, not the CPU's tanh_fast: ~1e-7 apart); out16: out
+ * (dinp) bf16, the fp32 value rounded once (zkc_bf16) ---- */
+int zkc_gelu_forward(cudaStream_t s, void *out, int out16, const float *inp, size_t n);
+int zkc_gelu_backward(cudaStream_t s, void *dinp, int out16, const float *inp, const float *dout,
+                      size_t n);
 
 /* ---- layernorm.cu ---- */
-int zkc_layernorm_forward(cudaStream_t s, float *out, float *mean, float *rstd,
+/* out16: out bf16, each element rounded once (a bf16 GEMM's input) */
+int zkc_layernorm_forward(cudaStream_t s, void *out, int out16, float *mean, float *rstd,
                           const float *inp, const float *w, const float *b, int N, int C);
+/* resid (N,C) WRITTEN = a + b, then zkc_layernorm_forward on resid: one
+ * launch, the row read back from cache (the bits of add3 then the forward) */
+int zkc_layernorm_residual_forward(cudaStream_t s, float *resid, void *out, int out16,
+                                   float *mean, float *rstd, const float *a, const float *b2,
+                                   const float *w, const float *b, int N, int C);
 /* dinp ACCUMULATED (skipped when NULL); dw, db WRITTEN (skipped unless
  * both given): chunks of rows in order in double, the chunks in order;
  * scratch: zkc_layernorm_scratch(N, C) doubles of device memory, only

@@ -28,9 +28,10 @@ extern "C" size_t zkc_layernorm_scratch(int N, int C)
     return N <= 0 ? 0 : 2 * (size_t)((N + zkc_ln_rows(N) - 1) / zkc_ln_rows(N)) * (size_t)C;
 }
 
-/* out (N,C); mean, rstd (N) */
-__global__ static void k_ln_fwd(float *out, float *mean, float *rstd, const float *inp,
-                                const float *w, const float *b, int N, int C)
+/* out (N,C) fp32 or bf16 (O = uint16_t: rounded once); mean, rstd (N) */
+template <class O>
+__device__ __forceinline__ void ln_fwd(O *out, float *mean, float *rstd, const float *inp,
+                                       const float *w, const float *b, int N, int C)
 {
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
@@ -41,10 +42,40 @@ __global__ static void k_ln_fwd(float *out, float *mean, float *rstd, const floa
     float v = 0.0f;
     for (int c = lane; c < C; c += 32) { float d = x[c] - m; v += d * d; }
     float r = 1.0f / sqrtf(zkc_warp_sum(v) / (float)C + 1e-5f);
-    float *o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+    O *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) zkc_put(o + c, (x[c] - m) * r * w[c] + b[c]);
     if (lane == 0) { mean[row] = m; rstd[row] = r; }
 }
+__global__ static void k_ln_fwd(float *out, float *mean, float *rstd, const float *inp,
+                                const float *w, const float *b, int N, int C)
+{ ln_fwd<float>(out, mean, rstd, inp, w, b, N, C); }
+
+/* the residual add first: resid = a + b (the row written, then read back
+ * from cache by the same lane), then ln_fwd's row on it */
+template <class O>
+__device__ __forceinline__ void ln_res_fwd(float *resid, O *out, float *mean, float *rstd,
+                                           const float *a, const float *b2, const float *w,
+                                           const float *b, int N, int C)
+{
+    int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    float *x = resid + (size_t)row * C;
+    const float *ar = a + (size_t)row * C, *br = b2 + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) x[c] = ar[c] + br[c];
+    __syncwarp();
+    ln_fwd<O>(out, mean, rstd, resid, w, b, N, C);
+}
+__global__ static void k_ln_res_fwd(float *resid, float *out, float *mean, float *rstd,
+                                    const float *a, const float *b2, const float *w,
+                                    const float *b, int N, int C)
+{ ln_res_fwd<float>(resid, out, mean, rstd, a, b2, w, b, N, C); }
+__global__ static void k_ln_res_fwd_b16(float *resid, uint16_t *out, float *mean, float *rstd,
+                                        const float *a, const float *b2, const float *w,
+                                        const float *b, int N, int C)
+{ ln_res_fwd<uint16_t>(resid, out, mean, rstd, a, b2, w, b, N, C); }
+__global__ static void k_ln_fwd_b16(uint16_t *out, float *mean, float *rstd, const float *inp,
+                                    const float *w, const float *b, int N, int C)
+{ ln_fwd<uint16_t>(out, mean, rstd, inp, w, b, N, C); }
 
 /* dinp += (g - mean(g) - norm * mean(g * norm)) * rstd, g = w * dout */
 __global__ static void k_ln_bwd_dinp(float *dinp, const float *dout, const float *inp,
@@ -99,13 +130,26 @@ __global__ static void k_ln_bwd_w_sum(float *dw, float *db, const double *part, 
     db[c] = (float)sb;
 }
 
-extern "C" int zkc_layernorm_forward(cudaStream_t s, float *out, float *mean, float *rstd,
-                                     const float *inp, const float *w, const float *b,
-                                     int N, int C)
+extern "C" int zkc_layernorm_forward(cudaStream_t s, void *out, int out16, float *mean,
+                                     float *rstd, const float *inp, const float *w,
+                                     const float *b, int N, int C)
 {
     if (N == 0) return 0;
     unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);   /* launches on one line: spec/emu */
-    k_ln_fwd<<<g, 32 * LN_WARPS, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
+    if (out16) k_ln_fwd_b16<<<g, 32 * LN_WARPS, 0, s>>>((uint16_t *)out, mean, rstd, inp, w, b, N, C);
+    else k_ln_fwd<<<g, 32 * LN_WARPS, 0, s>>>((float *)out, mean, rstd, inp, w, b, N, C);
+    return ZKC_LAUNCHED();
+}
+
+extern "C" int zkc_layernorm_residual_forward(cudaStream_t s, float *resid, void *out, int out16,
+                                              float *mean, float *rstd, const float *a,
+                                              const float *b2, const float *w, const float *b,
+                                              int N, int C)
+{
+    if (N == 0) return 0;
+    unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);
+    if (out16) k_ln_res_fwd_b16<<<g, 32 * LN_WARPS, 0, s>>>(resid, (uint16_t *)out, mean, rstd, a, b2, w, b, N, C);
+    else k_ln_res_fwd<<<g, 32 * LN_WARPS, 0, s>>>(resid, (float *)out, mean, rstd, a, b2, w, b, N, C);
     return ZKC_LAUNCHED();
 }
 

@@ -16,6 +16,12 @@ function M.scale(x, a) check(C.zt_scale(c(x), a), "scale") end
 function M.axpy(y, a, x) check(C.zt_axpy(c(y), a, c(x)), "axpy") end
 function M.add(y, x) check(C.zt_add(c(y), c(x)), "add") end
 function M.add3(out, a, b) check(C.zt_add3(c(out), c(a), c(b)), "add3") end
+-- resid = a + b, then out, mean, rstd = layernorm(resid): add3 and
+-- layernorm_forward's bits in one pass
+function M.layernorm_residual_forward(resid, out, mean, rstd, a, b, w, bias)
+  check(C.zt_layernorm_residual_forward(c(resid), c(out), c(mean), c(rstd), c(a), c(b), c(w), c(bias)),
+        "layernorm_residual_forward")
+end
 function M.cast(dst, src) check(C.zt_cast(c(dst), c(src)), "cast") end
 
 function M.encoder_forward(out, tokens, wte, wpe)

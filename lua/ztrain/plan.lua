@@ -24,6 +24,7 @@
 local memory = require "ztrain.memory"
 local gpt2 = require "ztrain.nn.gpt2"
 local Acts = require "ztrain.nn.activations"
+local precision = require "ztrain.precision"
 
 local M = {}
 
@@ -210,8 +211,10 @@ local function activations(t, cfg, r, units, sets)
   local B, Tlen = r.batch.micro, r.data.seq_len
   local ckpt = checkpointed(r, units)
   local host = r.train.checkpoint_host and next(ckpt) ~= nil
-  add(t, "device", "activations", sets * Acts.set_bytes(cfg, B, Tlen, units, ckpt, host) +
-      Acts.scratch_bytes(cfg, B, Tlen, { recompute = next(ckpt) ~= nil, host = host }))
+  -- bf16 GEMMs keep what only they read in bf16 (the trainer's choice)
+  local g16 = precision.gemm16(r)
+  add(t, "device", "activations", sets * Acts.set_bytes(cfg, B, Tlen, units, ckpt, host, g16) +
+      Acts.scratch_bytes(cfg, B, Tlen, { recompute = next(ckpt) ~= nil, host = host, gemm16 = g16 }))
   if host then
     for _ in pairs(ckpt) do add(t, "host", "activations", sets * B * Tlen * cfg.C * 4) end
   end

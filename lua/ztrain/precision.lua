@@ -215,15 +215,38 @@ function MMB:weight(w, fill)
   return self:buf(w, fill)
 end
 
+-- an operand as bf16: as it is when its producer wrote bf16 (the
+-- activations only GEMMs read: nn/activations.lua), else a cast (when
+-- fill: the values are read)
+function MMB:in16(t, fill)
+  if t:dtype() == "bf16" then return t end
+  return self:buf(t, fill)
+end
+
 function MMB:forward_(out, inp, w, b)
-  ops.matmul_bf16_forward(out, self:buf(inp, true), self:weight(w, true), b)
+  ops.matmul_bf16_forward(out, self:in16(inp, true), self:weight(w, true), b)
 end
 
 function MMB:backward_(dinp, dw, db, dout, inp, w)
-  -- w is read only for dinp (without it, w only gives the shape); a bf16
-  -- dout (the head's dlogits) is read as it is
-  local d16 = dout:dtype() == "bf16" and dout or self:buf(dout, true)
-  ops.matmul_bf16_backward(dinp, dw, db, d16, self:buf(inp, dw ~= nil), self:weight(w, dinp ~= nil))
+  -- w is read only for dinp (without it, w only gives the shape)
+  ops.matmul_bf16_backward(dinp, dw, db, self:in16(dout, true), self:in16(inp, dw ~= nil),
+                           self:weight(w, dinp ~= nil))
+end
+
+-- gemm16(recipe) -> on, path: whether a run takes the bf16 GEMMs, and the
+-- CPU's bf16 path (zt_matmul_bf16_info). device.bf16_gemm "on" takes them,
+-- "off" not; "auto" where they outrun the fp32 ones: the CUDA device
+-- (tensor cores) and CPUs whose path is AMX (AVX512_BF16 runs at half the
+-- fp32 rate on the CPU kind it was measured on; the portable path is a
+-- correctness fallback). Only with precision = "bf16" (the weights stored
+-- as bf16). The trainer and the memory plan ask the same question here.
+function M.gemm16(r)
+  local ffi = require "ffi"
+  local path = ffi.string(require("ztrain.ffi").C.zt_matmul_bf16_info())
+  local bg = r.device.bf16_gemm
+  local on = r.precision == "bf16" and
+             (bg == "on" or (bg == "auto" and (r.device.backend == "cuda" or path:match("^AMX") ~= nil)))
+  return on, path
 end
 
 -- the interface gpt2.lua calls: mm.forward(...), mm.backward(...)

@@ -37,6 +37,7 @@ local M = {}
 local FAMILY = {
   attention_forward = "attention", attention_backward = "attention",
   layernorm_forward = "layernorm", layernorm_backward = "layernorm",
+  layernorm_residual_forward = "layernorm",
   gelu_forward = "gelu", gelu_backward = "gelu",
   add3 = "residual add", add = "grad accumulate",
   encoder_forward = "embedding", encoder_backward = "embedding",
@@ -100,6 +101,9 @@ function COST.attention_backward(cfg, dqkv, dout, qkv, out, lse, nh)
 end
 function COST.layernorm_forward(cfg, out, mean, rstd, inp, w, b)
   return 0, nb(out) + nb(mean) + nb(rstd) + nb(inp) + nb(w) + nb(b)
+end
+function COST.layernorm_residual_forward(cfg, resid, out, mean, rstd, a, b, w, bias)
+  return 0, nb(resid) + nb(out) + nb(mean) + nb(rstd) + nb(a) + nb(b) + nb(w) + nb(bias)
 end
 function COST.layernorm_backward(cfg, dinp, dw, db, dout, inp, w, mean, rstd)
   -- dinp is accumulated into (read and written)

@@ -44,7 +44,8 @@ M.defaults = {
   sample   = { prompt = "", tokens = 0, temperature = 0.8, top_k = 40, top_p = 1.0, seed = 1337 },
   -- device.bf16_gemm: with precision = "bf16", the matmuls in bf16 with fp32
   -- accumulation ("on"), or in fp32 on the stored values ("off"); "auto":
-  -- on where the CPU's bf16 path outruns its fp32 GEMMs (AMX), else off.
+  -- on with device.backend = "cuda" (tensor cores) and where the CPU's bf16
+  -- path outruns its fp32 GEMMs (AMX), else off (precision.gemm16).
   -- device.backend: "cpu", "cuda" (make CUDA=1), "fakegpu" (a test device:
   -- the CPU kernels behind memory the host cannot address, docs/gpu.md),
   -- "fakegpu-async[:SEED]" (the same, its streams run later in a seeded order)

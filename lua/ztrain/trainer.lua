@@ -337,13 +337,11 @@ function build_strategy(self, r, b)
                :format(r.precision, S.name, S.name))
     end
     self.ctx.precision = prec
-    -- bf16 GEMMs: "auto" takes them where the CPU's bf16 path is AMX (the
-    -- AVX512_BF16 instruction runs at half the fp32 rate on this CPU kind)
-    local bg = r.device.bf16_gemm
-    local path = require("ffi").string(C.zt_matmul_bf16_info())
-    if r.precision == "bf16" and (bg == "on" or (bg == "auto" and path:match("AMX"))) then
+    -- bf16 GEMMs: "on", or "auto" where they pay (precision.gemm16)
+    local g16, path = precision.gemm16(r)
+    if g16 then
       self.ctx.mm = precision.bf16_matmuls(self.model.tier, prec)
-      self.model.logits_dtype = "bf16"   -- the head's GEMM writes them, the loss reads them
+      self.model.gemm16 = true   -- what only GEMMs read is stored bf16 (nn/activations.lua)
       self.gemm = "bf16 (" .. path .. ")"
     end
     if r.precision == "fp16" then
@@ -440,7 +438,7 @@ function Trainer:activation_report()
   local with, without, n = 0, 0, 0
   for i, st in ipairs(self.stages) do
     if self.pools and self.pools[i] then
-      local l16 = self.model.logits_dtype == "bf16"
+      local l16 = self.model.gemm16
       with = with + Acts.set_bytes(self.cfg, B, Tlen, st.units, self.ckpt_units,
                                    self.recipe.train.checkpoint_host, l16)
       without = without + Acts.set_bytes(self.cfg, B, Tlen, st.units, {}, nil, l16)

@@ -146,12 +146,29 @@ static void t_gelu(void)
     float *x = ct_rand(n, -6, 6), *d = ct_rand(n, -1, 1), *o = malloc(n * 4), *g = malloc(n * 4);
     zk_gelu_forward(o, x, n); zk_gelu_backward(g, x, d, n);
     float *dx = up(x, n * 4), *dd = up(d, n * 4), *dout = up(x, n * 4);
-    dv->gelu_forward(dout, dx, n);
-    dv->gelu_backward(dd, dx, dd, n);          /* dinp aliases dout */
+    dv->gelu_forward(dout, 0, dx, n);
+    dv->gelu_backward(dd, 0, dx, dd, n);          /* dinp aliases dout */
     if (!synced("gelu")) return;
     float *go = down(dout, n * 4), *gg = down(dd, n * 4);
     close_to("gelu forward (1e-6 + 1e-5|x|)", go, o, n, 1e-6, 1e-5);
     close_to("gelu backward, dinp aliasing dout", gg, g, n, 5e-6, 1e-5);
+    /* bf16 outputs: the GPU's fp32 results rounded once (one bf16 ulp
+     * allowed: nvcc may contract the two instantiations differently) */
+    uint16_t *o16 = NULL, *g16 = NULL;
+    float *dd2 = up(d, n * 4);
+    dv->alloc((void **)&o16, n * 2); dv->alloc((void **)&g16, n * 2);
+    dv->gelu_forward(o16, 1, dx, n);
+    dv->gelu_backward(g16, 1, dx, dd2, n);
+    if (!synced("gelu bf16")) return;
+    uint16_t *h16 = down(o16, n * 2), *hg16 = down(g16, n * 2);
+    float *w16 = malloc(n * 4), *wg16 = malloc(n * 4);
+    zk_cast_bf16_f32(w16, h16, n); zk_cast_bf16_f32(wg16, hg16, n);
+    close_to("gelu forward bf16 out (the fp32 out, one bf16 ulp)", w16, go, n, 1e-30, 1.0 / 128);
+    float *gref = ct_rand(n, 0, 0);
+    zk_gelu_backward(gref, x, d, n);
+    close_to("gelu backward bf16 dinp (one bf16 ulp)", wg16, gref, n, 5e-6, 1.0 / 128);
+    free(h16); free(hg16); free(w16); free(wg16); free(gref);
+    dv->free(o16); dv->free(g16); dv->free(dd2);
     free(x); free(d); free(o); free(g); free(go); free(gg);
     dv->free(dx); dv->free(dd); dv->free(dout);
 }
@@ -166,12 +183,23 @@ static void t_layernorm(void)
     zk_layernorm_forward(o, m, r, x, w, b, N, C);
     float *dx = up(x, nc * 4), *dw = up(w, C * 4), *db = up(b, C * 4);
     float *dout = up(o, nc * 4), *dm = up(m, N * 4), *dr = up(r, N * 4);
-    dv->layernorm_forward(dout, dm, dr, dx, dw, db, N, C);
+    dv->layernorm_forward(dout, 0, dm, dr, dx, dw, db, N, C);
     if (!synced("layernorm forward")) return;
     float *go = down(dout, nc * 4), *gm = down(dm, N * 4), *gr = down(dr, N * 4);
     close_to("layernorm forward out", go, o, nc, 1e-5, 1e-5);
     close_to("layernorm forward mean", gm, m, N, 1e-5, 1e-5);
     close_to("layernorm forward rstd", gr, r, N, 1e-5, 1e-5);
+    {   /* a bf16 out: the fp32 out rounded once (one bf16 ulp allowed) */
+        uint16_t *o16 = NULL;
+        dv->alloc((void **)&o16, nc * 2);
+        dv->layernorm_forward(o16, 1, dm, dr, dx, dw, db, N, C);
+        if (!synced("layernorm forward bf16")) return;
+        uint16_t *h16 = down(o16, nc * 2);
+        float *w16 = malloc(nc * 4);
+        zk_cast_bf16_f32(w16, h16, nc);
+        close_to("layernorm forward bf16 out (the fp32 out, one bf16 ulp)", w16, go, nc, 1e-30, 1.0 / 128);
+        free(h16); free(w16); dv->free(o16);
+    }
     /* backward: dinp accumulates onto what is there */
     float *dy = ct_rand(nc, -1, 1), *di = ct_rand(nc, -1, 1), *gwt = malloc(C * 4), *gbs = malloc(C * 4);
     float *d_dy = up(dy, nc * 4), *d_di = up(di, nc * 4), *d_di2 = up(di, nc * 4);

@@ -703,6 +703,48 @@ static void test_xent_padded(int N, int V) {
     free(bx); free(bd); free(wx); free(wl); free(wd); free(bl); free(want);
 }
 
+/* bf16 outputs (a bf16 GEMM's input): layernorm forward and GELU forward
+ * and backward give the fp32 kernels' floats rounded once, bit for bit;
+ * mean and rstd unchanged */
+static void test_b16_outputs(int N, int C) {
+    char name[128];
+    size_t nc = (size_t)N * C;
+    float *x = ct_rand(nc, -3, 3), *w = ct_rand(C, 0.5f, 1.5f), *b = ct_rand(C, -0.5f, 0.5f);
+    float *d = ct_rand(nc, -1, 1), *o = ct_alloc(nc * 4), *m = ct_alloc(N * 4), *r = ct_alloc(N * 4);
+    float *m2 = ct_alloc(N * 4), *r2 = ct_alloc(N * 4);
+    uint16_t *o16 = ct_alloc(nc * 2), *want = ct_alloc(nc * 2);
+    zk_layernorm_forward(o, m, r, x, w, b, N, C);
+    zk_layernorm_forward_b16(o16, m2, r2, x, w, b, N, C);
+    zk_cast_f32_bf16(want, o, nc);
+    snprintf(name, sizeof name, "layernorm forward N=%d C=%d bf16 out = the fp32 out rounded once", N, C);
+    ct_check(!memcmp(o16, want, nc * 2) && !memcmp(m, m2, N * 4) && !memcmp(r, r2, N * 4), name, "differ");
+    zk_gelu_forward(o, x, nc);
+    zk_gelu_forward_b16(o16, x, nc);
+    zk_cast_f32_bf16(want, o, nc);
+    snprintf(name, sizeof name, "gelu forward n=%zu bf16 out = the fp32 out rounded once", nc);
+    ct_same_bits(name, o16, want, nc * 2);
+    zk_gelu_backward(o, x, d, nc);
+    zk_gelu_backward_b16(o16, x, d, nc);
+    zk_cast_f32_bf16(want, o, nc);
+    snprintf(name, sizeof name, "gelu backward n=%zu bf16 dinp = the fp32 dinp rounded once", nc);
+    ct_same_bits(name, o16, want, nc * 2);
+    /* the residual add fused with the layer norm: add3 then the forward's bits */
+    float *ra = ct_rand(nc, -2, 2), *rb = ct_rand(nc, -2, 2), *sum = ct_alloc(nc * 4), *res = ct_alloc(nc * 4);
+    float *fo = ct_alloc(nc * 4);
+    zk_add3(sum, ra, rb, nc);
+    zk_layernorm_forward(o, m, r, sum, w, b, N, C);
+    zk_layernorm_residual_forward(res, fo, NULL, m2, r2, ra, rb, w, b, N, C);
+    snprintf(name, sizeof name, "layernorm fused with the residual N=%d C=%d: add3 then the forward's bits", N, C);
+    ct_check(!memcmp(res, sum, nc * 4) && !memcmp(fo, o, nc * 4) && !memcmp(m, m2, N * 4) &&
+             !memcmp(r, r2, N * 4), name, "differ");
+    zk_cast_f32_bf16(want, o, nc);
+    zk_layernorm_residual_forward(res, NULL, o16, m2, r2, ra, rb, w, b, N, C);
+    snprintf(name, sizeof name, "layernorm fused with the residual N=%d C=%d, bf16 out", N, C);
+    ct_same_bits(name, o16, want, nc * 2);
+    free(ra); free(rb); free(sum); free(res); free(fo);
+    free(x); free(w); free(b); free(d); free(o); free(m); free(r); free(m2); free(r2); free(o16); free(want);
+}
+
 static void test_xent(void) {
     test_xent_padded(3, 1000);
     test_xent_padded(2, 50257);
@@ -768,5 +810,7 @@ int main(void) {
     test_matmul_padded(7, 5, 3);
     test_gelu();
     test_xent();
+    test_b16_outputs(33, 2500);     /* C over the 1024-float chunk, n over GELU's blocks */
+    test_b16_outputs(1, 7);
     return ct_summary();
 }

@@ -70,6 +70,18 @@ static inline float zkc_warp_max(float v)
     return v;
 }
 
+/* common.cuh's output helpers, the same code: fp32 -> bf16 bits (nearest
+ * even, NaN quiet) and an output element fp32 or bf16 */
+static inline uint16_t zkc_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static inline void zkc_put(float *p, float v) { *p = v; }
+static inline void zkc_put(uint16_t *p, float v) { *p = zkc_bf16(v); }
+
 /* a memset on the "stream" (kernels/cuda/colsum.cu's empty sums) */
 static inline int cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { memset(p, v, n); return 0; }
 

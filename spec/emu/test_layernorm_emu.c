@@ -9,15 +9,19 @@
  * layout; not the GPU's speed. Run: sh tools/emu_kernel.sh layernorm.
  */
 #include <math.h>
+#include <string.h>
 #include "ctest.h"
 #include "kernels.h"
 
-int zkc_layernorm_forward(void *s, float *out, float *mean, float *rstd, const float *inp,
+int zkc_layernorm_forward(void *s, void *out, int out16, float *mean, float *rstd, const float *inp,
                           const float *w, const float *b, int N, int C);
 int zkc_layernorm_backward(void *s, float *dinp, float *dw, float *db, const float *dout,
                            const float *inp, const float *w, const float *mean,
                            const float *rstd, int N, int C, double *scratch);
 size_t zkc_layernorm_scratch(int N, int C);
+int zkc_layernorm_residual_forward(void *s, float *resid, void *out, int out16, float *mean,
+                                   float *rstd, const float *a, const float *b2, const float *w,
+                                   const float *b, int N, int C);
 
 /* max |a - b| / max(max |b|, floor) over n */
 static double rel(const float *a, const float *b, size_t n, double floor)
@@ -40,11 +44,37 @@ static void one(int N, int C)
     float *o = malloc(nc * 4), *m = malloc(N * 4), *r = malloc(N * 4);
     float *go = malloc(nc * 4), *gm = malloc(N * 4), *gr = malloc(N * 4);
     zk_layernorm_forward(o, m, r, x, w, b, N, C);
-    int rc = zkc_layernorm_forward(NULL, go, gm, gr, x, w, b, N, C);
+    int rc = zkc_layernorm_forward(NULL, go, 0, gm, gr, x, w, b, N, C);
     double eo = rel(go, o, nc, 1e-3), em = rel(gm, m, N, 1e-3), er = rel(gr, r, N, 1e-3);
     snprintf(name, sizeof name, "emu layernorm forward N=%d C=%d: out, mean, rstd within 1e-5", N, C);
     ct_check(rc == 0 && eo < 1e-5 && em < 1e-5 && er < 1e-5, name, "rc %d, out %.3g, mean %.3g, "
              "rstd %.3g", rc, eo, em, er);
+    /* a bf16 out: the fp32 out's elements rounded once, mean and rstd the same */
+    uint16_t *g16 = malloc(nc * 2), *want16 = malloc(nc * 2);
+    float *gm2 = malloc(N * 4), *gr2 = malloc(N * 4);
+    rc = zkc_layernorm_forward(NULL, g16, 1, gm2, gr2, x, w, b, N, C);
+    zk_cast_f32_bf16(want16, go, nc);
+    snprintf(name, sizeof name, "emu layernorm forward N=%d C=%d bf16 out: the fp32 out rounded once", N, C);
+    ct_check(rc == 0 && !memcmp(g16, want16, nc * 2) && !memcmp(gm2, gm, N * 4) && !memcmp(gr2, gr, N * 4),
+             name, "rc %d, differ", rc);
+    /* fused with the residual add: x = a + b2, the same kernel row on it */
+    float *a = ct_rand(nc, -2, 2), *b2 = malloc(nc * 4), *res = malloc(nc * 4);
+    for (size_t i = 0; i < nc; i++) b2[i] = x[i] - a[i];      /* a + b2: x or within an ulp */
+    float *sum = malloc(nc * 4), *fo = malloc(nc * 4), *so = malloc(nc * 4);
+    for (size_t i = 0; i < nc; i++) sum[i] = a[i] + b2[i];
+    zkc_layernorm_forward(NULL, so, 0, gm2 = malloc(N * 4), gr2 = malloc(N * 4), sum, w, b, N, C);
+    float *fm = malloc(N * 4), *fr = malloc(N * 4);
+    rc = zkc_layernorm_residual_forward(NULL, res, fo, 0, fm, fr, a, b2, w, b, N, C);
+    snprintf(name, sizeof name, "emu layernorm fused with the residual N=%d C=%d: add then forward's bits", N, C);
+    ct_check(rc == 0 && !memcmp(res, sum, nc * 4) && !memcmp(fo, so, nc * 4) && !memcmp(fm, gm2, N * 4) &&
+             !memcmp(fr, gr2, N * 4), name, "rc %d, differ", rc);
+    uint16_t *f16 = malloc(nc * 2), *s16 = malloc(nc * 2);
+    zk_cast_f32_bf16(s16, so, nc);
+    rc = zkc_layernorm_residual_forward(NULL, res, f16, 1, fm, fr, a, b2, w, b, N, C);
+    snprintf(name, sizeof name, "emu layernorm fused with the residual N=%d C=%d, bf16 out", N, C);
+    ct_check(rc == 0 && !memcmp(f16, s16, nc * 2), name, "rc %d, differ", rc);
+    free(a); free(b2); free(res); free(sum); free(fo); free(so); free(fm); free(fr); free(f16); free(s16);
+    free(g16); free(want16); free(gm2); free(gr2);
     float *di = malloc(nc * 4), *gdi = malloc(nc * 4);
     float *dw = malloc(C * 4), *db = malloc(C * 4), *gdw = malloc(C * 4), *gdb = malloc(C * 4);
     for (size_t i = 0; i < nc; i++) di[i] = gdi[i] = 0.25f;    /* ACCUMULATED */

@@ -59,7 +59,8 @@ function M.pool(model, stage, B, Tlen, opts)
   local self = setmetatable({ model = model, stage = stage, B = B, T = Tlen, free_sets = {},
                               live = {}, wfree = {}, nsets = 0, peak_sets = 0, checkpoint = ckpt,
                               host = opts and opts.host and next(ckpt) ~= nil }, Pool)
-  self.scratch = Acts.scratch(model.cfg, B, Tlen, model.tier, { recompute = next(ckpt) ~= nil, host = self.host })
+  self.scratch = Acts.scratch(model.cfg, B, Tlen, model.tier, { recompute = next(ckpt) ~= nil,
+                                                                host = self.host, gemm16 = model.gemm16 })
   return self
 end
 
@@ -84,7 +85,7 @@ function Pool:acquire(mb)
   local a = table.remove(self.free_sets)
   if not a then
     a = Acts.new(self.model.cfg, self.B, self.T, self.model.tier, self.stage.units, self.scratch,
-                 { checkpoint = self.checkpoint, host = self.host, logits = self.model.logits_dtype })
+                 { checkpoint = self.checkpoint, host = self.host, gemm16 = self.model.gemm16 })
     self.nsets = self.nsets + 1
     self.peak_sets = math.max(self.peak_sets, self.nsets)
   end

@@ -14,9 +14,14 @@
 -- The logits' rows are padded to Vp = ops.padded_cols(V) (50257 -> 50304):
 -- a GPU's GEMMs need rows on 16 bytes for their fast kernels; the GEMMs and
 -- the cross-entropy use the first V columns of each row (ztrain.h, "padded
--- rows"), Set:read_logits gives them packed. With opts.logits = "bf16"
--- (bf16 GEMMs: the head's GEMM writes bf16, the cross-entropy reads and
--- writes bf16) the logits are a bf16 tensor of their own, not in the slab.
+-- rows"), Set:read_logits gives them packed.
+--
+-- With bf16 GEMMs (opts.gemm16: precision bf16, device.bf16_gemm), what
+-- only a GEMM reads is stored bf16, in a second slab: ln1, ln2, fch_gelu,
+-- lnf (their kernels write bf16: the fp32 value rounded once, the very bits
+-- the GEMM's cast gave before) and the logits (the head's GEMM writes them,
+-- the cross-entropy reads and overwrites them in bf16); in the stage's
+-- scratch the GELU backward's output dfch16, which the c_fc GEMM reads.
 -- and for the stage: `input` (N,C) when its first unit is not the embedding
 -- (a pipeline receives it), `grad` (N,C), the gradient flowing backward
 -- (d output on entry to a unit's backward, d input on exit).
@@ -47,21 +52,34 @@ local ffi = require "ffi"
 
 local M = {}
 
--- A slab plan: named views of one f32 tensor, each rounded up to 16 floats.
+-- A slab plan: named views of one f32 tensor, each rounded up to 16 floats
+-- (64 bytes), and of one bf16 tensor for the views added with bf16 = true,
+-- each rounded up to 32 elements (64 bytes).
 local function planner()
-  local P = { list = {}, total = 0 }
-  function P.add(key, shape)
+  local P = { list = {}, total = 0, total16 = 0 }
+  function P.add(key, shape, bf16)
     local n = 1
     for i = 1, #shape do n = n * shape[i] end
-    P.list[#P.list + 1] = { key = key, shape = shape, offset = P.total }
-    P.total = P.total + math.ceil(n / 16) * 16
+    if bf16 then
+      P.list[#P.list + 1] = { key = key, shape = shape, offset = P.total16, bf16 = true }
+      P.total16 = P.total16 + math.ceil(n / 32) * 32
+    else
+      P.list[#P.list + 1] = { key = key, shape = shape, offset = P.total }
+      P.total = P.total + math.ceil(n / 16) * 16
+    end
   end
-  -- Allocate the slab and return { slab, views = list, [key] = view }.
+  function P.bytes() return math.max(P.total, 16) * 4 + P.total16 * 2 end
+  -- Allocate the slabs and return { slab, slab16, views = list, [key] = view }.
   function P.alloc(tier, category)
     local out = { views = {} }
     out.slab = T.new({ math.max(P.total, 16) }, { tier = tier, category = category })
+    if P.total16 > 0 then
+      local ok, t = pcall(T.new, { P.total16 }, { tier = tier, category = category, dtype = "bf16" })
+      if not ok then out.slab:free(); error(t, 0) end
+      out.slab16 = t
+    end
     for _, e in ipairs(P.list) do
-      local v = out.slab:view(e.offset, e.shape)
+      local v = (e.bf16 and out.slab16 or out.slab):view(e.offset, e.shape)
       out.views[#out.views + 1] = v
       out[e.key] = v
     end
@@ -74,11 +92,13 @@ local function free_slab(s)
   if not s then return end
   for _, v in ipairs(s.views) do v:free() end
   s.slab:free()
+  if s.slab16 then s.slab16:free() end
 end
 
-local BLOCK_SAVED = { { "ln1", 1 }, { "ln1_mean", 0 }, { "ln1_rstd", 0 }, { "qkv", 3 },
-                      { "atty", 1 }, { "lse", -1 }, { "resid2", 1 }, { "ln2", 1 },
-                      { "ln2_mean", 0 }, { "ln2_rstd", 0 }, { "fch", 4 }, { "fch_gelu", 4 } }
+-- { key, width (C multiple; 0: (N); -1: (B,NH,T)), read by GEMMs only }
+local BLOCK_SAVED = { { "ln1", 1, true }, { "ln1_mean", 0 }, { "ln1_rstd", 0 }, { "qkv", 3 },
+                      { "atty", 1 }, { "lse", -1 }, { "resid2", 1 }, { "ln2", 1, true },
+                      { "ln2_mean", 0 }, { "ln2_rstd", 0 }, { "fch", 4 }, { "fch_gelu", 4, true } }
 
 local Set = {}
 Set.__index = Set
@@ -96,7 +116,7 @@ end
 -- feeds_ckpt(units, i, ckpt): unit i's output is a checkpointed block's input
 local function feeds_ckpt(units, i, ckpt) return units[i + 1] ~= nil and ckpt[units[i + 1].index] end
 
-local function plan(cfg, B, Tlen, units, ckpt, host, logits16)
+local function plan(cfg, B, Tlen, units, ckpt, host, gemm16)
   local N, C, V, NH = B * Tlen, cfg.C, cfg.V, cfg.NH
   local P = planner()
   local first = units[1]
@@ -110,13 +130,15 @@ local function plan(cfg, B, Tlen, units, ckpt, host, logits16)
       if keep_out then P.add(k .. "out", { B, Tlen, C }) end
     elseif u.kind == "block" then
       if not ckpt[u.index] then
-        for _, s in ipairs(BLOCK_SAVED) do P.add(k .. s[1], block_shape(s, B, Tlen, N, C, NH)) end
+        for _, s in ipairs(BLOCK_SAVED) do
+          P.add(k .. s[1], block_shape(s, B, Tlen, N, C, NH), gemm16 and s[3])
+        end
       end
       if keep_out then P.add(k .. "out", { B, Tlen, C }) end
     else
       has_head = true
-      P.add(k .. "lnf", { B, Tlen, C }); P.add(k .. "lnf_mean", { N }); P.add(k .. "lnf_rstd", { N })
-      if not logits16 then P.add(k .. "logits", { B, Tlen, ops.padded_cols(V) }) end
+      P.add(k .. "lnf", { B, Tlen, C }, gemm16); P.add(k .. "lnf_mean", { N }); P.add(k .. "lnf_rstd", { N })
+      P.add(k .. "logits", { B, Tlen, ops.padded_cols(V) }, gemm16)
       P.add(k .. "out", { N })
     end
   end
@@ -128,20 +150,20 @@ end
 -- set_bytes(cfg, B, T, units, checkpoint) -> the bytes one set of these
 -- units holds (its slab, tokens and targets), checkpointed blocks or not;
 -- for reports ("activation memory with and without checkpointing").
-function M.set_bytes(cfg, B, Tlen, units, ckpt, host, logits16)
-  local P, e, h = plan(cfg, B, Tlen, units, ckpt or {}, host, logits16)
-  local l16 = (h and logits16) and B * Tlen * ops.padded_cols(cfg.V) * 2 or 0
-  return P.total * 4 + (e and B * Tlen * 4 or 0) + (h and B * Tlen * 4 or 0) + l16
+function M.set_bytes(cfg, B, Tlen, units, ckpt, host, gemm16)
+  local P, e, h = plan(cfg, B, Tlen, units, ckpt or {}, host, gemm16)
+  return P.bytes() + (e and B * Tlen * 4 or 0) + (h and B * Tlen * 4 or 0)
 end
 
 function M.new(cfg, B, Tlen, tier, units, scratch, opts)
   local ckpt = opts and opts.checkpoint or {}
   local host = opts and opts.host and next(ckpt) ~= nil
   local N = B * Tlen
-  local logits16 = opts and opts.logits == "bf16"
-  local P, has_embed, has_head = plan(cfg, B, Tlen, units, ckpt, host, logits16)
-  local self = setmetatable({ cfg = cfg, B = B, T = Tlen, N = N, units = units, nfloats = P.total,
-                              tier = tier, x = {}, checkpointed = ckpt }, Set)
+  local gemm16 = opts and opts.gemm16 or false
+  local P, has_embed, has_head = plan(cfg, B, Tlen, units, ckpt, host, gemm16)
+  local self = setmetatable({ cfg = cfg, B = B, T = Tlen, N = N, units = units,
+                              slab_bytes = P.bytes(), tier = tier, x = {}, checkpointed = ckpt,
+                              gemm16 = gemm16 }, Set)
   self.mem = P.alloc(tier, "activations")
   -- per-unit tables of views: self.unit[u.index].qkv, ...
   self.unit = {}
@@ -161,14 +183,10 @@ function M.new(cfg, B, Tlen, tier, units, scratch, opts)
     end
     if has_head then
       self.targets = T.new({ B, Tlen }, { dtype = "i32", tier = tier, category = "activations" })
-      if logits16 then
-        self.logits16 = T.new({ B, Tlen, ops.padded_cols(cfg.V) },
-                              { dtype = "bf16", tier = tier, category = "activations" })
-        self.unit[units[#units].index].logits = self.logits16
-      end
     end
     if not scratch then
-      self.scratch = M.scratch(cfg, B, Tlen, tier, { recompute = next(ckpt) ~= nil, host = host })
+      self.scratch = M.scratch(cfg, B, Tlen, tier, { recompute = next(ckpt) ~= nil, host = host,
+                                                     gemm16 = gemm16 })
       self.own_scratch = true
     end
     if host then
@@ -191,6 +209,7 @@ function M.new(cfg, B, Tlen, tier, units, scratch, opts)
       if ckpt[u.index] then
         assert(u.kind == "block", "only blocks are checkpointed")
         assert(self.scratch.recompute, "checkpointed blocks need a scratch made with recompute = true")
+        assert(not gemm16 == not self.scratch.gemm16, "the scratch's bf16 GEMM inputs must match the set's")
         for _, s in ipairs(BLOCK_SAVED) do self.unit[u.index][s[1]] = self.scratch.recompute[s[1]] end
       end
     end
@@ -200,8 +219,7 @@ function M.new(cfg, B, Tlen, tier, units, scratch, opts)
 end
 
 function Set:bytes()
-  return self.nfloats * 4 + (self.tokens and self.N * 4 or 0) + (self.targets and self.N * 4 or 0)
-         + (self.logits16 and self.logits16:nbytes() or 0)
+  return self.slab_bytes + (self.tokens and self.N * 4 or 0) + (self.targets and self.N * 4 or 0)
 end
 
 -- The logits of the set's last forward as packed fp32 rows: a float[N*V]
@@ -244,7 +262,6 @@ function Set:free()
   self.scratch = nil
   if self.tokens then self.tokens:free(); self.tokens = nil end
   if self.targets then self.targets:free(); self.targets = nil end
-  if self.logits16 then self.logits16:free(); self.logits16 = nil end
 end
 
 ---------------------------------------------------------------------------
@@ -254,12 +271,16 @@ end
 -- checkpointed blocks.
 local function scratch_plan(cfg, B, Tlen, opts)
   local N, C, NH = B * Tlen, cfg.C, cfg.NH
+  local gemm16 = opts and opts.gemm16
   local P = planner()
   P.add("proj", { B, Tlen, C })
   P.add("dln", { B, Tlen, C }); P.add("datty", { B, Tlen, C })
   P.add("dqkv", { B, Tlen, 3 * C }); P.add("dfch", { B, Tlen, 4 * C })
+  if gemm16 then P.add("dfch16", { B, Tlen, 4 * C }, true) end
   if opts and opts.recompute then
-    for _, b in ipairs(BLOCK_SAVED) do P.add("rc." .. b[1], block_shape(b, B, Tlen, N, C, NH)) end
+    for _, b in ipairs(BLOCK_SAVED) do
+      P.add("rc." .. b[1], block_shape(b, B, Tlen, N, C, NH), gemm16 and b[3])
+    end
   end
   if opts and opts.host then
     P.add("ping1", { B, Tlen, C }); P.add("ping2", { B, Tlen, C }); P.add("xin", { B, Tlen, C })
@@ -270,14 +291,14 @@ end
 -- scratch_bytes(cfg, B, T, opts) -> the bytes M.scratch allocates (for the
 -- memory planner, plan.lua: no allocation).
 function M.scratch_bytes(cfg, B, Tlen, opts)
-  return math.max(scratch_plan(cfg, B, Tlen, opts).total, 16) * 4
+  return scratch_plan(cfg, B, Tlen, opts).bytes()
 end
 
 function M.scratch(cfg, B, Tlen, tier, opts)
   local N = B * Tlen
   local P = scratch_plan(cfg, B, Tlen, opts)
   local s = P.alloc(tier, "activations")
-  s.nfloats, s.N = P.total, N
+  s.N, s.gemm16 = N, opts and opts.gemm16 or nil
   if opts and opts.host then s.ping = { s.ping1, s.ping2 } end
   if opts and opts.recompute then
     s.recompute = {}
@@ -290,15 +311,17 @@ end
 ---------------------------------------------------------------------------
 -- What a unit's weight-gradient pass (W) needs from its input-gradient pass
 -- (I) when the backward is split: the gradients at each weight's output.
---   block  dy, dresid2, dln1, dln2 (N,C); dqkv (N,3C); dfch (N,4C)
+--   block  dy, dresid2, dln1, dln2 (N,C); dqkv (N,3C); dfch (N,4C), and
+--          with gemm16 dfch16 (N,4C) bf16: the GELU backward's output
 --   head   dlnf (N,C)            embed  dy (N,C)
-function M.wgrad(cfg, B, Tlen, tier, kind)
+function M.wgrad(cfg, B, Tlen, tier, kind, gemm16)
   local C = cfg.C
   local P = planner()
   if kind == "block" then
     P.add("dy", { B, Tlen, C }); P.add("dresid2", { B, Tlen, C })
     P.add("dln1", { B, Tlen, C }); P.add("dln2", { B, Tlen, C })
     P.add("dqkv", { B, Tlen, 3 * C }); P.add("dfch", { B, Tlen, 4 * C })
+    if gemm16 then P.add("dfch16", { B, Tlen, 4 * C }, true) end
   elseif kind == "head" then
     P.add("dlnf", { B, Tlen, C })
   else

@@ -234,16 +234,18 @@ function Model:activations(B, Tlen, units, scratch)
           :format(Tlen, self.cfg.name, self.cfg.maxT), 0)
   end
   return Acts.new(self.cfg, B, Tlen, self.tier, units or self.units, scratch,
-                  { logits = self.logits_dtype })
+                  { gemm16 = self.gemm16 })
 end
 
 -- Scratch shared by a stage's activation sets (activations.lua).
-function Model:scratch(B, Tlen) return Acts.scratch(self.cfg, B, Tlen, self.tier) end
+function Model:scratch(B, Tlen)
+  return Acts.scratch(self.cfg, B, Tlen, self.tier, { gemm16 = self.gemm16 })
+end
 
 -- What a unit's W pass keeps from its I pass (split backward), or nil.
 function Model:wgrad(u, B, Tlen)
   if u.kind == "embed" then return nil end
-  return Acts.wgrad(self.cfg, B, Tlen, self.tier, u.kind)
+  return Acts.wgrad(self.cfg, B, Tlen, self.tier, u.kind, self.gemm16)
 end
 
 ---------------------------------------------------------------------------
@@ -275,8 +277,9 @@ local function block_forward(u, a, x)
   mm(a).forward(S.qkv, S.ln1, P[pre .. "attn.c_attn.weight"], P[pre .. "attn.c_attn.bias"])
   ops.attention_forward(S.atty, S.lse, S.qkv, a.cfg.NH)
   mm(a).forward(sc.proj, S.atty, P[pre .. "attn.c_proj.weight"], P[pre .. "attn.c_proj.bias"])
-  ops.add3(S.resid2, x, sc.proj)
-  ops.layernorm_forward(S.ln2, S.ln2_mean, S.ln2_rstd, S.resid2, P[pre .. "ln_2.weight"], P[pre .. "ln_2.bias"])
+  -- resid2 = x + proj and ln2 = layernorm(resid2), one pass
+  ops.layernorm_residual_forward(S.resid2, S.ln2, S.ln2_mean, S.ln2_rstd, x, sc.proj,
+                                 P[pre .. "ln_2.weight"], P[pre .. "ln_2.bias"])
   mm(a).forward(S.fch, S.ln2, P[pre .. "mlp.c_fc.weight"], P[pre .. "mlp.c_fc.bias"])
   ops.gelu_forward(S.fch_gelu, S.fch)
   mm(a).forward(sc.proj, S.fch_gelu, P[pre .. "mlp.c_proj.weight"], P[pre .. "mlp.c_proj.bias"])
@@ -290,8 +293,9 @@ local function block_backward(u, a)
   local pre, d = "h." .. u.layer .. ".", a.grad
   mm(a).backward(sc.dfch, G[pre .. "mlp.c_proj.weight"], G[pre .. "mlp.c_proj.bias"], d,
                       S.fch_gelu, P[pre .. "mlp.c_proj.weight"])
-  ops.gelu_backward(sc.dfch, S.fch, sc.dfch)
-  mm(a).backward(sc.dln, G[pre .. "mlp.c_fc.weight"], G[pre .. "mlp.c_fc.bias"], sc.dfch,
+  local dfch = sc.dfch16 or sc.dfch     -- bf16 GEMMs: written bf16 for the GEMM
+  ops.gelu_backward(dfch, S.fch, sc.dfch)
+  mm(a).backward(sc.dln, G[pre .. "mlp.c_fc.weight"], G[pre .. "mlp.c_fc.bias"], dfch,
                       S.ln2, P[pre .. "mlp.c_fc.weight"])
   ops.layernorm_backward(d, G[pre .. "ln_2.weight"], G[pre .. "ln_2.bias"], sc.dln, S.resid2,
                          P[pre .. "ln_2.weight"], S.ln2_mean, S.ln2_rstd)
@@ -310,8 +314,9 @@ local function block_backward_input(u, a, w)
   local pre, d = "h." .. u.layer .. ".", a.grad
   ops.copy(w.dy, d)
   mm(a).backward(w.dfch, nil, nil, d, S.fch_gelu, P[pre .. "mlp.c_proj.weight"])
-  ops.gelu_backward(w.dfch, S.fch, w.dfch)
-  mm(a).backward(w.dln2, nil, nil, w.dfch, S.ln2, P[pre .. "mlp.c_fc.weight"])
+  local dfch = w.dfch16 or w.dfch
+  ops.gelu_backward(dfch, S.fch, w.dfch)
+  mm(a).backward(w.dln2, nil, nil, dfch, S.ln2, P[pre .. "mlp.c_fc.weight"])
   ops.layernorm_backward(d, nil, nil, w.dln2, S.resid2, P[pre .. "ln_2.weight"], S.ln2_mean, S.ln2_rstd)
   ops.copy(w.dresid2, d)
   mm(a).backward(sc.datty, nil, nil, d, S.atty, P[pre .. "attn.c_proj.weight"])
@@ -326,7 +331,7 @@ local function block_backward_weight(u, a, w)
   local pre = "h." .. u.layer .. "."
   mm(a).backward(nil, G[pre .. "mlp.c_proj.weight"], G[pre .. "mlp.c_proj.bias"], w.dy,
                       S.fch_gelu, G[pre .. "mlp.c_proj.weight"])
-  mm(a).backward(nil, G[pre .. "mlp.c_fc.weight"], G[pre .. "mlp.c_fc.bias"], w.dfch,
+  mm(a).backward(nil, G[pre .. "mlp.c_fc.weight"], G[pre .. "mlp.c_fc.bias"], w.dfch16 or w.dfch,
                       S.ln2, G[pre .. "mlp.c_fc.weight"])
   ops.layernorm_backward(nil, G[pre .. "ln_2.weight"], G[pre .. "ln_2.bias"], w.dln2, S.resid2,
                          G[pre .. "ln_2.weight"], S.ln2_mean, S.ln2_rstd)

@@ -1,0 +1,103 @@
+-- The activation set's layout (lua/ztrain/nn/activations.lua): logits in
+-- rows padded to a multiple of 128, and with bf16 GEMMs what only a GEMM
+-- reads (ln1, ln2, fch_gelu, lnf, the logits) stored bf16 -- written bf16
+-- by its kernel, the same bits the GEMM's cast gave, so a step is the same
+-- step at half those bytes.
+local ffi = require "ffi"
+local zt = require "ztrain"
+local Acts = require "ztrain.nn.activations"
+local precision = require "ztrain.precision"
+
+local B, Tn = 2, 16
+
+local function tiny(V)
+  local cfg = zt.gpt2.config("gpt2-tiny", { vocab_size = V })
+  local model = zt.gpt2.new(cfg)
+  model:init(7)
+  return cfg, model
+end
+
+-- forward + backward of block 0 alone through bf16 GEMMs, on a set made
+-- with or without gemm16, from the same input and output gradient: the
+-- block's gradients and its input gradient as host bytes, and the dtypes
+local function block_step(model, gemm16)
+  model.gemm16 = gemm16
+  local u = model.units[2]
+  local a = model:activations(B, Tn, { u })
+  local n = B * Tn * model.cfg.C
+  local x = zt.tensor.new({ B, Tn, model.cfg.C })
+  local hx = ffi.new("float[?]", n)
+  for i = 0, n - 1 do hx[i] = math.sin(i * 0.37) end
+  x:write(hx)
+  for i = 0, n - 1 do hx[i] = math.cos(i * 0.11) * 0.01 end
+  local mm = precision.bf16_matmuls(model.tier)
+  a.mm = mm
+  model:forward(u, a, x)
+  a.grad:write(hx)
+  model:backward(u, a)
+  local out = { dtypes = {} }
+  local raw = ffi.new("uint8_t[?]", u.grads:nbytes())
+  u.grads:read(raw)
+  out.grads = ffi.string(raw, u.grads:nbytes())
+  a.grad:read(hx)
+  out.dx = ffi.string(hx, n * 4)
+  local S = a.unit[u.index]
+  for _, k in ipairs({ "ln1", "ln2", "fch_gelu", "qkv", "atty", "resid2", "fch" }) do out.dtypes[k] = S[k]:dtype() end
+  mm.free(); a:free(); x:free()
+  model.gemm16 = nil
+  return out
+end
+
+describe("activation sets", function()
+  it("keep the logits in rows padded to a multiple of 128 and read them back packed", function()
+    local cfg, model = tiny(200)
+    local a = model:activations(B, Tn)
+    local lg = a.unit[model.head.index].logits
+    assert.are.same({ B, Tn, 256 }, lg:shape())
+    assert.are.equal(256, zt.ops.padded_cols(200))
+    assert.are.equal(50304, zt.ops.padded_cols(50257))
+    assert.are.equal(128, zt.ops.padded_cols(128))
+    -- read_logits drops the pad: fill row n, column j with n * 1000 + j
+    local raw = ffi.new("float[?]", B * Tn * 256)
+    for n = 0, B * Tn - 1 do for j = 0, 255 do raw[n * 256 + j] = j < 200 and n * 1000 + j or -1 end end
+    lg:write(raw)
+    local packed, count = a:read_logits()
+    assert.are.equal(B * Tn * 200, count)
+    assert.are.equal(0, packed[0]); assert.are.equal(199, packed[199]); assert.are.equal(1000, packed[200])
+    assert.are.equal((B * Tn - 1) * 1000 + 199, packed[count - 1])
+    a:free(); model:free()
+  end)
+
+  it("with bf16 GEMMs store what only GEMMs read as bf16, by the formula's bytes", function()
+    local cfg = zt.gpt2.config("gpt2-tiny", { vocab_size = 200 })
+    local N, C, Vp = B * Tn, cfg.C, 256
+    local f32 = Acts.set_bytes(cfg, B, Tn, zt.gpt2.new(cfg, { alloc = false }).units, {})
+    local b16 = Acts.set_bytes(cfg, B, Tn, zt.gpt2.new(cfg, { alloc = false }).units, {}, nil, true)
+    -- per block ln1, ln2 (N,C) and fch_gelu (N,4C); the head's lnf (N,C) and
+    -- logits (N,Vp): each at 2 bytes instead of 4 (all multiples of 32 here)
+    local halved = cfg.L * (2 * N * C + N * 4 * C) + N * C + N * Vp
+    assert.are.equal(f32 - 2 * halved, b16)
+  end)
+
+  it("with bf16 GEMMs give a block the same bits as casting fp32 activations", function()
+    local cfg, model = tiny(200)
+    local cast, direct = block_step(model, nil), block_step(model, true)
+    assert.are.equal("f32", cast.dtypes.ln1)
+    for _, k in ipairs({ "ln1", "ln2", "fch_gelu" }) do assert.are.equal("bf16", direct.dtypes[k], k) end
+    for _, k in ipairs({ "qkv", "atty", "resid2", "fch" }) do assert.are.equal("f32", direct.dtypes[k], k) end
+    assert.is_true(cast.grads == direct.grads, "the block's weight gradients differ")
+    assert.is_true(cast.dx == direct.dx, "the block's input gradient differs")
+    model:free()
+  end)
+
+  it("with bf16 GEMMs keep the head's lnf and logits bf16", function()
+    local cfg, model = tiny(200)
+    model.gemm16 = true
+    local a = model:activations(B, Tn)
+    local H = a.unit[model.head.index]
+    assert.are.equal("bf16", H.lnf:dtype())
+    assert.are.equal("bf16", H.logits:dtype())
+    assert.are.same({ B, Tn, 256 }, H.logits:shape())
+    a:free(); model:free()
+  end)
+end)
