@@ -101,6 +101,17 @@ static void cpu_layernorm_residual_forward(float *resid, void *out, int out16, f
                                   w, bias, N, C);
 }
 
+static void cpu_adamw_segments(float *p, const float *g, float *m, float *v,
+                               const zt_adamw_segs *sg, float lr, float b1, float b2, float eps,
+                               float gscale, int t)
+{
+    for (int s = 0; s < sg->n; s++) {
+        int64_t o = sg->off[s];
+        zk_adamw(p + o, g + o, m + o, v + o, (size_t)sg->len[s], lr, b1, b2, eps, sg->wd[s],
+                 gscale, t);
+    }
+}
+
 static void cpu_gelu_forward(void *out, int out16, const float *inp, size_t n)
 {
     if (out16) zk_gelu_forward_b16(out, inp, n);
@@ -166,6 +177,7 @@ const zt_device_ops zt_cpu_device = {
     .gelu_backward = cpu_gelu_backward,
     .crossentropy = cpu_crossentropy,
     .adamw = zk_adamw,
+    .adamw_segments = cpu_adamw_segments,
     .sumsq_blocks = zk_sumsq_blocks,
     .sum = zk_sum_f64,
     .randn = zk_randn,

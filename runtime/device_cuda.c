@@ -332,6 +332,14 @@ static int cuda_crossentropy(float *losses, void *dlogits, const void *logits,
     return rc;
 }
 
+static void cuda_adamw_segments(float *p, const float *g, float *m, float *v,
+                                const zt_adamw_segs *sg, float lr, float b1, float b2, float eps,
+                                float gscale, int t)
+{
+    KC_NOTE(zkc_adamw_segments(S(), p, g, m, v, sg->n, sg->off, sg->len, sg->wd, lr, b1, b2, eps,
+                               gscale, t));
+}
+
 static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
                        float b1, float b2, float eps, float wd, float gscale, int t)
 {
@@ -680,6 +688,7 @@ const zt_device_ops zt_cuda_device = {
     .gelu_backward = cuda_gelu_backward,
     .crossentropy = cuda_crossentropy,
     .adamw = cuda_adamw,
+    .adamw_segments = cuda_adamw_segments,
     .sumsq_blocks = cuda_sumsq_blocks,
     .sum = cuda_sum,
     .randn = cuda_randn,

@@ -126,6 +126,13 @@ static void fg_layernorm_residual_forward(float *resid, void *out, int out16, fl
                                    CF(bias), N, C);
 }
 
+static void fg_adamw_segments(float *p, const float *g, float *m, float *v,
+                              const zt_adamw_segs *sg, float lr, float b1, float b2, float eps,
+                              float gscale, int t)
+{
+    CPU.adamw_segments(F(p), CF(g), F(m), F(v), sg, lr, b1, b2, eps, gscale, t);
+}
+
 static void fg_gelu_forward(void *out, int out16, const float *inp, size_t n)
 {
     CPU.gelu_forward(un(out), out16, CF(inp), n);
@@ -170,6 +177,6 @@ const zt_device_ops zt_fakegpu_device = {
     .attention_forward = fg_attention_forward, .attention_backward = fg_attention_backward,
     .attention_decode = fg_attention_decode,
     .gelu_forward = fg_gelu_forward, .gelu_backward = fg_gelu_backward,
-    .crossentropy = fg_crossentropy, .adamw = fg_adamw,
+    .crossentropy = fg_crossentropy, .adamw = fg_adamw, .adamw_segments = fg_adamw_segments,
     .sumsq_blocks = fg_sumsq_blocks, .sum = fg_sum, .randn = fg_randn,
 };

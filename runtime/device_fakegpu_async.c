@@ -534,6 +534,18 @@ static void fa_adamw(float *p, const float *g, float *m, float *v, size_t n, flo
     it->i[0] = t;
     issue(it);
 }
+/* one queued op a segment (the segments' table is the caller's, gone by
+ * the time a queue runs): the same bits as one launch */
+static void fa_adamw_segments(float *p, const float *g, float *m, float *v,
+                              const zt_adamw_segs *sg, float lr, float b1, float b2, float eps,
+                              float gscale, int t)
+{
+    for (int s = 0; s < sg->n; s++) {
+        int64_t o = sg->off[s];
+        fa_adamw(p + o, g + o, m + o, v + o, (size_t)sg->len[s], lr, b1, b2, eps, sg->wd[s],
+                 gscale, t);
+    }
+}
 
 /* partials are a host array: written when the op runs, so it is waited for */
 static void r_sumsq(item *it) { FG.sumsq_blocks(it->p[0], it->p[1], it->n); }
@@ -709,6 +721,6 @@ const zt_device_ops zt_fakegpu_async_device = {
     .attention_forward = fa_attention_forward, .attention_backward = fa_attention_backward,
     .attention_decode = fa_attention_decode,
     .gelu_forward = fa_gelu_forward, .gelu_backward = fa_gelu_backward,
-    .crossentropy = fa_crossentropy, .adamw = fa_adamw,
+    .crossentropy = fa_crossentropy, .adamw = fa_adamw, .adamw_segments = fa_adamw_segments,
     .sumsq_blocks = fa_sumsq_blocks, .sum = fa_sum, .randn = fa_randn,
 };

@@ -101,6 +101,13 @@ typedef struct zt_exec_ops {
  * Most ops cannot fail. Those that index by token id return the number of
  * ids outside [0,V) (skipped, memory-safe; on CUDA the count comes back
  * through a device flag); matmul returns 0 or an error code with a message. */
+/* zt_adamw_segments' segments, validated (ztrain.h) */
+typedef struct zt_adamw_segs {
+    int n;
+    int64_t off[ZT_ADAMW_SEGS], len[ZT_ADAMW_SEGS];
+    float wd[ZT_ADAMW_SEGS];
+} zt_adamw_segs;
+
 typedef struct zt_device_ops {
     const char *name;
     const zt_exec_ops *exec;    /* streams, events, copies; NULL: stream.c's CPU model */
@@ -163,6 +170,10 @@ typedef struct zt_device_ops {
     void (*adamw)(float *p, const float *g, float *m, float *v, size_t n,
                   float lr, float b1, float b2, float eps, float wd,
                   float gscale, int t);
+    /* adamw over segments of p, g, m, v (one launch on a GPU) */
+    void (*adamw_segments)(float *p, const float *g, float *m, float *v,
+                           const zt_adamw_segs *segs, float lr, float b1, float b2,
+                           float eps, float gscale, int t);
     void (*sumsq_blocks)(double *partials, const float *x, size_t n);
     double (*sum)(const float *x, size_t n);
     void (*randn)(float *x, size_t n, uint64_t seed, uint64_t stream, float mean, float std);

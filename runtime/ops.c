@@ -564,6 +564,37 @@ int zt_adamw(zt_tensor *p, const zt_tensor *g, zt_tensor *m, zt_tensor *v, float
     return ZT_OK;
 }
 
+int zt_adamw_segments(zt_tensor *p, const zt_tensor *g, zt_tensor *m, zt_tensor *v, int nseg,
+                      const int64_t *offset, const int64_t *length, const float *wd, float lr,
+                      float b1, float b2, float eps, float gscale, int step)
+{
+    const char *op = "zt_adamw_segments";
+    ZT_TRY(need(op, "param", p, ZT_F32));
+    ZT_TRY(need_numel(op, "grad", g, ZT_F32, p->numel, "(same as param)"));
+    ZT_TRY(need_numel(op, "m", m, ZT_F32, p->numel, "(same as param)"));
+    ZT_TRY(need_numel(op, "v", v, ZT_F32, p->numel, "(same as param)"));
+    ZT_CHECK(step >= 1, "%s: step must be >= 1 (1-based), got %d", op, step);
+    ZT_CHECK(b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1, "%s: betas must be in [0,1)", op);
+    ZT_CHECK(nseg >= 1 && nseg <= ZT_ADAMW_SEGS, "%s: %d segments (1 to %d)", op, nseg,
+             ZT_ADAMW_SEGS);
+    ZT_CHECK(offset && length && wd, "%s: offset, length and weight_decay are required", op);
+    zt_adamw_segs sg;
+    sg.n = nseg;
+    int64_t end = 0;
+    for (int s = 0; s < nseg; s++) {
+        ZT_CHECK(offset[s] >= end && length[s] >= 1 && offset[s] + length[s] <= p->numel,
+                 "%s: segment %d [%lld, +%lld) must be non-empty, after the one before and "
+                 "inside the %lld elements", op, s, (long long)offset[s], (long long)length[s],
+                 (long long)p->numel);
+        end = offset[s] + length[s];
+        sg.off[s] = offset[s]; sg.len[s] = length[s]; sg.wd[s] = wd[s];
+    }
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "param", p, "grad", g, "m", m, "v", v, NULL));
+    dev->adamw_segments(p->data, g->data, m->data, v->data, &sg, lr, b1, b2, eps, gscale, step);
+    return ZT_OK;
+}
+
 int64_t zt_sum_block(void) { return ZK_SUM_BLOCK; }
 
 int zt_sumsq_blocks(double *partials, const zt_tensor *x)

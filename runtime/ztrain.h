@@ -247,7 +247,17 @@ int zt_gelu_backward(zt_tensor *dinp, const zt_tensor *inp, const zt_tensor *dou
 int zt_crossentropy(zt_tensor *losses, zt_tensor *dlogits,
                     const zt_tensor *logits, const zt_tensor *targets,
                     float dscale, int64_t V);
-/* AdamW over equal-numel param, grad, m, v (see kernels.h for the formula). */
+/* AdamW over equal-numel param, grad, m, v (see kernels.h for the formula).
+ * zt_adamw_segments: the same over nseg (1..ZT_ADAMW_SEGS) segments of the
+ * tensors, [offset[s], offset[s] + length[s]), in increasing order, not
+ * overlapping, each with its weight decay; elements outside every segment
+ * are left alone. One launch on a GPU (a unit's tensors at once), each
+ * element the bits of zt_adamw on its segment. */
+#define ZT_ADAMW_SEGS 16
+int zt_adamw_segments(zt_tensor *param, const zt_tensor *grad, zt_tensor *m, zt_tensor *v,
+                      int nseg, const int64_t *offset, const int64_t *length,
+                      const float *weight_decay, float lr, float beta1, float beta2,
+                      float eps, float grad_scale, int step);
 int zt_adamw(zt_tensor *param, const zt_tensor *grad, zt_tensor *m,
              zt_tensor *v, float lr, float beta1, float beta2, float eps,
              float weight_decay, float grad_scale, int step);

@@ -22,9 +22,7 @@ __global__ static void k_adamw(float *param, const float *grad, float *m, float 
     }
 }
 
-extern "C" int zkc_adamw(cudaStream_t s, float *p, const float *g, float *m, float *v,
-                         size_t n, float lr, float b1, float b2, float eps, float wd,
-                         float gscale, int t)
+static adam_coef coef(float lr, float b1, float b2, float eps, float wd, float gscale, int t)
 {
     adam_coef c;
     c.decay = (float)(1.0 - (double)lr * (double)wd);
@@ -36,7 +34,60 @@ extern "C" int zkc_adamw(cudaStream_t s, float *p, const float *g, float *m, flo
     c.bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, t));
     c.eps = eps;
     c.gscale = gscale;
+    return c;
+}
+
+extern "C" int zkc_adamw(cudaStream_t s, float *p, const float *g, float *m, float *v,
+                         size_t n, float lr, float b1, float b2, float eps, float wd,
+                         float gscale, int t)
+{
+    adam_coef c = coef(lr, b1, b2, eps, wd, gscale, t);
     if (n == 0) return 0;
     k_adamw<<<zkc_grid(n, 256), 256, 0, s>>>(p, g, m, v, n, c);
+    return ZKC_LAUNCHED();
+}
+
+/* Many tensors in one launch (a unit's 12, ~150 launches a step before):
+ * the segments' bounds and decays by value in the kernel's arguments; a
+ * thread finds its element's segment by a scan of at most 16 bounds. */
+#define ADAM_SEGS 16
+struct adam_segs { int n; long long off[ADAM_SEGS], end[ADAM_SEGS]; float decay[ADAM_SEGS]; };
+
+__global__ static void k_adamw_segs(float *param, const float *grad, float *m, float *v,
+                                    adam_segs sg, adam_coef k)
+{
+    size_t lo = (size_t)sg.off[0], n = (size_t)sg.end[sg.n - 1] - lo;
+    ZKC_FOR(j, n) {
+        size_t i = lo + j;
+        int s = 0;
+        while (s + 1 < sg.n && (long long)i >= sg.off[s + 1]) s++;
+        if ((long long)i >= sg.end[s]) continue;        /* between segments: left alone */
+        float g = __fmul_rn(grad[i], k.gscale);
+        float p = __fmul_rn(param[i], sg.decay[s]);
+        float mi = __fadd_rn(__fmul_rn(k.b1, m[i]), __fmul_rn(k.omb1, g));
+        float vi = __fadd_rn(__fmul_rn(k.b2, v[i]), __fmul_rn(k.omb2, __fmul_rn(g, g)));
+        float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
+        m[i] = mi;
+        v[i] = vi;
+        param[i] = __fsub_rn(p, __fmul_rn(k.step, __fdiv_rn(mi, denom)));
+    }
+}
+
+extern "C" int zkc_adamw_segments(cudaStream_t s, float *p, const float *g, float *m, float *v,
+                                  int nseg, const int64_t *off, const int64_t *len,
+                                  const float *wd, float lr, float b1, float b2, float eps,
+                                  float gscale, int t)
+{
+    if (nseg < 1 || nseg > ADAM_SEGS) return (int)cudaErrorInvalidValue;
+    adam_coef c = coef(lr, b1, b2, eps, 0.0f, gscale, t);
+    adam_segs sg;
+    sg.n = nseg;
+    for (int i = 0; i < nseg; i++) {
+        sg.off[i] = off[i];
+        sg.end[i] = off[i] + len[i];
+        sg.decay[i] = coef(lr, b1, b2, eps, wd[i], gscale, t).decay;
+    }
+    size_t n = (size_t)(sg.end[nseg - 1] - sg.off[0]);
+    k_adamw_segs<<<zkc_grid(n, 256), 256, 0, s>>>(p, g, m, v, sg, c);
     return ZKC_LAUNCHED();
 }

@@ -42,7 +42,7 @@ local FAMILY = {
   add3 = "residual add", add = "grad accumulate",
   encoder_forward = "embedding", encoder_backward = "embedding",
   crossentropy = "cross-entropy", sum = "loss sum",
-  adamw = "AdamW", sumsq_blocks = "grad norm", scale = "grad clip",
+  adamw = "AdamW", adamw_segments = "AdamW", sumsq_blocks = "grad norm", scale = "grad clip",
   cast = "precision casts", copy = "copy/fill", fill = "copy/fill",
   axpy = "axpy", randn = "init",
 }
@@ -136,6 +136,12 @@ function COST.crossentropy(cfg, losses, dlogits, logits, targets)
 end
 -- p, g, m, v read; p, m, v written
 function COST.adamw(cfg, p, g, m, v) return 0, 2 * nb(p) + nb(g) + 2 * nb(m) + 2 * nb(v) end
+-- the segments' elements only (a range's padding is not touched)
+function COST.adamw_segments(cfg, p, g, m, v, segs)
+  local n = 0
+  for i = 0, segs.n - 1 do n = n + tonumber(segs.len[i]) end
+  return 0, 28 * n
+end
 
 local Prof = {}
 Prof.__index = Prof

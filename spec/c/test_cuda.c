@@ -334,6 +334,23 @@ static void t_adamw(void)
     same_bits("adamw 3 steps: param has the CPU bits", hp, p, n * 4);
     same_bits("adamw 3 steps: m, v have the CPU bits", hm, m, n * 4);
     same_bits("adamw v", hv, v, n * 4);
+    /* one launch over segments with their own decays: the CPU's bits a
+     * segment, the gap between segments untouched */
+    zt_adamw_segs sg = { 3, { 0, 70001, 150000 }, { 70000, 50000, 50003 }, { 0.1f, 0.0f, 0.2f } };
+    for (int t = 4; t <= 5; t++) {
+        for (int s = 0; s < 3; s++) {
+            size_t o = (size_t)sg.off[s];
+            zk_adamw(p + o, g + o, m + o, v + o, (size_t)sg.len[s], 6e-4f, 0.9f, 0.95f, 1e-8f,
+                     sg.wd[s], 0.7f, t);
+        }
+        dv->adamw_segments(dp, dg, dm, dvv, &sg, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.7f, t);
+    }
+    if (!synced("adamw segments")) return;
+    free(hp); free(hm); free(hv);
+    hp = down(dp, n * 4); hm = down(dm, n * 4); hv = down(dvv, n * 4);
+    same_bits("adamw segments (one launch): param has the CPU bits", hp, p, n * 4);
+    same_bits("adamw segments: m, v have the CPU bits", hm, m, n * 4);
+    same_bits("adamw segments v", hv, v, n * 4);
     free(p); free(g); free(m); free(v); free(hp); free(hm); free(hv);
     dv->free(dp); dv->free(dg); dv->free(dm); dv->free(dvv);
 }

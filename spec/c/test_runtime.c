@@ -309,6 +309,47 @@ static void test_randn(void)
     zt_tensor_release(a); zt_tensor_release(b);
 }
 
+/* zt_adamw_segments: each segment's elements the bits of zt_adamw on that
+ * segment alone (its own weight decay), elements between and after the
+ * segments untouched; bad segment tables refused, nothing written */
+static void test_adamw_segments(void)
+{
+    enum { N = 5000 };
+    int64_t s[1] = { N };
+    zt_tensor *t[8] = { NULL };
+    for (int i = 0; i < 8; i++) zt_tensor_new(&t[i], ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 1, s);
+    for (int i = 0; i < 4; i++) { zt_randn(t[i], 3, (uint64_t)i, 0.0f, 1.0f); }
+    zt_randn(t[3], 3, 9, 1.0f, 0.1f);            /* v > 0 */
+    for (int i = 0; i < 4; i++) memcpy(t[4 + i]->data, t[i]->data, 4 * N);
+    int64_t off[3] = { 0, 1000, 3001 }, len[3] = { 1000, 2000, 1500 };
+    float wd[3] = { 0.1f, 0.0f, 0.3f };
+    int rc = zt_adamw_segments(t[0], t[1], t[2], t[3], 3, off, len, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.5f, 7);
+    CHECK("adamw_segments runs", rc == ZT_OK, "%s", zt_last_error());
+    for (int k = 0; k < 3; k++) {              /* the reference: zt_adamw a segment */
+        zt_tensor *v[4];
+        for (int i = 0; i < 4; i++) { v[i] = NULL; zt_tensor_view(&v[i], t[4 + i], off[k], 1, &len[k]); }
+        zt_adamw(v[0], v[1], v[2], v[3], 1e-3f, 0.9f, 0.95f, 1e-8f, wd[k], 0.5f, 7);
+        for (int i = 0; i < 4; i++) zt_tensor_release(v[i]);
+    }
+    CHECK("adamw_segments: param, m, v the bits of zt_adamw a segment; the gap and the tail untouched",
+          !memcmp(t[0]->data, t[4]->data, 4 * N) && !memcmp(t[2]->data, t[6]->data, 4 * N) &&
+          !memcmp(t[3]->data, t[7]->data, 4 * N), "differ");
+    float before[N];
+    memcpy(before, t[0]->data, 4 * N);
+    int64_t boff[2] = { 1000, 500 }, blen[2] = { 10, 10 };       /* out of order */
+    rc = zt_adamw_segments(t[0], t[1], t[2], t[3], 2, boff, blen, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 8);
+    CHECK("adamw_segments refuses segments out of order", rc == ZT_EINVAL &&
+          strstr(zt_last_error(), "segment 1") != NULL, "%s", zt_last_error());
+    int64_t loff[1] = { 4990 }, llen[1] = { 11 };                /* past the end */
+    rc = zt_adamw_segments(t[0], t[1], t[2], t[3], 1, loff, llen, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 8);
+    CHECK("adamw_segments refuses a segment past the end", rc == ZT_EINVAL, "%s", zt_last_error());
+    rc = zt_adamw_segments(t[0], t[1], t[2], t[3], 17, off, len, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 8);
+    CHECK("adamw_segments refuses 17 segments", rc == ZT_EINVAL && strstr(zt_last_error(), "1 to 16"),
+          "%s", zt_last_error());
+    CHECK("refused adamw_segments wrote nothing", !memcmp(before, t[0]->data, 4 * N), "changed");
+    for (int i = 0; i < 8; i++) zt_tensor_release(t[i]);
+}
+
 int main(void)
 {
     test_tensors();
@@ -318,6 +359,7 @@ int main(void)
     test_blas_threads();
     test_sha256();
     test_randn();
+    test_adamw_segments();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -4,7 +4,7 @@
 -- consecutive units, and a driver keeps one set per micro-batch in flight on
 -- it (the sequential driver: one set; a pipeline: up to its in-flight bound).
 -- Everything lives in one f32 slab (category "activations"), every view
--- 64-byte aligned, plus (B,T) i32 tokens and targets where the stage has the
+-- 256-byte aligned, plus (B,T) i32 tokens and targets where the stage has the
 -- embedding or the head. Per unit, for N = B*T rows:
 --   embed   out (N,C)
 --   block   saved: ln1, atty, resid2, ln2 (N,C); qkv (N,3C); fch, fch_gelu (N,4C);
@@ -52,9 +52,11 @@ local ffi = require "ffi"
 
 local M = {}
 
--- A slab plan: named views of one f32 tensor, each rounded up to 16 floats
--- (64 bytes), and of one bf16 tensor for the views added with bf16 = true,
--- each rounded up to 32 elements (64 bytes).
+-- A slab plan: named views of one f32 tensor, each rounded up to 64 floats,
+-- and of one bf16 tensor for the views added with bf16 = true, each rounded
+-- up to 128 elements: every view starts on 256 bytes (a slab's base is
+-- 4096-aligned on the host, 256 on a GPU), what cuBLASLt's and vectorized
+-- kernels' alignment promises want.
 local function planner()
   local P = { list = {}, total = 0, total16 = 0 }
   function P.add(key, shape, bf16)
@@ -62,10 +64,10 @@ local function planner()
     for i = 1, #shape do n = n * shape[i] end
     if bf16 then
       P.list[#P.list + 1] = { key = key, shape = shape, offset = P.total16, bf16 = true }
-      P.total16 = P.total16 + math.ceil(n / 32) * 32
+      P.total16 = P.total16 + math.ceil(n / 128) * 128
     else
       P.list[#P.list + 1] = { key = key, shape = shape, offset = P.total }
-      P.total = P.total + math.ceil(n / 16) * 16
+      P.total = P.total + math.ceil(n / 64) * 64
     end
   end
   function P.bytes() return math.max(P.total, 16) * 4 + P.total16 * 2 end

@@ -8,6 +8,7 @@
 -- unit, a shard of it, or a shard streamed through in chunks all give the
 -- same bits. Weight decay applies to tensors marked decay (matrices and
 -- embeddings), not to biases and LayerNorm parameters.
+local ffi = require "ffi"
 local T = require "ztrain.tensor"
 local ops = require "ztrain.ops"
 
@@ -73,10 +74,38 @@ end
 -- moments in st (exp_avg, exp_avg_sq) are tensors whose element 0 is element
 -- lo (views of a shard, a chunk streamed in, ...); padding past the unit's
 -- tensors is left alone. grad_scale is the clip factor.
+-- The range's segments as ops.adamw_segments takes them (ffi arrays, kept
+-- with the segments: the weight decay is the optimizer's, fixed).
+local MAX_SEGS = 16    -- ztrain.h's ZT_ADAMW_SEGS
+function AdamW:segment_table(u, lo, hi)
+  local segs = self:segments(u, lo, hi)
+  if segs.table == nil and #segs > 0 then
+    local n = #segs
+    local t = { n = n, off = ffi.new("int64_t[?]", n), len = ffi.new("int64_t[?]", n),
+                wd = ffi.new("float[?]", n) }
+    for i, seg in ipairs(segs) do
+      t.off[i - 1], t.len[i - 1] = seg[1], seg[2]
+      t.wd[i - 1] = seg[3] and self.weight_decay or 0
+    end
+    segs.table = t
+  end
+  return segs
+end
+
+-- Every segment of the range in one op (one launch on a GPU: ~150 a step
+-- before, one a tensor), MAX_SEGS at a time; the same bits as one op a
+-- tensor (the update is elementwise).
 function AdamW:update_range(u, lo, hi, params, grads, st, lr, grad_scale)
   local b1, b2 = self.betas[1], self.betas[2]
+  local segs = self:segment_table(u, lo, hi)
+  if #segs == 0 then return end
+  if #segs <= MAX_SEGS then
+    ops.adamw_segments(params, grads, st.exp_avg, st.exp_avg_sq, segs.table, lr, b1, b2, self.eps,
+                       grad_scale, self.t)
+    return
+  end
   local m, v = st.exp_avg, st.exp_avg_sq
-  for _, seg in ipairs(self:segments(u, lo, hi)) do
+  for _, seg in ipairs(segs) do       -- a unit of more tensors than one op takes
     local off, len = seg[1], seg[2]
     local p, g = params:view(off, { len }), grads:view(off, { len })
     local mv, vv = m:view(off, { len }), v:view(off, { len })
