@@ -165,6 +165,11 @@ $(B)/emu/test_colsum_emu: kernels/cuda/colsum.cu spec/emu/test_colsum_emu.c \
 	NO_RUN=1 sh tools/emu_kernel.sh colsum $(B)
 CTEST_BIN += $(B)/emu/test_colsum_emu
 
+$(B)/emu/test_embedding_emu: kernels/cuda/embedding.cu spec/emu/test_embedding_emu.c \
+        $(wildcard spec/emu/*.h) tools/emu_kernel.sh $(LIB_OBJ)
+	NO_RUN=1 sh tools/emu_kernel.sh embedding $(B)
+CTEST_BIN += $(B)/emu/test_embedding_emu
+
 $(B)/test_%: spec/c/test_%.c $(LIB_OBJ) $(wildcard spec/c/*.h)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< $(LIB_OBJ) $(LIBS)
 
@@ -249,7 +254,7 @@ san: $(B)/libztrain.so $(B)/ztrain $(CTEST_BIN)
 # memcheck on the C tests of the plain build (MPI tests on one rank is not
 # what they test, so those run under mpirun -np 2, each rank under valgrind)
 valgrind: all $(CTEST_BIN)
-	@sh tools/valgrind.sh $(filter-out %/test_attention_tc_emu %/test_layernorm_emu %/test_xent_emu %/test_colsum_emu,$(CTEST_BIN))   # the emulator: thousands of threads
+	@sh tools/valgrind.sh $(filter-out %/test_attention_tc_emu %/test_layernorm_emu %/test_xent_emu %/test_colsum_emu %/test_embedding_emu,$(CTEST_BIN))   # the emulator: thousands of threads
 
 # ---- Fuzzing (docs/reliability.md): libFuzzer harnesses of the readers ----
 # tools/fuzz/harness.c embeds LuaJIT and feeds each input to one reader

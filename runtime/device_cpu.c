@@ -112,6 +112,15 @@ static void cpu_adamw_segments(float *p, const float *g, float *m, float *v,
     }
 }
 
+static void cpu_sumsq_blocks_many(double *partials, const float *const *x, const size_t *n,
+                                  int count)
+{
+    for (int i = 0; i < count; i++) {
+        zk_sumsq_blocks(partials, x[i], n[i]);
+        partials += (n[i] + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
+    }
+}
+
 static void cpu_gelu_forward(void *out, int out16, const float *inp, size_t n)
 {
     if (out16) zk_gelu_forward_b16(out, inp, n);
@@ -178,6 +187,7 @@ const zt_device_ops zt_cpu_device = {
     .crossentropy = cpu_crossentropy,
     .adamw = zk_adamw,
     .adamw_segments = cpu_adamw_segments,
+    .sumsq_blocks_many = cpu_sumsq_blocks_many,
     .sumsq_blocks = zk_sumsq_blocks,
     .sum = zk_sum_f64,
     .randn = zk_randn,

@@ -32,7 +32,8 @@
 
 static cudaStream_t cu_stream;
 static cublasHandle_t cu_blas;
-static int *cu_flag;              /* device int: counts of bad token ids */
+static int *cu_flag;              /* device ints: bad token ids, one count an op (BAD_*) */
+enum { BAD_ENC_FWD, BAD_ENC_BWD, BAD_XENT, BAD_OPS };
 static double *cu_scratch;        /* device: block partials of sum/sumsq */
 static size_t cu_scratch_n;
 static int cu_ready;
@@ -122,16 +123,44 @@ int zt_cuda_init(void)
     if (st != CUBLAS_STATUS_SUCCESS) return blas_err(__FILE__, __LINE__, "cublasSetMathMode", st);
     st = cublasSetStream(cu_blas, cu_stream);
     if (st != CUBLAS_STATUS_SUCCESS) return blas_err(__FILE__, __LINE__, "cublasSetStream", st);
-    CU(cudaMalloc((void **)&cu_flag, sizeof(int)));
+    CU(cudaMalloc((void **)&cu_flag, BAD_OPS * sizeof(int)));
+    CU(cudaMemset(cu_flag, 0, BAD_OPS * sizeof(int)));
     CU(cudaEventCreateWithFlags(&scratch_ev, cudaEventDisableTiming));
     cu_ready = 1;
     return ZT_OK;
 }
 
+/* Bad token ids: each op's kernels add to their own device count; no call
+ * waits for it. The counts are read at the next device sync (zt_device_sync:
+ * the trainer's once a step), reported naming the op, and zeroed. The host
+ * keeps the positions and V since the last read, for the message. */
+static const char *bad_op[BAD_OPS] = { "zt_encoder_forward", "zt_encoder_backward",
+                                       "zt_crossentropy" };
+static const char *bad_what[BAD_OPS] = { "tokens", "tokens", "targets" };
+static int64_t bad_n[BAD_OPS], bad_V[BAD_OPS];
+static void bad_note(int op, int64_t n, int V) { bad_n[op] += n; bad_V[op] = V; }  /* cu_lock held */
+
+static int bad_check(void)
+{
+    int bad[BAD_OPS] = { 0 }, any = 0;
+    pthread_mutex_lock(&cu_lock);
+    cudaError_t e = cudaMemcpyAsync(bad, cu_flag, sizeof bad, cudaMemcpyDeviceToHost, S());
+    if (e == cudaSuccess) e = cudaStreamSynchronize(S());
+    for (int i = 0; i < BAD_OPS; i++) any |= bad[i] != 0;
+    if (e == cudaSuccess && any) e = cudaMemsetAsync(cu_flag, 0, sizeof bad, S());
+    int rc = e == cudaSuccess ? ZT_OK : cu_err(__FILE__, __LINE__, "bad token counts", e);
+    for (int i = 0; rc == ZT_OK && i < BAD_OPS; i++)
+        if (bad[i]) rc = zt_bad_tokens_error(bad_op[i], bad_what[i], bad[i], bad_n[i], bad_V[i], 1);
+    for (int i = 0; i < BAD_OPS; i++) bad_n[i] = 0;
+    pthread_mutex_unlock(&cu_lock);
+    return rc;
+}
+
 static int cuda_sync(void)
 {
     CU(cudaStreamSynchronize(S()));
-    return take_pending();
+    ZT_TRY(take_pending());
+    return bad_check();
 }
 
 static int cuda_alloc(void **out, size_t nbytes)
@@ -183,27 +212,16 @@ static void cuda_cast(void *dst, int dd, const void *src, int sd, size_t n)
     else if (sd == ZT_F16 && dd == ZT_F32) KC_NOTE(zkc_cast_f16_f32(S(), dst, src, n));
 }
 
-/* Count of bad ids: zero the device flag, run, read it back (waits). A
- * CUDA failure returns its (negative) error code instead. */
-static int flag_reset(void) { CU(cudaMemsetAsync(cu_flag, 0, sizeof(int), S())); return ZT_OK; }
-static int flag_read(void)
-{
-    int bad = 0;
-    CU(cudaMemcpyAsync(&bad, cu_flag, sizeof(int), cudaMemcpyDeviceToHost, S()));
-    CU(cudaStreamSynchronize(S()));
-    return bad;
-}
-
+/* The ops that count bad ids return 0: the count is read at the next
+ * device sync (bad_check, above). A CUDA failure returns its error code. */
 static int cuda_encoder_forward(float *out, const int32_t *tok, const float *wte,
                                 const float *wpe, int B, int T, int C, int V)
 {
     ZT_TRY(take_pending());
-    pthread_mutex_lock(&cu_lock);      /* one flag for every stream and thread */
-    int rc = flag_reset();
-    if (rc == ZT_OK) {
-        int e = zkc_encoder_forward(S(), out, tok, wte, wpe, B, T, C, V, cu_flag);
-        rc = e ? cu_err(__FILE__, __LINE__, "zkc_encoder_forward", (cudaError_t)e) : flag_read();
-    }
+    pthread_mutex_lock(&cu_lock);      /* the host's notes of the counts */
+    bad_note(BAD_ENC_FWD, (int64_t)B * T, V);
+    int e = zkc_encoder_forward(S(), out, tok, wte, wpe, B, T, C, V, cu_flag + BAD_ENC_FWD);
+    int rc = e ? cu_err(__FILE__, __LINE__, "zkc_encoder_forward", (cudaError_t)e) : ZT_OK;
     pthread_mutex_unlock(&cu_lock);
     return rc;
 }
@@ -212,12 +230,10 @@ static int cuda_encoder_backward(float *dwte, float *dwpe, const float *dout,
                                  const int32_t *tok, int B, int T, int C, int V)
 {
     ZT_TRY(take_pending());
-    pthread_mutex_lock(&cu_lock);      /* one flag for every stream and thread */
-    int rc = flag_reset();
-    if (rc == ZT_OK) {
-        int e = zkc_encoder_backward(S(), dwte, dwpe, dout, tok, B, T, C, V, cu_flag);
-        rc = e ? cu_err(__FILE__, __LINE__, "zkc_encoder_backward", (cudaError_t)e) : flag_read();
-    }
+    pthread_mutex_lock(&cu_lock);
+    bad_note(BAD_ENC_BWD, (int64_t)B * T, V);
+    int e = zkc_encoder_backward(S(), dwte, dwpe, dout, tok, B, T, C, V, cu_flag + BAD_ENC_BWD);
+    int rc = e ? cu_err(__FILE__, __LINE__, "zkc_encoder_backward", (cudaError_t)e) : ZT_OK;
     pthread_mutex_unlock(&cu_lock);
     return rc;
 }
@@ -319,15 +335,13 @@ static int cuda_crossentropy(float *losses, void *dlogits, const void *logits,
                              const int32_t *targets, int N, int V, int ld, int bf16, float dscale)
 {
     ZT_TRY(take_pending());
-    pthread_mutex_lock(&cu_lock);      /* one flag for every stream and thread */
-    int rc = flag_reset();
-    if (rc == ZT_OK) {
-        int e = bf16 ? zkc_crossentropy_bf16(S(), losses, dlogits, logits, targets, N, V, ld,
-                                             dscale, cu_flag)
-                     : zkc_crossentropy(S(), losses, dlogits, logits, targets, N, V, ld, dscale,
-                                        cu_flag);
-        rc = e ? cu_err(__FILE__, __LINE__, "zkc_crossentropy", (cudaError_t)e) : flag_read();
-    }
+    pthread_mutex_lock(&cu_lock);
+    bad_note(BAD_XENT, N, V);
+    int e = bf16 ? zkc_crossentropy_bf16(S(), losses, dlogits, logits, targets, N, V, ld,
+                                         dscale, cu_flag + BAD_XENT)
+                 : zkc_crossentropy(S(), losses, dlogits, logits, targets, N, V, ld, dscale,
+                                    cu_flag + BAD_XENT);
+    int rc = e ? cu_err(__FILE__, __LINE__, "zkc_crossentropy", (cudaError_t)e) : ZT_OK;
     pthread_mutex_unlock(&cu_lock);
     return rc;
 }
@@ -381,6 +395,33 @@ static void cuda_sumsq_blocks(double *partials, const float *x, size_t n)
 {
     pthread_mutex_lock(&cu_lock);
     note(sumsq_blocks(partials, x, n));
+    pthread_mutex_unlock(&cu_lock);
+}
+
+/* every tensor's blocks into the scratch one after another, then one copy
+ * and one wait: the gradient norm's host wait once a step */
+static int sumsq_blocks_many(double *partials, const float *const *x, const size_t *n, int count)
+{
+    size_t nb = 0;
+    for (int i = 0; i < count; i++) nb += (n[i] + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
+    if (nb == 0) return ZT_OK;
+    ZT_TRY(scratch(nb));
+    size_t off = 0;
+    for (int i = 0; i < count; i++) {
+        if (n[i] == 0) continue;
+        KC(zkc_sumsq_blocks(S(), cu_scratch + off, x[i], n[i]));
+        off += (n[i] + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
+    }
+    CU(cudaMemcpyAsync(partials, cu_scratch, nb * sizeof(double), cudaMemcpyDeviceToHost, S()));
+    CU(cudaStreamSynchronize(S()));
+    return ZT_OK;
+}
+
+static void cuda_sumsq_blocks_many(double *partials, const float *const *x, const size_t *n,
+                                   int count)
+{
+    pthread_mutex_lock(&cu_lock);
+    note(sumsq_blocks_many(partials, x, n, count));
     pthread_mutex_unlock(&cu_lock);
 }
 
@@ -689,6 +730,7 @@ const zt_device_ops zt_cuda_device = {
     .crossentropy = cuda_crossentropy,
     .adamw = cuda_adamw,
     .adamw_segments = cuda_adamw_segments,
+    .sumsq_blocks_many = cuda_sumsq_blocks_many,
     .sumsq_blocks = cuda_sumsq_blocks,
     .sum = cuda_sum,
     .randn = cuda_randn,

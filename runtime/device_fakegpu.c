@@ -157,6 +157,13 @@ static void fg_adamw(float *p, const float *g, float *m, float *v, size_t n, flo
 
 /* partials are the caller's host array, as on CUDA */
 static void fg_sumsq_blocks(double *partials, const float *x, size_t n) { CPU.sumsq_blocks(partials, CF(x), n); }
+static void fg_sumsq_blocks_many(double *partials, const float *const *x, const size_t *n, int count)
+{
+    for (int i = 0; i < count; i++) {
+        CPU.sumsq_blocks(partials, CF(x[i]), n[i]);
+        partials += (n[i] + (size_t)zt_sum_block() - 1) / (size_t)zt_sum_block();
+    }
+}
 static double fg_sum(const float *x, size_t n) { return CPU.sum(CF(x), n); }
 
 static void fg_randn(float *x, size_t n, uint64_t seed, uint64_t stream, float mean, float std)
@@ -178,5 +185,6 @@ const zt_device_ops zt_fakegpu_device = {
     .attention_decode = fg_attention_decode,
     .gelu_forward = fg_gelu_forward, .gelu_backward = fg_gelu_backward,
     .crossentropy = fg_crossentropy, .adamw = fg_adamw, .adamw_segments = fg_adamw_segments,
-    .sumsq_blocks = fg_sumsq_blocks, .sum = fg_sum, .randn = fg_randn,
+    .sumsq_blocks = fg_sumsq_blocks, .sumsq_blocks_many = fg_sumsq_blocks_many,
+    .sum = fg_sum, .randn = fg_randn,
 };

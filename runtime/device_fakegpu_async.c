@@ -307,11 +307,18 @@ static void fa_cast(void *dst, int dt, const void *src, int st, size_t n)
     issue(it);
 }
 
-/* Ops that return a count of bad token ids: the host needs it now. */
+/* Ops that count bad token ids: queued like the rest (the GPU's count is
+ * read at its next sync, device_cuda.c): a count is kept as the error the
+ * next op or sync reports (zt_bad_tokens_error, deferred). sim_lock held. */
+static void keep_bad(const char *op, const char *what, int bad, int64_t n, int V)
+{
+    if (bad > 0) keep_error(zt_bad_tokens_error(op, what, bad, n, V, 1));
+}
 static void r_encf(item *it)
 {
-    it->i[5] = FG.encoder_forward(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1],
-                                  it->i[2], it->i[3]);
+    keep_bad("zt_encoder_forward", "tokens",
+             FG.encoder_forward(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1],
+                                it->i[2], it->i[3]), (int64_t)it->i[0] * it->i[1], it->i[3]);
 }
 static int fa_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe,
                               int B, int T, int C, int V)
@@ -320,13 +327,15 @@ static int fa_encoder_forward(float *out, const int32_t *tok, const float *wte, 
     OPV(it, r_encf, ZT_ENOMEM);
     it->p[0] = out; it->p[1] = (void *)tok; it->p[2] = (void *)wte; it->p[3] = (void *)wpe;
     it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = V;
-    return issue_sync(it, NULL);
+    issue(it);
+    return 0;
 }
 
 static void r_encb(item *it)
 {
-    it->i[5] = FG.encoder_backward(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1],
-                                   it->i[2], it->i[3]);
+    keep_bad("zt_encoder_backward", "tokens",
+             FG.encoder_backward(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1],
+                                 it->i[2], it->i[3]), (int64_t)it->i[0] * it->i[1], it->i[3]);
 }
 static int fa_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok,
                                int B, int T, int C, int V)
@@ -335,7 +344,8 @@ static int fa_encoder_backward(float *dwte, float *dwpe, const float *dout, cons
     OPV(it, r_encb, ZT_ENOMEM);
     it->p[0] = dwte; it->p[1] = dwpe; it->p[2] = (void *)dout; it->p[3] = (void *)tok;
     it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = V;
-    return issue_sync(it, NULL);
+    issue(it);
+    return 0;
 }
 
 static void r_lnf(item *it)
@@ -507,8 +517,9 @@ static void fa_gelu_backward(void *dinp, int out16, const float *inp, const floa
 
 static void r_xent(item *it)
 {
-    it->i[5] = FG.crossentropy(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1],
-                               it->i[2], it->i[3], it->f[0]);
+    keep_bad("zt_crossentropy", "targets",
+             FG.crossentropy(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1],
+                             it->i[2], it->i[3], it->f[0]), it->i[0], it->i[1]);
 }
 static int fa_crossentropy(float *losses, void *dlogits, const void *logits,
                            const int32_t *targets, int N, int V, int ld, int bf16, float dscale)
@@ -517,7 +528,8 @@ static int fa_crossentropy(float *losses, void *dlogits, const void *logits,
     OPV(it, r_xent, ZT_ENOMEM);
     it->p[0] = losses; it->p[1] = dlogits; it->p[2] = (void *)logits; it->p[3] = (void *)targets;
     it->i[0] = N; it->i[1] = V; it->i[2] = ld; it->i[3] = bf16; it->f[0] = dscale;
-    return issue_sync(it, NULL);
+    issue(it);
+    return 0;
 }
 
 static void r_adamw(item *it)
@@ -554,6 +566,16 @@ static void fa_sumsq_blocks(double *partials, const float *x, size_t n)
     OP0(it, r_sumsq);
     it->p[0] = partials; it->p[1] = (void *)x; it->n = n;
     note_error(issue_sync(it, NULL));
+}
+/* each tensor's partials as its own op (each waits for its queue, as one
+ * call of the GPU's waits once: the same values) */
+static void fa_sumsq_blocks_many(double *partials, const float *const *x, const size_t *n,
+                                 int count)
+{
+    for (int i = 0; i < count; i++) {
+        fa_sumsq_blocks(partials, x[i], n[i]);
+        partials += (n[i] + (size_t)zt_sum_block() - 1) / (size_t)zt_sum_block();
+    }
 }
 
 static void r_sum(item *it) { it->d = FG.sum(it->p[0], it->n); }
@@ -722,5 +744,6 @@ const zt_device_ops zt_fakegpu_async_device = {
     .attention_decode = fa_attention_decode,
     .gelu_forward = fa_gelu_forward, .gelu_backward = fa_gelu_backward,
     .crossentropy = fa_crossentropy, .adamw = fa_adamw, .adamw_segments = fa_adamw_segments,
-    .sumsq_blocks = fa_sumsq_blocks, .sum = fa_sum, .randn = fa_randn,
+    .sumsq_blocks = fa_sumsq_blocks, .sumsq_blocks_many = fa_sumsq_blocks_many,
+    .sum = fa_sum, .randn = fa_randn,
 };

@@ -30,3 +30,18 @@ const char *zt_strerror(int code)
     default: return "EUNKNOWN";
     }
 }
+
+/* A kernel skipped `bad` token ids outside [0,V): a clear error, never a
+ * wild read. The ids are not read on the host (they live on the device).
+ * Here, not in ops.c: the CUDA device reports deferred counts with it, and
+ * test_cuda links the device without the ops. */
+int zt_bad_tokens_error(const char *op, const char *what, int64_t bad, int64_t n, int64_t V,
+                        int deferred)
+{
+    return zt_error(ZT_EINVAL, "%s: %lld of %lld %s are outside the vocabulary [0,%lld) and were "
+                    "skipped (the outputs are wrong for them)%s; the tokenizer and "
+                    "model.vocab_size disagree: check tokens where they are made (data.loader's "
+                    "vocab_size option)", op, (long long)bad, (long long)n, what, (long long)V,
+                    deferred ? " -- counted on the device and read at its next sync, so the "
+                    "count is over every call since the last one" : "");
+}

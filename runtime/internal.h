@@ -101,6 +101,12 @@ typedef struct zt_exec_ops {
  * Most ops cannot fail. Those that index by token id return the number of
  * ids outside [0,V) (skipped, memory-safe; on CUDA the count comes back
  * through a device flag); matmul returns 0 or an error code with a message. */
+/* The bad-token error's text (ops.c), for devices that count bad ids on
+ * the device and report them at their next sync (deferred = 1) instead of
+ * waiting for each count: returns ZT_EINVAL with the message set. */
+int zt_bad_tokens_error(const char *op, const char *what, int64_t bad, int64_t n, int64_t V,
+                        int deferred);
+
 /* zt_adamw_segments' segments, validated (ztrain.h) */
 typedef struct zt_adamw_segs {
     int n;
@@ -165,6 +171,10 @@ typedef struct zt_device_ops {
     void (*gelu_forward)(void *out, int out16, const float *inp, size_t n);
     void (*gelu_backward)(void *dinp, int out16, const float *inp, const float *dout, size_t n);
     /* logits and dlogits (N,V) in rows ld apart, fp32 or (bf16) bf16 */
+    /* encoder_forward/backward and crossentropy return the bad ids they
+     * skipped, or 0 on a device that counts them on the device and reports
+     * them (zt_bad_tokens_error) at its next sync, so that no call waits
+     * (the CUDA device, fakegpu-async) */
     int (*crossentropy)(float *losses, void *dlogits, const void *logits,
                         const int32_t *targets, int N, int V, int ld, int bf16, float dscale);
     void (*adamw)(float *p, const float *g, float *m, float *v, size_t n,
@@ -175,6 +185,9 @@ typedef struct zt_device_ops {
                            const zt_adamw_segs *segs, float lr, float b1, float b2,
                            float eps, float gscale, int t);
     void (*sumsq_blocks)(double *partials, const float *x, size_t n);
+    /* count tensors' block partials one after another (zt_sumsq_blocks_many) */
+    void (*sumsq_blocks_many)(double *partials, const float *const *x, const size_t *n,
+                              int count);
     double (*sum)(const float *x, size_t n);
     void (*randn)(float *x, size_t n, uint64_t seed, uint64_t stream, float mean, float std);
     /* zt_device_count's "attention_tc" (NULL: the device has no such path) */

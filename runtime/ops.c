@@ -13,6 +13,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include "internal.h"
 #include "../kernels/cpu/kernels.h"
 
@@ -99,15 +100,12 @@ static int ready(const zt_device_ops **dev, const char *op, ...)
 }
 
 /* A kernel skipped `bad` token ids outside [0,V): a clear error, never a
- * wild read. The ids are not read on the host (they live on the device). */
+ * wild read (zt_bad_tokens_error, error.c). */
 static int bad_tokens(const char *op, const char *what, int bad, int64_t n, int64_t V)
 {
     if (bad == 0) return ZT_OK;
     if (bad < 0) return bad;    /* a device error (CUDA), its message already set */
-    return zt_error(ZT_EINVAL, "%s: %d of %lld %s are outside the vocabulary [0,%lld) and were "
-                    "skipped (the outputs are wrong for them); the tokenizer and model.vocab_size "
-                    "disagree: check tokens where they are made (data.loader's vocab_size option)",
-                    op, bad, (long long)n, what, (long long)V);
+    return zt_bad_tokens_error(op, what, bad, n, V, 0);
 }
 
 int zt_fill(zt_tensor *x, float v)
@@ -605,6 +603,36 @@ int zt_sumsq_blocks(double *partials, const zt_tensor *x)
     ZT_TRY(ready(&dev, "zt_sumsq_blocks", "x", x, NULL));
     dev->sumsq_blocks(partials, x->data, (size_t)x->numel);
     return ZT_OK;
+}
+
+int zt_sumsq_blocks_many(double *partials, const zt_tensor *const *xs, int n)
+{
+    const char *op = "zt_sumsq_blocks_many";
+    ZT_CHECK(partials != NULL, "%s: partials is NULL", op);
+    ZT_CHECK(n >= 0 && (n == 0 || xs != NULL), "%s: %d tensors", op, n);
+    if (n == 0) return ZT_OK;
+    const float **x = malloc((size_t)n * sizeof *x);
+    size_t *len = malloc((size_t)n * sizeof *len);
+    int rc = (x && len) ? ZT_OK : zt_error(ZT_ENOMEM, "%s: %d tensors' table", op, n);
+    const zt_device_ops *dev = NULL;
+    for (int i = 0; i < n && rc == ZT_OK; i++) {
+        const zt_device_ops *d = NULL;
+        if ((rc = need(op, "x", xs[i], ZT_F32)) != ZT_OK) break;
+        if ((rc = ready(&d, op, "x", xs[i], NULL)) != ZT_OK) break;
+        if (i > 0 && (d != dev || xs[i]->storage->tier != xs[0]->storage->tier)) {
+            rc = zt_error(ZT_EINVAL, "%s: tensor %d is on another tier than tensor 0 (%s, %s): "
+                          "one call takes one tier", op, i, zt_tier_name(xs[i]->storage->tier),
+                          zt_tier_name(xs[0]->storage->tier));
+            break;
+        }
+        dev = d;
+        x[i] = xs[i]->data;
+        len[i] = (size_t)xs[i]->numel;
+    }
+    if (rc == ZT_OK) dev->sumsq_blocks_many(partials, x, len, n);
+    free(x);
+    free(len);
+    return rc;
 }
 
 int zt_sum(double *out, const zt_tensor *x)

@@ -266,6 +266,11 @@ int64_t zt_sum_block(void);
 /* partials[i] = sum of squares of block i of x (f32); writes
  * ceil(numel / zt_sum_block()) doubles. */
 int zt_sumsq_blocks(double *partials, const zt_tensor *x);
+/* zt_sumsq_blocks of n tensors (f32, one tier) in one call: partials holds
+ * each one's ceil(numel / zt_sum_block()) block sums in turn, the bits of
+ * n calls. On a GPU one copy to the host and one wait for all of them
+ * (the gradient norm: a wait a step, not one a unit). */
+int zt_sumsq_blocks_many(double *partials, const zt_tensor *const *xs, int n);
 /* sum of x (f32) in fp64 over fixed blocks, in block order. */
 int zt_sum(double *out, const zt_tensor *x);
 

@@ -4,8 +4,8 @@
 # its CPU twin, in spec/emu/test_NAME_emu.c. No GPU or nvcc needed; needs
 # the CPU objects (make all).
 #   sh tools/emu_kernel.sh NAME [build dir, default build]
-# NAME: attention_tc (kernels/cuda/attention_tc.cu), layernorm, xent or
-# colsum (kernels/cuda/NAME.cu). SRC=file runs another version of the kernel
+# NAME: attention_tc (kernels/cuda/attention_tc.cu), layernorm, xent,
+# colsum or embedding (kernels/cuda/NAME.cu). SRC=file runs another version of the kernel
 # (e.g. a deliberately broken one); NO_RUN=1 builds $B/emu/test_NAME_emu
 # only (make test builds it so, then runs it with the C tests).
 set -e

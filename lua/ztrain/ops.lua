@@ -105,6 +105,27 @@ function M.sumsq_blocks(x)
   return partials, nb
 end
 
+-- sumsq_blocks of every tensor of xs (a list) -> partials (a double[]
+-- cdata, each tensor's blocks in turn) and counts (each tensor's number of
+-- blocks). Runs of tensors on one tier go in one call: on a GPU one wait a
+-- run instead of one a tensor.
+function M.sumsq_blocks_many(xs)
+  local block = tonumber(C.zt_sum_block())
+  local counts, total = {}, 0
+  for i, x in ipairs(xs) do counts[i] = math.ceil(x:numel() / block); total = total + counts[i] end
+  local partials = ffi.new("double[?]", math.max(total, 1))
+  local i, off = 1, 0
+  while i <= #xs do
+    local j, tier, nb = i, xs[i]:tier(), 0
+    while j <= #xs and xs[j]:tier() == tier do nb = nb + counts[j]; j = j + 1 end
+    local run = ffi.new("const zt_tensor *[?]", j - i)
+    for k = i, j - 1 do run[k - i] = c(xs[k]) end
+    check(C.zt_sumsq_blocks_many(partials + off, run, j - i), "sumsq_blocks_many")
+    off, i = off + nb, j
+  end
+  return partials, counts
+end
+
 -- A loop of kernels (at the REPL: `for i = 1, 1e4 do ops.matmul(...) end`)
 -- stops between two of them on Ctrl-C: each op ends with a poll, which does
 -- nothing unless a session asked polls to raise (ztrain.interrupt).

@@ -42,7 +42,8 @@ local FAMILY = {
   add3 = "residual add", add = "grad accumulate",
   encoder_forward = "embedding", encoder_backward = "embedding",
   crossentropy = "cross-entropy", sum = "loss sum",
-  adamw = "AdamW", adamw_segments = "AdamW", sumsq_blocks = "grad norm", scale = "grad clip",
+  adamw = "AdamW", adamw_segments = "AdamW", sumsq_blocks = "grad norm",
+  sumsq_blocks_many = "grad norm", scale = "grad clip",
   cast = "precision casts", copy = "copy/fill", fill = "copy/fill",
   axpy = "axpy", randn = "init",
 }
@@ -120,6 +121,11 @@ function COST.cast(cfg, dst, src) return 0, nb(dst) + nb(src) end
 function COST.fill(cfg, x) return 0, nb(x) end
 function COST.sum(cfg, x) return 0, nb(x) end
 function COST.sumsq_blocks(cfg, x) return 0, nb(x) end
+function COST.sumsq_blocks_many(cfg, xs)
+  local n = 0
+  for _, x in ipairs(xs) do n = n + nb(x) end
+  return 0, n
+end
 function COST.randn(cfg, x) return 0, nb(x) end
 -- the rows of wte and wpe gathered (T of wpe's rows, reused over B)
 function COST.encoder_forward(cfg, out, tokens, wte, wpe)

@@ -350,6 +350,34 @@ static void test_adamw_segments(void)
     for (int i = 0; i < 8; i++) zt_tensor_release(t[i]);
 }
 
+/* zt_sumsq_blocks_many: the partials of n zt_sumsq_blocks calls in turn;
+ * tensors on two tiers refused */
+static void test_sumsq_many(void)
+{
+    int64_t sz[3] = { 2500, 1024, 7 };
+    zt_tensor *t[3] = { NULL }, *h = NULL;
+    for (int i = 0; i < 3; i++) {
+        zt_tensor_new(&t[i], ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 1, &sz[i]);
+        zt_randn(t[i], 5, (uint64_t)i, 0.0f, 1.0f);
+    }
+    double want[8], got[8];
+    int nb[3] = { 3, 1, 1 }, off = 0;
+    for (int i = 0; i < 3; i++) { zt_sumsq_blocks(want + off, t[i]); off += nb[i]; }
+    const zt_tensor *xs[3] = { t[0], t[1], t[2] };
+    for (int i = 0; i < 8; i++) got[i] = -1;
+    int rc = zt_sumsq_blocks_many(got, xs, 3);
+    CHECK("sumsq_blocks_many: the partials of one call a tensor, in turn",
+          rc == ZT_OK && !memcmp(got, want, 5 * sizeof(double)) && got[5] == -1, "rc %d: %s", rc,
+          zt_last_error());
+    zt_tensor_new(&h, ZT_TIER_HOST, ZT_CAT_OTHER, ZT_F32, 1, &sz[2]);
+    const zt_tensor *mixed[2] = { t[0], h };
+    rc = zt_sumsq_blocks_many(got, mixed, 2);
+    CHECK("sumsq_blocks_many refuses two tiers in one call", rc == ZT_EINVAL &&
+          strstr(zt_last_error(), "another tier") != NULL, "%s", zt_last_error());
+    for (int i = 0; i < 3; i++) zt_tensor_release(t[i]);
+    zt_tensor_release(h);
+}
+
 int main(void)
 {
     test_tensors();
@@ -360,6 +388,7 @@ int main(void)
     test_sha256();
     test_randn();
     test_adamw_segments();
+    test_sumsq_many();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

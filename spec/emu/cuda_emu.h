@@ -32,7 +32,7 @@
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 using std::min;
@@ -89,6 +89,61 @@ static inline int cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { mems
 static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+
+/* common.cuh's grid-stride helpers, the same code (kernels/cuda/embedding.cu) */
+static inline unsigned zkc_grid(size_t n, unsigned threads)
+{
+    size_t g = (n + threads - 1) / threads;
+    if (g > 65535u * 16u) g = 65535u * 16u;
+    return g ? (unsigned)g : 1u;
+}
+#define ZKC_FOR(i, n) \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (size_t)blockDim.x * gridDim.x)
+
+/* warp votes and int shuffles (kernels/cuda/embedding.cu's compaction and
+ * stable sort): full-warp masks only, every lane calls (as CUDA requires of
+ * a full mask). Each goes through a per-warp array, two in turn: one
+ * barrier a call (a lane's next write to an array is past the barrier of
+ * the call between, which every lane reaches after its read). */
+static uint32_t emu_xchg_u[2][32][32];
+static thread_local int emu_xchg_ph;
+static inline uint32_t *emu_warp_put(uint32_t v)
+{
+    int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    emu_xchg_ph ^= 1;
+    emu_xchg_u[emu_xchg_ph][w][l] = v;
+    __syncwarp();
+    return emu_xchg_u[emu_xchg_ph][w];
+}
+static inline uint32_t emu_warp_xchg(uint32_t v, int src)
+{
+    uint32_t *a = emu_warp_put(v);
+    return src >= 0 && src < 32 ? a[src] : v;
+}
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline unsigned __ballot_sync(unsigned, int p)
+{
+    uint32_t *a = emu_warp_put(p != 0);
+    unsigned m = 0;
+    for (int i = 0; i < 32; i++) m |= a[i] << i;
+    return m;
+}
+static inline unsigned __match_any_sync(unsigned, int v)
+{
+    uint32_t *a = emu_warp_put((uint32_t)v);
+    unsigned m = 0;
+    for (int i = 0; i < 32; i++) m |= (unsigned)(a[i] == (uint32_t)v) << i;
+    return m;
+}
+static inline int __shfl_sync(unsigned, int v, int src) { return (int)emu_warp_xchg((uint32_t)v, src & 31); }
+static inline int __shfl_up_sync(unsigned, int v, unsigned d)
+{
+    int l = threadIdx.x % 32;
+    return (int)emu_warp_xchg((uint32_t)v, l >= (int)d ? l - (int)d : l);
+}
+/* fp32 add rounded to nearest, never contracted (g++ -O2 rounds a + b so) */
+static inline float __fadd_rn(float a, float b) { return a + b; }
 
 /* f() on every thread of every block of grid g, blocks in turn */
 template <class F> static void emu_launch(dim3 g, int threads, F f)

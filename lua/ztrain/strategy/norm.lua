@@ -10,12 +10,17 @@ local M = {}
 
 -- partials(units, grad_of) -> { { index = u.index, p = { block sums } } }:
 -- the fp64 block sums of squares of every unit's gradient.
+-- One call for all units (ops.sumsq_blocks_many: on a GPU one host wait,
+-- not one a unit); the same partials.
 function M.partials(units, grad_of)
-  local out = {}
-  for _, u in ipairs(units) do
-    local p, n = ops.sumsq_blocks(grad_of(u))
+  local xs = {}
+  for i, u in ipairs(units) do xs[i] = grad_of(u) end
+  local p, counts = ops.sumsq_blocks_many(xs)
+  local out, off = {}, 0
+  for i, u in ipairs(units) do
     local list = {}
-    for i = 0, n - 1 do list[i + 1] = p[i] end
+    for b = 0, counts[i] - 1 do list[b + 1] = p[off + b] end
+    off = off + counts[i]
     out[#out + 1] = { index = u.index, p = list }
   end
   return out

@@ -22,12 +22,12 @@ function M.pad(n) return n * M.BLOCK end
 -- order, which is the (unit, block) order of the unsharded buffer; with a
 -- pipeline group the stages' lists follow in stage order (norm.total).
 function M.global_norm(units, world, shard_of, pp)
-  local mine, counts = {}, {}
-  for i, u in ipairs(units) do
-    local p, n = ops.sumsq_blocks(shard_of(u))
-    counts[i] = n
-    for b = 0, n - 1 do mine[#mine + 1] = p[b] end
-  end
+  local xs = {}
+  for i, u in ipairs(units) do xs[i] = shard_of(u) end
+  local p, counts = ops.sumsq_blocks_many(xs)       -- one host wait, not one a unit
+  local mine, total = {}, 0
+  for _, n in ipairs(counts) do total = total + n end
+  for b = 0, total - 1 do mine[b + 1] = p[b] end
   local all = world:gather_doubles(mine)
   local per_unit, off = {}, 0
   for i, u in ipairs(units) do

@@ -1,0 +1,105 @@
+/*
+ * test_embedding_emu.c -- kernels/cuda/embedding.cu's backward run on the
+ * CPU under spec/emu/cuda_emu.h, against the CPU twin zk_encoder_backward:
+ * dwte ACCUMULATED onto random values, each row summing its occurrences in
+ * (b,t) order one fp32 add at a time, so the same bits; dwpe rows [0,T)
+ * WRITTEN (the sum over b in order: the same bits), rows [T,maxT) left
+ * alone; ids outside [0,V) counted once each into *dbad (added to) and
+ * added to no row. Shapes: C off the 64-column unit, one id repeated
+ * thousands of times across the kernel's 2048-entry list flushes (its long
+ * run path), runs crossing the 16-entry windows, ids 0 and V-1, GPT-2's
+ * V = 50257 (256 blocks) with few positions, all ids bad; and a second run
+ * gives the same bits. Run: sh tools/emu_kernel.sh embedding.
+ */
+#include <limits.h>
+#include <string.h>
+#include "ctest.h"
+#include "kernels.h"
+
+int zkc_encoder_backward(void *s, float *dwte, float *dwpe, const float *dout,
+                         const int32_t *tok, int B, int T, int C, int V, int *dbad);
+
+enum { ID_UNIFORM, ID_ONE, ID_HEAVY, ID_RUNS, ID_BAD };
+
+/* ids of one kind, with 0, V-1 and bad ids (-1, V, INT_MIN, INT_MAX) placed
+ * when nbad > 0; returns how many are bad */
+static int make_ids(int32_t *tok, int N, int V, int kind, int nbad)
+{
+    for (int i = 0; i < N; i++) {
+        uint64_t u = ct_u64();
+        switch (kind) {
+        case ID_UNIFORM: tok[i] = (int32_t)(u % (uint64_t)V); break;
+        case ID_ONE: tok[i] = V / 2; break;
+        case ID_HEAVY:      /* 60% one id, 20% a few, the rest anywhere */
+            tok[i] = u % 10 < 6 ? 7 % V : u % 10 < 8 ? (int32_t)((u >> 8) % 5) : (int32_t)((u >> 8) % (uint64_t)V);
+            break;
+        case ID_RUNS:       /* 12 ids, skewed: runs of ~1 to ~150 */
+            tok[i] = (int32_t)(((u % 12) * (u % 12) * 37) % (uint64_t)V);
+            break;
+        case ID_BAD: tok[i] = (int32_t)(u % 2 ? -1 - (int32_t)(u % 1000) : V + (int32_t)(u % 1000)); break;
+        }
+    }
+    if (kind == ID_BAD) return N;
+    if (N > 2) { tok[0] = 0; tok[N - 1] = V - 1; tok[N / 2] = V - 1; }
+    int bad = 0;
+    const int32_t bads[4] = { -1, V, INT_MIN, INT_MAX };
+    for (int k = 0; k < nbad && N > 3; k++) { tok[1 + (int)(ct_u64() % (uint64_t)(N - 2))] = bads[k % 4]; }
+    for (int i = 0; i < N; i++) bad += tok[i] < 0 || tok[i] >= V;
+    return bad;
+}
+
+static void one(const char *what, int B, int T, int C, int V, int kind, int nbad, int twice)
+{
+    char name[200];
+    int N = B * T, maxT = T + 3;
+    int32_t *tok = malloc((size_t)N * 4);
+    int bad = make_ids(tok, N, V, kind, nbad);
+    float *dout = ct_rand((size_t)N * C, -1, 1);
+    float *w0 = ct_rand((size_t)V * C, -2, 2);                /* ACCUMULATED onto */
+    float *want = malloc((size_t)V * C * 4), *got = malloc((size_t)V * C * 4);
+    float *pwant = malloc((size_t)maxT * C * 4), *pgot = malloc((size_t)maxT * C * 4);
+    memcpy(want, w0, (size_t)V * C * 4);
+    memcpy(got, w0, (size_t)V * C * 4);
+    for (size_t i = 0; i < (size_t)maxT * C; i++) pwant[i] = pgot[i] = -7.25f;   /* rows >= T: kept */
+    int cbad = zk_encoder_backward(want, pwant, dout, tok, B, T, C, V);
+    int dbad = 5;                                              /* added to */
+    int rc = zkc_encoder_backward(NULL, got, pgot, dout, tok, B, T, C, V, &dbad);
+    snprintf(name, sizeof name, "emu encoder backward %s B=%d T=%d C=%d V=%d: dwte the CPU's bits",
+             what, B, T, C, V);
+    size_t nd = 0, first = 0;
+    for (size_t i = (size_t)V * C; i-- > 0;)
+        if (memcmp(&got[i], &want[i], 4)) { nd++; first = i; }
+    ct_check(rc == 0 && nd == 0, name, "rc %d, %zu elements differ, first row %zu col %zu: %.9g vs %.9g",
+             rc, nd, first / C, first % C, nd ? got[first] : 0.0, nd ? want[first] : 0.0);
+    snprintf(name, sizeof name, "emu encoder backward %s: %d bad ids counted once each, added to *dbad",
+             what, bad);
+    ct_check(cbad == bad && dbad == 5 + bad, name, "cpu %d, gpu %d (want %d)", cbad, dbad - 5, bad);
+    snprintf(name, sizeof name, "emu encoder backward %s: dwpe rows [0,T) the CPU's bits, rows [T,maxT) untouched",
+             what);
+    int prow = memcmp(pgot, pwant, (size_t)T * C * 4) != 0, ptail = 0;
+    for (size_t i = (size_t)T * C; i < (size_t)maxT * C; i++) ptail += pgot[i] != -7.25f;
+    ct_check(prow == 0 && ptail == 0, name, "rows [0,T) %s, %d tail elements changed", prow ? "differ" : "same",
+             ptail);
+    if (twice) {
+        float *again = malloc((size_t)V * C * 4);
+        memcpy(again, w0, (size_t)V * C * 4);
+        dbad = 0;
+        rc = zkc_encoder_backward(NULL, again, pgot, dout, tok, B, T, C, V, &dbad);
+        snprintf(name, sizeof name, "emu encoder backward %s: run twice, the same bits", what);
+        ct_check(rc == 0 && dbad == bad && !memcmp(again, got, (size_t)V * C * 4), name, "differ");
+        free(again);
+    }
+    free(tok); free(dout); free(w0); free(want); free(got); free(pwant); free(pgot);
+}
+
+int main(void)
+{
+    ct_seed(17);
+    one("uniform ids", 10, 30, 100, 500, ID_UNIFORM, 4, 1);       /* 2 blocks, C off 64 */
+    one("skewed runs", 20, 30, 130, 300, ID_RUNS, 2, 1);          /* runs across windows */
+    one("one id 5000 times", 250, 20, 70, 3, ID_ONE, 0, 0);       /* 1 block, 3 flushes */
+    one("60% one id", 250, 20, 130, 700, ID_HEAVY, 3, 1);         /* 4 blocks, long runs */
+    one("GPT-2 vocabulary", 10, 4, 64, 50257, ID_UNIFORM, 4, 0);  /* 256 blocks */
+    one("all ids bad", 4, 16, 40, 100, ID_BAD, 0, 0);
+    return ct_summary();
+}
