@@ -151,7 +151,11 @@ static int bad_check(void)
     int rc = e == cudaSuccess ? ZT_OK : cu_err(__FILE__, __LINE__, "bad token counts", e);
     for (int i = 0; rc == ZT_OK && i < BAD_OPS; i++)
         if (bad[i]) rc = zt_bad_tokens_error(bad_op[i], bad_what[i], bad[i], bad_n[i], bad_V[i], 1);
-    for (int i = 0; i < BAD_OPS; i++) bad_n[i] = 0;
+    /* the positions since the last report (a count from a kernel on another
+     * stream, still running at this read, is reported at a later sync; the
+     * zeroing above can lose such a count: the ops run on the compute
+     * stream, so only a caller that moves them elsewhere meets that) */
+    for (int i = 0; i < BAD_OPS; i++) if (bad[i]) bad_n[i] = 0;
     pthread_mutex_unlock(&cu_lock);
     return rc;
 }

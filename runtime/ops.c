@@ -43,6 +43,16 @@ static int need_numel(const char *op, const char *name, const zt_tensor *t,
 
 static int64_t last_dim(const zt_tensor *t) { return t->shape[t->ndim - 1]; }
 
+/* whether two tensors' bytes overlap (views of one storage) */
+static int overlaps(const zt_tensor *x, const zt_tensor *y)
+{
+    if (x->storage != y->storage) return 0;
+    size_t sx = zt_dtype_size(x->dtype), sy = zt_dtype_size(y->dtype);
+    uintptr_t x0 = (uintptr_t)x->data, x1 = x0 + (size_t)x->numel * sx;
+    uintptr_t y0 = (uintptr_t)y->data, y1 = y0 + (size_t)y->numel * sy;
+    return x0 < y1 && y0 < x1;
+}
+
 int64_t zt_padded_cols(int64_t n) { return (n + ZK_COL_PAD - 1) / ZK_COL_PAD * ZK_COL_PAD; }
 
 /* t is N rows of OC: N*OC elements (any shape), or padded rows (last dim
@@ -259,8 +269,8 @@ int zt_layernorm_residual_forward(zt_tensor *resid, zt_tensor *out, zt_tensor *m
     int64_t N = a->numel / C;
     ZT_TRY(need_numel(op, "b", b, ZT_F32, N * C, "(N,C)"));
     ZT_TRY(need_numel(op, "resid", resid, ZT_F32, N * C, "(N,C)"));
-    ZT_CHECK(resid != a && resid != b && resid->data != a->data && resid->data != b->data,
-             "%s: resid must be a tensor of its own (it may not alias a or b)", op);
+    ZT_CHECK(!overlaps(resid, a) && !overlaps(resid, b),
+             "%s: resid must be a tensor of its own (it may not overlap a or b)", op);
     int out16 = out != NULL && out->dtype == ZT_BF16;
     ZT_TRY(need_numel(op, "out", out, out16 ? ZT_BF16 : ZT_F32, N * C, "(N,C) f32 or bf16"));
     ZT_TRY(need_numel(op, "mean", mean, ZT_F32, N, "(N)"));
@@ -580,7 +590,8 @@ int zt_adamw_segments(zt_tensor *p, const zt_tensor *g, zt_tensor *m, zt_tensor 
     sg.n = nseg;
     int64_t end = 0;
     for (int s = 0; s < nseg; s++) {
-        ZT_CHECK(offset[s] >= end && length[s] >= 1 && offset[s] + length[s] <= p->numel,
+        ZT_CHECK(offset[s] >= end && offset[s] < p->numel && length[s] >= 1 &&
+                 length[s] <= p->numel - offset[s],
                  "%s: segment %d [%lld, +%lld) must be non-empty, after the one before and "
                  "inside the %lld elements", op, s, (long long)offset[s], (long long)length[s],
                  (long long)p->numel);

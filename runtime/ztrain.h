@@ -241,6 +241,11 @@ int zt_attention_decode(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
  * inp, dout f32. */
 int zt_gelu_forward(zt_tensor *out, const zt_tensor *inp);
 int zt_gelu_backward(zt_tensor *dinp, const zt_tensor *inp, const zt_tensor *dout);
+/* Bad ids (zt_encoder_*, zt_crossentropy): the CPU fails the op at once; a
+ * GPU (and fakegpu-async) counts them on the device and fails the next
+ * zt_device_sync (or a later op) naming the op, so that no call waits:
+ * sync before trusting outputs (the trainer does, once a step and after an
+ * evaluation). */
 /* logits (N,V) f32 or bf16, targets (N) i32, losses (N) f32; dlogits (the
  * logits' dtype) may be NULL or logits. V = 0: the logits' last dim; V > 0:
  * logits may also be (N, zt_padded_cols(V)) (padded rows, above). */

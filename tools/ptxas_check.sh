@@ -9,6 +9,10 @@
 B=${1:-build-cuda}
 set -- $B/obj/kernels/cuda/*.o.ptxas
 [ -f "$1" ] || { echo "ptxas_check: no reports in $B/obj/kernels/cuda (make CUDA=1 B=$B first)" >&2; exit 2; }
+# an object built before the reports were kept has none: rebuild it
+for o in $B/obj/kernels/cuda/*.o; do
+  [ -f "$o.ptxas" ] || { echo "ptxas_check: $o has no ptxas report (rm it and make CUDA=1 B=$B again)" >&2; exit 2; }
+done
 awk '
   /Compiling entry function/ { fn = $0; sub(/.*function \047/, "", fn); sub(/\047.*/, "", fn);
                                arch = $0; sub(/.*for \047/, "", arch); sub(/\047.*/, "", arch); n++ }

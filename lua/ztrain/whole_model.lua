@@ -66,6 +66,10 @@ function Trainer:evaluate(L)
   end)
   for _, i in ipairs(mine) do self.pools[i]:release(0) end
   if not ok then error(err, 0) end
+  -- a GPU counts bad token ids on the device and reports them at its next
+  -- sync: an evaluation ends with one, so it never returns a loss over
+  -- skipped targets
+  zffi.check(zffi.C.zt_device_sync(), "device sync")
   -- every rank's losses (exact: %.17g round-trips a double), summed in batch order
   local parts = {}
   for b, l in pairs(losses) do parts[#parts + 1] = ("%d:%.17g"):format(b, l) end

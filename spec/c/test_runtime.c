@@ -346,7 +346,30 @@ static void test_adamw_segments(void)
     rc = zt_adamw_segments(t[0], t[1], t[2], t[3], 17, off, len, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 8);
     CHECK("adamw_segments refuses 17 segments", rc == ZT_EINVAL && strstr(zt_last_error(), "1 to 16"),
           "%s", zt_last_error());
+    int64_t woff[1] = { 8 }, wlen[1] = { INT64_MAX - 4 };        /* offset + length wraps */
+    rc = zt_adamw_segments(t[0], t[1], t[2], t[3], 1, woff, wlen, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 8);
+    CHECK("adamw_segments refuses a length whose end overflows", rc == ZT_EINVAL, "%s", zt_last_error());
     CHECK("refused adamw_segments wrote nothing", !memcmp(before, t[0]->data, 4 * N), "changed");
+    {   /* the fused residual layer norm refuses a resid that overlaps an input */
+        int64_t rs[2] = { 4, 8 }, ws[1] = { 8 }, vs[2] = { 3, 8 };
+        zt_tensor *a = NULL, *b = NULL, *o = NULL, *m = NULL, *r = NULL, *w = NULL, *bi = NULL, *res = NULL;
+        zt_tensor_new(&a, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, rs);
+        zt_tensor_new(&b, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, vs);
+        zt_tensor_new(&o, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, vs);
+        zt_tensor_new(&m, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 1, (int64_t[]){ 3 });
+        zt_tensor_new(&r, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 1, (int64_t[]){ 3 });
+        zt_tensor_new(&w, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 1, ws);
+        zt_tensor_new(&bi, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 1, ws);
+        zt_tensor *a3 = NULL;
+        zt_tensor_view(&a3, a, 0, 2, vs);                 /* rows 0-2 of a */
+        zt_tensor_view(&res, a, 8, 2, vs);                /* rows 1-3 of a: overlaps a3 */
+        rc = zt_layernorm_residual_forward(res, o, m, r, a3, b, w, bi);
+        CHECK("layernorm_residual_forward refuses a resid overlapping an input (a view one row on)",
+              rc == ZT_EINVAL && strstr(zt_last_error(), "overlap") != NULL, "rc %d: %s", rc,
+              zt_last_error());
+        zt_tensor *all[] = { a, b, o, m, r, w, bi, res, a3 };
+        for (int i = 0; i < 9; i++) zt_tensor_release(all[i]);
+    }
     for (int i = 0; i < 8; i++) zt_tensor_release(t[i]);
 }
 
