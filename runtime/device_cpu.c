@@ -101,14 +101,16 @@ static void cpu_layernorm_residual_forward(float *resid, void *out, int out16, f
                                   w, bias, N, C);
 }
 
-static void cpu_adamw_segments(float *p, const float *g, float *m, float *v,
-                               const zt_adamw_segs *sg, float lr, float b1, float b2, float eps,
-                               float gscale, int t)
+static void cpu_adamw_segments(float *p, const float *g, float *m, float *v, void *lp,
+                               int lp_dtype, const zt_adamw_segs *sg, float lr, float b1,
+                               float b2, float eps, float gscale, int t)
 {
     for (int s = 0; s < sg->n; s++) {
         int64_t o = sg->off[s];
-        zk_adamw(p + o, g + o, m + o, v + o, (size_t)sg->len[s], lr, b1, b2, eps, sg->wd[s],
-                 gscale, t);
+        size_t n = (size_t)sg->len[s];
+        zk_adamw(p + o, g + o, m + o, v + o, n, lr, b1, b2, eps, sg->wd[s], gscale, t);
+        if (lp_dtype == ZT_BF16) zk_cast_f32_bf16((uint16_t *)lp + o, p + o, n);
+        else if (lp_dtype == ZT_F16) zk_cast_f32_f16((uint16_t *)lp + o, p + o, n);
     }
 }
 

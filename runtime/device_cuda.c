@@ -350,12 +350,13 @@ static int cuda_crossentropy(float *losses, void *dlogits, const void *logits,
     return rc;
 }
 
-static void cuda_adamw_segments(float *p, const float *g, float *m, float *v,
-                                const zt_adamw_segs *sg, float lr, float b1, float b2, float eps,
-                                float gscale, int t)
+static void cuda_adamw_segments(float *p, const float *g, float *m, float *v, void *lp,
+                                int lp_dtype, const zt_adamw_segs *sg, float lr, float b1,
+                                float b2, float eps, float gscale, int t)
 {
-    KC_NOTE(zkc_adamw_segments(S(), p, g, m, v, sg->n, sg->off, sg->len, sg->wd, lr, b1, b2, eps,
-                               gscale, t));
+    int kind = lp == NULL ? 0 : lp_dtype == ZT_BF16 ? 1 : 2;
+    KC_NOTE(zkc_adamw_segments(S(), p, g, m, v, lp, kind, sg->n, sg->off, sg->len, sg->wd, lr,
+                               b1, b2, eps, gscale, t));
 }
 
 static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,

@@ -126,11 +126,11 @@ static void fg_layernorm_residual_forward(float *resid, void *out, int out16, fl
                                    CF(bias), N, C);
 }
 
-static void fg_adamw_segments(float *p, const float *g, float *m, float *v,
-                              const zt_adamw_segs *sg, float lr, float b1, float b2, float eps,
-                              float gscale, int t)
+static void fg_adamw_segments(float *p, const float *g, float *m, float *v, void *lp,
+                              int lp_dtype, const zt_adamw_segs *sg, float lr, float b1,
+                              float b2, float eps, float gscale, int t)
 {
-    CPU.adamw_segments(F(p), CF(g), F(m), F(v), sg, lr, b1, b2, eps, gscale, t);
+    CPU.adamw_segments(F(p), CF(g), F(m), F(v), un(lp), lp_dtype, sg, lr, b1, b2, eps, gscale, t);
 }
 
 static void fg_gelu_forward(void *out, int out16, const float *inp, size_t n)

@@ -547,14 +547,16 @@ static void fa_adamw(float *p, const float *g, float *m, float *v, size_t n, flo
 }
 /* one queued op a segment (the segments' table is the caller's, gone by
  * the time a queue runs): the same bits as one launch */
-static void fa_adamw_segments(float *p, const float *g, float *m, float *v,
-                              const zt_adamw_segs *sg, float lr, float b1, float b2, float eps,
-                              float gscale, int t)
+static void fa_cast(void *dst, int dt, const void *src, int st, size_t n);
+static void fa_adamw_segments(float *p, const float *g, float *m, float *v, void *lp,
+                              int lp_dtype, const zt_adamw_segs *sg, float lr, float b1,
+                              float b2, float eps, float gscale, int t)
 {
     for (int s = 0; s < sg->n; s++) {
         int64_t o = sg->off[s];
         fa_adamw(p + o, g + o, m + o, v + o, (size_t)sg->len[s], lr, b1, b2, eps, sg->wd[s],
                  gscale, t);
+        if (lp) fa_cast((uint16_t *)lp + o, lp_dtype, p + o, ZT_F32, (size_t)sg->len[s]);
     }
 }
 

@@ -181,9 +181,10 @@ typedef struct zt_device_ops {
                   float lr, float b1, float b2, float eps, float wd,
                   float gscale, int t);
     /* adamw over segments of p, g, m, v (one launch on a GPU) */
-    void (*adamw_segments)(float *p, const float *g, float *m, float *v,
-                           const zt_adamw_segs *segs, float lr, float b1, float b2,
-                           float eps, float gscale, int t);
+    /* lp: NULL or the low-precision copy (lp_dtype ZT_BF16 / ZT_F16) */
+    void (*adamw_segments)(float *p, const float *g, float *m, float *v, void *lp,
+                           int lp_dtype, const zt_adamw_segs *segs, float lr, float b1,
+                           float b2, float eps, float gscale, int t);
     void (*sumsq_blocks)(double *partials, const float *x, size_t n);
     /* count tensors' block partials one after another (zt_sumsq_blocks_many) */
     void (*sumsq_blocks_many)(double *partials, const float *const *x, const size_t *n,

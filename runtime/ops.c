@@ -572,7 +572,8 @@ int zt_adamw(zt_tensor *p, const zt_tensor *g, zt_tensor *m, zt_tensor *v, float
     return ZT_OK;
 }
 
-int zt_adamw_segments(zt_tensor *p, const zt_tensor *g, zt_tensor *m, zt_tensor *v, int nseg,
+int zt_adamw_segments(zt_tensor *p, const zt_tensor *g, zt_tensor *m, zt_tensor *v,
+                      zt_tensor *lp, int nseg,
                       const int64_t *offset, const int64_t *length, const float *wd, float lr,
                       float b1, float b2, float eps, float gscale, int step)
 {
@@ -583,6 +584,12 @@ int zt_adamw_segments(zt_tensor *p, const zt_tensor *g, zt_tensor *m, zt_tensor 
     ZT_TRY(need_numel(op, "v", v, ZT_F32, p->numel, "(same as param)"));
     ZT_CHECK(step >= 1, "%s: step must be >= 1 (1-based), got %d", op, step);
     ZT_CHECK(b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1, "%s: betas must be in [0,1)", op);
+    if (lp) {
+        char d[96];
+        ZT_CHECK(lp->dtype == ZT_BF16 || lp->dtype == ZT_F16, "%s: lp must be bf16 or f16, got %s",
+                 op, zt_describe(lp, d, sizeof d));
+        ZT_TRY(need_numel(op, "lp", lp, lp->dtype, p->numel, "(same as param)"));
+    }
     ZT_CHECK(nseg >= 1 && nseg <= ZT_ADAMW_SEGS, "%s: %d segments (1 to %d)", op, nseg,
              ZT_ADAMW_SEGS);
     ZT_CHECK(offset && length && wd, "%s: offset, length and weight_decay are required", op);
@@ -599,8 +606,9 @@ int zt_adamw_segments(zt_tensor *p, const zt_tensor *g, zt_tensor *m, zt_tensor 
         sg.off[s] = offset[s]; sg.len[s] = length[s]; sg.wd[s] = wd[s];
     }
     const zt_device_ops *dev;
-    ZT_TRY(ready(&dev, op, "param", p, "grad", g, "m", m, "v", v, NULL));
-    dev->adamw_segments(p->data, g->data, m->data, v->data, &sg, lr, b1, b2, eps, gscale, step);
+    ZT_TRY(ready(&dev, op, "param", p, "grad", g, "m", m, "v", v, "lp", lp, NULL));
+    dev->adamw_segments(p->data, g->data, m->data, v->data, lp ? lp->data : NULL,
+                        lp ? lp->dtype : -1, &sg, lr, b1, b2, eps, gscale, step);
     return ZT_OK;
 }
 

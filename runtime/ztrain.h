@@ -257,10 +257,14 @@ int zt_crossentropy(zt_tensor *losses, zt_tensor *dlogits,
  * tensors, [offset[s], offset[s] + length[s]), in increasing order, not
  * overlapping, each with its weight decay; elements outside every segment
  * are left alone. One launch on a GPU (a unit's tensors at once), each
- * element the bits of zt_adamw on its segment. */
+ * element the bits of zt_adamw on its segment. lp (NULL, or bf16 / f16 of
+ * param's numel): the stored low-precision parameters, each updated
+ * element also written there rounded (zt_cast's bits), in the same pass:
+ * mixed precision's master -> stored parameters without a cast of its own
+ * (elements outside the segments are not written). */
 #define ZT_ADAMW_SEGS 16
 int zt_adamw_segments(zt_tensor *param, const zt_tensor *grad, zt_tensor *m, zt_tensor *v,
-                      int nseg, const int64_t *offset, const int64_t *length,
+                      zt_tensor *lp, int nseg, const int64_t *offset, const int64_t *length,
                       const float *weight_decay, float lr, float beta1, float beta2,
                       float eps, float grad_scale, int step);
 int zt_adamw(zt_tensor *param, const zt_tensor *grad, zt_tensor *m,

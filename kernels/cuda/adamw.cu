@@ -3,6 +3,7 @@
  * operation rounded on its own (explicit _rn intrinsics: nvcc would
  * otherwise contract a*b+c into an FMA), so the bits equal zk_adamw's. */
 #include <math.h>
+#include <cuda_fp16.h>
 #include "common.cuh"
 
 struct adam_coef { float decay, b1, b2, omb1, omb2, step, bc2_sqrt, eps, gscale; };
@@ -54,7 +55,7 @@ extern "C" int zkc_adamw(cudaStream_t s, float *p, const float *g, float *m, flo
 struct adam_segs { int n; long long off[ADAM_SEGS], end[ADAM_SEGS]; float decay[ADAM_SEGS]; };
 
 __global__ static void k_adamw_segs(float *param, const float *grad, float *m, float *v,
-                                    adam_segs sg, adam_coef k)
+                                    uint16_t *lp, int lp_kind, adam_segs sg, adam_coef k)
 {
     size_t lo = (size_t)sg.off[0], n = (size_t)sg.end[sg.n - 1] - lo;
     ZKC_FOR(j, n) {
@@ -69,14 +70,18 @@ __global__ static void k_adamw_segs(float *param, const float *grad, float *m, f
         float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
         m[i] = mi;
         v[i] = vi;
-        param[i] = __fsub_rn(p, __fmul_rn(k.step, __fdiv_rn(mi, denom)));
+        float np = __fsub_rn(p, __fmul_rn(k.step, __fdiv_rn(mi, denom)));
+        param[i] = np;
+        /* the stored low-precision parameter, the casts' bits */
+        if (lp_kind == 1) lp[i] = zkc_bf16(np);
+        else if (lp_kind == 2) lp[i] = __half_as_ushort(__float2half_rn(np));
     }
 }
 
 extern "C" int zkc_adamw_segments(cudaStream_t s, float *p, const float *g, float *m, float *v,
-                                  int nseg, const int64_t *off, const int64_t *len,
-                                  const float *wd, float lr, float b1, float b2, float eps,
-                                  float gscale, int t)
+                                  void *lp, int lp_kind, int nseg, const int64_t *off,
+                                  const int64_t *len, const float *wd, float lr, float b1,
+                                  float b2, float eps, float gscale, int t)
 {
     if (nseg < 1 || nseg > ADAM_SEGS) return (int)cudaErrorInvalidValue;
     adam_coef c = coef(lr, b1, b2, eps, 0.0f, gscale, t);
@@ -88,6 +93,6 @@ extern "C" int zkc_adamw_segments(cudaStream_t s, float *p, const float *g, floa
         sg.decay[i] = coef(lr, b1, b2, eps, wd[i], gscale, t).decay;
     }
     size_t n = (size_t)(sg.end[nseg - 1] - sg.off[0]);
-    k_adamw_segs<<<zkc_grid(n, 256), 256, 0, s>>>(p, g, m, v, sg, c);
+    k_adamw_segs<<<zkc_grid(n, 256), 256, 0, s>>>(p, g, m, v, (uint16_t *)lp, lp_kind, sg, c);
     return ZKC_LAUNCHED();
 }

@@ -94,10 +94,13 @@ int zkc_crossentropy_bf16(cudaStream_t s, float *losses, uint16_t *dlogits,
 int zkc_adamw(cudaStream_t s, float *p, const float *g, float *m, float *v, size_t n,
               float lr, float b1, float b2, float eps, float wd, float gscale, int t);
 /* the same over nseg (<= 16) segments [off, off + len) of p, g, m, v, each
- * with its weight decay, in one launch (zt_adamw_segments' contract) */
-int zkc_adamw_segments(cudaStream_t s, float *p, const float *g, float *m, float *v, int nseg,
-                       const int64_t *off, const int64_t *len, const float *wd, float lr,
-                       float b1, float b2, float eps, float gscale, int t);
+ * with its weight decay, in one launch (zt_adamw_segments' contract); lp
+ * kind 1 (bf16) or 2 (f16): each updated p also written there rounded (the
+ * casts' bits), 0: lp NULL */
+int zkc_adamw_segments(cudaStream_t s, float *p, const float *g, float *m, float *v, void *lp,
+                       int lp_kind, int nseg, const int64_t *off, const int64_t *len,
+                       const float *wd, float lr, float b1, float b2, float eps, float gscale,
+                       int t);
 
 /* ---- reduce.cu: zk_sumsq_blocks' / zk_sum_f64's block partials, same
  * lanes and order in double: the same bits. partials is a device array of

@@ -143,10 +143,10 @@ end
 -- p, g, m, v read; p, m, v written
 function COST.adamw(cfg, p, g, m, v) return 0, 2 * nb(p) + nb(g) + 2 * nb(m) + 2 * nb(v) end
 -- the segments' elements only (a range's padding is not touched)
-function COST.adamw_segments(cfg, p, g, m, v, segs)
+function COST.adamw_segments(cfg, p, g, m, v, lp, segs)
   local n = 0
   for i = 0, segs.n - 1 do n = n + tonumber(segs.len[i]) end
-  return 0, 28 * n
+  return 0, 28 * n + (lp and 2 * n or 0)   -- the stored low-precision copy written too
 end
 
 local Prof = {}

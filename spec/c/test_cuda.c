@@ -358,7 +358,7 @@ static void t_adamw(void)
             zk_adamw(p + o, g + o, m + o, v + o, (size_t)sg.len[s], 6e-4f, 0.9f, 0.95f, 1e-8f,
                      sg.wd[s], 0.7f, t);
         }
-        dv->adamw_segments(dp, dg, dm, dvv, &sg, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.7f, t);
+        dv->adamw_segments(dp, dg, dm, dvv, NULL, -1, &sg, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.7f, t);
     }
     if (!synced("adamw segments")) return;
     free(hp); free(hm); free(hv);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "ztrain.h"
+#include "kernels.h"
 
 /* OpenBLAS extensions (the runtime's GEMMs need one OpenBLAS thread) */
 void openblas_set_num_threads(int n);
@@ -323,7 +324,7 @@ static void test_adamw_segments(void)
     for (int i = 0; i < 4; i++) memcpy(t[4 + i]->data, t[i]->data, 4 * N);
     int64_t off[3] = { 0, 1000, 3001 }, len[3] = { 1000, 2000, 1500 };
     float wd[3] = { 0.1f, 0.0f, 0.3f };
-    int rc = zt_adamw_segments(t[0], t[1], t[2], t[3], 3, off, len, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.5f, 7);
+    int rc = zt_adamw_segments(t[0], t[1], t[2], t[3], NULL, 3, off, len, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.5f, 7);
     CHECK("adamw_segments runs", rc == ZT_OK, "%s", zt_last_error());
     for (int k = 0; k < 3; k++) {              /* the reference: zt_adamw a segment */
         zt_tensor *v[4];
@@ -334,20 +335,37 @@ static void test_adamw_segments(void)
     CHECK("adamw_segments: param, m, v the bits of zt_adamw a segment; the gap and the tail untouched",
           !memcmp(t[0]->data, t[4]->data, 4 * N) && !memcmp(t[2]->data, t[6]->data, 4 * N) &&
           !memcmp(t[3]->data, t[7]->data, 4 * N), "differ");
+    {   /* lp: the stored bf16 parameters written rounded in the same pass */
+        zt_tensor *lp = NULL;
+        zt_tensor_new(&lp, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_BF16, 1, s);
+        uint16_t *l = lp->data, want[N];
+        for (int i = 0; i < N; i++) l[i] = 0x7fc1;
+        rc = zt_adamw_segments(t[0], t[1], t[2], t[3], lp, 3, off, len, wd, 1e-3f, 0.9f, 0.95f,
+                               1e-8f, 0.5f, 8);
+        zk_cast_f32_bf16(want, t[0]->data, N);
+        long bad = 0;
+        for (int i = 0; i < N; i++) {
+            int in = (i < 1000) || (i >= 1000 && i < 3000) || (i >= 3001 && i < 4501);
+            bad += in ? l[i] != want[i] : l[i] != 0x7fc1;
+        }
+        CHECK("adamw_segments with lp: each updated element rounded into lp (the cast's bits), "
+              "the rest of lp untouched", rc == ZT_OK && bad == 0, "rc %d, %ld wrong", rc, bad);
+        zt_tensor_release(lp);
+    }
     float before[N];
     memcpy(before, t[0]->data, 4 * N);
     int64_t boff[2] = { 1000, 500 }, blen[2] = { 10, 10 };       /* out of order */
-    rc = zt_adamw_segments(t[0], t[1], t[2], t[3], 2, boff, blen, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 8);
+    rc = zt_adamw_segments(t[0], t[1], t[2], t[3], NULL, 2, boff, blen, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 8);
     CHECK("adamw_segments refuses segments out of order", rc == ZT_EINVAL &&
           strstr(zt_last_error(), "segment 1") != NULL, "%s", zt_last_error());
     int64_t loff[1] = { 4990 }, llen[1] = { 11 };                /* past the end */
-    rc = zt_adamw_segments(t[0], t[1], t[2], t[3], 1, loff, llen, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 8);
+    rc = zt_adamw_segments(t[0], t[1], t[2], t[3], NULL, 1, loff, llen, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 8);
     CHECK("adamw_segments refuses a segment past the end", rc == ZT_EINVAL, "%s", zt_last_error());
-    rc = zt_adamw_segments(t[0], t[1], t[2], t[3], 17, off, len, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 8);
+    rc = zt_adamw_segments(t[0], t[1], t[2], t[3], NULL, 17, off, len, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 8);
     CHECK("adamw_segments refuses 17 segments", rc == ZT_EINVAL && strstr(zt_last_error(), "1 to 16"),
           "%s", zt_last_error());
     int64_t woff[1] = { 8 }, wlen[1] = { INT64_MAX - 4 };        /* offset + length wraps */
-    rc = zt_adamw_segments(t[0], t[1], t[2], t[3], 1, woff, wlen, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 8);
+    rc = zt_adamw_segments(t[0], t[1], t[2], t[3], NULL, 1, woff, wlen, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 8);
     CHECK("adamw_segments refuses a length whose end overflows", rc == ZT_EINVAL, "%s", zt_last_error());
     CHECK("refused adamw_segments wrote nothing", !memcmp(before, t[0]->data, 4 * N), "changed");
     {   /* the fused residual layer norm refuses a resid that overlaps an input */

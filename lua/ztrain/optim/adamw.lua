@@ -94,14 +94,17 @@ end
 
 -- Every segment of the range in one op (one launch on a GPU: ~150 a step
 -- before, one a tensor), MAX_SEGS at a time; the same bits as one op a
--- tensor (the update is elementwise).
-function AdamW:update_range(u, lo, hi, params, grads, st, lr, grad_scale)
+-- tensor (the update is elementwise). lp (mixed precision: the stored bf16
+-- or fp16 parameters of the range, params being the fp32 master): the
+-- updated elements rounded into it in the same pass, the bits of a cast
+-- after (the range's padding, never updated, keeps what it holds).
+function AdamW:update_range(u, lo, hi, params, grads, st, lr, grad_scale, lp)
   local b1, b2 = self.betas[1], self.betas[2]
   local segs = self:segment_table(u, lo, hi)
   if #segs == 0 then return end
   if #segs <= MAX_SEGS then
-    ops.adamw_segments(params, grads, st.exp_avg, st.exp_avg_sq, segs.table, lr, b1, b2, self.eps,
-                       grad_scale, self.t)
+    ops.adamw_segments(params, grads, st.exp_avg, st.exp_avg_sq, lp, segs.table, lr, b1, b2,
+                       self.eps, grad_scale, self.t)
     return
   end
   local m, v = st.exp_avg, st.exp_avg_sq
@@ -113,6 +116,7 @@ function AdamW:update_range(u, lo, hi, params, grads, st, lr, grad_scale)
               grad_scale, self.t)
     p:free(); g:free(); mv:free(); vv:free()
   end
+  if lp then ops.cast(lp, params) end
 end
 
 -- Convenience for the REPL and tests: the optimizer keeps the state of a

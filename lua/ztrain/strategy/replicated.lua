@@ -115,8 +115,9 @@ function M.step(ctx, lr)
   ctx.optim:begin_step()
   for _, u in ipairs(units) do
     local master = st.master[u.index]
-    ctx.optim:update_range(u, 0, u.numel, master or u.params, M.grad_of(ctx, u), st.optim[u.index], lr, scale)
-    if master then ops.cast(u.params, master) end
+    -- mixed precision: the stored parameters rounded from the master in the update's pass
+    ctx.optim:update_range(u, 0, u.numel, master or u.params, M.grad_of(ctx, u), st.optim[u.index], lr,
+                           scale, master and u.params or nil)
   end
   return gn
 end

@@ -375,8 +375,8 @@ function M.new(opts)
                             M = st.master[u.index] }
       elseif st.master[u.index] then
         -- mixed precision: the fp32 master shard, rounded into the stored shard
-        ctx.optim:update_range(u, l.lo, l.hi, st.master[u.index], grad_shard(ctx, u), st.optim[u.index], lr, scale)
-        ops.cast(P, st.master[u.index])
+        ctx.optim:update_range(u, l.lo, l.hi, st.master[u.index], grad_shard(ctx, u), st.optim[u.index], lr,
+                               scale, P)
       else
         ctx.optim:update_range(u, l.lo, l.hi, P, grad_shard(ctx, u), st.optim[u.index], lr, scale)
       end
