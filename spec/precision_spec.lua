@@ -67,8 +67,13 @@ describe("mixed precision", function()
     local fp = run("recipes/single.lua batch.accumulate=2 train.steps=3 precision=bf16 device.bf16_gemm=off")
     assert.are.equal("fp32", fp.gemm)
     assert.are_not.equal(fp.param_digest, ref.param_digest, "bf16 operands are other math than fp32 ones")
+    -- checkpointed blocks recompute into the scratch's bf16 buffers (device
+    -- and host-kept inputs); ZB's W pass reads the GELU backward's bf16 dfch
     for _, c in ipairs({ "recipes/single.lua batch.accumulate=2 device.threads=1", "--nproc 2 recipes/dp.lua",
-                         "--nproc 2 recipes/zero3.lua", "--nproc 2 recipes/pipeline_1f1b.lua batch.accumulate=2 model.size=gpt2-tiny" }) do
+                         "--nproc 2 recipes/zero3.lua", "--nproc 2 recipes/pipeline_1f1b.lua batch.accumulate=2 model.size=gpt2-tiny",
+                         "recipes/single.lua batch.accumulate=2 train.checkpoint_activations=true",
+                         "recipes/single.lua batch.accumulate=2 train.checkpoint_activations=true train.checkpoint_host=true",
+                         "--nproc 2 recipes/pipeline_zb.lua batch.accumulate=2 model.size=gpt2-tiny" }) do
       assert.are.equal(ref.param_digest, run(c .. G).param_digest, c)
     end
     local L = "model.size=gpt2-mini data.seq_len=64 batch.micro=4 train.steps=40 optim.lr=3e-3 lr.warmup=5"
