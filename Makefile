@@ -143,32 +143,16 @@ $(B)/test_mpi_fakecuda: spec/c/test_mpi_fakecuda.c $(FAKEDEV_OBJ) $(wildcard spe
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -I$(CUDA_HOME)/include -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< \
 	    $(FAKEDEV_OBJ) $(LIBS)
 
-# attention_tc.cu's own source run on the CPU under spec/emu/cuda_emu.h
-# (threads, barriers, WMMA), against the CPU twin: a C test of make test.
-$(B)/emu/test_attention_tc_emu: kernels/cuda/attention_tc.cu spec/emu/test_attention_tc_emu.c \
-        $(wildcard spec/emu/*.h) spec/c/attn_tc_check.h tools/emu_kernel.sh $(LIB_OBJ)
-	NO_RUN=1 sh tools/emu_kernel.sh attention_tc $(B)
-CTEST_BIN += $(B)/emu/test_attention_tc_emu
-# layernorm.cu the same way
-$(B)/emu/test_layernorm_emu: kernels/cuda/layernorm.cu spec/emu/test_layernorm_emu.c \
-        $(wildcard spec/emu/*.h) tools/emu_kernel.sh $(LIB_OBJ)
-	NO_RUN=1 sh tools/emu_kernel.sh layernorm $(B)
-CTEST_BIN += $(B)/emu/test_layernorm_emu
-
-$(B)/emu/test_xent_emu: kernels/cuda/xent.cu spec/emu/test_xent_emu.c \
-        $(wildcard spec/emu/*.h) tools/emu_kernel.sh $(LIB_OBJ)
-	NO_RUN=1 sh tools/emu_kernel.sh xent $(B)
-CTEST_BIN += $(B)/emu/test_xent_emu
-
-$(B)/emu/test_colsum_emu: kernels/cuda/colsum.cu spec/emu/test_colsum_emu.c \
-        $(wildcard spec/emu/*.h) tools/emu_kernel.sh $(LIB_OBJ)
-	NO_RUN=1 sh tools/emu_kernel.sh colsum $(B)
-CTEST_BIN += $(B)/emu/test_colsum_emu
-
-$(B)/emu/test_embedding_emu: kernels/cuda/embedding.cu spec/emu/test_embedding_emu.c \
-        $(wildcard spec/emu/*.h) tools/emu_kernel.sh $(LIB_OBJ)
-	NO_RUN=1 sh tools/emu_kernel.sh embedding $(B)
-CTEST_BIN += $(B)/emu/test_embedding_emu
+# A kernels/cuda file's own source run on the CPU under spec/emu/cuda_emu.h
+# (threads, barriers, warp shuffles, WMMA) against its CPU twin, in
+# spec/emu/test_NAME_emu.c: C tests of make test (tools/emu_kernel.sh).
+EMU_KERNELS := attention_tc layernorm xent colsum embedding
+EMU_BIN     := $(patsubst %,$(B)/emu/test_%_emu,$(EMU_KERNELS))
+$(B)/emu/test_%_emu: kernels/cuda/%.cu spec/emu/test_%_emu.c $(wildcard spec/emu/*.h) \
+        tools/emu_kernel.sh $(LIB_OBJ)
+	NO_RUN=1 sh tools/emu_kernel.sh $* $(B)
+$(B)/emu/test_attention_tc_emu: spec/c/attn_tc_check.h
+CTEST_BIN += $(EMU_BIN)
 
 $(B)/test_%: spec/c/test_%.c $(LIB_OBJ) $(wildcard spec/c/*.h)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Iruntime -Ikernels/cpu -Ispec/c -o $@ $< $(LIB_OBJ) $(LIBS)
@@ -254,7 +238,7 @@ san: $(B)/libztrain.so $(B)/ztrain $(CTEST_BIN)
 # memcheck on the C tests of the plain build (MPI tests on one rank is not
 # what they test, so those run under mpirun -np 2, each rank under valgrind)
 valgrind: all $(CTEST_BIN)
-	@sh tools/valgrind.sh $(filter-out %/test_attention_tc_emu %/test_layernorm_emu %/test_xent_emu %/test_colsum_emu %/test_embedding_emu,$(CTEST_BIN))   # the emulator: thousands of threads
+	@sh tools/valgrind.sh $(filter-out $(EMU_BIN),$(CTEST_BIN))   # the emulator: thousands of threads
 
 # ---- Fuzzing (docs/reliability.md): libFuzzer harnesses of the readers ----
 # tools/fuzz/harness.c embeds LuaJIT and feeds each input to one reader

@@ -40,16 +40,6 @@ struct __align__(16) xe_vec { uint32_t u[4]; };    /* 4 fp32 or 8 bf16 */
 __device__ __forceinline__ float xe_f(float v) { return v; }
 __device__ __forceinline__ float xe_f(uint16_t v) { return __uint_as_float((uint32_t)v << 16); }
 
-/* fp32 -> bf16, nearest even; a NaN keeps its sign and top payload, made
- * quiet (zk_cast_f32_bf16's bits) */
-__device__ __forceinline__ uint32_t xe_bf16(float f)
-{
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x0040u;
-    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-}
-__device__ __forceinline__ void xe_put(float *p, float v) { *p = v; }
-__device__ __forceinline__ void xe_put(uint16_t *p, float v) { *p = (uint16_t)xe_bf16(v); }
 
 /* a vector's elements widened, in column order, and back */
 __device__ __forceinline__ void xe_unpack(const xe_vec &v, float (&f)[4])
@@ -72,7 +62,7 @@ __device__ __forceinline__ xe_vec xe_pack(const float (&f)[4])
 __device__ __forceinline__ xe_vec xe_pack(const float (&f)[8])
 {
     xe_vec v;
-    for (int k = 0; k < 4; k++) v.u[k] = xe_bf16(f[2 * k]) | xe_bf16(f[2 * k + 1]) << 16;
+    for (int k = 0; k < 4; k++) v.u[k] = (uint32_t)zkc_bf16(f[2 * k]) | (uint32_t)zkc_bf16(f[2 * k + 1]) << 16;
     return v;
 }
 
@@ -173,7 +163,7 @@ __device__ __forceinline__ void xe_row(float *losses, T *dlogits, const T *logit
         dv[j] = xe_pack(f);
     }
     for (int i = nv * W + t; i < V; i += XE_T)
-        xe_put(d + i, (expf(xe_f(x[i]) - M) * inv - (i == tgt ? 1.0f : 0.0f)) * dscale);
+        zkc_put(d + i, (expf(xe_f(x[i]) - M) * inv - (i == tgt ? 1.0f : 0.0f)) * dscale);
     for (int i = V + t; i < ld; i += XE_T) d[i] = (T)0;
 }
 

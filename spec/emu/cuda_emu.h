@@ -70,18 +70,6 @@ static inline float zkc_warp_max(float v)
     return v;
 }
 
-/* common.cuh's output helpers, the same code: fp32 -> bf16 bits (nearest
- * even, NaN quiet) and an output element fp32 or bf16 */
-static inline uint16_t zkc_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-static inline void zkc_put(float *p, float v) { *p = v; }
-static inline void zkc_put(uint16_t *p, float v) { *p = zkc_bf16(v); }
-
 /* a memset on the "stream" (kernels/cuda/colsum.cu's empty sums) */
 static inline int cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { memset(p, v, n); return 0; }
 
@@ -90,16 +78,9 @@ static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4);
 static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 
-/* common.cuh's grid-stride helpers, the same code (kernels/cuda/embedding.cu) */
-static inline unsigned zkc_grid(size_t n, unsigned threads)
-{
-    size_t g = (n + threads - 1) / threads;
-    if (g > 65535u * 16u) g = 65535u * 16u;
-    return g ? (unsigned)g : 1u;
-}
-#define ZKC_FOR(i, n) \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-         i += (size_t)blockDim.x * gridDim.x)
+/* the kernels' own helpers (grid-stride loops, bf16 outputs): the same
+ * file nvcc compiles, now that the names it uses are defined above */
+#include "../../kernels/cuda/portable.cuh"
 
 /* warp votes and int shuffles (kernels/cuda/embedding.cu's compaction and
  * stable sort): full-warp masks only, every lane calls (as CUDA requires of
