@@ -234,20 +234,33 @@ int zt_encoder_backward(zt_tensor *dwte, zt_tensor *dwpe, const zt_tensor *dout,
     return bad_tokens(op, "tokens", bad, B * T, V);
 }
 
+/* A layer norm forward's operands: weight, bias (C) f32, the input (named
+ * `in_name`, (N,C) f32), out (N,C) f32 or bf16 (*out16), mean, rstd (N). */
+static int ln_forward_dims(const char *op, const char *in_name, const zt_tensor *inp,
+                           const zt_tensor *w, const zt_tensor *b, const zt_tensor *out,
+                           const zt_tensor *mean, const zt_tensor *rstd, int64_t *N, int64_t *C,
+                           int *out16)
+{
+    ZT_TRY(need(op, "weight", w, ZT_F32));
+    *C = w->numel;
+    ZT_TRY(need_numel(op, "bias", b, ZT_F32, *C, "(C)"));
+    ZT_TRY(need(op, in_name, inp, ZT_F32));
+    ZT_CHECK(last_dim(inp) == *C, "%s: %s's last dim must be C=%lld", op, in_name, (long long)*C);
+    *N = inp->numel / *C;
+    *out16 = out != NULL && out->dtype == ZT_BF16;
+    ZT_TRY(need_numel(op, "out", out, *out16 ? ZT_BF16 : ZT_F32, *N * *C, "(N,C) f32 or bf16"));
+    ZT_TRY(need_numel(op, "mean", mean, ZT_F32, *N, "(N)"));
+    ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, *N, "(N)"));
+    return ZT_OK;
+}
+
 int zt_layernorm_forward(zt_tensor *out, zt_tensor *mean, zt_tensor *rstd,
                          const zt_tensor *inp, const zt_tensor *w, const zt_tensor *b)
 {
     const char *op = "zt_layernorm_forward";
-    ZT_TRY(need(op, "weight", w, ZT_F32));
-    int64_t C = w->numel;
-    ZT_TRY(need_numel(op, "bias", b, ZT_F32, C, "(C)"));
-    ZT_TRY(need(op, "inp", inp, ZT_F32));
-    ZT_CHECK(last_dim(inp) == C, "%s: inp's last dim must be C=%lld", op, (long long)C);
-    int64_t N = inp->numel / C;
-    int out16 = out != NULL && out->dtype == ZT_BF16;
-    ZT_TRY(need_numel(op, "out", out, out16 ? ZT_BF16 : ZT_F32, N * C, "(N,C) f32 or bf16"));
-    ZT_TRY(need_numel(op, "mean", mean, ZT_F32, N, "(N)"));
-    ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, N, "(N)"));
+    int64_t N = 0, C = 0;
+    int out16 = 0;
+    ZT_TRY(ln_forward_dims(op, "inp", inp, w, b, out, mean, rstd, &N, &C, &out16));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "mean", mean, "rstd", rstd, "inp", inp, "weight", w,
                  "bias", b, NULL));
@@ -261,20 +274,13 @@ int zt_layernorm_residual_forward(zt_tensor *resid, zt_tensor *out, zt_tensor *m
                                   const zt_tensor *w, const zt_tensor *bias)
 {
     const char *op = "zt_layernorm_residual_forward";
-    ZT_TRY(need(op, "weight", w, ZT_F32));
-    int64_t C = w->numel;
-    ZT_TRY(need_numel(op, "bias", bias, ZT_F32, C, "(C)"));
-    ZT_TRY(need(op, "a", a, ZT_F32));
-    ZT_CHECK(last_dim(a) == C, "%s: a's last dim must be C=%lld", op, (long long)C);
-    int64_t N = a->numel / C;
+    int64_t N = 0, C = 0;
+    int out16 = 0;
+    ZT_TRY(ln_forward_dims(op, "a", a, w, bias, out, mean, rstd, &N, &C, &out16));
     ZT_TRY(need_numel(op, "b", b, ZT_F32, N * C, "(N,C)"));
     ZT_TRY(need_numel(op, "resid", resid, ZT_F32, N * C, "(N,C)"));
     ZT_CHECK(!overlaps(resid, a) && !overlaps(resid, b),
              "%s: resid must be a tensor of its own (it may not overlap a or b)", op);
-    int out16 = out != NULL && out->dtype == ZT_BF16;
-    ZT_TRY(need_numel(op, "out", out, out16 ? ZT_BF16 : ZT_F32, N * C, "(N,C) f32 or bf16"));
-    ZT_TRY(need_numel(op, "mean", mean, ZT_F32, N, "(N)"));
-    ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, N, "(N)"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "resid", resid, "out", out, "mean", mean, "rstd", rstd, "a", a,
                  "b", b, "weight", w, "bias", bias, NULL));

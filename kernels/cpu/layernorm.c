@@ -149,20 +149,26 @@ void zk_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
     }
 }
 
-/* bf16 out: the rows through a float chunk on the stack, then rounded */
+/* a row's bf16 out: through a float chunk on the stack, then rounded */
 #define LN_CHUNK 1024
+static void row_out16(uint16_t *o16, const float *restrict x, float m, float s,
+                      const float *restrict weight, const float *restrict bias, int C) {
+    float o[LN_CHUNK];
+    for (int c0 = 0; c0 < C; c0 += LN_CHUNK) {
+        int c1 = C - c0 < LN_CHUNK ? C : c0 + LN_CHUNK;
+        row_out(o, x, m, s, weight, bias, c0, c1);
+        zk_cast_f32_bf16(o16 + c0, o, (size_t)(c1 - c0));
+    }
+}
+
 void zk_layernorm_forward_b16(uint16_t *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C) {
     #pragma omp parallel for schedule(static) if ((long)N * C >= 32768)
     for (int n = 0; n < N; n++) {
         const float *restrict x = inp + (size_t)n * C;   // (C)
-        float m, s, o[LN_CHUNK];
+        float m, s;
         row_stats(x, C, &m, &s);
-        for (int c0 = 0; c0 < C; c0 += LN_CHUNK) {
-            int c1 = C - c0 < LN_CHUNK ? C : c0 + LN_CHUNK;
-            row_out(o, x, m, s, weight, bias, c0, c1);
-            zk_cast_f32_bf16(out + (size_t)n * C + c0, o, (size_t)(c1 - c0));
-        }
+        row_out16(out + (size_t)n * C, x, m, s, weight, bias, C);
         mean[n] = m;
         rstd[n] = s;
     }
@@ -181,15 +187,10 @@ void zk_layernorm_residual_forward(float *resid, float *out, uint16_t *out16, fl
         const float *restrict an = a + (size_t)n * C, *restrict bn = b + (size_t)n * C;
         float *restrict x = resid + (size_t)n * C;       // (C)
         for (int c = 0; c < C; c++) x[c] = an[c] + bn[c];
-        float m, s, o[LN_CHUNK];
+        float m, s;
         row_stats(x, C, &m, &s);
         if (out != NULL) row_out(out + (size_t)n * C, x, m, s, weight, bias, 0, C);
-        else
-            for (int c0 = 0; c0 < C; c0 += LN_CHUNK) {
-                int c1 = C - c0 < LN_CHUNK ? C : c0 + LN_CHUNK;
-                row_out(o, x, m, s, weight, bias, c0, c1);
-                zk_cast_f32_bf16(out16 + (size_t)n * C + c0, o, (size_t)(c1 - c0));
-            }
+        else row_out16(out16 + (size_t)n * C, x, m, s, weight, bias, C);
         mean[n] = m;
         rstd[n] = s;
     }
