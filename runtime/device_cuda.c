@@ -119,7 +119,11 @@ int zt_cuda_init(void)
     cublasStatus_t st = cublasCreate(&cu_blas);
     if (st != CUBLAS_STATUS_SUCCESS) return blas_err(__FILE__, __LINE__, "cublasCreate", st);
     /* fp32 GEMMs in fp32: no TF32 (the CPU's math, to fp32 rounding) */
-    st = cublasSetMathMode(cu_blas, CUBLAS_DEFAULT_MATH);
+    /* and a bf16 output summed in fp32 to the end: cuBLAS may otherwise
+     * reduce split-K partials in the output type (an H200 showed 0.11 off
+     * on a 16x768x50257 bf16-out GEMM) */
+    st = cublasSetMathMode(cu_blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                                  CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     if (st != CUBLAS_STATUS_SUCCESS) return blas_err(__FILE__, __LINE__, "cublasSetMathMode", st);
     st = cublasSetStream(cu_blas, cu_stream);
     if (st != CUBLAS_STATUS_SUCCESS) return blas_err(__FILE__, __LINE__, "cublasSetStream", st);

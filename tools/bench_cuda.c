@@ -98,15 +98,16 @@ int main(void)
      * V (fp32, the old layout) against rows padded to Vp (bf16, the new) */
     int Vp = (V + 127) / 128 * 128;
     float *lg = dalloc((size_t)N * Vp), *wte = dalloc((size_t)Vp * C / 2);
+    float *dwte = dalloc((size_t)Vp * C);       /* the head's weight gradient (V,C) */
     double fl = 2.0 * N * C * V;
     TIME("lm head fwd bf16, f32 rows of V", fl, 5,
          dv->matmul_bf16_forward(lg, 0, (uint16_t *)x, (uint16_t *)wte, NULL, N, C, V, V));
     TIME("lm head fwd bf16, bf16 rows of Vp", fl, 5,
          dv->matmul_bf16_forward(lg, 1, (uint16_t *)x, (uint16_t *)wte, NULL, N, C, V, Vp));
     TIME("lm head bwd bf16, dout rows of V", 2 * fl, 5,
-         dv->matmul_bf16_backward(dx, dw, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, V));
+         dv->matmul_bf16_backward(dx, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, V));
     TIME("lm head bwd bf16, dout rows of Vp", 2 * fl, 5,
-         dv->matmul_bf16_backward(dx, dw, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
+         dv->matmul_bf16_backward(dx, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
     /* the classifier: the row read twice, dlogits written once */
     TIMEB("classifier f32 (N, V rows of Vp)", 3.0 * N * Vp * 4, 5,
           dv->crossentropy(loss, lg, lg, tg, N, V, Vp, 0, 1.0f));

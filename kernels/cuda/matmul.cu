@@ -19,14 +19,13 @@ __global__ static void k_bias(float *out, const float *b, size_t N, int OC, int 
     ZKC_FOR(i, N * (size_t)OC) out[i / OC * ld + i % OC] += b[i % OC];
 }
 
-/* the same on a bf16 out: the product was rounded to bf16 by the GEMM, so
- * this rounds twice (the CPU adds to the fp32 sum, then rounds once) */
-__global__ static void k_bias_b16(__nv_bfloat16 *out, const float *b, size_t N, int OC, int ld)
+/* a bf16 out with a bias: each row set to the bias (rounded to bf16) before
+ * a beta = 1 GEMM, which adds the product to it in fp32 and rounds once.
+ * (Adding the bias after the GEMM rounded twice: off by half a bf16 ulp of
+ * the product where the bias cancels it, which an H200 showed.) */
+__global__ static void k_bias_fill_b16(__nv_bfloat16 *out, const float *b, size_t N, int OC, int ld)
 {
-    ZKC_FOR(i, N * (size_t)OC) {
-        __nv_bfloat16 *o = out + i / OC * ld + i % OC;
-        *o = __float2bfloat16_rn(__bfloat162float(*o) + b[i % OC]);
-    }
+    ZKC_FOR(i, N * (size_t)OC) out[i / OC * ld + i % OC] = __float2bfloat16_rn(b[i % OC]);
 }
 
 
@@ -40,13 +39,13 @@ static const float one = 1.0f, zero = 0.0f;
  * B; C fp32, or bf16 (ct) with bf16 A, B */
 static int gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                 int k, const void *a, int lda, const void *b, int ldb, void *c, int ldc,
-                cudaDataType_t ab, cudaDataType_t ct = CUDA_R_32F)
+                cudaDataType_t ab, cudaDataType_t ct = CUDA_R_32F, const float *beta = &zero)
 {
     if (ab == CUDA_R_32F) {
         CUBLAS_TRY(cublasSgemm(h, ta, tb, m, n, k, &one, (const float *)a, lda,
                                (const float *)b, ldb, &zero, (float *)c, ldc));
     } else {
-        CUBLAS_TRY(cublasGemmEx(h, ta, tb, m, n, k, &one, a, ab, lda, b, ab, ldb, &zero,
+        CUBLAS_TRY(cublasGemmEx(h, ta, tb, m, n, k, &one, a, ab, lda, b, ab, ldb, beta,
                                 c, ct, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
     return 0;
@@ -169,6 +168,12 @@ static int fwd(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, con
     if (C == 0) {                 /* an empty sum: cuBLAS may not write C at k = 0 */
         if (cudaMemset2DAsync(out, (size_t)ldo * es, 0, (size_t)OC * es, (size_t)N, s))
             return ZKC_LAUNCH_BASE + (int)cudaGetLastError();
+    } else if (b && ct != CUDA_R_32F) {    /* bf16 out: the bias first, beta = 1 */
+        k_bias_fill_b16<<<zkc_grid((size_t)N * OC, 256), 256, 0, s>>>((__nv_bfloat16 *)out, b, (size_t)N, OC, ldo);
+        LAUNCH_TRY();
+        int e = gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, inp, C, out, ldo, ab, ct, &one);
+        if (e) return e;
+        return 0;
     } else {
         int e = gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, inp, C, out, ldo, ab, ct);
         if (e) return e;
@@ -176,8 +181,8 @@ static int fwd(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, con
     if (b && ct == CUDA_R_32F) {
         k_bias<<<zkc_grid((size_t)N * OC, 256), 256, 0, s>>>((float *)out, b, (size_t)N, OC, ldo);
         LAUNCH_TRY();
-    } else if (b) {
-        k_bias_b16<<<zkc_grid((size_t)N * OC, 256), 256, 0, s>>>((__nv_bfloat16 *)out, b, (size_t)N, OC, ldo);
+    } else if (b) {       /* C == 0: an empty sum, the bias alone */
+        k_bias_fill_b16<<<zkc_grid((size_t)N * OC, 256), 256, 0, s>>>((__nv_bfloat16 *)out, b, (size_t)N, OC, ldo);
         LAUNCH_TRY();
     }
     return 0;
