@@ -18,6 +18,13 @@ static inline unsigned zkc_grid(size_t n, unsigned threads)
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
          i += (size_t)blockDim.x * gridDim.x)
 
+#ifndef __CUDACC__
+/* the emulator's fp64 adds and products, each rounded once (C++17 without
+ * -ffp-contract=fast and without -mfma: never contracted); nvcc has its own */
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
+#endif
+
 /* fp32 -> bf16 bits, nearest even; a NaN stays a quiet NaN of its sign
  * (zk_cast_f32_bf16's bits) */
 __device__ __forceinline__ uint16_t zkc_bf16(float f)
