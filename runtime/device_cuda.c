@@ -203,6 +203,49 @@ static void cuda_copy(void *dst, const void *src, size_t nbytes)
     if (!on_device(dst) || !on_device(src)) CU_NOTE(cudaStreamSynchronize(S()));
 }
 
+/* ---- uploads (zt_tensor_upload: a micro-batch's tokens and targets):
+ * the host bytes are copied into one of UP_SLOTS pinned slots, and the
+ * slot's transfer is queued on the stream with an event behind it; a slot
+ * is reused once its event has passed -- the upload UP_SLOTS calls ago, so
+ * the host waits for nothing in the step (cuda_copy would wait for the
+ * whole stream: every prior kernel). Larger than UP_MAX: cuda_copy. ---- */
+#define UP_SLOTS 8
+#define UP_MAX ((size_t)64 << 20)
+static struct up_slot { void *buf; size_t cap; cudaEvent_t ev; int queued; } up[UP_SLOTS];
+static int up_next;
+
+static int upload(void *dst, const void *src, size_t nbytes)
+{
+    struct up_slot *u = &up[up_next];
+    if (u->queued) CU(cudaEventSynchronize(u->ev));
+    u->queued = 0;
+    if (!u->ev) CU(cudaEventCreateWithFlags(&u->ev, cudaEventDisableTiming));
+    if (u->cap < nbytes) {
+        if (u->buf) CU(cudaFreeHost(u->buf));
+        u->buf = NULL;
+        u->cap = 0;
+        CU(cudaHostAlloc(&u->buf, nbytes, cudaHostAllocPortable));
+        u->cap = nbytes;
+    }
+    memcpy(u->buf, src, nbytes);
+    CU(cudaMemcpyAsync(dst, u->buf, nbytes, cudaMemcpyHostToDevice, S()));
+    CU(cudaEventRecord(u->ev, S()));
+    u->queued = 1;
+    up_next = (up_next + 1) % UP_SLOTS;
+    return ZT_OK;
+}
+
+static int cuda_upload(void *dst, const void *src, size_t nbytes)
+{
+    if (nbytes == 0) return ZT_OK;
+    ZT_TRY(take_pending());
+    if (nbytes > UP_MAX || !on_device(dst)) { cuda_copy(dst, src, nbytes); return take_pending(); }
+    pthread_mutex_lock(&cu_lock);
+    int rc = upload(dst, src, nbytes);
+    pthread_mutex_unlock(&cu_lock);
+    return rc;
+}
+
 static void cuda_fill(float *x, float v, size_t n) { KC_NOTE(zkc_fill(S(), x, v, n)); }
 static void cuda_scale(float *x, float a, size_t n) { KC_NOTE(zkc_scale(S(), x, a, n)); }
 static void cuda_axpy(float *y, float a, const float *x, size_t n) { KC_NOTE(zkc_axpy(S(), y, a, x, n)); }
@@ -740,6 +783,7 @@ const zt_device_ops zt_cuda_device = {
     .adamw = cuda_adamw,
     .adamw_segments = cuda_adamw_segments,
     .sumsq_blocks_many = cuda_sumsq_blocks_many,
+    .upload = cuda_upload,
     .sumsq_blocks = cuda_sumsq_blocks,
     .sum = cuda_sum,
     .randn = cuda_randn,

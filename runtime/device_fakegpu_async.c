@@ -273,6 +273,24 @@ static void fa_copy(void *dst, const void *src, size_t n)
     else note_error(issue_sync(it, NULL));
 }
 
+/* an upload: the host bytes taken now (CUDA's pinned slot), the device
+ * write queued like a kernel; the snapshot freed when it has run */
+static void r_upload(item *it) { FG.copy(it->p[0], it->p[1], it->n); free(it->p[1]); }
+static int fa_upload(void *dst, const void *src, size_t n)
+{
+    ZT_TRY(take_pending());
+    if (n == 0) return ZT_OK;
+    if (!is_dev(dst)) { fa_copy(dst, src, n); return take_pending(); }
+    void *snap = malloc(n);
+    if (!snap) return zt_error(ZT_ENOMEM, "fakegpu-async: %zu bytes for an upload", n);
+    memcpy(snap, src, n);
+    item *it = new_op(r_upload);
+    if (!it) { free(snap); return take_pending(); }
+    it->p[0] = dst; it->p[1] = snap; it->n = n;
+    issue(it);
+    return ZT_OK;
+}
+
 static void r_scale(item *it) { FG.scale(it->p[0], it->f[0], it->n); }
 static void fa_scale(float *x, float a, size_t n)
 {
@@ -746,5 +764,5 @@ const zt_device_ops zt_fakegpu_async_device = {
     .gelu_forward = fa_gelu_forward, .gelu_backward = fa_gelu_backward,
     .crossentropy = fa_crossentropy, .adamw = fa_adamw, .adamw_segments = fa_adamw_segments,
     .sumsq_blocks = fa_sumsq_blocks, .sumsq_blocks_many = fa_sumsq_blocks_many,
-    .sum = fa_sum, .randn = fa_randn,
+    .sum = fa_sum, .randn = fa_randn, .upload = fa_upload,
 };

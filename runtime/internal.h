@@ -125,6 +125,10 @@ typedef struct zt_device_ops {
     void (*zero)(void *p, size_t nbytes);
     void (*fill)(float *x, float v, size_t n);
     void (*copy)(void *dst, const void *src, size_t nbytes);
+    /* host bytes into device memory in stream order, without waiting: src
+     * may be reused on return (the device keeps its own copy until the
+     * transfer is done). 0 or an error with its message. NULL: copy. */
+    int (*upload)(void *dst, const void *src, size_t nbytes);
     void (*scale)(float *x, float a, size_t n);
     void (*axpy)(float *y, float a, const float *x, size_t n);
     void (*add)(float *y, const float *x, size_t n);

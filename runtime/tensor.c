@@ -135,17 +135,30 @@ void zt_tensor_release(zt_tensor *t)
  * device copies device bytes; the host never reads them itself; host-tier
  * bytes are the CPU device's copy, after the stream's device work
  * (zt_tier_enter); nvme bytes move by a blocking aio request). */
-int zt_tensor_write(zt_tensor *t, const void *src, size_t nbytes)
+static int tensor_write(const char *op, int ordered, zt_tensor *t, const void *src, size_t nbytes)
 {
-    ZT_CHECK(t != NULL && src != NULL, "zt_tensor_write: NULL tensor or source");
+    ZT_CHECK(t != NULL && src != NULL, "%s: NULL tensor or source", op);
     size_t want = (size_t)t->numel * dtype_sizes[t->dtype];
-    ZT_CHECK(nbytes == want, "zt_tensor_write: %zu bytes given, the tensor holds %zu",
-             nbytes, want);
+    ZT_CHECK(nbytes == want, "%s: %zu bytes given, the tensor holds %zu", op, nbytes, want);
     const zt_device_ops *dev;
     ZT_TRY(zt_tier_enter(t->storage->tier, &dev));
     if (t->storage->tier == ZT_TIER_NVME) return zt_nvme_rw(1, t, (void *)src, nbytes);
+    if (ordered && t->storage->tier == ZT_TIER_DEVICE && dev->upload)
+        return dev->upload(t->data, src, nbytes);
     dev->copy(t->data, src, nbytes);
     return ZT_OK;
+}
+
+int zt_tensor_write(zt_tensor *t, const void *src, size_t nbytes)
+{
+    return tensor_write("zt_tensor_write", 0, t, src, nbytes);
+}
+
+/* zt_tensor_write in stream order: the device's upload (no host wait;
+ * src reusable on return), else its copy */
+int zt_tensor_upload(zt_tensor *t, const void *src, size_t nbytes)
+{
+    return tensor_write("zt_tensor_upload", 1, t, src, nbytes);
 }
 
 int zt_tensor_read(const zt_tensor *t, void *dst, size_t nbytes)

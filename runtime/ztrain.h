@@ -106,6 +106,12 @@ void zt_tensor_release(zt_tensor *t);
  * first. */
 int zt_tensor_write(zt_tensor *t, const void *src, size_t nbytes);
 int zt_tensor_read(const zt_tensor *t, void *dst, size_t nbytes);
+/* zt_tensor_write ordered like an op instead: on a GPU the bytes are taken
+ * now (src may be reused on return) and reach a device-tier tensor in the
+ * current stream's order, with no host wait (a micro-batch's tokens: the
+ * host does not wait for the previous micro-batch's kernels). Other tiers,
+ * and devices without an asynchronous path: zt_tensor_write. */
+int zt_tensor_upload(zt_tensor *t, const void *src, size_t nbytes);
 
 /* ---- device ------------------------------------------------------------ */
 /* Select the compute backend: "cpu" (always) or "cuda" (when built with it).

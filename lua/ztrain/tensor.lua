@@ -110,6 +110,8 @@ end
 -- Copy from / into host memory (a cdata array or pointer of nbytes bytes);
 -- synchronous on every tier (nvme: a blocking request to the aio engine).
 function Tensor:write(src) check(C.zt_tensor_write(live(self), src, self:nbytes()), "tensor:write") end
+-- write in stream order (no host wait on a GPU; src reusable on return)
+function Tensor:upload(src) check(C.zt_tensor_upload(live(self), src, self:nbytes()), "tensor:upload") end
 function Tensor:read(dst) check(C.zt_tensor_read(live(self), dst, self:nbytes()), "tensor:read") end
 
 -- Values as a Lua array (for tests and the REPL; copies).

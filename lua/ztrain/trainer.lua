@@ -522,8 +522,8 @@ end
 -- Put batch idx of loader into an activation set's token and target tensors.
 function Trainer:load_batch(a, loader, idx)
   loader:batch(idx, self.xbuf, self.ybuf)
-  if a.tokens then a.tokens:write(self.xbuf) end
-  if a.targets then a.targets:write(self.ybuf) end
+  if a.tokens then a.tokens:upload(self.xbuf) end       -- no host wait (tensor.lua)
+  if a.targets then a.targets:upload(self.ybuf) end
 end
 
 -- Micro-batch mb of the current step, on this data-parallel rank. The
@@ -611,6 +611,7 @@ require("ztrain.whole_model")(Trainer)
 function Trainer:free()
   if self.model then self.model.source = nil end
   if self.env then require("ztrain.driver.schedule").free_stash(self.env) end
+  if self.env and self.env.ledger then self.env.ledger:free(); self.env.ledger = nil end
   for _, p in pairs(self.pools or {}) do p:free() end
   self.pools = nil
   if self.setup_called and self.strategy and self.strategy.free then self.strategy.free(self.ctx) end

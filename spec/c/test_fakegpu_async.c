@@ -321,6 +321,49 @@ static void t_value_ops_wait(void)
     for (int i = 0; i < 4; i++) zt_tensor_release(ts[i]);
 }
 
+/* zt_tensor_upload (a micro-batch's tokens): no host wait for the work
+ * queued before it, unlike zt_tensor_write; the bytes taken at the call
+ * (the caller may reuse src at once) and written in stream order */
+static int upload_round(unsigned seed, int async, float *got)
+{
+    init(seed);
+    zt_tensor *d = dev(2.0f), *t = dev(0.0f), *h = host(-1.0f);
+    float *src = ct_alloc(N * sizeof(float));
+    for (int i = 0; i < N; i++) src[i] = 9.0f;
+    zt_stream_sync(NULL);
+    zt_fill(d, 5.0f);
+    zt_copy_async(h, d, NULL);          /* queued before the upload */
+    zt_fill(t, 4.0f);                   /* the upload must land after this */
+    int rc = async ? zt_tensor_upload(t, src, N * sizeof(float))
+                   : zt_tensor_write(t, src, N * sizeof(float));
+    int waited = peek(h) == 5.0f;
+    for (int i = 0; i < N; i++) src[i] = 1.0f;     /* reused at once */
+    *got = rc == ZT_OK ? read_all(t) : NAN;
+    settle();
+    free(src);
+    zt_tensor_release(d);
+    zt_tensor_release(t);
+    zt_tensor_release(h);
+    return waited;
+}
+
+static void t_upload(void)
+{
+    int waited = 0, wrong = 0, wrote_waited = 0;
+    for (unsigned seed = 1; seed <= SEEDS; seed++) {
+        float got;
+        waited += upload_round(seed, 1, &got);
+        wrong += got != 9.0f;
+        wrote_waited += upload_round(seed, 0, &got);
+        wrong += got != 9.0f;
+    }
+    ct_check(waited < SEEDS && wrote_waited == SEEDS, "zt_tensor_upload does not wait for the "
+             "work queued before it (zt_tensor_write does)", "upload waited on %d of %d seeds, "
+             "write on %d", waited, SEEDS, wrote_waited);
+    ct_check(wrong == 0, "an upload's bytes are the source's at the call, after the fill queued "
+             "before it", "%d of %d rounds read other bytes", wrong, 2 * SEEDS);
+}
+
 static void t_backend_names(void)
 {
     zt_device_init("cpu");
@@ -352,6 +395,7 @@ int main(void)
     t_poll();
     t_free_runs_pending();
     t_value_ops_wait();
+    t_upload();
     t_backend_names();
     init(1);
     zt_stream_free(prod);

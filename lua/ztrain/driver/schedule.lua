@@ -20,6 +20,7 @@
 -- forward (the stash), swapped in for the B or I and out after. STEP then
 -- only ends the step (the updates are done).
 local stage_run = require "ztrain.driver.stage"
+local losses = require "ztrain.driver.losses"
 local T = require "ztrain.tensor"
 local ops = require "ztrain.ops"
 
@@ -102,7 +103,9 @@ function M.step(env, lr)
   local list = env.lists[rank + 1]
   local m = env.microbatches
   for _, pool in ipairs(env.pools) do pool:reset() end
-  local loss, gnorm = nil, nil
+  local gnorm = nil
+  env.ledger = env.ledger or losses.new()
+  env.ledger:reset()
   local async = env.async
   local need_stash
   if async then
@@ -197,7 +200,7 @@ function M.step(env, lr)
       if events then t0 = now() end      -- waiting for the input is idle, not compute
       if async and need_stash[k] then stash_take(env, stage, k) end
       stage_run.forward(ctx, S, stage, set, hmb(a.mb))
-      if stage.has_head then loss = (loss or 0.0) + ctx.model:mean_loss(set) end
+      if stage.has_head then env.ledger:keep(set) end     -- summed at the end: no host wait here
     elseif op == "B" then
       local stage, pool, set = set_for(a)
       settle(recv_b, k)
@@ -260,7 +263,7 @@ function M.step(env, lr)
   for _, tbl in ipairs({ recv_f, recv_b, send_f, send_b }) do
     for kk in pairs(tbl) do settle(tbl, kk) end
   end
-  return loss, gnorm
+  return env.ledger:total(), gnorm
 end
 
 return M

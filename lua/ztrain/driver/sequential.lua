@@ -5,6 +5,7 @@
 -- The same step written as data is schedule.one_stage(m), which the schedule
 -- driver executes with the same bits (spec/driver_spec.lua).
 local stage_run = require "ztrain.driver.stage"
+local losses = require "ztrain.driver.losses"
 
 local M = { name = "sequential" }
 
@@ -15,17 +16,19 @@ function M.step(env, lr)
   assert(#env.stages == 1, "the sequential driver runs one stage; use a schedule for pipelines")
   local stage, pool = env.stages[1], env.pools[1]
   pool:reset()
-  local loss = 0.0
+  env.ledger = env.ledger or losses.new()
+  env.ledger:reset()
   for mb = 0, env.microbatches - 1 do
     local a = pool:acquire(mb)
     a.dscale = env.dscale
     env.load(a, mb)
     stage_run.forward(ctx, S, stage, a, mb)
-    loss = loss + ctx.model:mean_loss(a)
+    env.ledger:keep(a)             -- read at the step's end: no host wait here
     stage_run.backward(ctx, S, stage, a, mb)
     pool:release(mb)
   end
-  return loss, S.step(ctx, lr)
+  local gnorm = S.step(ctx, lr)
+  return env.ledger:total() or 0.0, gnorm
 end
 
 return M
