@@ -269,7 +269,10 @@ int64_t zt_device_count(const char *what)
     ZT_CHECK(what != NULL, "zt_device_count: what is NULL");
     if (strcmp(what, "attention_tc") == 0)
         return active->attention_tc_calls ? active->attention_tc_calls() : 0;
-    return zt_error(ZT_EINVAL, "zt_device_count: \"%s\" is not counted; known: attention_tc", what);
+    if (strcmp(what, "host_waits") == 0)
+        return active->host_waits ? active->host_waits() : 0;
+    return zt_error(ZT_EINVAL, "zt_device_count: \"%s\" is not counted; known: attention_tc, "
+                    "host_waits", what);
 }
 
 int zt_set_threads(int n)

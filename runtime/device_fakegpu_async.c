@@ -68,6 +68,7 @@ typedef struct item {
 struct sim_stream {
     item *head, *tail;
     uint64_t issued, done;
+    uint64_t seen;                  /* issued at the host's last wait (host_waits) */
     int dead;                       /* freed by its user; kept, since events may name it */
     sim_stream *next;
 };
@@ -159,8 +160,27 @@ static int run_until(sim_stream *st, uint64_t pos)
     return ZT_OK;
 }
 
+/* zt_device_count("host_waits"): the times the host waited for device
+ * work issued since its last wait on that stream (a sync, a value-returning
+ * op, a copy with host memory, a free) -- what a GPU's step must keep out
+ * of its forward and backward. A wait with nothing new to wait for (a
+ * stream already waited for: a GPU answers it at once) is not counted, so
+ * the count is the program's, whatever the seed ran early. sim_lock held. */
+static int64_t host_waits;
+static int64_t fa_host_waits(void) { return __atomic_load_n(&host_waits, __ATOMIC_RELAXED); }
+static int waited(sim_stream *s)
+{
+    int fresh = s->issued > s->seen;
+    s->seen = s->issued;
+    return fresh;
+}
+static void count_wait(int fresh) { if (fresh) __atomic_add_fetch(&host_waits, 1, __ATOMIC_RELAXED); }
+
 static int drain_all(void)
 {
+    int fresh = 0;
+    for (sim_stream *s = streams; s; s = s->next) fresh |= waited(s);
+    count_wait(fresh);
     for (sim_stream *s = streams; s; s = s->next) ZT_TRY(run_until(s, s->issued));
     return ZT_OK;
 }
@@ -209,6 +229,7 @@ static int issue_sync(item *it, double *d)
     sim_stream *s = stream_of(NULL);
     it->keep = 1;               /* step() leaves it: the result is read here */
     push(s, it);
+    count_wait(waited(s));
     int rc = run_until(s, s->issued);
     if (rc != ZT_OK) {          /* still queued (an internal bug): step() frees it */
         it->keep = 0;
@@ -586,13 +607,16 @@ static void fa_sumsq_blocks(double *partials, const float *x, size_t n)
     it->p[0] = partials; it->p[1] = (void *)x; it->n = n;
     note_error(issue_sync(it, NULL));
 }
-/* each tensor's partials as its own op (each waits for its queue, as one
- * call of the GPU's waits once: the same values) */
+/* each tensor's partials as its own op, queued; the host waits once, for
+ * the last (CUDA's one copy and one wait) */
 static void fa_sumsq_blocks_many(double *partials, const float *const *x, const size_t *n,
                                  int count)
 {
     for (int i = 0; i < count; i++) {
-        fa_sumsq_blocks(partials, x[i], n[i]);
+        OP0(it, r_sumsq);
+        it->p[0] = partials; it->p[1] = (void *)x[i]; it->n = n[i];
+        if (i < count - 1) issue(it);
+        else note_error(issue_sync(it, NULL));
         partials += (n[i] + (size_t)zt_sum_block() - 1) / (size_t)zt_sum_block();
     }
 }
@@ -647,6 +671,7 @@ static int fx_stream_sync(void *p)
 {
     pthread_mutex_lock(&sim_lock);
     sim_stream *s = stream_of(p);
+    count_wait(waited(s));
     int rc = run_until(s, s->issued);
     pthread_mutex_unlock(&sim_lock);
     return rc ? rc : take_pending();
@@ -700,6 +725,7 @@ static int fx_event_sync(void *ev)
 {
     sim_event *e = ev;
     pthread_mutex_lock(&sim_lock);
+    if (e->st && e->st->seen < e->pos) { count_wait(1); e->st->seen = e->pos; }
     int rc = e->st ? run_until(e->st, e->pos) : ZT_OK;
     pthread_mutex_unlock(&sim_lock);
     return rc ? rc : take_pending();
@@ -765,4 +791,5 @@ const zt_device_ops zt_fakegpu_async_device = {
     .crossentropy = fa_crossentropy, .adamw = fa_adamw, .adamw_segments = fa_adamw_segments,
     .sumsq_blocks = fa_sumsq_blocks, .sumsq_blocks_many = fa_sumsq_blocks_many,
     .sum = fa_sum, .randn = fa_randn, .upload = fa_upload,
+    .host_waits = fa_host_waits,
 };

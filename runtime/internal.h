@@ -197,6 +197,8 @@ typedef struct zt_device_ops {
     void (*randn)(float *x, size_t n, uint64_t seed, uint64_t stream, float mean, float std);
     /* zt_device_count's "attention_tc" (NULL: the device has no such path) */
     int64_t (*attention_tc_calls)(void);
+    /* zt_device_count's "host_waits" (NULL: not counted, 0) */
+    int64_t (*host_waits)(void);
 } zt_device_ops;
 
 /* comm_stats.c: a thread was blocked this long waiting for a comm request

@@ -134,7 +134,10 @@ int zt_device_attention(const char *mode);
 /* How many times the active device took a kernel path since the process
  * started, for tests that must see a path run: "attention_tc" (the
  * tensor-core attention's forward and backward calls; 0 on a device
- * without it). ZT_EINVAL for a name not counted. */
+ * without it), "host_waits" (the times the host waited for queued device
+ * work: syncs, value-returning ops, copies with host memory, frees;
+ * counted by fakegpu-async, 0 elsewhere). ZT_EINVAL for a name not
+ * counted. */
 int64_t zt_device_count(const char *what);
 /* Threads used by the kernels (the OpenMP pool); n >= 1. OpenBLAS runs one
  * thread per call for the whole process (set once when the library loads):

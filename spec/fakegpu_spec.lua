@@ -115,3 +115,23 @@ describe("fakegpu-async: a pooled buffer changes streams only after its release 
     end)
   end
 end)
+
+-- A GPU's step must not wait for the device inside forward and backward:
+-- the host would idle while the queue drains, then the GPU while the host
+-- issues. fakegpu-async counts the host's waits for work it issued since
+-- its last wait; one rank's step makes two whatever the micro-batches: the
+-- gradient norm's partials and, at the end, the step's losses
+-- (driver/losses.lua). A wait a micro-batch (a mean loss read as each
+-- forward ends, tokens copied with a wait) shows as more with accumulate 4.
+describe("fakegpu-async: the host's waits in a step", function()
+  it("two a step on one rank, with 1 or 4 micro-batches, bf16 GEMMs, checkpointing, a split backward", function()
+    local out, rc = util.sh("build/ztrain --script spec/helpers/host_waits.lua 3")
+    assert.are.equal(0, rc, out)
+    local n = 0
+    for name, a, b in out:gmatch("([^\n]+): (%d+) (%d+)\n") do
+      n = n + 1
+      assert.are.equal("2 2", a .. " " .. b, name .. "\n" .. out)
+    end
+    assert.are.equal(5, n, out)
+  end)
+end)

@@ -104,7 +104,7 @@ function M.step(env, lr)
   local m = env.microbatches
   for _, pool in ipairs(env.pools) do pool:reset() end
   local gnorm = nil
-  env.ledger = env.ledger or losses.new()
+  env.ledger = env.ledger or losses.new(env.microbatches)
   env.ledger:reset()
   local async = env.async
   local need_stash

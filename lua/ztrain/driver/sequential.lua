@@ -16,7 +16,7 @@ function M.step(env, lr)
   assert(#env.stages == 1, "the sequential driver runs one stage; use a schedule for pipelines")
   local stage, pool = env.stages[1], env.pools[1]
   pool:reset()
-  env.ledger = env.ledger or losses.new()
+  env.ledger = env.ledger or losses.new(env.microbatches)
   env.ledger:reset()
   for mb = 0, env.microbatches - 1 do
     local a = pool:acquire(mb)
