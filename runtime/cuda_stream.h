@@ -72,10 +72,13 @@ int zt_cuda_is_pinned(const void *p);
  * op runs; needs no initialised device. */
 int zt_cuda_attention_mode(int mode);
 
-/* The matmul forward's bias: 1 through cuBLASLt's bias epilogue (one
- * kernel), 0 a kernel after the GEMM (the default, until a GPU shows the
- * epilogue pays: bench_cuda's "bias epilogue" rows); -1 only asks. Returns
- * the setting in force. Process-wide; change it while no matmul runs. */
+/* Which library runs the matmuls (kernels/cuda/matmul.cu): 0 cuBLAS
+ * (cublasSgemm / cublasGemmEx, the bias a kernel after the GEMM); 1
+ * cuBLASLt for every matmul (one plan per shape, the bias in its epilogue);
+ * 2 cuBLASLt for bf16 operands, cuBLAS for fp32 (the default: an H200 ran
+ * the bf16 qkv forward at 469 TFLOP/s through cuBLASLt, 232 through
+ * cublasGemmEx); -1 only asks. Returns the setting in force. Process-wide;
+ * change it while no matmul runs. */
 int zt_cuda_matmul_epilogue(int on);
 
 #endif

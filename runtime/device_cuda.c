@@ -522,8 +522,8 @@ int zt_cuda_attention_mode(int mode)
 
 int zt_cuda_matmul_epilogue(int on)
 {
-    ZT_CHECK(on >= -1 && on <= 1, "zt_cuda_matmul_epilogue: %d (known: 0 kernel, 1 cuBLASLt "
-             "epilogue, -1 query)", on);
+    ZT_CHECK(on >= -1 && on <= 2, "zt_cuda_matmul_epilogue: %d (known: 0 cuBLAS, 1 cuBLASLt, "
+             "2 cuBLASLt for bf16 operands, -1 query)", on);
     return zkc_matmul_epilogue(on);
 }
 

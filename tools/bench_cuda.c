@@ -71,18 +71,27 @@ int main(void)
           dv->matmul_backward(NULL, NULL, db, g, x, w, N, C, 4 * C, 4 * C));
     TIMEB("bias grad proj (N,768) bf16", (double)N * C * 2, 20,
           dv->matmul_bf16_backward(NULL, NULL, db, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, C, C));
-    /* the bias: a kernel after the GEMM (above) or cuBLASLt's epilogue;
-     * both dtypes, the qkv shape too (bf16 operands: w and x's bits) */
+    /* cuBLAS (mode 0) against cuBLASLt (1: every matmul; 2, the default:
+     * bf16 operands), the bias a kernel after the GEMM or in the epilogue;
+     * fp32, and the bf16 qkv and attention-projection shapes (x and w's
+     * bits read as bf16) */
     zt_cuda_matmul_epilogue(1);
-    TIME("matmul fwd fc, bias epilogue", f, 20, dv->matmul_forward(y, x, w, b, N, C, 4 * C, 4 * C));
-    zt_cuda_matmul_epilogue(0);
-    double fq = 2.0 * N * C * 3 * C;
-    TIME("matmul bf16 fwd qkv (N,768)->(N,2304)", fq, 20,
-         dv->matmul_bf16_forward(y, 0, (uint16_t *)x, (uint16_t *)w, b, N, C, 3 * C, 3 * C));
-    zt_cuda_matmul_epilogue(1);
-    TIME("matmul bf16 fwd qkv, bias epilogue", fq, 20,
-         dv->matmul_bf16_forward(y, 0, (uint16_t *)x, (uint16_t *)w, b, N, C, 3 * C, 3 * C));
-    zt_cuda_matmul_epilogue(0);
+    TIME("matmul fwd fc, cuBLASLt", f, 20, dv->matmul_forward(y, x, w, b, N, C, 4 * C, 4 * C));
+    TIME("matmul bwd fc, cuBLASLt", 2 * f, 20, dv->matmul_backward(dx, dw, db, g, x, w, N, C, 4 * C, 4 * C));
+    double fq = 2.0 * N * C * 3 * C, fp = 2.0 * N * C * C;
+    for (int lt = 0; lt <= 2; lt += 2) {
+        char nm[96];
+        zt_cuda_matmul_epilogue(lt);
+        const char *lib = lt ? "cuBLASLt" : "cuBLAS";
+        snprintf(nm, sizeof nm, "matmul bf16 fwd qkv, %s", lib);
+        TIME(nm, fq, 20, dv->matmul_bf16_forward(y, 0, (uint16_t *)x, (uint16_t *)w, b, N, C, 3 * C, 3 * C));
+        snprintf(nm, sizeof nm, "matmul bf16 fwd qkv bf16 out, %s", lib);
+        TIME(nm, fq, 20, dv->matmul_bf16_forward(y, 1, (uint16_t *)x, (uint16_t *)w, b, N, C, 3 * C, 3 * C));
+        snprintf(nm, sizeof nm, "matmul bf16 bwd qkv (dinp, dw), %s", lib);
+        TIME(nm, 2 * fq, 20, dv->matmul_bf16_backward(dx, dw, NULL, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, 3 * C, 3 * C));
+        snprintf(nm, sizeof nm, "matmul bf16 bwd proj (dinp, dw), %s", lib);
+        TIME(nm, 2 * fp, 20, dv->matmul_bf16_backward(dx, dw, NULL, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, C, C));
+    }
     double fa = 4.0 * B * NH * ((double)T * T / 2) * (C / NH);
     TIME("attention fwd T=1024", fa, 5, dv->attention_forward(y, lse, qkv, B, T, C, NH));
     TIME("attention bwd T=1024", 2.5 * fa, 3, dv->attention_backward(dq, g, qkv, y, lse, B, T, C, NH));
@@ -100,14 +109,19 @@ int main(void)
     float *lg = dalloc((size_t)N * Vp), *wte = dalloc((size_t)Vp * C / 2);
     float *dwte = dalloc((size_t)Vp * C);       /* the head's weight gradient (V,C) */
     double fl = 2.0 * N * C * V;
-    TIME("lm head fwd bf16, f32 rows of V", fl, 5,
-         dv->matmul_bf16_forward(lg, 0, (uint16_t *)x, (uint16_t *)wte, NULL, N, C, V, V));
-    TIME("lm head fwd bf16, bf16 rows of Vp", fl, 5,
-         dv->matmul_bf16_forward(lg, 1, (uint16_t *)x, (uint16_t *)wte, NULL, N, C, V, Vp));
-    TIME("lm head bwd bf16, dout rows of V", 2 * fl, 5,
-         dv->matmul_bf16_backward(dx, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, V));
-    TIME("lm head bwd bf16, dout rows of Vp", 2 * fl, 5,
-         dv->matmul_bf16_backward(dx, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
+    for (int lt = 0; lt <= 2; lt += 2) {
+        char nm[96];
+        zt_cuda_matmul_epilogue(lt);
+        const char *lib = lt ? "cuBLASLt" : "cuBLAS";
+        snprintf(nm, sizeof nm, "lm head fwd bf16, f32 rows of V, %s", lib);
+        TIME(nm, fl, 5, dv->matmul_bf16_forward(lg, 0, (uint16_t *)x, (uint16_t *)wte, NULL, N, C, V, V));
+        snprintf(nm, sizeof nm, "lm head fwd bf16, bf16 rows of Vp, %s", lib);
+        TIME(nm, fl, 5, dv->matmul_bf16_forward(lg, 1, (uint16_t *)x, (uint16_t *)wte, NULL, N, C, V, Vp));
+        snprintf(nm, sizeof nm, "lm head bwd bf16, dout rows of V, %s", lib);
+        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, V));
+        snprintf(nm, sizeof nm, "lm head bwd bf16, dout rows of Vp, %s", lib);
+        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
+    }
     /* the classifier: the row read twice, dlogits written once */
     TIMEB("classifier f32 (N, V rows of Vp)", 3.0 * N * Vp * 4, 5,
           dv->crossentropy(loss, lg, lg, tg, N, V, Vp, 0, 1.0f));

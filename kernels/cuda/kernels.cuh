@@ -141,9 +141,10 @@ int zkc_colsum(cudaStream_t s, float *out, const float *x, int N, int OC, int ld
                double *scratch);
 int zkc_colsum_bf16(cudaStream_t s, float *out, const uint16_t *x, int N, int OC, int ld,
                     double *scratch);
-/* The forward's bias through cuBLASLt's epilogue (1) or a kernel after the
- * GEMM (0, the default); -1 only asks. Returns the setting in force.
- * Shapes cuBLASLt has no algorithm for keep the kernel. */
+/* Which library runs the matmuls: 0 cuBLAS, 1 cuBLASLt (the forward's bias
+ * in its epilogue), 2 cuBLASLt for bf16 operands only (the default); -1
+ * only asks. Returns the setting in force. Shapes, layouts and alignments
+ * cuBLASLt has no algorithm for keep cuBLAS. */
 int zkc_matmul_epilogue(int on);
 #define ZKC_LAUNCH_BASE 1000
 

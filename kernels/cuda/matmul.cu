@@ -3,7 +3,7 @@
  *   out (N,OC) = inp (N,C) @ w (OC,C)^T   is  out^T = w^T(op T) . inp^T
  * and likewise for the two backward products (llm.c's calls). fp32 compute
  * throughout; the bias is a kernel after the GEMM (one fp32 add, as the
- * CPU) or, with zkc_matmul_epilogue(1), cuBLASLt's bias epilogue; dbias a
+ * CPU) or cuBLASLt's bias epilogue (zkc_matmul_epilogue, below); dbias a
  * column sum in two fixed passes (colsum.cu). out and dout may have padded rows
  * (ldo >= OC, the LM head's logits): cuBLAS takes aligned kernels when the
  * row stride is a multiple of 16 bytes, which V = 50257 is not. */
@@ -51,106 +51,182 @@ static int gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, in
     return 0;
 }
 
-/* ---- the bias epilogue (cuBLASLt, CUBLASLT_EPILOGUE_BIAS): out = w.inp
- * + b in one kernel, the bias added to the fp32 accumulator as the bias
- * kernel adds it to the stored fp32 product (the same rounding; cuBLASLt
- * may pick another GEMM algorithm than cublasSgemm/GemmEx, so not their
- * bits). Off by default (zkc_matmul_epilogue): on only once a GPU shows it
- * pays (bench_cuda's "bias epilogue" rows). One plan per shape and dtype
- * (operands 16-byte aligned, else the plain path), kept for the process;
- * callers serialise (device_cuda.c's lock), so the plan cache and the one descriptor whose
- * bias pointer changes per call need no lock of their own. ---- */
-static int lt_on = 0;
+/* ---- cuBLASLt (zkc_matmul_epilogue): every GEMM of a call through one
+ * cublasLtMatmul with a plan kept per shape, layout and dtype -- the
+ * forward's bias in the epilogue (CUBLASLT_EPILOGUE_BIAS, added to the fp32
+ * accumulator before the one rounding of the output, as the CPU adds it),
+ * padded rows through the layouts' leading dimensions, bf16 or fp32 out,
+ * and both backward products. Mode 2 (the default) takes it for bf16
+ * operands only: an H200 ran the qkv bf16 forward at 469 TFLOP/s through it
+ * against 232 through cublasGemmEx; fp32 stays on cublasSgemm (mode 1 takes
+ * it for both, mode 0 for neither).
+ *
+ * One algorithm per plan, chosen by the heuristic at first use and kept for
+ * the process: the same bits run to run. Split-K is allowed (the backward's
+ * weight gradient has k = N = B*T and few output tiles), with its partial
+ * sums in fp32 only: the reduction schemes are masked to none, fp32 partials
+ * in the workspace, and in place only where the output is fp32 (in place
+ * sums in the output's type; bf16 partials are what the handle's
+ * DISALLOW_REDUCED_PRECISION_REDUCTION keeps out of cublasGemmEx). Each
+ * stream has its own workspace (matmuls on two streams may overlap on the
+ * GPU; one shared workspace would be a race). A shape, layout or alignment
+ * the heuristic has no algorithm for keeps the plain path, decided once per
+ * plan, so the path is a function of the shapes (the same for every
+ * strategy, whose views share offsets and alignment). Callers serialise
+ * (device_cuda.c's lock): the plan cache, the workspace table and the one
+ * descriptor whose bias pointer changes per call need no lock of their own.
+ * ---- */
+static int lt_mode = 2;
 
 int zkc_matmul_epilogue(int on)
 {
-    if (on == 0 || on == 1) lt_on = on;
-    return lt_on;
+    if (on >= 0 && on <= 2) lt_mode = on;
+    return lt_mode;
 }
 
-#define LT_PLANS 64
+static int lt_wanted(cudaDataType_t ab) { return lt_mode == 1 || (lt_mode == 2 && ab != CUDA_R_32F); }
+
+struct lt_key {
+    int m, n, k, lda, ldb, ldc;
+    cublasOperation_t ta, tb;
+    cudaDataType_t ab, ct;
+    int bias;                        /* CUBLASLT_EPILOGUE_BIAS with an fp32 bias */
+};
+
+#define LT_PLANS 128
 struct lt_plan {
-    int m, n, k;
-    cudaDataType_t ab;
+    struct lt_key key;
     int ok;                          /* 0: no algorithm (plain path) */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
+    size_t ws;                       /* the algorithm's workspace */
 };
 static cublasLtHandle_t lt;
 static struct lt_plan lt_plans[LT_PLANS];
 static int lt_nplans;
 
-/* every operand 16-byte aligned: the heuristic's promise (a view at an
- * odd offset of a slab, or an odd row length, keeps the plain path) */
-static int lt_aligned(const void *a, const void *b, const void *c, const void *bias)
+#define LT_WS ((size_t)32 << 20)     /* a stream's workspace */
+#define LT_STREAMS 16
+static struct { cudaStream_t s; void *p; } lt_ws[LT_STREAMS];
+
+/* stream s's workspace (allocated at its first Lt GEMM), or NULL */
+static void *lt_workspace(cudaStream_t s)
 {
-    return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)bias) & 15) == 0;
+    for (int i = 0; i < LT_STREAMS; i++) {
+        if (lt_ws[i].p && lt_ws[i].s == s) return lt_ws[i].p;
+        if (!lt_ws[i].p) {
+            if (cudaMalloc(&lt_ws[i].p, LT_WS) != cudaSuccess) {
+                (void)cudaGetLastError();
+                lt_ws[i].p = NULL;
+                return NULL;
+            }
+            lt_ws[i].s = s;
+            return lt_ws[i].p;
+        }
+    }
+    return NULL;                     /* more streams than slots: the plain path */
 }
 
-/* No workspace: matmuls on two streams may overlap on the GPU, and one
- * shared workspace would be a race (cuBLAS keeps one per stream); it also
- * keeps split-K, whose partial sums change the bits, out of the choice. */
-static struct lt_plan *lt_plan(int m, int n, int k, cudaDataType_t ab)
+/* 16-byte aligned pointers and row strides: the alignment the plans ask for */
+static int lt_aligned(const void *p, int ld, cudaDataType_t t)
 {
-    for (int i = 0; i < lt_nplans; i++) {
-        struct lt_plan *p = &lt_plans[i];
-        if (p->m == m && p->n == n && p->k == k && p->ab == ab) return p;
-    }
-    if (!lt && cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) { lt = NULL; return NULL; }
-    if (lt_nplans == LT_PLANS) return NULL;                  /* plain path from here */
-    struct lt_plan *p = &lt_plans[lt_nplans];
-    memset(p, 0, sizeof *p);
-    p->m = m; p->n = n; p->k = k; p->ab = ab;
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-    uint32_t al = 16;                /* lt_aligned's promise */
-    size_t ws = 0;
+    size_t es = t == CUDA_R_32F ? 4 : 2;
+    return p == NULL || ((((uintptr_t)p) & 15) == 0 && ((size_t)ld * es) % 16 == 0);
+}
+
+static int lt_make(struct lt_plan *p)
+{
+    const struct lt_key *k = &p->key;
+    cublasLtEpilogue_t ep = k->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cudaDataType_t bt = CUDA_R_32F;
+    uint32_t al = 16, red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                            (k->ct == CUDA_R_32F ? CUBLASLT_REDUCTION_SCHEME_INPLACE : 0);
+    size_t ws = LT_WS;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
-    /* A = w, stored (k, m) column-major (w's (OC, C) rows), used transposed;
-     * B = inp, stored (k, n); C = D = out, (m, n), all leading dimensions
-     * the stored row lengths */
-    if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
-        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
-        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ||
+    /* as stored: A (k, m) when transposed else (m, k), B (n, k) when
+     * transposed else (k, n), C = D (m, n); column-major, the given ld */
+    int ar = k->ta == CUBLAS_OP_T ? k->k : k->m, ac = k->ta == CUBLAS_OP_T ? k->m : k->k;
+    int br = k->tb == CUBLAS_OP_T ? k->n : k->k, bc = k->tb == CUBLAS_OP_T ? k->k : k->n;
+    int bad = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &k->ta, sizeof k->ta) ||
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &k->tb, sizeof k->tb) ||
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep) ||
-        cublasLtMatrixLayoutCreate(&p->la, ab, k, m, k) ||
-        cublasLtMatrixLayoutCreate(&p->lb, ab, k, n, k) ||
-        cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, m, n, m) ||
+        (k->bias && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                   &bt, sizeof bt)) ||
+        cublasLtMatrixLayoutCreate(&p->la, k->ab, ar, ac, k->lda) ||
+        cublasLtMatrixLayoutCreate(&p->lb, k->ab, br, bc, k->ldb) ||
+        cublasLtMatrixLayoutCreate(&p->lc, k->ct, k->m, k->n, k->ldc) ||
         cublasLtMatmulPreferenceCreate(&pref) ||
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                             &ws, sizeof ws) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red, sizeof red) ||
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al) ||
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al) ||
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al) ||
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al) ||
         cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres) ||
-        nres < 1) {
-        p->ok = 0;                   /* this shape stays on the plain path */
-    } else {
-        p->ok = 1; p->algo = res.algo;
-    }
+        nres < 1 || res.state != CUBLAS_STATUS_SUCCESS || res.workspaceSize > LT_WS;
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    lt_nplans++;
-    return p;
+    if (!bad) { p->algo = res.algo; p->ws = res.workspaceSize; }
+    return !bad;
 }
 
-/* out (N,OC) = inp (N,C) @ w (OC,C)^T + b through the epilogue; *done = 0
- * when this shape has no plan (the caller takes the plain path) */
-static int lt_fwd(cudaStream_t s, float *out, const void *inp, const void *w, const float *b,
-                  int N, int C, int OC, cudaDataType_t ab, int *done)
+/* the plan of key k, made at its first use; NULL: the plain path */
+static struct lt_plan *lt_plan(const struct lt_key *k)
+{
+    for (int i = 0; i < lt_nplans; i++)
+        if (!memcmp(&lt_plans[i].key, k, sizeof *k)) return lt_plans[i].ok ? &lt_plans[i] : NULL;
+    if (!lt && cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) { lt = NULL; return NULL; }
+    if (lt_nplans == LT_PLANS) return NULL;                  /* plain path from here */
+    struct lt_plan *p = &lt_plans[lt_nplans++];
+    memset(p, 0, sizeof *p);
+    p->key = *k;
+    p->ok = lt_make(p);
+    return p->ok ? p : NULL;
+}
+
+/* D = op(A) op(B) (+ bias) (+ D when beta is 1); *done = 0 where the key
+ * has no plan (the caller takes the plain path) */
+static int lt_gemm(cudaStream_t s, const struct lt_key *k, const void *a, const void *b, void *d,
+                   const float *bias, int *done, const float *beta = &zero)
 {
     *done = 0;
-    if (!lt_aligned(inp, w, out, b)) return 0;
-    struct lt_plan *p = lt_plan(OC, N, C, ab);
-    if (!p || !p->ok) return 0;
-    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b));
-    CUBLAS_TRY(cublasLtMatmul(lt, p->desc, &one, w, p->la, inp, p->lb, &zero, out, p->lc, out, p->lc,
-                              &p->algo, NULL, 0, s));
+    if (!lt_aligned(a, k->lda, k->ab) || !lt_aligned(b, k->ldb, k->ab) ||
+        !lt_aligned(d, k->ldc, k->ct) || ((uintptr_t)bias & 15))
+        return 0;
+    struct lt_plan *p = lt_plan(k);
+    if (!p) return 0;
+    void *ws = p->ws ? lt_workspace(s) : NULL;
+    if (p->ws && !ws) return 0;
+    if (k->bias)
+        CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    CUBLAS_TRY(cublasLtMatmul(lt, p->desc, &one, a, p->la, b, p->lb, beta, d, p->lc, d, p->lc,
+                              &p->algo, ws, p->ws, s));
     *done = 1;
     return 0;
+}
+
+/* whether lt_gemm would take key k with these operands (makes the plan) */
+static int lt_plan_exists(cudaStream_t s, const struct lt_key *k, const void *a, const void *b,
+                          const void *d)
+{
+    if (!lt_aligned(a, k->lda, k->ab) || !lt_aligned(b, k->ldb, k->ab) || !lt_aligned(d, k->ldc, k->ct))
+        return 0;
+    struct lt_plan *p = lt_plan(k);
+    return p && (!p->ws || lt_workspace(s));
+}
+
+static struct lt_key lt_key_of(int m, int n, int k, cublasOperation_t ta, cublasOperation_t tb,
+                               int lda, int ldb, int ldc, cudaDataType_t ab, cudaDataType_t ct,
+                               int bias)
+{
+    struct lt_key key;
+    memset(&key, 0, sizeof key);     /* the padding too: keys are compared with memcmp */
+    key.m = m; key.n = n; key.k = k; key.lda = lda; key.ldb = ldb; key.ldc = ldc;
+    key.ta = ta; key.tb = tb; key.ab = ab; key.ct = ct; key.bias = bias;
+    return key;
 }
 
 /* out (N,OC), rows ldo apart, fp32 or (ct = CUDA_R_16BF) bf16 */
@@ -159,9 +235,21 @@ static int fwd(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, con
                cudaDataType_t ct)
 {
     if (N == 0 || OC == 0) return 0;
-    if (lt_on && b && C > 0 && ldo == OC && ct == CUDA_R_32F) {
-        int done, e = lt_fwd(s, (float *)out, inp, w, b, N, C, OC, ab, &done);
+    if (lt_wanted(ab) && C > 0) {
+        /* out^T (OC, N) = w (C, OC)^T . inp^T (C, N), column-major */
+        struct lt_key k = lt_key_of(OC, N, C, CUBLAS_OP_T, CUBLAS_OP_N, C, C, ldo, ab, ct, b != NULL);
+        int done, e = lt_gemm(s, &k, w, inp, out, b, &done);
         if (e || done) return e;
+        if (b && ct != CUDA_R_32F) {  /* no bf16-out plan with an fp32 bias: the bias rows first, beta = 1 */
+            k = lt_key_of(OC, N, C, CUBLAS_OP_T, CUBLAS_OP_N, C, C, ldo, ab, ct, 0);
+            if (lt_plan_exists(s, &k, w, inp, out)) {
+                k_bias_fill_b16<<<zkc_grid((size_t)N * OC, 256), 256, 0, s>>>((__nv_bfloat16 *)out, b, (size_t)N, OC, ldo);
+                LAUNCH_TRY();
+                e = lt_gemm(s, &k, w, inp, out, NULL, &done, &one);
+                if (e || done) return e;
+                return ZKC_LAUNCH_BASE + (int)cudaErrorUnknown;   /* planned above: cannot happen */
+            }
+        }
     }
     CUBLAS_TRY(cublasSetStream(h, s));
     size_t es = ct == CUDA_R_32F ? 4 : 2;
@@ -188,6 +276,20 @@ static int fwd(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, con
     return 0;
 }
 
+/* one backward product, fp32 out: through cuBLASLt where wanted and
+ * planned, else cuBLAS (the handle already on stream s) */
+static int prod(cublasHandle_t h, cudaStream_t s, cublasOperation_t ta, cublasOperation_t tb,
+                int m, int n, int k, const void *a, int lda, const void *b, int ldb, float *c,
+                int ldc, cudaDataType_t ab)
+{
+    if (lt_wanted(ab)) {
+        struct lt_key key = lt_key_of(m, n, k, ta, tb, lda, ldb, ldc, ab, CUDA_R_32F, 0);
+        int done, e = lt_gemm(s, &key, a, b, c, NULL, &done);
+        if (e || done) return e;
+    }
+    return gemm(h, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, ab);
+}
+
 template <typename T>
 static int bwd(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw, float *db,
                const T *dout, const T *inp, const T *w, int N, int C, int OC, int ldo,
@@ -196,11 +298,11 @@ static int bwd(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw, float *
     CUBLAS_TRY(cublasSetStream(h, s));
     if (dinp && N > 0 && C > 0) {          /* dinp (N,C) = dout (N,OC) @ w (OC,C) */
         if (OC == 0) { if (cudaMemsetAsync(dinp, 0, (size_t)N * C * 4, s)) return ZKC_LAUNCH_BASE + (int)cudaGetLastError(); }
-        else { int e = gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, C, dout, ldo, dinp, C, ab); if (e) return e; }
+        else { int e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, C, dout, ldo, dinp, C, ab); if (e) return e; }
     }
     if (dw && OC > 0 && C > 0) {           /* dw (OC,C) = dout^T @ inp, k over the N rows */
         if (N == 0) { if (cudaMemsetAsync(dw, 0, (size_t)OC * C * 4, s)) return ZKC_LAUNCH_BASE + (int)cudaGetLastError(); }
-        else { int e = gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, ldo, dw, C, ab); if (e) return e; }
+        else { int e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, ldo, dw, C, ab); if (e) return e; }
     }
     if (db && OC) {                        /* two passes, fixed chunks: colsum.cu */
         int e = ab == CUDA_R_32F ? zkc_colsum(s, db, (const float *)dout, N, OC, ldo, scratch)

@@ -492,8 +492,9 @@ static void t_matmul(int bf16, int N, int C, int OC) { t_matmul_ld(bf16, N, C, O
 static void t_matmul_ld(int bf16, int N, int C, int OC, int ld, int out16)
 {
     char name[160];
-    const char *k = zt_cuda_matmul_epilogue(-1) == 1
-                        ? (bf16 ? "matmul bf16 (bias epilogue)" : "matmul fp32 (bias epilogue)")
+    int lt = zt_cuda_matmul_epilogue(-1);
+    const char *k = lt == 1 || (lt == 2 && bf16)
+                        ? (bf16 ? "matmul bf16 (cuBLASLt)" : "matmul fp32 (cuBLASLt)")
                         : (bf16 ? "matmul bf16" : "matmul fp32");
     float *a = ct_rand((size_t)N * C, -1, 1), *w = ct_rand((size_t)OC * C, -1, 1);
     float *b = ct_rand(OC, -1, 1), *dy = ct_rand((size_t)N * OC, -1, 1);
@@ -587,19 +588,23 @@ static void t_matmul_all(void)
     t_matmul(1, 128, 768, 3072);
 }
 
-/* the forward's bias through cuBLASLt's epilogue (zt_cuda_matmul_epilogue):
- * the same checks, odd leading dimensions (771) among them */
+/* every matmul through cuBLASLt (zt_cuda_matmul_epilogue(1): the bias in
+ * the epilogue, padded rows, bf16 out, both backward products, split-K's
+ * fp32 partials): the same checks and shapes, odd leading dimensions (771,
+ * which keep cuBLAS: not 16-byte rows) among them; then the default (2),
+ * whose bf16 shapes take cuBLASLt, and a refused setting */
 static void t_matmul_epilogue(void)
 {
     int was = zt_cuda_matmul_epilogue(-1);
     zt_cuda_matmul_epilogue(1);
-    t_matmul(0, 67, 771, 130);
-    t_matmul(0, 128, 768, 2304);
-    t_matmul(1, 67, 771, 130);
+    t_matmul_all();
+    t_matmul(1, 1024, 768, 768);                 /* k = N long: split-K's shape (dweight) */
+    zt_cuda_matmul_epilogue(2);
+    t_matmul_ld(1, 16, 768, 50257, 50304, 1);
     t_matmul(1, 128, 768, 3072);
     zt_cuda_matmul_epilogue(was);
-    int bad = zt_cuda_matmul_epilogue(2);
-    ct_check(bad == ZT_EINVAL && zt_cuda_matmul_epilogue(-1) == was, "matmul epilogue: 2 is refused",
+    int bad = zt_cuda_matmul_epilogue(3);
+    ct_check(bad == ZT_EINVAL && zt_cuda_matmul_epilogue(-1) == was, "matmul epilogue: 3 is refused",
              "rc %d, setting %d", bad, zt_cuda_matmul_epilogue(-1));
 }
 
