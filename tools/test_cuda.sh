@@ -2,8 +2,9 @@
 # tools/test_cuda.sh -- runs the GPU tests of an already built build-cuda/
 # (make test-cuda builds, then calls this; tools/gpu_kit.sh calls it on a
 # GPU machine that has the binaries but no compiler toolchain for the rest).
-# Each test prints one skip line and passes where no GPU is visible. Exit
-# status: that of the first test that fails.
+# Each test prints one skip line and passes where no GPU is visible. Every
+# test runs even after one fails (a lent GPU's minutes are few: one failure
+# must not hide the rest); exit status: that of the first test that failed.
 #   sh tools/test_cuda.sh [BUILD_DIR]          (default build-cuda)
 set -e
 cd "$(dirname "$0")/.."
@@ -12,14 +13,23 @@ for f in test_cuda test_cuda_seams test_cuda_nccl libztrain.so ztrain; do
   [ -e "$B/$f" ] || { echo "test_cuda.sh: $B/$f is missing: build it first (make test-cuda)" >&2; exit 2; }
 done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-"$B/test_cuda"
-"$B/test_cuda_seams"
+first=0
+run() {
+  rc=0
+  "$@" || rc=$?
+  if [ $rc -ne 0 ]; then
+    echo "test_cuda.sh: FAILED (exit $rc): $*"
+    [ $first -ne 0 ] || first=$rc
+  fi
+}
+run "$B/test_cuda"
+run "$B/test_cuda_seams"
 # device-tensor collectives under mpirun -np 2: staged through MPI (ranks
 # may share a GPU) and through NCCL (one GPU per rank; skips with fewer)
 if command -v mpirun >/dev/null; then
   for m in mpi nccl; do
     echo "mpirun -np 2 $B/test_cuda_nccl $m"
-    mpirun --oversubscribe -np 2 "$B/test_cuda_nccl" $m
+    run mpirun --oversubscribe -np 2 "$B/test_cuda_nccl" $m
   done
 else
   echo "cuda mpi/nccl: no mpirun, skipped"
@@ -36,11 +46,12 @@ fi
 # activation checkpointing, pipedream), each twice (same bits) and against
 # one rank accumulating, 2-4 ranks sharing the GPU.
 ZT="env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ZTRAIN_LIB=$(pwd)/$B/libztrain.so $B/ztrain"
-$ZT --script spec/cuda/whole_step.lua
+run $ZT --script spec/cuda/whole_step.lua
 # and with the GPU's tensor-core attention (device.attention=bf16): bf16 only
-$ZT --script spec/cuda/whole_step.lua precision=bf16 attention_b=bf16 config=hs64
+run $ZT --script spec/cuda/whole_step.lua precision=bf16 attention_b=bf16 config=hs64
 if command -v mpirun >/dev/null; then
-  $ZT --script spec/cuda/strategies.lua
+  run $ZT --script spec/cuda/strategies.lua
 else
   echo "cuda strategies: no mpirun, skipped"
 fi
+exit $first
