@@ -1,11 +1,11 @@
 #!/bin/sh
 # Run a kernels/cuda file's own source on the CPU (spec/emu/cuda_emu.h:
-# threads, barriers, warp shuffles, WMMA by its documented meaning) against
-# its CPU twin, in spec/emu/test_NAME_emu.c. No GPU or nvcc needed; needs
-# the CPU objects (make all).
+# threads, barriers, warp shuffles, mma.sync and ldmatrix by their per-lane
+# register layouts) against its CPU twin, in spec/emu/test_NAME_emu.c. No
+# GPU or nvcc needed; needs the CPU objects (make all).
 #   sh tools/emu_kernel.sh NAME [build dir, default build]
-# NAME: attention_tc (kernels/cuda/attention_tc.cu), layernorm, xent,
-# colsum or embedding (kernels/cuda/NAME.cu). SRC=file runs another version of the kernel
+# NAME: attention_tc, layernorm, xent, colsum, embedding or reduce
+# (kernels/cuda/NAME.cu). SRC=file runs another version of the kernel
 # (e.g. a deliberately broken one); NO_RUN=1 builds $B/emu/test_NAME_emu
 # only (make test builds it so, then runs it with the C tests).
 set -e
@@ -15,9 +15,10 @@ D=$B/emu
 [ -f spec/emu/test_${N}_emu.c ] || { echo "emu_kernel: no spec/emu/test_${N}_emu.c" >&2; exit 2; }
 mkdir -p $D
 # the launches <<<grid, threads, 0, s>>>(args), each on one line, become
-# emu_launch(grid, threads, lambda)
-sed -E -e 's|#include <cuda_bf16.h>||; s|#include <mma.h>||; s|#include "common.cuh"|#include "cuda_emu.h"|' \
-       -e 's/([A-Za-z_0-9]+)<<<(.*), ([^,]+), 0, s>>>\((.*)\);/emu_launch(\2, \3, [=] { \1(\4); });/' \
+# emu_launch(grid, threads, lambda) (a template kernel's name, k<HD><<<,
+# too); kernels/cuda/mma.cuh's instructions are cuda_emu.h's own functions
+sed -E -e 's|#include <cuda_bf16.h>||; s|#include <mma.h>||; s|#include "mma.cuh"||; s|#include "common.cuh"|#include "cuda_emu.h"|' \
+       -e 's/([A-Za-z_0-9]+(<[A-Za-z_0-9]+>)?)<<<(.*), ([^,]+), 0, s>>>\((.*)\);/emu_launch(\3, \4, [=] { \1(\5); });/' \
        ${SRC:-kernels/cuda/$N.cu} > $D/${N}_emu.cpp
 g++ -std=c++17 -O2 -g -Wall -Wno-unused-function -Wno-unknown-pragmas -pthread -Ispec/emu -c $D/${N}_emu.cpp -o $D/${N}_emu.o
 cc -std=c11 -O2 -g -Wall -Wextra -fopenmp -D_GNU_SOURCE -Ikernels/cpu -Ispec/c -c spec/emu/test_${N}_emu.c -o $D/test_${N}.o

@@ -1,397 +1,518 @@
 /* attention_tc.cu -- causal self-attention on bf16 tensor cores with fp32
- * accumulation (FlashAttention-2 style), head size 64 only (kernels.cuh:
- * zkc_attention_forward_tc / zkc_attention_backward_tc). Layouts and the
- * WRITTEN contract of zk_attention_* (kernels/cpu/kernels.h).
+ * accumulation (FlashAttention-2 style), head sizes 64 and 128 (kernels.cuh:
+ * zkc_attention_forward_tc / zkc_attention_backward_tc; another head size,
+ * or a qkv, dout, out or dqkv not 16-byte aligned, returns
+ * cudaErrorInvalidValue and launches nothing). Layouts and the WRITTEN
+ * contract of zk_attention_* (kernels/cpu/kernels.h).
  *
- * The products use WMMA (nvcuda::wmma, 16x16x16 bf16 fragments, fp32
- * accumulators). A fragment's element layout is unspecified, so every
- * accumulator that needs per-row or per-column work (scale, mask, softmax,
- * rescale) is stored to shared memory and handled there in SIMT code.
+ * Instructions (mma.cuh): mma.sync.aligned.m16n8k16 bf16 -> fp32 and
+ * ldmatrix.x4 (.trans for a B operand stored k by n) on the PTX ISA's
+ * documented fragment layouts, so scores, the online softmax, P and every
+ * accumulator stay in registers: the C layout of two n-tiles of S is the A
+ * layout of one k-step of P (no shared-memory round trip), a row's
+ * statistics are reduced over the 4 lanes that hold it (xor 1, 2).
+ * Tiles: shared memory bf16 at stride HD + 8 (conflict-free ldmatrix),
+ * filled from the fp32 rows by 16-byte loads converted once (load_tile).
  *
- * Forward, one block of 4 warps per (64 query rows, b, h); each warp owns
- * 16 rows. For key tiles kt = 0 .. the diagonal (64 keys each; tiles wholly
- * above the diagonal are skipped): S = Q K^T (fp32), s = S * scale, keys
- * after the row masked to -inf, then per row m' = max(m, max s),
- * c = exp(m - m'), p = exp(s - m'), l = l c + sum p (p in fp32), O = c O +
- * bf16(p) V. At the end out = O / l, lse = m + log l. No (T,T) buffer.
+ * Forward (k_tc_fwd): a block of 4 warps per (64 query rows, b, h), each
+ * warp 16 rows with its Q fragments in registers. For key tiles kt = 0 ..
+ * the diagonal (64 keys; tiles above it skipped; the mask only on the
+ * diagonal tile): S = Q K^T (fp32), per row m' = max(m, max S) (raw
+ * scores), c = 2^((m - m') scale log2 e), p = 2^(fma(S, scale log2 e,
+ * -m' scale log2 e)), l = l c + sum p (p in fp32, each lane its part of
+ * the row), O = c O + bf16(p) V. At the end out = O (1 / l), lse =
+ * m scale + log l. No (T,T) buffer. 2 matmul-equivalents (Q K^T, P V).
  *
- * Backward: D = rowsum(dout * out) (fp32, k_tc_D); then one block per 64
- * keys computing dK, dV over query chunks of 32 at or after the tile's first
- * key, and one block per 64 queries computing dQ over key chunks of 32 up to
- * the block's last row. Both recompute p = exp(S * scale - lse) in fp32 and
- * dS = p (dP - D) scale with dP = dout V^T; dV += bf16(p)^T dout,
- * dK += bf16(dS)^T Q, dQ += bf16(dS) K.
+ * Backward: D = rowsum(dout * out) (k_tc_D, fp32); then k_tc_dkv, one
+ * block per 64 keys (a warp's 16 keys each, dK and dV in registers) over
+ * chunks of CH queries (64 at head size 64, 16 at 128) from the block's
+ * first key: S^T = K Q^T, dP^T = V dout^T, p = 2^(fma(S, scale log2 e,
+ * -lse log2 e)), dS = p (dP - D) scale, dV += bf16(p)^T dout, dK +=
+ * bf16(dS)^T Q: 4 matmul-equivalents. Then k_tc_dq, one block per 64
+ * queries over chunks of CH keys up to the block's last row, recomputing S
+ * and dP: dQ += bf16(dS) K, 3 more: 7 in all against FlashAttention-2's 5.
+ * Why a second pass for dQ: FA2 adds each key block's dQ part into fp32 dQ
+ * with atomics, in an order that varies run to run. Without atomics the
+ * parts need an owner: per-key-block partials summed in a fixed order
+ * need T/64 copies of dQ (at GPT-2 124M, B=16, T=1024: 16 x 50 MB a
+ * layer) where the contract's scratch is B*NH*T floats (D); ordering the
+ * adds (a semaphore per query block) serialises the key blocks of a query
+ * block and rests on block scheduling order. The dQ pass instead costs 3
+ * of the 7 matmul-equivalents' FLOPs, 2 of them recomputation: at that
+ * shape 3 x 2 x (T^2/2) x 64 x 192 heads = 39 GFLOP a layer, ~0.13 ms at
+ * 300 TFLOP/s, about what FA2's atomics move through L2 (136 key x query
+ * block pairs x 16 KiB of fp32 dQ x 192 heads = 430 MB a layer).
  *
- * Rounded to bf16 (RNE, __float2bfloat16_rn) on the way into shared memory:
- * q, k, v, dout, and p, dS where they enter a product. In fp32: the scores,
- * softmax statistics, lse, D and every accumulation.
+ * Rounded to bf16 (RNE) on the way into shared memory: q, k, v, dout; in
+ * registers: p, dS where they enter a product. In fp32: the scores,
+ * softmax statistics, lse, D and every accumulation (the order inside an
+ * mma is the hardware's).
  *
  * Deterministic (the same bits run to run): no atomics; every output element
- * has one owner (a warp of one block) that sums its terms in a fixed order
- * (a fixed loop over tiles; mma_sync is a fixed function of its inputs).
+ * has one owner (a lane of one warp of one block) that sums its terms in a
+ * fixed order (a fixed loop over tiles and chunks; an mma is a fixed
+ * function of its inputs; the 4-lane xor reductions give every lane the
+ * same bits).
  *
  * spec/c/test_attention_tiles.c mirrors this recurrence on the CPU (tile
  * sizes, masking, rescale order, rounding points): change it with this file.
- * tools/emu_kernel.sh attention_tc runs this file's own source on the CPU (spec/emu/
- * cuda_emu.h: threads, barriers, WMMA by its documented meaning).
+ * tools/emu_kernel.sh attention_tc runs this file's own source on the CPU
+ * (spec/emu/cuda_emu.h: threads, barriers, mma.sync and ldmatrix with each
+ * lane holding only its own registers by the documented layouts).
  *
- * Resources (ptxas, sm_90): forward 168 registers, 45056 B static shared;
- * dK/dV 168 and dQ 164 registers, 37888 B; no spills. Under 48 KiB, so no
- * opt-in to more shared memory.
+ * Resources (ptxas, sm_90, 128 threads a block, static shared memory, no
+ * spills): forward 103 registers, 18432 B (head size 64) / 167, 34816 B
+ * (128); dK/dV 168, 37376 B / 220, 43648 B; dQ 128, 36864 B / 164,
+ * 43520 B; D 20. All under 48 KiB, so no opt-in to more shared memory.
+ * Not pipelined yet: a tile's loads and the products alternate, fenced by
+ * __syncthreads; several blocks per SM (forward 64: 4 by registers) hide
+ * the loads.
  */
 #include <limits.h>
+#include <stdint.h>
 #include <cuda_bf16.h>
-#include <mma.h>
+#include "mma.cuh"
 #include "common.cuh"
 
-using namespace nvcuda;
-
-#define HD 64              /* head size */
-#define WR 16              /* rows per warp: one fragment high */
-#define NW 4               /* warps per block */
-#define BR (NW * WR)       /* a block's rows: queries (forward, dQ) or keys (dK, dV) */
-#define BC 32              /* backward inner chunk: queries (dK, dV) or keys (dQ) */
-#define LDH (HD + 8)       /* bf16 stride of a 64-wide tile: 144 B rows (16-row steps stay 32 B aligned) */
-#define LDF (HD + 4)       /* fp32 stride of a 64-wide tile */
-#define LDH2 (BC + 8)      /* bf16 stride of a 32-wide tile */
-#define LDF2 (BC + 4)      /* fp32 stride of a 32-wide tile */
+#define NW 4               /* warps per block; each owns 16 rows (one m16 tile) */
+#define BR (NW * 16)       /* a block's rows: queries (forward, dQ) or keys (dK, dV) */
+#define LOG2E 1.4426950408889634f
 
 typedef __nv_bfloat16 bf16;
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> frag_a;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> frag_br;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> frag_bc;
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
 
 struct tcp { int T, C, NH; float scale; };
 
-/* acc += A . B over NK 16-wide steps: A a warp's 16 rows (bf16, stride lda),
- * B 16 * NK rows of a 64-wide tile from its column block (bf16, stride
- * LDH). O += P V, dV += P^T dout, dK += dS^T Q, dQ += dS K. */
-template <int NK>
-__device__ __forceinline__ void tile_acc(frag_c &acc, const bf16 *A, int lda, const bf16 *B)
+/* The backward's inner chunk (queries for dK, dV; keys for dQ) */
+template <int HD> struct tc_cfg { enum { CH = HD == 64 ? 64 : 16, LD = HD + 8 }; };
+
+/* rows [t0, t0+R) of a (T, stride) fp32 matrix's HD columns at src -> bf16
+ * (RNE) rows of dst at stride HD + 8 (144 or 272 B: the 8 rows an ldmatrix
+ * reads fall in 8 different 16-byte bank groups); rows at or past T are
+ * zero. Every thread of the block: 16-byte loads in batches of LB per
+ * thread (LB loads in flight, then their stores; one batch at a time keeps
+ * the staging to 4 LB registers). A bf16 source would be a cp.async of 16
+ * bytes per chunk here. */
+template <int R, int HD>
+__device__ __forceinline__ void load_tile(bf16 *dst, const float *src, size_t stride, int t0, int T)
+{
+    constexpr int V = HD / 4, N = R * V / (NW * 32), LB = N < 4 ? N : 4;
+    static_assert(R * V % (NW * 32) == 0 && N % LB == 0, "tile not a multiple of the block");
+#pragma unroll 1
+    for (int n0 = 0; n0 < N; n0 += LB) {
+        float4 x[LB];
+#pragma unroll
+        for (int n = 0; n < LB; n++) {
+            const int idx = threadIdx.x + (n0 + n) * NW * 32, r = idx / V, c = idx % V * 4;
+            if (t0 + r < T) x[n] = zkc_ldg4(src + (size_t)(t0 + r) * stride + c);
+            else x[n] = float4{ 0.0f, 0.0f, 0.0f, 0.0f };
+        }
+#pragma unroll
+        for (int n = 0; n < LB; n++) {
+            const int idx = threadIdx.x + (n0 + n) * NW * 32, r = idx / V, c = idx % V * 4;
+            zkc_sts2(dst + r * (HD + 8) + c, zkc_pack_bf16(x[n].x, x[n].y),
+                     zkc_pack_bf16(x[n].z, x[n].w));
+        }
+    }
+}
+
+/* ldmatrix row addresses: a lane's byte offset into a bf16 tile at stride
+ * LD, computed once (then every fragment is the tile's address plus the
+ * lane's offset plus a constant):
+ *  A (16 x 16 at rows r0, columns k0): lanes 0-15 rows 0-15 at column 0,
+ *    lanes 16-31 rows 0-15 at column 8 -> a[0..3] as mma.cuh's layout;
+ *  B of two n-tiles (n0, n0 + 8) at k-step k0, from a tile stored n by k
+ *    (row n holds B(., n)): lanes 0-7 rows n0.. at k0, 8-15 at k0 + 8,
+ *    16-31 the same for n0 + 8 -> b[0..1] n-tile n0, b[2..3] n0 + 8;
+ *  the same from a tile stored k by n (row k holds B(k, .)), .trans:
+ *    lanes 0-7 rows k0.., 8-15 rows k0 + 8.., 16-31 the same at n0 + 8. */
+struct lane_offs { uint32_t a, nk, kn; };
+template <int LD>
+__device__ __forceinline__ lane_offs lane_offsets(int lane)
+{
+    lane_offs o;
+    o.a = (uint32_t)(((lane & 15) * LD + (lane >> 4) * 8) * 2);
+    o.nk = (uint32_t)((((lane & 7) + (lane >> 4) * 8) * LD + ((lane >> 3) & 1) * 8) * 2);
+    o.kn = (uint32_t)((((lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8) * 2);
+    return o;
+}
+
+/* p: the tile's address plus the lane's offset of the kind */
+template <int LD>
+__device__ __forceinline__ void frag_a(uint32_t a[4], zkc_sptr p, int r0, int k0)
+{
+    zkc_ldmatrix_x4(a, p + (uint32_t)(r0 * LD + k0) * 2);
+}
+template <int LD>
+__device__ __forceinline__ void frag_b_nk(uint32_t b[4], zkc_sptr p, int n0, int k0)
+{
+    zkc_ldmatrix_x4(b, p + (uint32_t)(n0 * LD + k0) * 2);
+}
+template <int LD>
+__device__ __forceinline__ void frag_b_kn(uint32_t b[4], zkc_sptr p, int k0, int n0)
+{
+    zkc_ldmatrix_x4_trans(b, p + (uint32_t)(k0 * LD + n0) * 2);
+}
+
+/* acc (16 x 8 NT, fp32) += A (16 x 16 KS from registers) B (16 KS x 8 NT,
+ * a tile stored k by n; p its address plus the lane's kn offset) */
+template <int KS, int NT, int LD>
+__device__ __forceinline__ void mma_reg_kn(float (*acc)[4], const uint32_t (*a)[4], zkc_sptr p)
 {
 #pragma unroll
-    for (int kk = 0; kk < NK; kk++) {
-        frag_a af;
-        frag_br bf;
-        wmma::load_matrix_sync(af, A + kk * 16, lda);
-        wmma::load_matrix_sync(bf, B + kk * 16 * LDH, LDH);
-        wmma::mma_sync(acc, af, bf, acc);
-    }
+    for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t bf[4];
+            frag_b_kn<LD>(bf, p, kk * 16, np * 16);
+            zkc_mma_bf16_16816(acc[2 * np], a[kk], bf);
+            zkc_mma_bf16_16816(acc[2 * np + 1], a[kk], bf + 2);
+        }
 }
 
-/* rows [t0, t0+n) of a (T, stride) matrix's 64 columns at src -> bf16 dst
- * (stride LDH); rows at or past T read as zero. All threads of the block. */
-__device__ static void load_rows(bf16 *dst, const float *src, size_t stride, int t0, int n, int T)
-{
-    for (int x = threadIdx.x; x < n * HD; x += blockDim.x) {
-        int r = x / HD, d = x % HD, t = t0 + r;
-        dst[r * LDH + d] = __float2bfloat16_rn(t < T ? src[(size_t)t * stride + d] : 0.0f);
-    }
-}
-
-/* 16 rows x 64 of fp32 at src (stride LDF) -> rows [r0, r0+16) of dst
- * (stride ld) that are below T. One warp. */
-__device__ static void put_rows(float *dst, size_t ld, const float *src, int r0, int T, int lane)
-{
-    for (int r = 0; r < WR && r0 + r < T; r++) {
-        dst[(size_t)(r0 + r) * ld + lane] = src[r * LDF + lane];
-        dst[(size_t)(r0 + r) * ld + lane + 32] = src[r * LDF + lane + 32];
-    }
-}
-
-/* Online softmax over one 64-key tile for this warp's 16 rows: sw holds
- * S = Q K^T (fp32), pw gets bf16(p); m, l updated, c = exp(m_old - m_new). */
-__device__ __forceinline__ void softmax_tile(const float *sw, bf16 *pw, float *m, float *l, float *c,
-                                             int i0, int k0, float scale, int lane)
+/* An fp32 accumulator (16 x 16 KS, C layout) as bf16 A fragments: the
+ * C layout of n-tiles 2kk, 2kk+1 is the A layout of k-step kk */
+template <int KS>
+__device__ __forceinline__ void c_to_a(uint32_t (*a)[4], const float (*c)[4])
 {
 #pragma unroll
-    for (int r = 0; r < WR; r++) {
-        const int i = i0 + r;
-        float s0 = sw[r * LDF + lane] * scale, s1 = sw[r * LDF + lane + 32] * scale;
-        if (k0 + lane > i) s0 = -INFINITY;          /* causal: key after the row */
-        if (k0 + lane + 32 > i) s1 = -INFINITY;
-        /* key k0 <= i is never masked, so mn is finite */
-        float mn = fmaxf(m[r], zkc_warp_max(fmaxf(s0, s1)));
-        float p0 = expf(s0 - mn), p1 = expf(s1 - mn);
-        c[r] = expf(m[r] - mn);                      /* 0 on the first tile (m = -inf) */
-        l[r] = l[r] * c[r] + zkc_warp_sum(p0 + p1);  /* xor butterfly: every lane the same bits */
-        m[r] = mn;
-        pw[r * LDH + lane] = __float2bfloat16_rn(p0);
-        pw[r * LDH + lane + 32] = __float2bfloat16_rn(p1);
+    for (int kk = 0; kk < KS; kk++) {
+        a[kk][0] = zkc_pack_bf16(c[2 * kk][0], c[2 * kk][1]);
+        a[kk][1] = zkc_pack_bf16(c[2 * kk][2], c[2 * kk][3]);
+        a[kk][2] = zkc_pack_bf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+        a[kk][3] = zkc_pack_bf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
     }
 }
 
-#define FWD_SMEM (3 * BR * LDH * 2 + BR * LDF * 4)     /* 45056 B */
+/* the 4 lanes of a row group (lane ^ 1, lane ^ 2): every lane the same bits */
+__device__ __forceinline__ float quad_max(float v)
+{
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v)
+{
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
 
+template <int HD>
 __global__ static void __launch_bounds__(NW * 32)
 k_tc_fwd(float *out, float *lse, const float *qkv, tcp a)
 {
-    __shared__ __align__(128) unsigned char sm[FWD_SMEM];
-    bf16 *ks = (bf16 *)sm, *vs = ks + BR * LDH, *ps = vs + BR * LDH;   /* (64, LDH) each */
-    float *ss = (float *)(ps + BR * LDH);        /* (64, LDF): Q staging, then S / O per warp */
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, T = a.T;
+    enum { LD = HD + 8, KS = HD / 16, NS = BR / 8, ND = HD / 8 };
+    __shared__ __align__(16) bf16 ks[BR * LD], vs[BR * LD];
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3, T = a.T;
     const int qt = gridDim.x - 1 - blockIdx.x;   /* the longest rows first */
-    const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, q0 = qt * BR, i0 = q0 + w * WR;
+    const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, q0 = qt * BR;
+    const int i0 = q0 + w * 16 + g, i1 = i0 + 8;  /* this lane's two rows */
     const size_t st = 3 * (size_t)a.C;
     const float *base = qkv + (size_t)b * T * st + (size_t)h * HD;      /* q of (b, 0, h) */
-    float *sw = ss + w * WR * LDF;
-    bf16 *pw = ps + w * WR * LDH;
+    const float sl2 = a.scale * LOG2E;
+    const lane_offs lo = lane_offsets<LD>(lane);
+    const zkc_sptr kp = zkc_sptr_of(ks), vp = zkc_sptr_of(vs);
 
-    frag_a qf[HD / 16];
-    load_rows((bf16 *)ss, base, st, q0, BR, T);
+    uint32_t qf[KS][4];                           /* the warp's 16 queries, staged in ks */
+    load_tile<BR, HD>(ks, base, st, q0, T);
     __syncthreads();
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++)
-        wmma::load_matrix_sync(qf[kk], (bf16 *)ss + w * WR * LDH + kk * 16, LDH);
-    frag_c of[HD / 16];
+    for (int kk = 0; kk < KS; kk++) frag_a<LD>(qf[kk], kp + lo.a, w * 16, kk * 16);
+    float o[ND][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
 #pragma unroll
-    for (int j = 0; j < HD / 16; j++) wmma::fill_fragment(of[j], 0.0f);
-    float m[WR], l[WR], c[WR];
-#pragma unroll
-    for (int r = 0; r < WR; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
+    for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
     for (int kt = 0; kt <= qt; kt++) {            /* causal: tiles past the diagonal skipped */
         const int k0 = kt * BR;
-        __syncthreads();                          /* Q staging read; last K, V and ss done */
-        load_rows(ks, base + a.C, st, k0, BR, T);
-        load_rows(vs, base + 2 * a.C, st, k0, BR, T);
+        __syncthreads();                          /* Q read; the last tile's K, V read */
+        load_tile<BR, HD>(ks, base + a.C, st, k0, T);
+        load_tile<BR, HD>(vs, base + 2 * a.C, st, k0, T);
         __syncthreads();
+        float s[NS][4];                           /* S = Q K^T: (16, 64), raw scores */
 #pragma unroll
-        for (int j = 0; j < BR / 16; j++) {       /* S = Q K^T: (16, 64) */
-            frag_c sf;
-            wmma::fill_fragment(sf, 0.0f);
+        for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                frag_bc kf;
-                wmma::load_matrix_sync(kf, ks + j * 16 * LDH + kk * 16, LDH);
-                wmma::mma_sync(sf, qf[kk], kf, sf);
+        for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+            for (int np = 0; np < NS / 2; np++) {
+                uint32_t bf[4];
+                frag_b_nk<LD>(bf, kp + lo.nk, np * 16, kk * 16);
+                zkc_mma_bf16_16816(s[2 * np], qf[kk], bf);
+                zkc_mma_bf16_16816(s[2 * np + 1], qf[kk], bf + 2);
             }
-            wmma::store_matrix_sync(sw + j * 16, sf, LDF, wmma::mem_row_major);
+        if (kt == qt) {                           /* the diagonal tile: key after the row */
+#pragma unroll
+            for (int n = 0; n < NS; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (k0 + n * 8 + 2 * t + (e & 1) > (e < 2 ? i0 : i1)) s[n][e] = -INFINITY;
         }
-        __syncwarp();
-        softmax_tile(sw, pw, m, l, c, i0, k0, a.scale, lane);
-        __syncwarp();                             /* S read, P written */
-        /* O = diag(c) O, through shared memory (fragment layout unknown) */
+        float mx[2] = { m[0], m[1] }, c[2];
 #pragma unroll
-        for (int j = 0; j < HD / 16; j++)
-            wmma::store_matrix_sync(sw + j * 16, of[j], LDF, wmma::mem_row_major);
-        __syncwarp();
-#pragma unroll
-        for (int r = 0; r < WR; r++) { sw[r * LDF + lane] *= c[r]; sw[r * LDF + lane + 32] *= c[r]; }
-        __syncwarp();
-#pragma unroll
-        for (int j = 0; j < HD / 16; j++) {       /* O += bf16(P) V */
-            wmma::load_matrix_sync(of[j], sw + j * 16, LDF, wmma::mem_row_major);
-            tile_acc<BR / 16>(of[j], pw, LDH, vs + j * 16);
+        for (int n = 0; n < NS; n++) {
+            mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
+            mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
         }
-    }
-    __syncwarp();
 #pragma unroll
-    for (int j = 0; j < HD / 16; j++) wmma::store_matrix_sync(sw + j * 16, of[j], LDF, wmma::mem_row_major);
-    __syncwarp();
+        for (int r = 0; r < 2; r++) {             /* key k0 <= row is never masked: finite */
+            mx[r] = quad_max(mx[r]);
+            c[r] = exp2f((m[r] - mx[r]) * sl2);   /* 0 on the first tile (m = -inf) */
+            m[r] = mx[r];
+            mx[r] *= sl2;
+            l[r] *= c[r];
+        }
 #pragma unroll
-    for (int r = 0; r < WR; r++) {
-        if (i0 + r >= T) break;
-        sw[r * LDF + lane] /= l[r];
-        sw[r * LDF + lane + 32] /= l[r];
-        if (lane == 0) lse[(size_t)blockIdx.y * T + i0 + r] = m[r] + logf(l[r]);  /* (B,NH,T) */
+        for (int n = 0; n < NS; n++)              /* p = exp(scale (s - m)), fp32 */
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[n][e] = exp2f(fmaf(s[n][e], sl2, -mx[e >> 1]));
+                l[e >> 1] += s[n][e];             /* this lane's part of the row sum */
+            }
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            o[n][0] *= c[0]; o[n][1] *= c[0]; o[n][2] *= c[1]; o[n][3] *= c[1];
+        }
+        uint32_t pf[NS / 2][4];                   /* bf16(p) as A fragments */
+        c_to_a<NS / 2>(pf, s);
+        mma_reg_kn<NS / 2, ND, LD>(o, pf, vp + lo.kn);   /* O += bf16(P) V */
     }
-    __syncwarp();
-    put_rows(out + (size_t)b * T * a.C + (size_t)h * HD, a.C, sw, i0, T, lane);
+    const float lt[2] = { quad_sum(l[0]), quad_sum(l[1]) };
+    const int rows[2] = { i0, i1 };
+    float *ob = out + (size_t)b * T * a.C + (size_t)h * HD + 2 * t;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (rows[r] >= T) continue;
+        const float inv = 1.0f / lt[r];
+#pragma unroll
+        for (int n = 0; n < ND; n++)
+            zkc_stg2(ob + (size_t)rows[r] * a.C + n * 8, o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+        if (t == 0) lse[(size_t)blockIdx.y * T + rows[r]] = m[r] * a.scale + logf(lt[r]);  /* (B,NH,T) */
+    }
 }
 
-/* D[(b*NH + h)*T + i] = sum over the head's 64 of dout * out (fp32), a warp per row */
+/* D[(b*NH + h)*T + i] = sum over the head of dout * out (fp32), a warp per
+ * row: lane sums d = lane, lane + 32, ..., then a butterfly */
+template <int HD>
 __global__ static void k_tc_D(float *D, const float *dout, const float *out, tcp a, int rows)
 {
     int row = blockIdx.x * NW + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= rows) return;
     int i = row % a.T, h = (row / a.T) % a.NH, b = row / (a.T * a.NH);
     size_t off = ((size_t)b * a.T + i) * a.C + (size_t)h * HD;
-    float s = dout[off + lane] * out[off + lane] + dout[off + lane + 32] * out[off + lane + 32];
+    float s = 0.0f;
+#pragma unroll
+    for (int d = lane; d < HD; d += 32) s += dout[off + d] * out[off + d];
     s = zkc_warp_sum(s);
     if (lane == 0) D[row] = s;
 }
 
-/* per warp in the backward kernels: two fp32 (16, LDF2) tiles and two
- * bf16 (16, LDH2) tiles; also holds a (16, LDF) fp32 tile at the end */
-#define WBYTES (2 * WR * LDF2 * 4 + 2 * WR * LDH2 * 2)    /* 7168 B */
-#define DKV_SMEM (2 * BC * LDH * 2 + NW * WBYTES)          /* 38144 B */
-#define DQ_SMEM (2 * BC * LDH * 2 + NW * WBYTES)
-
-/* p and dS of a (16, 32) tile: rows ri[r], columns ci[c] pair (query, key);
- * fp32 S, dP in s, dp (stride LDF2) -> bf16(p), bf16(dS) (stride LDH2).
- * ok: row/column pair is causal (key <= query < T); L, Dv: lse, D of it. */
-__device__ __forceinline__ void grad_elem(const float *s, const float *dp, bf16 *pb, bf16 *db,
-                                          int idx_f, int idx_h, bool ok, float L, float Dv,
-                                          float scale)
-{
-    float p = ok ? expf(s[idx_f] * scale - L) : 0.0f;
-    float ds = p * (dp[idx_f] - Dv) * scale;
-    if (pb) pb[idx_h] = __float2bfloat16_rn(p);
-    db[idx_h] = __float2bfloat16_rn(ds);
-}
-
-/* The backward's two products of a chunk, one warp: o1 = A1 B1^T and
- * o2 = A2 B2^T, (16, BC) fp32 at stride LDF2, where A1, A2 are the warp's
- * 16 rows as fragments over the head and B1, B2 the chunk's BC rows (bf16,
- * stride LDH) in shared memory. dK/dV: (K, V) against (Q, dout); dQ:
- * (Q, dout) against (K, V). */
-__device__ __forceinline__ void chunk_products(float *o1, float *o2, const frag_a *a1,
-                                               const frag_a *a2, const bf16 *b1, const bf16 *b2)
-{
-#pragma unroll
-    for (int j = 0; j < BC / 16; j++) {
-        frag_c f1, f2;
-        wmma::fill_fragment(f1, 0.0f);
-        wmma::fill_fragment(f2, 0.0f);
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) {
-            frag_bc x1, x2;
-            wmma::load_matrix_sync(x1, b1 + j * 16 * LDH + kk * 16, LDH);
-            wmma::load_matrix_sync(x2, b2 + j * 16 * LDH + kk * 16, LDH);
-            wmma::mma_sync(f1, a1[kk], x1, f1);
-            wmma::mma_sync(f2, a2[kk], x2, f2);
-        }
-        wmma::store_matrix_sync(o1 + j * 16, f1, LDF2, wmma::mem_row_major);
-        wmma::store_matrix_sync(o2 + j * 16, f2, LDF2, wmma::mem_row_major);
-    }
-}
-
+/* dK, dV of 64 keys (a warp's 16 keys each) over chunks of CH queries from
+ * the block's first key to T. Per chunk and warp: S^T = K Q^T, dP^T = V
+ * dO^T (16, CH); P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - D) scale;
+ * dV += bf16(P^T) dO, dK += bf16(dS^T) Q (16, HD) in registers. */
+template <int HD>
 __global__ static void __launch_bounds__(NW * 32)
 k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *D, tcp a)
 {
-    __shared__ __align__(128) unsigned char sm[DKV_SMEM];
-    bf16 *qs = (bf16 *)sm, *gs = qs + BC * LDH;  /* (32, LDH): a chunk of Q and dout */
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, T = a.T;
+    enum { CH = tc_cfg<HD>::CH, LD = HD + 8, KS = HD / 16, NC = CH / 8, ND = HD / 8 };
+    __shared__ __align__(16) bf16 ks[BR * LD], vs[BR * LD], qs[CH * LD], gs[CH * LD];
+    __shared__ float ls[CH], dsm[CH];            /* the chunk's lse log2(e) and D */
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3, T = a.T;
     const int kt = blockIdx.x;                   /* tile 0 has the most queries: first */
-    const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, k0 = kt * BR, j0 = k0 + w * WR;
+    const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, k0 = kt * BR;
+    const int j0 = k0 + w * 16 + g, j1 = j0 + 8;  /* this lane's two keys */
     const size_t st = 3 * (size_t)a.C;
     const float *base = qkv + (size_t)b * T * st + (size_t)h * HD;
     const float *gbase = dout + (size_t)b * T * a.C + (size_t)h * HD;
     const float *L = lse + (size_t)blockIdx.y * T, *Dr = D + (size_t)blockIdx.y * T;
-    unsigned char *wb = sm + 2 * BC * LDH * 2;
-    float *sT = (float *)(wb + w * WBYTES), *dpT = sT + WR * LDF2;   /* (16 keys, 32 queries) */
-    bf16 *pT = (bf16 *)(dpT + WR * LDF2), *dsT = pT + WR * LDH2;
+    const float sl2 = a.scale * LOG2E;
+    const lane_offs lo = lane_offsets<LD>(lane);
+    const zkc_sptr kp = zkc_sptr_of(ks), vp = zkc_sptr_of(vs), qp = zkc_sptr_of(qs), gp = zkc_sptr_of(gs);
 
-    frag_a kf[HD / 16], vf[HD / 16];              /* this warp's 16 keys and values */
-    load_rows((bf16 *)wb, base + a.C, st, k0, BR, T);            /* staged in the warp areas */
-    load_rows((bf16 *)wb + BR * LDH, base + 2 * a.C, st, k0, BR, T);
-    __syncthreads();
+    load_tile<BR, HD>(ks, base + a.C, st, k0, T);
+    load_tile<BR, HD>(vs, base + 2 * a.C, st, k0, T);
+    float dk[ND][4], dv[ND][4];
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) {
-        wmma::load_matrix_sync(kf[kk], (bf16 *)wb + w * WR * LDH + kk * 16, LDH);
-        wmma::load_matrix_sync(vf[kk], (bf16 *)wb + BR * LDH + w * WR * LDH + kk * 16, LDH);
-    }
-    frag_c dk[HD / 16], dv[HD / 16];
+    for (int n = 0; n < ND; n++)
 #pragma unroll
-    for (int j = 0; j < HD / 16; j++) { wmma::fill_fragment(dk[j], 0.0f); wmma::fill_fragment(dv[j], 0.0f); }
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
 
-    for (int qc = k0; qc < T; qc += BC) {         /* queries before k0 see none of these keys */
-        __syncthreads();                          /* staging read; last chunk's Q, dout done */
-        load_rows(qs, base, st, qc, BC, T);
-        load_rows(gs, gbase, a.C, qc, BC, T);
+    for (int qc = k0; qc < T; qc += CH) {         /* queries before k0 see none of these keys */
+        __syncthreads();                          /* the last chunk's Q, dO, ls, dsm read */
+        load_tile<CH, HD>(qs, base, st, qc, T);
+        load_tile<CH, HD>(gs, gbase, a.C, qc, T);
+        if (threadIdx.x < CH) {
+            const int i = qc + threadIdx.x;
+            ls[threadIdx.x] = i < T ? L[i] * LOG2E : 0.0f;
+            dsm[threadIdx.x] = i < T ? Dr[i] : 0.0f;
+        }
         __syncthreads();
-        chunk_products(sT, dpT, kf, vf, qs, gs);  /* S^T = K Q^T, dP^T = V dout^T: (16, 32) */
-        __syncwarp();
-        const int i = qc + lane;                  /* lane = query column */
-        const float Li = i < T ? L[i] : 0.0f, Di = i < T ? Dr[i] : 0.0f;
+        float s[NC][4], dp[NC][4];
 #pragma unroll
-        for (int r = 0; r < WR; r++)
-            grad_elem(sT, dpT, pT, dsT, r * LDF2 + lane, r * LDH2 + lane,
-                      i < T && i >= j0 + r, Li, Di, a.scale);
-        __syncwarp();
+        for (int n = 0; n < NC; n++)
 #pragma unroll
-        for (int j = 0; j < HD / 16; j++) {       /* dV += P^T dout, dK += dS^T Q: (16, 64) */
-            tile_acc<BC / 16>(dv[j], pT, LDH2, gs + j * 16);
-            tile_acc<BC / 16>(dk[j], dsT, LDH2, qs + j * 16);
+            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            uint32_t kf[4], vf[4];
+            frag_a<LD>(kf, kp + lo.a, w * 16, kk * 16);
+            frag_a<LD>(vf, vp + lo.a, w * 16, kk * 16);
+#pragma unroll
+            for (int np = 0; np < NC / 2; np++) {
+                uint32_t bf[4];
+                frag_b_nk<LD>(bf, qp + lo.nk, np * 16, kk * 16);
+                zkc_mma_bf16_16816(s[2 * np], kf, bf);
+                zkc_mma_bf16_16816(s[2 * np + 1], kf, bf + 2);
+                frag_b_nk<LD>(bf, gp + lo.nk, np * 16, kk * 16);
+                zkc_mma_bf16_16816(dp[2 * np], vf, bf);
+                zkc_mma_bf16_16816(dp[2 * np + 1], vf, bf + 2);
+            }
+        }
+        const bool full = qc >= k0 + BR && qc + CH <= T;   /* no masked pair in the chunk */
+#pragma unroll
+        for (int n = 0; n < NC; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int col = n * 8 + 2 * t + (e & 1), i = qc + col;
+                const bool ok = full || (i < T && i >= (e < 2 ? j0 : j1));
+                const float p = ok ? exp2f(fmaf(s[n][e], sl2, -ls[col])) : 0.0f;
+                s[n][e] = p;
+                dp[n][e] = p * (dp[n][e] - dsm[col]) * a.scale;
+            }
+        uint32_t af[NC / 2][4];
+        c_to_a<NC / 2>(af, s);
+        mma_reg_kn<NC / 2, ND, LD>(dv, af, gp + lo.kn);  /* dV += bf16(P^T) dO */
+        c_to_a<NC / 2>(af, dp);
+        mma_reg_kn<NC / 2, ND, LD>(dk, af, qp + lo.kn);  /* dK += bf16(dS^T) Q */
+    }
+    const int rows[2] = { j0, j1 };
+    float *drow = dqkv + (size_t)b * T * st + (size_t)h * HD + 2 * t;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (rows[r] >= T) continue;
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            zkc_stg2(drow + (size_t)rows[r] * st + a.C + n * 8, dk[n][2 * r], dk[n][2 * r + 1]);
+            zkc_stg2(drow + (size_t)rows[r] * st + 2 * a.C + n * 8, dv[n][2 * r], dv[n][2 * r + 1]);
         }
     }
-    float *o = (float *)(wb + w * WBYTES);        /* (16, LDF) fits in the warp's area */
-    float *drow = dqkv + (size_t)b * T * st + (size_t)h * HD;
-    __syncwarp();
-#pragma unroll
-    for (int j = 0; j < HD / 16; j++) wmma::store_matrix_sync(o + j * 16, dk[j], LDF, wmma::mem_row_major);
-    __syncwarp();
-    put_rows(drow + a.C, st, o, j0, T, lane);
-    __syncwarp();
-#pragma unroll
-    for (int j = 0; j < HD / 16; j++) wmma::store_matrix_sync(o + j * 16, dv[j], LDF, wmma::mem_row_major);
-    __syncwarp();
-    put_rows(drow + 2 * a.C, st, o, j0, T, lane);
 }
 
+/* dQ of 64 queries (a warp's 16 each) over chunks of CH keys up to the
+ * block's last row: S = Q K^T, dP = dO V^T recomputed (16, CH), dS as in
+ * k_tc_dkv, dQ += bf16(dS) K (16, HD) in registers. */
+template <int HD>
 __global__ static void __launch_bounds__(NW * 32)
 k_tc_dq(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *D, tcp a)
 {
-    __shared__ __align__(128) unsigned char sm[DQ_SMEM];
-    bf16 *ks = (bf16 *)sm, *vs = ks + BC * LDH;  /* (32, LDH): a chunk of K and V */
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, T = a.T;
+    enum { CH = tc_cfg<HD>::CH, LD = HD + 8, KS = HD / 16, NC = CH / 8, ND = HD / 8 };
+    __shared__ __align__(16) bf16 qs[BR * LD], gs[BR * LD], ks[CH * LD], vs[CH * LD];
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3, T = a.T;
     const int qt = gridDim.x - 1 - blockIdx.x;   /* the longest rows first */
-    const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, q0 = qt * BR, i0 = q0 + w * WR;
+    const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, q0 = qt * BR;
+    const int i0 = q0 + w * 16 + g, i1 = i0 + 8;
     const size_t st = 3 * (size_t)a.C;
     const float *base = qkv + (size_t)b * T * st + (size_t)h * HD;
     const float *gbase = dout + (size_t)b * T * a.C + (size_t)h * HD;
-    unsigned char *wb = sm + 2 * BC * LDH * 2;
-    float *sw = (float *)(wb + w * WBYTES), *dpw = sw + WR * LDF2;     /* (16 queries, 32 keys) */
-    bf16 *dsw = (bf16 *)(dpw + WR * LDF2);
-
-    frag_a qf[HD / 16], gf[HD / 16];              /* this warp's 16 queries and dout rows */
-    load_rows((bf16 *)wb, base, st, q0, BR, T);
-    load_rows((bf16 *)wb + BR * LDH, gbase, a.C, q0, BR, T);
-    __syncthreads();
+    const float sl2 = a.scale * LOG2E;
+    const lane_offs lo = lane_offsets<LD>(lane);
+    const zkc_sptr kp = zkc_sptr_of(ks), vp = zkc_sptr_of(vs), qp = zkc_sptr_of(qs), gp = zkc_sptr_of(gs);
+    const int rows[2] = { i0, i1 };
+    float L2[2], Dv[2];                           /* lse log2(e), D of this lane's rows */
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) {
-        wmma::load_matrix_sync(qf[kk], (bf16 *)wb + w * WR * LDH + kk * 16, LDH);
-        wmma::load_matrix_sync(gf[kk], (bf16 *)wb + BR * LDH + w * WR * LDH + kk * 16, LDH);
+    for (int r = 0; r < 2; r++) {
+        L2[r] = rows[r] < T ? lse[(size_t)blockIdx.y * T + rows[r]] * LOG2E : 0.0f;
+        Dv[r] = rows[r] < T ? D[(size_t)blockIdx.y * T + rows[r]] : 0.0f;
     }
-    float Lr[WR], Dv[WR];                         /* lse, D of this warp's rows */
+    load_tile<BR, HD>(qs, base, st, q0, T);
+    load_tile<BR, HD>(gs, gbase, a.C, q0, T);
+    float dq[ND][4];
 #pragma unroll
-    for (int r = 0; r < WR; r++) {
-        int i = i0 + r;
-        Lr[r] = i < T ? lse[(size_t)blockIdx.y * T + i] : 0.0f;
-        Dv[r] = i < T ? D[(size_t)blockIdx.y * T + i] : 0.0f;
-    }
-    frag_c dq[HD / 16];
-#pragma unroll
-    for (int j = 0; j < HD / 16; j++) wmma::fill_fragment(dq[j], 0.0f);
+    for (int n = 0; n < ND; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
     const int kend = min(q0 + BR, T);             /* keys after the block's last row: none */
-    for (int kc = 0; kc < kend; kc += BC) {
-        __syncthreads();                          /* staging read; last chunk's K, V done */
-        load_rows(ks, base + a.C, st, kc, BC, T);
-        load_rows(vs, base + 2 * a.C, st, kc, BC, T);
+    for (int kc = 0; kc < kend; kc += CH) {
+        __syncthreads();                          /* the last chunk's K, V read */
+        load_tile<CH, HD>(ks, base + a.C, st, kc, T);
+        load_tile<CH, HD>(vs, base + 2 * a.C, st, kc, T);
         __syncthreads();
-        chunk_products(sw, dpw, qf, gf, ks, vs);  /* S = Q K^T, dP = dout V^T: (16, 32) */
-        __syncwarp();
-        const int jk = kc + lane;                 /* lane = key column */
+        float s[NC][4], dp[NC][4];
 #pragma unroll
-        for (int r = 0; r < WR; r++)
-            grad_elem(sw, dpw, NULL, dsw, r * LDF2 + lane, r * LDH2 + lane,
-                      jk <= i0 + r && i0 + r < T, Lr[r], Dv[r], a.scale);
-        __syncwarp();
+        for (int n = 0; n < NC; n++)
 #pragma unroll
-        for (int j = 0; j < HD / 16; j++)         /* dQ += dS K: (16, 64) */
-            tile_acc<BC / 16>(dq[j], dsw, LDH2, ks + j * 16);
+            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            uint32_t qf[4], gf[4];
+            frag_a<LD>(qf, qp + lo.a, w * 16, kk * 16);
+            frag_a<LD>(gf, gp + lo.a, w * 16, kk * 16);
+#pragma unroll
+            for (int np = 0; np < NC / 2; np++) {
+                uint32_t bf[4];
+                frag_b_nk<LD>(bf, kp + lo.nk, np * 16, kk * 16);
+                zkc_mma_bf16_16816(s[2 * np], qf, bf);
+                zkc_mma_bf16_16816(s[2 * np + 1], qf, bf + 2);
+                frag_b_nk<LD>(bf, vp + lo.nk, np * 16, kk * 16);
+                zkc_mma_bf16_16816(dp[2 * np], gf, bf);
+                zkc_mma_bf16_16816(dp[2 * np + 1], gf, bf + 2);
+            }
+        }
+        const bool full = kc + CH <= q0 + 1 && q0 + BR <= T;   /* every key <= every row < T */
+#pragma unroll
+        for (int n = 0; n < NC; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int j = kc + n * 8 + 2 * t + (e & 1), i = rows[e >> 1];
+                const bool ok = full || (i < T && j <= i);
+                const float p = ok ? exp2f(fmaf(s[n][e], sl2, -L2[e >> 1])) : 0.0f;
+                dp[n][e] = p * (dp[n][e] - Dv[e >> 1]) * a.scale;
+            }
+        uint32_t af[NC / 2][4];
+        c_to_a<NC / 2>(af, dp);
+        mma_reg_kn<NC / 2, ND, LD>(dq, af, kp + lo.kn);  /* dQ += bf16(dS) K */
     }
-    float *o = (float *)(wb + w * WBYTES);
-    __syncwarp();
+    float *drow = dqkv + (size_t)b * T * st + (size_t)h * HD + 2 * t;
 #pragma unroll
-    for (int j = 0; j < HD / 16; j++) wmma::store_matrix_sync(o + j * 16, dq[j], LDF, wmma::mem_row_major);
-    __syncwarp();
-    put_rows(dqkv + (size_t)b * T * st + (size_t)h * HD, st, o, i0, T, lane);
+    for (int r = 0; r < 2; r++) {
+        if (rows[r] >= T) continue;
+#pragma unroll
+        for (int n = 0; n < ND; n++)
+            zkc_stg2(drow + (size_t)rows[r] * st + n * 8, dq[n][2 * r], dq[n][2 * r + 1]);
+    }
 }
 
-/* hs = C/NH must be 64 (C == 64 NH); B*NH is the grid's y (<= 65535);
- * B*NH*T rows indexed by int */
+/* hs = C/NH must be 64 or 128; B*NH is the grid's y (<= 65535); B*NH*T
+ * rows indexed by int; p (16-byte loads) aligned */
 static int tc_params(tcp *a, int B, int T, int C, int NH)
 {
-    if (B < 0 || T < 0 || NH <= 0 || C != HD * NH || (size_t)B * NH > 65535 ||
-        (size_t)B * NH * T > (size_t)INT_MAX)
+    if (B < 0 || T < 0 || NH <= 0 || C % NH || (C / NH != 64 && C / NH != 128) ||
+        (size_t)B * NH > 65535 || (size_t)B * NH * T > (size_t)INT_MAX)
         return (int)cudaErrorInvalidValue;
     a->T = T; a->C = C; a->NH = NH;
-    a->scale = 1.0f / sqrtf((float)HD);
+    a->scale = 1.0f / sqrtf((float)(C / NH));
     return 0;
+}
+
+static int tc_aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+template <int HD>
+static int tc_forward(cudaStream_t s, float *out, float *lse, const float *qkv, int B, tcp a)
+{
+    dim3 g((unsigned)((a.T + BR - 1) / BR), (unsigned)(B * a.NH));
+    k_tc_fwd<HD><<<g, NW * 32, 0, s>>>(out, lse, qkv, a);
+    return ZKC_LAUNCHED();
+}
+
+template <int HD>
+static int tc_backward(cudaStream_t s, float *dqkv, const float *dout, const float *qkv,
+                       const float *out, const float *lse, int B, tcp a, float *scratch)
+{
+    int e, rows = B * a.NH * a.T;
+    k_tc_D<HD><<<(unsigned)((rows + NW - 1) / NW), NW * 32, 0, s>>>(scratch, dout, out, a, rows);
+    if ((e = ZKC_LAUNCHED())) return e;
+    dim3 g((unsigned)((a.T + BR - 1) / BR), (unsigned)(B * a.NH));
+    k_tc_dkv<HD><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, a);
+    if ((e = ZKC_LAUNCHED())) return e;
+    k_tc_dq<HD><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, a);
+    return ZKC_LAUNCHED();
 }
 
 extern "C" int zkc_attention_forward_tc(cudaStream_t s, float *out, float *lse, const float *qkv,
@@ -400,9 +521,8 @@ extern "C" int zkc_attention_forward_tc(cudaStream_t s, float *out, float *lse, 
     tcp a;
     int e = tc_params(&a, B, T, C, NH);
     if (e || B == 0 || T == 0) return e;
-    dim3 g((unsigned)((T + BR - 1) / BR), (unsigned)(B * NH));
-    k_tc_fwd<<<g, NW * 32, 0, s>>>(out, lse, qkv, a);
-    return ZKC_LAUNCHED();
+    if (!tc_aligned(out) || !tc_aligned(qkv)) return (int)cudaErrorInvalidValue;
+    return C / NH == 64 ? tc_forward<64>(s, out, lse, qkv, B, a) : tc_forward<128>(s, out, lse, qkv, B, a);
 }
 
 extern "C" int zkc_attention_backward_tc(cudaStream_t s, float *dqkv, const float *dout,
@@ -412,12 +532,8 @@ extern "C" int zkc_attention_backward_tc(cudaStream_t s, float *dqkv, const floa
     tcp a;
     int e = tc_params(&a, B, T, C, NH);
     if (e || B == 0 || T == 0) return e;
-    int rows = B * NH * T;
-    k_tc_D<<<(unsigned)((rows + NW - 1) / NW), NW * 32, 0, s>>>(scratch, dout, out, a, rows);
-    if ((e = ZKC_LAUNCHED())) return e;
-    dim3 g((unsigned)((T + BR - 1) / BR), (unsigned)(B * NH));
-    k_tc_dkv<<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, a);
-    if ((e = ZKC_LAUNCHED())) return e;
-    k_tc_dq<<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, a);
-    return ZKC_LAUNCHED();
+    if (!tc_aligned(dqkv) || !tc_aligned(dout) || !tc_aligned(qkv) || !tc_aligned(out))
+        return (int)cudaErrorInvalidValue;
+    return C / NH == 64 ? tc_backward<64>(s, dqkv, dout, qkv, out, lse, B, a, scratch)
+                        : tc_backward<128>(s, dqkv, dout, qkv, out, lse, B, a, scratch);
 }

@@ -1,12 +1,15 @@
 /*
  * cuda_emu.h -- just enough of CUDA to run kernels/cuda/attention_tc.cu's
- * source (and layernorm.cu's, xent.cu's) on the CPU (tools/emu_kernel.sh),
+ * source (and layernorm.cu's, xent.cu's, colsum.cu's, embedding.cu's,
+ * reduce.cu's) on the CPU (tools/emu_kernel.sh),
  * where no GPU is lent.
  *
  * A block's threads are real threads (std::thread), __syncthreads and
  * __syncwarp are barriers, __shfl_xor_sync goes through a per-warp array;
  * blocks run one after another, so a __shared__ array (a static) is the
- * block's. WMMA by its documented meaning, not the hardware's register
+ * block's. mma.sync m16n8k16 bf16 and ldmatrix (kernels/cuda/mma.cuh's
+ * functions) by the PTX ISA's per-lane register layouts: below, before
+ * WMMA. WMMA (no kernel uses it now) by its documented meaning, not the hardware's register
  * layout: every lane holds the whole 16x16 tile, load/mma are computed by
  * each lane, store writes each element from one lane (element e from lane
  * e % 32); none of them synchronises the warp, so a missing __syncwarp
@@ -155,6 +158,113 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f)
 }
 static inline float emu_f(__nv_bfloat16 b) { uint32_t u = (uint32_t)b.x << 16; float f; memcpy(&f, &u, 4); return f; }
 static inline float emu_f(float f) { return f; }
+
+/* ---- mma.sync / ldmatrix by the PTX ISA's per-lane layouts (the functions
+ * of kernels/cuda/mma.cuh, whose asm cannot run here). Each lane holds only
+ * its own registers: a call posts them to a per-warp record (two records in
+ * turn, one barrier a call, as emu_warp_put) and each lane computes its own
+ * results from the other lanes' posted registers by the documented maps, so
+ * a fragment built with a wrong index gives wrong numbers. All 32 lanes
+ * must call (.sync.aligned). g = lane / 4, t = lane % 4. */
+struct emu_lane_rec { const void *p; uint32_t u[10]; };
+static emu_lane_rec emu_recs[2][32][32];
+static thread_local int emu_rec_ph;
+static inline emu_lane_rec *emu_post(const emu_lane_rec &r)
+{
+    int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    emu_rec_ph ^= 1;
+    emu_recs[emu_rec_ph][w][l] = r;
+    __syncwarp();
+    return emu_recs[emu_rec_ph][w];
+}
+static inline uint16_t emu_half(uint32_t r, int hi) { return (uint16_t)(hi ? r >> 16 : r & 0xffffu); }
+static inline float emu_bf(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+
+/* ldmatrix .m8n8 .x{n} (.trans): lanes 8i .. 8i+7 give matrix i's rows
+ * (16 bytes each, 16-byte aligned: checked); lane l gets r[i] =
+ * M_i[l/4][2(l%4), +1], or with trans (M_i[2(l%4)][l/4], M_i[2(l%4)+1][l/4]) */
+static inline void emu_ldmatrix(uint32_t *r, int n, const __nv_bfloat16 *p, bool trans)
+{
+    emu_lane_rec me = {};
+    me.p = p;
+    emu_lane_rec *all = emu_post(me);
+    const int l = threadIdx.x % 32;
+    for (int i = 0; i < n; i++) {
+        uint16_t h[2];
+        for (int e = 0; e < 2; e++) {
+            int row = trans ? 2 * (l % 4) + e : l / 4, col = trans ? l / 4 : 2 * (l % 4) + e;
+            const __nv_bfloat16 *rp = (const __nv_bfloat16 *)all[8 * i + row].p;
+            if ((uintptr_t)rp % 16) {
+                fprintf(stderr, "emu: ldmatrix row address %p of lane %d not 16-byte aligned\n",
+                        (const void *)rp, 8 * i + row);
+                abort();
+            }
+            h[e] = rp[col].x;
+        }
+        r[i] = (uint32_t)h[0] | (uint32_t)h[1] << 16;
+    }
+}
+/* mma.cuh's shared address: here the pointer's value */
+typedef uintptr_t zkc_sptr;
+static inline zkc_sptr zkc_sptr_of(const void *p) { return (zkc_sptr)p; }
+#define EMU_LDSM(n) static inline void zkc_ldmatrix_x##n(uint32_t r[n], zkc_sptr p) \
+    { emu_ldmatrix(r, n, (const __nv_bfloat16 *)p, false); } \
+    static inline void zkc_ldmatrix_x##n##_trans(uint32_t r[n], zkc_sptr p) \
+    { emu_ldmatrix(r, n, (const __nv_bfloat16 *)p, true); }
+EMU_LDSM(1)
+EMU_LDSM(2)
+EMU_LDSM(4)
+
+/* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, d += a b: A(r, k) is
+ * in lane (r%8)*4 + (k%8)/2, register (r >= 8) + 2 (k >= 8), half k & 1;
+ * B(k, n) in lane n*4 + (k%8)/2, register (k >= 8), half k & 1; lane's
+ * d[i] is D(g + 8 (i >= 2), 2t + (i & 1)). Summed in k order in fp32 (each
+ * product exact; the tensor cores' order and rounding differ). */
+static inline void zkc_mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
+    emu_lane_rec me = {};
+    for (int i = 0; i < 4; i++) me.u[i] = a[i];
+    me.u[4] = b[0]; me.u[5] = b[1];
+    emu_lane_rec *all = emu_post(me);
+    const int l = threadIdx.x % 32, g = l / 4, t = l % 4;
+    for (int i = 0; i < 4; i++) {
+        const int r = g + 8 * (i >= 2), n = 2 * t + (i & 1);
+        float s = d[i];
+        for (int k = 0; k < 16; k++) {
+            float av = emu_bf(emu_half(all[(r % 8) * 4 + (k % 8) / 2].u[(r >= 8) + 2 * (k >= 8)], k & 1));
+            float bv = emu_bf(emu_half(all[n * 4 + (k % 8) / 2].u[4 + (k >= 8)], k & 1));
+            s += av * bv;
+        }
+        d[i] = s;
+    }
+}
+static inline uint32_t zkc_pack_bf16(float lo, float hi)
+{
+    return (uint32_t)__float2bfloat16_rn(lo).x | (uint32_t)__float2bfloat16_rn(hi).x << 16;
+}
+
+/* 16-byte global loads and 8-byte shared stores (mma.cuh's zkc_ldg4,
+ * zkc_sts2): alignment checked, as the hardware faults */
+struct float4 { float x, y, z, w; };
+struct float2 { float x, y; };
+static inline float4 zkc_ldg4(const float *p)
+{
+    if ((uintptr_t)p % 16) { fprintf(stderr, "emu: 16-byte load at %p\n", (const void *)p); abort(); }
+    float4 v;
+    memcpy(&v, p, 16);
+    return v;
+}
+static inline void zkc_sts2(void *p, uint32_t lo, uint32_t hi)
+{
+    if ((uintptr_t)p % 8) { fprintf(stderr, "emu: 8-byte store at %p\n", p); abort(); }
+    uint32_t v[2] = { lo, hi };
+    memcpy(p, v, 8);
+}
+static inline void zkc_stg2(float *p, float x, float y)
+{
+    if ((uintptr_t)p % 8) { fprintf(stderr, "emu: 8-byte store at %p\n", (void *)p); abort(); }
+    p[0] = x; p[1] = y;
+}
 
 namespace nvcuda { namespace wmma {
 struct row_major {}; struct col_major {};

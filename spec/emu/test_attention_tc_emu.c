@@ -1,8 +1,9 @@
 /*
  * test_attention_tc_emu.c -- kernels/cuda/attention_tc.cu's own source run
- * on the CPU under spec/emu/cuda_emu.h (threads, barriers, WMMA by its
- * documented meaning), against the CPU twin with the tolerances of
- * test_cuda.c (spec/c/attn_tc_check.h). Catches indexing, masking, tile
+ * on the CPU under spec/emu/cuda_emu.h (threads, barriers, mma.sync and
+ * ldmatrix by their per-lane register layouts), against the CPU twin with
+ * the tolerances of test_cuda.c (spec/c/attn_tc_check.h), head sizes 64
+ * and 128. Catches indexing, masking, tile
  * offsets, fragment layouts and alignment, and (as races) missing syncs;
  * not the hardware's rounding or speed. Run: sh tools/emu_kernel.sh attention_tc.
  */
@@ -16,10 +17,10 @@ int zkc_attention_backward_tc(void *s, float *dqkv, const float *dout, const flo
                               const float *out, const float *lse, int B, int T, int C, int NH,
                               float *scratch);
 
-static void one(int B, int T, int NH)
+static void one(int B, int T, int NH, int hs)
 {
     char name[128];
-    const int C = 64 * NH;
+    const int C = hs * NH;
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1);
     tc_round_bf16(qkv, nq); tc_round_bf16(dy, no);
@@ -36,15 +37,15 @@ static void one(int B, int T, int NH)
         rc |= zkc_attention_forward_tc(NULL, go[r], gl[r], qkv, B, T, C, NH);
         rc |= zkc_attention_backward_tc(NULL, gq[r], dy, qkv, go[r], gl[r], B, T, C, NH, scratch);
     }
-    snprintf(name, sizeof name, "emu B=%d T=%d NH=%d: launchers return 0", B, T, NH);
+    snprintf(name, sizeof name, "emu B=%d T=%d NH=%d hs=%d: launchers return 0", B, T, NH, hs);
     ct_check(rc == 0, name, "rc %d", rc);
-    snprintf(name, sizeof name, "emu B=%d T=%d NH=%d: out", B, T, NH);
+    snprintf(name, sizeof name, "emu B=%d T=%d NH=%d hs=%d: out", B, T, NH, hs);
     tc_check(name, go[0], o, mo, no, TC_RHO);
-    snprintf(name, sizeof name, "emu B=%d T=%d NH=%d: lse", B, T, NH);
+    snprintf(name, sizeof name, "emu B=%d T=%d NH=%d hs=%d: lse", B, T, NH, hs);
     tc_check(name, gl[0], l, ml, nl, 1.0);
-    snprintf(name, sizeof name, "emu B=%d T=%d NH=%d: dqkv", B, T, NH);
+    snprintf(name, sizeof name, "emu B=%d T=%d NH=%d hs=%d: dqkv", B, T, NH, hs);
     tc_check(name, gq[0], dq, mdq, nq, TC_RHO);
-    snprintf(name, sizeof name, "emu B=%d T=%d NH=%d: the same bits twice", B, T, NH);
+    snprintf(name, sizeof name, "emu B=%d T=%d NH=%d hs=%d: the same bits twice", B, T, NH, hs);
     ct_check(!memcmp(go[0], go[1], no * 4) && !memcmp(gl[0], gl[1], nl * 4) &&
              !memcmp(gq[0], gq[1], nq * 4), name, "out, lse or dqkv differ");
     free(qkv); free(dy); free(o); free(l); free(dq); free(mo); free(ml); free(mdq); free(scratch);
@@ -56,12 +57,22 @@ int main(void)
     ct_seed(99);
     int e1 = zkc_attention_forward_tc(NULL, NULL, NULL, NULL, 1, 8, 96, 3);
     int e2 = zkc_attention_backward_tc(NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 130, 2, NULL);
-    ct_check(e1 == 1 && e2 == 1, "emu: head size 32 or 65 is cudaErrorInvalidValue",
-             "forward %d, backward %d", e1, e2);
-    one(1, 1, 1);
-    one(2, 17, 2);
-    one(1, 64, 3);
-    one(2, 100, 2);
-    one(1, 256, 2);
+    int e3 = zkc_attention_forward_tc(NULL, NULL, NULL, NULL, 1, 8, 192, 2);
+    ct_check(e1 == 1 && e2 == 1 && e3 == 1, "emu: head size 32, 65 or 96 is cudaErrorInvalidValue",
+             "forward %d, backward %d, forward %d", e1, e2, e3);
+    static _Alignas(16) float buf[8 * 3 * 64 + 4];
+    int e4 = zkc_attention_forward_tc(NULL, buf, buf, buf + 1, 1, 8, 64, 1);
+    int e5 = zkc_attention_backward_tc(NULL, buf, buf + 2, buf, buf, buf, 1, 8, 64, 1, buf);
+    ct_check(e4 == 1 && e5 == 1, "emu: qkv or dout not 16-byte aligned is cudaErrorInvalidValue",
+             "forward %d, backward %d", e4, e5);
+    one(1, 1, 1, 64);       /* one key */
+    one(2, 17, 2, 64);      /* under one tile, B*NH = 4 */
+    one(1, 64, 3, 64);      /* exactly one tile */
+    one(2, 100, 2, 64);     /* ragged second tile */
+    one(1, 257, 1, 64);     /* five tiles, the rescale across them; one row in the last */
+    one(1, 1, 1, 128);
+    one(2, 33, 1, 128);     /* B*NH = 2, ragged backward chunks of 16 */
+    one(1, 100, 2, 128);
+    one(1, 193, 1, 128);    /* four tiles */
     return ct_summary();
 }

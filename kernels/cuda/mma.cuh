@@ -1,0 +1,78 @@
+/* mma.cuh -- the warp-level matrix instructions attention_tc.cu uses, each
+ * behind a small inline function so that spec/emu/cuda_emu.h can give its
+ * own definition (tools/emu_kernel.sh drops this include): the emulator
+ * models each lane's registers by the PTX ISA's documented layouts
+ * ("Matrix Fragments for mma.m16n8k16", "ldmatrix").
+ *
+ * Fragments of mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, with
+ * g = lane / 4 (groupID) and t = lane % 4 (thread in group); a register
+ * of two bf16 holds the lower column (or k) index in its low 16 bits:
+ *   A (16x16, row major):  a[0] = A[g][2t, 2t+1]    a[1] = A[g+8][2t, 2t+1]
+ *                          a[2] = A[g][2t+8, +9]    a[3] = A[g+8][2t+8, +9]
+ *   B (16x8, k x n):       b[0] = B[2t, 2t+1][g]    b[1] = B[2t+8, 2t+9][g]
+ *   C, D (16x8, fp32):     c[0], c[1] = C[g][2t, 2t+1]; c[2], c[3] = C[g+8][2t, 2t+1]
+ * ldmatrix.sync.aligned.m8n8.x{1,2,4}.shared.b16 [.trans]: lanes 8i .. 8i+7
+ * give the 16-byte row addresses of 8x8 matrix i (x1: i = 0, x2: i < 2,
+ * x4: i < 4); lane l receives r[i] = M_i[l / 4][2 (l % 4), +1], or with
+ * .trans r[i] = (M_i[2 (l % 4)][l / 4], M_i[2 (l % 4) + 1][l / 4]).
+ */
+#ifndef ZKC_MMA_CUH
+#define ZKC_MMA_CUH
+#include <stdint.h>
+#include <cuda_bf16.h>
+
+/* a shared-memory byte address: ldmatrix takes one (the emulator's is the
+ * pointer's integer value); a tile's address once, then constant offsets */
+typedef uint32_t zkc_sptr;
+__device__ __forceinline__ zkc_sptr zkc_sptr_of(const void *p)
+{
+    return (zkc_sptr)__cvta_generic_to_shared(p);
+}
+
+/* x4: p is this lane's row address (lane 8i + r: row r of matrix i) */
+__device__ __forceinline__ void zkc_ldmatrix_x4(uint32_t r[4], zkc_sptr p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(p));
+}
+
+__device__ __forceinline__ void zkc_ldmatrix_x4_trans(uint32_t r[4], zkc_sptr p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(p));
+}
+
+__device__ __forceinline__ void zkc_ldmatrix_x2(uint32_t r[2], zkc_sptr p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1]) : "r"(p));
+}
+
+__device__ __forceinline__ void zkc_ldmatrix_x2_trans(uint32_t r[2], zkc_sptr p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1]) : "r"(p));
+}
+
+/* d += a b (fp32 accumulators in place) */
+__device__ __forceinline__ void zkc_mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* two fp32 -> one register of two bf16 (RNE), lo in the low half */
+__device__ __forceinline__ uint32_t zkc_pack_bf16(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+/* 16-byte global load (p 16-byte aligned), 8-byte shared store of two
+ * registers, 8-byte global store of two floats (both 8-byte aligned) */
+__device__ __forceinline__ float4 zkc_ldg4(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ void zkc_sts2(void *p, uint32_t lo, uint32_t hi) { *(uint2 *)p = make_uint2(lo, hi); }
+__device__ __forceinline__ void zkc_stg2(float *p, float x, float y) { *(float2 *)p = make_float2(x, y); }
+#endif
