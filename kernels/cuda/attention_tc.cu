@@ -14,23 +14,29 @@
  * Tiles: shared memory bf16 at stride HD + 8 (conflict-free ldmatrix),
  * filled from the fp32 rows by 16-byte loads converted once (load_tile).
  *
- * Forward (k_tc_fwd): a block of 4 warps per (64 query rows, b, h), each
- * warp 16 rows with its Q fragments in registers. For key tiles kt = 0 ..
- * the diagonal (64 keys; tiles above it skipped; the mask only on the
- * diagonal tile): S = Q K^T (fp32), per row m' = max(m, max S) (raw
- * scores), c = 2^((m - m') scale log2 e), p = 2^(fma(S, scale log2 e,
- * -m' scale log2 e)), l = l c + sum p (p in fp32, each lane its part of
- * the row), O = c O + bf16(p) V. At the end out = O (1 / l), lse =
- * m scale + log l. No (T,T) buffer. 2 matmul-equivalents (Q K^T, P V).
+ * Forward (k_tc_fwd): a block per (128 query rows at head size 64: 8
+ * warps; 64 rows at 128: 4 warps, b, h), each warp 16 rows; a 64-key
+ * K, V tile read from L2 (fp32) serves the block's rows (at head size 64
+ * 128 rows: 64 FLOP a byte). For key tiles up to the block's last row (a
+ * warp skips tiles wholly after its rows; the mask only where a tile
+ * reaches past the warp's first row): S = Q K^T (fp32; Q's fragments read
+ * from shared memory each tile at 64, held in registers at 128), per row
+ * m' = max(m, max S) (raw scores), c = 2^((m - m') scale log2 e),
+ * p = 2^(fma(S, scale log2 e, -m' scale log2 e)), l = l c + sum p (p in
+ * fp32, each lane its part of the row), O = c O + bf16(p) V. At the end
+ * out = O (1 / l), lse = m scale + log l. No (T,T) buffer. 2
+ * matmul-equivalents (Q K^T, P V).
  *
- * Backward: D = rowsum(dout * out) (k_tc_D, fp32); then k_tc_dkv, one
- * block per 64 keys (a warp's 16 keys each, dK and dV in registers) over
- * chunks of CH queries (64 at head size 64, 16 at 128) from the block's
- * first key: S^T = K Q^T, dP^T = V dout^T, p = 2^(fma(S, scale log2 e,
- * -lse log2 e)), dS = p (dP - D) scale, dV += bf16(p)^T dout, dK +=
- * bf16(dS)^T Q: 4 matmul-equivalents. Then k_tc_dq, one block per 64
- * queries over chunks of CH keys up to the block's last row, recomputing S
- * and dP: dQ += bf16(dS) K, 3 more: 7 in all against FlashAttention-2's 5.
+ * Backward: k_tc_dq first, one block per 64 queries (a warp's 16 each):
+ * D = rowsum(dout * out) of its rows (fp32, written to the scratch for
+ * k_tc_dkv), then over chunks of CH keys (64 at head size 64, 16 at 128)
+ * up to its last row: S = Q K^T, dP = dout V^T, p = 2^(fma(S, scale
+ * log2 e, -lse log2 e)), dS = p (dP - D) scale, dQ += bf16(dS) K: 3
+ * matmul-equivalents. Then k_tc_dkv, one block per 64 keys (a warp's 16,
+ * dK and dV in registers) over chunks of CH queries from the block's
+ * first key: S^T = K Q^T, dP^T = V dout^T, p and dS as above, dV +=
+ * bf16(p)^T dout, dK += bf16(dS)^T Q: 4 more, 7 in all against
+ * FlashAttention-2's 5.
  * Why a second pass for dQ: FA2 adds each key block's dQ part into fp32 dQ
  * with atomics, in an order that varies run to run. Without atomics the
  * parts need an owner: per-key-block partials summed in a fixed order
@@ -60,13 +66,15 @@
  * (spec/emu/cuda_emu.h: threads, barriers, mma.sync and ldmatrix with each
  * lane holding only its own registers by the documented layouts).
  *
- * Resources (ptxas, sm_90, 128 threads a block, static shared memory, no
- * spills): forward 103 registers, 18432 B (head size 64) / 167, 34816 B
- * (128); dK/dV 168, 37376 B / 220, 43648 B; dQ 128, 36864 B / 164,
- * 43520 B; D 20. All under 48 KiB, so no opt-in to more shared memory.
- * Not pipelined yet: a tile's loads and the products alternate, fenced by
- * __syncthreads; several blocks per SM (forward 64: 4 by registers) hide
- * the loads.
+ * Resources (ptxas, sm_90, static shared memory, no spills; launch bounds
+ * cap the registers so that the blocks an SM holds are as listed):
+ *   head size 64:  forward 256 threads, 128 registers, 36864 B (2 a SM);
+ *                  dQ 128, 128, 36864 B (4); dK/dV 128, 168, 37376 B (3)
+ *   head size 128: forward 128 threads, 168 registers, 34816 B (3);
+ *                  dQ 128, 162, 43520 B (3); dK/dV 128, 220, 43648 B (2)
+ * All under 48 KiB, so no opt-in to more shared memory. Not pipelined
+ * yet: a tile's loads and its products alternate, fenced by
+ * __syncthreads; the other blocks of the SM hide the loads.
  */
 #include <limits.h>
 #include <stdint.h>
@@ -83,7 +91,10 @@ typedef __nv_bfloat16 bf16;
 struct tcp { int T, C, NH; float scale; };
 
 /* The backward's inner chunk (queries for dK, dV; keys for dQ) */
-template <int HD> struct tc_cfg { enum { CH = HD == 64 ? 64 : 16, LD = HD + 8 }; };
+template <int HD> struct tc_cfg {
+    enum { CH = HD == 64 ? 64 : 16, LD = HD + 8,
+           MINB_DKV = HD == 64 ? 3 : 2, MINB_DQ = HD == 64 ? 4 : 3 };   /* blocks an SM: register caps */
+};
 
 /* rows [t0, t0+R) of a (T, stride) fp32 matrix's HD columns at src -> bf16
  * (RNE) rows of dst at stride HD + 8 (144 or 272 B: the 8 rows an ldmatrix
@@ -92,23 +103,23 @@ template <int HD> struct tc_cfg { enum { CH = HD == 64 ? 64 : 16, LD = HD + 8 };
  * thread (LB loads in flight, then their stores; one batch at a time keeps
  * the staging to 4 LB registers). A bf16 source would be a cp.async of 16
  * bytes per chunk here. */
-template <int R, int HD>
+template <int R, int HD, int NTH = NW * 32>
 __device__ __forceinline__ void load_tile(bf16 *dst, const float *src, size_t stride, int t0, int T)
 {
-    constexpr int V = HD / 4, N = R * V / (NW * 32), LB = N < 4 ? N : 4;
-    static_assert(R * V % (NW * 32) == 0 && N % LB == 0, "tile not a multiple of the block");
+    constexpr int V = HD / 4, N = R * V / NTH, LB = N < 4 ? N : 4;
+    static_assert(R * V % NTH == 0 && N % LB == 0, "tile not a multiple of the block");
 #pragma unroll 1
     for (int n0 = 0; n0 < N; n0 += LB) {
         float4 x[LB];
 #pragma unroll
         for (int n = 0; n < LB; n++) {
-            const int idx = threadIdx.x + (n0 + n) * NW * 32, r = idx / V, c = idx % V * 4;
+            const int idx = threadIdx.x + (n0 + n) * NTH, r = idx / V, c = idx % V * 4;
             if (t0 + r < T) x[n] = zkc_ldg4(src + (size_t)(t0 + r) * stride + c);
             else x[n] = float4{ 0.0f, 0.0f, 0.0f, 0.0f };
         }
 #pragma unroll
         for (int n = 0; n < LB; n++) {
-            const int idx = threadIdx.x + (n0 + n) * NW * 32, r = idx / V, c = idx % V * 4;
+            const int idx = threadIdx.x + (n0 + n) * NTH, r = idx / V, c = idx % V * 4;
             zkc_sts2(dst + r * (HD + 8) + c, zkc_pack_bf16(x[n].x, x[n].y),
                      zkc_pack_bf16(x[n].z, x[n].w));
         }
@@ -195,50 +206,67 @@ __device__ __forceinline__ float quad_sum(float v)
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+/* The forward's warps a block: 8 (128 query rows) at head size 64, so that
+ * a K, V tile read from L2 serves twice the rows (64 FLOP a byte of fp32
+ * K, V); 4 at 128 (its registers) */
+template <int HD> struct fwd_cfg { enum { NWF = HD == 64 ? 8 : 4, BRF = NWF * 16, MINB = HD == 64 ? 2 : 3 }; };
+
 template <int HD>
-__global__ static void __launch_bounds__(NW * 32)
+__global__ static void __launch_bounds__(fwd_cfg<HD>::NWF * 32, fwd_cfg<HD>::MINB)
 k_tc_fwd(float *out, float *lse, const float *qkv, tcp a)
 {
-    enum { LD = HD + 8, KS = HD / 16, NS = BR / 8, ND = HD / 8 };
-    __shared__ __align__(16) bf16 ks[BR * LD], vs[BR * LD];
+    enum { LD = HD + 8, KS = HD / 16, BC = 64, NS = BC / 8, ND = HD / 8,
+           NWF = fwd_cfg<HD>::NWF, BRF = fwd_cfg<HD>::BRF, NTH = NWF * 32 };
+    enum { QREG = HD == 128 };                    /* Q fragments: registers, or read each tile */
+    __shared__ __align__(16) bf16 qs[QREG ? 8 : BRF * LD], ks[BC * LD], vs[BC * LD];
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3, T = a.T;
     const int qt = gridDim.x - 1 - blockIdx.x;   /* the longest rows first */
-    const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, q0 = qt * BR;
-    const int i0 = q0 + w * 16 + g, i1 = i0 + 8;  /* this lane's two rows */
+    const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, q0 = qt * BRF, r0 = q0 + w * 16;
+    const int i0 = r0 + g, i1 = i0 + 8;          /* this lane's two rows */
     const size_t st = 3 * (size_t)a.C;
     const float *base = qkv + (size_t)b * T * st + (size_t)h * HD;      /* q of (b, 0, h) */
     const float sl2 = a.scale * LOG2E;
     const lane_offs lo = lane_offsets<LD>(lane);
-    const zkc_sptr kp = zkc_sptr_of(ks), vp = zkc_sptr_of(vs);
+    const zkc_sptr qp = zkc_sptr_of(qs), kp = zkc_sptr_of(ks), vp = zkc_sptr_of(vs);
 
-    uint32_t qf[KS][4];                           /* the warp's 16 queries, staged in ks */
-    load_tile<BR, HD>(ks, base, st, q0, T);
-    __syncthreads();
+    uint32_t qr[QREG ? KS : 1][4];                /* the warp's 16 queries (QREG) */
+    if (QREG) {                                   /* staged in ks (BRF = 64 rows) */
+        load_tile<BRF, HD, NTH>(ks, base, st, q0, T);
+        __syncthreads();
 #pragma unroll
-    for (int kk = 0; kk < KS; kk++) frag_a<LD>(qf[kk], kp + lo.a, w * 16, kk * 16);
+        for (int kk = 0; kk < (QREG ? KS : 1); kk++) frag_a<LD>(qr[kk], kp + lo.a, w * 16, kk * 16);
+    } else {
+        load_tile<BRF, HD, NTH>(qs, base, st, q0, T);
+    }
     float o[ND][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
 #pragma unroll
     for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
-    for (int kt = 0; kt <= qt; kt++) {            /* causal: tiles past the diagonal skipped */
-        const int k0 = kt * BR;
-        __syncthreads();                          /* Q read; the last tile's K, V read */
-        load_tile<BR, HD>(ks, base + a.C, st, k0, T);
-        load_tile<BR, HD>(vs, base + 2 * a.C, st, k0, T);
+    const int kend = min(q0 + BRF, T);            /* causal: keys after the block's last row skipped */
+    for (int k0 = 0; k0 < kend; k0 += BC) {
+        __syncthreads();                          /* the last tile's K, V (or Q) read */
+        load_tile<BC, HD, NTH>(ks, base + a.C, st, k0, T);
+        load_tile<BC, HD, NTH>(vs, base + 2 * a.C, st, k0, T);
         __syncthreads();
+        if (k0 > r0 + 15) continue;               /* every key after the warp's rows */
         float s[NS][4];                           /* S = Q K^T: (16, 64), raw scores */
 #pragma unroll
         for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-        for (int kk = 0; kk < KS; kk++)
+        for (int kk = 0; kk < KS; kk++) {
+            uint32_t qf[4];
+            if (QREG) { qf[0] = qr[kk % (QREG ? KS : 1)][0]; qf[1] = qr[kk % (QREG ? KS : 1)][1];
+                        qf[2] = qr[kk % (QREG ? KS : 1)][2]; qf[3] = qr[kk % (QREG ? KS : 1)][3]; }
+            else frag_a<LD>(qf, qp + lo.a, w * 16, kk * 16);
 #pragma unroll
             for (int np = 0; np < NS / 2; np++) {
                 uint32_t bf[4];
                 frag_b_nk<LD>(bf, kp + lo.nk, np * 16, kk * 16);
-                zkc_mma_bf16_16816(s[2 * np], qf[kk], bf);
-                zkc_mma_bf16_16816(s[2 * np + 1], qf[kk], bf + 2);
+                zkc_mma_bf16_16816(s[2 * np], qf, bf);
+                zkc_mma_bf16_16816(s[2 * np + 1], qf, bf + 2);
             }
-        if (kt == qt) {                           /* the diagonal tile: key after the row */
+        }
+        if (k0 + BC - 1 > r0) {                   /* the diagonal: key after the row */
 #pragma unroll
             for (int n = 0; n < NS; n++)
 #pragma unroll
@@ -252,7 +280,7 @@ k_tc_fwd(float *out, float *lse, const float *qkv, tcp a)
             mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
         }
 #pragma unroll
-        for (int r = 0; r < 2; r++) {             /* key k0 <= row is never masked: finite */
+        for (int r = 0; r < 2; r++) {             /* key k0 <= row on the first tile: finite */
             mx[r] = quad_max(mx[r]);
             c[r] = exp2f((m[r] - mx[r]) * sl2);   /* 0 on the first tile (m = -inf) */
             m[r] = mx[r];
@@ -288,28 +316,12 @@ k_tc_fwd(float *out, float *lse, const float *qkv, tcp a)
     }
 }
 
-/* D[(b*NH + h)*T + i] = sum over the head of dout * out (fp32), a warp per
- * row: lane sums d = lane, lane + 32, ..., then a butterfly */
-template <int HD>
-__global__ static void k_tc_D(float *D, const float *dout, const float *out, tcp a, int rows)
-{
-    int row = blockIdx.x * NW + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= rows) return;
-    int i = row % a.T, h = (row / a.T) % a.NH, b = row / (a.T * a.NH);
-    size_t off = ((size_t)b * a.T + i) * a.C + (size_t)h * HD;
-    float s = 0.0f;
-#pragma unroll
-    for (int d = lane; d < HD; d += 32) s += dout[off + d] * out[off + d];
-    s = zkc_warp_sum(s);
-    if (lane == 0) D[row] = s;
-}
-
 /* dK, dV of 64 keys (a warp's 16 keys each) over chunks of CH queries from
  * the block's first key to T. Per chunk and warp: S^T = K Q^T, dP^T = V
  * dO^T (16, CH); P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - D) scale;
  * dV += bf16(P^T) dO, dK += bf16(dS^T) Q (16, HD) in registers. */
 template <int HD>
-__global__ static void __launch_bounds__(NW * 32)
+__global__ static void __launch_bounds__(NW * 32, tc_cfg<HD>::MINB_DKV)
 k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *D, tcp a)
 {
     enum { CH = tc_cfg<HD>::CH, LD = HD + 8, KS = HD / 16, NC = CH / 8, ND = HD / 8 };
@@ -398,10 +410,13 @@ k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, con
 
 /* dQ of 64 queries (a warp's 16 each) over chunks of CH keys up to the
  * block's last row: S = Q K^T, dP = dO V^T recomputed (16, CH), dS as in
- * k_tc_dkv, dQ += bf16(dS) K (16, HD) in registers. */
+ * k_tc_dkv, dQ += bf16(dS) K (16, HD) in registers. First D = rowsum(dout
+ * * out) of the block's rows (fp32: a lane sums d = lane, lane + 32, ...,
+ * then an xor butterfly), kept in registers and written to D[(b*NH + h)*T
+ * + i] for k_tc_dkv, which runs after. */
 template <int HD>
-__global__ static void __launch_bounds__(NW * 32)
-k_tc_dq(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *D, tcp a)
+__global__ static void __launch_bounds__(NW * 32, tc_cfg<HD>::MINB_DQ)
+k_tc_dq(float *dqkv, float *D, const float *dout, const float *out, const float *qkv, const float *lse, tcp a)
 {
     enum { CH = tc_cfg<HD>::CH, LD = HD + 8, KS = HD / 16, NC = CH / 8, ND = HD / 8 };
     __shared__ __align__(16) bf16 qs[BR * LD], gs[BR * LD], ks[CH * LD], vs[CH * LD];
@@ -416,11 +431,19 @@ k_tc_dq(float *dqkv, const float *dout, const float *qkv, const float *lse, cons
     const lane_offs lo = lane_offsets<LD>(lane);
     const zkc_sptr kp = zkc_sptr_of(ks), vp = zkc_sptr_of(vs), qp = zkc_sptr_of(qs), gp = zkc_sptr_of(gs);
     const int rows[2] = { i0, i1 };
-    float L2[2], Dv[2];                           /* lse log2(e), D of this lane's rows */
+    float L2[2], Dv[2] = { 0.0f, 0.0f };          /* lse log2(e), D of this lane's rows */
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        L2[r] = rows[r] < T ? lse[(size_t)blockIdx.y * T + rows[r]] * LOG2E : 0.0f;
-        Dv[r] = rows[r] < T ? D[(size_t)blockIdx.y * T + rows[r]] : 0.0f;
+    for (int r = 0; r < 2; r++) L2[r] = rows[r] < T ? lse[(size_t)blockIdx.y * T + rows[r]] * LOG2E : 0.0f;
+    for (int r = 0; r < 16 && q0 + w * 16 + r < T; r++) {   /* D of the warp's rows, one at a time */
+        const int i = q0 + w * 16 + r;
+        const size_t off = ((size_t)b * T + i) * a.C + (size_t)h * HD;
+        float d = 0.0f;
+#pragma unroll
+        for (int x = lane; x < HD; x += 32) d += dout[off + x] * out[off + x];
+        d = zkc_warp_sum(d);                      /* every lane the same bits */
+        if (r == g) Dv[0] = d;
+        if (r == g + 8) Dv[1] = d;
+        if (lane == 0) D[(size_t)blockIdx.y * T + i] = d;
     }
     load_tile<BR, HD>(qs, base, st, q0, T);
     load_tile<BR, HD>(gs, gbase, a.C, q0, T);
@@ -496,8 +519,9 @@ static int tc_aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
 template <int HD>
 static int tc_forward(cudaStream_t s, float *out, float *lse, const float *qkv, int B, tcp a)
 {
-    dim3 g((unsigned)((a.T + BR - 1) / BR), (unsigned)(B * a.NH));
-    k_tc_fwd<HD><<<g, NW * 32, 0, s>>>(out, lse, qkv, a);
+    enum { NWF = fwd_cfg<HD>::NWF, BRF = fwd_cfg<HD>::BRF };
+    dim3 g((unsigned)((a.T + BRF - 1) / BRF), (unsigned)(B * a.NH));
+    k_tc_fwd<HD><<<g, NWF * 32, 0, s>>>(out, lse, qkv, a);
     return ZKC_LAUNCHED();
 }
 
@@ -505,13 +529,11 @@ template <int HD>
 static int tc_backward(cudaStream_t s, float *dqkv, const float *dout, const float *qkv,
                        const float *out, const float *lse, int B, tcp a, float *scratch)
 {
-    int e, rows = B * a.NH * a.T;
-    k_tc_D<HD><<<(unsigned)((rows + NW - 1) / NW), NW * 32, 0, s>>>(scratch, dout, out, a, rows);
-    if ((e = ZKC_LAUNCHED())) return e;
+    int e;
     dim3 g((unsigned)((a.T + BR - 1) / BR), (unsigned)(B * a.NH));
-    k_tc_dkv<HD><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, a);
+    k_tc_dq<HD><<<g, NW * 32, 0, s>>>(dqkv, scratch, dout, out, qkv, lse, a);   /* and D */
     if ((e = ZKC_LAUNCHED())) return e;
-    k_tc_dq<HD><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, a);
+    k_tc_dkv<HD><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, a);
     return ZKC_LAUNCHED();
 }
 

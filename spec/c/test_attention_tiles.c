@@ -5,8 +5,9 @@
  * with the tolerances test_cuda.c applies to the GPU (spec/c/attn_tc_check.h).
  *
  * MIRRORS attention_tc.cu: change the two together. The same tiles (64
- * query rows x 64 keys forward, tiles above the diagonal skipped, the mask
- * on the diagonal tile only; 64 keys x CH-query chunks from the tile's
+ * keys forward, tiles after a row's own skipped, the mask on the diagonal;
+ * the kernel's blocks of 128 query rows at head size 64 give each row
+ * this same sequence of tiles; 64 keys x CH-query chunks from the tile's
  * first key for dK, dV; 64 queries x CH-key chunks up to the block's last
  * row for dQ; CH = 64 for head size 64, 16 for 128), the same masks (key
  * after the query; rows at or past T), the same online softmax in base 2
@@ -15,7 +16,8 @@
  * with p unrounded, O = c O + bf16(p) V, out = O (1 / l), lse = m scale +
  * log l), the backward's p = 2^(fma(s, scale log2 e, -lse log2 e)), bf16
  * (RNE) at the same points (q, k, v, dout on load; p, dS before their
- * products), D = rowsum(dout * out) in fp32 first. Not mirrored: the order
+ * products), D = rowsum(dout * out) in fp32 first (the kernel: in k_tc_dq,
+ * before k_tc_dkv). Not mirrored: the order
  * of the sums inside an m16n8k16 product (tensor cores) and of a row's
  * sum of p (the kernel: per lane, then its 4 lanes) -- this catches the
  * tiling's algebra, not the hardware.
