@@ -229,7 +229,11 @@ static int upload(void *dst, const void *src, size_t nbytes)
     }
     memcpy(u->buf, src, nbytes);
     CU(cudaMemcpyAsync(dst, u->buf, nbytes, cudaMemcpyHostToDevice, S()));
-    CU(cudaEventRecord(u->ev, S()));
+    cudaError_t e = cudaEventRecord(u->ev, S());
+    if (e != cudaSuccess) {          /* no event to wait for: the copy's end, then the error */
+        (void)cudaStreamSynchronize(S());
+        return cu_err(__FILE__, __LINE__, "cudaEventRecord(upload slot)", e);
+    }
     u->queued = 1;
     up_next = (up_next + 1) % UP_SLOTS;
     return ZT_OK;
@@ -372,14 +376,15 @@ static int cuda_matmul_bf16_backward(float *dinp, float *dw, float *db, const ui
     return ZT_OK;
 }
 
-static void cuda_gelu_forward(void *out, int out16, const float *inp, size_t n)
+static void cuda_gelu_forward(void *out, int out16, const void *inp, int in16, size_t n)
 {
-    KC_NOTE(zkc_gelu_forward(S(), out, out16, inp, n));
+    KC_NOTE(zkc_gelu_forward(S(), out, out16, inp, in16, n));
 }
 
-static void cuda_gelu_backward(void *dinp, int out16, const float *inp, const float *dout, size_t n)
+static void cuda_gelu_backward(void *dinp, int out16, const void *inp, int in16, const float *dout,
+                               size_t n)
 {
-    KC_NOTE(zkc_gelu_backward(S(), dinp, out16, inp, dout, n));
+    KC_NOTE(zkc_gelu_backward(S(), dinp, out16, inp, in16, dout, n));
 }
 
 static int cuda_crossentropy(float *losses, void *dlogits, const void *logits,
@@ -612,6 +617,7 @@ void zt_cuda_stream_free(void *s)
     CU_NOTE(cudaStreamSynchronize(st));   /* its work finishes; then nothing names it */
     pthread_mutex_lock(&cu_lock);
     if (scratch_user == st) scratch_user = NULL;
+    zkc_matmul_stream_gone(st);          /* its cuBLASLt workspace (matmul.cu) */
     pthread_mutex_unlock(&cu_lock);
     CU_NOTE(cudaStreamDestroy(st));
 }

@@ -503,29 +503,39 @@ int zt_attention_decode(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
     return ZT_OK;
 }
 
+/* inp f32, or bf16 (then out bf16 too); out f32 or bf16 */
+static int gelu_inp(const char *op, const zt_tensor *inp, int *in16)
+{
+    *in16 = inp != NULL && inp->dtype == ZT_BF16;
+    return need(op, "inp", inp, *in16 ? ZT_BF16 : ZT_F32);
+}
+
 int zt_gelu_forward(zt_tensor *out, const zt_tensor *inp)
 {
-    ZT_TRY(need("zt_gelu_forward", "inp", inp, ZT_F32));
-    int out16 = out != NULL && out->dtype == ZT_BF16;
-    ZT_TRY(need_numel("zt_gelu_forward", "out", out, out16 ? ZT_BF16 : ZT_F32, inp->numel,
-                      "(same as inp) f32 or bf16"));
+    const char *op = "zt_gelu_forward";
+    int in16;
+    ZT_TRY(gelu_inp(op, inp, &in16));
+    int out16 = in16 || (out != NULL && out->dtype == ZT_BF16);
+    ZT_TRY(need_numel(op, "out", out, out16 ? ZT_BF16 : ZT_F32, inp->numel,
+                      in16 ? "(same as inp) bf16, as inp" : "(same as inp) f32 or bf16"));
     const zt_device_ops *dev;
-    ZT_TRY(ready(&dev, "zt_gelu_forward", "out", out, "inp", inp, NULL));
-    dev->gelu_forward(out->data, out16, inp->data, (size_t)inp->numel);
+    ZT_TRY(ready(&dev, op, "out", out, "inp", inp, NULL));
+    dev->gelu_forward(out->data, out16, inp->data, in16, (size_t)inp->numel);
     return ZT_OK;
 }
 
 int zt_gelu_backward(zt_tensor *dinp, const zt_tensor *inp, const zt_tensor *dout)
 {
     const char *op = "zt_gelu_backward";
-    ZT_TRY(need(op, "inp", inp, ZT_F32));
+    int in16;
+    ZT_TRY(gelu_inp(op, inp, &in16));
     ZT_TRY(need_numel(op, "dout", dout, ZT_F32, inp->numel, "(same as inp)"));
-    int out16 = dinp != NULL && dinp->dtype == ZT_BF16;
+    int out16 = in16 || (dinp != NULL && dinp->dtype == ZT_BF16);
     ZT_TRY(need_numel(op, "dinp", dinp, out16 ? ZT_BF16 : ZT_F32, inp->numel,
-                      "(same as inp) f32 or bf16"));
+                      in16 ? "(same as inp) bf16, as inp" : "(same as inp) f32 or bf16"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "dinp", dinp, "inp", inp, "dout", dout, NULL));
-    dev->gelu_backward(dinp->data, out16, inp->data, dout->data, (size_t)inp->numel);
+    dev->gelu_backward(dinp->data, out16, inp->data, in16, dout->data, (size_t)inp->numel);
     return ZT_OK;
 }
 
@@ -669,6 +679,8 @@ int zt_sum(double *out, const zt_tensor *x)
     *out = dev->sum(x->data, (size_t)x->numel);
     return ZT_OK;
 }
+
+double zt_host_sum(const float *x, size_t n) { return n ? zk_sum_f64(x, n) : 0.0; }
 
 int zt_randn(zt_tensor *x, uint64_t seed, uint64_t stream, float mean, float std)
 {

@@ -247,7 +247,8 @@ int zt_attention_backward(zt_tensor *dqkv, const zt_tensor *dout,
 int zt_attention_decode(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
                         const zt_tensor *qkv, int NH, int pos);
 /* out (gelu_backward's dinp) f32 or bf16 (rounded once, as layernorm's);
- * inp, dout f32. */
+ * inp f32, or bf16 (the c_fc GEMM's bf16 out, widened exactly: then out
+ * is bf16 too); dout f32. */
 int zt_gelu_forward(zt_tensor *out, const zt_tensor *inp);
 int zt_gelu_backward(zt_tensor *dinp, const zt_tensor *inp, const zt_tensor *dout);
 /* Bad ids (zt_encoder_*, zt_crossentropy): the CPU fails the op at once; a
@@ -291,6 +292,9 @@ int zt_sumsq_blocks(double *partials, const zt_tensor *x);
 int zt_sumsq_blocks_many(double *partials, const zt_tensor *const *xs, int n);
 /* sum of x (f32) in fp64 over fixed blocks, in block order. */
 int zt_sum(double *out, const zt_tensor *x);
+/* zt_sum's value (the same fixed-block fp64 sum, the same bits) of n floats
+ * of host memory, on the calling thread: no device, no wait, no error. */
+double zt_host_sum(const float *x, size_t n);
 
 /* x (f32) = mean + std * N(0,1), deterministic in (seed, stream, element index):
  * the same values on any thread count. Used for model initialisation. */

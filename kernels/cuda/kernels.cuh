@@ -41,10 +41,11 @@ int zkc_cast_f32_f16(cudaStream_t s, uint16_t *dst, const float *src, size_t n);
 int zkc_cast_f16_f32(cudaStream_t s, float *dst, const uint16_t *src, size_t n);
 
 /* ---- gelu.cu (tanhf, not the CPU's tanh_fast: ~1e-7 apart); out16: out
- * (dinp) bf16, the fp32 value rounded once (zkc_bf16) ---- */
-int zkc_gelu_forward(cudaStream_t s, void *out, int out16, const float *inp, size_t n);
-int zkc_gelu_backward(cudaStream_t s, void *dinp, int out16, const float *inp, const float *dout,
-                      size_t n);
+ * (dinp) bf16, the fp32 value rounded once (zkc_bf16); in16: inp bf16 (the
+ * c_fc GEMM's bf16 out), widened exactly; then out is bf16 too ---- */
+int zkc_gelu_forward(cudaStream_t s, void *out, int out16, const void *inp, int in16, size_t n);
+int zkc_gelu_backward(cudaStream_t s, void *dinp, int out16, const void *inp, int in16,
+                      const float *dout, size_t n);
 
 /* ---- layernorm.cu ---- */
 /* out16: out bf16, each element rounded once (a bf16 GEMM's input) */
@@ -146,6 +147,8 @@ int zkc_colsum_bf16(cudaStream_t s, float *out, const uint16_t *x, int N, int OC
  * only asks. Returns the setting in force. Shapes, layouts and alignments
  * cuBLASLt has no algorithm for keep cuBLAS. */
 int zkc_matmul_epilogue(int on);
+/* stream s is being destroyed (synced): its cuBLASLt workspace is freed */
+void zkc_matmul_stream_gone(cudaStream_t s);
 #define ZKC_LAUNCH_BASE 1000
 
 /* ---- reduce.cu: the communicators' rank-order sum (zk_sum_ranks): dst[i] =

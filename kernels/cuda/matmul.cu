@@ -54,7 +54,10 @@ static int gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, in
 /* ---- cuBLASLt (zkc_matmul_epilogue): every GEMM of a call through one
  * cublasLtMatmul with a plan kept per shape, layout and dtype -- the
  * forward's bias in the epilogue (CUBLASLT_EPILOGUE_BIAS, added to the fp32
- * accumulator before the one rounding of the output, as the CPU adds it),
+ * accumulator before the one rounding of the output, as the CPU adds it;
+ * for a bf16 out cuBLASLt may want a bf16 bias -- its header says the bias
+ * takes D's type -- and then the bias rows are filled first, rounded to
+ * bf16, and a beta = 1 GEMM adds onto them, as the cuBLAS path does),
  * padded rows through the layouts' leading dimensions, bf16 or fp32 out,
  * and both backward products. Mode 2 (the default) takes it for bf16
  * operands only: an H200 ran the qkv bf16 forward at 469 TFLOP/s through it
@@ -71,8 +74,9 @@ static int gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, in
  * stream has its own workspace (matmuls on two streams may overlap on the
  * GPU; one shared workspace would be a race). A shape, layout or alignment
  * the heuristic has no algorithm for keeps the plain path, decided once per
- * plan, so the path is a function of the shapes (the same for every
- * strategy, whose views share offsets and alignment). Callers serialise
+ * plan (or at its first call, where cublasLtMatmul refuses it), so the
+ * path is a function of the shapes (the same for every strategy, whose
+ * views share offsets and alignment). Callers serialise
  * (device_cuda.c's lock): the plan cache, the workspace table and the one
  * descriptor whose bias pointer changes per call need no lock of their own.
  * ---- */
@@ -97,6 +101,7 @@ struct lt_key {
 struct lt_plan {
     struct lt_key key;
     int ok;                          /* 0: no algorithm (plain path) */
+    int ran;                         /* a call succeeded: from then on a failure is an error */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
@@ -113,19 +118,30 @@ static struct { cudaStream_t s; void *p; } lt_ws[LT_STREAMS];
 /* stream s's workspace (allocated at its first Lt GEMM), or NULL */
 static void *lt_workspace(cudaStream_t s)
 {
+    int freeslot = -1;
     for (int i = 0; i < LT_STREAMS; i++) {
         if (lt_ws[i].p && lt_ws[i].s == s) return lt_ws[i].p;
-        if (!lt_ws[i].p) {
-            if (cudaMalloc(&lt_ws[i].p, LT_WS) != cudaSuccess) {
-                (void)cudaGetLastError();
-                lt_ws[i].p = NULL;
-                return NULL;
-            }
-            lt_ws[i].s = s;
-            return lt_ws[i].p;
-        }
+        if (!lt_ws[i].p && freeslot < 0) freeslot = i;
     }
-    return NULL;                     /* more streams than slots: the plain path */
+    if (freeslot < 0) return NULL;   /* more live streams than slots: the plain path */
+    if (cudaMalloc(&lt_ws[freeslot].p, LT_WS) != cudaSuccess) {
+        (void)cudaGetLastError();
+        lt_ws[freeslot].p = NULL;
+        return NULL;
+    }
+    lt_ws[freeslot].s = s;
+    return lt_ws[freeslot].p;
+}
+
+/* stream s is gone (device_cuda.c, after syncing it): its workspace back */
+extern "C" void zkc_matmul_stream_gone(cudaStream_t s)
+{
+    for (int i = 0; i < LT_STREAMS; i++)
+        if (lt_ws[i].p && lt_ws[i].s == s) {
+            cudaFree(lt_ws[i].p);
+            lt_ws[i].p = NULL;
+            lt_ws[i].s = NULL;
+        }
 }
 
 /* 16-byte aligned pointers and row strides: the alignment the plans ask for */
@@ -146,6 +162,10 @@ static int lt_make(struct lt_plan *p)
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
+    /* the heuristic reads the bias pointer's value for its alignment: a
+     * stand-in on exactly 16 bytes, what lt_gemm promises (NULL would read
+     * as aligned on anything) */
+    const void *bias16 = (const void *)(uintptr_t)16;
     /* as stored: A (k, m) when transposed else (m, k), B (n, k) when
      * transposed else (k, n), C = D (m, n); column-major, the given ld */
     int ar = k->ta == CUBLAS_OP_T ? k->k : k->m, ac = k->ta == CUBLAS_OP_T ? k->m : k->k;
@@ -156,6 +176,8 @@ static int lt_make(struct lt_plan *p)
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep) ||
         (k->bias && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                    &bt, sizeof bt)) ||
+        (k->bias && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &bias16, sizeof bias16)) ||
         cublasLtMatrixLayoutCreate(&p->la, k->ab, ar, ac, k->lda) ||
         cublasLtMatrixLayoutCreate(&p->lb, k->ab, br, bc, k->ldb) ||
         cublasLtMatrixLayoutCreate(&p->lc, k->ct, k->m, k->n, k->ldc) ||
@@ -199,23 +221,31 @@ static int lt_gemm(cudaStream_t s, const struct lt_key *k, const void *a, const 
     struct lt_plan *p = lt_plan(k);
     if (!p) return 0;
     void *ws = p->ws ? lt_workspace(s) : NULL;
-    if (p->ws && !ws) return 0;
+    /* no workspace (out of memory, or more live streams than slots): an
+     * error, not cuBLAS -- the path, hence the bits, must follow the shapes */
+    if (p->ws && !ws) return ZKC_LAUNCH_BASE + (int)cudaErrorMemoryAllocation;
     if (k->bias)
         CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    CUBLAS_TRY(cublasLtMatmul(lt, p->desc, &one, a, p->la, b, p->lb, beta, d, p->lc, d, p->lc,
-                              &p->algo, ws, p->ws, s));
+    cublasStatus_t st = cublasLtMatmul(lt, p->desc, &one, a, p->la, b, p->lb, beta, d, p->lc, d,
+                                       p->lc, &p->algo, ws, p->ws, s);
+    if (!p->ran && (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE)) {
+        p->ok = 0;                   /* refused at its first call (nothing launched): cuBLAS from now on */
+        return 0;
+    }
+    if (st != CUBLAS_STATUS_SUCCESS) return (int)st;
+    p->ran = 1;
     *done = 1;
     return 0;
 }
 
-/* whether lt_gemm would take key k with these operands (makes the plan) */
+/* whether key k has a plan for these operands (makes it); lt_gemm may
+ * still demote it at its first call */
 static int lt_plan_exists(cudaStream_t s, const struct lt_key *k, const void *a, const void *b,
                           const void *d)
 {
     if (!lt_aligned(a, k->lda, k->ab) || !lt_aligned(b, k->ldb, k->ab) || !lt_aligned(d, k->ldc, k->ct))
         return 0;
-    struct lt_plan *p = lt_plan(k);
-    return p && (!p->ws || lt_workspace(s));
+    return lt_plan(k) != NULL;
 }
 
 static struct lt_key lt_key_of(int m, int n, int k, cublasOperation_t ta, cublasOperation_t tb,
@@ -247,7 +277,9 @@ static int fwd(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, con
                 LAUNCH_TRY();
                 e = lt_gemm(s, &k, w, inp, out, NULL, &done, &one);
                 if (e || done) return e;
-                return ZKC_LAUNCH_BASE + (int)cudaErrorUnknown;   /* planned above: cannot happen */
+                /* refused at its first call: cuBLAS adds onto the bias rows */
+                CUBLAS_TRY(cublasSetStream(h, s));
+                return gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, inp, C, out, ldo, ab, ct, &one);
             }
         }
     }

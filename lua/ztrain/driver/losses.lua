@@ -6,12 +6,16 @@
 -- first kernels wait for the host. A ledger instead copies each head
 -- forward's per-position losses (device to device, queued like a kernel)
 -- into a row of its own -- the activation set is reused before the step
--- ends -- and at the step's end reads every row with one host wait and sums
--- each on the host: the same fp64 sums (a device's zt_sum has the CPU's
--- bits), in the same order (the forwards'), so the same loss as before.
+-- ends -- and at the step's end reads the rows with one host wait and sums
+-- each in host memory (zt_host_sum: zt_sum's fixed-block fp64 sum, no
+-- device involved), in the order the forwards ran: the same loss, bit for
+-- bit, as summing each mean as it came. Nothing here syncs the device
+-- beyond that one read, so a deferred device error (a bad token id)
+-- surfaces where it did before: at the trainer's device sync.
 local ffi = require "ffi"
 local T = require "ztrain.tensor"
 local ops = require "ztrain.ops"
+local C = require("ztrain.ffi").C
 
 local M = {}
 local Ledger = {}
@@ -20,17 +24,14 @@ Ledger.__index = Ledger
 -- new(rows): room for `rows` head forwards a step (the micro-batches).
 function M.new(rows) return setmetatable({ cap = math.max(1, rows or 1), count = {}, n = 0 }, Ledger) end
 
+-- the rows for losses of N positions on `tier` (made once; again if those change)
 local function alloc(self, src)
   local N, tier = src:numel(), src:tier()
   if self.kept and self.N == N and self.tier == tier then return end
   self:free()
-  self.N, self.tier = N, tier
-  self.kept = T.new({ self.cap, N }, { tier = tier, category = "activations" })
-  self.host = T.new({ self.cap, N }, { tier = "host", category = "activations" })
-  self.buf = ffi.new("float[?]", self.cap * N)
+  local kept = T.new({ self.cap, N }, { tier = tier, category = "activations" })
+  self.kept, self.buf, self.N, self.tier = kept, ffi.new("float[?]", self.cap * N), N, tier
 end
-
-local function row(t, i, N) return t:view((i - 1) * N, { N }) end
 
 -- keep(a): set a's per-position losses (its last forward), as the next row.
 function Ledger:keep(a)
@@ -38,9 +39,10 @@ function Ledger:keep(a)
   alloc(self, src)
   local n = self.n + 1
   assert(n <= self.cap, "losses ledger: more head forwards in a step than micro-batches")
-  local r = row(self.kept, n, self.N)
-  ops.copy(r, src)
+  local r = self.kept:view((n - 1) * self.N, { self.N })
+  local ok, err = pcall(ops.copy, r, src)
   r:free()
+  if not ok then error(err, 0) end
   self.count[n] = a.B * a.T
   self.n = n
 end
@@ -49,16 +51,17 @@ end
 -- or nil when none was kept; empties the ledger (its buffers stay for the
 -- next step).
 function Ledger:total()
-  if self.n == 0 then return nil end
-  self.kept:read(self.buf)              -- the step's one host wait for its losses
-  self.host:write(self.buf)
-  local loss
-  for i = 1, self.n do
-    local r = row(self.host, i, self.N)
-    loss = (loss or 0.0) + ops.sum(r) / self.count[i]
-    r:free()
-  end
+  local n = self.n
+  if n == 0 then return nil end
   self.n = 0
+  local rows = self.kept:view(0, { n * self.N })
+  local ok, err = pcall(rows.read, rows, self.buf)    -- the step's one host wait for its losses
+  rows:free()
+  if not ok then error(err, 0) end
+  local loss
+  for i = 1, n do
+    loss = (loss or 0.0) + C.zt_host_sum(self.buf + (i - 1) * self.N, self.N) / self.count[i]
+  end
   return loss
 end
 
@@ -66,8 +69,8 @@ end
 function Ledger:reset() self.n = 0 end
 
 function Ledger:free()
-  if self.kept then self.kept:free(); self.host:free() end
-  self.kept, self.host, self.buf, self.N, self.tier, self.n = nil, nil, nil, nil, nil, 0
+  if self.kept then self.kept:free() end
+  self.kept, self.buf, self.N, self.tier, self.n = nil, nil, nil, nil, 0
 end
 
 return M
