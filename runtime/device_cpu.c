@@ -123,15 +123,18 @@ static void cpu_sumsq_blocks_many(double *partials, const float *const *x, const
     }
 }
 
-static void cpu_gelu_forward(void *out, int out16, const float *inp, size_t n)
+static void cpu_gelu_forward(void *out, int out16, const void *inp, int in16, size_t n)
 {
-    if (out16) zk_gelu_forward_b16(out, inp, n);
+    if (in16) zk_gelu_forward_bb(out, inp, n);      /* a bf16 inp: bf16 out (ops.c) */
+    else if (out16) zk_gelu_forward_b16(out, inp, n);
     else zk_gelu_forward(out, inp, n);
 }
 
-static void cpu_gelu_backward(void *dinp, int out16, const float *inp, const float *dout, size_t n)
+static void cpu_gelu_backward(void *dinp, int out16, const void *inp, int in16, const float *dout,
+                              size_t n)
 {
-    if (out16) zk_gelu_backward_b16(dinp, inp, dout, n);
+    if (in16) zk_gelu_backward_bb(dinp, inp, dout, n);
+    else if (out16) zk_gelu_backward_b16(dinp, inp, dout, n);
     else zk_gelu_backward(dinp, inp, dout, n);
 }
 

@@ -133,14 +133,15 @@ static void fg_adamw_segments(float *p, const float *g, float *m, float *v, void
     CPU.adamw_segments(F(p), CF(g), F(m), F(v), un(lp), lp_dtype, sg, lr, b1, b2, eps, gscale, t);
 }
 
-static void fg_gelu_forward(void *out, int out16, const float *inp, size_t n)
+static void fg_gelu_forward(void *out, int out16, const void *inp, int in16, size_t n)
 {
-    CPU.gelu_forward(un(out), out16, CF(inp), n);
+    CPU.gelu_forward(un(out), out16, un((void *)inp), in16, n);
 }
 
-static void fg_gelu_backward(void *dinp, int out16, const float *inp, const float *dout, size_t n)
+static void fg_gelu_backward(void *dinp, int out16, const void *inp, int in16, const float *dout,
+                             size_t n)
 {
-    CPU.gelu_backward(un(dinp), out16, CF(inp), CF(dout), n);
+    CPU.gelu_backward(un(dinp), out16, un((void *)inp), in16, CF(dout), n);
 }
 
 static int fg_crossentropy(float *losses, void *dlogits, const void *logits,

@@ -539,17 +539,19 @@ static void fa_layernorm_residual_forward(float *resid, void *out, int out16, fl
     issue(it);
 }
 
-static void r_geluf(item *it) { FG.gelu_forward(it->p[0], it->i[0], it->p[1], it->n); }
-static void fa_gelu_forward(void *out, int out16, const float *inp, size_t n)
+static void r_geluf(item *it) { FG.gelu_forward(it->p[0], it->i[0], it->p[1], it->i[1], it->n); }
+static void fa_gelu_forward(void *out, int out16, const void *inp, int in16, size_t n)
 {
-    OP0(it, r_geluf); it->p[0] = out; it->p[1] = (void *)inp; it->n = n; it->i[0] = out16; issue(it);
+    OP0(it, r_geluf); it->p[0] = out; it->p[1] = (void *)inp; it->n = n; it->i[0] = out16; it->i[1] = in16; issue(it);
 }
 
-static void r_gelub(item *it) { FG.gelu_backward(it->p[0], it->i[0], it->p[1], it->p[2], it->n); }
-static void fa_gelu_backward(void *dinp, int out16, const float *inp, const float *dout, size_t n)
+static void r_gelub(item *it) { FG.gelu_backward(it->p[0], it->i[0], it->p[1], it->i[1], it->p[2], it->n); }
+static void fa_gelu_backward(void *dinp, int out16, const void *inp, int in16, const float *dout,
+                             size_t n)
 {
     OP0(it, r_gelub);
     it->p[0] = dinp; it->p[1] = (void *)inp; it->p[2] = (void *)dout; it->n = n; it->i[0] = out16;
+    it->i[1] = in16;
     issue(it);
 }
 

@@ -172,8 +172,10 @@ typedef struct zt_device_ops {
                                int B, int T, int C, int NH);
     void (*attention_decode)(float *out, float *kcache, float *vcache, const float *qkv,
                              int B, int T, int C, int NH, int maxT, int pos);
-    void (*gelu_forward)(void *out, int out16, const float *inp, size_t n);
-    void (*gelu_backward)(void *dinp, int out16, const float *inp, const float *dout, size_t n);
+    /* in16: inp is bf16 (the c_fc GEMM's bf16 out), widened exactly */
+    void (*gelu_forward)(void *out, int out16, const void *inp, int in16, size_t n);
+    void (*gelu_backward)(void *dinp, int out16, const void *inp, int in16, const float *dout,
+                          size_t n);
     /* logits and dlogits (N,V) in rows ld apart, fp32 or (bf16) bf16 */
     /* encoder_forward/backward and crossentropy return the bad ids they
      * skipped, or 0 on a device that counts them on the device and reports

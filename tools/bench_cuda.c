@@ -101,7 +101,8 @@ int main(void)
     zt_cuda_attention_mode(0);
     TIME("layernorm fwd (N,768)", 0, 50, dv->layernorm_forward(y, 0, mean, rstd, x, w, b, N, C));
     TIME("layernorm bwd (N,768)", 0, 50, dv->layernorm_backward(dx, dw, db, g, x, w, mean, rstd, N, C));
-    TIME("gelu fwd (N,3072)", 0, 50, dv->gelu_forward(y, 0, x, (size_t)N * 4 * C));
+    TIME("gelu fwd (N,3072)", 0, 50, dv->gelu_forward(y, 0, x, 0, (size_t)N * 4 * C));
+    TIME("gelu fwd (N,3072) bf16 in and out", 0, 50, dv->gelu_forward(y, 1, x, 1, (size_t)N * 4 * C));
     TIME("adamw 12.6M params", 0, 10, dv->adamw(x, g, y, dx, (size_t)N * 4 * C, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1));
     /* the LM head (B=4 of the step's 16): bf16 operands, logits in rows of
      * V (fp32, the old layout) against rows padded to Vp (bf16, the new) */

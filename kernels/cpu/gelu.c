@@ -78,29 +78,45 @@ void zk_gelu_forward(float *out, const float *inp, size_t n) {
 }
 
 /* bf16 out: each block through a float tile on the stack (16 KiB), then
- * rounded: the fp32 kernel's floats, rounded once */
-void zk_gelu_forward_b16(uint16_t *out, const float *inp, size_t n) {
+ * rounded: the fp32 kernel's floats, rounded once. A bf16 inp (inp16, else
+ * inp32) widens exactly into a second tile first: the bits of the fp32
+ * kernel on the cast input. */
+static void fwd_b16(uint16_t *out, const float *inp32, const uint16_t *inp16, size_t n) {
     size_t nb = (n + GELU_BLOCK - 1) / GELU_BLOCK;
     void (*f)(float *, const float *, size_t, size_t) = zk_avx512_twin() ? fwd16 : fwd8;
     #pragma omp parallel for schedule(static) if (nb >= GELU_PAR_BLOCKS)
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * GELU_BLOCK, hi = lo + GELU_BLOCK < n ? lo + GELU_BLOCK : n;
-        float t[GELU_BLOCK];
-        f(t, inp + lo, 0, hi - lo);
+        float t[GELU_BLOCK], xt[GELU_BLOCK];
+        const float *x = inp32 ? inp32 + lo : xt;
+        if (!inp32) zk_cast_bf16_f32(xt, inp16 + lo, hi - lo);
+        f(t, x, 0, hi - lo);
         zk_cast_f32_bf16(out + lo, t, hi - lo);
     }
 }
 
-void zk_gelu_backward_b16(uint16_t *dinp, const float *inp, const float *dout, size_t n) {
+static void bwd_b16(uint16_t *dinp, const float *inp32, const uint16_t *inp16, const float *dout,
+                    size_t n) {
     size_t nb = (n + GELU_BLOCK - 1) / GELU_BLOCK;
     void (*f)(float *, const float *, const float *, size_t, size_t) = zk_avx512_twin() ? bwd16 : bwd8;
     #pragma omp parallel for schedule(static) if (nb >= GELU_PAR_BLOCKS)
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * GELU_BLOCK, hi = lo + GELU_BLOCK < n ? lo + GELU_BLOCK : n;
-        float t[GELU_BLOCK];
-        f(t, inp + lo, dout + lo, 0, hi - lo);
+        float t[GELU_BLOCK], xt[GELU_BLOCK];
+        const float *x = inp32 ? inp32 + lo : xt;
+        if (!inp32) zk_cast_bf16_f32(xt, inp16 + lo, hi - lo);
+        f(t, x, dout + lo, 0, hi - lo);
         zk_cast_f32_bf16(dinp + lo, t, hi - lo);
     }
+}
+
+void zk_gelu_forward_b16(uint16_t *out, const float *inp, size_t n) { fwd_b16(out, inp, NULL, n); }
+void zk_gelu_forward_bb(uint16_t *out, const uint16_t *inp, size_t n) { fwd_b16(out, NULL, inp, n); }
+void zk_gelu_backward_b16(uint16_t *dinp, const float *inp, const float *dout, size_t n) {
+    bwd_b16(dinp, inp, NULL, dout, n);
+}
+void zk_gelu_backward_bb(uint16_t *dinp, const uint16_t *inp, const float *dout, size_t n) {
+    bwd_b16(dinp, NULL, inp, dout, n);
 }
 
 /* dinp = dout * gelu'(inp), WRITTEN; dinp may alias dout. */

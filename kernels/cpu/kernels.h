@@ -210,6 +210,10 @@ void zk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n
  * once to nearest even. dinp does not alias dout here. */
 void zk_gelu_forward_b16(uint16_t *out, const float *inp, size_t n);
 void zk_gelu_backward_b16(uint16_t *dinp, const float *inp, const float *dout, size_t n);
+/* The same with a bf16 inp (the c_fc GEMM's bf16 out): widened exactly,
+ * so the bits of the _b16 kernels on the cast input. */
+void zk_gelu_forward_bb(uint16_t *out, const uint16_t *inp, size_t n);
+void zk_gelu_backward_bb(uint16_t *dinp, const uint16_t *inp, const float *dout, size_t n);
 
 /* ---- softmax cross-entropy, fused with its backward -------------------- */
 /* logits (N,V) in rows ld apart (ld >= V: the LM head pads GPT-2's 50257 to

@@ -33,6 +33,9 @@ __device__ __forceinline__ uint16_t zkc_bf16(float f)
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+/* a kernel's input element as fp32: itself, or bf16 bits widened exactly */
+__device__ __forceinline__ float zkc_get(const float *p) { return *p; }
+__device__ __forceinline__ float zkc_get(const uint16_t *p) { return __uint_as_float((uint32_t)*p << 16); }
 /* a kernel's output element: fp32 as computed, or bf16 rounded once */
 __device__ __forceinline__ void zkc_put(float *p, float v) { *p = v; }
 __device__ __forceinline__ void zkc_put(uint16_t *p, float v) { *p = zkc_bf16(v); }

@@ -146,8 +146,8 @@ static void t_gelu(void)
     float *x = ct_rand(n, -6, 6), *d = ct_rand(n, -1, 1), *o = malloc(n * 4), *g = malloc(n * 4);
     zk_gelu_forward(o, x, n); zk_gelu_backward(g, x, d, n);
     float *dx = up(x, n * 4), *dd = up(d, n * 4), *dout = up(x, n * 4);
-    dv->gelu_forward(dout, 0, dx, n);
-    dv->gelu_backward(dd, 0, dx, dd, n);          /* dinp aliases dout */
+    dv->gelu_forward(dout, 0, dx, 0, n);
+    dv->gelu_backward(dd, 0, dx, 0, dd, n);       /* dinp aliases dout */
     if (!synced("gelu")) return;
     float *go = down(dout, n * 4), *gg = down(dd, n * 4);
     close_to("gelu forward (1e-6 + 1e-5|x|)", go, o, n, 1e-6, 1e-5);
@@ -157,8 +157,8 @@ static void t_gelu(void)
     uint16_t *o16 = NULL, *g16 = NULL;
     float *dd2 = up(d, n * 4);
     dv->alloc((void **)&o16, n * 2); dv->alloc((void **)&g16, n * 2);
-    dv->gelu_forward(o16, 1, dx, n);
-    dv->gelu_backward(g16, 1, dx, dd2, n);
+    dv->gelu_forward(o16, 1, dx, 0, n);
+    dv->gelu_backward(g16, 1, dx, 0, dd2, n);
     if (!synced("gelu bf16")) return;
     uint16_t *h16 = down(o16, n * 2), *hg16 = down(g16, n * 2);
     float *w16 = malloc(n * 4), *wg16 = malloc(n * 4);
@@ -168,6 +168,26 @@ static void t_gelu(void)
     zk_gelu_backward(gref, x, d, n);
     close_to("gelu backward bf16 dinp (one bf16 ulp)", wg16, gref, n, 5e-6, 1.0 / 128);
     free(h16); free(hg16); free(w16); free(wg16); free(gref);
+    /* a bf16 inp (the c_fc GEMM's bf16 out): the CPU's _bb kernels' values,
+     * one bf16 ulp apart (tanhf against the CPU's tanh_fast) */
+    uint16_t *x16 = malloc(n * 2), *c16 = malloc(n * 2), *cg16 = malloc(n * 2);
+    zk_cast_f32_bf16(x16, x, n);
+    zk_gelu_forward_bb(c16, x16, n);
+    zk_gelu_backward_bb(cg16, x16, d, n);
+    uint16_t *dx16 = up(x16, n * 2);
+    float *dd3 = up(d, n * 4);
+    dv->gelu_forward(o16, 1, dx16, 1, n);
+    dv->gelu_backward(g16, 1, dx16, 1, dd3, n);
+    if (synced("gelu bf16 inp")) {
+        uint16_t *a16 = down(o16, n * 2), *ag16 = down(g16, n * 2);
+        float *a = malloc(n * 4), *ag = malloc(n * 4), *c = malloc(n * 4), *cg = malloc(n * 4);
+        zk_cast_bf16_f32(a, a16, n); zk_cast_bf16_f32(ag, ag16, n);
+        zk_cast_bf16_f32(c, c16, n); zk_cast_bf16_f32(cg, cg16, n);
+        close_to("gelu forward bf16 inp and out (one bf16 ulp)", a, c, n, 1e-30, 1.0 / 128);
+        close_to("gelu backward bf16 inp and dinp (one bf16 ulp)", ag, cg, n, 5e-6, 1.0 / 128);
+        free(a16); free(ag16); free(a); free(ag); free(c); free(cg);
+    }
+    free(x16); free(c16); free(cg16); dv->free(dx16); dv->free(dd3);
     dv->free(o16); dv->free(g16); dv->free(dd2);
     free(x); free(d); free(o); free(g); free(go); free(gg);
     dv->free(dx); dv->free(dd); dv->free(dout);

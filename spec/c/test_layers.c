@@ -728,6 +728,21 @@ static void test_b16_outputs(int N, int C) {
     zk_cast_f32_bf16(want, o, nc);
     snprintf(name, sizeof name, "gelu backward n=%zu bf16 dinp = the fp32 dinp rounded once", nc);
     ct_same_bits(name, o16, want, nc * 2);
+    /* a bf16 inp (the c_fc GEMM's bf16 out): the _b16 kernels' bits on the
+     * input widened, forward and backward */
+    uint16_t *x16 = ct_alloc(nc * 2);
+    float *xw = ct_alloc(nc * 4);
+    zk_cast_f32_bf16(x16, x, nc);
+    zk_cast_bf16_f32(xw, x16, nc);
+    zk_gelu_forward_b16(want, xw, nc);
+    zk_gelu_forward_bb(o16, x16, nc);
+    snprintf(name, sizeof name, "gelu forward n=%zu bf16 inp = the bf16-out kernel on it widened", nc);
+    ct_same_bits(name, o16, want, nc * 2);
+    zk_gelu_backward_b16(want, xw, d, nc);
+    zk_gelu_backward_bb(o16, x16, d, nc);
+    snprintf(name, sizeof name, "gelu backward n=%zu bf16 inp = the bf16-out kernel on it widened", nc);
+    ct_same_bits(name, o16, want, nc * 2);
+    free(x16); free(xw);
     /* the residual add fused with the layer norm: add3 then the forward's bits */
     float *ra = ct_rand(nc, -2, 2), *rb = ct_rand(nc, -2, 2), *sum = ct_alloc(nc * 4), *res = ct_alloc(nc * 4);
     float *fo = ct_alloc(nc * 4);

@@ -84,8 +84,8 @@ static int f_matmul_bwd(float *di, float *dw, float *db, const float *dout, cons
     return seen(F_MATMUL_BWD, 6, di, dw, db, dout, i, w)
         ? C->matmul_backward(di, dw, db, dout, i, w, N, Ci, OC, ld) : 0;
 }
-static void f_gelu(void *o, int o16, const float *i, size_t n)
-{ if (seen(F_GELU, 2, o, i)) C->gelu_forward(o, o16, i, n); }
+static void f_gelu(void *o, int o16, const void *i, int i16, size_t n)
+{ if (seen(F_GELU, 2, o, i)) C->gelu_forward(o, o16, i, i16, n); }
 static void f_sumsq(double *part, const float *x, size_t n)
 { if (seen(F_SUMSQ, 1, x)) C->sumsq_blocks(part, x, n); }
 static double f_sum(const float *x, size_t n) { return seen(F_SUM, 1, x) ? C->sum(x, n) : -1.0; }
@@ -258,7 +258,7 @@ static result op_gelu(int tier)
     result r = { zt_gelu_forward(o, x), 0 };
     mark();
     float *got = get(o);
-    C->gelu_forward(want, 0, x0, n);
+    C->gelu_forward(want, 0, x0, 0, n);
     r.same = bits_eq(got, want, sizeof want);
     free(x0); free(got);
     drop((zt_tensor *[]){ x, o }, 2);

@@ -20,8 +20,11 @@
 -- only a GEMM reads is stored bf16, in a second slab: ln1, ln2, fch_gelu,
 -- lnf (their kernels write bf16: the fp32 value rounded once, the very bits
 -- the GEMM's cast gave before) and the logits (the head's GEMM writes them,
--- the cross-entropy reads and overwrites them in bf16); in the stage's
--- scratch the GELU backward's output dfch16, which the c_fc GEMM reads.
+-- the cross-entropy reads and overwrites them in bf16); so is fch, the c_fc
+-- GEMM's output (written bf16 by the GEMM, bias added before the one
+-- rounding; the GELU reads it in both passes, widened exactly: bf16
+-- activations, other math than fp32 fch); in the stage's scratch the GELU
+-- backward's output dfch16, which the c_fc GEMM reads.
 -- and for the stage: `input` (N,C) when its first unit is not the embedding
 -- (a pipeline receives it), `grad` (N,C), the gradient flowing backward
 -- (d output on entry to a unit's backward, d input on exit).
@@ -97,10 +100,10 @@ local function free_slab(s)
   if s.slab16 then s.slab16:free() end
 end
 
--- { key, width (C multiple; 0: (N); -1: (B,NH,T)), read by GEMMs only }
+-- { key, width (C multiple; 0: (N); -1: (B,NH,T)), stored bf16 with bf16 GEMMs }
 local BLOCK_SAVED = { { "ln1", 1, true }, { "ln1_mean", 0 }, { "ln1_rstd", 0 }, { "qkv", 3 },
                       { "atty", 1 }, { "lse", -1 }, { "resid2", 1 }, { "ln2", 1, true },
-                      { "ln2_mean", 0 }, { "ln2_rstd", 0 }, { "fch", 4 }, { "fch_gelu", 4, true } }
+                      { "ln2_mean", 0 }, { "ln2_rstd", 0 }, { "fch", 4, true }, { "fch_gelu", 4, true } }
 
 local Set = {}
 Set.__index = Set
