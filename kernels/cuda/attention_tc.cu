@@ -12,7 +12,8 @@
  * layout of one k-step of P (no shared-memory round trip), a row's
  * statistics are reduced over the 4 lanes that hold it (xor 1, 2).
  * Tiles: shared memory bf16 at stride HD + 8 (conflict-free ldmatrix),
- * filled from the fp32 rows by 16-byte loads converted once (load_tile).
+ * filled from the fp32 rows by 16-byte loads converted once, two matrices'
+ * loads in flight together (load_tiles). exp2 by ex2.approx.ftz.
  *
  * Forward (k_tc_fwd): a block per (128 query rows at head size 64: 8
  * warps; 64 rows at 128: 4 warps, b, h), each warp 16 rows; a 64-key
@@ -71,7 +72,7 @@
  *   head size 64:  forward 256 threads, 128 registers, 36864 B (2 a SM);
  *                  dQ 128, 128, 36864 B (4); dK/dV 128, 168, 37376 B (3)
  *   head size 128: forward 128 threads, 168 registers, 34816 B (3);
- *                  dQ 128, 162, 43520 B (3); dK/dV 128, 220, 43648 B (2)
+ *                  dQ 128, 142, 43520 B (3); dK/dV 128, 224, 43648 B (2)
  * All under 48 KiB, so no opt-in to more shared memory. Not pipelined
  * yet: a tile's loads and its products alternate, fenced by
  * __syncthreads; the other blocks of the SM hide the loads.
@@ -96,13 +97,42 @@ template <int HD> struct tc_cfg {
            MINB_DKV = HD == 64 ? 3 : 2, MINB_DQ = HD == 64 ? 4 : 3 };   /* blocks an SM: register caps */
 };
 
-/* rows [t0, t0+R) of a (T, stride) fp32 matrix's HD columns at src -> bf16
- * (RNE) rows of dst at stride HD + 8 (144 or 272 B: the 8 rows an ldmatrix
- * reads fall in 8 different 16-byte bank groups); rows at or past T are
- * zero. Every thread of the block: 16-byte loads in batches of LB per
- * thread (LB loads in flight, then their stores; one batch at a time keeps
- * the staging to 4 LB registers). A bf16 source would be a cp.async of 16
- * bytes per chunk here. */
+/* rows [t0, t0+R) of two (T, stride) fp32 matrices' HD columns (K and V,
+ * or Q and dout) -> bf16 (RNE) rows of their tiles at stride HD + 8 (144
+ * or 272 B: the 8 rows an ldmatrix reads fall in 8 different 16-byte bank
+ * groups); rows at or past T are zero. Every thread of the block: 16-byte
+ * loads in batches of LB (<= LBM) per thread and matrix (2 LB loads in
+ * flight, then their stores; one batch at a time keeps the staging to 8 LB
+ * registers).
+ * A bf16 source would be a cp.async of 16 bytes per chunk here. */
+template <int R, int HD, int NTH, int LBM = 4>
+__device__ __forceinline__ void load_tiles(bf16 *d1, const float *s1, size_t st1, bf16 *d2,
+                                           const float *s2, size_t st2, int t0, int T)
+{
+    constexpr int V = HD / 4, N = R * V / NTH, LB = N < LBM ? N : LBM;
+    static_assert(R * V % NTH == 0 && N % LB == 0, "tile not a multiple of the block");
+#pragma unroll 1
+    for (int n0 = 0; n0 < N; n0 += LB) {
+        float4 x[2][LB];
+#pragma unroll
+        for (int n = 0; n < LB; n++) {
+            const int idx = threadIdx.x + (n0 + n) * NTH, r = idx / V, c = idx % V * 4;
+            const float4 z = { 0.0f, 0.0f, 0.0f, 0.0f };
+            x[0][n] = t0 + r < T ? zkc_ldg4(s1 + (size_t)(t0 + r) * st1 + c) : z;
+            x[1][n] = t0 + r < T ? zkc_ldg4(s2 + (size_t)(t0 + r) * st2 + c) : z;
+        }
+#pragma unroll
+        for (int n = 0; n < LB; n++) {
+            const int idx = threadIdx.x + (n0 + n) * NTH, r = idx / V, c = idx % V * 4;
+            zkc_sts2(d1 + r * (HD + 8) + c, zkc_pack_bf16(x[0][n].x, x[0][n].y),
+                     zkc_pack_bf16(x[0][n].z, x[0][n].w));
+            zkc_sts2(d2 + r * (HD + 8) + c, zkc_pack_bf16(x[1][n].x, x[1][n].y),
+                     zkc_pack_bf16(x[1][n].z, x[1][n].w));
+        }
+    }
+}
+
+/* one matrix: the same, rows [t0, t0+R) of src -> dst */
 template <int R, int HD, int NTH = NW * 32>
 __device__ __forceinline__ void load_tile(bf16 *dst, const float *src, size_t stride, int t0, int T)
 {
@@ -114,8 +144,8 @@ __device__ __forceinline__ void load_tile(bf16 *dst, const float *src, size_t st
 #pragma unroll
         for (int n = 0; n < LB; n++) {
             const int idx = threadIdx.x + (n0 + n) * NTH, r = idx / V, c = idx % V * 4;
-            if (t0 + r < T) x[n] = zkc_ldg4(src + (size_t)(t0 + r) * stride + c);
-            else x[n] = float4{ 0.0f, 0.0f, 0.0f, 0.0f };
+            const float4 z = { 0.0f, 0.0f, 0.0f, 0.0f };
+            x[n] = t0 + r < T ? zkc_ldg4(src + (size_t)(t0 + r) * stride + c) : z;
         }
 #pragma unroll
         for (int n = 0; n < LB; n++) {
@@ -245,8 +275,7 @@ k_tc_fwd(float *out, float *lse, const float *qkv, tcp a)
     const int kend = min(q0 + BRF, T);            /* causal: keys after the block's last row skipped */
     for (int k0 = 0; k0 < kend; k0 += BC) {
         __syncthreads();                          /* the last tile's K, V (or Q) read */
-        load_tile<BC, HD, NTH>(ks, base + a.C, st, k0, T);
-        load_tile<BC, HD, NTH>(vs, base + 2 * a.C, st, k0, T);
+        load_tiles<BC, HD, NTH>(ks, base + a.C, st, vs, base + 2 * a.C, st, k0, T);
         __syncthreads();
         if (k0 > r0 + 15) continue;               /* every key after the warp's rows */
         float s[NS][4];                           /* S = Q K^T: (16, 64), raw scores */
@@ -282,7 +311,7 @@ k_tc_fwd(float *out, float *lse, const float *qkv, tcp a)
 #pragma unroll
         for (int r = 0; r < 2; r++) {             /* key k0 <= row on the first tile: finite */
             mx[r] = quad_max(mx[r]);
-            c[r] = exp2f((m[r] - mx[r]) * sl2);   /* 0 on the first tile (m = -inf) */
+            c[r] = zkc_exp2((m[r] - mx[r]) * sl2);   /* 0 on the first tile (m = -inf) */
             m[r] = mx[r];
             mx[r] *= sl2;
             l[r] *= c[r];
@@ -291,7 +320,7 @@ k_tc_fwd(float *out, float *lse, const float *qkv, tcp a)
         for (int n = 0; n < NS; n++)              /* p = exp(scale (s - m)), fp32 */
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                s[n][e] = exp2f(fmaf(s[n][e], sl2, -mx[e >> 1]));
+                s[n][e] = zkc_exp2(fmaf(s[n][e], sl2, -mx[e >> 1]));
                 l[e >> 1] += s[n][e];             /* this lane's part of the row sum */
             }
 #pragma unroll
@@ -339,8 +368,7 @@ k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, con
     const lane_offs lo = lane_offsets<LD>(lane);
     const zkc_sptr kp = zkc_sptr_of(ks), vp = zkc_sptr_of(vs), qp = zkc_sptr_of(qs), gp = zkc_sptr_of(gs);
 
-    load_tile<BR, HD>(ks, base + a.C, st, k0, T);
-    load_tile<BR, HD>(vs, base + 2 * a.C, st, k0, T);
+    load_tiles<BR, HD, NW * 32>(ks, base + a.C, st, vs, base + 2 * a.C, st, k0, T);
     float dk[ND][4], dv[ND][4];
 #pragma unroll
     for (int n = 0; n < ND; n++)
@@ -349,8 +377,7 @@ k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, con
 
     for (int qc = k0; qc < T; qc += CH) {         /* queries before k0 see none of these keys */
         __syncthreads();                          /* the last chunk's Q, dO, ls, dsm read */
-        load_tile<CH, HD>(qs, base, st, qc, T);
-        load_tile<CH, HD>(gs, gbase, a.C, qc, T);
+        load_tiles<CH, HD, NW * 32>(qs, base, st, gs, gbase, a.C, qc, T);
         if (threadIdx.x < CH) {
             const int i = qc + threadIdx.x;
             ls[threadIdx.x] = i < T ? L[i] * LOG2E : 0.0f;
@@ -385,7 +412,7 @@ k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, con
             for (int e = 0; e < 4; e++) {
                 const int col = n * 8 + 2 * t + (e & 1), i = qc + col;
                 const bool ok = full || (i < T && i >= (e < 2 ? j0 : j1));
-                const float p = ok ? exp2f(fmaf(s[n][e], sl2, -ls[col])) : 0.0f;
+                const float p = ok ? zkc_exp2(fmaf(s[n][e], sl2, -ls[col])) : 0.0f;
                 s[n][e] = p;
                 dp[n][e] = p * (dp[n][e] - dsm[col]) * a.scale;
             }
@@ -445,8 +472,7 @@ k_tc_dq(float *dqkv, float *D, const float *dout, const float *out, const float 
         if (r == g + 8) Dv[1] = d;
         if (lane == 0) D[(size_t)blockIdx.y * T + i] = d;
     }
-    load_tile<BR, HD>(qs, base, st, q0, T);
-    load_tile<BR, HD>(gs, gbase, a.C, q0, T);
+    load_tiles<BR, HD, NW * 32>(qs, base, st, gs, gbase, a.C, q0, T);
     float dq[ND][4];
 #pragma unroll
     for (int n = 0; n < ND; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
@@ -454,8 +480,7 @@ k_tc_dq(float *dqkv, float *D, const float *dout, const float *out, const float 
     const int kend = min(q0 + BR, T);             /* keys after the block's last row: none */
     for (int kc = 0; kc < kend; kc += CH) {
         __syncthreads();                          /* the last chunk's K, V read */
-        load_tile<CH, HD>(ks, base + a.C, st, kc, T);
-        load_tile<CH, HD>(vs, base + 2 * a.C, st, kc, T);
+        load_tiles<CH, HD, NW * 32, 2>(ks, base + a.C, st, vs, base + 2 * a.C, st, kc, T);
         __syncthreads();
         float s[NC][4], dp[NC][4];
 #pragma unroll
@@ -485,7 +510,7 @@ k_tc_dq(float *dqkv, float *D, const float *dout, const float *out, const float 
             for (int e = 0; e < 4; e++) {
                 const int j = kc + n * 8 + 2 * t + (e & 1), i = rows[e >> 1];
                 const bool ok = full || (i < T && j <= i);
-                const float p = ok ? exp2f(fmaf(s[n][e], sl2, -L2[e >> 1])) : 0.0f;
+                const float p = ok ? zkc_exp2(fmaf(s[n][e], sl2, -L2[e >> 1])) : 0.0f;
                 dp[n][e] = p * (dp[n][e] - Dv[e >> 1]) * a.scale;
             }
         uint32_t af[NC / 2][4];

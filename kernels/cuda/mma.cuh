@@ -63,6 +63,15 @@ __device__ __forceinline__ void zkc_mma_bf16_16816(float d[4], const uint32_t a[
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/* 2^x by the SFU (ex2.approx.ftz: relative error ~2^-22, subnormal results
+ * flushed to 0; exp2f adds a subnormal path around it) */
+__device__ __forceinline__ float zkc_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* two fp32 -> one register of two bf16 (RNE), lo in the low half */
 __device__ __forceinline__ uint32_t zkc_pack_bf16(float lo, float hi)
 {

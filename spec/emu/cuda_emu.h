@@ -238,6 +238,8 @@ static inline void zkc_mma_bf16_16816(float d[4], const uint32_t a[4], const uin
         d[i] = s;
     }
 }
+/* ex2.approx.ftz: exp2f here (the SFU's approximation differs by ~2^-22) */
+static inline float zkc_exp2(float x) { return exp2f(x); }
 static inline uint32_t zkc_pack_bf16(float lo, float hi)
 {
     return (uint32_t)__float2bfloat16_rn(lo).x | (uint32_t)__float2bfloat16_rn(hi).x << 16;
