@@ -73,9 +73,12 @@
  *                  dQ 128, 128, 36864 B (4); dK/dV 128, 168, 37376 B (3)
  *   head size 128: forward 128 threads, 168 registers, 34816 B (3);
  *                  dQ 128, 142, 43520 B (3); dK/dV 128, 224, 43648 B (2)
- * All under 48 KiB, so no opt-in to more shared memory. Not pipelined
- * yet: a tile's loads and its products alternate, fenced by
- * __syncthreads; the other blocks of the SM hide the loads.
+ * All under 48 KiB, so no opt-in to more shared memory. The forward at
+ * head size 64 prefetches: the next tile's K loads (16 registers a
+ * thread) fly during this tile's S and softmax, its V loads during P V
+ * (3 barriers a tile). Elsewhere a tile's (chunk's) loads and its products
+ * alternate, fenced by __syncthreads, and the SM's other blocks hide the
+ * loads.
  */
 #include <limits.h>
 #include <stdint.h>
@@ -153,6 +156,31 @@ __device__ __forceinline__ void load_tile(bf16 *dst, const float *src, size_t st
             zkc_sts2(dst + r * (HD + 8) + c, zkc_pack_bf16(x[n].x, x[n].y),
                      zkc_pack_bf16(x[n].z, x[n].w));
         }
+    }
+}
+
+/* The same split in two for a prefetch: a thread's N = R HD / (4 NTH)
+ * 16-byte loads of rows [t0, t0+R) into registers (zero past T), later
+ * their bf16 stores into the tile */
+template <int R, int HD, int NTH>
+__device__ __forceinline__ void ldg_rows(float4 *x, const float *src, size_t stride, int t0, int T)
+{
+    constexpr int V = HD / 4, N = R * V / NTH;
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const int idx = threadIdx.x + n * NTH, r = idx / V, c = idx % V * 4;
+        const float4 z = { 0.0f, 0.0f, 0.0f, 0.0f };
+        x[n] = t0 + r < T ? zkc_ldg4(src + (size_t)(t0 + r) * stride + c) : z;
+    }
+}
+template <int R, int HD, int NTH>
+__device__ __forceinline__ void sts_rows(bf16 *dst, const float4 *x)
+{
+    constexpr int V = HD / 4, N = R * V / NTH;
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const int idx = threadIdx.x + n * NTH, r = idx / V, c = idx % V * 4;
+        zkc_sts2(dst + r * (HD + 8) + c, zkc_pack_bf16(x[n].x, x[n].y), zkc_pack_bf16(x[n].z, x[n].w));
     }
 }
 
@@ -272,64 +300,85 @@ k_tc_fwd(float *out, float *lse, const float *qkv, tcp a)
 #pragma unroll
     for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
+    /* PIPE (head size 64): the next tile's K loads fly during this tile's
+     * S and softmax, its V loads during P V; 3 barriers a tile */
+    enum { PIPE = !QREG, NP = PIPE ? BC * HD / 4 / NTH : 1 };
     const int kend = min(q0 + BRF, T);            /* causal: keys after the block's last row skipped */
+    if (PIPE) load_tiles<BC, HD, NTH>(ks, base + a.C, st, vs, base + 2 * a.C, st, 0, T);
     for (int k0 = 0; k0 < kend; k0 += BC) {
-        __syncthreads();                          /* the last tile's K, V (or Q) read */
-        load_tiles<BC, HD, NTH>(ks, base + a.C, st, vs, base + 2 * a.C, st, k0, T);
-        __syncthreads();
-        if (k0 > r0 + 15) continue;               /* every key after the warp's rows */
-        float s[NS][4];                           /* S = Q K^T: (16, 64), raw scores */
-#pragma unroll
-        for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) {
-            uint32_t qf[4];
-            if (QREG) { qf[0] = qr[kk % (QREG ? KS : 1)][0]; qf[1] = qr[kk % (QREG ? KS : 1)][1];
-                        qf[2] = qr[kk % (QREG ? KS : 1)][2]; qf[3] = qr[kk % (QREG ? KS : 1)][3]; }
-            else frag_a<LD>(qf, qp + lo.a, w * 16, kk * 16);
-#pragma unroll
-            for (int np = 0; np < NS / 2; np++) {
-                uint32_t bf[4];
-                frag_b_nk<LD>(bf, kp + lo.nk, np * 16, kk * 16);
-                zkc_mma_bf16_16816(s[2 * np], qf, bf);
-                zkc_mma_bf16_16816(s[2 * np + 1], qf, bf + 2);
-            }
+        const bool more = k0 + BC < kend, active = k0 <= r0 + 15;   /* active: keys <= a row of the warp */
+        if (!PIPE) {
+            __syncthreads();                      /* the last tile's K, V (or Q) read */
+            load_tiles<BC, HD, NTH>(ks, base + a.C, st, vs, base + 2 * a.C, st, k0, T);
         }
-        if (k0 + BC - 1 > r0) {                   /* the diagonal: key after the row */
-#pragma unroll
-            for (int n = 0; n < NS; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (k0 + n * 8 + 2 * t + (e & 1) > (e < 2 ? i0 : i1)) s[n][e] = -INFINITY;
-        }
-        float mx[2] = { m[0], m[1] }, c[2];
-#pragma unroll
-        for (int n = 0; n < NS; n++) {
-            mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
-            mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
-        }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {             /* key k0 <= row on the first tile: finite */
-            mx[r] = quad_max(mx[r]);
-            c[r] = zkc_exp2((m[r] - mx[r]) * sl2);   /* 0 on the first tile (m = -inf) */
-            m[r] = mx[r];
-            mx[r] *= sl2;
-            l[r] *= c[r];
-        }
-#pragma unroll
-        for (int n = 0; n < NS; n++)              /* p = exp(scale (s - m)), fp32 */
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                s[n][e] = zkc_exp2(fmaf(s[n][e], sl2, -mx[e >> 1]));
-                l[e >> 1] += s[n][e];             /* this lane's part of the row sum */
-            }
-#pragma unroll
-        for (int n = 0; n < ND; n++) {
-            o[n][0] *= c[0]; o[n][1] *= c[0]; o[n][2] *= c[1]; o[n][3] *= c[1];
-        }
+        __syncthreads();                          /* this tile's K, V (and Q) stored */
+        float4 pre[NP];                           /* PIPE: the next tile's K, then V */
+        if (PIPE && more) ldg_rows<BC, HD, NTH>(pre, base + a.C, st, k0 + BC, T);
         uint32_t pf[NS / 2][4];                   /* bf16(p) as A fragments */
-        c_to_a<NS / 2>(pf, s);
-        mma_reg_kn<NS / 2, ND, LD>(o, pf, vp + lo.kn);   /* O += bf16(P) V */
+        if (active) {
+            float s[NS][4];                       /* S = Q K^T: (16, 64), raw scores */
+#pragma unroll
+            for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++) {
+                uint32_t qf[4];
+                if (QREG) { qf[0] = qr[kk % (QREG ? KS : 1)][0]; qf[1] = qr[kk % (QREG ? KS : 1)][1];
+                            qf[2] = qr[kk % (QREG ? KS : 1)][2]; qf[3] = qr[kk % (QREG ? KS : 1)][3]; }
+                else frag_a<LD>(qf, qp + lo.a, w * 16, kk * 16);
+#pragma unroll
+                for (int np = 0; np < NS / 2; np++) {
+                    uint32_t bf[4];
+                    frag_b_nk<LD>(bf, kp + lo.nk, np * 16, kk * 16);
+                    zkc_mma_bf16_16816(s[2 * np], qf, bf);
+                    zkc_mma_bf16_16816(s[2 * np + 1], qf, bf + 2);
+                }
+            }
+            if (k0 + BC - 1 > r0) {               /* the diagonal: key after the row */
+#pragma unroll
+                for (int n = 0; n < NS; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (k0 + n * 8 + 2 * t + (e & 1) > (e < 2 ? i0 : i1)) s[n][e] = -INFINITY;
+            }
+            float mx[2] = { m[0], m[1] }, c[2];
+#pragma unroll
+            for (int n = 0; n < NS; n++) {
+                mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
+                mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
+            }
+#pragma unroll
+            for (int r = 0; r < 2; r++) {         /* key k0 <= row on the first tile: finite */
+                mx[r] = quad_max(mx[r]);
+                c[r] = zkc_exp2((m[r] - mx[r]) * sl2);   /* 0 on the first tile (m = -inf) */
+                m[r] = mx[r];
+                mx[r] *= sl2;
+                l[r] *= c[r];
+            }
+#pragma unroll
+            for (int n = 0; n < NS; n++)          /* p = exp(scale (s - m)), fp32 */
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    s[n][e] = zkc_exp2(fmaf(s[n][e], sl2, -mx[e >> 1]));
+                    l[e >> 1] += s[n][e];         /* this lane's part of the row sum */
+                }
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                o[n][0] *= c[0]; o[n][1] *= c[0]; o[n][2] *= c[1]; o[n][3] *= c[1];
+            }
+            c_to_a<NS / 2>(pf, s);
+        }
+        if (PIPE) {
+            __syncthreads();                      /* every warp's S read K */
+            if (more) {
+                sts_rows<BC, HD, NTH>(ks, pre);
+                ldg_rows<BC, HD, NTH>(pre, base + 2 * a.C, st, k0 + BC, T);
+            }
+        }
+        if (active) mma_reg_kn<NS / 2, ND, LD>(o, pf, vp + lo.kn);   /* O += bf16(P) V */
+        if (PIPE) {
+            __syncthreads();                      /* every warp's P V read V */
+            if (more) sts_rows<BC, HD, NTH>(vs, pre);
+        }
     }
     const float lt[2] = { quad_sum(l[0]), quad_sum(l[1]) };
     const int rows[2] = { i0, i1 };
