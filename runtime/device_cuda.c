@@ -64,6 +64,14 @@ static int cu_err(const char *file, int line, const char *call, cudaError_t e)
                     cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
+/* zt_device_count("host_waits"): every host wait this device makes (a
+ * stream or event sync, a copy with host memory, an op returning a value,
+ * an upload slot's reuse), counted as called: unlike fakegpu-async, a wait
+ * on an idle stream counts too */
+static int64_t cu_waits;
+static inline void waited(void) { __atomic_add_fetch(&cu_waits, 1, __ATOMIC_RELAXED); }
+static int64_t cuda_host_waits(void) { return __atomic_load_n(&cu_waits, __ATOMIC_RELAXED); }
+
 static int blas_err(const char *file, int line, const char *call, int st)
 {
     if (st >= ZKC_LAUNCH_BASE)           /* a kernel launch inside a matmul */
@@ -166,6 +174,7 @@ static int bad_check(void)
 
 static int cuda_sync(void)
 {
+    waited();
     CU(cudaStreamSynchronize(S()));
     ZT_TRY(take_pending());
     return bad_check();
@@ -200,7 +209,7 @@ static void cuda_copy(void *dst, const void *src, size_t nbytes)
 {
     if (nbytes == 0) return;
     CU_NOTE(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, S()));
-    if (!on_device(dst) || !on_device(src)) CU_NOTE(cudaStreamSynchronize(S()));
+    if (!on_device(dst) || !on_device(src)) { waited(); CU_NOTE(cudaStreamSynchronize(S())); }
 }
 
 /* ---- uploads (zt_tensor_upload: a micro-batch's tokens and targets):
@@ -217,7 +226,7 @@ static int up_next;
 static int upload(void *dst, const void *src, size_t nbytes)
 {
     struct up_slot *u = &up[up_next];
-    if (u->queued) CU(cudaEventSynchronize(u->ev));
+    if (u->queued) { waited(); CU(cudaEventSynchronize(u->ev)); }
     u->queued = 0;
     if (!u->ev) CU(cudaEventCreateWithFlags(&u->ev, cudaEventDisableTiming));
     if (u->cap < nbytes) {
@@ -308,18 +317,19 @@ static void cuda_layernorm_residual_forward(float *resid, void *out, int out16, 
 
 static int scratch(size_t nb);       /* below: the shared device scratch, cu_lock held */
 
-static void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                                    const float *inp, const float *w, const float *mean,
-                                    const float *rstd, int N, int C)
+static void cuda_layernorm_backward(float *dinp, uint16_t *dinp16, float *dw, float *db,
+                                    const float *dout, const float *inp, const float *w,
+                                    const float *mean, const float *rstd, int N, int C)
 {
     if (!dw || !db) {               /* no weight gradients: no scratch */
-        KC_NOTE(zkc_layernorm_backward(S(), dinp, dw, db, dout, inp, w, mean, rstd, N, C, NULL));
+        KC_NOTE(zkc_layernorm_backward(S(), dinp, dinp16, dw, db, dout, inp, w, mean, rstd, N, C,
+                                       NULL));
         return;
     }
     pthread_mutex_lock(&cu_lock);   /* the shared scratch (see scratch()) */
     int rc = scratch(zkc_layernorm_scratch(N, C));
     if (rc == ZT_OK)
-        KC_NOTE(zkc_layernorm_backward(S(), dinp, dw, db, dout, inp, w, mean, rstd, N, C,
+        KC_NOTE(zkc_layernorm_backward(S(), dinp, dinp16, dw, db, dout, inp, w, mean, rstd, N, C,
                                        cu_scratch));
     else note(rc);
     pthread_mutex_unlock(&cu_lock);
@@ -444,6 +454,7 @@ static int sumsq_blocks(double *partials, const float *x, size_t n)
     KC(zkc_sumsq_blocks(S(), cu_scratch, x, n));
     CU(cudaMemcpyAsync(partials, cu_scratch, nb * sizeof(double), cudaMemcpyDeviceToHost,
                        S()));
+    waited();
     CU(cudaStreamSynchronize(S()));
     return ZT_OK;
 }
@@ -470,6 +481,7 @@ static int sumsq_blocks_many(double *partials, const float *const *x, const size
         off += (n[i] + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
     }
     CU(cudaMemcpyAsync(partials, cu_scratch, nb * sizeof(double), cudaMemcpyDeviceToHost, S()));
+    waited();
     CU(cudaStreamSynchronize(S()));
     return ZT_OK;
 }
@@ -499,6 +511,7 @@ static double cuda_sum(const float *x, size_t n)
     if (rc == ZT_OK) {
         cudaError_t e = cudaMemcpyAsync(part, cu_scratch, nb * sizeof(double),
                                         cudaMemcpyDeviceToHost, S());
+        waited();
         if (e == cudaSuccess) e = cudaStreamSynchronize(S());
         if (e != cudaSuccess) rc = cu_err(__FILE__, __LINE__, "cudaMemcpyAsync(partials)", e);
     }
@@ -583,6 +596,7 @@ static void cuda_randn(float *x, size_t n, uint64_t seed, uint64_t stream, float
     if (!h) { note(zt_error(ZT_ENOMEM, "cuda randn: %zu bytes of host staging", n * 4)); return; }
     zk_randn(h, n, seed, stream, mean, std);
     CU_NOTE(cudaMemcpyAsync(x, h, n * sizeof(float), cudaMemcpyHostToDevice, S()));
+    waited();
     CU_NOTE(cudaStreamSynchronize(S()));
     free(h);
 }
@@ -625,6 +639,7 @@ void zt_cuda_stream_free(void *s)
 int zt_cuda_stream_sync(void *s)
 {
     NEED_INIT("zt_cuda_stream_sync");
+    waited();
     CU(cudaStreamSynchronize(s ? (cudaStream_t)s : S()));
     return take_pending();
 }
@@ -676,6 +691,7 @@ int zt_cuda_stream_wait_event(void *s, void *e)
 int zt_cuda_event_sync(void *e)
 {
     ZT_CHECK(e != NULL, "zt_cuda_event_sync: event is NULL (freed?)");
+    waited();
     CU(cudaEventSynchronize((cudaEvent_t)e));
     return take_pending();
 }
@@ -739,6 +755,7 @@ static int cuda_copy_blocking(void *dst, const void *src, size_t nbytes)
     CU(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault));
     /* from pageable memory cudaMemcpy may return before the bytes land:
      * the caller's waiters must see them */
+    waited();
     CU(cudaStreamSynchronize(cudaStreamLegacy));
     return ZT_OK;
 }
@@ -790,6 +807,7 @@ const zt_device_ops zt_cuda_device = {
     .adamw_segments = cuda_adamw_segments,
     .sumsq_blocks_many = cuda_sumsq_blocks_many,
     .upload = cuda_upload,
+    .host_waits = cuda_host_waits,
     .sumsq_blocks = cuda_sumsq_blocks,
     .sum = cuda_sum,
     .randn = cuda_randn,

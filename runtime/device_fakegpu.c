@@ -69,11 +69,12 @@ static void fg_layernorm_forward(void *out, int out16, float *mean, float *rstd,
     CPU.layernorm_forward(un(out), out16, F(mean), F(rstd), CF(inp), CF(w), CF(b), N, C);
 }
 
-static void fg_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                                  const float *inp, const float *w, const float *mean,
-                                  const float *rstd, int N, int C)
+static void fg_layernorm_backward(float *dinp, uint16_t *dinp16, float *dw, float *db,
+                                  const float *dout, const float *inp, const float *w,
+                                  const float *mean, const float *rstd, int N, int C)
 {
-    CPU.layernorm_backward(F(dinp), F(dw), F(db), CF(dout), CF(inp), CF(w), CF(mean), CF(rstd), N, C);
+    CPU.layernorm_backward(F(dinp), un(dinp16), F(dw), F(db), CF(dout), CF(inp), CF(w), CF(mean),
+                           CF(rstd), N, C);
 }
 
 static int fg_matmul_forward(float *out, const float *inp, const float *w, const float *b,

@@ -56,7 +56,7 @@ typedef struct item {
     void (*run)(struct item *);     /* K_OP */
     sim_stream *wst;                /* K_WAIT: met once wst->done >= wpos */
     uint64_t wpos;
-    void *p[6];                     /* an op's arguments */
+    void *p[7];                     /* an op's arguments */
     size_t n;
     float f[7];
     int i[6];
@@ -400,20 +400,21 @@ static void fa_layernorm_forward(void *out, int out16, float *mean, float *rstd,
     issue(it);
 }
 
-/* nine pointers: the last three ride in u[] */
+/* ten pointers: two ride in u[] */
 static void r_lnb(item *it)
 {
-    FG.layernorm_backward(it->p[0], it->p[1], it->p[2], it->p[3], it->p[4], it->p[5],
+    FG.layernorm_backward(it->p[0], it->p[6], it->p[1], it->p[2], it->p[3], it->p[4], it->p[5],
                           (const float *)(uintptr_t)it->u[0], (const float *)(uintptr_t)it->u[1],
                           it->i[0], it->i[1]);
 }
-static void fa_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                                  const float *inp, const float *w, const float *mean,
-                                  const float *rstd, int N, int C)
+static void fa_layernorm_backward(float *dinp, uint16_t *dinp16, float *dw, float *db,
+                                  const float *dout, const float *inp, const float *w,
+                                  const float *mean, const float *rstd, int N, int C)
 {
     OP0(it, r_lnb);
     it->p[0] = dinp; it->p[1] = dw; it->p[2] = db; it->p[3] = (void *)dout;
     it->p[4] = (void *)inp; it->p[5] = (void *)w;
+    it->p[6] = dinp16;
     it->u[0] = (uintptr_t)mean; it->u[1] = (uintptr_t)rstd; it->i[0] = N; it->i[1] = C;
     issue(it);
 }

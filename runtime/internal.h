@@ -147,7 +147,8 @@ typedef struct zt_device_ops {
     void (*layernorm_residual_forward)(float *resid, void *out, int out16, float *mean,
                                        float *rstd, const float *a, const float *b,
                                        const float *w, const float *bias, int N, int C);
-    void (*layernorm_backward)(float *dinp, float *dw, float *db,
+    /* dinp16: NULL, or the accumulated dinp rounded once (bf16) */
+    void (*layernorm_backward)(float *dinp, uint16_t *dinp16, float *dw, float *db,
                                const float *dout, const float *inp,
                                const float *w, const float *mean,
                                const float *rstd, int N, int C);

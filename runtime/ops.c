@@ -293,7 +293,14 @@ int zt_layernorm_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db,
                           const zt_tensor *dout, const zt_tensor *inp,
                           const zt_tensor *w, const zt_tensor *mean, const zt_tensor *rstd)
 {
-    const char *op = "zt_layernorm_backward";
+    return zt_layernorm_backward_b16(dinp, NULL, dw, db, dout, inp, w, mean, rstd);
+}
+
+int zt_layernorm_backward_b16(zt_tensor *dinp, zt_tensor *dinp16, zt_tensor *dw, zt_tensor *db,
+                              const zt_tensor *dout, const zt_tensor *inp, const zt_tensor *w,
+                              const zt_tensor *mean, const zt_tensor *rstd)
+{
+    const char *op = dinp16 ? "zt_layernorm_backward_b16" : "zt_layernorm_backward";
     ZT_TRY(need(op, "weight", w, ZT_F32));
     int64_t C = w->numel;
     ZT_TRY(need(op, "inp", inp, ZT_F32));
@@ -304,15 +311,18 @@ int zt_layernorm_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db,
     ZT_CHECK(dinp != NULL || dw != NULL, "%s: nothing to compute: dinp, dweight and dbias "
              "are all NULL", op);
     if (dinp) ZT_TRY(need_numel(op, "dinp", dinp, ZT_F32, N * C, "(N,C)"));
+    ZT_CHECK(dinp16 == NULL || dinp != NULL, "%s: dinp16 is dinp rounded: pass dinp too", op);
+    if (dinp16) ZT_TRY(need_numel(op, "dinp16", dinp16, ZT_BF16, N * C, "(N,C) bf16"));
     ZT_TRY(need_numel(op, "dout", dout, ZT_F32, N * C, "(N,C)"));
     if (dw) ZT_TRY(need_numel(op, "dweight", dw, ZT_F32, C, "(C)"));
     if (db) ZT_TRY(need_numel(op, "dbias", db, ZT_F32, C, "(C)"));
     ZT_TRY(need_numel(op, "mean", mean, ZT_F32, N, "(N)"));
     ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, N, "(N)"));
     const zt_device_ops *dev;
-    ZT_TRY(ready(&dev, op, "dinp", dinp, "dweight", dw, "dbias", db, "dout", dout, "inp", inp,
-                 "weight", w, "mean", mean, "rstd", rstd, NULL));
-    dev->layernorm_backward(dinp ? dinp->data : NULL, dw ? dw->data : NULL,
+    ZT_TRY(ready(&dev, op, "dinp", dinp, "dinp16", dinp16, "dweight", dw, "dbias", db, "dout",
+                 dout, "inp", inp, "weight", w, "mean", mean, "rstd", rstd, NULL));
+    dev->layernorm_backward(dinp ? dinp->data : NULL, dinp16 ? dinp16->data : NULL,
+                            dw ? dw->data : NULL,
                             db ? db->data : NULL, dout->data, inp->data,
                             w->data, mean->data, rstd->data, (int)N, (int)C);
     return ZT_OK;

@@ -136,7 +136,8 @@ int zt_device_attention(const char *mode);
  * tensor-core attention's forward and backward calls; 0 on a device
  * without it), "host_waits" (the times the host waited for queued device
  * work: syncs, value-returning ops, copies with host memory, frees;
- * counted by fakegpu-async, 0 elsewhere). ZT_EINVAL for a name not
+ * fakegpu-async counts a wait only where work was issued since the last,
+ * CUDA every wait it makes; 0 elsewhere). ZT_EINVAL for a name not
  * counted. */
 int64_t zt_device_count(const char *what);
 /* Threads used by the kernels (the OpenMP pool); n >= 1. OpenBLAS runs one
@@ -203,6 +204,13 @@ int zt_layernorm_backward(zt_tensor *dinp, zt_tensor *dweight, zt_tensor *dbias,
                           const zt_tensor *dout, const zt_tensor *inp,
                           const zt_tensor *weight, const zt_tensor *mean,
                           const zt_tensor *rstd);
+/* The same, and dinp16 (bf16, (N,C), with dinp) WRITTEN = the accumulated
+ * dinp rounded once (zt_cast's bits): the residual gradient as the next
+ * bf16 GEMM reads it, without a cast pass. */
+int zt_layernorm_backward_b16(zt_tensor *dinp, zt_tensor *dinp16, zt_tensor *dweight,
+                              zt_tensor *dbias, const zt_tensor *dout, const zt_tensor *inp,
+                              const zt_tensor *weight, const zt_tensor *mean,
+                              const zt_tensor *rstd);
 /* Padded rows: a matmul's out (forward) or dout (backward) and the
  * cross-entropy's logits may be (..., zt_padded_cols(OC)) instead of
  * (N,OC): each row then holds OC values and zt_padded_cols(OC) - OC

@@ -100,7 +100,8 @@ int main(void)
     TIME("attention bwd T=1024 bf16 tc", 2.5 * fa, 20, dv->attention_backward(dq, g, qkv, y, lse, B, T, C, NH));
     zt_cuda_attention_mode(0);
     TIME("layernorm fwd (N,768)", 0, 50, dv->layernorm_forward(y, 0, mean, rstd, x, w, b, N, C));
-    TIME("layernorm bwd (N,768)", 0, 50, dv->layernorm_backward(dx, dw, db, g, x, w, mean, rstd, N, C));
+    TIME("layernorm bwd (N,768)", 0, 50, dv->layernorm_backward(dx, NULL, dw, db, g, x, w, mean, rstd, N, C));
+    TIME("layernorm bwd (N,768) + bf16 dinp", 0, 50, dv->layernorm_backward(dx, (uint16_t *)y, dw, db, g, x, w, mean, rstd, N, C));
     TIME("gelu fwd (N,3072)", 0, 50, dv->gelu_forward(y, 0, x, 0, (size_t)N * 4 * C));
     TIME("gelu fwd (N,3072) bf16 in and out", 0, 50, dv->gelu_forward(y, 1, x, 1, (size_t)N * 4 * C));
     TIME("adamw 12.6M params", 0, 10, dv->adamw(x, g, y, dx, (size_t)N * 4 * C, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1));

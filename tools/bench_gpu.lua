@@ -102,17 +102,20 @@ local ok, err = pcall(function()
               attention))
   for _ = 1, 2 do tr:train_step() end   -- warm-up: allocation, cuBLAS heuristics
   local times, loss = {}, nil
+  local w0 = C.zt_device_count("host_waits")
   for _ = 1, steps do
     local t0 = C.zt_now()
     loss = tr:train_step().loss
     times[#times + 1] = C.zt_now() - t0
   end
+  local waits = tonumber(C.zt_device_count("host_waits") - w0) / steps
   local t = bc.median(times)
   local tps = B * Tlen / t
   local tflops = flops / t / 1e12
   say(("step: median %.2f ms of %d (min %.2f, max %.2f), %.0f tokens/s, %.1f TFLOP/s%s; last loss %.4f")
       :format(t * 1e3, steps, math.min(unpack(times)) * 1e3, math.max(unpack(times)) * 1e3, tps, tflops,
               peak > 0 and (", MFU %.1f%% of %g TFLOP/s"):format(100 * tflops / peak, peak) or "", loss))
+  say(("host waits: %.1f a step (every stream or event sync, copy with host memory, value read)"):format(waits))
   say(("| ztrain | %.0f | %.1f | %s |"):format(tps, t * 1e3,
       peak > 0 and ("%.1f%%"):format(100 * tflops / peak) or "-"))
   if nprof == 0 then return end

@@ -83,6 +83,13 @@ void zk_layernorm_backward(float *dinp, float *dweight, float *dbias,
                            const float *dout, const float *inp,
                            const float *weight, const float *mean,
                            const float *rstd, int N, int C);
+/* The same, and dinp16 (N,C) WRITTEN (when not NULL; only with dinp) =
+ * the accumulated dinp rounded once (zk_cast_f32_bf16's bits): the residual
+ * gradient as the next bf16 GEMM reads it, without a cast pass. */
+void zk_layernorm_backward_b16(float *dinp, uint16_t *dinp16, float *dweight, float *dbias,
+                               const float *dout, const float *inp,
+                               const float *weight, const float *mean,
+                               const float *rstd, int N, int C);
 
 /* ---- matmul with bias (OpenBLAS sgemm) ---------------------------------- */
 /* Padded rows: out (forward) and dout (backward) are (N,OC) with rows ldo

@@ -204,6 +204,13 @@ void zk_layernorm_backward(float *dinp, float *dweight, float *dbias,
                            const float *dout, const float *inp,
                            const float *weight, const float *mean,
                            const float *rstd, int N, int C) {
+    zk_layernorm_backward_b16(dinp, NULL, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+
+void zk_layernorm_backward_b16(float *dinp, uint16_t *dinp16, float *dweight, float *dbias,
+                               const float *dout, const float *inp,
+                               const float *weight, const float *mean,
+                               const float *rstd, int N, int C) {
     int par = (long)N * C >= 32768;
     /* dinp: one row per task. With norm = (x - mean) * rstd and
      * g = weight * dout:  dinp += (g - mean(g) - norm * mean(g * norm)) * rstd */
@@ -222,6 +229,7 @@ void zk_layernorm_backward(float *dinp, float *dweight, float *dbias,
             float norm = (x[c] - m) * s;
             di[c] += (weight[c] * d[c] - g_mean - norm * gn_mean) * s;
         }
+        if (dinp16) zk_cast_f32_bf16(dinp16 + (size_t)n * C, di, (size_t)C);
     }
     }
     if (dweight == NULL || dbias == NULL) return;

@@ -59,8 +59,9 @@ int zkc_layernorm_residual_forward(cudaStream_t s, float *resid, void *out, int 
 /* dinp ACCUMULATED (skipped when NULL); dw, db WRITTEN (skipped unless
  * both given): chunks of rows in order in double, the chunks in order;
  * scratch: zkc_layernorm_scratch(N, C) doubles of device memory, only
- * touched on s (the caller orders its other users). */
-int zkc_layernorm_backward(cudaStream_t s, float *dinp, float *dw, float *db,
+ * touched on s (the caller orders its other users). dinp16: NULL, or with
+ * dinp the accumulated dinp rounded once (zkc_bf16). */
+int zkc_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, float *dw, float *db,
                            const float *dout, const float *inp, const float *w,
                            const float *mean, const float *rstd, int N, int C,
                            double *scratch);

@@ -77,10 +77,11 @@ __global__ static void k_ln_fwd_b16(uint16_t *out, float *mean, float *rstd, con
                                     const float *w, const float *b, int N, int C)
 { ln_fwd<uint16_t>(out, mean, rstd, inp, w, b, N, C); }
 
-/* dinp += (g - mean(g) - norm * mean(g * norm)) * rstd, g = w * dout */
-__global__ static void k_ln_bwd_dinp(float *dinp, const float *dout, const float *inp,
-                                     const float *w, const float *mean, const float *rstd,
-                                     int N, int C)
+/* dinp += (g - mean(g) - norm * mean(g * norm)) * rstd, g = w * dout;
+ * dinp16 (NULL: none) the new dinp rounded once */
+__global__ static void k_ln_bwd_dinp(float *dinp, uint16_t *dinp16, const float *dout,
+                                     const float *inp, const float *w, const float *mean,
+                                     const float *rstd, int N, int C)
 {
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
@@ -93,9 +94,12 @@ __global__ static void k_ln_bwd_dinp(float *dinp, const float *dout, const float
         a2 += g * ((x[c] - m) * s);
     }
     float g_mean = zkc_warp_sum(a1) / (float)C, gn_mean = zkc_warp_sum(a2) / (float)C;
+    uint16_t *d16 = dinp16 ? dinp16 + (size_t)row * C : NULL;
     for (int c = lane; c < C; c += 32) {
         float norm = (x[c] - m) * s;
-        di[c] += (w[c] * d[c] - g_mean - norm * gn_mean) * s;
+        float v = di[c] + (w[c] * d[c] - g_mean - norm * gn_mean) * s;
+        di[c] = v;
+        if (d16) d16[c] = zkc_bf16(v);
     }
 }
 
@@ -153,15 +157,15 @@ extern "C" int zkc_layernorm_residual_forward(cudaStream_t s, float *resid, void
     return ZKC_LAUNCHED();
 }
 
-extern "C" int zkc_layernorm_backward(cudaStream_t s, float *dinp, float *dw, float *db,
-                                      const float *dout, const float *inp, const float *w,
-                                      const float *mean, const float *rstd, int N, int C,
-                                      double *scratch)
+extern "C" int zkc_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, float *dw,
+                                      float *db, const float *dout, const float *inp,
+                                      const float *w, const float *mean, const float *rstd, int N,
+                                      int C, double *scratch)
 {
     if (N == 0) return 0;
     if (dinp) {
         unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);
-        k_ln_bwd_dinp<<<g, 32 * LN_WARPS, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
+        k_ln_bwd_dinp<<<g, 32 * LN_WARPS, 0, s>>>(dinp, dinp16, dout, inp, w, mean, rstd, N, C);
         int e = ZKC_LAUNCHED();
         if (e) return e;
     }

@@ -35,7 +35,13 @@ function M.layernorm_forward(out, mean, rstd, inp, w, b)
 end
 -- Split backward: dinp nil computes the weight gradients only; dw and db both
 -- nil the input gradient only. Each output has the same bits as in the fused call.
-function M.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd)
+-- dinp16 (optional, bf16): the accumulated dinp rounded once, for a bf16 GEMM
+function M.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, dinp16)
+  if dinp16 then
+    check(C.zt_layernorm_backward_b16(c(dinp), c(dinp16), c(dw), c(db), c(dout), c(inp), c(w), c(mean),
+                                      c(rstd)), "layernorm_backward")
+    return
+  end
   check(C.zt_layernorm_backward(c(dinp), c(dw), c(db), c(dout), c(inp), c(w), c(mean), c(rstd)),
         "layernorm_backward")
 end

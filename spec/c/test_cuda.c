@@ -225,8 +225,10 @@ static void t_layernorm(void)
     float *d_dy = up(dy, nc * 4), *d_di = up(di, nc * 4), *d_di2 = up(di, nc * 4);
     float *d_gw = up(w, C * 4), *d_gb = up(b, C * 4);
     zk_layernorm_backward(di, gwt, gbs, dy, x, w, m, r, N, C);
-    dv->layernorm_backward(d_di, d_gw, d_gb, d_dy, dx, dw, dm, dr, N, C);
-    dv->layernorm_backward(d_di2, NULL, NULL, d_dy, dx, dw, dm, dr, N, C);
+    dv->layernorm_backward(d_di, NULL, d_gw, d_gb, d_dy, dx, dw, dm, dr, N, C);
+    uint16_t *d_d16 = NULL;
+    dv->alloc((void **)&d_d16, nc * 2);
+    dv->layernorm_backward(d_di2, d_d16, NULL, NULL, d_dy, dx, dw, dm, dr, N, C);   /* + bf16 dinp */
     if (!synced("layernorm backward")) return;
     float *g_di = down(d_di, nc * 4), *g_di2 = down(d_di2, nc * 4);
     float *g_gw = down(d_gw, C * 4), *g_gb = down(d_gb, C * 4);
@@ -234,6 +236,12 @@ static void t_layernorm(void)
     close_to("layernorm backward dweight", g_gw, gwt, C, 1e-5, 1e-4);
     close_to("layernorm backward dbias", g_gb, gbs, C, 1e-5, 1e-4);
     same_bits("layernorm split backward: dinp alone has the fused call's bits", g_di2, g_di, nc * 4);
+    {   /* the rounded dinp: the GPU's own dinp, rounded once */
+        uint16_t *g16 = down(d_d16, nc * 2), *want16 = malloc(nc * 2);
+        zk_cast_f32_bf16(want16, g_di2, nc);
+        same_bits("layernorm backward bf16 dinp = its dinp rounded once", g16, want16, nc * 2);
+        free(g16); free(want16); dv->free(d_d16);
+    }
     free(x); free(w); free(b); free(o); free(m); free(r); free(go); free(gm); free(gr);
     free(dy); free(di); free(gwt); free(gbs); free(g_di); free(g_di2); free(g_gw); free(g_gb);
     dv->free(dx); dv->free(dw); dv->free(db); dv->free(dout); dv->free(dm); dv->free(dr);

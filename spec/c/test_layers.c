@@ -728,6 +728,22 @@ static void test_b16_outputs(int N, int C) {
     zk_cast_f32_bf16(want, o, nc);
     snprintf(name, sizeof name, "gelu backward n=%zu bf16 dinp = the fp32 dinp rounded once", nc);
     ct_same_bits(name, o16, want, nc * 2);
+    /* the layer norm backward's rounded dinp: its dinp (unchanged), cast */
+    {
+        float *di1 = ct_alloc(nc * 4), *di2 = ct_alloc(nc * 4), *gw = ct_alloc(C * 4), *gb = ct_alloc(C * 4);
+        float *gw2 = ct_alloc(C * 4), *gb2 = ct_alloc(C * 4);
+        uint16_t *d16 = ct_alloc(nc * 2);
+        for (size_t i = 0; i < nc; i++) di1[i] = di2[i] = 0.5f * (float)(i % 7);   /* ACCUMULATED */
+        zk_layernorm_forward(o, m, r, x, w, b, N, C);
+        zk_layernorm_backward(di1, gw, gb, d, x, w, m, r, N, C);
+        zk_layernorm_backward_b16(di2, d16, gw2, gb2, d, x, w, m, r, N, C);
+        zk_cast_f32_bf16(want, di1, nc);
+        snprintf(name, sizeof name, "layernorm backward N=%d C=%d with dinp16: dinp, dw, db the same, "
+                 "dinp16 = the accumulated dinp rounded once", N, C);
+        ct_check(!memcmp(di1, di2, nc * 4) && !memcmp(gw, gw2, C * 4) && !memcmp(gb, gb2, C * 4) &&
+                 !memcmp(d16, want, nc * 2), name, "differ");
+        free(di1); free(di2); free(gw); free(gb); free(gw2); free(gb2); free(d16);
+    }
     /* a bf16 inp (the c_fc GEMM's bf16 out): the _b16 kernels' bits on the
      * input widened, forward and backward */
     uint16_t *x16 = ct_alloc(nc * 2);

@@ -15,7 +15,7 @@
 
 int zkc_layernorm_forward(void *s, void *out, int out16, float *mean, float *rstd, const float *inp,
                           const float *w, const float *b, int N, int C);
-int zkc_layernorm_backward(void *s, float *dinp, float *dw, float *db, const float *dout,
+int zkc_layernorm_backward(void *s, float *dinp, uint16_t *dinp16, float *dw, float *db, const float *dout,
                            const float *inp, const float *w, const float *mean,
                            const float *rstd, int N, int C, double *scratch);
 size_t zkc_layernorm_scratch(int N, int C);
@@ -85,7 +85,7 @@ static void one(int N, int C)
     zk_layernorm_backward(di, dw, db, dy, x, w, m, r, N, C);
     /* the GPU side on the CPU's mean and rstd: the weight sums then see
      * the same terms, so only the grouping of double additions differs */
-    rc = zkc_layernorm_backward(NULL, gdi, gdw, gdb, dy, x, w, m, r, N, C, scratch);
+    rc = zkc_layernorm_backward(NULL, gdi, NULL, gdw, gdb, dy, x, w, m, r, N, C, scratch);
     double edi = rel(gdi, di, nc, 1e-3), edw = rel(gdw, dw, C, 1e-3), edb = rel(gdb, db, C, 1e-3);
     snprintf(name, sizeof name, "emu layernorm backward N=%d C=%d: dinp within 1e-5, dw and db "
              "within 1e-6 (chunked double sums)", N, C);
@@ -93,10 +93,22 @@ static void one(int N, int C)
              "db %.3g (scratch %zu doubles)", rc, edi, edw, edb, ns);
     /* dinp alone (weights NULL): no scratch touched */
     for (size_t i = 0; i < nc; i++) gdi[i] = 0.25f;
-    rc = zkc_layernorm_backward(NULL, gdi, NULL, NULL, dy, x, w, m, r, N, C, NULL);
+    rc = zkc_layernorm_backward(NULL, gdi, NULL, NULL, NULL, dy, x, w, m, r, N, C, NULL);
     edi = rel(gdi, di, nc, 1e-3);
     snprintf(name, sizeof name, "emu layernorm backward N=%d C=%d: dinp alone, no scratch", N, C);
     ct_check(rc == 0 && edi < 1e-5, name, "rc %d, dinp %.3g", rc, edi);
+    /* with dinp16: dinp the same, dinp16 its bits rounded once (the cast's) */
+    float *gdi2 = malloc(nc * 4);
+    uint16_t *b16 = malloc(nc * 2), *w16 = malloc(nc * 2);
+    for (size_t i = 0; i < nc; i++) { gdi2[i] = 0.25f; b16[i] = 0x7fc1; }
+    rc = zkc_layernorm_backward(NULL, gdi2, b16, NULL, NULL, dy, x, w, m, r, N, C, NULL);
+    zk_cast_f32_bf16(w16, gdi2, nc);
+    snprintf(name, sizeof name, "emu layernorm backward N=%d C=%d: dinp16 = the new dinp rounded "
+             "once, dinp unchanged", N, C);
+    ct_check(rc == 0 && !memcmp(b16, w16, nc * 2) && !memcmp(gdi2, gdi, nc * 4), name,
+             "rc %d, dinp16 %s, dinp %s", rc, memcmp(b16, w16, nc * 2) ? "differs" : "same",
+             memcmp(gdi2, gdi, nc * 4) ? "differs" : "same");
+    free(gdi2); free(b16); free(w16);
     free(x); free(w); free(b); free(dy); free(o); free(m); free(r); free(go); free(gm); free(gr);
     free(di); free(gdi); free(dw); free(db); free(gdw); free(gdb); free(scratch);
 }

@@ -272,6 +272,9 @@ end
 ---------------------------------------------------------------------------
 -- Scratch shared by the sets of one stage: proj (N,C) for forward; dln,
 -- datty (N,C), dqkv (N,3C), dfch (N,4C) for the fused backward; with
+-- opts.gemm16 also dfch16 (N,4C) and d16 (N,C) bf16: the GELU backward's
+-- output and the residual gradient rounded by the layer norm backward that
+-- wrote it, as the next bf16 GEMM reads them (nn/gpt2.lua); with
 -- opts.recompute, one block's saved activations (s.recompute.ln1, ...) for
 -- checkpointed blocks.
 local function scratch_plan(cfg, B, Tlen, opts)
@@ -281,7 +284,7 @@ local function scratch_plan(cfg, B, Tlen, opts)
   P.add("proj", { B, Tlen, C })
   P.add("dln", { B, Tlen, C }); P.add("datty", { B, Tlen, C })
   P.add("dqkv", { B, Tlen, 3 * C }); P.add("dfch", { B, Tlen, 4 * C })
-  if gemm16 then P.add("dfch16", { B, Tlen, 4 * C }, true) end
+  if gemm16 then P.add("dfch16", { B, Tlen, 4 * C }, true); P.add("d16", { B, Tlen, C }, true) end
   if opts and opts.recompute then
     for _, b in ipairs(BLOCK_SAVED) do
       P.add("rc." .. b[1], block_shape(b, B, Tlen, N, C, NH), gemm16 and b[3])
