@@ -46,9 +46,18 @@
  * adds (a semaphore per query block) serialises the key blocks of a query
  * block and rests on block scheduling order. The dQ pass instead costs 3
  * of the 7 matmul-equivalents' FLOPs, 2 of them recomputation: at that
- * shape 3 x 2 x (T^2/2) x 64 x 192 heads = 39 GFLOP a layer, ~0.13 ms at
- * 300 TFLOP/s, about what FA2's atomics move through L2 (136 key x query
- * block pairs x 16 KiB of fp32 dQ x 192 heads = 430 MB a layer).
+ * shape 3 x 2 x (T^2/2) x 64 x 192 heads = 39 GFLOP a layer (26 of them
+ * recomputed), ~0.13 ms at 300 TFLOP/s; FA2's atomics move instead 136 key
+ * x query block pairs x 16 KiB of fp32 dQ x 192 heads = 430 MB a layer
+ * through L2 (~0.1 ms at L2 atomic rates), overlapped with its products.
+ * The way to 5 without atomics (not done): k_tc_dkv writes bf16(dS) to
+ * shared memory, computes the chunk's dQ part (dS^T K) and adds it into
+ * dqkv's fp32 dQ rows in key-block order, a block waiting on a per-(b, h,
+ * query chunk) counter that the previous key block bumps (T/64 ints per
+ * (b, h): the scratch would have to grow, or D be recomputed per chunk);
+ * it relies on blocks being dispatched in index order (as FA3's
+ * deterministic backward does) and cannot be checked by the emulator,
+ * which runs blocks one after another.
  *
  * Rounded to bf16 (RNE) on the way into shared memory: q, k, v, dout; in
  * registers: p, dS where they enter a product. In fp32: the scores,
