@@ -6,7 +6,8 @@
 #   sh tools/emu_kernel.sh NAME [build dir, default build]
 # NAME: attention_tc, layernorm, xent, colsum, embedding or reduce
 # (kernels/cuda/NAME.cu). SRC=file runs another version of the kernel
-# (e.g. a deliberately broken one); NO_RUN=1 builds $B/emu/test_NAME_emu
+# (e.g. a deliberately broken one); EMU_DEFS=-DX compiles it with a macro
+# (attention_tc: -DZKC_ATTN_TC_DQ_ATOMIC); NO_RUN=1 builds $B/emu/test_NAME_emu
 # only (make test builds it so, then runs it with the C tests).
 set -e
 N=${1:?usage: sh tools/emu_kernel.sh NAME [build dir]}
@@ -20,7 +21,7 @@ mkdir -p $D
 sed -E -e 's|#include <cuda_bf16.h>||; s|#include <mma.h>||; s|#include "mma.cuh"||; s|#include "common.cuh"|#include "cuda_emu.h"|' \
        -e 's/([A-Za-z_0-9]+(<[A-Za-z_0-9]+>)?)<<<(.*), ([^,]+), 0, s>>>\((.*)\);/emu_launch(\3, \4, [=] { \1(\5); });/' \
        ${SRC:-kernels/cuda/$N.cu} > $D/${N}_emu.cpp
-g++ -std=c++17 -O2 -g -Wall -Wno-unused-function -Wno-unknown-pragmas -pthread -Ispec/emu -c $D/${N}_emu.cpp -o $D/${N}_emu.o
+g++ -std=c++17 -O2 -g -Wall -Wno-unused-function -Wno-unknown-pragmas -pthread -Ispec/emu $EMU_DEFS -c $D/${N}_emu.cpp -o $D/${N}_emu.o
 cc -std=c11 -O2 -g -Wall -Wextra -fopenmp -D_GNU_SOURCE -Ikernels/cpu -Ispec/c -c spec/emu/test_${N}_emu.c -o $D/test_${N}.o
 OBJ=$(ls $B/obj/kernels/cpu/*.o)
 g++ -fopenmp -pthread -o $D/test_${N}_emu $D/test_${N}.o $D/${N}_emu.o $OBJ -lopenblas -lm

@@ -57,7 +57,11 @@
  * (b, h): the scratch would have to grow, or D be recomputed per chunk);
  * it relies on blocks being dispatched in index order (as FA3's
  * deterministic backward does) and cannot be checked by the emulator,
- * which runs blocks one after another.
+ * which runs blocks one after another. Its arithmetic is here already in
+ * the -DZKC_ATTN_TC_DQ_ATOMIC variant (below; atomics instead of the
+ * ordered adds), built only to measure the price of determinism once on a
+ * GPU (dK/dV then 168 / 241 registers, 46592 / 46720 B at head size 64 /
+ * 128, no spills).
  *
  * Rounded to bf16 (RNE) on the way into shared memory: q, k, v, dout; in
  * registers: p, dS where they enter a product. In fp32: the scores,
@@ -98,6 +102,17 @@
 #define NW 4               /* warps per block; each owns 16 rows (one m16 tile) */
 #define BR (NW * 16)       /* a block's rows: queries (forward, dQ) or keys (dK, dV) */
 #define LOG2E 1.4426950408889634f
+
+/* -DZKC_ATTN_TC_DQ_ATOMIC: the non-deterministic variant, built only to
+ * price determinism on a GPU (not in any build by default): k_tc_dkv also
+ * adds each chunk's dQ part (bf16(dS)^T K over its 64 keys) into dqkv with
+ * fp32 atomicAdd (5 matmul-equivalents in all, FA2's scheme), after
+ * k_tc_D has zeroed dQ and written D; no k_tc_dq. */
+#ifdef ZKC_ATTN_TC_DQ_ATOMIC
+#define DQA 1
+#else
+#define DQA 0
+#endif
 
 typedef __nv_bfloat16 bf16;
 
@@ -229,6 +244,21 @@ template <int LD>
 __device__ __forceinline__ void frag_b_kn(uint32_t b[4], zkc_sptr p, int k0, int n0)
 {
     zkc_ldmatrix_x4_trans(b, p + (uint32_t)(k0 * LD + n0) * 2);
+}
+
+/* A (16 x 16 at rows r0, columns k0) from a tile stored k by m (row k
+ * holds A(., k)), .trans: lanes 0-7 rows k0.. at column r0, 8-15 rows
+ * k0.. at r0 + 8, 16-23 rows k0 + 8.. at r0, 24-31 rows k0 + 8.. at
+ * r0 + 8; p: the tile's address plus this lane's offset (a_trans_offset) */
+template <int LD>
+__device__ __forceinline__ uint32_t a_trans_offset(int lane)
+{
+    return (uint32_t)((((lane & 7) + ((lane >> 4) & 1) * 8) * LD + ((lane >> 3) & 1) * 8) * 2);
+}
+template <int LD>
+__device__ __forceinline__ void frag_a_km(uint32_t a[4], zkc_sptr p, int r0, int k0)
+{
+    zkc_ldmatrix_x4_trans(a, p + (uint32_t)(k0 * LD + r0) * 2);
 }
 
 /* acc (16 x 8 NT, fp32) += A (16 x 16 KS from registers) B (16 KS x 8 NT,
@@ -414,6 +444,8 @@ k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, con
     enum { CH = tc_cfg<HD>::CH, LD = HD + 8, KS = HD / 16, NC = CH / 8, ND = HD / 8 };
     __shared__ __align__(16) bf16 ks[BR * LD], vs[BR * LD], qs[CH * LD], gs[CH * LD];
     __shared__ float ls[CH], dsm[CH];            /* the chunk's lse log2(e) and D */
+    enum { LQ = CH + 8 };
+    __shared__ __align__(16) bf16 dss[DQA ? BR * LQ : 8];   /* DQA: bf16(dS^T), keys x queries */
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3, T = a.T;
     const int kt = blockIdx.x;                   /* tile 0 has the most queries: first */
     const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, k0 = kt * BR;
@@ -479,6 +511,44 @@ k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, con
         mma_reg_kn<NC / 2, ND, LD>(dv, af, gp + lo.kn);  /* dV += bf16(P^T) dO */
         c_to_a<NC / 2>(af, dp);
         mma_reg_kn<NC / 2, ND, LD>(dk, af, qp + lo.kn);  /* dK += bf16(dS^T) Q */
+        if (DQA) {                                /* dQ[chunk] += bf16(dS) K, by atomics */
+            enum { QT = CH / 16, WPQ = NW / QT, NQ = ND / WPQ };   /* query tiles; warps, n-tiles each */
+            uint32_t *dw = (uint32_t *)dss;
+#pragma unroll
+            for (int n = 0; n < NC; n++) {
+                dw[((w * 16 + g) * LQ + n * 8 + 2 * t) / 2] = af[n / 2][(n & 1) * 2];
+                dw[((w * 16 + g + 8) * LQ + n * 8 + 2 * t) / 2] = af[n / 2][(n & 1) * 2 + 1];
+            }
+            __syncthreads();
+            const int q16 = w / WPQ, n0 = (w % WPQ) * NQ;
+            const zkc_sptr sp = zkc_sptr_of(dss) + a_trans_offset<LQ>(lane);
+            float dq[NQ][4];
+#pragma unroll
+            for (int n = 0; n < NQ; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < BR / 16; kk++) {
+                uint32_t fa[4];
+                frag_a_km<LQ>(fa, sp, q16 * 16, kk * 16);
+#pragma unroll
+                for (int np = 0; np < NQ / 2; np++) {
+                    uint32_t bf[4];
+                    frag_b_kn<LD>(bf, kp + lo.kn, kk * 16, (n0 + 2 * np) * 8);
+                    zkc_mma_bf16_16816(dq[2 * np], fa, bf);
+                    zkc_mma_bf16_16816(dq[2 * np + 1], fa, bf + 2);
+                }
+            }
+            const int qi[2] = { qc + q16 * 16 + g, qc + q16 * 16 + g + 8 };
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                if (qi[r] >= T) continue;
+                float *q = dqkv + ((size_t)b * T + qi[r]) * st + (size_t)h * HD + 2 * t;
+#pragma unroll
+                for (int n = 0; n < NQ; n++) {
+                    atomicAdd(q + (n0 + n) * 8, dq[n][2 * r]);
+                    atomicAdd(q + (n0 + n) * 8 + 1, dq[n][2 * r + 1]);
+                }
+            }
+        }
     }
     const int rows[2] = { j0, j1 };
     float *drow = dqkv + (size_t)b * T * st + (size_t)h * HD + 2 * t;
@@ -597,6 +667,25 @@ static int tc_params(tcp *a, int B, int T, int C, int NH)
     return 0;
 }
 
+/* DQA only: D[(b*NH + h)*T + i] = sum over the head of dout * out (fp32,
+ * a warp per row), and the row's dQ zeroed */
+template <int HD>
+__global__ static void k_tc_D(float *D, float *dqkv, const float *dout, const float *out, tcp a, int rows)
+{
+    int row = blockIdx.x * NW + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    int i = row % a.T, h = (row / a.T) % a.NH, b = row / (a.T * a.NH);
+    size_t off = ((size_t)b * a.T + i) * a.C + (size_t)h * HD;
+    float s = 0.0f;
+#pragma unroll
+    for (int d = lane; d < HD; d += 32) {
+        s += dout[off + d] * out[off + d];
+        dqkv[((size_t)b * a.T + i) * 3 * a.C + (size_t)h * HD + d] = 0.0f;
+    }
+    s = zkc_warp_sum(s);
+    if (lane == 0) D[row] = s;
+}
+
 static int tc_aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 template <int HD>
@@ -612,9 +701,12 @@ template <int HD>
 static int tc_backward(cudaStream_t s, float *dqkv, const float *dout, const float *qkv,
                        const float *out, const float *lse, int B, tcp a, float *scratch)
 {
-    int e;
+    int e, rows = B * a.NH * a.T;
     dim3 g((unsigned)((a.T + BR - 1) / BR), (unsigned)(B * a.NH));
-    k_tc_dq<HD><<<g, NW * 32, 0, s>>>(dqkv, scratch, dout, out, qkv, lse, a);   /* and D */
+    if (DQA)
+        k_tc_D<HD><<<(unsigned)((rows + NW - 1) / NW), NW * 32, 0, s>>>(scratch, dqkv, dout, out, a, rows);
+    else
+        k_tc_dq<HD><<<g, NW * 32, 0, s>>>(dqkv, scratch, dout, out, qkv, lse, a);   /* and D */
     if ((e = ZKC_LAUNCHED())) return e;
     k_tc_dkv<HD><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, a);
     return ZKC_LAUNCHED();

@@ -80,6 +80,20 @@ static inline int cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { mems
 static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+/* fp32 atomicAdd (attention_tc.cu's -DZKC_ATTN_TC_DQ_ATOMIC variant): a CAS loop */
+static inline float atomicAdd(float *p, float v)
+{
+    uint32_t *u = (uint32_t *)p, old = __atomic_load_n(u, __ATOMIC_SEQ_CST), nu;
+    do {
+        float f;
+        memcpy(&f, &old, 4);
+        f += v;
+        memcpy(&nu, &f, 4);
+    } while (!__atomic_compare_exchange_n(u, &old, nu, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    float r;
+    memcpy(&r, &old, 4);
+    return r;
+}
 
 /* the kernels' own helpers (grid-stride loops, bf16 outputs): the same
  * file nvcc compiles, now that the names it uses are defined above */
