@@ -28,14 +28,15 @@
  * out = O (1 / l), lse = m scale + log l. No (T,T) buffer. 2
  * matmul-equivalents (Q K^T, P V).
  *
- * Backward: k_tc_dq first, one block per 64 queries (a warp's 16 each):
- * D = rowsum(dout * out) of its rows (fp32, written to the scratch for
- * k_tc_dkv), then over chunks of CH keys (64 at head size 64, 16 at 128)
+ * Backward: k_tc_dq first, one block per 128 queries at head size 64 (8
+ * warps), 64 at 128 (4), a warp's 16 each: D = rowsum(dout * out) of its
+ * rows (fp32, written to the scratch for k_tc_dkv), then over chunks of
+ * keys (32 at head size 64, 16 at 128; a warp skips chunks after its rows)
  * up to its last row: S = Q K^T, dP = dout V^T, p = 2^(fma(S, scale
  * log2 e, -lse log2 e)), dS = p (dP - D) scale, dQ += bf16(dS) K: 3
  * matmul-equivalents. Then k_tc_dkv, one block per 64 keys (a warp's 16,
- * dK and dV in registers) over chunks of CH queries from the block's
- * first key: S^T = K Q^T, dP^T = V dout^T, p and dS as above, dV +=
+ * dK and dV in registers) over chunks of CH queries (64 at head size 64,
+ * 16 at 128) from the block's first key: S^T = K Q^T, dP^T = V dout^T, p and dS as above, dV +=
  * bf16(p)^T dout, dK += bf16(dS)^T Q: 4 more, 7 in all against
  * FlashAttention-2's 5.
  * Why a second pass for dQ: FA2 adds each key block's dQ part into fp32 dQ
@@ -83,9 +84,9 @@
  * Resources (ptxas, sm_90, static shared memory, no spills; launch bounds
  * cap the registers so that the blocks an SM holds are as listed):
  *   head size 64:  forward 256 threads, 128 registers, 36864 B (2 a SM);
- *                  dQ 128, 128, 36864 B (4); dK/dV 128, 168, 37376 B (3)
+ *                  dQ 256, 127, 46080 B (2); dK/dV 128, 168, 37376 B (3)
  *   head size 128: forward 128 threads, 168 registers, 34816 B (3);
- *                  dQ 128, 142, 43520 B (3); dK/dV 128, 224, 43648 B (2)
+ *                  dQ 128, 152, 43520 B (3); dK/dV 128, 224, 43648 B (2)
  * All under 48 KiB, so no opt-in to more shared memory. The forward at
  * head size 64 prefetches: the next tile's K loads (16 registers a
  * thread) fly during this tile's S and softmax, its V loads during P V
@@ -121,7 +122,13 @@ struct tcp { int T, C, NH; float scale; };
 /* The backward's inner chunk (queries for dK, dV; keys for dQ) */
 template <int HD> struct tc_cfg {
     enum { CH = HD == 64 ? 64 : 16, LD = HD + 8,
-           MINB_DKV = HD == 64 ? 3 : 2, MINB_DQ = HD == 64 ? 4 : 3 };   /* blocks an SM: register caps */
+           MINB_DKV = HD == 64 ? 3 : 2 };         /* blocks an SM: register caps */
+};
+/* The dQ kernel: 128 query rows (8 warps) and key chunks of 32 at head size
+ * 64, so that a K, V chunk read from L2 serves twice the rows; 64 rows and
+ * chunks of 16 at 128 */
+template <int HD> struct dq_cfg {
+    enum { NWQ = HD == 64 ? 8 : 4, CH = HD == 64 ? 32 : 16, MINB = HD == 64 ? 2 : 3 };
 };
 
 /* rows [t0, t0+R) of two (T, stride) fp32 matrices' HD columns (K and V,
@@ -570,15 +577,16 @@ k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, con
  * then an xor butterfly), kept in registers and written to D[(b*NH + h)*T
  * + i] for k_tc_dkv, which runs after. */
 template <int HD>
-__global__ static void __launch_bounds__(NW * 32, tc_cfg<HD>::MINB_DQ)
+__global__ static void __launch_bounds__(dq_cfg<HD>::NWQ * 32, dq_cfg<HD>::MINB)
 k_tc_dq(float *dqkv, float *D, const float *dout, const float *out, const float *qkv, const float *lse, tcp a)
 {
-    enum { CH = tc_cfg<HD>::CH, LD = HD + 8, KS = HD / 16, NC = CH / 8, ND = HD / 8 };
-    __shared__ __align__(16) bf16 qs[BR * LD], gs[BR * LD], ks[CH * LD], vs[CH * LD];
+    enum { CH = dq_cfg<HD>::CH, LD = HD + 8, KS = HD / 16, NC = CH / 8, ND = HD / 8,
+           NWQ = dq_cfg<HD>::NWQ, BRQ = NWQ * 16, NTH = NWQ * 32 };
+    __shared__ __align__(16) bf16 qs[BRQ * LD], gs[BRQ * LD], ks[CH * LD], vs[CH * LD];
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3, T = a.T;
     const int qt = gridDim.x - 1 - blockIdx.x;   /* the longest rows first */
-    const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, q0 = qt * BR;
-    const int i0 = q0 + w * 16 + g, i1 = i0 + 8;
+    const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, q0 = qt * BRQ, r0 = q0 + w * 16;
+    const int i0 = r0 + g, i1 = i0 + 8;
     const size_t st = 3 * (size_t)a.C;
     const float *base = qkv + (size_t)b * T * st + (size_t)h * HD;
     const float *gbase = dout + (size_t)b * T * a.C + (size_t)h * HD;
@@ -600,16 +608,17 @@ k_tc_dq(float *dqkv, float *D, const float *dout, const float *out, const float 
         if (r == g + 8) Dv[1] = d;
         if (lane == 0) D[(size_t)blockIdx.y * T + i] = d;
     }
-    load_tiles<BR, HD, NW * 32>(qs, base, st, gs, gbase, a.C, q0, T);
+    load_tiles<BRQ, HD, NTH>(qs, base, st, gs, gbase, a.C, q0, T);
     float dq[ND][4];
 #pragma unroll
     for (int n = 0; n < ND; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
-    const int kend = min(q0 + BR, T);             /* keys after the block's last row: none */
+    const int kend = min(q0 + BRQ, T);            /* keys after the block's last row: none */
     for (int kc = 0; kc < kend; kc += CH) {
         __syncthreads();                          /* the last chunk's K, V read */
-        load_tiles<CH, HD, NW * 32, 2>(ks, base + a.C, st, vs, base + 2 * a.C, st, kc, T);
+        load_tiles<CH, HD, NTH, 2>(ks, base + a.C, st, vs, base + 2 * a.C, st, kc, T);
         __syncthreads();
+        if (kc > r0 + 15) continue;               /* every key after the warp's rows */
         float s[NC][4], dp[NC][4];
 #pragma unroll
         for (int n = 0; n < NC; n++)
@@ -631,7 +640,7 @@ k_tc_dq(float *dqkv, float *D, const float *dout, const float *out, const float 
                 zkc_mma_bf16_16816(dp[2 * np + 1], gf, bf + 2);
             }
         }
-        const bool full = kc + CH <= q0 + 1 && q0 + BR <= T;   /* every key <= every row < T */
+        const bool full = kc + CH <= r0 + 1 && r0 + 16 <= T;   /* every key <= every row < T */
 #pragma unroll
         for (int n = 0; n < NC; n++)
 #pragma unroll
@@ -703,10 +712,11 @@ static int tc_backward(cudaStream_t s, float *dqkv, const float *dout, const flo
 {
     int e, rows = B * a.NH * a.T;
     dim3 g((unsigned)((a.T + BR - 1) / BR), (unsigned)(B * a.NH));
+    dim3 gq((unsigned)((a.T + dq_cfg<HD>::NWQ * 16 - 1) / (dq_cfg<HD>::NWQ * 16)), (unsigned)(B * a.NH));
     if (DQA)
         k_tc_D<HD><<<(unsigned)((rows + NW - 1) / NW), NW * 32, 0, s>>>(scratch, dqkv, dout, out, a, rows);
     else
-        k_tc_dq<HD><<<g, NW * 32, 0, s>>>(dqkv, scratch, dout, out, qkv, lse, a);   /* and D */
+        k_tc_dq<HD><<<gq, dq_cfg<HD>::NWQ * 32, 0, s>>>(dqkv, scratch, dout, out, qkv, lse, a);   /* and D */
     if ((e = ZKC_LAUNCHED())) return e;
     k_tc_dkv<HD><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, a);
     return ZKC_LAUNCHED();

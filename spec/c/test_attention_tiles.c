@@ -9,7 +9,9 @@
  * the kernel's blocks of 128 query rows at head size 64 give each row
  * this same sequence of tiles; 64 keys x CH-query chunks from the tile's
  * first key for dK, dV; 64 queries x CH-key chunks up to the block's last
- * row for dQ; CH = 64 for head size 64, 16 for 128), the same masks (key
+ * row for dQ -- the kernel's dQ blocks of 128 rows and key chunks of 32 at
+ * head size 64 sum each dQ element's terms in this same key order; CH = 64
+ * for head size 64, 16 for 128), the same masks (key
  * after the query; rows at or past T), the same online softmax in base 2
  * with the scale folded (raw-score maximum m, c = 2^((m - m') scale
  * log2 e), p = 2^(fma(s, scale log2 e, -m' scale log2 e)), l = l c + sum p
