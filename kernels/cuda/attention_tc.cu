@@ -100,8 +100,9 @@
 #include "mma.cuh"
 #include "common.cuh"
 
-#define NW 4               /* warps per block; each owns 16 rows (one m16 tile) */
-#define BR (NW * 16)       /* a block's rows: queries (forward, dQ) or keys (dK, dV) */
+#define NW 4               /* warps of a dK/dV block (and of the forward and dQ
+                              at head size 128); a warp owns 16 rows (one m16 tile) */
+#define BR (NW * 16)       /* a dK/dV block's keys; load_tile's default threads NW * 32 */
 #define LOG2E 1.4426950408889634f
 
 /* -DZKC_ATTN_TC_DQ_ATOMIC: the non-deterministic variant, built only to
