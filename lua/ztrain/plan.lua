@@ -25,6 +25,8 @@ local memory = require "ztrain.memory"
 local gpt2 = require "ztrain.nn.gpt2"
 local Acts = require "ztrain.nn.activations"
 local precision = require "ztrain.precision"
+local host = require "ztrain.util.host"
+local losses = require "ztrain.driver.losses"
 
 local M = {}
 
@@ -215,6 +217,10 @@ local function activations(t, cfg, r, units, sets)
   local g16 = precision.gemm16(r)
   add(t, "device", "activations", sets * Acts.set_bytes(cfg, B, Tlen, units, ckpt, host, g16) +
       Acts.scratch_bytes(cfg, B, Tlen, { recompute = next(ckpt) ~= nil, host = host, gemm16 = g16 }))
+  -- the head's stage keeps the step's per-position losses (driver/losses.lua)
+  for _, u in ipairs(units) do
+    if u.kind == "head" then add(t, "device", "activations", losses.bytes(r.batch.accumulate, B, Tlen)) end
+  end
   if host then
     for _ in pairs(ckpt) do add(t, "host", "activations", sets * B * Tlen * cfg.C * 4) end
   end
@@ -364,17 +370,7 @@ function M.traffic(spec, psi, N, lowp)
 end
 
 -- available() -> bytes of MemAvailable (/proc/meminfo), or nil.
-function M.available()
-  local f = io.open("/proc/meminfo")
-  if not f then return nil end
-  local avail
-  for line in f:lines() do
-    local kb = line:match("^MemAvailable:%s+(%d+) kB")
-    if kb then avail = tonumber(kb) * 1024 end
-  end
-  f:close()
-  return avail
-end
+M.available = host.mem_available
 
 -- limit(r, local_ranks) -> bytes a rank may hold on the device tier, and
 -- where the number comes from: device.memory_limit, or on the CPU backend

@@ -21,6 +21,10 @@ local M = {}
 local Ledger = {}
 Ledger.__index = Ledger
 
+-- bytes(rows, B, T) -> the device bytes a ledger of `rows` micro-batches of
+-- B x T positions holds (the memory planner's figure, plan.lua)
+function M.bytes(rows, B, Tlen) return math.max(1, rows) * B * Tlen * 4 end
+
 -- new(rows): room for `rows` head forwards a step (the micro-batches).
 function M.new(rows) return setmetatable({ cap = math.max(1, rows or 1), count = {}, n = 0 }, Ledger) end
 
