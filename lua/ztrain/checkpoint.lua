@@ -34,6 +34,7 @@ local cjson = require "cjson"
 local libc = require "ztrain.libc"
 local zffi = require "ztrain.ffi"
 local errors = require "ztrain.errors"
+local fs = require "ztrain.util.fs"
 local C = zffi.C
 
 local M = {}
@@ -203,7 +204,7 @@ function M.save(args)
   -- rank 0 prepares the temporary directory; the others wait for it
   local prep_err = ""
   if world.rank == 0 then
-    local ok, err = require("ztrain.report").mkdirs(root)
+    local ok, err = fs.mkdirs(root, "output directory")
     if not ok then prep_err = "checkpoint: " .. tostring(err)
     else
       remove_dir(tmp)

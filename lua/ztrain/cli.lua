@@ -159,6 +159,7 @@ ranks that do not all start within $ZTRAIN_START_TIMEOUT seconds (default
 ]==]
 
 local errors = require "ztrain.errors"
+local fs = require "ztrain.util.fs"
 local SUBCOMMANDS          -- name -> fn(args) -> exit code (set below, once they exist)
 
 -- say(e): print an error as "ztrain: MESSAGE" -- a user error as is, a bug
@@ -254,7 +255,7 @@ end
 local function out_dir(o, what)
   local dir = o.out or ("runs/schedule-%s-p%d-m%d%s-%s"):format(what, o.p, o.m,
     (o.v and o.v > 1) and ("-v" .. o.v) or "", os.date("%Y%m%d-%H%M%S"))
-  local ok, err = require("ztrain.report").mkdirs(dir)
+  local ok, err = fs.mkdirs(dir, "output directory")
   if not ok then error(err, 0) end
   return dir
 end

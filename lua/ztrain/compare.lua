@@ -20,6 +20,7 @@ local svg = require "ztrain.svg"
 local charts = require "ztrain.charts"
 local tables = require "ztrain.compare_tables"
 local errors = require "ztrain.errors"
+local fs = require "ztrain.util.fs"
 
 local M = {}
 
@@ -33,12 +34,6 @@ M.DEFAULTS = { "model.size=gpt2-tiny", "data.tokenizer=bytes", "batch.micro=8", 
 local function user(fmt, ...) return errors.user(("compare: " .. fmt):format(...)) end
 
 local function home() return rawget(_G, "ZTRAIN_HOME") or os.getenv("ZTRAIN_HOME") or "." end
-
-local function exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close() end
-  return f ~= nil
-end
 
 -- the recipes/ names, for messages
 local function known_recipes()
@@ -80,11 +75,11 @@ end
 local function resolve(name, item)
   if name == "" then error(user("%q: no recipe name before '@' or ','", item), 0) end
   if name:match("%.lua$") then
-    if not exists(name) then error(user("%s: no such recipe file", name), 0) end
+    if not fs.exists(name) then error(user("%s: no such recipe file", name), 0) end
     return name
   end
   local path = home() .. "/recipes/" .. name .. ".lua"
-  if not exists(path) then
+  if not fs.exists(path) then
     error(user("unknown recipe %q (recipes: %s; or give a RECIPE.lua path)", name, known_recipes()), 0)
   end
   return path
@@ -196,7 +191,7 @@ end
 -- program(): the ztrain executable that runs each item
 local function program()
   local a0 = rawget(_G, "arg") and _G.arg[0]
-  if a0 and a0:find("ztrain$") and exists(a0) then return a0 end
+  if a0 and a0:find("ztrain$") and fs.exists(a0) then return a0 end
   return home() .. "/build/ztrain"
 end
 
@@ -224,14 +219,6 @@ local function exit_code(st)
   return math.floor(st / 256)
 end
 
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
 -- last_error(log) -> the last "ztrain: ..." line of a run's output
 local function last_error(text)
   local found
@@ -243,7 +230,7 @@ end
 
 -- read_curve(path) -> { { step, loss }, ... } from metrics.jsonl
 function M.read_curve(path)
-  local curve, text = {}, read_file(path)
+  local curve, text = {}, fs.read_file(path)
   for line in (text or ""):gmatch("[^\n]+") do
     local ok, rec = pcall(cjson.decode, line)
     if ok and type(rec) == "table" and type(rec.step) == "number" then
@@ -284,7 +271,7 @@ end
 function M.collect(run, dir, code, log)
   local row = { label = run.label, dir = dir, ranks = run.ranks, accumulate = run.accumulate, code = code,
                 recipe = run.recipe }
-  local text = read_file(dir .. "/summary.json")
+  local text = fs.read_file(dir .. "/summary.json")
   local ok, s = pcall(cjson.decode, text or "")
   if text and ok and type(s) == "table" then row.summary = s end
   local exit = row.summary and row.summary.exit
@@ -338,7 +325,7 @@ function M.run_all(o, say)
   local rows = {}
   for k, run in ipairs(o.runs) do
     local dir = o.out .. "/" .. run.dir
-    local ok, err = require("ztrain.report").mkdirs(dir)
+    local ok, err = fs.mkdirs(dir, "output directory")
     if not ok then error(errors.user(err), 0) end
     os.remove(dir .. "/summary.json")      -- a stale one must not pass for this run's
     os.remove(dir .. "/metrics.jsonl")
@@ -347,7 +334,7 @@ function M.run_all(o, say)
                                                                    run.accumulate), false)
     local t0 = os.time()
     local code = exit_code(os.execute(cmd))
-    local row = M.collect(run, dir, code, read_file(dir .. "/log.txt"))
+    local row = M.collect(run, dir, code, fs.read_file(dir .. "/log.txt"))
     row.seconds = os.time() - t0
     if row.failed then
       say(("failed (exit %d): %s"):format(row.code, row.failed))
@@ -376,7 +363,7 @@ function M.main(args)
   local o = M.parse(args)
   M.check_shared(o)
   o.out = o.out or ("runs/compare-%s"):format(os.date("%Y%m%d-%H%M%S"))
-  local ok, err = require("ztrain.report").mkdirs(o.out)
+  local ok, err = fs.mkdirs(o.out, "output directory")
   if not ok then error(errors.user(err), 0) end
   local function say(s, nl)
     io.stdout:write(s, nl == false and "" or "\n")

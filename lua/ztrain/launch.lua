@@ -5,16 +5,9 @@
 local ffi = require "ffi"
 local libc = require "ztrain.libc"
 local bit = require "bit"
+local fs = require "ztrain.util.fs"
 
 local M = {}
-
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
 
 -- CPUs this process may run on: the count of its affinity mask (taskset,
 -- cpusets, mpirun --bind-to), else the online CPUs.
@@ -61,8 +54,8 @@ local function min(a, b) if not a then return b end; if not b then return a end;
 -- limits its children too). The texts of /proc/self/cgroup and
 -- /proc/self/mountinfo may be given (specs). -> list of { dir =, v2 = bool }
 function M.cgroup_dirs(cgroup_text, mountinfo_text)
-  cgroup_text = cgroup_text or read_file("/proc/self/cgroup") or ""
-  mountinfo_text = mountinfo_text or read_file("/proc/self/mountinfo") or ""
+  cgroup_text = cgroup_text or fs.read_file("/proc/self/cgroup") or ""
+  mountinfo_text = mountinfo_text or fs.read_file("/proc/self/mountinfo") or ""
   local paths = {}                                   -- "v2" | "cpu" -> path
   for line in cgroup_text:gmatch("[^\n]+") do
     local id, ctrls, path = line:match("^(%d+):([^:]*):(.*)$")
@@ -103,10 +96,10 @@ local function cgroup_cores()
   local n
   for _, d in ipairs(M.cgroup_dirs()) do
     if d.v2 then
-      n = min(n, M.parse_cpu_max(read_file(d.dir .. "/cpu.max")))
+      n = min(n, M.parse_cpu_max(fs.read_file(d.dir .. "/cpu.max")))
     else
-      n = min(n, M.quota_cores(read_file(d.dir .. "/cpu.cfs_quota_us"),
-                               read_file(d.dir .. "/cpu.cfs_period_us")))
+      n = min(n, M.quota_cores(fs.read_file(d.dir .. "/cpu.cfs_quota_us"),
+                               fs.read_file(d.dir .. "/cpu.cfs_period_us")))
     end
   end
   return n
@@ -224,15 +217,8 @@ function M.launched_rank()
   end
 end
 
-local function glob(pattern)
-  local g = libc.glob_t()
-  local out = {}
-  if libc.glob(pattern, 0, nil, g) == 0 then
-    for i = 0, tonumber(g.gl_pathc) - 1 do out[#out + 1] = ffi.string(g.gl_pathv[i]) end
-  end
-  libc.globfree(g)
-  return out
-end
+-- the paths matching pattern; none on no match or a read error
+local function glob(pattern) return fs.glob(pattern) or {} end
 
 -- read_job(dir) -> { [pid] = { rank =, host =, nvme = { DIR, ... }, session = } }
 -- (a launch agent's file -- tools/netns_agent -- has host and session: the
@@ -241,7 +227,7 @@ function M.read_job(dir)
   local ranks = {}
   for _, path in ipairs(glob(dir .. "/*")) do
     local pid = tonumber(path:match("/(%d+)$"))
-    local text = pid and read_file(path)
+    local text = pid and fs.read_file(path)
     if text then
       local r = { nvme = {} }
       r.rank = tonumber(text:match("rank (%d+)"))
@@ -258,7 +244,7 @@ end
 -- job directory: a recycled pid is never killed)?
 local function ours(pid, dir)
   if libc.kill(pid, 0) ~= 0 then return false end
-  local env = read_file(("/proc/%d/environ"):format(pid)) or ""
+  local env = fs.read_file(("/proc/%d/environ"):format(pid)) or ""
   return env:find("\0ZTRAIN_JOB=" .. dir .. "\0", 1, true) ~= nil
       or env:sub(1, 12 + #dir) == "ZTRAIN_JOB=" .. dir .. "\0"
 end
@@ -314,7 +300,7 @@ local hosts = require "ztrain.launch_hosts"
 
 -- hostname() -> this machine's name (a test cluster's hosts have their own)
 local function hostname()
-  return ((read_file("/proc/sys/kernel/hostname") or "?"):gsub("%s+$", ""))
+  return ((fs.read_file("/proc/sys/kernel/hostname") or "?"):gsub("%s+$", ""))
 end
 local now = os.time                            -- whole seconds serve a grace period
 
@@ -366,7 +352,7 @@ function M.cleanup_job(job, ranks)
   for p, r in pairs(ranks) do
     if ours(p, job) then
       local what = r.rank and ("rank " .. r.rank) or
-                   (read_file(("/proc/%d/comm"):format(p)) or "process"):gsub("%s+$", "")
+                   (fs.read_file(("/proc/%d/comm"):format(p)) or "process"):gsub("%s+$", "")
       io.stderr:write(("ztrain: %s (pid %d)%s outlived mpirun; killed it\n"):format(what, p,
                       r.host and (" on host " .. r.host) or ""))
       libc.kill(p, libc.SIGKILL)
@@ -384,7 +370,7 @@ function M.cleanup_job(job, ranks)
     left = M.job_pids(job)
   end
   for _, p in ipairs(left) do
-    local comm = (read_file(("/proc/%d/comm"):format(p)) or "?"):gsub("%s+$", "")
+    local comm = (fs.read_file(("/proc/%d/comm"):format(p)) or "?"):gsub("%s+$", "")
     local host = M.pid_host(p)
     io.stderr:write(("ztrain: %s (pid %d)%s outlived mpirun; killed it\n"):format(comm, p,
                     host and (" on host " .. host) or ""))

@@ -8,36 +8,16 @@ local memory = require "ztrain.memory"
 local libc = require "ztrain.libc"
 local durable = require "ztrain.durable"
 local errors = require "ztrain.errors"
-
-local ffi_string = require("ffi").string
+local fs = require "ztrain.util.fs"
 
 local M = {}
 cjson.encode_number_precision(14)
 cjson.encode_invalid_numbers("null")       -- a diverged loss is written as null
 cjson.encode_sparse_array(true)
 
--- mkdir -p; returns true or nil, err.
-function M.mkdirs(path)
-  local acc = path:sub(1, 1) == "/" and "/" or ""
-  local mkerr
-  for part in path:gmatch("[^/]+") do
-    acc = acc .. part
-    if libc.mkdir(acc, 493) ~= 0 then -- 0755; an existing directory is fine
-      local e = require("ffi").errno()
-      if e ~= 17 then mkerr = ffi_string(libc.strerror(e)) end
-    end
-    acc = acc .. "/"
-  end
-  local f, err = io.open(path .. "/.probe", "w")
-  if not f then
-    -- the reason (read-only file system, permission denied, a file in the way)
-    local why = mkerr or tostring(err):match(":%s*([^:]+)$") or tostring(err)
-    return nil, ("cannot create output directory %s: %s"):format(path, why)
-  end
-  f:close()
-  os.remove(path .. "/.probe")
-  return true
-end
+-- mkdir -p; returns true or nil, "cannot create output directory PATH:
+-- REASON" (util/fs.mkdirs; kept here for recipes and examples that call it)
+function M.mkdirs(path) return fs.mkdirs(path, "output directory") end
 
 -- Write a file atomically and durably (ztrain.durable): the old file or
 -- the new one, never half of one; nil, "cannot write PATH: REASON" on failure.

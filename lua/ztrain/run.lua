@@ -29,6 +29,7 @@ local median = M.median
 local memory = require "ztrain.memory"
 local errors = require "ztrain.errors"
 local interrupt = require "ztrain.interrupt"
+local fs = require "ztrain.util.fs"
 
 local run, write_timeline
 
@@ -135,7 +136,7 @@ function run(r, opts, out)
   if r.train.ckpt_every > 0 then
     local err = ""
     if lead then
-      local ok, merr = report.mkdirs(ckpt_root)
+      local ok, merr = fs.mkdirs(ckpt_root, "output directory")
       if not ok then err = "train.ckpt_dir: " .. tostring(merr) end
     end
     err = errors.agree(tr.world, err)

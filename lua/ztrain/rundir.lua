@@ -18,6 +18,7 @@
 local ffi = require "ffi"
 local libc = require "ztrain.libc"
 local errors = require "ztrain.errors"
+local fs = require "ztrain.util.fs"
 
 local M = {}
 
@@ -25,12 +26,6 @@ local LOCK_EX, LOCK_NB, LOCK_UN = 2, 4, 8
 local EEXIST, EWOULDBLOCK = 17, 11
 
 local function reason() return ffi.string(libc.strerror(ffi.errno())) end
-
-local function exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close(); return true end
-  return false
-end
 
 local Lock = {}
 Lock.__index = Lock
@@ -71,8 +66,7 @@ end
 
 -- a new directory runs/<name>-<date>-<time>, -2, -3, ... if taken
 local function fresh(r)
-  local report = require "ztrain.report"
-  local ok, err = report.mkdirs("runs")
+  local ok, err = fs.mkdirs("runs", "output directory")
   if not ok then error(err, 0) end
   local base = ("runs/%s-%s"):format(r.name ~= "" and r.name or "run", os.date("%Y%m%d-%H%M%S"))
   for k = 1, 1000 do
@@ -89,13 +83,13 @@ local function claim_here(r)
     return dir, lock(dir, true)
   end
   local dir = (r.out:gsub("(.)/+$", "%1"))
-  local created = not exists(dir)
-  local ok, err = require("ztrain.report").mkdirs(dir)
+  local created = not fs.exists(dir)
+  local ok, err = fs.mkdirs(dir, "output directory")
   if not ok then error(err, 0) end
   local lk = lock(dir, created)
   if not r.overwrite and r.resume == "" then
     for _, f in ipairs({ "summary.json", "metrics.jsonl" }) do
-      if exists(dir .. "/" .. f) then
+      if fs.exists(dir .. "/" .. f) then
         lk:release()
         error(("out=%s holds an earlier run (%s); choose another out=, continue it with resume=latest, " ..
                "or replace it with --overwrite"):format(dir, f), 0)

@@ -33,6 +33,7 @@ local Trainer = {}
 Trainer.__index = Trainer
 
 local errors = require "ztrain.errors"
+local host = require "ztrain.util.host"
 local function fail(msg) error(msg, 0) end
 -- for errors that follow from the resolved recipe alone: every rank raises them
 local function fail_all(msg) error(errors.all_ranks(msg), 0) end
@@ -483,14 +484,8 @@ function Trainer:check_model_state()
       if t then need = need + t.params + t.grads + t.optim end
     end
   end
-  local f = io.open("/proc/meminfo")
-  if not f then return end
-  local avail
-  for line in f:lines() do
-    local kb = line:match("^MemAvailable:%s+(%d+) kB")
-    if kb then avail = tonumber(kb) * 1024 end
-  end
-  f:close()
+  local avail = host.mem_available()
+  if not avail then return end
   local limit = memory.limit("device")
   local local_ranks = require("ztrain.launch").local_ranks()
   if avail and limit == 0 and need * local_ranks > avail then

@@ -43,6 +43,7 @@
 local ffi = require "ffi"
 local bit = require "bit"
 local tokbin = require "ztrain.data.tokbin"
+local fs = require "ztrain.util.fs"
 
 local M = {}
 
@@ -147,17 +148,10 @@ function M.dir(opt)
   return opt
 end
 
--- mkdir -p
+-- mkdir -p (util/fs: made and writable), and a directory at that path
 local function mkdirs(path)
-  local libc = require "ztrain.libc"
-  local acc = path:sub(1, 1) == "/" and "" or "."
-  for part in path:gmatch("[^/]+") do
-    acc = acc .. "/" .. part
-    if libc.mkdir(acc, tonumber("755", 8)) ~= 0 and ffi.errno() ~= 17 --[[EEXIST]] then
-      local e = ffi.errno()
-      return nil, ("cannot create the cache directory %s: %s"):format(acc, ffi.string(ffi.C.ztrain_data_strerror(e)):lower())
-    end
-  end
+  local ok, err = fs.mkdirs(path, "the cache directory")
+  if not ok then return nil, err end
   local st = M.stat(path)
   if not st or st.kind ~= "dir" then return nil, ("cache path %s is not a directory"):format(path) end
   return true

@@ -12,6 +12,8 @@
 -- token files and caches tokenisation on disk; data.text (text.lua) is the text-glob
 -- dataset alone. See text.lua, wikitext.lua, tokbin.lua, cache.lua and loader.lua for
 -- the exact rules (file selection, splits, windows, shuffling, resume).
+local fs = require "ztrain.util.fs"
+
 local M = {}
 
 -- The tree root (for the shipped vocabulary), found as ztrain.ffi finds it, without
@@ -46,12 +48,6 @@ function M.tokenizers()
   return names
 end
 
-local function exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close(); return true end
-  return false
-end
-
 local function module_file(name)
   return package.searchpath(name, package.path)
 end
@@ -64,11 +60,11 @@ local function load_bpe(dir, what, name)
   if dir == "" then dir = "/" end
   local missing = {}
   for _, f in ipairs({ "vocab.json", "merges.txt" }) do
-    if not exists(dir .. "/" .. f) then missing[#missing + 1] = f end
+    if not fs.exists(dir .. "/" .. f) then missing[#missing + 1] = f end
   end
   if #missing > 0 then
     local hint = "a GPT-2 tokenizer directory holds vocab.json and merges.txt (Hugging Face format)"
-    if exists(dir .. "/tokenizer.json") then
+    if fs.exists(dir .. "/tokenizer.json") then
       hint = "it has tokenizer.json only: save the tokenizer with vocab.json and merges.txt " ..
              "(transformers: GPT2Tokenizer.from_pretrained(DIR).save_pretrained(DIR))"
     end
@@ -108,7 +104,7 @@ function M.tokenizer(name)
   end
   if name == "bpe" then
     local dir = M.home .. "/" .. M.BPE_DEFAULT
-    if not exists(dir .. "/vocab.json") then
+    if not fs.exists(dir .. "/vocab.json") then
       error(("data.tokenizer: \"bpe\" is the shipped vocabulary %s, which is missing from this tree; "
              .. "restore it (git checkout %s), or name one with \"bpe:DIR\" / \"hf:DIR\", or use \"bytes\"")
             :format(dir, M.BPE_DEFAULT), 0)

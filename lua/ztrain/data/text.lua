@@ -47,6 +47,7 @@
 local ffi = require "ffi"
 local utf8 = require "ztrain.data.utf8"
 local libc = require "ztrain.libc"
+local fs = require "ztrain.util.fs"
 
 if ffi.os ~= "Linux" then
   -- glob_t's layout (ztrain.libc) is glibc's; other libcs differ.
@@ -54,26 +55,16 @@ if ffi.os ~= "Linux" then
 end
 
 local GLOB_MARK, GLOB_BRACE, GLOB_TILDE = libc.GLOB_MARK, libc.GLOB_BRACE, libc.GLOB_TILDE
-local GLOB_NOSPACE, GLOB_ABORTED, GLOB_NOMATCH = libc.GLOB_NOSPACE, libc.GLOB_ABORTED, libc.GLOB_NOMATCH
 local FNM_PATHNAME = libc.FNM_PATHNAME
 
 local M = {}
 
 -- glob(pattern) -> list of paths (directories end in '/'), or nil, err
+-- ("nomatch" when nothing matches)
 local function glob(pattern)
-  local g = libc.glob_t()
-  local rc = libc.glob(pattern, GLOB_MARK + GLOB_BRACE + GLOB_TILDE, nil, g)
-  if rc ~= 0 then
-    libc.globfree(g)
-    if rc == GLOB_NOMATCH then return nil, "nomatch" end
-    if rc == GLOB_ABORTED then return nil, "read error while matching" end
-    if rc == GLOB_NOSPACE then return nil, "out of memory while matching" end
-    return nil, "glob() failed with code " .. rc
-  end
-  local out = {}
-  for i = 0, tonumber(g.gl_pathc) - 1 do out[#out + 1] = ffi.string(g.gl_pathv[i]) end
-  libc.globfree(g)
-  return out
+  local list, err = fs.glob(pattern, GLOB_MARK + GLOB_BRACE + GLOB_TILDE)
+  if list and #list == 0 then return nil, "nomatch" end
+  return list, err
 end
 
 local function realpath(path)

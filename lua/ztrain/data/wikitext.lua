@@ -16,6 +16,7 @@
 -- seeds' `wikitext-2-raw-v1` holds; nothing is detokenised). The tokenizer's eot, when
 -- it has one, follows each file's tokens, as data.text appends it after each part.
 local text = require "ztrain.data.text"
+local fs = require "ztrain.util.fs"
 
 local M = {}
 
@@ -23,14 +24,8 @@ M.FILES = { { split = "train", file = "wiki.train.raw" },
             { split = "valid", file = "wiki.valid.raw", name = "validation" },
             { split = "test", file = "wiki.test.raw" } }
 
-local function exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close(); return true end
-  return false
-end
-
 -- is_dir(dir) -> true when dir holds wiki.train.raw
-function M.is_dir(dir) return exists(dir .. "/wiki.train.raw") end
+function M.is_dir(dir) return fs.exists(dir .. "/wiki.train.raw") end
 
 local Dataset = {}
 Dataset.__index = Dataset
@@ -66,7 +61,7 @@ local function missing_train(dir)
   d:close()
   local hint = "a WikiText raw directory holds wiki.train.raw, wiki.valid.raw and wiki.test.raw " ..
                "(the wikitext-2-raw-v1 or wikitext-103-raw-v1 release)"
-  if exists(dir .. "/wiki.train.tokens") then
+  if fs.exists(dir .. "/wiki.train.tokens") then
     hint = "this is the tokenised release (wiki.train.tokens, with <unk>); use the raw one " ..
            "(wikitext-2-raw-v1: wiki.train.raw)"
   else

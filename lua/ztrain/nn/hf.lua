@@ -25,6 +25,7 @@ local cjson = require "cjson.safe"
 local T = require "ztrain.tensor"
 local gpt2 = require "ztrain.nn.gpt2"
 local st = require "ztrain.nn.safetensors"
+local files = require "ztrain.util.fs"
 
 local M = {}
 
@@ -35,12 +36,6 @@ function M.dir_of(spec)
   if type(spec) ~= "string" then return nil end
   local d = spec:match("^hf:(.+)$")
   return d and (d:gsub("/+$", "")) or nil
-end
-
-local function exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close(); return true end
-  return false
 end
 
 local function read_json(path, what)
@@ -86,8 +81,8 @@ end
 -- a tied head; anything else is refused naming the key.
 function M.config(dir)
   local path = dir .. "/config.json"
-  if not exists(path) then
-    local what = exists(dir) and "holds no config.json" or "does not exist"
+  if not files.exists(path) then
+    local what = files.exists(dir) and "holds no config.json" or "does not exist"
     fail(("hf:%s: the directory %s; a Hugging Face model directory holds config.json and model.safetensors " ..
           "(GPT2LMHeadModel.save_pretrained writes both)"):format(dir, what))
   end
@@ -147,11 +142,11 @@ Source.__index = Source
 -- model.safetensors.index.json names. -> { lookup = name -> (file, entry), files }
 local function open_files(dir)
   local single, index = dir .. "/model.safetensors", dir .. "/model.safetensors.index.json"
-  if exists(single) then
+  if files.exists(single) then
     local f = st.open(single)
     return { files = { f }, lookup = function(name) return f, f.tensors[name] end, what = single }
   end
-  if exists(index) then
+  if files.exists(index) then
     local j = read_json(index, "the checkpoint's shard index")
     if type(j.weight_map) ~= "table" then fail(("%s: no \"weight_map\" object"):format(index)) end
     local byfile, files = {}, {}
@@ -174,8 +169,8 @@ local function open_files(dir)
       return f, f.tensors[name]
     end }
   end
-  local other = exists(dir .. "/pytorch_model.bin") and "pytorch_model.bin" or
-                exists(dir .. "/model.bin") and "model.bin" or nil
+  local other = files.exists(dir .. "/pytorch_model.bin") and "pytorch_model.bin" or
+                files.exists(dir .. "/model.bin") and "model.bin" or nil
   if other then
     fail(("%s holds %s (PyTorch pickle), which ztrain does not read: convert it with transformers, " ..
           "GPT2LMHeadModel.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True)"):format(dir, other))
@@ -353,16 +348,6 @@ local function config_text(cfg, opts)
 end
 M.config_text = config_text
 
-local function mkdirs(path)
-  local libc = require "ztrain.libc"
-  local acc = path:sub(1, 1) == "/" and "/" or ""
-  for part in path:gmatch("[^/]+") do
-    acc = acc .. part
-    libc.mkdir(acc, 493)   -- 0755; an existing directory is fine
-    acc = acc .. "/"
-  end
-end
-
 -- check_dir(dir) -> true | nil, err: can an export be written there?
 -- (made if missing; a file of that name, or no write access, fails)
 function M.check_dir(dir)
@@ -375,7 +360,8 @@ function M.check_dir(dir)
     return nil, ("%s is not empty (it holds %s); export into a new directory, or empty it first: an export " ..
                  "replaces nothing"):format(dir, (found:gsub("\n$", ""):gsub("\n", ", ")))
   end
-  mkdirs(dir)
+  local made, merr = files.mkdirs(dir, "export directory")
+  if not made then return nil, ("cannot write into %s: %s"):format(dir, merr:match(":%s*([^:]+)$") or merr) end
   local probe = ("%s/.ztrain-probe-%d"):format(dir, ffi.C.ztrain_st_getpid())
   local f, err = io.open(probe, "wb")
   if not f then return nil, ("cannot write into %s: %s"):format(dir, err) end

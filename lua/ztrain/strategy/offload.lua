@@ -26,6 +26,7 @@ local T = require "ztrain.tensor"
 local stream = require "ztrain.stream"
 local memory = require "ztrain.memory"
 local now = require("ztrain.ffi").C.zt_now
+local fs = require "ztrain.util.fs"
 
 local M = {}
 local Off = {}
@@ -228,7 +229,7 @@ function M.configure_nvme(recipe, out_dir)
     end
     if f then f:close() end
   else
-    local ok, merr = require("ztrain.report").mkdirs(path)
+    local ok, merr = fs.mkdirs(path, "output directory")
     if not ok then error("offload.nvme_path: " .. tostring(merr), 0) end
   end
   -- the launcher removes these swap files if this rank is killed (launch.run)
