@@ -550,9 +550,14 @@ static int64_t tc_calls;          /* zt_device_count("attention_tc") */
 static int64_t cuda_attention_tc_calls(void) { return __atomic_load_n(&tc_calls, __ATOMIC_RELAXED); }
 
 /* The tensor-core kernels take this call (counted). */
-static int attn_tc(int C, int NH)
+/* the tensor-core kernels: device.attention = bf16, head size 64 or 128,
+ * every pointer on 16 bytes (their 16-byte loads; else the plain kernel,
+ * decided by the operands, so the same for every call of a shape) */
+static int attn_tc(int C, int NH, const void *a, const void *b, const void *c, const void *d)
 {
-    int on = attn_mode_v == 1 && NH > 0 && C == 64 * NH;
+    int hs = NH > 0 && C % NH == 0 ? C / NH : 0;
+    int on = attn_mode_v == 1 && (hs == 64 || hs == 128) &&
+             ((((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & 15) == 0);
     if (on) __atomic_fetch_add(&tc_calls, 1, __ATOMIC_RELAXED);
     return on;
 }
@@ -560,7 +565,7 @@ static int attn_tc(int C, int NH)
 static void cuda_attention_forward(float *out, float *lse, const float *qkv,
                                    int B, int T, int C, int NH)
 {
-    if (attn_tc(C, NH)) KC_NOTE(zkc_attention_forward_tc(S(), out, lse, qkv, B, T, C, NH));
+    if (attn_tc(C, NH, out, qkv, NULL, NULL)) KC_NOTE(zkc_attention_forward_tc(S(), out, lse, qkv, B, T, C, NH));
     else KC_NOTE(zkc_attention_forward(S(), out, lse, qkv, B, T, C, NH));
 }
 
@@ -577,7 +582,7 @@ static void cuda_attention_backward(float *dqkv, const float *dout, const float 
     size_t rows = (size_t)B * NH * T;
     pthread_mutex_lock(&cu_lock);
     int rc = scratch(rows / 2 + 1);
-    if (rc == ZT_OK && attn_tc(C, NH))
+    if (rc == ZT_OK && attn_tc(C, NH, dqkv, dout, qkv, out))
         KC_NOTE(zkc_attention_backward_tc(S(), dqkv, dout, qkv, out, lse, B, T, C, NH,
                                           (float *)cu_scratch));
     else if (rc == ZT_OK)

@@ -98,6 +98,25 @@ int main(void)
     zt_cuda_attention_mode(1);      /* bf16 tensor cores (attention_tc.cu) */
     TIME("attention fwd T=1024 bf16 tc", fa, 20, dv->attention_forward(y, lse, qkv, B, T, C, NH));
     TIME("attention bwd T=1024 bf16 tc", 2.5 * fa, 20, dv->attention_backward(dq, g, qkv, y, lse, B, T, C, NH));
+    /* long sequences, head sizes 64 and 128 (the GPU-Attention issue's
+     * shapes, beside PyTorch's flash attention: tools/torch_gpt2_bench.py) */
+    {
+        static const int cfg[][4] = { { 4, 4096, 16, 64 }, { 4, 4096, 16, 128 }, { 2, 8192, 16, 128 } };
+        for (int k = 0; k < 3; k++) {
+            int Bk = cfg[k][0], Tk = cfg[k][1], NHk = cfg[k][2], Ck = NHk * cfg[k][3];
+            size_t nq = (size_t)Bk * Tk * 3 * Ck, no = (size_t)Bk * Tk * Ck;
+            float *q2 = dalloc(nq), *d2 = dalloc(nq), *o2 = dalloc(no), *g2 = dalloc(no);
+            float *l2 = dalloc((size_t)Bk * NHk * Tk);
+            dv->fill(q2, 0.01f, nq); dv->fill(g2, 0.01f, no);
+            double fk = 4.0 * Bk * NHk * ((double)Tk * Tk / 2) * cfg[k][3];
+            char nm[96];
+            snprintf(nm, sizeof nm, "attention fwd B=%d T=%d hs=%d bf16 tc", Bk, Tk, cfg[k][3]);
+            TIME(nm, fk, 10, dv->attention_forward(o2, l2, q2, Bk, Tk, Ck, NHk));
+            snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc", Bk, Tk, cfg[k][3]);
+            TIME(nm, 2.5 * fk, 5, dv->attention_backward(d2, g2, q2, o2, l2, Bk, Tk, Ck, NHk));
+            dv->free(q2); dv->free(d2); dv->free(o2); dv->free(g2); dv->free(l2);
+        }
+    }
     zt_cuda_attention_mode(0);
     TIME("layernorm fwd (N,768)", 0, 50, dv->layernorm_forward(y, 0, mean, rstd, x, w, b, N, C));
     TIME("layernorm bwd (N,768)", 0, 50, dv->layernorm_backward(dx, NULL, dw, db, g, x, w, mean, rstd, N, C));

@@ -172,14 +172,16 @@ int zkc_attention_backward(cudaStream_t s, float *dqkv, const float *dout, const
 int zkc_attention_decode(cudaStream_t s, float *out, float *kcache, float *vcache,
                          const float *qkv, int B, int T, int C, int NH, int maxT, int pos);
 
-/* ---- attention_tc.cu: the same contracts on bf16 tensor cores (WMMA),
- * fp32 accumulation, FlashAttention-2 style tiles; head size C/NH == 64
- * only (C == 64 NH; else cudaErrorInvalidValue, nothing launched). q, k,
- * v, dout and the probabilities / dS entering a product are rounded to
- * bf16 (RNE); scores, softmax statistics, lse, D and sums stay fp32. Not
- * the plain kernels' bits (about 2^-9 relative apart: see the file and
- * spec/c/attn_tc_check.h); deterministic run to run (no atomics). dqkv
- * WRITTEN; scratch: B*NH*T floats (D). ---- */
+/* ---- attention_tc.cu: the same contracts on bf16 tensor cores
+ * (mma.sync m16n8k16 + ldmatrix, kernels/cuda/mma.cuh), fp32 accumulation,
+ * FlashAttention-2 style tiles; head size C/NH 64 or 128, and qkv, out,
+ * dout, dqkv on 16 bytes (else cudaErrorInvalidValue, nothing launched).
+ * q, k, v, dout and the probabilities / dS entering a product are rounded
+ * to bf16 (RNE); scores, softmax statistics, lse, D and sums stay fp32.
+ * Not the plain kernels' bits (about 2^-9 relative apart: see the file and
+ * spec/c/attn_tc_check.h); deterministic run to run (no atomics in the
+ * default build). dqkv WRITTEN; scratch: B*NH*T floats (D, written by the
+ * dQ kernel). ---- */
 int zkc_attention_forward_tc(cudaStream_t s, float *out, float *lse, const float *qkv,
                              int B, int T, int C, int NH);
 int zkc_attention_backward_tc(cudaStream_t s, float *dqkv, const float *dout, const float *qkv,

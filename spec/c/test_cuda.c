@@ -727,10 +727,10 @@ static void t_attention_all(void)
 /* bf16 tensor-core attention through the device table in mode 1, twice:
  * against the CPU twin (attn_tc_check.h's tolerances), dqkv prefilled with
  * NaN (WRITTEN: every element), and the same bits both runs. */
-static void t_attention_tc(int B, int T, int NH)
+static void t_attention_tc(int B, int T, int NH, int hs)
 {
     char name[128];
-    const int C = 64 * NH;
+    const int C = hs * NH;
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1), *nan = malloc(nq * 4);
     tc_round_bf16(qkv, nq);             /* bf16 values: both sides see the same inputs */
@@ -751,7 +751,7 @@ static void t_attention_tc(int B, int T, int NH)
         dv->attention_backward(d_dq[r], d_dy, d_qkv, d_o[r], d_l[r], B, T, C, NH);
     }
     zt_cuda_attention_mode(was);
-    snprintf(name, sizeof name, "attention bf16 B=%d T=%d NH=%d", B, T, NH);
+    snprintf(name, sizeof name, "attention bf16 B=%d T=%d NH=%d hs=%d", B, T, NH, hs);
     if (!synced(name)) return;
     float *go = down(d_o[0], no * 4), *gl = down(d_l[0], nl * 4), *gq = down(d_dq[0], nq * 4);
     float *go2 = down(d_o[1], no * 4), *gl2 = down(d_l[1], nl * 4), *gq2 = down(d_dq[1], nq * 4);
@@ -774,11 +774,16 @@ static void t_attention_tc(int B, int T, int NH)
 }
 
 /* forward + backward of (B, T, C, NH) in the given mode: out and dqkv, host */
-static void attn_in_mode(int mode, float **out, float **dqkv, const float *qkv, const float *dy,
-                         int B, int T, int C, int NH)
+/* skew: qkv read from 4 bytes past an allocation's start (not 16-byte
+ * aligned: the tensor-core kernels refuse it, the device routes it plain) */
+static void attn_in_mode_at(int mode, float **out, float **dqkv, const float *qkv, const float *dy,
+                            int B, int T, int C, int NH, int skew)
 {
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
-    float *d_qkv = up(qkv, nq * 4), *d_dy = up(dy, no * 4), *d_o = NULL, *d_l = NULL, *d_dq = NULL;
+    float *d_buf = NULL, *d_dy = up(dy, no * 4), *d_o = NULL, *d_l = NULL, *d_dq = NULL;
+    dv->alloc((void **)&d_buf, (nq + 4) * 4);
+    float *d_qkv = d_buf + (skew ? 1 : 0);
+    cudaMemcpy(d_qkv, qkv, nq * 4, cudaMemcpyHostToDevice);
     dv->alloc((void **)&d_o, no * 4); dv->alloc((void **)&d_l, (size_t)B * NH * T * 4);
     dv->alloc((void **)&d_dq, nq * 4);
     int was = zt_cuda_attention_mode(-1);
@@ -788,7 +793,12 @@ static void attn_in_mode(int mode, float **out, float **dqkv, const float *qkv, 
     zt_cuda_attention_mode(was);
     *out = down(d_o, no * 4);
     *dqkv = down(d_dq, nq * 4);
-    dv->free(d_qkv); dv->free(d_dy); dv->free(d_o); dv->free(d_l); dv->free(d_dq);
+    dv->free(d_buf); dv->free(d_dy); dv->free(d_o); dv->free(d_l); dv->free(d_dq);
+}
+static void attn_in_mode(int mode, float **out, float **dqkv, const float *qkv, const float *dy,
+                         int B, int T, int C, int NH)
+{
+    attn_in_mode_at(mode, out, dqkv, qkv, dy, B, T, C, NH, 0);
 }
 
 /* the mode switch, the routing it controls, and hs != 64 refused */
@@ -812,6 +822,11 @@ static void t_attention_tc_mode(void)
     attn_in_mode(1, &o1, &g1, qkv, dy, 1, 100, 96, 3);
     same_bits("attention mode bf16 at hs 32: the plain kernel's out", o1, o0, (size_t)100 * 96 * 4);
     same_bits("attention mode bf16 at hs 32: the plain kernel's dqkv", g1, g0, (size_t)300 * 96 * 4);
+    free(o0); free(o1); free(g0); free(g1);
+    attn_in_mode_at(0, &o0, &g0, qkv, dy, 1, 100, 128, 2, 1);     /* hs 64, qkv off 16 bytes */
+    attn_in_mode_at(1, &o1, &g1, qkv, dy, 1, 100, 128, 2, 1);
+    same_bits("attention mode bf16, qkv not on 16 bytes: the plain kernel's out", o1, o0, (size_t)100 * 128 * 4);
+    same_bits("attention mode bf16, qkv not on 16 bytes: the plain kernel's dqkv", g1, g0, (size_t)300 * 128 * 4);
     free(o0); free(o1); free(g0); free(g1); free(qkv); free(dy);
     cudaStream_t s = (cudaStream_t)zt_cuda_get_stream();
     int e1 = zkc_attention_forward_tc(s, NULL, NULL, NULL, 1, 8, 96, 3);
@@ -823,12 +838,16 @@ static void t_attention_tc_mode(void)
 static void t_attention_tc_all(void)
 {
     t_attention_tc_mode();
-    t_attention_tc(1, 1, 1);        /* one key */
-    t_attention_tc(2, 17, 2);       /* under one tile, B*NH = 4 */
-    t_attention_tc(1, 64, 3);       /* exactly one tile */
-    t_attention_tc(2, 100, 2);      /* ragged second tile */
-    t_attention_tc(1, 256, 2);      /* four tiles: the rescale across tiles */
-    t_attention_tc(2, 193, 12);     /* GPT-2's 12 heads of 64 (C 768), ragged */
+    t_attention_tc(1, 1, 1, 64);        /* one key */
+    t_attention_tc(2, 17, 2, 64);       /* under one tile, B*NH = 4 */
+    t_attention_tc(1, 64, 3, 64);       /* exactly one tile */
+    t_attention_tc(2, 100, 2, 64);      /* ragged second tile */
+    t_attention_tc(1, 256, 2, 64);      /* four tiles: the rescale across tiles */
+    t_attention_tc(1, 257, 2, 64);      /* one key past a 128-row block */
+    t_attention_tc(2, 193, 12, 64);     /* GPT-2's 12 heads of 64 (C 768), ragged */
+    t_attention_tc(1, 1, 1, 128);       /* head size 128 (Llama's) */
+    t_attention_tc(2, 100, 2, 128);
+    t_attention_tc(1, 257, 3, 128);
 }
 
 /* errors come back as codes with file:line, never exit */
