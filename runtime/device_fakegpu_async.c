@@ -731,7 +731,11 @@ static int fx_event_sync(void *ev)
     if (e->st && e->st->seen < e->pos) { count_wait(1); e->st->seen = e->pos; }
     int rc = e->st ? run_until(e->st, e->pos) : ZT_OK;
     pthread_mutex_unlock(&sim_lock);
-    return rc ? rc : take_pending();
+    /* a kept op error stays for the issuing thread's next sync or op, as
+     * CUDA's zt_cuda_event_sync leaves it: taken here, on the communication
+     * thread staging a send, it failed the send unposted and the peer's
+     * receive waited for comm.timeout with the real error lost */
+    return rc;
 }
 
 /* Never blocks, but lets one step of work run, so a poller makes progress. */

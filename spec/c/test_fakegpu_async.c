@@ -309,6 +309,16 @@ static void t_value_ops_wait(void)
     zt_stream_sync(NULL);
     zt_copy(tg, tb);                    /* queued: the targets become out of range */
     rc = zt_crossentropy(losses, NULL, logits, tg, 1.0f, 0);
+    /* an event sync (the communication thread staging a send) leaves the
+     * kept error to the issuing thread's next sync, as CUDA's does: taking
+     * it there failed the send unposted and hung the peer */
+    zt_event *ev = NULL;
+    zt_event_new(&ev);
+    zt_event_record(ev, NULL);
+    int re = zt_event_sync(ev);
+    zt_event_free(ev);
+    ct_check(re == ZT_OK, "an event sync leaves a kept op error for the next sync", "event sync %d: %s",
+             re, re ? zt_last_error() : "");
     /* counted on the device, reported at the next sync: no wait a call */
     int rs = zt_device_sync();
     const char *e = zt_last_error();
