@@ -21,6 +21,7 @@ local charts = require "ztrain.charts"
 local tables = require "ztrain.compare_tables"
 local errors = require "ztrain.errors"
 local fs = require "ztrain.util.fs"
+local usage = require "ztrain.usage"
 
 local M = {}
 
@@ -359,7 +360,7 @@ end
 -- are rows with their error), 1 when every run failed or on bad input, 130
 -- when Ctrl-C stopped a run (the outputs then cover the runs so far).
 function M.main(args)
-  if args[1] == "-h" or args[1] == "--help" then io.stdout:write(require("ztrain.cli").usage); return 0 end
+  if args[1] == "-h" or args[1] == "--help" then io.stdout:write(usage); return 0 end
   local o = M.parse(args)
   M.check_shared(o)
   o.out = o.out or ("runs/compare-%s"):format(os.date("%Y%m%d-%H%M%S"))

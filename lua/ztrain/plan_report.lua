@@ -2,6 +2,7 @@
 -- the pre-flight refusal; the numbers come from plan.lua.
 local memory = require "ztrain.memory"
 local plan = require "ztrain.plan"
+local usage = require "ztrain.usage"
 
 local M = {}
 
@@ -160,7 +161,7 @@ end
 
 -- main(args) -> exit code: `ztrain plan [RECIPE.lua] key=value ...`.
 function M.main(args)
-  if args[1] == "-h" or args[1] == "--help" then io.stdout:write(require("ztrain.cli").usage); return 0 end
+  if args[1] == "-h" or args[1] == "--help" then io.stdout:write(usage); return 0 end
   local path, over, nproc, hwopts = plan_args(args)
   local recipe = require "ztrain.recipe"
   local r, err
