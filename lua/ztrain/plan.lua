@@ -548,8 +548,54 @@ function M.preflight(o)
     end
   end
   table.sort(alts, M.faster)
-  return require("ztrain.plan_report").refusal({ what = ("%s under %s"):format(o.cfg.name, spec.name), t = t,
+  return M.refusal({ what = ("%s under %s"):format(o.cfg.name, spec.name), t = t,
     need = need, limit = limit, avail = source.avail, local_ranks = source.local_ranks, explicit = lim > 0, alts = alts, nproc = nproc, recipe = r })
 end
+
+-- The planner's category columns (`ztrain plan`'s and the refusal's): a
+-- tier's bytes marked h (host) or n (nvme).
+local TIER_MARK = { device = "", host = " h", nvme = " n" }
+M.COLUMNS = { { "params", { "params" } }, { "grads", { "grads" } }, { "optim", { "optim" } },
+              { "activations", { "activations" } }, { "working", { "comm", "other" } } }
+
+-- A category column: its bytes on every tier, the tier marked (h host, n nvme).
+function M.cell(t, cats)
+  local parts = {}
+  for _, tier in ipairs(memory.tiers) do
+    local n = 0
+    for _, c in ipairs(cats) do n = n + t[tier][c] end
+    if n > 0 then parts[#parts + 1] = memory.format(n) .. TIER_MARK[tier] end
+  end
+  return #parts == 0 and "0" or table.concat(parts, " + ")
+end
+
+-- refusal(o) -> the pre-flight's message (plan.preflight): the predicted
+-- bytes per category, the limit, and what to try: the strategies that fit,
+-- fastest first, and the `ztrain plan` line that shows them all.
+function M.refusal(o)
+  local parts = {}
+  for _, c in ipairs(M.COLUMNS) do parts[#parts + 1] = c[1] .. " " .. M.cell(o.t, c[2]) end
+  local try = {}
+  for i = 1, math.min(#o.alts, 3) do
+    local a = o.alts[i]
+    try[#try + 1] = ("strategy=%s (%s)"):format(a.name, memory.format(o.explicit and a.totals.device or a.totals.device + a.totals.host))
+  end
+  local r = o.recipe
+  local plan_line = ("ztrain plan %s%snproc=%d%s"):format(r.path and (r.path .. " ") or "",
+    r.path and "" or ("model.size=" .. r.model.size .. " "), o.nproc,
+    o.explicit and (" device.memory_limit=" .. tostring(r.device.memory_limit)) or "")
+  local head = o.explicit and "device memory limit exceeded (predicted before the run): " or
+               "not enough memory (predicted before the run): "
+  local over = o.explicit and ("over device.memory_limit = " .. memory.format(o.limit)) or
+               ("but each rank has %s (MemAvailable %s in /proc/meminfo over %d local rank(s))")
+               :format(memory.format(o.limit), memory.format(o.avail), o.local_ranks)
+  local advice = #try > 0 and ("try " .. table.concat(try, ", ")) or
+                 ("no other strategy fits at %d rank(s): use more ranks or train.checkpoint_activations=true"):format(o.nproc)
+  local escape = o.explicit and "raise device.memory_limit" or "set device.memory_limit to try anyway"
+  return ("%s%s needs %s per rank (%s; h = host, n = nvme), %s; %s, lower batch.micro or data.seq_len, or %s " ..
+          "(`%s` with your overrides shows every strategy)"):format(head, o.what, memory.format(o.need),
+          table.concat(parts, ", "), over, advice, escape, plan_line)
+end
+
 
 return M

@@ -1,5 +1,5 @@
--- ztrain.plan_report: `ztrain plan` (the planner's table) and the words of
--- the pre-flight refusal; the numbers come from plan.lua.
+-- ztrain.plan_report: `ztrain plan` (the planner's table); the numbers,
+-- and the pre-flight refusal's words, come from plan.lua.
 local memory = require "ztrain.memory"
 local plan = require "ztrain.plan"
 local usage = require "ztrain.usage"
@@ -7,20 +7,7 @@ local usage = require "ztrain.usage"
 local M = {}
 
 local fmt = memory.format
-local TIER_MARK = { device = "", host = " h", nvme = " n" }
-local COLUMNS = { { "params", { "params" } }, { "grads", { "grads" } }, { "optim", { "optim" } },
-                  { "activations", { "activations" } }, { "working", { "comm", "other" } } }
-
--- A category column: its bytes on every tier, the tier marked (h host, n nvme).
-local function cell(t, cats)
-  local parts = {}
-  for _, tier in ipairs(memory.tiers) do
-    local n = 0
-    for _, c in ipairs(cats) do n = n + t[tier][c] end
-    if n > 0 then parts[#parts + 1] = fmt(n) .. TIER_MARK[tier] end
-  end
-  return #parts == 0 and "0" or table.concat(parts, " + ")
-end
+local cell, COLUMNS = plan.cell, plan.COLUMNS
 
 local function gb(n) return fmt(n) end
 
@@ -187,32 +174,5 @@ function M.main(args)
   return 0
 end
 
--- refusal(o) -> the pre-flight's message (plan.preflight): the predicted
--- bytes per category, the limit, and what to try: the strategies that fit,
--- fastest first, and the `ztrain plan` line that shows them all.
-function M.refusal(o)
-  local parts = {}
-  for _, c in ipairs(COLUMNS) do parts[#parts + 1] = c[1] .. " " .. cell(o.t, c[2]) end
-  local try = {}
-  for i = 1, math.min(#o.alts, 3) do
-    local a = o.alts[i]
-    try[#try + 1] = ("strategy=%s (%s)"):format(a.name, fmt(o.explicit and a.totals.device or a.totals.device + a.totals.host))
-  end
-  local r = o.recipe
-  local plan_line = ("ztrain plan %s%snproc=%d%s"):format(r.path and (r.path .. " ") or "",
-    r.path and "" or ("model.size=" .. r.model.size .. " "), o.nproc,
-    o.explicit and (" device.memory_limit=" .. tostring(r.device.memory_limit)) or "")
-  local head = o.explicit and "device memory limit exceeded (predicted before the run): " or
-               "not enough memory (predicted before the run): "
-  local over = o.explicit and ("over device.memory_limit = " .. fmt(o.limit)) or
-               ("but each rank has %s (MemAvailable %s in /proc/meminfo over %d local rank(s))")
-               :format(fmt(o.limit), fmt(o.avail), o.local_ranks)
-  local advice = #try > 0 and ("try " .. table.concat(try, ", ")) or
-                 ("no other strategy fits at %d rank(s): use more ranks or train.checkpoint_activations=true"):format(o.nproc)
-  local escape = o.explicit and "raise device.memory_limit" or "set device.memory_limit to try anyway"
-  return ("%s%s needs %s per rank (%s; h = host, n = nvme), %s; %s, lower batch.micro or data.seq_len, or %s " ..
-          "(`%s` with your overrides shows every strategy)"):format(head, o.what, fmt(o.need),
-          table.concat(parts, ", "), over, advice, escape, plan_line)
-end
 
 return M
