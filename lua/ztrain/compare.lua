@@ -29,8 +29,8 @@ M.DEFAULT_ITEMS = { "single", "dp", "zero1", "zero2", "zero3", "zero2_offload", 
 M.DEFAULT_NPROC = 2
 -- pinned so recipes written for different jobs (zero3_offload trains
 -- gpt2-mini on BPE tokens) run the same model, data and batch here
-M.DEFAULTS = { "model.size=gpt2-tiny", "data.tokenizer=bytes", "batch.micro=8", "train.steps=20",
-               "train.log_every=1", "train.eval_every=0", "train.eval_batches=4", "sample.tokens=0" }
+-- (kept beside the tables that print them: compare_tables.lua)
+M.DEFAULTS = tables.DEFAULTS
 
 local function user(fmt, ...) return errors.user(("compare: " .. fmt):format(...)) end
 

@@ -10,6 +10,11 @@ local charts = require "ztrain.charts"
 
 local M = {}
 
+-- the settings every compared run gets first (compare.lua pins them;
+-- results.md names them)
+M.DEFAULTS = { "model.size=gpt2-tiny", "data.tokenizer=bytes", "batch.micro=8", "train.steps=20",
+               "train.log_every=1", "train.eval_every=0", "train.eval_batches=4", "sample.tokens=0" }
+
 -- CSV columns in order; a column's value comes from get(row) (nil: empty)
 local function col(name, get) return { name = name, get = get } end
 M.COLUMNS = {
@@ -129,7 +134,7 @@ function M.markdown(rows, o)
     "# ztrain compare", "",
     settings(rows, o) .. ".", "",
     ("Every run got `%s`%s, and its own item's key=value."):format(
-      table.concat(require("ztrain.compare").DEFAULTS, " "),
+      table.concat(M.DEFAULTS, " "),
       #o.overrides > 0 and (", then `" .. table.concat(o.overrides, " ") .. "`") or ""), "",
     main_table(rows), "",
     "Time and tokens/s: medians over the steps after the first. Memory: per rank (the largest " ..
