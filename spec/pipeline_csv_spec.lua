@@ -115,9 +115,10 @@ describe("pipeline csv: dump then load", function()
     table.sort(desc)
     it(("round-trips %s bit for bit (%s)"):format(name, table.concat(desc, ", ")), function()
       local lists, q
-      if S.builtin[name] then
+      local R = require "ztrain.schedule.registry"
+      if R.builtin[name] then
         q = { stages = 1, microbatches = p.microbatches, ranks = 1 }
-        lists = S.resolve(name, q)
+        lists = R.resolve(name, q)
       else
         lists, q = P.build(name, p)
       end

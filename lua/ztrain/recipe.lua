@@ -364,7 +364,7 @@ function M.resolve(user, overrides)
     return nil, ("recipe key \"schedule\" must be a schedule name or a function, got %s"):format(type(r.schedule))
   end
   if type(r.schedule) == "string" and r.schedule ~= "" then
-    local names = require("ztrain.schedule").names()
+    local names = require("ztrain.schedule.registry").names()
     local known = false
     for _, n in ipairs(names) do if n == r.schedule then known = true end end
     if not known then

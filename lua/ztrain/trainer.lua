@@ -19,7 +19,7 @@ local adamw = require "ztrain.optim.adamw"
 local lr = require "ztrain.lr"
 local data = require "ztrain.data"
 local strategy = require "ztrain.strategy"
-local schedule = require "ztrain.schedule"
+local schedules = require "ztrain.schedule.registry"
 local stage_run = require "ztrain.driver.stage"
 local digest = require "ztrain.digest"
 local groups = require "ztrain.groups"
@@ -398,7 +398,7 @@ function build_driver(self, r, b)
                load = function(a, mb) self:load_micro(a, mb) end }
   self.driver = require "ztrain.driver.sequential"
   if sched ~= "" then
-    local okl, lists = pcall(schedule.resolve, sched, { stages = #self.stages, microbatches = accum,
+    local okl, lists = pcall(schedules.resolve, sched, { stages = #self.stages, microbatches = accum,
                                                          ranks = P, chunks = V, placement = placement,
                                                          stage_rank = stage_rank, tied = true })
     if not okl then fail_all(errors.message(lists)) end

@@ -309,8 +309,8 @@ function M.pipedream(p)
   return lists
 end
 
--- By name, for recipes and the CLI (ztrain.schedule.builtin holds the
--- one-stage ones).
+-- By name, for recipes and the CLI (ztrain.schedule.registry holds the
+-- one-stage ones and resolves a name to lists).
 M.builtin = {
   gpipe = M.gpipe,
   ["1f1b"] = M.one_f_one_b,

@@ -71,45 +71,6 @@ function M.one_stage(m, opts)
   return { list }
 end
 
--- Built-in schedules by name (the Pipeline issue adds gpipe, 1f1b, ...).
-M.builtin = {
-  one_stage = function(p) return M.one_stage(p.microbatches) end,
-  one_stage_iw = function(p) return M.one_stage(p.microbatches, { split = true }) end,
-}
-
--- names() -> every built-in schedule name (these and the pipeline ones), sorted.
-function M.names()
-  local names = {}
-  for k in pairs(M.builtin) do names[#names + 1] = k end
-  for k in pairs(require("ztrain.pipeline.schedules").builtin) do names[#names + 1] = k end
-  table.sort(names)
-  return names
-end
-
--- resolve(name_or_fn, p) -> validated lists, or raises a user error.
--- p: { stages, microbatches, ranks, stage_rank }. Names are the one-stage
--- built-ins above or the pipeline schedules (pipeline/schedules.lua: gpipe,
--- 1f1b, interleaved_1f1b, zb_h1, zbv, pipedream), which also run on one stage.
-function M.resolve(sched, p)
-  local fn = sched
-  if type(sched) == "string" then
-    fn = M.builtin[sched]
-    if not fn then
-      local pipe = require "ztrain.pipeline.schedules"
-      if pipe.builtin[sched] then return (pipe.build(sched, p)) end
-      error(("unknown schedule %q (known: %s; or a function returning action lists)")
-            :format(sched, table.concat(M.names(), ", ")), 0)
-    end
-  end
-  if type(fn) ~= "function" then
-    error("schedule must be a name or a function returning one action list per rank", 0)
-  end
-  local lists = fn(p)
-  local ok, err = M.validate(lists, p)
-  if not ok then error("schedule: " .. err, 0) end
-  return lists
-end
-
 -- A readable name for anything found in an action list (never raises).
 local function show(a)
   if type(a) ~= "table" then return tostring(a) end
