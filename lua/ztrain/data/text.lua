@@ -48,6 +48,7 @@ local ffi = require "ffi"
 local utf8 = require "ztrain.data.utf8"
 local libc = require "ztrain.libc"
 local fs = require "ztrain.util.fs"
+local tokenizer = require "ztrain.data.tokenizer"
 
 if ffi.os ~= "Linux" then
   -- glob_t's layout (ztrain.libc) is glibc's; other libcs differ.
@@ -140,7 +141,7 @@ local function split_index(s, f)
 end
 
 local function resolve_tokenizer(t)
-  if type(t) == "string" then return require("ztrain.data").tokenizer(t) end
+  if type(t) == "string" then return tokenizer.get(t) end
   if type(t) == "table" and type(t.encode) == "function" and type(t.vocab_size) == "number" then
     return t
   end
