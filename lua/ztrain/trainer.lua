@@ -196,7 +196,7 @@ function setup_device(self, r)
     threads = tonumber(os.getenv("ZTRAIN_DEFAULT_THREADS"))
   elseif (not threads or threads == 0) and self.world_size > 1 then
     -- under a plain mpirun/srun: share this machine's cores between its ranks
-    threads = require("ztrain.launch").rank_threads()
+    threads = host.rank_threads()
   end
   if threads and threads > 0 then check(C.zt_set_threads(threads), "device.threads") end
   check_agreement(self.world, r)
@@ -487,7 +487,7 @@ function Trainer:check_model_state()
   local avail = host.mem_available()
   if not avail then return end
   local limit = memory.limit("device")
-  local local_ranks = require("ztrain.launch").local_ranks()
+  local local_ranks = host.local_ranks()
   if avail and limit == 0 and need * local_ranks > avail then
     fail(("%s with %s needs %s of model state per rank (%d rank(s) on this machine), but only %s " ..
           "of memory is available: use a smaller model.size, zero3 with more ranks, or set " ..
@@ -502,9 +502,8 @@ end
 -- model state, activations and working buffers.
 function Trainer:check_fits()
   local plan = require "ztrain.plan"
-  local launch = require "ztrain.launch"
   local ok, msg = pcall(plan.preflight, { recipe = self.recipe, strategy = self.strategy, cfg = self.cfg,
-                                          nproc = self.dp.size, local_ranks = launch.local_ranks() })
+                                          nproc = self.dp.size, local_ranks = host.local_ranks() })
   -- a prediction that failed (a bug in the planner) must not stop a run
   -- that may fit: the runtime's own limit still guards it
   if not ok then msg = nil end
