@@ -151,6 +151,12 @@ static int lt_aligned(const void *p, int ld, cudaDataType_t t)
     return p == NULL || ((((uintptr_t)p) & 15) == 0 && ((size_t)ld * es) % 16 == 0);
 }
 
+/* A, B and D of key k as the plans promise them */
+static int lt_operands(const struct lt_key *k, const void *a, const void *b, const void *d)
+{
+    return lt_aligned(a, k->lda, k->ab) && lt_aligned(b, k->ldb, k->ab) && lt_aligned(d, k->ldc, k->ct);
+}
+
 static int lt_make(struct lt_plan *p)
 {
     const struct lt_key *k = &p->key;
@@ -215,9 +221,7 @@ static int lt_gemm(cudaStream_t s, const struct lt_key *k, const void *a, const 
                    const float *bias, int *done, const float *beta = &zero)
 {
     *done = 0;
-    if (!lt_aligned(a, k->lda, k->ab) || !lt_aligned(b, k->ldb, k->ab) ||
-        !lt_aligned(d, k->ldc, k->ct) || ((uintptr_t)bias & 15))
-        return 0;
+    if (!lt_operands(k, a, b, d) || ((uintptr_t)bias & 15)) return 0;
     struct lt_plan *p = lt_plan(k);
     if (!p) return 0;
     void *ws = p->ws ? lt_workspace(s) : NULL;
@@ -240,12 +244,9 @@ static int lt_gemm(cudaStream_t s, const struct lt_key *k, const void *a, const 
 
 /* whether key k has a plan for these operands (makes it); lt_gemm may
  * still demote it at its first call */
-static int lt_plan_exists(cudaStream_t s, const struct lt_key *k, const void *a, const void *b,
-                          const void *d)
+static int lt_plan_exists(const struct lt_key *k, const void *a, const void *b, const void *d)
 {
-    if (!lt_aligned(a, k->lda, k->ab) || !lt_aligned(b, k->ldb, k->ab) || !lt_aligned(d, k->ldc, k->ct))
-        return 0;
-    return lt_plan(k) != NULL;
+    return lt_operands(k, a, b, d) && lt_plan(k) != NULL;
 }
 
 static struct lt_key lt_key_of(int m, int n, int k, cublasOperation_t ta, cublasOperation_t tb,
@@ -272,7 +273,7 @@ static int fwd(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, con
         if (e || done) return e;
         if (b && ct != CUDA_R_32F) {  /* no bf16-out plan with an fp32 bias: the bias rows first, beta = 1 */
             k = lt_key_of(OC, N, C, CUBLAS_OP_T, CUBLAS_OP_N, C, C, ldo, ab, ct, 0);
-            if (lt_plan_exists(s, &k, w, inp, out)) {
+            if (lt_plan_exists(&k, w, inp, out)) {
                 k_bias_fill_b16<<<zkc_grid((size_t)N * OC, 256), 256, 0, s>>>((__nv_bfloat16 *)out, b, (size_t)N, OC, ldo);
                 LAUNCH_TRY();
                 e = lt_gemm(s, &k, w, inp, out, NULL, &done, &one);

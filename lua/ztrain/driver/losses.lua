@@ -26,7 +26,7 @@ Ledger.__index = Ledger
 function M.bytes(rows, B, Tlen) return math.max(1, rows) * B * Tlen * 4 end
 
 -- new(rows): room for `rows` head forwards a step (the micro-batches).
-function M.new(rows) return setmetatable({ cap = math.max(1, rows or 1), count = {}, n = 0 }, Ledger) end
+function M.new(rows) return setmetatable({ cap = math.max(1, rows or 1), n = 0 }, Ledger) end
 
 -- the rows for losses of N positions on `tier` (made once; again if those change)
 local function alloc(self, src)
@@ -47,7 +47,6 @@ function Ledger:keep(a)
   local ok, err = pcall(ops.copy, r, src)
   r:free()
   if not ok then error(err, 0) end
-  self.count[n] = a.B * a.T
   self.n = n
 end
 
@@ -64,7 +63,8 @@ function Ledger:total()
   if not ok then error(err, 0) end
   local loss
   for i = 1, n do
-    loss = (loss or 0.0) + C.zt_host_sum(self.buf + (i - 1) * self.N, self.N) / self.count[i]
+    -- a row's mean: its B x T positions (every set of a stage has one shape)
+    loss = (loss or 0.0) + C.zt_host_sum(self.buf + (i - 1) * self.N, self.N) / self.N
   end
   return loss
 end
