@@ -269,6 +269,37 @@ __device__ __forceinline__ void frag_a_km(uint32_t a[4], zkc_sptr p, int r0, int
     zkc_ldmatrix_x4_trans(a, p + (uint32_t)(k0 * LD + r0) * 2);
 }
 
+/* The backward's two score-shaped products of a warp's 16 rows (r0) over
+ * NC n-tiles and KS k-steps, from zero: s = A1 B1^T and dp = A2 B2^T, the
+ * B tiles stored n by k (dK/dV: S^T = K Q^T, dP^T = V dO^T; dQ: S = Q K^T,
+ * dP = dO V^T). a1, a2: tile addresses plus the lane's a offset; b1, b2
+ * plus its nk offset. */
+template <int NC, int KS, int LD>
+__device__ __forceinline__ void two_products(float (*s)[4], float (*dp)[4], zkc_sptr a1, zkc_sptr a2,
+                                             zkc_sptr b1, zkc_sptr b2, int r0)
+{
+#pragma unroll
+    for (int n = 0; n < NC; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        uint32_t f1[4], f2[4];
+        frag_a<LD>(f1, a1, r0, kk * 16);
+        frag_a<LD>(f2, a2, r0, kk * 16);
+#pragma unroll
+        for (int np = 0; np < NC / 2; np++) {
+            uint32_t bf[4];
+            frag_b_nk<LD>(bf, b1, np * 16, kk * 16);
+            zkc_mma_bf16_16816(s[2 * np], f1, bf);
+            zkc_mma_bf16_16816(s[2 * np + 1], f1, bf + 2);
+            frag_b_nk<LD>(bf, b2, np * 16, kk * 16);
+            zkc_mma_bf16_16816(dp[2 * np], f2, bf);
+            zkc_mma_bf16_16816(dp[2 * np + 1], f2, bf + 2);
+        }
+    }
+}
+
 /* acc (16 x 8 NT, fp32) += A (16 x 16 KS from registers) B (16 KS x 8 NT,
  * a tile stored k by n; p its address plus the lane's kn offset) */
 template <int KS, int NT, int LD>
@@ -483,26 +514,7 @@ k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, con
         }
         __syncthreads();
         float s[NC][4], dp[NC][4];
-#pragma unroll
-        for (int n = 0; n < NC; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) {
-            uint32_t kf[4], vf[4];
-            frag_a<LD>(kf, kp + lo.a, w * 16, kk * 16);
-            frag_a<LD>(vf, vp + lo.a, w * 16, kk * 16);
-#pragma unroll
-            for (int np = 0; np < NC / 2; np++) {
-                uint32_t bf[4];
-                frag_b_nk<LD>(bf, qp + lo.nk, np * 16, kk * 16);
-                zkc_mma_bf16_16816(s[2 * np], kf, bf);
-                zkc_mma_bf16_16816(s[2 * np + 1], kf, bf + 2);
-                frag_b_nk<LD>(bf, gp + lo.nk, np * 16, kk * 16);
-                zkc_mma_bf16_16816(dp[2 * np], vf, bf);
-                zkc_mma_bf16_16816(dp[2 * np + 1], vf, bf + 2);
-            }
-        }
+        two_products<NC, KS, LD>(s, dp, kp + lo.a, vp + lo.a, qp + lo.nk, gp + lo.nk, w * 16);  /* S^T, dP^T */
         const bool full = qc >= k0 + BR && qc + CH <= T;   /* no masked pair in the chunk */
 #pragma unroll
         for (int n = 0; n < NC; n++)
@@ -621,26 +633,7 @@ k_tc_dq(float *dqkv, float *D, const float *dout, const float *out, const float 
         __syncthreads();
         if (kc > r0 + 15) continue;               /* every key after the warp's rows */
         float s[NC][4], dp[NC][4];
-#pragma unroll
-        for (int n = 0; n < NC; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) {
-            uint32_t qf[4], gf[4];
-            frag_a<LD>(qf, qp + lo.a, w * 16, kk * 16);
-            frag_a<LD>(gf, gp + lo.a, w * 16, kk * 16);
-#pragma unroll
-            for (int np = 0; np < NC / 2; np++) {
-                uint32_t bf[4];
-                frag_b_nk<LD>(bf, kp + lo.nk, np * 16, kk * 16);
-                zkc_mma_bf16_16816(s[2 * np], qf, bf);
-                zkc_mma_bf16_16816(s[2 * np + 1], qf, bf + 2);
-                frag_b_nk<LD>(bf, vp + lo.nk, np * 16, kk * 16);
-                zkc_mma_bf16_16816(dp[2 * np], gf, bf);
-                zkc_mma_bf16_16816(dp[2 * np + 1], gf, bf + 2);
-            }
-        }
+        two_products<NC, KS, LD>(s, dp, qp + lo.a, gp + lo.a, kp + lo.nk, vp + lo.nk, w * 16);  /* S, dP */
         const bool full = kc + CH <= r0 + 1 && r0 + 16 <= T;   /* every key <= every row < T */
 #pragma unroll
         for (int n = 0; n < NC; n++)
