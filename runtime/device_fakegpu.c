@@ -102,15 +102,17 @@ static int fg_matmul_bf16_backward(float *dinp, float *dw, float *db, const uint
     return CPU.matmul_bf16_backward(F(dinp), F(dw), F(db), un(dout), un(inp), un(w), N, C, OC, ldo);
 }
 
-static void fg_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
+static int fg_attention_forward(void *out, float *lse, const void *qkv, int io16,
+                                int B, int T, int C, int NH)
 {
-    CPU.attention_forward(F(out), F(lse), CF(qkv), B, T, C, NH);
+    return CPU.attention_forward(un(out), F(lse), un((void *)qkv), io16, B, T, C, NH);
 }
 
-static void fg_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                  const float *out, const float *lse, int B, int T, int C, int NH)
+static int fg_attention_backward(void *dqkv, const float *dout, const void *qkv, const void *out,
+                                 const float *lse, int io16, int B, int T, int C, int NH)
 {
-    CPU.attention_backward(F(dqkv), CF(dout), CF(qkv), CF(out), CF(lse), B, T, C, NH);
+    return CPU.attention_backward(un(dqkv), CF(dout), un((void *)qkv), un((void *)out), CF(lse),
+                                  io16, B, T, C, NH);
 }
 
 static void fg_attention_decode(float *out, float *kc, float *vc, const float *qkv,

@@ -482,30 +482,38 @@ static int fa_matmul_bf16_backward(float *dinp, float *dw, float *db, const uint
     return mm_backward(dinp, dw, db, dout, inp, w, N, C, OC, ldo, 1);
 }
 
+/* attention: queued; an error (the CPU bf16 kernel's tiles) is kept for later */
 static void r_attf(item *it)
 {
-    FG.attention_forward(it->p[0], it->p[1], it->p[2], it->i[0], it->i[1], it->i[2], it->i[3]);
+    keep_error(FG.attention_forward(it->p[0], it->p[1], it->p[2], it->i[4], it->i[0], it->i[1],
+                                    it->i[2], it->i[3]));
 }
-static void fa_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
+static int fa_attention_forward(void *out, float *lse, const void *qkv, int io16,
+                                int B, int T, int C, int NH)
 {
-    OP0(it, r_attf);
+    ZT_TRY(take_pending());
+    OPV(it, r_attf, ZT_ENOMEM);
     it->p[0] = out; it->p[1] = lse; it->p[2] = (void *)qkv;
-    it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = NH;
+    it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = NH; it->i[4] = io16;
     issue(it);
+    return ZT_OK;
 }
 
 static void r_attb(item *it)
 {
-    FG.attention_backward(it->p[0], it->p[1], it->p[2], it->p[3], it->p[4], it->i[0], it->i[1],
-                          it->i[2], it->i[3]);
+    keep_error(FG.attention_backward(it->p[0], it->p[1], it->p[2], it->p[3], it->p[4], it->i[4],
+                                     it->i[0], it->i[1], it->i[2], it->i[3]));
 }
-static void fa_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                  const float *out, const float *lse, int B, int T, int C, int NH)
+static int fa_attention_backward(void *dqkv, const float *dout, const void *qkv, const void *out,
+                                 const float *lse, int io16, int B, int T, int C, int NH)
 {
-    OP0(it, r_attb);
+    ZT_TRY(take_pending());
+    OPV(it, r_attb, ZT_ENOMEM);
     it->p[0] = dqkv; it->p[1] = (void *)dout; it->p[2] = (void *)qkv; it->p[3] = (void *)out;
     it->p[4] = (void *)lse; it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = NH;
+    it->i[4] = io16;
     issue(it);
+    return ZT_OK;
 }
 
 static void r_attd(item *it)

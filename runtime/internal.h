@@ -166,11 +166,20 @@ typedef struct zt_device_ops {
     int (*matmul_bf16_backward)(float *dinp, float *dw, float *db, const uint16_t *dout,
                                 const uint16_t *inp, const uint16_t *w, int N, int C, int OC,
                                 int ldo);
-    void (*attention_forward)(float *out, float *lse, const float *qkv,
+    /* io16: qkv, out and (backward) dqkv are bf16 (uint16_t bits), else
+     * f32; lse and dout are f32 either way. A bf16 qkv (and out) is widened
+     * exactly and the arithmetic is the f32 kernel's on those values; out
+     * (dqkv) is its f32 result rounded once to nearest even. So, on each
+     * device and kernel path, io16 gives round(f32 kernel(widen(x))) bit
+     * for bit (bf16 activations: the GEMMs around attention read and write
+     * bf16, no cast passes). Return 0 or an error code (zt_error'd: the
+     * CPU's bf16 path allocates per-thread f32 tiles; a GPU returns its
+     * launch result as the other kernels do). */
+    int (*attention_forward)(void *out, float *lse, const void *qkv, int io16,
+                             int B, int T, int C, int NH);
+    int (*attention_backward)(void *dqkv, const float *dout, const void *qkv,
+                              const void *out, const float *lse, int io16,
                               int B, int T, int C, int NH);
-    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
-                               const float *out, const float *lse,
-                               int B, int T, int C, int NH);
     void (*attention_decode)(float *out, float *kcache, float *vcache, const float *qkv,
                              int B, int T, int C, int NH, int maxT, int pos);
     /* in16: inp is bf16 (the c_fc GEMM's bf16 out), widened exactly */

@@ -438,7 +438,8 @@ static int attn_dims(const char *op, const zt_tensor *qkv, int NH, int64_t *B, i
                      int64_t *C)
 {
     char d[96];
-    ZT_TRY(need(op, "qkv", qkv, ZT_F32));
+    /* f32, or bf16 (bf16 activations; not for the decode, which checks) */
+    ZT_TRY(need(op, "qkv", qkv, qkv && qkv->dtype == ZT_BF16 ? ZT_BF16 : ZT_F32));
     ZT_CHECK(qkv->ndim == 3 && qkv->shape[2] % 3 == 0,
              "%s: qkv must be (B,T,3C), got %s", op, desc(qkv, d, sizeof d));
     *B = qkv->shape[0]; *T = qkv->shape[1]; *C = qkv->shape[2] / 3;
@@ -452,14 +453,16 @@ int zt_attention_forward(zt_tensor *out, zt_tensor *lse, const zt_tensor *qkv, i
     const char *op = "zt_attention_forward";
     int64_t B = 0, T = 0, C = 0;
     ZT_TRY(attn_dims(op, qkv, NH, &B, &T, &C));
-    ZT_TRY(need_numel(op, "out", out, ZT_F32, B * T * C, "(B,T,C)"));
+    int io16 = qkv->dtype == ZT_BF16;      /* bf16 activations: out bf16 too */
+    ZT_TRY(need_numel(op, "out", out, qkv->dtype, B * T * C, io16 ? "(B,T,C), bf16 as qkv"
+                                                                  : "(B,T,C)"));
     ZT_TRY(need_numel(op, "lse", lse, ZT_F32, B * NH * T, "(B,NH,T)"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "lse", lse, "qkv", qkv, NULL));
     ZT_CHECK(dev->attention_forward != NULL, "%s: not implemented on the %s device yet; "
              "use device.backend=cpu", op, dev->name);
-    dev->attention_forward(out->data, lse->data, qkv->data, (int)B, (int)T, (int)C, NH);
-    return ZT_OK;
+    return dev->attention_forward(out->data, lse->data, qkv->data, io16, (int)B, (int)T, (int)C,
+                                  NH);
 }
 
 int zt_attention_backward(zt_tensor *dqkv, const zt_tensor *dout, const zt_tensor *qkv,
@@ -468,17 +471,20 @@ int zt_attention_backward(zt_tensor *dqkv, const zt_tensor *dout, const zt_tenso
     const char *op = "zt_attention_backward";
     int64_t B = 0, T = 0, C = 0;
     ZT_TRY(attn_dims(op, qkv, NH, &B, &T, &C));
-    ZT_TRY(need_numel(op, "dqkv", dqkv, ZT_F32, B * T * 3 * C, "(B,T,3C)"));
-    ZT_TRY(need_numel(op, "dout", dout, ZT_F32, B * T * C, "(B,T,C)"));
-    ZT_TRY(need_numel(op, "out", out, ZT_F32, B * T * C, "(B,T,C)"));
+    /* bf16 activations: qkv, out and dqkv bf16 together; dout stays f32 */
+    int io16 = qkv->dtype == ZT_BF16;
+    const char *hint3 = io16 ? "(B,T,3C), bf16 as qkv" : "(B,T,3C)";
+    ZT_TRY(need_numel(op, "dqkv", dqkv, qkv->dtype, B * T * 3 * C, hint3));
+    ZT_TRY(need_numel(op, "dout", dout, ZT_F32, B * T * C, "(B,T,C) f32"));
+    ZT_TRY(need_numel(op, "out", out, qkv->dtype, B * T * C, io16 ? "(B,T,C), bf16 as qkv"
+                                                                  : "(B,T,C)"));
     ZT_TRY(need_numel(op, "lse", lse, ZT_F32, B * NH * T, "(B,NH,T)"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "dqkv", dqkv, "dout", dout, "qkv", qkv, "out", out, "lse", lse, NULL));
     ZT_CHECK(dev->attention_backward != NULL, "%s: not implemented on the %s device yet; "
              "use device.backend=cpu", op, dev->name);
-    dev->attention_backward(dqkv->data, dout->data, qkv->data, out->data, lse->data,
-                            (int)B, (int)T, (int)C, NH);
-    return ZT_OK;
+    return dev->attention_backward(dqkv->data, dout->data, qkv->data, out->data, lse->data, io16,
+                                   (int)B, (int)T, (int)C, NH);
 }
 
 int zt_attention_decode(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
@@ -488,6 +494,7 @@ int zt_attention_decode(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
     char d[96];
     int64_t B = 0, T = 0, C = 0;
     ZT_TRY(attn_dims(op, qkv, NH, &B, &T, &C));
+    ZT_TRY(need(op, "qkv", qkv, ZT_F32));        /* generation keeps f32 caches */
     int64_t hs = C / NH;
     ZT_TRY(need(op, "kcache", kcache, ZT_F32));
     ZT_CHECK(kcache->ndim == 4 && kcache->shape[0] == B && kcache->shape[1] == NH &&

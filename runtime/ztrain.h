@@ -239,7 +239,10 @@ int zt_matmul_bf16_forward(zt_tensor *out, const zt_tensor *inp,
 int zt_matmul_bf16_backward(zt_tensor *dinp, zt_tensor *dweight, zt_tensor *dbias,
                             const zt_tensor *dout, const zt_tensor *inp,
                             const zt_tensor *weight);
-/* qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T). */
+/* qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T). qkv and out f32, or both
+ * bf16 (bf16 activations): then the bits of the f32 kernel on the widened
+ * qkv, out rounded once; backward likewise with qkv, out and dqkv bf16
+ * together, dout and lse f32 either way. Generation (decode) is f32. */
 int zt_attention_forward(zt_tensor *out, zt_tensor *lse, const zt_tensor *qkv,
                          int NH);
 int zt_attention_backward(zt_tensor *dqkv, const zt_tensor *dout,

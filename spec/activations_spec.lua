@@ -2,8 +2,10 @@
 -- rows padded to a multiple of 128, and with bf16 GEMMs what only a GEMM
 -- reads (ln1, ln2, fch_gelu, lnf, the logits) stored bf16 -- written bf16
 -- by its kernel, the same bits the GEMM's cast gave, so a step is the same
--- step at half those bytes -- and the c_fc GEMM's output fch stored bf16:
--- the step of fp32 activations with fch rounded to bf16 before the GELU.
+-- step at half those bytes -- and the GEMM outputs fch and qkv and the
+-- attention's atty stored bf16 (bf16 activations): the step of fp32
+-- activations with fch rounded to bf16 before the GELU, qkv before the
+-- attention and atty after it.
 local ffi = require "ffi"
 local zt = require "ztrain"
 local Acts = require "ztrain.nn.activations"
@@ -21,16 +23,22 @@ end
 -- forward + backward of block 0 alone through bf16 GEMMs, on a set made
 -- with or without gemm16, from the same input and output gradient: the
 -- block's gradients and its input gradient as host bytes, and the dtypes
--- round_fch: on the fp32 set, fch rounded to bf16 in place as the GELU
--- first reads it (what a bf16 fch is)
-local function block_step(model, gemm16, round_fch)
+-- round_acts: on the fp32 set, fch rounded to bf16 in place as the GELU
+-- first reads it, qkv as the attention first reads it and atty as the
+-- attention writes it (what bf16 fch, qkv and atty are), with the f32
+-- kernels: an independent account of the bf16 kernels' arithmetic
+local function round_in_place(t)
+  local h = zt.tensor.new(t:shape(), { dtype = "bf16" })
+  zt.ops.cast(h, t); zt.ops.cast(t, h); h:free()
+end
+
+local function block_step(model, gemm16, round_acts)
   model.gemm16 = gemm16
-  local gelu = zt.ops.gelu_forward
-  if round_fch then
-    zt.ops.gelu_forward = function(out, inp)
-      local h = zt.tensor.new(inp:shape(), { dtype = "bf16" })
-      zt.ops.cast(h, inp); zt.ops.cast(inp, h); h:free()
-      return gelu(out, inp)
+  local gelu, attf = zt.ops.gelu_forward, zt.ops.attention_forward
+  if round_acts then
+    zt.ops.gelu_forward = function(out, inp) round_in_place(inp); return gelu(out, inp) end
+    zt.ops.attention_forward = function(out, lse, qkv, NH)
+      round_in_place(qkv); attf(out, lse, qkv, NH); round_in_place(out)
     end
   end
   local u = model.units[2]
@@ -44,7 +52,7 @@ local function block_step(model, gemm16, round_fch)
   local mm = precision.bf16_matmuls(model.tier)
   a.mm = mm
   local ok, err = pcall(model.forward, model, u, a, x)
-  zt.ops.gelu_forward = gelu
+  zt.ops.gelu_forward, zt.ops.attention_forward = gelu, attf
   assert(ok, err)
   a.grad:write(hx)
   model:backward(u, a)
@@ -86,23 +94,26 @@ describe("activation sets", function()
     local N, C, Vp = B * Tn, cfg.C, 256
     local f32 = Acts.set_bytes(cfg, B, Tn, zt.gpt2.new(cfg, { alloc = false }).units, {})
     local b16 = Acts.set_bytes(cfg, B, Tn, zt.gpt2.new(cfg, { alloc = false }).units, {}, nil, true)
-    -- per block ln1, ln2 (N,C), fch and fch_gelu (N,4C); the head's lnf (N,C)
-    -- and logits (N,Vp): each at 2 bytes instead of 4 (all multiples of 32 here)
-    local halved = cfg.L * (2 * N * C + 2 * N * 4 * C) + N * C + N * Vp
+    -- per block ln1, ln2, atty (N,C), qkv (N,3C), fch and fch_gelu (N,4C);
+    -- the head's lnf (N,C) and logits (N,Vp): each at 2 bytes instead of 4
+    -- (all multiples of 128 here)
+    local halved = cfg.L * (3 * N * C + N * 3 * C + 2 * N * 4 * C) + N * C + N * Vp
     assert.are.equal(f32 - 2 * halved, b16)
   end)
 
-  it("with bf16 GEMMs give a block the bits of fp32 activations cast, fch rounded before the GELU", function()
+  it("with bf16 GEMMs give a block the bits of fp32 activations cast, fch, qkv and atty rounded", function()
     local cfg, model = tiny(200)
     local cast, direct = block_step(model, nil, true), block_step(model, true)
     assert.are.equal("f32", cast.dtypes.ln1)
-    for _, k in ipairs({ "ln1", "ln2", "fch_gelu", "fch" }) do assert.are.equal("bf16", direct.dtypes[k], k) end
-    for _, k in ipairs({ "qkv", "atty", "resid2" }) do assert.are.equal("f32", direct.dtypes[k], k) end
+    for _, k in ipairs({ "ln1", "ln2", "fch_gelu", "fch", "qkv", "atty" }) do
+      assert.are.equal("bf16", direct.dtypes[k], k)
+    end
+    assert.are.equal("f32", direct.dtypes.resid2)
     assert.is_true(cast.grads == direct.grads, "the block's weight gradients differ")
     assert.is_true(cast.dx == direct.dx, "the block's input gradient differs")
-    -- and fch rounded is other math: without the rounding the bits move
+    -- and the rounding is other math: without it the bits move
     local plain = block_step(model, nil)
-    assert.is_false(plain.grads == direct.grads, "a bf16 fch changed no gradient bit")
+    assert.is_false(plain.grads == direct.grads, "bf16 activations changed no gradient bit")
     model:free()
   end)
 

@@ -30,6 +30,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <immintrin.h>
 #include "kernels.h"
@@ -322,9 +323,24 @@ static inline void qk_tile(gemm_acc_fn gemm_acc, float *restrict S, const float 
  * gets each row's log-sum-exp. Key tiles start at multiples of AK from key
  * 0 whatever qpos is: a row's tiles, and so its sums, depend only on its
  * position. */
+/* Key and value rows in bf16 (the bf16-I/O kernels): rows j at k16 + j*ld,
+ * v16 + j*ld, widened exactly tile by tile into kw, vw (AK*hs floats each),
+ * so the products read the very floats the f32 kernel would. */
+typedef struct { const uint16_t *k16, *v16; size_t ld; float *kw, *vw; } kv16;
+
+/* rows [0, n) of src (stride lds) widened into dst (stride hs) */
+static void widen_rows(float *dst, const uint16_t *src, size_t lds, int n, int hs) {
+    for (int r = 0; r < n; r++) zk_cast_bf16_f32(dst + (size_t)r * hs, src + (size_t)r * lds, (size_t)hs);
+}
+
+/* rows [0, n) of src (stride hs) rounded once into dst (stride ldd) */
+static void round_rows(uint16_t *dst, size_t ldd, const float *src, int n, int hs) {
+    for (int r = 0; r < n; r++) zk_cast_f32_bf16(dst + (size_t)r * ldd, src + (size_t)r * hs, (size_t)hs);
+}
+
 static inline void attn_rows(gemm_acc_fn gemm_acc, float *O, size_t ldo, float *lse, const float *Q, size_t ldq,
                              const float *K, size_t ldk, const float *V, size_t ldv,
-                             int qpos, int nq, int hs) {
+                             int qpos, int nq, int hs, const kv16 *w16) {
     const float scale = 1.0f / sqrtf((float)hs);
     const int qlast = qpos + nq - 1;
     float S[AQ * AK], BT[AD * AK], m[AQ], l[AQ];
@@ -337,7 +353,14 @@ static inline void attn_rows(gemm_acc_fn gemm_acc, float *O, size_t ldo, float *
     }
     for (int k0 = 0; k0 <= qlast; k0 += AK) {
         int nk = qlast + 1 - k0 < AK ? qlast + 1 - k0 : AK;
-        qk_tile(gemm_acc, S, Q, ldq, nq, K + (size_t)k0 * ldk, ldk, nk, hs, BT);
+        const float *Kt = K + (size_t)k0 * ldk, *Vt = V + (size_t)k0 * ldv;
+        size_t ldkt = ldk, ldvt = ldv;
+        if (w16) {
+            widen_rows(w16->kw, w16->k16 + (size_t)k0 * w16->ld, w16->ld, nk, hs);
+            widen_rows(w16->vw, w16->v16 + (size_t)k0 * w16->ld, w16->ld, nk, hs);
+            Kt = w16->kw; Vt = w16->vw; ldkt = ldvt = (size_t)hs;
+        }
+        qk_tile(gemm_acc, S, Q, ldq, nq, Kt, ldkt, nk, hs, BT);
         for (int i = 0; i < nq; i++) {
             int jn = qpos + i - k0 + 1;            /* causal: keys <= query */
             if (jn <= 0) {                          /* no keys: P row is 0 */
@@ -360,7 +383,7 @@ static inline void attn_rows(gemm_acc_fn gemm_acc, float *O, size_t ldo, float *
         /* O_i += sum_j P_ij V_j. Keys outer, queries inner: consecutive
          * updates hit different rows, so no row waits on its own previous
          * store; each O_i still adds its keys in ascending order. */
-        gemm_acc(O, ldo, S, AK, 1, V + (size_t)k0 * ldv, ldv, nq, hs, nk, 1, qpos - k0);
+        gemm_acc(O, ldo, S, AK, 1, Vt, ldvt, nq, hs, nk, 1, qpos - k0);
     }
     for (int i = 0; i < nq; i++) {
         float *restrict o = O + (size_t)i * ldo;
@@ -380,7 +403,27 @@ static inline void attn_fwd_tile(gemm_acc_fn gemm_acc, float *out, float *lse, c
     float *O = out + (size_t)b * T * C + (size_t)h * hs;           // (T, hs) rows of stride C
     float *L = lse + ((size_t)b * NH + h) * T;                     // (T)
     const int nq = T - q0 < AQ ? T - q0 : AQ;
-    attn_rows(gemm_acc, O + (size_t)q0 * C, C, L + q0, Q + (size_t)q0 * C3, C3, K, C3, V, C3, q0, nq, hs);
+    attn_rows(gemm_acc, O + (size_t)q0 * C, C, L + q0, Q + (size_t)q0 * C3, C3, K, C3, V, C3, q0, nq, hs,
+              NULL);
+}
+
+/* The bf16-I/O forward task: the same rows through f32 tiles of buf
+ * (fwd16_floats(hs)): q rows widened, the output accumulated in f32 and
+ * rounded once, key and value tiles widened as attn_rows walks them. */
+static size_t fwd16_floats(int hs) { return (size_t)(2 * AQ + 2 * AK) * hs; }
+
+static inline void attn_fwd_tile16(gemm_acc_fn gemm_acc, uint16_t *out, float *lse, const uint16_t *qkv,
+                                   int b, int h, int q0, int T, int C, int NH, int hs, float *buf) {
+    const size_t C3 = 3 * (size_t)C;
+    const uint16_t *Q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+    uint16_t *O = out + (size_t)b * T * C + (size_t)h * hs;
+    float *L = lse + ((size_t)b * NH + h) * T;
+    const int nq = T - q0 < AQ ? T - q0 : AQ;
+    float *qw = buf, *ow = qw + (size_t)AQ * hs;
+    kv16 w16 = { Q + C, Q + 2 * (size_t)C, C3, ow + (size_t)AQ * hs, ow + (size_t)(AQ + AK) * hs };
+    widen_rows(qw, Q + (size_t)q0 * C3, C3, nq, hs);
+    attn_rows(gemm_acc, ow, hs, L + q0, qw, hs, NULL, 0, NULL, 0, q0, nq, hs, &w16);
+    round_rows(O + (size_t)q0 * C, C, ow, nq, hs);
 }
 
 /* out (B,T,C), lse (B,NH,T) from qkv (B,T,3C). */
@@ -403,6 +446,38 @@ void zk_attention_forward(float *out, float *lse, const float *qkv,
     }
 }
 
+/* The bf16-I/O forward: each thread's f32 tiles on the heap (hs is any
+ * C/NH; the stack is not sized for it). -1 if they cannot be had. */
+int zk_attention_forward_bb(uint16_t *out, float *lse, const uint16_t *qkv,
+                            int B, int T, int C, int NH) {
+    const gemm_acc_fn gemm = pick_gemm_acc();
+    const int hs = C / NH;
+    const int nqt = (T + AQ - 1) / AQ;
+    const long ntask = (long)B * NH * nqt;
+    int failed = 0;
+    #pragma omp parallel if ((long)B * T * C >= 16384)
+    {
+        float *buf = malloc(fwd16_floats(hs) * sizeof(float));
+        if (!buf) {
+            #pragma omp atomic write
+            failed = 1;
+        }
+        #pragma omp for schedule(dynamic, 1)
+        for (long task = 0; task < ntask; task++) {
+            if (!buf) continue;
+            int qt = nqt - 1 - (int)(task % nqt);
+            int bh = (int)(task / nqt);
+            int b = bh / NH, h = bh % NH;
+            if (hs == 64)
+                attn_fwd_tile16(gemm, out, lse, qkv, b, h, qt * AQ, T, C, NH, 64, buf);
+            else
+                attn_fwd_tile16(gemm, out, lse, qkv, b, h, qt * AQ, T, C, NH, hs, buf);
+        }
+        free(buf);
+    }
+    return failed ? -1 : 0;
+}
+
 /* One cache task: new queries [q0, q0+nq) of head h in batch b, at
  * absolute positions pos + q0 + i, over the head's cached keys and values
  * (rows of hs floats, contiguous). */
@@ -414,7 +489,7 @@ static inline void attn_cache_tile(gemm_acc_fn gemm_acc, float *out, const float
     const int nq = T - q0 < AQ ? T - q0 : AQ;
     attn_rows(gemm_acc, out + ((size_t)b * T + q0) * C + (size_t)h * hs, C, NULL,
               qkv + ((size_t)b * T + q0) * C3 + (size_t)h * hs, C3,
-              kcache + head, hs, vcache + head, hs, pos + q0, nq, hs);
+              kcache + head, hs, vcache + head, hs, pos + q0, nq, hs, NULL);
 }
 
 /* Appends the new positions' k and v to the caches, then attends. */
@@ -449,37 +524,81 @@ void zk_attention_decode(float *out, float *kcache, float *vcache, const float *
     }
 }
 
-/* One backward task: all of head h in batch b. */
+/* The bf16-I/O backward's tensors and its thread's f32 buffer
+ * (bwd16_floats(T, hs)): dK and dV of the whole head (they gather terms
+ * from every query tile), then one query tile's dQ, q and o rows, and one
+ * key tile's k and v rows. */
+typedef struct { uint16_t *dqkv; const uint16_t *qkv, *out; float *buf; } io16;
+
+static size_t bwd16_floats(int T, int hs) { return (2 * (size_t)T + 3 * AQ + 2 * AK) * (size_t)hs; }
+
+/* One backward task: all of head h in batch b. f32 tensors, or (x) bf16
+ * qkv, out and dqkv: their rows widened into x->buf tile by tile, the
+ * gradients accumulated there in f32 in the same order and rounded once
+ * when complete (dQ at the end of its query tile, dK and dV at the end). */
 static inline void attn_bwd_head(gemm_acc_fn gemm_acc, float *dqkv, const float *dout, const float *qkv,
                                  const float *out, const float *lse,
-                                 int b, int h, int T, int C, int NH, int hs) {
+                                 int b, int h, int T, int C, int NH, int hs, const io16 *x) {
     const size_t C3 = 3 * (size_t)C;
     const float scale = 1.0f / sqrtf((float)hs);
     const size_t qoff = (size_t)b * T * C3 + (size_t)h * hs;
-    const float *Q = qkv + qoff, *K = Q + C, *V = Q + 2 * (size_t)C;   // rows of stride 3C
-    float *dQ = dqkv + qoff, *dK = dQ + C, *dV = dQ + 2 * (size_t)C;
     const size_t ooff = (size_t)b * T * C + (size_t)h * hs;
-    const float *O = out + ooff, *dO = dout + ooff;                    // rows of stride C
+    const float *dO = dout + ooff;                                     // rows of stride C
     const float *L = lse + ((size_t)b * NH + h) * T;
     float P[AQ * AK], dS[AQ * AK], BT[AD * AK], Dv[AQ];
-
-    for (int t = 0; t < T; t++) {
-        float *restrict row = dQ + (size_t)t * C3;
-        for (int part = 0; part < 3; part++, row += C) {
-            int d = 0;
-            for (; d + 8 <= hs; d += 8) _mm256_storeu_ps(row + d, _mm256_setzero_ps());
-            for (; d < hs; d++) row[d] = 0.0f;
+    /* f32: rows of stride 3C (q, k, v, their gradients) and C (out) */
+    const float *Q = NULL, *K = NULL, *V = NULL, *O = NULL;
+    float *dQ = NULL, *dK, *dV;
+    size_t ld = C3, ldkv = C3, ldo = C;                  /* strides of the tiles used below */
+    float *qw = NULL, *ow = NULL, *kw = NULL, *vw = NULL, *dqw = NULL;
+    if (x) {
+        dK = x->buf; dV = dK + (size_t)T * hs;
+        dqw = dV + (size_t)T * hs; qw = dqw + (size_t)AQ * hs; ow = qw + (size_t)AQ * hs;
+        kw = ow + (size_t)AQ * hs; vw = kw + (size_t)AK * hs;
+        memset(dK, 0, 2 * (size_t)T * hs * sizeof(float));
+        ld = ldkv = ldo = (size_t)hs;
+    } else {
+        Q = qkv + qoff; K = Q + C; V = Q + 2 * (size_t)C;
+        dQ = dqkv + qoff; dK = dQ + C; dV = dQ + 2 * (size_t)C;
+        O = out + ooff;
+        for (int t = 0; t < T; t++) {
+            float *restrict row = dQ + (size_t)t * C3;
+            for (int part = 0; part < 3; part++, row += C) {
+                int d = 0;
+                for (; d + 8 <= hs; d += 8) _mm256_storeu_ps(row + d, _mm256_setzero_ps());
+                for (; d < hs; d++) row[d] = 0.0f;
+            }
         }
     }
     for (int q0 = 0; q0 < T; q0 += AQ) {
         const int nq = T - q0 < AQ ? T - q0 : AQ;
         const int qlast = q0 + nq - 1;
+        const float *Qt, *Ot;
+        float *dQt;
+        if (x) {
+            const uint16_t *q16 = x->qkv + qoff + (size_t)q0 * C3;
+            widen_rows(qw, q16, C3, nq, hs);
+            widen_rows(ow, x->out + ooff + (size_t)q0 * C, C, nq, hs);
+            memset(dqw, 0, (size_t)nq * hs * sizeof(float));
+            Qt = qw; Ot = ow; dQt = dqw;
+        } else {
+            Qt = Q + (size_t)q0 * C3; Ot = O + (size_t)q0 * C; dQt = dQ + (size_t)q0 * C3;
+        }
         for (int i = 0; i < nq; i++)
-            Dv[i] = dot_lanes(dO + (size_t)(q0 + i) * C, O + (size_t)(q0 + i) * C, hs);
+            Dv[i] = dot_lanes(dO + (size_t)(q0 + i) * C, Ot + (size_t)i * ldo, hs);
         for (int k0 = 0; k0 <= qlast; k0 += AK) {
             int nk = qlast + 1 - k0 < AK ? qlast + 1 - k0 : AK;
-            qk_tile(gemm_acc, P, Q + (size_t)q0 * C3, C3, nq, K + (size_t)k0 * C3, C3, nk, hs, BT);
-            qk_tile(gemm_acc, dS, dO + (size_t)q0 * C, C, nq, V + (size_t)k0 * C3, C3, nk, hs, BT);
+            const float *Kt, *Vt;
+            if (x) {
+                const uint16_t *k16 = x->qkv + qoff + C + (size_t)k0 * C3;
+                widen_rows(kw, k16, C3, nk, hs);
+                widen_rows(vw, k16 + C, C3, nk, hs);
+                Kt = kw; Vt = vw;
+            } else {
+                Kt = K + (size_t)k0 * C3; Vt = V + (size_t)k0 * C3;
+            }
+            qk_tile(gemm_acc, P, Qt, ld, nq, Kt, ldkv, nk, hs, BT);
+            qk_tile(gemm_acc, dS, dO + (size_t)q0 * C, C, nq, Vt, ldkv, nk, hs, BT);
             for (int i = 0; i < nq; i++) {
                 int jn = q0 + i - k0 + 1;
                 jn = jn < 0 ? 0 : (jn > nk ? nk : jn);
@@ -495,14 +614,19 @@ static inline void attn_bwd_head(gemm_acc_fn gemm_acc, float *dqkv, const float 
             /* dV_j += sum_i P_ij dO_i;  dK_j += sum_i dS_ij Q_i  (i ascending),
              * through an AD-wide local accumulator: a dqkv row updated in
              * place would make each step wait on the previous step's store. */
-            gemm_acc(dV + (size_t)k0 * C3, C3, P, 1, AK, dO + (size_t)q0 * C, C,
+            gemm_acc(dV + (size_t)k0 * ld, ld, P, 1, AK, dO + (size_t)q0 * C, C,
                      nk, hs, nq, 2, k0 - q0);
-            gemm_acc(dK + (size_t)k0 * C3, C3, dS, 1, AK, Q + (size_t)q0 * C3, C3,
+            gemm_acc(dK + (size_t)k0 * ld, ld, dS, 1, AK, Qt, ld,
                      nk, hs, nq, 2, k0 - q0);
             /* dQ_i += sum_j dS_ij K_j  (j ascending) */
-            gemm_acc(dQ + (size_t)q0 * C3, C3, dS, AK, 1, K + (size_t)k0 * C3, C3,
+            gemm_acc(dQt, ld, dS, AK, 1, Kt, ldkv,
                      nq, hs, nk, 1, q0 - k0);
         }
+        if (x) round_rows(x->dqkv + qoff + (size_t)q0 * C3, C3, dqw, nq, hs);
+    }
+    if (x) {
+        round_rows(x->dqkv + qoff + C, C3, dK, T, hs);
+        round_rows(x->dqkv + qoff + 2 * (size_t)C, C3, dV, T, hs);
     }
 }
 
@@ -516,8 +640,37 @@ void zk_attention_backward(float *dqkv, const float *dout, const float *qkv,
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
         if (hs == 64)
-            attn_bwd_head(gemm, dqkv, dout, qkv, out, lse, b, h, T, C, NH, 64);
+            attn_bwd_head(gemm, dqkv, dout, qkv, out, lse, b, h, T, C, NH, 64, NULL);
         else
-            attn_bwd_head(gemm, dqkv, dout, qkv, out, lse, b, h, T, C, NH, hs);
+            attn_bwd_head(gemm, dqkv, dout, qkv, out, lse, b, h, T, C, NH, hs, NULL);
     }
+}
+
+/* The bf16-I/O backward: each thread's f32 buffer on the heap (a head's
+ * dK and dV, 2 T hs floats). -1 if it cannot be had. */
+int zk_attention_backward_bb(uint16_t *dqkv, const float *dout, const uint16_t *qkv,
+                             const uint16_t *out, const float *lse,
+                             int B, int T, int C, int NH) {
+    const gemm_acc_fn gemm = pick_gemm_acc();
+    const int hs = C / NH;
+    int failed = 0;
+    #pragma omp parallel if ((long)B * T * C >= 16384)
+    {
+        io16 x = { dqkv, qkv, out, malloc(bwd16_floats(T, hs) * sizeof(float)) };
+        if (!x.buf) {
+            #pragma omp atomic write
+            failed = 1;
+        }
+        #pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < B * NH; bh++) {
+            if (!x.buf) continue;
+            int b = bh / NH, h = bh % NH;
+            if (hs == 64)
+                attn_bwd_head(gemm, NULL, dout, NULL, NULL, lse, b, h, T, C, NH, 64, &x);
+            else
+                attn_bwd_head(gemm, NULL, dout, NULL, NULL, lse, b, h, T, C, NH, hs, &x);
+        }
+        free(x.buf);
+    }
+    return failed ? -1 : 0;
 }

@@ -208,6 +208,17 @@ void zk_attention_decode(float *out, float *kcache, float *vcache, const float *
 void zk_attention_backward(float *dqkv, const float *dout, const float *qkv,
                            const float *out, const float *lse,
                            int B, int T, int C, int NH);
+/* bf16 I/O (bf16 activations): qkv, out and dqkv bf16; lse and dout f32.
+ * The bits of the f32 kernels above on the widened qkv (and out), their
+ * out (dqkv) rounded once to nearest even (zk_cast_f32_bf16's bits): the
+ * rows are widened tile by tile into f32 tiles each thread allocates
+ * (forward (2 AQ + 2 AK) hs floats; backward also a head's dK and dV,
+ * 2 T hs). 0, or -1 where that allocation failed (outputs then partial). */
+int zk_attention_forward_bb(uint16_t *out, float *lse, const uint16_t *qkv,
+                            int B, int T, int C, int NH);
+int zk_attention_backward_bb(uint16_t *dqkv, const float *dout, const uint16_t *qkv,
+                             const uint16_t *out, const float *lse,
+                             int B, int T, int C, int NH);
 
 /* ---- GELU, tanh approximation ------------------------------------------ */
 void zk_gelu_forward(float *out, const float *inp, size_t n);

@@ -6,7 +6,8 @@
  * sequence in chunks and one-token steps against the forward's rows (bit
  * for bit) and the reference. Sizes straddle the kernel's
  * tiles (T not a multiple of 32 or 64) and head sizes 3, 5, 16, 64 and 80
- * (above the 64-wide head-dim chunk).
+ * (above the 64-wide head-dim chunk). The bf16-I/O kernels against the
+ * f32 ones on widened inputs, rounded: bit for bit.
  */
 #include "ctest.h"
 #include "kernels.h"
@@ -248,6 +249,42 @@ static void test_decode(int B, int Ttot, int C, int NH, int maxT, const int *chu
     omp_set_num_threads(2);
 }
 
+/* The bf16-I/O kernels (bf16 activations): out, lse and dqkv have the
+ * bits of the f32 kernels run on the widened qkv (and out), out and dqkv
+ * rounded once; on every thread count. The outputs start as garbage, so
+ * an element the kernel leaves unwritten fails too. */
+static void test_bf16_io(int B, int T, int C, int NH, int threads) {
+    char name[192];
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    omp_set_num_threads(threads);
+    float *x = ct_rand(nq, -2, 2), *R = ct_rand(no, -1, 1);
+    uint16_t *q16 = ct_alloc(nq * 2), *o16 = ct_alloc(no * 2), *d16 = ct_alloc(nq * 2);
+    uint16_t *want_o = ct_alloc(no * 2), *want_d = ct_alloc(nq * 2);
+    float *qw = ct_alloc(nq * 4), *of = ct_alloc(no * 4), *ow = ct_alloc(no * 4);
+    float *lf = ct_alloc(nl * 4), *l16 = ct_rand(nl, 9, 10), *df = ct_alloc(nq * 4);
+    zk_cast_f32_bf16(q16, x, nq);
+    zk_cast_bf16_f32(qw, q16, nq);
+    for (size_t i = 0; i < no; i++) o16[i] = 0x7fc1;            /* NaN: must be overwritten */
+    for (size_t i = 0; i < nq; i++) d16[i] = 0x7fc1;
+    zk_attention_forward(of, lf, qw, B, T, C, NH);
+    zk_cast_f32_bf16(want_o, of, no);
+    int rf = zk_attention_forward_bb(o16, l16, q16, B, T, C, NH);
+    zk_cast_bf16_f32(ow, o16, no);
+    zk_attention_backward(df, R, qw, ow, lf, B, T, C, NH);
+    zk_cast_f32_bf16(want_d, df, nq);
+    int rb = zk_attention_backward_bb(d16, R, q16, o16, l16, B, T, C, NH);
+    snprintf(name, sizeof name, "attention bf16 I/O B=%d T=%d C=%d NH=%d hs=%d, %d threads: "
+             "forward = round(f32 forward(widened qkv)), bits", B, T, C, NH, C / NH, threads);
+    ct_check(rf == 0 && !memcmp(o16, want_o, no * 2) && !memcmp(l16, lf, nl * 4), name,
+             "rc %d; out or lse differs", rf);
+    snprintf(name, sizeof name, "attention bf16 I/O B=%d T=%d C=%d NH=%d hs=%d, %d threads: "
+             "backward = round(f32 backward(widened)), bits", B, T, C, NH, C / NH, threads);
+    ct_check(rb == 0 && !memcmp(d16, want_d, nq * 2), name, "rc %d; dqkv differs", rb);
+    free(x); free(R); free(q16); free(o16); free(d16); free(want_o); free(want_d);
+    free(qw); free(of); free(ow); free(lf); free(l16); free(df);
+    omp_set_num_threads(2);
+}
+
 int main(void) {
     ct_seed(3);
     omp_set_num_threads(2);
@@ -273,5 +310,9 @@ int main(void) {
         test_decode(2, 150, 48, 3, 256, mixed, 5, 2);     /* hs=16, chunks of several sizes */
         test_decode(1, 9, 64, 1, 9, one, 1, 2);           /* hs=64, one head, short */
     }
+    test_bf16_io(2, 130, 128, 2, 2);   /* hs=64, query and key tiles straddled */
+    test_bf16_io(1, 257, 256, 2, 3);   /* hs=128, T one past a tile */
+    test_bf16_io(2, 70, 15, 3, 1);     /* hs=5: the scalar tails */
+    test_bf16_io(1, 70, 160, 2, 2);    /* hs=80 > the head-dim chunk */
     return ct_summary();
 }

@@ -23,8 +23,11 @@
 -- the cross-entropy reads and overwrites them in bf16); so is fch, the c_fc
 -- GEMM's output (written bf16 by the GEMM, bias added before the one
 -- rounding; the GELU reads it in both passes, widened exactly: bf16
--- activations, other math than fp32 fch); in the stage's scratch the GELU
--- backward's output dfch16, which the c_fc GEMM reads.
+-- activations, other math than fp32 fch); so are qkv (the c_attn GEMM's
+-- bf16 out) and atty (the attention's, rounded once), which the attention
+-- reads widened exactly (zt_attention_*'s bf16 I/O); in the stage's
+-- scratch the GELU backward's output dfch16, which the c_fc GEMM reads,
+-- and dqkv, the attention backward's bf16 out, which the c_attn GEMM reads.
 -- and for the stage: `input` (N,C) when its first unit is not the embedding
 -- (a pipeline receives it), `grad` (N,C), the gradient flowing backward
 -- (d output on entry to a unit's backward, d input on exit).
@@ -101,8 +104,8 @@ local function free_slab(s)
 end
 
 -- { key, width (C multiple; 0: (N); -1: (B,NH,T)), stored bf16 with bf16 GEMMs }
-local BLOCK_SAVED = { { "ln1", 1, true }, { "ln1_mean", 0 }, { "ln1_rstd", 0 }, { "qkv", 3 },
-                      { "atty", 1 }, { "lse", -1 }, { "resid2", 1 }, { "ln2", 1, true },
+local BLOCK_SAVED = { { "ln1", 1, true }, { "ln1_mean", 0 }, { "ln1_rstd", 0 }, { "qkv", 3, true },
+                      { "atty", 1, true }, { "lse", -1 }, { "resid2", 1 }, { "ln2", 1, true },
                       { "ln2_mean", 0 }, { "ln2_rstd", 0 }, { "fch", 4, true }, { "fch_gelu", 4, true } }
 
 local Set = {}
@@ -272,7 +275,8 @@ end
 ---------------------------------------------------------------------------
 -- Scratch shared by the sets of one stage: proj (N,C) for forward; dln,
 -- datty (N,C), dqkv (N,3C), dfch (N,4C) for the fused backward; with
--- opts.gemm16 also dfch16 (N,4C) and d16 (N,C) bf16: the GELU backward's
+-- opts.gemm16 dqkv is bf16 (the attention backward writes it so) and there
+-- are also dfch16 (N,4C) and d16 (N,C) bf16: the GELU backward's
 -- output and the residual gradient rounded by the layer norm backward that
 -- wrote it, as the next bf16 GEMM reads them (nn/gpt2.lua); with
 -- opts.recompute, one block's saved activations (s.recompute.ln1, ...) for
@@ -283,7 +287,7 @@ local function scratch_plan(cfg, B, Tlen, opts)
   local P = planner()
   P.add("proj", { B, Tlen, C })
   P.add("dln", { B, Tlen, C }); P.add("datty", { B, Tlen, C })
-  P.add("dqkv", { B, Tlen, 3 * C }); P.add("dfch", { B, Tlen, 4 * C })
+  P.add("dqkv", { B, Tlen, 3 * C }, gemm16); P.add("dfch", { B, Tlen, 4 * C })
   if gemm16 then P.add("dfch16", { B, Tlen, 4 * C }, true); P.add("d16", { B, Tlen, C }, true) end
   if opts and opts.recompute then
     for _, b in ipairs(BLOCK_SAVED) do
@@ -319,8 +323,9 @@ end
 ---------------------------------------------------------------------------
 -- What a unit's weight-gradient pass (W) needs from its input-gradient pass
 -- (I) when the backward is split: the gradients at each weight's output.
---   block  dy, dresid2, dln1, dln2 (N,C); dqkv (N,3C); dfch (N,4C), and
---          with gemm16 dfch16 (N,4C) bf16: the GELU backward's output
+--   block  dy, dresid2, dln1, dln2 (N,C); dqkv (N,3C; bf16 with gemm16);
+--          dfch (N,4C), and with gemm16 dfch16 (N,4C) bf16: the GELU
+--          backward's output
 --   head   dlnf (N,C)            embed  dy (N,C)
 function M.wgrad(cfg, B, Tlen, tier, kind, gemm16)
   local C = cfg.C
@@ -328,7 +333,7 @@ function M.wgrad(cfg, B, Tlen, tier, kind, gemm16)
   if kind == "block" then
     P.add("dy", { B, Tlen, C }); P.add("dresid2", { B, Tlen, C })
     P.add("dln1", { B, Tlen, C }); P.add("dln2", { B, Tlen, C })
-    P.add("dqkv", { B, Tlen, 3 * C }); P.add("dfch", { B, Tlen, 4 * C })
+    P.add("dqkv", { B, Tlen, 3 * C }, gemm16); P.add("dfch", { B, Tlen, 4 * C })
     if gemm16 then P.add("dfch16", { B, Tlen, 4 * C }, true) end
   elseif kind == "head" then
     P.add("dlnf", { B, Tlen, C })
