@@ -448,14 +448,25 @@ static int attn_dims(const char *op, const zt_tensor *qkv, int NH, int64_t *B, i
     return ZT_OK;
 }
 
+/* the attention's activations share qkv's dtype: f32, or bf16 together */
+static int like_qkv(const char *op, const char *name, const zt_tensor *t, const zt_tensor *qkv)
+{
+    char b[96];
+    if (t && t->dtype != qkv->dtype)
+        return zt_error(ZT_EINVAL, "%s: %s must be %s as qkv is (qkv, out and dqkv are all f32, "
+                        "or all bf16 for bf16 activations), got %s", op, name,
+                        zt_dtype_name(qkv->dtype), desc(t, b, sizeof b));
+    return ZT_OK;
+}
+
 int zt_attention_forward(zt_tensor *out, zt_tensor *lse, const zt_tensor *qkv, int NH)
 {
     const char *op = "zt_attention_forward";
     int64_t B = 0, T = 0, C = 0;
     ZT_TRY(attn_dims(op, qkv, NH, &B, &T, &C));
     int io16 = qkv->dtype == ZT_BF16;      /* bf16 activations: out bf16 too */
-    ZT_TRY(need_numel(op, "out", out, qkv->dtype, B * T * C, io16 ? "(B,T,C), bf16 as qkv"
-                                                                  : "(B,T,C)"));
+    ZT_TRY(like_qkv(op, "out", out, qkv));
+    ZT_TRY(need_numel(op, "out", out, qkv->dtype, B * T * C, "(B,T,C)"));
     ZT_TRY(need_numel(op, "lse", lse, ZT_F32, B * NH * T, "(B,NH,T)"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "lse", lse, "qkv", qkv, NULL));
@@ -473,11 +484,11 @@ int zt_attention_backward(zt_tensor *dqkv, const zt_tensor *dout, const zt_tenso
     ZT_TRY(attn_dims(op, qkv, NH, &B, &T, &C));
     /* bf16 activations: qkv, out and dqkv bf16 together; dout stays f32 */
     int io16 = qkv->dtype == ZT_BF16;
-    const char *hint3 = io16 ? "(B,T,3C), bf16 as qkv" : "(B,T,3C)";
-    ZT_TRY(need_numel(op, "dqkv", dqkv, qkv->dtype, B * T * 3 * C, hint3));
-    ZT_TRY(need_numel(op, "dout", dout, ZT_F32, B * T * C, "(B,T,C) f32"));
-    ZT_TRY(need_numel(op, "out", out, qkv->dtype, B * T * C, io16 ? "(B,T,C), bf16 as qkv"
-                                                                  : "(B,T,C)"));
+    ZT_TRY(like_qkv(op, "dqkv", dqkv, qkv));
+    ZT_TRY(like_qkv(op, "out", out, qkv));
+    ZT_TRY(need_numel(op, "dqkv", dqkv, qkv->dtype, B * T * 3 * C, "(B,T,3C)"));
+    ZT_TRY(need_numel(op, "dout", dout, ZT_F32, B * T * C, "(B,T,C)"));
+    ZT_TRY(need_numel(op, "out", out, qkv->dtype, B * T * C, "(B,T,C)"));
     ZT_TRY(need_numel(op, "lse", lse, ZT_F32, B * NH * T, "(B,NH,T)"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "dqkv", dqkv, "dout", dout, "qkv", qkv, "out", out, "lse", lse, NULL));

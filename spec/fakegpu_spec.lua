@@ -71,6 +71,8 @@ describe("fakegpu-async: recipes the oracle does not hold give the CPU device's 
     { "recipes/single.lua", "train.checkpoint_activations=true train.checkpoint_host=true" },
     { "--nproc 2 recipes/zero3.lua", "train.checkpoint_activations=true train.checkpoint_host=true" },
     { "--nproc 2 recipes/pipeline_1f1b.lua", "batch.accumulate=2 precision=bf16 train.checkpoint_activations=true" },
+    -- bf16 activations: the GEMMs and the attention read and write bf16 (queued ops, bf16 I/O)
+    { "--nproc 2 recipes/zero3.lua", "batch.accumulate=2 precision=bf16 device.bf16_gemm=on" },
   }
   for i, r in ipairs(runs) do
     it(r[1] .. " " .. r[2], function()

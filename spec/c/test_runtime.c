@@ -91,6 +91,37 @@ static void test_ops_validation(void)
     rc = zt_attention_forward(o, o, x, 4);
     CHECK("attention rejects a 2-D qkv", rc == ZT_EINVAL && strstr(zt_last_error(), "(B,T,3C)"),
           "msg %s", zt_last_error());
+    {   /* bf16 activations: qkv, out (and dqkv) bf16 together; decode is f32 */
+        int64_t sq[3] = { 1, 2, 12 }, so[3] = { 1, 2, 4 }, sl[3] = { 1, 2, 2 };
+        zt_tensor *q16 = NULL, *o32 = NULL, *o16 = NULL, *lse = NULL, *dq16 = NULL, *dq32 = NULL;
+        zt_tensor_new(&q16, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_BF16, 3, sq);
+        zt_tensor_new(&dq16, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_BF16, 3, sq);
+        zt_tensor_new(&dq32, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 3, sq);
+        zt_tensor_new(&o32, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 3, so);
+        zt_tensor_new(&o16, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_BF16, 3, so);
+        zt_tensor_new(&lse, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 3, sl);
+        uint8_t zeros[96] = { 0 };
+        zt_tensor_write(q16, zeros, 48); zt_tensor_write(o16, zeros, 16);
+        zt_tensor_write(o32, zeros, 32);
+        rc = zt_attention_forward(o32, lse, q16, 2);
+        CHECK("attention: a bf16 qkv needs a bf16 out, said so",
+              rc == ZT_EINVAL && strstr(zt_last_error(), "out must be bf16 as qkv is") &&
+              strstr(zt_last_error(), "bf16 activations"), "rc %d msg %s", rc, zt_last_error());
+        rc = zt_attention_forward(o16, lse, q16, 2);
+        CHECK("attention: bf16 qkv and out run", rc == ZT_OK, "rc %d msg %s", rc, zt_last_error());
+        rc = zt_attention_backward(dq32, o32, q16, o16, lse, 2);
+        CHECK("attention backward: a bf16 qkv needs a bf16 dqkv",
+              rc == ZT_EINVAL && strstr(zt_last_error(), "dqkv must be bf16"), "rc %d msg %s", rc,
+              zt_last_error());
+        rc = zt_attention_backward(dq16, o16, q16, o16, lse, 2);
+        CHECK("attention backward: dout stays f32", rc == ZT_EINVAL &&
+              strstr(zt_last_error(), "dout must be f32"), "rc %d msg %s", rc, zt_last_error());
+        rc = zt_attention_backward(dq16, o32, q16, o16, lse, 2);
+        CHECK("attention backward: bf16 qkv, out, dqkv with f32 dout run", rc == ZT_OK,
+              "rc %d msg %s", rc, zt_last_error());
+        zt_tensor_release(q16); zt_tensor_release(dq16); zt_tensor_release(dq32);
+        zt_tensor_release(o32); zt_tensor_release(o16); zt_tensor_release(lse);
+    }
     {   /* a token outside the vocabulary: skipped by the kernels (never a wild
          * read or write), reported by the op; the host never reads the ids */
         int64_t sv[2] = { 4, 8 }, sd[3] = { 1, 2, 8 }, st[2] = { 1, 2 };
