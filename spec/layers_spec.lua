@@ -6,9 +6,73 @@
 -- compare, compare <-> compare_tables, plan <-> plan_report,
 -- schedule <-> pipeline.schedules, data <-> data.text -- were broken by
 -- moving the thing to where it belongs (ztrain.usage, plan.refusal,
--- compare_tables.DEFAULTS, schedule.registry, data.tokenizer). The layer
--- order (lower folders never requiring higher ones) comes with the folders.
+-- compare_tables.DEFAULTS, schedule.registry, data.tokenizer).
+--
+-- And the layers: LAYERS below, lowest first, is the one place the order is
+-- written. A module may require its own layer or lower ones, never higher;
+-- every module must be in a layer (a new file is placed on purpose). Until
+-- the folders are moved to match (issue 28's next step), a layer lists the
+-- module names and name prefixes ("data." = every data module) it holds.
 local ROOT = (require "ztrain").home or "."
+
+local LAYERS = {
+  -- the C binding and its objects
+  { "core", { "libc", "ffi", "errors", "tensor", "ops", "memory", "stream", "aio", "comm",
+              "interrupt", "digest" } },
+  -- no training knowledge: files, host facts, durable writes, SVG, texts
+  { "util", { "util.", "durable", "svg", "charts", "suggest", "usage" } },
+  -- a job's processes: the launcher, hosts, the registry ranks write, run directories
+  { "job", { "job.", "launch", "launch_hosts", "rundir" } },
+  -- the model and its math: GPT-2, generation, HF files, optimizer, lr, precision, data
+  { "model", { "nn.", "optim.", "lr", "precision", "data", "data." } },
+  -- placement and order: groups, strategies, the schedule IR and library, the drivers
+  { "parallel", { "groups", "strategy", "strategy.", "schedule", "schedule.", "pipeline.schedules",
+                  "pipeline.simulate", "pipeline.csv", "pipeline.stages", "driver." } },
+  -- predictions: the memory plan (the trainer's pre-flight) and step times
+  { "plan", { "plan", "steptime" } },
+  -- what a run records: metrics and summaries, communication, timelines, op profiles
+  { "record", { "report", "comm_report", "pipeline.timeline", "profile" } },
+  -- a training run: recipe, trainer, the loop, checkpoints, whole-model tools
+  { "train", { "recipe", "trainer", "run", "whole_model", "checkpoint", "dsconfig" } },
+  -- reading runs afterwards: compare, plan tables
+  { "insight", { "compare", "compare_tables", "plan_report" } },
+  -- the public Lua API (require "ztrain")
+  { "api", { "" } },
+  { "repl", { "repl", "repl." } },
+  { "cli", { "cli" } },
+}
+
+-- layer_of(name) -> index, layer name: the layer whose entry names the module
+-- (name without "ztrain."), an exact name before a prefix; nil if none does
+local function layer_of(name)
+  local short = name == "ztrain" and "" or name:gsub("^ztrain%.", "")
+  local best, best_len
+  for i, l in ipairs(LAYERS) do
+    for _, e in ipairs(l[2]) do
+      local exact = e == short
+      local prefix = e:sub(-1) == "." and short:sub(1, #e) == e
+      if exact then return i, l[1] end
+      if prefix and (not best_len or #e > best_len) then best, best_len = i, #e end
+    end
+  end
+  if best then return best, LAYERS[best][1] end
+end
+
+-- upward(g) -> "a (layer) -> b (layer), line N" for each require of a higher layer
+local function upward(g, where)
+  local out = {}
+  for name, deps in pairs(g) do
+    local li, ln = layer_of(name)
+    for dep, line in pairs(deps) do
+      local di, dn = layer_of(dep)
+      if li and di and di > li then
+        out[#out + 1] = ("%s (%s) -> %s (%s), %s:%d"):format(name, ln, dep, dn, where and where[name] or name, line)
+      end
+    end
+  end
+  table.sort(out)
+  return out
+end
 
 -- modules() -> { [name] = path } for every lua/ztrain file
 local function modules(root)
@@ -29,7 +93,9 @@ local function edges(mods)
     local n = 0
     for line in io.lines(path) do
       n = n + 1
-      local code = line:gsub("%-%-.*$", "")
+      -- comments and single-quoted strings out (code that writes a recipe
+      -- holds 'require "ztrain"' as text; no require here uses single quotes)
+      local code = line:gsub("%-%-.*$", ""):gsub("'[^']*'", "''")
       for dep in code:gmatch("require%s*%(?%s*[\"']([%w%._]+)[\"']") do
         if mods[dep] and dep ~= name and not out[name][dep] then out[name][dep] = n end
       end
@@ -80,5 +146,29 @@ describe("layers: the Lua tree's requires", function()
     local found = cycles(g)
     assert.are.same({}, found, "require cycles (each a set of modules that reach each other):\n  " ..
                     table.concat(found, "\n  "))
+  end)
+
+  it("the layer check places names and finds an upward require", function()
+    assert.are.equal("core", select(2, layer_of("ztrain.ops")))
+    assert.are.equal("model", select(2, layer_of("ztrain.data.text")))
+    assert.are.equal("record", select(2, layer_of("ztrain.pipeline.timeline")))
+    assert.are.equal("parallel", select(2, layer_of("ztrain.pipeline.csv")))
+    assert.are.equal("api", select(2, layer_of("ztrain")))
+    assert.is_nil(layer_of("ztrain.nowhere"))
+    assert.are.same({ "ztrain.ops (core) -> ztrain.trainer (train), ztrain.ops:3" },
+                    upward({ ["ztrain.ops"] = { ["ztrain.trainer"] = 3, ["ztrain.ffi"] = 1 },
+                             ["ztrain.trainer"] = { ["ztrain.ops"] = 9 } }))
+  end)
+
+  it("every module has a layer and requires only its own layer or lower ones", function()
+    local mods = modules(ROOT)
+    local unplaced = {}
+    for name in pairs(mods) do if not layer_of(name) then unplaced[#unplaced + 1] = name end end
+    table.sort(unplaced)
+    assert.are.same({}, unplaced, "modules in no layer (add them to LAYERS in spec/layers_spec.lua)")
+    local where = {}
+    for name, path in pairs(mods) do where[name] = path:gsub("^.*/lua/", "lua/") end
+    local up = upward(edges(mods), where)
+    assert.are.same({}, up, "requires of a higher layer:\n  " .. table.concat(up, "\n  "))
   end)
 end)

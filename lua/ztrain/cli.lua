@@ -399,13 +399,13 @@ function M.main(argv)
   end
 
   if comm.launched() then
-    -- a rank: tell the launcher's registry who this pid is (launch.note)
-    local launch = require "ztrain.launch"
-    local r = launch.launched_rank()
-    if r then launch.note("rank " .. r) end
+    -- a rank: tell the launcher's registry who this pid is (job/registry.lua)
+    local registry = require "ztrain.job.registry"
+    local r = require("ztrain.launch").launched_rank()
+    if r then registry.note("rank " .. r) end
     -- and on which host (a test cluster's namespace has its own hostname)
     local hf = io.open("/proc/sys/kernel/hostname", "rb")
-    if hf then launch.note("host " .. (hf:read("*l") or "?")); hf:close() end
+    if hf then registry.note("host " .. (hf:read("*l") or "?")); hf:close() end
   end
   local ok_load, zt = pcall(require, "ztrain")
   if not ok_load then return die(zt) end

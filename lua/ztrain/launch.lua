@@ -7,6 +7,7 @@ local libc = require "ztrain.libc"
 local bit = require "bit"
 local fs = require "ztrain.util.fs"
 local host = require "ztrain.util.host"
+local registry = require "ztrain.job.registry"
 
 local M = {}
 
@@ -60,19 +61,11 @@ function M.check_world(nproc, size, where)
 end
 
 -- ---- the job registry ---------------------------------------------------------------
--- The launcher makes a private directory and passes it to every rank as
--- ZTRAIN_JOB. Each rank writes a file named by its pid there, with lines
--- "rank R" and "nvme DIR" (where its swap files go). After mpirun ends, the
--- launcher reads them to name a rank that died, kill any rank left behind
--- and remove swap files that ranks killed without exit handlers left.
-
--- note(line): add a line to this rank's registry file (no-op outside a job).
-function M.note(line)
-  local dir = os.getenv("ZTRAIN_JOB")
-  if not dir or dir == "" then return end
-  local f = io.open(("%s/%d"):format(dir, libc.getpid()), "a")
-  if f then f:write(line, "\n"); f:close() end
-end
+-- Each rank notes who it is in the job's directory (job/registry.lua);
+-- after mpirun ends the launcher reads the notes to name a rank that died,
+-- kill any rank left behind and remove the swap files of ranks killed
+-- without exit handlers. The names stay here for the launcher's callers.
+M.note, M.read_job = registry.note, registry.read
 
 -- launched_rank() -> this process's rank from the launcher's environment, or nil.
 function M.launched_rank()
@@ -84,26 +77,6 @@ end
 
 -- the paths matching pattern; none on no match or a read error
 local function glob(pattern) return fs.glob(pattern) or {} end
-
--- read_job(dir) -> { [pid] = { rank =, host =, nvme = { DIR, ... }, session = } }
--- (a launch agent's file -- tools/netns_agent -- has host and session: the
--- Open MPI daemon's session directory, and no rank)
-function M.read_job(dir)
-  local ranks = {}
-  for _, path in ipairs(glob(dir .. "/*")) do
-    local pid = tonumber(path:match("/(%d+)$"))
-    local text = pid and fs.read_file(path)
-    if text then
-      local r = { nvme = {} }
-      r.rank = tonumber(text:match("rank (%d+)"))
-      for d in text:gmatch("nvme ([^\n]+)") do r.nvme[#r.nvme + 1] = d end
-      r.host = text:match("host ([^\n]+)")
-      r.session = text:match("session ([^\n]+)")
-      ranks[pid] = r
-    end
-  end
-  return ranks
-end
 
 -- Is pid alive and one of this job's processes (its environment names the
 -- job directory: a recycled pid is never killed)?

@@ -27,6 +27,7 @@ local stream = require "ztrain.stream"
 local memory = require "ztrain.memory"
 local now = require("ztrain.ffi").C.zt_now
 local fs = require "ztrain.util.fs"
+local registry = require "ztrain.job.registry"
 
 local M = {}
 local Off = {}
@@ -233,7 +234,7 @@ function M.configure_nvme(recipe, out_dir)
     if not ok then error("offload.nvme_path: " .. tostring(merr), 0) end
   end
   -- the launcher removes these swap files if this rank is killed (launch.run)
-  require("ztrain.launch").note("nvme " .. path)
+  registry.note("nvme " .. path)
   return aio.configure { path = path, block_bytes = block, queue_depth = o.queue_depth or 8,
                          checksum = o.checksum or false }
 end
