@@ -522,8 +522,9 @@ static double cuda_sum(const float *x, size_t n)
     return total;
 }
 
-/* Attention mode (cuda_stream.h): 0 exact (the plain fp32 kernels), 1 bf16
- * (attention_tc.cu where the head size is 64). Process-wide; set by
+/* Attention mode (cuda_stream.h): 0 exact (the plain kernels, fp32
+ * arithmetic), 1 bf16 (attention_tc.cu where the head size is 64 or 128);
+ * either with fp32 or (io16) bf16 I/O. Process-wide; set by
  * zt_device_attention (recipe key device.attention). Decode always runs the
  * plain kernel, so in bf16 mode a decode row no longer has a forward row's
  * bits. */
@@ -545,14 +546,15 @@ int zt_cuda_matmul_epilogue(int on)
     return zkc_matmul_epilogue(on);
 }
 
-/* the tensor-core kernels take head size 64 only; others stay plain */
 static int64_t tc_calls;          /* zt_device_count("attention_tc") */
 static int64_t cuda_attention_tc_calls(void) { return __atomic_load_n(&tc_calls, __ATOMIC_RELAXED); }
 
-/* The tensor-core kernels take this call (counted). */
-/* the tensor-core kernels: device.attention = bf16, head size 64 or 128,
- * every pointer on 16 bytes (their 16-byte loads; else the plain kernel,
- * decided by the operands, so the same for every call of a shape) */
+/* The tensor-core kernels take this call (counted): device.attention =
+ * bf16, head size 64 or 128, every pointer on 16 bytes (their 16-byte
+ * loads of q, k, v rows, fp32 or bf16: a bf16 row (6C bytes) and head
+ * (128 or 256 bytes) keep a 16-byte base's alignment as fp32 ones do);
+ * else the plain kernel, decided by the operands, so the same for every
+ * call of a shape and I/O type. */
 static int attn_tc(int C, int NH, const void *a, const void *b, const void *c, const void *d)
 {
     int hs = NH > 0 && C % NH == 0 ? C / NH : 0;
@@ -562,11 +564,18 @@ static int attn_tc(int C, int NH, const void *a, const void *b, const void *c, c
     return on;
 }
 
-static void cuda_attention_forward(float *out, float *lse, const float *qkv,
-                                   int B, int T, int C, int NH)
+/* io16: qkv, out (and dqkv) bf16, the kernels' contract (kernels.cuh);
+ * the kept error of an earlier op first, then the launch's */
+static int cuda_attention_forward(void *out, float *lse, const void *qkv, int io16,
+                                  int B, int T, int C, int NH)
 {
-    if (attn_tc(C, NH, out, qkv, NULL, NULL)) KC_NOTE(zkc_attention_forward_tc(S(), out, lse, qkv, B, T, C, NH));
-    else KC_NOTE(zkc_attention_forward(S(), out, lse, qkv, B, T, C, NH));
+    ZT_TRY(take_pending());
+    int tc = attn_tc(C, NH, out, qkv, NULL, NULL);
+    int e = tc ? zkc_attention_forward_tc(S(), out, lse, qkv, io16, B, T, C, NH)
+               : zkc_attention_forward(S(), out, lse, qkv, io16, B, T, C, NH);
+    return e ? cu_err(__FILE__, __LINE__, tc ? "zkc_attention_forward_tc" : "zkc_attention_forward",
+                      (cudaError_t)e)
+             : ZT_OK;
 }
 
 static void cuda_attention_decode(float *out, float *kcache, float *vcache, const float *qkv,
@@ -576,20 +585,25 @@ static void cuda_attention_decode(float *out, float *kcache, float *vcache, cons
 }
 
 /* D = rowsum(dout * out) (B*NH*T floats) lives in the scratch buffer */
-static void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                    const float *out, const float *lse, int B, int T, int C, int NH)
+static int cuda_attention_backward(void *dqkv, const float *dout, const void *qkv,
+                                   const void *out, const float *lse, int io16,
+                                   int B, int T, int C, int NH)
 {
+    ZT_TRY(take_pending());
     size_t rows = (size_t)B * NH * T;
     pthread_mutex_lock(&cu_lock);
-    int rc = scratch(rows / 2 + 1);
-    if (rc == ZT_OK && attn_tc(C, NH, dqkv, dout, qkv, out))
-        KC_NOTE(zkc_attention_backward_tc(S(), dqkv, dout, qkv, out, lse, B, T, C, NH,
-                                          (float *)cu_scratch));
-    else if (rc == ZT_OK)
-        KC_NOTE(zkc_attention_backward(S(), dqkv, dout, qkv, out, lse, B, T, C, NH,
-                                       (float *)cu_scratch));
-    else note(rc);
+    int rc = scratch(rows / 2 + 1), tc = 0, e = 0;
+    if (rc == ZT_OK) {
+        tc = attn_tc(C, NH, dqkv, dout, qkv, out);
+        e = tc ? zkc_attention_backward_tc(S(), dqkv, dout, qkv, out, lse, io16, B, T, C, NH,
+                                           (float *)cu_scratch)
+               : zkc_attention_backward(S(), dqkv, dout, qkv, out, lse, io16, B, T, C, NH,
+                                        (float *)cu_scratch);
+        if (e) rc = cu_err(__FILE__, __LINE__, tc ? "zkc_attention_backward_tc"
+                                                  : "zkc_attention_backward", (cudaError_t)e);
+    }
     pthread_mutex_unlock(&cu_lock);
+    return rc;
 }
 
 /* Initialization only: the CPU generator on the host, then one upload --

@@ -1,10 +1,11 @@
 /*
  * bench_cuda.c -- the CUDA device's ops at GPT-2 124M shapes (B=4, T=1024,
  * C=768, NH=12, V=50257): milliseconds per call, GFLOP/s for the GEMMs and
- * attention (plain fp32 and the bf16 tensor-core kernels), GB/s for the
- * memory-bound ones beside the roofline: the device-to-device copy's rate
- * measured first (bytes read + written), and each kernel's bytes moved at
- * that rate ("x roof": its time over the copy's for the same bytes).
+ * attention (plain fp32 and the bf16 tensor-core kernels, each with fp32
+ * and bf16 I/O), GB/s for the memory-bound ones beside the roofline: the
+ * device-to-device copy's rate measured first (bytes read + written), and
+ * each kernel's bytes moved at that rate ("x roof": its time over the
+ * copy's for the same bytes).
  * `make bench-cuda` (CUDA=1, build-cuda/); needs a GPU. Measures the
  * kernels alone (device memory, one warm-up call, events).
  */
@@ -93,11 +94,21 @@ int main(void)
         TIME(nm, 2 * fp, 20, dv->matmul_bf16_backward(dx, dw, NULL, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, C, C));
     }
     double fa = 4.0 * B * NH * ((double)T * T / 2) * (C / NH);
-    TIME("attention fwd T=1024", fa, 5, dv->attention_forward(y, lse, qkv, B, T, C, NH));
-    TIME("attention bwd T=1024", 2.5 * fa, 3, dv->attention_backward(dq, g, qkv, y, lse, B, T, C, NH));
+    /* bf16 I/O (io16): qkv (cast from qkv), out and dqkv bf16, dout fp32 */
+    uint16_t *q16 = NULL, *o16 = NULL, *dq16 = NULL;
+    dv->alloc((void **)&q16, (size_t)N * 3 * C * 2); dv->alloc((void **)&o16, (size_t)N * C * 2);
+    dv->alloc((void **)&dq16, (size_t)N * 3 * C * 2);
+    dv->cast(q16, ZT_BF16, qkv, ZT_F32, (size_t)N * 3 * C);
+    TIME("attention fwd T=1024", fa, 5, dv->attention_forward(y, lse, qkv, 0, B, T, C, NH));
+    TIME("attention bwd T=1024", 2.5 * fa, 3, dv->attention_backward(dq, g, qkv, y, lse, 0, B, T, C, NH));
+    TIME("attention fwd T=1024 bf16 I/O", fa, 5, dv->attention_forward(o16, lse, q16, 1, B, T, C, NH));
+    TIME("attention bwd T=1024 bf16 I/O", 2.5 * fa, 3, dv->attention_backward(dq16, g, q16, o16, lse, 1, B, T, C, NH));
     zt_cuda_attention_mode(1);      /* bf16 tensor cores (attention_tc.cu) */
-    TIME("attention fwd T=1024 bf16 tc", fa, 20, dv->attention_forward(y, lse, qkv, B, T, C, NH));
-    TIME("attention bwd T=1024 bf16 tc", 2.5 * fa, 20, dv->attention_backward(dq, g, qkv, y, lse, B, T, C, NH));
+    TIME("attention fwd T=1024 bf16 tc", fa, 20, dv->attention_forward(y, lse, qkv, 0, B, T, C, NH));
+    TIME("attention bwd T=1024 bf16 tc", 2.5 * fa, 20, dv->attention_backward(dq, g, qkv, y, lse, 0, B, T, C, NH));
+    TIME("attention fwd T=1024 bf16 tc, bf16 I/O", fa, 20, dv->attention_forward(o16, lse, q16, 1, B, T, C, NH));
+    TIME("attention bwd T=1024 bf16 tc, bf16 I/O", 2.5 * fa, 20, dv->attention_backward(dq16, g, q16, o16, lse, 1, B, T, C, NH));
+    dv->free(q16); dv->free(o16); dv->free(dq16);
     /* long sequences, head sizes 64 and 128 (the GPU-Attention issue's
      * shapes, beside PyTorch's flash attention: tools/torch_gpt2_bench.py) */
     {
@@ -108,12 +119,19 @@ int main(void)
             float *q2 = dalloc(nq), *d2 = dalloc(nq), *o2 = dalloc(no), *g2 = dalloc(no);
             float *l2 = dalloc((size_t)Bk * NHk * Tk);
             dv->fill(q2, 0.01f, nq); dv->fill(g2, 0.01f, no);
+            /* bf16 I/O: q2 rounded into d2's first half, dqkv its second, out o2's bytes */
+            uint16_t *qh = (uint16_t *)d2, *oh = (uint16_t *)o2, *dh = (uint16_t *)d2 + nq;
+            dv->cast(qh, ZT_BF16, q2, ZT_F32, nq);
             double fk = 4.0 * Bk * NHk * ((double)Tk * Tk / 2) * cfg[k][3];
             char nm[96];
+            snprintf(nm, sizeof nm, "attention fwd B=%d T=%d hs=%d bf16 tc, bf16 I/O", Bk, Tk, cfg[k][3]);
+            TIME(nm, fk, 10, dv->attention_forward(oh, l2, qh, 1, Bk, Tk, Ck, NHk));
+            snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc, bf16 I/O", Bk, Tk, cfg[k][3]);
+            TIME(nm, 2.5 * fk, 5, dv->attention_backward(dh, g2, qh, oh, l2, 1, Bk, Tk, Ck, NHk));
             snprintf(nm, sizeof nm, "attention fwd B=%d T=%d hs=%d bf16 tc", Bk, Tk, cfg[k][3]);
-            TIME(nm, fk, 10, dv->attention_forward(o2, l2, q2, Bk, Tk, Ck, NHk));
+            TIME(nm, fk, 10, dv->attention_forward(o2, l2, q2, 0, Bk, Tk, Ck, NHk));
             snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc", Bk, Tk, cfg[k][3]);
-            TIME(nm, 2.5 * fk, 5, dv->attention_backward(d2, g2, q2, o2, l2, Bk, Tk, Ck, NHk));
+            TIME(nm, 2.5 * fk, 5, dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk));
             dv->free(q2); dv->free(d2); dv->free(o2); dv->free(g2); dv->free(l2);
         }
     }

@@ -6,8 +6,8 @@
 #   sh tools/emu_kernel.sh NAME [build dir, default build]
 # NAME: attention_tc, layernorm, xent, colsum, embedding or reduce
 # (kernels/cuda/NAME.cu). SRC=file runs another version of the kernel
-# (e.g. a deliberately broken one); EMU_DEFS=-DX compiles it with a macro
-# (attention_tc: -DZKC_ATTN_TC_DQ_ATOMIC); NO_RUN=1 builds $B/emu/test_NAME_emu
+# (e.g. a deliberately broken one); EMU_DEFS=-DX compiles it and the test
+# with a macro (attention_tc: -DZKC_ATTN_TC_DQ_ATOMIC); NO_RUN=1 builds $B/emu/test_NAME_emu
 # only (make test builds it so, then runs it with the C tests).
 set -e
 N=${1:?usage: sh tools/emu_kernel.sh NAME [build dir]}
@@ -16,13 +16,14 @@ D=$B/emu
 [ -f spec/emu/test_${N}_emu.c ] || { echo "emu_kernel: no spec/emu/test_${N}_emu.c" >&2; exit 2; }
 mkdir -p $D
 # the launches <<<grid, threads, 0, s>>>(args), each on one line, become
-# emu_launch(grid, threads, lambda) (a template kernel's name, k<HD><<<,
-# too); kernels/cuda/mma.cuh's instructions are cuda_emu.h's own functions
+# emu_launch(grid, threads, lambda) (a template kernel's name, k<HD><<< or
+# k<HD, IO><<<, too); kernels/cuda/mma.cuh's instructions are cuda_emu.h's
+# own functions
 sed -E -e 's|#include <cuda_bf16.h>||; s|#include <mma.h>||; s|#include "mma.cuh"||; s|#include "common.cuh"|#include "cuda_emu.h"|' \
-       -e 's/([A-Za-z_0-9]+(<[A-Za-z_0-9]+>)?)<<<(.*), ([^,]+), 0, s>>>\((.*)\);/emu_launch(\3, \4, [=] { \1(\5); });/' \
+       -e 's/([A-Za-z_0-9]+(<[A-Za-z_0-9, ]+>)?)<<<(.*), ([^,]+), 0, s>>>\((.*)\);/emu_launch(\3, \4, [=] { \1(\5); });/' \
        ${SRC:-kernels/cuda/$N.cu} > $D/${N}_emu.cpp
 g++ -std=c++17 -O2 -g -Wall -Wno-unused-function -Wno-unknown-pragmas -pthread -Ispec/emu $EMU_DEFS -c $D/${N}_emu.cpp -o $D/${N}_emu.o
-cc -std=c11 -O2 -g -Wall -Wextra -fopenmp -D_GNU_SOURCE -Ikernels/cpu -Ispec/c -c spec/emu/test_${N}_emu.c -o $D/test_${N}.o
+cc -std=c11 -O2 -g -Wall -Wextra -fopenmp -D_GNU_SOURCE -Ikernels/cpu -Ispec/c $EMU_DEFS -c spec/emu/test_${N}_emu.c -o $D/test_${N}.o
 OBJ=$(ls $B/obj/kernels/cpu/*.o)
 g++ -fopenmp -pthread -o $D/test_${N}_emu $D/test_${N}.o $D/${N}_emu.o $OBJ -lopenblas -lm
 [ -n "$NO_RUN" ] || $D/test_${N}_emu

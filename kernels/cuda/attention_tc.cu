@@ -12,8 +12,20 @@
  * layout of one k-step of P (no shared-memory round trip), a row's
  * statistics are reduced over the 4 lanes that hold it (xor 1, 2).
  * Tiles: shared memory bf16 at stride HD + 8 (conflict-free ldmatrix),
- * filled from the fp32 rows by 16-byte loads converted once, two matrices'
- * loads in flight together (load_tiles). exp2 by ex2.approx.ftz.
+ * filled from the fp32 rows by 16-byte loads converted once (bf16 rows,
+ * io16: 16-byte loads stored as they are), two matrices' loads in flight
+ * together (load_tiles). exp2 by ex2.approx.ftz.
+ *
+ * I/O (io16, kernels.cuh): every kernel is a template on the element of
+ * qkv, out and dqkv, float or uint16_t (bf16 bits); lse, dout and D stay
+ * fp32. A bf16 q, k, v enters its tile unconverted: the fp32 path's RNE
+ * of the widened value is exact, so the operands have the same bits (no
+ * fp32 arithmetic precedes that rounding: the scale is folded into the
+ * exponent, not into Q). D reads a bf16 out widened; out and dqkv are the
+ * fp32 results rounded once (zkc_bf16). So io16 is round(fp32 kernel(
+ * widen(x))) bit for bit (spec/emu/test_attention_tc_emu.c checks it); the
+ * fp32 variants' SASS is unchanged by the template (nvdisasm, sm_80 and
+ * sm_90).
  *
  * Forward (k_tc_fwd): a block per (128 query rows at head size 64: 8
  * warps; 64 rows at 128: 4 warps, b, h), each warp 16 rows; a 64-key
@@ -64,10 +76,10 @@
  * GPU (dK/dV then 168 / 241 registers, 46592 / 46720 B at head size 64 /
  * 128, no spills).
  *
- * Rounded to bf16 (RNE) on the way into shared memory: q, k, v, dout; in
- * registers: p, dS where they enter a product. In fp32: the scores,
- * softmax statistics, lse, D and every accumulation (the order inside an
- * mma is the hardware's).
+ * Rounded to bf16 (RNE) on the way into shared memory: q, k, v (io16:
+ * already bf16), dout; in registers: p, dS where they enter a product. In
+ * fp32: the scores, softmax statistics, lse, D and every accumulation (the
+ * order inside an mma is the hardware's).
  *
  * Deterministic (the same bits run to run): no atomics; every output element
  * has one owner (a lane of one warp of one block) that sums its terms in a
@@ -87,6 +99,8 @@
  *                  dQ 256, 127, 46080 B (2); dK/dV 128, 168, 37376 B (3)
  *   head size 128: forward 128 threads, 168 registers, 34816 B (3);
  *                  dQ 128, 152, 43520 B (3); dK/dV 128, 224, 43648 B (2)
+ * io16 the same threads and shared memory; registers: forward 127 / 168,
+ * dQ 127 / 158, dK/dV 168 / 224 (head size 64 / 128).
  * All under 48 KiB, so no opt-in to more shared memory. The forward at
  * head size 64 prefetches: the next tile's K loads (16 registers a
  * thread) fly during this tile's S and softmax, its V loads during P V
@@ -118,6 +132,11 @@
 
 typedef __nv_bfloat16 bf16;
 
+/* DQA's atomics add into fp32 dQ: an fp32 dqkv only (the launcher refuses
+ * an io16 backward in that build) */
+template <class IO> struct dq_atomic { enum { on = 0 }; };
+template <> struct dq_atomic<float> { enum { on = DQA }; };
+
 struct tcp { int T, C, NH; float scale; };
 
 /* The backward's inner chunk (queries for dK, dV; keys for dQ) */
@@ -132,88 +151,154 @@ template <int HD> struct dq_cfg {
     enum { NWQ = HD == 64 ? 8 : 4, CH = HD == 64 ? 32 : 16, MINB = HD == 64 ? 2 : 3 };
 };
 
-/* rows [t0, t0+R) of two (T, stride) fp32 matrices' HD columns (K and V,
- * or Q and dout) -> bf16 (RNE) rows of their tiles at stride HD + 8 (144
- * or 272 B: the 8 rows an ldmatrix reads fall in 8 different 16-byte bank
- * groups); rows at or past T are zero. Every thread of the block: 16-byte
- * loads in batches of LB (<= LBM) per thread and matrix (2 LB loads in
- * flight, then their stores; one batch at a time keeps the staging to 8 LB
- * registers).
- * A bf16 source would be a cp.async of 16 bytes per chunk here. */
-template <int R, int HD, int NTH, int LBM = 4>
-__device__ __forceinline__ void load_tiles(bf16 *d1, const float *s1, size_t st1, bf16 *d2,
-                                           const float *s2, size_t st2, int t0, int T)
+/* A source row's 16-byte chunk, by the source's element S: 4 fp32 (a
+ * float4) rounded to bf16 (RNE) into the tile by an 8-byte store, or 8
+ * bf16 (a uint4, io16) stored as they are by a 16-byte one (the same bits:
+ * rounding a widened bf16 is exact) */
+template <class S> struct chunk;
+template <> struct chunk<float> {
+    typedef float4 V;
+    enum { E = 4 };
+    __device__ static __forceinline__ V zero() { const float4 z = { 0.0f, 0.0f, 0.0f, 0.0f }; return z; }
+    __device__ static __forceinline__ V ld(const float *p) { return zkc_ldg4(p); }
+    __device__ static __forceinline__ void st(bf16 *d, const V &x)
+    {
+        zkc_sts2(d, zkc_pack_bf16(x.x, x.y), zkc_pack_bf16(x.z, x.w));
+    }
+};
+template <> struct chunk<uint16_t> {
+    typedef uint4 V;
+    enum { E = 8 };
+    __device__ static __forceinline__ V zero() { const uint4 z = { 0u, 0u, 0u, 0u }; return z; }
+    __device__ static __forceinline__ V ld(const uint16_t *p) { return zkc_ldg8h(p); }
+    __device__ static __forceinline__ void st(bf16 *d, const V &x) { zkc_sts4(d, x); }
+};
+
+/* rows [t0, t0+R) of two (T, stride) matrices' HD columns (K and V, or Q
+ * and dout), fp32 or bf16 (S1, S2) -> bf16 rows of their tiles at stride
+ * HD + 8 (144 or 272 B: the 8 rows an ldmatrix reads fall in 8 different
+ * 16-byte bank groups); rows at or past T are zero. Every thread of the
+ * block: 16-byte loads in batches of LB (<= LBM) per thread and matrix (2
+ * LB loads in flight, then their stores; one batch at a time keeps the
+ * staging to 8 LB registers). Where one matrix is bf16 and the other fp32
+ * (io16's Q beside dout), a batch is LB loads of the fp32 one and LB / 2
+ * of the bf16 one (the same rows).
+ * A bf16 source could be a cp.async of 16 bytes per chunk here. */
+template <int R, int HD, int NTH, int LBM = 4, class S1, class S2>
+__device__ __forceinline__ void load_tiles(bf16 *d1, const S1 *s1, size_t st1, bf16 *d2,
+                                           const S2 *s2, size_t st2, int t0, int T)
 {
-    constexpr int V = HD / 4, N = R * V / NTH, LB = N < LBM ? N : LBM;
-    static_assert(R * V % NTH == 0 && N % LB == 0, "tile not a multiple of the block");
+    typedef chunk<S1> C1;
+    typedef chunk<S2> C2;
+    constexpr int V1 = HD / C1::E, V2 = HD / C2::E, N1 = R * V1 / NTH, N2 = R * V2 / NTH,
+                  N = N1 > N2 ? N1 : N2, LB = N < LBM ? N : LBM, F1 = N / N1, F2 = N / N2;
+    static_assert(R * V1 % NTH == 0 && R * V2 % NTH == 0 && N % LB == 0 && LB % F1 == 0 &&
+                  LB % F2 == 0, "tile not a multiple of the block");
+    if constexpr (V1 == V2) {                     /* one element type: a load of each a row */
+        constexpr int V = V1;
 #pragma unroll 1
-    for (int n0 = 0; n0 < N; n0 += LB) {
-        float4 x[2][LB];
+        for (int n0 = 0; n0 < N; n0 += LB) {
+            typename C1::V x[2][LB];
 #pragma unroll
-        for (int n = 0; n < LB; n++) {
-            const int idx = threadIdx.x + (n0 + n) * NTH, r = idx / V, c = idx % V * 4;
-            const float4 z = { 0.0f, 0.0f, 0.0f, 0.0f };
-            x[0][n] = t0 + r < T ? zkc_ldg4(s1 + (size_t)(t0 + r) * st1 + c) : z;
-            x[1][n] = t0 + r < T ? zkc_ldg4(s2 + (size_t)(t0 + r) * st2 + c) : z;
+            for (int n = 0; n < LB; n++) {
+                const int idx = threadIdx.x + (n0 + n) * NTH, r = idx / V, c = idx % V * C1::E;
+                x[0][n] = t0 + r < T ? C1::ld(s1 + (size_t)(t0 + r) * st1 + c) : C1::zero();
+                x[1][n] = t0 + r < T ? C2::ld(s2 + (size_t)(t0 + r) * st2 + c) : C2::zero();
+            }
+#pragma unroll
+            for (int n = 0; n < LB; n++) {
+                const int idx = threadIdx.x + (n0 + n) * NTH, r = idx / V, c = idx % V * C1::E;
+                C1::st(d1 + r * (HD + 8) + c, x[0][n]);
+                C2::st(d2 + r * (HD + 8) + c, x[1][n]);
+            }
         }
+    } else {
+#pragma unroll 1
+        for (int n0 = 0; n0 < N; n0 += LB) {
+            typename C1::V x1[LB / F1];
+            typename C2::V x2[LB / F2];
 #pragma unroll
-        for (int n = 0; n < LB; n++) {
-            const int idx = threadIdx.x + (n0 + n) * NTH, r = idx / V, c = idx % V * 4;
-            zkc_sts2(d1 + r * (HD + 8) + c, zkc_pack_bf16(x[0][n].x, x[0][n].y),
-                     zkc_pack_bf16(x[0][n].z, x[0][n].w));
-            zkc_sts2(d2 + r * (HD + 8) + c, zkc_pack_bf16(x[1][n].x, x[1][n].y),
-                     zkc_pack_bf16(x[1][n].z, x[1][n].w));
+            for (int n = 0; n < LB; n++) {
+                if (n < LB / F1) {
+                    const int idx = threadIdx.x + (n0 / F1 + n) * NTH, r = idx / V1, c = idx % V1 * C1::E;
+                    x1[n] = t0 + r < T ? C1::ld(s1 + (size_t)(t0 + r) * st1 + c) : C1::zero();
+                }
+                if (n < LB / F2) {
+                    const int idx = threadIdx.x + (n0 / F2 + n) * NTH, r = idx / V2, c = idx % V2 * C2::E;
+                    x2[n] = t0 + r < T ? C2::ld(s2 + (size_t)(t0 + r) * st2 + c) : C2::zero();
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < LB; n++) {
+                if (n < LB / F1) {
+                    const int idx = threadIdx.x + (n0 / F1 + n) * NTH, r = idx / V1, c = idx % V1 * C1::E;
+                    C1::st(d1 + r * (HD + 8) + c, x1[n]);
+                }
+                if (n < LB / F2) {
+                    const int idx = threadIdx.x + (n0 / F2 + n) * NTH, r = idx / V2, c = idx % V2 * C2::E;
+                    C2::st(d2 + r * (HD + 8) + c, x2[n]);
+                }
+            }
         }
     }
 }
 
 /* one matrix: the same, rows [t0, t0+R) of src -> dst */
-template <int R, int HD, int NTH = NW * 32>
-__device__ __forceinline__ void load_tile(bf16 *dst, const float *src, size_t stride, int t0, int T)
+template <int R, int HD, int NTH = NW * 32, class S>
+__device__ __forceinline__ void load_tile(bf16 *dst, const S *src, size_t stride, int t0, int T)
 {
-    constexpr int V = HD / 4, N = R * V / NTH, LB = N < 4 ? N : 4;
+    typedef chunk<S> C;
+    constexpr int V = HD / C::E, N = R * V / NTH, LB = N < 4 ? N : 4;
     static_assert(R * V % NTH == 0 && N % LB == 0, "tile not a multiple of the block");
 #pragma unroll 1
     for (int n0 = 0; n0 < N; n0 += LB) {
-        float4 x[LB];
+        typename C::V x[LB];
 #pragma unroll
         for (int n = 0; n < LB; n++) {
-            const int idx = threadIdx.x + (n0 + n) * NTH, r = idx / V, c = idx % V * 4;
-            const float4 z = { 0.0f, 0.0f, 0.0f, 0.0f };
-            x[n] = t0 + r < T ? zkc_ldg4(src + (size_t)(t0 + r) * stride + c) : z;
+            const int idx = threadIdx.x + (n0 + n) * NTH, r = idx / V, c = idx % V * C::E;
+            x[n] = t0 + r < T ? C::ld(src + (size_t)(t0 + r) * stride + c) : C::zero();
         }
 #pragma unroll
         for (int n = 0; n < LB; n++) {
-            const int idx = threadIdx.x + (n0 + n) * NTH, r = idx / V, c = idx % V * 4;
-            zkc_sts2(dst + r * (HD + 8) + c, zkc_pack_bf16(x[n].x, x[n].y),
-                     zkc_pack_bf16(x[n].z, x[n].w));
+            const int idx = threadIdx.x + (n0 + n) * NTH, r = idx / V, c = idx % V * C::E;
+            C::st(dst + r * (HD + 8) + c, x[n]);
         }
     }
 }
 
-/* The same split in two for a prefetch: a thread's N = R HD / (4 NTH)
+/* The same split in two for a prefetch: a thread's N = R HD / (E NTH)
  * 16-byte loads of rows [t0, t0+R) into registers (zero past T), later
- * their bf16 stores into the tile */
-template <int R, int HD, int NTH>
-__device__ __forceinline__ void ldg_rows(float4 *x, const float *src, size_t stride, int t0, int T)
+ * their stores into the tile */
+template <int R, int HD, int NTH, class S>
+__device__ __forceinline__ void ldg_rows(typename chunk<S>::V *x, const S *src, size_t stride,
+                                         int t0, int T)
 {
-    constexpr int V = HD / 4, N = R * V / NTH;
+    typedef chunk<S> C;
+    constexpr int V = HD / C::E, N = R * V / NTH;
 #pragma unroll
     for (int n = 0; n < N; n++) {
-        const int idx = threadIdx.x + n * NTH, r = idx / V, c = idx % V * 4;
-        const float4 z = { 0.0f, 0.0f, 0.0f, 0.0f };
-        x[n] = t0 + r < T ? zkc_ldg4(src + (size_t)(t0 + r) * stride + c) : z;
+        const int idx = threadIdx.x + n * NTH, r = idx / V, c = idx % V * C::E;
+        x[n] = t0 + r < T ? C::ld(src + (size_t)(t0 + r) * stride + c) : C::zero();
     }
 }
-template <int R, int HD, int NTH>
-__device__ __forceinline__ void sts_rows(bf16 *dst, const float4 *x)
+template <int R, int HD, int NTH, class S>
+__device__ __forceinline__ void sts_rows(bf16 *dst, const typename chunk<S>::V *x)
 {
-    constexpr int V = HD / 4, N = R * V / NTH;
+    typedef chunk<S> C;
+    constexpr int V = HD / C::E, N = R * V / NTH;
 #pragma unroll
     for (int n = 0; n < N; n++) {
-        const int idx = threadIdx.x + n * NTH, r = idx / V, c = idx % V * 4;
-        zkc_sts2(dst + r * (HD + 8) + c, zkc_pack_bf16(x[n].x, x[n].y), zkc_pack_bf16(x[n].z, x[n].w));
+        const int idx = threadIdx.x + n * NTH, r = idx / V, c = idx % V * C::E;
+        C::st(dst + r * (HD + 8) + c, x[n]);
     }
+}
+
+/* two adjacent outputs of a row: fp32 as computed (8 bytes), or io16 each
+ * rounded once to nearest even (zkc_bf16, the casts' bits; 4 bytes) */
+__device__ __forceinline__ void stg_pair(float *p, float x, float y) { zkc_stg2(p, x, y); }
+__device__ __forceinline__ void stg_pair(uint16_t *p, float x, float y)
+{
+    zkc_stg2h(p, (uint32_t)zkc_bf16(x) | (uint32_t)zkc_bf16(y) << 16);
 }
 
 /* ldmatrix row addresses: a lane's byte offset into a bf16 tile at stride
@@ -347,9 +432,9 @@ __device__ __forceinline__ float quad_sum(float v)
  * K, V); 4 at 128 (its registers) */
 template <int HD> struct fwd_cfg { enum { NWF = HD == 64 ? 8 : 4, BRF = NWF * 16, MINB = HD == 64 ? 2 : 3 }; };
 
-template <int HD>
+template <int HD, class IO>
 __global__ static void __launch_bounds__(fwd_cfg<HD>::NWF * 32, fwd_cfg<HD>::MINB)
-k_tc_fwd(float *out, float *lse, const float *qkv, tcp a)
+k_tc_fwd(IO *out, float *lse, const IO *qkv, tcp a)
 {
     enum { LD = HD + 8, KS = HD / 16, BC = 64, NS = BC / 8, ND = HD / 8,
            NWF = fwd_cfg<HD>::NWF, BRF = fwd_cfg<HD>::BRF, NTH = NWF * 32 };
@@ -360,7 +445,7 @@ k_tc_fwd(float *out, float *lse, const float *qkv, tcp a)
     const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, q0 = qt * BRF, r0 = q0 + w * 16;
     const int i0 = r0 + g, i1 = i0 + 8;          /* this lane's two rows */
     const size_t st = 3 * (size_t)a.C;
-    const float *base = qkv + (size_t)b * T * st + (size_t)h * HD;      /* q of (b, 0, h) */
+    const IO *base = qkv + (size_t)b * T * st + (size_t)h * HD;         /* q of (b, 0, h) */
     const float sl2 = a.scale * LOG2E;
     const lane_offs lo = lane_offsets<LD>(lane);
     const zkc_sptr qp = zkc_sptr_of(qs), kp = zkc_sptr_of(ks), vp = zkc_sptr_of(vs);
@@ -380,7 +465,7 @@ k_tc_fwd(float *out, float *lse, const float *qkv, tcp a)
 
     /* PIPE (head size 64): the next tile's K loads fly during this tile's
      * S and softmax, its V loads during P V; 3 barriers a tile */
-    enum { PIPE = !QREG, NP = PIPE ? BC * HD / 4 / NTH : 1 };
+    enum { PIPE = !QREG, NP = PIPE ? BC * HD / chunk<IO>::E / NTH : 1 };
     const int kend = min(q0 + BRF, T);            /* causal: keys after the block's last row skipped */
     if (PIPE) load_tiles<BC, HD, NTH>(ks, base + a.C, st, vs, base + 2 * a.C, st, 0, T);
     for (int k0 = 0; k0 < kend; k0 += BC) {
@@ -390,7 +475,7 @@ k_tc_fwd(float *out, float *lse, const float *qkv, tcp a)
             load_tiles<BC, HD, NTH>(ks, base + a.C, st, vs, base + 2 * a.C, st, k0, T);
         }
         __syncthreads();                          /* this tile's K, V (and Q) stored */
-        float4 pre[NP];                           /* PIPE: the next tile's K, then V */
+        typename chunk<IO>::V pre[NP];            /* PIPE: the next tile's K, then V */
         if (PIPE && more) ldg_rows<BC, HD, NTH>(pre, base + a.C, st, k0 + BC, T);
         uint32_t pf[NS / 2][4];                   /* bf16(p) as A fragments */
         if (active) {
@@ -448,26 +533,26 @@ k_tc_fwd(float *out, float *lse, const float *qkv, tcp a)
         if (PIPE) {
             __syncthreads();                      /* every warp's S read K */
             if (more) {
-                sts_rows<BC, HD, NTH>(ks, pre);
+                sts_rows<BC, HD, NTH, IO>(ks, pre);
                 ldg_rows<BC, HD, NTH>(pre, base + 2 * a.C, st, k0 + BC, T);
             }
         }
         if (active) mma_reg_kn<NS / 2, ND, LD>(o, pf, vp + lo.kn);   /* O += bf16(P) V */
         if (PIPE) {
             __syncthreads();                      /* every warp's P V read V */
-            if (more) sts_rows<BC, HD, NTH>(vs, pre);
+            if (more) sts_rows<BC, HD, NTH, IO>(vs, pre);
         }
     }
     const float lt[2] = { quad_sum(l[0]), quad_sum(l[1]) };
     const int rows[2] = { i0, i1 };
-    float *ob = out + (size_t)b * T * a.C + (size_t)h * HD + 2 * t;
+    IO *ob = out + (size_t)b * T * a.C + (size_t)h * HD + 2 * t;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (rows[r] >= T) continue;
         const float inv = 1.0f / lt[r];
 #pragma unroll
         for (int n = 0; n < ND; n++)
-            zkc_stg2(ob + (size_t)rows[r] * a.C + n * 8, o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+            stg_pair(ob + (size_t)rows[r] * a.C + n * 8, o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
         if (t == 0) lse[(size_t)blockIdx.y * T + rows[r]] = m[r] * a.scale + logf(lt[r]);  /* (B,NH,T) */
     }
 }
@@ -476,21 +561,22 @@ k_tc_fwd(float *out, float *lse, const float *qkv, tcp a)
  * the block's first key to T. Per chunk and warp: S^T = K Q^T, dP^T = V
  * dO^T (16, CH); P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - D) scale;
  * dV += bf16(P^T) dO, dK += bf16(dS^T) Q (16, HD) in registers. */
-template <int HD>
+template <int HD, class IO>
 __global__ static void __launch_bounds__(NW * 32, tc_cfg<HD>::MINB_DKV)
-k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *D, tcp a)
+k_tc_dkv(IO *dqkv, const float *dout, const IO *qkv, const float *lse, const float *D, tcp a)
 {
     enum { CH = tc_cfg<HD>::CH, LD = HD + 8, KS = HD / 16, NC = CH / 8, ND = HD / 8 };
+    constexpr bool ATOM = dq_atomic<IO>::on;
     __shared__ __align__(16) bf16 ks[BR * LD], vs[BR * LD], qs[CH * LD], gs[CH * LD];
     __shared__ float ls[CH], dsm[CH];            /* the chunk's lse log2(e) and D */
     enum { LQ = CH + 8 };
-    __shared__ __align__(16) bf16 dss[DQA ? BR * LQ : 8];   /* DQA: bf16(dS^T), keys x queries */
+    __shared__ __align__(16) bf16 dss[ATOM ? BR * LQ : 8];  /* DQA: bf16(dS^T), keys x queries */
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3, T = a.T;
     const int kt = blockIdx.x;                   /* tile 0 has the most queries: first */
     const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, k0 = kt * BR;
     const int j0 = k0 + w * 16 + g, j1 = j0 + 8;  /* this lane's two keys */
     const size_t st = 3 * (size_t)a.C;
-    const float *base = qkv + (size_t)b * T * st + (size_t)h * HD;
+    const IO *base = qkv + (size_t)b * T * st + (size_t)h * HD;
     const float *gbase = dout + (size_t)b * T * a.C + (size_t)h * HD;
     const float *L = lse + (size_t)blockIdx.y * T, *Dr = D + (size_t)blockIdx.y * T;
     const float sl2 = a.scale * LOG2E;
@@ -531,7 +617,7 @@ k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, con
         mma_reg_kn<NC / 2, ND, LD>(dv, af, gp + lo.kn);  /* dV += bf16(P^T) dO */
         c_to_a<NC / 2>(af, dp);
         mma_reg_kn<NC / 2, ND, LD>(dk, af, qp + lo.kn);  /* dK += bf16(dS^T) Q */
-        if (DQA) {                                /* dQ[chunk] += bf16(dS) K, by atomics */
+        if constexpr (ATOM) {                     /* dQ[chunk] += bf16(dS) K, by atomics */
             enum { QT = CH / 16, WPQ = NW / QT, NQ = ND / WPQ };   /* query tiles; warps, n-tiles each */
             uint32_t *dw = (uint32_t *)dss;
 #pragma unroll
@@ -571,14 +657,14 @@ k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, con
         }
     }
     const int rows[2] = { j0, j1 };
-    float *drow = dqkv + (size_t)b * T * st + (size_t)h * HD + 2 * t;
+    IO *drow = dqkv + (size_t)b * T * st + (size_t)h * HD + 2 * t;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (rows[r] >= T) continue;
 #pragma unroll
         for (int n = 0; n < ND; n++) {
-            zkc_stg2(drow + (size_t)rows[r] * st + a.C + n * 8, dk[n][2 * r], dk[n][2 * r + 1]);
-            zkc_stg2(drow + (size_t)rows[r] * st + 2 * a.C + n * 8, dv[n][2 * r], dv[n][2 * r + 1]);
+            stg_pair(drow + (size_t)rows[r] * st + a.C + n * 8, dk[n][2 * r], dk[n][2 * r + 1]);
+            stg_pair(drow + (size_t)rows[r] * st + 2 * a.C + n * 8, dv[n][2 * r], dv[n][2 * r + 1]);
         }
     }
 }
@@ -589,9 +675,9 @@ k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, con
  * * out) of the block's rows (fp32: a lane sums d = lane, lane + 32, ...,
  * then an xor butterfly), kept in registers and written to D[(b*NH + h)*T
  * + i] for k_tc_dkv, which runs after. */
-template <int HD>
+template <int HD, class IO>
 __global__ static void __launch_bounds__(dq_cfg<HD>::NWQ * 32, dq_cfg<HD>::MINB)
-k_tc_dq(float *dqkv, float *D, const float *dout, const float *out, const float *qkv, const float *lse, tcp a)
+k_tc_dq(IO *dqkv, float *D, const float *dout, const IO *out, const IO *qkv, const float *lse, tcp a)
 {
     enum { CH = dq_cfg<HD>::CH, LD = HD + 8, KS = HD / 16, NC = CH / 8, ND = HD / 8,
            NWQ = dq_cfg<HD>::NWQ, BRQ = NWQ * 16, NTH = NWQ * 32 };
@@ -601,7 +687,7 @@ k_tc_dq(float *dqkv, float *D, const float *dout, const float *out, const float 
     const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, q0 = qt * BRQ, r0 = q0 + w * 16;
     const int i0 = r0 + g, i1 = i0 + 8;
     const size_t st = 3 * (size_t)a.C;
-    const float *base = qkv + (size_t)b * T * st + (size_t)h * HD;
+    const IO *base = qkv + (size_t)b * T * st + (size_t)h * HD;
     const float *gbase = dout + (size_t)b * T * a.C + (size_t)h * HD;
     const float sl2 = a.scale * LOG2E;
     const lane_offs lo = lane_offsets<LD>(lane);
@@ -615,7 +701,7 @@ k_tc_dq(float *dqkv, float *D, const float *dout, const float *out, const float 
         const size_t off = ((size_t)b * T + i) * a.C + (size_t)h * HD;
         float d = 0.0f;
 #pragma unroll
-        for (int x = lane; x < HD; x += 32) d += dout[off + x] * out[off + x];
+        for (int x = lane; x < HD; x += 32) d += dout[off + x] * zkc_get(out + (off + x));
         d = zkc_warp_sum(d);                      /* every lane the same bits */
         if (r == g) Dv[0] = d;
         if (r == g + 8) Dv[1] = d;
@@ -648,13 +734,13 @@ k_tc_dq(float *dqkv, float *D, const float *dout, const float *out, const float 
         c_to_a<NC / 2>(af, dp);
         mma_reg_kn<NC / 2, ND, LD>(dq, af, kp + lo.kn);  /* dQ += bf16(dS) K */
     }
-    float *drow = dqkv + (size_t)b * T * st + (size_t)h * HD + 2 * t;
+    IO *drow = dqkv + (size_t)b * T * st + (size_t)h * HD + 2 * t;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (rows[r] >= T) continue;
 #pragma unroll
         for (int n = 0; n < ND; n++)
-            zkc_stg2(drow + (size_t)rows[r] * st + n * 8, dq[n][2 * r], dq[n][2 * r + 1]);
+            stg_pair(drow + (size_t)rows[r] * st + n * 8, dq[n][2 * r], dq[n][2 * r + 1]);
     }
 }
 
@@ -691,50 +777,68 @@ __global__ static void k_tc_D(float *D, float *dqkv, const float *dout, const fl
 
 static int tc_aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-template <int HD>
-static int tc_forward(cudaStream_t s, float *out, float *lse, const float *qkv, int B, tcp a)
+template <int HD, class IO>
+static int tc_forward(cudaStream_t s, IO *out, float *lse, const IO *qkv, int B, tcp a)
 {
     enum { NWF = fwd_cfg<HD>::NWF, BRF = fwd_cfg<HD>::BRF };
     dim3 g((unsigned)((a.T + BRF - 1) / BRF), (unsigned)(B * a.NH));
-    k_tc_fwd<HD><<<g, NWF * 32, 0, s>>>(out, lse, qkv, a);
+    k_tc_fwd<HD, IO><<<g, NWF * 32, 0, s>>>(out, lse, qkv, a);
     return ZKC_LAUNCHED();
 }
 
-template <int HD>
-static int tc_backward(cudaStream_t s, float *dqkv, const float *dout, const float *qkv,
-                       const float *out, const float *lse, int B, tcp a, float *scratch)
+template <int HD, class IO>
+static int tc_backward(cudaStream_t s, IO *dqkv, const float *dout, const IO *qkv,
+                       const IO *out, const float *lse, int B, tcp a, float *scratch)
 {
     int e, rows = B * a.NH * a.T;
     dim3 g((unsigned)((a.T + BR - 1) / BR), (unsigned)(B * a.NH));
     dim3 gq((unsigned)((a.T + dq_cfg<HD>::NWQ * 16 - 1) / (dq_cfg<HD>::NWQ * 16)), (unsigned)(B * a.NH));
-    if (DQA)
+    if constexpr (dq_atomic<IO>::on)
         k_tc_D<HD><<<(unsigned)((rows + NW - 1) / NW), NW * 32, 0, s>>>(scratch, dqkv, dout, out, a, rows);
     else
-        k_tc_dq<HD><<<gq, dq_cfg<HD>::NWQ * 32, 0, s>>>(dqkv, scratch, dout, out, qkv, lse, a);   /* and D */
+        k_tc_dq<HD, IO><<<gq, dq_cfg<HD>::NWQ * 32, 0, s>>>(dqkv, scratch, dout, out, qkv, lse, a);   /* and D */
     if ((e = ZKC_LAUNCHED())) return e;
-    k_tc_dkv<HD><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, a);
+    k_tc_dkv<HD, IO><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, a);
     return ZKC_LAUNCHED();
 }
 
-extern "C" int zkc_attention_forward_tc(cudaStream_t s, float *out, float *lse, const float *qkv,
-                                        int B, int T, int C, int NH)
+template <class IO>
+static int tc_forward_io(cudaStream_t s, IO *out, float *lse, const IO *qkv, int B, tcp a)
+{
+    return a.C / a.NH == 64 ? tc_forward<64>(s, out, lse, qkv, B, a) : tc_forward<128>(s, out, lse, qkv, B, a);
+}
+
+template <class IO>
+static int tc_backward_io(cudaStream_t s, IO *dqkv, const float *dout, const IO *qkv,
+                          const IO *out, const float *lse, int B, tcp a, float *scratch)
+{
+    return a.C / a.NH == 64 ? tc_backward<64>(s, dqkv, dout, qkv, out, lse, B, a, scratch)
+                            : tc_backward<128>(s, dqkv, dout, qkv, out, lse, B, a, scratch);
+}
+
+extern "C" int zkc_attention_forward_tc(cudaStream_t s, void *out, float *lse, const void *qkv,
+                                        int io16, int B, int T, int C, int NH)
 {
     tcp a;
     int e = tc_params(&a, B, T, C, NH);
     if (e || B == 0 || T == 0) return e;
     if (!tc_aligned(out) || !tc_aligned(qkv)) return (int)cudaErrorInvalidValue;
-    return C / NH == 64 ? tc_forward<64>(s, out, lse, qkv, B, a) : tc_forward<128>(s, out, lse, qkv, B, a);
+    return io16 ? tc_forward_io(s, (uint16_t *)out, lse, (const uint16_t *)qkv, B, a)
+                : tc_forward_io(s, (float *)out, lse, (const float *)qkv, B, a);
 }
 
-extern "C" int zkc_attention_backward_tc(cudaStream_t s, float *dqkv, const float *dout,
-                                         const float *qkv, const float *out, const float *lse,
-                                         int B, int T, int C, int NH, float *scratch)
+extern "C" int zkc_attention_backward_tc(cudaStream_t s, void *dqkv, const float *dout,
+                                         const void *qkv, const void *out, const float *lse,
+                                         int io16, int B, int T, int C, int NH, float *scratch)
 {
     tcp a;
     int e = tc_params(&a, B, T, C, NH);
     if (e || B == 0 || T == 0) return e;
-    if (!tc_aligned(dqkv) || !tc_aligned(dout) || !tc_aligned(qkv) || !tc_aligned(out))
+    if (!tc_aligned(dqkv) || !tc_aligned(dout) || !tc_aligned(qkv) || !tc_aligned(out) ||
+        (io16 && DQA))
         return (int)cudaErrorInvalidValue;
-    return C / NH == 64 ? tc_backward<64>(s, dqkv, dout, qkv, out, lse, B, a, scratch)
-                        : tc_backward<128>(s, dqkv, dout, qkv, out, lse, B, a, scratch);
+    return io16 ? tc_backward_io(s, (uint16_t *)dqkv, dout, (const uint16_t *)qkv,
+                                 (const uint16_t *)out, lse, B, a, scratch)
+                : tc_backward_io(s, (float *)dqkv, dout, (const float *)qkv, (const float *)out,
+                                 lse, B, a, scratch);
 }

@@ -160,15 +160,21 @@ int zkc_sum_ranks(cudaStream_t s, float *dst, const float *src, int nsrc, size_t
 /* ---- attention.cu: causal self-attention, layouts of zk_attention_*; head
  * size C/NH <= 256 (else cudaErrorInvalidValue). Online softmax, no (T,T)
  * buffer; backward deterministic (one owner per output row). scratch: a
- * device array of B*NH*T floats. Plain, not fast (see the file). ---- */
-int zkc_attention_forward(cudaStream_t s, float *out, float *lse, const float *qkv,
+ * device array of B*NH*T floats. Plain, not fast (see the file). io16
+ * (internal.h's device-table contract): qkv, out and dqkv bf16 (uint16_t
+ * bits), else fp32; lse and dout fp32 either way. A bf16 input is widened
+ * exactly and the arithmetic is the fp32 kernel's, each output rounded
+ * once to nearest even (zkc_bf16): round(fp32 kernel(widen(x))), bit for
+ * bit, on any one GPU. ---- */
+int zkc_attention_forward(cudaStream_t s, void *out, float *lse, const void *qkv, int io16,
                           int B, int T, int C, int NH);
-int zkc_attention_backward(cudaStream_t s, float *dqkv, const float *dout, const float *qkv,
-                           const float *out, const float *lse, int B, int T, int C, int NH,
-                           float *scratch);
+int zkc_attention_backward(cudaStream_t s, void *dqkv, const float *dout, const void *qkv,
+                           const void *out, const float *lse, int io16, int B, int T, int C,
+                           int NH, float *scratch);
 /* zk_attention_decode's contract (KV cache rows [pos, pos+T) WRITTEN, then
- * out); row i's output has the bits of row pos+i of zkc_attention_forward
- * over the whole sequence (the same row arithmetic), not the CPU's. */
+ * out), fp32 only; row i's output has the bits of row pos+i of the fp32
+ * zkc_attention_forward over the whole sequence (the same row arithmetic),
+ * not the CPU's. */
 int zkc_attention_decode(cudaStream_t s, float *out, float *kcache, float *vcache,
                          const float *qkv, int B, int T, int C, int NH, int maxT, int pos);
 
@@ -181,12 +187,17 @@ int zkc_attention_decode(cudaStream_t s, float *out, float *kcache, float *vcach
  * Not the plain kernels' bits (about 2^-9 relative apart: see the file and
  * spec/c/attn_tc_check.h); deterministic run to run (no atomics in the
  * default build). dqkv WRITTEN; scratch: B*NH*T floats (D, written by the
- * dQ kernel). ---- */
-int zkc_attention_forward_tc(cudaStream_t s, float *out, float *lse, const float *qkv,
+ * dQ kernel). io16 as the plain kernels': bf16 q, k, v go into the tiles
+ * as they are (the fp32 path's rounding of a widened bf16 is exact: the
+ * same operand bits), a bf16 out is widened for D, out and dqkv are the
+ * fp32 results rounded once; so again round(fp32 kernel(widen(x))) bit
+ * for bit. A -DZKC_ATTN_TC_DQ_ATOMIC build refuses an io16 backward
+ * (cudaErrorInvalidValue: its fp32 atomics need an fp32 dqkv). ---- */
+int zkc_attention_forward_tc(cudaStream_t s, void *out, float *lse, const void *qkv, int io16,
                              int B, int T, int C, int NH);
-int zkc_attention_backward_tc(cudaStream_t s, float *dqkv, const float *dout, const float *qkv,
-                              const float *out, const float *lse, int B, int T, int C, int NH,
-                              float *scratch);
+int zkc_attention_backward_tc(cudaStream_t s, void *dqkv, const float *dout, const void *qkv,
+                              const void *out, const float *lse, int io16, int B, int T, int C,
+                              int NH, float *scratch);
 
 #ifdef __cplusplus
 }

@@ -79,9 +79,13 @@ __device__ __forceinline__ uint32_t zkc_pack_bf16(float lo, float hi)
     return *(uint32_t *)&v;
 }
 
-/* 16-byte global load (p 16-byte aligned), 8-byte shared store of two
- * registers, 8-byte global store of two floats (both 8-byte aligned) */
+/* 16-byte global loads (p 16-byte aligned) of 4 floats or 8 bf16, 8- and
+ * 16-byte shared stores of two or four registers, 8-byte global store of
+ * two floats and 4-byte of two bf16 (each aligned to its size) */
 __device__ __forceinline__ float4 zkc_ldg4(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ uint4 zkc_ldg8h(const uint16_t *p) { return *(const uint4 *)p; }
 __device__ __forceinline__ void zkc_sts2(void *p, uint32_t lo, uint32_t hi) { *(uint2 *)p = make_uint2(lo, hi); }
+__device__ __forceinline__ void zkc_sts4(void *p, uint4 v) { *(uint4 *)p = v; }
 __device__ __forceinline__ void zkc_stg2(float *p, float x, float y) { *(float2 *)p = make_float2(x, y); }
+__device__ __forceinline__ void zkc_stg2h(uint16_t *p, uint32_t v) { *(uint32_t *)p = v; }
 #endif

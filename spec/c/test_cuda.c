@@ -32,7 +32,10 @@
  *    on bf16-valued inputs against the CPU twin, per element within
  *    1e-6 + 4 * 2^-9 * (the sum of the absolute terms), lse within its fp32
  *    bound; derived in spec/c/attn_tc_check.h, which test_attention_tiles.c
- *    shares (there broken variants of the algorithm must fail it).
+ *    shares (there broken variants of the algorithm must fail it);
+ *  - bf16 I/O attention (io16, plain and tensor-core kernels): exact bits
+ *    against the fp32 call on this GPU with the widened inputs, its out
+ *    and dqkv rounded to bf16 (zk_cast_f32_bf16), lse the same bits.
  */
 #include <cuda_runtime_api.h>
 #include "ctest.h"
@@ -646,8 +649,8 @@ static void t_attention(int B, int T, int C, int NH)
     zk_attention_backward(dq, dy, qkv, o, l, B, T, C, NH);
     float *d_qkv = up(qkv, nq * 4), *d_dy = up(dy, no * 4), *d_o = NULL, *d_l = NULL, *d_dq = NULL;
     dv->alloc((void **)&d_o, no * 4); dv->alloc((void **)&d_l, nl * 4); dv->alloc((void **)&d_dq, nq * 4);
-    dv->attention_forward(d_o, d_l, d_qkv, B, T, C, NH);
-    dv->attention_backward(d_dq, d_dy, d_qkv, d_o, d_l, B, T, C, NH);
+    dv->attention_forward(d_o, d_l, d_qkv, 0, B, T, C, NH);
+    dv->attention_backward(d_dq, d_dy, d_qkv, d_o, d_l, 0, B, T, C, NH);
     snprintf(name, sizeof name, "attention B=%d T=%d C=%d NH=%d", B, T, C, NH);
     if (!synced(name)) return;
     float *go = down(d_o, no * 4), *gl = down(d_l, nl * 4), *gq = down(d_dq, nq * 4);
@@ -685,7 +688,7 @@ static void t_decode(int B, int P, int Tn, int C, int NH, int maxT)
     dv->alloc((void **)&d_o0, (size_t)B * P * C * 4); dv->alloc((void **)&d_o1, (size_t)B * Tn * C * 4);
     dv->alloc((void **)&d_k, nc * 4); dv->alloc((void **)&d_v, nc * 4);
     dv->zero(d_k, nc * 4); dv->zero(d_v, nc * 4);
-    dv->attention_forward(d_o, d_l, d_q, B, L, C, NH);
+    dv->attention_forward(d_o, d_l, d_q, 0, B, L, C, NH);
     dv->attention_decode(d_o0, d_k, d_v, d_q0, B, P, C, NH, maxT, 0);
     dv->attention_decode(d_o1, d_k, d_v, d_q1, B, Tn, C, NH, maxT, P);
     snprintf(name, sizeof name, "attention decode B=%d P=%d T=%d hs=%d", B, P, Tn, hs);
@@ -747,8 +750,8 @@ static void t_attention_tc(int B, int T, int NH, int hs)
     for (int r = 0; r < 2; r++) {
         d_dq[r] = up(nan, nq * 4);
         dv->alloc((void **)&d_o[r], no * 4); dv->alloc((void **)&d_l[r], nl * 4);
-        dv->attention_forward(d_o[r], d_l[r], d_qkv, B, T, C, NH);
-        dv->attention_backward(d_dq[r], d_dy, d_qkv, d_o[r], d_l[r], B, T, C, NH);
+        dv->attention_forward(d_o[r], d_l[r], d_qkv, 0, B, T, C, NH);
+        dv->attention_backward(d_dq[r], d_dy, d_qkv, d_o[r], d_l[r], 0, B, T, C, NH);
     }
     zt_cuda_attention_mode(was);
     snprintf(name, sizeof name, "attention bf16 B=%d T=%d NH=%d hs=%d", B, T, NH, hs);
@@ -788,8 +791,8 @@ static void attn_in_mode_at(int mode, float **out, float **dqkv, const float *qk
     dv->alloc((void **)&d_dq, nq * 4);
     int was = zt_cuda_attention_mode(-1);
     zt_cuda_attention_mode(mode);
-    dv->attention_forward(d_o, d_l, d_qkv, B, T, C, NH);
-    dv->attention_backward(d_dq, d_dy, d_qkv, d_o, d_l, B, T, C, NH);
+    dv->attention_forward(d_o, d_l, d_qkv, 0, B, T, C, NH);
+    dv->attention_backward(d_dq, d_dy, d_qkv, d_o, d_l, 0, B, T, C, NH);
     zt_cuda_attention_mode(was);
     *out = down(d_o, no * 4);
     *dqkv = down(d_dq, nq * 4);
@@ -829,10 +832,96 @@ static void t_attention_tc_mode(void)
     same_bits("attention mode bf16, qkv not on 16 bytes: the plain kernel's dqkv", g1, g0, (size_t)300 * 128 * 4);
     free(o0); free(o1); free(g0); free(g1); free(qkv); free(dy);
     cudaStream_t s = (cudaStream_t)zt_cuda_get_stream();
-    int e1 = zkc_attention_forward_tc(s, NULL, NULL, NULL, 1, 8, 96, 3);
-    int e2 = zkc_attention_backward_tc(s, NULL, NULL, NULL, NULL, NULL, 1, 8, 130, 2, NULL);
+    int e1 = zkc_attention_forward_tc(s, NULL, NULL, NULL, 0, 1, 8, 96, 3);
+    int e2 = zkc_attention_backward_tc(s, NULL, NULL, NULL, NULL, NULL, 1, 1, 8, 130, 2, NULL);
     ct_check(e1 == (int)cudaErrorInvalidValue && e2 == (int)cudaErrorInvalidValue,
              "attention tc: head size 32 or 65 is cudaErrorInvalidValue", "forward %d, backward %d", e1, e2);
+}
+
+/* bf16 I/O (io16) through the device table in the given mode: out and
+ * lse against the fp32 call on the widened qkv, out = bf16(fp32 out) and
+ * lse the same bits; dqkv (prefilled with a NaN: WRITTEN) against the fp32
+ * backward given the widened bf16 out, dqkv = bf16(fp32 dqkv): bit for bit
+ * on this GPU, whichever kernel the routing picks (counted: tc expected or
+ * not). skew: qkv (both calls') 2 or 4 bytes past a 16-byte boundary, so
+ * mode 1 routes it plain. */
+static void attn_io16(int mode, int B, int T, int NH, int hs, int skew, int want_tc)
+{
+    char name[160], at[96];
+    const int C = hs * NH;
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1), *qw = malloc(nq * 4);
+    uint16_t *q16 = malloc(nq * 2), *nan16 = malloc(nq * 2);
+    zk_cast_f32_bf16(q16, qkv, nq);
+    zk_cast_bf16_f32(qw, q16, nq);                  /* the widened bf16 qkv */
+    for (size_t i = 0; i < nq; i++) nan16[i] = 0x7fc1;
+    snprintf(at, sizeof at, "attention io16 mode %d B=%d T=%d NH=%d hs=%d%s", mode, B, T, NH, hs,
+             skew ? " qkv off 16 bytes" : "");
+    float *d_bw = NULL, *d_ow = NULL, *d_lw = NULL, *d_dqw = NULL, *d_l16 = NULL;
+    uint16_t *d_b16 = NULL, *d_o16 = NULL;
+    float *d_dy = up(dy, no * 4);
+    uint16_t *d_dq16 = up(nan16, nq * 2);
+    dv->alloc((void **)&d_bw, (nq + 4) * 4); dv->alloc((void **)&d_b16, (nq + 8) * 2);
+    float *d_qw = d_bw + (skew ? 1 : 0);
+    uint16_t *d_q16 = d_b16 + (skew ? 1 : 0);
+    dv->copy(d_qw, qw, nq * 4); dv->copy(d_q16, q16, nq * 2);
+    dv->alloc((void **)&d_ow, no * 4); dv->alloc((void **)&d_lw, nl * 4);
+    dv->alloc((void **)&d_dqw, nq * 4); dv->alloc((void **)&d_l16, nl * 4);
+    dv->alloc((void **)&d_o16, no * 2);
+    int was = zt_cuda_attention_mode(-1);
+    zt_cuda_attention_mode(mode);
+    int rf = dv->attention_forward(d_ow, d_lw, d_qw, 0, B, T, C, NH);
+    int64_t tc0 = dv->attention_tc_calls();
+    int r16 = dv->attention_forward(d_o16, d_l16, d_q16, 1, B, T, C, NH);
+    int64_t tc1 = dv->attention_tc_calls();
+    snprintf(name, sizeof name, "%s: forward", at);
+    if (!synced(name)) { zt_cuda_attention_mode(was); return; }
+    uint16_t *o16 = down(d_o16, no * 2);
+    float *ow = down(d_ow, no * 4), *lw = down(d_lw, nl * 4), *l16 = down(d_l16, nl * 4);
+    float *o16w = malloc(no * 4);
+    zk_cast_bf16_f32(o16w, o16, no);
+    float *d_o16w = up(o16w, no * 4);           /* the fp32 backward reads the bf16 out widened */
+    int rb = dv->attention_backward(d_dqw, d_dy, d_qw, d_o16w, d_l16, 0, B, T, C, NH);
+    int64_t tc2 = dv->attention_tc_calls();
+    int rb16 = dv->attention_backward(d_dq16, d_dy, d_q16, d_o16, d_l16, 1, B, T, C, NH);
+    int64_t tc3 = dv->attention_tc_calls();
+    zt_cuda_attention_mode(was);
+    snprintf(name, sizeof name, "%s: backward", at);
+    if (!synced(name)) return;
+    snprintf(name, sizeof name, "%s: calls return 0", at);
+    ct_check(rf == 0 && r16 == 0 && rb == 0 && rb16 == 0, name, "forward %d / %d, backward %d / %d",
+             rf, r16, rb, rb16);
+    snprintf(name, sizeof name, "%s: %s kernels", at, want_tc ? "tensor-core" : "plain");
+    ct_check(tc1 - tc0 == want_tc && tc3 - tc2 == want_tc, name, "tc calls forward %lld, backward %lld",
+             (long long)(tc1 - tc0), (long long)(tc3 - tc2));
+    uint16_t *want = malloc(nq * 2), *dq16 = down(d_dq16, nq * 2);
+    float *dqw = down(d_dqw, nq * 4);
+    zk_cast_f32_bf16(want, ow, no);
+    snprintf(name, sizeof name, "%s: out = bf16(fp32 out)", at);
+    same_bits(name, o16, want, no * 2);
+    snprintf(name, sizeof name, "%s: lse the fp32 call's bits", at);
+    same_bits(name, l16, lw, nl * 4);
+    zk_cast_f32_bf16(want, dqw, nq);
+    snprintf(name, sizeof name, "%s: dqkv = bf16(fp32 dqkv), all written", at);
+    same_bits(name, dq16, want, nq * 2);
+    free(qkv); free(dy); free(qw); free(q16); free(nan16); free(o16); free(ow); free(lw); free(l16);
+    free(o16w); free(want); free(dq16); free(dqw);
+    dv->free(d_bw); dv->free(d_b16); dv->free(d_dy); dv->free(d_dq16); dv->free(d_ow); dv->free(d_lw);
+    dv->free(d_dqw); dv->free(d_l16); dv->free(d_o16); dv->free(d_o16w);
+}
+
+static void t_attention_io16_all(void)
+{
+    attn_io16(0, 2, 257, 2, 64, 0, 0);      /* plain kernels */
+    attn_io16(0, 1, 100, 3, 40, 0, 0);      /* plain, lanes past the head */
+    attn_io16(1, 1, 1024, 12, 64, 0, 1);    /* GPT-2 124M's heads, tensor cores */
+    attn_io16(1, 2, 257, 2, 64, 0, 1);      /* one key past a 128-row block */
+    attn_io16(1, 1, 257, 3, 128, 0, 1);     /* head size 128 */
+    attn_io16(1, 2, 33, 1, 128, 0, 1);      /* ragged chunks of 16 */
+    attn_io16(1, 1, 1, 1, 64, 0, 1);        /* one key */
+    attn_io16(1, 1, 100, 3, 32, 0, 0);      /* head size 32: plain in mode 1 */
+    attn_io16(1, 1, 130, 2, 96, 0, 0);      /* head size 96: plain in mode 1 */
+    attn_io16(1, 1, 100, 2, 64, 1, 0);      /* qkv off 16 bytes: plain in mode 1 */
 }
 
 static void t_attention_tc_all(void)
@@ -1024,7 +1113,8 @@ static void t_stream_errors(void)
 
 static void (*const tests[])(void) = {
     t_elementwise, t_casts, t_gelu, t_layernorm, t_encoder, t_xent, t_xent_padded_both, t_adamw, t_sums,
-    t_sum_ranks, t_randn, t_matmul_all, t_matmul_epilogue, t_attention_all, t_attention_tc_all, t_errors,
+    t_sum_ranks, t_randn, t_matmul_all, t_matmul_epilogue, t_attention_all, t_attention_tc_all,
+    t_attention_io16_all, t_errors,
     t_copy_then_compute, t_two_streams, t_blas_on_current_stream, t_stream_errors,
 };
 #define NTESTS (int)(sizeof tests / sizeof tests[0])

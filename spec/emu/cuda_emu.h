@@ -259,27 +259,50 @@ static inline uint32_t zkc_pack_bf16(float lo, float hi)
     return (uint32_t)__float2bfloat16_rn(lo).x | (uint32_t)__float2bfloat16_rn(hi).x << 16;
 }
 
-/* 16-byte global loads and 8-byte shared stores (mma.cuh's zkc_ldg4,
- * zkc_sts2): alignment checked, as the hardware faults */
+/* mma.cuh's global loads and stores and shared stores (zkc_ldg4,
+ * zkc_ldg8h, zkc_sts2, zkc_sts4, zkc_stg2, zkc_stg2h): alignment checked,
+ * as the hardware faults */
 struct float4 { float x, y, z, w; };
 struct float2 { float x, y; };
+struct uint4 { uint32_t x, y, z, w; };
+static inline void emu_aligned(const void *p, unsigned n, const char *what)
+{
+    if ((uintptr_t)p % n) { fprintf(stderr, "emu: %u-byte %s at %p\n", n, what, p); abort(); }
+}
 static inline float4 zkc_ldg4(const float *p)
 {
-    if ((uintptr_t)p % 16) { fprintf(stderr, "emu: 16-byte load at %p\n", (const void *)p); abort(); }
+    emu_aligned(p, 16, "load");
     float4 v;
+    memcpy(&v, p, 16);
+    return v;
+}
+static inline uint4 zkc_ldg8h(const uint16_t *p)
+{
+    emu_aligned(p, 16, "load");
+    uint4 v;
     memcpy(&v, p, 16);
     return v;
 }
 static inline void zkc_sts2(void *p, uint32_t lo, uint32_t hi)
 {
-    if ((uintptr_t)p % 8) { fprintf(stderr, "emu: 8-byte store at %p\n", p); abort(); }
+    emu_aligned(p, 8, "store");
     uint32_t v[2] = { lo, hi };
     memcpy(p, v, 8);
 }
+static inline void zkc_sts4(void *p, uint4 v)
+{
+    emu_aligned(p, 16, "store");
+    memcpy(p, &v, 16);
+}
 static inline void zkc_stg2(float *p, float x, float y)
 {
-    if ((uintptr_t)p % 8) { fprintf(stderr, "emu: 8-byte store at %p\n", (void *)p); abort(); }
+    emu_aligned(p, 8, "store");
     p[0] = x; p[1] = y;
+}
+static inline void zkc_stg2h(uint16_t *p, uint32_t v)
+{
+    emu_aligned(p, 4, "store");
+    memcpy(p, &v, 4);
 }
 
 namespace nvcuda { namespace wmma {

@@ -5,17 +5,79 @@
  * the tolerances of test_cuda.c (spec/c/attn_tc_check.h), head sizes 64
  * and 128. Catches indexing, masking, tile
  * offsets, fragment layouts and alignment, and (as races) missing syncs;
- * not the hardware's rounding or speed. Run: sh tools/emu_kernel.sh attention_tc.
+ * not the hardware's rounding or speed. The bf16-I/O kernels (io16) too,
+ * bit for bit against the fp32 kernels on the widened inputs, their
+ * outputs rounded once (zk_cast_f32_bf16): the forward's out and lse, the
+ * backward's dqkv from the bf16 forward's own out (the fp32 run reads it
+ * widened). Run: sh tools/emu_kernel.sh attention_tc.
  */
 #include "ctest.h"
 #include "kernels.h"
 #include "attn_tc_check.h"
 
-int zkc_attention_forward_tc(void *s, float *out, float *lse, const float *qkv,
+int zkc_attention_forward_tc(void *s, void *out, float *lse, const void *qkv, int io16,
                              int B, int T, int C, int NH);
-int zkc_attention_backward_tc(void *s, float *dqkv, const float *dout, const float *qkv,
-                              const float *out, const float *lse, int B, int T, int C, int NH,
-                              float *scratch);
+int zkc_attention_backward_tc(void *s, void *dqkv, const float *dout, const void *qkv,
+                              const void *out, const float *lse, int io16, int B, int T, int C,
+                              int NH, float *scratch);
+
+/* -DZKC_ATTN_TC_DQ_ATOMIC (EMU_DEFS, passed here too): the io16 backward
+ * is refused */
+#ifdef ZKC_ATTN_TC_DQ_ATOMIC
+#define DQA 1
+#else
+#define DQA 0
+#endif
+
+static uint16_t *to_bf16(const float *x, size_t n)
+{
+    uint16_t *h = malloc(n * 2);
+    zk_cast_f32_bf16(h, x, n);
+    return h;
+}
+static void same16(const char *name, const uint16_t *got, const float *f32, size_t n)
+{
+    uint16_t *want = to_bf16(f32, n);
+    size_t i = 0;
+    while (i < n && got[i] == want[i]) i++;
+    ct_check(i == n, name, "element %zu of %zu: got 0x%04x want 0x%04x (f32 %.9g)", i, n,
+             i < n ? got[i] : 0, i < n ? want[i] : 0, i < n ? (double)f32[i] : 0.0);
+    free(want);
+}
+
+/* io16: out, lse, dqkv of the bf16-I/O kernels against the fp32 kernels'
+ * on the same (bf16-valued) qkv, dy: out16 = bf16(out), lse the same bits;
+ * dqkv16 = bf16(the fp32 backward given widen(out16)), every element
+ * written (prefilled with a NaN) */
+static void one16(const char *at, const float *qkv, const float *dy, const float *go,
+                  const float *gl, int B, int T, int C, int NH)
+{
+    char name[256];
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    uint16_t *q16 = to_bf16(qkv, nq), *o16 = malloc(no * 2), *dq16 = malloc(nq * 2);
+    float *l16 = malloc(nl * 4), *ow = malloc(no * 4), *dqw = malloc(nq * 4), *scratch = malloc(nl * 4);
+    for (size_t i = 0; i < nq; i++) { dq16[i] = 0x7fc1; dqw[i] = NAN; }
+    int rc = zkc_attention_forward_tc(NULL, o16, l16, q16, 1, B, T, C, NH);
+    snprintf(name, sizeof name, "%s io16: forward returns 0", at);
+    ct_check(rc == 0, name, "rc %d", rc);
+    snprintf(name, sizeof name, "%s io16: out = bf16(the fp32 kernel's out), bit for bit", at);
+    same16(name, o16, go, no);
+    snprintf(name, sizeof name, "%s io16: lse the fp32 kernel's bits", at);
+    ct_check(!memcmp(l16, gl, nl * 4), name, "lse differs");
+    zk_cast_bf16_f32(ow, o16, no);
+    int r1 = zkc_attention_backward_tc(NULL, dqw, dy, qkv, ow, l16, 0, B, T, C, NH, scratch);
+    int r2 = zkc_attention_backward_tc(NULL, dq16, dy, q16, o16, l16, 1, B, T, C, NH, scratch);
+    if (DQA) {
+        snprintf(name, sizeof name, "%s io16: the atomic build refuses the backward", at);
+        ct_check(r1 == 0 && r2 == 1, name, "fp32 rc %d, io16 rc %d", r1, r2);
+    } else {
+        snprintf(name, sizeof name, "%s io16: backward returns 0", at);
+        ct_check(r1 == 0 && r2 == 0, name, "fp32 rc %d, io16 rc %d", r1, r2);
+        snprintf(name, sizeof name, "%s io16: dqkv = bf16(fp32 kernel(widened out)), all written", at);
+        same16(name, dq16, dqw, nq);
+    }
+    free(q16); free(o16); free(dq16); free(l16); free(ow); free(dqw); free(scratch);
+}
 
 static void one(int B, int T, int NH, int hs)
 {
@@ -34,8 +96,8 @@ static void one(int B, int T, int NH, int hs)
     for (int r = 0; r < 2; r++) {
         go[r] = malloc(no * 4); gl[r] = malloc(nl * 4); gq[r] = malloc(nq * 4);
         for (size_t i = 0; i < nq; i++) gq[r][i] = NAN;       /* WRITTEN: every element */
-        rc |= zkc_attention_forward_tc(NULL, go[r], gl[r], qkv, B, T, C, NH);
-        rc |= zkc_attention_backward_tc(NULL, gq[r], dy, qkv, go[r], gl[r], B, T, C, NH, scratch);
+        rc |= zkc_attention_forward_tc(NULL, go[r], gl[r], qkv, 0, B, T, C, NH);
+        rc |= zkc_attention_backward_tc(NULL, gq[r], dy, qkv, go[r], gl[r], 0, B, T, C, NH, scratch);
     }
     snprintf(name, sizeof name, "emu B=%d T=%d NH=%d hs=%d: launchers return 0", B, T, NH, hs);
     ct_check(rc == 0, name, "rc %d", rc);
@@ -48,6 +110,8 @@ static void one(int B, int T, int NH, int hs)
     snprintf(name, sizeof name, "emu B=%d T=%d NH=%d hs=%d: the same bits twice", B, T, NH, hs);
     ct_check(!memcmp(go[0], go[1], no * 4) && !memcmp(gl[0], gl[1], nl * 4) &&
              !memcmp(gq[0], gq[1], nq * 4), name, "out, lse or dqkv differ");
+    snprintf(name, sizeof name, "emu B=%d T=%d NH=%d hs=%d", B, T, NH, hs);
+    one16(name, qkv, dy, go[0], gl[0], B, T, C, NH);
     free(qkv); free(dy); free(o); free(l); free(dq); free(mo); free(ml); free(mdq); free(scratch);
     for (int r = 0; r < 2; r++) { free(go[r]); free(gl[r]); free(gq[r]); }
 }
@@ -55,16 +119,20 @@ static void one(int B, int T, int NH, int hs)
 int main(void)
 {
     ct_seed(99);
-    int e1 = zkc_attention_forward_tc(NULL, NULL, NULL, NULL, 1, 8, 96, 3);
-    int e2 = zkc_attention_backward_tc(NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 130, 2, NULL);
-    int e3 = zkc_attention_forward_tc(NULL, NULL, NULL, NULL, 1, 8, 192, 2);
+    int e1 = zkc_attention_forward_tc(NULL, NULL, NULL, NULL, 0, 1, 8, 96, 3);
+    int e2 = zkc_attention_backward_tc(NULL, NULL, NULL, NULL, NULL, NULL, 0, 1, 8, 130, 2, NULL);
+    int e3 = zkc_attention_forward_tc(NULL, NULL, NULL, NULL, 1, 1, 8, 192, 2);
     ct_check(e1 == 1 && e2 == 1 && e3 == 1, "emu: head size 32, 65 or 96 is cudaErrorInvalidValue",
-             "forward %d, backward %d, forward %d", e1, e2, e3);
+             "forward %d, backward %d, forward io16 %d", e1, e2, e3);
     static _Alignas(16) float buf[8 * 3 * 64 + 4];
-    int e4 = zkc_attention_forward_tc(NULL, buf, buf, buf + 1, 1, 8, 64, 1);
-    int e5 = zkc_attention_backward_tc(NULL, buf, buf + 2, buf, buf, buf, 1, 8, 64, 1, buf);
-    ct_check(e4 == 1 && e5 == 1, "emu: qkv or dout not 16-byte aligned is cudaErrorInvalidValue",
-             "forward %d, backward %d", e4, e5);
+    static _Alignas(16) uint16_t b16[8 * 3 * 64 + 8];
+    int e4 = zkc_attention_forward_tc(NULL, buf, buf, buf + 1, 0, 1, 8, 64, 1);
+    int e5 = zkc_attention_backward_tc(NULL, buf, buf + 2, buf, buf, buf, 0, 1, 8, 64, 1, buf);
+    int e6 = zkc_attention_forward_tc(NULL, b16, buf, b16 + 4, 1, 1, 8, 64, 1);   /* 8 bytes off */
+    int e7 = zkc_attention_backward_tc(NULL, b16, buf, b16, b16 + 1, buf, 1, 1, 8, 64, 1, buf);
+    ct_check(e4 == 1 && e5 == 1 && e6 == 1 && e7 == 1,
+             "emu: qkv, dout or (io16) out not 16-byte aligned is cudaErrorInvalidValue",
+             "forward %d, backward %d, io16 forward %d, io16 backward %d", e4, e5, e6, e7);
     one(1, 1, 1, 64);       /* one key */
     one(2, 17, 2, 64);      /* under one tile, B*NH = 4 */
     one(1, 64, 3, 64);      /* exactly one tile */
