@@ -30,7 +30,7 @@
 -- loads a checkpoint saved on N ranks by another strategy, reading only its
 -- shard (strategy/state.lua's import asks for exactly the ranges it holds).
 local ffi = require "ffi"
-local cjson = require "cjson"
+local json = require "ztrain.util.json"
 local libc = require "ztrain.libc"
 local zffi = require "ztrain.ffi"
 local errors = require "ztrain.errors"
@@ -187,7 +187,7 @@ local function write_rank(dir, rank, ex)
   end)
   if not ok then w.abort(); error(err, 0) end
   index.bytes, index.blocks = w.off, w.blocks
-  local text = cjson.encode(index)
+  local text = json.encode(index)
   local okw, werr = write_file(dir .. "/" .. name .. ".json", text)
   if not okw then fail(werr) end
   return index
@@ -215,13 +215,13 @@ function M.save(args)
   for _, e in ipairs(prep) do if e ~= "" then fail(errors.all_ranks(e)) end end
   -- every rank writes its own files
   local ok, res = pcall(write_rank, tmp, world.rank, args.export)
-  local outcome = ok and cjson.encode({ ok = true, bytes = res.bytes, sha = sha_hex(res.blocks and
+  local outcome = ok and json.encode({ ok = true, bytes = res.bytes, sha = sha_hex(res.blocks and
                   table.concat(res.blocks) or "", #table.concat(res.blocks or {})) })
-                  or cjson.encode({ ok = false, err = errors.message(res) })
+                  or json.encode({ ok = false, err = errors.message(res) })
   local all = world:gather_strings(outcome)
   local first_err
   for rk, s in ipairs(all) do
-    local o = cjson.decode(s)
+    local o = json.decode(s)
     if not o.ok and not first_err then first_err = ("checkpoint %s: rank %d: %s"):format(final, rk - 1, o.err) end
   end
   local final_err = ""
@@ -233,14 +233,14 @@ function M.save(args)
       local okc, cerr = pcall(function()
         local files = {}
         for rk, s in ipairs(all) do
-          local o = cjson.decode(s)
+          local o = json.decode(s)
           files[rk] = { bin = ("rank-%05d.bin"):format(rk - 1), index = ("rank-%05d.json"):format(rk - 1),
                         bytes = o.bytes, blocks_sha256 = o.sha }
         end
         local man = { format = M.FORMAT, version = M.VERSION, step = step, world_size = world.size,
                       files = files, created = os.date("!%Y-%m-%dT%H:%M:%SZ") }
         for k, v in pairs(args.meta or {}) do man[k] = v end
-        local okm, merr = write_file(tmp .. "/manifest.json", cjson.encode(man))
+        local okm, merr = write_file(tmp .. "/manifest.json", json.encode(man))
         if not okm then error(merr, 0) end
         local okd, derr = fsync_dir(tmp)
         if not okd then error(derr, 0) end
@@ -292,7 +292,7 @@ function M.resolve(path)
 end
 
 local function decode(path, text)
-  local ok, v = pcall(cjson.decode, text)
+  local ok, v = pcall(json.decode, text)
   if not ok or type(v) ~= "table" then fail(("checkpoint: %s is not valid JSON"):format(path)) end
   return v
 end

@@ -13,7 +13,7 @@
 -- outside it. The first step of a run is left out of the means when later
 -- ones exist: it pays for setup (first gathers, buffers filled).
 local comm = require "ztrain.comm"
-local cjson_null = require("cjson").null
+local cjson_null = require("ztrain.util.json").null
 
 local M = {}
 

@@ -15,7 +15,7 @@
 -- ranks accumulates more micro-batches (single on 1 rank accumulates N),
 -- so with DESIGN.md's "same math" every synchronous strategy ends with the
 -- same param_digest, and the "same bits" column says so.
-local cjson = require("cjson").new()
+local json = require "ztrain.util.json"
 local svg = require "ztrain.svg"
 local charts = require "ztrain.charts"
 local tables = require "ztrain.compare_tables"
@@ -233,7 +233,7 @@ end
 function M.read_curve(path)
   local curve, text = {}, fs.read_file(path)
   for line in (text or ""):gmatch("[^\n]+") do
-    local ok, rec = pcall(cjson.decode, line)
+    local ok, rec = pcall(json.decode, line)
     if ok and type(rec) == "table" and type(rec.step) == "number" then
       curve[#curve + 1] = { rec.step, type(rec.loss) == "number" and rec.loss or 0 / 0 }
     end
@@ -273,7 +273,7 @@ function M.collect(run, dir, code, log)
   local row = { label = run.label, dir = dir, ranks = run.ranks, accumulate = run.accumulate, code = code,
                 recipe = run.recipe }
   local text = fs.read_file(dir .. "/summary.json")
-  local ok, s = pcall(cjson.decode, text or "")
+  local ok, s = pcall(json.decode, text or "")
   if text and ok and type(s) == "table" then row.summary = s end
   local exit = row.summary and row.summary.exit
   if code ~= 0 or not row.summary or exit ~= "ok" then

@@ -3,17 +3,14 @@
 -- metrics.jsonl (one object per logged step), summary.json (the run's
 -- contract, DESIGN.md "Run outputs"), a live progress line on a terminal
 -- (plain lines otherwise), and the end-of-run table.
-local cjson = require "cjson"
 local memory = require "ztrain.memory"
 local libc = require "ztrain.libc"
 local durable = require "ztrain.durable"
 local errors = require "ztrain.errors"
 local fs = require "ztrain.util.fs"
+local json = require "ztrain.util.json"   -- its own settings: NaN as null, 14 digits
 
 local M = {}
-cjson.encode_number_precision(14)
-cjson.encode_invalid_numbers("null")       -- a diverged loss is written as null
-cjson.encode_sparse_array(true)
 
 -- mkdir -p; returns true or nil, "cannot create output directory PATH:
 -- REASON" (util/fs.mkdirs; kept here for recipes and examples that call it)
@@ -115,7 +112,7 @@ function Log:metrics(rec)
   rec.memory = { device = memory.current("device"), host = memory.current("host"),
                  device_peak = memory.peak("device"), host_peak = memory.peak("host"),
                  rss = select(2, M.rss()) }
-  local ok, err = self.f:append(cjson.encode(rec) .. "\n")
+  local ok, err = self.f:append(json.encode(rec) .. "\n")
   -- a metrics file cut short is an I/O error of the run, not a silent gap
   if not ok then error(errors.io(err), 0) end
 end
@@ -194,6 +191,6 @@ function M.print_summary(s)
   w:write(("  digest      %s\n  output      %s\n"):format(s.param_digest, s.out))
 end
 
-function M.encode(t) return cjson.encode(t) end
+function M.encode(t) return json.encode(t) end
 
 return M

@@ -8,7 +8,7 @@ local C = zffi.C
 local trainer = require "ztrain.trainer"
 local report = require "ztrain.report"
 local recipe_mod = require "ztrain.recipe"
-local cjson_null = require("cjson").null
+local cjson_null = require("ztrain.util.json").null
 
 local M = {}
 

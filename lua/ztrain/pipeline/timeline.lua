@@ -14,11 +14,10 @@
 --   compare_svg(rows, opts)   -> bar chart of bubble fraction per schedule
 --   write_file(path, text)    -> atomic write (temporary name, then rename)
 --
--- Pure Lua plus cjson: no FFI, so it runs without the runtime library.
+-- Pure Lua plus cjson (util/json): no FFI, so it runs without the runtime library.
 -- Escaping, coordinates, tick steps, colours and the atomic write come
 -- from ztrain.svg (shared with `ztrain compare`'s charts).
-local cjson = require("cjson").new()   -- own instance: report.lua's settings stay its own
-cjson.encode_number_precision(14)
+local json = require "ztrain.util.json"
 
 local M = {}
 
@@ -311,7 +310,7 @@ function M.trace(events, opts)
   if opts.name or opts.predicted_bubble then
     doc.otherData = { schedule = opts.name, bubble = (M.bubble(events)), predicted_bubble = opts.predicted_bubble }
   end
-  return cjson.encode(doc) .. "\n"
+  return json.encode(doc) .. "\n"
 end
 
 -- write_file(path, text): atomic and durable (svg.write: ztrain.durable).
