@@ -9,7 +9,13 @@
  * Conventions (libuv style):
  *  - Functions return 0 (ZT_OK) or a negative error code; on error
  *    zt_last_error() holds a message naming what was wrong and what to do.
- *    The message is per thread. Nothing in the library calls exit().
+ *    The message is per thread. Nothing in the library calls exit(). Three
+ *    paths end the process, each off until the host program turns it on:
+ *    the collective watchdog (zt_comm_watch with timeout_s > 0: from the
+ *    communication thread, after printing its diagnosis, zt_comm_abort(5)),
+ *    a stop request's grace period running out (zt_interrupt_grace:
+ *    _exit(128 + the signal) from the alarm handler), and the "second
+ *    signal" of zt_interrupt_hard (the signal's default action).
  *  - Functions validate all arguments before acquiring anything, so a failed
  *    call leaves no resource held and no state half-changed.
  *  - Tensors are refcounted: zt_tensor_new/zt_tensor_view return a tensor with
@@ -368,7 +374,10 @@ int zt_comm_watch(double timeout_s, int check);
  * collectives it issues next while checking is on. */
 void zt_comm_set_site(const char *site);
 /* The program's last resort when one rank fails: terminate every rank of
- * the job with this exit code (MPI_Abort). The library never calls it itself. */
+ * the job with this exit code (MPI_Abort where MPI is up, then _exit). The
+ * library calls it itself only from the collective watchdog (zt_comm_watch
+ * with timeout_s > 0), with ZT_EXIT_COMM (5): the stuck rank cannot return
+ * from the collective it waits in. */
 void zt_comm_abort(int code);
 
 /* x (f32, same numel on every rank) = sum over ranks, in rank order. */
