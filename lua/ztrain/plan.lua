@@ -12,9 +12,12 @@
 --    are these numbers without the padding.
 --  * activations: one activation set of the sequential driver plus the
 --    stage's scratch, from nn/activations.lua's own slab plan (exact).
---  * working buffers (comm): the gradient buckets, gathered units, MPI
---    scratch and host staging that strategy/zero.lua, dp.lua and offload.lua
---    keep in their pools. These follow the pools' reuse pattern: in flight
+--  * model state and working buffers are each strategy's own memory model
+--    (S.footprint: strategy/footprint.lua, replicated.lua, zero_footprint.lua),
+--    which the planner asks without knowing strategies by name. Working
+--    buffers (comm): the gradient buckets, gathered units, MPI scratch and
+--    host staging that strategy/zero.lua, dp.lua and offload.lua keep in
+--    their pools. These follow the pools' reuse pattern: in flight
 --    at once are the unit computing, the one prefetched and MAX_INFLIGHT
 --    reductions (zero.lua), each pooled by size. Measured equal on
 --    gpt2-tiny and gpt2-mini (spec/plan_spec.lua); for other shapes an
@@ -27,6 +30,7 @@ local Acts = require "ztrain.nn.activations"
 local precision = require "ztrain.precision"
 local host = require "ztrain.util.host"
 local losses = require "ztrain.driver.losses"
+local fp = require "ztrain.strategy.footprint"
 
 local M = {}
 
@@ -34,40 +38,41 @@ local TIERS, CATS = memory.tiers, memory.categories
 local GPT2_VOCAB = 50257
 local NORM_BLOCK = 1024       -- shard.lua's BLOCK (zt_sum_block); read from the runtime when loaded
 
--- The strategies the plan compares: name -> { stage (0: replicated),
--- otier, ptier (offload tiers), ranks ("one": single only on one rank) }.
-M.STRATEGIES = {
-  { name = "single", stage = 0, one_rank = true },
-  { name = "dp", stage = 0 },
-  { name = "zero1", stage = 1 },
-  { name = "zero2", stage = 2 },
-  { name = "zero3", stage = 3 },
-  { name = "zero2_offload", stage = 2, otier = "host" },
-  { name = "zero3_offload", stage = 3, otier = "host", ptier = "host" },
-  { name = "zero3_infinity", stage = 3, otier = "nvme", ptier = "nvme" },
-  { name = "pipeline_1f1b", stage = 0, pipeline = true },
-}
+-- The strategies the plan compares, by name (each resolved through the
+-- strategy registry, which says where it keeps things and how many bytes:
+-- S.placement, S.footprint, strategy/footprint.lua), with the plan's own
+-- facts: single is listed for one rank only; pipeline_1f1b is a schedule
+-- over replicated stages, not a strategy object.
+local LISTED = { { name = "single", one_rank = true }, { name = "dp" }, { name = "zero1" }, { name = "zero2" },
+                 { name = "zero3" }, { name = "zero2_offload" }, { name = "zero3_offload" },
+                 { name = "zero3_infinity" }, { name = "pipeline_1f1b", pipeline = true } }
 
--- spec_of(strategy) -> the plan's description of a strategy object or name,
--- or nil for a strategy the planner does not know (a user's own).
+-- spec_of(strategy) -> the plan's description of a strategy object or
+-- name: { name, stage, otier, ptier (its placement), footprint }, or nil for
+-- a strategy without a memory model (a user's own).
 function M.spec_of(s)
   if type(s) == "string" then
-    for _, e in ipairs(M.STRATEGIES) do if e.name == s then return e end end
+    for _, e in ipairs(M.STRATEGIES or {}) do if e.name == s then return e end end   -- the plan's list
     local ok, obj = pcall(require("ztrain.strategy").resolve, s)
     if not ok then return nil end
     s = obj
   end
-  if type(s) ~= "table" then return nil end
-  local name = s.name
-  if name == "single" or name == "dp" then return { name = name, stage = 0 } end
-  if name == "dp_deferred" then return { name = name, stage = 0, deferred = true } end
-  if type(s.stage) == "number" and s.opts and name and name:match("^zero") then
-    local o = s.opts
-    local otier = o.offload_optimizer ~= "none" and o.offload_optimizer or nil
-    local ptier = o.offload_params ~= "none" and o.offload_params or nil
-    return { name = name, stage = s.stage, otier = otier, ptier = ptier }
-  end
-  return nil
+  if type(s) ~= "table" or type(s.placement) ~= "table" or type(s.footprint) ~= "function" then return nil end
+  local p = s.placement
+  return { name = s.name, stage = p.stage, otier = p.otier, ptier = p.ptier, footprint = s.footprint }
+end
+
+local function replicated_spec(name)
+  local rep = require "ztrain.strategy.replicated"
+  return { name = name, stage = 0, footprint = rep.footprint }
+end
+
+-- M.STRATEGIES: LISTED with each one's description (spec_of), in order
+M.STRATEGIES = {}
+for i, e in ipairs(LISTED) do
+  local spec = e.pipeline and replicated_spec(e.name) or assert(M.spec_of(e.name), e.name)
+  spec.one_rank, spec.pipeline = e.one_rank, e.pipeline
+  M.STRATEGIES[i] = spec
 end
 
 -- vocab(r) -> the vocabulary a run of r would have: model.vocab_size, or
@@ -100,98 +105,8 @@ local function zero_tiers()
   return t
 end
 
-local function add(t, tier, cat, bytes) t[tier][cat] = t[tier][cat] + bytes end
-
--- Model state of a replicated strategy (single, dp; a pipeline stage).
-local function replicated_state(t, units, lowp, accumulate)
-  for _, u in ipairs(units) do
-    add(t, "device", "params", (lowp and 2 or 4) * u.padded)
-    add(t, "device", "grads", (lowp and 2 or 4) * u.padded)
-    add(t, "device", "optim", 8 * u.numel + (lowp and 4 * u.padded or 0))
-    if lowp or accumulate > 1 then add(t, "device", "grads", 4 * u.padded) end
-  end
-end
-
--- Model state of ZeRO stage 1, 2 or 3 on N ranks (zero.lua's setup).
-local function zero_state(t, spec, units, N, lowp, accumulate)
-  local pb = lowp and 2 or 4
-  local otier, ptier = spec.otier or "device", spec.ptier or "device"
-  for _, u in ipairs(units) do
-    local n = u.padded / N
-    add(t, otier, "optim", 8 * n + (lowp and 4 * n or 0))
-    if spec.stage == 3 then
-      add(t, ptier, "params", pb * n)
-    else
-      add(t, "device", "params", pb * u.padded)
-      if spec.stage == 1 then add(t, "device", "grads", pb * u.padded) end
-    end
-    if spec.stage >= 2 or accumulate > 1 or lowp then add(t, "device", "grads", 4 * n) end
-  end
-end
-
--- The largest unit of each kind (padded elements), and the block count.
-local function shapes(units)
-  local s = { embed = 0, head = 0, block = 0, blocks = 0, largest = 0 }
-  for _, u in ipairs(units) do
-    s[u.kind] = math.max(s[u.kind], u.padded)
-    if u.kind == "block" then s.blocks = s.blocks + 1 end
-    s.largest = math.max(s.largest, u.padded)
-  end
-  return s
-end
-
--- The MPI reduction scratch of one collective over n elements on p ranks
--- (comm_mpi.c: p x S floats, S capped by the budget max(4 MiB, p x 256 KiB)).
-local function mpi_scratch(n, p)
-  if p <= 1 then return 0 end
-  local budget = math.max(4 * 2 ^ 20, p * 256 * 2 ^ 10)
-  local S = math.min(math.floor(budget / (4 * p)), math.ceil(n / p))
-  return p * S * 4
-end
-M.mpi_scratch = mpi_scratch
-
--- Working buffers (comm, other) per strategy; see the header for the pattern.
-local function working(t, spec, units, N, lowp, r)
-  local s = shapes(units)
-  local lb = lowp and 2 or 4                -- gathered units and buckets: the stored dtype
-  -- mixed precision: gradients widened to fp32 for the reduction, one
-  -- buffer per unit size in flight (measured: every unit of a small model)
-  local widened = 4 * (s.embed + s.head + math.min(s.blocks, 3) * s.block)
-  if spec.stage == 0 then
-    if spec.pipeline then return end
-    add(t, "device", "comm", mpi_scratch(s.largest, N))
-    if lowp and N > 1 then add(t, "device", "comm", widened) end
-    if lowp and N == 1 and r.batch.accumulate > 1 then add(t, "device", "comm", 4 * s.largest) end
-    return
-  end
-  add(t, "device", "comm", mpi_scratch(s.largest, N))
-  if lowp then add(t, "device", "comm", widened) end
-  -- accumulation: micro-batches > 0 reduce into a shard-sized buffer, then
-  -- add; how many are alive at once depends on when reductions complete
-  -- (measured: the head's and two blocks', sometimes the embedding's too):
-  -- the upper bound
-  if r.batch.accumulate > 1 then
-    add(t, "device", "comm", 4 * (s.embed + s.head + math.min(s.blocks, 3) * s.block) / N)
-  end
-  if spec.stage == 2 then            -- buckets: the unit in backward and two reductions in flight
-    add(t, "device", "comm", lb * (s.embed + s.head + math.min(s.blocks, 3) * s.block))
-  elseif spec.stage == 3 then        -- a gathered unit and a bucket of each; blocks as zero.lua pools them
-    add(t, "device", "comm", lb * (2 * s.embed + 2 * s.head + math.min(s.blocks + 1, 5) * s.block))
-  end
-  if spec.ptier then                 -- shards fetched from the host, offload.prefetch ahead
-    local ahead = math.min(s.blocks, r.offload.prefetch)
-    add(t, "device", "comm", lb * (s.embed + s.head + ahead * s.block) / N)
-    if spec.ptier == "nvme" then add(t, "host", "comm", lb * (s.embed + s.head + s.block) / N) end
-  end
-  if spec.otier then
-    local offload = require "ztrain.strategy.offload"
-    add(t, "host", "comm", offload.pool_bytes { tier = spec.otier, staging = offload.staging_bytes(r),
-                                                dtype = lowp and "bf16" or nil })
-  end
-  if spec.otier == "nvme" or spec.ptier == "nvme" then      -- aio bounce buffers (aio.c)
-    add(t, "host", "other", r.offload.queue_depth * assert(memory.parse_size(r.offload.block_size)))
-  end
-end
+local add = fp.add
+M.mpi_scratch = fp.mpi_scratch
 
 -- checkpointed(r, units) -> { [unit index] = true }: driver/stage.lua's choice.
 local function checkpointed(r, units)
@@ -283,7 +198,7 @@ local function pipeline(cfg, r, P, lowp)
   local best, best_total
   for s, st in ipairs(stages) do
     local t = zero_tiers()
-    replicated_state(t, st.units, lowp, r.batch.accumulate)
+    fp.replicated_state(t, st.units, lowp, r.batch.accumulate)
     if st.has_head and not st.has_embed then
       local e, pb = model.embed, lowp and 2 or 4
       add(t, "device", "params", pb * e.padded)
@@ -311,7 +226,9 @@ function M.predict(r, opts)
   opts = opts or {}
   local spec = opts.spec or M.spec_of(opts.strategy or r.strategy)
   if not spec then
-    error(("plan: cannot predict strategy %s (a strategy of your own)"):format(tostring(opts.strategy or r.strategy)), 0)
+    local s = opts.strategy or r.strategy
+    error(("plan: cannot predict strategy %s: it has no memory model (S.placement and S.footprint, " ..
+           "docs/strategies.md)"):format(type(s) == "table" and tostring(s.name) or tostring(s)), 0)
   end
   local world = opts.nproc or math.max(r.launch.nproc, 1)
   local cfg = opts.cfg or M.model_config(r)
@@ -323,9 +240,7 @@ function M.predict(r, opts)
   local N = spec.one_rank and 1 or world
   local pad = spec.stage == 0 and gpt2.PAD or N * norm_block()
   local units = M.units(cfg, pad)
-  if spec.stage == 0 then replicated_state(t, units, lowp, r.batch.accumulate)
-  else zero_state(t, spec, units, N, lowp, r.batch.accumulate) end
-  working(t, spec, units, N, lowp, r)
+  spec.footprint(t, { units = units, N = N, lowp = lowp, accumulate = r.batch.accumulate, recipe = r })
   activations(t, cfg, r, units, 1)
   sample(t, cfg, r, spec, units)
   return t, spec

@@ -14,7 +14,7 @@ M.unit_hooks = { "pre_forward", "post_forward", "pre_backward", "post_input_grad
                  "post_backward" }
 -- Other optional members.
 M.optional = { "free", "reduce_loss", "with_full_params", "predicted", "pad", "finish_grads",
-               "state", "load_state", "describe" }
+               "state", "load_state", "describe", "footprint" }
 
 local suggest = require "ztrain.suggest"
 

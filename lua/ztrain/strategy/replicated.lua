@@ -9,6 +9,7 @@ local T = require "ztrain.tensor"
 local ops = require "ztrain.ops"
 local norm = require "ztrain.strategy.norm"
 local state = require "ztrain.strategy.state"
+local fp = require "ztrain.strategy.footprint"
 
 local M = {}
 
@@ -158,6 +159,19 @@ function M.predicted(ctx)
   end
   return { params = 4 * psi, grads = 4 * psi, optim = 8 * psi,
            accumulator = ctx.accumulate > 1 and 4 * psi or 0 }
+end
+
+-- The memory model of a replicated strategy (single, dp; footprint.lua):
+-- the full model state, and as working buffers the MPI scratch of the
+-- largest unit's all-reduce and, in a 2-byte precision, the widened
+-- gradients being reduced (one rank accumulating: the largest unit's).
+M.placement = { stage = 0 }
+function M.footprint(t, f)
+  fp.replicated_state(t, f.units, f.lowp, f.accumulate)
+  local s = fp.shapes(f.units)
+  fp.add(t, "device", "comm", fp.mpi_scratch(s.largest, f.N))
+  if f.lowp and f.N > 1 then fp.add(t, "device", "comm", fp.widened(s)) end
+  if f.lowp and f.N == 1 and f.accumulate > 1 then fp.add(t, "device", "comm", 4 * s.largest) end
 end
 
 -- Free what setup allocated (the model's own buffers are the trainer's).

@@ -32,6 +32,7 @@ function M.new(opts)
 
   S.step = replicated.step
   S.predicted = replicated.predicted
+  S.placement, S.footprint = replicated.placement, replicated.footprint
   S.free = replicated.free
   return options.complete(S)
 end

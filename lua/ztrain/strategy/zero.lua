@@ -35,6 +35,7 @@ local state = require "ztrain.strategy.state"
 local options = require "ztrain.strategy.options"
 local offload = require "ztrain.strategy.offload"
 local replicated = require "ztrain.strategy.replicated"
+local zero_footprint = require "ztrain.strategy.zero_footprint"
 local now = require("ztrain.ffi").C.zt_now
 
 local M = {}
@@ -79,6 +80,10 @@ function M.new(opts)
   local S = { name = name, stage = stage, opts = opts }
   local otier = oopt ~= "none" and oopt or nil       -- where the optimizer state lives
   local ptier = oparams ~= "none" and oparams or nil -- where stage 3's parameter shards live
+  -- where things live, for the planner (strategy/footprint.lua), and the
+  -- bytes setup and step allocate (the memory model: zero_footprint.lua)
+  S.placement = { stage = stage, otier = otier, ptier = ptier }
+  function S.footprint(t, f) return zero_footprint.footprint(t, S.placement, f) end
 
   function S.pad(n) return shard.pad(n) end
 
