@@ -27,16 +27,15 @@
 -- the shard accumulator; norm blocks, clipping and AdamW are elementwise or
 -- ordered per block. Working buffers (buckets, gathered units) are category
 -- "comm", so the params/grads/optim categories measure model state only.
-local T = require "ztrain.tensor"
 local ops = require "ztrain.ops"
 local norm = require "ztrain.strategy.norm"
 local shard = require "ztrain.strategy.shard"
-local state = require "ztrain.strategy.state"
 local options = require "ztrain.strategy.options"
 local offload = require "ztrain.strategy.offload"
 local replicated = require "ztrain.strategy.replicated"
 local zero_footprint = require "ztrain.strategy.zero_footprint"
-local now = require("ztrain.ffi").C.zt_now
+local zero_setup = require "ztrain.strategy.zero_setup"
+local params = require "ztrain.strategy.zero_params"
 
 local M = {}
 
@@ -87,172 +86,16 @@ function M.new(opts)
 
   function S.pad(n) return shard.pad(n) end
 
-  -- ctx.state: layout (this rank's [lo, hi) of every unit), kinds params,
-  -- grads, exp_avg, exp_avg_sq; plus pshard (stage 3), gshard, optim per unit.
-  -- ctx.work: reductions and gathers in flight, the working-buffer pool.
-  function S.setup(ctx)
-    local model, tier, PR = ctx.model, ctx.model.tier, ctx.precision
-    local st = state.new(model, ctx.dp, true)
-    st.gshard, st.pshard, st.optim, st.master = {}, {}, {}, {}
-    ctx.state = st
-    ctx.work = { inflight = {}, gathers = {}, fetches = {}, grad_views = {}, pool = shard.pool(tier),
-                 fetch_depth = ptier and ctx.recipe and ctx.recipe.offload and ctx.recipe.offload.prefetch or 2 }
-    -- low precision: gathered units and gradient buckets in 2 bytes
-    ctx.work.lpool = PR and shard.pool(tier, PR.dtype) or ctx.work.pool
-    local pool = ctx.work.pool
-    if otier == "nvme" or ptier == "nvme" then
-      ctx.work.nvme = offload.configure_nvme(ctx.recipe, ctx.out_dir)
-      if ctx.rank == 0 and not ctx.quiet then io.stderr:write(ctx.work.nvme.summary, "\n") end
-    end
-    local pdtype = PR and PR.dtype or nil
-    if otier then
-      ctx.work.offload = offload.new { tier = otier, staging = offload.staging_bytes(ctx.recipe), dtype = pdtype }
-    end
-    ctx.work.hpool = ptier == "nvme" and shard.pool("host", pdtype) or nil
-    if PR then
-      state.add_kind(st, "params", { tier = tier, sharded = true, category = "optim" })       -- fp32 master shards
-      state.add_kind(st, "lp_params", { dtype = pdtype, tier = tier, sharded = stage == 3, category = "params",
-                                        derived = true })
-    else
-      state.add_kind(st, "params", { tier = ptier or tier, sharded = stage == 3, category = "params" })
-    end
-    state.add_kind(st, "grads", { tier = tier, sharded = stage >= 2, category = "grads" })
-    for _, k in ipairs(ctx.optim.state_kinds) do
-      state.add_kind(st, k, { tier = otier or tier, sharded = true, category = "optim" })
-    end
-    local units = replicated.units(ctx)
-    for _, u in ipairs(units) do
-      local l = st.layout[u.index]
-      local lo, hi, n = l.lo, l.hi, l.size
-      local os = ctx.optim:new_state(n, otier or tier)
-      st.optim[u.index] = os
-      for _, k in ipairs(ctx.optim.state_kinds) do state.set(st, k, u, lo, hi, os[k]) end
-      if stage == 3 or PR then
-        -- initialise one unit at a time in a working buffer, keep the shard
-        -- (and with mixed precision the fp32 master shard, and for stages
-        -- 1 and 2 the full parameters rounded)
-        local full = pool.get(u.padded)
-        local ok, err = pcall(function()
-          ops.fill(full, 0)
-          model:set_params(u, full)
-          model:init_unit(u, ctx.seed)
-          model:set_params(u, nil)
-          local v = full:view(lo, { n })
-          if PR then
-            -- the fp32 master shard lives with the optimizer state
-            st.master[u.index] = T.new({ n }, { tier = otier or tier, category = "optim" })
-            if otier then ctx.work.offload:copy(st.master[u.index], v) else ops.copy(st.master[u.index], v) end
-          end
-          if stage == 3 then
-            st.pshard[u.index] = T.new({ n }, { tier = ptier or tier, category = "params", dtype = pdtype })
-            if PR and ptier then            -- rounded on the device, then moved
-              local lp = ctx.work.lpool.get(n)
-              ops.cast(lp, v)
-              local okc, cerr = pcall(ctx.work.offload.copy, ctx.work.offload, st.pshard[u.index], lp)
-              ctx.work.lpool.put(lp)
-              if not okc then error(cerr, 0) end
-            elseif ptier then ctx.work.offload:copy(st.pshard[u.index], v)
-            elseif PR then ops.cast(st.pshard[u.index], v)
-            else ops.copy(st.pshard[u.index], v) end
-          else
-            local lp = T.new({ u.padded }, { tier = tier, category = "params", dtype = pdtype })
-            ops.cast(lp, full)
-            model:set_params(u, lp)
-            if stage == 1 then
-              model:set_grads(u, T.new({ u.padded }, { tier = tier, category = "grads", dtype = pdtype }))
-            end
-          end
-          v:free()
-        end)
-        if u.params == full then model:set_params(u, nil) end
-        pool.put(full)                   -- back to the pool even on failure (S.free frees it)
-        if not ok then error(err, 0) end
-        if stage == 3 then state.set(st, PR and "lp_params" or "params", u, lo, hi, st.pshard[u.index]) end
-        if PR then
-          state.set(st, "params", u, lo, hi, st.master[u.index])
-          if stage < 3 then state.set(st, "lp_params", u, 0, u.padded, u.params) end
-        end
-      end
-      if stage >= 2 or ctx.accumulate > 1 or PR then
-        st.gshard[u.index] = T.new({ n }, { tier = tier, category = "grads" })
-        state.set(st, "grads", u, lo, hi, st.gshard[u.index])
-      end
-    end
-    if stage <= 2 and not PR then
-      model:materialize(ctx.seed, { grads = stage == 1, units = units })
-      for _, u in ipairs(units) do
-        state.set(st, "params", u, 0, u.padded, u.params)
-        if stage == 1 and not st.gshard[u.index] then state.set(st, "grads", u, 0, u.padded, u.grads) end
-      end
-    end
-  end
+  -- ctx.state: each unit's shards; ctx.work: reductions and gathers in
+  -- flight, the working-buffer pools (zero_setup.lua)
+  function S.setup(ctx) return zero_setup.setup(S.placement, ctx) end
 
   ---------------------------------------------------------------- parameters
-  -- Parameter shards on the host are fetched to a device working buffer
-  -- (the all-gather's input must live on the device, like its output) on
-  -- the offload copy stream, up to offload.prefetch units ahead.
-  local function fetch(ctx, u)
-    local W = ctx.work
-    if not ptier or u.params or W.gathers[u.index] or W.fetches[u.index] then return end
-    local src = ctx.state.pshard[u.index]
-    local staged = W.lpool.get(src:numel())
-    local cs, bounce = W.offload.copies, nil
-    if ptier == "nvme" then                -- a file reaches the device through the host
-      bounce = W.hpool.get(src:numel())
-      cs:copy_async(bounce, src)
-      src = bounce
-    end
-    cs:copy_async(staged, src)
-    W.fetches[u.index] = { staged = staged, bounce = bounce, ready = cs:record() }
-  end
-
-  -- Start gathering unit u's parameters (after its fetch, from the host).
-  local function gather(ctx, u)
-    local W = ctx.work
-    if stage < 3 or u.params or W.gathers[u.index] then return end
-    local shard_t, staged = ctx.state.pshard[u.index], nil
-    if ptier then
-      fetch(ctx, u)
-      local f = W.fetches[u.index]
-      W.fetches[u.index] = nil
-      local t0 = now()
-      f.ready:sync(); f.ready:free()
-      W.offload.time.fetch_wait = W.offload.time.fetch_wait + (now() - t0)
-      if f.bounce then W.hpool.put(f.bounce) end
-      staged, shard_t = f.staged, f.staged
-    end
-    local full = W.lpool.get(u.padded)    -- every element is overwritten by the gather
-    W.gathers[u.index] = { req = ctx.dp:all_gather(full, shard_t, true), full = full, staged = staged }
-  end
-
-  local function ready(ctx, u)
-    gather(ctx, u)
-    local g = ctx.work.gathers[u.index]
-    if not g then return end
-    ctx.work.gathers[u.index] = nil
-    g.req:wait()
-    if g.staged then ctx.work.lpool.put(g.staged) end
-    ctx.model:set_params(u, g.full)
-  end
-
-  local function release(ctx, u)
-    if stage < 3 then return end
-    local full = ctx.model:set_params(u, nil)
-    if full then ctx.work.lpool.put(full) end
-  end
-
-  -- Unit i's neighbour in the pass direction (with the units it reads, e.g.
-  -- embed's tied wte for the head), prefetched while i computes.
-  -- Further units' shards are fetched from the host meanwhile (prefetch depth).
-  local function prefetch(ctx, i, dir)
-    local model = ctx.model
-    local nu = model.units[i + dir]
-    if nu then for _, pu in ipairs(model:param_units(nu)) do gather(ctx, pu) end end
-    for d = 2, ctx.work.fetch_depth or 0 do
-      local fu = model.units[i + dir * d]
-      if fu then for _, pu in ipairs(model:param_units(fu)) do fetch(ctx, pu) end end
-    end
-  end
+  -- stage 3 gathers and releases (zero_params.lua)
+  local place = S.placement
+  local function ready(ctx, u) return params.ready(place, ctx, u) end
+  local function release(ctx, u) return params.release(place, ctx, u) end
+  local function prefetch(ctx, i, dir) return params.prefetch(place, ctx, i, dir) end
 
   function S.pre_forward(ctx, u)
     for _, pu in ipairs(ctx.model:param_units(u)) do ready(ctx, pu) end
