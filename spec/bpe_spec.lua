@@ -220,7 +220,8 @@ describe("encoding (the shipped vocabulary)", function()
   local corpus = expected.corpus
   local have_corpus = corpus and io.open(corpus.dir .. "/" .. corpus.files[1].name, "rb")
   if have_corpus then have_corpus:close() end
-  ;(have_corpus and it or pending)("matches tokenizers on every file of the corpus, and is fast", function()
+  -- (its speed is make bench's: tools/bench_data.lua)
+  ;(have_corpus and it or pending)("matches tokenizers on every file of the corpus", function()
     local fresh = bpe.load(SHIPPED)
     local checked, skipped, tokens, bytes, secs = 0, {}, 0, 0, 0
     for _, f in ipairs(corpus.files) do
@@ -242,7 +243,6 @@ describe("encoding (the shipped vocabulary)", function()
     print(("\n  bpe: %d files, %.2f MB -> %d tokens in %.2f s: %.2f M tokens/s (cold cache)%s")
       :format(checked, bytes / 1e6, tokens, secs, tokens / secs / 1e6,
               #skipped > 0 and (", skipped (changed): " .. table.concat(skipped, " ")) or ""))
-    assert.is_true(tokens / secs > 2e5, "slower than 200k tokens/s")
   end)
 end)
 

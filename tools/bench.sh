@@ -11,12 +11,14 @@
 #   aio engine's sequential write/read bandwidth beside fio (1 GiB, 1 MiB
 #   blocks, queue depth 8, O_DIRECT, the same file; fio's column skipped
 #   with a note when fio is absent)
+#   4. data: BPE encoding M tokens/s and the corpus load time (tools/bench_data.lua)
 cd "$(dirname "$0")/.."
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/ztrain --script tools/bench.lua "$@" || exit 1
 echo
 # per-op profile: time per (phase, op family) of gpt2 and gpt2-medium (build/bench_ops.md)
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/ztrain --script tools/bench_ops.lua || exit 1
 echo
+build/ztrain --script tools/bench_data.lua || exit 1   # BPE tokens/s, dataset load time, beside their targets
 build/bench_adamw || exit 1    # CPU AdamW GB/s beside copy and triad bandwidth
 echo
 build/bench_aio || exit 1      # the aio engine beside fio: same file, block size, queue depth, O_DIRECT
