@@ -4,16 +4,21 @@
  * reduce.cu's) on the CPU (tools/emu_kernel.sh),
  * where no GPU is lent.
  *
- * A block's threads are real threads (std::thread), __syncthreads and
- * __syncwarp are barriers, __shfl_xor_sync goes through a per-warp array;
- * blocks run one after another, so a __shared__ array (a static) is the
- * block's. mma.sync m16n8k16 bf16 and ldmatrix (kernels/cuda/mma.cuh's
+ * A block's threads are fibers (ucontext) on the calling thread, run
+ * round-robin: each runs until it waits at a barrier (__syncthreads, and
+ * __syncwarp for its warp), then the next; a barrier releases when its
+ * last thread arrives. Deterministic, and a missing barrier shows at once
+ * (the first thread runs ahead of the rest until its next barrier, reading
+ * what the others have not written yet). Real threads cost this machine
+ * minutes of futex traffic a run; fibers a context switch a wait.
+ * __shfl_xor_sync goes through a per-warp array; blocks run one after
+ * another, so a __shared__ array (a static) is the block's. mma.sync m16n8k16 bf16 and ldmatrix (kernels/cuda/mma.cuh's
  * functions) by the PTX ISA's per-lane register layouts: below, before
  * WMMA. WMMA (no kernel uses it now) by its documented meaning, not the hardware's register
  * layout: every lane holds the whole 16x16 tile, load/mma are computed by
  * each lane, store writes each element from one lane (element e from lane
  * e % 32); none of them synchronises the warp, so a missing __syncwarp
- * around a store can show as a race (and as different bits run to run).
+ * around a store shows as a lane reading what the others have not written.
  * Pointers of load/store must be 32-byte aligned and ldm a multiple of 8
  * (16-bit) or 4 (float), as CUDA requires: checked, abort on a violation.
  * Products are summed in k order in fp32 (tensor cores: another order).
@@ -27,8 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <pthread.h>
-#include <thread>
+#include <ucontext.h>
 #include <type_traits>
 #include <vector>
 
@@ -41,17 +45,34 @@
 using std::min;
 
 struct dim3 { unsigned x, y, z; dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
-static thread_local dim3 threadIdx, blockIdx;
+static dim3 threadIdx, blockIdx;          /* the running fiber's (emu_launch sets them) */
 static dim3 gridDim, blockDim;
 typedef void *cudaStream_t;
 enum { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
 static inline int cudaGetLastError(void) { return 0; }
 #define ZKC_LAUNCHED() ((int)cudaGetLastError())
 
-static pthread_barrier_t emu_block_bar, emu_warp_bar[32];
+/* The fibers of the block running: their contexts, the scheduler's, and
+ * which one runs. A barrier counts arrivals; the last to arrive starts its
+ * next generation, and the others, resumed in turn, see it and go on. */
+struct emu_fiber { ucontext_t ctx; dim3 tid; bool done; };
+static std::vector<emu_fiber> emu_fibers;
+static std::vector<char *> emu_stacks;
+static ucontext_t emu_sched;
+static int emu_cur;
+enum { EMU_STACK = 256 << 10 };
+struct emu_bar { int expected, arrived; unsigned gen; };
+static emu_bar emu_block_bar, emu_warp_bar[32];
+static inline void emu_yield(void) { swapcontext(&emu_fibers[(size_t)emu_cur].ctx, &emu_sched); }
+static inline void emu_wait(emu_bar *b)
+{
+    unsigned g = b->gen;
+    if (++b->arrived == b->expected) { b->arrived = 0; b->gen++; return; }
+    while (b->gen == g) emu_yield();
+}
 static float emu_xchg[32][32];
-static inline void __syncthreads(void) { pthread_barrier_wait(&emu_block_bar); }
-static inline void __syncwarp(void) { pthread_barrier_wait(&emu_warp_bar[threadIdx.x / 32]); }
+static inline void __syncthreads(void) { emu_wait(&emu_block_bar); }
+static inline void __syncwarp(void) { emu_wait(&emu_warp_bar[threadIdx.x / 32]); }
 static inline float __shfl_xor_sync(unsigned, float v, int o)
 {
     int w = threadIdx.x / 32, l = threadIdx.x % 32;
@@ -105,14 +126,15 @@ static inline float atomicAdd(float *p, float v)
  * barrier a call (a lane's next write to an array is past the barrier of
  * the call between, which every lane reaches after its read). */
 static uint32_t emu_xchg_u[2][32][32];
-static thread_local int emu_xchg_ph;
+static int emu_xchg_ph[1024];                 /* each thread's phase (emu_launch zeroes them) */
+static int emu_rec_ph[1024];                  /* mma.sync's records' (below) */
 static inline uint32_t *emu_warp_put(uint32_t v)
 {
     int w = threadIdx.x / 32, l = threadIdx.x % 32;
-    emu_xchg_ph ^= 1;
-    emu_xchg_u[emu_xchg_ph][w][l] = v;
+    int ph = emu_xchg_ph[threadIdx.x] ^= 1;
+    emu_xchg_u[ph][w][l] = v;
     __syncwarp();
-    return emu_xchg_u[emu_xchg_ph][w];
+    return emu_xchg_u[ph][w];
 }
 static inline uint32_t emu_warp_xchg(uint32_t v, int src)
 {
@@ -143,22 +165,53 @@ static inline int __shfl_up_sync(unsigned, int v, unsigned d)
 /* fp32 add rounded to nearest, never contracted (g++ -O2 rounds a + b so) */
 static inline float __fadd_rn(float a, float b) { return a + b; }
 
-/* f() on every thread of every block of grid g, blocks in turn */
+/* f() on every thread of every block of grid g, blocks in turn; a
+ * block's threads as fibers (above), each on its own stack */
+static void *emu_fn;
+static void (*emu_call)(void *);
+template <class F> static void emu_call_as(void *f) { (*(F *)f)(); }
+static void emu_entry(void) { emu_call(emu_fn); emu_fibers[(size_t)emu_cur].done = true; }
+
 template <class F> static void emu_launch(dim3 g, int threads, F f)
 {
     if (threads % 32 || threads > 1024) { fprintf(stderr, "emu: %d threads\n", threads); abort(); }
     gridDim = g;
     blockDim = dim3((unsigned)threads);
+    emu_fn = &f;
+    emu_call = emu_call_as<F>;
+    emu_fibers.resize((size_t)threads);
+    while (emu_stacks.size() < (size_t)threads) {
+        char *st = (char *)malloc(EMU_STACK);
+        if (!st) { fprintf(stderr, "emu: no memory for a fiber's stack\n"); abort(); }
+        emu_stacks.push_back(st);
+    }
     for (unsigned by = 0; by < g.y; by++)
         for (unsigned bx = 0; bx < g.x; bx++) {
-            pthread_barrier_init(&emu_block_bar, NULL, (unsigned)threads);
-            for (int w = 0; w < threads / 32; w++) pthread_barrier_init(&emu_warp_bar[w], NULL, 32);
-            std::vector<std::thread> ts;
-            for (int t = 0; t < threads; t++)
-                ts.emplace_back([=] { threadIdx = dim3((unsigned)t); blockIdx = dim3(bx, by); f(); });
-            for (auto &t : ts) t.join();
-            pthread_barrier_destroy(&emu_block_bar);
-            for (int w = 0; w < threads / 32; w++) pthread_barrier_destroy(&emu_warp_bar[w]);
+            blockIdx = dim3(bx, by);
+            emu_block_bar = emu_bar{ threads, 0, 0 };
+            for (int w = 0; w < threads / 32; w++) emu_warp_bar[w] = emu_bar{ 32, 0, 0 };
+            memset(emu_xchg_ph, 0, sizeof emu_xchg_ph);
+            memset(emu_rec_ph, 0, sizeof emu_rec_ph);
+            for (int t = 0; t < threads; t++) {
+                emu_fiber &fb = emu_fibers[(size_t)t];
+                fb.tid = dim3((unsigned)t);
+                fb.done = false;
+                getcontext(&fb.ctx);
+                fb.ctx.uc_stack.ss_sp = emu_stacks[(size_t)t];
+                fb.ctx.uc_stack.ss_size = EMU_STACK;
+                fb.ctx.uc_link = &emu_sched;
+                makecontext(&fb.ctx, emu_entry, 0);
+            }
+            for (int live = threads; live > 0;) {
+                live = 0;
+                for (int t = 0; t < threads; t++) {
+                    if (emu_fibers[(size_t)t].done) continue;
+                    emu_cur = t;
+                    threadIdx = emu_fibers[(size_t)t].tid;
+                    swapcontext(&emu_sched, &emu_fibers[(size_t)t].ctx);
+                    if (!emu_fibers[(size_t)t].done) live++;
+                }
+            }
         }
 }
 
@@ -182,14 +235,13 @@ static inline float emu_f(float f) { return f; }
  * must call (.sync.aligned). g = lane / 4, t = lane % 4. */
 struct emu_lane_rec { const void *p; uint32_t u[10]; };
 static emu_lane_rec emu_recs[2][32][32];
-static thread_local int emu_rec_ph;
 static inline emu_lane_rec *emu_post(const emu_lane_rec &r)
 {
     int w = threadIdx.x / 32, l = threadIdx.x % 32;
-    emu_rec_ph ^= 1;
-    emu_recs[emu_rec_ph][w][l] = r;
+    int ph = emu_rec_ph[threadIdx.x] ^= 1;
+    emu_recs[ph][w][l] = r;
     __syncwarp();
-    return emu_recs[emu_rec_ph][w];
+    return emu_recs[ph][w];
 }
 static inline uint16_t emu_half(uint32_t r, int hi) { return (uint16_t)(hi ? r >> 16 : r & 0xffffu); }
 static inline float emu_bf(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
