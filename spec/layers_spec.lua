@@ -40,7 +40,7 @@ local LAYERS = {
   -- the public Lua API (require "ztrain")
   { "api", { "" } },
   { "repl", { "repl", "repl." } },
-  { "cli", { "cli" } },
+  { "cli", { "cli", "cli_commands" } },
 }
 
 -- layer_of(name) -> index, layer name: the layer whose entry names the module
