@@ -6,6 +6,29 @@
 
 #include "ztrain.h"
 
+/* The tensor and its storage (opaque in ztrain.h: zt_tensor_data ...).
+ * White-box tests include this header to read them. */
+struct zt_storage {
+    void *data;         /* 64-byte aligned (host: 4096); nvme: an opaque handle */
+    size_t nbytes;
+    int32_t tier;
+    int32_t category;
+    int32_t refcount;
+    int32_t pad_;
+};
+
+struct zt_tensor {
+    void *data;         /* storage->data + offset * dtype size */
+    zt_storage *storage;
+    int64_t offset;     /* in elements, into the storage */
+    int64_t numel;
+    int64_t shape[4];
+    int32_t ndim;
+    int32_t dtype;
+    int32_t refcount;
+    int32_t pad_;
+};
+
 /* Record an error message for zt_last_error() and return code. The message
  * is formatted like printf; keep it actionable: name the thing, say what to do. */
 int zt_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -115,6 +115,15 @@ int zt_tensor_view(zt_tensor **out, zt_tensor *base, int64_t offset, int ndim,
     return ZT_OK;
 }
 
+void *zt_tensor_data(const zt_tensor *t) { return t ? t->data : NULL; }
+int64_t zt_tensor_numel(const zt_tensor *t) { return t ? t->numel : 0; }
+int zt_tensor_ndim(const zt_tensor *t) { return t ? t->ndim : 0; }
+int64_t zt_tensor_dim(const zt_tensor *t, int i) { return t && i >= 0 && i < t->ndim ? t->shape[i] : 0; }
+int zt_tensor_dtype(const zt_tensor *t) { return t ? t->dtype : 0; }
+int zt_tensor_tier(const zt_tensor *t) { return t ? t->storage->tier : 0; }
+int zt_tensor_category(const zt_tensor *t) { return t ? t->storage->category : 0; }
+int64_t zt_tensor_offset(const zt_tensor *t) { return t ? t->offset : 0; }
+
 void zt_tensor_retain(zt_tensor *t)
 {
     if (t) __atomic_add_fetch(&t->refcount, 1, __ATOMIC_RELAXED);

@@ -69,26 +69,23 @@ int zt_mem_set_limit(int tier, size_t bytes);
 size_t zt_mem_limit(int tier);
 
 /* ---- tensors ----------------------------------------------------------- */
-typedef struct zt_storage {
-    void *data;         /* 64-byte aligned (host: 4096); nvme: an opaque handle */
-    size_t nbytes;
-    int32_t tier;
-    int32_t category;
-    int32_t refcount;
-    int32_t pad_;
-} zt_storage;
+/* Opaque: what a tensor is, the runtime keeps (internal.h); callers ask
+ * the accessors below, so no binding can write a refcount or a shape. */
+typedef struct zt_storage zt_storage;
+typedef struct zt_tensor zt_tensor;
 
-typedef struct zt_tensor {
-    void *data;         /* storage->data + offset * dtype size */
-    zt_storage *storage;
-    int64_t offset;     /* in elements, into the storage */
-    int64_t numel;
-    int64_t shape[4];
-    int32_t ndim;
-    int32_t dtype;
-    int32_t refcount;
-    int32_t pad_;
-} zt_tensor;
+/* A tensor's first element (storage data + offset; an nvme tensor's is an
+ * opaque handle), element count, dimensions, dim i (0 <= i < ndim, else
+ * 0), dtype (ZT_F32 ...), its storage's tier and category, and its offset
+ * in elements into the storage (views share one). NULL or 0 for NULL. */
+void *zt_tensor_data(const zt_tensor *t);
+int64_t zt_tensor_numel(const zt_tensor *t);
+int zt_tensor_ndim(const zt_tensor *t);
+int64_t zt_tensor_dim(const zt_tensor *t, int i);
+int zt_tensor_dtype(const zt_tensor *t);
+int zt_tensor_tier(const zt_tensor *t);
+int zt_tensor_category(const zt_tensor *t);
+int64_t zt_tensor_offset(const zt_tensor *t);
 
 /* New contiguous tensor on a tier, tagged with a category, zero-filled (by
  * the tier's owner: the device zeroes device memory; a new swap file reads

@@ -1,5 +1,6 @@
 local ffi = require "ffi"
 local zt = require "ztrain"
+local C = require("ztrain.ffi").C
 
 describe("GPT-2 model layout", function()
   it("has GPT-2's parameter counts", function()
@@ -45,8 +46,8 @@ describe("GPT-2 model layout", function()
       for _, t in ipairs(u.tensors) do
         assert.are.equal(off, t.offset)
         -- the view points into the flat buffer at its offset
-        assert.are.equal(ffi.cast("char*", u.params.c.data) + 4 * t.offset,
-                         ffi.cast("char*", u.p[t.name].c.data))
+        assert.are.equal(ffi.cast("char*", C.zt_tensor_data(u.params.c)) + 4 * t.offset,
+                         ffi.cast("char*", C.zt_tensor_data(u.p[t.name].c)))
         off = off + t.numel
       end
       assert.are.equal(off, u.numel)

@@ -83,28 +83,32 @@ local function live(t)
   return c
 end
 
-function Tensor:numel() return tonumber(live(self).numel) end
-function Tensor:dtype() return DNAME[tonumber(live(self).dtype)] end
+-- (zt_tensor is opaque: the runtime's accessors read it)
+function Tensor:numel() return tonumber(C.zt_tensor_numel(live(self))) end
+function Tensor:dtype() return DNAME[C.zt_tensor_dtype(live(self))] end
 function Tensor:shape()
   local c, s = live(self), {}
-  for i = 0, c.ndim - 1 do s[#s + 1] = tonumber(c.shape[i]) end
+  for i = 0, C.zt_tensor_ndim(c) - 1 do s[#s + 1] = tonumber(C.zt_tensor_dim(c, i)) end
   return s
 end
-function Tensor:nbytes() local c = live(self); return tonumber(c.numel * C.zt_dtype_size(c.dtype)) end
-function Tensor:tier() return ffi.string(C.zt_tier_name(live(self).storage.tier)) end
-function Tensor:category() return ffi.string(C.zt_category_name(live(self).storage.category)) end
+function Tensor:nbytes()
+  local c = live(self)
+  return tonumber(C.zt_tensor_numel(c) * C.zt_dtype_size(C.zt_tensor_dtype(c)))
+end
+function Tensor:tier() return ffi.string(C.zt_tier_name(C.zt_tensor_tier(live(self)))) end
+function Tensor:category() return ffi.string(C.zt_category_name(C.zt_tensor_category(live(self)))) end
 
 -- Pointer to the data of a host-tier tensor. Device-tier bytes are not the
 -- host's to touch (on a GPU they are not even addressable): use :read/:write,
 -- or stream.copy_async into a host tensor and wait for it.
 function Tensor:ptr()
   local c = live(self)
-  if c.storage.tier ~= C.ZT_TIER_HOST then
+  if C.zt_tensor_tier(c) ~= C.ZT_TIER_HOST then
     error(("tensor:ptr(): %s is on the %s tier; only host-tier tensors are addressable from Lua: "
            .. "use :read()/:write(), or stream.copy_async it into a host tensor and wait for it")
           :format(tostring(self), self:tier()), 2)
   end
-  return ffi.cast(CTYPE[DNAME[tonumber(c.dtype)]], c.data)
+  return ffi.cast(CTYPE[DNAME[C.zt_tensor_dtype(c)]], C.zt_tensor_data(c))
 end
 
 -- Copy from / into host memory (a cdata array or pointer of nbytes bytes);

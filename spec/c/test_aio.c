@@ -20,7 +20,7 @@
 #include <unistd.h>
 #include "ctest.h"
 #include "comm.h"
-#include "ztrain.h"
+#include "internal.h"     /* white-box: reads zt_tensor's fields */
 
 static char base[256];          /* a scratch directory on the real disk */
 

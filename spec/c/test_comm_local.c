@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <mpi.h>
-#include "ztrain.h"
+#include "internal.h"     /* white-box: reads zt_tensor's fields */
 #include "mpi_ctest.h"  /* CHECK (one process: R = P = 0), the tensors, the summary */
 
 static zt_tensor *mk(int dtype, int64_t n, float base)

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "ztrain.h"
+#include "internal.h"     /* white-box: reads zt_tensor's fields */
 #include "ctest.h"
 
 #define CHECK(name, cond, ...) ct_check((cond), name, __VA_ARGS__)

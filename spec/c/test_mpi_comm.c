@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "ztrain.h"
+#include "internal.h"     /* white-box: reads zt_tensor's fields */
 #include "comm.h"      /* zt_comm_tune: small rounds and messages */
 #include "mpi_ctest.h" /* CHECK, the tensors, the summary; the inputs */
 

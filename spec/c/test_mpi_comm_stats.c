@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "ztrain.h"
+#include "internal.h"     /* white-box: reads zt_tensor's fields */
 #include "comm.h"      /* zt_stats_*: the hot path, for the microbenchmark */
 #include "mpi_ctest.h" /* CHECK, the tensors, the summary */
 

@@ -41,7 +41,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "ztrain.h"
+#include "internal.h"     /* white-box: reads zt_tensor's fields */
 #include "mpi_ctest.h" /* CHECK, the tensors, the summary; the inputs */
 
 static int world_ranks[64];

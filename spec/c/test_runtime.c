@@ -2,7 +2,7 @@
  * tier discipline, token ids checked by the kernels, SHA-256. */
 #include <stdio.h>
 #include <string.h>
-#include "ztrain.h"
+#include "internal.h"     /* white-box: reads zt_tensor's fields */
 #include "kernels.h"
 
 /* OpenBLAS extensions (the runtime's GEMMs need one OpenBLAS thread) */

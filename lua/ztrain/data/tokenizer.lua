@@ -67,10 +67,10 @@ local function load_bpe(dir, what, name)
   end
   local tok = bpe.load(dir, { name = name })
   -- what the tokenisation cache keys this tokenizer by (cache.lua): its vocabulary
-  -- files and the encoder's own source, so an encoder fix invalidates old tokens
+  -- files and the encoder's own source (with its vocabulary readers), so a fix invalidates old tokens
   if tok.cache_key == nil and tok.cache_files == nil then
     local files = { dir .. "/vocab.json", dir .. "/merges.txt" }
-    for _, m in ipairs({ "ztrain.data.bpe", "ztrain.data.pcre2" }) do
+    for _, m in ipairs({ "ztrain.data.bpe", "ztrain.data.bpe_vocab", "ztrain.data.pcre2" }) do
       local p = module_file(m)
       if p then files[#files + 1] = p end
     end

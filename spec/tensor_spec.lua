@@ -1,0 +1,32 @@
+-- ztrain.tensor over an opaque zt_tensor (ztrain.h): what a tensor is comes
+-- from the runtime's accessors, and the binding cannot reach the structs
+-- (a refcount or a shape written from Lua would corrupt the runtime).
+local zt = require "ztrain"
+local C = require("ztrain.ffi").C
+
+describe("tensors through the runtime's accessors", function()
+  it("give shape, numel, dtype, bytes, tier and category, and a view's offset and data", function()
+    local t = zt.tensor.new({ 3, 4, 5 }, { dtype = "bf16", tier = "host", category = "activations" })
+    assert.are.same({ 3, 4, 5 }, t:shape())
+    assert.are.equal(60, t:numel())
+    assert.are.equal("bf16", t:dtype())
+    assert.are.equal(120, t:nbytes())
+    assert.are.equal("host", t:tier())
+    assert.are.equal("activations", t:category())
+    local v = t:view(7, { 2, 5 })
+    assert.are.equal(7, tonumber(C.zt_tensor_offset(v.c)))
+    assert.are.equal(C.zt_tensor_dim(v.c, 1), 5LL)
+    assert.are.equal(0LL, C.zt_tensor_dim(v.c, 2))        -- past ndim
+    local ffi = require "ffi"
+    assert.are.equal(ffi.cast("char *", C.zt_tensor_data(t.c)) + 14, ffi.cast("char *", C.zt_tensor_data(v.c)))
+    v:free(); t:free()
+  end)
+
+  it("keep the structs out of the binding's reach", function()
+    local t = zt.tensor.new({ 4 })
+    assert.is_false(pcall(function() return t.c.refcount end))
+    assert.is_false(pcall(function() t.c.numel = 99 end))
+    assert.are.equal(4, t:numel())
+    t:free()
+  end)
+end)
