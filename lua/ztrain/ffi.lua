@@ -1,7 +1,8 @@
 -- ztrain.ffi: the C runtime through LuaJIT's FFI.
 --
--- The cdefs are read from runtime/ztrain.h at load time (preprocessor lines
--- and comments dropped), so the header is the only declaration of the API.
+-- The cdefs are read from runtime/ztrain.h and the parts it includes
+-- (zt_core.h, zt_device.h, ...) at load time (preprocessor lines and
+-- comments dropped), so the headers are the only declaration of the API.
 -- Returns { C = <libztrain>, home = <tree root>, check = fn }.
 local ffi = require "ffi"
 local libc = require "ztrain.libc"
@@ -19,21 +20,27 @@ local function tree_root()
   error("ztrain: cannot locate the ztrain tree from " .. src .. "; set ZTRAIN_HOME", 0)
 end
 
-local function read_header(path)
-  local f, err = io.open(path, "rb")
+-- read_header(dir, name, seen, out): the declarations of dir/name with
+-- comments and preprocessor lines dropped, each #include "part.h" of the
+-- runtime read in its place, once (ztrain.h includes the parts in order)
+local function read_header(dir, name, seen, out)
+  if seen[name] then return out end
+  seen[name] = true
+  local f, err = io.open(dir .. "/" .. name, "rb")
   if not f then error("ztrain: cannot read the runtime header: " .. err .. "; set ZTRAIN_HOME to the tree", 0) end
   local text = f:read("*a")
   f:close()
   text = text:gsub("/%*.-%*/", ""):gsub("//[^\n]*", "")
-  local out = {}
   for line in text:gmatch("[^\n]*") do
-    if not line:match("^%s*#") then out[#out + 1] = line end
+    local part = line:match('^%s*#%s*include%s*"([^"]+)"')
+    if part then read_header(dir, part, seen, out)
+    elseif not line:match("^%s*#") then out[#out + 1] = line end
   end
-  return table.concat(out, "\n")
+  return out
 end
 
 M.home = tree_root()
-ffi.cdef(read_header(M.home .. "/runtime/ztrain.h"))
+ffi.cdef(table.concat(read_header(M.home .. "/runtime", "ztrain.h", {}, {}), "\n"))
 
 local libpath = os.getenv("ZTRAIN_LIB") or (M.home .. "/build/libztrain.so")
 

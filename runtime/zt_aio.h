@@ -1,0 +1,141 @@
+/*
+ * zt_aio.h -- the nvme tier and its asynchronous I/O engine.
+ * Part of the public API: include ztrain.h (conventions there); the FFI
+ * reads every part in ztrain.h's order.
+ */
+#ifndef ZTRAIN_AIO_H
+#define ZTRAIN_AIO_H
+
+#include "zt_core.h"
+
+/* ---- nvme tier / aio ----------------------------------------------------------
+ * An aio engine does asynchronous reads and writes of host buffers at
+ * offsets of swap files it owns, on libuv's thread pool. A request is cut
+ * into blocks of block_bytes (at multiples of block_bytes in the file) and
+ * the engine keeps up to queue_depth blocks in flight, over all its
+ * requests, in submission order. Completion is polled (zt_aio_test) or
+ * waited for (zt_aio_wait); libuv's callbacks run on the engine's own loop
+ * thread, in C: nothing ever calls back into Lua.
+ *
+ * Files are opened with O_DIRECT where the file system accepts it (probed
+ * with a real write at open); elsewhere (ramfs, tmpfs before Linux 6.6, some
+ * FUSE mounts) the engine uses buffered I/O and zt_aio_mode() says so, once,
+ * for the caller to print. A block whose buffer, offset and length are
+ * multiples of ZT_AIO_PAGE goes straight from the caller's buffer; any other
+ * goes through a bounce buffer (one per queue slot), reading the partial
+ * first and last pages before writing them, so bytes around the range are
+ * kept. Host tensors are ZT_AIO_PAGE-aligned, so whole tensors take the
+ * direct path; views at other offsets are bounced (correct, slower).
+ *
+ * Flags: ZT_AIO_CHECKSUM keeps a 32-bit hash per 4 KiB page of every file
+ * (4 bytes of host memory per 4 KiB on disk), set by writes and verified by
+ * every read: a mismatch is an error naming the file and offset.
+ * ZT_AIO_BUFFERED never uses O_DIRECT. ZT_AIO_SPARSE does not reserve a
+ * file's space when it is made (a full disk then fails a write instead of
+ * zt_aio_file_new).
+ *
+ * Ownership: the engine makes DIR/ztrain-aio.HOST.PID.N with a locked
+ * `owner` file and its swap files (swap.N) in it, and removes them at
+ * zt_aio_close and at process exit. zt_aio_open removes the swap files left
+ * by a dead run of ztrain on this host (its owner lock is free: the kernel
+ * drops it when a process dies, even by SIGKILL); it leaves alone live
+ * runs' directories, other hosts', and anything without ztrain's owner
+ * file, and says what it did in zt_aio_notes().
+ *
+ * Errors of a request (ZT_EIO: short reads past the end of a file, ENOSPC,
+ * EIO, checksum mismatches) are copied into the request and returned by
+ * zt_aio_wait with a message naming the file, the operation, the offset and
+ * sizes, and what to do. The engine stays usable after a failed request.
+ *
+ * Concurrency: any thread may submit, test and wait. Requests in flight at
+ * the same time must not touch the same ZT_AIO_PAGE-byte page of a file if
+ * either writes (a partial page is read-modify-written). The caller's buffer
+ * must stay alive and untouched until the request completes. */
+typedef struct zt_aio zt_aio;
+typedef struct zt_aio_req zt_aio_req;
+enum {
+    ZT_AIO_CHECKSUM = 1,            /* flag: verify every read against page hashes */
+    ZT_AIO_BUFFERED = 2,            /* flag: never O_DIRECT */
+    ZT_AIO_SPARSE = 4,              /* flag: do not reserve file space at creation */
+    ZT_AIO_PAGE = 4096,             /* O_DIRECT alignment: buffers, offsets, lengths */
+    ZT_AIO_DEFAULT_BLOCK = 1048576, /* block_bytes 0 means this (DeepSpeed's default) */
+    ZT_AIO_DEFAULT_DEPTH = 8        /* queue_depth 0 means this */
+};
+typedef struct zt_aio_stats {
+    uint64_t bytes_read, bytes_written;   /* of completed, successful requests */
+    uint64_t requests, blocks;            /* completed requests; blocks issued */
+    uint64_t bounced;                     /* blocks that went through a bounce buffer */
+    uint64_t errors;                      /* failed requests */
+    uint64_t host_bytes;                  /* host memory held: bounce buffers + page hashes */
+    uint64_t peak_inflight;               /* most blocks in flight at once (<= queue_depth) */
+} zt_aio_stats;
+
+/* Open an engine over swap directory dir (made if missing when its parent
+ * exists; an error if it is not a directory or not writable). block_bytes:
+ * a multiple of ZT_AIO_PAGE up to 256 MiB (0: 1 MiB); queue_depth 1..256
+ * (0: 8). Holds queue_depth * block_bytes of host memory (accounted: host,
+ * other). libuv's thread pool is process-wide and sized once, at the first
+ * open, to max(8, queue_depth) unless UV_THREADPOOL_SIZE is set. */
+int zt_aio_open(zt_aio **out, const char *dir, size_t block_bytes, int queue_depth, int flags);
+/* Finish every request in flight, then remove the engine's files and
+ * directory. Requests not yet waited are freed (their handles die). NULL
+ * is ignored. */
+void zt_aio_close(zt_aio *a);
+/* Remove every open engine's swap files and directories now, without
+ * closing anything: for a process about to die without exit handlers
+ * (before zt_comm_abort). The engines are unusable afterwards. */
+void zt_aio_remove_files(void);
+/* "O_DIRECT", or "buffered: DIR refuses O_DIRECT (...)", or "buffered (...)". */
+const char *zt_aio_mode(const zt_aio *a);
+/* The engine's own directory (DIR/ztrain-aio.HOST.PID.N). */
+const char *zt_aio_dir(const zt_aio *a);
+/* What opening cleaned up or left alone in DIR, one line each ("" if nothing). */
+const char *zt_aio_notes(const zt_aio *a);
+size_t zt_aio_block_bytes(const zt_aio *a);
+int zt_aio_queue_depth(const zt_aio *a);
+int zt_aio_flags(const zt_aio *a);
+/* 1 if files use O_DIRECT. */
+int zt_aio_direct(const zt_aio *a);
+int zt_aio_get_stats(zt_aio *a, zt_aio_stats *out);
+
+/* A new swap file of nbytes (>= 1), zero-filled, its space reserved
+ * (rounded up to ZT_AIO_PAGE) unless ZT_AIO_SPARSE: a full disk is an error
+ * here (ZT_EIO, naming the path). *id names it in requests. */
+int zt_aio_file_new(zt_aio *a, size_t nbytes, int *id);
+/* Remove a file. ZT_ESTATE while requests on it are in flight. */
+int zt_aio_file_free(zt_aio *a, int id);
+/* The file's path (valid until it is freed), NULL if unknown. */
+const char *zt_aio_file_path(zt_aio *a, int id);
+
+/* Write nbytes from buf to file at offset / read them into buf. Any offset,
+ * length and buffer alignment; [offset, offset+nbytes) must lie inside the
+ * file's size. With req, the call queues the request and returns; the
+ * request must be waited exactly once (zt_aio_wait frees it). req NULL:
+ * blocking. */
+int zt_aio_write(zt_aio *a, int file, size_t offset, const void *buf, size_t nbytes,
+                 zt_aio_req **req);
+int zt_aio_read(zt_aio *a, int file, size_t offset, void *buf, size_t nbytes, zt_aio_req **req);
+/* Block until the request is done, free it, return its result. */
+int zt_aio_wait(zt_aio_req *r);
+/* *done = 1 if finished (never blocks; the request must still be waited). */
+int zt_aio_test(zt_aio_req *r, int *done);
+
+/* The nvme tier: one engine for the process, configured by the run. Each
+ * nvme storage is one swap file; tensors are accounted on tier nvme like
+ * any other tier (current/peak bytes, limit). An nvme tensor's bytes are
+ * not addressable (tensor->data is NULL; storage->data is an opaque
+ * handle): ops refuse it; bytes move with zt_copy_async between an nvme
+ * tensor and a host tensor, or with zt_tensor_read/write (synchronous).
+ * Until configured, allocating on nvme fails with ZT_EINVAL saying so.
+ * Configuring again moves the tier (ZT_ESTATE while nvme tensors exist). */
+int zt_nvme_configure(const char *dir, size_t block_bytes, int queue_depth, int flags);
+/* The tier's engine (mode, notes, stats), NULL if not configured. */
+zt_aio *zt_nvme_engine(void);
+/* Close the tier's engine and remove its files (ZT_ESTATE while nvme
+ * tensors exist). Harmless when not configured. */
+int zt_nvme_shutdown(void);
+/* The swap file holding an nvme tensor's storage, and the tensor's byte
+ * offset in it (for messages, reports and tests); NULL if t is not on nvme. */
+const char *zt_nvme_path(const zt_tensor *t, size_t *offset);
+
+#endif
