@@ -1,5 +1,5 @@
 -- ztrain.aio: the nvme tier and the asynchronous file I/O engine under it
--- (contracts in runtime/ztrain.h, "nvme tier / aio").
+-- (contracts in runtime/zt_aio.h).
 --
 --   local aio = require "ztrain.aio"
 --   local info = aio.configure{ path = "out/nvme", checksum = true }

@@ -174,7 +174,7 @@ function Comm:gather_strings(s)
 end
 
 -- Communication counters (runtime/comm_stats.c; the contract is in
--- runtime/ztrain.h): this rank's bytes and calls by kind over every
+-- runtime/zt_comm.h): this rank's bytes and calls by kind over every
 -- communicator, busy and exposed time.
 -- stats() -> { sent=, recv=, calls=, busy_ms=, exposed_ms=,
 --              by_kind = { all_reduce = { sent=, recv=, calls= }, ... } }

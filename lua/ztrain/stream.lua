@@ -1,4 +1,4 @@
--- ztrain.stream: streams and events over the runtime's (contracts in runtime/ztrain.h).
+-- ztrain.stream: streams and events over the runtime's (contracts in runtime/zt_stream.h).
 --
 --   local stream = require "ztrain.stream"
 --   local cs = stream.new("copy")               -- "compute" | "copy" | "comm"
