@@ -33,7 +33,7 @@ local LAYERS = {
   -- what a run records: metrics and summaries, communication, timelines, op profiles
   { "record", { "report", "comm_report", "pipeline.timeline", "profile" } },
   -- a training run: recipe, trainer, the loop, checkpoints, whole-model tools
-  { "train", { "recipe", "trainer", "trainer_build", "run", "whole_model", "checkpoint", "checkpoint_format",
+  { "train", { "recipe", "trainer", "trainer_build", "run", "loop", "whole_model", "checkpoint", "checkpoint_format",
                "checkpoint_write", "checkpoint_read", "dsconfig" } },
   -- reading runs afterwards: compare, plan tables
   { "insight", { "compare", "compare_tables", "plan_report" } },
