@@ -6,6 +6,7 @@
  * tail) is the same whatever the thread count. Inner loops carry
  * `omp simd`: these ops are per-index, so exact aliasing (y == x) is safe.
  */
+#include <omp.h>
 #include <string.h>
 #include "kernels.h"
 
@@ -13,14 +14,27 @@
 /* below this many blocks a parallel region costs more than it saves */
 #define EW_PAR_BLOCKS 8
 
+/* Small work, or a call from inside a parallel region (kernels round a row
+ * or a tile at a time: attention, layernorm, GELU, the bf16 GEMM's
+ * epilogue), enters no OpenMP construct at all: even an inactive region
+ * costs a team set-up each call, which made the bf16 attention 5-10x the
+ * f32 one. The same blocks either way, so the same bits. */
 #define EW_FOR_BLOCKS(n, lo, hi, BODY)                                        \
     do {                                                                      \
         size_t nb_ = ((n) + EW_BLOCK - 1) / EW_BLOCK;                         \
-        _Pragma("omp parallel for schedule(static) if (nb_ >= EW_PAR_BLOCKS)") \
-        for (size_t b_ = 0; b_ < nb_; b_++) {                                 \
-            size_t lo = b_ * EW_BLOCK;                                        \
-            size_t hi = lo + EW_BLOCK < (n) ? lo + EW_BLOCK : (n);            \
-            BODY                                                              \
+        if (nb_ < EW_PAR_BLOCKS || omp_in_parallel()) {                       \
+            for (size_t b_ = 0; b_ < nb_; b_++) {                             \
+                size_t lo = b_ * EW_BLOCK;                                    \
+                size_t hi = lo + EW_BLOCK < (n) ? lo + EW_BLOCK : (n);        \
+                BODY                                                          \
+            }                                                                 \
+        } else {                                                              \
+            _Pragma("omp parallel for schedule(static)")                      \
+            for (size_t b_ = 0; b_ < nb_; b_++) {                             \
+                size_t lo = b_ * EW_BLOCK;                                    \
+                size_t hi = lo + EW_BLOCK < (n) ? lo + EW_BLOCK : (n);        \
+                BODY                                                          \
+            }                                                                 \
         }                                                                     \
     } while (0)
 

@@ -8,8 +8,10 @@
  * round-robin: each runs until it waits at a barrier (__syncthreads, and
  * __syncwarp for its warp), then the next; a barrier releases when its
  * last thread arrives. Deterministic, and a missing barrier shows at once
- * (the first thread runs ahead of the rest until its next barrier, reading
- * what the others have not written yet). Real threads cost this machine
+ * (a thread runs ahead of the rest until its next barrier, reading what
+ * the others have not written yet; passes alternate the thread order, so
+ * a read of a lower or a higher thread's data both show); a barrier some
+ * thread never reaches aborts with a message instead of spinning. Real threads cost this machine
  * minutes of futex traffic a run; fibers a context switch a wait.
  * __shfl_xor_sync goes through a per-warp array; blocks run one after
  * another, so a __shared__ array (a static) is the block's. mma.sync m16n8k16 bf16 and ldmatrix (kernels/cuda/mma.cuh's
@@ -64,9 +66,11 @@ enum { EMU_STACK = 256 << 10 };
 struct emu_bar { int expected, arrived; unsigned gen; };
 static emu_bar emu_block_bar, emu_warp_bar[32];
 static inline void emu_yield(void) { swapcontext(&emu_fibers[(size_t)emu_cur].ctx, &emu_sched); }
+static unsigned long emu_progress;            /* arrivals and finished threads: the scheduler's pulse */
 static inline void emu_wait(emu_bar *b)
 {
     unsigned g = b->gen;
+    emu_progress++;
     if (++b->arrived == b->expected) { b->arrived = 0; b->gen++; return; }
     while (b->gen == g) emu_yield();
 }
@@ -170,7 +174,7 @@ static inline float __fadd_rn(float a, float b) { return a + b; }
 static void *emu_fn;
 static void (*emu_call)(void *);
 template <class F> static void emu_call_as(void *f) { (*(F *)f)(); }
-static void emu_entry(void) { emu_call(emu_fn); emu_fibers[(size_t)emu_cur].done = true; }
+static void emu_entry(void) { emu_call(emu_fn); emu_fibers[(size_t)emu_cur].done = true; emu_progress++; }
 
 template <class F> static void emu_launch(dim3 g, int threads, F f)
 {
@@ -202,14 +206,26 @@ template <class F> static void emu_launch(dim3 g, int threads, F f)
                 fb.ctx.uc_link = &emu_sched;
                 makecontext(&fb.ctx, emu_entry, 0);
             }
-            for (int live = threads; live > 0;) {
+            /* passes alternate ascending and descending thread order, so a
+             * missing barrier shows whichever neighbour a thread reads; a
+             * pass in which no thread arrived anywhere or finished is a
+             * deadlock (a barrier some thread never reaches): said, and
+             * aborted, instead of spinning */
+            for (int live = threads, pass = 0; live > 0; pass++) {
+                unsigned long before = emu_progress;
                 live = 0;
-                for (int t = 0; t < threads; t++) {
+                for (int k = 0; k < threads; k++) {
+                    int t = pass % 2 ? threads - 1 - k : k;
                     if (emu_fibers[(size_t)t].done) continue;
                     emu_cur = t;
                     threadIdx = emu_fibers[(size_t)t].tid;
                     swapcontext(&emu_sched, &emu_fibers[(size_t)t].ctx);
                     if (!emu_fibers[(size_t)t].done) live++;
+                }
+                if (live > 0 && emu_progress == before) {
+                    fprintf(stderr, "emu: block (%u,%u): %d threads wait at barriers no other thread "
+                            "reaches (a __syncthreads or __syncwarp behind a branch?)\n", bx, by, live);
+                    abort();
                 }
             }
         }

@@ -165,7 +165,7 @@ end
 -- the full model state, and as working buffers the MPI scratch of the
 -- largest unit's all-reduce and, in a 2-byte precision, the widened
 -- gradients being reduced (one rank accumulating: the largest unit's).
-M.placement = { stage = 0 }
+M.placement = { stage = 0 }      -- a strategy object takes its own copy (single.lua, dp.lua)
 function M.footprint(t, f)
   fp.replicated_state(t, f.units, f.lowp, f.accumulate)
   local s = fp.shapes(f.units)

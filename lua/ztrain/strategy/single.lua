@@ -32,7 +32,7 @@ function M.new(opts)
 
   S.step = replicated.step
   S.predicted = replicated.predicted
-  S.placement, S.footprint = replicated.placement, replicated.footprint
+  S.placement, S.footprint = { stage = 0 }, replicated.footprint
   S.free = replicated.free
   return options.complete(S)
 end
