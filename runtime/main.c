@@ -4,7 +4,7 @@
  * It finds the ztrain tree (ZTRAIN_HOME, else the directory above the
  * binary's build/), puts lua/ on package.path, and hands argv to
  * ztrain.cli.main. Everything else -- recipes, the REPL, options -- is Lua.
- * The runtime itself is libztrain.so, loaded by lua/ztrain/ffi.lua: the
+ * The runtime itself is libztrain.so, loaded by lua/ztrain/core/ffi.lua: the
  * one beside this binary unless ZTRAIN_LIB says otherwise.
  */
 #include <libgen.h>

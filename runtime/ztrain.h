@@ -1,7 +1,7 @@
 /*
  * ztrain.h -- the public C API of the ztrain runtime.
  *
- * This header is the single source of truth for the LuaJIT FFI: lua/ztrain/ffi.lua
+ * This header is the single source of truth for the LuaJIT FFI: lua/ztrain/core/ffi.lua
  * reads it, drops preprocessor lines and comments, and passes the rest to
  * ffi.cdef. So: no macros in declarations, plain C types only, and every
  * constant an enum.
@@ -25,7 +25,7 @@
 #ifndef ZTRAIN_H
 #define ZTRAIN_H
 
-/* The API by subsystem, in dependency order (lua/ztrain/ffi.lua reads
+/* The API by subsystem, in dependency order (lua/ztrain/core/ffi.lua reads
  * these includes in this order): */
 #include "zt_core.h"
 #include "zt_device.h"

@@ -6,11 +6,11 @@
 local ffi = require "ffi"
 local zt = require "ztrain"
 local T, ops = zt.tensor, zt.ops
-local stream = require "ztrain.stream"
-local aio = require "ztrain.aio"
-local memory = require "ztrain.memory"
-local libc = require "ztrain.libc"
-local home = require("ztrain.ffi").home
+local stream = require "ztrain.core.stream"
+local aio = require "ztrain.core.aio"
+local memory = require "ztrain.core.memory"
+local libc = require "ztrain.core.libc"
+local home = require("ztrain.core.ffi").home
 
 ffi.cdef [[ int memcmp(const void *a, const void *b, size_t n); ]]
 
@@ -174,9 +174,9 @@ describe("the nvme tier", function()
 
     -- a run killed with its files on disk: a child process, SIGKILLed
     local cmd = ("ZTRAIN_HOME=%s luajit -e 'package.path=%q..package.path; "
-                 .. "local zt=require\"ztrain\"; local aio=require\"ztrain.aio\"; "
+                 .. "local zt=require\"ztrain\"; local aio=require\"ztrain.core.aio\"; "
                  .. "aio.configure{path=%q}; local t=zt.tensor.new({4096},{tier=\"nvme\"}); "
-                 .. "os.execute(\"kill -9 \"..require\"ztrain.libc\".getpid())' 2>/dev/null")
+                 .. "os.execute(\"kill -9 \"..require\"ztrain.core.libc\".getpid())' 2>/dev/null")
                 :format(home, home .. "/lua/?.lua;" .. home .. "/lua/?/init.lua;", dir)
     os.execute(cmd)
     assert.are.equal(1, #entries(dir))                  -- its directory stayed behind

@@ -10,8 +10,8 @@ local cjson = require("cjson").new()
 local bpe = require "ztrain.data.bpe"
 local pcre2 = require "ztrain.data.pcre2"
 local train = require "ztrain.data.bpe_train"
-local errors = require "ztrain.errors"
-local libc = require "ztrain.libc"
+local errors = require "ztrain.core.errors"
+local libc = require "ztrain.core.libc"
 
 assert(jit, "these specs must run under LuaJIT: busted --lua=luajit spec/bpe_spec.lua")
 

@@ -93,9 +93,9 @@ describe("ztrain program", function()
     -- and a glob_t as a recipe might (spec/dist_spec.lua's rank killer does)
     local out, rc = run([[build/ztrain -e '
       local ffi = require "ffi"
-      local libc = require "ztrain.libc"
-      package.loaded["ztrain.libc"] = nil
-      local again = require "ztrain.libc"
+      local libc = require "ztrain.core.libc"
+      package.loaded["ztrain.core.libc"] = nil
+      local again = require "ztrain.core.libc"
       ffi.cdef "int getpid(void); int kill(int pid, int sig); typedef struct { size_t n; } glob_t;"
       print("same=" .. tostring(ffi.C.getpid() == again.getpid() and libc.glob_t == again.glob_t))']])
     assert.are.equal(0, rc, out)

@@ -28,7 +28,7 @@ describe("comm.backend", function()
   end)
 
   it("a build without CUDA refuses NCCL with what to do", function()
-    local world = require("ztrain.comm").world()
+    local world = require("ztrain.core.comm").world()
     local ok, err = pcall(world.use_nccl, world, true)
     assert.is_false(ok)
     assert.are.equal("comm.backend=nccl: built without CUDA (NCCL); rebuild with make CUDA=1, " ..

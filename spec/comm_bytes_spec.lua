@@ -109,8 +109,8 @@ end
 
 describe("comm.stats (one local rank)", function()
   it("counts calls by kind, no bytes; stats_delta and reset_stats", function()
-    local comm = require "ztrain.comm"
-    local T = require "ztrain.tensor"
+    local comm = require "ztrain.core.comm"
+    local T = require "ztrain.core.tensor"
     local w = comm.world()
     comm.reset_stats()
     local a = comm.stats()

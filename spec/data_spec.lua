@@ -9,7 +9,7 @@ local loader_mod = require "ztrain.data.loader"
 
 assert(jit, "these specs must run under LuaJIT: busted --lua=luajit spec/data_spec.lua")
 
-local libc = require "ztrain.libc"
+local libc = require "ztrain.core.libc"
 
 ---------------------------------------------------------------------------
 -- helpers

@@ -11,7 +11,7 @@ local ffi = require "ffi"
 local cjson = require "cjson"
 local recipe = require "ztrain.recipe"
 local util = require "helpers.util"
-local C = require("ztrain.ffi").C
+local C = require("ztrain.core.ffi").C
 
 local RUN = "build/ztrain recipes/single.lua model.size=gpt2-tiny data.tokenizer=bytes data.seq_len=32 " ..
             "batch.micro=2 train.steps=1 train.eval_every=0 -q "

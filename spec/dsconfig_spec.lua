@@ -20,7 +20,7 @@ end
 local function err_of(fn, ...)
   local ok, e = pcall(fn, ...)
   assert.is_false(ok, "expected an error")
-  return require("ztrain.errors").message(e)
+  return require("ztrain.core.errors").message(e)
 end
 
 describe("ds-config: the five seeds' shapes", function()

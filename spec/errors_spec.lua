@@ -1,7 +1,7 @@
 -- Errors as a user meets them: a user error prints "ztrain: MESSAGE" with no
 -- Lua file and line; a bug keeps its "file.lua:N:" location (and a traceback
--- where the host prints one). The rule lives in lua/ztrain/errors.lua.
-local errors = require "ztrain.errors"
+-- where the host prints one). The rule lives in lua/ztrain/core/errors.lua.
+local errors = require "ztrain.core.errors"
 
 -- run(args) -> output (stdout and stderr), exit code
 local function run(args, input)
@@ -30,7 +30,7 @@ end
 -- a Lua location: "path/file.lua:12:"
 local LOCATION = "%.lua:%d+:"
 
-describe("ztrain.errors", function()
+describe("ztrain.core.errors", function()
   it("tells user errors from bugs", function()
     local u = errors.user("data.text matches no file")
     assert.is_true(errors.is_user(u))

@@ -14,7 +14,7 @@
 local ffi = require "ffi"
 local util = require "helpers.util"
 local cjson = require "cjson"
-local libc = require "ztrain.libc"
+local libc = require "ztrain.core.libc"
 
 pcall(ffi.cdef, [[
 typedef struct { long tv_sec, tv_nsec; } faults_timespec;

@@ -5,7 +5,7 @@
 -- user would.
 package.path = "tools/fuzz/?.lua;" .. package.path
 local targets = require "targets"
-local libc = require "ztrain.libc"
+local libc = require "ztrain.core.libc"
 local ffi = require "ffi"
 
 local function slurp(p) local f = assert(io.open(p, "rb")); local s = f:read("*a"); f:close(); return s end
@@ -49,7 +49,7 @@ describe("fuzz corpora", function()
     end
     local ok, err = pcall(ck.open, dir)
     assert.is_false(ok)
-    assert.is_true(require("ztrain.errors").is_user(err))
+    assert.is_true(require("ztrain.core.errors").is_user(err))
     return err
   end
 

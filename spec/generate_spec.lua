@@ -4,7 +4,7 @@
 local ffi = require "ffi"
 local zt = require "ztrain"
 local gen = require "ztrain.nn.generate"
-local memory = require "ztrain.memory"
+local memory = require "ztrain.core.memory"
 
 -- A tiny model with O(1) logits and positions that matter (GPT-2's init
 -- gives near-uniform logits and positions that hardly change them: a

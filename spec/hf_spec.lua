@@ -11,7 +11,7 @@ local util = require "helpers.util"
 local zt = require "ztrain"
 local hf = require "ztrain.nn.hf"
 local st = require "ztrain.nn.safetensors"
-local digest = require "ztrain.digest"
+local digest = require "ztrain.core.digest"
 
 local FIX = "spec/fixtures/hf"
 local TINY = FIX .. "/tiny"

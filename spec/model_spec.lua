@@ -1,6 +1,6 @@
 local ffi = require "ffi"
 local zt = require "ztrain"
-local C = require("ztrain.ffi").C
+local C = require("ztrain.core.ffi").C
 
 describe("GPT-2 model layout", function()
   it("has GPT-2's parameter counts", function()

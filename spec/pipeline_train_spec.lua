@@ -73,7 +73,7 @@ describe("pipeline training", function()
     local report = os.tmpname()
     util.write(recipe, ([[
       local zt = require "ztrain"
-      local ops = require "ztrain.ops"
+      local ops = require "ztrain.core.ops"
       local r = dofile("recipes/pipeline_pipedream.lua")
       local base = zt.strategy.single()
       local seen, stale = {}, 0

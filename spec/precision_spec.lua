@@ -94,7 +94,7 @@ describe("mixed precision", function()
                   "train.eval_every=0", "precision=bf16", "device.bf16_gemm=on", "optim.clip=0.05" }
       local tr = trainer.new(assert(zt.recipe.resolve({}, o)), { quiet = true })
       local casts = 0
-      local ops = require "ztrain.ops"
+      local ops = require "ztrain.core.ops"
       local cast = ops.cast
       ops.cast = function(d, s) casts = casts + d:numel(); return cast(d, s) end
       local ok, err = pcall(function() tr:train_step(); tr:train_step() end)
@@ -106,7 +106,7 @@ describe("mixed precision", function()
     end
     local skip, n_skip = digest()
     local orig = Pmt.cast_params
-    Pmt.cast_params = function(_, u, v) return require("ztrain.ops").cast(v, u.params) end
+    Pmt.cast_params = function(_, u, v) return require("ztrain.core.ops").cast(v, u.params) end
     local ok, full, n_full = pcall(digest)
     Pmt.cast_params = orig
     assert(ok, full)

@@ -2,7 +2,7 @@
 -- every op of a step exactly once (calls and FLOPs against GPT-2's formulas),
 -- its families add up to the measured step, and stop() undoes every swap.
 local zt = require "ztrain"
-local ops = require "ztrain.ops"
+local ops = require "ztrain.core.ops"
 local gpt2 = require "ztrain.nn.gpt2"
 local profile = require "ztrain.profile"
 local trainer = require "ztrain.trainer"

@@ -314,12 +314,12 @@ describe("graceful stop's grace period", function()
   it("a rank that cannot reach its stop point (a peer gone) ends on its own, saying why", function()
     local script = os.tmpname() .. ".lua"
     u.write(script, [[
-      local interrupt = require "ztrain.interrupt"
+      local interrupt = require "ztrain.core.interrupt"
       interrupt.install({ interrupt.SIGTERM })
       interrupt.set_action("raise")
       interrupt.hard_after(2)
       interrupt.grace(1)
-      require("ztrain.libc").kill(require("ztrain.libc").getpid(), interrupt.SIGTERM)
+      require("ztrain.core.libc").kill(require("ztrain.core.libc").getpid(), interrupt.SIGTERM)
       local t0 = os.time()
       while os.time() - t0 < 20 do end      -- never reaches a stop point
       print("not stopped")

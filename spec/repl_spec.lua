@@ -10,7 +10,7 @@ local pretty = require "ztrain.repl.pretty"
 local help = require "ztrain.repl.help"
 local repl = require "ztrain.repl"
 local ranks = require "ztrain.repl.ranks"
-local interrupt = require "ztrain.interrupt"
+local interrupt = require "ztrain.core.interrupt"
 local util = require "helpers.util"
 
 local ROOT = os.getenv("PWD")
@@ -239,12 +239,12 @@ describe("REPL help", function()
     local text = help.text(zt.train, "zt.train")
     assert.truthy(text:find("^zt.train  %(lua/ztrain/init.lua:%d+%)\ntrain%(recipe_path_or_table"), text)
     text = help.text(zt.tensor)
-    assert.truthy(text:find("^zt.tensor  %(lua/ztrain/tensor.lua%)\nztrain.tensor: tensors"), text)
+    assert.truthy(text:find("^zt.tensor  %(lua/ztrain/core/tensor.lua%)\nztrain.core.tensor: tensors"), text)
     assert.truthy(text:find("zt.tensor.new  new(shape", 1, true), text)
     assert.truthy(help.text(zt.ops.sum):find("Sum of x in fp64", 1, true))     -- through the poll wrapper
     local t = zt.tensor.new({ 1 })
     local ht = help.text(t, "t")
-    assert.truthy(ht:find("t is a ztrain.tensor object", 1, true), ht)
+    assert.truthy(ht:find("t is a ztrain.core.tensor object", 1, true), ht)
     t:free()
     assert.equal("no documentation for print", help.text(print, "print"))
     assert.equal("no documentation for x", help.text(42, "x"))

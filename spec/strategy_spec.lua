@@ -117,7 +117,7 @@ describe("failure paths", function()
     for _, f in ipairs({ "single", "dp", "zero", "replicated", "shard", "norm", "state", "options" }) do
       local src = assert(io.open("lua/ztrain/strategy/" .. f .. ".lua")):read("*a")
       assert.is_nil(src:find("comm.world", 1, true), f .. ".lua reaches for the world communicator")
-      assert.is_nil(src:find('require "ztrain.comm"', 1, true), f .. ".lua requires the comm module")
+      assert.is_nil(src:find('require "ztrain.core.comm"', 1, true), f .. ".lua requires the comm module")
     end
   end)
 end)

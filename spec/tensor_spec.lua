@@ -2,7 +2,7 @@
 -- from the runtime's accessors, and the binding cannot reach the structs
 -- (a refcount or a shape written from Lua would corrupt the runtime).
 local zt = require "ztrain"
-local C = require("ztrain.ffi").C
+local C = require("ztrain.core.ffi").C
 
 describe("tensors through the runtime's accessors", function()
   it("give shape, numel, dtype, bytes, tier and category, and a view's offset and data", function()

@@ -5,7 +5,7 @@
 local ffi = require "ffi"
 local zt = require "ztrain"
 local T, ops = zt.tensor, zt.ops
-local stream = require "ztrain.stream"
+local stream = require "ztrain.core.stream"
 
 local function values(n, f)
   local a = ffi.new("float[?]", n)

@@ -14,8 +14,8 @@ end
 
 describe("comm watchdog", function()
   setup(function()
-    require("ztrain.libc").setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1)
-    require("ztrain.libc").setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1)
+    require("ztrain.core.libc").setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1)
+    require("ztrain.core.libc").setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1)
   end)
 
   it("a rank that never arrives: the job ends with status 5, naming who arrived and the other's last op", function()

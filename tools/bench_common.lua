@@ -5,8 +5,8 @@
 --   local B = dofile(zt.home .. "/tools/bench_common.lua")
 local ffi = require "ffi"
 local zt = require "ztrain"
-local ops = require "ztrain.ops"
-local T = require "ztrain.tensor"
+local ops = require "ztrain.core.ops"
+local T = require "ztrain.core.tensor"
 local C = zt.ffi.C
 
 pcall(ffi.cdef, [[

@@ -25,7 +25,7 @@
 -- script: spec/bench_gpu_spec.lua).
 local ffi = require "ffi"
 local zt = require "ztrain"
-local zffi = require "ztrain.ffi"
+local zffi = require "ztrain.core.ffi"
 local profile = require "ztrain.profile"
 local bc = dofile(zt.home .. "/tools/bench_common.lua")
 local C = zffi.C

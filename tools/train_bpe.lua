@@ -102,7 +102,7 @@ local ok, err = pcall(function()
       end
     end,
   }
-  local libc = require "ztrain.libc"
+  local libc = require "ztrain.core.libc"
   local acc = opts.out:sub(1, 1) == "/" and "/" or ""
   for part in opts.out:gmatch("[^/]+") do -- mkdir -p (an existing directory is fine)
     acc = acc .. part
@@ -115,4 +115,4 @@ local ok, err = pcall(function()
   print(("train_bpe: vocabulary %d (%d merges, stopped by %s) in %.2f s (+ %.2f s reading); wrote %s/vocab.json, %s/merges.txt")
     :format(v.vocab_size, #v.merges, v.stopped, v.seconds, read_s, opts.out, opts.out))
 end)
-if not ok then fail(require("ztrain.errors").message(err)) end
+if not ok then fail(require("ztrain.core.errors").message(err)) end

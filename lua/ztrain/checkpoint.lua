@@ -10,8 +10,8 @@
 -- world size saved them) in checkpoint_read.lua. This module is their
 -- interface and the trainer's side: save_run, resume_run, load_run, and
 -- export (a checkpoint as a Hugging Face GPT-2 directory).
-local errors = require "ztrain.errors"
-local T = require "ztrain.tensor"
+local errors = require "ztrain.core.errors"
+local T = require "ztrain.core.tensor"
 local gpt2 = require "ztrain.nn.gpt2"
 local hf = require "ztrain.nn.hf"
 local tokenizers = require "ztrain.data.tokenizer"

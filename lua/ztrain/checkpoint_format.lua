@@ -13,8 +13,8 @@
 --                      dtype and byte offset, and a SHA-256 per 1 MiB block
 -- and ROOT/latest names the newest complete one.
 local ffi = require "ffi"
-local libc = require "ztrain.libc"
-local zffi = require "ztrain.ffi"
+local libc = require "ztrain.core.libc"
+local zffi = require "ztrain.core.ffi"
 local C = zffi.C
 
 local M = {}

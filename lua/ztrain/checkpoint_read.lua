@@ -9,7 +9,7 @@
 -- shard (strategy/state.lua's import asks for exactly the ranges it holds).
 local ffi = require "ffi"
 local json = require "ztrain.util.json"
-local libc = require "ztrain.libc"
+local libc = require "ztrain.core.libc"
 local state = require "ztrain.strategy.state"
 local format = require "ztrain.checkpoint_format"
 

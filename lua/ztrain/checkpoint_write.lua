@@ -12,9 +12,9 @@
 -- directory (removed by the next save).
 local ffi = require "ffi"
 local json = require "ztrain.util.json"
-local libc = require "ztrain.libc"
-local zffi = require "ztrain.ffi"
-local errors = require "ztrain.errors"
+local libc = require "ztrain.core.libc"
+local zffi = require "ztrain.core.ffi"
+local errors = require "ztrain.core.errors"
 local fs = require "ztrain.util.fs"
 local durable = require "ztrain.durable"
 local format = require "ztrain.checkpoint_format"

@@ -7,7 +7,7 @@ local M = {}
 
 M.usage = require "ztrain.usage"   -- plan and compare print it too, without requiring the CLI
 
-local errors = require "ztrain.errors"
+local errors = require "ztrain.core.errors"
 local commands = require "ztrain.cli_commands"
 
 -- say(e): print an error as "ztrain: MESSAGE" -- a user error as is, a bug
@@ -211,7 +211,7 @@ local function start(opts, comm)
   if comm.launched() then
     -- a rank: the launcher's stop request (SIGUSR1 through mpirun) is
     -- counted from the start, not fatal before the run installs its policy
-    require("ztrain.interrupt").install({ require("ztrain.interrupt").SIGUSR1 })
+    require("ztrain.core.interrupt").install({ require("ztrain.core.interrupt").SIGUSR1 })
   end
   _G.zt = zt
   if opts.nproc and zt.comm.world().size ~= opts.nproc then
@@ -230,7 +230,7 @@ local function start(opts, comm)
   if opts.interactive or (not opts.recipe and #opts.exprs == 0 and not opts.script) then
     -- a session: Ctrl-C interrupts -e code and the recipe too, then the REPL
     -- opens (SIGUSR1: what mpirun forwards from the multi-rank front end)
-    local interrupt = require "ztrain.interrupt"
+    local interrupt = require "ztrain.core.interrupt"
     if os.getenv(require("ztrain.repl.ranks").ENV) then
       interrupt.install({ interrupt.SIGUSR1 })
       interrupt.set_action("raise", { agreed = zt.comm.world().size > 1 })
@@ -281,7 +281,7 @@ local function run_recipe(opts, zt, pre)
     -- a graceful stop: the first SIGINT/SIGTERM (SIGUSR1: what the
     -- launcher forwards through mpirun) ends the run after the step in
     -- flight, with a checkpoint and summary.json; a second one at once
-    local interrupt = require "ztrain.interrupt"
+    local interrupt = require "ztrain.core.interrupt"
     interrupt.install({ interrupt.SIGINT, interrupt.SIGTERM, interrupt.SIGUSR1 })
     interrupt.set_action("raise", { agreed = world.size > 1 })
     interrupt.hard_after(2)
@@ -320,7 +320,7 @@ function M.main(argv)
   code = ds_config(opts)
   if code then return code end
 
-  local comm = require "ztrain.comm"
+  local comm = require "ztrain.core.comm"
   local pre
   code, pre = launch(opts, argv, comm)
   if code then return code end

@@ -5,7 +5,7 @@
 -- the CLI loads this module on every start, and `ztrain schedule` or a
 -- launcher must not load the runtime, the model or the planner it does not
 -- need.
-local errors = require "ztrain.errors"
+local errors = require "ztrain.core.errors"
 local fs = require "ztrain.util.fs"
 local usage_text = require "ztrain.usage"   -- the --help text, for -h after a subcommand
 

@@ -12,7 +12,7 @@
 -- checkpoints and the end-of-run gathers (this module's own included) are
 -- outside it. The first step of a run is left out of the means when later
 -- ones exist: it pays for setup (first gathers, buffers filled).
-local comm = require "ztrain.comm"
+local comm = require "ztrain.core.comm"
 local cjson_null = require("ztrain.util.json").null
 
 local M = {}

@@ -19,7 +19,7 @@ local json = require "ztrain.util.json"
 local svg = require "ztrain.svg"
 local charts = require "ztrain.charts"
 local tables = require "ztrain.compare_tables"
-local errors = require "ztrain.errors"
+local errors = require "ztrain.core.errors"
 local fs = require "ztrain.util.fs"
 local usage = require "ztrain.usage"
 

@@ -13,7 +13,7 @@
 --    its own staging) and the numbers do not change.
 -- The map is documented in docs/recipes.md ("DeepSpeed configs").
 local cjson = require "cjson.safe"
-local errors = require "ztrain.errors"
+local errors = require "ztrain.core.errors"
 
 local M = {}
 

@@ -16,7 +16,7 @@
 -- comes up short is cut back to the last whole line (ftruncate), so the file
 -- stays parseable, and the error names the file.
 local ffi = require "ffi"
-local libc = require "ztrain.libc"
+local libc = require "ztrain.core.libc"
 
 local M = {}
 

@@ -6,25 +6,25 @@
 --   local t = zt.tensor.new({ 2, 3 }); t:fill(1); print(t:totable()[1]); t:free()
 local M = {}
 
-M.ffi      = require "ztrain.ffi"
-M.tensor   = require "ztrain.tensor"
-M.ops      = require "ztrain.ops"
-M.memory   = require "ztrain.memory"
+M.ffi      = require "ztrain.core.ffi"
+M.tensor   = require "ztrain.core.tensor"
+M.ops      = require "ztrain.core.ops"
+M.memory   = require "ztrain.core.memory"
 M.gpt2     = require "ztrain.nn.gpt2"
 M.adamw    = require "ztrain.optim.adamw"
 M.lr       = require "ztrain.lr"
 M.data     = require "ztrain.data"
 M.strategy = require "ztrain.strategy"
 M.schedule = require "ztrain.schedule"
-M.stream   = require "ztrain.stream"
-M.aio      = require "ztrain.aio"
+M.stream   = require "ztrain.core.stream"
+M.aio      = require "ztrain.core.aio"
 M.groups   = require "ztrain.groups"
 M.recipe   = require "ztrain.recipe"
-M.comm     = require "ztrain.comm"
-M.errors   = require "ztrain.errors"
-M.digest   = require "ztrain.digest"
+M.comm     = require "ztrain.core.comm"
+M.errors   = require "ztrain.core.errors"
+M.digest   = require "ztrain.core.digest"
 M.trainer  = require "ztrain.trainer"
-M.interrupt = require "ztrain.interrupt"
+M.interrupt = require "ztrain.core.interrupt"
 M.home     = M.ffi.home
 
 function M.version() return require("ffi").string(M.ffi.C.zt_version()) end

@@ -3,7 +3,7 @@
 -- each. Works as root, oversubscribes when N exceeds the cores, and gives
 -- each rank cores / N threads unless the recipe sets device.threads.
 local ffi = require "ffi"
-local libc = require "ztrain.libc"
+local libc = require "ztrain.core.libc"
 local bit = require "bit"
 local fs = require "ztrain.util.fs"
 local host = require "ztrain.util.host"
@@ -262,7 +262,7 @@ function M.run(n, program, args, o)
   -- Open MPI refuses root unless told; a container's root is the usual case.
   libc.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0)
   libc.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0)
-  libc.setenv("ZTRAIN_HOME", rawget(_G, "ZTRAIN_HOME") or require("ztrain.ffi").home, 0)
+  libc.setenv("ZTRAIN_HOME", rawget(_G, "ZTRAIN_HOME") or require("ztrain.core.ffi").home, 0)
   local tmpdir = os.getenv("TMPDIR") or "/tmp"
   clean_dead_jobs(tmpdir)
   local tmpl = ffi.new("char[?]", #tmpdir + 32, tmpdir .. "/ztrain-job.XXXXXX")

@@ -7,7 +7,7 @@
 -- tools/netns_agent instead of ssh and Open MPI's TCP (ranks and its
 -- out-of-band channel) keeps to the cluster's subnet, so bytes cross the
 -- namespaces' links.
-local libc = require "ztrain.libc"
+local libc = require "ztrain.core.libc"
 
 local M = {}
 
@@ -134,7 +134,7 @@ end
 
 -- home() -> the ztrain checkout (for tools/netns_agent)
 local function home()
-  return os.getenv("ZTRAIN_HOME") or rawget(_G, "ZTRAIN_HOME") or require("ztrain.ffi").home
+  return os.getenv("ZTRAIN_HOME") or rawget(_G, "ZTRAIN_HOME") or require("ztrain.core.ffi").home
 end
 
 -- args(o) -> words | nil, err: mpirun's arguments for o = { hostfile = PATH

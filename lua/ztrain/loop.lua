@@ -4,15 +4,15 @@
 -- train.steps, each step with its evaluation, sample, checkpoint, log line
 -- and interrupt point; stop(R, ok, err) settles how it ended: an error's
 -- status, a graceful stop's checkpoint, the metrics file closed.
-local C = require("ztrain.ffi").C
+local C = require("ztrain.core.ffi").C
 local trainer = require "ztrain.trainer"
 local report = require "ztrain.report"
-local errors = require "ztrain.errors"
-local interrupt = require "ztrain.interrupt"
+local errors = require "ztrain.core.errors"
+local interrupt = require "ztrain.core.interrupt"
 local fs = require "ztrain.util.fs"
 local ckpt = require "ztrain.checkpoint"
 local comm_report = require "ztrain.comm_report"
-local comm = require "ztrain.comm"
+local comm = require "ztrain.core.comm"
 local schedule = require "ztrain.schedule"
 
 local M = {}

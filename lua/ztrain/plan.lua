@@ -24,7 +24,7 @@
 --    estimate of the same pattern.
 -- Pipelines: the heaviest stage, its sets in flight from the schedule's
 -- simulator (pipeline rows are checked on one recipe, 1F1B on 2 ranks).
-local memory = require "ztrain.memory"
+local memory = require "ztrain.core.memory"
 local gpt2 = require "ztrain.nn.gpt2"
 local Acts = require "ztrain.nn.activations"
 local precision = require "ztrain.precision"

@@ -1,6 +1,6 @@
 -- ztrain.plan_report: `ztrain plan` (the planner's table); the numbers,
 -- and the pre-flight refusal's words, come from plan.lua.
-local memory = require "ztrain.memory"
+local memory = require "ztrain.core.memory"
 local plan = require "ztrain.plan"
 local usage = require "ztrain.usage"
 

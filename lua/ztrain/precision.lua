@@ -21,8 +21,8 @@
 -- low-precision parameters and gradients, and the same kernel calls on the
 -- same fp32 values in every strategy: the same-math rule holds within a
 -- precision.
-local T = require "ztrain.tensor"
-local ops = require "ztrain.ops"
+local T = require "ztrain.core.tensor"
+local ops = require "ztrain.core.ops"
 
 local M = {}
 
@@ -242,7 +242,7 @@ end
 -- as bf16). The trainer and the memory plan ask the same question here.
 function M.gemm16(r)
   local ffi = require "ffi"
-  local path = ffi.string(require("ztrain.ffi").C.zt_matmul_bf16_info())
+  local path = ffi.string(require("ztrain.core.ffi").C.zt_matmul_bf16_info())
   local bg = r.device.bf16_gemm
   local on = r.precision == "bf16" and
              (bg == "on" or (bg == "auto" and (r.device.backend == "cuda" or path:match("^AMX") ~= nil)))

@@ -26,8 +26,8 @@
 -- Families: matmuls by role, told apart by the weight's shape (C the model
 -- width, V its vocabulary): qkv (3C,C), attn proj (C,C), mlp fc (4C,C),
 -- mlp proj (C,4C), lm head (V,C); the rest by op name (FAMILY below).
-local zffi = require "ztrain.ffi"
-local ops = require "ztrain.ops"
+local zffi = require "ztrain.core.ffi"
+local ops = require "ztrain.core.ops"
 local gpt2 = require "ztrain.nn.gpt2"
 local C = zffi.C
 

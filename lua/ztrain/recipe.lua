@@ -428,7 +428,7 @@ function M.serialize(r)
       -- a function (a user schedule): its bytecode's hash, so ranks that
       -- loaded different code disagree (upvalues are not compared)
       local ok, code = pcall(string.dump, v)
-      return ok and ("function:" .. require("ztrain.digest").string(code):sub(1, 16)) or "function"
+      return ok and ("function:" .. require("ztrain.core.digest").string(code):sub(1, 16)) or "function"
     else return tostring(v) end
   end
   return ser(r)

@@ -13,8 +13,8 @@
 -- line; during a call it raises "interrupted" at the next safe point: between
 -- training steps, between kernels, or (in Lua code the JIT has not compiled)
 -- every few thousand VM instructions. Under several ranks see repl/ranks.lua.
-local errors = require "ztrain.errors"
-local interrupt = require "ztrain.interrupt"
+local errors = require "ztrain.core.errors"
+local interrupt = require "ztrain.core.interrupt"
 local pretty = require "ztrain.repl.pretty"
 local help = require "ztrain.repl.help"
 
@@ -142,7 +142,7 @@ end
 
 -- reader() -> fn(prompt) -> line | nil (end) | false (Ctrl-C), closer
 local function reader()
-  local libc = require "ztrain.libc"
+  local libc = require "ztrain.core.libc"
   if libc.isatty(0) == 1 and os.getenv("TERM") ~= "dumb" then
     local ed = require("ztrain.repl.readline").open {
       history = require("ztrain.repl.readline").history_file(), complete = M.complete }

@@ -3,10 +3,10 @@
 -- metrics.jsonl (one object per logged step), summary.json (the run's
 -- contract, DESIGN.md "Run outputs"), a live progress line on a terminal
 -- (plain lines otherwise), and the end-of-run table.
-local memory = require "ztrain.memory"
-local libc = require "ztrain.libc"
+local memory = require "ztrain.core.memory"
+local libc = require "ztrain.core.libc"
 local durable = require "ztrain.durable"
-local errors = require "ztrain.errors"
+local errors = require "ztrain.core.errors"
 local fs = require "ztrain.util.fs"
 local json = require "ztrain.util.json"   -- its own settings: NaN as null, 14 digits
 
@@ -26,7 +26,7 @@ M.write_atomic = durable.write_atomic
 function M.is_tty()
   local env = os.getenv("ZTRAIN_TTY")
   if env then return env == "1" end
-  if require("ztrain.comm").launched() then return false end
+  if require("ztrain.core.comm").launched() then return false end
   return libc.isatty(1) == 1
 end
 

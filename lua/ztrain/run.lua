@@ -5,16 +5,16 @@
 -- run(recipe, {quiet=}) -> summary table. Errors before training (bad data,
 -- over-limit memory, ...) raise with a clear message; a failure during
 -- training still writes summary.json with exit = "error: ...".
-local zffi = require "ztrain.ffi"
+local zffi = require "ztrain.core.ffi"
 local C = zffi.C
 local loop = require "ztrain.loop"
 local comm_report = require "ztrain.comm_report"
 local report = require "ztrain.report"
 local recipe_mod = require "ztrain.recipe"
 local cjson_null = require("ztrain.util.json").null
-local memory = require "ztrain.memory"
-local errors = require "ztrain.errors"
-local interrupt = require "ztrain.interrupt"
+local memory = require "ztrain.core.memory"
+local errors = require "ztrain.core.errors"
+local interrupt = require "ztrain.core.interrupt"
 
 local M = {}
 
@@ -64,7 +64,7 @@ end
 -- summary.exit = "interrupted", instead of raising.
 function M.run(r, opts)
   local limit, threads = memory.limit("device"), C.zt_get_threads()
-  local comm = require "ztrain.comm"
+  local comm = require "ztrain.core.comm"
   -- the output directory: unique, not an earlier run's, locked (rundir.lua)
   local out, lock = require("ztrain.rundir").claim(r, comm.world())
   local watch = comm.watch({ timeout = r.comm.timeout, check = r.comm.check })

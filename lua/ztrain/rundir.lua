@@ -16,8 +16,8 @@
 -- process dies, so a killed run never leaves DIR locked. Every rank learns
 -- the same path, or raises the same error (errors.all_ranks).
 local ffi = require "ffi"
-local libc = require "ztrain.libc"
-local errors = require "ztrain.errors"
+local libc = require "ztrain.core.libc"
+local errors = require "ztrain.core.errors"
 local fs = require "ztrain.util.fs"
 
 local M = {}

@@ -207,7 +207,7 @@ end
 function M.write(path, text)
   -- durable.lua: temporary name, checked writes, fsync, rename
   local ok, err = require("ztrain.durable").write_atomic(path, text)
-  if not ok then error(require("ztrain.errors").io(err), 0) end
+  if not ok then error(require("ztrain.core.errors").io(err), 0) end
   return path
 end
 

@@ -15,13 +15,13 @@
 -- object: new, the pre-flight memory check the build calls, the step and
 -- its data, the state for checkpoints, free. whole_model.lua adds what a
 -- run does with the whole model (evaluation, samples, the digest).
-local zffi = require "ztrain.ffi"
+local zffi = require "ztrain.core.ffi"
 local C, check = zffi.C, zffi.check
-local memory = require "ztrain.memory"
+local memory = require "ztrain.core.memory"
 local groups = require "ztrain.groups"
 local shard = require "ztrain.strategy.shard"
-local comm = require "ztrain.comm"
-local errors = require "ztrain.errors"
+local comm = require "ztrain.core.comm"
+local errors = require "ztrain.core.errors"
 local activations = require "ztrain.nn.activations"
 local schedule_driver = require "ztrain.driver.schedule"
 local build = require "ztrain.trainer_build"

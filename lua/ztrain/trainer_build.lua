@@ -9,16 +9,16 @@
 -- vocab_size, open_checkpoint and measure_units are also the trainer's
 -- methods.
 local ffi = require "ffi"
-local zffi = require "ztrain.ffi"
+local zffi = require "ztrain.core.ffi"
 local C, check = zffi.C, zffi.check
-local memory = require "ztrain.memory"
+local memory = require "ztrain.core.memory"
 local gpt2 = require "ztrain.nn.gpt2"
 local hf = require "ztrain.nn.hf"
 local adamw = require "ztrain.optim.adamw"
 local lr = require "ztrain.lr"
 local precision = require "ztrain.precision"
 local data = require "ztrain.data"
-local T = require "ztrain.tensor"
+local T = require "ztrain.core.tensor"
 local strategy = require "ztrain.strategy"
 local schedules = require "ztrain.schedule.registry"
 local pipe = require "ztrain.pipeline.schedules"
@@ -28,9 +28,9 @@ local sequential = require "ztrain.driver.sequential"
 local schedule_driver = require "ztrain.driver.schedule"
 local groups = require "ztrain.groups"
 local pipeline_stages = require "ztrain.pipeline.stages"
-local errors = require "ztrain.errors"
+local errors = require "ztrain.core.errors"
 local host = require "ztrain.util.host"
-local digest = require "ztrain.digest"
+local digest = require "ztrain.core.digest"
 local recipe_mod = require "ztrain.recipe"
 
 local M = {}

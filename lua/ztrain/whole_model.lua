@@ -3,12 +3,12 @@
 -- over the replicas, the loss bits those of one rank), samples, the
 -- parameter digest, every unit's full parameters on rank 0, the Hugging
 -- Face export. Installed as methods of the trainer (trainer.lua).
-local ops = require "ztrain.ops"
-local errors = require "ztrain.errors"
-local digest = require "ztrain.digest"
+local ops = require "ztrain.core.ops"
+local errors = require "ztrain.core.errors"
+local digest = require "ztrain.core.digest"
 local stage_run = require "ztrain.driver.stage"
 local pipeline_stages = require "ztrain.pipeline.stages"
-local zffi = require "ztrain.ffi"
+local zffi = require "ztrain.core.ffi"
 
 local agree = errors.agree
 
@@ -118,7 +118,7 @@ function Trainer:each_full_unit(visit)
     for _, u in ipairs(self.model.units) do with(u, function(flat) visit(u, flat) end) end
     return
   end
-  local T = require "ztrain.tensor"
+  local T = require "ztrain.core.tensor"
   for _, stage in ipairs(self.stages) do
     local owner = self.stage_rank(stage.index)
     for _, u in ipairs(stage.units) do
@@ -152,7 +152,7 @@ function Trainer:sample(o)
     copy = here and self.model or gpt2m.new(self.cfg, { tier = self.model.tier, alloc = false })
     if not here then
       -- parameters only, accounted as "other": a transient copy, not model state
-      local T = require "ztrain.tensor"
+      local T = require "ztrain.core.tensor"
       for _, u in ipairs(copy.units) do
         copy:set_params(u, T.new({ u.padded }, { tier = copy.tier, category = "other" }))
       end
@@ -164,7 +164,7 @@ function Trainer:sample(o)
       local v = flat:view(0, { cu.padded })
       local okc, cerr = pcall(function()
         if v:tier() == cu.params:tier() then return ops.copy(cu.params, v) end
-        local stream = require "ztrain.stream"      -- a gathered unit on another tier
+        local stream = require "ztrain.core.stream"      -- a gathered unit on another tier
         stream.copy_async(cu.params, v)
         stream.current():sync()
       end)

@@ -2,7 +2,7 @@
 -- by `make test-cuda` under build-cuda/ztrain --script) share: the skip
 -- probe, the program that runs their child trainings, the small settings.
 local zt = require "ztrain"
-local zffi = require "ztrain.ffi"
+local zffi = require "ztrain.core.ffi"
 
 local M = {}
 

@@ -183,7 +183,7 @@ end
 local function child()
   local replicated = require "ztrain.strategy.replicated"
   local gpt2 = require "ztrain.nn.gpt2"
-  local ops = require "ztrain.ops"
+  local ops = require "ztrain.core.ops"
   local steps, prec = tonumber(args.steps or 3), args.precision or "fp32"
   local cfg = assert(CONFIGS[args.config or "tiny"], "unknown config")
   if cfg.size then gpt2.sizes[cfg.size] = cfg.shape end
@@ -211,7 +211,7 @@ local function child()
     bwd(dqkv, dout, qkv, out, lse, nh)
     if first then terms[#terms + 1] = zero_terms(dqkv, dout, qkv, out, lse, nh) end
   end
-  local tc0 = require("ztrain.ffi").C.zt_device_count("attention_tc")
+  local tc0 = require("ztrain.core.ffi").C.zt_device_count("attention_tc")
 
   local bin = assert(io.open(args.dump .. ".bin", "wb"))
   local index, off = { losses = {}, tensors = {}, zero = {}, lrs = {} }, 0
@@ -280,7 +280,7 @@ local function child()
     index.losses[i] = ("%.17g"):format(rec.loss)
     if i == 1 then index.gnorm = ("%.17g"):format(rec.grad_norm) end
   end
-  local tc = tonumber(require("ztrain.ffi").C.zt_device_count("attention_tc") - tc0)
+  local tc = tonumber(require("ztrain.core.ffi").C.zt_device_count("attention_tc") - tc0)
   for _, u in ipairs(replicated.units(tr.ctx)) do
     local function put(p) dump("param", u, read_f32(p)) end
     if S.with_full_params then S.with_full_params(tr.ctx, u, put) else put(u.params) end

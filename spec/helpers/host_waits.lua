@@ -3,7 +3,7 @@
 -- case, "CASE: W1 W2" over steps 2 and 3 (step 1 allocates).
 local zt = require "ztrain"
 local trainer = require "ztrain.trainer"
-local C = require("ztrain.ffi").C
+local C = require("ztrain.core.ffi").C
 
 local BASE = { "model.size=gpt2-tiny", "data.tokenizer=bytes", "data.seq_len=32", "batch.micro=2",
                "train.eval_every=0", "optim.clip=0.05", "device.backend=fakegpu-async:" .. (arg[1] or "3") }

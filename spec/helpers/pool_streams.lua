@@ -4,9 +4,9 @@
 -- overwritten by the old stream's work after its new user wrote it
 -- (strategy/shard.lua pool: the release point is waited for). Prints the
 -- count of wrong reads over 10 rounds.
-local C = require("ztrain.ffi").C
+local C = require("ztrain.core.ffi").C
 assert(C.zt_device_init(arg[1]) == 0)
-local T, ops, stream = require "ztrain.tensor", require "ztrain.ops", require "ztrain.stream"
+local T, ops, stream = require "ztrain.core.tensor", require "ztrain.core.ops", require "ztrain.core.stream"
 local shard = require "ztrain.strategy.shard"
 local pool = shard.pool("device")
 local a = stream.new("compute")

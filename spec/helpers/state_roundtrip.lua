@@ -10,7 +10,7 @@
 local ffi = require "ffi"
 local zt = require "ztrain"
 local trainer = require "ztrain.trainer"
-local T = require "ztrain.tensor"
+local T = require "ztrain.core.tensor"
 
 local mode, dir, strat, steps, accum = arg[1], arg[2], arg[3], tonumber(arg[4]), arg[5]
 local nfiles = tonumber(arg[6])

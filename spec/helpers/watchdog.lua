@@ -14,7 +14,7 @@ print("rank", w.rank, "first ok")
 if mode == "check" then
   if w.rank == 0 then w:all_reduce(t) else w:broadcast(t, 0) end
 elseif mode == "stop" then
-  if w.rank == 1 then os.execute("kill -STOP " .. require("ztrain.libc").getpid()) end
+  if w.rank == 1 then os.execute("kill -STOP " .. require("ztrain.core.libc").getpid()) end
   w:all_reduce(t)
 elseif mode == "stall" then
   if w.rank == 1 then os.execute("sleep 30") end

@@ -6,7 +6,7 @@
 --   ZTRAIN_HOME=$PWD luajit tools/fuzz/make_seeds.lua
 package.path = "lua/?.lua;lua/?/init.lua;tools/fuzz/?.lua;" .. package.path
 local ffi = require "ffi"
-local libc = require "ztrain.libc"
+local libc = require "ztrain.core.libc"
 local targets = require "targets"
 
 local OUT = "spec/fuzz"

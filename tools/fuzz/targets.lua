@@ -15,8 +15,8 @@
 --   checkpoint       sections (below)           checkpoint.lua open, read
 --   recipe           overrides [+ recipe file]  recipe.lua resolve / load
 local ffi = require "ffi"
-local errors = require "ztrain.errors"
-local libc = require "ztrain.libc"
+local errors = require "ztrain.core.errors"
+local libc = require "ztrain.core.libc"
 
 local M = {}
 local HOME = rawget(_G, "ZTRAIN_HOME") or "."

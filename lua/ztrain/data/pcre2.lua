@@ -63,7 +63,7 @@ local PCRE2_CONFIG_VERSION    = 11
 -- closes, after LuaJIT has dropped its handle -- without the pin, a call
 -- into an unmapped library (a segfault at exit).
 local function load_lib()
-  local libc = require "ztrain.libc"
+  local libc = require "ztrain.core.libc"
   local errs = {}
   for _, name in ipairs { "libpcre2-8.so.0", "pcre2-8" } do
     libc.dlopen(name, libc.RTLD_NOW + libc.RTLD_NODELETE)

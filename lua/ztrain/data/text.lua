@@ -46,7 +46,7 @@
 -- excluded files, second names), ds.seconds (CPU time of the load), ds:describe().
 local ffi = require "ffi"
 local utf8 = require "ztrain.data.utf8"
-local libc = require "ztrain.libc"
+local libc = require "ztrain.core.libc"
 local fs = require "ztrain.util.fs"
 local tokenizer = require "ztrain.data.tokenizer"
 
@@ -319,7 +319,7 @@ function M.text(opts)
   -- 3. per file: the cached tokens, or read, validate, split, tokenize (and cache)
   local parts = { train = {}, valid = {} }
   local file_info, total_bytes = {}, 0
-  local poll = require("ztrain.interrupt").poll
+  local poll = require("ztrain.core.interrupt").poll
   for i, p in ipairs(files) do
     poll()                       -- Ctrl-C at the REPL stops between two files
     local e, st

@@ -138,7 +138,7 @@ local function tmpname(path)
   -- unique per process and call: ranks writing the same entry at once never share a temp file
   M._seq = (M._seq or 0) + 1
   local pid = 0
-  local ok, libc = pcall(require, "ztrain.libc")
+  local ok, libc = pcall(require, "ztrain.core.libc")
   if ok then pid = libc.getpid() end
   return ("%s.tmp.%d.%d.%d"):format(path, pid, M._seq, math.random(0, 2 ^ 30))
 end

@@ -13,9 +13,9 @@
 -- beyond that one read, so a deferred device error (a bad token id)
 -- surfaces where it did before: at the trainer's device sync.
 local ffi = require "ffi"
-local T = require "ztrain.tensor"
-local ops = require "ztrain.ops"
-local C = require("ztrain.ffi").C
+local T = require "ztrain.core.tensor"
+local ops = require "ztrain.core.ops"
+local C = require("ztrain.core.ffi").C
 
 local M = {}
 local Ledger = {}

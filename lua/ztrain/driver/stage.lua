@@ -15,7 +15,7 @@ local Acts = require "ztrain.nn.activations"
 
 -- a copy between tiers, waited for (kept inputs to and from the host)
 local function copy_wait(dst, src)
-  local stream = require "ztrain.stream"
+  local stream = require "ztrain.core.stream"
   stream.copy_async(dst, src)
   stream.current():sync()
 end

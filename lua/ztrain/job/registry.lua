@@ -10,7 +10,7 @@
 -- files that ranks killed without exit handlers left (ztrain.launch).
 -- Anything may note a line (the offload engine notes its directory); this
 -- module sits below every one of them.
-local libc = require "ztrain.libc"
+local libc = require "ztrain.core.libc"
 local fs = require "ztrain.util.fs"
 
 local M = {}

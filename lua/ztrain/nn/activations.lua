@@ -52,8 +52,8 @@
 -- stage's scratch (ping-pong, s.ping[1], s.ping[2]) that the next unit
 -- reads at once. Backward copies the kept input back to the scratch's
 -- `xin` before the recompute.
-local T = require "ztrain.tensor"
-local ops = require "ztrain.ops"
+local T = require "ztrain.core.tensor"
+local ops = require "ztrain.core.ops"
 local ffi = require "ffi"
 
 local M = {}

@@ -31,9 +31,9 @@
 -- `seed` per token: a seed reproduces a sample.
 local ffi = require "ffi"
 local bit = require "bit"
-local T = require "ztrain.tensor"
-local ops = require "ztrain.ops"
-local zffi = require "ztrain.ffi"
+local T = require "ztrain.core.tensor"
+local ops = require "ztrain.core.ops"
+local zffi = require "ztrain.core.ffi"
 
 local M = {}
 

@@ -7,8 +7,8 @@
 -- inputs and outputs over an activation set per (stage, micro-batch) (see
 -- activations.lua) and use the unit's current views, so a strategy may swap
 -- a unit's flat buffers (zero3 gathers) between calls.
-local T = require "ztrain.tensor"
-local ops = require "ztrain.ops"
+local T = require "ztrain.core.tensor"
+local ops = require "ztrain.core.ops"
 local Acts = require "ztrain.nn.activations"
 
 local M = {}

@@ -22,7 +22,7 @@
 -- Conv1D weights are transposed on the way in and out.
 local ffi = require "ffi"
 local cjson = require "cjson.safe"
-local T = require "ztrain.tensor"
+local T = require "ztrain.core.tensor"
 local gpt2 = require "ztrain.nn.gpt2"
 local st = require "ztrain.nn.safetensors"
 local files = require "ztrain.util.fs"
@@ -452,7 +452,7 @@ function M.save(model, dir, opts)
   end)
   if not ok then
     if w then w:abort() end
-    return nil, require("ztrain.errors").message(err)
+    return nil, require("ztrain.core.errors").message(err)
   end
   return true
 end

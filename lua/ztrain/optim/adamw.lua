@@ -9,8 +9,8 @@
 -- same bits. Weight decay applies to tensors marked decay (matrices and
 -- embeddings), not to biases and LayerNorm parameters.
 local ffi = require "ffi"
-local T = require "ztrain.tensor"
-local ops = require "ztrain.ops"
+local T = require "ztrain.core.tensor"
+local ops = require "ztrain.core.ops"
 
 local M = {}
 local AdamW = {}

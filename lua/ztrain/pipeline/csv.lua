@@ -79,7 +79,7 @@ function M.dump(lists, path)
     rows[#rows + 1] = table.concat(cells, ",") .. "\r\n"
   end
   local ok, err = require("ztrain.durable").write_atomic(path, table.concat(rows))
-  if not ok then error(require("ztrain.errors").io("pipeline csv dump: " .. err), 0) end
+  if not ok then error(require("ztrain.core.errors").io("pipeline csv dump: " .. err), 0) end
 end
 
 -- split one CSV line into fields (RFC 4180 quoting; PyTorch never quotes,

@@ -12,9 +12,9 @@
 -- (gpt2.lua: the head's part first, written; the embedding's added), so a
 -- pipeline gives the bits of one rank accumulating its micro-batches.
 local ffi = require "ffi"
-local T = require "ztrain.tensor"
-local ops = require "ztrain.ops"
-local zffi = require "ztrain.ffi"
+local T = require "ztrain.core.tensor"
+local ops = require "ztrain.core.ops"
+local zffi = require "ztrain.core.ffi"
 local C = zffi.C
 
 local M = {}

@@ -51,7 +51,7 @@ end
 
 -- function_doc(f) -> text, "file:line" | nil
 function M.function_doc(f)
-  f = require("ztrain.interrupt").original(f) or f     -- ops are wrapped in a poll
+  f = require("ztrain.core.interrupt").original(f) or f     -- ops are wrapped in a poll
   if registry[f] then return registry[f] end
   local info = debug.getinfo(f, "S")
   if not info or info.what ~= "Lua" or info.source:sub(1, 1) ~= "@" then return nil end

@@ -6,13 +6,13 @@
 --   pretty.show(summary)  -- a run's summary, or a list of them: the seeds' results table
 --   pretty.show(x)        -- anything else: tables one level deep, strings quoted inside
 local ffi = require "ffi"
-local memory = require "ztrain.memory"
+local memory = require "ztrain.core.memory"
 
 local M = {}
 
 local MAX_VALUES = 6
 
-local function is_tensor(x) return type(x) == "table" and require("ztrain.tensor").is_tensor(x) end
+local function is_tensor(x) return type(x) == "table" and require("ztrain.core.tensor").is_tensor(x) end
 local function is_model(x) return type(x) == "table" and getmetatable(x) == require("ztrain.nn.gpt2").Model end
 local function is_trainer(x)
   return type(x) == "table" and type(x.train_step) == "function" and type(x.recipe) == "table"

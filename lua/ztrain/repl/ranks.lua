@@ -27,8 +27,8 @@
 -- join, cannot be interrupted that way: a second Ctrl-C ends the job
 -- (SIGTERM to mpirun) and the front end exits.
 local ffi = require "ffi"
-local libc = require "ztrain.libc"
-local interrupt = require "ztrain.interrupt"
+local libc = require "ztrain.core.libc"
+local interrupt = require "ztrain.core.interrupt"
 
 local M = {}
 
@@ -170,9 +170,9 @@ function M.loop()
       end
     end
     -- the other ranks wait here while the user thinks: no watchdog (comm.timeout)
-    local watch = require("ztrain.comm").watch({ timeout = 0 })
+    local watch = require("ztrain.core.comm").watch({ timeout = 0 })
     msg = world:gather_strings(msg)[1]
-    require("ztrain.comm").watch(watch)
+    require("ztrain.core.comm").watch(watch)
     if msg == "Q" then break end
     local text = run_captured(msg:sub(2))
     local texts = world:gather_strings(text)
@@ -191,7 +191,7 @@ function M.front(n, program, args)
   local launch = require "ztrain.launch"
   libc.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0)
   libc.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0)
-  libc.setenv("ZTRAIN_HOME", rawget(_G, "ZTRAIN_HOME") or require("ztrain.ffi").home, 0)
+  libc.setenv("ZTRAIN_HOME", rawget(_G, "ZTRAIN_HOME") or require("ztrain.core.ffi").home, 0)
   libc.setenv(M.ENV, "1", 1)
   local cmd, cerr = launch.command(n, program, args)
   if not cmd then return nil, cerr end

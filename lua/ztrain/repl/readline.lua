@@ -16,8 +16,8 @@
 -- callback must not be entered from JIT-compiled code, so the functions that
 -- call into readline are kept out of traces (jit.off).
 local ffi = require "ffi"
-local libc = require "ztrain.libc"
-local interrupt = require "ztrain.interrupt"
+local libc = require "ztrain.core.libc"
+local interrupt = require "ztrain.core.interrupt"
 
 local M = {}
 

@@ -9,7 +9,7 @@
 -- accumulates locally and reduces once per step: less communication when
 -- accumulating, but the sums are ordered differently (no bit-equality).
 local shard = require "ztrain.strategy.shard"
-local ops = require "ztrain.ops"
+local ops = require "ztrain.core.ops"
 local replicated = require "ztrain.strategy.replicated"
 local options = require "ztrain.strategy.options"
 

@@ -4,7 +4,7 @@
 -- the fp64 sum of squares of every block is added in (unit, block) order. A
 -- strategy that holds only shards computes its blocks' partials, gathers them
 -- and adds them in the same order: the same bits as one rank.
-local ops = require "ztrain.ops"
+local ops = require "ztrain.core.ops"
 
 local M = {}
 

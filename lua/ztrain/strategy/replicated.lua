@@ -5,8 +5,8 @@
 -- Public state (strategy/state.lua): params, grads and the optimizer's
 -- kinds, unsharded, on the model's tier; ctx.state.acc[u.index] are the
 -- accumulators and ctx.state.optim[u.index] the per-unit optimizer state.
-local T = require "ztrain.tensor"
-local ops = require "ztrain.ops"
+local T = require "ztrain.core.tensor"
+local ops = require "ztrain.core.ops"
 local norm = require "ztrain.strategy.norm"
 local state = require "ztrain.strategy.state"
 local fp = require "ztrain.strategy.footprint"

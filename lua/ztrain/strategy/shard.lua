@@ -6,8 +6,8 @@
 -- gradient norm can be summed from the same blocks, in the same order, as on
 -- one rank.
 local ffi = require "ffi"
-local zffi = require "ztrain.ffi"
-local ops = require "ztrain.ops"
+local zffi = require "ztrain.core.ffi"
+local ops = require "ztrain.core.ops"
 
 local M = {}
 
@@ -58,8 +58,8 @@ end
 -- or a collective that hands the buffer to another stream orders itself:
 -- zt_copy_async, comm_stage.c.)
 function M.pool(tier, dtype)
-  local T = require "ztrain.tensor"
-  local stream = require "ztrain.stream"
+  local T = require "ztrain.core.tensor"
+  local stream = require "ztrain.core.stream"
   local free = {}
   local P = {}
   function P.get(n)

@@ -18,13 +18,13 @@
 -- independent form: ranges of each kind's unpadded per-unit flat buffer.
 -- Whatever the strategy and the number of ranks that wrote it, a loader asks
 -- for exactly the ranges it holds.
-local ops = require "ztrain.ops"
+local ops = require "ztrain.core.ops"
 
 -- Copy between tensors on any tiers: a plain copy on one tier, an explicit
 -- copy (waited for) between tiers.
 local function copy_any(dst, src)
   if dst:tier() == src:tier() then return ops.copy(dst, src) end
-  local stream = require "ztrain.stream"
+  local stream = require "ztrain.core.stream"
   stream.copy_async(dst, src)
   stream.current():sync()
 end

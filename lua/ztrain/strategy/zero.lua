@@ -27,7 +27,7 @@
 -- the shard accumulator; norm blocks, clipping and AdamW are elementwise or
 -- ordered per block. Working buffers (buckets, gathered units) are category
 -- "comm", so the params/grads/optim categories measure model state only.
-local ops = require "ztrain.ops"
+local ops = require "ztrain.core.ops"
 local norm = require "ztrain.strategy.norm"
 local shard = require "ztrain.strategy.shard"
 local options = require "ztrain.strategy.options"
@@ -376,7 +376,7 @@ function M.new(opts)
       st.gshard, st.pshard, st.optim = {}, {}, {}
     end
     -- the nvme tier's swap files go with the last nvme tensor
-    if W and W.nvme then pcall(require("ztrain.aio").shutdown); W.nvme = nil end
+    if W and W.nvme then pcall(require("ztrain.core.aio").shutdown); W.nvme = nil end
   end
 
   return options.complete(S)

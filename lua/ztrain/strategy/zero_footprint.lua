@@ -4,7 +4,7 @@
 -- state and the parameters on the tiers its offload options name.
 local fp = require "ztrain.strategy.footprint"
 local offload = require "ztrain.strategy.offload"
-local memory = require "ztrain.memory"
+local memory = require "ztrain.core.memory"
 
 local M = {}
 local add = fp.add

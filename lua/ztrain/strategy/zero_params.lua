@@ -3,7 +3,7 @@
 -- all-gathered into a working buffer before it computes and given back
 -- after, the next unit gathered meanwhile, shards on the host or nvme
 -- fetched to the device ahead of their gather.
-local now = require("ztrain.ffi").C.zt_now
+local now = require("ztrain.core.ffi").C.zt_now
 
 local M = {}
 

@@ -3,8 +3,8 @@
 -- each unit's shards (optimizer state; fp32 master and stored parameter
 -- shards; gradient shards), initialised one unit at a time in a working
 -- buffer so no rank ever holds the whole model at stage 3.
-local T = require "ztrain.tensor"
-local ops = require "ztrain.ops"
+local T = require "ztrain.core.tensor"
+local ops = require "ztrain.core.ops"
 local shard = require "ztrain.strategy.shard"
 local state = require "ztrain.strategy.state"
 local offload = require "ztrain.strategy.offload"

@@ -3,7 +3,7 @@
 -- Expected failures come back as nil, err (a message naming the path and
 -- the reason); nothing here raises for a missing or unwritable file.
 local ffi = require "ffi"
-local libc = require "ztrain.libc"
+local libc = require "ztrain.core.libc"
 
 local M = {}
 

@@ -3,7 +3,7 @@
 -- put on it, the threads a rank should use, and MemAvailable.
 local ffi = require "ffi"
 local bit = require "bit"
-local libc = require "ztrain.libc"
+local libc = require "ztrain.core.libc"
 local fs = require "ztrain.util.fs"
 
 local M = {}

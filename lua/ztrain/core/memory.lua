@@ -1,6 +1,6 @@
--- ztrain.memory: the runtime's byte accounting by tier and category.
-local zffi = require "ztrain.ffi"
-local T = require "ztrain.tensor"
+-- ztrain.core.memory: the runtime's byte accounting by tier and category.
+local zffi = require "ztrain.core.ffi"
+local T = require "ztrain.core.tensor"
 local C, check = zffi.C, zffi.check
 
 local M = {}

@@ -1,4 +1,4 @@
--- ztrain.errors: errors meant for users, errors every rank raises alike, and
+-- ztrain.core.errors: errors meant for users, errors every rank raises alike, and
 -- how both are shown.
 --
 -- Two kinds of error reach the top (the CLI, the REPL, summary.json):

@@ -1,6 +1,6 @@
--- ztrain.libc: every libc function ztrain calls through the FFI, declared once.
+-- ztrain.core.libc: every libc function ztrain calls through the FFI, declared once.
 --
---   local libc = require "ztrain.libc"
+--   local libc = require "ztrain.core.libc"
 --   libc.setenv("NAME", "value", 0)
 --   local g = libc.glob_t()                 -- ctypes are fields too
 --

@@ -1,7 +1,7 @@
--- ztrain.aio: the nvme tier and the asynchronous file I/O engine under it
+-- ztrain.core.aio: the nvme tier and the asynchronous file I/O engine under it
 -- (contracts in runtime/zt_aio.h).
 --
---   local aio = require "ztrain.aio"
+--   local aio = require "ztrain.core.aio"
 --   local info = aio.configure{ path = "out/nvme", checksum = true }
 --   print(info.summary)                         -- mode (O_DIRECT or why not), and
 --                                               -- what start-up cleaned up: print it once
@@ -24,8 +24,8 @@
 -- back into Lua: completions are polled.
 local ffi = require "ffi"
 local bit = require "bit"
-local zffi = require "ztrain.ffi"
-local memory = require "ztrain.memory"
+local zffi = require "ztrain.core.ffi"
+local memory = require "ztrain.core.memory"
 local C, check = zffi.C, zffi.check
 
 local M = {}

@@ -1,4 +1,4 @@
--- ztrain.interrupt: what a signal means, decided at safe points.
+-- ztrain.core.interrupt: what a signal means, decided at safe points.
 --
 -- The runtime's handler (runtime/interrupt.c) only counts signals. Long
 -- loops poll the count at boundaries where stopping is safe and this module
@@ -17,8 +17,8 @@
 -- Under several ranks a poll that raised on one rank alone would leave the
 -- others waiting in a collective, so with `agreed` set only poll_all raises,
 -- and it raises on every rank of the group together.
-local zffi = require "ztrain.ffi"
-local errors = require "ztrain.errors"
+local zffi = require "ztrain.core.ffi"
+local errors = require "ztrain.core.errors"
 local C, check = zffi.C, zffi.check
 local count_fn, clear_fn = C.zt_interrupt_count, C.zt_interrupt_clear
 

@@ -1,9 +1,9 @@
--- ztrain.ops: the runtime's tensor ops, checked. Tensor arguments are
+-- ztrain.core.ops: the runtime's tensor ops, checked. Tensor arguments are
 -- ztrain.tensor objects (or nil where the C API allows NULL); failures raise
 -- a Lua error with the runtime's message. An op's tensors must all live on
 -- one tier (move bytes with ztrain.stream.copy_async); ops run on the calling
 -- thread's current stream.
-local zffi = require "ztrain.ffi"
+local zffi = require "ztrain.core.ffi"
 local C, check = zffi.C, zffi.check
 
 local M = {}
@@ -136,7 +136,7 @@ end
 -- A loop of kernels (at the REPL: `for i = 1, 1e4 do ops.matmul(...) end`)
 -- stops between two of them on Ctrl-C: each op ends with a poll, which does
 -- nothing unless a session asked polls to raise (ztrain.interrupt).
-local polled = require("ztrain.interrupt").polled
+local polled = require("ztrain.core.interrupt").polled
 for name, f in pairs(M) do M[name] = polled(f) end
 
 return M

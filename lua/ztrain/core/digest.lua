@@ -1,8 +1,8 @@
--- ztrain.digest: SHA-256 of all parameters as fp32 little-endian, in
+-- ztrain.core.digest: SHA-256 of all parameters as fp32 little-endian, in
 -- canonical unit/tensor order (padding excluded). Equal digests mean
 -- bit-identical models: the cheap, strong test that strategies agree.
 local ffi = require "ffi"
-local zffi = require "ztrain.ffi"
+local zffi = require "ztrain.core.ffi"
 local C = zffi.C
 
 local M = {}

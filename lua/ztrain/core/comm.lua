@@ -1,4 +1,4 @@
--- ztrain.comm: communicators over the runtime's comm layer (MPI or local).
+-- ztrain.core.comm: communicators over the runtime's comm layer (MPI or local).
 --
 --   local world = comm.world()              -- world.rank, world.size, world.backend
 --   local req = world:all_reduce(t, true)   -- async: a request; t summed in rank order
@@ -9,7 +9,7 @@
 -- be waited on exactly once (one never waited on keeps its operation's
 -- memory); tensors involved stay untouched until then.
 local ffi = require "ffi"
-local zffi = require "ztrain.ffi"
+local zffi = require "ztrain.core.ffi"
 local C, check = zffi.C, zffi.check
 
 local M = {}

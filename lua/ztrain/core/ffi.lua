@@ -1,11 +1,11 @@
--- ztrain.ffi: the C runtime through LuaJIT's FFI.
+-- ztrain.core.ffi: the C runtime through LuaJIT's FFI.
 --
 -- The cdefs are read from runtime/ztrain.h and the parts it includes
 -- (zt_core.h, zt_device.h, ...) at load time (preprocessor lines and
 -- comments dropped), so the headers are the only declaration of the API.
 -- Returns { C = <libztrain>, home = <tree root>, check = fn }.
 local ffi = require "ffi"
-local libc = require "ztrain.libc"
+local libc = require "ztrain.core.libc"
 
 local M = {}
 
@@ -14,9 +14,9 @@ local function tree_root()
   local env = os.getenv("ZTRAIN_HOME")
   if env and env ~= "" then return env end
   local src = debug.getinfo(1, "S").source:gsub("^@", "")
-  local dir = src:match("^(.*)/lua/ztrain/ffi%.lua$")
+  local dir = src:match("^(.*)/lua/ztrain/core/ffi%.lua$")
   if dir then return dir == "" and "/" or dir end
-  if src == "lua/ztrain/ffi.lua" then return "." end
+  if src == "lua/ztrain/core/ffi.lua" then return "." end
   error("ztrain: cannot locate the ztrain tree from " .. src .. "; set ZTRAIN_HOME", 0)
 end
 

@@ -1,11 +1,11 @@
--- ztrain.tensor: tensors of the C runtime as Lua objects.
+-- ztrain.core.tensor: tensors of the C runtime as Lua objects.
 --
 -- A Tensor is a small table holding the zt_tensor* in field `c`. `:free()`
 -- releases it at once and clears `c` (so a later use is a clear error, not a
 -- crash); ffi.gc is only the backstop, because the Lua GC cannot see tensor
 -- bytes and would free them late.
 local ffi = require "ffi"
-local zffi = require "ztrain.ffi"
+local zffi = require "ztrain.core.ffi"
 local C, check = zffi.C, zffi.check
 
 local M = {}

@@ -1,6 +1,6 @@
--- ztrain.stream: streams and events over the runtime's (contracts in runtime/zt_stream.h).
+-- ztrain.core.stream: streams and events over the runtime's (contracts in runtime/zt_stream.h).
 --
---   local stream = require "ztrain.stream"
+--   local stream = require "ztrain.core.stream"
 --   local cs = stream.new("copy")               -- "compute" | "copy" | "comm"
 --   stream.copy_async(host_t, dev_t, cs)        -- or cs:copy_async(host_t, dev_t)
 --   local ev = cs:record()                      -- an event at this point of cs
@@ -18,7 +18,7 @@
 -- use is a clear error); ffi.gc is the backstop. Freeing a stream waits for
 -- its queued work.
 local ffi = require "ffi"
-local zffi = require "ztrain.ffi"
+local zffi = require "ztrain.core.ffi"
 local C, check = zffi.C, zffi.check
 
 local M = {}
@@ -57,7 +57,7 @@ end
 
 local function tensor_c(t, what, name)
   if type(t) ~= "table" or t.c == nil then
-    error(("%s: %s is not a live tensor (freed, or not a ztrain.tensor)"):format(what, name), 3)
+    error(("%s: %s is not a live tensor (freed, or not a zt.tensor)"):format(what, name), 3)
   end
   return t.c
 end
