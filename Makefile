@@ -166,16 +166,21 @@ $(B)/test_%: spec/c/test_%.c $(LIB_OBJ) $(wildcard spec/c/*.h)
 # specs, build_dirs_spec checks that build/ stayed the CPU build beside
 # build-cuda/, and gpu_kit_spec packs the GPU kit and runs it here with the
 # system's Lua modules and libraries hidden (tools/kit_bare.sh).
-test: deps all $(CTEST_BIN)
+# The builds run TEST_JOBS compiles at a time (default: this machine's
+# cores; nvcc's and g++'s are single-threaded, and `make test` is run
+# without -j): make test TEST_JOBS=1 builds one file at a time.
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+test: deps
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) all $(CTEST_BIN)
 	@cuda_rc=0; if [ -x "$(NVCC)" ]; then \
 	  echo "== CUDA backend (nvcc found): make test-cuda into build-cuda/"; \
-	  out=$$($(MAKE) --no-print-directory -s test-cuda 2>&1); cuda_rc=$$?; \
+	  out=$$($(MAKE) --no-print-directory -s -j$(TEST_JOBS) test-cuda 2>&1); cuda_rc=$$?; \
 	  echo "$$out" | grep -v '^ok '; \
 	  [ $$cuda_rc -eq 0 ] || echo "make test-cuda FAILED (exit $$cuda_rc)"; \
 	fi; \
 	extra=$$([ $$cuda_rc -eq 0 ] && echo 0 || echo 1); \
 	echo "== fuzz smoke ($(FUZZ_RUNS) inputs per reader; make fuzz runs longer)"; \
-	$(MAKE) --no-print-directory -s fuzz-smoke || extra=$$((extra + 1)); \
+	$(MAKE) --no-print-directory -s -j$(TEST_JOBS) fuzz-smoke || extra=$$((extra + 1)); \
 	EXTRA_FAILED=$$extra sh tools/run_tests.sh $(CTEST_BIN)
 
 run: deps all
