@@ -11,6 +11,13 @@ unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
 # checked collectives in every multi-rank run of the suite: ranks whose
 # collectives differ fail at once, naming both call sites, instead of hanging
 export ZTRAIN_COMM_CHECK=1
+# The suite shares its cores with other work: an OpenMP thread that spins
+# while waiting (libgomp's default) holds a core the thread it waits for
+# needs, and a 2-thread run then steps 3 to 8 times slower (gpt2-tiny, seq
+# 128 x 16: 26 ms a step alone, 100-350 ms beside two busy processes; 40-90
+# ms passive). Passive threads sleep instead: the same threads, the same
+# work split, the same bits; alone, a step takes ~10% longer.
+export OMP_WAIT_POLICY=passive
 MPIRUN="mpirun --oversubscribe --bind-to none"
 runs=""
 for t in "$@"; do
