@@ -24,15 +24,15 @@
 --   build/ztrain --nproc 2 examples/diloco.lua
 local zt = require "ztrain"
 local ops = zt.ops
-local replicated = require "ztrain.strategy.replicated"
-local norm = require "ztrain.strategy.norm"
-local shard = require "ztrain.strategy.shard"
-local options = require "ztrain.strategy.options"
+local replicated = require "ztrain.parallel.strategy.replicated"
+local norm = require "ztrain.parallel.strategy.norm"
+local shard = require "ztrain.parallel.strategy.shard"
+local options = require "ztrain.parallel.strategy.options"
 
 local M = {}
 
 -- An SGD optimizer with the interface strategies hand ranges to
--- (optim/adamw.lua): no state, p <- p - lr * scale * g. Linear in g, which
+-- (model/adamw.lua): no state, p <- p - lr * scale * g. Linear in g, which
 -- is what makes "average after one step" equal "step on the average".
 function M.sgd()
   local O = { state_kinds = {}, t = 0 }
@@ -152,7 +152,7 @@ function M.new(opts)
   function trace(ctx, synced)
     local path = ("%s/local_sgd.rank%d.jsonl"):format(ctx.out_dir, ctx.dp.rank)
     if not ctx.work.trace then
-      assert(require("ztrain.report").mkdirs(ctx.out_dir))
+      assert(require("ztrain.record.report").mkdirs(ctx.out_dir))
       ctx.work.trace = assert(io.open(path, "w"))
     end
     ctx.work.trace:write(('{"step":%d,"synced":%s,"digest":"%s"}\n')

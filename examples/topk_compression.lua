@@ -22,9 +22,9 @@
 local ffi = require "ffi"
 local zt = require "ztrain"
 local ops = zt.ops
-local replicated = require "ztrain.strategy.replicated"
-local shard = require "ztrain.strategy.shard"
-local options = require "ztrain.strategy.options"
+local replicated = require "ztrain.parallel.strategy.replicated"
+local shard = require "ztrain.parallel.strategy.shard"
+local options = require "ztrain.parallel.strategy.options"
 
 local M = {}
 
@@ -182,7 +182,7 @@ function M.new(opts)
     if opts.trace then
       local path = ("%s/topk.rank%d.jsonl"):format(ctx.out_dir, ctx.dp.rank)
       if not work.trace then
-        assert(require("ztrain.report").mkdirs(ctx.out_dir))
+        assert(require("ztrain.record.report").mkdirs(ctx.out_dir))
         work.trace = assert(io.open(path, "w"))
       end
       local st = work.stats

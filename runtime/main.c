@@ -23,9 +23,9 @@ static int find_home(char *home, size_t n)
     if (env && *env) {
         /* a wrong ZTRAIN_HOME is said as such, not as Lua's search path */
         char probe[PATH_MAX + 32];
-        snprintf(probe, sizeof probe, "%s/lua/ztrain/cli.lua", env);
+        snprintf(probe, sizeof probe, "%s/lua/ztrain/cli/init.lua", env);
         if (access(probe, R_OK) != 0) {
-            fprintf(stderr, "ztrain: ZTRAIN_HOME=%s does not hold ztrain (no readable lua/ztrain/cli.lua "
+            fprintf(stderr, "ztrain: ZTRAIN_HOME=%s does not hold ztrain (no readable lua/ztrain/cli/init.lua "
                             "there); unset it, or set it to the ztrain checkout\n", env);
             return 1;
         }

@@ -1,4 +1,4 @@
--- The activation set's layout (lua/ztrain/nn/activations.lua): logits in
+-- The activation set's layout (lua/ztrain/model/activations.lua): logits in
 -- rows padded to a multiple of 128, and with bf16 GEMMs what only a GEMM
 -- reads (ln1, ln2, fch_gelu, lnf, the logits) stored bf16 -- written bf16
 -- by its kernel, the same bits the GEMM's cast gave, so a step is the same
@@ -8,8 +8,8 @@
 -- attention and atty after it.
 local ffi = require "ffi"
 local zt = require "ztrain"
-local Acts = require "ztrain.nn.activations"
-local precision = require "ztrain.precision"
+local Acts = require "ztrain.model.activations"
+local precision = require "ztrain.model.precision"
 
 local B, Tn = 2, 16
 

@@ -1,5 +1,5 @@
--- Specs for ztrain.data.bpe (GPT-2 byte-level BPE), ztrain.data.pcre2 and
--- ztrain.data.bpe_train. Run under LuaJIT:
+-- Specs for ztrain.model.data.bpe (GPT-2 byte-level BPE), ztrain.model.data.pcre2 and
+-- ztrain.model.data.bpe_train. Run under LuaJIT:
 --   busted --lua=luajit spec/bpe_spec.lua
 -- The reference is Hugging Face's `tokenizers`, through spec/fixtures/bpe/expected.json
 -- (made by tools/make_bpe_fixture.py; no Python needed here).
@@ -7,9 +7,9 @@ package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 
 local ffi = require "ffi"
 local cjson = require("cjson").new()
-local bpe = require "ztrain.data.bpe"
-local pcre2 = require "ztrain.data.pcre2"
-local train = require "ztrain.data.bpe_train"
+local bpe = require "ztrain.model.data.bpe"
+local pcre2 = require "ztrain.model.data.pcre2"
+local train = require "ztrain.model.data.bpe_train"
 local errors = require "ztrain.core.errors"
 local libc = require "ztrain.core.libc"
 
@@ -394,8 +394,8 @@ describe("the shipped vocabulary", function()
   local have = io.open(corpus.dir .. "/" .. corpus.files[1].name, "rb")
   if have then have:close() end
   ;(have and it or pending)("is what bpe_train learns from the corpus (training parts, as data.text splits)", function()
-    local ds = assert(require("ztrain.data.text").text {
-      text = corpus.dir .. "/*", exclude = "*.dat", tokenizer = require("ztrain.data.bytes"),
+    local ds = assert(require("ztrain.model.data.text").text {
+      text = corpus.dir .. "/*", exclude = "*.dat", tokenizer = require("ztrain.model.data.bytes"),
       valid_fraction = corpus.valid_fraction })
     local texts, at = {}, 0
     local buf = ffi.new("uint8_t[?]", ds.train.n)

@@ -1,4 +1,4 @@
--- Checkpoints (lua/ztrain/checkpoint.lua, train.ckpt_every, resume=): a
+-- Checkpoints (lua/ztrain/train/checkpoint/init.lua, train.ckpt_every, resume=): a
 -- run killed with SIGKILL -- at any moment, also in the middle of writing a
 -- checkpoint -- resumes from `latest` to the digest and per-step loss bits
 -- of a run never interrupted; a checkpoint saved by one strategy and world

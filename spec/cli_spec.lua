@@ -57,15 +57,15 @@ describe("ztrain program", function()
   end)
 
   it("counts the cores it may use: affinity mask and cgroup quota", function()
-    local out, rc = run([[build/ztrain -e 'print("cores=" .. require("ztrain.launch").cores())']])
+    local out, rc = run([[build/ztrain -e 'print("cores=" .. require("ztrain.job.launch").cores())']])
     assert.are.equal(0, rc, out)
     local all = tonumber(out:match("cores=(%d+)"))
     assert.is_true(all >= 1, out)
     -- taskset (util-linux) pins the process to CPU 0: one core, whatever the machine
-    out, rc = run([[taskset -c 0 build/ztrain -e 'print("cores=" .. require("ztrain.launch").cores())']])
+    out, rc = run([[taskset -c 0 build/ztrain -e 'print("cores=" .. require("ztrain.job.launch").cores())']])
     assert.are.equal(0, rc, out)
     assert.are.equal(1, tonumber(out:match("cores=(%d+)")), out)
-    local launch = require "ztrain.launch"
+    local launch = require "ztrain.job.launch"
     assert.is_nil(launch.parse_cpu_max("max 100000\n"))
     assert.are.equal(2, launch.parse_cpu_max("200000 100000\n"))
     assert.are.equal(2, launch.parse_cpu_max("150000 100000"))    -- 1.5 CPUs of time: 2 threads

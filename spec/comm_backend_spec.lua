@@ -1,6 +1,6 @@
 -- comm.backend / comm.deterministic: the recipe's checks, and the refusal of
 -- NCCL by a build without CUDA (these specs run on the CPU build).
-local recipe = require "ztrain.recipe"
+local recipe = require "ztrain.train.recipe"
 
 describe("comm.backend", function()
   it("defaults to mpi with deterministic reductions", function()

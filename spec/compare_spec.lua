@@ -6,7 +6,7 @@
 -- ranks (the same bits), zero2 with
 -- another model.seed (other bits) and zero1 with a bad key (a failed row).
 local cjson = require "cjson"
-local compare = require "ztrain.compare"
+local compare = require "ztrain.insight.compare"
 
 local function tmpdir()
   local p = os.tmpname(); os.remove(p)

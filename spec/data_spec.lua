@@ -1,11 +1,11 @@
--- Specs for ztrain.data (tokenizer, text dataset, loader). Run under LuaJIT:
+-- Specs for ztrain.model.data (tokenizer, text dataset, loader). Run under LuaJIT:
 --   busted --lua=luajit spec/data_spec.lua
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 
 local ffi = require "ffi"
-local data = require "ztrain.data"
-local utf8 = require "ztrain.data.utf8"
-local loader_mod = require "ztrain.data.loader"
+local data = require "ztrain.model.data"
+local utf8 = require "ztrain.model.data.utf8"
+local loader_mod = require "ztrain.model.data.loader"
 
 assert(jit, "these specs must run under LuaJIT: busted --lua=luajit spec/data_spec.lua")
 
@@ -80,7 +80,7 @@ local function batch_table(L, i)
 end
 
 ---------------------------------------------------------------------------
-describe("ztrain.data.tokenizer", function()
+describe("ztrain.model.data.tokenizer", function()
   it("bytes: vocab 256, no eot", function()
     assert.are.equal("bytes", bytes.name)
     assert.are.equal(256, bytes.vocab_size)
@@ -136,9 +136,9 @@ describe("ztrain.data.tokenizer", function()
 end)
 
 ---------------------------------------------------------------------------
-describe("ztrain.data.utf8", function()
+describe("ztrain.model.data.utf8", function()
   it("sanitize replaces each invalid byte with U+FFFD and keeps valid text", function()
-    local u = require "ztrain.data.utf8"
+    local u = require "ztrain.model.data.utf8"
     assert.are.equal("ab\239\191\189c\239\191\189", u.sanitize("ab\255c\195"))
     assert.are.equal("h\195\169llo", u.sanitize("h\195\169llo"))
     assert.are.equal("", u.sanitize(""))
@@ -186,7 +186,7 @@ describe("ztrain.data.utf8", function()
 end)
 
 ---------------------------------------------------------------------------
-describe("ztrain.data.text", function()
+describe("ztrain.model.data.text", function()
   local d
   local A = "alpha one\n%\nalpha two\n%\nalpha three\n%\nalpha four\n%\n"
   local Bt = "beta line 1\nbeta line 2\nbeta line 3\nbeta line 4\nbeta line 5\n" -- no separators
@@ -381,7 +381,7 @@ describe("ztrain.data.text", function()
 end)
 
 ---------------------------------------------------------------------------
-describe("ztrain.data.loader", function()
+describe("ztrain.model.data.loader", function()
   it("cuts windows of T+1 tokens with stride T; targets are inputs shifted by one", function()
     local L = assert(data.loader{ split = iota_split(103), B = 2, T = 10, seed = 1 })
     assert.are.equal(10, L.windows) -- floor((103-1)/10); the 2-token tail is unused

@@ -6,9 +6,9 @@ package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 
 local ffi = require "ffi"
 local bit = require "bit"
-local data = require "ztrain.data"
-local tokbin = require "ztrain.data.tokbin"
-local cache = require "ztrain.data.cache"
+local data = require "ztrain.model.data"
+local tokbin = require "ztrain.model.data.tokbin"
+local cache = require "ztrain.model.data.cache"
 local util = require "helpers.util"
 
 assert(jit, "these specs must run under LuaJIT: busted --lua=luajit spec/dataset_spec.lua")
@@ -572,7 +572,7 @@ describe("bad input", function()
     assert(tokbin.write(d .. "/locked_train.bin", { 1 }))
     sh("chmod 000 " .. d .. "/locked_train.bin")
     local out = run_unprivileged(([[
-local data = require "ztrain.data"
+local data = require "ztrain.model.data"
 local function show(src) local ds, err = data.open{ text = src, tokenizer = "bytes", cache = false } print(err) end
 show("%s/*.txt")
 show("%s/closed/*.txt")

@@ -9,7 +9,7 @@
 -- the emulator (here), and spec/cuda/whole_step.lua attention_b=bf16.
 local ffi = require "ffi"
 local cjson = require "cjson"
-local recipe = require "ztrain.recipe"
+local recipe = require "ztrain.train.recipe"
 local util = require "helpers.util"
 local C = require("ztrain.core.ffi").C
 

@@ -4,8 +4,8 @@
 local util = require "helpers.util"
 local cjson = require "cjson"
 local zt = require "ztrain"
-local schedule = require "ztrain.schedule"
-local trainer = require "ztrain.trainer"
+local schedule = require "ztrain.parallel.schedule"
+local trainer = require "ztrain.train.trainer"
 
 local sh = util.sh
 
@@ -45,7 +45,7 @@ describe("drivers", function()
     for name, order in pairs(orders) do
       local f = assert(io.open(dir .. "/" .. name .. ".lua", "w"))
       f:write(([[
-        local S = require "ztrain.schedule"
+        local S = require "ztrain.parallel.schedule"
         local r = dofile("recipes/dp.lua")
         r.schedule = function(p)
           local l = {}

@@ -5,7 +5,7 @@
 -- digest as the native recipe.
 local cjson = require "cjson"
 local util = require "helpers.util"
-local ds = require "ztrain.dsconfig"
+local ds = require "ztrain.train.dsconfig"
 
 local DIR = "spec/fixtures/ds_config/"
 
@@ -92,7 +92,7 @@ describe("ds-config: the five seeds' shapes", function()
   it("the converted keys are valid recipe overrides", function()
     for _, name in ipairs({ "stage1", "stage2", "stage3", "offload", "infinity" }) do
       local list = ds.overrides(DIR .. "ds_config_" .. name .. ".json", 2)
-      assert(require("ztrain.recipe").resolve({}, list))
+      assert(require("ztrain.train.recipe").resolve({}, list))
     end
   end)
 end)
@@ -176,7 +176,7 @@ describe("ds-config: the command line", function()
     assert.matches('strategy = "zero3_offload"', out, 1, true)
     local path = os.tmpname() .. ".lua"
     util.write(path, (out:gsub("rc=%d+%s*$", "")))
-    local r = assert(require("ztrain.recipe").load(path))
+    local r = assert(require("ztrain.train.recipe").load(path))
     os.remove(path)
     assert.are.same({ 2, 4, 16 }, { r.batch.micro, r.batch.accumulate, r.batch.global })
   end)

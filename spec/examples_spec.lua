@@ -217,7 +217,7 @@ describe("examples/topk_compression.lua", function()
     -- bytes: ceil(1% of each unit's elements) (index, value) pairs of 4 + 4
     -- bytes, from the model's own unit sizes (which must add up to the
     -- parameter count the run reports)
-    local gpt2 = require "ztrain.nn.gpt2"
+    local gpt2 = require "ztrain.model.gpt2"
     local model = gpt2.new(gpt2.config("gpt2-tiny", { vocab_size = 256 }), { alloc = false })
     local pairs_, total = 0, 0
     for _, u in ipairs(model.units) do

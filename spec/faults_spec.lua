@@ -161,7 +161,7 @@ describe("kill -9 of a rank under --nproc 2", function()
 end)
 
 describe("the launcher's reading of mpirun's report", function()
-  local launch = require "ztrain.launch"
+  local launch = require "ztrain.job.launch"
   it("finds the rank and signal (Open MPI 4.1 says PID 0; 5.x's prterun the real one)", function()
     assert.are.same({ 1, 9 }, { launch.dead_rank("...\nmpirun noticed that process rank 1 with PID 0 on node vm " ..
                                                  "exited on signal 9 (Killed).\n---") })

@@ -2,7 +2,7 @@
 -- and S.footprint, which plan.lua asks without knowing strategies by name.
 local zt = require "ztrain"
 local plan = require "ztrain.plan"
-local fp = require "ztrain.strategy.footprint"
+local fp = require "ztrain.parallel.strategy.footprint"
 
 local function recipe(...)
   return assert(zt.recipe.resolve({}, { "model.size=gpt2-tiny", "data.tokenizer=bytes", ... }))
@@ -21,7 +21,7 @@ describe("strategy footprints", function()
   it("ZeRO-3 on 4 ranks keeps a quarter of every padded unit, ZeRO's formula per unit", function()
     local r = recipe("precision=bf16")
     local S = zt.strategy.zero { stage = 3 }
-    local units = plan.units(plan.model_config(r), 4 * require("ztrain.strategy.shard").BLOCK)
+    local units = plan.units(plan.model_config(r), 4 * require("ztrain.parallel.strategy.shard").BLOCK)
     local t = tiers()
     S.footprint(t, { units = units, N = 4, lowp = true, accumulate = 1, recipe = r })
     local padded, numel = 0, 0
@@ -37,7 +37,7 @@ describe("strategy footprints", function()
     local r = recipe()
     local S = zt.strategy.resolve("zero3_offload")
     assert.are.same({ stage = 3, otier = "host", ptier = "host" }, S.placement)
-    local units = plan.units(plan.model_config(r), 2 * require("ztrain.strategy.shard").BLOCK)
+    local units = plan.units(plan.model_config(r), 2 * require("ztrain.parallel.strategy.shard").BLOCK)
     local t = tiers()
     S.footprint(t, { units = units, N = 2, lowp = false, accumulate = 1, recipe = r })
     assert.are.equal(0, t.device.params); assert.are.equal(0, t.device.optim)
@@ -46,7 +46,7 @@ describe("strategy footprints", function()
 
   it("the planner asks the object, not its name: a 'zero3' with a replicated model is predicted replicated", function()
     local r = recipe()
-    local rep = require "ztrain.strategy.replicated"
+    local rep = require "ztrain.parallel.strategy.replicated"
     local S = zt.strategy.single()
     S.name = "zero3"
     local as_single = plan.predict(r, { strategy = "single", nproc = 1 })
@@ -59,7 +59,7 @@ describe("strategy footprints", function()
     local S = zt.strategy.single()
     local base = plan.predict(r, { strategy = S, nproc = 1 })
     local extra = 12345
-    S.footprint = function(t, f) require("ztrain.strategy.replicated").footprint(t, f); fp.add(t, "host", "other", extra) end
+    S.footprint = function(t, f) require("ztrain.parallel.strategy.replicated").footprint(t, f); fp.add(t, "host", "other", extra) end
     local mine = plan.predict(r, { strategy = S, nproc = 1 })
     assert.are.equal(base.host.other + extra, mine.host.other)
     S.footprint = nil

@@ -40,7 +40,7 @@ describe("fuzz corpora", function()
 
   -- the message a fixed finding now gives: one line naming the file and field
   local function message(target, file)
-    local ck = require "ztrain.checkpoint"
+    local ck = require "ztrain.train.checkpoint"
     assert(target == "checkpoint")
     local dir = tmp .. "/ck-" .. file
     libc.mkdir(dir, 448)
@@ -54,7 +54,7 @@ describe("fuzz corpora", function()
   end
 
   it("safetensors: a shape that is a JSON object is refused, naming the tensor", function()
-    local st = require "ztrain.nn.safetensors"
+    local st = require "ztrain.model.safetensors"
     local path = "spec/fuzz/safetensors/crash-shape-is-object"
     local ok, err = pcall(st.open, path)
     assert.is_false(ok)

@@ -1,9 +1,9 @@
--- Generation with a KV cache (lua/ztrain/nn/generate.lua) against the full
+-- Generation with a KV cache (lua/ztrain/model/generate.lua) against the full
 -- training forward, the sampler against probabilities computed from its
 -- definition, and transformers' greedy generate on the tiny HF fixture.
 local ffi = require "ffi"
 local zt = require "ztrain"
-local gen = require "ztrain.nn.generate"
+local gen = require "ztrain.model.generate"
 local memory = require "ztrain.core.memory"
 
 -- A tiny model with O(1) logits and positions that matter (GPT-2's init
@@ -180,7 +180,7 @@ describe("generation with a KV cache", function()
     fails("prompt must be a string or a list of token ids", 42, {})
     local ok, err = pcall(gen.generate, { units = {} }, { 1 }, {})
     assert.is_false(ok)
-    assert.matches("expected a ztrain.nn.gpt2 model", err, 1, true)
+    assert.matches("expected a ztrain.model.gpt2 model", err, 1, true)
     -- the runtime op checks its own arguments before touching anything
     local C, hs = m.cfg.C, m.cfg.C / m.cfg.NH
     local out = zt.tensor.new({ 1, 1, C })
@@ -313,14 +313,14 @@ end)
 
 describe("the tiny Hugging Face fixture", function()
   local dir = "spec/fixtures/hf/tiny"
-  local ok_hf, hf = pcall(require, "ztrain.nn.hf")
+  local ok_hf, hf = pcall(require, "ztrain.model.hf")
   local f = io.open(dir .. "/expected.json")
   local expected = f and f:read("*a")
   if f then f:close() end
 
   it("greedy generation matches transformers' generate token for token", function()
     if not ok_hf or not expected then
-      pending("needs lua/ztrain/nn/hf.lua and " .. dir .. "/expected.json")
+      pending("needs lua/ztrain/model/hf.lua and " .. dir .. "/expected.json")
       return
     end
     local cjson = require "cjson"
@@ -334,7 +334,7 @@ describe("the tiny Hugging Face fixture", function()
 
   it("`ztrain generate hf:DIR` prints the text and exits 0; bad input exits 1", function()
     if not ok_hf or not expected then
-      pending("needs lua/ztrain/nn/hf.lua and " .. dir .. "/expected.json")
+      pending("needs lua/ztrain/model/hf.lua and " .. dir .. "/expected.json")
       return
     end
     local function run(args)

@@ -8,7 +8,7 @@ describe("groups", function()
     local script = os.tmpname() .. ".lua"
     local f = assert(io.open(script, "w"))
     f:write([[
-      local groups = require "ztrain.groups"
+      local groups = require "ztrain.parallel.groups"
       local w = zt.comm.world()
       local g = groups.build(w, { pp = 2 })
       -- every member of my dp group sums its world rank: the sum names the members
@@ -69,7 +69,7 @@ describe("groups", function()
   end)
 
   it("refuses a world that does not divide into the stages, naming valid choices", function()
-    local groups = require "ztrain.groups"
+    local groups = require "ztrain.parallel.groups"
     local ok, err = pcall(groups.build, { size = 6, rank = 0 }, { pp = 4 })
     assert.is_false(ok)
     assert.are.equal("6 rank(s) do not divide into 4 pipeline stages; use 1, 2, 3, 6 stages, or a multiple of 4 ranks",

@@ -1,4 +1,4 @@
--- Hugging Face GPT-2 checkpoints (nn/hf.lua, nn/safetensors.lua) against the
+-- Hugging Face GPT-2 checkpoints (model/hf.lua, model/safetensors.lua) against the
 -- fixture tools/make_hf_fixture.py made with transformers (spec/fixtures/hf):
 -- the loaded parameters have the digest PyTorch computed over the same
 -- values in ztrain's layout; the forward gives PyTorch's logits; every
@@ -9,8 +9,8 @@ local ffi = require "ffi"
 local cjson = require "cjson"
 local util = require "helpers.util"
 local zt = require "ztrain"
-local hf = require "ztrain.nn.hf"
-local st = require "ztrain.nn.safetensors"
+local hf = require "ztrain.model.hf"
+local st = require "ztrain.model.safetensors"
 local digest = require "ztrain.core.digest"
 
 local FIX = "spec/fixtures/hf"

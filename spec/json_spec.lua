@@ -23,8 +23,8 @@ describe("util.json", function()
 
   it("loading ztrain and its writers leaves the shared cjson's settings alone", function()
     require "ztrain"
-    require "ztrain.report"; require "ztrain.pipeline.timeline"; require "ztrain.compare"
-    require "ztrain.checkpoint"
+    require "ztrain.record.report"; require "ztrain.record.timeline"; require "ztrain.insight.compare"
+    require "ztrain.train.checkpoint"
     local cjson = require "cjson"
     assert.is_false(pcall(cjson.encode, { loss = 0 / 0 }), "the shared cjson writes NaN")
     assert.is_false(pcall(cjson.encode, { [1] = 1, [13] = 3 }), "the shared cjson writes sparse arrays")

@@ -193,11 +193,11 @@ describe("launch.nproc", function()
   end)
 end)
 
--- Launching across hosts (--hostfile, launch_hosts.lua), at the unit level:
+-- Launching across hosts (--hostfile, job/hosts.lua), at the unit level:
 -- no namespaces, no mpirun. spec/multihost_spec.lua runs it for real.
 describe("launch across hosts: the hostfile and mpirun's arguments", function()
-  local hosts = require "ztrain.launch_hosts"
-  local launch = require "ztrain.launch"
+  local hosts = require "ztrain.job.hosts"
+  local launch = require "ztrain.job.launch"
   local tmp
   setup(function() tmp = util.tmpdir() end)
   teardown(function() util.rm(tmp) end)

@@ -5,41 +5,39 @@
 -- -> plan -> plan_report -> cli -> run -> trainer (a usage text), cli <->
 -- compare, compare <-> compare_tables, plan <-> plan_report,
 -- schedule <-> pipeline.schedules, data <-> data.text -- were broken by
--- moving the thing to where it belongs (ztrain.usage, plan.refusal,
+-- moving the thing to where it belongs (ztrain.cli.usage, plan.refusal,
 -- compare_tables.DEFAULTS, schedule.registry, data.tokenizer).
 --
 -- And the layers: LAYERS below, lowest first, is the one place the order is
--- written. A module may require its own layer or lower ones, never higher;
--- every module must be in a layer (a new file is placed on purpose). Until
--- the folders are moved to match (issue 28's next step), a layer lists the
--- module names and name prefixes ("data." = every data module) it holds.
+-- written; each layer is a folder of lua/ztrain/ (the public API, init.lua,
+-- is the layer "api"). A module may require its own layer or lower ones,
+-- never higher; every module must be in a layer (a new folder is placed on
+-- purpose).
 local ROOT = (require "ztrain").home or "."
 
 local LAYERS = {
   -- the C binding and its objects
   { "core", { "core." } },
-  -- no training knowledge: files, host facts, durable writes, SVG, texts
-  { "util", { "util.", "durable", "svg", "charts", "suggest", "usage" } },
+  -- no training knowledge: files, host facts, JSON, durable writes, SVG, suggestions
+  { "util", { "util." } },
   -- a job's processes: the launcher, hosts, the registry ranks write, run directories
-  { "job", { "job.", "launch", "launch_hosts", "rundir" } },
+  { "job", { "job." } },
   -- the model and its math: GPT-2, generation, HF files, optimizer, lr, precision, data
-  { "model", { "nn.", "optim.", "lr", "precision", "data", "data." } },
+  { "model", { "model." } },
   -- placement and order: groups, strategies, the schedule IR and library, the drivers
-  { "parallel", { "groups", "strategy", "strategy.", "schedule", "schedule.", "pipeline.schedules",
-                  "pipeline.simulate", "pipeline.csv", "pipeline.stages", "driver." } },
+  { "parallel", { "parallel." } },
   -- predictions: the memory plan (the trainer's pre-flight) and step times
-  { "plan", { "plan", "steptime" } },
+  { "plan", { "plan", "plan." } },
   -- what a run records: metrics and summaries, communication, timelines, op profiles
-  { "record", { "report", "comm_report", "pipeline.timeline", "profile" } },
+  { "record", { "record." } },
   -- a training run: recipe, trainer, the loop, checkpoints, whole-model tools
-  { "train", { "recipe", "trainer", "trainer_build", "run", "loop", "whole_model", "checkpoint", "checkpoint_format",
-               "checkpoint_write", "checkpoint_read", "dsconfig" } },
-  -- reading runs afterwards: compare, plan tables
-  { "insight", { "compare", "compare_tables", "plan_report" } },
+  { "train", { "train." } },
+  -- reading runs afterwards: compare, charts, the planner's tables
+  { "insight", { "insight." } },
   -- the public Lua API (require "ztrain")
   { "api", { "" } },
   { "repl", { "repl", "repl." } },
-  { "cli", { "cli", "cli_commands" } },
+  { "cli", { "cli", "cli." } },
 }
 
 -- layer_of(name) -> index, layer name: the layer whose entry names the module
@@ -142,7 +140,7 @@ describe("layers: the Lua tree's requires", function()
     local n = 0
     for _, e in pairs(g) do for _ in pairs(e) do n = n + 1 end end
     assert.is_true(n > 200, ("only %d require edges parsed: the parser is broken"):format(n))
-    assert.is_truthy(g["ztrain.trainer"]["ztrain.plan"], "trainer's require of plan not seen")
+    assert.is_truthy(g["ztrain.train.trainer"]["ztrain.plan"], "trainer's require of plan not seen")
     local found = cycles(g)
     assert.are.same({}, found, "require cycles (each a set of modules that reach each other):\n  " ..
                     table.concat(found, "\n  "))
@@ -150,14 +148,14 @@ describe("layers: the Lua tree's requires", function()
 
   it("the layer check places names and finds an upward require", function()
     assert.are.equal("core", select(2, layer_of("ztrain.core.ops")))
-    assert.are.equal("model", select(2, layer_of("ztrain.data.text")))
-    assert.are.equal("record", select(2, layer_of("ztrain.pipeline.timeline")))
-    assert.are.equal("parallel", select(2, layer_of("ztrain.pipeline.csv")))
+    assert.are.equal("model", select(2, layer_of("ztrain.model.data.text")))
+    assert.are.equal("record", select(2, layer_of("ztrain.record.timeline")))
+    assert.are.equal("parallel", select(2, layer_of("ztrain.parallel.schedule.csv")))
     assert.are.equal("api", select(2, layer_of("ztrain")))
     assert.is_nil(layer_of("ztrain.nowhere"))
-    assert.are.same({ "ztrain.core.ops (core) -> ztrain.trainer (train), ztrain.core.ops:3" },
-                    upward({ ["ztrain.core.ops"] = { ["ztrain.trainer"] = 3, ["ztrain.core.ffi"] = 1 },
-                             ["ztrain.trainer"] = { ["ztrain.core.ops"] = 9 } }))
+    assert.are.same({ "ztrain.core.ops (core) -> ztrain.train.trainer (train), ztrain.core.ops:3" },
+                    upward({ ["ztrain.core.ops"] = { ["ztrain.train.trainer"] = 3, ["ztrain.core.ffi"] = 1 },
+                             ["ztrain.train.trainer"] = { ["ztrain.core.ops"] = 9 } }))
   end)
 
   it("every module has a layer and requires only its own layer or lower ones", function()

@@ -1,4 +1,4 @@
-local lr = require "ztrain.lr"
+local lr = require "ztrain.model.lr"
 
 describe("lr schedules", function()
   it("warms up linearly then follows a cosine to min_ratio", function()

@@ -30,7 +30,7 @@ describe("models and data in a run", function()
     assert.is_true(math.abs(s.perplexity - math.exp(s.eval_loss)) < 1e-9 * s.perplexity)
     assert.is_string(s.sample)
     assert.are.equal("Q:", s.sample:sub(1, 2))
-    assert.is_true(require("ztrain.data.utf8").check(s.sample), "the sample is valid UTF-8")
+    assert.is_true(require("ztrain.model.data.utf8").check(s.sample), "the sample is valid UTF-8")
     assert.matches("sample at step 15: Q:", out, 1, true)
     assert.matches("sample at step 30: Q:", out, 1, true)
   end)
@@ -51,7 +51,7 @@ describe("models and data in a run", function()
     local counts = os.tmpname()
     util.write(recipe, ([[
       local r = dofile("recipes/dp.lua")
-      local base = require("ztrain.strategy").resolve(os.getenv("ZT_STRAT"))
+      local base = require("ztrain.parallel.strategy").resolve(os.getenv("ZT_STRAT"))
       local n = 0
       r.strategy = setmetatable({ name = base.name,
         pre_forward = function(ctx, u, mb)

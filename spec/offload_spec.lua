@@ -223,7 +223,7 @@ describe("offload: options", function()
                    1, true)
     local r, e = zt.recipe.resolve({}, { "offload.staging=lots" })
     assert.is_table(r)       -- a size string is only read when a strategy offloads
-    local ok, e2 = pcall(require("ztrain.strategy.offload").staging_bytes, r)
+    local ok, e2 = pcall(require("ztrain.parallel.strategy.offload").staging_bytes, r)
     assert.is_false(ok)
     assert.matches('offload.staging: cannot read size "lots"', tostring(e2), 1, true)
   end)

@@ -1,7 +1,7 @@
 -- AdamW and clipping against a plain Lua transcription of PyTorch's formulas.
 local ffi = require "ffi"
 local zt = require "ztrain"
-local norm = require "ztrain.strategy.norm"
+local norm = require "ztrain.parallel.strategy.norm"
 
 -- A fake unit: two tensors, one decayed (a matrix), one not (a bias).
 local function unit(n1, n2)

@@ -1,4 +1,4 @@
--- PyTorch's pipelining CSV (pipeline/csv.lua). The independent side is the
+-- PyTorch's pipelining CSV (parallel/schedule/csv.lua). The independent side is the
 -- two fixtures in spec/fixtures/pytorch_*.csv, written by hand from
 -- PyTorch's source (see spec/fixtures/README.md), not by this module:
 --   pytorch_1f1b_p2_m4.csv: Schedule1F1B's order (p = 2, m = 4) with its
@@ -6,10 +6,10 @@
 --   pytorch_interleaved1f1b_p2_v1_m4_compute_only.csv: ScheduleInterleaved
 --     1F1B's compute-only grid (p = 2, one stage per rank, m = 4), idle
 --     slots as empty cells; its rank 0 warms up with 2 forwards, not 1.
-local S = require "ztrain.schedule"
-local P = require "ztrain.pipeline.schedules"
-local sim = require "ztrain.pipeline.simulate"
-local C = require "ztrain.pipeline.csv"
+local S = require "ztrain.parallel.schedule"
+local P = require "ztrain.parallel.schedule.library"
+local sim = require "ztrain.parallel.schedule.simulate"
+local C = require "ztrain.parallel.schedule.csv"
 
 local FIX = "spec/fixtures/"
 local TMP = os.tmpname()
@@ -115,7 +115,7 @@ describe("pipeline csv: dump then load", function()
     table.sort(desc)
     it(("round-trips %s bit for bit (%s)"):format(name, table.concat(desc, ", ")), function()
       local lists, q
-      local R = require "ztrain.schedule.registry"
+      local R = require "ztrain.parallel.schedule.registry"
       if R.builtin[name] then
         q = { stages = 1, microbatches = p.microbatches, ranks = 1 }
         lists = R.resolve(name, q)

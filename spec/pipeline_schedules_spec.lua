@@ -1,5 +1,5 @@
--- Pipeline schedules (pipeline/schedules.lua) against the validator
--- (schedule/init.lua) and the simulator (pipeline/simulate.lua), and the
+-- Pipeline schedules (parallel/schedule/library.lua) against the validator
+-- (parallel/schedule/init.lua) and the simulator (parallel/schedule/simulate.lua), and the
 -- simulated figures against the published formulas, which owe nothing to
 -- this code:
 --   GPipe, 1F1B: bubble (p-1)/(m+p-1) as idle over all rank-time (makespan
@@ -9,9 +9,9 @@
 --     normalisation: bubble time over ideal compute time), m a multiple of p.
 --   ZB-H1: idle per stage (p-1)(F+I-W) with F = I = W (Qi et al.), below
 --     1F1B's (p-1)(F+B); peak activations no more than 1F1B's worst stage.
-local S = require "ztrain.schedule"
-local P = require "ztrain.pipeline.schedules"
-local sim = require "ztrain.pipeline.simulate"
+local S = require "ztrain.parallel.schedule"
+local P = require "ztrain.parallel.schedule.library"
+local sim = require "ztrain.parallel.schedule.simulate"
 
 local A = S.action
 local EPS = 1e-12
@@ -173,7 +173,7 @@ describe("pipeline schedules", function()
   -- pipeline.split = "time": contiguous stages whose slowest is as fast as
   -- any contiguous split's (checked against trying every split)
   it("a split by measured time minimises the slowest stage (against every split)", function()
-    local stages = require "ztrain.pipeline.stages"
+    local stages = require "ztrain.parallel.schedule.stages"
     local function best_by_brute(costs, p)
       local n, best = #costs, math.huge
       local function go(start, left, worst)

@@ -40,7 +40,7 @@ describe("pipeline training", function()
     -- (2,2,1,2,1,2,1,3), at a 15th of gpt2's parameters (65 s -> 4 s here)
     local recipe = os.tmpname() .. ".lua"
     util.write(recipe, [[
-      require("ztrain.nn.gpt2").sizes["gpt2-narrow"] = { L = 12, C = 192, NH = 12, maxT = 1024 }
+      require("ztrain.model.gpt2").sizes["gpt2-narrow"] = { L = 12, C = 192, NH = 12, maxT = 1024 }
       return dofile("recipes/single.lua")]])
     local more = "model.size=gpt2-narrow train.steps=2"
     local d0, l0, s0 = run(recipe .. " batch.accumulate=8", more)
@@ -161,7 +161,7 @@ describe("pipeline training", function()
     local drop = os.tmpname() .. ".lua"
     util.write(drop, [[
       local r = dofile("recipes/pipeline_1f1b.lua")
-      local base = require("ztrain.pipeline.schedules").one_f_one_b
+      local base = require("ztrain.parallel.schedule.library").one_f_one_b
       r.schedule = function(p)
         local lists = base(p)
         for _, l in ipairs(lists) do
@@ -175,7 +175,7 @@ describe("pipeline training", function()
     local recipe = os.tmpname() .. ".lua"
     util.write(recipe, [[
       local r = dofile("recipes/pipeline_1f1b.lua")
-      local A = require("ztrain.schedule").action
+      local A = require("ztrain.parallel.schedule").action
       r.schedule = function(p)
         return {
           { A("F", 0, 0), A("SEND_F", 0, 0), A("RECV_B", 0, 0), A("B", 0, 0), A("F", 0, 1), A("SEND_F", 0, 1),

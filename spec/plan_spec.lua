@@ -178,7 +178,7 @@ describe("plan: gpt2-xl against the ZeRO formulas", function()
     end
     -- zero1 and zero2 move the same bytes; zero2 holds fewer
     assert.are.equal("zero2", rows.best.name)
-    local text = require("ztrain.plan_report").table(rows, r)
+    local text = require("ztrain.insight.plan_report").table(rows, r)
     assert.matches("fits: zero1, zero2, zero3, zero2_offload, zero3_offload, zero3_infinity", text, 1, true)
     assert.matches("fastest to try: zero2", text, 1, true)
   end)
@@ -248,7 +248,7 @@ describe("plan: the pre-flight check", function()
 end)
 
 describe("plan: the step-time column (steptime.lua)", function()
-  local st = require "ztrain.steptime"
+  local st = require "ztrain.plan.steptime"
   local r = assert(zt.recipe.resolve({}, { "model.size=gpt2-xl", "model.vocab_size=50257", "precision=bf16",
                                            "batch.micro=1", "data.seq_len=1024", "batch.accumulate=2" }))
   local function by_name(rows)

@@ -1,4 +1,4 @@
--- Mixed precision (precision = "bf16" | "fp16", lua/ztrain/precision.lua):
+-- Mixed precision (precision = "bf16" | "fp16", lua/ztrain/model/precision.lua):
 -- low-precision parameters and gradients, fp32 master weights and optimizer
 -- state. Trains with the loss falling; the same-math rule within a
 -- precision (dp on N ranks = one rank accumulating N); model state as the
@@ -87,8 +87,8 @@ describe("mixed precision", function()
   -- move against a run that casts every parameter (what enter did before)
   it("bf16 GEMMs: the matmul-only weights left uncast in fp32 change no bit against casting them all", function()
     local zt = require "ztrain"
-    local trainer = require "ztrain.trainer"
-    local Pmt = getmetatable(require("ztrain.precision").new("bf16", {}))
+    local trainer = require "ztrain.train.trainer"
+    local Pmt = getmetatable(require("ztrain.model.precision").new("bf16", {}))
     local function digest()
       local o = { "model.size=gpt2-tiny", "data.tokenizer=bytes", "data.seq_len=32", "batch.micro=2",
                   "train.eval_every=0", "precision=bf16", "device.bf16_gemm=on", "optim.clip=0.05" }

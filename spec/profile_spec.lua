@@ -1,11 +1,11 @@
--- ztrain.profile (tools/bench_ops.lua's hook): profiling changes no bit, counts
+-- ztrain.record.profile (tools/bench_ops.lua's hook): profiling changes no bit, counts
 -- every op of a step exactly once (calls and FLOPs against GPT-2's formulas),
 -- its families add up to the measured step, and stop() undoes every swap.
 local zt = require "ztrain"
 local ops = require "ztrain.core.ops"
-local gpt2 = require "ztrain.nn.gpt2"
-local profile = require "ztrain.profile"
-local trainer = require "ztrain.trainer"
+local gpt2 = require "ztrain.model.gpt2"
+local profile = require "ztrain.record.profile"
+local trainer = require "ztrain.train.trainer"
 local C = zt.ffi.C
 
 local B, T = 2, 32
@@ -92,7 +92,7 @@ describe("profile", function()
     -- which are not cast (precision.lua); none of the 4 L + 1 matmuls'
     -- inputs is cast: ln1, ln2, fch_gelu and lnf are written bf16 by their
     -- kernels, and so is the attention's output (bf16 activations,
-    -- nn/activations.lua; before, each of the 4 L + 1 was cast, then one a
+    -- model/activations.lua; before, each of the 4 L + 1 was cast, then one a
     -- block: the attention's output)
     assert.are.equal(3 + 5 * L, f["forward/precision casts"].calls)
     tr:free()

@@ -1,4 +1,4 @@
-local recipe = require "ztrain.recipe"
+local recipe = require "ztrain.train.recipe"
 
 local function tmpfile(text)
   local p = os.tmpname() .. ".lua"
@@ -93,7 +93,7 @@ describe("recipe", function()
   end)
 
   it("every shipped recipe resolves, with the strategy it is named for", function()
-    local strategy = require "ztrain.strategy"
+    local strategy = require "ztrain.parallel.strategy"
     -- recipes/NAME.lua runs strategy NAME; examples say theirs here
     local expect = { ["examples/timed_zero2.lua"] = "zero2", ["examples/all_forward_first.lua"] = "single",
                      ["examples/diloco.lua"] = "diloco", ["examples/topk_dp.lua"] = "topk_ef",

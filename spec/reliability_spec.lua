@@ -36,7 +36,7 @@ describe("outputs", function()
     local script = d .. "/w.lua"
     u.write(script, ([[
       package.path = %q .. "/lua/?.lua;" .. %q .. "/lua/?/init.lua;" .. package.path
-      local durable = require "ztrain.durable"
+      local durable = require "ztrain.util.durable"
       local ok, err = durable.write_atomic(%q, string.rep("x", 65536))
       print("result", ok, err)
       local a = assert(durable.appender(%q))
@@ -212,7 +212,7 @@ describe("bad input, said plainly", function()
   it("a wrong ZTRAIN_HOME is named, not Lua's search path", function()
     local out, rc = u.sh(("ZTRAIN_HOME=/nonexistent/zt %s --version"):format(ZT))
     assert.are.equal(1, rc)
-    assert.are.equal("ztrain: ZTRAIN_HOME=/nonexistent/zt does not hold ztrain (no readable lua/ztrain/cli.lua " ..
+    assert.are.equal("ztrain: ZTRAIN_HOME=/nonexistent/zt does not hold ztrain (no readable lua/ztrain/cli/init.lua " ..
                      "there); unset it, or set it to the ztrain checkout\nrc=1\n", out)
   end)
 end)

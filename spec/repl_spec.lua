@@ -326,7 +326,7 @@ describe("interrupt polls", function()
   it("stop zt.train between steps; with keep the trainer trained so far comes back", function()
     interrupt.set_action("raise")
     -- an interrupt arriving during step 2 (the step is shielded: it finishes)
-    local trainer = require "ztrain.trainer"
+    local trainer = require "ztrain.train.trainer"
     local orig = trainer.new
     trainer.new = function(...)
       local tr = orig(...)

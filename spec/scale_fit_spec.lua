@@ -52,8 +52,8 @@ describe("scale_fit: calibration", function()
   it("the FLOP rate is the baseline's, before the fit", function()
     local o = fit.input(recs[1])
     local tokens = 4 * 64 * 2
-    local want = tokens * require("ztrain.steptime").flops_per_token(o.cfg, 64) /
-                 (0.9 - 28 * require("ztrain.steptime").params(o.cfg) / res.params.mem_bw)
+    local want = tokens * require("ztrain.plan.steptime").flops_per_token(o.cfg, 64) /
+                 (0.9 - 28 * require("ztrain.plan.steptime").params(o.cfg) / res.params.mem_bw)
     assert.is_true(math.abs(res.flops - want) / want < 1e-9)
   end)
 
@@ -134,8 +134,8 @@ describe("steptime: bytes against the runtime's counters", function()
   -- rank's collective and send bytes per step, the loss exchanges left
   -- out) of real runs on 2 namespace hosts: gpt2-mini, vocabulary 50257,
   -- batch.micro=4, data.seq_len=64, 2 micro-batches a rank (the pipelines 4).
-  local st = require "ztrain.steptime"
-  local cfg = require("ztrain.nn.gpt2").config("gpt2-mini", { vocab_size = 50257 })
+  local st = require "ztrain.plan.steptime"
+  local cfg = require("ztrain.model.gpt2").config("gpt2-mini", { vocab_size = 50257 })
   local function bytes(strategy, m, gpus)
     return st.step({ cfg = cfg, strategy = strategy, B = 4, T = 64, m = m, hosts = 2, gpus = gpus },
                    { flops = 1e9, inter_bw = 1e9 }).bytes

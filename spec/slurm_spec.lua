@@ -212,7 +212,7 @@ describe("Slurm", function()
 end)
 
 describe("launch under Slurm (no cluster needed)", function()
-  local launch = require "ztrain.launch"
+  local launch = require "ztrain.job.launch"
   it("reads srun's tasks-per-node list for this node", function()
     assert.are.equal(2, launch.slurm_tasks_on_node("2", 0))
     assert.are.equal(4, launch.slurm_tasks_on_node("4(x3),1", 2))

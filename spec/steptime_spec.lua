@@ -4,8 +4,8 @@
 -- each way), the FLOP count, the ring's time on one and two tiers, the
 -- pipeline's bubble (p-1)/(m+p-1) from the schedule's simulator, and
 -- monotonicity in bandwidth. Pure Lua, well under a second.
-local st = require "ztrain.steptime"
-local gpt2 = require "ztrain.nn.gpt2"
+local st = require "ztrain.plan.steptime"
+local gpt2 = require "ztrain.model.gpt2"
 
 local function near(a, b, rel) return math.abs(a - b) <= (rel or 1e-12) * math.max(math.abs(a), math.abs(b), 1e-300) end
 
@@ -147,8 +147,8 @@ describe("steptime: times", function()
     end)
   end
 
-  it("stages are cut as pipeline/stages.lua cuts them (pipeline.split = params)", function()
-    local stages = require "ztrain.pipeline.stages"
+  it("stages are cut as parallel/schedule/stages.lua cuts them (pipeline.split = params)", function()
+    local stages = require "ztrain.parallel.schedule.stages"
     for _, case in ipairs({ { "gpt2-mini", 2 }, { "gpt2-mini", 4 }, { "gpt2", 4 }, { "gpt2-xl", 8 }, { "gpt2-xl", 16 } }) do
       local cfg = gpt2.config(case[1])
       local want = stages.partition(gpt2.new(cfg, { alloc = false, pad = 16 }), case[2], "params")

@@ -3,7 +3,7 @@
 -- strategies that work on their data-parallel group only.
 local util = require "helpers.util"
 local zt = require "ztrain"
-local trainer = require "ztrain.trainer"
+local trainer = require "ztrain.train.trainer"
 
 local sh = util.sh
 
@@ -115,7 +115,7 @@ describe("failure paths", function()
 
   it("built-in strategies use their data-parallel group, never the world", function()
     for _, f in ipairs({ "single", "dp", "zero", "replicated", "shard", "norm", "state", "options" }) do
-      local src = assert(io.open("lua/ztrain/strategy/" .. f .. ".lua")):read("*a")
+      local src = assert(io.open("lua/ztrain/parallel/strategy/" .. f .. ".lua")):read("*a")
       assert.is_nil(src:find("comm.world", 1, true), f .. ".lua reaches for the world communicator")
       assert.is_nil(src:find('require "ztrain.core.comm"', 1, true), f .. ".lua requires the comm module")
     end

@@ -4,7 +4,7 @@
 -- 1 rank, host-tier state into device-tier strategies) is in
 -- spec/state_reshard_spec.lua.
 local zt = require "ztrain"
-local trainer = require "ztrain.trainer"
+local trainer = require "ztrain.train.trainer"
 
 local BASE = { "model.size=gpt2-tiny", "data.seq_len=32", "batch.micro=2", "lr.warmup=1",
                "train.eval_every=0", "optim.clip=0.05" }

@@ -1,9 +1,9 @@
 -- Pipeline timelines: timeline.svg / timeline.json from events, the bubble
 -- in simulate.lua's normalisation, and `ztrain schedule` on the command line.
 local cjson = require "cjson"
-local schedules = require "ztrain.pipeline.schedules"
-local simulate = require "ztrain.pipeline.simulate"
-local timeline = require "ztrain.pipeline.timeline"
+local schedules = require "ztrain.parallel.schedule.library"
+local simulate = require "ztrain.parallel.schedule.simulate"
+local timeline = require "ztrain.record.timeline"
 
 local COMPUTE = { F = true, B = true, I = true, W = true }
 

@@ -106,7 +106,7 @@ describe("a diverging run", function()
     end
     local r = assert(zt.recipe.resolve({ strategy = S }, with({ "train.steps=5", "out=" .. out })))
     r.name = "nan"
-    local ok, err = pcall(require("ztrain.run").run, r, { quiet = true })
+    local ok, err = pcall(require("ztrain.train.run").run, r, { quiet = true })
     assert.is_false(ok)
     assert.matches("training diverged", err, 1, true)
     local j = cjson.decode(assert(io.open(out .. "/summary.json")):read("*a"))

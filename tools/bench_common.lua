@@ -21,8 +21,8 @@ if not okb then blas = ffi.load("openblas") end
 
 local M = {}
 
--- median(xs) -> the lower middle of xs sorted (ztrain.run's median, low)
-function M.median(xs) return require("ztrain.run").median(xs, true) end
+-- median(xs) -> the lower middle of xs sorted (ztrain.train.run's median, low)
+function M.median(xs) return require("ztrain.train.run").median(xs, true) end
 
 -- repeat f until at least `secs` have passed; returns seconds per call
 local function rate(f, secs)
@@ -132,14 +132,14 @@ function M.trainer(size, B, Tlen, precision, extra)
   for _, kv in ipairs(extra or {}) do o[#o + 1] = kv end
   local r, err = zt.recipe.resolve({}, o)
   if not r then error(err, 0) end             -- a user's key: no traceback
-  return require("ztrain.trainer").new(r, { quiet = true })
+  return require("ztrain.train.trainer").new(r, { quiet = true })
 end
 
 -- FLOPs of one step (PaLM's count: 6 N + 12 L C T per token, attention in
 -- full, forward and backward, no causal discount; N = all parameters):
 -- steptime.flops_per_token with N for its matmul parameters
 function M.step_flops(model, B, Tlen)
-  return require("ztrain.steptime").flops_per_token(model.cfg, Tlen, false, model.nparams) * B * Tlen
+  return require("ztrain.plan.steptime").flops_per_token(model.cfg, Tlen, false, model.nparams) * B * Tlen
 end
 
 return M

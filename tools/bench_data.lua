@@ -10,8 +10,8 @@
 -- 2. Loading that corpus as a dataset (data.text, bytes tokenizer, 5%
 --    validation cut): seconds. Target: < 1 s.
 -- Without the fortunes package it says so and measures nothing.
-local bpe = require "ztrain.data.bpe"
-local data = require "ztrain.data"
+local bpe = require "ztrain.model.data.bpe"
+local data = require "ztrain.model.data"
 local fs = require "ztrain.util.fs"
 
 local DIR = "/usr/share/games/fortunes"

@@ -13,7 +13,7 @@
 -- (train_step waits for the device at its end): the median step gives
 -- tokens/s, and MFU = tokens/s x (6 N + 12 L C T) / peak (PaLM's count,
 -- torch_gpt2_bench.py's; peak_tflops 989 = H200/H100 SXM dense bf16).
--- Then, unless profile=0, `profile` more steps under ztrain.profile with a
+-- Then, unless profile=0, `profile` more steps under ztrain.record.profile with a
 -- device sync around every op: where the time goes, per op family (the
 -- syncs remove overlap, so these steps run slower than the timed ones).
 -- The corpus is generated (a GPU machine need not have the recipes'
@@ -26,7 +26,7 @@
 local ffi = require "ffi"
 local zt = require "ztrain"
 local zffi = require "ztrain.core.ffi"
-local profile = require "ztrain.profile"
+local profile = require "ztrain.record.profile"
 local bc = dofile(zt.home .. "/tools/bench_common.lua")
 local C = zffi.C
 

@@ -6,7 +6,7 @@
 --
 -- For each model: `steps` training steps after one warm-up (a trainer as
 -- `ztrain` builds it: strategy single, one rank, so no communication), with
--- ztrain.profile timing every op the model, the precision policy and the
+-- ztrain.record.profile timing every op the model, the precision policy and the
 -- strategy call, per phase (forward, backward, optimizer) and family. Each
 -- row: time per step, its share of the measured step, and the rate it
 -- reached -- GFLOP/s for GEMMs and attention (beside the sgemm peak and
@@ -16,7 +16,7 @@
 -- same run). The row "(unaccounted)" is the step minus the sum of the ops:
 -- Lua, data loading, allocation. Prints markdown; writes it to `out` too.
 local zt = require "ztrain"
-local profile = require "ztrain.profile"
+local profile = require "ztrain.record.profile"
 local bc = dofile(zt.home .. "/tools/bench_common.lua")
 local C = zt.ffi.C
 

@@ -36,7 +36,7 @@
 -- fails too (pcall, then `netcluster.sh down`).
 local cjson = require "cjson"
 local zt = require "ztrain"
-local durable = require "ztrain.durable"
+local durable = require "ztrain.util.durable"
 local report = dofile(zt.home .. "/tools/scale_report.lua")
 
 local A = dofile(zt.home .. "/tools/args.lua")

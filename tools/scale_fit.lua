@@ -1,4 +1,4 @@
--- tools/scale_fit.lua -- the step-time model (lua/ztrain/steptime.lua)
+-- tools/scale_fit.lua -- the step-time model (lua/ztrain/plan/steptime.lua)
 -- calibrated on the measured scaling table (tools/bench_scale.lua's
 -- records) and checked against it.
 --
@@ -22,8 +22,8 @@
 -- Minimising the mean squared log error: coordinate descent over grids,
 -- then Nelder-Mead;
 -- the error reported is |model - measured| / measured per point.
-local st = require "ztrain.steptime"
-local gpt2 = require "ztrain.nn.gpt2"
+local st = require "ztrain.plan.steptime"
+local gpt2 = require "ztrain.model.gpt2"
 
 local M = {}
 

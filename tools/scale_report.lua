@@ -9,7 +9,7 @@
 -- the seeds next to the measured cells that confirm or refute it; a cell
 -- that was not measured reads n/a.
 local cjson = require "cjson"
-local svg = require "ztrain.svg"
+local svg = require "ztrain.util.svg"
 local fit = dofile((require("ztrain").home or ".") .. "/tools/scale_fit.lua")
 
 local M = {}
@@ -75,7 +75,7 @@ end
 -- model_bytes(rec) -> the step-time model's bytes per step for the busiest rank
 function M.model_bytes(rec)
   local ok, r = pcall(function()
-    return require("ztrain.steptime").step(fit.input(rec), { flops = 1, inter_bw = 1 }).bytes
+    return require("ztrain.plan.steptime").step(fit.input(rec), { flops = 1, inter_bw = 1 }).bytes
   end)
   return ok and r or 0 / 0
 end
@@ -271,7 +271,7 @@ function M.measured_block(recs, res, why, dir)
   say(M.table_md(recs, res))
   say("")
   say("sent / step / rank: the busiest rank's bytes (summary.json `comm_per_step.max.sent`, loss exchanges " ..
-      "included); model's bytes: lua/ztrain/steptime.lua's for the same run; hidden: the share of " ..
+      "included); model's bytes: lua/ztrain/plan/steptime.lua's for the same run; hidden: the share of " ..
       "communication time behind compute (`comm_per_step.hidden_share`); n/a where the run did not report them. " ..
       "Latency columns: not measured (this kernel has no netem; tools/netcluster.sh says so).")
   say("")
@@ -285,7 +285,7 @@ function M.measured_block(recs, res, why, dir)
     say("Not calibrated: %s.", why or "no results")
   else
     local p = res.params
-    say("`lua/ztrain/steptime.lua` calibrated on these %d points (tools/scale_fit.lua). Measured, not fitted: the " ..
+    say("`lua/ztrain/plan/steptime.lua` calibrated on these %d points (tools/scale_fit.lua). Measured, not fitted: the " ..
         "FLOP rate, %.2f GFLOP/s for one core (the one-rank, one-thread baseline, %.1f ms/step), a rank of H " ..
         "getting min(1, cores / H) of a core; the hidden share (where reported). Assumed: memory bandwidth %.2f GB/s for the " ..
         "optimizer's and offload's copies (bench_scale's mem_bw=). Fitted, three constants for the whole table: " ..

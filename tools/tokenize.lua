@@ -18,12 +18,12 @@
 -- token stream data.open gives for the same source (eot after each part when the
 -- tokenizer has one), and prints the data.text that reads them back:
 -- data.text = "OUT/NAME_*.bin" (llm.c's *_train / *_val naming).
-if not pcall(require, "ztrain.data") then
+if not pcall(require, "ztrain.model.data") then
   local root = (arg and arg[0] or ""):match("^(.*)/tools/[^/]*$") or "."
   package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
 end
-local data = require "ztrain.data"
-local tokbin = require "ztrain.data.tokbin"
+local data = require "ztrain.model.data"
+local tokbin = require "ztrain.model.data.tokbin"
 
 local function die(msg)
   io.stderr:write("tokenize: ", msg, "\n")

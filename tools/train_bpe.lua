@@ -1,5 +1,5 @@
 -- tools/train_bpe.lua -- learn a GPT-2 byte-level BPE vocabulary from text files and
--- write vocab.json + merges.txt (Hugging Face's format; ztrain.data.bpe reads them).
+-- write vocab.json + merges.txt (Hugging Face's format; ztrain.model.data.bpe reads them).
 --
 --   luajit tools/train_bpe.lua --out DIR [--vocab-size 8192] [--min-frequency 2]
 --          [--valid-fraction 0.05] [--exclude GLOB]... [GLOB...]
@@ -18,7 +18,7 @@ local root = (arg and arg[0] or ""):match("^(.*)/tools/[^/]*$") or "."
 package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
 
 local ffi = require "ffi"
-local train = require "ztrain.data.bpe_train"
+local train = require "ztrain.model.data.bpe_train"
 
 local usage = [[
 usage: luajit tools/train_bpe.lua --out DIR [--vocab-size N] [--min-frequency N]
@@ -77,9 +77,9 @@ local ok, err = pcall(function()
   -- the files and their training parts, as data.text reads them (bytes tokenizer:
   -- one token per byte, so the train stream is the text itself)
   local t0 = os.clock()
-  local ds, derr = require("ztrain.data.text").text {
+  local ds, derr = require("ztrain.model.data.text").text {
     text = globs, exclude = #excludes > 0 and excludes or nil,
-    tokenizer = require("ztrain.data.bytes"), valid_fraction = opts.valid_fraction }
+    tokenizer = require("ztrain.model.data.bytes"), valid_fraction = opts.valid_fraction }
   if not ds then error(derr, 0) end
   local texts, at = {}, 0
   local buf = ffi.new("uint8_t[?]", math.max(ds.train.n, 1))

@@ -10,20 +10,20 @@ M.ffi      = require "ztrain.core.ffi"
 M.tensor   = require "ztrain.core.tensor"
 M.ops      = require "ztrain.core.ops"
 M.memory   = require "ztrain.core.memory"
-M.gpt2     = require "ztrain.nn.gpt2"
-M.adamw    = require "ztrain.optim.adamw"
-M.lr       = require "ztrain.lr"
-M.data     = require "ztrain.data"
-M.strategy = require "ztrain.strategy"
-M.schedule = require "ztrain.schedule"
+M.gpt2     = require "ztrain.model.gpt2"
+M.adamw    = require "ztrain.model.adamw"
+M.lr       = require "ztrain.model.lr"
+M.data     = require "ztrain.model.data"
+M.strategy = require "ztrain.parallel.strategy"
+M.schedule = require "ztrain.parallel.schedule"
 M.stream   = require "ztrain.core.stream"
 M.aio      = require "ztrain.core.aio"
-M.groups   = require "ztrain.groups"
-M.recipe   = require "ztrain.recipe"
+M.groups   = require "ztrain.parallel.groups"
+M.recipe   = require "ztrain.train.recipe"
 M.comm     = require "ztrain.core.comm"
 M.errors   = require "ztrain.core.errors"
 M.digest   = require "ztrain.core.digest"
-M.trainer  = require "ztrain.trainer"
+M.trainer  = require "ztrain.train.trainer"
 M.interrupt = require "ztrain.core.interrupt"
 M.home     = M.ffi.home
 
@@ -38,10 +38,10 @@ function M.threads(n)
 end
 
 -- generate(model, prompt, opts) -> new ids, text, info: text generation with
--- a KV cache (ztrain.nn.generate): opts max_tokens, temperature (0: greedy),
+-- a KV cache (ztrain.model.generate): opts max_tokens, temperature (0: greedy),
 -- top_k, top_p, seed, tokenizer (an object or a name; else model.tokenizer).
 function M.generate(model, prompt, opts)
-  return require("ztrain.nn.generate").generate(model, prompt, opts)
+  return require("ztrain.model.generate").generate(model, prompt, opts)
 end
 
 -- train(recipe_path_or_table, overrides, opts) -> summary[, trainer].
@@ -58,9 +58,9 @@ function M.train(r, overrides, opts)
   if resolved.name == "" then resolved.name = "repl" end
   -- at the REPL the world is what it is: a recipe asking for another rank
   -- count is refused rather than launched
-  local ok, lerr = require("ztrain.launch").check_world(resolved.launch.nproc, M.comm.world().size, "session")
+  local ok, lerr = require("ztrain.job.launch").check_world(resolved.launch.nproc, M.comm.world().size, "session")
   if not ok then error(lerr, 0) end
-  return require("ztrain.run").run(resolved, opts)
+  return require("ztrain.train.run").run(resolved, opts)
 end
 
 return M

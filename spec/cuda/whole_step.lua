@@ -105,7 +105,7 @@ local U32, R16 = 2 ^ -24, 2 ^ -8   -- fp32's unit roundoff, a bf16 rounding's
 local K = 2                        -- the zero-gradient bound's allowance for second-order terms
 
 -- the model configurations: overrides after the oracle's BASE, a size of
--- our own (registered in the child's ztrain.nn.gpt2.sizes) where needed
+-- our own (registered in the child's ztrain.model.gpt2.sizes) where needed
 local CONFIGS = {
   tiny = { over = { common.cases.SETTINGS.tiny }, label = "tiny" },
   hs64 = { size = "whole-step-hs64", shape = { L = 2, C = 128, NH = 2, maxT = 128 },
@@ -181,8 +181,8 @@ local function zero_terms(dqkv, dout, qkv, out, lse, NH)
 end
 
 local function child()
-  local replicated = require "ztrain.strategy.replicated"
-  local gpt2 = require "ztrain.nn.gpt2"
+  local replicated = require "ztrain.parallel.strategy.replicated"
+  local gpt2 = require "ztrain.model.gpt2"
   local ops = require "ztrain.core.ops"
   local steps, prec = tonumber(args.steps or 3), args.precision or "fp32"
   local cfg = assert(CONFIGS[args.config or "tiny"], "unknown config")

@@ -2,7 +2,7 @@
 -- (zt_device_count "host_waits"), for spec/fakegpu_spec.lua: one line per
 -- case, "CASE: W1 W2" over steps 2 and 3 (step 1 allocates).
 local zt = require "ztrain"
-local trainer = require "ztrain.trainer"
+local trainer = require "ztrain.train.trainer"
 local C = require("ztrain.core.ffi").C
 
 local BASE = { "model.size=gpt2-tiny", "data.tokenizer=bytes", "data.seq_len=32", "batch.micro=2",

@@ -7,7 +7,7 @@
 local C = require("ztrain.core.ffi").C
 assert(C.zt_device_init(arg[1]) == 0)
 local T, ops, stream = require "ztrain.core.tensor", require "ztrain.core.ops", require "ztrain.core.stream"
-local shard = require "ztrain.strategy.shard"
+local shard = require "ztrain.parallel.strategy.shard"
 local pool = shard.pool("device")
 local a = stream.new("compute")
 local bad = 0

@@ -9,7 +9,7 @@
 -- processes and world sizes.
 local ffi = require "ffi"
 local zt = require "ztrain"
-local trainer = require "ztrain.trainer"
+local trainer = require "ztrain.train.trainer"
 local T = require "ztrain.core.tensor"
 
 local mode, dir, strat, steps, accum = arg[1], arg[2], arg[3], tonumber(arg[4]), arg[5]

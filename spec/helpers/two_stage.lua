@@ -7,13 +7,13 @@
 -- the Pipeline issue will sum (only wpe is compared).
 local ffi = require "ffi"
 local zt = require "ztrain"
-local gpt2 = require "ztrain.nn.gpt2"
+local gpt2 = require "ztrain.model.gpt2"
 local ops = require "ztrain.core.ops"
 local T = require "ztrain.core.tensor"
-local stage_run = require "ztrain.driver.stage"
-local schedule = require "ztrain.schedule"
-local driver = require "ztrain.driver.schedule"
-local groups = require "ztrain.groups"
+local stage_run = require "ztrain.parallel.driver.stage"
+local schedule = require "ztrain.parallel.schedule"
+local driver = require "ztrain.parallel.driver.schedule"
+local groups = require "ztrain.parallel.groups"
 
 local A = schedule.action
 local M, split = tonumber(arg[1]), arg[2] == "split"

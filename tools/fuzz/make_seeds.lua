@@ -20,7 +20,7 @@ local tmp = os.tmpname(); os.remove(tmp); libc.mkdir(tmp, 448)
 
 -- safetensors ---------------------------------------------------------
 do
-  local st = require "ztrain.nn.safetensors"
+  local st = require "ztrain.model.safetensors"
   local path = tmp .. "/a.safetensors"
   local w = st.writer(path, { { name = "wte", shape = { 4, 3 } }, { name = "b", shape = { 3 } },
                               { name = "empty", shape = { 0, 2 } } }, { metadata = { format = "pt" } })
@@ -48,7 +48,7 @@ end
 
 -- llm.c .bin token files --------------------------------------------------
 do
-  local tb = require "ztrain.data.tokbin"
+  local tb = require "ztrain.model.data.tokbin"
   local p = tmp .. "/t.bin"
   assert(tb.write(p, { 1, 2, 3, 50256, 0, 65535 }))
   local g16 = slurp(p)
@@ -81,7 +81,7 @@ end
 
 -- checkpoints: saved by checkpoint.save itself, on one rank ---------------------
 do
-  local ckpt = require "ztrain.checkpoint"
+  local ckpt = require "ztrain.train.checkpoint"
   local world = { rank = 0, size = 1, gather_strings = function(_, s) return { s } end }
   local entries = {}
   for _, kind in ipairs(targets.CK_KINDS) do

@@ -8,7 +8,7 @@
 -- invariant (a reader that accepts what it should have refused) is a finding.
 --
 -- Targets:
---   safetensors      the file                   nn/safetensors.lua open, read_f32, read_raw
+--   safetensors      the file                   model/safetensors.lua open, read_f32, read_raw
 --   tokbin           the file                   data/tokbin.lua read, header
 --   bpe_vocab        vocab.json (merges fixed)  data/bpe.lua load, then encode/decode round trip
 --   bpe_merges       merges.txt (vocab fixed)   data/bpe.lua load, then encode/decode round trip
@@ -60,7 +60,7 @@ end
 -- safetensors
 
 local function safetensors(input)
-  local st = require "ztrain.nn.safetensors"
+  local st = require "ztrain.model.safetensors"
   local path = dir .. "/model.safetensors"
   write(path, input)
   local finding
@@ -100,7 +100,7 @@ end
 -- llm.c .bin token files
 
 local function tokbin(input)
-  local tb_ = require "ztrain.data.tokbin"
+  local tb_ = require "ztrain.model.data.tokbin"
   local path = dir .. "/tokens.bin"
   write(path, input)
   local finding
@@ -125,7 +125,7 @@ end
 local TEXT = "ab abc aab bcab aaa, it's 2024!  café \255\254 naïve <|endoftext|>cab\n\n x"
 
 local function bpe_load()
-  local bpe = require "ztrain.data.bpe"
+  local bpe = require "ztrain.model.data.bpe"
   local tok = bpe.load(dir .. "/bpe")
   local ids, n = tok.encode(TEXT)
   local back = tok.decode(ids, n)
@@ -193,7 +193,7 @@ local function fake_dst(len, finding)
 end
 
 local function checkpoint(input)
-  local ckpt = require "ztrain.checkpoint"
+  local ckpt = require "ztrain.train.checkpoint"
   local cdir = dir .. "/ck"
   for name in pairs(CK_FILES) do os.remove(cdir .. "/" .. name) end
   for name, body in pairs(M.ck_split(input)) do write(cdir .. "/" .. name, body) end
@@ -239,7 +239,7 @@ local function sandbox()
 end
 
 local function recipe(input)
-  local R = require "ztrain.recipe"
+  local R = require "ztrain.train.recipe"
   local cut = input:find("\n\n", 1, true)
   local head = cut and input:sub(1, cut - 1) or input
   local file = cut and input:sub(cut + 2) or nil

@@ -7,7 +7,7 @@
 -- agent (tools/netns_agent) writes "host H" and "session DIR" (the Open
 -- MPI daemon's session directory). After mpirun ends, the launcher reads
 -- them to name a rank that died, kill any rank left behind and remove swap
--- files that ranks killed without exit handlers left (ztrain.launch).
+-- files that ranks killed without exit handlers left (ztrain.job.launch).
 -- Anything may note a line (the offload engine notes its directory); this
 -- module sits below every one of them.
 local libc = require "ztrain.core.libc"

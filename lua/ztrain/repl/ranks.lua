@@ -188,7 +188,7 @@ end
 -- front(n, program, args) -> exit code: start mpirun with n ranks of
 -- `program args` and drive them from this terminal.
 function M.front(n, program, args)
-  local launch = require "ztrain.launch"
+  local launch = require "ztrain.job.launch"
   libc.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0)
   libc.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0)
   libc.setenv("ZTRAIN_HOME", rawget(_G, "ZTRAIN_HOME") or require("ztrain.core.ffi").home, 0)

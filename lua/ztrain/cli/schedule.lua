@@ -1,0 +1,139 @@
+-- ztrain.cli.schedule: `ztrain schedule NAME|compare [p=4] [m=8] [v=2] [out=DIR]`:
+-- draw a pipeline schedule without training -- its grid, bubble, peak
+-- activations and timeline (SVG and Perfetto JSON), or every built-in
+-- schedule side by side. Simulated only: no runtime is loaded.
+local errors = require "ztrain.core.errors"
+local fs = require "ztrain.util.fs"
+local usage = require "ztrain.cli.usage"
+local schedules = require "ztrain.parallel.schedule.library"
+local simulate = require "ztrain.parallel.schedule.simulate"
+local timeline = require "ztrain.record.timeline"
+
+local M = {}
+
+local SCHEDULE_KEYS = { p = "pipeline ranks", m = "micro-batches", v = "chunks per rank (interleaved)",
+                        out = "output directory" }
+
+-- schedule_args(args) -> { p, m, v, out }. Raises a user error naming the
+-- argument.
+local function schedule_args(args, from)
+  local o = {}
+  for j = from, #args do
+    local k, v = args[j]:match("^([%w_]+)=(.*)$")
+    if not k then
+      error(("cannot read argument %q: expected key=value (p=4 m=8 v=2 out=DIR)"):format(args[j]), 0)
+    end
+    if not SCHEDULE_KEYS[k] then
+      error(("unknown key %q for ztrain schedule (known: p ranks, m micro-batches, v chunks, out DIR)")
+            :format(k), 0)
+    end
+    if k == "out" then o.out = v
+    else
+      local n = tonumber(v)
+      if not n or n ~= math.floor(n) or n < 1 then
+        error(("%s=%s: %s must be a whole number >= 1"):format(k, v, SCHEDULE_KEYS[k]), 0)
+      end
+      o[k] = n
+    end
+  end
+  return o
+end
+
+-- fmt_peak(res, stages) -> "s0 2, s1 1"
+local function fmt_peak(res, stages)
+  local t = {}
+  for s = 0, stages - 1 do t[#t + 1] = ("s%d %d"):format(s, res.peak[s] or 0) end
+  return table.concat(t, ", ")
+end
+
+local function out_dir(o, what)
+  local dir = o.out or ("runs/schedule-%s-p%d-m%d%s-%s"):format(what, o.p, o.m,
+    (o.v and o.v > 1) and ("-v" .. o.v) or "", os.date("%Y%m%d-%H%M%S"))
+  local ok, err = fs.mkdirs(dir, "output directory")
+  if not ok then error(err, 0) end
+  return dir
+end
+
+-- one schedule at p, m, v: its grid, bubble, peak activations, timeline
+local function schedule_one(name, o, model)
+  -- interleaving with one chunk is 1F1B: default to two
+  o.v = o.v or ((name == "interleaved_1f1b" or name == "zbv") and 2 or 1)
+  local lists, q = schedules.build(name, { ranks = o.p, microbatches = o.m, chunks = o.v })
+  local res = simulate.check(lists)
+  print(("%s: p=%d ranks, m=%d micro-batches, v=%d chunk(s) per rank, %d stages; %s")
+        :format(name, q.ranks, q.microbatches, q.chunks, q.stages, model))
+  io.stdout:write(simulate.grid(res))
+  print(("bubble %.6f (%.1f%%) of ranks x makespan %g, idle / (ranks x makespan); %.6f of busy time " ..
+         "(Megatron's normalisation)"):format(res.bubble, 100 * res.bubble, res.makespan, res.bubble_busy))
+  print("peak activations per stage (micro-batches held): " .. fmt_peak(res, q.stages))
+  local dir = out_dir(o, name)
+  local w = timeline.write(dir, timeline.from_simulation(res), {
+    name = ("%s p=%d m=%d%s"):format(name, q.ranks, q.microbatches, q.chunks > 1 and (" v=" .. q.chunks) or ""),
+    subtitle = model .. "; the ideal timeline", us_per_unit = 1000 })
+  print(("wrote %s and %s (1 time unit = 1 ms in the trace)"):format(w.svg, w.json))
+  return 0
+end
+
+-- compare: every built-in schedule at the same p and m (interleaved with
+-- v, default 2), and the naive pipeline (GPipe with one micro-batch)
+local function schedule_compare(o, model)
+  local T = simulate.TIMES
+  local v = o.v or 2
+  local dir = out_dir(o, "compare")
+  local rows = {}
+  print(("p=%d ranks, m=%d micro-batches (interleaved_1f1b: v=%d); %s"):format(o.p, o.m, v, model))
+  print(("%-18s %-9s %-9s %s"):format("schedule", "bubble", "makespan", "peak activations per stage"))
+  local cases = { { "naive (gpipe m=1)", "gpipe", 1, 1 }, { "gpipe", "gpipe", o.m, 1 },
+                  { "1f1b", "1f1b", o.m, 1 }, { "interleaved_1f1b", "interleaved_1f1b", o.m, v },
+                  { "zb_h1", "zb_h1", o.m, 1 }, { "zbv", "zbv", o.m, 2 } }
+  for _, c in ipairs(cases) do
+    local label, sname, m, chunks = c[1], c[2], c[3], c[4]
+    local ok, lists, q = pcall(schedules.build, sname, { ranks = o.p, microbatches = m, chunks = chunks })
+    local res
+    if ok then ok, res = pcall(simulate.check, lists) end
+    if ok then
+      print(("%-18s %-9.6f %-9g %s"):format(label, res.bubble, res.makespan, fmt_peak(res, q.stages)))
+      local maxpeak = 0
+      for s = 0, q.stages - 1 do maxpeak = math.max(maxpeak, res.peak[s] or 0) end
+      rows[#rows + 1] = { name = label, bubble = res.bubble, note = ("(peak activations: %d)"):format(maxpeak) }
+      timeline.write(dir, timeline.from_simulation(res), {
+        name = ("%s p=%d m=%d%s"):format(sname, q.ranks, q.microbatches, q.chunks > 1 and (" v=" .. q.chunks) or ""),
+        subtitle = model, us_per_unit = 1000, basename = "timeline-" .. label:gsub("[^%w_]+", "-"):gsub("-$", "") })
+    else
+      local why = errors.message(lists or res)
+      print(("%-18s n/a: %s"):format(label, why))
+      rows[#rows + 1] = { name = label, note = why }
+    end
+  end
+  local path = timeline.write_file(dir .. "/compare.svg", timeline.compare_svg(rows, {
+    title = ("pipeline bubble per schedule, p=%d m=%d"):format(o.p, o.m),
+    subtitle = ("idle / (ranks x makespan), utilisation = 1 - bubble; F=%g B=%g (I=%g W=%g), no communication cost")
+               :format(T.F, T.B, T.I, T.W) }))
+  print(("wrote %s and each schedule's timeline-NAME.svg/.json in %s"):format(path, dir))
+  return 0
+end
+
+-- schedule(args) -> exit code. args = { NAME, key=value ... }.
+function M.main(args)
+  local names = {}
+  for k in pairs(schedules.builtin) do names[#names + 1] = k end
+  table.sort(names)
+  local known = table.concat(names, ", ") .. ", or compare"
+  local name = args[1]
+  if name == "-h" or name == "--help" then io.stdout:write(usage.command("schedule")); return 0 end
+  if not name or name:find("=") then
+    error(("schedule: give a schedule name (%s), e.g. ztrain schedule 1f1b p=4 m=8"):format(known), 0)
+  end
+  if name ~= "compare" and not schedules.builtin[name] then
+    error(("unknown pipeline schedule %q (known: %s)"):format(name, known), 0)
+  end
+  local o = schedule_args(args, 2)
+  o.p, o.m = o.p or 4, o.m or 8
+  local T = simulate.TIMES
+  local model = ("simulated with F=%g B=%g (I=%g W=%g) time units, communication free")
+                :format(T.F, T.B, T.I, T.W)
+  if name ~= "compare" then return schedule_one(name, o, model) end
+  return schedule_compare(o, model)
+end
+
+return M

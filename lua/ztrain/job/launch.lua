@@ -1,0 +1,449 @@
+-- ztrain.job.launch: `ztrain --nproc N ...` (or a recipe's launch.nproc) starts
+-- N local ranks through Open MPI's mpirun, which runs this same program in
+-- each. Works as root, oversubscribes when N exceeds the cores, and gives
+-- each rank cores / N threads unless the recipe sets device.threads.
+local ffi = require "ffi"
+local libc = require "ztrain.core.libc"
+local bit = require "bit"
+local fs = require "ztrain.util.fs"
+local host = require "ztrain.util.host"
+local registry = require "ztrain.job.registry"
+
+local M = {}
+
+-- Cores, cgroup quotas and ranks per machine: util/host.lua (the trainer
+-- asks it too); the names stay here for the launcher's callers and specs.
+M.quota_cores, M.parse_cpu_max, M.cgroup_dirs = host.quota_cores, host.parse_cpu_max, host.cgroup_dirs
+M.cores, M.local_ranks, M.rank_threads = host.cores, host.local_ranks, host.rank_threads
+M.slurm_tasks_on_node = host.slurm_tasks_on_node
+
+-- command(n, program, args, o) -> the mpirun command line for N ranks
+-- running `program args...` | nil, err. o (optional) = { hostfile =,
+-- mpirun_args = { ... } }: a launch across hosts and extra mpirun words
+-- (job/hosts.lua; $ZTRAIN_MPIRUN_ARGS too). Ranks on this machine (local,
+-- or the test cluster's namespace hosts) get cores / N threads each; on
+-- other hosts each rank takes its host's share (rank_threads).
+function M.command(n, program, args, o)
+  o = o or {}
+  local extra, local_only = require("ztrain.job.hosts").args({
+    hostfile = o.hostfile, nproc = n, mpirun_args = o.mpirun_args, env = os.getenv("ZTRAIN_MPIRUN_ARGS") })
+  if not extra then return nil, local_only end
+  local threads = math.max(1, math.floor(M.cores() / n))
+  local cmd = { "mpirun", "-np", tostring(n), "--oversubscribe", "--bind-to", "none",
+                "-x", "ZTRAIN_HOME",
+                "-x", "ZTRAIN_TTY=" .. (libc.isatty(1) == 1 and "1" or "0"),
+                "-x", "ZTRAIN_COMM=mpi" }
+  if local_only then
+    cmd[#cmd + 1] = "-x"; cmd[#cmd + 1] = "ZTRAIN_DEFAULT_THREADS=" .. threads
+  end
+  for _, w in ipairs(extra) do cmd[#cmd + 1] = w end
+  cmd[#cmd + 1] = program
+  for _, a in ipairs(args) do cmd[#cmd + 1] = a end
+  return cmd
+end
+
+-- check_world(nproc, size, where) -> true | nil, message. A recipe's
+-- launch.nproc (0: any) against the `size` ranks it is about to run on.
+-- `where` says who made that world: "launcher" (mpirun/srun started this
+-- process) or "session" (zt.train in a running program, which never starts
+-- ranks). The message names both numbers and what to do.
+function M.check_world(nproc, size, where)
+  if nproc == 0 or nproc == size then return true end
+  if where == "session" then
+    return nil, ("the recipe asks for launch.nproc = %d rank(s), but this session's world has %d; " ..
+                 "zt.train runs on the current world and starts no ranks: run `ztrain RECIPE.lua` " ..
+                 "from a shell (it starts them), or pass the override launch.nproc=0 to train on " ..
+                 "this world"):format(nproc, size)
+  end
+  return nil, ("the recipe asks for launch.nproc = %d rank(s), but the launcher started %d; start " ..
+               "%d (mpirun -np %d), or override launch.nproc=%d (launch.nproc=0: whatever the " ..
+               "launcher gives)"):format(nproc, size, nproc, nproc, size)
+end
+
+-- ---- the job registry ---------------------------------------------------------------
+-- Each rank notes who it is in the job's directory (job/registry.lua);
+-- after mpirun ends the launcher reads the notes to name a rank that died,
+-- kill any rank left behind and remove the swap files of ranks killed
+-- without exit handlers. The names stay here for the launcher's callers.
+M.note, M.read_job = registry.note, registry.read
+
+-- launched_rank() -> this process's rank from the launcher's environment, or nil.
+function M.launched_rank()
+  for _, v in ipairs({ "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID" }) do
+    local n = tonumber(os.getenv(v) or "")
+    if n then return n end
+  end
+end
+
+-- the paths matching pattern; none on no match or a read error
+local function glob(pattern) return fs.glob(pattern) or {} end
+
+-- Is pid alive and one of this job's processes (its environment names the
+-- job directory: a recycled pid is never killed)?
+local function ours(pid, dir)
+  if libc.kill(pid, 0) ~= 0 then return false end
+  local env = fs.read_file(("/proc/%d/environ"):format(pid)) or ""
+  return env:find("\0ZTRAIN_JOB=" .. dir .. "\0", 1, true) ~= nil
+      or env:sub(1, 12 + #dir) == "ZTRAIN_JOB=" .. dir .. "\0"
+end
+
+-- remove_swap(nvme_dir, pid[, wait_s]) -> files removed: the swap files a
+-- dead rank (pid) left in its engine directory NVME/ztrain-aio.HOST.PID.N,
+-- when no process holds the directory's owner lock (runtime/aio.c's rule).
+-- wait_s: how long to wait for the lock of a rank that is still exiting (it
+-- holds the lock until its last descriptor closes); default 0.
+function M.remove_swap(nvme, pid, wait_s)
+  local removed = 0
+  for _, d in ipairs(glob(("%s/ztrain-aio.*.%d.*"):format(nvme, pid))) do
+    local fd = libc.open(d .. "/owner", libc.O_RDONLY + libc.O_CLOEXEC)
+    local locked = fd >= 0 and libc.flock(fd, libc.LOCK_EX + libc.LOCK_NB) == 0
+    local t = os.time() + (wait_s or 0)
+    while fd >= 0 and not locked and os.time() <= t do
+      libc.poll(nil, 0, 20)
+      locked = libc.flock(fd, libc.LOCK_EX + libc.LOCK_NB) == 0
+    end
+    if locked then
+      for _, f in ipairs(glob(d .. "/swap.*")) do
+        if f:match("/swap%.%d+$") and libc.unlink(f) == 0 then removed = removed + 1 end
+      end
+      libc.unlink(d .. "/.probe")
+      libc.unlink(d .. "/owner")
+      libc.rmdir(d)                  -- fails, harmlessly, if anything else is in it
+    end
+    if fd >= 0 then libc.close(fd) end
+  end
+  return removed
+end
+
+local SIGNAMES = { [1] = "SIGHUP", [2] = "SIGINT", [3] = "SIGQUIT", [4] = "SIGILL", [6] = "SIGABRT",
+                   [7] = "SIGBUS", [8] = "SIGFPE", [9] = "SIGKILL", [11] = "SIGSEGV", [13] = "SIGPIPE",
+                   [15] = "SIGTERM" }
+
+-- dead_rank(tail) -> rank, signal from Open MPI's report in mpirun's stderr
+-- ("mpirun noticed that process rank 1 with PID 0 on node vm exited on
+-- signal 9 (Killed)."; its PID is 0 in Open MPI 4.1, hence the registry).
+function M.dead_rank(tail)
+  local rank, sig = tail:match("process rank (%d+) with PID %d+ on node %S+ exited on signal (%d+)")
+  return tonumber(rank), tonumber(sig)
+end
+
+-- death_message(rank, pid, sig, status) -> the launcher's line naming a dead rank.
+function M.death_message(rank, pid, sig, status)
+  return ("ztrain: rank %d (pid %s) was killed by signal %d (%s); the job was ended (exit status %d)")
+    :format(rank, pid and tostring(pid) or "?", sig, SIGNAMES[sig] or "signal " .. sig, status)
+end
+
+local PR_SET_CHILD_SUBREAPER = 36
+local hosts = require "ztrain.job.hosts"
+
+-- hostname() -> this machine's name (a test cluster's hosts have their own)
+local function hostname()
+  return ((fs.read_file("/proc/sys/kernel/hostname") or "?"):gsub("%s+$", ""))
+end
+local now = os.time                            -- whole seconds serve a grace period
+
+local function cstrings(list)
+  local argv = ffi.new("char *[?]", #list + 1)
+  local keep = {}
+  for i, a in ipairs(list) do
+    keep[i] = ffi.new("char[?]", #a + 1, a)
+    argv[i - 1] = keep[i]
+  end
+  argv[#list] = nil
+  return argv, keep
+end
+
+-- job_pids(dir) -> pids of live processes, other than this one, whose
+-- environment names job directory `dir` (every process mpirun started,
+-- through any launch agent, inherits ZTRAIN_JOB)
+function M.job_pids(dir)
+  local out, me = {}, libc.getpid()
+  for _, path in ipairs(glob("/proc/[0-9]*")) do
+    local p = tonumber(path:match("(%d+)$"))
+    if p and p ~= me and ours(p, dir) then out[#out + 1] = p end
+  end
+  table.sort(out)
+  return out
+end
+
+-- pid_host(pid) -> the network namespace a process runs in, by name (the
+-- test cluster's hosts: /run/netns/NAME), or nil when it is this one's
+local function file_id(path)
+  local st = libc.stat_t()
+  if libc.stat(path, st) ~= 0 then return nil end
+  return tostring(st.st_dev) .. ":" .. tostring(st.st_ino)
+end
+
+function M.pid_host(pid)
+  local them = file_id(("/proc/%d/ns/net"):format(pid))
+  if not them or them == file_id("/proc/self/ns/net") then return nil end
+  for _, path in ipairs(glob("/run/netns/*")) do
+    if file_id(path) == them then return path:match("([^/]+)$") end
+  end
+  return nil
+end
+
+-- cleanup_job(dir, ranks): after a job, kill its ranks still alive (said on
+-- stderr), remove the swap files its dead ranks left, and the registry.
+function M.cleanup_job(job, ranks)
+  ranks = ranks or M.read_job(job)
+  for p, r in pairs(ranks) do
+    if ours(p, job) then
+      local what = r.rank and ("rank " .. r.rank) or
+                   (fs.read_file(("/proc/%d/comm"):format(p)) or "process"):gsub("%s+$", "")
+      io.stderr:write(("ztrain: %s (pid %d)%s outlived mpirun; killed it\n"):format(what, p,
+                      r.host and (" on host " .. r.host) or ""))
+      libc.kill(p, libc.SIGKILL)
+      -- its swap directory's lock goes when it is gone: wait for that (2 s at most)
+      local t = os.time() + 2
+      while libc.kill(p, 0) == 0 and os.time() <= t do libc.poll(nil, 0, 20) end
+    end
+  end
+  -- then any other process of the job (its environment names the job):
+  -- Open MPI's daemons on hosts mpirun lost touch with, and their children.
+  -- A daemon may still be ending after a good run: 2 s for that first.
+  local left, t = M.job_pids(job), os.time() + 2
+  while #left > 0 and os.time() <= t do
+    libc.poll(nil, 0, 100)
+    left = M.job_pids(job)
+  end
+  for _, p in ipairs(left) do
+    local comm = (fs.read_file(("/proc/%d/comm"):format(p)) or "?"):gsub("%s+$", "")
+    local host = M.pid_host(p)
+    io.stderr:write(("ztrain: %s (pid %d)%s outlived mpirun; killed it\n"):format(comm, p,
+                    host and (" on host " .. host) or ""))
+    libc.kill(p, libc.SIGKILL)
+  end
+  for p, r in pairs(ranks) do
+    -- an Open MPI daemon killed above leaves its session directory
+    -- (tools/netns_agent notes it); the pattern keeps rm to those
+    if r.session and r.session:match("^/[%w_/%.%-]*/ompi%.[%w_%.%-]+%.%d+/jf%.%d+$")
+       and libc.kill(p, 0) ~= 0 then
+      os.execute("rm -rf '" .. r.session .. "'")
+      libc.rmdir((r.session:match("^(.*)/jf%.%d+$")))   -- its host's directory, when empty
+    end
+    for _, d in ipairs(r.nvme) do M.remove_swap(d, p, 2) end
+    os.remove(("%s/%d"):format(job, p))
+  end
+  os.remove(job .. "/lock")
+  libc.rmdir(job)
+end
+
+-- Jobs whose launcher died (SIGKILL: no clean-up ran) are cleaned by the
+-- next launcher: a job directory whose lock no process holds.
+local function clean_dead_jobs(tmpdir)
+  for _, d in ipairs(glob(tmpdir .. "/ztrain-job.*")) do
+    local fd = libc.open(d .. "/lock", libc.O_RDONLY + libc.O_CLOEXEC)
+    if fd >= 0 then
+      if libc.flock(fd, libc.LOCK_EX + libc.LOCK_NB) == 0 then M.cleanup_job(d) end
+      libc.close(fd)
+    end
+  end
+end
+
+local function in_path(name)
+  for d in (os.getenv("PATH") or ""):gmatch("[^:]+") do
+    if libc.file_kind(d .. "/" .. name) == "file" then return true end
+  end
+  return false
+end
+
+-- Start mpirun for N ranks as a child, relay its stderr, and wait for it.
+-- Returns mpirun's exit status (128 + signal when it was killed), after
+-- naming a rank that died by a signal, killing ranks left behind and
+-- removing their swap files; or nil, err when mpirun cannot be started.
+function M.run(n, program, args, o)
+  local cmd, cerr = M.command(n, program, args, o)
+  if not cmd then return nil, cerr end
+  if not in_path("mpirun") then
+    return nil, "cannot run mpirun (not found in PATH): install Open MPI (make deps) or start " ..
+                "the ranks with your own launcher"
+  end
+  -- Open MPI refuses root unless told; a container's root is the usual case.
+  libc.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0)
+  libc.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0)
+  libc.setenv("ZTRAIN_HOME", rawget(_G, "ZTRAIN_HOME") or require("ztrain.core.ffi").home, 0)
+  local tmpdir = os.getenv("TMPDIR") or "/tmp"
+  clean_dead_jobs(tmpdir)
+  local tmpl = ffi.new("char[?]", #tmpdir + 32, tmpdir .. "/ztrain-job.XXXXXX")
+  if libc.mkdtemp(tmpl) == nil then
+    return nil, "cannot make the job directory: " .. ffi.string(libc.strerror(ffi.errno()))
+  end
+  local job = ffi.string(tmpl)
+  -- held for the launcher's life (not by mpirun: close-on-exec), so a later
+  -- launcher can tell this job's launcher died
+  local lockfd = libc.open(job .. "/lock", libc.O_RDONLY + libc.O_CREAT + libc.O_CLOEXEC, 420)
+  if lockfd < 0 or libc.flock(lockfd, libc.LOCK_EX + libc.LOCK_NB) ~= 0 then
+    return nil, "cannot lock the job directory " .. job .. ": " .. ffi.string(libc.strerror(ffi.errno()))
+  end
+  libc.setenv("ZTRAIN_JOB", job, 1)
+  table.insert(cmd, 4, "-x"); table.insert(cmd, 5, "ZTRAIN_JOB")
+  -- mpirun runs in a process group of its own (below): reading the terminal
+  -- from there would stop it (SIGTTIN), so it forwards no terminal input
+  if libc.isatty(0) == 1 then table.insert(cmd, 4, "--stdin"); table.insert(cmd, 5, "none") end
+  local argv, keep = cstrings(cmd)
+  local fds = ffi.new("int[2]")
+  if libc.pipe(fds) ~= 0 then return nil, "pipe: " .. ffi.string(libc.strerror(ffi.errno())) end
+  -- Signals to the launcher are taken with sigtimedwait. mpirun and the
+  -- ranks run in a process group of their own, so a Ctrl-C from the
+  -- terminal reaches the launcher alone (mpirun would end the job on it):
+  -- the first SIGINT/SIGTERM/SIGHUP becomes SIGUSR1, which mpirun forwards
+  -- to every rank -- a graceful stop after the step in flight, with a
+  -- checkpoint and summary.json (cli.lua, run.lua) -- the second SIGTERM.
+  local set, old = libc.sigset_t(), libc.sigset_t()
+  libc.sigemptyset(set)
+  for _, s in ipairs({ libc.SIGINT, libc.SIGTERM, libc.SIGHUP }) do libc.sigaddset(set, s) end
+  libc.sigprocmask(libc.SIG_BLOCK, set, old)
+  io.stdout:flush(); io.stderr:flush()
+  -- the launcher adopts what mpirun leaves when it dies (Open MPI's
+  -- daemons), so it can end and reap them: no orphans, no zombies.
+  -- Only the CLI calls launch.run (its process does nothing else): being
+  -- a subreaper, and the waitpid(-1) below, would take other children of
+  -- an embedding program too
+  libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+  local pid = libc.fork()
+  if pid == 0 then
+    libc.dup2(fds[1], 2)
+    libc.close(fds[0]); libc.close(fds[1])
+    libc.sigprocmask(libc.SIG_SETMASK, old, nil)
+    libc.prctl(libc.PR_SET_PDEATHSIG, libc.SIGTERM, 0, 0, 0)  -- launcher gone: end the job
+    libc.setpgid(0, 0)                                        -- no terminal signals
+    libc.execvp("mpirun", argv)
+    local msg = "ztrain: cannot run mpirun (" .. ffi.string(libc.strerror(ffi.errno())) ..
+                "): install Open MPI (make deps) or start the ranks with your own launcher\n"
+    libc.write(2, msg, #msg)
+    libc._exit(127)
+  end
+  libc.close(fds[1])
+  if pid < 0 then
+    libc.close(fds[0]); libc.sigprocmask(libc.SIG_SETMASK, old, nil)
+    return nil, "fork: " .. ffi.string(libc.strerror(ffi.errno()))
+  end
+  local _ = keep
+  local pfd = libc.pollfd_t(1)
+  pfd[0].fd, pfd[0].events = fds[0], libc.POLLIN
+  local buf = ffi.new("char[?]", 65536)
+  local info = ffi.new("int32_t[32]")          -- siginfo_t: signo, errno, code, ...
+  local zero = libc.timespec_t()
+  local status = ffi.new("int[1]")
+  local tail, open_fd, reaped = "", true, false
+  local drain_until                            -- signals are forwarded until mpirun is reaped
+  local stops = 0
+  local failed, kill_at, killed              -- the job failed; when to end mpirun; whether it was
+  local grace = hosts.abort_grace()
+  -- across hosts, every rank must start (note itself) within the start
+  -- timeout: mpirun waits for ever for a daemon on a host it cannot reach
+  local across = o and o.hostfile ~= nil
+  local start_by = across and now() + hosts.start_timeout()
+  local next_look, start_failed = 0, false
+  while true do
+    if not open_fd then
+      libc.poll(nil, 0, 100)
+    elseif libc.poll(pfd, 1, 100) > 0 then
+      local got = libc.read(fds[0], buf, 65536)
+      if got > 0 then
+        libc.write(2, buf, got)
+        tail = (tail .. ffi.string(buf, got)):sub(-8192)
+      else
+        open_fd = false                        -- EOF: mpirun and every writer are gone
+      end
+    end
+    while true do
+      local sig = libc.sigtimedwait(set, info, zero)
+      if sig <= 0 then break end
+      stops = stops + 1
+      if stops == 1 then
+        io.stderr:write("ztrain: stopping after the step in flight (a checkpoint and summary.json follow); " ..
+                        "Ctrl-C again to stop at once\n")
+        libc.kill(pid, libc.SIGUSR1)
+      else
+        libc.kill(pid, libc.SIGTERM)
+      end
+    end
+    if start_by and not reaped and not killed and now() >= next_look then
+      next_look = now() + 1
+      local started, missing = hosts.started(M.read_job(job), n)
+      if started then start_by = nil
+      elseif now() >= start_by then
+        io.stderr:write(("ztrain: only %d of %d rank(s) started within %g s%s; ending the job " ..
+                         "(ZTRAIN_START_TIMEOUT sets the wait)\n"):format(missing.count, n,
+                         hosts.start_timeout(), missing.hosts))
+        failed, kill_at, start_failed = { status = 1 }, now(), true
+      end
+    end
+    -- a failed job that mpirun does not end (a host it cannot reach):
+    -- after the grace period, end mpirun and its process group
+    -- (across hosts only: on this machine mpirun ends its jobs itself)
+    if across and not reaped and not failed then
+      failed = hosts.failure(tail, M.dead_rank)
+      if failed then kill_at = now() + grace end
+    end
+    if not reaped and kill_at and now() >= kill_at then
+      -- SIGKILL: mpirun already aborting ignores SIGTERM, or crashes on it;
+      -- what it leaves behind is the launcher's to clean (cleanup_job)
+      if not start_failed then
+        io.stderr:write(("ztrain: mpirun did not end within %g s of the job's failure (a host it cannot " ..
+                         "reach?); ending it\n"):format(grace))
+      end
+      libc.kill(-pid, libc.SIGKILL)
+      libc.kill(pid, libc.SIGKILL)
+      killed, kill_at = true, nil
+    end
+    if not reaped and libc.waitpid(pid, status, libc.WNOHANG) == pid then
+      reaped = true
+      drain_until = os.time() + 2              -- an orphan may hold the pipe: read 2 s more at most
+    end
+    if reaped and (not open_fd or os.time() > drain_until) then break end
+  end
+  libc.close(fds[0])
+  libc.sigprocmask(libc.SIG_SETMASK, old, nil)
+  local st = status[0]
+  local code = bit.band(st, 0x7f) == 0 and bit.band(bit.rshift(st, 8), 0xff) or 128 + bit.band(st, 0x7f)
+  -- mpirun ended by the launcher: the status the failure asked for
+  -- (and whenever its stderr says how it failed: one status per failure)
+  -- The first failure seen decides: a host removed is its ranks' watchdog
+  -- firing too (1, not 5), if mpirun is slow to end the job.
+  if killed then code = failed.status
+  elseif across and code ~= 0 then
+    local f = failed or hosts.failure(tail, M.dead_rank)
+    if f then code = f.status end
+  end
+  local lost = hosts.lost_host(tail)
+  if lost then
+    io.stderr:write(("ztrain: lost host %s (its daemon stopped answering mpirun: the host died, " ..
+                     "or its link is down); the job was ended (exit status %d)\n"):format(lost, code))
+  end
+
+  local ranks = M.read_job(job)
+  local rank, sig = M.dead_rank(tail)
+  if rank and sig then
+    local rpid
+    for p, r in pairs(ranks) do if r.rank == rank then rpid = p end end
+    io.stderr:write(M.death_message(rank, rpid, sig, code), "\n")
+  end
+  -- ranks the watchdog found unreachable: say on which host each ran
+  local gone = {}
+  for r in tail:gmatch("rank (%d+): no answer") do gone[tonumber(r)] = true end
+  for p, r in pairs(ranks) do
+    if r.rank and gone[r.rank] and r.host and r.host ~= hostname() then
+      io.stderr:write(("ztrain: rank %d (pid %d) ran on host %s, which did not answer: the host is down, " ..
+                       "its link is, or the rank is stuck\n"):format(r.rank, p, r.host))
+    end
+  end
+  M.cleanup_job(job, ranks)
+  -- reap what was adopted and has ended (cleanup_job killed the job's rest);
+  -- any child: fine in the CLI's process, the only caller (above)
+  local deadline = now() + 2
+  while true do
+    local r = libc.waitpid(-1, status, libc.WNOHANG)
+    if r < 0 then break end                         -- no children left
+    if r == 0 then
+      if now() > deadline then break end
+      libc.poll(nil, 0, 20)
+    end
+  end
+  libc.close(lockfd)
+  return code
+end
+
+return M

@@ -1,0 +1,115 @@
+-- ztrain.job.rundir: a run's output directory. Unique by default (even for runs
+-- started in the same second), never an earlier run's unless the user says
+-- so, and never two runs' at once.
+--
+--   local out, lock = rundir.claim(recipe, world)   -- a collective
+--   ... train, write outputs into out ...
+--   lock:release()
+--
+-- Rank 0 decides: with out = "" it creates runs/<name>-<date>-<time>[-k]
+-- (mkdir is atomic: two runs never get one directory); with out = DIR it
+-- creates DIR if needed and refuses one that holds an earlier run
+-- (summary.json or metrics.jsonl) unless `overwrite = true` (--overwrite) or
+-- the run resumes (resume = ...: a continuation writes where it left off).
+-- Either way it holds an flock on DIR/.lock until release(), so a second run
+-- on DIR is refused with the holder's pid; the kernel drops the lock when a
+-- process dies, so a killed run never leaves DIR locked. Every rank learns
+-- the same path, or raises the same error (errors.all_ranks).
+local ffi = require "ffi"
+local libc = require "ztrain.core.libc"
+local errors = require "ztrain.core.errors"
+local fs = require "ztrain.util.fs"
+
+local M = {}
+
+local LOCK_EX, LOCK_NB, LOCK_UN = 2, 4, 8
+local EEXIST, EWOULDBLOCK = 17, 11
+
+local function reason() return ffi.string(libc.strerror(ffi.errno())) end
+
+local Lock = {}
+Lock.__index = Lock
+
+-- release(): unlock; remove the directory when this run created it and
+-- left nothing in it (a run that failed before writing anything)
+function Lock:release()
+  if not self.fd then return end
+  libc.unlink(self.path)
+  libc.flock(self.fd, LOCK_UN)
+  libc.close(self.fd)
+  self.fd = nil
+  if self.created then libc.rmdir(self.dir) end     -- fails (fine) unless empty
+end
+
+-- lock(dir) -> Lock, or raises naming the run that holds dir
+local function lock(dir, created)
+  local path = dir .. "/.lock"
+  local fd = libc.open(path, libc.O_RDWR + libc.O_CREAT + libc.O_CLOEXEC, ffi.cast("int", 420))
+  if fd < 0 then error(("cannot create output directory %s: %s"):format(dir, reason()), 0) end
+  if libc.flock(fd, LOCK_EX + LOCK_NB) ~= 0 then
+    local e = ffi.errno()
+    local buf = ffi.new("char[64]")
+    local n = tonumber(libc.pread(fd, buf, 63, 0))
+    libc.close(fd)
+    if e == EWOULDBLOCK then
+      local pid = n > 0 and ffi.string(buf, n):match("%d+") or "?"
+      error(("out=%s is in use by another run (pid %s); wait for it to end, or choose another out="):format(
+            dir, pid), 0)
+    end
+    error(("cannot lock output directory %s: %s"):format(dir, ffi.string(libc.strerror(e))), 0)
+  end
+  local pid = tostring(libc.getpid()) .. "\n"
+  libc.ftruncate(fd, 0)
+  libc.pwrite(fd, pid, #pid, 0)
+  return setmetatable({ fd = fd, path = path, dir = dir, created = created }, Lock)
+end
+
+-- a new directory runs/<name>-<date>-<time>, -2, -3, ... if taken
+local function fresh(r)
+  local ok, err = fs.mkdirs("runs", "output directory")
+  if not ok then error(err, 0) end
+  local base = ("runs/%s-%s"):format(r.name ~= "" and r.name or "run", os.date("%Y%m%d-%H%M%S"))
+  for k = 1, 1000 do
+    local dir = k == 1 and base or ("%s-%d"):format(base, k)
+    if libc.mkdir(dir, 493) == 0 then return dir end
+    if ffi.errno() ~= EEXIST then error(("cannot create output directory %s: %s"):format(dir, reason()), 0) end
+  end
+  error(("cannot create an output directory under runs/: %s-* are all taken"):format(base), 0)
+end
+
+local function claim_here(r)
+  if r.out == "" then
+    local dir = fresh(r)
+    return dir, lock(dir, true)
+  end
+  local dir = (r.out:gsub("(.)/+$", "%1"))
+  local created = not fs.exists(dir)
+  local ok, err = fs.mkdirs(dir, "output directory")
+  if not ok then error(err, 0) end
+  local lk = lock(dir, created)
+  if not r.overwrite and r.resume == "" then
+    for _, f in ipairs({ "summary.json", "metrics.jsonl" }) do
+      if fs.exists(dir .. "/" .. f) then
+        lk:release()
+        error(("out=%s holds an earlier run (%s); choose another out=, continue it with resume=latest, " ..
+               "or replace it with --overwrite"):format(dir, f), 0)
+      end
+    end
+  end
+  return dir, lk
+end
+
+function M.claim(r, world)
+  local out, err, lk = "", "", nil
+  if world.rank == 0 then
+    local ok, dir, l = pcall(claim_here, r)
+    if ok then out, lk = dir, l else err = errors.message(dir) end
+  end
+  err = errors.agree(world, err)
+  if err ~= "" then error(errors.all_ranks(err), 0) end
+  if world.size > 1 then out = world:gather_strings(out)[1] end
+  -- ranks other than 0 hold no lock: an object whose release does nothing
+  return out, lk or setmetatable({}, Lock)
+end
+
+return M

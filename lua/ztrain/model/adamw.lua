@@ -1,0 +1,152 @@
+-- ztrain.model.adamw: AdamW with decoupled weight decay (PyTorch's formula).
+--
+-- The optimizer holds hyperparameters and the step count, not the state: a
+-- strategy owns the moments (named state kinds "exp_avg" and "exp_avg_sq",
+-- placed on whatever tier it chooses) and hands the optimizer any range
+-- [lo, hi) of a unit's flat buffer with the matching parameter, gradient and
+-- moment tensors. The update is elementwise (kernels.h: zk_adamw), so a whole
+-- unit, a shard of it, or a shard streamed through in chunks all give the
+-- same bits. Weight decay applies to tensors marked decay (matrices and
+-- embeddings), not to biases and LayerNorm parameters.
+local ffi = require "ffi"
+local T = require "ztrain.core.tensor"
+local ops = require "ztrain.core.ops"
+
+local M = {}
+local AdamW = {}
+AdamW.__index = AdamW
+
+M.defaults = { lr = 3e-4, betas = { 0.9, 0.95 }, eps = 1e-8, weight_decay = 0.1 }
+
+-- The optimizer's state kinds, in canonical order (checkpoints, reports).
+M.state_kinds = { "exp_avg", "exp_avg_sq" }
+
+local function user_error(msg) error(msg, 0) end
+
+-- new(opts) -> optimizer; opts: lr, betas, eps, weight_decay.
+function M.new(opts)
+  opts = opts or {}
+  local self = setmetatable({ state_kinds = M.state_kinds }, AdamW)
+  for k, v in pairs(M.defaults) do self[k] = opts[k] == nil and v or opts[k] end
+  local b = self.betas
+  if type(b) ~= "table" or #b ~= 2 or type(b[1]) ~= "number" or type(b[2]) ~= "number"
+     or b[1] < 0 or b[1] >= 1 or b[2] < 0 or b[2] >= 1 then
+    user_error("optim.betas must be a pair of numbers in [0, 1) like { 0.9, 0.95 }")
+  end
+  if not (self.lr >= 0 and self.lr < math.huge) then user_error("optim.lr must be a finite number >= 0") end
+  if not (self.eps > 0) then user_error("optim.eps must be > 0") end
+  if not (self.weight_decay >= 0) then user_error("optim.weight_decay must be >= 0") end
+  self.t = 0
+  self.segments_cache = {}
+  return self
+end
+
+-- new_state(n, tier) -> { exp_avg = tensor(n), exp_avg_sq = tensor(n) }, zeroed,
+-- category "optim": the state for a range of n elements.
+function AdamW:new_state(n, tier)
+  local st = {}
+  for _, k in ipairs(M.state_kinds) do
+    local ok, t = pcall(T.new, { math.max(n, 1) }, { tier = tier or "device", category = "optim" })
+    if not ok then                       -- nothing half-made stays allocated
+      for _, made in pairs(st) do made:free() end
+      error(t, 0)
+    end
+    st[k] = t
+  end
+  return st
+end
+
+-- Per-tensor segments of unit u inside [lo, hi): { offset in range, length, decay }.
+function AdamW:segments(u, lo, hi)
+  local key = u.index .. ":" .. lo .. ":" .. hi
+  local segs = self.segments_cache[key]
+  if segs then return segs end
+  segs = {}
+  for _, t in ipairs(u.tensors) do
+    local a, b = math.max(lo, t.offset), math.min(hi, t.offset + t.numel)
+    if b > a then segs[#segs + 1] = { a - lo, b - a, t.decay } end
+  end
+  self.segments_cache[key] = segs
+  return segs
+end
+
+-- Update elements [lo, hi) of unit u's flat buffer. params, grads and the
+-- moments in st (exp_avg, exp_avg_sq) are tensors whose element 0 is element
+-- lo (views of a shard, a chunk streamed in, ...); padding past the unit's
+-- tensors is left alone. grad_scale is the clip factor.
+-- The range's segments as ops.adamw_segments takes them (ffi arrays, kept
+-- with the segments: the weight decay is the optimizer's, fixed).
+local MAX_SEGS = 16    -- ztrain.h's ZT_ADAMW_SEGS
+function AdamW:segment_table(u, lo, hi)
+  local segs = self:segments(u, lo, hi)
+  if segs.table == nil and #segs > 0 then
+    local n = #segs
+    local t = { n = n, off = ffi.new("int64_t[?]", n), len = ffi.new("int64_t[?]", n),
+                wd = ffi.new("float[?]", n) }
+    for i, seg in ipairs(segs) do
+      t.off[i - 1], t.len[i - 1] = seg[1], seg[2]
+      t.wd[i - 1] = seg[3] and self.weight_decay or 0
+    end
+    segs.table = t
+  end
+  return segs
+end
+
+-- Every segment of the range in one op (one launch on a GPU: ~150 a step
+-- before, one a tensor), MAX_SEGS at a time; the same bits as one op a
+-- tensor (the update is elementwise). lp (mixed precision: the stored bf16
+-- or fp16 parameters of the range, params being the fp32 master): the
+-- updated elements rounded into it in the same pass, the bits of a cast
+-- after (the range's padding, never updated, keeps what it holds).
+function AdamW:update_range(u, lo, hi, params, grads, st, lr, grad_scale, lp)
+  local b1, b2 = self.betas[1], self.betas[2]
+  local segs = self:segment_table(u, lo, hi)
+  if #segs == 0 then return end
+  if #segs <= MAX_SEGS then
+    ops.adamw_segments(params, grads, st.exp_avg, st.exp_avg_sq, lp, segs.table, lr, b1, b2,
+                       self.eps, grad_scale, self.t)
+    return
+  end
+  local m, v = st.exp_avg, st.exp_avg_sq
+  for _, seg in ipairs(segs) do       -- a unit of more tensors than one op takes
+    local off, len = seg[1], seg[2]
+    local p, g = params:view(off, { len }), grads:view(off, { len })
+    local mv, vv = m:view(off, { len }), v:view(off, { len })
+    ops.adamw(p, g, mv, vv, lr, b1, b2, self.eps, seg[3] and self.weight_decay or 0,
+              grad_scale, self.t)
+    p:free(); g:free(); mv:free(); vv:free()
+  end
+  if lp then ops.cast(lp, params) end
+end
+
+-- Convenience for the REPL and tests: the optimizer keeps the state of a
+-- unit's range itself. add_unit(u, {lo=, hi=, tier=}) (default the whole
+-- unit), update_unit(u, params, grads, lr, scale), free(). Strategies own
+-- their state instead (new_state / update_range).
+function AdamW:add_unit(u, opts)
+  opts = opts or {}
+  local lo, hi = opts.lo or 0, opts.hi or u.numel
+  self.owned = self.owned or {}
+  local st = self:new_state(hi - lo, opts.tier)
+  st.lo, st.hi = lo, hi
+  self.owned[u.index] = st
+  return st
+end
+
+function AdamW:update_unit(u, params, grads, lr, grad_scale)
+  local st = self.owned and self.owned[u.index]
+  if not st then error("adamw: update_unit before add_unit for unit " .. tostring(u.name), 2) end
+  self:update_range(u, st.lo, st.hi, params, grads, st, lr, grad_scale)
+end
+
+function AdamW:free()
+  for _, st in pairs(self.owned or {}) do
+    for _, k in ipairs(M.state_kinds) do st[k]:free() end
+  end
+  self.owned = nil
+end
+
+-- Call once per optimizer step, before the updates.
+function AdamW:begin_step() self.t = self.t + 1 end
+
+return M

@@ -1,0 +1,314 @@
+-- ztrain.model.precision: mixed precision (recipe key `precision`).
+--
+--   fp32   everything in fp32 (the default)
+--   bf16   parameters and gradients stored as bfloat16 on the device; fp32
+--          master weights and optimizer state (optimizer state kinds
+--          "master_params", "exp_avg", "exp_avg_sq"); fp32 gradient
+--          accumulation and reduction
+--   fp16   as bf16 with IEEE half, plus dynamic loss scaling (LossScaler)
+--
+-- Storage and compute are separate: a unit's parameters (u.params) and
+-- gradients (u.grads) are low-precision tensors, and the kernels compute in
+-- fp32 (this CPU backend has no bf16 GEMM wired in yet). The stage runner
+-- (driver/stage.lua) calls enter/leave around each unit's forward and
+-- backward: enter casts the parameters of the units it reads (the unit, and
+-- the embedding for the tied head; with bf16 GEMMs all but the matmul-only
+-- weights, which the GEMMs read stored) into fp32 work buffers and points the
+-- unit's views at them; for a backward it points the gradients at fp32 work
+-- buffers too (the embedding's is first filled from its stored gradient:
+-- the embedding adds to the head's part); leave casts those gradients back
+-- to low precision and restores the views. So every strategy sees
+-- low-precision parameters and gradients, and the same kernel calls on the
+-- same fp32 values in every strategy: the same-math rule holds within a
+-- precision.
+local T = require "ztrain.core.tensor"
+local ops = require "ztrain.core.ops"
+
+local M = {}
+
+M.NAMES = { fp32 = "f32", bf16 = "bf16", fp16 = "f16" }
+
+local P = {}
+P.__index = P
+
+-- new(name, model) -> policy; name one of M.NAMES. The fp32 policy has
+-- lp = false and does nothing.
+function M.new(name, model)
+  local dtype = M.NAMES[name]
+  if not dtype then
+    error(('precision must be "fp32", "bf16" or "fp16", got %s'):format(tostring(name)), 0)
+  end
+  local self = setmetatable({ name = name, dtype = dtype, lp = dtype ~= "f32", model = model,
+                              pw = {}, gw = {}, saved_p = {}, saved_g = {}, ranges = {} }, P)
+  return self
+end
+
+-- An fp32 work buffer for slot k (1: the unit; 2: a unit it reads, the
+-- embedding for the head), at least n elements; category "activations":
+-- transient, per unit, like the other per-unit scratch.
+local function work(self, list, k, n)
+  local w = list[k]
+  if not w or w:numel() < n then
+    if w then w:free() end
+    w = T.new({ n }, { tier = self.model.tier, category = "activations" })
+    list[k] = w
+  end
+  return w
+end
+
+-- enter(u, backward): fp32 views of the parameters of every unit u reads,
+-- and for a backward of its gradients.
+function P:enter(u, want_params, want_grads)
+  if not self.lp then return end
+  local model = self.model
+  for k, pu in ipairs(model:param_units(u)) do
+    if want_params and pu.params then
+      local w = work(self, self.pw, k, pu.padded)
+      local v = w:view(0, { pu.padded })
+      if self.lp_of then self:cast_params(pu, v) else ops.cast(v, pu.params) end
+      self.saved_p[k] = { u = pu, lp = model:set_params(pu, v) }
+      -- bf16 GEMMs read a weight as bf16: the stored view is the very bits
+      -- a cast of its fp32 image gives back (bf16 -> fp32 -> bf16 is exact)
+      if self.lp_of then
+        local lp = self.saved_p[k].lp
+        for _, t in ipairs(pu.tensors) do self.lp_of[pu.p[t.name]] = lp:view(t.offset, t.shape) end
+      end
+    end
+    if want_grads and pu.grads then
+      local w = work(self, self.gw, k, pu.padded)
+      local v = w:view(0, { pu.padded })
+      -- the embedding's wte gradient is the head's part plus its own: it
+      -- starts from what is stored; every other gradient is written (the
+      -- embedding's when the head writes its wte part: zero, so its wpe
+      -- and the padding cast back as zeros)
+      if pu.kind == "embed" and pu == u then ops.cast(v, pu.grads)
+      elseif pu ~= u then ops.fill(v, 0)
+      elseif pu.padded > pu.numel then
+        local tail = v:view(pu.numel, { pu.padded - pu.numel })
+        ops.fill(tail, 0)
+        tail:free()
+      end
+      self.saved_g[k] = { u = pu, lp = model:set_grads(pu, v) }
+    end
+  end
+end
+
+-- The ranges of unit u's parameters that something reads in fp32 when the
+-- bf16 GEMMs read the stored weights: all but the matmul-only tensors
+-- (the model's layout marks them mm_only), padding included. Adjacent
+-- tensors merge into one range.
+local function fp32_ranges(u)
+  local r, lo = {}, 0
+  for _, t in ipairs(u.tensors) do
+    if t.mm_only then
+      if t.offset > lo then r[#r + 1] = { lo, t.offset - lo } end
+      lo = t.offset + t.numel
+    end
+  end
+  if u.padded > lo then r[#r + 1] = { lo, u.padded - lo } end
+  return r
+end
+
+-- v (fp32, u.padded) = u's stored parameters, but for the matmul-only
+-- tensors, whose fp32 image nothing reads (the bf16 GEMMs read the stored
+-- bf16 view): it keeps whatever it held
+function P:cast_params(u, v)
+  local rs = self.ranges[u] or fp32_ranges(u)
+  self.ranges[u] = rs
+  if #rs == 1 and rs[1][1] == 0 and rs[1][2] == u.padded then return ops.cast(v, u.params) end
+  for _, r in ipairs(rs) do
+    local dst, src = v:view(r[1], { r[2] }), u.params:view(r[1], { r[2] })
+    ops.cast(dst, src)
+    dst:free(); src:free()
+  end
+end
+
+-- leave(u): the fp32 gradients back into the stored low-precision ones,
+-- and the stored buffers back in place.
+function P:leave(u)
+  if not self.lp then return end
+  local model = self.model
+  for k, s in pairs(self.saved_g) do
+    local v = model:set_grads(s.u, s.lp)
+    ops.cast(s.lp, v)
+    v:free()
+    self.saved_g[k] = nil
+  end
+  self:drop_lp_views()
+  for k, s in pairs(self.saved_p) do
+    local v = model:set_params(s.u, s.lp)
+    v:free()
+    self.saved_p[k] = nil
+  end
+end
+
+function P:drop_lp_views()
+  if not self.lp_of then return end
+  for w, v in pairs(self.lp_of) do v:free(); self.lp_of[w] = nil end
+end
+
+-- After a failure inside a unit: restore the stored buffers (no cast).
+function P:abort()
+  if not self.lp then return end
+  self:drop_lp_views()
+  for k, s in pairs(self.saved_g) do
+    local v = self.model:set_grads(s.u, s.lp); if v then v:free() end; self.saved_g[k] = nil
+  end
+  for k, s in pairs(self.saved_p) do
+    local v = self.model:set_params(s.u, s.lp); if v then v:free() end; self.saved_p[k] = nil
+  end
+end
+
+function P:free()
+  self:abort()
+  for _, list in ipairs({ self.pw, self.gw }) do
+    for k, w in pairs(list) do w:free(); list[k] = nil end
+  end
+end
+
+---------------------------------------------------------------------------
+-- bf16 GEMMs (device.bf16_gemm): every matmul of a pass takes its operands
+-- rounded to bf16 -- the weights exactly (they are stored as bf16), the
+-- activations and their gradients by rounding -- and accumulates in fp32
+-- (zt_matmul_bf16_*: AVX512_BF16 or AMX where the CPU has them, a portable
+-- path with the same bits elsewhere). Other math than the fp32 kernels on
+-- the same stored values, the same for every strategy. bf16 storage only
+-- (fp16 values do not fit bf16 exactly).
+local MMB = {}
+MMB.__index = MMB
+
+-- policy: the precision policy (optional); with it a weight the policy
+-- entered is read from its stored bf16 view instead of cast again.
+function M.bf16_gemm(tier, policy)
+  if policy and policy.dtype == "bf16" then policy.lp_of = policy.lp_of or {} end
+  return setmetatable({ tier = tier, free_bufs = {}, bases = {}, views = {}, policy = policy }, MMB)
+end
+
+-- a bf16 buffer shaped like t (reused across calls; given back by :done())
+function MMB:buf(t, fill)
+  local n = t:numel()
+  local list = self.free_bufs[n]
+  local b = list and table.remove(list)
+  if not b then b = T.new({ n }, { tier = self.tier, category = "activations", dtype = "bf16" }) end
+  self.bases[#self.bases + 1] = b
+  local v = b:view(0, t:shape())
+  self.views[#self.views + 1] = v
+  if fill then ops.cast(v, t) end
+  return v
+end
+
+function MMB:done()
+  for i = #self.views, 1, -1 do self.views[i]:free(); self.views[i] = nil end
+  for i = #self.bases, 1, -1 do
+    local b = self.bases[i]
+    local n = b:numel()
+    self.free_bufs[n] = self.free_bufs[n] or {}
+    table.insert(self.free_bufs[n], b)
+    self.bases[i] = nil
+  end
+end
+
+-- the bf16 image of weight w: the policy's stored view, or a cast
+function MMB:weight(w, fill)
+  local lp = self.policy and self.policy.lp_of and self.policy.lp_of[w]
+  if lp then return lp end
+  return self:buf(w, fill)
+end
+
+-- an operand as bf16: as it is when its producer wrote bf16 (the
+-- activations only GEMMs read: model/activations.lua), else a cast (when
+-- fill: the values are read)
+function MMB:in16(t, fill)
+  if t:dtype() == "bf16" then return t end
+  return self:buf(t, fill)
+end
+
+function MMB:forward_(out, inp, w, b)
+  ops.matmul_bf16_forward(out, self:in16(inp, true), self:weight(w, true), b)
+end
+
+function MMB:backward_(dinp, dw, db, dout, inp, w)
+  -- w is read only for dinp (without it, w only gives the shape)
+  ops.matmul_bf16_backward(dinp, dw, db, self:in16(dout, true), self:in16(inp, dw ~= nil),
+                           self:weight(w, dinp ~= nil))
+end
+
+-- gemm16(recipe) -> on, path: whether a run takes the bf16 GEMMs, and the
+-- CPU's bf16 path (zt_matmul_bf16_info). device.bf16_gemm "on" takes them,
+-- "off" not; "auto" where they outrun the fp32 ones: the CUDA device
+-- (tensor cores) and CPUs whose path is AMX (AVX512_BF16 runs at half the
+-- fp32 rate on the CPU kind it was measured on; the portable path is a
+-- correctness fallback). Only with precision = "bf16" (the weights stored
+-- as bf16). The trainer and the memory plan ask the same question here.
+function M.gemm16(r)
+  local ffi = require "ffi"
+  local path = ffi.string(require("ztrain.core.ffi").C.zt_matmul_bf16_info())
+  local bg = r.device.bf16_gemm
+  local on = r.precision == "bf16" and
+             (bg == "on" or (bg == "auto" and (r.device.backend == "cuda" or path:match("^AMX") ~= nil)))
+  return on, path
+end
+
+-- the interface gpt2.lua calls: mm.forward(...), mm.backward(...)
+function M.bf16_matmuls(tier, policy)
+  local g = M.bf16_gemm(tier, policy)
+  local mm = {}
+  function mm.forward(...) local ok, err = pcall(g.forward_, g, ...); g:done(); if not ok then error(err, 0) end end
+  function mm.backward(...) local ok, err = pcall(g.backward_, g, ...); g:done(); if not ok then error(err, 0) end end
+  function mm.free()
+    for _, list in pairs(g.free_bufs) do for _, b in ipairs(list) do b:free() end end
+    g.free_bufs = {}
+  end
+  return mm
+end
+
+---------------------------------------------------------------------------
+-- Dynamic loss scaling for fp16, DeepSpeed's conventions (its
+-- DynamicLossScaler): start at 2^16; a step whose gradients hold an inf or
+-- NaN is skipped; the first hysteresis - 1 overflows only use up the
+-- hysteresis budget, every further one halves the scale (never below
+-- min_scale); after `window` steps without overflow the scale doubles and
+-- the budget is restored.
+local LossScaler = {}
+LossScaler.__index = LossScaler
+
+function M.loss_scaler(opts)
+  opts = opts or {}
+  return setmetatable({ scale = opts.initial or 2 ^ 16, window = opts.window or 1000,
+                        hysteresis = opts.hysteresis or 2, min_scale = opts.min_scale or 1,
+                        good = 0, skipped = 0, left = opts.hysteresis or 2 }, LossScaler)
+end
+
+-- unscale(LS, gn) -> skip, norm, factor: what a strategy's step does with
+-- the global norm of the scaled gradients. skip: an inf or NaN -- the step
+-- is skipped (the scaler adjusts); else the true norm and the factor the
+-- update multiplies the gradients by (1 / the scale this step used).
+-- Without a scaler: false, gn, 1.
+function M.unscale(LS, gn)
+  if not LS then return false, gn, 1.0 end
+  local used = LS.scale
+  if LS:update(gn ~= gn or gn == math.huge or gn == -math.huge) then return true, gn, 0 end
+  return false, gn / used, 1.0 / used
+end
+
+-- update(overflow) -> true when the step must be skipped.
+function LossScaler:update(overflow)
+  if overflow then
+    self.skipped = self.skipped + 1
+    self.good = 0
+    if self.left <= 1 then
+      self.scale = math.max(self.scale / 2, self.min_scale)
+    else
+      self.left = self.left - 1
+    end
+    return true
+  end
+  self.good = self.good + 1
+  if self.good % self.window == 0 then
+    self.scale = self.scale * 2
+    self.left = self.hysteresis
+  end
+  return false
+end
+
+return M

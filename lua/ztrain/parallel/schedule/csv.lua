@@ -1,0 +1,281 @@
+-- ztrain.parallel.schedule.csv: schedules to and from PyTorch's pipelining CSV.
+--
+-- The format (torch/distributed/pipelining/schedules.py: _Action.__repr__ /
+-- _Action.from_str, PipelineScheduleMulti._dump_csv / _load_csv): one CSV
+-- row per rank, in rank order; each cell one action "{stage}{TYPE}{mb}",
+-- TYPE one of F, I, W, B (full backward), SEND_F, RECV_F, SEND_B, RECV_B,
+-- or "{stage}{TYPE}" with no micro-batch for UNSHARD, RESHARD, REDUCE_GRAD;
+-- an empty cell is an idle slot (None) of the time-aligned "compute_only"
+-- grid. Python's csv.writer ends rows with CRLF; either ending is read.
+--
+-- The two IRs differ in three places, and this module bridges them:
+--   * REDUCE_GRAD: PyTorch has one per stage, right after its last
+--     backward; ztrain's is rank-wide (the strategy's finish_grads). load
+--     merges a rank's per-stage ones into one rank-wide REDUCE_GRAD where
+--     the last of them stood; dump writes the rank-wide one as one
+--     "{s}REDUCE_GRAD" per stage the rank holds, ascending.
+--   * STEP is ours (PyTorch steps the optimizer outside the schedule):
+--     dump omits the final STEP, load appends it.
+--   * UNSHARD / RESHARD are FSDP's prefetch hints: load drops them.
+-- Everything load changes is told in info.notes.
+local S = require "ztrain.parallel.schedule"
+local schedules = require "ztrain.parallel.schedule.library"
+
+local M = {}
+
+-- PyTorch's action types; with_mb: written with a micro-batch.
+local TYPES = {
+  F = true, I = true, W = true, B = true,
+  SEND_F = true, RECV_F = true, SEND_B = true, RECV_B = true,
+  UNSHARD = false, RESHARD = false, REDUCE_GRAD = false,
+}
+local COMM = { SEND_F = true, RECV_F = true, SEND_B = true, RECV_B = true }
+local KNOWN = "F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD"
+
+local function whole(x) return type(x) == "number" and x == x and x % 1 == 0 and x >= 0 end
+
+-- dump(lists, path): writes lists (one action list per rank) as PyTorch's
+-- CSV, atomically (path .. ".tmp" then rename). Raises an error naming the
+-- file, or the rank and action that cannot be written.
+function M.dump(lists, path)
+  if type(path) ~= "string" or path == "" then error("pipeline csv dump: path must be a file name", 2) end
+  if type(lists) ~= "table" or #lists < 1 then
+    error(("pipeline csv dump %s: expected one action list per rank"):format(path), 2)
+  end
+  local rows = {}
+  for r, list in ipairs(lists) do
+    if type(list) ~= "table" then
+      error(("pipeline csv dump %s: rank %d's list is not a table"):format(path, r - 1), 2)
+    end
+    -- stages this rank holds, for the rank-wide REDUCE_GRAD
+    local held, hs = {}, {}
+    for _, a in ipairs(list) do
+      if type(a) == "table" and whole(a.stage) and not held[a.stage] then held[a.stage] = true; hs[#hs + 1] = a.stage end
+    end
+    table.sort(hs)
+    local cells = {}
+    for k, a in ipairs(list) do
+      local op = type(a) == "table" and a.op or nil
+      if op == "STEP" then
+        if k ~= #list then
+          error(("pipeline csv dump %s: rank %d action %d: STEP must be the last action"):format(path, r - 1, k), 2)
+        end
+      elseif op == "REDUCE_GRAD" and a.stage == nil then
+        if #hs == 0 then
+          error(("pipeline csv dump %s: rank %d: REDUCE_GRAD on a rank that runs no stage"):format(path, r - 1), 2)
+        end
+        for _, s in ipairs(hs) do cells[#cells + 1] = s .. "REDUCE_GRAD" end
+      elseif op == "REDUCE_GRAD" and whole(a.stage) then
+        cells[#cells + 1] = a.stage .. "REDUCE_GRAD"
+      elseif op and TYPES[op] and whole(a.stage) and whole(a.mb) then
+        cells[#cells + 1] = ("%d%s%d"):format(a.stage, op, a.mb)
+      else
+        error(("pipeline csv dump %s: rank %d action %d is not an action PyTorch's format can hold (%s)")
+              :format(path, r - 1, k, type(a) == "table" and
+                      ("{op=%s, stage=%s, mb=%s}"):format(tostring(a.op), tostring(a.stage), tostring(a.mb))
+                      or tostring(a)), 2)
+      end
+    end
+    rows[#rows + 1] = table.concat(cells, ",") .. "\r\n"
+  end
+  local ok, err = require("ztrain.util.durable").write_atomic(path, table.concat(rows))
+  if not ok then error(require("ztrain.core.errors").io("pipeline csv dump: " .. err), 0) end
+end
+
+-- split one CSV line into fields (RFC 4180 quoting; PyTorch never quotes,
+-- but a spreadsheet may). nil, err on an unterminated quote.
+local function fields(line)
+  local out, i, n = {}, 1, #line
+  while true do
+    if line:sub(i, i) == '"' then
+      local buf, j = {}, i + 1
+      while true do
+        local q = line:find('"', j, true)
+        if not q then return nil, "unterminated quote" end
+        buf[#buf + 1] = line:sub(j, q - 1)
+        if line:sub(q + 1, q + 1) == '"' then buf[#buf + 1] = '"'; j = q + 2 else j = q + 1; break end
+      end
+      local c = line:find(",", j, true)
+      out[#out + 1] = table.concat(buf) .. line:sub(j, (c or n + 1) - 1)
+      if not c then return out end
+      i = c + 1
+    else
+      local c = line:find(",", i, true)
+      out[#out + 1] = line:sub(i, (c or n + 1) - 1)
+      if not c then return out end
+      i = c + 1
+    end
+  end
+end
+
+-- one cell -> { op, stage, mb } or nil (empty), or nil, err
+local function cell(text)
+  local s = text:match("^%s*(.-)%s*$")
+  if s == "" then return nil end
+  if s:sub(1, 1) == "(" then
+    return nil, "sub-action cells (PyTorch's OVERLAP_F_B, DualPipeV) are not supported by ztrain"
+  end
+  local st, ty, mb = s:match("^(%d+)([%u_]+)(%d*)$")
+  if not st then
+    return nil, "expected {stage}{TYPE}{micro-batch}, e.g. 0F3, 1SEND_B2, 0REDUCE_GRAD"
+  end
+  if TYPES[ty] == nil then return nil, ("unknown action type %s (known: %s)"):format(ty, KNOWN) end
+  if TYPES[ty] and mb == "" then return nil, ty .. " needs a micro-batch, e.g. 0" .. ty .. "1" end
+  if not TYPES[ty] and mb ~= "" then return nil, ty .. " takes no micro-batch, e.g. 0" .. ty end
+  return { op = ty, stage = tonumber(st), mb = mb ~= "" and tonumber(mb) or nil }
+end
+
+-- load(path, { stages = S, microbatches = m, validate = true })
+--   -> lists, info
+-- Reads PyTorch's CSV (one row per rank). stages / microbatches default to
+-- what the file uses (highest index + 1). A file with no SEND/RECV cell is
+-- compute-only: its order per rank goes through schedules.with_comms (RECV
+-- right before the reader, SEND right after the producer), which needs
+-- stages = ranks x chunks and stage s on rank s % ranks. A file with comms
+-- is taken as it is. Either way per-stage REDUCE_GRADs become one rank-wide
+-- REDUCE_GRAD, UNSHARD/RESHARD are dropped, and STEP is appended. With
+-- validate (the default) the result must pass schedule.validate.
+-- info: { notes = { "..." }, compute_only, stages, microbatches, ranks,
+--         stage_rank = fn(s) -> rank (as the file places the stages) }.
+-- Raises an error naming the file (and row = rank, column, cell text).
+function M.load(path, opts)
+  opts = opts or {}
+  if type(path) ~= "string" or path == "" then error("pipeline csv load: path must be a file name", 2) end
+  for _, k in ipairs({ "stages", "microbatches" }) do
+    if opts[k] ~= nil and (not whole(opts[k]) or opts[k] < 1) then
+      error(("pipeline csv load %s: %s must be a whole number >= 1, got %s"):format(path, k, tostring(opts[k])), 2)
+    end
+  end
+  local f, err = io.open(path, "rb")
+  if not f then error(("pipeline csv load %s: cannot open (%s)"):format(path, tostring(err)), 2) end
+  local text = f:read("*a")
+  f:close()
+  if text:sub(1, 3) == "\239\187\191" then text = text:sub(4) end   -- a UTF-8 BOM
+  local lines = {}
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = line:gsub("\r$", "") end
+  if lines[#lines] == "" then lines[#lines] = nil end   -- the final newline
+  if #lines == 0 then error(("pipeline csv load %s: empty file (expected one row per rank)"):format(path), 2) end
+
+  local rows, notes, has_comm = {}, {}, false
+  local dropped, merged = 0, 0
+  local placed, maxs, maxmb = {}, -1, -1       -- placed[stage] = rank
+  for r, line in ipairs(lines) do
+    local cells, ferr = fields(line)
+    if not cells then error(("pipeline csv load %s: row %d (rank %d): %s"):format(path, r, r - 1, ferr), 2) end
+    local row, last_rg = {}, nil
+    for c, txt in ipairs(cells) do
+      local a, cerr = cell(txt)
+      if cerr then
+        error(("pipeline csv load %s: row %d (rank %d) column %d: cell %q: %s")
+              :format(path, r, r - 1, c, txt, cerr), 2)
+      end
+      if a then
+        local other = placed[a.stage]
+        if other and other ~= r - 1 then
+          error(("pipeline csv load %s: row %d (rank %d) column %d: cell %q: stage %d is already on rank %d")
+                :format(path, r, r - 1, c, txt, a.stage, other), 2)
+        end
+        placed[a.stage] = r - 1
+        if a.stage > maxs then maxs = a.stage end
+        if a.mb and a.mb > maxmb then maxmb = a.mb end
+        if COMM[a.op] then has_comm = true end
+        if a.op == "UNSHARD" or a.op == "RESHARD" then
+          dropped = dropped + 1
+        elseif a.op == "REDUCE_GRAD" then
+          merged = merged + 1
+          last_rg = #row + 1
+          row[#row + 1] = false          -- placeholder: where the last one stood
+        else
+          row[#row + 1] = { op = a.op, stage = a.stage, mb = a.mb, col = c }
+        end
+      end
+    end
+    -- keep only the last REDUCE_GRAD placeholder, as the rank-wide one
+    local out = {}
+    for k, a in ipairs(row) do
+      if a then out[#out + 1] = a elseif k == last_rg then out[#out + 1] = { op = "REDUCE_GRAD", col = 0 } end
+    end
+    rows[r] = out
+  end
+  if dropped > 0 then
+    notes[#notes + 1] = ("dropped %d UNSHARD/RESHARD action(s): FSDP's prefetch hints, not ztrain's"):format(dropped)
+  end
+  local R = #rows
+  local nst = opts.stages or (maxs + 1)
+  local m = opts.microbatches or (maxmb + 1)
+  if maxs + 1 > nst then
+    error(("pipeline csv load %s: the file uses stage %d but stages = %d"):format(path, maxs, nst), 2)
+  end
+  if maxmb + 1 > m then
+    error(("pipeline csv load %s: the file uses micro-batch %d but microbatches = %d"):format(path, maxmb, m), 2)
+  end
+  if nst < 1 or m < 1 then
+    error(("pipeline csv load %s: no actions in the file (expected one row per rank)"):format(path), 2)
+  end
+
+  local lists
+  if not has_comm then
+    -- compute-only: the order per rank, then ztrain's communication
+    local ok, q = pcall(schedules.params, { stages = nst, microbatches = m, ranks = R }, "pipeline csv")
+    if not ok then
+      error(("pipeline csv load %s: a compute-only file needs stages = ranks x chunks: %s"):format(path, q), 2)
+    end
+    for s = 0, maxs do
+      local r = placed[s]
+      if r and s % R ~= r then
+        error(("pipeline csv load %s: compute-only file has stage %d on rank %d; ztrain places stage s " ..
+               "on rank s %% %d (write the file with its SEND/RECV to use another placement)")
+              :format(path, s, r, R), 2)
+      end
+    end
+    local orders = {}
+    for r, row in ipairs(rows) do
+      local o = {}
+      for _, a in ipairs(row) do
+        if a.op ~= "REDUCE_GRAD" then o[#o + 1] = { op = a.op, stage = a.stage, mb = a.mb } end
+      end
+      orders[r] = o
+    end
+    lists = schedules.with_comms(orders, q)
+    notes[#notes + 1] = "compute-only file: SEND/RECV placed by schedules.with_comms, REDUCE_GRAD and STEP appended"
+  else
+    lists = {}
+    for r, row in ipairs(rows) do
+      local l, last_bw = {}, nil
+      local has_rg = false
+      for _, a in ipairs(row) do
+        if a.op == "REDUCE_GRAD" then
+          has_rg = true
+          l[#l + 1] = { op = "REDUCE_GRAD" }
+        else
+          l[#l + 1] = S.action(a.op, a.stage, a.mb)
+          if a.op == "B" or a.op == "W" then last_bw = a end
+        end
+        -- a rank-wide reduction before this rank's last backward would
+        -- reduce gradients that are not complete yet
+        if a.op ~= "REDUCE_GRAD" and has_rg and (a.op == "B" or a.op == "W" or a.op == "I") then
+          error(("pipeline csv load %s: row %d (rank %d) column %d: %d%s%d comes after this rank's " ..
+                 "REDUCE_GRAD; ztrain reduces a rank's gradients once, after all its backwards")
+                :format(path, r, r - 1, a.col, a.stage, a.op, a.mb), 2)
+        end
+      end
+      if not has_rg then l[#l + 1] = { op = "REDUCE_GRAD" } end
+      l[#l + 1] = { op = "STEP" }
+      lists[r] = l
+    end
+    notes[#notes + 1] = "STEP appended to every rank"
+  end
+  if merged > 0 then
+    notes[#notes + 1] = ("%d per-stage REDUCE_GRAD(s) merged into one rank-wide REDUCE_GRAD per rank"):format(merged)
+  end
+
+  local info = { notes = notes, compute_only = not has_comm, stages = nst, microbatches = m, ranks = R,
+                 stage_rank = function(s) return placed[s] or s % R end }
+  if opts.validate ~= false then
+    local ok, verr = S.validate(lists, info)
+    if not ok then error(("pipeline csv load %s: not a valid schedule: %s"):format(path, verr), 2) end
+  end
+  return lists, info
+end
+
+return M

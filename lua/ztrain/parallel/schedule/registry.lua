@@ -1,0 +1,49 @@
+-- ztrain.parallel.schedule.registry: schedules by name -- the one-stage built-ins
+-- and the pipeline library's (parallel/schedule/library.lua) -- and resolve(),
+-- which turns a name or a function into validated action lists. Above both
+-- the IR (ztrain.parallel.schedule) and the library, so neither requires the other
+-- back (issue 28).
+local S = require "ztrain.parallel.schedule"
+local pipe = require "ztrain.parallel.schedule.library"
+
+local M = {}
+
+-- The one-stage built-ins (the pipeline ones are parallel/schedule/library.lua's builtin).
+M.builtin = {
+  one_stage = function(p) return S.one_stage(p.microbatches) end,
+  one_stage_iw = function(p) return S.one_stage(p.microbatches, { split = true }) end,
+}
+
+-- names() -> every built-in schedule name (these and the pipeline ones), sorted.
+function M.names()
+  local names = {}
+  for k in pairs(M.builtin) do names[#names + 1] = k end
+  for k in pairs(pipe.builtin) do names[#names + 1] = k end
+  table.sort(names)
+  return names
+end
+
+-- resolve(name_or_fn, p) -> validated lists, or raises a user error.
+-- p: { stages, microbatches, ranks, stage_rank }. Names are the one-stage
+-- built-ins above or the pipeline schedules (parallel/schedule/library.lua: gpipe,
+-- 1f1b, interleaved_1f1b, zb_h1, zbv, pipedream), which also run on one stage.
+function M.resolve(sched, p)
+  local fn = sched
+  if type(sched) == "string" then
+    fn = M.builtin[sched]
+    if not fn then
+      if pipe.builtin[sched] then return (pipe.build(sched, p)) end
+      error(("unknown schedule %q (known: %s; or a function returning action lists)")
+            :format(sched, table.concat(M.names(), ", ")), 0)
+    end
+  end
+  if type(fn) ~= "function" then
+    error("schedule must be a name or a function returning one action list per rank", 0)
+  end
+  local lists = fn(p)
+  local ok, err = S.validate(lists, p)
+  if not ok then error("schedule: " .. err, 0) end
+  return lists
+end
+
+return M

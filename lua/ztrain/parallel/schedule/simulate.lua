@@ -1,0 +1,242 @@
+-- ztrain.parallel.schedule.simulate: run every rank's action list together in
+-- simulated time, with no ranks: the timeline, the makespan, the bubble,
+-- peak activations per stage, and deadlocks named.
+--
+-- Model. Each rank runs its list in order, one action at a time, each as
+-- soon as it can: compute actions take times.F/B/I/W (default 1, 2, 1, 1;
+-- B = I + W), communication and REDUCE_GRAD/STEP take 0 unless given. A
+-- SEND never waits (the driver posts it asynchronously) and is issued when
+-- the rank reaches it, which is after its producer finished (validate
+-- checks that order). A RECV completes once its matching SEND has been
+-- issued, plus `latency`: SEND_F(s, i) feeds RECV_F(s + 1, i), SEND_B(s, i)
+-- feeds RECV_B(s - 1, i). With posted = true a RECV only posts (the
+-- driver's behaviour) and the F, B or I reading it waits instead; the
+-- default, a blocking RECV, is the stricter model and equal to the posted
+-- one when each RECV sits right before its reader, as schedules.lua places
+-- them. Start and end times are exact (ASAP list scheduling), so with
+-- whole-number times this is the discrete clock of the seeds' table.
+--
+-- A deadlock is a state where some ranks have actions left and none can
+-- start: each such rank is named with its first blocked action and the
+-- SEND it waits for (on which rank, at which position, or sent by none).
+local S = require "ztrain.parallel.schedule"
+
+local M = {}
+
+M.TIMES = { F = 1, B = 2, I = 1, W = 1, SEND_F = 0, RECV_F = 0, SEND_B = 0, RECV_B = 0,
+            REDUCE_GRAD = 0, STEP = 0 }
+local COMPUTE = { F = true, B = true, I = true, W = true }
+
+-- the key of the message an action sends or receives: boundary, direction, mb
+local function msg(a)
+  if a.op == "SEND_F" then return ("F%d:%d"):format(a.stage, a.mb)
+  elseif a.op == "RECV_F" then return ("F%d:%d"):format(a.stage - 1, a.mb)
+  elseif a.op == "SEND_B" then return ("B%d:%d"):format(a.stage - 1, a.mb)
+  elseif a.op == "RECV_B" then return ("B%d:%d"):format(a.stage, a.mb) end
+end
+-- the SEND a RECV waits for, as an action
+local function sender(a)
+  if a.op == "RECV_F" then return { op = "SEND_F", stage = a.stage - 1, mb = a.mb } end
+  return { op = "SEND_B", stage = a.stage + 1, mb = a.mb }
+end
+
+-- run(lists, opts) -> result. opts (all optional): times = { op = t }
+-- overriding M.TIMES; latency (0); posted (false). Raises only on lists
+-- that are not action lists (run validate first for the rest). result:
+--   ok          false on deadlock
+--   deadlock    nil, or "deadlock: rank 0 blocked at action 5 (0RECV_B0) ..."
+--   blocked     [rank + 1] = { index, action, waits = SEND action, on = rank
+--               or nil, at = index or nil } for each rank that could not finish
+--   timeline    [rank + 1] = { { action, index, start, finish }, ... } (what ran)
+--   makespan    when the last rank finishes
+--   busy        [rank + 1] = compute time (F, B, I, W) of that rank
+--   bubble      idle / (ranks x makespan): the fraction of all rank-time
+--               spent idle. GPipe and 1F1B give exactly (p-1)/(m+p-1) with
+--               uniform stages, for any F and B.
+--   bubble_busy idle / busy, Megatron's normalisation (bubble time over
+--               ideal compute time): interleaved gives (p-1)/(v*m), GPipe
+--               (p-1)/m.
+--   peak        [stage] (0-based) = most micro-batches whose F is done and
+--               whose backward (B, or W) is not, at any moment
+--   stage_rank  [stage] = rank holding it
+function M.run(lists, opts)
+  opts = opts or {}
+  local times = setmetatable({}, { __index = M.TIMES })
+  for k, v in pairs(opts.times or {}) do
+    if M.TIMES[k] == nil or type(v) ~= "number" or v < 0 then
+      error(("simulate: times.%s must be an action's duration (>= 0), got %s"):format(tostring(k), tostring(v)), 0)
+    end
+    times[k] = v
+  end
+  local latency = opts.latency or 0
+  if type(lists) ~= "table" or #lists < 1 then error("simulate: expected one action list per rank", 0) end
+  local R = #lists
+  -- where each message is sent from, for naming what a blocked RECV waits on
+  local origin = {}
+  for r = 1, R do
+    if type(lists[r]) ~= "table" then error(("simulate: rank %d's list is not a table"):format(r - 1), 0) end
+    for k, a in ipairs(lists[r]) do
+      if type(a) ~= "table" or not S.OPS[a.op] then
+        error(("simulate: rank %d action %d is not an action"):format(r - 1, k), 0)
+      end
+      if a.op == "SEND_F" or a.op == "SEND_B" then origin[msg(a)] = origin[msg(a)] or { rank = r - 1, index = k } end
+    end
+  end
+
+  local sent = {}          -- msg -> time the SEND was issued
+  local posted = {}        -- [rank][reader key] = msg, with opts.posted
+  local pc, clock, busy, timeline = {}, {}, {}, {}
+  for r = 1, R do pc[r], clock[r], busy[r], timeline[r], posted[r] = 1, 0, 0, {}, {} end
+  local stage_rank = {}
+
+  -- ready(r, a) -> earliest start allowed by messages, or nil (not yet sent)
+  local function ready(r, a)
+    local t = clock[r]
+    local key
+    if a.op == "RECV_F" or a.op == "RECV_B" then
+      if opts.posted then
+        posted[r][(a.op == "RECV_F" and "F" or "B") .. a.stage .. ":" .. a.mb] = msg(a)
+        return t
+      end
+      key = msg(a)
+    elseif opts.posted and COMPUTE[a.op] and a.op ~= "W" then
+      key = posted[r][(a.op == "F" and "F" or "B") .. a.stage .. ":" .. a.mb]
+    end
+    if key then
+      if not sent[key] then return nil end
+      t = math.max(t, sent[key] + latency)
+    end
+    return t
+  end
+
+  local progress = true
+  while progress do
+    progress = false
+    for r = 1, R do
+      local list = lists[r]
+      while pc[r] <= #list do
+        local a = list[pc[r]]
+        local t0 = ready(r, a)
+        if not t0 then break end
+        local t1 = t0 + times[a.op]
+        timeline[r][#timeline[r] + 1] = { action = a, index = pc[r], start = t0, finish = t1 }
+        if COMPUTE[a.op] then busy[r] = busy[r] + (t1 - t0); stage_rank[a.stage] = r - 1 end
+        if a.op == "SEND_F" or a.op == "SEND_B" then sent[msg(a)] = sent[msg(a)] or t1 end
+        clock[r] = t1
+        pc[r] = pc[r] + 1
+        progress = true
+      end
+    end
+  end
+
+  local res = { timeline = timeline, busy = busy, ok = true, stage_rank = stage_rank }
+  local makespan = 0
+  for r = 1, R do makespan = math.max(makespan, clock[r]) end
+  res.makespan = makespan
+
+  local blocked, parts = {}, {}
+  for r = 1, R do
+    local a = lists[r][pc[r]]
+    if a then
+      local w = sender(a)
+      if opts.posted and COMPUTE[a.op] then
+        -- the reader waits on a posted RECV: name the send it waits for
+        local key = posted[r][(a.op == "F" and "F" or "B") .. a.stage .. ":" .. a.mb]
+        w = (a.op == "F") and { op = "SEND_F", stage = a.stage - 1, mb = a.mb }
+                           or { op = "SEND_B", stage = a.stage + 1, mb = a.mb }
+        assert(key)
+      end
+      local o = origin[msg(w)]
+      blocked[r] = { index = pc[r], action = a, waits = w, on = o and o.rank, at = o and o.index }
+      parts[#parts + 1] = ("rank %d blocked at action %d (%s) waiting for %s%s"):format(r - 1, pc[r],
+        S.format(a), S.format(w), o and (" (rank %d action %d, not reached)"):format(o.rank, o.index)
+                                     or ", which no rank sends")
+    end
+  end
+  if #parts > 0 then
+    res.ok = false
+    res.blocked = blocked
+    res.deadlock = "deadlock: " .. table.concat(parts, "; ")
+  end
+
+  local total_busy = 0
+  for r = 1, R do total_busy = total_busy + busy[r] end
+  local idle = R * makespan - total_busy
+  res.bubble = makespan > 0 and idle / (R * makespan) or 0
+  res.bubble_busy = total_busy > 0 and idle / total_busy or 0
+
+  -- peak activations per stage: a rank runs its list in order, so walking
+  -- the list is walking time (F done: +1; B or W done: -1)
+  local live, peak = {}, {}
+  for r = 1, R do
+    for _, e in ipairs(timeline[r]) do
+      local a = e.action
+      if a.op == "F" then
+        live[a.stage] = (live[a.stage] or 0) + 1
+        peak[a.stage] = math.max(peak[a.stage] or 0, live[a.stage])
+      elseif a.op == "B" or a.op == "W" then
+        live[a.stage] = (live[a.stage] or 0) - 1
+      end
+    end
+  end
+  res.peak = peak
+  return res
+end
+
+-- check(lists, opts) -> result; raises the deadlock message instead of
+-- returning it.
+function M.check(lists, opts)
+  local res = M.run(lists, opts)
+  if not res.ok then error(res.deadlock, 0) end
+  return res
+end
+
+-- grid(result, opts) -> string: ranks x time, one column per unit of time
+-- (opts.unit, default 1), a cell holding the compute action running then,
+-- "F3", "B1", "I0", "W2" (with the stage in front, "4F3", when a rank holds
+-- more than one stage), "." for idle. A header row numbers the columns.
+function M.grid(res, opts)
+  opts = opts or {}
+  local unit = opts.unit or 1
+  local cols = math.ceil(res.makespan / unit - 1e-9)
+  local multi = {}
+  for r, tl in ipairs(res.timeline) do
+    local seen
+    for _, e in ipairs(tl) do
+      if COMPUTE[e.action.op] then
+        if seen and seen ~= e.action.stage then multi[r] = true end
+        seen = e.action.stage
+      end
+    end
+  end
+  local any_multi = next(multi) ~= nil
+  local cells, width = {}, 1
+  for r, tl in ipairs(res.timeline) do
+    local row = {}
+    for c = 1, cols do row[c] = "." end
+    for _, e in ipairs(tl) do
+      local a = e.action
+      if COMPUTE[a.op] and e.finish > e.start then
+        local label = (any_multi and a.stage or "") .. a.op .. a.mb
+        width = math.max(width, #label)
+        for c = math.floor(e.start / unit + 1e-9) + 1, math.ceil(e.finish / unit - 1e-9) do row[c] = label end
+      end
+    end
+    cells[r] = row
+  end
+  width = math.max(width, #tostring(cols - 1))
+  local fmt = "%-" .. width .. "s"
+  local head = "       "
+  local out = {}
+  local h = {}
+  for c = 1, cols do h[c] = fmt:format(tostring(c - 1)) end
+  out[1] = head .. table.concat(h, " ")
+  for r, row in ipairs(cells) do
+    local t = {}
+    for c = 1, cols do t[c] = fmt:format(row[c]) end
+    out[#out + 1] = ("rank %-2d"):format(r - 1) .. table.concat(t, " ")
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
+return M

@@ -1,0 +1,242 @@
+-- ztrain.parallel.strategy.offload: the optimizer step where the optimizer state
+-- lives off the device (ZeRO-Offload on the host, ZeRO-Infinity on NVMe),
+-- streamed through a bounded pool of staging buffers.
+--
+-- The moments (exp_avg, exp_avg_sq) live on the host or nvme tier; the step
+-- walks every unit's shard in chunks, all on one copy stream: the gradient
+-- chunk comes from the device to a host staging slot, the parameter chunk
+-- from wherever the parameters live (device or nvme; host parameters are
+-- updated in place), the moments from nvme; the same AdamW kernel updates
+-- them on the host; parameters and moments go back. Two slots: chunk i+1 is
+-- read while chunk i is updated and chunk i-1 is written, so transfers
+-- overlap the update; the stream runs in order, so a slot is refilled only
+-- after its previous chunk was written out. The update is elementwise: the
+-- bits are those of the step on the device, chunk by chunk or whole.
+--
+-- Memory: 2 slots x (gradient, parameter, and with nvme moments two more)
+-- chunks of host memory, category "comm" -- the staging pool, sized by the
+-- recipe's offload.staging.
+--
+-- Mixed precision (opts.dtype "bf16"/"f16"; a work entry's M, the fp32
+-- master shard, lives with the moments): the update runs on the master
+-- chunk, which is then rounded into the slot's low-precision parameter
+-- buffer and written to where the stored parameters live. The stored
+-- parameters are never read by the step.
+local T = require "ztrain.core.tensor"
+local stream = require "ztrain.core.stream"
+local memory = require "ztrain.core.memory"
+local now = require("ztrain.core.ffi").C.zt_now
+local fs = require "ztrain.util.fs"
+local registry = require "ztrain.job.registry"
+
+local M = {}
+local Off = {}
+Off.__index = Off
+
+-- Buffers per slot: gradient and parameter, plus the two moments (and with
+-- mixed precision the master weights) when they live on nvme.
+local function buffers(opts)
+  if opts.tier ~= "nvme" then return 2 end
+  return opts.dtype and 5 or 4
+end
+
+-- Elements per chunk for a staging budget of `bytes` (2 slots x nbuf
+-- buffers of f32), a multiple of 1024 (4 KiB: chunks never share a page of
+-- a swap file, views stay aligned), at least 4096.
+function M.chunk_elems(bytes, nbuf)
+  local n = math.floor(bytes / (2 * (nbuf or 2) * 4) / 1024) * 1024
+  return math.max(n, 4096)
+end
+
+-- The staging pool's bytes for these options.
+function M.pool_bytes(opts)
+  local nbuf = buffers(opts)
+  return 2 * nbuf * 4 * M.chunk_elems(opts.staging, nbuf)
+end
+
+-- new{ tier = "host" | "nvme", staging = bytes } -> off. Allocates the
+-- staging slots and a copy stream; :free() releases them.
+function M.new(opts)
+  local nbuf = buffers(opts)
+  local self = setmetatable({ tier = opts.tier or "host", chunk = M.chunk_elems(opts.staging, nbuf),
+                              dtype = opts.dtype,
+                              -- seconds spent: waiting for transfers, updating, over `steps` steps
+                              time = { io_wait = 0, update = 0, fetch_wait = 0, steps = 0 } }, Off)
+  self.slots = {}
+  local names = nbuf == 2 and { "g", "p" } or { "g", "p", "exp_avg", "exp_avg_sq", "master" }
+  if nbuf == 4 then names[5] = nil end
+  local ok, err = pcall(function()
+    for i = 1, 2 do
+      local slot = {}
+      self.slots[i] = slot
+      for _, k in ipairs(names) do
+        slot[k] = T.new({ self.chunk }, { tier = "host", category = "comm", dtype = k == "p" and opts.dtype or nil })
+      end
+    end
+    self.copies = stream.new("copy")     -- nvme <-> host (and set-up copies)
+    self.dcopies = stream.new("copy")    -- device <-> host: a device copy on the nvme stream
+                                         -- would drain its nvme transfers first
+  end)
+  if not ok then self:free(); error(err, 0) end
+  return self
+end
+
+-- The chunks of one step: { u, lo (unit element), off (in the shard), len,
+-- P, G, moments }, in unit order.
+local function plan(self, work)
+  local chunks = {}
+  for _, w in ipairs(work) do
+    for off = 0, w.size - 1, self.chunk do
+      chunks[#chunks + 1] = { w = w, off = off, len = math.min(self.chunk, w.size - off) }
+    end
+  end
+  return chunks
+end
+
+-- step(optim, work, lr, scale): work is a list of { u, lo, size, P, G, st }
+-- per unit: P (params over [lo, lo+size): device, host or nvme), G (the
+-- reduced gradient shard, device), st (moments, host or nvme). Returns once
+-- every updated parameter and moment is back where it lives.
+function Off:step(optim, work, lr, scale)
+  local chunks, cs, views = plan(self, work), self.copies, {}
+  local function view(t, off, len)
+    local v = t:view(off, { len })
+    views[#views + 1] = v
+    return v
+  end
+  -- the host tensor holding a chunk of t: t itself on the host, else the
+  -- slot's buffer, filled on the copy stream; back = where to write it after
+  -- each staging buffer always moves on the same stream (device data on
+  -- ds, nvme data on cs), so a slot is refilled only after it was written out
+  local ds = self.dcopies
+  local function stage_in(c, slot, key, t)
+    local src = view(t, c.off, c.len)
+    if t:tier() == "host" then return src end
+    local buf = view(slot[key], 0, c.len)
+    local st = t:tier() == "nvme" and cs or ds
+    st:copy_async(buf, src)
+    c.back[#c.back + 1] = { src, buf, st }
+    return buf
+  end
+  local function copy_in(i)
+    local c = chunks[i]
+    local slot, w = self.slots[(i - 1) % 2 + 1], c.w
+    c.back = {}
+    c.g = view(slot.g, 0, c.len)
+    ds:copy_async(c.g, view(w.G, c.off, c.len))
+    if w.M then
+      -- mixed precision: the master chunk is updated; the stored parameters
+      -- are only written (from the slot's low-precision buffer, or in place)
+      c.m = stage_in(c, slot, "master", w.M)
+      c.pdst = view(w.P, c.off, c.len)
+      c.plp = w.P:tier() == "host" and c.pdst or view(slot.p, 0, c.len)
+    else
+      c.p = stage_in(c, slot, "p", w.P)
+    end
+    c.mom = {}
+    for k, t in pairs(w.st) do c.mom[k] = stage_in(c, slot, k, t) end
+    c.ready = { ds:record(), cs:record() }
+  end
+  local function wait_ready(c)
+    for _, ev in ipairs(c.ready) do ev:sync() end
+    for _, ev in ipairs(c.ready) do ev:free() end
+    c.ready = nil
+  end
+  local ok, err = pcall(function()
+    if #chunks > 0 then copy_in(1) end
+    for i, c in ipairs(chunks) do
+      if chunks[i + 1] then copy_in(i + 1) end       -- the next chunk comes in meanwhile
+      local t0 = now()
+      wait_ready(c)
+      local t1 = now()
+      local w = c.w
+      optim:update_range(w.u, w.lo + c.off, w.lo + c.off + c.len, c.m or c.p, c.g, c.mom, lr, scale)
+      if c.m then
+        require("ztrain.core.ops").cast(c.plp, c.m)                         -- rounded
+        if c.plp ~= c.pdst then
+          local st = w.P:tier() == "nvme" and cs or ds
+          c.back[#c.back + 1] = { c.pdst, c.plp, st }
+        end
+      end
+      for _, b in ipairs(c.back) do b[3]:copy_async(b[1], b[2]) end   -- written back
+      local t2 = now()
+      self.time.io_wait, self.time.update = self.time.io_wait + (t1 - t0), self.time.update + (t2 - t1)
+    end
+    local t3 = now()
+    cs:sync(); ds:sync()
+    self.time.io_wait = self.time.io_wait + (now() - t3)
+    self.time.steps = self.time.steps + 1
+  end)
+  if not ok then
+    for _, c in ipairs(chunks) do
+      for _, ev in ipairs(c.ready or {}) do ev:free() end
+    end
+    pcall(cs.sync, cs); pcall(ds.sync, ds)
+  end
+  for _, v in ipairs(views) do v:free() end         -- copies retain what they use
+  if not ok then error(err, 0) end
+end
+
+-- copy(dst, src): a copy between tiers, waited for (set-up). Device and
+-- nvme meet through a host buffer (a device cannot read a file).
+function Off:copy(dst, src)
+  local tmp
+  if dst:tier() ~= "host" and src:tier() ~= "host" and dst:tier() ~= src:tier() then
+    tmp = T.new({ src:numel() }, { tier = "host", category = "comm", dtype = src:dtype() })
+    self.copies:copy_async(tmp, src)
+    src = tmp
+  end
+  self.copies:copy_async(dst, src)
+  local ev = self.copies:record()
+  local ok, err = pcall(ev.sync, ev)
+  ev:free()
+  if tmp then tmp:free() end
+  if not ok then error(err, 0) end
+end
+
+function Off:free()
+  if self.copies then pcall(self.copies.sync, self.copies); self.copies:free(); self.copies = nil end
+  if self.dcopies then pcall(self.dcopies.sync, self.dcopies); self.dcopies:free(); self.dcopies = nil end
+  for _, slot in ipairs(self.slots or {}) do
+    for _, t in pairs(slot) do t:free() end
+  end
+  self.slots = {}
+end
+
+-- parse the recipe's staging size (bytes).
+function M.staging_bytes(recipe)
+  local o = recipe and recipe.offload
+  local b, err = memory.parse_size(o and o.staging or "16MiB")
+  if not b then error("offload.staging: " .. err, 0) end
+  return b
+end
+
+-- nvme(recipe, out_dir) -> aio info: the nvme tier configured from the
+-- recipe's offload keys (nvme_path, default OUT/nvme; block_size;
+-- queue_depth; checksum). The path is made if missing.
+function M.configure_nvme(recipe, out_dir)
+  local aio = require "ztrain.core.aio"
+  local o = recipe and recipe.offload or {}
+  local explicit = o.nvme_path and o.nvme_path ~= ""
+  local path = explicit and o.nvme_path or ((out_dir or "runs/offload") .. "/nvme")
+  local block, err = memory.parse_size(o.block_size or "1MiB")
+  if not block then error("offload.block_size: " .. err, 0) end
+  if explicit then
+    -- a path the user named must exist: a typo must not become a new directory
+    local f, ferr = io.open(path)
+    if not f and tostring(ferr):find("No such file", 1, true) then
+      error(("offload.nvme_path %s does not exist; create it (a directory on a fast local disk) or " ..
+             "leave offload.nvme_path empty for the run's OUT/nvme"):format(path), 0)
+    end
+    if f then f:close() end
+  else
+    local ok, merr = fs.mkdirs(path, "output directory")
+    if not ok then error("offload.nvme_path: " .. tostring(merr), 0) end
+  end
+  -- the launcher removes these swap files if this rank is killed (launch.run)
+  registry.note("nvme " .. path)
+  return aio.configure { path = path, block_bytes = block, queue_depth = o.queue_depth or 8,
+                         checksum = o.checksum or false }
+end
+
+return M

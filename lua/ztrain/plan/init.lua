@@ -1,0 +1,516 @@
+-- ztrain.plan: the memory planner. Predicts the bytes one rank holds, by
+-- tier (device, host, nvme) and category (params, grads, optim,
+-- activations, comm, other: memory.lua's), for a recipe under a strategy,
+-- without allocating anything.
+--
+-- The prediction follows what the code allocates, not a textbook formula:
+--  * model state: every unit's flat buffer is u.padded elements (gpt2.lua;
+--    sharded strategies pad to N x the norm block), a shard is padded / N;
+--    the optimizer's moments cover u.numel (replicated) or the shard (zero);
+--    mixed precision keeps fp32 master weights with the moments (optim) and
+--    an fp32 accumulator (grads). The seeds' 2 + 2 + 12 bytes per parameter
+--    are these numbers without the padding.
+--  * activations: one activation set of the sequential driver plus the
+--    stage's scratch, from model/activations.lua's own slab plan (exact).
+--  * model state and working buffers are each strategy's own memory model
+--    (S.footprint: strategy/footprint.lua, replicated.lua, zero_footprint.lua),
+--    which the planner asks without knowing strategies by name. Working
+--    buffers (comm): the gradient buckets, gathered units, MPI scratch and
+--    host staging that strategy/zero.lua, dp.lua and offload.lua keep in
+--    their pools. These follow the pools' reuse pattern: in flight
+--    at once are the unit computing, the one prefetched and MAX_INFLIGHT
+--    reductions (zero.lua), each pooled by size. Measured equal on
+--    gpt2-tiny and gpt2-mini (spec/plan_spec.lua); for other shapes an
+--    estimate of the same pattern.
+-- Pipelines: the heaviest stage, its sets in flight from the schedule's
+-- simulator (pipeline rows are checked on one recipe, 1F1B on 2 ranks).
+local memory = require "ztrain.core.memory"
+local gpt2 = require "ztrain.model.gpt2"
+local Acts = require "ztrain.model.activations"
+local precision = require "ztrain.model.precision"
+local host = require "ztrain.util.host"
+local losses = require "ztrain.parallel.driver.losses"
+local fp = require "ztrain.parallel.strategy.footprint"
+
+local M = {}
+
+local TIERS, CATS = memory.tiers, memory.categories
+local GPT2_VOCAB = 50257
+local NORM_BLOCK = 1024       -- shard.lua's BLOCK (zt_sum_block); read from the runtime when loaded
+
+-- The strategies the plan compares, by name (each resolved through the
+-- strategy registry, which says where it keeps things and how many bytes:
+-- S.placement, S.footprint, strategy/footprint.lua), with the plan's own
+-- facts: single is listed for one rank only; pipeline_1f1b is a schedule
+-- over replicated stages, not a strategy object.
+local LISTED = { { name = "single", one_rank = true }, { name = "dp" }, { name = "zero1" }, { name = "zero2" },
+                 { name = "zero3" }, { name = "zero2_offload" }, { name = "zero3_offload" },
+                 { name = "zero3_infinity" }, { name = "pipeline_1f1b", pipeline = true } }
+
+-- spec_of(strategy) -> the plan's description of a strategy object or
+-- name: { name, stage, otier, ptier (its placement), footprint }, or nil for
+-- a strategy without a memory model (a user's own).
+function M.spec_of(s)
+  if type(s) == "string" then
+    for _, e in ipairs(M.STRATEGIES or {}) do if e.name == s then return e end end   -- the plan's list
+    local ok, obj = pcall(require("ztrain.parallel.strategy").resolve, s)
+    if not ok then return nil end
+    s = obj
+  end
+  if type(s) ~= "table" or type(s.placement) ~= "table" or type(s.footprint) ~= "function" then return nil end
+  local p = s.placement
+  return { name = s.name, stage = p.stage, otier = p.otier, ptier = p.ptier, footprint = s.footprint }
+end
+
+local function replicated_spec(name)
+  local rep = require "ztrain.parallel.strategy.replicated"
+  return { name = name, stage = 0, footprint = rep.footprint }
+end
+
+-- M.STRATEGIES: LISTED with each one's description (spec_of), in order
+M.STRATEGIES = {}
+for i, e in ipairs(LISTED) do
+  local spec = e.pipeline and replicated_spec(e.name) or assert(M.spec_of(e.name), e.name)
+  spec.one_rank, spec.pipeline = e.one_rank, e.pipeline
+  M.STRATEGIES[i] = spec
+end
+
+-- vocab(r) -> the vocabulary a run of r would have: model.vocab_size, or
+-- its tokenizer's (256 for bytes; bpe reads its vocabulary, a fraction of
+-- a second), else GPT-2's 50257.
+function M.vocab(r)
+  if r.model.vocab_size > 0 then return r.model.vocab_size end
+  if r.data.tokenizer == "bytes" then return 256 end
+  local ok, tok = pcall(require("ztrain.model.data").tokenizer, r.data.tokenizer)
+  return ok and tok.vocab_size or GPT2_VOCAB
+end
+M.GPT2_VOCAB = GPT2_VOCAB
+
+local function norm_block()
+  local ok, shard = pcall(require, "ztrain.parallel.strategy.shard")
+  return ok and shard.BLOCK or NORM_BLOCK
+end
+
+-- units(cfg, pad) -> the model's units (numel, padded, kind), no buffers.
+function M.units(cfg, pad)
+  return gpt2.new(cfg, { alloc = false, pad = pad }).units
+end
+
+local function zero_tiers()
+  local t = {}
+  for _, tier in ipairs(TIERS) do
+    t[tier] = {}
+    for _, c in ipairs(CATS) do t[tier][c] = 0 end
+  end
+  return t
+end
+
+local add = fp.add
+M.mpi_scratch = fp.mpi_scratch
+
+-- checkpointed(r, units) -> { [unit index] = true }: driver/stage.lua's choice.
+local function checkpointed(r, units)
+  local every, out, k = r.train.checkpoint_activations, {}, 0
+  if every == true then every = 1 end
+  if not every or every == 0 then return out end
+  for _, u in ipairs(units) do
+    if u.kind == "block" then
+      if k % every == 0 then out[u.index] = true end
+      k = k + 1
+    end
+  end
+  return out
+end
+
+-- Activations of `sets` micro-batches in flight over these units, and the
+-- stage's scratch (model/activations.lua's plan); kept inputs on the host.
+local function activations(t, cfg, r, units, sets)
+  local B, Tlen = r.batch.micro, r.data.seq_len
+  local ckpt = checkpointed(r, units)
+  local host = r.train.checkpoint_host and next(ckpt) ~= nil
+  -- bf16 GEMMs keep what only they read in bf16 (the trainer's choice)
+  local g16 = precision.gemm16(r)
+  add(t, "device", "activations", sets * Acts.set_bytes(cfg, B, Tlen, units, ckpt, host, g16) +
+      Acts.scratch_bytes(cfg, B, Tlen, { recompute = next(ckpt) ~= nil, host = host, gemm16 = g16 }))
+  -- the head's stage keeps the step's per-position losses (driver/losses.lua)
+  for _, u in ipairs(units) do
+    if u.kind == "head" then add(t, "device", "activations", losses.bytes(r.batch.accumulate, B, Tlen)) end
+  end
+  if host then
+    for _ in pairs(ckpt) do add(t, "host", "activations", sets * B * Tlen * cfg.C * 4) end
+  end
+end
+
+-- Rank 0's sample (sample.tokens > 0, at each evaluation and at the end,
+-- while the training activations are held): model/generate.lua's session (a
+-- key/value cache of prompt + tokens positions, the final norm, logits)
+-- and its work rows (the prompt's prefill and one decode row), and for a
+-- strategy that keeps no full parameters (sharded, or mixed precision) a
+-- full fp32 copy of the model ("other", trainer.lua's sample).
+local GEN_ROWS = { 1, 1, 1, 3, 1, 1, 1, 4, 4 }
+local function gen_work(C, n)
+  local total = 2 * n + 16
+  for _, k in ipairs(GEN_ROWS) do total = total + math.ceil(n * k * C / 16) * 16 end
+  return 4 * (total + n)
+end
+
+local function sample(t, cfg, r, spec, units)
+  if r.sample.tokens <= 0 then return end
+  local n = #r.sample.prompt + 1                 -- tokens of the prompt, at most one per byte
+  local okt, tok = pcall(require("ztrain.model.data").tokenizer, r.data.tokenizer)
+  if okt and r.sample.prompt ~= "" and tok.encode then
+    local oke, ids = pcall(tok.encode, tok, r.sample.prompt)
+    if oke and type(ids) == "table" then n = #ids end
+  end
+  local cap = math.min(n + r.sample.tokens, cfg.maxT)
+  add(t, "device", "activations", 4 * (2 * cfg.L * cfg.C * cap + cfg.C + 2 + cfg.V) + gen_work(cfg.C, n) +
+      gen_work(cfg.C, 1))
+  if spec.stage > 0 or r.precision ~= "fp32" then
+    for _, u in ipairs(M.units(cfg, gpt2.PAD)) do add(t, "device", "other", 4 * u.padded) end
+  end
+end
+
+-- model_config(r) -> the GPT-2 shape a recipe asks for (the plan's vocab).
+function M.model_config(r)
+  if r.model.from ~= "" then
+    return require("ztrain.model.hf").config(require("ztrain.model.hf").dir_of(r.model.from))
+  end
+  return gpt2.config(r.model.size, { vocab_size = M.vocab(r) })
+end
+
+-- A pipeline (one stage per rank, pipeline.stages or nproc of them, loop
+-- placement): each stage's units as parallel/schedule/stages.lua splits them
+-- ("params"; "time" is taken as "params"), the activation sets in flight on
+-- it as the schedule's simulator counts them (1F1B: one per later stage;
+-- a stage that sends gradients back holds one more while the send is out),
+-- and on the last stage the tied embedding's replica (parameters and
+-- gradients) with its outgoing gradient buffers (two measured in flight).
+-- Returns the heaviest rank's prediction.
+local function pipeline(cfg, r, P, lowp)
+  local model = gpt2.new(cfg, { alloc = false, pad = gpt2.PAD })
+  local split = type(r.pipeline.split) == "table" and r.pipeline.split or "params"
+  local counts = require("ztrain.parallel.schedule.stages").partition(model, P, split)
+  local stages = require("ztrain.parallel.driver.stage").stages(model, counts)
+  local sched = type(r.schedule) == "string" and r.schedule ~= "" and r.schedule or "1f1b"
+  local lists = require("ztrain.parallel.schedule.library").build(sched, { ranks = P, microbatches = r.batch.accumulate,
+                                                                   chunks = 1 })
+  local res = require("ztrain.parallel.schedule.simulate").check(lists)
+  local best, best_total
+  for s, st in ipairs(stages) do
+    local t = zero_tiers()
+    fp.replicated_state(t, st.units, lowp, r.batch.accumulate)
+    if st.has_head and not st.has_embed then
+      local e, pb = model.embed, lowp and 2 or 4
+      add(t, "device", "params", pb * e.padded)
+      add(t, "device", "grads", pb * e.padded)
+      add(t, "device", "comm", 2 * 4 * cfg.V * cfg.C)
+    end
+    -- a stage after the first keeps a set until its backward's send is
+    -- taken (driver/schedule.lua retires it late): one more than simulated
+    -- when the schedule reuses sets (1F1B), none when all are live (GPipe)
+    local peak = math.max(res.peak[s - 1] or 1, 1)
+    activations(t, cfg, r, st.units, peak + ((s > 1 and peak < r.batch.accumulate) and 1 or 0))
+    local total = M.totals(t).device
+    if not best or total > best_total then best, best_total = t, total end
+  end
+  return best
+end
+
+-- predict(r, opts) -> { device = { params =, grads =, optim =, activations =,
+-- comm =, other = }, host = {...}, nvme = {...} }: one rank's peak bytes.
+-- r: a resolved recipe (recipe.resolve); opts.nproc (world size, default
+-- r.launch.nproc or 1), opts.strategy (a name or object; default
+-- r.strategy), opts.cfg (the model's shape; default from r). Raises for a
+-- strategy the planner does not know.
+function M.predict(r, opts)
+  opts = opts or {}
+  local spec = opts.spec or M.spec_of(opts.strategy or r.strategy)
+  if not spec then
+    local s = opts.strategy or r.strategy
+    error(("plan: cannot predict strategy %s: it has no memory model (S.placement and S.footprint, " ..
+           "docs/strategies.md)"):format(type(s) == "table" and tostring(s.name) or tostring(s)), 0)
+  end
+  local world = opts.nproc or math.max(r.launch.nproc, 1)
+  local cfg = opts.cfg or M.model_config(r)
+  local lowp = r.precision ~= "fp32"
+  local t = zero_tiers()
+  if spec.pipeline then
+    return pipeline(cfg, r, math.max(r.pipeline.stages > 1 and r.pipeline.stages or world, 1), lowp), spec
+  end
+  local N = spec.one_rank and 1 or world
+  local pad = spec.stage == 0 and gpt2.PAD or N * norm_block()
+  local units = M.units(cfg, pad)
+  spec.footprint(t, { units = units, N = N, lowp = lowp, accumulate = r.batch.accumulate, recipe = r })
+  activations(t, cfg, r, units, 1)
+  sample(t, cfg, r, spec, units)
+  return t, spec
+end
+
+-- totals(t) -> { device =, host =, nvme = } bytes per tier.
+function M.totals(t)
+  local out = {}
+  for _, tier in ipairs(TIERS) do
+    local n = 0
+    for _, c in ipairs(CATS) do n = n + t[tier][c] end
+    out[tier] = n
+  end
+  return out
+end
+
+---------------------------------------------------------------------------
+-- Ranking: which strategy that fits is fastest to try. Simple and stated:
+-- first the slowest tier a step streams state through (none < pipeline
+-- bubble < host < nvme), then the bytes a rank moves per step over the
+-- network and to/from host or nvme (the textbook volumes: all-reduce 2x
+-- the gradient, reduce-scatter + all-gather, zero3's two gathers; offload
+-- moves gradient and parameter shards, nvme the optimizer state too).
+local CLASS = { none = 0, pipeline = 1, host = 2, nvme = 3 }
+
+-- traffic(spec, psi, N, lowp) -> { class =, net =, offload = } bytes per step.
+function M.traffic(spec, psi, N, lowp)
+  local pb, f = lowp and 2 or 4, N > 1 and (N - 1) / N or 0
+  local net, off = 0, 0
+  if spec.pipeline then return { class = CLASS.pipeline, net = 0, offload = 0 } end
+  if spec.stage == 0 then net = 2 * 4 * psi * f
+  elseif spec.stage < 3 then net = (4 + pb) * psi * f
+  else net = (4 + 2 * pb) * psi * f end
+  local class = CLASS.none
+  if spec.otier then
+    class = CLASS[spec.otier]
+    off = (4 + pb) * psi / N                                     -- gradient shards out, parameters back
+    if spec.ptier then off = off + 2 * pb * psi / N end          -- parameter shards fetched each pass
+    if spec.otier == "nvme" then off = off + 2 * (8 + (lowp and 4 or 0)) * psi / N end
+  end
+  return { class = class, net = net, offload = off }
+end
+
+-- available() -> bytes of MemAvailable (/proc/meminfo), or nil.
+M.available = host.mem_available
+
+-- limit(r, local_ranks) -> bytes a rank may hold on the device tier, and
+-- where the number comes from: device.memory_limit, or on the CPU backend
+-- (device and host are both this machine's memory) MemAvailable shared by
+-- the local ranks.
+function M.limit(r, local_ranks)
+  local lim = memory.parse_size(r.device.memory_limit) or 0
+  if lim > 0 then return lim, "device.memory_limit", true end
+  local avail = M.available()
+  if not avail then return nil end
+  return math.floor(avail / math.max(local_ranks or 1, 1)), ("available memory (%s, /proc/meminfo) / %d local rank(s)")
+         :format(memory.format(avail), math.max(local_ranks or 1, 1)), false
+end
+
+-- fits(t, r, limit, explicit) -> true when a rank's prediction fits: the
+-- device tier under device.memory_limit; without one, on the CPU backend,
+-- device + host under the rank's share of available memory.
+function M.fits(t, r, limit, explicit)
+  if not limit then return true end
+  local tot = M.totals(t)
+  if explicit then return tot.device <= limit end
+  if r.device.backend == "cpu" then return tot.device + tot.host <= limit end
+  return tot.host <= limit
+end
+
+-- faster(a, b) -> true when row a ranks before row b: the slower tier
+-- class last, then fewer bytes moved, then (a tie, e.g. zero1 and zero2)
+-- fewer device bytes.
+function M.faster(a, b)
+  local ta, tb = a.traffic, b.traffic
+  if ta.class ~= tb.class then return ta.class < tb.class end
+  local ma, mb = ta.net + ta.offload, tb.net + tb.offload
+  if ma ~= mb then return ma < mb end
+  return a.totals.device < b.totals.device
+end
+
+local function psi_of(cfg)
+  local n = 0
+  for _, u in ipairs(M.units(cfg, gpt2.PAD)) do n = n + u.numel end
+  return n
+end
+
+-- hardware(nproc, o) -> steptime's hardware for `ztrain plan`: the stated
+-- cluster (steptime.CLUSTER) with o's overrides (hosts, gpus_per_host,
+-- link, latency, intra_link, intra_latency, flops, mfu: numbers, already
+-- parsed), and the layout: hosts x gpus_per_host = nproc. Raises naming the
+-- flag when they disagree.
+function M.hardware(nproc, o)
+  local st = require "ztrain.plan.steptime"
+  o = o or {}
+  local hw = {}
+  for k, v in pairs(st.CLUSTER) do hw[k] = v end
+  if o.flops then hw.peak_flops = o.flops end
+  if o.mfu then hw.mfu = o.mfu end
+  hw.flops = hw.peak_flops * hw.mfu
+  if o.link then hw.inter_bw = o.link end
+  if o.latency then hw.latency = o.latency end
+  if o.intra_link then hw.intra_bw = o.intra_link end
+  if o.intra_latency then hw.intra_latency = o.intra_latency end
+  -- no layout given: as many ranks a host as divide nproc, up to the cluster's
+  local G = o.gpus_per_host or (o.hosts and nproc / o.hosts)
+  if not G then
+    G = math.min(nproc, hw.gpus_per_host)
+    while nproc % G ~= 0 do G = G - 1 end
+  end
+  local H = o.hosts or nproc / G
+  if H * G ~= nproc or H ~= math.floor(H) or G ~= math.floor(G) then
+    error(("plan: nproc=%d ranks cannot be laid out as %s host(s) x %s rank(s) a host: give --hosts and " ..
+           "--gpus-per-host whose product is nproc"):format(nproc, o.hosts and tostring(o.hosts) or "whole",
+           o.gpus_per_host and tostring(o.gpus_per_host) or "whole"), 0)
+  end
+  hw.hosts, hw.gpus_per_host = H, G
+  return hw
+end
+
+-- time(r, spec, nproc, cfg, hw) -> steptime's breakdown of one step (its
+-- .step in seconds) for a strategy of the plan at nproc ranks laid out as
+-- hw says (M.hardware), or nil for one the model does not know.
+function M.time(r, spec, nproc, cfg, hw)
+  local st = require "ztrain.plan.steptime"
+  local name = spec.one_rank and "dp" or spec.name
+  if spec.pipeline then name = "pipeline_1f1b" end
+  local one = spec.one_rank or nproc == 1
+  local o = { cfg = cfg, strategy = name, B = r.batch.micro, T = r.data.seq_len, m = r.batch.accumulate,
+              hosts = one and 1 or hw.hosts, gpus = one and 1 or hw.gpus_per_host, lowp = r.precision ~= "fp32",
+              recompute = r.train.checkpoint_activations and true or false, units = cfg.L + 2 }
+  -- a layout or strategy the model does not cover ("steptime: ..."): no
+  -- time; anything else is a bug and raises
+  local ok, res = pcall(st.step, o, hw)
+  if ok then return res end
+  if type(res) == "string" and res:match("^steptime: ") then return nil end
+  error(res, 0)
+end
+
+-- rows(r, nproc, cfg, hw) -> one row per strategy of M.STRATEGIES that
+-- applies at nproc ranks: { name, t (predict), totals, fits, traffic, time
+-- (steptime, when hw is given: M.hardware) }, and the limit's description;
+-- rows.best is the fastest row that fits (by the ranking below), rows.quickest
+-- the one the step-time model finds fastest among those that fit.
+function M.rows(r, nproc, cfg, hw)
+  cfg = cfg or M.model_config(r)
+  local psi, lowp = psi_of(cfg), r.precision ~= "fp32"
+  local limit, source, explicit = M.limit(r, nproc)
+  local rows = { cfg = cfg, psi = psi, nproc = nproc, limit = limit, source = source }
+  for _, spec in ipairs(M.STRATEGIES) do
+    local applies = (spec.one_rank or nproc > 1 or spec.otier) and not (spec.pipeline and nproc < 2)
+    if applies then
+      local N = spec.one_rank and 1 or nproc
+      local t = M.predict(r, { spec = spec, nproc = nproc, cfg = cfg })
+      local row = { name = spec.name, spec = spec, t = t, totals = M.totals(t), fits = M.fits(t, r, limit, explicit),
+                    traffic = M.traffic(spec, psi, N, lowp), ranks = spec.pipeline and nproc or N }
+      if hw then row.time = M.time(r, spec, nproc, cfg, hw) end
+      if row.time then
+        -- a pipeline's step is one replica's micro-batches, dp's every rank's
+        local replicas = (spec.pipeline or spec.one_rank) and 1 or N
+        row.tokens_per_s = r.batch.micro * r.data.seq_len * r.batch.accumulate * replicas / row.time.step
+      end
+      rows[#rows + 1] = row
+      if row.fits and row.time and (nproc == 1 or not spec.one_rank) then
+        local q = rows.quickest
+        -- a tie (zero1 and zero2 move the same bytes): the fewer device bytes
+        if not q or row.tokens_per_s > q.tokens_per_s or
+           (row.tokens_per_s == q.tokens_per_s and row.totals.device < q.totals.device) then rows.quickest = row end
+      end
+      -- single uses one rank of nproc: the fastest to try only on one rank
+      local candidate = row.fits and (nproc == 1 or not spec.one_rank)
+      local b = rows.best
+      if candidate and (not b or M.faster(row, b)) then
+        rows.best = row
+      end
+    end
+  end
+  return rows
+end
+
+---------------------------------------------------------------------------
+-- The pre-flight check of a run (trainer.lua, before anything is
+-- allocated): the same prediction as `ztrain plan`, against
+-- device.memory_limit (the device tier), or without one on the CPU backend
+-- against the machine's available memory shared by the local ranks (device
+-- and host are both RAM there; the kernel's OOM killer would end the run
+-- without a word). nvme bytes live on disk and are not counted.
+-- o = { recipe, strategy (object), cfg, nproc (data-parallel ranks),
+-- local_ranks }. Returns nil when it fits, false when the strategy or
+-- driver is one the planner does not predict, else the refusal's text.
+function M.preflight(o)
+  local r = o.recipe
+  local spec = M.spec_of(o.strategy)
+  local nproc = o.nproc
+  -- pipelines keep one more activation set than predicted when a send is
+  -- slow to be taken (timing): they are checked on model state only
+  if not spec or r.pipeline.stages > 1 or r.schedule ~= "" then return false end
+  local t = M.predict(r, { spec = spec, nproc = nproc, cfg = o.cfg })
+  local tot = M.totals(t)
+  local lim = memory.parse_size(r.device.memory_limit) or 0
+  local need, limit, source
+  if lim > 0 then
+    need, limit, source = tot.device, lim, {}
+  elseif r.device.backend == "cpu" then
+    local avail = M.available()
+    if not avail then return nil end
+    local lr = math.max(o.local_ranks or 1, 1)
+    need, limit, source = tot.device + tot.host, math.floor(avail / lr), { avail = avail, local_ranks = lr }
+  else
+    return nil
+  end
+  if need <= limit then return nil end
+  -- what fits instead, fastest first, at the same ranks (a limit
+  -- explicit or not, as above)
+  local rows = M.rows(r, nproc, o.cfg)
+  local alts = {}
+  for _, row in ipairs(rows) do
+    if row.fits and row.name ~= spec.name and not row.spec.pipeline and (nproc == 1 or not row.spec.one_rank) then
+      alts[#alts + 1] = row
+    end
+  end
+  table.sort(alts, M.faster)
+  return M.refusal({ what = ("%s under %s"):format(o.cfg.name, spec.name), t = t,
+    need = need, limit = limit, avail = source.avail, local_ranks = source.local_ranks, explicit = lim > 0, alts = alts, nproc = nproc, recipe = r })
+end
+
+-- The planner's category columns (`ztrain plan`'s and the refusal's): a
+-- tier's bytes marked h (host) or n (nvme).
+local TIER_MARK = { device = "", host = " h", nvme = " n" }
+M.COLUMNS = { { "params", { "params" } }, { "grads", { "grads" } }, { "optim", { "optim" } },
+              { "activations", { "activations" } }, { "working", { "comm", "other" } } }
+
+-- A category column: its bytes on every tier, the tier marked (h host, n nvme).
+function M.cell(t, cats)
+  local parts = {}
+  for _, tier in ipairs(memory.tiers) do
+    local n = 0
+    for _, c in ipairs(cats) do n = n + t[tier][c] end
+    if n > 0 then parts[#parts + 1] = memory.format(n) .. TIER_MARK[tier] end
+  end
+  return #parts == 0 and "0" or table.concat(parts, " + ")
+end
+
+-- refusal(o) -> the pre-flight's message (plan.preflight): the predicted
+-- bytes per category, the limit, and what to try: the strategies that fit,
+-- fastest first, and the `ztrain plan` line that shows them all.
+function M.refusal(o)
+  local parts = {}
+  for _, c in ipairs(M.COLUMNS) do parts[#parts + 1] = c[1] .. " " .. M.cell(o.t, c[2]) end
+  local try = {}
+  for i = 1, math.min(#o.alts, 3) do
+    local a = o.alts[i]
+    try[#try + 1] = ("strategy=%s (%s)"):format(a.name, memory.format(o.explicit and a.totals.device or a.totals.device + a.totals.host))
+  end
+  local r = o.recipe
+  local plan_line = ("ztrain plan %s%snproc=%d%s"):format(r.path and (r.path .. " ") or "",
+    r.path and "" or ("model.size=" .. r.model.size .. " "), o.nproc,
+    o.explicit and (" device.memory_limit=" .. tostring(r.device.memory_limit)) or "")
+  local head = o.explicit and "device memory limit exceeded (predicted before the run): " or
+               "not enough memory (predicted before the run): "
+  local over = o.explicit and ("over device.memory_limit = " .. memory.format(o.limit)) or
+               ("but each rank has %s (MemAvailable %s in /proc/meminfo over %d local rank(s))")
+               :format(memory.format(o.limit), memory.format(o.avail), o.local_ranks)
+  local advice = #try > 0 and ("try " .. table.concat(try, ", ")) or
+                 ("no other strategy fits at %d rank(s): use more ranks or train.checkpoint_activations=true"):format(o.nproc)
+  local escape = o.explicit and "raise device.memory_limit" or "set device.memory_limit to try anyway"
+  return ("%s%s needs %s per rank (%s; h = host, n = nvme), %s; %s, lower batch.micro or data.seq_len, or %s " ..
+          "(`%s` with your overrides shows every strategy)"):format(head, o.what, memory.format(o.need),
+          table.concat(parts, ", "), over, advice, escape, plan_line)
+end
+
+
+return M

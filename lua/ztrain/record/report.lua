@@ -1,0 +1,196 @@
+-- ztrain.record.report: what a run shows and leaves behind.
+--
+-- metrics.jsonl (one object per logged step), summary.json (the run's
+-- contract, DESIGN.md "Run outputs"), a live progress line on a terminal
+-- (plain lines otherwise), and the end-of-run table.
+local memory = require "ztrain.core.memory"
+local libc = require "ztrain.core.libc"
+local durable = require "ztrain.util.durable"
+local errors = require "ztrain.core.errors"
+local fs = require "ztrain.util.fs"
+local json = require "ztrain.util.json"   -- its own settings: NaN as null, 14 digits
+
+local M = {}
+
+-- mkdir -p; returns true or nil, "cannot create output directory PATH:
+-- REASON" (util/fs.mkdirs; kept here for recipes and examples that call it)
+function M.mkdirs(path) return fs.mkdirs(path, "output directory") end
+
+-- Write a file atomically and durably (ztrain.util.durable): the old file or
+-- the new one, never half of one; nil, "cannot write PATH: REASON" on failure.
+M.write_atomic = durable.write_atomic
+
+-- Is stdout a terminal? Under mpirun a rank's stdout is a pty whatever the
+-- user's terminal is, so `ztrain --nproc` passes its own answer in ZTRAIN_TTY;
+-- under another launcher, plain lines.
+function M.is_tty()
+  local env = os.getenv("ZTRAIN_TTY")
+  if env then return env == "1" end
+  if require("ztrain.core.comm").launched() then return false end
+  return libc.isatty(1) == 1
+end
+
+-- The process's resident memory from the OS (/proc/self/status): peak
+-- (VmHWM) and current (VmRSS) bytes. It counts what the tier accounting
+-- does not: the dataset, LuaJIT, OpenBLAS's and MPI's buffers, the code.
+function M.rss()
+  local f = io.open("/proc/self/status", "rb")
+  if not f then return 0, 0 end
+  local s = f:read("*a")
+  f:close()
+  local hwm, cur = s:match("VmHWM:%s*(%d+) kB"), s:match("VmRSS:%s*(%d+) kB")
+  return (tonumber(hwm) or 0) * 1024, (tonumber(cur) or 0) * 1024
+end
+
+-- Memory snapshot for one rank, as summary.json carries it.
+function M.memory_snapshot()
+  local s = memory.stats()
+  local by = {}
+  for _, cat in ipairs(memory.categories) do
+    by[cat] = { device = s.device.by_category[cat].peak, host = s.host.by_category[cat].peak,
+                nvme = s.nvme.by_category[cat].peak }
+  end
+  return { rank = 0, device_peak = s.device.peak, host_peak = s.host.peak, nvme_peak = s.nvme.peak,
+           rss_peak = (M.rss()), by_category = by }
+end
+
+-- Memory snapshots of every rank (a collective), indexed by rank + 1.
+local FIELDS = { "device_peak", "host_peak", "nvme_peak", "rss_peak" }
+function M.gather_memory(world)
+  local mine = M.memory_snapshot()
+  if world.size == 1 then return { mine } end
+  local vals = {}
+  for _, f in ipairs(FIELDS) do vals[#vals + 1] = mine[f] end
+  for _, cat in ipairs(memory.categories) do
+    vals[#vals + 1] = mine.by_category[cat].device
+    vals[#vals + 1] = mine.by_category[cat].host
+    vals[#vals + 1] = mine.by_category[cat].nvme
+  end
+  local all, out = world:gather_doubles(vals), {}
+  for r, row in ipairs(all) do
+    local m, i = { rank = r - 1, by_category = {} }, 1
+    for _, f in ipairs(FIELDS) do m[f] = row[i]; i = i + 1 end
+    for _, cat in ipairs(memory.categories) do
+      m.by_category[cat] = { device = row[i], host = row[i + 1], nvme = row[i + 2] }
+      i = i + 3
+    end
+    out[r] = m
+  end
+  return out
+end
+
+-- Add to each rank's entry: model_state (params + grads + optim peaks, every
+-- tier) and working (comm: gradient buckets, gathered units, reduce scratch).
+function M.with_totals(mem)
+  for _, m in ipairs(mem) do
+    local by = m.by_category
+    local function both(c) return by[c].device + by[c].host + (by[c].nvme or 0) end
+    m.model_state = both("params") + both("grads") + both("optim")
+    m.working = both("comm")
+  end
+  return mem
+end
+
+local Log = {}
+Log.__index = Log
+
+-- open(outdir, {total_steps=, quiet=}) -> logger
+function M.open(outdir, opts)
+  local f, err = durable.appender(outdir .. "/metrics.jsonl")
+  if not f then return nil, err end
+  return setmetatable({ f = f, outdir = outdir, tty = M.is_tty() and not opts.quiet,
+                        quiet = opts.quiet, total = opts.total_steps, t0 = os.time() }, Log)
+end
+
+local function fmt_eta(s)
+  if s >= 3600 then return ("%dh%02dm"):format(math.floor(s / 3600), math.floor((s % 3600) / 60)) end
+  return ("%dm%02ds"):format(math.floor(s / 60), math.floor(s % 60))
+end
+
+-- metrics(rec): rec has step, loss, lr, grad_norm, step_ms, tokens_per_s, ...
+function Log:metrics(rec)
+  rec.memory = { device = memory.current("device"), host = memory.current("host"),
+                 device_peak = memory.peak("device"), host_peak = memory.peak("host"),
+                 rss = select(2, M.rss()) }
+  local ok, err = self.f:append(json.encode(rec) .. "\n")
+  -- a metrics file cut short is an I/O error of the run, not a silent gap
+  if not ok then error(errors.io(err), 0) end
+end
+
+-- progress(rec, elapsed_s): the live line on a TTY; a plain line otherwise
+-- (only when asked: log steps).
+function Log:progress(rec, elapsed, plain)
+  if self.quiet then return end
+  local eta = elapsed / rec.step * (self.total - rec.step)
+  local line = ("step %5d/%d  loss %.4f  lr %.2e  norm %.3f  %7.0f tok/s  %6.0f ms/step  eta %s")
+      :format(rec.step, self.total, rec.loss, rec.lr, rec.grad_norm, rec.tokens_per_s,
+              rec.step_ms, fmt_eta(eta))
+  if rec.eval_loss then line = line .. ("  eval %.4f"):format(rec.eval_loss) end
+  if self.tty then
+    io.stdout:write("\r\27[K", line)
+    if plain then io.stdout:write("\n") end
+    io.stdout:flush()
+  elseif plain then
+    io.stdout:write(line, "\n")
+    io.stdout:flush()
+  end
+end
+
+-- close() -> true | nil, err (the final fsync can fail too)
+function Log:close()
+  local f = self.f
+  self.f = nil
+  if f then return f:close() end
+  return true
+end
+
+-- The end-of-run table, in the seeds' spirit.
+function M.print_summary(s)
+  local w = io.stdout
+  w:write(("\n%s: %s on %d rank(s), %s (%d params), %d step(s), %d tokens\n")
+          :format(s.recipe, s.strategy, s.world_size, s.model.name, s.model.params, s.steps, s.tokens))
+  local function num(x) return type(x) == "number" and x or 0 / 0 end
+  if type(s.first_loss) ~= "number" then
+    w:write("  loss        (no step trained)")
+  else
+    w:write(("  loss        %.4f -> %.4f"):format(num(s.first_loss), num(s.final_loss)))
+  end
+  if type(s.test_loss) == "number" then w:write(("   test %.4f"):format(s.test_loss)) end
+  if type(s.eval_loss) == "number" then w:write(("   eval %.4f (perplexity %.2f)"):format(s.eval_loss, s.perplexity)) end
+  w:write(("\n  time        %.1f s, %.0f tokens/s (median), %.1f ms/step (median)\n")
+          :format(s.seconds, s.tokens_per_s, s.step_ms_median))
+  local pred = s.predicted
+  local predicted = pred and (pred.params + pred.grads + pred.optim + (pred.accumulator or 0))
+  for _, m in ipairs(s.memory) do
+    local by = m.by_category
+    local state = m.model_state
+    w:write(("  memory%s device peak %s, host peak %s%s, process %s resident; model state %s%s\n")
+            :format(#s.memory > 1 and (" r" .. m.rank) or "   ", memory.format(m.device_peak),
+                    memory.format(m.host_peak),
+                    (m.nvme_peak or 0) > 0 and (", nvme peak " .. memory.format(m.nvme_peak)) or "",
+                    memory.format(m.rss_peak or 0),
+                    memory.format(state),
+                    predicted and (" (predicted " .. memory.format(predicted) .. ")") or ""))
+    for _, tier in ipairs({ "device", "host", "nvme" }) do
+      local parts = {}
+      for _, cat in ipairs(memory.categories) do
+        local v = by[cat][tier]
+        if v and v > 0 then parts[#parts + 1] = cat .. " " .. memory.format(v) end
+      end
+      if #parts > 0 then w:write(("    %-6s by category %s\n"):format(tier, table.concat(parts, ", "))) end
+    end
+  end
+  local off = type(s.strategy_stats) == "table" and s.strategy_stats.offload
+  if off then
+    w:write(("  offload     per step: %.0f ms waiting for parameter fetches, %.0f ms waiting for the " ..
+             "optimizer's transfers, %.0f ms updating on the host (%s)\n"):format(off.fetch_wait_ms,
+             off.io_wait_ms, off.update_ms, off.tier))
+  end
+  for _, l in ipairs(require("ztrain.record.comm").lines(s.comm_per_step) or {}) do w:write(l, "\n") end
+  if s.exit and s.exit ~= "ok" then w:write(("  exit        %s\n"):format(s.exit)) end
+  w:write(("  digest      %s\n  output      %s\n"):format(s.param_digest, s.out))
+end
+
+function M.encode(t) return json.encode(t) end
+
+return M

@@ -1,0 +1,157 @@
+-- ztrain.train.checkpoint: a run's state on disk, written by every rank at once,
+-- read back by any strategy on any number of ranks.
+--
+-- The format (a directory ROOT/step-NNNNNNNN/ of manifest.json and one
+-- rank-RRRRR.bin + rank-RRRRR.json per rank; ROOT/latest names the newest)
+-- is described in checkpoint/format.lua; writing (save, collective, atomic:
+-- a failure leaves the previous checkpoint and `latest` as they were) in
+-- checkpoint/write.lua; reading (resolve, open: per rank, each rank reading
+-- only the checksummed blocks of the ranges it holds, whatever strategy and
+-- world size saved them) in checkpoint/read.lua. This module is their
+-- interface and the trainer's side: save_run, resume_run, load_run, and
+-- export (a checkpoint as a Hugging Face GPT-2 directory).
+local errors = require "ztrain.core.errors"
+local T = require "ztrain.core.tensor"
+local gpt2 = require "ztrain.model.gpt2"
+local hf = require "ztrain.model.hf"
+local tokenizers = require "ztrain.model.data.tokenizer"
+local format = require "ztrain.train.checkpoint.format"
+local write = require "ztrain.train.checkpoint.write"
+local read = require "ztrain.train.checkpoint.read"
+
+local M = {}
+
+M.FORMAT, M.VERSION, M.BLOCK = format.FORMAT, format.VERSION, format.BLOCK
+
+-- save(args) -> path: every rank's export written (collective; checkpoint/write.lua)
+M.save = write.save
+-- resolve(path) -> a checkpoint's directory; open(path) -> ck (checkpoint/read.lua)
+M.resolve, M.open = read.resolve, read.open
+
+local function fail(msg) error(msg, 0) end
+
+-- The model's units and shape, as the manifest records them.
+local function model_meta(tr)
+  local units = {}
+  for _, u in ipairs(tr.model.units) do units[#units + 1] = { name = u.name, numel = u.numel } end
+  local c = tr.cfg
+  return { name = c.name, L = c.L, C = c.C, NH = c.NH, V = c.V, maxT = c.maxT, units = units }
+end
+
+-- save_run(tr, root, keep) -> path: every rank's state at tr.step.
+-- Collective over the world.
+function M.save_run(tr, root, keep)
+  local ex = tr:state()
+  local G = tr.recipe.batch.micro * tr.accumulate * tr.dp.size
+  local ok, res = pcall(M.save, {
+    world = tr.world, root = root, step = tr.step, export = ex, keep = keep,
+    meta = { model = model_meta(tr), strategy = tr.strategy.name, dp = tr.dp.size,
+             pp = tr.pp and tr.pp.size or 1,
+             optim = { t = tr.optim.t },
+             -- the next global micro-batch index of the training data, and
+             -- the global batch that reached it
+             data = { next_batch = tr:next_batch(), global_batch = G, seed = tr.recipe.data.seed,
+                      tokenizer = type(tr.recipe.data.tokenizer) == "string" and tr.recipe.data.tokenizer or nil,
+                      eot = tr.tokenizer and tr.tokenizer.eot },
+             -- no random state to keep: initialisation and data order are
+             -- functions of the seeds and the step
+             rng = "none",
+             precision = tr.recipe.precision,
+             loss_scaler = tr.ctx.loss_scaler and { scale = tr.ctx.loss_scaler.scale, good = tr.ctx.loss_scaler.good,
+                                                    left = tr.ctx.loss_scaler.left,
+                                                    skipped = tr.ctx.loss_scaler.skipped } or "none" },
+  })
+  ex.free()
+  if not ok then error(res, 0) end
+  return res
+end
+
+-- resume_run(tr, path): load the checkpoint at path (a checkpoint or a root
+-- with `latest`) into this run, whatever strategy and world size saved it.
+-- Every rank reads only its ranges. Raises a user error naming what does
+-- not match (model shape, a missing shard, a corrupt block) -- on every
+-- rank alike (a collective: the first failing rank's message).
+function M.resume_run(tr, path)
+  local ok, dir, man = pcall(M.load_run, tr, path)
+  local msg = errors.agree(tr.world, ok and "" or ("rank %d: %s"):format(tr.rank, errors.message(dir)))
+  if msg ~= "" then fail(errors.all_ranks(tr.world_size > 1 and msg or msg:gsub("^rank %d+: ", ""))) end
+  tr:finish_load()                               -- e.g. low-precision parameters from the master weights
+  if tr.tied then tr.tied:sync_params() end      -- the head's replica of the embedding (a collective)
+  return dir, man
+end
+
+-- load_run(tr, path) -> dir, manifest: this rank's part of resume_run.
+function M.load_run(tr, path)
+  local ck = M.open(path)
+  local man = ck.manifest
+  local ok, err = pcall(function()
+    local mine = model_meta(tr)
+    local saved = man.model or {}
+    if saved.C and (saved.C ~= mine.C or saved.L ~= mine.L or saved.V ~= mine.V or saved.NH ~= mine.NH) then
+      fail(("checkpoint %s holds a model of %s layers, %s channels, %s heads and %s tokens, but this run's " ..
+            "model has %d, %d, %d and %d (model.size, model.vocab_size or data.tokenizer differ)"):format(ck.dir,
+            tostring(saved.L), tostring(saved.C), tostring(saved.NH), tostring(saved.V), mine.L, mine.C, mine.NH,
+            mine.V))
+    end
+    -- the same tokenizer: the embedding's rows mean the same tokens
+    local tok = type(tr.recipe.data.tokenizer) == "string" and tr.recipe.data.tokenizer or nil
+    local saved_tok = man.data and man.data.tokenizer
+    if tok and saved_tok and tok ~= saved_tok then
+      fail(("checkpoint %s was trained with data.tokenizer = %q, this run uses %q: its embedding rows " ..
+            "stand for other tokens; set data.tokenizer=%s"):format(ck.dir, saved_tok, tok, saved_tok))
+    end
+    if man.step >= tr.recipe.train.steps then
+      fail(("checkpoint %s is at step %d and train.steps is %d: nothing is left to train; raise train.steps")
+           :format(ck.dir, man.step, tr.recipe.train.steps))
+    end
+    tr:import_state(ck.read, man.step)
+    tr.optim.t = man.optim and man.optim.t or man.step
+    if man.data and man.data.next_batch then tr:set_next_batch(man.data.next_batch) end
+    -- fp16's loss scaler goes on where it was (a run in another precision starts its own)
+    local LS = tr.ctx.loss_scaler
+    if LS and type(man.loss_scaler) == "table" then
+      LS.scale, LS.good, LS.left, LS.skipped = man.loss_scaler.scale, man.loss_scaler.good, man.loss_scaler.left,
+                                                man.loss_scaler.skipped
+    end
+  end)
+  ck.close()
+  if not ok then error(err, 0) end
+  return ck.dir, man
+end
+
+-- export(path, dir) -> dir: the parameters of the checkpoint at path,
+-- consolidated from every rank's shard, written as a Hugging Face GPT-2
+-- directory (config.json + model.safetensors, F32; with vocab.json and
+-- merges.txt when the run's tokenizer was a BPE vocabulary). Needs no
+-- ranks, no strategy: `ztrain export CKPT DIR`.
+function M.export(path, dir)
+  local ck = M.open(path)
+  local man, model = ck.manifest, nil
+  local ok, err = pcall(function()
+    local m = man.model or {}
+    local cfg = gpt2.custom({ name = m.name, L = m.L, C = m.C, NH = m.NH, maxT = m.maxT, V = m.V },
+                            "checkpoint " .. ck.dir .. " manifest")
+    model = gpt2.new(cfg, { tier = "host", alloc = false })
+    for _, u in ipairs(model.units) do
+      local t = T.new({ u.padded }, { tier = "host", category = "params" })
+      model:set_params(u, t)
+      t:fill(0)
+      local v = t:view(0, { u.numel })
+      local okr, rerr = pcall(ck.read, "params", u.name, 0, u.numel, v, u.numel)
+      v:free()
+      if not okr then error(rerr, 0) end
+    end
+    local tok = man.data and man.data.tokenizer
+    local tdir
+    if tok == "bpe" then tdir = tokenizers.home .. "/" .. tokenizers.BPE_DEFAULT
+    elseif type(tok) == "string" then tdir = tok:match("^hf:(.+)$") or tok:match("^bpe:(.+)$") end
+    local oks, serr = hf.save(model, dir, { eot = man.data and man.data.eot, tokenizer_dir = tdir })
+    if not oks then error(serr, 0) end
+  end)
+  ck.close()
+  if model then model:free() end
+  if not ok then error(err, 0) end
+  return dir
+end
+
+return M

@@ -1,0 +1,204 @@
+-- ztrain.train.loop: the training loop of a run (run.lua: its directory, its
+-- summary). open(r, opts, out) builds the trainer and the run's record
+-- (the state below, R); train(R) resumes if asked and steps until
+-- train.steps, each step with its evaluation, sample, checkpoint, log line
+-- and interrupt point; stop(R, ok, err) settles how it ended: an error's
+-- status, a graceful stop's checkpoint, the metrics file closed.
+local C = require("ztrain.core.ffi").C
+local trainer = require "ztrain.train.trainer"
+local report = require "ztrain.record.report"
+local errors = require "ztrain.core.errors"
+local interrupt = require "ztrain.core.interrupt"
+local fs = require "ztrain.util.fs"
+local ckpt = require "ztrain.train.checkpoint"
+local comm_report = require "ztrain.record.comm"
+local comm = require "ztrain.core.comm"
+local schedule = require "ztrain.parallel.schedule"
+
+local M = {}
+
+-- Every pipeline rank's recorded events, by pipeline rank (a collective
+-- over the pipeline group): { [rank + 1] = { { op, stage, mb, t0, t1 } } }.
+function M.gather_events(tr, events)
+  local OPS = schedule.OP_LIST
+  local pp = tr.pp
+  if not pp then return { events } end
+  local code = {}
+  for i, op in ipairs(OPS) do code[op] = i end
+  local flat = {}
+  for _, e in ipairs(events) do
+    for _, v in ipairs({ code[e.op], e.stage or -1, e.mb or -1, e.t0, e.t1 }) do flat[#flat + 1] = v end
+  end
+  local counts = pp:gather_doubles({ #flat })
+  local most = 0
+  for _, c in ipairs(counts) do most = math.max(most, c[1]) end
+  for i = #flat + 1, most do flat[i] = 0 end
+  local all, out = pp:gather_doubles(flat), {}
+  for r = 1, pp.size do
+    local list, row = {}, all[r]
+    for i = 1, counts[r][1], 5 do
+      list[#list + 1] = { op = OPS[row[i]], stage = row[i + 1] >= 0 and row[i + 1] or nil,
+                          mb = row[i + 2] >= 0 and row[i + 2] or nil, t0 = row[i + 3], t1 = row[i + 4] }
+    end
+    out[r] = list
+  end
+  return out
+end
+
+-- open(r, opts, out) -> R: the trainer (tr), whether this rank leads
+-- (rank 0 alone prints and writes), the metrics log, where checkpoints go
+-- (checked writable before training, not after hours of it: every rank
+-- stops alike), and what the steps record (steps_ms, tps, first_loss,
+-- last, eval_loss, test_loss, sample_text, timeline_events, resumed, saved).
+function M.open(r, opts, out)
+  local R = { r = r, opts = opts, out = out, t_start = C.zt_now(), steps_ms = {}, tps = {},
+              status = "ok" }
+  C.zt_mem_reset_peak()       -- peaks in the summary are this run's
+  local tr = trainer.new(r, { quiet = opts.quiet, out = out })
+  R.tr, R.lead = tr, tr.rank == 0
+  R.log = { metrics = function() end, progress = function() end, close = function() return true end }
+  if R.lead then
+    local log, lerr = report.open(out, { total_steps = r.train.steps, quiet = opts.quiet })
+    if not log then tr:free(); error(errors.io(lerr), 0) end
+    R.log = log
+  end
+  R.ckpt_root = r.train.ckpt_dir ~= "" and r.train.ckpt_dir or (out .. "/checkpoints")
+  if R.lead and not opts.quiet then
+    for _, w in ipairs(tr.warnings or {}) do io.stderr:write("ztrain: warning: ", w, "\n") end
+  end
+  if r.train.ckpt_every > 0 then
+    local err = ""
+    if R.lead then
+      local ok, merr = fs.mkdirs(R.ckpt_root, "output directory")
+      if not ok then err = "train.ckpt_dir: " .. tostring(merr) end
+    end
+    err = errors.agree(tr.world, err)
+    if err ~= "" then tr:free(); R.log:close(); error(errors.all_ranks(err), 0) end
+  end
+  R.t_train, R.comm_acc = C.zt_now(), comm_report.new()
+  return R
+end
+
+local function sample(R, step)
+  if R.r.sample.tokens <= 0 then return end
+  R.sample_text = R.tr:sample(R.r.sample)
+  if R.lead and not R.opts.quiet and R.sample_text then
+    print(("sample at step %d: %s"):format(step, R.sample_text))
+  end
+end
+
+-- the step's evaluation (every eval_every steps and the last), with the
+-- sample; the test split's at the last; a checkpoint every ckpt_every
+local function after_step(R, rec, is_last)
+  local r, tr = R.r, R.tr
+  if (r.train.eval_every > 0 and rec.step % r.train.eval_every == 0) or is_last then
+    rec.eval_loss = tr:evaluate()
+    R.eval_loss = rec.eval_loss or R.eval_loss
+    sample(R, rec.step)
+    rec.sample = R.sample_text
+  end
+  if is_last and tr.test_loader then R.test_loss = tr:evaluate(tr.test_loader) end
+  if r.train.ckpt_every > 0 and (rec.step % r.train.ckpt_every == 0 or is_last) then
+    R.saved = ckpt.save_run(tr, R.ckpt_root, r.train.ckpt_keep)
+  end
+end
+
+-- one training step with its evaluation, sample, checkpoint and log line
+local function one_step(R)
+  local r, tr = R.r, R.tr
+  -- the schedule driver's last step is recorded for timeline.svg/json
+  local record = tr.driver.name == "schedule" and tr.step + 1 == r.train.steps
+  if record then tr.env.events = {} end
+  local comm_before = comm.stats()
+  local rec = tr:train_step()
+  rec.comm = comm_report.step(R.comm_acc, comm_before, comm.stats())
+  if record then
+    R.timeline_events = M.gather_events(tr, tr.env.events)
+    tr.env.events = nil
+  end
+  R.first_loss = R.first_loss or rec.loss
+  rec.tokens_per_s = rec.tokens / (rec.step_ms / 1000)
+  -- step 1 pays for first touches of every buffer: medians skip it
+  if rec.step > 1 or r.train.steps == 1 then
+    R.steps_ms[#R.steps_ms + 1], R.tps[#R.tps + 1] = rec.step_ms, rec.tokens_per_s
+  end
+  local is_last = rec.step == r.train.steps
+  after_step(R, rec, is_last)
+  local log_now = rec.step == 1 or is_last or rec.eval_loss or
+                  (r.train.log_every > 0 and rec.step % r.train.log_every == 0)
+  rec.loss_hex = ("%a"):format(rec.loss)   -- exact, for comparing runs bit for bit
+  if log_now then R.log:metrics(rec) end
+  R.log:progress(rec, C.zt_now() - R.t_train, log_now)
+  R.last = rec
+  if rec.loss ~= rec.loss or math.abs(rec.loss) == math.huge then
+    -- the loss was reduced over ranks: every rank stops here together
+    error(errors.all_ranks(("loss is %s at step %d: training diverged; lower optim.lr, raise " ..
+          "lr.warmup or set optim.clip"):format(tostring(rec.loss), rec.step)), 0)
+  end
+end
+
+-- train(R) -> ok, err: resume (resume = latest: this run's checkpoint
+-- directory; else a path), then the steps, then export.hf (every rank takes
+-- part: sharded parameters are gathered, pipeline stages sent).
+function M.train(R)
+  local r, tr, opts = R.r, R.tr, R.opts
+  local longest = 0
+  if opts.graceful then interrupt.grace(60) end      -- start-up, and the first step
+  local okrun, rerr = pcall(function()
+    if r.resume ~= "" then
+      local from = r.resume == "latest" and R.ckpt_root or r.resume
+      local dir = ckpt.resume_run(tr, from)
+      R.resumed = { from = dir, step = tr.step }
+      if R.lead and not opts.quiet then print(("resumed from %s at step %d"):format(dir, tr.step)) end
+    end
+    while tr.step < r.train.steps do
+      -- Ctrl-C (at the REPL) stops here, between steps, on every rank at
+      -- once; the step itself is shielded (async work in flight mid-step)
+      interrupt.poll_all(tr.world)
+      local t0 = C.zt_now()
+      interrupt.shield(one_step, R)
+      -- a stop request leaves 5x the longest step (evaluation and
+      -- checkpoints included) to reach the next boundary; a rank that cannot
+      -- (a peer died under it) then ends on its own (interrupt.c)
+      longest = math.max(longest, C.zt_now() - t0)
+      if opts.graceful then interrupt.grace(math.max(5, 5 * longest)) end
+    end
+  end)
+  if okrun and r.export.hf ~= "" then
+    okrun, rerr = pcall(tr.export_hf, tr, r.export.hf)
+    if okrun then R.exported = r.export.hf end
+  end
+  return okrun, rerr
+end
+
+-- stop(R, ok, err) -> ok, err: how the run ended. Other ranks may be
+-- waiting in a collective: an error ends the run here only when every rank
+-- stopped at the same point (else it raises); a graceful stop (SIGINT or
+-- SIGTERM to a run) keeps the step every rank finished as a checkpoint;
+-- the metrics file is closed (a failed close fails the run).
+function M.stop(R, okrun, rerr)
+  local tr, opts = R.tr, R.opts
+  if not okrun then
+    if tr.world_size > 1 and not errors.is_all_ranks(rerr) then error(rerr, 0) end
+    R.status = interrupt.is_interrupt(rerr) and "interrupted" or ("error: " .. errors.message(rerr))
+  end
+  if not okrun and opts.graceful and interrupt.is_interrupt(rerr) and tr.step > 0 then
+    interrupt.grace_done()
+    local okc, dir = pcall(ckpt.save_run, tr, R.ckpt_root, R.r.train.ckpt_keep)
+    local msg
+    if okc then
+      R.saved = dir
+      msg = ("interrupted after step %d; checkpoint %s: continue with resume=latest out=%s"):format(
+            tr.step, dir, R.out)
+    else
+      msg = ("interrupted after step %d; the checkpoint failed: %s"):format(tr.step, errors.message(dir))
+    end
+    rerr = interrupt.error(true)
+    rerr.msg = msg
+  end
+  local okc, cerr = R.log:close()
+  if not okc and okrun then okrun, rerr, R.status = false, errors.io(cerr), "error: " .. cerr end
+  return okrun, rerr
+end
+
+return M

@@ -1,0 +1,437 @@
+-- ztrain.train.recipe: load a recipe file, apply key=value overrides, validate.
+--
+-- A recipe is a Lua file returning a table. Every key must be one of the
+-- schema's (the defaults below); an unknown key is an error that names it and
+-- the nearest valid key. Overrides are dotted paths: train.steps=20.
+local M = {}
+
+-- The schema: every valid key with its default. `strategy` may also be a
+-- strategy object; `out` defaults to runs/<recipe>-<time>.
+M.defaults = {
+  name     = "",
+  -- model.from = "hf:DIR": a Hugging Face GPT-2 directory (config.json +
+  -- model.safetensors) whose shape and weights replace size and seed;
+  -- `model = "hf:DIR"` is short for it
+  model    = { size = "gpt2-tiny", seed = 1337, vocab_size = 0, from = "" },
+  -- data.tokenizer: "bpe" (the vocabulary trained on the default corpus,
+  -- data/bpe/fortunes), "bytes", "bpe:DIR" or "hf:DIR" (vocab.json +
+  -- merges.txt); data.cache: where tokenised corpora are kept ("" = the
+  -- default, $ZTRAIN_CACHE or ~/.cache/ztrain; "off")
+  data     = { text = "/usr/share/games/fortunes/*", exclude = "*.dat", tokenizer = "bpe",
+               seq_len = 128, valid_fraction = 0.05, seed = 1337, cache = "" },
+  strategy = "single",
+  -- "fp32", or mixed: "bf16" / "fp16" parameters and gradients, fp32 master
+  -- weights and optimizer state (fp16 with dynamic loss scaling)
+  precision = "fp32",
+  -- fp16's dynamic loss scaling, DeepSpeed's keys and defaults
+  fp16     = { initial_scale_power = 16, loss_scale_window = 1000, hysteresis = 2, min_loss_scale = 1 },
+  schedule = "",         -- "" = the sequential driver; a schedule name or function = the schedule driver
+  optim    = { name = "adamw", lr = 1e-3, betas = { 0.9, 0.95 }, eps = 1e-8,
+               weight_decay = 0.1, clip = 1.0 },
+  lr       = { warmup = 20, schedule = "cosine", min_ratio = 0.1 },
+  batch    = { micro = 4, accumulate = 1, global = 0 },
+  -- train.ckpt_every: a checkpoint every N steps and at the end (0 = none),
+  -- in train.ckpt_dir ("" = OUT/checkpoints), the newest ckpt_keep kept;
+  -- train.checkpoint_activations: false, true (every block) or k (every
+  -- k-th block): recompute their activations in backward, from their inputs
+  -- kept on the host tier with train.checkpoint_host
+  train    = { steps = 200, log_every = 10, eval_every = 50, eval_batches = 20, ckpt_every = 0,
+               ckpt_keep = 2, ckpt_dir = "", checkpoint_activations = false, checkpoint_host = false },
+  -- resume = "latest" (train.ckpt_dir, or OUT/checkpoints) or a checkpoint
+  -- directory: continue that run's state, under any strategy and world size
+  resume   = "",
+  -- a sample printed at each evaluation and at the end (sample.tokens > 0)
+  sample   = { prompt = "", tokens = 0, temperature = 0.8, top_k = 40, top_p = 1.0, seed = 1337 },
+  -- device.bf16_gemm: with precision = "bf16", the matmuls in bf16 with fp32
+  -- accumulation ("on"), or in fp32 on the stored values ("off"); "auto":
+  -- on with device.backend = "cuda" (tensor cores) and where the CPU's bf16
+  -- path outruns its fp32 GEMMs (AMX), else off (precision.gemm16).
+  -- device.backend: "cpu", "cuda" (make CUDA=1), "fakegpu" (a test device:
+  -- the CPU kernels behind memory the host cannot address, docs/gpu.md),
+  -- "fakegpu-async[:SEED]" (the same, its streams run later in a seeded order)
+  -- device.attention: "exact" (the fp32 kernels) or "bf16" (backend cuda:
+  -- tensor cores, head size 64; docs/gpu.md "Tensor-core attention")
+  device   = { backend = "cpu", memory_limit = "0", threads = 0, bf16_gemm = "auto", attention = "exact" },
+  -- comm.backend: "mpi" (MPI under a launcher, one local rank otherwise) or
+  -- "nccl" (device.backend = "cuda": device tensors over NCCL, one GPU per
+  -- rank); comm.deterministic: reductions in rank order (NCCL too), the same
+  -- bits as one rank; false: NCCL's own all-reduce. comm.timeout: seconds a
+  -- collective may wait for its peers before the job ends naming the ranks
+  -- that did not arrive (0 = never; default $ZTRAIN_COMM_TIMEOUT or 300);
+  -- comm.check: compare the ranks' collectives (operation, dtype, count,
+  -- call site) before each one (default $ZTRAIN_COMM_CHECK=1, on in the test suite)
+  comm     = { backend = "mpi", deterministic = true,
+               timeout = tonumber(os.getenv("ZTRAIN_COMM_TIMEOUT") or "") or 300,
+               check = os.getenv("ZTRAIN_COMM_CHECK") == "1" },
+  -- launch.nproc: ranks `ztrain RECIPE` starts (0: the launcher's, or one;
+  -- with a hostfile, one per slot); launch.hostfile: start them across the
+  -- hosts of this Open MPI hostfile ("" = this machine; as --hostfile)
+  launch   = { nproc = 0, hostfile = "" },
+  -- pipeline: ranks per replica (stages), model chunks per rank; units split
+  -- "params" (by parameter count), "time" (by measured time) or as listed;
+  -- placement "" (the schedule's), "loop" (stage s on rank s % stages) or "v"
+  pipeline = { stages = 1, chunks = 1, split = "params", placement = "" },
+  -- where offloaded state is staged and swapped (zt.strategy.zero{offload_*})
+  offload  = { staging = "16MiB", prefetch = 2, nvme_path = "", block_size = "1MiB", queue_depth = 8,
+               checksum = false },
+  -- written at the end of a run: export.hf = DIR, the trained model as a
+  -- Hugging Face GPT-2 directory ("" = none)
+  export   = { hf = "" },
+  out      = "",
+  -- replace an earlier run's outputs in `out` (--overwrite); without it
+  -- such a directory is refused (resume = ... continues one instead)
+  overwrite = false,
+}
+
+-- Keys whose value is a list or an opaque object, not a sub-table of keys.
+local LEAF = { ["train.checkpoint_activations"] = true, ["pipeline.split"] = true, ["optim.betas"] = true, ["strategy"] = true, ["schedule"] = true, ["data.text"] = true,
+               ["data.exclude"] = true, ["device.memory_limit"] = true }
+
+local function deepcopy(t)
+  if type(t) ~= "table" or getmetatable(t) or t.setup then return t end
+  local c = {}
+  for k, v in pairs(t) do c[k] = deepcopy(v) end
+  return c
+end
+
+-- All dotted leaf paths of the schema.
+local function schema_paths()
+  local out = {}
+  local function walk(t, prefix)
+    for k, v in pairs(t) do
+      local p = prefix == "" and k or (prefix .. "." .. k)
+      if type(v) == "table" and not LEAF[p] then walk(v, p) else out[#out + 1] = p end
+    end
+  end
+  walk(M.defaults, "")
+  table.sort(out)
+  return out
+end
+
+-- Names users bring from other tools (PyTorch, Hugging Face, DeepSpeed,
+-- nanoGPT), by section: a key in a known section is matched inside that
+-- section first ("batch.size" -> batch.micro, not model.size); a bare key
+-- by its last part ("lr", "max_steps" -> optim.lr, train.steps).
+local SYNONYMS = {
+  batch = { size = "micro", batch_size = "micro", micro_batch = "micro", micro_batch_size = "micro",
+            train_micro_batch_size_per_gpu = "micro", grad_accum = "accumulate",
+            gradient_accumulation_steps = "accumulate", accumulation = "accumulate",
+            train_batch_size = "global", global_batch = "global" },
+  optim = { learning_rate = "lr", optimizer = "name", type = "name", wd = "weight_decay",
+            beta = "betas", epsilon = "eps", grad_clip = "clip", gradient_clipping = "clip",
+            max_grad_norm = "clip", clip_grad_norm = "clip" },
+  train = { max_steps = "steps", epochs = "steps", num_epochs = "steps", iters = "steps",
+            max_iters = "steps", num_steps = "steps", train_steps = "steps",
+            eval_interval = "eval_every", log_interval = "log_every", save_every = "ckpt_every",
+            save_interval = "ckpt_every", gradient_checkpointing = "checkpoint_activations" },
+  lr = { warmup_steps = "warmup", warmup_iters = "warmup", scheduler = "schedule", decay = "schedule",
+         lr_scheduler_type = "schedule" },
+  model = { name = "size", model_size = "size", type = "size", model_name_or_path = "from",
+            pretrained = "from" },
+  data = { block_size = "seq_len", seq_length = "seq_len", max_seq_len = "seq_len", context = "seq_len",
+           context_length = "seq_len", n_ctx = "seq_len", dataset = "text", path = "text", files = "text" },
+}
+
+-- synonym(name) -> "section.key" for a bare name: a section's own key
+-- first, then a synonym; sections in the order users reach for them
+local SECTION_ORDER = { "optim", "train", "batch", "lr", "data", "model", "sample", "device" }
+local function synonym(name)
+  for _, section in ipairs(SECTION_ORDER) do
+    if M.defaults[section][name] ~= nil then return section .. "." .. name end
+  end
+  for _, section in ipairs(SECTION_ORDER) do
+    local names = SYNONYMS[section]
+    if names and names[name] then return section .. "." .. names[name] end
+  end
+end
+
+-- nearest("train.step") -> "train.steps"; nearest("batch.size") ->
+-- "batch.micro"; nearest("lr") -> "optim.lr"
+function M.nearest(path)
+  local suggest = require "ztrain.util.suggest"
+  local section, last = path:match("^([^.]+)%.(.+)$")
+  if section and type(M.defaults[section]) == "table" and not LEAF[section] then
+    -- the same section first: its synonyms, then its nearest key
+    local syn = SYNONYMS[section] and SYNONYMS[section][last]
+    if syn then return section .. "." .. syn end
+    local keys = {}
+    for _, p in ipairs(schema_paths()) do
+      if p:sub(1, #section + 1) == section .. "." then keys[#keys + 1] = p:sub(#section + 2) end
+    end
+    local best, d = suggest.nearest(last, keys)
+    -- a far match inside the section is no hint: fall through to the rest
+    if best and d <= math.max(2, #last / 2) then return section .. "." .. best end
+  end
+  local syn = synonym(path:match("[^.]+$"))
+  if syn and (not section or M.defaults[section] == nil) then return syn end
+  -- a matching last component is a strong hint (e.g. "steps" -> train.steps)
+  return (suggest.nearest(path, schema_paths(), function(w, p)
+    return p:match("[^.]+$") == w:match("[^.]+$") and 3 or 0
+  end))
+end
+
+local function unknown(path)
+  return ("unknown recipe key %q; did you mean %q?"):format(path, M.nearest(path))
+end
+
+-- Check every key of r against the schema; returns nil, err on the first unknown.
+local function validate(r, schema, prefix)
+  for k, v in pairs(r) do
+    local p = prefix == "" and tostring(k) or (prefix .. "." .. tostring(k))
+    local s = schema[k]
+    if s == nil then return nil, unknown(p) end
+    if type(s) == "table" and not LEAF[p] then
+      if type(v) ~= "table" then
+        return nil, ("recipe key %q must be a table of keys, got %s"):format(p, type(v))
+      end
+      local ok, err = validate(v, s, p)
+      if not ok then return nil, err end
+    elseif not LEAF[p] and type(v) ~= type(s) then
+      return nil, ("recipe key %q must be a %s, got %s (%s)"):format(p, type(s), type(v), tostring(v))
+    end
+  end
+  return true
+end
+
+local function merge(dst, src, prefix)
+  for k, v in pairs(src) do
+    local p = prefix == "" and k or (prefix .. "." .. k)
+    if type(v) == "table" and type(dst[k]) == "table" and not LEAF[p] and not getmetatable(v) then
+      merge(dst[k], v, p)
+    else
+      dst[k] = v
+    end
+  end
+end
+
+-- Parse an override value: numbers, true/false, Lua table literals, else string.
+local function parse_value(s)
+  if s == "true" then return true elseif s == "false" then return false end
+  local n = tonumber(s)
+  if n then return n end
+  if s:match("^%s*{") then
+    local f = loadstring("return " .. s)
+    if f then
+      setfenv(f, {})
+      local ok, v = pcall(f)
+      if ok then return v end
+    end
+  end
+  return s
+end
+
+-- apply_override(recipe, "train.steps=20") -> true | nil, err
+function M.apply_override(r, arg)
+  local path, value = arg:match("^([%w_%.]+)=(.*)$")
+  if not path then
+    return nil, ("cannot read argument %q: overrides look like key=value (e.g. train.steps=20)"):format(arg)
+  end
+  if path == "model" and value:match("^hf:") then path = "model.from" end   -- model=hf:DIR
+  local keys = {}
+  for k in path:gmatch("[^.]+") do keys[#keys + 1] = k end
+  local schema, t = M.defaults, r
+  for i = 1, #keys - 1 do
+    local k = keys[i]
+    local sub = table.concat(keys, ".", 1, i)
+    if type(schema[k]) ~= "table" or LEAF[sub] then return nil, unknown(path) end
+    schema = schema[k]
+    if type(t[k]) ~= "table" then t[k] = {} end
+    t = t[k]
+  end
+  local last = keys[#keys]
+  if schema[last] == nil then return nil, unknown(path) end
+  if type(schema[last]) == "table" and not LEAF[path] then
+    local sub = {}
+    for k in pairs(schema[last]) do
+      if not (path == "model" and k == "from") then sub[#sub + 1] = path .. "." .. k end
+    end
+    table.sort(sub)
+    -- model's other form: model=hf:DIR (model.from) loads a checkpoint
+    local also = path == "model" and "; or model=hf:DIR to load a Hugging Face GPT-2 checkpoint" or ""
+    -- lr=3e-4 is the learning rate in every other tool
+    if path == "lr" then also = "; the learning rate itself is optim.lr" end
+    return nil, ("%s is a table of keys; set one of them (%s)%s"):format(path, table.concat(sub, ", "), also)
+  end
+  local v = parse_value(value)
+  if type(schema[last]) == "number" and type(v) ~= "number" then
+    return nil, ("%s must be a number, got %q"):format(path, value)
+  end
+  if type(schema[last]) == "string" and type(v) == "number" then v = value end
+  t[last] = v
+  return true
+end
+
+-- Numeric keys: { min, max, integer }. A value outside is an error naming
+-- the key, so nothing downstream sees NaN, infinities or fractional counts.
+local RANGES = {
+  ["model.seed"] = { 0, 2 ^ 53, true }, ["model.vocab_size"] = { 0, 2 ^ 24, true }, ["data.seq_len"] = { 1, 2 ^ 31, true },
+  ["data.valid_fraction"] = { 0, 0.9 }, ["data.seed"] = { 0, 2 ^ 53, true },
+  ["optim.lr"] = { 0, 1e3 }, ["optim.eps"] = { 1e-30, 1 }, ["optim.weight_decay"] = { 0, 1e3 },
+  ["optim.clip"] = { 0, 1e30 }, ["lr.warmup"] = { 0, 2 ^ 31, true }, ["lr.min_ratio"] = { 0, 1 },
+  ["batch.micro"] = { 1, 2 ^ 31, true }, ["batch.accumulate"] = { 1, 2 ^ 31, true },
+  ["batch.global"] = { 0, 2 ^ 31, true }, ["train.steps"] = { 1, 2 ^ 40, true },
+  ["train.log_every"] = { 0, 2 ^ 40, true }, ["train.eval_every"] = { 0, 2 ^ 40, true },
+  ["train.eval_batches"] = { 0, 2 ^ 31, true }, ["device.threads"] = { 0, 1024, true },
+  ["launch.nproc"] = { 0, 4096, true }, ["pipeline.stages"] = { 1, 4096, true },
+  ["pipeline.chunks"] = { 1, 64, true }, ["offload.prefetch"] = { 1, 64, true },
+  ["offload.queue_depth"] = { 1, 1024, true }, ["train.ckpt_every"] = { 0, 2 ^ 40, true },
+  ["train.ckpt_keep"] = { 0, 2 ^ 20, true }, ["sample.tokens"] = { 0, 2 ^ 20, true },
+  ["sample.temperature"] = { 0, 1e3 }, ["sample.top_k"] = { 0, 2 ^ 24, true }, ["sample.top_p"] = { 1e-9, 1 },
+  ["comm.timeout"] = { 0, 1e9 },
+  ["sample.seed"] = { 0, 2 ^ 53, true }, ["fp16.initial_scale_power"] = { 0, 127, true },
+  ["fp16.loss_scale_window"] = { 1, 2 ^ 40, true }, ["fp16.hysteresis"] = { 1, 2 ^ 20, true },
+  ["fp16.min_loss_scale"] = { 2 ^ -126, 2 ^ 127 },
+}
+
+local function check_values(r)
+  for path, rng in pairs(RANGES) do
+    local a, b = path:match("^([^.]+)%.(.+)$")
+    local v = r[a][b]
+    local ok = type(v) == "number" and v == v and v >= rng[1] and v <= rng[2] and
+               (not rng[3] or v == math.floor(v))
+    if not ok then
+      return nil, ("%s must be %s in [%s, %s], got %s"):format(path, rng[3] and "an integer" or "a number",
+                   tostring(rng[1]), tostring(rng[2]), tostring(v))
+    end
+  end
+  return true
+end
+
+-- resolve(user_table, overrides) -> full recipe (defaults filled) | nil, err
+function M.resolve(user, overrides)
+  user = user or {}
+  if type(user.model) == "string" then      -- model = "hf:DIR"
+    local u = {}
+    for k, v in pairs(user) do u[k] = v end
+    u.model = { from = user.model }
+    user = u
+  end
+  local ok, err = validate(user, M.defaults, "")
+  if not ok then return nil, err end
+  local r = deepcopy(M.defaults)
+  merge(r, user, "")
+  for _, o in ipairs(overrides or {}) do
+    ok, err = M.apply_override(r, o)
+    if not ok then return nil, err end
+  end
+  ok, err = validate(r, M.defaults, "")
+  if not ok then return nil, err end
+  ok, err = check_values(r)
+  if not ok then return nil, err end
+  -- the strategy (a name or an object) is checked now, not mid-step
+  local sok, serr = pcall(require("ztrain.parallel.strategy").resolve, r.strategy)
+  if not sok then return nil, "strategy: " .. tostring(serr) end
+  if r.model.from ~= "" and not r.model.from:match("^hf:.") then
+    return nil, ('model.from must be "hf:DIR" (a Hugging Face GPT-2 directory: config.json + model.safetensors), ' ..
+                 'got %q'):format(r.model.from)
+  end
+  if not require("ztrain.model.precision").NAMES[r.precision] then
+    return nil, ('precision must be "fp32", "bf16" or "fp16", got %q'):format(tostring(r.precision))
+  end
+  if r.comm.backend ~= "mpi" and r.comm.backend ~= "nccl" then
+    return nil, ('comm.backend must be "mpi" or "nccl", got %q'):format(tostring(r.comm.backend))
+  end
+  if r.comm.backend == "nccl" and r.device.backend ~= "cuda" then
+    return nil, ('comm.backend = "nccl" needs device.backend = "cuda" (NCCL moves GPU memory), got %q')
+                :format(tostring(r.device.backend))
+  end
+  local bg = r.device.bf16_gemm
+  if bg ~= "auto" and bg ~= "on" and bg ~= "off" then
+    return nil, ('device.bf16_gemm must be "auto", "on" or "off", got %q'):format(tostring(bg))
+  end
+  if bg == "on" and r.precision ~= "bf16" then
+    return nil, ('device.bf16_gemm = "on" needs precision = "bf16" (the weights must be stored as bf16), got %q')
+                :format(tostring(r.precision))
+  end
+  local at = r.device.attention
+  if at ~= "exact" and at ~= "bf16" then
+    return nil, ('device.attention must be "exact" or "bf16", got %q'):format(tostring(at))
+  end
+  if at == "bf16" and r.device.backend ~= "cuda" then
+    return nil, ('device.attention = "bf16" needs device.backend = "cuda" (a tensor-core kernel), got %q')
+                :format(tostring(r.device.backend))
+  end
+  local ca = r.train.checkpoint_activations
+  if not (type(ca) == "boolean" or (type(ca) == "number" and ca >= 0 and ca % 1 == 0)) then
+    return nil, ("train.checkpoint_activations must be false, true (every block) or k (every k-th block), " ..
+                 "got %s"):format(tostring(ca))
+  end
+  local pl = r.pipeline.placement
+  if pl ~= "" and pl ~= "loop" and pl ~= "v" then
+    return nil, ('pipeline.placement must be "" (the schedule\'s), "loop" or "v", got %q'):format(tostring(pl))
+  end
+  if type(r.schedule) ~= "string" and type(r.schedule) ~= "function" then
+    return nil, ("recipe key \"schedule\" must be a schedule name or a function, got %s"):format(type(r.schedule))
+  end
+  if type(r.schedule) == "string" and r.schedule ~= "" then
+    local names = require("ztrain.parallel.schedule.registry").names()
+    local known = false
+    for _, n in ipairs(names) do if n == r.schedule then known = true end end
+    if not known then
+      return nil, ("unknown schedule %q (known: %s; or a function returning action lists)")
+                  :format(r.schedule, table.concat(names, ", "))
+    end
+  end
+  return r
+end
+
+-- load(path, overrides) -> recipe | nil, err
+function M.load(path, overrides)
+  local chunk, err = loadfile(path)
+  if not chunk then return nil, ("cannot load recipe %s: %s"):format(path, err) end
+  local ok, user = pcall(chunk)
+  if not ok then return nil, ("recipe %s failed: %s"):format(path, tostring(user)) end
+  if type(user) ~= "table" then
+    return nil, ("recipe %s must return a table, it returned %s"):format(path, type(user))
+  end
+  local r, rerr = M.resolve(user, overrides)
+  if not r then return nil, ("%s: %s"):format(path, rerr) end
+  if r.name == "" then r.name = path:match("([^/]+)%.lua$") or path end
+  r.path = path
+  return r
+end
+
+-- flatten(r) -> { ["train.steps"] = "20", ... }: every leaf as text, for
+-- comparing recipes key by key (strategy objects by name).
+function M.flatten(r)
+  local out = {}
+  local function walk(t, prefix)
+    for k, v in pairs(t) do
+      local p = prefix == "" and tostring(k) or (prefix .. "." .. tostring(k))
+      if type(v) == "table" and not LEAF[p] and not getmetatable(v) and not v.setup then walk(v, p)
+      else out[p] = M.serialize(v) end
+    end
+  end
+  walk(r, "")
+  out.path = nil
+  return out
+end
+
+-- A stable text form of the resolved recipe (sorted keys), for logs and hashes.
+function M.serialize(r)
+  local function ser(v)
+    if type(v) == "table" then
+      if getmetatable(v) or v.setup then
+        -- a strategy object: its name and options (ranks must agree on both)
+        local opts = type(rawget(v, "opts")) == "table" and ser(v.opts) or ""
+        return ("%q"):format(tostring(v.name or "object")) .. opts
+      end
+      local keys = {}
+      for k in pairs(v) do keys[#keys + 1] = k end
+      table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+      local parts = {}
+      for _, k in ipairs(keys) do parts[#parts + 1] = tostring(k) .. "=" .. ser(v[k]) end
+      return "{" .. table.concat(parts, ",") .. "}"
+    elseif type(v) == "string" then return ("%q"):format(v)
+    elseif type(v) == "number" then return ("%.17g"):format(v)
+    elseif type(v) == "function" then
+      -- a function (a user schedule): its bytecode's hash, so ranks that
+      -- loaded different code disagree (upvalues are not compared)
+      local ok, code = pcall(string.dump, v)
+      return ok and ("function:" .. require("ztrain.core.digest").string(code):sub(1, 16)) or "function"
+    else return tostring(v) end
+  end
+  return ser(r)
+end
+
+return M
