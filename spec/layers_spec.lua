@@ -40,6 +40,14 @@ local LAYERS = {
   { "cli", { "cli", "cli." } },
 }
 
+-- Requires sit at the top of a file, so its header says what it depends
+-- on; a require inside a function is allowed only in a file listed here,
+-- with the reason (a real load-time cost), which the file's header states too.
+local LAZY = {
+  ["ztrain.cli"] = "every process ztrain starts runs it; the launcher, schedule and --help load no runtime",
+  ["ztrain.cli.commands"] = "a command's module (and the runtime it uses) loads only when that command runs",
+}
+
 -- layer_of(name) -> index, layer name: the layer whose entry names the module
 -- (name without "ztrain."), an exact name before a prefix; nil if none does
 local function layer_of(name)
@@ -128,6 +136,30 @@ local function cycles(g)
   return out
 end
 
+-- lazy(mods) -> "module:line" for each require of a ztrain module inside a
+-- function (an indented line) of a module not in LAZY
+local function lazy(mods, allowed)
+  local out = {}
+  for name, path in pairs(mods) do
+    if not allowed[name] then
+      local n, seen_fn = 0, false
+      for line in io.lines(path) do
+        n = n + 1
+        local code = line:gsub("%-%-.*$", ""):gsub("'[^']*'", "''")
+        local req = code:find("require%s*%(?%s*[\"']ztrain[%w%._]*[\"']")
+        if code:match("^local%s+function") or code:match("^function") then seen_fn = true end
+        -- inside a function (indented, or a one-line function), or at the
+        -- top level but below the first function: not in the file's header
+        if req and (code:match("^%s+") or code:sub(1, req):find("function") or seen_fn) then
+          out[#out + 1] = ("%s:%d"):format(name, n)
+        end
+      end
+    end
+  end
+  table.sort(out)
+  return out
+end
+
 describe("layers: the Lua tree's requires", function()
   it("the cycle finder finds a cycle (a -> b -> c -> a) and none in a chain", function()
     assert.are.same({ "a, b, c" }, cycles({ a = { b = 1 }, b = { c = 1 }, c = { a = 1 }, d = { a = 1 } }))
@@ -156,6 +188,29 @@ describe("layers: the Lua tree's requires", function()
     assert.are.same({ "ztrain.core.ops (core) -> ztrain.train.trainer (train), ztrain.core.ops:3" },
                     upward({ ["ztrain.core.ops"] = { ["ztrain.train.trainer"] = 3, ["ztrain.core.ffi"] = 1 },
                              ["ztrain.train.trainer"] = { ["ztrain.core.ops"] = 9 } }))
+  end)
+
+  it("requires sit at the top of a file, except where LAZY says why", function()
+    local mods = modules(ROOT)
+    for name in pairs(LAZY) do assert.is_truthy(mods[name], name .. " is in LAZY but is no module") end
+    local found = lazy(mods, LAZY)
+    assert.are.same({}, found, "requires inside functions (move them to the top, or list the file in LAZY " ..
+                    "with the load-time cost it avoids):\n  " .. table.concat(found, "\n  "))
+    -- and the check sees one: an indented require in a module not allowed
+    local tmp = os.tmpname()
+    local f = io.open(tmp, "w"); f:write('local M = {}\nfunction M.f()\n  return require("ztrain.core.ops")\nend\n' ..
+            'function M.g() return require "ztrain.core.tensor" end\nlocal late = require "ztrain.core.ops"\n'); f:close()
+    assert.are.same({ "probe:3", "probe:5", "probe:6" }, lazy({ probe = tmp }, {}))
+    os.remove(tmp)
+  end)
+
+  it("the CLI loads only what every start needs", function()
+    local out = io.popen(("cd %q && luajit -e 'package.path=\"lua/?.lua;lua/?/init.lua;\"..package.path; " ..
+      "require \"ztrain.cli\"; local n = {} for k in pairs(package.loaded) do " ..
+      "if k:match(\"^ztrain\") then n[#n+1] = k end end table.sort(n) print(table.concat(n, \" \"))'"):format(ROOT))
+    local got = out:read("*a"):gsub("%s+$", "")
+    out:close()
+    assert.are.equal("ztrain.cli ztrain.cli.commands ztrain.cli.usage ztrain.core.errors", got)
   end)
 
   it("every module has a layer and requires only its own layer or lower ones", function()

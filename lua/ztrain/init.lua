@@ -4,6 +4,9 @@
 --   zt.train("recipes/single.lua", { "train.steps=20" })   -- run a recipe
 --   local s, tr = zt.train("recipes/single.lua", nil, { keep = true })  -- and keep the trainer
 --   local t = zt.tensor.new({ 2, 3 }); t:fill(1); print(t:totable()[1]); t:free()
+local generate = require "ztrain.model.generate"
+local launch = require "ztrain.job.launch"
+local run = require "ztrain.train.run"
 local M = {}
 
 M.ffi      = require "ztrain.core.ffi"
@@ -41,7 +44,7 @@ end
 -- a KV cache (ztrain.model.generate): opts max_tokens, temperature (0: greedy),
 -- top_k, top_p, seed, tokenizer (an object or a name; else model.tokenizer).
 function M.generate(model, prompt, opts)
-  return require("ztrain.model.generate").generate(model, prompt, opts)
+  return generate.generate(model, prompt, opts)
 end
 
 -- train(recipe_path_or_table, overrides, opts) -> summary[, trainer].
@@ -58,9 +61,9 @@ function M.train(r, overrides, opts)
   if resolved.name == "" then resolved.name = "repl" end
   -- at the REPL the world is what it is: a recipe asking for another rank
   -- count is refused rather than launched
-  local ok, lerr = require("ztrain.job.launch").check_world(resolved.launch.nproc, M.comm.world().size, "session")
+  local ok, lerr = launch.check_world(resolved.launch.nproc, M.comm.world().size, "session")
   if not ok then error(lerr, 0) end
-  return require("ztrain.train.run").run(resolved, opts)
+  return run.run(resolved, opts)
 end
 
 return M

@@ -2,6 +2,7 @@
 -- from a Hugging Face GPT-2 directory (hf:DIR, or a run's export.hf).
 local usage = require "ztrain.cli.usage"
 local hf = require "ztrain.model.hf"
+local zt = require "ztrain"
 
 local M = {}
 
@@ -46,7 +47,6 @@ function M.main(args)
     error(("generate: %s has no config.json: SRC must be a Hugging Face GPT-2 directory " ..
            "(hf:DIR, or a run's export.hf directory)"):format(dir), 0)
   end
-  local zt = require "ztrain"
   local tok = o.tokenizer
   if not tok then
     if not (has("vocab.json") and has("merges.txt")) then

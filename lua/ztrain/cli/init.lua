@@ -3,6 +3,14 @@
 -- cli/commands.lua; this file reads the options, launches ranks when asked
 -- (--nproc, launch.nproc, --hostfile), and runs -e code, a --script, a
 -- recipe or the REPL.
+--
+-- Requires sit inside the paths that need them, not at the top: this file
+-- runs in every process ztrain starts, and the launcher (the process that
+-- runs mpirun for --nproc), `ztrain schedule` and --help must not load the
+-- runtime library (libztrain, OpenMP, the device), the model or the data
+-- they hand to the ranks -- loading it costs each start ~0.1-0.3 s and, with
+-- the CUDA backend, a device context. Loaded at start: this file, usage,
+-- commands and core/errors (spec/layers_spec.lua checks the list).
 local M = {}
 
 local usage = require "ztrain.cli.usage"

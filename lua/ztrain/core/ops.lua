@@ -3,7 +3,9 @@
 -- a Lua error with the runtime's message. An op's tensors must all live on
 -- one tier (move bytes with ztrain.stream.copy_async); ops run on the calling
 -- thread's current stream.
+local ffi = require "ffi"
 local zffi = require "ztrain.core.ffi"
+local interrupt = require "ztrain.core.interrupt"
 local C, check = zffi.C, zffi.check
 
 local M = {}
@@ -100,7 +102,6 @@ function M.randn(x, seed, stream, mean, std)
   check(C.zt_randn(c(x), seed, stream, mean or 0, std or 1), "randn")
 end
 
-local ffi = require "ffi"
 local dbuf = ffi.new("double[1]")
 -- Sum of x in fp64 over fixed blocks.
 function M.sum(x) check(C.zt_sum(dbuf, c(x)), "sum"); return dbuf[0] end
@@ -136,7 +137,7 @@ end
 -- A loop of kernels (at the REPL: `for i = 1, 1e4 do ops.matmul(...) end`)
 -- stops between two of them on Ctrl-C: each op ends with a poll, which does
 -- nothing unless a session asked polls to raise (ztrain.interrupt).
-local polled = require("ztrain.core.interrupt").polled
+local polled = interrupt.polled
 for name, f in pairs(M) do M[name] = polled(f) end
 
 return M

@@ -22,6 +22,7 @@ local charts = require "ztrain.insight.charts"
 local tables = require "ztrain.insight.compare_tables"
 local errors = require "ztrain.core.errors"
 local fs = require "ztrain.util.fs"
+local recipe = require "ztrain.train.recipe"
 
 local M = {}
 
@@ -176,7 +177,6 @@ end
 -- once, instead of once per run; an item whose own recipe or overrides
 -- fail still becomes a row of the table.
 function M.check_shared(o)
-  local recipe = require "ztrain.train.recipe"
   local first
   for _, run in ipairs(o.runs) do
     local kv = {}

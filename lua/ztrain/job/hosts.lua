@@ -8,6 +8,7 @@
 -- out-of-band channel) keeps to the cluster's subnet, so bytes cross the
 -- namespaces' links.
 local libc = require "ztrain.core.libc"
+local zffi = require "ztrain.core.ffi"
 
 local M = {}
 
@@ -134,7 +135,7 @@ end
 
 -- home() -> the ztrain checkout (for tools/netns_agent)
 local function home()
-  return os.getenv("ZTRAIN_HOME") or rawget(_G, "ZTRAIN_HOME") or require("ztrain.core.ffi").home
+  return os.getenv("ZTRAIN_HOME") or rawget(_G, "ZTRAIN_HOME") or zffi.home
 end
 
 -- args(o) -> words | nil, err: mpirun's arguments for o = { hostfile = PATH

@@ -8,6 +8,8 @@ local bit = require "bit"
 local fs = require "ztrain.util.fs"
 local host = require "ztrain.util.host"
 local registry = require "ztrain.job.registry"
+local hosts = require "ztrain.job.hosts"
+local zffi = require "ztrain.core.ffi"
 
 local M = {}
 
@@ -25,7 +27,7 @@ M.slurm_tasks_on_node = host.slurm_tasks_on_node
 -- other hosts each rank takes its host's share (rank_threads).
 function M.command(n, program, args, o)
   o = o or {}
-  local extra, local_only = require("ztrain.job.hosts").args({
+  local extra, local_only = hosts.args({
     hostfile = o.hostfile, nproc = n, mpirun_args = o.mpirun_args, env = os.getenv("ZTRAIN_MPIRUN_ARGS") })
   if not extra then return nil, local_only end
   local threads = math.max(1, math.floor(M.cores() / n))
@@ -134,7 +136,6 @@ function M.death_message(rank, pid, sig, status)
 end
 
 local PR_SET_CHILD_SUBREAPER = 36
-local hosts = require "ztrain.job.hosts"
 
 -- hostname() -> this machine's name (a test cluster's hosts have their own)
 local function hostname()
@@ -262,7 +263,7 @@ function M.run(n, program, args, o)
   -- Open MPI refuses root unless told; a container's root is the usual case.
   libc.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0)
   libc.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0)
-  libc.setenv("ZTRAIN_HOME", rawget(_G, "ZTRAIN_HOME") or require("ztrain.core.ffi").home, 0)
+  libc.setenv("ZTRAIN_HOME", rawget(_G, "ZTRAIN_HOME") or zffi.home, 0)
   local tmpdir = os.getenv("TMPDIR") or "/tmp"
   clean_dead_jobs(tmpdir)
   local tmpl = ffi.new("char[?]", #tmpdir + 32, tmpdir .. "/ztrain-job.XXXXXX")

@@ -34,6 +34,7 @@ local bit = require "bit"
 local T = require "ztrain.core.tensor"
 local ops = require "ztrain.core.ops"
 local zffi = require "ztrain.core.ffi"
+local data = require "ztrain.model.data"
 
 local M = {}
 
@@ -358,7 +359,7 @@ function M.generate(model, prompt, opts)
   local cfg = model.cfg
   local sp = M.sampling(opts)
   local tok = opts.tokenizer or model.tokenizer
-  if type(tok) == "string" then tok = require("ztrain.model.data").tokenizer(tok) end
+  if type(tok) == "string" then tok = data.tokenizer(tok) end
   if tok ~= nil and (type(tok) ~= "table" or type(tok.encode) ~= "function") then
     uerr("generate: tokenizer must be a tokenizer object or name, got %s", type(tok))
   end

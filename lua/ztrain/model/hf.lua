@@ -26,6 +26,7 @@ local T = require "ztrain.core.tensor"
 local gpt2 = require "ztrain.model.gpt2"
 local st = require "ztrain.model.safetensors"
 local files = require "ztrain.util.fs"
+local errors = require "ztrain.core.errors"
 
 local M = {}
 
@@ -452,7 +453,7 @@ function M.save(model, dir, opts)
   end)
   if not ok then
     if w then w:abort() end
-    return nil, require("ztrain.core.errors").message(err)
+    return nil, errors.message(err)
   end
   return true
 end

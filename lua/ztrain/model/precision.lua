@@ -23,6 +23,8 @@
 -- precision.
 local T = require "ztrain.core.tensor"
 local ops = require "ztrain.core.ops"
+local ffi = require "ffi"
+local core_ffi = require "ztrain.core.ffi"
 
 local M = {}
 
@@ -241,8 +243,7 @@ end
 -- correctness fallback). Only with precision = "bf16" (the weights stored
 -- as bf16). The trainer and the memory plan ask the same question here.
 function M.gemm16(r)
-  local ffi = require "ffi"
-  local path = ffi.string(require("ztrain.core.ffi").C.zt_matmul_bf16_info())
+  local path = ffi.string(core_ffi.C.zt_matmul_bf16_info())
   local bg = r.device.bf16_gemm
   local on = r.precision == "bf16" and
              (bg == "on" or (bg == "auto" and (r.device.backend == "cuda" or path:match("^AMX") ~= nil)))

@@ -31,6 +31,15 @@ local precision = require "ztrain.model.precision"
 local host = require "ztrain.util.host"
 local losses = require "ztrain.parallel.driver.losses"
 local fp = require "ztrain.parallel.strategy.footprint"
+local strategy = require "ztrain.parallel.strategy"
+local rep = require "ztrain.parallel.strategy.replicated"
+local data = require "ztrain.model.data"
+local hf = require "ztrain.model.hf"
+local stage_cuts = require "ztrain.parallel.schedule.stages"
+local stage = require "ztrain.parallel.driver.stage"
+local library = require "ztrain.parallel.schedule.library"
+local simulate = require "ztrain.parallel.schedule.simulate"
+local steptime = require "ztrain.plan.steptime"
 
 local M = {}
 
@@ -53,7 +62,7 @@ local LISTED = { { name = "single", one_rank = true }, { name = "dp" }, { name =
 function M.spec_of(s)
   if type(s) == "string" then
     for _, e in ipairs(M.STRATEGIES or {}) do if e.name == s then return e end end   -- the plan's list
-    local ok, obj = pcall(require("ztrain.parallel.strategy").resolve, s)
+    local ok, obj = pcall(strategy.resolve, s)
     if not ok then return nil end
     s = obj
   end
@@ -63,7 +72,6 @@ function M.spec_of(s)
 end
 
 local function replicated_spec(name)
-  local rep = require "ztrain.parallel.strategy.replicated"
   return { name = name, stage = 0, footprint = rep.footprint }
 end
 
@@ -81,7 +89,7 @@ end
 function M.vocab(r)
   if r.model.vocab_size > 0 then return r.model.vocab_size end
   if r.data.tokenizer == "bytes" then return 256 end
-  local ok, tok = pcall(require("ztrain.model.data").tokenizer, r.data.tokenizer)
+  local ok, tok = pcall(data.tokenizer, r.data.tokenizer)
   return ok and tok.vocab_size or GPT2_VOCAB
 end
 M.GPT2_VOCAB = GPT2_VOCAB
@@ -157,7 +165,7 @@ end
 local function sample(t, cfg, r, spec, units)
   if r.sample.tokens <= 0 then return end
   local n = #r.sample.prompt + 1                 -- tokens of the prompt, at most one per byte
-  local okt, tok = pcall(require("ztrain.model.data").tokenizer, r.data.tokenizer)
+  local okt, tok = pcall(data.tokenizer, r.data.tokenizer)
   if okt and r.sample.prompt ~= "" and tok.encode then
     local oke, ids = pcall(tok.encode, tok, r.sample.prompt)
     if oke and type(ids) == "table" then n = #ids end
@@ -173,7 +181,7 @@ end
 -- model_config(r) -> the GPT-2 shape a recipe asks for (the plan's vocab).
 function M.model_config(r)
   if r.model.from ~= "" then
-    return require("ztrain.model.hf").config(require("ztrain.model.hf").dir_of(r.model.from))
+    return hf.config(hf.dir_of(r.model.from))
   end
   return gpt2.config(r.model.size, { vocab_size = M.vocab(r) })
 end
@@ -189,12 +197,11 @@ end
 local function pipeline(cfg, r, P, lowp)
   local model = gpt2.new(cfg, { alloc = false, pad = gpt2.PAD })
   local split = type(r.pipeline.split) == "table" and r.pipeline.split or "params"
-  local counts = require("ztrain.parallel.schedule.stages").partition(model, P, split)
-  local stages = require("ztrain.parallel.driver.stage").stages(model, counts)
+  local counts = stage_cuts.partition(model, P, split)
+  local stages = stage.stages(model, counts)
   local sched = type(r.schedule) == "string" and r.schedule ~= "" and r.schedule or "1f1b"
-  local lists = require("ztrain.parallel.schedule.library").build(sched, { ranks = P, microbatches = r.batch.accumulate,
-                                                                   chunks = 1 })
-  local res = require("ztrain.parallel.schedule.simulate").check(lists)
+  local lists = library.build(sched, { ranks = P, microbatches = r.batch.accumulate, chunks = 1 })
+  local res = simulate.check(lists)
   local best, best_total
   for s, st in ipairs(stages) do
     local t = zero_tiers()
@@ -334,10 +341,9 @@ end
 -- parsed), and the layout: hosts x gpus_per_host = nproc. Raises naming the
 -- flag when they disagree.
 function M.hardware(nproc, o)
-  local st = require "ztrain.plan.steptime"
   o = o or {}
   local hw = {}
-  for k, v in pairs(st.CLUSTER) do hw[k] = v end
+  for k, v in pairs(steptime.CLUSTER) do hw[k] = v end
   if o.flops then hw.peak_flops = o.flops end
   if o.mfu then hw.mfu = o.mfu end
   hw.flops = hw.peak_flops * hw.mfu
@@ -365,7 +371,6 @@ end
 -- .step in seconds) for a strategy of the plan at nproc ranks laid out as
 -- hw says (M.hardware), or nil for one the model does not know.
 function M.time(r, spec, nproc, cfg, hw)
-  local st = require "ztrain.plan.steptime"
   local name = spec.one_rank and "dp" or spec.name
   if spec.pipeline then name = "pipeline_1f1b" end
   local one = spec.one_rank or nproc == 1
@@ -374,7 +379,7 @@ function M.time(r, spec, nproc, cfg, hw)
               recompute = r.train.checkpoint_activations and true or false, units = cfg.L + 2 }
   -- a layout or strategy the model does not cover ("steptime: ..."): no
   -- time; anything else is a bug and raises
-  local ok, res = pcall(st.step, o, hw)
+  local ok, res = pcall(steptime.step, o, hw)
   if ok then return res end
   if type(res) == "string" and res:match("^steptime: ") then return nil end
   error(res, 0)

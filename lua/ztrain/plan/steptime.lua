@@ -36,6 +36,8 @@
 --
 -- All times in seconds, bytes in bytes, rates in bytes or FLOPs per second.
 -- Pure Lua (no FFI): the specs and the planner run it without the runtime.
+local sched = require "ztrain.parallel.schedule.library"
+local sim = require "ztrain.parallel.schedule.simulate"
 local M = {}
 
 M.ADAM_BYTES = 28            -- per parameter: read p, g, m, v; write p, m, v (fp32)
@@ -207,8 +209,6 @@ end
 -- pipe_step(o, hw) -> the breakdown of a 1F1B pipeline of o.stages stages
 -- (one per host unless given), each stage replicated over dp ranks.
 local function pipe_step(o, hw)
-  local sched = require "ztrain.parallel.schedule.library"
-  local sim = require "ztrain.parallel.schedule.simulate"
   local N = o.hosts * o.gpus
   local p = o.stages or (o.strategy == "pipeline_dp" and o.hosts or N)
   local dp = math.floor(N / p)

@@ -9,6 +9,8 @@ local durable = require "ztrain.util.durable"
 local errors = require "ztrain.core.errors"
 local fs = require "ztrain.util.fs"
 local json = require "ztrain.util.json"   -- its own settings: NaN as null, 14 digits
+local comm = require "ztrain.core.comm"
+local record_comm = require "ztrain.record.comm"
 
 local M = {}
 
@@ -26,7 +28,7 @@ M.write_atomic = durable.write_atomic
 function M.is_tty()
   local env = os.getenv("ZTRAIN_TTY")
   if env then return env == "1" end
-  if require("ztrain.core.comm").launched() then return false end
+  if comm.launched() then return false end
   return libc.isatty(1) == 1
 end
 
@@ -186,7 +188,7 @@ function M.print_summary(s)
              "optimizer's transfers, %.0f ms updating on the host (%s)\n"):format(off.fetch_wait_ms,
              off.io_wait_ms, off.update_ms, off.tier))
   end
-  for _, l in ipairs(require("ztrain.record.comm").lines(s.comm_per_step) or {}) do w:write(l, "\n") end
+  for _, l in ipairs(record_comm.lines(s.comm_per_step) or {}) do w:write(l, "\n") end
   if s.exit and s.exit ~= "ok" then w:write(("  exit        %s\n"):format(s.exit)) end
   w:write(("  digest      %s\n  output      %s\n"):format(s.param_digest, s.out))
 end

@@ -18,6 +18,7 @@
 -- Escaping, coordinates, tick steps, colours and the atomic write come
 -- from ztrain.util.svg (shared with `ztrain compare`'s charts).
 local json = require "ztrain.util.json"
+local svg = require "ztrain.util.svg"
 
 local M = {}
 
@@ -115,7 +116,6 @@ end
 
 -- SVG ------------------------------------------------------------------
 
-local svg = require "ztrain.util.svg"
 local esc, num, nice_step, lighten = svg.esc, svg.num, svg.nice_step, svg.lighten
 
 -- time_unit(opts, span) -> scale, label: seconds shown as s, ms or us;

@@ -10,6 +10,7 @@
 -- of each function's comment; for an object (a tensor, a model, a
 -- trainer), its class's module. help.register(value, text) adds text for
 -- values that have no such comment (the REPL's own helpers).
+local interrupt = require "ztrain.core.interrupt"
 local M = {}
 
 local registry = setmetatable({}, { __mode = "k" })
@@ -51,7 +52,7 @@ end
 
 -- function_doc(f) -> text, "file:line" | nil
 function M.function_doc(f)
-  f = require("ztrain.core.interrupt").original(f) or f     -- ops are wrapped in a poll
+  f = interrupt.original(f) or f     -- ops are wrapped in a poll
   if registry[f] then return registry[f] end
   local info = debug.getinfo(f, "S")
   if not info or info.what ~= "Lua" or info.source:sub(1, 1) ~= "@" then return nil end

@@ -17,6 +17,9 @@ local errors = require "ztrain.core.errors"
 local interrupt = require "ztrain.core.interrupt"
 local pretty = require "ztrain.repl.pretty"
 local help = require "ztrain.repl.help"
+local libc = require "ztrain.core.libc"
+local readline = require "ztrain.repl.readline"
+local complete = require "ztrain.repl.complete"
 
 local M = {}
 
@@ -125,7 +128,7 @@ function M.eval(code, quiet, hooked)
 end
 
 -- complete(text) -> candidates (Tab)
-function M.complete(text) return require("ztrain.repl.complete").candidates(text, _G) end
+function M.complete(text) return complete.candidates(text, _G) end
 
 local function banner()
   return ("%s -- Lua REPL, ztrain loaded as `zt`. help(x) or ?x for documentation, Tab completes, " ..
@@ -142,10 +145,9 @@ end
 
 -- reader() -> fn(prompt) -> line | nil (end) | false (Ctrl-C), closer
 local function reader()
-  local libc = require "ztrain.core.libc"
   if libc.isatty(0) == 1 and os.getenv("TERM") ~= "dumb" then
-    local ed = require("ztrain.repl.readline").open {
-      history = require("ztrain.repl.readline").history_file(), complete = M.complete }
+    local ed = readline.open {
+      history = readline.history_file(), complete = M.complete }
     if ed then return function(p) return ed:read(p) end, function() ed:close() end end
   end
   return function(p)

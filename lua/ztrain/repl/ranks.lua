@@ -29,6 +29,11 @@
 local ffi = require "ffi"
 local libc = require "ztrain.core.libc"
 local interrupt = require "ztrain.core.interrupt"
+local repl = require "ztrain.repl"
+local comm = require "ztrain.core.comm"
+local launch = require "ztrain.job.launch"
+local zffi = require "ztrain.core.ffi"
+local readline = require "ztrain.repl.readline"
 
 local M = {}
 
@@ -125,7 +130,6 @@ end
 -- run_captured(code) -> text: the chunk's results, what print wrote, or
 -- "error: ..." (repl.run under a print that writes into the text)
 local function run_captured(code)
-  local repl = require "ztrain.repl"
   local printed = {}
   local real_print = print
   _G.print = function(...)
@@ -143,7 +147,6 @@ end
 -- loop(): every rank's side (ZTRAIN_REPL_RANKS set by the front end)
 function M.loop()
   local zt = rawget(_G, "zt")
-  local repl = require "ztrain.repl"
   local world = zt.comm.world()
   rawset(_G, "help", repl.help)
   -- the interrupt: SIGUSR1 forwarded by mpirun (and SIGINT under a plain
@@ -170,9 +173,9 @@ function M.loop()
       end
     end
     -- the other ranks wait here while the user thinks: no watchdog (comm.timeout)
-    local watch = require("ztrain.core.comm").watch({ timeout = 0 })
+    local watch = comm.watch({ timeout = 0 })
     msg = world:gather_strings(msg)[1]
-    require("ztrain.core.comm").watch(watch)
+    comm.watch(watch)
     if msg == "Q" then break end
     local text = run_captured(msg:sub(2))
     local texts = world:gather_strings(text)
@@ -188,10 +191,9 @@ end
 -- front(n, program, args) -> exit code: start mpirun with n ranks of
 -- `program args` and drive them from this terminal.
 function M.front(n, program, args)
-  local launch = require "ztrain.job.launch"
   libc.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0)
   libc.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0)
-  libc.setenv("ZTRAIN_HOME", rawget(_G, "ZTRAIN_HOME") or require("ztrain.core.ffi").home, 0)
+  libc.setenv("ZTRAIN_HOME", rawget(_G, "ZTRAIN_HOME") or zffi.home, 0)
   libc.setenv(M.ENV, "1", 1)
   local cmd, cerr = launch.command(n, program, args)
   if not cmd then return nil, cerr end
@@ -269,11 +271,9 @@ function M.front(n, program, args)
     end
   end
 
-  local repl = require "ztrain.repl"
-  local rlmod = require "ztrain.repl.readline"
   local ed
   if libc.isatty(0) == 1 and os.getenv("TERM") ~= "dumb" then
-    ed = rlmod.open { history = rlmod.history_file(), complete = function(text)
+    ed = readline.open { history = readline.history_file(), complete = function(text)
       -- rank 0 knows the session's globals
       if not write_all(to, M.frame("C", text)) then return {} end
       local list = {}

@@ -14,6 +14,7 @@
 -- The map is documented in docs/recipes.md ("DeepSpeed configs").
 local cjson = require "cjson.safe"
 local errors = require "ztrain.core.errors"
+local recipe = require "ztrain.train.recipe"
 
 local M = {}
 
@@ -423,7 +424,7 @@ function M.world_size(nproc, recipe_path, overrides)
     local n = tonumber(os.getenv(v) or "")
     if n then return n end
   end
-  local r = recipe_path and require("ztrain.train.recipe").load(recipe_path, overrides)
+  local r = recipe_path and recipe.load(recipe_path, overrides)
   return r and r.launch.nproc > 0 and r.launch.nproc or 1
 end
 

@@ -3,6 +3,11 @@
 -- A recipe is a Lua file returning a table. Every key must be one of the
 -- schema's (the defaults below); an unknown key is an error that names it and
 -- the nearest valid key. Overrides are dotted paths: train.steps=20.
+local suggest = require "ztrain.util.suggest"
+local strategy = require "ztrain.parallel.strategy"
+local precision = require "ztrain.model.precision"
+local registry = require "ztrain.parallel.schedule.registry"
+local digest = require "ztrain.core.digest"
 local M = {}
 
 -- The schema: every valid key with its default. `strategy` may also be a
@@ -148,7 +153,6 @@ end
 -- nearest("train.step") -> "train.steps"; nearest("batch.size") ->
 -- "batch.micro"; nearest("lr") -> "optim.lr"
 function M.nearest(path)
-  local suggest = require "ztrain.util.suggest"
   local section, last = path:match("^([^.]+)%.(.+)$")
   if section and type(M.defaults[section]) == "table" and not LEAF[section] then
     -- the same section first: its synonyms, then its nearest key
@@ -319,13 +323,13 @@ function M.resolve(user, overrides)
   ok, err = check_values(r)
   if not ok then return nil, err end
   -- the strategy (a name or an object) is checked now, not mid-step
-  local sok, serr = pcall(require("ztrain.parallel.strategy").resolve, r.strategy)
+  local sok, serr = pcall(strategy.resolve, r.strategy)
   if not sok then return nil, "strategy: " .. tostring(serr) end
   if r.model.from ~= "" and not r.model.from:match("^hf:.") then
     return nil, ('model.from must be "hf:DIR" (a Hugging Face GPT-2 directory: config.json + model.safetensors), ' ..
                  'got %q'):format(r.model.from)
   end
-  if not require("ztrain.model.precision").NAMES[r.precision] then
+  if not precision.NAMES[r.precision] then
     return nil, ('precision must be "fp32", "bf16" or "fp16", got %q'):format(tostring(r.precision))
   end
   if r.comm.backend ~= "mpi" and r.comm.backend ~= "nccl" then
@@ -364,7 +368,7 @@ function M.resolve(user, overrides)
     return nil, ("recipe key \"schedule\" must be a schedule name or a function, got %s"):format(type(r.schedule))
   end
   if type(r.schedule) == "string" and r.schedule ~= "" then
-    local names = require("ztrain.parallel.schedule.registry").names()
+    local names = registry.names()
     local known = false
     for _, n in ipairs(names) do if n == r.schedule then known = true end end
     if not known then
@@ -428,7 +432,7 @@ function M.serialize(r)
       -- a function (a user schedule): its bytecode's hash, so ranks that
       -- loaded different code disagree (upvalues are not compared)
       local ok, code = pcall(string.dump, v)
-      return ok and ("function:" .. require("ztrain.core.digest").string(code):sub(1, 16)) or "function"
+      return ok and ("function:" .. digest.string(code):sub(1, 16)) or "function"
     else return tostring(v) end
   end
   return ser(r)

@@ -15,6 +15,12 @@ local cjson_null = require("ztrain.util.json").null
 local memory = require "ztrain.core.memory"
 local errors = require "ztrain.core.errors"
 local interrupt = require "ztrain.core.interrupt"
+local tl = require "ztrain.record.timeline"
+local simulate = require "ztrain.parallel.schedule.simulate"
+local comm = require "ztrain.core.comm"
+local rundir = require "ztrain.job.rundir"
+local ffi = require "ffi"
+local state = require "ztrain.parallel.strategy.state"
 
 local M = {}
 
@@ -39,8 +45,7 @@ local run, write_timeline
 -- one. A failed write is reported in the summary, not fatal to a finished run.
 write_timeline = function(tr, out, events)
   local ok, res = pcall(function()
-    local tl = require "ztrain.record.timeline"
-    local sim = require("ztrain.parallel.schedule.simulate").run(tr.env.lists, {})
+    local sim = simulate.run(tr.env.lists, {})
     local name = tr.recipe.schedule ~= "" and tostring(tr.recipe.schedule) or "1f1b"
     if tr.pp then name = ("%s p=%d m=%d"):format(name, tr.pp.size, tr.accumulate) end
     local w = tl.write(out, events, { name = name, unit = "s", predicted_bubble = sim.bubble })
@@ -64,9 +69,8 @@ end
 -- summary.exit = "interrupted", instead of raising.
 function M.run(r, opts)
   local limit, threads = memory.limit("device"), C.zt_get_threads()
-  local comm = require "ztrain.core.comm"
   -- the output directory: unique, not an earlier run's, locked (rundir.lua)
-  local out, lock = require("ztrain.job.rundir").claim(r, comm.world())
+  local out, lock = rundir.claim(r, comm.world())
   local watch = comm.watch({ timeout = r.comm.timeout, check = r.comm.check })
   local ok, res, tr = pcall(run, r, opts or {}, out)
   comm.watch(watch)
@@ -93,7 +97,7 @@ local function summary_of(R)
   local comm_per_step = comm_report.per_step(tr.world, R.comm_acc)
   return {
     recipe = r.name, recipe_path = r.path, strategy = tr.strategy.name,
-    world_size = tr.world_size, backend = require("ffi").string(C.zt_device_name()),
+    world_size = tr.world_size, backend = ffi.string(C.zt_device_name()),
     threads = C.zt_get_threads(),
     model = { name = tr.cfg.name, params = model.nparams, layers = tr.cfg.L, channels = tr.cfg.C,
               heads = tr.cfg.NH, vocab = tr.cfg.V, context = tr.cfg.maxT },
@@ -116,7 +120,7 @@ local function summary_of(R)
     checkpoint = R.saved or cjson_null, resumed = R.resumed or cjson_null,
     activations = tr:activation_report(),
     warnings = tr.warnings,
-    blas = require("ffi").string(C.zt_blas_info()),
+    blas = ffi.string(C.zt_blas_info()),
     gemm = tr.gemm or "fp32",
     attention = tr.recipe.device.attention,
     tokens_per_s = median(R.tps), step_ms_median = median(R.steps_ms),
@@ -124,7 +128,7 @@ local function summary_of(R)
     memory = report.with_totals(report.gather_memory(tr.world)),
     predicted = tr.strategy.predicted and tr.strategy.predicted(tr.ctx),
     -- the strategy's public state: each kind's dtype, tier and sharding
-    state = tr.ctx.state and require("ztrain.parallel.strategy.state").describe(tr.ctx.state).kinds or cjson_null,
+    state = tr.ctx.state and state.describe(tr.ctx.state).kinds or cjson_null,
     driver = tr.driver.name,
     strategy_stats = tr.strategy.describe and tr.strategy.describe(tr.ctx) or cjson_null,
     param_digest = digest_or_null(tr),

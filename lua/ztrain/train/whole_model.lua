@@ -9,6 +9,12 @@ local digest = require "ztrain.core.digest"
 local stage_run = require "ztrain.parallel.driver.stage"
 local pipeline_stages = require "ztrain.parallel.schedule.stages"
 local zffi = require "ztrain.core.ffi"
+local T = require "ztrain.core.tensor"
+local gpt2m = require "ztrain.model.gpt2"
+local stream = require "ztrain.core.stream"
+local generate = require "ztrain.model.generate"
+local utf8 = require "ztrain.model.data.utf8"
+local hf = require "ztrain.model.hf"
 
 local agree = errors.agree
 
@@ -118,7 +124,6 @@ function Trainer:each_full_unit(visit)
     for _, u in ipairs(self.model.units) do with(u, function(flat) visit(u, flat) end) end
     return
   end
-  local T = require "ztrain.core.tensor"
   for _, stage in ipairs(self.stages) do
     local owner = self.stage_rank(stage.index)
     for _, u in ipairs(stage.units) do
@@ -144,7 +149,6 @@ end
 -- rank 0 (each_full_unit; a collective). A failure to sample is reported
 -- in the text, never fatal to the run.
 function Trainer:sample(o)
-  local gpt2m = require "ztrain.model.gpt2"
   -- every unit's full parameters already here (replicated, no pipeline): no copy
   local here = not self.pp and not self.strategy.with_full_params
   local copy
@@ -152,7 +156,6 @@ function Trainer:sample(o)
     copy = here and self.model or gpt2m.new(self.cfg, { tier = self.model.tier, alloc = false })
     if not here then
       -- parameters only, accounted as "other": a transient copy, not model state
-      local T = require "ztrain.core.tensor"
       for _, u in ipairs(copy.units) do
         copy:set_params(u, T.new({ u.padded }, { tier = copy.tier, category = "other" }))
       end
@@ -164,7 +167,6 @@ function Trainer:sample(o)
       local v = flat:view(0, { cu.padded })
       local okc, cerr = pcall(function()
         if v:tier() == cu.params:tier() then return ops.copy(cu.params, v) end
-        local stream = require "ztrain.core.stream"      -- a gathered unit on another tier
         stream.copy_async(cu.params, v)
         stream.current():sync()
       end)
@@ -177,13 +179,13 @@ function Trainer:sample(o)
     if ok then
       local prompt = o.prompt
       if prompt == "" then prompt = self.tokenizer.eot and { self.tokenizer.eot } or "\n" end
-      local okg, ids, t = pcall(require("ztrain.model.generate").generate, copy, prompt, {
+      local okg, ids, t = pcall(generate.generate, copy, prompt, {
         tokenizer = self.tokenizer, max_tokens = math.min(o.tokens, self.cfg.maxT - 1),
         temperature = o.temperature, top_k = o.top_k, top_p = o.top_p, seed = o.seed })
       text = okg and ((type(o.prompt) == "string" and o.prompt or "") .. (t or "")) or
              ("(no sample: " .. errors.message(ids) .. ")")
       -- a byte tokenizer's sample may end inside a character: valid UTF-8 for JSON
-      text = require("ztrain.model.data.utf8").sanitize(text)
+      text = utf8.sanitize(text)
     end
     if not here then copy:free() end
   end
@@ -197,7 +199,6 @@ end
 -- (each_full_unit). A failure to write stops every rank alike; nothing
 -- half-written is left.
 function Trainer:export_hf(dir)
-  local hf = require "ztrain.model.hf"
   local each = function(visit) return self:each_full_unit(visit) end
   local tok = self.recipe.data.tokenizer
   local tdir = type(tok) == "string" and (tok:match("^hf:(.+)$") or tok:match("^bpe:(.+)$")) or nil

@@ -18,6 +18,8 @@
 --   svg.write(path, text)  (atomic: a temporary name, then rename)
 --
 -- Pure Lua: no FFI, so it runs without the runtime library.
+local durable = require "ztrain.util.durable"
+local errors = require "ztrain.core.errors"
 local M = {}
 
 -- Tableau 10: distinguishable, and readable on white and in grey print.
@@ -206,8 +208,8 @@ end
 -- half). Raises an I/O error (errors.io) naming the file.
 function M.write(path, text)
   -- durable.lua: temporary name, checked writes, fsync, rename
-  local ok, err = require("ztrain.util.durable").write_atomic(path, text)
-  if not ok then error(require("ztrain.core.errors").io(err), 0) end
+  local ok, err = durable.write_atomic(path, text)
+  if not ok then error(errors.io(err), 0) end
   return path
 end
 

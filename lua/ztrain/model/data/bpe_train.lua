@@ -29,6 +29,7 @@
 -- exists, so a stale entry is re-pushed with its current count when it surfaces).
 local ffi = require "ffi"
 local bpe = require "ztrain.model.data.bpe"
+local durable = require "ztrain.util.durable"
 
 local M = {}
 
@@ -245,7 +246,7 @@ function M.write(dir, v)
   local lines = {}
   for i, tok in ipairs(ids) do lines[i] = json_string(tok) .. ": " .. (i - 1) end
   local function put(path, text)
-    local ok, err = require("ztrain.util.durable").write_atomic(path, text)
+    local ok, err = durable.write_atomic(path, text)
     if not ok then error("bpe_train: " .. err, 0) end
   end
   put(dir .. "/vocab.json", "{\n" .. table.concat(lines, ",\n") .. "\n}\n")

@@ -18,6 +18,7 @@
 -- needed, no headers). Declarations follow pcre2.h of PCRE2 10.34+ (MATCH_INVALID_UTF
 -- appeared in 10.34); pcre2.version() names the loaded one.
 local ffi = require "ffi"
+local libc = require "ztrain.core.libc"
 
 -- Declared once per Lua state, however many times this module is loaded.
 if not pcall(ffi.typeof, "pcre2_code_8") then ffi.cdef [[
@@ -63,7 +64,6 @@ local PCRE2_CONFIG_VERSION    = 11
 -- closes, after LuaJIT has dropped its handle -- without the pin, a call
 -- into an unmapped library (a segfault at exit).
 local function load_lib()
-  local libc = require "ztrain.core.libc"
   local errs = {}
   for _, name in ipairs { "libpcre2-8.so.0", "pcre2-8" } do
     libc.dlopen(name, libc.RTLD_NOW + libc.RTLD_NODELETE)

@@ -35,6 +35,7 @@
 local text = require "ztrain.model.data.text"
 local wikitext = require "ztrain.model.data.wikitext"
 local tokbin = require "ztrain.model.data.tokbin"
+local cache = require "ztrain.model.data.cache"
 
 local M = {}
 
@@ -45,7 +46,7 @@ local SPLITS = { { key = "train", name = "train" }, { key = "valid", name = "val
                  { key = "test", name = "test" } }
 
 local function is_dir(path)
-  local st = require("ztrain.model.data.cache").stat(path)
+  local st = cache.stat(path)
   return st and st.kind == "dir"
 end
 

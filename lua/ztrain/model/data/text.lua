@@ -49,6 +49,8 @@ local utf8 = require "ztrain.model.data.utf8"
 local libc = require "ztrain.core.libc"
 local fs = require "ztrain.util.fs"
 local tokenizer = require "ztrain.model.data.tokenizer"
+local cache = require "ztrain.model.data.cache"
+local interrupt = require "ztrain.core.interrupt"
 
 if ffi.os ~= "Linux" then
   -- glob_t's layout (ztrain.libc) is glibc's; other libcs differ.
@@ -306,7 +308,6 @@ function M.text(opts)
   -- for the default one); data.open asks by default
   local c
   if opts.cache ~= nil and opts.cache ~= false then
-    local cache = require "ztrain.model.data.cache"
     c = cache.open(cache.dir(opts.cache), tok)
   end
   -- the split rule, for the cache key: where a file is cut into train and validation
@@ -319,7 +320,7 @@ function M.text(opts)
   -- 3. per file: the cached tokens, or read, validate, split, tokenize (and cache)
   local parts = { train = {}, valid = {} }
   local file_info, total_bytes = {}, 0
-  local poll = require("ztrain.core.interrupt").poll
+  local poll = interrupt.poll
   for i, p in ipairs(files) do
     poll()                       -- Ctrl-C at the REPL stops between two files
     local e, st

@@ -3,6 +3,7 @@
 -- directories. Its own module so that data.text, which takes a tokenizer by
 -- name too, need not require the data package that requires it (issue 28).
 local fs = require "ztrain.util.fs"
+local bytes = require "ztrain.model.data.bytes"
 
 local M = {}
 
@@ -90,7 +91,7 @@ function M.get(name)
   end
   if name == "bytes" then
     -- not cached (no cache_key): reading its tokens back costs as much as making them
-    return require "ztrain.model.data.bytes"
+    return bytes
   end
   if name == "bpe" then
     local dir = M.home .. "/" .. M.BPE_DEFAULT

@@ -17,6 +17,7 @@
 -- it has one, follows each file's tokens, as data.text appends it after each part.
 local text = require "ztrain.model.data.text"
 local fs = require "ztrain.util.fs"
+local cache = require "ztrain.model.data.cache"
 
 local M = {}
 
@@ -80,7 +81,6 @@ function M.open(opts)
   dir = dir:gsub("(.)/+$", "%1")
   local tok = text.resolve_tokenizer(opts.tokenizer)
   if not M.is_dir(dir) then return nil, missing_train(dir) end
-  local cache = require "ztrain.model.data.cache"
   local c
   if opts.cache ~= nil and opts.cache ~= false then c = cache.open(cache.dir(opts.cache), tok) end
   local rule = "wikitext whole-file v1"

@@ -23,6 +23,7 @@ local stage_run = require "ztrain.parallel.driver.stage"
 local losses = require "ztrain.parallel.driver.losses"
 local T = require "ztrain.core.tensor"
 local ops = require "ztrain.core.ops"
+local zffi = require "ztrain.core.ffi"
 
 local M = { name = "schedule" }
 
@@ -188,7 +189,7 @@ function M.step(env, lr)
 
   -- measured events for timelines: env.events[#+1] = { op, stage, mb, t0, t1 }
   local events, now = env.events, nil
-  if events then now = require("ztrain.core.ffi").C.zt_now end
+  if events then now = zffi.C.zt_now end
   for _, a in ipairs(list) do
     if #retiring > 0 then poll_retiring(false) end
     local t0 = events and now()

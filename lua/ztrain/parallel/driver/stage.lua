@@ -12,10 +12,10 @@
 -- Fused: pre_backward, pre_weight_grad, B, post_input_grad, post_backward.
 -- Split: I = pre_backward, I, post_input_grad; W = pre_weight_grad, W, post_backward.
 local Acts = require "ztrain.model.activations"
+local stream = require "ztrain.core.stream"
 
 -- a copy between tiers, waited for (kept inputs to and from the host)
 local function copy_wait(dst, src)
-  local stream = require "ztrain.core.stream"
   stream.copy_async(dst, src)
   stream.current():sync()
 end

@@ -20,6 +20,8 @@
 -- Everything load changes is told in info.notes.
 local S = require "ztrain.parallel.schedule"
 local schedules = require "ztrain.parallel.schedule.library"
+local durable = require "ztrain.util.durable"
+local errors = require "ztrain.core.errors"
 
 local M = {}
 
@@ -78,8 +80,8 @@ function M.dump(lists, path)
     end
     rows[#rows + 1] = table.concat(cells, ",") .. "\r\n"
   end
-  local ok, err = require("ztrain.util.durable").write_atomic(path, table.concat(rows))
-  if not ok then error(require("ztrain.core.errors").io("pipeline csv dump: " .. err), 0) end
+  local ok, err = durable.write_atomic(path, table.concat(rows))
+  if not ok then error(errors.io("pipeline csv dump: " .. err), 0) end
 end
 
 -- split one CSV line into fields (RFC 4180 quoting; PyTorch never quotes,

@@ -15,6 +15,7 @@ local ffi = require "ffi"
 local T = require "ztrain.core.tensor"
 local ops = require "ztrain.core.ops"
 local zffi = require "ztrain.core.ffi"
+local gpt2 = require "ztrain.model.gpt2"
 local C = zffi.C
 
 local M = {}
@@ -54,7 +55,6 @@ end
 -- forward and a fused backward of each kind of unit at this micro-batch
 -- (the best of 3 runs, after a warm-up), on a one-block copy of the model.
 function M.measure(cfg, B, Tlen)
-  local gpt2 = require "ztrain.model.gpt2"
   local c1 = {}
   for k, v in pairs(cfg) do c1[k] = v end
   c1.L = 1

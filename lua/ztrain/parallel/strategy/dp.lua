@@ -31,7 +31,7 @@ function M.new(opts)
     replicated.precision_hooks(S, ctx)
     -- mixed precision: gradients are reduced in fp32, widened into a
     -- buffer of their own per reduction in flight (category comm)
-    if ctx.precision then ctx.work.pool = require("ztrain.parallel.strategy.shard").pool(ctx.model.tier) end
+    if ctx.precision then ctx.work.pool = shard.pool(ctx.model.tier) end
   end
 
   -- Wait for unit u's pending reduction and accumulate it (in canonical order).

@@ -28,6 +28,8 @@ local memory = require "ztrain.core.memory"
 local now = require("ztrain.core.ffi").C.zt_now
 local fs = require "ztrain.util.fs"
 local registry = require "ztrain.job.registry"
+local ops = require "ztrain.core.ops"
+local aio = require "ztrain.core.aio"
 
 local M = {}
 local Off = {}
@@ -152,7 +154,7 @@ function Off:step(optim, work, lr, scale)
       local w = c.w
       optim:update_range(w.u, w.lo + c.off, w.lo + c.off + c.len, c.m or c.p, c.g, c.mom, lr, scale)
       if c.m then
-        require("ztrain.core.ops").cast(c.plp, c.m)                         -- rounded
+        ops.cast(c.plp, c.m)                         -- rounded
         if c.plp ~= c.pdst then
           local st = w.P:tier() == "nvme" and cs or ds
           c.back[#c.back + 1] = { c.pdst, c.plp, st }
@@ -215,7 +217,6 @@ end
 -- recipe's offload keys (nvme_path, default OUT/nvme; block_size;
 -- queue_depth; checksum). The path is made if missing.
 function M.configure_nvme(recipe, out_dir)
-  local aio = require "ztrain.core.aio"
   local o = recipe and recipe.offload or {}
   local explicit = o.nvme_path and o.nvme_path ~= ""
   local path = explicit and o.nvme_path or ((out_dir or "runs/offload") .. "/nvme")

@@ -17,6 +17,7 @@ M.optional = { "free", "reduce_loss", "with_full_params", "predicted", "pad", "f
                "state", "load_state", "describe", "footprint" }
 
 local suggest = require "ztrain.util.suggest"
+local state = require "ztrain.parallel.strategy.state"
 
 local function nearest(word, list)
   -- a prefix is a strong hint ("defer" -> "defer_reduction")
@@ -55,10 +56,10 @@ end
 -- the generic ones over ctx.state (strategy/state.lua).
 local function noop() end
 local function default_state(ctx)
-  return require("ztrain.parallel.strategy.state").export(ctx.state, ctx.model, ctx.optim.t)
+  return state.export(ctx.state, ctx.model, ctx.optim.t)
 end
 local function default_load_state(ctx, read)
-  require("ztrain.parallel.strategy.state").import(ctx.state, ctx.model, read)
+  state.import(ctx.state, ctx.model, read)
 end
 function M.complete(S)
   for _, h in ipairs(M.unit_hooks) do if S[h] == nil then S[h] = noop end end

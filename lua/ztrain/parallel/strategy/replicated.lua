@@ -10,6 +10,7 @@ local ops = require "ztrain.core.ops"
 local norm = require "ztrain.parallel.strategy.norm"
 local state = require "ztrain.parallel.strategy.state"
 local fp = require "ztrain.parallel.strategy.footprint"
+local precision = require "ztrain.model.precision"
 
 local M = {}
 
@@ -110,7 +111,7 @@ function M.step(ctx, lr)
   local units, st, LS = M.units(ctx), ctx.state, ctx.loss_scaler
   local gn = norm.global({ units = units, grad_of = function(u) return M.grad_of(ctx, u) end, pp = ctx.pp })
   local skip, unscale
-  skip, gn, unscale = require("ztrain.model.precision").unscale(LS, gn)
+  skip, gn, unscale = precision.unscale(LS, gn)
   if skip then return gn end
   local scale = norm.clip_scale(gn, ctx.clip) * unscale
   ctx.optim:begin_step()

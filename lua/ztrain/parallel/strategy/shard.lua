@@ -8,6 +8,9 @@
 local ffi = require "ffi"
 local zffi = require "ztrain.core.ffi"
 local ops = require "ztrain.core.ops"
+local norm = require "ztrain.parallel.strategy.norm"
+local T = require "ztrain.core.tensor"
+local stream = require "ztrain.core.stream"
 
 local M = {}
 
@@ -39,7 +42,7 @@ function M.global_norm(units, world, shard_of, pp)
     per_unit[i] = { index = u.index, p = list }
     off = off + counts[i]
   end
-  return require("ztrain.parallel.strategy.norm").total(per_unit, pp)
+  return norm.total(per_unit, pp)
 end
 
 -- A pool of working buffers (category "comm") by element count. Gradient
@@ -58,8 +61,6 @@ end
 -- or a collective that hands the buffer to another stream orders itself:
 -- zt_copy_async, comm_stage.c.)
 function M.pool(tier, dtype)
-  local T = require "ztrain.core.tensor"
-  local stream = require "ztrain.core.stream"
   local free = {}
   local P = {}
   function P.get(n)

@@ -19,12 +19,12 @@
 -- Whatever the strategy and the number of ranks that wrote it, a loader asks
 -- for exactly the ranges it holds.
 local ops = require "ztrain.core.ops"
+local stream = require "ztrain.core.stream"
 
 -- Copy between tensors on any tiers: a plain copy on one tier, an explicit
 -- copy (waited for) between tiers.
 local function copy_any(dst, src)
   if dst:tier() == src:tier() then return ops.copy(dst, src) end
-  local stream = require "ztrain.core.stream"
   stream.copy_async(dst, src)
   stream.current():sync()
 end

@@ -36,6 +36,8 @@ local replicated = require "ztrain.parallel.strategy.replicated"
 local zero_footprint = require "ztrain.parallel.strategy.zero_footprint"
 local zero_setup = require "ztrain.parallel.strategy.zero_setup"
 local params = require "ztrain.parallel.strategy.zero_params"
+local precision = require "ztrain.model.precision"
+local aio = require "ztrain.core.aio"
 
 local M = {}
 
@@ -205,7 +207,7 @@ function M.new(opts)
     local gn = shard.global_norm(units, ctx.dp, function(u) return grad_shard(ctx, u) end, ctx.pp)
     -- fp16: gradients hold the loss scale; an overflow skips the step
     local skip, unscale
-    skip, gn, unscale = require("ztrain.model.precision").unscale(ctx.loss_scaler, gn)
+    skip, gn, unscale = precision.unscale(ctx.loss_scaler, gn)
     if skip then
       for _, v in pairs(W.grad_views) do v:free() end
       W.grad_views = {}
@@ -376,7 +378,7 @@ function M.new(opts)
       st.gshard, st.pshard, st.optim = {}, {}, {}
     end
     -- the nvme tier's swap files go with the last nvme tensor
-    if W and W.nvme then pcall(require("ztrain.core.aio").shutdown); W.nvme = nil end
+    if W and W.nvme then pcall(aio.shutdown); W.nvme = nil end
   end
 
   return options.complete(S)
