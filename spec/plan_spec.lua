@@ -115,6 +115,17 @@ describe("plan: predicted against measured peaks", function()
     assert.is_true(got >= wte and got <= micro_batches * wte, ("comm predicted %d, measured %d"):format(t.device.comm, got))
   end)
 
+  -- checkpointed blocks are every k-th block of the model, counted over all
+  -- its units (the trainer's rule): the second stage (blocks 1-3 and the
+  -- head) checkpoints block 2 only; counting from the stage's own first block
+  -- would say blocks 1 and 3
+  it("pipeline GPipe 2 stages, every 2nd block checkpointed, uneven split: activations exact", function()
+    local s, r = run(2, "recipes/pipeline_gpipe.lua",
+                     "model.size=gpt2-mini batch.micro=2 train.checkpoint_activations=2 pipeline.split={2,4}")
+    local t, m = plan.predict(r, { nproc = 2, strategy = "pipeline_1f1b" }), heaviest(s)
+    assert.are.same({}, differences(t, m, { params = true, grads = true, optim = true, activations = true }))
+  end)
+
   it("pipeline 1F1B 2 stages: model state exact, activations exact or one set more (a send taken late)", function()
     local s, r = run(2, "recipes/pipeline_1f1b.lua", "")
     local t, m = plan.predict(r, { nproc = 2, strategy = "pipeline_1f1b" }), heaviest(s)

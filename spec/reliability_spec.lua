@@ -39,6 +39,8 @@ describe("outputs", function()
       local durable = require "ztrain.util.durable"
       local ok, err = durable.write_atomic(%q, string.rep("x", 65536))
       print("result", ok, err)
+      print("synced", durable.write_synced(%q, string.rep("z", 65536)))
+      print("synced small", durable.write_synced(%q, "small\n"))
       local a = assert(durable.appender(%q))
       local lines = 0
       while true do
@@ -47,10 +49,15 @@ describe("outputs", function()
         lines = lines + 1
       end
       print("lines", lines, a:close())
-    ]]):format(ROOT, ROOT, d .. "/f.json", d .. "/m.txt"))
+    ]]):format(ROOT, ROOT, d .. "/f.json", d .. "/s.bin", d .. "/t.txt", d .. "/m.txt"))
     local out = u.sh(("bash -c \"trap '' XFSZ; ulimit -f 8; exec luajit %s\""):format(script))
     assert.matches("result\tnil\tcannot write " .. d .. "/f.json: File too large", out, 1, true)
     assert.are.equal("old\n", u.read(d .. "/f.json"))
+    -- write_synced (a checkpoint's files): the error names the file; a file
+    -- that fits is whole
+    assert.matches("synced\tnil\tcannot write " .. d .. "/s.bin: File too large", out, 1, true)
+    assert.matches("synced small\ttrue", out, 1, true)
+    assert.are.equal("small\n", u.read(d .. "/t.txt"))
     assert.are.equal("rc=0\n", (u.sh("ls -A " .. d .. " | grep tmp || true")))
     -- the appender stopped at a whole line: 8 KiB holds 8 lines of 1000 bytes
     assert.matches("append\tcannot write " .. d .. "/m.txt: File too large", out, 1, true)

@@ -116,25 +116,12 @@ end
 local add = fp.add
 M.mpi_scratch = fp.mpi_scratch
 
--- checkpointed(r, units) -> { [unit index] = true }: driver/stage.lua's choice.
-local function checkpointed(r, units)
-  local every, out, k = r.train.checkpoint_activations, {}, 0
-  if every == true then every = 1 end
-  if not every or every == 0 then return out end
-  for _, u in ipairs(units) do
-    if u.kind == "block" then
-      if k % every == 0 then out[u.index] = true end
-      k = k + 1
-    end
-  end
-  return out
-end
-
 -- Activations of `sets` micro-batches in flight over these units, and the
 -- stage's scratch (model/activations.lua's plan); kept inputs on the host.
-local function activations(t, cfg, r, units, sets)
+-- ckpt: the model's checkpointed blocks (the trainer's rule,
+-- driver/stage.lua's checkpoint_units over every unit of the model).
+local function activations(t, cfg, r, units, sets, ckpt)
   local B, Tlen = r.batch.micro, r.data.seq_len
-  local ckpt = checkpointed(r, units)
   local host = r.train.checkpoint_host and next(ckpt) ~= nil
   -- bf16 GEMMs keep what only they read in bf16 (the trainer's choice)
   local g16 = precision.gemm16(r)
@@ -202,6 +189,7 @@ local function pipeline(cfg, r, P, lowp)
   local sched = type(r.schedule) == "string" and r.schedule ~= "" and r.schedule or "1f1b"
   local lists = library.build(sched, { ranks = P, microbatches = r.batch.accumulate, chunks = 1 })
   local res = simulate.check(lists)
+  local ckpt = stage.checkpoint_units(model.units, r.train.checkpoint_activations)
   local best, best_total
   for s, st in ipairs(stages) do
     local t = zero_tiers()
@@ -216,7 +204,7 @@ local function pipeline(cfg, r, P, lowp)
     -- taken (driver/schedule.lua retires it late): one more than simulated
     -- when the schedule reuses sets (1F1B), none when all are live (GPipe)
     local peak = math.max(res.peak[s - 1] or 1, 1)
-    activations(t, cfg, r, st.units, peak + ((s > 1 and peak < r.batch.accumulate) and 1 or 0))
+    activations(t, cfg, r, st.units, peak + ((s > 1 and peak < r.batch.accumulate) and 1 or 0), ckpt)
     local total = M.totals(t).device
     if not best or total > best_total then best, best_total = t, total end
   end
@@ -248,7 +236,7 @@ function M.predict(r, opts)
   local pad = spec.stage == 0 and gpt2.PAD or N * norm_block()
   local units = M.units(cfg, pad)
   spec.footprint(t, { units = units, N = N, lowp = lowp, accumulate = r.batch.accumulate, recipe = r })
-  activations(t, cfg, r, units, 1)
+  activations(t, cfg, r, units, 1, stage.checkpoint_units(units, r.train.checkpoint_activations))
   sample(t, cfg, r, spec, units)
   return t, spec
 end

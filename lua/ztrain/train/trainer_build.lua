@@ -359,7 +359,7 @@ function build_driver(self, r, b)
   local P, V, sched, placement, stage_rank, prank = b.P, b.V, b.sched, b.placement, b.stage_rank, b.prank
   -- activations (for this rank's stages), driver; checkpointed blocks keep
   -- only their output and are recomputed in backward (driver/stage.lua)
-  self.ckpt_units = stage_run.checkpoint_units(self.model, r.train.checkpoint_activations)
+  self.ckpt_units = stage_run.checkpoint_units(self.model.units, r.train.checkpoint_activations)
   if next(self.ckpt_units) and type(sched) ~= "function" and (sched == "zb_h1" or sched == "zbv" or
       sched == "one_stage_iw") then
     fail_all(("train.checkpoint_activations needs the fused backward, and schedule %s splits it into I and W; " ..

@@ -1,6 +1,7 @@
 -- ztrain.util.durable: output files that never lie.
 --
 --   durable.write_atomic(path, text)   -> true | nil, err
+--   durable.write_synced(path, text)   -> true | nil, err
 --   local a = durable.appender(path)   -> appender | nil, err
 --   a:append(text) -> true | nil, err; a:close() -> true | nil, err
 --   durable.fsync_dir(dir)             -> true | nil, err
@@ -11,6 +12,10 @@
 -- it removes the temporary file, leaves the previous `path` as it was, and
 -- returns "cannot write PATH: REASON" -- a run turns that into an I/O error
 -- (errors.io), never an exit 0 over an empty file.
+--
+-- write_synced is its first half alone: create or truncate `path`, write
+-- every byte (EINTR and short writes retried), fsync, close; for a file in
+-- a directory that is itself renamed into place (a checkpoint's files).
 --
 -- An appender (metrics.jsonl) writes whole lines: a write that fails or
 -- comes up short is cut back to the last whole line (ftruncate), so the file
@@ -56,17 +61,29 @@ local function tmp_name(path)
   return ("%s/.%s.tmp.%d.%d"):format(dirname(path), basename(path), libc.getpid(), seq)
 end
 
-function M.write_atomic(path, text)
-  local tmp = tmp_name(path)
-  local fd = libc.open(tmp, libc.O_WRONLY + libc.O_CREAT + libc.O_TRUNC + libc.O_CLOEXEC,
+-- write_file(path, text) -> true | nil, reason: create or truncate, write
+-- all, fsync, close (the file stays, whole or not, for the caller to remove)
+local function write_file(path, text)
+  local fd = libc.open(path, libc.O_WRONLY + libc.O_CREAT + libc.O_TRUNC + libc.O_CLOEXEC,
                        ffi.cast("int", 420))   -- 0644
-  if fd < 0 then
-    -- the name may be the problem (too long, a missing directory): say the real path
-    return nil, ("cannot write %s: %s"):format(path, reason())
-  end
+  if fd < 0 then return nil, reason(), "open" end
   local ok, why = pwrite_all(fd, text, #text, 0)
   if ok and libc.fsync(fd) ~= 0 then ok, why = nil, reason() end
   if libc.close(fd) ~= 0 and ok then ok, why = nil, reason() end
+  return ok, why
+end
+
+function M.write_synced(path, text)
+  local ok, why = write_file(path, text)
+  if not ok then return nil, ("cannot write %s: %s"):format(path, why) end
+  return true
+end
+
+function M.write_atomic(path, text)
+  local tmp = tmp_name(path)
+  local ok, why, stage = write_file(tmp, text)
+  -- the name may be the problem (too long, a missing directory): say the real path
+  if not ok and stage == "open" then return nil, ("cannot write %s: %s"):format(path, why) end
   if ok then
     local rok, rerr = os.rename(tmp, path)
     if not rok then ok, why = nil, tostring(rerr):match(":%s*([^:]+)$") or tostring(rerr) end

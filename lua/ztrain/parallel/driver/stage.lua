@@ -64,14 +64,16 @@ function M.pool(model, stage, B, Tlen, opts)
   return self
 end
 
--- checkpoint_units(model, every) -> { [unit index] = true }: every k-th
--- block (every = 1: all blocks; true means 1; false or 0: none).
-function M.checkpoint_units(model, every)
+-- checkpoint_units(units, every) -> { [unit index] = true }: every k-th
+-- block of the model, counted over all its units whatever the stages
+-- (every = 1: all blocks; true means 1; false or 0: none). The one place the
+-- rule is written: the trainer and the planner (plan/init.lua) both ask it.
+function M.checkpoint_units(units, every)
   if every == true then every = 1 end
   local out = {}
   if not every or every == false or every == 0 then return out end
   local k = 0
-  for _, u in ipairs(model.units) do
+  for _, u in ipairs(units) do
     if u.kind == "block" then
       if k % every == 0 then out[u.index] = true end
       k = k + 1

@@ -28,18 +28,7 @@ local fsync_dir = durable.fsync_dir   -- fsync a directory (so a rename in it is
 
 local function fail(msg) error(msg, 0) end
 
--- write text to path durably (fsync), or nil, err
-local function write_file(path, text)
-  local fd = libc.open(path, libc.O_WRONLY + libc.O_CREAT + libc.O_TRUNC + libc.O_CLOEXEC, ffi.cast("int", 420))
-  if fd < 0 then return nil, ("cannot create %s: %s"):format(path, errno_text()) end
-  local n = libc.pwrite(fd, text, #text, 0)
-  local err
-  if n ~= #text then err = ("cannot write %s: %s"):format(path, n < 0 and errno_text() or "short write")
-  elseif libc.fsync(fd) ~= 0 then err = ("cannot fsync %s: %s"):format(path, errno_text()) end
-  libc.close(fd)
-  if err then return nil, err end
-  return true
-end
+local write_file = durable.write_synced   -- write text to path, fsync (the directory is renamed into place)
 
 -- remove a directory and the files in it (one level: what save writes)
 local function remove_dir(path)
