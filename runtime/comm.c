@@ -83,6 +83,20 @@ void zt_comm_tune(size_t scratch_bytes, size_t msg_bytes)
     tune_msg = msg_bytes ? msg_bytes : ZT_COMM_DEFAULT_MSG;
 }
 
+int64_t zt_comm_round_elems(const zt_comm_req *op, int p, int64_t chunk)
+{
+    size_t budget = op->scratch_bytes;
+    if (budget == 0) {
+        budget = (size_t)p * ZT_COMM_AUTO_SLICE;
+        if (budget < ZT_COMM_AUTO_SCRATCH) budget = ZT_COMM_AUTO_SCRATCH;
+    }
+    int64_t s = (int64_t)(budget / (4 * (size_t)p));
+    int64_t m = (int64_t)(op->msg_bytes / 4);
+    if (s > m) s = m;
+    if (s > chunk) s = chunk;
+    return s < 1 ? 1 : s;
+}
+
 /* ---- rank-ordered sum ------------------------------------------------------ */
 void zt_comm_sum_ranks(float *dst, const float *src, int nsrc, size_t n)
 {

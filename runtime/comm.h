@@ -167,6 +167,12 @@ void zt_comm_sum_ranks(float *dst, const float *src, int nsrc, size_t n);
  * included, made a 64 MiB all_reduce 2x slower), large enough that a
  * round's messages are not latency-bound on many ranks. */
 void zt_comm_tune(size_t scratch_bytes, size_t msg_bytes);
+/* Elements per chunk and round of a reduction over p ranks, for every
+ * transport (comm_mpi.c, comm_nccl.c): the scratch of a round (p x S
+ * floats) fits op's budget, one message (S floats) stays within msg_bytes,
+ * and 1 <= S <= chunk. The rounds cut where the sums are taken, never their
+ * order, so the bits do not depend on it. */
+int64_t zt_comm_round_elems(const zt_comm_req *op, int p, int64_t chunk);
 #define ZT_COMM_DEFAULT_SCRATCH ((size_t)0)
 #define ZT_COMM_AUTO_SCRATCH    ((size_t)4 << 20)
 #define ZT_COMM_AUTO_SLICE      ((size_t)256 << 10)

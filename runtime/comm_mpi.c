@@ -200,23 +200,6 @@ static int coll_scratch(zt_comm_req *op, coll_state *st, int p, const char *what
     return zt_mem_alloc((void **)&st->scr, st->scr_bytes, op->tier, ZT_CAT_COMM, what);
 }
 
-/* Elements per chunk and round for a reduction over p ranks: the scratch of a
- * round (p x S floats) fits the budget; a message never exceeds msg_bytes. */
-static int64_t round_elems(const zt_comm_req *op, int p, int64_t chunk)
-{
-    size_t budget = op->scratch_bytes;
-    if (budget == 0) {
-        budget = (size_t)p * ZT_COMM_AUTO_SLICE;
-        if (budget < ZT_COMM_AUTO_SCRATCH) budget = ZT_COMM_AUTO_SCRATCH;
-    }
-    int64_t s = (int64_t)(budget / (4 * (size_t)p));
-    int64_t m = (int64_t)(op->msg_bytes / 4);
-    if (s > m) s = m;
-    if (s < 1) s = 1;
-    if (s > chunk) s = chunk;
-    return s < 1 ? 1 : s;
-}
-
 /* Each step_* runs once at start (phase 0) and again each time st->rq
  * completed: it posts the next request, or sets *done. */
 
@@ -236,7 +219,7 @@ static int step_all_reduce(zt_comm_req *op, coll_state *st, int *done)
     case 0:
         st->n = base + (rem ? 1 : 0);                   /* largest chunk */
         if (st->n == 0) { *done = 1; return ZT_OK; }
-        st->S = round_elems(op, p, st->n);
+        st->S = zt_comm_round_elems(op, p, st->n);
         ZT_TRY(coll_scratch(op, st, p, "all_reduce receive buffer"));
         st->k0 = 0;
         break;
@@ -282,7 +265,7 @@ static int step_reduce_scatter(zt_comm_req *op, coll_state *st, int *done)
     int rc = ZT_OK;
     if (st->phase == 0) {
         if (m == 0) { *done = 1; return ZT_OK; }
-        st->S = round_elems(op, p, m);
+        st->S = zt_comm_round_elems(op, p, m);
         ZT_TRY(coll_scratch(op, st, p, "reduce_scatter receive buffer"));
         st->k0 = 0;
     } else {

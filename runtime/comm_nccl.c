@@ -161,20 +161,6 @@ out:
 
 /* ---- device operations ------------------------------------------------------------- */
 
-/* Elements per chunk and round (comm_mpi.c's rule): p x S floats of scratch
- * within the budget. */
-static int64_t round_elems(const zt_comm_req *op, int p, int64_t chunk)
-{
-    size_t budget = op->scratch_bytes;
-    if (budget == 0) {
-        budget = (size_t)p * ZT_COMM_AUTO_SLICE;
-        if (budget < ZT_COMM_AUTO_SCRATCH) budget = ZT_COMM_AUTO_SCRATCH;
-    }
-    int64_t s = (int64_t)(budget / (4 * (size_t)p));
-    if (s > chunk) s = chunk;
-    return s < 1 ? 1 : s;
-}
-
 static int64_t clamp(int64_t v, int64_t hi) { return v < 0 ? 0 : v > hi ? hi : v; }
 
 /* Each rank's chunk of rank r's slice [lo, lo + len) in this round: its
@@ -219,7 +205,7 @@ static int all_reduce_det(zt_comm_req *op, nccl_impl *im, nccl_state *ns)
     float *x = op->out;
     const int64_t n = op->count, base = n / p, rem = n % p, big = base + (rem ? 1 : 0);
     if (big == 0) return ZT_OK;
-    const int64_t S = round_elems(op, p, big);
+    const int64_t S = zt_comm_round_elems(op, p, big);
     ns->scr_bytes = (size_t)p * (size_t)S * 4;
     ZT_TRY(zt_mem_alloc((void **)&ns->scr, ns->scr_bytes, ZT_TIER_DEVICE, ZT_CAT_COMM,
                         "nccl all_reduce receive buffer"));
@@ -262,7 +248,7 @@ static int reduce_scatter_det(zt_comm_req *op, nccl_impl *im, nccl_state *ns)
     const int p = c->size;
     const int64_t m = op->count;
     if (m == 0) return ZT_OK;
-    const int64_t S = round_elems(op, p, m);
+    const int64_t S = zt_comm_round_elems(op, p, m);
     ns->scr_bytes = (size_t)p * (size_t)S * 4;
     ZT_TRY(zt_mem_alloc((void **)&ns->scr, ns->scr_bytes, ZT_TIER_DEVICE, ZT_CAT_COMM,
                         "nccl reduce_scatter receive buffer"));
