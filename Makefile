@@ -37,7 +37,7 @@ CFLAGS := $(filter-out -O3,$(CFLAGS)) -O1 -fno-omit-frame-pointer \
           -fsanitize=address,undefined -fno-sanitize-recover=all
 .DEFAULT_GOAL := san
 endif
-RUNTIME_SRC := $(filter-out runtime/main.c runtime/device_cuda.c runtime/comm_nccl.c,$(wildcard runtime/*.c))
+RUNTIME_SRC := $(filter-out runtime/device_cuda.c runtime/comm_nccl.c,$(wildcard runtime/*.c))
 KERNEL_SRC  := $(wildcard kernels/cpu/*.c)
 LIB_OBJ     := $(patsubst %.c,$(B)/obj/%.o,$(RUNTIME_SRC) $(KERNEL_SRC))
 CTEST_SRC   := $(filter-out spec/c/test_cuda%.c,$(wildcard spec/c/test_*.c))
@@ -124,7 +124,7 @@ $(B)/obj/%.o: %.c $(HEADERS)
 $(B)/libztrain.so: $(LIB_OBJ)
 	$(CC) $(CFLAGS) -shared -o $@ $(LIB_OBJ) $(LIBS)
 
-$(B)/ztrain: runtime/main.c
+$(B)/ztrain: host/main.c
 	@mkdir -p $(B)
 	$(CC) $(CFLAGS) $(LUAJIT_CFLAGS) -o $@ $< $(LUAJIT_LIBS) -ldl -Wl,-E
 

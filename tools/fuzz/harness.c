@@ -1,7 +1,7 @@
 /*
  * harness.c -- a libFuzzer harness that feeds each input to one of ztrain's
  * Lua readers (tools/fuzz/targets.lua) inside an embedded LuaJIT, as
- * runtime/main.c embeds it for the `ztrain` program.
+ * host/main.c embeds it for the `ztrain` program.
  *
  * Built once per target with -DZT_FUZZ_TARGET="safetensors" etc. (make fuzz).
  * The Lua side calls the reader under pcall and classifies the outcome:
