@@ -562,8 +562,8 @@ __attribute__((weak)) int zt_comm_use_nccl(zt_comm *c, int deterministic)
 {
     (void)c;
     (void)deterministic;
-    return zt_error(ZT_EINVAL, "comm.backend=nccl: built without CUDA (NCCL); rebuild with "
-                    "make CUDA=1, or use comm.backend=mpi");
+    return zt_error(ZT_EINVAL, "zt_comm_use_nccl: built without CUDA (NCCL); rebuild with "
+                    "make CUDA=1, or keep the MPI transport");
 }
 
 int zt_comm_rank(const zt_comm *c) { return c ? c->rank : -1; }

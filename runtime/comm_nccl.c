@@ -445,8 +445,8 @@ int zt_comm_use_nccl(zt_comm *c, int deterministic)
 {
     const char *fn = "zt_comm_use_nccl";
     ZT_TRY(zt_comm_usable(fn, c));
-    ZT_CHECK(strcmp(zt_dev()->name, "cuda") == 0, "comm.backend=nccl needs the CUDA device "
-             "(device.backend=cuda); this process runs on the %s device", zt_dev()->name);
+    ZT_CHECK(strcmp(zt_dev()->name, "cuda") == 0, "%s: NCCL needs the cuda device "
+             "(zt_device_init); this process runs on the %s device", fn, zt_dev()->name);
     if (c->tp == &zt_transport_nccl) {
         ZT_CHECK(!IMPL(c)->det == !deterministic, "%s: this communicator already runs NCCL "
                  "with deterministic = %s", fn, IMPL(c)->det ? "true" : "false");

@@ -245,22 +245,22 @@ int zt_device_init(const char *backend)
         errno = 0;
         unsigned long long seed = backend[13] ? strtoull(d, &end, 10) : 1;
         if (backend[13] && (*d < '0' || *d > '9' || *end || errno == ERANGE))
-            return zt_error(ZT_EINVAL, "device.backend=%s: the seed after \"fakegpu-async:\" must be "
-                            "a whole number, e.g. fakegpu-async:7", backend);
+            return zt_error(ZT_EINVAL, "zt_device_init(\"%s\"): the seed after \"fakegpu-async:\" "
+                            "must be a whole number, e.g. fakegpu-async:7", backend);
         zt_fakegpu_async_seed(seed);
         active = &zt_fakegpu_async_device;
         return ZT_OK;
     }
     if (strcmp(backend, "cuda") == 0) {
         if (!have_cuda())
-            return zt_error(ZT_EINVAL, "device.backend=cuda: built without CUDA: rebuild with "
-                            "make CUDA=1 (or use device.backend=cpu)");
+            return zt_error(ZT_EINVAL, "zt_device_init(\"cuda\"): built without CUDA: rebuild with "
+                            "make CUDA=1 (or use the cpu backend)");
         ZT_TRY(zt_cuda_init());             /* device_cuda.c: GPU, stream, cuBLAS */
         active = &zt_cuda_device;
         return ZT_OK;
     }
-    return zt_error(ZT_EINVAL, "unknown device backend \"%s\"; known: cpu, cuda, fakegpu and "
-                    "fakegpu-async[:SEED] (test devices)", backend);
+    return zt_error(ZT_EINVAL, "zt_device_init(\"%s\"): unknown device backend; known: cpu, cuda, "
+                    "fakegpu and fakegpu-async[:SEED] (test devices)", backend);
 }
 
 void zt_device_install(const zt_device_ops *dev) { active = dev ? dev : &zt_cpu_device; }
@@ -272,16 +272,16 @@ int zt_device_attention(const char *mode)
     ZT_CHECK(mode != NULL, "zt_device_attention: mode is NULL");
     int bf16 = strcmp(mode, "bf16") == 0;
     if (!bf16 && strcmp(mode, "exact") != 0)
-        return zt_error(ZT_EINVAL, "device.attention=%s: known: exact, bf16 (tensor cores, "
-                        "device.backend=cuda)", mode);
+        return zt_error(ZT_EINVAL, "zt_device_attention(\"%s\"): known: exact, bf16 (tensor cores, "
+                        "the cuda device)", mode);
     if (have_cuda() && active == &zt_cuda_device) {
         int m = zt_cuda_attention_mode(bf16);
         return m < 0 ? m : ZT_OK;
     }
     if (bf16)
-        return zt_error(ZT_EINVAL, "device.attention=bf16: the tensor-core attention is a CUDA "
-                        "kernel and device.backend is %s: use device.attention=exact, or "
-                        "device.backend=cuda in a make CUDA=1 build", active->name);
+        return zt_error(ZT_EINVAL, "zt_device_attention(\"bf16\"): the tensor-core attention is a "
+                        "CUDA kernel and the active device is %s: use \"exact\", or the cuda "
+                        "device (zt_device_init) in a make CUDA=1 build", active->name);
     return ZT_OK;
 }
 

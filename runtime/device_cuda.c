@@ -111,8 +111,8 @@ int zt_cuda_init(void)
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0)
-        return zt_error(ZT_EINVAL, "device.backend=cuda: no CUDA GPU is visible (%s); check "
-                        "nvidia-smi and CUDA_VISIBLE_DEVICES, or use device.backend=cpu",
+        return zt_error(ZT_EINVAL, "zt_device_init(\"cuda\"): no CUDA GPU is visible (%s); check "
+                        "nvidia-smi and CUDA_VISIBLE_DEVICES, or use the cpu backend",
                         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     /* One GPU per rank: the launcher's local rank picks the device (ranks
      * beyond the GPUs share them, round robin: the MPI transport stages

@@ -39,9 +39,9 @@ int zt_bad_tokens_error(const char *op, const char *what, int64_t bad, int64_t n
                         int deferred)
 {
     return zt_error(ZT_EINVAL, "%s: %lld of %lld %s are outside the vocabulary [0,%lld) and were "
-                    "skipped (the outputs are wrong for them)%s; the tokenizer and "
-                    "model.vocab_size disagree: check tokens where they are made (data.loader's "
-                    "vocab_size option)", op, (long long)bad, (long long)n, what, (long long)V,
+                    "skipped (the outputs are wrong for them)%s; the tokenizer and the model's "
+                    "vocabulary size V disagree: check token ids against V where they are made",
+                    op, (long long)bad, (long long)n, what, (long long)V,
                     deferred ? " -- counted on the device and read at its next sync, so the "
                     "count is over every call since the last one" : "");
 }

@@ -204,8 +204,9 @@ int zt_encoder_forward(zt_tensor *out, const zt_tensor *tokens, const zt_tensor 
     ZT_CHECK(wte->ndim == 2 && wpe->ndim == 2 && wte->shape[1] == wpe->shape[1],
              "%s: wte (V,C) and wpe (maxT,C) must be 2-D with equal C", op);
     int64_t B = tokens->shape[0], T = tokens->shape[1], C = wte->shape[1];
-    ZT_CHECK(T <= wpe->shape[0], "%s: sequence length %lld exceeds the model's context %lld; "
-             "lower data.seq_len", op, (long long)T, (long long)wpe->shape[0]);
+    ZT_CHECK(T <= wpe->shape[0], "%s: tokens' sequence length T = %lld exceeds wpe's %lld "
+             "positions (the model's context); pass shorter sequences", op, (long long)T,
+             (long long)wpe->shape[0]);
     ZT_TRY(need_numel(op, "out", out, ZT_F32, B * T * C, "(B,T,C)"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "tokens", tokens, "wte", wte, "wpe", wpe, NULL));
@@ -471,7 +472,7 @@ int zt_attention_forward(zt_tensor *out, zt_tensor *lse, const zt_tensor *qkv, i
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "lse", lse, "qkv", qkv, NULL));
     ZT_CHECK(dev->attention_forward != NULL, "%s: not implemented on the %s device yet; "
-             "use device.backend=cpu", op, dev->name);
+             "the cpu device has it (zt_device_init)", op, dev->name);
     return dev->attention_forward(out->data, lse->data, qkv->data, io16, (int)B, (int)T, (int)C,
                                   NH);
 }
@@ -493,7 +494,7 @@ int zt_attention_backward(zt_tensor *dqkv, const zt_tensor *dout, const zt_tenso
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "dqkv", dqkv, "dout", dout, "qkv", qkv, "out", out, "lse", lse, NULL));
     ZT_CHECK(dev->attention_backward != NULL, "%s: not implemented on the %s device yet; "
-             "use device.backend=cpu", op, dev->name);
+             "the cpu device has it (zt_device_init)", op, dev->name);
     return dev->attention_backward(dqkv->data, dout->data, qkv->data, out->data, lse->data, io16,
                                    (int)B, (int)T, (int)C, NH);
 }

@@ -27,12 +27,20 @@ describe("comm.backend", function()
     assert.are.equal('recipe key "comm.deterministic" must be a boolean, got string (yes)', err)
   end)
 
-  it("a build without CUDA refuses NCCL with what to do", function()
+  it("a build without CUDA refuses NCCL with what to do: the runtime names its call, the trainer the key", function()
     local world = require("ztrain.core.comm").world()
-    local ok, err = pcall(world.use_nccl, world, true)
+    -- as the trainer calls it for comm.backend=nccl
+    local ok, err = pcall(world.use_nccl, world, true, "comm.backend=nccl")
     assert.is_false(ok)
     assert.are.equal("comm.backend=nccl: built without CUDA (NCCL); rebuild with make CUDA=1, " ..
-                     "or use comm.backend=mpi [EINVAL]", err)
+                     "or keep the MPI transport [EINVAL]", err)
+    assert.are.equal("local", world.backend)
+    -- without a key: the runtime's message, in C terms, with no recipe key
+    ok, err = pcall(world.use_nccl, world, true)
+    assert.is_false(ok)
+    assert.are.equal("zt_comm_use_nccl: built without CUDA (NCCL); rebuild with make CUDA=1, " ..
+                     "or keep the MPI transport [EINVAL]", err)
+    assert.is_nil(err:find("comm.backend", 1, true), err)
     assert.are.equal("local", world.backend)
   end)
 end)

@@ -120,7 +120,7 @@ describe("spec/cuda/whole_step.lua on the CPU", function()
   it("fails on any other backend error (only a missing GPU skips)", function()
     local out, rc = run("whole_step", "b=bogus")
     assert.are_not.equal(0, rc, out)
-    assert.matches('unknown device backend "bogus"', out, 1, true)
+    assert.matches('device.backend=bogus: unknown device backend', out, 1, true)
   end)
 end)
 

@@ -21,8 +21,8 @@ describe("device.backend", function()
     local dir = util.outdir()
     for arg, msg in pairs({
       ["device.backend=cuda"] = "ztrain: device.backend=cuda: built without CUDA: rebuild with make CUDA=1 " ..
-                                "(or use device.backend=cpu) [EINVAL]\n",
-      ["device.backend=tpu"] = 'ztrain: unknown device backend "tpu"; known: cpu, cuda, fakegpu and ' ..
+                                "(or use the cpu backend) [EINVAL]\n",
+      ["device.backend=tpu"] = 'ztrain: device.backend=tpu: unknown device backend; known: cpu, cuda, fakegpu and ' ..
                                'fakegpu-async[:SEED] (test devices) [EINVAL]\n',
       ["device.backend=fakegpu-async:x"] = 'ztrain: device.backend=fakegpu-async:x: the seed after ' ..
                                '"fakegpu-async:" must be a whole number, e.g. fakegpu-async:7 [EINVAL]\n' }) do
@@ -32,6 +32,23 @@ describe("device.backend", function()
       assert.is_nil(io.open(dir .. "/summary.json"), "no summary for a run that never started")
     end
     util.rm(dir)
+  end)
+
+  it("the runtime's message names its call and C things; the run's names the key the user set", function()
+    finally(function() C.zt_device_init("cpu") end)
+    for value, rest in pairs({
+      cuda = "built without CUDA: rebuild with make CUDA=1 (or use the cpu backend)",
+      tpu = "unknown device backend; known: cpu, cuda, fakegpu and fakegpu-async[:SEED] (test devices)",
+      ["fakegpu-async:x"] = 'the seed after "fakegpu-async:" must be a whole number, e.g. fakegpu-async:7' }) do
+      assert.are_not.equal(0, C.zt_device_init(value))
+      local msg = ffi.string(C.zt_last_error())
+      assert.are.equal(('zt_device_init("%s"): %s'):format(value, rest), msg)
+      assert.is_nil(msg:find("device.backend", 1, true), msg)
+      -- the binding as the trainer calls it: the key in place of the call, no Lua location
+      local ok, err = pcall(require("ztrain.core.ffi").check_key, C.zt_device_init(value), "device.backend=" .. value)
+      assert.is_false(ok)
+      assert.are.equal(("device.backend=%s: %s [EINVAL]"):format(value, rest), err)
+    end
   end)
 end)
 
@@ -58,12 +75,12 @@ describe("device.attention", function()
       local rc = C.zt_device_attention("bf16")
       assert.are_not.equal(0, rc)
       local msg = ffi.string(C.zt_last_error())
-      assert.matches("device.attention=bf16: the tensor-core attention is a CUDA kernel and device.backend is "
-                     .. backend, msg, 1, true)
-      assert.matches("use device.attention=exact", msg, 1, true)
+      assert.matches('zt_device_attention("bf16"): the tensor-core attention is a CUDA kernel and the active '
+                     .. "device is " .. backend, msg, 1, true)
+      assert.matches('use "exact"', msg, 1, true)
       rc = C.zt_device_attention("fp8")
       assert.are_not.equal(0, rc)
-      assert.are.equal("device.attention=fp8: known: exact, bf16 (tensor cores, device.backend=cuda)",
+      assert.are.equal('zt_device_attention("fp8"): known: exact, bf16 (tensor cores, the cuda device)',
                        ffi.string(C.zt_last_error()))
     end
   end)

@@ -48,13 +48,13 @@ local attention = args.attention or "exact"     -- the recipe checks it
 
 -- no GPU: one line, exit 0 (like make test-cuda's tests)
 do
-  local ok, err = pcall(zffi.check, C.zt_device_init(backend))
+  local ok, err = pcall(zffi.check_key, C.zt_device_init(backend), "device.backend=" .. backend)
   if not ok then
     if backend == "cuda" and (err:find("no CUDA GPU is visible", 1, true) or err:find("built without CUDA", 1, true)) then
       print(("bench_gpu: no GPU here, skipped (%s)"):format(err))
       os.exit(0)
     end
-    error("bench_gpu: device.backend=" .. backend .. ": " .. err, 0)
+    error("bench_gpu: " .. err, 0)
   end
   zffi.check(C.zt_device_init("cpu"), "device.backend")   -- the trainer selects it again
 end

@@ -137,6 +137,13 @@ int main(void)
     rc = zt_recv(w, x, 1, 0, &q);
     CHECK("recv from a missing peer is EINVAL, no request", rc == ZT_EINVAL && q == NULL &&
           has("peer 1"), "rc %d %s", rc, zt_last_error());
+    /* NCCL on the CPU device (or a build without it): the message names the
+     * call and C things, no recipe key (the trainer's error adds
+     * comm.backend=nccl: lua/ztrain/core/comm.lua use_nccl) */
+    rc = zt_comm_use_nccl(w, 1);
+    CHECK("zt_comm_use_nccl off the GPU is EINVAL naming the call, no recipe key",
+          rc == ZT_EINVAL && strncmp(zt_last_error(), "zt_comm_use_nccl: ", 18) == 0 &&
+          !has("comm.backend") && !has("device.backend"), "rc %d %s", rc, zt_last_error());
 
     CHECK("no comm memory held", zt_mem_current(ZT_TIER_DEVICE, ZT_CAT_COMM) == comm0,
           "%zu", zt_mem_current(ZT_TIER_DEVICE, ZT_CAT_COMM));

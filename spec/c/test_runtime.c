@@ -137,7 +137,7 @@ static void test_ops_validation(void)
         rc = zt_encoder_backward(dwte, dwpe, dout, tok);
         CHECK("encoder backward rejects a token outside the vocabulary",
               rc == ZT_EINVAL && strstr(zt_last_error(), "1 of 2 tokens are outside the vocabulary [0,4)")
-              && strstr(zt_last_error(), "vocab_size"), "rc %d msg %s", rc, zt_last_error());
+              && strstr(zt_last_error(), "vocabulary size V disagree"), "rc %d msg %s", rc, zt_last_error());
         float w[32];
         zt_tensor_read(dwte, w, sizeof w);
         CHECK("encoder backward still scatters the valid token", w[8] == 1.0f && w[0] == 0.0f,
@@ -450,6 +450,82 @@ static void test_sumsq_many(void)
     zt_tensor_release(h);
 }
 
+/* A recipe key ("device.backend", "data.seq_len") in msg: a section name
+ * of the recipe, a dot, a lower-case letter. */
+static const char *recipe_key_in(const char *msg)
+{
+    static const char *sections[] = { "model", "data", "optim", "lr", "batch", "train", "sample",
+                                      "device", "comm", "launch", "pipeline", "offload", "export",
+                                      "fp16", NULL };
+    for (int i = 0; sections[i]; i++) {
+        size_t n = strlen(sections[i]);
+        for (const char *p = strstr(msg, sections[i]); p; p = strstr(p + 1, sections[i]))
+            if ((p == msg || !((p[-1] >= 'a' && p[-1] <= 'z') || p[-1] == '_')) && p[n] == '.' &&
+                p[n + 1] >= 'a' && p[n + 1] <= 'z')
+                return p;
+    }
+    return NULL;
+}
+
+/* The runtime's messages name C things -- the call, its arguments, what to
+ * do in C terms -- never a recipe key: the Lua caller that passed a
+ * recipe's value names the key (lua/ztrain/core/ffi.lua check_key). */
+static void test_messages_name_c_things(void)
+{
+    static const struct { const char *backend, *start; } bad[] = {
+        { "cuda", "zt_device_init(\"cuda\"): built without CUDA: rebuild with make CUDA=1" },
+        { "tpu", "zt_device_init(\"tpu\"): unknown device backend; known: cpu, cuda" },
+        { "fakegpu-async:x", "zt_device_init(\"fakegpu-async:x\"): the seed after" },
+    };
+    char name[128];
+    for (int i = 0; i < 3; i++) {
+        int rc = zt_device_init(bad[i].backend);
+        const char *e = zt_last_error(), *k = recipe_key_in(e);
+        snprintf(name, sizeof name, "zt_device_init(\"%s\") names the call, no recipe key", bad[i].backend);
+        CHECK(name, rc == ZT_EINVAL && strncmp(e, bad[i].start, strlen(bad[i].start)) == 0 && !k,
+              "rc %d: %s (key at: %s)", rc, e, k ? k : "-");
+    }
+    zt_device_init("cpu");
+    static const char *modes[] = { "fp8", "bf16" };
+    for (int i = 0; i < 2; i++) {
+        int rc = zt_device_attention(modes[i]);
+        const char *e = zt_last_error(), *k = recipe_key_in(e);
+        char call[40];
+        snprintf(call, sizeof call, "zt_device_attention(\"%s\")", modes[i]);
+        snprintf(name, sizeof name, "%s on the cpu names the call, no recipe key", call);
+        CHECK(name, rc == ZT_EINVAL && strncmp(e, call, strlen(call)) == 0 && !k,
+              "rc %d: %s (key at: %s)", rc, e, k ? k : "-");
+    }
+    {   /* tokens longer than the model's context (wpe's rows) */
+        int64_t sw[2] = { 4, 8 }, st[2] = { 1, 5 }, so[3] = { 1, 5, 8 };
+        zt_tensor *wte = NULL, *wpe = NULL, *tok = NULL, *out = NULL;
+        zt_tensor_new(&wte, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, sw);
+        zt_tensor_new(&wpe, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 2, sw);
+        zt_tensor_new(&tok, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_I32, 2, st);
+        zt_tensor_new(&out, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 3, so);
+        int rc = zt_encoder_forward(out, tok, wte, wpe);
+        const char *e = zt_last_error(), *k = recipe_key_in(e);
+        CHECK("encoder forward: T past wpe's rows names T and wpe, no recipe key",
+              rc == ZT_EINVAL && strstr(e, "T = 5 exceeds wpe's 4 positions") && !k,
+              "rc %d: %s (key at: %s)", rc, e, k ? k : "-");
+        st[1] = 2;
+        zt_tensor *tok2 = NULL;
+        zt_tensor_new(&tok2, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_I32, 2, st);
+        int32_t ids[2] = { 0, 9 };
+        zt_tensor_write(tok2, ids, sizeof ids);
+        int64_t so2[3] = { 1, 2, 8 };
+        zt_tensor *out2 = NULL;
+        zt_tensor_new(&out2, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 3, so2);
+        rc = zt_encoder_forward(out2, tok2, wte, wpe);
+        e = zt_last_error(); k = recipe_key_in(e);
+        CHECK("a token outside the vocabulary: the message has no recipe key",
+              rc == ZT_EINVAL && strstr(e, "outside the vocabulary [0,4)") && !k,
+              "rc %d: %s (key at: %s)", rc, e, k ? k : "-");
+        zt_tensor_release(wte); zt_tensor_release(wpe); zt_tensor_release(tok);
+        zt_tensor_release(out); zt_tensor_release(tok2); zt_tensor_release(out2);
+    }
+}
+
 int main(void)
 {
     test_tensors();
@@ -461,6 +537,7 @@ int main(void)
     test_randn();
     test_adamw_segments();
     test_sumsq_many();
+    test_messages_name_c_things();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -19,7 +19,7 @@ M.DATA = ("'data.text=%s/docs/*.md'"):format(zt.home)
 -- prints one line "<what>: no GPU here, skipped (<reason>)" and exits 0;
 -- any other failure to select it is raised (the test fails).
 function M.need_backend(name, what)
-  local ok, err = pcall(zffi.check, zffi.C.zt_device_init(name))
+  local ok, err = pcall(zffi.check_key, zffi.C.zt_device_init(name), "device.backend=" .. name)
   if ok then
     zffi.check(zffi.C.zt_device_init("cpu"), "device.backend")  -- the children select their own
     return

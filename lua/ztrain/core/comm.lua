@@ -10,7 +10,7 @@
 -- memory); tensors involved stay untouched until then.
 local ffi = require "ffi"
 local zffi = require "ztrain.core.ffi"
-local C, check = zffi.C, zffi.check
+local C, check, check_key = zffi.C, zffi.check, zffi.check_key
 
 local M = {}
 local Comm = {}
@@ -79,8 +79,11 @@ M.stamp_site = stamp_site
 -- move over NCCL from now on (a CUDA build, device.backend = "cuda"; groups
 -- split from it later too); host tensors stay on MPI. deterministic: the
 -- rank-order sum (the MPI transport's bits). One local rank: unchanged.
-function Comm:use_nccl(deterministic)
-  check(C.zt_comm_use_nccl(self.c, deterministic and 1 or 0))   -- the message names the key
+-- key: the setting that asked for it ("comm.backend=nccl"), named by the
+-- error in place of the C call.
+function Comm:use_nccl(deterministic, key)
+  local rc = C.zt_comm_use_nccl(self.c, deterministic and 1 or 0)
+  if key then check_key(rc, key) else check(rc) end
   self.backend = ffi.string(C.zt_comm_backend(self.c))
 end
 

@@ -93,4 +93,18 @@ function M.check(rc, what)
   return rc
 end
 
+-- check_key(rc, key): check for a call that was handed a setting's value
+-- (a recipe key: "device.backend=cuda"). The runtime's messages name C
+-- things and open with the call, "zt_device_init(\"cuda\"): ..." or
+-- "zt_comm_use_nccl: ..."; the error raised names the key instead, as the
+-- user wrote it: "device.backend=cuda: ... [EINVAL]" (no Lua location).
+function M.check_key(rc, key)
+  if rc ~= 0 then
+    local msg = ffi.string(C.zt_last_error())
+    msg = msg:gsub("^zt_[%w_]+%b(): ", "", 1):gsub("^zt_[%w_]+: ", "", 1)
+    error(key .. ": " .. msg .. " [" .. ffi.string(C.zt_strerror(rc)) .. "]", 0)
+  end
+  return rc
+end
+
 return M

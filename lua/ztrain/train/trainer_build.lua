@@ -10,7 +10,7 @@
 -- methods.
 local ffi = require "ffi"
 local zffi = require "ztrain.core.ffi"
-local C, check = zffi.C, zffi.check
+local C, check, check_key = zffi.C, zffi.check, zffi.check_key
 local memory = require "ztrain.core.memory"
 local gpt2 = require "ztrain.model.gpt2"
 local hf = require "ztrain.model.hf"
@@ -172,11 +172,11 @@ end
 -- The device, its threads, the recipe agreed on by every rank, the groups,
 -- the memory limit and the accumulation.
 function setup_device(self, r)
-  -- (the runtime's messages name the key: no prefix)
-  check(C.zt_device_init(r.device.backend))
-  check(C.zt_device_attention(r.device.attention))
+  -- (the runtime's messages name the call; the errors name the key)
+  check_key(C.zt_device_init(r.device.backend), "device.backend=" .. r.device.backend)
+  check_key(C.zt_device_attention(r.device.attention), "device.attention=" .. r.device.attention)
   -- before the groups: groups split from an NCCL world run NCCL too
-  if r.comm.backend == "nccl" then self.world:use_nccl(r.comm.deterministic) end
+  if r.comm.backend == "nccl" then self.world:use_nccl(r.comm.deterministic, "comm.backend=nccl") end
   local threads = r.device.threads
   if (not threads or threads == 0) and os.getenv("ZTRAIN_DEFAULT_THREADS") then
     threads = tonumber(os.getenv("ZTRAIN_DEFAULT_THREADS"))
