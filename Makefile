@@ -186,7 +186,7 @@ test: deps
 run: deps all
 	$(B)/ztrain recipes/zero3_offload.lua $(ARGS)
 
-bench: deps all $(B)/bench_adamw $(B)/bench_aio $(B)/bench_bf16
+bench: deps all $(B)/bench_adamw $(B)/bench_aio $(B)/bench_bf16 $(B)/bench_comm_stats
 	@sh tools/bench.sh
 
 # The measured scaling table (issue 14; not part of `make test`; root: network
@@ -235,6 +235,12 @@ $(B)/bench_kernels $(B)/bench_gemm_shapes: $(B)/%: tools/%.c $(patsubst %.c,$(B)
 # The aio engine's sequential bandwidth beside fio (run by tools/bench.sh)
 $(B)/bench_aio: tools/bench_aio.c $(LIB_OBJ)
 	$(CC) $(CFLAGS) -Iruntime -o $@ $< $(LIB_OBJ) $(LIBS)
+
+# The comm layer's bookkeeping, measured (the C tests assert no wall-clock
+# bounds): the world's start, the counters' cost per operation, a barrier;
+# one local rank and 2 MPI ranks (run by tools/bench.sh)
+$(B)/bench_comm_stats: tools/bench_comm_stats.c $(LIB_OBJ) $(HEADERS)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Iruntime -o $@ $< $(LIB_OBJ) $(LIBS)
 
 # ---- Sanitizers and valgrind (docs/reliability.md) ----
 san: $(B)/libztrain.so $(B)/ztrain $(CTEST_BIN)

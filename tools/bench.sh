@@ -10,7 +10,9 @@
 #   build/bench_adamw: CPU AdamW beside copy bandwidth; build/bench_aio: the
 #   aio engine's sequential write/read bandwidth beside fio (1 GiB, 1 MiB
 #   blocks, queue depth 8, O_DIRECT, the same file; fio's column skipped
-#   with a note when fio is absent)
+#   with a note when fio is absent); build/bench_comm_stats: the world's
+#   start and the communication counters' cost per operation, one local rank
+#   and 2 MPI ranks
 #   4. data: BPE encoding M tokens/s and the corpus load time (tools/bench_data.lua)
 cd "$(dirname "$0")/.."
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/ztrain --script tools/bench.lua "$@" || exit 1
@@ -22,6 +24,11 @@ build/ztrain --script tools/bench_data.lua || exit 1   # BPE tokens/s, dataset l
 build/bench_adamw || exit 1    # CPU AdamW GB/s beside copy and triad bandwidth
 echo
 build/bench_aio || exit 1      # the aio engine beside fio: same file, block size, queue depth, O_DIRECT
+echo
+# the comm layer's bookkeeping: world start, counters per operation, a barrier
+build/bench_comm_stats || exit 1
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+  mpirun --oversubscribe --bind-to none -np 2 build/bench_comm_stats || exit 1
 echo
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/bench_bf16 || exit 1   # bf16 GEMM vs fp32 sgemm, and both peaks
 echo

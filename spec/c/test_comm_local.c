@@ -1,13 +1,14 @@
 /*
  * test_comm_local.c -- the world of a process started without an MPI
  * launcher: one rank, backend "local", MPI never initialised; every
- * collective is an identity or a copy, requests complete at once.
+ * collective is an identity or a copy, requests complete at once. (How
+ * long the world takes to start is measured by tools/bench_comm_stats.c,
+ * not asserted here: that it never starts MPI is.)
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #include <mpi.h>
 #include "internal.h"     /* white-box: reads zt_tensor's fields */
@@ -19,13 +20,6 @@ static zt_tensor *mk(int dtype, int64_t n, float base)
     if (dtype == ZT_F32)
         for (int64_t i = 0; i < n; i++) ((float *)t->data)[i] = base + (float)i * 0.37f;
     return t;
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
 /* zt_comm_launched reads the environment the way zt_comm_world decides. */
@@ -52,15 +46,15 @@ int main(void)
     test_launched();
     zt_comm *w = NULL;
     size_t comm0 = zt_mem_current(ZT_TIER_DEVICE, ZT_CAT_COMM);
-    double t0 = now();
     int rc = zt_comm_world(&w);
-    double dt = now() - t0;
     CHECK("world without a launcher", rc == ZT_OK && w != NULL, "rc %d (%s)", rc, zt_last_error());
     if (rc != ZT_OK) return mt_report(passed, failed);
     CHECK("backend local, size 1, rank 0", strcmp(zt_comm_backend(w), "local") == 0 &&
           zt_comm_size(w) == 1 && zt_comm_rank(w) == 0, "backend %s size %d rank %d",
           zt_comm_backend(w), zt_comm_size(w), zt_comm_rank(w));
-    CHECK("local world starts at once", dt < 0.1, "%.3f s", dt);
+    int inited0 = 1;
+    MPI_Initialized(&inited0);
+    CHECK("the local world starts without MPI", inited0 == 0, "MPI_Initialized says %d", inited0);
 
     /* identities */
     zt_tensor *x = mk(ZT_F32, 1001, 1.25f), *ref = mk(ZT_F32, 1001, 1.25f);

@@ -6,9 +6,11 @@
  * its algorithm moves for this rank (the formulas of ztrain.h's contract,
  * written out here from the sizes), one call, and nothing under any other
  * kind. A rank held back makes the others wait: their exposed time must
- * show it, and lie within their busy time. Last, the hot path's cost per
- * operation (a microbenchmark: printed, loosely bounded; the machine is
- * shared).
+ * show it, and lie within their busy time and the time they spent waiting.
+ * No check bounds a wall-clock time from above (the machine is shared):
+ * the ranks order themselves through a second communicator instead, and
+ * what the counters cost per operation is measured by
+ * tools/bench_comm_stats.c (make bench).
  *
  * Output as test_mpi_comm.c: rank 0 prints "ok" lines and the totals over
  * ranks; every rank prints its own FAIL lines.
@@ -19,16 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "internal.h"     /* white-box: reads zt_tensor's fields */
-#include "comm.h"      /* zt_stats_*: the hot path, for the microbenchmark */
 #include "mpi_ctest.h" /* CHECK, the tensors, the summary */
-
-/* Under valgrind (make valgrind) threads run one at a time, 20-50x slower:
- * the timing bounds are not what it tests. Its preload library says so. */
-static int under_valgrind(void)
-{
-    const char *p = getenv("LD_PRELOAD");
-    return p && strstr(p, "vgpreload") != NULL;
-}
 
 static double now(void)
 {
@@ -134,44 +127,74 @@ static void test_kinds(void)
     zt_tensor_release(got);
 }
 
-/* Rank 0 arrives 80 ms late at a barrier: the others were blocked (exposed)
- * about that long, inside their busy time. */
+/* "go" from every rank to every other on g, a communicator of its own (the
+ * engine progresses it beside an operation in flight on W): a rank's
+ * operation on W issued before go cannot complete before another rank's
+ * issued after it. */
+static void go(zt_comm *g)
+{
+    int me = R, all[64];
+    int rc = zt_comm_all_gather_host(g, all, &me, sizeof me);
+    CHECK("go (an all_gather_host on a second communicator)", rc == ZT_OK, "%s", zt_last_error());
+}
+
+/* Rank 0 arrives late at a barrier: the others were blocked (exposed) for
+ * it, no longer than they waited, inside their busy time. Ordered through
+ * a second communicator, not timed: nothing here fails on a slow machine. */
 static void test_time(void)
 {
-    zt_comm_stats_reset();
-    if (R == 0) usleep(80000);
-    zt_barrier(W, NULL);
+    zt_comm *g = NULL;
+    int rc = zt_comm_split(&g, W, 0, R);
+    CHECK("a second communicator for go", rc == ZT_OK, "%s", zt_last_error());
+    if (rc != ZT_OK || P > 64) return;
+
+    /* the others issue the barrier, say go, then wait; rank 0 issues it
+     * 80 ms after go */
+    zt_comm_req *q = NULL;
     zt_comm_stats s;
+    if (R != 0) zt_barrier(W, &q);
+    go(g);
+    zt_comm_stats_reset();
+    double t0 = now();
+    if (R == 0) { usleep(80000); zt_barrier(W, &q); }
+    zt_comm_wait(q);
+    double waited = now() - t0;
     zt_comm_stats_get(W, &s);
     if (R != 0) {
-        CHECK("a late peer shows as exposed time", s.exposed_s > 0.05 && s.exposed_s < 60,
-              "exposed %.4f s", s.exposed_s);
+        CHECK("a late peer shows as exposed time, no more than the wait took",
+              s.exposed_s > 0 && s.exposed_s <= waited + 1e-3, "exposed %.4f s, waited %.4f s",
+              s.exposed_s, waited);
     }
-    CHECK("exposed lies within busy", s.busy_s >= s.exposed_s - 1e-3 && s.busy_s < 60,
+    CHECK("exposed lies within busy", s.busy_s >= s.exposed_s - 1e-3,
           "busy %.4f s exposed %.4f s", s.busy_s, s.exposed_s);
 
-    /* an operation left in flight: the open interval counts in a snapshot */
+    /* an operation left in flight: the open interval counts in a snapshot
+     * (rank 0 issues its barrier only after the others' snapshots) */
+    zt_barrier(W, NULL);
     zt_comm_stats_reset();
-    zt_comm_req *q = NULL;
-    if (R != 0) zt_barrier(W, &q);
-    usleep(30000);
-    if (R == 0) zt_barrier(W, &q);
+    q = NULL;
     if (R != 0) {
+        zt_barrier(W, &q);
+        usleep(20000);
         zt_comm_stats_get(W, &s);
-        CHECK("busy includes an operation still in flight", s.busy_s > 0.02,
-              "busy %.4f s", s.busy_s);
+        CHECK("busy includes an operation still in flight", s.busy_s >= 0.02,
+              "busy %.4f s after 20 ms in flight", s.busy_s);
     }
+    go(g);
+    if (R == 0) zt_barrier(W, &q);
     zt_comm_wait(q);
 
-    /* issued early, finished while this rank computed: hidden, not exposed */
+    /* finished before its wait (zt_comm_test saw it done): hidden, not exposed */
     zt_barrier(W, NULL);
     zt_comm_stats_reset();
     zt_barrier(W, &q);
-    usleep(100000);
+    int done = 0;
+    for (double t = now(); !done && now() - t < 60; usleep(1000)) zt_comm_test(q, &done);
     zt_comm_wait(q);
     zt_comm_stats_get(W, &s);
-    CHECK("an operation finished before its wait is not exposed",
-          s.exposed_s < 0.05 || under_valgrind(), "exposed %.4f s", s.exposed_s);
+    CHECK("an operation finished before its wait is not exposed", done && s.exposed_s == 0,
+          "done %d, exposed %.6f s", done, s.exposed_s);
+    zt_comm_free(g);
 }
 
 static void test_api(void)
@@ -184,41 +207,12 @@ static void test_api(void)
           rc == ZT_EINVAL && strstr(zt_last_error(), "out is NULL"), "rc %d: %s", rc, zt_last_error());
 }
 
-/* The hot path per operation: count at issue, start, end -- and a barrier
- * for scale. Printed by rank 0; bounded loosely (a shared machine). */
-static void bench(void)
-{
-    zt_comm_req op;
-    memset(&op, 0, sizeof op);
-    op.kind = ZT_OP_ALL_REDUCE;
-    op.comm = W;
-    op.count = 1 << 20;
-    op.esize = 4;
-    const int iters = under_valgrind() ? 10000 : 1000000;
-    double t0 = now();
-    for (int i = 0; i < iters; i++) {
-        zt_stats_issue(&op);
-        zt_stats_start();
-        zt_stats_end();
-    }
-    double per = (now() - t0) / iters * 1e9;
-    zt_comm_stats_reset();
-    t0 = now();
-    for (int i = 0; i < 200; i++) zt_barrier(W, NULL);
-    double bar = (now() - t0) / 200 * 1e9;
-    if (R == 0) printf("# counters: %.0f ns per operation (issue + start + end); a barrier: %.0f ns\n",
-                       per, bar);
-    CHECK("counters cost well under a microsecond per operation", per < 2000 || under_valgrind(),
-          "%.0f ns", per);
-}
-
 int main(void)
 {
     if (mt_init(1)) return 1;
     test_api();
     test_kinds();
     test_time();
-    bench();
 
     return mt_finish();
 }
