@@ -22,6 +22,10 @@
  *
  * Questions and answers are 256-byte messages; the engine serves them
  * between its polls (and every 100 ms when idle, while the watchdog is on).
+ *
+ * The report and the check's errors name the two settings as the caller
+ * calls them (zt_comm_watch_names: a recipe's keys); by default as C does,
+ * "zt_comm_watch timeout" and "zt_comm_watch check".
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -32,6 +36,9 @@
 
 static double watch_timeout;         /* seconds; 0 = off (API thread writes, engine reads) */
 static int watch_check;
+#define NAME_TIMEOUT "zt_comm_watch timeout"
+#define NAME_CHECK "zt_comm_watch check"
+static char name_timeout[64] = NAME_TIMEOUT, name_check[64] = NAME_CHECK;
 static __thread char thread_site[96];
 static zt_comm *registry;            /* live communicators (engine thread) */
 
@@ -43,6 +50,18 @@ int zt_comm_watch(double timeout_s, int check)
              "(0 = off)", timeout_s);
     __atomic_store(&watch_timeout, &timeout_s, __ATOMIC_RELAXED);
     __atomic_store_n(&watch_check, check != 0, __ATOMIC_RELAXED);
+    return ZT_OK;
+}
+
+int zt_comm_watch_names(const char *timeout_name, const char *check_name)
+{
+    ZT_CHECK((!timeout_name || strlen(timeout_name) < sizeof name_timeout) &&
+             (!check_name || strlen(check_name) < sizeof name_check),
+             "zt_comm_watch_names: a name of %zu characters or more", sizeof name_timeout);
+    if (timeout_name)
+        snprintf(name_timeout, sizeof name_timeout, "%s", *timeout_name ? timeout_name : NAME_TIMEOUT);
+    if (check_name)
+        snprintf(name_check, sizeof name_check, "%s", *check_name ? check_name : NAME_CHECK);
     return ZT_OK;
 }
 
@@ -169,7 +188,7 @@ zt_comm_req *zt_watch_signature_op(zt_comm_req *op)
     mine->seq = op->seq;
     snprintf(mine->site, sizeof mine->site, "%s", op->site);
     s->kind = ZT_OP_ALL_GATHER_HOST;
-    s->fn = "comm.check";
+    s->fn = name_check;
     s->comm = op->comm;
     s->tp = op->tp;
     s->dtype = -1;
@@ -200,8 +219,8 @@ void zt_watch_compare(zt_comm_req *sig)
     const sig_t *all = sig->out;
     if (sig->rc != ZT_OK || !all) {
         op->pre_rc = sig->rc != ZT_OK ? sig->rc : ZT_EIO;
-        snprintf(op->pre_msg, sizeof op->pre_msg, "comm.check: exchanging signatures failed: %s",
-                 sig->msg);
+        snprintf(op->pre_msg, sizeof op->pre_msg, "%s: exchanging signatures failed: %s",
+                 name_check, sig->msg);
     } else {
         for (int r = 1; r < sig->comm->size; r++) {
             const sig_t *a = &all[0], *b = &all[r];
@@ -213,8 +232,9 @@ void zt_watch_compare(zt_comm_req *sig)
             describe_sig(b, db, sizeof db);
             group_name(sig->comm, g, sizeof g);
             op->pre_rc = ZT_EINVAL;
-            snprintf(op->pre_msg, sizeof op->pre_msg, "comm.check: collective #%" PRIu64 " on %s "
-                     "differs between ranks: rank 0 calls %s; rank %d calls %s", a->seq, g, da, r, db);
+            snprintf(op->pre_msg, sizeof op->pre_msg, "%s: collective #%" PRIu64 " on %s "
+                     "differs between ranks: rank 0 calls %s; rank %d calls %s", name_check, a->seq, g,
+                     da, r, db);
             break;
         }
     }
@@ -296,8 +316,8 @@ void zt_watch_stuck(zt_comm *world, zt_comm_req *op, zt_comm_req *fly, double wa
     char (*said)[232] = calloc((size_t)p, sizeof *said);
     op->watched = 1;
     if (!ranks || !said || !tp->world_ranks || tp->world_ranks(c, ranks) != ZT_OK) {
-        fprintf(stderr, "ztrain: rank %d: comm.timeout: %s has waited %.1f s; ending the job\n",
-                world->rank, kind_name(op->kind), waited);
+        fprintf(stderr, "ztrain: rank %d: %s: %s has waited %.1f s; ending the job\n",
+                world->rank, name_timeout, kind_name(op->kind), waited);
         zt_comm_abort(ZT_EXIT_COMM);
     }
     wd_msg q = { .type = Q_ASK, .from = world->rank, .gid = c->gid, .seq = op->seq };
@@ -327,9 +347,9 @@ void zt_watch_stuck(zt_comm *world, zt_comm_req *op, zt_comm_req *fly, double wa
     char size[32];
     if (bytes >= 1048576.0) snprintf(size, sizeof size, "%.2f MiB", bytes / 1048576.0);
     else snprintf(size, sizeof size, "%.0f bytes", bytes);
-    fprintf(stderr, "ztrain: rank %d: comm.timeout: %s #%" PRIu64 " on %s, %s, has waited %.1f s "
-            "for its peers (comm.timeout = %g s):\n", world->rank, kind_name(u->kind), op->seq, g, size,
-            waited, zt_watch_timeout());
+    fprintf(stderr, "ztrain: rank %d: %s: %s #%" PRIu64 " on %s, %s, has waited %.1f s "
+            "for its peers (%s = %g s):\n", world->rank, name_timeout, kind_name(u->kind), op->seq, g,
+            size, waited, name_timeout, zt_watch_timeout());
     for (int r = 0; r < p; r++) {
         const char *s = said[r];
         fprintf(stderr, "  rank %d%s: %s\n", ranks[r], ranks[r] == world->rank ? " (this rank)" : "",

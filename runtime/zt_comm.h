@@ -61,6 +61,12 @@ int zt_comm_finalize(void);
  * (operation, dtype, count, root, sequence number, call site) and every rank
  * fails that collective, naming both call sites, where they differ. */
 int zt_comm_watch(double timeout_s, int check);
+/* How the watchdog's report and the check's errors name the two settings:
+ * as the caller calls them (a program's options, a recipe's keys:
+ * "comm.timeout", "comm.check"); NULL keeps a name, "" restores the
+ * default, "zt_comm_watch timeout" / "zt_comm_watch check". Call it before
+ * the collectives whose messages should use them. */
+int zt_comm_watch_names(const char *timeout_name, const char *check_name);
 /* The calling thread's call site (e.g. "trainer.lua:120"), carried by the
  * collectives it issues next while checking is on. */
 void zt_comm_set_site(const char *site);

@@ -322,7 +322,10 @@ describe("launch across hosts: the hostfile and mpirun's arguments", function()
 
   it("reads how a job failed from mpirun's stderr, one exit status per failure", function()
     local dead = launch.dead_rank
-    assert.are.equal(5, hosts.failure("ztrain: rank 0: comm.timeout: all_reduce #3 ...", dead).status)
+    assert.are.equal(5, hosts.failure("ztrain: rank 0: comm.timeout: all_reduce #3 on the world (2 ranks), " ..
+                                      "4096 bytes, has waited 3.0 s for its peers (comm.timeout = 3 s):", dead).status)
+    assert.are.equal(5, hosts.failure("ztrain: rank 1: zt_comm_watch timeout: barrier has waited 2.0 s; " ..
+                                      "ending the job", dead).status)
     assert.are.equal(1, hosts.failure("Remote daemon: [[7769,0],2] on node ztx1\n", dead).status)
     assert.are.equal("ztx1", hosts.lost_host("  HNP daemon   : [[7769,0],0] on node vm\n  Remote daemon: [[7769,0],2] on node ztx1\n"))
     assert.are.equal(3, hosts.failure("MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD\nwith errorcode 3.", dead).status)

@@ -19,7 +19,7 @@ describe("comm watchdog", function()
   end)
 
   it("a rank that never arrives: the job ends with status 5, naming who arrived and the other's last op", function()
-    local out, rc, secs = run("stall 2")
+    local out, rc, secs = run("stall 2 keys")       -- as a run names the setting: the recipe key
     assert.are.equal(5, rc)
     assert.is_true(secs < 15, "took " .. secs .. " s")
     assert.matches("ztrain: rank 0: comm.timeout: all_reduce #2 on the world (2 ranks), 4096 bytes, " ..
@@ -31,20 +31,28 @@ describe("comm watchdog", function()
   end)
 
   it("a stopped rank (SIGSTOP) gives no answer and is named as such", function()
-    local out, rc, secs = run("stop 2")
+    local out, rc, secs = run("stop 2")             -- no names given: the runtime's, not a recipe key
     assert.are.equal(5, rc)
     assert.is_true(secs < 20, "took " .. secs .. " s")
+    assert.matches("ztrain: rank 0: zt_comm_watch timeout: all_reduce #2 on the world (2 ranks), 4096 bytes, " ..
+                   "has waited 2.0 s for its peers (zt_comm_watch timeout = 2 s):", out, 1, true)
+    assert.is_nil(out:find("comm.timeout", 1, true), out)
     assert.matches("  rank 1: no answer: stopped (SIGSTOP), dead, or stuck outside ztrain's engine", out, 1, true)
     assert.are.equal("", (u.sh("pgrep -f '[s]pec/helpers/watchdog.lua stop' || true"):gsub("rc=0\n", "")))
   end)
 
   it("checked collectives: ranks issuing different collectives fail at once, naming both call sites", function()
-    local out, rc, secs = run("check 30")
+    local out, rc, secs = run("check 30 keys")
     assert.are_not.equal(0, rc)
     assert.is_true(secs < 15, "took " .. secs .. " s (it should not wait for the 30 s timeout)")
     assert.matches("comm.check: collective #2 on the world (2 ranks) differs between ranks: rank 0 calls " ..
-                   "all_reduce (f32, 1024 elements) at helpers/watchdog.lua:15; rank 1 calls broadcast (f32, " ..
-                   "1024 elements, root 0) at helpers/watchdog.lua:15", out, 1, true)
+                   "all_reduce (f32, 1024 elements) at helpers/watchdog.lua:18; rank 1 calls broadcast (f32, " ..
+                   "1024 elements, root 0) at helpers/watchdog.lua:18", out, 1, true)
+    -- without names: the runtime's own, no recipe key
+    out, rc = run("check 30")
+    assert.are_not.equal(0, rc)
+    assert.matches("zt_comm_watch check: collective #2 on the world (2 ranks) differs between ranks", out, 1, true)
+    assert.is_nil(out:find("comm.check", 1, true), out)
   end)
 
   it("comm.timeout is a recipe key, checked", function()

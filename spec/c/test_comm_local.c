@@ -138,6 +138,16 @@ int main(void)
     CHECK("zt_comm_use_nccl off the GPU is EINVAL naming the call, no recipe key",
           rc == ZT_EINVAL && strncmp(zt_last_error(), "zt_comm_use_nccl: ", 18) == 0 &&
           !has("comm.backend") && !has("device.backend"), "rc %d %s", rc, zt_last_error());
+    /* the watchdog's names for its settings: the caller's, within bounds */
+    char longname[80];
+    memset(longname, 'x', sizeof longname - 1);
+    longname[sizeof longname - 1] = 0;
+    rc = zt_comm_watch_names(longname, NULL);
+    CHECK("zt_comm_watch_names refuses a name too long, naming the call",
+          rc == ZT_EINVAL && has("zt_comm_watch_names: "), "rc %d %s", rc, zt_last_error());
+    CHECK("zt_comm_watch_names: a caller's names, then the defaults back",
+          zt_comm_watch_names("my.timeout", "my.check") == ZT_OK && zt_comm_watch_names("", "") == ZT_OK,
+          "%s", zt_last_error());
 
     CHECK("no comm memory held", zt_mem_current(ZT_TIER_DEVICE, ZT_CAT_COMM) == comm0,
           "%zu", zt_mem_current(ZT_TIER_DEVICE, ZT_CAT_COMM));

@@ -26,24 +26,30 @@ local function wrap(c)
                         backend = ffi.string(C.zt_comm_backend(c)) }, Comm)
 end
 
--- The watchdog and checker (runtime/comm_watch.c): comm.timeout seconds
+-- The watchdog and checker (runtime/comm_watch.c): timeout seconds
 -- before a stuck collective ends the job naming who did not arrive (0 =
--- off), and comm.check: signatures compared before every collective.
+-- off), and check: signatures compared before every collective.
 -- Defaults: ZTRAIN_COMM_TIMEOUT (else 300 s) and ZTRAIN_COMM_CHECK=1.
 M.DEFAULT_TIMEOUT = tonumber(os.getenv("ZTRAIN_COMM_TIMEOUT") or "") or 300
 M.DEFAULT_CHECK = os.getenv("ZTRAIN_COMM_CHECK") == "1"
-local watching = { timeout = M.DEFAULT_TIMEOUT, check = M.DEFAULT_CHECK }
+local watching = { timeout = M.DEFAULT_TIMEOUT, check = M.DEFAULT_CHECK, names = { timeout = "", check = "" } }
 
--- watch{timeout=, check=} -> the previous settings (to restore them)
+-- watch{timeout=, check=, names=} -> the previous settings (to restore
+-- them). names = { timeout = "comm.timeout", check = "comm.check" }: what
+-- the watchdog's report and the check's errors call the two settings (the
+-- caller's own names: a recipe's keys); "" = the runtime's (zt_comm_watch's).
 function M.watch(opts)
-  local prev = { timeout = watching.timeout, check = watching.check }
+  local prev = { timeout = watching.timeout, check = watching.check, names = watching.names }
   local t = opts.timeout == nil and watching.timeout or opts.timeout
   local c = opts.check == nil and watching.check or opts.check
+  local names = opts.names or watching.names
   if type(t) ~= "number" or t < 0 or t ~= t then
-    error(("comm.timeout must be a number of seconds >= 0 (0 = off), got %s"):format(tostring(t)), 0)
+    error(("comm.watch: timeout must be a number of seconds >= 0 (0 = off), got %s"):format(tostring(t)), 0)
   end
   check(C.zt_comm_watch(t, c and 1 or 0), "comm.watch")
+  check(C.zt_comm_watch_names(names.timeout or "", names.check or ""), "comm.watch")
   watching.timeout, watching.check = t, c and true or false
+  watching.names = { timeout = names.timeout or "", check = names.check or "" }
   return prev
 end
 

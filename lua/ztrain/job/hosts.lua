@@ -232,7 +232,9 @@ end
 -- job's status whenever the job failed: mpirun's own status for a lost
 -- host is an internal code (205 and the like).
 function M.failure(tail, dead_rank)
-  if tail:find("comm%.timeout: ") then return { status = 5 } end
+  -- the watchdog's report (runtime/comm_watch.c), whatever it calls the
+  -- timeout (a run: comm.timeout; zt_comm_watch's own name otherwise)
+  if tail:find("ztrain: rank %d+: [^\n]- has waited [%d%.]+ s") then return { status = 5 } end
   if M.lost_host(tail) or tail:find("ORTE has lost communication") then return { status = 1 } end
   local code = tail:match("MPI_ABORT was invoked on rank %d+ in communicator %S+%s+with errorcode (%d+)")
   if code then return { status = tonumber(code) } end
