@@ -112,7 +112,7 @@ describe("the ztrain program", function()
                    out)
     out, rc = run(deep .. " train.steps=2 -q out=" .. tmpdir())
     assert.are.equal(1, rc, out)
-    assert.matches("ztrain: [^\n]*lua/ztrain/lr%.lua:%d+: attempt to compare", out)
+    assert.matches("ztrain: [^\n]*lua/ztrain/model/lr%.lua:%d+: attempt to compare", out)
     os.remove(own); os.remove(deep)
   end)
 
