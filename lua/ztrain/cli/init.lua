@@ -294,7 +294,8 @@ local function run_recipe(opts, zt, pre)
     interrupt.set_action("raise", { agreed = world.size > 1 })
     interrupt.hard_after(2)
   end
-  local ok, rerr = pcall(require("ztrain.train.run").run, r, { quiet = opts.quiet, graceful = graceful })
+  local ok, rerr = pcall(require("ztrain.train.run").run, r, { quiet = opts.quiet, graceful = graceful,
+                                                                    command = opts.command })
   if not ok then
     if world.size > 1 and errors.is_all_ranks(rerr) then
       -- every rank stopped at the same point: rank 0 says why, all exit
@@ -325,6 +326,11 @@ function M.main(argv)
   end
   local opts, code = parse(argv)
   if not opts then return code end
+  -- the command line as a shell would take it back (summary.json's record)
+  local words = { "ztrain" }
+  for j = 1, #argv do words[#words + 1] = argv[j]:match("^[%w%._/=:,@%-+]+$") and argv[j] or
+                                          ("'" .. argv[j]:gsub("'", "'\\''") .. "'") end
+  opts.command = table.concat(words, " ")
   code = ds_config(opts)
   if code then return code end
 

@@ -25,6 +25,8 @@ local decls = {
   kill = "int %s(int pid, int sig)",
   strerror = "char *%s(int errnum)",
   isatty = "int %s(int fd)",
+  -- wall-clock time (CLOCK_REALTIME) for records: metrics lines, summaries
+  clock_gettime = "int %s(int clock, ztrain_libc_timespec_t *tp)",
   -- the --nproc launcher: mpirun as a child, its stderr relayed (launch.lua)
   fork = "int %s(void)",
   waitpid = "int %s(int pid, int *status, int options)",
@@ -145,6 +147,13 @@ end
 M.pollfd = M.pollfd_t
 M.spawn_actions = ffi.typeof("ztrain_libc_spawn_actions[1]")
 M.spawnattr = ffi.typeof("ztrain_libc_spawnattr[1]")
+
+-- now() -> seconds since the epoch, wall clock, to the microsecond
+local ts = M.timespec_t()
+function M.now()
+  M.clock_gettime(0, ts)
+  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+end
 
 -- constants (glibc, Linux)
 M.SC_NPROCESSORS_ONLN = 84

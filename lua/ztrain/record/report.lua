@@ -96,12 +96,42 @@ end
 local Log = {}
 Log.__index = Log
 
--- open(outdir, {total_steps=, quiet=}) -> logger
+-- open(outdir, {total_steps=, quiet=, resume=}) -> logger. metrics.jsonl
+-- starts empty, or with opts.resume keeps what it holds until the resumed
+-- step is known (Log:resume_at): a resume that fails loses no history.
 function M.open(outdir, opts)
-  local f, err = durable.appender(outdir .. "/metrics.jsonl")
+  local path = outdir .. "/metrics.jsonl"
+  local f, err = durable.appender(path, { append = opts.resume })
   if not f then return nil, err end
-  return setmetatable({ f = f, outdir = outdir, tty = M.is_tty() and not opts.quiet,
-                        quiet = opts.quiet, total = opts.total_steps, t0 = os.time() }, Log)
+  return setmetatable({ f = f, path = path, outdir = outdir, tty = M.is_tty() and not opts.quiet,
+                        quiet = opts.quiet, total = opts.total_steps, t0 = libc.now(), first_step = 0 }, Log)
+end
+
+-- resume_at(step) -> the records kept (decoded, oldest first): the run
+-- continues from a checkpoint at `step`, so metrics.jsonl keeps its lines
+-- up to that step and drops the rest (steps trained after the checkpoint,
+-- which the resumed run trains again) and any line cut short; rewritten
+-- atomically, then appended to. A curve across the resume has no gap and
+-- no step twice.
+function Log:resume_at(step)
+  self.first_step = step
+  local text = fs.read_file(self.path) or ""
+  local kept, lines = {}, {}
+  for line in text:gmatch("[^\n]+") do
+    local ok, rec = pcall(json.decode, line)
+    if ok and type(rec) == "table" and type(rec.step) == "number" and rec.step <= step then
+      kept[#kept + 1], lines[#lines + 1] = rec, line .. "\n"
+    end
+  end
+  local okc, cerr = self.f:close()
+  self.f = nil
+  if not okc then error(errors.io(cerr), 0) end
+  local okw, werr = durable.write_atomic(self.path, table.concat(lines))
+  if not okw then error(errors.io(werr), 0) end
+  local f, err = durable.appender(self.path, { append = true })
+  if not f then error(errors.io(err), 0) end
+  self.f = f
+  return kept
 end
 
 local function fmt_eta(s)
@@ -111,6 +141,10 @@ end
 
 -- metrics(rec): rec has step, loss, lr, grad_norm, step_ms, tokens_per_s, ...
 function Log:metrics(rec)
+  -- when: the wall clock (seconds since the epoch) and this process's time
+  -- since its run started
+  rec.time = libc.now()
+  rec.elapsed = rec.time - self.t0
   rec.memory = { device = memory.current("device"), host = memory.current("host"),
                  device_peak = memory.peak("device"), host_peak = memory.peak("host"),
                  rss = select(2, M.rss()) }
@@ -123,7 +157,8 @@ end
 -- (only when asked: log steps).
 function Log:progress(rec, elapsed, plain)
   if self.quiet then return end
-  local eta = elapsed / rec.step * (self.total - rec.step)
+  -- steps of this process (a resumed run started at first_step)
+  local eta = elapsed / math.max(1, rec.step - self.first_step) * (self.total - rec.step)
   local line = ("step %5d/%d  loss %.4f  lr %.2e  norm %.3f  %7.0f tok/s  %6.0f ms/step  eta %s")
       :format(rec.step, self.total, rec.loss, rec.lr, rec.grad_norm, rec.tokens_per_s,
               rec.step_ms, fmt_eta(eta))

@@ -14,6 +14,7 @@ local ckpt = require "ztrain.train.checkpoint"
 local comm_report = require "ztrain.record.comm"
 local comm = require "ztrain.core.comm"
 local schedule = require "ztrain.parallel.schedule"
+local libc = require "ztrain.core.libc"
 
 local M = {}
 
@@ -51,14 +52,15 @@ end
 -- stops alike), and what the steps record (steps_ms, tps, first_loss,
 -- last, eval_loss, test_loss, sample_text, timeline_events, resumed, saved).
 function M.open(r, opts, out)
-  local R = { r = r, opts = opts, out = out, t_start = C.zt_now(), steps_ms = {}, tps = {},
-              status = "ok" }
+  local R = { r = r, opts = opts, out = out, t_start = C.zt_now(), started = libc.now(), steps_ms = {}, tps = {},
+              status = "ok", start_step = 0, tokens_before = 0, history = {} }
   C.zt_mem_reset_peak()       -- peaks in the summary are this run's
   local tr = trainer.new(r, { quiet = opts.quiet, out = out })
   R.tr, R.lead = tr, tr.rank == 0
-  R.log = { metrics = function() end, progress = function() end, close = function() return true end }
+  R.log = { metrics = function() end, progress = function() end, close = function() return true end,
+            resume_at = function() return {} end }
   if R.lead then
-    local log, lerr = report.open(out, { total_steps = r.train.steps, quiet = opts.quiet })
+    local log, lerr = report.open(out, { total_steps = r.train.steps, quiet = opts.quiet, resume = r.resume ~= "" })
     if not log then tr:free(); error(errors.io(lerr), 0) end
     R.log = log
   end
@@ -99,7 +101,7 @@ local function after_step(R, rec, is_last)
   end
   if is_last and tr.test_loader then R.test_loss = tr:evaluate(tr.test_loader) end
   if r.train.ckpt_every > 0 and (rec.step % r.train.ckpt_every == 0 or is_last) then
-    R.saved = ckpt.save_run(tr, R.ckpt_root, r.train.ckpt_keep)
+    R.saved = ckpt.save_run(tr, R.ckpt_root, r.train.ckpt_keep, M.record(R))
   end
 end
 
@@ -137,6 +139,45 @@ local function one_step(R)
   end
 end
 
+-- tokens a step of this run trains (every rank's micro-batches)
+local function step_tokens(R)
+  return R.r.batch.micro * R.r.data.seq_len * R.tr.accumulate * R.tr.dp.size
+end
+
+-- tokens(R) -> tokens trained over the whole run up to the trainer's step,
+-- resumes included
+function M.tokens(R)
+  return R.tokens_before + math.max(0, R.tr.step - R.start_step) * step_tokens(R)
+end
+
+-- record(R) -> what a checkpoint keeps of the run (the manifest's "run"):
+-- the tokens trained up to this step and the run's segments
+function M.record(R)
+  return { tokens = M.tokens(R), history = R.history }
+end
+
+-- continue_record(R, dir, man): the run goes on from a checkpoint: its
+-- tokens and segments (from the manifest; a checkpoint older than this
+-- record counts its steps at this run's batch), and the loss history in
+-- metrics.jsonl up to its step (the first kept line's loss is the run's)
+local function continue_record(R, dir, man)
+  local run = type(man.run) == "table" and man.run or {}
+  R.start_step = man.step
+  R.tokens_before = tonumber(run.tokens) or man.step * step_tokens(R)
+  R.history = type(run.history) == "table" and run.history or {}
+  local kept = R.log:resume_at(man.step)
+  if kept[1] and type(kept[1].loss) == "number" then R.first_loss = kept[1].loss end
+end
+
+-- begin_segment(R): this process's part of the run, as the history keeps it
+local function begin_segment(R)
+  local tr = R.tr
+  R.history[#R.history + 1] = {
+    started = os.date("!%Y-%m-%dT%H:%M:%SZ", math.floor(R.started)), step = tr.step,
+    from = R.resumed and R.resumed.from or nil, strategy = tr.strategy.name, world_size = tr.world_size,
+    global_batch = R.r.batch.micro * tr.accumulate * tr.dp.size, seq_len = R.r.data.seq_len }
+end
+
 -- train(R) -> ok, err: resume (resume = latest: this run's checkpoint
 -- directory; else a path), then the steps, then export.hf (every rank takes
 -- part: sharded parameters are gathered, pipeline stages sent).
@@ -147,10 +188,12 @@ function M.train(R)
   local okrun, rerr = pcall(function()
     if r.resume ~= "" then
       local from = r.resume == "latest" and R.ckpt_root or r.resume
-      local dir = ckpt.resume_run(tr, from)
+      local dir, man = ckpt.resume_run(tr, from)
       R.resumed = { from = dir, step = tr.step }
+      continue_record(R, dir, man)
       if R.lead and not opts.quiet then print(("resumed from %s at step %d"):format(dir, tr.step)) end
     end
+    begin_segment(R)
     while tr.step < r.train.steps do
       -- Ctrl-C (at the REPL) stops here, between steps, on every rank at
       -- once; the step itself is shielded (async work in flight mid-step)
@@ -184,7 +227,7 @@ function M.stop(R, okrun, rerr)
   end
   if not okrun and opts.graceful and interrupt.is_interrupt(rerr) and tr.step > 0 then
     interrupt.grace_done()
-    local okc, dir = pcall(ckpt.save_run, tr, R.ckpt_root, R.r.train.ckpt_keep)
+    local okc, dir = pcall(ckpt.save_run, tr, R.ckpt_root, R.r.train.ckpt_keep, M.record(R))
     local msg
     if okc then
       R.saved = dir

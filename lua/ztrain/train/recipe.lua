@@ -412,6 +412,29 @@ function M.flatten(r)
 end
 
 -- A stable text form of the resolved recipe (sorted keys), for logs and hashes.
+-- plain(r) -> the resolved recipe as plain data for JSON (summary.json):
+-- tables as objects or arrays, a strategy object as { name, options }, a
+-- function as "function at FILE:LINE", numbers that JSON cannot hold
+-- (inf, nan) as strings
+function M.plain(r)
+  local function plain(v)
+    if type(v) == "table" then
+      if getmetatable(v) or v.setup then
+        return { name = tostring(v.name or "object"), options = type(rawget(v, "opts")) == "table" and plain(v.opts) or nil }
+      end
+      local out = {}
+      for k, x in pairs(v) do out[type(k) == "number" and k or tostring(k)] = plain(x) end
+      return out
+    elseif type(v) == "function" then
+      local info = debug.getinfo(v, "S")
+      return ("function at %s:%d"):format((info.source or "?"):gsub("^@", ""), info.linedefined or 0)
+    elseif type(v) == "number" and (v ~= v or math.abs(v) == math.huge) then return tostring(v)
+    end
+    return v
+  end
+  return plain(r)
+end
+
 function M.serialize(r)
   local function ser(v)
     if type(v) == "table" then

@@ -21,6 +21,12 @@ local comm = require "ztrain.core.comm"
 local rundir = require "ztrain.job.rundir"
 local ffi = require "ffi"
 local state = require "ztrain.parallel.strategy.state"
+local host = require "ztrain.util.host"
+local libc = require "ztrain.core.libc"
+
+-- summary.json's layout version: 2 adds schema, version, commit, command,
+-- host, started, ended, recipe_json and history (docs/cli.md "Run outputs")
+local SCHEMA = 2
 
 local M = {}
 
@@ -96,7 +102,13 @@ local function summary_of(R)
   local model = tr.model
   -- a collective, before the summary's other gathers (counted out: see comm_report)
   local comm_per_step = comm_report.per_step(tr.world, R.comm_acc)
+  local function iso(t) return os.date("!%Y-%m-%dT%H:%M:%SZ", math.floor(t)) end
   return {
+    schema = SCHEMA, version = ffi.string(C.zt_version()), commit = host.git_commit(zffi.home) or cjson_null,
+    command = R.opts.command or cjson_null,
+    host = { name = host.hostname(), cpu = host.cpu_name() or cjson_null, device = ffi.string(C.zt_device_name()) },
+    started = iso(R.started), ended = iso(libc.now()),
+    history = R.history,
     recipe = r.name, recipe_path = r.path, strategy = tr.strategy.name,
     world_size = tr.world_size, backend = ffi.string(C.zt_device_name()),
     threads = C.zt_get_threads(),
@@ -108,7 +120,8 @@ local function summary_of(R)
     batch = { micro = r.batch.micro, accumulate = tr.accumulate, seq_len = r.data.seq_len,
               global = r.batch.micro * tr.accumulate * tr.dp.size },
     steps = R.last and R.last.step or 0,
-    tokens = (R.last and R.last.step or 0) * r.batch.micro * r.data.seq_len * tr.accumulate * tr.dp.size,
+    -- the whole run's, resumes included (loop.lua keeps them across)
+    tokens = loop.tokens(R),
     pipeline = tr.pp and { stages = tr.pp.size, split = type(r.pipeline.split) == "string" and r.pipeline.split
                            or "given", unit_seconds = tr.unit_times or cjson_null, units = (function()
       local c = {}
@@ -138,6 +151,7 @@ local function summary_of(R)
     export = R.exported and { hf = R.exported } or cjson_null,
     exit = R.status, out = R.out,
     recipe_resolved = recipe_mod.serialize(r),
+    recipe_json = recipe_mod.plain(r),
   }
 end
 

@@ -2,7 +2,7 @@
 --
 --   durable.write_atomic(path, text)   -> true | nil, err
 --   durable.write_synced(path, text)   -> true | nil, err
---   local a = durable.appender(path)   -> appender | nil, err
+--   local a = durable.appender(path[, { append = true }]) -> appender | nil, err
 --   a:append(text) -> true | nil, err; a:close() -> true | nil, err
 --   durable.fsync_dir(dir)             -> true | nil, err
 --
@@ -98,12 +98,25 @@ end
 local Appender = {}
 Appender.__index = Appender
 
--- appender(path) -> a line appender over a new (truncated) file
-function M.appender(path)
-  local fd = libc.open(path, libc.O_WRONLY + libc.O_CREAT + libc.O_TRUNC + libc.O_CLOEXEC,
+-- appender(path[, opts]) -> a line appender over a new (truncated) file,
+-- or with opts.append over the file as it is (created if missing): its
+-- lines stay and new ones follow
+function M.appender(path, opts)
+  local append = opts and opts.append
+  local fd = libc.open(path, libc.O_WRONLY + libc.O_CREAT + (append and 0 or libc.O_TRUNC) + libc.O_CLOEXEC,
                        ffi.cast("int", 420))
   if fd < 0 then return nil, ("cannot write %s: %s"):format(path, reason()) end
-  return setmetatable({ fd = fd, path = path, size = 0 }, Appender)
+  local size = 0
+  if append then
+    local st = libc.stat_t()
+    if libc.stat(path, st) ~= 0 then
+      local why = reason()
+      libc.close(fd)
+      return nil, ("cannot write %s: %s"):format(path, why)
+    end
+    size = tonumber(st.st_size)
+  end
+  return setmetatable({ fd = fd, path = path, size = size }, Appender)
 end
 
 function Appender:append(text)

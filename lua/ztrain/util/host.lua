@@ -165,4 +165,45 @@ function M.mem_available()
   return avail
 end
 
+-- hostname() -> this machine's name (/proc/sys/kernel/hostname), or "?"
+function M.hostname()
+  return ((fs.read_file("/proc/sys/kernel/hostname") or "?"):gsub("%s+$", ""))
+end
+
+-- cpu_name() -> the CPU's model name (/proc/cpuinfo), or nil
+function M.cpu_name()
+  local text = fs.read_file("/proc/cpuinfo") or ""
+  local name = text:match("model name%s*:%s*([^\n]+)")
+  return name and (name:gsub("%s+$", "")) or nil
+end
+
+-- git_commit(dir) -> the commit checked out at dir (a git work tree: its
+-- .git/HEAD, a branch's ref file or packed-refs), or nil: read from the
+-- files, so a machine without git, or a copy without .git, gives nil
+function M.git_commit(dir)
+  local git = dir .. "/.git"
+  local head = fs.read_file(git .. "/HEAD")
+  if not head then
+    -- a worktree or submodule: .git is a file naming the real directory
+    local link = (fs.read_file(git) or ""):match("^gitdir:%s*(%S+)")
+    if not link then return nil end
+    git = link:sub(1, 1) == "/" and link or (dir .. "/" .. link)
+    head = fs.read_file(git .. "/HEAD")
+    if not head then return nil end
+  end
+  local sha = head:match("^(%x+)%s*$")
+  if sha and #sha >= 40 then return sha end
+  local ref = head:match("^ref:%s*(%S+)")
+  if not ref then return nil end
+  local direct = (fs.read_file(git .. "/" .. ref) or ""):match("^(%x+)")
+  if direct and #direct >= 40 then return direct end
+  local common = (fs.read_file(git .. "/commondir") or ""):match("^(%S+)")
+  local packed = fs.read_file((common and (git .. "/" .. common) or git) .. "/packed-refs") or ""
+  for line in packed:gmatch("[^\n]+") do
+    local h, name = line:match("^(%x+) (%S+)$")
+    if name == ref then return h end
+  end
+  return nil
+end
+
 return M

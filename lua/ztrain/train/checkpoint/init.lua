@@ -38,9 +38,11 @@ local function model_meta(tr)
   return { name = c.name, L = c.L, C = c.C, NH = c.NH, V = c.V, maxT = c.maxT, units = units }
 end
 
--- save_run(tr, root, keep) -> path: every rank's state at tr.step.
--- Collective over the world.
-function M.save_run(tr, root, keep)
+-- save_run(tr, root, keep[, run]) -> path: every rank's state at tr.step.
+-- Collective over the world. run: the run's record up to this step, kept in
+-- the manifest for the run that resumes from it ({ tokens = trained so
+-- far, history = the run's segments: loop.lua }).
+function M.save_run(tr, root, keep, run)
   local ex = tr:state()
   local G = tr.recipe.batch.micro * tr.accumulate * tr.dp.size
   local ok, res = pcall(M.save, {
@@ -57,6 +59,7 @@ function M.save_run(tr, root, keep)
              -- functions of the seeds and the step
              rng = "none",
              precision = tr.recipe.precision,
+             run = run,
              loss_scaler = tr.ctx.loss_scaler and { scale = tr.ctx.loss_scaler.scale, good = tr.ctx.loss_scaler.good,
                                                     left = tr.ctx.loss_scaler.left,
                                                     skipped = tr.ctx.loss_scaler.skipped } or "none" },
