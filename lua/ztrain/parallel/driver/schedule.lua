@@ -95,176 +95,248 @@ function M.free_stash(env)
   env.stash = nil
 end
 
+-- One step's working state (the run): requests in flight by (stage,
+-- micro-batch), the progress of each backward, the sets waiting to retire,
+-- and the gradient norm once the optimizer has stepped.
+local function new_run(env, lr)
+  local rank = env.pp and env.pp.rank or 0
+  local run = {
+    env = env, ctx = env.ctx, S = env.strategy, lr = lr, rank = rank,
+    list = env.lists[rank + 1], m = env.microbatches, async = env.async,
+    recv_f = {}, recv_b = {}, send_f = {}, send_b = {},
+    done = {},        -- key -> { weights, sent }: what of the backward is complete
+    retiring = {},    -- { pool, mb, k }: backward done, sends maybe in flight
+    -- gnorm: set when the optimizer steps
+  }
+  -- measured events for timelines: env.events[#+1] = { op, stage, mb, t0, t1 }
+  if env.events then run.events, run.now = env.events, zffi.C.zt_now end
+  return run
+end
+
+-- A step that failed part-way leaves stashes live: their buffers go back
+-- to the spares, to be taken again (not lost).
+local function reclaim_stash(pool)
+  for kk, held in pairs(pool.live) do
+    for u, b in pairs(held) do
+      pool.spare[u.index] = pool.spare[u.index] or {}
+      table.insert(pool.spare[u.index], b)
+    end
+    pool.live[kk] = nil
+  end
+end
+
+-- the micro-batch the strategy's hooks see (async: each one is a step of its own)
+local function hook_mb(run, mb) return run.async and 0 or mb end
+
+-- async: the update right after a weight gradient completes, on this
+-- rank's stage alone (no collective over the pipeline: the norm is local)
+local function update(run)
+  local ctx, S = run.ctx, run.S
+  if S.finish_grads then S.finish_grads(ctx) end
+  local pp = ctx.pp
+  ctx.pp = nil
+  local ok, g = pcall(S.step, ctx, run.lr)
+  ctx.pp = pp
+  if not ok then error(g, 0) end
+  run.gnorm = g
+end
+
+local function settle(tbl, k) local r = tbl[k]; if r then tbl[k] = nil; r:wait() end end
+
+-- The stage, its pool and the activation set of action a's (stage,
+-- micro-batch), acquired (and its tokens loaded) on first use.
+local function set_for(run, a)
+  local env = run.env
+  local stage, pool = env.stages[a.stage + 1], env.pools[a.stage + 1]
+  local set = pool.live[a.mb]
+  if not set then
+    set = pool:acquire(a.mb)
+    set.dscale = env.dscale
+    if stage.has_embed or stage.has_head then env.load(set, a.mb) end
+  end
+  return stage, pool, set
+end
+
+-- Whether k's sends have completed (those that have are settled).
+local function sends_done(run, k)
+  for _, tbl in ipairs({ run.send_f, run.send_b }) do
+    local r = tbl[k]
+    if r then
+      if not r:test() then return false end
+      tbl[k] = nil; r:wait()
+    end
+  end
+  return true
+end
+
+-- Release the retiring sets whose sends have completed (block: all of
+-- them, waiting for their sends).
+local function poll_retiring(run, block)
+  local retiring = run.retiring
+  for i = #retiring, 1, -1 do
+    local t = retiring[i]
+    if block then settle(run.send_f, t.k); settle(run.send_b, t.k) end
+    if block or sends_done(run, t.k) then
+      t.pool:release(t.mb)
+      table.remove(retiring, i)
+    end
+  end
+end
+
+-- A micro-batch's activations go once its weight gradient is complete and
+-- (past the first stage) its input gradient has been sent.
+local function maybe_retire(run, a, stage, pool)
+  local k = key(a.stage, a.mb)
+  local d = run.done[k]
+  if d and d.weights and (stage.index == 0 or d.sent) then
+    run.done[k] = nil
+    run.retiring[#run.retiring + 1] = { pool = pool, mb = a.mb, k = k }
+    poll_retiring(run, false)
+  end
+end
+
+local function mark(run, a, field)
+  local k = key(a.stage, a.mb)
+  run.done[k] = run.done[k] or {}
+  run.done[k][field] = true
+end
+
+-- Waiting for an action's input is idle, not compute: its event starts
+-- once the input is there.
+local function started(run)
+  if run.events then run.t0 = run.now() end
+end
+
+-- One handler per action kind: ACT[op](run, a, k), k the (stage,
+-- micro-batch) key where the action has a micro-batch.
+local ACT = {}
+
+function ACT.F(run, a, k)
+  local stage, _, set = set_for(run, a)
+  settle(run.recv_f, k)
+  started(run)
+  if run.async and run.need_stash[k] then stash_take(run.env, stage, k) end
+  stage_run.forward(run.ctx, run.S, stage, set, hook_mb(run, a.mb))
+  if stage.has_head then run.env.ledger:keep(set) end     -- summed at the end: no host wait here
+end
+
+-- the weight gradient of a's micro-batch is complete (B or W)
+local function weights_done(run, a, stage, pool)
+  if run.async then update(run) end
+  mark(run, a, "weights")
+  maybe_retire(run, a, stage, pool)
+end
+
+function ACT.B(run, a, k)
+  local stage, pool, set = set_for(run, a)
+  settle(run.recv_b, k)
+  started(run)
+  with_stash(run.env, run.ctx, k, function()
+    stage_run.backward(run.ctx, run.S, stage, set, hook_mb(run, a.mb))
+  end)
+  weights_done(run, a, stage, pool)
+end
+
+function ACT.I(run, a, k)
+  local stage, pool, set = set_for(run, a)
+  settle(run.recv_b, k)
+  started(run)
+  with_stash(run.env, run.ctx, k, function()
+    stage_run.backward_input(run.ctx, run.S, stage, set, hook_mb(run, a.mb), pool)
+  end)
+end
+
+function ACT.W(run, a)
+  local stage, pool, set = set_for(run, a)
+  stage_run.backward_weight(run.ctx, run.S, stage, set, hook_mb(run, a.mb), pool)
+  weights_done(run, a, stage, pool)
+end
+
+function ACT.SEND_F(run, a, k)
+  local env = run.env
+  local stage, _, set = set_for(run, a)
+  local out = set.unit[stage.units[#stage.units].index].out
+  local dst = env.stage_rank(a.stage + 1)
+  if dst == run.rank then        -- the next stage is this rank's too (ZB-V's V): hand it over
+    local _, _, nset = set_for(run, { stage = a.stage + 1, mb = a.mb })
+    ops.copy(nset.input, out)
+  else
+    run.send_f[k] = env.pp:send(out, dst, tag(run.m, a.stage, a.mb), true)
+  end
+end
+
+function ACT.RECV_F(run, a, k)
+  local env = run.env
+  local _, _, set = set_for(run, a)
+  local src = env.stage_rank(a.stage - 1)
+  if src ~= run.rank then run.recv_f[k] = env.pp:recv(set.input, src, tag(run.m, a.stage - 1, a.mb), true) end
+end
+
+function ACT.SEND_B(run, a, k)
+  local env = run.env
+  local stage, pool, set = set_for(run, a)
+  local dst = env.stage_rank(a.stage - 1)
+  if dst == run.rank then
+    local _, _, pset = set_for(run, { stage = a.stage - 1, mb = a.mb })
+    ops.copy(pset.grad, set.grad)
+  else
+    run.send_b[k] = env.pp:send(set.grad, dst, tag(run.m, a.stage - 1, a.mb, true), true)
+  end
+  mark(run, a, "sent")
+  maybe_retire(run, a, stage, pool)
+end
+
+function ACT.RECV_B(run, a, k)
+  local env = run.env
+  local _, _, set = set_for(run, a)
+  local src = env.stage_rank(a.stage + 1)
+  if src ~= run.rank then run.recv_b[k] = env.pp:recv(set.grad, src, tag(run.m, a.stage, a.mb, true), true) end
+end
+
+function ACT.REDUCE_GRAD(run)
+  if run.S.finish_grads and not run.async then run.S.finish_grads(run.ctx) end
+end
+
+-- every send completes before the optimizer steps (async: the updates are done)
+function ACT.STEP(run)
+  poll_retiring(run, true)
+  for kk in pairs(run.send_f) do settle(run.send_f, kk) end
+  for kk in pairs(run.send_b) do settle(run.send_b, kk) end
+  if not run.async then run.gnorm = run.S.step(run.ctx, run.lr) end
+end
+
+-- the step's end: every set released, every request completed
+local function drain(run)
+  poll_retiring(run, true)
+  for _, tbl in ipairs({ run.recv_f, run.recv_b, run.send_f, run.send_b }) do
+    for kk in pairs(tbl) do settle(tbl, kk) end
+  end
+end
+
 -- step(env, lr) -> loss_sum (nil where no stage holds the head), grad_norm.
 -- env: as for the sequential driver, plus lists (one action list per
 -- pipeline rank), pp (pipeline group or nil), stage_rank.
 function M.step(env, lr)
-  local ctx, S = env.ctx, env.strategy
-  local rank = env.pp and env.pp.rank or 0
-  local list = env.lists[rank + 1]
-  local m = env.microbatches
   for _, pool in ipairs(env.pools) do pool:reset() end
-  local gnorm = nil
   env.ledger = env.ledger or losses.new(env.microbatches)
   env.ledger:reset()
-  local async = env.async
-  local need_stash
-  if async then
-    need_stash = stash_plan(list)
+  local run = new_run(env, lr)
+  if run.async then
+    run.need_stash = stash_plan(run.list)
     env.stash = env.stash or { spare = {}, live = {} }
-    for kk, held in pairs(env.stash.live) do       -- a step that failed part-way
-      for u, b in pairs(held) do
-        env.stash.spare[u.index] = env.stash.spare[u.index] or {}
-        table.insert(env.stash.spare[u.index], b)
-      end
-      env.stash.live[kk] = nil
+    reclaim_stash(env.stash)
+  end
+  for _, a in ipairs(run.list) do
+    if #run.retiring > 0 then poll_retiring(run, false) end
+    run.t0 = run.events and run.now()
+    local act = ACT[a.op]    -- validated lists hold only these ops
+    if act then act(run, a, a.mb and key(a.stage, a.mb)) end
+    if run.events then
+      run.events[#run.events + 1] = { op = a.op, stage = a.stage, mb = a.mb, t0 = run.t0, t1 = run.now() }
     end
   end
-  -- the micro-batch the strategy's hooks see (async: each one is a step of its own)
-  local function hmb(mb) return async and 0 or mb end
-  -- async: the update right after a weight gradient completes, on this
-  -- rank's stage alone (no collective over the pipeline: the norm is local)
-  local function update()
-    if S.finish_grads then S.finish_grads(ctx) end
-    local pp = ctx.pp
-    ctx.pp = nil
-    local ok, g = pcall(S.step, ctx, lr)
-    ctx.pp = pp
-    if not ok then error(g, 0) end
-    gnorm = g
-  end
-  -- requests in flight by (stage, micro-batch); progress of each backward
-  local recv_f, recv_b, send_f, send_b, done = {}, {}, {}, {}, {}
-
-  local function settle(tbl, k) local r = tbl[k]; if r then tbl[k] = nil; r:wait() end end
-  local function set_for(a)
-    local stage, pool = env.stages[a.stage + 1], env.pools[a.stage + 1]
-    local set = pool.live[a.mb]
-    if not set then
-      set = pool:acquire(a.mb)
-      set.dscale = env.dscale
-      if stage.has_embed or stage.has_head then env.load(set, a.mb) end
-    end
-    return stage, pool, set
-  end
-  -- A micro-batch's activations go once its weight gradient is complete and
-  -- (past the first stage) its input gradient has been sent.
-  local retiring = {}    -- { pool, mb, k }: backward done, sends maybe in flight
-  local function sends_done(k)
-    for _, tbl in ipairs({ send_f, send_b }) do
-      local r = tbl[k]
-      if r then
-        if not r:test() then return false end
-        tbl[k] = nil; r:wait()
-      end
-    end
-    return true
-  end
-  local function poll_retiring(block)
-    for i = #retiring, 1, -1 do
-      local t = retiring[i]
-      if block then settle(send_f, t.k); settle(send_b, t.k) end
-      if block or sends_done(t.k) then
-        t.pool:release(t.mb)
-        table.remove(retiring, i)
-      end
-    end
-  end
-  -- A micro-batch's activations go once its weight gradient is complete and
-  -- (past the first stage) its input gradient has been sent.
-  local function maybe_retire(a, stage, pool)
-    local k = key(a.stage, a.mb)
-    local d = done[k]
-    if d and d.weights and (stage.index == 0 or d.sent) then
-      done[k] = nil
-      retiring[#retiring + 1] = { pool = pool, mb = a.mb, k = k }
-      poll_retiring(false)
-    end
-  end
-  local function mark(a, field)
-    local k = key(a.stage, a.mb)
-    done[k] = done[k] or {}
-    done[k][field] = true
-  end
-
-  -- measured events for timelines: env.events[#+1] = { op, stage, mb, t0, t1 }
-  local events, now = env.events, nil
-  if events then now = zffi.C.zt_now end
-  for _, a in ipairs(list) do
-    if #retiring > 0 then poll_retiring(false) end
-    local t0 = events and now()
-    local op = a.op
-    local k = a.mb and key(a.stage, a.mb)
-    if op == "F" then
-      local stage, _, set = set_for(a)
-      settle(recv_f, k)
-      if events then t0 = now() end      -- waiting for the input is idle, not compute
-      if async and need_stash[k] then stash_take(env, stage, k) end
-      stage_run.forward(ctx, S, stage, set, hmb(a.mb))
-      if stage.has_head then env.ledger:keep(set) end     -- summed at the end: no host wait here
-    elseif op == "B" then
-      local stage, pool, set = set_for(a)
-      settle(recv_b, k)
-      if events then t0 = now() end
-      with_stash(env, ctx, k, function() stage_run.backward(ctx, S, stage, set, hmb(a.mb)) end)
-      if async then update() end
-      mark(a, "weights")
-      maybe_retire(a, stage, pool)
-    elseif op == "I" then
-      local stage, pool, set = set_for(a)
-      settle(recv_b, k)
-      if events then t0 = now() end
-      with_stash(env, ctx, k, function() stage_run.backward_input(ctx, S, stage, set, hmb(a.mb), pool) end)
-    elseif op == "W" then
-      local stage, pool, set = set_for(a)
-      stage_run.backward_weight(ctx, S, stage, set, hmb(a.mb), pool)
-      if async then update() end
-      mark(a, "weights")
-      maybe_retire(a, stage, pool)
-    elseif op == "SEND_F" then
-      local stage, _, set = set_for(a)
-      local out = set.unit[stage.units[#stage.units].index].out
-      local dst = env.stage_rank(a.stage + 1)
-      if dst == rank then        -- the next stage is this rank's too (ZB-V's V): hand it over
-        local _, _, nset = set_for({ stage = a.stage + 1, mb = a.mb })
-        ops.copy(nset.input, out)
-      else
-        send_f[k] = env.pp:send(out, dst, tag(m, a.stage, a.mb), true)
-      end
-    elseif op == "RECV_F" then
-      local _, _, set = set_for(a)
-      local src = env.stage_rank(a.stage - 1)
-      if src ~= rank then recv_f[k] = env.pp:recv(set.input, src, tag(m, a.stage - 1, a.mb), true) end
-    elseif op == "SEND_B" then
-      local stage, pool, set = set_for(a)
-      local dst = env.stage_rank(a.stage - 1)
-      if dst == rank then
-        local _, _, pset = set_for({ stage = a.stage - 1, mb = a.mb })
-        ops.copy(pset.grad, set.grad)
-      else
-        send_b[k] = env.pp:send(set.grad, dst, tag(m, a.stage - 1, a.mb, true), true)
-      end
-      mark(a, "sent")
-      maybe_retire(a, stage, pool)
-    elseif op == "RECV_B" then
-      local _, _, set = set_for(a)
-      local src = env.stage_rank(a.stage + 1)
-      if src ~= rank then recv_b[k] = env.pp:recv(set.grad, src, tag(m, a.stage, a.mb, true), true) end
-    elseif op == "REDUCE_GRAD" then
-      if S.finish_grads and not async then S.finish_grads(ctx) end
-    elseif op == "STEP" then
-      poll_retiring(true)
-      for kk in pairs(send_f) do settle(send_f, kk) end
-      for kk in pairs(send_b) do settle(send_b, kk) end
-      if not async then gnorm = S.step(ctx, lr) end
-    end
-    if events then events[#events + 1] = { op = op, stage = a.stage, mb = a.mb, t0 = t0, t1 = now() } end
-  end
-  poll_retiring(true)
-  for _, tbl in ipairs({ recv_f, recv_b, send_f, send_b }) do
-    for kk in pairs(tbl) do settle(tbl, kk) end
-  end
-  return env.ledger:total(), gnorm
+  drain(run)
+  return env.ledger:total(), run.gnorm
 end
 
 return M
