@@ -127,6 +127,158 @@ local function cell(text)
   return { op = ty, stage = tonumber(st), mb = mb ~= "" and tonumber(mb) or nil }
 end
 
+-- Errors in the helpers of load below point at load's caller, as load's
+-- own do (error level 2 there): level 3 from a helper that load calls
+-- itself, never in a tail call.
+local CALLER = 3
+
+-- the path and the options load takes, checked
+local function check_args(path, opts)
+  if type(path) ~= "string" or path == "" then error("pipeline csv load: path must be a file name", CALLER) end
+  for _, k in ipairs({ "stages", "microbatches" }) do
+    if opts[k] ~= nil and (not whole(opts[k]) or opts[k] < 1) then
+      error(("pipeline csv load %s: %s must be a whole number >= 1, got %s"):format(path, k, tostring(opts[k])),
+            CALLER)
+    end
+  end
+end
+
+-- the file's rows as lines (a BOM, CRLF endings and the final newline gone)
+local function read_lines(path)
+  local f, err = io.open(path, "rb")
+  if not f then error(("pipeline csv load %s: cannot open (%s)"):format(path, tostring(err)), CALLER) end
+  local text = f:read("*a")
+  f:close()
+  if text:sub(1, 3) == "\239\187\191" then text = text:sub(4) end   -- a UTF-8 BOM
+  local lines = {}
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = line:gsub("\r$", "") end
+  if lines[#lines] == "" then lines[#lines] = nil end   -- the final newline
+  if #lines == 0 then error(("pipeline csv load %s: empty file (expected one row per rank)"):format(path), CALLER) end
+  return lines
+end
+
+-- keep only the last REDUCE_GRAD placeholder (false, at last_rg), as the
+-- rank-wide one
+local function merge_reduce_grads(row, last_rg)
+  local out = {}
+  for k, a in ipairs(row) do
+    if a then out[#out + 1] = a elseif k == last_rg then out[#out + 1] = { op = "REDUCE_GRAD", col = 0 } end
+  end
+  return out
+end
+
+-- parse_row(path, r, line, seen) -> rank r - 1's actions ({ op, stage, mb,
+-- col }, and one rank-wide { op = "REDUCE_GRAD" } where the file has any),
+-- UNSHARD/RESHARD dropped. seen gathers what the rows use: placed[stage] =
+-- rank, maxs, maxmb, has_comm, and the counts dropped and merged.
+local function parse_row(path, r, line, seen)
+  local cells, ferr = fields(line)
+  if not cells then error(("pipeline csv load %s: row %d (rank %d): %s"):format(path, r, r - 1, ferr), CALLER) end
+  local row, last_rg = {}, nil
+  for c, txt in ipairs(cells) do
+    local a, cerr = cell(txt)
+    if cerr then
+      error(("pipeline csv load %s: row %d (rank %d) column %d: cell %q: %s")
+            :format(path, r, r - 1, c, txt, cerr), CALLER)
+    end
+    if a then
+      local other = seen.placed[a.stage]
+      if other and other ~= r - 1 then
+        error(("pipeline csv load %s: row %d (rank %d) column %d: cell %q: stage %d is already on rank %d")
+              :format(path, r, r - 1, c, txt, a.stage, other), CALLER)
+      end
+      seen.placed[a.stage] = r - 1
+      if a.stage > seen.maxs then seen.maxs = a.stage end
+      if a.mb and a.mb > seen.maxmb then seen.maxmb = a.mb end
+      if COMM[a.op] then seen.has_comm = true end
+      if a.op == "UNSHARD" or a.op == "RESHARD" then
+        seen.dropped = seen.dropped + 1
+      elseif a.op == "REDUCE_GRAD" then
+        seen.merged = seen.merged + 1
+        last_rg = #row + 1
+        row[#row + 1] = false          -- placeholder: where the last one stood
+      else
+        row[#row + 1] = { op = a.op, stage = a.stage, mb = a.mb, col = c }
+      end
+    end
+  end
+  return merge_reduce_grads(row, last_rg)
+end
+
+-- extent(path, seen, opts) -> stages, microbatches: the options', or what
+-- the file uses; either must cover the file's indices.
+local function extent(path, seen, opts)
+  local nst = opts.stages or (seen.maxs + 1)
+  local m = opts.microbatches or (seen.maxmb + 1)
+  if seen.maxs + 1 > nst then
+    error(("pipeline csv load %s: the file uses stage %d but stages = %d"):format(path, seen.maxs, nst), CALLER)
+  end
+  if seen.maxmb + 1 > m then
+    error(("pipeline csv load %s: the file uses micro-batch %d but microbatches = %d"):format(path, seen.maxmb, m),
+          CALLER)
+  end
+  if nst < 1 or m < 1 then
+    error(("pipeline csv load %s: no actions in the file (expected one row per rank)"):format(path), CALLER)
+  end
+  return nst, m
+end
+
+-- A compute-only file: its order per rank, then ztrain's communication
+-- (schedules.with_comms), which places stage s on rank s % ranks.
+local function lists_with_comms(path, rows, seen, nst, m)
+  local R = #rows
+  local ok, q = pcall(schedules.params, { stages = nst, microbatches = m, ranks = R }, "pipeline csv")
+  if not ok then
+    error(("pipeline csv load %s: a compute-only file needs stages = ranks x chunks: %s"):format(path, q), CALLER)
+  end
+  for s = 0, seen.maxs do
+    local r = seen.placed[s]
+    if r and s % R ~= r then
+      error(("pipeline csv load %s: compute-only file has stage %d on rank %d; ztrain places stage s " ..
+             "on rank s %% %d (write the file with its SEND/RECV to use another placement)")
+            :format(path, s, r, R), CALLER)
+    end
+  end
+  local orders = {}
+  for r, row in ipairs(rows) do
+    local o = {}
+    for _, a in ipairs(row) do
+      if a.op ~= "REDUCE_GRAD" then o[#o + 1] = { op = a.op, stage = a.stage, mb = a.mb } end
+    end
+    orders[r] = o
+  end
+  return schedules.with_comms(orders, q)
+end
+
+-- A file with its communication: taken as it is, plus REDUCE_GRAD (where
+-- the rank has none) and STEP.
+local function lists_as_written(path, rows)
+  local lists = {}
+  for r, row in ipairs(rows) do
+    local l = {}
+    local has_rg = false
+    for _, a in ipairs(row) do
+      if a.op == "REDUCE_GRAD" then
+        has_rg = true
+        l[#l + 1] = { op = "REDUCE_GRAD" }
+      else
+        l[#l + 1] = S.action(a.op, a.stage, a.mb)
+      end
+      -- a rank-wide reduction before this rank's last backward would
+      -- reduce gradients that are not complete yet
+      if a.op ~= "REDUCE_GRAD" and has_rg and (a.op == "B" or a.op == "W" or a.op == "I") then
+        error(("pipeline csv load %s: row %d (rank %d) column %d: %d%s%d comes after this rank's " ..
+               "REDUCE_GRAD; ztrain reduces a rank's gradients once, after all its backwards")
+              :format(path, r, r - 1, a.col, a.stage, a.op, a.mb), CALLER)
+      end
+    end
+    if not has_rg then l[#l + 1] = { op = "REDUCE_GRAD" } end
+    l[#l + 1] = { op = "STEP" }
+    lists[r] = l
+  end
+  return lists
+end
+
 -- load(path, { stages = S, microbatches = m, validate = true })
 --   -> lists, info
 -- Reads PyTorch's CSV (one row per rank). stages / microbatches default to
@@ -142,136 +294,30 @@ end
 -- Raises an error naming the file (and row = rank, column, cell text).
 function M.load(path, opts)
   opts = opts or {}
-  if type(path) ~= "string" or path == "" then error("pipeline csv load: path must be a file name", 2) end
-  for _, k in ipairs({ "stages", "microbatches" }) do
-    if opts[k] ~= nil and (not whole(opts[k]) or opts[k] < 1) then
-      error(("pipeline csv load %s: %s must be a whole number >= 1, got %s"):format(path, k, tostring(opts[k])), 2)
-    end
+  check_args(path, opts)
+  local lines = read_lines(path)
+  local seen = { placed = {}, maxs = -1, maxmb = -1, has_comm = false, dropped = 0, merged = 0 }
+  local rows, notes = {}, {}
+  for r, line in ipairs(lines) do rows[r] = parse_row(path, r, line, seen) end
+  if seen.dropped > 0 then
+    notes[#notes + 1] = ("dropped %d UNSHARD/RESHARD action(s): FSDP's prefetch hints, not ztrain's")
+                        :format(seen.dropped)
   end
-  local f, err = io.open(path, "rb")
-  if not f then error(("pipeline csv load %s: cannot open (%s)"):format(path, tostring(err)), 2) end
-  local text = f:read("*a")
-  f:close()
-  if text:sub(1, 3) == "\239\187\191" then text = text:sub(4) end   -- a UTF-8 BOM
-  local lines = {}
-  for line in (text .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = line:gsub("\r$", "") end
-  if lines[#lines] == "" then lines[#lines] = nil end   -- the final newline
-  if #lines == 0 then error(("pipeline csv load %s: empty file (expected one row per rank)"):format(path), 2) end
-
-  local rows, notes, has_comm = {}, {}, false
-  local dropped, merged = 0, 0
-  local placed, maxs, maxmb = {}, -1, -1       -- placed[stage] = rank
-  for r, line in ipairs(lines) do
-    local cells, ferr = fields(line)
-    if not cells then error(("pipeline csv load %s: row %d (rank %d): %s"):format(path, r, r - 1, ferr), 2) end
-    local row, last_rg = {}, nil
-    for c, txt in ipairs(cells) do
-      local a, cerr = cell(txt)
-      if cerr then
-        error(("pipeline csv load %s: row %d (rank %d) column %d: cell %q: %s")
-              :format(path, r, r - 1, c, txt, cerr), 2)
-      end
-      if a then
-        local other = placed[a.stage]
-        if other and other ~= r - 1 then
-          error(("pipeline csv load %s: row %d (rank %d) column %d: cell %q: stage %d is already on rank %d")
-                :format(path, r, r - 1, c, txt, a.stage, other), 2)
-        end
-        placed[a.stage] = r - 1
-        if a.stage > maxs then maxs = a.stage end
-        if a.mb and a.mb > maxmb then maxmb = a.mb end
-        if COMM[a.op] then has_comm = true end
-        if a.op == "UNSHARD" or a.op == "RESHARD" then
-          dropped = dropped + 1
-        elseif a.op == "REDUCE_GRAD" then
-          merged = merged + 1
-          last_rg = #row + 1
-          row[#row + 1] = false          -- placeholder: where the last one stood
-        else
-          row[#row + 1] = { op = a.op, stage = a.stage, mb = a.mb, col = c }
-        end
-      end
-    end
-    -- keep only the last REDUCE_GRAD placeholder, as the rank-wide one
-    local out = {}
-    for k, a in ipairs(row) do
-      if a then out[#out + 1] = a elseif k == last_rg then out[#out + 1] = { op = "REDUCE_GRAD", col = 0 } end
-    end
-    rows[r] = out
-  end
-  if dropped > 0 then
-    notes[#notes + 1] = ("dropped %d UNSHARD/RESHARD action(s): FSDP's prefetch hints, not ztrain's"):format(dropped)
-  end
-  local R = #rows
-  local nst = opts.stages or (maxs + 1)
-  local m = opts.microbatches or (maxmb + 1)
-  if maxs + 1 > nst then
-    error(("pipeline csv load %s: the file uses stage %d but stages = %d"):format(path, maxs, nst), 2)
-  end
-  if maxmb + 1 > m then
-    error(("pipeline csv load %s: the file uses micro-batch %d but microbatches = %d"):format(path, maxmb, m), 2)
-  end
-  if nst < 1 or m < 1 then
-    error(("pipeline csv load %s: no actions in the file (expected one row per rank)"):format(path), 2)
-  end
-
+  local nst, m = extent(path, seen, opts)
   local lists
-  if not has_comm then
-    -- compute-only: the order per rank, then ztrain's communication
-    local ok, q = pcall(schedules.params, { stages = nst, microbatches = m, ranks = R }, "pipeline csv")
-    if not ok then
-      error(("pipeline csv load %s: a compute-only file needs stages = ranks x chunks: %s"):format(path, q), 2)
-    end
-    for s = 0, maxs do
-      local r = placed[s]
-      if r and s % R ~= r then
-        error(("pipeline csv load %s: compute-only file has stage %d on rank %d; ztrain places stage s " ..
-               "on rank s %% %d (write the file with its SEND/RECV to use another placement)")
-              :format(path, s, r, R), 2)
-      end
-    end
-    local orders = {}
-    for r, row in ipairs(rows) do
-      local o = {}
-      for _, a in ipairs(row) do
-        if a.op ~= "REDUCE_GRAD" then o[#o + 1] = { op = a.op, stage = a.stage, mb = a.mb } end
-      end
-      orders[r] = o
-    end
-    lists = schedules.with_comms(orders, q)
+  if not seen.has_comm then
+    lists = lists_with_comms(path, rows, seen, nst, m)
     notes[#notes + 1] = "compute-only file: SEND/RECV placed by schedules.with_comms, REDUCE_GRAD and STEP appended"
   else
-    lists = {}
-    for r, row in ipairs(rows) do
-      local l, last_bw = {}, nil
-      local has_rg = false
-      for _, a in ipairs(row) do
-        if a.op == "REDUCE_GRAD" then
-          has_rg = true
-          l[#l + 1] = { op = "REDUCE_GRAD" }
-        else
-          l[#l + 1] = S.action(a.op, a.stage, a.mb)
-          if a.op == "B" or a.op == "W" then last_bw = a end
-        end
-        -- a rank-wide reduction before this rank's last backward would
-        -- reduce gradients that are not complete yet
-        if a.op ~= "REDUCE_GRAD" and has_rg and (a.op == "B" or a.op == "W" or a.op == "I") then
-          error(("pipeline csv load %s: row %d (rank %d) column %d: %d%s%d comes after this rank's " ..
-                 "REDUCE_GRAD; ztrain reduces a rank's gradients once, after all its backwards")
-                :format(path, r, r - 1, a.col, a.stage, a.op, a.mb), 2)
-        end
-      end
-      if not has_rg then l[#l + 1] = { op = "REDUCE_GRAD" } end
-      l[#l + 1] = { op = "STEP" }
-      lists[r] = l
-    end
+    lists = lists_as_written(path, rows)
     notes[#notes + 1] = "STEP appended to every rank"
   end
-  if merged > 0 then
-    notes[#notes + 1] = ("%d per-stage REDUCE_GRAD(s) merged into one rank-wide REDUCE_GRAD per rank"):format(merged)
+  if seen.merged > 0 then
+    notes[#notes + 1] = ("%d per-stage REDUCE_GRAD(s) merged into one rank-wide REDUCE_GRAD per rank")
+                        :format(seen.merged)
   end
-
-  local info = { notes = notes, compute_only = not has_comm, stages = nst, microbatches = m, ranks = R,
+  local R, placed = #rows, seen.placed
+  local info = { notes = notes, compute_only = not seen.has_comm, stages = nst, microbatches = m, ranks = R,
                  stage_rank = function(s) return placed[s] or s % R end }
   if opts.validate ~= false then
     local ok, verr = S.validate(lists, info)
