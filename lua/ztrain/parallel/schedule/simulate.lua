@@ -40,6 +40,131 @@ local function sender(a)
   return { op = "SEND_B", stage = a.stage + 1, mb = a.mb }
 end
 
+-- the actions' durations: M.TIMES, overridden by opts.times
+local function durations(opts)
+  local times = setmetatable({}, { __index = M.TIMES })
+  for k, v in pairs(opts.times or {}) do
+    if M.TIMES[k] == nil or type(v) ~= "number" or v < 0 then
+      error(("simulate: times.%s must be an action's duration (>= 0), got %s"):format(tostring(k), tostring(v)), 0)
+    end
+    times[k] = v
+  end
+  return times
+end
+
+-- origins(lists) -> where each message is sent from ({ rank, index } by
+-- msg), for naming what a blocked RECV waits on. Raises on a list that is
+-- not an action list.
+local function origins(lists)
+  if type(lists) ~= "table" or #lists < 1 then error("simulate: expected one action list per rank", 0) end
+  local origin = {}
+  for r = 1, #lists do
+    if type(lists[r]) ~= "table" then error(("simulate: rank %d's list is not a table"):format(r - 1), 0) end
+    for k, a in ipairs(lists[r]) do
+      if type(a) ~= "table" or not S.OPS[a.op] then
+        error(("simulate: rank %d action %d is not an action"):format(r - 1, k), 0)
+      end
+      if a.op == "SEND_F" or a.op == "SEND_B" then origin[msg(a)] = origin[msg(a)] or { rank = r - 1, index = k } end
+    end
+  end
+  return origin
+end
+
+-- the key of a posted RECV by the action that reads it (with opts.posted):
+-- direction (forward or not), stage, micro-batch
+local function reader_key(forward, a) return (forward and "F" or "B") .. a.stage .. ":" .. a.mb end
+
+-- ready(sim, r, a) -> earliest start allowed by messages, or nil (not yet sent)
+local function ready(sim, r, a)
+  local t = sim.clock[r]
+  local key
+  if a.op == "RECV_F" or a.op == "RECV_B" then
+    if sim.posted_mode then
+      sim.posted[r][reader_key(a.op == "RECV_F", a)] = msg(a)
+      return t
+    end
+    key = msg(a)
+  elseif sim.posted_mode and COMPUTE[a.op] and a.op ~= "W" then
+    key = sim.posted[r][reader_key(a.op == "F", a)]
+  end
+  if key then
+    if not sim.sent[key] then return nil end
+    t = math.max(t, sim.sent[key] + sim.latency)
+  end
+  return t
+end
+
+-- Run every rank's list as far as it goes: each rank in turn runs its
+-- actions until one cannot start yet, round after round, until a round
+-- runs nothing (all done, or a deadlock).
+local function advance(sim, lists)
+  local pc, clock, busy, timeline = sim.pc, sim.clock, sim.busy, sim.timeline
+  local progress = true
+  while progress do
+    progress = false
+    for r = 1, #lists do
+      local list = lists[r]
+      while pc[r] <= #list do
+        local a = list[pc[r]]
+        local t0 = ready(sim, r, a)
+        if not t0 then break end
+        local t1 = t0 + sim.times[a.op]
+        timeline[r][#timeline[r] + 1] = { action = a, index = pc[r], start = t0, finish = t1 }
+        if COMPUTE[a.op] then busy[r] = busy[r] + (t1 - t0); sim.stage_rank[a.stage] = r - 1 end
+        if a.op == "SEND_F" or a.op == "SEND_B" then sim.sent[msg(a)] = sim.sent[msg(a)] or t1 end
+        clock[r] = t1
+        pc[r] = pc[r] + 1
+        progress = true
+      end
+    end
+  end
+end
+
+-- stuck(sim, lists, origin) -> blocked, parts: each rank that could not
+-- finish, with the SEND its first blocked action waits for, and the
+-- deadlock message's part for it.
+local function stuck(sim, lists, origin)
+  local blocked, parts = {}, {}
+  for r = 1, #lists do
+    local pc = sim.pc[r]
+    local a = lists[r][pc]
+    if a then
+      local w = sender(a)
+      if sim.posted_mode and COMPUTE[a.op] then
+        -- the reader waits on a posted RECV: name the send it waits for
+        local key = sim.posted[r][reader_key(a.op == "F", a)]
+        w = (a.op == "F") and { op = "SEND_F", stage = a.stage - 1, mb = a.mb }
+                           or { op = "SEND_B", stage = a.stage + 1, mb = a.mb }
+        assert(key)
+      end
+      local o = origin[msg(w)]
+      blocked[r] = { index = pc, action = a, waits = w, on = o and o.rank, at = o and o.index }
+      parts[#parts + 1] = ("rank %d blocked at action %d (%s) waiting for %s%s"):format(r - 1, pc,
+        S.format(a), S.format(w), o and (" (rank %d action %d, not reached)"):format(o.rank, o.index)
+                                     or ", which no rank sends")
+    end
+  end
+  return blocked, parts
+end
+
+-- peak activations per stage: a rank runs its list in order, so walking
+-- the list is walking time (F done: +1; B or W done: -1)
+local function peak_activations(timeline)
+  local live, peak = {}, {}
+  for r = 1, #timeline do
+    for _, e in ipairs(timeline[r]) do
+      local a = e.action
+      if a.op == "F" then
+        live[a.stage] = (live[a.stage] or 0) + 1
+        peak[a.stage] = math.max(peak[a.stage] or 0, live[a.stage])
+      elseif a.op == "B" or a.op == "W" then
+        live[a.stage] = (live[a.stage] or 0) - 1
+      end
+    end
+  end
+  return peak
+end
+
 -- run(lists, opts) -> result. opts (all optional): times = { op = t }
 -- overriding M.TIMES; latency (0); posted (false). Raises only on lists
 -- that are not action lists (run validate first for the rest). result:
@@ -61,98 +186,26 @@ end
 --   stage_rank  [stage] = rank holding it
 function M.run(lists, opts)
   opts = opts or {}
-  local times = setmetatable({}, { __index = M.TIMES })
-  for k, v in pairs(opts.times or {}) do
-    if M.TIMES[k] == nil or type(v) ~= "number" or v < 0 then
-      error(("simulate: times.%s must be an action's duration (>= 0), got %s"):format(tostring(k), tostring(v)), 0)
-    end
-    times[k] = v
-  end
+  local times = durations(opts)
   local latency = opts.latency or 0
-  if type(lists) ~= "table" or #lists < 1 then error("simulate: expected one action list per rank", 0) end
+  local origin = origins(lists)
   local R = #lists
-  -- where each message is sent from, for naming what a blocked RECV waits on
-  local origin = {}
-  for r = 1, R do
-    if type(lists[r]) ~= "table" then error(("simulate: rank %d's list is not a table"):format(r - 1), 0) end
-    for k, a in ipairs(lists[r]) do
-      if type(a) ~= "table" or not S.OPS[a.op] then
-        error(("simulate: rank %d action %d is not an action"):format(r - 1, k), 0)
-      end
-      if a.op == "SEND_F" or a.op == "SEND_B" then origin[msg(a)] = origin[msg(a)] or { rank = r - 1, index = k } end
-    end
-  end
+  local sim = {
+    times = times, latency = latency, posted_mode = opts.posted,
+    sent = {},          -- msg -> time the SEND was issued
+    posted = {},        -- [rank][reader key] = msg, with opts.posted
+    pc = {}, clock = {}, busy = {}, timeline = {}, stage_rank = {},
+  }
+  for r = 1, R do sim.pc[r], sim.clock[r], sim.busy[r], sim.timeline[r], sim.posted[r] = 1, 0, 0, {}, {} end
+  advance(sim, lists)
 
-  local sent = {}          -- msg -> time the SEND was issued
-  local posted = {}        -- [rank][reader key] = msg, with opts.posted
-  local pc, clock, busy, timeline = {}, {}, {}, {}
-  for r = 1, R do pc[r], clock[r], busy[r], timeline[r], posted[r] = 1, 0, 0, {}, {} end
-  local stage_rank = {}
-
-  -- ready(r, a) -> earliest start allowed by messages, or nil (not yet sent)
-  local function ready(r, a)
-    local t = clock[r]
-    local key
-    if a.op == "RECV_F" or a.op == "RECV_B" then
-      if opts.posted then
-        posted[r][(a.op == "RECV_F" and "F" or "B") .. a.stage .. ":" .. a.mb] = msg(a)
-        return t
-      end
-      key = msg(a)
-    elseif opts.posted and COMPUTE[a.op] and a.op ~= "W" then
-      key = posted[r][(a.op == "F" and "F" or "B") .. a.stage .. ":" .. a.mb]
-    end
-    if key then
-      if not sent[key] then return nil end
-      t = math.max(t, sent[key] + latency)
-    end
-    return t
-  end
-
-  local progress = true
-  while progress do
-    progress = false
-    for r = 1, R do
-      local list = lists[r]
-      while pc[r] <= #list do
-        local a = list[pc[r]]
-        local t0 = ready(r, a)
-        if not t0 then break end
-        local t1 = t0 + times[a.op]
-        timeline[r][#timeline[r] + 1] = { action = a, index = pc[r], start = t0, finish = t1 }
-        if COMPUTE[a.op] then busy[r] = busy[r] + (t1 - t0); stage_rank[a.stage] = r - 1 end
-        if a.op == "SEND_F" or a.op == "SEND_B" then sent[msg(a)] = sent[msg(a)] or t1 end
-        clock[r] = t1
-        pc[r] = pc[r] + 1
-        progress = true
-      end
-    end
-  end
-
-  local res = { timeline = timeline, busy = busy, ok = true, stage_rank = stage_rank }
+  local busy, timeline = sim.busy, sim.timeline
+  local res = { timeline = timeline, busy = busy, ok = true, stage_rank = sim.stage_rank }
   local makespan = 0
-  for r = 1, R do makespan = math.max(makespan, clock[r]) end
+  for r = 1, R do makespan = math.max(makespan, sim.clock[r]) end
   res.makespan = makespan
 
-  local blocked, parts = {}, {}
-  for r = 1, R do
-    local a = lists[r][pc[r]]
-    if a then
-      local w = sender(a)
-      if opts.posted and COMPUTE[a.op] then
-        -- the reader waits on a posted RECV: name the send it waits for
-        local key = posted[r][(a.op == "F" and "F" or "B") .. a.stage .. ":" .. a.mb]
-        w = (a.op == "F") and { op = "SEND_F", stage = a.stage - 1, mb = a.mb }
-                           or { op = "SEND_B", stage = a.stage + 1, mb = a.mb }
-        assert(key)
-      end
-      local o = origin[msg(w)]
-      blocked[r] = { index = pc[r], action = a, waits = w, on = o and o.rank, at = o and o.index }
-      parts[#parts + 1] = ("rank %d blocked at action %d (%s) waiting for %s%s"):format(r - 1, pc[r],
-        S.format(a), S.format(w), o and (" (rank %d action %d, not reached)"):format(o.rank, o.index)
-                                     or ", which no rank sends")
-    end
-  end
+  local blocked, parts = stuck(sim, lists, origin)
   if #parts > 0 then
     res.ok = false
     res.blocked = blocked
@@ -164,22 +217,7 @@ function M.run(lists, opts)
   local idle = R * makespan - total_busy
   res.bubble = makespan > 0 and idle / (R * makespan) or 0
   res.bubble_busy = total_busy > 0 and idle / total_busy or 0
-
-  -- peak activations per stage: a rank runs its list in order, so walking
-  -- the list is walking time (F done: +1; B or W done: -1)
-  local live, peak = {}, {}
-  for r = 1, R do
-    for _, e in ipairs(timeline[r]) do
-      local a = e.action
-      if a.op == "F" then
-        live[a.stage] = (live[a.stage] or 0) + 1
-        peak[a.stage] = math.max(peak[a.stage] or 0, live[a.stage])
-      elseif a.op == "B" or a.op == "W" then
-        live[a.stage] = (live[a.stage] or 0) - 1
-      end
-    end
-  end
-  res.peak = peak
+  res.peak = peak_activations(timeline)
   return res
 end
 
