@@ -130,26 +130,22 @@ end
 
 local function pct(x) return ("%.1f%%"):format(100 * x) end
 
--- svg(events, opts) -> string. opts (all optional): name (the schedule, in
--- the title), title (replaces the generated one), predicted_bubble (shown
--- beside the bubble of these events), unit ("s" for measured seconds;
--- default "time units"), width (pixels, default 1100).
--- One row per rank; a rectangle (class "act" and the op) per compute
--- action, micro-batch labels where they fit; REDUCE_GRAD and STEP full
--- height, SEND/RECV as a thin bar at the row's foot (when they take time);
--- idle time is the empty row background.
-function M.svg(events, opts)
-  opts = opts or {}
-  local R = check(events)
-  local b = M.bubble(events)
+-- drawn(events) -> lo, span: every action's time, not just the compute
+-- window (span 1 when there is none, so the scale is defined)
+local function drawn(events)
   local lo, hi = window(events)
-  for _, list in ipairs(events) do            -- draw every action, not just the compute window
+  for _, list in ipairs(events) do
     for _, e in ipairs(list) do lo = math.min(lo, e.t0); hi = math.max(hi, e.t1) end
   end
   local span = hi - lo
   if span <= 0 then span = 1 end
-  -- a rank with several stages (interleaved): labels say the stage, and a
-  -- rank's later chunks are drawn lighter
+  return lo, span
+end
+
+-- chunks(events) -> multi, chunk, nchunks. A rank with several stages
+-- (interleaved): labels say the stage, and a rank's later chunks are drawn
+-- lighter; chunk[rank + 1][stage] = its chunk on the rank, from 0.
+local function chunks(events)
   local multi, chunk, nchunks = false, {}, 1
   for r, list in ipairs(events) do
     local st, set = {}, {}
@@ -162,114 +158,170 @@ function M.svg(events, opts)
     chunk[r] = {}
     for c, s in ipairs(st) do chunk[r][s] = c - 1 end
   end
-  local function fill(r, e)
-    local c = M.COMPUTE[e.op] and e.stage and chunk[r][e.stage] or 0
-    if c == 0 then return M.COLORS[e.op] end
-    return lighten(M.COLORS[e.op], 0.45 * c / (nchunks - 1))
-  end
+  return multi, chunk, nchunks
+end
 
-  local W = opts.width or 1100
-  local left, right, top, rowh, gap = 70, 20, 56, 30, 6
-  local plot = W - left - right
-  local rows_h = R * (rowh + gap) - gap
-  local axis_y = top + rows_h + 8
-  local legend_y = axis_y + 44
-  local H = legend_y + 30
-  local function x(t) return left + (t - lo) / span * plot end
+-- canvas(events, opts) -> the drawing's geometry and state: sizes, the time
+-- window and its x(t), the chunks, and add(line) collecting the SVG's lines.
+local function canvas(events, opts)
+  local R = #events
+  local c = { R = R, lines = {} }
+  c.lo, c.span = drawn(events)
+  c.multi, c.chunk, c.nchunks = chunks(events)
+  c.W = opts.width or 1100
+  c.left, c.right, c.top, c.rowh, c.gap = 70, 20, 56, 30, 6
+  c.plot = c.W - c.left - c.right
+  c.axis_y = c.top + (R * (c.rowh + c.gap) - c.gap) + 8
+  c.legend_y = c.axis_y + 44
+  c.H = c.legend_y + 30
+  function c.x(t) return c.left + (t - c.lo) / c.span * c.plot end
+  function c.add(s) c.lines[#c.lines + 1] = s end
+  return c
+end
 
-  local o = {}
-  local function add(s) o[#o + 1] = s end
-  add('<?xml version="1.0" encoding="UTF-8"?>')
-  add(('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" ' ..
-       'font-family="Helvetica, Arial, sans-serif" font-size="11">'):format(W, H, W, H))
-  add(('<rect x="0" y="0" width="%d" height="%d" fill="#ffffff"/>'):format(W, H))
+-- an action's colour: its op's, lighter for a rank's later chunks
+local function fill(c, r, e)
+  local k = M.COMPUTE[e.op] and e.stage and c.chunk[r][e.stage] or 0
+  if k == 0 then return M.COLORS[e.op] end
+  return lighten(M.COLORS[e.op], 0.45 * k / (c.nchunks - 1))
+end
+
+-- the title: opts.title, or the schedule's name and bubble (and the predicted one)
+local function title_of(opts, b)
   local title = opts.title
   if not title then
     title = ("%sbubble %s"):format(opts.name and (opts.name .. ": ") or "", pct(b))
     if opts.predicted_bubble then title = title .. (" (predicted %s)"):format(pct(opts.predicted_bubble)) end
     title = title .. " of ranks x time"
   end
-  add(('<text x="%d" y="24" font-size="15" font-weight="bold">%s</text>'):format(left, esc(title)))
+  return title
+end
+
+local function draw_header(c, opts, b)
+  local add, W, H = c.add, c.W, c.H
+  add('<?xml version="1.0" encoding="UTF-8"?>')
+  add(('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" ' ..
+       'font-family="Helvetica, Arial, sans-serif" font-size="11">'):format(W, H, W, H))
+  add(('<rect x="0" y="0" width="%d" height="%d" fill="#ffffff"/>'):format(W, H))
+  add(('<text x="%d" y="24" font-size="15" font-weight="bold">%s</text>'):format(c.left, esc(title_of(opts, b))))
   if opts.subtitle then
-    add(('<text x="%d" y="42" fill="#555555">%s</text>'):format(left, esc(opts.subtitle)))
+    add(('<text x="%d" y="42" fill="#555555">%s</text>'):format(c.left, esc(opts.subtitle)))
   end
+end
 
-  for r = 1, R do
-    local y = top + (r - 1) * (rowh + gap)
-    add(('<text x="%d" y="%s" text-anchor="end" dominant-baseline="middle">rank %d</text>')
-        :format(left - 8, num(y + rowh / 2), r - 1))
+-- A compute action (or a REDUCE_GRAD or STEP that takes time): a full-height
+-- rectangle with its label, "4F3" or "F3" when it fits, else the
+-- micro-batch alone, else none.
+local function draw_action(c, r, y, e, x0, w, label, tip)
+  local rowh = c.rowh
+  c.add(('<rect class="act %s" x="%s" y="%d" width="%s" height="%d" fill="%s" stroke="#ffffff" ' ..
+         'stroke-width="0.5"><title>%s</title></rect>')
+        :format(e.op, num(x0), y, num(math.max(w, 0)), rowh, fill(c, r, e), esc(tip)))
+  local text = label
+  if e.op == "REDUCE_GRAD" then text = "R" elseif e.op == "STEP" then text = "S" end
+  if #text * 6.6 + 4 > w and M.COMPUTE[e.op] then text = e.op .. e.mb end
+  if #text * 6.6 + 4 > w and M.COMPUTE[e.op] then text = tostring(e.mb) end
+  if #text * 6.6 + 4 <= w then
+    c.add(('<text x="%s" y="%s" text-anchor="middle" dominant-baseline="middle" fill="#ffffff">%s</text>')
+          :format(num(x0 + w / 2), num(y + rowh / 2), esc(text)))
+  end
+end
+
+-- one event of rank r (row top y): an action, a thin bar at the row's
+-- foot for a SEND/RECV that takes time, or nothing
+local function draw_event(c, r, y, e)
+  local x0, x1 = c.x(e.t0), c.x(e.t1)
+  local w = x1 - x0
+  local label = M.COMPUTE[e.op] and ((c.multi and e.stage or "") .. e.op .. e.mb) or e.op
+  local tip = ("rank %d %s%s: %s to %s"):format(r - 1, label,
+    e.stage and (" (stage %d%s)"):format(e.stage, e.mb and (", mb %d"):format(e.mb) or "") or "",
+    num(e.t0 - c.lo), num(e.t1 - c.lo))
+  if M.COMPUTE[e.op] or e.op == "REDUCE_GRAD" or e.op == "STEP" then
+    if w > 0 or M.COMPUTE[e.op] then draw_action(c, r, y, e, x0, w, label, tip) end
+  elseif COMM[e.op] and w > 0 then
+    c.add(('<rect class="comm %s" x="%s" y="%d" width="%s" height="4" fill="%s"><title>%s</title></rect>')
+          :format(e.op, num(x0), y + c.rowh - 4, num(w), M.COLORS.COMM, esc(tip)))
+  end
+end
+
+local function draw_rows(c, events)
+  for r = 1, c.R do
+    local y = c.top + (r - 1) * (c.rowh + c.gap)
+    c.add(('<text x="%d" y="%s" text-anchor="end" dominant-baseline="middle">rank %d</text>')
+          :format(c.left - 8, num(y + c.rowh / 2), r - 1))
     -- the row's background: what stays visible is idle time
-    add(('<rect class="idle" x="%d" y="%d" width="%d" height="%d" fill="#f3f3f3" stroke="#d0d0d0"/>')
-        :format(left, y, plot, rowh))
-    for _, e in ipairs(events[r]) do
-      local x0, x1 = x(e.t0), x(e.t1)
-      local w = x1 - x0
-      local label = M.COMPUTE[e.op] and ((multi and e.stage or "") .. e.op .. e.mb) or e.op
-      local tip = ("rank %d %s%s: %s to %s"):format(r - 1, label,
-        e.stage and (" (stage %d%s)"):format(e.stage, e.mb and (", mb %d"):format(e.mb) or "") or "",
-        num(e.t0 - lo), num(e.t1 - lo))
-      if M.COMPUTE[e.op] or e.op == "REDUCE_GRAD" or e.op == "STEP" then
-        if w > 0 or M.COMPUTE[e.op] then
-          add(('<rect class="act %s" x="%s" y="%d" width="%s" height="%d" fill="%s" stroke="#ffffff" ' ..
-               'stroke-width="0.5"><title>%s</title></rect>')
-              :format(e.op, num(x0), y, num(math.max(w, 0)), rowh, fill(r, e), esc(tip)))
-          -- label: "4F3" or "F3" when it fits, else the micro-batch alone, else none
-          local text = label
-          if e.op == "REDUCE_GRAD" then text = "R" elseif e.op == "STEP" then text = "S" end
-          if #text * 6.6 + 4 > w and M.COMPUTE[e.op] then text = e.op .. e.mb end
-          if #text * 6.6 + 4 > w and M.COMPUTE[e.op] then text = tostring(e.mb) end
-          if #text * 6.6 + 4 <= w then
-            add(('<text x="%s" y="%s" text-anchor="middle" dominant-baseline="middle" fill="#ffffff">%s</text>')
-                :format(num(x0 + w / 2), num(y + rowh / 2), esc(text)))
-          end
-        end
-      elseif COMM[e.op] and w > 0 then
-        add(('<rect class="comm %s" x="%s" y="%d" width="%s" height="4" fill="%s"><title>%s</title></rect>')
-            :format(e.op, num(x0), y + rowh - 4, num(w), M.COLORS.COMM, esc(tip)))
-      end
-    end
+    c.add(('<rect class="idle" x="%d" y="%d" width="%d" height="%d" fill="#f3f3f3" stroke="#d0d0d0"/>')
+          :format(c.left, y, c.plot, c.rowh))
+    for _, e in ipairs(events[r]) do draw_event(c, r, y, e) end
   end
+end
 
-  -- time axis
-  local scale, uname = time_unit(opts, span)
+-- the time axis: ticks at a round step, in the unit time_unit picks
+local function draw_axis(c, opts)
+  local add, left, plot, axis_y = c.add, c.left, c.plot, c.axis_y
+  local scale, uname = time_unit(opts, c.span)
   add(('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#333333"/>'):format(left, axis_y, left + plot, axis_y))
-  local step = nice_step(span * scale, 10)
+  local step = nice_step(c.span * scale, 10)
   local k = 0
-  while k * step <= span * scale + 1e-9 do
-    local tx = x(lo + k * step / scale)
+  while k * step <= c.span * scale + 1e-9 do
+    local tx = c.x(c.lo + k * step / scale)
     add(('<line x1="%s" y1="%d" x2="%s" y2="%d" stroke="#333333"/>'):format(num(tx), axis_y, num(tx), axis_y + 5))
     add(('<text x="%s" y="%d" text-anchor="middle">%s</text>'):format(num(tx), axis_y + 17, num(k * step)))
     k = k + 1
   end
   add(('<text x="%s" y="%d" text-anchor="middle" fill="#555555">time (%s)</text>')
       :format(num(left + plot / 2), axis_y + 32, esc(uname)))
+end
 
-  -- legend: the ops present
+local LEGEND = { F = "F forward", B = "B backward", I = "I input grad", W = "W weight grad",
+                 COMM = "send/recv", REDUCE_GRAD = "REDUCE_GRAD", STEP = "STEP" }
+local LEGEND_ORDER = { "F", "B", "I", "W", "COMM", "REDUCE_GRAD", "STEP" }
+
+-- the legend: the ops present (drawn), idle, and how chunks are told apart
+local function draw_legend(c, events)
+  local add, legend_y = c.add, c.legend_y
   local present = {}
   for _, list in ipairs(events) do
     for _, e in ipairs(list) do
       if M.COMPUTE[e.op] or e.t1 > e.t0 then present[COMM[e.op] and "COMM" or e.op] = true end
     end
   end
-  local names = { F = "F forward", B = "B backward", I = "I input grad", W = "W weight grad",
-                  COMM = "send/recv", REDUCE_GRAD = "REDUCE_GRAD", STEP = "STEP" }
-  local lx = left
-  for _, op in ipairs({ "F", "B", "I", "W", "COMM", "REDUCE_GRAD", "STEP" }) do
+  local lx = c.left
+  for _, op in ipairs(LEGEND_ORDER) do
     if present[op] then
       add(('<rect class="legend" x="%d" y="%d" width="14" height="14" fill="%s"/>'):format(lx, legend_y, M.COLORS[op]))
-      add(('<text x="%d" y="%d" dominant-baseline="middle">%s</text>'):format(lx + 19, legend_y + 7, names[op]))
-      lx = lx + 32 + #names[op] * 7.2
+      add(('<text x="%d" y="%d" dominant-baseline="middle">%s</text>'):format(lx + 19, legend_y + 7, LEGEND[op]))
+      lx = lx + 32 + #LEGEND[op] * 7.2
     end
   end
   add(('<rect class="legend" x="%d" y="%d" width="14" height="14" fill="#f3f3f3" stroke="#d0d0d0"/>')
       :format(lx, legend_y))
   add(('<text x="%d" y="%d" dominant-baseline="middle">idle</text>'):format(lx + 19, legend_y + 7))
-  if multi then
+  if c.multi then
     add(('<text x="%d" y="%d" dominant-baseline="middle" fill="#555555">lighter: a later chunk; ' ..
          '4F3 = stage 4, micro-batch 3</text>'):format(lx + 60, legend_y + 7))
   end
-  add("</svg>")
-  return table.concat(o, "\n") .. "\n"
+end
+
+-- svg(events, opts) -> string. opts (all optional): name (the schedule, in
+-- the title), title (replaces the generated one), predicted_bubble (shown
+-- beside the bubble of these events), unit ("s" for measured seconds;
+-- default "time units"), width (pixels, default 1100).
+-- One row per rank; a rectangle (class "act" and the op) per compute
+-- action, micro-batch labels where they fit; REDUCE_GRAD and STEP full
+-- height, SEND/RECV as a thin bar at the row's foot (when they take time);
+-- idle time is the empty row background.
+function M.svg(events, opts)
+  opts = opts or {}
+  check(events)
+  local b = M.bubble(events)
+  local c = canvas(events, opts)
+  draw_header(c, opts, b)
+  draw_rows(c, events)
+  draw_axis(c, opts)
+  draw_legend(c, events)
+  c.add("</svg>")
+  return table.concat(c.lines, "\n") .. "\n"
 end
 
 -- trace(events, opts) -> Chrome trace JSON (opens in Perfetto and
