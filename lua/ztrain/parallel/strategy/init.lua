@@ -11,27 +11,40 @@ local options = require "ztrain.parallel.strategy.options"
 M.options = options
 M.state = require "ztrain.parallel.strategy.state"
 
+-- The strategies by name, in the order error messages list them: each a
+-- function making a fresh object. The one place a name is given meaning
+-- (the planner and recipes resolve names here).
+local NAMED = {
+  { "single", function() return M.single() end },
+  { "dp", function() return M.dp() end },
+  { "dp_deferred", function() return M.dp { defer_reduction = true } end },
+  { "zero1", function() return M.zero { stage = 1 } end },
+  { "zero2", function() return M.zero { stage = 2 } end },
+  { "zero3", function() return M.zero { stage = 3 } end },
+  { "zero1_offload", function() return M.zero { stage = 1, offload_optimizer = "host" } end },
+  { "zero2_offload", function() return M.zero { stage = 2, offload_optimizer = "host" } end },
+  { "zero3_offload", function() return M.zero { stage = 3, offload_optimizer = "host", offload_params = "host" } end },
+  { "zero3_infinity", function() return M.zero { stage = 3, offload_optimizer = "nvme", offload_params = "nvme" } end },
+}
+local BY_NAME, NAMES = {}, {}
+for _, e in ipairs(NAMED) do BY_NAME[e[1]] = e[2]; NAMES[#NAMES + 1] = e[1] end
+
+-- names() -> the built-in strategies' names
+function M.names()
+  local out = {}
+  for i, n in ipairs(NAMES) do out[i] = n end
+  return out
+end
+
 -- resolve("single") or a strategy object -> strategy object (checked:
 -- required hooks present, hooks are functions, no misspelt hook names).
 function M.resolve(s)
   if type(s) == "table" then return options.validate(s) end
   if type(s) == "string" then
-    local ctor = M[s]
-    if s == "zero1" or s == "zero2" or s == "zero3" then return M.zero { stage = tonumber(s:sub(5)) } end
-    if s == "dp_deferred" then return M.dp { defer_reduction = true } end
-    if s == "zero1_offload" or s == "zero2_offload" then
-      return M.zero { stage = tonumber(s:sub(5, 5)), offload_optimizer = "host" }
-    end
-    if s == "zero3_offload" then
-      return M.zero { stage = 3, offload_optimizer = "host", offload_params = "host" }
-    end
-    if s == "zero3_infinity" then
-      return M.zero { stage = 3, offload_optimizer = "nvme", offload_params = "nvme" }
-    end
-    if type(ctor) == "function" and s ~= "resolve" and s ~= "zero" then return ctor() end
-    error(("unknown strategy %q (known: single, dp, dp_deferred, zero1, zero2, zero3, zero1_offload, " ..
-           "zero2_offload, zero3_offload, zero3_infinity; or an object such as " ..
-           "zt.strategy.zero{stage=2})"):format(s), 0)
+    local make = BY_NAME[s]
+    if make then return make() end
+    error(("unknown strategy %q (known: %s; or an object such as zt.strategy.zero{stage=2})")
+          :format(s, table.concat(NAMES, ", ")), 0)
   end
   error("strategy must be a name or a strategy object (e.g. zt.strategy.single())", 0)
 end
