@@ -18,7 +18,8 @@ local hf = require "ztrain.model.hf"
 
 local agree = errors.agree
 
-return function(Trainer)
+-- the methods, installed on the trainer's class by the function returned below
+local Trainer = {}
 
 -- Mean loss over up to train.eval_batches batches of a split's loader
 -- (default: validation; forward only). The batches are split over the
@@ -210,4 +211,6 @@ function Trainer:export_hf(dir)
 end
 
 
+return function(class)
+  for name, method in pairs(Trainer) do class[name] = method end
 end
