@@ -27,6 +27,8 @@ local gpt2 = require "ztrain.model.gpt2"
 local st = require "ztrain.model.safetensors"
 local files = require "ztrain.util.fs"
 local errors = require "ztrain.core.errors"
+local bpe = require "ztrain.model.data.bpe"
+local bpe_vocab = require "ztrain.model.data.bpe_vocab"
 
 local M = {}
 
@@ -326,17 +328,20 @@ end
 -- Writing
 
 -- config.json text for a model of cfg: transformers' GPT2Config fields, in
--- sorted order. opts.eot: the tokenizer's end-of-text id (bos/eos).
+-- sorted order. opts.eot: the tokenizer's end-of-text id (bos/eos). The
+-- dropouts are 0: ztrain trains without dropout, and a model fine-tuned from
+-- this directory should go on as it was trained (transformers' defaults of
+-- 0.1 would turn dropout on).
 local function config_text(cfg, opts)
   local eot = opts.eot or cfg.eos_token_id
   local j = {
-    activation_function = '"gelu_new"', architectures = '["GPT2LMHeadModel"]', attn_pdrop = "0.1",
-    bos_token_id = eot and ("%d"):format(eot) or "null", embd_pdrop = "0.1",
+    activation_function = '"gelu_new"', architectures = '["GPT2LMHeadModel"]', attn_pdrop = "0.0",
+    bos_token_id = eot and ("%d"):format(eot) or "null", embd_pdrop = "0.0",
     eos_token_id = eot and ("%d"):format(eot) or "null", initializer_range = "0.02",
     layer_norm_epsilon = "1e-05", model_type = '"gpt2"', n_ctx = ("%d"):format(cfg.maxT),
     n_embd = ("%d"):format(cfg.C), n_head = ("%d"):format(cfg.NH), n_inner = "null",
     n_layer = ("%d"):format(cfg.L), n_positions = ("%d"):format(cfg.maxT), reorder_and_upcast_attn = "false",
-    resid_pdrop = "0.1", scale_attn_by_inverse_layer_idx = "false", scale_attn_weights = "true",
+    resid_pdrop = "0.0", scale_attn_by_inverse_layer_idx = "false", scale_attn_weights = "true",
     tie_word_embeddings = "true", torch_dtype = '"float32"', use_cache = "true",
     vocab_size = ("%d"):format(cfg.V),
   }
@@ -348,6 +353,17 @@ local function config_text(cfg, opts)
   return "{\n" .. table.concat(lines, ",\n") .. "\n}\n"
 end
 M.config_text = config_text
+
+-- byte_tokenizer_files() -> { ["vocab.json"] = text, ["merges.txt"] = text }:
+-- ztrain's byte tokenizer (id = byte value, 256 ids, no end-of-text) as a
+-- GPT-2 byte-level BPE without merges: each byte's bytes_to_unicode symbol
+-- has the byte's value as id, so transformers' GPT2Tokenizer and ztrain's
+-- hf:DIR give every text the ids the byte tokenizer gives it.
+function M.byte_tokenizer_files()
+  local entries = {}
+  for b = 0, 255 do entries[b + 1] = ("%s: %d"):format(bpe_vocab.quote(bpe.byte_to_unicode(b)), b) end
+  return { ["vocab.json"] = "{" .. table.concat(entries, ", ") .. "}\n", ["merges.txt"] = "#version: 0.2\n" }
+end
 
 -- check_dir(dir) -> true | nil, err: can an export be written there?
 -- (made if missing; a file of that name, or no write access, fails)
@@ -381,6 +397,7 @@ end
 --   write        false on ranks that only take part in each() (default true)
 --   eot          the end-of-text id for config.json's bos/eos
 --   tokenizer_dir  a directory whose vocab.json and merges.txt are copied in
+--   tokenizer_files  or their texts: { ["vocab.json"] =, ["merges.txt"] = }
 -- Returns true, or nil and a message (nothing half-written is left behind).
 function M.save(model, dir, opts)
   opts = opts or {}
@@ -440,6 +457,7 @@ function M.save(model, dir, opts)
     if werr then error(werr, 0) end
     w:commit()
     st.write_file_atomic(dir .. "/config.json", config_text(model.cfg, opts))
+    for name, text in pairs(opts.tokenizer_files or {}) do st.write_file_atomic(dir .. "/" .. name, text) end
     if opts.tokenizer_dir then
       for _, name in ipairs({ "vocab.json", "merges.txt" }) do
         local f = io.open(opts.tokenizer_dir .. "/" .. name, "rb")

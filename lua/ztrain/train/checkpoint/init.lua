@@ -125,7 +125,8 @@ end
 -- export(path, dir) -> dir: the parameters of the checkpoint at path,
 -- consolidated from every rank's shard, written as a Hugging Face GPT-2
 -- directory (config.json + model.safetensors, F32; with vocab.json and
--- merges.txt when the run's tokenizer was a BPE vocabulary). Needs no
+-- merges.txt of the run's tokenizer: a BPE vocabulary's, or the byte
+-- tokenizer's as a BPE without merges). Needs no
 -- ranks, no strategy: `ztrain export CKPT DIR`.
 function M.export(path, dir)
   local ck = M.open(path)
@@ -148,7 +149,9 @@ function M.export(path, dir)
     local tdir
     if tok == "bpe" then tdir = tokenizers.home .. "/" .. tokenizers.BPE_DEFAULT
     elseif type(tok) == "string" then tdir = tok:match("^hf:(.+)$") or tok:match("^bpe:(.+)$") end
-    local oks, serr = hf.save(model, dir, { eot = man.data and man.data.eot, tokenizer_dir = tdir })
+    local files = tok == "bytes" and hf.byte_tokenizer_files() or nil
+    local oks, serr = hf.save(model, dir, { eot = man.data and man.data.eot, tokenizer_dir = tdir,
+                                            tokenizer_files = files })
     if not oks then error(serr, 0) end
   end)
   ck.close()

@@ -1,0 +1,65 @@
+-- An exported model carries what it was trained with (issue 29, "models
+-- carry their tokenizer"): export.hf of a byte-tokenizer run writes a
+-- vocab.json + merges.txt that give every text the byte tokenizer's ids
+-- (a GPT-2 byte-level BPE without merges), so `ztrain generate DIR` works on
+-- the export as it is; config.json says dropout 0, as ztrain trained.
+local cjson = require "cjson"
+local u = require "spec.helpers.util"
+local zt = require "ztrain"
+
+describe("export.hf of a byte-tokenizer run", function()
+  local run, dir
+  setup(function()
+    run, dir = u.outdir(), u.outdir()
+    local out, rc = u.sh(("build/ztrain recipes/single.lua model.size=gpt2-tiny data.tokenizer=bytes " ..
+                          "data.seq_len=32 batch.micro=2 train.steps=3 train.eval_every=0 -q out=%s export.hf=%s")
+                         :format(run, dir))
+    assert.are.equal(0, rc, out)
+  end)
+  teardown(function() u.rm(run); u.rm(dir) end)
+
+  it("holds a tokenizer that gives every byte string the byte tokenizer's ids", function()
+    local bytes, exported = zt.data.tokenizer("bytes"), zt.data.tokenizer("hf:" .. dir)
+    assert.are.equal(256, exported.vocab_size)
+    assert.is_nil(exported.eot)
+    local texts = { "Hello, world!\n", "  two  spaces\ttab", "héllo ünïcode", "don't 123 <|endoftext|>" }
+    local all = {}
+    for b = 0, 255 do all[#all + 1] = string.char(b) end
+    texts[#texts + 1] = table.concat(all)
+    for _, s in ipairs(texts) do
+      local a, na = bytes.encode(s)
+      local b, nb = exported:encode(s)
+      assert.are.equal(na, nb, s)
+      for i = 0, na - 1 do assert.are.equal(a[i], b[i], ("%q at %d"):format(s, i)) end
+      assert.are.equal(s, exported:decode(b, nb))
+    end
+  end)
+
+  it("generates as it is, the same text as with tokenizer=bytes named", function()
+    local a, rca = u.sh(("build/ztrain generate %s 'The ' max_tokens=12 temperature=0"):format(dir))
+    local b, rcb = u.sh(("build/ztrain generate %s 'The ' max_tokens=12 temperature=0 tokenizer=bytes"):format(dir))
+    assert.are.equal(0, rca, a)
+    assert.are.equal(0, rcb, b)
+    assert.are.equal(b, a)
+  end)
+
+  it("says dropout 0 in config.json (ztrain trains without dropout)", function()
+    local c = cjson.decode(u.read(dir .. "/config.json"))
+    assert.are.equal(0, c.attn_pdrop)
+    assert.are.equal(0, c.embd_pdrop)
+    assert.are.equal(0, c.resid_pdrop)
+  end)
+
+  it("ztrain export of the run's checkpoint writes the same tokenizer files", function()
+    local ck, ex = u.outdir(), u.outdir()
+    local out, rc = u.sh(("build/ztrain recipes/single.lua model.size=gpt2-tiny data.tokenizer=bytes " ..
+                          "data.seq_len=32 batch.micro=2 train.steps=2 train.ckpt_every=2 train.eval_every=0 -q out=%s")
+                         :format(ck))
+    assert.are.equal(0, rc, out)
+    out, rc = u.sh(("build/ztrain export %s/checkpoints %s"):format(ck, ex))
+    assert.are.equal(0, rc, out)
+    assert.are.equal(u.read(dir .. "/vocab.json"), u.read(ex .. "/vocab.json"))
+    assert.are.equal(u.read(dir .. "/merges.txt"), u.read(ex .. "/merges.txt"))
+    u.rm(ck); u.rm(ex)
+  end)
+end)
