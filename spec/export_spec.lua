@@ -63,3 +63,48 @@ describe("export.hf of a byte-tokenizer run", function()
     u.rm(ck); u.rm(ex)
   end)
 end)
+
+describe("model=hf:DIR with the model's own tokenizer", function()
+  local src, dir
+  local RUN = "data.seq_len=32 batch.micro=2 train.steps=1 train.eval_every=0 optim.lr=0"
+  setup(function()
+    -- a model whose directory carries a tokenizer: an export of a bpe run
+    -- (8192 tokens, the vocabulary trained on the default corpus)
+    src, dir = u.outdir(), u.outdir()
+    local out, rc = u.sh(("build/ztrain recipes/single.lua model.size=gpt2-tiny data.tokenizer=bpe %s -q " ..
+                          "out=%s export.hf=%s"):format(RUN, src, dir))
+    assert.are.equal(0, rc, out)
+  end)
+  teardown(function() u.rm(src); u.rm(dir) end)
+
+  local function run(args)
+    local out = u.outdir()
+    local text, rc = u.sh(("build/ztrain recipes/single.lua model=hf:%s %s %s out=%s"):format(dir, RUN, args, out))
+    local s = rc == 0 and cjson.decode(u.read(out .. "/summary.json")) or nil
+    u.rm(out)
+    return text, rc, s
+  end
+
+  it("is used over the recipe file's tokenizer, and the run says so", function()
+    -- recipes/single.lua names data.tokenizer = "bytes" for its own model
+    local text, rc, s = run("")
+    assert.are.equal(0, rc, text)
+    assert.are.equal("hf:" .. dir, s.data.tokenizer)
+    assert.matches("data.tokenizer = hf:" .. dir:gsub("%p", "%%%0") .. ", the model's own", text)
+  end)
+
+  it("a tokenizer named on the command line wins when its vocabulary is the model's", function()
+    local text, rc, s = run("data.tokenizer=bpe")
+    assert.are.equal(0, rc, text)
+    assert.are.equal("bpe", s.data.tokenizer)
+  end)
+
+  it("a named tokenizer with another vocabulary is refused, naming both and the fix", function()
+    local text, rc = run("data.tokenizer=bytes")
+    assert.are.equal(1, rc, text)
+    assert.matches("data.tokenizer = bytes has 256 tokens but the model hf:" .. dir:gsub("%p", "%%%0") ..
+                   " was trained with its own tokenizer of 8192", text)
+    assert.matches("use data.tokenizer=hf:", text, 1, true)
+    assert.not_matches("%.lua:%d+:", text)
+  end)
+end)

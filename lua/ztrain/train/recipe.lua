@@ -301,6 +301,27 @@ local function check_values(r)
   return true
 end
 
+-- Where a resolved recipe's keys came from: GIVEN[r] = { [path] = "override"
+-- | "recipe" } for the keys the command line or the recipe file set (not
+-- the defaults). Weak: it goes with the recipe table.
+local GIVEN = setmetatable({}, { __mode = "k" })
+
+-- given(r, path) -> "override", "recipe" or nil (a default, or a copy of a
+-- resolved recipe)
+function M.given(r, path)
+  local g = GIVEN[r]
+  return g and g[path]
+end
+
+-- the dotted paths of the leaves a table sets
+local function leaves(t, prefix, out)
+  for k, v in pairs(t) do
+    local p = prefix == "" and tostring(k) or (prefix .. "." .. tostring(k))
+    if type(v) == "table" and not LEAF[p] and not getmetatable(v) then leaves(v, p, out) else out[p] = "recipe" end
+  end
+  return out
+end
+
 -- resolve(user_table, overrides) -> full recipe (defaults filled) | nil, err
 function M.resolve(user, overrides)
   user = user or {}
@@ -314,10 +335,14 @@ function M.resolve(user, overrides)
   if not ok then return nil, err end
   local r = deepcopy(M.defaults)
   merge(r, user, "")
+  local given = leaves(user, "", {})
   for _, o in ipairs(overrides or {}) do
     ok, err = M.apply_override(r, o)
     if not ok then return nil, err end
+    local path = o:match("^([%w_%.]+)=")
+    given[(path == "model" and o:match("^model=hf:")) and "model.from" or path] = "override"
   end
+  GIVEN[r] = given
   ok, err = validate(r, M.defaults, "")
   if not ok then return nil, err end
   ok, err = check_values(r)

@@ -32,6 +32,7 @@ local errors = require "ztrain.core.errors"
 local host = require "ztrain.util.host"
 local digest = require "ztrain.core.digest"
 local recipe_mod = require "ztrain.train.recipe"
+local fs = require "ztrain.util.fs"
 
 local M = {}
 
@@ -200,6 +201,35 @@ function setup_device(self, r)
   self.accumulate = resolve_accumulation(r, self.dp.size)
 end
 
+-- choose_tokenizer(self, r) -> the run's tokenizer. A Hugging Face model
+-- (model.from = hf:DIR) that carries its tokenizer (vocab.json +
+-- merges.txt) brings it: unless data.tokenizer is named on the command
+-- line, or in a recipe file that names the model too (a recipe file's
+-- tokenizer was chosen for its own model), the model's is used and the run
+-- says so; a named one whose vocabulary differs from the model's is refused.
+local function choose_tokenizer(self, r)
+  local dir = self.checkpoint and hf.dir_of(r.model.from)
+  local own = dir and fs.exists(dir .. "/vocab.json") and fs.exists(dir .. "/merges.txt")
+  if not own or r.data.tokenizer == "hf:" .. dir or r.data.tokenizer == "bpe:" .. dir then
+    return data.tokenizer(r.data.tokenizer)
+  end
+  local how = recipe_mod.given(r, "data.tokenizer")
+  local named = how == "override" or (how == "recipe" and recipe_mod.given(r, "model.from") == "recipe")
+  local model_tok = data.tokenizer("hf:" .. dir)
+  if not named then
+    self.tokenizer_note = ("data.tokenizer = hf:%s, the model's own (name data.tokenizer= on the command line " ..
+                           "for another)"):format(dir)
+    return model_tok
+  end
+  local tok = data.tokenizer(r.data.tokenizer)
+  if tok.vocab_size ~= model_tok.vocab_size then
+    fail(("data.tokenizer = %s has %d tokens but the model %s was trained with its own tokenizer of %d " ..
+          "(%s/vocab.json): its embedding rows stand for those; use data.tokenizer=hf:%s"):format(
+          tostring(r.data.tokenizer), tok.vocab_size, r.model.from, model_tok.vocab_size, dir, dir))
+  end
+  return tok
+end
+
 -- The tokenizer, the dataset and its loaders (token ids checked against
 -- the model's vocabulary by the loaders).
 function build_data(self, r)
@@ -209,7 +239,7 @@ function build_data(self, r)
 
   -- data (token ids checked against the model's vocabulary by the loaders)
   local t0 = C.zt_now()
-  self.tokenizer = data.tokenizer(r.data.tokenizer)
+  self.tokenizer = choose_tokenizer(self, r)
   local V = self:vocab_size(r)
   if V < self.tokenizer.vocab_size then
     if self.checkpoint then
@@ -224,7 +254,7 @@ function build_data(self, r)
                                valid_fraction = r.data.valid_fraction, cache = r.data.cache, seq_len = Tlen }
   if not ds then fail(derr) end
   self.dataset = ds
-  self.warnings = {}
+  self.warnings = { self.tokenizer_note }
   for _, w in ipairs(ds.warnings or {}) do self.warnings[#self.warnings + 1] = "data: " .. w end
   local loader, lerr = data.loader { split = ds.train, B = B, T = Tlen, seed = r.data.seed, shuffle = true,
                                      vocab_size = V }
