@@ -168,7 +168,16 @@ function run(r, opts, out)
   local stopped = not okrun and opts.keep and interrupt.is_interrupt(rerr)
   local keep = opts.keep and (okrun or stopped)
   if not keep then tr:free() end
-  if R.lead then
+  -- a run that trained no step (a failed resume, an error or a stop before
+  -- the first step) records nothing: the previous summary.json stays (a
+  -- resumed run's), and an empty metrics.jsonl it made goes, so nothing
+  -- blocks the corrected retry on this out=
+  local trained = R.last ~= nil
+  if R.lead and not trained then
+    local f = io.open(out .. "/metrics.jsonl", "rb")
+    if f and f:seek("end") == 0 then f:close(); os.remove(out .. "/metrics.jsonl") elseif f then f:close() end
+  end
+  if R.lead and trained then
     local okw, werr = report.write_atomic(out .. "/summary.json", report.encode(summary) .. "\n")
     if not okw then
       -- the previous summary.json (if any) stays; the run is an I/O error
