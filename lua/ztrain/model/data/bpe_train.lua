@@ -99,14 +99,9 @@ local function heap_pop(h)
   return tc, tk
 end
 
--- train{ texts = {string, ...} | words = {pre-token bytes -> count}, vocab_size = n
---        (>= 256 + #specials), min_frequency = 2, specials = { "<|endoftext|>" },
---        progress = function(merges_done, vocab_now, count) or nil }
--- -> { vocab = {token (vocab.json form) -> id}, merges = {{left, right}, ...} (vocab.json
---      form), vocab_size, words (distinct pre-tokens), pretokens, seconds, stopped =
---      "vocab_size" | "min_frequency" }
-function M.train(o)
-  local t0 = os.clock()
+-- check_options(o) -> specials, vocab_size, min_frequency; raises (level 0) naming
+-- the option that is wrong
+local function check_options(o)
   if type(o) ~= "table" then error("bpe_train.train: expected a table of options", 0) end
   local specials = o.specials or { bpe.EOT }
   local vocab_size = o.vocab_size
@@ -118,25 +113,31 @@ function M.train(o)
   if type(min_frequency) ~= "number" or min_frequency < 0 then
     error("bpe_train: min_frequency must be a number >= 0, got " .. tostring(min_frequency), 0)
   end
-  local words, pretokens = o.words, nil
-  if not words then
-    if type(o.texts) ~= "table" then error("bpe_train: texts must be a list of strings", 0) end
-    words, pretokens = M.count_words(o.texts, specials)
-  end
+  return specials, vocab_size, min_frequency
+end
 
-  -- symbols: id -> bytes; bytes -> id
+-- note_word(where, key, wi): word wi holds pair key (a word is listed once per pair:
+-- words are indexed in ascending order, so its index is the list's last if there)
+local function note_word(where, key, wi)
+  local wl = where[key]
+  if not wl then wl = {}; where[key] = wl end
+  if wl[#wl] ~= wi then wl[#wl + 1] = wi end
+end
+
+-- new_state(words) -> the trainer's state: symbols (sym: id -> bytes; id_of: bytes ->
+-- id; nsym) starting as the 256 bytes, the words as arrays of symbol ids (wsyms, wfreq,
+-- in sorted order for a reproducible index order; nwords), each pair's count and the
+-- words holding it (counts, where: by pair key), and the heap of pairs by count
+local function new_state(words)
   local sym, id_of = {}, {}
   for i, b in ipairs(bpe.byte_symbols()) do
     sym[i - 1] = string.char(b); id_of[string.char(b)] = i - 1
   end
-  local nsym = 256
-
-  -- words as arrays of symbol ids, sorted (for a reproducible index order)
   local list = {}
   for w in pairs(words) do list[#list + 1] = w end
   table.sort(list)
   local wsyms, wfreq = {}, {}
-  local counts, where = {}, {} -- pair key -> count; pair key -> list of word indices
+  local counts, where = {}, {}
   for wi, w in ipairs(list) do
     local f = words[w]
     local s = {}
@@ -145,17 +146,106 @@ function M.train(o)
     for i = 1, #s - 1 do
       local key = s[i] * K + s[i + 1]
       counts[key] = (counts[key] or 0) + f
-      local wl = where[key]
-      if not wl then wl = {}; where[key] = wl end
-      if wl[#wl] ~= wi then wl[#wl + 1] = wi end
+      note_word(where, key, wi)
     end
   end
   local heap = heap_new()
   for key, c in pairs(counts) do heap_push(heap, c, key) end
+  return { sym = sym, id_of = id_of, nsym = 256, wsyms = wsyms, wfreq = wfreq, nwords = #list,
+           counts = counts, where = where, heap = heap, seen = {}, stamp = 0 }
+end
 
+-- symbol_for(st, a, b) -> the id of symbol a's bytes followed by b's: an existing
+-- symbol with that text (reached by another pair), else a new one
+local function symbol_for(st, a, b)
+  local text = st.sym[a] .. st.sym[b]
+  local nid = st.id_of[text]
+  if nid == nil then
+    nid = st.nsym; st.nsym = st.nsym + 1
+    st.sym[nid] = text; st.id_of[text] = nid
+  end
+  return nid
+end
+
+-- merged(s, a, b, nid) -> t, m: word s with each (a, b) replaced by nid, left to
+-- right without overlap, and t's length
+local function merged(s, a, b, nid)
+  local n = #s
+  local t, m, i = {}, 0, 1
+  while i <= n do
+    if i < n and s[i] == a and s[i + 1] == b then
+      m = m + 1; t[m] = nid; i = i + 2
+    else
+      m = m + 1; t[m] = s[i]; i = i + 1
+    end
+  end
+  return t, m
+end
+
+-- merge_pair(st, key, a, b, nid) -> touched, tn: the pair (a, b) merged into nid in
+-- every word holding it, the pair counts and index updated; touched lists the tn pairs
+-- with nid in them
+local function merge_pair(st, key, a, b, nid)
+  local wsyms, wfreq, counts, where, seen = st.wsyms, st.wfreq, st.counts, st.where, st.seen
+  st.stamp = st.stamp + 1
+  local stamp = st.stamp
+  local touched, tset, tn = {}, {}, 0
+  for _, wi in ipairs(where[key]) do
+    if seen[wi] ~= stamp then
+      seen[wi] = stamp
+      local s, f = wsyms[wi], wfreq[wi]
+      local n = #s
+      local t, m = merged(s, a, b, nid)
+      if m < n then
+        for x = 1, n - 1 do
+          local k2 = s[x] * K + s[x + 1]
+          counts[k2] = counts[k2] - f
+        end
+        for x = 1, m - 1 do
+          local l, r = t[x], t[x + 1]
+          local k2 = l * K + r
+          counts[k2] = (counts[k2] or 0) + f
+          if l == nid or r == nid then
+            note_word(where, k2, wi)
+            if not tset[k2] then tset[k2] = true; tn = tn + 1; touched[tn] = k2 end
+          end
+        end
+        wsyms[wi] = t
+      end
+    end
+  end
+  where[key], counts[key] = nil, nil
+  return touched, tn
+end
+
+-- vocab_form(st, merges, specials) -> vocab, merges in vocab.json's form: byte
+-- symbols, new symbols in the order learned, then the special tokens
+local function vocab_form(st, merges, specials)
+  local vocab, out_merges = {}, {}
+  for id = 0, st.nsym - 1 do vocab[bpe.to_unicode(st.sym[id])] = id end
+  for i, s in ipairs(specials) do vocab[s] = st.nsym + i - 1 end
+  for i, m in ipairs(merges) do out_merges[i] = { bpe.to_unicode(st.sym[m[1]]), bpe.to_unicode(st.sym[m[2]]) } end
+  return vocab, out_merges
+end
+
+-- train{ texts = {string, ...} | words = {pre-token bytes -> count}, vocab_size = n
+--        (>= 256 + #specials), min_frequency = 2, specials = { "<|endoftext|>" },
+--        progress = function(merges_done, vocab_now, count) or nil }
+-- -> { vocab = {token (vocab.json form) -> id}, merges = {{left, right}, ...} (vocab.json
+--      form), vocab_size, words (distinct pre-tokens), pretokens, seconds, stopped =
+--      "vocab_size" | "min_frequency" }
+function M.train(o)
+  local t0 = os.clock()
+  local specials, vocab_size, min_frequency = check_options(o)
+  local words, pretokens = o.words, nil
+  if not words then
+    if type(o.texts) ~= "table" then error("bpe_train: texts must be a list of strings", 0) end
+    words, pretokens = M.count_words(o.texts, specials)
+  end
+  local st = new_state(words)
+  local heap, counts = st.heap, st.counts
   local merges, stopped = {}, "vocab_size"
-  local seen, stamp = {}, 0
-  while nsym + #specials < vocab_size do
+  while st.nsym + #specials < vocab_size do
     if heap.n == 0 then stopped = "no pairs left"; break end
     local c, key = heap_pop(heap)
     local cur = counts[key] or 0
@@ -165,50 +255,9 @@ function M.train(o)
       if c < 1 or c < min_frequency then stopped = "min_frequency"; break end
       local a = math.floor(key / K)
       local b = key - a * K
-      local text = sym[a] .. sym[b]
-      local nid = id_of[text]
-      if nid == nil then
-        nid = nsym; nsym = nsym + 1
-        sym[nid] = text; id_of[text] = nid
-      end
+      local nid = symbol_for(st, a, b)
       merges[#merges + 1] = { a, b }
-      -- merge in every word holding the pair
-      stamp = stamp + 1
-      local touched, tset, tn = {}, {}, 0
-      for _, wi in ipairs(where[key]) do
-        if seen[wi] ~= stamp then
-          seen[wi] = stamp
-          local s, f = wsyms[wi], wfreq[wi]
-          local n = #s
-          local t, m, i = {}, 0, 1
-          while i <= n do
-            if i < n and s[i] == a and s[i + 1] == b then
-              m = m + 1; t[m] = nid; i = i + 2
-            else
-              m = m + 1; t[m] = s[i]; i = i + 1
-            end
-          end
-          if m < n then
-            for x = 1, n - 1 do
-              local k2 = s[x] * K + s[x + 1]
-              counts[k2] = counts[k2] - f
-            end
-            for x = 1, m - 1 do
-              local l, r = t[x], t[x + 1]
-              local k2 = l * K + r
-              counts[k2] = (counts[k2] or 0) + f
-              if l == nid or r == nid then
-                local wl = where[k2]
-                if not wl then wl = {}; where[k2] = wl end
-                if wl[#wl] ~= wi then wl[#wl + 1] = wi end
-                if not tset[k2] then tset[k2] = true; tn = tn + 1; touched[tn] = k2 end
-              end
-            end
-            wsyms[wi] = t
-          end
-        end
-      end
-      where[key], counts[key] = nil, nil
+      local touched, tn = merge_pair(st, key, a, b, nid)
       -- pairs with the new symbol: their counts are final now (they only fall later).
       -- When the symbol existed already (reached by another pair), such a pair may be
       -- in the heap with a lower count: the entry pushed here supersedes it.
@@ -216,17 +265,12 @@ function M.train(o)
         local k2 = touched[x]
         if counts[k2] > 0 then heap_push(heap, counts[k2], k2) end
       end
-      if o.progress then o.progress(#merges, nsym + #specials, c) end
+      if o.progress then o.progress(#merges, st.nsym + #specials, c) end
     end
   end
-
-  -- the result in vocab.json's form
-  local vocab, out_merges = {}, {}
-  for id = 0, nsym - 1 do vocab[bpe.to_unicode(sym[id])] = id end
-  for i, s in ipairs(specials) do vocab[s] = nsym + i - 1 end
-  for i, m in ipairs(merges) do out_merges[i] = { bpe.to_unicode(sym[m[1]]), bpe.to_unicode(sym[m[2]]) } end
-  return { vocab = vocab, merges = out_merges, vocab_size = nsym + #specials, specials = specials,
-           words = #list, pretokens = pretokens, seconds = os.clock() - t0, stopped = stopped }
+  local vocab, out_merges = vocab_form(st, merges, specials)
+  return { vocab = vocab, merges = out_merges, vocab_size = st.nsym + #specials, specials = specials,
+           words = st.nwords, pretokens = pretokens, seconds = os.clock() - t0, stopped = stopped }
 end
 
 -- JSON string: escapes only what JSON requires; other UTF-8 is written as is.
