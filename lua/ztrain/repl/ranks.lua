@@ -188,17 +188,11 @@ function M.loop()
   interrupt.restore({ interrupt.SIGUSR1 })
 end
 
--- front(n, program, args) -> exit code: start mpirun with n ranks of
--- `program args` and drive them from this terminal.
-function M.front(n, program, args)
-  libc.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0)
-  libc.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0)
-  libc.setenv("ZTRAIN_HOME", rawget(_G, "ZTRAIN_HOME") or zffi.home, 0)
-  libc.setenv(M.ENV, "1", 1)
-  local cmd, cerr = launch.command(n, program, args)
-  if not cmd then return nil, cerr end
-  table.insert(cmd, 2, "-x"); table.insert(cmd, 3, M.ENV)
+-- ---- the front end: M.front and its steps, in the order it takes them ----------------
 
+-- spawn_mpirun(cmd) -> { pid, to (mpirun's stdin), from (its stdout), got = "" } | nil, err:
+-- mpirun started in its own process group, so the terminal's Ctrl-C reaches this process only
+local function spawn_mpirun(cmd)
   local inp, outp = ffi.new("int[2]"), ffi.new("int[2]")
   assert(libc.pipe(inp) == 0 and libc.pipe(outp) == 0, "pipe")
   local fa, at = libc.spawn_actions(), libc.spawnattr()
@@ -207,7 +201,6 @@ function M.front(n, program, args)
   libc.posix_spawn_file_actions_adddup2(fa, outp[1], 1)
   for _, fd in ipairs({ inp[0], inp[1], outp[0], outp[1] }) do libc.posix_spawn_file_actions_addclose(fa, fd) end
   libc.posix_spawnattr_init(at)
-  -- its own process group: the terminal's Ctrl-C reaches this process only
   libc.posix_spawnattr_setflags(at, libc.POSIX_SPAWN_SETPGROUP)
   libc.posix_spawnattr_setpgroup(at, 0)
   local argv = ffi.new("char *[?]", #cmd + 1)
@@ -225,97 +218,141 @@ function M.front(n, program, args)
     return nil, "cannot run mpirun (" .. ffi.string(libc.strerror(rc)) ..
                 "): install Open MPI (make deps) or start the ranks with your own launcher"
   end
-  pid = pid[0]
-  local to, from = inp[1], outp[0]
-  -- a job that ended leaves a closed pipe: a write says so (EPIPE), it
-  -- must not kill this process
-  libc.signal(libc.SIGPIPE, libc.SIG_IGN)
+  return { pid = pid[0], to = inp[1], from = outp[0], got = "" }
+end
 
-  interrupt.install({ interrupt.SIGINT })
-  interrupt.clear()
-  local got = ""
-  -- until_ready(echo) -> text before the marker (echoed as it comes when
-  -- echo), or nil when mpirun's output ended (the job is over)
-  local function until_ready(echo)
-    local sent = 0
-    while true do
-      local i = got:find(M.MARKER, 1, true)
-      if i then
-        local before = got:sub(1, i - 1)
-        got = got:sub(i + #M.MARKER)
-        if echo then io.stdout:write(before); io.stdout:flush() end
-        return before
-      end
-      if echo and #got > #M.MARKER then
-        -- show progress as it comes, keeping what could be a marker's start
-        local cut = #got - #M.MARKER
-        io.stdout:write(got:sub(1, cut)); io.stdout:flush()
-        got = got:sub(cut + 1)
-      end
-      local s = read_some(from)
-      if s == nil then
-        if echo then io.stdout:write(got); io.stdout:flush() end
-        return nil
-      end
-      got = got .. s
-      local c = interrupt.count()
-      if c > sent then
-        if c == 1 then
-          libc.kill(pid, interrupt.SIGUSR1)      -- forwarded to every rank by mpirun
-        else
-          io.stderr:write("\nztrain: second Ctrl-C: ending the job\n")
-          libc.kill(pid, interrupt.SIGTERM)
-        end
-        sent = c
-      end
+-- forward_interrupts(job, sent) -> sent: the Ctrl-Cs counted beyond `sent` passed
+-- on to mpirun -- the first as SIGUSR1 (forwarded to every rank by mpirun), a
+-- second as SIGTERM, which ends the job
+local function forward_interrupts(job, sent)
+  local c = interrupt.count()
+  if c > sent then
+    if c == 1 then
+      libc.kill(job.pid, interrupt.SIGUSR1)
+    else
+      io.stderr:write("\nztrain: second Ctrl-C: ending the job\n")
+      libc.kill(job.pid, interrupt.SIGTERM)
     end
+    sent = c
   end
+  return sent
+end
 
-  local ed
+-- until_ready(job, echo) -> text before the marker (echoed as it comes when
+-- echo), or nil when mpirun's output ended (the job is over)
+local function until_ready(job, echo)
+  local sent = 0
+  while true do
+    local i = job.got:find(M.MARKER, 1, true)
+    if i then
+      local before = job.got:sub(1, i - 1)
+      job.got = job.got:sub(i + #M.MARKER)
+      if echo then io.stdout:write(before); io.stdout:flush() end
+      return before
+    end
+    if echo and #job.got > #M.MARKER then
+      -- show progress as it comes, keeping what could be a marker's start
+      local cut = #job.got - #M.MARKER
+      io.stdout:write(job.got:sub(1, cut)); io.stdout:flush()
+      job.got = job.got:sub(cut + 1)
+    end
+    local s = read_some(job.from)
+    if s == nil then
+      if echo then io.stdout:write(job.got); io.stdout:flush() end
+      return nil
+    end
+    job.got = job.got .. s
+    sent = forward_interrupts(job, sent)
+  end
+end
+
+-- open_editor(job) -> a readline editor completing from rank 0's globals, on a
+-- terminal that is not "dumb"; else nil
+local function open_editor(job)
   if libc.isatty(0) == 1 and os.getenv("TERM") ~= "dumb" then
-    ed = readline.open { history = readline.history_file(), complete = function(text)
+    return readline.open { history = readline.history_file(), complete = function(text)
       -- rank 0 knows the session's globals
-      if not write_all(to, M.frame("C", text)) then return {} end
+      if not write_all(job.to, M.frame("C", text)) then return {} end
       local list = {}
-      for w in (until_ready(false) or ""):gmatch("[^\n]+") do list[#list + 1] = w end
+      for w in (until_ready(job, false) or ""):gmatch("[^\n]+") do list[#list + 1] = w end
       return list
     end }
   end
-  local function read(prompt)
-    if ed then return ed:read(prompt) end
-    io.stdout:write(prompt); io.stdout:flush()
-    local line = io.read("*l")
-    if not line and interrupt.count() > 0 then interrupt.clear(); return false end
-    return line
-  end
+end
 
-  local alive = until_ready(true) ~= nil
+-- prompt_line(ed, prompt) -> a line | nil at end of input | false when a Ctrl-C
+-- dropped it
+local function prompt_line(ed, prompt)
+  if ed then return ed:read(prompt) end
+  io.stdout:write(prompt); io.stdout:flush()
+  local line = io.read("*l")
+  if not line and interrupt.count() > 0 then interrupt.clear(); return false end
+  return line
+end
+
+-- converse(job, ed): the prompt loop -- lines gathered until a chunk is complete,
+-- the chunk run on the ranks and their answer shown -- until end of input or the
+-- job's end
+local function converse(job, ed)
+  local alive = until_ready(job, true) ~= nil
   local buf
   while alive do
-    local line = read(buf and ">> " or "zt> ")
+    local line = prompt_line(ed, buf and ">> " or "zt> ")
     if line == nil then io.stdout:write("\n"); break end
     if line == false then buf = nil
     else
       buf = buf and (buf .. "\n" .. line) or line
       if not repl.incomplete(buf) then
         interrupt.clear()
-        alive = write_all(to, M.frame("R", buf)) and until_ready(true) ~= nil
+        alive = write_all(job.to, M.frame("R", buf)) and until_ready(job, true) ~= nil
         interrupt.clear()
         buf = nil
       end
     end
   end
+end
+
+-- finish(job, ed) -> exit code: the ranks told to exit, their last words shown,
+-- mpirun reaped (128 + signal when a signal killed it)
+local function finish(job, ed)
   if ed then ed:close() end
-  libc.close(to)                                   -- rank 0 reads the end: every rank exits
-  while until_ready(true) do end
-  libc.close(from)
+  libc.close(job.to)                               -- rank 0 reads the end: every rank exits
+  while until_ready(job, true) do end
+  libc.close(job.from)
   local status = ffi.new("int[1]")
-  while libc.waitpid(pid, status, 0) < 0 and ffi.errno() == libc.EINTR do end
+  while libc.waitpid(job.pid, status, 0) < 0 and ffi.errno() == libc.EINTR do end
   interrupt.restore({ interrupt.SIGINT })
   local st = status[0]
   if st % 128 ~= 0 then return 128 + st % 128 end  -- killed by a signal
   return math.floor(st / 256) % 256
 end
-jit.off(M.front, true)
+
+-- front(n, program, args) -> exit code: start mpirun with n ranks of
+-- `program args` and drive them from this terminal.
+function M.front(n, program, args)
+  libc.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0)
+  libc.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0)
+  libc.setenv("ZTRAIN_HOME", rawget(_G, "ZTRAIN_HOME") or zffi.home, 0)
+  libc.setenv(M.ENV, "1", 1)
+  local cmd, cerr = launch.command(n, program, args)
+  if not cmd then return nil, cerr end
+  table.insert(cmd, 2, "-x"); table.insert(cmd, 3, M.ENV)
+  local job, err = spawn_mpirun(cmd)
+  if not job then return nil, err end
+  -- a job that ended leaves a closed pipe: a write says so (EPIPE), it
+  -- must not kill this process
+  libc.signal(libc.SIGPIPE, libc.SIG_IGN)
+  interrupt.install({ interrupt.SIGINT })
+  interrupt.clear()
+  local ed = open_editor(job)
+  converse(job, ed)
+  return finish(job, ed)
+end
+-- the front end calls into readline, which calls back into Lua (completion):
+-- none of it is compiled (readline.lua says why)
+for _, f in ipairs({ spawn_mpirun, forward_interrupts, until_ready, open_editor, prompt_line,
+                     converse, finish, M.front }) do
+  jit.off(f, true)
+end
 
 return M
