@@ -108,9 +108,9 @@ local function is_count(x) return type(x) == "number" and x >= 0 and x == math.f
 local File = {}
 File.__index = File
 
--- open(path) -> file: the header parsed and every entry checked against
--- the file's size and each other. The file is not held open.
-function M.open(path)
+-- read_header(path) -> { size = file bytes, n = header bytes, text = the header }:
+-- the header length checked against the file's size and the limit
+local function read_header(path)
   local fd, err = open_fd(path, O_RDONLY + O_CLOEXEC)
   if not fd then fail(("cannot open %s: %s"):format(path, err)) end
   local ok, res = pcall(function()
@@ -138,6 +138,65 @@ function M.open(path)
   end)
   C.ztrain_st_close(fd)
   if not ok then error(res, 0) end
+  return res
+end
+
+-- check_entry(self, name, e, header_len) -> { name, dtype, shape, numel, lo, hi }:
+-- header entry e of tensor `name` well-formed, its span inside self's data and
+-- as long as its shape and dtype say
+local function check_entry(self, name, e, header_len)
+  local function bad(what) fail(("%s: tensor %s: %s"):format(self.path, name, what)) end
+  if type(e) ~= "table" then bad("the entry is not an object") end
+  if type(e.dtype) ~= "string" then bad('no "dtype"') end
+  local esize = M.DTYPE_SIZE[e.dtype]
+  if not esize then bad(("unknown dtype %q"):format(e.dtype)) end
+  if type(e.shape) ~= "table" then bad('no "shape" list') end
+  -- a JSON object decodes to a table too: {"rows": 3} is no shape
+  local entries = 0
+  for _ in pairs(e.shape) do entries = entries + 1 end
+  if entries ~= #e.shape then bad('"shape" must be a list of sizes, as [768, 3072]') end
+  local numel = 1
+  for i = 1, #e.shape do
+    if not is_count(e.shape[i]) then bad(("shape entry %s is not a whole number >= 0"):format(tostring(e.shape[i]))) end
+    numel = numel * e.shape[i]
+  end
+  local off = e.data_offsets
+  if type(off) ~= "table" or #off ~= 2 or not is_count(off[1]) or not is_count(off[2]) then
+    bad('"data_offsets" must be two whole numbers [begin, end]')
+  end
+  local lo, hi = off[1], off[2]
+  if lo > hi then bad(("data_offsets [%.0f, %.0f] end before they begin"):format(lo, hi)) end
+  if hi > self.data_size then
+    bad(("data_offsets [%.0f, %.0f] reach past the end of the data (%d bytes after the %d-byte header); " ..
+         "the file is truncated or corrupt"):format(lo, hi, self.data_size, header_len))
+  end
+  if numel * esize ~= hi - lo then
+    bad(("shape %s is %.0f elements = %.0f bytes of %s, but data_offsets [%.0f, %.0f] span %.0f bytes")
+        :format(shape_text(e.shape), numel, numel * esize, e.dtype, lo, hi, hi - lo))
+  end
+  return { name = name, dtype = e.dtype, shape = e.shape, numel = numel, lo = lo, hi = hi }
+end
+
+-- check_overlaps(self): no two tensors may share bytes (a writer bug or a crafted file)
+local function check_overlaps(self)
+  local spans = {}
+  for _, name in ipairs(self.names) do
+    local t = self.tensors[name]
+    if t.hi > t.lo then spans[#spans + 1] = t end
+  end
+  table.sort(spans, function(a, b) return a.lo < b.lo or (a.lo == b.lo and a.name < b.name) end)
+  for i = 2, #spans do
+    if spans[i].lo < spans[i - 1].hi then
+      fail(("%s: tensors %s [%.0f, %.0f] and %s [%.0f, %.0f] overlap; the file is corrupt")
+           :format(self.path, spans[i - 1].name, spans[i - 1].lo, spans[i - 1].hi, spans[i].name, spans[i].lo, spans[i].hi))
+    end
+  end
+end
+
+-- open(path) -> file: the header parsed and every entry checked against
+-- the file's size and each other. The file is not held open.
+function M.open(path)
+  local res = read_header(path)
   local header, jerr = cjson.decode(res.text)
   if type(header) ~= "table" or res.text:match("^%s*%[") then
     fail(("%s: the header is not a JSON object (%s); the file is corrupt or not safetensors")
@@ -153,51 +212,10 @@ function M.open(path)
     header.__metadata__ = nil
   end
   for name, e in pairs(header) do
-    local function bad(what) fail(("%s: tensor %s: %s"):format(path, name, what)) end
-    if type(e) ~= "table" then bad("the entry is not an object") end
-    if type(e.dtype) ~= "string" then bad('no "dtype"') end
-    local esize = M.DTYPE_SIZE[e.dtype]
-    if not esize then bad(("unknown dtype %q"):format(e.dtype)) end
-    if type(e.shape) ~= "table" then bad('no "shape" list') end
-    -- a JSON object decodes to a table too: {"rows": 3} is no shape
-    local entries = 0
-    for _ in pairs(e.shape) do entries = entries + 1 end
-    if entries ~= #e.shape then bad('"shape" must be a list of sizes, as [768, 3072]') end
-    local numel = 1
-    for i = 1, #e.shape do
-      if not is_count(e.shape[i]) then bad(("shape entry %s is not a whole number >= 0"):format(tostring(e.shape[i]))) end
-      numel = numel * e.shape[i]
-    end
-    local off = e.data_offsets
-    if type(off) ~= "table" or #off ~= 2 or not is_count(off[1]) or not is_count(off[2]) then
-      bad('"data_offsets" must be two whole numbers [begin, end]')
-    end
-    local lo, hi = off[1], off[2]
-    if lo > hi then bad(("data_offsets [%.0f, %.0f] end before they begin"):format(lo, hi)) end
-    if hi > self.data_size then
-      bad(("data_offsets [%.0f, %.0f] reach past the end of the data (%d bytes after the %d-byte header); " ..
-           "the file is truncated or corrupt"):format(lo, hi, self.data_size, res.n))
-    end
-    if numel * esize ~= hi - lo then
-      bad(("shape %s is %.0f elements = %.0f bytes of %s, but data_offsets [%.0f, %.0f] span %.0f bytes")
-          :format(shape_text(e.shape), numel, numel * esize, e.dtype, lo, hi, hi - lo))
-    end
-    self.tensors[name] = { name = name, dtype = e.dtype, shape = e.shape, numel = numel, lo = lo, hi = hi }
+    self.tensors[name] = check_entry(self, name, e, res.n)
     self.names[#self.names + 1] = name
   end
-  -- no two tensors may share bytes (a writer bug or a crafted file)
-  local spans = {}
-  for _, name in ipairs(self.names) do
-    local t = self.tensors[name]
-    if t.hi > t.lo then spans[#spans + 1] = t end
-  end
-  table.sort(spans, function(a, b) return a.lo < b.lo or (a.lo == b.lo and a.name < b.name) end)
-  for i = 2, #spans do
-    if spans[i].lo < spans[i - 1].hi then
-      fail(("%s: tensors %s [%.0f, %.0f] and %s [%.0f, %.0f] overlap; the file is corrupt")
-           :format(path, spans[i - 1].name, spans[i - 1].lo, spans[i - 1].hi, spans[i].name, spans[i].lo, spans[i].hi))
-    end
-  end
+  check_overlaps(self)
   table.sort(self.names)
   return self
 end
