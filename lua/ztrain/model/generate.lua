@@ -337,6 +337,94 @@ function M.pick(l, V, sp, u)
 end
 
 ---------------------------------------------------------------------------
+-- generate's steps, in its order
+
+-- tokenizer_for(opts, model) -> opts.tokenizer or the model's (a name resolved),
+-- or nil; one with more ids than the model's vocabulary is refused
+local function tokenizer_for(opts, model)
+  local cfg = model.cfg
+  local tok = opts.tokenizer or model.tokenizer
+  if type(tok) == "string" then tok = data.tokenizer(tok) end
+  if tok ~= nil and (type(tok) ~= "table" or type(tok.encode) ~= "function") then
+    uerr("generate: tokenizer must be a tokenizer object or name, got %s", type(tok))
+  end
+  if tok and type(tok.vocab_size) == "number" and tok.vocab_size > cfg.V then
+    uerr("generate: the tokenizer %s has %d ids, more than the model's vocabulary of %d: " ..
+         "use the tokenizer the model was trained with", tostring(tok.name), tok.vocab_size, cfg.V)
+  end
+  return tok
+end
+
+-- prompt_ids(prompt, tok, V) -> the prompt as a list of ids, each in [0, V)
+local function prompt_ids(prompt, tok, V)
+  local ids = {}
+  if type(prompt) == "string" then
+    if not tok then
+      uerr("generate: a text prompt needs a tokenizer (opts.tokenizer, e.g. \"bytes\" or \"hf:DIR\"), " ..
+           "or give the prompt as a list of token ids")
+    end
+    local arr, n = tok.encode(prompt)
+    for i = 0, n - 1 do ids[i + 1] = tonumber(arr[i]) end
+  elseif type(prompt) == "table" then
+    for i, v in ipairs(prompt) do ids[i] = v end
+  else
+    uerr("generate: prompt must be a string or a list of token ids, got %s", type(prompt))
+  end
+  if #ids == 0 then uerr("generate: the prompt is empty: give at least one token") end
+  for i, id in ipairs(ids) do
+    if type(id) ~= "number" or id % 1 ~= 0 or id < 0 or id >= V then
+      uerr("generate: prompt token %d is %s, outside the model's vocabulary [0, %d)",
+           i, tostring(id), V)
+    end
+  end
+  return ids
+end
+
+-- max_tokens_for(opts, n, maxT) -> opts.max_tokens (default 64), checked: the
+-- prompt's n tokens and the new ones must fit the model's context of maxT
+local function max_tokens_for(opts, n, maxT)
+  local max_tokens = opts.max_tokens == nil and 64 or opts.max_tokens
+  if type(max_tokens) ~= "number" or max_tokens < 0 or max_tokens % 1 ~= 0 then
+    uerr("generate: max_tokens=%s must be a whole number >= 0", tostring(max_tokens))
+  end
+  if n > maxT then
+    uerr("generate: the prompt has %d tokens, more than the model's context of %d; shorten it",
+         n, maxT)
+  end
+  if n + max_tokens > maxT then
+    uerr("generate: the prompt's %d tokens + max_tokens=%d exceed the model's context of %d; " ..
+         "lower max_tokens to %d or less", n, max_tokens, maxT, maxT - n)
+  end
+  return max_tokens
+end
+
+-- sample(model, ids, max_tokens, V, sp, eot, info) -> the new ids: the prompt fed,
+-- then up to max_tokens picked among ids [0, V), stopping after eot; info gets
+-- stopped, prefill_ms and ms_per_token
+local function sample(model, ids, max_tokens, V, sp, eot, info)
+  local out = {}
+  local s = M.session(model, #ids + max_tokens)
+  local ok, err = pcall(function()
+    local draw = M.rng(sp.seed)
+    local t0 = zffi.C.zt_now()
+    s:feed(ids)
+    local t1 = zffi.C.zt_now()
+    info.prefill_ms = (t1 - t0) * 1000
+    for i = 1, max_tokens do
+      local id = M.pick(s:host(), V, sp, draw())
+      out[i] = id
+      if id == eot then info.stopped = "eot"; break end
+      if i < max_tokens then s:feed({ id }) end
+    end
+    local steps = #out - 1
+    info.ms_per_token = steps > 0 and (zffi.C.zt_now() - t1) * 1000 / steps or nil
+  end)
+  s:free()
+  if not ok then error(err, 0) end
+  return out
+end
+
+---------------------------------------------------------------------------
 -- generate(model, prompt, opts) -> ids, text, info
 --   prompt      a string (encoded by opts.tokenizer, or model.tokenizer) or a
 --               list of token ids (0-based ids in a 1-based Lua list)
@@ -358,47 +446,9 @@ function M.generate(model, prompt, opts)
   check_model(model)
   local cfg = model.cfg
   local sp = M.sampling(opts)
-  local tok = opts.tokenizer or model.tokenizer
-  if type(tok) == "string" then tok = data.tokenizer(tok) end
-  if tok ~= nil and (type(tok) ~= "table" or type(tok.encode) ~= "function") then
-    uerr("generate: tokenizer must be a tokenizer object or name, got %s", type(tok))
-  end
-  if tok and type(tok.vocab_size) == "number" and tok.vocab_size > cfg.V then
-    uerr("generate: the tokenizer %s has %d ids, more than the model's vocabulary of %d: " ..
-         "use the tokenizer the model was trained with", tostring(tok.name), tok.vocab_size, cfg.V)
-  end
-  local ids = {}
-  if type(prompt) == "string" then
-    if not tok then
-      uerr("generate: a text prompt needs a tokenizer (opts.tokenizer, e.g. \"bytes\" or \"hf:DIR\"), " ..
-           "or give the prompt as a list of token ids")
-    end
-    local arr, n = tok.encode(prompt)
-    for i = 0, n - 1 do ids[i + 1] = tonumber(arr[i]) end
-  elseif type(prompt) == "table" then
-    for i, v in ipairs(prompt) do ids[i] = v end
-  else
-    uerr("generate: prompt must be a string or a list of token ids, got %s", type(prompt))
-  end
-  if #ids == 0 then uerr("generate: the prompt is empty: give at least one token") end
-  for i, id in ipairs(ids) do
-    if type(id) ~= "number" or id % 1 ~= 0 or id < 0 or id >= cfg.V then
-      uerr("generate: prompt token %d is %s, outside the model's vocabulary [0, %d)",
-           i, tostring(id), cfg.V)
-    end
-  end
-  local max_tokens = opts.max_tokens == nil and 64 or opts.max_tokens
-  if type(max_tokens) ~= "number" or max_tokens < 0 or max_tokens % 1 ~= 0 then
-    uerr("generate: max_tokens=%s must be a whole number >= 0", tostring(max_tokens))
-  end
-  if #ids > cfg.maxT then
-    uerr("generate: the prompt has %d tokens, more than the model's context of %d; shorten it",
-         #ids, cfg.maxT)
-  end
-  if #ids + max_tokens > cfg.maxT then
-    uerr("generate: the prompt's %d tokens + max_tokens=%d exceed the model's context of %d; " ..
-         "lower max_tokens to %d or less", #ids, max_tokens, cfg.maxT, cfg.maxT - #ids)
-  end
+  local tok = tokenizer_for(opts, model)
+  local ids = prompt_ids(prompt, tok, cfg.V)
+  local max_tokens = max_tokens_for(opts, #ids, cfg.maxT)
   local V = cfg.V
   if tok and tok.vocab_size and tok.vocab_size < V then V = tok.vocab_size end
   local eot = opts.eot
@@ -406,26 +456,7 @@ function M.generate(model, prompt, opts)
   if opts.stop_at_eot == false then eot = nil end
 
   local out, info = {}, { prompt = ids, stopped = "max_tokens" }
-  if max_tokens > 0 then
-    local s = M.session(model, #ids + max_tokens)
-    local ok, err = pcall(function()
-      local draw = M.rng(sp.seed)
-      local t0 = zffi.C.zt_now()
-      s:feed(ids)
-      local t1 = zffi.C.zt_now()
-      info.prefill_ms = (t1 - t0) * 1000
-      for i = 1, max_tokens do
-        local id = M.pick(s:host(), V, sp, draw())
-        out[i] = id
-        if id == eot then info.stopped = "eot"; break end
-        if i < max_tokens then s:feed({ id }) end
-      end
-      local steps = #out - 1
-      info.ms_per_token = steps > 0 and (zffi.C.zt_now() - t1) * 1000 / steps or nil
-    end)
-    s:free()
-    if not ok then error(err, 0) end
-  end
+  if max_tokens > 0 then out = sample(model, ids, max_tokens, V, sp, eot, info) end
   local text
   if tok then
     local arr = ffi.new("int32_t[?]", math.max(#out, 1))
