@@ -249,21 +249,18 @@ local function in_path(name)
   return false
 end
 
--- Start mpirun for N ranks as a child, relay its stderr, and wait for it.
--- Returns mpirun's exit status (128 + signal when it was killed), after
--- naming a rank that died by a signal, killing ranks left behind and
--- removing their swap files; or nil, err when mpirun cannot be started.
-function M.run(n, program, args, o)
-  local cmd, cerr = M.command(n, program, args, o)
-  if not cmd then return nil, cerr end
-  if not in_path("mpirun") then
-    return nil, "cannot run mpirun (not found in PATH): install Open MPI (make deps) or start " ..
-                "the ranks with your own launcher"
-  end
-  -- Open MPI refuses root unless told; a container's root is the usual case.
+-- M.run's steps follow, in its order. The environment mpirun and the ranks inherit:
+-- Open MPI refuses root unless told (a container's root is the usual case).
+local function set_launch_env()
   libc.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0)
   libc.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0)
   libc.setenv("ZTRAIN_HOME", rawget(_G, "ZTRAIN_HOME") or zffi.home, 0)
+end
+
+-- open_job() -> a new job directory under $TMPDIR, its lock's fd | nil, err. The lock
+-- is held for the launcher's life (not by mpirun: close-on-exec), so a later
+-- launcher can tell this job's launcher died (clean_dead_jobs).
+local function open_job()
   local tmpdir = os.getenv("TMPDIR") or "/tmp"
   clean_dead_jobs(tmpdir)
   local tmpl = ffi.new("char[?]", #tmpdir + 32, tmpdir .. "/ztrain-job.XXXXXX")
@@ -271,151 +268,203 @@ function M.run(n, program, args, o)
     return nil, "cannot make the job directory: " .. ffi.string(libc.strerror(ffi.errno()))
   end
   local job = ffi.string(tmpl)
-  -- held for the launcher's life (not by mpirun: close-on-exec), so a later
-  -- launcher can tell this job's launcher died
   local lockfd = libc.open(job .. "/lock", libc.O_RDONLY + libc.O_CREAT + libc.O_CLOEXEC, 420)
   if lockfd < 0 or libc.flock(lockfd, libc.LOCK_EX + libc.LOCK_NB) ~= 0 then
     return nil, "cannot lock the job directory " .. job .. ": " .. ffi.string(libc.strerror(ffi.errno()))
   end
+  return job, lockfd
+end
+
+-- name_job(cmd, job): every process of the job inherits ZTRAIN_JOB (job_pids)
+local function name_job(cmd, job)
   libc.setenv("ZTRAIN_JOB", job, 1)
   table.insert(cmd, 4, "-x"); table.insert(cmd, 5, "ZTRAIN_JOB")
-  -- mpirun runs in a process group of its own (below): reading the terminal
-  -- from there would stop it (SIGTTIN), so it forwards no terminal input
+  -- mpirun runs in a process group of its own (start_mpirun): reading the
+  -- terminal from there would stop it (SIGTTIN), so it forwards no terminal input
   if libc.isatty(0) == 1 then table.insert(cmd, 4, "--stdin"); table.insert(cmd, 5, "none") end
-  local argv, keep = cstrings(cmd)
-  local fds = ffi.new("int[2]")
-  if libc.pipe(fds) ~= 0 then return nil, "pipe: " .. ffi.string(libc.strerror(ffi.errno())) end
-  -- Signals to the launcher are taken with sigtimedwait. mpirun and the
-  -- ranks run in a process group of their own, so a Ctrl-C from the
-  -- terminal reaches the launcher alone (mpirun would end the job on it):
-  -- the first SIGINT/SIGTERM/SIGHUP becomes SIGUSR1, which mpirun forwards
-  -- to every rank -- a graceful stop after the step in flight, with a
-  -- checkpoint and summary.json (cli.lua, run.lua) -- the second SIGTERM.
+end
+
+-- block_stops() -> set, old (the mask before). Signals to the launcher are taken
+-- with sigtimedwait (forward_stops). mpirun and the ranks run in a process group of
+-- their own, so a Ctrl-C from the terminal reaches the launcher alone (mpirun would
+-- end the job on it): the first SIGINT/SIGTERM/SIGHUP becomes SIGUSR1, which mpirun
+-- forwards to every rank -- a graceful stop after the step in flight, with a
+-- checkpoint and summary.json (cli.lua, run.lua) -- the second SIGTERM.
+local function block_stops()
   local set, old = libc.sigset_t(), libc.sigset_t()
   libc.sigemptyset(set)
   for _, s in ipairs({ libc.SIGINT, libc.SIGTERM, libc.SIGHUP }) do libc.sigaddset(set, s) end
   libc.sigprocmask(libc.SIG_BLOCK, set, old)
+  return set, old
+end
+
+-- exec_mpirun(argv, fds, old): the forked child, stderr into the pipe; never returns
+local function exec_mpirun(argv, fds, old)
+  libc.dup2(fds[1], 2)
+  libc.close(fds[0]); libc.close(fds[1])
+  libc.sigprocmask(libc.SIG_SETMASK, old, nil)
+  libc.prctl(libc.PR_SET_PDEATHSIG, libc.SIGTERM, 0, 0, 0)  -- launcher gone: end the job
+  libc.setpgid(0, 0)                                        -- no terminal signals
+  libc.execvp("mpirun", argv)
+  local msg = "ztrain: cannot run mpirun (" .. ffi.string(libc.strerror(ffi.errno())) ..
+              "): install Open MPI (make deps) or start the ranks with your own launcher\n"
+  libc.write(2, msg, #msg)
+  libc._exit(127)
+end
+
+-- start_mpirun(cmd) -> { pid, fd (its stderr), set, old (block_stops) } | nil, err
+local function start_mpirun(cmd)
+  local argv, keep = cstrings(cmd)
+  local fds = ffi.new("int[2]")
+  if libc.pipe(fds) ~= 0 then return nil, "pipe: " .. ffi.string(libc.strerror(ffi.errno())) end
+  local set, old = block_stops()
   io.stdout:flush(); io.stderr:flush()
   -- the launcher adopts what mpirun leaves when it dies (Open MPI's
   -- daemons), so it can end and reap them: no orphans, no zombies.
   -- Only the CLI calls launch.run (its process does nothing else): being
-  -- a subreaper, and the waitpid(-1) below, would take other children of
-  -- an embedding program too
+  -- a subreaper, and reap_adopted's waitpid(-1), would take other children
+  -- of an embedding program too
   libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
   local pid = libc.fork()
-  if pid == 0 then
-    libc.dup2(fds[1], 2)
-    libc.close(fds[0]); libc.close(fds[1])
-    libc.sigprocmask(libc.SIG_SETMASK, old, nil)
-    libc.prctl(libc.PR_SET_PDEATHSIG, libc.SIGTERM, 0, 0, 0)  -- launcher gone: end the job
-    libc.setpgid(0, 0)                                        -- no terminal signals
-    libc.execvp("mpirun", argv)
-    local msg = "ztrain: cannot run mpirun (" .. ffi.string(libc.strerror(ffi.errno())) ..
-                "): install Open MPI (make deps) or start the ranks with your own launcher\n"
-    libc.write(2, msg, #msg)
-    libc._exit(127)
-  end
+  if pid == 0 then exec_mpirun(argv, fds, old) end
   libc.close(fds[1])
   if pid < 0 then
     libc.close(fds[0]); libc.sigprocmask(libc.SIG_SETMASK, old, nil)
     return nil, "fork: " .. ffi.string(libc.strerror(ffi.errno()))
   end
-  local _ = keep
-  local pfd = libc.pollfd_t(1)
-  pfd[0].fd, pfd[0].events = fds[0], libc.POLLIN
-  local buf = ffi.new("char[?]", 65536)
-  local info = ffi.new("int32_t[32]")          -- siginfo_t: signo, errno, code, ...
-  local zero = libc.timespec_t()
-  local status = ffi.new("int[1]")
-  local tail, open_fd, reaped = "", true, false
-  local drain_until                            -- signals are forwarded until mpirun is reaped
-  local stops = 0
-  local failed, kill_at, killed              -- the job failed; when to end mpirun; whether it was
-  local grace = hosts.abort_grace()
+  local _ = keep                               -- argv's strings live until the fork
+  return { pid = pid, fd = fds[0], set = set, old = old }
+end
+
+-- new_watch(mp, n, job, o) -> the state of the watch over mpirun (mp: start_mpirun)
+-- running n ranks of job. Unset: drain_until (output is read until then once mpirun
+-- is reaped), failed (the job failed), kill_at (when to end mpirun), killed (it was).
+local function new_watch(mp, n, job, o)
+  local w = { pid = mp.pid, fd = mp.fd, set = mp.set, old = mp.old, n = n, job = job,
+              pfd = libc.pollfd_t(1), buf = ffi.new("char[?]", 65536),
+              info = ffi.new("int32_t[32]"),   -- siginfo_t: signo, errno, code, ...
+              zero = libc.timespec_t(), status = ffi.new("int[1]"),
+              tail = "", open_fd = true, reaped = false, stops = 0, grace = hosts.abort_grace(),
+              across = o and o.hostfile ~= nil, next_look = 0, start_failed = false }
+  w.pfd[0].fd, w.pfd[0].events = w.fd, libc.POLLIN
   -- across hosts, every rank must start (note itself) within the start
   -- timeout: mpirun waits for ever for a daemon on a host it cannot reach
-  local across = o and o.hostfile ~= nil
-  local start_by = across and now() + hosts.start_timeout()
-  local next_look, start_failed = 0, false
-  while true do
-    if not open_fd then
-      libc.poll(nil, 0, 100)
-    elseif libc.poll(pfd, 1, 100) > 0 then
-      local got = libc.read(fds[0], buf, 65536)
-      if got > 0 then
-        libc.write(2, buf, got)
-        tail = (tail .. ffi.string(buf, got)):sub(-8192)
-      else
-        open_fd = false                        -- EOF: mpirun and every writer are gone
-      end
+  w.start_by = w.across and now() + hosts.start_timeout()
+  return w
+end
+
+-- relay_output(w): mpirun's output (0.1 s wait at most) to stderr, its last 8 KiB in w.tail
+local function relay_output(w)
+  if not w.open_fd then
+    libc.poll(nil, 0, 100)
+  elseif libc.poll(w.pfd, 1, 100) > 0 then
+    local got = libc.read(w.fd, w.buf, 65536)
+    if got > 0 then
+      libc.write(2, w.buf, got)
+      w.tail = (w.tail .. ffi.string(w.buf, got)):sub(-8192)
+    else
+      w.open_fd = false                        -- EOF: mpirun and every writer are gone
     end
-    while true do
-      local sig = libc.sigtimedwait(set, info, zero)
-      if sig <= 0 then break end
-      stops = stops + 1
-      if stops == 1 then
-        io.stderr:write("ztrain: stopping after the step in flight (a checkpoint and summary.json follow); " ..
-                        "Ctrl-C again to stop at once\n")
-        libc.kill(pid, libc.SIGUSR1)
-      else
-        libc.kill(pid, libc.SIGTERM)
-      end
-    end
-    if start_by and not reaped and not killed and now() >= next_look then
-      next_look = now() + 1
-      local started, missing = hosts.started(M.read_job(job), n)
-      if started then start_by = nil
-      elseif now() >= start_by then
-        io.stderr:write(("ztrain: only %d of %d rank(s) started within %g s%s; ending the job " ..
-                         "(ZTRAIN_START_TIMEOUT sets the wait)\n"):format(missing.count, n,
-                         hosts.start_timeout(), missing.hosts))
-        failed, kill_at, start_failed = { status = 1 }, now(), true
-      end
-    end
-    -- a failed job that mpirun does not end (a host it cannot reach):
-    -- after the grace period, end mpirun and its process group
-    -- (across hosts only: on this machine mpirun ends its jobs itself)
-    if across and not reaped and not failed then
-      failed = hosts.failure(tail, M.dead_rank)
-      if failed then kill_at = now() + grace end
-    end
-    if not reaped and kill_at and now() >= kill_at then
-      -- SIGKILL: mpirun already aborting ignores SIGTERM, or crashes on it;
-      -- what it leaves behind is the launcher's to clean (cleanup_job)
-      if not start_failed then
-        io.stderr:write(("ztrain: mpirun did not end within %g s of the job's failure (a host it cannot " ..
-                         "reach?); ending it\n"):format(grace))
-      end
-      libc.kill(-pid, libc.SIGKILL)
-      libc.kill(pid, libc.SIGKILL)
-      killed, kill_at = true, nil
-    end
-    if not reaped and libc.waitpid(pid, status, libc.WNOHANG) == pid then
-      reaped = true
-      drain_until = os.time() + 2              -- an orphan may hold the pipe: read 2 s more at most
-    end
-    if reaped and (not open_fd or os.time() > drain_until) then break end
   end
-  libc.close(fds[0])
-  libc.sigprocmask(libc.SIG_SETMASK, old, nil)
-  local st = status[0]
+end
+
+-- forward_stops(w): each stop signal becomes mpirun's SIGUSR1, then SIGTERM (block_stops)
+local function forward_stops(w)
+  while true do
+    local sig = libc.sigtimedwait(w.set, w.info, w.zero)
+    if sig <= 0 then break end
+    w.stops = w.stops + 1
+    if w.stops == 1 then
+      io.stderr:write("ztrain: stopping after the step in flight (a checkpoint and summary.json follow); " ..
+                      "Ctrl-C again to stop at once\n")
+      libc.kill(w.pid, libc.SIGUSR1)
+    else
+      libc.kill(w.pid, libc.SIGTERM)
+    end
+  end
+end
+
+-- check_started(w): across hosts, once a second until every rank has noted itself
+local function check_started(w)
+  if not (w.start_by and not w.reaped and not w.killed and now() >= w.next_look) then return end
+  w.next_look = now() + 1
+  local started, missing = hosts.started(M.read_job(w.job), w.n)
+  if started then w.start_by = nil
+  elseif now() >= w.start_by then
+    io.stderr:write(("ztrain: only %d of %d rank(s) started within %g s%s; ending the job " ..
+                     "(ZTRAIN_START_TIMEOUT sets the wait)\n"):format(missing.count, w.n,
+                     hosts.start_timeout(), missing.hosts))
+    w.failed, w.kill_at, w.start_failed = { status = 1 }, now(), true
+  end
+end
+
+-- end_failed_job(w): a failed job that mpirun does not end (a host it
+-- cannot reach): after the grace period, end mpirun and its process group
+-- (across hosts only: on this machine mpirun ends its jobs itself)
+local function end_failed_job(w)
+  if w.across and not w.reaped and not w.failed then
+    w.failed = hosts.failure(w.tail, M.dead_rank)
+    if w.failed then w.kill_at = now() + w.grace end
+  end
+  if not w.reaped and w.kill_at and now() >= w.kill_at then
+    -- SIGKILL: mpirun already aborting ignores SIGTERM, or crashes on it;
+    -- what it leaves behind is the launcher's to clean (cleanup_job)
+    if not w.start_failed then
+      io.stderr:write(("ztrain: mpirun did not end within %g s of the job's failure (a host it cannot " ..
+                       "reach?); ending it\n"):format(w.grace))
+    end
+    libc.kill(-w.pid, libc.SIGKILL)
+    libc.kill(w.pid, libc.SIGKILL)
+    w.killed, w.kill_at = true, nil
+  end
+end
+
+-- reaped(w) -> true once mpirun is reaped and its output read to the end
+local function reaped(w)
+  if not w.reaped and libc.waitpid(w.pid, w.status, libc.WNOHANG) == w.pid then
+    w.reaped = true
+    w.drain_until = os.time() + 2
+  end
+  return w.reaped and (not w.open_fd or os.time() > w.drain_until)
+end
+
+-- watch(w): until mpirun is reaped; then its pipe closed, the signal mask restored
+local function watch(w)
+  repeat
+    relay_output(w)
+    forward_stops(w)
+    check_started(w)
+    end_failed_job(w)
+  until reaped(w)
+  libc.close(w.fd)
+  libc.sigprocmask(libc.SIG_SETMASK, w.old, nil)
+end
+
+-- exit_code(w) -> mpirun's exit status (128 + signal when it was killed); mpirun
+-- ended by the launcher: the status the failure asked for (and whenever its stderr
+-- says how it failed: one status per failure). The first failure seen decides: a
+-- host removed is its ranks' watchdog firing too (1, not 5), if mpirun is slow.
+local function exit_code(w)
+  local st = w.status[0]
   local code = bit.band(st, 0x7f) == 0 and bit.band(bit.rshift(st, 8), 0xff) or 128 + bit.band(st, 0x7f)
-  -- mpirun ended by the launcher: the status the failure asked for
-  -- (and whenever its stderr says how it failed: one status per failure)
-  -- The first failure seen decides: a host removed is its ranks' watchdog
-  -- firing too (1, not 5), if mpirun is slow to end the job.
-  if killed then code = failed.status
-  elseif across and code ~= 0 then
-    local f = failed or hosts.failure(tail, M.dead_rank)
+  if w.killed then code = w.failed.status
+  elseif w.across and code ~= 0 then
+    local f = w.failed or hosts.failure(w.tail, M.dead_rank)
     if f then code = f.status end
   end
+  return code
+end
+
+-- tell_failures(w, code) -> the job's registry, after saying what mpirun's output
+-- tells: a lost host, a rank killed by a signal, ranks the watchdog found unreachable
+local function tell_failures(w, code)
+  local tail = w.tail
   local lost = hosts.lost_host(tail)
   if lost then
     io.stderr:write(("ztrain: lost host %s (its daemon stopped answering mpirun: the host died, " ..
                      "or its link is down); the job was ended (exit status %d)\n"):format(lost, code))
   end
-
-  local ranks = M.read_job(job)
+  local ranks = M.read_job(w.job)
   local rank, sig = M.dead_rank(tail)
   if rank and sig then
     local rpid
@@ -431,9 +480,12 @@ function M.run(n, program, args, o)
                        "its link is, or the rank is stuck\n"):format(r.rank, p, r.host))
     end
   end
-  M.cleanup_job(job, ranks)
-  -- reap what was adopted and has ended (cleanup_job killed the job's rest);
-  -- any child: fine in the CLI's process, the only caller (above)
+  return ranks
+end
+
+-- reap_adopted(status): what was adopted and has ended (cleanup_job killed the job's
+-- rest), 2 s at most; any child: fine in the CLI's process, the only caller
+local function reap_adopted(status)
   local deadline = now() + 2
   while true do
     local r = libc.waitpid(-1, status, libc.WNOHANG)
@@ -443,6 +495,30 @@ function M.run(n, program, args, o)
       libc.poll(nil, 0, 20)
     end
   end
+end
+
+-- Start mpirun for N ranks as a child, relay its stderr, and wait for it.
+-- Returns mpirun's exit status (128 + signal when it was killed), after
+-- naming a rank that died by a signal, killing ranks left behind and
+-- removing their swap files; or nil, err when mpirun cannot be started.
+function M.run(n, program, args, o)
+  local cmd, cerr = M.command(n, program, args, o)
+  if not cmd then return nil, cerr end
+  if not in_path("mpirun") then
+    return nil, "cannot run mpirun (not found in PATH): install Open MPI (make deps) or start " ..
+                "the ranks with your own launcher"
+  end
+  set_launch_env()
+  local job, lockfd = open_job()
+  if not job then return nil, lockfd end
+  name_job(cmd, job)
+  local mp, err = start_mpirun(cmd)
+  if not mp then return nil, err end
+  local w = new_watch(mp, n, job, o)
+  watch(w)
+  local code = exit_code(w)
+  M.cleanup_job(job, tell_failures(w, code))
+  reap_adopted(w.status)
   libc.close(lockfd)
   return code
 end
