@@ -9,6 +9,7 @@ local fs = require "ztrain.util.fs"
 local host = require "ztrain.util.host"
 local registry = require "ztrain.job.registry"
 local hosts = require "ztrain.job.hosts"
+local cleanup = require "ztrain.job.cleanup"
 local zffi = require "ztrain.core.ffi"
 
 local M = {}
@@ -68,6 +69,9 @@ end
 -- kill any rank left behind and remove the swap files of ranks killed
 -- without exit handlers. The names stay here for the launcher's callers.
 M.note, M.read_job = registry.note, registry.read
+-- (the killing and removing: job/cleanup.lua)
+M.remove_swap, M.job_pids, M.pid_host = cleanup.remove_swap, cleanup.job_pids, cleanup.pid_host
+M.cleanup_job = cleanup.cleanup_job
 
 -- launched_rank() -> this process's rank from the launcher's environment, or nil.
 function M.launched_rank()
@@ -75,46 +79,6 @@ function M.launched_rank()
     local n = tonumber(os.getenv(v) or "")
     if n then return n end
   end
-end
-
--- the paths matching pattern; none on no match or a read error
-local function glob(pattern) return fs.glob(pattern) or {} end
-
--- Is pid alive and one of this job's processes (its environment names the
--- job directory: a recycled pid is never killed)?
-local function ours(pid, dir)
-  if libc.kill(pid, 0) ~= 0 then return false end
-  local env = fs.read_file(("/proc/%d/environ"):format(pid)) or ""
-  return env:find("\0ZTRAIN_JOB=" .. dir .. "\0", 1, true) ~= nil
-      or env:sub(1, 12 + #dir) == "ZTRAIN_JOB=" .. dir .. "\0"
-end
-
--- remove_swap(nvme_dir, pid[, wait_s]) -> files removed: the swap files a
--- dead rank (pid) left in its engine directory NVME/ztrain-aio.HOST.PID.N,
--- when no process holds the directory's owner lock (runtime/aio.c's rule).
--- wait_s: how long to wait for the lock of a rank that is still exiting (it
--- holds the lock until its last descriptor closes); default 0.
-function M.remove_swap(nvme, pid, wait_s)
-  local removed = 0
-  for _, d in ipairs(glob(("%s/ztrain-aio.*.%d.*"):format(nvme, pid))) do
-    local fd = libc.open(d .. "/owner", libc.O_RDONLY + libc.O_CLOEXEC)
-    local locked = fd >= 0 and libc.flock(fd, libc.LOCK_EX + libc.LOCK_NB) == 0
-    local t = os.time() + (wait_s or 0)
-    while fd >= 0 and not locked and os.time() <= t do
-      libc.poll(nil, 0, 20)
-      locked = libc.flock(fd, libc.LOCK_EX + libc.LOCK_NB) == 0
-    end
-    if locked then
-      for _, f in ipairs(glob(d .. "/swap.*")) do
-        if f:match("/swap%.%d+$") and libc.unlink(f) == 0 then removed = removed + 1 end
-      end
-      libc.unlink(d .. "/.probe")
-      libc.unlink(d .. "/owner")
-      libc.rmdir(d)                  -- fails, harmlessly, if anything else is in it
-    end
-    if fd >= 0 then libc.close(fd) end
-  end
-  return removed
 end
 
 local SIGNAMES = { [1] = "SIGHUP", [2] = "SIGINT", [3] = "SIGQUIT", [4] = "SIGILL", [6] = "SIGABRT",
@@ -154,94 +118,6 @@ local function cstrings(list)
   return argv, keep
 end
 
--- job_pids(dir) -> pids of live processes, other than this one, whose
--- environment names job directory `dir` (every process mpirun started,
--- through any launch agent, inherits ZTRAIN_JOB)
-function M.job_pids(dir)
-  local out, me = {}, libc.getpid()
-  for _, path in ipairs(glob("/proc/[0-9]*")) do
-    local p = tonumber(path:match("(%d+)$"))
-    if p and p ~= me and ours(p, dir) then out[#out + 1] = p end
-  end
-  table.sort(out)
-  return out
-end
-
--- pid_host(pid) -> the network namespace a process runs in, by name (the
--- test cluster's hosts: /run/netns/NAME), or nil when it is this one's
-local function file_id(path)
-  local st = libc.stat_t()
-  if libc.stat(path, st) ~= 0 then return nil end
-  return tostring(st.st_dev) .. ":" .. tostring(st.st_ino)
-end
-
-function M.pid_host(pid)
-  local them = file_id(("/proc/%d/ns/net"):format(pid))
-  if not them or them == file_id("/proc/self/ns/net") then return nil end
-  for _, path in ipairs(glob("/run/netns/*")) do
-    if file_id(path) == them then return path:match("([^/]+)$") end
-  end
-  return nil
-end
-
--- cleanup_job(dir, ranks): after a job, kill its ranks still alive (said on
--- stderr), remove the swap files its dead ranks left, and the registry.
-function M.cleanup_job(job, ranks)
-  ranks = ranks or M.read_job(job)
-  for p, r in pairs(ranks) do
-    if ours(p, job) then
-      local what = r.rank and ("rank " .. r.rank) or
-                   (fs.read_file(("/proc/%d/comm"):format(p)) or "process"):gsub("%s+$", "")
-      io.stderr:write(("ztrain: %s (pid %d)%s outlived mpirun; killed it\n"):format(what, p,
-                      r.host and (" on host " .. r.host) or ""))
-      libc.kill(p, libc.SIGKILL)
-      -- its swap directory's lock goes when it is gone: wait for that (2 s at most)
-      local t = os.time() + 2
-      while libc.kill(p, 0) == 0 and os.time() <= t do libc.poll(nil, 0, 20) end
-    end
-  end
-  -- then any other process of the job (its environment names the job):
-  -- Open MPI's daemons on hosts mpirun lost touch with, and their children.
-  -- A daemon may still be ending after a good run: 2 s for that first.
-  local left, t = M.job_pids(job), os.time() + 2
-  while #left > 0 and os.time() <= t do
-    libc.poll(nil, 0, 100)
-    left = M.job_pids(job)
-  end
-  for _, p in ipairs(left) do
-    local comm = (fs.read_file(("/proc/%d/comm"):format(p)) or "?"):gsub("%s+$", "")
-    local host = M.pid_host(p)
-    io.stderr:write(("ztrain: %s (pid %d)%s outlived mpirun; killed it\n"):format(comm, p,
-                    host and (" on host " .. host) or ""))
-    libc.kill(p, libc.SIGKILL)
-  end
-  for p, r in pairs(ranks) do
-    -- an Open MPI daemon killed above leaves its session directory
-    -- (tools/netns_agent notes it); the pattern keeps rm to those
-    if r.session and r.session:match("^/[%w_/%.%-]*/ompi%.[%w_%.%-]+%.%d+/jf%.%d+$")
-       and libc.kill(p, 0) ~= 0 then
-      os.execute("rm -rf '" .. r.session .. "'")
-      libc.rmdir((r.session:match("^(.*)/jf%.%d+$")))   -- its host's directory, when empty
-    end
-    for _, d in ipairs(r.nvme) do M.remove_swap(d, p, 2) end
-    os.remove(("%s/%d"):format(job, p))
-  end
-  os.remove(job .. "/lock")
-  libc.rmdir(job)
-end
-
--- Jobs whose launcher died (SIGKILL: no clean-up ran) are cleaned by the
--- next launcher: a job directory whose lock no process holds.
-local function clean_dead_jobs(tmpdir)
-  for _, d in ipairs(glob(tmpdir .. "/ztrain-job.*")) do
-    local fd = libc.open(d .. "/lock", libc.O_RDONLY + libc.O_CLOEXEC)
-    if fd >= 0 then
-      if libc.flock(fd, libc.LOCK_EX + libc.LOCK_NB) == 0 then M.cleanup_job(d) end
-      libc.close(fd)
-    end
-  end
-end
-
 local function in_path(name)
   for d in (os.getenv("PATH") or ""):gmatch("[^:]+") do
     if libc.file_kind(d .. "/" .. name) == "file" then return true end
@@ -259,10 +135,10 @@ end
 
 -- open_job() -> a new job directory under $TMPDIR, its lock's fd | nil, err. The lock
 -- is held for the launcher's life (not by mpirun: close-on-exec), so a later
--- launcher can tell this job's launcher died (clean_dead_jobs).
+-- launcher can tell this job's launcher died (cleanup.clean_dead_jobs).
 local function open_job()
   local tmpdir = os.getenv("TMPDIR") or "/tmp"
-  clean_dead_jobs(tmpdir)
+  cleanup.clean_dead_jobs(tmpdir)
   local tmpl = ffi.new("char[?]", #tmpdir + 32, tmpdir .. "/ztrain-job.XXXXXX")
   if libc.mkdtemp(tmpl) == nil then
     return nil, "cannot make the job directory: " .. ffi.string(libc.strerror(ffi.errno()))
