@@ -213,6 +213,29 @@ describe("layers: the Lua tree's requires", function()
     assert.are.equal("ztrain.cli ztrain.cli.commands ztrain.cli.usage ztrain.core.errors", got)
   end)
 
+  -- Sizes a reader takes in at once: a file of about 500 lines, a function
+  -- of about 80 (each function's line span from LuaJIT's own bytecode
+  -- listing, nested functions inside their parents). A longer one is two
+  -- things, or LONG says why it is one.
+  it("no file over about 500 lines, no function over about 80", function()
+    local LONG = {}
+    local big = {}
+    for name, path in pairs(modules(ROOT)) do
+      local n = 0
+      for _ in io.lines(path) do n = n + 1 end
+      if n > 520 then big[#big + 1] = ("%s: %d lines"):format(name, n) end
+      local p = io.popen(("luajit -bl %q 2>&1"):format(path))
+      for first, last in p:read("*a"):gmatch("%-%- BYTECODE %-%- [^\n]-:(%d+)%-(%d+)") do
+        local len = tonumber(last) - tonumber(first) + 1
+        local at = ("%s:%s"):format(name, first)
+        if tonumber(first) > 0 and len > 90 and not LONG[at] then big[#big + 1] = ("%s: a function of %d lines"):format(at, len) end
+      end
+      p:close()
+    end
+    table.sort(big)
+    assert.are.same({}, big, "too long (split it, or add it to LONG with the reason):\n  " .. table.concat(big, "\n  "))
+  end)
+
   it("every module has a layer and requires only its own layer or lower ones", function()
     local mods = modules(ROOT)
     local unplaced = {}
