@@ -132,3 +132,75 @@ describe("records: a run that trained no step", function()
     u.rm(dir)
   end)
 end)
+
+describe("records: a resume keeps the math its checkpoint's run computed", function()
+  local dir
+  local Z = "build/ztrain recipes/single.lua model.size=gpt2-tiny data.tokenizer=bytes data.seq_len=32 " ..
+            "train.ckpt_every=3 train.eval_every=0 -q lr.warmup=1"
+  setup(function()
+    dir = u.outdir()
+    -- one rank accumulating 2 micro-batches of 1: what 2 dp ranks compute
+    local out, rc = u.sh(Z .. " batch.micro=1 batch.accumulate=2 train.steps=6 out=" .. dir)
+    assert.are.equal(0, rc, out)
+  end)
+  teardown(function() u.rm(dir) end)
+
+  local function resume(args)
+    local out = u.outdir()
+    local text, rc = u.sh(("%s resume=%s/checkpoints/step-00000003 out=%s %s"):format(Z, dir, out, args))
+    u.rm(out)
+    return text, rc
+  end
+
+  it("refuses another global batch, naming both values and the key that allows it", function()
+    local text, rc = resume("batch.micro=2 batch.accumulate=2 train.steps=6")
+    assert.are.equal(1, rc, text)
+    assert.matches("would change what the run computes %-%- batch: batch.global %(micro x accumulate x ranks%) 2 %-> 4",
+                   text)
+    assert.matches("allow_changes=batch", text, 1, true)
+    assert.not_matches("%.lua:%d+:", text)
+  end)
+
+  it("refuses a longer cosine schedule (the learning rate of step 4 changes), and allows it when asked", function()
+    local text, rc = resume("batch.micro=1 batch.accumulate=2 train.steps=12")
+    assert.are.equal(1, rc, text)
+    assert.matches("lr: train.steps 6 %-> 12 %(the learning rate at step 4: ", text)
+    -- the rates it names are the schedules' own
+    local lr = require "ztrain.model.lr"
+    local a, b = lr.make(3e-3, { warmup = 1, schedule = "cosine", min_ratio = 0.1 }, 6)(4),
+                 lr.make(3e-3, { warmup = 1, schedule = "cosine", min_ratio = 0.1 }, 12)(4)
+    assert.matches(("%.4g %%-> %.4g"):format(a, b), text)
+    text, rc = resume("batch.micro=1 batch.accumulate=2 train.steps=12 allow_changes=lr")
+    assert.are.equal(0, rc, text)
+  end)
+
+  it("lets train.steps change under a constant schedule: the rates to come are the same", function()
+    local d = u.outdir()
+    local out, rc = u.sh(Z .. " lr.schedule=constant batch.micro=2 train.steps=6 out=" .. d)
+    assert.are.equal(0, rc, out)
+    out, rc = u.sh(("%s lr.schedule=constant batch.micro=2 train.steps=9 resume=latest out=%s"):format(Z, d))
+    assert.are.equal(0, rc, out)
+    u.rm(d)
+  end)
+
+  it("proceeds under another strategy and world size with the same global batch, and says what moved", function()
+    local out = u.outdir()
+    local text, rc = u.sh(("build/ztrain --nproc 2 recipes/dp.lua model.size=gpt2-tiny data.tokenizer=bytes " ..
+                           "data.seq_len=32 train.ckpt_every=3 train.eval_every=0 lr.warmup=1 batch.micro=1 " ..
+                           "train.steps=6 resume=%s/checkpoints/step-00000003 out=%s"):format(dir, out))
+    assert.are.equal(0, rc, text)
+    assert.matches("resumed from .- at step 3 %(placed otherwise: strategy single %-> dp, world_size 1 %-> 2; " ..
+                   "the same math%)", text)
+    -- and the digest is the uninterrupted single run's
+    local a = cjson.decode(u.read(out .. "/summary.json")).param_digest
+    local b = cjson.decode(u.read(dir .. "/summary.json")).param_digest
+    assert.are.equal(b, a)
+    u.rm(out)
+  end)
+
+  it("an unknown group in allow_changes is refused, naming the known ones", function()
+    local text, rc = resume("batch.micro=1 batch.accumulate=2 allow_changes=lrr")
+    assert.are.equal(1, rc, text)
+    assert.matches('allow_changes: unknown group "lrr" (known: batch, lr, optim, data, precision, all)', text, 1, true)
+  end)
+end)

@@ -91,7 +91,8 @@ Recipe keys (defaults in lua/ztrain/train/recipe.lua; docs/recipes.md):
   batch.micro, batch.accumulate, batch.global (= ranks x micro x accumulate)
   train.steps, train.log_every, train.eval_every, train.eval_batches,
     train.ckpt_every, train.ckpt_keep, train.ckpt_dir, train.checkpoint_activations (true or k)
-  resume (latest or a checkpoint directory), export.hf (DIR)
+  resume (latest or a checkpoint directory), allow_changes (batch, lr, optim, data, precision, all),
+    export.hf (DIR)
   sample.prompt, sample.tokens, sample.temperature, sample.top_k, sample.top_p, sample.seed
   device.backend, device.memory_limit (e.g. 2GiB), device.threads, device.bf16_gemm (auto, on, off),
     device.attention (exact, bf16: tensor cores, needs device.backend=cuda)

@@ -189,9 +189,13 @@ function M.train(R)
     if r.resume ~= "" then
       local from = r.resume == "latest" and R.ckpt_root or r.resume
       local dir, man = ckpt.resume_run(tr, from)
-      R.resumed = { from = dir, step = tr.step }
+      R.resumed = { from = dir, step = tr.step, placement_changed = man.placement_changes }
       continue_record(R, dir, man)
-      if R.lead and not opts.quiet then print(("resumed from %s at step %d"):format(dir, tr.step)) end
+      if R.lead and not opts.quiet then
+        local moved = #man.placement_changes > 0 and (" (placed otherwise: %s; the same math)")
+                      :format(table.concat(man.placement_changes, ", ")) or ""
+        print(("resumed from %s at step %d%s"):format(dir, tr.step, moved))
+      end
     end
     begin_segment(R)
     while tr.step < r.train.steps do

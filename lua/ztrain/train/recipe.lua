@@ -8,6 +8,7 @@ local strategy = require "ztrain.parallel.strategy"
 local precision = require "ztrain.model.precision"
 local registry = require "ztrain.parallel.schedule.registry"
 local digest = require "ztrain.core.digest"
+local changes = require "ztrain.train.checkpoint.changes"
 local M = {}
 
 -- The schema: every valid key with its default. `strategy` may also be a
@@ -45,6 +46,10 @@ M.defaults = {
   -- resume = "latest" (train.ckpt_dir, or OUT/checkpoints) or a checkpoint
   -- directory: continue that run's state, under any strategy and world size
   resume   = "",
+  -- allow_changes: what a resume may change of the math its checkpoint's
+  -- run computed ("batch", "lr", "optim", "data", "precision", "all";
+  -- comma-separated): otherwise such a resume is refused, naming each change
+  allow_changes = "",
   -- a sample printed at each evaluation and at the end (sample.tokens > 0)
   sample   = { prompt = "", tokens = 0, temperature = 0.8, top_k = 40, top_p = 1.0, seed = 1337 },
   -- device.bf16_gemm: with precision = "bf16", the matmuls in bf16 with fp32
@@ -353,6 +358,13 @@ function M.resolve(user, overrides)
   if r.model.from ~= "" and not r.model.from:match("^hf:.") then
     return nil, ('model.from must be "hf:DIR" (a Hugging Face GPT-2 directory: config.json + model.safetensors), ' ..
                  'got %q'):format(r.model.from)
+  end
+  for g in tostring(r.allow_changes):gmatch("[^,%s]+") do
+    local known = g == "all"
+    for _, n in ipairs(changes.GROUPS) do known = known or n == g end
+    if not known then
+      return nil, ("allow_changes: unknown group %q (known: %s, all)"):format(g, table.concat(changes.GROUPS, ", "))
+    end
   end
   if not precision.NAMES[r.precision] then
     return nil, ('precision must be "fp32", "bf16" or "fp16", got %q'):format(tostring(r.precision))

@@ -18,6 +18,7 @@ local tokenizers = require "ztrain.model.data.tokenizer"
 local format = require "ztrain.train.checkpoint.format"
 local write = require "ztrain.train.checkpoint.write"
 local read = require "ztrain.train.checkpoint.read"
+local changes = require "ztrain.train.checkpoint.changes"
 
 local M = {}
 
@@ -45,6 +46,7 @@ end
 function M.save_run(tr, root, keep, run)
   local ex = tr:state()
   local G = tr.recipe.batch.micro * tr.accumulate * tr.dp.size
+  local what = changes.of(tr)
   local ok, res = pcall(M.save, {
     world = tr.world, root = root, step = tr.step, export = ex, keep = keep,
     meta = { model = model_meta(tr), strategy = tr.strategy.name, dp = tr.dp.size,
@@ -60,6 +62,8 @@ function M.save_run(tr, root, keep, run)
              rng = "none",
              precision = tr.recipe.precision,
              run = run,
+             -- what a resume may not change (the math) and may (placement)
+             math = what.math, placement = what.placement,
              loss_scaler = tr.ctx.loss_scaler and { scale = tr.ctx.loss_scaler.scale, good = tr.ctx.loss_scaler.good,
                                                     left = tr.ctx.loss_scaler.left,
                                                     skipped = tr.ctx.loss_scaler.skipped } or "none" },
@@ -78,6 +82,13 @@ function M.resume_run(tr, path)
   local ok, dir, man = pcall(M.load_run, tr, path)
   local msg = errors.agree(tr.world, ok and "" or ("rank %d: %s"):format(tr.rank, errors.message(dir)))
   if msg ~= "" then fail(errors.all_ranks(tr.world_size > 1 and msg or msg:gsub("^rank %d+: ", ""))) end
+  -- the math the checkpoint's run computed (checked once every rank read
+  -- its part: a damaged checkpoint says so first): another is refused
+  -- unless allow_changes names it, on every rank alike (the same inputs);
+  -- where things are placed may change
+  local okc, notes = pcall(changes.check, man, changes.of(tr), changes.allowed(tr.recipe.allow_changes), man.step, dir)
+  if not okc then fail(errors.all_ranks(errors.message(notes))) end
+  man.placement_changes = notes
   tr:finish_load()                               -- e.g. low-precision parameters from the master weights
   if tr.tied then tr.tied:sync_params() end      -- the head's replica of the embedding (a collective)
   return dir, man

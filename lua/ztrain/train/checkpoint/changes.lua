@@ -1,0 +1,125 @@
+-- ztrain.train.checkpoint.changes: what a resume may change. A checkpoint
+-- keeps the settings that decide what the run computes (its "math"); a run
+-- that resumes from it under other ones would silently be another run --
+-- another global batch, a learning rate that jumps, other data -- so those
+-- are refused, each named with both values, unless `allow_changes` names
+-- its group. Where the run's pieces are placed (strategy, world size,
+-- pipeline stages, offload) changes nothing of the math (DESIGN.md's "same
+-- math whatever the strategy"): a resume proceeds and says what moved.
+--
+--   changes.of(tr)                      -> the manifest's "math" and "placement"
+--   changes.check(saved, now, allowed)  -> notes (placement) | raises
+local lr = require "ztrain.model.lr"
+
+local M = {}
+
+-- The groups allow_changes may name, in the order a refusal lists them.
+M.GROUPS = { "batch", "lr", "optim", "data", "precision" }
+
+local function plain(v)
+  if type(v) == "table" then
+    local parts = {}
+    for i, x in ipairs(v) do parts[i] = tostring(x) end
+    return table.concat(parts, ",")
+  end
+  return v
+end
+
+-- of(tr) -> { math = ..., placement = ... } for save_run's manifest
+function M.of(tr)
+  local r = tr.recipe
+  return {
+    math = {
+      batch = { global_batch = r.batch.micro * tr.accumulate * tr.dp.size, seq_len = r.data.seq_len },
+      lr = { lr = r.optim.lr, warmup = r.lr.warmup, schedule = r.lr.schedule, min_ratio = r.lr.min_ratio,
+             steps = r.train.steps },
+      optim = { betas = plain(r.optim.betas), eps = r.optim.eps, weight_decay = r.optim.weight_decay,
+                clip = r.optim.clip },
+      data = { text = plain(r.data.text), exclude = plain(r.data.exclude), valid_fraction = r.data.valid_fraction,
+               seed = r.data.seed },
+      precision = { precision = r.precision },
+    },
+    placement = { strategy = tr.strategy.name, world_size = tr.world_size, stages = tr.pp and tr.pp.size or 1 },
+  }
+end
+
+-- the keys under each group as a user sets them (recipe paths)
+local PATHS = {
+  batch = { global_batch = "batch.global (micro x accumulate x ranks)", seq_len = "data.seq_len" },
+  lr = { lr = "optim.lr", warmup = "lr.warmup", schedule = "lr.schedule", min_ratio = "lr.min_ratio",
+         steps = "train.steps" },
+  optim = { betas = "optim.betas", eps = "optim.eps", weight_decay = "optim.weight_decay", clip = "optim.clip" },
+  data = { text = "data.text", exclude = "data.exclude", valid_fraction = "data.valid_fraction", seed = "data.seed" },
+  precision = { precision = "precision" },
+}
+
+-- lr_differs(a, b, from) -> the first step after `from` where the two
+-- schedules give another rate, or nil: train.steps alone changes nothing
+-- under a constant schedule, and everything under a decaying one
+local function lr_differs(a, b, from)
+  local fa = lr.make(a.lr, a, a.steps)
+  local fb = lr.make(b.lr, b, b.steps)
+  for s = from + 1, math.max(from + 1, math.min(a.steps, b.steps)) do
+    if fa(s) ~= fb(s) then return s, fa(s), fb(s) end
+  end
+end
+
+-- group_changes(name, was, now, step) -> { "key was -> now", ... }
+local function group_changes(name, was, now, step)
+  local out = {}
+  local keys = {}
+  for k in pairs(PATHS[name]) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    if was[k] ~= nil and was[k] ~= now[k] then
+      out[#out + 1] = ("%s %s -> %s"):format(PATHS[name][k], tostring(was[k]), tostring(now[k]))
+    end
+  end
+  if name == "lr" and #out > 0 then
+    local s, a, b = lr_differs(was, now, step)
+    if not s then return {} end
+    out[#out] = out[#out] .. (" (the learning rate at step %d: %.4g -> %.4g)"):format(s, a, b)
+  end
+  return out
+end
+
+-- allowed(text) -> set of groups from allow_changes ("lr,batch", "all", "")
+function M.allowed(text)
+  local set = {}
+  for g in tostring(text or ""):gmatch("[^,%s]+") do
+    if g == "all" then for _, n in ipairs(M.GROUPS) do set[n] = true end
+    else set[g] = true end
+  end
+  return set
+end
+
+-- check(saved, now, allowed, step, dir) -> notes: raises naming every change
+-- of the math not allowed; returns the placement's changes, as lines. A
+-- checkpoint written before these records were kept (no saved.math) is not
+-- checked.
+function M.check(saved, now, allowed, step, dir)
+  if type(saved) ~= "table" or type(saved.math) ~= "table" then return {} end
+  local refused = {}
+  for _, g in ipairs(M.GROUPS) do
+    local was = saved.math[g]
+    if type(was) == "table" and not allowed[g] then
+      local ch = group_changes(g, was, now.math[g], step)
+      if #ch > 0 then refused[#refused + 1] = ("%s: %s"):format(g, table.concat(ch, ", ")) end
+    end
+  end
+  if #refused > 0 then
+    local names = {}
+    for _, line in ipairs(refused) do names[#names + 1] = line:match("^(%w+):") end
+    error(("resume from %s would change what the run computes -- %s; resume with the checkpoint's settings, " ..
+           "or allow it with allow_changes=%s"):format(dir, table.concat(refused, "; "), table.concat(names, ",")), 0)
+  end
+  local notes, was = {}, type(saved.placement) == "table" and saved.placement or {}
+  for _, k in ipairs({ "strategy", "world_size", "stages" }) do
+    if was[k] ~= nil and was[k] ~= now.placement[k] then
+      notes[#notes + 1] = ("%s %s -> %s"):format(k, tostring(was[k]), tostring(now.placement[k]))
+    end
+  end
+  return notes
+end
+
+return M
