@@ -1,31 +1,28 @@
 /*
- * aio.c -- asynchronous file I/O on libuv's thread pool, and the nvme tier
- * over it (contracts in ztrain.h, "nvme tier / aio").
+ * aio.c -- asynchronous file I/O, and the nvme tier over it (contracts in
+ * ztrain.h, "nvme tier / aio"). This file is the engine's generic part:
+ * files, requests cut into blocks, the plan of each block's transfers
+ * (direct or through a bounce buffer, checksums), ownership of the swap
+ * directory, and the nvme tier. The I/O itself is a backend's, each a
+ * whole file behind the aio_backend table (aio_impl.h): aio_uring.c
+ * (io_uring; linked where liburing was found at build time) and
+ * aio_threads.c (pread/pwrite on libuv's thread pool). zt_aio_open picks
+ * one (flags, then ZTRAIN_AIO_ENGINE, then auto: io_uring if its ring
+ * opens, else the thread pool) and says which in zt_aio_engine_note.
  *
  * An engine owns one directory, DIR/ztrain-aio.HOST.PID.N, and the swap
  * files in it. A request (a read or write of a host buffer at a file offset)
- * is cut into blocks at multiples of block_bytes in the file. Up to
- * queue_depth runners (uv_queue_work jobs on libuv's pool) take blocks in
- * submission order and pread/pwrite them, each going straight on to the
- * next block, so queue_depth blocks are in flight; the engine's own loop
- * thread (uv_run) only starts runners when blocks are waiting and none is
- * free, and its callbacks stay in C. A request completes when its last
+ * is cut into blocks at multiples of block_bytes in the file; the backend
+ * keeps up to queue_depth blocks in flight, taken in submission order, on
+ * the engine's own loop thread (uv_run) and, for the thread pool, libuv's
+ * pool threads. Callbacks stay in C. A request completes when its last
  * block does, under the engine lock: callers poll (zt_aio_test) or block
  * (zt_aio_wait). Nothing calls back into Lua.
  *
- *   caller thread          loop thread (uv_run)       libuv pool threads
- *   zt_aio_write --queue--> wake: start runners -----> runner: take block,
- *   zt_aio_wait  <--cv---------------------------------  pwrite, complete, next
- *                           runner_done: restart <---- (no block left)
- *
- * Handing every block back through the loop thread cost two thread
- * wake-ups per block, which on a loaded machine held the engine to about
- * 80% of fio's bandwidth; a runner's next block costs a lock.
- *
  * O_DIRECT needs the buffer, offset and length aligned to the device's
  * logical block: 4096 covers every device. A block that is aligned goes
- * straight from the caller's buffer; any other block goes through the
- * runner's bounce buffer (one per queue slot), whole pages at a time, reading a
+ * straight from the caller's buffer; any other block goes through its
+ * slot's bounce buffer (one per queue slot), whole pages at a time, reading a
  * partial first or last page before writing it (read-modify-write) so the
  * neighbouring bytes survive. A file system that refuses O_DIRECT (ramfs,
  * tmpfs before Linux 6.6, some FUSE mounts: EINVAL) gets buffered I/O,
@@ -59,7 +56,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 #include <uv.h>
-#include "internal.h"
+#include "aio_impl.h"
 
 enum { PAGE = ZT_AIO_PAGE, MAX_DEPTH = 256 };
 #define MAX_BLOCK ((size_t)256 << 20)
@@ -90,86 +87,9 @@ static uint32_t page_hash(const void *page)
 
 static uint32_t zero_page_hash;
 
-/* ---- engine state ------------------------------------------------------------------ */
-
-typedef struct aio_file {
-    int id;
-    int fd;
-    size_t size;                /* logical bytes (requests stay inside) */
-    size_t reserved;            /* on disk: size rounded up to PAGE */
-    int inflight;               /* requests not yet complete (under the engine lock) */
-    uint32_t *sums;             /* checksum mode: one hash per page */
-    size_t sums_bytes;          /* accounted host bytes of sums */
-    char path[PATH_MAX + 32];
-} aio_file;
-
-struct zt_aio_req {
-    zt_aio *a;
-    aio_file *f;
-    int write;
-    char *buf;
-    size_t off, n;              /* file offset, bytes */
-    size_t next;                /* bytes issued so far */
-    int inflight;               /* blocks in flight */
-    int queued;                 /* in the engine's pending list */
-    int done;
-    int err;
-    char msg[2048];
-    struct zt_aio_req *next_pending;
-    struct zt_aio_req *prev_live, *next_live;   /* every request not yet waited */
-};
-
-/* A queue slot: one runner (a thread-pool job) and its bounce buffer. */
-typedef struct slot {
-    uv_work_t work;
-    zt_aio *a;
-    int active;                 /* its runner is queued or running */
-    zt_aio_req *req;            /* the block in hand, NULL between blocks */
-    size_t off, n;              /* this block's file range */
-    char *ubuf;                 /* caller's bytes for [off, off+n) */
-    char *bounce;               /* block_bytes, PAGE-aligned */
-    int bounced;
-    int err;
-    char msg[2048];
-} slot;
-
-struct zt_aio {
-    size_t block;
-    int depth;
-    int flags;
-    int direct;                 /* files opened with O_DIRECT */
-    int owner_fd;
-    unsigned seq;               /* file ids */
-    char dir[PATH_MAX];         /* the engine's own directory */
-    char parent[PATH_MAX];      /* the directory it was given */
-    char mode[PATH_MAX + 256];
-    char notes[4096];
-
-    pthread_mutex_t lock;
-    pthread_cond_t cv;          /* a request completed */
-    aio_file **files;
-    int nfiles, cap;
-    zt_aio_req *pending, *pending_tail;
-    zt_aio_req *live;
-    slot *slots;
-    int busy;                   /* runners active */
-    size_t unissued;            /* blocks of pending requests not yet taken */
-    int blocks_inflight;        /* blocks taken by runners, not yet finished */
-    int stopping;
-    int quit_sent;              /* the wake handle is closing: uv_run returns */
-    char *bounce;               /* depth * block, accounted on host */
-    zt_aio_stats stats;
-
-    uv_loop_t loop;
-    uv_async_t wake;
-    uv_thread_t thread;
-    struct zt_aio *next_open;   /* the atexit list */
-};
-
 /* Open engines, for the exit-time cleanup. */
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 static zt_aio *open_engines;
-static int pool_threads;        /* libuv's pool size (fixed at its first use) */
 static unsigned engine_seq;
 
 static const char *op_name(int write) { return write ? "write to" : "read of"; }
@@ -201,43 +121,33 @@ static int io_error(char *msg, size_t n, int write, const char *path, size_t off
     return ZT_EIO;
 }
 
-/* ---- block I/O (pool threads) ------------------------------------------------------- */
+/* ---- a block's transfers (any backend) ------------------------------------------------ */
 
-/* pread/pwrite all of [off, off+len): EINTR and short transfers retried. A
- * read that meets the end of the file is an error naming the sizes. */
-static int rw_full(slot *sl, aio_file *f, int write, char *p, size_t len, size_t off)
+int aio_rw_fail(slot *sl, int write, size_t off, size_t len, size_t got, int e)
 {
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = write ? pwrite(f->fd, p + got, len - got, (off_t)(off + got))
-                          : pread(f->fd, p + got, len - got, (off_t)(off + got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r > 0) { got += (size_t)r; continue; }
-        int e = r < 0 ? errno : 0;
-        if (r == 0 || (e == EINVAL && got > 0)) {
-            /* 0: end of file. EINVAL after a partial O_DIRECT transfer: the
-             * retry is misaligned because the file ended mid-page. */
-            struct stat st;
-            long long size = fstat(f->fd, &st) == 0 ? (long long)st.st_size : -1;
-            if (!write) {
-                snprintf(sl->msg, sizeof sl->msg,
-                         "aio read of %.500s at offset %zu (%zu bytes): short read: the file ends "
-                         "at %lld bytes, it should hold %zu (truncated or replaced underneath?); "
-                         "its data is lost: restart from a checkpoint, and keep other "
-                         "programs out of %.400s", f->path, off, len, size, f->reserved,
-                         sl->a->dir);
-                return ZT_EIO;
-            }
+    aio_file *f = sl->req->f;
+    if (e == 0 || (e == EINVAL && got > 0)) {
+        /* 0: end of file. EINVAL after a partial O_DIRECT transfer: the
+         * retry is misaligned because the file ended mid-page. */
+        struct stat st;
+        long long size = fstat(f->fd, &st) == 0 ? (long long)st.st_size : -1;
+        if (!write) {
             snprintf(sl->msg, sizeof sl->msg,
-                     "aio write to %.500s at offset %zu (%zu bytes): the device accepted only "
-                     "%zu bytes (file now %lld bytes); check free space and the device under %.400s",
-                     f->path, off, len, got, size, sl->a->dir);
+                     "aio read of %.500s at offset %zu (%zu bytes): short read: the file ends "
+                     "at %lld bytes, it should hold %zu (truncated or replaced underneath?); "
+                     "its data is lost: restart from a checkpoint, and keep other "
+                     "programs out of %.400s", f->path, off, len, size, f->reserved,
+                     sl->a->dir);
             return ZT_EIO;
         }
-        return io_error(sl->msg, sizeof sl->msg, write, f->path, off + got, len - got, e,
-                        sl->a->dir);
+        snprintf(sl->msg, sizeof sl->msg,
+                 "aio write to %.500s at offset %zu (%zu bytes): the device accepted only "
+                 "%zu bytes (file now %lld bytes); check free space and the device under %.400s",
+                 f->path, off, len, got, size, sl->a->dir);
+        return ZT_EIO;
     }
-    return ZT_OK;
+    return io_error(sl->msg, sizeof sl->msg, write, f->path, off + got, len - got, e,
+                    sl->a->dir);
 }
 
 /* Verify the pages of p (file offset off, whole pages) against the file's sums. */
@@ -261,75 +171,100 @@ static void hash_pages(uint32_t *out, const char *p, size_t len)
     for (size_t i = 0; i < len; i += PAGE) out[i / PAGE] = page_hash(p + i);
 }
 
-/* Do runner sl's block (pool thread, engine lock not held). */
-static void block_work(slot *sl)
+/* A block's plan. Direct: one transfer from or into the caller's bytes.
+ * Bounced read: the whole pages into the bounce buffer, then copied out.
+ * Bounced write: the partial first page read (HEAD), the partial last page
+ * read (TAIL), the caller's bytes copied over them, the whole pages written. */
+enum { ST_START, ST_DIRECT, ST_BREAD, ST_HEAD, ST_TAIL, ST_BWRITE, ST_DONE };
+
+void aio_block_begin(slot *sl)
 {
     zt_aio_req *r = sl->req;
     aio_file *f = r->f;
-    zt_aio *a = sl->a;
-    int sums = f->sums != NULL;
     size_t off = sl->off, n = sl->n;
     int aligned = off % PAGE == 0 && n % PAGE == 0 && (uintptr_t)sl->ubuf % PAGE == 0;
     sl->err = ZT_OK;
-    sl->bounced = 0;
-
-    if (aligned || (!a->direct && !sums)) {
-        /* Straight from the caller's bytes (buffered I/O takes any range). */
-        if (r->write) {
-            if (sums) {
-                /* Hash first (the bytes written), publish after the write. */
-                uint32_t *h = malloc(n / PAGE * sizeof *h);
-                if (!h) {
-                    snprintf(sl->msg, sizeof sl->msg, "aio write to %.500s: out of host memory "
-                             "for checksums", f->path);
-                    sl->err = ZT_ENOMEM;
-                    return;
-                }
-                hash_pages(h, sl->ubuf, n);
-                sl->err = rw_full(sl, f, 1, sl->ubuf, n, off);
-                if (!sl->err) memcpy(f->sums + off / PAGE, h, n / PAGE * sizeof *h);
-                free(h);
-            } else {
-                sl->err = rw_full(sl, f, 1, sl->ubuf, n, off);
-            }
-        } else {
-            sl->err = rw_full(sl, f, 0, sl->ubuf, n, off);
-            if (!sl->err && sums) sl->err = verify(sl, f, sl->ubuf, off, n);
-        }
-        return;
-    }
-
-    /* Whole pages through the bounce buffer. Blocks are cut at multiples of
-     * block_bytes, so the page span fits in it. */
-    sl->bounced = 1;
-    size_t a0 = off / PAGE * PAGE, a1 = (off + n + PAGE - 1) / PAGE * PAGE, span = a1 - a0;
-    char *b = sl->bounce;
-    if (!r->write) {
-        sl->err = rw_full(sl, f, 0, b, span, a0);
-        if (!sl->err && sums) sl->err = verify(sl, f, b, a0, span);
-        if (!sl->err) memcpy(sl->ubuf, b + (off - a0), n);
-        return;
-    }
-    /* Read-modify-write of a partial first and last page. */
-    if (off != a0) {
-        sl->err = rw_full(sl, f, 0, b, PAGE, a0);
-        if (!sl->err && sums) sl->err = verify(sl, f, b, a0, PAGE);
-        if (sl->err) return;
-    }
-    if (off + n != a1 && (a1 - PAGE != a0 || off == a0)) {
-        sl->err = rw_full(sl, f, 0, b + span - PAGE, PAGE, a1 - PAGE);
-        if (!sl->err && sums) sl->err = verify(sl, f, b + span - PAGE, a1 - PAGE, PAGE);
-        if (sl->err) return;
-    }
-    memcpy(b + (off - a0), sl->ubuf, n);
-    sl->err = rw_full(sl, f, 1, b, span, a0);
-    if (!sl->err && sums) hash_pages(f->sums + a0 / PAGE, b, span);
+    sl->stage = ST_START;
+    sl->op_done = 0;
+    /* buffered I/O takes any range straight, unless checksums need whole pages */
+    sl->bounced = !(aligned || (!sl->a->direct && !f->sums));
+    /* a direct write's hashes are of the bytes written: taken first,
+     * published after the write */
+    if (!sl->bounced && r->write && f->sums) hash_pages(sl->hash, sl->ubuf, n);
 }
 
-/* ---- the loop thread ------------------------------------------------------------------ */
+static int op(slot *sl, int stage, int write, char *buf, size_t off, size_t len)
+{
+    sl->stage = stage;
+    sl->op = (aio_op){ .write = write, .buf = buf, .off = off, .len = len,
+                       .bounce = buf != sl->ubuf };
+    sl->op_done = 0;
+    return 1;
+}
 
-static void runner_done(uv_work_t *w, int status);
-static void maybe_quit(zt_aio *a);
+int aio_block_next(slot *sl)
+{
+    zt_aio_req *r = sl->req;
+    aio_file *f = r->f;
+    int sums = f->sums != NULL;
+    size_t off = sl->off, n = sl->n;
+    size_t a0 = off / PAGE * PAGE, a1 = (off + n + PAGE - 1) / PAGE * PAGE, span = a1 - a0;
+    char *b = sl->bounce;
+    /* does the write's last page need reading first? (not when it is the
+     * first page, already read) */
+    int tail = off + n != a1 && (a1 - PAGE != a0 || off == a0);
+    switch (sl->stage) {
+    case ST_START:
+        if (!sl->bounced) return op(sl, ST_DIRECT, r->write, sl->ubuf, off, n);
+        if (!r->write) return op(sl, ST_BREAD, 0, b, a0, span);
+        if (off != a0) return op(sl, ST_HEAD, 0, b, a0, PAGE);
+        if (tail) return op(sl, ST_TAIL, 0, b + span - PAGE, a1 - PAGE, PAGE);
+        memcpy(b, sl->ubuf, n);
+        return op(sl, ST_BWRITE, 1, b, a0, span);
+    case ST_DIRECT:
+        if (r->write && sums) memcpy(f->sums + off / PAGE, sl->hash, n / PAGE * sizeof *sl->hash);
+        else if (sums) sl->err = verify(sl, f, sl->ubuf, off, n);
+        break;
+    case ST_BREAD:
+        if (sums) sl->err = verify(sl, f, b, a0, span);
+        if (!sl->err) memcpy(sl->ubuf, b + (off - a0), n);
+        break;
+    case ST_HEAD:
+        if (sums && (sl->err = verify(sl, f, b, a0, PAGE))) break;
+        if (tail) return op(sl, ST_TAIL, 0, b + span - PAGE, a1 - PAGE, PAGE);
+        memcpy(b + (off - a0), sl->ubuf, n);
+        return op(sl, ST_BWRITE, 1, b, a0, span);
+    case ST_TAIL:
+        if (sums && (sl->err = verify(sl, f, b + span - PAGE, a1 - PAGE, PAGE))) break;
+        memcpy(b + (off - a0), sl->ubuf, n);
+        return op(sl, ST_BWRITE, 1, b, a0, span);
+    case ST_BWRITE:
+        if (sums) hash_pages(f->sums + a0 / PAGE, b, span);
+        break;
+    default:
+        break;
+    }
+    sl->stage = ST_DONE;
+    return 0;
+}
+
+int aio_fault(zt_aio *a, int where)
+{
+    if (!__atomic_load_n(&a->fault_err, __ATOMIC_ACQUIRE) || a->fault_where != where) return 0;
+    if (__atomic_sub_fetch(&a->fault_countdown, 1, __ATOMIC_ACQ_REL) != 0) return 0;
+    return __atomic_exchange_n(&a->fault_err, 0, __ATOMIC_ACQ_REL);
+}
+
+void zt_aio_inject_fault(zt_aio *a, int where, int err, int nth)
+{
+    if (!a) return;
+    __atomic_store_n(&a->fault_err, 0, __ATOMIC_RELEASE);
+    a->fault_where = where;
+    __atomic_store_n(&a->fault_countdown, (long)(nth > 0 ? nth : 1), __ATOMIC_RELEASE);
+    __atomic_store_n(&a->fault_err, err, __ATOMIC_RELEASE);
+}
+
+/* ---- blocks in and out of the queue (engine lock held) ------------------------------ */
 
 /* Mark r complete (engine lock held). */
 static void complete(zt_aio *a, zt_aio_req *r)
@@ -357,9 +292,9 @@ static size_t nblocks(size_t off, size_t end, size_t b)
     return end == off ? 0 : (end - 1) / b - off / b + 1;
 }
 
-/* Hand the next block to runner sl (engine lock held): 1, or 0 if none.
+/* Hand the next block to slot sl (engine lock held): 1, or 0 if none.
  * Blocks go in submission order; only the head request is partly issued. */
-static int take_block(zt_aio *a, slot *sl)
+int aio_take_block(zt_aio *a, slot *sl)
 {
     if (!a->pending) return 0;
     zt_aio_req *r = a->pending;
@@ -380,8 +315,8 @@ static int take_block(zt_aio *a, slot *sl)
     return 1;
 }
 
-/* Account runner sl's finished block (engine lock held). */
-static void finish_block(zt_aio *a, slot *sl)
+/* Account slot sl's finished block (engine lock held). */
+void aio_finish_block(zt_aio *a, slot *sl)
 {
     zt_aio_req *r = sl->req;
     if (sl->bounced) a->stats.bounced++;
@@ -399,69 +334,19 @@ static void finish_block(zt_aio *a, slot *sl)
     if (r->inflight == 0 && !r->queued) complete(a, r);
 }
 
-/* A runner (pool thread): takes blocks and does them until none is left.
- * Up to queue_depth runners run at once, so that many blocks are in flight;
- * a runner goes straight from one block to the next, without a trip
- * through the loop thread, which only starts runners. */
-static void runner_work(uv_work_t *w)
-{
-    slot *sl = w->data;
-    zt_aio *a = sl->a;
-    pthread_mutex_lock(&a->lock);
-    while (take_block(a, sl)) {
-        pthread_mutex_unlock(&a->lock);
-        block_work(sl);
-        pthread_mutex_lock(&a->lock);
-        finish_block(a, sl);
-    }
-    pthread_mutex_unlock(&a->lock);
-}
-
-/* Start runners for blocks waiting, up to queue_depth (loop thread). */
-static void issue(zt_aio *a)
-{
-    pthread_mutex_lock(&a->lock);
-    size_t want = a->unissued;
-    for (int i = 0; i < a->depth && a->busy < a->depth && want > 0; i++) {
-        slot *sl = &a->slots[i];
-        if (sl->active) continue;
-        sl->active = 1;
-        a->busy++;
-        want--;
-        uv_queue_work(&a->loop, &sl->work, runner_work, runner_done);
-    }
-    pthread_mutex_unlock(&a->lock);
-}
-
-static void runner_done(uv_work_t *w, int status)
-{
-    slot *sl = w->data;
-    zt_aio *a = sl->a;
-    (void)status;               /* never cancelled: the engine does not call uv_cancel */
-    pthread_mutex_lock(&a->lock);
-    sl->active = 0;
-    a->busy--;
-    pthread_mutex_unlock(&a->lock);
-    issue(a);                   /* blocks queued while this runner was leaving */
-    maybe_quit(a);
-}
-
-/* Closing, and nothing left in flight: close the wake handle so uv_run
- * returns (loop thread). */
-static void maybe_quit(zt_aio *a)
-{
-    pthread_mutex_lock(&a->lock);
-    int quit = a->stopping && !a->pending && a->busy == 0 && !a->quit_sent;
-    if (quit) a->quit_sent = 1;
-    pthread_mutex_unlock(&a->lock);
-    if (quit) uv_close((uv_handle_t *)&a->wake, NULL);
-}
+/* ---- the loop thread ------------------------------------------------------------------ */
 
 static void on_wake(uv_async_t *h)
 {
     zt_aio *a = h->data;
-    issue(a);
-    maybe_quit(a);
+    a->be->on_wake(a);
+}
+
+void aio_quit(zt_aio *a)
+{
+    if (a->quit_sent) return;
+    a->quit_sent = 1;
+    uv_close((uv_handle_t *)&a->wake, NULL);
 }
 
 static void loop_main(void *arg)
@@ -703,27 +588,29 @@ int zt_aio_open(zt_aio **out, const char *dir, size_t block_bytes, int queue_dep
              "(default 1 MiB)", block_bytes, PAGE, MAX_BLOCK);
     ZT_CHECK(queue_depth >= 1 && queue_depth <= MAX_DEPTH,
              "zt_aio_open: queue depth %d must be in 1..%d (default 8)", queue_depth, MAX_DEPTH);
-    ZT_CHECK((flags & ~(ZT_AIO_CHECKSUM | ZT_AIO_BUFFERED | ZT_AIO_SPARSE)) == 0,
+    ZT_CHECK((flags & ~(ZT_AIO_CHECKSUM | ZT_AIO_BUFFERED | ZT_AIO_SPARSE | ZT_AIO_URING |
+                        ZT_AIO_THREADS)) == 0,
              "zt_aio_open: unknown flags 0x%x (known: ZT_AIO_CHECKSUM, ZT_AIO_BUFFERED, "
-             "ZT_AIO_SPARSE)", (unsigned)flags);
-    pthread_once(&once, init_once);
-
-    /* libuv sizes its one process-wide pool from UV_THREADPOOL_SIZE at its
-     * first use; a pool smaller than the queue depth would cap it. */
-    pthread_mutex_lock(&open_lock);
-    if (!pool_threads) {
-        const char *env = getenv("UV_THREADPOOL_SIZE");
-        if (env && atoi(env) > 0) {
-            pool_threads = atoi(env);
-        } else {
-            char v[16];
-            pool_threads = queue_depth > 8 ? queue_depth : 8;
-            snprintf(v, sizeof v, "%d", pool_threads);
-            setenv("UV_THREADPOOL_SIZE", v, 1);
+             "ZT_AIO_SPARSE, ZT_AIO_URING, ZT_AIO_THREADS)", (unsigned)flags);
+    ZT_CHECK((flags & (ZT_AIO_URING | ZT_AIO_THREADS)) != (ZT_AIO_URING | ZT_AIO_THREADS),
+             "zt_aio_open: flags ZT_AIO_URING and ZT_AIO_THREADS together (pick one engine, "
+             "or neither for ZTRAIN_AIO_ENGINE / auto)");
+    /* the engine: the flags, else the environment, else auto */
+    const char *asked = NULL;       /* who chose, for the engine note */
+    int want = 0;                   /* 0 auto, 1 io_uring, 2 threads */
+    if (flags & ZT_AIO_URING) { want = 1; asked = "asked for"; }
+    else if (flags & ZT_AIO_THREADS) { want = 2; asked = "asked for"; }
+    else {
+        const char *env = getenv("ZTRAIN_AIO_ENGINE");
+        if (env && *env && strcmp(env, "auto") != 0) {
+            if (!strcmp(env, "uring") || !strcmp(env, "io_uring")) want = 1;
+            else if (!strcmp(env, "threads")) want = 2;
+            else return zt_error(ZT_EINVAL, "zt_aio_open: ZTRAIN_AIO_ENGINE=%.100s is not an "
+                                 "engine: use auto, uring or threads (or unset it)", env);
+            asked = "ZTRAIN_AIO_ENGINE";
         }
-        if (pool_threads > 1024) pool_threads = 1024;
     }
-    pthread_mutex_unlock(&open_lock);
+    pthread_once(&once, init_once);
 
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
@@ -755,21 +642,25 @@ int zt_aio_open(zt_aio **out, const char *dir, size_t block_bytes, int queue_dep
                  "before Linux 6.6, some FUSE or overlay mounts); I/O goes through the page "
                  "cache", a->parent, why);
     }
-    if (queue_depth > pool_threads) {
-        size_t l = strlen(a->mode);
-        snprintf(a->mode + l, sizeof a->mode - l, "; queue depth %d exceeds libuv's pool of %d "
-                 "threads (set UV_THREADPOOL_SIZE before the first engine opens)",
-                 queue_depth, pool_threads);
-    }
-
     rc = zt_mem_alloc((void **)&a->bounce, block_bytes * (size_t)queue_depth, ZT_TIER_HOST,
                       ZT_CAT_OTHER, "aio bounce buffers (queue_depth x block_bytes)");
     if (rc) { remove_files(a); close(a->owner_fd); free(slots); free(a); return rc; }
     a->stats.host_bytes = block_bytes * (size_t)queue_depth;
     for (int i = 0; i < queue_depth; i++) {
         slots[i].a = a;
+        slots[i].index = i;
         slots[i].bounce = a->bounce + (size_t)i * block_bytes;
         slots[i].work.data = &slots[i];
+        /* checksum mode: a direct write's page hashes (4 bytes per 4 KiB) */
+        if ((flags & ZT_AIO_CHECKSUM) &&
+            !(slots[i].hash = malloc(block_bytes / PAGE * sizeof *slots[i].hash))) rc = ZT_ENOMEM;
+    }
+    if (rc) {
+        zt_mem_free(a->bounce, block_bytes * (size_t)queue_depth, ZT_TIER_HOST, ZT_CAT_OTHER);
+        remove_files(a); close(a->owner_fd);
+        for (int i = 0; i < queue_depth; i++) free(slots[i].hash);
+        free(slots); free(a);
+        return zt_error(ZT_ENOMEM, "zt_aio_open: out of memory for checksums");
     }
     pthread_mutex_init(&a->lock, NULL);
     pthread_cond_init(&a->cv, NULL);
@@ -777,13 +668,6 @@ int zt_aio_open(zt_aio **out, const char *dir, size_t block_bytes, int queue_dep
     if (uvrc == 0) {
         uvrc = uv_async_init(&a->loop, &a->wake, on_wake);
         a->wake.data = a;
-        if (uvrc == 0) {
-            uvrc = uv_thread_create(&a->thread, loop_main, a);
-            if (uvrc != 0) {
-                uv_close((uv_handle_t *)&a->wake, NULL);
-                uv_run(&a->loop, UV_RUN_DEFAULT);
-            }
-        }
         if (uvrc != 0) uv_loop_close(&a->loop);
     }
     if (uvrc != 0) {
@@ -795,6 +679,62 @@ int zt_aio_open(zt_aio **out, const char *dir, size_t block_bytes, int queue_dep
         free(slots); free(a);
         return zt_error(ZT_ENOMEM, "zt_aio_open: cannot start the aio loop (%s)",
                         uv_strerror(uvrc));
+    }
+
+    /* The backend: io_uring unless the threads were asked for; the thread
+     * pool if io_uring was not asked for by name and cannot start. */
+    const aio_backend *uring = &aio_uring_backend;    /* NULL: built without liburing */
+    char uwhy[300] = "";
+    rc = ZT_EINVAL;
+    if (want != 2) {
+        if (!uring) {
+            snprintf(uwhy, sizeof uwhy, "this build has no io_uring (liburing was not found "
+                     "when it was compiled: make deps, then rebuild)");
+        } else {
+            a->be = uring;
+            rc = uring->init(a, uwhy, sizeof uwhy);
+        }
+        if (rc == ZT_OK)
+            snprintf(a->engine_note, sizeof a->engine_note, "io_uring (%s)",
+                     asked ? (want == 1 && asked[0] == 'Z' ? "ZTRAIN_AIO_ENGINE=uring"
+                                                           : "asked for") : "auto");
+    }
+    char twhy[300] = "";
+    if (rc != ZT_OK && want != 1) {
+        a->be = &aio_threads_backend;
+        rc = aio_threads_backend.init(a, twhy, sizeof twhy);
+        if (rc == ZT_OK && want == 2)
+            snprintf(a->engine_note, sizeof a->engine_note, "threads (%s)",
+                     asked[0] == 'Z' ? "ZTRAIN_AIO_ENGINE=threads" : "asked for");
+        else if (rc == ZT_OK)
+            snprintf(a->engine_note, sizeof a->engine_note, "threads: io_uring unavailable: "
+                     "%.300s", uwhy);
+    }
+    if (rc == ZT_OK) {
+        uvrc = uv_thread_create(&a->thread, loop_main, a);
+        if (uvrc != 0) {
+            a->be->fini(a);
+            snprintf(twhy, sizeof twhy, "cannot start the aio loop thread (%s)", uv_strerror(uvrc));
+            rc = ZT_ENOMEM;
+        }
+    }
+    if (rc != ZT_OK) {
+        uv_close((uv_handle_t *)&a->wake, NULL);
+        uv_run(&a->loop, UV_RUN_DEFAULT);
+        uv_loop_close(&a->loop);
+        zt_mem_free(a->bounce, block_bytes * (size_t)queue_depth, ZT_TIER_HOST, ZT_CAT_OTHER);
+        remove_files(a);
+        close(a->owner_fd);
+        pthread_cond_destroy(&a->cv);
+        pthread_mutex_destroy(&a->lock);
+        for (int i = 0; i < queue_depth; i++) free(slots[i].hash);
+        free(slots); free(a);
+        if (want == 1)
+            return zt_error(ZT_EINVAL, "zt_aio_open: the io_uring engine was asked for (%s) but "
+                            "%s; use the thread pool (ZTRAIN_AIO_ENGINE=threads, or "
+                            "offload.aio_engine = \"threads\"; auto picks it by itself)",
+                            asked[0] == 'Z' ? "ZTRAIN_AIO_ENGINE=uring" : "ZT_AIO_URING", uwhy);
+        return zt_error(rc, "zt_aio_open: %s", twhy);
     }
     pthread_mutex_lock(&open_lock);
     a->next_open = open_engines;
@@ -827,6 +767,7 @@ void zt_aio_close(zt_aio *a)
     uv_async_send(&a->wake);    /* the loop drains its work, then closes the handle */
     uv_thread_join(&a->thread);
     uv_loop_close(&a->loop);
+    a->be->fini(a);
 
     while (a->live) {           /* requests never waited: their handles die here */
         zt_aio_req *r = a->live;
@@ -844,6 +785,7 @@ void zt_aio_close(zt_aio *a)
     pthread_cond_destroy(&a->cv);
     pthread_mutex_destroy(&a->lock);
     free(a->files);
+    for (int i = 0; i < a->depth; i++) free(a->slots[i].hash);
     free(a->slots);
     free(a);
 }
@@ -855,6 +797,8 @@ size_t zt_aio_block_bytes(const zt_aio *a) { return a ? a->block : 0; }
 int zt_aio_queue_depth(const zt_aio *a) { return a ? a->depth : 0; }
 int zt_aio_flags(const zt_aio *a) { return a ? a->flags : 0; }
 int zt_aio_direct(const zt_aio *a) { return a ? a->direct : 0; }
+const char *zt_aio_engine(const zt_aio *a) { return a && a->be ? a->be->name : ""; }
+const char *zt_aio_engine_note(const zt_aio *a) { return a ? a->engine_note : ""; }
 
 int zt_aio_get_stats(zt_aio *a, zt_aio_stats *out)
 {

@@ -65,6 +65,12 @@ void zt_nvme_free(void *handle);
 int zt_nvme_rw(int write, const zt_tensor *t, void *buf, size_t nbytes);
 /* The same, queued: *req to zt_aio_wait. */
 int zt_nvme_submit(int write, const zt_tensor *t, void *buf, size_t nbytes, zt_aio_req **req);
+/* Test hook: the nth transfer from now (1 = the next) of engine a fails with
+ * errno err at its submission (ZT_AIO_FAULT_SUBMIT: io_uring_submit's error,
+ * io_uring only) or at its completion (ZT_AIO_FAULT_COMPLETE: the CQE's res,
+ * or pread/pwrite's errno on the thread pool). err 0 disarms. */
+enum { ZT_AIO_FAULT_SUBMIT = 1, ZT_AIO_FAULT_COMPLETE = 2 };
+void zt_aio_inject_fault(zt_aio *a, int where, int err, int nth);
 
 /* Streams (stream.c). Before an op runs on the calling thread, the thread's
  * current stream must have finished its earlier work (stream order): a

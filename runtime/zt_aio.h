@@ -10,12 +10,19 @@
 
 /* ---- nvme tier / aio ----------------------------------------------------------
  * An aio engine does asynchronous reads and writes of host buffers at
- * offsets of swap files it owns, on libuv's thread pool. A request is cut
+ * offsets of swap files it owns, with io_uring where the kernel (and the
+ * build: liburing) has it and on libuv's thread pool elsewhere (the engine
+ * is chosen at open: flags ZT_AIO_URING / ZT_AIO_THREADS, else the
+ * environment's ZTRAIN_AIO_ENGINE=auto|uring|threads, else auto: io_uring
+ * if io_uring_queue_init works, the thread pool if it fails -- ENOSYS, or
+ * EPERM under a seccomp filter or kernel.io_uring_disabled; zt_aio_engine()
+ * names the engine and zt_aio_engine_note() why). A request is cut
  * into blocks of block_bytes (at multiples of block_bytes in the file) and
  * the engine keeps up to queue_depth blocks in flight, over all its
  * requests, in submission order. Completion is polled (zt_aio_test) or
- * waited for (zt_aio_wait); libuv's callbacks run on the engine's own loop
- * thread, in C: nothing ever calls back into Lua.
+ * waited for (zt_aio_wait); libuv's callbacks (the thread pool's, or the
+ * io_uring completions' eventfd under uv_poll) run on the engine's own
+ * loop thread, in C: nothing ever calls back into Lua.
  *
  * Files are opened with O_DIRECT where the file system accepts it (probed
  * with a real write at open); elsewhere (ramfs, tmpfs before Linux 6.6, some
@@ -57,6 +64,8 @@ enum {
     ZT_AIO_CHECKSUM = 1,            /* flag: verify every read against page hashes */
     ZT_AIO_BUFFERED = 2,            /* flag: never O_DIRECT */
     ZT_AIO_SPARSE = 4,              /* flag: do not reserve file space at creation */
+    ZT_AIO_URING = 8,               /* flag: io_uring, an error where it is missing or refused */
+    ZT_AIO_THREADS = 16,            /* flag: libuv's thread pool (pread/pwrite) */
     ZT_AIO_PAGE = 4096,             /* O_DIRECT alignment: buffers, offsets, lengths */
     ZT_AIO_DEFAULT_BLOCK = 1048576, /* block_bytes 0 means this (DeepSpeed's default) */
     ZT_AIO_DEFAULT_DEPTH = 8        /* queue_depth 0 means this */
@@ -96,6 +105,12 @@ int zt_aio_queue_depth(const zt_aio *a);
 int zt_aio_flags(const zt_aio *a);
 /* 1 if files use O_DIRECT. */
 int zt_aio_direct(const zt_aio *a);
+/* The engine doing the I/O: "io_uring" or "threads". */
+const char *zt_aio_engine(const zt_aio *a);
+/* How it was chosen, one line: "io_uring (auto)", "threads (ZTRAIN_AIO_ENGINE
+ * =threads)", "threads: io_uring refused (io_uring_queue_init: Operation not
+ * permitted: a seccomp filter or kernel.io_uring_disabled)", ... */
+const char *zt_aio_engine_note(const zt_aio *a);
 int zt_aio_get_stats(zt_aio *a, zt_aio_stats *out);
 
 /* A new swap file of nbytes (>= 1), zero-filled, its space reserved
