@@ -38,6 +38,14 @@ CFLAGS := $(filter-out -O3,$(CFLAGS)) -O1 -fno-omit-frame-pointer \
 .DEFAULT_GOAL := san
 endif
 RUNTIME_SRC := $(filter-out runtime/device_cuda.c runtime/comm_nccl.c,$(wildcard runtime/*.c))
+# io_uring (the aio engine's backend, runtime/aio_uring.c) where liburing is
+# installed (tools/deps.sh); without it the thread-pool engine alone (URING= forces that)
+URING ?= $(shell pkg-config --exists liburing 2>/dev/null && echo 1)
+ifeq ($(URING),)
+RUNTIME_SRC := $(filter-out runtime/aio_uring.c,$(RUNTIME_SRC))
+else
+LIBS += $(shell pkg-config --libs liburing 2>/dev/null || echo -luring)
+endif
 KERNEL_SRC  := $(wildcard kernels/cpu/*.c)
 LIB_OBJ     := $(patsubst %.c,$(B)/obj/%.o,$(RUNTIME_SRC) $(KERNEL_SRC))
 CTEST_SRC   := $(filter-out spec/c/test_cuda%.c,$(wildcard spec/c/test_*.c))
