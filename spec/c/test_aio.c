@@ -9,12 +9,25 @@
  * tensors through copy streams and events.
  *
  * The mounts need root; without it those checks are skipped (said so).
+ *
+ * Every check runs once per engine: the thread pool, and io_uring where
+ * this build and kernel have it (ZTRAIN_AIO_ENGINE set for the pass; each
+ * name is prefixed with [threads] or [io_uring]). Beside them: how the
+ * engine is chosen (flags, the environment, auto; a seccomp filter that
+ * refuses io_uring_setup makes auto fall back to the thread pool, and a
+ * forced io_uring an error saying why), and injected submission and
+ * completion errors naming the file, the operation and the offset.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,9 +35,24 @@
 #include "comm.h"
 #include "internal.h"     /* white-box: reads zt_tensor's fields */
 
-static char base[256];          /* a scratch directory on the real disk */
+static char root[256];          /* a scratch directory on the real disk */
+static char base[300];          /* this pass's part of it */
+static const char *engine = ""; /* this pass's engine: "threads" or "io_uring" */
 
-static void skip(const char *name, const char *why) { printf("ok %s (skipped: %s)\n", name, why); ct_passed++; }
+/* Check names carry the pass's engine. */
+static const char *tagged(const char *name)
+{
+    static char buf[8][400];
+    static int i;
+    char *s = buf[i++ % 8];
+    snprintf(s, sizeof buf[0], "[%s] %s", engine, name);
+    return s;
+}
+#define ct_check(cond, name, ...) (ct_check)((cond), tagged(name), __VA_ARGS__)
+#define ct_fail(name, ...) (ct_fail)(tagged(name), __VA_ARGS__)
+#define ct_same_bits(name, ...) (ct_same_bits)(tagged(name), __VA_ARGS__)
+
+static void skip(const char *name, const char *why) { printf("ok %s (skipped: %s)\n", tagged(name), why); ct_passed++; }
 
 static int has(const char *s, const char *sub) { return s && strstr(s, sub) != NULL; }
 
@@ -164,6 +192,8 @@ static void test_open_errors(void)
              "open: a missing last component is created", "rc %d %s", rc, zt_last_error());
     ct_check(zt_mem_current(ZT_TIER_HOST, -1) - host0 == 4 * 65536,
              "open: bounce buffers accounted on host", "%zu", zt_mem_current(ZT_TIER_HOST, -1) - host0);
+    ct_check(!strcmp(zt_aio_engine(a), engine), "open: the engine asked for (ZTRAIN_AIO_ENGINE) runs",
+             "engine %s, note %s", zt_aio_engine(a), zt_aio_engine_note(a));
     zt_aio_close(a);
     ct_check(count_entries(p) == 0 && zt_mem_current(ZT_TIER_HOST, -1) == host0,
              "close: the engine directory is gone and its memory freed", "%d entries",
@@ -516,6 +546,7 @@ static void test_cleanup(void)
     int r[2], g[2];
     if (pipe(r) || pipe(g)) { ct_fail("pipes", "%s", strerror(errno)); return; }
     pid = child_engine(d, 2, r[1], g[0]);
+    close(r[1]);                        /* a child that fails: EOF, not a hang */
     char c;
     if (read(r[0], &c, 1) != 1) printf("# child did not start\n");
     find_entry(d, "ztrain-aio.", child_dir, sizeof child_dir);
@@ -528,7 +559,7 @@ static void test_cleanup(void)
     waitpid(pid, &status, 0);
     ct_check(WIFEXITED(status) && WEXITSTATUS(status) == 0 && stat(child_dir, &st) != 0,
              "the live run's own close removed its files", "status %d", status);
-    close(r[0]); close(r[1]); close(g[0]); close(g[1]);
+    close(r[0]); close(g[0]); close(g[1]);
 
     /* a normal exit without close: atexit removes the files */
     pid = child_engine(d, 1, -1, -1);
@@ -814,23 +845,238 @@ static void test_stream_overlap(void)
     zt_nvme_shutdown();
 }
 
+/* ---- injected faults -------------------------------------------------------------------- */
+
+/* A transfer that fails at its completion (the CQE's res; pread/pwrite's
+ * errno on the thread pool) or at its submission (io_uring_submit's error):
+ * the request fails naming the file, the operation and the offset of the
+ * failed transfer, and the engine stays usable. Depth 1, so the nth
+ * transfer is the nth block. */
+static void test_faults(void)
+{
+    zt_aio *a = NULL;
+    enum { B = 65536 };
+    if (zt_aio_open(&a, subdir("faults"), B, 1, ZT_AIO_CHECKSUM)) {
+        ct_fail("faults: open", "%s", zt_last_error());
+        return;
+    }
+    int f;
+    zt_aio_file_new(a, 16 * B, &f);
+    const char *path = zt_aio_file_path(a, f);
+    unsigned char *src = page_alloc(16 * B), *dst = page_alloc(16 * B);
+    fill_random(src, 16 * B);
+    int rc = zt_aio_write(a, f, 0, src, 16 * B, NULL);
+    char want[64];
+
+    /* the third block of a 4-block write fails with EIO */
+    zt_aio_inject_fault(a, ZT_AIO_FAULT_COMPLETE, EIO, 3);
+    rc = zt_aio_write(a, f, B, src, 4 * B, NULL);
+    snprintf(want, sizeof want, "at offset %d (%d bytes)", 3 * B, B);
+    ct_check(rc == ZT_EIO && has(zt_last_error(), "aio write to") && has(zt_last_error(), path) &&
+             has(zt_last_error(), want) && has(zt_last_error(), "I/O error (EIO)"),
+             "a write's completion error names the file, the operation and the failed block's offset",
+             "rc %d %s", rc, zt_last_error());
+    /* a read whose completion fails with ENOSPC-like errors: any errno is named */
+    zt_aio_inject_fault(a, ZT_AIO_FAULT_COMPLETE, ENXIO, 1);
+    rc = zt_aio_read(a, f, 5 * B, dst, B, NULL);
+    snprintf(want, sizeof want, "at offset %d (%d bytes)", 5 * B, B);
+    ct_check(rc == ZT_EIO && has(zt_last_error(), "aio read of") && has(zt_last_error(), path) &&
+             has(zt_last_error(), want) && has(zt_last_error(), strerror(ENXIO)),
+             "a read's completion error names the file, the operation and the offset", "rc %d %s", rc,
+             zt_last_error());
+    /* an unaligned (bounced) write: the read-modify-write's first read fails */
+    zt_aio_inject_fault(a, ZT_AIO_FAULT_COMPLETE, EIO, 1);
+    rc = zt_aio_write(a, f, 7 * B + 100, src, 1000, NULL);
+    snprintf(want, sizeof want, "at offset %d (%d bytes)", 7 * B, ZT_AIO_PAGE);
+    ct_check(rc == ZT_EIO && has(zt_last_error(), "aio read of") && has(zt_last_error(), want),
+             "a bounced write's read-modify-write error names the page read", "rc %d %s", rc,
+             zt_last_error());
+    if (!strcmp(engine, "io_uring")) {
+        zt_aio_inject_fault(a, ZT_AIO_FAULT_SUBMIT, EINVAL, 1);
+        rc = zt_aio_read(a, f, 9 * B, dst, B, NULL);
+        snprintf(want, sizeof want, "at offset %d (%d bytes)", 9 * B, B);
+        ct_check(rc == ZT_EIO && has(zt_last_error(), "aio read of") && has(zt_last_error(), path) &&
+                 has(zt_last_error(), want) && has(zt_last_error(), "io_uring_submit") &&
+                 has(zt_last_error(), strerror(EINVAL)) && has(zt_last_error(), "ZTRAIN_AIO_ENGINE=threads"),
+                 "a submission error names the file, the operation, the offset and the way out",
+                 "rc %d %s", rc, zt_last_error());
+        zt_aio_inject_fault(a, ZT_AIO_FAULT_SUBMIT, EAGAIN, 1);
+        memset(dst, 0, B);
+        rc = zt_aio_read(a, f, 10 * B, dst, B, NULL);
+        ct_check(rc == ZT_OK && !memcmp(dst, src + 10 * B, B),
+                 "a submission refused with EAGAIN is retried", "rc %d %s", rc, zt_last_error());
+    } else {
+        skip("a submission error names the file, the operation, the offset and the way out",
+             "the thread pool submits nothing");
+        skip("a submission refused with EAGAIN is retried", "the thread pool submits nothing");
+    }
+    /* still usable; the blocks before the failed one were written, the one
+     * after it was not issued, and the file (plain read) holds the bytes of
+     * every write that completed. The failed block's bytes are unknown (the
+     * thread pool's fault comes before its pwrite, io_uring's after the
+     * kernel's write), so it is not read: with checksums that read would
+     * fail, as a real failed write's page should. */
+    fill_random(src + 12 * B, 4 * B);
+    rc = zt_aio_write(a, f, 12 * B, src + 12 * B, 4 * B, NULL);
+    if (!rc) rc = zt_aio_read(a, f, 0, dst, 3 * B, NULL);
+    if (!rc) rc = zt_aio_read(a, f, 4 * B, dst + 4 * B, 12 * B, NULL);
+    unsigned char *disk = slurp(path, 16 * B);
+    ct_check(rc == ZT_OK && !memcmp(dst, disk, 3 * B) && !memcmp(dst + 4 * B, disk + 4 * B, 12 * B) &&
+             !memcmp(dst, src, B) && !memcmp(dst + B, src, 2 * B) &&
+             !memcmp(dst + 4 * B, src + 4 * B, B) && !memcmp(dst + 12 * B, src + 12 * B, 4 * B),
+             "after the faults the engine works and the file holds what completed", "rc %d %s", rc,
+             zt_last_error());
+    zt_aio_stats st;
+    zt_aio_get_stats(a, &st);
+    int want_errors = !strcmp(engine, "io_uring") ? 4 : 3;
+    ct_check(st.errors == (uint64_t)want_errors, "the failed requests are counted", "%llu errors",
+             (unsigned long long)st.errors);
+    free(disk); free(src); free(dst);
+    zt_aio_close(a);
+}
+
+/* ---- choosing the engine ------------------------------------------------------------------ */
+
+/* In a child: a seccomp filter makes io_uring_setup fail with EPERM (as a
+ * container's default profile does); auto must fall back to the thread
+ * pool and say why, a forced io_uring must fail saying why. Exit status:
+ * 0 all held, 10 + the failed check otherwise; details on stdout. */
+static int seccomp_child(const char *dir)
+{
+    struct sock_filter filt[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = { .len = sizeof filt / sizeof *filt, .filter = filt };
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)) {
+        printf("# seccomp: %s\n", strerror(errno));
+        return 9;
+    }
+    unsetenv("ZTRAIN_AIO_ENGINE");
+    zt_aio *a = NULL;
+    int rc = zt_aio_open(&a, dir, 65536, 2, 0);
+    if (rc || strcmp(zt_aio_engine(a), "threads") ||
+        !has(zt_aio_engine_note(a), "io_uring_queue_init refused: Operation not permitted") ||
+        !has(zt_aio_engine_note(a), "seccomp")) {
+        printf("# auto under seccomp: rc %d engine %s note %s\n", rc, a ? zt_aio_engine(a) : "-",
+               a ? zt_aio_engine_note(a) : zt_last_error());
+        return 11;
+    }
+    static unsigned char buf[65536] __attribute__((aligned(4096))), back[65536];
+    int f;
+    for (int i = 0; i < 65536; i++) buf[i] = (unsigned char)(i * 7 + 1);
+    rc = zt_aio_file_new(a, sizeof buf, &f);
+    if (!rc) rc = zt_aio_write(a, f, 0, buf, sizeof buf, NULL);
+    if (!rc) rc = zt_aio_read(a, f, 0, back, sizeof back, NULL);
+    if (rc || memcmp(buf, back, sizeof buf)) { printf("# fallback round trip: %s\n", zt_last_error()); return 12; }
+    zt_aio_close(a);
+    a = NULL;
+    rc = zt_aio_open(&a, dir, 65536, 2, ZT_AIO_URING);
+    if (rc != ZT_EINVAL || a || !has(zt_last_error(), "io_uring engine was asked for (ZT_AIO_URING)") ||
+        !has(zt_last_error(), "Operation not permitted") || !has(zt_last_error(), "ZTRAIN_AIO_ENGINE=threads")) {
+        printf("# forced io_uring under seccomp: rc %d %s\n", rc, zt_last_error());
+        return 13;
+    }
+    if (count_entries(dir) != 0) { printf("# the refused open left %d entries\n", count_entries(dir)); return 14; }
+    return 0;
+}
+
+static void test_choice(int have_uring, const char *no_uring)
+{
+    char *d = subdir("choice");
+    zt_aio *a = NULL;
+    int rc = zt_aio_open(&a, d, 0, 0, ZT_AIO_URING | ZT_AIO_THREADS);
+    ct_check(rc == ZT_EINVAL && !a && has(zt_last_error(), "together"),
+             "choice: both engine flags at once are refused", "rc %d %s", rc, zt_last_error());
+    setenv("ZTRAIN_AIO_ENGINE", "uringg", 1);
+    rc = zt_aio_open(&a, d, 0, 0, 0);
+    ct_check(rc == ZT_EINVAL && !a && has(zt_last_error(), "ZTRAIN_AIO_ENGINE=uringg is not an engine") &&
+             count_entries(d) == 0, "choice: a misspelt ZTRAIN_AIO_ENGINE is refused before anything is made",
+             "rc %d %s", rc, zt_last_error());
+    setenv("ZTRAIN_AIO_ENGINE", "uring", 1);
+    rc = zt_aio_open(&a, d, 0, 0, ZT_AIO_THREADS);
+    ct_check(rc == ZT_OK && !strcmp(zt_aio_engine(a), "threads") &&
+             !strcmp(zt_aio_engine_note(a), "threads (asked for)"),
+             "choice: the flag wins over the environment", "rc %d %s", rc, zt_aio_engine_note(a));
+    zt_aio_close(a);
+    setenv("ZTRAIN_AIO_ENGINE", "threads", 1);
+    rc = zt_aio_open(&a, d, 0, 0, 0);
+    ct_check(rc == ZT_OK && !strcmp(zt_aio_engine(a), "threads") &&
+             !strcmp(zt_aio_engine_note(a), "threads (ZTRAIN_AIO_ENGINE=threads)"),
+             "choice: ZTRAIN_AIO_ENGINE=threads, and the note says so", "rc %d %s", rc, zt_aio_engine_note(a));
+    zt_aio_close(a);
+    setenv("ZTRAIN_AIO_ENGINE", "auto", 1);
+    rc = zt_aio_open(&a, d, 0, 0, 0);
+    ct_check(rc == ZT_OK && !strcmp(zt_aio_engine(a), have_uring ? "io_uring" : "threads") &&
+             (have_uring ? !strcmp(zt_aio_engine_note(a), "io_uring (auto)")
+                         : has(zt_aio_engine_note(a), "io_uring unavailable")),
+             "choice: auto takes io_uring where it works", "rc %d %s", rc, zt_aio_engine_note(a));
+    zt_aio_close(a);
+    unsetenv("ZTRAIN_AIO_ENGINE");
+    if (!have_uring) {
+        skip("choice: io_uring refused by seccomp: auto falls back, forced fails saying why", no_uring);
+        return;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) _exit(seccomp_child(d));
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 9)
+        skip("choice: io_uring refused by seccomp: auto falls back, forced fails saying why",
+             "cannot install a seccomp filter");
+    else
+        ct_check(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                 "choice: io_uring refused by seccomp (EPERM): auto falls back to the thread pool and "
+                 "says why, a forced io_uring fails saying why", "child status %d", status);
+}
+
 int main(void)
 {
-    snprintf(base, sizeof base, "/tmp/zt_test_aio_XXXXXX");
-    if (!mkdtemp(base)) { printf("mkdtemp: %s\n", strerror(errno)); return 2; }
-    ct_seed(7);
+    snprintf(root, sizeof root, "/tmp/zt_test_aio_XXXXXX");
+    if (!mkdtemp(root)) { printf("mkdtemp: %s\n", strerror(errno)); return 2; }
     double t0 = zt_now();
-    test_open_errors();
-    test_roundtrips();
-    test_many_in_flight();
-    test_fallback();
-    test_enospc();
-    test_underneath(ZT_AIO_CHECKSUM, "checksum");
-    test_underneath(0, "no checksum");
-    test_cleanup();
-    test_nvme_tier();
-    test_stream_overlap();
+    /* is io_uring here (this build, this kernel)? */
+    zt_aio *probe = NULL;
+    int have_uring = zt_aio_open(&probe, root, 0, 1, ZT_AIO_URING) == ZT_OK;
+    char no_uring[1024];
+    snprintf(no_uring, sizeof no_uring, "%s", have_uring ? "" : zt_last_error());
+    zt_aio_close(probe);
+    /* io_uring first: libuv 1.44's exit joins its pool's threads, which a
+     * forked child of a process that used the pool does not have (it
+     * crashes at exit() unless it used the pool itself): test_cleanup's
+     * children on io_uring must come from a parent that has not. */
+    const char *engines[] = { "io_uring", "threads" };
+    for (int e = 0; e < 2; e++) {
+        engine = engines[e];
+        snprintf(base, sizeof base, "%s/%s", root, engine);
+        mkdir(base, 0700);
+        if (e == 0 && !have_uring) {
+            skip("every check on io_uring", no_uring);
+            continue;
+        }
+        printf("# engine %s\n", engine);
+        setenv("ZTRAIN_AIO_ENGINE", e == 0 ? "uring" : "threads", 1);
+        ct_seed(7);
+        test_open_errors();
+        test_roundtrips();
+        test_many_in_flight();
+        test_fallback();
+        test_enospc();
+        test_underneath(ZT_AIO_CHECKSUM, "checksum");
+        test_underneath(0, "no checksum");
+        test_cleanup();
+        test_nvme_tier();
+        test_stream_overlap();
+        test_faults();
+    }
+    engine = "choice";
+    snprintf(base, sizeof base, "%s/choice", root);
+    mkdir(base, 0700);
+    test_choice(have_uring, no_uring);
     printf("# %.2f s\n", zt_now() - t0);
-    rm_rf(base);
+    rm_rf(root);
     return ct_summary();
 }
