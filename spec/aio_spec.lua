@@ -2,7 +2,9 @@
 -- and read back bit for bit (through a copy stream and synchronously, with
 -- checksums), accounted on tier nvme; a swap file changed underneath is an
 -- error naming it; bad paths are clear errors; the raw engine's requests
--- polled and waited; swap files gone after shutdown.
+-- polled and waited; swap files gone after shutdown. Everything runs on
+-- each engine that opens here (io_uring, where this build and kernel have
+-- it, and libuv's thread pool), forced by the engine option.
 local ffi = require "ffi"
 local zt = require "ztrain"
 local T, ops = zt.tensor, zt.ops
@@ -48,7 +50,16 @@ local function host(n, f)
   return t
 end
 
-describe("the nvme tier", function()
+local engines, no_uring = aio.engines()
+if not engines[2] then print(("aio_spec: io_uring skipped (%s)"):format(no_uring)) end
+
+for _, engine in ipairs(engines) do
+local E = engine == "io_uring" and "uring" or "threads"
+-- aio.configure / aio.open with this pass's engine forced
+local function conf(t) t.engine = E; return aio.configure(t) end
+local function open(t) t.engine = E; return aio.open(t) end
+
+describe(("the nvme tier (%s)"):format(engine), function()
   local dir
 
   before_each(function() dir = tmpdir() end)
@@ -58,11 +69,13 @@ describe("the nvme tier", function()
   end)
 
   it("an nvme tensor written from host reads back bit-exact, with checksums", function()
-    local info = aio.configure { path = dir, checksum = true, block_bytes = "64KiB", queue_depth = 4 }
+    local info = conf { path = dir, checksum = true, block_bytes = "64KiB", queue_depth = 4 }
     assert.is_string(info.mode)
     assert.is_true(info.checksum)
     assert.are.equal(65536, info.block_bytes)
     assert.are.equal(4, info.queue_depth)
+    assert.are.equal(engine, info.engine)
+    assert.matches(engine .. " (asked for)", info.summary, 1, true)
     assert.matches(dir, info.dir, 1, true)
     assert.matches("nvme: " .. info.mode, info.summary, 1, true)
 
@@ -104,7 +117,7 @@ describe("the nvme tier", function()
   end)
 
   it("a swap file changed underneath fails the copy with the file and offset", function()
-    aio.configure { path = dir, checksum = true }
+    conf { path = dir, checksum = true }
     local n = 4096
     local nv = T.new({ n }, { tier = "nvme" })
     local src = host(n, function(i) return i end)
@@ -128,7 +141,7 @@ describe("the nvme tier", function()
   end)
 
   it("ops refuse nvme tensors; bytes move only to and from host", function()
-    aio.configure { path = dir }
+    conf { path = dir }
     local nv = T.new({ 8 }, { tier = "nvme" })
     local d = T.new({ 8 }, { tier = "device" })
     local err = raises(ops.add, nv, nv)
@@ -137,25 +150,25 @@ describe("the nvme tier", function()
     assert.matches("through a host tensor", err, 1, true)
     err = raises(nv.ptr, nv)
     assert.matches("nvme tier", err, 1, true)
-    err = raises(aio.configure, { path = dir })
+    err = raises(conf, { path = dir })
     assert.matches("still exist", err, 1, true)
     nv:free(); d:free()
   end)
 
   it("bad paths and options are clear errors", function()
-    local err = raises(aio.configure, { path = dir .. "/no/such" })
+    local err = raises(conf, { path = dir .. "/no/such" })
     assert.matches(dir .. "/no/such", err, 1, true)
     assert.matches("does not exist", err, 1, true)
     local file = dir .. "/plain"
     io.open(file, "w"):close()
-    err = raises(aio.configure, { path = file })
+    err = raises(conf, { path = file })
     assert.matches("not a directory", err, 1, true)
     assert.matches("offload.nvme_path", err, 1, true)
-    err = raises(aio.configure, { path = dir, block_bytes = 1000 })
+    err = raises(conf, { path = dir, block_bytes = 1000 })
     assert.matches("multiple of 4096", err, 1, true)
-    err = raises(aio.configure, { path = dir, queue_dpeth = 4 })
+    err = raises(conf, { path = dir, queue_dpeth = 4 })
     assert.matches("unknown option \"queue_dpeth\"", err, 1, true)
-    err = raises(aio.configure, { path = dir, block_bytes = "1 Mib-ish" })
+    err = raises(conf, { path = dir, block_bytes = "1 Mib-ish" })
     assert.matches("block_bytes", err, 1, true)
     err = raises(T.new, { 4 }, { tier = "nvme" })      -- nothing configured
     assert.matches("zt_nvme_configure", err, 1, true)
@@ -163,7 +176,7 @@ describe("the nvme tier", function()
   end)
 
   it("shutdown removes the swap directory; a new configure cleans a dead run's files", function()
-    local info = aio.configure { path = dir }
+    local info = conf { path = dir }
     local nv = T.new({ 1024 }, { tier = "nvme" })
     assert.are.equal(2, #entries(info.dir))             -- owner + one swap file
     local err = raises(aio.shutdown)
@@ -175,19 +188,19 @@ describe("the nvme tier", function()
     -- a run killed with its files on disk: a child process, SIGKILLed
     local cmd = ("ZTRAIN_HOME=%s luajit -e 'package.path=%q..package.path; "
                  .. "local zt=require\"ztrain\"; local aio=require\"ztrain.core.aio\"; "
-                 .. "aio.configure{path=%q}; local t=zt.tensor.new({4096},{tier=\"nvme\"}); "
+                 .. "aio.configure{path=%q, engine=%q}; local t=zt.tensor.new({4096},{tier=\"nvme\"}); "
                  .. "os.execute(\"kill -9 \"..require\"ztrain.core.libc\".getpid())' 2>/dev/null")
-                :format(home, home .. "/lua/?.lua;" .. home .. "/lua/?/init.lua;", dir)
+                :format(home, home .. "/lua/?.lua;" .. home .. "/lua/?/init.lua;", dir, E)
     os.execute(cmd)
     assert.are.equal(1, #entries(dir))                  -- its directory stayed behind
-    info = aio.configure { path = dir }
+    info = conf { path = dir }
     assert.matches("removed 1 swap files", info.notes, 1, true)
     assert.matches("dead run", info.summary, 1, true)
     assert.are.equal(1, #entries(dir))                  -- only ours now
   end)
 
   it("remove_files() takes the swap files away before an abort", function()
-    local info = aio.configure { path = dir }
+    local info = conf { path = dir }
     local nv = T.new({ 1024 }, { tier = "nvme" })
     local path = aio.path_of(nv)
     assert.is_true(exists(path))
@@ -201,10 +214,10 @@ describe("the nvme tier", function()
   end)
 end)
 
-describe("the raw aio engine", function()
+describe(("the raw aio engine (%s)"):format(engine), function()
   it("requests are polled and waited; buffers come back bit-exact", function()
     local dir = tmpdir()
-    local e = aio.open { path = dir, block_bytes = 65536, queue_depth = 8 }
+    local e = open { path = dir, block_bytes = 65536, queue_depth = 8 }
     local n = 1048576
     local id = e:file(8 * n)
     local src = ffi.new("uint8_t[?]", 8 * n)
@@ -230,6 +243,26 @@ describe("the raw aio engine", function()
     assert.are.equal(8 * 16 + 128, st.blocks)           -- 64 KiB blocks
     e:close()
     assert.are.equal(0, #entries(dir))
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+end)
+end
+
+describe("choosing the aio engine", function()
+  it("a misspelt engine is an error naming the setting; auto names what it chose", function()
+    local buf = ffi.new("char[64]", "/tmp/zt_aio_spec_XXXXXX")
+    assert(libc.mkdtemp(buf) ~= nil)
+    local dir = ffi.string(buf)
+    local err = raises(aio.configure, { path = dir, engine = "uringg" })
+    assert.matches('engine must be "auto", "uring" or "threads" (offload.aio_engine), got uringg', err, 1, true)
+    local info = aio.configure { path = dir }
+    local want = os.getenv("ZTRAIN_AIO_ENGINE")
+    if want == nil or want == "" or want == "auto" then
+      assert.are.equal(engines[1], info.engine)        -- io_uring where it opens
+      assert.matches(info.engine == "io_uring" and "io_uring (auto)" or "threads: io_uring unavailable",
+                     info.summary, 1, true)
+    end
+    aio.shutdown()
     os.execute("rm -rf '" .. dir .. "'")
   end)
 end)

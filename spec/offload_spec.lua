@@ -51,10 +51,18 @@ describe("offload: same math", function()
   end
 end)
 
+-- the aio engines: at N=1 each that opens here (offload.aio_engine forces
+-- it), at N=2 auto's choice; the summary names the engine that ran
+local engines = require("ztrain.core.aio").engines()
+local nvme_cases = {}
+for _, e in ipairs(engines) do nvme_cases[#nvme_cases + 1] = { 1, e == "io_uring" and "uring" or "threads", e } end
+nvme_cases[#nvme_cases + 1] = { 2, "auto", engines[1] }
+
 describe("infinity (nvme): same math", function()
-  for _, n in ipairs({ 1, 2 }) do
-    it(("zero3_infinity equals zero3, and zero2 with its optimizer on nvme equals zero2, at N=%d"):format(n),
-       function()
+  for _, case in ipairs(nvme_cases) do
+    local n, engine, want_engine = case[1], case[2], case[3]
+    it(("zero3_infinity equals zero3, and zero2 with its optimizer on nvme equals zero2, at N=%d, aio %s"):format(
+         n, engine), function()
       local launch = n > 1 and ("--nproc " .. n .. " ") or ""
       local dir = util.tmpdir()
       util.sh("mkdir -p " .. dir .. "/nvme")
@@ -67,8 +75,9 @@ describe("infinity (nvme): same math", function()
         util.write(recipe, ('local zt = require "ztrain"; local r = dofile("recipes/zero3.lua"); ' ..
                             'r.strategy = %s; return r'):format(pair[2]:match("^zt") and pair[2] or ("%q"):format(pair[2])))
         local b, lb, ob, rb = run(("%s%s batch.accumulate=2 offload.staging=96KiB offload.checksum=true " ..
-                                   "offload.nvme_path=%s/nvme"):format(launch, recipe, dir))
+                                   "offload.nvme_path=%s/nvme offload.aio_engine=%s"):format(launch, recipe, dir, engine))
         assert.are.equal(0, rb, ob)
+        assert.are.equal(want_engine, b.strategy_stats.offload.aio_engine, pair[2])
         assert.are.equal(a.param_digest, b.param_digest, pair[2])
         assert.are.equal(la, lb, pair[2] .. " loss bits")
         -- every swap file is gone at exit

@@ -43,18 +43,22 @@ local ibuf = ffi.new("int[1]")
 local sbuf = ffi.new("size_t[1]")
 
 local KNOWN = { path = true, block_bytes = true, queue_depth = true, checksum = true,
-                buffered = true, sparse = true }
+                buffered = true, sparse = true, engine = true }
+-- engine = "auto" (the default: io_uring where it works, else the thread
+-- pool; $ZTRAIN_AIO_ENGINE may name one), "uring" (an error where io_uring
+-- is missing or refused) or "threads" (libuv's thread pool)
+local ENGINES = { auto = 0, uring = 0, io_uring = 0, threads = 0 }
 
 -- Options -> dir, block_bytes, queue_depth, flags (errors name the option).
 local function options(what, opts)
   if type(opts) ~= "table" then
     error(what .. ": expected a table { path = DIR, block_bytes =, queue_depth =, checksum =, "
-          .. "buffered =, sparse = }", 3)
+          .. "buffered =, sparse =, engine = }", 3)
   end
   for k in pairs(opts) do
     if not KNOWN[k] then
-      error(("%s: unknown option %q (known: block_bytes, buffered, checksum, path, queue_depth, "
-             .. "sparse)"):format(what, tostring(k)), 3)
+      error(("%s: unknown option %q (known: block_bytes, buffered, checksum, engine, path, "
+             .. "queue_depth, sparse)"):format(what, tostring(k)), 3)
     end
   end
   if type(opts.path) ~= "string" or opts.path == "" then
@@ -74,6 +78,13 @@ local function options(what, opts)
   if opts.checksum then flags = flags + C.ZT_AIO_CHECKSUM end
   if opts.buffered then flags = flags + C.ZT_AIO_BUFFERED end
   if opts.sparse then flags = flags + C.ZT_AIO_SPARSE end
+  local engine = opts.engine or "auto"
+  if ENGINES[engine] == nil then
+    error(("%s: engine must be \"auto\", \"uring\" or \"threads\" (offload.aio_engine), got %s")
+          :format(what, tostring(engine)), 3)
+  end
+  if engine == "uring" or engine == "io_uring" then flags = flags + C.ZT_AIO_URING end
+  if engine == "threads" then flags = flags + C.ZT_AIO_THREADS end
   return opts.path, block, depth, flags
 end
 
@@ -96,23 +107,26 @@ local function info_of(a)
     block_bytes = tonumber(C.zt_aio_block_bytes(a)),
     queue_depth = tonumber(C.zt_aio_queue_depth(a)),
     checksum = bit.band(C.zt_aio_flags(a), C.ZT_AIO_CHECKSUM) ~= 0,
+    engine = ffi.string(C.zt_aio_engine(a)),            -- "io_uring" or "threads"
+    engine_note = ffi.string(C.zt_aio_engine_note(a)),  -- how it was chosen
     notes = notes,
   }
-  i.summary = ("nvme: %s, %s blocks, queue depth %d%s, in %s%s"):format(
-    i.mode, memory.format(i.block_bytes), i.queue_depth, i.checksum and ", checksummed" or "",
-    i.dir, notes ~= "" and ("\n" .. notes) or "")
+  i.summary = ("nvme: %s, %s, %s blocks, queue depth %d%s, in %s%s"):format(
+    i.mode, i.engine_note, memory.format(i.block_bytes), i.queue_depth,
+    i.checksum and ", checksummed" or "", i.dir, notes ~= "" and ("\n" .. notes) or "")
   return i
 end
 
 -- ---- the nvme tier ------------------------------------------------------------------
 
 -- configure{ path = DIR, block_bytes = "1MiB", queue_depth = 8, checksum = false,
---            buffered = false, sparse = false } -> info
+--            buffered = false, sparse = false, engine = "auto" } -> info
 -- Opens the tier's engine over DIR (made if its parent exists; an error if it
 -- is not a directory or not writable) and removes files left there by dead
 -- runs. info = { mode, direct, dir, block_bytes, queue_depth, checksum,
--- notes, summary }; print info.summary once. Configuring again moves the
--- tier (an error while nvme tensors exist).
+-- engine ("io_uring" | "threads"), engine_note (how it was chosen), notes,
+-- summary }; print info.summary once. Configuring again moves the tier (an
+-- error while nvme tensors exist).
 function M.configure(opts)
   local dir, block, depth, flags = options("aio.configure", opts)
   check(C.zt_nvme_configure(dir, block, depth, flags), "aio.configure")
@@ -149,6 +163,29 @@ function M.path_of(t)
   local p = C.zt_nvme_path(t.c, sbuf)
   if p == nil then error("aio.path_of: " .. tostring(t) .. " is not on the nvme tier", 2) end
   return ffi.string(p), tonumber(sbuf[0])
+end
+
+-- engines() -> { "io_uring", "threads" } or { "threads" }, and why io_uring
+-- is missing (nil if not): the engines that open here (io_uring needs
+-- liburing at build time and a kernel that lets this process set up a
+-- ring), probed once in a fresh scratch directory.
+local engines_here, no_uring
+function M.engines()
+  if engines_here then return engines_here, no_uring end
+  local libc = require "ztrain.core.libc"
+  local tmpl = ffi.new("char[?]", 300, (os.getenv("TMPDIR") or "/tmp") .. "/zt_aio_probe_XXXXXX")
+  engines_here = {}
+  if libc.mkdtemp(tmpl) == nil then
+    no_uring = "cannot make a scratch directory to probe io_uring in"
+  elseif C.zt_aio_open(abuf, tmpl, 0, 1, C.ZT_AIO_URING) == 0 then
+    C.zt_aio_close(abuf[0])
+    engines_here[1] = "io_uring"
+  else
+    no_uring = ffi.string(C.zt_last_error())
+  end
+  libc.rmdir(tmpl)
+  engines_here[#engines_here + 1] = "threads"
+  return engines_here, no_uring
 end
 
 -- ---- the raw engine --------------------------------------------------------------------

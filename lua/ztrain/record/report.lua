@@ -220,8 +220,8 @@ function M.print_summary(s)
   local off = type(s.strategy_stats) == "table" and s.strategy_stats.offload
   if off then
     w:write(("  offload     per step: %.0f ms waiting for parameter fetches, %.0f ms waiting for the " ..
-             "optimizer's transfers, %.0f ms updating on the host (%s)\n"):format(off.fetch_wait_ms,
-             off.io_wait_ms, off.update_ms, off.tier))
+             "optimizer's transfers, %.0f ms updating on the host (%s%s)\n"):format(off.fetch_wait_ms,
+             off.io_wait_ms, off.update_ms, off.tier, off.aio_engine and (", aio " .. off.aio_engine) or ""))
   end
   for _, l in ipairs(record_comm.lines(s.comm_per_step) or {}) do w:write(l, "\n") end
   if s.exit and s.exit ~= "ok" then w:write(("  exit        %s\n"):format(s.exit)) end

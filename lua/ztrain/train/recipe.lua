@@ -82,8 +82,10 @@ M.defaults = {
   -- placement "" (the schedule's), "loop" (stage s on rank s % stages) or "v"
   pipeline = { stages = 1, chunks = 1, split = "params", placement = "" },
   -- where offloaded state is staged and swapped (zt.strategy.zero{offload_*})
+  -- (aio_engine: "auto" = io_uring where it works, else libuv's thread pool;
+  -- "uring" (an error without it) or "threads"; $ZTRAIN_AIO_ENGINE decides under auto)
   offload  = { staging = "16MiB", prefetch = 2, nvme_path = "", block_size = "1MiB", queue_depth = 8,
-               checksum = false },
+               checksum = false, aio_engine = "auto" },
   -- written at the end of a run: export.hf = DIR, the trained model as a
   -- Hugging Face GPT-2 directory ("" = none)
   export   = { hf = "" },

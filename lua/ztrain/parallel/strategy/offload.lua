@@ -215,7 +215,7 @@ end
 
 -- nvme(recipe, out_dir) -> aio info: the nvme tier configured from the
 -- recipe's offload keys (nvme_path, default OUT/nvme; block_size;
--- queue_depth; checksum). The path is made if missing.
+-- queue_depth; checksum; aio_engine). The path is made if missing.
 function M.configure_nvme(recipe, out_dir)
   local o = recipe and recipe.offload or {}
   local explicit = o.nvme_path and o.nvme_path ~= ""
@@ -236,8 +236,12 @@ function M.configure_nvme(recipe, out_dir)
   end
   -- the launcher removes these swap files if this rank is killed (launch.run)
   registry.note("nvme " .. path)
+  local engine = o.aio_engine or "auto"
+  if engine ~= "auto" and engine ~= "uring" and engine ~= "threads" then
+    error(("offload.aio_engine must be \"auto\", \"uring\" or \"threads\", got %s"):format(tostring(engine)), 0)
+  end
   return aio.configure { path = path, block_bytes = block, queue_depth = o.queue_depth or 8,
-                         checksum = o.checksum or false }
+                         checksum = o.checksum or false, engine = engine }
 end
 
 return M

@@ -340,7 +340,9 @@ function H.describe(place, ctx)
   local off = ctx.work and ctx.work.offload
   if not off or off.time.steps == 0 then return nil end
   local n = off.time.steps
+  local nv = ctx.work.nvme                         -- the aio engine, where a tier is on nvme
   return { offload = { tier = place.otier, params_tier = place.ptier or "device", chunk_elems = off.chunk,
+                       aio_engine = nv and nv.engine or nil, aio_engine_note = nv and nv.engine_note or nil,
                        fetch_wait_ms = 1000 * off.time.fetch_wait / n, io_wait_ms = 1000 * off.time.io_wait / n,
                        update_ms = 1000 * off.time.update / n } }
 end
