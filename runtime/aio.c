@@ -184,6 +184,7 @@ void aio_block_begin(slot *sl)
     size_t off = sl->off, n = sl->n;
     int aligned = off % PAGE == 0 && n % PAGE == 0 && (uintptr_t)sl->ubuf % PAGE == 0;
     sl->err = ZT_OK;
+    sl->registered = 0;
     sl->stage = ST_START;
     sl->op_done = 0;
     /* buffered I/O takes any range straight, unless checksums need whole pages */
@@ -320,6 +321,7 @@ void aio_finish_block(zt_aio *a, slot *sl)
 {
     zt_aio_req *r = sl->req;
     if (sl->bounced) a->stats.bounced++;
+    if (sl->registered) a->stats.registered++;
     if (sl->err && !r->err) {
         r->err = sl->err;
         snprintf(r->msg, sizeof r->msg, "%s", sl->msg);
@@ -982,6 +984,49 @@ int zt_aio_write(zt_aio *a, int file, size_t offset, const void *buf, size_t nby
 int zt_aio_read(zt_aio *a, int file, size_t offset, void *buf, size_t nbytes, zt_aio_req **req)
 {
     return submit("zt_aio_read", a, 0, file, offset, buf, nbytes, req);
+}
+
+int zt_aio_register(zt_aio *a, void *buf, size_t nbytes, int *handle)
+{
+    ZT_CHECK(a != NULL && handle != NULL, "zt_aio_register: engine or handle is NULL");
+    *handle = -1;
+    ZT_CHECK(buf != NULL && nbytes >= 1 && nbytes <= ((size_t)1 << 30),
+             "zt_aio_register: region of %zu bytes at %p: give 1 byte..1 GiB of host memory",
+             nbytes, buf);
+    pthread_mutex_lock(&a->lock);
+    int at = -1;
+    for (int i = 0; i < ZT_AIO_MAX_REGISTERED && at < 0; i++)
+        if (!a->regions[i].buf) at = i;
+    if (at < 0) {
+        pthread_mutex_unlock(&a->lock);
+        return zt_error(ZT_ELIMIT, "zt_aio_register: %d regions registered already (the most); "
+                        "unregister one first (requests on unregistered memory still work)",
+                        ZT_AIO_MAX_REGISTERED);
+    }
+    char why[300] = "";
+    int rc = a->be->reg ? a->be->reg(a, at, buf, nbytes, why, sizeof why) : ZT_OK;
+    if (rc == ZT_OK) a->regions[at] = (aio_region){ buf, nbytes };
+    pthread_mutex_unlock(&a->lock);
+    if (rc) return zt_error(rc, "zt_aio_register: %zu bytes at %p: %s (requests on it still "
+                            "work, unregistered)", nbytes, buf, why);
+    *handle = at;
+    return ZT_OK;
+}
+
+int zt_aio_unregister(zt_aio *a, int handle)
+{
+    ZT_CHECK(a != NULL, "zt_aio_unregister: engine is NULL");
+    ZT_CHECK(handle >= 0 && handle < ZT_AIO_MAX_REGISTERED,
+             "zt_aio_unregister: handle %d is not one of zt_aio_register's", handle);
+    pthread_mutex_lock(&a->lock);
+    if (!a->regions[handle].buf) {
+        pthread_mutex_unlock(&a->lock);
+        return zt_error(ZT_EINVAL, "zt_aio_unregister: handle %d is not registered (twice?)", handle);
+    }
+    if (a->be->reg) a->be->reg(a, handle, NULL, 0, NULL, 0);
+    a->regions[handle] = (aio_region){ NULL, 0 };
+    pthread_mutex_unlock(&a->lock);
+    return ZT_OK;
 }
 
 int zt_aio_test(zt_aio_req *r, int *done)

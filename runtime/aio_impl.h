@@ -71,6 +71,7 @@ typedef struct slot {
     char *bounce;               /* block_bytes, PAGE-aligned */
     uint32_t *hash;             /* checksum mode: the hashes of a direct write's pages */
     int bounced;
+    int registered;             /* io_uring: a transfer used a registered region */
     int stage;                  /* aio_block_next's place in the plan */
     aio_op op;                  /* the transfer in hand */
     size_t op_done;             /* bytes of it transferred (backends that split it) */
@@ -92,7 +93,12 @@ typedef struct aio_backend {
     void (*on_wake)(zt_aio *a);
     /* After the loop thread ended (or when init failed: undo it). */
     void (*fini)(zt_aio *a);
+    /* Register region index (0-based) as [buf, buf+n), or clear it (buf
+     * NULL); any thread, engine lock held. NULL: nothing to do. */
+    int (*reg)(zt_aio *a, int index, void *buf, size_t n, char *why, size_t nwhy);
 } aio_backend;
+
+typedef struct aio_region { char *buf; size_t n; } aio_region;
 
 struct zt_aio {
     size_t block;
@@ -123,6 +129,7 @@ struct zt_aio {
     int quit_sent;              /* the wake handle is closing: uv_run returns */
     char *bounce;               /* depth * block, accounted on host */
     zt_aio_stats stats;
+    aio_region regions[ZT_AIO_MAX_REGISTERED];   /* zt_aio_register's (under the lock) */
     int fault_where, fault_err; /* an injected fault (tests): zt_aio_inject_fault */
     long fault_countdown;
 

@@ -49,6 +49,7 @@ typedef struct uring {
     int nunsub;
     int submit_fault;           /* tests: the next submission fails with this errno */
     int kernel;                 /* entries the kernel took whose completion has not come */
+    int nregions;               /* zt_aio_register's regions (fixed buffers 1..) */
 } uring;
 
 static const char *op_name(int write) { return write ? "write to" : "read of"; }
@@ -96,9 +97,21 @@ static void prep(zt_aio *a, uring *u, slot *sl)
     unsigned len = (unsigned)(o->len - sl->op_done);
     __u64 off = o->off + sl->op_done;
     int fd = sl->req->f->fd;
-    if (o->bounce && u->fixed) {
-        if (o->write) io_uring_prep_write_fixed(sqe, fd, buf, len, off, 0);
-        else io_uring_prep_read_fixed(sqe, fd, buf, len, off, 0);
+    int index = -1;             /* a fixed buffer: the bounce buffers (0), or registered memory */
+    if (o->bounce) {
+        if (u->fixed) index = 0;
+    } else if (u->nregions) {
+        pthread_mutex_lock(&a->lock);
+        for (int i = 0; i < ZT_AIO_MAX_REGISTERED && index < 0; i++) {
+            aio_region *g = &a->regions[i];
+            if (g->buf && buf >= g->buf && buf + len <= g->buf + g->n) index = 1 + i;
+        }
+        pthread_mutex_unlock(&a->lock);
+    }
+    if (index >= 1) sl->registered = 1;
+    if (index >= 0) {
+        if (o->write) io_uring_prep_write_fixed(sqe, fd, buf, len, off, index);
+        else io_uring_prep_read_fixed(sqe, fd, buf, len, off, index);
     } else {
         if (o->write) io_uring_prep_write(sqe, fd, buf, len, off);
         else io_uring_prep_read(sqe, fd, buf, len, off);
@@ -274,10 +287,11 @@ static int init(zt_aio *a, char *why, size_t nwhy)
         release(u);
         return ZT_EIO;
     }
-    /* the bounce buffers as one fixed buffer: their pages stay pinned, the
-     * kernel does not map them for every transfer */
+    /* fixed buffers: 0 the bounce buffers (their pages stay pinned, the
+     * kernel does not map them for every transfer), 1.. zt_aio_register's */
     struct iovec iov = { .iov_base = a->bounce, .iov_len = a->block * (size_t)a->depth };
-    u->fixed = io_uring_register_buffers(&u->ring, &iov, 1) == 0;
+    if (io_uring_register_buffers_sparse(&u->ring, 1 + ZT_AIO_MAX_REGISTERED) == 0)
+        u->fixed = io_uring_register_buffers_update_tag(&u->ring, 0, &iov, NULL, 1) == 1;
     int uvrc = uv_poll_init(&a->loop, &u->poll, u->efd);
     if (uvrc == 0) {
         u->polling = 1;
@@ -316,9 +330,25 @@ static void fini(zt_aio *a)
     a->be_state = NULL;
 }
 
+/* Fixed buffer 1 + index: the region, or an empty slot (engine lock held). */
+static int reg(zt_aio *a, int index, void *buf, size_t n, char *why, size_t nwhy)
+{
+    uring *u = a->be_state;
+    struct iovec iov = { .iov_base = buf, .iov_len = buf ? n : 0 };
+    int rc = io_uring_register_buffers_update_tag(&u->ring, 1 + (unsigned)index, &iov, NULL, 1);
+    if (rc != 1) {
+        if (why) snprintf(why, nwhy, "io_uring refused to register it (%s; RLIMIT_MEMLOCK?)",
+                          strerror(rc < 0 ? -rc : EINVAL));
+        return ZT_ELIMIT;
+    }
+    u->nregions += buf ? 1 : -1;
+    return ZT_OK;
+}
+
 const aio_backend aio_uring_backend = {
     .name = "io_uring",
     .init = init,
     .on_wake = on_wake,
     .fini = fini,
+    .reg = reg,
 };

@@ -67,6 +67,7 @@ enum {
     ZT_AIO_URING = 8,               /* flag: io_uring, an error where it is missing or refused */
     ZT_AIO_THREADS = 16,            /* flag: libuv's thread pool (pread/pwrite) */
     ZT_AIO_PAGE = 4096,             /* O_DIRECT alignment: buffers, offsets, lengths */
+    ZT_AIO_MAX_REGISTERED = 16,     /* regions zt_aio_register holds at once */
     ZT_AIO_DEFAULT_BLOCK = 1048576, /* block_bytes 0 means this (DeepSpeed's default) */
     ZT_AIO_DEFAULT_DEPTH = 8        /* queue_depth 0 means this */
 };
@@ -77,6 +78,8 @@ typedef struct zt_aio_stats {
     uint64_t errors;                      /* failed requests */
     uint64_t host_bytes;                  /* host memory held: bounce buffers + page hashes */
     uint64_t peak_inflight;               /* most blocks in flight at once (<= queue_depth) */
+    uint64_t registered;                  /* blocks moved from or into zt_aio_register'ed memory
+                                             as io_uring fixed buffers */
 } zt_aio_stats;
 
 /* Open an engine over swap directory dir (made if missing when its parent
@@ -130,6 +133,17 @@ const char *zt_aio_file_path(zt_aio *a, int id);
 int zt_aio_write(zt_aio *a, int file, size_t offset, const void *buf, size_t nbytes,
                  zt_aio_req **req);
 int zt_aio_read(zt_aio *a, int file, size_t offset, void *buf, size_t nbytes, zt_aio_req **req);
+/* Register host memory [buf, buf+nbytes) that many requests will use (a
+ * staging pool): with io_uring its pages are pinned once and transfers from
+ * or into it skip the kernel's mapping of the caller's pages on every
+ * request (fixed buffers); with the thread pool it is recorded and changes
+ * nothing. Up to ZT_AIO_MAX_REGISTERED regions of at most 1 GiB each.
+ * ZT_ELIMIT when the table is full or the kernel refuses (RLIMIT_MEMLOCK):
+ * requests on the memory still work, unregistered. *handle goes to
+ * zt_aio_unregister, which must come after the last request on the memory
+ * completed and before the memory is freed. */
+int zt_aio_register(zt_aio *a, void *buf, size_t nbytes, int *handle);
+int zt_aio_unregister(zt_aio *a, int handle);
 /* Block until the request is done, free it, return its result. */
 int zt_aio_wait(zt_aio_req *r);
 /* *done = 1 if finished (never blocks; the request must still be waited). */

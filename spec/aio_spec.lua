@@ -116,6 +116,24 @@ describe(("the nvme tier (%s)"):format(engine), function()
     assert.is_false(exists(path))
   end)
 
+  it("a registered host tensor moves the same bytes (io_uring: as a fixed buffer)", function()
+    conf { path = dir, checksum = true }
+    local n = 262144                                    -- 1 MiB: one block
+    local nv = T.new({ n }, { tier = "nvme" })
+    local src = host(n, function(i) return i * 0.5 - 7 end)
+    local dst = T.new({ n }, { tier = "host" })
+    local hs, hd = assert(aio.register(src)), assert(aio.register(dst))
+    local before = aio.stats().registered
+    nv:write(src:ptr())
+    nv:read(dst:ptr())
+    assert.are.equal(0, ffi.C.memcmp(dst:ptr(), src:ptr(), n * 4))
+    assert.are.equal(engine == "io_uring" and 2 or 0, aio.stats().registered - before)
+    aio.unregister(hs); aio.unregister(hd)
+    local err = raises(aio.unregister, hd)
+    assert.matches("not registered", err, 1, true)
+    nv:free(); src:free(); dst:free()
+  end)
+
   it("a swap file changed underneath fails the copy with the file and offset", function()
     conf { path = dir, checksum = true }
     local n = 4096

@@ -42,6 +42,13 @@ local rbuf = ffi.new("zt_aio_req*[1]")
 local ibuf = ffi.new("int[1]")
 local sbuf = ffi.new("size_t[1]")
 
+-- A host buffer: a cdata pointer/array, or a host-tier tensor (its bytes).
+local function host_ptr(buf, what)
+  if type(buf) == "cdata" then return buf end
+  if type(buf) == "table" and buf.c ~= nil and buf.ptr then return buf:ptr() end
+  error(what .. ": buffer must be a cdata pointer or a host tensor", 3)
+end
+
 local KNOWN = { path = true, block_bytes = true, queue_depth = true, checksum = true,
                 buffered = true, sparse = true, engine = true }
 -- engine = "auto" (the default: io_uring where it works, else the thread
@@ -94,7 +101,8 @@ local function stats_of(a)
   return { bytes_read = tonumber(s.bytes_read), bytes_written = tonumber(s.bytes_written),
            requests = tonumber(s.requests), blocks = tonumber(s.blocks),
            bounced = tonumber(s.bounced), errors = tonumber(s.errors),
-           host_bytes = tonumber(s.host_bytes), peak_inflight = tonumber(s.peak_inflight) }
+           host_bytes = tonumber(s.host_bytes), peak_inflight = tonumber(s.peak_inflight),
+           registered = tonumber(s.registered) }
 end
 
 -- Mode, directory, sizes and start-up notes of an engine.
@@ -146,6 +154,27 @@ function M.stats()
   local a = C.zt_nvme_engine()
   if a == nil then return nil end
   return stats_of(a)
+end
+
+-- register(t) -> handle | nil, why: host tensor t (a staging buffer that many
+-- nvme transfers use) registered with the tier's engine: with io_uring its
+-- pages are pinned once (fixed buffers); nil, why where the engine refuses
+-- (its table of 16 is full, RLIMIT_MEMLOCK) -- transfers work either way.
+-- unregister(handle) after the last transfer on t and before t is freed; a
+-- handle of an engine since closed or replaced is ignored.
+function M.register(t)
+  local a = C.zt_nvme_engine()
+  if a == nil then return nil, "the nvme tier is not configured" end
+  local p = host_ptr(t, "aio.register")
+  local n = type(t) == "table" and t.nbytes and t:nbytes() or error("aio.register: expected a host tensor", 2)
+  if C.zt_aio_register(a, p, n, ibuf) ~= 0 then return nil, ffi.string(C.zt_last_error()) end
+  return { engine = a, index = ibuf[0] }
+end
+
+function M.unregister(h)
+  if h == nil then return end
+  if C.zt_nvme_engine() ~= h.engine then return end      -- that engine is gone
+  check(C.zt_aio_unregister(h.engine, h.index), "aio.unregister")
 end
 
 -- shutdown(): close the tier's engine and remove its swap files (an error
@@ -219,13 +248,6 @@ function Engine:free_file(id) check(C.zt_aio_file_free(live(self, "engine:free_f
 function Engine:path(id)
   local p = C.zt_aio_file_path(live(self, "engine:path"), id)
   return p ~= nil and ffi.string(p) or nil
-end
-
--- A host buffer: a cdata pointer/array, or a host-tier tensor (its bytes).
-local function host_ptr(buf, what)
-  if type(buf) == "cdata" then return buf end
-  if type(buf) == "table" and buf.c ~= nil and buf.ptr then return buf:ptr() end
-  error(what .. ": buffer must be a cdata pointer or a host tensor", 3)
 end
 
 local function submit(self, fn, what, id, offset, buf, nbytes)

@@ -80,6 +80,18 @@ function M.new(opts)
                                          -- would drain its nvme transfers first
   end)
   if not ok then self:free(); error(err, 0) end
+  -- nvme: the slots are where every nvme transfer of the step lands, so
+  -- they are registered with the engine (io_uring pins their pages once:
+  -- fixed buffers; a refusal leaves them unregistered, as fast as before)
+  self.registered = {}
+  if self.tier == "nvme" then
+    local aio = require "ztrain.core.aio"
+    for _, slot in ipairs(self.slots) do
+      for _, k in ipairs(names) do
+        if k ~= "g" then self.registered[#self.registered + 1] = aio.register(slot[k]) end
+      end
+    end
+  end
   return self
 end
 
@@ -199,6 +211,11 @@ end
 function Off:free()
   if self.copies then pcall(self.copies.sync, self.copies); self.copies:free(); self.copies = nil end
   if self.dcopies then pcall(self.dcopies.sync, self.dcopies); self.dcopies:free(); self.dcopies = nil end
+  if self.registered then
+    local aio = require "ztrain.core.aio"
+    for _, h in ipairs(self.registered) do pcall(aio.unregister, h) end
+    self.registered = nil
+  end
   for _, slot in ipairs(self.slots or {}) do
     for _, t in pairs(slot) do t:free() end
   end
