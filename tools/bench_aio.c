@@ -1,25 +1,38 @@
 /*
  * bench_aio.c -- sequential write and read bandwidth of the aio engine
- * (runtime/aio.c) beside fio run with the same block size, queue depth, file
- * and O_DIRECT setting: fio's libaio engine at --iodepth (the kernel's own
- * asynchronous I/O, the usual yardstick and the target's), and fio's psync
- * engine with one job per queue slot (blocking preads/pwrites from that many
- * threads: the engine's own I/O model). `make bench` runs it; alone:
+ * (runtime/aio.c, on the backend it picks: io_uring or the thread pool)
+ * beside fio with the same file, block size, queue depth and O_DIRECT
+ * setting, on both of fio's asynchronous engines: libaio (the kernel's
+ * native AIO) and io_uring, the latter also with --fixedbufs (its buffers
+ * registered, as the engine registers its buffer by default: the
+ * optimizer's staging slots are registered the same way). `make bench`
+ * runs the short default; alone:
  *
- *   make build/bench_aio && build/bench_aio [--dir DIR] [--size 1GiB]
- *        [--block 1MiB] [--depth 8] [--repeat 6] [--psync-jobs DEPTH]
- *        [--buffered]          (ZT_BENCH_AIO_RUNS=1 prints every round)
+ *   make build/bench_aio && build/bench_aio [--dir DIR] [--size 512MiB]
+ *        [--block 1MiB] [--depth 8,32] [--repeat 5] [--engine auto|uring|threads|both]
+ *        [--register 1|0|both] [--psync-jobs N] [--buffered] [--sweep]
+ *        (ZT_BENCH_AIO_RUNS=1 prints every round)
  *
- * One swap file of --size is made by the engine in DIR (default build/, the
- * tree's disk) and written once to lay it out; then --repeat rounds each
- * write it once with every contender and read it once with every
- * contender, the order rotated from round to round. Printed: each side's
- * median and best, and the median (and range) of the per-round ratios
- * engine / fio libaio, on which the 90% target is judged. The engine is
- * handed the file as requests of depth x block bytes, all from one buffer
- * of that size (fio's footprint: iodepth buffers of bs) and all queued at
- * once, so it keeps --depth blocks in flight from start to end, as fio
- * --iodepth does. Without fio the engine column is printed alone.
+ * For each queue depth (default 8 and 32), the engine makes a file of
+ * --size in DIR (default build/, the tree's disk) and writes it once to lay
+ * it out; then --repeat rounds each write the file once with every
+ * contender and read it once with every contender, the order rotated from
+ * round to round (a pass can leave the disk and the host's cache of a
+ * virtual disk warm for whoever comes next). Printed per depth: each
+ * contender's median and best, the engine's median over the best of fio's
+ * three medians, and the median (and range) of the per-round ratios engine /
+ * the round's best fio pass. The target (issue 31): the engine's median
+ * >= 95% of the best fio engine's median, for read and write, at every
+ * depth. The engine gets requests of depth x block bytes from one buffer of
+ * that size, all queued at once, so it keeps `depth` blocks in flight from
+ * start to end, as fio --iodepth does with iodepth buffers of bs.
+ *
+ * --sweep: queue depth 1..64 at --block, then block size 256 KiB..8 MiB at
+ * depth 8, the engine beside both fio engines (one table, medians of
+ * --repeat rounds; 2 unless given). --engine both adds the other engine as
+ * a column, --register both the engine without registering its buffer;
+ * --psync-jobs N adds fio's psync with N jobs (the thread pool's own
+ * pattern). Without fio the engine's columns are printed alone.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -27,6 +40,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "ztrain.h"
+
+enum { MAXR = 50, MAXC = 8 };
 
 static size_t parse_size(const char *s)
 {
@@ -64,20 +79,21 @@ static double engine_pass(zt_aio *a, int f, int write, size_t size, char *buf, s
     return (double)size / dt;
 }
 
-/* fio's bandwidth in bytes per second, or -1 (the reason in why). jobs 0:
- * one job of the libaio engine at iodepth depth (the kernel's asynchronous
- * I/O); jobs N: N jobs of blocking pread/pwrite (psync), each over its own
- * contiguous 1/N of the file -- what the engine's N pool threads do. */
-static double fio_pass(const char *path, int write, size_t size, size_t block, int depth,
-                       int jobs, int direct, char *why, size_t nwhy)
+/* fio's bandwidth in bytes per second, or -1 (the reason in why). engine
+ * "libaio" or "io_uring" at iodepth depth, one job; "psync": jobs jobs of
+ * blocking pread/pwrite, each over its own contiguous 1/jobs of the file. */
+static double fio_pass(const char *path, const char *engine, int write, size_t size, size_t block,
+                       int depth, int jobs, int direct, char *why, size_t nwhy)
 {
-    char cmd[4600], eng[160];
-    if (jobs)
+    char cmd[4600], eng[200];
+    if (!strcmp(engine, "io_uring+fixedbufs"))
+        snprintf(eng, sizeof eng, "--ioengine=io_uring --fixedbufs=1 --iodepth=%d --size=%zu", depth, size);
+    else if (!strcmp(engine, "psync"))
         snprintf(eng, sizeof eng, "--ioengine=psync --numjobs=%d --size=%zu "
                  "--offset_increment=%zu --group_reporting", jobs, size / (size_t)jobs,
                  size / (size_t)jobs);
     else
-        snprintf(eng, sizeof eng, "--ioengine=libaio --iodepth=%d --size=%zu", depth, size);
+        snprintf(eng, sizeof eng, "--ioengine=%s --iodepth=%d --size=%zu", engine, depth, size);
     snprintf(cmd, sizeof cmd, "fio --name=zt --filename=%s --bs=%zu %s --direct=%d --rw=%s "
              "--output-format=terse --terse-version=3 2>&1", path, block, eng, direct,
              write ? "write" : "read");
@@ -95,7 +111,7 @@ static double fio_pass(const char *path, int write, size_t size, size_t block, i
     while (field < want && (s = strchr(s, ';')) != NULL) { s++; field++; }
     if (strncmp(line, "3;", 2) != 0 || !s) {
         line[strcspn(line, "\n")] = 0;
-        snprintf(why, nwhy, "unexpected fio output: %.200s", line);
+        snprintf(why, nwhy, "fio %s: unexpected output: %.200s", engine, line);
         return -1;
     }
     return atof(s) * 1024.0;
@@ -107,147 +123,281 @@ static int cmp(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-/* Sorts v[0..n) in place; its median (the mean of the middle two for even n). */
-static double median(double *v, int n)
+/* The median of v[0..n) (the mean of the middle two for even n); v is
+ * left unchanged. */
+static double median(const double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    double t[MAXR];
+    memcpy(t, v, (size_t)n * sizeof *t);
+    qsort(t, (size_t)n, sizeof *t, cmp);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+static double best(const double *v, int n)
+{
+    double b = v[0];
+    for (int i = 1; i < n; i++) if (v[i] > b) b = v[i];
+    return b;
+}
+
+/* ---- one configuration: every contender, rounds, rotated order ---------------------- */
+
+typedef struct bench {
+    const char *dir;
+    size_t size;
+    int repeat, flags, psync, have_fio, nengines;
+    int engine_flags[4];           /* the engines measured (0: auto) */
+    int engine_reg[4];             /* ... with the buffer registered (zt_aio_register) */
+    char engine_name[4][64];
+    char engine_note[4][600];
+    const char *mode;
+    char why[300];
+    int quiet;                     /* sweep: no per-config detail lines */
+} bench;
+
+/* Contenders: engines 0..nengines-1, then fio libaio, fio io_uring, fio
+ * io_uring with fixed buffers, [psync]. */
+typedef struct result {
+    int nc;
+    char name[MAXC][64];
+    int is_fio[MAXC];
+    double bw[MAXC][2][MAXR];      /* [contender][write][round] */
+    char stats[400];               /* the first engine's counters */
+} result;
+
+static void measure(bench *b, size_t block, int depth, result *res)
+{
+    zt_aio *a[4] = { NULL, NULL, NULL, NULL };
+    int f[4];
+    size_t size = b->size / block * block;
+    if (size == 0) { fprintf(stderr, "bench_aio: --size below one block\n"); exit(2); }
+    size_t chunk = block * (size_t)depth;
+    if (chunk > size) chunk = size;
+    char *buf = NULL;
+    if (posix_memalign((void **)&buf, ZT_AIO_PAGE, chunk)) { fprintf(stderr, "no memory\n"); exit(1); }
+    for (size_t i = 0; i < chunk; i++) buf[i] = (char)(i * 131 + 7);
+    for (int e = 0; e < b->nengines; e++) {
+        if (zt_aio_open(&a[e], b->dir, block, depth, b->flags | b->engine_flags[e])) die("open");
+        if (zt_aio_file_new(a[e], size, &f[e])) die("file");
+        int h;
+        if (b->engine_reg[e] && zt_aio_register(a[e], buf, chunk, &h)) die("register");
+        snprintf(b->engine_name[e], sizeof b->engine_name[e], "%s%s", zt_aio_engine(a[e]),
+                 b->engine_reg[e] || strcmp(zt_aio_engine(a[e]), "io_uring") ? "" : " unreg.");
+        snprintf(b->engine_note[e], sizeof b->engine_note[e], "%s", zt_aio_engine_note(a[e]));
+        engine_pass(a[e], f[e], 1, size, buf, chunk);  /* lay the file out (unwritten extents) */
+    }
+    b->mode = zt_aio_mode(a[0]);
+    const char *path = zt_aio_file_path(a[0], f[0]);
+    int direct = zt_aio_direct(a[0]);
+
+    res->nc = 0;
+    for (int e = 0; e < b->nengines; e++) {
+        snprintf(res->name[res->nc], sizeof res->name[0], "engine %s", b->engine_name[e]);
+        res->is_fio[res->nc++] = 0;
+    }
+    const char *fios[4] = { "libaio", "io_uring", "io_uring+fixedbufs", "psync" };
+    int nfio = b->have_fio ? (b->psync ? 4 : 3) : 0;
+    for (int k = 0; k < nfio; k++) {
+        if (k == 3) snprintf(res->name[res->nc], sizeof res->name[0], "fio psync x%d", b->psync);
+        else if (k == 2) snprintf(res->name[res->nc], sizeof res->name[0], "fio io_uring fixed");
+        else snprintf(res->name[res->nc], sizeof res->name[0], "fio %s", fios[k]);
+        res->is_fio[res->nc++] = 1;
+    }
+    for (int r = 0; r < b->repeat; r++)
+        for (int w = 1; w >= 0; w--)
+            for (int k = 0; k < res->nc; k++) {
+                int c = (r + k) % res->nc;
+                if (c < b->nengines) {
+                    res->bw[c][w][r] = engine_pass(a[c], f[c], w, size, buf, chunk);
+                } else {
+                    res->bw[c][w][r] = fio_pass(path, fios[c - b->nengines], w, size, block, depth,
+                                                b->psync, direct, b->why, sizeof b->why);
+                    if (res->bw[c][w][r] < 0) { fprintf(stderr, "bench_aio: %s\n", b->why); exit(1); }
+                }
+            }
+    if (getenv("ZT_BENCH_AIO_RUNS"))
+        for (int r = 0; r < b->repeat; r++) {
+            printf("  qd %d, %zu KiB, round %d:", depth, block >> 10, r);
+            for (int c = 0; c < res->nc; c++)
+                printf(" %s %.2f/%.2f", res->name[c], res->bw[c][1][r] / 1e9, res->bw[c][0][r] / 1e9);
+            printf(" (write/read GB/s)\n");
+        }
+    zt_aio_stats st;
+    zt_aio_get_stats(a[0], &st);
+    snprintf(res->stats, sizeof res->stats, "(qd %d: engine %s did %llu requests, %llu blocks "
+             "(%llu registered, %llu bounced), %llu errors, at most %llu blocks in flight)", depth,
+             b->engine_name[0], (unsigned long long)st.requests, (unsigned long long)st.blocks,
+             (unsigned long long)st.registered, (unsigned long long)st.bounced,
+             (unsigned long long)st.errors, (unsigned long long)st.peak_inflight);
+    for (int e = 0; e < b->nengines; e++) zt_aio_close(a[e]);
+    free(buf);
+}
+
+/* The engine's standing against fio contenders [c0, c1) for one direction:
+ * the engine's median over the best of their medians, and the median and
+ * range of the per-round ratios engine / that round's best of them. */
+static void versus_of(const bench *b, const result *res, int e, int w, int c0, int c1,
+                      double *of_medians, double *rmed, double *rlo, double *rhi)
+{
+    double fbest = 0, ratio[MAXR];
+    for (int c = c0; c < c1 && c < res->nc; c++) {
+        double m = median(res->bw[c][w], b->repeat);
+        if (m > fbest) fbest = m;
+    }
+    *of_medians = fbest > 0 ? median(res->bw[e][w], b->repeat) / fbest : 0;
+    for (int r = 0; r < b->repeat; r++) {
+        double fr = 0;
+        for (int c = c0; c < c1 && c < res->nc; c++)
+            if (res->bw[c][w][r] > fr) fr = res->bw[c][w][r];
+        ratio[r] = fr > 0 ? res->bw[e][w][r] / fr : 0;
+    }
+    *rmed = median(ratio, b->repeat);
+    qsort(ratio, (size_t)b->repeat, sizeof *ratio, cmp);
+    *rlo = ratio[0];
+    *rhi = ratio[b->repeat - 1];
+}
+
+/* Against the target's fio engines: libaio and io_uring, as fio runs them
+ * by default (without --fixedbufs). */
+static void versus(const bench *b, const result *res, int e, int w, double *of_medians,
+                   double *rmed, double *rlo, double *rhi)
+{
+    versus_of(b, res, e, w, b->nengines, b->nengines + 2, of_medians, rmed, rlo, rhi);
 }
 
 int main(int argc, char **argv)
 {
-    const char *dir = "build";
-    size_t size = (size_t)1 << 30, block = (size_t)1 << 20;
-    int depth = 8, repeat = 6, flags = 0, jobs = -1;
+    bench b = { .dir = "build", .size = (size_t)512 << 20, .repeat = 0, .nengines = 1 };
+    size_t block = (size_t)1 << 20;
+    int depths[16] = { 8, 32 }, ndepth = 2, sweep = 0;
+    const char *engine = "auto", *reg = "1";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--buffered")) { flags |= ZT_AIO_BUFFERED; continue; }
+        if (!strcmp(a, "--buffered")) { b.flags |= ZT_AIO_BUFFERED; continue; }
+        if (!strcmp(a, "--sweep")) { sweep = 1; continue; }
         if (!v) { fprintf(stderr, "bench_aio: %s needs a value\n", a); return 2; }
-        if (!strcmp(a, "--dir")) dir = v;
-        else if (!strcmp(a, "--size")) size = parse_size(v);
+        if (!strcmp(a, "--dir")) b.dir = v;
+        else if (!strcmp(a, "--size")) b.size = parse_size(v);
         else if (!strcmp(a, "--block")) block = parse_size(v);
-        else if (!strcmp(a, "--depth")) depth = atoi(v);
-        else if (!strcmp(a, "--repeat")) repeat = atoi(v);
-        else if (!strcmp(a, "--psync-jobs")) jobs = atoi(v);
+        else if (!strcmp(a, "--depth")) {
+            ndepth = 0;
+            for (char *s = (char *)v; *s && ndepth < 16; s += *s == ',') depths[ndepth++] = (int)strtol(s, &s, 10);
+        }
+        else if (!strcmp(a, "--repeat")) b.repeat = atoi(v);
+        else if (!strcmp(a, "--engine")) engine = v;
+        else if (!strcmp(a, "--register")) reg = v;
+        else if (!strcmp(a, "--psync-jobs")) b.psync = atoi(v);
         else { fprintf(stderr, "bench_aio: unknown option %s (--dir --size --block --depth "
-                       "--repeat --psync-jobs --buffered)\n", a); return 2; }
+                       "--repeat --engine --psync-jobs --buffered --sweep)\n", a); return 2; }
         i++;
     }
-    if (repeat < 1 || repeat > 50) repeat = 6;
-    if (jobs < 0) jobs = depth;                 /* the engine's runners: one per queue slot */
-    size = size / block * block;
-    if (size == 0) { fprintf(stderr, "bench_aio: --size below one block\n"); return 2; }
-
-    zt_aio *a = NULL;
-    int f;
-    if (zt_aio_open(&a, dir, block, depth, flags)) die("open");
-    if (zt_aio_file_new(a, size, &f)) die("file");
-    const char *path = zt_aio_file_path(a, f);
-    /* fio cycles iodepth buffers of bs bytes; the engine gets the same
-     * footprint (a larger one is slower on a VM's disk: the host copies into
-     * guest memory, and 64 MiB of it cost about 20% against 8 MiB) */
-    size_t chunk = block * (size_t)depth;
-    if (chunk > size) chunk = size;
-    char *buf = NULL;
-    if (posix_memalign((void **)&buf, ZT_AIO_PAGE, chunk)) { fprintf(stderr, "no memory\n"); return 1; }
-    for (size_t i = 0; i < chunk; i++) buf[i] = (char)(i * 131 + 7);
+    if (b.repeat < 1 || b.repeat > MAXR) b.repeat = sweep ? 2 : 5;
+    if (!strcmp(engine, "uring")) b.engine_flags[0] = ZT_AIO_URING;
+    else if (!strcmp(engine, "threads")) b.engine_flags[0] = ZT_AIO_THREADS;
+    else if (!strcmp(engine, "both")) {
+        b.engine_flags[0] = ZT_AIO_URING;
+        b.engine_flags[1] = ZT_AIO_THREADS;
+        b.nengines = 2;
+    } else if (strcmp(engine, "auto")) {
+        fprintf(stderr, "bench_aio: --engine %s: use auto, uring, threads or both\n", engine);
+        return 2;
+    }
+    /* --register 1 (the default: as the optimizer's staging slots are), 0, or
+     * both: the first engine again without registering its buffer */
+    b.engine_reg[0] = b.engine_reg[1] = strcmp(reg, "0") != 0;
+    if (!strcmp(reg, "both")) {
+        b.engine_flags[b.nengines] = b.engine_flags[0];
+        b.engine_reg[b.nengines++] = 0;
+    }
+    b.have_fio = system("command -v fio >/dev/null 2>&1") == 0;
+    snprintf(b.why, sizeof b.why, "fio is not installed (make deps installs it)");
 
     char fstype[64] = "?", cmd[4200];
-    snprintf(cmd, sizeof cmd, "stat -f -c %%T '%s' 2>/dev/null", dir);
+    snprintf(cmd, sizeof cmd, "stat -f -c %%T '%s' 2>/dev/null", b.dir);
     FILE *p = popen(cmd, "r");
     if (p) { if (fgets(fstype, sizeof fstype, p)) fstype[strcspn(fstype, "\n")] = 0; pclose(p); }
-    int have_fio = system("command -v fio >/dev/null 2>&1") == 0;
 
-    printf("aio engine vs fio: %.2f GiB file in %s (%s), %zu KiB blocks, queue depth %d, %s, "
-           "%d rounds\n", (double)size / 1073741824.0, dir, fstype, block >> 10, depth,
-           zt_aio_direct(a) ? "O_DIRECT" : "buffered", repeat);
-    /* buffered fallback, or a libuv pool smaller than the queue depth */
-    if (strcmp(zt_aio_mode(a), "O_DIRECT")) printf("  engine mode: %s\n", zt_aio_mode(a));
-    engine_pass(a, f, 1, size, buf, chunk);    /* lay the file out (unwritten extents) */
-
-    /* Contenders: 0 the engine, 1 fio libaio, 2 fio psync x jobs (skipped
-     * with --psync-jobs 0). A round writes the file once with each, then
-     * reads it once with each. The order rotates every round: a pass can
-     * leave the host's cache of a virtual disk (and the disk's own state)
-     * warm for whoever comes next, so a fixed order -- fio's read always
-     * right after the engine's -- may favour one side; rotated, each
-     * contender sits in each place equally often (use a multiple of the
-     * contender count for --repeat). */
-    int nc = jobs ? 3 : 2;
-    double bw[3][2][50];
-    char why[300] = "fio is not installed (make deps installs it)";
-    for (int r = 0; r < repeat; r++)
-        for (int w = 1; w >= 0; w--)
-            for (int k = 0; k < nc; k++) {
-                int c = (r + k) % nc;
-                if (c == 0)
-                    bw[0][w][r] = engine_pass(a, f, w, size, buf, chunk);
-                else if (have_fio)
-                    bw[c][w][r] = fio_pass(path, w, size, block, depth, c == 2 ? jobs : 0,
-                                           zt_aio_direct(a), why, sizeof why);
-                else
-                    bw[c][w][r] = -1;
-                if (c && bw[c][w][r] < 0) have_fio = 0;
+    if (sweep) {
+        /* queue depth 1..64 at --block, then block 256 KiB..8 MiB at depth 8 */
+        int sd[] = { 1, 2, 4, 8, 16, 32, 64 };
+        size_t sb[] = { 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20 };
+        b.quiet = 1;
+        printf("aio engine vs fio, sweep: %.2f GiB file in %s (%s), medians of %d rounds, GB/s "
+               "write | read\n", (double)b.size / 1073741824.0, b.dir, fstype, b.repeat);
+        int printed = 0;
+        for (int i = 0; i < 7 + 6; i++) {
+            int depth = i < 7 ? sd[i] : 8;
+            size_t blk = i < 7 ? block : sb[i - 7];
+            if (i >= 7 && blk == block) continue;    /* measured in the depth sweep */
+            result res;
+            measure(&b, blk, depth, &res);
+            if (!printed++) {
+                printf("  engine: %s, %s\n", b.engine_note[0], b.mode);
+                printf("  %3s %6s ", "qd", "block");
+                for (int c = 0; c < res.nc; c++) printf(" %-16s", res.name[c]);
+                printf(" engine / best of fio libaio, io_uring\n");
             }
-    if (getenv("ZT_BENCH_AIO_RUNS"))
-        for (int r = 0; r < repeat; r++)
-            printf("  round %d: write %.2f / %.2f / %.2f, read %.2f / %.2f / %.2f GB/s (engine / "
-                   "libaio / psync)\n", r, bw[0][1][r] / 1e9, bw[1][1][r] / 1e9,
-                   nc > 2 ? bw[2][1][r] / 1e9 : 0, bw[0][0][r] / 1e9, bw[1][0][r] / 1e9,
-                   nc > 2 ? bw[2][0][r] / 1e9 : 0);
-    /* The target is judged on the median of the per-round ratios engine /
-     * fio libaio: both ran in the same round, on a disk and CPUs in about
-     * the same state, and one lucky or unlucky pass (this VM's disk varies
-     * by 1.5x from pass to pass) cannot move a median. Best-of-N is shown
-     * too, but it compares one side's luckiest pass with the other's. */
-    /* columns of 14: " median  best " per contender, then the ratios */
-    int cols = have_fio ? nc : 1;
-    char pname[32];
-    snprintf(pname, sizeof pname, "fio psync x%d", jobs);
-    const char *names[3] = { "engine", "fio libaio", pname };
-    printf("  %-6s", "GB/s");
-    for (int c = 0; c < cols; c++) printf(" %-13s", names[c]);
-    if (have_fio) printf(" engine/libaio: median of rounds (range), best/best");
-    printf("\n  %-6s", "");
-    for (int c = 0; c < cols; c++) printf(" %6s %5s ", "median", "best");
-    printf("\n");
-    int ok = 1;
-    for (int w = 1; w >= 0; w--) {
-        double ratio[50], ratio2[50];
-        for (int r = 0; r < repeat; r++) {
-            ratio[r] = have_fio ? bw[0][w][r] / bw[1][w][r] : 0;
-            ratio2[r] = have_fio && nc > 2 ? bw[0][w][r] / bw[2][w][r] : 0;
-        }
-        double rm = median(ratio, repeat), lo = ratio[0], hi = ratio[repeat - 1];
-        double r2 = median(ratio2, repeat);
-        double em = median(bw[0][w], repeat), eb = bw[0][w][repeat - 1];
-        printf("  %-6s %6.2f %5.2f ", w ? "write" : "read", em / 1e9, eb / 1e9);
-        if (have_fio) {
-            double fm = median(bw[1][w], repeat), fb = bw[1][w][repeat - 1];
-            printf(" %6.2f %5.2f ", fm / 1e9, fb / 1e9);
-            if (nc > 2) {
-                double pm = median(bw[2][w], repeat), pb = bw[2][w][repeat - 1];
-                printf(" %6.2f %5.2f ", pm / 1e9, pb / 1e9);
+            printf("  %3d %4zuKi ", depth, blk >> 10);
+            for (int c = 0; c < res.nc; c++)
+                printf(" %6.2f | %6.2f  ", median(res.bw[c][1], b.repeat) / 1e9,
+                       median(res.bw[c][0], b.repeat) / 1e9);
+            if (b.have_fio) {
+                double om[2], rm, lo, hi;
+                versus(&b, &res, 0, 1, &om[1], &rm, &lo, &hi);
+                versus(&b, &res, 0, 0, &om[0], &rm, &lo, &hi);
+                printf(" %3.0f%% | %3.0f%%", 100 * om[1], 100 * om[0]);
             }
-            printf(" %12.0f%% (%.0f%%..%.0f%%), %.0f%%", 100.0 * rm, 100.0 * lo, 100.0 * hi,
-                   100.0 * eb / fb);
-            if (nc > 2) printf("; engine/psync %.0f%%", 100.0 * r2);
-            ok &= rm >= 0.9;
+            printf("\n");
+            fflush(stdout);
         }
-        printf("\n");
+        return 0;
     }
-    if (have_fio)
-        printf("  target: engine >= 90%% of fio libaio (median of rounds) for read and write: %s\n",
-               ok ? "met" : "NOT met");
-    else
-        printf("  fio columns skipped: %s\n", why);
-    zt_aio_stats st;
-    zt_aio_get_stats(a, &st);
-    printf("  engine: %llu requests, %llu blocks (%llu bounced), %llu errors, at most %llu "
-           "blocks in flight\n", (unsigned long long)st.requests, (unsigned long long)st.blocks,
-           (unsigned long long)st.bounced, (unsigned long long)st.errors,
-           (unsigned long long)st.peak_inflight);
-    free(buf);
-    zt_aio_close(a);
+
+    printf("aio engine vs fio: %.2f GiB file in %s (%s), %zu KiB blocks, queue depth", (double)b.size /
+           1073741824.0, b.dir, fstype, block >> 10);
+    for (int d = 0; d < ndepth; d++) printf("%s %d", d ? "," : "", depths[d]);
+    printf(", %d rounds in rotated order\n", b.repeat);
+    int ok = 1, judged = 0;
+    for (int d = 0; d < ndepth; d++) {
+        result res;
+        measure(&b, block, depths[d], &res);
+        if (d == 0) {
+            for (int e = 0; e < b.nengines; e++)
+                printf("  engine %s: %s, %s\n", b.engine_name[e], b.engine_note[e], b.mode);
+            printf("  %-3s %-6s", "qd", "GB/s");
+            for (int c = 0; c < res.nc; c++) printf(" %-16s", res.name[c]);
+            if (b.have_fio) printf(" engine / best of fio libaio, io_uring: of medians; per round "
+                                   "median (range); engine / fio io_uring fixed: of medians");
+            printf("\n  %-3s %-6s", "", "");
+            for (int c = 0; c < res.nc; c++) printf(" %7s %6s  ", "median", "best");
+            printf("\n");
+        }
+        for (int w = 1; w >= 0; w--) {
+            printf("  %-3d %-6s", depths[d], w ? "write" : "read");
+            for (int c = 0; c < res.nc; c++)
+                printf(" %7.2f %6.2f  ", median(res.bw[c][w], b.repeat) / 1e9,
+                       best(res.bw[c][w], b.repeat) / 1e9);
+            if (b.have_fio) {
+                for (int e = 0; e < b.nengines; e++) {
+                    double om, rm, lo, hi;
+                    versus(&b, &res, e, w, &om, &rm, &lo, &hi);
+                    printf("%s%4.0f%%; %.0f%% (%.0f%%..%.0f%%)", e ? "  |  " : " ", 100 * om,
+                           100 * rm, 100 * lo, 100 * hi);
+                    double fm, frm, flo, fhi;
+                    versus_of(&b, &res, e, w, b.nengines + 2, b.nengines + 3, &fm, &frm, &flo, &fhi);
+                    printf("; %.0f%%", 100 * fm);
+                    if (e == 0) { ok &= om >= 0.95; judged++; }
+                }
+            }
+            printf("\n");
+        }
+        printf("      %s\n", res.stats);
+        fflush(stdout);
+    }
+    if (b.have_fio && judged)
+        printf("  target (issue 31): engine %s >= 95%% of the best median of fio libaio and fio "
+               "io_uring, read and write, at each depth: %s\n", b.engine_name[0], ok ? "met" : "NOT met");
+    else if (!b.have_fio)
+        printf("  fio columns skipped: %s\n", b.why);
     return 0;
 }
