@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include "ztrain.h"
 
@@ -153,6 +154,7 @@ typedef struct bench {
     const char *mode;
     char why[300];
     int quiet;                     /* sweep: no per-config detail lines */
+    int huge;                      /* --huge: the buffer 2 MiB-aligned, MADV_HUGEPAGE */
 } bench;
 
 /* Contenders: engines 0..nengines-1, then fio libaio, fio io_uring, fio
@@ -174,7 +176,9 @@ static void measure(bench *b, size_t block, int depth, result *res)
     size_t chunk = block * (size_t)depth;
     if (chunk > size) chunk = size;
     char *buf = NULL;
-    if (posix_memalign((void **)&buf, ZT_AIO_PAGE, chunk)) { fprintf(stderr, "no memory\n"); exit(1); }
+    size_t align = b->huge ? ((size_t)2 << 20) : ZT_AIO_PAGE;
+    if (posix_memalign((void **)&buf, align, (chunk + align - 1) / align * align)) { fprintf(stderr, "no memory\n"); exit(1); }
+    if (b->huge) madvise(buf, (chunk + align - 1) / align * align, MADV_HUGEPAGE);
     for (size_t i = 0; i < chunk; i++) buf[i] = (char)(i * 131 + 7);
     for (int e = 0; e < b->nengines; e++) {
         if (zt_aio_open(&a[e], b->dir, block, depth, b->flags | b->engine_flags[e])) die("open");
@@ -275,6 +279,7 @@ int main(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--buffered")) { b.flags |= ZT_AIO_BUFFERED; continue; }
         if (!strcmp(a, "--sweep")) { sweep = 1; continue; }
+        if (!strcmp(a, "--huge")) { b.huge = 1; continue; }
         if (!v) { fprintf(stderr, "bench_aio: %s needs a value\n", a); return 2; }
         if (!strcmp(a, "--dir")) b.dir = v;
         else if (!strcmp(a, "--size")) b.size = parse_size(v);
