@@ -34,8 +34,8 @@ SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$0")/.."
 KIT=.gpukit
 Z=${ZKIT_DIR:-/tmp/zkit}
-# Runtime libraries of build-cuda/ (ldd: OpenBLAS, Open MPI, libuv, LuaJIT,
-# libgomp), what Open MPI's and PMIx's plugins load, and the Lua modules a
+# Runtime libraries of build-cuda/ (ldd: OpenBLAS, Open MPI, libuv, liburing
+# where the build found it, LuaJIT, libgomp), what Open MPI's and PMIx's plugins load, and the Lua modules a
 # run requires outside the tree (lua-cjson: cjson.so). Not glibc, libgcc_s,
 # libstdc++ or zlib: every base image has them and the GPU machine's own are
 # newer (tools/kit_bare.sh's BASE list, the same set).
@@ -45,7 +45,7 @@ Z=${ZKIT_DIR:-/tmp/zkit}
 PKGS="openmpi-bin openmpi-common libopenmpi3 libpmix2 libevent-core-2.1-7 libevent-pthreads-2.1-7
 libhwloc15 libudev1 libfabric1 libibverbs1 ibverbs-providers librdmacm1 libnl-3-200 libnl-route-3-200
 libpsm-infinipath1 libpsm2-2 libucx0 libmunge2 libnuma1 libatomic1 libgomp1 libopenblas0-pthread
-libgfortran5 libquadmath0 libuv1 libluajit-5.1-2 lua-cjson"
+libgfortran5 libquadmath0 libuv1 liburing2 libluajit-5.1-2 lua-cjson"
 BINS="libztrain.so ztrain test_cuda test_cuda_seams test_cuda_nccl bench_cuda"
 BIN_PATHS=$(for b in $BINS; do printf 'build-cuda/%s ' "$b"; done)
 # seconds each part may take (sum 470: unpack and all inside 8 minutes; test
