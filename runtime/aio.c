@@ -52,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -986,13 +987,32 @@ int zt_aio_read(zt_aio *a, int file, size_t offset, void *buf, size_t nbytes, zt
     return submit("zt_aio_read", a, 0, file, offset, buf, nbytes, req);
 }
 
-int zt_aio_register(zt_aio *a, void *buf, size_t nbytes, int *handle)
+/* ZT_AIO_REG_FRESH: drop the whole pages of [buf, buf+n) if they hold only
+ * zeros and are plain memory (not a device's pinned host memory), so the
+ * registration's pinning faults them in anew. */
+static void drop_fresh_pages(char *buf, size_t n)
+{
+    const zt_exec_ops *x = zt_exec();
+    if (x && x->is_pinned && x->is_pinned(buf)) return;
+    uintptr_t lo = ((uintptr_t)buf + PAGE - 1) / PAGE * PAGE;
+    uintptr_t hi = ((uintptr_t)buf + n) / PAGE * PAGE;
+    if (hi <= lo) return;
+    const uint64_t *w = (const uint64_t *)lo;
+    uint64_t any = 0;
+    for (size_t i = 0; i < (hi - lo) / 8; i++) any |= w[i];
+    if (!any) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+int zt_aio_register(zt_aio *a, void *buf, size_t nbytes, int flags, int *handle)
 {
     ZT_CHECK(a != NULL && handle != NULL, "zt_aio_register: engine or handle is NULL");
     *handle = -1;
     ZT_CHECK(buf != NULL && nbytes >= 1 && nbytes <= ((size_t)1 << 30),
              "zt_aio_register: region of %zu bytes at %p: give 1 byte..1 GiB of host memory",
              nbytes, buf);
+    ZT_CHECK((flags & ~ZT_AIO_REG_FRESH) == 0,
+             "zt_aio_register: unknown flags 0x%x (known: ZT_AIO_REG_FRESH)", (unsigned)flags);
+    if ((flags & ZT_AIO_REG_FRESH) && a->be->reg) drop_fresh_pages(buf, nbytes);
     pthread_mutex_lock(&a->lock);
     int at = -1;
     for (int i = 0; i < ZT_AIO_MAX_REGISTERED && at < 0; i++)

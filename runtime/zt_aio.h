@@ -141,8 +141,16 @@ int zt_aio_read(zt_aio *a, int file, size_t offset, void *buf, size_t nbytes, zt
  * ZT_ELIMIT when the table is full or the kernel refuses (RLIMIT_MEMLOCK):
  * requests on the memory still work, unregistered. *handle goes to
  * zt_aio_unregister, which must come after the last request on the memory
- * completed and before the memory is freed. */
-int zt_aio_register(zt_aio *a, void *buf, size_t nbytes, int *handle);
+ * completed and before the memory is freed.
+ * flags ZT_AIO_REG_FRESH, for memory just allocated (as a new host tensor,
+ * all zeros): if its whole pages hold only zeros and are not a device's
+ * pinned memory, they are dropped (MADV_DONTNEED: they read back as zeros)
+ * so that the pinning faults them in anew, together -- on this machine's
+ * virtio disk that made a 1 MiB transfer's pages physically contiguous
+ * (fewer segments per request) and reads at queue depth 32 2x faster. The
+ * bytes are the same either way. */
+enum { ZT_AIO_REG_FRESH = 1 };
+int zt_aio_register(zt_aio *a, void *buf, size_t nbytes, int flags, int *handle);
 int zt_aio_unregister(zt_aio *a, int handle);
 /* Block until the request is done, free it, return its result. */
 int zt_aio_wait(zt_aio_req *r);

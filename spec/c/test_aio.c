@@ -953,8 +953,8 @@ static void test_registered(void)
     zt_aio_file_new(a, N, &f);
     unsigned char *src = page_alloc(N), *dst = page_alloc(N);
     fill_random(src, N);
-    int rc = zt_aio_register(a, src, N, &hs);
-    if (!rc) rc = zt_aio_register(a, dst, N, &hd);
+    int rc = zt_aio_register(a, src, N, 0, &hs);
+    if (!rc) rc = zt_aio_register(a, dst, N, ZT_AIO_REG_FRESH, &hd);
     ct_check(rc == ZT_OK && hs != hd, "registered: two regions", "rc %d %s", rc, zt_last_error());
     zt_aio_stats s0, s1;
     zt_aio_get_stats(a, &s0);
@@ -987,11 +987,35 @@ static void test_registered(void)
              "registered: unregistered memory still works, unregistering twice is refused",
              "rc %d %d %d registered %llu", rc, rc2, rc3, (unsigned long long)(s1.registered - s0.registered));
     int n = 1, last = ZT_OK;
-    while (n < 40 && (last = zt_aio_register(a, dst + (n % 8) * 4096, 4096, &h)) == ZT_OK) n++;
+    while (n < 40 && (last = zt_aio_register(a, dst + (n % 8) * 4096, 4096, 0, &h)) == ZT_OK) n++;
     ct_check(n == ZT_AIO_MAX_REGISTERED && last == ZT_ELIMIT && has(zt_last_error(), "regions registered already"),
              "registered: the table's limit is a clear error", "%d regions, rc %d %s", n, last, zt_last_error());
-    rc = zt_aio_register(a, NULL, 10, &h);
+    rc = zt_aio_register(a, NULL, 10, 0, &h);
     ct_check(rc == ZT_EINVAL && h == -1, "registered: a NULL region is refused", "rc %d", rc);
+    /* ZT_AIO_REG_FRESH never changes bytes: a region that is not all zeros
+     * is kept as it is, an all-zero one reads zeros (its pages dropped) */
+    for (int i = 0; i < ZT_AIO_MAX_REGISTERED; i++) zt_aio_unregister(a, i);
+    unsigned char *pat = page_alloc(N), *zero = page_alloc(N), *copy = ct_alloc(N);
+    fill_random(pat, N);
+    pat[N / 2] = 0;
+    memcpy(copy, pat, N);
+    int h1, h2;
+    rc = zt_aio_register(a, pat + 100, N - 200, ZT_AIO_REG_FRESH, &h1);
+    if (!rc) rc = zt_aio_register(a, zero, N, ZT_AIO_REG_FRESH, &h2);
+    int zeros = 1;
+    for (size_t i = 0; i < N; i++) zeros &= zero[i] == 0;
+    ct_check(rc == ZT_OK && !memcmp(pat, copy, N) && zeros,
+             "registered: ZT_AIO_REG_FRESH keeps every byte (data kept, zeros read as zeros)",
+             "rc %d %s", rc, zt_last_error());
+    rc = zt_aio_write(a, f, 0, zero, N, NULL);
+    if (!rc) rc = zt_aio_read(a, f, 0, pat, N, NULL);
+    zeros = 1;
+    for (size_t i = 0; i < N; i++) zeros &= pat[i] == 0;
+    ct_check(rc == ZT_OK && zeros, "registered: a fresh region moves its zeros", "rc %d", rc);
+    rc = zt_aio_register(a, zero, N, 2, &h);
+    ct_check(rc == ZT_EINVAL && has(zt_last_error(), "unknown flags"), "registered: unknown flags refused",
+             "rc %d", rc);
+    free(pat); free(zero); free(copy);
     free(disk); free(want); free(src); free(dst);
     zt_aio_close(a);
 }

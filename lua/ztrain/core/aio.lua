@@ -156,18 +156,23 @@ function M.stats()
   return stats_of(a)
 end
 
--- register(t) -> handle | nil, why: host tensor t (a staging buffer that many
--- nvme transfers use) registered with the tier's engine: with io_uring its
--- pages are pinned once (fixed buffers); nil, why where the engine refuses
+-- register(t, fresh) -> handle | nil, why: host tensor t (a staging buffer
+-- that many nvme transfers use) registered with the tier's engine: with
+-- io_uring its pages are pinned once (fixed buffers); fresh: t was just
+-- made (zeros), its pages may be dropped and faulted in anew by the pinning
+-- (ZT_AIO_REG_FRESH: laid out together, fewer segments per transfer; the
+-- bytes stay zeros); nil, why where the engine refuses
 -- (its table of 16 is full, RLIMIT_MEMLOCK) -- transfers work either way.
 -- unregister(handle) after the last transfer on t and before t is freed; a
 -- handle of an engine since closed or replaced is ignored.
-function M.register(t)
+function M.register(t, fresh)
   local a = C.zt_nvme_engine()
   if a == nil then return nil, "the nvme tier is not configured" end
   local p = host_ptr(t, "aio.register")
   local n = type(t) == "table" and t.nbytes and t:nbytes() or error("aio.register: expected a host tensor", 2)
-  if C.zt_aio_register(a, p, n, ibuf) ~= 0 then return nil, ffi.string(C.zt_last_error()) end
+  if C.zt_aio_register(a, p, n, fresh and C.ZT_AIO_REG_FRESH or 0, ibuf) ~= 0 then
+    return nil, ffi.string(C.zt_last_error())
+  end
   return { engine = a, index = ibuf[0] }
 end
 

@@ -82,13 +82,14 @@ function M.new(opts)
   if not ok then self:free(); error(err, 0) end
   -- nvme: the slots are where every nvme transfer of the step lands, so
   -- they are registered with the engine (io_uring pins their pages once:
-  -- fixed buffers; a refusal leaves them unregistered, as fast as before)
+  -- fixed buffers, faulted in anew as they are still zeros -- fresh; a
+  -- refusal leaves them unregistered, as fast as before)
   self.registered = {}
   if self.tier == "nvme" then
     local aio = require "ztrain.core.aio"
     for _, slot in ipairs(self.slots) do
       for _, k in ipairs(names) do
-        if k ~= "g" then self.registered[#self.registered + 1] = aio.register(slot[k]) end
+        if k ~= "g" then self.registered[#self.registered + 1] = aio.register(slot[k], true) end
       end
     end
   end
