@@ -8,11 +8,13 @@
 #      offload settings at N=2)
 #   3. pipeline schedules at p=2 (gpt2) and p=4 (gpt2-mini): measured bubble
 #   build/bench_adamw: CPU AdamW beside copy bandwidth; build/bench_aio: the
-#   aio engine's sequential write/read bandwidth beside fio (1 GiB, 1 MiB
-#   blocks, queue depth 8, O_DIRECT, the same file; fio's column skipped
-#   with a note when fio is absent); build/bench_comm_stats: the world's
-#   start and the communication counters' cost per operation, one local rank
-#   and 2 MPI ranks
+#   aio engine's sequential write/read bandwidth (named: io_uring or the
+#   thread pool) beside fio libaio, io_uring and io_uring --fixedbufs (512
+#   MiB, 1 MiB blocks, queue depth 8 and 32, O_DIRECT, the same file; fio's
+#   columns skipped with a note when fio is absent; build/bench_aio --sweep
+#   for depth 1..64 and block 256 KiB..8 MiB); build/bench_comm_stats: the
+#   world's start and the communication counters' cost per operation, one
+#   local rank and 2 MPI ranks
 #   4. data: BPE encoding M tokens/s and the corpus load time (tools/bench_data.lua)
 cd "$(dirname "$0")/.."
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/ztrain --script tools/bench.lua "$@" || exit 1
