@@ -698,9 +698,9 @@ int zt_aio_open(zt_aio **out, const char *dir, size_t block_bytes, int queue_dep
             rc = uring->init(a, uwhy, sizeof uwhy);
         }
         if (rc == ZT_OK)
-            snprintf(a->engine_note, sizeof a->engine_note, "io_uring (%s)",
+            snprintf(a->engine_note, sizeof a->engine_note, "io_uring (%s)%s",
                      asked ? (want == 1 && asked[0] == 'Z' ? "ZTRAIN_AIO_ENGINE=uring"
-                                                           : "asked for") : "auto");
+                                                           : "asked for") : "auto", a->be_note);
     }
     char twhy[300] = "";
     if (rc != ZT_OK && want != 1) {

@@ -111,6 +111,7 @@ struct zt_aio {
     char parent[PATH_MAX];      /* the directory it was given */
     char mode[PATH_MAX + 256];
     char engine_note[512];      /* which backend and why */
+    char be_note[160];          /* the backend's remark, appended to engine_note */
     char notes[4096];
     const aio_backend *be;
     void *be_state;             /* the backend's own */

@@ -309,10 +309,8 @@ static int init(zt_aio *a, char *why, size_t nwhy)
         return ZT_EIO;
     }
     a->be_state = u;
-    if (!u->fixed) {
-        size_t l = strlen(a->mode);
-        snprintf(a->mode + l, sizeof a->mode - l, "; io_uring: bounce buffers not registered");
-    }
+    if (!u->fixed)
+        snprintf(a->be_note, sizeof a->be_note, "; its bounce buffers not registered (RLIMIT_MEMLOCK?)");
     return ZT_OK;
 }
 

@@ -122,7 +122,13 @@ describe(("the nvme tier (%s)"):format(engine), function()
     local nv = T.new({ n }, { tier = "nvme" })
     local src = host(n, function(i) return i * 0.5 - 7 end)
     local dst = T.new({ n }, { tier = "host" })
-    local hs, hd = assert(aio.register(src)), assert(aio.register(dst))
+    local hs, why = aio.register(src)
+    if not hs and why:find("RLIMIT_MEMLOCK", 1, true) then   -- not root, a small locked-memory limit
+      pending("io_uring cannot register memory here: " .. why)
+      nv:free(); src:free(); dst:free()
+      return
+    end
+    local hd = assert(aio.register(dst))
     local before = aio.stats().registered
     nv:write(src:ptr())
     nv:read(dst:ptr())

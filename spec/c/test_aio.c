@@ -955,6 +955,14 @@ static void test_registered(void)
     fill_random(src, N);
     int rc = zt_aio_register(a, src, N, 0, &hs);
     if (!rc) rc = zt_aio_register(a, dst, N, ZT_AIO_REG_FRESH, &hd);
+    if (rc == ZT_ELIMIT && has(zt_last_error(), "RLIMIT_MEMLOCK")) {
+        /* not root, and a small locked-memory limit: what registers is the
+         * kernel's call; the engine's own checks ran above */
+        skip("registered memory (fixed buffers)", zt_last_error());
+        free(src); free(dst);
+        zt_aio_close(a);
+        return;
+    }
     ct_check(rc == ZT_OK && hs != hd, "registered: two regions", "rc %d %s", rc, zt_last_error());
     zt_aio_stats s0, s1;
     zt_aio_get_stats(a, &s0);
@@ -1095,7 +1103,7 @@ static void test_choice(int have_uring, const char *no_uring)
     setenv("ZTRAIN_AIO_ENGINE", "auto", 1);
     rc = zt_aio_open(&a, d, 0, 0, 0);
     ct_check(rc == ZT_OK && !strcmp(zt_aio_engine(a), have_uring ? "io_uring" : "threads") &&
-             (have_uring ? !strcmp(zt_aio_engine_note(a), "io_uring (auto)")
+             (have_uring ? !strncmp(zt_aio_engine_note(a), "io_uring (auto)", 15)
                          : has(zt_aio_engine_note(a), "io_uring unavailable")),
              "choice: auto takes io_uring where it works", "rc %d %s", rc, zt_aio_engine_note(a));
     zt_aio_close(a);
