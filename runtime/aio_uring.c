@@ -139,8 +139,9 @@ static void submit(zt_aio *a, uring *u)
             u->nunsub -= took;
             memmove(u->unsub, u->unsub + took, (size_t)u->nunsub * sizeof *u->unsub);
             memmove(u->unsub_sqe, u->unsub_sqe + took, (size_t)u->nunsub * sizeof *u->unsub_sqe);
-            if (took == 0 && ++tries > 1000) ret = -EBUSY;
-            else continue;
+            if (took > 0) continue;
+            if (++tries > 1000) ret = -EBUSY;   /* the kernel keeps taking nothing */
+            else { sched_yield(); continue; }
         }
         int e = -ret;
         if ((e == EAGAIN || e == EBUSY || e == EINTR) && tries < 1000) {
