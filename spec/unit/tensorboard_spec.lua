@@ -183,6 +183,19 @@ describe("tensorboard: the writer", function()
     end
   end)
 
+  it("a new run's writer replaces this writer's earlier file in the directory, not another tool's", function()
+    util.write(dir .. "/events.out.tfevents.1.other.1", "x")
+    for _ = 1, 2 do
+      local w = assert(tb.open(dir))
+      write_steps(w, 1, 2)
+      assert(w:close())
+    end
+    local files = events_in(dir)
+    assert.are.equal(2, #files)
+    assert.are.equal(dir .. "/events.out.tfevents.1.other.1", files[1])
+    assert.are.equal(3, #frames(util.read(files[2])))
+  end)
+
   it("a resumed writer keeps steps up to the checkpoint, drops a torn record, appends to the same file", function()
     local w = assert(tb.open(dir))
     write_steps(w, 1, 5)

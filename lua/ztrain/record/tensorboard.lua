@@ -162,12 +162,18 @@ local function newest(dir)
   return files[#files]
 end
 
--- open(dir, opts) -> a writer appending to a new events file in dir, or
--- with opts.resume to the newest one there (a new one if none)
+-- open(dir, opts) -> a writer appending to a new events file in dir (the
+-- run's own: earlier files of this writer there are removed, as a new run
+-- truncates its CSV; other tools' files stay), or with opts.resume to the
+-- newest one there (a new one if none)
 function M.open(dir, opts)
   local ok, err = fs.mkdirs(dir, "directory")
   if not ok then return nil, err end
-  local path = opts and opts.resume and newest(dir)
+  local resume = opts and opts.resume
+  if not resume then
+    for _, old in ipairs(fs.glob(dir .. "/events.out.tfevents.*.ztrain") or {}) do os.remove(old) end
+  end
+  local path = resume and newest(dir)
   if not path then
     path = ("%s/events.out.tfevents.%010d.%s.%d.ztrain"):format(dir, math.floor(libc.now()), host.hostname(),
                                                                  libc.getpid())
