@@ -93,6 +93,8 @@ Recipe keys (defaults in lua/ztrain/train/recipe.lua; docs/recipes.md):
     train.ckpt_every, train.ckpt_keep, train.ckpt_dir, train.checkpoint_activations (true or k)
   resume (latest or a checkpoint directory), allow_changes (batch, lr, optim, data, precision, all),
     export.hf (DIR)
+  report.tensorboard (DIR: TensorBoard event files; true: OUT/tensorboard),
+    report.csv (PATH: a CSV of the logged steps; true: OUT/metrics.csv)
   sample.prompt, sample.tokens, sample.temperature, sample.top_k, sample.top_p, sample.seed
   device.backend, device.memory_limit (e.g. 2GiB), device.threads, device.bf16_gemm (auto, on, off),
     device.attention (exact, bf16: tensor cores, needs device.backend=cuda)
@@ -163,7 +165,8 @@ checked for N ranks.
 
 Outputs go to out= (default runs/<recipe>-<time>/, made unique): metrics.jsonl,
 summary.json, checkpoints/ (train.ckpt_every), timeline.svg/.json (pipeline
-schedules). An out= that holds an earlier run is refused unless --overwrite
+schedules), metrics.csv and tensorboard/ (report.csv=true,
+report.tensorboard=true). An out= that holds an earlier run is refused unless --overwrite
 (or resume=...); one run at a time per directory (a lock).
 
 Exit status: 0 success; 1 an error (bad input, a failed run: the message says);

@@ -2,7 +2,10 @@
 --
 -- metrics.jsonl (one object per logged step), summary.json (the run's
 -- contract, DESIGN.md "Run outputs"), a live progress line on a terminal
--- (plain lines otherwise), and the end-of-run table.
+-- (plain lines otherwise), and the end-of-run table. With report.csv and
+-- report.tensorboard, each logged step also goes to a CSV file and a
+-- TensorBoard events file (record/tensorboard.lua), kept across resumes
+-- as metrics.jsonl is.
 local memory = require "ztrain.core.memory"
 local libc = require "ztrain.core.libc"
 local durable = require "ztrain.util.durable"
@@ -11,6 +14,7 @@ local fs = require "ztrain.util.fs"
 local json = require "ztrain.util.json"   -- its own settings: NaN as null, 14 digits
 local comm = require "ztrain.core.comm"
 local record_comm = require "ztrain.record.comm"
+local tensorboard = require "ztrain.record.tensorboard"
 
 local M = {}
 
@@ -96,15 +100,95 @@ end
 local Log = {}
 Log.__index = Log
 
--- open(outdir, {total_steps=, quiet=, resume=}) -> logger. metrics.jsonl
--- starts empty, or with opts.resume keeps what it holds until the resumed
--- step is known (Log:resume_at): a resume that fails loses no history.
+-- What the tracking tools get of a logged step: TensorBoard's scalars (a
+-- value that is absent, eval_loss between evaluations, is left out) and the
+-- CSV's columns (an empty field).
+local SCALARS = { "loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "eval_loss" }
+local CSV_COLUMNS = { "step", "time", "elapsed", "loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "eval_loss" }
+
+-- csv_num(x) -> the shortest text that reads back as x ("" for none)
+local function csv_num(x)
+  if type(x) ~= "number" then return "" end
+  if x ~= x or math.abs(x) == math.huge then return tostring(x) end
+  for digits = 6, 17 do
+    local t = ("%." .. digits .. "g"):format(x)
+    if tonumber(t) == x then return t end
+  end
+  return ("%.17g"):format(x)
+end
+
+-- where(v, outdir, default) -> the path a report.* key names: true = the
+-- default inside out=, false or "" = none, else the path itself
+local function where(v, outdir, default)
+  if v == true then return outdir .. "/" .. default end
+  if v == false or v == "" or v == nil then return nil end
+  return v
+end
+
+-- open_csv(path, append) -> an appender with its header line written
+local function open_csv(path, append)
+  local dir = path:match("^(.*)/[^/]*$")
+  if dir and dir ~= "" then
+    local ok, err = fs.mkdirs(dir, "directory")
+    if not ok then return nil, err end
+  end
+  local a, err = durable.appender(path, { append = append })
+  if not a then return nil, err end
+  if a.size == 0 then
+    local ok, werr = a:append(table.concat(CSV_COLUMNS, ",") .. "\n")
+    if not ok then a:close(); return nil, werr end
+  end
+  return a
+end
+
+-- open_tracking(log, outdir, opts): report.csv and report.tensorboard, if set
+local function open_tracking(log, outdir, opts)
+  local rep = opts.report or {}
+  log.csv_path = where(rep.csv, outdir, "metrics.csv")
+  if log.csv_path then
+    local a, err = open_csv(log.csv_path, opts.resume)
+    if not a then return nil, "report.csv: " .. err end
+    log.csv = a
+  end
+  local dir = where(rep.tensorboard, outdir, "tensorboard")
+  if dir then
+    local w, err = tensorboard.open(dir, { resume = opts.resume })
+    if not w then return nil, "report.tensorboard: " .. err end
+    log.tb = w
+  end
+  return true
+end
+
+-- open(outdir, {total_steps=, quiet=, resume=, report=}) -> logger.
+-- metrics.jsonl starts empty, or with opts.resume keeps what it holds until
+-- the resumed step is known (Log:resume_at): a resume that fails loses no
+-- history. opts.report: the recipe's report.csv and report.tensorboard.
 function M.open(outdir, opts)
   local path = outdir .. "/metrics.jsonl"
   local f, err = durable.appender(path, { append = opts.resume })
   if not f then return nil, err end
-  return setmetatable({ f = f, path = path, outdir = outdir, tty = M.is_tty() and not opts.quiet,
-                        quiet = opts.quiet, total = opts.total_steps, t0 = libc.now(), first_step = 0 }, Log)
+  local log = setmetatable({ f = f, path = path, outdir = outdir, tty = M.is_tty() and not opts.quiet,
+                             quiet = opts.quiet, total = opts.total_steps, t0 = libc.now(), first_step = 0 }, Log)
+  local ok, terr = open_tracking(log, outdir, opts)
+  if not ok then log:close(); return nil, terr end
+  return log
+end
+
+-- keep_csv(log, step): the CSV keeps its header and its rows up to `step`
+local function keep_csv(log, step)
+  local text = fs.read_file(log.csv_path) or ""
+  local lines = {}
+  for line in text:gmatch("([^\n]*)\n") do
+    local s = tonumber(line:match("^([^,]*),"))
+    if #lines == 0 and line:match("^step,") or s and s <= step then lines[#lines + 1] = line .. "\n" end
+  end
+  local okc, cerr = log.csv:close()
+  if not okc then error(errors.io(cerr), 0) end
+  local okw, werr = durable.write_atomic(log.csv_path, table.concat(lines))
+  if not okw then error(errors.io(werr), 0) end
+  local a, err = open_csv(log.csv_path, true)
+  if not a then error(errors.io(err), 0) end
+  log.csv = a
 end
 
 -- resume_at(step) -> the records kept (decoded, oldest first): the run
@@ -112,7 +196,7 @@ end
 -- up to that step and drops the rest (steps trained after the checkpoint,
 -- which the resumed run trains again) and any line cut short; rewritten
 -- atomically, then appended to. A curve across the resume has no gap and
--- no step twice.
+-- no step twice. The CSV and the TensorBoard file are cut back alike.
 function Log:resume_at(step)
   self.first_step = step
   local text = fs.read_file(self.path) or ""
@@ -131,6 +215,11 @@ function Log:resume_at(step)
   local f, err = durable.appender(self.path, { append = true })
   if not f then error(errors.io(err), 0) end
   self.f = f
+  if self.csv then keep_csv(self, step) end
+  if self.tb then
+    local okt, terr = self.tb:resume_at(step)
+    if not okt then error(errors.io(terr), 0) end
+  end
   return kept
 end
 
@@ -151,6 +240,25 @@ function Log:metrics(rec)
   local ok, err = self.f:append(json.encode(rec) .. "\n")
   -- a metrics file cut short is an I/O error of the run, not a silent gap
   if not ok then error(errors.io(err), 0) end
+  self:track(rec)
+end
+
+-- track(rec): the step's CSV row and TensorBoard event (each one write)
+function Log:track(rec)
+  if self.csv then
+    local row = {}
+    for i, k in ipairs(CSV_COLUMNS) do row[i] = csv_num(rec[k]) end
+    local ok, err = self.csv:append(table.concat(row, ",") .. "\n")
+    if not ok then error(errors.io(err), 0) end
+  end
+  if self.tb then
+    local list = {}
+    for _, k in ipairs(SCALARS) do
+      if type(rec[k]) == "number" then list[#list + 1] = { k, rec[k] } end
+    end
+    local ok, err = self.tb:scalars(rec.step, rec.time, list)
+    if not ok then error(errors.io(err), 0) end
+  end
 end
 
 -- progress(rec, elapsed_s): the live line on a TTY; a plain line otherwise
@@ -173,12 +281,19 @@ function Log:progress(rec, elapsed, plain)
   end
 end
 
--- close() -> true | nil, err (the final fsync can fail too)
+-- close() -> true | nil, err (the final fsync can fail too): every file
+-- is closed; the first failure is the answer
 function Log:close()
-  local f = self.f
-  self.f = nil
-  if f then return f:close() end
-  return true
+  local ok, err = true, nil
+  for _, k in ipairs({ "f", "csv", "tb" }) do
+    local h = self[k]
+    self[k] = nil
+    if h then
+      local okc, cerr = h:close()
+      if not okc and ok then ok, err = nil, cerr end
+    end
+  end
+  return ok, err
 end
 
 -- The end-of-run table, in the seeds' spirit.

@@ -60,7 +60,8 @@ function M.open(r, opts, out)
   R.log = { metrics = function() end, progress = function() end, close = function() return true end,
             resume_at = function() return {} end }
   if R.lead then
-    local log, lerr = report.open(out, { total_steps = r.train.steps, quiet = opts.quiet, resume = r.resume ~= "" })
+    local log, lerr = report.open(out, { total_steps = r.train.steps, quiet = opts.quiet, resume = r.resume ~= "",
+                                         report = r.report })
     if not log then tr:free(); error(errors.io(lerr), 0) end
     R.log = log
   end

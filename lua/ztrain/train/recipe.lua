@@ -89,6 +89,10 @@ M.defaults = {
   -- written at the end of a run: export.hf = DIR, the trained model as a
   -- Hugging Face GPT-2 directory ("" = none)
   export   = { hf = "" },
+  -- each logged step also to tracking tools' files (rank 0; kept across
+  -- resumes): report.tensorboard = DIR (TensorBoard events; true =
+  -- OUT/tensorboard), report.csv = PATH (true = OUT/metrics.csv); "" = off
+  report   = { tensorboard = "", csv = "" },
   out      = "",
   -- replace an earlier run's outputs in `out` (--overwrite); without it
   -- such a directory is refused (resume = ... continues one instead)
@@ -97,7 +101,8 @@ M.defaults = {
 
 -- Keys whose value is a list or an opaque object, not a sub-table of keys.
 local LEAF = { ["train.checkpoint_activations"] = true, ["pipeline.split"] = true, ["optim.betas"] = true, ["strategy"] = true, ["schedule"] = true, ["data.text"] = true,
-               ["data.exclude"] = true, ["device.memory_limit"] = true }
+               ["data.exclude"] = true, ["device.memory_limit"] = true,
+               ["report.tensorboard"] = true, ["report.csv"] = true }   -- a path, true or false
 
 local function deepcopy(t)
   if type(t) ~= "table" or getmetatable(t) or t.setup then return t end
@@ -398,6 +403,12 @@ function M.resolve(user, overrides)
   if not (type(ca) == "boolean" or (type(ca) == "number" and ca >= 0 and ca % 1 == 0)) then
     return nil, ("train.checkpoint_activations must be false, true (every block) or k (every k-th block), " ..
                  "got %s"):format(tostring(ca))
+  end
+  for _, k in ipairs({ "tensorboard", "csv" }) do
+    local v = r.report[k]
+    if type(v) ~= "string" and type(v) ~= "boolean" then
+      return nil, ("report.%s must be a path, true (inside out=) or false, got %s"):format(k, tostring(v))
+    end
   end
   local pl = r.pipeline.placement
   if pl ~= "" and pl ~= "loop" and pl ~= "v" then

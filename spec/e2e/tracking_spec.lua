@@ -1,0 +1,184 @@
+-- Tracking tools (issue 29, item 6): report.csv and report.tensorboard
+-- write each logged step beside metrics.jsonl, and keep one curve across a
+-- resume into the same files (steps up to the checkpoint, then the resumed
+-- run's: no gap, no step twice); a DeepSpeed config's tensorboard and
+-- csv_monitor blocks map onto them, wandb is refused naming both, and its
+-- "auto" values are filled from the recipe as Hugging Face's Trainer does.
+-- The independent side: metrics.jsonl's exact loss bits (loss_hex), the
+-- recipe file itself, and TensorBoard's EventAccumulator when the venv of
+-- spec/unit/tensorboard_spec.lua exists.
+local cjson = require "cjson"
+local ffi = require "ffi"
+local u = require "helpers.util"
+local tb = require "ztrain.record.tensorboard"
+local ds = require "ztrain.train.dsconfig"
+
+local ZT = "build/ztrain recipes/single.lua model.size=gpt2-tiny data.tokenizer=bytes data.seq_len=32 " ..
+           "batch.micro=2 train.ckpt_every=3 train.log_every=1 train.eval_every=3 -q"
+
+local function jsonl(path)
+  local out = {}
+  for l in u.read(path):gmatch("[^\n]+") do out[#out + 1] = cjson.decode(l) end
+  return out
+end
+
+-- csv(path) -> header, rows (each a table by column name; "" kept)
+local function csv(path)
+  local lines = {}
+  for l in u.read(path):gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
+  local head, rows = {}, {}
+  for name in (lines[1] .. ","):gmatch("([^,]*),") do head[#head + 1] = name end
+  for i = 2, #lines do
+    local row, k = {}, 0
+    for v in (lines[i] .. ","):gmatch("([^,]*),") do k = k + 1; row[head[k]] = v end
+    rows[#rows + 1] = row
+  end
+  return head, rows
+end
+
+-- fields(s) -> { { field, wire type, value } ... } of a protobuf message
+local function fields(s)
+  local out, i = {}, 1
+  local function varint()
+    local v, mul = 0, 1
+    repeat
+      local b = s:byte(i)
+      i, v, mul = i + 1, v + (b % 128) * mul, mul * 128
+    until b < 128
+    return v
+  end
+  while i <= #s do
+    local key = varint()
+    local f, wt, v = math.floor(key / 8), key % 8, nil
+    if wt == 0 then v = varint()
+    elseif wt == 1 then v, i = s:sub(i, i + 7), i + 8
+    elseif wt == 5 then v, i = s:sub(i, i + 3), i + 4
+    else local n = varint(); v, i = s:sub(i, i + n - 1), i + n end
+    out[#out + 1] = { f, wt, v }
+  end
+  return out
+end
+
+local function float(bytes)
+  local p = ffi.new("float[1]")
+  ffi.copy(p, bytes, 4)
+  return tonumber(p[0])
+end
+
+-- events(dir) -> { { step =, values = { tag = value } } ... } of dir's one
+-- events file (its records' framing read by the writer's own reader,
+-- checked in spec/unit/tensorboard_spec.lua), the file_version record first
+local function events(dir)
+  local names = {}
+  for n in u.sh("ls " .. dir):gmatch("[^\n]+") do if n:match("tfevents") then names[#names + 1] = n end end
+  assert.are.equal(1, #names, "one events file in " .. dir)
+  local out = {}
+  for _, r in ipairs(tb.records(u.read(dir .. "/" .. names[1]))) do
+    local e = { step = 0, values = {} }
+    for _, f in ipairs(fields(r.data)) do
+      if f[1] == 2 then e.step = f[3] end
+      if f[1] == 5 then
+        for _, v in ipairs(fields(f[3])) do
+          local val = fields(v[3])
+          e.values[val[1][3]] = float(val[2][3])
+        end
+      end
+    end
+    out[#out + 1] = e
+  end
+  return out
+end
+
+local function f32(x) return tonumber(ffi.new("float[1]", x)[0]) end
+
+local function run(args)
+  local out, rc = u.sh(ZT .. " " .. args)
+  assert.are.equal(0, rc, out)
+  return out
+end
+
+describe("tracking: report.csv and report.tensorboard across a resume", function()
+  local dir, tbdir
+  setup(function()
+    dir, tbdir = u.outdir(), u.outdir()
+    run("train.steps=6 report.csv=true report.tensorboard=" .. tbdir .. " out=" .. dir)
+    -- resumed from step 3 although 4-6 were trained: the files keep 1-3, then 4-8
+    run("train.steps=8 report.csv=true report.tensorboard=" .. tbdir .. " out=" .. dir ..
+        " resume=" .. dir .. "/checkpoints/step-00000003")
+  end)
+  teardown(function() u.rm(dir); u.rm(tbdir) end)
+
+  it("OUT/metrics.csv: a header, steps 1..8 once each, metrics.jsonl's values", function()
+    local head, rows = csv(dir .. "/metrics.csv")
+    assert.are.same({ "step", "time", "elapsed", "loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "eval_loss" },
+                    head)
+    local lines = jsonl(dir .. "/metrics.jsonl")
+    assert.are.equal(8, #rows)
+    for i, row in ipairs(rows) do
+      local l = lines[i]
+      assert.are.equal(i, tonumber(row.step))
+      assert.are.equal(tonumber(l.loss_hex), tonumber(row.loss), "step " .. i)    -- exact
+      assert.are.equal(l.step, tonumber(row.step))
+      for _, k in ipairs({ "lr", "grad_norm", "step_ms", "time" }) do
+        assert.is_true(math.abs(tonumber(row[k]) - l[k]) <= 1e-9 * math.abs(l[k]), k .. " at step " .. i)
+      end
+      assert.are.equal(l.eval_loss ~= nil, row.eval_loss ~= "", "eval_loss at step " .. i)
+    end
+    assert.are.same({ "3", "6", "8" }, { rows[3].step, rows[6].step, rows[8].step })
+    assert.are.equal("", rows[4].eval_loss)
+  end)
+
+  it("the TensorBoard file: version record, steps 1..8 once each, each logged scalar as float32", function()
+    local ev = events(tbdir)
+    local steps = {}
+    for i, e in ipairs(ev) do steps[i] = e.step end
+    assert.are.same({ 0, 1, 2, 3, 4, 5, 6, 7, 8 }, steps)
+    local lines = jsonl(dir .. "/metrics.jsonl")
+    for i = 1, 8 do
+      local v, l = ev[i + 1].values, lines[i]
+      assert.are.equal(f32(tonumber(l.loss_hex)), v.loss, "loss at step " .. i)
+      for _, k in ipairs({ "lr", "grad_norm", "tokens_per_s", "step_ms" }) do
+        assert.is_true(math.abs(v[k] - l[k]) <= 1e-6 * math.abs(l[k]), k .. " at step " .. i)
+      end
+      assert.are.equal(l.eval_loss and f32(l.eval_loss), v.eval_loss, "eval_loss at step " .. i)
+    end
+  end)
+
+  it("TensorBoard's EventAccumulator reads the resumed file: loss at steps 1..8, eval_loss at 3, 6, 8", function()
+    local venv = os.getenv("ZTRAIN_TBVENV") or "/tmp/tbvenv"
+    if not u.sh(venv .. "/bin/python -c 'import tensorboard' >/dev/null 2>&1; echo $?"):match("^0") then
+      pending("no venv with tensorboard at " .. venv .. " (python3 -m venv " .. venv .. " && " .. venv ..
+              "/bin/pip install tensorboard)")
+      return
+    end
+    local py = tbdir .. ".py"
+    u.write(py, ([[
+from tensorboard.backend.event_processing import event_accumulator as ea
+a = ea.EventAccumulator(%q, size_guidance={ea.SCALARS: 0})
+a.Reload()
+for t in ("loss", "eval_loss"):
+    print(t, " ".join(str(e.step) for e in a.Scalars(t)))
+]]):format(tbdir))
+    local out, rc = u.sh(venv .. "/bin/python " .. py)
+    os.remove(py)
+    assert.are.equal(0, rc, out)
+    assert.matches("loss 1 2 3 4 5 6 7 8\neval_loss 3 6 8\n", out, 1, true)
+  end)
+end)
+
+describe("tracking: report keys a run cannot use", function()
+  it("a CSV path that cannot be made ends the run naming report.csv (exit 3, no Lua location)", function()
+    local dir = u.outdir()
+    local out, rc = u.sh(ZT .. " train.steps=1 report.csv=/proc/ztrain-no/metrics.csv out=" .. dir)
+    u.rm(dir)
+    assert.are.equal(3, rc, out)
+    assert.matches("report.csv: cannot create directory /proc/ztrain-no", out, 1, true)
+    assert.is_nil(out:find("%.lua:%d+:"), out)
+  end)
+
+  it("report.tensorboard must be a path or true/false", function()
+    local out, rc = u.sh(ZT .. " train.steps=1 'report.tensorboard={1}'")
+    assert.are.equal(1, rc, out)
+    assert.matches("report.tensorboard must be a path, true (inside out=) or false", out, 1, true)
+  end)
+end)
