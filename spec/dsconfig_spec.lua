@@ -118,7 +118,7 @@ describe("ds-config: what is refused", function()
       { { optimizer = { type = "Adam", params = { adam_w_mode = false } } }, "adam_w_mode = false" },
       { { communication_data_type = "fp16" }, 'communication_data_type = "fp16"' },
       { { fp16 = { enabled = true }, bf16 = { enabled = true } }, "both true" },
-      { { train_batch_size = "auto" }, 'train_batch_size is "auto"' },
+      { { zero_optimization = { stage = "auto" } }, 'zero_optimization.stage is "auto", which ztrain fills only' },
       { { zero_optimization = { stage = 2, offload_param = { device = "cpu" } } }, "offload_param needs stage 3" },
       { { zero_optimization = { stage = 3, offload_optimizer = { device = "cpu" } } }, "has no strategy name" },
     }

@@ -182,3 +182,75 @@ describe("tracking: report keys a run cannot use", function()
     assert.matches("report.tensorboard must be a path, true (inside out=) or false", out, 1, true)
   end)
 end)
+
+describe("tracking: a DeepSpeed config's monitors and \"auto\" values", function()
+  local tmp
+  setup(function() tmp = u.tmpdir() end)
+  teardown(function() u.rm(tmp) end)
+
+  local function config(t)
+    local path = tmp .. "/ds_" .. tostring(#u.sh("ls " .. tmp)) .. ".json"
+    u.write(path, cjson.encode(t))
+    return path
+  end
+
+  it("an HF-style config: \"auto\" filled from the recipe, tensorboard and csv_monitor under output_path/job_name",
+     function()
+    local path = config({
+      train_micro_batch_size_per_gpu = "auto", gradient_accumulation_steps = "auto", train_batch_size = "auto",
+      gradient_clipping = "auto", fp16 = { enabled = "auto" }, bf16 = { enabled = "auto" },
+      optimizer = { type = "AdamW", params = { lr = "auto", betas = "auto", eps = "auto", weight_decay = "auto" } },
+      scheduler = { type = "WarmupDecayLR", params = { warmup_min_lr = "auto", warmup_max_lr = "auto",
+                                                       warmup_num_steps = "auto", total_num_steps = "auto",
+                                                       warmup_type = "linear" } },
+      tensorboard = { enabled = true, output_path = tmp .. "/logs", job_name = "job1" },
+      csv_monitor = { enabled = true, output_path = tmp .. "/logs", job_name = "job1" },
+      wandb = { enabled = false, project = "p" },
+    })
+    local dir = u.outdir()
+    local out = run("train.steps=4 --ds-config " .. path .. " out=" .. dir)
+    local s = cjson.decode(u.read(dir .. "/summary.json"))
+    u.rm(dir)
+    local r = s.recipe_json
+    -- recipes/single.lua's values (3e-3, warm-up 30, betas 0.9/0.95, decay 0.1, clip 1),
+    -- the command line's micro-batch and steps; the scheduler's type is the file's
+    assert.are.same({ 3e-3, { 0.9, 0.95 }, 1e-8, 0.1, 1 },
+                    { r.optim.lr, r.optim.betas, r.optim.eps, r.optim.weight_decay, r.optim.clip })
+    assert.are.same({ 30, "linear", 0 }, { r.lr.warmup, r.lr.schedule, r.lr.min_ratio })
+    assert.are.same({ 2, 1, 0, 4, "fp32" }, { r.batch.micro, r.batch.accumulate, r.batch.global, r.train.steps,
+                                             r.precision })
+    for _, key in ipairs({ 'optimizer.params.lr is "auto": the recipe\'s optim.lr',
+                           'scheduler.params.total_num_steps is "auto": the recipe\'s train.steps',
+                           'train_batch_size is "auto": the recipe\'s batch.global' }) do
+      assert.matches("ds-config: " .. key, out, 1, true)
+    end
+    assert.are.equal(tmp .. "/logs/job1", r.report.tensorboard)
+    assert.are.equal(tmp .. "/logs/job1/metrics.csv", r.report.csv)
+    local _, rows = csv(tmp .. "/logs/job1/metrics.csv")
+    assert.are.equal(4, #rows)
+    local ev = events(tmp .. "/logs/job1")
+    assert.are.equal(5, #ev)
+    assert.is_number(ev[5].values.loss)
+  end)
+
+  it("wandb enabled is refused, naming TensorBoard and the CSV as the offline alternatives", function()
+    local path = config({ wandb = { enabled = true, project = "p" } })
+    local out, rc = u.sh(ZT .. " train.steps=1 --ds-config " .. path)
+    assert.are.equal(1, rc, out)
+    assert.matches("ds-config: wandb.enabled = true: ztrain does not send runs to Weights & Biases; log offline " ..
+                   "instead with report.tensorboard=DIR (TensorBoard event files) or report.csv=PATH", out, 1, true)
+    assert.is_nil(out:find("%.lua:%d+:"), out)
+  end)
+
+  it("ds-convert: monitors without output_path go inside out=; an \"auto\" HF does not fill is refused", function()
+    local out = ds.convert({ tensorboard = { enabled = true }, csv_monitor = { enabled = true, flush = 1 } })
+    local k = {}
+    for _, kv in ipairs(out.keys) do k[kv[1]] = kv[2] end
+    assert.are.same({ ["report.tensorboard"] = true, ["report.csv"] = true }, k)
+    assert.are.same({ "ds-config: csv_monitor.flush is not supported (ignored)" }, out.notes)
+    local ok, e = pcall(ds.convert, { zero_optimization = { stage = "auto" } })
+    assert.is_false(ok)
+    assert.matches('zero_optimization.stage is "auto", which ztrain fills only where Hugging Face', tostring(e),
+                   1, true)
+  end)
+end)

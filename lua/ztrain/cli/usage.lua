@@ -65,7 +65,8 @@ options:
   --ds-config FILE
                  apply a DeepSpeed config (ds_config.json) over the recipe:
                  zero_optimization, fp16/bf16, batch sizes, optimizer,
-                 scheduler, gradient_clipping ... (docs/recipes.md); key=value
+                 scheduler, gradient_clipping, tensorboard, csv_monitor ...
+                 (docs/recipes.md); "auto" values are the recipe's; key=value
                  arguments win; every key it does not map is named on stderr
   -q, --quiet    no progress output (outputs are still written)
   --overwrite    replace an earlier run's outputs in out= (same as overwrite=true)

@@ -34,10 +34,13 @@ function M.read(path)
   return t
 end
 
--- An "auto" value (Hugging Face's Trainer fills these) has no number here.
+-- An "auto" value left after fill_auto is one Hugging Face's Trainer does not fill either.
 local function value(t, key, path)
   local v = t[key]
-  if v == "auto" then refuse("%s is \"auto\" (filled in by Hugging Face's integration); give a value", path) end
+  if v == "auto" then
+    refuse("%s is \"auto\", which ztrain fills only where Hugging Face's Trainer does (batch sizes, " ..
+           "gradient_clipping, the optimizer's and scheduler's numbers, fp16/bf16.enabled); give a value", path)
+  end
   if v == cjson.null then return nil end
   return v
 end
@@ -51,7 +54,7 @@ end
 -- The conversion's state: keys in order ({ key, value }), lines for
 -- ignored keys.
 local function new_out()
-  local out = { keys = {}, notes = {}, set = {} }
+  local out = { keys = {}, notes = {}, set = {}, filled = {} }
   -- a key set twice (the optimizer's lr, then the scheduler's peak) keeps
   -- its first place and the last value, as DeepSpeed's scheduler wins
   function out.put(k, v)
@@ -71,6 +74,41 @@ local function ignore_rest(out, t, prefix, known, why)
   for k in pairs(t) do if not known[k] then keys[#keys + 1] = k end end
   table.sort(keys)
   for _, k in ipairs(keys) do out.ignore(prefix .. k, why and why[k]) end
+end
+
+---------------------------------------------------------------------------
+-- "auto" values, filled from the recipe where Hugging Face's Trainer fills them from its
+-- TrainingArguments (transformers' HfTrainerDeepSpeedConfig.trainer_config_process/_finalize):
+-- the key is left out, so the recipe's value stands, named on a line; others are refused.
+local AUTO = {
+  { "train_micro_batch_size_per_gpu", "batch.micro" }, { "gradient_accumulation_steps", "batch.accumulate" },
+  { "train_batch_size", "batch.global (ranks x micro x accumulate)" }, { "gradient_clipping", "optim.clip" },
+  { "optimizer.params.lr", "optim.lr" }, { "optimizer.params.betas", "optim.betas" },
+  { "optimizer.params.eps", "optim.eps" }, { "optimizer.params.weight_decay", "optim.weight_decay" },
+  { "scheduler.params.warmup_min_lr", "warm-up start, 0" }, { "scheduler.params.warmup_max_lr", "optim.lr" },
+  { "scheduler.params.warmup_num_steps", "lr.warmup" }, { "scheduler.params.total_num_steps", "train.steps" },
+  { "fp16.enabled", "precision" }, { "bf16.enabled", "precision" }, { "amp.enabled", "false: no apex amp" },
+}
+
+local function copy(t)
+  local c = {}
+  for k, v in pairs(t) do c[k] = type(v) == "table" and copy(v) or v end
+  return c
+end
+
+-- fill_auto(cfg, out) -> a copy of cfg without the "auto" values AUTO fills
+-- (out.filled[path] = true for each)
+local function fill_auto(cfg, out)
+  cfg = copy(cfg)
+  for _, pf in ipairs(AUTO) do
+    local t, last = cfg, pf[1]:match("[^.]+$")
+    for part in pf[1]:gmatch("([^.]+)%.") do t = type(t) == "table" and t[part] or nil end
+    if type(t) == "table" and t[last] == "auto" then
+      t[last], out.filled[pf[1]] = nil, true
+      out.notes[#out.notes + 1] = ('ds-config: %s is "auto": the recipe\'s %s'):format(pf[1], pf[2])
+    end
+  end
+  return cfg
 end
 
 ---------------------------------------------------------------------------
@@ -183,6 +221,13 @@ local function batch(out, cfg, world)
   local tbs = number(cfg, "train_batch_size", "train_batch_size")
   local mb = number(cfg, "train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu")
   local gas = number(cfg, "gradient_accumulation_steps", "gradient_accumulation_steps")
+  if out.filled.train_micro_batch_size_per_gpu or out.filled.gradient_accumulation_steps then
+    -- the recipe's micro-batch or accumulation stands; the run checks the global batch against it
+    if mb then out.put("batch.micro", whole(mb, "train_micro_batch_size_per_gpu")) end
+    if gas then out.put("batch.accumulate", whole(gas, "gradient_accumulation_steps")) end
+    if tbs then out.put("batch.global", whole(tbs, "train_batch_size")) end
+    return
+  end
   if tbs and mb and gas then
     if tbs ~= mb * gas * world then
       refuse("Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * " ..
@@ -241,8 +286,8 @@ local function warmup(out, p, path)
   if wt ~= "linear" then
     refuse('%swarmup_type is %q (DeepSpeed\'s default is "log"); ztrain warms up linearly: set "linear"', path, wt)
   end
-  local n = number(p, "warmup_num_steps", path .. "warmup_num_steps") or 1000
-  out.put("lr.warmup", n)
+  if out.filled[path .. "warmup_num_steps"] then return end
+  out.put("lr.warmup", number(p, "warmup_num_steps", path .. "warmup_num_steps") or 1000)
 end
 
 local function scheduler(out, cfg)
@@ -254,25 +299,27 @@ local function scheduler(out, cfg)
   if kind == "WarmupLR" or kind == "WarmupDecayLR" then
     local min = number(p, "warmup_min_lr", path .. "warmup_min_lr") or 0
     if min ~= 0 then refuse("%swarmup_min_lr = %s: ztrain's warm-up starts from 0", path, tostring(min)) end
-    local max = number(p, "warmup_max_lr", path .. "warmup_max_lr") or 0.001
-    out.put("optim.lr", max)
+    if not out.filled[path .. "warmup_max_lr"] then
+      out.put("optim.lr", number(p, "warmup_max_lr", path .. "warmup_max_lr") or 0.001)
+    end
     warmup(out, p, path)
     known.warmup_min_lr, known.warmup_max_lr = true, true
     if kind == "WarmupLR" then out.put("lr.schedule", "constant")
     else
       local total = number(p, "total_num_steps", path .. "total_num_steps")
-      if not total then refuse("%stotal_num_steps is needed by WarmupDecayLR", path) end
-      out.put("lr.schedule", "linear"); out.put("lr.min_ratio", 0); out.put("train.steps", total)
+      if not (total or out.filled[path .. "total_num_steps"]) then refuse("%stotal_num_steps is needed by WarmupDecayLR", path) end
+      out.put("lr.schedule", "linear"); out.put("lr.min_ratio", 0)
+      if total then out.put("train.steps", total) end
       known.total_num_steps = true
     end
   elseif kind == "WarmupCosineLR" then
     local wmin = number(p, "warmup_min_ratio", path .. "warmup_min_ratio") or 0
     if wmin ~= 0 then refuse("%swarmup_min_ratio = %s: ztrain's warm-up starts from 0", path, tostring(wmin)) end
     local total = number(p, "total_num_steps", path .. "total_num_steps")
-    if not total then refuse("%stotal_num_steps is needed by WarmupCosineLR", path) end
+    if not (total or out.filled[path .. "total_num_steps"]) then refuse("%stotal_num_steps is needed by WarmupCosineLR", path) end
     warmup(out, p, path)
     out.put("lr.schedule", "cosine"); out.put("lr.min_ratio", number(p, "cos_min_ratio", path .. "cos_min_ratio") or 0.0001)
-    out.put("train.steps", total)
+    if total then out.put("train.steps", total) end
     known.warmup_min_ratio, known.total_num_steps, known.cos_min_ratio = true, true, true
   else
     refuse("scheduler.type %q is not supported (WarmupLR, WarmupDecayLR, WarmupCosineLR)", kind)
@@ -286,7 +333,6 @@ end
 local TOP_WHY = {
   activation_checkpointing = "ztrain checkpoints blocks with train.checkpoint_activations",
   wall_clock_breakdown = "summary.json and metrics.jsonl time every step",
-  tensorboard = "metrics.jsonl", wandb = "metrics.jsonl", csv_monitor = "metrics.jsonl",
   flops_profiler = nil, comms_logger = nil, memory_breakdown = "summary.json has memory by tier and category",
   zero_allow_untested_optimizer = nil, dump_state = nil, checkpoint = "train.ckpt_every",
 }
@@ -318,7 +364,29 @@ local HANDLED = { zero_optimization = true, fp16 = true, bf16 = true, train_batc
                   scheduler = true, gradient_clipping = true, steps_per_print = true, aio = true, amp = true,
                   curriculum_learning = true, data_efficiency = true, compression_training = true,
                   sparse_attention = true, prescale_gradients = true, gradient_predivide_factor = true,
-                  communication_data_type = true }
+                  communication_data_type = true, tensorboard = true, csv_monitor = true, wandb = true }
+
+-- The monitors: tensorboard and csv_monitor onto report.tensorboard and report.csv
+-- (under OUTPUT_PATH/JOB_NAME as DeepSpeed writes; no output_path: inside out=);
+-- wandb refused, naming both (offline) alternatives.
+local MONITORS = { { "tensorboard", "report.tensorboard", "" }, { "csv_monitor", "report.csv", "/metrics.csv" } }
+local function monitors(out, cfg)
+  local w = value(cfg, "wandb", "wandb")
+  if type(w) == "table" and value(w, "enabled", "wandb.enabled") == true then
+    refuse("wandb.enabled = true: ztrain does not send runs to Weights & Biases; log offline instead with " ..
+           "report.tensorboard=DIR (TensorBoard event files) or report.csv=PATH (a CSV file), and set " ..
+           "wandb.enabled to false or remove the block")
+  end
+  for _, m in ipairs(MONITORS) do
+    local b = value(cfg, m[1], m[1])
+    if type(b) == "table" and value(b, "enabled", m[1] .. ".enabled") == true then
+      local dir = value(b, "output_path", m[1] .. ".output_path") or ""
+      local job = value(b, "job_name", m[1] .. ".job_name") or "DeepSpeedJobName"
+      out.put(m[2], dir == "" and true or (dir:gsub("/+$", "") .. "/" .. job .. m[3]))
+    end
+    if type(b) == "table" then ignore_rest(out, b, m[1] .. ".", { enabled = true, output_path = true, job_name = true }) end
+  end
+end
 
 local function aio(out, cfg)
   local a = value(cfg, "aio", "aio")
@@ -340,6 +408,7 @@ function M.convert(cfg, opts)
   opts = opts or {}
   local out = new_out()
   out.lenient = opts.lenient
+  cfg = fill_auto(cfg, out)
   refuse_math(cfg)
   zero(out, cfg)
   precision(out, cfg)
@@ -351,6 +420,7 @@ function M.convert(cfg, opts)
   local spp = number(cfg, "steps_per_print", "steps_per_print")
   if spp then out.put("train.log_every", spp) end
   aio(out, cfg)
+  monitors(out, cfg)
   ignore_rest(out, cfg, "", HANDLED, TOP_WHY)
   return out
 end
