@@ -104,12 +104,12 @@ static int io_error(char *msg, size_t n, int write, const char *path, size_t off
     switch (e) {
     case ENOSPC: case EDQUOT:
         what = "no space left on the device (ENOSPC); free space there or point "
-               "offload.nvme_path at a larger disk"; break;
+               "the swap directory at a larger disk"; break;
     case EIO:
         what = "the device reported an I/O error (EIO); check the disk (dmesg) or move "
-               "offload.nvme_path to another device"; break;
+               "the swap directory to another device"; break;
     case EROFS:
-        what = "the file system is read-only (EROFS); point offload.nvme_path at a "
+        what = "the file system is read-only (EROFS); point the swap directory at a "
                "writable directory"; break;
     default: what = NULL;
     }
@@ -500,16 +500,16 @@ static int make_dirs(zt_aio *a, const char *dir, const char *host)
     if (stat(dir, &st) != 0) {
         if (errno != ENOENT)
             return zt_error(ZT_EINVAL, "aio: cannot use swap directory %s: %s; point "
-                            "offload.nvme_path at a writable directory", dir, strerror(errno));
+                            "the swap directory at a writable one", dir, strerror(errno));
         /* Create the last component only: a mistyped mount point must not
          * silently put swap files on the root disk. */
         if (mkdir(dir, 0700) != 0)
             return zt_error(ZT_EINVAL, "aio: swap directory %s does not exist and cannot be "
                             "created (%s); create it (on a fast disk) or point "
-                            "offload.nvme_path elsewhere", dir, strerror(errno));
+                            "the swap directory elsewhere", dir, strerror(errno));
     } else if (!S_ISDIR(st.st_mode)) {
         return zt_error(ZT_EINVAL, "aio: swap directory %s is not a directory; point "
-                        "offload.nvme_path at a directory", dir);
+                        "the swap directory at a directory", dir);
     }
     if (!realpath(dir, a->parent))
         return zt_error(ZT_EINVAL, "aio: cannot resolve swap directory %s: %s", dir,
@@ -523,7 +523,7 @@ static int make_dirs(zt_aio *a, const char *dir, const char *host)
         return zt_error(ZT_EINVAL, "aio: swap directory path %s is too long", a->parent);
     if (mkdir(a->dir, 0700) != 0)
         return zt_error(ZT_EINVAL, "aio: swap directory %s is not writable (%s creating %s); "
-                        "fix its permissions or point offload.nvme_path at a writable "
+                        "fix its permissions or point the swap directory at a writable "
                         "directory", a->parent, strerror(errno), a->dir);
     char owner[PATH_MAX + 16];
     snprintf(owner, sizeof owner, "%s/owner", a->dir);
@@ -542,7 +542,7 @@ static int make_dirs(zt_aio *a, const char *dir, const char *host)
         unlink(owner);
         rmdir(a->dir);
         return zt_error(ZT_EIO, "aio: cannot write the owner file in %s (%s); point "
-                        "offload.nvme_path at a writable directory with free space",
+                        "the swap directory at a writable one with free space",
                         a->dir, strerror(e));
     }
     return ZT_OK;
@@ -582,7 +582,7 @@ int zt_aio_open(zt_aio **out, const char *dir, size_t block_bytes, int queue_dep
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     ZT_CHECK(out != NULL, "zt_aio_open: out is NULL");
     *out = NULL;
-    ZT_CHECK(dir != NULL && dir[0], "zt_aio_open: no swap directory given (offload.nvme_path)");
+    ZT_CHECK(dir != NULL && dir[0], "zt_aio_open: no swap directory given");
     ZT_CHECK(strlen(dir) < PATH_MAX - 128, "zt_aio_open: swap directory path too long");
     if (block_bytes == 0) block_bytes = ZT_AIO_DEFAULT_BLOCK;
     if (queue_depth == 0) queue_depth = ZT_AIO_DEFAULT_DEPTH;
@@ -735,7 +735,7 @@ int zt_aio_open(zt_aio **out, const char *dir, size_t block_bytes, int queue_dep
         if (want == 1)
             return zt_error(ZT_EINVAL, "zt_aio_open: the io_uring engine was asked for (%s) but "
                             "%s; use the thread pool (ZTRAIN_AIO_ENGINE=threads, or "
-                            "offload.aio_engine = \"threads\"; auto picks it by itself)",
+                            "ZT_AIO_THREADS; auto picks it by itself)",
                             asked[0] == 'Z' ? "ZTRAIN_AIO_ENGINE=uring" : "ZT_AIO_URING", uwhy);
         return zt_error(rc, "zt_aio_open: %s", twhy);
     }
@@ -1136,7 +1136,7 @@ int zt_nvme_alloc(void **out, size_t nbytes)
         pthread_mutex_unlock(&nvme_lock);
         return zt_error(ZT_EINVAL, "the nvme tier has no allocator until it is configured "
                         "with a swap directory: call zt_nvme_configure(dir, ...) first (Lua: "
-                        "aio.configure{path = ...}; recipes: offload.nvme_path), or place the "
+                        "aio.configure{path = ...}), or place the "
                         "tensor on host or device");
     }
     nvme_region *g = malloc(sizeof *g);

@@ -71,8 +71,8 @@ static void submit_error(slot *sl, int e)
     snprintf(sl->msg, sizeof sl->msg,
              "aio %s %.500s at offset %zu (%zu bytes) failed: io_uring could not take the "
              "request (io_uring_submit: %s); the engine stays usable; if this repeats, use the "
-             "thread-pool engine (ZTRAIN_AIO_ENGINE=threads, or offload.aio_engine = "
-             "\"threads\") (swap directory %.400s)", op_name(o->write), sl->req->f->path,
+             "thread-pool engine (ZTRAIN_AIO_ENGINE=threads, or ZT_AIO_THREADS to "
+             "zt_aio_open) (swap directory %.400s)", op_name(o->write), sl->req->f->path,
              o->off + sl->op_done, o->len - sl->op_done, strerror(e), sl->a->dir);
     sl->err = ZT_EIO;
 }

@@ -26,6 +26,7 @@ local ffi = require "ffi"
 local bit = require "bit"
 local zffi = require "ztrain.core.ffi"
 local memory = require "ztrain.core.memory"
+local libc = require "ztrain.core.libc"
 local C, check = zffi.C, zffi.check
 
 local M = {}
@@ -206,7 +207,6 @@ end
 local engines_here, no_uring
 function M.engines()
   if engines_here then return engines_here, no_uring end
-  local libc = require "ztrain.core.libc"
   local tmpl = ffi.new("char[?]", 300, (os.getenv("TMPDIR") or "/tmp") .. "/zt_aio_probe_XXXXXX")
   engines_here = {}
   if libc.mkdtemp(tmpl) == nil then

@@ -4,11 +4,8 @@
 -- schema's (the defaults below); an unknown key is an error that names it and
 -- the nearest valid key. Overrides are dotted paths: train.steps=20.
 local suggest = require "ztrain.util.suggest"
-local strategy = require "ztrain.parallel.strategy"
-local precision = require "ztrain.model.precision"
-local registry = require "ztrain.parallel.schedule.registry"
 local digest = require "ztrain.core.digest"
-local changes = require "ztrain.train.checkpoint.changes"
+local choices = require "ztrain.train.recipe_choices"
 local M = {}
 
 -- The schema: every valid key with its default. `strategy` may also be a
@@ -359,73 +356,8 @@ function M.resolve(user, overrides)
   if not ok then return nil, err end
   ok, err = check_values(r)
   if not ok then return nil, err end
-  -- the strategy (a name or an object) is checked now, not mid-step
-  local sok, serr = pcall(strategy.resolve, r.strategy)
-  if not sok then return nil, "strategy: " .. tostring(serr) end
-  if r.model.from ~= "" and not r.model.from:match("^hf:.") then
-    return nil, ('model.from must be "hf:DIR" (a Hugging Face GPT-2 directory: config.json + model.safetensors), ' ..
-                 'got %q'):format(r.model.from)
-  end
-  for g in tostring(r.allow_changes):gmatch("[^,%s]+") do
-    local known = g == "all"
-    for _, n in ipairs(changes.GROUPS) do known = known or n == g end
-    if not known then
-      return nil, ("allow_changes: unknown group %q (known: %s, all)"):format(g, table.concat(changes.GROUPS, ", "))
-    end
-  end
-  if not precision.NAMES[r.precision] then
-    return nil, ('precision must be "fp32", "bf16" or "fp16", got %q'):format(tostring(r.precision))
-  end
-  if r.comm.backend ~= "mpi" and r.comm.backend ~= "nccl" then
-    return nil, ('comm.backend must be "mpi" or "nccl", got %q'):format(tostring(r.comm.backend))
-  end
-  if r.comm.backend == "nccl" and r.device.backend ~= "cuda" then
-    return nil, ('comm.backend = "nccl" needs device.backend = "cuda" (NCCL moves GPU memory), got %q')
-                :format(tostring(r.device.backend))
-  end
-  local bg = r.device.bf16_gemm
-  if bg ~= "auto" and bg ~= "on" and bg ~= "off" then
-    return nil, ('device.bf16_gemm must be "auto", "on" or "off", got %q'):format(tostring(bg))
-  end
-  if bg == "on" and r.precision ~= "bf16" then
-    return nil, ('device.bf16_gemm = "on" needs precision = "bf16" (the weights must be stored as bf16), got %q')
-                :format(tostring(r.precision))
-  end
-  local at = r.device.attention
-  if at ~= "exact" and at ~= "bf16" then
-    return nil, ('device.attention must be "exact" or "bf16", got %q'):format(tostring(at))
-  end
-  if at == "bf16" and r.device.backend ~= "cuda" then
-    return nil, ('device.attention = "bf16" needs device.backend = "cuda" (a tensor-core kernel), got %q')
-                :format(tostring(r.device.backend))
-  end
-  local ca = r.train.checkpoint_activations
-  if not (type(ca) == "boolean" or (type(ca) == "number" and ca >= 0 and ca % 1 == 0)) then
-    return nil, ("train.checkpoint_activations must be false, true (every block) or k (every k-th block), " ..
-                 "got %s"):format(tostring(ca))
-  end
-  for _, k in ipairs({ "tensorboard", "csv" }) do
-    local v = r.report[k]
-    if type(v) ~= "string" and type(v) ~= "boolean" then
-      return nil, ("report.%s must be a path, true (inside out=) or false, got %s"):format(k, tostring(v))
-    end
-  end
-  local pl = r.pipeline.placement
-  if pl ~= "" and pl ~= "loop" and pl ~= "v" then
-    return nil, ('pipeline.placement must be "" (the schedule\'s), "loop" or "v", got %q'):format(tostring(pl))
-  end
-  if type(r.schedule) ~= "string" and type(r.schedule) ~= "function" then
-    return nil, ("recipe key \"schedule\" must be a schedule name or a function, got %s"):format(type(r.schedule))
-  end
-  if type(r.schedule) == "string" and r.schedule ~= "" then
-    local names = registry.names()
-    local known = false
-    for _, n in ipairs(names) do if n == r.schedule then known = true end end
-    if not known then
-      return nil, ("unknown schedule %q (known: %s; or a function returning action lists)")
-                  :format(r.schedule, table.concat(names, ", "))
-    end
-  end
+  ok, err = choices.check(r)
+  if not ok then return nil, err end
   return r
 end
 

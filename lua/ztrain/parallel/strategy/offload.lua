@@ -30,8 +30,18 @@ local fs = require "ztrain.util.fs"
 local registry = require "ztrain.job.registry"
 local ops = require "ztrain.core.ops"
 local aio = require "ztrain.core.aio"
+local errors = require "ztrain.core.errors"
 
 local M = {}
+
+-- with_key(err) -> err, or for the runtime's swap-directory faults (a full
+-- disk, EIO, read-only) the same with the recipe key that set the directory
+function M.with_key(err)
+  if type(err) == "string" and err:find("swap directory", 1, true) and not err:find("offload.nvme_path", 1, true) then
+    return err .. " (the swap directory is offload.nvme_path)"
+  end
+  return err
+end
 local Off = {}
 Off.__index = Off
 
@@ -86,7 +96,6 @@ function M.new(opts)
   -- refusal leaves them unregistered, as fast as before)
   self.registered = {}
   if self.tier == "nvme" then
-    local aio = require "ztrain.core.aio"
     for _, slot in ipairs(self.slots) do
       for _, k in ipairs(names) do
         if k ~= "g" then self.registered[#self.registered + 1] = aio.register(slot[k], true) end
@@ -189,7 +198,7 @@ function Off:step(optim, work, lr, scale)
     pcall(cs.sync, cs); pcall(ds.sync, ds)
   end
   for _, v in ipairs(views) do v:free() end         -- copies retain what they use
-  if not ok then error(err, 0) end
+  if not ok then error(M.with_key(err), 0) end
 end
 
 -- copy(dst, src): a copy between tiers, waited for (set-up). Device and
@@ -213,7 +222,6 @@ function Off:free()
   if self.copies then pcall(self.copies.sync, self.copies); self.copies:free(); self.copies = nil end
   if self.dcopies then pcall(self.dcopies.sync, self.dcopies); self.dcopies:free(); self.dcopies = nil end
   if self.registered then
-    local aio = require "ztrain.core.aio"
     for _, h in ipairs(self.registered) do pcall(aio.unregister, h) end
     self.registered = nil
   end
@@ -258,8 +266,11 @@ function M.configure_nvme(recipe, out_dir)
   if engine ~= "auto" and engine ~= "uring" and engine ~= "threads" then
     error(("offload.aio_engine must be \"auto\", \"uring\" or \"threads\", got %s"):format(tostring(engine)), 0)
   end
-  return aio.configure { path = path, block_bytes = block, queue_depth = o.queue_depth or 8,
-                         checksum = o.checksum or false, engine = engine }
+  local ok, info = pcall(aio.configure, { path = path, block_bytes = block, queue_depth = o.queue_depth or 8,
+                                          checksum = o.checksum or false, engine = engine })
+  -- the runtime names the swap directory; the user set offload.nvme_path
+  if not ok then error(("offload.nvme_path=%s: %s"):format(path, errors.message(info)), 0) end
+  return info
 end
 
 return M

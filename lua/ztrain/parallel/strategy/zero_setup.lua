@@ -60,7 +60,7 @@ end
 -- ctx.state: layout (this rank's [lo, hi) of every unit), kinds params,
 -- grads, exp_avg, exp_avg_sq; plus pshard (stage 3), gshard, optim per unit.
 -- ctx.work: reductions and gathers in flight, the working-buffer pool.
-function M.setup(place, ctx)
+local function setup(place, ctx)
   local model, tier, PR = ctx.model, ctx.model.tier, ctx.precision
   local st = state.new(model, ctx.dp, true)
   st.gshard, st.pshard, st.optim, st.master = {}, {}, {}, {}
@@ -119,6 +119,12 @@ function M.setup(place, ctx)
       if place.stage == 1 and not st.gshard[u.index] then state.set(st, "grads", u, 0, u.padded, u.grads) end
     end
   end
+end
+
+function M.setup(place, ctx)
+  local ok, err = pcall(setup, place, ctx)
+  -- a swap file the disk cannot hold, named with the key that placed it
+  if not ok then error(offload.with_key(err), 0) end
 end
 
 return M
