@@ -269,7 +269,10 @@ end
 -- NaN is skipped; the first hysteresis - 1 overflows only use up the
 -- hysteresis budget, every further one halves the scale (never below
 -- min_scale); after `window` steps without overflow the scale doubles and
--- the budget is restored.
+-- the budget is restored. An overflow that would halve a scale already at
+-- min_scale sets `stuck` (DeepSpeed's raise_error_at_min_scale: its
+-- update_scale raises "Current loss scale already at minimum"): the loop
+-- (train/loop.lua) then stops the run on every rank.
 local LossScaler = {}
 LossScaler.__index = LossScaler
 
@@ -298,6 +301,7 @@ function LossScaler:update(overflow)
     self.skipped = self.skipped + 1
     self.good = 0
     if self.left <= 1 then
+      if self.scale <= self.min_scale then self.stuck = true end
       self.scale = math.max(self.scale / 2, self.min_scale)
     else
       self.left = self.left - 1

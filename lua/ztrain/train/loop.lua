@@ -106,6 +106,27 @@ local function after_step(R, rec, is_last)
   end
 end
 
+-- fp16's loss scaler after a step: an overflow at the minimum scale ends
+-- the run (the gradient norm it tested was reduced over ranks: every rank
+-- stops here together)
+local function check_scaler(R, rec)
+  local LS = R.tr.ctx.loss_scaler
+  if not (LS and LS.stuck) then return end
+  error(errors.all_ranks(("fp16: step %d overflowed (inf or NaN gradients) with the loss scale already at its " ..
+        "minimum, fp16.min_loss_scale = %.6g, and no hysteresis left: training cannot go on; lower " ..
+        "fp16.min_loss_scale, lower optim.lr or use precision=bf16"):format(rec.step, LS.min_scale)), 0)
+end
+
+-- the end of a run's steps: a run every step of which was skipped (fp16
+-- overflows) trained nothing, and must not end as if it had
+local function check_trained(R, skipped_before)
+  local LS, steps = R.tr.ctx.loss_scaler, R.tr.step - R.start_step
+  if not LS or steps <= 0 or LS.skipped - skipped_before < steps then return end
+  error(errors.all_ranks(("fp16: every step of this run was skipped (%d of %d: inf or NaN gradients at every " ..
+        "loss scale tried, the last %.6g): the weights are unchanged; lower fp16.initial_scale_power, lower " ..
+        "optim.lr or use precision=bf16"):format(steps, steps, LS.scale)), 0)
+end
+
 -- one training step with its evaluation, sample, checkpoint and log line
 local function one_step(R)
   local r, tr = R.r, R.tr
@@ -138,6 +159,7 @@ local function one_step(R)
     error(errors.all_ranks(("loss is %s at step %d: training diverged; lower optim.lr, raise " ..
           "lr.warmup or set optim.clip"):format(tostring(rec.loss), rec.step)), 0)
   end
+  check_scaler(R, rec)
 end
 
 -- tokens a step of this run trains (every rank's micro-batches)
@@ -199,6 +221,7 @@ function M.train(R)
       end
     end
     begin_segment(R)
+    local skipped_before = tr.ctx.loss_scaler and tr.ctx.loss_scaler.skipped or 0
     while tr.step < r.train.steps do
       -- Ctrl-C (at the REPL) stops here, between steps, on every rank at
       -- once; the step itself is shielded (async work in flight mid-step)
@@ -211,6 +234,7 @@ function M.train(R)
       longest = math.max(longest, C.zt_now() - t0)
       if opts.graceful then interrupt.grace(math.max(5, 5 * longest)) end
     end
+    check_trained(R, skipped_before)
   end)
   if okrun and r.export.hf ~= "" then
     okrun, rerr = pcall(tr.export_hf, tr, r.export.hf)
