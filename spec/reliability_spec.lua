@@ -163,7 +163,7 @@ describe("run directories", function()
 
   it("a failed start leaves no empty default directory behind", function()
     local cwd = u.tmpdir()
-    local out, rc = u.sh(("cd %s && %s %s name=bad batch.micro=1 device.memory_limit=1KiB"):format(cwd, ZT, TINY))
+    local out, rc = u.sh(("cd %s && %s %s name=bad batch.micro=1 device.memory_limit=8KiB"):format(cwd, ZT, TINY))
     assert.are.equal(1, rc)
     assert.matches("memory", out)
     assert.are.equal("rc=0\n", (u.sh("ls -A " .. cwd .. "/runs")))

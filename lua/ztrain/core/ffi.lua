@@ -85,10 +85,18 @@ M.C = lib
 local C = lib
 -- Turn a runtime error code into a Lua error carrying the runtime's message.
 -- `what` names the Lua-level operation for context.
+-- What to change when a tier's limit is exceeded (ZT_ELIMIT, -3): every
+-- such error ends with it (docs/errors.md).
+M.ELIMIT_REMEDY = "raise device.memory_limit, lower batch.micro, data.seq_len or model.size, or move model " ..
+  "state off the device (strategy=zero3_offload: optimizer state and parameter shards on the host; " ..
+  "zero2_offload: optimizer state)"
+
 function M.check(rc, what)
   if rc ~= 0 then
     local msg = ffi.string(C.zt_last_error())
-    error((what and (what .. ": ") or "") .. msg .. " [" .. ffi.string(C.zt_strerror(rc)) .. "]", 0)
+    msg = (what and (what .. ": ") or "") .. msg .. " [" .. ffi.string(C.zt_strerror(rc)) .. "]"
+    if rc == -3 then msg = msg .. "; " .. M.ELIMIT_REMEDY end
+    error(msg, 0)
   end
   return rc
 end

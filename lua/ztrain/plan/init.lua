@@ -29,6 +29,7 @@ local gpt2 = require "ztrain.model.gpt2"
 local Acts = require "ztrain.model.activations"
 local precision = require "ztrain.model.precision"
 local host = require "ztrain.util.host"
+local headroom = require "ztrain.plan.headroom"
 local losses = require "ztrain.parallel.driver.losses"
 local fp = require "ztrain.parallel.strategy.footprint"
 local strategy = require "ztrain.parallel.strategy"
@@ -291,8 +292,8 @@ function M.limit(r, local_ranks)
   if lim > 0 then return lim, "device.memory_limit", true end
   local avail = M.available()
   if not avail then return nil end
-  return math.floor(avail / math.max(local_ranks or 1, 1)), ("available memory (%s, /proc/meminfo) / %d local rank(s)")
-         :format(memory.format(avail), math.max(local_ranks or 1, 1)), false
+  local share, over = headroom.share(r, avail, local_ranks)
+  return share, headroom.describe(r, avail, local_ranks, over), false
 end
 
 -- fits(t, r, limit, explicit) -> true when a rank's prediction fits: the
@@ -441,7 +442,8 @@ function M.preflight(o)
     local avail = M.available()
     if not avail then return nil end
     local lr = math.max(o.local_ranks or 1, 1)
-    need, limit, source = tot.device + tot.host, math.floor(avail / lr), { avail = avail, local_ranks = lr }
+    local share, over = headroom.share(r, avail, lr)
+    need, limit, source = tot.device + tot.host, share, { avail = avail, local_ranks = lr, over = over }
   else
     return nil
   end
@@ -457,7 +459,8 @@ function M.preflight(o)
   end
   table.sort(alts, M.faster)
   return M.refusal({ what = ("%s under %s"):format(o.cfg.name, spec.name), t = t,
-    need = need, limit = limit, avail = source.avail, local_ranks = source.local_ranks, explicit = lim > 0, alts = alts, nproc = nproc, recipe = r })
+    need = need, limit = limit, avail = source.avail, local_ranks = source.local_ranks, over = source.over,
+    explicit = lim > 0, alts = alts, nproc = nproc, recipe = r })
 end
 
 -- The planner's category columns (`ztrain plan`'s and the refusal's): a
@@ -495,11 +498,12 @@ function M.refusal(o)
   local head = o.explicit and "device memory limit exceeded (predicted before the run): " or
                "not enough memory (predicted before the run): "
   local over = o.explicit and ("over device.memory_limit = " .. memory.format(o.limit)) or
-               ("but each rank has %s (MemAvailable %s in /proc/meminfo over %d local rank(s))")
-               :format(memory.format(o.limit), memory.format(o.avail), o.local_ranks)
+               ("but each rank has %s (%s)"):format(memory.format(o.limit),
+                 headroom.describe(r, o.avail, o.local_ranks, o.over or 0))
   local advice = #try > 0 and ("try " .. table.concat(try, ", ")) or
                  ("no other strategy fits at %d rank(s): use more ranks or train.checkpoint_activations=true"):format(o.nproc)
-  local escape = o.explicit and "raise device.memory_limit" or "set device.memory_limit to try anyway"
+  local escape = o.explicit and "raise device.memory_limit" or
+                 "raise device.memory_fraction (at most 1) or set device.memory_limit to try anyway"
   return ("%s%s needs %s per rank (%s; h = host, n = nvme), %s; %s, lower batch.micro or data.seq_len, or %s " ..
           "(`%s` with your overrides shows every strategy)"):format(head, o.what, memory.format(o.need),
           table.concat(parts, ", "), over, advice, escape, plan_line)

@@ -5,6 +5,7 @@
 -- the nearest valid key. Overrides are dotted paths: train.steps=20.
 local suggest = require "ztrain.util.suggest"
 local digest = require "ztrain.core.digest"
+local memory = require "ztrain.core.memory"
 local choices = require "ztrain.train.recipe_choices"
 local M = {}
 
@@ -58,7 +59,8 @@ M.defaults = {
   -- "fakegpu-async[:SEED]" (the same, its streams run later in a seeded order)
   -- device.attention: "exact" (the fp32 kernels) or "bf16" (backend cuda:
   -- tensor cores, head size 64; docs/gpu.md "Tensor-core attention")
-  device   = { backend = "cpu", memory_limit = "0", threads = 0, bf16_gemm = "auto", attention = "exact" },
+  device   = { backend = "cpu", memory_limit = "0", threads = 0, bf16_gemm = "auto", attention = "exact",
+               memory_fraction = 0.9 },
   -- comm.backend: "mpi" (MPI under a launcher, one local rank otherwise) or
   -- "nccl" (device.backend = "cuda": device tensors over NCCL, one GPU per
   -- rank); comm.deterministic: reductions in rank order (NCCL too), the same
@@ -294,6 +296,7 @@ local RANGES = {
   ["sample.seed"] = { 0, 2 ^ 53, true }, ["fp16.initial_scale_power"] = { 0, 127, true },
   ["fp16.loss_scale_window"] = { 1, 2 ^ 40, true }, ["fp16.hysteresis"] = { 1, 2 ^ 20, true },
   ["fp16.min_loss_scale"] = { 2 ^ -126, 2 ^ 127 },
+  ["device.memory_fraction"] = { 1e-6, 1 },
 }
 
 local function check_values(r)
@@ -356,6 +359,9 @@ function M.resolve(user, overrides)
   if not ok then return nil, err end
   ok, err = check_values(r)
   if not ok then return nil, err end
+  -- a limit under one page is refused, not rounded down to 0 ("no limit")
+  ok, err = memory.parse_limit(r.device.memory_limit)
+  if not ok then return nil, "device.memory_limit: " .. err end
   ok, err = choices.check(r)
   if not ok then return nil, err end
   return r

@@ -59,10 +59,9 @@ function M.new(r, env)
     C.zt_set_threads(threads0)
     if errors.is_all_ranks(err) then error(err, 0) end
     err = errors.message(err)
-    if err:match("memory limit exceeded") then
-      err = err .. "; raise device.memory_limit, lower batch.micro, data.seq_len or model.size, or move " ..
-            "model state off the device (strategy=zero3_offload: optimizer state and parameter shards on " ..
-            "the host; zero2_offload: optimizer state)"
+    -- (an [ELIMIT] from core.ffi's check carries its remedy already)
+    if err:match("memory limit exceeded") and not err:find(zffi.ELIMIT_REMEDY, 1, true) then
+      err = err .. "; " .. zffi.ELIMIT_REMEDY
     end
     error(err, 0)
   end
