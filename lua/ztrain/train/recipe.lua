@@ -7,6 +7,7 @@ local suggest = require "ztrain.util.suggest"
 local digest = require "ztrain.core.digest"
 local memory = require "ztrain.core.memory"
 local choices = require "ztrain.train.recipe_choices"
+local fntext = require "ztrain.train.recipe_functions"
 local M = {}
 
 -- The schema: every valid key with its default. `strategy` may also be a
@@ -423,6 +424,10 @@ function M.plain(r)
   return plain(r)
 end
 
+-- function_text(f) -> a function as ranks compare it (recipe_functions.lua:
+-- its source location, source text and plain upvalues; never string.dump)
+M.function_text = fntext.text
+
 function M.serialize(r)
   local function ser(v)
     if type(v) == "table" then
@@ -439,11 +444,7 @@ function M.serialize(r)
       return "{" .. table.concat(parts, ",") .. "}"
     elseif type(v) == "string" then return ("%q"):format(v)
     elseif type(v) == "number" then return ("%.17g"):format(v)
-    elseif type(v) == "function" then
-      -- a function (a user schedule): its bytecode's hash, so ranks that
-      -- loaded different code disagree (upvalues are not compared)
-      local ok, code = pcall(string.dump, v)
-      return ok and ("function:" .. digest.string(code):sub(1, 16)) or "function"
+    elseif type(v) == "function" then return M.function_text(v)
     else return tostring(v) end
   end
   return ser(r)
