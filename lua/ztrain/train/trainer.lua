@@ -26,6 +26,7 @@ local activations = require "ztrain.model.activations"
 local schedule_driver = require "ztrain.parallel.driver.schedule"
 local build = require "ztrain.train.trainer_build"
 local plan = require "ztrain.plan"
+local headroom = require "ztrain.plan.headroom"
 local host = require "ztrain.util.host"
 local whole_model = require "ztrain.train.whole_model"
 
@@ -87,7 +88,8 @@ function Trainer:activation_report()
 end
 
 -- The model-state check, for strategies and drivers the planner does not
--- predict (a user's strategy, pipelines): state per rank vs available memory.
+-- predict (a user's strategy, pipelines): state per rank vs available
+-- memory. Returns the refusal's text, or nil.
 function Trainer:check_model_state()
   local S = self.strategy
   if not S.predicted then return end
@@ -107,11 +109,14 @@ function Trainer:check_model_state()
   if not avail then return end
   local limit = memory.limit("device")
   local local_ranks = host.local_ranks()
-  if avail and limit == 0 and need * local_ranks > avail then
-    fail(("%s with %s needs %s of model state per rank (%d rank(s) on this machine), but only %s " ..
-          "of memory is available: use a smaller model.size, zero3 with more ranks, or set " ..
-          "device.memory_limit to try anyway"):format(self.cfg.name, S.name, memory.format(need),
-          local_ranks, memory.format(avail)))
+  -- the pre-flight's headroom (plan/headroom.lua): device.memory_fraction
+  -- of MemAvailable per local rank, less this process's own overhead
+  local share, over = headroom.share(self.recipe, avail, local_ranks)
+  if limit == 0 and need > share then
+    return (("%s with %s needs %s of model state per rank, but each rank has %s (%s): use a smaller model.size, " ..
+          "zero3 with more ranks, raise device.memory_fraction (at most 1), or set device.memory_limit to try " ..
+          "anyway"):format(self.cfg.name, S.name, memory.format(need), memory.format(share),
+          headroom.describe(self.recipe, avail, local_ranks, over)))
   end
 end
 
@@ -125,7 +130,7 @@ function Trainer:check_fits()
   -- a prediction that failed (a bug in the planner) must not stop a run
   -- that may fit: the runtime's own limit still guards it
   if not ok then msg = nil end
-  if msg == false then return self:check_model_state() end
+  if msg == false then msg = self:check_model_state() end
   -- ranks could read /proc/meminfo a moment apart: they stop together
   local err = errors.agree(self.world, msg or "")
   if err and err ~= "" then fail_all(err) end
