@@ -18,6 +18,11 @@ function M.main(args)
   if not src or not prompt or src:find("=") then
     error("generate: give a model directory and a prompt: " .. synopsis, 0)
   end
+  local key = prompt:match("^([%w_]+)=")
+  if key and GENERATE_KEYS[key] then
+    error(("generate: the prompt is missing (%q is an option): give the prompt after the model directory, " ..
+           "quoted: %s"):format(prompt, synopsis), 0)
+  end
   local o = {}
   for j = 3, #args do
     local k, v = args[j]:match("^([%w_.]+)=(.*)$")

@@ -139,7 +139,7 @@ function M.markdown(rows, o)
     main_table(rows), "",
     "Time and tokens/s: medians over the steps after the first. Memory: per rank (the largest " ..
     "rank's), peaks. Model state: parameters + gradients + optimizer state on every tier; " ..
-    "predicted by the strategy's ZeRO formula (DESIGN.md, `strategy.predicted`), measured by the " ..
+    "predicted by the strategy's ZeRO formula (docs/strategies.md, `strategy.predicted`), measured by the " ..
     "allocator's peaks per category. Same bits: the param_digest (SHA-256 of every parameter) " ..
     "equals the first run's.", "",
     "## Peak memory per rank by tier and category", "",

@@ -56,7 +56,10 @@ function M.table(rows, r)
   end
   local hw = rows.hw
   if hw then
-    say("step, tokens/s: lua/ztrain/plan/steptime.lua on %d host(s) x %d rank(s): %.0f TFLOP/s a rank (%.0f x MFU %.0f%%), " ..
+    -- the model's cluster, not this machine: say so where the defaults stand
+    local gpu = hw.peak_flops == 989e12 and " (an H100's dense bf16 peak, not this machine: --flops, --mfu for " ..
+                "another)" or ""
+    say("step, tokens/s: lua/ztrain/plan/steptime.lua on %d host(s) x %d rank(s): %.0f TFLOP/s a rank (%.0f x MFU %.0f%%)" .. gpu .. ", " ..
         "links %s across hosts (%s a message), %s within (%s), at %.0f%% of their rate; hidden communication not " ..
         "counted (docs/scaling.md)", hw.hosts, hw.gpus_per_host, hw.flops / 1e12, hw.peak_flops / 1e12, hw.mfu * 100,
         M.rate(hw.inter_bw), M.seconds(hw.latency), M.rate(hw.intra_bw), M.seconds(hw.intra_latency), 100 * hw.eta)

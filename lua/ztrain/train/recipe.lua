@@ -371,7 +371,24 @@ end
 -- load(path, overrides) -> recipe | nil, err
 function M.load(path, overrides)
   local chunk, err = loadfile(path)
-  if not chunk then return nil, ("cannot load recipe %s: %s"):format(path, err) end
+  if not chunk then
+    -- a misspelt name: the nearest recipe beside it, or in recipes/
+    local dir, base = path:match("^(.-)([^/]*)$")
+    local hint = ""
+    if not io.open(path, "rb") then
+      local names, full = {}, {}
+      for _, d in ipairs({ dir ~= "" and dir or "./", "recipes/" }) do
+        local p = io.popen(("ls %q 2>/dev/null"):format(d))
+        for f in p:lines() do
+          if f:match("%.lua$") and not full[f] then names[#names + 1], full[f] = f, (d:gsub("^%./$", "")) .. f end
+        end
+        p:close()
+      end
+      local best, d = suggest.nearest(base, names)
+      if best and d <= math.max(2, #base / 4) then hint = ("; did you mean %s?"):format(full[best]) end
+    end
+    return nil, ("cannot load recipe %s: %s%s"):format(path, err, hint)
+  end
   local ok, user = pcall(chunk)
   if not ok then return nil, ("recipe %s failed: %s"):format(path, tostring(user)) end
   if type(user) ~= "table" then
