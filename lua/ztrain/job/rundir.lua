@@ -15,6 +15,13 @@
 -- on DIR is refused with the holder's pid; the kernel drops the lock when a
 -- process dies, so a killed run never leaves DIR locked. Every rank learns
 -- the same path, or raises the same error (errors.all_ranks).
+--
+-- The run's checkpoint directory (train.ckpt_dir, or DIR/checkpoints) is
+-- claimed the same way, before anything is written: made (when the run
+-- writes checkpoints) and locked with ROOT/.ckpt.lock (holder's pid and
+-- out=), so two runs never share one; with --overwrite (and no resume=)
+-- the replaced run's checkpoints there and in DIR/checkpoints are removed,
+-- so a later resume=latest cannot continue the run that was replaced.
 local ffi = require "ffi"
 local libc = require "ztrain.core.libc"
 local errors = require "ztrain.core.errors"
@@ -25,6 +32,7 @@ local M = {}
 local LOCK_EX, LOCK_NB, LOCK_UN = 2, 4, 8
 local EEXIST, EWOULDBLOCK = 17, 11
 
+local function strip(p) return (p:gsub("(.)/+$", "%1")) end
 local function reason() return ffi.string(libc.strerror(ffi.errno())) end
 
 local Lock = {}
@@ -33,6 +41,7 @@ Lock.__index = Lock
 -- release(): unlock; remove the directory when this run created it and
 -- left nothing in it (a run that failed before writing anything)
 function Lock:release()
+  if self.ckpt then self.ckpt:release(); self.ckpt = nil end
   if not self.fd then return end
   libc.unlink(self.path)
   libc.flock(self.fd, LOCK_UN)
@@ -41,26 +50,32 @@ function Lock:release()
   if self.created then libc.rmdir(self.dir) end     -- fails (fine) unless empty
 end
 
--- lock(dir) -> Lock, or raises naming the run that holds dir
-local function lock(dir, created)
-  local path = dir .. "/.lock"
+-- lock(dir, created[, what, file, holder]) -> Lock, or raises naming the run
+-- that holds dir. what: the key the refusal names (out=); file: the lock's
+-- name in dir (.lock); holder: a second line written after the pid.
+local function lock(dir, created, what, file, holder)
+  what = what or "out"
+  local path = dir .. "/" .. (file or ".lock")
   local fd = libc.open(path, libc.O_RDWR + libc.O_CREAT + libc.O_CLOEXEC, ffi.cast("int", 420))
-  if fd < 0 then error(("cannot create output directory %s: %s"):format(dir, reason()), 0) end
+  if fd < 0 then error(("cannot create %s %s: %s"):format(what == "out" and "output directory" or what, dir,
+                       reason()), 0) end
   if libc.flock(fd, LOCK_EX + LOCK_NB) ~= 0 then
     local e = ffi.errno()
-    local buf = ffi.new("char[64]")
-    local n = tonumber(libc.pread(fd, buf, 63, 0))
+    local buf = ffi.new("char[512]")
+    local n = tonumber(libc.pread(fd, buf, 511, 0))
     libc.close(fd)
     if e == EWOULDBLOCK then
-      local pid = n > 0 and ffi.string(buf, n):match("%d+") or "?"
-      error(("out=%s is in use by another run (pid %s); wait for it to end, or choose another out="):format(
-            dir, pid), 0)
+      local text = n > 0 and ffi.string(buf, n) or ""
+      local pid, by = text:match("%d+") or "?", text:match("\n([^\n]+)")
+      error(("%s=%s is in use by another run (pid %s%s); wait for it to end, or choose another %s="):format(
+            what, dir, pid, by and ", " .. by or "", what), 0)
     end
-    error(("cannot lock output directory %s: %s"):format(dir, ffi.string(libc.strerror(e))), 0)
+    error(("cannot lock %s %s: %s"):format(what == "out" and "output directory" or what, dir,
+          ffi.string(libc.strerror(e))), 0)
   end
-  local pid = tostring(libc.getpid()) .. "\n"
+  local text = tostring(libc.getpid()) .. "\n" .. (holder and holder .. "\n" or "")
   libc.ftruncate(fd, 0)
-  libc.pwrite(fd, pid, #pid, 0)
+  libc.pwrite(fd, text, #text, 0)
   return setmetatable({ fd = fd, path = path, dir = dir, created = created }, Lock)
 end
 
@@ -77,12 +92,12 @@ local function fresh(r)
   error(("cannot create an output directory under runs/: %s-* are all taken"):format(base), 0)
 end
 
-local function claim_here(r)
+local function claim_out(r)
   if r.out == "" then
     local dir = fresh(r)
     return dir, lock(dir, true)
   end
-  local dir = (r.out:gsub("(.)/+$", "%1"))
+  local dir = strip(r.out)
   local created = not fs.exists(dir)
   local ok, err = fs.mkdirs(dir, "output directory")
   if not ok then error(err, 0) end
@@ -96,6 +111,48 @@ local function claim_here(r)
       end
     end
   end
+  return dir, lk
+end
+
+-- clear_ckpts(root): what checkpoint.save writes in root (step-N/ with its
+-- files, .step-N.tmp/, latest, .latest.tmp), nothing else
+local function clear_ckpts(root)
+  local function remove_dir(d)
+    for _, f in ipairs(fs.glob(d .. "/*") or {}) do libc.unlink(f) end
+    libc.rmdir(d)
+  end
+  for _, d in ipairs(fs.glob(root .. "/step-[0-9]*") or {}) do remove_dir(d) end
+  for _, d in ipairs(fs.glob(root .. "/.step-[0-9]*.tmp") or {}) do remove_dir(d) end
+  libc.unlink(root .. "/latest")
+  libc.unlink(root .. "/.latest.tmp")
+end
+
+-- claim_ckpt(r, out) -> the checkpoint root's Lock, or nil when the run
+-- neither writes checkpoints nor finds the root already there
+local function claim_ckpt(r, out)
+  local t = r.train or {}
+  local root = (t.ckpt_dir or "") ~= "" and strip(t.ckpt_dir) or out .. "/checkpoints"
+  local created = not fs.exists(root)
+  if (t.ckpt_every or 0) > 0 then
+    local ok, err = fs.mkdirs(root, "output directory")
+    if not ok then error("train.ckpt_dir: " .. tostring(err), 0) end
+  elseif created then
+    return nil
+  end
+  local lk = lock(root, created, "train.ckpt_dir", ".ckpt.lock", "out=" .. out)
+  if r.overwrite and (r.resume or "") == "" then
+    clear_ckpts(root)
+    if root ~= out .. "/checkpoints" then clear_ckpts(out .. "/checkpoints") end
+  end
+  return lk
+end
+
+-- out=, then its checkpoint directory; neither held when either is refused
+local function claim_here(r)
+  local dir, lk = claim_out(r)
+  local ok, ck = pcall(claim_ckpt, r, dir)
+  if not ok then lk:release(); error(ck, 0) end
+  lk.ckpt = ck
   return dir, lk
 end
 
