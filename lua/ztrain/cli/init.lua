@@ -92,6 +92,7 @@ local function parse(argv)
       break
     elseif a == "-q" or a == "--quiet" then opts.quiet = true
     elseif a == "--overwrite" then opts.overrides[#opts.overrides + 1] = "overwrite=true"
+    elseif a == "--oversubscribe" then opts.oversubscribe = true
     elseif a == "--ds-config" then
       if not argv[i + 1] then return nil, die("--ds-config needs a DeepSpeed config file (ds_config.json)") end
       opts.ds_config = argv[i + 1]; i = i + 1
@@ -177,6 +178,11 @@ local function launch(opts, argv, comm)
   if hostfile and repl_opens then
     return die("--hostfile runs a recipe across hosts; the multi-rank REPL runs on this machine " ..
                "(ztrain --nproc N)")
+  end
+  if not hostfile and n > 1 and not opts.oversubscribe then
+    -- more ranks than this machine runs (its cores x a factor): refused
+    local ok, err = require("ztrain.job.launch").check_nproc(n)
+    if not ok then return die(err) end
   end
   if opts.nproc and repl_opens then
     -- the multi-rank REPL: this process keeps the terminal and drives

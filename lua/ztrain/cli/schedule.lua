@@ -133,6 +133,8 @@ function M.main(args)
   local model = ("simulated with F=%g B=%g (I=%g W=%g) time units, communication free")
                 :format(T.F, T.B, T.I, T.W)
   if name ~= "compare" then return schedule_one(name, o, model) end
+  -- a shape past the bounds even without chunks is refused, not drawn as n/a
+  schedules.params({ ranks = o.p, microbatches = o.m, chunks = 1 }, "compare")
   return schedule_compare(o, model)
 end
 

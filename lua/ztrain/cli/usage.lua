@@ -52,6 +52,9 @@ options:
                  when given), through Open MPI's mpirun; wins over the
                  recipe's launch.nproc. Under mpirun or srun already, ranks
                  come from the launcher (and must number N)
+  --oversubscribe
+                 start more local ranks than the machine's usable cores x 8
+                 (refused without it; mpirun itself always oversubscribes)
   --hostfile FILE
                  run the ranks across the hosts of an Open MPI hostfile (HOST
                  slots=N lines; same as launch.hostfile=FILE); --nproc N ranks,

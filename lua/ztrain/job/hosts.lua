@@ -17,6 +17,9 @@ local HOW = "one line per host, `HOST slots=N` (tools/netcluster.sh hostfile pri
 
 -- the settings a hostfile line may carry (Open MPI's names); slots counts
 local KEYS = { slots = true, max_slots = true, ["max-slots"] = true }
+-- the most slots Open MPI 4.1 reads from a line (and counts in all): an int;
+-- 2147483648 is "a bad parameter in the hostfile" from mpirun
+M.MAX_SLOTS = 2147483647
 
 -- parse(text, path) -> hosts | nil, err. hosts: list of { host =, slots = }
 -- in file order; a host named twice gets the slots of both lines (as
@@ -46,6 +49,10 @@ function M.parse(text, path)
         if not num or num < 1 or num ~= math.floor(num) then
           return bad(("%s=%s is not a whole number >= 1"):format(k, v))
         end
+        if num > M.MAX_SLOTS then
+          return bad(("%s=%s is more than Open MPI takes (at most %d: it counts slots in a 32-bit int)")
+                     :format(k, v, M.MAX_SLOTS))
+        end
         if k == "slots" then slots = num end
       end
       if by_name[host] then by_name[host].slots = by_name[host].slots + slots
@@ -56,6 +63,12 @@ function M.parse(text, path)
     end
   end
   if #hosts == 0 then return nil, ("hostfile %s names no host: write %s"):format(path, HOW) end
+  local total = 0
+  for _, h in ipairs(hosts) do total = total + h.slots end
+  if total > M.MAX_SLOTS then
+    return nil, ("hostfile %s has %.0f slots in all, more than Open MPI takes (at most %d: it counts slots in " ..
+                 "a 32-bit int); give each host the slots it has"):format(path, total, M.MAX_SLOTS)
+  end
   return hosts
 end
 

@@ -20,6 +20,20 @@ M.quota_cores, M.parse_cpu_max, M.cgroup_dirs = host.quota_cores, host.parse_cpu
 M.cores, M.local_ranks, M.rank_threads = host.cores, host.local_ranks, host.rank_threads
 M.slurm_tasks_on_node = host.slurm_tasks_on_node
 
+-- The most ranks one machine starts: its usable cores x RANKS_PER_CORE
+-- (the test suite runs 4 ranks on 2 cores; 999 ranks on 2 cores took
+-- minutes to start and 14 s to end), unless --oversubscribe lifts it.
+M.RANKS_PER_CORE = 8
+
+-- check_nproc(n) -> true | nil, err: n local ranks within the bound
+function M.check_nproc(n)
+  local cores = M.cores()
+  local most = cores * M.RANKS_PER_CORE
+  if n <= most then return true end
+  return nil, ("%d ranks are more than this machine runs (%d: %d usable core(s) x %d); ask for %d at most, " ..
+               "or pass --oversubscribe to start them anyway"):format(n, most, cores, M.RANKS_PER_CORE, most)
+end
+
 -- command(n, program, args, o) -> the mpirun command line for N ranks
 -- running `program args...` | nil, err. o (optional) = { hostfile =,
 -- mpirun_args = { ... } }: a launch across hosts and extra mpirun words
@@ -223,9 +237,10 @@ local function new_watch(mp, n, job, o)
               tail = "", open_fd = true, reaped = false, stops = 0, grace = hosts.abort_grace(),
               across = o and o.hostfile ~= nil, next_look = 0, start_failed = false }
   w.pfd[0].fd, w.pfd[0].events = w.fd, libc.POLLIN
-  -- across hosts, every rank must start (note itself) within the start
-  -- timeout: mpirun waits for ever for a daemon on a host it cannot reach
-  w.start_by = w.across and now() + hosts.start_timeout()
+  -- every rank must start (note itself) within the start timeout: across
+  -- hosts mpirun waits for ever for a daemon on a host it cannot reach, and
+  -- here a machine asked for too many ranks takes minutes to start them
+  w.start_by = now() + hosts.start_timeout()
   return w
 end
 
@@ -260,7 +275,7 @@ local function forward_stops(w)
   end
 end
 
--- check_started(w): across hosts, once a second until every rank has noted itself
+-- check_started(w): once a second until every rank has noted itself
 local function check_started(w)
   if not (w.start_by and not w.reaped and not w.killed and now() >= w.next_look) then return end
   w.next_look = now() + 1

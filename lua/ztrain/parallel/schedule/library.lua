@@ -30,6 +30,13 @@ local function whole(x) return type(x) == "number" and x == x and x % 1 == 0 end
 
 M.PLACEMENTS = { loop = true, v = true }
 
+-- The bounds on a schedule's shape: its action lists hold about six
+-- actions per (stage, micro-batch) pair, and `ztrain schedule` simulates
+-- them on a grid of ranks x makespan; at the bounds (p=m=256, or p=1024 with
+-- m=64) drawing 1F1B takes about 6 s and 0.5 GB.
+M.MAX_STAGES = 1024
+M.MAX_PAIRS = 65536
+
 -- params(p, name) -> { stages, microbatches, ranks, chunks, placement,
 -- stage_rank }. Checks the numbers and raises a user error naming them.
 function M.params(p, name)
@@ -53,6 +60,15 @@ function M.params(p, name)
   local m = p.microbatches
   if not whole(m) or m < 1 then
     error(("%s: microbatches must be a whole number >= 1, got %s"):format(name, tostring(m)), 0)
+  end
+  if st > M.MAX_STAGES then
+    error(("%s: stages (ranks %.0f x chunks %.0f = %.0f) exceed the bound of %d pipeline stages a schedule may have; " ..
+           "lower the ranks (p) or the chunks (v)"):format(name, r, v, st, M.MAX_STAGES), 0)
+  end
+  if st * m > M.MAX_PAIRS then
+    error(("%s: stages (%.0f) x microbatches (%.0f) = %.0f exceeds the bound of %d (stage, micro-batch) pairs a " ..
+           "schedule's action lists may hold; lower the microbatches (m), ranks (p) or chunks (v)")
+          :format(name, st, m, st * m, M.MAX_PAIRS), 0)
   end
   local placement = p.placement or "loop"
   if not M.PLACEMENTS[placement] then
