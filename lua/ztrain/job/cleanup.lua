@@ -79,8 +79,30 @@ function M.pid_host(pid)
   return nil
 end
 
+-- remove_ckpt_tmp(root): the temporary directories of checkpoints a job
+-- ended at once left in root (.step-N.tmp/ with its files, .latest.tmp);
+-- after the job no rank writes them (train/checkpoint/write.lua's layout)
+function M.remove_ckpt_tmp(root)
+  for _, d in ipairs(glob(root .. "/.step-[0-9]*.tmp")) do
+    for _, f in ipairs(glob(d .. "/*")) do libc.unlink(f) end
+    libc.rmdir(d)
+  end
+  libc.unlink(root .. "/.latest.tmp")
+end
+
+-- remove_mpirun_session(pid): the session directory of an mpirun killed
+-- outright ($TMPDIR/ompi.HOST.UID/pid.PID, Open MPI 4.1's), which it
+-- would have removed itself
+function M.remove_mpirun_session(pid)
+  local tmpdir = os.getenv("TMPDIR") or "/tmp"
+  for _, d in ipairs(glob(("%s/ompi.*/pid.%d"):format(tmpdir, pid))) do
+    if d:match("^/[%w_/%.%-]*/ompi%.[%w_%.%-]+/pid%.%d+$") then os.execute("rm -rf '" .. d .. "'") end
+  end
+end
+
 -- cleanup_job(dir, ranks): after a job, kill its ranks still alive (said on
--- stderr), remove the swap files its dead ranks left, and the registry.
+-- stderr), remove the swap files and temporary checkpoint directories its
+-- dead ranks left, and the registry.
 function M.cleanup_job(job, ranks)
   ranks = ranks or registry.read(job)
   for p, r in pairs(ranks) do
@@ -119,6 +141,7 @@ function M.cleanup_job(job, ranks)
       libc.rmdir((r.session:match("^(.*)/jf%.%d+$")))   -- its host's directory, when empty
     end
     for _, d in ipairs(r.nvme) do M.remove_swap(d, p, 2) end
+    if libc.kill(p, 0) ~= 0 then for _, d in ipairs(r.ckpt or {}) do M.remove_ckpt_tmp(d) end end
     os.remove(("%s/%d"):format(job, p))
   end
   os.remove(job .. "/lock")

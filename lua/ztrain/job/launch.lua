@@ -259,7 +259,22 @@ local function relay_output(w)
   end
 end
 
--- forward_stops(w): each stop signal becomes mpirun's SIGUSR1, then SIGTERM (block_stops)
+-- stop_now(w, sig): the second stop signal ends the job at once. mpirun is
+-- not sent it (Open MPI 4.1 crashes in PMIx_Finalize on a signal while its
+-- abort is in progress): each rank gets SIGTERM, its second stop request,
+-- which kills it (cli.lua: hard_after(2)); mpirun then ends the job. What
+-- is left after 1 s is killed. The launcher exits with 128 + sig.
+local function stop_now(w, sig)
+  if w.hard then return end
+  w.hard, w.hard_by = sig, libc.now() + 1
+  io.stderr:write("ztrain: stopping now (a second stop signal): ending every rank\n")
+  for p, r in pairs(M.read_job(w.job)) do
+    if r.rank then libc.kill(p, libc.SIGTERM) end
+  end
+end
+
+-- forward_stops(w): the first stop signal becomes mpirun's SIGUSR1 (block_stops);
+-- a second ends the job at once (stop_now)
 local function forward_stops(w)
   while true do
     local sig = libc.sigtimedwait(w.set, w.info, w.zero)
@@ -270,8 +285,14 @@ local function forward_stops(w)
                       "Ctrl-C again to stop at once\n")
       libc.kill(w.pid, libc.SIGUSR1)
     else
-      libc.kill(w.pid, libc.SIGTERM)
+      stop_now(w, sig)
     end
+  end
+  if w.hard_by and not w.reaped and libc.now() >= w.hard_by then
+    -- the ranks or mpirun did not end within 1 s: mpirun's group, then the ranks (cleanup_job)
+    w.hard_by, w.hard_killed = nil, true
+    libc.kill(-w.pid, libc.SIGKILL)
+    libc.kill(w.pid, libc.SIGKILL)
   end
 end
 
@@ -338,7 +359,8 @@ end
 local function exit_code(w)
   local st = w.status[0]
   local code = bit.band(st, 0x7f) == 0 and bit.band(bit.rshift(st, 8), 0xff) or 128 + bit.band(st, 0x7f)
-  if w.killed then code = w.failed.status
+  if w.hard then code = 128 + w.hard                 -- stopped at once (stop_now)
+  elseif w.killed then code = w.failed.status
   elseif w.across and code ~= 0 then
     local f = w.failed or hosts.failure(w.tail, M.dead_rank)
     if f then code = f.status end
@@ -357,7 +379,7 @@ local function tell_failures(w, code)
   end
   local ranks = M.read_job(w.job)
   local rank, sig = M.dead_rank(tail)
-  if rank and sig then
+  if rank and sig and not w.hard then              -- not the ranks stop_now ended
     local rpid
     for p, r in pairs(ranks) do if r.rank == rank then rpid = p end end
     io.stderr:write(M.death_message(rank, rpid, sig, code), "\n")
@@ -409,6 +431,7 @@ function M.run(n, program, args, o)
   watch(w)
   local code = exit_code(w)
   M.cleanup_job(job, tell_failures(w, code))
+  if w.hard_killed then cleanup.remove_mpirun_session(w.pid) end
   reap_adopted(w.status)
   libc.close(lockfd)
   return code

@@ -3,7 +3,8 @@
 --
 -- The launcher makes a private directory and passes it to every rank as
 -- ZTRAIN_JOB. Each rank writes a file named by its pid there, with lines
--- "rank R", "host H" and "nvme DIR" (where its swap files go); a launch
+-- "rank R", "host H", "nvme DIR" (where its swap files go) and "ckpt ROOT"
+-- (a checkpoint root it writes temporary directories in); a launch
 -- agent (tools/netns_agent) writes "host H" and "session DIR" (the Open
 -- MPI daemon's session directory). After mpirun ends, the launcher reads
 -- them to name a rank that died, kill any rank left behind and remove swap
@@ -23,7 +24,8 @@ function M.note(line)
   if f then f:write(line, "\n"); f:close() end
 end
 
--- read(dir) -> { [pid] = { rank =, host =, nvme = { DIR, ... }, session = } }
+-- read(dir) -> { [pid] = { rank =, host =, nvme = { DIR, ... }, session =,
+--                         ckpt = { ROOT, ... } (checkpoint roots it wrote into) } }
 function M.read(dir)
   local ranks = {}
   for _, path in ipairs(fs.glob(dir .. "/*") or {}) do
@@ -33,6 +35,8 @@ function M.read(dir)
       local r = { nvme = {} }
       r.rank = tonumber(text:match("rank (%d+)"))
       for d in text:gmatch("nvme ([^\n]+)") do r.nvme[#r.nvme + 1] = d end
+      r.ckpt = {}
+      for d in text:gmatch("ckpt ([^\n]+)") do r.ckpt[#r.ckpt + 1] = d end
       r.host = text:match("host ([^\n]+)")
       r.session = text:match("session ([^\n]+)")
       ranks[pid] = r

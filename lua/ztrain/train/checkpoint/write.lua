@@ -18,6 +18,7 @@ local errors = require "ztrain.core.errors"
 local fs = require "ztrain.util.fs"
 local durable = require "ztrain.util.durable"
 local format = require "ztrain.train.checkpoint.format"
+local registry = require "ztrain.job.registry"
 local C = zffi.C
 
 local M = {}
@@ -134,9 +135,13 @@ end
 ---------------------------------------------------------------------------
 -- rank 0 prepares the temporary directory tmp under root (the others
 -- wait for it): "" or the error every rank raises
+local noted = {}     -- the roots noted in the job's registry (once each)
+
 local function prepare(world, root, tmp)
   local prep_err = ""
   if world.rank == 0 then
+    -- a job ended at once (a second stop signal) leaves tmp: its launcher removes it
+    if not noted[root] then registry.note("ckpt " .. root); noted[root] = true end
     local ok, err = fs.mkdirs(root, "output directory")
     if not ok then prep_err = "checkpoint: " .. tostring(err)
     else
