@@ -50,6 +50,7 @@ describe("checkpoint directories", function()
       assert.is_false(exists(root .. "/latest"))
       assert.is_false(exists(root .. "/step-00000003"))
       assert.is_false(exists(root .. "/step-00000006"))
+      assert.is_false(exists(root))          -- left empty by a run without checkpoints: removed
       local out3, rc3 = u.sh(("%s %s out=%s train.steps=8 resume=latest%s"):format(ZT, TINY, x, ckdir))
       assert.are.equal(1, rc3, out3)
       assert.is_nil(out3:find("resumed from", 1, true), out3)

@@ -143,6 +143,7 @@ local function claim_ckpt(r, out)
   if r.overwrite and (r.resume or "") == "" then
     clear_ckpts(root)
     if root ~= out .. "/checkpoints" then clear_ckpts(out .. "/checkpoints") end
+    lk.created = true          -- release removes the root if this run leaves it empty
   end
   return lk
 end
