@@ -72,7 +72,7 @@ ifneq ($(CUDA),)
 # file tests it since device_cpu.c reaches the CUDA device through weak
 # references) and in what it links, so it does not share objects with a
 # CPU build: B defaults to build-cuda/ with CUDA=1 (above;
-# spec/build_dirs_spec.lua checks both builds).
+# spec/e2e/build_dirs_spec.lua checks both builds).
 CFLAGS  += -DZT_CUDA -I$(CUDA_HOME)/include
 LIB_OBJ += $(CUDA_OBJ) $(B)/obj/runtime/comm_nccl.o
 LIBS    += $(CUDA_LIBS) -lnccl

@@ -15,7 +15,7 @@
 -- Communication falls by a factor `every` against dp; the price is that
 -- this leaves the same-math rule on purpose: between syncs the ranks hold
 -- different parameters, and no synchronous strategy computes what it does.
--- Its own identities, checked by spec/examples_spec.lua: at N=1 it is dp;
+-- Its own identities, checked by spec/e2e/examples_spec.lua: at N=1 it is dp;
 -- with every=1, plain averaging and SGD it is dp up to rounding; DiLoCo
 -- with outer lr 1 and no momentum is averaging up to rounding; right after
 -- a sync every rank holds the same bits (trace = true writes each rank's

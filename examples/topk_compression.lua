@@ -13,7 +13,7 @@
 -- optimizer sees. Nothing is lost, only delayed: summed over steps, what
 -- was sent plus the residual is exactly what was computed.
 --
--- keep = 1 sends everything and is dp, bit for bit (spec/examples_spec.lua
+-- keep = 1 sends everything and is dp, bit for bit (spec/e2e/examples_spec.lua
 -- compares digests); keep < 1 leaves the same-math rule on purpose. The
 -- selection runs on the host in Lua (clear rather than fast): a GPU version
 -- would select and scatter with kernels.

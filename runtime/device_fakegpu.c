@@ -10,7 +10,7 @@
  * notice. Every op here clears the tag and runs zt_cpu_device's op, so a
  * training run has the CPU's bits exactly: equal digests with
  * device.backend=cpu say the trainer, the strategies and the runtime keep
- * to the host/device boundary a GPU needs (spec/fakegpu_spec.lua). copy
+ * to the host/device boundary a GPU needs (spec/e2e/fakegpu_spec.lua). copy
  * takes host or device pointers on either side (cudaMemcpyDefault's
  * contract). Nothing is asynchronous: ordering bugs between streams still
  * need a GPU (or the fake-CUDA tests, docs/gpu.md).

@@ -22,7 +22,7 @@
 -- to a temporary file, half of it the validation split, each half at least
 -- B windows of T + 1 tokens, whatever B and T. Without a GPU it prints one skip line
 -- and exits 0; backend=cpu runs the same on the CPU (a smoke test of this
--- script: spec/bench_gpu_spec.lua).
+-- script: spec/e2e/bench_gpu_spec.lua).
 local ffi = require "ffi"
 local zt = require "ztrain"
 local zffi = require "ztrain.core.ffi"

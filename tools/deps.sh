@@ -6,7 +6,7 @@ PKGS="build-essential pkg-config luajit libluajit-5.1-dev libuv1-dev libopenblas
 libopenmpi-dev openmpi-bin lua-busted lua-cjson fortunes fio libpcre2-8-0 libreadline8 tmux \
 slurm-wlm liburing-dev"
 # slurm-wlm (slurmctld, slurmd, srun; ~12 MiB installed, 7 packages with munge and
-# the plugins): spec/slurm_spec.lua runs a one-node Slurm here. Its services are
+# the plugins): spec/e2e/slurm_spec.lua runs a one-node Slurm here. Its services are
 # not started by us; the spec starts its own daemons with a private config.
 # liburing-dev (2.3 on Debian 12): the aio engine's io_uring backend
 # (runtime/aio_uring.c); the Makefile builds without it (the thread pool only).

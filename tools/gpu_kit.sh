@@ -24,7 +24,7 @@
 # below; the sum, 470 s, keeps `run all` inside 8 minutes with the unpack);
 # a part that fails or runs out of time is named, the others still run, and
 # the exit status says whether all passed.
-# Checked here by spec/gpu_kit_spec.lua (make test): pack, then `run all`
+# Checked here by spec/e2e/gpu_kit_spec.lua (make test): pack, then `run all`
 # under tools/kit_bare.sh, a mount namespace in which the system's Lua
 # modules and its copies of what the kit carries are hidden (without a GPU,
 # test and bench load everything and skip; torch needs the machine's own

@@ -2,7 +2,7 @@
 # tools/kit_bare.sh CMD... -- runs CMD as on a bare GPU machine: in a new
 # mount namespace (unshare -m; root) where the system's Lua modules, and
 # every library and program a kit run would load from the system beyond a
-# base image, are hidden. spec/gpu_kit_spec.lua runs
+# base image, are hidden. spec/e2e/gpu_kit_spec.lua runs
 # `sh tools/gpu_kit.sh run check` under it, so a package missing from the
 # kit fails here, not on the GPU machine.
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Make spec/fixtures/bpe/: what Hugging Face's `tokenizers` (the reference byte-level
-BPE) gives, for spec/bpe_spec.lua to compare ztrain.model.data.bpe and bpe_train against.
+BPE) gives, for spec/unit/bpe_spec.lua to compare ztrain.model.data.bpe and bpe_train against.
 
     pip install tokenizers            # PyPI; not a Debian package
     python3 tools/make_bpe_fixture.py [--out spec/fixtures/bpe] [--vocab data/bpe/fortunes]

@@ -1,5 +1,5 @@
 #!/opt/hfvenv/bin/python
-"""Make the tiny Hugging Face GPT-2 fixture that ztrain's spec/hf_spec.lua reads.
+"""Make the tiny Hugging Face GPT-2 fixture that ztrain's spec/e2e/hf_spec.lua reads.
 
 Writes spec/fixtures/hf/:
 

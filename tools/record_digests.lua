@@ -4,7 +4,7 @@
 --
 --   luajit tools/record_digests.lua [OUT.json]
 --
--- The spec (spec/digest_fixture_spec.lua) compares against that file: every
+-- The spec (spec/e2e/digest_fixture_spec.lua) compares against that file: every
 -- refactor must leave every entry bit-identical.
 package.path = "spec/?.lua;lua/?.lua;" .. package.path
 local cjson = require "cjson"

@@ -25,7 +25,7 @@
 --   pipeline_pipedream (asynchronous: an update per micro-batch, no
 --          synchronous twin): on 2 stages run twice (same bits); on one
 --          stage = single updating after every micro-batch for twice the
---          steps (constant lr, no clipping: spec/pipeline_train_spec.lua's
+--          steps (constant lr, no clipping: spec/e2e/pipeline_train_spec.lua's
 --          oracle), the digest only (its steps are not single's)
 --   single is every reference, run twice itself.
 -- Every recipe in recipes/ must have a case here or an entry in EXEMPT
@@ -42,7 +42,7 @@
 -- rank without accumulation, another batch: must fail), break=twice (each
 -- second run with another model.seed: the run-to-run check must fail),
 -- ztrain=PATH. Without a GPU it prints one skip line and exits 0;
--- spec/cuda_step_harness_spec.lua checks it on the CPU.
+-- spec/e2e/cuda_step_harness_spec.lua checks it on the CPU.
 local cjson = require "cjson"
 local zt = require "ztrain"
 local common = dofile(zt.home .. "/spec/cuda/common.lua")

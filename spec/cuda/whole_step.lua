@@ -33,7 +33,7 @@
 -- env_b=OPENBLAS_CORETYPE=Prescott: other GEMM kernels, other sums),
 -- ztrain=PATH (the program for the two runs; default: the one running this).
 -- Without a GPU (b=cuda on a CPU build, or no visible GPU) it prints one
--- skip line and exits 0; spec/cuda_step_harness_spec.lua checks this harness
+-- skip line and exits 0; spec/e2e/cuda_step_harness_spec.lua checks this harness
 -- on the CPU (cpu against cpu passes, perturbed sides fail, the skip, the
 -- tensor-core count).
 --

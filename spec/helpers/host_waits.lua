@@ -1,5 +1,5 @@
 -- The host's waits for the device in a training step on fakegpu-async
--- (zt_device_count "host_waits"), for spec/fakegpu_spec.lua: one line per
+-- (zt_device_count "host_waits"), for spec/e2e/fakegpu_spec.lua: one line per
 -- case, "CASE: W1 W2" over steps 2 and 3 (step 1 allocates).
 local zt = require "ztrain"
 local trainer = require "ztrain.train.trainer"

@@ -1,4 +1,4 @@
--- spec/helpers/pool_streams.lua -- run by spec/fakegpu_spec.lua under build/ztrain
+-- spec/helpers/pool_streams.lua -- run by spec/e2e/fakegpu_spec.lua under build/ztrain
 -- --script, with a device backend as arg[1]: a pooled buffer released on
 -- one stream (a fill still queued there) and got on another must not be
 -- overwritten by the old stream's work after its new user wrote it

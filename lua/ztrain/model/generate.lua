@@ -20,7 +20,7 @@
 -- not: OpenBLAS's sgemm takes another kernel for a call of a few rows, so a
 -- row's dot products round differently from the same row inside a many-row
 -- call (measured: a few ulp). The step logits equal the full forward's
--- within fp32 rounding (spec/generate_spec.lua bounds the gap).
+-- within fp32 rounding (spec/unit/generate_spec.lua bounds the gap).
 --
 -- Sampling (pick): temperature 0 is greedy, the argmax with ties to the
 -- lowest id. Otherwise p ~ exp(logit / temperature), restricted to the top_k

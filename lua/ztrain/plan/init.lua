@@ -20,7 +20,7 @@
 --    their pools. These follow the pools' reuse pattern: in flight
 --    at once are the unit computing, the one prefetched and MAX_INFLIGHT
 --    reductions (zero.lua), each pooled by size. Measured equal on
---    gpt2-tiny and gpt2-mini (spec/plan_spec.lua); for other shapes an
+--    gpt2-tiny and gpt2-mini (spec/e2e/plan_spec.lua); for other shapes an
 --    estimate of the same pattern.
 -- Pipelines: the heaviest stage, its sets in flight from the schedule's
 -- simulator (pipeline rows are checked on one recipe, 1F1B on 2 ranks).

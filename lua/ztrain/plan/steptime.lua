@@ -250,7 +250,7 @@ local function pipe_step(o, hw)
   -- per boundary, each way; a rank's: its activations forward and
   -- gradients back, the last stage the head's wte gradient every
   -- micro-batch, the first the embedding's parameters after the step
-  -- (measured exactly so on gpt2-mini, 2 stages: spec/scale_fit_spec.lua),
+  -- (measured exactly so on gpt2-mini, 2 stages: spec/unit/scale_fit_spec.lua),
   -- and its stage's gradients over its data-parallel group (zero1, within
   -- a host while the group fits one); the busiest rank's bytes
   r.act_bytes = 2 * m * act

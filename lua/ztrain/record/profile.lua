@@ -1,5 +1,5 @@
 -- ztrain.record.profile: time per (phase, op family) of training steps, for
--- tools/bench_ops.lua (`make bench-ops`) and spec/profile_spec.lua.
+-- tools/bench_ops.lua (`make bench-ops`) and spec/unit/profile_spec.lua.
 --
 --   local prof = profile.start(model, ctx)   -- ctx optional (its precision)
 --   ... steps ...; prof:reset() after warm-up steps
@@ -11,7 +11,7 @@
 -- zt_now and adds it to the current (phase, family); stop() puts the
 -- originals back. Nothing runs when no profile is started (zero cost off),
 -- and a wrapper calls the same kernel with the same arguments (the same
--- bits: spec/profile_spec.lua checks the param_digest). On the CPU backend
+-- bits: spec/unit/profile_spec.lua checks the param_digest). On the CPU backend
 -- an op runs on the calling thread (the compute stream), so the time
 -- around the call is the op's time. On an asynchronous backend (CUDA)
 -- start the profile with { sync = true }: each wrapper then waits for the

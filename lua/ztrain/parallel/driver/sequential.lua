@@ -3,7 +3,7 @@
 -- them in reverse; then the strategy's step. One activation set at a time.
 --
 -- The same step written as data is schedule.one_stage(m), which the schedule
--- driver executes with the same bits (spec/driver_spec.lua).
+-- driver executes with the same bits (spec/e2e/driver_spec.lua).
 local stage_run = require "ztrain.parallel.driver.stage"
 local losses = require "ztrain.parallel.driver.losses"
 

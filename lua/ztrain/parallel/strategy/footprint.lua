@@ -9,7 +9,7 @@
 -- Beside it S.placement says where the strategy keeps things ({ stage = 0
 -- (replicated) .. 3, otier, ptier: the optimizer's and parameters' offload
 -- tiers, or nil }), which the planner's traffic and step-time models read.
--- These are the measured allocations (spec/plan_spec.lua compares them with
+-- These are the measured allocations (spec/e2e/plan_spec.lua compares them with
 -- a run's peaks); S.predicted is the ZeRO paper's textbook count.
 local M = {}
 

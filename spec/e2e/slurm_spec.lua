@@ -1,4 +1,4 @@
--- spec/slurm_spec.lua -- ztrain under a real Slurm: a single-node cluster on
+-- spec/e2e/slurm_spec.lua -- ztrain under a real Slurm: a single-node cluster on
 -- this machine (Debian's slurm-wlm: slurmctld + slurmd, started here with a
 -- generated slurm.conf in a temp dir, no munge, private ports) runs
 -- `srun --mpi=pmix -n 2 build/ztrain recipes/dp.lua ...` and then the sbatch

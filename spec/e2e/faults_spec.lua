@@ -1,4 +1,4 @@
--- spec/faults_spec.lua -- kill -9 of one rank of a `ztrain --nproc 2` job.
+-- spec/e2e/faults_spec.lua -- kill -9 of one rank of a `ztrain --nproc 2` job.
 --
 -- Under dp, zero3, zero3_offload, infinity (swap files in a temp
 -- offload.nvme_path) and a 1F1B pipeline, a random rank is killed at a random

@@ -1,7 +1,7 @@
 -- Specs for the dataset sources behind data.open: llm.c token files (tokbin),
 -- WikiText raw directories, the tokenisation cache, the tokenizer registry, and
 -- the bad inputs of each. Run under LuaJIT:
---   busted --lua=luajit spec/dataset_spec.lua
+--   busted --lua=luajit spec/unit/dataset_spec.lua
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 
 local ffi = require "ffi"
@@ -11,7 +11,7 @@ local tokbin = require "ztrain.model.data.tokbin"
 local cache = require "ztrain.model.data.cache"
 local util = require "helpers.util"
 
-assert(jit, "these specs must run under LuaJIT: busted --lua=luajit spec/dataset_spec.lua")
+assert(jit, "these specs must run under LuaJIT: busted --lua=luajit spec/unit/dataset_spec.lua")
 
 local read, write, sh = util.read, util.write, util.sh
 local bytes = data.tokenizer("bytes")

@@ -241,7 +241,7 @@ describe("layers: the Lua tree's requires", function()
     local unplaced = {}
     for name in pairs(mods) do if not layer_of(name) then unplaced[#unplaced + 1] = name end end
     table.sort(unplaced)
-    assert.are.same({}, unplaced, "modules in no layer (add them to LAYERS in spec/layers_spec.lua)")
+    assert.are.same({}, unplaced, "modules in no layer (add them to LAYERS in spec/unit/layers_spec.lua)")
     local where = {}
     for name, path in pairs(mods) do where[name] = path:gsub("^.*/lua/", "lua/") end
     local up = upward(edges(mods), where)

@@ -194,7 +194,7 @@ describe("launch.nproc", function()
 end)
 
 -- Launching across hosts (--hostfile, job/hosts.lua), at the unit level:
--- no namespaces, no mpirun. spec/multihost_spec.lua runs it for real.
+-- no namespaces, no mpirun. spec/e2e/multihost_spec.lua runs it for real.
 describe("launch across hosts: the hostfile and mpirun's arguments", function()
   local hosts = require "ztrain.job.hosts"
   local launch = require "ztrain.job.launch"

@@ -2,7 +2,7 @@
 -- kinds every strategy publishes, and state() / load_state() moving a run's
 -- state between strategies bit-exactly. Multi-rank resharding (N ranks ->
 -- 1 rank, host-tier state into device-tier strategies) is in
--- spec/state_reshard_spec.lua.
+-- spec/e2e/state_reshard_spec.lua.
 local zt = require "ztrain"
 local trainer = require "ztrain.train.trainer"
 

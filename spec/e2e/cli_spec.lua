@@ -90,7 +90,7 @@ describe("ztrain program", function()
   it("declares libc once, under names a user's own cdefs cannot clash with", function()
     -- in a fresh Lua state: load ztrain.libc twice (the second declares
     -- nothing: redefining its glob_t would fail), then declare libc functions
-    -- and a glob_t as a recipe might (spec/dist_spec.lua's rank killer does)
+    -- and a glob_t as a recipe might (spec/e2e/dist_spec.lua's rank killer does)
     local out, rc = run([[build/ztrain -e '
       local ffi = require "ffi"
       local libc = require "ztrain.core.libc"

@@ -1,5 +1,5 @@
 -- Specs for ztrain.model.data (tokenizer, text dataset, loader). Run under LuaJIT:
---   busted --lua=luajit spec/data_spec.lua
+--   busted --lua=luajit spec/unit/data_spec.lua
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 
 local ffi = require "ffi"
@@ -7,7 +7,7 @@ local data = require "ztrain.model.data"
 local utf8 = require "ztrain.model.data.utf8"
 local loader_mod = require "ztrain.model.data.loader"
 
-assert(jit, "these specs must run under LuaJIT: busted --lua=luajit spec/data_spec.lua")
+assert(jit, "these specs must run under LuaJIT: busted --lua=luajit spec/unit/data_spec.lua")
 
 local libc = require "ztrain.core.libc"
 

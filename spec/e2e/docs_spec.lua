@@ -41,7 +41,7 @@ describe("docs/strategies.md examples", function()
   end)
 
   it("every block marked '-- from examples/FILE' is a verbatim piece of that file", function()
-    -- (the files themselves are trained and checked by spec/examples_spec.lua)
+    -- (the files themselves are trained and checked by spec/e2e/examples_spec.lua)
     local doc = read("docs/strategies.md")
     local n = 0
     for path, body in doc:gmatch("```lua\n%-%- from (examples/[%w_]+%.lua)\n(.-)```") do

@@ -1,6 +1,6 @@
 -- Specs for ztrain.model.data.bpe (GPT-2 byte-level BPE), ztrain.model.data.pcre2 and
 -- ztrain.model.data.bpe_train. Run under LuaJIT:
---   busted --lua=luajit spec/bpe_spec.lua
+--   busted --lua=luajit spec/unit/bpe_spec.lua
 -- The reference is Hugging Face's `tokenizers`, through spec/fixtures/bpe/expected.json
 -- (made by tools/make_bpe_fixture.py; no Python needed here).
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
@@ -13,7 +13,7 @@ local train = require "ztrain.model.data.bpe_train"
 local errors = require "ztrain.core.errors"
 local libc = require "ztrain.core.libc"
 
-assert(jit, "these specs must run under LuaJIT: busted --lua=luajit spec/bpe_spec.lua")
+assert(jit, "these specs must run under LuaJIT: busted --lua=luajit spec/unit/bpe_spec.lua")
 
 local FIX = "spec/fixtures/bpe"
 local SHIPPED = "data/bpe/fortunes"
