@@ -28,4 +28,45 @@ function M.rm(path) M.sh("rm -rf " .. path) end
 -- a scratch path for a run's out= (not made: the run makes it)
 function M.outdir() local d = os.tmpname(); os.remove(d); return d end
 
+-- run(cmd, input) -> output (stdout and stderr), exit code; `input`, when
+-- given, is the command's standard input
+function M.run(cmd, input)
+  if not input then return M.sh(cmd) end
+  local tmp = os.tmpname()
+  M.write(tmp, input)
+  local out, rc = M.sh(cmd .. " < " .. tmp)
+  os.remove(tmp)
+  return out, rc
+end
+
+-- summary(dir) -> a run's summary.json; metrics(dir) -> its metrics.jsonl lines
+function M.summary(dir)
+  return require("cjson").decode(M.read(dir .. "/summary.json"))
+end
+function M.metrics(dir)
+  local cjson, m = require "cjson", {}
+  for line in io.lines(dir .. "/metrics.jsonl") do m[#m + 1] = cjson.decode(line) end
+  return m
+end
+
+-- well_formed(path): an XML (SVG) file parses: xmllint when installed, else
+-- its tags balance
+function M.well_formed(path)
+  if os.execute("command -v xmllint >/dev/null 2>&1") == 0 then
+    local out, rc = M.sh("xmllint --noout " .. path)
+    assert(rc == 0, path .. " is not well-formed XML:\n" .. out)
+    return
+  end
+  local s = M.read(path):gsub("<%?.-%?>", ""):gsub("<[^>]-/>", "")
+  local stack = {}
+  for close, tag in s:gmatch("<(/?)([%w_:-]+)[^>]*>") do
+    if close == "" then stack[#stack + 1] = tag
+    else
+      local open = table.remove(stack)
+      assert(open == tag, ("%s: </%s> closes <%s>"):format(path, tag, tostring(open)))
+    end
+  end
+  assert(#stack == 0, ("%s: %d tag(s) left open"):format(path, #stack))
+end
+
 return M

@@ -1,9 +1,8 @@
 -- DeepSpeed configs (dsconfig.lua): five configs shaped like the seeds'
 -- ds_config_*.json (stage 1, 2, 3, offload, infinity) under
 -- spec/fixtures/ds_config/ mapped onto recipe keys, the keys named as
--- ignored, the ones refused, and a converted config trained to the same
--- digest as the native recipe.
-local cjson = require "cjson"
+-- ignored, and the ones refused (--ds-config and ds-convert in the program:
+-- spec/e2e/dsconfig_command_spec.lua).
 local util = require "helpers.util"
 local ds = require "ztrain.train.dsconfig"
 
@@ -140,44 +139,5 @@ describe("ds-config: what is refused", function()
     local e = err_of(ds.read, path)
     os.remove(path)
     assert.matches("^ds%-config: " .. path:gsub("%p", "%%%0") .. " is not a JSON object", e)
-  end)
-end)
-
-describe("ds-config: the command line", function()
-  local BASE = "train.eval_every=0 -q"
-
-  local function digest(args)
-    local dir = util.outdir()
-    local out, rc = util.sh(("timeout 120 build/ztrain %s %s out=%s"):format(args, BASE, dir))
-    assert.are.equal(0, rc, out)
-    local s = cjson.decode(util.read(dir .. "/summary.json"))
-    util.rm(dir)
-    return s.param_digest, out
-  end
-
-  it("a converted config trains to the native recipe's digest (zero2, 2 ranks, 2 steps)", function()
-    local got, out = digest("recipes/zero2.lua --nproc 2 --ds-config " .. DIR .. "ds_config_stage2.json")
-    -- the notes once, not once per rank
-    local _, n = out:gsub("reduce_bucket_size is not supported", "")
-    assert.are.equal(1, n, out)
-    local want = digest("recipes/zero2.lua --nproc 2 lr.warmup=1 lr.schedule=linear lr.min_ratio=0 train.steps=2")
-    assert.are.equal(want, got)
-  end)
-
-  it("refuses at one rank what DeepSpeed would (16 != 8 * 1 * 1)", function()
-    local out, rc = util.sh("build/ztrain recipes/zero2.lua --ds-config " .. DIR .. "ds_config_stage2.json -q")
-    assert.are.equal(1, rc)
-    assert.matches("ztrain: ds-config: Check batch related parameters", out, 1, true)
-  end)
-
-  it("ds-convert prints a recipe that loads", function()
-    local out, rc = util.sh("build/ztrain ds-convert " .. DIR .. "ds_config_offload.json nproc=2")
-    assert.are.equal(0, rc, out)
-    assert.matches('strategy = "zero3_offload"', out, 1, true)
-    local path = os.tmpname() .. ".lua"
-    util.write(path, (out:gsub("rc=%d+%s*$", "")))
-    local r = assert(require("ztrain.train.recipe").load(path))
-    os.remove(path)
-    assert.are.same({ 2, 4, 16 }, { r.batch.micro, r.batch.accumulate, r.batch.global })
   end)
 end)

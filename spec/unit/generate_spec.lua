@@ -1,6 +1,7 @@
 -- Generation with a KV cache (lua/ztrain/model/generate.lua) against the full
 -- training forward, the sampler against probabilities computed from its
 -- definition, and transformers' greedy generate on the tiny HF fixture.
+-- The `ztrain generate` command: spec/e2e/generate_command_spec.lua.
 local ffi = require "ffi"
 local zt = require "ztrain"
 local gen = require "ztrain.model.generate"
@@ -330,31 +331,5 @@ describe("the tiny Hugging Face fixture", function()
                                             stop_at_eot = false })
     assert.are.same(e.new_ids, got)
     m:free()
-  end)
-
-  it("`ztrain generate hf:DIR` prints the text and exits 0; bad input exits 1", function()
-    if not ok_hf or not expected then
-      pending("needs lua/ztrain/model/hf.lua and " .. dir .. "/expected.json")
-      return
-    end
-    local function run(args)
-      local p = io.popen("build/ztrain generate " .. args .. " 2>&1; echo \"rc=$?\"")
-      local out = p:read("*a")
-      p:close()
-      return out
-    end
-    local out = run("hf:" .. dir .. " 'Hi' tokenizer=bytes max_tokens=5 temperature=0")
-    assert.matches("rc=0\n$", out)
-    assert.matches("^Hi", out)
-    local again = run("hf:" .. dir .. " 'Hi' tokenizer=bytes max_tokens=5 temperature=0")
-    assert.are.equal(out, again)
-    assert.matches("ztrain: generate: temperature=%-1 must be a number >= 0.*rc=1\n$",
-                   run("hf:" .. dir .. " 'Hi' tokenizer=bytes temperature=-1"))
-    assert.matches("ztrain: .*rc=1\n$", run("hf:/nonexistent 'Hi'"))
-    assert.matches("ztrain: generate: unknown key \"topk\".*rc=1\n$",
-                   run("hf:" .. dir .. " 'Hi' tokenizer=bytes topk=3"))
-    -- a recipe key is an unknown key too, not an unreadable argument
-    assert.matches("ztrain: generate: unknown key \"device.backend\" %(known: max_tokens,.*rc=1\n$",
-                   run("hf:" .. dir .. " 'Hi' tokenizer=bytes device.backend=cuda"))
   end)
 end)

@@ -3,6 +3,7 @@
 -- synthetic table was made with (the model's own step times, so a perfect
 -- fit exists), the measured block and chart render from records, and a
 -- re-render rewrites only the text between its markers. About a second.
+-- (tools/bench_scale.lua's cluster handling: spec/e2e/bench_scale_spec.lua.)
 local zt = require "ztrain"
 local fit = dofile(zt.home .. "/tools/scale_fit.lua")
 local report = dofile(zt.home .. "/tools/scale_report.lua")
@@ -106,26 +107,6 @@ describe("scale_report: the doc's blocks", function()
     for _ in svgtext:gmatch('class="model"') do dashed = dashed + 1 end
     assert.are.equal(30, dots)
     assert.are.equal(10, dashed)
-  end)
-end)
-
-describe("bench_scale: the cluster", function()
-  local util = require "helpers.util"
-
-  it("is taken down when a step fails, and the error names the step", function()
-    local dir = util.outdir()
-    util.sh("mkdir -p " .. dir)
-    local stub = dir .. "/netcluster.sh"
-    -- a stand-in for tools/netcluster.sh: logs its calls; `hostfile` fails
-    util.write(stub, ('#!/bin/sh\necho "$*" >> %s/calls\n[ "$1" = hostfile ] && { echo "no hosts" >&2; exit 3; }\n' ..
-                      'exit 0\n'):format(dir))
-    util.sh("chmod +x " .. stub)
-    local out, rc = util.sh(("build/ztrain --script tools/bench_scale.lua netcluster=%s results=%s/res baseline=0 " ..
-                             "hosts=2 rates=1gbit only=dp doc=%s/scaling.md svg=%s/scaling.svg"):format(stub, dir, dir, dir))
-    assert.are_not.equal(0, rc, out)
-    assert.matches("hostfile failed: no hosts", out, 1, true)
-    assert.are.equal("up 2 --rate 1gbit --slots 1\nhostfile\ndown\n", util.read(dir .. "/calls"))
-    util.rm(dir)
   end)
 end)
 

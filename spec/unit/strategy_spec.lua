@@ -1,11 +1,9 @@
 -- Strategy objects: options and hooks checked when the recipe is resolved,
 -- clean failure paths (nothing left accounted after a failed setup), and
--- strategies that work on their data-parallel group only.
-local util = require "helpers.util"
+-- strategies that work on their data-parallel group only. (A bad option
+-- through the program: spec/e2e/program_errors_spec.lua.)
 local zt = require "ztrain"
 local trainer = require "ztrain.train.trainer"
-
-local sh = util.sh
 
 local function err_of(fn, ...)
   local ok, e = pcall(fn, ...)
@@ -67,13 +65,6 @@ describe("strategy hooks", function()
 end)
 
 describe("failure paths", function()
-  it("a bad optim.betas on dp is reported as such (not a crash in free)", function()
-    local out, rc = sh("build/ztrain recipes/dp.lua 'optim.betas={2,3}' -q out=" .. os.tmpname() .. ".d")
-    assert.are.equal(1, rc)
-    assert.matches("optim.betas must be a pair of numbers in [0, 1)", out, 1, true)
-    assert.is_nil(out:find("attempt to", 1, true), out)
-  end)
-
   it("a setup that fails part-way leaves nothing accounted", function()
     local before = {}
     for _, cat in ipairs(zt.memory.categories) do before[cat] = zt.memory.current("device", cat) end

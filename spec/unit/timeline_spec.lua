@@ -1,28 +1,16 @@
 -- Pipeline timelines: timeline.svg / timeline.json from events, the bubble
--- in simulate.lua's normalisation, and `ztrain schedule` on the command line.
+-- in simulate.lua's normalisation (`ztrain schedule` on the command line:
+-- spec/e2e/schedule_command_spec.lua).
 local cjson = require "cjson"
+local util = require "helpers.util"
 local schedules = require "ztrain.parallel.schedule.library"
 local simulate = require "ztrain.parallel.schedule.simulate"
 local timeline = require "ztrain.record.timeline"
 
 local COMPUTE = { F = true, B = true, I = true, W = true }
 
--- a fresh directory under /tmp: nothing is written into the checkout
-local function tmpdir()
-  local p = os.tmpname(); os.remove(p)
-  assert(os.execute("mkdir -p " .. p) == 0)
-  return p
-end
-
-local function slurp(path)
-  local f = assert(io.open(path, "rb")); local s = f:read("*a"); f:close(); return s
-end
-
-local function run(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-  local out = p:read("*a"); p:close()
-  return out, tonumber(out:match("rc=(%d+)%s*$"))
-end
+-- tmpdir: a fresh directory under /tmp: nothing is written into the checkout
+local tmpdir, slurp, well_formed = util.tmpdir, util.read, util.well_formed
 
 local function simulated(name, p, m, v)
   local lists = schedules.build(name, { ranks = p, microbatches = m, chunks = v or 1 })
@@ -52,22 +40,6 @@ local function count_compute(events)
   local n = 0
   for _, l in ipairs(events) do for _, e in ipairs(l) do if COMPUTE[e.op] then n = n + 1 end end end
   return n
-end
-
--- well_formed(path): xmllint when installed, else balanced tags
-local function well_formed(path)
-  if os.execute("command -v xmllint >/dev/null 2>&1") == 0 then
-    local out, rc = run("xmllint --noout " .. path)
-    assert.are.equal(0, rc, out)
-    return
-  end
-  local s = slurp(path):gsub("<%?.-%?>", ""):gsub("<[^>]-/>", "")
-  local stack = {}
-  for close, tag in s:gmatch("<(/?)([%w_:-]+)[^>]*>") do
-    if close == "" then stack[#stack + 1] = tag
-    else assert.are.equal(table.remove(stack), tag) end
-  end
-  assert.are.equal(0, #stack)
 end
 
 describe("pipeline timeline", function()
@@ -140,7 +112,7 @@ describe("pipeline timeline", function()
       assert.are.equal(#ev, idle)
       assert.matches(("sched: bubble %.1f%%%% %%(predicted 20.0%%%%%%)"):format(100 * timeline.bubble(ev)), s)
       -- atomic: nothing left under a temporary name
-      local ls = run("ls " .. dir)
+      local ls = util.sh("ls " .. dir)
       assert.is_nil(ls:find(".tmp", 1, true), ls)
       os.execute("rm -rf " .. dir)
     end
@@ -156,65 +128,5 @@ describe("pipeline timeline", function()
     ok, err = pcall(timeline.trace, { { { op = "X", t0 = 0, t1 = 1 } } })
     assert.is_false(ok)
     assert.matches("rank 0 event 1 has no known op", err, 1, true)
-  end)
-end)
-
-describe("ztrain schedule", function()
-  it("prints the simulator's grid and the bubble (p-1)/(m+p-1), and writes the timeline", function()
-    local dir = tmpdir()
-    local out, rc = run("build/ztrain schedule 1f1b p=2 m=4 out=" .. dir)
-    assert.are.equal(0, rc, out)
-    local _, res = simulated("1f1b", 2, 4)
-    for line in simulate.grid(res):gmatch("[^\n]+") do
-      assert.is_truthy(out:find(line, 1, true), line)
-    end
-    local b = tonumber(out:match("bubble ([%d.]+)"))
-    assert.is_true(math.abs(b - (2 - 1) / (4 + 2 - 1)) < 1e-6, out)
-    assert.matches("peak activations per stage (micro-batches held): s0 2, s1 1", out, 1, true)
-    well_formed(dir .. "/timeline.svg")
-    local doc = cjson.decode(slurp(dir .. "/timeline.json"))
-    local n = 0
-    for _, x in ipairs(doc.traceEvents) do if x.ph == "X" then n = n + 1 end end
-    assert.are.equal(2 * 4 * 2, n)                 -- F and B of 4 micro-batches on 2 ranks
-    os.execute("rm -rf " .. dir)
-  end)
-
-  it("compares every schedule in one line each and a bar chart", function()
-    local dir = tmpdir()
-    local out, rc = run("build/ztrain schedule compare p=4 m=8 out=" .. dir)
-    assert.are.equal(0, rc, out)
-    for _, c in ipairs({ { "naive %(gpipe m=1%)", 3 / 4 }, { "gpipe", 3 / 11 }, { "1f1b", 3 / 11 } }) do
-      local b = tonumber(out:match("\n" .. c[1] .. "%s+([%d.]+)"))
-      assert.is_true(b and math.abs(b - c[2]) < 1e-6, c[1] .. "\n" .. out)
-    end
-    assert.matches("\ninterleaved_1f1b%s+0%.", out)
-    assert.matches("\nzb_h1%s+0%.", out)
-    -- ZB-V below ZB-H1 (p=4 m=8: 1/13 against 1/9)
-    local zbv, zb = tonumber(out:match("\nzbv%s+([%d.]+)")), tonumber(out:match("\nzb_h1%s+([%d.]+)"))
-    assert.is_true(zbv < zb, out)
-    well_formed(dir .. "/compare.svg")
-    local bars = 0
-    for _ in slurp(dir .. "/compare.svg"):gmatch('<rect class="bar"') do bars = bars + 1 end
-    assert.are.equal(6, bars)
-    os.execute("rm -rf " .. dir)
-  end)
-
-  it("exits 1 naming the known schedules, or the number that is wrong, without a Lua location", function()
-    local dir = tmpdir()
-    local out, rc = run("build/ztrain schedule nope p=2 m=4 out=" .. dir)
-    assert.are.equal(1, rc, out)
-    assert.matches('unknown pipeline schedule "nope" (known: 1f1b, gpipe, interleaved_1f1b, pipedream, zb_h1, zbv, or compare)',
-                   out, 1, true)
-    out, rc = run("build/ztrain schedule interleaved_1f1b p=4 m=6 out=" .. dir)
-    assert.are.equal(1, rc, out)
-    assert.matches("microbatches (6) must be a multiple of the pipeline ranks (4)", out, 1, true)
-    out, rc = run("build/ztrain schedule 1f1b p=0 out=" .. dir)
-    assert.are.equal(1, rc, out)
-    assert.matches("p=0: pipeline ranks must be a whole number >= 1", out, 1, true)
-    out, rc = run("build/ztrain schedule 1f1b size=3 out=" .. dir)
-    assert.are.equal(1, rc, out)
-    assert.matches('unknown key "size"', out, 1, true)
-    assert.is_nil(out:find("%.lua:%d+:"), out)
-    os.execute("rm -rf " .. dir)
   end)
 end)
