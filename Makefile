@@ -52,7 +52,7 @@ CTEST_SRC   := $(filter-out spec/c/test_cuda%.c,$(wildcard spec/c/test_*.c))
 CTEST_BIN   := $(patsubst spec/c/%.c,$(B)/%,$(CTEST_SRC))
 HEADERS     := $(wildcard runtime/*.h) $(wildcard kernels/cpu/*.h)
 
-.PHONY: all deps test run bench bench-scale bench-ops bench-peers torch-venv clean ctest spec test-cuda cuda-check bench-cuda san valgrind fuzz fuzz-smoke
+.PHONY: all deps test test-unit test-e2e run bench bench-scale bench-ops bench-peers torch-venv clean ctest spec test-cuda cuda-check bench-cuda san valgrind fuzz fuzz-smoke
 all: $(B)/libztrain.so $(B)/ztrain
 
 # ---- CUDA (only with CUDA=1) ----
@@ -190,6 +190,17 @@ test: deps
 	echo "== fuzz smoke ($(FUZZ_RUNS) inputs per reader; make fuzz runs longer)"; \
 	$(MAKE) --no-print-directory -s -j$(TEST_JOBS) fuzz-smoke || extra=$$((extra + 1)); \
 	EXTRA_FAILED=$$extra sh tools/run_tests.sh $(CTEST_BIN)
+
+# The busted specs alone, by folder (spec/README.md): spec/unit/ calls
+# modules in the test's own process (~1-2 min on 2 cores); spec/e2e/ launches
+# build/ztrain or mpirun, or trains whole runs. Each ends with "N passed,
+# N failed"; `make test` runs both, after the C tests.
+test-unit: deps
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) all
+	@SPECS=spec/unit sh tools/run_tests.sh
+test-e2e: deps
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) all
+	@SPECS=spec/e2e sh tools/run_tests.sh
 
 run: deps all
 	$(B)/ztrain recipes/zero3_offload.lua $(ARGS)

@@ -3,6 +3,9 @@
 # specs under LuaJIT, and end with one line "N passed, N failed" over all of them.
 # A test named test_mpi_* runs under mpirun with 2 and with 4 ranks (its rank 0
 # prints the totals over ranks).
+# SPECS names the busted specs to run (default: all of spec/, as .busted
+# says): make test-unit runs SPECS=spec/unit with no C test, make test-e2e
+# SPECS=spec/e2e (spec/README.md).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # OpenBLAS's kernels decide the last bits of every GEMM, and the recorded
 # digests (spec/fixtures/digests.json) are those of the core ztrain picks for
@@ -46,9 +49,10 @@ for r in $runs; do
   [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && { echo "$t exited $rc"; failed=$((failed + 1)); }
   [ "$rc" -ne 0 ] && status=1
 done
-echo "== busted (luajit)"
+echo "== busted (luajit)${SPECS:+: $SPECS}"
 tap=$(mktemp)
-busted --lua=luajit -o TAP > "$tap" 2>&1; brc=$?
+# shellcheck disable=SC2086 -- SPECS is a list of paths
+busted --lua=luajit -o TAP ${SPECS:-} > "$tap" 2>&1; brc=$?
 grep -v '^ok ' "$tap"
 bp=$(grep -c '^ok ' "$tap"); bf=$(grep -c '^not ok ' "$tap")
 if [ "$brc" -ne 0 ] && [ "$bf" -eq 0 ]; then echo "busted exited $brc"; bf=1; fi
