@@ -1,6 +1,7 @@
 -- Drivers and schedules: the sequential driver and the schedule driver (an
 -- action list per rank) give the same bits; the split backward (I then W)
--- gives the fused backward's bits; the validator names what is wrong.
+-- gives the fused backward's bits (the action lists' validator:
+-- spec/unit/schedule_ir_spec.lua).
 local util = require "helpers.util"
 local cjson = require "cjson"
 local zt = require "ztrain"
@@ -173,88 +174,5 @@ describe("drivers", function()
     assert.is_true(zt.memory.current("device", "activations") > before)
     tr:free()
     assert.are.equal(before, zt.memory.current("device", "activations"))
-  end)
-end)
-
-describe("schedule validator", function()
-  local A = schedule.action
-  local P = { stages = 1, microbatches = 2 }
-  local function err(lists, p)
-    local ok, e = schedule.validate(lists, p or P)
-    assert.is_nil(ok)
-    return e
-  end
-
-  it("accepts the one-stage lists", function()
-    assert.is_true(schedule.validate(schedule.one_stage(2), P))
-    assert.is_true(schedule.validate(schedule.one_stage(2, { split = true }), P))
-  end)
-
-  it("names the first wrong action", function()
-    assert.matches("rank 0 action 1 %(0B0%): backward before the forward",
-                   err({ { A("B", 0, 0), A("F", 0, 0), A("F", 0, 1), A("B", 0, 1), { op = "STEP" } } }))
-    assert.matches("W before I", err({ { A("F", 0, 0), A("W", 0, 0), { op = "STEP" } } }))
-    assert.matches("0F0%): appears twice", err({ { A("F", 0, 0), A("F", 0, 0), { op = "STEP" } } }))
-    assert.matches("micro%-batch order", err({ { A("F", 0, 0), A("F", 0, 1), A("B", 0, 1), A("B", 0, 0),
-                                                { op = "STEP" } } }))
-    assert.matches("micro%-batch must be a whole number in 0..1, got 2", err({ { A("F", 0, 2), { op = "STEP" } } }))
-    assert.matches("micro%-batch must be a whole number in 0..1, got 0.5", err({ { A("F", 0, 0.5), { op = "STEP" } } }))
-    assert.matches("stage must be a whole number in 0..0, got 0", err({ { A("F", "0", 0), { op = "STEP" } } }))
-    assert.matches("stage must be a whole number in 0..0, got nil", err({ { A("F", nil, 0), { op = "STEP" } } }))
-    assert.matches("action 1 is not an action %(got 7;", err({ { 7 } }))
-    assert.matches("rank 0's list is not a table", err({ 5 }) or "")
-    assert.matches("one per rank, got 3", err(3))
-    assert.matches("schedule parameters need stages", err({ {} }, { stages = 1 }))
-    assert.matches("stage 0 micro%-batch 1: forward missing",
-                   err({ { A("F", 0, 0), A("B", 0, 0), { op = "STEP" } } }))
-    assert.matches("exactly one STEP", err({ { A("F", 0, 0), A("B", 0, 0), A("F", 0, 1), A("B", 0, 1) } }))
-    assert.matches("STEP must be the last", err({ { { op = "STEP" }, A("F", 0, 0) } }))
-    assert.matches("stage 1 runs on rank 1", err({ { A("F", 1, 0), { op = "STEP" } } },
-                                                  { stages = 2, microbatches = 1 }))
-  end)
-
-  it("checks the send/receive rules across stages", function()
-    local P2 = { stages = 2, microbatches = 1 }
-    local function two(r0, r1) return err({ r0, r1 }, P2) end
-    local ok0 = { A("F", 0, 0), A("SEND_F", 0, 0), A("RECV_B", 0, 0), A("B", 0, 0), { op = "STEP" } }
-    local ok1 = { A("RECV_F", 1, 0), A("F", 1, 0), A("B", 1, 0), A("SEND_B", 1, 0), { op = "STEP" } }
-    assert.is_true(schedule.validate({ ok0, ok1 }, P2))
-    assert.matches("stage 1 micro%-batch 0: no SEND_B",
-                   two(ok0, { A("RECV_F", 1, 0), A("F", 1, 0), A("B", 1, 0), { op = "STEP" } }))
-    assert.matches("%(1RECV_F0%): must come before 1F0 %(the forward reads the received input%)",
-                   two(ok0, { A("F", 1, 0), A("RECV_F", 1, 0), A("B", 1, 0), A("SEND_B", 1, 0), { op = "STEP" } }))
-    assert.matches("%(0SEND_F0%): must come before 0B0",
-                   two({ A("F", 0, 0), A("RECV_B", 0, 0), A("B", 0, 0), A("SEND_F", 0, 0), { op = "STEP" } }, ok1))
-    assert.matches("the first stage has no previous stage",
-                   two({ A("RECV_F", 0, 0), A("F", 0, 0), { op = "STEP" } }, ok1))
-    assert.matches("the last stage has no next stage", err({ { A("F", 0, 0), A("SEND_F", 0, 0), { op = "STEP" } } },
-                                                            { stages = 1, microbatches = 1 }))
-  end)
-
-  it("formats and parses PyTorch's compact action names", function()
-    for _, s in ipairs({ "0F3", "1B0", "2SEND_F1", "0RECV_B12", "3I2", "3W2", "STEP", "REDUCE_GRAD" }) do
-      assert.are.equal(s, schedule.format(schedule.parse(s)))
-    end
-    assert.has_error(function() schedule.parse("0X1") end, 'cannot read action "0X1" (expected e.g. 0F3, 1B0, 0SEND_F2, STEP)')
-    local ok, e = pcall(schedule.action, "X", 0, 0)
-    assert.is_false(ok)
-    assert.matches('unknown action "X" (known: F, B, I, W,', tostring(e), 1, true)
-  end)
-
-  it("a recipe with an unknown schedule is an error naming the known ones, when it is resolved", function()
-    local r, e = zt.recipe.resolve({}, { "schedule=gpipe2", "model.size=gpt2-tiny", "data.seq_len=32" })
-    assert.is_nil(r)
-    assert.matches('unknown schedule "gpipe2" (known: 1f1b, gpipe, interleaved_1f1b, one_stage, one_stage_iw, pipedream, zb_h1, zbv;',
-                   tostring(e), 1, true)
-  end)
-
-  it("ranks that loaded different schedule code disagree on the recipe", function()
-    local a = zt.recipe.serialize({ schedule = function() return 1 end })
-    local b = zt.recipe.serialize({ schedule = function() return 2 end })
-    assert.are_not.equal(a, b)
-    local f = function() return 1 end
-    assert.are.equal(zt.recipe.serialize({ schedule = f }), zt.recipe.serialize({ schedule = f }))
-    assert.are_not.equal(zt.recipe.serialize({ strategy = zt.strategy.dp {} }),
-                         zt.recipe.serialize({ strategy = zt.strategy.dp { defer_reduction = false } }))
   end)
 end)
