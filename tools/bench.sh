@@ -27,7 +27,7 @@ echo
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/ztrain --script tools/bench_ops.lua || exit 1
 echo
 build/ztrain --script tools/bench_data.lua || exit 1   # BPE tokens/s, dataset load time, beside their targets
-build/ztrain --script tools/bench_timings.lua || exit 1   
+build/ztrain --script tools/bench_timings.lua || exit 1   # what specs timed with a stopwatch, beside their targets
 build/bench_adamw || exit 1    # CPU AdamW GB/s beside copy and triad bandwidth
 echo
 build/bench_aio || exit 1      # the aio engine beside fio: same file, block size, queue depth, O_DIRECT
