@@ -49,7 +49,7 @@
 --  grad:  per tensor, max |ga - gb| / max |ga| after the first backward (and
 --         the first step's gradient norm, relative). fp32 1e-4 (175x the
 --         H100's 5.7e-7: kept, hs64's sums are 2-4x longer and unmeasured;
---         reference_spec holds every gradient within 1e-4 of PyTorch's);
+--         gpt2_reference_spec holds every gradient within 1e-4 of PyTorch's);
 --         bf16 3e-2 (6x its 4.7e-3: one bf16 rounding flip is 2^-8 = 3.9e-3).
 --  param: per tensor, ||pa - pb|| / ||pa|| after the last step, the
 --         zero-gradient elements left out. fp32 1e-3 (the H100's worst over

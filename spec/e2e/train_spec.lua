@@ -115,7 +115,7 @@ describe("a diverging run", function()
   end)
 end)
 
-describe("bad input", function()
+describe("training a recipe: bad input", function()
   it("refuses binary data with a message naming the file", function()
     local ok, err = pcall(zt.train, "recipes/single.lua",
                           with({ "data.text=/usr/share/games/fortunes/art.dat", "data.exclude=none",

@@ -76,7 +76,7 @@ local function user_error(fn, ...)
   return errors.message(e)
 end
 
-describe("pcre2", function()
+describe("bpe: the pcre2 binding its pre-tokenizer runs on", function()
   it("is PCRE2 >= 10.34 with Unicode, and JIT-compiles the GPT-2 pattern where it can", function()
     local major, minor = pcre2.version():match("^(%d+)%.(%d+)")
     assert.is_true(tonumber(major) > 10 or tonumber(minor) >= 34, pcre2.version())
@@ -95,7 +95,7 @@ describe("pcre2", function()
   end)
 end)
 
-describe("bytes_to_unicode", function()
+describe("bpe: bytes_to_unicode", function()
   it("maps bytes as GPT-2 does, in GPT-2's vocabulary order", function()
     assert.equal("Ġ", bpe.byte_to_unicode(32))
     assert.equal("Ċ", bpe.byte_to_unicode(10))
@@ -119,7 +119,7 @@ describe("bytes_to_unicode", function()
   end)
 end)
 
-describe("pre-tokenizer", function()
+describe("bpe: the pre-tokenizer", function()
   it("splits as GPT-2's pattern does", function()
     assert.same({ "Hello", ",", " world", "!", " It", "'s", " 2024", "  ", " x" },
                 bpe.split("Hello, world! It's 2024   x"))
@@ -147,7 +147,7 @@ describe("pre-tokenizer", function()
   end)
 end)
 
-describe("encoding (the shipped vocabulary)", function()
+describe("bpe: encoding (the shipped vocabulary)", function()
   local tok = bpe.load(SHIPPED)
 
   it("matches tokenizers token for token", function()
@@ -246,7 +246,7 @@ describe("encoding (the shipped vocabulary)", function()
   end)
 end)
 
-describe("encoding (a hand-made vocabulary where the merge order matters)", function()
+describe("bpe: encoding (a hand-made vocabulary where the merge order matters)", function()
   local tok = bpe.load(FIX .. "/tiny")
 
   it("matches tokenizers (leftmost lowest rank, one merge at a time)", function()
@@ -285,7 +285,7 @@ describe("encoding (a hand-made vocabulary where the merge order matters)", func
   end)
 end)
 
-describe("training", function()
+describe("bpe: training a vocabulary (bpe_train)", function()
   it("learns the merges tokenizers' BpeTrainer learns (ties included)", function()
     local t = expected.train
     local v = train.train { texts = { t.text }, vocab_size = t.vocab_size, min_frequency = t.min_frequency }
@@ -340,7 +340,7 @@ describe("training", function()
   end)
 end)
 
-describe("tools/train_bpe.lua", function()
+describe("bpe: tools/train_bpe.lua", function()
   local function sh(cmd)
     local h = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
     local out = h:read("*a")
@@ -376,7 +376,7 @@ describe("tools/train_bpe.lua", function()
   end)
 end)
 
-describe("the shipped vocabulary", function()
+describe("bpe: the shipped vocabulary", function()
   local corpus = expected.corpus
 
   it("is small, and is what BpeTrainer learns from the corpus", function()
@@ -426,7 +426,7 @@ describe("the shipped vocabulary", function()
   end)
 end)
 
-describe("bad input", function()
+describe("bpe: bad input", function()
   local good_vocab = read(FIX .. "/tiny/vocab.json")
   local good_merges = read(FIX .. "/tiny/merges.txt")
 

@@ -541,7 +541,7 @@ describe("the tokenizer registry", function()
 end)
 
 ---------------------------------------------------------------------------
-describe("bad input", function()
+describe("datasets: bad input", function()
   it("a dataset shorter than one sequence: the error names the split, its tokens and seq_len + 1", function()
     local ds, err = data.open{ text = WIKI, tokenizer = "bytes", seq_len = 4096, cache = false }
     assert.is_nil(ds)
