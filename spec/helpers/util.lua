@@ -69,4 +69,55 @@ function M.well_formed(path)
   assert(#stack == 0, ("%s: %d tag(s) left open"):format(path, #stack))
 end
 
+function M.exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() return true end
+  return false
+end
+
+-- scratch() -> a fresh directory (mkdtemp) whose paths made through it are
+-- removed by :clean(): d.path, d:file(name, content), d:dir(name),
+-- d:symlink(target, name), each returning the new path
+function M.scratch()
+  local ffi, libc = require "ffi", require "ztrain.core.libc"
+  local base = os.tmpname() -- a unique name (the file it creates is replaced by the dir)
+  os.remove(base)
+  local buf = ffi.new("char[?]", #base + 8)
+  ffi.copy(buf, base .. "XXXXXX")
+  assert(libc.mkdtemp(buf) ~= nil, "mkdtemp failed")
+  local d = { path = ffi.string(buf), created = {} }
+  function d:file(name, content)
+    local p = self.path .. "/" .. name
+    M.write(p, content)
+    self.created[#self.created + 1] = p
+    return p
+  end
+  function d:dir(name)
+    local p = self.path .. "/" .. name
+    assert(libc.mkdir(p, tonumber("755", 8)) == 0, "mkdir failed")
+    self.created[#self.created + 1] = p
+    return p
+  end
+  function d:symlink(target, name)
+    local p = self.path .. "/" .. name
+    assert(libc.symlink(target, p) == 0, "symlink failed")
+    self.created[#self.created + 1] = p
+    return p
+  end
+  function d:clean()
+    for i = #self.created, 1, -1 do os.remove(self.created[i]) end
+    os.remove(self.path)
+  end
+  return d
+end
+
+-- ztrain(args, timeout) -> output, exit code, out dir: `build/ztrain ARGS
+-- out=DIR` under `timeout` (seconds; none when nil), DIR a fresh scratch
+-- path the run makes (remove it with rm)
+function M.ztrain(args, timeout)
+  local dir = M.outdir()
+  local out, rc = M.sh(("%sbuild/ztrain %s out=%s"):format(timeout and ("timeout " .. timeout .. " ") or "", args, dir))
+  return out, rc, dir
+end
+
 return M

@@ -6,24 +6,19 @@
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 
 local ffi = require "ffi"
+local util = require "helpers.util"
 local cjson = require("cjson").new()
 local bpe = require "ztrain.model.data.bpe"
 local pcre2 = require "ztrain.model.data.pcre2"
 local train = require "ztrain.model.data.bpe_train"
 local errors = require "ztrain.core.errors"
-local libc = require "ztrain.core.libc"
 
 assert(jit, "these specs must run under LuaJIT: busted --lua=luajit spec/unit/bpe_spec.lua")
 
 local FIX = "spec/fixtures/bpe"
 local SHIPPED = "data/bpe/fortunes"
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read = util.read
 
 local expected = cjson.decode(read(FIX .. "/expected.json"))
 
@@ -46,27 +41,7 @@ local function fnv(get, n)
 end
 
 -- a fresh temporary directory with a writer; removed by :clean()
-local function tmpdir()
-  local base = os.tmpname()
-  os.remove(base)
-  local buf = ffi.new("char[?]", #base + 8)
-  ffi.copy(buf, base .. "XXXXXX")
-  assert(libc.mkdtemp(buf) ~= nil, "mkdtemp failed")
-  local d = { path = ffi.string(buf), files = {} }
-  function d:file(name, content)
-    local p = self.path .. "/" .. name
-    local f = assert(io.open(p, "wb"))
-    f:write(content)
-    f:close()
-    self.files[p] = true
-    return p
-  end
-  function d:clean()
-    for p in pairs(self.files) do os.remove(p) end
-    os.remove(self.path)
-  end
-  return d
-end
+local tmpdir = util.scratch
 
 -- the raised error, checked to be a user error (no Lua location)
 local function user_error(fn, ...)
@@ -317,7 +292,7 @@ describe("bpe: training a vocabulary (bpe_train)", function()
     local text = expected.train.text
     local v = train.train { texts = { text }, vocab_size = 300 }
     train.write(d.path, v)
-    d.files[d.path .. "/vocab.json"], d.files[d.path .. "/merges.txt"] = true, true
+    table.insert(d.created, d.path .. "/vocab.json"); table.insert(d.created, d.path .. "/merges.txt")
     assert.equal("#version: 0.2\n", read(d.path .. "/merges.txt"):match("^[^\n]*\n"))
     local vj = cjson.decode(read(d.path .. "/vocab.json"))
     local n = 0
@@ -341,12 +316,7 @@ describe("bpe: training a vocabulary (bpe_train)", function()
 end)
 
 describe("bpe: tools/train_bpe.lua", function()
-  local function sh(cmd)
-    local h = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-    local out = h:read("*a")
-    h:close()
-    return out, tonumber(out:match("rc=(%d+)%s*$"))
-  end
+  local sh = util.sh
 
   it("trains on globs and writes a vocabulary that loads", function()
     local d = tmpdir()
@@ -355,7 +325,7 @@ describe("bpe: tools/train_bpe.lua", function()
     local out = d.path .. "/out"
     local log, rc = sh(("luajit tools/train_bpe.lua --out %s --vocab-size 300 --exclude '*.dat' '%s/*'")
       :format(out, d.path))
-    d.files[out .. "/vocab.json"], d.files[out .. "/merges.txt"] = true, true
+    table.insert(d.created, out .. "/vocab.json"); table.insert(d.created, out .. "/merges.txt")
     assert.equal(0, rc, log)
     assert.truthy(log:find("1 files", 1, true), log)
     local tok = bpe.load(out)

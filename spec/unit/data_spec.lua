@@ -3,58 +3,21 @@
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 
 local ffi = require "ffi"
+local util = require "helpers.util"
 local data = require "ztrain.model.data"
 local utf8 = require "ztrain.model.data.utf8"
 local loader_mod = require "ztrain.model.data.loader"
 
 assert(jit, "these specs must run under LuaJIT: busted --lua=luajit spec/unit/data_spec.lua")
 
-local libc = require "ztrain.core.libc"
 
 ---------------------------------------------------------------------------
 -- helpers
 
 -- A fresh temporary directory; every path created through it is removed by :clean().
-local function tmpdir()
-  local base = os.tmpname() -- a unique name (the file it creates is replaced by the dir)
-  os.remove(base)
-  local buf = ffi.new("char[?]", #base + 8)
-  ffi.copy(buf, base .. "XXXXXX")
-  assert(libc.mkdtemp(buf) ~= nil, "mkdtemp failed")
-  local d = { path = ffi.string(buf), created = {} }
-  function d:file(name, content)
-    local p = self.path .. "/" .. name
-    local f = assert(io.open(p, "wb"))
-    f:write(content)
-    f:close()
-    self.created[#self.created + 1] = p
-    return p
-  end
-  function d:dir(name)
-    local p = self.path .. "/" .. name
-    assert(libc.mkdir(p, tonumber("755", 8)) == 0, "mkdir failed")
-    self.created[#self.created + 1] = p
-    return p
-  end
-  function d:symlink(target, name)
-    local p = self.path .. "/" .. name
-    assert(libc.symlink(target, p) == 0, "symlink failed")
-    self.created[#self.created + 1] = p
-    return p
-  end
-  function d:clean()
-    for i = #self.created, 1, -1 do os.remove(self.created[i]) end
-    os.remove(self.path)
-  end
-  return d
-end
+local tmpdir = util.scratch
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read = util.read
 
 local function arr_equal(a, b, n)
   for i = 0, n - 1 do if a[i] ~= b[i] then return false end end

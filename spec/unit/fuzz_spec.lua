@@ -8,7 +8,7 @@ local targets = require "targets"
 local libc = require "ztrain.core.libc"
 local ffi = require "ffi"
 
-local function slurp(p) local f = assert(io.open(p, "rb")); local s = f:read("*a"); f:close(); return s end
+local slurp = require("helpers.util").read
 
 local function list(dir)
   local out, g = {}, libc.glob_t()

@@ -6,6 +6,7 @@
 --   pytorch_interleaved1f1b_p2_v1_m4_compute_only.csv: ScheduleInterleaved
 --     1F1B's compute-only grid (p = 2, one stage per rank, m = 4), idle
 --     slots as empty cells; its rank 0 warms up with 2 forwards, not 1.
+local util = require "helpers.util"
 local S = require "ztrain.parallel.schedule"
 local P = require "ztrain.parallel.schedule.library"
 local sim = require "ztrain.parallel.schedule.simulate"
@@ -14,10 +15,7 @@ local C = require "ztrain.parallel.schedule.csv"
 local FIX = "spec/fixtures/"
 local TMP = os.tmpname()
 
-local function write(text)
-  local f = assert(io.open(TMP, "wb")); f:write(text); f:close()
-  return TMP
-end
+local function write(text) util.write(TMP, text); return TMP end
 
 local function fmt(lists)
   local out = {}
