@@ -158,8 +158,14 @@ local function open_job()
     return nil, "cannot make the job directory: " .. ffi.string(libc.strerror(ffi.errno()))
   end
   local job = ffi.string(tmpl)
-  local lockfd = libc.open(job .. "/lock", libc.O_RDONLY + libc.O_CREAT + libc.O_CLOEXEC, 420)
-  if lockfd < 0 or libc.flock(lockfd, libc.LOCK_EX + libc.LOCK_NB) ~= 0 then
+  -- held for the launcher's life (not by mpirun: close-on-exec), so a later
+  -- launcher can tell this job's launcher died. Locked under another name,
+  -- then renamed: a launcher starting meanwhile (clean_dead_jobs) finds
+  -- "lock" only once it is held -- created and locked in two steps, an
+  -- unlocked "lock" would look dead to it, and its flock would make ours fail.
+  local lockfd = libc.open(job .. "/lock.new", libc.O_RDONLY + libc.O_CREAT + libc.O_CLOEXEC, 420)
+  if lockfd < 0 or libc.flock(lockfd, libc.LOCK_EX + libc.LOCK_NB) ~= 0
+     or not os.rename(job .. "/lock.new", job .. "/lock") then
     return nil, "cannot lock the job directory " .. job .. ": " .. ffi.string(libc.strerror(ffi.errno()))
   end
   return job, lockfd
