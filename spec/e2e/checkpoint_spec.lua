@@ -10,14 +10,11 @@ local util = require "helpers.util"
 local BASE = "model.size=gpt2-tiny data.tokenizer=bytes data.seq_len=32 batch.micro=2 train.log_every=1 " ..
              "train.eval_every=0 lr.warmup=2 optim.clip=0.05 -q"
 
-local function summary(dir) return cjson.decode(util.read(dir .. "/summary.json")) end
+local summary = util.summary
 -- per-step loss bits of a run: { [step] = hex }, and the values
 local function losses(dir)
   local out, val = {}, {}
-  for line in io.lines(dir .. "/metrics.jsonl") do
-    local m = cjson.decode(line)
-    out[m.step], val[m.step] = m.loss_hex, m.loss
-  end
+  for _, m in ipairs(util.metrics(dir)) do out[m.step], val[m.step] = m.loss_hex, m.loss end
   return out, val
 end
 

@@ -1,20 +1,11 @@
 -- The ztrain program as a user meets it: help, -e, the REPL, errors, exit codes.
-local function run(cmd, input)
-  local tmp = os.tmpname()
-  if input then
-    local f = assert(io.open(tmp, "w")); f:write(input); f:close()
-    cmd = cmd .. " < " .. tmp
-  end
-  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-  local out = p:read("*a")
-  p:close()
-  os.remove(tmp)
-  local rc = tonumber(out:match("rc=(%d+)%s*$"))
-  return out, rc
-end
+local util = require "helpers.util"
+
+-- run(cmd, input) -> output, exit code (input: the command's stdin)
+local run = util.run
 
 -- a fresh path under /tmp: runs never write into the checkout's runs/
-local function tmpdir() local p = os.tmpname(); os.remove(p); return p end
+local tmpdir = util.outdir
 
 describe("ztrain program", function()
   it("prints help with the recipe keys", function()

@@ -17,7 +17,6 @@
 -- Small host exchanges of the step (loss, gradient norm: kind "host") are
 -- checked apart: a few hundred bytes.
 local util = require "helpers.util"
-local cjson = require "cjson"
 
 local BASE = "data.seq_len=32 batch.micro=2 train.steps=3 train.log_every=1 train.eval_every=0 " ..
              "train.eval_batches=2 lr.warmup=1 data.tokenizer=bytes model.size=gpt2-tiny -q"
@@ -29,9 +28,7 @@ local function run(recipe, n, extra)
   local launch = n and ("--nproc " .. n .. " ") or ""
   local out, rc = util.sh(("build/ztrain %s%s %s %s out=%s"):format(launch, recipe, BASE, extra or "", dir))
   assert.are.equal(0, rc, out)
-  local s = cjson.decode(util.read(dir .. "/summary.json"))
-  local steps = {}
-  for line in io.lines(dir .. "/metrics.jsonl") do steps[#steps + 1] = cjson.decode(line) end
+  local s, steps = util.summary(dir), util.metrics(dir)
   util.rm(dir)
   return s, steps
 end

@@ -8,21 +8,9 @@
 local cjson = require "cjson"
 local compare = require "ztrain.insight.compare"
 
-local function tmpdir()
-  local p = os.tmpname(); os.remove(p)
-  assert(os.execute("mkdir -p " .. p) == 0)
-  return p
-end
+local util = require "helpers.util"
 
-local function slurp(path)
-  local f = assert(io.open(path, "rb")); local s = f:read("*a"); f:close(); return s
-end
-
-local function run(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-  local out = p:read("*a"); p:close()
-  return out, tonumber(out:match("rc=(%d+)%s*$"))
-end
+local tmpdir, slurp, run = util.tmpdir, util.read, util.sh
 
 -- parse_csv(text) -> { header = {...}, rows = { { name = value } } } (RFC 4180)
 local function parse_csv(text)

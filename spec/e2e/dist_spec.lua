@@ -4,27 +4,18 @@
 -- (oversubscribed on this 2-core machine).
 local cjson = require "cjson"
 
-local function tmpdir() local p = os.tmpname(); os.remove(p); return p end
+local util = require "helpers.util"
+
+local tmpdir, summary = util.outdir, util.summary
 
 -- run(args) -> output, exit code; killed after `limit` seconds (124).
 local function run(args, limit)
-  local cmd = ("timeout %d build/ztrain %s 2>&1; echo \"rc=$?\""):format(limit or 120, args)
-  local p = io.popen(cmd)
-  local out = p:read("*a")
-  p:close()
-  return out, tonumber(out:match("rc=(%d+)%s*$"))
-end
-
-local function summary(dir)
-  local f = assert(io.open(dir .. "/summary.json"), "no summary.json in " .. dir)
-  local s = cjson.decode(f:read("*a")); f:close()
-  return s
+  return util.sh(("timeout %d build/ztrain %s"):format(limit or 120, args))
 end
 
 local function losses(dir)
   local out = {}
-  for line in io.lines(dir .. "/metrics.jsonl") do
-    local m = cjson.decode(line)
+  for _, m in ipairs(util.metrics(dir)) do
     out[#out + 1] = ("%d:%s"):format(m.step, m.loss_hex)     -- exact bits
   end
   return table.concat(out, " ")

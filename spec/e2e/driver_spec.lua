@@ -13,14 +13,13 @@ local sh = util.sh
 local BASE = "model.size=gpt2-tiny data.seq_len=32 batch.micro=2 train.steps=3 train.log_every=1 " ..
              "train.eval_every=0 train.eval_batches=2 lr.warmup=1 optim.clip=0.05 -q"
 
+-- run(args) -> param digest, the steps' loss bits
 local function run(args)
-  local dir = os.tmpname(); os.remove(dir)
-  local out, rc = sh(("timeout 120 build/ztrain %s %s out=%s"):format(args, BASE, dir))
+  local out, rc, dir = util.ztrain(args .. " " .. BASE, 120)
   assert.are.equal(0, rc, out)
-  local f = assert(io.open(dir .. "/summary.json")); local s = cjson.decode(f:read("*a")); f:close()
-  local losses = {}
-  for line in io.lines(dir .. "/metrics.jsonl") do losses[#losses + 1] = cjson.decode(line).loss_hex end
-  sh("rm -rf " .. dir)
+  local s, losses = util.summary(dir), {}
+  for _, m in ipairs(util.metrics(dir)) do losses[#losses + 1] = m.loss_hex end
+  util.rm(dir)
   return s.param_digest, table.concat(losses, " ")
 end
 

@@ -55,7 +55,7 @@ local function run(cmd)
   local dir = util.outdir()
   local out, rc = util.sh(cmd .. " out=" .. dir)
   assert.are.equal(0, rc, cmd .. "\n" .. out)
-  local s = cjson.decode(util.read(dir .. "/summary.json"))
+  local s = util.summary(dir)
   local losses = cases.loss_bits(dir)
   util.rm(dir)
   return s, losses

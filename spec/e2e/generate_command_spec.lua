@@ -1,5 +1,7 @@
 -- `ztrain generate hf:DIR PROMPT`: the program's generate command on the
 -- tiny Hugging Face fixture (the generator itself: spec/unit/generate_spec.lua).
+local util = require "helpers.util"
+
 describe("ztrain generate", function()
   local dir = "spec/fixtures/hf/tiny"
   local ok_hf = pcall(require, "ztrain.model.hf")
@@ -12,12 +14,8 @@ describe("ztrain generate", function()
       pending("needs lua/ztrain/model/hf.lua and " .. dir .. "/expected.json")
       return
     end
-    local function run(args)
-      local p = io.popen("build/ztrain generate " .. args .. " 2>&1; echo \"rc=$?\"")
-      local out = p:read("*a")
-      p:close()
-      return out
-    end
+    -- run(args) -> the output, ending with its "rc=N" line
+    local function run(args) return (util.sh("build/ztrain generate " .. args)) end
     local out = run("hf:" .. dir .. " 'Hi' tokenizer=bytes max_tokens=5 temperature=0")
     assert.matches("rc=0\n$", out)
     assert.matches("^Hi", out)

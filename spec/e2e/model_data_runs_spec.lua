@@ -11,7 +11,7 @@ local function run(args, after)
   local dir = util.outdir()
   local out, rc = util.sh(("timeout 180 build/ztrain %s out=%s %s"):format(args, dir, after or ""))
   assert.are.equal(0, rc, args .. "\n" .. out)
-  local s = cjson.decode(util.read(dir .. "/summary.json"))
+  local s = util.summary(dir)
   util.rm(dir)
   return s, out
 end

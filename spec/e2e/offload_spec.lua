@@ -2,7 +2,6 @@
 -- parameter shards, on the host; the same bits as without offload; memory
 -- per tier as predicted; a model that does not fit on the device under
 -- zero3 trains with offload.
-local cjson = require "cjson"
 local util = require "helpers.util"
 local zt = require "ztrain"
 
@@ -13,10 +12,10 @@ local function run(args, base)
   local dir = util.outdir()
   local out, rc = util.sh(("timeout 120 build/ztrain %s %s out=%s"):format(args, base or BASE, dir))
   local s
-  if rc == 0 then s = cjson.decode(util.read(dir .. "/summary.json")) end
   local losses = {}
   if rc == 0 then
-    for line in io.lines(dir .. "/metrics.jsonl") do losses[#losses + 1] = cjson.decode(line).loss_hex end
+    s = util.summary(dir)
+    for _, m in ipairs(util.metrics(dir)) do losses[#losses + 1] = m.loss_hex end
   end
   util.rm(dir)
   return s, table.concat(losses, " "), out, rc

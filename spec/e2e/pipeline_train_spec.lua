@@ -2,7 +2,6 @@
 -- gives the parameters and loss bits of one rank accumulating the same m
 -- micro-batches (the tied embedding summed in one rank's order), and p x d
 -- ranks give those of d data-parallel ranks accumulating m each.
-local cjson = require "cjson"
 local util = require "helpers.util"
 
 local BASE = "model.size=gpt2-mini data.seq_len=32 batch.micro=2 train.steps=3 train.log_every=1 " ..
@@ -13,9 +12,8 @@ local function run(args, after)
   local dir = util.outdir()
   local out, rc = util.sh(("timeout 120 build/ztrain %s %s %s out=%s"):format(args, BASE, after or "", dir))
   assert.are.equal(0, rc, args .. "\n" .. out)
-  local s = cjson.decode(util.read(dir .. "/summary.json"))
-  local losses = {}
-  for line in io.lines(dir .. "/metrics.jsonl") do losses[#losses + 1] = cjson.decode(line).loss_hex end
+  local s, losses = util.summary(dir), {}
+  for _, m in ipairs(util.metrics(dir)) do losses[#losses + 1] = m.loss_hex end
   util.rm(dir)
   return s.param_digest, table.concat(losses, " "), s
 end

@@ -10,7 +10,6 @@
 --         within 15% below the measured peak (precision.lua's fp32 work
 --         copies and the bf16 GEMM operand copies are not predicted:
 --         measured 10.5-12.5% more).
-local cjson = require "cjson"
 local util = require "helpers.util"
 local zt = require "ztrain"
 local plan = require "ztrain.plan"
@@ -24,7 +23,7 @@ local function run(nproc, recipe, over)
   local launch = nproc > 1 and ("--nproc " .. nproc .. " ") or ""
   local out, rc = util.sh(("timeout 120 build/ztrain %s%s %s %s out=%s"):format(launch, recipe, over, ONE_STEP, dir))
   assert.are.equal(0, rc, out)
-  local s = cjson.decode(util.read(dir .. "/summary.json"))
+  local s = util.summary(dir)
   util.rm(dir)
   local list = {}
   for kv in over:gmatch("%S+") do list[#list + 1] = kv end

@@ -4,7 +4,6 @@
 -- precision (dp on N ranks = one rank accumulating N); model state as the
 -- mixed-precision formula says; fp16's loss scaler follows DeepSpeed's
 -- rules; checkpoints carry the master weights and the scaler.
-local cjson = require "cjson"
 local util = require "helpers.util"
 
 local BASE = "model.size=gpt2-tiny data.tokenizer=bytes data.seq_len=32 batch.micro=2 train.log_every=1 " ..
@@ -16,10 +15,7 @@ local function run(args, after, want_rc)
   local dir = util.outdir()
   local out, rc = util.sh(("timeout 120 build/ztrain %s %s %s out=%s"):format(args, BASE, after or "", dir))
   assert.are.equal(want_rc or 0, rc, args .. "\n" .. out)
-  local s = cjson.decode(util.read(dir .. "/summary.json"))
-  local m = {}
-  for line in io.lines(dir .. "/metrics.jsonl") do m[#m + 1] = cjson.decode(line) end
-  return s, m, dir
+  return util.summary(dir), util.metrics(dir), dir
 end
 
 describe("mixed precision", function()

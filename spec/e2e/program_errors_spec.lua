@@ -3,27 +3,17 @@
 -- location (and a traceback where the host prints one). The rule lives in
 -- lua/ztrain/core/errors.lua (spec/unit/errors_spec.lua).
 
--- run(args) -> output (stdout and stderr), exit code
-local function run(args, input)
-  local cmd = "timeout 120 build/ztrain " .. args
-  local tmp
-  if input then
-    tmp = os.tmpname()
-    local f = assert(io.open(tmp, "w")); f:write(input); f:close()
-    cmd = cmd .. " < " .. tmp
-  end
-  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-  local out = p:read("*a")
-  p:close()
-  if tmp then os.remove(tmp) end
-  return out, tonumber(out:match("rc=(%d+)%s*$"))
-end
+local util = require "helpers.util"
 
-local function tmpdir() local p = os.tmpname(); os.remove(p); return p end
+-- run(args, input) -> output (stdout and stderr), exit code of build/ztrain ARGS
+local function run(args, input) return util.run("timeout 120 build/ztrain " .. args, input) end
 
+local tmpdir = util.outdir
+
+-- write(text) -> a new .lua file holding text
 local function write(text)
   local p = os.tmpname() .. ".lua"
-  local f = assert(io.open(p, "w")); f:write(text); f:close()
+  util.write(p, text)
   return p
 end
 

@@ -7,7 +7,7 @@ local ZT = ROOT .. "/build/ztrain"
 -- a tiny run that writes summary.json and metrics.jsonl quickly
 local TINY = ROOT .. "/recipes/single.lua model.size=gpt2-tiny train.steps=3 data.tokenizer=bytes -q"
 
-local function exists(p) local f = io.open(p, "rb"); if f then f:close() end; return f ~= nil end
+local exists = u.exists
 
 -- Whole lines of JSON, each parseable: metrics.jsonl is never cut mid-line
 local function jsonl_ok(path)

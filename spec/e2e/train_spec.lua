@@ -2,9 +2,7 @@
 local cjson = require "cjson"
 local zt = require "ztrain"
 
-local function tmpdir()
-  local p = os.tmpname(); os.remove(p); return p
-end
+local tmpdir = require("helpers.util").outdir
 
 local function read_lines(path)
   local out = {}
