@@ -12,7 +12,7 @@
  *    The message is per thread. It names C things -- the call and its
  *    arguments, zt_device_init("cuda"): ... -- never a setting of a program
  *    built on the library: a caller that passed a recipe key's value names
- *    the key (lua/ztrain/core/ffi.lua check_key; spec/c_messages_spec.lua). Nothing in the library calls exit(). Three
+ *    the key (lua/ztrain/core/ffi.lua check_key; spec/unit/c_messages_spec.lua). Nothing in the library calls exit(). Three
  *    paths end the process, each off until the host program turns it on:
  *    the collective watchdog (zt_comm_watch with timeout_s > 0: from the
  *    communication thread, after printing its diagnosis, zt_comm_abort(5)),

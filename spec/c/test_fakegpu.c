@@ -2,7 +2,7 @@
  * test_fakegpu.c -- runtime/device_fakegpu.c, the GPU stand-in on the CPU:
  * its device memory is not addressable by the host (a host read faults),
  * and what goes through the device table -- zt_tensor_write/read, ops,
- * copies between tiers -- has the CPU device's results. spec/fakegpu_spec.lua
+ * copies between tiers -- has the CPU device's results. spec/e2e/fakegpu_spec.lua
  * runs the digest oracle's trainings on it.
  */
 #include <signal.h>

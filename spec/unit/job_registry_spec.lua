@@ -6,14 +6,14 @@ local util = require "helpers.util"
 local registry = require "ztrain.job.registry"
 
 describe("job.registry", function()
-  it("reads each pid's rank, host, nvme directories and session; skips other names", function()
+  it("reads each pid's rank, host, nvme and checkpoint directories and session; skips other names", function()
     local d = util.tmpdir()
-    util.write(d .. "/4242", "rank 1\nhost nodeB\nnvme /tmp/a\nnvme /tmp/b c\n")
+    util.write(d .. "/4242", "rank 1\nhost nodeB\nnvme /tmp/a\nnvme /tmp/b c\nckpt /tmp/run/checkpoints\n")
     util.write(d .. "/77", "host nodeA\nsession /tmp/ompi.nodeA/1\n")
     util.write(d .. "/notes.txt", "rank 9\n")
     assert.are.same({
-      [4242] = { rank = 1, host = "nodeB", nvme = { "/tmp/a", "/tmp/b c" } },
-      [77] = { host = "nodeA", session = "/tmp/ompi.nodeA/1", nvme = {} },
+      [4242] = { rank = 1, host = "nodeB", nvme = { "/tmp/a", "/tmp/b c" }, ckpt = { "/tmp/run/checkpoints" } },
+      [77] = { host = "nodeA", session = "/tmp/ompi.nodeA/1", nvme = {}, ckpt = {} },
     }, registry.read(d))
     assert.are.same({}, registry.read(d .. "/none"))
     util.rm(d)
@@ -32,7 +32,7 @@ describe("job.registry", function()
     if saved then ffi.C.setenv("ZTRAIN_JOB", saved, 1) end
     local pid = require("ztrain.core.libc").getpid()
     assert.are.equal("rank 3\nnvme /tmp/swap\n", util.read(("%s/%d"):format(d, pid)))
-    assert.are.same({ [pid] = { rank = 3, nvme = { "/tmp/swap" } } }, registry.read(d))
+    assert.are.same({ [pid] = { rank = 3, nvme = { "/tmp/swap" }, ckpt = {} } }, registry.read(d))
     util.rm(d)
   end)
 end)

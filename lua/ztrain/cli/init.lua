@@ -10,7 +10,7 @@
 -- runtime library (libztrain, OpenMP, the device), the model or the data
 -- they hand to the ranks -- loading it costs each start ~0.1-0.3 s and, with
 -- the CUDA backend, a device context. Loaded at start: this file, usage,
--- commands and core/errors (spec/layers_spec.lua checks the list).
+-- commands and core/errors (spec/unit/layers_spec.lua checks the list).
 local M = {}
 
 local usage = require "ztrain.cli.usage"
