@@ -165,7 +165,7 @@ static void test_open_errors(void)
     if (ro) {
         rc = zt_aio_open(&a, ro, 0, 0, 0);
         ct_check(rc == ZT_EINVAL && has(zt_last_error(), ro) && has(zt_last_error(), "not writable") &&
-                 has(zt_last_error(), "offload.nvme_path"),
+                 has(zt_last_error(), "point the swap directory at a writable"),
                  "open: an unwritable directory is refused", "rc %d %s", rc, zt_last_error());
         if (geteuid() == 0) umount2(ro, MNT_DETACH); else chmod(ro, 0700);
     }
@@ -406,7 +406,7 @@ static void test_enospc(void)
     int f = -1;
     if (!rc) rc = zt_aio_file_new(a, 4u << 20, &f);
     ct_check(rc == ZT_EIO && f == -1 && has(zt_last_error(), "ENOSPC") && has(zt_last_error(), d) &&
-             has(zt_last_error(), "offload.nvme_path"),
+             has(zt_last_error(), "point the swap directory at a larger disk"),
              "ENOSPC when a swap file is reserved: names the path and what to do", "rc %d %s", rc,
              zt_last_error());
     ct_check(count_entries(zt_aio_dir(a)) == 1, "the failed file is removed", "%d entries",

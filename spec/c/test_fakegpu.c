@@ -89,7 +89,7 @@ int main(void)
     CHECK("back to the cpu device", zt_device_init("cpu") == ZT_OK, "%s", zt_last_error());
     rc = zt_device_init("tpu");
     CHECK("an unknown backend names the known ones, fakegpu too", rc == ZT_EINVAL &&
-          strstr(zt_last_error(), "unknown device backend \"tpu\"; known: cpu, cuda, fakegpu") != NULL,
+          strstr(zt_last_error(), "zt_device_init(\"tpu\"): unknown device backend; known: cpu, cuda, fakegpu") != NULL,
           "rc %d: %s", rc, zt_last_error());
     return ct_summary();
 }
