@@ -102,7 +102,14 @@ local function after_step(R, rec, is_last)
   end
   if is_last and tr.test_loader then R.test_loss = tr:evaluate(tr.test_loader) end
   if r.train.ckpt_every > 0 and (rec.step % r.train.ckpt_every == 0 or is_last) then
-    R.saved = ckpt.save_run(tr, R.ckpt_root, r.train.ckpt_keep, M.record(R))
+    local ok, res = pcall(ckpt.save_run, tr, R.ckpt_root, r.train.ckpt_keep, M.record(R))
+    -- a checkpoint that cannot be written is an unwritable output: exit 3,
+    -- on every rank alike when every rank raised it
+    if not ok then
+      if type(res) == "table" then res.status = errors.EXIT.io else res = errors.io(errors.message(res)) end
+      error(res, 0)
+    end
+    R.saved = res
   end
 end
 
@@ -147,13 +154,15 @@ local function one_step(R)
     R.steps_ms[#R.steps_ms + 1], R.tps[#R.tps + 1] = rec.step_ms, rec.tokens_per_s
   end
   local is_last = rec.step == r.train.steps
+  -- the step is trained: whatever follows fails, the summary's step, loss
+  -- and digest describe this same state
+  R.last = rec
   after_step(R, rec, is_last)
   local log_now = rec.step == 1 or is_last or rec.eval_loss or
                   (r.train.log_every > 0 and rec.step % r.train.log_every == 0)
   rec.loss_hex = ("%a"):format(rec.loss)   -- exact, for comparing runs bit for bit
   if log_now then R.log:metrics(rec) end
   R.log:progress(rec, C.zt_now() - R.t_train, log_now)
-  R.last = rec
   if rec.loss ~= rec.loss or math.abs(rec.loss) == math.huge then
     -- the loss was reduced over ranks: every rank stops here together
     error(errors.all_ranks(("loss is %s at step %d: training diverged; lower optim.lr, raise " ..
