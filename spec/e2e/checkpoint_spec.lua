@@ -305,7 +305,7 @@ describe("checkpoints", function()
     -- gpt2-tiny's state is ~1 MiB a checkpoint: the second or third fills 2 MiB
     local out, rc = util.sh(("timeout 120 build/ztrain recipes/single.lua train.steps=6 train.ckpt_every=1 " ..
                              "train.ckpt_keep=5 train.ckpt_dir=%s %s out=%s"):format(mnt, BASE, dir))
-    assert.are.equal(1, rc, out)
+    assert.are.equal(3, rc, out)          -- an unwritable output (docs/errors.md)
     assert.matches("No space left on device", out, 1, true)
     assert.matches("the previous checkpoint is intact", out, 1, true)
     local latest = util.read(mnt .. "/latest"):match("%S+")
