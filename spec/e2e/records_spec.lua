@@ -10,11 +10,6 @@ local u = require "spec.helpers.util"
 local ZT = "build/ztrain recipes/single.lua model.size=gpt2-tiny data.tokenizer=bytes data.seq_len=32 " ..
            "batch.micro=2 train.ckpt_every=3 train.log_every=1 train.eval_every=0 -q"
 
-local function lines(path)
-  local out = {}
-  for l in u.read(path):gmatch("[^\n]+") do out[#out + 1] = cjson.decode(l) end
-  return out
-end
 
 local function run(args)
   local out, rc = u.sh(ZT .. " " .. args)
@@ -36,7 +31,7 @@ describe("records: a run resumed into its own out=", function()
   teardown(function() u.rm(dir); u.rm(whole) end)
 
   it("metrics.jsonl holds steps 1..8 once each, with the uninterrupted run's loss bits", function()
-    local got, want = lines(dir .. "/metrics.jsonl"), lines(whole .. "/metrics.jsonl")
+    local got, want = u.metrics(dir), u.metrics(whole)
     local steps = {}
     for i, l in ipairs(got) do steps[i] = l.step end
     assert.are.same({ 1, 2, 3, 4, 5, 6, 7, 8 }, steps)
@@ -45,7 +40,7 @@ describe("records: a run resumed into its own out=", function()
 
   it("every line says when: the wall clock within the run, elapsed seconds of its process", function()
     local prev = 0
-    for _, l in ipairs(lines(dir .. "/metrics.jsonl")) do
+    for _, l in ipairs(u.metrics(dir)) do
       assert.is_true(l.time >= t0 - 1 and l.time <= t1 + 1, ("step %d at %s"):format(l.step, tostring(l.time)))
       assert.is_true(l.time >= prev, "time goes forward")
       assert.is_true(l.elapsed >= 0 and l.elapsed < t1 - t0 + 2, "elapsed " .. tostring(l.elapsed))

@@ -115,10 +115,8 @@ end
 
 local PR_SET_CHILD_SUBREAPER = 36
 
--- hostname() -> this machine's name (a test cluster's hosts have their own)
-local function hostname()
-  return ((fs.read_file("/proc/sys/kernel/hostname") or "?"):gsub("%s+$", ""))
-end
+-- this machine's name (a test cluster's hosts have their own)
+local hostname = host.hostname
 local now = os.time                            -- whole seconds serve a grace period
 
 local function cstrings(list)

@@ -7,6 +7,7 @@ local suggest = require "ztrain.util.suggest"
 local digest = require "ztrain.core.digest"
 local memory = require "ztrain.core.memory"
 local choices = require "ztrain.train.recipe_choices"
+local fs = require "ztrain.util.fs"
 local fntext = require "ztrain.train.recipe_functions"
 local M = {}
 
@@ -375,14 +376,13 @@ function M.load(path, overrides)
     -- a misspelt name: the nearest recipe beside it, or in recipes/
     local dir, base = path:match("^(.-)([^/]*)$")
     local hint = ""
-    if not io.open(path, "rb") then
+    if not fs.exists(path) then
       local names, full = {}, {}
-      for _, d in ipairs({ dir ~= "" and dir or "./", "recipes/" }) do
-        local p = io.popen(("ls %q 2>/dev/null"):format(d))
-        for f in p:lines() do
-          if f:match("%.lua$") and not full[f] then names[#names + 1], full[f] = f, (d:gsub("^%./$", "")) .. f end
+      for _, d in ipairs({ dir, "recipes/" }) do
+        for _, p in ipairs(fs.glob(d .. "*.lua") or {}) do
+          local f = p:match("[^/]*$")
+          if not full[f] then names[#names + 1], full[f] = f, p end
         end
-        p:close()
       end
       local best, d = suggest.nearest(base, names)
       if best and d <= math.max(2, #base / 4) then hint = ("; did you mean %s?"):format(full[best]) end
