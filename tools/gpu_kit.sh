@@ -16,7 +16,9 @@
 #     test   tools/test_cuda.sh (make test-cuda's tests, without make)
 #     bench  build-cuda/bench_cuda, then tools/bench_gpu.lua (GPT-2 124M,
 #            B=16 T=1024 bf16) with each attention mode
-#     torch  tools/torch_gpt2_bench.py, eager and torch.compile, same shape
+#     torch  tools/torch_gpt2_bench.py, eager and torch.compile, same shape;
+#            tools/torch_attention_bench.py, flash attention at bench_cuda's
+#            attention shapes
 #     all    check test bench torch (also what `run` alone does)
 # One log per part (PART.log) and kit.log (the GPU, each part's time and
 # status) go to $OUT (the device tool's folder) when set, else
@@ -154,6 +156,13 @@ bench() {
   return $rc
 }
 
+torch() { # PyTorch's step (eager, torch.compile), then its flash attention alone
+  rc=0
+  PYTHONUNBUFFERED=1 python3 tools/torch_gpt2_bench.py || rc=1
+  PYTHONUNBUFFERED=1 python3 tools/torch_attention_bench.py || rc=1
+  return $rc
+}
+
 run() {
   unpack
   LOGS=${OUT:-build-cuda/kit}
@@ -167,7 +176,7 @@ run() {
       check) part check check ;;
       test)  part test sh tools/test_cuda.sh build-cuda ;;
       bench) part bench bench ;;
-      torch) part torch env PYTHONUNBUFFERED=1 python3 tools/torch_gpt2_bench.py ;;
+      torch) part torch torch ;;
     esac
   done
   total=$(($(date +%s) - start))
@@ -210,6 +219,6 @@ case ${1:-} in
        run $parts ;;
   --in) # a part's child (part() above; the kit's environment is inherited)
        shift
-       case $1 in check|bench) "$1" ;; *) exec "$@" ;; esac ;;
+       case $1 in check|bench|torch) "$1" ;; *) exec "$@" ;; esac ;;
   *) usage ;;
 esac
