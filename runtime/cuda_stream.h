@@ -80,5 +80,10 @@ int zt_cuda_attention_mode(int mode);
  * cublasGemmEx); -1 only asks. Returns the setting in force. Process-wide;
  * change it while no matmul runs. */
 int zt_cuda_matmul_epilogue(int on);
+/* 1 (the default): a bf16 matmul with more than 8192 output columns not a
+ * multiple of 128 (the LM head's V = 50257) runs as two GEMMs, the columns
+ * up to the last multiple of 128 and the rest (kernels/cuda/matmul.cu); 0
+ * as one; -1 only asks. Returns the setting in force. Process-wide. */
+int zt_cuda_matmul_split(int on);
 
 #endif

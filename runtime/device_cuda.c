@@ -546,6 +546,13 @@ int zt_cuda_matmul_epilogue(int on)
     return zkc_matmul_epilogue(on);
 }
 
+int zt_cuda_matmul_split(int on)
+{
+    ZT_CHECK(on >= -1 && on <= 1, "zt_cuda_matmul_split: %d (known: 0 one GEMM, 1 the LM head's "
+             "columns in two, -1 query)", on);
+    return zkc_matmul_split(on);
+}
+
 static int64_t tc_calls;          /* zt_device_count("attention_tc") */
 static int64_t cuda_attention_tc_calls(void) { return __atomic_load_n(&tc_calls, __ATOMIC_RELAXED); }
 
@@ -740,20 +747,38 @@ int zt_cuda_copy_async(void *dst, const void *src, size_t nbytes, void *s)
     return ZT_OK;
 }
 
+/* Pinned host memory, page-aligned and in whole pages: the nvme tier's
+ * O_DIRECT transfers read and write host tensors in place (memory.c checks).
+ * cudaHostAlloc does not promise a page: on an H200 (driver 580, CUDA 13)
+ * 16 KiB came at ...a04200, and every MPI-staged collective failed. So the
+ * pages come from posix_memalign and are pinned by cudaHostRegister
+ * (portable: every context sees them as pinned). */
+enum { HOST_PAGE = 4096 };
 int zt_cuda_host_alloc(void **out, size_t nbytes)
 {
     ZT_CHECK(out != NULL, "zt_cuda_host_alloc: out is NULL");
     *out = NULL;
     NEED_INIT("zt_cuda_host_alloc");
+    size_t n = nbytes ? (nbytes + HOST_PAGE - 1) & ~(size_t)(HOST_PAGE - 1) : HOST_PAGE;
     void *p = NULL;
-    cudaError_t e = cudaHostAlloc(&p, nbytes ? nbytes : 64, cudaHostAllocPortable);
-    if (e == cudaErrorMemoryAllocation) { (void)cudaGetLastError(); return ZT_ENOMEM; }
-    CU(e);
+    if (posix_memalign(&p, HOST_PAGE, n) != 0) return ZT_ENOMEM;
+    cudaError_t e = cudaHostRegister(p, n, cudaHostRegisterPortable);
+    if (e != cudaSuccess) {
+        free(p);
+        (void)cudaGetLastError();
+        if (e == cudaErrorMemoryAllocation || e == cudaErrorHostMemoryAlreadyRegistered) return ZT_ENOMEM;
+        CU(e);
+    }
     *out = p;
     return ZT_OK;
 }
 
-void zt_cuda_host_free(void *p) { if (p) CU_NOTE(cudaFreeHost(p)); }
+void zt_cuda_host_free(void *p)
+{
+    if (!p) return;
+    CU_NOTE(cudaHostUnregister(p));
+    free(p);
+}
 
 int zt_cuda_is_pinned(const void *p)
 {

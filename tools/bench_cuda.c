@@ -88,6 +88,10 @@ int main(void)
         TIME(nm, fq, 20, dv->matmul_bf16_forward(y, 0, (uint16_t *)x, (uint16_t *)w, b, N, C, 3 * C, 3 * C));
         snprintf(nm, sizeof nm, "matmul bf16 fwd qkv bf16 out, %s", lib);
         TIME(nm, fq, 20, dv->matmul_bf16_forward(y, 1, (uint16_t *)x, (uint16_t *)w, b, N, C, 3 * C, 3 * C));
+        snprintf(nm, sizeof nm, "matmul bf16 fwd qkv bf16 out, no bias, %s", lib);
+        TIME(nm, fq, 20, dv->matmul_bf16_forward(y, 1, (uint16_t *)x, (uint16_t *)w, NULL, N, C, 3 * C, 3 * C));
+        snprintf(nm, sizeof nm, "matmul bf16 fwd fc bf16 out, %s", lib);
+        TIME(nm, f, 20, dv->matmul_bf16_forward(y, 1, (uint16_t *)x, (uint16_t *)w, b, N, C, 4 * C, 4 * C));
         snprintf(nm, sizeof nm, "matmul bf16 bwd qkv (dinp, dw), %s", lib);
         TIME(nm, 2 * fq, 20, dv->matmul_bf16_backward(dx, dw, NULL, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, 3 * C, 3 * C));
         snprintf(nm, sizeof nm, "matmul bf16 bwd proj (dinp, dw), %s", lib);
@@ -160,6 +164,18 @@ int main(void)
         TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, V));
         snprintf(nm, sizeof nm, "lm head bwd bf16, dout rows of Vp, %s", lib);
         TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
+        /* the above split at 50176 (zt_cuda_matmul_split, the default)
+         * against one GEMM of V columns, and one of Vp (a padded wte) */
+        zt_cuda_matmul_split(0);
+        snprintf(nm, sizeof nm, "lm head fwd bf16, rows of Vp, one GEMM, %s", lib);
+        TIME(nm, fl, 5, dv->matmul_bf16_forward(lg, 1, (uint16_t *)x, (uint16_t *)wte, NULL, N, C, V, Vp));
+        snprintf(nm, sizeof nm, "lm head bwd bf16, rows of Vp, one GEMM, %s", lib);
+        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
+        snprintf(nm, sizeof nm, "lm head fwd bf16, OC = Vp (wte padded), %s", lib);
+        TIME(nm, fl, 5, dv->matmul_bf16_forward(lg, 1, (uint16_t *)x, (uint16_t *)wte, NULL, N, C, Vp, Vp));
+        snprintf(nm, sizeof nm, "lm head bwd bf16, OC = Vp (wte padded), %s", lib);
+        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, Vp, Vp));
+        zt_cuda_matmul_split(1);
     }
     /* the classifier: the row read twice, dlogits written once */
     TIMEB("classifier f32 (N, V rows of Vp)", 3.0 * N * Vp * 4, 5,

@@ -15,7 +15,8 @@
 #            Open MPI, OpenBLAS, libuv), tools/bench_gpu.lua on the CPU
 #     test   tools/test_cuda.sh (make test-cuda's tests, without make)
 #     bench  build-cuda/bench_cuda, then tools/bench_gpu.lua (GPT-2 124M,
-#            B=16 T=1024 bf16) with each attention mode
+#            B=16 T=1024 bf16) with each attention mode (ZKIT_ATTENTION=bf16:
+#            that one alone)
 #     torch  tools/torch_gpt2_bench.py, eager and torch.compile, same shape;
 #            tools/torch_attention_bench.py, flash attention at bench_cuda's
 #            attention shapes
@@ -149,7 +150,7 @@ check() {
 bench() {
   build-cuda/bench_cuda || return 1
   rc=0
-  for m in exact bf16; do
+  for m in ${ZKIT_ATTENTION:-exact bf16}; do
     echo "== bench_gpu attention=$m"
     build-cuda/ztrain --script tools/bench_gpu.lua attention=$m || rc=1
   done

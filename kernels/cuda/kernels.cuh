@@ -148,6 +148,11 @@ int zkc_colsum_bf16(cudaStream_t s, float *out, const uint16_t *x, int N, int OC
  * only asks. Returns the setting in force. Shapes, layouts and alignments
  * cuBLASLt has no algorithm for keep cuBLAS. */
 int zkc_matmul_epilogue(int on);
+/* 1 (the default): a bf16 GEMM with more than 8192 output columns, not a
+ * multiple of 128 (the LM head's V), runs as two, the columns up to the
+ * last multiple of 128 and the rest (matmul.cu, split_at); 0: as one. -1
+ * only asks. Returns the setting in force. */
+int zkc_matmul_split(int on);
 /* stream s is being destroyed (synced): its cuBLASLt workspace is freed */
 void zkc_matmul_stream_gone(cudaStream_t s);
 #define ZKC_LAUNCH_BASE 1000

@@ -43,7 +43,7 @@ static int gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, in
 {
     if (ab == CUDA_R_32F) {
         CUBLAS_TRY(cublasSgemm(h, ta, tb, m, n, k, &one, (const float *)a, lda,
-                               (const float *)b, ldb, &zero, (float *)c, ldc));
+                               (const float *)b, ldb, beta, (float *)c, ldc));
     } else {
         CUBLAS_TRY(cublasGemmEx(h, ta, tb, m, n, k, &one, a, ab, lda, b, ab, ldb, beta,
                                 c, ct, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -111,7 +111,8 @@ static cublasLtHandle_t lt;
 static struct lt_plan lt_plans[LT_PLANS];
 static int lt_nplans;
 
-#define LT_WS ((size_t)32 << 20)     /* a stream's workspace */
+#define LT_WS ((size_t)32 << 20)     /* a stream's workspace for the GEMMs */
+#define LT_BIAS16 32768              /* then room for a bf16 bias of this many columns */
 #define LT_STREAMS 16
 static struct { cudaStream_t s; void *p; } lt_ws[LT_STREAMS];
 
@@ -124,7 +125,7 @@ static void *lt_workspace(cudaStream_t s)
         if (!lt_ws[i].p && freeslot < 0) freeslot = i;
     }
     if (freeslot < 0) return NULL;   /* more live streams than slots: the plain path */
-    if (cudaMalloc(&lt_ws[freeslot].p, LT_WS) != cudaSuccess) {
+    if (cudaMalloc(&lt_ws[freeslot].p, LT_WS + LT_BIAS16 * 2) != cudaSuccess) {
         (void)cudaGetLastError();
         lt_ws[freeslot].p = NULL;
         return NULL;
@@ -161,7 +162,11 @@ static int lt_make(struct lt_plan *p)
 {
     const struct lt_key *k = &p->key;
     cublasLtEpilogue_t ep = k->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    cudaDataType_t bt = CUDA_R_32F;
+    /* the bias in D's type (cuBLASLt's rule for a bf16 D): the fp32 bias
+     * rounded to bf16 first, then added to the fp32 accumulator and the sum
+     * rounded once -- the bits of the bias rows filled first and a beta = 1
+     * GEMM (k_bias_fill_b16), the CPU's math */
+    cudaDataType_t bt = k->ct == CUDA_R_16BF ? CUDA_R_16BF : CUDA_R_32F;
     uint32_t al = 16, red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
                             (k->ct == CUDA_R_32F ? CUBLASLT_REDUCTION_SCHEME_INPLACE : 0);
     size_t ws = LT_WS;
@@ -222,14 +227,23 @@ static int lt_gemm(cudaStream_t s, const struct lt_key *k, const void *a, const 
 {
     *done = 0;
     if (!lt_operands(k, a, b, d) || ((uintptr_t)bias & 15)) return 0;
+    if (k->bias && k->ct == CUDA_R_16BF && k->m > LT_BIAS16) return 0;
     struct lt_plan *p = lt_plan(k);
     if (!p) return 0;
-    void *ws = p->ws ? lt_workspace(s) : NULL;
+    int b16 = k->bias && k->ct == CUDA_R_16BF;
+    void *ws = p->ws || b16 ? lt_workspace(s) : NULL;
     /* no workspace (out of memory, or more live streams than slots): an
      * error, not cuBLAS -- the path, hence the bits, must follow the shapes */
-    if (p->ws && !ws) return ZKC_LAUNCH_BASE + (int)cudaErrorMemoryAllocation;
+    if ((p->ws || b16) && !ws) return ZKC_LAUNCH_BASE + (int)cudaErrorMemoryAllocation;
+    const void *bp = bias;
+    if (b16) {          /* the bias rounded to bf16 after the workspace, in stream order */
+        __nv_bfloat16 *b = (__nv_bfloat16 *)((char *)ws + LT_WS);
+        k_bias_fill_b16<<<zkc_grid((size_t)k->m, 256), 256, 0, s>>>(b, bias, 1, k->m, k->m);
+        LAUNCH_TRY();
+        bp = b;
+    }
     if (k->bias)
-        CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+        CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
     cublasStatus_t st = cublasLtMatmul(lt, p->desc, &one, a, p->la, b, p->lb, beta, d, p->lc, d,
                                        p->lc, &p->algo, ws, p->ws, s);
     if (!p->ran && (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE)) {
@@ -260,8 +274,45 @@ static struct lt_key lt_key_of(int m, int n, int k, cublasOperation_t ta, cublas
     return key;
 }
 
+/* The LM head's OC is V = 50257 rows of wte: an H200 ran its bf16 GEMMs at
+ * 95 TFLOP/s forward and 200 backward, against 460-590 for the block's
+ * (bench_cuda), whatever the library or the padding of the logits' rows.
+ * So a bf16 GEMM with many output columns not a multiple of 128 is two:
+ * columns [0, split_at(OC)) and the rest (81 of the LM head's), each
+ * element still one sum over k (the forward and the weight gradient), or
+ * (dinp, whose k is OC) two partial sums added in that order. A function of
+ * the shapes: the same path, the same bits, for every strategy.
+ * zkc_matmul_split(0) turns it off (bench_cuda compares). */
+static int split_on = 1;
+int zkc_matmul_split(int on)
+{
+    if (on == 0 || on == 1) split_on = on;
+    return split_on;
+}
+static int split_at(int OC, cudaDataType_t ab)
+{
+    return split_on && ab != CUDA_R_32F && OC > 8192 && OC % 128 ? OC & ~127 : 0;
+}
+
+static int fwd1(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, const void *w,
+                const float *b, int N, int C, int OC, int ldo, cudaDataType_t ab,
+                cudaDataType_t ct);
+
 /* out (N,OC), rows ldo apart, fp32 or (ct = CUDA_R_16BF) bf16 */
 static int fwd(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, const void *w,
+               const float *b, int N, int C, int OC, int ldo, cudaDataType_t ab,
+               cudaDataType_t ct)
+{
+    int at = N > 0 && C > 0 ? split_at(OC, ab) : 0;
+    if (!at) return fwd1(h, s, out, inp, w, b, N, C, OC, ldo, ab, ct);
+    size_t eo = ct == CUDA_R_32F ? 4 : 2;
+    int e = fwd1(h, s, out, inp, w, b, N, C, at, ldo, ab, ct);
+    if (e) return e;
+    return fwd1(h, s, (char *)out + (size_t)at * eo, inp, (const char *)w + (size_t)at * C * 2,
+                b ? b + at : NULL, N, C, OC - at, ldo, ab, ct);
+}
+
+static int fwd1(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, const void *w,
                const float *b, int N, int C, int OC, int ldo, cudaDataType_t ab,
                cudaDataType_t ct)
 {
@@ -313,14 +364,14 @@ static int fwd(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, con
  * planned, else cuBLAS (the handle already on stream s) */
 static int prod(cublasHandle_t h, cudaStream_t s, cublasOperation_t ta, cublasOperation_t tb,
                 int m, int n, int k, const void *a, int lda, const void *b, int ldb, float *c,
-                int ldc, cudaDataType_t ab)
+                int ldc, cudaDataType_t ab, const float *beta = &zero)
 {
     if (lt_wanted(ab)) {
         struct lt_key key = lt_key_of(m, n, k, ta, tb, lda, ldb, ldc, ab, CUDA_R_32F, 0);
-        int done, e = lt_gemm(s, &key, a, b, c, NULL, &done);
+        int done, e = lt_gemm(s, &key, a, b, c, NULL, &done, beta);
         if (e || done) return e;
     }
-    return gemm(h, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, ab);
+    return gemm(h, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, ab, CUDA_R_32F, beta);
 }
 
 template <typename T>
@@ -329,13 +380,26 @@ static int bwd(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw, float *
                cudaDataType_t ab, double *scratch)
 {
     CUBLAS_TRY(cublasSetStream(h, s));
+    int at = split_at(OC, ab);             /* see split_at: 0 or where OC is cut */
     if (dinp && N > 0 && C > 0) {          /* dinp (N,C) = dout (N,OC) @ w (OC,C) */
         if (OC == 0) { if (cudaMemsetAsync(dinp, 0, (size_t)N * C * 4, s)) return ZKC_LAUNCH_BASE + (int)cudaGetLastError(); }
-        else { int e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, C, dout, ldo, dinp, C, ab); if (e) return e; }
+        else if (!at) { int e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, C, dout, ldo, dinp, C, ab); if (e) return e; }
+        else {                             /* k = OC in two parts, the second added to the first */
+            int e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_N, C, N, at, w, C, dout, ldo, dinp, C, ab);
+            if (!e) e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC - at, w + (size_t)at * C, C,
+                             dout + at, ldo, dinp, C, ab, &one);
+            if (e) return e;
+        }
     }
     if (dw && OC > 0 && C > 0) {           /* dw (OC,C) = dout^T @ inp, k over the N rows */
         if (N == 0) { if (cudaMemsetAsync(dw, 0, (size_t)OC * C * 4, s)) return ZKC_LAUNCH_BASE + (int)cudaGetLastError(); }
-        else { int e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, ldo, dw, C, ab); if (e) return e; }
+        else if (!at) { int e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, ldo, dw, C, ab); if (e) return e; }
+        else {                             /* the rows of dw [0, at), then the rest */
+            int e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_T, C, at, N, inp, C, dout, ldo, dw, C, ab);
+            if (!e) e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_T, C, OC - at, N, inp, C, dout + at, ldo,
+                             dw + (size_t)at * C, C, ab);
+            if (e) return e;
+        }
     }
     if (db && OC) {                        /* two passes, fixed chunks: colsum.cu */
         int e = ab == CUDA_R_32F ? zkc_colsum(s, db, (const float *)dout, N, OC, ldo, scratch)

@@ -94,6 +94,19 @@ describe("spec/cuda/whole_step.lua on the CPU", function()
     assert.is_nil(out:find("  parameter h.", 1, true), out)       -- the relative check left them out
   end)
 
+  it("holds bf16 parameters to the RMS of their difference in units of 2 sum lr_t R_t: 0.06 passes, 0.15 fails",
+     function()
+    -- 2 steps: 2 sum lr R = 0.00665; every bias of b moved by 0.0004 (0.06 of it), then 0.001 (0.15)
+    local out, rc = run("whole_step", "a=cpu b=cpu steps=2 precision=bf16 config=tiny perturb_params=0.0004")
+    assert.are.equal(0, rc, out)
+    assert.matches("params after 2 steps worst 0.06 RMS of 2 sum lr R in parameter h.0.ln_1.bias (tol 1e-01)",
+                   out, 1, true)
+    out, rc = run("whole_step", "a=cpu b=cpu steps=2 precision=bf16 config=tiny perturb_params=0.001")
+    assert.are.equal(1, rc, out)
+    assert.matches("  parameter h.0.ln_1.bias: 0.15 > 0.1\n", out)
+    assert.is_nil(out:find("  parameter h.0.ln_1.weight", 1, true), out)  -- the weights were not moved
+  end)
+
   it("fails when b's run must take the tensor-core attention and took it 0 times (require_tc=1)", function()
     local out, rc = run("whole_step", "a=cpu b=cpu steps=1 precision=bf16 require_tc=1 config=hs64,tiny")
     assert.are.equal(1, rc, out)
