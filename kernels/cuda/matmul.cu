@@ -35,6 +35,23 @@ __global__ static void k_bias_fill_b16(__nv_bfloat16 *out, const float *b, size_
 
 static const float one = 1.0f, zero = 0.0f;
 
+/* cublasGemmEx adding onto a bf16 C (beta = 1: the bias rows filled
+ * first) in pedantic math, so no kernel rounds a partial sum to bf16 on the
+ * way (the plain path only: cuBLASLt's plans mask split-K off for a bf16
+ * D); slow, and only where cuBLASLt is off or has no plan */
+static int gemm_onto_bf16(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                          int k, const void *a, int lda, const void *b, int ldb, void *c, int ldc)
+{
+    cublasMath_t was;
+    CUBLAS_TRY(cublasGetMathMode(h, &was));
+    CUBLAS_TRY(cublasSetMathMode(h, (cublasMath_t)(CUBLAS_PEDANTIC_MATH |
+                                                   CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    cublasStatus_t st = cublasGemmEx(h, ta, tb, m, n, k, &one, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb,
+                                     &one, c, CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
+    CUBLAS_TRY(cublasSetMathMode(h, was));
+    return (int)st;
+}
+
 /* the one GEMM shape family, for fp32 (CUDA_R_32F) or bf16 (CUDA_R_16BF) A,
  * B; C fp32, or bf16 (ct) with bf16 A, B */
 static int gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
@@ -167,8 +184,12 @@ static int lt_make(struct lt_plan *p)
      * rounded once -- the bits of the bias rows filled first and a beta = 1
      * GEMM (k_bias_fill_b16), the CPU's math */
     cudaDataType_t bt = k->ct == CUDA_R_16BF ? CUDA_R_16BF : CUDA_R_32F;
-    uint32_t al = 16, red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
-                            (k->ct == CUDA_R_32F ? CUBLASLT_REDUCTION_SCHEME_INPLACE : 0);
+    /* split-K: fp32 partials only; none at all for a bf16 D (an H200 gave
+     * one-ulp errors on a bf16 out with a bias at 16x768x50176, in both
+     * libraries, where one GEMM of 50257 columns had none) */
+    uint32_t al = 16, red = k->ct == CUDA_R_32F ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                                                  CUBLASLT_REDUCTION_SCHEME_INPLACE
+                                                : CUBLASLT_REDUCTION_SCHEME_NONE;
     size_t ws = LT_WS;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t res;
@@ -331,7 +352,7 @@ static int fwd1(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, co
                 if (e || done) return e;
                 /* refused at its first call: cuBLAS adds onto the bias rows */
                 CUBLAS_TRY(cublasSetStream(h, s));
-                return gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, inp, C, out, ldo, ab, ct, &one);
+                return gemm_onto_bf16(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, inp, C, out, ldo);
             }
         }
     }
@@ -343,9 +364,7 @@ static int fwd1(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, co
     } else if (b && ct != CUDA_R_32F) {    /* bf16 out: the bias first, beta = 1 */
         k_bias_fill_b16<<<zkc_grid((size_t)N * OC, 256), 256, 0, s>>>((__nv_bfloat16 *)out, b, (size_t)N, OC, ldo);
         LAUNCH_TRY();
-        int e = gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, inp, C, out, ldo, ab, ct, &one);
-        if (e) return e;
-        return 0;
+        return gemm_onto_bf16(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, inp, C, out, ldo);
     } else {
         int e = gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, inp, C, out, ldo, ab, ct);
         if (e) return e;

@@ -632,8 +632,10 @@ static void t_matmul_epilogue(void)
     zt_cuda_matmul_epilogue(1);
     t_matmul_all();
     t_matmul(1, 1024, 768, 768);                 /* k = N long: split-K's shape (dweight) */
+    t_matmul_ld(1, 2048, 768, 2304, 2304, 1);   /* a bias on a bf16 out at the qkv GEMM's shape */
     zt_cuda_matmul_epilogue(2);
     t_matmul_ld(1, 16, 768, 50257, 50304, 1);
+    t_matmul_ld(1, 2048, 768, 2304, 2304, 1);
     t_matmul(1, 128, 768, 3072);
     zt_cuda_matmul_epilogue(was);
     int bad = zt_cuda_matmul_epilogue(3);
@@ -1131,6 +1133,7 @@ static void t_pinned_pages(void)
         float *d = NULL;
         OKC(dv->alloc((void **)&d, sizes[k]));
         OKC(zt_cuda_copy_async(d, h, sizes[k], NULL));
+        OKC(zt_cuda_stream_sync(NULL));         /* from pinned memory the copy is asynchronous */
         memset(h, 0, sizes[k]);
         OKC(zt_cuda_copy_async(h, d, sizes[k], NULL));
         OKC(zt_cuda_stream_sync(NULL));

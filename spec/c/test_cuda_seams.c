@@ -53,7 +53,10 @@ static void slow_work(zt_tensor *y, zt_tensor *ones)
 /* ops on a copy stream, its event, the compute stream waiting for it */
 static void t_event_orders_streams(void)
 {
-    const int64_t n = 1 << 20;
+    /* 4000 axpys of 48 MB each, ~13 us apiece on an H200: the GPU's queue
+     * outlasts the host's launches (at 1 << 20 elements an H200 finished
+     * them as fast as they were launched, and the event was done) */
+    const int64_t n = 1 << 22;
     zt_tensor *y = tensor(ZT_TIER_DEVICE, n), *ones = tensor(ZT_TIER_DEVICE, n);
     zt_fill(y, 0.0f);
     zt_fill(ones, 1.0f);
