@@ -8,6 +8,8 @@
  * (ldo >= OC, the LM head's logits): cuBLAS takes aligned kernels when the
  * row stride is a multiple of 16 bytes, which V = 50257 is not. */
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cuda_bf16.h>
 #include <cublasLt.h>
@@ -175,6 +177,41 @@ static int lt_operands(const struct lt_key *k, const void *a, const void *b, con
     return lt_aligned(a, k->lda, k->ab) && lt_aligned(b, k->ldb, k->ab) && lt_aligned(d, k->ldc, k->ct);
 }
 
+/* The heuristic's candidates, best first. A bias on a bf16 D takes the
+ * first that makes each output tile in one pass (no split of k, no custom
+ * option: an H200's first choice for 16x768x50176 gave one-ulp errors
+ * there -- a partial rounded to bf16 before the rest and the bias were
+ * added -- with split-K masked off; 2048x768x2304 had none). Everything
+ * else takes the first, as before. */
+#define LT_RESULTS 16
+static int lt_cfg(const cublasLtMatmulAlgo_t *a, cublasLtMatmulAlgoConfigAttributes_t at)
+{
+    uint32_t v = 0;            /* every attribute read here is 2 or 4 bytes */
+    size_t w = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(a, at, &v, sizeof v, &w) == CUBLAS_STATUS_SUCCESS) return (int)v;
+    uint16_t h = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(a, at, &h, sizeof h, &w) == CUBLAS_STATUS_SUCCESS) return h;
+    return -1;
+}
+static int lt_single_pass(const cublasLtMatmulAlgo_t *a)
+{
+    return lt_cfg(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1 && lt_cfg(a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION) == 0;
+}
+/* ZTRAIN_LT_DEBUG=1: each plan's shape and the heuristic's candidates */
+static void lt_debug(const struct lt_key *k, const cublasLtMatmulHeuristicResult_t *res, int n, int pick)
+{
+    fprintf(stderr, "lt plan m=%d n=%d k=%d ld=%d,%d,%d t=%d%d ab=%d ct=%d bias=%d: %d candidates, took %d\n",
+            k->m, k->n, k->k, k->lda, k->ldb, k->ldc, (int)k->ta, (int)k->tb, (int)k->ab, (int)k->ct, k->bias, n, pick);
+    for (int i = 0; i < n && i < 6; i++)
+        fprintf(stderr, "  %d: id %d tile %d splitk %d red %d custom %d stages %d cluster %d ws %zu waves %.2f\n", i,
+                lt_cfg(&res[i].algo, CUBLASLT_ALGO_CONFIG_ID), lt_cfg(&res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
+                lt_cfg(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+                lt_cfg(&res[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
+                lt_cfg(&res[i].algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
+                lt_cfg(&res[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                lt_cfg(&res[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), res[i].workspaceSize, res[i].wavesCount);
+}
+
 static int lt_make(struct lt_plan *p)
 {
     const struct lt_key *k = &p->key;
@@ -192,7 +229,7 @@ static int lt_make(struct lt_plan *p)
                                                 : CUBLASLT_REDUCTION_SCHEME_NONE;
     size_t ws = LT_WS;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[LT_RESULTS];
     int nres = 0;
     /* the heuristic reads the bias pointer's value for its alignment: a
      * stand-in on exactly 16 bytes, what lt_gemm promises (NULL would read
@@ -220,11 +257,18 @@ static int lt_make(struct lt_plan *p)
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al) ||
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al) ||
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al) ||
-        cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres) ||
-        nres < 1 || res.state != CUBLAS_STATUS_SUCCESS || res.workspaceSize > LT_WS;
+        cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, LT_RESULTS, res, &nres);
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (!bad) { p->algo = res.algo; p->ws = res.workspaceSize; }
-    return !bad;
+    int pick = -1;
+    for (int i = 0; !bad && i < nres && pick < 0; i++)
+        if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= LT_WS &&
+            (k->ct == CUDA_R_32F || !k->bias || lt_single_pass(&res[i].algo)))
+            pick = i;
+    if (getenv("ZTRAIN_LT_DEBUG")) lt_debug(k, res, bad ? 0 : nres, pick);
+    if (pick < 0) return 0;
+    p->algo = res[pick].algo;
+    p->ws = res[pick].workspaceSize;
+    return 1;
 }
 
 /* the plan of key k, made at its first use; NULL: the plain path */
