@@ -74,9 +74,10 @@ static int gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, in
  * cublasLtMatmul with a plan kept per shape, layout and dtype -- the
  * forward's bias in the epilogue (CUBLASLT_EPILOGUE_BIAS, added to the fp32
  * accumulator before the one rounding of the output, as the CPU adds it;
- * for a bf16 out cuBLASLt may want a bf16 bias -- its header says the bias
- * takes D's type -- and then the bias rows are filled first, rounded to
- * bf16, and a beta = 1 GEMM adds onto them, as the cuBLAS path does),
+ * for a bf16 out the bias in D's type, the fp32 bias rounded to bf16 into
+ * the stream's workspace first -- exact for a bf16 model, whose stored
+ * biases are bf16, so the CPU's bits; the cuBLAS path gets the same by
+ * filling the rows with the bias and a beta = 1 GEMM),
  * padded rows through the layouts' leading dimensions, bf16 or fp32 out,
  * and both backward products. Mode 2 (the default) takes it for bf16
  * operands only: an H200 ran the qkv bf16 forward at 469 TFLOP/s through it
@@ -131,7 +132,7 @@ static struct lt_plan lt_plans[LT_PLANS];
 static int lt_nplans;
 
 #define LT_WS ((size_t)32 << 20)     /* a stream's workspace for the GEMMs */
-#define LT_BIAS16 32768              /* then room for a bf16 bias of this many columns */
+#define LT_BIAS16 65536              /* then room for a bf16 bias of this many columns */
 #define LT_STREAMS 16
 static struct { cudaStream_t s; void *p; } lt_ws[LT_STREAMS];
 
@@ -177,12 +178,12 @@ static int lt_operands(const struct lt_key *k, const void *a, const void *b, con
     return lt_aligned(a, k->lda, k->ab) && lt_aligned(b, k->ldb, k->ab) && lt_aligned(d, k->ldc, k->ct);
 }
 
-/* The heuristic's candidates, best first. A bias on a bf16 D takes the
- * first that makes each output tile in one pass (no split of k, no custom
- * option: an H200's first choice for 16x768x50176 gave one-ulp errors
- * there -- a partial rounded to bf16 before the rest and the bias were
- * added -- with split-K masked off; 2048x768x2304 had none). Everything
- * else takes the first, as before. */
+/* The heuristic's candidates, best first: a plan takes the first. (A
+ * filter that kept a bias on a bf16 D to candidates making each tile in one
+ * pass -- split-K 1, custom option 0 -- cost an H200 2.7 ms a GPT-2 step,
+ * the fc GEMM at 275 TFLOP/s against 508, and was not needed: the bias
+ * epilogue was right on its first candidate, custom option 4; what was
+ * wrong was a beta = 1 GEMM onto bf16 rows, below.) */
 #define LT_RESULTS 16
 static int lt_cfg(const cublasLtMatmulAlgo_t *a, cublasLtMatmulAlgoConfigAttributes_t at)
 {
@@ -192,10 +193,6 @@ static int lt_cfg(const cublasLtMatmulAlgo_t *a, cublasLtMatmulAlgoConfigAttribu
     uint16_t h = 0;
     if (cublasLtMatmulAlgoConfigGetAttribute(a, at, &h, sizeof h, &w) == CUBLAS_STATUS_SUCCESS) return h;
     return -1;
-}
-static int lt_single_pass(const cublasLtMatmulAlgo_t *a)
-{
-    return lt_cfg(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1 && lt_cfg(a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION) == 0;
 }
 /* ZTRAIN_LT_DEBUG=1: each plan's shape and the heuristic's candidates */
 static void lt_debug(const struct lt_key *k, const cublasLtMatmulHeuristicResult_t *res, int n, int pick)
@@ -219,7 +216,8 @@ static int lt_make(struct lt_plan *p)
     /* the bias in D's type (cuBLASLt's rule for a bf16 D): the fp32 bias
      * rounded to bf16 first, then added to the fp32 accumulator and the sum
      * rounded once -- the bits of the bias rows filled first and a beta = 1
-     * GEMM (k_bias_fill_b16), the CPU's math */
+     * GEMM (k_bias_fill_b16); the CPU's where the bias is bf16 (a bf16
+     * model's are) */
     cudaDataType_t bt = k->ct == CUDA_R_16BF ? CUDA_R_16BF : CUDA_R_32F;
     /* split-K: fp32 partials only; none at all for a bf16 D (an H200 gave
      * one-ulp errors on a bf16 out with a bias at 16x768x50176, in both
@@ -261,9 +259,7 @@ static int lt_make(struct lt_plan *p)
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     int pick = -1;
     for (int i = 0; !bad && i < nres && pick < 0; i++)
-        if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= LT_WS &&
-            (k->ct == CUDA_R_32F || !k->bias || lt_single_pass(&res[i].algo)))
-            pick = i;
+        if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= LT_WS) pick = i;
     if (getenv("ZTRAIN_LT_DEBUG")) lt_debug(k, res, bad ? 0 : nres, pick);
     if (pick < 0) return 0;
     p->algo = res[pick].algo;
@@ -319,13 +315,6 @@ static int lt_gemm(cudaStream_t s, const struct lt_key *k, const void *a, const 
     p->ran = 1;
     *done = 1;
     return 0;
-}
-
-/* whether key k has a plan for these operands (makes it); lt_gemm may
- * still demote it at its first call */
-static int lt_plan_exists(const struct lt_key *k, const void *a, const void *b, const void *d)
-{
-    return lt_operands(k, a, b, d) && lt_plan(k) != NULL;
 }
 
 static struct lt_key lt_key_of(int m, int n, int k, cublasOperation_t ta, cublasOperation_t tb,
@@ -387,18 +376,10 @@ static int fwd1(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, co
         struct lt_key k = lt_key_of(OC, N, C, CUBLAS_OP_T, CUBLAS_OP_N, C, C, ldo, ab, ct, b != NULL);
         int done, e = lt_gemm(s, &k, w, inp, out, b, &done);
         if (e || done) return e;
-        if (b && ct != CUDA_R_32F) {  /* no bf16-out plan with an fp32 bias: the bias rows first, beta = 1 */
-            k = lt_key_of(OC, N, C, CUBLAS_OP_T, CUBLAS_OP_N, C, C, ldo, ab, ct, 0);
-            if (lt_plan_exists(&k, w, inp, out)) {
-                k_bias_fill_b16<<<zkc_grid((size_t)N * OC, 256), 256, 0, s>>>((__nv_bfloat16 *)out, b, (size_t)N, OC, ldo);
-                LAUNCH_TRY();
-                e = lt_gemm(s, &k, w, inp, out, NULL, &done, &one);
-                if (e || done) return e;
-                /* refused at its first call: cuBLAS adds onto the bias rows */
-                CUBLAS_TRY(cublasSetStream(h, s));
-                return gemm_onto_bf16(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, inp, C, out, ldo);
-            }
-        }
+        /* a bias on a bf16 out without an epilogue plan: the plain path's
+         * bias rows and pedantic beta = 1 GEMM below. Not cuBLASLt's beta =
+         * 1: on an H200 its first candidate for 16x768x50176 (custom option
+         * 1) rounded a partial to bf16 before adding the rows (one ulp off) */
     }
     CUBLAS_TRY(cublasSetStream(h, s));
     size_t es = ct == CUDA_R_32F ? 4 : 2;
