@@ -71,6 +71,11 @@ pack() {
     n=$(basename "$d"); n=${n%%_*}
     case " $(echo $PKGS) " in *" $n "*) ;; *) echo "gpu_kit: $n is not in the kit's list: removed"; rm -f "$d" ;; esac
   done
+  # the commit the binaries were built from (the device's copy of .git is
+  # the one its first call carried: kit.log named b5a2cb2 for four calls
+  # made from four commits)
+  { git rev-parse --short HEAD; git diff --quiet HEAD -- . 2>/dev/null || echo "(with uncommitted changes)"; } |
+    tr '\n' ' ' > "$KIT/debs/BUILT_FROM"
   kib=$(du -ck $KIT/debs $BIN_PATHS | tail -1 | cut -f1)
   tree=$(git ls-files -z | du -ck --files0-from=- 2>/dev/null | tail -1 | cut -f1)
   echo "gpu_kit: $(ls $KIT/debs | wc -l) .debs and $(echo $BINS | wc -w) binaries, $((kib / 1024)) MiB," \
@@ -170,7 +175,7 @@ run() {
   mkdir -p "$LOGS"
   failed=""
   start=$(date +%s)
-  { echo "gpu_kit run $*: $(date -u '+%Y-%m-%d %H:%M UTC'), $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)')"
+  { echo "gpu_kit run $*: $(date -u '+%Y-%m-%d %H:%M UTC'), binaries built from $(cat $KIT/debs/BUILT_FROM 2>/dev/null || echo '(unknown: pack again)')"
     command -v nvidia-smi >/dev/null && nvidia-smi -L || echo "no nvidia-smi here"; } 2>&1 | tee "$LOGS/kit.log"
   for what in "$@"; do
     case $what in
