@@ -177,11 +177,13 @@ describe("errors instead of hangs", function()
 
   it("stops every rank cleanly on a diverged loss and still writes summary.json", function()
     local dir = tmpdir()
-    local out, rc = run("--nproc 2 recipes/dp.lua optim.lr=1000 optim.clip=0 lr.warmup=0 train.steps=20 " ..
-                        "data.seq_len=32 -q out=" .. dir, 60)
+    local env, mpi = util.mpi_log()
+    local out, rc = util.sh(env .. "timeout 60 build/ztrain --nproc 2 recipes/dp.lua optim.lr=1000 optim.clip=0 " ..
+                            "lr.warmup=0 train.steps=20 data.seq_len=32 -q out=" .. dir)
     assert.are.equal(1, rc, out)
     assert.matches("training diverged", out, 1, true)
-    assert.is_nil(out:find("MPI_ABORT", 1, true), "a clean stop, not an abort")
+    local said = out .. mpi()
+    assert.is_nil(said:find("MPI_ABORT", 1, true), "a clean stop, not an abort: " .. said)
     assert.matches("^error: loss is nan", summary(dir).exit)
   end)
 

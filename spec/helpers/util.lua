@@ -12,6 +12,20 @@ function M.read(path)
   local f = assert(io.open(path, "rb")); local s = f:read("*a"); f:close(); return s
 end
 
+-- mpi_log() -> "ZTRAIN_MPI_LOG=PATH " (a command line's prefix: the
+-- launcher writes Open MPI's own text there instead of the terminal), and a
+-- function returning what it wrote ("" for nothing), removing the file
+function M.mpi_log()
+  local path = os.tmpname()
+  os.remove(path)
+  return ("ZTRAIN_MPI_LOG=%s "):format(path), function()
+    local f = io.open(path, "rb")
+    if not f then return "" end
+    local s = f:read("*a"); f:close(); os.remove(path)
+    return s
+  end
+end
+
 function M.write(path, s)
   local f = assert(io.open(path, "wb")); f:write(s); f:close()
 end

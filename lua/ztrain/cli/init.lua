@@ -179,6 +179,12 @@ local function launch(opts, argv, comm)
     return die("--hostfile runs a recipe across hosts; the multi-rank REPL runs on this machine " ..
                "(ztrain --nproc N)")
   end
+  if pre and (opts.nproc or n > 1 or hostfile) then
+    -- what the recipe and the rank count decide alone, before any rank
+    -- starts: one line, not one a rank under Open MPI's abort banner
+    local okc, cerr = require("ztrain.train.world_checks").check(pre, n)
+    if not okc then return die(cerr) end
+  end
   if not hostfile and n > 1 and not opts.oversubscribe then
     -- more ranks than this machine runs (its cores x a factor): refused
     local ok, err = require("ztrain.job.launch").check_nproc(n)
@@ -289,6 +295,10 @@ local function run_recipe(opts, zt, pre)
     if world.rank == 0 then say(werr) end
     zt.comm.finalize()
     return 1
+  end
+  if world.size == 1 and not opts.quiet then
+    local warn = require("ztrain.train.world_checks").lone_rank(r, opts.recipe)
+    if warn then io.stderr:write("ztrain: warning: ", warn, "\n") end
   end
   local graceful = not opts.interactive
   if graceful then

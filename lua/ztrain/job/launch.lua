@@ -239,6 +239,7 @@ local function new_watch(mp, n, job, o)
               info = ffi.new("int32_t[32]"),   -- siginfo_t: signo, errno, code, ...
               zero = libc.timespec_t(), status = ffi.new("int[1]"),
               tail = "", open_fd = true, reaped = false, stops = 0, grace = hosts.abort_grace(),
+              partial = "", in_help = false, mpi = "", mpi_lines = 0,
               across = o and o.hostfile ~= nil, next_look = 0, start_failed = false }
   w.pfd[0].fd, w.pfd[0].events = w.fd, libc.POLLIN
   -- every rank must start (note itself) within the start timeout: across
@@ -248,6 +249,46 @@ local function new_watch(mp, n, job, o)
   return w
 end
 
+-- Open MPI's own text -- its help blocks, between lines of dashes (the
+-- abort banners: "MPI_ABORT was invoked ...", "mpirun detected that one or
+-- more processes exited ..."), and its "[host:pid] ..." notes -- is kept out
+-- of the terminal, so a failed job's last line is the rank's own message;
+-- M.run writes it to the run directory's mpirun.log (or, with no run
+-- directory, prints it at the end: nothing is lost). The ranks' lines pass.
+local MPI_RULE, MPI_NOTE = "^%-%-%-%-%-%-%-%-%-%-+$", "^%[[%w%.%-_]+:%d+%] "
+local MPI_KEEP = 65536                     -- bytes of it kept at most
+
+local function divert(w, line)
+  if #w.mpi < MPI_KEEP then w.mpi = w.mpi .. line end
+  w.mpi_lines = w.mpi_lines + 1
+end
+
+-- relay_text(w, text): the ranks' lines to stderr, Open MPI's to w.mpi; a
+-- partial line waits for its end unless it cannot start Open MPI's text
+local function relay_text(w, text)
+  w.partial = w.partial .. text
+  while true do
+    local nl = w.partial:find("\n", 1, true)
+    if not nl then break end
+    local line = w.partial:sub(1, nl)
+    w.partial = w.partial:sub(nl + 1)
+    local bare = line:gsub("\r?\n$", "")
+    if bare:match(MPI_RULE) then
+      w.in_help = not w.in_help
+      divert(w, line)
+    elseif w.in_help or bare:match(MPI_NOTE) then
+      divert(w, line)
+    else
+      libc.write(2, line, #line)
+    end
+  end
+  local c = w.partial:sub(1, 1)
+  if w.partial ~= "" and not w.in_help and c ~= "-" and c ~= "[" then
+    libc.write(2, w.partial, #w.partial)         -- a progress line without its end yet
+    w.partial = ""
+  end
+end
+
 -- relay_output(w): mpirun's output (0.1 s wait at most) to stderr, its last 8 KiB in w.tail
 local function relay_output(w)
   if not w.open_fd then
@@ -255,11 +296,34 @@ local function relay_output(w)
   elseif libc.poll(w.pfd, 1, 100) > 0 then
     local got = libc.read(w.fd, w.buf, 65536)
     if got > 0 then
-      libc.write(2, w.buf, got)
-      w.tail = (w.tail .. ffi.string(w.buf, got)):sub(-8192)
+      local text = ffi.string(w.buf, got)
+      relay_text(w, text)
+      w.tail = (w.tail .. text):sub(-8192)
     else
       w.open_fd = false                        -- EOF: mpirun and every writer are gone
     end
+  end
+end
+
+-- keep_mpi_text(w, ranks): Open MPI's text into $ZTRAIN_MPI_LOG when set,
+-- else OUT/mpirun.log (rank 0's
+-- run directory, from the registry), or where the job has none (it ended
+-- before one was made, or a failed start removed it) into
+-- $TMPDIR/ztrain-mpirun-PID.log (the launcher's pid); to stderr only when
+-- neither can be written
+local function keep_mpi_text(w, ranks)
+  if w.partial ~= "" then relay_text(w, "\n") end
+  if w.mpi == "" then return end
+  local out
+  for _, r in pairs(ranks) do out = out or r.out end
+  local tmp, named = os.getenv("TMPDIR"), os.getenv("ZTRAIN_MPI_LOG")
+  local f = (named and named ~= "" and io.open(named, "a")) or (out and io.open(out .. "/mpirun.log", "a")) or
+            io.open(("%s/ztrain-mpirun-%d.log"):format((tmp and tmp ~= "") and tmp or "/tmp", libc.getpid()), "a")
+  if f then
+    f:write(w.mpi)
+    f:close()
+  else
+    io.stderr:write(w.mpi)
   end
 end
 
@@ -434,6 +498,7 @@ function M.run(n, program, args, o)
   local w = new_watch(mp, n, job, o)
   watch(w)
   local code = exit_code(w)
+  keep_mpi_text(w, M.read_job(job))     -- first: what the launcher says after it is the last word
   M.cleanup_job(job, tell_failures(w, code))
   if w.hard_killed then cleanup.remove_mpirun_session(w.pid) end
   reap_adopted(w.status)

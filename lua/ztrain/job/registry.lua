@@ -3,8 +3,9 @@
 --
 -- The launcher makes a private directory and passes it to every rank as
 -- ZTRAIN_JOB. Each rank writes a file named by its pid there, with lines
--- "rank R", "host H", "nvme DIR" (where its swap files go) and "ckpt ROOT"
--- (a checkpoint root it writes temporary directories in); a launch
+-- "rank R", "host H", "nvme DIR" (where its swap files go), "ckpt ROOT"
+-- (a checkpoint root it writes temporary directories in) and, rank 0, "out
+-- DIR" (the run's output directory); a launch
 -- agent (tools/netns_agent) writes "host H" and "session DIR" (the Open
 -- MPI daemon's session directory). After mpirun ends, the launcher reads
 -- them to name a rank that died, kill any rank left behind and remove swap
@@ -25,7 +26,7 @@ function M.note(line)
 end
 
 -- read(dir) -> { [pid] = { rank =, host =, nvme = { DIR, ... }, session =,
---                         ckpt = { ROOT, ... } (checkpoint roots it wrote into) } }
+--                         ckpt = { ROOT, ... } (checkpoint roots it wrote into), out = } }
 function M.read(dir)
   local ranks = {}
   for _, path in ipairs(fs.glob(dir .. "/*") or {}) do
@@ -39,6 +40,7 @@ function M.read(dir)
       for d in text:gmatch("ckpt ([^\n]+)") do r.ckpt[#r.ckpt + 1] = d end
       r.host = text:match("host ([^\n]+)")
       r.session = text:match("session ([^\n]+)")
+      r.out = text:match("out ([^\n]+)")
       ranks[pid] = r
     end
   end

@@ -26,6 +26,7 @@ local ffi = require "ffi"
 local libc = require "ztrain.core.libc"
 local errors = require "ztrain.core.errors"
 local fs = require "ztrain.util.fs"
+local registry = require "ztrain.job.registry"
 
 local M = {}
 
@@ -161,7 +162,12 @@ function M.claim(r, world)
   local out, err, lk = "", "", nil
   if world.rank == 0 then
     local ok, dir, l = pcall(claim_here, r)
-    if ok then out, lk = dir, l else err = errors.message(dir) end
+    if ok then
+      out, lk = dir, l
+      registry.note("out " .. dir)   -- the launcher puts Open MPI's messages there (launch.lua)
+    else
+      err = errors.message(dir)
+    end
   end
   err = errors.agree(world, err)
   if err ~= "" then error(errors.all_ranks(err), 0) end

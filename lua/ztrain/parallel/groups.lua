@@ -13,18 +13,26 @@
 --   g.stage, g.replica, g.stages, g.replicas
 local M = {}
 
+-- check(size, p) -> true | nil, err: whether a world of size ranks cuts
+-- into p pipeline stages (the launcher asks before it starts the ranks)
+function M.check(size, p)
+  if type(p) ~= "number" or p < 1 or p % 1 ~= 0 then
+    return nil, ("pipeline stages must be a whole number >= 1, got %s"):format(tostring(p))
+  end
+  if size % p ~= 0 then
+    local ok = {}
+    for k = 1, size do if size % k == 0 then ok[#ok + 1] = tostring(k) end end
+    return nil, ("%d rank(s) do not divide into %d pipeline stages; use %s stages, or a multiple of %d ranks")
+                :format(size, p, table.concat(ok, ", "), p)
+  end
+  return true
+end
+
 -- build(world, { pp = p }) -> groups. Collective over the world.
 function M.build(world, opts)
   local p = (opts and opts.pp) or 1
-  if type(p) ~= "number" or p < 1 or p % 1 ~= 0 then
-    error(("pipeline stages must be a whole number >= 1, got %s"):format(tostring(p)), 0)
-  end
-  if world.size % p ~= 0 then
-    local ok = {}
-    for k = 1, world.size do if world.size % k == 0 then ok[#ok + 1] = tostring(k) end end
-    error(("%d rank(s) do not divide into %d pipeline stages; use %s stages, or a multiple of %d ranks")
-          :format(world.size, p, table.concat(ok, ", "), p), 0)
-  end
+  local okc, cerr = M.check(world.size, p)
+  if not okc then error(cerr, 0) end
   local d = world.size / p
   local r = world.rank
   local g = { stages = p, replicas = d, stage = math.floor(r / d), replica = r % d, world = world }

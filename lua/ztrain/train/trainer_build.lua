@@ -28,6 +28,7 @@ local sequential = require "ztrain.parallel.driver.sequential"
 local schedule_driver = require "ztrain.parallel.driver.schedule"
 local groups = require "ztrain.parallel.groups"
 local pipeline_stages = require "ztrain.parallel.schedule.stages"
+local world_checks = require "ztrain.train.world_checks"
 local errors = require "ztrain.core.errors"
 local host = require "ztrain.util.host"
 local digest = require "ztrain.core.digest"
@@ -127,36 +128,6 @@ local function check_agreement(world, r)
        ". Every rank must resolve the same recipe (same file, same overrides, nothing rank-dependent)")
 end
 
--- batch.global, when set, must split into ranks x batch.micro x accumulate.
-local function resolve_accumulation(r, world_size)
-  local B, accum, G = r.batch.micro, r.batch.accumulate, r.batch.global
-  if G == 0 then return accum end
-  local per = B * world_size
-  if G % per ~= 0 then
-    -- valid choices: the multiples of ranks x micro around G, and the
-    -- micro-batch sizes that split G over the ranks
-    local choices = {}
-    local lo = G - G % per
-    if lo >= per then choices[#choices + 1] = "batch.global=" .. lo end
-    choices[#choices + 1] = "batch.global=" .. (lo + per)
-    if G % world_size == 0 then
-      local per_rank, micros = G / world_size, {}
-      for d = math.min(per_rank, 2 * B), 1, -1 do
-        if per_rank % d == 0 and #micros < 3 then micros[#micros + 1] = tostring(d) end
-      end
-      choices[#choices + 1] = "batch.micro=" .. table.concat(micros, " or ")
-    end
-    fail_all(("batch.global %d does not divide into %d rank(s) x batch.micro %d = %d sequences per micro-step; " ..
-              "use %s"):format(G, world_size, B, per, table.concat(choices, ", or ")))
-  end
-  local a = G / per
-  if accum ~= 1 and accum ~= a then
-    fail_all(("batch.global %d = %d rank(s) x batch.micro %d x %d, but batch.accumulate is %d; " ..
-          "set one of them"):format(G, world_size, B, a, accum))
-  end
-  return a
-end
-
 -- The phases of a build, in order; each leaves what the next needs on self
 -- (or in b, the stage plan).
 local setup_device, build_data, build_model, plan_stages, build_strategy, build_driver
@@ -198,7 +169,9 @@ function setup_device(self, r)
 
   if r.optim.name ~= "adamw" then fail(("unknown optim.name %q (known: adamw)"):format(r.optim.name)) end
   -- (ranges of every number were checked when the recipe was resolved)
-  self.accumulate = resolve_accumulation(r, self.dp.size)
+  local acc, aerr = world_checks.accumulation(r, self.dp.size)
+  if not acc then fail_all(aerr) end
+  self.accumulate = acc
 end
 
 -- choose_tokenizer(self, r) -> the run's tokenizer. A Hugging Face model

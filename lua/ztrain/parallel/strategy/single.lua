@@ -10,16 +10,20 @@ local options = require "ztrain.parallel.strategy.options"
 
 local M = {}
 
+-- check_ranks(n) -> true | nil, err: single runs on a data-parallel group of one
+function M.check_ranks(n)
+  if n ~= 1 then return nil, ("strategy single runs on one rank, but the job has %d; use dp or zero"):format(n) end
+  return true
+end
+
 function M.new(opts)
   opts = options.check("single", opts, {})
   local S = { name = "single", opts = opts }
 
   -- ctx: { model, optim, dp, pp, accumulate, clip, seed, recipe, ... }
   function S.setup(ctx)
-    local n = ctx.dp and ctx.dp.size or 1
-    if n ~= 1 then
-      error(("strategy single runs on one rank, but the job has %d; use dp or zero"):format(n), 0)
-    end
+    local okn, nerr = M.check_ranks(ctx.dp and ctx.dp.size or 1)
+    if not okn then error(nerr, 0) end
     replicated.setup(ctx)
     replicated.precision_hooks(S, ctx)
   end
