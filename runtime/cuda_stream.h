@@ -15,6 +15,8 @@
 #include <stddef.h>
 
 int zt_cuda_init(void);
+/* The current GPU's name ("NVIDIA H200"), "" before zt_cuda_init. */
+const char *zt_cuda_model(void);
 
 /* A non-blocking stream (no implicit sync with the legacy stream 0). kind:
  * ZT_STREAM_COMPUTE | ZT_STREAM_COPY | ZT_STREAM_COMM; comm streams get the

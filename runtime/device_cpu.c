@@ -224,6 +224,7 @@ const zt_device_ops zt_cpu_device = {
 extern const zt_device_ops zt_cuda_device __attribute__((weak));
 int zt_cuda_init(void) __attribute__((weak));
 int zt_cuda_attention_mode(int mode) __attribute__((weak));
+const char *zt_cuda_model(void) __attribute__((weak));
 static int have_cuda(void) { return &zt_cuda_device != NULL && zt_cuda_init != NULL; }
 
 static const zt_device_ops *active = &zt_cpu_device;
@@ -266,6 +267,12 @@ int zt_device_init(const char *backend)
 void zt_device_install(const zt_device_ops *dev) { active = dev ? dev : &zt_cpu_device; }
 
 const char *zt_device_name(void) { return active->name; }
+
+const char *zt_device_model(void)
+{
+    if (have_cuda() && active == &zt_cuda_device && zt_cuda_model) return zt_cuda_model();
+    return "";
+}
 
 int zt_device_attention(const char *mode)
 {

@@ -105,6 +105,9 @@ static void note(int rc)
 /* The kept error, once: an op returning a code reports it first. */
 static int take_pending(void) { return __atomic_exchange_n(&cu_pending, ZT_OK, __ATOMIC_ACQ_REL); }
 
+static char cu_model[256];         /* the card's name (cudaDeviceProp), at init */
+const char *zt_cuda_model(void) { return cu_model; }
+
 int zt_cuda_init(void)
 {
     if (cu_ready) return ZT_OK;
@@ -123,6 +126,9 @@ int zt_cuda_init(void)
     if (!lr) lr = getenv("LOCAL_RANK");
     if (lr && n > 1) CU(cudaSetDevice(atoi(lr) % n));
     CU(cudaGetDevice(&cu_dev));
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, cu_dev) == cudaSuccess)
+        snprintf(cu_model, sizeof cu_model, "%s", prop.name);
     CU(cudaStreamCreateWithFlags(&cu_stream, cudaStreamNonBlocking));
     cublasStatus_t st = cublasCreate(&cu_blas);
     if (st != CUBLAS_STATUS_SUCCESS) return blas_err(__FILE__, __LINE__, "cublasCreate", st);

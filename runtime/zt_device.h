@@ -13,6 +13,9 @@
  * Ops are issued to it; on the CPU they complete before returning. */
 int zt_device_init(const char *backend);
 const char *zt_device_name(void);
+/* The hardware under the active device: the GPU's name for "cuda" ("NVIDIA
+ * H200"), "" for the others (the CPU's model is in /proc/cpuinfo). */
+const char *zt_device_model(void);
 /* Wait for every op the calling thread issued so far on its current
  * stream (the default compute stream unless zt_stream_set_current chose
  * another; other streams: zt_stream_sync), and return a kept error of the

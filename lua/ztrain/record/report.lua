@@ -261,15 +261,16 @@ function Log:track(rec)
   end
 end
 
--- progress(rec, elapsed_s): the live line on a TTY; a plain line otherwise
--- (only when asked: log steps).
-function Log:progress(rec, elapsed, plain)
+-- progress(rec, plain): the live line on a TTY; a plain line otherwise
+-- (only when asked: log steps). Its speed and ETA are the smoothed figure
+-- (record/throughput.lua; rec.step_ms_smoothed, else the step's own).
+function Log:progress(rec, plain)
   if self.quiet then return end
-  -- steps of this process (a resumed run started at first_step)
-  local eta = elapsed / math.max(1, rec.step - self.first_step) * (self.total - rec.step)
+  local ms = rec.step_ms_smoothed or rec.step_ms
+  local tps = rec.tokens_per_s_smoothed or rec.tokens_per_s
+  local eta = ms / 1000 * (self.total - rec.step)
   local line = ("step %5d/%d  loss %.4f  lr %.2e  norm %.3f  %7.0f tok/s  %6.0f ms/step  eta %s")
-      :format(rec.step, self.total, rec.loss, rec.lr, rec.grad_norm, rec.tokens_per_s,
-              rec.step_ms, fmt_eta(eta))
+      :format(rec.step, self.total, rec.loss, rec.lr, rec.grad_norm, tps, ms, fmt_eta(eta))
   if rec.eval_loss then line = line .. ("  eval %.4f"):format(rec.eval_loss) end
   if self.tty then
     io.stdout:write("\r\27[K", line)
@@ -296,6 +297,23 @@ function Log:close()
   return ok, err
 end
 
+-- print_banner(b): what a run is, before its first step (loop.lua banner)
+function M.print_banner(b)
+  local w = io.stdout
+  local function n(x) return tostring(math.floor(x)):reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", "") end
+  w:write(("ztrain: %s (%s params) with %s on %d rank(s)%s, %s, %s\n")
+          :format(b.model, n(b.params), b.strategy, b.world,
+                  b.stages > 1 and (" (%d pipeline stages)"):format(b.stages) or "", b.device, b.precision))
+  w:write(("  batch     %d sequences of %d tokens a step = micro %d x accumulate %d x %d data-parallel " ..
+           "rank(s): %s tokens\n"):format(b.global, b.T, b.micro, b.accumulate, b.dp, n(b.step_tokens)))
+  w:write(("  steps     %d%s, %s tokens to train\n")
+          :format(b.steps, b.from_step > 0 and (" from step %d"):format(b.from_step) or "",
+                  n((b.steps - b.from_step) * b.step_tokens)))
+  if b.resumed then w:write(("  resumed   from %s\n"):format(b.resumed)) end
+  w:write(("  output    %s\n"):format(b.out))
+  w:flush()
+end
+
 -- The end-of-run table, in the seeds' spirit.
 function M.print_summary(s)
   local w = io.stdout
@@ -309,8 +327,14 @@ function M.print_summary(s)
   end
   if type(s.test_loss) == "number" then w:write(("   test %.4f"):format(s.test_loss)) end
   if type(s.eval_loss) == "number" then w:write(("   eval %.4f (perplexity %.2f)"):format(s.eval_loss, s.perplexity)) end
-  w:write(("\n  time        %.1f s, %.0f tokens/s (median), %.1f ms/step (median)\n")
-          :format(s.seconds, s.tokens_per_s, s.step_ms_median))
+  w:write(("\n  time        %.1f s; %.0f tokens/s at the median step (%.1f ms), %.0f tokens/s over the " ..
+           "steps' wall clock\n"):format(s.seconds, s.tokens_per_s, s.step_ms_median,
+                                         num(s.tokens_per_s_wall)))
+  if type(s.model_tflops) == "number" then
+    w:write(("  flops       %.3g TFLOP/s of model FLOPs at the median step%s\n"):format(s.model_tflops,
+            type(s.mfu) == "number" and (", MFU %.1f%% of %g TFLOP/s (%s)"):format(100 * s.mfu, s.peak_tflops,
+                                                                               s.peak_from) or ""))
+  end
   local pred = s.predicted
   local predicted = pred and (pred.params + pred.grads + pred.optim + (pred.accumulator or 0))
   for _, m in ipairs(s.memory) do

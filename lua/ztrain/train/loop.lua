@@ -5,6 +5,7 @@
 -- and interrupt point; stop(R, ok, err) settles how it ended: an error's
 -- status, a graceful stop's checkpoint, the metrics file closed.
 local C = require("ztrain.core.ffi").C
+local ffi_string = require("ffi").string
 local trainer = require "ztrain.train.trainer"
 local report = require "ztrain.record.report"
 local errors = require "ztrain.core.errors"
@@ -15,6 +16,7 @@ local comm_report = require "ztrain.record.comm"
 local comm = require "ztrain.core.comm"
 local schedule = require "ztrain.parallel.schedule"
 local libc = require "ztrain.core.libc"
+local throughput = require "ztrain.record.throughput"
 
 local M = {}
 
@@ -78,7 +80,7 @@ function M.open(r, opts, out)
     err = errors.agree(tr.world, err)
     if err ~= "" then tr:free(); R.log:close(); error(errors.all_ranks(err), 0) end
   end
-  R.t_train, R.comm_acc = C.zt_now(), comm_report.new()
+  R.t_train, R.comm_acc, R.smooth = C.zt_now(), comm_report.new(), throughput.smoother()
   return R
 end
 
@@ -149,10 +151,15 @@ local function one_step(R)
   end
   R.first_loss = R.first_loss or rec.loss
   rec.tokens_per_s = rec.tokens / (rec.step_ms / 1000)
-  -- step 1 pays for first touches of every buffer: medians skip it
+  -- step 1 pays for first touches of every buffer: medians skip it, and
+  -- so does the smoothed figure (the live line's and the ETA's:
+  -- record/throughput.lua) after showing it alone
+  local first = rec.step == R.start_step + 1
   if rec.step > 1 or r.train.steps == 1 then
     R.steps_ms[#R.steps_ms + 1], R.tps[#R.tps + 1] = rec.step_ms, rec.tokens_per_s
   end
+  rec.step_ms_smoothed = first and rec.step_ms or R.smooth(rec.step_ms)
+  rec.tokens_per_s_smoothed = rec.tokens / (rec.step_ms_smoothed / 1000)
   local is_last = rec.step == r.train.steps
   -- the step is trained: whatever follows fails, the summary's step, loss
   -- and digest describe this same state
@@ -162,7 +169,7 @@ local function one_step(R)
                   (r.train.log_every > 0 and rec.step % r.train.log_every == 0)
   rec.loss_hex = ("%a"):format(rec.loss)   -- exact, for comparing runs bit for bit
   if log_now then R.log:metrics(rec) end
-  R.log:progress(rec, C.zt_now() - R.t_train, log_now)
+  R.log:progress(rec, log_now)
   if rec.loss ~= rec.loss or math.abs(rec.loss) == math.huge then
     -- the loss was reduced over ranks: every rank stops here together
     error(errors.all_ranks(("loss is %s at step %d: training diverged; lower optim.lr, raise " ..
@@ -201,6 +208,17 @@ local function continue_record(R, dir, man)
   if kept[1] and type(kept[1].loss) == "number" then R.first_loss = kept[1].loss end
 end
 
+-- banner(R) -> what the start banner says (record/report.lua print_banner)
+function M.banner(R)
+  local r, tr = R.r, R.tr
+  local G = r.batch.micro * tr.accumulate * tr.dp.size
+  return { model = tr.cfg.name, params = tr.model.nparams, strategy = tr.strategy.name, world = tr.world_size,
+           stages = tr.pp and tr.pp.size or 1, device = ffi_string(C.zt_device_name()), precision = r.precision,
+           global = G, micro = r.batch.micro, accumulate = tr.accumulate, dp = tr.dp.size, T = r.data.seq_len,
+           steps = r.train.steps, from_step = tr.step, step_tokens = step_tokens(R),
+           resumed = R.resumed and R.resumed.from or nil, out = R.out }
+end
+
 -- begin_segment(R): this process's part of the run, as the history keeps it
 local function begin_segment(R)
   local tr = R.tr
@@ -230,7 +248,9 @@ function M.train(R)
       end
     end
     begin_segment(R)
+    if R.lead and not opts.quiet then report.print_banner(M.banner(R)) end
     local skipped_before = tr.ctx.loss_scaler and tr.ctx.loss_scaler.skipped or 0
+    R.t_steps, R.t_last = C.zt_now(), nil
     while tr.step < r.train.steps do
       -- Ctrl-C (at the REPL) stops here, between steps, on every rank at
       -- once; the step itself is shielded (async work in flight mid-step)
@@ -240,7 +260,8 @@ function M.train(R)
       -- a stop request leaves 5x the longest step (evaluation and
       -- checkpoints included) to reach the next boundary; a rank that cannot
       -- (a peer died under it) then ends on its own (interrupt.c)
-      longest = math.max(longest, C.zt_now() - t0)
+      R.t_last = C.zt_now()          -- the wall clock's figure: first step's start to last step's end
+      longest = math.max(longest, R.t_last - t0)
       if opts.graceful then interrupt.grace(math.max(5, 5 * longest)) end
     end
     check_trained(R, skipped_before)

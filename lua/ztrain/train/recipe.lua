@@ -92,8 +92,10 @@ M.defaults = {
   export   = { hf = "" },
   -- each logged step also to tracking tools' files (rank 0; kept across
   -- resumes): report.tensorboard = DIR (TensorBoard events; true =
-  -- OUT/tensorboard), report.csv = PATH (true = OUT/metrics.csv); "" = off
-  report   = { tensorboard = "", csv = "" },
+  -- OUT/tensorboard), report.csv = PATH (true = OUT/metrics.csv); "" = off;
+  -- report.peak_tflops = the peak MFU divides by (0: the device's known
+  -- peak where there is one, a CUDA card; record/throughput.lua)
+  report   = { tensorboard = "", csv = "", peak_tflops = 0 },
   out      = "",
   -- replace an earlier run's outputs in `out` (--overwrite); without it
   -- such a directory is refused (resume = ... continues one instead)

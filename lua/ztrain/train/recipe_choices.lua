@@ -63,6 +63,11 @@ function M.check(r)
       return nil, ("report.%s must be a path, true (inside out=) or false, got %s"):format(k, tostring(v))
     end
   end
+  local pk = r.report.peak_tflops
+  if type(pk) ~= "number" or pk < 0 or pk ~= pk or pk == math.huge then
+    return nil, ("report.peak_tflops must be a number of TFLOP/s >= 0 (0: the device's known peak), got %s")
+                :format(tostring(pk))
+  end
   local pl = r.pipeline.placement
   if pl ~= "" and pl ~= "loop" and pl ~= "v" then
     return nil, ('pipeline.placement must be "" (the schedule\'s), "loop" or "v", got %q'):format(tostring(pl))

@@ -23,6 +23,7 @@ local ffi = require "ffi"
 local state = require "ztrain.parallel.strategy.state"
 local host = require "ztrain.util.host"
 local libc = require "ztrain.core.libc"
+local throughput = require "ztrain.record.throughput"
 
 -- summary.json's layout version: 2 adds schema, version, commit, command,
 -- host, started, ended, recipe_json and history (docs/cli.md "Run outputs")
@@ -45,6 +46,15 @@ end
 local median = M.median
 
 local run, write_timeline
+
+-- wall_rate(R) -> tokens this process trained over the wall clock from its
+-- first step's start to its last step's end (evaluations and checkpoints
+-- between steps included), 0 before a step
+local function wall_rate(R)
+  local steps = R.tr.step - R.start_step
+  if not (R.t_last and R.t_steps) or steps <= 0 or R.t_last <= R.t_steps then return 0 end
+  return steps * R.r.batch.micro * R.r.data.seq_len * R.tr.accumulate * R.tr.dp.size / (R.t_last - R.t_steps)
+end
 
 -- timeline.svg and timeline.json of the recorded step (every pipeline
 -- rank's row), with the simulator's predicted bubble beside the measured
@@ -103,6 +113,12 @@ local function summary_of(R)
   -- a collective, before the summary's other gathers (counted out: see comm_report)
   local comm_per_step = comm_report.per_step(tr.world, R.comm_acc)
   local function iso(t) return os.date("!%Y-%m-%dT%H:%M:%SZ", math.floor(t)) end
+  -- speed, one way everywhere (record/throughput.lua): model FLOPs at the
+  -- median step, and MFU where a peak is known
+  local fpt = throughput.flops_per_token(model.nparams, tr.cfg, r.data.seq_len)
+  local tflops = median(R.tps) * fpt / 1e12
+  local peak, peak_from = throughput.peak_tflops(r.report.peak_tflops, ffi.string(C.zt_device_name()),
+                                                 ffi.string(C.zt_device_model()), r.precision ~= "fp32")
   return {
     schema = SCHEMA, version = ffi.string(C.zt_version()), commit = host.git_commit(zffi.home) or cjson_null,
     command = R.opts.command or cjson_null,
@@ -138,6 +154,8 @@ local function summary_of(R)
     gemm = tr.gemm or "fp32",
     attention = tr.recipe.device.attention,
     tokens_per_s = median(R.tps), step_ms_median = median(R.steps_ms),
+    tokens_per_s_wall = wall_rate(R), flops_per_token = fpt, model_tflops = tflops,
+    mfu = peak and tflops / peak or cjson_null, peak_tflops = peak or cjson_null, peak_from = peak_from or cjson_null,
     seconds = C.zt_now() - R.t_start,
     memory = report.with_totals(report.gather_memory(tr.world)),
     predicted = tr.strategy.predicted and tr.strategy.predicted(tr.ctx),
