@@ -6,7 +6,8 @@ local u = require "spec.helpers.util"
 
 local ROOT = io.popen("pwd"):read("*l")
 local ZT = ROOT .. "/build/ztrain"
-local RECIPE = ROOT .. "/recipes/single.lua model.size=gpt2-tiny data.tokenizer=bytes train.steps=1 -q"
+-- dp: the launches below pass the checks a recipe and a rank count decide (train/world_checks.lua)
+local RECIPE = ROOT .. "/recipes/dp.lua model.size=gpt2-tiny data.tokenizer=bytes train.steps=1 -q"
 
 -- a directory with an mpirun that notes its pid and arguments, then runs body
 local function fake_mpirun(body)

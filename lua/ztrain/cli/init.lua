@@ -179,16 +179,16 @@ local function launch(opts, argv, comm)
     return die("--hostfile runs a recipe across hosts; the multi-rank REPL runs on this machine " ..
                "(ztrain --nproc N)")
   end
+  if not hostfile and n > 1 and not opts.oversubscribe then
+    -- more ranks than this machine runs (its cores x a factor): refused
+    local ok, err = require("ztrain.job.launch").check_nproc(n)
+    if not ok then return die(err) end
+  end
   if pre and (opts.nproc or n > 1 or hostfile) then
     -- what the recipe and the rank count decide alone, before any rank
     -- starts: one line, not one a rank under Open MPI's abort banner
     local okc, cerr = require("ztrain.train.world_checks").check(pre, n)
     if not okc then return die(cerr) end
-  end
-  if not hostfile and n > 1 and not opts.oversubscribe then
-    -- more ranks than this machine runs (its cores x a factor): refused
-    local ok, err = require("ztrain.job.launch").check_nproc(n)
-    if not ok then return die(err) end
   end
   if opts.nproc and repl_opens then
     -- the multi-rank REPL: this process keeps the terminal and drives

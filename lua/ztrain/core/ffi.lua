@@ -49,6 +49,40 @@ local libpath = os.getenv("ZTRAIN_LIB") or (M.home .. "/build/libztrain.so")
 -- back to its generic SSE3 (Prescott) kernels, 5-9x slower. When the variable
 -- is unset, name the best core the CPU supports; a user's setting wins.
 local function pick_blas_core()
+
+-- OpenMP's idle threads spin (libgomp: ~300k iterations) before they sleep.
+-- On a machine busier than its cores the spinning threads take the time
+-- the working ones need: a gpt2-mini step here took 43.8 ms with the
+-- default and 32.3 with OMP_WAIT_POLICY=passive under a load of 3.5 on 2
+-- cores (issue 29 saw 249.9 against 29.5 ms), but on the quiet machine
+-- 21-25 ms active against 33-39 passive. So: passive where the 1-minute
+-- load average is above the online CPUs when the library loads, the
+-- default elsewhere; a user's OMP_WAIT_POLICY wins. M.omp_wait_auto says
+-- what was set (the run's banner names it).
+local function online_cpus()
+  local f = io.open("/sys/devices/system/cpu/online")
+  local text = f and f:read("*l") or ""
+  if f then f:close() end
+  local n = 0
+  for a, b in text:gmatch("(%d+)%-?(%d*)") do n = n + (b ~= "" and tonumber(b) - tonumber(a) + 1 or 1) end
+  return n
+end
+-- omp_wait_choice(load, cpus, given) -> "passive" | nil: what to set
+function M.omp_wait_choice(load, cpus, given)
+  if given or not load or not cpus or cpus < 1 then return nil end
+  return load > cpus and "passive" or nil
+end
+local function pick_omp_wait()
+  local f = io.open("/proc/loadavg")
+  local load = f and tonumber((f:read("*l") or ""):match("^(%S+)"))
+  if f then f:close() end
+  local choice = M.omp_wait_choice(load, online_cpus(), os.getenv("OMP_WAIT_POLICY"))
+  if choice then
+    libc.setenv("OMP_WAIT_POLICY", choice, 0)
+    M.omp_wait_auto = choice
+  end
+end
+pick_omp_wait()
   if os.getenv("OPENBLAS_CORETYPE") then return end
   local f = io.open("/proc/cpuinfo")
   if not f then return end

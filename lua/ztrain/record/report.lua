@@ -297,9 +297,10 @@ function Log:close()
   return ok, err
 end
 
--- print_banner(b): what a run is, before its first step (loop.lua banner)
-function M.print_banner(b)
-  local w = io.stdout
+-- print_banner(b[, w]): what a run is, before its first step (loop.lua
+-- banner), to w (default io.stdout: anything with write and flush)
+function M.print_banner(b, w)
+  w = w or io.stdout
   local function n(x) return tostring(math.floor(x)):reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", "") end
   w:write(("ztrain: %s (%s params) with %s on %d rank(s)%s, %s, %s\n")
           :format(b.model, n(b.params), b.strategy, b.world,
@@ -310,6 +311,14 @@ function M.print_banner(b)
           :format(b.steps, b.from_step > 0 and (" from step %d"):format(b.from_step) or "",
                   n((b.steps - b.from_step) * b.step_tokens)))
   if b.resumed then w:write(("  resumed   from %s\n"):format(b.resumed)) end
+  -- a machine already busier than its cores: steps slow down and vary
+  -- (other jobs, or more ranks x threads than cores)
+  if b.load and b.cores and b.load > b.cores then
+    w:write(("  machine   busy: load average %.1f over the last minute on %d core(s) (this rank: %d thread(s)" ..
+             "%s); steps will be slower and vary\n"):format(b.load, b.cores, b.threads,
+             b.omp_wait and (", OMP_WAIT_POLICY=" .. b.omp_wait .. (b.omp_wait_auto and " set by ztrain" or ""))
+             or ""))
+  end
   w:write(("  output    %s\n"):format(b.out))
   w:flush()
 end

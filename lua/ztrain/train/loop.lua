@@ -4,7 +4,8 @@
 -- train.steps, each step with its evaluation, sample, checkpoint, log line
 -- and interrupt point; stop(R, ok, err) settles how it ended: an error's
 -- status, a graceful stop's checkpoint, the metrics file closed.
-local C = require("ztrain.core.ffi").C
+local zffi = require "ztrain.core.ffi"
+local C = zffi.C
 local ffi_string = require("ffi").string
 local trainer = require "ztrain.train.trainer"
 local report = require "ztrain.record.report"
@@ -17,6 +18,7 @@ local comm = require "ztrain.core.comm"
 local schedule = require "ztrain.parallel.schedule"
 local libc = require "ztrain.core.libc"
 local throughput = require "ztrain.record.throughput"
+local host = require "ztrain.util.host"
 
 local M = {}
 
@@ -216,7 +218,9 @@ function M.banner(R)
            stages = tr.pp and tr.pp.size or 1, device = ffi_string(C.zt_device_name()), precision = r.precision,
            global = G, micro = r.batch.micro, accumulate = tr.accumulate, dp = tr.dp.size, T = r.data.seq_len,
            steps = r.train.steps, from_step = tr.step, step_tokens = step_tokens(R),
-           resumed = R.resumed and R.resumed.from or nil, out = R.out }
+           resumed = R.resumed and R.resumed.from or nil, out = R.out,
+           load = host.load_average(), cores = host.cores(), threads = C.zt_get_threads(),
+           omp_wait = os.getenv("OMP_WAIT_POLICY"), omp_wait_auto = zffi.omp_wait_auto }
 end
 
 -- begin_segment(R): this process's part of the run, as the history keeps it
