@@ -81,3 +81,26 @@ describe("MFU's peak", function()
                    out, 1, true)
   end)
 end)
+
+describe("metrics.jsonl", function()
+  it("keeps every step of a short run whatever train.log_every prints; a long run the logged steps", function()
+    local dir = util.outdir()
+    local out, rc = util.sh(("%s train.log_every=10 out=%s"):format(RUN, dir))
+    assert.are.equal(0, rc, out)
+    local steps = {}
+    for _, rec in ipairs(util.metrics(dir)) do steps[#steps + 1] = rec.step end
+    assert.are.same({ 1, 2, 3, 4, 5 }, steps)
+    local printed = {}
+    for n in out:gmatch("step%s+(%d+)/5") do printed[#printed + 1] = tonumber(n) end
+    assert.are.same({ 1, 5 }, printed)                  -- the first, the last (log_every 10)
+    util.rm(dir)
+    -- past the threshold (lowered here to 3 steps): the logged steps only
+    out, rc = util.sh(("%s train.log_every=2 -e 'require(\"ztrain.train.loop\").EVERY_STEP = 3' out=%s")
+                      :format(RUN, dir))
+    assert.are.equal(0, rc, out)
+    steps = {}
+    for _, rec in ipairs(util.metrics(dir)) do steps[#steps + 1] = rec.step end
+    assert.are.same({ 1, 2, 4, 5 }, steps)
+    util.rm(dir)
+  end)
+end)

@@ -88,7 +88,7 @@ describe("outputs", function()
     assert.matches('summary={"good":1}', out, 1, true)
     assert.is_nil(out:match("%.tmp"))          -- no temporary file left behind
     local ok, n = jsonl_ok("/tmp/ztrain_rel_metrics.35500")
-    assert.is_true(ok); assert.are.equal(2, n)
+    assert.is_true(ok); assert.are.equal(3, n)          -- every step of the 3 (loop.EVERY_STEP)
     -- no room even for the first step's metrics: the run says so, and says
     -- both (the step was trained: its summary is due, and cannot be written)
     out = full_run(39500)

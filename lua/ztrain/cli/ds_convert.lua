@@ -13,6 +13,8 @@ function M.main(args)
   end
   local n = args[2] and tonumber((args[2]:match("^nproc=(%d+)$")))
   if args[2] and not n or args[3] then error("ds-convert: expected ztrain ds-convert FILE [nproc=N]", 0) end
+  if n and n < 1 then error(("ds-convert: nproc=%d: give a world size >= 1 (the ranks the config's batch " ..
+                              "sizes are divided among)"):format(n), 0) end
   io.stdout:write(dsconfig.recipe_text(args[1], n or 1))
   return 0
 end

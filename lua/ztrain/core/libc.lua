@@ -65,6 +65,7 @@ local decls = {
   flock = "int %s(int fd, int operation)",
   setpgid = "int %s(int pid, int pgid)",
   stat = "int %s(const char *path, ztrain_libc_stat_t *st)",
+  fstat = "int %s(int fd, ztrain_libc_stat_t *st)",
   unlink = "int %s(const char *path)",
   rmdir = "int %s(const char *path)",
   fnmatch = "int %s(const char *pattern, const char *string, int flags)",

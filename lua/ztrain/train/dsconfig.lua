@@ -15,24 +15,15 @@
 local cjson = require "cjson.safe"
 local errors = require "ztrain.core.errors"
 local recipe = require "ztrain.train.recipe"
+local dsfile = require "ztrain.train.dsconfig_file"
 
 local M = {}
 
 local function refuse(fmt, ...) error(errors.user("ds-config: " .. fmt:format(...)), 0) end
 
--- read(path) -> the decoded JSON table. A missing file or bad JSON is one
--- line naming the file.
-function M.read(path)
-  local f, err = io.open(path, "rb")
-  if not f then refuse("cannot read %s: %s", path, err) end
-  local text = f:read("*a")
-  f:close()
-  local t, jerr = cjson.decode(text)
-  if type(t) ~= "table" then
-    refuse("%s is not a JSON object%s", path, jerr and (": " .. tostring(jerr)) or "")
-  end
-  return t
-end
+-- read(path) -> the decoded JSON table (dsconfig_file.lua: one line
+-- naming the file for anything that is not a config's JSON object)
+M.read = dsfile.read
 
 -- An "auto" value left after fill_auto is one Hugging Face's Trainer does not fill either.
 local function value(t, key, path)

@@ -170,7 +170,10 @@ local function one_step(R)
   local log_now = rec.step == 1 or is_last or rec.eval_loss or
                   (r.train.log_every > 0 and rec.step % r.train.log_every == 0)
   rec.loss_hex = ("%a"):format(rec.loss)   -- exact, for comparing runs bit for bit
-  if log_now then R.log:metrics(rec) end
+  -- the records keep every step of a run up to EVERY_STEP steps (a line
+  -- costs ~65 us); longer runs, the logged steps. The printed lines follow
+  -- train.log_every either way
+  if log_now or r.train.steps <= M.EVERY_STEP then R.log:metrics(rec) end
   R.log:progress(rec, log_now)
   if rec.loss ~= rec.loss or math.abs(rec.loss) == math.huge then
     -- the loss was reduced over ranks: every rank stops here together
@@ -179,6 +182,10 @@ local function one_step(R)
   end
   check_scaler(R, rec)
 end
+
+-- runs of at most this many steps record every step in metrics.jsonl (and
+-- report.tensorboard / report.csv); longer ones the train.log_every steps
+M.EVERY_STEP = 10000
 
 -- tokens a step of this run trains (every rank's micro-batches)
 local function step_tokens(R)

@@ -396,7 +396,10 @@ function M.load(path, overrides)
   if type(user) ~= "table" then
     return nil, ("recipe %s must return a table, it returned %s"):format(path, type(user))
   end
-  local r, rerr = M.resolve(user, overrides)
+  -- reading the table runs the recipe's metamethods: what they raise is
+  -- the recipe's error, said as one line
+  local okr, r, rerr = pcall(M.resolve, user, overrides)
+  if not okr then return nil, ("recipe %s: reading the table it returned raised: %s"):format(path, tostring(r)) end
   if not r then return nil, ("%s: %s"):format(path, rerr) end
   if r.name == "" then r.name = path:match("([^/]+)%.lua$") or path end
   r.path = path

@@ -63,6 +63,14 @@ function M.check(r)
       return nil, ("report.%s must be a path, true (inside out=) or false, got %s"):format(k, tostring(v))
     end
   end
+  -- comm.timeout's default comes from the environment: a value that is not
+  -- one is refused, not read as "unset"
+  local env_to = os.getenv("ZTRAIN_COMM_TIMEOUT")
+  local to_n = env_to and tonumber(env_to)
+  if env_to and env_to ~= "" and not (to_n and to_n >= 0 and to_n < math.huge) then
+    return nil, ("ZTRAIN_COMM_TIMEOUT=%s: not a number of seconds >= 0 (0: no timeout); fix or unset it, " ..
+                 "or set comm.timeout"):format(env_to)
+  end
   local pk = r.report.peak_tflops
   if type(pk) ~= "number" or pk < 0 or pk ~= pk or pk == math.huge then
     return nil, ("report.peak_tflops must be a number of TFLOP/s >= 0 (0: the device's known peak), got %s")

@@ -119,8 +119,16 @@ function M.appender(path, opts)
   return setmetatable({ fd = fd, path = path, size = size }, Appender)
 end
 
+local st_now = libc.stat_t()
+
 function Appender:append(text)
   if not self.fd then return nil, ("cannot write %s: closed"):format(self.path) end
+  -- a file deleted under the run (its directory removed) takes writes and
+  -- keeps none: said, not lost in silence
+  if libc.fstat(self.fd, st_now) == 0 and st_now.st_nlink == 0 then
+    return nil, ("cannot write %s: the file was deleted while the run wrote it (its directory removed?)")
+                :format(self.path)
+  end
   local ok, why = pwrite_all(self.fd, text, #text, self.size)
   if not ok then
     -- keep only whole lines: cut back what part of this one got written
