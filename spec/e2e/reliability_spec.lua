@@ -87,8 +87,12 @@ describe("outputs", function()
     assert.matches("exit=3", out, 1, true)
     assert.matches('summary={"good":1}', out, 1, true)
     assert.is_nil(out:match("%.tmp"))          -- no temporary file left behind
-    local ok, n = jsonl_ok("/tmp/ztrain_rel_metrics.35500")
-    assert.is_true(ok); assert.are.equal(3, n)          -- every step of the 3 (loop.EVERY_STEP)
+    -- an --overwrite that fails puts the earlier run back as it was (rundir.lua):
+    -- it had a summary.json alone, so the failed run's metrics.jsonl goes too
+    -- (whole lines on a full disk: the file-size-limit case below)
+    assert.matches("ztrain: /mnt/run holds the run it was to replace again, as it was", out, 1, true)
+    assert.are.equal("", u.read("/tmp/ztrain_rel_metrics.35500"))
+    assert.matches("\nsummary.json \n", out, 1, true)    -- ls -A of /mnt/run: summary.json alone
     -- no room even for the first step's metrics: the run says so, and says
     -- both (the step was trained: its summary is due, and cannot be written)
     out = full_run(39500)

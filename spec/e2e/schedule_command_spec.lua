@@ -58,7 +58,8 @@ describe("ztrain schedule", function()
     local dir = tmpdir()
     local out, rc = run("build/ztrain schedule nope p=2 m=4 out=" .. dir)
     assert.are.equal(1, rc, out)
-    assert.matches('unknown pipeline schedule "nope" (known: 1f1b, gpipe, interleaved_1f1b, pipedream, zb_h1, zbv, or compare)',
+    assert.matches('unknown pipeline schedule "nope" (known: 1f1b, gpipe, interleaved_1f1b, pipedream, zb_h1, zbv, ' ..
+                   'compare, or csv:PATH (a PyTorch pipelining CSV))',
                    out, 1, true)
     out, rc = run("build/ztrain schedule interleaved_1f1b p=4 m=6 out=" .. dir)
     assert.are.equal(1, rc, out)

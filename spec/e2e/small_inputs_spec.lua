@@ -66,6 +66,20 @@ describe("recipes and the environment", function()
   end)
 end)
 
+describe("an override's table literal", function()
+  it("that would not end is stopped and refused, naming the key; a plain literal still reads", function()
+    local out, rc = util.sh(("%s %s 'optim.betas={(function() while true do end end)()}'"):format(ZT, TINY))
+    assert.are.equal(1, rc, out)                     -- not 124: timeout 60 did not have to end it
+    assert.matches("optim.betas: runs past 10000000 Lua instructions: an override's table literal is data, " ..
+                   "not a program", out, 1, true)
+    local d = util.outdir()
+    out, rc = util.sh(("%s %s train.steps=1 'optim.betas={0.8,0.9}' 'data.text=docs/*.md' out=%s"):format(ZT, TINY, d))
+    assert.are.equal(0, rc, out)
+    assert.are.same({ 0.8, 0.9 }, util.summary(d).recipe_json.optim.betas)
+    util.rm(d)
+  end)
+end)
+
 describe("a run's output directory removed while it runs", function()
   it("ends the run with exit 3 naming metrics.jsonl, not silently", function()
     local d = util.outdir()

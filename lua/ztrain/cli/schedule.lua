@@ -1,4 +1,4 @@
--- ztrain.cli.schedule: `ztrain schedule NAME|compare [p=4] [m=8] [v=2] [out=DIR]`:
+-- ztrain.cli.schedule: `ztrain schedule NAME|compare|csv:PATH [p=4] [m=8] [v=2] [out=DIR]`:
 -- draw a pipeline schedule without training -- its grid, bubble, peak
 -- activations and timeline (SVG and Perfetto JSON), or every built-in
 -- schedule side by side. Simulated only: no runtime is loaded.
@@ -8,6 +8,7 @@ local usage = require "ztrain.cli.usage"
 local schedules = require "ztrain.parallel.schedule.library"
 local simulate = require "ztrain.parallel.schedule.simulate"
 local timeline = require "ztrain.record.timeline"
+local csv = require "ztrain.parallel.schedule.csv"
 
 local M = {}
 
@@ -74,6 +75,28 @@ local function schedule_one(name, o, model)
   return 0
 end
 
+-- a PyTorch pipelining CSV (parallel/schedule/csv.lua): what load made of
+-- it, then its grid, bubble, peak activations and timeline
+local function schedule_csv(spec, o, model)
+  local path = spec:sub(5)
+  local lists, info = csv.load(path)
+  local res = simulate.check(lists)
+  print(("%s: %d ranks, %d stages (%s), %d micro-batches, %s; %s"):format(path, info.ranks, info.stages,
+        info.stages == 2 * info.ranks and info.stage_rank(info.ranks) == info.ranks - 1 and "V" or "looped",
+        info.microbatches, info.compute_only and "compute only" or "with its communication", model))
+  for _, n in ipairs(info.notes) do print("  " .. n) end
+  io.stdout:write(simulate.grid(res))
+  print(("bubble %.6f (%.1f%%) of ranks x makespan %g"):format(res.bubble, 100 * res.bubble, res.makespan))
+  print("peak activations per stage (micro-batches held): " .. fmt_peak(res, info.stages))
+  o.p, o.m = info.ranks, info.microbatches
+  local base = path:match("([^/]+)%.[^./]*$") or path:match("[^/]+$")
+  local dir = out_dir(o, "csv-" .. base:gsub("[^%w_]+", "-"))
+  local w = timeline.write(dir, timeline.from_simulation(res), { name = base, subtitle = model .. "; the ideal timeline",
+                                                               us_per_unit = 1000 })
+  print(("wrote %s and %s (1 time unit = 1 ms in the trace)"):format(w.svg, w.json))
+  return 0
+end
+
 -- compare: every built-in schedule at the same p and m (interleaved with
 -- v, default 2), and the naive pipeline (GPipe with one micro-batch)
 local function schedule_compare(o, model)
@@ -118,11 +141,16 @@ function M.main(args)
   local names = {}
   for k in pairs(schedules.builtin) do names[#names + 1] = k end
   table.sort(names)
-  local known = table.concat(names, ", ") .. ", or compare"
+  local known = table.concat(names, ", ") .. ", compare, or csv:PATH (a PyTorch pipelining CSV)"
   local name = args[1]
   if name == "-h" or name == "--help" then io.stdout:write(usage.command("schedule")); return 0 end
   if not name or name:find("=") then
     error(("schedule: give a schedule name (%s), e.g. ztrain schedule 1f1b p=4 m=8"):format(known), 0)
+  end
+  if name:match("^csv:") then
+    local T = simulate.TIMES
+    return schedule_csv(name, schedule_args(args, 2), ("simulated with F=%g B=%g (I=%g W=%g) time units, " ..
+                        "communication free"):format(T.F, T.B, T.I, T.W))
   end
   if name ~= "compare" and not schedules.builtin[name] then
     error(("unknown pipeline schedule %q (known: %s)"):format(name, known), 0)

@@ -5,7 +5,7 @@ local M = {}
 
 -- name -> the command's synopsis, as --help prints it after "usage:"
 M.SYNOPSIS = {
-  schedule = "ztrain schedule NAME|compare [p=4] [m=8] [v=2] [out=DIR]",
+  schedule = "ztrain schedule NAME|compare|csv:PATH [p=4] [m=8] [v=2] [out=DIR]",
   generate = 'ztrain generate SRC "PROMPT" [max_tokens=64] [temperature=1] [top_k=0] [top_p=1]\n' ..
              '                [seed=0] [tokenizer=NAME]',
   export = "ztrain export CHECKPOINT DIR",
@@ -111,7 +111,7 @@ Recipe keys (defaults in lua/ztrain/train/recipe.lua; docs/recipes.md):
   pipeline.stages (ranks per pipeline), pipeline.chunks (stages per rank, interleaved),
     pipeline.split ("params", "time" or unit counts per stage), pipeline.placement ("", loop, v)
   schedule ("": sequential driver; one_stage, one_stage_iw, gpipe, 1f1b, interleaved_1f1b,
-    zb_h1, zbv, pipedream or a function: schedule driver)
+    zb_h1, zbv, pipedream, csv:PATH (a PyTorch pipelining CSV) or a function: schedule driver)
 
 ztrain schedule NAME p=P m=M [v=V] [out=DIR] draws a pipeline schedule without
 training: builds it (gpipe, 1f1b, interleaved_1f1b, zb_h1, zbv, pipedream), simulates it, prints
@@ -119,6 +119,9 @@ the ranks x time grid, the predicted bubble and peak activations per stage, and
 writes timeline.svg and timeline.json (Chrome trace) of the ideal timeline to
 DIR (default runs/schedule-NAME-pP-mM-<time>/). `ztrain schedule compare p=4
 m=8` prints every schedule's bubble and writes compare.svg (a bar chart).
+`ztrain schedule csv:PATH` reads a schedule PyTorch's pipelining dumped
+(compute-only with any chunks, looped or V; 2.5's B-for-I; SEND/RECV with
+WAIT_*) and draws it; schedule=csv:PATH trains it.
 
 ztrain generate SRC "PROMPT" continues PROMPT with a GPT-2 model and prints the
 prompt and its continuation. SRC is hf:DIR or DIR: a Hugging Face GPT-2

@@ -20,8 +20,11 @@
 -- claimed the same way, before anything is written: made (when the run
 -- writes checkpoints) and locked with ROOT/.ckpt.lock (holder's pid and
 -- out=), so two runs never share one; with --overwrite (and no resume=)
--- the replaced run's checkpoints there and in DIR/checkpoints are removed,
--- so a later resume=latest cannot continue the run that was replaced.
+-- the replaced run's files, its checkpoints there and in DIR/checkpoints
+-- among them, move aside (DIR/.replaced, ROOT/.replaced) and are removed
+-- when the new run ends (or stops with its checkpoint), put back when it
+-- fails: a later resume=latest never continues the run that was replaced,
+-- and a failed --overwrite loses nothing.
 local ffi = require "ffi"
 local libc = require "ztrain.core.libc"
 local errors = require "ztrain.core.errors"
@@ -93,6 +96,75 @@ local function fresh(r)
   error(("cannot create an output directory under runs/: %s-* are all taken"):format(base), 0)
 end
 
+-- entries(dir) -> the paths in dir, dotfiles too
+local function entries(dir)
+  local out = {}
+  for _, pat in ipairs({ "/*", "/.[!.]*", "/..?*" }) do
+    for _, p in ipairs(fs.glob(dir .. pat) or {}) do out[#out + 1] = p end
+  end
+  return out
+end
+
+-- remove_tree(p): p and, for a directory, what it holds. unlink first: a
+-- symlink (to a directory too) is removed as a link, never followed
+local function remove_tree(p)
+  if libc.unlink(p) == 0 then return end
+  for _, e in ipairs(entries(p)) do remove_tree(e) end
+  libc.rmdir(p)
+end
+
+-- An --overwrite replaces an earlier run only when it succeeds: at the claim
+-- the earlier run's files move into DIR/.replaced (a killed overwrite's
+-- .replaced is dropped first), and Lock:commit (the run ended, or was
+-- stopped with its checkpoint) removes them, Lock:rollback (it failed)
+-- puts them back in place of the new run's. The same for an outside
+-- train.ckpt_dir's checkpoints (ROOT/.replaced).
+local STAGE = ".replaced"
+
+-- stage(dir, keep) -> the stage directory, holding what dir held but keep's names
+local function stage(dir, keep)
+  local st = dir .. "/" .. STAGE
+  remove_tree(st)
+  if libc.mkdir(st, 493) ~= 0 then error(("cannot replace the run in %s: %s"):format(dir, reason()), 0) end
+  for _, e in ipairs(entries(dir)) do
+    local name = e:match("[^/]+$")
+    if name ~= STAGE and not keep[name] then
+      local ok, err = os.rename(e, st .. "/" .. name)
+      if not ok then error(("cannot replace the run in %s: %s"):format(dir, err), 0) end
+    end
+  end
+  return st
+end
+
+-- unstage(dir, st, keep): the new run's files out of dir, the staged ones back
+local function unstage(dir, st, keep)
+  for _, e in ipairs(entries(dir)) do
+    local name = e:match("[^/]+$")
+    if name ~= STAGE and not keep[name] then remove_tree(e) end
+  end
+  for _, e in ipairs(entries(st)) do os.rename(e, dir .. "/" .. e:match("[^/]+$")) end
+  libc.rmdir(st)
+end
+
+local KEEP_OUT, KEEP_CKPT = { [".lock"] = true }, { [".ckpt.lock"] = true }
+
+-- commit(): the new run stands; the staged earlier run is removed
+function Lock:commit()
+  if self.ckpt then self.ckpt:commit() end
+  if self.staged then remove_tree(self.staged); self.staged = nil end
+end
+
+-- rollback(): the new run failed; the earlier run's files are back as they were
+function Lock:rollback()
+  if self.ckpt then self.ckpt:rollback() end
+  if self.staged then
+    unstage(self.dir, self.staged, self.keep)
+    self.staged = nil
+    if self.keep == KEEP_OUT then io.stderr:write(("ztrain: %s holds the run it was to replace again, as it was (--overwrite replaces a " ..
+                     "run only when the new one ends)\n"):format(self.dir)) end
+  end
+end
+
 local function claim_out(r)
   if r.out == "" then
     local dir = fresh(r)
@@ -103,6 +175,11 @@ local function claim_out(r)
   local ok, err = fs.mkdirs(dir, "output directory")
   if not ok then error(err, 0) end
   local lk = lock(dir, created)
+  if r.overwrite and r.resume == "" and not created then
+    local ok, st = pcall(stage, dir, KEEP_OUT)
+    if not ok then lk:release(); error(st, 0) end
+    lk.staged, lk.keep = st, KEEP_OUT
+  end
   if not r.overwrite and r.resume == "" then
     for _, f in ipairs({ "summary.json", "metrics.jsonl" }) do
       if fs.exists(dir .. "/" .. f) then
@@ -113,19 +190,6 @@ local function claim_out(r)
     end
   end
   return dir, lk
-end
-
--- clear_ckpts(root): what checkpoint.save writes in root (step-N/ with its
--- files, .step-N.tmp/, latest, .latest.tmp), nothing else
-local function clear_ckpts(root)
-  local function remove_dir(d)
-    for _, f in ipairs(fs.glob(d .. "/*") or {}) do libc.unlink(f) end
-    libc.rmdir(d)
-  end
-  for _, d in ipairs(fs.glob(root .. "/step-[0-9]*") or {}) do remove_dir(d) end
-  for _, d in ipairs(fs.glob(root .. "/.step-[0-9]*.tmp") or {}) do remove_dir(d) end
-  libc.unlink(root .. "/latest")
-  libc.unlink(root .. "/.latest.tmp")
 end
 
 -- claim_ckpt(r, out) -> the checkpoint root's Lock, or nil when the run
@@ -142,8 +206,13 @@ local function claim_ckpt(r, out)
   end
   local lk = lock(root, created, "train.ckpt_dir", ".ckpt.lock", "out=" .. out)
   if r.overwrite and (r.resume or "") == "" then
-    clear_ckpts(root)
-    if root ~= out .. "/checkpoints" then clear_ckpts(out .. "/checkpoints") end
+    -- out=/checkpoints moved with out='s files (claim_out); an outside
+    -- root's checkpoints are staged in it
+    if root ~= out .. "/checkpoints" and not created then
+      local ok, st = pcall(stage, root, KEEP_CKPT)
+      if not ok then lk:release(); error(st, 0) end
+      lk.staged, lk.keep = st, KEEP_CKPT
+    end
     lk.created = true          -- release removes the root if this run leaves it empty
   end
   return lk

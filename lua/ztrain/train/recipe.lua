@@ -223,7 +223,12 @@ local function merge(dst, src, prefix)
   end
 end
 
--- Parse an override value: numbers, true/false, Lua table literals, else string.
+local OVERRIDE_STEPS = 10000000
+local OVERRIDE_SLOW = ("runs past %d Lua instructions: an override's table literal is data, not a program")
+                      :format(OVERRIDE_STEPS)
+
+-- Parse an override value: numbers, true/false, Lua table literals, else
+-- string; nil, err for a literal that would not end
 local function parse_value(s)
   if s == "true" then return true elseif s == "false" then return false end
   local n = tonumber(s)
@@ -231,9 +236,16 @@ local function parse_value(s)
   if s:match("^%s*{") then
     local f = loadstring("return " .. s)
     if f then
+      -- a literal is data: read with no globals, interpreted (no JIT, so the
+      -- count hook runs) and stopped after OVERRIDE_STEPS VM instructions
+      -- (a value like {(function() while true do end end)()} hung the run)
       setfenv(f, {})
+      jit.off(f, true)
+      debug.sethook(function() error(OVERRIDE_SLOW, 0) end, "", OVERRIDE_STEPS)
       local ok, v = pcall(f)
+      debug.sethook()
       if ok then return v end
+      if v == OVERRIDE_SLOW then return nil, OVERRIDE_SLOW end
     end
   end
   return s
@@ -271,7 +283,8 @@ function M.apply_override(r, arg)
     if path == "lr" then also = "; the learning rate itself is optim.lr" end
     return nil, ("%s is a table of keys; set one of them (%s)%s"):format(path, table.concat(sub, ", "), also)
   end
-  local v = parse_value(value)
+  local v, verr = parse_value(value)
+  if verr then return nil, ("%s: %s"):format(path, verr) end
   if type(schema[last]) == "number" and type(v) ~= "number" then
     return nil, ("%s must be a number, got %q"):format(path, value)
   end

@@ -9,6 +9,55 @@ local changes = require "ztrain.train.checkpoint.changes"
 
 local M = {}
 
+-- report.* and the environment's defaults
+local function check_report(r)
+  for _, k in ipairs({ "tensorboard", "csv" }) do
+    local v = r.report[k]
+    if type(v) ~= "string" and type(v) ~= "boolean" then
+      return nil, ("report.%s must be a path, true (inside out=) or false, got %s"):format(k, tostring(v))
+    end
+  end
+  -- comm.timeout's default comes from the environment: a value that is not
+  -- one is refused, not read as "unset"
+  local env_to = os.getenv("ZTRAIN_COMM_TIMEOUT")
+  local to_n = env_to and tonumber(env_to)
+  if env_to and env_to ~= "" and not (to_n and to_n >= 0 and to_n < math.huge) then
+    return nil, ("ZTRAIN_COMM_TIMEOUT=%s: not a number of seconds >= 0 (0: no timeout); fix or unset it, " ..
+                 "or set comm.timeout"):format(env_to)
+  end
+  local pk = r.report.peak_tflops
+  if type(pk) ~= "number" or pk < 0 or pk ~= pk or pk == math.huge then
+    return nil, ("report.peak_tflops must be a number of TFLOP/s >= 0 (0: the device's known peak), got %s")
+                :format(tostring(pk))
+  end
+  return true
+end
+
+-- the schedule: a name, csv:PATH (a file that exists) or a function
+local function check_schedule(r)
+  if type(r.schedule) ~= "string" and type(r.schedule) ~= "function" then
+    return nil, ("recipe key \"schedule\" must be a schedule name or a function, got %s"):format(type(r.schedule))
+  end
+  if type(r.schedule) == "string" and r.schedule:match("^csv:") then
+    local path = r.schedule:sub(5)
+    local f = io.open(path, "rb")
+    if not f then
+      return nil, ("schedule %q: cannot read %s (a PyTorch pipelining CSV: one row per rank)"):format(r.schedule, path)
+    end
+    f:close()
+  elseif type(r.schedule) == "string" and r.schedule ~= "" then
+    local names = registry.names()
+    local known = false
+    for _, n in ipairs(names) do if n == r.schedule then known = true end end
+    if not known then
+      return nil, ("unknown schedule %q (known: %s; csv:PATH, a PyTorch pipelining CSV; or a function " ..
+                   "returning action lists)")
+                  :format(r.schedule, table.concat(names, ", "))
+    end
+  end
+  return true
+end
+
 -- check(r) -> true | nil, err: the keys that take one of a set of values,
 -- and the combinations that cannot run, named with what to do
 function M.check(r)
@@ -57,42 +106,13 @@ function M.check(r)
     return nil, ("train.checkpoint_activations must be false, true (every block) or k (every k-th block), " ..
                  "got %s"):format(tostring(ca))
   end
-  for _, k in ipairs({ "tensorboard", "csv" }) do
-    local v = r.report[k]
-    if type(v) ~= "string" and type(v) ~= "boolean" then
-      return nil, ("report.%s must be a path, true (inside out=) or false, got %s"):format(k, tostring(v))
-    end
-  end
-  -- comm.timeout's default comes from the environment: a value that is not
-  -- one is refused, not read as "unset"
-  local env_to = os.getenv("ZTRAIN_COMM_TIMEOUT")
-  local to_n = env_to and tonumber(env_to)
-  if env_to and env_to ~= "" and not (to_n and to_n >= 0 and to_n < math.huge) then
-    return nil, ("ZTRAIN_COMM_TIMEOUT=%s: not a number of seconds >= 0 (0: no timeout); fix or unset it, " ..
-                 "or set comm.timeout"):format(env_to)
-  end
-  local pk = r.report.peak_tflops
-  if type(pk) ~= "number" or pk < 0 or pk ~= pk or pk == math.huge then
-    return nil, ("report.peak_tflops must be a number of TFLOP/s >= 0 (0: the device's known peak), got %s")
-                :format(tostring(pk))
-  end
+  local ok, err = check_report(r)
+  if not ok then return nil, err end
   local pl = r.pipeline.placement
   if pl ~= "" and pl ~= "loop" and pl ~= "v" then
     return nil, ('pipeline.placement must be "" (the schedule\'s), "loop" or "v", got %q'):format(tostring(pl))
   end
-  if type(r.schedule) ~= "string" and type(r.schedule) ~= "function" then
-    return nil, ("recipe key \"schedule\" must be a schedule name or a function, got %s"):format(type(r.schedule))
-  end
-  if type(r.schedule) == "string" and r.schedule ~= "" then
-    local names = registry.names()
-    local known = false
-    for _, n in ipairs(names) do if n == r.schedule then known = true end end
-    if not known then
-      return nil, ("unknown schedule %q (known: %s; or a function returning action lists)")
-                  :format(r.schedule, table.concat(names, ", "))
-    end
-  end
-  return true
+  return check_schedule(r)
 end
 
 return M

@@ -91,6 +91,9 @@ function M.run(r, opts)
                              names = { timeout = "comm.timeout", check = "comm.check" } })
   local ok, res, tr = pcall(run, r, opts or {}, out)
   comm.watch(watch)
+  -- --overwrite: the earlier run's files go once this run ends or stops
+  -- with its checkpoint, and come back when it fails (rundir.lua)
+  if ok or interrupt.is_interrupt(res) then lock:commit() else lock:rollback() end
   lock:release()
   memory.set_limit("device", 0)
   pcall(memory.set_limit, "device", limit)

@@ -29,10 +29,16 @@ local M = {}
 local TYPES = {
   F = true, I = true, W = true, B = true,
   SEND_F = true, RECV_F = true, SEND_B = true, RECV_B = true,
+  WAIT_SEND_F = true, WAIT_RECV_F = true, WAIT_SEND_B = true, WAIT_RECV_B = true,
   UNSHARD = false, RESHARD = false, REDUCE_GRAD = false,
 }
 local COMM = { SEND_F = true, RECV_F = true, SEND_B = true, RECV_B = true }
-local KNOWN = "F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD"
+-- the newer dumps' waits on a posted send or receive: ztrain's runtime waits
+-- for a receive before its reader and for its sends at the step's end, so
+-- load drops them (told in the notes)
+local WAIT = { WAIT_SEND_F = true, WAIT_RECV_F = true, WAIT_SEND_B = true, WAIT_RECV_B = true }
+local KNOWN = "F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B, WAIT_SEND_F, WAIT_RECV_F, WAIT_SEND_B, WAIT_RECV_B, " ..
+              "UNSHARD, RESHARD, REDUCE_GRAD"
 
 local function whole(x) return type(x) == "number" and x == x and x % 1 == 0 and x >= 0 end
 
@@ -127,6 +133,8 @@ local function cell(text)
   return { op = ty, stage = tonumber(st), mb = mb ~= "" and tonumber(mb) or nil }
 end
 
+local b_before_w
+
 -- Errors in the helpers of load below point at load's caller, as load's
 -- own do (error level 2 there): level 3 from a helper that load calls
 -- itself, never in a tail call.
@@ -193,6 +201,8 @@ local function parse_row(path, r, line, seen)
       if COMM[a.op] then seen.has_comm = true end
       if a.op == "UNSHARD" or a.op == "RESHARD" then
         seen.dropped = seen.dropped + 1
+      elseif WAIT[a.op] then
+        seen.has_comm, seen.waits = true, seen.waits + 1
       elseif a.op == "REDUCE_GRAD" then
         seen.merged = seen.merged + 1
         last_rg = #row + 1
@@ -203,6 +213,25 @@ local function parse_row(path, r, line, seen)
     end
   end
   return merge_reduce_grads(row, last_rg)
+end
+
+-- b_before_w(rows) -> how many B actions became I: PyTorch 2.5 wrote the
+-- input-gradient backward as B, so a B whose stage and micro-batch also
+-- has a W is an I (a full backward and a W of one micro-batch cannot both be)
+b_before_w = function(rows)
+  local has_w = {}
+  for _, row in ipairs(rows) do
+    for _, a in ipairs(row) do
+      if a.op == "W" then has_w[a.stage .. ":" .. a.mb] = true end
+    end
+  end
+  local n = 0
+  for _, row in ipairs(rows) do
+    for _, a in ipairs(row) do
+      if a.op == "B" and has_w[a.stage .. ":" .. a.mb] then a.op = "I"; n = n + 1 end
+    end
+  end
+  return n
 end
 
 -- extent(path, seen, opts) -> stages, microbatches: the options', or what
@@ -223,21 +252,43 @@ local function extent(path, seen, opts)
   return nst, m
 end
 
+-- the file's placement of nst stages on R ranks: "loop" (stage s on rank
+-- s % R, any number of chunks) or "v" (two chunks, ranks r and 2R - 1 - r:
+-- ZB-V, DualPipe-V), or nil, the first stage that fits neither
+local function placement_of(seen, nst, R)
+  local loop, v = true, nst == 2 * R
+  local bad
+  for s = 0, nst - 1 do
+    local r = seen.placed[s]
+    if r then
+      if r ~= s % R then loop = false; bad = bad or s end
+      if r ~= (s < R and s or 2 * R - 1 - s) then v = false; bad = bad or s end
+    end
+  end
+  if loop then return "loop" end
+  if v then return "v" end
+  return nil, bad
+end
+
 -- A compute-only file: its order per rank, then ztrain's communication
--- (schedules.with_comms), which places stage s on rank s % ranks.
+-- (schedules.with_comms), with the file's placement (looped or V) and
+-- chunks = stages / ranks.
 local function lists_with_comms(path, rows, seen, nst, m)
   local R = #rows
-  local ok, q = pcall(schedules.params, { stages = nst, microbatches = m, ranks = R }, "pipeline csv")
+  if nst % R ~= 0 then
+    error(("pipeline csv load %s: a compute-only file needs stages = ranks x chunks: %d stages on %d ranks")
+          :format(path, nst, R), CALLER)
+  end
+  local placement, bad = placement_of(seen, nst, R)
+  if not placement then
+    error(("pipeline csv load %s: compute-only file has stage %d on rank %d, neither looped (stage s on rank " ..
+           "s %% %d) nor V (ranks r and %d - r); write the file with its SEND/RECV to use another placement")
+          :format(path, bad, seen.placed[bad], R, 2 * R - 1), CALLER)
+  end
+  local ok, q = pcall(schedules.params, { stages = nst, microbatches = m, ranks = R, chunks = nst / R,
+                                          placement = placement }, "pipeline csv")
   if not ok then
     error(("pipeline csv load %s: a compute-only file needs stages = ranks x chunks: %s"):format(path, q), CALLER)
-  end
-  for s = 0, seen.maxs do
-    local r = seen.placed[s]
-    if r and s % R ~= r then
-      error(("pipeline csv load %s: compute-only file has stage %d on rank %d; ztrain places stage s " ..
-             "on rank s %% %d (write the file with its SEND/RECV to use another placement)")
-            :format(path, s, r, R), CALLER)
-    end
   end
   local orders = {}
   for r, row in ipairs(rows) do
@@ -296,9 +347,18 @@ function M.load(path, opts)
   opts = opts or {}
   check_args(path, opts)
   local lines = read_lines(path)
-  local seen = { placed = {}, maxs = -1, maxmb = -1, has_comm = false, dropped = 0, merged = 0 }
+  local seen = { placed = {}, maxs = -1, maxmb = -1, has_comm = false, dropped = 0, merged = 0, waits = 0 }
   local rows, notes = {}, {}
   for r, line in ipairs(lines) do rows[r] = parse_row(path, r, line, seen) end
+  local converted = b_before_w(rows)
+  if converted > 0 then
+    notes[#notes + 1] = ("%d B action(s) read as I: a W of the same stage and micro-batch follows them " ..
+                         "(PyTorch 2.5's dumps write the input-gradient backward as B)"):format(converted)
+  end
+  if seen.waits > 0 then
+    notes[#notes + 1] = ("dropped %d WAIT_* action(s): ztrain waits for a receive before its reader and for its " ..
+                         "sends at the step's end"):format(seen.waits)
+  end
   if seen.dropped > 0 then
     notes[#notes + 1] = ("dropped %d UNSHARD/RESHARD action(s): FSDP's prefetch hints, not ztrain's")
                         :format(seen.dropped)

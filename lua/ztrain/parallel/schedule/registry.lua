@@ -5,6 +5,8 @@
 -- back (issue 28).
 local S = require "ztrain.parallel.schedule"
 local pipe = require "ztrain.parallel.schedule.library"
+local csv = require "ztrain.parallel.schedule.csv"
+local errors = require "ztrain.core.errors"
 
 local M = {}
 
@@ -24,11 +26,31 @@ function M.names()
 end
 
 -- resolve(name_or_fn, p) -> validated lists, or raises a user error.
+-- "csv:PATH" reads PyTorch's pipelining CSV (any format it writes).
 -- p: { stages, microbatches, ranks, stage_rank }. Names are the one-stage
 -- built-ins above or the pipeline schedules (parallel/schedule/library.lua: gpipe,
 -- 1f1b, interleaved_1f1b, zb_h1, zbv, pipedream), which also run on one stage.
 function M.resolve(sched, p)
   local fn = sched
+  if type(sched) == "string" and sched:match("^csv:") then
+    -- PyTorch's pipelining CSV (parallel/schedule/csv.lua): its placement
+    -- must be the run's (pipeline.chunks, pipeline.placement)
+    local path = sched:sub(5)
+    local ok, lists, info = pcall(csv.load, path, { stages = p.stages, microbatches = p.microbatches,
+                                                     validate = false })
+    if not ok then error(errors.message(lists), 0) end
+    for st = 0, (p.stages or 0) - 1 do
+      if p.stage_rank and info.stage_rank(st) ~= p.stage_rank(st) then
+        error(("schedule %s places stage %d on rank %d, the run on rank %d: set pipeline.chunks = %d and " ..
+               "pipeline.placement = %q to run it"):format(sched, st, info.stage_rank(st), p.stage_rank(st),
+               info.stages / info.ranks, (info.stages == 2 * info.ranks and info.stage_rank(info.ranks) ==
+               info.ranks - 1) and "v" or "loop"), 0)
+      end
+    end
+    local okv, err = S.validate(lists, p)
+    if not okv then error(("schedule %s: %s"):format(sched, err), 0) end
+    return lists
+  end
   if type(sched) == "string" then
     fn = M.builtin[sched]
     if not fn then
