@@ -67,6 +67,21 @@ describe("a data-parallel recipe on one rank", function()
   end)
 end)
 
+describe("a rank's own lines", function()
+  it("pass to the terminal whatever they look like: a line of dashes is not Open MPI's unless it is its 74", function()
+    local p = os.tmpname() .. ".lua"
+    util.write(p, 'io.stderr:write(("-"):rep(20), "\\nuser text after a rule\\n", ("-"):rep(20), "\\n")\n' ..
+                  'local r = dofile("recipes/dp.lua"); return r\n')
+    local d = util.outdir()
+    local out, rc = util.sh(("%stimeout 60 build/ztrain --nproc 2 %s %s -q out=%s"):format(ENV, p, BASE, d))
+    assert.are.equal(0, rc, out)
+    local _, n = out:gsub("user text after a rule", "")
+    assert.is_true(n >= 2, out)                      -- the launcher's read and each rank's
+    assert.matches(("-"):rep(20) .. "\n", out, 1, true)
+    os.remove(p); util.rm(d)
+  end)
+end)
+
 describe("Open MPI's own text", function()
   it("stays out of the terminal: a failed job's last line is the ranks' message; the text is in the log", function()
     local dir = util.outdir()

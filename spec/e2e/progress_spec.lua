@@ -62,7 +62,22 @@ describe("a run's progress", function()
     assert.is_true(s.tokens_per_s_wall >= 640 / s.seconds, s.tokens_per_s_wall .. " vs " .. 640 / s.seconds)
     assert.matches(("tokens/s at the median step %%(%.1f ms%%), %.0f tokens/s over the steps' wall clock")
                    :format(s.step_ms_median, s.tokens_per_s_wall), out)
-    assert.matches(("MFU %.1f%%%% of 0.5 TFLOP/s %%(report.peak_tflops%%)"):format(100 * s.mfu), out)
+    assert.matches(("MFU %.1f%%%% of 1 x 0.5 TFLOP/s %%(report.peak_tflops%%)"):format(100 * s.mfu), out)
+  end)
+end)
+
+describe("MFU over ranks", function()
+  it("divides the job's model FLOP/s by one device a rank", function()
+    local dir = util.outdir()
+    local out, rc = util.sh(("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 build/ztrain " ..
+                             "--nproc 2 recipes/dp.lua model.size=gpt2-tiny data.seq_len=32 batch.micro=2 " ..
+                             "train.steps=3 train.eval_every=0 data.tokenizer=bytes 'data.text=docs/*.md' " ..
+                             "report.peak_tflops=0.5 out=%s"):format(dir))
+    assert.are.equal(0, rc, out)
+    local s = util.summary(dir)
+    assert.is_true(close(s.mfu, s.model_tflops / (2 * 0.5)))
+    assert.matches("of 2 x 0.5 TFLOP/s (report.peak_tflops)", out, 1, true)
+    util.rm(dir)
   end)
 end)
 

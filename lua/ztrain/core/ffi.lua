@@ -49,6 +49,25 @@ local libpath = os.getenv("ZTRAIN_LIB") or (M.home .. "/build/libztrain.so")
 -- back to its generic SSE3 (Prescott) kernels, 5-9x slower. When the variable
 -- is unset, name the best core the CPU supports; a user's setting wins.
 local function pick_blas_core()
+  if os.getenv("OPENBLAS_CORETYPE") then return end
+  local f = io.open("/proc/cpuinfo")
+  if not f then return end
+  local flags = {}
+  for line in f:lines() do
+    local fl = line:match("^flags%s*:%s*(.*)$")
+    if fl then for w in fl:gmatch("%S+") do flags[w] = true end break end
+  end
+  f:close()
+  local core
+  if flags.avx512f and flags.avx512bw and flags.avx512vl and flags.avx512dq and flags.avx512cd then
+    core = "SkylakeX"
+  elseif flags.avx2 and flags.fma then
+    core = "Haswell"
+  end
+  if core then libc.setenv("OPENBLAS_CORETYPE", core, 0) end
+  M.blas_core_auto = core
+end
+pick_blas_core()
 
 -- OpenMP's idle threads spin (libgomp: ~300k iterations) before they sleep.
 -- On a machine busier than its cores the spinning threads take the time
@@ -73,35 +92,23 @@ function M.omp_wait_choice(load, cpus, given)
   return load > cpus and "passive" or nil
 end
 local function pick_omp_wait()
+  -- a launcher (also ztrain) that chose it marks it so: its ranks inherit
+  -- the variable and would take it for the user's
+  if os.getenv("ZTRAIN_OMP_WAIT_AUTO") == "1" and os.getenv("OMP_WAIT_POLICY") then
+    M.omp_wait_auto = os.getenv("OMP_WAIT_POLICY")
+    return
+  end
   local f = io.open("/proc/loadavg")
   local load = f and tonumber((f:read("*l") or ""):match("^(%S+)"))
   if f then f:close() end
   local choice = M.omp_wait_choice(load, online_cpus(), os.getenv("OMP_WAIT_POLICY"))
   if choice then
     libc.setenv("OMP_WAIT_POLICY", choice, 0)
+    libc.setenv("ZTRAIN_OMP_WAIT_AUTO", "1", 1)
     M.omp_wait_auto = choice
   end
 end
 pick_omp_wait()
-  if os.getenv("OPENBLAS_CORETYPE") then return end
-  local f = io.open("/proc/cpuinfo")
-  if not f then return end
-  local flags = {}
-  for line in f:lines() do
-    local fl = line:match("^flags%s*:%s*(.*)$")
-    if fl then for w in fl:gmatch("%S+") do flags[w] = true end break end
-  end
-  f:close()
-  local core
-  if flags.avx512f and flags.avx512bw and flags.avx512vl and flags.avx512dq and flags.avx512cd then
-    core = "SkylakeX"
-  elseif flags.avx2 and flags.fma then
-    core = "Haswell"
-  end
-  if core then libc.setenv("OPENBLAS_CORETYPE", core, 0) end
-  M.blas_core_auto = core
-end
-pick_blas_core()
 
 -- Pin the library in memory first (RTLD_NODELETE): OpenMP's worker threads
 -- outlive the Lua state, and unloading their code at lua_close would crash

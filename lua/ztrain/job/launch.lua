@@ -239,7 +239,7 @@ local function new_watch(mp, n, job, o)
               info = ffi.new("int32_t[32]"),   -- siginfo_t: signo, errno, code, ...
               zero = libc.timespec_t(), status = ffi.new("int[1]"),
               tail = "", open_fd = true, reaped = false, stops = 0, grace = hosts.abort_grace(),
-              partial = "", in_help = false, mpi = "", mpi_lines = 0,
+              partial = "", mpi = "",
               across = o and o.hostfile ~= nil, next_look = 0, start_failed = false }
   w.pfd[0].fd, w.pfd[0].events = w.fd, libc.POLLIN
   -- every rank must start (note itself) within the start timeout: across
@@ -249,18 +249,22 @@ local function new_watch(mp, n, job, o)
   return w
 end
 
--- Open MPI's own text -- its help blocks, between lines of dashes (the
--- abort banners: "MPI_ABORT was invoked ...", "mpirun detected that one or
--- more processes exited ..."), and its "[host:pid] ..." notes -- is kept out
--- of the terminal, so a failed job's last line is the rank's own message;
--- M.run writes it to the run directory's mpirun.log (or, with no run
--- directory, prints it at the end: nothing is lost). The ranks' lines pass.
-local MPI_RULE, MPI_NOTE = "^%-%-%-%-%-%-%-%-%-%-+$", "^%[[%w%.%-_]+:%d+%] "
-local MPI_KEEP = 65536                     -- bytes of it kept at most
+-- Open MPI's own text -- its help blocks, between rules of exactly 74
+-- dashes (show_help's: the abort banners "MPI_ABORT was invoked ...",
+-- "mpirun detected that one or more processes exited ..."), and its
+-- "[host:pid] ..." notes -- is kept out of the terminal, so a failed job's
+-- last line is the rank's own message; M.run writes it to the run
+-- directory's mpirun.log (or $TMPDIR, or $ZTRAIN_MPI_LOG). The ranks' lines
+-- pass. A "block" longer than MPI_BLOCK lines was not Open MPI's: it goes
+-- to the terminal as it was; past MPI_KEEP bytes kept, the rest too
+-- (nothing is dropped).
+local MPI_RULE, MPI_NOTE = "^" .. ("%-"):rep(74) .. "$", "^%[[%w%.%-_]+:%d+%] "
+local MPI_KEEP, MPI_BLOCK = 65536, 60
 
-local function divert(w, line)
-  if #w.mpi < MPI_KEEP then w.mpi = w.mpi .. line end
-  w.mpi_lines = w.mpi_lines + 1
+local function to_terminal(text) libc.write(2, text, #text) end
+
+local function divert(w, text)
+  if #w.mpi < MPI_KEEP then w.mpi = w.mpi .. text else to_terminal(text) end
 end
 
 -- relay_text(w, text): the ranks' lines to stderr, Open MPI's to w.mpi; a
@@ -274,17 +278,20 @@ local function relay_text(w, text)
     w.partial = w.partial:sub(nl + 1)
     local bare = line:gsub("\r?\n$", "")
     if bare:match(MPI_RULE) then
-      w.in_help = not w.in_help
-      divert(w, line)
-    elseif w.in_help or bare:match(MPI_NOTE) then
+      if w.block then divert(w, table.concat(w.block) .. line); w.block = nil
+      else w.block = { line } end
+    elseif w.block then
+      w.block[#w.block + 1] = line
+      if #w.block > MPI_BLOCK then to_terminal(table.concat(w.block)); w.block = nil end
+    elseif bare:match(MPI_NOTE) then
       divert(w, line)
     else
-      libc.write(2, line, #line)
+      to_terminal(line)
     end
   end
   local c = w.partial:sub(1, 1)
-  if w.partial ~= "" and not w.in_help and c ~= "-" and c ~= "[" then
-    libc.write(2, w.partial, #w.partial)         -- a progress line without its end yet
+  if w.partial ~= "" and not w.block and c ~= "-" and c ~= "[" then
+    to_terminal(w.partial)                       -- a progress line without its end yet
     w.partial = ""
   end
 end
@@ -313,9 +320,13 @@ end
 -- neither can be written
 local function keep_mpi_text(w, ranks)
   if w.partial ~= "" then relay_text(w, "\n") end
+  if w.block then divert(w, table.concat(w.block)); w.block = nil end   -- a block the job's end cut short
   if w.mpi == "" then return end
   local out
-  for _, r in pairs(ranks) do out = out or r.out end
+  for _, r in pairs(ranks) do
+    -- not into a run --overwrite put back as it was (rundir.lua)
+    if r.out and not r.out_restored then out = out or r.out end
+  end
   local tmp, named = os.getenv("TMPDIR"), os.getenv("ZTRAIN_MPI_LOG")
   local f = (named and named ~= "" and io.open(named, "a")) or (out and io.open(out .. "/mpirun.log", "a")) or
             io.open(("%s/ztrain-mpirun-%d.log"):format((tmp and tmp ~= "") and tmp or "/tmp", libc.getpid()), "a")

@@ -40,7 +40,8 @@ function M.read(dir)
       for d in text:gmatch("ckpt ([^\n]+)") do r.ckpt[#r.ckpt + 1] = d end
       r.host = text:match("host ([^\n]+)")
       r.session = text:match("session ([^\n]+)")
-      r.out = text:match("out ([^\n]+)")
+      r.out = text:match("\nout ([^\n]+)") or text:match("^out ([^\n]+)")
+      if text:match("out%-restored ") then r.out_restored = true end
       ranks[pid] = r
     end
   end

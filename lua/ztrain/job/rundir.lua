@@ -96,11 +96,12 @@ local function fresh(r)
   error(("cannot create an output directory under runs/: %s-* are all taken"):format(base), 0)
 end
 
--- entries(dir) -> the paths in dir, dotfiles too
+-- entries(dir) -> the paths in dir, dotfiles too (dir's own glob
+-- characters escaped: out=runs/exp[1] lists runs/exp[1], not runs/exp1)
 local function entries(dir)
-  local out = {}
+  local out, esc = {}, dir:gsub("[%[%]%*%?\\]", "\\%0")
   for _, pat in ipairs({ "/*", "/.[!.]*", "/..?*" }) do
-    for _, p in ipairs(fs.glob(dir .. pat) or {}) do out[#out + 1] = p end
+    for _, p in ipairs(fs.glob(esc .. pat) or {}) do out[#out + 1] = p end
   end
   return out
 end
@@ -114,39 +115,57 @@ local function remove_tree(p)
 end
 
 -- An --overwrite replaces an earlier run only when it succeeds: at the claim
--- the earlier run's files move into DIR/.replaced (a killed overwrite's
--- .replaced is dropped first), and Lock:commit (the run ended, or was
--- stopped with its checkpoint) removes them, Lock:rollback (it failed)
--- puts them back in place of the new run's. The same for an outside
--- train.ckpt_dir's checkpoints (ROOT/.replaced).
-local STAGE = ".replaced"
+-- what a run writes in out= (OUT_NAMES) moves into OUT/.replaced, and what
+-- checkpoint.save writes in an outside train.ckpt_dir (CKPT_NAMES) into
+-- ROOT/.replaced-ckpt; nothing else there is touched. Lock:commit (the run
+-- ended, or was stopped with its checkpoint written) removes them,
+-- Lock:rollback (it failed) puts them back in place of the new run's.
+local OUT_NAMES = { ["summary.json"] = true, ["metrics.jsonl"] = true, ["metrics.csv"] = true,
+                    ["tensorboard"] = true, ["timeline.svg"] = true, ["timeline.json"] = true,
+                    ["checkpoints"] = true, ["mpirun.log"] = true }
+local function out_name(n) return OUT_NAMES[n] end
+local function ckpt_name(n)
+  return n == "latest" or n == ".latest.tmp" or n:match("^step%-%d+$") ~= nil or n:match("^%.step%-%d+%.tmp$") ~= nil
+end
 
--- stage(dir, keep) -> the stage directory, holding what dir held but keep's names
-local function stage(dir, keep)
-  local st = dir .. "/" .. STAGE
-  remove_tree(st)
+-- restore(dir, st): the staged entries back into dir, the stage removed
+local function restore(dir, st)
+  for _, e in ipairs(entries(st)) do os.rename(e, dir .. "/" .. e:match("[^/]+$")) end
+  libc.rmdir(st)
+end
+
+-- stage(dir, st_name, wanted) -> the stage directory, holding dir's
+-- entries whose names wanted() takes; a failure puts back what moved
+local function stage(dir, st_name, wanted)
+  local st = dir .. "/" .. st_name
+  if fs.exists(st) then
+    -- a replacing run killed outright (kill -9, a rank lost) left it
+    io.stderr:write(("ztrain: dropping %s, left by an --overwrite that was killed: the run it was to replace " ..
+                     "is gone; replacing what %s holds now\n"):format(st, dir))
+    remove_tree(st)
+  end
   if libc.mkdir(st, 493) ~= 0 then error(("cannot replace the run in %s: %s"):format(dir, reason()), 0) end
   for _, e in ipairs(entries(dir)) do
     local name = e:match("[^/]+$")
-    if name ~= STAGE and not keep[name] then
+    if wanted(name) then
       local ok, err = os.rename(e, st .. "/" .. name)
-      if not ok then error(("cannot replace the run in %s: %s"):format(dir, err), 0) end
+      if not ok then
+        restore(dir, st)
+        error(("cannot replace the run in %s (%s); its files are as they were"):format(dir, err), 0)
+      end
     end
   end
   return st
 end
 
--- unstage(dir, st, keep): the new run's files out of dir, the staged ones back
-local function unstage(dir, st, keep)
+-- unstage(dir, st, wanted): the new run's files of those names out of dir,
+-- the staged ones back
+local function unstage(dir, st, wanted)
   for _, e in ipairs(entries(dir)) do
-    local name = e:match("[^/]+$")
-    if name ~= STAGE and not keep[name] then remove_tree(e) end
+    if wanted(e:match("[^/]+$")) then remove_tree(e) end
   end
-  for _, e in ipairs(entries(st)) do os.rename(e, dir .. "/" .. e:match("[^/]+$")) end
-  libc.rmdir(st)
+  restore(dir, st)
 end
-
-local KEEP_OUT, KEEP_CKPT = { [".lock"] = true }, { [".ckpt.lock"] = true }
 
 -- commit(): the new run stands; the staged earlier run is removed
 function Lock:commit()
@@ -154,14 +173,18 @@ function Lock:commit()
   if self.staged then remove_tree(self.staged); self.staged = nil end
 end
 
--- rollback(): the new run failed; the earlier run's files are back as they were
+-- rollback(): the new run failed; the earlier run's files are back as they
+-- were (the launcher then keeps Open MPI's text out of them: registry)
 function Lock:rollback()
   if self.ckpt then self.ckpt:rollback() end
   if self.staged then
-    unstage(self.dir, self.staged, self.keep)
+    unstage(self.dir, self.staged, self.wanted)
     self.staged = nil
-    if self.keep == KEEP_OUT then io.stderr:write(("ztrain: %s holds the run it was to replace again, as it was (--overwrite replaces a " ..
-                     "run only when the new one ends)\n"):format(self.dir)) end
+    if self.wanted == out_name then
+      registry.note("out-restored " .. self.dir)
+      io.stderr:write(("ztrain: %s holds the run it was to replace again, as it was (--overwrite replaces a " ..
+                       "run only when the new one ends)\n"):format(self.dir))
+    end
   end
 end
 
@@ -176,9 +199,9 @@ local function claim_out(r)
   if not ok then error(err, 0) end
   local lk = lock(dir, created)
   if r.overwrite and r.resume == "" and not created then
-    local ok, st = pcall(stage, dir, KEEP_OUT)
-    if not ok then lk:release(); error(st, 0) end
-    lk.staged, lk.keep = st, KEEP_OUT
+    local okst, st = pcall(stage, dir, ".replaced", out_name)
+    if not okst then lk:release(); error(st, 0) end
+    lk.staged, lk.wanted = st, out_name
   end
   if not r.overwrite and r.resume == "" then
     for _, f in ipairs({ "summary.json", "metrics.jsonl" }) do
@@ -209,9 +232,9 @@ local function claim_ckpt(r, out)
     -- out=/checkpoints moved with out='s files (claim_out); an outside
     -- root's checkpoints are staged in it
     if root ~= out .. "/checkpoints" and not created then
-      local ok, st = pcall(stage, root, KEEP_CKPT)
-      if not ok then lk:release(); error(st, 0) end
-      lk.staged, lk.keep = st, KEEP_CKPT
+      local okst, st = pcall(stage, root, ".replaced-ckpt", ckpt_name)
+      if not okst then lk:release(); error(st, 0) end
+      lk.staged, lk.wanted = st, ckpt_name
     end
     lk.created = true          -- release removes the root if this run leaves it empty
   end
@@ -222,7 +245,11 @@ end
 local function claim_here(r)
   local dir, lk = claim_out(r)
   local ok, ck = pcall(claim_ckpt, r, dir)
-  if not ok then lk:release(); error(ck, 0) end
+  if not ok then
+    if lk.staged then restore(dir, lk.staged); lk.staged = nil end   -- the earlier run as it was
+    lk:release()
+    error(ck, 0)
+  end
   lk.ckpt = ck
   return dir, lk
 end

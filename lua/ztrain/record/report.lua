@@ -341,8 +341,8 @@ function M.print_summary(s)
                                          num(s.tokens_per_s_wall)))
   if type(s.model_tflops) == "number" then
     w:write(("  flops       %.3g TFLOP/s of model FLOPs at the median step%s\n"):format(s.model_tflops,
-            type(s.mfu) == "number" and (", MFU %.1f%% of %g TFLOP/s (%s)"):format(100 * s.mfu, s.peak_tflops,
-                                                                               s.peak_from) or ""))
+            type(s.mfu) == "number" and (", MFU %.1f%% of %d x %g TFLOP/s (%s)"):format(100 * s.mfu, s.world_size,
+                                                                 s.peak_tflops, s.peak_from) or ""))
   end
   local pred = s.predicted
   local predicted = pred and (pred.params + pred.grads + pred.optim + (pred.accumulator or 0))

@@ -12,9 +12,10 @@
 -- Model FLOPs a token: 6 N + 12 L T C (N parameters; the attention's
 -- products, causal or not, as PaLM's appendix and nanoGPT count them), the
 -- count tools/torch_gpt2_bench.py and tools/bench_gpu.lua use. MFU divides
--- by a peak: report.peak_tflops when set, else the device's known dense
--- peak for the precision (the GPUs below), else none (a CPU's peak is the
--- machine's: `make bench` measures its sgemm peak; set it from there).
+-- the job's model FLOP/s by the job's peak, one device a rank: world_size x
+-- report.peak_tflops when set, else x the device's known dense peak for the
+-- precision (the GPUs below), else none (a CPU's peak is the machine's:
+-- `make bench` measures its sgemm peak; ranks sharing a machine share it).
 local M = {}
 
 local ALPHA = 0.2
@@ -36,7 +37,7 @@ end
 -- dense TFLOP/s by card name (a substring of the CUDA device's name), for
 -- bf16/fp16 tensor cores and plain fp32 (ztrain's fp32 GEMMs use no TF32)
 local CARDS = {
-  { "H200", bf16 = 989, fp32 = 67 }, { "H100", bf16 = 989, fp32 = 67 },
+  { "H200", bf16 = 989, fp32 = 67 }, { "H100 PCIe", bf16 = 756, fp32 = 51 }, { "H100", bf16 = 989, fp32 = 67 },
   { "A100", bf16 = 312, fp32 = 19.5 }, { "L40S", bf16 = 362, fp32 = 91.6 },
 }
 

@@ -24,7 +24,7 @@ end
 -- read(path) -> the decoded JSON table
 function M.read(path)
   local f, err = io.open(path, "rb")
-  if not f then refuse("cannot read %s: %s", path, err) end
+  if not f then refuse("cannot read %s", err) end              -- io.open's message names the path
   -- a directory opens on Linux, and reading it fails
   local text, rerr = f:read("*a")
   f:close()

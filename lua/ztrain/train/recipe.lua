@@ -241,9 +241,10 @@ local function parse_value(s)
       -- (a value like {(function() while true do end end)()} hung the run)
       setfenv(f, {})
       jit.off(f, true)
+      local hook, mask, count = debug.gethook()     -- the REPL's Ctrl-C hook, kept
       debug.sethook(function() error(OVERRIDE_SLOW, 0) end, "", OVERRIDE_STEPS)
       local ok, v = pcall(f)
-      debug.sethook()
+      if hook then debug.sethook(hook, mask, count) else debug.sethook() end
       if ok then return v end
       if v == OVERRIDE_SLOW then return nil, OVERRIDE_SLOW end
     end

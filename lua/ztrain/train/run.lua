@@ -89,11 +89,13 @@ function M.run(r, opts)
   local out, lock = rundir.claim(r, comm.world())
   local watch = comm.watch({ timeout = r.comm.timeout, check = r.comm.check,
                              names = { timeout = "comm.timeout", check = "comm.check" } })
-  local ok, res, tr = pcall(run, r, opts or {}, out)
+  local state = {}
+  local ok, res, tr = pcall(run, r, opts or {}, out, state)
   comm.watch(watch)
-  -- --overwrite: the earlier run's files go once this run ends or stops
-  -- with its checkpoint, and come back when it fails (rundir.lua)
-  if ok or interrupt.is_interrupt(res) then lock:commit() else lock:rollback() end
+  -- --overwrite: the earlier run's files go once this run ends, or stops
+  -- with its checkpoint written (a resume can go on from it), and come back
+  -- otherwise (rundir.lua)
+  if ok or (interrupt.is_interrupt(res) and state.saved) then lock:commit() else lock:rollback() end
   lock:release()
   memory.set_limit("device", 0)
   pcall(memory.set_limit, "device", limit)
@@ -117,7 +119,8 @@ local function summary_of(R)
   local comm_per_step = comm_report.per_step(tr.world, R.comm_acc)
   local function iso(t) return os.date("!%Y-%m-%dT%H:%M:%SZ", math.floor(t)) end
   -- speed, one way everywhere (record/throughput.lua): model FLOPs at the
-  -- median step, and MFU where a peak is known
+  -- median step (every rank's tokens), and MFU where a peak is known: over
+  -- the job's devices, one a rank
   local fpt = throughput.flops_per_token(model.nparams, tr.cfg, r.data.seq_len)
   local tflops = median(R.tps) * fpt / 1e12
   local peak, peak_from = throughput.peak_tflops(r.report.peak_tflops, ffi.string(C.zt_device_name()),
@@ -158,7 +161,8 @@ local function summary_of(R)
     attention = tr.recipe.device.attention,
     tokens_per_s = median(R.tps), step_ms_median = median(R.steps_ms),
     tokens_per_s_wall = wall_rate(R), flops_per_token = fpt, model_tflops = tflops,
-    mfu = peak and tflops / peak or cjson_null, peak_tflops = peak or cjson_null, peak_from = peak_from or cjson_null,
+    mfu = peak and tflops / (peak * tr.world_size) or cjson_null, peak_tflops = peak or cjson_null,
+    peak_from = peak_from or cjson_null,
     seconds = C.zt_now() - R.t_start,
     memory = report.with_totals(report.gather_memory(tr.world)),
     predicted = tr.strategy.predicted and tr.strategy.predicted(tr.ctx),
@@ -176,9 +180,10 @@ local function summary_of(R)
   }
 end
 
-function run(r, opts, out)
+function run(r, opts, out, state)
   local R = loop.open(r, opts, out)
   local okrun, rerr = loop.stop(R, loop.train(R))
+  state.saved = R.saved
   local tr = R.tr
   local summary = summary_of(R)
   if R.lead and R.timeline_events then
