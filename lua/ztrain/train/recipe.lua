@@ -241,10 +241,16 @@ local function parse_value(s)
       -- (a value like {(function() while true do end end)()} hung the run)
       setfenv(f, {})
       jit.off(f, true)
-      local hook, mask, count = debug.gethook()     -- the REPL's Ctrl-C hook, kept
-      debug.sethook(function() error(OVERRIDE_SLOW, 0) end, "", OVERRIDE_STEPS)
+      -- a Lua hook already set (the REPL's Ctrl-C) is put back after; a
+      -- hook set from C ("external hook": a harness's own bound) cannot be,
+      -- so it stays and bounds the literal itself
+      local hook, mask, count = debug.gethook()
+      local ours = hook == nil or type(hook) == "function"
+      if ours then debug.sethook(function() error(OVERRIDE_SLOW, 0) end, "", OVERRIDE_STEPS) end
       local ok, v = pcall(f)
-      if hook then debug.sethook(hook, mask, count) else debug.sethook() end
+      if ours then
+        if hook then debug.sethook(hook, mask, count) else debug.sethook() end
+      end
       if ok then return v end
       if v == OVERRIDE_SLOW then return nil, OVERRIDE_SLOW end
     end
