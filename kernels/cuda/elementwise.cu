@@ -60,7 +60,7 @@ __global__ static void k_bf16_f32_8(float *d, const uint16_t *s, size_t n)
     size_t t = n8 * 8 + threadIdx.x;
     if (blockIdx.x == 0 && t < n) d[t] = __uint_as_float((uint32_t)s[t] << 16);
 }
-static int aligned16(const void *a, const void *b) { return !(((uintptr_t)a | (uintptr_t)b) & 15); }
+
 __global__ static void k_f32_f16(uint16_t *d, const float *s, size_t n)
 {
     ZKC_FOR(i, n) d[i] = __half_as_ushort(__float2half_rn(s[i]));
@@ -82,12 +82,12 @@ int zkc_add(cudaStream_t s, float *y, const float *x, size_t n) { LAUNCH(k_add, 
 int zkc_add3(cudaStream_t s, float *o, const float *a, const float *b, size_t n) { LAUNCH(k_add3, n, o, a, b, n); }
 int zkc_cast_f32_bf16(cudaStream_t s, uint16_t *d, const float *x, size_t n)
 {
-    if (n >= 64 && aligned16(d, x)) LAUNCH(k_f32_bf16_8, n / 8 + 1, d, x, n);
+    if (n >= 64 && zkc_aligned16(d, x, NULL)) LAUNCH(k_f32_bf16_8, n / 8 + 1, d, x, n);
     LAUNCH(k_f32_bf16, n, d, x, n);
 }
 int zkc_cast_bf16_f32(cudaStream_t s, float *d, const uint16_t *x, size_t n)
 {
-    if (n >= 64 && aligned16(d, x)) LAUNCH(k_bf16_f32_8, n / 8 + 1, d, x, n);
+    if (n >= 64 && zkc_aligned16(d, x, NULL)) LAUNCH(k_bf16_f32_8, n / 8 + 1, d, x, n);
     LAUNCH(k_bf16_f32, n, d, x, n);
 }
 int zkc_cast_f32_f16(cudaStream_t s, uint16_t *d, const float *x, size_t n) { LAUNCH(k_f32_f16, n, d, x, n); }

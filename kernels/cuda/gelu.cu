@@ -70,10 +70,6 @@ __global__ static void k_gelu_bwd_bb8(uint16_t *dinp, const uint16_t *inp, const
     size_t t = n8 * 8 + threadIdx.x;
     if (blockIdx.x == 0 && t < n) zkc_put(dinp + t, gelu_df(zkc_get(inp + t), dout[t]));
 }
-static int aligned16(const void *a, const void *b, const void *c)
-{
-    return !(((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15);
-}
 
 __global__ static void k_gelu_fwd(float *out, const float *inp, size_t n) { gelu_fwd(out, inp, n); }
 __global__ static void k_gelu_fwd_b16(uint16_t *out, const float *inp, size_t n) { gelu_fwd(out, inp, n); }
@@ -89,7 +85,7 @@ extern "C" int zkc_gelu_forward(cudaStream_t s, void *out, int out16, const void
                                 size_t n)
 {
     if (n == 0) return 0;
-    if (in16 && out16 && aligned16(out, inp, NULL))
+    if (in16 && out16 && zkc_aligned16(out, inp, NULL))
         k_gelu_fwd_bb8<<<zkc_grid(n / 8 + 1, 256), 256, 0, s>>>((uint16_t *)out, (const uint16_t *)inp, n);
     else if (in16) k_gelu_fwd_bb<<<zkc_grid(n, 256), 256, 0, s>>>((uint16_t *)out, (const uint16_t *)inp, n);
     else if (out16) k_gelu_fwd_b16<<<zkc_grid(n, 256), 256, 0, s>>>((uint16_t *)out, (const float *)inp, n);
@@ -101,7 +97,7 @@ extern "C" int zkc_gelu_backward(cudaStream_t s, void *dinp, int out16, const vo
                                  const float *dout, size_t n)
 {
     if (n == 0) return 0;
-    if (in16 && out16 && aligned16(dinp, inp, dout))
+    if (in16 && out16 && zkc_aligned16(dinp, inp, dout))
         k_gelu_bwd_bb8<<<zkc_grid(n / 8 + 1, 256), 256, 0, s>>>((uint16_t *)dinp, (const uint16_t *)inp, dout, n);
     else if (in16) k_gelu_bwd_bb<<<zkc_grid(n, 256), 256, 0, s>>>((uint16_t *)dinp, (const uint16_t *)inp, dout, n);
     else if (out16) k_gelu_bwd_b16<<<zkc_grid(n, 256), 256, 0, s>>>((uint16_t *)dinp, (const float *)inp, dout, n);

@@ -98,10 +98,7 @@ local function pick_omp_wait()
     M.omp_wait_auto = os.getenv("OMP_WAIT_POLICY")
     return
   end
-  local f = io.open("/proc/loadavg")
-  local load = f and tonumber((f:read("*l") or ""):match("^(%S+)"))
-  if f then f:close() end
-  local choice = M.omp_wait_choice(load, online_cpus(), os.getenv("OMP_WAIT_POLICY"))
+  local choice = M.omp_wait_choice(libc.load_average(), online_cpus(), os.getenv("OMP_WAIT_POLICY"))
   if choice then
     libc.setenv("OMP_WAIT_POLICY", choice, 0)
     libc.setenv("ZTRAIN_OMP_WAIT_AUTO", "1", 1)

@@ -149,6 +149,16 @@ M.pollfd = M.pollfd_t
 M.spawn_actions = ffi.typeof("ztrain_libc_spawn_actions[1]")
 M.spawnattr = ffi.typeof("ztrain_libc_spawnattr[1]")
 
+-- load_average() -> the machine's 1-minute load average (/proc/loadavg:
+-- runnable and waiting threads, averaged), or nil where there is none
+function M.load_average()
+  local f = io.open("/proc/loadavg")
+  if not f then return nil end
+  local v = tonumber(((f:read("*l") or "")):match("^(%S+)"))
+  f:close()
+  return v
+end
+
 -- now() -> seconds since the epoch, wall clock, to the microsecond
 local ts = M.timespec_t()
 function M.now()

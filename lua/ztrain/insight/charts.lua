@@ -15,6 +15,7 @@
 -- data-category data-label; "loss" data-label; ticks as <g class="xtick">
 -- with a line and its label) so a spec can read a chart back.
 local svg = require "ztrain.util.svg"
+local fmt = require "ztrain.util.fmt"
 
 local M = {}
 
@@ -27,12 +28,7 @@ local W, LEFT, RIGHT = 980, 160, 150
 local PLOT = W - LEFT - RIGHT
 local BAR, GAP = 20, 8
 
--- thousands(1234567.8) -> "1,234,568"
-local function thousands(x)
-  local s = ("%.0f"):format(x)
-  local out = s:reverse():gsub("(%d%d%d)", "%1,"):reverse()
-  return (out:gsub("^(-?),", "%1"))
-end
+local thousands = fmt.thousands
 M.thousands = thousands
 
 -- grid(doc, values, x_of, y0, y1): light vertical lines at the ticks, drawn

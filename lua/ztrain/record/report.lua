@@ -7,6 +7,7 @@
 -- TensorBoard events file (record/tensorboard.lua), kept across resumes
 -- as metrics.jsonl is.
 local memory = require "ztrain.core.memory"
+local fmt = require "ztrain.util.fmt"
 local libc = require "ztrain.core.libc"
 local durable = require "ztrain.util.durable"
 local errors = require "ztrain.core.errors"
@@ -301,7 +302,7 @@ end
 -- banner), to w (default io.stdout: anything with write and flush)
 function M.print_banner(b, w)
   w = w or io.stdout
-  local function n(x) return tostring(math.floor(x)):reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", "") end
+  local n = fmt.thousands
   w:write(("ztrain: %s (%s params) with %s on %d rank(s)%s, %s, %s\n")
           :format(b.model, n(b.params), b.strategy, b.world,
                   b.stages > 1 and (" (%d pipeline stages)"):format(b.stages) or "", b.device, b.precision))

@@ -191,6 +191,7 @@ M.EVERY_STEP = 10000
 local function step_tokens(R)
   return R.r.batch.micro * R.r.data.seq_len * R.tr.accumulate * R.tr.dp.size
 end
+M.step_tokens = step_tokens
 
 -- tokens(R) -> tokens trained over the whole run up to the trainer's step,
 -- resumes included

@@ -53,7 +53,7 @@ local run, write_timeline
 local function wall_rate(R)
   local steps = R.tr.step - R.start_step
   if not (R.t_last and R.t_steps) or steps <= 0 or R.t_last <= R.t_steps then return 0 end
-  return steps * R.r.batch.micro * R.r.data.seq_len * R.tr.accumulate * R.tr.dp.size / (R.t_last - R.t_steps)
+  return steps * loop.step_tokens(R) / (R.t_last - R.t_steps)
 end
 
 -- timeline.svg and timeline.json of the recorded step (every pipeline

@@ -111,15 +111,8 @@ function M.cores()
   return math.max(1, min(affinity_cores(), cgroup_cores()) or 1)
 end
 
--- load_average() -> the machine's 1-minute load average (/proc/loadavg:
--- runnable and waiting threads, averaged), or nil where there is none
-function M.load_average()
-  local f = io.open("/proc/loadavg")
-  if not f then return nil end
-  local v = tonumber(((f:read("*l") or "")):match("^(%S+)"))
-  f:close()
-  return v
-end
+-- load_average() -> the machine's 1-minute load average, or nil
+M.load_average = libc.load_average
 
 -- Ranks of this job on this machine, from the launcher's environment
 -- (Open MPI, MPICH/Hydra, PMIx, Slurm's srun); 1 when none says.
