@@ -7,13 +7,6 @@
 
 #define ZKC_LAUNCHED() ((int)cudaGetLastError())
 
-/* every pointer on 16 bytes (NULL counts as aligned): the 8-wide kernels'
- * 16-byte loads and stores */
-static inline int zkc_aligned16(const void *a, const void *b, const void *c)
-{
-    return !(((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15);
-}
-
 __device__ __forceinline__ float zkc_warp_sum(float v)
 {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

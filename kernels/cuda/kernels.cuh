@@ -57,7 +57,9 @@ int zkc_layernorm_residual_forward(cudaStream_t s, float *resid, void *out, int 
                                    float *mean, float *rstd, const float *a, const float *b2,
                                    const float *w, const float *b, int N, int C);
 /* dinp ACCUMULATED (skipped when NULL); dw, db WRITTEN (skipped unless
- * both given): chunks of rows in order in double, the chunks in order;
+ * both given): chunks of rows in order in double, the chunks' sums in a
+ * grouping fixed by (N, C); dinp's bits do not depend on whether dw, db
+ * are asked for;
  * scratch: zkc_layernorm_scratch(N, C) doubles of device memory, only
  * touched on s (the caller orders its other users). dinp16: NULL, or with
  * dinp the accumulated dinp rounded once (zkc_bf16). */

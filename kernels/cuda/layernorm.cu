@@ -1,24 +1,47 @@
 /* layernorm.cu -- layer norm, eps 1e-5, biased variance (kernels.cuh).
- * One warp per row for the row work. The weight gradients in two passes
- * over a partition fixed by the shape (never by the GPU): a thread per
- * column and chunk of zkc_ln_rows(N) rows sums its rows in order in double
- * into the scratch, then a thread per column sums the chunks in order. The
- * CPU twin sums all rows in order in double: the same terms, another
- * grouping of double additions, so dw/db differ from the CPU by far less
- * than a float ulp and round to the same float almost always. Before, one
- * thread per column summed every row (768 threads for GPT-2: 0.78 ms per
- * call at B=16, T=1024 on an H100, 97 ms a step); the chunks give
- * N/64 times the parallelism. Checked on the CPU under spec/emu
- * (sh tools/emu_kernel.sh layernorm); not yet timed on a GPU. */
+ *
+ * Two ways through each op, chosen per call by the shape and the pointers:
+ *  - the vector path (C % 4 == 0, every row pointer 16-byte aligned -- an
+ *    8-byte bf16 out --, C <= 2048 forward, C <= 4096 backward): 16-byte
+ *    loads and stores, the forward's row kept in a warp's registers (read
+ *    once from memory: was three passes over it), the backward one pass
+ *    over the rows that writes dinp and the weight gradients' per-chunk
+ *    partials together (was a second pass re-reading dout and inp);
+ *  - the scalar path otherwise (any C, any alignment): a warp per row,
+ *    element by element, and the weight gradients in their own pass.
+ * Both are deterministic: every sum has an order fixed by (N, C) alone
+ * (never by the GPU's SM count). The paths differ in the order of the
+ * float sums of a row (a lane holds 4 neighbouring columns, not every
+ * 32nd), so their bits differ from each other and from the CPU twin by
+ * float rounding (test_cuda's tolerances); a given call always takes the
+ * same path, and dinp's bits do not depend on whether the weight
+ * gradients are asked for.
+ *
+ * The weight gradients: chunk k of zkc_ln_rows(N) rows sums its rows in
+ * order in double per column (the CPU twin's terms); the chunks' sums are
+ * then added per column in a fixed grouping (k_ln_bwd_w_sum). The CPU
+ * sums all rows in order in double: another grouping of the same double
+ * additions, within far less than a float ulp.
+ *
+ * History: one thread per column summed every row in the weight pass
+ * (0.78 ms per call at B=16, T=1024 on an H100, 97 ms a step); then
+ * chunks of 64 rows in a second pass (an H200: backward 1,263 GB/s,
+ * forward 1,787 GB/s against a 3,719 GB/s copy, 4.0 + 1.7 ms a step).
+ * The vector path is checked on the CPU under spec/emu (sh
+ * tools/emu_kernel.sh layernorm); not yet timed on a GPU. */
+#include <cuda_bf16.h>
+#include "mma.cuh"
 #include "common.cuh"
 
-#define LN_WARPS 8      /* rows per 256-thread block */
+#define LN_WARPS 8      /* rows per 256-thread block (forward, scalar backward) */
+#define LN_BWD_MAX 512  /* threads a vector backward block at most */
+#define LN_SUM_WARPS 8  /* k_ln_bwd_w_sum: warps per 32 columns */
 
-/* rows per chunk of the weight gradients: 64, more for N > 64 * 65535 (a
- * grid's y dimension) */
+/* rows per chunk of the weight gradients: 32, more for N > 32 * 65535 (a
+ * grid's dimension) */
 static inline int zkc_ln_rows(int N)
 {
-    int r = 64;
+    int r = 32;
     while ((N + r - 1) / r > 65535) r *= 2;
     return r;
 }
@@ -27,6 +50,9 @@ extern "C" size_t zkc_layernorm_scratch(int N, int C)
 {
     return N <= 0 ? 0 : 2 * (size_t)((N + zkc_ln_rows(N) - 1) / zkc_ln_rows(N)) * (size_t)C;
 }
+
+/* ------------------------------------------------------------------ */
+/* the scalar path                                                      */
 
 /* out (N,C) fp32 or bf16 (O = uint16_t: rounded once); mean, rstd (N) */
 template <class O>
@@ -49,6 +75,9 @@ __device__ __forceinline__ void ln_fwd(O *out, float *mean, float *rstd, const f
 __global__ static void k_ln_fwd(float *out, float *mean, float *rstd, const float *inp,
                                 const float *w, const float *b, int N, int C)
 { ln_fwd<float>(out, mean, rstd, inp, w, b, N, C); }
+__global__ static void k_ln_fwd_b16(uint16_t *out, float *mean, float *rstd, const float *inp,
+                                    const float *w, const float *b, int N, int C)
+{ ln_fwd<uint16_t>(out, mean, rstd, inp, w, b, N, C); }
 
 /* the residual add first: resid = a + b (the row written, then read back
  * from cache by the same lane), then ln_fwd's row on it */
@@ -73,9 +102,6 @@ __global__ static void k_ln_res_fwd_b16(float *resid, uint16_t *out, float *mean
                                         const float *a, const float *b2, const float *w,
                                         const float *b, int N, int C)
 { ln_res_fwd<uint16_t>(resid, out, mean, rstd, a, b2, w, b, N, C); }
-__global__ static void k_ln_fwd_b16(uint16_t *out, float *mean, float *rstd, const float *inp,
-                                    const float *w, const float *b, int N, int C)
-{ ln_fwd<uint16_t>(out, mean, rstd, inp, w, b, N, C); }
 
 /* dinp += (g - mean(g) - norm * mean(g * norm)) * rstd, g = w * dout;
  * dinp16 (NULL: none) the new dinp rounded once */
@@ -121,17 +147,238 @@ __global__ static void k_ln_bwd_w_part(double *part, const float *dout, const fl
     part[(nk + k) * C + c] = sb;
 }
 
+/* ------------------------------------------------------------------ */
+/* the vector path                                                      */
+
+__device__ __forceinline__ float ln_sum4(float4 v) { return ((v.x + v.y) + v.z) + v.w; }
+
+/* V float4 groups a lane: group j of a lane is columns 4 (32 j + lane) ..
+ * +3 (j < V, those past C skipped). RES: the row is a + b2, written to
+ * resid first. O: the out's element type (float, or uint16_t bf16 rounded
+ * once). */
+template <int V, class O, bool RES>
+__global__ static void k_ln_fwd_v(float *resid, O *out, float *mean, float *rstd,
+                                  const float *inp, const float *b2, const float *w,
+                                  const float *b, int N, int C)
+{
+    int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    int C4 = C / 4;
+    size_t base = (size_t)row * C;
+    float4 x[V];
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        int g = 32 * j + lane;
+        x[j] = float4{ 0.0f, 0.0f, 0.0f, 0.0f };
+        if (g >= C4) continue;
+        if (RES) {
+            float4 p = zkc_ldg4(inp + base + 4 * g), q = zkc_ldg4(b2 + base + 4 * g);
+            x[j] = float4{ p.x + q.x, p.y + q.y, p.z + q.z, p.w + q.w };
+            zkc_stg4(resid + base + 4 * g, x[j]);
+        } else {
+            x[j] = zkc_ldg4(inp + base + 4 * g);
+        }
+        s += ln_sum4(x[j]);
+    }
+    float m = zkc_warp_sum(s) / (float)C;
+    float v = 0.0f;
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        if (32 * j + lane >= C4) continue;
+        float4 d = float4{ x[j].x - m, x[j].y - m, x[j].z - m, x[j].w - m };
+        v += ((d.x * d.x + d.y * d.y) + d.z * d.z) + d.w * d.w;
+    }
+    float r = 1.0f / sqrtf(zkc_warp_sum(v) / (float)C + 1e-5f);
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        int g = 32 * j + lane;
+        if (g >= C4) continue;
+        float4 wv = zkc_ldg4(w + 4 * g), bv = zkc_ldg4(b + 4 * g);
+        float4 y = float4{ (x[j].x - m) * r * wv.x + bv.x, (x[j].y - m) * r * wv.y + bv.y,
+                           (x[j].z - m) * r * wv.z + bv.z, (x[j].w - m) * r * wv.w + bv.w };
+        if (sizeof(O) == 2)
+            zkc_stg4h((uint16_t *)out + base + 4 * g,
+                      (uint32_t)zkc_bf16(y.x) | (uint32_t)zkc_bf16(y.y) << 16,
+                      (uint32_t)zkc_bf16(y.z) | (uint32_t)zkc_bf16(y.w) << 16);
+        else
+            zkc_stg4((float *)out + base + 4 * g, y);
+    }
+    if (lane == 0) { mean[row] = m; rstd[row] = r; }
+}
+
+/* One pass: block k takes rows [k R, k R + R), RG = 4 / V at a time
+ * (the loads of a step in flight together, 4 float4 groups' worth a
+ * thread: <= 128 registers, so 512 threads fit an SM's 64K; V = 4 spilled,
+ * so C > 4096 takes the scalar path); thread t the
+ * float4 groups t + j blockDim.x (j < V). Each step loads its rows'
+ * dout, inp and dinp, sums a row's g = w dout and g norm per warp, then
+ * over the block's warps in warp order (smem, double-buffered: one
+ * barrier a step), updates dinp (dinp16) and adds norm dout and dout into
+ * the thread's double sums. part NULL: no weight gradients; dinp NULL:
+ * none of dinp. */
+template <int V>
+__global__ static void __launch_bounds__(LN_BWD_MAX) k_ln_bwd_v(float *dinp, uint16_t *dinp16, double *part,
+                                  const float *dout, const float *inp, const float *w,
+                                  const float *mean, const float *rstd, int N, int C, int R)
+{
+    enum { RG = 4 / V };
+    __shared__ float red[2][2 * RG][32];
+    int C4 = C / 4, k = blockIdx.x, nw = blockDim.x / 32;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int n0 = k * R, n1 = min(N, n0 + R);
+    float4 wv[V];
+    double sw[V][4], sb[V][4];
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        int g = threadIdx.x + j * blockDim.x;
+        wv[j] = g < C4 ? zkc_ldg4(w + 4 * g) : float4{ 0.0f, 0.0f, 0.0f, 0.0f };
+        for (int e = 0; e < 4; e++) sw[j][e] = sb[j][e] = 0.0;
+    }
+    int buf = 0;
+    for (int n = n0; n < n1; n += RG, buf ^= 1) {
+        float4 xv[RG][V], dv[RG][V], iv[RG][V];
+        float m[RG], s[RG], p[2 * RG];
+#pragma unroll
+        for (int r = 0; r < RG; r++) {
+            bool on = n + r < n1;
+            m[r] = on ? mean[n + r] : 0.0f;
+            s[r] = on ? rstd[n + r] : 0.0f;
+            float a1 = 0.0f, a2 = 0.0f;
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                int g = threadIdx.x + j * blockDim.x;
+                size_t at = (size_t)(n + r) * C + 4 * (size_t)g;
+                const float4 z = { 0.0f, 0.0f, 0.0f, 0.0f };
+                bool here = on && g < C4;
+                xv[r][j] = here ? zkc_ldg4(inp + at) : z;
+                dv[r][j] = here ? zkc_ldg4(dout + at) : z;
+                iv[r][j] = here && dinp ? zkc_ldg4(dinp + at) : z;
+                float4 x = xv[r][j], d = dv[r][j], ww = wv[j];
+                float g0 = ww.x * d.x, g1 = ww.y * d.y, g2 = ww.z * d.z, g3 = ww.w * d.w;
+                a1 += ((g0 + g1) + g2) + g3;
+                a2 += ((g0 * ((x.x - m[r]) * s[r]) + g1 * ((x.y - m[r]) * s[r])) +
+                       g2 * ((x.z - m[r]) * s[r])) + g3 * ((x.w - m[r]) * s[r]);
+            }
+            p[2 * r] = a1;
+            p[2 * r + 1] = a2;
+        }
+#pragma unroll
+        for (int i = 0; i < 2 * RG; i++) {
+            float t = zkc_warp_sum(p[i]);
+            if (lane == 0) red[buf][i][warp] = t;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < 2 * RG; i++) {
+            float t = 0.0f;
+            for (int q = 0; q < nw; q++) t += red[buf][i][q];
+            p[i] = t / (float)C;
+        }
+#pragma unroll
+        for (int r = 0; r < RG; r++) {
+            if (n + r >= n1) continue;
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                int g = threadIdx.x + j * blockDim.x;
+                if (g >= C4) continue;
+                size_t at = (size_t)(n + r) * C + 4 * (size_t)g;
+                float xs[4] = { xv[r][j].x, xv[r][j].y, xv[r][j].z, xv[r][j].w };
+                float ds[4] = { dv[r][j].x, dv[r][j].y, dv[r][j].z, dv[r][j].w };
+                float is[4] = { iv[r][j].x, iv[r][j].y, iv[r][j].z, iv[r][j].w };
+                float ws[4] = { wv[j].x, wv[j].y, wv[j].z, wv[j].w };
+                float o[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float norm = (xs[e] - m[r]) * s[r];
+                    o[e] = is[e] + (ws[e] * ds[e] - p[2 * r] - norm * p[2 * r + 1]) * s[r];
+                    sw[j][e] += (double)(norm * ds[e]);
+                    sb[j][e] += (double)ds[e];
+                }
+                if (dinp) zkc_stg4(dinp + at, float4{ o[0], o[1], o[2], o[3] });
+                if (dinp && dinp16)
+                    zkc_stg4h(dinp16 + at, (uint32_t)zkc_bf16(o[0]) | (uint32_t)zkc_bf16(o[1]) << 16,
+                              (uint32_t)zkc_bf16(o[2]) | (uint32_t)zkc_bf16(o[3]) << 16);
+            }
+        }
+    }
+    if (!part) return;
+    size_t nk = gridDim.x;
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        int g = threadIdx.x + j * blockDim.x;
+        if (g >= C4) continue;
+        for (int e = 0; e < 4; e++) {
+            part[(size_t)k * C + 4 * g + e] = sw[j][e];
+            part[(nk + k) * C + 4 * g + e] = sb[j][e];
+        }
+    }
+}
+
+/* dw, db (C) from part (2, nk, C): 32 columns a block (a lane each, loads
+ * coalesced), warp q summing chunks q, q + LN_SUM_WARPS, ... in order,
+ * then the warps' sums in warp order: a grouping fixed by (N, C) */
 __global__ static void k_ln_bwd_w_sum(float *dw, float *db, const double *part, int nk, int C)
 {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+    __shared__ double red[2][LN_SUM_WARPS][32];
+    int lane = threadIdx.x % 32, q = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
     double sw = 0.0, sb = 0.0;
-    for (int k = 0; k < nk; k++) {
-        sw += part[(size_t)k * C + c];
-        sb += part[(size_t)(nk + k) * C + c];
-    }
+    if (c < C)
+        for (int k = q; k < nk; k += LN_SUM_WARPS) {
+            sw += part[(size_t)k * C + c];
+            sb += part[(size_t)(nk + k) * C + c];
+        }
+    red[0][q][lane] = sw;
+    red[1][q][lane] = sb;
+    __syncthreads();
+    if (q != 0 || c >= C) return;
+    sw = sb = 0.0;
+    for (int i = 0; i < LN_SUM_WARPS; i++) { sw += red[0][i][lane]; sb += red[1][i][lane]; }
     dw[c] = (float)sw;
     db[c] = (float)sb;
+}
+
+/* ------------------------------------------------------------------ */
+/* launchers                                                            */
+
+/* the forward's vector path: V float4 groups a lane (C <= 2048), or 0 */
+static int ln_fwd_groups(int C)
+{
+    int need = (C / 4 + 31) / 32;
+    static const int vs[] = { 2, 4, 6, 8, 12, 16 };
+    for (int i = 0; i < 6; i++)
+        if (need <= vs[i]) return vs[i];
+    return 0;
+}
+static int ln_vec_ok(int C, const void *a, const void *b, const void *c, const void *d,
+                     const void *e, const void *f, const void *o16)
+{
+    return C % 4 == 0 && zkc_aligned16(a, b, c) && zkc_aligned16(d, e, f) &&
+           !((uintptr_t)o16 & 7);
+}
+
+template <int V, class O, bool RES>
+static int ln_fwd_launch(cudaStream_t s, float *resid, void *out, float *mean, float *rstd,
+                         const float *inp, const float *b2, const float *w, const float *b,
+                         int N, int C)
+{
+    unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);   /* launches on one line: spec/emu */
+    k_ln_fwd_v<V, O, RES><<<g, 32 * LN_WARPS, 0, s>>>(resid, (O *)out, mean, rstd, inp, b2, w, b, N, C);
+    return ZKC_LAUNCHED();
+}
+template <class O, bool RES>
+static int ln_fwd_vec(cudaStream_t s, int V, float *resid, void *out, float *mean, float *rstd,
+                      const float *inp, const float *b2, const float *w, const float *b, int N,
+                      int C)
+{
+    switch (V) {
+    case 2: return ln_fwd_launch<2, O, RES>(s, resid, out, mean, rstd, inp, b2, w, b, N, C);
+    case 4: return ln_fwd_launch<4, O, RES>(s, resid, out, mean, rstd, inp, b2, w, b, N, C);
+    case 6: return ln_fwd_launch<6, O, RES>(s, resid, out, mean, rstd, inp, b2, w, b, N, C);
+    case 8: return ln_fwd_launch<8, O, RES>(s, resid, out, mean, rstd, inp, b2, w, b, N, C);
+    case 12: return ln_fwd_launch<12, O, RES>(s, resid, out, mean, rstd, inp, b2, w, b, N, C);
+    default: return ln_fwd_launch<16, O, RES>(s, resid, out, mean, rstd, inp, b2, w, b, N, C);
+    }
 }
 
 extern "C" int zkc_layernorm_forward(cudaStream_t s, void *out, int out16, float *mean,
@@ -139,7 +386,12 @@ extern "C" int zkc_layernorm_forward(cudaStream_t s, void *out, int out16, float
                                      const float *b, int N, int C)
 {
     if (N == 0) return 0;
-    unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);   /* launches on one line: spec/emu */
+    int V = ln_fwd_groups(C);
+    if (V && ln_vec_ok(C, inp, w, b, out16 ? NULL : out, NULL, NULL, out16 ? out : NULL)) {
+        if (out16) return ln_fwd_vec<uint16_t, false>(s, V, NULL, out, mean, rstd, inp, NULL, w, b, N, C);
+        return ln_fwd_vec<float, false>(s, V, NULL, out, mean, rstd, inp, NULL, w, b, N, C);
+    }
+    unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);
     if (out16) k_ln_fwd_b16<<<g, 32 * LN_WARPS, 0, s>>>((uint16_t *)out, mean, rstd, inp, w, b, N, C);
     else k_ln_fwd<<<g, 32 * LN_WARPS, 0, s>>>((float *)out, mean, rstd, inp, w, b, N, C);
     return ZKC_LAUNCHED();
@@ -151,9 +403,36 @@ extern "C" int zkc_layernorm_residual_forward(cudaStream_t s, float *resid, void
                                               int N, int C)
 {
     if (N == 0) return 0;
+    int V = ln_fwd_groups(C);
+    if (V && ln_vec_ok(C, a, b2, w, b, resid, out16 ? NULL : out, out16 ? out : NULL)) {
+        if (out16) return ln_fwd_vec<uint16_t, true>(s, V, resid, out, mean, rstd, a, b2, w, b, N, C);
+        return ln_fwd_vec<float, true>(s, V, resid, out, mean, rstd, a, b2, w, b, N, C);
+    }
     unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);
     if (out16) k_ln_res_fwd_b16<<<g, 32 * LN_WARPS, 0, s>>>(resid, (uint16_t *)out, mean, rstd, a, b2, w, b, N, C);
     else k_ln_res_fwd<<<g, 32 * LN_WARPS, 0, s>>>(resid, (float *)out, mean, rstd, a, b2, w, b, N, C);
+    return ZKC_LAUNCHED();
+}
+
+/* the vector backward: V float4 groups a thread, threads a block (a
+ * multiple of 32, at most LN_BWD_MAX); V 0: the scalar path */
+static int ln_bwd_shape(int C, int *threads)
+{
+    int C4 = C / 4;
+    for (int V = 1; V <= 2; V++) {
+        int t = (C4 + V - 1) / V;
+        if (t <= LN_BWD_MAX) { *threads = (t + 31) / 32 * 32; return V; }
+    }
+    return 0;
+}
+
+static int ln_bwd_vec(cudaStream_t s, int V, int threads, float *dinp, uint16_t *dinp16,
+                      double *part, const float *dout, const float *inp, const float *w,
+                      const float *mean, const float *rstd, int N, int C, int R, int nk)
+{
+    unsigned g = (unsigned)nk;
+    if (V == 1) k_ln_bwd_v<1><<<g, threads, 0, s>>>(dinp, dinp16, part, dout, inp, w, mean, rstd, N, C, R);
+    else k_ln_bwd_v<2><<<g, threads, 0, s>>>(dinp, dinp16, part, dout, inp, w, mean, rstd, N, C, R);
     return ZKC_LAUNCHED();
 }
 
@@ -163,20 +442,24 @@ extern "C" int zkc_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *din
                                       int C, double *scratch)
 {
     if (N == 0) return 0;
-    if (dinp) {
-        unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);
-        k_ln_bwd_dinp<<<g, 32 * LN_WARPS, 0, s>>>(dinp, dinp16, dout, inp, w, mean, rstd, N, C);
-        int e = ZKC_LAUNCHED();
-        if (e) return e;
-    }
-    if (dw && db) {
-        int R = zkc_ln_rows(N), nk = (N + R - 1) / R;
+    int weights = dw && db, R = zkc_ln_rows(N), nk = (N + R - 1) / R, threads = 0, e;
+    int V = ln_bwd_shape(C, &threads);
+    if (V && ln_vec_ok(C, dinp, dout, inp, w, NULL, NULL, dinp16)) {
+        if (!dinp && !weights) return 0;
+        e = ln_bwd_vec(s, V, threads, dinp, dinp16, weights ? scratch : NULL, dout, inp, w, mean,
+                       rstd, N, C, R, nk);
+    } else {
+        if (dinp) {
+            unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);
+            k_ln_bwd_dinp<<<g, 32 * LN_WARPS, 0, s>>>(dinp, dinp16, dout, inp, w, mean, rstd, N, C);
+            if ((e = ZKC_LAUNCHED())) return e;
+        }
+        if (!weights) return 0;
         dim3 g((unsigned)((C + 127) / 128), (unsigned)nk);
         k_ln_bwd_w_part<<<g, 128, 0, s>>>(scratch, dout, inp, mean, rstd, N, C, R);
-        int e = ZKC_LAUNCHED();
-        if (e) return e;
-        k_ln_bwd_w_sum<<<(C + 127) / 128, 128, 0, s>>>(dw, db, scratch, nk, C);
-        return ZKC_LAUNCHED();
+        e = ZKC_LAUNCHED();
     }
-    return 0;
+    if (e || !weights) return e;
+    k_ln_bwd_w_sum<<<(C + 31) / 32, 32 * LN_SUM_WARPS, 0, s>>>(dw, db, scratch, nk, C);
+    return ZKC_LAUNCHED();
 }

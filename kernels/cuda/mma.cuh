@@ -88,4 +88,7 @@ __device__ __forceinline__ void zkc_sts2(void *p, uint32_t lo, uint32_t hi) { *(
 __device__ __forceinline__ void zkc_sts4(void *p, uint4 v) { *(uint4 *)p = v; }
 __device__ __forceinline__ void zkc_stg2(float *p, float x, float y) { *(float2 *)p = make_float2(x, y); }
 __device__ __forceinline__ void zkc_stg2h(uint16_t *p, uint32_t v) { *(uint32_t *)p = v; }
+/* 16-byte global store of 4 floats, 8-byte of 4 bf16 (layernorm.cu) */
+__device__ __forceinline__ void zkc_stg4(float *p, float4 v) { *(float4 *)p = v; }
+__device__ __forceinline__ void zkc_stg4h(uint16_t *p, uint32_t lo, uint32_t hi) { *(uint2 *)p = make_uint2(lo, hi); }
 #endif

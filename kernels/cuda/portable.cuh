@@ -18,6 +18,14 @@ static inline unsigned zkc_grid(size_t n, unsigned threads)
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
          i += (size_t)blockDim.x * gridDim.x)
 
+/* every pointer on 16 bytes (NULL counts as aligned): the 8-wide kernels' and
+ * layernorm's vector path's
+ * 16-byte loads and stores */
+static inline int zkc_aligned16(const void *a, const void *b, const void *c)
+{
+    return !(((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15);
+}
+
 #ifndef __CUDACC__
 /* the emulator's fp64 adds and products, each rounded once (C++17 without
  * -ffp-contract=fast and without -mfma: never contracted); nvcc has its own */

@@ -3,12 +3,20 @@
  * order, then the lanes in order): the same double operations in the same
  * order, so the same bits as the CPU.
  *
- * Eight threads a block, one per lane: thread k of block b adds elements
- * lo + k, lo + k + 8, ... in order, so at each step a block's 8 threads read
- * 32 contiguous bytes (one full sector) and a warp 4 blocks' worth. The
- * lanes then meet in shared memory and thread 0 sums them in lane order.
+ * x 16-byte aligned (every tensor the runtime allocates): two threads a
+ * sum block, thread t holding lanes 4t .. 4t+3 -- elements 8m + 4t + e
+ * come with one 16-byte load and go to four independent fp64 chains (the
+ * loads of later m issued ahead of the adds); the pair reads 32
+ * contiguous bytes a step. Otherwise eight threads a block, one per lane,
+ * element by element (the same chains, so the same bits). The lanes then
+ * meet in shared memory and one thread sums them in lane order.
  * (One thread a block, walking its 4 KiB alone, read each warp's loads from
- * 32 lines 4 KiB apart: 205 GB/s on an H200, 2.4 ms a GPT-2 124M step.) */
+ * 32 lines 4 KiB apart: 205 GB/s on an H200, 2.4 ms a GPT-2 124M step; a
+ * thread per lane, scalar loads: 421 GB/s, 1.18 ms. The two-thread form is
+ * checked on the CPU (spec/emu, tools/emu_kernel.sh reduce), not yet timed
+ * on a GPU.) */
+#include <cuda_bf16.h>
+#include "mma.cuh"
 #include "common.cuh"
 
 #define SUM_BLOCK 1024
@@ -39,10 +47,56 @@ __global__ static void __launch_bounds__(SUM_THREADS) k_blocks(double *partials,
     }
 }
 
+/* one element into its lane's chain: x or x squared, each op rounded */
+__device__ __forceinline__ double sum_step(double s, float v, int sq)
+{
+    double xi = (double)v;
+    return __dadd_rn(s, sq ? __dmul_rn(xi, xi) : xi);
+}
+
+/* two threads a sum block, four lanes each (x 16-byte aligned) */
+__global__ static void __launch_bounds__(SUM_THREADS) k_blocks4(double *partials, const float *x,
+                                                                  size_t n, size_t nb, int sq)
+{
+    __shared__ double lanes[SUM_THREADS * 4];
+    int t = threadIdx.x % 2;
+    size_t b = (size_t)blockIdx.x * (SUM_THREADS / 2) + threadIdx.x / 2;
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    if (b < nb) {
+        size_t lo = b * SUM_BLOCK, hi = lo + SUM_BLOCK < n ? lo + SUM_BLOCK : n;
+        size_t i = lo + 4 * (size_t)t;
+#pragma unroll 4
+        for (; i + 3 < hi; i += SUM_LANES) {
+            float4 v = zkc_ldg4(x + i);
+            s0 = sum_step(s0, v.x, sq);
+            s1 = sum_step(s1, v.y, sq);
+            s2 = sum_step(s2, v.z, sq);
+            s3 = sum_step(s3, v.w, sq);
+        }
+        /* the block's last step cut by n: its first elements, if any */
+        if (i < hi) s0 = sum_step(s0, x[i], sq);
+        if (i + 1 < hi) s1 = sum_step(s1, x[i + 1], sq);
+        if (i + 2 < hi) s2 = sum_step(s2, x[i + 2], sq);
+    }
+    double *l = lanes + 4 * threadIdx.x;       /* the pair's 8 lanes, in lane order */
+    l[0] = s0; l[1] = s1; l[2] = s2; l[3] = s3;
+    __syncthreads();
+    if (b < nb && t == 0) {
+        double r = 0.0;
+        for (int j = 0; j < SUM_LANES; j++) r = __dadd_rn(r, l[j]);
+        partials[b] = r;
+    }
+}
+
 static int blocks(cudaStream_t s, double *partials, const float *x, size_t n, int sq)
 {
     size_t nb = (n + SUM_BLOCK - 1) / SUM_BLOCK;
     if (nb == 0) return 0;
+    if (zkc_aligned16(x, NULL, NULL)) {
+        unsigned g4 = (unsigned)((nb + SUM_THREADS / 2 - 1) / (SUM_THREADS / 2));
+        k_blocks4<<<g4, SUM_THREADS, 0, s>>>(partials, x, n, nb, sq);
+        return ZKC_LAUNCHED();
+    }
     unsigned grid = (unsigned)((nb + SUM_THREADS / SUM_LANES - 1) / (SUM_THREADS / SUM_LANES));
     k_blocks<<<grid, SUM_THREADS, 0, s>>>(partials, x, n, nb, sq);
     return ZKC_LAUNCHED();

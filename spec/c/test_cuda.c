@@ -198,9 +198,20 @@ static void t_gelu(void)
     dv->free(dx); dv->free(dd); dv->free(dout);
 }
 
-static void t_layernorm(void)
+/* a check's name with the shape: "layernorm N=67 C=768: ..." */
+static const char *ln_name(int N, int C, const char *what)
 {
-    int N = 67, C = 771;
+    static char buf[8][160];
+    static int i;
+    char *b = buf[i++ % 8];
+    snprintf(b, 160, "layernorm N=%d C=%d: %s", N, C, what);
+    return b;
+}
+
+/* C % 4 == 0 on 16-byte aligned rows takes layernorm.cu's vector path,
+ * any other C the scalar one */
+static void t_layernorm_at(int N, int C)
+{
     size_t nc = (size_t)N * C;
     float *x = ct_rand(nc, -3, 3), *w = ct_rand(C, 0.5f, 1.5f), *b = ct_rand(C, -1, 1);
     for (size_t i = 0; i < nc; i++) x[i] += (float)(i / C) * 0.1f;   /* a mean per row */
@@ -209,20 +220,20 @@ static void t_layernorm(void)
     float *dx = up(x, nc * 4), *dw = up(w, C * 4), *db = up(b, C * 4);
     float *dout = up(o, nc * 4), *dm = up(m, N * 4), *dr = up(r, N * 4);
     dv->layernorm_forward(dout, 0, dm, dr, dx, dw, db, N, C);
-    if (!synced("layernorm forward")) return;
+    if (!synced(ln_name(N, C, "forward"))) return;
     float *go = down(dout, nc * 4), *gm = down(dm, N * 4), *gr = down(dr, N * 4);
-    close_to("layernorm forward out", go, o, nc, 1e-5, 1e-5);
-    close_to("layernorm forward mean", gm, m, N, 1e-5, 1e-5);
-    close_to("layernorm forward rstd", gr, r, N, 1e-5, 1e-5);
+    close_to(ln_name(N, C, "forward out"), go, o, nc, 1e-5, 1e-5);
+    close_to(ln_name(N, C, "forward mean"), gm, m, N, 1e-5, 1e-5);
+    close_to(ln_name(N, C, "forward rstd"), gr, r, N, 1e-5, 1e-5);
     {   /* a bf16 out: the fp32 out rounded once (one bf16 ulp allowed) */
         uint16_t *o16 = NULL;
         dv->alloc((void **)&o16, nc * 2);
         dv->layernorm_forward(o16, 1, dm, dr, dx, dw, db, N, C);
-        if (!synced("layernorm forward bf16")) return;
+        if (!synced(ln_name(N, C, "forward bf16"))) return;
         uint16_t *h16 = down(o16, nc * 2);
         float *w16 = malloc(nc * 4);
         zk_cast_bf16_f32(w16, h16, nc);
-        close_to("layernorm forward bf16 out (the fp32 out, one bf16 ulp)", w16, go, nc, 1e-30, 1.0 / 128);
+        close_to(ln_name(N, C, "forward bf16 out (the fp32 out, one bf16 ulp)"), w16, go, nc, 1e-30, 1.0 / 128);
         free(h16); free(w16); dv->free(o16);
     }
     /* backward: dinp accumulates onto what is there */
@@ -234,23 +245,30 @@ static void t_layernorm(void)
     uint16_t *d_d16 = NULL;
     dv->alloc((void **)&d_d16, nc * 2);
     dv->layernorm_backward(d_di2, d_d16, NULL, NULL, d_dy, dx, dw, dm, dr, N, C);   /* + bf16 dinp */
-    if (!synced("layernorm backward")) return;
+    if (!synced(ln_name(N, C, "backward"))) return;
     float *g_di = down(d_di, nc * 4), *g_di2 = down(d_di2, nc * 4);
     float *g_gw = down(d_gw, C * 4), *g_gb = down(d_gb, C * 4);
-    close_to("layernorm backward dinp (accumulated)", g_di, di, nc, 1e-5, 1e-5);
-    close_to("layernorm backward dweight", g_gw, gwt, C, 1e-5, 1e-4);
-    close_to("layernorm backward dbias", g_gb, gbs, C, 1e-5, 1e-4);
-    same_bits("layernorm split backward: dinp alone has the fused call's bits", g_di2, g_di, nc * 4);
+    close_to(ln_name(N, C, "backward dinp (accumulated)"), g_di, di, nc, 1e-5, 1e-5);
+    close_to(ln_name(N, C, "backward dweight"), g_gw, gwt, C, 1e-5, 1e-4);
+    close_to(ln_name(N, C, "backward dbias"), g_gb, gbs, C, 1e-5, 1e-4);
+    same_bits(ln_name(N, C, "split backward: dinp alone has the fused call's bits"), g_di2, g_di, nc * 4);
     {   /* the rounded dinp: the GPU's own dinp, rounded once */
         uint16_t *g16 = down(d_d16, nc * 2), *want16 = malloc(nc * 2);
         zk_cast_f32_bf16(want16, g_di2, nc);
-        same_bits("layernorm backward bf16 dinp = its dinp rounded once", g16, want16, nc * 2);
+        same_bits(ln_name(N, C, "backward bf16 dinp = its dinp rounded once"), g16, want16, nc * 2);
         free(g16); free(want16); dv->free(d_d16);
     }
     free(x); free(w); free(b); free(o); free(m); free(r); free(go); free(gm); free(gr);
     free(dy); free(di); free(gwt); free(gbs); free(g_di); free(g_di2); free(g_gw); free(g_gb);
     dv->free(dx); dv->free(dw); dv->free(db); dv->free(dout); dv->free(dm); dv->free(dr);
     dv->free(d_dy); dv->free(d_di); dv->free(d_di2); dv->free(d_gw); dv->free(d_gb);
+}
+
+static void t_layernorm(void)
+{
+    t_layernorm_at(67, 771);
+    t_layernorm_at(67, 768);     /* GPT-2's C */
+    t_layernorm_at(45, 1600);    /* GPT-2 XL's: 13 groups a lane forward */
 }
 
 static void t_encoder(void)

@@ -328,7 +328,8 @@ static inline uint32_t zkc_pack_bf16(float lo, float hi)
 }
 
 /* mma.cuh's global loads and stores and shared stores (zkc_ldg4,
- * zkc_ldg8h, zkc_sts2, zkc_sts4, zkc_stg2, zkc_stg2h): alignment checked,
+ * zkc_ldg8h, zkc_sts2, zkc_sts4, zkc_stg2, zkc_stg2h, zkc_stg4, zkc_stg4h):
+ * alignment checked,
  * as the hardware faults */
 struct float4 { float x, y, z, w; };
 struct float2 { float x, y; };
@@ -371,6 +372,17 @@ static inline void zkc_stg2h(uint16_t *p, uint32_t v)
 {
     emu_aligned(p, 4, "store");
     memcpy(p, &v, 4);
+}
+static inline void zkc_stg4(float *p, float4 v)
+{
+    emu_aligned(p, 16, "store");
+    memcpy(p, &v, 16);
+}
+static inline void zkc_stg4h(uint16_t *p, uint32_t lo, uint32_t hi)
+{
+    emu_aligned(p, 8, "store");
+    uint32_t v[2] = { lo, hi };
+    memcpy(p, v, 8);
 }
 
 namespace nvcuda { namespace wmma {

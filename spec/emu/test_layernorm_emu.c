@@ -3,9 +3,15 @@
  * CPU under spec/emu/cuda_emu.h, against the CPU twin (zk_layernorm_*):
  * the forward, dinp (accumulated), and the weight gradients summed in
  * chunks of rows in double, then the chunks in order (the CPU sums every
- * row in order in double: the same terms, so within a float ulp). Shapes
- * whose N is not a multiple of the 64-row chunk, nor C of the 128-column
- * block, and a single row. Catches indexing, chunk bounds, the scratch
+ * row in order in double: the same terms, so within a float ulp). Both
+ * paths: the scalar one (C not a multiple of 4) and the vector one (C % 4
+ * == 0: 16-byte loads, the forward's row in registers, the backward's one
+ * pass; cuda_emu.h aborts on a misaligned vector access), at 1 and 2
+ * float4 groups a backward thread, a forward too wide for registers (C > 2048:
+ * the scalar forward beside the vector backward), a backward too wide
+ * (C > 4096: both scalar), chunks of 32 rows with
+ * a last one short and row steps of 4 cut by it, and a single row.
+ * Catches indexing, chunk and step bounds, the barrier, the scratch
  * layout; not the GPU's speed. Run: sh tools/emu_kernel.sh layernorm.
  */
 #include <math.h>
@@ -116,10 +122,16 @@ static void one(int N, int C)
 int main(void)
 {
     one(1, 5);
-    one(300, 70);       /* 5 chunks, the last of 44 rows */
-    one(257, 129);      /* two column blocks, the second of one column */
+    one(300, 70);       /* scalar: 10 chunks, the last of 12 rows */
+    one(257, 129);      /* scalar: two column blocks, the second of one column */
+    one(1, 8);          /* vector: one row, 2 of 32 lanes' groups */
+    one(67, 768);       /* vector: GPT-2's C (6 groups a lane forward, 192 threads backward);
+                         * the last chunk 3 rows, a step of 4 cut at 3 */
+    one(41, 1028);      /* vector: 257 groups, 12 a lane forward (9 in use), 288 threads */
+    one(9, 2056);       /* forward scalar (17 groups a lane), backward vector, 2 a thread */
+    one(5, 4100);       /* both scalar: C > 4096 */
     size_t s = zkc_layernorm_scratch(16384, 768);
-    ct_check(s == 2u * 256 * 768, "scratch for GPT-2's B=16 T=1024: 2 x 256 chunks x 768 doubles",
+    ct_check(s == 2u * 512 * 768, "scratch for GPT-2's B=16 T=1024: 2 x 512 chunks x 768 doubles",
              "%zu", s);
     return ct_summary();
 }

@@ -3,9 +3,12 @@
  * under spec/emu/cuda_emu.h, against the CPU twin: the fp64 block partials
  * of zk_sumsq_blocks (the gradient norm) and the plain sums behind
  * zt_sum. The same double operations in the same order, so the same bits:
- * compared with memcmp. Sizes: empty, one element, one short block, whole
- * blocks, a partial last block, more blocks than one CUDA block holds (32)
- * with a remainder. Run: sh tools/emu_kernel.sh reduce.
+ * compared with memcmp. Both paths: x 16-byte aligned (two threads a sum
+ * block, 16-byte loads; cuda_emu.h aborts on a misaligned one) and x one
+ * float off (a thread a lane). Sizes: empty, one element, one short block,
+ * whole blocks, partial last blocks cut at every place in a step of 8,
+ * more blocks than one CUDA block holds (32 and 128) with a remainder.
+ * Run: sh tools/emu_kernel.sh reduce.
  */
 #include <string.h>
 #include "ctest.h"
@@ -28,30 +31,34 @@ static void sum_blocks_ref(double *partials, const float *x, size_t n)
     }
 }
 
-static void one(size_t n)
+static void one(size_t n, int off)
 {
     char name[128];
     size_t nb = (n + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
-    float *x = ct_rand(n ? n : 1, -3, 3);
+    float *x0 = ct_rand(n + 1, -3, 3), *x = x0 + off;
     double *want = calloc(nb + 1, 8), *got = calloc(nb + 1, 8);
     zk_sumsq_blocks(want, x, n);
     for (size_t b = 0; b <= nb; b++) got[b] = -1.0;      /* got[nb]: never written */
     int rc = zkc_sumsq_blocks(NULL, got, x, n);
-    snprintf(name, sizeof name, "emu n=%zu: sumsq partials, the CPU's bits", n);
+    snprintf(name, sizeof name, "emu n=%zu x+%d: sumsq partials, the CPU's bits", n, off);
     ct_check(rc == 0 && !memcmp(got, want, nb * 8) && got[nb] == -1.0, name,
              "rc %d, first partial %.17g vs %.17g", rc, nb ? got[0] : 0.0, nb ? want[0] : 0.0);
     sum_blocks_ref(want, x, n);
     rc = zkc_sum_blocks(NULL, got, x, n);
-    snprintf(name, sizeof name, "emu n=%zu: sum partials, the CPU's bits", n);
+    snprintf(name, sizeof name, "emu n=%zu x+%d: sum partials, the CPU's bits", n, off);
     ct_check(rc == 0 && !memcmp(got, want, nb * 8) && got[nb] == -1.0, name,
              "rc %d, first partial %.17g vs %.17g", rc, nb ? got[0] : 0.0, nb ? want[0] : 0.0);
-    free(x); free(want); free(got);
+    free(x0); free(want); free(got);
 }
 
 int main(void)
 {
     ct_seed(7);
-    size_t sizes[] = { 0, 1, 7, 1000, 1024, 3 * 1024, 5000, 33 * 1024 + 17, 70 * 1024 };
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) one(sizes[i]);
+    size_t sizes[] = { 0, 1, 3, 4, 7, 1000, 1024, 1025, 1026, 1027, 1028, 1029, 1030, 1031,
+                       3 * 1024, 5000, 33 * 1024 + 17, 70 * 1024, 130 * 1024 + 5 };
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        one(sizes[i], 0);
+        one(sizes[i], 1);
+    }
     return ct_summary();
 }
