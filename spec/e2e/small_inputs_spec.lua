@@ -78,6 +78,14 @@ describe("an override's table literal", function()
     assert.are.same({ 0.8, 0.9 }, util.summary(d).recipe_json.optim.betas)
     util.rm(d)
   end)
+  it("that builds a 1 GiB value still ends on SIGTERM, not after it is refused", function()
+    -- the literal takes ~6 s to build and be refused (exit 1); a SIGTERM 1 s
+    -- in must end the process by that signal (143), not wait for it
+    local cmd = ("exec 2>/dev/null; build/ztrain %s 'optim.betas={(\"x\"):rep(2^30)}' > /dev/null 2>&1 & p=$!; sleep 1; "
+                 .. "kill -TERM $p; wait $p; echo rc=$?"):format(TINY)
+    local out = util.sh(cmd)
+    assert.matches("rc=143", out, 1, true)
+  end)
 end)
 
 describe("a run's output directory removed while it runs", function()
