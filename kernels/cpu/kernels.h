@@ -91,6 +91,45 @@ void zk_layernorm_backward_b16(float *dinp, uint16_t *dinp16, float *dweight, fl
                                const float *weight, const float *mean,
                                const float *rstd, int N, int C);
 
+/* ---- RMS norm (Llama, Qwen 2.5, Mistral) -------------------------------- */
+/* out (N,C) = weight * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps), in that
+ * order (transformers' LlamaRMSNorm); rstd (N) saved for backward. */
+void zk_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
+                        float eps, int N, int C);
+/* dinp (N,C) ACCUMULATED (the residual stream's gradient); dweight (C)
+ * WRITTEN (sum over the N rows in row order, in double). Split backward:
+ * dinp NULL computes dweight only, dweight NULL dinp only; same bits. */
+void zk_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                         const float *weight, const float *rstd, int N, int C);
+
+/* ---- rotary position embedding (transformers' rotate_half layout) -------- */
+/* Llama 3's frequency scaling (rope_scaling rope_type "llama3"); factor <= 0
+ * (or the pointer NULL): none. */
+typedef struct zk_rope_scaling {
+    double factor, low_freq_factor, high_freq_factor, original_max_positions;
+} zk_rope_scaling;
+/* cos_t, sin_t (P, hs/2) WRITTEN for positions 0..P-1: angle = inv_freq[i] * p
+ * as a float product, inv_freq[i] = theta^(-2i/hs) as a float (scaled when
+ * sc says so), cos/sin of the float angle rounded once. hs even. */
+void zk_rope_table(float *cos_t, float *sin_t, int P, int hs, double theta,
+                   const zk_rope_scaling *sc);
+/* x: N rows ld floats apart (a (B,T,...) activation, N = B*T); the nh heads
+ * of hs floats at the start of each row turned IN PLACE by the angles of
+ * position pos0 + r % T (row r); element i pairs with i + hs/2. The table
+ * covers positions up to pos0 + T - 1. Backward: the gradient turned back
+ * (the transpose), in place. Elementwise per pair: any threads, same bits. */
+void zk_rope_forward(float *x, int N, int T, int ld, int nh, int hs, const float *cos_t,
+                     const float *sin_t, int pos0);
+void zk_rope_backward(float *dx, int N, int T, int ld, int nh, int hs, const float *cos_t,
+                      const float *sin_t, int pos0);
+
+/* ---- SwiGLU (the gated MLP's activation) --------------------------------- */
+/* gu (N, 2F): each row [gate (F) | up (F)]; out (N,F) WRITTEN =
+ * silu(gate) * up, silu(x) = x sigmoid(x). */
+void zk_swiglu_forward(float *out, const float *gu, int N, int F);
+/* dgu (N, 2F) WRITTEN: [dout * up * silu'(gate) | dout * silu(gate)]. */
+void zk_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int F);
+
 /* ---- matmul with bias (OpenBLAS sgemm) ---------------------------------- */
 /* Padded rows: out (forward) and dout (backward) are (N,OC) with rows ldo
  * apart, ldo >= OC (ldo = OC: contiguous). The LM head's logits use
