@@ -4,7 +4,7 @@
 # register layouts) against its CPU twin, in spec/emu/test_NAME_emu.c. No
 # GPU or nvcc needed; needs the CPU objects (make all).
 #   sh tools/emu_kernel.sh NAME [build dir, default build]
-# NAME: attention_tc, layernorm, xent, colsum, embedding or reduce
+# NAME: attention_tc, layernorm, xent, colsum, embedding, reduce, rope or swiglu
 # (kernels/cuda/NAME.cu). SRC=file runs another version of the kernel
 # (e.g. a deliberately broken one); EMU_DEFS=-DX compiles it and the test
 # with a macro (attention_tc: -DZKC_ATTN_TC_DQ_ATOMIC); NO_RUN=1 builds $B/emu/test_NAME_emu

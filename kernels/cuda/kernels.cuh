@@ -68,6 +68,28 @@ int zkc_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, float 
                            const float *mean, const float *rstd, int N, int C,
                            double *scratch);
 size_t zkc_layernorm_scratch(int N, int C);
+/* RMS norm (Llama's; kernels.h zk_rmsnorm_*): out = w * (x * rstd), out16
+ * as the layer norm's; rstd (N) WRITTEN. The layer norm's paths with the
+ * mean 0 and no bias. */
+int zkc_rmsnorm_forward(cudaStream_t s, void *out, int out16, float *rstd, const float *inp,
+                        const float *w, float eps, int N, int C);
+/* dinp ACCUMULATED (NULL: skipped), dinp16 as the layer norm's; dw WRITTEN
+ * (NULL: skipped); scratch: zkc_rmsnorm_scratch(N, C) doubles */
+int zkc_rmsnorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, float *dw,
+                         const float *dout, const float *inp, const float *w, const float *rstd,
+                         int N, int C, double *scratch);
+size_t zkc_rmsnorm_scratch(int N, int C);
+
+/* ---- rope.cu, swiglu.cu (Llama's; kernels.h zk_rope_*, zk_swiglu_*): the
+ * same layouts; cos_t, sin_t device copies of zk_rope_table's. RoPE: the
+ * CPU's bits (each product rounded); SwiGLU: expf, within ~2 ulps ---- */
+int zkc_rope_forward(cudaStream_t s, float *x, int N, int T, int ld, int nh, int hs,
+                     const float *cos_t, const float *sin_t, int pos0);
+int zkc_rope_backward(cudaStream_t s, float *dx, int N, int T, int ld, int nh, int hs,
+                      const float *cos_t, const float *sin_t, int pos0);
+int zkc_swiglu_forward(cudaStream_t s, float *out, const float *gu, int N, int F);
+int zkc_swiglu_backward(cudaStream_t s, float *dgu, const float *dout, const float *gu, int N,
+                        int F);
 
 /* ---- embedding.cu: bad counts go to *dbad (device int, ADDED to) ---- */
 int zkc_encoder_forward(cudaStream_t s, float *out, const int32_t *tok, const float *wte,

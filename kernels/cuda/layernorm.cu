@@ -1,4 +1,7 @@
-/* layernorm.cu -- layer norm, eps 1e-5, biased variance (kernels.cuh).
+/* layernorm.cu -- layer norm, eps 1e-5, biased variance, and RMS norm
+ * (Llama's: no mean, no bias, eps given), kernels.cuh. One template
+ * parameter RMS tells them apart: the RMS norm is the layer norm's rows
+ * with the mean taken as 0 and no bias, so both share the paths below.
  *
  * Two ways through each op, chosen per call by the shape and the pointers:
  *  - the vector path (C % 4 == 0, every row pointer 16-byte aligned -- an
@@ -54,37 +57,41 @@ extern "C" size_t zkc_layernorm_scratch(int N, int C)
 /* ------------------------------------------------------------------ */
 /* the scalar path                                                      */
 
-/* out (N,C) fp32 or bf16 (O = uint16_t: rounded once); mean, rstd (N) */
-template <class O>
+/* out (N,C) fp32 or bf16 (O = uint16_t: rounded once); mean (N, not
+ * written for RMS), rstd (N). RMS: out = w * (x * rstd), the mean 0 and
+ * no bias (transformers' LlamaRMSNorm's order) */
+template <class O, bool RMS>
 __device__ __forceinline__ void ln_fwd(O *out, float *mean, float *rstd, const float *inp,
-                                       const float *w, const float *b, int N, int C)
+                                       const float *w, const float *b, float eps, int N, int C)
 {
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     const float *x = inp + (size_t)row * C;
-    float s = 0.0f;
-    for (int c = lane; c < C; c += 32) s += x[c];
-    float m = zkc_warp_sum(s) / (float)C;
+    float m = 0.0f;
+    if (!RMS) {
+        float s = 0.0f;
+        for (int c = lane; c < C; c += 32) s += x[c];
+        m = zkc_warp_sum(s) / (float)C;
+    }
     float v = 0.0f;
     for (int c = lane; c < C; c += 32) { float d = x[c] - m; v += d * d; }
-    float r = 1.0f / sqrtf(zkc_warp_sum(v) / (float)C + 1e-5f);
+    float r = 1.0f / sqrtf(zkc_warp_sum(v) / (float)C + eps);
     O *o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) zkc_put(o + c, (x[c] - m) * r * w[c] + b[c]);
-    if (lane == 0) { mean[row] = m; rstd[row] = r; }
+    for (int c = lane; c < C; c += 32)
+        zkc_put(o + c, RMS ? w[c] * (x[c] * r) : (x[c] - m) * r * w[c] + b[c]);
+    if (lane == 0) { if (!RMS) mean[row] = m; rstd[row] = r; }
 }
-__global__ static void k_ln_fwd(float *out, float *mean, float *rstd, const float *inp,
-                                const float *w, const float *b, int N, int C)
-{ ln_fwd<float>(out, mean, rstd, inp, w, b, N, C); }
-__global__ static void k_ln_fwd_b16(uint16_t *out, float *mean, float *rstd, const float *inp,
-                                    const float *w, const float *b, int N, int C)
-{ ln_fwd<uint16_t>(out, mean, rstd, inp, w, b, N, C); }
+template <class O, bool RMS>
+__global__ static void k_ln_fwd(O *out, float *mean, float *rstd, const float *inp,
+                                const float *w, const float *b, float eps, int N, int C)
+{ ln_fwd<O, RMS>(out, mean, rstd, inp, w, b, eps, N, C); }
 
 /* the residual add first: resid = a + b (the row written, then read back
  * from cache by the same lane), then ln_fwd's row on it */
 template <class O>
-__device__ __forceinline__ void ln_res_fwd(float *resid, O *out, float *mean, float *rstd,
-                                           const float *a, const float *b2, const float *w,
-                                           const float *b, int N, int C)
+__global__ static void k_ln_res_fwd(float *resid, O *out, float *mean, float *rstd,
+                                    const float *a, const float *b2, const float *w,
+                                    const float *b, int N, int C)
 {
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
@@ -92,19 +99,13 @@ __device__ __forceinline__ void ln_res_fwd(float *resid, O *out, float *mean, fl
     const float *ar = a + (size_t)row * C, *br = b2 + (size_t)row * C;
     for (int c = lane; c < C; c += 32) x[c] = ar[c] + br[c];
     __syncwarp();
-    ln_fwd<O>(out, mean, rstd, resid, w, b, N, C);
+    ln_fwd<O, false>(out, mean, rstd, resid, w, b, 1e-5f, N, C);
 }
-__global__ static void k_ln_res_fwd(float *resid, float *out, float *mean, float *rstd,
-                                    const float *a, const float *b2, const float *w,
-                                    const float *b, int N, int C)
-{ ln_res_fwd<float>(resid, out, mean, rstd, a, b2, w, b, N, C); }
-__global__ static void k_ln_res_fwd_b16(float *resid, uint16_t *out, float *mean, float *rstd,
-                                        const float *a, const float *b2, const float *w,
-                                        const float *b, int N, int C)
-{ ln_res_fwd<uint16_t>(resid, out, mean, rstd, a, b2, w, b, N, C); }
 
-/* dinp += (g - mean(g) - norm * mean(g * norm)) * rstd, g = w * dout;
- * dinp16 (NULL: none) the new dinp rounded once */
+/* dinp += (g - mean(g) - norm * mean(g * norm)) * rstd, g = w * dout
+ * (RMS: no mean(g), norm = x * rstd); dinp16 (NULL: none) the new dinp
+ * rounded once */
+template <bool RMS>
 __global__ static void k_ln_bwd_dinp(float *dinp, uint16_t *dinp16, const float *dout,
                                      const float *inp, const float *w, const float *mean,
                                      const float *rstd, int N, int C)
@@ -113,23 +114,26 @@ __global__ static void k_ln_bwd_dinp(float *dinp, uint16_t *dinp16, const float 
     if (row >= N) return;
     const float *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
     float *di = dinp + (size_t)row * C;
-    float m = mean[row], s = rstd[row], a1 = 0.0f, a2 = 0.0f;
+    float m = RMS ? 0.0f : mean[row], s = rstd[row], a1 = 0.0f, a2 = 0.0f;
     for (int c = lane; c < C; c += 32) {
         float g = w[c] * d[c];
         a1 += g;
         a2 += g * ((x[c] - m) * s);
     }
-    float g_mean = zkc_warp_sum(a1) / (float)C, gn_mean = zkc_warp_sum(a2) / (float)C;
+    float g_mean = RMS ? 0.0f : zkc_warp_sum(a1) / (float)C, gn_mean = zkc_warp_sum(a2) / (float)C;
     uint16_t *d16 = dinp16 ? dinp16 + (size_t)row * C : NULL;
     for (int c = lane; c < C; c += 32) {
         float norm = (x[c] - m) * s;
-        float v = di[c] + (w[c] * d[c] - g_mean - norm * gn_mean) * s;
+        float v = RMS ? di[c] + (w[c] * d[c] - norm * gn_mean) * s
+                      : di[c] + (w[c] * d[c] - g_mean - norm * gn_mean) * s;
         di[c] = v;
         if (d16) d16[c] = zkc_bf16(v);
     }
 }
 
-/* part (2, nk, C): chunk k's sums of column c, dw's then db's */
+/* part (P, nk, C), P = 2 (1 for RMS): chunk k's sums of column c, dw's
+ * then db's */
+template <bool RMS>
 __global__ static void k_ln_bwd_w_part(double *part, const float *dout, const float *inp,
                                        const float *mean, const float *rstd, int N, int C, int R)
 {
@@ -139,12 +143,12 @@ __global__ static void k_ln_bwd_w_part(double *part, const float *dout, const fl
     double sw = 0.0, sb = 0.0;
     for (int n = n0; n < n1; n++) {
         float x = inp[(size_t)n * C + c], d = dout[(size_t)n * C + c];
-        sw += (double)(((x - mean[n]) * rstd[n]) * d);
+        sw += (double)(((x - (RMS ? 0.0f : mean[n])) * rstd[n]) * d);
         sb += (double)d;
     }
     size_t nk = gridDim.y;
     part[(size_t)k * C + c] = sw;
-    part[(nk + k) * C + c] = sb;
+    if (!RMS) part[(nk + k) * C + c] = sb;
 }
 
 /* ------------------------------------------------------------------ */
@@ -156,10 +160,10 @@ __device__ __forceinline__ float ln_sum4(float4 v) { return ((v.x + v.y) + v.z) 
  * +3 (j < V, those past C skipped). RES: the row is a + b2, written to
  * resid first. O: the out's element type (float, or uint16_t bf16 rounded
  * once). */
-template <int V, class O, bool RES>
+template <int V, class O, bool RES, bool RMS>
 __global__ static void k_ln_fwd_v(float *resid, O *out, float *mean, float *rstd,
                                   const float *inp, const float *b2, const float *w,
-                                  const float *b, int N, int C)
+                                  const float *b, float eps, int N, int C)
 {
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
@@ -179,9 +183,9 @@ __global__ static void k_ln_fwd_v(float *resid, O *out, float *mean, float *rstd
         } else {
             x[j] = zkc_ldg4(inp + base + 4 * g);
         }
-        s += ln_sum4(x[j]);
+        if (!RMS) s += ln_sum4(x[j]);
     }
-    float m = zkc_warp_sum(s) / (float)C;
+    float m = RMS ? 0.0f : zkc_warp_sum(s) / (float)C;
     float v = 0.0f;
 #pragma unroll
     for (int j = 0; j < V; j++) {
@@ -189,14 +193,20 @@ __global__ static void k_ln_fwd_v(float *resid, O *out, float *mean, float *rstd
         float4 d = float4{ x[j].x - m, x[j].y - m, x[j].z - m, x[j].w - m };
         v += ((d.x * d.x + d.y * d.y) + d.z * d.z) + d.w * d.w;
     }
-    float r = 1.0f / sqrtf(zkc_warp_sum(v) / (float)C + 1e-5f);
+    float r = 1.0f / sqrtf(zkc_warp_sum(v) / (float)C + eps);
 #pragma unroll
     for (int j = 0; j < V; j++) {
         int g = 32 * j + lane;
         if (g >= C4) continue;
-        float4 wv = zkc_ldg4(w + 4 * g), bv = zkc_ldg4(b + 4 * g);
-        float4 y = float4{ (x[j].x - m) * r * wv.x + bv.x, (x[j].y - m) * r * wv.y + bv.y,
-                           (x[j].z - m) * r * wv.z + bv.z, (x[j].w - m) * r * wv.w + bv.w };
+        float4 wv = zkc_ldg4(w + 4 * g), y;
+        if (RMS) {
+            y = float4{ wv.x * (x[j].x * r), wv.y * (x[j].y * r), wv.z * (x[j].z * r),
+                        wv.w * (x[j].w * r) };
+        } else {
+            float4 bv = zkc_ldg4(b + 4 * g);
+            y = float4{ (x[j].x - m) * r * wv.x + bv.x, (x[j].y - m) * r * wv.y + bv.y,
+                        (x[j].z - m) * r * wv.z + bv.z, (x[j].w - m) * r * wv.w + bv.w };
+        }
         if (sizeof(O) == 2)
             zkc_stg4h((uint16_t *)out + base + 4 * g,
                       (uint32_t)zkc_bf16(y.x) | (uint32_t)zkc_bf16(y.y) << 16,
@@ -204,7 +214,7 @@ __global__ static void k_ln_fwd_v(float *resid, O *out, float *mean, float *rstd
         else
             zkc_stg4((float *)out + base + 4 * g, y);
     }
-    if (lane == 0) { mean[row] = m; rstd[row] = r; }
+    if (lane == 0) { if (!RMS) mean[row] = m; rstd[row] = r; }
 }
 
 /* One pass: block k takes rows [k R, k R + R), RG = 4 / V at a time
@@ -217,7 +227,7 @@ __global__ static void k_ln_fwd_v(float *resid, O *out, float *mean, float *rstd
  * barrier a step), updates dinp (dinp16) and adds norm dout and dout into
  * the thread's double sums. part NULL: no weight gradients; dinp NULL:
  * none of dinp. */
-template <int V>
+template <int V, bool RMS>
 __global__ static void __launch_bounds__(LN_BWD_MAX) k_ln_bwd_v(float *dinp, uint16_t *dinp16, double *part,
                                   const float *dout, const float *inp, const float *w,
                                   const float *mean, const float *rstd, int N, int C, int R)
@@ -242,7 +252,7 @@ __global__ static void __launch_bounds__(LN_BWD_MAX) k_ln_bwd_v(float *dinp, uin
 #pragma unroll
         for (int r = 0; r < RG; r++) {
             bool on = n + r < n1;
-            m[r] = on ? mean[n + r] : 0.0f;
+            m[r] = on && !RMS ? mean[n + r] : 0.0f;
             s[r] = on ? rstd[n + r] : 0.0f;
             float a1 = 0.0f, a2 = 0.0f;
 #pragma unroll
@@ -291,7 +301,8 @@ __global__ static void __launch_bounds__(LN_BWD_MAX) k_ln_bwd_v(float *dinp, uin
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     float norm = (xs[e] - m[r]) * s[r];
-                    o[e] = is[e] + (ws[e] * ds[e] - p[2 * r] - norm * p[2 * r + 1]) * s[r];
+                    o[e] = RMS ? is[e] + (ws[e] * ds[e] - norm * p[2 * r + 1]) * s[r]
+                               : is[e] + (ws[e] * ds[e] - p[2 * r] - norm * p[2 * r + 1]) * s[r];
                     sw[j][e] += (double)(norm * ds[e]);
                     sb[j][e] += (double)ds[e];
                 }
@@ -310,14 +321,15 @@ __global__ static void __launch_bounds__(LN_BWD_MAX) k_ln_bwd_v(float *dinp, uin
         if (g >= C4) continue;
         for (int e = 0; e < 4; e++) {
             part[(size_t)k * C + 4 * g + e] = sw[j][e];
-            part[(nk + k) * C + 4 * g + e] = sb[j][e];
+            if (!RMS) part[(nk + k) * C + 4 * g + e] = sb[j][e];
         }
     }
 }
 
-/* dw, db (C) from part (2, nk, C): 32 columns a block (a lane each, loads
- * coalesced), warp q summing chunks q, q + LN_SUM_WARPS, ... in order,
- * then the warps' sums in warp order: a grouping fixed by (N, C) */
+/* dw, db (C) from part (2, nk, C) (db NULL: dw alone from (1, nk, C)):
+ * 32 columns a block (a lane each, loads coalesced), warp q summing chunks
+ * q, q + LN_SUM_WARPS, ... in order, then the warps' sums in warp order:
+ * a grouping fixed by (N, C) */
 __global__ static void k_ln_bwd_w_sum(float *dw, float *db, const double *part, int nk, int C)
 {
     __shared__ double red[2][LN_SUM_WARPS][32];
@@ -326,7 +338,7 @@ __global__ static void k_ln_bwd_w_sum(float *dw, float *db, const double *part, 
     if (c < C)
         for (int k = q; k < nk; k += LN_SUM_WARPS) {
             sw += part[(size_t)k * C + c];
-            sb += part[(size_t)(nk + k) * C + c];
+            if (db) sb += part[(size_t)(nk + k) * C + c];
         }
     red[0][q][lane] = sw;
     red[1][q][lane] = sb;
@@ -335,7 +347,7 @@ __global__ static void k_ln_bwd_w_sum(float *dw, float *db, const double *part, 
     sw = sb = 0.0;
     for (int i = 0; i < LN_SUM_WARPS; i++) { sw += red[0][i][lane]; sb += red[1][i][lane]; }
     dw[c] = (float)sw;
-    db[c] = (float)sb;
+    if (db) db[c] = (float)sb;
 }
 
 /* ------------------------------------------------------------------ */
@@ -357,44 +369,47 @@ static int ln_vec_ok(int C, const void *a, const void *b, const void *c, const v
            !((uintptr_t)o16 & 7);
 }
 
-template <int V, class O, bool RES>
+template <int V, class O, bool RES, bool RMS>
 static int ln_fwd_launch(cudaStream_t s, float *resid, void *out, float *mean, float *rstd,
                          const float *inp, const float *b2, const float *w, const float *b,
-                         int N, int C)
+                         float eps, int N, int C)
 {
     unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);   /* launches on one line: spec/emu */
-    k_ln_fwd_v<V, O, RES><<<g, 32 * LN_WARPS, 0, s>>>(resid, (O *)out, mean, rstd, inp, b2, w, b, N, C);
+    k_ln_fwd_v<V, O, RES, RMS><<<g, 32 * LN_WARPS, 0, s>>>(resid, (O *)out, mean, rstd, inp, b2, w, b, eps, N, C);
     return ZKC_LAUNCHED();
 }
-template <class O, bool RES>
-static int ln_fwd_vec(cudaStream_t s, int V, float *resid, void *out, float *mean, float *rstd,
-                      const float *inp, const float *b2, const float *w, const float *b, int N,
-                      int C)
+/* a forward: the vector path where the shape and pointers allow, else the
+ * scalar one (RES: the residual add first, resid = a + b2) */
+template <class O, bool RES, bool RMS>
+static int ln_fwd_any(cudaStream_t s, float *resid, void *out, float *mean, float *rstd,
+                      const float *inp, const float *b2, const float *w, const float *b,
+                      float eps, int N, int C)
 {
-    switch (V) {
-    case 2: return ln_fwd_launch<2, O, RES>(s, resid, out, mean, rstd, inp, b2, w, b, N, C);
-    case 4: return ln_fwd_launch<4, O, RES>(s, resid, out, mean, rstd, inp, b2, w, b, N, C);
-    case 6: return ln_fwd_launch<6, O, RES>(s, resid, out, mean, rstd, inp, b2, w, b, N, C);
-    case 8: return ln_fwd_launch<8, O, RES>(s, resid, out, mean, rstd, inp, b2, w, b, N, C);
-    case 12: return ln_fwd_launch<12, O, RES>(s, resid, out, mean, rstd, inp, b2, w, b, N, C);
-    default: return ln_fwd_launch<16, O, RES>(s, resid, out, mean, rstd, inp, b2, w, b, N, C);
+    if (N == 0) return 0;
+    int V = ln_fwd_groups(C);
+    const void *o32 = sizeof(O) == 4 ? out : NULL, *o16 = sizeof(O) == 2 ? out : NULL;
+    if (V && ln_vec_ok(C, inp, b2, w, RMS ? NULL : b, resid, o32, o16)) {
+        switch (V) {
+        case 2: return ln_fwd_launch<2, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
+        case 4: return ln_fwd_launch<4, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
+        case 6: return ln_fwd_launch<6, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
+        case 8: return ln_fwd_launch<8, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
+        case 12: return ln_fwd_launch<12, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
+        default: return ln_fwd_launch<16, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
+        }
     }
+    unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);
+    if (RES) k_ln_res_fwd<O><<<g, 32 * LN_WARPS, 0, s>>>(resid, (O *)out, mean, rstd, inp, b2, w, b, N, C);
+    else k_ln_fwd<O, RMS><<<g, 32 * LN_WARPS, 0, s>>>((O *)out, mean, rstd, inp, w, b, eps, N, C);
+    return ZKC_LAUNCHED();
 }
 
 extern "C" int zkc_layernorm_forward(cudaStream_t s, void *out, int out16, float *mean,
                                      float *rstd, const float *inp, const float *w,
                                      const float *b, int N, int C)
 {
-    if (N == 0) return 0;
-    int V = ln_fwd_groups(C);
-    if (V && ln_vec_ok(C, inp, w, b, out16 ? NULL : out, NULL, NULL, out16 ? out : NULL)) {
-        if (out16) return ln_fwd_vec<uint16_t, false>(s, V, NULL, out, mean, rstd, inp, NULL, w, b, N, C);
-        return ln_fwd_vec<float, false>(s, V, NULL, out, mean, rstd, inp, NULL, w, b, N, C);
-    }
-    unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);
-    if (out16) k_ln_fwd_b16<<<g, 32 * LN_WARPS, 0, s>>>((uint16_t *)out, mean, rstd, inp, w, b, N, C);
-    else k_ln_fwd<<<g, 32 * LN_WARPS, 0, s>>>((float *)out, mean, rstd, inp, w, b, N, C);
-    return ZKC_LAUNCHED();
+    if (out16) return ln_fwd_any<uint16_t, false, false>(s, NULL, out, mean, rstd, inp, NULL, w, b, 1e-5f, N, C);
+    return ln_fwd_any<float, false, false>(s, NULL, out, mean, rstd, inp, NULL, w, b, 1e-5f, N, C);
 }
 
 extern "C" int zkc_layernorm_residual_forward(cudaStream_t s, float *resid, void *out, int out16,
@@ -402,16 +417,15 @@ extern "C" int zkc_layernorm_residual_forward(cudaStream_t s, float *resid, void
                                               const float *b2, const float *w, const float *b,
                                               int N, int C)
 {
-    if (N == 0) return 0;
-    int V = ln_fwd_groups(C);
-    if (V && ln_vec_ok(C, a, b2, w, b, resid, out16 ? NULL : out, out16 ? out : NULL)) {
-        if (out16) return ln_fwd_vec<uint16_t, true>(s, V, resid, out, mean, rstd, a, b2, w, b, N, C);
-        return ln_fwd_vec<float, true>(s, V, resid, out, mean, rstd, a, b2, w, b, N, C);
-    }
-    unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);
-    if (out16) k_ln_res_fwd_b16<<<g, 32 * LN_WARPS, 0, s>>>(resid, (uint16_t *)out, mean, rstd, a, b2, w, b, N, C);
-    else k_ln_res_fwd<<<g, 32 * LN_WARPS, 0, s>>>(resid, (float *)out, mean, rstd, a, b2, w, b, N, C);
-    return ZKC_LAUNCHED();
+    if (out16) return ln_fwd_any<uint16_t, true, false>(s, resid, out, mean, rstd, a, b2, w, b, 1e-5f, N, C);
+    return ln_fwd_any<float, true, false>(s, resid, out, mean, rstd, a, b2, w, b, 1e-5f, N, C);
+}
+
+extern "C" int zkc_rmsnorm_forward(cudaStream_t s, void *out, int out16, float *rstd,
+                                   const float *inp, const float *w, float eps, int N, int C)
+{
+    if (out16) return ln_fwd_any<uint16_t, false, true>(s, NULL, out, NULL, rstd, inp, NULL, w, NULL, eps, N, C);
+    return ln_fwd_any<float, false, true>(s, NULL, out, NULL, rstd, inp, NULL, w, NULL, eps, N, C);
 }
 
 /* the vector backward: V float4 groups a thread, threads a block (a
@@ -426,13 +440,36 @@ static int ln_bwd_shape(int C, int *threads)
     return 0;
 }
 
-static int ln_bwd_vec(cudaStream_t s, int V, int threads, float *dinp, uint16_t *dinp16,
-                      double *part, const float *dout, const float *inp, const float *w,
-                      const float *mean, const float *rstd, int N, int C, int R, int nk)
+/* dinp (dinp16) and the weights' partials into scratch (weights), then dw
+ * (db unless RMS) from them */
+template <bool RMS>
+static int ln_bwd_any(cudaStream_t s, float *dinp, uint16_t *dinp16, float *dw, float *db,
+                      const float *dout, const float *inp, const float *w, const float *mean,
+                      const float *rstd, int N, int C, double *scratch)
 {
-    unsigned g = (unsigned)nk;
-    if (V == 1) k_ln_bwd_v<1><<<g, threads, 0, s>>>(dinp, dinp16, part, dout, inp, w, mean, rstd, N, C, R);
-    else k_ln_bwd_v<2><<<g, threads, 0, s>>>(dinp, dinp16, part, dout, inp, w, mean, rstd, N, C, R);
+    if (N == 0) return 0;
+    int weights = dw && (RMS || db), R = zkc_ln_rows(N), nk = (N + R - 1) / R, threads = 0, e;
+    int V = ln_bwd_shape(C, &threads);
+    if (!dinp && !weights) return 0;
+    if (V && ln_vec_ok(C, dinp, dout, inp, w, NULL, NULL, dinp16)) {
+        unsigned g = (unsigned)nk;
+        double *part = weights ? scratch : NULL;
+        if (V == 1) k_ln_bwd_v<1, RMS><<<g, threads, 0, s>>>(dinp, dinp16, part, dout, inp, w, mean, rstd, N, C, R);
+        else k_ln_bwd_v<2, RMS><<<g, threads, 0, s>>>(dinp, dinp16, part, dout, inp, w, mean, rstd, N, C, R);
+        e = ZKC_LAUNCHED();
+    } else {
+        if (dinp) {
+            unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);
+            k_ln_bwd_dinp<RMS><<<g, 32 * LN_WARPS, 0, s>>>(dinp, dinp16, dout, inp, w, mean, rstd, N, C);
+            if ((e = ZKC_LAUNCHED())) return e;
+        }
+        if (!weights) return 0;
+        dim3 g((unsigned)((C + 127) / 128), (unsigned)nk);
+        k_ln_bwd_w_part<RMS><<<g, 128, 0, s>>>(scratch, dout, inp, mean, rstd, N, C, R);
+        e = ZKC_LAUNCHED();
+    }
+    if (e || !weights) return e;
+    k_ln_bwd_w_sum<<<(C + 31) / 32, 32 * LN_SUM_WARPS, 0, s>>>(dw, RMS ? NULL : db, scratch, nk, C);
     return ZKC_LAUNCHED();
 }
 
@@ -441,25 +478,17 @@ extern "C" int zkc_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *din
                                       const float *w, const float *mean, const float *rstd, int N,
                                       int C, double *scratch)
 {
-    if (N == 0) return 0;
-    int weights = dw && db, R = zkc_ln_rows(N), nk = (N + R - 1) / R, threads = 0, e;
-    int V = ln_bwd_shape(C, &threads);
-    if (V && ln_vec_ok(C, dinp, dout, inp, w, NULL, NULL, dinp16)) {
-        if (!dinp && !weights) return 0;
-        e = ln_bwd_vec(s, V, threads, dinp, dinp16, weights ? scratch : NULL, dout, inp, w, mean,
-                       rstd, N, C, R, nk);
-    } else {
-        if (dinp) {
-            unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);
-            k_ln_bwd_dinp<<<g, 32 * LN_WARPS, 0, s>>>(dinp, dinp16, dout, inp, w, mean, rstd, N, C);
-            if ((e = ZKC_LAUNCHED())) return e;
-        }
-        if (!weights) return 0;
-        dim3 g((unsigned)((C + 127) / 128), (unsigned)nk);
-        k_ln_bwd_w_part<<<g, 128, 0, s>>>(scratch, dout, inp, mean, rstd, N, C, R);
-        e = ZKC_LAUNCHED();
-    }
-    if (e || !weights) return e;
-    k_ln_bwd_w_sum<<<(C + 31) / 32, 32 * LN_SUM_WARPS, 0, s>>>(dw, db, scratch, nk, C);
-    return ZKC_LAUNCHED();
+    return ln_bwd_any<false>(s, dinp, dinp16, dw, db, dout, inp, w, mean, rstd, N, C, scratch);
+}
+
+extern "C" int zkc_rmsnorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, float *dw,
+                                    const float *dout, const float *inp, const float *w,
+                                    const float *rstd, int N, int C, double *scratch)
+{
+    return ln_bwd_any<true>(s, dinp, dinp16, dw, NULL, dout, inp, w, NULL, rstd, N, C, scratch);
+}
+
+extern "C" size_t zkc_rmsnorm_scratch(int N, int C)
+{
+    return zkc_layernorm_scratch(N, C) / 2;
 }

@@ -486,6 +486,97 @@ static void t_sum_ranks(void)
     dv->free(dsrc); dv->free(ddst);
 }
 
+/* Llama's kernels (rmsnorm, rope, swiglu) called directly, against the CPU
+ * twins: RMS norm at the layer norm's tolerances (C 771: the scalar path,
+ * 2048: the vector one), RoPE the CPU's bits, SwiGLU within 4e-7 */
+static void t_llama_rmsnorm(int N, int C)
+{
+    char name[128];
+    cudaStream_t s = zt_cuda_compute_stream();
+    size_t nc = (size_t)N * C, ns = zkc_rmsnorm_scratch(N, C);
+    float *x = ct_rand(nc, -3, 3), *w = ct_rand(C, 0.5f, 1.5f), *dy = ct_rand(nc, -1, 1);
+    float *o = ct_alloc(nc * 4), *r = ct_alloc(N * 4), *di = ct_rand(nc, -1, 1), *dw = ct_alloc(C * 4);
+    zk_rmsnorm_forward(o, r, x, w, 1e-5f, N, C);
+    float *dx = up(x, nc * 4), *dwt = up(w, C * 4), *ddy = up(dy, nc * 4), *ddi = up(di, nc * 4);
+    float *dout = NULL, *dr = NULL, *ddw = NULL;
+    double *scr = NULL;
+    dv->alloc((void **)&dout, nc * 4); dv->alloc((void **)&dr, N * 4); dv->alloc((void **)&ddw, C * 4);
+    dv->alloc((void **)&scr, ns * 8);
+    zk_rmsnorm_backward(di, dw, dy, x, w, r, N, C);
+    int e = zkc_rmsnorm_forward(s, dout, 0, dr, dx, dwt, 1e-5f, N, C);
+    e = e ? e : zkc_rmsnorm_backward(s, ddi, NULL, ddw, ddy, dx, dwt, dr, N, C, scr);
+    snprintf(name, sizeof name, "rmsnorm N=%d C=%d: launched", N, C);
+    if (e) { ct_fail(name, "%s", cudaGetErrorString((cudaError_t)e)); return; }
+    if (!synced(name)) return;
+    float *go = down(dout, nc * 4), *gr = down(dr, N * 4), *gdi = down(ddi, nc * 4), *gdw = down(ddw, C * 4);
+    snprintf(name, sizeof name, "rmsnorm N=%d C=%d: forward out", N, C);
+    close_to(name, go, o, nc, 1e-5, 1e-5);
+    snprintf(name, sizeof name, "rmsnorm N=%d C=%d: rstd", N, C);
+    close_to(name, gr, r, N, 1e-5, 1e-5);
+    snprintf(name, sizeof name, "rmsnorm N=%d C=%d: backward dinp (accumulated)", N, C);
+    close_to(name, gdi, di, nc, 1e-5, 1e-5);
+    snprintf(name, sizeof name, "rmsnorm N=%d C=%d: backward dweight", N, C);
+    close_to(name, gdw, dw, C, 1e-5, 1e-4);
+    free(x); free(w); free(dy); free(o); free(r); free(di); free(dw);
+    free(go); free(gr); free(gdi); free(gdw);
+    dv->free(dx); dv->free(dwt); dv->free(ddy); dv->free(ddi); dv->free(dout); dv->free(dr);
+    dv->free(ddw); dv->free(scr);
+}
+
+static void t_llama_rope_swiglu(void)
+{
+    cudaStream_t s = zt_cuda_compute_stream();
+    int B = 2, T = 129, hs = 128, nq = 4, nkv = 2, N = B * T, ld = (nq + 2 * nkv) * hs, h2 = hs / 2;
+    size_t n = (size_t)N * ld;
+    zk_rope_scaling l3 = { 8.0, 1.0, 4.0, 8192.0 };
+    float *c = ct_alloc((size_t)T * h2 * 4), *sn = ct_alloc((size_t)T * h2 * 4);
+    zk_rope_table(c, sn, T, hs, 500000.0, &l3);
+    float *x = ct_rand(n, -2, 2), *want = malloc(n * 4);
+    memcpy(want, x, n * 4);
+    zk_rope_forward(want, N, T, ld, nq + nkv, hs, c, sn, 0);
+    float *dx = up(x, n * 4), *dc = up(c, (size_t)T * h2 * 4), *ds = up(sn, (size_t)T * h2 * 4);
+    int e = zkc_rope_forward(s, dx, N, T, ld, nq + nkv, hs, dc, ds, 0);
+    if (e) ct_fail("rope forward: launched", "%s", cudaGetErrorString((cudaError_t)e));
+    else if (synced("rope forward")) {
+        float *got = down(dx, n * 4);
+        same_bits("rope forward (Llama 3 table, q and k heads): the CPU's bits", got, want, n * 4);
+        free(got);
+    }
+    zk_rope_backward(want, N, T, ld, nq + nkv, hs, c, sn, 0);
+    e = zkc_rope_backward(s, dx, N, T, ld, nq + nkv, hs, dc, ds, 0);
+    if (e) ct_fail("rope backward: launched", "%s", cudaGetErrorString((cudaError_t)e));
+    else if (synced("rope backward")) {
+        float *got = down(dx, n * 4);
+        same_bits("rope backward: the CPU's bits", got, want, n * 4);
+        free(got);
+    }
+    free(c); free(sn); free(x); free(want); dv->free(dx); dv->free(dc); dv->free(ds);
+    int F = 1003;
+    size_t nf = (size_t)N * F;
+    float *gu = ct_rand(2 * nf, -20, 20), *d = ct_rand(nf, -1, 1), *o = ct_alloc(nf * 4), *g = ct_alloc(2 * nf * 4);
+    zk_swiglu_forward(o, gu, N, F);
+    zk_swiglu_backward(g, d, gu, N, F);
+    float *dgu = up(gu, 2 * nf * 4), *dd = up(d, nf * 4), *dout = NULL, *dg = NULL;
+    dv->alloc((void **)&dout, nf * 4); dv->alloc((void **)&dg, 2 * nf * 4);
+    e = zkc_swiglu_forward(s, dout, dgu, N, F);
+    e = e ? e : zkc_swiglu_backward(s, dg, dd, dgu, N, F);
+    if (e) ct_fail("swiglu: launched", "%s", cudaGetErrorString((cudaError_t)e));
+    else if (synced("swiglu")) {
+        float *go = down(dout, nf * 4), *gg = down(dg, 2 * nf * 4);
+        close_to("swiglu forward (within 4e-7 of the CPU)", go, o, nf, 1e-30, 4e-7);
+        close_to("swiglu backward (within 4e-7 of the CPU)", gg, g, 2 * nf, 1e-30, 4e-7);
+        free(go); free(gg);
+    }
+    free(gu); free(d); free(o); free(g); dv->free(dgu); dv->free(dd); dv->free(dout); dv->free(dg);
+}
+
+static void t_llama(void)
+{
+    t_llama_rmsnorm(67, 771);
+    t_llama_rmsnorm(67, 2048);
+    t_llama_rope_swiglu();
+}
+
 static void t_randn(void)
 {
     size_t n = 10007;
@@ -1166,7 +1257,7 @@ static void t_pinned_pages(void)
 
 static void (*const tests[])(void) = {
     t_elementwise, t_casts, t_gelu, t_layernorm, t_encoder, t_xent, t_xent_padded_both, t_adamw, t_sums,
-    t_sum_ranks, t_randn, t_matmul_all, t_matmul_epilogue, t_attention_all, t_attention_tc_all,
+    t_sum_ranks, t_llama, t_randn, t_matmul_all, t_matmul_epilogue, t_attention_all, t_attention_tc_all,
     t_attention_io16_all, t_errors,
     t_pinned_pages, t_copy_then_compute, t_two_streams, t_blas_on_current_stream, t_stream_errors,
 };

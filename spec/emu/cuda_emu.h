@@ -168,6 +168,8 @@ static inline int __shfl_up_sync(unsigned, int v, unsigned d)
 }
 /* fp32 add rounded to nearest, never contracted (g++ -O2 rounds a + b so) */
 static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
 
 /* f() on every thread of every block of grid g, blocks in turn; a
  * block's threads as fibers (above), each on its own stack */

@@ -25,6 +25,12 @@ int zkc_layernorm_backward(void *s, float *dinp, uint16_t *dinp16, float *dw, fl
                            const float *inp, const float *w, const float *mean,
                            const float *rstd, int N, int C, double *scratch);
 size_t zkc_layernorm_scratch(int N, int C);
+int zkc_rmsnorm_forward(void *s, void *out, int out16, float *rstd, const float *inp,
+                        const float *w, float eps, int N, int C);
+int zkc_rmsnorm_backward(void *s, float *dinp, uint16_t *dinp16, float *dw, const float *dout,
+                         const float *inp, const float *w, const float *rstd, int N, int C,
+                         double *scratch);
+size_t zkc_rmsnorm_scratch(int N, int C);
 int zkc_layernorm_residual_forward(void *s, float *resid, void *out, int out16, float *mean,
                                    float *rstd, const float *a, const float *b2, const float *w,
                                    const float *b, int N, int C);
@@ -119,6 +125,47 @@ static void one(int N, int C)
     free(di); free(gdi); free(dw); free(db); free(gdw); free(gdb); free(scratch);
 }
 
+/* the RMS norm (the same paths, the mean 0, no bias) against zk_rmsnorm_* */
+static void one_rms(int N, int C)
+{
+    char name[160];
+    size_t nc = (size_t)N * C;
+    float *x = ct_rand(nc, -2, 2), *w = ct_rand(C, 0.5f, 1.5f), *dy = ct_rand(nc, -1, 1);
+    for (int n = 0; n < N; n++) x[(size_t)n * C] += (float)n;     /* rows of other scales */
+    float *o = malloc(nc * 4), *r = malloc(N * 4), *go = malloc(nc * 4), *gr = malloc(N * 4);
+    zk_rmsnorm_forward(o, r, x, w, 1e-6f, N, C);
+    int rc = zkc_rmsnorm_forward(NULL, go, 0, gr, x, w, 1e-6f, N, C);
+    double eo = rel(go, o, nc, 1e-3), er = rel(gr, r, N, 1e-3);
+    snprintf(name, sizeof name, "emu rmsnorm forward N=%d C=%d: out, rstd within 1e-5", N, C);
+    ct_check(rc == 0 && eo < 1e-5 && er < 1e-5, name, "rc %d, out %.3g, rstd %.3g", rc, eo, er);
+    uint16_t *g16 = malloc(nc * 2), *want16 = malloc(nc * 2);
+    rc = zkc_rmsnorm_forward(NULL, g16, 1, gr, x, w, 1e-6f, N, C);
+    zk_cast_f32_bf16(want16, go, nc);
+    snprintf(name, sizeof name, "emu rmsnorm forward N=%d C=%d bf16 out: the fp32 out rounded once", N, C);
+    ct_check(rc == 0 && !memcmp(g16, want16, nc * 2), name, "rc %d, differ", rc);
+    float *di = malloc(nc * 4), *gdi = malloc(nc * 4), *gdi2 = malloc(nc * 4);
+    float *dw = malloc(C * 4), *gdw = malloc(C * 4);
+    for (size_t i = 0; i < nc; i++) di[i] = gdi[i] = gdi2[i] = 0.25f;    /* ACCUMULATED */
+    for (int c = 0; c < C; c++) gdw[c] = NAN;                            /* WRITTEN */
+    size_t ns = zkc_rmsnorm_scratch(N, C);
+    double *scratch = malloc((ns ? ns : 1) * sizeof(double));
+    for (size_t i = 0; i < ns; i++) scratch[i] = NAN;
+    zk_rmsnorm_backward(di, dw, dy, x, w, r, N, C);
+    rc = zkc_rmsnorm_backward(NULL, gdi, NULL, gdw, dy, x, w, r, N, C, scratch);
+    double edi = rel(gdi, di, nc, 1e-3), edw = rel(gdw, dw, C, 1e-3);
+    snprintf(name, sizeof name, "emu rmsnorm backward N=%d C=%d: dinp within 1e-5, dw within 1e-6 "
+             "(scratch of N/32 x C doubles)", N, C);
+    ct_check(rc == 0 && edi < 1e-5 && edw < 1e-6, name, "rc %d, dinp %.3g, dw %.3g", rc, edi, edw);
+    uint16_t *b16 = malloc(nc * 2), *w16 = malloc(nc * 2);
+    rc = zkc_rmsnorm_backward(NULL, gdi2, b16, NULL, dy, x, w, r, N, C, NULL);
+    zk_cast_f32_bf16(w16, gdi2, nc);
+    snprintf(name, sizeof name, "emu rmsnorm backward N=%d C=%d: dinp alone has the fused call's "
+             "bits, dinp16 it rounded once", N, C);
+    ct_check(rc == 0 && !memcmp(gdi2, gdi, nc * 4) && !memcmp(b16, w16, nc * 2), name, "rc %d, differ", rc);
+    free(x); free(w); free(dy); free(o); free(r); free(go); free(gr); free(g16); free(want16);
+    free(di); free(gdi); free(gdi2); free(dw); free(gdw); free(scratch); free(b16); free(w16);
+}
+
 int main(void)
 {
     one(1, 5);
@@ -130,6 +177,9 @@ int main(void)
     one(41, 1028);      /* vector: 257 groups, 12 a lane forward (9 in use), 288 threads */
     one(9, 2056);       /* forward scalar (17 groups a lane), backward vector, 2 a thread */
     one(5, 4100);       /* both scalar: C > 4096 */
+    one_rms(300, 70);    /* scalar */
+    one_rms(67, 768);    /* vector */
+    one_rms(9, 2056);    /* scalar forward, vector backward (2 groups a thread) */
     size_t s = zkc_layernorm_scratch(16384, 768);
     ct_check(s == 2u * 512 * 768, "scratch for GPT-2's B=16 T=1024: 2 x 512 chunks x 768 doubles",
              "%zu", s);
