@@ -182,6 +182,13 @@ static void cpu_cast(void *dst, int dd, const void *src, int sd, size_t n)
     else if (sd == ZT_F16 && dd == ZT_F32) zk_cast_f16_f32(dst, src, n);
 }
 
+static void cpu_rope(float *x, int N, int T, int ld, int nh, int hs, const float *cos_t,
+                     const float *sin_t, int pos0, int dir)
+{
+    if (dir > 0) zk_rope_forward(x, N, T, ld, nh, hs, cos_t, sin_t, pos0);
+    else zk_rope_backward(x, N, T, ld, nh, hs, cos_t, sin_t, pos0);
+}
+
 const zt_device_ops zt_cpu_device = {
     .name = "cpu",
     .sync = cpu_sync,
@@ -200,6 +207,11 @@ const zt_device_ops zt_cpu_device = {
     .layernorm_forward = cpu_layernorm_forward,
     .layernorm_residual_forward = cpu_layernorm_residual_forward,
     .layernorm_backward = zk_layernorm_backward_b16,
+    .rmsnorm_forward = zk_rmsnorm_forward,
+    .rmsnorm_backward = zk_rmsnorm_backward,
+    .rope = cpu_rope,
+    .swiglu_forward = zk_swiglu_forward,
+    .swiglu_backward = zk_swiglu_backward,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
     .matmul_bf16_forward = cpu_matmul_bf16_forward,

@@ -175,6 +175,30 @@ static void fg_randn(float *x, size_t n, uint64_t seed, uint64_t stream, float m
     CPU.randn(F(x), n, seed, stream, mean, std);
 }
 
+static void fg_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
+                               float eps, int N, int C)
+{
+    CPU.rmsnorm_forward(F(out), F(rstd), CF(inp), CF(w), eps, N, C);
+}
+static void fg_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                                const float *w, const float *rstd, int N, int C)
+{
+    CPU.rmsnorm_backward(F(dinp), F(dw), CF(dout), CF(inp), CF(w), CF(rstd), N, C);
+}
+static void fg_rope(float *x, int N, int T, int ld, int nh, int hs, const float *cos_t,
+                    const float *sin_t, int pos0, int dir)
+{
+    CPU.rope(F(x), N, T, ld, nh, hs, CF(cos_t), CF(sin_t), pos0, dir);
+}
+static void fg_swiglu_forward(float *out, const float *gu, int N, int F_)
+{
+    CPU.swiglu_forward(F(out), CF(gu), N, F_);
+}
+static void fg_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int F_)
+{
+    CPU.swiglu_backward(F(dgu), CF(dout), CF(gu), N, F_);
+}
+
 const zt_device_ops zt_fakegpu_device = {
     .name = "fakegpu",
     .sync = fg_sync, .alloc = fg_alloc, .free = fg_free, .zero = fg_zero, .fill = fg_fill,
@@ -183,6 +207,8 @@ const zt_device_ops zt_fakegpu_device = {
     .encoder_forward = fg_encoder_forward, .encoder_backward = fg_encoder_backward,
     .layernorm_forward = fg_layernorm_forward, .layernorm_backward = fg_layernorm_backward,
     .layernorm_residual_forward = fg_layernorm_residual_forward,
+    .rmsnorm_forward = fg_rmsnorm_forward, .rmsnorm_backward = fg_rmsnorm_backward,
+    .rope = fg_rope, .swiglu_forward = fg_swiglu_forward, .swiglu_backward = fg_swiglu_backward,
     .matmul_forward = fg_matmul_forward, .matmul_backward = fg_matmul_backward,
     .matmul_bf16_forward = fg_matmul_bf16_forward, .matmul_bf16_backward = fg_matmul_bf16_backward,
     .attention_forward = fg_attention_forward, .attention_backward = fg_attention_backward,

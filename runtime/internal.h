@@ -215,6 +215,16 @@ typedef struct zt_device_ops {
     void (*gelu_forward)(void *out, int out16, const void *inp, int in16, size_t n);
     void (*gelu_backward)(void *dinp, int out16, const void *inp, int in16, const float *dout,
                           size_t n);
+    /* Llama's (kernels.h zk_rmsnorm_*, zk_rope_*, zk_swiglu_*); rope's dir
+     * 1 the forward's turn, -1 the backward's */
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, float eps,
+                            int N, int C);
+    void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, const float *rstd, int N, int C);
+    void (*rope)(float *x, int N, int T, int ld, int nh, int hs, const float *cos_t,
+                 const float *sin_t, int pos0, int dir);
+    void (*swiglu_forward)(float *out, const float *gu, int N, int F);
+    void (*swiglu_backward)(float *dgu, const float *dout, const float *gu, int N, int F);
     /* logits and dlogits (N,V) in rows ld apart, fp32 or (bf16) bf16 */
     /* encoder_forward/backward and crossentropy return the bad ids they
      * skipped, or 0 on a device that counts them on the device and reports

@@ -11,6 +11,7 @@
  * The host never reads operand bytes here (token ids included: the kernels
  * count bad ids and the op reports them).
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -565,6 +566,179 @@ int zt_gelu_backward(zt_tensor *dinp, const zt_tensor *inp, const zt_tensor *dou
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "dinp", dinp, "inp", inp, "dout", dout, NULL));
     dev->gelu_backward(dinp->data, out16, inp->data, in16, dout->data, (size_t)inp->numel);
+    return ZT_OK;
+}
+
+/* ---- Llama's ops ---- */
+
+/* inp (N,C) f32, w (C) f32: N and C */
+static int rms_dims(const char *op, const zt_tensor *inp, const zt_tensor *w, int64_t *N,
+                    int64_t *C)
+{
+    ZT_TRY(need(op, "weight", w, ZT_F32));
+    ZT_TRY(need(op, "inp", inp, ZT_F32));
+    *C = w->numel;
+    ZT_CHECK(*C > 0 && last_dim(inp) == *C, "%s: inp's last dim must be C=%lld (the weight's "
+             "length)", op, (long long)*C);
+    *N = inp->numel / *C;
+    ZT_CHECK(*N <= INT32_MAX && *C <= INT32_MAX, "%s: %lld rows of %lld is past the kernels' "
+             "int range", op, (long long)*N, (long long)*C);
+    return ZT_OK;
+}
+
+int zt_rmsnorm_forward(zt_tensor *out, zt_tensor *rstd, const zt_tensor *inp, const zt_tensor *w,
+                       float eps)
+{
+    const char *op = "zt_rmsnorm_forward";
+    int64_t N = 0, C = 0;
+    ZT_TRY(rms_dims(op, inp, w, &N, &C));
+    ZT_CHECK(eps > 0.0f && eps < 1.0f, "%s: eps must be in (0, 1), got %g (config.json's "
+             "rms_norm_eps: 1e-5 or 1e-6)", op, (double)eps);
+    ZT_TRY(need_numel(op, "out", out, ZT_F32, N * C, "(N,C)"));
+    ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, N, "(N)"));
+    ZT_CHECK(!overlaps(out, inp), "%s: out may not overlap inp", op);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "out", out, "rstd", rstd, "inp", inp, "weight", w, NULL));
+    dev->rmsnorm_forward(out->data, rstd->data, inp->data, w->data, eps, (int)N, (int)C);
+    return ZT_OK;
+}
+
+int zt_rmsnorm_backward(zt_tensor *dinp, zt_tensor *dweight, const zt_tensor *dout,
+                        const zt_tensor *inp, const zt_tensor *w, const zt_tensor *rstd)
+{
+    const char *op = "zt_rmsnorm_backward";
+    int64_t N = 0, C = 0;
+    ZT_TRY(rms_dims(op, inp, w, &N, &C));
+    ZT_CHECK(dinp != NULL || dweight != NULL, "%s: nothing to compute: dinp and dweight are "
+             "both NULL", op);
+    if (dinp) ZT_TRY(need_numel(op, "dinp", dinp, ZT_F32, N * C, "(N,C)"));
+    if (dweight) ZT_TRY(need_numel(op, "dweight", dweight, ZT_F32, C, "(C)"));
+    ZT_TRY(need_numel(op, "dout", dout, ZT_F32, N * C, "(N,C)"));
+    ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, N, "(N)"));
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "dinp", dinp, "dweight", dweight, "dout", dout, "inp", inp,
+                 "weight", w, "rstd", rstd, NULL));
+    dev->rmsnorm_backward(dinp ? dinp->data : NULL, dweight ? dweight->data : NULL, dout->data,
+                          inp->data, w->data, rstd->data, (int)N, (int)C);
+    return ZT_OK;
+}
+
+int zt_rope_table(zt_tensor *cos, zt_tensor *sin, double theta, double factor,
+                  double low_freq_factor, double high_freq_factor, double original_max_positions)
+{
+    const char *op = "zt_rope_table";
+    char b[96];
+    ZT_TRY(need(op, "cos", cos, ZT_F32));
+    ZT_TRY(need(op, "sin", sin, ZT_F32));
+    ZT_CHECK(cos->ndim == 2 && sin->ndim == 2 && cos->shape[0] == sin->shape[0] &&
+             cos->shape[1] == sin->shape[1] && cos->shape[0] > 0 && cos->shape[1] > 0,
+             "%s: cos and sin must both be (positions, head_size/2), got %s and %s", op,
+             desc(cos, b, sizeof b), zt_describe(sin, b + 48, 48));
+    ZT_CHECK(theta > 1.0 && isfinite(theta), "%s: theta must be a finite number > 1 "
+             "(config.json's rope_theta), got %g", op, theta);
+    ZT_CHECK(!(factor > 0) || (low_freq_factor > 0 && high_freq_factor > low_freq_factor &&
+                               original_max_positions > 0),
+             "%s: Llama 3 scaling needs low_freq_factor > 0, high_freq_factor > low_freq_factor "
+             "and original_max_position_embeddings > 0 (config.json's rope_scaling), got %g, "
+             "%g, %g", op, low_freq_factor, high_freq_factor, original_max_positions);
+    int64_t P = cos->shape[0], h2 = cos->shape[1];
+    ZT_CHECK(P <= INT32_MAX && 2 * h2 <= INT32_MAX, "%s: the table is past the kernels' int "
+             "range", op);
+    size_t n = (size_t)(P * h2);
+    float *c = malloc(n * sizeof(float)), *s = malloc(n * sizeof(float));
+    if (!c || !s) {
+        free(c); free(s);
+        return zt_error(ZT_ENOMEM, "%s: no host memory for a %lld x %lld table", op,
+                        (long long)P, (long long)h2);
+    }
+    zk_rope_scaling sc = { factor, low_freq_factor, high_freq_factor, original_max_positions };
+    zk_rope_table(c, s, (int)P, (int)(2 * h2), theta, factor > 0 ? &sc : NULL);
+    int rc = zt_tensor_write(cos, c, n * sizeof(float));
+    if (rc == ZT_OK) rc = zt_tensor_write(sin, s, n * sizeof(float));
+    free(c); free(s);
+    return rc;
+}
+
+static int rope(const char *op, zt_tensor *x, int64_t col0, int nh, int hs, int T, int pos0,
+                const zt_tensor *cos, const zt_tensor *sin, int dir)
+{
+    char b[96];
+    ZT_TRY(need(op, "x", x, ZT_F32));
+    ZT_TRY(need(op, "cos", cos, ZT_F32));
+    ZT_TRY(need(op, "sin", sin, ZT_F32));
+    int64_t ld = last_dim(x), N = ld > 0 ? x->numel / ld : 0;
+    ZT_CHECK(hs > 0 && hs % 2 == 0 && nh > 0, "%s: head_size must be even and > 0 and heads "
+             "> 0, got head_size %d, %d heads", op, hs, nh);
+    ZT_CHECK(col0 >= 0 && col0 + (int64_t)nh * hs <= ld, "%s: %d heads of %d from column %lld "
+             "do not fit x's rows of %lld (%s)", op, nh, hs, (long long)col0, (long long)ld,
+             desc(x, b, sizeof b));
+    ZT_CHECK(T > 0 && N % T == 0, "%s: x's %lld rows are not whole sequences of T=%d", op,
+             (long long)N, T);
+    ZT_CHECK(cos->ndim == 2 && cos->shape[1] == hs / 2 && sin->ndim == 2 &&
+             sin->shape[1] == hs / 2 && sin->shape[0] == cos->shape[0],
+             "%s: cos and sin must be (positions, %d) tables of head_size %d (zt_rope_table)", op,
+             hs / 2, hs);
+    ZT_CHECK(pos0 >= 0 && (int64_t)pos0 + T <= cos->shape[0], "%s: positions %d..%d are past "
+             "the table's %lld; make the table longer (the model's max positions)", op, pos0,
+             pos0 + T - 1, (long long)cos->shape[0]);
+    ZT_CHECK(N <= INT32_MAX && ld <= INT32_MAX, "%s: x is past the kernels' int range", op);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "x", x, "cos", cos, "sin", sin, NULL));
+    dev->rope((float *)x->data + col0, (int)N, T, (int)ld, nh, hs, cos->data, sin->data, pos0, dir);
+    return ZT_OK;
+}
+
+int zt_rope_forward(zt_tensor *x, int64_t col0, int nh, int hs, int T, int pos0,
+                    const zt_tensor *cos, const zt_tensor *sin)
+{
+    return rope("zt_rope_forward", x, col0, nh, hs, T, pos0, cos, sin, 1);
+}
+
+int zt_rope_backward(zt_tensor *dx, int64_t col0, int nh, int hs, int T, int pos0,
+                     const zt_tensor *cos, const zt_tensor *sin)
+{
+    return rope("zt_rope_backward", dx, col0, nh, hs, T, pos0, cos, sin, -1);
+}
+
+/* gu (N, 2F) f32: N and F */
+static int gu_dims(const char *op, const zt_tensor *gu, int64_t *N, int64_t *F)
+{
+    char b[96];
+    ZT_TRY(need(op, "gu", gu, ZT_F32));
+    int64_t two = last_dim(gu);
+    ZT_CHECK(two > 0 && two % 2 == 0, "%s: gu's rows must be [gate | up], an even width, got "
+             "%s", op, desc(gu, b, sizeof b));
+    *F = two / 2;
+    *N = gu->numel / two;
+    ZT_CHECK(*N <= INT32_MAX, "%s: gu is past the kernels' int range", op);
+    return ZT_OK;
+}
+
+int zt_swiglu_forward(zt_tensor *out, const zt_tensor *gu)
+{
+    const char *op = "zt_swiglu_forward";
+    int64_t N = 0, F = 0;
+    ZT_TRY(gu_dims(op, gu, &N, &F));
+    ZT_TRY(need_numel(op, "out", out, ZT_F32, N * F, "(N,F): gu's rows, half their width"));
+    ZT_CHECK(!overlaps(out, gu), "%s: out may not overlap gu", op);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "out", out, "gu", gu, NULL));
+    dev->swiglu_forward(out->data, gu->data, (int)N, (int)F);
+    return ZT_OK;
+}
+
+int zt_swiglu_backward(zt_tensor *dgu, const zt_tensor *dout, const zt_tensor *gu)
+{
+    const char *op = "zt_swiglu_backward";
+    int64_t N = 0, F = 0;
+    ZT_TRY(gu_dims(op, gu, &N, &F));
+    ZT_TRY(need_numel(op, "dout", dout, ZT_F32, N * F, "(N,F)"));
+    ZT_TRY(need_numel(op, "dgu", dgu, ZT_F32, N * 2 * F, "(N,2F), as gu"));
+    ZT_CHECK(!overlaps(dgu, gu) && !overlaps(dgu, dout), "%s: dgu may not overlap gu or dout",
+             op);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "dgu", dgu, "dout", dout, "gu", gu, NULL));
+    dev->swiglu_backward(dgu->data, dout->data, gu->data, (int)N, (int)F);
     return ZT_OK;
 }
 

@@ -115,6 +115,28 @@ int zt_attention_decode(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
  * is bf16 too); dout f32. */
 int zt_gelu_forward(zt_tensor *out, const zt_tensor *inp);
 int zt_gelu_backward(zt_tensor *dinp, const zt_tensor *inp, const zt_tensor *dout);
+
+/* Llama's ops (kernels.h zk_rmsnorm_*, zk_rope_*, zk_swiglu_*; f32).
+ * rmsnorm: out (N,C) = w * (x * rstd), rstd (N) saved; backward dinp
+ * ACCUMULATED, dweight WRITTEN, either NULL (not both). */
+int zt_rmsnorm_forward(zt_tensor *out, zt_tensor *rstd, const zt_tensor *inp, const zt_tensor *w,
+                       float eps);
+int zt_rmsnorm_backward(zt_tensor *dinp, zt_tensor *dweight, const zt_tensor *dout,
+                        const zt_tensor *inp, const zt_tensor *w, const zt_tensor *rstd);
+/* cos, sin (P, hs/2) WRITTEN: zk_rope_table's, computed on the host and
+ * written; factor <= 0: no Llama 3 scaling (the other three then unused) */
+int zt_rope_table(zt_tensor *cos, zt_tensor *sin, double theta, double factor,
+                  double low_freq_factor, double high_freq_factor, double original_max_positions);
+/* x: rows of its last dim; the nh heads of hs at column col0 of every row
+ * turned in place by position pos0 + row % T (backward: turned back).
+ * cos, sin from zt_rope_table, covering positions up to pos0 + T - 1. */
+int zt_rope_forward(zt_tensor *x, int64_t col0, int nh, int hs, int T, int pos0,
+                    const zt_tensor *cos, const zt_tensor *sin);
+int zt_rope_backward(zt_tensor *dx, int64_t col0, int nh, int hs, int T, int pos0,
+                     const zt_tensor *cos, const zt_tensor *sin);
+/* gu (N, 2F): rows [gate | up]; out (N,F) = silu(gate) * up; dgu WRITTEN */
+int zt_swiglu_forward(zt_tensor *out, const zt_tensor *gu);
+int zt_swiglu_backward(zt_tensor *dgu, const zt_tensor *dout, const zt_tensor *gu);
 /* Bad ids (zt_encoder_*, zt_crossentropy): the CPU fails the op at once; a
  * GPU (and fakegpu-async) counts them on the device and fails the next
  * zt_device_sync (or a later op) naming the op, so that no call waits:

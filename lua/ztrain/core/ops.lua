@@ -79,6 +79,35 @@ function M.gelu_forward(out, inp) check(C.zt_gelu_forward(c(out), c(inp)), "gelu
 function M.gelu_backward(dinp, inp, dout)
   check(C.zt_gelu_backward(c(dinp), c(inp), c(dout)), "gelu_backward")
 end
+-- Llama's ops (f32). rmsnorm: out = w * (x * rstd), rstd saved; the
+-- backward accumulates dinp and writes dw (either nil, not both).
+function M.rmsnorm_forward(out, rstd, inp, w, eps)
+  check(C.zt_rmsnorm_forward(c(out), c(rstd), c(inp), c(w), eps), "rmsnorm_forward")
+end
+function M.rmsnorm_backward(dinp, dw, dout, inp, w, rstd)
+  check(C.zt_rmsnorm_backward(c(dinp), c(dw), c(dout), c(inp), c(w), c(rstd)), "rmsnorm_backward")
+end
+-- cos, sin (positions, hs/2); scaling: nil or Llama 3's { factor=,
+-- low_freq_factor=, high_freq_factor=, original_max_position_embeddings= }
+function M.rope_table(cos, sin, theta, scaling)
+  local s = scaling or {}
+  check(C.zt_rope_table(c(cos), c(sin), theta, s.factor or 0, s.low_freq_factor or 0,
+                        s.high_freq_factor or 0, s.original_max_position_embeddings or 0),
+        "rope_table")
+end
+-- the nh heads of hs at column col0 of x's rows turned in place by position
+-- pos0 + row % T (rope_backward: turned back)
+function M.rope_forward(x, col0, nh, hs, T, pos0, cos, sin)
+  check(C.zt_rope_forward(c(x), col0, nh, hs, T, pos0, c(cos), c(sin)), "rope_forward")
+end
+function M.rope_backward(dx, col0, nh, hs, T, pos0, cos, sin)
+  check(C.zt_rope_backward(c(dx), col0, nh, hs, T, pos0, c(cos), c(sin)), "rope_backward")
+end
+-- gu (N, 2F) rows [gate | up]: out (N, F) = silu(gate) * up
+function M.swiglu_forward(out, gu) check(C.zt_swiglu_forward(c(out), c(gu)), "swiglu_forward") end
+function M.swiglu_backward(dgu, dout, gu)
+  check(C.zt_swiglu_backward(c(dgu), c(dout), c(gu)), "swiglu_backward")
+end
 -- logits (N,V) or, with V given, rows padded to padded_cols(V) (the LM
 -- head's); f32 or bf16, dlogits the same (nil, or logits itself).
 function M.crossentropy(losses, dlogits, logits, targets, dscale, V)
