@@ -96,7 +96,7 @@ describe("ztrain program", function()
   it("exits 1 on arguments it cannot read", function()
     local out, rc = run("build/ztrain --frobnicate")
     assert.are.equal(1, rc)
-    assert.matches("unknown option --frobnicate", out, 1, true)
+    assert.matches("ztrain: unknown option --frobnicate (see ztrain --help)", out, 1, true)
   end)
 
   it("trains a recipe and prints plain progress lines when not on a terminal", function()

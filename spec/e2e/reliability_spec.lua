@@ -182,6 +182,7 @@ describe("bad input, said plainly", function()
     assert.are.equal(1, rc)       -- not 124 (timeout)
     assert.matches(("ztrain: data.text: %s/pipe is a FIFO, not a regular file; add it to data.exclude"):format(d),
                    out, 1, true)
+    assert.matches(") or point data.text elsewhere", out, 1, true)
     u.rm(d)
   end)
 
