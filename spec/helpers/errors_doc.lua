@@ -84,32 +84,38 @@ end
 
 -- segments(msg) -> the literal runs of a message between its wildcards
 -- ("...", placeholders, external texts), each { text, soft_before,
--- soft_after }: soft where a wildcard or the span's edge is beside it (the
--- source text there may go on)
+-- soft_after, span, at }: soft where a wildcard or the span's edge is beside
+-- it (the source text there may go on); span the message with its wildcards
+-- as "\0", at where text starts in it
 function M.segments(msg)
   local s = msg
   for _, x in ipairs(M.EXTERNAL) do s = s:gsub(x:gsub("%p", "%%%0"), "\0") end
   s = s:gsub("%.%.%.", "\0")
   for _, p in ipairs(M.PLACEHOLDERS) do s = s:gsub("%f[%w_]" .. p .. "%f[^%w_]", "\0") end
   local out = {}
-  for run in (s .. "\0"):gmatch("([^%z]*)%z") do
-    if run:find("%S") then out[#out + 1] = { text = run, soft_before = true, soft_after = true } end
+  for at, run in (s .. "\0"):gmatch("()([^%z]*)%z") do
+    if run:find("%S") then
+      out[#out + 1] = { text = run, soft_before = true, soft_after = true, span = s, at = at }
+    end
   end
   return out
 end
 
--- index(texts) -> what covered() looks texts up in: by their first and last
--- four characters, and all of them joined (for a run inside one). A text of
--- one word counts only beside a format directive or a ".." (formatted[t]:
--- "hostfile " of "hostfile %s ...") or as a message's prefix (M.PREFIXES),
--- or as the whole of a message's segment (exact[t]): a literal
--- such as "backend" stands somewhere in any source, not for a message.
-function M.index(texts, formatted)
+-- index(texts, near) -> what covered() looks texts up in: by their first and
+-- last four characters, and all of them joined (for a run inside one). A
+-- text of one word counts only as a message's prefix (M.PREFIXES), as the
+-- whole of a message's segment (exact[t]), beside a ".." (near[t] = true),
+-- or beside a format directive with its literal's next or previous run in
+-- the message too (near[t] = { { text = run, after = bool }, ... }: "hostfile "
+-- of "hostfile %s line %d: ..." where " line " follows), or between two
+-- directives ({ infix = true }: " under " of "%s under %s"): a literal such as
+-- "backend" or "device %s" stands somewhere in any source, not for a message.
+function M.index(texts, near)
   local first, last, seen, all, exact = {}, {}, {}, {}, {}
   for _, t in ipairs(texts) do
     exact[t] = true
     if #t >= M.MIN_PIECE and not seen[t] and not t:find("%z")
-       and (t:find("%S%s+%S") or M.PREFIXES[t] or (formatted and formatted[t])) then
+       and (t:find("%S%s+%S") or M.PREFIXES[t] or (near and near[t])) then
       seen[t] = true
       local a, z = t:sub(1, 4), t:sub(-4)
       first[a] = first[a] or {}; table.insert(first[a], t)
@@ -117,10 +123,24 @@ function M.index(texts, formatted)
       all[#all + 1] = t
     end
   end
-  return { first = first, last = last, exact = exact, joined = "\0" .. table.concat(all, "\0") .. "\0" }
+  return { first = first, last = last, exact = exact, near = near or {}, joined = "\0" .. table.concat(all, "\0") .. "\0" }
 end
 
 local function mark(covered, a, b) for k = a, b do covered[k] = true end end
+
+-- placed(p, seg, a, b, idx): text p, matched at seg.text[a..b], may count
+-- there (see index: a one-word text needs its literal's neighbour)
+local function placed(p, seg, a, b, idx)
+  local near = idx.near[p]
+  if p:find("%S%s+%S") or M.PREFIXES[p] or near == true then return true end
+  for _, q in ipairs(near or {}) do
+    if q.infix then return true end
+    local key = q.after and q.text:sub(1, 12) or q.text:sub(-12)
+    if q.after and seg.span:find(key, seg.at + b, true) then return true end
+    if not q.after and seg.span:sub(1, seg.at + a - 2):find(key, 1, true) then return true end
+  end
+  return false
+end
 
 -- covered(seg, idx) -> a boolean per character of seg.text: the texts of idx
 -- that stand there whole, or cut by the segment's soft edges
@@ -133,8 +153,10 @@ function M.covered(seg, idx)
   for i = 1, #s - 3 do
     local rest = hi - i + 1
     for _, p in ipairs(idx.first[s:sub(i, i + 3)] or {}) do
-      if s:sub(i, i + #p - 1) == p then mark(covered, i, i + #p - 1)
-      elseif seg.soft_after and rest >= M.MIN_OVERLAP and p:sub(1, rest) == s:sub(i, hi) then
+      if s:sub(i, i + #p - 1) == p then
+        if placed(p, seg, i, i + #p - 1, idx) then mark(covered, i, i + #p - 1) end
+      elseif seg.soft_after and rest >= M.MIN_OVERLAP and p:sub(1, rest) == s:sub(i, hi)
+             and placed(p, seg, i, hi, idx) then
         mark(covered, i, #s)
       end
     end
@@ -143,7 +165,9 @@ function M.covered(seg, idx)
     for j = hi, lo + M.MIN_OVERLAP - 1, -1 do
       for _, p in ipairs(idx.last[s:sub(j - 3, j)] or {}) do
         local n = j - lo + 1
-        if #p >= n and p:sub(-n) == s:sub(lo, j) then mark(covered, 1, j); return covered end
+        if #p >= n and p:sub(-n) == s:sub(lo, j) and placed(p, seg, lo, j, idx) then
+          mark(covered, 1, j); return covered
+        end
       end
     end
   end
@@ -183,20 +207,28 @@ end
 
 -- source_index() -> an index of every literal run of lua/, runtime/, host/
 function M.source_index()
-  local texts, formatted = {}, {}
+  local texts, near = {}, {}
   for _, f in ipairs(M.source_files()) do
     for _, lit in ipairs(literals.literals(util.read(f), f:match("%.lua$") and "lua" or "c")) do
       -- the runtime's messages open with the C call, which core/ffi.lua's
       -- check_key replaces by the recipe key
       local text = lit.text:gsub("^zt_[%w_]+%b(): ", ""):gsub("^zt_[%w_]+: ", "")
       local pieces = literals.pieces(text)
-      for _, p in ipairs(pieces) do
+      for k, p in ipairs(pieces) do
         texts[#texts + 1] = p
-        formatted[p] = formatted[p] or #pieces > 1 or lit.concat
+        if lit.concat then near[p] = true
+        elseif near[p] ~= true and #pieces > 1 then
+          near[p] = near[p] or {}
+          for _, d in ipairs({ -1, 1 }) do
+            local q = pieces[k + d]
+            if q and #q >= 3 then table.insert(near[p], { text = q, after = d > 0 }) end
+          end
+          if k > 1 and k < #pieces then table.insert(near[p], { infix = true }) end   -- "%s under %s"
+        end
       end
     end
   end
-  return M.index(texts, formatted)
+  return M.index(texts, near)
 end
 
 -- unpattern(t) -> the plain runs of a Lua pattern ("%." is ".", a class

@@ -13,7 +13,7 @@
 --      as Lua patterns) cover at least half of the message's letters and
 --      digits, and an e2e spec checks the row's exit status.
 -- And docs/cli.md's exit-status table has the statuses errors.md's rows
--- have, and the code's (ztrain.core.errors EXIT).
+-- have, and the code's (ztrain.core.errors EXIT); so does ztrain --help.
 local util = require "helpers.util"
 local D = require "helpers.errors_doc"
 
@@ -147,5 +147,14 @@ describe("docs/cli.md's exit-status table", function()
       if not cli[n] then bad[#bad + 1] = ("the code's EXIT.%s = %d is not in cli.md's table"):format(name, n) end
     end
     check(bad)
+  end)
+
+  it("and so does ztrain --help", function()
+    local help = (require("ztrain.cli.usage").text .. "\n\n"):match("\nExit status: (.-)\n\n")
+    assert.is_truthy(help, "ztrain --help has no paragraph 'Exit status: ...'")
+    for name, n in pairs(require("ztrain.core.errors").EXIT) do
+      assert.is_truthy(help:find("%f[%d]" .. n .. " "), ("--help's exit statuses lack %s = %d"):format(name, n))
+    end
+    assert.is_truthy(help:find("128 + N", 1, true), "--help's exit statuses lack 128 + N (a signal)")
   end)
 end)
