@@ -44,7 +44,8 @@ describe("ztrain program", function()
   it("says what to do when --nproc cannot find mpirun", function()
     local out, rc = run("env PATH=/nonexistent " .. os.getenv("PWD") .. "/build/ztrain --nproc 2 recipes/dp.lua out=" .. tmpdir())
     assert.are.equal(1, rc)
-    assert.matches("cannot run mpirun", out, 1, true)
+    assert.matches("ztrain: cannot run mpirun (not found in PATH): install Open MPI (make deps) or start the ranks " ..
+                   "with your own launcher", out, 1, true)
   end)
 
   it("counts the cores it may use: affinity mask and cgroup quota", function()
