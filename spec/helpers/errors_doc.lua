@@ -7,8 +7,9 @@ local util = require "helpers.util"
 local M = {}
 
 -- The doc's placeholders: a word that stands for what varies (whole words).
-M.PLACEHOLDERS = { "FILE", "DIR", "N", "RECIPE", "LINE", "MESSAGE", "OUT", "CKPT", "PATH",
-                   "HOST", "L", "C", "FIRST", "LAST", "TEXTHASH", "UPVALUESHASH" }
+-- (docs/errors.md's opening lists them, in this order)
+M.PLACEHOLDERS = { "FILE", "DIR", "PATH", "OUT", "CKPT", "RECIPE", "HOST", "N", "LINE", "L", "C",
+                   "MESSAGE", "FIRST", "LAST", "TEXTHASH", "UPVALUESHASH" }
 -- Texts ztrain passes on from others (strerror, Open MPI), not its own.
 M.EXTERNAL = { "No space left on device", "Is a directory", "Read-only file system",
                "Not a directory", "No such file or directory", "File too large",

@@ -74,6 +74,9 @@ describe("docs/errors.md", function()
   it("has its tables (every row: input | message | exit | spec)", function()
     assert.is_true(#rows >= 80, #rows .. " rows")
     for _, r in ipairs(rows) do assert.is_true(#r.specs > 0, where(r) .. ": no spec named") end
+    -- its opening names the placeholders this spec takes as wildcards
+    local said = util.read("docs/errors.md"):match("stands for the parts that vary, and (.-) for a value of that kind")
+    assert.are.equal(table.concat(D.PLACEHOLDERS, ", "), (assert(said, "no list of placeholders"):gsub("%s+", " ")))
   end)
 
   it("names specs that exist", function()
