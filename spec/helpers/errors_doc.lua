@@ -16,9 +16,8 @@ M.EXTERNAL = { "No space left on device", "Is a directory", "Read-only file syst
                "ORTE has lost communication with a remote daemon" }
 -- The doc's example values that are plain words (a value with a digit or a
 -- sign -- 16, batch.mirco, "gpt9" -- needs no entry).
-M.VALUES = { lr = true, inf = true, abc = true, nodeB = true, orted = true, tpu = true, hf = true,
-             single = true, SIGKILL = true, broadcast = true, directory = true, FIFO = true,
-             batch = true, optim = true, data = true, precision = true }   -- allow_changes's groups
+M.VALUES = { lr = true, inf = true, nodeB = true, orted = true, hf = true, single = true, SIGKILL = true,
+             FIFO = true, batch = true, data = true, precision = true }   -- the last: allow_changes's groups
 -- The prefixes of every message (cli/init.lua, host/main.c).
 M.PREFIXES = { ["ztrain: "] = true }
 M.MIN_PIECE = 4      -- a source text shorter than this covers nothing
@@ -124,7 +123,8 @@ function M.index(texts, near)
       all[#all + 1] = t
     end
   end
-  return { first = first, last = last, exact = exact, near = near or {}, joined = "\0" .. table.concat(all, "\0") .. "\0" }
+  return { first = first, last = last, exact = exact, near = near or {},
+           joined = "\0" .. table.concat(all, "\0") .. "\0" }
 end
 
 local function mark(covered, a, b) for k = a, b do covered[k] = true end end

@@ -65,7 +65,8 @@ function M.literals(src, lang)
       else i = i + 1 end
     elseif c == '"' or (c == "'" and lang == "lua") then
       local text, after = quoted(src, i, c)
-      local concat = lang == "lua" and (src:find("^%s*%.%.", after) or src:sub(math.max(1, i - 40), i - 1):find("%.%.%s*$"))
+      local concat = lang == "lua" and (src:find("^%s*%.%.", after)
+                                        or src:sub(math.max(1, i - 40), i - 1):find("%.%.%s*$"))
       out[#out + 1] = { text = text, line = line_at(src, i, st), concat = concat ~= nil }; i = after
     elseif c == "'" then                                  -- a C character literal
       i = (src:find("'", i + (c2 == "\\" and 3 or 2), true) or #src) + 1
