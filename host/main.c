@@ -36,12 +36,20 @@ static int find_home(char *home, size_t n)
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (len <= 0) return -1;
     exe[len] = '\0';
+    char self[PATH_MAX];
+    snprintf(self, sizeof self, "%s", exe);
     char *dir = dirname(exe);                    /* .../build */
     snprintf(home, n, "%s/..", dir);
     char probe[PATH_MAX + 32];
     snprintf(probe, sizeof probe, "%s/lua/ztrain/init.lua", home);
-    if (access(probe, R_OK) != 0) snprintf(home, n, "%s", dir);
-    return 0;
+    if (access(probe, R_OK) == 0) return 0;
+    snprintf(home, n, "%s", dir);
+    snprintf(probe, sizeof probe, "%s/lua/ztrain/init.lua", home);
+    if (access(probe, R_OK) == 0) return 0;
+    /* a copied binary: said as such, not as Lua's search path */
+    fprintf(stderr, "ztrain: %s is not in a ztrain tree (no readable lua/ztrain/init.lua above or beside it); "
+                    "set ZTRAIN_HOME to the ztrain checkout, or run the tree's build/ztrain\n", self);
+    return 1;
 }
 
 /* Does msg start with a Lua location ("path/file.lua:12: ", "repl:3: ")? As
@@ -105,13 +113,13 @@ int main(int argc, char **argv)
     if (hrc > 0) return 1;                   /* said why */
     if (hrc != 0) {
         fprintf(stderr, "ztrain: cannot locate the ztrain tree; set ZTRAIN_HOME\n");
-        return 2;
+        return 1;
     }
     if (realpath(home, rp)) snprintf(home, sizeof home, "%s", rp);
     default_lib();
 
     lua_State *L = luaL_newstate();
-    if (!L) { fprintf(stderr, "ztrain: cannot create a Lua state\n"); return 2; }
+    if (!L) { fprintf(stderr, "ztrain: cannot create a Lua state\n"); return 1; }
     luaL_openlibs(L);
 
     /* package.path: the tree's lua/ first, then the system's. */

@@ -54,7 +54,8 @@ describe("checkpoint directories", function()
       local out3, rc3 = u.sh(("%s %s out=%s train.steps=8 resume=latest%s"):format(ZT, TINY, x, ckdir))
       assert.are.equal(1, rc3, out3)
       assert.is_nil(out3:find("resumed from", 1, true), out3)
-      assert.matches("nor a checkpoint directory with a `latest` file", out3, 1, true)
+      assert.matches("ztrain: checkpoint: " .. root .. " is neither a checkpoint (no manifest.json) nor a checkpoint " ..
+                     "directory with a `latest` file; ", out3, 1, true)
       u.rm(x); u.rm(d .. "/ck")
     end
     u.rm(d)

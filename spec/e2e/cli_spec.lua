@@ -44,7 +44,8 @@ describe("ztrain program", function()
   it("says what to do when --nproc cannot find mpirun", function()
     local out, rc = run("env PATH=/nonexistent " .. os.getenv("PWD") .. "/build/ztrain --nproc 2 recipes/dp.lua out=" .. tmpdir())
     assert.are.equal(1, rc)
-    assert.matches("cannot run mpirun", out, 1, true)
+    assert.matches("ztrain: cannot run mpirun (not found in PATH): install Open MPI (make deps) or start the ranks " ..
+                   "with your own launcher", out, 1, true)
   end)
 
   it("counts the cores it may use: affinity mask and cgroup quota", function()
@@ -96,7 +97,7 @@ describe("ztrain program", function()
   it("exits 1 on arguments it cannot read", function()
     local out, rc = run("build/ztrain --frobnicate")
     assert.are.equal(1, rc)
-    assert.matches("unknown option --frobnicate", out, 1, true)
+    assert.matches("ztrain: unknown option --frobnicate (see ztrain --help)", out, 1, true)
   end)
 
   it("trains a recipe and prints plain progress lines when not on a terminal", function()

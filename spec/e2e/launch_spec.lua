@@ -210,14 +210,17 @@ describe("launch across hosts: the hostfile and mpirun's arguments", function()
   it("refuses a hostfile that is missing, empty, malformed or has too few slots, naming the file", function()
     local _, err = hosts.check(tmp .. "/none", 2)
     assert.matches("hostfile .*/none does not exist; give an Open MPI hostfile: one line per host, `HOST slots=N`", err)
+    assert.matches("`HOST slots=N` (tools/netcluster.sh hostfile prints one for the test cluster on this machine)",
+                   err, 1, true)
     _, err = hosts.check(tmp, 2)
-    assert.matches("is a directory, not a file", err)
+    assert.matches("hostfile " .. tmp .. " is a directory, not a file; give an Open MPI hostfile: one line per host",
+                   err, 1, true)
     write(tmp .. "/empty", "# nothing\n\n")
     _, err = hosts.check(tmp .. "/empty", 2)
     assert.matches("hostfile .*/empty names no host: write one line per host", err)
     write(tmp .. "/bad", "a slots=two\n")
     _, err = hosts.check(tmp .. "/bad", 1)
-    assert.matches("hostfile .*/bad line 1: slots=two is not a whole number >= 1", err)
+    assert.matches("hostfile .*/bad line 1: slots=two is not a whole number >= 1; write one line per host", err)
     write(tmp .. "/two", "a slots=1\nb slots=1\n")
     _, err = hosts.check(tmp .. "/two", 3)
     assert.matches("hostfile .*/two has 2 slot%(s%) on 2 host%(s%), fewer than the 3 rank%(s%) asked for: " ..
@@ -278,7 +281,8 @@ describe("launch across hosts: the hostfile and mpirun's arguments", function()
     hosts.is_netns, hosts.netns_subnet = is_netns, netns_subnet
     for _, err in ipairs(errs) do
       assert.matches("hostfile .*/mixed mixes hosts of the test cluster on this machine %(ztq0%) with other " ..
-                     "hosts %(nodeB%): ", err)
+                     "hosts %(nodeB%): a launch reaches either namespaces %(tools/netcluster%.sh hostfile%) or " ..
+                     "real hosts, not both", err)
     end
     assert.matches("netns_agent", table.concat(assert(w), " "))
   end)
@@ -288,7 +292,7 @@ describe("launch across hosts: the hostfile and mpirun's arguments", function()
       local o, rc = sh("build/ztrain --hostfile /nonexistent " .. rest)
       assert.are.equal(1, rc, o)
       assert.matches("ztrain: %-%-hostfile launches a recipe across hosts %(ztrain %-%-hostfile FILE RECIPE%.lua%); " ..
-                     "%-e and %-%-script run on this machine", o)
+                     "%-e and %-%-script run on this machine %(ztrain %-%-nproc N for ranks here%)", o)
     end
     local o, rc = sh("build/ztrain --hostfile /nonexistent </dev/null")          -- the REPL
     assert.are.equal(1, rc, o)

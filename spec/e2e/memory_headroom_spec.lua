@@ -77,8 +77,11 @@ describe("pre-flight headroom", function()
     local d = u.outdir()
     local out, rc = u.sh(("%s %s device.memory_fraction=%.9f out=%s"):format(ZT, TINY, frac, d))
     assert.are.equal(1, rc, out)
-    assert.matches("ztrain: not enough memory (predicted before the run): gpt2-tiny under single needs", out, 1, true)
-    assert.matches("this process holds beyond its tensors", out, 1, true)
+    assert.matches("ztrain: not enough memory %(predicted before the run%): gpt2%-tiny under single needs [%d.]+ %a+ " ..
+                   "per rank %(params .-%), but each rank has [%d.]+ %a+ %(MemAvailable [%d.]+ %a+ in /proc/meminfo " ..
+                   "x device%.memory_fraction = [%d.e%-]+ over 1 local rank%(s%), less [%d.]+ %a+ this process " ..
+                   "holds beyond its tensors: code, data, Lua heap%); .-, or raise device%.memory_fraction " ..
+                   "%(at most 1%) or set device%.memory_limit to try anyway %(`ztrain plan ", out)
     assert.not_matches("%.lua:%d+:", out)
     -- room for the prediction and 300 MiB more: it runs
     local d2 = u.outdir()
@@ -95,11 +98,13 @@ describe("pipelines' model-state check (the planner does not predict them)", fun
     local out, rc = u.sh(("%s%s --nproc 2 recipes/pipeline_1f1b.lua model.size=gpt2-tiny data.tokenizer=bytes " ..
                           "train.steps=1 -q device.memory_fraction=0.000001 out=%s"):format(env, ZT, d))
     assert.are.equal(1, rc, out)
-    local _, n = out:gsub("ztrain: gpt2%-tiny with single needs [%d.]+ %a+ of model state per rank, but each rank " ..
-                          "has 0 B %(MemAvailable [%d.]+ %a+ in /proc/meminfo x device.memory_fraction = 1e%-06 over " ..
-                          "2 local rank%(s%), less [%d.]+ %a+ this process holds beyond its tensors", "")
+    local _, n = out:gsub("ztrain: gpt2%-tiny with single needs [%d.]+ %a+ of model state per rank, but each " ..
+                          "rank has 0 B %(MemAvailable [%d.]+ %a+ in /proc/meminfo x device.memory_fraction = 1e%-06 " ..
+                          "over 2 local rank%(s%), less [%d.]+ %a+ this process holds beyond its tensors", "")
     assert.are.equal(1, n, out)
-    assert.matches("raise device.memory_fraction (at most 1), or set device.memory_limit to try anyway", out, 1, true)
+    assert.matches(" this process holds beyond its tensors: code, data, Lua heap): use a smaller model.size, zero3 " ..
+                   "with more ranks, raise device.memory_fraction (at most 1), or set device.memory_limit to try anyway",
+                   out, 1, true)
     assert.not_matches("MPI_ABORT", out .. mpi())
   end)
 end)
@@ -111,8 +116,8 @@ describe("device.memory_limit below one page", function()
       local out, rc = u.sh(("%s %s device.memory_limit=%s out=%s"):format(ZT, TINY, v, d))
       assert.are.equal(1, rc, out)
       assert.matches(("ztrain: recipes/single.lua: device.memory_limit: %q is "):format(v), out, 1, true)
-      assert.matches("not 0 (no limit) and below one page (4096 bytes): give a size such as 2GiB, or 0 for no limit",
-                     out, 1, true)
+      assert.matches(" bytes, not 0 (no limit) and below one page (4096 bytes): give a size such as 2GiB, or 0 for " ..
+                     "no limit", out, 1, true)
       assert.is_nil(io.open(d .. "/summary.json"))
     end)
   end

@@ -102,7 +102,11 @@ rc=$?; date +%%s.%%N > %s.end; wait; (exit $rc)
     assert.are.equal(5, rc, o)                          -- docs/errors.md: the watchdog's status
     assert.matches("comm%.timeout: .* has waited", o)
     assert.matches("rank 1: no answer", o)
-    assert.matches("rank 1 %(pid %d+%) ran on host " .. PREFIX .. "1", o)
+    assert.matches("ztrain: rank 1 %(pid %d+%) ran on host " .. PREFIX .. "1, which did not answer: the host is " ..
+                   "down, its link is, or the rank is stuck", o)
+    assert.matches(("ztrain: mpirun did not end within %d s of the job's failure (a host it cannot reach?); " ..
+                    "ending it"):format(GRACE), o, 1, true)
+    assert.matches("ztrain: orted %(pid %d+%) on host " .. PREFIX .. "1 outlived mpirun; killed it", o)
     -- comm.timeout, the watchdog's own 2 s for answers, the launcher's
     -- grace, whole-second clocks and a loaded machine
     assert.is_true(after <= TIMEOUT + 2 + GRACE + 6, ("the job ended %.1f s after the cut"):format(after))
@@ -119,7 +123,8 @@ rc=$?; date +%%s.%%N > %s.end; wait; (exit $rc)
     nc.sh(PREFIX, "link " .. PREFIX .. "1 up")
     util.rm(out)
     assert.are.equal(1, rc, o)
-    assert.matches("only 0 of 2 rank%(s%) started within 4 s %(none on host [^)]*" .. PREFIX .. "1", o)
+    assert.matches("ztrain: only 0 of 2 rank%(s%) started within 4 s %(none on host [^)]*" .. PREFIX .. "1", o)
+    assert.matches("); ending the job (ZTRAIN_START_TIMEOUT sets the wait)", o, 1, true)
     assert.is_true(took <= 4 + 6, ("the launch ended %d s after it began"):format(took))
     assert_nothing_left(out)
   end)
@@ -130,7 +135,8 @@ rc=$?; date +%%s.%%N > %s.end; wait; (exit $rc)
                                         "train.steps=1000000 comm.timeout=" .. TIMEOUT)
     util.rm(out)
     assert.are.equal(1, rc, o)                          -- docs/errors.md: a lost host's status
-    assert.matches("ztrain: lost host " .. h .. " %(its daemon stopped answering mpirun", o)
+    assert.matches("ztrain: lost host " .. h .. " (its daemon stopped answering mpirun: the host died, or its link " ..
+                   "is down); the job was ended (exit status 1)", o, 1, true)
     assert.is_true(after <= TIMEOUT + 2 + GRACE + 6, ("the job ended %.1f s after the host went"):format(after))
     assert_nothing_left(out)
   end)

@@ -28,7 +28,8 @@ describe("--overwrite", function()
     out, rc = util.sh(("%s %s train.ckpt_every=2 out=%s --overwrite"):format(ZT, DIVERGE, d))
     assert.are.equal(1, rc, out)
     assert.matches("training diverged", out, 1, true)
-    assert.matches(("ztrain: %s holds the run it was to replace again, as it was"):format(d), out, 1, true)
+    assert.matches(("ztrain: %s holds the run it was to replace again, as it was (--overwrite replaces a run only " ..
+                    "when the new one ends)"):format(d), out, 1, true)
     assert.are.equal(before, tree(d))
     assert.is_nil(io.open(d .. "/.replaced"), "the stage was left")
     -- one that ends replaces it: no old checkpoint, no stage

@@ -91,3 +91,74 @@ describe("the ztrain program", function()
     assert.is_nil(out:find("attempt to", 1, true), out)
   end)
 end)
+
+-- The rows of docs/errors.md that unit specs check in-process (recipe_spec,
+-- dsconfig_spec, hostfile_bounds_spec, dataset_spec, comm_backend_spec), run
+-- through the program: its message, exit status 1, no output directory made.
+describe("docs/errors.md's rows checked in-process, through the program", function()
+  -- files(d) -> the inputs the cases name, written under d
+  local function files(d)
+    util.write(d .. "/ds.json", '{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, ' ..
+                                '"gradient_accumulation_steps": 2}')
+    util.write(d .. "/h1", "nodeA slots=99999999999999999999\n")
+    util.write(d .. "/h2", "a slots=2000000000\nb slots=2000000000\n")
+    util.write(d .. "/x.txt", "good\n\255bad\n")
+    assert(require("ztrain.model.data.tokbin").write(d .. "/o.bin", { 1, 2, 3 }))
+    local f = assert(io.open(d .. "/o.bin", "ab")); f:write("x"); f:close()   -- an odd byte
+  end
+
+  it("says what the row says and exits 1", function()
+    local d = util.tmpdir()
+    files(d)
+    local R = "recipes/single.lua: "
+    local cases = {
+      { "learning_rate=1", R .. 'unknown recipe key "learning_rate"; did you mean "optim.lr"?' },
+      { "batch.size=2", R .. 'unknown recipe key "batch.size"; did you mean "batch.micro"?' },
+      { "lr=3e-4", R .. "lr is a table of keys; set one of them (lr.min_ratio, lr.schedule, lr.warmup); " ..
+                   "the learning rate itself is optim.lr" },
+      { "train.steps=0", R .. "train.steps must be an integer in [1, 1099511627776], got 0" },
+      { "--ds-config " .. d .. "/ds.json", "ds-config: Check batch related parameters. train_batch_size is not " ..
+        "equal to micro_batch_per_gpu * gradient_acc_step * world_size: 32 != 4 * 2 * 1" },
+      { "--hostfile " .. d .. "/h1", "hostfile " .. d .. "/h1 line 1: slots=99999999999999999999 is more than " ..
+        "Open MPI takes (at most 2147483647: it counts slots in a 32-bit int); write one line per host, " },
+      { "--hostfile " .. d .. "/h2", "hostfile " .. d .. "/h2 has 4000000000 slots in all, more than Open MPI " ..
+        "takes (at most 2147483647: it counts slots in a 32-bit int); give each host the slots it has" },
+      { "'data.text=/nonexistent/*.txt'", 'data.text: no file matches "/nonexistent/*.txt"; check data.text ' ..
+        "(the glob must name existing files)" },
+      { "data.text=" .. d .. "/x.txt", "data.text: " .. d .. "/x.txt is not valid UTF-8 (invalid byte 0xFF) at " ..
+        "byte offset 5 (line 2, column 1); only UTF-8 text can be used: convert it, or add it to data.exclude" },
+      { "data.text=bin:" .. d .. "/o.bin", "data: token file " .. d .. "/o.bin: header token count (int32 2) is 3, " ..
+        "expected none (7 bytes after the header is not a whole number of 2-byte tokens)" },
+      { "comm.backend=nccl", R .. 'comm.backend = "nccl" needs device.backend = "cuda" (NCCL moves GPU memory), ' ..
+        'got "cpu"' },
+    }
+    for _, c in ipairs(cases) do
+      local out_dir = d .. "/out"
+      local out, rc = run(("recipes/single.lua train.steps=1 -q out=%s %s"):format(out_dir, c[1]))
+      assert.are.equal(1, rc, c[1] .. ":\n" .. out)
+      assert.matches("ztrain: " .. c[2], out, 1, true)
+      assert.is_false(util.exists(out_dir), c[1] .. " left " .. out_dir)
+    end
+    util.rm(d)
+  end)
+
+  it("an unreadable directory: permission denied, exit 1 (as a user: root reads it)", function()
+    local uid = util.sh("id -u"):match("^(%d+)")
+    local as_user = ""
+    if uid == "0" then
+      if not util.sh("command -v setpriv"):match("/") then pending("root without setpriv"); return end
+      as_user = "setpriv --reuid=65534 --regid=65534 --clear-groups "
+    end
+    local d = util.tmpdir()
+    util.sh(("chmod 755 %s && mkdir %s/closed %s/w && chmod 777 %s/w && echo x > %s/closed/x.txt && " ..
+             "chmod 000 %s/closed"):format(d, d, d, d, d, d))
+    local out, rc = util.sh(("%sbuild/ztrain recipes/single.lua train.steps=1 -q out=%s/w/out 'data.text=%s/closed/*.txt'")
+                            :format(as_user, d, d))
+    util.sh("chmod 755 " .. d .. "/closed")
+    util.rm(d)
+    assert.are.equal(1, rc, out)
+    assert.matches(("ztrain: data.text: cannot list %s/closed (for the pattern \"%s/closed/*.txt\"): permission " ..
+                    "denied; make the directory readable (chmod a+rx) or point data.text elsewhere"):format(d, d),
+                   out, 1, true)
+  end)
+end)

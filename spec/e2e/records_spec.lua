@@ -152,7 +152,8 @@ describe("records: a resume keeps the math its checkpoint's run computed", funct
     assert.are.equal(1, rc, text)
     assert.matches("would change what the run computes %-%- batch: batch.global %(micro x accumulate x ranks%) 2 %-> 4",
                    text)
-    assert.matches("allow_changes=batch", text, 1, true)
+    assert.matches("ztrain: resume from .- would change what the run computes %-%- batch: ", text)
+    assert.matches("; resume with the checkpoint's settings, or allow it with allow_changes=batch", text, 1, true)
     assert.not_matches("%.lua:%d+:", text)
   end)
 

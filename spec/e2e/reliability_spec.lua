@@ -182,6 +182,7 @@ describe("bad input, said plainly", function()
     assert.are.equal(1, rc)       -- not 124 (timeout)
     assert.matches(("ztrain: data.text: %s/pipe is a FIFO, not a regular file; add it to data.exclude"):format(d),
                    out, 1, true)
+    assert.matches(") or point data.text elsewhere", out, 1, true)
     u.rm(d)
   end)
 
@@ -226,6 +227,16 @@ describe("bad input, said plainly", function()
     assert.are.equal(1, rc)
     assert.are.equal("ztrain: ZTRAIN_HOME=/nonexistent/zt does not hold ztrain (no readable lua/ztrain/cli/init.lua " ..
                      "there); unset it, or set it to the ztrain checkout\nrc=1\n", out)
+  end)
+
+  it("a binary copied out of its tree, with no ZTRAIN_HOME, is named, not Lua's search path", function()
+    local d = u.tmpdir()
+    u.sh(("cp %s %s/zt"):format(ZT, d))
+    local out, rc = u.sh(("cd / && env -u ZTRAIN_HOME %s/zt --version"):format(d))
+    u.rm(d)
+    assert.are.equal(1, rc)
+    assert.are.equal(("ztrain: %s/zt is not in a ztrain tree (no readable lua/ztrain/init.lua above or beside it); " ..
+                      "set ZTRAIN_HOME to the ztrain checkout, or run the tree's build/ztrain\nrc=1\n"):format(d), out)
   end)
 end)
 

@@ -43,7 +43,7 @@ describe("comm watchdog", function()
 
   it("checked collectives: ranks issuing different collectives fail at once, naming both call sites", function()
     local out, rc, secs = run("check 30 keys")
-    assert.are_not.equal(0, rc)
+    assert.are.equal(1, rc, out)
     assert.is_true(secs < 15, "took " .. secs .. " s (it should not wait for the 30 s timeout)")
     assert.matches("comm.check: collective #2 on the world (2 ranks) differs between ranks: rank 0 calls " ..
                    "all_reduce (f32, 1024 elements) at helpers/watchdog.lua:18; rank 1 calls broadcast (f32, " ..
@@ -59,6 +59,9 @@ describe("comm watchdog", function()
     local r, err = require("ztrain.train.recipe").resolve({}, { "comm.timeout=-1" })
     assert.is_nil(r)
     assert.matches("comm.timeout must be", err, 1, true)
+    local out, rc = u.sh("build/ztrain recipes/single.lua comm.timeout=-1 -q out=" .. u.outdir())  -- made by no run
+    assert.are.equal(1, rc, out)
+    assert.matches("ztrain: recipes/single.lua: comm.timeout must be a number in [0, 1000000000], got -1", out, 1, true)
     r = assert(require("ztrain.train.recipe").resolve({}, { "comm.timeout=7", "comm.check=true" }))
     assert.are.equal(7, r.comm.timeout)
     assert.is_true(r.comm.check)

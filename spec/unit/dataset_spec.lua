@@ -268,7 +268,8 @@ describe("WikiText raw directories", function()
     write(d .. "/wiki.train.raw", "good\n\255bad\n")
     local ds, err = data.open{ text = d, tokenizer = "bytes", cache = false }
     assert.is_nil(ds)
-    assert.matches(d .. "/wiki.train.raw is not valid UTF-8", err, 1, true)
+    assert.matches(d .. "/wiki.train.raw is not valid UTF-8 (invalid byte 0xFF) at byte offset 5 (line 2, column 1); " ..
+                   "only UTF-8 text can be used: convert it, or add it to data.exclude, e.g. exclude = ", err, 1, true)
     util.rm(d)
   end)
 end)
@@ -586,8 +587,9 @@ show("%s/locked_train.bin")
     for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
     assert.matches("cannot read " .. d .. "/secret.txt: permission denied", lines[1], 1, true)
     assert.matches("data.exclude", lines[1], 1, true)
-    assert.matches("cannot list " .. d .. "/closed", lines[2], 1, true)
-    assert.matches("permission denied", lines[2], 1, true)
+    assert.matches("data.text: cannot list " .. d .. "/closed (for the pattern ", lines[2], 1, true)
+    assert.matches("): permission denied; make the directory readable (chmod a+rx) or point data.text elsewhere",
+                   lines[2], 1, true)
     assert.is_nil(lines[2]:find("no file matches", 1, true))
     assert.matches(d .. "/wiki.train.raw: permission denied", lines[3], 1, true)
     assert.matches("cannot open token file " .. d .. "/locked_train.bin: permission denied", lines[4], 1, true)
@@ -596,6 +598,7 @@ show("%s/locked_train.bin")
   it("a pattern that matches nothing still says so", function()
     local ds, err = data.open{ text = "/nonexistent/*.txt", tokenizer = "bytes" }
     assert.is_nil(ds)
-    assert.matches('no file matches "/nonexistent/*.txt"', err, 1, true)
+    assert.matches('data.text: no file matches "/nonexistent/*.txt"; check data.text (the glob must name existing files)',
+                   err, 1, true)
   end)
 end)

@@ -102,7 +102,8 @@ describe("ds-config: what is refused", function()
   it("DeepSpeed's batch check, in its words", function()
     local e = err_of(conv, { train_batch_size = 32, train_micro_batch_size_per_gpu = 4,
                              gradient_accumulation_steps = 2 }, 2)
-    assert.matches("train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size: " ..
+    assert.matches("Check batch related parameters. " ..
+                   "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size: " ..
                    "32 != 4 * 2 * 2", e, 1, true)
     assert.matches("not a whole number", err_of(conv, { train_batch_size = 10, train_micro_batch_size_per_gpu = 4 }),
                    1, true)

@@ -47,7 +47,8 @@ describe("recipe", function()
     end
     -- lr is a section here (warmup, schedule): its message names optim.lr
     local _, err = recipe.resolve({}, { "lr=3e-4" })
-    assert.matches("the learning rate itself is optim.lr", err, 1, true)
+    assert.are.equal("lr is a table of keys; set one of them (lr.min_ratio, lr.schedule, lr.warmup); " ..
+                     "the learning rate itself is optim.lr", err)
   end)
 
   it("rejects non-finite, fractional and out-of-range numbers by key", function()

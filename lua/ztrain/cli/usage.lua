@@ -180,11 +180,13 @@ report.tensorboard=true). An out= that holds an earlier run is refused unless --
 Exit status: 0 success; 1 an error (bad input, a failed run: the message says);
 3 an output could not be written (disk full, I/O error; the previous file stays);
 5 a collective waited past comm.timeout for its peers (the message names them);
-128 + N a rank killed by signal N. Across hosts (--hostfile), a failed job
-that mpirun does not end (a host it cannot reach) is ended by ztrain after
-$ZTRAIN_ABORT_GRACE seconds (default 5), with the failure's exit status, and
-ranks that do not all start within $ZTRAIN_START_TIMEOUT seconds (default
-60) end the launch (1).
+130 interrupted (the first SIGINT or SIGTERM: stopped after a step, with a
+checkpoint and summary.json); 128 + N a second signal N, stopped at once (130,
+143), or a rank killed by signal N (137: SIGKILL). Across hosts (--hostfile),
+a failed job that mpirun does not end (a host it cannot reach) is ended by
+ztrain after $ZTRAIN_ABORT_GRACE seconds (default 5), with the failure's exit
+status, and ranks that do not all start within $ZTRAIN_START_TIMEOUT seconds
+(default 60) end the launch (1).
 ]==]
 
 return M
