@@ -176,8 +176,10 @@ describe("pipeline csv: malformed files", function()
       assert.truthy(e:find("row 1 (rank 0) column 1", 1, true), e)
       assert.truthy(e:find(("%q"):format(c), 1, true), e)
     end
-    local e = load_err("(0F1;1B0)OVERLAP_F_B\n")
-    assert.truthy(e:find("not supported", 1, true))
+    local e = load_err("(0F1;1B0)OVERLAP\n")
+    assert.truthy(e:find("expected (F;B)OVERLAP_F_B", 1, true), e)
+    e = load_err("(0F1;0SEND_F1)OVERLAP_F_B\n")
+    assert.truthy(e:find("sub-action 0SEND_F1 is not a compute action (F, B, I, W)", 1, true), e)
   end)
 
   it("accepts UNSHARD/RESHARD and drops them with a note; skips blank cells and spaces", function()

@@ -94,8 +94,12 @@ end
 -- it, then its grid, bubble, peak activations and timeline
 local function schedule_csv(spec, o, model)
   local path = spec:sub(5)
-  local lists, info = csv.load(path)
-  local res = simulate.check(lists)
+  -- a file ztrain cannot read is the user's to mend: its message, no Lua location
+  local ok, lists, info = pcall(csv.load, path)
+  if not ok then error(errors.message(lists), 0) end
+  -- receives posted, as the driver posts them: a file with PyTorch's own
+  -- SEND/RECV receives early, which a blocking receive would turn into waits
+  local res = simulate.check(lists, { posted = true })
   print(("%s: %d ranks, %d stages (%s), %d micro-batches, %s; %s"):format(path, info.ranks, info.stages,
         info.stages == 2 * info.ranks and info.stage_rank(info.ranks) == info.ranks - 1 and "V" or "looped",
         info.microbatches, info.compute_only and "compute only" or "with its communication", model))
