@@ -50,48 +50,82 @@ local COMPUTE = { F = true, B = true, I = true, W = true }
 
 local function whole(x) return type(x) == "number" and x == x and x % 1 == 0 and x >= 0 end
 
--- dump(lists, path): writes lists (one action list per rank) as PyTorch's
--- CSV, atomically (path .. ".tmp" then rename). Raises an error naming the
--- file, or the rank and action that cannot be written.
-function M.dump(lists, path)
+-- the rank each stage's compute runs on, over every list
+local function owners(lists)
+  local own = {}
+  for r, list in ipairs(lists) do
+    if type(list) == "table" then
+      for _, a in ipairs(list) do
+        if type(a) == "table" and COMPUTE[a.op] and whole(a.stage) then own[a.stage] = own[a.stage] or r - 1 end
+      end
+    end
+  end
+  return own
+end
+
+-- one rank's cells (see dump); err(k, what) raises for its action k
+local function row_cells(list, rank, own, waits, err)
+  local held, hs = {}, {}       -- stages this rank holds, for the rank-wide REDUCE_GRAD
+  for _, a in ipairs(list) do
+    if type(a) == "table" and whole(a.stage) and not held[a.stage] then held[a.stage] = true; hs[#hs + 1] = a.stage end
+  end
+  table.sort(hs)
+  local cells, sent = {}, {}
+  local function reduce(s)
+    cells[#cells + 1] = s .. "REDUCE_GRAD"
+    if waits then cells[#cells + 1] = s .. "WAIT_REDUCE_GRAD" end
+  end
+  for k, a in ipairs(list) do
+    local op = type(a) == "table" and a.op or nil
+    if op == "STEP" then
+      if k ~= #list then err(k, "STEP must be the last action") end
+    elseif op == "REDUCE_GRAD" and a.stage == nil then
+      if #hs == 0 then err(nil, "REDUCE_GRAD on a rank that runs no stage") end
+      for _, s in ipairs(hs) do reduce(s) end
+    elseif op == "REDUCE_GRAD" and whole(a.stage) then
+      reduce(a.stage)
+    elseif op and TYPES[op] and whole(a.stage) and whole(a.mb) then
+      local peer = (op == "SEND_F" or op == "RECV_B") and a.stage + 1 or a.stage - 1
+      -- torch 2.15 hands two stages of one rank over without a SEND/RECV
+      if not (waits and COMM[op] and own[peer] == rank) then
+        cells[#cells + 1] = ("%d%s%d"):format(a.stage, op, a.mb)
+        if waits and (op == "SEND_F" or op == "SEND_B") then sent[#sent + 1] = ("%dWAIT_%s%d"):format(a.stage, op, a.mb) end
+      end
+    else
+      err(k, ("not an action PyTorch's format can hold (%s)"):format(type(a) == "table" and
+          ("{op=%s, stage=%s, mb=%s}"):format(tostring(a.op), tostring(a.stage), tostring(a.mb)) or tostring(a)))
+    end
+  end
+  for _, w in ipairs(sent) do cells[#cells + 1] = w end     -- each send's wait, once it is surely received
+  return cells
+end
+
+-- dump(lists, path, { format = "compute_comms" | "2.5" }): writes lists (one
+-- action list per rank) as PyTorch's CSV, atomically (path .. ".tmp" then
+-- rename). "compute_comms" (the default) is what torch 2.15's
+-- _load_csv(format="compute_comms") reads: each REDUCE_GRAD followed by its
+-- WAIT_REDUCE_GRAD, a WAIT_SEND_F/B for every send (at the row's end), no
+-- SEND/RECV between two stages of one rank. "2.5" writes the older
+-- spelling, without waits. Raises an error naming the file, or the rank and
+-- action that cannot be written.
+function M.dump(lists, path, opts)
   if type(path) ~= "string" or path == "" then error("pipeline csv dump: path must be a file name", 2) end
   if type(lists) ~= "table" or #lists < 1 then
     error(("pipeline csv dump %s: expected one action list per rank"):format(path), 2)
   end
-  local rows = {}
+  local format = opts and opts.format or "compute_comms"
+  if format ~= "compute_comms" and format ~= "2.5" then
+    error(('pipeline csv dump %s: format must be "compute_comms" (torch 2.15) or "2.5", got %s')
+          :format(path, tostring(format)), 2)
+  end
+  local own, rows = owners(lists), {}
   for r, list in ipairs(lists) do
     if type(list) ~= "table" then
       error(("pipeline csv dump %s: rank %d's list is not a table"):format(path, r - 1), 2)
     end
-    -- stages this rank holds, for the rank-wide REDUCE_GRAD
-    local held, hs = {}, {}
-    for _, a in ipairs(list) do
-      if type(a) == "table" and whole(a.stage) and not held[a.stage] then held[a.stage] = true; hs[#hs + 1] = a.stage end
-    end
-    table.sort(hs)
-    local cells = {}
-    for k, a in ipairs(list) do
-      local op = type(a) == "table" and a.op or nil
-      if op == "STEP" then
-        if k ~= #list then
-          error(("pipeline csv dump %s: rank %d action %d: STEP must be the last action"):format(path, r - 1, k), 2)
-        end
-      elseif op == "REDUCE_GRAD" and a.stage == nil then
-        if #hs == 0 then
-          error(("pipeline csv dump %s: rank %d: REDUCE_GRAD on a rank that runs no stage"):format(path, r - 1), 2)
-        end
-        for _, s in ipairs(hs) do cells[#cells + 1] = s .. "REDUCE_GRAD" end
-      elseif op == "REDUCE_GRAD" and whole(a.stage) then
-        cells[#cells + 1] = a.stage .. "REDUCE_GRAD"
-      elseif op and TYPES[op] and whole(a.stage) and whole(a.mb) then
-        cells[#cells + 1] = ("%d%s%d"):format(a.stage, op, a.mb)
-      else
-        error(("pipeline csv dump %s: rank %d action %d is not an action PyTorch's format can hold (%s)")
-              :format(path, r - 1, k, type(a) == "table" and
-                      ("{op=%s, stage=%s, mb=%s}"):format(tostring(a.op), tostring(a.stage), tostring(a.mb))
-                      or tostring(a)), 2)
-      end
-    end
+    local cells = row_cells(list, r - 1, own, format == "compute_comms", function(k, what)
+      error(("pipeline csv dump %s: rank %d%s: %s"):format(path, r - 1, k and (" action " .. k) or "", what), 3)
+    end)
     rows[#rows + 1] = table.concat(cells, ",") .. "\r\n"
   end
   local ok, err = durable.write_atomic(path, table.concat(rows))
