@@ -368,8 +368,8 @@ function M.print_summary(s)
   end
   local hg = type(s.pipeline) == "table" and type(s.pipeline.held_gradients) == "table" and s.pipeline.held_gradients
   if hg then
-    w:write(("  held grads  rank 0: %d buffer(s), %s, for gradients completed ahead of micro-batch order " ..
-             "(in grads above)\n"):format(hg.buffers, memory.format(hg.bytes)))
+    w:write(("  held grads  rank 0: %d buffer(s), %s, for gradients completed ahead of micro-batch order and " ..
+             "tied head parts kept apart (in grads above)\n"):format(hg.buffers, memory.format(hg.bytes)))
   end
   local off = type(s.strategy_stats) == "table" and s.strategy_stats.offload
   if off then
