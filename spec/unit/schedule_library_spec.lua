@@ -12,6 +12,7 @@
 local S = require "ztrain.parallel.schedule"
 local P = require "ztrain.parallel.schedule.library"
 local sim = require "ztrain.parallel.schedule.simulate"
+local csv = require "ztrain.parallel.schedule.csv"
 
 local A = S.action
 local EPS = 1e-12
@@ -360,5 +361,28 @@ describe("pipeline schedules", function()
     end
     -- p=4 m=8 (F=1, B=2, I=W=1): 51 time units, ZB-V 52, interleaved 1F1B 57
     assert.are.equal(51, run("dualpipev", { p = 4, m = 8, v = 2 }).makespan)
+  end)
+
+  -- against PyTorch itself: torch 2.15's dumps (spec/fixtures/pytorch/,
+  -- tools/pytorch_schedule_csv.py) hold the same compute order on every rank
+  -- as ztrain's looped_bfs, dualpipev and interleaved_1f1b at p=2 and p=4
+  -- (ztrain's zbv is its own list scheduler: its order differs)
+  it("looped_bfs, dualpipev and interleaved_1f1b are PyTorch's compute orders", function()
+    local function compute(lists)
+      local out = {}
+      for r, l in ipairs(lists) do
+        local t = {}
+        for _, a in ipairs(l) do if a.op:match("^[FBIW]$") then t[#t + 1] = S.format(a) end end
+        out[r] = table.concat(t, " ")
+      end
+      return out
+    end
+    for _, name in ipairs({ "looped_bfs", "dualpipev", "interleaved_1f1b" }) do
+      for _, p in ipairs({ 2, 4 }) do
+        local file = ("spec/fixtures/pytorch/%s_p%d_m%d.compute.csv"):format(name, p, 2 * p)
+        assert.same(compute(csv.load(file)), compute(P.build(name, { ranks = p, microbatches = 2 * p, chunks = 2 })),
+                    file)
+      end
+    end
   end)
 end)
