@@ -15,7 +15,7 @@ describe("ztrain program", function()
     assert.matches("device.memory_limit", out, 1, true)
     assert.matches("launch.nproc", out, 1, true)
     assert.matches("launch = { nproc = N }", out, 1, true)
-    assert.matches("ztrain schedule NAME|compare", out, 1, true)
+    assert.matches("ztrain schedule [show|simulate] NAME|compare", out, 1, true)
   end)
 
   it("runs -e code with ztrain loaded", function()

@@ -14,15 +14,19 @@ local function simulated(name, p, m, v)
   return timeline.from_simulation(res), res
 end
 
+-- the output holds every line of the simulator's grid of name at p, m, v; returns the result
+local function shows_grid(out, name, p, m, v)
+  local _, res = simulated(name, p, m, v)
+  for line in simulate.grid(res):gmatch("[^\n]+") do assert.is_truthy(out:find(line, 1, true), line) end
+  return res
+end
+
 describe("ztrain schedule", function()
   it("prints the simulator's grid and the bubble (p-1)/(m+p-1), and writes the timeline", function()
     local dir = tmpdir()
     local out, rc = run("build/ztrain schedule 1f1b p=2 m=4 out=" .. dir)
     assert.are.equal(0, rc, out)
-    local _, res = simulated("1f1b", 2, 4)
-    for line in simulate.grid(res):gmatch("[^\n]+") do
-      assert.is_truthy(out:find(line, 1, true), line)
-    end
+    shows_grid(out, "1f1b", 2, 4)
     local b = tonumber(out:match("bubble ([%d.]+)"))
     assert.is_true(math.abs(b - (2 - 1) / (4 + 2 - 1)) < 1e-6, out)
     assert.matches("peak activations per stage (micro-batches held): s0 2, s1 1", out, 1, true)
@@ -50,7 +54,24 @@ describe("ztrain schedule", function()
     well_formed(dir .. "/compare.svg")
     local bars = 0
     for _ in slurp(dir .. "/compare.svg"):gmatch('<rect class="bar"') do bars = bars + 1 end
-    assert.are.equal(6, bars)
+    assert.are.equal(8, bars)
+    -- DualPipe-V at p=4 m=8: 1/17 of ranks x makespan 51, below ZB-V's
+    local dpv = tonumber(out:match("\ndualpipev%s+([%d.]+)"))
+    assert.is_true(math.abs(dpv - 3 / 51) < 1e-6 and dpv < zbv, out)
+    assert.matches("\nlooped_bfs%s+0%.", out)
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("show dualpipev draws the simulator's grid; looped_bfs names the gradients kept for micro-batch order", function()
+    local dir = tmpdir()
+    local out, rc = run("build/ztrain schedule show dualpipev p=2 m=4 out=" .. dir)
+    assert.are.equal(0, rc, out)
+    assert.matches("dualpipev: p=2 ranks, m=4 micro-batches, v=2 chunk(s) per rank, 4 stages", out, 1, true)
+    shows_grid(out, "dualpipev", 2, 4, 2)
+    assert.is_nil(out:find("kept until their turn", 1, true), out)
+    out, rc = run("build/ztrain schedule simulate looped_bfs p=2 m=4 out=" .. dir)
+    assert.are.equal(0, rc, out)
+    assert.matches("kept until their turn (micro-batch order) per stage: s0 3, s1 3", out, 1, true)
     os.execute("rm -rf " .. dir)
   end)
 
@@ -58,7 +79,8 @@ describe("ztrain schedule", function()
     local dir = tmpdir()
     local out, rc = run("build/ztrain schedule nope p=2 m=4 out=" .. dir)
     assert.are.equal(1, rc, out)
-    assert.matches('unknown pipeline schedule "nope" (known: 1f1b, gpipe, interleaved_1f1b, pipedream, zb_h1, zbv, ' ..
+    assert.matches('unknown pipeline schedule "nope" (known: 1f1b, dualpipev, gpipe, interleaved_1f1b, looped_bfs, ' ..
+                   'pipedream, zb_h1, zbv, ' ..
                    'compare, or csv:PATH (a PyTorch pipelining CSV))',
                    out, 1, true)
     out, rc = run("build/ztrain schedule interleaved_1f1b p=4 m=6 out=" .. dir)

@@ -29,11 +29,8 @@ end
 
 local dir, files = nil, {}
 local function digest(args)
-  local d = util.outdir()
-  local out, rc = util.sh(("%stimeout 120 build/ztrain %s %s out=%s"):format(ENV, args, BASE, d))
-  assert.are.equal(0, rc, out)
-  local s = util.summary(d)
-  util.rm(d)
+  local s, out = util.summary_of(args .. " " .. BASE, 120)
+  assert.is_truthy(s, out)
   return s.param_digest
 end
 

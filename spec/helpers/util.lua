@@ -125,6 +125,18 @@ function M.scratch()
   return d
 end
 
+-- summary_of(args, timeout) -> the summary of a run of `build/ztrain ARGS
+-- out=DIR` under `timeout` seconds (Open MPI let run as root), DIR removed
+-- after; nil, output, exit code where it fails
+function M.summary_of(args, timeout)
+  local dir = M.outdir()
+  local out, rc = M.sh(("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout %d build/ztrain %s out=%s")
+                       :format(timeout or 120, args, dir))
+  local s = rc == 0 and M.summary(dir) or nil
+  M.rm(dir)
+  return s, out, rc
+end
+
 -- ztrain(args, timeout) -> output, exit code, out dir: `build/ztrain ARGS
 -- out=DIR` under `timeout` (seconds; none when nil), DIR a fresh scratch
 -- path the run makes (remove it with rm)

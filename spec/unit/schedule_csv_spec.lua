@@ -131,18 +131,50 @@ describe("pipeline csv: dump then load", function()
     end)
   end
 
-  it("writes PyTorch's spelling: CRLF rows, per-stage REDUCE_GRAD, no STEP", function()
+  it("writes PyTorch 2.5's spelling: CRLF rows, per-stage REDUCE_GRAD, no STEP", function()
     local lists = P.build("1f1b", { stages = 2, microbatches = 4 })
-    C.dump(lists, TMP)
+    C.dump(lists, TMP, { format = "2.5" })
     local f = assert(io.open(TMP, "rb")); local got = f:read("*a"); f:close()
     f = assert(io.open(FIX .. "pytorch_1f1b_p2_m4.csv", "rb")); local want = f:read("*a"); f:close()
     assert.equals(want, got)
     -- an interleaved rank holds two stages: one REDUCE_GRAD cell for each
-    C.dump(P.build("interleaved_1f1b", { ranks = 2, chunks = 2, microbatches = 2 }), TMP)
+    C.dump(P.build("interleaved_1f1b", { ranks = 2, chunks = 2, microbatches = 2 }), TMP, { format = "2.5" })
     f = assert(io.open(TMP, "rb")); got = f:read("*a"); f:close()
     assert.truthy(got:find(",0REDUCE_GRAD,2REDUCE_GRAD\r\n", 1, true))
     assert.truthy(got:find(",1REDUCE_GRAD,3REDUCE_GRAD\r\n", 1, true))
     assert.falsy(got:find("STEP", 1, true))
+  end)
+
+  -- torch 2.15's _load_csv(format="compute_comms") wants each REDUCE_GRAD
+  -- followed by its WAIT_REDUCE_GRAD and one WAIT_SEND after every send, and
+  -- (its own dumps) no SEND/RECV between two stages of one rank. torch
+  -- 2.15.0 loaded ztrain's dumps of dualpipev, zbv, looped_bfs,
+  -- interleaved_1f1b and 1f1b by hand (no torch here); this checks the rules.
+  it("writes what torch 2.15 reads by default, and reads it back as the same schedule", function()
+    local lists = P.build("dualpipev", { ranks = 2, microbatches = 4 })
+    C.dump(lists, TMP)
+    local f = assert(io.open(TMP, "rb")); local got = f:read("*a"); f:close()
+    for row in got:gmatch("([^\r\n]+)\r\n") do
+      local pending, seen_rg = {}, nil
+      for c in (row .. ","):gmatch("([^,]*),") do
+        local st, ty, mb = c:match("^(%d+)([%u_]+)(%d*)$")
+        if ty == "SEND_F" or ty == "SEND_B" then pending[st .. ty .. mb] = true
+        elseif ty == "WAIT_SEND_F" or ty == "WAIT_SEND_B" then
+          assert.is_true(pending[st .. ty:sub(6) .. mb], c); pending[st .. ty:sub(6) .. mb] = nil
+        elseif ty == "REDUCE_GRAD" then assert.is_nil(seen_rg, c); seen_rg = st
+        elseif ty == "WAIT_REDUCE_GRAD" then assert.equals(seen_rg, st); seen_rg = nil end
+      end
+      assert.is_nil(next(pending), row)
+      assert.is_nil(seen_rg, row)
+    end
+    -- rank 1 holds stages 1 and 2 (the V's turn): no SEND/RECV between them
+    assert.falsy(got:find("1SEND_F", 1, true)); assert.falsy(got:find("2RECV_F", 1, true))
+    assert.falsy(got:find("2SEND_B", 1, true)); assert.falsy(got:find("1RECV_B", 1, true))
+    local back, info = C.load(TMP)
+    assert.truthy(table.concat(info.notes, "; "):find("8 SEND/RECV pair(s) added between two stages of one rank", 1,
+                                                       true))
+    assert.equals(sim.run(lists, { posted = true }).makespan, sim.run(back, { posted = true }).makespan)
+    assert.same(compute(lists), compute(back))         -- the same compute order on every rank
   end)
 
   it("dump names the file it cannot write and the action it cannot hold", function()
@@ -176,8 +208,10 @@ describe("pipeline csv: malformed files", function()
       assert.truthy(e:find("row 1 (rank 0) column 1", 1, true), e)
       assert.truthy(e:find(("%q"):format(c), 1, true), e)
     end
-    local e = load_err("(0F1;1B0)OVERLAP_F_B\n")
-    assert.truthy(e:find("not supported", 1, true))
+    local e = load_err("(0F1;1B0)OVERLAP\n")
+    assert.truthy(e:find("expected (F;B)OVERLAP_F_B", 1, true), e)
+    e = load_err("(0F1;0SEND_F1)OVERLAP_F_B\n")
+    assert.truthy(e:find("sub-action 0SEND_F1 is not a compute action (F, B, I, W)", 1, true), e)
   end)
 
   it("accepts UNSHARD/RESHARD and drops them with a note; skips blank cells and spaces", function()

@@ -12,6 +12,7 @@
 local S = require "ztrain.parallel.schedule"
 local P = require "ztrain.parallel.schedule.library"
 local sim = require "ztrain.parallel.schedule.simulate"
+local csv = require "ztrain.parallel.schedule.csv"
 
 local A = S.action
 local EPS = 1e-12
@@ -20,8 +21,12 @@ local function cases(name)
   local out = {}
   for _, p in ipairs({ 2, 4 }) do
     for _, m in ipairs({ p, 2 * p, 4 * p, 8, 3 }) do
-      for _, v in ipairs(name == "interleaved_1f1b" and { 1, 2, 3 } or name == "zbv" and { 2 } or { 1 }) do
-        if name ~= "interleaved_1f1b" or m % p == 0 then out[#out + 1] = { p = p, m = m, v = v } end
+      local vs = (name == "interleaved_1f1b" or name == "looped_bfs") and { 1, 2, 3 } or
+                 (name == "zbv" or name == "dualpipev") and { 2 } or { 1 }
+      for _, v in ipairs(vs) do
+        if (name ~= "interleaved_1f1b" or m % p == 0) and (name ~= "dualpipev" or m >= 2 * p) then
+          out[#out + 1] = { p = p, m = m, v = v }
+        end
       end
     end
   end
@@ -43,7 +48,8 @@ local function run(name, c, opts)
 end
 
 describe("pipeline schedules", function()
-  for _, name in ipairs({ "gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "pipedream" }) do
+  for _, name in ipairs({ "gpipe", "1f1b", "interleaved_1f1b", "looped_bfs", "zb_h1", "zbv", "dualpipev",
+                          "pipedream" }) do
     it(name .. " validates and runs without deadlock over (p, m, v)", function()
       for _, c in ipairs(cases(name)) do
         local res, q, lists = run(name, c)
@@ -309,8 +315,74 @@ describe("pipeline schedules", function()
     e = err("1f1b", { ranks = 2, microbatches = 0 })
     assert.truthy(e:find("microbatches must be a whole number >= 1, got 0", 1, true), e)
     e = err("zb_h2", { ranks = 2, microbatches = 2 })
-    assert.truthy(e:find("known: 1f1b, gpipe, interleaved_1f1b, pipedream, zb_h1, zbv", 1, true), e)
+    assert.truthy(e:find("known: 1f1b, dualpipev, gpipe, interleaved_1f1b, looped_bfs, pipedream, zb_h1, zbv", 1, true), e)
+    e = err("dualpipev", { ranks = 2, microbatches = 3 })
+    assert.truthy(e:find("dualpipev: microbatches (3) must be at least the stages (2 x 2 ranks = 4)", 1, true), e)
     e = err("zbv", { ranks = 2, microbatches = 4, chunks = 3 })
     assert.truthy(e:find("the V placement holds two stages per rank (chunks = 2), got chunks = 3", 1, true), e)
+  end)
+
+  -- Looped BFS as PyTorch's ScheduleLoopedBFS writes it (every forward of a
+  -- chunk, chunks ascending; then every backward of a chunk, chunks
+  -- descending, micro-batches in reverse), and what the driver keeps: m - 1
+  -- gradients a stage, all m activations held.
+  it("looped_bfs is PyTorch's order, holds m - 1 gradients per stage and all m activations", function()
+    local lists = P.build("looped_bfs", { ranks = 2, microbatches = 3, chunks = 2 })
+    local t = {}
+    for _, a in ipairs(lists[1]) do
+      if a.op == "F" or a.op == "B" then t[#t + 1] = S.format(a) end
+    end
+    assert.are.equal("0F0 0F1 0F2 2F0 2F1 2F2 2B2 2B1 2B0 0B2 0B1 0B0", table.concat(t, " "))
+    for _, c in ipairs(cases("looped_bfs")) do
+      local res, q = run("looped_bfs", c)
+      for s = 0, q.stages - 1 do
+        assert.are.equal(c.m - 1, res.held[s], label(c))
+        assert.are.equal(c.m, res.peak[s], label(c))
+      end
+    end
+  end)
+
+  -- DualPipe-V: each stage's gradients complete in micro-batch order (no
+  -- gradient held), but on rank 0 the head's parts of wte's gradient of p
+  -- micro-batches are open at once; the simulator finds it shorter than
+  -- interleaved 1F1B (v = 2) at the same p and m, and no longer than ZB-V
+  -- for m >= 2p.
+  it("dualpipev holds no gradient, opens p head parts on rank 0, and beats interleaved 1F1B", function()
+    for _, c in ipairs(cases("dualpipev")) do
+      local res, q, lists = run("dualpipev", c)
+      for s = 0, q.stages - 1 do assert.are.equal(0, res.held[s], label(c)) end
+      assert.are.equal(c.p, S.tied_parts(lists[1], 0, q.stages - 1), label(c))
+      local zbv = run("zbv", c)
+      assert.is_true(res.makespan <= zbv.makespan, label(c) .. (": %g > zbv's %g"):format(res.makespan, zbv.makespan))
+      if c.m % c.p == 0 then
+        local i1 = run("interleaved_1f1b", c)
+        assert.is_true(res.makespan < i1.makespan, label(c))
+      end
+    end
+    -- p=4 m=8 (F=1, B=2, I=W=1): 51 time units, ZB-V 52, interleaved 1F1B 57
+    assert.are.equal(51, run("dualpipev", { p = 4, m = 8, v = 2 }).makespan)
+  end)
+
+  -- against PyTorch itself: torch 2.15's dumps (spec/fixtures/pytorch/,
+  -- tools/pytorch_schedule_csv.py) hold the same compute order on every rank
+  -- as ztrain's looped_bfs, dualpipev and interleaved_1f1b at p=2 and p=4
+  -- (ztrain's zbv is its own list scheduler: its order differs)
+  it("looped_bfs, dualpipev and interleaved_1f1b are PyTorch's compute orders", function()
+    local function compute(lists)
+      local out = {}
+      for r, l in ipairs(lists) do
+        local t = {}
+        for _, a in ipairs(l) do if a.op:match("^[FBIW]$") then t[#t + 1] = S.format(a) end end
+        out[r] = table.concat(t, " ")
+      end
+      return out
+    end
+    for _, name in ipairs({ "looped_bfs", "dualpipev", "interleaved_1f1b" }) do
+      for _, p in ipairs({ 2, 4 }) do
+        local file = ("spec/fixtures/pytorch/%s_p%d_m%d.compute.csv"):format(name, p, 2 * p)
+        assert.same(compute(csv.load(file)), compute(P.build(name, { ranks = p, microbatches = 2 * p, chunks = 2 })),
+                    file)
+      end
+    end
   end)
 end)

@@ -1,4 +1,4 @@
--- ztrain.cli.schedule: `ztrain schedule NAME|compare|csv:PATH [p=4] [m=8] [v=2] [out=DIR]`:
+-- ztrain.cli.schedule: `ztrain schedule [show|simulate] NAME|compare|csv:PATH [p=4] [m=8] [v=2] [out=DIR]`:
 -- draw a pipeline schedule without training -- its grid, bubble, peak
 -- activations and timeline (SVG and Perfetto JSON), or every built-in
 -- schedule side by side. Simulated only: no runtime is loaded.
@@ -9,6 +9,7 @@ local schedules = require "ztrain.parallel.schedule.library"
 local simulate = require "ztrain.parallel.schedule.simulate"
 local timeline = require "ztrain.record.timeline"
 local csv = require "ztrain.parallel.schedule.csv"
+local IR = require "ztrain.parallel.schedule"
 
 local M = {}
 
@@ -47,6 +48,18 @@ local function fmt_peak(res, stages)
   return table.concat(t, ", ")
 end
 
+-- held(lists, stages) -> the line naming the gradients a stage keeps for
+-- micro-batch order (driver/grad_order.lua), or nil where none
+local function held(lists, stages)
+  local h, t, any = IR.held_grads(lists), {}, false
+  for s = 0, stages - 1 do
+    t[#t + 1] = ("s%d %d"):format(s, h[s] or 0)
+    if (h[s] or 0) > 0 then any = true end
+  end
+  if not any then return nil end
+  return "gradients completed early, kept until their turn (micro-batch order) per stage: " .. table.concat(t, ", ")
+end
+
 local function out_dir(o, what)
   local dir = o.out or ("runs/schedule-%s-p%d-m%d%s-%s"):format(what, o.p, o.m,
     (o.v and o.v > 1) and ("-v" .. o.v) or "", os.date("%Y%m%d-%H%M%S"))
@@ -58,7 +71,7 @@ end
 -- one schedule at p, m, v: its grid, bubble, peak activations, timeline
 local function schedule_one(name, o, model)
   -- interleaving with one chunk is 1F1B: default to two
-  o.v = o.v or ((name == "interleaved_1f1b" or name == "zbv") and 2 or 1)
+  o.v = o.v or ((name == "interleaved_1f1b" or schedules.placement(name) == "v") and 2 or 1)
   local lists, q = schedules.build(name, { ranks = o.p, microbatches = o.m, chunks = o.v })
   local res = simulate.check(lists)
   print(("%s: p=%d ranks, m=%d micro-batches, v=%d chunk(s) per rank, %d stages; %s")
@@ -67,6 +80,8 @@ local function schedule_one(name, o, model)
   print(("bubble %.6f (%.1f%%) of ranks x makespan %g, idle / (ranks x makespan); %.6f of busy time " ..
          "(Megatron's normalisation)"):format(res.bubble, 100 * res.bubble, res.makespan, res.bubble_busy))
   print("peak activations per stage (micro-batches held): " .. fmt_peak(res, q.stages))
+  local hl = held(lists, q.stages)
+  if hl then print(hl) end
   local dir = out_dir(o, name)
   local w = timeline.write(dir, timeline.from_simulation(res), {
     name = ("%s p=%d m=%d%s"):format(name, q.ranks, q.microbatches, q.chunks > 1 and (" v=" .. q.chunks) or ""),
@@ -79,8 +94,12 @@ end
 -- it, then its grid, bubble, peak activations and timeline
 local function schedule_csv(spec, o, model)
   local path = spec:sub(5)
-  local lists, info = csv.load(path)
-  local res = simulate.check(lists)
+  -- a file ztrain cannot read is the user's to mend: its message, no Lua location
+  local ok, lists, info = pcall(csv.load, path)
+  if not ok then error(errors.message(lists), 0) end
+  -- receives posted, as the driver posts them: a file with PyTorch's own
+  -- SEND/RECV receives early, which a blocking receive would turn into waits
+  local res = simulate.check(lists, { posted = true })
   print(("%s: %d ranks, %d stages (%s), %d micro-batches, %s; %s"):format(path, info.ranks, info.stages,
         info.stages == 2 * info.ranks and info.stage_rank(info.ranks) == info.ranks - 1 and "V" or "looped",
         info.microbatches, info.compute_only and "compute only" or "with its communication", model))
@@ -88,6 +107,8 @@ local function schedule_csv(spec, o, model)
   io.stdout:write(simulate.grid(res))
   print(("bubble %.6f (%.1f%%) of ranks x makespan %g"):format(res.bubble, 100 * res.bubble, res.makespan))
   print("peak activations per stage (micro-batches held): " .. fmt_peak(res, info.stages))
+  local hl = held(lists, info.stages)
+  if hl then print(hl) end
   o.p, o.m = info.ranks, info.microbatches
   local base = path:match("([^/]+)%.[^./]*$") or path:match("[^/]+$")
   local dir = out_dir(o, "csv-" .. base:gsub("[^%w_]+", "-"))
@@ -108,7 +129,8 @@ local function schedule_compare(o, model)
   print(("%-18s %-9s %-9s %s"):format("schedule", "bubble", "makespan", "peak activations per stage"))
   local cases = { { "naive (gpipe m=1)", "gpipe", 1, 1 }, { "gpipe", "gpipe", o.m, 1 },
                   { "1f1b", "1f1b", o.m, 1 }, { "interleaved_1f1b", "interleaved_1f1b", o.m, v },
-                  { "zb_h1", "zb_h1", o.m, 1 }, { "zbv", "zbv", o.m, 2 } }
+                  { "looped_bfs", "looped_bfs", o.m, v }, { "zb_h1", "zb_h1", o.m, 1 }, { "zbv", "zbv", o.m, 2 },
+                  { "dualpipev", "dualpipev", o.m, 2 } }
   for _, c in ipairs(cases) do
     local label, sname, m, chunks = c[1], c[2], c[3], c[4]
     local ok, lists, q = pcall(schedules.build, sname, { ranks = o.p, microbatches = m, chunks = chunks })
@@ -142,6 +164,8 @@ function M.main(args)
   for k in pairs(schedules.builtin) do names[#names + 1] = k end
   table.sort(names)
   local known = table.concat(names, ", ") .. ", compare, or csv:PATH (a PyTorch pipelining CSV)"
+  -- `ztrain schedule show NAME` and `ztrain schedule simulate NAME`: the same as `ztrain schedule NAME`
+  if args[1] == "show" or args[1] == "simulate" then args = { select(2, unpack(args)) } end
   local name = args[1]
   if name == "-h" or name == "--help" then io.stdout:write(usage.command("schedule")); return 0 end
   if not name or name:find("=") then

@@ -5,7 +5,7 @@ local M = {}
 
 -- name -> the command's synopsis, as --help prints it after "usage:"
 M.SYNOPSIS = {
-  schedule = "ztrain schedule NAME|compare|csv:PATH [p=4] [m=8] [v=2] [out=DIR]",
+  schedule = "ztrain schedule [show|simulate] NAME|compare|csv:PATH [p=4] [m=8] [v=2] [out=DIR]",
   generate = 'ztrain generate SRC "PROMPT" [max_tokens=64] [temperature=1] [top_k=0] [top_p=1]\n' ..
              '                [seed=0] [tokenizer=NAME]',
   export = "ztrain export CHECKPOINT DIR",
@@ -111,11 +111,13 @@ Recipe keys (defaults in lua/ztrain/train/recipe.lua; docs/recipes.md):
   pipeline.stages (ranks per pipeline), pipeline.chunks (stages per rank, interleaved),
     pipeline.split ("params", "time" or unit counts per stage), pipeline.placement ("", loop, v)
   schedule ("": sequential driver; one_stage, one_stage_iw, gpipe, 1f1b, interleaved_1f1b,
-    zb_h1, zbv, pipedream, csv:PATH (a PyTorch pipelining CSV) or a function: schedule driver)
+    looped_bfs, zb_h1, zbv, dualpipev, pipedream, csv:PATH (a PyTorch pipelining CSV) or a
+    function: schedule driver; any backward order trains with the bits of micro-batch order)
 
-ztrain schedule NAME p=P m=M [v=V] [out=DIR] draws a pipeline schedule without
-training: builds it (gpipe, 1f1b, interleaved_1f1b, zb_h1, zbv, pipedream), simulates it, prints
-the ranks x time grid, the predicted bubble and peak activations per stage, and
+ztrain schedule [show|simulate] NAME p=P m=M [v=V] [out=DIR] draws a pipeline schedule
+without training: builds it (gpipe, 1f1b, interleaved_1f1b, looped_bfs, zb_h1, zbv, dualpipev,
+pipedream), simulates it, prints the ranks x time grid, the predicted bubble, peak
+activations and the gradients kept for micro-batch order per stage, and
 writes timeline.svg and timeline.json (Chrome trace) of the ideal timeline to
 DIR (default runs/schedule-NAME-pP-mM-<time>/). `ztrain schedule compare p=4
 m=8` prints every schedule's bubble and writes compare.svg (a bar chart).

@@ -179,8 +179,9 @@ end
 -- ("params"; "time" is taken as "params"), the activation sets in flight on
 -- it as the schedule's simulator counts them (1F1B: one per later stage;
 -- a stage that sends gradients back holds one more while the send is out),
--- and on the last stage the tied embedding's replica (parameters and
--- gradients) with its outgoing gradient buffers (two measured in flight).
+-- the gradients a stage completes ahead of their turn (looped BFS: m - 1
+-- per unit), and on the last stage the tied embedding's replica (parameters
+-- and gradients) with its outgoing gradient buffers (two measured in flight).
 -- Returns the heaviest rank's prediction.
 local function pipeline(cfg, r, P, lowp)
   local model = gpt2.new(cfg, { alloc = false, pad = gpt2.PAD })
@@ -206,6 +207,8 @@ local function pipeline(cfg, r, P, lowp)
     -- when the schedule reuses sets (1F1B), none when all are live (GPipe)
     local peak = math.max(res.peak[s - 1] or 1, 1)
     activations(t, cfg, r, st.units, peak + ((s > 1 and peak < r.batch.accumulate) and 1 or 0), ckpt)
+    -- gradients completed ahead of their turn, one buffer a unit each (driver/grad_order.lua)
+    for _, u in ipairs(st.units) do add(t, "device", "grads", (res.held[s - 1] or 0) * (lowp and 2 or 4) * u.padded) end
     local total = M.totals(t).device
     if not best or total > best_total then best, best_total = t, total end
   end

@@ -366,6 +366,11 @@ function M.print_summary(s)
       if #parts > 0 then w:write(("    %-6s by category %s\n"):format(tier, table.concat(parts, ", "))) end
     end
   end
+  local hg = type(s.pipeline) == "table" and type(s.pipeline.held_gradients) == "table" and s.pipeline.held_gradients
+  if hg then
+    w:write(("  held grads  rank 0: %d buffer(s), %s, for gradients completed ahead of micro-batch order and " ..
+             "tied head parts kept apart (in grads above)\n"):format(hg.buffers, memory.format(hg.bytes)))
+  end
   local off = type(s.strategy_stats) == "table" and s.strategy_stats.offload
   if off then
     w:write(("  offload     per step: %.0f ms waiting for parameter fetches, %.0f ms waiting for the " ..

@@ -24,6 +24,7 @@ local state = require "ztrain.parallel.strategy.state"
 local host = require "ztrain.util.host"
 local libc = require "ztrain.core.libc"
 local throughput = require "ztrain.record.throughput"
+local grad_order = require "ztrain.parallel.driver.grad_order"
 
 -- summary.json's layout version: 2 adds schema, version, commit, command,
 -- host, started, ended, recipe_json and history (docs/cli.md "Run outputs")
@@ -148,7 +149,9 @@ local function summary_of(R)
                            or "given", unit_seconds = tr.unit_times or cjson_null, units = (function()
       local c = {}
       for i, st in ipairs(tr.stages) do c[i] = #st.units end
-      return c end)() } or cjson_null,
+      return c end)(),
+      -- rank 0's buffers for gradients completed ahead of their turn (driver/grad_order.lua)
+      held_gradients = grad_order.stats(tr.env) or cjson_null } or cjson_null,
     first_loss = R.first_loss or cjson_null, final_loss = R.last and R.last.loss or cjson_null,
     eval_loss = R.eval_loss or cjson_null, perplexity = R.eval_loss and math.exp(R.eval_loss) or cjson_null,
     test_loss = R.test_loss or cjson_null, test_perplexity = R.test_loss and math.exp(R.test_loss) or cjson_null,

@@ -11,6 +11,9 @@
 -- on other ranks are reached through env.stage_rank(s); between two stages
 -- of one rank a SEND copies into the next set and its RECV does nothing.
 --
+-- A stage's gradients may complete in any micro-batch order: the strategy
+-- is handed them in micro-batch order, bit for bit (driver/grad_order.lua).
+--
 -- Asynchronous lists (lists.async, env.async: PipeDream's 1F1B with weight
 -- stashing, parallel/schedule/library.lua) update the rank's stage as soon as a
 -- micro-batch's weight gradient is complete (B, or W), each micro-batch on
@@ -21,6 +24,7 @@
 -- only ends the step (the updates are done).
 local stage_run = require "ztrain.parallel.driver.stage"
 local losses = require "ztrain.parallel.driver.losses"
+local grad_order = require "ztrain.parallel.driver.grad_order"
 local T = require "ztrain.core.tensor"
 local ops = require "ztrain.core.ops"
 local zffi = require "ztrain.core.ffi"
@@ -86,8 +90,10 @@ local function with_stash(env, ctx, k, fn)
   if not ok then error(err, 0) end
 end
 
--- free_stash(env): give back the stash's buffers (the trainer, at the end).
+-- free_stash(env): give back the stash's buffers, and the kept early
+-- gradients' (grad_order.lua) (the trainer, at the end).
 function M.free_stash(env)
+  grad_order.free(env)
   local pool = env.stash
   if not pool then return end
   for _, held in pairs(pool.live) do for _, b in pairs(held) do b:free() end end
@@ -321,6 +327,8 @@ function M.step(env, lr)
   env.ledger = env.ledger or losses.new(env.microbatches)
   env.ledger:reset()
   local run = new_run(env, lr)
+  -- gradients completed out of micro-batch order reach the strategy in it
+  if not run.async then run.S = grad_order.wrap(env, env.strategy, run.list) end
   if run.async then
     run.need_stash = stash_plan(run.list)
     env.stash = env.stash or { spare = {}, live = {} }

@@ -17,6 +17,12 @@
 --   * STEP is ours (PyTorch steps the optimizer outside the schedule):
 --     dump omits the final STEP, load appends it.
 --   * UNSHARD / RESHARD are FSDP's prefetch hints: load drops them.
+--   * PyTorch's WAIT_* (the comms format's waits on a posted send, and
+--     WAIT_REDUCE_GRAD) are the driver's business: dropped.
+--   * DualPipeV's "(F;B)OVERLAP_F_B" cell: its sub-actions, in order.
+--   * The comms format sends nothing between two stages of one rank (the
+--     V's turn); ztrain's driver hands them over by a local SEND/RECV pair,
+--     which load adds.
 -- Everything load changes is told in info.notes.
 local S = require "ztrain.parallel.schedule"
 local schedules = require "ztrain.parallel.schedule.library"
@@ -30,60 +36,96 @@ local TYPES = {
   F = true, I = true, W = true, B = true,
   SEND_F = true, RECV_F = true, SEND_B = true, RECV_B = true,
   WAIT_SEND_F = true, WAIT_RECV_F = true, WAIT_SEND_B = true, WAIT_RECV_B = true,
-  UNSHARD = false, RESHARD = false, REDUCE_GRAD = false,
+  UNSHARD = false, RESHARD = false, REDUCE_GRAD = false, WAIT_REDUCE_GRAD = false,
 }
 local COMM = { SEND_F = true, RECV_F = true, SEND_B = true, RECV_B = true }
 -- the newer dumps' waits on a posted send or receive: ztrain's runtime waits
 -- for a receive before its reader and for its sends at the step's end, so
 -- load drops them (told in the notes)
-local WAIT = { WAIT_SEND_F = true, WAIT_RECV_F = true, WAIT_SEND_B = true, WAIT_RECV_B = true }
+local WAIT = { WAIT_SEND_F = true, WAIT_RECV_F = true, WAIT_SEND_B = true, WAIT_RECV_B = true,
+               WAIT_REDUCE_GRAD = true }
 local KNOWN = "F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B, WAIT_SEND_F, WAIT_RECV_F, WAIT_SEND_B, WAIT_RECV_B, " ..
-              "UNSHARD, RESHARD, REDUCE_GRAD"
+              "UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD, (F;B)OVERLAP_F_B"
+local COMPUTE = { F = true, B = true, I = true, W = true }
 
 local function whole(x) return type(x) == "number" and x == x and x % 1 == 0 and x >= 0 end
 
--- dump(lists, path): writes lists (one action list per rank) as PyTorch's
--- CSV, atomically (path .. ".tmp" then rename). Raises an error naming the
--- file, or the rank and action that cannot be written.
-function M.dump(lists, path)
+-- the rank each stage's compute runs on, over every list
+local function owners(lists)
+  local own = {}
+  for r, list in ipairs(lists) do
+    if type(list) == "table" then
+      for _, a in ipairs(list) do
+        if type(a) == "table" and COMPUTE[a.op] and whole(a.stage) then own[a.stage] = own[a.stage] or r - 1 end
+      end
+    end
+  end
+  return own
+end
+
+-- one rank's cells (see dump); err(k, what) raises for its action k
+local function row_cells(list, rank, own, waits, err)
+  local held, hs = {}, {}       -- stages this rank holds, for the rank-wide REDUCE_GRAD
+  for _, a in ipairs(list) do
+    if type(a) == "table" and whole(a.stage) and not held[a.stage] then held[a.stage] = true; hs[#hs + 1] = a.stage end
+  end
+  table.sort(hs)
+  local cells, sent = {}, {}
+  local function reduce(s)
+    cells[#cells + 1] = s .. "REDUCE_GRAD"
+    if waits then cells[#cells + 1] = s .. "WAIT_REDUCE_GRAD" end
+  end
+  for k, a in ipairs(list) do
+    local op = type(a) == "table" and a.op or nil
+    if op == "STEP" then
+      if k ~= #list then err(k, "STEP must be the last action") end
+    elseif op == "REDUCE_GRAD" and a.stage == nil then
+      if #hs == 0 then err(nil, "REDUCE_GRAD on a rank that runs no stage") end
+      for _, s in ipairs(hs) do reduce(s) end
+    elseif op == "REDUCE_GRAD" and whole(a.stage) then
+      reduce(a.stage)
+    elseif op and TYPES[op] and whole(a.stage) and whole(a.mb) then
+      local peer = (op == "SEND_F" or op == "RECV_B") and a.stage + 1 or a.stage - 1
+      -- torch 2.15 hands two stages of one rank over without a SEND/RECV
+      if not (waits and COMM[op] and own[peer] == rank) then
+        cells[#cells + 1] = ("%d%s%d"):format(a.stage, op, a.mb)
+        if waits and (op == "SEND_F" or op == "SEND_B") then sent[#sent + 1] = ("%dWAIT_%s%d"):format(a.stage, op, a.mb) end
+      end
+    else
+      err(k, ("not an action PyTorch's format can hold (%s)"):format(type(a) == "table" and
+          ("{op=%s, stage=%s, mb=%s}"):format(tostring(a.op), tostring(a.stage), tostring(a.mb)) or tostring(a)))
+    end
+  end
+  for _, w in ipairs(sent) do cells[#cells + 1] = w end     -- each send's wait, once it is surely received
+  return cells
+end
+
+-- dump(lists, path, { format = "compute_comms" | "2.5" }): writes lists (one
+-- action list per rank) as PyTorch's CSV, atomically (path .. ".tmp" then
+-- rename). "compute_comms" (the default) is what torch 2.15's
+-- _load_csv(format="compute_comms") reads: each REDUCE_GRAD followed by its
+-- WAIT_REDUCE_GRAD, a WAIT_SEND_F/B for every send (at the row's end), no
+-- SEND/RECV between two stages of one rank. "2.5" writes the older
+-- spelling, without waits. Raises an error naming the file, or the rank and
+-- action that cannot be written.
+function M.dump(lists, path, opts)
   if type(path) ~= "string" or path == "" then error("pipeline csv dump: path must be a file name", 2) end
   if type(lists) ~= "table" or #lists < 1 then
     error(("pipeline csv dump %s: expected one action list per rank"):format(path), 2)
   end
-  local rows = {}
+  local format = opts and opts.format or "compute_comms"
+  if format ~= "compute_comms" and format ~= "2.5" then
+    error(('pipeline csv dump %s: format must be "compute_comms" (torch 2.15) or "2.5", got %s')
+          :format(path, tostring(format)), 2)
+  end
+  local own, rows = owners(lists), {}
   for r, list in ipairs(lists) do
     if type(list) ~= "table" then
       error(("pipeline csv dump %s: rank %d's list is not a table"):format(path, r - 1), 2)
     end
-    -- stages this rank holds, for the rank-wide REDUCE_GRAD
-    local held, hs = {}, {}
-    for _, a in ipairs(list) do
-      if type(a) == "table" and whole(a.stage) and not held[a.stage] then held[a.stage] = true; hs[#hs + 1] = a.stage end
-    end
-    table.sort(hs)
-    local cells = {}
-    for k, a in ipairs(list) do
-      local op = type(a) == "table" and a.op or nil
-      if op == "STEP" then
-        if k ~= #list then
-          error(("pipeline csv dump %s: rank %d action %d: STEP must be the last action"):format(path, r - 1, k), 2)
-        end
-      elseif op == "REDUCE_GRAD" and a.stage == nil then
-        if #hs == 0 then
-          error(("pipeline csv dump %s: rank %d: REDUCE_GRAD on a rank that runs no stage"):format(path, r - 1), 2)
-        end
-        for _, s in ipairs(hs) do cells[#cells + 1] = s .. "REDUCE_GRAD" end
-      elseif op == "REDUCE_GRAD" and whole(a.stage) then
-        cells[#cells + 1] = a.stage .. "REDUCE_GRAD"
-      elseif op and TYPES[op] and whole(a.stage) and whole(a.mb) then
-        cells[#cells + 1] = ("%d%s%d"):format(a.stage, op, a.mb)
-      else
-        error(("pipeline csv dump %s: rank %d action %d is not an action PyTorch's format can hold (%s)")
-              :format(path, r - 1, k, type(a) == "table" and
-                      ("{op=%s, stage=%s, mb=%s}"):format(tostring(a.op), tostring(a.stage), tostring(a.mb))
-                      or tostring(a)), 2)
-      end
-    end
+    local cells = row_cells(list, r - 1, own, format == "compute_comms", function(k, what)
+      error(("pipeline csv dump %s: rank %d%s: %s"):format(path, r - 1, k and (" action " .. k) or "", what), 3)
+    end)
     rows[#rows + 1] = table.concat(cells, ",") .. "\r\n"
   end
   local ok, err = durable.write_atomic(path, table.concat(rows))
@@ -116,13 +158,34 @@ local function fields(line)
   end
 end
 
--- one cell -> { op, stage, mb } or nil (empty), or nil, err
-local function cell(text)
+local cell
+
+-- "(0F3;3B1)OVERLAP_F_B" (PyTorch's DualPipeV: a forward of one chunk
+-- overlapped with a backward of the other) -> its sub-actions, in order
+-- (ztrain's driver runs them back to back), or nil, err
+local function overlapped(s)
+  local inner, ty = s:match("^%((.-)%)([%u_]+)$")
+  if not inner or ty ~= "OVERLAP_F_B" then
+    return nil, "expected (F;B)OVERLAP_F_B, e.g. (0F3;3B1)OVERLAP_F_B"
+  end
+  local out = {}
+  for part in (inner .. ";"):gmatch("([^;]*);") do
+    local a, err = cell(part)
+    if err then return nil, "sub-action " .. part .. ": " .. err end
+    if a and not COMPUTE[a.op] then return nil, "sub-action " .. part .. " is not a compute action (F, B, I, W)" end
+    if a then out[#out + 1] = a end
+  end
+  if #out == 0 then return nil, "OVERLAP_F_B with no sub-action" end
+  out.overlap = true
+  return out
+end
+
+-- one cell -> { op, stage, mb } (or a list of them: OVERLAP_F_B) or nil
+-- (empty), or nil, err
+cell = function(text)
   local s = text:match("^%s*(.-)%s*$")
   if s == "" then return nil end
-  if s:sub(1, 1) == "(" then
-    return nil, "sub-action cells (PyTorch's OVERLAP_F_B, DualPipeV) are not supported by ztrain"
-  end
+  if s:sub(1, 1) == "(" then return overlapped(s) end
   local st, ty, mb = s:match("^(%d+)([%u_]+)(%d*)$")
   if not st then
     return nil, "expected {stage}{TYPE}{micro-batch}, e.g. 0F3, 1SEND_B2, 0REDUCE_GRAD"
@@ -183,33 +246,41 @@ local function parse_row(path, r, line, seen)
   local cells, ferr = fields(line)
   if not cells then error(("pipeline csv load %s: row %d (rank %d): %s"):format(path, r, r - 1, ferr), CALLER) end
   local row, last_rg = {}, nil
-  for c, txt in ipairs(cells) do
+  local c, txt
+  local function add(a)
+    local other = seen.placed[a.stage]
+    if other and other ~= r - 1 then
+      error(("pipeline csv load %s: row %d (rank %d) column %d: cell %q: stage %d is already on rank %d")
+            :format(path, r, r - 1, c, txt, a.stage, other), CALLER + 1)
+    end
+    seen.placed[a.stage] = r - 1
+    if a.stage > seen.maxs then seen.maxs = a.stage end
+    if a.mb and a.mb > seen.maxmb then seen.maxmb = a.mb end
+    if COMM[a.op] then seen.has_comm = true end
+    if a.op == "UNSHARD" or a.op == "RESHARD" then
+      seen.dropped = seen.dropped + 1
+    elseif WAIT[a.op] then          -- (a compute-only dump has WAIT_REDUCE_GRAD too)
+      seen.has_comm, seen.waits = seen.has_comm or a.op ~= "WAIT_REDUCE_GRAD", seen.waits + 1
+    elseif a.op == "REDUCE_GRAD" then
+      seen.merged = seen.merged + 1
+      last_rg = #row + 1
+      row[#row + 1] = false          -- placeholder: where the last one stood
+    else
+      row[#row + 1] = { op = a.op, stage = a.stage, mb = a.mb, col = c }
+    end
+  end
+  for k, t in ipairs(cells) do
+    c, txt = k, t
     local a, cerr = cell(txt)
     if cerr then
       error(("pipeline csv load %s: row %d (rank %d) column %d: cell %q: %s")
             :format(path, r, r - 1, c, txt, cerr), CALLER)
     end
-    if a then
-      local other = seen.placed[a.stage]
-      if other and other ~= r - 1 then
-        error(("pipeline csv load %s: row %d (rank %d) column %d: cell %q: stage %d is already on rank %d")
-              :format(path, r, r - 1, c, txt, a.stage, other), CALLER)
-      end
-      seen.placed[a.stage] = r - 1
-      if a.stage > seen.maxs then seen.maxs = a.stage end
-      if a.mb and a.mb > seen.maxmb then seen.maxmb = a.mb end
-      if COMM[a.op] then seen.has_comm = true end
-      if a.op == "UNSHARD" or a.op == "RESHARD" then
-        seen.dropped = seen.dropped + 1
-      elseif WAIT[a.op] then
-        seen.has_comm, seen.waits = true, seen.waits + 1
-      elseif a.op == "REDUCE_GRAD" then
-        seen.merged = seen.merged + 1
-        last_rg = #row + 1
-        row[#row + 1] = false          -- placeholder: where the last one stood
-      else
-        row[#row + 1] = { op = a.op, stage = a.stage, mb = a.mb, col = c }
-      end
+    if a and a.overlap then
+      seen.overlaps = seen.overlaps + 1
+      for _, sa in ipairs(a) do add(sa) end
+    elseif a then
+      add(a)
     end
   end
   return merge_reduce_grads(row, last_rg)
@@ -330,6 +401,31 @@ local function lists_as_written(path, rows)
   return lists
 end
 
+-- PyTorch's comms format sends nothing between two stages of one rank (the
+-- V's turn, stages p - 1 and p on rank p - 1): ztrain's driver hands them
+-- over with a local SEND/RECV pair, put right before the reader (F, or the
+-- B or I of the earlier stage). Returns the lists and how many pairs.
+local function local_handoffs(lists, placed, nst)
+  local n = 0
+  for r, l in ipairs(lists) do
+    local has = {}
+    for _, a in ipairs(l) do if COMM[a.op] then has[a.op .. a.stage .. ":" .. a.mb] = true end end
+    local out = {}
+    for _, a in ipairs(l) do
+      local s, i = a.stage, a.mb
+      if a.op == "F" and s > 0 and placed[s - 1] == r - 1 and not has["RECV_F" .. s .. ":" .. i] then
+        out[#out + 1] = S.action("SEND_F", s - 1, i); out[#out + 1] = S.action("RECV_F", s, i); n = n + 1
+      elseif (a.op == "B" or a.op == "I") and s < nst - 1 and placed[s + 1] == r - 1 and
+             not has["RECV_B" .. s .. ":" .. i] then
+        out[#out + 1] = S.action("SEND_B", s + 1, i); out[#out + 1] = S.action("RECV_B", s, i); n = n + 1
+      end
+      out[#out + 1] = a
+    end
+    lists[r] = out
+  end
+  return lists, n
+end
+
 -- load(path, { stages = S, microbatches = m, validate = true })
 --   -> lists, info
 -- Reads PyTorch's CSV (one row per rank). stages / microbatches default to
@@ -347,7 +443,8 @@ function M.load(path, opts)
   opts = opts or {}
   check_args(path, opts)
   local lines = read_lines(path)
-  local seen = { placed = {}, maxs = -1, maxmb = -1, has_comm = false, dropped = 0, merged = 0, waits = 0 }
+  local seen = { placed = {}, maxs = -1, maxmb = -1, has_comm = false, dropped = 0, merged = 0, waits = 0,
+                 overlaps = 0 }
   local rows, notes = {}, {}
   for r, line in ipairs(lines) do rows[r] = parse_row(path, r, line, seen) end
   local converted = b_before_w(rows)
@@ -359,6 +456,10 @@ function M.load(path, opts)
     notes[#notes + 1] = ("dropped %d WAIT_* action(s): ztrain waits for a receive before its reader and for its " ..
                          "sends at the step's end"):format(seen.waits)
   end
+  if seen.overlaps > 0 then
+    notes[#notes + 1] = ("%d OVERLAP_F_B cell(s) read as their forward then their backward (ztrain's driver runs " ..
+                         "the pair back to back)"):format(seen.overlaps)
+  end
   if seen.dropped > 0 then
     notes[#notes + 1] = ("dropped %d UNSHARD/RESHARD action(s): FSDP's prefetch hints, not ztrain's")
                         :format(seen.dropped)
@@ -369,8 +470,13 @@ function M.load(path, opts)
     lists = lists_with_comms(path, rows, seen, nst, m)
     notes[#notes + 1] = "compute-only file: SEND/RECV placed by schedules.with_comms, REDUCE_GRAD and STEP appended"
   else
-    lists = lists_as_written(path, rows)
+    local handed
+    lists, handed = local_handoffs(lists_as_written(path, rows), seen.placed, nst)
     notes[#notes + 1] = "STEP appended to every rank"
+    if handed > 0 then
+      notes[#notes + 1] = ("%d SEND/RECV pair(s) added between two stages of one rank (PyTorch's comms format " ..
+                           "hands those over without them)"):format(handed)
+    end
   end
   if seen.merged > 0 then
     notes[#notes + 1] = ("%d per-stage REDUCE_GRAD(s) merged into one rank-wide REDUCE_GRAD per rank")

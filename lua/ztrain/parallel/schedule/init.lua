@@ -101,9 +101,9 @@ local ORDER = {
 -- validate(lists, { stages = p, microbatches = m, stage_rank = fn(s) -> rank,
 -- tied = bool }) -> true | nil, err. Checks each action; that every stage runs every
 -- micro-batch's forward once and its backward once (B, or I then W), after
--- the forward, on the rank that owns the stage; that gradients complete in
--- micro-batch order on each stage (the canonical accumulation order of
--- DESIGN.md); that activations cross every stage boundary both ways
+-- the forward, on the rank that owns the stage (in any micro-batch order:
+-- the driver keeps DESIGN.md's canonical accumulation order whatever the
+-- order of the backwards); that activations cross every stage boundary both ways
 -- (SEND_F/RECV_F, SEND_B/RECV_B, each once, in an order the driver can run:
 -- received before use, sent after they exist and before the backward frees
 -- them); and one STEP last on each rank. It does not simulate timing: a
@@ -111,7 +111,11 @@ local ORDER = {
 -- simulator finds those).
 -- Check one action of rank `rank` (position k) against what this rank and
 -- the ranks before it have done (seen[op][stage][mb]); nil, err if wrong.
-local function check_action(a, rank, k, list, p, seen, last_grad)
+local function done_grad(seen, s, i)
+  return (seen.B[s] and seen.B[s][i]) or (seen.W[s] and seen.W[s][i])
+end
+
+local function check_action(a, rank, k, list, p, seen)
   local nst, m = p.stages, p.microbatches
   local stage_rank = p.stage_rank or function(s) return s end
   if type(a) ~= "table" or not M.OPS[a.op] then
@@ -158,26 +162,15 @@ local function check_action(a, rank, k, list, p, seen, last_grad)
     end
   end
   if a.op == "B" or a.op == "W" then
-    local prev = last_grad[s] or -1
-    if i ~= prev + 1 then
-      return nil, ("%s: gradients must complete in micro-batch order on a stage (expected " ..
-                   "micro-batch %d next): the accumulation order is part of the math"):format(
-                   where(rank, k, a), prev + 1)
-    end
-    last_grad[s] = i
-    -- tied weights on one rank (p.tied: the first and last stage share a
-    -- gradient buffer, as GPT-2's wte): the last stage's part of
-    -- micro-batch i is written before the first stage adds its own, and
-    -- the first stage's is taken before the last writes micro-batch i + 1
+    -- tied weights on one rank (p.tied: the first and last stage share
+    -- GPT-2's wte): the last stage's part of micro-batch i's gradient is
+    -- written before the first stage adds its own. Any other order of the
+    -- stages' gradients is run with the bits of micro-batch order (the
+    -- driver holds an early gradient until its turn: driver/grad_order.lua)
     local L = nst - 1
-    if p.tied and L > 0 and stage_rank(0) == stage_rank(L) then
-      if s == 0 and (last_grad[L] or -1) < i then
-        return nil, ("%s: stage %d's gradient of micro-batch %d must complete first (the tied weights: the " ..
-                     "last stage writes their gradient, the first adds to it)"):format(where(rank, k, a), L, i)
-      elseif s == L and i > 0 and (last_grad[0] or -1) < i - 1 then
-        return nil, ("%s: stage 0's gradient of micro-batch %d must complete first (the tied weights' " ..
-                     "gradient is taken before the next micro-batch overwrites it)"):format(where(rank, k, a), i - 1)
-      end
+    if p.tied and L > 0 and s == 0 and stage_rank(0) == stage_rank(L) and not done_grad(seen, L, i) then
+      return nil, ("%s: stage %d's gradient of micro-batch %d must complete first (the tied weights: the " ..
+                   "last stage writes their gradient, the first adds to it)"):format(where(rank, k, a), L, i)
     end
   end
   by[s][i] = true
@@ -217,19 +210,68 @@ function M.validate(lists, p)
   end
   local seen = {}             -- seen[op][stage][mb] = true
   for op in pairs(M.OPS) do seen[op] = {} end
-  local last_grad = {}        -- per stage: last micro-batch whose gradient completed
   for r, list in ipairs(lists) do
     local rank = r - 1
     if type(list) ~= "table" then return nil, ("rank %d's list is not a table (got %s)"):format(rank, show(list)) end
     local steps = 0
     for k, a in ipairs(list) do
-      local ok, err = check_action(a, rank, k, list, p, seen, last_grad)
+      local ok, err = check_action(a, rank, k, list, p, seen)
       if not ok then return nil, err end
       if a.op == "STEP" then steps = steps + 1 end
     end
     if steps ~= 1 then return nil, ("rank %d: needs exactly one STEP, as its last action"):format(rank) end
   end
   return check_complete(p, seen)
+end
+
+-- held_grads(lists) -> { [stage] = n }: the most micro-batch gradients a
+-- stage completes ahead of its turn and holds at once (the canonical order
+-- adds micro-batch i only after 0..i-1: driver/grad_order.lua keeps each
+-- early one in a buffer of its own, one per unit, until its turn). 0 for
+-- every stage of a schedule whose backwards complete in micro-batch order;
+-- m - 1 for one that completes them in reverse (looped BFS).
+function M.held_grads(lists)
+  local peak = {}
+  for _, list in ipairs(lists) do
+    local nxt, early, cur = {}, {}, {}
+    for _, a in ipairs(list) do
+      if a.op == "B" or a.op == "W" then
+        local s = a.stage
+        nxt[s], early[s], cur[s] = nxt[s] or 0, early[s] or {}, cur[s] or 0
+        peak[s] = peak[s] or 0
+        if a.mb == nxt[s] then
+          nxt[s] = nxt[s] + 1
+          while early[s][nxt[s]] do early[s][nxt[s]] = nil; cur[s] = cur[s] - 1; nxt[s] = nxt[s] + 1 end
+        else
+          early[s][a.mb] = true
+          cur[s] = cur[s] + 1
+          if cur[s] > peak[s] then peak[s] = cur[s] end
+        end
+      end
+    end
+  end
+  return peak
+end
+
+-- tied_parts(list, first, last) -> n: on a rank holding both the first and
+-- the last stage (the tied embedding and head), the most head parts of the
+-- wte gradient open at once (written by the last stage's backward, not yet
+-- added to by the first's). Above 1, a head part would overwrite another:
+-- the driver then keeps every part in a buffer of its own until the first
+-- stage's backward of its micro-batch (stages.lua, Tied), n buffers.
+function M.tied_parts(list, first, last)
+  local cur, peak = 0, 0
+  for _, a in ipairs(list) do
+    if a.op == "B" or a.op == "W" then
+      if a.stage == last and last ~= first then
+        cur = cur + 1
+        if cur > peak then peak = cur end
+      elseif a.stage == first and last ~= first then
+        cur = math.max(cur - 1, 0)
+      end
+    end
+  end
+  return peak
 end
 
 return M

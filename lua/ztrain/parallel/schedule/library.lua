@@ -19,9 +19,11 @@
 -- posts them asynchronously), so a compute order that some real execution
 -- can follow never deadlocks; simulate.lua checks that for a given list.
 --
--- Gradients complete in micro-batch order on every stage (B, or W, of mb i
--- before mb i + 1): the accumulation order is part of the math.
+-- Gradients may complete in any micro-batch order on a stage: the schedule
+-- driver hands them to the strategy in micro-batch order, the same bits
+-- (driver/grad_order.lua); schedule.held_grads counts what that holds.
 local S = require "ztrain.parallel.schedule"
+local dualpipev = require "ztrain.parallel.schedule.dualpipev"
 
 local M = {}
 local A = S.action
@@ -208,6 +210,27 @@ function M.interleaved_1f1b(p)
   return M.with_comms(orders, q)
 end
 
+-- Looped BFS (Lamy-Poirier 2021, "Breadth-First Pipeline Parallelism";
+-- PyTorch's ScheduleLoopedBFS): v chunks per rank, stage c*p + r on rank r.
+-- Each rank runs every micro-batch's forward through its first chunk, then
+-- its second, ...; then the backwards, last chunk first, each chunk's in
+-- reverse micro-batch order (the last forward is the first whose gradient
+-- comes back). Its gradients complete in reverse micro-batch order: the
+-- driver keeps m - 1 of them per stage until their turn (driver/grad_order.lua),
+-- and every stage holds all m micro-batches' activations. Any m.
+function M.looped_bfs(p)
+  local q = M.params(p, "looped_bfs")
+  local P, v, m = q.ranks, q.chunks, q.microbatches
+  local orders = {}
+  for r = 0, P - 1 do
+    local o = {}
+    for c = 0, v - 1 do for i = 0, m - 1 do o[#o + 1] = C("F", c * P + r, i) end end
+    for c = v - 1, 0, -1 do for i = m - 1, 0, -1 do o[#o + 1] = C("B", c * P + r, i) end end
+    orders[r + 1] = o
+  end
+  return M.with_comms(orders, q)
+end
+
 -- ZB-H1 (Qi et al., ICLR 2024, "Zero Bubble Pipeline Parallelism", their
 -- handcrafted schedule): 1F1B with the backward split into I (input
 -- gradient, on the critical path) and W (weight gradient, free to move).
@@ -308,6 +331,16 @@ function M.zbv(p)
   return M.with_comms(orders, q)
 end
 
+-- DualPipe-V (DeepSeek-V3; PyTorch's ScheduleDualPipeV): placement V, two
+-- chunks per rank, a forward of one chunk overlapped with a backward of the
+-- other in the main phase, zero-bubble I/W splits in warm-up and
+-- cool-down. The order is dualpipev.lua's. Needs m >= 2p.
+function M.dualpipev(p)
+  local q = M.params({ stages = p.stages, microbatches = p.microbatches, ranks = p.ranks,
+                       chunks = p.chunks or 2, placement = "v" }, "dualpipev")
+  return dualpipev.build(q, M.with_comms)
+end
+
 -- PipeDream's asynchronous 1F1B (Narayanan et al., SOSP 2019) with weight
 -- stashing: 1F1B's order, but each stage updates its weights after every
 -- micro-batch's backward instead of once per step, and a micro-batch's
@@ -331,13 +364,15 @@ M.builtin = {
   gpipe = M.gpipe,
   ["1f1b"] = M.one_f_one_b,
   interleaved_1f1b = M.interleaved_1f1b,
+  looped_bfs = M.looped_bfs,
   zb_h1 = M.zb_h1,
   zbv = M.zbv,
+  dualpipev = M.dualpipev,
   pipedream = M.pipedream,
 }
 
 -- The placement a built-in schedule needs ("loop" where it has none).
-M.PLACEMENT = { zbv = "v" }
+M.PLACEMENT = { zbv = "v", dualpipev = "v" }
 function M.placement(name) return type(name) == "string" and M.PLACEMENT[name] or "loop" end
 
 -- build(name_or_fn, p) -> lists, vp. Runs the schedule and validates its

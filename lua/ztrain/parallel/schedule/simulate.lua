@@ -184,6 +184,8 @@ end
 --   peak        [stage] (0-based) = most micro-batches whose F is done and
 --               whose backward (B, or W) is not, at any moment
 --   stage_rank  [stage] = rank holding it
+--   held        [stage] = most gradients completed ahead of their turn and
+--               kept at once (schedule.held_grads: the list order's, not timing's)
 function M.run(lists, opts)
   opts = opts or {}
   local times = durations(opts)
@@ -218,6 +220,7 @@ function M.run(lists, opts)
   res.bubble = makespan > 0 and idle / (R * makespan) or 0
   res.bubble_busy = total_busy > 0 and idle / total_busy or 0
   res.peak = peak_activations(timeline)
+  res.held = S.held_grads(lists)
   return res
 end
 

@@ -1,0 +1,68 @@
+-- PyTorch's own schedule files (issue 32, item 4): spec/fixtures/pytorch/
+-- holds what torch 2.15's pipelining dumps for every schedule it exports,
+-- at p=2 (m=4) and p=4 (m=8), in both of its formats (compute_only, and
+-- compute_comms: its SEND/RECV, WAIT_*, UNSHARD/RESHARD, per-stage
+-- REDUCE_GRAD, DualPipeV's (F;B)OVERLAP_F_B cells, no send between two
+-- stages of one rank), written by tools/pytorch_schedule_csv.py. Each file
+-- trains on real ranks with the digest of one rank accumulating the same
+-- micro-batches. Schedule1F1B's own order is wrong in torch 2.15 (the last
+-- rank's micro-batches start at 1: PyTorch refuses it too), and is refused.
+local util = require "spec.helpers.util"
+
+local FIX = "spec/fixtures/pytorch/"
+local BASE = "model.size=gpt2-tiny data.seq_len=32 batch.micro=2 train.steps=3 train.eval_every=0 " ..
+             "data.tokenizer=bytes lr.warmup=1 -q 'data.text=docs/*.md'"
+-- p=4 with two chunks a rank needs 8 stages: gpt2's 14 units, on 8 tokens a micro-batch
+local BIG = "model.size=gpt2 data.seq_len=8 batch.micro=1 train.steps=1 train.eval_every=0 " ..
+            "data.tokenizer=bytes lr.warmup=1 -q data.text=README.md"
+
+-- the keys a file's placement needs
+local KEYS = { gpipe = "pipeline.chunks=1", interleaved_1f1b = "pipeline.chunks=2", looped_bfs = "pipeline.chunks=2",
+               interleaved_zb = "pipeline.chunks=2", zbv = "pipeline.chunks=2 pipeline.placement=v",
+               dualpipev = "pipeline.chunks=2 pipeline.placement=v" }
+
+local function digest(args, base, m)
+  local s, out = util.summary_of(("%s batch.accumulate=%d %s"):format(args, m, base), 300)
+  assert.is_truthy(s, out)
+  return s.param_digest
+end
+
+local function trains(name, p, fmt, base, want)
+  local m = 2 * p
+  local file = ("%s%s_p%d_m%d.%s.csv"):format(FIX, name, p, m, fmt)
+  assert.are.equal(want, digest(("--nproc %d --oversubscribe recipes/pipeline_1f1b.lua pipeline.stages=%d %s " ..
+                                 "schedule=csv:%s"):format(p, p, KEYS[name], file), base, m), file)
+end
+
+describe("PyTorch's own schedule files", function()
+  it("every schedule at p=2, both formats, trains with one rank's digest", function()
+    local want = digest("recipes/single.lua", BASE, 4)
+    for _, name in ipairs({ "gpipe", "interleaved_1f1b", "looped_bfs", "interleaved_zb", "zbv", "dualpipev" }) do
+      for _, fmt in ipairs({ "compute", "comms" }) do trains(name, 2, fmt, BASE, want) end
+    end
+  end)
+
+  -- (every p=4 file trains so too, 12 runs on gpt2 of about 12 s each: the
+  -- commit that added this spec gives the figures; here the two that cover
+  -- its paths, GPipe's one chunk and DualPipe-V's overlap cells and V turn)
+  it("p=4: GPipe (4 stages) in both formats, and DualPipe-V's comms file (8 stages)", function()
+    local want = digest("recipes/single.lua", BASE, 8)
+    for _, fmt in ipairs({ "compute", "comms" }) do trains("gpipe", 4, fmt, BASE, want) end
+    want = digest("recipes/single.lua", BIG, 8)
+    trains("dualpipev", 4, "comms", BIG, want)
+  end)
+
+  it("says what it made of DualPipeV's comms file, and refuses torch 2.15's Schedule1F1B order", function()
+    local dir = util.tmpdir()
+    local out, rc = util.sh("build/ztrain schedule show csv:" .. FIX .. "dualpipev_p2_m4.comms.csv out=" .. dir)
+    assert.are.equal(0, rc, out)
+    assert.matches("6 OVERLAP_F_B cell(s) read as their forward then their backward", out, 1, true)
+    assert.matches("SEND/RECV pair(s) added between two stages of one rank", out, 1, true)
+    out, rc = util.sh("build/ztrain schedule csv:" .. FIX .. "1f1b_p2_m4.compute.csv out=" .. dir)
+    assert.are.equal(1, rc, out)
+    assert.matches("not a valid schedule: rank 1 action 3 (1B0): backward before the forward of the same " ..
+                   "micro-batch", out, 1, true)
+    assert.is_nil(out:find("%.lua:%d+:"), out)          -- the user's file to mend: no Lua location
+    util.rm(dir)
+  end)
+end)
