@@ -66,3 +66,18 @@ describe("util.fs", function()
     assert.are.same({}, fs.glob(d .. "/*.none"))
   end)
 end)
+
+describe("util.host.git_commit", function()
+  it("reads a worktree's branch from the main repository's refs (a worktree's .git is a file)", function()
+    local host = require "ztrain.util.host"
+    local d = util.tmpdir()
+    local out, rc = util.sh(("cd %s && git init -q main && cd main && git -c user.name=t -c user.email=t@t "
+                             .. "commit -q --allow-empty -m one && git worktree add -q ../wt -b side && "
+                             .. "git rev-parse HEAD"):format(d))
+    assert.are.equal(0, rc, out)
+    local sha = out:match("(%x+)%s*rc=%d+%s*$")
+    assert.are.equal(sha, host.git_commit(d .. "/main"))
+    assert.are.equal(sha, host.git_commit(d .. "/wt"))
+    util.rm(d)
+  end)
+end)

@@ -198,10 +198,14 @@ function M.git_commit(dir)
   if sha and #sha >= 40 then return sha end
   local ref = head:match("^ref:%s*(%S+)")
   if not ref then return nil end
-  local direct = (fs.read_file(git .. "/" .. ref) or ""):match("^(%x+)")
-  if direct and #direct >= 40 then return direct end
+  -- a worktree's branch refs live in the main repository (its commondir)
   local common = (fs.read_file(git .. "/commondir") or ""):match("^(%S+)")
-  local packed = fs.read_file((common and (git .. "/" .. common) or git) .. "/packed-refs") or ""
+  common = common and (common:sub(1, 1) == "/" and common or (git .. "/" .. common)) or git
+  for _, base in ipairs({ git, common }) do
+    local direct = (fs.read_file(base .. "/" .. ref) or ""):match("^(%x+)")
+    if direct and #direct >= 40 then return direct end
+  end
+  local packed = fs.read_file(common .. "/packed-refs") or ""
   for line in packed:gmatch("[^\n]+") do
     local h, name = line:match("^(%x+) (%S+)$")
     if name == ref then return h end
