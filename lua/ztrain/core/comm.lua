@@ -10,7 +10,9 @@
 -- memory); tensors involved stay untouched until then.
 local ffi = require "ffi"
 local zffi = require "ztrain.core.ffi"
+local interrupt = require "ztrain.core.interrupt"
 local C, check, check_key = zffi.C, zffi.check, zffi.check_key
+local poll = interrupt.poll
 
 local M = {}
 local Comm = {}
@@ -94,7 +96,10 @@ function Comm:use_nccl(deterministic, key)
 end
 
 -- Issue fn(..., reqptr); return a Req when async, else wait inside C.
+-- A loop of them stops on Ctrl-C at the one-rank REPL: a poll first
+-- (under several ranks only agreed polls raise: ztrain.core.interrupt).
 local function issue(what, async, fn, ...)
+  poll()
   stamp_site()
   local n = select("#", ...)
   local args = { ... }

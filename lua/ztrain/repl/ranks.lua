@@ -327,6 +327,7 @@ end
 -- terminal that is not "dumb"; else nil
 local function open_editor(job)
   if libc.isatty(0) == 1 and os.getenv("TERM") ~= "dumb" then
+    job.undo_typeahead = readline.keep_typeahead(0)  -- lines typed while busy survive a Ctrl-C
     return readline.open { history = readline.history_file(), complete = function(text)
       -- rank 0 knows the session's globals
       if not write_all(job.to, M.frame("C", text)) then return {} end
@@ -373,6 +374,7 @@ end
 -- mpirun reaped (128 + signal when a signal killed it)
 local function finish(job, ed)
   if ed then ed:close() end
+  if job.undo_typeahead then job.undo_typeahead() end
   libc.close(job.to)                               -- rank 0 reads the end: every rank exits
   while until_ready(job, true) do end
   libc.close(job.from)
