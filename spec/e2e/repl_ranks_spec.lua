@@ -48,6 +48,27 @@ describe("the multi-rank REPL", function()
     assert.matches("[all ranks] 44\n", out, 1, true)
   end)
 
+  it("keeps the session when a run fails on one rank alone (the run checks, as the session does)", function()
+    local out_dir = util.outdir()
+    local out, rc = repl({
+      -- rank 1's trainer fails in its third step; rank 0's reductions go on
+      "if zt.comm.world().rank == 1 then local T = require 'ztrain.train.trainer'; local new = T.new; " ..
+      "T.new = function(...) local t = new(...); local step = t.train_step; t.train_step = function(self) " ..
+      "if self.step == 2 then error('boom on rank 1', 0) end return step(self) end return t end end",
+      "kept = 1",
+      ('s = zt.train("recipes/dp.lua", {"train.steps=6", "launch.nproc=0", "comm.timeout=60", "out=%s"})')
+        :format(out_dir),
+      "kept + 1",
+    }, "ZTRAIN_COMM_CHECK=")
+    util.rm(out_dir)
+    assert.are.equal(0, rc, out)
+    assert.matches("[rank 1] error: boom on rank 1\n", out, 1, true)
+    assert.matches("%[rank 0%] error: all_reduce: comm.check: collective #%d+ on the world %(2 ranks%) differs " ..
+                   "between ranks: rank 0 calls all_reduce %(f32, %d+ elements%) at strategy/dp.lua:%d+; rank 1 " ..
+                   "calls a fence at the end of its chunk %(the REPL%)", out)
+    assert.matches("[all ranks] 2\n", out, 1, true)
+  end)
+
   it("with comm.check off, the watchdog names the chunk's collective, not the REPL's gather", function()
     local out, rc = repl({
       "zt.comm.watch{timeout = 2}",

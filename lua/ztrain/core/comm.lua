@@ -55,6 +55,18 @@ function M.watch(opts)
   return prev
 end
 
+-- hold_check(on) -> the previous hold. While held, a run checks its
+-- collectives whatever its recipe's comm.check (train/run.lua): the
+-- multi-rank REPL, whose fences must meet checked collectives
+-- (repl/ranks.lua). check_held() -> whether it is held.
+local held_check = false
+function M.hold_check(on)
+  local prev = held_check
+  held_check = on and true or false
+  return prev
+end
+function M.check_held() return held_check end
+
 local world
 -- world() -> the world communicator (MPI under a launcher, else one local rank).
 function M.world()

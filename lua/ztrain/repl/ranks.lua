@@ -155,7 +155,7 @@ M.FENCE_SITE = "the end of its chunk (the REPL)"
 -- again, fence once more. (Off, fences move nothing: a rank left in a
 -- collective waits for comm.timeout, whose watchdog ends the job.)
 function M.level(own)
-  local msgs, seen = {}, {}
+  local msgs, more = {}, 0
   local todo = {}
   for _, g in ipairs(comm.live()) do
     if g ~= own and g.c ~= nil and g.size > 1 then todo[#todo + 1] = g end
@@ -167,12 +167,17 @@ function M.level(own)
       local ok, err = pcall(req.wait, req)
       if not ok then
         local m = errors.message(err):gsub("^comm%.fence: ", "", 1)
-        if not seen[m] then seen[m] = true; msgs[#msgs + 1] = "error: " .. m end
+        -- the first says what happened; the others (a run's reductions in
+        -- flight) are counted
+        if #msgs == 0 then msgs[1] = "error: " .. m else more = more + 1 end
         -- a mismatch left the ranks level: fence again; anything else ends it
         if m:find("differs between ranks", 1, true) then again[#again + 1] = todo[i] end
       end
     end
     todo = again
+  end
+  if more > 0 then
+    msgs[#msgs + 1] = ("error: and %d more collective(s) of other ranks met this rank's fences"):format(more)
   end
   return msgs
 end
@@ -194,13 +199,16 @@ end
 -- loop(): every rank's side (ZTRAIN_REPL_RANKS set by the front end). The
 -- REPL's own traffic (the chunk from rank 0, the ranks' texts back) runs on a
 -- communicator of its own, split from the world: a chunk's collectives,
--- matched or not, never meet it. Collectives are checked (comm.check) unless
--- ZTRAIN_COMM_CHECK=0, so a chunk's unmatched one is reported (level).
+-- matched or not, never meet it. Collectives are checked (comm.check), a
+-- run's too (comm.hold_check), unless ZTRAIN_COMM_CHECK=0, so a chunk's
+-- unmatched one is reported (level).
 function M.loop()
   local zt = rawget(_G, "zt")
   local world = zt.comm.world()
   local own = world:split(0, world.rank)
-  local watched = comm.watch({ check = os.getenv("ZTRAIN_COMM_CHECK") ~= "0" })
+  local checks = os.getenv("ZTRAIN_COMM_CHECK") ~= "0"
+  local watched = comm.watch({ check = checks })
+  local held = comm.hold_check(checks)                -- zt.train's runs too
   rawset(_G, "help", repl.help)
   -- the interrupt: SIGUSR1 forwarded by mpirun (and SIGINT under a plain
   -- mpirun, which ends the job anyway); only agreed polls raise
@@ -242,6 +250,7 @@ function M.loop()
   interrupt.set_action(prev, { agreed = prev_agreed })
   interrupt.restore({ interrupt.SIGUSR1 })
   comm.watch(watched)
+  comm.hold_check(held)
   own:free()
 end
 
