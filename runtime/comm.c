@@ -182,6 +182,7 @@ static int run_op(zt_comm_req *op)
     /* op->tp: the communicator's transport when issued (NCCL's attach runs
      * NCCL's start on an MPI communicator) */
     const zt_transport *tp = op->tp;
+    if (op->kind == ZT_OP_FENCE) return ZT_OK;     /* its signature exchange was the work */
     if (op->kind == ZT_OP_FREE) {
         zt_watch_unregister(op->comm);
         int rc = tp->free_comm(op->comm);

@@ -18,7 +18,8 @@ enum {
     ZT_OP_ALL_REDUCE, ZT_OP_REDUCE_SCATTER, ZT_OP_ALL_GATHER, ZT_OP_BROADCAST,
     ZT_OP_SEND, ZT_OP_RECV, ZT_OP_BARRIER, ZT_OP_SPLIT, ZT_OP_FREE,
     ZT_OP_ALL_GATHER_HOST, ZT_OP_BROADCAST_HOST,
-    ZT_OP_NCCL_ATTACH           /* comm_nccl.c: an MPI communicator joins NCCL */
+    ZT_OP_NCCL_ATTACH,          /* comm_nccl.c: an MPI communicator joins NCCL */
+    ZT_OP_FENCE                 /* zt_comm_fence: only its signature exchange moves bytes */
 };
 
 typedef struct zt_transport zt_transport;

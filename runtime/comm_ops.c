@@ -212,15 +212,19 @@ int zt_recv(zt_comm *c, zt_tensor *x, int peer, int tag, zt_comm_req **req)
     return zt_comm_submit(op, req);
 }
 
-int zt_barrier(zt_comm *c, zt_comm_req **req)
+/* An operation with no payload (a barrier, a fence). */
+static int bare_op(zt_comm *c, int kind, const char *fn, zt_comm_req **req)
 {
-    const char *fn = "zt_barrier";
     if (req) *req = NULL;
     ZT_TRY(zt_comm_usable(fn, c));
     zt_comm_req *op = NULL;
-    ZT_TRY(zt_comm_new_op(&op, ZT_OP_BARRIER, fn, c));
+    ZT_TRY(zt_comm_new_op(&op, kind, fn, c));
     return zt_comm_submit(op, req);
 }
+
+int zt_barrier(zt_comm *c, zt_comm_req **req) { return bare_op(c, ZT_OP_BARRIER, "zt_barrier", req); }
+
+int zt_comm_fence(zt_comm *c, zt_comm_req **req) { return bare_op(c, ZT_OP_FENCE, "zt_comm_fence", req); }
 
 int zt_comm_all_gather_host(zt_comm *c, void *out, const void *in, size_t nbytes)
 {

@@ -72,7 +72,7 @@ static int public_kind(int op_kind)
     case ZT_OP_RECV: return ZT_COMM_KIND_RECV;
     case ZT_OP_BARRIER: return ZT_COMM_KIND_BARRIER;
     case ZT_OP_ALL_GATHER_HOST: case ZT_OP_BROADCAST_HOST: return ZT_COMM_KIND_HOST;
-    case ZT_OP_FREE: return -1;
+    case ZT_OP_FREE: case ZT_OP_FENCE: return -1;
     default: return ZT_COMM_KIND_OTHER;
     }
 }

@@ -100,6 +100,7 @@ static const char *kind_name(int kind)
     case ZT_OP_FREE: return "free";
     case ZT_OP_ALL_GATHER_HOST: return "all_gather (host)";
     case ZT_OP_BROADCAST_HOST: return "broadcast (host)";
+    case ZT_OP_FENCE: return "fence";
     default: return "?";
     }
 }
@@ -182,7 +183,8 @@ zt_comm_req *zt_watch_signature_op(zt_comm_req *op)
     sig_t *mine = (sig_t *)(buf + (size_t)op->comm->size * sizeof(sig_t));
     mine->kind = op->kind;
     mine->dtype = op->dtype;
-    mine->count = op->kind == ZT_OP_BARRIER || op->kind == ZT_OP_SPLIT ? 0 : op->count;
+    mine->count = op->kind == ZT_OP_BARRIER || op->kind == ZT_OP_SPLIT || op->kind == ZT_OP_FENCE ?
+                  0 : op->count;
     mine->root = op->kind == ZT_OP_BROADCAST || op->kind == ZT_OP_BROADCAST_HOST ? op->root : -1;
     mine->size = op->comm->size;
     mine->seq = op->seq;
@@ -208,6 +210,10 @@ zt_comm_req *zt_watch_signature_op(zt_comm_req *op)
 static void describe_sig(const sig_t *g, char *buf, size_t n)
 {
     char extra[48] = "";
+    if (g->kind == ZT_OP_FENCE) {     /* no payload: where it stands says it all */
+        snprintf(buf, n, "a fence at %s", g->site[0] ? g->site : "an unknown call site");
+        return;
+    }
     if (g->root >= 0) snprintf(extra, sizeof extra, ", root %d", g->root);
     snprintf(buf, n, "%s (%s, %" PRId64 " elements%s) at %s", kind_name(g->kind), dtype_name(g->dtype),
              g->count, extra, g->site[0] ? g->site : "an unknown call site");

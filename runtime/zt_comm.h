@@ -70,6 +70,17 @@ int zt_comm_watch_names(const char *timeout_name, const char *check_name);
 /* The calling thread's call site (e.g. "trainer.lua:120"), carried by the
  * collectives it issues next while checking is on. */
 void zt_comm_set_site(const char *site);
+/* A fence on c: where every rank of c says "I am here, in no collective".
+ * With checked collectives on (zt_comm_watch check) the ranks exchange
+ * signatures as before a collective: where one rank is in another
+ * collective instead, that collective and the fence both fail on every
+ * rank with the check's message ("... rank 0 calls all_reduce (...) at
+ * SITE; rank 1 calls a fence at SITE"), and c's ranks stay in step (each
+ * counted one collective), so a caller that fences again until a fence
+ * succeeds finds the ranks level once the odd collectives are spent (the
+ * multi-rank REPL at the end of each chunk). With checking off it moves
+ * nothing and always succeeds. Not counted by zt_comm_stats_get. */
+int zt_comm_fence(zt_comm *c, zt_comm_req **req);
 /* The program's last resort when one rank fails: terminate every rank of
  * the job with this exit code (MPI_Abort where MPI is up, then _exit). The
  * library calls it itself only from the collective watchdog (zt_comm_watch

@@ -65,6 +65,15 @@ int main(void)
     CHECK("broadcast from root 0 is the identity",
           rc == ZT_OK && memcmp(x->data, ref->data, 1001 * 4) == 0, "rc %d", rc);
     CHECK("barrier", zt_barrier(w, NULL) == ZT_OK, "%s", zt_last_error());
+    zt_comm_stats st0, st1;
+    zt_comm_stats_get(w, &st0);
+    zt_comm_req *qf = NULL;
+    rc = zt_comm_fence(w, NULL) | zt_comm_fence(w, &qf);
+    rc |= qf ? zt_comm_wait(qf) : ZT_EIO;
+    zt_comm_stats_get(w, &st1);
+    CHECK("a fence on one rank succeeds, blocking or not, and is not counted",
+          rc == ZT_OK && st1.calls == st0.calls, "rc %d (%s), calls %llu -> %llu", rc, zt_last_error(),
+          (unsigned long long)st0.calls, (unsigned long long)st1.calls);
 
     /* copies */
     zt_tensor *out = mk(ZT_F32, 1001, 0);

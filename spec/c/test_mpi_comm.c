@@ -292,6 +292,32 @@ static void test_barrier(void)
           "rc %d %d, left %.4f s before rank 0 arrived", rc, rc_b, arrived - left);
 }
 
+/* A fence moves nothing with checking off; with it on, a rank still in
+ * another collective fails it and the others' fence alike, naming both,
+ * and a fence more leaves the ranks level (the multi-rank REPL's end of a
+ * chunk). */
+static void test_fence(void)
+{
+    int rc = zt_comm_fence(W, NULL);
+    CHECK("fence, checking off", rc == ZT_OK, "rc %d (%s)", rc, zt_last_error());
+    zt_comm_watch(0, 1);
+    zt_tensor *x = mk_vals(41, R, 8, 0);
+    rc = R == 0 ? zt_all_reduce(W, x, NULL) : zt_comm_fence(W, NULL);
+    CHECK("rank 0's all_reduce meets the others' fence: both fail, naming both",
+          rc == ZT_EINVAL && has("differs between ranks: rank 0 calls all_reduce (f32, 8 elements)") &&
+          has("rank 1 calls a fence at"), "rc %d msg %s", rc, zt_last_error());
+    rc = R == 0 ? zt_comm_fence(W, NULL) : ZT_OK;
+    zt_comm_req *q = NULL;
+    if (R != 0) rc = zt_comm_fence(W, &q);
+    if (rc == ZT_OK && q) rc = zt_comm_wait(q);
+    CHECK("a fence more: level again (blocking and async)", rc == ZT_OK, "rc %d (%s)", rc, zt_last_error());
+    rc = zt_all_reduce(W, x, NULL);
+    CHECK("then a collective sums as ever", rc == ZT_OK && diff_ref(x->data, 41, world_ranks, P, 0, 8) < 0,
+          "rc %d (%s)", rc, zt_last_error());
+    zt_comm_watch(0, 0);
+    zt_tensor_release(x);
+}
+
 static void test_async(void)
 {
     /* Issue several, wait in another order. */
@@ -585,6 +611,7 @@ int main(void)
     test_broadcast();
     test_p2p();
     test_barrier();
+    test_fence();
     test_async();
     test_split();
     test_host();

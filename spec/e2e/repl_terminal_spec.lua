@@ -1,6 +1,7 @@
 -- The REPL as a new user meets it, in a terminal (tmux): readline's history
--- and Tab completion, Ctrl-C at the prompt and during zt.train, pretty
--- tensors, ?help; `ztrain --nproc 2 -i` on two ranks. (Its parts called
+-- and Tab completion, Ctrl-C at the prompt, during zt.train and a loop of
+-- zt calls (a line typed meanwhile kept), pretty tensors, ?help; `ztrain
+-- --nproc 2 -i` on two ranks. (Its parts called
 -- directly: unit/repl_spec.lua.)
 local util = require "helpers.util"
 
@@ -128,6 +129,24 @@ describe("the REPL in a terminal", function()
     assert.falsy(h:find("this line is dropped", 1, true), h)
   end)
 
+  it("stops a loop of zt calls on Ctrl-C, and keeps a line typed while it ran", function()
+    local s = "busy"
+    start(s, "build/ztrain", env)
+    wait_for(s, "zt> ", 10, true)
+    -- a loop the JIT compiles (no count hook runs there): the memory calls poll
+    send(s, 'print("busy"); n = 0; while true do n = n + zt.memory.current("device") + 1 end', "Enter")
+    wait_for(s, "\nbusy\n", 10, true)
+    -- typed while it runs, then Ctrl-C: the terminal's queue is not flushed (NOFLSH)
+    send(s, "typed = 7", "Enter")
+    send(s, "C-c")
+    wait_for(s, "error: interrupted", 10, true)
+    wait_for(s, "zt> typed = 7\n", 10, true)
+    send(s, "typed, n > 0", "Enter")
+    wait_for(s, "\n7%s+true\n", 10)
+    send(s, "C-d")
+    wait_for(s, "EXITED rc=0", 10, true)
+  end)
+
   it("runs each line on every rank under --nproc 2 -i, shows errors and survives Ctrl-C", function()
     local s = "ranks"
     start(s, "build/ztrain --nproc 2 -i", env .. " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
@@ -145,9 +164,11 @@ describe("the REPL in a terminal", function()
     send(s, 'zt.train("recipes/dp.lua", {"train.steps=100000", "launch.nproc=0", "out=' .. outdir() .. '"})',
          "Enter")
     wait_for(s, "step +%d+/100000", 20)
+    -- a line typed while the ranks train is kept through the Ctrl-C that stops them
+    send(s, "typed = 8", "Enter")
     send(s, "C-c")
     wait_for(s, "[all ranks] error: interrupted", 20, true)
-    send(s, "shared + 1", "Enter")
+    send(s, "shared + typed - 7", "Enter")
     wait_for(s, "[all ranks] 43", 10, true)
     -- Tab completes from rank 0's globals
     send(s, "shar", "Tab")

@@ -169,6 +169,65 @@ describe("interrupt polls", function()
     assert.equal(9, done)
   end)
 
+  it("stop loops of tensor, memory and comm calls, compiled ones too, before the call", function()
+    interrupt.set_action("raise")
+    local w = zt.comm.world()
+    local loops = {
+      tensor = function(i) local t = zt.tensor.new({ 4 }); t:fill(i); t:free() end,
+      memory = function() zt.memory.current("device") end,
+      comm = function() w:barrier() end,
+    }
+    local before = zt.memory.current("device")
+    for name, body in pairs(loops) do
+      local done = 0
+      local ok, e = pcall(function()
+        for i = 1, 20000 do                            -- long enough for the JIT to compile it
+          if i == 10000 then interrupt.raise() end
+          body(i)
+          done = i
+        end
+      end)
+      assert.falsy(ok, name)
+      assert.equal("interrupted", zt.errors.message(e), name)
+      assert.equal(9999, done, name)
+    end
+    assert.equal(before, zt.memory.current("device"))
+  end)
+
+  it("stop zt.gpt2.new between allocations, which frees what it made", function()
+    interrupt.set_action("raise")
+    local T = require "ztrain.core.tensor"
+    local new, n = T.new, 0
+    T.new = function(...)                              -- Ctrl-C while the 5th buffer is asked for
+      n = n + 1
+      if n == 5 then interrupt.raise() end
+      return new(...)
+    end
+    local before = zt.memory.current("device")
+    local ok, e = pcall(zt.gpt2.new, "gpt2-mini")
+    T.new = new
+    assert.falsy(ok)
+    assert.equal("interrupted", zt.errors.message(e))
+    assert.equal(5, n)
+    assert.equal(before, zt.memory.current("device"))     -- at once: no collectgarbage
+    local m = zt.gpt2.new("gpt2-mini")                     -- (a size's name is a config)
+    assert.equal(4, m.cfg.L)
+    m:free()
+  end)
+
+  it("at the REPL, release what an interrupted chunk made and dropped", function()
+    interrupt.set_action("raise")
+    local before = zt.memory.current("device")
+    collectgarbage("stop")                              -- only the REPL's own collection counts
+    local ok, err = repl.run("local ts = {} for i = 1, 50 do ts[i] = zt.tensor.new({ 1024 }) end " ..
+                             "local i = require('ztrain.core.interrupt') i.raise() i.poll()")
+    local after = zt.memory.current("device")
+    collectgarbage("restart")
+    assert.falsy(ok)
+    assert.equal("interrupted", err)
+    assert.equal(before, after)
+  end)
+
   it("stop zt.train between steps; with keep the trainer trained so far comes back", function()
     interrupt.set_action("raise")
     -- an interrupt arriving during step 2 (the step is shielded: it finishes)

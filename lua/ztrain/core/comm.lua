@@ -10,7 +10,9 @@
 -- memory); tensors involved stay untouched until then.
 local ffi = require "ffi"
 local zffi = require "ztrain.core.ffi"
+local interrupt = require "ztrain.core.interrupt"
 local C, check, check_key = zffi.C, zffi.check, zffi.check_key
+local poll = interrupt.poll
 
 local M = {}
 local Comm = {}
@@ -53,6 +55,18 @@ function M.watch(opts)
   return prev
 end
 
+-- hold_check(on) -> the previous hold. While held, a run checks its
+-- collectives whatever its recipe's comm.check (train/run.lua): the
+-- multi-rank REPL, whose fences must meet checked collectives
+-- (repl/ranks.lua). check_held() -> whether it is held.
+local held_check = false
+function M.hold_check(on)
+  local prev = held_check
+  held_check = on and true or false
+  return prev
+end
+function M.check_held() return held_check end
+
 local world
 -- world() -> the world communicator (MPI under a launcher, else one local rank).
 function M.world()
@@ -94,7 +108,10 @@ function Comm:use_nccl(deterministic, key)
 end
 
 -- Issue fn(..., reqptr); return a Req when async, else wait inside C.
+-- A loop of them stops on Ctrl-C at the one-rank REPL: a poll first
+-- (under several ranks only agreed polls raise: ztrain.core.interrupt).
 local function issue(what, async, fn, ...)
+  poll()
   stamp_site()
   local n = select("#", ...)
   local args = { ... }
@@ -136,18 +153,45 @@ function Comm:recv(x, peer, tag, async)
 end
 function Comm:barrier(async) return issue("barrier", async, C.zt_barrier, self.c) end
 
+-- the sub-communicators split and not yet freed, in the order they were made
+local groups = {}
+
 -- split(color, key) -> sub-communicator (collective over self).
 function Comm:split(color, key)
   local out = ffi.new("zt_comm*[1]")
   stamp_site()
   check(C.zt_comm_split(out, self.c, color, key or self.rank), "comm.split")
-  return wrap(out[0])
+  local g = wrap(out[0])
+  groups[#groups + 1] = g
+  return g
 end
 
 -- Free a sub-communicator (collective over its ranks; not the world).
 function Comm:free()
   if self == world then error("the world communicator is not freed", 2) end
   if self.c ~= nil then C.zt_comm_free(self.c); self.c = nil end
+  for i, g in ipairs(groups) do
+    if g == self then table.remove(groups, i); break end
+  end
+end
+
+-- live() -> { world, the groups split and not freed, ... } (what this rank holds)
+function M.live()
+  local all = { M.world() }
+  for _, g in ipairs(groups) do all[#all + 1] = g end
+  return all
+end
+
+-- fence(site, async): every rank of the group says it is here and in no
+-- collective (zt_comm_fence). With comm.check on, a rank still in another
+-- collective fails it, and the others' fence, with the check's message; off,
+-- nothing moves. site: what the check's message calls this place ("the end
+-- of the chunk (the REPL)"); else the Lua line, as a collective's.
+function Comm:fence(site, async)
+  if site then C.zt_comm_set_site(site) else stamp_site() end
+  local rc = C.zt_comm_fence(self.c, async and reqbuf or nil)
+  check(rc, "comm.fence")
+  if async then return setmetatable({ r = reqbuf[0], what = "comm.fence" }, Req) end
 end
 
 -- gather_doubles({x1, x2, ...}) -> { [rank+1] = {x1, x2, ...} } (same count on all ranks).

@@ -9,6 +9,7 @@
 --   interrupt.poll()                    -- a boundary safe on this rank alone
 --   interrupt.poll_all(group)           -- a boundary every rank of group reaches (a collective)
 --   interrupt.shield(fn, ...)           -- run fn with poll() a no-op (mid-step: async work in flight)
+--   interrupt.checked(f)                -- f with a poll first (the FFI wrappers: tensor, memory)
 --   if interrupt.pending() then ... end -- another policy (a graceful stop) reads the count itself
 --
 -- With no action set (plain runs), polls do nothing: the count is there for
@@ -120,6 +121,27 @@ function M.polled(f)
   return g
 end
 function M.original(g) return originals[g] end
+
+-- checked(f) -> a function that polls, then calls f: for calls that build
+-- something (a tensor) or read the runtime (memory counters), so that a loop
+-- of them stops on Ctrl-C, and never between building a thing and handing
+-- it over (the poll comes first: an interrupted call built nothing).
+function M.checked(f)
+  local poll = M.poll
+  local g = function(...)
+    poll()
+    return f(...)
+  end
+  originals[g] = f
+  return g
+end
+
+-- check_all(tbl, names): tbl's functions under these names made checked
+function M.check_all(tbl, names)
+  for _, name in ipairs(names) do
+    if type(tbl[name]) == "function" then tbl[name] = M.checked(tbl[name]) end
+  end
+end
 
 -- shield(fn, ...) -> fn's results, with poll() a no-op meanwhile: for work
 -- that must not stop half-way (a training step: gathered parameters,

@@ -84,6 +84,9 @@ local decls = {
   posix_spawnattr_destroy = "int %s(ztrain_libc_spawnattr *a)",
   posix_spawnattr_setflags = "int %s(ztrain_libc_spawnattr *a, short flags)",
   posix_spawnattr_setpgroup = "int %s(ztrain_libc_spawnattr *a, int pgroup)",
+  -- the REPL's terminal: keys typed while a call runs survive a Ctrl-C (NOFLSH)
+  tcgetattr = "int %s(int fd, ztrain_libc_termios_t *t)",
+  tcsetattr = "int %s(int fd, int when, const ztrain_libc_termios_t *t)",
 }
 
 local PREFIX = "ztrain_libc_"
@@ -112,6 +115,11 @@ extern char **ztrain_libc_environ __asm__("environ");
 /* opaque, glibc's sizes (80 and 336 bytes) rounded up */
 typedef struct ztrain_libc_spawn_actions { uint64_t opaque[16]; } ztrain_libc_spawn_actions;
 typedef struct ztrain_libc_spawnattr { uint64_t opaque[64]; } ztrain_libc_spawnattr;
+typedef struct ztrain_libc_termios_t {       /* glibc's struct termios */
+  uint32_t c_iflag, c_oflag, c_cflag, c_lflag;
+  uint8_t c_line, c_cc[32];
+  uint32_t c_ispeed, c_ospeed;
+} ztrain_libc_termios_t;
 ]]
 
 -- Declared already in this Lua state? (ffi.cdef of a second copy would fail
@@ -135,6 +143,7 @@ M.stat_t = ffi.typeof("ztrain_libc_stat_t")
 M.pollfd_t = ffi.typeof("ztrain_libc_pollfd_t[?]")
 M.sigset_t = ffi.typeof("ztrain_libc_sigset_t")
 M.timespec_t = ffi.typeof("ztrain_libc_timespec_t")
+M.termios_t = ffi.typeof("ztrain_libc_termios_t")
 
 -- file_kind(path) -> "file", "directory", "FIFO", "socket", "character device",
 -- "block device", or nil, errno (stat follows symlinks)
@@ -187,5 +196,6 @@ M.SIGINT, M.SIGKILL, M.SIGTERM, M.SIGHUP, M.SIGUSR1 = 2, 9, 15, 1, 10
 M.SIG_BLOCK, M.SIG_SETMASK = 0, 2
 M.SI_USER = 0                      -- siginfo si_code: sent by kill(), not by the tty
 M.PR_SET_PDEATHSIG = 1
+M.TCSANOW, M.NOFLSH = 0, 0x80
 
 return M

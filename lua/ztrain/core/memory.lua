@@ -1,6 +1,7 @@
 -- ztrain.core.memory: the runtime's byte accounting by tier and category.
 local zffi = require "ztrain.core.ffi"
 local T = require "ztrain.core.tensor"
+local interrupt = require "ztrain.core.interrupt"
 local C, check = zffi.C, zffi.check
 
 local M = {}
@@ -71,5 +72,9 @@ function M.stats()
   end
   return out
 end
+
+-- Ctrl-C (at the REPL) stops a loop of reads of the counters (settings,
+-- which a run's clean-up puts back, never poll)
+interrupt.check_all(M, { "limit", "current", "peak", "stats" })
 
 return M

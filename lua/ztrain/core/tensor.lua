@@ -6,6 +6,7 @@
 -- bytes and would free them late.
 local ffi = require "ffi"
 local zffi = require "ztrain.core.ffi"
+local interrupt = require "ztrain.core.interrupt"
 local C, check = zffi.C, zffi.check
 
 local M = {}
@@ -139,5 +140,11 @@ function Tensor:__tostring()
 end
 
 function M.is_tensor(x) return getmetatable(x) == Tensor end
+
+-- Ctrl-C (at the REPL) stops a loop of tensor calls: each polls first, so an
+-- interrupted call built nothing (ztrain.core.interrupt; free never polls)
+interrupt.check_all(M, { "new" })
+interrupt.check_all(Tensor, { "view", "fill", "write", "upload", "read", "totable", "ptr", "numel", "dtype",
+                              "shape", "nbytes", "tier", "category" })
 
 return M

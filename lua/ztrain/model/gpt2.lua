@@ -104,11 +104,15 @@ local Model = {}
 Model.__index = Model
 M.Model = Model
 
--- new(cfg, {tier=, pad=, alloc=}) -> model. Each unit's flat buffers hold
+-- new(cfg, {tier=, pad=, alloc=}) -> model. cfg: a config, or a size's
+-- name ("gpt2-xl": config(name)). Each unit's flat buffers hold
 -- u.padded elements: u.numel rounded up to a multiple of `pad` (default PAD;
 -- sharded strategies ask for world_size * the norm block). With alloc=false
 -- no buffer is allocated: the strategy places them (see materialize).
+-- Interrupted (Ctrl-C at the REPL: each allocation polls) it frees the
+-- buffers it made before it raises.
 function M.new(cfg, opts)
+  if type(cfg) == "string" then cfg = M.config(cfg) end
   opts = opts or {}
   local pad = opts.pad or M.PAD
   assert(pad % M.PAD == 0, "gpt2.new: pad must be a multiple of 16")
@@ -132,9 +136,15 @@ function M.new(cfg, opts)
   self.nparams = nparams
   self.embed, self.head = self.units[1], self.units[#self.units]
   if opts.alloc ~= false then
-    for _, u in ipairs(self.units) do
-      self:set_params(u, T.new({ u.padded }, { tier = self.tier, category = "params" }))
-      self:set_grads(u, T.new({ u.padded }, { tier = self.tier, category = "grads" }))
+    local ok, err = pcall(function()
+      for _, u in ipairs(self.units) do
+        self:set_params(u, T.new({ u.padded }, { tier = self.tier, category = "params" }))
+        self:set_grads(u, T.new({ u.padded }, { tier = self.tier, category = "grads" }))
+      end
+    end)
+    if not ok then
+      self:free()
+      error(err, 0)
     end
   end
   return self

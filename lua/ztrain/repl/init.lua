@@ -115,8 +115,16 @@ function M.run(code, hooked)
   if hooked then debug.sethook(hook, "", 10000) end
   local res = pack(xpcall(f, handler))
   if hooked then debug.sethook() end
-  if not res[1] then return false, res[2] end
-  return true, M.results_text(res, res.n)
+  if not res[1] then
+    -- what the interrupted call built and nothing holds (a half-made model,
+    -- a loop's tensors) is released now, not at some later collection
+    if interrupt.is_interrupt(res[2]) then collectgarbage(); collectgarbage() end
+    return false, res[2]
+  end
+  -- (formatting reads tensors, which poll: a Ctrl-C now drops the display)
+  local ok, text = pcall(M.results_text, res, res.n)
+  if not ok then return false, errors.message(text) end
+  return true, text
 end
 
 -- eval(code, quiet, hooked) -> true | false, err. Prints results unless quiet.
@@ -148,7 +156,10 @@ local function reader()
   if libc.isatty(0) == 1 and os.getenv("TERM") ~= "dumb" then
     local ed = readline.open {
       history = readline.history_file(), complete = M.complete }
-    if ed then return function(p) return ed:read(p) end, function() ed:close() end end
+    if ed then
+      local undo = readline.keep_typeahead(0)        -- lines typed while busy survive a Ctrl-C
+      return function(p) return ed:read(p) end, function() ed:close(); undo() end
+    end
   end
   return function(p)
     io.stdout:write(p)

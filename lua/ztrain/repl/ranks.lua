@@ -27,6 +27,7 @@
 -- join, cannot be interrupted that way: a second Ctrl-C ends the job
 -- (SIGTERM to mpirun) and the front end exits.
 local ffi = require "ffi"
+local errors = require "ztrain.core.errors"
 local libc = require "ztrain.core.libc"
 local interrupt = require "ztrain.core.interrupt"
 local repl = require "ztrain.repl"
@@ -144,10 +145,70 @@ local function run_captured(code)
   return table.concat(printed, "\n")
 end
 
--- loop(): every rank's side (ZTRAIN_REPL_RANKS set by the front end)
+M.FENCE_SITE = "the end of its chunk (the REPL)"
+
+-- level(own) -> the messages of the collectives a chunk left unmatched: every
+-- communicator this rank holds (the world, its live groups; not the REPL's
+-- own) is fenced, all at once, and again until a fence succeeds. With
+-- comm.check on, a rank still in a collective of the chunk meets the others'
+-- fence there: both fail with the check's message, and the ranks, level
+-- again, fence once more. (Off, fences move nothing: a rank left in a
+-- collective waits for comm.timeout, whose watchdog ends the job.)
+function M.level(own)
+  local msgs, more = {}, 0
+  local todo = {}
+  for _, g in ipairs(comm.live()) do
+    if g ~= own and g.c ~= nil and g.size > 1 then todo[#todo + 1] = g end
+  end
+  while #todo > 0 do
+    local reqs, again = {}, {}
+    for i, g in ipairs(todo) do reqs[i] = g:fence(M.FENCE_SITE, true) end
+    for i, req in ipairs(reqs) do
+      local ok, err = pcall(req.wait, req)
+      if not ok then
+        local m = errors.message(err):gsub("^comm%.fence: ", "", 1)
+        -- the first says what happened; the others (a run's reductions in
+        -- flight) are counted
+        if #msgs == 0 then msgs[1] = "error: " .. m else more = more + 1 end
+        -- a mismatch left the ranks level: fence again; anything else ends it
+        if m:find("differs between ranks", 1, true) then again[#again + 1] = todo[i] end
+      end
+    end
+    todo = again
+  end
+  if more > 0 then
+    msgs[#msgs + 1] = ("error: and %d more collective(s) of other ranks met this rank's fences"):format(more)
+  end
+  return msgs
+end
+
+-- gather(own, s) -> every rank's s, over the REPL's own communicator. The
+-- ranks wait here while the user thinks, and for each other's chunks: the
+-- watchdog's timeout is out of reach meanwhile (NEVER), yet on, so this rank
+-- still answers a peer's watchdog (runtime/comm_watch.c) that reports a
+-- collective of the chunk stuck on that peer.
+M.NEVER = 2 ^ 31
+local function gather(own, s)
+  local watch = comm.watch({ timeout = M.NEVER })
+  local ok, res = pcall(own.gather_strings, own, s)
+  comm.watch(watch)
+  if not ok then error(res, 0) end
+  return res
+end
+
+-- loop(): every rank's side (ZTRAIN_REPL_RANKS set by the front end). The
+-- REPL's own traffic (the chunk from rank 0, the ranks' texts back) runs on a
+-- communicator of its own, split from the world: a chunk's collectives,
+-- matched or not, never meet it. Collectives are checked (comm.check), a
+-- run's too (comm.hold_check), unless ZTRAIN_COMM_CHECK=0, so a chunk's
+-- unmatched one is reported (level).
 function M.loop()
   local zt = rawget(_G, "zt")
   local world = zt.comm.world()
+  local own = world:split(0, world.rank)
+  local checks = os.getenv("ZTRAIN_COMM_CHECK") ~= "0"
+  local watched = comm.watch({ check = checks })
+  local held = comm.hold_check(checks)                -- zt.train's runs too
   rawset(_G, "help", repl.help)
   -- the interrupt: SIGUSR1 forwarded by mpirun (and SIGINT under a plain
   -- mpirun, which ends the job anyway); only agreed polls raise
@@ -172,13 +233,15 @@ function M.loop()
         end
       end
     end
-    -- the other ranks wait here while the user thinks: no watchdog (comm.timeout)
-    local watch = comm.watch({ timeout = 0 })
-    msg = world:gather_strings(msg)[1]
-    comm.watch(watch)
+    msg = gather(own, msg)[1]
     if msg == "Q" then break end
     local text = run_captured(msg:sub(2))
-    local texts = world:gather_strings(text)
+    local left = M.level(own)
+    if #left > 0 then
+      if text ~= "" then table.insert(left, 1, text) end
+      text = table.concat(left, "\n")
+    end
+    local texts = gather(own, text)
     if world.rank == 0 then
       io.stdout:write(M.show(texts))
       io.stdout:flush()
@@ -186,6 +249,9 @@ function M.loop()
   end
   interrupt.set_action(prev, { agreed = prev_agreed })
   interrupt.restore({ interrupt.SIGUSR1 })
+  comm.watch(watched)
+  comm.hold_check(held)
+  own:free()
 end
 
 -- ---- the front end: M.front and its steps, in the order it takes them ----------------
@@ -270,6 +336,7 @@ end
 -- terminal that is not "dumb"; else nil
 local function open_editor(job)
   if libc.isatty(0) == 1 and os.getenv("TERM") ~= "dumb" then
+    job.undo_typeahead = readline.keep_typeahead(0)  -- lines typed while busy survive a Ctrl-C
     return readline.open { history = readline.history_file(), complete = function(text)
       -- rank 0 knows the session's globals
       if not write_all(job.to, M.frame("C", text)) then return {} end
@@ -316,6 +383,7 @@ end
 -- mpirun reaped (128 + signal when a signal killed it)
 local function finish(job, ed)
   if ed then ed:close() end
+  if job.undo_typeahead then job.undo_typeahead() end
   libc.close(job.to)                               -- rank 0 reads the end: every rank exits
   while until_ready(job, true) do end
   libc.close(job.from)

@@ -16,6 +16,7 @@
 -- callback must not be entered from JIT-compiled code, so the functions that
 -- call into readline are kept out of traces (jit.off).
 local ffi = require "ffi"
+local bit = require "bit"
 local libc = require "ztrain.core.libc"
 local interrupt = require "ztrain.core.interrupt"
 
@@ -90,6 +91,24 @@ function M.common_prefix(list)
     p = p:sub(1, n)
   end
   return p
+end
+
+-- keep_typeahead(fd) -> undo(): lines typed while a call runs wait in the
+-- terminal's queue (readline is not reading) and are read at the next
+-- prompt; but a signal key (Ctrl-C) flushes that queue, the terminal's
+-- default. NOFLSH keeps it: Ctrl-C interrupts the call, and what was typed
+-- meanwhile is still read after it. undo() puts the flag back as it was.
+function M.keep_typeahead(fd)
+  local t = libc.termios_t()
+  if libc.tcgetattr(fd, t) ~= 0 then return function() end end
+  local had = bit.band(t.c_lflag, libc.NOFLSH)
+  t.c_lflag = bit.bor(t.c_lflag, libc.NOFLSH)
+  libc.tcsetattr(fd, libc.TCSANOW, t)
+  return function()
+    if had ~= 0 or libc.tcgetattr(fd, t) ~= 0 then return end
+    t.c_lflag = bit.band(t.c_lflag, bit.bnot(libc.NOFLSH))
+    libc.tcsetattr(fd, libc.TCSANOW, t)
+  end
 end
 
 local Editor = {}

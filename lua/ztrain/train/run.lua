@@ -88,7 +88,10 @@ function M.run(r, opts)
   local limit, threads = memory.limit("device"), C.zt_get_threads()
   -- the output directory: unique, not an earlier run's, locked (rundir.lua)
   local out, lock = rundir.claim(r, comm.world())
-  local watch = comm.watch({ timeout = r.comm.timeout, check = r.comm.check,
+  -- the multi-rank REPL holds checking on (comm.hold_check): a rank whose
+  -- run failed alone then meets the others' next collective with the REPL's
+  -- fence, which both fail, instead of their data (repl/ranks.lua)
+  local watch = comm.watch({ timeout = r.comm.timeout, check = r.comm.check or comm.check_held(),
                              names = { timeout = "comm.timeout", check = "comm.check" } })
   local state = {}
   local ok, res, tr = pcall(run, r, opts or {}, out, state)
