@@ -200,19 +200,19 @@ int zt_encoder_forward(zt_tensor *out, const zt_tensor *tokens, const zt_tensor 
     const char *op = "zt_encoder_forward";
     ZT_TRY(need(op, "tokens", tokens, ZT_I32));
     ZT_TRY(need(op, "wte", wte, ZT_F32));
-    ZT_TRY(need(op, "wpe", wpe, ZT_F32));
+    if (wpe) ZT_TRY(need(op, "wpe", wpe, ZT_F32));
     ZT_CHECK(tokens->ndim == 2, "%s: tokens must be (B,T)", op);
-    ZT_CHECK(wte->ndim == 2 && wpe->ndim == 2 && wte->shape[1] == wpe->shape[1],
+    ZT_CHECK(wte->ndim == 2 && (!wpe || (wpe->ndim == 2 && wte->shape[1] == wpe->shape[1])),
              "%s: wte (V,C) and wpe (maxT,C) must be 2-D with equal C", op);
     int64_t B = tokens->shape[0], T = tokens->shape[1], C = wte->shape[1];
-    ZT_CHECK(T <= wpe->shape[0], "%s: tokens' sequence length T = %lld exceeds wpe's %lld "
-             "positions (the model's context); pass shorter sequences", op, (long long)T,
-             (long long)wpe->shape[0]);
+    ZT_CHECK(!wpe || T <= wpe->shape[0], "%s: tokens' sequence length T = %lld exceeds wpe's "
+             "%lld positions (the model's context); pass shorter sequences", op, (long long)T,
+             wpe ? (long long)wpe->shape[0] : 0LL);
     ZT_TRY(need_numel(op, "out", out, ZT_F32, B * T * C, "(B,T,C)"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "tokens", tokens, "wte", wte, "wpe", wpe, NULL));
     int64_t V = wte->shape[0];
-    int bad = dev->encoder_forward(out->data, tokens->data, wte->data, wpe->data,
+    int bad = dev->encoder_forward(out->data, tokens->data, wte->data, wpe ? wpe->data : NULL,
                                    (int)B, (int)T, (int)C, (int)V);
     return bad_tokens(op, "tokens", bad, B * T, V);
 }
@@ -223,15 +223,15 @@ int zt_encoder_backward(zt_tensor *dwte, zt_tensor *dwpe, const zt_tensor *dout,
     const char *op = "zt_encoder_backward";
     ZT_TRY(need(op, "tokens", tokens, ZT_I32));
     ZT_TRY(need(op, "dwte", dwte, ZT_F32));
-    ZT_TRY(need(op, "dwpe", dwpe, ZT_F32));
-    ZT_CHECK(tokens->ndim == 2 && dwte->ndim == 2 && dwpe->ndim == 2,
+    if (dwpe) ZT_TRY(need(op, "dwpe", dwpe, ZT_F32));
+    ZT_CHECK(tokens->ndim == 2 && dwte->ndim == 2 && (!dwpe || dwpe->ndim == 2),
              "%s: tokens (B,T), dwte (V,C), dwpe (maxT,C) must be 2-D", op);
     int64_t B = tokens->shape[0], T = tokens->shape[1], V = dwte->shape[0], C = dwte->shape[1];
-    ZT_CHECK(dwpe->shape[1] == C && T <= dwpe->shape[0], "%s: dwpe shape mismatch", op);
+    ZT_CHECK(!dwpe || (dwpe->shape[1] == C && T <= dwpe->shape[0]), "%s: dwpe shape mismatch", op);
     ZT_TRY(need_numel(op, "dout", dout, ZT_F32, B * T * C, "(B,T,C)"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "dwte", dwte, "dwpe", dwpe, "dout", dout, "tokens", tokens, NULL));
-    int bad = dev->encoder_backward(dwte->data, dwpe->data, dout->data, tokens->data,
+    int bad = dev->encoder_backward(dwte->data, dwpe ? dwpe->data : NULL, dout->data, tokens->data,
                                     (int)B, (int)T, (int)C, (int)V);
     return bad_tokens(op, "tokens", bad, B * T, V);
 }

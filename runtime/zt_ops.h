@@ -27,7 +27,8 @@ int zt_add3(zt_tensor *out, const zt_tensor *a, const zt_tensor *b); /* out = a+
 /* dst and src of equal numel, f32 <-> bf16/f16 (or equal dtypes: a copy). */
 int zt_cast(zt_tensor *dst, const zt_tensor *src);
 
-/* tokens (B,T) i32; out (B,T,C); wte (V,C); wpe (maxT,C), T <= maxT.
+/* tokens (B,T) i32; out (B,T,C); wte (V,C); wpe (maxT,C), T <= maxT, or
+ * NULL: no position embedding (Llama's), out = wte[tokens].
  * Token ids are not read on the host: a kernel skips ids outside [0,V)
  * (memory-safe) and the op then fails with ZT_EINVAL saying how many (its
  * outputs are then wrong for them). Check tokens where they are made: the
@@ -35,7 +36,7 @@ int zt_cast(zt_tensor *dst, const zt_tensor *src);
  * targets. */
 int zt_encoder_forward(zt_tensor *out, const zt_tensor *tokens,
                        const zt_tensor *wte, const zt_tensor *wpe);
-/* dwte ACCUMULATED, dwpe rows [0,T) WRITTEN. */
+/* dwte ACCUMULATED, dwpe rows [0,T) WRITTEN (NULL: no positions). */
 int zt_encoder_backward(zt_tensor *dwte, zt_tensor *dwpe, const zt_tensor *dout,
                         const zt_tensor *tokens);
 /* out (N,C) f32, or bf16 (each element the f32 out's, rounded once: what a

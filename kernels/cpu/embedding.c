@@ -1,13 +1,15 @@
 /*
  * embedding.c -- token + position embedding (GPT-2's encoder).
  */
+#include <string.h>
 #include "kernels.h"
 
 /* channels per task in the backward: one owner per (row, channel) element */
 #define ENC_CHUNK 64
 
-/* out (B,T,C) = wte[tokens[b,t]] + wpe[t]. A token outside [0,V) is not
- * looked up: its row gets wpe[t] alone. Returns how many there were. */
+/* out (B,T,C) = wte[tokens[b,t]] + wpe[t] (wpe NULL: wte[tokens[b,t]]
+ * alone, Llama's embedding). A token outside [0,V) is not looked up: its
+ * row gets wpe[t] alone (zeros without wpe). Returns how many there were. */
 int zk_encoder_forward(float *out, const int32_t *tokens, const float *wte,
                        const float *wpe, int B, int T, int C, int V) {
     int bad = 0;
@@ -15,19 +17,20 @@ int zk_encoder_forward(float *out, const int32_t *tokens, const float *wte,
     for (int bt = 0; bt < B * T; bt++) {
         int t = bt % T, tok = tokens[bt];
         float *restrict o = out + (size_t)bt * C;            // (C)
-        const float *restrict p = wpe + (size_t)t * C;
+        const float *restrict p = wpe ? wpe + (size_t)t * C : NULL;
         if (tok < 0 || tok >= V) {
             bad++;
-            for (int c = 0; c < C; c++) o[c] = p[c];
+            for (int c = 0; c < C; c++) o[c] = p ? p[c] : 0.0f;
             continue;
         }
         const float *restrict e = wte + (size_t)tok * C;
+        if (!p) { memcpy(o, e, (size_t)C * sizeof(float)); continue; }
         for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
     }
     return bad;
 }
 
-/* dwte (V,C) ACCUMULATED; dwpe rows [0,T) WRITTEN.
+/* dwte (V,C) ACCUMULATED; dwpe rows [0,T) WRITTEN (NULL: none).
  * Tasks split the channels, never the rows: a task walks every (b,t) in
  * order for its channel slice, so each dwte element receives its additions
  * in (b,t) order -- the sequential loop's bits -- and no two tasks touch the
@@ -39,7 +42,7 @@ int zk_encoder_backward(float *dwte, float *dwpe, const float *dout,
     #pragma omp parallel for schedule(static) reduction(+:bad) if ((long)B * T * C >= 65536)
     for (int k = 0; k < nchunk; k++) {
         int c0 = k * ENC_CHUNK, c1 = c0 + ENC_CHUNK < C ? c0 + ENC_CHUNK : C;
-        for (int t = 0; t < T; t++) {
+        for (int t = 0; t < T && dwpe; t++) {
             float *restrict p = dwpe + (size_t)t * C;
             for (int c = c0; c < c1; c++) p[c] = 0.0f;
             for (int b = 0; b < B; b++) {

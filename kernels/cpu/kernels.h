@@ -50,11 +50,13 @@ void zk_cast_f16_f32(float *dst, const uint16_t *src, size_t n);
 
 /* ---- embedding: token + position --------------------------------------- */
 /* out (B,T,C) = wte[tokens[b,t]] + wpe[t];  tokens (B,T) int32, wte (V,C).
- * Returns the number of tokens outside [0,V) (their rows get wpe[t] alone). */
+ * wpe NULL: no positions (Llama's), out = wte[tokens[b,t]].
+ * Returns the number of tokens outside [0,V) (their rows get wpe[t] alone,
+ * zeros without wpe). */
 int zk_encoder_forward(float *out, const int32_t *tokens, const float *wte,
                        const float *wpe, int B, int T, int C, int V);
 /* dwte (V,C) ACCUMULATED (+=) (the tied LM head wrote it first);
- * dwpe (maxT,C) rows [0,T) WRITTEN = sum over b of dout[b,t,:].
+ * dwpe (maxT,C) rows [0,T) WRITTEN = sum over b of dout[b,t,:] (NULL: none).
  * Deterministic: each dwte row sums its occurrences in (b,t) order.
  * Returns the number of tokens outside [0,V) (they add to no dwte row). */
 int zk_encoder_backward(float *dwte, float *dwpe, const float *dout,

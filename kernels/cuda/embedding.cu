@@ -1,17 +1,18 @@
 /* embedding.cu -- token + position embedding (kernels.cuh). */
 #include "common.cuh"
 
-/* out (B,T,C) = wte[tok] + wpe[t]; a bad id gives wpe[t] alone, counted once
- * per position (by its c == 0 thread) */
+/* out (B,T,C) = wte[tok] + wpe[t] (wpe NULL: wte[tok] alone); a bad id gives
+ * wpe[t] alone (0 without wpe), counted once per position (by its c == 0
+ * thread) */
 __global__ static void k_enc_fwd(float *out, const int32_t *tok, const float *wte,
                                  const float *wpe, int BT, int T, int C, int V, int *bad)
 {
     ZKC_FOR(i, (size_t)BT * C) {
         size_t bt = i / C;
         int c = (int)(i % C), t = (int)(bt % T), id = tok[bt];
-        float p = wpe[(size_t)t * C + c];
+        float p = wpe ? wpe[(size_t)t * C + c] : 0.0f;
         if (id < 0 || id >= V) { out[i] = p; if (c == 0) atomicAdd(bad, 1); continue; }
-        out[i] = wte[(size_t)id * C + c] + p;
+        out[i] = wpe ? wte[(size_t)id * C + c] + p : wte[(size_t)id * C + c];
     }
 }
 
@@ -309,6 +310,7 @@ extern "C" int zkc_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, co
     k_enc_bwd_wte<<<nb, EB_THREADS, 0, s>>>(dwte, dout, tok, B * T, C, V, lg, dbad);
     int e = ZKC_LAUNCHED();
     if (e) return e;
+    if (!dwpe) return 0;                            /* no positions (Llama's) */
     k_enc_bwd_wpe<<<zkc_grid((size_t)T * C, 256), 256, 0, s>>>(dwpe, dout, B, T, C);
     return ZKC_LAUNCHED();
 }

@@ -18,6 +18,36 @@
 
 int zkc_encoder_backward(void *s, float *dwte, float *dwpe, const float *dout,
                          const int32_t *tok, int B, int T, int C, int V, int *dbad);
+int zkc_encoder_forward(void *s, float *out, const int32_t *tok, const float *wte,
+                        const float *wpe, int B, int T, int C, int V, int *dbad);
+
+/* no positions (Llama's embedding: wpe and dwpe NULL): the forward's rows
+ * are wte's (zeros for bad ids), the backward's dwte the CPU's bits */
+static void no_positions(void)
+{
+    int B = 3, T = 11, C = 40, V = 50, N = B * T;
+    int32_t *tok = malloc((size_t)N * 4);
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)(ct_u64() % (uint64_t)V);
+    tok[4] = -3;
+    float *wte = ct_rand((size_t)V * C, -2, 2), *dout = ct_rand((size_t)N * C, -1, 1);
+    float *want = malloc((size_t)N * C * 4), *got = malloc((size_t)N * C * 4);
+    int cbad = zk_encoder_forward(want, tok, wte, NULL, B, T, C, V), dbad = 0;
+    int rc = zkc_encoder_forward(NULL, got, tok, wte, NULL, B, T, C, V, &dbad);
+    int rows = 1;
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++)
+            rows &= want[(size_t)i * C + c] == (i == 4 ? 0.0f : wte[(size_t)tok[i] * C + c]);
+    ct_check(rc == 0 && rows && cbad == 1 && dbad == 1 && !memcmp(got, want, (size_t)N * C * 4),
+             "emu encoder forward without wpe: wte's rows (zeros for a bad id), the CPU's bits",
+             "rc %d, rows %d, bad %d/%d", rc, rows, cbad, dbad);
+    float *w1 = ct_rand((size_t)V * C, -1, 1), *w2 = malloc((size_t)V * C * 4);
+    memcpy(w2, w1, (size_t)V * C * 4);
+    zk_encoder_backward(w1, NULL, dout, tok, B, T, C, V);
+    rc = zkc_encoder_backward(NULL, w2, NULL, dout, tok, B, T, C, V, &dbad);
+    ct_check(rc == 0 && !memcmp(w1, w2, (size_t)V * C * 4),
+             "emu encoder backward without dwpe: dwte the CPU's bits", "rc %d", rc);
+    free(tok); free(wte); free(dout); free(want); free(got); free(w1); free(w2);
+}
 
 enum { ID_UNIFORM, ID_ONE, ID_HEAVY, ID_RUNS, ID_BAD };
 
@@ -101,5 +131,6 @@ int main(void)
     one("60% one id", 250, 20, 130, 700, ID_HEAVY, 3, 1);         /* 4 blocks, long runs */
     one("GPT-2 vocabulary", 10, 4, 64, 50257, ID_UNIFORM, 4, 0);  /* 256 blocks */
     one("all ids bad", 4, 16, 40, 100, ID_BAD, 0, 0);
+    no_positions();
     return ct_summary();
 }
