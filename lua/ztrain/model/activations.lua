@@ -11,6 +11,10 @@
 --                  ln1/ln2 mean+rstd (N); lse (B,NH,T);  out (N,C)
 --   head    saved: lnf (N,C) + mean/rstd (N); logits (N,Vp) (overwritten in
 --                  place by dlogits); out = losses (N)
+-- (That is GPT-2's block; a Llama-family block, model/llama.lua, saves
+-- ln1, atty, resid2, ln2 (N,C) and their rstd (N), qkv (N,(NH+2NKV)hs)
+-- with q and k turned by RoPE, lse, gu (N,2F) and act (N,F); its head
+-- keeps no mean: SAVED below.)
 -- The logits' rows are padded to Vp = ops.padded_cols(V) (50257 -> 50304):
 -- a GPU's GEMMs need rows on 16 bytes for their fast kernels; the GEMMs and
 -- the cross-entropy use the first V columns of each row (ztrain.h, "padded
@@ -103,17 +107,46 @@ local function free_slab(s)
   if s.slab16 then s.slab16:free() end
 end
 
--- { key, width (C multiple; 0: (N); -1: (B,NH,T)), stored bf16 with bf16 GEMMs }
-local BLOCK_SAVED = { { "ln1", 1, true }, { "ln1_mean", 0 }, { "ln1_rstd", 0 }, { "qkv", 3, true },
-                      { "atty", 1, true }, { "lse", -1 }, { "resid2", 1 }, { "ln2", 1, true },
-                      { "ln2_mean", 0 }, { "ln2_rstd", 0 }, { "fch", 4, true }, { "fch_gelu", 4, true } }
+-- What a block saves, per model family: { key, width, stored bf16 with bf16
+-- GEMMs }; width "N" (N), "lse" (B,NH,T), or a key of widths(cfg) (B,T,w).
+-- Llama's (model/llama.lua): the RMS norms keep no mean; gu (N,2F) is the
+-- stacked gate/up GEMM's out, act (N,F) the SwiGLU's; qkv (N,(NH+2NKV)hs)
+-- holds q and k turned by RoPE.
+local SAVED = {
+  gpt2 = { { "ln1", "C", true }, { "ln1_mean", "N" }, { "ln1_rstd", "N" }, { "qkv", "qkv", true },
+           { "atty", "C", true }, { "lse", "lse" }, { "resid2", "C" }, { "ln2", "C", true },
+           { "ln2_mean", "N" }, { "ln2_rstd", "N" }, { "fch", "ffn_in", true },
+           { "fch_gelu", "ffn", true } },
+  llama = { { "ln1", "C" }, { "ln1_rstd", "N" }, { "qkv", "qkv" }, { "atty", "C" }, { "lse", "lse" },
+            { "resid2", "C" }, { "ln2", "C" }, { "ln2_rstd", "N" }, { "gu", "ffn_in" },
+            { "act", "ffn" } },
+}
+local function saved(cfg) return SAVED[cfg.family or "gpt2"] end
+
+-- the row widths of a block's activations: C, qkv's, the MLP's first
+-- GEMM's out (ffn_in) and the activation's (ffn)
+local function widths(cfg)
+  if cfg.family == "llama" then
+    local hs = cfg.C / cfg.NH
+    return { C = cfg.C, qkv = (cfg.NH + 2 * cfg.NKV) * hs, ffn_in = 2 * cfg.F, ffn = cfg.F }
+  end
+  return { C = cfg.C, qkv = 3 * cfg.C, ffn_in = 4 * cfg.C, ffn = 4 * cfg.C }
+end
+M.widths = widths
 
 local Set = {}
 Set.__index = Set
 M.Set = Set
 
-local function block_shape(s, B, Tlen, N, C, NH)
-  return s[2] == 0 and { N } or s[2] == -1 and { B, NH, Tlen } or { B, Tlen, s[2] * C }
+local function block_shape(s, B, Tlen, N, cfg)
+  return s[2] == "N" and { N } or s[2] == "lse" and { B, cfg.NH, Tlen } or { B, Tlen, widths(cfg)[s[2]] }
+end
+
+local function no_bf16_llama(cfg, gemm16)
+  if gemm16 and cfg.family == "llama" then
+    error(("%s: bf16 GEMMs (precision=bf16) do not yet run a Llama-family model; use precision=fp32")
+          :format(cfg.name or "llama"), 0)
+  end
 end
 
 -- new(cfg, B, T, tier, units, scratch, opts) -> an activation set for those
@@ -125,7 +158,8 @@ end
 local function feeds_ckpt(units, i, ckpt) return units[i + 1] ~= nil and ckpt[units[i + 1].index] end
 
 local function plan(cfg, B, Tlen, units, ckpt, host, gemm16)
-  local N, C, V, NH = B * Tlen, cfg.C, cfg.V, cfg.NH
+  no_bf16_llama(cfg, gemm16)
+  local N, C, V = B * Tlen, cfg.C, cfg.V
   local P = planner()
   local first = units[1]
   local has_embed, has_head = false, false
@@ -138,14 +172,15 @@ local function plan(cfg, B, Tlen, units, ckpt, host, gemm16)
       if keep_out then P.add(k .. "out", { B, Tlen, C }) end
     elseif u.kind == "block" then
       if not ckpt[u.index] then
-        for _, s in ipairs(BLOCK_SAVED) do
-          P.add(k .. s[1], block_shape(s, B, Tlen, N, C, NH), gemm16 and s[3])
+        for _, s in ipairs(saved(cfg)) do
+          P.add(k .. s[1], block_shape(s, B, Tlen, N, cfg), gemm16 and s[3])
         end
       end
       if keep_out then P.add(k .. "out", { B, Tlen, C }) end
     else
       has_head = true
-      P.add(k .. "lnf", { B, Tlen, C }, gemm16); P.add(k .. "lnf_mean", { N }); P.add(k .. "lnf_rstd", { N })
+      P.add(k .. "lnf", { B, Tlen, C }, gemm16); P.add(k .. "lnf_rstd", { N })
+      if cfg.family ~= "llama" then P.add(k .. "lnf_mean", { N }) end
       P.add(k .. "logits", { B, Tlen, ops.padded_cols(V) }, gemm16)
       P.add(k .. "out", { N })
     end
@@ -218,7 +253,7 @@ function M.new(cfg, B, Tlen, tier, units, scratch, opts)
         assert(u.kind == "block", "only blocks are checkpointed")
         assert(self.scratch.recompute, "checkpointed blocks need a scratch made with recompute = true")
         assert(not gemm16 == not self.scratch.gemm16, "the scratch's bf16 GEMM inputs must match the set's")
-        for _, s in ipairs(BLOCK_SAVED) do self.unit[u.index][s[1]] = self.scratch.recompute[s[1]] end
+        for _, s in ipairs(saved(cfg)) do self.unit[u.index][s[1]] = self.scratch.recompute[s[1]] end
       end
     end
   end)
@@ -282,16 +317,19 @@ end
 -- opts.recompute, one block's saved activations (s.recompute.ln1, ...) for
 -- checkpointed blocks.
 local function scratch_plan(cfg, B, Tlen, opts)
-  local N, C, NH = B * Tlen, cfg.C, cfg.NH
+  local N, C, W = B * Tlen, cfg.C, widths(cfg)
   local gemm16 = opts and opts.gemm16
+  no_bf16_llama(cfg, gemm16)
   local P = planner()
   P.add("proj", { B, Tlen, C })
   P.add("dln", { B, Tlen, C }); P.add("datty", { B, Tlen, C })
-  P.add("dqkv", { B, Tlen, 3 * C }, gemm16); P.add("dfch", { B, Tlen, 4 * C })
+  P.add("dqkv", { B, Tlen, W.qkv }, gemm16); P.add("dfch", { B, Tlen, W.ffn_in })
+  -- Llama: the down GEMM's input gradient (N,F), apart from dfch (N,2F)
+  if cfg.family == "llama" then P.add("dact", { B, Tlen, W.ffn }) end
   if gemm16 then P.add("dfch16", { B, Tlen, 4 * C }, true); P.add("d16", { B, Tlen, C }, true) end
   if opts and opts.recompute then
-    for _, b in ipairs(BLOCK_SAVED) do
-      P.add("rc." .. b[1], block_shape(b, B, Tlen, N, C, NH), gemm16 and b[3])
+    for _, b in ipairs(saved(cfg)) do
+      P.add("rc." .. b[1], block_shape(b, B, Tlen, N, cfg), gemm16 and b[3])
     end
   end
   if opts and opts.host then
@@ -314,7 +352,7 @@ function M.scratch(cfg, B, Tlen, tier, opts)
   if opts and opts.host then s.ping = { s.ping1, s.ping2 } end
   if opts and opts.recompute then
     s.recompute = {}
-    for _, b in ipairs(BLOCK_SAVED) do s.recompute[b[1]] = s["rc." .. b[1]] end
+    for _, b in ipairs(saved(cfg)) do s.recompute[b[1]] = s["rc." .. b[1]] end
   end
   s.free = function() free_slab(s) end
   return s
@@ -328,12 +366,12 @@ end
 --          backward's output
 --   head   dlnf (N,C)            embed  dy (N,C)
 function M.wgrad(cfg, B, Tlen, tier, kind, gemm16)
-  local C = cfg.C
+  local C, W = cfg.C, widths(cfg)
   local P = planner()
   if kind == "block" then
     P.add("dy", { B, Tlen, C }); P.add("dresid2", { B, Tlen, C })
     P.add("dln1", { B, Tlen, C }); P.add("dln2", { B, Tlen, C })
-    P.add("dqkv", { B, Tlen, 3 * C }, gemm16); P.add("dfch", { B, Tlen, 4 * C })
+    P.add("dqkv", { B, Tlen, W.qkv }, gemm16); P.add("dfch", { B, Tlen, W.ffn_in })
     if gemm16 then P.add("dfch16", { B, Tlen, 4 * C }, true) end
   elseif kind == "head" then
     P.add("dlnf", { B, Tlen, C })

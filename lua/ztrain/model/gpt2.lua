@@ -113,13 +113,22 @@ M.Model = Model
 -- buffers it made before it raises.
 function M.new(cfg, opts)
   if type(cfg) == "string" then cfg = M.config(cfg) end
+  return M.build(cfg, unit_layout(cfg), opts, Model)
+end
+
+-- build(cfg, layout, opts, mt) -> a model of class mt (Model or a family's
+-- subclass, model/llama.lua) over the unit layout: new's body. A layout unit
+-- may list fused views, { name, first tensor, shape }: one view spanning
+-- consecutive tensors (Llama's q, k, v weights as one GEMM's).
+function M.build(cfg, layout, opts, mt)
   opts = opts or {}
   local pad = opts.pad or M.PAD
   assert(pad % M.PAD == 0, "gpt2.new: pad must be a multiple of 16")
-  local self = setmetatable({ cfg = cfg, units = {}, tier = opts.tier or "device", pad = pad }, Model)
+  local self = setmetatable({ cfg = cfg, units = {}, tier = opts.tier or "device", pad = pad }, mt)
   local nparams, stream = 0, 0
-  for ui, lay in ipairs(unit_layout(cfg)) do
-    local u = { name = lay.name, kind = lay.kind, layer = lay.layer, index = ui, tensors = {} }
+  for ui, lay in ipairs(layout) do
+    local u = { name = lay.name, kind = lay.kind, layer = lay.layer, index = ui, tensors = {},
+                fused = lay.fused }
     local off = 0
     for _, t in ipairs(lay.tensors) do
       local n = numel(t[2])
@@ -147,6 +156,7 @@ function M.new(cfg, opts)
       error(err, 0)
     end
   end
+  if self.on_build then self:on_build() end
   return self
 end
 
@@ -170,16 +180,24 @@ local function free_views(views)
   if views then for _, v in pairs(views) do v:free() end end
 end
 
+-- views of flat: one per tensor, and the unit's fused views
+local function views_of(u, flat)
+  local v, at = {}, {}
+  for _, t in ipairs(u.tensors) do
+    v[t.name] = flat:view(t.offset, t.shape)
+    at[t.name] = t.offset
+  end
+  for _, f in ipairs(u.fused or {}) do v[f[1]] = flat:view(at[f[2]], f[3]) end
+  return v
+end
+
 -- Point unit u's parameter views at flat buffer `flat` (a tensor of >= u.numel
 -- elements). The unit takes over the buffer; the previous one is returned.
 function Model:set_params(u, flat)
   free_views(u.p)
   local old = u.params
   u.params, u.p = flat, nil
-  if flat then
-    u.p = {}
-    for _, t in ipairs(u.tensors) do u.p[t.name] = flat:view(t.offset, t.shape) end
-  end
+  if flat then u.p = views_of(u, flat) end
   return old
 end
 
@@ -187,10 +205,7 @@ function Model:set_grads(u, flat)
   free_views(u.g)
   local old = u.grads
   u.grads, u.g = flat, nil
-  if flat then
-    u.g = {}
-    for _, t in ipairs(u.tensors) do u.g[t.name] = flat:view(t.offset, t.shape) end
-  end
+  if flat then u.g = views_of(u, flat) end
   return old
 end
 
@@ -233,6 +248,7 @@ function Model:free()
     if p then p:free() end
     if g then g:free() end
   end
+  if self.on_free then self:on_free() end
 end
 
 -- An activation set for micro-batches of B x T (T <= maxT) over `units`

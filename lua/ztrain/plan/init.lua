@@ -25,7 +25,7 @@
 -- Pipelines: the heaviest stage, its sets in flight from the schedule's
 -- simulator (pipeline rows are checked on one recipe, 1F1B on 2 ranks).
 local memory = require "ztrain.core.memory"
-local gpt2 = require "ztrain.model.gpt2"
+local family = require "ztrain.model.family"
 local Acts = require "ztrain.model.activations"
 local precision = require "ztrain.model.precision"
 local host = require "ztrain.util.host"
@@ -102,7 +102,7 @@ end
 
 -- units(cfg, pad) -> the model's units (numel, padded, kind), no buffers.
 function M.units(cfg, pad)
-  return gpt2.new(cfg, { alloc = false, pad = pad }).units
+  return family.new(cfg, { alloc = false, pad = pad }).units
 end
 
 local function zero_tiers()
@@ -162,7 +162,7 @@ local function sample(t, cfg, r, spec, units)
   add(t, "device", "activations", 4 * (2 * cfg.L * cfg.C * cap + cfg.C + 2 + cfg.V) + gen_work(cfg.C, n) +
       gen_work(cfg.C, 1))
   if spec.stage > 0 or r.precision ~= "fp32" then
-    for _, u in ipairs(M.units(cfg, gpt2.PAD)) do add(t, "device", "other", 4 * u.padded) end
+    for _, u in ipairs(M.units(cfg, family.PAD)) do add(t, "device", "other", 4 * u.padded) end
   end
 end
 
@@ -171,7 +171,7 @@ function M.model_config(r)
   if r.model.from ~= "" then
     return hf.config(hf.dir_of(r.model.from))
   end
-  return gpt2.config(r.model.size, { vocab_size = M.vocab(r) })
+  return family.config(r.model.size, { vocab_size = M.vocab(r) })
 end
 
 -- A pipeline (one stage per rank, pipeline.stages or nproc of them, loop
@@ -184,7 +184,7 @@ end
 -- and gradients) with its outgoing gradient buffers (two measured in flight).
 -- Returns the heaviest rank's prediction.
 local function pipeline(cfg, r, P, lowp)
-  local model = gpt2.new(cfg, { alloc = false, pad = gpt2.PAD })
+  local model = family.new(cfg, { alloc = false, pad = family.PAD })
   local split = type(r.pipeline.split) == "table" and r.pipeline.split or "params"
   local counts = stage_cuts.partition(model, P, split)
   local stages = stage.stages(model, counts)
@@ -237,7 +237,7 @@ function M.predict(r, opts)
     return pipeline(cfg, r, math.max(r.pipeline.stages > 1 and r.pipeline.stages or world, 1), lowp), spec
   end
   local N = spec.one_rank and 1 or world
-  local pad = spec.stage == 0 and gpt2.PAD or N * norm_block()
+  local pad = spec.stage == 0 and family.PAD or N * norm_block()
   local units = M.units(cfg, pad)
   spec.footprint(t, { units = units, N = N, lowp = lowp, accumulate = r.batch.accumulate, recipe = r })
   activations(t, cfg, r, units, 1, stage.checkpoint_units(units, r.train.checkpoint_activations))
@@ -323,7 +323,7 @@ end
 
 local function psi_of(cfg)
   local n = 0
-  for _, u in ipairs(M.units(cfg, gpt2.PAD)) do n = n + u.numel end
+  for _, u in ipairs(M.units(cfg, family.PAD)) do n = n + u.numel end
   return n
 end
 

@@ -8,14 +8,14 @@
 local ffi = require "ffi"
 local memory = require "ztrain.core.memory"
 local tensor = require "ztrain.core.tensor"
-local gpt2 = require "ztrain.model.gpt2"
+local family = require "ztrain.model.family"
 
 local M = {}
 
 local MAX_VALUES = 6
 
 local function is_tensor(x) return type(x) == "table" and tensor.is_tensor(x) end
-local function is_model(x) return type(x) == "table" and getmetatable(x) == gpt2.Model end
+local function is_model(x) return family.is_model(x) end
 local function is_trainer(x)
   return type(x) == "table" and type(x.train_step) == "function" and type(x.recipe) == "table"
 end

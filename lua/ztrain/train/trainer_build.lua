@@ -12,7 +12,7 @@ local ffi = require "ffi"
 local zffi = require "ztrain.core.ffi"
 local C, check, check_key = zffi.C, zffi.check, zffi.check_key
 local memory = require "ztrain.core.memory"
-local gpt2 = require "ztrain.model.gpt2"
+local family = require "ztrain.model.family"
 local hf = require "ztrain.model.hf"
 local adamw = require "ztrain.model.adamw"
 local lr = require "ztrain.model.lr"
@@ -249,14 +249,14 @@ end
 -- The model (no buffers yet: the strategy places them), optimizer, lr.
 function build_model(self, r)
   local Tlen, V = r.data.seq_len, self:vocab_size(r)
-  self.cfg = self.checkpoint and self.checkpoint.cfg or gpt2.config(r.model.size, { vocab_size = V })
+  self.cfg = self.checkpoint and self.checkpoint.cfg or family.config(r.model.size, { vocab_size = V })
   if Tlen > self.cfg.maxT then
     fail(("data.seq_len %d exceeds %s's context of %d; lower data.seq_len"):format(Tlen, self.cfg.name, self.cfg.maxT))
   end
   self.strategy = strategy.resolve(r.strategy)
   local S, dp = self.strategy, self.dp
-  local pad = S.pad and S.pad(dp.size) or gpt2.PAD
-  self.model = gpt2.new(self.cfg, { alloc = false, pad = pad })
+  local pad = S.pad and S.pad(dp.size) or family.PAD
+  self.model = family.new(self.cfg, { alloc = false, pad = pad })
   self.optim = adamw.new { lr = r.optim.lr, betas = r.optim.betas, eps = r.optim.eps,
                            weight_decay = r.optim.weight_decay }
   self.schedule = lr.make(r.optim.lr, r.lr, r.train.steps)

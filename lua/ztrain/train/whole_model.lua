@@ -10,7 +10,7 @@ local stage_run = require "ztrain.parallel.driver.stage"
 local pipeline_stages = require "ztrain.parallel.schedule.stages"
 local zffi = require "ztrain.core.ffi"
 local T = require "ztrain.core.tensor"
-local gpt2m = require "ztrain.model.gpt2"
+local family = require "ztrain.model.family"
 local stream = require "ztrain.core.stream"
 local generate = require "ztrain.model.generate"
 local utf8 = require "ztrain.model.data.utf8"
@@ -154,7 +154,7 @@ function Trainer:sample(o)
   local here = not self.pp and not self.strategy.with_full_params
   local copy
   if self.rank == 0 then
-    copy = here and self.model or gpt2m.new(self.cfg, { tier = self.model.tier, alloc = false })
+    copy = here and self.model or family.new(self.cfg, { tier = self.model.tier, alloc = false })
     if not here then
       -- parameters only, accounted as "other": a transient copy, not model state
       for _, u in ipairs(copy.units) do

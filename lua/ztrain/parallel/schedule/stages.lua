@@ -15,7 +15,7 @@ local ffi = require "ffi"
 local T = require "ztrain.core.tensor"
 local ops = require "ztrain.core.ops"
 local zffi = require "ztrain.core.ffi"
-local gpt2 = require "ztrain.model.gpt2"
+local family = require "ztrain.model.family"
 local C = zffi.C
 
 local M = {}
@@ -58,7 +58,7 @@ function M.measure(cfg, B, Tlen)
   local c1 = {}
   for k, v in pairs(cfg) do c1[k] = v end
   c1.L = 1
-  local model = gpt2.new(c1, {})
+  local model = family.new(c1, {})
   local a
   local ok, res = pcall(function()
     model:init(1)
