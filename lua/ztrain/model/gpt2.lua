@@ -49,16 +49,22 @@ end
 -- custom{ name=, L=, C=, NH=, maxT=, V= } -> a config of any shape (a
 -- checkpoint's, model/hf.lua): each a whole number >= 1, C a multiple of NH.
 -- Raises naming `what` (e.g. the file the numbers came from).
-function M.custom(spec, what)
-  what = what or "model config"
-  local cfg = { name = spec.name or "gpt2-custom" }
-  for _, k in ipairs({ "L", "C", "NH", "maxT", "V" }) do
+-- whole_numbers(spec, keys, what, cfg): spec[k] into cfg[k] for each key,
+-- each a whole number >= 1 (raises naming `what` and the key)
+function M.whole_numbers(spec, keys, what, cfg)
+  for _, k in ipairs(keys) do
     local v = spec[k]
     if type(v) ~= "number" or v < 1 or v ~= math.floor(v) or v > 2 ^ 31 then
       error(("%s: %s must be a whole number >= 1, got %s"):format(what, k, tostring(v)), 0)
     end
     cfg[k] = v
   end
+end
+
+function M.custom(spec, what)
+  what = what or "model config"
+  local cfg = { name = spec.name or "gpt2-custom" }
+  M.whole_numbers(spec, { "L", "C", "NH", "maxT", "V" }, what, cfg)
   if cfg.C % cfg.NH ~= 0 then
     error(("%s: %d channels do not divide into %d heads"):format(what, cfg.C, cfg.NH), 0)
   end

@@ -72,13 +72,7 @@ function M.is_size(name) return M.sizes[name] ~= nil end
 function M.custom(spec, what)
   what = what or "model config"
   local cfg = { family = "llama", name = spec.name or "llama-custom" }
-  for _, k in ipairs({ "L", "C", "NH", "NKV", "F", "maxT", "V" }) do
-    local v = spec[k]
-    if type(v) ~= "number" or v < 1 or v ~= math.floor(v) or v > 2 ^ 31 then
-      error(("%s: %s must be a whole number >= 1, got %s"):format(what, k, tostring(v)), 0)
-    end
-    cfg[k] = v
-  end
+  gpt2.whole_numbers(spec, { "L", "C", "NH", "NKV", "F", "maxT", "V" }, what, cfg)
   if cfg.C % cfg.NH ~= 0 or (cfg.C / cfg.NH) % 2 ~= 0 then
     error(("%s: %d channels do not divide into %d heads of an even size"):format(what, cfg.C, cfg.NH), 0)
   end
