@@ -484,6 +484,12 @@ function Model:backward_all(a)
   for i = #self.units, 1, -1 do self:backward(self.units[i], a) end
 end
 
+-- GPT-2's head reads the embedding's wte (tied): pipelines exchange its
+-- gradient between the first and the last stage (parallel/schedule/stages.lua)
+function Model:tied() return true end
+-- the embed unit's embedding gradient view (the tied head's part goes there)
+function Model:embedding_grad() return self.embed.g.wte end
+
 -- The units a unit reads parameters from (itself, plus embed for the tied head).
 function Model:param_units(u)
   if u.kind == "head" then return { u, self.embed } end

@@ -340,6 +340,9 @@ function Model:backward_weight(u, a, w)
   else head_backward_weight(self, u, a, w) end
 end
 
+function Model:tied() return self.cfg.tied end
+function Model:embedding_grad() return self.embed.g["model.embed_tokens.weight"] end
+
 -- the units a unit reads parameters from (the head: embed too when tied)
 function Model:param_units(u)
   if u.kind == "head" and self.cfg.tied then return { u, self.embed } end

@@ -58,6 +58,7 @@ local function needs(env, list)
   for _, n in pairs(IR.held_grads({ list })) do if n > 0 then held = true end end
   local L = #env.stages - 1
   local parts = L > 0 and env.stage_rank(0) == env.stage_rank(L) and IR.tied_parts(list, 0, L) > 1
+                and env.ctx.model:tied()
   return held, parts
 end
 
@@ -89,13 +90,13 @@ function M.wrap(env, S, list)
       local buf = part[mb]
       if not buf then error(("driver: no head part of wte's gradient for micro-batch %d"):format(mb), 0) end
       part[mb] = nil
-      ops.copy(embed.g.wte, buf)
+      ops.copy(model:embedding_grad(), buf)
       give(pool, "wte", buf)
     end
   end
 
   function W.post_backward(ctx, u, mb)
-    if parts and u == head then part[mb] = take(pool, "wte", embed.g.wte, tier) end
+    if parts and u == head then part[mb] = take(pool, "wte", model:embedding_grad(), tier) end
     local i = u.index
     local n = nxt[i] or 0
     if mb ~= n then                        -- early: kept until its turn

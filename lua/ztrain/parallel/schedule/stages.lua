@@ -158,7 +158,7 @@ Tied.__index = Tied
 -- replica is stored like the first stage's embedding, and the head's part
 -- of the wte gradient goes out rounded to it, as one rank rounds it).
 function M.tied(model, pp, holds, first, last, dtype)
-  if not pp or pp.size == 1 then return nil end
+  if not pp or pp.size == 1 or not model:tied() then return nil end   -- untied: nothing shared
   local self = setmetatable({ model = model, comm = pp:split(0, pp.rank), first = first, last = last,
                               embed = model.embed, head = model.head }, Tied)
   self.rank = pp.rank
@@ -195,7 +195,7 @@ end
 -- them in micro-batch order, when it reaches the embedding's backward).
 function Tied:before_weight(u, mb)
   if u == self.embed and self.receiver then
-    self.comm:recv(self.embed.g.wte, self.last, mb % 32768)   -- the head's part, written
+    self.comm:recv(self.model:embedding_grad(), self.last, mb % 32768)   -- the head's part, written
   end
 end
 
@@ -209,7 +209,7 @@ function Tied:after_weight(u, mb)
         p.req:wait(); table.insert(self.spare, p.buf); table.remove(self.pending, i)
       end
     end
-    local wte = self.embed.g.wte
+    local wte = self.model:embedding_grad()
     local buf = table.remove(self.spare) or T.new(wte:shape(), { tier = self.model.tier, category = "comm" })
     ops.copy(buf, wte)
     if self.dtype then               -- rounded as one rank stores it between the head and the embedding
