@@ -450,8 +450,13 @@ describe("Hugging Face GPT-2 checkpoints", function()
         write(dir .. "/config.json", cjson.encode(j))
         return dir
       end
-      local dir = with_config("llama", function(j) j.model_type = "llama" end)
-      assert.matches(dir .. '/config.json: model_type is "llama"; ztrain loads GPT-2 checkpoints only', open_error(dir), 1, true)
+      local dir = with_config("bert", function(j) j.model_type = "bert" end)
+      assert.matches(dir .. '/config.json: model_type is "bert"; ztrain loads GPT-2 ("gpt2") and the Llama family ' ..
+                     '("llama", "qwen2", "mistral")', open_error(dir), 1, true)
+      -- a GPT-2 config relabelled "llama": read as the Llama family, whose fields it lacks
+      dir = with_config("llama", function(j) j.model_type = "llama" end)
+      assert.matches(dir .. "/config.json: num_attention_heads must be a whole number >= 1, got nothing",
+                     open_error(dir), 1, true)
       dir = with_config("act", function(j) j.activation_function = "relu" end)
       assert.matches('activation_function "relu"', open_error(dir), 1, true)
       dir = with_config("heads", function(j) j.n_head = 5 end)

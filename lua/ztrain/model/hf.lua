@@ -25,6 +25,9 @@ local cjson = require "cjson.safe"
 local T = require "ztrain.core.tensor"
 local gpt2 = require "ztrain.model.gpt2"
 local st = require "ztrain.model.safetensors"
+local hff = require "ztrain.model.hf_files"
+local hf_llama = require "ztrain.model.hf_llama"
+local family = require "ztrain.model.family"
 local files = require "ztrain.util.fs"
 local errors = require "ztrain.core.errors"
 local bpe = require "ztrain.model.data.bpe"
@@ -39,18 +42,6 @@ function M.dir_of(spec)
   if type(spec) ~= "string" then return nil end
   local d = spec:match("^hf:(.+)$")
   return d and (d:gsub("/+$", "")) or nil
-end
-
-local function read_json(path, what)
-  local f, err = io.open(path, "rb")
-  if not f then fail(("cannot open %s (%s): %s"):format(path, what, err)) end
-  local text = f:read("*a")
-  f:close()
-  local v, jerr = cjson.decode(text)
-  if type(v) ~= "table" or text:match("^%s*%[") then
-    fail(("%s: not a JSON object (%s)"):format(path, jerr or type(v)))
-  end
-  return v
 end
 
 -- ztrain's tensor name -> HF's, without the prefix
@@ -89,7 +80,7 @@ function M.config(dir)
     fail(("hf:%s: the directory %s; a Hugging Face model directory holds config.json and model.safetensors " ..
           "(GPT2LMHeadModel.save_pretrained writes both)"):format(dir, what))
   end
-  local j = read_json(path, "the model's config")
+  local j = hff.read_json(path, "the model's config")
   local function bad(msg) fail(("%s: %s"):format(path, msg)) end
   local mt = j.model_type
   if mt == nil then
@@ -97,8 +88,11 @@ function M.config(dir)
     if not (type(arch) == "string" and arch:match("^GPT2")) then
       bad('no "model_type" (and no GPT2 architecture); ztrain loads GPT-2 checkpoints (model_type "gpt2")')
     end
+  elseif hf_llama.TYPES[mt] then
+    return hf_llama.config(dir, j), j              -- the Llama family
   elseif mt ~= "gpt2" then
-    bad(('model_type is %q; ztrain loads GPT-2 checkpoints only (model_type "gpt2")'):format(tostring(mt)))
+    bad(('model_type is %q; ztrain loads GPT-2 ("gpt2") and the Llama family ("llama", "qwen2", ' ..
+         '"mistral")'):format(tostring(mt)))
   end
   local function int(key, alt)
     local v = j[key]
@@ -141,52 +135,13 @@ end
 local Source = {}
 Source.__index = Source
 
--- The checkpoint's safetensors file(s): model.safetensors, or the shards a
--- model.safetensors.index.json names. -> { lookup = name -> (file, entry), files }
-local function open_files(dir)
-  local single, index = dir .. "/model.safetensors", dir .. "/model.safetensors.index.json"
-  if files.exists(single) then
-    local f = st.open(single)
-    return { files = { f }, lookup = function(name) return f, f.tensors[name] end, what = single }
-  end
-  if files.exists(index) then
-    local j = read_json(index, "the checkpoint's shard index")
-    if type(j.weight_map) ~= "table" then fail(("%s: no \"weight_map\" object"):format(index)) end
-    local byfile, files = {}, {}
-    for name, fname in pairs(j.weight_map) do
-      if type(fname) ~= "string" or fname:find("/") or fname:find("^%.") then
-        fail(("%s: tensor %s maps to %s, not a file name in %s"):format(index, name, tostring(fname), dir))
-      end
-      if not byfile[fname] then
-        byfile[fname] = st.open(dir .. "/" .. fname)
-        files[#files + 1] = byfile[fname]
-      end
-    end
-    return { files = files, what = index, lookup = function(name)
-      local fname = j.weight_map[name]
-      local f = fname and byfile[fname]
-      if not f then return nil, nil end
-      if not f.tensors[name] then
-        fail(("%s: the index puts tensor %s in %s, which has no such tensor"):format(index, name, f.path))
-      end
-      return f, f.tensors[name]
-    end }
-  end
-  local other = files.exists(dir .. "/pytorch_model.bin") and "pytorch_model.bin" or
-                files.exists(dir .. "/model.bin") and "model.bin" or nil
-  if other then
-    fail(("%s holds %s (PyTorch pickle), which ztrain does not read: convert it with transformers, " ..
-          "GPT2LMHeadModel.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True)"):format(dir, other))
-  end
-  fail(("hf:%s: no model.safetensors (or model.safetensors.index.json) in %s"):format(dir, dir))
-end
-
 -- open(dir) -> source. Everything is checked before any value is read:
 -- a missing, misshapen or unreadable tensor is an error naming the file,
 -- the tensor and what was expected.
 function M.open(dir)
   local cfg, raw = M.config(dir)
-  local fs = open_files(dir)
+  if cfg.family == "llama" then return hf_llama.open(dir, raw) end
+  local fs = hff.open_files(dir)
   local prefix
   for _, p in ipairs({ "transformer.", "" }) do
     if not prefix and select(2, fs.lookup(p .. "wte.weight")) then prefix = p end
@@ -300,7 +255,7 @@ function Source:close() self.scratch = nil end
 function M.load(dir, opts)
   opts = opts or {}
   local src = M.open(dir)
-  local model = gpt2.new(src.cfg, { alloc = false, tier = opts.tier })
+  local model = family.new(src.cfg, { alloc = false, tier = opts.tier })
   local ok, err = pcall(function()
     for _, u in ipairs(model.units) do
       model:set_params(u, T.new({ u.padded }, { tier = model.tier, category = "params" }))
@@ -401,6 +356,12 @@ end
 -- Returns true, or nil and a message (nothing half-written is left behind).
 function M.save(model, dir, opts)
   opts = opts or {}
+  if model.cfg.family == "llama" then            -- the Llama family: its own names and config
+    if opts.each or opts.write == false then
+      return nil, "hf.save: a Llama-family model is exported from one rank's full parameters (not yet gathered)"
+    end
+    return hf_llama.save(model, dir, M.check_dir)
+  end
   local write = opts.write ~= false
   local each = opts.each or function(visit)
     for _, u in ipairs(model.units) do
