@@ -235,14 +235,7 @@ function Source:fill_unit(model, u)
       u.p[t.name]:write(b)
     else
       self.scratch = self.scratch or ffi.new("float[?]", SLICE)
-      for off = 0, t.numel - 1, SLICE do
-        local n = math.min(SLICE, t.numel - off)
-        e.file:read_f32(e.name, self.scratch, off, n)
-        local v = u.params:view(t.offset + off, { n })
-        local ok, err = pcall(v.write, v, self.scratch)
-        v:free()
-        if not ok then error(err, 0) end
-      end
+      hff.fill_tensor(u.params, t, e.file, e.name, self.scratch)
     end
   end
 end

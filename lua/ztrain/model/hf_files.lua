@@ -8,6 +8,8 @@ local files = require "ztrain.util.fs"
 
 local M = {}
 
+M.SLICE = 1024 * 1024   -- elements a read moves (fill_tensor)
+
 local function fail(msg) error(msg, 0) end
 
 -- read_json(path, what) -> the decoded object; raises naming path and what
@@ -61,6 +63,20 @@ function M.open_files(dir)
           "AutoModelForCausalLM.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True)"):format(dir, other))
   end
   fail(("hf:%s: no model.safetensors (or model.safetensors.index.json) in %s"):format(dir, dir))
+end
+
+-- fill_tensor(flat, t, file, name, scratch): tensor t of a unit (its
+-- offset and numel in the unit's flat buffer) from the checkpoint's tensor
+-- `name` in `file`, SLICE elements at a time through scratch (a float[SLICE])
+function M.fill_tensor(flat, t, file, name, scratch)
+  for off = 0, t.numel - 1, M.SLICE do
+    local n = math.min(M.SLICE, t.numel - off)
+    file:read_f32(name, scratch, off, n)
+    local v = flat:view(t.offset + off, { n })
+    local ok, err = pcall(v.write, v, scratch)
+    v:free()
+    if not ok then error(err, 0) end
+  end
 end
 
 return M

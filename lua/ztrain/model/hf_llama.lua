@@ -133,7 +133,7 @@ function M.open(dir, j)
   return self
 end
 
-local SLICE = 1024 * 1024   -- elements per read
+local SLICE = hff.SLICE
 
 -- fill_unit(model, u): unit u's parameters from the checkpoint through its
 -- views (any tier); the model must have the checkpoint's shape
@@ -148,14 +148,7 @@ function Source:fill_unit(model, u)
   self.scratch = self.scratch or ffi.new("float[?]", SLICE)
   for _, t in ipairs(u.tensors) do
     local e = self.entries[t.name]
-    for off = 0, t.numel - 1, SLICE do
-      local n = math.min(SLICE, t.numel - off)
-      e.file:read_f32(e.name, self.scratch, off, n)
-      local v = u.params:view(t.offset + off, { n })
-      local ok, err = pcall(v.write, v, self.scratch)
-      v:free()
-      if not ok then error(err, 0) end
-    end
+    hff.fill_tensor(u.params, t, e.file, e.name, self.scratch)
   end
 end
 
