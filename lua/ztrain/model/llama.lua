@@ -260,16 +260,22 @@ local function block_backward_weight(u, a, w)
   ops.rmsnorm_backward(nil, G[n1], w.dln1, x, G[n1], S.ln1_rstd)
 end
 
--- the LM head's weight (and its gradient): lm_head's, or embed's (tied)
+-- the LM head's weight: lm_head's, or embed's (tied); its gradient's view
+-- (asked for in backward only: sharded strategies give a unit its gradient
+-- buffer just before its weight pass)
 function Model:lm_head(u)
-  if self.cfg.tied then return self.embed.p["model.embed_tokens.weight"], self.embed.g["model.embed_tokens.weight"] end
-  return u.p["lm_head.weight"], u.g["lm_head.weight"]
+  if self.cfg.tied then return self.embed.p["model.embed_tokens.weight"] end
+  return u.p["lm_head.weight"]
+end
+function Model:lm_head_grad(u)
+  if self.cfg.tied then return self.embed.g["model.embed_tokens.weight"] end
+  return u.g["lm_head.weight"]
 end
 
 local function head_forward(self, u, a, x)
   local S = a.unit[u.index]
   ops.rmsnorm_forward(S.lnf, S.lnf_rstd, x, u.p["model.norm.weight"], a.cfg.eps)
-  mm(a).forward(S.logits, S.lnf, (self:lm_head(u)), nil)     -- (N, Vp): rows padded
+  mm(a).forward(S.logits, S.lnf, self:lm_head(u), nil)     -- (N, Vp): rows padded
   ops.crossentropy(S.out, a.dscale and S.logits or nil, S.logits, a.targets, a.dscale or 0, a.cfg.V)
   return S.out
 end
@@ -278,8 +284,7 @@ end
 -- backward then adds to, as GPT-2's)
 local function head_backward(self, u, a)
   local S, sc = a.unit[u.index], a.scratch
-  local W, GW = self:lm_head(u)
-  mm(a).backward(sc.dln, GW, nil, S.logits, S.lnf, W)
+  mm(a).backward(sc.dln, self:lm_head_grad(u), nil, S.logits, S.lnf, self:lm_head(u))
   ops.fill(a.grad, 0)
   ops.rmsnorm_backward(a.grad, u.g["model.norm.weight"], sc.dln, a.x[u.index], u.p["model.norm.weight"],
                        S.lnf_rstd)
@@ -288,7 +293,7 @@ end
 
 local function head_backward_input(self, u, a, w)
   local S = a.unit[u.index]
-  mm(a).backward(w.dlnf, nil, nil, S.logits, S.lnf, (self:lm_head(u)))
+  mm(a).backward(w.dlnf, nil, nil, S.logits, S.lnf, self:lm_head(u))
   ops.fill(a.grad, 0)
   ops.rmsnorm_backward(a.grad, nil, w.dlnf, a.x[u.index], u.p["model.norm.weight"], S.lnf_rstd)
   return a.grad
@@ -296,7 +301,7 @@ end
 
 local function head_backward_weight(self, u, a, w)
   local S = a.unit[u.index]
-  local _, GW = self:lm_head(u)
+  local GW = self:lm_head_grad(u)
   mm(a).backward(nil, GW, nil, S.logits, S.lnf, GW)
   ops.rmsnorm_backward(nil, u.g["model.norm.weight"], w.dlnf, a.x[u.index], u.g["model.norm.weight"],
                        S.lnf_rstd)
