@@ -7,7 +7,10 @@ qwen2 (q/k/v biases, GQA, tied embeddings, a sliding_window that
 use_sliding_window=false switches off, as Qwen2.5's configs have), mistral
 (sliding window of 8 < T = 24, GQA) -- a RANDOM-initialised tiny model is
 saved as a Hugging Face directory, and what ztrain must reproduce is written
-beside it:
+beside it. llama-bf16 is llama's model with its weights rounded to bf16 and
+saved as BF16 (config torch_dtype bfloat16): every number computed in fp32
+from those weights (no grad/), plus bf16/logits and bf16/loss, the same
+directory run in bf16 by transformers (a loose reference).
 
   spec/fixtures/llama/<family>/config.json          the model's config (see CONFIG FORMS)
   spec/fixtures/llama/<family>/model.safetensors    F32 parameters, HF names
@@ -109,6 +112,9 @@ FAMILIES = {
                     kw=dict(COMMON, rms_norm_eps=1e-5, tie_word_embeddings=False, sliding_window=8,
                             rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
 }
+# llama's model (same seed, same draws) with its weights rounded to bf16 and
+# saved as BF16: loading a bf16 checkpoint; no grad/ (llama/ has them)
+FAMILIES["llama-bf16"] = dict(FAMILIES["llama"], base="llama", weights="bf16", grads=False)
 
 
 def randomize(model, gen, tied):
@@ -268,6 +274,8 @@ def ce(model, tokens, targets):
 
 def make_family(family, out_dir, with_final):
     spec = FAMILIES[family]
+    base = spec.get("base", family)                 # the model_type
+    bf16 = spec.get("weights") == "bf16"
     kw = spec["kw"]
     seed = SEED + spec["seed_offset"]
     torch.manual_seed(seed)
@@ -276,11 +284,15 @@ def make_family(family, out_dir, with_final):
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
     randomize(model, gen, kw["tie_word_embeddings"])
     model.eval()
+    if bf16:                                        # the values a bf16 file holds, as fp32
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.to(torch.bfloat16).to(torch.float32))
 
     d = os.path.join(out_dir, family)
     if os.path.isdir(d):
         shutil.rmtree(d)
-    model.save_pretrained(d, safe_serialization=True)
+    (copy.deepcopy(model).to(torch.bfloat16) if bf16 else model).save_pretrained(d, safe_serialization=True)
     gc = os.path.join(d, "generation_config.json")
     if os.path.exists(gc):
         os.remove(gc)
@@ -288,7 +300,7 @@ def make_family(family, out_dir, with_final):
         with open(os.path.join(d, "config.json")) as f:
             saved = json.load(f)
         with open(os.path.join(d, "config.json"), "w") as f:
-            json.dump(hub_config(saved, family), f, indent=2, sort_keys=True)
+            json.dump(hub_config(saved, base), f, indent=2, sort_keys=True)
             f.write("\n")
 
     # every number below comes from the directory as transformers loads it
@@ -296,9 +308,10 @@ def make_family(family, out_dir, with_final):
     sd = load_file(os.path.join(d, "model.safetensors"))
     for name, p in model.state_dict().items():
         if name in sd:
-            assert torch.equal(sd[name], p), name
+            assert sd[name].dtype == (torch.bfloat16 if bf16 else torch.float32), name
+            assert torch.equal(sd[name].to(torch.float32), p), name
     assert ("lm_head.weight" in sd) == (not kw["tie_word_embeddings"]), sorted(sd)
-    window = kw.get("sliding_window") if family == "mistral" else None
+    window = kw.get("sliding_window") if base == "mistral" else None
     V = kw["vocab_size"]
 
     seq = torch.randint(0, V, (B, T + 1), generator=gen)
@@ -363,14 +376,26 @@ def make_family(family, out_dir, with_final):
         "grad_norms": torch.tensor(norms, dtype=torch.float32),
         "prompt": prompt.to(torch.int32), "generated": out.to(torch.int32),
     }
-    for n, g in grads.items():
-        tensors["grad/" + n] = g.contiguous()
+    if spec.get("grads", True):
+        for n, g in grads.items():
+            tensors["grad/" + n] = g.contiguous()
+    extra = {}
+    if bf16:
+        # the same directory computed in bf16 (CPU, eager): a loose reference
+        # for ztrain's bf16 precision, whose roundings are not torch's
+        mb = AutoModelForCausalLM.from_pretrained(d, attn_implementation="eager", dtype=torch.bfloat16).eval()
+        with torch.no_grad():
+            lb, lossb = ce(mb, tokens, targets)
+        tensors["bf16/logits"] = lb.float().contiguous()
+        tensors["bf16/loss"] = lossb.float().reshape(1)
+        extra["bf16"] = json.dumps({"max_abs_diff_logits_vs_fp32": float((lb.float() - logits.detach()).abs().max()),
+                                    "loss": float(lossb)})
     if with_final:
         for n, p in tm.named_parameters():
             tensors["final/" + n] = p.detach().contiguous()
     rot = m.model.rotary_emb.inv_freq
     meta = {
-        "made_by": "tools/llama_fixture.py", "family": family,
+        "made_by": "tools/llama_fixture.py", "family": base, "weights": "bf16" if bf16 else "f32",
         "torch": torch.__version__, "transformers": transformers.__version__,
         "seed": str(seed), "batch": json.dumps({"B": B, "T": T}),
         "optim": json.dumps({"lr": OPTIM["lr"], "betas": list(OPTIM["betas"]), "eps": OPTIM["eps"],
@@ -382,14 +407,15 @@ def make_family(family, out_dir, with_final):
         "sliding_window": json.dumps(window),
         "generate": json.dumps({"prompt_len": PROMPT_LEN, "max_new_tokens": NEW_TOKENS,
                                 "do_sample": False, "min_margin": margin}),
-        "loss": repr(float(loss)), "losses": json.dumps(losses), "grad_norms": json.dumps(norms),
+        "loss": repr(loss.item()), "losses": json.dumps(losses), "grad_norms": json.dumps(norms),
         "ref_max_abs_diff": repr(ref_diff),
     }
+    meta.update(extra)
     write_safetensors(os.path.join(d, "expected.safetensors"), tensors, meta)
     nparams = sum(p.numel() for p in m.parameters())
     print("%-8s params %d  loss %.5f -> %.5f  grad norm %.3f  logit std %.3f  greedy margin %.4f  "
           "ref diff %.2e  bytes %d + %d" % (family, nparams, losses[0], losses[-1], norms[0],
-                                           float(logits.std()), margin, ref_diff,
+                                           float(logits.detach().std()), margin, ref_diff,
                                            os.path.getsize(os.path.join(d, "model.safetensors")),
                                            os.path.getsize(os.path.join(d, "expected.safetensors"))))
 
@@ -403,7 +429,7 @@ def main():
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     os.makedirs(args.out_dir, exist_ok=True)
-    for family in args.only or ["llama", "qwen2", "mistral"]:
+    for family in args.only or ["llama", "qwen2", "mistral", "llama-bf16"]:
         make_family(family, args.out_dir, args.final)
 
 

@@ -7,14 +7,21 @@
 -- logits, the first step's gradient norm equal to the stored gradients',
 -- ten finite and decreasing losses, the AdamW settings the README states,
 -- the RoPE frequencies transformers used equal to the config's formula, and
--- the greedy generation continuing its prompt. The comparison of ztrain's
+-- the greedy generation continuing its prompt; llama-bf16's BF16 weights
+-- the round-to-nearest-even of llama's F32 ones. The comparison of ztrain's
 -- model against these numbers lives with the model.
 local ffi = require "ffi"
 local cjson = require "cjson"
 local st = require "ztrain.model.safetensors"
 
 local DIR = "spec/fixtures/llama/"
-local FAMILIES = { "llama", "qwen2", "mistral" }
+-- dir, model_type, the parameters' dtype, whether expected has grad/
+local FIXTURES = {
+  { dir = "llama", family = "llama", dtype = "F32", grads = true },
+  { dir = "qwen2", family = "qwen2", dtype = "F32", grads = true },
+  { dir = "mistral", family = "mistral", dtype = "F32", grads = true },
+  { dir = "llama-bf16", family = "llama", dtype = "BF16", grads = false },
+}
 
 local function read_text(path)
   local f = assert(io.open(path, "rb"))
@@ -75,9 +82,9 @@ local function same_shape(a, b)
   return true
 end
 
-local function f32(file, name)
+local function f32(file, name, dtype)
   local t = assert(file.tensors[name], "no tensor " .. name)
-  assert.are.equal("F32", t.dtype, name)
+  assert.are.equal(dtype or "F32", t.dtype, name)
   local buf = ffi.new("float[?]", math.max(t.numel, 1))
   file:read_f32(name, buf)
   return buf, t
@@ -96,11 +103,12 @@ end
 
 local function finite(x) return x == x and x > -math.huge and x < math.huge end
 
-for _, family in ipairs(FAMILIES) do
-  describe("Llama-family fixture " .. family, function()
-    local cfg = config(family)
-    local model = st.open(DIR .. family .. "/model.safetensors")
-    local exp = st.open(DIR .. family .. "/expected.safetensors")
+for _, fx in ipairs(FIXTURES) do
+  local family = fx.family
+  describe("Llama-family fixture " .. fx.dir, function()
+    local cfg = config(fx.dir)
+    local model = st.open(DIR .. fx.dir .. "/model.safetensors")
+    local exp = st.open(DIR .. fx.dir .. "/expected.safetensors")
     local meta = exp.metadata or {}
     local batch = cjson.decode(meta.batch)
     local B, T, V = batch.B, batch.T, cfg.vocab_size
@@ -129,13 +137,13 @@ for _, family in ipairs(FAMILIES) do
       end
     end)
 
-    it("holds every parameter of the config, F32, with its shape, and nothing else", function()
+    it("holds every parameter of the config, " .. fx.dtype .. ", with its shape, and nothing else", function()
       local want = expected_params(cfg)
       local n = 0
       for name, shape in pairs(want) do
         local t = model.tensors[name]
         assert.is_not_nil(t, "model.safetensors lacks " .. name)
-        assert.are.equal("F32", t.dtype, name)
+        assert.are.equal(fx.dtype, t.dtype, name)
         assert.is_true(same_shape(shape, t.shape), ("%s: %s, config.json says %s"):format(name, shape_str(t.shape),
                        shape_str(shape)))
         n = n + 1
@@ -151,6 +159,10 @@ for _, family in ipairs(FAMILIES) do
           grads = grads + 1
           assert.is_not_nil(want[name:sub(6)], "a gradient of no parameter: " .. name)
         end
+      end
+      if not fx.grads then
+        assert.are.equal(0, grads)
+        return
       end
       local n = 0
       for name, shape in pairs(want) do
@@ -219,6 +231,8 @@ for _, family in ipairs(FAMILIES) do
           assert.is_true(finite(norms[i - 1]) and norms[i - 1] > 0)
         end
       end
+      assert.is_true(norms[0] > optim.clip, "the clip acts on the first step")
+      if not fx.grads then return end
       -- step 1 clipped the stored gradient: its norm is theirs
       local ss = 0
       for _, name in ipairs(exp.names) do
@@ -229,7 +243,6 @@ for _, family in ipairs(FAMILIES) do
       end
       assert.is_true(math.abs(math.sqrt(ss) - norms[0]) < 1e-5 * norms[0],
                      ("grad_norms[0] %.7f, the gradients' norm %.7f"):format(norms[0], math.sqrt(ss)))
-      assert.is_true(norms[0] > optim.clip, "the clip acts on the first step")
     end)
 
     it("used the RoPE frequencies the config's formula gives", function()
@@ -275,3 +288,44 @@ for _, family in ipairs(FAMILIES) do
     end)
   end)
 end
+
+describe("Llama-family fixture llama-bf16", function()
+  local f32file = st.open(DIR .. "llama/model.safetensors")
+  local bf = st.open(DIR .. "llama-bf16/model.safetensors")
+  local exp = st.open(DIR .. "llama-bf16/expected.safetensors")
+
+  it("holds llama's weights rounded to bf16 (round to nearest, ties to even)", function()
+    assert.are.equal("bfloat16", config("llama-bf16").torch_dtype)
+    assert.are.equal(#f32file.names, #bf.names)
+    local changed = 0
+    for _, name in ipairs(f32file.names) do
+      local t = bf.tensors[name]
+      assert.is_not_nil(t, name)
+      assert.are.equal("BF16", t.dtype, name)
+      local raw32, raw16 = f32file:read_raw(name), bf:read_raw(name)
+      local u32, u16 = ffi.cast("const uint32_t*", raw32), ffi.cast("const uint16_t*", raw16)
+      for i = 0, t.numel - 1 do
+        local u = tonumber(u32[i])
+        local hi = math.floor(u / 65536)
+        local want = math.floor((u + 0x7FFF + hi % 2) / 65536) % 65536   -- finite values only
+        assert.is_true(want == u16[i], ("%s[%d]: bf16 %04x, rne of %08x is %04x"):format(name, i, u16[i], u, want))
+        if u % 65536 ~= 0 then changed = changed + 1 end
+      end
+    end
+    assert.is_true(changed > 0, "llama's weights are not already bf16 values")
+  end)
+
+  it("has transformers' bf16 run of it, near the fp32 numbers", function()
+    local lf, t = f32(exp, "logits")
+    local lb, tb = f32(exp, "bf16/logits")
+    assert.is_true(same_shape(t.shape, tb.shape))
+    local worst = 0
+    for i = 0, t.numel - 1 do
+      assert.is_true(finite(lb[i]))
+      worst = math.max(worst, math.abs(lb[i] - lf[i]))
+    end
+    assert.is_true(worst > 0 and worst < 0.25, ("bf16 logits %.4f from fp32's"):format(worst))
+    local loss, lossb = f32(exp, "loss"), f32(exp, "bf16/loss")
+    assert.is_true(math.abs(loss[0] - lossb[0]) < 0.05)
+  end)
+end)
