@@ -32,7 +32,7 @@ expected.safetensors (every float the fp32 value torch produced):
   generated   I32 [1, P+N]  model.generate(prompt, do_sample=False, max_new_tokens=N),
               no end-of-text stop (eos_token_id=None): the prompt then N greedy ids
 
-and __metadata__ (strings; JSON where structured): made_by, family, torch,
+and __metadata__ (strings; JSON where structured): made_by, family (the model_type), weights (f32 or bf16), torch,
 transformers, seed, batch, optim (lr, betas, eps, weight_decay, clip, decay
 rule, steps), rope (what the config asks for and inv_freq as transformers
 computed it), sliding_window, generate (min_margin: the smallest top-1 minus
