@@ -56,13 +56,16 @@ function M.config(dir, j)
   unset_or("pretraining_tp", 1, "ztrain computes the exact projections (pretraining_tp 1)")
   unset_or("use_sliding_window", false, "Qwen 2's per-layer sliding window is not computed")
   spec.eps = type(j.rms_norm_eps) == "number" and j.rms_norm_eps or 1e-6
-  spec.theta = type(j.rope_theta) == "number" and j.rope_theta or 10000
+  -- RoPE: the Hub's rope_theta + rope_scaling, or transformers 5's rope_parameters
+  local rp = type(j.rope_parameters) == "table" and j.rope_parameters or nil
+  local theta = rp and rp.rope_theta or j.rope_theta
+  spec.theta = type(theta) == "number" and theta or 10000
   spec.tied = j.tie_word_embeddings == true
   spec.qkv_bias = mt == "qwen2"
   if mt == "mistral" and type(j.sliding_window) == "number" and j.sliding_window < spec.maxT then
     spec.window = j.sliding_window
   end
-  local rs = j.rope_scaling
+  local rs = type(j.rope_scaling) == "table" and j.rope_scaling or rp
   if type(rs) == "table" then
     local kind = rs.rope_type or rs.type
     if kind ~= "llama3" and kind ~= "default" then
