@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Make spec/fixtures/hf_tokenizer/: small Hugging Face `tokenizer.json` files in the
+styles of Llama 3, Qwen 2.5 and GPT-2, and the ids Hugging Face's `tokenizers` gives
+for hostile texts, for spec/unit/hf_tokenizer_spec.lua (which needs no Python).
+
+    python3 -m venv .venv-tok && .venv-tok/bin/pip install tokenizers
+    .venv-tok/bin/python tools/hf_tokenizer_fixture.py [--out spec/fixtures/hf_tokenizer]
+
+Each tokenizer is trained by BpeTrainer on docs/*.md (sorted, concatenated) to a small
+vocabulary, with the settings of the model it imitates:
+  llama3  Split(Llama 3's regex, isolated) + ByteLevel(no prefix space, no regex),
+          BPE with ignore_merges, no normalizer; added tokens after the model's ids
+          (<|begin_of_text|>, <|end_of_text|>, <|eot_id|>, ... all special), and a few
+          whole words put in the model's vocabulary without merges (as Llama 3's
+          vocabulary has tokens no merge makes), so ignore_merges matters;
+          merges in the [a, b] array form
+  qwen2   Split(Qwen 2.5's regex: single digits) + ByteLevel, NFC normalizer,
+          <|endoftext|>, <|im_start|>, <|im_end|> special; <tool_call> added as a
+          normal token (normalized false, as Qwen's), and </tool, a prefix of another, "Ångström" a normal normalized
+          one (matched after NFC); merges in the "a b" string form
+  smollm  Digits(individual) + ByteLevel(no prefix space, GPT-2's regex), as SmolLM
+          (trained without Digits, so that its merges of digits must not apply);
+          <|endoftext|>, <|im_start|>, <|im_end|> special
+  gpt2    ByteLevel(no prefix space, GPT-2's regex), <|endoftext|> special
+Writes <style>/tokenizer.json and expected.json:
+  {"tokenizers": version, "styles": {style: {"cases": [{"name", "text", "ids",
+   "decoded", "normalized"}]}}}  -- ids: encode(text, add_special_tokens=False);
+   decoded: decode(ids); normalized: the normalizer's text (qwen2 only). tokenizers'
+   decode puts added tokens through the ByteLevel decoder too, so "Ångström" (whose
+   letters Å and ö are byte symbols) decodes to U+FFFD; ztrain decodes it to its text.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+
+import tokenizers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, \
+    pre_tokenizers, trainers
+
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+          r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+         r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                   "<|end_header_id|>", "<|eot_id|>", "<|reserved_special_token_0|>"]
+QWEN2_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# whole words in the Llama-style model vocabulary that no merge makes
+EXTRA_WORDS = [" hostile", " tokenizer", " 2024", "supercalifragilistic", "\n\n\n"]
+
+CASES = [
+    ("ascii", "Hello, world! The quick brown fox jumps over the lazy dog."),
+    ("contractions", "I'm sure it's fine; they're here, we've won, you'll see, he'd go, don't. "
+                     "It'S LOUD 'TIS O'CLOCK I'M HE'LL rock'n'roll ''s"),
+    ("digits", "In 1984, 3.14159 and 2,718,281 were 42 of 1000000 numbers: 007 x2 4th "
+               "١٢٣ ½ Ⅻ 12345678901234567890123 0.000001"),
+    ("spaces", "a  b   c    d\te\t\tf \t g\n\nh  \n  i   \r\n j\u00a0k\u3000l \u2028m\u0085n\u200bp"),
+    ("separators", "a  \u180ez    \u180e\u180e  b a \u180e\u180eb \u180e \u3000\u3000x\u2028\u2029 \u0085\u00a0y\u180e  z \u200b"),
+    ("ends", "   leading and trailing   "),
+    ("newlines", "\n\n\nline one\nline two\n\n\n\r\n\r\r\n  \n\t\n x\n"),
+    ("accents", "Café, naïve façade, Zürich, Ærøskøbing, São Paulo, Mötley Crüe, Ça va ? ÉCOLE"),
+    ("combining", "Cafe\u0301 nai\u0308ve A\u030angstro\u0308m Ångström \u1100\u1161\u11a8 e\u0301\u0301"),
+    ("cjk", "日本語のテキスト、中文文本，한국어 텍스트。東京は2024年に"),
+    ("emoji", "I ❤️ BPE 😀😃😄 👩‍👩‍👧‍👦 🇫🇷 flags, ✨sparkles✨ and 🤖!"),
+    ("scripts", "Ελληνικά Русский текст עברית العربية हिन्दी ไทย"),
+    ("symbols", "x += 1; y = f(a, b) -> {c: [d]} // #tag @user $5 ~/path_name \\n %s <|> ===="),
+    ("code", "def f(x):\n    return x**2  # square\n\n\tif (a<b) { c->d[0] = '\\0'; }\r\n"),
+    ("specials", "<|begin_of_text|>Hi<|eot_id|><|eot_id|> <|end_of_text|>\n<|endoftext|>x"
+                 "<|im_start|>user\nhello<|im_end|>\n<tool_call>{}</tool_call></tool </tool_cal"),
+    ("special_parts", "<|eot_id <|eot_id|<|eot_id|>| <|im_start <|endoftext| <| |> <|reserved_special_token_0|>>"),
+    ("special_spaces", "  <|eot_id|>  <|endoftext|>\n\n<|im_end|>\n"),
+    ("added_words", " hostile tokenizer 2024 supercalifragilistic\n\n\nhostile Hostile"),
+    ("long_word", "supercalifragilisticexpialidocious" * 4 + " " + "-" * 90 + " " + "ab" * 70),
+    ("long_spaces", "x" + " " * 200 + "y" + "\n" * 100 + "z" + "\t" * 50),
+    ("long_digits", "9" * 100 + " " + "0123456789" * 7),
+    ("empty", ""),
+    ("one_space", " "),
+]
+
+
+def corpus(root):
+    parts = []
+    for p in sorted(glob.glob(os.path.join(root, "docs", "*.md"))):
+        with open(p, encoding="utf-8") as f:
+            parts.append(f.read())
+    return parts
+
+
+def trained(texts, pre, normalizer, ignore_merges, vocab_size):
+    tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    if normalizer is not None:
+        tok.normalizer = normalizer
+    tok.pre_tokenizer = pre
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    return tok
+
+
+def byte_level(s):
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    m = {b: chr(c) for b, c in zip(bs, cs)}
+    return "".join(m[b] for b in s.encode("utf-8"))
+
+
+def build(style, texts, vocab_size):
+    if style == "llama3":
+        pre = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+        tok = trained(texts, pre, None, True, vocab_size)
+        spec = json.loads(tok.to_str())
+        vocab = spec["model"]["vocab"]
+        for w in EXTRA_WORDS:
+            assert byte_level(w) not in vocab, w
+            vocab[byte_level(w)] = len(vocab)
+        tok = Tokenizer.from_str(json.dumps(spec))
+        tok.add_special_tokens(LLAMA3_SPECIALS)
+    elif style == "qwen2":
+        pre = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+        tok = trained(texts, pre, normalizers.NFC(), False, vocab_size)
+        tok.add_special_tokens(QWEN2_SPECIALS)
+        tok.add_tokens([AddedToken("<tool_call>", special=False, normalized=False),
+                        AddedToken("</tool_call>", special=False, normalized=False),
+                        AddedToken("</tool", special=False, normalized=False),
+                        AddedToken("Ångström", special=False, normalized=True)])
+    elif style == "smollm":
+        # trained without the Digits step, so that the vocabulary has merges of digits
+        # that the Digits step must keep apart
+        pre = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+        tok = trained(texts, pre, None, False, vocab_size)
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)])
+        tok.add_special_tokens(QWEN2_SPECIALS)
+    else:
+        pre = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+        tok = trained(texts, pre, None, False, vocab_size)
+        tok.add_special_tokens(["<|endoftext|>"])
+    spec = json.loads(tok.to_str())
+    if style == "qwen2":  # the older "a b" form of merges (byte-level tokens hold no space)
+        spec["model"]["merges"] = [" ".join(m) for m in spec["model"]["merges"]]
+    return spec
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="spec/fixtures/hf_tokenizer")
+    ap.add_argument("--root", default=".", help="the ztrain tree (its docs/*.md are the corpus)")
+    ap.add_argument("--vocab-size", type=int, default=1200)
+    a = ap.parse_args()
+    texts = corpus(a.root)
+    assert texts, "no docs/*.md under " + a.root
+    long_text = "\n".join(texts)[:6000]
+    out = {"tokenizers": tokenizers.__version__, "vocab_size": a.vocab_size, "styles": {}}
+    for style in ("llama3", "qwen2", "smollm", "gpt2"):
+        spec = build(style, texts, a.vocab_size)
+        text = json.dumps(spec, ensure_ascii=False, indent=1)
+        text = re.sub(r"\[\s*(\"(?:[^\"\\]|\\.)*\")\s*,\s*(\"(?:[^\"\\]|\\.)*\")\s*\]", r"[\1, \2]", text)
+        os.makedirs(os.path.join(a.out, style), exist_ok=True)
+        with open(os.path.join(a.out, style, "tokenizer.json"), "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+        tok = Tokenizer.from_str(text)
+        cases = []
+        for name, t in CASES + [("docs", long_text)]:
+            ids = tok.encode(t, add_special_tokens=False).ids
+            dec = tok.decode(ids, skip_special_tokens=False)
+            if style != "qwen2":
+                assert dec == t, (style, name, t, dec)
+            case = {"name": name, "text": t, "ids": ids, "decoded": dec}
+            if tok.normalizer is not None:
+                case["normalized"] = tok.normalizer.normalize_str(t)
+            cases.append(case)
+        out["styles"][style] = {"cases": cases}
+        print(f"{style}: {tok.get_vocab_size()} tokens, {len(cases)} cases")
+    text = json.dumps(out, ensure_ascii=False, indent=1)
+    text = re.sub(r"\[\s*\d+(?:,\s*\d+)*\s*\]", lambda m: re.sub(r"\s+", "", m.group(0)), text)
+    with open(os.path.join(a.out, "expected.json"), "w", encoding="utf-8") as f:
+        f.write(text + "\n")
+    print(f"wrote {a.out}/{{llama3,qwen2,smollm,gpt2}}/tokenizer.json and expected.json "
+          f"(tokenizers {tokenizers.__version__})")
+
+
+if __name__ == "__main__":
+    main()
