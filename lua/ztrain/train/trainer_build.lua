@@ -191,6 +191,7 @@ local function choose_tokenizer(self, r)
   local named = how == "override" or (how == "recipe" and recipe_mod.given(r, "model.from") == "recipe")
   local model_tok = data.tokenizer("hf:" .. dir)
   if not named then
+    self.tokenizer_name = "hf:" .. dir -- what the run's exports and checkpoints name (not the recipe's)
     self.tokenizer_note = ("data.tokenizer = hf:%s, the model's own (name data.tokenizer= on the command line " ..
                            "for another)"):format(dir)
     return model_tok
