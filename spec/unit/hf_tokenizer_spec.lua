@@ -102,6 +102,28 @@ describe("hf_tokenizer against Hugging Face tokenizers", function()
     local small, big = cost(200), cost(1600)
     assert.is_true(big < 25 * math.max(small, 1e-3), ("200 units %.3fs, 1600 units %.3fs"):format(small, big))
   end)
+
+  it("Llama 3's 256 added tokens cost about what 6 do (one look per byte of the text)", function()
+    local d = variant("llama3", function(s)
+      for i = 1, 250 do
+        s.added_tokens[#s.added_tokens + 1] = { id = 1210 + i, content = ("<|reserved_special_token_%d|>"):format(i),
+          special = true, normalized = false, lstrip = false, rstrip = false, single_word = false }
+      end
+    end)
+    local many, few = assert(hft.load(d .. "/tokenizer.json")), load("llama3")
+    util.rm(d)
+    local s = ("a <b> c <|eot_id <| 1 "):rep(20000) .. "<|reserved_special_token_250|>"
+    local function cost(tok)
+      tok.encode(s)
+      local t0 = os.clock()
+      local ids, n = tok.encode(s)
+      return os.clock() - t0, ids[n - 1]
+    end
+    local t_few = cost(few)
+    local t_many, last = cost(many)
+    assert.are.equal(1460, last)
+    assert.is_true(t_many < 3 * math.max(t_few, 1e-3), ("6 added tokens %.3fs, 256 %.3fs"):format(t_few, t_many))
+  end)
 end)
 
 describe("hf_tokenizer refuses what it does not read, naming the field", function()

@@ -135,7 +135,7 @@ end
 -- 0-based start, exclusive end and id of the leftmost (then longest) one in s[pos, lim)
 local function matcher(list)
   if #list == 0 then return nil end
-  local root, firsts = {}, {}
+  local root, firsts, seen = {}, {}, {}
   for _, t in ipairs(list) do
     local node = root
     for i = 1, #t.content do
@@ -145,7 +145,10 @@ local function matcher(list)
     end
     node.id = t.id
     local c = t.content:sub(1, 1)
-    firsts[#firsts + 1] = c == "\0" and "%z" or (c:match("%w") and c or "%" .. c)
+    if not seen[c] then -- each first byte once: the class is tested at every byte of the text
+      seen[c] = true
+      firsts[#firsts + 1] = c == "\0" and "%z" or (c:match("%w") and c or "%" .. c)
+    end
   end
   local class = "[" .. table.concat(firsts) .. "]"
   return function(s, pos, lim)
