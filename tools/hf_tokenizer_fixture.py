@@ -16,12 +16,16 @@ vocabulary, with the settings of the model it imitates:
           merges in the [a, b] array form
   qwen2   Split(Qwen 2.5's regex: single digits) + ByteLevel, NFC normalizer,
           <|endoftext|>, <|im_start|>, <|im_end|> special; <tool_call> added as a
-          normal token (normalized false, as Qwen's), and </tool, a prefix of another, "Ångström" a normal normalized
-          one (matched after NFC); merges in the "a b" string form
+          normal token (normalized false, as Qwen's), and </tool, a prefix of another, "Ångström" and "Cafe\u0301s" (not
+          in NFC: matched as normalized) normal normalized ones; merges in the "a b" string form
   smollm  Digits(individual) + ByteLevel(no prefix space, GPT-2's regex), as SmolLM
           (trained without Digits, so that its merges of digits must not apply);
           <|endoftext|>, <|im_start|>, <|im_end|> special
   gpt2    ByteLevel(no prefix space, GPT-2's regex), <|endoftext|> special
+  flags   gpt2's pipeline with added tokens that have tokenizers' flags: <mask> lstrip
+          (RoBERTa's), <|end|> rstrip (Phi-3's), "cat" single_word, "dog" single_word +
+          lstrip + rstrip + normalized, <|user|> lstrip + rstrip, "at." (found in what
+          a discarded single_word match leaves: not inside it)
 Writes <style>/tokenizer.json and expected.json:
   {"tokenizers": version, "styles": {style: {"cases": [{"name", "text", "ids",
    "decoded", "normalized"}]}}}  -- ids: encode(text, add_special_tokens=False);
@@ -76,6 +80,12 @@ CASES = [
     ("long_word", "supercalifragilisticexpialidocious" * 4 + " " + "-" * 90 + " " + "ab" * 70),
     ("long_spaces", "x" + " " * 200 + "y" + "\n" * 100 + "z" + "\t" * 50),
     ("long_digits", "9" * 100 + " " + "0123456789" * 7),
+    ("flags", "a <mask> b  <mask><|end|>  \n x<|end|>\ny cat concat cats cat, _cat 3cat é cat cat\u0301 "
+              "cat\u00a0dog dog  dog\tdogs <|user|> \u3000<|user|>\u3000 <mask>cat<mask>"),
+    ("flags_ends", "cat"),
+    ("flags_discarded", "xcat. cat. at. cat"),
+    ("nfc_added", "Cafés Cafe\u0301s Cafe\u0301 Café"),
+    ("flags_spaces", "   <mask>   <|end|>   "),
     ("empty", ""),
     ("one_space", " "),
 ]
@@ -135,7 +145,8 @@ def build(style, texts, vocab_size):
         tok.add_tokens([AddedToken("<tool_call>", special=False, normalized=False),
                         AddedToken("</tool_call>", special=False, normalized=False),
                         AddedToken("</tool", special=False, normalized=False),
-                        AddedToken("Ångström", special=False, normalized=True)])
+                        AddedToken("Ångström", special=False, normalized=True),
+                        AddedToken("Cafe\u0301s", special=False, normalized=True)])
     elif style == "smollm":
         # trained without the Digits step, so that the vocabulary has merges of digits
         # that the Digits step must keep apart
@@ -149,6 +160,12 @@ def build(style, texts, vocab_size):
         pre = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
         tok = trained(texts, pre, None, False, vocab_size)
         tok.add_special_tokens(["<|endoftext|>"])
+        if style == "flags":
+            tok.add_special_tokens([AddedToken("<mask>", lstrip=True), AddedToken("<|end|>", rstrip=True),
+                                    AddedToken("<|user|>", lstrip=True, rstrip=True)])
+            tok.add_tokens([AddedToken("cat", single_word=True, normalized=False),
+                            AddedToken("at.", normalized=False),
+                            AddedToken("dog", single_word=True, lstrip=True, rstrip=True, normalized=True)])
     spec = json.loads(tok.to_str())
     if style == "qwen2":  # the older "a b" form of merges (byte-level tokens hold no space)
         spec["model"]["merges"] = [" ".join(m) for m in spec["model"]["merges"]]
@@ -165,7 +182,7 @@ def main():
     assert texts, "no docs/*.md under " + a.root
     long_text = "\n".join(texts)[:6000]
     out = {"tokenizers": tokenizers.__version__, "vocab_size": a.vocab_size, "styles": {}}
-    for style in ("llama3", "qwen2", "smollm", "gpt2"):
+    for style in ("llama3", "qwen2", "smollm", "gpt2", "flags"):
         spec = build(style, texts, a.vocab_size)
         text = json.dumps(spec, ensure_ascii=False, indent=1)
         text = re.sub(r"\[\s*(\"(?:[^\"\\]|\\.)*\")\s*,\s*(\"(?:[^\"\\]|\\.)*\")\s*\]", r"[\1, \2]", text)
@@ -177,7 +194,7 @@ def main():
         for name, t in CASES + [("docs", long_text)]:
             ids = tok.encode(t, add_special_tokens=False).ids
             dec = tok.decode(ids, skip_special_tokens=False)
-            if style != "qwen2":
+            if style not in ("qwen2", "flags"):  # flags: lstrip / rstrip take the spaces in
                 assert dec == t, (style, name, t, dec)
             case = {"name": name, "text": t, "ids": ids, "decoded": dec}
             if tok.normalizer is not None:
@@ -189,7 +206,7 @@ def main():
     text = re.sub(r"\[\s*\d+(?:,\s*\d+)*\s*\]", lambda m: re.sub(r"\s+", "", m.group(0)), text)
     with open(os.path.join(a.out, "expected.json"), "w", encoding="utf-8") as f:
         f.write(text + "\n")
-    print(f"wrote {a.out}/{{llama3,qwen2,smollm,gpt2}}/tokenizer.json and expected.json "
+    print(f"wrote {a.out}/{{llama3,qwen2,smollm,gpt2,flags}}/tokenizer.json and expected.json "
           f"(tokenizers {tokenizers.__version__})")
 
 

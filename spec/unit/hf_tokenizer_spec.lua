@@ -15,7 +15,7 @@ local unorm = require "ztrain.model.data.unorm"
 assert(jit, "these specs must run under LuaJIT: busted --lua=luajit spec/unit/hf_tokenizer_spec.lua")
 
 local FIX = "spec/fixtures/hf_tokenizer"
-local STYLES = { "llama3", "qwen2", "smollm", "gpt2" }
+local STYLES = { "llama3", "qwen2", "smollm", "gpt2", "flags" }
 local expected = cjson.decode(util.read(FIX .. "/expected.json"))
 
 local function ids_table(ids, n)
@@ -47,10 +47,14 @@ describe("hf_tokenizer against Hugging Face tokenizers", function()
         local ids, n = tok.encode(c.text)
         assert.are.same(c.ids, ids_table(ids, n), style .. " " .. c.name)
         local back = tok.decode(ids, n)
-        assert.are.equal(c.normalized or c.text, back, style .. " " .. c.name)
-        -- tokenizers' own decode agrees, but where it puts the added token "Ångström"
-        -- through the ByteLevel decoder (its letters are byte symbols: U+FFFD)
-        if not (style == "qwen2" and c.name == "combining") then
+        -- (the flags style's lstrip / rstrip tokens take in the whitespace beside them;
+        -- Qwen's added "Cafe\u0301s" decodes to itself, not to the NFC text it matched)
+        if style ~= "flags" and not (style == "qwen2" and c.name == "nfc_added") then
+          assert.are.equal(c.normalized or c.text, back, style .. " " .. c.name)
+        end
+        -- tokenizers' own decode agrees, but where it puts Qwen's added tokens "Ångström"
+        -- and "Cafe\u0301s" through the ByteLevel decoder (Å, é, ö are byte symbols: U+FFFD)
+        if not (style == "qwen2" and (c.name == "combining" or c.name == "nfc_added")) then
           assert.are.equal(c.decoded, back, style .. " " .. c.name)
         end
       end
@@ -139,7 +143,6 @@ describe("hf_tokenizer refuses what it does not read, naming the field", functio
       "pre_tokenizer.pretokenizers[0]: Split with behavior Removed" },
     { "a bad pattern", function(s) s.pre_tokenizer.pretokenizers[1].pattern.Regex = "(" end, "pattern \"(\"" },
     { "Lowercase", function(s) s.normalizer = { type = "Lowercase" } end, "normalizer Lowercase is not supported" },
-    { "lstrip", function(s) s.added_tokens[2].lstrip = true end, "added_tokens[1] \"<|end_of_text|>\": lstrip true" },
     { "a malformed merge", function(s) s.model.merges[3] = "a b c" end, "model.merges[2]: malformed merge" },
     { "a merge of unknown tokens", function(s) s.model.merges[1] = { "Q", "zzz" } end, "the token \"zzz\" is not in" },
   }

@@ -10,10 +10,13 @@
 --
 -- Encoding, as `tokenizers` does it:
 --  1. The added tokens (added_tokens: special or not) with normalized false are found in
---     the text, leftmost first, the longest at one place; each becomes its id.
+--     the text, leftmost first, the longest at one place; each becomes its id. Their
+--     flags as tokenizers' AddedVocabulary: single_word (a match with a word character
+--     just before or after it is passed over), lstrip / rstrip (the match takes in the
+--     whitespace before / after it).
 --  2. The normalizer (none, or NFC: Qwen 2.5) is applied to each piece between them
 --     (ztrain.model.data.unorm); then the added tokens with normalized true are found in
---     the normalized pieces.
+--     the normalized pieces (as normalized themselves).
 --  3. Pre-tokenization: the pre_tokenizer's splitting steps in order, each splitting every
 --     piece of the one before (behaviour Isolated: matches and the gaps between them are
 --     pieces): Split with a Regex (Llama 3's and Qwen's patterns) or a String, ByteLevel
@@ -31,8 +34,7 @@
 -- than BPE (Unigram, WordPiece, WordLevel), BPE with byte_fallback (SentencePiece BPE:
 -- Llama 2, Mistral v0.1, TinyLlama), a pre_tokenizer without ByteLevel (Metaspace),
 -- ByteLevel add_prefix_space, Split behaviours other than Isolated or inverted, dropout,
--- subword prefixes/suffixes, normalizers other than NFC, added tokens with lstrip,
--- rstrip or single_word.
+-- subword prefixes/suffixes, normalizers other than NFC.
 local ffi = require "ffi"
 local cjson = require "cjson"
 local bpe = require "ztrain.model.data.bpe"
@@ -131,20 +133,60 @@ local function normalizer_of(n, where)
   return unorm.nfc
 end
 
--- a matcher of a list of added tokens { {content, id}, ... }: match(s, pos, lim) ->
+-- the added tokens' flags, as tokenizers' AddedVocabulary::find_matches: single_word
+-- (no word character just before or after: Rust regex's \w), lstrip and rstrip (the
+-- match takes in the whitespace before / after it)
+local flag_res
+local function flag_regexes()
+  if not flag_res then
+    flag_res = { space = compile("\\G\\p{White_Space}"), spaces = compile("\\G\\p{White_Space}+"),
+                 word = compile("\\G[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]") }
+  end
+  return flag_res
+end
+
+local function char_before(s, i) -- 0-based start of the character that ends at byte i
+  local j = i - 1
+  while j > 0 and s:byte(j + 1) >= 0x80 and s:byte(j + 1) < 0xC0 do j = j - 1 end
+  return j
+end
+
+-- apply t's flags to the match [x, stop) of s[.., lim) after the previous one ended at
+-- pos: -> start, stop, or nil when single_word discards it
+local function flagged(t, s, pos, x, stop, lim)
+  local re = flag_regexes()
+  if t.single_word then
+    if x > 0 and re.word:find(s, x, char_before(s, x)) then return nil end
+    if stop < lim and re.word:find(s, lim, stop) then return nil end
+  end
+  if t.lstrip then
+    while x > pos do
+      local c = char_before(s, x)
+      if not re.space:find(s, x, c) then break end
+      x = c
+    end
+  end
+  if t.rstrip then
+    local _, e = re.spaces:find(s, lim, stop)
+    if e then stop = e end
+  end
+  return x, stop
+end
+
+-- a matcher of a list of added tokens { {match, id, flags}, ... }: match(s, pos, lim) ->
 -- 0-based start, exclusive end and id of the leftmost (then longest) one in s[pos, lim)
 local function matcher(list)
   if #list == 0 then return nil end
   local root, firsts, seen = {}, {}, {}
   for _, t in ipairs(list) do
     local node = root
-    for i = 1, #t.content do
-      local b = t.content:byte(i)
+    for i = 1, #t.match do
+      local b = t.match:byte(i)
       node[b] = node[b] or {}
       node = node[b]
     end
-    node.id = t.id
-    local c = t.content:sub(1, 1)
+    node.tok = t
+    local c = t.match:sub(1, 1)
     if not seen[c] then -- each first byte once: the class is tested at every byte of the text
       seen[c] = true
       firsts[#firsts + 1] = c == "\0" and "%z" or (c:match("%w") and c or "%" .. c)
@@ -152,17 +194,24 @@ local function matcher(list)
   end
   local class = "[" .. table.concat(firsts) .. "]"
   return function(s, pos, lim)
+    local from = pos
     while true do
-      local x = s:find(class, pos + 1)
+      local x = s:find(class, from + 1)
       if not x or x > lim then return nil end
-      local node, id, stop = root, nil, nil
+      local node, tok, stop = root, nil, nil
       for i = x, lim do
         node = node[s:byte(i)]
         if not node then break end
-        if node.id then id, stop = node.id, i end
+        if node.tok then tok, stop = node.tok, i end
       end
-      if id then return x - 1, stop, id end
-      pos = x
+      if tok then
+        if not tok.flags then return x - 1, stop, tok.id end
+        local a, b = flagged(tok, s, pos, x - 1, stop, lim)
+        if a then return a, b, tok.id end
+        from = stop -- discarded (single_word): the search goes on after it
+      else
+        from = x
+      end
     end
   end
 end
@@ -207,12 +256,12 @@ local function added_of(list, path)
     if type(t) ~= "table" or type(t.content) ~= "string" or type(t.id) ~= "number" then
       return nil, where .. ": expected {id, content, ...}"
     end
-    for _, f in ipairs({ "lstrip", "rstrip", "single_word" }) do
-      if t[f] == true then return nil, ("%s %q: %s true is not supported yet"):format(where, t.content, f) end
-    end
     if t.content ~= "" then
       local into = t.normalized == true and norm or raw
-      into[#into + 1] = { content = t.content, id = t.id, special = t.special == true }
+      local lstrip, rstrip, single_word = t.lstrip == true, t.rstrip == true, t.single_word == true
+      into[#into + 1] = { content = t.content, match = t.content, id = t.id, special = t.special == true,
+                          lstrip = lstrip, rstrip = rstrip, single_word = single_word,
+                          flags = lstrip or rstrip or single_word }
       bytes[t.id] = t.content
     end
   end
@@ -339,6 +388,9 @@ function M.from_spec(spec, path, opts)
   if normalize == nil then return nil, nerr end
   local raw, norm, added_bytes = added_of(spec.added_tokens, path)
   if not raw then return nil, norm end
+  for _, t in ipairs(norm) do -- matched in the normalized text as normalized (AddedVocabulary)
+    if normalize then t.match = normalize(t.content) end
+  end
   local merges, gerr = merges_of(spec.model.merges, path .. ": model.merges")
   if not merges then return nil, gerr end
   local dir = path:match("^(.*)/[^/]*$") or "."
