@@ -22,6 +22,13 @@ vocabulary, with the settings of the model it imitates:
           (trained without Digits, so that its merges of digits must not apply);
           <|endoftext|>, <|im_start|>, <|im_end|> special
   gpt2    ByteLevel(no prefix space, GPT-2's regex), <|endoftext|> special
+  llama2  SentencePiece-style BPE as Llama 2's tokenizer.json: normalizer Prepend("▁") +
+          Replace(" ", "▁"), no pre-tokenizer (each text one word), byte_fallback with
+          the 256 <0xXX> tokens, unk <unk> fused, <s> </s> special; a small alphabet so
+          that rare characters take the byte tokens; decoder Replace, ByteFallback,
+          Fuse, Strip(1)
+  mistral the same model with Mistral v0.3's Metaspace(prepend_scheme first, no split)
+          pre-tokenizer in place of the normalizer, and [INST] [/INST]
   flags   gpt2's pipeline with added tokens that have tokenizers' flags: <mask> lstrip
           (RoBERTa's), <|end|> rstrip (Phi-3's), "cat" single_word, "dog" single_word +
           lstrip + rstrip + normalized, <|user|> lstrip + rstrip, "at." (found in what
@@ -29,7 +36,9 @@ vocabulary, with the settings of the model it imitates:
 Writes <style>/tokenizer.json and expected.json:
   {"tokenizers": version, "styles": {style: {"cases": [{"name", "text", "ids",
    "decoded", "normalized"}]}}}  -- ids: encode(text, add_special_tokens=False);
-   decoded: decode(ids); normalized: the normalizer's text (qwen2 only). tokenizers'
+   decoded: decode(ids); normalized: the normalizer's text (qwen2 only). decode(ids) is
+   the text but for qwen2 (NFC), flags (lstrip / rstrip take the whitespace in), llama2
+   and mistral (a "▁" put before each piece between added tokens decodes to a space). tokenizers'
    decode puts added tokens through the ByteLevel decoder too, so "Ångström" (whose
    letters Å and ö are byte symbols) decodes to U+FFFD; ztrain decodes it to its text.
 """
@@ -86,6 +95,7 @@ CASES = [
     ("flags_discarded", "xcat. cat. at. cat"),
     ("nfc_added", "Cafés Cafe\u0301s Cafe\u0301 Café"),
     ("flags_spaces", "   <mask>   <|end|>   "),
+    ("spm", "<s>Hello</s> <s> [INST] hi [/INST] x<unk>y <0x41> \u2581a\u2581\u2581b  "),
     ("empty", ""),
     ("one_space", " "),
 ]
@@ -123,6 +133,28 @@ def byte_level(s):
     return "".join(m[b] for b in s.encode("utf-8"))
 
 
+def sentencepiece(style, texts, vocab_size):
+    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
+    tok = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False, limit_alphabet=150,
+                                  special_tokens=["<unk>", "<s>", "</s>"] + byte_tokens)
+    lines = [l for t in texts for l in t.split("\n") if l.strip()]
+    tok.train_from_iterator(lines, trainer)
+    spec = json.loads(tok.to_str())
+    # the byte tokens are the model's, not added tokens (as in Llama 2's file)
+    spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] not in byte_tokens]
+    if style == "mistral":
+        spec["normalizer"] = None
+        spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}
+    tok = Tokenizer.from_str(json.dumps(spec))
+    if style == "mistral":
+        tok.add_special_tokens(["[INST]", "[/INST]"])
+    return json.loads(tok.to_str())
+
+
 def build(style, texts, vocab_size):
     if style == "llama3":
         pre = pre_tokenizers.Sequence([
@@ -156,6 +188,8 @@ def build(style, texts, vocab_size):
             pre_tokenizers.Digits(individual_digits=True),
             pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)])
         tok.add_special_tokens(QWEN2_SPECIALS)
+    elif style in ("llama2", "mistral"):
+        return sentencepiece(style, texts, vocab_size)
     else:
         pre = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
         tok = trained(texts, pre, None, False, vocab_size)
@@ -182,7 +216,7 @@ def main():
     assert texts, "no docs/*.md under " + a.root
     long_text = "\n".join(texts)[:6000]
     out = {"tokenizers": tokenizers.__version__, "vocab_size": a.vocab_size, "styles": {}}
-    for style in ("llama3", "qwen2", "smollm", "gpt2", "flags"):
+    for style in ("llama3", "qwen2", "smollm", "gpt2", "flags", "llama2", "mistral"):
         spec = build(style, texts, a.vocab_size)
         text = json.dumps(spec, ensure_ascii=False, indent=1)
         text = re.sub(r"\[\s*(\"(?:[^\"\\]|\\.)*\")\s*,\s*(\"(?:[^\"\\]|\\.)*\")\s*\]", r"[\1, \2]", text)
@@ -194,7 +228,7 @@ def main():
         for name, t in CASES + [("docs", long_text)]:
             ids = tok.encode(t, add_special_tokens=False).ids
             dec = tok.decode(ids, skip_special_tokens=False)
-            if style not in ("qwen2", "flags"):  # flags: lstrip / rstrip take the spaces in
+            if style not in ("qwen2", "flags", "llama2", "mistral"):  # see the docstring
                 assert dec == t, (style, name, t, dec)
             case = {"name": name, "text": t, "ids": ids, "decoded": dec}
             if tok.normalizer is not None:
@@ -206,7 +240,7 @@ def main():
     text = re.sub(r"\[\s*\d+(?:,\s*\d+)*\s*\]", lambda m: re.sub(r"\s+", "", m.group(0)), text)
     with open(os.path.join(a.out, "expected.json"), "w", encoding="utf-8") as f:
         f.write(text + "\n")
-    print(f"wrote {a.out}/{{llama3,qwen2,smollm,gpt2,flags}}/tokenizer.json and expected.json "
+    print(f"wrote {a.out}/{{llama3,qwen2,smollm,gpt2,flags,llama2,mistral}}/tokenizer.json and expected.json "
           f"(tokenizers {tokenizers.__version__})")
 
 

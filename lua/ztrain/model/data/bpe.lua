@@ -265,6 +265,7 @@ local function merge_heap(syms, n, rank_of, new_of)
 end
 
 M._merge_scan, M._merge_heap = merge_scan, merge_heap -- for specs
+M.merge_scan, M.merge_heap = merge_scan, merge_heap -- (syms, n, rank_of, new_of) -> n: for spm_bpe too
 
 -- read_vocab(path) -> vocab (token string -> id), max id; read_merges(path) -> list of
 -- { left, right, line } (ztrain.model.data.bpe_vocab)

@@ -1,5 +1,6 @@
--- ztrain.model.data.hf_tokenizer: Hugging Face `tokenizer.json` byte-level BPE tokenizers
--- (Llama 3, Qwen 2.5, SmolLM, GPT-2 saved by `tokenizers`), encoding to the ids that
+-- ztrain.model.data.hf_tokenizer: Hugging Face `tokenizer.json` BPE tokenizers, byte-level
+-- (Llama 3, Qwen 2.5, SmolLM, GPT-2 saved by `tokenizers`) and SentencePiece-style with
+-- byte_fallback (Llama 2, Mistral, TinyLlama: ztrain.model.data.spm_bpe), encoding to the ids that
 -- Hugging Face's `tokenizers` gives with add_special_tokens=False (the post_processor,
 -- which would put <|begin_of_text|> first, is not applied: ztrain's data adds no tokens).
 --
@@ -14,8 +15,8 @@
 --     flags as tokenizers' AddedVocabulary: single_word (a match with a word character
 --     just before or after it is passed over), lstrip / rstrip (the match takes in the
 --     whitespace before / after it).
---  2. The normalizer (none, or NFC: Qwen 2.5) is applied to each piece between them
---     (ztrain.model.data.unorm); then the added tokens with normalized true are found in
+--  2. The normalizer (none; NFC: Qwen 2.5, ztrain.model.data.unorm; Prepend and Replace
+--     of a String: Llama 2's "▁") is applied to each piece between them; then the added tokens with normalized true are found in
 --     the normalized pieces (as normalized themselves).
 --  3. Pre-tokenization: the pre_tokenizer's splitting steps in order, each splitting every
 --     piece of the one before (behaviour Isolated: matches and the gaps between them are
@@ -23,30 +24,34 @@
 --     with use_regex (GPT-2's pattern, bpe.PATTERN), Digits (\p{N} or \p{N}+). Patterns
 --     go through PCRE2 as bpe.lua's does (\s as \p{White_Space}; see bpe.PCRE2_PATTERN);
 --     invalid UTF-8 (which `tokenizers` never sees) is split as bpe.lua splits it.
+--     SentencePiece-style: no splitting (the Metaspace pre-tokenizer without split, or
+--     none); each piece is one word for spm_bpe, which ends here.
 --  4. Each pre-token: with model.ignore_merges (Llama 3), a pre-token that is itself in
 --     the vocabulary is that one id; otherwise BPE with the merges (both the "a b" and the
 --     ["a", "b"] forms), by bpe.lua's merge loop and its per-pre-token cache.
 -- Decoding: each id's bytes (byte-level symbols back to bytes; an added token is its
 -- text), concatenated; nothing is skipped. decode(encode(s)) == s when the normalizer
--- leaves s alone (no normalizer, or s in NFC), valid UTF-8 or not.
+-- leaves s alone (no normalizer, or s in NFC) and no added token strips whitespace,
+-- valid UTF-8 or not (SentencePiece-style: see spm_bpe).
 --
 -- Refused, with a message naming the field (load returns nil, message): a model other
--- than BPE (Unigram, WordPiece, WordLevel), BPE with byte_fallback (SentencePiece BPE:
--- Llama 2, Mistral v0.1, TinyLlama), a pre_tokenizer without ByteLevel (Metaspace),
--- ByteLevel add_prefix_space, Split behaviours other than Isolated or inverted, dropout,
--- subword prefixes/suffixes, normalizers other than NFC.
+-- than BPE (Unigram: T5, ALBERT; WordPiece, WordLevel), a byte-level pre_tokenizer
+-- without ByteLevel, ByteLevel add_prefix_space, Split behaviours other than Isolated
+-- or inverted, Metaspace with split or another replacement, dropout, subword
+-- prefixes/suffixes, normalizers other than NFC, Prepend, Replace of a String.
 local ffi = require "ffi"
 local cjson = require "cjson"
 local bpe = require "ztrain.model.data.bpe"
 local pcre2 = require "ztrain.model.data.pcre2"
 local unorm = require "ztrain.model.data.unorm"
+local spm = require "ztrain.model.data.spm_bpe"
 
 local M = {}
 
-M.EOT_NAMES = { "<|endoftext|>", "<|end_of_text|>" } -- the first one present is tok.eot
+M.EOT_NAMES = { "<|endoftext|>", "<|end_of_text|>", "</s>" } -- the first one present is tok.eot
 M.CACHE_MAX = bpe.CACHE_MAX
-local SENTENCEPIECE = "SentencePiece-style tokenizers (Llama 2, Mistral v0.1, TinyLlama: " ..
-  "Metaspace, byte_fallback) are not supported yet; byte-level BPE ones are (Llama 3, Qwen 2.5, SmolLM, GPT-2)"
+local SUPPORTED = "ztrain reads byte-level BPE (Llama 3, Qwen 2.5, SmolLM, GPT-2) and SentencePiece-style " ..
+  "BPE with byte_fallback (Llama 2, Mistral, TinyLlama)"
 
 local i32arr = ffi.typeof("int32_t[?]")
 local u8ptr = ffi.typeof("const uint8_t *")
@@ -109,28 +114,40 @@ local function pre_steps(pre, where, steps, st)
     return true
   elseif t == "Digits" then
     return add(pre.individual_digits == true and "\\p{N}" or "\\p{N}+")
-  elseif t == "Metaspace" then
-    return nil, where .. ": Metaspace pre-tokenizer: " .. SENTENCEPIECE
   end
   return nil, ("%s: pre-tokenizer %s is not supported (known: Sequence, Split, ByteLevel, Digits)"):format(where, tostring(t))
 end
 
--- normalizer -> function(s) -> s, or false for none; or nil, message
+-- normalizer -> function(s) -> s, or false for none; or nil, message. NFC; and
+-- SentencePiece's Prepend and Replace of a String (Llama 2: "▁" first, spaces as "▁")
 local function normalizer_of(n, where)
   if not is_set(n) then return false end
   local list = n.type == "Sequence" and (n.normalizers or {}) or { n }
-  local nfc = false
+  local fns = {}
   for i, x in ipairs(list) do
-    if type(x) ~= "table" or x.type ~= "NFC" then
-      local w = n.type == "Sequence" and ("%s.normalizers[%d]"):format(where, i - 1) or where
-      return nil, ("%s: normalizer %s is not supported (ztrain applies NFC, or none)"):format(w, tostring(type(x) == "table" and x.type))
+    local w = n.type == "Sequence" and ("%s.normalizers[%d]"):format(where, i - 1) or where
+    local t = type(x) == "table" and x.type
+    if t == "NFC" then
+      local ok, err = unorm.available()
+      if not ok then return nil, w .. ": NFC: " .. err end
+      fns[#fns + 1] = unorm.nfc
+    elseif t == "Prepend" and type(x.prepend) == "string" then
+      fns[#fns + 1] = function(s) return s ~= "" and x.prepend .. s or s end
+    elseif t == "Replace" and type(x.pattern) == "table" and type(x.pattern.String) == "string" and x.pattern.String ~= ""
+        and type(x.content) == "string" then
+      local from, to = x.pattern.String:gsub("%p", "%%%0"), x.content:gsub("%%", "%%%%")
+      fns[#fns + 1] = function(s) return (s:gsub(from, to)) end
+    else
+      return nil, ("%s: normalizer %s is not supported (ztrain applies NFC, Prepend, Replace of a String, or none)")
+        :format(w, tostring(t))
     end
-    nfc = true
   end
-  if not nfc then return false end
-  local ok, err = unorm.available()
-  if not ok then return nil, where .. ": NFC: " .. err end
-  return unorm.nfc
+  if #fns == 0 then return false end
+  if #fns == 1 then return fns[1] end
+  return function(s)
+    for _, f in ipairs(fns) do s = f(s) end
+    return s
+  end
 end
 
 -- the added tokens' flags, as tokenizers' AddedVocabulary::find_matches: single_word
@@ -239,7 +256,6 @@ local function check_model(m, path)
     return nil, ("%s: model.type is %s; ztrain reads byte-level BPE only (%s)"):format(path, tostring(kind),
       kind == "Unigram" and "Unigram is SentencePiece's model: T5, ALBERT, XLNet" or "Llama 3, Qwen 2.5, SmolLM, GPT-2")
   end
-  if m.byte_fallback == true then return nil, path .. ": model.byte_fallback is true: " .. SENTENCEPIECE end
   if is_set(m.dropout) and m.dropout ~= 0 then return nil, path .. ": model.dropout is set (BPE dropout is for training the tokenizer); save it with dropout null" end
   for _, f in ipairs({ "continuing_subword_prefix", "end_of_word_suffix" }) do
     if is_set(m[f]) and m[f] ~= "" then return nil, ("%s: model.%s %q is not supported (byte-level BPE has none)"):format(path, f, m[f]) end
@@ -299,8 +315,14 @@ local function encode(self, s)
   end
   local core, cache, whole = self._core, self._cache, self._ignore_merges and self._raw_vocab
   local steps, nsteps = self._steps, #self._steps
-  local p -- the buffer of the normalized piece being pre-tokenized
+  local p, at0 -- the buffer of the normalized piece being pre-tokenized; it starts the text
+  local word = self._word -- SentencePiece-style BPE (spm_bpe): a whole piece, not cached
   local function piece(a, b) -- one pre-token: its ids (cached)
+    if word then
+      local v = word(p, a, b, at0 and a == 0)
+      for i = 1, #v do push(v[i]) end
+      return
+    end
     local key = ffi.string(p + a, b - a)
     local v = cache[key]
     if v == nil then
@@ -324,7 +346,8 @@ local function encode(self, s)
     end
   end
   local nmatch, normalize = self._norm_match, self._normalize
-  local function part(t) -- text between the raw added tokens, normalized
+  local function part(t, first) -- text between the raw added tokens, normalized
+    at0 = first
     if normalize then t = normalize(t) end
     p = ffi.cast(u8ptr, t) -- `t` stays alive for this call
     local pos, n = 0, #t
@@ -333,15 +356,15 @@ local function encode(self, s)
       if nmatch then sa, sb, id = nmatch(t, pos, n) end
       if not sa then split(1, pos, n); break end
       if sa > pos then split(1, pos, sa) end
-      push(id); pos = sb
+      push(id); pos = sb; at0 = false
     end
   end
   local rmatch, pos, n = self._raw_match, 0, #s
   while pos < n do
     local sa, sb, id
     if rmatch then sa, sb, id = rmatch(s, pos, n) end
-    if not sa then part(pos == 0 and s or s:sub(pos + 1)); break end
-    if sa > pos then part(s:sub(pos + 1, sa)) end
+    if not sa then part(pos == 0 and s or s:sub(pos + 1), pos == 0); break end
+    if sa > pos then part(s:sub(pos + 1, sa), pos == 0) end
     push(id); pos = sb
   end
   local res = i32arr(k)
@@ -379,11 +402,13 @@ function M.from_spec(spec, path, opts)
   opts = opts or {}
   local ok, merr = check_model(spec.model, path)
   if not ok then return nil, merr end
-  local steps, st = {}, {}
-  if not is_set(spec.pre_tokenizer) then return nil, path .. ": no pre_tokenizer; " .. SENTENCEPIECE end
-  ok, merr = pre_steps(spec.pre_tokenizer, path .. ": pre_tokenizer", steps, st)
-  if not ok then return nil, merr end
-  if not st.byte_level then return nil, path .. ": the pre_tokenizer has no ByteLevel step: not a byte-level BPE; " .. SENTENCEPIECE end
+  local steps, st, sentencepiece = {}, {}, spm.applies(spec)
+  if not sentencepiece then
+    if not is_set(spec.pre_tokenizer) then return nil, path .. ": no pre_tokenizer; " .. SUPPORTED end
+    ok, merr = pre_steps(spec.pre_tokenizer, path .. ": pre_tokenizer", steps, st)
+    if not ok then return nil, merr end
+    if not st.byte_level then return nil, path .. ": the pre_tokenizer has no ByteLevel step and the model no byte_fallback; " .. SUPPORTED end
+  end
   local normalize, nerr = normalizer_of(spec.normalizer, path .. ": normalizer")
   if normalize == nil then return nil, nerr end
   local raw, norm, added_bytes = added_of(spec.added_tokens, path)
@@ -395,11 +420,18 @@ function M.from_spec(spec, path, opts)
   if not merges then return nil, gerr end
   local dir = path:match("^(.*)/[^/]*$") or "."
   local name = opts.name or ("hf:" .. dir)
-  local cok, core = pcall(bpe.new, { vocab = spec.model.vocab, merges = merges, specials = {}, name = name,
-    extra_bytes = added_bytes, vocab_path = path .. " (model.vocab)", merges_path = path .. " (model.merges)" })
-  if not cok then return nil, tostring(core) end
+  local core, cerr
+  if sentencepiece then
+    core, cerr = spm.build(spec, path, added_bytes, merges)
+    if not core then return nil, cerr end
+  else
+    local cok, c = pcall(bpe.new, { vocab = spec.model.vocab, merges = merges, specials = {}, name = name,
+      extra_bytes = added_bytes, vocab_path = path .. " (model.vocab)", merges_path = path .. " (model.merges)" })
+    if not cok then return nil, tostring(c) end
+    core = c
+  end
   local self = { name = name, vocab_size = core.vocab_size, path = path, dir = dir, decode = core.decode,
-                 _core = core, _steps = steps, _normalize = normalize, _cache = {}, _cached = 0,
+                 _core = core, _steps = steps, _normalize = normalize, _cache = {}, _cached = 0, _word = core.word,
                  _raw_match = matcher(raw), _norm_match = matcher(norm), _ignore_merges = spec.model.ignore_merges == true }
   self.specials, self.added = {}, {}
   for _, list in ipairs({ raw, norm }) do
@@ -421,7 +453,11 @@ function M.from_spec(spec, path, opts)
     self._raw_vocab = whole
   end
   self.encode = function(a, ...) if a == self then return encode(self, ...) end return encode(self, a, ...) end
-  self.token_bytes = function(a, id) if a ~= self then id = a end return core:token_bytes(id) end
+  self.token_bytes = function(a, id)
+    if a ~= self then id = a end
+    if sentencepiece then return core.token_bytes(id) end
+    return core:token_bytes(id)
+  end
   return self
 end
 

@@ -28,8 +28,9 @@ M.BPE_DEFAULT = "data/bpe/fortunes"
 --   bytes      byte-level, 256 ids, no eot (ztrain.model.data.bytes)
 --   bpe        GPT-2 byte-level BPE with the shipped vocabulary (M.home/data/bpe/fortunes)
 --   bpe:DIR    the same with DIR/vocab.json + DIR/merges.txt
---   hf:DIR     a Hugging Face model or tokenizer directory: its tokenizer.json (byte-level
---              BPE: Llama 3, Qwen 2.5, SmolLM; ztrain.model.data.hf_tokenizer), or the
+--   hf:DIR     a Hugging Face model or tokenizer directory: its tokenizer.json (BPE:
+--              byte-level as Llama 3, Qwen 2.5, SmolLM; SentencePiece-style as Llama 2,
+--              Mistral; ztrain.model.data.hf_tokenizer), or the
 --              same two files as bpe:DIR where there is none or it is GPT-2's own pipeline
 local fixed = { "bytes", "bpe" }
 local prefixes = { "bpe:DIR", "hf:DIR" }
@@ -97,7 +98,7 @@ local function load_tokenizer_json(dir, what, name)
   if not tok then error(("data.tokenizer: %s: %s"):format(what, err), 0) end
   local files = { dir .. "/tokenizer.json" }
   for _, m in ipairs({ "ztrain.model.data.hf_tokenizer", "ztrain.model.data.bpe", "ztrain.model.data.bpe_vocab",
-                       "ztrain.model.data.pcre2", "ztrain.model.data.unorm" }) do
+                       "ztrain.model.data.pcre2", "ztrain.model.data.unorm", "ztrain.model.data.spm_bpe" }) do
     local p = module_file(m)
     if p then files[#files + 1] = p end
   end
