@@ -6,8 +6,8 @@ for hostile texts, for spec/unit/hf_tokenizer_spec.lua (which needs no Python).
     python3 -m venv .venv-tok && .venv-tok/bin/pip install tokenizers
     .venv-tok/bin/python tools/hf_tokenizer_fixture.py [--out spec/fixtures/hf_tokenizer]
 
-Each tokenizer is trained by BpeTrainer on docs/*.md (sorted, concatenated) to a small
-vocabulary, with the settings of the model it imitates:
+Each tokenizer is trained by BpeTrainer on docs/*.md (sorted; at the commit CORPUS_REV,
+so that editing the docs leaves the fixtures alone) to a small vocabulary, with the settings of the model it imitates:
   llama3  Split(Llama 3's regex, isolated) + ByteLevel(no prefix space, no regex),
           BPE with ignore_merges, no normalizer; added tokens after the model's ids
           (<|begin_of_text|>, <|end_of_text|>, <|eot_id|>, ... all special), and a few
@@ -29,6 +29,7 @@ vocabulary, with the settings of the model it imitates:
           Fuse, Strip(1)
   mistral the same model with Mistral v0.3's Metaspace(prepend_scheme first, no split)
           pre-tokenizer in place of the normalizer, and [INST] [/INST]
+  spm_unk mistral's without byte_fallback: unknown characters are <unk>, runs fused
   flags   gpt2's pipeline with added tokens that have tokenizers' flags: <mask> lstrip
           (RoBERTa's), <|end|> rstrip (Phi-3's), "cat" single_word, "dog" single_word +
           lstrip + rstrip + normalized, <|user|> lstrip + rstrip, "at." (found in what
@@ -38,7 +39,8 @@ Writes <style>/tokenizer.json and expected.json:
    "decoded", "normalized"}]}}}  -- ids: encode(text, add_special_tokens=False);
    decoded: decode(ids); normalized: the normalizer's text (qwen2 only). decode(ids) is
    the text but for qwen2 (NFC), flags (lstrip / rstrip take the whitespace in), llama2
-   and mistral (a "▁" put before each piece between added tokens decodes to a space). tokenizers'
+   mistral and spm_unk (a "▁" put before each piece between added tokens decodes to a
+   space; <unk> stands for what it replaced). tokenizers'
    decode puts added tokens through the ByteLevel decoder too, so "Ångström" (whose
    letters Å and ö are byte symbols) decodes to U+FFFD; ztrain decodes it to its text.
 """
@@ -48,10 +50,14 @@ import glob
 import json
 import os
 import re
+import subprocess
 
 import tokenizers
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, \
     pre_tokenizers, trainers
+
+# the corpus: docs/*.md at this commit of ztrain (main, when these fixtures were first made)
+CORPUS_REV = "b1f7127824aa4b33c065f715f3fbd59f3eb165a1"
 
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
           r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -101,12 +107,19 @@ CASES = [
 ]
 
 
-def corpus(root):
-    parts = []
-    for p in sorted(glob.glob(os.path.join(root, "docs", "*.md"))):
-        with open(p, encoding="utf-8") as f:
-            parts.append(f.read())
-    return parts
+def corpus(root, rev):
+    """docs/*.md as they are at git revision rev (so that editing the docs does not
+    retrain the fixtures), or in the working tree when rev is empty."""
+    if not rev:
+        parts = []
+        for p in sorted(glob.glob(os.path.join(root, "docs", "*.md"))):
+            with open(p, encoding="utf-8") as f:
+                parts.append(f.read())
+        return parts
+    names = subprocess.run(["git", "-C", root, "ls-tree", "--name-only", rev, "docs/"], check=True,
+                           capture_output=True, text=True).stdout.split()
+    return [subprocess.run(["git", "-C", root, "show", f"{rev}:{n}"], check=True, capture_output=True,
+                           text=True).stdout for n in sorted(names) if n.endswith(".md")]
 
 
 def trained(texts, pre, normalizer, ignore_merges, vocab_size):
@@ -146,7 +159,9 @@ def sentencepiece(style, texts, vocab_size):
     spec = json.loads(tok.to_str())
     # the byte tokens are the model's, not added tokens (as in Llama 2's file)
     spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] not in byte_tokens]
-    if style == "mistral":
+    if style == "spm_unk":  # no byte fallback: characters not in the vocabulary are <unk>, fused
+        spec["model"]["byte_fallback"] = False
+    if style in ("mistral", "spm_unk"):
         spec["normalizer"] = None
         spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}
     tok = Tokenizer.from_str(json.dumps(spec))
@@ -188,7 +203,7 @@ def build(style, texts, vocab_size):
             pre_tokenizers.Digits(individual_digits=True),
             pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)])
         tok.add_special_tokens(QWEN2_SPECIALS)
-    elif style in ("llama2", "mistral"):
+    elif style in ("llama2", "mistral", "spm_unk"):
         return sentencepiece(style, texts, vocab_size)
     else:
         pre = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
@@ -211,12 +226,14 @@ def main():
     ap.add_argument("--out", default="spec/fixtures/hf_tokenizer")
     ap.add_argument("--root", default=".", help="the ztrain tree (its docs/*.md are the corpus)")
     ap.add_argument("--vocab-size", type=int, default=1200)
+    ap.add_argument("--corpus-rev", default=CORPUS_REV,
+                    help="the git revision whose docs/*.md are the corpus ('' for the working tree)")
     a = ap.parse_args()
-    texts = corpus(a.root)
+    texts = corpus(a.root, a.corpus_rev)
     assert texts, "no docs/*.md under " + a.root
     long_text = "\n".join(texts)[:6000]
     out = {"tokenizers": tokenizers.__version__, "vocab_size": a.vocab_size, "styles": {}}
-    for style in ("llama3", "qwen2", "smollm", "gpt2", "flags", "llama2", "mistral"):
+    for style in ("llama3", "qwen2", "smollm", "gpt2", "flags", "llama2", "mistral", "spm_unk"):
         spec = build(style, texts, a.vocab_size)
         text = json.dumps(spec, ensure_ascii=False, indent=1)
         text = re.sub(r"\[\s*(\"(?:[^\"\\]|\\.)*\")\s*,\s*(\"(?:[^\"\\]|\\.)*\")\s*\]", r"[\1, \2]", text)
@@ -228,7 +245,7 @@ def main():
         for name, t in CASES + [("docs", long_text)]:
             ids = tok.encode(t, add_special_tokens=False).ids
             dec = tok.decode(ids, skip_special_tokens=False)
-            if style not in ("qwen2", "flags", "llama2", "mistral"):  # see the docstring
+            if style not in ("qwen2", "flags", "llama2", "mistral", "spm_unk"):  # see the docstring
                 assert dec == t, (style, name, t, dec)
             case = {"name": name, "text": t, "ids": ids, "decoded": dec}
             if tok.normalizer is not None:
@@ -240,7 +257,7 @@ def main():
     text = re.sub(r"\[\s*\d+(?:,\s*\d+)*\s*\]", lambda m: re.sub(r"\s+", "", m.group(0)), text)
     with open(os.path.join(a.out, "expected.json"), "w", encoding="utf-8") as f:
         f.write(text + "\n")
-    print(f"wrote {a.out}/{{llama3,qwen2,smollm,gpt2,flags,llama2,mistral}}/tokenizer.json and expected.json "
+    print(f"wrote {a.out}/{{llama3,qwen2,smollm,gpt2,flags,llama2,mistral,spm_unk}}/tokenizer.json and expected.json "
           f"(tokenizers {tokenizers.__version__})")
 
 

@@ -15,7 +15,7 @@ local unorm = require "ztrain.model.data.unorm"
 assert(jit, "these specs must run under LuaJIT: busted --lua=luajit spec/unit/hf_tokenizer_spec.lua")
 
 local FIX = "spec/fixtures/hf_tokenizer"
-local STYLES = { "llama3", "qwen2", "smollm", "gpt2", "flags", "llama2", "mistral" }
+local STYLES = { "llama3", "qwen2", "smollm", "gpt2", "flags", "llama2", "mistral", "spm_unk" }
 -- decode(encode(text)) is the text (the normalized text for Qwen) in these styles: the
 -- flags style's lstrip / rstrip tokens take in the whitespace beside them, and the
 -- SentencePiece ones put a "▁" (a space) before each piece between added tokens
@@ -87,9 +87,11 @@ describe("hf_tokenizer against Hugging Face tokenizers", function()
   it("invalid UTF-8 (which tokenizers never sees) encodes and decodes to the same bytes", function()
     local s = "\255abc\192 \195\169\128\n<|eot_id|>\237\160\128 x\240\159\152 1234\226\130"
     for _, style in ipairs(STYLES) do
-      local tok = load(style)
-      local ids, n = tok.encode(s)
-      assert.are.equal(s, tok.decode(ids, n), style)
+      if style ~= "spm_unk" then -- (<unk> stands for what it replaced)
+        local tok = load(style)
+        local ids, n = tok.encode(s)
+        assert.are.equal(s, tok.decode(ids, n), style)
+      end
     end
     assert.are.equal("Caf\195\169\255\195\169", unorm.nfc("Cafe\204\129\255e\204\129"))
   end)

@@ -90,7 +90,7 @@ function M.build(spec, path, added_text, merges)
     text_of[id] = tok
     if id > max_id then max_id = id end
   end
-  local byte_id = {}
+  local byte_id, fallback = {}, m.byte_fallback == true
   for b = 0, 255 do byte_id[b] = vocab[("<0x%02X>"):format(b)] end
   local unk = is_set(m.unk_token) and vocab[m.unk_token] or nil
   local fuse = m.fuse_unk == true
@@ -122,7 +122,7 @@ function M.build(spec, path, added_text, merges)
       if id then
         n = n + 1; syms[n] = id; last_unk = false
       else
-        local all = true
+        local all = fallback
         for j = i, i + l - 1 do if not byte_id[s:byte(j)] then all = false end end
         if all then
           for j = i, i + l - 1 do n = n + 1; syms[n] = byte_id[s:byte(j)] end
