@@ -26,9 +26,10 @@ so that editing the docs leaves the fixtures alone) to a small vocabulary, with 
           Replace(" ", "▁"), no pre-tokenizer (each text one word), byte_fallback with
           the 256 <0xXX> tokens, unk <unk> fused, <s> </s> special; a small alphabet so
           that rare characters take the byte tokens; decoder Replace, ByteFallback,
-          Fuse, Strip(1)
+          Fuse, Strip(1); trained on words (as SentencePiece: no merge crosses a "▁")
   mistral the same model with Mistral v0.3's Metaspace(prepend_scheme first, no split)
-          pre-tokenizer in place of the normalizer, and [INST] [/INST]
+          pre-tokenizer in place of the normalizer, and [INST] [/INST]; trained on
+          whole lines, so that merges cross "▁" (each text is one word to the model)
   spm_unk mistral's without byte_fallback: unknown characters are <unk>, runs fused
   flags   gpt2's pipeline with added tokens that have tokenizers' flags: <mask> lstrip
           (RoBERTa's), <|end|> rstrip (Phi-3's), "cat" single_word, "dog" single_word +
@@ -155,8 +156,11 @@ def sentencepiece(style, texts, vocab_size):
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False, limit_alphabet=150,
                                   special_tokens=["<unk>", "<s>", "</s>"] + byte_tokens)
     lines = [l for t in texts for l in t.split("\n") if l.strip()]
+    if style == "llama2":  # trained on words, as SentencePiece: no merge crosses a "▁"
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="never", split=True)
     tok.train_from_iterator(lines, trainer)
     spec = json.loads(tok.to_str())
+    spec["pre_tokenizer"] = None
     # the byte tokens are the model's, not added tokens (as in Llama 2's file)
     spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] not in byte_tokens]
     if style == "spm_unk":  # no byte fallback: characters not in the vocabulary are <unk>, fused

@@ -7,8 +7,10 @@
 -- looked up in the vocabulary; a character that is not there becomes the tokens of its
 -- bytes, "<0xE6>" ... (byte_fallback), or the unk token when one of those is missing too
 -- (consecutive ones fused into one with fuse_unk); then merged by bpe.lua's merge loop
--- (lowest rank, leftmost; a heap for long words: the whole text is one word). Bytes that
--- are not valid UTF-8 are characters of their own, so they take the byte tokens too.
+-- (lowest rank, leftmost; a heap for long runs). Bytes that are not valid UTF-8 are
+-- characters of their own, so they take the byte tokens too. The whole text being one
+-- word, it is cut first where no merge can cross (see `joins`: before each "▁" in real
+-- SentencePiece vocabularies), and the runs' ids are cached: the same ids, in linear time.
 -- The Metaspace pre-tokenizer without split (Mistral v0.3) replaces each space with
 -- "▁" and prepends one ("always", or "first": to the word at the start of the text).
 --
@@ -24,6 +26,7 @@ local M = {}
 
 M.SPACE = "\226\150\129" -- U+2581 LOWER ONE EIGHTH BLOCK, SentencePiece's space
 local K = vocab_files.ID_LIMIT
+local u8ptr = ffi.typeof("const uint8_t *")
 
 local function is_set(v) return v ~= nil and type(v) ~= "userdata" end
 
@@ -68,6 +71,23 @@ local function decoder_of(dec)
   return n, bytes
 end
 
+-- the code point of the UTF-8 character at q[i] (0-based, before n) and its length; an
+-- invalid byte is a character of its own, code point -1 - byte
+local function char_at(q, i, n)
+  local c = q[i]
+  if c < 0x80 then return c, 1 end
+  local l = c < 0xC2 and 1 or c < 0xE0 and 2 or c < 0xF0 and 3 or c < 0xF5 and 4 or 1
+  if l == 1 or i + l > n then return -1 - c, 1 end
+  local cp = c % (l == 2 and 32 or l == 3 and 16 or 8)
+  for j = i + 1, i + l - 1 do
+    local d = q[j]
+    if d < 0x80 or d > 0xBF then return -1 - c, 1 end
+    cp = cp * 64 + d % 64
+  end
+  return cp, l
+end
+local CP = 2097152 -- a pair of code points as one key: a * CP + b
+
 local function char_len(s, i) -- bytes of the UTF-8 character at i (1 for an invalid byte)
   local c = s:byte(i)
   local l = c < 0xC2 and 1 or c < 0xE0 and 2 or c < 0xF0 and 3 or c < 0xF5 and 4 or 1
@@ -78,22 +98,8 @@ local function char_len(s, i) -- bytes of the UTF-8 character at i (1 for an inv
   return l
 end
 
--- build(spec, path, added_text, merges) -> { word = function(p, a, b, first) -> list of ids,
--- decode = function(ids, n), token_bytes = function(id), vocab_size }, or nil, message.
--- added_text: {[id] = content} of the added tokens; merges: { {left, right}, ... } in rank order.
-function M.build(spec, path, added_text, merges)
-  local m = spec.model
-  local scheme, err = metaspace_of(spec.pre_tokenizer, path .. ": pre_tokenizer")
-  if scheme == nil then return nil, err end
-  local vocab, text_of, max_id = m.vocab, {}, -1
-  for tok, id in pairs(vocab) do
-    text_of[id] = tok
-    if id > max_id then max_id = id end
-  end
-  local byte_id, fallback = {}, m.byte_fallback == true
-  for b = 0, 255 do byte_id[b] = vocab[("<0x%02X>"):format(b)] end
-  local unk = is_set(m.unk_token) and vocab[m.unk_token] or nil
-  local fuse = m.fuse_unk == true
+-- merges -> rank_of, new_of (pair key -> rank, merged id), or nil, message
+local function merge_tables(vocab, merges, path)
   local rank_of, new_of = {}, {}
   for r, mg in ipairs(merges) do
     local ia, ib, inew = vocab[mg[1]], vocab[mg[2]], vocab[mg[1] .. mg[2]]
@@ -104,39 +110,30 @@ function M.build(spec, path, added_text, merges)
     end
     rank_of[ia * K + ib], new_of[ia * K + ib] = r - 1, inew
   end
-  for id, t in pairs(added_text) do
-    text_of[id] = t
-    if id > max_id then max_id = id end
-  end
+  return rank_of, new_of
+end
 
-  local function word(p, a, b, first)
-    local s = ffi.string(p + a, b - a)
-    if scheme then
-      s = s:gsub(" ", M.SPACE)
-      if (scheme == "always" or (scheme == "first" and first)) and s:sub(1, 3) ~= M.SPACE then s = M.SPACE .. s end
+-- Where a word may be cut: between two characters that are tokens themselves and that no
+-- token holds side by side. No merge can join symbols across such a place, and merges on
+-- one side never wait on the other, so the pieces' ids are the word's (real SentencePiece
+-- vocabularies: a cut before each "▁"). -> joins (pairs of code points inside a token,
+-- a * CP + b), single (code points that are one-character tokens)
+local function cut_tables(vocab)
+  local joins, single = {}, {}
+  for tok in pairs(vocab) do
+    local q, n, i, prev = ffi.cast(u8ptr, tok), #tok, 0, nil
+    while i < n do
+      local cp, l = char_at(q, i, n)
+      if prev then joins[prev * CP + cp] = true end
+      if l == n then single[cp] = true end
+      prev, i = cp, i + l
     end
-    local syms, n, i, len, last_unk = {}, 0, 1, #s, false
-    while i <= len do
-      local l = char_len(s, i)
-      local id = vocab[s:sub(i, i + l - 1)]
-      if id then
-        n = n + 1; syms[n] = id; last_unk = false
-      else
-        local all = fallback
-        for j = i, i + l - 1 do if not byte_id[s:byte(j)] then all = false end end
-        if all then
-          for j = i, i + l - 1 do n = n + 1; syms[n] = byte_id[s:byte(j)] end
-          last_unk = false
-        elseif unk and not (fuse and last_unk) then
-          n = n + 1; syms[n] = unk; last_unk = true
-        end
-      end
-      i = i + l
-    end
-    n = (n >= bpe.HEAP_MIN and bpe.merge_heap or bpe.merge_scan)(syms, n, rank_of, new_of)
-    return syms
   end
+  return joins, single
+end
 
+-- decode(ids, n), token_bytes(id) as the decoder says
+local function decoding(spec, text_of, byte_id, path)
   local strip, byte_decoder = decoder_of(spec.decoder)
   local function token_bytes(id) -- a token's bytes: "▁" as a space, a byte token its byte
     local t = text_of[id]
@@ -164,6 +161,86 @@ function M.build(spec, path, added_text, merges)
     end
     return out
   end
+  return decode, token_bytes
+end
+
+-- build(spec, path, added_text, merges) -> { word = function(p, a, b, first) -> list of ids,
+-- decode = function(ids, n), token_bytes = function(id), vocab_size }, or nil, message.
+-- added_text: {[id] = content} of the added tokens; merges: { {left, right}, ... } in rank order.
+function M.build(spec, path, added_text, merges)
+  local m = spec.model
+  local scheme, err = metaspace_of(spec.pre_tokenizer, path .. ": pre_tokenizer")
+  if scheme == nil then return nil, err end
+  local vocab, text_of, max_id = m.vocab, {}, -1
+  for tok, id in pairs(vocab) do
+    text_of[id] = tok
+    if id > max_id then max_id = id end
+  end
+  local byte_id, fallback = {}, m.byte_fallback == true
+  for b = 0, 255 do byte_id[b] = vocab[("<0x%02X>"):format(b)] end
+  local unk = is_set(m.unk_token) and vocab[m.unk_token] or nil
+  local fuse = m.fuse_unk == true
+  local rank_of, new_of = merge_tables(vocab, merges, path)
+  if not rank_of then return nil, new_of end
+  for id, t in pairs(added_text) do
+    text_of[id] = t
+    if id > max_id then max_id = id end
+  end
+
+  -- ids of a run of text that no merge crosses out of (its characters looked up, then merged)
+  local function chunk_ids(s)
+    local syms, n, i, len, last_unk = {}, 0, 1, #s, false
+    while i <= len do
+      local l = char_len(s, i)
+      local id = vocab[s:sub(i, i + l - 1)]
+      if id then
+        n = n + 1; syms[n] = id; last_unk = false
+      else
+        local all = fallback
+        for j = i, i + l - 1 do if not byte_id[s:byte(j)] then all = false end end
+        if all then
+          for j = i, i + l - 1 do n = n + 1; syms[n] = byte_id[s:byte(j)] end
+          last_unk = false
+        elseif unk and not (fuse and last_unk) then
+          n = n + 1; syms[n] = unk; last_unk = true
+        end
+      end
+      i = i + l
+    end
+    n = (n >= bpe.HEAP_MIN and bpe.merge_heap or bpe.merge_scan)(syms, n, rank_of, new_of)
+    return syms
+  end
+
+  local joins, single = cut_tables(vocab)
+  local cache, cached = {}, 0
+  local function word(p, a, b, first) -- a word cut where no merge crosses; the pieces cached
+    local s = ffi.string(p + a, b - a)
+    if scheme then
+      s = s:gsub(" ", M.SPACE)
+      if (scheme == "always" or (scheme == "first" and first)) and s:sub(1, 3) ~= M.SPACE then s = M.SPACE .. s end
+    end
+    local out, start, i, len, prev = {}, 1, 0, #s, nil
+    local q = ffi.cast(u8ptr, s) -- `s` stays alive for this call
+    local function flush(stop)
+      local c = s:sub(start, stop)
+      local v = cache[c]
+      if v == nil then
+        v = chunk_ids(c)
+        if cached >= bpe.CACHE_MAX then cache, cached = {}, 0 end
+        cache[c], cached = v, cached + 1
+      end
+      for k = 1, #v do out[#out + 1] = v[k] end
+    end
+    while i < len do -- 0-based here
+      local cp, l = char_at(q, i, len)
+      if prev and single[prev] and single[cp] and not joins[prev * CP + cp] then flush(i); start = i + 1 end
+      prev, i = cp, i + l
+    end
+    if len > 0 then flush(len) end
+    return out
+  end
+
+  local decode, token_bytes = decoding(spec, text_of, byte_id, path)
   return { word = word, decode = decode, token_bytes = token_bytes, vocab_size = max_id + 1 }
 end
 
