@@ -431,7 +431,7 @@ function M.from_spec(spec, path, opts)
     core = c
   end
   local self = { name = name, vocab_size = core.vocab_size, path = path, dir = dir, decode = core.decode,
-                 _core = core, _steps = steps, _normalize = normalize, _cache = {}, _cached = 0, _word = core.word,
+                 _core = core, _steps = steps, _normalize = normalize, _cache = {}, _cached = 0, _word = sentencepiece and core.word or nil,
                  _raw_match = matcher(raw), _norm_match = matcher(norm), _ignore_merges = spec.model.ignore_merges == true }
   self.specials, self.added = {}, {}
   for _, list in ipairs({ raw, norm }) do
