@@ -36,7 +36,8 @@ so that editing the docs leaves the fixtures alone) to a small vocabulary, with 
           lstrip + rstrip + normalized, <|user|> lstrip + rstrip, "at." (found in what
           a discarded single_word match leaves: not inside it)
 Writes <style>/tokenizer.json and expected.json:
-  {"tokenizers": version, "styles": {style: {"cases": [{"name", "text", "ids",
+  {"tokenizers": version, "styles": {style: {"bos": id the post_processor puts first,
+   or null, "cases": [{"name", "text", "ids",
    "decoded", "normalized"}]}}}  -- ids: encode(text, add_special_tokens=False);
    decoded: decode(ids); normalized: the normalizer's text (qwen2 only). decode(ids) is
    the text but for qwen2 (NFC), flags (lstrip / rstrip take the whitespace in), llama2
@@ -55,7 +56,7 @@ import subprocess
 
 import tokenizers
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, \
-    pre_tokenizers, trainers
+    pre_tokenizers, processors, trainers
 
 # the corpus: docs/*.md at this commit of ztrain (main, when these fixtures were first made)
 CORPUS_REV = "b1f7127824aa4b33c065f715f3fbd59f3eb165a1"
@@ -171,6 +172,8 @@ def sentencepiece(style, texts, vocab_size):
     tok = Tokenizer.from_str(json.dumps(spec))
     if style == "mistral":
         tok.add_special_tokens(["[INST]", "[/INST]"])
+    tok.post_processor = processors.TemplateProcessing(  # Llama 2's: <s> first
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", tok.token_to_id("<s>"))])
     return json.loads(tok.to_str())
 
 
@@ -187,6 +190,12 @@ def build(style, texts, vocab_size):
             vocab[byte_level(w)] = len(vocab)
         tok = Tokenizer.from_str(json.dumps(spec))
         tok.add_special_tokens(LLAMA3_SPECIALS)
+        bos = tok.token_to_id("<|begin_of_text|>")  # Llama 3's post_processor: <|begin_of_text|> first
+        tok.post_processor = processors.Sequence([
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                          pair="<|begin_of_text|> $A <|begin_of_text|> $B:1",
+                                          special_tokens=[("<|begin_of_text|>", bos)])])
     elif style == "qwen2":
         pre = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(QWEN2), behavior="isolated", invert=False),
@@ -255,7 +264,10 @@ def main():
             if tok.normalizer is not None:
                 case["normalized"] = tok.normalizer.normalize_str(t)
             cases.append(case)
-        out["styles"][style] = {"cases": cases}
+        with_specials = tok.encode("x", add_special_tokens=True).ids
+        plain = tok.encode("x", add_special_tokens=False).ids
+        bos = with_specials[0] if len(with_specials) > len(plain) else None
+        out["styles"][style] = {"cases": cases, "bos": bos}
         print(f"{style}: {tok.get_vocab_size()} tokens, {len(cases)} cases")
     text = json.dumps(out, ensure_ascii=False, indent=1)
     text = re.sub(r"\[\s*\d+(?:,\s*\d+)*\s*\]", lambda m: re.sub(r"\s+", "", m.group(0)), text)

@@ -47,6 +47,8 @@ describe("hf_tokenizer against Hugging Face tokenizers", function()
       local tok = load(style)
       local cases = expected.styles[style].cases
       assert.is_true(#cases >= 20)
+      -- the id the post_processor would put first (Llama 3's and Llama 2's templates), not put
+      assert.are.equal(expected.styles[style].bos ~= cjson.null and expected.styles[style].bos or nil, tok.bos)
       for _, c in ipairs(cases) do
         local ids, n = tok.encode(c.text)
         assert.are.same(c.ids, ids_table(ids, n), style .. " " .. c.name)

@@ -2,7 +2,8 @@
 -- (Llama 3, Qwen 2.5, SmolLM, GPT-2 saved by `tokenizers`) and SentencePiece-style with
 -- byte_fallback (Llama 2, Mistral, TinyLlama: ztrain.model.data.spm_bpe), encoding to the ids that
 -- Hugging Face's `tokenizers` gives with add_special_tokens=False (the post_processor,
--- which would put <|begin_of_text|> first, is not applied: ztrain's data adds no tokens).
+-- which would put <|begin_of_text|> first, is not applied: ztrain's data adds no tokens;
+-- tok.bos is the id its template puts first, for whoever wants it: a prompt, a document).
 --
 --   local hft = require "ztrain.model.data.hf_tokenizer"
 --   local tok, err = hft.load("DIR/tokenizer.json")  -- nil, message on a file it cannot use
@@ -284,6 +285,23 @@ local function added_of(list, path)
   return raw, norm, bytes
 end
 
+-- the id the post_processor's template puts first (Llama 3: <|begin_of_text|>; Llama 2,
+-- Mistral: <s>), or nil
+local function bos_of(pp)
+  if type(pp) ~= "table" then return nil end
+  if pp.type == "Sequence" then
+    for _, x in ipairs(pp.processors or {}) do
+      local b = bos_of(x)
+      if b then return b end
+    end
+    return nil
+  end
+  if pp.type ~= "TemplateProcessing" or type(pp.single) ~= "table" then return nil end
+  local st = type(pp.single[1]) == "table" and pp.single[1].SpecialToken
+  local entry = type(st) == "table" and type(pp.special_tokens) == "table" and pp.special_tokens[st.id]
+  return type(entry) == "table" and type(entry.ids) == "table" and #entry.ids == 1 and entry.ids[1] or nil
+end
+
 local function read_json(path)
   local f, err = io.open(path, "rb")
   if not f then return nil, ("%s: cannot read: %s"):format(path, tostring(err)) end
@@ -372,7 +390,7 @@ local function encode(self, s)
   return res, k
 end
 
--- load(path, opts) -> tokenizer { name, vocab_size, eot, encode, decode, token_bytes,
+-- load(path, opts) -> tokenizer { name, vocab_size, eot, bos, encode, decode, token_bytes,
 -- specials, added, path, dir }, or nil, message naming the file and the field.
 -- opts.name: its name in reports (default "hf:" .. its directory).
 function M.load(path, opts)
@@ -444,6 +462,7 @@ function M.from_spec(spec, path, opts)
     local id = self.added[e] or spec.model.vocab[e]
     if id then self.eot = id; break end
   end
+  self.bos = bos_of(spec.post_processor)
   if self._ignore_merges then
     local whole = {}
     for tok, id in pairs(spec.model.vocab) do
