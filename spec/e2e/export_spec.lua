@@ -6,6 +6,16 @@
 local cjson = require "cjson"
 local u = require "spec.helpers.util"
 local zt = require "ztrain"
+local bpe = require "ztrain.model.data.bpe"
+
+-- `ztrain generate DIR` with DIR's own tokenizer gives the text tokenizer=bytes gives
+local function generates_as_bytes(dir)
+  local a, rca = u.sh(("build/ztrain generate %s 'The ' max_tokens=12 temperature=0"):format(dir))
+  local b, rcb = u.sh(("build/ztrain generate %s 'The ' max_tokens=12 temperature=0 tokenizer=bytes"):format(dir))
+  assert.are.equal(0, rca, a)
+  assert.are.equal(0, rcb, b)
+  assert.are.equal(b, a)
+end
 
 describe("export.hf of a byte-tokenizer run", function()
   local run, dir
@@ -36,11 +46,7 @@ describe("export.hf of a byte-tokenizer run", function()
   end)
 
   it("generates as it is, the same text as with tokenizer=bytes named", function()
-    local a, rca = u.sh(("build/ztrain generate %s 'The ' max_tokens=12 temperature=0"):format(dir))
-    local b, rcb = u.sh(("build/ztrain generate %s 'The ' max_tokens=12 temperature=0 tokenizer=bytes"):format(dir))
-    assert.are.equal(0, rca, a)
-    assert.are.equal(0, rcb, b)
-    assert.are.equal(b, a)
+    generates_as_bytes(dir)
   end)
 
   it("says dropout 0 in config.json (ztrain trains without dropout)", function()
@@ -64,16 +70,23 @@ describe("export.hf of a byte-tokenizer run", function()
   end)
 end)
 
+local RUN = "data.seq_len=32 batch.micro=2 train.steps=1 train.eval_every=0 optim.lr=0"
+
+-- a run's out= and export.hf= directories, after one step with data.tokenizer=tokenizer
+local function exported(tokenizer)
+  local src, dir = u.outdir(), u.outdir()
+  local out, rc = u.sh(("build/ztrain recipes/single.lua model.size=gpt2-tiny data.tokenizer=%s %s -q " ..
+                        "out=%s export.hf=%s"):format(tokenizer, RUN, src, dir))
+  assert.are.equal(0, rc, out)
+  return src, dir
+end
+
 describe("model=hf:DIR with the model's own tokenizer", function()
   local src, dir
-  local RUN = "data.seq_len=32 batch.micro=2 train.steps=1 train.eval_every=0 optim.lr=0"
   setup(function()
     -- a model whose directory carries a tokenizer: an export of a bpe run
     -- (8192 tokens, the vocabulary trained on the default corpus)
-    src, dir = u.outdir(), u.outdir()
-    local out, rc = u.sh(("build/ztrain recipes/single.lua model.size=gpt2-tiny data.tokenizer=bpe %s -q " ..
-                          "out=%s export.hf=%s"):format(RUN, src, dir))
-    assert.are.equal(0, rc, out)
+    src, dir = exported("bpe")
   end)
   teardown(function() u.rm(src); u.rm(dir) end)
 
@@ -106,5 +119,44 @@ describe("model=hf:DIR with the model's own tokenizer", function()
                    " was trained with its own tokenizer of 8192", text)
     assert.matches("/vocab.json): its embedding rows stand for those; use data.tokenizer=hf:" .. dir, text, 1, true)
     assert.not_matches("%.lua:%d+:", text)
+  end)
+end)
+
+describe("model=hf:DIR whose tokenizer is a tokenizer.json (issue 33)", function()
+  local src, dir
+  setup(function()
+    -- an export of a byte-tokenizer run whose vocab.json + merges.txt are replaced by a
+    -- tokenizer.json in Llama 3's style (its Split regex, ByteLevel, ignore_merges) over
+    -- the 256 byte symbols and no merges: every text gets the byte tokenizer's ids
+    src, dir = exported("bytes")
+    local llama = cjson.decode(u.read("spec/fixtures/hf_tokenizer/llama3/tokenizer.json"))
+    local vocab = {}
+    for b = 0, 255 do vocab[bpe.byte_to_unicode(b)] = b end
+    llama.model.vocab, llama.model.merges, llama.added_tokens = vocab, setmetatable({}, cjson.array_mt), {}
+    os.remove(dir .. "/vocab.json"); os.remove(dir .. "/merges.txt")
+    u.write(dir .. "/tokenizer.json", cjson.encode(llama))
+  end)
+  teardown(function() u.rm(src); u.rm(dir) end)
+
+  it("is the run's tokenizer, its export carries it, and a named one of another size is refused", function()
+    local out, ex = u.outdir(), u.outdir()
+    local text, rc = u.sh(("build/ztrain recipes/single.lua model=hf:%s %s out=%s export.hf=%s train.ckpt_every=1")
+                          :format(dir, RUN, out, ex))
+    assert.are.equal(0, rc, text)
+    assert.are.equal("hf:" .. dir, cjson.decode(u.read(out .. "/summary.json")).data.tokenizer)
+    assert.are.equal(u.read(dir .. "/tokenizer.json"), u.read(ex .. "/tokenizer.json"))
+    u.rm(ex)
+    text, rc = u.sh(("build/ztrain export %s/checkpoints %s"):format(out, ex)) -- from the checkpoint too
+    assert.are.equal(0, rc, text)
+    assert.are.equal(u.read(dir .. "/tokenizer.json"), u.read(ex .. "/tokenizer.json"))
+    u.rm(out); u.rm(ex)
+    text, rc = u.sh(("build/ztrain recipes/single.lua model=hf:%s %s data.tokenizer=bpe out=%s"):format(dir, RUN, out))
+    assert.are.equal(1, rc, text)
+    assert.matches("/tokenizer.json): its embedding rows stand for those; use data.tokenizer=hf:" .. dir, text, 1, true)
+    u.rm(out)
+  end)
+
+  it("ztrain generate DIR encodes with it: the text tokenizer=bytes gives", function()
+    generates_as_bytes(dir)
   end)
 end)

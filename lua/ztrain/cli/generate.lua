@@ -54,8 +54,8 @@ function M.main(args)
   end
   local tok = o.tokenizer
   if not tok then
-    if not (has("vocab.json") and has("merges.txt")) then
-      error(("generate: %s has no vocab.json + merges.txt: name a tokenizer with tokenizer=NAME " ..
+    if not ((has("vocab.json") and has("merges.txt")) or has("tokenizer.json")) then
+      error(("generate: %s has no vocab.json + merges.txt or tokenizer.json: name a tokenizer with tokenizer=NAME " ..
              "(bytes, bpe, bpe:DIR, hf:DIR)"):format(dir), 0)
     end
     tok = "hf:" .. dir

@@ -345,6 +345,8 @@ end
 --   write        false on ranks that only take part in each() (default true)
 --   eot          the end-of-text id for config.json's bos/eos
 --   tokenizer_dir  a directory whose vocab.json and merges.txt are copied in
+--   tokenizer_json  true: its tokenizer.json too (the run named it hf:DIR, which
+--                reads tokenizer.json where there is one that is not GPT-2's pipeline)
 --   tokenizer_files  or their texts: { ["vocab.json"] =, ["merges.txt"] = }
 -- Returns true, or nil and a message (nothing half-written is left behind).
 function M.save(model, dir, opts)
@@ -413,7 +415,7 @@ function M.save(model, dir, opts)
     st.write_file_atomic(dir .. "/config.json", config_text(model.cfg, opts))
     for name, text in pairs(opts.tokenizer_files or {}) do st.write_file_atomic(dir .. "/" .. name, text) end
     if opts.tokenizer_dir then
-      for _, name in ipairs({ "vocab.json", "merges.txt" }) do
+      for _, name in ipairs({ "vocab.json", "merges.txt", opts.tokenizer_json and "tokenizer.json" or nil }) do
         local f = io.open(opts.tokenizer_dir .. "/" .. name, "rb")
         if f then
           local text = f:read("*a")

@@ -176,13 +176,14 @@ end
 
 -- choose_tokenizer(self, r) -> the run's tokenizer. A Hugging Face model
 -- (model.from = hf:DIR) that carries its tokenizer (vocab.json +
--- merges.txt) brings it: unless data.tokenizer is named on the command
+-- merges.txt, or tokenizer.json) brings it: unless data.tokenizer is named on the command
 -- line, or in a recipe file that names the model too (a recipe file's
 -- tokenizer was chosen for its own model), the model's is used and the run
 -- says so; a named one whose vocabulary differs from the model's is refused.
 local function choose_tokenizer(self, r)
   local dir = self.checkpoint and hf.dir_of(r.model.from)
-  local own = dir and fs.exists(dir .. "/vocab.json") and fs.exists(dir .. "/merges.txt")
+  local own = dir and ((fs.exists(dir .. "/vocab.json") and fs.exists(dir .. "/merges.txt"))
+                       or fs.exists(dir .. "/tokenizer.json"))
   if not own or r.data.tokenizer == "hf:" .. dir or r.data.tokenizer == "bpe:" .. dir then
     return data.tokenizer(r.data.tokenizer)
   end
@@ -190,6 +191,7 @@ local function choose_tokenizer(self, r)
   local named = how == "override" or (how == "recipe" and recipe_mod.given(r, "model.from") == "recipe")
   local model_tok = data.tokenizer("hf:" .. dir)
   if not named then
+    self.tokenizer_name = "hf:" .. dir -- what the run's exports and checkpoints name (not the recipe's)
     self.tokenizer_note = ("data.tokenizer = hf:%s, the model's own (name data.tokenizer= on the command line " ..
                            "for another)"):format(dir)
     return model_tok
@@ -197,8 +199,9 @@ local function choose_tokenizer(self, r)
   local tok = data.tokenizer(r.data.tokenizer)
   if tok.vocab_size ~= model_tok.vocab_size then
     fail(("data.tokenizer = %s has %d tokens but the model %s was trained with its own tokenizer of %d " ..
-          "(%s/vocab.json): its embedding rows stand for those; use data.tokenizer=hf:%s"):format(
-          tostring(r.data.tokenizer), tok.vocab_size, r.model.from, model_tok.vocab_size, dir, dir))
+          "(%s/%s): its embedding rows stand for those; use data.tokenizer=hf:%s"):format(
+          tostring(r.data.tokenizer), tok.vocab_size, r.model.from, model_tok.vocab_size, dir,
+          model_tok.path and "tokenizer.json" or "vocab.json", dir))
   end
   return tok
 end

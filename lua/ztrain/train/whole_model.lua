@@ -202,11 +202,13 @@ end
 function Trainer:export_hf(dir)
   local each = function(visit) return self:each_full_unit(visit) end
   local tok = self.recipe.data.tokenizer
+  if self.tokenizer_name then tok = self.tokenizer_name end -- the model's own (trainer_build.choose_tokenizer)
   local tdir = type(tok) == "string" and (tok:match("^hf:(.+)$") or tok:match("^bpe:(.+)$")) or nil
   if tok == "bpe" then tdir = zffi.home .. "/data/bpe/fortunes" end
   local files = tok == "bytes" and hf.byte_tokenizer_files() or nil
   local ok, err = hf.save(self.model, dir, { each = each, write = self.rank == 0,
                                              eot = self.tokenizer and self.tokenizer.eot, tokenizer_dir = tdir,
+                                             tokenizer_json = type(tok) == "string" and tok:match("^hf:") ~= nil,
                                              tokenizer_files = files })
   err = agree(self.world, ok and "" or ("export.hf: " .. tostring(err)))
   if err ~= "" then error(errors.all_ranks(err), 0) end

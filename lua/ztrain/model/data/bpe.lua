@@ -265,6 +265,7 @@ local function merge_heap(syms, n, rank_of, new_of)
 end
 
 M._merge_scan, M._merge_heap = merge_scan, merge_heap -- for specs
+M.merge_scan, M.merge_heap = merge_scan, merge_heap -- (syms, n, rank_of, new_of) -> n: for spm_bpe too
 
 -- read_vocab(path) -> vocab (token string -> id), max id; read_merges(path) -> list of
 -- { left, right, line } (ztrain.model.data.bpe_vocab)
@@ -278,6 +279,7 @@ Tok.__index = Tok
 
 -- new{ vocab = {token -> id}, merges = {{left, right[, line]}, ...}, name =,
 --      specials = {token, ...} (default: { "<|endoftext|>" } when in vocab),
+--      extra_bytes = {[id] = text} (ids that decode to text, in the vocabulary or past it),
 --      vocab_path =, merges_path = (for messages) } -> tokenizer
 function M.new(o)
   local vocab, merges = o.vocab, o.merges
@@ -336,6 +338,10 @@ function M.new(o)
     local is_special = false
     for _, s in ipairs(specials) do if s == tok then is_special = true end end
     id_bytes[id] = (not is_special and M.from_unicode(tok)) or tok
+  end
+  for id, text in pairs(o.extra_bytes or {}) do -- added tokens (tokenizer.json: hf_tokenizer)
+    id_bytes[id] = text
+    if id >= self.vocab_size then self.vocab_size = id + 1 end
   end
 
   self._byte_id, self._rank_of, self._new_of = byte_id, rank_of, new_of

@@ -28,7 +28,10 @@ M.BPE_DEFAULT = "data/bpe/fortunes"
 --   bytes      byte-level, 256 ids, no eot (ztrain.model.data.bytes)
 --   bpe        GPT-2 byte-level BPE with the shipped vocabulary (M.home/data/bpe/fortunes)
 --   bpe:DIR    the same with DIR/vocab.json + DIR/merges.txt
---   hf:DIR     a Hugging Face GPT-2 model or tokenizer directory (the same two files)
+--   hf:DIR     a Hugging Face model or tokenizer directory: its tokenizer.json (BPE:
+--              byte-level as Llama 3, Qwen 2.5, SmolLM; SentencePiece-style as Llama 2,
+--              Mistral; ztrain.model.data.hf_tokenizer), or the
+--              same two files as bpe:DIR where there is none or it is GPT-2's own pipeline
 local fixed = { "bytes", "bpe" }
 local prefixes = { "bpe:DIR", "hf:DIR" }
 
@@ -56,8 +59,7 @@ local function load_bpe(dir, what, name)
   if #missing > 0 then
     local hint = "a GPT-2 tokenizer directory holds vocab.json and merges.txt (Hugging Face format)"
     if fs.exists(dir .. "/tokenizer.json") then
-      hint = "it has tokenizer.json only: save the tokenizer with vocab.json and merges.txt " ..
-             "(transformers: GPT2Tokenizer.from_pretrained(DIR).save_pretrained(DIR))"
+      hint = ("it has tokenizer.json only: name it as hf:%s"):format(dir)
     end
     error(("data.tokenizer: %s: no %s in %s; %s"):format(what, table.concat(missing, " or "), dir, hint), 0)
   end
@@ -78,6 +80,29 @@ local function load_bpe(dir, what, name)
     tok.cache_files = files
   end
   tok.dir = tok.dir or dir
+  return tok
+end
+
+-- A tokenizer from DIR/tokenizer.json, or nil when GPT-2's vocab.json + merges.txt beside
+-- it give the same ids (bpe.lua reads those: the GPT-2 path as before tokenizer.json).
+local function load_tokenizer_json(dir, what, name)
+  local ok, hft = pcall(require, "ztrain.model.data.hf_tokenizer")
+  if not ok then
+    error(("data.tokenizer: %s: the module ztrain.model.data.hf_tokenizer cannot be loaded: %s")
+          :format(what, tostring(hft)), 0)
+  end
+  local spec, rerr = hft.read(dir .. "/tokenizer.json")
+  if not spec then error(("data.tokenizer: %s: %s"):format(what, rerr), 0) end
+  if fs.exists(dir .. "/vocab.json") and fs.exists(dir .. "/merges.txt") and hft.gpt2_like(spec) then return nil end
+  local tok, err = hft.from_spec(spec, dir .. "/tokenizer.json", { name = name })
+  if not tok then error(("data.tokenizer: %s: %s"):format(what, err), 0) end
+  local files = { dir .. "/tokenizer.json" }
+  for _, m in ipairs({ "ztrain.model.data.hf_tokenizer", "ztrain.model.data.bpe", "ztrain.model.data.bpe_vocab",
+                       "ztrain.model.data.pcre2", "ztrain.model.data.unorm", "ztrain.model.data.spm_bpe" }) do
+    local p = module_file(m)
+    if p then files[#files + 1] = p end
+  end
+  tok.cache_files = files
   return tok
 end
 
@@ -103,6 +128,14 @@ function M.get(name)
     return load_bpe(dir, '"bpe"', "bpe")
   end
   local prefix, dir = name:match("^(%a+):(.*)$")
+  if prefix == "hf" and dir ~= "" then
+    local d = dir:gsub("/+$", "")
+    if d == "" then d = "/" end
+    if fs.exists(d .. "/tokenizer.json") then
+      local tok = load_tokenizer_json(d, ("%q"):format(name), name)
+      if tok then return tok end
+    end
+  end
   if prefix == "bpe" or prefix == "hf" then return load_bpe(dir, ("%q"):format(name), name) end
   error(("data.tokenizer: unknown tokenizer %q (known: %s)"):format(name, table.concat(M.names(), ", ")), 0)
 end

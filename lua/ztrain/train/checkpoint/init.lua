@@ -55,7 +55,7 @@ function M.save_run(tr, root, keep, run)
              -- the next global micro-batch index of the training data, and
              -- the global batch that reached it
              data = { next_batch = tr:next_batch(), global_batch = G, seed = tr.recipe.data.seed,
-                      tokenizer = type(tr.recipe.data.tokenizer) == "string" and tr.recipe.data.tokenizer or nil,
+                      tokenizer = tr.tokenizer_name or (type(tr.recipe.data.tokenizer) == "string" and tr.recipe.data.tokenizer or nil),
                       eot = tr.tokenizer and tr.tokenizer.eot },
              -- no random state to keep: initialisation and data order are
              -- functions of the seeds and the step
@@ -108,7 +108,7 @@ function M.load_run(tr, path)
             mine.V))
     end
     -- the same tokenizer: the embedding's rows mean the same tokens
-    local tok = type(tr.recipe.data.tokenizer) == "string" and tr.recipe.data.tokenizer or nil
+    local tok = tr.tokenizer_name or (type(tr.recipe.data.tokenizer) == "string" and tr.recipe.data.tokenizer or nil)
     local saved_tok = man.data and man.data.tokenizer
     if tok and saved_tok and tok ~= saved_tok then
       fail(("checkpoint %s was trained with data.tokenizer = %q, this run uses %q: its embedding rows " ..
@@ -162,6 +162,7 @@ function M.export(path, dir)
     elseif type(tok) == "string" then tdir = tok:match("^hf:(.+)$") or tok:match("^bpe:(.+)$") end
     local files = tok == "bytes" and hf.byte_tokenizer_files() or nil
     local oks, serr = hf.save(model, dir, { eot = man.data and man.data.eot, tokenizer_dir = tdir,
+                                            tokenizer_json = type(tok) == "string" and tok:match("^hf:") ~= nil,
                                             tokenizer_files = files })
     if not oks then error(serr, 0) end
   end)
