@@ -140,19 +140,24 @@ static void cpu_gelu_backward(void *dinp, int out16, const void *inp, int in16, 
 
 /* bf16 I/O: f32 tiles per thread (kernels.h); their allocation can fail */
 static int cpu_attention_forward(void *out, float *lse, const void *qkv, int io16,
-                                 int B, int T, int C, int NH)
+                                 int B, int T, int C, int NH, int NKV, int W)
 {
-    if (!io16) { zk_attention_forward(out, lse, qkv, B, T, C, NH); return ZT_OK; }
-    if (zk_attention_forward_bb(out, lse, qkv, B, T, C, NH) == 0) return ZT_OK;
+    if (!io16) { zk_attention_forward_gqa(out, lse, qkv, B, T, C, NH, NKV, W); return ZT_OK; }
+    if (zk_attention_forward_gqa_bb(out, lse, qkv, B, T, C, NH, NKV, W) == 0) return ZT_OK;
     return zt_error(ZT_ENOMEM, "zt_attention_forward: no host memory for the bf16 kernel's f32 "
                     "tiles (%zu bytes a thread)", (size_t)(2 * 32 + 2 * 64) * (C / NH) * sizeof(float));
 }
 
 static int cpu_attention_backward(void *dqkv, const float *dout, const void *qkv, const void *out,
-                                  const float *lse, int io16, int B, int T, int C, int NH)
+                                  const float *lse, int io16, int B, int T, int C, int NH,
+                                  int NKV, int W)
 {
-    if (!io16) { zk_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); return ZT_OK; }
-    if (zk_attention_backward_bb(dqkv, dout, qkv, out, lse, B, T, C, NH) == 0) return ZT_OK;
+    if (!io16) {
+        zk_attention_backward_gqa(dqkv, dout, qkv, out, lse, B, T, C, NH, NKV, W);
+        return ZT_OK;
+    }
+    if (zk_attention_backward_gqa_bb(dqkv, dout, qkv, out, lse, B, T, C, NH, NKV, W) == 0)
+        return ZT_OK;
     return zt_error(ZT_ENOMEM, "zt_attention_backward: no host memory for the bf16 kernel's f32 "
                     "buffers (about %zu bytes a thread: 2 x T x head size floats)",
                     (size_t)2 * T * (C / NH) * sizeof(float));
@@ -218,7 +223,7 @@ const zt_device_ops zt_cpu_device = {
     .matmul_bf16_backward = cpu_matmul_bf16_backward,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
-    .attention_decode = zk_attention_decode,
+    .attention_decode = zk_attention_decode_gqa,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
     .crossentropy = cpu_crossentropy,

@@ -103,22 +103,24 @@ static int fg_matmul_bf16_backward(float *dinp, float *dw, float *db, const uint
 }
 
 static int fg_attention_forward(void *out, float *lse, const void *qkv, int io16,
-                                int B, int T, int C, int NH)
+                                int B, int T, int C, int NH, int NKV, int W)
 {
-    return CPU.attention_forward(un(out), F(lse), un((void *)qkv), io16, B, T, C, NH);
+    return CPU.attention_forward(un(out), F(lse), un((void *)qkv), io16, B, T, C, NH, NKV, W);
 }
 
 static int fg_attention_backward(void *dqkv, const float *dout, const void *qkv, const void *out,
-                                 const float *lse, int io16, int B, int T, int C, int NH)
+                                 const float *lse, int io16, int B, int T, int C, int NH,
+                                 int NKV, int W)
 {
     return CPU.attention_backward(un(dqkv), CF(dout), un((void *)qkv), un((void *)out), CF(lse),
-                                  io16, B, T, C, NH);
+                                  io16, B, T, C, NH, NKV, W);
 }
 
 static void fg_attention_decode(float *out, float *kc, float *vc, const float *qkv,
-                                int B, int T, int C, int NH, int maxT, int pos)
+                                int B, int T, int C, int NH, int NKV, int W, int maxT,
+                                int pos)
 {
-    CPU.attention_decode(F(out), F(kc), F(vc), CF(qkv), B, T, C, NH, maxT, pos);
+    CPU.attention_decode(F(out), F(kc), F(vc), CF(qkv), B, T, C, NH, NKV, W, maxT, pos);
 }
 
 static void fg_layernorm_residual_forward(float *resid, void *out, int out16, float *mean,

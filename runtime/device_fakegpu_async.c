@@ -59,7 +59,7 @@ typedef struct item {
     void *p[7];                     /* an op's arguments */
     size_t n;
     float f[7];
-    int i[6];
+    int i[8];
     uint64_t u[2];
     int keep;                       /* the issuer frees it (it reads the result) */
     double d;
@@ -486,15 +486,16 @@ static int fa_matmul_bf16_backward(float *dinp, float *dw, float *db, const uint
 static void r_attf(item *it)
 {
     keep_error(FG.attention_forward(it->p[0], it->p[1], it->p[2], it->i[4], it->i[0], it->i[1],
-                                    it->i[2], it->i[3]));
+                                    it->i[2], it->i[3], it->i[5], it->i[6]));
 }
 static int fa_attention_forward(void *out, float *lse, const void *qkv, int io16,
-                                int B, int T, int C, int NH)
+                                int B, int T, int C, int NH, int NKV, int W)
 {
     ZT_TRY(take_pending());
     OPV(it, r_attf, ZT_ENOMEM);
     it->p[0] = out; it->p[1] = lse; it->p[2] = (void *)qkv;
     it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = NH; it->i[4] = io16;
+    it->i[5] = NKV; it->i[6] = W;
     issue(it);
     return ZT_OK;
 }
@@ -502,16 +503,17 @@ static int fa_attention_forward(void *out, float *lse, const void *qkv, int io16
 static void r_attb(item *it)
 {
     keep_error(FG.attention_backward(it->p[0], it->p[1], it->p[2], it->p[3], it->p[4], it->i[4],
-                                     it->i[0], it->i[1], it->i[2], it->i[3]));
+                                     it->i[0], it->i[1], it->i[2], it->i[3], it->i[5], it->i[6]));
 }
 static int fa_attention_backward(void *dqkv, const float *dout, const void *qkv, const void *out,
-                                 const float *lse, int io16, int B, int T, int C, int NH)
+                                 const float *lse, int io16, int B, int T, int C, int NH,
+                                 int NKV, int W)
 {
     ZT_TRY(take_pending());
     OPV(it, r_attb, ZT_ENOMEM);
     it->p[0] = dqkv; it->p[1] = (void *)dout; it->p[2] = (void *)qkv; it->p[3] = (void *)out;
     it->p[4] = (void *)lse; it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = NH;
-    it->i[4] = io16;
+    it->i[4] = io16; it->i[5] = NKV; it->i[6] = W;
     issue(it);
     return ZT_OK;
 }
@@ -519,14 +521,15 @@ static int fa_attention_backward(void *dqkv, const float *dout, const void *qkv,
 static void r_attd(item *it)
 {
     FG.attention_decode(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1], it->i[2],
-                        it->i[3], it->i[4], it->i[5]);
+                        it->i[3], it->i[6], it->i[7], it->i[4], it->i[5]);
 }
 static void fa_attention_decode(float *out, float *kc, float *vc, const float *qkv,
-                                int B, int T, int C, int NH, int maxT, int pos)
+                                int B, int T, int C, int NH, int NKV, int W, int maxT, int pos)
 {
     OP0(it, r_attd);
     it->p[0] = out; it->p[1] = kc; it->p[2] = vc; it->p[3] = (void *)qkv;
     it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = NH; it->i[4] = maxT; it->i[5] = pos;
+    it->i[6] = NKV; it->i[7] = W;
     issue(it);
 }
 

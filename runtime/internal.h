@@ -203,14 +203,17 @@ typedef struct zt_device_ops {
      * for bit (bf16 activations: the GEMMs around attention read and write
      * bf16, no cast passes). Return 0 or an error code (zt_error'd: the
      * CPU's bf16 path allocates per-thread f32 tiles; a GPU returns its
-     * launch result as the other kernels do). */
+     * launch result as the other kernels do). C = NH hs is out's row;
+     * qkv's is C + 2 NKV hs (q | k | v, NKV kv heads, NH % NKV == 0);
+     * window W >= 0 (0 plain causal, else keys (i - W, i]): kernels.h's
+     * zk_attention_*_gqa. Caches (B,NKV,maxT,hs). */
     int (*attention_forward)(void *out, float *lse, const void *qkv, int io16,
-                             int B, int T, int C, int NH);
+                             int B, int T, int C, int NH, int NKV, int W);
     int (*attention_backward)(void *dqkv, const float *dout, const void *qkv,
                               const void *out, const float *lse, int io16,
-                              int B, int T, int C, int NH);
+                              int B, int T, int C, int NH, int NKV, int W);
     void (*attention_decode)(float *out, float *kcache, float *vcache, const float *qkv,
-                             int B, int T, int C, int NH, int maxT, int pos);
+                             int B, int T, int C, int NH, int NKV, int W, int maxT, int pos);
     /* in16: inp is bf16 (the c_fc GEMM's bf16 out), widened exactly */
     void (*gelu_forward)(void *out, int out16, const void *inp, int in16, size_t n);
     void (*gelu_backward)(void *dinp, int out16, const void *inp, int in16, const float *dout,

@@ -436,17 +436,33 @@ int zt_matmul_bf16_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db,
                                      w->data, (int)N, (int)C, (int)OC, (int)ld);
 }
 
-static int attn_dims(const char *op, const zt_tensor *qkv, int NH, int64_t *B, int64_t *T,
-                     int64_t *C)
+/* qkv (B,T,R): R = 3C for NKV = NH (GPT-2), else (NH + 2 NKV) hs with
+ * C = NH hs; query heads a multiple of kv heads, window >= 0 */
+static int attn_dims(const char *op, const zt_tensor *qkv, int NH, int NKV, int W, int64_t *B,
+                     int64_t *T, int64_t *C)
 {
     char d[96];
     /* f32, or bf16 (bf16 activations; not for the decode, which checks) */
     ZT_TRY(need(op, "qkv", qkv, qkv && qkv->dtype == ZT_BF16 ? ZT_BF16 : ZT_F32));
-    ZT_CHECK(qkv->ndim == 3 && qkv->shape[2] % 3 == 0,
-             "%s: qkv must be (B,T,3C), got %s", op, desc(qkv, d, sizeof d));
-    *B = qkv->shape[0]; *T = qkv->shape[1]; *C = qkv->shape[2] / 3;
-    ZT_CHECK(NH >= 1 && *C % NH == 0, "%s: %d heads do not divide C=%lld", op, NH,
-             (long long)*C);
+    ZT_CHECK(NH >= 1, "%s: %d heads; there must be at least one", op, NH);
+    ZT_CHECK(NKV >= 1 && NH % NKV == 0, "%s: %d query heads are not a multiple of %d kv heads "
+             "(each kv head serves NH/NKV query heads: config.json's num_attention_heads must "
+             "be a multiple of num_key_value_heads)", op, NH, NKV);
+    ZT_CHECK(W >= 0, "%s: window %d; it must be >= 0 (0: plain causal, else config.json's "
+             "sliding_window)", op, W);
+    if (NKV == NH) {
+        ZT_CHECK(qkv->ndim == 3 && qkv->shape[2] % 3 == 0,
+                 "%s: qkv must be (B,T,3C), got %s", op, desc(qkv, d, sizeof d));
+        *B = qkv->shape[0]; *T = qkv->shape[1]; *C = qkv->shape[2] / 3;
+        ZT_CHECK(*C % NH == 0, "%s: %d heads do not divide C=%lld", op, NH, (long long)*C);
+        return ZT_OK;
+    }
+    int64_t parts = (int64_t)NH + 2 * (int64_t)NKV;
+    ZT_CHECK(qkv->ndim == 3 && qkv->shape[2] % parts == 0,
+             "%s: qkv must be (B,T,(NH+2*NKV)*hs), rows of q (NH=%d heads) | k | v (NKV=%d "
+             "heads each), got %s: its rows do not split into %lld heads of one size", op, NH,
+             NKV, desc(qkv, d, sizeof d), (long long)parts);
+    *B = qkv->shape[0]; *T = qkv->shape[1]; *C = qkv->shape[2] / parts * NH;
     return ZT_OK;
 }
 
@@ -461,11 +477,14 @@ static int like_qkv(const char *op, const char *name, const zt_tensor *t, const 
     return ZT_OK;
 }
 
-int zt_attention_forward(zt_tensor *out, zt_tensor *lse, const zt_tensor *qkv, int NH)
+/* Grouped-query heads (NKV kv heads, NH a multiple) and a sliding window
+ * (W > 0: query i sees keys (i - W, i]); zt_attention_forward is NKV = NH,
+ * W = 0 (the kernels' bits unchanged). */
+static int attn_forward(const char *op, zt_tensor *out, zt_tensor *lse, const zt_tensor *qkv,
+                        int NH, int NKV, int W)
 {
-    const char *op = "zt_attention_forward";
     int64_t B = 0, T = 0, C = 0;
-    ZT_TRY(attn_dims(op, qkv, NH, &B, &T, &C));
+    ZT_TRY(attn_dims(op, qkv, NH, NKV, W, &B, &T, &C));
     int io16 = qkv->dtype == ZT_BF16;      /* bf16 activations: out bf16 too */
     ZT_TRY(like_qkv(op, "out", out, qkv));
     ZT_TRY(need_numel(op, "out", out, qkv->dtype, B * T * C, "(B,T,C)"));
@@ -475,20 +494,32 @@ int zt_attention_forward(zt_tensor *out, zt_tensor *lse, const zt_tensor *qkv, i
     ZT_CHECK(dev->attention_forward != NULL, "%s: not implemented on the %s device yet; "
              "the cpu device has it (zt_device_init)", op, dev->name);
     return dev->attention_forward(out->data, lse->data, qkv->data, io16, (int)B, (int)T, (int)C,
-                                  NH);
+                                  NH, NKV, W);
 }
 
-int zt_attention_backward(zt_tensor *dqkv, const zt_tensor *dout, const zt_tensor *qkv,
-                          const zt_tensor *out, const zt_tensor *lse, int NH)
+int zt_attention_forward(zt_tensor *out, zt_tensor *lse, const zt_tensor *qkv, int NH)
 {
-    const char *op = "zt_attention_backward";
+    return attn_forward("zt_attention_forward", out, lse, qkv, NH, NH, 0);
+}
+
+int zt_attention_forward_gqa(zt_tensor *out, zt_tensor *lse, const zt_tensor *qkv, int NH,
+                             int NKV, int window)
+{
+    return attn_forward("zt_attention_forward_gqa", out, lse, qkv, NH, NKV, window);
+}
+
+static int attn_backward(const char *op, zt_tensor *dqkv, const zt_tensor *dout,
+                         const zt_tensor *qkv, const zt_tensor *out, const zt_tensor *lse,
+                         int NH, int NKV, int W)
+{
     int64_t B = 0, T = 0, C = 0;
-    ZT_TRY(attn_dims(op, qkv, NH, &B, &T, &C));
+    ZT_TRY(attn_dims(op, qkv, NH, NKV, W, &B, &T, &C));
     /* bf16 activations: qkv, out and dqkv bf16 together; dout stays f32 */
     int io16 = qkv->dtype == ZT_BF16;
     ZT_TRY(like_qkv(op, "dqkv", dqkv, qkv));
     ZT_TRY(like_qkv(op, "out", out, qkv));
-    ZT_TRY(need_numel(op, "dqkv", dqkv, qkv->dtype, B * T * 3 * C, "(B,T,3C)"));
+    ZT_TRY(need_numel(op, "dqkv", dqkv, qkv->dtype, qkv->numel,
+                      NKV == NH ? "(B,T,3C)" : "qkv's (B,T,(NH+2*NKV)*hs)"));
     ZT_TRY(need_numel(op, "dout", dout, ZT_F32, B * T * C, "(B,T,C)"));
     ZT_TRY(need_numel(op, "out", out, qkv->dtype, B * T * C, "(B,T,C)"));
     ZT_TRY(need_numel(op, "lse", lse, ZT_F32, B * NH * T, "(B,NH,T)"));
@@ -497,27 +528,41 @@ int zt_attention_backward(zt_tensor *dqkv, const zt_tensor *dout, const zt_tenso
     ZT_CHECK(dev->attention_backward != NULL, "%s: not implemented on the %s device yet; "
              "the cpu device has it (zt_device_init)", op, dev->name);
     return dev->attention_backward(dqkv->data, dout->data, qkv->data, out->data, lse->data, io16,
-                                   (int)B, (int)T, (int)C, NH);
+                                   (int)B, (int)T, (int)C, NH, NKV, W);
 }
 
-int zt_attention_decode(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
-                        const zt_tensor *qkv, int NH, int pos)
+int zt_attention_backward(zt_tensor *dqkv, const zt_tensor *dout, const zt_tensor *qkv,
+                          const zt_tensor *out, const zt_tensor *lse, int NH)
 {
-    const char *op = "zt_attention_decode";
+    return attn_backward("zt_attention_backward", dqkv, dout, qkv, out, lse, NH, NH, 0);
+}
+
+int zt_attention_backward_gqa(zt_tensor *dqkv, const zt_tensor *dout, const zt_tensor *qkv,
+                              const zt_tensor *out, const zt_tensor *lse, int NH, int NKV,
+                              int window)
+{
+    return attn_backward("zt_attention_backward_gqa", dqkv, dout, qkv, out, lse, NH, NKV, window);
+}
+
+static int attn_decode(const char *op, zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
+                       const zt_tensor *qkv, int NH, int NKV, int W, int pos)
+{
     char d[96];
     int64_t B = 0, T = 0, C = 0;
-    ZT_TRY(attn_dims(op, qkv, NH, &B, &T, &C));
+    ZT_TRY(attn_dims(op, qkv, NH, NKV, W, &B, &T, &C));
     ZT_TRY(need(op, "qkv", qkv, ZT_F32));        /* generation keeps f32 caches */
     int64_t hs = C / NH;
+    const char *kvn = NKV == NH ? "NH" : "NKV";
     ZT_TRY(need(op, "kcache", kcache, ZT_F32));
-    ZT_CHECK(kcache->ndim == 4 && kcache->shape[0] == B && kcache->shape[1] == NH &&
-             kcache->shape[3] == hs, "%s: kcache must be (B,NH,maxT,hs) = (%lld,%d,maxT,%lld) "
-             "for qkv (B,T,3C) with %d heads, got %s", op, (long long)B, NH, (long long)hs, NH,
+    ZT_CHECK(kcache->ndim == 4 && kcache->shape[0] == B && kcache->shape[1] == NKV &&
+             kcache->shape[3] == hs, "%s: kcache must be (B,%s,maxT,hs) = (%lld,%d,maxT,%lld) "
+             "for qkv (B,T,%s) with %d %sheads, got %s", op, kvn, (long long)B, NKV,
+             (long long)hs, NKV == NH ? "3C" : "(NH+2*NKV)*hs", NKV, NKV == NH ? "" : "kv ",
              desc(kcache, d, sizeof d));
     int64_t maxT = kcache->shape[2];
     ZT_TRY(need_numel(op, "vcache", vcache, ZT_F32, kcache->numel, "(same as kcache)"));
     ZT_CHECK(vcache->ndim == 4 && vcache->shape[2] == maxT, "%s: vcache must have kcache's "
-             "shape (B,NH,maxT,hs), got %s", op, desc(vcache, d, sizeof d));
+             "shape (B,%s,maxT,hs), got %s", op, kvn, desc(vcache, d, sizeof d));
     ZT_CHECK(kcache->data != vcache->data, "%s: kcache and vcache are the same tensor; keys "
              "and values need a cache each", op);
     ZT_CHECK(pos >= 0 && pos + T <= maxT, "%s: positions [%d, %lld) do not fit the cache's "
@@ -529,8 +574,20 @@ int zt_attention_decode(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
     ZT_CHECK(dev->attention_decode != NULL, "%s: not available on the %s device", op,
              dev->name);
     dev->attention_decode(out->data, kcache->data, vcache->data, qkv->data, (int)B, (int)T,
-                          (int)C, NH, (int)maxT, pos);
+                          (int)C, NH, NKV, W, (int)maxT, pos);
     return ZT_OK;
+}
+
+int zt_attention_decode(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
+                        const zt_tensor *qkv, int NH, int pos)
+{
+    return attn_decode("zt_attention_decode", out, kcache, vcache, qkv, NH, NH, 0, pos);
+}
+
+int zt_attention_decode_gqa(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
+                            const zt_tensor *qkv, int NH, int NKV, int window, int pos)
+{
+    return attn_decode("zt_attention_decode_gqa", out, kcache, vcache, qkv, NH, NKV, window, pos);
 }
 
 /* inp f32, or bf16 (then out bf16 too); out f32 or bf16 */

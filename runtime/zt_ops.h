@@ -111,6 +111,22 @@ int zt_attention_backward(zt_tensor *dqkv, const zt_tensor *dout,
  * with the prompt; a decode step T = 1, costing O(pos). */
 int zt_attention_decode(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
                         const zt_tensor *qkv, int NH, int pos);
+/* Grouped-query attention with an optional sliding window (Llama,
+ * Mistral): qkv rows (B,T,(NH+2*NKV)*hs) = q (NH heads) | k (NKV) | v (NKV),
+ * NH a multiple of NKV, query head h reading kv head h / (NH/NKV); out
+ * (B,T,NH*hs), lse (B,NH,T); dqkv like qkv, WRITTEN, the dk and dv of a kv
+ * head summed over its query heads in a fixed order (ascending). window
+ * >= 0: 0 plain causal, W > 0 query i sees keys (i - W, i] (Hugging Face's
+ * sliding_window). Caches (B,NKV,maxT,hs). The calls above are NKV = NH,
+ * window = 0, with the same bits. f32 or bf16 as above; on cuda the
+ * tensor-core path (device.attention = bf16) takes only NKV = NH, window 0. */
+int zt_attention_forward_gqa(zt_tensor *out, zt_tensor *lse, const zt_tensor *qkv, int NH,
+                             int NKV, int window);
+int zt_attention_backward_gqa(zt_tensor *dqkv, const zt_tensor *dout, const zt_tensor *qkv,
+                              const zt_tensor *out, const zt_tensor *lse, int NH, int NKV,
+                              int window);
+int zt_attention_decode_gqa(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
+                            const zt_tensor *qkv, int NH, int NKV, int window, int pos);
 /* out (gelu_backward's dinp) f32 or bf16 (rounded once, as layernorm's);
  * inp f32, or bf16 (the c_fc GEMM's bf16 out, widened exactly: then out
  * is bf16 too); dout f32. */

@@ -103,15 +103,15 @@ int main(void)
     dv->alloc((void **)&q16, (size_t)N * 3 * C * 2); dv->alloc((void **)&o16, (size_t)N * C * 2);
     dv->alloc((void **)&dq16, (size_t)N * 3 * C * 2);
     dv->cast(q16, ZT_BF16, qkv, ZT_F32, (size_t)N * 3 * C);
-    TIME("attention fwd T=1024", fa, 5, dv->attention_forward(y, lse, qkv, 0, B, T, C, NH));
-    TIME("attention bwd T=1024", 2.5 * fa, 3, dv->attention_backward(dq, g, qkv, y, lse, 0, B, T, C, NH));
-    TIME("attention fwd T=1024 bf16 I/O", fa, 5, dv->attention_forward(o16, lse, q16, 1, B, T, C, NH));
-    TIME("attention bwd T=1024 bf16 I/O", 2.5 * fa, 3, dv->attention_backward(dq16, g, q16, o16, lse, 1, B, T, C, NH));
+    TIME("attention fwd T=1024", fa, 5, dv->attention_forward(y, lse, qkv, 0, B, T, C, NH, NH, 0));
+    TIME("attention bwd T=1024", 2.5 * fa, 3, dv->attention_backward(dq, g, qkv, y, lse, 0, B, T, C, NH, NH, 0));
+    TIME("attention fwd T=1024 bf16 I/O", fa, 5, dv->attention_forward(o16, lse, q16, 1, B, T, C, NH, NH, 0));
+    TIME("attention bwd T=1024 bf16 I/O", 2.5 * fa, 3, dv->attention_backward(dq16, g, q16, o16, lse, 1, B, T, C, NH, NH, 0));
     zt_cuda_attention_mode(1);      /* bf16 tensor cores (attention_tc.cu) */
-    TIME("attention fwd T=1024 bf16 tc", fa, 20, dv->attention_forward(y, lse, qkv, 0, B, T, C, NH));
-    TIME("attention bwd T=1024 bf16 tc", 2.5 * fa, 20, dv->attention_backward(dq, g, qkv, y, lse, 0, B, T, C, NH));
-    TIME("attention fwd T=1024 bf16 tc, bf16 I/O", fa, 20, dv->attention_forward(o16, lse, q16, 1, B, T, C, NH));
-    TIME("attention bwd T=1024 bf16 tc, bf16 I/O", 2.5 * fa, 20, dv->attention_backward(dq16, g, q16, o16, lse, 1, B, T, C, NH));
+    TIME("attention fwd T=1024 bf16 tc", fa, 20, dv->attention_forward(y, lse, qkv, 0, B, T, C, NH, NH, 0));
+    TIME("attention bwd T=1024 bf16 tc", 2.5 * fa, 20, dv->attention_backward(dq, g, qkv, y, lse, 0, B, T, C, NH, NH, 0));
+    TIME("attention fwd T=1024 bf16 tc, bf16 I/O", fa, 20, dv->attention_forward(o16, lse, q16, 1, B, T, C, NH, NH, 0));
+    TIME("attention bwd T=1024 bf16 tc, bf16 I/O", 2.5 * fa, 20, dv->attention_backward(dq16, g, q16, o16, lse, 1, B, T, C, NH, NH, 0));
     dv->free(q16); dv->free(o16); dv->free(dq16);
     /* long sequences, head sizes 64 and 128 (the GPU-Attention issue's
      * shapes, beside PyTorch's flash attention: tools/torch_gpt2_bench.py) */
@@ -129,13 +129,13 @@ int main(void)
             double fk = 4.0 * Bk * NHk * ((double)Tk * Tk / 2) * cfg[k][3];
             char nm[96];
             snprintf(nm, sizeof nm, "attention fwd B=%d T=%d hs=%d bf16 tc, bf16 I/O", Bk, Tk, cfg[k][3]);
-            TIME(nm, fk, 10, dv->attention_forward(oh, l2, qh, 1, Bk, Tk, Ck, NHk));
+            TIME(nm, fk, 10, dv->attention_forward(oh, l2, qh, 1, Bk, Tk, Ck, NHk, NHk, 0));
             snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc, bf16 I/O", Bk, Tk, cfg[k][3]);
-            TIME(nm, 2.5 * fk, 5, dv->attention_backward(dh, g2, qh, oh, l2, 1, Bk, Tk, Ck, NHk));
+            TIME(nm, 2.5 * fk, 5, dv->attention_backward(dh, g2, qh, oh, l2, 1, Bk, Tk, Ck, NHk, NHk, 0));
             snprintf(nm, sizeof nm, "attention fwd B=%d T=%d hs=%d bf16 tc", Bk, Tk, cfg[k][3]);
-            TIME(nm, fk, 10, dv->attention_forward(o2, l2, q2, 0, Bk, Tk, Ck, NHk));
+            TIME(nm, fk, 10, dv->attention_forward(o2, l2, q2, 0, Bk, Tk, Ck, NHk, NHk, 0));
             snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc", Bk, Tk, cfg[k][3]);
-            TIME(nm, 2.5 * fk, 5, dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk));
+            TIME(nm, 2.5 * fk, 5, dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk, NHk, 0));
             dv->free(q2); dv->free(d2); dv->free(o2); dv->free(g2); dv->free(l2);
         }
     }

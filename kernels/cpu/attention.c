@@ -7,10 +7,18 @@
  * lse = logsumexp of each scaled score row; the backward recomputes the
  * probabilities from lse, with D_i = dout_i . out_i.
  *
+ * Grouped-query heads and a sliding window (the _gqa kernels): qkv rows
+ * are q (NH heads) | k (NKV) | v (NKV), query head h reading kv head
+ * h / (NH/NKV); with a window W > 0 query i sees keys (i - W, i], and key
+ * tiles wholly before a query tile's windows are skipped. NKV = NH, W = 0
+ * is the (B,T,3C) layout, with the same arithmetic and bits as before.
+ *
  * Determinism: every output element has one owner that adds in a fixed
  * order. Forward tasks are (b, h, query tile), each owning its out rows.
- * Backward tasks are (b, h): query tiles in order, key tiles in order inside,
- * so dq, dk and dv of a head are accumulated by one task in one order.
+ * Backward tasks are (b, kv head): its query heads ascending, query tiles
+ * in order inside each, key tiles in order inside those, so dq of a query
+ * head and the dk, dv a kv head sums over its query heads are accumulated
+ * by one task in one order (no atomics).
  *
  * Vectorization: score tiles are (AQ, AK) with AK a compile-time constant.
  * All five products (Q K^T, dO V^T against an 8x8-transposed key/value
@@ -323,6 +331,13 @@ static inline void qk_tile(gemm_acc_fn gemm_acc, float *restrict S, const float 
  * gets each row's log-sum-exp. Key tiles start at multiples of AK from key
  * 0 whatever qpos is: a row's tiles, and so its sums, depend only on its
  * position. */
+/* Sliding window W (0: none): the first key position p sees (keys
+ * (p - W, p]), and the first key tile (a multiple of AK from key 0, so a
+ * row's tiles still depend only on its position) a query tile from p on
+ * needs: tiles wholly before every row's window are skipped. */
+static inline int win_lo(int p, int W) { return W > 0 && p - W + 1 > 0 ? p - W + 1 : 0; }
+static inline int first_tile(int p, int W) { return win_lo(p, W) / AK * AK; }
+
 /* Key and value rows in bf16 (the bf16-I/O kernels): rows j at k16 + j*ld,
  * v16 + j*ld, widened exactly tile by tile into kw, vw (AK*hs floats each),
  * so the products read the very floats the f32 kernel would. */
@@ -340,7 +355,7 @@ static void round_rows(uint16_t *dst, size_t ldd, const float *src, int n, int h
 
 static inline void attn_rows(gemm_acc_fn gemm_acc, float *O, size_t ldo, float *lse, const float *Q, size_t ldq,
                              const float *K, size_t ldk, const float *V, size_t ldv,
-                             int qpos, int nq, int hs, const kv16 *w16) {
+                             int qpos, int nq, int hs, int W, const kv16 *w16) {
     const float scale = 1.0f / sqrtf((float)hs);
     const int qlast = qpos + nq - 1;
     float S[AQ * AK], BT[AD * AK], m[AQ], l[AQ];
@@ -351,7 +366,7 @@ static inline void attn_rows(gemm_acc_fn gemm_acc, float *O, size_t ldo, float *
         m[i] = -INFINITY;
         l[i] = 0.0f;
     }
-    for (int k0 = 0; k0 <= qlast; k0 += AK) {
+    for (int k0 = first_tile(qpos, W); k0 <= qlast; k0 += AK) {
         int nk = qlast + 1 - k0 < AK ? qlast + 1 - k0 : AK;
         const float *Kt = K + (size_t)k0 * ldk, *Vt = V + (size_t)k0 * ldv;
         size_t ldkt = ldk, ldvt = ldv;
@@ -363,13 +378,14 @@ static inline void attn_rows(gemm_acc_fn gemm_acc, float *O, size_t ldo, float *
         qk_tile(gemm_acc, S, Q, ldq, nq, Kt, ldkt, nk, hs, BT);
         for (int i = 0; i < nq; i++) {
             int jn = qpos + i - k0 + 1;            /* causal: keys <= query */
-            if (jn <= 0) {                          /* no keys: P row is 0 */
+            int j0 = win_lo(qpos + i, W) - k0;      /* window: keys > query - W */
+            if (jn > nk) jn = nk;
+            if (jn <= 0 || j0 >= jn) {              /* no keys: P row is 0 */
                 for (int j = 0; j < AK; j++) S[i * AK + j] = 0.0f;
                 continue;
             }
-            if (jn > nk) jn = nk;
             float *restrict s = S + i * AK;
-            for (int j = 0; j < AK; j++) s[j] = keep_or(j < jn, s[j] * scale, -INFINITY);
+            for (int j = 0; j < AK; j++) s[j] = keep_or(j >= j0 && j < jn, s[j] * scale, -INFINITY);
             float mt = max_ak(s);
             float mnew = mt > m[i] ? mt : m[i];
             float alpha = exp_nonpos(m[i] - mnew); /* 0 on the first tile */
@@ -393,18 +409,35 @@ static inline void attn_rows(gemm_acc_fn gemm_acc, float *O, size_t ldo, float *
     }
 }
 
+/* A call's layout: qkv rows of R = C + 2 NKV hs floats, q (C = NH hs) |
+ * k (NKV hs) | v (NKV hs); query head h reads kv head h / (NH / NKV);
+ * window W (0: plain causal). NKV = NH, W = 0 is GPT-2's (B,T,3C). */
+typedef struct { int T, C, NH, NKV, W; size_t R; } geo;
+
+static inline geo mk_geo(int T, int C, int NH, int NKV, int W) {
+    geo g = { T, C, NH, NKV, W, (size_t)C + 2 * (size_t)NKV * (size_t)(C / NH) };
+    return g;
+}
+
+/* offset of q head h (which 0), or of kv head kh's k (1) or v (2), in row 0 of batch b */
+static inline size_t head_at(const geo *g, int b, int which, int h, int hs) {
+    size_t o = (size_t)b * g->T * g->R;
+    if (which == 0) return o + (size_t)h * hs;
+    return o + (size_t)g->C + ((size_t)(which - 1) * g->NKV + h) * hs;
+}
+
 /* One forward task: queries [q0, q0+nq) of head h in batch b. */
 static inline void attn_fwd_tile(gemm_acc_fn gemm_acc, float *out, float *lse, const float *qkv,
-                                 int b, int h, int q0, int T, int C, int NH, int hs) {
-    const size_t C3 = 3 * (size_t)C;
-    const float *Q = qkv + (size_t)b * T * C3 + (size_t)h * hs;    // (T, hs) rows of stride 3C
-    const float *K = Q + C;
-    const float *V = Q + 2 * (size_t)C;
+                                 int b, int h, int q0, const geo *g, int hs) {
+    const int T = g->T, C = g->C, kh = h / (g->NH / g->NKV);
+    const float *Q = qkv + head_at(g, b, 0, h, hs);                // (T, hs) rows of stride R
+    const float *K = qkv + head_at(g, b, 1, kh, hs);
+    const float *V = qkv + head_at(g, b, 2, kh, hs);
     float *O = out + (size_t)b * T * C + (size_t)h * hs;           // (T, hs) rows of stride C
-    float *L = lse + ((size_t)b * NH + h) * T;                     // (T)
+    float *L = lse + ((size_t)b * g->NH + h) * T;                  // (T)
     const int nq = T - q0 < AQ ? T - q0 : AQ;
-    attn_rows(gemm_acc, O + (size_t)q0 * C, C, L + q0, Q + (size_t)q0 * C3, C3, K, C3, V, C3, q0, nq, hs,
-              NULL);
+    attn_rows(gemm_acc, O + (size_t)q0 * C, C, L + q0, Q + (size_t)q0 * g->R, g->R, K, g->R, V, g->R,
+              q0, nq, hs, g->W, NULL);
 }
 
 /* The bf16-I/O forward task: the same rows through f32 tiles of buf
@@ -413,23 +446,24 @@ static inline void attn_fwd_tile(gemm_acc_fn gemm_acc, float *out, float *lse, c
 static size_t fwd16_floats(int hs) { return (size_t)(2 * AQ + 2 * AK) * hs; }
 
 static inline void attn_fwd_tile16(gemm_acc_fn gemm_acc, uint16_t *out, float *lse, const uint16_t *qkv,
-                                   int b, int h, int q0, int T, int C, int NH, int hs, float *buf) {
-    const size_t C3 = 3 * (size_t)C;
-    const uint16_t *Q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+                                   int b, int h, int q0, const geo *g, int hs, float *buf) {
+    const int T = g->T, C = g->C, kh = h / (g->NH / g->NKV);
+    const uint16_t *Q = qkv + head_at(g, b, 0, h, hs);
     uint16_t *O = out + (size_t)b * T * C + (size_t)h * hs;
-    float *L = lse + ((size_t)b * NH + h) * T;
+    float *L = lse + ((size_t)b * g->NH + h) * T;
     const int nq = T - q0 < AQ ? T - q0 : AQ;
     float *qw = buf, *ow = qw + (size_t)AQ * hs;
-    kv16 w16 = { Q + C, Q + 2 * (size_t)C, C3, ow + (size_t)AQ * hs, ow + (size_t)(AQ + AK) * hs };
-    widen_rows(qw, Q + (size_t)q0 * C3, C3, nq, hs);
-    attn_rows(gemm_acc, ow, hs, L + q0, qw, hs, NULL, 0, NULL, 0, q0, nq, hs, &w16);
+    kv16 w16 = { qkv + head_at(g, b, 1, kh, hs), qkv + head_at(g, b, 2, kh, hs), g->R,
+                 ow + (size_t)AQ * hs, ow + (size_t)(AQ + AK) * hs };
+    widen_rows(qw, Q + (size_t)q0 * g->R, g->R, nq, hs);
+    attn_rows(gemm_acc, ow, hs, L + q0, qw, hs, NULL, 0, NULL, 0, q0, nq, hs, g->W, &w16);
     round_rows(O + (size_t)q0 * C, C, ow, nq, hs);
 }
 
-/* out (B,T,C), lse (B,NH,T) from qkv (B,T,3C). */
-void zk_attention_forward(float *out, float *lse, const float *qkv,
-                          int B, int T, int C, int NH) {
+void zk_attention_forward_gqa(float *out, float *lse, const float *qkv,
+                              int B, int T, int C, int NH, int NKV, int W) {
     const gemm_acc_fn gemm = pick_gemm_acc();
+    const geo g = mk_geo(T, C, NH, NKV, W);
     const int hs = C / NH;
     const int nqt = (T + AQ - 1) / AQ;
     const long ntask = (long)B * NH * nqt;
@@ -440,17 +474,22 @@ void zk_attention_forward(float *out, float *lse, const float *qkv,
         int bh = (int)(task / nqt);
         int b = bh / NH, h = bh % NH;
         if (hs == 64)   /* GPT-2's head size: constant trip counts unroll */
-            attn_fwd_tile(gemm, out, lse, qkv, b, h, qt * AQ, T, C, NH, 64);
+            attn_fwd_tile(gemm, out, lse, qkv, b, h, qt * AQ, &g, 64);
         else
-            attn_fwd_tile(gemm, out, lse, qkv, b, h, qt * AQ, T, C, NH, hs);
+            attn_fwd_tile(gemm, out, lse, qkv, b, h, qt * AQ, &g, hs);
     }
+}
+
+void zk_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+    zk_attention_forward_gqa(out, lse, qkv, B, T, C, NH, NH, 0);
 }
 
 /* The bf16-I/O forward: each thread's f32 tiles on the heap (hs is any
  * C/NH; the stack is not sized for it). -1 if they cannot be had. */
-int zk_attention_forward_bb(uint16_t *out, float *lse, const uint16_t *qkv,
-                            int B, int T, int C, int NH) {
+int zk_attention_forward_gqa_bb(uint16_t *out, float *lse, const uint16_t *qkv,
+                                int B, int T, int C, int NH, int NKV, int W) {
     const gemm_acc_fn gemm = pick_gemm_acc();
+    const geo g = mk_geo(T, C, NH, NKV, W);
     const int hs = C / NH;
     const int nqt = (T + AQ - 1) / AQ;
     const long ntask = (long)B * NH * nqt;
@@ -469,46 +508,52 @@ int zk_attention_forward_bb(uint16_t *out, float *lse, const uint16_t *qkv,
             int bh = (int)(task / nqt);
             int b = bh / NH, h = bh % NH;
             if (hs == 64)
-                attn_fwd_tile16(gemm, out, lse, qkv, b, h, qt * AQ, T, C, NH, 64, buf);
+                attn_fwd_tile16(gemm, out, lse, qkv, b, h, qt * AQ, &g, 64, buf);
             else
-                attn_fwd_tile16(gemm, out, lse, qkv, b, h, qt * AQ, T, C, NH, hs, buf);
+                attn_fwd_tile16(gemm, out, lse, qkv, b, h, qt * AQ, &g, hs, buf);
         }
         free(buf);
     }
     return failed ? -1 : 0;
 }
 
+int zk_attention_forward_bb(uint16_t *out, float *lse, const uint16_t *qkv,
+                            int B, int T, int C, int NH) {
+    return zk_attention_forward_gqa_bb(out, lse, qkv, B, T, C, NH, NH, 0);
+}
+
 /* One cache task: new queries [q0, q0+nq) of head h in batch b, at
- * absolute positions pos + q0 + i, over the head's cached keys and values
- * (rows of hs floats, contiguous). */
+ * absolute positions pos + q0 + i, over its kv head's cached keys and
+ * values (rows of hs floats, contiguous). */
 static inline void attn_cache_tile(gemm_acc_fn gemm_acc, float *out, const float *kcache, const float *vcache,
-                                   const float *qkv, int b, int h, int q0, int T, int C,
-                                   int NH, int maxT, int pos, int hs) {
-    const size_t C3 = 3 * (size_t)C;
-    const size_t head = ((size_t)b * NH + h) * maxT * hs;
+                                   const float *qkv, int b, int h, int q0, const geo *g,
+                                   int maxT, int pos, int hs) {
+    const int T = g->T, C = g->C, kh = h / (g->NH / g->NKV);
+    const size_t head = ((size_t)b * g->NKV + kh) * maxT * hs;
     const int nq = T - q0 < AQ ? T - q0 : AQ;
     attn_rows(gemm_acc, out + ((size_t)b * T + q0) * C + (size_t)h * hs, C, NULL,
-              qkv + ((size_t)b * T + q0) * C3 + (size_t)h * hs, C3,
-              kcache + head, hs, vcache + head, hs, pos + q0, nq, hs, NULL);
+              qkv + head_at(g, b, 0, h, hs) + (size_t)q0 * g->R, g->R,
+              kcache + head, hs, vcache + head, hs, pos + q0, nq, hs, g->W, NULL);
 }
 
 /* Appends the new positions' k and v to the caches, then attends. */
-void zk_attention_decode(float *out, float *kcache, float *vcache, const float *qkv,
-                         int B, int T, int C, int NH, int maxT, int pos) {
+void zk_attention_decode_gqa(float *out, float *kcache, float *vcache, const float *qkv,
+                             int B, int T, int C, int NH, int NKV, int W, int maxT, int pos) {
     const gemm_acc_fn gemm = pick_gemm_acc();
+    const geo g = mk_geo(T, C, NH, NKV, W);
     const int hs = C / NH;
-    const size_t C3 = 3 * (size_t)C;
-    const long nrow = (long)B * NH * T;
+    const long nrow = (long)B * NKV * T;
     /* every new row is in the cache before any query reads it: a query
      * sees the new keys before it in the same call */
     #pragma omp parallel for schedule(static) if (nrow * hs >= 65536)
     for (long r = 0; r < nrow; r++) {
         int t = (int)(r % T), bh = (int)(r / T);
-        int b = bh / NH, h = bh % NH;
-        const float *src = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+        int b = bh / NKV, kh = bh % NKV;
+        const float *k = qkv + head_at(&g, b, 1, kh, hs) + (size_t)t * g.R;
+        const float *v = qkv + head_at(&g, b, 2, kh, hs) + (size_t)t * g.R;
         size_t dst = ((size_t)bh * maxT + pos + t) * hs;
-        memcpy(kcache + dst, src + C, (size_t)hs * sizeof(float));
-        memcpy(vcache + dst, src + 2 * (size_t)C, (size_t)hs * sizeof(float));
+        memcpy(kcache + dst, k, (size_t)hs * sizeof(float));
+        memcpy(vcache + dst, v, (size_t)hs * sizeof(float));
     }
     const int nqt = (T + AQ - 1) / AQ;
     const long ntask = (long)B * NH * nqt;
@@ -518,56 +563,60 @@ void zk_attention_decode(float *out, float *kcache, float *vcache, const float *
         int bh = (int)(task / nqt);
         int b = bh / NH, h = bh % NH;
         if (hs == 64)
-            attn_cache_tile(gemm, out, kcache, vcache, qkv, b, h, qt * AQ, T, C, NH, maxT, pos, 64);
+            attn_cache_tile(gemm, out, kcache, vcache, qkv, b, h, qt * AQ, &g, maxT, pos, 64);
         else
-            attn_cache_tile(gemm, out, kcache, vcache, qkv, b, h, qt * AQ, T, C, NH, maxT, pos, hs);
+            attn_cache_tile(gemm, out, kcache, vcache, qkv, b, h, qt * AQ, &g, maxT, pos, hs);
     }
 }
 
+void zk_attention_decode(float *out, float *kcache, float *vcache, const float *qkv,
+                         int B, int T, int C, int NH, int maxT, int pos) {
+    zk_attention_decode_gqa(out, kcache, vcache, qkv, B, T, C, NH, NH, 0, maxT, pos);
+}
+
 /* The bf16-I/O backward's tensors and its thread's f32 buffer
- * (bwd16_floats(T, hs)): dK and dV of the whole head (they gather terms
- * from every query tile), then one query tile's dQ, q and o rows, and one
- * key tile's k and v rows. */
+ * (bwd16_floats(T, hs)): dK and dV of the whole kv head (they gather terms
+ * from every query tile of every query head reading it), then one query
+ * tile's dQ, q and o rows, and one key tile's k and v rows. */
 typedef struct { uint16_t *dqkv; const uint16_t *qkv, *out; float *buf; } io16;
 
 static size_t bwd16_floats(int T, int hs) { return (2 * (size_t)T + 3 * AQ + 2 * AK) * (size_t)hs; }
 
-/* One backward task: all of head h in batch b. f32 tensors, or (x) bf16
- * qkv, out and dqkv: their rows widened into x->buf tile by tile, the
- * gradients accumulated there in f32 in the same order and rounded once
- * when complete (dQ at the end of its query tile, dK and dV at the end). */
-static inline void attn_bwd_head(gemm_acc_fn gemm_acc, float *dqkv, const float *dout, const float *qkv,
-                                 const float *out, const float *lse,
-                                 int b, int h, int T, int C, int NH, int hs, const io16 *x) {
-    const size_t C3 = 3 * (size_t)C;
+/* Query head h's terms of one backward task (attn_bwd_group): dQ of h
+ * WRITTEN, dK and dV (of h's kv head, rows at dK, dV of stride ld) added to.
+ * f32 tensors, or (x) bf16 qkv, out and dqkv: their rows widened into
+ * x->buf tile by tile, dQ accumulated there in f32 in the same order and
+ * rounded once at the end of its query tile. */
+static inline void attn_bwd_qhead(gemm_acc_fn gemm_acc, float *dqkv, const float *dout, const float *qkv,
+                                  const float *out, const float *lse, float *dK, float *dV, size_t ld,
+                                  int b, int h, const geo *g, int hs, const io16 *x) {
+    const int T = g->T, C = g->C, kh = h / (g->NH / g->NKV);
+    const size_t R = g->R;
     const float scale = 1.0f / sqrtf((float)hs);
-    const size_t qoff = (size_t)b * T * C3 + (size_t)h * hs;
+    const size_t qoff = head_at(g, b, 0, h, hs), koff = head_at(g, b, 1, kh, hs);
+    const size_t voff = head_at(g, b, 2, kh, hs);
     const size_t ooff = (size_t)b * T * C + (size_t)h * hs;
     const float *dO = dout + ooff;                                     // rows of stride C
-    const float *L = lse + ((size_t)b * NH + h) * T;
+    const float *L = lse + ((size_t)b * g->NH + h) * T;
     float P[AQ * AK], dS[AQ * AK], BT[AD * AK], Dv[AQ];
-    /* f32: rows of stride 3C (q, k, v, their gradients) and C (out) */
+    /* f32: rows of stride R (q, k, v, their gradients) and C (out) */
     const float *Q = NULL, *K = NULL, *V = NULL, *O = NULL;
-    float *dQ = NULL, *dK, *dV;
-    size_t ld = C3, ldkv = C3, ldo = C;                  /* strides of the tiles used below */
+    float *dQ = NULL;
+    size_t ldq = R, ldkv = R, ldo = C;                   /* strides of the tiles used below */
     float *qw = NULL, *ow = NULL, *kw = NULL, *vw = NULL, *dqw = NULL;
     if (x) {
-        dK = x->buf; dV = dK + (size_t)T * hs;
-        dqw = dV + (size_t)T * hs; qw = dqw + (size_t)AQ * hs; ow = qw + (size_t)AQ * hs;
+        dqw = x->buf + 2 * (size_t)T * hs; qw = dqw + (size_t)AQ * hs; ow = qw + (size_t)AQ * hs;
         kw = ow + (size_t)AQ * hs; vw = kw + (size_t)AK * hs;
-        memset(dK, 0, 2 * (size_t)T * hs * sizeof(float));
-        ld = ldkv = ldo = (size_t)hs;
+        ldq = ldkv = ldo = (size_t)hs;
     } else {
-        Q = qkv + qoff; K = Q + C; V = Q + 2 * (size_t)C;
-        dQ = dqkv + qoff; dK = dQ + C; dV = dQ + 2 * (size_t)C;
+        Q = qkv + qoff; K = qkv + koff; V = qkv + voff;
+        dQ = dqkv + qoff;
         O = out + ooff;
         for (int t = 0; t < T; t++) {
-            float *restrict row = dQ + (size_t)t * C3;
-            for (int part = 0; part < 3; part++, row += C) {
-                int d = 0;
-                for (; d + 8 <= hs; d += 8) _mm256_storeu_ps(row + d, _mm256_setzero_ps());
-                for (; d < hs; d++) row[d] = 0.0f;
-            }
+            float *restrict row = dQ + (size_t)t * R;
+            int d = 0;
+            for (; d + 8 <= hs; d += 8) _mm256_storeu_ps(row + d, _mm256_setzero_ps());
+            for (; d < hs; d++) row[d] = 0.0f;
         }
     }
     for (int q0 = 0; q0 < T; q0 += AQ) {
@@ -576,37 +625,35 @@ static inline void attn_bwd_head(gemm_acc_fn gemm_acc, float *dqkv, const float 
         const float *Qt, *Ot;
         float *dQt;
         if (x) {
-            const uint16_t *q16 = x->qkv + qoff + (size_t)q0 * C3;
-            widen_rows(qw, q16, C3, nq, hs);
+            widen_rows(qw, x->qkv + qoff + (size_t)q0 * R, R, nq, hs);
             widen_rows(ow, x->out + ooff + (size_t)q0 * C, C, nq, hs);
             memset(dqw, 0, (size_t)nq * hs * sizeof(float));
             Qt = qw; Ot = ow; dQt = dqw;
         } else {
-            Qt = Q + (size_t)q0 * C3; Ot = O + (size_t)q0 * C; dQt = dQ + (size_t)q0 * C3;
+            Qt = Q + (size_t)q0 * R; Ot = O + (size_t)q0 * C; dQt = dQ + (size_t)q0 * R;
         }
         for (int i = 0; i < nq; i++)
             Dv[i] = dot_lanes(dO + (size_t)(q0 + i) * C, Ot + (size_t)i * ldo, hs);
-        for (int k0 = 0; k0 <= qlast; k0 += AK) {
+        for (int k0 = first_tile(q0, g->W); k0 <= qlast; k0 += AK) {
             int nk = qlast + 1 - k0 < AK ? qlast + 1 - k0 : AK;
             const float *Kt, *Vt;
             if (x) {
-                const uint16_t *k16 = x->qkv + qoff + C + (size_t)k0 * C3;
-                widen_rows(kw, k16, C3, nk, hs);
-                widen_rows(vw, k16 + C, C3, nk, hs);
+                widen_rows(kw, x->qkv + koff + (size_t)k0 * R, R, nk, hs);
+                widen_rows(vw, x->qkv + voff + (size_t)k0 * R, R, nk, hs);
                 Kt = kw; Vt = vw;
             } else {
-                Kt = K + (size_t)k0 * C3; Vt = V + (size_t)k0 * C3;
+                Kt = K + (size_t)k0 * R; Vt = V + (size_t)k0 * R;
             }
-            qk_tile(gemm_acc, P, Qt, ld, nq, Kt, ldkv, nk, hs, BT);
+            qk_tile(gemm_acc, P, Qt, ldq, nq, Kt, ldkv, nk, hs, BT);
             qk_tile(gemm_acc, dS, dO + (size_t)q0 * C, C, nq, Vt, ldkv, nk, hs, BT);
             for (int i = 0; i < nq; i++) {
-                int jn = q0 + i - k0 + 1;
+                int jn = q0 + i - k0 + 1, j0 = win_lo(q0 + i, g->W) - k0;
                 jn = jn < 0 ? 0 : (jn > nk ? nk : jn);
                 float Li = L[q0 + i], Di = Dv[i];
                 float *restrict p = P + i * AK;
                 float *restrict ds = dS + i * AK;
                 for (int j = 0; j < AK; j++) {
-                    float pj = keep_or(j < jn, exp_nonpos(p[j] * scale - Li), 0.0f);
+                    float pj = keep_or(j >= j0 && j < jn, exp_nonpos(p[j] * scale - Li), 0.0f);
                     p[j] = pj;
                     ds[j] = pj * (ds[j] - Di) * scale;   /* dS = P (dP - D), scaled */
                 }
@@ -616,42 +663,77 @@ static inline void attn_bwd_head(gemm_acc_fn gemm_acc, float *dqkv, const float 
              * place would make each step wait on the previous step's store. */
             gemm_acc(dV + (size_t)k0 * ld, ld, P, 1, AK, dO + (size_t)q0 * C, C,
                      nk, hs, nq, 2, k0 - q0);
-            gemm_acc(dK + (size_t)k0 * ld, ld, dS, 1, AK, Qt, ld,
+            gemm_acc(dK + (size_t)k0 * ld, ld, dS, 1, AK, Qt, ldq,
                      nk, hs, nq, 2, k0 - q0);
             /* dQ_i += sum_j dS_ij K_j  (j ascending) */
-            gemm_acc(dQt, ld, dS, AK, 1, Kt, ldkv,
+            gemm_acc(dQt, ldq, dS, AK, 1, Kt, ldkv,
                      nq, hs, nk, 1, q0 - k0);
         }
-        if (x) round_rows(x->dqkv + qoff + (size_t)q0 * C3, C3, dqw, nq, hs);
-    }
-    if (x) {
-        round_rows(x->dqkv + qoff + C, C3, dK, T, hs);
-        round_rows(x->dqkv + qoff + 2 * (size_t)C, C3, dV, T, hs);
+        if (x) round_rows(x->dqkv + qoff + (size_t)q0 * R, R, dqw, nq, hs);
     }
 }
 
-/* dqkv (B,T,3C) WRITTEN from dout (B,T,C), qkv, out and lse. */
-void zk_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                           const float *out, const float *lse,
-                           int B, int T, int C, int NH) {
+/* One backward task: kv head kh of batch b and the query heads reading it
+ * (ascending), so dK and dV of the kv head gather every term in one fixed
+ * order -- query heads ascending, query tiles in order inside -- with no
+ * atomics; each dQ has one owner. NKV = NH: one query head a task. */
+static inline void attn_bwd_group(gemm_acc_fn gemm_acc, float *dqkv, const float *dout, const float *qkv,
+                                  const float *out, const float *lse, int b, int kh, const geo *g,
+                                  int hs, const io16 *x) {
+    const int T = g->T, G = g->NH / g->NKV;
+    float *dK, *dV;
+    size_t ld;
+    if (x) {
+        dK = x->buf; dV = dK + (size_t)T * hs; ld = (size_t)hs;
+        memset(dK, 0, 2 * (size_t)T * hs * sizeof(float));
+    } else {
+        dK = dqkv + head_at(g, b, 1, kh, hs); dV = dqkv + head_at(g, b, 2, kh, hs); ld = g->R;
+        for (int t = 0; t < T; t++) {
+            float *restrict rk = dK + (size_t)t * ld, *restrict rv = dV + (size_t)t * ld;
+            int d = 0;
+            for (; d + 8 <= hs; d += 8) {
+                _mm256_storeu_ps(rk + d, _mm256_setzero_ps());
+                _mm256_storeu_ps(rv + d, _mm256_setzero_ps());
+            }
+            for (; d < hs; d++) rk[d] = rv[d] = 0.0f;
+        }
+    }
+    for (int h = kh * G; h < (kh + 1) * G; h++)
+        attn_bwd_qhead(gemm_acc, dqkv, dout, qkv, out, lse, dK, dV, ld, b, h, g, hs, x);
+    if (x) {
+        round_rows(x->dqkv + head_at(g, b, 1, kh, hs), g->R, dK, T, hs);
+        round_rows(x->dqkv + head_at(g, b, 2, kh, hs), g->R, dV, T, hs);
+    }
+}
+
+void zk_attention_backward_gqa(float *dqkv, const float *dout, const float *qkv,
+                               const float *out, const float *lse,
+                               int B, int T, int C, int NH, int NKV, int W) {
     const gemm_acc_fn gemm = pick_gemm_acc();
+    const geo g = mk_geo(T, C, NH, NKV, W);
     const int hs = C / NH;
     #pragma omp parallel for schedule(dynamic, 1) if ((long)B * T * C >= 16384)
-    for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
+    for (int bk = 0; bk < B * NKV; bk++) {
+        int b = bk / NKV, kh = bk % NKV;
         if (hs == 64)
-            attn_bwd_head(gemm, dqkv, dout, qkv, out, lse, b, h, T, C, NH, 64, NULL);
+            attn_bwd_group(gemm, dqkv, dout, qkv, out, lse, b, kh, &g, 64, NULL);
         else
-            attn_bwd_head(gemm, dqkv, dout, qkv, out, lse, b, h, T, C, NH, hs, NULL);
+            attn_bwd_group(gemm, dqkv, dout, qkv, out, lse, b, kh, &g, hs, NULL);
     }
 }
 
-/* The bf16-I/O backward: each thread's f32 buffer on the heap (a head's
+void zk_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                           const float *out, const float *lse, int B, int T, int C, int NH) {
+    zk_attention_backward_gqa(dqkv, dout, qkv, out, lse, B, T, C, NH, NH, 0);
+}
+
+/* The bf16-I/O backward: each thread's f32 buffer on the heap (a kv head's
  * dK and dV, 2 T hs floats). -1 if it cannot be had. */
-int zk_attention_backward_bb(uint16_t *dqkv, const float *dout, const uint16_t *qkv,
-                             const uint16_t *out, const float *lse,
-                             int B, int T, int C, int NH) {
+int zk_attention_backward_gqa_bb(uint16_t *dqkv, const float *dout, const uint16_t *qkv,
+                                 const uint16_t *out, const float *lse,
+                                 int B, int T, int C, int NH, int NKV, int W) {
     const gemm_acc_fn gemm = pick_gemm_acc();
+    const geo g = mk_geo(T, C, NH, NKV, W);
     const int hs = C / NH;
     int failed = 0;
     #pragma omp parallel if ((long)B * T * C >= 16384)
@@ -662,15 +744,20 @@ int zk_attention_backward_bb(uint16_t *dqkv, const float *dout, const uint16_t *
             failed = 1;
         }
         #pragma omp for schedule(dynamic, 1)
-        for (int bh = 0; bh < B * NH; bh++) {
+        for (int bk = 0; bk < B * NKV; bk++) {
             if (!x.buf) continue;
-            int b = bh / NH, h = bh % NH;
+            int b = bk / NKV, kh = bk % NKV;
             if (hs == 64)
-                attn_bwd_head(gemm, NULL, dout, NULL, NULL, lse, b, h, T, C, NH, 64, &x);
+                attn_bwd_group(gemm, NULL, dout, NULL, NULL, lse, b, kh, &g, 64, &x);
             else
-                attn_bwd_head(gemm, NULL, dout, NULL, NULL, lse, b, h, T, C, NH, hs, &x);
+                attn_bwd_group(gemm, NULL, dout, NULL, NULL, lse, b, kh, &g, hs, &x);
         }
         free(x.buf);
     }
     return failed ? -1 : 0;
+}
+
+int zk_attention_backward_bb(uint16_t *dqkv, const float *dout, const uint16_t *qkv,
+                             const uint16_t *out, const float *lse, int B, int T, int C, int NH) {
+    return zk_attention_backward_gqa_bb(dqkv, dout, qkv, out, lse, B, T, C, NH, NH, 0);
 }

@@ -261,6 +261,29 @@ int zk_attention_backward_bb(uint16_t *dqkv, const float *dout, const uint16_t *
                              const uint16_t *out, const float *lse,
                              int B, int T, int C, int NH);
 
+/* Grouped-query attention with an optional sliding window (Llama, Mistral).
+ * qkv rows (B,T,R), R = C + 2 NKV hs, hs = C/NH: q (NH heads, C = NH hs) |
+ * k (NKV heads) | v (NKV heads); NH % NKV == 0 and query head h reads kv
+ * head h / (NH/NKV). out (B,T,C), lse (B,NH,T) as above; dqkv (B,T,R)
+ * WRITTEN, the dk, dv of a kv head summed over its query heads in one
+ * fixed order (query heads ascending), no atomics. Window W >= 0: 0 plain
+ * causal; W > 0 query i sees keys j with i - W < j <= i (Hugging Face's
+ * sliding_window). kcache, vcache (B,NKV,maxT,hs); decode's rows have the
+ * bits of the full forward's rows, as above. NKV = NH, W = 0 is exactly
+ * the kernels above (which call these). The _bb kernels as above. */
+void zk_attention_forward_gqa(float *out, float *lse, const float *qkv,
+                              int B, int T, int C, int NH, int NKV, int W);
+void zk_attention_backward_gqa(float *dqkv, const float *dout, const float *qkv,
+                               const float *out, const float *lse,
+                               int B, int T, int C, int NH, int NKV, int W);
+void zk_attention_decode_gqa(float *out, float *kcache, float *vcache, const float *qkv,
+                             int B, int T, int C, int NH, int NKV, int W, int maxT, int pos);
+int zk_attention_forward_gqa_bb(uint16_t *out, float *lse, const uint16_t *qkv,
+                                int B, int T, int C, int NH, int NKV, int W);
+int zk_attention_backward_gqa_bb(uint16_t *dqkv, const float *dout, const uint16_t *qkv,
+                                 const uint16_t *out, const float *lse,
+                                 int B, int T, int C, int NH, int NKV, int W);
+
 /* ---- GELU, tanh approximation ------------------------------------------ */
 void zk_gelu_forward(float *out, const float *inp, size_t n);
 /* dinp = dout * gelu'(inp), WRITTEN; dinp may alias dout. */

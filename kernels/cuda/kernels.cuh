@@ -206,6 +206,19 @@ int zkc_attention_backward(cudaStream_t s, void *dqkv, const float *dout, const 
  * not the CPU's. */
 int zkc_attention_decode(cudaStream_t s, float *out, float *kcache, float *vcache,
                          const float *qkv, int B, int T, int C, int NH, int maxT, int pos);
+/* Grouped-query heads and a sliding window, zk_attention_*_gqa's layouts
+ * (qkv rows C + 2 NKV hs, caches (B,NKV,maxT,hs), window W >= 0); the three
+ * above are NKV = NH, W = 0. NH % NKV != 0 or W < 0: cudaErrorInvalidValue.
+ * dk, dv of a kv head summed over its query heads ascending by one warp a
+ * key row (no atomics); scratch as above (B*NH*T floats). */
+int zkc_attention_forward_gqa(cudaStream_t s, void *out, float *lse, const void *qkv, int io16,
+                              int B, int T, int C, int NH, int NKV, int W);
+int zkc_attention_backward_gqa(cudaStream_t s, void *dqkv, const float *dout, const void *qkv,
+                               const void *out, const float *lse, int io16, int B, int T, int C,
+                               int NH, int NKV, int W, float *scratch);
+int zkc_attention_decode_gqa(cudaStream_t s, float *out, float *kcache, float *vcache,
+                             const float *qkv, int B, int T, int C, int NH, int NKV, int W,
+                             int maxT, int pos);
 
 /* ---- attention_tc.cu: the same contracts on bf16 tensor cores
  * (mma.sync m16n8k16 + ldmatrix, kernels/cuda/mma.cuh), fp32 accumulation,

@@ -762,8 +762,8 @@ static void t_attention(int B, int T, int C, int NH)
     zk_attention_backward(dq, dy, qkv, o, l, B, T, C, NH);
     float *d_qkv = up(qkv, nq * 4), *d_dy = up(dy, no * 4), *d_o = NULL, *d_l = NULL, *d_dq = NULL;
     dv->alloc((void **)&d_o, no * 4); dv->alloc((void **)&d_l, nl * 4); dv->alloc((void **)&d_dq, nq * 4);
-    dv->attention_forward(d_o, d_l, d_qkv, 0, B, T, C, NH);
-    dv->attention_backward(d_dq, d_dy, d_qkv, d_o, d_l, 0, B, T, C, NH);
+    dv->attention_forward(d_o, d_l, d_qkv, 0, B, T, C, NH, NH, 0);
+    dv->attention_backward(d_dq, d_dy, d_qkv, d_o, d_l, 0, B, T, C, NH, NH, 0);
     snprintf(name, sizeof name, "attention B=%d T=%d C=%d NH=%d", B, T, C, NH);
     if (!synced(name)) return;
     float *go = down(d_o, no * 4), *gl = down(d_l, nl * 4), *gq = down(d_dq, nq * 4);
@@ -801,9 +801,9 @@ static void t_decode(int B, int P, int Tn, int C, int NH, int maxT)
     dv->alloc((void **)&d_o0, (size_t)B * P * C * 4); dv->alloc((void **)&d_o1, (size_t)B * Tn * C * 4);
     dv->alloc((void **)&d_k, nc * 4); dv->alloc((void **)&d_v, nc * 4);
     dv->zero(d_k, nc * 4); dv->zero(d_v, nc * 4);
-    dv->attention_forward(d_o, d_l, d_q, 0, B, L, C, NH);
-    dv->attention_decode(d_o0, d_k, d_v, d_q0, B, P, C, NH, maxT, 0);
-    dv->attention_decode(d_o1, d_k, d_v, d_q1, B, Tn, C, NH, maxT, P);
+    dv->attention_forward(d_o, d_l, d_q, 0, B, L, C, NH, NH, 0);
+    dv->attention_decode(d_o0, d_k, d_v, d_q0, B, P, C, NH, NH, 0, maxT, 0);
+    dv->attention_decode(d_o1, d_k, d_v, d_q1, B, Tn, C, NH, NH, 0, maxT, P);
     snprintf(name, sizeof name, "attention decode B=%d P=%d T=%d hs=%d", B, P, Tn, hs);
     if (!synced(name)) return;
     float *go = down(d_o, no * 4), *g1 = down(d_o1, (size_t)B * Tn * C * 4);
@@ -831,8 +831,66 @@ static void t_decode(int B, int P, int Tn, int C, int NH, int maxT)
     dv->free(d_o0); dv->free(d_o1); dv->free(d_k); dv->free(d_v);
 }
 
+/* Grouped-query heads and a sliding window (zkc_attention_*_gqa through
+ * the device table): forward and backward against the CPU twin, a
+ * prefill of T - 1 and one decode step giving the GPU forward's last
+ * rows bit for bit, and the tensor-core mode refusing the call. */
+static void t_attention_gqa(int B, int T, int NH, int NKV, int hs, int W)
+{
+    char name[160];
+    int C = NH * hs, R = (NH + 2 * NKV) * hs, P = T - 1;
+    size_t nq = (size_t)B * T * R, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    size_t nc = (size_t)B * NKV * T * hs;
+    float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1);
+    float *o = malloc(no * 4), *l = malloc(nl * 4), *dq = malloc(nq * 4);
+    zk_attention_forward_gqa(o, l, qkv, B, T, C, NH, NKV, W);
+    zk_attention_backward_gqa(dq, dy, qkv, o, l, B, T, C, NH, NKV, W);
+    float *q0 = malloc((size_t)B * P * R * 4), *q1 = malloc((size_t)B * R * 4);
+    for (int b = 0; b < B; b++) {
+        memcpy(q0 + (size_t)b * P * R, qkv + (size_t)b * T * R, (size_t)P * R * 4);
+        memcpy(q1 + (size_t)b * R, qkv + ((size_t)b * T + P) * R, (size_t)R * 4);
+    }
+    float *d_qkv = up(qkv, nq * 4), *d_dy = up(dy, no * 4), *d_o = NULL, *d_l = NULL, *d_dq = NULL;
+    float *d_q0 = up(q0, (size_t)B * P * R * 4), *d_q1 = up(q1, (size_t)B * R * 4);
+    float *d_o0 = NULL, *d_o1 = NULL, *d_k = NULL, *d_v = NULL;
+    dv->alloc((void **)&d_o, no * 4); dv->alloc((void **)&d_l, nl * 4); dv->alloc((void **)&d_dq, nq * 4);
+    dv->alloc((void **)&d_o0, (size_t)B * P * C * 4); dv->alloc((void **)&d_o1, (size_t)B * C * 4);
+    dv->alloc((void **)&d_k, nc * 4); dv->alloc((void **)&d_v, nc * 4);
+    int rf = dv->attention_forward(d_o, d_l, d_qkv, 0, B, T, C, NH, NKV, W);
+    int rb = dv->attention_backward(d_dq, d_dy, d_qkv, d_o, d_l, 0, B, T, C, NH, NKV, W);
+    dv->attention_decode(d_o0, d_k, d_v, d_q0, B, P, C, NH, NKV, W, T, 0);
+    dv->attention_decode(d_o1, d_k, d_v, d_q1, B, 1, C, NH, NKV, W, T, P);
+    snprintf(name, sizeof name, "attention gqa B=%d T=%d NH=%d NKV=%d hs=%d W=%d", B, T, NH, NKV, hs, W);
+    if (!synced(name) || rf || rb) { ct_fail(name, "rc %d %d", rf, rb); return; }
+    float *go = down(d_o, no * 4), *gl = down(d_l, nl * 4), *gq = down(d_dq, nq * 4);
+    float *g1 = down(d_o1, (size_t)B * C * 4), *gw = malloc((size_t)B * C * 4);
+    for (int b = 0; b < B; b++) memcpy(gw + (size_t)b * C, go + ((size_t)b * T + P) * C, (size_t)C * 4);
+    snprintf(name, sizeof name, "attention gqa NKV=%d W=%d forward out vs the CPU", NKV, W);
+    close_to(name, go, o, no, 1e-5, 1e-4);
+    snprintf(name, sizeof name, "attention gqa NKV=%d W=%d forward lse vs the CPU", NKV, W);
+    close_to(name, gl, l, nl, 1e-5, 1e-5);
+    snprintf(name, sizeof name, "attention gqa NKV=%d W=%d backward dqkv vs the CPU", NKV, W);
+    close_to(name, gq, dq, nq, 1e-5, 1e-3);
+    snprintf(name, sizeof name, "attention gqa NKV=%d W=%d decode step: the GPU forward's bits", NKV, W);
+    same_bits(name, g1, gw, (size_t)B * C * 4);
+    int was = zt_cuda_attention_mode(-1);
+    zt_cuda_attention_mode(1);
+    int rt = dv->attention_forward(d_o, d_l, d_qkv, 0, B, T, C, NH, NKV, W);
+    zt_cuda_attention_mode(was);
+    snprintf(name, sizeof name, "attention gqa NKV=%d W=%d: the tensor-core mode refuses it", NKV, W);
+    ct_check((NKV == NH && W == 0) || (rt == ZT_EINVAL && strstr(zt_last_error(), "exact")), name,
+             "rc %d msg %s", rt, zt_last_error());
+    free(qkv); free(dy); free(o); free(l); free(dq); free(q0); free(q1);
+    free(go); free(gl); free(gq); free(g1); free(gw);
+    dv->free(d_qkv); dv->free(d_dy); dv->free(d_o); dv->free(d_l); dv->free(d_dq);
+    dv->free(d_q0); dv->free(d_q1); dv->free(d_o0); dv->free(d_o1); dv->free(d_k); dv->free(d_v);
+}
+
 static void t_attention_all(void)
 {
+    t_attention_gqa(2, 67, 4, 2, 64, 0);     /* GQA, hs 64 */
+    t_attention_gqa(1, 130, 8, 1, 32, 40);   /* MQA, a window */
+    t_attention_gqa(2, 33, 3, 3, 40, 500);   /* NKV = NH, window > T */
     t_decode(2, 37, 1, 96, 3, 64);      /* a decode step, hs 32 */
     t_decode(1, 70, 9, 120, 3, 100);    /* several new tokens, hs 40 */
     t_attention(2, 67, 96, 3);      /* hs 32 */
@@ -863,8 +921,8 @@ static void t_attention_tc(int B, int T, int NH, int hs)
     for (int r = 0; r < 2; r++) {
         d_dq[r] = up(nan, nq * 4);
         dv->alloc((void **)&d_o[r], no * 4); dv->alloc((void **)&d_l[r], nl * 4);
-        dv->attention_forward(d_o[r], d_l[r], d_qkv, 0, B, T, C, NH);
-        dv->attention_backward(d_dq[r], d_dy, d_qkv, d_o[r], d_l[r], 0, B, T, C, NH);
+        dv->attention_forward(d_o[r], d_l[r], d_qkv, 0, B, T, C, NH, NH, 0);
+        dv->attention_backward(d_dq[r], d_dy, d_qkv, d_o[r], d_l[r], 0, B, T, C, NH, NH, 0);
     }
     zt_cuda_attention_mode(was);
     snprintf(name, sizeof name, "attention bf16 B=%d T=%d NH=%d hs=%d", B, T, NH, hs);
@@ -904,8 +962,8 @@ static void attn_in_mode_at(int mode, float **out, float **dqkv, const float *qk
     dv->alloc((void **)&d_dq, nq * 4);
     int was = zt_cuda_attention_mode(-1);
     zt_cuda_attention_mode(mode);
-    dv->attention_forward(d_o, d_l, d_qkv, 0, B, T, C, NH);
-    dv->attention_backward(d_dq, d_dy, d_qkv, d_o, d_l, 0, B, T, C, NH);
+    dv->attention_forward(d_o, d_l, d_qkv, 0, B, T, C, NH, NH, 0);
+    dv->attention_backward(d_dq, d_dy, d_qkv, d_o, d_l, 0, B, T, C, NH, NH, 0);
     zt_cuda_attention_mode(was);
     *out = down(d_o, no * 4);
     *dqkv = down(d_dq, nq * 4);
@@ -983,9 +1041,9 @@ static void attn_io16(int mode, int B, int T, int NH, int hs, int skew, int want
     dv->alloc((void **)&d_o16, no * 2);
     int was = zt_cuda_attention_mode(-1);
     zt_cuda_attention_mode(mode);
-    int rf = dv->attention_forward(d_ow, d_lw, d_qw, 0, B, T, C, NH);
+    int rf = dv->attention_forward(d_ow, d_lw, d_qw, 0, B, T, C, NH, NH, 0);
     int64_t tc0 = dv->attention_tc_calls();
-    int r16 = dv->attention_forward(d_o16, d_l16, d_q16, 1, B, T, C, NH);
+    int r16 = dv->attention_forward(d_o16, d_l16, d_q16, 1, B, T, C, NH, NH, 0);
     int64_t tc1 = dv->attention_tc_calls();
     snprintf(name, sizeof name, "%s: forward", at);
     if (!synced(name)) { zt_cuda_attention_mode(was); return; }
@@ -994,9 +1052,9 @@ static void attn_io16(int mode, int B, int T, int NH, int hs, int skew, int want
     float *o16w = malloc(no * 4);
     zk_cast_bf16_f32(o16w, o16, no);
     float *d_o16w = up(o16w, no * 4);           /* the fp32 backward reads the bf16 out widened */
-    int rb = dv->attention_backward(d_dqw, d_dy, d_qw, d_o16w, d_l16, 0, B, T, C, NH);
+    int rb = dv->attention_backward(d_dqw, d_dy, d_qw, d_o16w, d_l16, 0, B, T, C, NH, NH, 0);
     int64_t tc2 = dv->attention_tc_calls();
-    int rb16 = dv->attention_backward(d_dq16, d_dy, d_q16, d_o16, d_l16, 1, B, T, C, NH);
+    int rb16 = dv->attention_backward(d_dq16, d_dy, d_q16, d_o16, d_l16, 1, B, T, C, NH, NH, 0);
     int64_t tc3 = dv->attention_tc_calls();
     zt_cuda_attention_mode(was);
     snprintf(name, sizeof name, "%s: backward", at);

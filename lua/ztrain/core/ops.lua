@@ -64,16 +64,37 @@ function M.matmul_bf16_backward(dinp, dw, db, dout, inp, w)
   check(C.zt_matmul_bf16_backward(c(dinp), c(dw), c(db), c(dout), c(inp), c(w)),
         "matmul_bf16_backward")
 end
-function M.attention_forward(out, lse, qkv, nh)
-  check(C.zt_attention_forward(c(out), c(lse), c(qkv), nh), "attention_forward")
+-- Causal attention. kv_heads (nil: nh) grouped-query kv heads, nh a
+-- multiple: qkv rows q (nh heads) | k (kv_heads) | v (kv_heads); window
+-- (nil or 0: plain causal) a sliding window, query i seeing keys (i-window, i].
+-- Without either the GPT-2 calls, (B,T,3C).
+local function gqa(kv_heads, window) return kv_heads ~= nil or (window or 0) ~= 0 end
+function M.attention_forward(out, lse, qkv, nh, kv_heads, window)
+  if gqa(kv_heads, window) then
+    check(C.zt_attention_forward_gqa(c(out), c(lse), c(qkv), nh, kv_heads or nh, window or 0),
+          "attention_forward")
+  else
+    check(C.zt_attention_forward(c(out), c(lse), c(qkv), nh), "attention_forward")
+  end
 end
-function M.attention_backward(dqkv, dout, qkv, out, lse, nh)
-  check(C.zt_attention_backward(c(dqkv), c(dout), c(qkv), c(out), c(lse), nh), "attention_backward")
+function M.attention_backward(dqkv, dout, qkv, out, lse, nh, kv_heads, window)
+  if gqa(kv_heads, window) then
+    check(C.zt_attention_backward_gqa(c(dqkv), c(dout), c(qkv), c(out), c(lse), nh, kv_heads or nh,
+                                      window or 0), "attention_backward")
+  else
+    check(C.zt_attention_backward(c(dqkv), c(dout), c(qkv), c(out), c(lse), nh), "attention_backward")
+  end
 end
 -- Generation: appends qkv's new positions [pos, pos+T) to the caches
--- (B,NH,maxT,hs) and attends each over positions [0, its own].
-function M.attention_decode(out, kcache, vcache, qkv, nh, pos)
-  check(C.zt_attention_decode(c(out), c(kcache), c(vcache), c(qkv), nh, pos), "attention_decode")
+-- (B,kv_heads,maxT,hs) and attends each over positions [0, its own]
+-- (within the window).
+function M.attention_decode(out, kcache, vcache, qkv, nh, pos, kv_heads, window)
+  if gqa(kv_heads, window) then
+    check(C.zt_attention_decode_gqa(c(out), c(kcache), c(vcache), c(qkv), nh, kv_heads or nh,
+                                    window or 0, pos), "attention_decode")
+  else
+    check(C.zt_attention_decode(c(out), c(kcache), c(vcache), c(qkv), nh, pos), "attention_decode")
+  end
 end
 function M.gelu_forward(out, inp) check(C.zt_gelu_forward(c(out), c(inp)), "gelu_forward") end
 function M.gelu_backward(dinp, inp, dout)
