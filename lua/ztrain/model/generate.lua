@@ -35,6 +35,7 @@ local T = require "ztrain.core.tensor"
 local ops = require "ztrain.core.ops"
 local zffi = require "ztrain.core.ffi"
 local data = require "ztrain.model.data"
+local Acts = require "ztrain.model.activations"
 
 local M = {}
 
@@ -72,15 +73,15 @@ function M.session(model, cap)
   end
   local s = setmetatable({ model = model, cfg = cfg, cap = cap, pos = 0, tier = model.tier,
                            kc = {}, vc = {} }, Session)
-  local hs = cfg.C / cfg.NH
+  local hs, kvh = cfg.C / cfg.NH, cfg.NKV or cfg.NH      -- key/value heads (Llama's GQA)
   local ok, err = pcall(function()
     -- one slab for every block's caches (category activations: what a
     -- forward keeps), views per block
-    local per = cfg.NH * cap * hs
+    local per = kvh * cap * hs
     s.cache = T.new({ 2 * cfg.L * per }, { tier = s.tier, category = "activations" })
     for l = 1, cfg.L do
-      s.kc[l] = s.cache:view((2 * l - 2) * per, { 1, cfg.NH, cap, hs })
-      s.vc[l] = s.cache:view((2 * l - 1) * per, { 1, cfg.NH, cap, hs })
+      s.kc[l] = s.cache:view((2 * l - 2) * per, { 1, kvh, cap, hs })
+      s.vc[l] = s.cache:view((2 * l - 1) * per, { 1, kvh, cap, hs })
     end
     s.lnf = T.new({ 1, cfg.C }, { tier = s.tier, category = "activations" })
     s.lnf_stats = T.new({ 2 }, { tier = s.tier, category = "activations" })
@@ -93,9 +94,11 @@ function M.session(model, cap)
 end
 
 -- Work buffers for a chunk of n rows: the one-row set of decode steps is
--- kept; a prefill's set is freed once it has run.
-local ROWS = { { "x", 1 }, { "y", 1 }, { "ln", 1 }, { "qkv", 3 }, { "atty", 1 }, { "proj", 1 },
-               { "resid2", 1 }, { "fch", 4 }, { "fch_gelu", 4 } }
+-- kept; a prefill's set is freed once it has run. Widths as the training
+-- activations' (Acts.widths: GPT-2's qkv 3C, MLP 4C; a Llama's its own,
+-- fch then holding [gate | up] and fch_gelu the SwiGLU's out).
+local ROWS = { { "x", "C" }, { "y", "C" }, { "ln", "C" }, { "qkv", "qkv" }, { "atty", "C" },
+               { "proj", "C" }, { "resid2", "C" }, { "fch", "ffn_in" }, { "fch_gelu", "ffn" } }
 
 local function free_work(w)
   for _, v in ipairs(w.views) do v:free() end
@@ -103,9 +106,10 @@ local function free_work(w)
   if w.tokens then w.tokens:free() end
 end
 
-local function new_work(tier, C, n)
+local function new_work(tier, cfg, n)
+  local C, W = cfg.C, Acts.widths(cfg)
   local total = 2 * n + 16
-  for _, r in ipairs(ROWS) do total = total + math.ceil(n * r[2] * C / 16) * 16 end
+  for _, r in ipairs(ROWS) do total = total + math.ceil(n * W[r[2]] / 16) * 16 end
   local w = { n = n, views = {} }
   local ok, err = pcall(function()
     w.slab = T.new({ total }, { tier = tier, category = "activations" })
@@ -115,7 +119,7 @@ local function new_work(tier, C, n)
       w[key], w.views[#w.views + 1] = v, v
       off = off + math.ceil(k / 16) * 16
     end
-    for _, r in ipairs(ROWS) do add(r[1], { 1, n, r[2] * C }, n * r[2] * C) end
+    for _, r in ipairs(ROWS) do add(r[1], { 1, n, W[r[2]] }, n * W[r[2]]) end
     add("mean", { n }, n); add("rstd", { n }, n)
     -- the last row of x and of y: the blocks' output ends in one of them
     w.last = { [w.x] = w.x:view((n - 1) * C, { 1, C }), [w.y] = w.y:view((n - 1) * C, { 1, C }) }
@@ -129,6 +133,7 @@ end
 -- The model over the n tokens in w.tokens at positions [pos, pos+n).
 function Session:run(w, n)
   local cfg, model = self.cfg, self.model
+  if model.decode_run then return model:decode_run(self, w, n) end     -- the Llama family's blocks
   -- embedding: wpe from row pos on
   local embed = model.embed
   local wpe = embed.p.wpe:view(self.pos * cfg.C, { cfg.maxT - self.pos, cfg.C })
@@ -179,7 +184,7 @@ function Session:feed(ids, n)
     end
     ht[i] = id
   end
-  local w = n == 1 and self.step or new_work(self.tier, cfg.C, n)
+  local w = n == 1 and self.step or new_work(self.tier, cfg, n)
   if n == 1 then self.step = w end
   local ok, err = pcall(function()
     w.tokens:write(ht)

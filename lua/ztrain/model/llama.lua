@@ -354,6 +354,36 @@ function Model:param_units(u)
   return { u }
 end
 
+-- Generation (model/generate.lua's session s): the n tokens in w.tokens at
+-- positions [s.pos, s.pos + n) through the blocks as the training forward,
+-- attention over the session's KV cache (1, NKV, cap, hs); the last row's
+-- logits into s.logits. w: generate's work rows (fch = gu, fch_gelu = act).
+function Model:decode_run(s, w, n)
+  local cfg = self.cfg
+  local cos, sin = self:rope_table(s.cap)
+  ops.encoder_forward(w.x, w.tokens, self.embed.p["model.embed_tokens.weight"], nil)
+  local x, y = w.x, w.y
+  for l = 1, cfg.L do
+    local u = self.units[1 + l]
+    local P = u.p
+    local n1, o, n2, down = block_names(u)
+    ops.rmsnorm_forward(w.ln, w.rstd, x, P[n1], cfg.eps)
+    ops.matmul_forward(w.qkv, w.ln, P.qkv_w, P.qkv_b)
+    ops.rope_forward(w.qkv, 0, cfg.NH + cfg.NKV, cfg.C / cfg.NH, n, s.pos, cos, sin)
+    ops.attention_decode(w.atty, s.kc[l], s.vc[l], w.qkv, cfg.NH, s.pos, cfg.NKV, cfg.window)
+    ops.matmul_forward(w.proj, w.atty, P[o], nil)
+    ops.add3(w.resid2, x, w.proj)
+    ops.rmsnorm_forward(w.ln, w.rstd, w.resid2, P[n2], cfg.eps)
+    ops.matmul_forward(w.fch, w.ln, P.gu_w, nil)
+    ops.swiglu_forward(w.fch_gelu, w.fch)
+    ops.matmul_forward(w.proj, w.fch_gelu, P[down], nil)
+    ops.add3(y, w.resid2, w.proj)
+    x, y = y, x
+  end
+  ops.rmsnorm_forward(s.lnf, s.lnf_rstd, w.last[x], self.head.p["model.norm.weight"], cfg.eps)
+  ops.matmul_forward(s.logits, s.lnf, self:lm_head(self.head), nil)
+end
+
 -- what the W pass keeps from the I pass (Acts.wgrad reads cfg.family)
 function Model:wgrad(u, B, Tlen)
   if u.kind == "embed" then return nil end
