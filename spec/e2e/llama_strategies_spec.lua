@@ -1,0 +1,40 @@
+-- The Llama family under every strategy and schedule (issue 33's "train
+-- under every strategy and schedule with the one-rank digest"): llama-tiny
+-- (GQA, Llama 3 RoPE scaling, untied head), qwen-tiny (tied embeddings
+-- across the first and last pipeline stage, q/k/v biases) and mistral-tiny
+-- (sliding window 16 < T = 32), random-initialised, on 2 ranks: each run's
+-- parameter digest equals one rank accumulating the same micro-batches.
+local util = require "spec.helpers.util"
+
+local function base(size, acc)
+  return ("model.size=%s data.tokenizer=bytes data.seq_len=32 batch.micro=2 train.steps=3 " ..
+          "train.eval_every=0 lr.warmup=1 batch.accumulate=%d -q 'data.text=docs/*.md'"):format(size, acc)
+end
+
+local function digest(args, size, acc)
+  local s, out = util.summary_of(args .. " " .. base(size, acc), 120)
+  assert.is_truthy(s, out)
+  return s.param_digest
+end
+
+describe("Llama-family models on 2 ranks give one rank's digest", function()
+  local cases = {
+    { "llama-tiny", { "recipes/dp.lua", "recipes/zero1.lua", "recipes/zero3.lua", "recipes/zero3_offload.lua",
+                      "recipes/infinity.lua" }, { "recipes/pipeline_1f1b.lua", "recipes/pipeline_zbv.lua" } },
+    { "qwen-tiny", { "recipes/zero2.lua" }, { "recipes/pipeline_1f1b.lua", "recipes/pipeline_zbv.lua" } },
+    { "mistral-tiny", { "recipes/dp.lua", "recipes/zero3.lua" }, { "recipes/pipeline_1f1b.lua" } },
+  }
+  for _, c in ipairs(cases) do
+    local size, data_parallel, pipelines = c[1], c[2], c[3]
+    it(size .. ": " .. #data_parallel .. " data-parallel strategies and " .. #pipelines .. " schedule(s)", function()
+      local one2 = digest("recipes/single.lua", size, 2)      -- what 2 ranks x micro-batch 2 take a step
+      for _, r in ipairs(data_parallel) do
+        assert.are.equal(one2, digest("--nproc 2 " .. r, size, 1), size .. " " .. r)
+      end
+      local one4 = digest("recipes/single.lua", size, 4)
+      for _, r in ipairs(pipelines) do
+        assert.are.equal(one4, digest("--nproc 2 " .. r, size, 4), size .. " " .. r)
+      end
+    end)
+  end
+end)
