@@ -3,7 +3,9 @@
 -- (GQA, Llama 3 RoPE scaling, untied head), qwen-tiny (tied embeddings
 -- across the first and last pipeline stage, q/k/v biases) and mistral-tiny
 -- (sliding window 16 < T = 32), random-initialised, on 2 ranks: each run's
--- parameter digest equals one rank accumulating the same micro-batches.
+-- parameter digest equals one rank accumulating the same micro-batches;
+-- export.hf from ZeRO-3's shards loads back (model/hf.lua) with the run's
+-- digest, and `ztrain generate` samples from the export.
 local util = require "spec.helpers.util"
 
 local function base(size, acc)
@@ -37,4 +39,22 @@ describe("Llama-family models on 2 ranks give one rank's digest", function()
       end
     end)
   end
+
+  it("qwen-tiny: export.hf from zero3's shards loads back with the run's digest, and generate reads it", function()
+    local ex = util.outdir()
+    local s, out = util.summary_of("--nproc 2 recipes/zero3.lua export.hf=" .. ex .. " " .. base("qwen-tiny", 1), 120)
+    assert.is_truthy(s, out)
+    local script = os.tmpname()
+    util.write(script, 'local zt = require "ztrain"\nlocal m = require("ztrain.model.hf").load(arg[1], ' ..
+                       '{ tier = "host" })\nprint("digest " .. zt.digest.params(m))\n')
+    local got = util.sh(("build/ztrain --script %s %s"):format(script, ex))
+    assert.matches("digest " .. s.param_digest, got, 1, true)
+    local cfg = require("cjson").decode(util.read(ex .. "/config.json"))
+    assert.are.equal("qwen2", cfg.model_type)
+    assert.is_true(cfg.tie_word_embeddings)
+    local gen, rc = util.sh(("build/ztrain generate %s 'The ' max_tokens=8 temperature=0"):format(ex))
+    assert.are.equal(0, rc, gen)
+    os.remove(script)
+    util.rm(ex)
+  end)
 end)

@@ -351,13 +351,11 @@ end
 -- Returns true, or nil and a message (nothing half-written is left behind).
 function M.save(model, dir, opts)
   opts = opts or {}
-  if model.cfg.family == "llama" then            -- the Llama family: its own names and config
-    if opts.each or opts.write == false then
-      return nil, "hf.save: a Llama-family model is exported from one rank's full parameters (not yet gathered)"
-    end
-    return hf_llama.save(model, dir, M.check_dir)
-  end
   local write = opts.write ~= false
+  -- the Llama family: transformers' names are ztrain's, nn.Linear's layout
+  -- is ztrain's (no transposes), its own config.json (model/hf_llama.lua)
+  local llama = model.cfg.family == "llama"
+  local conv1d = llama and function() return false end or is_conv1d
   local each = opts.each or function(visit)
     for _, u in ipairs(model.units) do
       if not u.params then fail(("hf.save: unit %s has no parameters here (pass opts.each to gather them)"):format(u.name)) end
@@ -370,7 +368,8 @@ function M.save(model, dir, opts)
   end
   local entries = {}
   for _, t in model:each_tensor() do
-    entries[#entries + 1] = { name = "transformer." .. hf_name(t.name), shape = hf_shape(t) }
+    entries[#entries + 1] = llama and { name = t.name, shape = t.shape }
+                            or { name = "transformer." .. hf_name(t.name), shape = hf_shape(t) }
   end
   -- set up; a failure still runs each() below (other ranks are in its gathers)
   local werr, w
@@ -383,7 +382,7 @@ function M.save(model, dir, opts)
   if not oks then werr = serr end
   local function put(u, flat)
     for _, t in ipairs(u.tensors) do
-      if is_conv1d(t.name) then
+      if conv1d(t.name) then
         local a, b = ffi.new("float[?]", t.numel), ffi.new("float[?]", t.numel)
         local v = flat:view(t.offset, t.shape)
         local okr, rerr = pcall(v.read, v, a)
@@ -412,7 +411,8 @@ function M.save(model, dir, opts)
   local ok, err = pcall(function()
     if werr then error(werr, 0) end
     w:commit()
-    st.write_file_atomic(dir .. "/config.json", config_text(model.cfg, opts))
+    st.write_file_atomic(dir .. "/config.json", llama and hf_llama.config_text(model.cfg, opts)
+                                                 or config_text(model.cfg, opts))
     for name, text in pairs(opts.tokenizer_files or {}) do st.write_file_atomic(dir .. "/" .. name, text) end
     if opts.tokenizer_dir then
       for _, name in ipairs({ "vocab.json", "merges.txt", opts.tokenizer_json and "tokenizer.json" or nil }) do

@@ -5,7 +5,7 @@
 --
 --   hf_llama.config(dir, j)   -> llama config (j: config.json decoded)
 --   hf_llama.open(dir, j)     -> source, every tensor checked; source:fill_unit(model, u)
---   hf_llama.save(model, dir) -> config.json + model.safetensors (F32)
+--   hf_llama.config_text(cfg)  -> the config.json hf.save writes for it
 --
 -- Names: ztrain's are transformers' (model.embed_tokens.weight,
 -- model.layers.N.self_attn.q_proj.weight, ..., model.norm.weight,
@@ -157,8 +157,9 @@ end
 
 function Source:close() self.scratch = nil end
 
--- config.json for a model of cfg (transformers reads it back)
-local function config_text(cfg)
+-- config_text(cfg, opts) -> config.json for a model of cfg (transformers
+-- reads it back; hf.save writes it); opts.eot: bos/eos ids
+function M.config_text(cfg, opts)
   local mt = cfg.hf_type or (cfg.qkv_bias and "qwen2" or (cfg.window or 0) > 0 and "mistral" or "llama")
   local arch = { llama = "LlamaForCausalLM", qwen2 = "Qwen2ForCausalLM", mistral = "MistralForCausalLM" }
   local j = { architectures = { arch[mt] }, model_type = mt, hidden_act = "silu",
@@ -170,6 +171,8 @@ local function config_text(cfg)
   if mt == "llama" then j.attention_bias, j.mlp_bias = false, false end
   if mt == "mistral" then j.sliding_window = (cfg.window or 0) > 0 and cfg.window or cjson.null end
   if mt == "qwen2" then j.use_sliding_window = false end
+  local eot = opts and opts.eot or cfg.eos_token_id
+  if eot then j.bos_token_id, j.eos_token_id = cfg.bos_token_id or eot, eot end
   if cfg.scaling then
     local s = cfg.scaling
     j.rope_scaling = { rope_type = "llama3", factor = s.factor, low_freq_factor = s.low_freq_factor,
@@ -178,41 +181,6 @@ local function config_text(cfg)
   end
   cjson.encode_sparse_array(true)
   return cjson.encode(j) .. "\n"
-end
-
--- save(model, dir) -> true | nil, err: model.safetensors (F32) and
--- config.json of a model whose every unit has its parameters here (one
--- rank, or gathered), into dir: a new or empty directory (hf.check_dir's
--- rule, passed in as check_dir), each file atomic
-function M.save(model, dir, check_dir)
-  local okd, derr = check_dir(dir)
-  if not okd then return nil, derr end
-  local entries = {}
-  for _, t in model:each_tensor() do entries[#entries + 1] = { name = t.name, shape = t.shape } end
-  local w = st.writer(dir .. "/model.safetensors", entries, { metadata = { format = "pt" } })
-  local ok, err = pcall(function()
-    local buf = ffi.new("float[?]", SLICE)
-    for _, u in ipairs(model.units) do
-      if not u.params then fail(("hf_llama.save: unit %s has no parameters here"):format(u.name)) end
-      for _, t in ipairs(u.tensors) do
-        for off = 0, t.numel - 1, SLICE do
-          local n = math.min(SLICE, t.numel - off)
-          local v = u.params:view(t.offset + off, { n })
-          local okr, rerr = pcall(v.read, v, buf)
-          v:free()
-          if not okr then error(rerr, 0) end
-          w:write(buf, n * 4)
-        end
-      end
-    end
-    w:commit()
-    st.write_file_atomic(dir .. "/config.json", config_text(model.cfg))
-  end)
-  if not ok then
-    pcall(w.abort, w)
-    return nil, err
-  end
-  return true
 end
 
 return M
