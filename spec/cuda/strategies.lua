@@ -13,7 +13,8 @@
 --          2 ranks = one rank accumulating 2 (single accum2); the pipelines
 --          (1f1b, gpipe, zb, interleaved, zbv) accum2 on 2 ranks = single
 --          accum2; pipeline_dp accum2 on 4 ranks = zero1 accum2 on 2 ranks
---          (no one-rank run sums 2 ranks x 2 micro-batches in that order)
+--          (no one-rank run sums 2 ranks x 2 micro-batches in that order); llama_finetune (zero3 + offload of
+--          llama-tiny) on 2 ranks = single accum2 of llama-tiny, its settings
 --   bf16   precision=bf16 device.bf16_gemm=on: dp, zero3, zero2_offload,
 --          zero3_offload, infinity, pipeline_1f1b = single accum2 in bf16
 --   fp16   precision=fp16 (dynamic loss scaling): zero2, zero3_offload,
@@ -57,6 +58,11 @@ local util, cases = common.util, common.cases
 
 local BF16 = "precision=bf16 device.bf16_gemm=on"
 local FP16 = "precision=fp16"
+-- the Llama family (llama-tiny: GQA, RMSNorm, RoPE, SwiGLU) with
+-- recipes/llama_finetune.lua's optimizer settings and no export
+local LLAMA = "model.size=llama-tiny optim.lr=1e-3 lr.schedule=constant lr.warmup=0 optim.clip=1 " ..
+              "optim.weight_decay=0.1 'optim.betas={0.9,0.95}' export.hf="
+
 -- pipedream's one-stage oracle: a constant learning rate and no clipping
 -- (clipping needs every stage's gradient; pipedream refuses it)
 local FIXED = "lr.schedule=constant lr.warmup=0 optim.clip=0 optim.lr=1e-3"
@@ -73,6 +79,8 @@ local REFS = {
               label = "zero1 on 2 ranks accumulating 2 (the oracle's pipeline_dp case)" },
   each = { path = "recipes/single.lua", setting = "tiny", extra = FIXED .. " train.steps=6", digest_only = true,
            label = "one rank updating after every micro-batch, 6 steps (the digest)" },
+  llama = { path = "recipes/single.lua", setting = "accum2", extra = LLAMA,
+            label = "one rank accumulating 2 micro-batches, llama-tiny" },
 }
 
 -- the cases: { recipe name, setting, nproc, extra, ref (a REFS key or nil: twice only) }
@@ -90,6 +98,7 @@ for _, r in ipairs({ "pipeline_1f1b", "pipeline_gpipe", "pipeline_zb", "pipeline
   add("fp32", r, "accum2", 2, "", "one")
 end
 add("fp32", "pipeline_dp", "accum2", 4, "", "zero1x2")
+add("fp32", "llama_finetune", "tiny", 2, LLAMA, "llama")
 for _, r in ipairs({ "dp", "zero3", "zero2_offload", "zero3_offload", "infinity" }) do
   add("bf16", r, "tiny", 2, BF16, "bf16")
 end

@@ -43,6 +43,10 @@ local function tour(T)
     ["build/ztrain recipes/single.lua model=hf:DIR data.text=wikitext:DIR"] =
       { ("build/ztrain recipes/single.lua model=hf:%s data.text=wikitext:%s data.seq_len=32 %s out=$T/d")
         :format(HF, WIKI, SHORT), 0 },
+    -- a Llama directory made here first: the recipe's own demo run, exported
+    ["build/ztrain recipes/llama_finetune.lua model=hf:DIR"] =
+      { "build/ztrain recipes/llama_finetune.lua " .. SHORT .. " export.hf=$T/lh out=$T/l0 && " ..
+        "build/ztrain recipes/llama_finetune.lua model=hf:$T/lh " .. SHORT .. " export.hf=$T/lh2 out=$T/l1", 0 },
     ["build/ztrain -e 'print(zt.gpt2.config(\"gpt2\").L)'"] = { "build/ztrain -e 'print(zt.gpt2.config(\"gpt2\").L)'", 0, "12" },
     ["build/ztrain --help"] = { "build/ztrain --help", 0, "usage: ztrain" },
     -- named, not run

@@ -102,7 +102,7 @@ describe("recipe", function()
                      ["recipes/pipeline_gpipe.lua"] = "single", ["recipes/pipeline_zb.lua"] = "single",
                      ["recipes/pipeline_interleaved.lua"] = "single", ["recipes/pipeline_zbv.lua"] = "single",
                      ["recipes/pipeline_pipedream.lua"] = "single",
-                     ["recipes/pipeline_dp.lua"] = "zero1" }
+                     ["recipes/pipeline_dp.lua"] = "zero1", ["recipes/llama_finetune.lua"] = "zero3_offload" }
     local p = io.popen("ls recipes/*.lua examples/*.lua")
     local paths = {}
     for line in p:lines() do paths[#paths + 1] = line end
