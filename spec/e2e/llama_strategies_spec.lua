@@ -5,7 +5,10 @@
 -- (sliding window 16 < T = 32), random-initialised, on 2 ranks: each run's
 -- parameter digest equals one rank accumulating the same micro-batches;
 -- export.hf from ZeRO-3's shards loads back (model/hf.lua) with the run's
--- digest, and `ztrain generate` samples from the export.
+-- digest, and `ztrain generate` samples from the export; a checkpoint of a
+-- mistral-tiny run resumes under another strategy to the uninterrupted
+-- digest, `ztrain export` of it loads back with the run's digest, and a
+-- GPT-2 run refuses to resume from it.
 local util = require "spec.helpers.util"
 
 local function base(size, acc)
@@ -56,5 +59,32 @@ describe("Llama-family models on 2 ranks give one rank's digest", function()
     assert.are.equal(0, rc, gen)
     os.remove(script)
     util.rm(ex)
+  end)
+
+  it("mistral-tiny: a checkpoint resumes under another strategy, exports, and is refused by a GPT-2 run", function()
+    local C = "model.size=mistral-tiny data.tokenizer=bytes data.seq_len=32 batch.micro=2 train.eval_every=0 " ..
+              "'data.text=docs/*.md' lr.schedule=constant lr.warmup=0 -q"
+    local whole = util.summary_of("--nproc 2 recipes/zero3.lua train.steps=4 " .. C, 120)
+    assert.is_truthy(whole)
+    local dir = util.outdir()
+    local run = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 build/ztrain --nproc 2 "
+    local out, rc = util.sh(run .. "recipes/zero3.lua train.steps=2 train.ckpt_every=2 " .. C .. " out=" .. dir)
+    assert.are.equal(0, rc, out)
+    out, rc = util.sh(run .. "recipes/zero1.lua train.steps=4 resume=latest " .. C .. " out=" .. dir)
+    assert.are.equal(0, rc, out)
+    assert.are.equal(whole.param_digest, util.summary(dir).param_digest)
+    local ex = util.outdir()
+    out, rc = util.sh(("build/ztrain export %s/checkpoints %s"):format(dir, ex))
+    assert.are.equal(0, rc, out)
+    local script = os.tmpname()
+    util.write(script, 'local zt = require "ztrain"\nlocal m = require("ztrain.model.hf").load(arg[1], ' ..
+                       '{ tier = "host" })\nprint("digest " .. zt.digest.params(m))\n')
+    local ck2 = util.summary_of("--nproc 2 recipes/zero3.lua train.steps=2 " .. C, 120)   -- the checkpoint's step
+    assert.matches("digest " .. ck2.param_digest, util.sh(("build/ztrain --script %s %s"):format(script, ex)), 1, true)
+    out, rc = util.sh(run .. "recipes/zero1.lua model.size=gpt2-tiny train.steps=6 resume=" .. dir ..
+                      "/checkpoints " .. C:gsub("model.size=mistral%-tiny ", "") .. " out=" .. dir .. "/g")
+    assert.are_not.equal(0, rc)
+    assert.matches("holds a llama-family model, this run's is GPT-2 (model.size or model=hf:DIR differ)", out, 1, true)
+    os.remove(script); util.rm(dir); util.rm(ex)
   end)
 end)

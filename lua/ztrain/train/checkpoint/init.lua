@@ -13,6 +13,7 @@
 local errors = require "ztrain.core.errors"
 local T = require "ztrain.core.tensor"
 local gpt2 = require "ztrain.model.gpt2"
+local llama = require "ztrain.model.llama"
 local hf = require "ztrain.model.hf"
 local tokenizers = require "ztrain.model.data.tokenizer"
 local format = require "ztrain.train.checkpoint.format"
@@ -36,7 +37,25 @@ local function model_meta(tr)
   local units = {}
   for _, u in ipairs(tr.model.units) do units[#units + 1] = { name = u.name, numel = u.numel } end
   local c = tr.cfg
-  return { name = c.name, L = c.L, C = c.C, NH = c.NH, V = c.V, maxT = c.maxT, units = units }
+  local m = { name = c.name, L = c.L, C = c.C, NH = c.NH, V = c.V, maxT = c.maxT, units = units }
+  if c.family == "llama" then        -- what rebuilds a Llama-family model (export)
+    m.family, m.NKV, m.F, m.eps, m.theta = c.family, c.NKV, c.F, c.eps, c.theta
+    m.tied, m.qkv_bias, m.window, m.scaling, m.hf_type = c.tied, c.qkv_bias, c.window, c.scaling, c.hf_type
+  end
+  return m
+end
+
+-- the manifest's model -> a model of its shape, no buffers (export)
+local function model_of(m, what)
+  if m.family == "llama" then
+    local cfg = llama.custom({ name = m.name, L = m.L, C = m.C, NH = m.NH, NKV = m.NKV, F = m.F,
+                               maxT = m.maxT, V = m.V, eps = m.eps, theta = m.theta, tied = m.tied,
+                               qkv_bias = m.qkv_bias, window = m.window, scaling = m.scaling }, what)
+    cfg.hf_type = m.hf_type
+    return llama.new(cfg, { tier = "host", alloc = false })
+  end
+  local cfg = gpt2.custom({ name = m.name, L = m.L, C = m.C, NH = m.NH, maxT = m.maxT, V = m.V }, what)
+  return gpt2.new(cfg, { tier = "host", alloc = false })
 end
 
 -- save_run(tr, root, keep[, run]) -> path: every rank's state at tr.step.
@@ -101,6 +120,10 @@ function M.load_run(tr, path)
   local ok, err = pcall(function()
     local mine = model_meta(tr)
     local saved = man.model or {}
+    if (saved.family or "gpt2") ~= (mine.family or "gpt2") then
+      fail(("checkpoint %s holds a %s-family model, this run's is %s (model.size or model=hf:DIR differ)")
+           :format(ck.dir, saved.family or "GPT-2", mine.family or "GPT-2"))
+    end
     if saved.C and (saved.C ~= mine.C or saved.L ~= mine.L or saved.V ~= mine.V or saved.NH ~= mine.NH) then
       fail(("checkpoint %s holds a model of %s layers, %s channels, %s heads and %s tokens, but this run's " ..
             "model has %d, %d, %d and %d (model.size, model.vocab_size or data.tokenizer differ)"):format(ck.dir,
@@ -135,6 +158,7 @@ end
 
 -- export(path, dir) -> dir: the parameters of the checkpoint at path,
 -- consolidated from every rank's shard, written as a Hugging Face GPT-2
+-- (or Llama-family: the manifest says which)
 -- directory (config.json + model.safetensors, F32; with vocab.json and
 -- merges.txt of the run's tokenizer: a BPE vocabulary's, or the byte
 -- tokenizer's as a BPE without merges). Needs no
@@ -143,10 +167,7 @@ function M.export(path, dir)
   local ck = M.open(path)
   local man, model = ck.manifest, nil
   local ok, err = pcall(function()
-    local m = man.model or {}
-    local cfg = gpt2.custom({ name = m.name, L = m.L, C = m.C, NH = m.NH, maxT = m.maxT, V = m.V },
-                            "checkpoint " .. ck.dir .. " manifest")
-    model = gpt2.new(cfg, { tier = "host", alloc = false })
+    model = model_of(man.model or {}, "checkpoint " .. ck.dir .. " manifest")
     for _, u in ipairs(model.units) do
       local t = T.new({ u.padded }, { tier = "host", category = "params" })
       model:set_params(u, t)
