@@ -11,7 +11,7 @@
 -- directory's tokenizer.json, which then replaces data.tokenizer below.
 -- Without it the recipe trains a random llama-tiny with a Llama 3 style
 -- tokenizer (spec/fixtures/hf_tokenizer/llama3, ~1200 tokens): the whole
--- path runs on any machine. fp32 for now (precision=bf16 is refused for the
+-- path runs on any machine. fp32 for now (bf16 GEMMs are refused for the
 -- Llama family). export.hf writes the result as a directory transformers
 -- and `ztrain generate` read.
 local zt = require "ztrain"

@@ -653,7 +653,8 @@ int zt_rmsnorm_forward(zt_tensor *out, zt_tensor *rstd, const zt_tensor *inp, co
              "rms_norm_eps: 1e-5 or 1e-6)", op, (double)eps);
     ZT_TRY(need_numel(op, "out", out, ZT_F32, N * C, "(N,C)"));
     ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, N, "(N)"));
-    ZT_CHECK(!overlaps(out, inp), "%s: out may not overlap inp", op);
+    ZT_CHECK(!overlaps(out, inp) && !overlaps(rstd, out) && !overlaps(rstd, inp),
+             "%s: out and rstd may not overlap inp or each other", op);
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "rstd", rstd, "inp", inp, "weight", w, NULL));
     dev->rmsnorm_forward(out->data, rstd->data, inp->data, w->data, eps, (int)N, (int)C);
@@ -672,6 +673,14 @@ int zt_rmsnorm_backward(zt_tensor *dinp, zt_tensor *dweight, const zt_tensor *do
     if (dweight) ZT_TRY(need_numel(op, "dweight", dweight, ZT_F32, C, "(C)"));
     ZT_TRY(need_numel(op, "dout", dout, ZT_F32, N * C, "(N,C)"));
     ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, N, "(N)"));
+    /* the outputs apart from what is read (dweight may be the weight's own
+     * gradient view standing in for it: a weight-only pass reads no weight) */
+    ZT_CHECK(!dinp || (!overlaps(dinp, dout) && !overlaps(dinp, inp) && !overlaps(dinp, rstd) &&
+                       !overlaps(dinp, w)),
+             "%s: dinp may not overlap dout, inp, weight or rstd", op);
+    ZT_CHECK(!dweight || (!overlaps(dweight, dout) && !overlaps(dweight, inp) &&
+                          !overlaps(dweight, rstd) && !(dinp && overlaps(dweight, dinp))),
+             "%s: dweight may not overlap dinp, dout, inp or rstd", op);
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "dinp", dinp, "dweight", dweight, "dout", dout, "inp", inp,
                  "weight", w, "rstd", rstd, NULL));
@@ -693,6 +702,10 @@ int zt_rope_table(zt_tensor *cos, zt_tensor *sin, double theta, double factor,
              desc(cos, b, sizeof b), zt_describe(sin, b + 48, 48));
     ZT_CHECK(theta > 1.0 && isfinite(theta), "%s: theta must be a finite number > 1 "
              "(config.json's rope_theta), got %g", op, theta);
+    ZT_CHECK(!overlaps(cos, sin), "%s: cos and sin must be two tensors", op);
+    ZT_CHECK(!isnan(factor) && !isinf(factor) && !isnan(low_freq_factor) && !isnan(high_freq_factor) &&
+             !isnan(original_max_positions), "%s: the Llama 3 scaling's numbers must be finite "
+             "(config.json's rope_scaling)", op);
     ZT_CHECK(!(factor > 0) || (low_freq_factor > 0 && high_freq_factor > low_freq_factor &&
                                original_max_positions > 0),
              "%s: Llama 3 scaling needs low_freq_factor > 0, high_freq_factor > low_freq_factor "
@@ -735,9 +748,9 @@ static int rope(const char *op, zt_tensor *x, int64_t col0, int nh, int hs, int 
              sin->shape[1] == hs / 2 && sin->shape[0] == cos->shape[0],
              "%s: cos and sin must be (positions, %d) tables of head_size %d (zt_rope_table)", op,
              hs / 2, hs);
-    ZT_CHECK(pos0 >= 0 && (int64_t)pos0 + T <= cos->shape[0], "%s: positions %d..%d are past "
+    ZT_CHECK(pos0 >= 0 && (int64_t)pos0 + T <= cos->shape[0], "%s: positions %d..%lld are past "
              "the table's %lld; make the table longer (the model's max positions)", op, pos0,
-             pos0 + T - 1, (long long)cos->shape[0]);
+             (long long)pos0 + T - 1, (long long)cos->shape[0]);
     ZT_CHECK(N <= INT32_MAX && ld <= INT32_MAX, "%s: x is past the kernels' int range", op);
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "x", x, "cos", cos, "sin", sin, NULL));

@@ -6,12 +6,11 @@
  *   out[i + hs/2] = x[i + hs/2] cos + x[i] sin
  * The backward turns the gradient back (the transpose of the rotation).
  *
- * The table rounds where transformers rounds: inv_freq to float, the angle
- * as the float product inv_freq * pos (its rotary embedding is a float32
- * matmul of the two), then cos and sin of that float angle (here in
- * double, rounded once). At pos 8192 an angle's float ulp is ~1e-3 rad:
- * rounding the angle elsewhere would be visible at fp32 noise. Llama 3's
- * frequency scaling as transformers' _compute_llama3_parameters.
+ * The table rounds where transformers rounds: inv_freq step by step in
+ * float (below), the angle as the float product inv_freq * pos (its rotary
+ * embedding is a float32 matmul of the two), then cos and sin of that float
+ * angle (here in double, rounded once). At pos 8192 an angle's float ulp is
+ * ~1e-3 rad: rounding the angle elsewhere would be visible at fp32 noise.
  */
 #include <math.h>
 #include "kernels.h"
@@ -23,20 +22,31 @@
 #define ROPE_NOCONTRACT __attribute__((optimize("fp-contract=off")))
 #endif
 
-/* inv_freq[i] for i < hs/2, float as transformers keeps it */
+/* inv_freq[i] for i < hs/2 as transformers computes it, each step a float
+ * op in its order (checked against the inv_freq its rotary embedding held
+ * for the spec/fixtures/llama models: all 24 equal; rounding once from
+ * double left 8 of 24 a float ulp off, ~1e-4 rad at position 8192):
+ * 1 / theta^(float(2i) / hs), then for Llama 3 (modeling_rope_utils'
+ * _compute_llama3_parameters; a scalar over a tensor is the tensor's
+ * reciprocal times the scalar, as torch computes it):
+ *   wavelen = 2 pi / f; f / factor where wavelen > old / low; between the
+ *   bounds (1 - s) f' / factor + s f', s = (old / wavelen - low) / (high - low) */
+ROPE_NOCONTRACT
 static float inv_freq(int i, int hs, double theta, const zk_rope_scaling *sc) {
-    float f = (float)(1.0 / pow(theta, (double)(float)(2.0 * i) / hs));
+    float e = (float)(2 * i) / (float)hs;
+    float f = 1.0f / powf((float)theta, e);
     if (!sc || sc->factor <= 0.0) return f;
-    const double pi = 3.14159265358979323846;
-    double old = sc->original_max_positions;
-    double low_wl = old / sc->low_freq_factor, high_wl = old / sc->high_freq_factor;
-    double wl = 2.0 * pi / f;
-    double g = wl > low_wl ? f / sc->factor : f;
-    if (!(wl < high_wl) && !(wl > low_wl)) {
-        double s = (old / wl - sc->low_freq_factor) / (sc->high_freq_factor - sc->low_freq_factor);
-        g = (1.0 - s) * g / sc->factor + s * g;
+    float factor = (float)sc->factor, lo = (float)sc->low_freq_factor, hi = (float)sc->high_freq_factor;
+    float old = (float)sc->original_max_positions;
+    double low_wl = sc->original_max_positions / sc->low_freq_factor;   /* Python floats */
+    double high_wl = sc->original_max_positions / sc->high_freq_factor;
+    float wl = (1.0f / f) * (float)(2.0 * 3.14159265358979323846);
+    float g = (double)wl > low_wl ? f / factor : f;
+    if (!((double)wl < high_wl) && !((double)wl > low_wl)) {
+        float s = ((1.0f / wl) * old - lo) / (hi - lo);
+        g = (1.0f - s) * g / factor + s * g;
     }
-    return (float)g;
+    return g;
 }
 
 void zk_rope_table(float *cos_t, float *sin_t, int P, int hs, double theta,

@@ -184,7 +184,7 @@ __global__ static void k_attn_dkv(IO *dqkv, const float *dout, const IO *qkv,
         kr[k] = d < a.hs ? zkc_get(kp + d) : 0.0f; vr[k] = d < a.hs ? zkc_get(vp + d) : 0.0f;
         dk[k] = dv[k] = 0.0f;
     }
-    const int iend = a.W > 0 && j + a.W < a.T ? j + a.W : a.T;
+    const int iend = a.W > 0 && a.W < a.T - j ? j + a.W : a.T;   /* no j + W overflow */
     for (int h = g * a.G; h < (g + 1) * a.G; h++) {
         size_t rbase = (size_t)(b * a.NH + h) * a.T;
         for (int i = j; i < iend; i++) {

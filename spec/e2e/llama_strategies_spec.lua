@@ -84,7 +84,13 @@ describe("Llama-family models on 2 ranks give one rank's digest", function()
     out, rc = util.sh(run .. "recipes/zero1.lua model.size=gpt2-tiny train.steps=6 resume=" .. dir ..
                       "/checkpoints " .. C:gsub("model.size=mistral%-tiny ", "") .. " out=" .. dir .. "/g")
     assert.are_not.equal(0, rc)
-    assert.matches("holds a llama-family model, this run's is GPT-2 (model.size or model=hf:DIR differ)", out, 1, true)
+    assert.matches("holds a Llama-family model, this run's is GPT-2 (model.size or model=hf:DIR differ)", out, 1, true)
+    -- the same shapes, another model: llama-tiny's RoPE and no window on mistral-tiny's checkpoint
+    out, rc = util.sh(run .. "recipes/zero1.lua train.steps=6 resume=" .. dir .. "/checkpoints " ..
+                      C:gsub("mistral%-tiny", "llama-tiny") .. " out=" .. dir .. "/l")
+    assert.are_not.equal(0, rc)
+    assert.matches("holds another Llama-family model than this run's: theta 10000 -> 500000, window 16 -> 0, " ..
+                   "rope scaling factor nil -> 8", out, 1, true)
     os.remove(script); util.rm(dir); util.rm(ex)
   end)
 end)

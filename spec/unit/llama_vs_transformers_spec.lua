@@ -132,6 +132,29 @@ describe("the Llama family against transformers", function()
     end)
   end
 
+  it("turns by transformers' own frequencies, bit for bit, out to position 8191", function()
+    local cjson = require "cjson"
+    local ops = require "ztrain.core.ops"
+    local fl = ffi.new("float[1]")
+    local function f32(x) fl[0] = x; return fl[0] end
+    for _, family in ipairs({ "llama", "qwen2", "mistral" }) do
+      local src = hf.open(DIR .. family)
+      local inv = cjson.decode(st.open(DIR .. family .. "/expected.safetensors").metadata.rope).inv_freq
+      local P, h2 = 8192, #inv
+      local c, sn = T.new({ P, h2 }, { tier = "host" }), T.new({ P, h2 }, { tier = "host" })
+      ops.rope_table(c, sn, src.cfg.theta, src.cfg.scaling)
+      local cp, sp = c:ptr(), sn:ptr()
+      for _, p in ipairs({ 1, 100, 4095, 8191 }) do
+        for i = 1, h2 do
+          local a = f32(f32(inv[i]) * p)               -- the float angle, as transformers' matmul rounds it
+          assert.are.equal(f32(math.cos(a)), cp[p * h2 + i - 1], ("%s position %d pair %d"):format(family, p, i))
+          assert.are.equal(f32(math.sin(a)), sp[p * h2 + i - 1], ("%s position %d pair %d"):format(family, p, i))
+        end
+      end
+      c:free(); sn:free()
+    end
+  end)
+
   it("reads a BF16 checkpoint as its F32 twin's weights rounded", function()
     local m16, m32 = hf.load(DIR .. "llama-bf16", { tier = "host" }), hf.load(DIR .. "llama", { tier = "host" })
     local u32 = ffi.new("uint32_t[1]")

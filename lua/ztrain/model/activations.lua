@@ -144,8 +144,8 @@ end
 
 local function no_bf16_llama(cfg, gemm16)
   if gemm16 and cfg.family == "llama" then
-    error(("%s: bf16 GEMMs (precision=bf16) do not yet run a Llama-family model; use precision=fp32")
-          :format(cfg.name or "llama"), 0)
+    error(("%s: bf16 GEMMs (precision=bf16 with device.bf16_gemm on) do not yet run a Llama-family " ..
+           "model; use precision=fp32, or device.bf16_gemm=off"):format(cfg.name or "llama"), 0)
   end
 end
 

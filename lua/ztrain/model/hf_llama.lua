@@ -13,6 +13,7 @@
 -- A tied checkpoint may still store lm_head.weight: it must equal the
 -- embedding. Older checkpoints' rotary_emb.inv_freq buffers are ignored.
 local ffi = require "ffi"
+pcall(ffi.cdef, "int memcmp(const void *, const void *, size_t);")
 local cjson = require "cjson.safe"
 local llama = require "ztrain.model.llama"
 local st = require "ztrain.model.safetensors"
@@ -72,6 +73,15 @@ function M.config(dir, j)
       bad(("rope_scaling type %q: ztrain computes Llama 3's (\"llama3\") or none"):format(tostring(kind)))
     end
     if kind == "llama3" then
+      for _, k in ipairs({ "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings" }) do
+        if type(rs[k]) ~= "number" or not (rs[k] > 0) or rs[k] == math.huge then
+          bad(("rope_scaling (llama3) needs %s, a number > 0; got %s"):format(k, tostring(rs[k])))
+        end
+      end
+      if rs.high_freq_factor <= rs.low_freq_factor then
+        bad(("rope_scaling: high_freq_factor %s must be above low_freq_factor %s")
+            :format(tostring(rs.high_freq_factor), tostring(rs.low_freq_factor)))
+      end
       spec.scaling = { factor = rs.factor, low_freq_factor = rs.low_freq_factor,
                        high_freq_factor = rs.high_freq_factor,
                        original_max_position_embeddings = rs.original_max_position_embeddings }
@@ -90,6 +100,21 @@ Source.__index = Source
 local function same_shape(a, b)
   if #a ~= #b then return false end
   for i = 1, #a do if a[i] ~= b[i] then return false end end
+  return true
+end
+
+-- whether tensor `name` of file f holds the values of entry e, read as
+-- fp32 a slice at a time (any stored dtypes; never the whole tensor)
+local function same_values(f, name, e)
+  local t, u = f.tensors[name], e.file.tensors[e.name]
+  if not same_shape(t.shape, u.shape) then return false end
+  local a, b = ffi.new("float[?]", hff.SLICE), ffi.new("float[?]", hff.SLICE)
+  for off = 0, t.numel - 1, hff.SLICE do
+    local n = math.min(hff.SLICE, t.numel - off)
+    f:read_f32(name, a, off, n)
+    e.file:read_f32(e.name, b, off, n)
+    if ffi.C.memcmp(a, b, n * 4) ~= 0 then return false end
+  end
   return true
 end
 
@@ -122,8 +147,7 @@ function M.open(dir, j)
       if known[name] or name:match("rotary_emb%.inv_freq$") then
         -- fine
       elseif name == "lm_head.weight" and cfg.tied then
-        local w = self.entries["model.embed_tokens.weight"]
-        if f:read_raw(name) ~= w.file:read_raw(w.name) then
+        if not same_values(f, name, self.entries["model.embed_tokens.weight"]) then
           fail(("%s: lm_head.weight differs from model.embed_tokens.weight, but config.json ties them " ..
                 "(tie_word_embeddings)"):format(f.path))
         end

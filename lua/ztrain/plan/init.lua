@@ -143,10 +143,12 @@ end
 -- and its work rows (the prompt's prefill and one decode row), and for a
 -- strategy that keeps no full parameters (sharded, or mixed precision) a
 -- full fp32 copy of the model ("other", trainer.lua's sample).
-local GEN_ROWS = { 1, 1, 1, 3, 1, 1, 1, 4, 4 }
-local function gen_work(C, n)
+-- generate.lua's ROWS, as widths of Acts.widths
+local GEN_ROWS = { "C", "C", "C", "qkv", "C", "C", "C", "ffn_in", "ffn" }
+local function gen_work(cfg, n)
+  local W = Acts.widths(cfg)
   local total = 2 * n + 16
-  for _, k in ipairs(GEN_ROWS) do total = total + math.ceil(n * k * C / 16) * 16 end
+  for _, k in ipairs(GEN_ROWS) do total = total + math.ceil(n * W[k] / 16) * 16 end
   return 4 * (total + n)
 end
 
@@ -159,8 +161,10 @@ local function sample(t, cfg, r, spec, units)
     if oke and type(ids) == "table" then n = #ids end
   end
   local cap = math.min(n + r.sample.tokens, cfg.maxT)
-  add(t, "device", "activations", 4 * (2 * cfg.L * cfg.C * cap + cfg.C + 2 + cfg.V) + gen_work(cfg.C, n) +
-      gen_work(cfg.C, 1))
+  local kv = (cfg.NKV or cfg.NH) * (cfg.C / cfg.NH)          -- a cached position's keys (Llama: NKV heads)
+  local rope = cfg.family == "llama" and 4 * cap * (cfg.C / cfg.NH) or 0   -- its RoPE table at cap
+  add(t, "device", "activations", 4 * (2 * cfg.L * kv * cap + cfg.C + 2 + cfg.V) + gen_work(cfg, n) +
+      gen_work(cfg, 1) + rope)
   if spec.stage > 0 or r.precision ~= "fp32" then
     for _, u in ipairs(M.units(cfg, family.PAD)) do add(t, "device", "other", 4 * u.padded) end
   end

@@ -45,9 +45,37 @@ local function model_meta(tr)
   return m
 end
 
+-- the family of a manifest's model: recorded, or (a Llama checkpoint
+-- written before the record had it) told by its size's name
+local function family_of(m)
+  return m.family or (llama.is_size(m.name) and "llama") or "gpt2"
+end
+local FAMILY_NAME = { gpt2 = "GPT-2", llama = "Llama-family" }
+
+-- the Llama settings that change the math but not the shapes: a resume
+-- that differs in one would compute another model on the same tensors
+local LLAMA_MATH = { "NKV", "F", "eps", "theta", "window", "tied", "qkv_bias" }
+local function llama_differences(saved, mine)
+  local out = {}
+  for _, k in ipairs(LLAMA_MATH) do
+    if saved[k] ~= nil and saved[k] ~= mine[k] then
+      out[#out + 1] = ("%s %s -> %s"):format(k, tostring(saved[k]), tostring(mine[k]))
+    end
+  end
+  local a, b = saved.scaling or {}, mine.scaling or {}
+  for _, k in ipairs({ "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings" }) do
+    if a[k] ~= b[k] then out[#out + 1] = ("rope scaling %s %s -> %s"):format(k, tostring(a[k]), tostring(b[k])) end
+  end
+  return out
+end
+
 -- the manifest's model -> a model of its shape, no buffers (export)
 local function model_of(m, what)
-  if m.family == "llama" then
+  if family_of(m) == "llama" then
+    if not m.NKV then
+      fail(("%s: a Llama-family checkpoint written before its manifest recorded the model's settings (kv " ..
+            "heads, MLP width, RoPE): resume it with this ztrain and save again, then export"):format(what))
+    end
     local cfg = llama.custom({ name = m.name, L = m.L, C = m.C, NH = m.NH, NKV = m.NKV, F = m.F,
                                maxT = m.maxT, V = m.V, eps = m.eps, theta = m.theta, tied = m.tied,
                                qkv_bias = m.qkv_bias, window = m.window, scaling = m.scaling }, what)
@@ -120,9 +148,15 @@ function M.load_run(tr, path)
   local ok, err = pcall(function()
     local mine = model_meta(tr)
     local saved = man.model or {}
-    if (saved.family or "gpt2") ~= (mine.family or "gpt2") then
-      fail(("checkpoint %s holds a %s-family model, this run's is %s (model.size or model=hf:DIR differ)")
-           :format(ck.dir, saved.family or "GPT-2", mine.family or "GPT-2"))
+    local sf, mf = family_of(saved), mine.family or "gpt2"
+    if saved.C and sf ~= mf then
+      fail(("checkpoint %s holds a %s model, this run's is %s (model.size or model=hf:DIR differ)")
+           :format(ck.dir, FAMILY_NAME[sf], FAMILY_NAME[mf]))
+    end
+    local diff = mf == "llama" and llama_differences(saved, mine) or {}
+    if #diff > 0 then
+      fail(("checkpoint %s holds another Llama-family model than this run's: %s (model.size or " ..
+            "model=hf:DIR differ; resume with the checkpoint's model)"):format(ck.dir, table.concat(diff, ", ")))
     end
     if saved.C and (saved.C ~= mine.C or saved.L ~= mine.L or saved.V ~= mine.V or saved.NH ~= mine.NH) then
       fail(("checkpoint %s holds a model of %s layers, %s channels, %s heads and %s tokens, but this run's " ..
