@@ -55,6 +55,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 #include "aio_impl.h"
@@ -294,6 +295,20 @@ static size_t nblocks(size_t off, size_t end, size_t b)
     return end == off ? 0 : (end - 1) / b - off / b + 1;
 }
 
+/* Account the time since blocks_inflight last changed in busy_ns and
+ * depth_ns (engine lock held): before every change, and for a snapshot. */
+static void account_depth(zt_aio *a)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t t = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    if (a->blocks_inflight > 0 && t > a->depth_since) {
+        a->stats.busy_ns += t - a->depth_since;
+        a->stats.depth_ns += (t - a->depth_since) * (uint64_t)a->blocks_inflight;
+    }
+    a->depth_since = t;
+}
+
 /* Hand the next block to slot sl (engine lock held): 1, or 0 if none.
  * Blocks go in submission order; only the head request is partly issued. */
 int aio_take_block(zt_aio *a, slot *sl)
@@ -311,6 +326,7 @@ int aio_take_block(zt_aio *a, slot *sl)
     r->inflight++;
     a->unissued--;
     a->stats.blocks++;
+    account_depth(a);
     if ((uint64_t)++a->blocks_inflight > a->stats.peak_inflight)
         a->stats.peak_inflight = (uint64_t)a->blocks_inflight;
     if (r->next == r->n) pop_pending(a);
@@ -332,6 +348,7 @@ void aio_finish_block(zt_aio *a, slot *sl)
         }
     }
     sl->req = NULL;
+    account_depth(a);
     a->blocks_inflight--;
     r->inflight--;
     if (r->inflight == 0 && !r->queued) complete(a, r);
@@ -807,6 +824,7 @@ int zt_aio_get_stats(zt_aio *a, zt_aio_stats *out)
 {
     ZT_CHECK(a != NULL && out != NULL, "zt_aio_get_stats: engine or out is NULL");
     pthread_mutex_lock(&a->lock);
+    account_depth(a);
     *out = a->stats;
     pthread_mutex_unlock(&a->lock);
     return ZT_OK;

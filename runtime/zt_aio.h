@@ -80,6 +80,9 @@ typedef struct zt_aio_stats {
     uint64_t peak_inflight;               /* most blocks in flight at once (<= queue_depth) */
     uint64_t registered;                  /* blocks moved from or into zt_aio_register'ed memory
                                              as io_uring fixed buffers */
+    uint64_t busy_ns;                     /* time with at least one block in flight */
+    uint64_t depth_ns;                    /* blocks in flight integrated over time (block-ns):
+                                             depth_ns / busy_ns is the mean depth while busy */
 } zt_aio_stats;
 
 /* Open an engine over swap directory dir (made if missing when its parent

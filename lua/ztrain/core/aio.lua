@@ -103,7 +103,9 @@ local function stats_of(a)
            requests = tonumber(s.requests), blocks = tonumber(s.blocks),
            bounced = tonumber(s.bounced), errors = tonumber(s.errors),
            host_bytes = tonumber(s.host_bytes), peak_inflight = tonumber(s.peak_inflight),
-           registered = tonumber(s.registered) }
+           registered = tonumber(s.registered),
+           busy_s = tonumber(s.busy_ns) / 1e9,       -- time with a block in flight
+           depth_s = tonumber(s.depth_ns) / 1e9 }    -- blocks in flight x time: / busy_s = mean depth
 end
 
 -- Mode, directory, sizes and start-up notes of an engine.
@@ -150,7 +152,8 @@ function M.info()
 end
 
 -- stats() -> { bytes_read, bytes_written, requests, blocks, bounced, errors,
--- host_bytes, peak_inflight } of the tier's engine, or nil if not configured.
+-- host_bytes, peak_inflight, registered, busy_s, depth_s } of the tier's
+-- engine, or nil if not configured.
 function M.stats()
   local a = C.zt_nvme_engine()
   if a == nil then return nil end

@@ -7,15 +7,19 @@
 -- chunk comes from the device to a host staging slot, the parameter chunk
 -- from wherever the parameters live (device or nvme; host parameters are
 -- updated in place), the moments from nvme; the same AdamW kernel updates
--- them on the host; parameters and moments go back. Two slots: chunk i+1 is
--- read while chunk i is updated and chunk i-1 is written, so transfers
--- overlap the update; the stream runs in order, so a slot is refilled only
--- after its previous chunk was written out. The update is elementwise: the
--- bits are those of the step on the device, chunk by chunk or whole.
+-- them on the host; parameters and moments go back. A ring of slots: chunk
+-- i+1 is read while chunk i is updated and chunk i-1 is written, so
+-- transfers overlap the update; the stream runs in order, so a slot is
+-- refilled only after its previous chunk was written out. On nvme the ring
+-- has three slots: chunk i+1's reads go to the slot chunk i-2 left, not
+-- chunk i-1's, so they start while chunk i-1's writes are still on the
+-- disk (with two, each read waited for the write before it: the disk's
+-- queue ran dry once per chunk). The update is elementwise: the bits are
+-- those of the step on the device, chunk by chunk or whole.
 --
--- Memory: 2 slots x (gradient, parameter, and with nvme moments two more)
--- chunks of host memory, category "comm" -- the staging pool, sized by the
--- recipe's offload.staging.
+-- Memory: 2 slots (3 on nvme) x (gradient, parameter, and with nvme moments
+-- two more) chunks of host memory, category "comm" -- the staging pool,
+-- sized by the recipe's offload.staging.
 --
 -- Mixed precision (opts.dtype "bf16"/"f16"; a work entry's M, the fp32
 -- master shard, lives with the moments): the update runs on the master
@@ -52,33 +56,43 @@ local function buffers(opts)
   return opts.dtype and 5 or 4
 end
 
--- Elements per chunk for a staging budget of `bytes` (2 slots x nbuf
--- buffers of f32), a multiple of 1024 (4 KiB: chunks never share a page of
--- a swap file, views stay aligned), at least 4096.
-function M.chunk_elems(bytes, nbuf)
-  local n = math.floor(bytes / (2 * (nbuf or 2) * 4) / 1024) * 1024
+-- Slots in the ring: 3 on nvme (a chunk's reads never wait for the previous
+-- chunk's writes), 2 on the host (device copies run one at a time anyway).
+local function nslots(opts) return opts.tier == "nvme" and 3 or 2 end
+
+-- Elements per chunk for a staging budget of `bytes` (slots x nbuf buffers
+-- of f32), a multiple of 1024 (4 KiB: chunks never share a page of a swap
+-- file, views stay aligned), at least 4096.
+function M.chunk_elems(bytes, nbuf, slots)
+  local n = math.floor(bytes / ((slots or 2) * (nbuf or 2) * 4) / 1024) * 1024
   return math.max(n, 4096)
 end
 
 -- The staging pool's bytes for these options.
 function M.pool_bytes(opts)
-  local nbuf = buffers(opts)
-  return 2 * nbuf * 4 * M.chunk_elems(opts.staging, nbuf)
+  local nbuf, k = buffers(opts), nslots(opts)
+  return k * nbuf * 4 * M.chunk_elems(opts.staging, nbuf, k)
 end
 
 -- new{ tier = "host" | "nvme", staging = bytes } -> off. Allocates the
 -- staging slots and a copy stream; :free() releases them.
 function M.new(opts)
-  local nbuf = buffers(opts)
-  local self = setmetatable({ tier = opts.tier or "host", chunk = M.chunk_elems(opts.staging, nbuf),
+  local nbuf, k = buffers(opts), nslots(opts)
+  local self = setmetatable({ tier = opts.tier or "host", chunk = M.chunk_elems(opts.staging, nbuf, k),
                               dtype = opts.dtype,
-                              -- seconds spent: waiting for transfers, updating, over `steps` steps
-                              time = { io_wait = 0, update = 0, fetch_wait = 0, steps = 0 } }, Off)
+                              -- seconds spent: waiting for transfers, updating, the optimizer
+                              -- step's wall clock (opt), over `steps` steps; the optimizer's
+                              -- bytes read from and written to nvme
+                              time = { io_wait = 0, update = 0, fetch_wait = 0, opt = 0, steps = 0 },
+                              nvme_bytes = { read = 0, written = 0 },
+                              -- the engine's time with blocks in flight during the step, and
+                              -- blocks x time (aio.stats' busy_s, depth_s)
+                              disk = { busy = 0, depth = 0 } }, Off)
   self.slots = {}
   local names = nbuf == 2 and { "g", "p" } or { "g", "p", "exp_avg", "exp_avg_sq", "master" }
   if nbuf == 4 then names[5] = nil end
   local ok, err = pcall(function()
-    for i = 1, 2 do
+    for i = 1, k do
       local slot = {}
       self.slots[i] = slot
       for _, k in ipairs(names) do
@@ -138,13 +152,14 @@ function Off:step(optim, work, lr, scale)
     if t:tier() == "host" then return src end
     local buf = view(slot[key], 0, c.len)
     local st = t:tier() == "nvme" and cs or ds
+    if st == cs then self.nvme_bytes.read = self.nvme_bytes.read + src:nbytes() end
     st:copy_async(buf, src)
     c.back[#c.back + 1] = { src, buf, st }
     return buf
   end
   local function copy_in(i)
     local c = chunks[i]
-    local slot, w = self.slots[(i - 1) % 2 + 1], c.w
+    local slot, w = self.slots[(i - 1) % #self.slots + 1], c.w
     c.back = {}
     c.g = view(slot.g, 0, c.len)
     ds:copy_async(c.g, view(w.G, c.off, c.len))
@@ -166,6 +181,7 @@ function Off:step(optim, work, lr, scale)
     for _, ev in ipairs(c.ready) do ev:free() end
     c.ready = nil
   end
+  local t_start, s0 = now(), self.tier == "nvme" and aio.stats()
   local ok, err = pcall(function()
     if #chunks > 0 then copy_in(1) end
     for i, c in ipairs(chunks) do
@@ -182,13 +198,21 @@ function Off:step(optim, work, lr, scale)
           c.back[#c.back + 1] = { c.pdst, c.plp, st }
         end
       end
-      for _, b in ipairs(c.back) do b[3]:copy_async(b[1], b[2]) end   -- written back
+      for _, b in ipairs(c.back) do                 -- written back
+        if b[3] == cs then self.nvme_bytes.written = self.nvme_bytes.written + b[1]:nbytes() end
+        b[3]:copy_async(b[1], b[2])
+      end
       local t2 = now()
       self.time.io_wait, self.time.update = self.time.io_wait + (t1 - t0), self.time.update + (t2 - t1)
     end
     local t3 = now()
     cs:sync(); ds:sync()
     self.time.io_wait = self.time.io_wait + (now() - t3)
+    self.time.opt = self.time.opt + (now() - t_start)
+    local s1 = s0 and aio.stats()
+    if s1 then
+      self.disk.busy, self.disk.depth = self.disk.busy + s1.busy_s - s0.busy_s, self.disk.depth + s1.depth_s - s0.depth_s
+    end
     self.time.steps = self.time.steps + 1
   end)
   if not ok then
