@@ -35,6 +35,7 @@ local registry = require "ztrain.job.registry"
 local ops = require "ztrain.core.ops"
 local aio = require "ztrain.core.aio"
 local errors = require "ztrain.core.errors"
+local cache = require "ztrain.model.data.cache"
 
 local M = {}
 
@@ -263,15 +264,74 @@ function M.staging_bytes(recipe)
   return b
 end
 
+-- The queue depth and block size for the swap directory: the recipe's
+-- where given (a number, a size), the probe's where "auto" (aio.probe: a
+-- short measurement of the directory's disk, kept per device under the
+-- cache directory: $ZTRAIN_CACHE, else ~/.cache/ztrain). A probe that
+-- fails (a full disk) leaves the engine's defaults and says why. -> depth,
+-- block bytes, the probe's line for the start-up summary (nil: no probe)
+local function disk_settings(o, path, engine)
+  local depth, block = o.queue_depth or "auto", o.block_size or "auto"
+  if block ~= "auto" then
+    local b, err = memory.parse_size(block)
+    if not b then error("offload.block_size: " .. err .. ' (or "auto": from a probe of the disk)', 0) end
+    block = b
+  end
+  if depth ~= "auto" and (type(depth) ~= "number" or depth < 1 or depth % 1 ~= 0) then
+    error(('offload.queue_depth must be a whole number >= 1 or "auto", got %s'):format(tostring(depth)), 0)
+  end
+  if depth ~= "auto" and block ~= "auto" then return depth, block end
+  local dir = cache.default_dir()
+  if dir and not fs.mkdirs(dir, "the cache directory") then dir = nil end
+  local ok, p = pcall(aio.probe, { path = path, engine = engine, cache_dir = dir })
+  local line
+  if not ok then
+    line = "nvme probe failed, defaults kept: " .. errors.message(p)
+    p = { queue_depth = aio.DEFAULT_DEPTH, block_bytes = aio.DEFAULT_BLOCK }
+  elseif p.note ~= "" then
+    line = "nvme " .. p.note .. "; defaults kept"
+  else
+    line = ("nvme probe of %s (%s): %d x %s %s, write %.2f / read %.2f GB/s (8 x 1 MiB: %.2f / %.2f)%s"):format(
+      p.device, p.engine, p.queue_depth, memory.format(p.block_bytes),
+      p.cached and ("as measured before, kept in " .. p.cache_path) or ("measured in %.1f s"):format(p.seconds),
+      p.write_gbs, p.read_gbs, p.default_write_gbs, p.default_read_gbs,
+      (not p.cached and p.cache_path ~= "") and (", kept in " .. p.cache_path) or "")
+  end
+  return depth == "auto" and p.queue_depth or depth, block == "auto" and p.block_bytes or block, line
+end
+
+-- The aio engine's bounce buffers (queue depth x block bytes, host
+-- "other"): the running engine's, else the recipe's, "auto" as the probe
+-- kept it for the swap directory's disk (its nearest existing directory;
+-- the engine's defaults where nothing is kept): a plan made without running.
+function M.aio_bounce_bytes(recipe)
+  local i = aio.info()
+  if i then return i.queue_depth * i.block_bytes end
+  local o = recipe and recipe.offload or {}
+  local depth = type(o.queue_depth) == "number" and o.queue_depth or aio.DEFAULT_DEPTH
+  local block = (o.block_size and o.block_size ~= "auto") and memory.parse_size(o.block_size) or aio.DEFAULT_BLOCK
+  local cdir = cache.default_dir()
+  if cdir and (o.queue_depth == "auto" or o.block_size == "auto") then
+    local dir = (o.nvme_path and o.nvme_path ~= "") and o.nvme_path or "."
+    while not fs.exists(dir) and dir:find("/[^/]+$") do dir = dir:gsub("/[^/]+$", "") end
+    local e = o.aio_engine or "auto"
+    if e == "auto" then e = os.getenv("ZTRAIN_AIO_ENGINE") or "auto" end
+    e = (e == "uring" or e == "io_uring") and "io_uring" or e == "threads" and "threads" or aio.engines()[1]
+    local p = aio.probe_cached(dir ~= "" and dir or "/", e, cdir)
+    if p and o.queue_depth == "auto" then depth = p.queue_depth end
+    if p and o.block_size == "auto" then block = p.block_bytes end
+  end
+  return depth * block
+end
+
 -- nvme(recipe, out_dir) -> aio info: the nvme tier configured from the
 -- recipe's offload keys (nvme_path, default OUT/nvme; block_size;
--- queue_depth; checksum; aio_engine). The path is made if missing.
+-- queue_depth: "auto" from a probe; checksum; aio_engine). The path is
+-- made if missing. info.probe: the probe's line (nil without one).
 function M.configure_nvme(recipe, out_dir)
   local o = recipe and recipe.offload or {}
   local explicit = o.nvme_path and o.nvme_path ~= ""
   local path = explicit and o.nvme_path or ((out_dir or "runs/offload") .. "/nvme")
-  local block, err = memory.parse_size(o.block_size or "1MiB")
-  if not block then error("offload.block_size: " .. err, 0) end
   if explicit then
     -- a path the user named must exist: a typo must not become a new directory
     local f, ferr = io.open(path)
@@ -290,10 +350,12 @@ function M.configure_nvme(recipe, out_dir)
   if engine ~= "auto" and engine ~= "uring" and engine ~= "threads" then
     error(("offload.aio_engine must be \"auto\", \"uring\" or \"threads\", got %s"):format(tostring(engine)), 0)
   end
-  local ok, info = pcall(aio.configure, { path = path, block_bytes = block, queue_depth = o.queue_depth or 8,
+  local depth, block, line = disk_settings(o, path, engine)
+  local ok, info = pcall(aio.configure, { path = path, block_bytes = block, queue_depth = depth,
                                           checksum = o.checksum or false, engine = engine })
   -- the runtime names the swap directory; the user set offload.nvme_path
   if not ok then error(("offload.nvme_path=%s: %s"):format(path, errors.message(info)), 0) end
+  if line then info.probe, info.summary = line, info.summary .. "\n" .. line end
   return info
 end
 
