@@ -347,7 +347,8 @@ describe("the disk probe", function()
     local i = conf { queue_depth = "auto", block_size = "auto" }
     assert.are.equal(24, i.queue_depth)
     assert.are.equal(2097152, i.block_bytes)
-    assert.matches("24 x 2.00 MiB as measured before", i.probe, 1, true)
+    assert.matches("24 x 2.00 MiB, write 1.50 / read 0.75 GB/s", i.probe, 1, true)
+    assert.matches("as measured before, kept in " .. cdir, i.probe, 1, true)
     assert.matches(i.probe, i.summary, 1, true)   -- the start-up line says so
     i = conf { queue_depth = 4, block_size = "auto" }
     assert.are.equal(4, i.queue_depth)

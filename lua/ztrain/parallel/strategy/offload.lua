@@ -291,11 +291,11 @@ local function disk_settings(o, path, engine)
   elseif p.note ~= "" then
     line = "nvme " .. p.note .. "; defaults kept"
   else
-    line = ("nvme probe of %s (%s): %d x %s %s, write %.2f / read %.2f GB/s (8 x 1 MiB: %.2f / %.2f)%s"):format(
-      p.device, p.engine, p.queue_depth, memory.format(p.block_bytes),
-      p.cached and ("as measured before, kept in " .. p.cache_path) or ("measured in %.1f s"):format(p.seconds),
-      p.write_gbs, p.read_gbs, p.default_write_gbs, p.default_read_gbs,
-      (not p.cached and p.cache_path ~= "") and (", kept in " .. p.cache_path) or "")
+    line = ("nvme probe of %s (%s): %d x %s, write %.2f / read %.2f GB/s (8 x 1 MiB: %.2f / %.2f), %s%s"):format(
+      p.device, p.engine, p.queue_depth, memory.format(p.block_bytes), p.write_gbs, p.read_gbs,
+      p.default_write_gbs, p.default_read_gbs,
+      p.cached and "as measured before" or ("measured in %.1f s"):format(p.seconds),
+      p.cache_path ~= "" and (", kept in " .. p.cache_path) or "")
   end
   return depth == "auto" and p.queue_depth or depth, block == "auto" and p.block_bytes or block, line
 end
