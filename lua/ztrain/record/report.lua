@@ -374,7 +374,7 @@ function M.print_summary(s)
              (off.aio_queue_depth and (" " .. off.aio_queue_depth .. " x " .. memory.format(off.aio_block_bytes))
               or "")) or ""))
     local moved = (off.nvme_read_bytes or 0) + (off.nvme_written_bytes or 0)
-    if moved > 0 and (off.optimizer_ms or 0) > 0 then
+    if moved > 0 and (off.optimizer_ms or 0) > 0 and (off.disk_busy_ms or 0) > 0 then
       w:write(("              the optimizer step %.0f ms, %.2f GB read and %.2f GB written on nvme: %.2f GB/s; " ..
                "blocks in flight %.0f%% of it, %.1f on average\n")
               :format(off.optimizer_ms, off.nvme_read_bytes / 1e9, off.nvme_written_bytes / 1e9,

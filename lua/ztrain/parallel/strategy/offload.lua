@@ -182,7 +182,7 @@ function Off:step(optim, work, lr, scale)
     for _, ev in ipairs(c.ready) do ev:free() end
     c.ready = nil
   end
-  local t_start, s0 = now(), self.tier == "nvme" and aio.stats()
+  local t_start, s0 = now(), aio.stats()             -- nil without an nvme tier
   local ok, err = pcall(function()
     if #chunks > 0 then copy_in(1) end
     for i, c in ipairs(chunks) do
