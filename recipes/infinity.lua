@@ -20,7 +20,8 @@ return {
   data     = { text = "/usr/share/games/fortunes/*", exclude = "*.dat",
                tokenizer = "bytes", seq_len = 128 },
   strategy = zt.strategy.zero { stage = 3, offload_optimizer = "nvme", offload_params = "nvme" },
-  offload  = { staging = "32MiB", nvme_path = "", block_size = "1MiB", queue_depth = 8, checksum = false },
+  -- block_size, queue_depth "auto": from a short probe of nvme_path's disk (kept per device)
+  offload  = { staging = "32MiB", nvme_path = "", block_size = "auto", queue_depth = "auto", checksum = false },
   optim    = { name = "adamw", lr = 3e-3, weight_decay = 0.1, betas = { 0.9, 0.95 }, clip = 1.0 },
   lr       = { warmup = 30, schedule = "cosine" },
   batch    = { micro = 8, accumulate = 1 },      -- global batch = ranks x 8

@@ -55,6 +55,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 #include "aio_impl.h"
@@ -294,6 +295,20 @@ static size_t nblocks(size_t off, size_t end, size_t b)
     return end == off ? 0 : (end - 1) / b - off / b + 1;
 }
 
+/* Account the time since blocks_inflight last changed in busy_ns and
+ * depth_ns (engine lock held): before every change, and for a snapshot. */
+static void account_depth(zt_aio *a)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t t = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    if (a->blocks_inflight > 0 && t > a->depth_since) {
+        a->stats.busy_ns += t - a->depth_since;
+        a->stats.depth_ns += (t - a->depth_since) * (uint64_t)a->blocks_inflight;
+    }
+    a->depth_since = t;
+}
+
 /* Hand the next block to slot sl (engine lock held): 1, or 0 if none.
  * Blocks go in submission order; only the head request is partly issued. */
 int aio_take_block(zt_aio *a, slot *sl)
@@ -311,6 +326,7 @@ int aio_take_block(zt_aio *a, slot *sl)
     r->inflight++;
     a->unissued--;
     a->stats.blocks++;
+    account_depth(a);
     if ((uint64_t)++a->blocks_inflight > a->stats.peak_inflight)
         a->stats.peak_inflight = (uint64_t)a->blocks_inflight;
     if (r->next == r->n) pop_pending(a);
@@ -332,6 +348,7 @@ void aio_finish_block(zt_aio *a, slot *sl)
         }
     }
     sl->req = NULL;
+    account_depth(a);
     a->blocks_inflight--;
     r->inflight--;
     if (r->inflight == 0 && !r->queued) complete(a, r);
@@ -577,6 +594,29 @@ static void init_once(void)
 
 /* ---- the engine ----------------------------------------------------------------------- */
 
+/* The engine's bounce buffers (queue_depth x block_bytes): host memory
+ * accounted as "other", or for ZT_AIO_UNACCOUNTED (the disk probe's
+ * short-lived engines) plain page-aligned memory outside the accounting. */
+static int bounce_alloc(zt_aio *a)
+{
+    size_t n = a->block * (size_t)a->depth;
+    if (!(a->flags & ZT_AIO_UNACCOUNTED))
+        return zt_mem_alloc((void **)&a->bounce, n, ZT_TIER_HOST, ZT_CAT_OTHER,
+                            "aio bounce buffers (queue_depth x block_bytes)");
+    void *p = NULL;
+    if (posix_memalign(&p, PAGE, n)) return zt_error(ZT_ENOMEM, "zt_aio_open: no memory for %zu bytes "
+                                                     "of bounce buffers", n);
+    a->bounce = p;
+    return ZT_OK;
+}
+
+static void bounce_free(zt_aio *a)
+{
+    if (a->flags & ZT_AIO_UNACCOUNTED) free(a->bounce);
+    else zt_mem_free(a->bounce, a->block * (size_t)a->depth, ZT_TIER_HOST, ZT_CAT_OTHER);
+    a->bounce = NULL;
+}
+
 int zt_aio_open(zt_aio **out, const char *dir, size_t block_bytes, int queue_depth, int flags)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -592,9 +632,9 @@ int zt_aio_open(zt_aio **out, const char *dir, size_t block_bytes, int queue_dep
     ZT_CHECK(queue_depth >= 1 && queue_depth <= MAX_DEPTH,
              "zt_aio_open: queue depth %d must be in 1..%d (default 8)", queue_depth, MAX_DEPTH);
     ZT_CHECK((flags & ~(ZT_AIO_CHECKSUM | ZT_AIO_BUFFERED | ZT_AIO_SPARSE | ZT_AIO_URING |
-                        ZT_AIO_THREADS)) == 0,
+                        ZT_AIO_THREADS | ZT_AIO_UNACCOUNTED)) == 0,
              "zt_aio_open: unknown flags 0x%x (known: ZT_AIO_CHECKSUM, ZT_AIO_BUFFERED, "
-             "ZT_AIO_SPARSE, ZT_AIO_URING, ZT_AIO_THREADS)", (unsigned)flags);
+             "ZT_AIO_SPARSE, ZT_AIO_URING, ZT_AIO_THREADS, ZT_AIO_UNACCOUNTED)", (unsigned)flags);
     ZT_CHECK((flags & (ZT_AIO_URING | ZT_AIO_THREADS)) != (ZT_AIO_URING | ZT_AIO_THREADS),
              "zt_aio_open: flags ZT_AIO_URING and ZT_AIO_THREADS together (pick one engine, "
              "or neither for ZTRAIN_AIO_ENGINE / auto)");
@@ -645,8 +685,7 @@ int zt_aio_open(zt_aio **out, const char *dir, size_t block_bytes, int queue_dep
                  "before Linux 6.6, some FUSE or overlay mounts); I/O goes through the page "
                  "cache", a->parent, why);
     }
-    rc = zt_mem_alloc((void **)&a->bounce, block_bytes * (size_t)queue_depth, ZT_TIER_HOST,
-                      ZT_CAT_OTHER, "aio bounce buffers (queue_depth x block_bytes)");
+    rc = bounce_alloc(a);
     if (rc) { remove_files(a); close(a->owner_fd); free(slots); free(a); return rc; }
     a->stats.host_bytes = block_bytes * (size_t)queue_depth;
     for (int i = 0; i < queue_depth; i++) {
@@ -659,7 +698,7 @@ int zt_aio_open(zt_aio **out, const char *dir, size_t block_bytes, int queue_dep
             !(slots[i].hash = malloc(block_bytes / PAGE * sizeof *slots[i].hash))) rc = ZT_ENOMEM;
     }
     if (rc) {
-        zt_mem_free(a->bounce, block_bytes * (size_t)queue_depth, ZT_TIER_HOST, ZT_CAT_OTHER);
+        bounce_free(a);
         remove_files(a); close(a->owner_fd);
         for (int i = 0; i < queue_depth; i++) free(slots[i].hash);
         free(slots); free(a);
@@ -674,7 +713,7 @@ int zt_aio_open(zt_aio **out, const char *dir, size_t block_bytes, int queue_dep
         if (uvrc != 0) uv_loop_close(&a->loop);
     }
     if (uvrc != 0) {
-        zt_mem_free(a->bounce, block_bytes * (size_t)queue_depth, ZT_TIER_HOST, ZT_CAT_OTHER);
+        bounce_free(a);
         remove_files(a);
         close(a->owner_fd);
         pthread_cond_destroy(&a->cv);
@@ -725,7 +764,7 @@ int zt_aio_open(zt_aio **out, const char *dir, size_t block_bytes, int queue_dep
         uv_close((uv_handle_t *)&a->wake, NULL);
         uv_run(&a->loop, UV_RUN_DEFAULT);
         uv_loop_close(&a->loop);
-        zt_mem_free(a->bounce, block_bytes * (size_t)queue_depth, ZT_TIER_HOST, ZT_CAT_OTHER);
+        bounce_free(a);
         remove_files(a);
         close(a->owner_fd);
         pthread_cond_destroy(&a->cv);
@@ -784,7 +823,7 @@ void zt_aio_close(zt_aio *a)
     unlink(owner);
     rmdir(a->dir);
     close(a->owner_fd);
-    zt_mem_free(a->bounce, a->block * (size_t)a->depth, ZT_TIER_HOST, ZT_CAT_OTHER);
+    bounce_free(a);
     pthread_cond_destroy(&a->cv);
     pthread_mutex_destroy(&a->lock);
     free(a->files);
@@ -807,6 +846,7 @@ int zt_aio_get_stats(zt_aio *a, zt_aio_stats *out)
 {
     ZT_CHECK(a != NULL && out != NULL, "zt_aio_get_stats: engine or out is NULL");
     pthread_mutex_lock(&a->lock);
+    account_depth(a);
     *out = a->stats;
     pthread_mutex_unlock(&a->lock);
     return ZT_OK;

@@ -126,6 +126,7 @@ struct zt_aio {
     int busy;                   /* slots the backend holds */
     size_t unissued;            /* blocks of pending requests not yet taken */
     int blocks_inflight;        /* blocks taken, not yet finished */
+    uint64_t depth_since;       /* when blocks_inflight last changed (ns, monotonic) */
     int stopping;
     int quit_sent;              /* the wake handle is closing: uv_run returns */
     char *bounce;               /* depth * block, accounted on host */

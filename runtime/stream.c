@@ -9,8 +9,10 @@
  * being written -- the race it would have on a GPU, where a CUDA build maps
  * these objects to cudaStream_t and cudaEvent_t. A copy to or from the nvme
  * tier is a request to the aio engine; consecutive independent ones are in
- * flight together, and the stream's later items (event records, device
- * copies, waits) start once they are done.
+ * flight together; an event record among them rides along (it completes
+ * once the copies before it are done, and later copies go on starting),
+ * and the stream's other items (device copies, waits) start once every
+ * copy before them is done.
  *
  * Synchronisation: each stream has a lock and two condition variables
  * (work queued; work finished). Events share one lock and one condition
@@ -437,8 +439,12 @@ static void run_item(zt_stream *s, item *it)
  * before the next would leave the engine's queue part empty whenever a copy
  * is shorter than queue_depth blocks (a chunk of a pipelined optimizer
  * step), so the worker starts consecutive nvme copies together while they
- * are independent, and completes them in issue order. Anything else (a
- * device copy, an event record, a wait) first finishes every copy in
+ * are independent, and completes them in issue order. An event record
+ * while copies are in flight joins the flight as a marker (req NULL): it
+ * is run when it reaches the front, i.e. once every copy before it is
+ * done, and copies after it start meanwhile -- draining the flight at each
+ * record emptied the disk's queue once per chunk of the optimizer step.
+ * Anything else (a device copy, a wait) first finishes everything in
  * flight, so the stream's order holds for everything a caller can see. */
 enum { MAX_FLIGHT = 32 };
 
@@ -481,18 +487,16 @@ static int conflicts(const flight *f, const item *it)
 {
     for (int i = 0; i < f->n; i++) {
         const item *o = f->it[i];
+        if (o->kind != ITEM_COPY) continue;          /* a marker touches no bytes */
         if (overlaps(o->dst, it->dst) || overlaps(o->dst, it->src) || overlaps(o->src, it->dst))
             return 1;
     }
     return 0;
 }
 
-/* An nvme copy is over (done or failed): drop its tensors and count it
- * finished (worker, stream lock not held). */
-static void copy_done(zt_stream *s, item *it)
+/* An item is over: count it finished (worker, stream lock not held). */
+static void item_done(zt_stream *s, item *it)
 {
-    zt_tensor_release(it->dst);
-    zt_tensor_release(it->src);
     free(it);
     pthread_mutex_lock(&s->lock);
     s->finished++;
@@ -500,15 +504,30 @@ static void copy_done(zt_stream *s, item *it)
     pthread_mutex_unlock(&s->lock);
 }
 
-/* Finish the oldest copy in flight (worker, stream lock not held). */
+/* An nvme copy is over (done or failed): drop its tensors, count it finished. */
+static void copy_done(zt_stream *s, item *it)
+{
+    zt_tensor_release(it->dst);
+    zt_tensor_release(it->src);
+    item_done(s, it);
+}
+
+/* Finish the oldest copy in flight, or run the oldest marker (an event
+ * record: everything before it is done) (worker, stream lock not held). */
 static void finish_oldest(zt_stream *s, flight *f)
 {
     item *it = f->it[0];
-    int rc = zt_aio_wait(f->req[0]);
-    if (rc) stream_fail(s, rc, zt_last_error());   /* keeps the first error only */
+    zt_aio_req *r = f->req[0];
     memmove(f->it, f->it + 1, (size_t)(f->n - 1) * sizeof *f->it);
     memmove(f->req, f->req + 1, (size_t)(f->n - 1) * sizeof *f->req);
     f->n--;
+    if (!r) {
+        run_item(s, it);
+        item_done(s, it);
+        return;
+    }
+    int rc = zt_aio_wait(r);
+    if (rc) stream_fail(s, rc, zt_last_error());   /* keeps the first error only */
     copy_done(s, it);
 }
 
@@ -557,6 +576,15 @@ static void *worker_main(void *arg)
         /* nvme copies go into flight while they are independent (and the
          * stream has no error: after one it skips its work) */
         int async = it && is_nvme_copy(it) && !s->err && f.n < MAX_FLIGHT && !conflicts(&f, it);
+        int marker = it && it->kind == ITEM_RECORD && f.n > 0 && f.n < MAX_FLIGHT;
+        if (marker) {                   /* a record rides along: run when it reaches the front */
+            s->head = it->next;
+            if (!s->head) s->tail = NULL;
+            f.it[f.n] = it;
+            f.req[f.n] = NULL;
+            f.n++;
+            continue;
+        }
         if (!async && f.n > 0) {        /* anything else: what is in flight finishes first */
             pthread_mutex_unlock(&s->lock);
             finish_oldest(s, &f);

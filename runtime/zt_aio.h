@@ -66,6 +66,8 @@ enum {
     ZT_AIO_SPARSE = 4,              /* flag: do not reserve file space at creation */
     ZT_AIO_URING = 8,               /* flag: io_uring, an error where it is missing or refused */
     ZT_AIO_THREADS = 16,            /* flag: libuv's thread pool (pread/pwrite) */
+    ZT_AIO_UNACCOUNTED = 32,        /* flag: bounce buffers outside the memory accounting
+                                       (the disk probe's short-lived engines) */
     ZT_AIO_PAGE = 4096,             /* O_DIRECT alignment: buffers, offsets, lengths */
     ZT_AIO_MAX_REGISTERED = 16,     /* regions zt_aio_register holds at once */
     ZT_AIO_DEFAULT_BLOCK = 1048576, /* block_bytes 0 means this (DeepSpeed's default) */
@@ -80,6 +82,9 @@ typedef struct zt_aio_stats {
     uint64_t peak_inflight;               /* most blocks in flight at once (<= queue_depth) */
     uint64_t registered;                  /* blocks moved from or into zt_aio_register'ed memory
                                              as io_uring fixed buffers */
+    uint64_t busy_ns;                     /* time with at least one block in flight */
+    uint64_t depth_ns;                    /* blocks in flight integrated over time (block-ns):
+                                             depth_ns / busy_ns is the mean depth while busy */
 } zt_aio_stats;
 
 /* Open an engine over swap directory dir (made if missing when its parent
@@ -156,6 +161,38 @@ int zt_aio_unregister(zt_aio *a, int handle);
 int zt_aio_wait(zt_aio_req *r);
 /* *done = 1 if finished (never blocks; the request must still be waited). */
 int zt_aio_test(zt_aio_req *r, int *done);
+
+/* A short probe of dir's disk (about 1.5 s; runtime/aio_probe.c): a 64 MiB
+ * scratch file written and read back by the engine flags choose, at queue
+ * depth 8, 16, 32 x 1 MiB blocks and 4, 8 x 4 MiB, rounds in rotated order;
+ * the pick is the least median write + read time (a smaller depth x block
+ * within 5% wins). With cache_dir (made if its parent exists; NULL or "":
+ * none) the pick is kept per device and engine in
+ * cache_dir/aio-probe.MAJ-MIN.ENGINE and read back next time without
+ * measuring (cached = 1); concurrent probes of one device take turns. A
+ * directory that refuses O_DIRECT is not measured (the page cache would be):
+ * the defaults (8 x 1 MiB) come back with note saying so. */
+typedef struct zt_aio_probe_result {
+    int queue_depth;                      /* the pick */
+    size_t block_bytes;
+    double write_gbs, read_gbs;           /* the pick's, GB/s (medians) */
+    double default_write_gbs, default_read_gbs;   /* depth 8 x 1 MiB's, beside it */
+    int rounds, candidates;               /* 0 when cached */
+    int cand_depth[8];                    /* each candidate's depth, block and medians */
+    size_t cand_block[8];
+    double cand_write_gbs[8], cand_read_gbs[8];
+    int cached;                           /* 1: read from cache_path, nothing measured */
+    double seconds;                       /* what the call took */
+    char device[64];                      /* the block device's name ("vda"), or "MAJ:MIN" */
+    char engine[16];                      /* "io_uring" or "threads" */
+    char cache_path[4096];                /* where the pick is kept ("" if nowhere) */
+    char note[256];                       /* why nothing was measured ("" if it was) */
+} zt_aio_probe_result;
+int zt_aio_probe(const char *dir, int flags, const char *cache_dir, zt_aio_probe_result *res);
+/* The pick kept in cache_dir for dir's device and engine ("io_uring" or
+ * "threads"), nothing measured or written: res->cached = 1, or
+ * queue_depth 0 where none is kept (or dir does not exist). */
+int zt_aio_probe_cached(const char *dir, const char *engine, const char *cache_dir, zt_aio_probe_result *res);
 
 /* The nvme tier: one engine for the process, configured by the run. Each
  * nvme storage is one swap file; tensors are accounted on tier nvme like

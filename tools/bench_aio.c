@@ -33,6 +33,10 @@
  * a column, --register both the engine without registering its buffer;
  * --psync-jobs N adds fio's psync with N jobs (the thread pool's own
  * pattern). Without fio the engine's columns are printed alone.
+ *
+ * Both end with the nvme tier's short probe of DIR (zt_aio_probe: what
+ * offload.queue_depth / offload.block_size = "auto" would pick, measured
+ * afresh), its candidates and its pick.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -272,6 +276,25 @@ static void versus(const bench *b, const result *res, int e, int w, double *of_m
     versus_of(b, res, e, w, b->nengines, b->nengines + 2, of_medians, rmed, rlo, rhi);
 }
 
+/* The short probe the nvme tier runs for offload.queue_depth / block_size
+ * "auto" (zt_aio_probe, measured afresh, not cached): its candidates and
+ * pick, beside the bench's longer figures. */
+static void print_probe(const bench *b)
+{
+    zt_aio_probe_result r;
+    if (zt_aio_probe(b->dir, b->engine_flags[0], NULL, &r)) {
+        printf("  probe: %s\n", zt_last_error());
+        return;
+    }
+    if (r.note[0]) { printf("  probe: %s\n", r.note); return; }
+    printf("  probe (offload.queue_depth/block_size = auto; %s, %d rounds of 64 MiB, %.1f s): pick %d x %zu KiB;",
+           r.engine, r.rounds, r.seconds, r.queue_depth, r.block_bytes >> 10);
+    for (int c = 0; c < r.candidates; c++)
+        printf(" %dx%zuKi %.2f|%.2f", r.cand_depth[c], r.cand_block[c] >> 10, r.cand_write_gbs[c],
+               r.cand_read_gbs[c]);
+    printf(" (GB/s write|read)\n");
+}
+
 int main(int argc, char **argv)
 {
     bench b = { .dir = "build", .size = (size_t)512 << 20, .repeat = 0, .nengines = 1 };
@@ -358,6 +381,7 @@ int main(int argc, char **argv)
             printf("\n");
             fflush(stdout);
         }
+        print_probe(&b);
         return 0;
     }
 
@@ -407,5 +431,6 @@ int main(int argc, char **argv)
                "io_uring, read and write, at each depth: %s\n", b.engine_name[0], ok ? "met" : "NOT met");
     else if (!b.have_fio)
         printf("  fio columns skipped: %s\n", b.why);
+    print_probe(&b);
     return 0;
 }

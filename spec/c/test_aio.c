@@ -846,6 +846,77 @@ static void test_stream_overlap(void)
     zt_nvme_shutdown();
 }
 
+/* An event record between nvme copies does not empty the engine's queue:
+ * the copies after it start while those before it are in flight (8 groups
+ * of 4 one-block copies, a record after each, reach 8 blocks in flight; a
+ * stream that finished its copies at each record peaks at 4), and the
+ * record still completes only once the copies before it are done (their
+ * bytes counted by the engine, and right). */
+static void test_stream_records(void)
+{
+    char *d = subdir("records");
+    if (zt_nvme_configure(d, 65536, 8, 0)) { ct_fail("records: configure", "%s", zt_last_error()); return; }
+    enum { G = 8, PER = 4, K = G * PER, PIECE = 16384 };   /* one 64 KiB block a copy */
+    int64_t n = (int64_t)K * PIECE, m = PIECE;
+    zt_tensor *nv = tensor(ZT_TIER_NVME, n), *h = tensor(ZT_TIER_HOST, n), *h2 = tensor(ZT_TIER_HOST, n);
+    pattern(h, 5.0f);
+    zt_stream *cs = NULL;
+    zt_stream_new(&cs, ZT_STREAM_COPY);
+    zt_event *ev[G];
+    zt_tensor *hv[K], *nvv[K], *bv[K];
+    for (int i = 0; i < K; i++) {
+        zt_tensor_view(&hv[i], h, (int64_t)i * PIECE, 1, &m);
+        zt_tensor_view(&nvv[i], nv, (int64_t)i * PIECE, 1, &m);
+        zt_tensor_view(&bv[i], h2, (int64_t)i * PIECE, 1, &m);
+    }
+    for (int g = 0; g < G; g++) zt_event_new(&ev[g]);
+    zt_comm_req *gate = gate_new();
+    zt_stream_wait_comm(cs, gate);                   /* queue them all, then let go */
+    for (int g = 0; g < G; g++) {
+        for (int i = g * PER; i < (g + 1) * PER; i++) zt_copy_async(nvv[i], hv[i], cs);
+        zt_event_record(ev[g], cs);
+    }
+    gate_open(gate);
+    int rc = zt_stream_sync(cs);
+    zt_aio_stats st0;
+    zt_aio_get_stats(zt_nvme_engine(), &st0);
+    unsigned long long peak = st0.peak_inflight;
+    ct_check(rc == ZT_OK && peak == 8, "copies after an event record start while those before it "
+             "are in flight (8 blocks, not 4)", "rc %d peak %llu", rc, peak);
+    /* read back the same way; each record, once reached, covers its copies */
+    zt_comm_req *gate2 = gate_new();
+    zt_stream_wait_comm(cs, gate2);
+    for (int g = 0; g < G; g++) {
+        for (int i = g * PER; i < (g + 1) * PER; i++) zt_copy_async(bv[i], nvv[i], cs);
+        zt_event_record(ev[g], cs);
+    }
+    gate_open(gate2);
+    int bad = 0;
+    for (int g = 0; g < G && !bad; g++) {
+        rc = zt_event_sync(ev[g]);
+        zt_aio_stats st;
+        zt_aio_get_stats(zt_nvme_engine(), &st);
+        size_t want = (size_t)(g + 1) * PER * PIECE * 4;
+        if (rc || st.bytes_read - st0.bytes_read < want ||
+            memcmp((float *)h2->data + (int64_t)g * PER * PIECE, (float *)h->data + (int64_t)g * PER * PIECE,
+                   (size_t)PER * PIECE * 4)) {
+            bad = 1;
+            printf("# record %d: rc %d, %llu bytes read, want %zu\n", g, rc,
+                   (unsigned long long)(st.bytes_read - st0.bytes_read), want);
+        }
+    }
+    zt_stream_sync(cs);
+    ct_check(!bad, "an event record completes once the copies before it are done (bytes counted, bit-exact)",
+             "rc %d", rc);
+    for (int i = 0; i < K; i++) { zt_tensor_release(hv[i]); zt_tensor_release(nvv[i]); zt_tensor_release(bv[i]); }
+    for (int g = 0; g < G; g++) zt_event_free(ev[g]);
+    zt_tensor_release(nv); zt_tensor_release(h); zt_tensor_release(h2);
+    zt_stream_free(cs);
+    free(gate);
+    free(gate2);
+    zt_nvme_shutdown();
+}
+
 /* ---- injected faults -------------------------------------------------------------------- */
 
 /* A transfer that fails at its completion (the CQE's res; pread/pwrite's
@@ -1237,6 +1308,7 @@ int main(void)
         test_cleanup();
         test_nvme_tier();
         test_stream_overlap();
+        test_stream_records();
         test_faults();
         test_registered();
         test_threads_at_once();

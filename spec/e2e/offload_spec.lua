@@ -77,6 +77,20 @@ describe("infinity (nvme): same math", function()
                                    "offload.nvme_path=%s/nvme offload.aio_engine=%s"):format(launch, recipe, dir, engine))
         assert.are.equal(0, rb, ob)
         assert.are.equal(want_engine, b.strategy_stats.offload.aio_engine, pair[2])
+        -- the optimizer reads and writes every nvme byte once a step: what
+        -- the tier holds (rank 0's, as counted by the allocator); the disk's
+        -- busy time is part of the step, its depth at most the engine's
+        local off, by = b.strategy_stats.offload, b.memory[1].by_category
+        local held = (by.params.nvme or 0) + (by.optim.nvme or 0)
+        assert.are.equal(held, off.nvme_read_bytes, pair[2] .. " bytes read")
+        assert.are.equal(held, off.nvme_written_bytes, pair[2] .. " bytes written")
+        assert.is_true(off.disk_busy_ms > 0 and off.disk_busy_ms <= off.optimizer_ms, pair[2] .. " busy")
+        assert.is_true(off.disk_depth >= 1 and off.disk_depth <= off.aio_queue_depth,
+                       pair[2] .. " depth " .. off.disk_depth)
+        -- queue depth and block size "auto": the disk probe's, named in the summary
+        assert.matches("nvme probe of", off.aio_probe, 1, true)
+        assert.matches(off.aio_queue_depth .. " x ", off.aio_probe, 1, true)
+        assert.is_true(off.aio_block_bytes >= 4096, pair[2] .. " block")
         assert.are.equal(a.param_digest, b.param_digest, pair[2])
         assert.are.equal(la, lb, pair[2] .. " loss bits")
         -- every swap file is gone at exit

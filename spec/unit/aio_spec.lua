@@ -13,6 +13,9 @@ local aio = require "ztrain.core.aio"
 local memory = require "ztrain.core.memory"
 local libc = require "ztrain.core.libc"
 local home = require("ztrain.core.ffi").home
+local fs = require "ztrain.util.fs"
+local offload = require "ztrain.parallel.strategy.offload"
+local util = require "helpers.util"
 
 ffi.cdef [[ int memcmp(const void *a, const void *b, size_t n); ]]
 
@@ -290,5 +293,83 @@ describe("choosing the aio engine", function()
     end
     aio.shutdown()
     os.execute("rm -rf '" .. dir .. "'")
+  end)
+end)
+
+-- The disk probe (offload.queue_depth / offload.block_size = "auto"): what
+-- it measures is kept per device (the directory's st_dev, as stat(1) gives
+-- it) and read back; an explicit setting is never probed for.
+describe("the disk probe", function()
+  local function devkey(dir)
+    local p = io.popen("stat -c '%Hd-%Ld' '" .. dir .. "'")
+    local k = p:read("*l")
+    p:close()
+    return k
+  end
+
+  it("measures once per device and engine, then reads the pick back from its cache", function()
+    local dir, cdir = tmpdir(), tmpdir()
+    local p = aio.probe { path = dir, cache_dir = cdir .. "/c" }
+    assert.is_false(p.cached)
+    assert.is_true(p.rounds >= 2 and p.seconds < 10, "rounds " .. p.rounds .. ", " .. p.seconds .. " s")
+    assert.is_true(p.queue_depth >= 4 and p.queue_depth <= 32 and p.block_bytes % 1048576 == 0)
+    assert.is_true(p.write_gbs > 0 and p.read_gbs > 0)
+    local file = ("%s/c/aio-probe.%s.%s"):format(cdir, devkey(dir), p.engine)
+    assert.are.equal(file, p.cache_path)
+    local text = assert(fs.read_file(file))
+    assert.matches("queue_depth " .. p.queue_depth .. "\n", text, 1, true)
+    assert.matches("block_bytes " .. p.block_bytes .. "\n", text, 1, true)
+    -- the next probe measures nothing: a pick edited into the file comes back
+    util.write(file, text:gsub("queue_depth %d+", "queue_depth 24"):gsub("block_bytes %d+", "block_bytes 2097152"))
+    local q = aio.probe { path = dir, cache_dir = cdir .. "/c" }
+    assert.is_true(q.cached)
+    assert.are.equal(24, q.queue_depth)
+    assert.are.equal(2097152, q.block_bytes)
+    assert.same({}, entries(dir))                 -- its scratch files are gone
+    os.execute("rm -rf '" .. dir .. "' '" .. cdir .. "'")
+  end)
+
+  it("offload's auto settings come from it; an explicit depth or block size wins", function()
+    local dir, cdir = tmpdir(), tmpdir()
+    local old = os.getenv("ZTRAIN_CACHE")
+    libc.setenv("ZTRAIN_CACHE", cdir, 1)
+    local eng = engines[1]
+    -- a pick kept for this device: auto takes it without measuring
+    util.write(("%s/aio-probe.%s.%s"):format(cdir, devkey(dir), eng),
+          "queue_depth 24\nblock_bytes 2097152\nwrite_gbs 1.5\nread_gbs 0.75\n")
+    local function conf(o)
+      o.nvme_path = dir
+      o.aio_engine = eng == "io_uring" and "uring" or "threads"
+      local info = offload.configure_nvme({ offload = o })
+      aio.shutdown()
+      return info
+    end
+    local i = conf { queue_depth = "auto", block_size = "auto" }
+    assert.are.equal(24, i.queue_depth)
+    assert.are.equal(2097152, i.block_bytes)
+    assert.matches("24 x 2.00 MiB, write 1.50 / read 0.75 GB/s", i.probe, 1, true)
+    assert.matches("as measured before, kept in " .. cdir, i.probe, 1, true)
+    assert.matches(i.probe, i.summary, 1, true)   -- the start-up line says so
+    i = conf { queue_depth = 4, block_size = "auto" }
+    assert.are.equal(4, i.queue_depth)
+    assert.are.equal(2097152, i.block_bytes)
+    i = conf { queue_depth = 4, block_size = "256KiB" }
+    assert.are.equal(4, i.queue_depth)
+    assert.are.equal(262144, i.block_bytes)
+    assert.is_nil(i.probe)
+    local err = raises(conf, { queue_depth = "deep", block_size = "auto" })
+    assert.matches('offload.queue_depth must be a whole number >= 1 or "auto", got deep', err, 1, true)
+    libc.setenv("ZTRAIN_CACHE", old or "", 1)
+    os.execute("rm -rf '" .. dir .. "' '" .. cdir .. "'")
+  end)
+
+  it("the recipe takes auto or a number for offload.queue_depth", function()
+    local recipe = require "ztrain.train.recipe"
+    assert.are.equal("auto", recipe.resolve({}, {}).offload.queue_depth)
+    assert.are.equal(32, recipe.resolve({}, { "offload.queue_depth=32" }).offload.queue_depth)
+    assert.are.equal(16, recipe.resolve({ offload = { queue_depth = 16 } }, {}).offload.queue_depth)
+    local r, err = recipe.resolve({}, { "offload.queue_depth=0" })
+    assert.is_nil(r)
+    assert.matches('offload.queue_depth must be an integer in [1, 1024] or "auto", got 0', err, 1, true)
   end)
 end)

@@ -103,7 +103,9 @@ local function stats_of(a)
            requests = tonumber(s.requests), blocks = tonumber(s.blocks),
            bounced = tonumber(s.bounced), errors = tonumber(s.errors),
            host_bytes = tonumber(s.host_bytes), peak_inflight = tonumber(s.peak_inflight),
-           registered = tonumber(s.registered) }
+           registered = tonumber(s.registered),
+           busy_s = tonumber(s.busy_ns) / 1e9,       -- time with a block in flight
+           depth_s = tonumber(s.depth_ns) / 1e9 }    -- blocks in flight x time: / busy_s = mean depth
 end
 
 -- Mode, directory, sizes and start-up notes of an engine.
@@ -150,7 +152,8 @@ function M.info()
 end
 
 -- stats() -> { bytes_read, bytes_written, requests, blocks, bounced, errors,
--- host_bytes, peak_inflight } of the tier's engine, or nil if not configured.
+-- host_bytes, peak_inflight, registered, busy_s, depth_s } of the tier's
+-- engine, or nil if not configured.
 function M.stats()
   local a = C.zt_nvme_engine()
   if a == nil then return nil end
@@ -220,6 +223,40 @@ function M.engines()
   libc.rmdir(tmpl)
   engines_here[#engines_here + 1] = "threads"
   return engines_here, no_uring
+end
+
+local probe_result
+
+-- probe{ path = DIR, engine = "auto", cache_dir = DIR } -> { queue_depth,
+-- block_bytes, write_gbs, read_gbs, default_write_gbs, default_read_gbs,
+-- rounds, cached, seconds, device, engine, cache_path, note }: the queue depth and
+-- block size the engine moves bytes fastest with on DIR's disk (a 64 MiB
+-- scratch file, about 1.5 s; zt_aio.h's zt_aio_probe), kept per device in
+-- cache_dir (nil: measured every time) and read back from there.
+function M.probe(opts)
+  if type(opts) ~= "table" or type(opts.path) ~= "string" or opts.path == "" then
+    error("aio.probe: expected { path = DIR (the swap directory), engine =, cache_dir = }", 2)
+  end
+  local _, _, _, flags = options("aio.probe", { path = opts.path, engine = opts.engine })
+  local r = ffi.new("zt_aio_probe_result")
+  check(C.zt_aio_probe(opts.path, flags, opts.cache_dir, r), "aio.probe")
+  return probe_result(r)
+end
+
+-- probe_cached(dir, engine, cache_dir) -> what aio.probe keeps for dir's
+-- device and engine ("io_uring" or "threads") in cache_dir, or nil:
+-- nothing measured, nothing written (a plan made without running).
+function M.probe_cached(dir, engine, cache_dir)
+  local r = ffi.new("zt_aio_probe_result")
+  check(C.zt_aio_probe_cached(dir, engine, cache_dir, r), "aio.probe_cached")
+  return r.queue_depth > 0 and probe_result(r) or nil
+end
+
+function probe_result(r)
+  return { queue_depth = r.queue_depth, block_bytes = tonumber(r.block_bytes), write_gbs = r.write_gbs,
+           read_gbs = r.read_gbs, default_write_gbs = r.default_write_gbs, default_read_gbs = r.default_read_gbs,
+           rounds = r.rounds, cached = r.cached ~= 0, seconds = r.seconds, device = ffi.string(r.device),
+           engine = ffi.string(r.engine), cache_path = ffi.string(r.cache_path), note = ffi.string(r.note) }
 end
 
 -- ---- the raw engine --------------------------------------------------------------------

@@ -375,7 +375,17 @@ function M.print_summary(s)
   if off then
     w:write(("  offload     per step: %.0f ms waiting for parameter fetches, %.0f ms waiting for the " ..
              "optimizer's transfers, %.0f ms updating on the host (%s%s)\n"):format(off.fetch_wait_ms,
-             off.io_wait_ms, off.update_ms, off.tier, off.aio_engine and (", aio " .. off.aio_engine) or ""))
+             off.io_wait_ms, off.update_ms, off.tier, off.aio_engine and (", aio " .. off.aio_engine ..
+             (off.aio_queue_depth and (" " .. off.aio_queue_depth .. " x " .. memory.format(off.aio_block_bytes))
+              or "")) or ""))
+    local moved = (off.nvme_read_bytes or 0) + (off.nvme_written_bytes or 0)
+    if moved > 0 and (off.optimizer_ms or 0) > 0 and (off.disk_busy_ms or 0) > 0 then
+      w:write(("              the optimizer step %.0f ms, %.2f GB read and %.2f GB written on nvme: %.2f GB/s; " ..
+               "blocks in flight %.0f%% of it, %.1f on average\n")
+              :format(off.optimizer_ms, off.nvme_read_bytes / 1e9, off.nvme_written_bytes / 1e9,
+                      moved / 1e6 / off.optimizer_ms, 100 * (off.disk_busy_ms or 0) / off.optimizer_ms,
+                      off.disk_depth or 0))
+    end
   end
   for _, l in ipairs(record_comm.lines(s.comm_per_step) or {}) do w:write(l, "\n") end
   if s.exit and s.exit ~= "ok" then w:write(("  exit        %s\n"):format(s.exit)) end

@@ -85,7 +85,8 @@ M.defaults = {
   -- where offloaded state is staged and swapped (zt.strategy.zero{offload_*})
   -- (aio_engine: "auto" = io_uring where it works, else libuv's thread pool;
   -- "uring" (an error without it) or "threads"; $ZTRAIN_AIO_ENGINE decides under auto)
-  offload  = { staging = "16MiB", prefetch = 2, nvme_path = "", block_size = "1MiB", queue_depth = 8,
+  -- (block_size, queue_depth: "auto" = from a short probe of nvme_path's disk, kept per device)
+  offload  = { staging = "16MiB", prefetch = 2, nvme_path = "", block_size = "auto", queue_depth = "auto",
                checksum = false, aio_engine = "auto" },
   -- written at the end of a run: export.hf = DIR, the trained model as a
   -- Hugging Face GPT-2 directory ("" = none)
@@ -194,6 +195,10 @@ local function unknown(path)
 end
 
 -- Check every key of r against the schema; returns nil, err on the first unknown.
+-- Numeric keys whose default is "auto": a number is welcome too (an
+-- override's number arrives as a string, the default being one)
+local AUTO = { ["offload.queue_depth"] = true }
+
 local function validate(r, schema, prefix)
   for k, v in pairs(r) do
     local p = prefix == "" and tostring(k) or (prefix .. "." .. tostring(k))
@@ -205,7 +210,7 @@ local function validate(r, schema, prefix)
       end
       local ok, err = validate(v, s, p)
       if not ok then return nil, err end
-    elseif not LEAF[p] and type(v) ~= type(s) then
+    elseif not LEAF[p] and type(v) ~= type(s) and not (AUTO[p] and type(v) == "number") then
       return nil, ("recipe key %q must be a %s, got %s (%s)"):format(p, type(s), type(v), tostring(v))
     end
   end
@@ -323,15 +328,17 @@ local RANGES = {
   ["device.memory_fraction"] = { 1e-6, 1 },
 }
 
+
 local function check_values(r)
   for path, rng in pairs(RANGES) do
     local a, b = path:match("^([^.]+)%.(.+)$")
     local v = r[a][b]
-    local ok = type(v) == "number" and v == v and v >= rng[1] and v <= rng[2] and
+    if AUTO[path] and type(v) == "string" and tonumber(v) then v = tonumber(v); r[a][b] = v end
+    local ok = (AUTO[path] and v == "auto") or type(v) == "number" and v == v and v >= rng[1] and v <= rng[2] and
                (not rng[3] or v == math.floor(v))
     if not ok then
-      return nil, ("%s must be %s in [%s, %s], got %s"):format(path, rng[3] and "an integer" or "a number",
-                   tostring(rng[1]), tostring(rng[2]), tostring(v))
+      return nil, ("%s must be %s in [%s, %s]%s, got %s"):format(path, rng[3] and "an integer" or "a number",
+                   tostring(rng[1]), tostring(rng[2]), AUTO[path] and ' or "auto"' or "", tostring(v))
     end
   end
   return true

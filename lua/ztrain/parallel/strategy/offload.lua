@@ -7,15 +7,19 @@
 -- chunk comes from the device to a host staging slot, the parameter chunk
 -- from wherever the parameters live (device or nvme; host parameters are
 -- updated in place), the moments from nvme; the same AdamW kernel updates
--- them on the host; parameters and moments go back. Two slots: chunk i+1 is
--- read while chunk i is updated and chunk i-1 is written, so transfers
--- overlap the update; the stream runs in order, so a slot is refilled only
--- after its previous chunk was written out. The update is elementwise: the
--- bits are those of the step on the device, chunk by chunk or whole.
+-- them on the host; parameters and moments go back. A ring of slots: chunk
+-- i+1 is read while chunk i is updated and chunk i-1 is written, so
+-- transfers overlap the update; the stream runs in order, so a slot is
+-- refilled only after its previous chunk was written out. On nvme the ring
+-- has three slots: chunk i+1's reads go to the slot chunk i-2 left, not
+-- chunk i-1's, so they start while chunk i-1's writes are still on the
+-- disk (with two, each read waited for the write before it: the disk's
+-- queue ran dry once per chunk). The update is elementwise: the bits are
+-- those of the step on the device, chunk by chunk or whole.
 --
--- Memory: 2 slots x (gradient, parameter, and with nvme moments two more)
--- chunks of host memory, category "comm" -- the staging pool, sized by the
--- recipe's offload.staging.
+-- Memory: 2 slots (3 on nvme) x (gradient, parameter, and with nvme moments
+-- two more) chunks of host memory, category "comm" -- the staging pool,
+-- sized by the recipe's offload.staging.
 --
 -- Mixed precision (opts.dtype "bf16"/"f16"; a work entry's M, the fp32
 -- master shard, lives with the moments): the update runs on the master
@@ -31,6 +35,7 @@ local registry = require "ztrain.job.registry"
 local ops = require "ztrain.core.ops"
 local aio = require "ztrain.core.aio"
 local errors = require "ztrain.core.errors"
+local cache = require "ztrain.model.data.cache"
 
 local M = {}
 
@@ -52,33 +57,43 @@ local function buffers(opts)
   return opts.dtype and 5 or 4
 end
 
--- Elements per chunk for a staging budget of `bytes` (2 slots x nbuf
--- buffers of f32), a multiple of 1024 (4 KiB: chunks never share a page of
--- a swap file, views stay aligned), at least 4096.
-function M.chunk_elems(bytes, nbuf)
-  local n = math.floor(bytes / (2 * (nbuf or 2) * 4) / 1024) * 1024
+-- Slots in the ring: 3 on nvme (a chunk's reads never wait for the previous
+-- chunk's writes), 2 on the host (device copies run one at a time anyway).
+local function nslots(opts) return opts.tier == "nvme" and 3 or 2 end
+
+-- Elements per chunk for a staging budget of `bytes` (slots x nbuf buffers
+-- of f32), a multiple of 1024 (4 KiB: chunks never share a page of a swap
+-- file, views stay aligned), at least 4096.
+function M.chunk_elems(bytes, nbuf, slots)
+  local n = math.floor(bytes / ((slots or 2) * (nbuf or 2) * 4) / 1024) * 1024
   return math.max(n, 4096)
 end
 
 -- The staging pool's bytes for these options.
 function M.pool_bytes(opts)
-  local nbuf = buffers(opts)
-  return 2 * nbuf * 4 * M.chunk_elems(opts.staging, nbuf)
+  local nbuf, k = buffers(opts), nslots(opts)
+  return k * nbuf * 4 * M.chunk_elems(opts.staging, nbuf, k)
 end
 
 -- new{ tier = "host" | "nvme", staging = bytes } -> off. Allocates the
 -- staging slots and a copy stream; :free() releases them.
 function M.new(opts)
-  local nbuf = buffers(opts)
-  local self = setmetatable({ tier = opts.tier or "host", chunk = M.chunk_elems(opts.staging, nbuf),
+  local nbuf, k = buffers(opts), nslots(opts)
+  local self = setmetatable({ tier = opts.tier or "host", chunk = M.chunk_elems(opts.staging, nbuf, k),
                               dtype = opts.dtype,
-                              -- seconds spent: waiting for transfers, updating, over `steps` steps
-                              time = { io_wait = 0, update = 0, fetch_wait = 0, steps = 0 } }, Off)
+                              -- seconds spent: waiting for transfers, updating, the optimizer
+                              -- step's wall clock (opt), over `steps` steps; the optimizer's
+                              -- bytes read from and written to nvme
+                              time = { io_wait = 0, update = 0, fetch_wait = 0, opt = 0, steps = 0 },
+                              nvme_bytes = { read = 0, written = 0 },
+                              -- the engine's time with blocks in flight during the step, and
+                              -- blocks x time (aio.stats' busy_s, depth_s)
+                              disk = { busy = 0, depth = 0 } }, Off)
   self.slots = {}
   local names = nbuf == 2 and { "g", "p" } or { "g", "p", "exp_avg", "exp_avg_sq", "master" }
   if nbuf == 4 then names[5] = nil end
   local ok, err = pcall(function()
-    for i = 1, 2 do
+    for i = 1, k do
       local slot = {}
       self.slots[i] = slot
       for _, k in ipairs(names) do
@@ -138,13 +153,14 @@ function Off:step(optim, work, lr, scale)
     if t:tier() == "host" then return src end
     local buf = view(slot[key], 0, c.len)
     local st = t:tier() == "nvme" and cs or ds
+    if st == cs then self.nvme_bytes.read = self.nvme_bytes.read + src:nbytes() end
     st:copy_async(buf, src)
     c.back[#c.back + 1] = { src, buf, st }
     return buf
   end
   local function copy_in(i)
     local c = chunks[i]
-    local slot, w = self.slots[(i - 1) % 2 + 1], c.w
+    local slot, w = self.slots[(i - 1) % #self.slots + 1], c.w
     c.back = {}
     c.g = view(slot.g, 0, c.len)
     ds:copy_async(c.g, view(w.G, c.off, c.len))
@@ -166,6 +182,7 @@ function Off:step(optim, work, lr, scale)
     for _, ev in ipairs(c.ready) do ev:free() end
     c.ready = nil
   end
+  local t_start, s0 = now(), aio.stats()             -- nil without an nvme tier
   local ok, err = pcall(function()
     if #chunks > 0 then copy_in(1) end
     for i, c in ipairs(chunks) do
@@ -182,13 +199,21 @@ function Off:step(optim, work, lr, scale)
           c.back[#c.back + 1] = { c.pdst, c.plp, st }
         end
       end
-      for _, b in ipairs(c.back) do b[3]:copy_async(b[1], b[2]) end   -- written back
+      for _, b in ipairs(c.back) do                 -- written back
+        if b[3] == cs then self.nvme_bytes.written = self.nvme_bytes.written + b[1]:nbytes() end
+        b[3]:copy_async(b[1], b[2])
+      end
       local t2 = now()
       self.time.io_wait, self.time.update = self.time.io_wait + (t1 - t0), self.time.update + (t2 - t1)
     end
     local t3 = now()
     cs:sync(); ds:sync()
     self.time.io_wait = self.time.io_wait + (now() - t3)
+    self.time.opt = self.time.opt + (now() - t_start)
+    local s1 = s0 and aio.stats()
+    if s1 then
+      self.disk.busy, self.disk.depth = self.disk.busy + s1.busy_s - s0.busy_s, self.disk.depth + s1.depth_s - s0.depth_s
+    end
     self.time.steps = self.time.steps + 1
   end)
   if not ok then
@@ -239,15 +264,74 @@ function M.staging_bytes(recipe)
   return b
 end
 
+-- The queue depth and block size for the swap directory: the recipe's
+-- where given (a number, a size), the probe's where "auto" (aio.probe: a
+-- short measurement of the directory's disk, kept per device under the
+-- cache directory: $ZTRAIN_CACHE, else ~/.cache/ztrain). A probe that
+-- fails (a full disk) leaves the engine's defaults and says why. -> depth,
+-- block bytes, the probe's line for the start-up summary (nil: no probe)
+local function disk_settings(o, path, engine)
+  local depth, block = o.queue_depth or "auto", o.block_size or "auto"
+  if block ~= "auto" then
+    local b, err = memory.parse_size(block)
+    if not b then error("offload.block_size: " .. err .. ' (or "auto": from a probe of the disk)', 0) end
+    block = b
+  end
+  if depth ~= "auto" and (type(depth) ~= "number" or depth < 1 or depth % 1 ~= 0) then
+    error(('offload.queue_depth must be a whole number >= 1 or "auto", got %s'):format(tostring(depth)), 0)
+  end
+  if depth ~= "auto" and block ~= "auto" then return depth, block end
+  local dir = cache.default_dir()
+  if dir and not fs.mkdirs(dir, "the cache directory") then dir = nil end
+  local ok, p = pcall(aio.probe, { path = path, engine = engine, cache_dir = dir })
+  local line
+  if not ok then
+    line = "nvme probe failed, defaults kept: " .. errors.message(p)
+    p = { queue_depth = aio.DEFAULT_DEPTH, block_bytes = aio.DEFAULT_BLOCK }
+  elseif p.note ~= "" then
+    line = "nvme " .. p.note .. "; defaults kept"
+  else
+    line = ("nvme probe of %s (%s): %d x %s, write %.2f / read %.2f GB/s (8 x 1 MiB: %.2f / %.2f), %s%s"):format(
+      p.device, p.engine, p.queue_depth, memory.format(p.block_bytes), p.write_gbs, p.read_gbs,
+      p.default_write_gbs, p.default_read_gbs,
+      p.cached and "as measured before" or ("measured in %.1f s"):format(p.seconds),
+      p.cache_path ~= "" and (", kept in " .. p.cache_path) or "")
+  end
+  return depth == "auto" and p.queue_depth or depth, block == "auto" and p.block_bytes or block, line
+end
+
+-- The aio engine's bounce buffers (queue depth x block bytes, host
+-- "other"): the running engine's, else the recipe's, "auto" as the probe
+-- kept it for the swap directory's disk (its nearest existing directory;
+-- the engine's defaults where nothing is kept): a plan made without running.
+function M.aio_bounce_bytes(recipe)
+  local i = aio.info()
+  if i then return i.queue_depth * i.block_bytes end
+  local o = recipe and recipe.offload or {}
+  local depth = type(o.queue_depth) == "number" and o.queue_depth or aio.DEFAULT_DEPTH
+  local block = (o.block_size and o.block_size ~= "auto") and memory.parse_size(o.block_size) or aio.DEFAULT_BLOCK
+  local cdir = cache.default_dir()
+  if cdir and (o.queue_depth == "auto" or o.block_size == "auto") then
+    local dir = (o.nvme_path and o.nvme_path ~= "") and o.nvme_path or "."
+    while not fs.exists(dir) and dir:find("/[^/]+$") do dir = dir:gsub("/[^/]+$", "") end
+    local e = o.aio_engine or "auto"
+    if e == "auto" then e = os.getenv("ZTRAIN_AIO_ENGINE") or "auto" end
+    e = (e == "uring" or e == "io_uring") and "io_uring" or e == "threads" and "threads" or aio.engines()[1]
+    local p = aio.probe_cached(dir ~= "" and dir or "/", e, cdir)
+    if p and o.queue_depth == "auto" then depth = p.queue_depth end
+    if p and o.block_size == "auto" then block = p.block_bytes end
+  end
+  return depth * block
+end
+
 -- nvme(recipe, out_dir) -> aio info: the nvme tier configured from the
 -- recipe's offload keys (nvme_path, default OUT/nvme; block_size;
--- queue_depth; checksum; aio_engine). The path is made if missing.
+-- queue_depth: "auto" from a probe; checksum; aio_engine). The path is
+-- made if missing. info.probe: the probe's line (nil without one).
 function M.configure_nvme(recipe, out_dir)
   local o = recipe and recipe.offload or {}
   local explicit = o.nvme_path and o.nvme_path ~= ""
   local path = explicit and o.nvme_path or ((out_dir or "runs/offload") .. "/nvme")
-  local block, err = memory.parse_size(o.block_size or "1MiB")
-  if not block then error("offload.block_size: " .. err, 0) end
   if explicit then
     -- a path the user named must exist: a typo must not become a new directory
     local f, ferr = io.open(path)
@@ -266,10 +350,12 @@ function M.configure_nvme(recipe, out_dir)
   if engine ~= "auto" and engine ~= "uring" and engine ~= "threads" then
     error(("offload.aio_engine must be \"auto\", \"uring\" or \"threads\", got %s"):format(tostring(engine)), 0)
   end
-  local ok, info = pcall(aio.configure, { path = path, block_bytes = block, queue_depth = o.queue_depth or 8,
+  local depth, block, line = disk_settings(o, path, engine)
+  local ok, info = pcall(aio.configure, { path = path, block_bytes = block, queue_depth = depth,
                                           checksum = o.checksum or false, engine = engine })
   -- the runtime names the swap directory; the user set offload.nvme_path
   if not ok then error(("offload.nvme_path=%s: %s"):format(path, errors.message(info)), 0) end
+  if line then info.probe, info.summary = line, info.summary .. "\n" .. line end
   return info
 end
 

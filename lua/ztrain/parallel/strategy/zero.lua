@@ -343,8 +343,15 @@ function H.describe(place, ctx)
   local nv = ctx.work.nvme                         -- the aio engine, where a tier is on nvme
   return { offload = { tier = place.otier, params_tier = place.ptier or "device", chunk_elems = off.chunk,
                        aio_engine = nv and nv.engine or nil, aio_engine_note = nv and nv.engine_note or nil,
+                       aio_queue_depth = nv and nv.queue_depth or nil, aio_block_bytes = nv and nv.block_bytes or nil,
+                       aio_probe = nv and nv.probe or nil,
                        fetch_wait_ms = 1000 * off.time.fetch_wait / n, io_wait_ms = 1000 * off.time.io_wait / n,
-                       update_ms = 1000 * off.time.update / n } }
+                       update_ms = 1000 * off.time.update / n, optimizer_ms = 1000 * off.time.opt / n,
+                       -- the optimizer's nvme traffic per step (0 with the state on the host)
+                       nvme_read_bytes = off.nvme_bytes.read / n, nvme_written_bytes = off.nvme_bytes.written / n,
+                       -- the disk's share of that: time with blocks in flight, their mean number
+                       disk_busy_ms = 1000 * off.disk.busy / n,
+                       disk_depth = off.disk.busy > 0 and off.disk.depth / off.disk.busy or 0 } }
 end
 
 -- Safe after a setup that failed part-way, and twice.

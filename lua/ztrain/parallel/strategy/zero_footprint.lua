@@ -4,7 +4,6 @@
 -- state and the parameters on the tiers its offload options name.
 local fp = require "ztrain.parallel.strategy.footprint"
 local offload = require "ztrain.parallel.strategy.offload"
-local memory = require "ztrain.core.memory"
 
 local M = {}
 local add = fp.add
@@ -59,7 +58,7 @@ local function working(t, place, units, N, lowp, r)
                                                 dtype = lowp and "bf16" or nil })
   end
   if place.otier == "nvme" or place.ptier == "nvme" then      -- aio bounce buffers (aio.c)
-    add(t, "host", "other", r.offload.queue_depth * assert(memory.parse_size(r.offload.block_size)))
+    add(t, "host", "other", offload.aio_bounce_bytes(r))
   end
 end
 
