@@ -20,6 +20,11 @@ int zkc_attention_forward_tc(void *s, void *out, float *lse, const void *qkv, in
 int zkc_attention_backward_tc(void *s, void *dqkv, const float *dout, const void *qkv,
                               const void *out, const float *lse, int io16, int B, int T, int C,
                               int NH, float *scratch);
+int zkc_attention_forward_tc_gqa(void *s, void *out, float *lse, const void *qkv, int io16,
+                                 int B, int T, int C, int NH, int NKV);
+int zkc_attention_backward_tc_gqa(void *s, void *dqkv, const float *dout, const void *qkv,
+                                  const void *out, const float *lse, int io16, int B, int T, int C,
+                                  int NH, int NKV, float *scratch);
 
 /* -DZKC_ATTN_TC_DQ_ATOMIC (EMU_DEFS, passed here too): the io16 backward
  * is refused */
@@ -116,6 +121,79 @@ static void one(int B, int T, int NH, int hs)
     for (int r = 0; r < 2; r++) { free(go[r]); free(gl[r]); free(gq[r]); }
 }
 
+/* Grouped-query heads (zkc_attention_*_tc_gqa, NKV kv heads): against the
+ * same problem with every kv head copied to its query heads (NKV = NH):
+ * out, lse and dq the tc kernels' bits on that expanded qkv (a query head
+ * reads the same k, v tiles either way); dk, dv of a kv head (its query
+ * heads' terms in one fixed order) against the CPU twin
+ * zk_attention_backward_gqa at the tolerance of the summed magnitudes;
+ * the same bits twice. */
+static void gqa(int B, int T, int NH, int NKV, int hs)
+{
+    char name[160], tag[64];
+    snprintf(tag, sizeof tag, "emu gqa B=%d T=%d NH=%d NKV=%d hs=%d", B, T, NH, NKV, hs);
+    const int C = NH * hs, R = (NH + 2 * NKV) * hs, G = NH / NKV;
+    size_t nq = (size_t)B * T * R, nx = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+    size_t nl = (size_t)B * NH * T;
+    float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1), *qx = malloc(nx * 4);
+    tc_round_bf16(qkv, nq); tc_round_bf16(dy, no);
+    for (int b = 0; b < B; b++)                  /* expanded: kv head h / G copied to head h */
+        for (int t = 0; t < T; t++) {
+            const float *src = qkv + ((size_t)b * T + t) * R;
+            float *dst = qx + ((size_t)b * T + t) * 3 * C;
+            memcpy(dst, src, (size_t)C * 4);
+            for (int h = 0; h < NH; h++) {
+                memcpy(dst + C + h * hs, src + C + (h / G) * hs, (size_t)hs * 4);
+                memcpy(dst + 2 * C + h * hs, src + C + (NKV + h / G) * hs, (size_t)hs * 4);
+            }
+        }
+    float *o = malloc(no * 4), *l = malloc(nl * 4), *dq = malloc(nq * 4), *scratch = malloc(nl * 4);
+    double *mo = malloc(no * 8), *ml = malloc(nl * 8), *mx = malloc(nx * 8), *mq = calloc(nq, 8);
+    zk_attention_forward_gqa(o, l, qkv, B, T, C, NH, NKV, 0);
+    zk_attention_backward_gqa(dq, dy, qkv, o, l, B, T, C, NH, NKV, 0);
+    tc_mags(mo, ml, mx, qx, dy, B, T, C, NH);
+    for (int b = 0; b < B; b++)                  /* dk, dv magnitudes: summed over the group */
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH; h++)
+                for (int d = 0; d < hs; d++) {
+                    const double *x = mx + ((size_t)b * T + t) * 3 * C;
+                    double *y = mq + ((size_t)b * T + t) * R;
+                    y[h * hs + d] = x[h * hs + d];
+                    y[C + (h / G) * hs + d] += x[C + h * hs + d];
+                    y[C + (NKV + h / G) * hs + d] += x[2 * C + h * hs + d];
+                }
+    float *go[2], *gl[2], *gq[2], *xo = malloc(no * 4), *xl = malloc(nl * 4), *xq = malloc(nx * 4);
+    int rc = zkc_attention_forward_tc(NULL, xo, xl, qx, 0, B, T, C, NH);
+    rc |= zkc_attention_backward_tc(NULL, xq, dy, qx, xo, xl, 0, B, T, C, NH, scratch);
+    for (int r = 0; r < 2; r++) {
+        go[r] = malloc(no * 4); gl[r] = malloc(nl * 4); gq[r] = malloc(nq * 4);
+        for (size_t i = 0; i < nq; i++) gq[r][i] = NAN;       /* WRITTEN: every element */
+        rc |= zkc_attention_forward_tc_gqa(NULL, go[r], gl[r], qkv, 0, B, T, C, NH, NKV);
+        rc |= zkc_attention_backward_tc_gqa(NULL, gq[r], dy, qkv, go[r], gl[r], 0, B, T, C, NH, NKV,
+                                            scratch);
+    }
+    snprintf(name, sizeof name, "%s: launchers return 0", tag);
+    ct_check(rc == 0, name, "rc %d", rc);
+    int dq_same = 1;
+    for (size_t r = 0; r < (size_t)B * T; r++)
+        dq_same &= !memcmp(gq[0] + r * R, xq + r * 3 * C, (size_t)C * 4);
+    snprintf(name, sizeof name, "%s: out, lse, dq the expanded problem's bits", tag);
+    ct_check(!memcmp(go[0], xo, no * 4) && !memcmp(gl[0], xl, nl * 4) && dq_same, name, "differ");
+    snprintf(name, sizeof name, "%s: out vs the CPU", tag);
+    tc_check(name, go[0], o, mo, no, TC_RHO);
+    snprintf(name, sizeof name, "%s: dqkv (dk, dv summed over the group) vs the CPU", tag);
+    tc_check(name, gq[0], dq, mq, nq, TC_RHO);
+    snprintf(name, sizeof name, "%s: the same bits twice", tag);
+    ct_check(!memcmp(go[0], go[1], no * 4) && !memcmp(gl[0], gl[1], nl * 4) &&
+             !memcmp(gq[0], gq[1], nq * 4), name, "out, lse or dqkv differ");
+    int e = zkc_attention_forward_tc_gqa(NULL, go[0], gl[0], qkv, 0, B, T, C, NH, NH + 1);
+    snprintf(name, sizeof name, "%s: NH %% NKV != 0 is cudaErrorInvalidValue", tag);
+    ct_check(e == 1, name, "rc %d", e);
+    free(qkv); free(dy); free(qx); free(o); free(l); free(dq); free(scratch); free(mo); free(ml);
+    free(mx); free(mq); free(xo); free(xl); free(xq);
+    for (int r = 0; r < 2; r++) { free(go[r]); free(gl[r]); free(gq[r]); }
+}
+
 int main(void)
 {
     ct_seed(99);
@@ -142,5 +220,10 @@ int main(void)
     one(2, 33, 1, 128);     /* B*NH = 2, ragged backward chunks of 16 */
     one(1, 100, 2, 128);
     one(1, 193, 1, 128);    /* four tiles */
+    if (!DQA) {             /* the atomic variant's dQ is summed per head as before */
+        gqa(2, 100, 4, 2, 64);   /* GQA, a ragged second tile */
+        gqa(1, 70, 4, 1, 64);    /* MQA */
+        gqa(1, 33, 2, 1, 128);
+    }
     return ct_summary();
 }
