@@ -577,28 +577,14 @@ static int attn_tc(int C, int NH, const void *a, const void *b, const void *c, c
     return on;
 }
 
-/* The tensor-core kernels take neither grouped-query heads nor a window
- * yet: in bf16 mode such a call is refused (whatever its head size or
- * alignment, so the same for every call of a model), not silently run on
- * the plain kernel. The recipe's key is device.attention (the Lua side). */
-static int tc_refuses(const char *op, int NH, int NKV, int W)
-{
-    if (attn_mode_v != 1 || (NKV == NH && W == 0)) return ZT_OK;
-    return zt_error(ZT_EINVAL, "%s: the tensor-core attention (zt_device_attention(\"bf16\")) "
-                    "takes neither grouped-query heads nor a sliding window yet (NH=%d, NKV=%d, "
-                    "window=%d); select the exact kernels, zt_device_attention(\"exact\"), "
-                    "for this model", op, NH, NKV, W);
-}
-
 /* io16: qkv, out (and dqkv) bf16, the kernels' contract (kernels.cuh);
  * the kept error of an earlier op first, then the launch's */
 static int cuda_attention_forward(void *out, float *lse, const void *qkv, int io16,
                                   int B, int T, int C, int NH, int NKV, int W)
 {
     ZT_TRY(take_pending());
-    ZT_TRY(tc_refuses("zt_attention_forward_gqa", NH, NKV, W));
     int tc = attn_tc(C, NH, out, qkv, NULL, NULL);
-    int e = tc ? zkc_attention_forward_tc(S(), out, lse, qkv, io16, B, T, C, NH)
+    int e = tc ? zkc_attention_forward_tc_gqa(S(), out, lse, qkv, io16, B, T, C, NH, NKV, W)
                : zkc_attention_forward_gqa(S(), out, lse, qkv, io16, B, T, C, NH, NKV, W);
     return e ? cu_err(__FILE__, __LINE__,
                       tc ? "zkc_attention_forward_tc" : "zkc_attention_forward_gqa", (cudaError_t)e)
@@ -618,14 +604,13 @@ static int cuda_attention_backward(void *dqkv, const float *dout, const void *qk
                                    int B, int T, int C, int NH, int NKV, int W)
 {
     ZT_TRY(take_pending());
-    ZT_TRY(tc_refuses("zt_attention_backward_gqa", NH, NKV, W));
     size_t rows = (size_t)B * NH * T;
     pthread_mutex_lock(&cu_lock);
     int rc = scratch(rows / 2 + 1), tc = 0, e = 0;
     if (rc == ZT_OK) {
         tc = attn_tc(C, NH, dqkv, dout, qkv, out);
-        e = tc ? zkc_attention_backward_tc(S(), dqkv, dout, qkv, out, lse, io16, B, T, C, NH,
-                                           (float *)cu_scratch)
+        e = tc ? zkc_attention_backward_tc_gqa(S(), dqkv, dout, qkv, out, lse, io16, B, T, C, NH,
+                                               NKV, W, (float *)cu_scratch)
                : zkc_attention_backward_gqa(S(), dqkv, dout, qkv, out, lse, io16, B, T, C, NH,
                                             NKV, W, (float *)cu_scratch);
         if (e) rc = cu_err(__FILE__, __LINE__, tc ? "zkc_attention_backward_tc"

@@ -118,8 +118,8 @@ int zt_attention_decode(zt_tensor *out, zt_tensor *kcache, zt_tensor *vcache,
  * head summed over its query heads in a fixed order (ascending). window
  * >= 0: 0 plain causal, W > 0 query i sees keys (i - W, i] (Hugging Face's
  * sliding_window). Caches (B,NKV,maxT,hs). The calls above are NKV = NH,
- * window = 0, with the same bits. f32 or bf16 as above; on cuda the
- * tensor-core path (device.attention = bf16) takes only NKV = NH, window 0. */
+ * window = 0, with the same bits. f32 or bf16 as above; on cuda both
+ * kernel paths (zt_device_attention "exact" and "bf16") take them. */
 int zt_attention_forward_gqa(zt_tensor *out, zt_tensor *lse, const zt_tensor *qkv, int NH,
                              int NKV, int window);
 int zt_attention_backward_gqa(zt_tensor *dqkv, const zt_tensor *dout, const zt_tensor *qkv,

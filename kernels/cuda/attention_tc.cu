@@ -5,6 +5,20 @@
  * cudaErrorInvalidValue and launches nothing). Layouts and the WRITTEN
  * contract of zk_attention_* (kernels/cpu/kernels.h).
  *
+ * Grouped-query heads and a sliding window (zkc_attention_*_tc_gqa;
+ * zk_attention_*_gqa's layout): qkv rows of R = C + 2 NKV hs; the forward's and
+ * dQ's blocks (b, query head h) load the K, V tiles of kv head h / G; a
+ * k_tc_dkv block is (key tile, b, kv head) and runs its G query heads
+ * ascending, each over its query chunks, dK and dV staying in registers:
+ * one order, no atomics. A window W > 0 (query i sees keys (i - W, i]):
+ * tiles and chunks wholly outside every row's window are skipped, the
+ * rest masked like the diagonal; in the forward a row with no key yet in
+ * an active tile keeps p = 0 and c = 0 (its max taken as 0), not NaN. The
+ * windowed kernels are their own instantiations (template WIN), bounded
+ * at 1 block an SM so their extra registers do not spill at head size 64
+ * (their speed unmeasured: no GPU yet); W = 0 compiles the kernels of
+ * before, and NKV = NH, W = 0 gives their bits.
+ *
  * Instructions (mma.cuh): mma.sync.aligned.m16n8k16 bf16 -> fp32 and
  * ldmatrix.x4 (.trans for a B operand stored k by n) on the PTX ISA's
  * documented fragment layouts, so scores, the online softmax, P and every
@@ -137,7 +151,16 @@ typedef __nv_bfloat16 bf16;
 template <class IO> struct dq_atomic { enum { on = 0 }; };
 template <> struct dq_atomic<float> { enum { on = DQA }; };
 
-struct tcp { int T, C, NH; float scale; };
+/* a call: T, C = NH hs (out's row), NH query heads over NKV kv heads
+ * (G = NH / NKV a group), qkv rows of R = C + 2 NKV hs (q | k | v) */
+struct tcp { int T, C, NH, NKV, G, W; size_t R; float scale; };
+
+/* a sliding window W > 0 (query i sees keys (i - W, i]): the first key
+ * tile (a multiple of n) that queries from q on need */
+__device__ __forceinline__ int win_start(const tcp &a, int q, int n)
+{
+    return a.W > 0 && q - a.W + 1 > 0 ? (q - a.W + 1) / n * n : 0;
+}
 
 /* The backward's inner chunk (queries for dK, dV; keys for dQ) */
 template <int HD> struct tc_cfg {
@@ -432,8 +455,8 @@ __device__ __forceinline__ float quad_sum(float v)
  * K, V); 4 at 128 (its registers) */
 template <int HD> struct fwd_cfg { enum { NWF = HD == 64 ? 8 : 4, BRF = NWF * 16, MINB = HD == 64 ? 2 : 3 }; };
 
-template <int HD, class IO>
-__global__ static void __launch_bounds__(fwd_cfg<HD>::NWF * 32, fwd_cfg<HD>::MINB)
+template <int HD, class IO, bool WIN>
+__global__ static void __launch_bounds__(fwd_cfg<HD>::NWF * 32, WIN ? 1 : fwd_cfg<HD>::MINB)
 k_tc_fwd(IO *out, float *lse, const IO *qkv, tcp a)
 {
     enum { LD = HD + 8, KS = HD / 16, BC = 64, NS = BC / 8, ND = HD / 8,
@@ -444,8 +467,10 @@ k_tc_fwd(IO *out, float *lse, const IO *qkv, tcp a)
     const int qt = gridDim.x - 1 - blockIdx.x;   /* the longest rows first */
     const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, q0 = qt * BRF, r0 = q0 + w * 16;
     const int i0 = r0 + g, i1 = i0 + 8;          /* this lane's two rows */
-    const size_t st = 3 * (size_t)a.C;
+    const size_t st = a.R;
     const IO *base = qkv + (size_t)b * T * st + (size_t)h * HD;         /* q of (b, 0, h) */
+    const IO *kb = qkv + (size_t)b * T * st + a.C + (size_t)(h / a.G) * HD;   /* its kv head's k */
+    const IO *vb = kb + (size_t)a.NKV * HD;
     const float sl2 = a.scale * LOG2E;
     const lane_offs lo = lane_offsets<LD>(lane);
     const zkc_sptr qp = zkc_sptr_of(qs), kp = zkc_sptr_of(ks), vp = zkc_sptr_of(vs);
@@ -467,16 +492,19 @@ k_tc_fwd(IO *out, float *lse, const IO *qkv, tcp a)
      * S and softmax, its V loads during P V; 3 barriers a tile */
     enum { PIPE = !QREG, NP = PIPE ? BC * HD / chunk<IO>::E / NTH : 1 };
     const int kend = min(q0 + BRF, T);            /* causal: keys after the block's last row skipped */
-    if (PIPE) load_tiles<BC, HD, NTH>(ks, base + a.C, st, vs, base + 2 * a.C, st, 0, T);
-    for (int k0 = 0; k0 < kend; k0 += BC) {
-        const bool more = k0 + BC < kend, active = k0 <= r0 + 15;   /* active: keys <= a row of the warp */
+    const int kstart = WIN ? win_start(a, q0, BC) : 0;   /* a window: tiles before every row's skipped */
+    if (PIPE) load_tiles<BC, HD, NTH>(ks, kb, st, vs, vb, st, kstart, T);
+    for (int k0 = kstart; k0 < kend; k0 += BC) {
+        /* active: keys <= a row of the warp (and inside a row's window) */
+        const bool more = k0 + BC < kend,
+                   active = k0 <= r0 + 15 && (!WIN || k0 + BC + a.W > r0 + 1);
         if (!PIPE) {
             __syncthreads();                      /* the last tile's K, V (or Q) read */
-            load_tiles<BC, HD, NTH>(ks, base + a.C, st, vs, base + 2 * a.C, st, k0, T);
+            load_tiles<BC, HD, NTH>(ks, kb, st, vs, vb, st, k0, T);
         }
         __syncthreads();                          /* this tile's K, V (and Q) stored */
         typename chunk<IO>::V pre[NP];            /* PIPE: the next tile's K, then V */
-        if (PIPE && more) ldg_rows<BC, HD, NTH>(pre, base + a.C, st, k0 + BC, T);
+        if (PIPE && more) ldg_rows<BC, HD, NTH>(pre, kb, st, k0 + BC, T);
         uint32_t pf[NS / 2][4];                   /* bf16(p) as A fragments */
         if (active) {
             float s[NS][4];                       /* S = Q K^T: (16, 64), raw scores */
@@ -503,6 +531,13 @@ k_tc_fwd(IO *out, float *lse, const IO *qkv, tcp a)
                     for (int e = 0; e < 4; e++)
                         if (k0 + n * 8 + 2 * t + (e & 1) > (e < 2 ? i0 : i1)) s[n][e] = -INFINITY;
             }
+            if (WIN && k0 + a.W <= r0 + 15) {     /* keys at or before a row - W */
+#pragma unroll
+                for (int n = 0; n < NS; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (k0 + n * 8 + 2 * t + (e & 1) + a.W <= (e < 2 ? i0 : i1)) s[n][e] = -INFINITY;
+            }
             float mx[2] = { m[0], m[1] }, c[2];
 #pragma unroll
             for (int n = 0; n < NS; n++) {
@@ -510,11 +545,14 @@ k_tc_fwd(IO *out, float *lse, const IO *qkv, tcp a)
                 mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
             }
 #pragma unroll
-            for (int r = 0; r < 2; r++) {         /* key k0 <= row on the first tile: finite */
+            for (int r = 0; r < 2; r++) {         /* no window: key k0 <= row on the first tile, finite */
                 mx[r] = quad_max(mx[r]);
-                c[r] = zkc_exp2((m[r] - mx[r]) * sl2);   /* 0 on the first tile (m = -inf) */
+                /* a window: a row may have no key yet (m and mx -inf): then
+                 * p = 0 and c = 0 (its o, l are 0), not NaN */
+                const float mu = WIN && mx[r] == -INFINITY ? 0.0f : mx[r];
+                c[r] = zkc_exp2((m[r] - mu) * sl2);   /* 0 on the first tile (m = -inf) */
                 m[r] = mx[r];
-                mx[r] *= sl2;
+                mx[r] = mu * sl2;
                 l[r] *= c[r];
             }
 #pragma unroll
@@ -534,7 +572,7 @@ k_tc_fwd(IO *out, float *lse, const IO *qkv, tcp a)
             __syncthreads();                      /* every warp's S read K */
             if (more) {
                 sts_rows<BC, HD, NTH, IO>(ks, pre);
-                ldg_rows<BC, HD, NTH>(pre, base + 2 * a.C, st, k0 + BC, T);
+                ldg_rows<BC, HD, NTH>(pre, vb, st, k0 + BC, T);
             }
         }
         if (active) mma_reg_kn<NS / 2, ND, LD>(o, pf, vp + lo.kn);   /* O += bf16(P) V */
@@ -561,8 +599,8 @@ k_tc_fwd(IO *out, float *lse, const IO *qkv, tcp a)
  * the block's first key to T. Per chunk and warp: S^T = K Q^T, dP^T = V
  * dO^T (16, CH); P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - D) scale;
  * dV += bf16(P^T) dO, dK += bf16(dS^T) Q (16, HD) in registers. */
-template <int HD, class IO>
-__global__ static void __launch_bounds__(NW * 32, tc_cfg<HD>::MINB_DKV)
+template <int HD, class IO, bool WIN>
+__global__ static void __launch_bounds__(NW * 32, WIN ? 1 : tc_cfg<HD>::MINB_DKV)
 k_tc_dkv(IO *dqkv, const float *dout, const IO *qkv, const float *lse, const float *D, tcp a)
 {
     enum { CH = tc_cfg<HD>::CH, LD = HD + 8, KS = HD / 16, NC = CH / 8, ND = HD / 8 };
@@ -573,98 +611,109 @@ k_tc_dkv(IO *dqkv, const float *dout, const IO *qkv, const float *lse, const flo
     __shared__ __align__(16) bf16 dss[ATOM ? BR * LQ : 8];  /* DQA: bf16(dS^T), keys x queries */
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3, T = a.T;
     const int kt = blockIdx.x;                   /* tile 0 has the most queries: first */
-    const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, k0 = kt * BR;
+    const int b = blockIdx.y / a.NKV, kh = blockIdx.y % a.NKV, k0 = kt * BR;   /* kv head kh */
     const int j0 = k0 + w * 16 + g, j1 = j0 + 8;  /* this lane's two keys */
-    const size_t st = 3 * (size_t)a.C;
-    const IO *base = qkv + (size_t)b * T * st + (size_t)h * HD;
-    const float *gbase = dout + (size_t)b * T * a.C + (size_t)h * HD;
-    const float *L = lse + (size_t)blockIdx.y * T, *Dr = D + (size_t)blockIdx.y * T;
+    const size_t st = a.R;
+    const IO *kb = qkv + (size_t)b * T * st + a.C + (size_t)kh * HD, *vb = kb + (size_t)a.NKV * HD;
     const float sl2 = a.scale * LOG2E;
     const lane_offs lo = lane_offsets<LD>(lane);
     const zkc_sptr kp = zkc_sptr_of(ks), vp = zkc_sptr_of(vs), qp = zkc_sptr_of(qs), gp = zkc_sptr_of(gs);
 
-    load_tiles<BR, HD, NW * 32>(ks, base + a.C, st, vs, base + 2 * a.C, st, k0, T);
+    load_tiles<BR, HD, NW * 32>(ks, kb, st, vs, vb, st, k0, T);
     float dk[ND][4], dv[ND][4];
 #pragma unroll
     for (int n = 0; n < ND; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
 
-    for (int qc = k0; qc < T; qc += CH) {         /* queries before k0 see none of these keys */
-        __syncthreads();                          /* the last chunk's Q, dO, ls, dsm read */
-        load_tiles<CH, HD, NW * 32>(qs, base, st, gs, gbase, a.C, qc, T);
-        if (threadIdx.x < CH) {
-            const int i = qc + threadIdx.x;
-            ls[threadIdx.x] = i < T ? L[i] * LOG2E : 0.0f;
-            dsm[threadIdx.x] = i < T ? Dr[i] : 0.0f;
-        }
-        __syncthreads();
-        float s[NC][4], dp[NC][4];
-        two_products<NC, KS, LD>(s, dp, kp + lo.a, vp + lo.a, qp + lo.nk, gp + lo.nk, w * 16);  /* S^T, dP^T */
-        const bool full = qc >= k0 + BR && qc + CH <= T;   /* no masked pair in the chunk */
-#pragma unroll
-        for (int n = 0; n < NC; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int col = n * 8 + 2 * t + (e & 1), i = qc + col;
-                const bool ok = full || (i < T && i >= (e < 2 ? j0 : j1));
-                const float p = ok ? zkc_exp2(fmaf(s[n][e], sl2, -ls[col])) : 0.0f;
-                s[n][e] = p;
-                dp[n][e] = p * (dp[n][e] - dsm[col]) * a.scale;
-            }
-        uint32_t af[NC / 2][4];
-        c_to_a<NC / 2>(af, s);
-        mma_reg_kn<NC / 2, ND, LD>(dv, af, gp + lo.kn);  /* dV += bf16(P^T) dO */
-        c_to_a<NC / 2>(af, dp);
-        mma_reg_kn<NC / 2, ND, LD>(dk, af, qp + lo.kn);  /* dK += bf16(dS^T) Q */
-        if constexpr (ATOM) {                     /* dQ[chunk] += bf16(dS) K, by atomics */
-            enum { QT = CH / 16, WPQ = NW / QT, NQ = ND / WPQ };   /* query tiles; warps, n-tiles each */
-            uint32_t *dw = (uint32_t *)dss;
-#pragma unroll
-            for (int n = 0; n < NC; n++) {
-                dw[((w * 16 + g) * LQ + n * 8 + 2 * t) / 2] = af[n / 2][(n & 1) * 2];
-                dw[((w * 16 + g + 8) * LQ + n * 8 + 2 * t) / 2] = af[n / 2][(n & 1) * 2 + 1];
+    /* the kv head's query heads ascending (one for NKV = NH), each over its
+     * chunks in order: dK, dV gather every term in one fixed order */
+    /* a window: queries from k0 + BR - 1 + W on see none of these keys */
+    const int qend = WIN && k0 + BR - 1 + a.W < T ? k0 + BR - 1 + a.W : T;
+    for (int h = kh * a.G; h < (kh + 1) * a.G; h++) {
+        const IO *base = qkv + (size_t)b * T * st + (size_t)h * HD;
+        const float *gbase = dout + (size_t)b * T * a.C + (size_t)h * HD;
+        const size_t bh = (size_t)b * a.NH + h;
+        const float *L = lse + bh * T, *Dr = D + bh * T;
+        for (int qc = k0; qc < qend; qc += CH) {      /* queries before k0 see none of these keys */
+            __syncthreads();                          /* the last chunk's Q, dO, ls, dsm read */
+            load_tiles<CH, HD, NW * 32>(qs, base, st, gs, gbase, a.C, qc, T);
+            if (threadIdx.x < CH) {
+                const int i = qc + threadIdx.x;
+                ls[threadIdx.x] = i < T ? L[i] * LOG2E : 0.0f;
+                dsm[threadIdx.x] = i < T ? Dr[i] : 0.0f;
             }
             __syncthreads();
-            const int q16 = w / WPQ, n0 = (w % WPQ) * NQ;
-            const zkc_sptr sp = zkc_sptr_of(dss) + a_trans_offset<LQ>(lane);
-            float dq[NQ][4];
+            float s[NC][4], dp[NC][4];
+            two_products<NC, KS, LD>(s, dp, kp + lo.a, vp + lo.a, qp + lo.nk, gp + lo.nk, w * 16);  /* S^T, dP^T */
+            const bool full = qc >= k0 + BR && qc + CH <= T &&   /* no masked pair in the chunk */
+                              (!WIN || qc + CH - 1 < k0 + a.W);
 #pragma unroll
-            for (int n = 0; n < NQ; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+            for (int n = 0; n < NC; n++)
 #pragma unroll
-            for (int kk = 0; kk < BR / 16; kk++) {
-                uint32_t fa[4];
-                frag_a_km<LQ>(fa, sp, q16 * 16, kk * 16);
-#pragma unroll
-                for (int np = 0; np < NQ / 2; np++) {
-                    uint32_t bf[4];
-                    frag_b_kn<LD>(bf, kp + lo.kn, kk * 16, (n0 + 2 * np) * 8);
-                    zkc_mma_bf16_16816(dq[2 * np], fa, bf);
-                    zkc_mma_bf16_16816(dq[2 * np + 1], fa, bf + 2);
+                for (int e = 0; e < 4; e++) {
+                    const int col = n * 8 + 2 * t + (e & 1), i = qc + col;
+                    const int j = e < 2 ? j0 : j1;
+                    const bool ok = full || (i < T && i >= j && (!WIN || i < j + a.W));
+                    const float p = ok ? zkc_exp2(fmaf(s[n][e], sl2, -ls[col])) : 0.0f;
+                    s[n][e] = p;
+                    dp[n][e] = p * (dp[n][e] - dsm[col]) * a.scale;
                 }
-            }
-            const int qi[2] = { qc + q16 * 16 + g, qc + q16 * 16 + g + 8 };
+            uint32_t af[NC / 2][4];
+            c_to_a<NC / 2>(af, s);
+            mma_reg_kn<NC / 2, ND, LD>(dv, af, gp + lo.kn);  /* dV += bf16(P^T) dO */
+            c_to_a<NC / 2>(af, dp);
+            mma_reg_kn<NC / 2, ND, LD>(dk, af, qp + lo.kn);  /* dK += bf16(dS^T) Q */
+            if constexpr (ATOM) {                     /* dQ[chunk] += bf16(dS) K, by atomics */
+                enum { QT = CH / 16, WPQ = NW / QT, NQ = ND / WPQ };   /* query tiles; warps, n-tiles each */
+                uint32_t *dw = (uint32_t *)dss;
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                if (qi[r] >= T) continue;
-                float *q = dqkv + ((size_t)b * T + qi[r]) * st + (size_t)h * HD + 2 * t;
+                for (int n = 0; n < NC; n++) {
+                    dw[((w * 16 + g) * LQ + n * 8 + 2 * t) / 2] = af[n / 2][(n & 1) * 2];
+                    dw[((w * 16 + g + 8) * LQ + n * 8 + 2 * t) / 2] = af[n / 2][(n & 1) * 2 + 1];
+                }
+                __syncthreads();
+                const int q16 = w / WPQ, n0 = (w % WPQ) * NQ;
+                const zkc_sptr sp = zkc_sptr_of(dss) + a_trans_offset<LQ>(lane);
+                float dq[NQ][4];
 #pragma unroll
-                for (int n = 0; n < NQ; n++) {
-                    atomicAdd(q + (n0 + n) * 8, dq[n][2 * r]);
-                    atomicAdd(q + (n0 + n) * 8 + 1, dq[n][2 * r + 1]);
+                for (int n = 0; n < NQ; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+#pragma unroll
+                for (int kk = 0; kk < BR / 16; kk++) {
+                    uint32_t fa[4];
+                    frag_a_km<LQ>(fa, sp, q16 * 16, kk * 16);
+#pragma unroll
+                    for (int np = 0; np < NQ / 2; np++) {
+                        uint32_t bf[4];
+                        frag_b_kn<LD>(bf, kp + lo.kn, kk * 16, (n0 + 2 * np) * 8);
+                        zkc_mma_bf16_16816(dq[2 * np], fa, bf);
+                        zkc_mma_bf16_16816(dq[2 * np + 1], fa, bf + 2);
+                    }
+                }
+                const int qi[2] = { qc + q16 * 16 + g, qc + q16 * 16 + g + 8 };
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    if (qi[r] >= T) continue;
+                    float *q = dqkv + ((size_t)b * T + qi[r]) * st + (size_t)h * HD + 2 * t;
+#pragma unroll
+                    for (int n = 0; n < NQ; n++) {
+                        atomicAdd(q + (n0 + n) * 8, dq[n][2 * r]);
+                        atomicAdd(q + (n0 + n) * 8 + 1, dq[n][2 * r + 1]);
+                    }
                 }
             }
         }
     }
     const int rows[2] = { j0, j1 };
-    IO *drow = dqkv + (size_t)b * T * st + (size_t)h * HD + 2 * t;
+    IO *drow = dqkv + (size_t)b * T * st + a.C + (size_t)kh * HD + 2 * t;   /* dk of kv head kh */
+    const size_t dvo = (size_t)a.NKV * HD;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (rows[r] >= T) continue;
 #pragma unroll
         for (int n = 0; n < ND; n++) {
-            stg_pair(drow + (size_t)rows[r] * st + a.C + n * 8, dk[n][2 * r], dk[n][2 * r + 1]);
-            stg_pair(drow + (size_t)rows[r] * st + 2 * a.C + n * 8, dv[n][2 * r], dv[n][2 * r + 1]);
+            stg_pair(drow + (size_t)rows[r] * st + n * 8, dk[n][2 * r], dk[n][2 * r + 1]);
+            stg_pair(drow + (size_t)rows[r] * st + dvo + n * 8, dv[n][2 * r], dv[n][2 * r + 1]);
         }
     }
 }
@@ -675,8 +724,8 @@ k_tc_dkv(IO *dqkv, const float *dout, const IO *qkv, const float *lse, const flo
  * * out) of the block's rows (fp32: a lane sums d = lane, lane + 32, ...,
  * then an xor butterfly), kept in registers and written to D[(b*NH + h)*T
  * + i] for k_tc_dkv, which runs after. */
-template <int HD, class IO>
-__global__ static void __launch_bounds__(dq_cfg<HD>::NWQ * 32, dq_cfg<HD>::MINB)
+template <int HD, class IO, bool WIN>
+__global__ static void __launch_bounds__(dq_cfg<HD>::NWQ * 32, WIN ? 1 : dq_cfg<HD>::MINB)
 k_tc_dq(IO *dqkv, float *D, const float *dout, const IO *out, const IO *qkv, const float *lse, tcp a)
 {
     enum { CH = dq_cfg<HD>::CH, LD = HD + 8, KS = HD / 16, NC = CH / 8, ND = HD / 8,
@@ -686,8 +735,10 @@ k_tc_dq(IO *dqkv, float *D, const float *dout, const IO *out, const IO *qkv, con
     const int qt = gridDim.x - 1 - blockIdx.x;   /* the longest rows first */
     const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, q0 = qt * BRQ, r0 = q0 + w * 16;
     const int i0 = r0 + g, i1 = i0 + 8;
-    const size_t st = 3 * (size_t)a.C;
+    const size_t st = a.R;
     const IO *base = qkv + (size_t)b * T * st + (size_t)h * HD;
+    const IO *kb = qkv + (size_t)b * T * st + a.C + (size_t)(h / a.G) * HD;   /* its kv head's k */
+    const IO *vb = kb + (size_t)a.NKV * HD;
     const float *gbase = dout + (size_t)b * T * a.C + (size_t)h * HD;
     const float sl2 = a.scale * LOG2E;
     const lane_offs lo = lane_offsets<LD>(lane);
@@ -713,20 +764,22 @@ k_tc_dq(IO *dqkv, float *D, const float *dout, const IO *out, const IO *qkv, con
     for (int n = 0; n < ND; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
     const int kend = min(q0 + BRQ, T);            /* keys after the block's last row: none */
-    for (int kc = 0; kc < kend; kc += CH) {
+    for (int kc = WIN ? win_start(a, q0, CH) : 0; kc < kend; kc += CH) {
         __syncthreads();                          /* the last chunk's K, V read */
-        load_tiles<CH, HD, NTH, 2>(ks, base + a.C, st, vs, base + 2 * a.C, st, kc, T);
+        load_tiles<CH, HD, NTH, 2>(ks, kb, st, vs, vb, st, kc, T);
         __syncthreads();
         if (kc > r0 + 15) continue;               /* every key after the warp's rows */
+        if (WIN && kc + CH + a.W <= r0 + 1) continue;   /* every key before their windows */
         float s[NC][4], dp[NC][4];
         two_products<NC, KS, LD>(s, dp, qp + lo.a, gp + lo.a, kp + lo.nk, vp + lo.nk, w * 16);  /* S, dP */
-        const bool full = kc + CH <= r0 + 1 && r0 + 16 <= T;   /* every key <= every row < T */
+        const bool full = kc + CH <= r0 + 1 && r0 + 16 <= T &&   /* every key <= every row < T */
+                          (!WIN || kc + a.W > r0 + 15);           /* and in every row's window */
 #pragma unroll
         for (int n = 0; n < NC; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int j = kc + n * 8 + 2 * t + (e & 1), i = rows[e >> 1];
-                const bool ok = full || (i < T && j <= i);
+                const bool ok = full || (i < T && j <= i && (!WIN || j + a.W > i));
                 const float p = ok ? zkc_exp2(fmaf(s[n][e], sl2, -L2[e >> 1])) : 0.0f;
                 dp[n][e] = p * (dp[n][e] - Dv[e >> 1]) * a.scale;
             }
@@ -746,12 +799,13 @@ k_tc_dq(IO *dqkv, float *D, const float *dout, const IO *out, const IO *qkv, con
 
 /* hs = C/NH must be 64 or 128; B*NH is the grid's y (<= 65535); B*NH*T
  * rows indexed by int; p (16-byte loads) aligned */
-static int tc_params(tcp *a, int B, int T, int C, int NH)
+static int tc_params(tcp *a, int B, int T, int C, int NH, int NKV, int W)
 {
-    if (B < 0 || T < 0 || NH <= 0 || C % NH || (C / NH != 64 && C / NH != 128) ||
-        (size_t)B * NH > 65535 || (size_t)B * NH * T > (size_t)INT_MAX)
+    if (B < 0 || T < 0 || NH <= 0 || C % NH || (C / NH != 64 && C / NH != 128) || W < 0 ||
+        NKV <= 0 || NH % NKV || (size_t)B * NH > 65535 || (size_t)B * NH * T > (size_t)INT_MAX)
         return (int)cudaErrorInvalidValue;
-    a->T = T; a->C = C; a->NH = NH;
+    a->T = T; a->C = C; a->NH = NH; a->NKV = NKV; a->G = NH / NKV; a->W = W;
+    a->R = (size_t)C + 2 * (size_t)NKV * (C / NH);
     a->scale = 1.0f / sqrtf((float)(C / NH));
     return 0;
 }
@@ -769,7 +823,7 @@ __global__ static void k_tc_D(float *D, float *dqkv, const float *dout, const fl
 #pragma unroll
     for (int d = lane; d < HD; d += 32) {
         s += dout[off + d] * out[off + d];
-        dqkv[((size_t)b * a.T + i) * 3 * a.C + (size_t)h * HD + d] = 0.0f;
+        dqkv[((size_t)b * a.T + i) * a.R + (size_t)h * HD + d] = 0.0f;
     }
     s = zkc_warp_sum(s);
     if (lane == 0) D[row] = s;
@@ -782,7 +836,10 @@ static int tc_forward(cudaStream_t s, IO *out, float *lse, const IO *qkv, int B,
 {
     enum { NWF = fwd_cfg<HD>::NWF, BRF = fwd_cfg<HD>::BRF };
     dim3 g((unsigned)((a.T + BRF - 1) / BRF), (unsigned)(B * a.NH));
-    k_tc_fwd<HD, IO><<<g, NWF * 32, 0, s>>>(out, lse, qkv, a);
+    if (a.W > 0)
+        k_tc_fwd<HD, IO, true><<<g, NWF * 32, 0, s>>>(out, lse, qkv, a);
+    else
+        k_tc_fwd<HD, IO, false><<<g, NWF * 32, 0, s>>>(out, lse, qkv, a);
     return ZKC_LAUNCHED();
 }
 
@@ -791,14 +848,19 @@ static int tc_backward(cudaStream_t s, IO *dqkv, const float *dout, const IO *qk
                        const IO *out, const float *lse, int B, tcp a, float *scratch)
 {
     int e, rows = B * a.NH * a.T;
-    dim3 g((unsigned)((a.T + BR - 1) / BR), (unsigned)(B * a.NH));
+    dim3 g((unsigned)((a.T + BR - 1) / BR), (unsigned)(B * a.NKV));   /* (key tile, b, kv head) */
     dim3 gq((unsigned)((a.T + dq_cfg<HD>::NWQ * 16 - 1) / (dq_cfg<HD>::NWQ * 16)), (unsigned)(B * a.NH));
     if constexpr (dq_atomic<IO>::on)
         k_tc_D<HD><<<(unsigned)((rows + NW - 1) / NW), NW * 32, 0, s>>>(scratch, dqkv, dout, out, a, rows);
+    else if (a.W > 0)
+        k_tc_dq<HD, IO, true><<<gq, dq_cfg<HD>::NWQ * 32, 0, s>>>(dqkv, scratch, dout, out, qkv, lse, a);
     else
-        k_tc_dq<HD, IO><<<gq, dq_cfg<HD>::NWQ * 32, 0, s>>>(dqkv, scratch, dout, out, qkv, lse, a);   /* and D */
+        k_tc_dq<HD, IO, false><<<gq, dq_cfg<HD>::NWQ * 32, 0, s>>>(dqkv, scratch, dout, out, qkv, lse, a);   /* and D */
     if ((e = ZKC_LAUNCHED())) return e;
-    k_tc_dkv<HD, IO><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, a);
+    if (a.W > 0)
+        k_tc_dkv<HD, IO, true><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, a);
+    else
+        k_tc_dkv<HD, IO, false><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, a);
     return ZKC_LAUNCHED();
 }
 
@@ -816,23 +878,26 @@ static int tc_backward_io(cudaStream_t s, IO *dqkv, const float *dout, const IO 
                             : tc_backward<128>(s, dqkv, dout, qkv, out, lse, B, a, scratch);
 }
 
-extern "C" int zkc_attention_forward_tc(cudaStream_t s, void *out, float *lse, const void *qkv,
-                                        int io16, int B, int T, int C, int NH)
+/* grouped-query heads (NKV kv heads, NH % NKV == 0) and a sliding window
+ * W >= 0 (0: plain causal) */
+extern "C" int zkc_attention_forward_tc_gqa(cudaStream_t s, void *out, float *lse, const void *qkv,
+                                            int io16, int B, int T, int C, int NH, int NKV, int W)
 {
     tcp a;
-    int e = tc_params(&a, B, T, C, NH);
+    int e = tc_params(&a, B, T, C, NH, NKV, W);
     if (e || B == 0 || T == 0) return e;
     if (!tc_aligned(out) || !tc_aligned(qkv)) return (int)cudaErrorInvalidValue;
     return io16 ? tc_forward_io(s, (uint16_t *)out, lse, (const uint16_t *)qkv, B, a)
                 : tc_forward_io(s, (float *)out, lse, (const float *)qkv, B, a);
 }
 
-extern "C" int zkc_attention_backward_tc(cudaStream_t s, void *dqkv, const float *dout,
-                                         const void *qkv, const void *out, const float *lse,
-                                         int io16, int B, int T, int C, int NH, float *scratch)
+extern "C" int zkc_attention_backward_tc_gqa(cudaStream_t s, void *dqkv, const float *dout,
+                                             const void *qkv, const void *out, const float *lse,
+                                             int io16, int B, int T, int C, int NH, int NKV,
+                                             int W, float *scratch)
 {
     tcp a;
-    int e = tc_params(&a, B, T, C, NH);
+    int e = tc_params(&a, B, T, C, NH, NKV, W);
     if (e || B == 0 || T == 0) return e;
     if (!tc_aligned(dqkv) || !tc_aligned(dout) || !tc_aligned(qkv) || !tc_aligned(out) ||
         (io16 && DQA))
@@ -841,4 +906,18 @@ extern "C" int zkc_attention_backward_tc(cudaStream_t s, void *dqkv, const float
                                  (const uint16_t *)out, lse, B, a, scratch)
                 : tc_backward_io(s, (float *)dqkv, dout, (const float *)qkv, (const float *)out,
                                  lse, B, a, scratch);
+}
+
+extern "C" int zkc_attention_forward_tc(cudaStream_t s, void *out, float *lse, const void *qkv,
+                                        int io16, int B, int T, int C, int NH)
+{
+    return zkc_attention_forward_tc_gqa(s, out, lse, qkv, io16, B, T, C, NH, NH, 0);
+}
+
+extern "C" int zkc_attention_backward_tc(cudaStream_t s, void *dqkv, const float *dout,
+                                         const void *qkv, const void *out, const float *lse,
+                                         int io16, int B, int T, int C, int NH, float *scratch)
+{
+    return zkc_attention_backward_tc_gqa(s, dqkv, dout, qkv, out, lse, io16, B, T, C, NH, NH, 0,
+                                         scratch);
 }

@@ -240,6 +240,16 @@ int zkc_attention_forward_tc(cudaStream_t s, void *out, float *lse, const void *
 int zkc_attention_backward_tc(cudaStream_t s, void *dqkv, const float *dout, const void *qkv,
                               const void *out, const float *lse, int io16, int B, int T, int C,
                               int NH, float *scratch);
+/* Grouped-query heads and a sliding window W >= 0 (zk_attention_*_gqa's
+ * layout): the two above are NKV = NH, W = 0. k_tc_dkv runs a block per
+ * (key tile, b, kv head) over its query heads ascending: dk, dv in
+ * registers, one order, no atomics. NH % NKV != 0 or W < 0:
+ * cudaErrorInvalidValue. */
+int zkc_attention_forward_tc_gqa(cudaStream_t s, void *out, float *lse, const void *qkv, int io16,
+                                 int B, int T, int C, int NH, int NKV, int W);
+int zkc_attention_backward_tc_gqa(cudaStream_t s, void *dqkv, const float *dout, const void *qkv,
+                                  const void *out, const float *lse, int io16, int B, int T, int C,
+                                  int NH, int NKV, int W, float *scratch);
 
 #ifdef __cplusplus
 }

@@ -62,48 +62,53 @@ static inline void tc_round_bf16(float *x, size_t n)
     for (size_t i = 0; i < n; i++) x[i] = tc_bf16(x[i]);
 }
 
-/* Tolerance magnitudes (above) of a causal attention's outputs, in double:
- * mout (B,T,C), mlse (B,NH,T) (already an absolute tolerance), mdqkv
- * (B,T,3C). */
-static inline void tc_mags(double *mout, double *mlse, double *mdqkv, const float *qkv,
-                           const float *dout, int B, int T, int C, int NH)
+/* Tolerance magnitudes (above) of a causal attention's outputs, in double,
+ * with NKV kv heads (qkv rows (NH + 2 NKV) hs: q | k | v, query head h
+ * reading kv head h / (NH/NKV); a kv head's dk, dv magnitudes summed over
+ * its query heads) and a sliding window W (0: none; query i sees keys
+ * (i - W, i]): mout (B,T,C), mlse (B,NH,T) (already an absolute
+ * tolerance), mdqkv like qkv. */
+static inline void tc_mags_gqa(double *mout, double *mlse, double *mdqkv, const float *qkv,
+                               const float *dout, int B, int T, int C, int NH, int NKV, int W)
 {
-    const int hs = C / NH;
-    const size_t st = 3 * (size_t)C;
+    const int hs = C / NH, G = NH / NKV;
+    const size_t st = (size_t)C + 2 * (size_t)NKV * hs, vo = (size_t)NKV * hs;
     const double scale = 1.0 / sqrt((double)hs);
     double *p = malloc((size_t)T * sizeof(double));
     memset(mdqkv, 0, (size_t)B * T * st * sizeof(double));
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
+                const size_t ko = C + (size_t)(h / G) * hs;
+                const int j0 = W > 0 && i - W + 1 > 0 ? i - W + 1 : 0;
                 const float *q = qkv + ((size_t)b * T + i) * st + (size_t)h * hs;
                 const float *g = dout + ((size_t)b * T + i) * C + (size_t)h * hs;
                 double m = -INFINITY, lm = 0, sum = 0, Dm = 0;
-                for (int j = 0; j <= i; j++) {
-                    const float *k = qkv + ((size_t)b * T + j) * st + C + (size_t)h * hs;
+                for (int j = j0; j <= i; j++) {
+                    const float *k = qkv + ((size_t)b * T + j) * st + ko;
                     double s = 0, a = 0;
                     for (int d = 0; d < hs; d++) { s += (double)q[d] * k[d]; a += fabs((double)q[d] * k[d]); }
                     p[j] = s * scale;
                     if (p[j] > m) m = p[j];
                     if (a * scale > lm) lm = a * scale;
                 }
-                for (int j = 0; j <= i; j++) sum += exp(p[j] - m);
-                for (int j = 0; j <= i; j++) p[j] = exp(p[j] - m) / sum;
+                for (int j = j0; j <= i; j++) sum += exp(p[j] - m);
+                for (int j = j0; j <= i; j++) p[j] = exp(p[j] - m) / sum;
                 double L = m + log(sum);
                 mlse[((size_t)b * NH + h) * T + i] = hs * 0x1p-23 * lm + 0x1p-22 * (T + fabs(L));
                 double *mo = mout + ((size_t)b * T + i) * C + (size_t)h * hs;
                 for (int d = 0; d < hs; d++) {
                     double a = 0;
-                    for (int j = 0; j <= i; j++)
-                        a += p[j] * fabs((double)qkv[((size_t)b * T + j) * st + 2 * C + (size_t)h * hs + d]);
+                    for (int j = j0; j <= i; j++)
+                        a += p[j] * fabs((double)qkv[((size_t)b * T + j) * st + ko + vo + d]);
                     mo[d] = a;
                     Dm += fabs((double)g[d]) * a;
                 }
                 double *mq = mdqkv + ((size_t)b * T + i) * st + (size_t)h * hs;
-                for (int j = 0; j <= i; j++) {
-                    const float *k = qkv + ((size_t)b * T + j) * st + C + (size_t)h * hs;
-                    const float *v = k + C;
-                    double *mk = mdqkv + ((size_t)b * T + j) * st + C + (size_t)h * hs, *mv = mk + C;
+                for (int j = j0; j <= i; j++) {
+                    const float *k = qkv + ((size_t)b * T + j) * st + ko;
+                    const float *v = k + vo;
+                    double *mk = mdqkv + ((size_t)b * T + j) * st + ko, *mv = mk + vo;
                     double dpm = 0;
                     for (int d = 0; d < hs; d++) dpm += fabs((double)g[d] * v[d]);
                     double sm = p[j] * (dpm + Dm) * scale;
@@ -115,6 +120,13 @@ static inline void tc_mags(double *mout, double *mlse, double *mdqkv, const floa
                 }
             }
     free(p);
+}
+
+/* the same for GPT-2's (B,T,3C): NKV = NH, no window */
+static inline void tc_mags(double *mout, double *mlse, double *mdqkv, const float *qkv,
+                           const float *dout, int B, int T, int C, int NH)
+{
+    tc_mags_gqa(mout, mlse, mdqkv, qkv, dout, B, T, C, NH, NH, 0);
 }
 
 /* worst |got - want| / (TC_ATOL + rho mag) over n elements (NaN: infinity) */

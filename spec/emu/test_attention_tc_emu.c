@@ -20,6 +20,11 @@ int zkc_attention_forward_tc(void *s, void *out, float *lse, const void *qkv, in
 int zkc_attention_backward_tc(void *s, void *dqkv, const float *dout, const void *qkv,
                               const void *out, const float *lse, int io16, int B, int T, int C,
                               int NH, float *scratch);
+int zkc_attention_forward_tc_gqa(void *s, void *out, float *lse, const void *qkv, int io16,
+                                 int B, int T, int C, int NH, int NKV, int W);
+int zkc_attention_backward_tc_gqa(void *s, void *dqkv, const float *dout, const void *qkv,
+                                  const void *out, const float *lse, int io16, int B, int T, int C,
+                                  int NH, int NKV, int W, float *scratch);
 
 /* -DZKC_ATTN_TC_DQ_ATOMIC (EMU_DEFS, passed here too): the io16 backward
  * is refused */
@@ -116,6 +121,105 @@ static void one(int B, int T, int NH, int hs)
     for (int r = 0; r < 2; r++) { free(go[r]); free(gl[r]); free(gq[r]); }
 }
 
+/* Grouped-query heads and a sliding window (zkc_attention_*_tc_gqa):
+ * out, lse and dqkv against the CPU twin (zk_attention_*_gqa) at
+ * attn_tc_check.h's tolerances (tc_mags_gqa: the window's rows, a kv
+ * head's dk, dv magnitudes summed over its query heads); every dqkv
+ * element WRITTEN; the same bits twice; without a window, out, lse and dq
+ * the bits of the same problem with every kv head copied to its query
+ * heads (a query head reads the same k, v tiles either way); a window
+ * >= T the bits of none; (io) io16 = round(f32(widened)), bits. */
+static void gqa(int B, int T, int NH, int NKV, int hs, int W, int io)
+{
+    char name[192], tag[80];
+    snprintf(tag, sizeof tag, "emu gqa B=%d T=%d NH=%d NKV=%d hs=%d W=%d", B, T, NH, NKV, hs, W);
+    const int C = NH * hs, R = (NH + 2 * NKV) * hs, G = NH / NKV;
+    size_t nq = (size_t)B * T * R, nx = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+    size_t nl = (size_t)B * NH * T;
+    float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1), *qx = malloc(nx * 4);
+    tc_round_bf16(qkv, nq); tc_round_bf16(dy, no);
+    for (int b = 0; b < B; b++)                  /* expanded: kv head h / G copied to head h */
+        for (int t = 0; t < T; t++) {
+            const float *src = qkv + ((size_t)b * T + t) * R;
+            float *dst = qx + ((size_t)b * T + t) * 3 * C;
+            memcpy(dst, src, (size_t)C * 4);
+            for (int h = 0; h < NH; h++) {
+                memcpy(dst + C + h * hs, src + C + (h / G) * hs, (size_t)hs * 4);
+                memcpy(dst + 2 * C + h * hs, src + C + (NKV + h / G) * hs, (size_t)hs * 4);
+            }
+        }
+    float *o = malloc(no * 4), *l = malloc(nl * 4), *dq = malloc(nq * 4), *scratch = malloc(nl * 4);
+    double *mo = malloc(no * 8), *ml = malloc(nl * 8), *mq = malloc(nq * 8);
+    zk_attention_forward_gqa(o, l, qkv, B, T, C, NH, NKV, W);
+    zk_attention_backward_gqa(dq, dy, qkv, o, l, B, T, C, NH, NKV, W);
+    tc_mags_gqa(mo, ml, mq, qkv, dy, B, T, C, NH, NKV, W);
+    float *go[3], *gl[3], *gq[3];
+    int rc = 0, nrun = W >= T ? 3 : 2;           /* twice; then W = 0 for a window >= T */
+    for (int r = 0; r < 3; r++) {
+        go[r] = gl[r] = gq[r] = NULL;
+        if (r >= nrun) continue;
+        go[r] = malloc(no * 4); gl[r] = malloc(nl * 4); gq[r] = malloc(nq * 4);
+        for (size_t i = 0; i < nq; i++) gq[r][i] = NAN;       /* WRITTEN: every element */
+        int w = r < 2 ? W : 0;
+        rc |= zkc_attention_forward_tc_gqa(NULL, go[r], gl[r], qkv, 0, B, T, C, NH, NKV, w);
+        rc |= zkc_attention_backward_tc_gqa(NULL, gq[r], dy, qkv, go[r], gl[r], 0, B, T, C, NH, NKV, w,
+                                            scratch);
+    }
+    snprintf(name, sizeof name, "%s: launchers return 0", tag);
+    ct_check(rc == 0, name, "rc %d", rc);
+    snprintf(name, sizeof name, "%s: out vs the CPU", tag);
+    tc_check(name, go[0], o, mo, no, TC_RHO);
+    snprintf(name, sizeof name, "%s: lse vs the CPU", tag);
+    tc_check(name, gl[0], l, ml, nl, 1.0);
+    snprintf(name, sizeof name, "%s: dqkv (dk, dv summed over the group) vs the CPU", tag);
+    tc_check(name, gq[0], dq, mq, nq, TC_RHO);
+    snprintf(name, sizeof name, "%s: the same bits twice", tag);
+    ct_check(!memcmp(go[0], go[1], no * 4) && !memcmp(gl[0], gl[1], nl * 4) &&
+             !memcmp(gq[0], gq[1], nq * 4), name, "out, lse or dqkv differ");
+    if (W == 0 || W >= T) {
+        float *xo = malloc(no * 4), *xl = malloc(nl * 4), *xq = malloc(nx * 4);
+        int rx = zkc_attention_forward_tc(NULL, xo, xl, qx, 0, B, T, C, NH);
+        rx |= zkc_attention_backward_tc(NULL, xq, dy, qx, xo, xl, 0, B, T, C, NH, scratch);
+        int dq_same = 1;
+        for (size_t r = 0; r < (size_t)B * T; r++)
+            dq_same &= !memcmp(gq[0] + r * R, xq + r * 3 * C, (size_t)C * 4);
+        snprintf(name, sizeof name, "%s: out, lse, dq the expanded problem's bits", tag);
+        ct_check(rx == 0 && !memcmp(go[0], xo, no * 4) && !memcmp(gl[0], xl, nl * 4) && dq_same,
+                 name, "differ");
+        if (nrun == 3) {
+            snprintf(name, sizeof name, "%s: W = 0's bits", tag);
+            ct_check(!memcmp(go[0], go[2], no * 4) && !memcmp(gl[0], gl[2], nl * 4) &&
+                     !memcmp(gq[0], gq[2], nq * 4), name, "differ");
+        }
+        free(xo); free(xl); free(xq);
+    }
+    if (io && !DQA) {                            /* io16: round(f32 kernel(widened)) */
+        uint16_t *q16 = to_bf16(qkv, nq), *o16 = malloc(no * 2), *d16 = malloc(nq * 2);
+        float *l16 = malloc(nl * 4);
+        int r16 = zkc_attention_forward_tc_gqa(NULL, o16, l16, q16, 1, B, T, C, NH, NKV, W);
+        r16 |= zkc_attention_backward_tc_gqa(NULL, d16, dy, q16, o16, l16, 1, B, T, C, NH, NKV, W,
+                                             scratch);
+        float *ow = malloc(no * 4), *dw = malloc(nq * 4);
+        zk_cast_bf16_f32(ow, o16, no);
+        r16 |= zkc_attention_backward_tc_gqa(NULL, dw, dy, qkv, ow, l16, 0, B, T, C, NH, NKV, W,
+                                             scratch);
+        snprintf(name, sizeof name, "%s io16: returns 0, lse the fp32 kernel's bits", tag);
+        ct_check(r16 == 0 && !memcmp(l16, gl[0], nl * 4), name, "rc %d", r16);
+        snprintf(name, sizeof name, "%s io16: out = bf16(the fp32 kernel's)", tag);
+        same16(name, o16, go[0], no);
+        snprintf(name, sizeof name, "%s io16: dqkv = bf16(fp32 kernel(widened out))", tag);
+        same16(name, d16, dw, nq);
+        free(q16); free(o16); free(d16); free(l16); free(ow); free(dw);
+    }
+    int e = zkc_attention_forward_tc_gqa(NULL, go[0], gl[0], qkv, 0, B, T, C, NH, NH + 1, 0);
+    int e2 = zkc_attention_forward_tc_gqa(NULL, go[0], gl[0], qkv, 0, B, T, C, NH, NKV, -1);
+    snprintf(name, sizeof name, "%s: NH %% NKV != 0 or W < 0 is cudaErrorInvalidValue", tag);
+    ct_check(e == 1 && e2 == 1, name, "rc %d %d", e, e2);
+    free(qkv); free(dy); free(qx); free(o); free(l); free(dq); free(scratch); free(mo); free(ml);
+    free(mq);
+    for (int r = 0; r < 3; r++) { free(go[r]); free(gl[r]); free(gq[r]); }
+}
+
 int main(void)
 {
     ct_seed(99);
@@ -142,5 +246,13 @@ int main(void)
     one(2, 33, 1, 128);     /* B*NH = 2, ragged backward chunks of 16 */
     one(1, 100, 2, 128);
     one(1, 193, 1, 128);    /* four tiles */
+    gqa(1, 70, 4, 2, 64, 0, 1);     /* GQA, a ragged second tile; io16 too */
+    gqa(1, 70, 3, 1, 64, 0, 0);     /* MQA */
+    gqa(1, 33, 2, 1, 128, 0, 0);
+    gqa(1, 140, 2, 1, 64, 40, 1);   /* a window inside a tile: tiles and chunks skipped, rows masked */
+    gqa(1, 130, 2, 1, 64, 70, 0);   /* a window straddling tiles */
+    gqa(1, 90, 2, 2, 128, 17, 1);   /* NKV = NH, hs 128, a window across chunks of 16 */
+    gqa(1, 40, 2, 1, 64, 1, 0);     /* window 1: each query its own key */
+    gqa(1, 40, 2, 1, 64, 100, 0);   /* a window > T: no window's bits */
     return ct_summary();
 }
