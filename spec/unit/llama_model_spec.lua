@@ -125,15 +125,6 @@ describe("the Llama model", function()
     a:free(); m:free()
   end)
 
-  it("refuses the tensor-core attention for GQA or a window with the recipe", function()
-    local recipe = require "ztrain.train.recipe"
-    local r, err = recipe.resolve({}, { "model.size=llama-tiny", "device.attention=bf16", "device.backend=cuda" })
-    assert.is_nil(r)
-    assert.are.equal('device.attention = "bf16": the tensor-core attention has no grouped-query heads or sliding ' ..
-                     'window yet, and llama-tiny has 2 kv heads for 4; use device.attention = "exact"', err)
-    assert.is_truthy(recipe.resolve({}, { "model.size=llama-tiny", "device.backend=cuda" }))
-  end)
-
   it("is picked by its size's name, GPT-2 by its own", function()
     assert.are.equal("llama", family.config("qwen-tiny").family)
     assert.is_nil(family.config("gpt2-tiny").family)

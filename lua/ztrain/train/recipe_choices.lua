@@ -4,7 +4,6 @@
 -- (recipe.lua resolves, then asks this; ranges of numbers are recipe.lua's).
 local strategy = require "ztrain.parallel.strategy"
 local precision = require "ztrain.model.precision"
-local llama = require "ztrain.model.llama"
 local registry = require "ztrain.parallel.schedule.registry"
 local changes = require "ztrain.train.checkpoint.changes"
 
@@ -101,12 +100,6 @@ function M.check(r)
   if at == "bf16" and r.device.backend ~= "cuda" then
     return nil, ('device.attention = "bf16" needs device.backend = "cuda" (a tensor-core kernel), got %q')
                 :format(tostring(r.device.backend))
-  end
-  local ls = llama.sizes[r.model.size]
-  if at == "bf16" and ls and (ls.NKV ~= ls.NH or (ls.window or 0) > 0) then
-    return nil, ('device.attention = "bf16": the tensor-core attention has no grouped-query heads or sliding ' ..
-                 'window yet, and %s has %d kv heads for %d%s; use device.attention = "exact"')
-                :format(r.model.size, ls.NKV, ls.NH, (ls.window or 0) > 0 and (", a window of " .. ls.window) or "")
   end
   local ca = r.train.checkpoint_activations
   if not (type(ca) == "boolean" or (type(ca) == "number" and ca >= 0 and ca % 1 == 0)) then

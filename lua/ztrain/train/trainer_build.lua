@@ -253,13 +253,6 @@ end
 function build_model(self, r)
   local Tlen, V = r.data.seq_len, self:vocab_size(r)
   self.cfg = self.checkpoint and self.checkpoint.cfg or family.config(r.model.size, { vocab_size = V })
-  local c = self.cfg
-  if c.family == "llama" and r.device.attention == "bf16" and ((c.NKV or c.NH) ~= c.NH or (c.window or 0) > 0) then
-    -- (named sizes are refused with the recipe; a checkpoint's config is known here)
-    fail(("device.attention = \"bf16\": the tensor-core attention has no grouped-query heads or sliding " ..
-          "window yet, and %s has %d kv heads for %d%s; use device.attention = \"exact\""):format(c.name, c.NKV, c.NH,
-          (c.window or 0) > 0 and (", a window of " .. c.window) or ""))
-  end
   if Tlen > self.cfg.maxT then
     fail(("data.seq_len %d exceeds %s's context of %d; lower data.seq_len"):format(Tlen, self.cfg.name, self.cfg.maxT))
   end
