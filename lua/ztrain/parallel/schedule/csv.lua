@@ -28,6 +28,7 @@ local S = require "ztrain.parallel.schedule"
 local schedules = require "ztrain.parallel.schedule.library"
 local durable = require "ztrain.util.durable"
 local errors = require "ztrain.core.errors"
+local recv_order = require "ztrain.parallel.schedule.csv_order"
 
 local M = {}
 
@@ -125,6 +126,7 @@ function M.dump(lists, path, opts)
           :format(path, tostring(format)), 2)
   end
   local own, rows, ops = owners(lists), {}, {}
+  lists = recv_order.fifo(lists, own)      -- PyTorch matches untagged messages in send order
   for _, list in ipairs(lists) do
     for _, a in ipairs(type(list) == "table" and list or {}) do ops[type(a) == "table" and a.op or ""] = true end
   end
