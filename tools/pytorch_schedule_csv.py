@@ -4,6 +4,7 @@ Run with a Python that has torch (PyPI's wheel; no GPU and no process group
 needed):
 
     .venv-torch/bin/python tools/pytorch_schedule_csv.py spec/fixtures/pytorch
+    .venv-torch25/bin/python tools/pytorch_schedule_csv.py spec/fixtures/pytorch/2.5
 
 For every schedule torch.distributed.pipelining exports -- GPipe, 1F1B,
 Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV --
@@ -21,6 +22,16 @@ sizes); single-stage schedules (GPipe, 1F1B) get their comms file by loading
 their compute-only order (compute actions only: the runtime adds REDUCE_GRAD
 itself) into a _PipelineScheduleRuntime, as a user would.
 m: 2p for every schedule (DualPipeV needs m >= 2p; interleaved ones m % p == 0).
+
+torch 2.5 (its pipelining as it was, told apart by _ComputationType having no
+FULL_BACKWARD): its zero-bubble schedules write the input-gradient backward
+as B (a W follows), its _dump_csv takes no format (the multi-stage schedules'
+compute-only order), and its comms file is what _PipelineScheduleRuntime
+lowers that order to (_load_actions: UNSHARD/RESHARD, SEND/RECV, no waits,
+no REDUCE_GRAD), dumped by the runtime's _dump_csv. It has no ZB-V and no
+DualPipeV, and its GPipe and 1F1B have no order to dump (their step is code);
+it has ScheduleFlexibleInterleaved1F1B, dumped as flexible_interleaved_1f1b.
+The VERSION file says what was made and what PyTorch refused or lacks.
 """
 import csv
 import os
@@ -77,14 +88,52 @@ def write(path, order):
             w.writerow(order[rank])
 
 
-MULTI = [  # (file name, class, chunks, placement)
-    ("interleaved_1f1b", S.ScheduleInterleaved1F1B, 2, "loop"),
-    ("looped_bfs", S.ScheduleLoopedBFS, 2, "loop"),
-    ("interleaved_zb", S.ScheduleInterleavedZeroBubble, 2, "loop"),
-    ("zbv", S.ScheduleZBVZeroBubble, 2, "v"),
-    ("dualpipev", S.ScheduleDualPipeV, 2, "v"),
+# torch 2.5's pipelining: B is the input-gradient backward, _dump_csv has no format
+OLD = not hasattr(S._ComputationType, "FULL_BACKWARD")
+
+MULTI = [  # (file name, class name, chunks, placement)
+    ("interleaved_1f1b", "ScheduleInterleaved1F1B", 2, "loop"),
+    ("flexible_interleaved_1f1b", "ScheduleFlexibleInterleaved1F1B", 2, "loop"),
+    ("looped_bfs", "ScheduleLoopedBFS", 2, "loop"),
+    ("interleaved_zb", "ScheduleInterleavedZeroBubble", 2, "loop"),
+    ("zbv", "ScheduleZBVZeroBubble", 2, "v"),
+    ("dualpipev", "ScheduleDualPipeV", 2, "v"),
 ]
-SINGLE = [("gpipe", S.ScheduleGPipe), ("1f1b", S.Schedule1F1B)]
+SINGLE = [("gpipe", "ScheduleGPipe"), ("1f1b", "Schedule1F1B")]
+
+
+def dump_old(sched, stages, base):
+    """torch 2.5: the compute-only order, and its runtime's lowering of it."""
+    sched._dump_csv(base + ".compute.csv")
+    n = stages[0].num_stages
+    rt = S._PipelineScheduleRuntime(stages, sched._n_microbatches,
+                                    stage_index_to_group_rank={s: s % sched.pp_group_size
+                                                               for s in range(n)})
+    rt._load_actions({r: list(acts) for r, acts in sched.pipeline_order.items()})
+    rt._dump_csv(base + ".comms.csv")
+
+
+def single(name, cls, p, m, notes, base):
+    """GPipe, 1F1B: torch 2.15's order, and its comms file through the runtime."""
+    if OLD:
+        notes.append("%s p=%d m=%d: none, torch %s's %s has no pipeline_order (its step is code)"
+                     % (name, p, m, torch.__version__, cls.__name__))
+        return
+    sched = cls(Stage(0, p, p, 0), m)
+    write(base + ".compute.csv", sched.pipeline_order)
+    # the runtime takes compute actions only (it adds its REDUCE_GRAD and waits)
+    order = {r: [a for a in acts if a is None or a.is_compute_op]
+             for r, acts in sched.pipeline_order.items()}
+    rt = S._PipelineScheduleRuntime([Stage(0, p, p, 0)], m)
+    rt.pipeline_order = order
+    try:
+        rt._prepare_schedule_with_comms(order)
+    except (AssertionError, ValueError) as e:
+        # PyTorch refuses its own order (Schedule1F1B's IR is off by one on the last rank)
+        notes.append("%s p=%d m=%d: no comms file, PyTorch refuses its own order: %s"
+                     % (name, p, m, str(e).splitlines()[0]))
+        return
+    rt._dump_csv(base + ".comms.csv", format="compute_comms")
 
 
 def main(out):
@@ -92,26 +141,20 @@ def main(out):
     notes = []
     for p in (2, 4):
         m = 2 * p
-        for name, cls in SINGLE:
-            sched = cls(Stage(0, p, p, 0), m)
-            base = os.path.join(out, "%s_p%d_m%d" % (name, p, m))
-            write(base + ".compute.csv", sched.pipeline_order)
-            # the runtime takes compute actions only (it adds its REDUCE_GRAD and waits)
-            order = {r: [a for a in acts if a is None or a.is_compute_op]
-                     for r, acts in sched.pipeline_order.items()}
-            rt = S._PipelineScheduleRuntime([Stage(0, p, p, 0)], m)
-            rt.pipeline_order = order
-            try:
-                rt._prepare_schedule_with_comms(order)
-            except (AssertionError, ValueError) as e:
-                # PyTorch refuses its own order (Schedule1F1B's IR is off by one on the last rank)
-                notes.append("%s p=%d m=%d: no comms file, PyTorch refuses its own order: %s"
-                             % (name, p, m, str(e).splitlines()[0]))
+        for name, cname in SINGLE:
+            single(name, getattr(S, cname), p, m, notes, os.path.join(out, "%s_p%d_m%d" % (name, p, m)))
+        for name, cname, v, style in MULTI:
+            cls = getattr(S, cname, None)
+            if cls is None:
+                if p == 2:
+                    notes.append("%s: none, torch %s has no %s" % (name, torch.__version__, cname))
                 continue
-            rt._dump_csv(base + ".comms.csv", format="compute_comms")
-        for name, cls, v, style in MULTI:
-            sched = cls(stages_of(p, v, 0, style), m)
+            stages = stages_of(p, v, 0, style)
+            sched = cls(stages, m)
             base = os.path.join(out, "%s_p%d_m%d" % (name, p, m))
+            if OLD:
+                dump_old(sched, stages, base)
+                continue
             sched._dump_csv(base + ".compute.csv", format="compute_only")
             sched._dump_csv(base + ".comms.csv", format="compute_comms")
     with open(os.path.join(out, "VERSION"), "w") as f:

@@ -7,9 +7,15 @@
 -- trains on real ranks with the digest of one rank accumulating the same
 -- micro-batches. Schedule1F1B's own order is wrong in torch 2.15 (the last
 -- rank's micro-batches start at 1: PyTorch refuses it too), and is refused.
+-- spec/fixtures/pytorch/2.5/ holds what torch 2.5.1 dumps (the same tool):
+-- its multi-stage schedules only (its GPipe and 1F1B have no order to dump,
+-- it has no ZB-V or DualPipeV), the zero-bubble backward written as B then
+-- W, and its comms format as its runtime lowers an order (UNSHARD/RESHARD,
+-- SEND/RECV, no waits, no REDUCE_GRAD).
 local util = require "spec.helpers.util"
 
 local FIX = "spec/fixtures/pytorch/"
+local FIX25 = FIX .. "2.5/"
 local BASE = "model.size=gpt2-tiny data.seq_len=32 batch.micro=2 train.steps=3 train.eval_every=0 " ..
              "data.tokenizer=bytes lr.warmup=1 -q 'data.text=docs/*.md'"
 -- p=4 with two chunks a rank needs 8 stages: gpt2's 14 units, on 8 tokens a micro-batch
@@ -18,6 +24,7 @@ local BIG = "model.size=gpt2 data.seq_len=8 batch.micro=1 train.steps=1 train.ev
 
 -- the keys a file's placement needs
 local KEYS = { gpipe = "pipeline.chunks=1", interleaved_1f1b = "pipeline.chunks=2", looped_bfs = "pipeline.chunks=2",
+               flexible_interleaved_1f1b = "pipeline.chunks=2",
                interleaved_zb = "pipeline.chunks=2", zbv = "pipeline.chunks=2 pipeline.placement=v",
                dualpipev = "pipeline.chunks=2 pipeline.placement=v" }
 
@@ -27,9 +34,9 @@ local function digest(args, base, m)
   return s.param_digest
 end
 
-local function trains(name, p, fmt, base, want)
+local function trains(name, p, fmt, base, want, dir)
   local m = 2 * p
-  local file = ("%s%s_p%d_m%d.%s.csv"):format(FIX, name, p, m, fmt)
+  local file = ("%s%s_p%d_m%d.%s.csv"):format(dir or FIX, name, p, m, fmt)
   assert.are.equal(want, digest(("--nproc %d --oversubscribe recipes/pipeline_1f1b.lua pipeline.stages=%d %s " ..
                                  "schedule=csv:%s"):format(p, p, KEYS[name], file), base, m), file)
 end
@@ -64,5 +71,44 @@ describe("PyTorch's own schedule files", function()
                    "micro-batch", out, 1, true)
     assert.is_nil(out:find("%.lua:%d+:"), out)          -- the user's file to mend: no Lua location
     util.rm(dir)
+  end)
+
+  local OLD = { "interleaved_1f1b", "flexible_interleaved_1f1b", "looped_bfs", "interleaved_zb" }
+
+  it("torch 2.5.1: every file loads; B is read as I where a W follows, in its files only", function()
+    local dir = util.tmpdir()
+    local function show(file)
+      local out, rc = util.sh("build/ztrain schedule show csv:" .. file .. " out=" .. dir)
+      assert.are.equal(0, rc, out)
+      return out
+    end
+    for _, name in ipairs(OLD) do
+      for _, p in ipairs({ 2, 4 }) do
+        for _, fmt in ipairs({ "compute", "comms" }) do
+          local out = show(("%s%s_p%d_m%d.%s.csv"):format(FIX25, name, p, 2 * p, fmt))
+          local n = out:match("(%d+) B action%(s%) read as I")
+          -- every stage's every micro-batch: 2p stages x 2p micro-batches
+          assert.are.equal(name == "interleaved_zb" and tostring(4 * p * p) or nil, n, out)
+          assert.matches(fmt == "comms" and "dropped %d+ UNSHARD/RESHARD" or "compute%-only file", out)
+          assert.is_nil(out:find("WAIT_", 1, true), out)
+        end
+      end
+    end
+    -- torch 2.15 writes I: nothing to read as I there
+    assert.is_nil(show(FIX .. "interleaved_zb_p2_m4.compute.csv"):find("read as I", 1, true))
+    util.rm(dir)
+  end)
+
+  it("torch 2.5.1: every schedule at p=2, both formats, trains with one rank's digest", function()
+    local want = digest("recipes/single.lua", BASE, 4)
+    for _, name in ipairs(OLD) do
+      for _, fmt in ipairs({ "compute", "comms" }) do trains(name, 2, fmt, BASE, want, FIX25) end
+    end
+  end)
+
+  it("torch 2.5.1 at p=4 (8 stages): interleaved zero-bubble's comms file, looped BFS compute-only", function()
+    local want = digest("recipes/single.lua", BIG, 8)
+    trains("interleaved_zb", 4, "comms", BIG, want, FIX25)
+    trains("looped_bfs", 4, "compute", BIG, want, FIX25)
   end)
 end)

@@ -28,6 +28,7 @@ local S = require "ztrain.parallel.schedule"
 local schedules = require "ztrain.parallel.schedule.library"
 local durable = require "ztrain.util.durable"
 local errors = require "ztrain.core.errors"
+local recv_order = require "ztrain.parallel.schedule.csv_order"
 
 local M = {}
 
@@ -64,7 +65,8 @@ local function owners(lists)
 end
 
 -- one rank's cells (see dump); err(k, what) raises for its action k
-local function row_cells(list, rank, own, waits, err)
+local function row_cells(list, rank, own, format, err)
+  local waits, old = format == "compute_comms", format == "2.5"
   local held, hs = {}, {}       -- stages this rank holds, for the rank-wide REDUCE_GRAD
   for _, a in ipairs(list) do
     if type(a) == "table" and whole(a.stage) and not held[a.stage] then held[a.stage] = true; hs[#hs + 1] = a.stage end
@@ -72,6 +74,7 @@ local function row_cells(list, rank, own, waits, err)
   table.sort(hs)
   local cells, sent = {}, {}
   local function reduce(s)
+    if old then return end        -- torch 2.5 has no REDUCE_GRAD (its regex refuses the cell)
     cells[#cells + 1] = s .. "REDUCE_GRAD"
     if waits then cells[#cells + 1] = s .. "WAIT_REDUCE_GRAD" end
   end
@@ -88,7 +91,7 @@ local function row_cells(list, rank, own, waits, err)
       local peer = (op == "SEND_F" or op == "RECV_B") and a.stage + 1 or a.stage - 1
       -- torch 2.15 hands two stages of one rank over without a SEND/RECV
       if not (waits and COMM[op] and own[peer] == rank) then
-        cells[#cells + 1] = ("%d%s%d"):format(a.stage, op, a.mb)
+        cells[#cells + 1] = ("%d%s%d"):format(a.stage, old and op == "I" and "B" or op, a.mb)
         if waits and (op == "SEND_F" or op == "SEND_B") then sent[#sent + 1] = ("%dWAIT_%s%d"):format(a.stage, op, a.mb) end
       end
     else
@@ -105,9 +108,13 @@ end
 -- rename). "compute_comms" (the default) is what torch 2.15's
 -- _load_csv(format="compute_comms") reads: each REDUCE_GRAD followed by its
 -- WAIT_REDUCE_GRAD, a WAIT_SEND_F/B for every send (at the row's end), no
--- SEND/RECV between two stages of one rank. "2.5" writes the older
--- spelling, without waits. Raises an error naming the file, or the rank and
--- action that cannot be written.
+-- SEND/RECV between two stages of one rank. "2.5" writes what torch
+-- 2.5.1's _PipelineScheduleRuntime._load_csv(format="compute_comms") reads:
+-- no waits, no REDUCE_GRAD (2.5 has none), the input-gradient backward I
+-- as B (load reads it back as I: its W follows); 2.5's B is full or
+-- input-only for the whole schedule, so one with both B and I is refused.
+-- Raises an error naming the file, or the rank and action that cannot be
+-- written.
 function M.dump(lists, path, opts)
   if type(path) ~= "string" or path == "" then error("pipeline csv dump: path must be a file name", 2) end
   if type(lists) ~= "table" or #lists < 1 then
@@ -118,12 +125,20 @@ function M.dump(lists, path, opts)
     error(('pipeline csv dump %s: format must be "compute_comms" (torch 2.15) or "2.5", got %s')
           :format(path, tostring(format)), 2)
   end
-  local own, rows = owners(lists), {}
+  local own, rows, ops = owners(lists), {}, {}
+  lists = recv_order.fifo(lists, own)      -- PyTorch matches untagged messages in send order
+  for _, list in ipairs(lists) do
+    for _, a in ipairs(type(list) == "table" and list or {}) do ops[type(a) == "table" and a.op or ""] = true end
+  end
+  if format == "2.5" and ops.B and ops.I then
+    error(("pipeline csv dump %s: torch 2.5 writes B for a full backward or, where a W follows, for I, one " ..
+           "meaning per schedule: a schedule with both B and I cannot be written so"):format(path), 2)
+  end
   for r, list in ipairs(lists) do
     if type(list) ~= "table" then
       error(("pipeline csv dump %s: rank %d's list is not a table"):format(path, r - 1), 2)
     end
-    local cells = row_cells(list, r - 1, own, format == "compute_comms", function(k, what)
+    local cells = row_cells(list, r - 1, own, format, function(k, what)
       error(("pipeline csv dump %s: rank %d%s: %s"):format(path, r - 1, k and (" action " .. k) or "", what), 3)
     end)
     rows[#rows + 1] = table.concat(cells, ",") .. "\r\n"
