@@ -4,8 +4,8 @@
 -- (looped or V, the placement read from the file), 2.5's input-gradient
 -- backward written as B, and the newer dumps' WAIT_* actions beside their
 -- SEND/RECV. The files are written here in PyTorch's format from ztrain's
--- own library schedules (not dumped by PyTorch: this machine has no torch;
--- spec/fixtures/pytorch_*.csv are PyTorch's own dumps), and each run on 2
+-- own library schedules (PyTorch's own dumps, by torch 2.15 and 2.5.1, are
+-- spec/fixtures/pytorch/ and pytorch_fixtures_spec's), and each run on 2
 -- ranks must give the digest of one rank accumulating the 4 micro-batches.
 local util = require "spec.helpers.util"
 local lib = require "ztrain.parallel.schedule.library"
