@@ -70,6 +70,8 @@ struct zt_comm_req {
     void *ready;                /* NCCL: event on the issuing stream (issue() to start()) */
     int on_nccl;                /* NCCL: start() enqueued it on NCCL (else MPI runs it) */
     int stats_running;          /* zt_stats_start counted it: complete() ends it */
+    uint64_t done_ns;           /* when complete() ended it (zt_stats_now_ns): a waiter's
+                                 * exposed time ends here, not at its own wake-up */
     void *staged;               /* MPI with CUDA device tensors: comm_stage.c's buffers */
     /* result, published under the queue lock */
     int done;
