@@ -146,4 +146,38 @@ function M.ztrain(args, timeout)
   return out, rc, dir
 end
 
+-- device_tensor(shape, values, dtype) -> a tensor on the device tier (the
+-- active device's), holding values (a Lua list; bf16: each rounded by the
+-- runtime's cast) or zeros (f32; a bf16 tensor without values is left as made)
+function M.device_tensor(shape, values, dtype)
+  local zt, ffi = require "ztrain", require "ffi"
+  local t = zt.tensor.new(shape, { tier = "device", dtype = dtype })
+  if values then
+    local buf = ffi.new("float[?]", #values)
+    for i, v in ipairs(values) do buf[i - 1] = v end
+    if dtype == "bf16" then
+      local f = zt.tensor.new(shape, { tier = "device" })
+      f:write(buf)
+      require("ztrain.core.ops").cast(t, f)
+      f:free()
+    else
+      t:write(buf)
+    end
+  elseif dtype ~= "bf16" then
+    t:fill(0)
+  end
+  return t
+end
+
+-- lcg(n, seed, lo, hi) -> n numbers in [lo, hi) from a fixed linear
+-- congruential stream: the same values on every machine, no math.random
+function M.lcg(n, seed, lo, hi)
+  local v, s = {}, seed
+  for i = 1, n do
+    s = (s * 1103515245 + 12345) % 2147483648
+    v[i] = lo + (s / 2147483648) * (hi - lo)
+  end
+  return v
+end
+
 return M

@@ -7,38 +7,11 @@
 -- arguments optional (nil = nh, 0: the GPT-2 calls' bits), and refusals
 -- naming what to fix. The kernels themselves: spec/c/test_attention_gqa.c,
 -- spec/emu/test_attention_emu.c.
-local zt = require "ztrain"
-local ffi = require "ffi"
 local C = require("ztrain.core.ffi").C
 local ops = require "ztrain.core.ops"
+local util = require "spec.helpers.util"
 
-local function tensor(shape, values, dtype)
-  local t = zt.tensor.new(shape, { tier = "device", dtype = dtype })
-  if values then
-    local buf = ffi.new("float[?]", #values)
-    for i, v in ipairs(values) do buf[i - 1] = v end
-    if dtype == "bf16" then
-      local f = zt.tensor.new(shape, { tier = "device" })
-      f:write(buf)
-      ops.cast(t, f)
-      f:free()
-    else
-      t:write(buf)
-    end
-  elseif dtype ~= "bf16" then
-    t:fill(0)
-  end
-  return t
-end
-
-local function rand(n, seed)
-  local v, s = {}, seed
-  for i = 1, n do
-    s = (s * 1103515245 + 12345) % 2147483648
-    v[i] = (s / 2147483648) * 3 - 1.5
-  end
-  return v
-end
+local tensor, rand = util.device_tensor, function(n, seed) return util.lcg(n, seed, -1.5, 1.5) end
 
 -- shape of one case: B, T, nh, nkv, hs, W
 local function dims(s) return (s.nh + 2 * s.nkv) * s.hs, s.nh * s.hs end

@@ -4,31 +4,11 @@
 -- kernels behind the device tables, fakegpu-async queueing them), and
 -- bad shapes refused naming the operand and what to do. The kernels
 -- themselves: spec/c/test_llama_kernels.c, spec/emu/test_{layernorm,rope,swiglu}_emu.c.
-local zt = require "ztrain"
-local ffi = require "ffi"
 local C = require("ztrain.core.ffi").C
 local ops = require "ztrain.core.ops"
+local util = require "spec.helpers.util"
 
-local function tensor(shape, values)
-  local t = zt.tensor.new(shape, { tier = "device" })
-  if values then
-    local buf = ffi.new("float[?]", #values)
-    for i, v in ipairs(values) do buf[i - 1] = v end
-    t:write(buf)
-  else
-    t:fill(0)
-  end
-  return t
-end
-
-local function rand(n, seed)
-  local v, s = {}, seed
-  for i = 1, n do
-    s = (s * 1103515245 + 12345) % 2147483648
-    v[i] = (s / 2147483648) * 4 - 2
-  end
-  return v
-end
+local tensor, rand = util.device_tensor, function(n, seed) return util.lcg(n, seed, -2, 2) end
 
 -- every op once, on the active device: the outputs as Lua tables
 local function run_all()

@@ -19,7 +19,6 @@
 -- transformers' LlamaDecoderLayer in the same order, fp32.
 local T = require "ztrain.core.tensor"
 local ops = require "ztrain.core.ops"
-local Acts = require "ztrain.model.activations"
 local gpt2 = require "ztrain.model.gpt2"
 
 local M = {}
@@ -163,16 +162,8 @@ function Model:on_free()
   self.rope_cos, self.rope_sin = nil, nil
 end
 
--- transformers' init: every linear and the embedding normal(0, 0.02), norms 1
-function Model:init_unit(u, seed)
-  if self.source then return self.source:fill_unit(self, u) end
-  for _, t in ipairs(u.tensors) do
-    local v = u.p[t.name]
-    if t.init == "w" then ops.randn(v, seed, t.stream, 0, 0.02)
-    elseif t.init == "one" then ops.fill(v, 1)
-    else ops.fill(v, 0) end
-  end
-end
+-- (init: gpt2.Model:init_unit's "w" normal(0, 0.02) and "one" are transformers'
+-- initializer_range and norm weights; the layout uses no "proj")
 
 ---------------------------------------------------------------------------
 -- Units (the contract of model/gpt2.lua's: forward(u, a, x) -> y,
@@ -382,12 +373,6 @@ function Model:decode_run(s, w, n)
   end
   ops.rmsnorm_forward(s.lnf, s.lnf_rstd, w.last[x], self.head.p["model.norm.weight"], cfg.eps)
   ops.matmul_forward(s.logits, s.lnf, self:lm_head(self.head), nil)
-end
-
--- what the W pass keeps from the I pass (Acts.wgrad reads cfg.family)
-function Model:wgrad(u, B, Tlen)
-  if u.kind == "embed" then return nil end
-  return Acts.wgrad(self.cfg, B, Tlen, self.tier, u.kind, self.gemm16)
 end
 
 return M
