@@ -187,11 +187,33 @@ static void cpu_cast(void *dst, int dd, const void *src, int sd, size_t n)
     else if (sd == ZT_F16 && dd == ZT_F32) zk_cast_f16_f32(dst, src, n);
 }
 
-static void cpu_rope(float *x, int N, int T, int ld, int nh, int hs, const float *cos_t,
+static void cpu_rmsnorm_forward(void *out, int out16, float *rstd, const float *inp,
+                                const float *w, float eps, int N, int C)
+{
+    if (out16) zk_rmsnorm_forward_b16(out, rstd, inp, w, eps, N, C);
+    else zk_rmsnorm_forward(out, rstd, inp, w, eps, N, C);
+}
+
+static void cpu_rope(void *x, int x16, int N, int T, int ld, int nh, int hs, const float *cos_t,
                      const float *sin_t, int pos0, int dir)
 {
-    if (dir > 0) zk_rope_forward(x, N, T, ld, nh, hs, cos_t, sin_t, pos0);
+    if (x16 && dir > 0) zk_rope_forward_b16(x, N, T, ld, nh, hs, cos_t, sin_t, pos0);
+    else if (x16) zk_rope_backward_b16(x, N, T, ld, nh, hs, cos_t, sin_t, pos0);
+    else if (dir > 0) zk_rope_forward(x, N, T, ld, nh, hs, cos_t, sin_t, pos0);
     else zk_rope_backward(x, N, T, ld, nh, hs, cos_t, sin_t, pos0);
+}
+
+static void cpu_swiglu_forward(void *out, const void *gu, int io16, int N, int F)
+{
+    if (io16) zk_swiglu_forward_bb(out, gu, N, F);
+    else zk_swiglu_forward(out, gu, N, F);
+}
+
+static void cpu_swiglu_backward(void *dgu, const float *dout, const void *gu, int io16, int N,
+                                int F)
+{
+    if (io16) zk_swiglu_backward_bb(dgu, dout, gu, N, F);
+    else zk_swiglu_backward(dgu, dout, gu, N, F);
 }
 
 const zt_device_ops zt_cpu_device = {
@@ -212,11 +234,11 @@ const zt_device_ops zt_cpu_device = {
     .layernorm_forward = cpu_layernorm_forward,
     .layernorm_residual_forward = cpu_layernorm_residual_forward,
     .layernorm_backward = zk_layernorm_backward_b16,
-    .rmsnorm_forward = zk_rmsnorm_forward,
-    .rmsnorm_backward = zk_rmsnorm_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = zk_rmsnorm_backward_b16,
     .rope = cpu_rope,
-    .swiglu_forward = zk_swiglu_forward,
-    .swiglu_backward = zk_swiglu_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
     .matmul_bf16_forward = cpu_matmul_bf16_forward,

@@ -826,38 +826,45 @@ static const zt_exec_ops cuda_exec = {
 };
 
 /* Llama's ops (kernels/cuda/layernorm.cu's RMS paths, rope.cu, swiglu.cu) */
-static void cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
-                                 float eps, int N, int C)
+static void cuda_rmsnorm_forward(void *out, int out16, float *rstd, const float *inp,
+                                 const float *w, float eps, int N, int C)
 {
-    KC_NOTE(zkc_rmsnorm_forward(S(), out, 0, rstd, inp, w, eps, N, C));
+    KC_NOTE(zkc_rmsnorm_forward(S(), out, out16, rstd, inp, w, eps, N, C));
 }
-static void cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
-                                  const float *w, const float *rstd, int N, int C)
+static void cuda_rmsnorm_backward(float *dinp, uint16_t *dinp16, float *dw, const float *dout,
+                                  const float *inp, const float *w, const float *rstd, int N,
+                                  int C)
 {
     if (!dw) {                      /* no weight gradient: no scratch */
-        KC_NOTE(zkc_rmsnorm_backward(S(), dinp, NULL, NULL, dout, inp, w, rstd, N, C, NULL));
+        KC_NOTE(zkc_rmsnorm_backward(S(), dinp, dinp16, NULL, dout, inp, w, rstd, N, C, NULL));
         return;
     }
     pthread_mutex_lock(&cu_lock);   /* the shared scratch (see scratch()) */
     int rc = scratch(zkc_rmsnorm_scratch(N, C));
     if (rc == ZT_OK)
-        KC_NOTE(zkc_rmsnorm_backward(S(), dinp, NULL, dw, dout, inp, w, rstd, N, C, cu_scratch));
+        KC_NOTE(zkc_rmsnorm_backward(S(), dinp, dinp16, dw, dout, inp, w, rstd, N, C,
+                                     cu_scratch));
     else note(rc);
     pthread_mutex_unlock(&cu_lock);
 }
-static void cuda_rope(float *x, int N, int T, int ld, int nh, int hs, const float *cos_t,
+static void cuda_rope(void *x, int x16, int N, int T, int ld, int nh, int hs, const float *cos_t,
                       const float *sin_t, int pos0, int dir)
 {
-    if (dir > 0) KC_NOTE(zkc_rope_forward(S(), x, N, T, ld, nh, hs, cos_t, sin_t, pos0));
+    if (x16 && dir > 0) KC_NOTE(zkc_rope_forward_b16(S(), x, N, T, ld, nh, hs, cos_t, sin_t, pos0));
+    else if (x16) KC_NOTE(zkc_rope_backward_b16(S(), x, N, T, ld, nh, hs, cos_t, sin_t, pos0));
+    else if (dir > 0) KC_NOTE(zkc_rope_forward(S(), x, N, T, ld, nh, hs, cos_t, sin_t, pos0));
     else KC_NOTE(zkc_rope_backward(S(), x, N, T, ld, nh, hs, cos_t, sin_t, pos0));
 }
-static void cuda_swiglu_forward(float *out, const float *gu, int N, int F)
+static void cuda_swiglu_forward(void *out, const void *gu, int io16, int N, int F)
 {
-    KC_NOTE(zkc_swiglu_forward(S(), out, gu, N, F));
+    if (io16) KC_NOTE(zkc_swiglu_forward_bb(S(), out, gu, N, F));
+    else KC_NOTE(zkc_swiglu_forward(S(), out, gu, N, F));
 }
-static void cuda_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int F)
+static void cuda_swiglu_backward(void *dgu, const float *dout, const void *gu, int io16, int N,
+                                 int F)
 {
-    KC_NOTE(zkc_swiglu_backward(S(), dgu, dout, gu, N, F));
+    if (io16) KC_NOTE(zkc_swiglu_backward_bb(S(), dgu, dout, gu, N, F));
+    else KC_NOTE(zkc_swiglu_backward(S(), dgu, dout, gu, N, F));
 }
 
 const zt_device_ops zt_cuda_device = {

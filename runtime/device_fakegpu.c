@@ -177,28 +177,29 @@ static void fg_randn(float *x, size_t n, uint64_t seed, uint64_t stream, float m
     CPU.randn(F(x), n, seed, stream, mean, std);
 }
 
-static void fg_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
-                               float eps, int N, int C)
+static void fg_rmsnorm_forward(void *out, int out16, float *rstd, const float *inp,
+                               const float *w, float eps, int N, int C)
 {
-    CPU.rmsnorm_forward(F(out), F(rstd), CF(inp), CF(w), eps, N, C);
+    CPU.rmsnorm_forward(un(out), out16, F(rstd), CF(inp), CF(w), eps, N, C);
 }
-static void fg_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
-                                const float *w, const float *rstd, int N, int C)
+static void fg_rmsnorm_backward(float *dinp, uint16_t *dinp16, float *dw, const float *dout,
+                                const float *inp, const float *w, const float *rstd, int N, int C)
 {
-    CPU.rmsnorm_backward(F(dinp), F(dw), CF(dout), CF(inp), CF(w), CF(rstd), N, C);
+    CPU.rmsnorm_backward(F(dinp), un(dinp16), F(dw), CF(dout), CF(inp), CF(w), CF(rstd), N, C);
 }
-static void fg_rope(float *x, int N, int T, int ld, int nh, int hs, const float *cos_t,
+static void fg_rope(void *x, int x16, int N, int T, int ld, int nh, int hs, const float *cos_t,
                     const float *sin_t, int pos0, int dir)
 {
-    CPU.rope(F(x), N, T, ld, nh, hs, CF(cos_t), CF(sin_t), pos0, dir);
+    CPU.rope(un(x), x16, N, T, ld, nh, hs, CF(cos_t), CF(sin_t), pos0, dir);
 }
-static void fg_swiglu_forward(float *out, const float *gu, int N, int F_)
+static void fg_swiglu_forward(void *out, const void *gu, int io16, int N, int F_)
 {
-    CPU.swiglu_forward(F(out), CF(gu), N, F_);
+    CPU.swiglu_forward(un(out), un(gu), io16, N, F_);
 }
-static void fg_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int F_)
+static void fg_swiglu_backward(void *dgu, const float *dout, const void *gu, int io16, int N,
+                               int F_)
 {
-    CPU.swiglu_backward(F(dgu), CF(dout), CF(gu), N, F_);
+    CPU.swiglu_backward(un(dgu), CF(dout), un(gu), io16, N, F_);
 }
 
 const zt_device_ops zt_fakegpu_device = {

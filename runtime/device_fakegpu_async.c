@@ -793,53 +793,63 @@ static const zt_exec_ops fakegpu_async_exec = {
 };
 
 /* Llama's ops, queued as the others */
-static void r_rmsf(item *it) { FG.rmsnorm_forward(it->p[0], it->p[1], it->p[2], it->p[3], it->f[0], it->i[0], it->i[1]); }
-static void fa_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
-                               float eps, int N, int C)
+static void r_rmsf(item *it)
+{
+    FG.rmsnorm_forward(it->p[0], it->i[2], it->p[1], it->p[2], it->p[3], it->f[0], it->i[0], it->i[1]);
+}
+static void fa_rmsnorm_forward(void *out, int out16, float *rstd, const float *inp,
+                               const float *w, float eps, int N, int C)
 {
     OP0(it, r_rmsf);
     it->p[0] = out; it->p[1] = rstd; it->p[2] = (void *)inp; it->p[3] = (void *)w;
-    it->f[0] = eps; it->i[0] = N; it->i[1] = C;
+    it->f[0] = eps; it->i[0] = N; it->i[1] = C; it->i[2] = out16;
     issue(it);
 }
 static void r_rmsb(item *it)
 {
-    FG.rmsnorm_backward(it->p[0], it->p[1], it->p[2], it->p[3], it->p[4], it->p[5], it->i[0], it->i[1]);
+    FG.rmsnorm_backward(it->p[0], it->p[6], it->p[1], it->p[2], it->p[3], it->p[4], it->p[5],
+                        it->i[0], it->i[1]);
 }
-static void fa_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
-                                const float *w, const float *rstd, int N, int C)
+static void fa_rmsnorm_backward(float *dinp, uint16_t *dinp16, float *dw, const float *dout,
+                                const float *inp, const float *w, const float *rstd, int N, int C)
 {
     OP0(it, r_rmsb);
     it->p[0] = dinp; it->p[1] = dw; it->p[2] = (void *)dout; it->p[3] = (void *)inp;
-    it->p[4] = (void *)w; it->p[5] = (void *)rstd; it->i[0] = N; it->i[1] = C;
+    it->p[4] = (void *)w; it->p[5] = (void *)rstd; it->p[6] = dinp16;
+    it->i[0] = N; it->i[1] = C;
     issue(it);
 }
 static void r_rope(item *it)
 {
-    FG.rope(it->p[0], it->i[0], it->i[1], it->i[2], it->i[3], it->i[4], it->p[1], it->p[2],
-            (int)it->u[0], it->i[5]);
+    FG.rope(it->p[0], it->i[6], it->i[0], it->i[1], it->i[2], it->i[3], it->i[4], it->p[1],
+            it->p[2], (int)it->u[0], it->i[5]);
 }
-static void fa_rope(float *x, int N, int T, int ld, int nh, int hs, const float *cos_t,
+static void fa_rope(void *x, int x16, int N, int T, int ld, int nh, int hs, const float *cos_t,
                     const float *sin_t, int pos0, int dir)
 {
     OP0(it, r_rope);
     it->p[0] = x; it->p[1] = (void *)cos_t; it->p[2] = (void *)sin_t;
     it->i[0] = N; it->i[1] = T; it->i[2] = ld; it->i[3] = nh; it->i[4] = hs; it->i[5] = dir;
-    it->u[0] = (uint64_t)pos0;
+    it->i[6] = x16; it->u[0] = (uint64_t)pos0;
     issue(it);
 }
-static void r_sgf(item *it) { FG.swiglu_forward(it->p[0], it->p[1], it->i[0], it->i[1]); }
-static void fa_swiglu_forward(float *out, const float *gu, int N, int F)
+static void r_sgf(item *it) { FG.swiglu_forward(it->p[0], it->p[1], it->i[2], it->i[0], it->i[1]); }
+static void fa_swiglu_forward(void *out, const void *gu, int io16, int N, int F)
 {
     OP0(it, r_sgf);
-    it->p[0] = out; it->p[1] = (void *)gu; it->i[0] = N; it->i[1] = F;
+    it->p[0] = out; it->p[1] = (void *)gu; it->i[0] = N; it->i[1] = F; it->i[2] = io16;
     issue(it);
 }
-static void r_sgb(item *it) { FG.swiglu_backward(it->p[0], it->p[1], it->p[2], it->i[0], it->i[1]); }
-static void fa_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int F)
+static void r_sgb(item *it)
+{
+    FG.swiglu_backward(it->p[0], it->p[1], it->p[2], it->i[2], it->i[0], it->i[1]);
+}
+static void fa_swiglu_backward(void *dgu, const float *dout, const void *gu, int io16, int N,
+                               int F)
 {
     OP0(it, r_sgb);
     it->p[0] = dgu; it->p[1] = (void *)dout; it->p[2] = (void *)gu; it->i[0] = N; it->i[1] = F;
+    it->i[2] = io16;
     issue(it);
 }
 

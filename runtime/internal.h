@@ -219,15 +219,18 @@ typedef struct zt_device_ops {
     void (*gelu_backward)(void *dinp, int out16, const void *inp, int in16, const float *dout,
                           size_t n);
     /* Llama's (kernels.h zk_rmsnorm_*, zk_rope_*, zk_swiglu_*); rope's dir
-     * 1 the forward's turn, -1 the backward's */
-    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, float eps,
-                            int N, int C);
-    void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,
-                             const float *w, const float *rstd, int N, int C);
-    void (*rope)(float *x, int N, int T, int ld, int nh, int hs, const float *cos_t,
+     * 1 the forward's turn, -1 the backward's. bf16 activations: out16 a
+     * bf16 out, dinp16 (NULL or) the accumulated dinp rounded, x16 bf16
+     * rows turned in place, io16 a bf16 gu with a bf16 out / dgu (dout
+     * f32); each the f32 kernel's floats rounded once. */
+    void (*rmsnorm_forward)(void *out, int out16, float *rstd, const float *inp, const float *w,
+                            float eps, int N, int C);
+    void (*rmsnorm_backward)(float *dinp, uint16_t *dinp16, float *dw, const float *dout,
+                             const float *inp, const float *w, const float *rstd, int N, int C);
+    void (*rope)(void *x, int x16, int N, int T, int ld, int nh, int hs, const float *cos_t,
                  const float *sin_t, int pos0, int dir);
-    void (*swiglu_forward)(float *out, const float *gu, int N, int F);
-    void (*swiglu_backward)(float *dgu, const float *dout, const float *gu, int N, int F);
+    void (*swiglu_forward)(void *out, const void *gu, int io16, int N, int F);
+    void (*swiglu_backward)(void *dgu, const float *dout, const void *gu, int io16, int N, int F);
     /* logits and dlogits (N,V) in rows ld apart, fp32 or (bf16) bf16 */
     /* encoder_forward/backward and crossentropy return the bad ids they
      * skipped, or 0 on a device that counts them on the device and reports

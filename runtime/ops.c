@@ -651,25 +651,38 @@ int zt_rmsnorm_forward(zt_tensor *out, zt_tensor *rstd, const zt_tensor *inp, co
     ZT_TRY(rms_dims(op, inp, w, &N, &C));
     ZT_CHECK(eps > 0.0f && eps < 1.0f, "%s: eps must be in (0, 1), got %g (config.json's "
              "rms_norm_eps: 1e-5 or 1e-6)", op, (double)eps);
-    ZT_TRY(need_numel(op, "out", out, ZT_F32, N * C, "(N,C)"));
+    int out16 = out != NULL && out->dtype == ZT_BF16;
+    ZT_TRY(need_numel(op, "out", out, out16 ? ZT_BF16 : ZT_F32, N * C, "(N,C) f32 or bf16"));
     ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, N, "(N)"));
     ZT_CHECK(!overlaps(out, inp) && !overlaps(rstd, out) && !overlaps(rstd, inp),
              "%s: out and rstd may not overlap inp or each other", op);
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "rstd", rstd, "inp", inp, "weight", w, NULL));
-    dev->rmsnorm_forward(out->data, rstd->data, inp->data, w->data, eps, (int)N, (int)C);
+    dev->rmsnorm_forward(out->data, out16, rstd->data, inp->data, w->data, eps, (int)N, (int)C);
     return ZT_OK;
 }
 
 int zt_rmsnorm_backward(zt_tensor *dinp, zt_tensor *dweight, const zt_tensor *dout,
                         const zt_tensor *inp, const zt_tensor *w, const zt_tensor *rstd)
 {
-    const char *op = "zt_rmsnorm_backward";
+    return zt_rmsnorm_backward_b16(dinp, NULL, dweight, dout, inp, w, rstd);
+}
+
+int zt_rmsnorm_backward_b16(zt_tensor *dinp, zt_tensor *dinp16, zt_tensor *dweight,
+                            const zt_tensor *dout, const zt_tensor *inp, const zt_tensor *w,
+                            const zt_tensor *rstd)
+{
+    const char *op = dinp16 ? "zt_rmsnorm_backward_b16" : "zt_rmsnorm_backward";
     int64_t N = 0, C = 0;
     ZT_TRY(rms_dims(op, inp, w, &N, &C));
     ZT_CHECK(dinp != NULL || dweight != NULL, "%s: nothing to compute: dinp and dweight are "
              "both NULL", op);
     if (dinp) ZT_TRY(need_numel(op, "dinp", dinp, ZT_F32, N * C, "(N,C)"));
+    ZT_CHECK(dinp16 == NULL || dinp != NULL, "%s: dinp16 is dinp rounded: pass dinp too", op);
+    if (dinp16) ZT_TRY(need_numel(op, "dinp16", dinp16, ZT_BF16, N * C, "(N,C) bf16"));
+    ZT_CHECK(!dinp16 || (!overlaps(dinp16, dinp) && !overlaps(dinp16, dout) &&
+                         !overlaps(dinp16, inp)),
+             "%s: dinp16 may not overlap dinp, dout or inp", op);
     if (dweight) ZT_TRY(need_numel(op, "dweight", dweight, ZT_F32, C, "(C)"));
     ZT_TRY(need_numel(op, "dout", dout, ZT_F32, N * C, "(N,C)"));
     ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, N, "(N)"));
@@ -682,10 +695,11 @@ int zt_rmsnorm_backward(zt_tensor *dinp, zt_tensor *dweight, const zt_tensor *do
                           !overlaps(dweight, rstd) && !(dinp && overlaps(dweight, dinp))),
              "%s: dweight may not overlap dinp, dout, inp or rstd", op);
     const zt_device_ops *dev;
-    ZT_TRY(ready(&dev, op, "dinp", dinp, "dweight", dweight, "dout", dout, "inp", inp,
-                 "weight", w, "rstd", rstd, NULL));
-    dev->rmsnorm_backward(dinp ? dinp->data : NULL, dweight ? dweight->data : NULL, dout->data,
-                          inp->data, w->data, rstd->data, (int)N, (int)C);
+    ZT_TRY(ready(&dev, op, "dinp", dinp, "dinp16", dinp16, "dweight", dweight, "dout", dout,
+                 "inp", inp, "weight", w, "rstd", rstd, NULL));
+    dev->rmsnorm_backward(dinp ? dinp->data : NULL, dinp16 ? dinp16->data : NULL,
+                          dweight ? dweight->data : NULL, dout->data, inp->data, w->data,
+                          rstd->data, (int)N, (int)C);
     return ZT_OK;
 }
 
@@ -733,7 +747,8 @@ static int rope(const char *op, zt_tensor *x, int64_t col0, int nh, int hs, int 
                 const zt_tensor *cos, const zt_tensor *sin, int dir)
 {
     char b[96];
-    ZT_TRY(need(op, "x", x, ZT_F32));
+    int x16 = x != NULL && x->dtype == ZT_BF16;
+    ZT_TRY(need(op, "x", x, x16 ? ZT_BF16 : ZT_F32));
     ZT_TRY(need(op, "cos", cos, ZT_F32));
     ZT_TRY(need(op, "sin", sin, ZT_F32));
     int64_t ld = last_dim(x), N = ld > 0 ? x->numel / ld : 0;
@@ -754,7 +769,8 @@ static int rope(const char *op, zt_tensor *x, int64_t col0, int nh, int hs, int 
     ZT_CHECK(N <= INT32_MAX && ld <= INT32_MAX, "%s: x is past the kernels' int range", op);
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "x", x, "cos", cos, "sin", sin, NULL));
-    dev->rope((float *)x->data + col0, (int)N, T, (int)ld, nh, hs, cos->data, sin->data, pos0, dir);
+    void *base = (char *)x->data + col0 * (int64_t)zt_dtype_size(x->dtype);
+    dev->rope(base, x16, (int)N, T, (int)ld, nh, hs, cos->data, sin->data, pos0, dir);
     return ZT_OK;
 }
 
@@ -770,11 +786,12 @@ int zt_rope_backward(zt_tensor *dx, int64_t col0, int nh, int hs, int T, int pos
     return rope("zt_rope_backward", dx, col0, nh, hs, T, pos0, cos, sin, -1);
 }
 
-/* gu (N, 2F) f32: N and F */
-static int gu_dims(const char *op, const zt_tensor *gu, int64_t *N, int64_t *F)
+/* gu (N, 2F) f32 or bf16 (*io16): N and F */
+static int gu_dims(const char *op, const zt_tensor *gu, int64_t *N, int64_t *F, int *io16)
 {
     char b[96];
-    ZT_TRY(need(op, "gu", gu, ZT_F32));
+    *io16 = gu != NULL && gu->dtype == ZT_BF16;
+    ZT_TRY(need(op, "gu", gu, *io16 ? ZT_BF16 : ZT_F32));
     int64_t two = last_dim(gu);
     ZT_CHECK(two > 0 && two % 2 == 0, "%s: gu's rows must be [gate | up], an even width, got "
              "%s", op, desc(gu, b, sizeof b));
@@ -788,12 +805,15 @@ int zt_swiglu_forward(zt_tensor *out, const zt_tensor *gu)
 {
     const char *op = "zt_swiglu_forward";
     int64_t N = 0, F = 0;
-    ZT_TRY(gu_dims(op, gu, &N, &F));
-    ZT_TRY(need_numel(op, "out", out, ZT_F32, N * F, "(N,F): gu's rows, half their width"));
+    int io16 = 0;
+    ZT_TRY(gu_dims(op, gu, &N, &F, &io16));
+    ZT_TRY(need_numel(op, "out", out, gu->dtype, N * F, io16 ?
+                      "(N,F): gu's rows, half their width, bf16 as gu" :
+                      "(N,F): gu's rows, half their width"));
     ZT_CHECK(!overlaps(out, gu), "%s: out may not overlap gu", op);
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "gu", gu, NULL));
-    dev->swiglu_forward(out->data, gu->data, (int)N, (int)F);
+    dev->swiglu_forward(out->data, gu->data, io16, (int)N, (int)F);
     return ZT_OK;
 }
 
@@ -801,14 +821,15 @@ int zt_swiglu_backward(zt_tensor *dgu, const zt_tensor *dout, const zt_tensor *g
 {
     const char *op = "zt_swiglu_backward";
     int64_t N = 0, F = 0;
-    ZT_TRY(gu_dims(op, gu, &N, &F));
+    int io16 = 0;
+    ZT_TRY(gu_dims(op, gu, &N, &F, &io16));
     ZT_TRY(need_numel(op, "dout", dout, ZT_F32, N * F, "(N,F)"));
-    ZT_TRY(need_numel(op, "dgu", dgu, ZT_F32, N * 2 * F, "(N,2F), as gu"));
+    ZT_TRY(need_numel(op, "dgu", dgu, gu->dtype, N * 2 * F, "(N,2F), as gu (and its dtype)"));
     ZT_CHECK(!overlaps(dgu, gu) && !overlaps(dgu, dout), "%s: dgu may not overlap gu or dout",
              op);
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "dgu", dgu, "dout", dout, "gu", gu, NULL));
-    dev->swiglu_backward(dgu->data, dout->data, gu->data, (int)N, (int)F);
+    dev->swiglu_backward(dgu->data, dout->data, gu->data, io16, (int)N, (int)F);
     return ZT_OK;
 }
 

@@ -140,18 +140,26 @@ int zt_rmsnorm_forward(zt_tensor *out, zt_tensor *rstd, const zt_tensor *inp, co
                        float eps);
 int zt_rmsnorm_backward(zt_tensor *dinp, zt_tensor *dweight, const zt_tensor *dout,
                         const zt_tensor *inp, const zt_tensor *w, const zt_tensor *rstd);
+/* bf16 activations: out may be bf16 (the f32 result rounded once); dinp16
+ * NULL or (with dinp) bf16, the accumulated dinp rounded once. */
+int zt_rmsnorm_backward_b16(zt_tensor *dinp, zt_tensor *dinp16, zt_tensor *dweight,
+                            const zt_tensor *dout, const zt_tensor *inp, const zt_tensor *w,
+                            const zt_tensor *rstd);
 /* cos, sin (P, hs/2) WRITTEN: zk_rope_table's, computed on the host and
  * written; factor <= 0: no Llama 3 scaling (the other three then unused) */
 int zt_rope_table(zt_tensor *cos, zt_tensor *sin, double theta, double factor,
                   double low_freq_factor, double high_freq_factor, double original_max_positions);
 /* x: rows of its last dim; the nh heads of hs at column col0 of every row
  * turned in place by position pos0 + row % T (backward: turned back).
- * cos, sin from zt_rope_table, covering positions up to pos0 + T - 1. */
+ * cos, sin from zt_rope_table, covering positions up to pos0 + T - 1.
+ * x f32 or bf16 (bf16: each pair widened, turned, rounded once). */
 int zt_rope_forward(zt_tensor *x, int64_t col0, int nh, int hs, int T, int pos0,
                     const zt_tensor *cos, const zt_tensor *sin);
 int zt_rope_backward(zt_tensor *dx, int64_t col0, int nh, int hs, int T, int pos0,
                      const zt_tensor *cos, const zt_tensor *sin);
-/* gu (N, 2F): rows [gate | up]; out (N,F) = silu(gate) * up; dgu WRITTEN */
+/* gu (N, 2F): rows [gate | up]; out (N,F) = silu(gate) * up; dgu WRITTEN.
+ * gu f32, or bf16 with out and dgu bf16 (the f32 results rounded once);
+ * dout f32. */
 int zt_swiglu_forward(zt_tensor *out, const zt_tensor *gu);
 int zt_swiglu_backward(zt_tensor *dgu, const zt_tensor *dout, const zt_tensor *gu);
 /* Bad ids (zt_encoder_*, zt_crossentropy): the CPU fails the op at once; a

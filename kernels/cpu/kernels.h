@@ -103,6 +103,15 @@ void zk_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *
  * dinp NULL computes dweight only, dweight NULL dinp only; same bits. */
 void zk_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                          const float *weight, const float *rstd, int N, int C);
+/* bf16 out (a bf16 GEMM's input): each element the fp32 forward's, rounded
+ * once to nearest even (zk_cast_f32_bf16's bits); rstd as above. */
+void zk_rmsnorm_forward_b16(uint16_t *out, float *rstd, const float *inp, const float *weight,
+                            float eps, int N, int C);
+/* dinp16: NULL, or (with dinp) the accumulated dinp rounded once -- the
+ * residual gradient as the next bf16 GEMM reads it, without a cast pass. */
+void zk_rmsnorm_backward_b16(float *dinp, uint16_t *dinp16, float *dweight, const float *dout,
+                             const float *inp, const float *weight, const float *rstd, int N,
+                             int C);
 
 /* ---- rotary position embedding (transformers' rotate_half layout) -------- */
 /* Llama 3's frequency scaling (rope_scaling rope_type "llama3"); factor <= 0
@@ -124,6 +133,13 @@ void zk_rope_forward(float *x, int N, int T, int ld, int nh, int hs, const float
                      const float *sin_t, int pos0);
 void zk_rope_backward(float *dx, int N, int T, int ld, int nh, int hs, const float *cos_t,
                       const float *sin_t, int pos0);
+/* The same on bf16 rows (bf16 activations: qkv and dqkv): each pair
+ * widened exactly, turned by the fp32 kernel's arithmetic, rounded once to
+ * nearest even -- round(zk_rope_*(widen(x))) bit for bit. */
+void zk_rope_forward_b16(uint16_t *x, int N, int T, int ld, int nh, int hs, const float *cos_t,
+                         const float *sin_t, int pos0);
+void zk_rope_backward_b16(uint16_t *dx, int N, int T, int ld, int nh, int hs,
+                          const float *cos_t, const float *sin_t, int pos0);
 
 /* ---- SwiGLU (the gated MLP's activation) --------------------------------- */
 /* gu (N, 2F): each row [gate (F) | up (F)]; out (N,F) WRITTEN =
@@ -131,6 +147,11 @@ void zk_rope_backward(float *dx, int N, int T, int ld, int nh, int hs, const flo
 void zk_swiglu_forward(float *out, const float *gu, int N, int F);
 /* dgu (N, 2F) WRITTEN: [dout * up * silu'(gate) | dout * silu(gate)]. */
 void zk_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int F);
+/* bf16 gu (the gate/up GEMM's bf16 out), widened exactly; out / dgu bf16,
+ * the fp32 kernels' floats rounded once (dout stays fp32: the down GEMM's
+ * input gradient). */
+void zk_swiglu_forward_bb(uint16_t *out, const uint16_t *gu, int N, int F);
+void zk_swiglu_backward_bb(uint16_t *dgu, const float *dout, const uint16_t *gu, int N, int F);
 
 /* ---- matmul with bias (OpenBLAS sgemm) ---------------------------------- */
 /* Padded rows: out (forward) and dout (backward) are (N,OC) with rows ldo

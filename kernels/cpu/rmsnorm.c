@@ -38,15 +38,45 @@ static float row_dot(const float *restrict x, const float *restrict y, int C) {
     return lanes_total(acc);
 }
 
+/* out[c - lo] for c in [lo, hi): one expression, so the fp32 and the
+ * bf16 forwards round the same floats */
+RMS_NOCONTRACT
+static inline void row_out(float *restrict o, const float *restrict x, const float *restrict w,
+                           float r, int lo, int hi) {
+    for (int c = lo; c < hi; c++) o[c - lo] = w[c] * (x[c] * r);
+}
+
+RMS_NOCONTRACT
+static float row_rstd(const float *x, int C, float eps) {
+    return 1.0f / sqrtf(row_dot(x, x, C) / (float)C + eps);
+}
+
 RMS_NOCONTRACT
 void zk_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
                         float eps, int N, int C) {
     #pragma omp parallel for schedule(static) if ((long)N * C >= 32768)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
-        float *o = out + (size_t)n * C;
-        float r = 1.0f / sqrtf(row_dot(x, x, C) / (float)C + eps);
-        for (int c = 0; c < C; c++) o[c] = weight[c] * (x[c] * r);
+        float r = row_rstd(x, C, eps);
+        row_out(out + (size_t)n * C, x, weight, r, 0, C);
+        rstd[n] = r;
+    }
+}
+
+/* a row's bf16 out: through a float chunk on the stack, then rounded */
+#define RMS_CHUNK 1024
+RMS_NOCONTRACT
+void zk_rmsnorm_forward_b16(uint16_t *out, float *rstd, const float *inp, const float *weight,
+                            float eps, int N, int C) {
+    #pragma omp parallel for schedule(static) if ((long)N * C >= 32768)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float r = row_rstd(x, C, eps), o[RMS_CHUNK];
+        for (int c0 = 0; c0 < C; c0 += RMS_CHUNK) {
+            int c1 = C - c0 < RMS_CHUNK ? C : c0 + RMS_CHUNK;
+            row_out(o, x, weight, r, c0, c1);
+            zk_cast_f32_bf16(out + (size_t)n * C + c0, o, (size_t)(c1 - c0));
+        }
         rstd[n] = r;
     }
 }
@@ -66,14 +96,22 @@ static void dinp_row(float *restrict di, const float *restrict d, const float *r
     for (c = 0; c < C; c++) di[c] += r * (w[c] * d[c] - (x[c] * r) * gn_mean);
 }
 
-RMS_NOCONTRACT
 void zk_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                          const float *weight, const float *rstd, int N, int C) {
+    zk_rmsnorm_backward_b16(dinp, NULL, dweight, dout, inp, weight, rstd, N, C);
+}
+
+RMS_NOCONTRACT
+void zk_rmsnorm_backward_b16(float *dinp, uint16_t *dinp16, float *dweight, const float *dout,
+                             const float *inp, const float *weight, const float *rstd, int N,
+                             int C) {
     if (dinp) {
         #pragma omp parallel for schedule(static) if ((long)N * C >= 32768)
-        for (int n = 0; n < N; n++)
+        for (int n = 0; n < N; n++) {
             dinp_row(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C, weight,
                      rstd[n], C);
+            if (dinp16) zk_cast_f32_bf16(dinp16 + (size_t)n * C, dinp + (size_t)n * C, (size_t)C);
+        }
     }
     if (!dweight) return;
     int chunks = (C + RMS_COL_CHUNK - 1) / RMS_COL_CHUNK;

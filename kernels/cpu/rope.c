@@ -62,7 +62,18 @@ void zk_rope_table(float *cos_t, float *sin_t, int P, int hs, double theta,
     }
 }
 
-/* dir +1 the forward's turn, -1 the backward's (sin negated) */
+/* the pairs (a[i], b[i]), i < n, turned by cs, sn (dir +1 the forward's
+ * turn, -1 the backward's: sin negated) */
+ROPE_NOCONTRACT
+static inline void turn_pairs(float *restrict a, float *restrict b, const float *cs,
+                              const float *sn, int n, float dir) {
+    for (int i = 0; i < n; i++) {
+        float s = dir * sn[i], x1 = a[i], x2 = b[i];
+        a[i] = x1 * cs[i] - x2 * s;
+        b[i] = x2 * cs[i] + x1 * s;
+    }
+}
+
 ROPE_NOCONTRACT
 static void turn(float *x, int N, int T, int ld, int nh, int hs, const float *cos_t,
                  const float *sin_t, int pos0, float dir) {
@@ -70,16 +81,46 @@ static void turn(float *x, int N, int T, int ld, int nh, int hs, const float *co
     #pragma omp parallel for schedule(static) if ((long)N * nh * hs >= 65536)
     for (int r = 0; r < N; r++) {
         size_t p = (size_t)(pos0 + r % T) * h2;
-        const float *cs = cos_t + p, *sn = sin_t + p;
         for (int h = 0; h < nh; h++) {
-            float *a = x + (size_t)r * ld + (size_t)h * hs, *b = a + h2;
-            for (int i = 0; i < h2; i++) {
-                float s = dir * sn[i], x1 = a[i], x2 = b[i];
-                a[i] = x1 * cs[i] - x2 * s;
-                b[i] = x2 * cs[i] + x1 * s;
+            float *a = x + (size_t)r * ld + (size_t)h * hs;
+            turn_pairs(a, a + h2, cos_t + p, sin_t + p, h2, dir);
+        }
+    }
+}
+
+/* bf16 rows: each head's halves widened into float tiles of ROPE_TILE
+ * pairs, turned as above, rounded back once */
+#define ROPE_TILE 256
+ROPE_NOCONTRACT
+static void turn16(uint16_t *x, int N, int T, int ld, int nh, int hs, const float *cos_t,
+                   const float *sin_t, int pos0, float dir) {
+    int h2 = hs / 2;
+    #pragma omp parallel for schedule(static) if ((long)N * nh * hs >= 65536)
+    for (int r = 0; r < N; r++) {
+        size_t p = (size_t)(pos0 + r % T) * h2;
+        float ta[ROPE_TILE], tb[ROPE_TILE];
+        for (int h = 0; h < nh; h++) {
+            uint16_t *a = x + (size_t)r * ld + (size_t)h * hs, *b = a + h2;
+            for (int i0 = 0; i0 < h2; i0 += ROPE_TILE) {
+                int n = h2 - i0 < ROPE_TILE ? h2 - i0 : ROPE_TILE;
+                zk_cast_bf16_f32(ta, a + i0, (size_t)n);
+                zk_cast_bf16_f32(tb, b + i0, (size_t)n);
+                turn_pairs(ta, tb, cos_t + p + i0, sin_t + p + i0, n, dir);
+                zk_cast_f32_bf16(a + i0, ta, (size_t)n);
+                zk_cast_f32_bf16(b + i0, tb, (size_t)n);
             }
         }
     }
+}
+
+void zk_rope_forward_b16(uint16_t *x, int N, int T, int ld, int nh, int hs, const float *cos_t,
+                         const float *sin_t, int pos0) {
+    turn16(x, N, T, ld, nh, hs, cos_t, sin_t, pos0, 1.0f);
+}
+
+void zk_rope_backward_b16(uint16_t *dx, int N, int T, int ld, int nh, int hs,
+                          const float *cos_t, const float *sin_t, int pos0) {
+    turn16(dx, N, T, ld, nh, hs, cos_t, sin_t, pos0, -1.0f);
 }
 
 void zk_rope_forward(float *x, int N, int T, int ld, int nh, int hs, const float *cos_t,

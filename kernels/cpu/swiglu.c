@@ -58,3 +58,38 @@ void zk_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, i
         bwd_row(drow, drow + F, dout + (size_t)n * F, row, row + F, F);
     }
 }
+
+/* bf16 gu: a row's chunks widened into float tiles, the rows above on
+ * them, the results rounded once */
+#define SG_TILE 512
+void zk_swiglu_forward_bb(uint16_t *out, const uint16_t *gu, int N, int F) {
+    #pragma omp parallel for schedule(static) if ((long)N * F >= 65536)
+    for (int n = 0; n < N; n++) {
+        const uint16_t *row = gu + (size_t)n * 2 * F;
+        float g[SG_TILE], u[SG_TILE], o[SG_TILE];
+        for (int i0 = 0; i0 < F; i0 += SG_TILE) {
+            int k = F - i0 < SG_TILE ? F - i0 : SG_TILE;
+            zk_cast_bf16_f32(g, row + i0, (size_t)k);
+            zk_cast_bf16_f32(u, row + F + i0, (size_t)k);
+            fwd_row(o, g, u, k);
+            zk_cast_f32_bf16(out + (size_t)n * F + i0, o, (size_t)k);
+        }
+    }
+}
+
+void zk_swiglu_backward_bb(uint16_t *dgu, const float *dout, const uint16_t *gu, int N, int F) {
+    #pragma omp parallel for schedule(static) if ((long)N * F >= 65536)
+    for (int n = 0; n < N; n++) {
+        const uint16_t *row = gu + (size_t)n * 2 * F;
+        uint16_t *drow = dgu + (size_t)n * 2 * F;
+        float g[SG_TILE], u[SG_TILE], dg[SG_TILE], du[SG_TILE];
+        for (int i0 = 0; i0 < F; i0 += SG_TILE) {
+            int k = F - i0 < SG_TILE ? F - i0 : SG_TILE;
+            zk_cast_bf16_f32(g, row + i0, (size_t)k);
+            zk_cast_bf16_f32(u, row + F + i0, (size_t)k);
+            bwd_row(dg, du, dout + (size_t)n * F + i0, g, u, k);
+            zk_cast_f32_bf16(drow + i0, dg, (size_t)k);
+            zk_cast_f32_bf16(drow + F + i0, du, (size_t)k);
+        }
+    }
+}

@@ -90,6 +90,17 @@ int zkc_rope_backward(cudaStream_t s, float *dx, int N, int T, int ld, int nh, i
 int zkc_swiglu_forward(cudaStream_t s, float *out, const float *gu, int N, int F);
 int zkc_swiglu_backward(cudaStream_t s, float *dgu, const float *dout, const float *gu, int N,
                         int F);
+/* bf16 activations (kernels.h zk_rope_*_b16, zk_swiglu_*_bb): bf16 rows
+ * widened exactly, the f32 arithmetic above, each result rounded once
+ * (zkc_bf16): RoPE the CPU's bits; SwiGLU within the f32 kernels' ulps
+ * before the rounding */
+int zkc_rope_forward_b16(cudaStream_t s, uint16_t *x, int N, int T, int ld, int nh, int hs,
+                         const float *cos_t, const float *sin_t, int pos0);
+int zkc_rope_backward_b16(cudaStream_t s, uint16_t *dx, int N, int T, int ld, int nh, int hs,
+                          const float *cos_t, const float *sin_t, int pos0);
+int zkc_swiglu_forward_bb(cudaStream_t s, uint16_t *out, const uint16_t *gu, int N, int F);
+int zkc_swiglu_backward_bb(cudaStream_t s, uint16_t *dgu, const float *dout, const uint16_t *gu,
+                           int N, int F);
 
 /* ---- embedding.cu: bad counts go to *dbad (device int, ADDED to) ---- */
 int zkc_encoder_forward(cudaStream_t s, float *out, const int32_t *tok, const float *wte,

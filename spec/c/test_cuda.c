@@ -570,11 +570,69 @@ static void t_llama_rope_swiglu(void)
     free(gu); free(d); free(o); free(g); dv->free(dgu); dv->free(dd); dv->free(dout); dv->free(dg);
 }
 
+/* bf16 activations: RoPE on bf16 rows the CPU's bits; SwiGLU's bf16 out
+ * and dgu, the RMS norm's bf16 out and dinp16 within one bf16 rounding of
+ * the CPU's (their f32 values agree to ~1e-6, then each rounds once) */
+static void t_llama_bf16(void)
+{
+    cudaStream_t s = zt_cuda_compute_stream();
+    int B = 2, T = 65, hs = 64, nh = 6, N = B * T, ld = 8 * hs, h2 = hs / 2, F = 515, C = 768;
+    size_t n = (size_t)N * ld, nf = (size_t)N * F, nc = (size_t)N * C;
+    float *c = ct_alloc((size_t)T * h2 * 4), *sn = ct_alloc((size_t)T * h2 * 4);
+    zk_rope_table(c, sn, T, hs, 10000.0, NULL);
+    float *xf = ct_rand(n, -2, 2), *guf = ct_rand(2 * nf, -20, 20), *d = ct_rand(nf, -1, 1);
+    uint16_t *x = malloc(n * 2), *gu = malloc(2 * nf * 2), *o = malloc(nf * 2), *g = malloc(2 * nf * 2);
+    zk_cast_f32_bf16(x, xf, n); zk_cast_f32_bf16(gu, guf, 2 * nf);
+    uint16_t *dx = up(x, n * 2), *dgu = up(gu, 2 * nf * 2), *dout = NULL, *dg = NULL;
+    float *dc = up(c, (size_t)T * h2 * 4), *ds = up(sn, (size_t)T * h2 * 4), *dd = up(d, nf * 4);
+    dv->alloc((void **)&dout, nf * 2); dv->alloc((void **)&dg, 2 * nf * 2);
+    zk_rope_forward_b16(x, N, T, ld, nh, hs, c, sn, 0);
+    zk_rope_backward_b16(x, N, T, ld, 2, hs, c, sn, 0);
+    zk_swiglu_forward_bb(o, gu, N, F);
+    zk_swiglu_backward_bb(g, d, gu, N, F);
+    int e = zkc_rope_forward_b16(s, dx, N, T, ld, nh, hs, dc, ds, 0);
+    e = e ? e : zkc_rope_backward_b16(s, dx, N, T, ld, 2, hs, dc, ds, 0);
+    e = e ? e : zkc_swiglu_forward_bb(s, dout, dgu, N, F);
+    e = e ? e : zkc_swiglu_backward_bb(s, dg, dd, dgu, N, F);
+    /* the RMS norm: bf16 out, and dinp16 */
+    float *xr = ct_rand(nc, -3, 3), *w = ct_rand(C, 0.5f, 1.5f), *dy = ct_rand(nc, -1, 1);
+    float *r = ct_alloc(N * 4), *di = ct_rand(nc, -1, 1);
+    uint16_t *ro = malloc(nc * 2), *ri = malloc(nc * 2), *dro = NULL, *dri = NULL;
+    float *dxr = up(xr, nc * 4), *dw = up(w, C * 4), *ddy = up(dy, nc * 4), *ddi = up(di, nc * 4), *dr = NULL;
+    dv->alloc((void **)&dro, nc * 2); dv->alloc((void **)&dri, nc * 2); dv->alloc((void **)&dr, N * 4);
+    zk_rmsnorm_forward_b16(ro, r, xr, w, 1e-5f, N, C);
+    zk_rmsnorm_backward_b16(di, ri, NULL, dy, xr, w, r, N, C);
+    e = e ? e : zkc_rmsnorm_forward(s, dro, 1, dr, dxr, dw, 1e-5f, N, C);
+    e = e ? e : zkc_rmsnorm_backward(s, ddi, dri, NULL, ddy, dxr, dw, dr, N, C, NULL);
+    if (e) ct_fail("llama bf16: launched", "%s", cudaGetErrorString((cudaError_t)e));
+    else if (synced("llama bf16")) {
+        uint16_t *gx = down(dx, n * 2), *go = down(dout, nf * 2), *gg = down(dg, 2 * nf * 2);
+        uint16_t *gro = down(dro, nc * 2), *gri = down(dri, nc * 2);
+        same_bits("rope forward + backward on bf16 rows: the CPU's bits", gx, x, n * 2);
+        float *a = malloc(2 * nc * 4), *b = malloc(2 * nc * 4);
+        struct { const char *name; uint16_t *got, *want; size_t n; } k[4] = {
+            { "swiglu bf16 forward: within a bf16 rounding of the CPU's", go, o, nf },
+            { "swiglu bf16 backward: within a bf16 rounding of the CPU's", gg, g, 2 * nf },
+            { "rmsnorm bf16 out: within a bf16 rounding of the CPU's", gro, ro, nc },
+            { "rmsnorm backward dinp16: within a bf16 rounding of the CPU's", gri, ri, nc } };
+        for (int i = 0; i < 4; i++) {
+            zk_cast_bf16_f32(a, k[i].got, k[i].n); zk_cast_bf16_f32(b, k[i].want, k[i].n);
+            close_to(k[i].name, a, b, k[i].n, 1e-30, 1.0 / 128);
+        }
+        free(a); free(b); free(gx); free(go); free(gg); free(gro); free(gri);
+    }
+    free(c); free(sn); free(xf); free(guf); free(d); free(x); free(gu); free(o); free(g);
+    free(xr); free(w); free(dy); free(r); free(di); free(ro); free(ri);
+    dv->free(dx); dv->free(dgu); dv->free(dout); dv->free(dg); dv->free(dc); dv->free(ds); dv->free(dd);
+    dv->free(dxr); dv->free(dw); dv->free(ddy); dv->free(ddi); dv->free(dro); dv->free(dri); dv->free(dr);
+}
+
 static void t_llama(void)
 {
     t_llama_rmsnorm(67, 771);
     t_llama_rmsnorm(67, 2048);
     t_llama_rope_swiglu();
+    t_llama_bf16();
 }
 
 static void t_randn(void)

@@ -305,8 +305,95 @@ static void test_swiglu_threads(void) {
     free(gu); free(d);
 }
 
+/* ---- bf16 activations: each _b16/_bb kernel = its f32 kernel on the
+ * widened input, rounded once (zk_cast_*: an independent rounding), bit for
+ * bit, at widths past the kernels' float tiles (rows of 1024 + 37, heads of
+ * 2 x 256 + 6 pairs, F of 512 + 88) ---- */
+static uint16_t *to16(const float *x, size_t n) {
+    uint16_t *h = malloc(n * 2);
+    zk_cast_f32_bf16(h, x, n);
+    return h;
+}
+static float *widen(const uint16_t *h, size_t n) {
+    float *x = malloc(n * 4);
+    zk_cast_bf16_f32(x, h, n);
+    return x;
+}
+
+static void test_bf16_kernels(void) {
+    char name[160];
+    /* RMS norm: out16 and dinp16 */
+    int N = 5, C = 1061;
+    size_t nc = (size_t)N * C;
+    float *x = ct_rand(nc, -2, 2), *w = ct_rand(C, 0.5f, 1.5f), *d = ct_rand(nc, -1, 1);
+    float *o = malloc(nc * 4), *r = malloc(N * 4), *r16 = malloc(N * 4);
+    uint16_t *o16 = malloc(nc * 2), *di16 = malloc(nc * 2);
+    float *di = ct_rand(nc, -1, 1), *di2 = malloc(nc * 4);
+    memcpy(di2, di, nc * 4);
+    zk_rmsnorm_forward(o, r, x, w, 1e-5f, N, C);
+    zk_rmsnorm_forward_b16(o16, r16, x, w, 1e-5f, N, C);
+    uint16_t *want = to16(o, nc);
+    snprintf(name, sizeof name, "rmsnorm forward bf16 out (N=%d C=%d): the f32 out rounded, rstd equal", N, C);
+    ct_check(!memcmp(o16, want, nc * 2) && !memcmp(r, r16, N * 4), name, "differ");
+    zk_rmsnorm_backward(di, NULL, d, x, w, r, N, C);
+    zk_rmsnorm_backward_b16(di2, di16, NULL, d, x, w, r, N, C);
+    free(want); want = to16(di, nc);
+    ct_check(!memcmp(di, di2, nc * 4) && !memcmp(di16, want, nc * 2),
+             "rmsnorm backward dinp16: the accumulated dinp rounded, dinp unchanged", "differ");
+    free(want); free(x); free(w); free(d); free(o); free(r); free(r16); free(o16); free(di16);
+    free(di); free(di2);
+
+    /* RoPE on bf16 rows: q (3 heads) | k (1) of hs 524 in rows of ld 2200 */
+    int B = 2, T = 3, hs = 524, nh = 4, ld = 2200, h2 = hs / 2;
+    N = B * T;
+    size_t n = (size_t)N * ld;
+    float *c = malloc((size_t)(T + 7) * h2 * 4), *sn = malloc((size_t)(T + 7) * h2 * 4);
+    zk_rope_table(c, sn, T + 7, hs, 10000.0, NULL);
+    float *xr = ct_rand(n, -2, 2);
+    uint16_t *x16 = to16(xr, n);
+    for (int dir = 1; dir >= -1; dir -= 2) {
+        float *ref = widen(x16, n);
+        uint16_t *got = malloc(n * 2);
+        memcpy(got, x16, n * 2);
+        if (dir > 0) {
+            zk_rope_forward(ref + 3, N, T, ld, nh, hs, c, sn, 7);
+            zk_rope_forward_b16(got + 3, N, T, ld, nh, hs, c, sn, 7);
+        } else {
+            zk_rope_backward(ref + 3, N, T, ld, nh, hs, c, sn, 7);
+            zk_rope_backward_b16(got + 3, N, T, ld, nh, hs, c, sn, 7);
+        }
+        uint16_t *w16 = to16(ref, n);
+        snprintf(name, sizeof name, "rope %s on bf16 rows (hs %d, column 3, pos0 7): the f32 turn "
+                 "of the widened rows, rounded; the rest untouched", dir > 0 ? "forward" : "backward", hs);
+        ct_check(!memcmp(got, w16, n * 2), name, "differ");
+        free(ref); free(got); free(w16);
+    }
+    free(c); free(sn); free(xr); free(x16);
+
+    /* SwiGLU on a bf16 gu */
+    int F = 600;
+    N = 3;
+    size_t nf = (size_t)N * F;
+    float *gu = ct_rand(2 * nf, -8, 8), *dd = ct_rand(nf, -1, 1);
+    uint16_t *gu16 = to16(gu, 2 * nf);
+    float *guw = widen(gu16, 2 * nf), *of = malloc(nf * 4), *gf = malloc(2 * nf * 4);
+    uint16_t *ob = malloc(nf * 2), *gb = malloc(2 * nf * 2);
+    zk_swiglu_forward(of, guw, N, F);
+    zk_swiglu_backward(gf, dd, guw, N, F);
+    zk_swiglu_forward_bb(ob, gu16, N, F);
+    zk_swiglu_backward_bb(gb, dd, gu16, N, F);
+    uint16_t *wo = to16(of, nf), *wg = to16(gf, 2 * nf);
+    ct_check(!memcmp(ob, wo, nf * 2), "swiglu forward bf16 gu/out (F=600): the f32 out of the "
+             "widened gu, rounded", "differ");
+    ct_check(!memcmp(gb, wg, 2 * nf * 2), "swiglu backward bf16 gu/dgu (F=600): the f32 dgu, "
+             "rounded", "differ");
+    free(gu); free(dd); free(gu16); free(guw); free(of); free(gf); free(ob); free(gb); free(wo);
+    free(wg);
+}
+
 int main(void) {
     ct_seed(33);
+    test_bf16_kernels();
     test_rmsnorm_small(3, 37);
     test_rmsnorm_small(2, 16);
     test_rmsnorm_threads();

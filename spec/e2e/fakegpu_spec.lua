@@ -73,6 +73,9 @@ describe("fakegpu-async: recipes the oracle does not hold give the CPU device's 
     { "--nproc 2 recipes/pipeline_1f1b.lua", "batch.accumulate=2 precision=bf16 train.checkpoint_activations=true" },
     -- bf16 activations: the GEMMs and the attention read and write bf16 (queued ops, bf16 I/O)
     { "--nproc 2 recipes/zero3.lua", "batch.accumulate=2 precision=bf16 device.bf16_gemm=on" },
+    -- the Llama family: RMS norm, RoPE, SwiGLU, GQA as queued ops, fp32 and bf16 activations
+    { "--nproc 2 recipes/zero3_offload.lua", "model.size=llama-tiny precision=bf16 device.bf16_gemm=on" },
+    { "--nproc 2 recipes/pipeline_zbv.lua", "model.size=qwen-tiny batch.accumulate=4" },
   }
   for i, r in ipairs(runs) do
     it(r[1] .. " " .. r[2], function()

@@ -43,6 +43,26 @@ describe("Llama-family models on 2 ranks give one rank's digest", function()
     end)
   end
 
+  -- bf16 GEMMs (bf16 activations: model/llama.lua, llama_bf16_spec): other
+  -- math than fp32, the same under every strategy, schedule and checkpointing
+  -- (ZB-V's W pass reads the SwiGLU backward's bf16 dgu; qwen-tiny's tied
+  -- head across the first and last stage; checkpointed blocks recompute into
+  -- the scratch's bf16 buffers)
+  it("bf16 GEMMs: llama-tiny and qwen-tiny under strategies and schedules give one rank's digest", function()
+    local G = " precision=bf16 device.bf16_gemm=on"
+    for _, size in ipairs({ "llama-tiny", "qwen-tiny" }) do
+      local one2 = digest("recipes/single.lua" .. G, size, 2)
+      assert.are_not.equal(digest("recipes/single.lua precision=bf16 device.bf16_gemm=off", size, 2), one2, size)
+      for _, r in ipairs({ "--nproc 2 recipes/zero3.lua", "--nproc 2 recipes/zero3_offload.lua",
+                           "recipes/single.lua train.checkpoint_activations=true train.checkpoint_host=true" }) do
+        local acc = r:match("^recipes/single") and 2 or 1
+        assert.are.equal(one2, digest(r .. G, size, acc), size .. " " .. r)
+      end
+      local one4 = digest("recipes/single.lua" .. G, size, 4)
+      assert.are.equal(one4, digest("--nproc 2 recipes/pipeline_zbv.lua" .. G, size, 4), size .. " zbv")
+    end
+  end)
+
   it("qwen-tiny: export.hf from zero3's shards loads back with the run's digest, and generate reads it", function()
     local ex = util.outdir()
     local s, out = util.summary_of("--nproc 2 recipes/zero3.lua export.hf=" .. ex .. " " .. base("qwen-tiny", 1), 120)

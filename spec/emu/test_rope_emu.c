@@ -14,6 +14,34 @@ int zkc_rope_forward(void *s, float *x, int N, int T, int ld, int nh, int hs,
                      const float *cos_t, const float *sin_t, int pos0);
 int zkc_rope_backward(void *s, float *dx, int N, int T, int ld, int nh, int hs,
                       const float *cos_t, const float *sin_t, int pos0);
+int zkc_rope_forward_b16(void *s, uint16_t *x, int N, int T, int ld, int nh, int hs,
+                         const float *cos_t, const float *sin_t, int pos0);
+int zkc_rope_backward_b16(void *s, uint16_t *dx, int N, int T, int ld, int nh, int hs,
+                          const float *cos_t, const float *sin_t, int pos0);
+
+/* bf16 rows (bf16 activations): the CPU's zk_rope_*_b16 bits */
+static void one16(int B, int T, int hs, int nq, int nkv, int pos0)
+{
+    char name[160];
+    int N = B * T, ld = (nq + 2 * nkv) * hs, P = pos0 + T, h2 = hs / 2;
+    size_t n = (size_t)N * ld;
+    float *c = malloc((size_t)P * h2 * 4), *s = malloc((size_t)P * h2 * 4);
+    zk_rope_table(c, s, P, hs, 10000.0, NULL);
+    float *x = ct_rand(n, -2, 2);
+    uint16_t *want = malloc(n * 2), *got = malloc(n * 2);
+    zk_cast_f32_bf16(want, x, n);
+    memcpy(got, want, n * 2);
+    zk_rope_forward_b16(want, N, T, ld, nq + nkv, hs, c, s, pos0);
+    int rc = zkc_rope_forward_b16(NULL, got, N, T, ld, nq + nkv, hs, c, s, pos0);
+    snprintf(name, sizeof name, "emu rope forward bf16 B=%d T=%d hs=%d pos0 %d: the CPU's bits", B, T,
+             hs, pos0);
+    ct_check(rc == 0 && !memcmp(got, want, n * 2), name, "rc %d, differ", rc);
+    zk_rope_backward_b16(want, N, T, ld, nq, hs, c, s, pos0);
+    rc = zkc_rope_backward_b16(NULL, got, N, T, ld, nq, hs, c, s, pos0);
+    snprintf(name, sizeof name, "emu rope backward bf16 B=%d T=%d hs=%d: the CPU's bits", B, T, hs);
+    ct_check(rc == 0 && !memcmp(got, want, n * 2), name, "rc %d, differ", rc);
+    free(c); free(s); free(x); free(want); free(got);
+}
 
 static void one(int B, int T, int hs, int nq, int nkv, int pos0, const zk_rope_scaling *sc)
 {
@@ -46,5 +74,7 @@ int main(void)
     one(2, 1, 16, 4, 2, 37, NULL);       /* a decode step */
     one(2, 33, 128, 2, 1, 0, &l3);
     one(1, 300, 64, 3, 3, 0, NULL);      /* a long sequence, 3 k heads */
+    one16(3, 5, 16, 4, 2, 0);
+    one16(2, 33, 128, 2, 1, 11);
     return ct_summary();
 }

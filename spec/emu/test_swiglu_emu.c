@@ -12,6 +12,33 @@
 
 int zkc_swiglu_forward(void *s, float *out, const float *gu, int N, int F);
 int zkc_swiglu_backward(void *s, float *dgu, const float *dout, const float *gu, int N, int F);
+int zkc_swiglu_forward_bb(void *s, uint16_t *out, const uint16_t *gu, int N, int F);
+int zkc_swiglu_backward_bb(void *s, uint16_t *dgu, const float *dout, const uint16_t *gu, int N,
+                           int F);
+
+/* bf16 gu, out and dgu: the CPU's _bb results within one bf16 rounding
+ * (the f32 values within 4e-7 may round to neighbouring bf16 values) */
+static void one16(int N, int F)
+{
+    char name[128];
+    size_t nf = (size_t)N * F;
+    float *gu = ct_rand(2 * nf, -30, 30), *d = ct_rand(nf, -1, 1);
+    uint16_t *g16 = malloc(2 * nf * 2), *o = malloc(nf * 2), *go = malloc(nf * 2);
+    uint16_t *g = malloc(2 * nf * 2), *gg = malloc(2 * nf * 2);
+    zk_cast_f32_bf16(g16, gu, 2 * nf);
+    zk_swiglu_forward_bb(o, g16, N, F);
+    zk_swiglu_backward_bb(g, d, g16, N, F);
+    int rc = zkc_swiglu_forward_bb(NULL, go, g16, N, F) | zkc_swiglu_backward_bb(NULL, gg, d, g16, N, F);
+    float *a = malloc(2 * nf * 4), *b = malloc(2 * nf * 4);
+    zk_cast_bf16_f32(a, go, nf); zk_cast_bf16_f32(b, o, nf);
+    snprintf(name, sizeof name, "emu swiglu bf16 N=%d F=%d: forward within a bf16 ulp of the CPU's", N, F);
+    ct_check(rc == 0, name, "rc %d", rc);
+    ct_close_f(name, a, b, nf, 1e-30, 1.0 / 128);
+    zk_cast_bf16_f32(a, gg, 2 * nf); zk_cast_bf16_f32(b, g, 2 * nf);
+    snprintf(name, sizeof name, "emu swiglu bf16 N=%d F=%d: backward within a bf16 ulp of the CPU's", N, F);
+    ct_close_f(name, a, b, 2 * nf, 1e-30, 1.0 / 128);
+    free(gu); free(d); free(g16); free(o); free(go); free(g); free(gg); free(a); free(b);
+}
 
 static void one(int N, int F)
 {
@@ -34,5 +61,7 @@ int main(void)
 {
     one(3, 37);
     one(2, 1000);
+    one16(3, 37);
+    one16(2, 1000);
     return ct_summary();
 }

@@ -105,8 +105,10 @@ end
 function M.rmsnorm_forward(out, rstd, inp, w, eps)
   check(C.zt_rmsnorm_forward(c(out), c(rstd), c(inp), c(w), eps), "rmsnorm_forward")
 end
-function M.rmsnorm_backward(dinp, dw, dout, inp, w, rstd)
-  check(C.zt_rmsnorm_backward(c(dinp), c(dw), c(dout), c(inp), c(w), c(rstd)), "rmsnorm_backward")
+-- dinp16: nil, or (bf16) dinp rounded once, as the next bf16 GEMM reads it
+function M.rmsnorm_backward(dinp, dw, dout, inp, w, rstd, dinp16)
+  check(C.zt_rmsnorm_backward_b16(c(dinp), c(dinp16), c(dw), c(dout), c(inp), c(w), c(rstd)),
+        "rmsnorm_backward")
 end
 -- cos, sin (positions, hs/2); scaling: nil or Llama 3's { factor=,
 -- low_freq_factor=, high_freq_factor=, original_max_position_embeddings= }

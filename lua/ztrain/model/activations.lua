@@ -14,7 +14,11 @@
 -- (That is GPT-2's block; a Llama-family block, model/llama.lua, saves
 -- ln1, atty, resid2, ln2 (N,C) and their rstd (N), qkv (N,(NH+2NKV)hs)
 -- with q and k turned by RoPE, lse, gu (N,2F) and act (N,F); its head
--- keeps no mean: SAVED below.)
+-- keeps no mean: SAVED below. With bf16 GEMMs its ln1, ln2, lnf (the RMS
+-- norms' bf16 out), qkv (turned by RoPE in bf16: each pair widened, turned,
+-- rounded once), atty, gu (the gate/up GEMM's bf16 out) and act (the
+-- SwiGLU's) are bf16, and so are the scratch's dqkv and dfch16, the
+-- SwiGLU backward's dgu.)
 -- The logits' rows are padded to Vp = ops.padded_cols(V) (50257 -> 50304):
 -- a GPU's GEMMs need rows on 16 bytes for their fast kernels; the GEMMs and
 -- the cross-entropy use the first V columns of each row (ztrain.h, "padded
@@ -117,9 +121,9 @@ local SAVED = {
            { "atty", "C", true }, { "lse", "lse" }, { "resid2", "C" }, { "ln2", "C", true },
            { "ln2_mean", "N" }, { "ln2_rstd", "N" }, { "fch", "ffn_in", true },
            { "fch_gelu", "ffn", true } },
-  llama = { { "ln1", "C" }, { "ln1_rstd", "N" }, { "qkv", "qkv" }, { "atty", "C" }, { "lse", "lse" },
-            { "resid2", "C" }, { "ln2", "C" }, { "ln2_rstd", "N" }, { "gu", "ffn_in" },
-            { "act", "ffn" } },
+  llama = { { "ln1", "C", true }, { "ln1_rstd", "N" }, { "qkv", "qkv", true }, { "atty", "C", true },
+            { "lse", "lse" }, { "resid2", "C" }, { "ln2", "C", true }, { "ln2_rstd", "N" },
+            { "gu", "ffn_in", true }, { "act", "ffn", true } },
 }
 local function saved(cfg) return SAVED[cfg.family or "gpt2"] end
 
@@ -142,13 +146,6 @@ local function block_shape(s, B, Tlen, N, cfg)
   return s[2] == "N" and { N } or s[2] == "lse" and { B, cfg.NH, Tlen } or { B, Tlen, widths(cfg)[s[2]] }
 end
 
-local function no_bf16_llama(cfg, gemm16)
-  if gemm16 and cfg.family == "llama" then
-    error(("%s: bf16 GEMMs (precision=bf16 with device.bf16_gemm on) do not yet run a Llama-family " ..
-           "model; use precision=fp32, or device.bf16_gemm=off"):format(cfg.name or "llama"), 0)
-  end
-end
-
 -- new(cfg, B, T, tier, units, scratch, opts) -> an activation set for those
 -- units. Sets of one stage share the stage's scratch; without one the set
 -- owns its own. opts.checkpoint: { [unit index] = true } for checkpointed
@@ -158,7 +155,6 @@ end
 local function feeds_ckpt(units, i, ckpt) return units[i + 1] ~= nil and ckpt[units[i + 1].index] end
 
 local function plan(cfg, B, Tlen, units, ckpt, host, gemm16)
-  no_bf16_llama(cfg, gemm16)
   local N, C, V = B * Tlen, cfg.C, cfg.V
   local P = planner()
   local first = units[1]
@@ -311,7 +307,7 @@ end
 -- Scratch shared by the sets of one stage: proj (N,C) for forward; dln,
 -- datty (N,C), dqkv (N,3C), dfch (N,4C) for the fused backward; with
 -- opts.gemm16 dqkv is bf16 (the attention backward writes it so) and there
--- are also dfch16 (N,4C) and d16 (N,C) bf16: the GELU backward's
+-- are also dfch16 (N,ffn_in) and d16 (N,C) bf16: the GELU (SwiGLU) backward's
 -- output and the residual gradient rounded by the layer norm backward that
 -- wrote it, as the next bf16 GEMM reads them (model/gpt2.lua); with
 -- opts.recompute, one block's saved activations (s.recompute.ln1, ...) for
@@ -319,14 +315,13 @@ end
 local function scratch_plan(cfg, B, Tlen, opts)
   local N, C, W = B * Tlen, cfg.C, widths(cfg)
   local gemm16 = opts and opts.gemm16
-  no_bf16_llama(cfg, gemm16)
   local P = planner()
   P.add("proj", { B, Tlen, C })
   P.add("dln", { B, Tlen, C }); P.add("datty", { B, Tlen, C })
   P.add("dqkv", { B, Tlen, W.qkv }, gemm16); P.add("dfch", { B, Tlen, W.ffn_in })
   -- Llama: the down GEMM's input gradient (N,F), apart from dfch (N,2F)
   if cfg.family == "llama" then P.add("dact", { B, Tlen, W.ffn }) end
-  if gemm16 then P.add("dfch16", { B, Tlen, 4 * C }, true); P.add("d16", { B, Tlen, C }, true) end
+  if gemm16 then P.add("dfch16", { B, Tlen, W.ffn_in }, true); P.add("d16", { B, Tlen, C }, true) end
   if opts and opts.recompute then
     for _, b in ipairs(saved(cfg)) do
       P.add("rc." .. b[1], block_shape(b, B, Tlen, N, cfg), gemm16 and b[3])
@@ -362,8 +357,8 @@ end
 -- What a unit's weight-gradient pass (W) needs from its input-gradient pass
 -- (I) when the backward is split: the gradients at each weight's output.
 --   block  dy, dresid2, dln1, dln2 (N,C); dqkv (N,3C; bf16 with gemm16);
---          dfch (N,4C), and with gemm16 dfch16 (N,4C) bf16: the GELU
---          backward's output
+--          dfch (N,ffn_in), and with gemm16 dfch16 (N,ffn_in) bf16: the
+--          GELU (SwiGLU) backward's output
 --   head   dlnf (N,C)            embed  dy (N,C)
 function M.wgrad(cfg, B, Tlen, tier, kind, gemm16)
   local C, W = cfg.C, widths(cfg)
@@ -372,7 +367,7 @@ function M.wgrad(cfg, B, Tlen, tier, kind, gemm16)
     P.add("dy", { B, Tlen, C }); P.add("dresid2", { B, Tlen, C })
     P.add("dln1", { B, Tlen, C }); P.add("dln2", { B, Tlen, C })
     P.add("dqkv", { B, Tlen, W.qkv }, gemm16); P.add("dfch", { B, Tlen, W.ffn_in })
-    if gemm16 then P.add("dfch16", { B, Tlen, 4 * C }, true) end
+    if gemm16 then P.add("dfch16", { B, Tlen, W.ffn_in }, true) end
   elseif kind == "head" then
     P.add("dlnf", { B, Tlen, C })
   else

@@ -331,6 +331,7 @@ local function take_d16(a)
   a.d16 = nil
   return d16
 end
+M.take_d16 = take_d16    -- model/llama.lua's blocks keep the same protocol
 
 -- d = a.grad: d(output residual) on entry, d(input residual) on exit.
 local function block_backward(u, a)

@@ -171,6 +171,9 @@ end
 
 local MM = gpt2.fp32_matmuls
 local function mm(a) return a.mm or MM end
+-- bf16 GEMMs: the residual gradient rounded by the RMS norm backward that
+-- wrote it (sc.d16), taken by the next GEMM (gpt2.lua's protocol: a.d16)
+local take_d16 = gpt2.take_d16
 
 local function block_names(u)
   local p = "model.layers." .. u.layer .. "."
@@ -203,20 +206,24 @@ local function block_forward(self, u, a, x)
 end
 
 -- d = a.grad: d(output) on entry, d(input) on exit (the norms' backward
--- accumulates into it: the residual's own path)
+-- accumulates into it: the residual's own path). bf16 GEMMs: dgu is
+-- written bf16 (sc.dfch16) for the gate/up GEMM, dqkv bf16 by the
+-- attention and turned back in bf16.
 local function block_backward(self, u, a)
   local P, G, S, sc, x, cfg = u.p, u.g, a.unit[u.index], a.scratch, a.x[u.index], a.cfg
   local n1, o, n2, down = block_names(u)
   local d = a.grad
-  mm(a).backward(sc.dact, G[down], nil, d, S.act, P[down])
-  ops.swiglu_backward(sc.dfch, sc.dact, S.gu)
-  mm(a).backward(sc.dln, G.gu_w, nil, sc.dfch, S.ln2, P.gu_w)
-  ops.rmsnorm_backward(d, G[n2], sc.dln, S.resid2, P[n2], S.ln2_rstd)
-  mm(a).backward(sc.datty, G[o], nil, d, S.atty, P[o])
+  mm(a).backward(sc.dact, G[down], nil, take_d16(a) or d, S.act, P[down])
+  local dgu = sc.dfch16 or sc.dfch
+  ops.swiglu_backward(dgu, sc.dact, S.gu)
+  mm(a).backward(sc.dln, G.gu_w, nil, dgu, S.ln2, P.gu_w)
+  ops.rmsnorm_backward(d, G[n2], sc.dln, S.resid2, P[n2], S.ln2_rstd, sc.d16)
+  mm(a).backward(sc.datty, G[o], nil, sc.d16 or d, S.atty, P[o])
   ops.attention_backward(sc.dqkv, sc.datty, S.qkv, S.atty, S.lse, cfg.NH, cfg.NKV, cfg.window)
   rope(self, a, sc.dqkv, true)
   mm(a).backward(sc.dln, G.qkv_w, G.qkv_b, sc.dqkv, S.ln1, P.qkv_w)
-  ops.rmsnorm_backward(d, G[n1], sc.dln, x, P[n1], S.ln1_rstd)
+  ops.rmsnorm_backward(d, G[n1], sc.dln, x, P[n1], S.ln1_rstd, sc.d16)
+  a.d16 = sc.d16 ~= nil
   return d
 end
 
@@ -225,10 +232,12 @@ local function block_backward_input(self, u, a, w)
   local P, S, sc, x, cfg = u.p, a.unit[u.index], a.scratch, a.x[u.index], a.cfg
   local n1, o, n2, down = block_names(u)
   local d = a.grad
+  a.d16 = nil                  -- the split backward casts (W reads kept copies of d)
   ops.copy(w.dy, d)
   mm(a).backward(sc.dact, nil, nil, d, S.act, P[down])
-  ops.swiglu_backward(w.dfch, sc.dact, S.gu)
-  mm(a).backward(w.dln2, nil, nil, w.dfch, S.ln2, P.gu_w)
+  local dgu = w.dfch16 or w.dfch
+  ops.swiglu_backward(dgu, sc.dact, S.gu)
+  mm(a).backward(w.dln2, nil, nil, dgu, S.ln2, P.gu_w)
   ops.rmsnorm_backward(d, nil, w.dln2, S.resid2, P[n2], S.ln2_rstd)
   ops.copy(w.dresid2, d)
   mm(a).backward(sc.datty, nil, nil, d, S.atty, P[o])
@@ -244,7 +253,7 @@ local function block_backward_weight(u, a, w)
   local G, S, x = u.g, a.unit[u.index], a.x[u.index]
   local n1, o, n2, down = block_names(u)
   mm(a).backward(nil, G[down], nil, w.dy, S.act, G[down])
-  mm(a).backward(nil, G.gu_w, nil, w.dfch, S.ln2, G.gu_w)
+  mm(a).backward(nil, G.gu_w, nil, w.dfch16 or w.dfch, S.ln2, G.gu_w)
   ops.rmsnorm_backward(nil, G[n2], w.dln2, S.resid2, G[n2], S.ln2_rstd)
   mm(a).backward(nil, G[o], nil, w.dresid2, S.atty, G[o])
   mm(a).backward(nil, G.qkv_w, G.qkv_b, w.dqkv, S.ln1, G.qkv_w)
@@ -278,12 +287,14 @@ local function head_backward(self, u, a)
   mm(a).backward(sc.dln, self:lm_head_grad(u), nil, S.logits, S.lnf, self:lm_head(u))
   ops.fill(a.grad, 0)
   ops.rmsnorm_backward(a.grad, u.g["model.norm.weight"], sc.dln, a.x[u.index], u.p["model.norm.weight"],
-                       S.lnf_rstd)
+                       S.lnf_rstd, sc.d16)
+  a.d16 = sc.d16 ~= nil
   return a.grad
 end
 
 local function head_backward_input(self, u, a, w)
   local S = a.unit[u.index]
+  a.d16 = nil
   mm(a).backward(w.dlnf, nil, nil, S.logits, S.lnf, self:lm_head(u))
   ops.fill(a.grad, 0)
   ops.rmsnorm_backward(a.grad, nil, w.dlnf, a.x[u.index], u.p["model.norm.weight"], S.lnf_rstd)

@@ -71,9 +71,15 @@ function P:enter(u, want_params, want_grads)
       self.saved_p[k] = { u = pu, lp = model:set_params(pu, v) }
       -- bf16 GEMMs read a weight as bf16: the stored view is the very bits
       -- a cast of its fp32 image gives back (bf16 -> fp32 -> bf16 is exact)
+      -- (a fused view -- Llama's q|k|v, gate|up -- likewise: its tensors are
+      -- matmul-only, so its fp32 image is never filled)
       if self.lp_of then
-        local lp = self.saved_p[k].lp
-        for _, t in ipairs(pu.tensors) do self.lp_of[pu.p[t.name]] = lp:view(t.offset, t.shape) end
+        local lp, at = self.saved_p[k].lp, {}
+        for _, t in ipairs(pu.tensors) do
+          self.lp_of[pu.p[t.name]] = lp:view(t.offset, t.shape)
+          at[t.name] = t.offset
+        end
+        for _, f in ipairs(pu.fused or {}) do self.lp_of[pu.p[f[1]]] = lp:view(at[f[2]], f[3]) end
       end
     end
     if want_grads and pu.grads then
