@@ -128,10 +128,15 @@ local function activations(t, cfg, r, units, sets, ckpt)
   local g16 = precision.gemm16(r)
   add(t, "device", "activations", sets * Acts.set_bytes(cfg, B, Tlen, units, ckpt, host, g16) +
       Acts.scratch_bytes(cfg, B, Tlen, { recompute = next(ckpt) ~= nil, host = host, gemm16 = g16 }))
-  -- the head's stage keeps the step's per-position losses (driver/losses.lua)
+  -- the head's stage keeps the step's per-position losses (driver/losses.lua);
+  -- a Llama-family stage with blocks its RoPE table, cos and sin (T, hs/2)
+  -- (model/llama.lua's rope_table)
+  local rope = false
   for _, u in ipairs(units) do
     if u.kind == "head" then add(t, "device", "activations", losses.bytes(r.batch.accumulate, B, Tlen)) end
+    rope = rope or (u.kind == "block" and cfg.family == "llama")
   end
+  if rope then add(t, "device", "activations", 2 * Tlen * (cfg.C / cfg.NH / 2) * 4) end
   if host then
     for _ in pairs(ckpt) do add(t, "host", "activations", sets * B * Tlen * cfg.C * 4) end
   end
