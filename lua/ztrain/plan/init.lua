@@ -26,11 +26,8 @@
 -- simulator (pipeline rows are checked on one recipe, 1F1B on 2 ranks).
 local memory = require "ztrain.core.memory"
 local family = require "ztrain.model.family"
-local Acts = require "ztrain.model.activations"
-local precision = require "ztrain.model.precision"
 local host = require "ztrain.util.host"
 local headroom = require "ztrain.plan.headroom"
-local losses = require "ztrain.parallel.driver.losses"
 local fp = require "ztrain.parallel.strategy.footprint"
 local strategy = require "ztrain.parallel.strategy"
 local rep = require "ztrain.parallel.strategy.replicated"
@@ -41,6 +38,7 @@ local stage = require "ztrain.parallel.driver.stage"
 local library = require "ztrain.parallel.schedule.library"
 local simulate = require "ztrain.parallel.schedule.simulate"
 local steptime = require "ztrain.plan.steptime"
+local acts = require "ztrain.plan.activations"
 
 local M = {}
 
@@ -117,64 +115,6 @@ end
 local add = fp.add
 M.mpi_scratch = fp.mpi_scratch
 
--- Activations of `sets` micro-batches in flight over these units, and the
--- stage's scratch (model/activations.lua's plan); kept inputs on the host.
--- ckpt: the model's checkpointed blocks (the trainer's rule,
--- driver/stage.lua's checkpoint_units over every unit of the model).
-local function activations(t, cfg, r, units, sets, ckpt)
-  local B, Tlen = r.batch.micro, r.data.seq_len
-  local host = r.train.checkpoint_host and next(ckpt) ~= nil
-  -- bf16 GEMMs keep what only they read in bf16 (the trainer's choice)
-  local g16 = precision.gemm16(r)
-  add(t, "device", "activations", sets * Acts.set_bytes(cfg, B, Tlen, units, ckpt, host, g16) +
-      Acts.scratch_bytes(cfg, B, Tlen, { recompute = next(ckpt) ~= nil, host = host, gemm16 = g16 }))
-  -- the head's stage keeps the step's per-position losses (driver/losses.lua);
-  -- a Llama-family stage with blocks its RoPE table, cos and sin (T, hs/2)
-  -- (model/llama.lua's rope_table)
-  local rope = false
-  for _, u in ipairs(units) do
-    if u.kind == "head" then add(t, "device", "activations", losses.bytes(r.batch.accumulate, B, Tlen)) end
-    rope = rope or (u.kind == "block" and cfg.family == "llama")
-  end
-  if rope then add(t, "device", "activations", 2 * Tlen * (cfg.C / cfg.NH / 2) * 4) end
-  if host then
-    for _ in pairs(ckpt) do add(t, "host", "activations", sets * B * Tlen * cfg.C * 4) end
-  end
-end
-
--- Rank 0's sample (sample.tokens > 0, at each evaluation and at the end,
--- while the training activations are held): model/generate.lua's session (a
--- key/value cache of prompt + tokens positions, the final norm, logits)
--- and its work rows (the prompt's prefill and one decode row), and for a
--- strategy that keeps no full parameters (sharded, or mixed precision) a
--- full fp32 copy of the model ("other", trainer.lua's sample).
--- generate.lua's ROWS, as widths of Acts.widths
-local GEN_ROWS = { "C", "C", "C", "qkv", "C", "C", "C", "ffn_in", "ffn" }
-local function gen_work(cfg, n)
-  local W = Acts.widths(cfg)
-  local total = 2 * n + 16
-  for _, k in ipairs(GEN_ROWS) do total = total + math.ceil(n * W[k] / 16) * 16 end
-  return 4 * (total + n)
-end
-
-local function sample(t, cfg, r, spec, units)
-  if r.sample.tokens <= 0 then return end
-  local n = #r.sample.prompt + 1                 -- tokens of the prompt, at most one per byte
-  local okt, tok = pcall(data.tokenizer, r.data.tokenizer)
-  if okt and r.sample.prompt ~= "" and tok.encode then
-    local oke, ids = pcall(tok.encode, tok, r.sample.prompt)
-    if oke and type(ids) == "table" then n = #ids end
-  end
-  local cap = math.min(n + r.sample.tokens, cfg.maxT)
-  local kv = (cfg.NKV or cfg.NH) * (cfg.C / cfg.NH)          -- a cached position's keys (Llama: NKV heads)
-  local rope = cfg.family == "llama" and 4 * cap * (cfg.C / cfg.NH) or 0   -- its RoPE table at cap
-  add(t, "device", "activations", 4 * (2 * cfg.L * kv * cap + cfg.C + 2 + cfg.V) + gen_work(cfg, n) +
-      gen_work(cfg, 1) + rope)
-  if spec.stage > 0 or r.precision ~= "fp32" then
-    for _, u in ipairs(M.units(cfg, family.PAD)) do add(t, "device", "other", 4 * u.padded) end
-  end
-end
-
 -- model_config(r) -> the GPT-2 shape a recipe asks for (the plan's vocab).
 function M.model_config(r)
   if r.model.from ~= "" then
@@ -215,7 +155,7 @@ local function pipeline(cfg, r, P, lowp)
     -- taken (driver/schedule.lua retires it late): one more than simulated
     -- when the schedule reuses sets (1F1B), none when all are live (GPipe)
     local peak = math.max(res.peak[s - 1] or 1, 1)
-    activations(t, cfg, r, st.units, peak + ((s > 1 and peak < r.batch.accumulate) and 1 or 0), ckpt)
+    acts.activations(t, cfg, r, st.units, peak + ((s > 1 and peak < r.batch.accumulate) and 1 or 0), ckpt)
     -- gradients completed ahead of their turn, one buffer a unit each (driver/grad_order.lua)
     for _, u in ipairs(st.units) do add(t, "device", "grads", (res.held[s - 1] or 0) * (lowp and 2 or 4) * u.padded) end
     local total = M.totals(t).device
@@ -249,8 +189,8 @@ function M.predict(r, opts)
   local pad = spec.stage == 0 and family.PAD or N * norm_block()
   local units = M.units(cfg, pad)
   spec.footprint(t, { units = units, N = N, lowp = lowp, accumulate = r.batch.accumulate, recipe = r })
-  activations(t, cfg, r, units, 1, stage.checkpoint_units(units, r.train.checkpoint_activations))
-  sample(t, cfg, r, spec, units)
+  acts.activations(t, cfg, r, units, 1, stage.checkpoint_units(units, r.train.checkpoint_activations))
+  acts.sample(t, cfg, r, spec)
   return t, spec
 end
 
