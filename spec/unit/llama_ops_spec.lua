@@ -108,9 +108,26 @@ describe("Llama's ops", function()
     ok, err = pcall(ops.rope_table, cos, cos, 10000)
     assert.matches("zt_rope_table: cos and sin must be two tensors", err, 1, true)
     r2:free()
+    ok, err = pcall(ops.rope_table, cos, sin, 10000, { factor = 0 / 0, low_freq_factor = 1, high_freq_factor = 4,
+                                                       original_max_position_embeddings = 8 })
+    assert.matches("zt_rope_table: the Llama 3 scaling's numbers must be finite (config.json's rope_scaling)",
+                   err, 1, true)
+    ok, err = pcall(ops.rope_table, cos, sin, 10000, { factor = 8, low_freq_factor = 4, high_freq_factor = 1,
+                                                       original_max_position_embeddings = 8 })
+    assert.matches("high_freq_factor > low_freq_factor", err, 1, true)
     local gu, so = tensor({ 2, 7 }), tensor({ 2, 3 })
     ok, err = pcall(ops.swiglu_forward, so, gu)
     assert.matches("zt_swiglu_forward: gu's rows must be [gate | up], an even width", err, 1, true)
-    for _, t in ipairs({ x, w, out, r, w8, cos, sin, gu, so }) do t:free() end
+    -- bf16 activations: the dtypes go together
+    local gu16 = tensor({ 2, 8 }, nil, "bf16")
+    local so32 = tensor({ 2, 4 })
+    ok, err = pcall(ops.swiglu_forward, so32, gu16)
+    assert.matches("zt_swiglu_forward: out must be bf16", err, 1, true)
+    local d16 = tensor({ 2, 8 }, nil, "bf16")
+    ok, err = pcall(ops.rmsnorm_backward, out, nil, x, x, w8, r, d16)
+    assert.is_true(ok, err)
+    ok, err = pcall(ops.rmsnorm_backward, nil, w8, x, x, w8, r, d16)
+    assert.matches("zt_rmsnorm_backward_b16: dinp16 is dinp rounded: pass dinp too", err, 1, true)
+    for _, t in ipairs({ x, w, out, r, w8, cos, sin, gu, so, gu16, so32, d16 }) do t:free() end
   end)
 end)
