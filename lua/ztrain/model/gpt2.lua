@@ -16,6 +16,8 @@ local M = {}
 -- name -> { L, C, NH, maxT, V } (V defaults to GPT-2's 50257; a tokenizer may override).
 M.sizes = {
   ["gpt2-tiny"]   = { L = 2,  C = 64,   NH = 4,  maxT = 128 },
+  -- gpt2-tiny's widths, 8 units: enough for 8 pipeline stages (p=4, 2 chunks) in specs
+  ["gpt2-tiny-deep"] = { L = 6, C = 64, NH = 4,  maxT = 128 },
   ["gpt2-mini"]   = { L = 4,  C = 128,  NH = 4,  maxT = 256 },
   ["gpt2"]        = { L = 12, C = 768,  NH = 12, maxT = 1024 },
   ["gpt2-medium"] = { L = 24, C = 1024, NH = 16, maxT = 1024 },
