@@ -16,7 +16,9 @@
 --          (no one-rank run sums 2 ranks x 2 micro-batches in that order); llama_finetune (zero3 + offload of
 --          llama-tiny) on 2 ranks = single accum2 of llama-tiny, its settings
 --   bf16   precision=bf16 device.bf16_gemm=on: dp, zero3, zero2_offload,
---          zero3_offload, infinity, pipeline_1f1b = single accum2 in bf16
+--          zero3_offload, infinity, pipeline_1f1b = single accum2 in bf16;
+--          llama_finetune of llama-tiny in bf16 (bf16 activations: RMS norm,
+--          RoPE, SwiGLU, GQA attention) = single accum2 of it in bf16
 --   fp16   precision=fp16 (dynamic loss scaling): zero2, zero3_offload,
 --          pipeline_gpipe = single accum2 in fp16
 --   ckpt   train.checkpoint_activations=true (recomputed in backward, the
@@ -81,6 +83,8 @@ local REFS = {
            label = "one rank updating after every micro-batch, 6 steps (the digest)" },
   llama = { path = "recipes/single.lua", setting = "accum2", extra = LLAMA,
             label = "one rank accumulating 2 micro-batches, llama-tiny" },
+  llama16 = { path = "recipes/single.lua", setting = "accum2", extra = LLAMA .. " " .. BF16,
+              label = "one rank accumulating 2 micro-batches, llama-tiny, bf16" },
 }
 
 -- the cases: { recipe name, setting, nproc, extra, ref (a REFS key or nil: twice only) }
@@ -103,6 +107,7 @@ for _, r in ipairs({ "dp", "zero3", "zero2_offload", "zero3_offload", "infinity"
   add("bf16", r, "tiny", 2, BF16, "bf16")
 end
 add("bf16", "pipeline_1f1b", "accum2", 2, BF16, "bf16")
+add("bf16", "llama_finetune", "tiny", 2, LLAMA .. " " .. BF16, "llama16")
 for _, r in ipairs({ "zero2", "zero3_offload" }) do add("fp16", r, "tiny", 2, FP16, "fp16") end
 add("fp16", "pipeline_gpipe", "accum2", 2, FP16, "fp16")
 local CKPT, CKPT_HOST = "train.checkpoint_activations=true", "train.checkpoint_activations=true train.checkpoint_host=true"
