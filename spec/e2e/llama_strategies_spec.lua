@@ -3,7 +3,9 @@
 -- (GQA, Llama 3 RoPE scaling, untied head), qwen-tiny (tied embeddings
 -- across the first and last pipeline stage, q/k/v biases) and mistral-tiny
 -- (sliding window 16 < T = 32), random-initialised, on 2 ranks: each run's
--- parameter digest equals one rank accumulating the same micro-batches;
+-- parameter digest equals one rank accumulating the same micro-batches
+-- (between them every data-parallel recipe and every schedule: GPipe,
+-- 1F1B, interleaved, ZB-H1, ZB-V, DualPipe-V; pipeline_dp = zero1 on 2);
 -- export.hf from ZeRO-3's shards loads back (model/hf.lua) with the run's
 -- digest, and `ztrain generate` samples from the export; a checkpoint of a
 -- mistral-tiny run resumes under another strategy to the uninterrupted
@@ -26,8 +28,11 @@ describe("Llama-family models on 2 ranks give one rank's digest", function()
   local cases = {
     { "llama-tiny", { "recipes/dp.lua", "recipes/zero1.lua", "recipes/zero3.lua", "recipes/zero3_offload.lua",
                       "recipes/infinity.lua" }, { "recipes/pipeline_1f1b.lua", "recipes/pipeline_zbv.lua" } },
-    { "qwen-tiny", { "recipes/zero2.lua" }, { "recipes/pipeline_1f1b.lua", "recipes/pipeline_zbv.lua" } },
-    { "mistral-tiny", { "recipes/dp.lua", "recipes/zero3.lua" }, { "recipes/pipeline_1f1b.lua" } },
+    { "qwen-tiny", { "recipes/zero2.lua" }, { "recipes/pipeline_1f1b.lua", "recipes/pipeline_zbv.lua",
+                                              "recipes/pipeline_gpipe.lua", "recipes/pipeline_zb.lua" } },
+    { "mistral-tiny", { "recipes/dp.lua", "recipes/zero3.lua", "recipes/zero2_offload.lua" },
+      { "recipes/pipeline_1f1b.lua", "recipes/pipeline_interleaved.lua",
+        "recipes/pipeline_zbv.lua schedule=dualpipev" } },
   }
   for _, c in ipairs(cases) do
     local size, data_parallel, pipelines = c[1], c[2], c[3]
@@ -61,6 +66,13 @@ describe("Llama-family models on 2 ranks give one rank's digest", function()
       local one4 = digest("recipes/single.lua" .. G, size, 4)
       assert.are.equal(one4, digest("--nproc 2 recipes/pipeline_zbv.lua" .. G, size, 4), size .. " zbv")
     end
+  end)
+
+  -- pipeline_dp (2 stages x 2 replicas on 4 ranks) sums as zero1 on 2 ranks
+  -- accumulating 2 (no one-rank run sums 2 ranks x 2 micro-batches so)
+  it("qwen-tiny: pipeline_dp on 4 ranks gives zero1's digest on 2 accumulating 2", function()
+    assert.are.equal(digest("--nproc 2 recipes/zero1.lua", "qwen-tiny", 2),
+                     digest("--nproc 4 --oversubscribe recipes/pipeline_dp.lua", "qwen-tiny", 2))
   end)
 
   it("qwen-tiny: export.hf from zero3's shards loads back with the run's digest, and generate reads it", function()
