@@ -13,6 +13,9 @@ local CASES = {
   { "accumulate 4 bf16 GEMMs", "batch.accumulate=4", "precision=bf16", "device.bf16_gemm=on" },
   { "accumulate 4 checkpointed", "batch.accumulate=4", "train.checkpoint_activations=true" },
   { "accumulate 4 split backward (one_stage_iw)", "batch.accumulate=4", "schedule=one_stage_iw" },
+  -- the Llama family: RMS norm, RoPE (its table made at the first step), SwiGLU, GQA
+  { "llama-tiny accumulate 4 bf16 GEMMs", "model.size=llama-tiny", "batch.accumulate=4", "precision=bf16",
+    "device.bf16_gemm=on" },
 }
 for _, c in ipairs(CASES) do
   local o = {}
