@@ -608,17 +608,25 @@ static void t_llama_bf16(void)
     else if (synced("llama bf16")) {
         uint16_t *gx = down(dx, n * 2), *go = down(dout, nf * 2), *gg = down(dg, 2 * nf * 2);
         uint16_t *gro = down(dro, nc * 2), *gri = down(dri, nc * 2);
+        float *gdi = down(ddi, nc * 4);
         same_bits("rope forward + backward on bf16 rows: the CPU's bits", gx, x, n * 2);
         float *a = malloc(2 * nc * 4), *b = malloc(2 * nc * 4);
-        struct { const char *name; uint16_t *got, *want; size_t n; } k[4] = {
+        struct { const char *name; uint16_t *got, *want; size_t n; } k[3] = {
             { "swiglu bf16 forward: within a bf16 rounding of the CPU's", go, o, nf },
             { "swiglu bf16 backward: within a bf16 rounding of the CPU's", gg, g, 2 * nf },
-            { "rmsnorm bf16 out: within a bf16 rounding of the CPU's", gro, ro, nc },
-            { "rmsnorm backward dinp16: within a bf16 rounding of the CPU's", gri, ri, nc } };
-        for (int i = 0; i < 4; i++) {
+            { "rmsnorm bf16 out: within a bf16 rounding of the CPU's", gro, ro, nc } };
+        for (int i = 0; i < 3; i++) {
             zk_cast_bf16_f32(a, k[i].got, k[i].n); zk_cast_bf16_f32(b, k[i].want, k[i].n);
             close_to(k[i].name, a, b, k[i].n, 1e-30, 1.0 / 128);
         }
+        /* dinp accumulates onto values near zero: its bf16 copy is checked as
+         * the GPU's own dinp rounded (bits), dinp against the CPU's (the f32
+         * test's tolerance) */
+        close_to("rmsnorm backward with dinp16: dinp (accumulated)", gdi, di, nc, 1e-5, 1e-5);
+        uint16_t *want16 = malloc(nc * 2);
+        zk_cast_f32_bf16(want16, gdi, nc);
+        same_bits("rmsnorm backward dinp16: the GPU's dinp rounded once", gri, want16, nc * 2);
+        free(want16); free(gdi);
         free(a); free(b); free(gx); free(go); free(gg); free(gro); free(gri);
     }
     free(c); free(sn); free(xf); free(guf); free(d); free(x); free(gu); free(o); free(g);

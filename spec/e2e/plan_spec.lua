@@ -64,7 +64,6 @@ describe("plan: predicted against measured peaks", function()
     { "zero3 2, qwen-tiny", 2, "recipes/zero3.lua", "model.size=qwen-tiny data.tokenizer=bytes" },
     { "zero3_offload 2, qwen-tiny", 2, "recipes/zero3_offload.lua",
       "model.size=qwen-tiny data.tokenizer=bytes sample.tokens=0" },
-    { "zero2 2, llama-tiny", 2, "recipes/zero2.lua", "model.size=llama-tiny data.tokenizer=bytes" },
   }
   -- the plan is rank 0's (the heaviest: it samples); the others hold no more
   local function check(case, exact)
@@ -94,12 +93,13 @@ describe("plan: predicted against measured peaks", function()
     assert.is_true(want >= got and want <= 1.001 * got, ("activations predicted %d, measured %d"):format(want, got))
   end)
 
-  it("zero3 and zero3_offload 2, untied heads: exact but the working buffers, within 10% below", function()
+  it("zero2, zero3 and zero3_offload 2, untied heads: exact but the working buffers, within 10% below", function()
     -- the bound counts the embedding's gathered unit and bucket beside the
     -- head's; an untied head never reads the embedding, so whether its
     -- buffers are alive at the peak depends on when the gathers complete
     -- (measured: the bound, or one embedding's bytes less)
-    for _, c in ipairs({ { "recipes/zero3.lua", "model.size=llama-tiny data.tokenizer=bytes" },
+    for _, c in ipairs({ { "recipes/zero2.lua", "model.size=llama-tiny data.tokenizer=bytes" },
+                         { "recipes/zero3.lua", "model.size=llama-tiny data.tokenizer=bytes" },
                          { "recipes/zero3_offload.lua", "model.size=mistral-tiny data.tokenizer=bytes sample.tokens=0" } }) do
       local s, r = run(2, c[1], c[2])
       local t = plan.predict(r, { nproc = 2 })
@@ -152,6 +152,41 @@ describe("plan: predicted against measured peaks", function()
     local wte, micro_batches = 4 * 256 * 128, r.batch.accumulate
     local got = m.by_category.comm.device
     assert.is_true(got >= wte and got <= micro_batches * wte, ("comm predicted %d, measured %d"):format(t.device.comm, got))
+  end)
+
+  -- the Llama family with bf16 GEMMs: an untied head's stage keeps no
+  -- replica of the embedding; each stage widens its gradients in fp32 (the
+  -- largest unit's buffer); dp on one rank widens through its pool
+  it("llama-tiny in bf16: 1F1B on 2 ranks and dp on 1 rank exact but the activations, within 15% below", function()
+    local L = "model.size=llama-tiny data.tokenizer=bytes precision=bf16 device.bf16_gemm=on"
+    for _, c in ipairs({ { 2, "recipes/pipeline_1f1b.lua", L, "pipeline_1f1b" },
+                         { 1, "recipes/dp.lua", L .. " launch.nproc=1" } }) do
+      local s, r = run(c[1], c[2], c[3])
+      local t = plan.predict(r, { nproc = c[1], strategy = c[4] })
+      local m = c[4] and heaviest(s) or s.memory[1]
+      assert.are.same({}, differences(t, m, { params = true, grads = true, optim = true, comm = true, other = true }))
+      local got, want = m.by_category.activations.device, t.device.activations
+      assert.is_true(want <= got and want >= 0.85 * got, ("%s activations predicted %d, measured %d"):format(c[2], want, got))
+    end
+  end)
+
+  -- a strategy without full parameters samples from a full fp32 copy, with
+  -- its own RoPE table of the sample's positions: what 80 more sampled
+  -- positions add (KV cache and table) is predicted to the byte
+  it("qwen-tiny zero3 2 sampling 20 and 100 tokens: the sample's growth exact, activations within 0.1% above",
+     function()
+    local got, want = {}, {}
+    for i, n in ipairs({ 20, 100 }) do
+      local s, r = run(2, "recipes/zero3.lua", "model.size=qwen-tiny data.tokenizer=bytes sample.tokens=" .. n)
+      local t = plan.predict(r, { nproc = 2 })
+      local m = s.memory[1]
+      assert.are.same({}, differences(t, m, { params = true, grads = true, optim = true, comm = true, other = true }))
+      assert.is_true(m.by_category.other.device > 0, "the sample's model copy")
+      got[i], want[i] = m.by_category.activations.device, t.device.activations
+      assert.is_true(want[i] >= got[i] and want[i] <= 1.001 * got[i],
+                     ("activations predicted %d, measured %d"):format(want[i], got[i]))
+    end
+    assert.are.equal(got[2] - got[1], want[2] - want[1], "80 more sampled positions")
   end)
 
   -- checkpointed blocks are every k-th block of the model, counted over all

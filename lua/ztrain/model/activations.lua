@@ -318,7 +318,11 @@ local function scratch_plan(cfg, B, Tlen, opts)
   local P = planner()
   P.add("proj", { B, Tlen, C })
   P.add("dln", { B, Tlen, C }); P.add("datty", { B, Tlen, C })
-  P.add("dqkv", { B, Tlen, W.qkv }, gemm16); P.add("dfch", { B, Tlen, W.ffn_in })
+  P.add("dqkv", { B, Tlen, W.qkv }, gemm16)
+  -- dfch: GPT-2's fp32 c_proj input gradient (then GELU'd into dfch16 with
+  -- bf16 GEMMs); Llama's (N,2F) dgu, bf16 in dfch16 with bf16 GEMMs (its
+  -- fp32 gradient is dact)
+  if not (gemm16 and cfg.family == "llama") then P.add("dfch", { B, Tlen, W.ffn_in }) end
   -- Llama: the down GEMM's input gradient (N,F), apart from dfch (N,2F)
   if cfg.family == "llama" then P.add("dact", { B, Tlen, W.ffn }) end
   if gemm16 then P.add("dfch16", { B, Tlen, W.ffn_in }, true); P.add("d16", { B, Tlen, C }, true) end
@@ -366,7 +370,8 @@ function M.wgrad(cfg, B, Tlen, tier, kind, gemm16)
   if kind == "block" then
     P.add("dy", { B, Tlen, C }); P.add("dresid2", { B, Tlen, C })
     P.add("dln1", { B, Tlen, C }); P.add("dln2", { B, Tlen, C })
-    P.add("dqkv", { B, Tlen, W.qkv }, gemm16); P.add("dfch", { B, Tlen, W.ffn_in })
+    P.add("dqkv", { B, Tlen, W.qkv }, gemm16)
+    if not (gemm16 and cfg.family == "llama") then P.add("dfch", { B, Tlen, W.ffn_in }) end
     if gemm16 then P.add("dfch16", { B, Tlen, W.ffn_in }, true) end
   elseif kind == "head" then
     P.add("dlnf", { B, Tlen, C })

@@ -61,12 +61,16 @@ function M.sample(t, cfg, r, spec)
   end
   local cap = math.min(n + r.sample.tokens, cfg.maxT)
   local kv = (cfg.NKV or cfg.NH) * (cfg.C / cfg.NH)          -- a cached position's keys (Llama: NKV heads)
-  -- a Llama's RoPE table made again for cap positions when cap > T (it
-  -- replaces the training one: cos and sin, (positions, hs/2) each)
-  local rope = (cfg.family == "llama" and cap > r.data.seq_len) and 4 * (cap - r.data.seq_len) * (cfg.C / cfg.NH) or 0
+  -- a strategy that keeps no full parameters samples from a full fp32 copy
+  -- of the model (train/whole_model.lua), with its own RoPE table of cap
+  -- positions; in place, the training model's table is made again for cap
+  -- positions when cap > T, replacing it (cos and sin, (positions, hs/2) each)
+  local copy = spec.stage > 0 or r.precision ~= "fp32"
+  local hs = cfg.C / cfg.NH
+  local rope = cfg.family ~= "llama" and 0 or copy and 4 * cap * hs or 4 * math.max(0, cap - r.data.seq_len) * hs
   add(t, "device", "activations", 4 * (2 * cfg.L * kv * cap + cfg.C + 2 + cfg.V) + gen_work(cfg, n) +
       gen_work(cfg, 1) + rope)
-  if spec.stage > 0 or r.precision ~= "fp32" then
+  if copy then
     for _, u in ipairs(family.new(cfg, { alloc = false, pad = family.PAD }).units) do
       add(t, "device", "other", 4 * u.padded)
     end

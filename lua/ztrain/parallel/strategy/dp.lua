@@ -19,7 +19,7 @@ function M.new(opts)
   opts = options.check("dp", opts, { "defer_reduction" })
   local defer = opts.defer_reduction and true or false
   local S = { name = defer and "dp_deferred" or "dp", opts = opts }
-  S.placement, S.footprint = { stage = 0 }, replicated.footprint
+  S.placement, S.footprint = { stage = 0 }, replicated.footprint_pooled
 
   function S.setup(ctx)
     ctx.work = { pending = {} }      -- [unit index] = { req, micro }: reductions in flight

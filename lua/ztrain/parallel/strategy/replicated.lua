@@ -165,16 +165,19 @@ end
 -- The memory model of a replicated strategy (single, dp; footprint.lua):
 -- the full model state, and as working buffers the MPI scratch of the
 -- largest unit's all-reduce and, in a 2-byte precision, the widened
--- gradients being reduced (one rank: the largest unit's, the widening
--- buffer of up_buffer -- a 2-byte precision always accumulates in fp32).
+-- gradients being reduced (dp, on any number of ranks: its pool) or, for
+-- single, the widening buffer of up_buffer (the largest unit's: a 2-byte
+-- precision always accumulates in fp32).
 M.placement = { stage = 0 }      -- a strategy object takes its own copy (single.lua, dp.lua)
-function M.footprint(t, f)
+function M.footprint(t, f, pooled)
   fp.replicated_state(t, f.units, f.lowp, f.accumulate)
   local s = fp.shapes(f.units)
   fp.add(t, "device", "comm", fp.mpi_scratch(s.largest, f.N))
-  if f.lowp and f.N > 1 then fp.add(t, "device", "comm", fp.widened(s)) end
-  if f.lowp and f.N == 1 then fp.add(t, "device", "comm", 4 * s.largest) end
+  if f.lowp and (f.N > 1 or pooled) then fp.add(t, "device", "comm", fp.widened(s))
+  elseif f.lowp then fp.add(t, "device", "comm", 4 * s.largest) end
 end
+-- dp's: widened through its pool, one rank or many
+function M.footprint_pooled(t, f) return M.footprint(t, f, true) end
 
 -- Free what setup allocated (the model's own buffers are the trainer's).
 -- Safe after a setup that failed part-way, and twice.
