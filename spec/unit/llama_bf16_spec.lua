@@ -87,6 +87,32 @@ local function unit_step(model, ui, gemm16, round_acts)
   return out
 end
 
+-- the whole model (embed, blocks, head) forward and backward on one set:
+-- the residual gradient's bf16 copy handed from unit to unit (a.d16)
+local function model_step(model, gemm16, round_acts)
+  model.gemm16 = gemm16
+  local a = model:activations(B, Tn)
+  local tk, tg = ffi.new("int32_t[?]", B * Tn), ffi.new("int32_t[?]", B * Tn)
+  for i = 0, B * Tn - 1 do tk[i] = (i * 13) % model.cfg.V; tg[i] = (i * 7) % model.cfg.V end
+  a.tokens:write(tk); a.targets:write(tg)
+  a.dscale = 1 / (B * Tn)
+  local mm = precision.bf16_matmuls(model.tier)
+  a.mm = mm
+  local restore = round_acts and rounding_ops() or function() end
+  local ok, err = pcall(function()
+    local x = a.tokens
+    for _, u in ipairs(model.units) do x = model:forward(u, a, x) end
+    for i = #model.units, 1, -1 do model:backward(model.units[i], a) end
+  end)
+  restore()
+  assert(ok, err)
+  local g = {}
+  for _, u in ipairs(model.units) do g[#g + 1] = bytes(u.grads) end
+  mm.free(); a:free()
+  model.gemm16 = nil
+  return table.concat(g)
+end
+
 describe("Llama-family models with bf16 GEMMs", function()
   for _, size in ipairs({ "llama-tiny", "qwen-tiny", "mistral-tiny" }) do
     it(size .. ": a block gets the bits of fp32 activations rounded where bf16 stores them", function()
@@ -119,6 +145,16 @@ describe("Llama-family models with bf16 GEMMs", function()
       assert.is_true(cast.dx == direct.dx, size .. ": the head's input gradient differs")
       local plain = unit_step(model, last, nil)
       assert.is_false(plain.grads == direct.grads, size .. ": bf16 logits changed no gradient bit")
+      model:free()
+    end
+  end)
+
+  it("the whole model: every gradient's bits as the rounded fp32 path (the d16 hand-off between units)", function()
+    for _, size in ipairs({ "llama-tiny", "qwen-tiny" }) do
+      local model = llama.new(size)
+      model:init(3)
+      local direct, cast = model_step(model, true), model_step(model, nil, true)
+      assert.is_true(direct == cast, size .. ": the gradients differ")
       model:free()
     end
   end)
