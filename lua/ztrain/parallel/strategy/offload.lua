@@ -132,11 +132,15 @@ local function plan(self, work)
   return chunks
 end
 
--- step(optim, work, lr, scale): work is a list of { u, lo, size, P, G, st }
--- per unit: P (params over [lo, lo+size): device, host or nvme), G (the
--- reduced gradient shard, device), st (moments, host or nvme). Returns once
--- every updated parameter and moment is back where it lives.
-function Off:step(optim, work, lr, scale)
+-- step(optim, work, lr, scale, tail): work is a list of { u, lo, size, P,
+-- G, st } per unit: P (params over [lo, lo+size): device, host or nvme), G
+-- (the reduced gradient shard, device), st (moments, host or nvme).
+-- Returns once every updated parameter and moment is back where it lives.
+-- tail (optional) runs once the last chunk's writes are issued, before
+-- they are waited for: what it queues on the copy stream (the next
+-- forward's first parameter fetches) joins those writes on the disk, and
+-- the step does not wait for it.
+function Off:step(optim, work, lr, scale, tail)
   local chunks, cs, views = plan(self, work), self.copies, {}
   local function view(t, off, len)
     local v = t:view(off, { len })
@@ -206,15 +210,7 @@ function Off:step(optim, work, lr, scale)
       local t2 = now()
       self.time.io_wait, self.time.update = self.time.io_wait + (t1 - t0), self.time.update + (t2 - t1)
     end
-    local t3 = now()
-    cs:sync(); ds:sync()
-    self.time.io_wait = self.time.io_wait + (now() - t3)
-    self.time.opt = self.time.opt + (now() - t_start)
-    local s1 = s0 and aio.stats()
-    if s1 then
-      self.disk.busy, self.disk.depth = self.disk.busy + s1.busy_s - s0.busy_s, self.disk.depth + s1.depth_s - s0.depth_s
-    end
-    self.time.steps = self.time.steps + 1
+    self:finish_step(tail, t_start, s0)
   end)
   if not ok then
     for _, c in ipairs(chunks) do
@@ -224,6 +220,27 @@ function Off:step(optim, work, lr, scale)
   end
   for _, v in ipairs(views) do v:free() end         -- copies retain what they use
   if not ok then error(M.with_key(err), 0) end
+end
+
+-- The step's end: its own transfers waited for -- not what tail queues
+-- after them on the copy stream -- and its figures counted (t_start, s0:
+-- the step's start time and aio stats).
+function Off:finish_step(tail, t_start, s0)
+  local t3 = now()
+  local written = self.copies:record()
+  local tok, terr = pcall(tail or function() end)
+  local wok, werr = pcall(written.sync, written)
+  written:free()
+  if not wok then error(werr, 0) end
+  if not tok then error(terr, 0) end
+  self.dcopies:sync()
+  self.time.io_wait = self.time.io_wait + (now() - t3)
+  self.time.opt = self.time.opt + (now() - t_start)
+  local s1 = s0 and aio.stats()
+  if s1 then
+    self.disk.busy, self.disk.depth = self.disk.busy + s1.busy_s - s0.busy_s, self.disk.depth + s1.depth_s - s0.depth_s
+  end
+  self.time.steps = self.time.steps + 1
 end
 
 -- copy(dst, src): a copy between tiers, waited for (set-up). Device and
