@@ -281,14 +281,15 @@ function M.staging_bytes(recipe)
   return b
 end
 
--- The queue depth and block size for the swap directory: the recipe's
--- where given (a number, a size), the probe's where "auto" (aio.probe: a
--- short measurement of the directory's disk, kept per device under the
--- cache directory: $ZTRAIN_CACHE, else ~/.cache/ztrain). A probe that
--- fails (a full disk) leaves the engine's defaults and says why. -> depth,
--- block bytes, the probe's line for the start-up summary (nil: no probe)
+-- The queue depth, block size and files a storage is striped over for
+-- the swap directory: the recipe's where given (a number, a size), the
+-- probe's where "auto" (aio.probe: a short measurement of the directory's
+-- disk, kept per device under the cache directory: $ZTRAIN_CACHE, else
+-- ~/.cache/ztrain). A probe that fails (a full disk) leaves the engine's
+-- defaults (one file) and says why. -> depth, block bytes, stripes, the
+-- probe's line for the start-up summary (nil: no probe)
 local function disk_settings(o, path, engine)
-  local depth, block = o.queue_depth or "auto", o.block_size or "auto"
+  local depth, block, stripes = o.queue_depth or "auto", o.block_size or "auto", o.stripes or "auto"
   if block ~= "auto" then
     local b, err = memory.parse_size(block)
     if not b then error("offload.block_size: " .. err .. ' (or "auto": from a probe of the disk)', 0) end
@@ -297,24 +298,30 @@ local function disk_settings(o, path, engine)
   if depth ~= "auto" and (type(depth) ~= "number" or depth < 1 or depth % 1 ~= 0) then
     error(('offload.queue_depth must be a whole number >= 1 or "auto", got %s'):format(tostring(depth)), 0)
   end
-  if depth ~= "auto" and block ~= "auto" then return depth, block end
+  if stripes ~= "auto" and (type(stripes) ~= "number" or stripes < 1 or stripes > 8 or stripes % 1 ~= 0) then
+    error(('offload.stripes must be a whole number of files from 1 to 8 or "auto", got %s'):format(tostring(stripes)), 0)
+  end
+  if depth ~= "auto" and block ~= "auto" and stripes ~= "auto" then return depth, block, stripes end
   local dir = cache.default_dir()
   if dir and not fs.mkdirs(dir, "the cache directory") then dir = nil end
   local ok, p = pcall(aio.probe, { path = path, engine = engine, cache_dir = dir })
   local line
   if not ok then
     line = "nvme probe failed, defaults kept: " .. errors.message(p)
-    p = { queue_depth = aio.DEFAULT_DEPTH, block_bytes = aio.DEFAULT_BLOCK }
+    p = { queue_depth = aio.DEFAULT_DEPTH, block_bytes = aio.DEFAULT_BLOCK, stripes = 1 }
   elseif p.note ~= "" then
     line = "nvme " .. p.note .. "; defaults kept"
   else
-    line = ("nvme probe of %s (%s): %d x %s, write %.2f / read %.2f GB/s (8 x 1 MiB: %.2f / %.2f), %s%s"):format(
-      p.device, p.engine, p.queue_depth, memory.format(p.block_bytes), p.write_gbs, p.read_gbs,
+    line = ("nvme probe of %s (%s): %d x %s, %d file%s a storage, write %.2f / read %.2f GB/s " ..
+            "(8 x 1 MiB: %.2f / %.2f), %s%s"):format(
+      p.device, p.engine, p.queue_depth, memory.format(p.block_bytes), p.stripes, p.stripes > 1 and "s" or "",
+      p.write_gbs, p.read_gbs,
       p.default_write_gbs, p.default_read_gbs,
       p.cached and "as measured before" or ("measured in %.1f s"):format(p.seconds),
       p.cache_path ~= "" and (", kept in " .. p.cache_path) or "")
   end
-  return depth == "auto" and p.queue_depth or depth, block == "auto" and p.block_bytes or block, line
+  return depth == "auto" and p.queue_depth or depth, block == "auto" and p.block_bytes or block,
+         stripes == "auto" and p.stripes or stripes, line
 end
 
 -- The aio engine's bounce buffers (queue depth x block bytes, host
@@ -342,8 +349,8 @@ function M.aio_bounce_bytes(recipe)
 end
 
 -- nvme(recipe, out_dir) -> aio info: the nvme tier configured from the
--- recipe's offload keys (nvme_path, default OUT/nvme; block_size;
--- queue_depth: "auto" from a probe; checksum; aio_engine). The path is
+-- recipe's offload keys (nvme_path, default OUT/nvme; block_size,
+-- queue_depth, stripes: "auto" from a probe; checksum; aio_engine). The path is
 -- made if missing. info.probe: the probe's line (nil without one).
 function M.configure_nvme(recipe, out_dir)
   local o = recipe and recipe.offload or {}
@@ -367,8 +374,8 @@ function M.configure_nvme(recipe, out_dir)
   if engine ~= "auto" and engine ~= "uring" and engine ~= "threads" then
     error(("offload.aio_engine must be \"auto\", \"uring\" or \"threads\", got %s"):format(tostring(engine)), 0)
   end
-  local depth, block, line = disk_settings(o, path, engine)
-  local ok, info = pcall(aio.configure, { path = path, block_bytes = block, queue_depth = depth,
+  local depth, block, stripes, line = disk_settings(o, path, engine)
+  local ok, info = pcall(aio.configure, { path = path, block_bytes = block, queue_depth = depth, stripes = stripes,
                                           checksum = o.checksum or false, engine = engine })
   -- the runtime names the swap directory; the user set offload.nvme_path
   if not ok then error(("offload.nvme_path=%s: %s"):format(path, errors.message(info)), 0) end

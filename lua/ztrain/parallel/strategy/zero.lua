@@ -372,6 +372,7 @@ function H.describe(place, ctx)
   return { offload = { tier = place.otier, params_tier = place.ptier or "device", chunk_elems = off.chunk,
                        aio_engine = nv and nv.engine or nil, aio_engine_note = nv and nv.engine_note or nil,
                        aio_queue_depth = nv and nv.queue_depth or nil, aio_block_bytes = nv and nv.block_bytes or nil,
+                       aio_stripes = nv and nv.stripes or nil,
                        aio_probe = nv and nv.probe or nil,
                        fetch_wait_ms = 1000 * off.time.fetch_wait / n, io_wait_ms = 1000 * off.time.io_wait / n,
                        update_ms = 1000 * off.time.update / n, optimizer_ms = 1000 * off.time.opt / n,
