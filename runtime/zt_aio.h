@@ -222,7 +222,8 @@ zt_aio *zt_nvme_engine(void);
  * tensors exist). Harmless when not configured. */
 int zt_nvme_shutdown(void);
 /* The swap file holding an nvme tensor's storage, and the tensor's byte
- * offset in it (for messages, reports and tests); NULL if t is not on nvme. */
+ * offset in it (for messages, reports and tests); NULL if t is not on nvme.
+ * A striped storage: its first file, and the offset in the storage. */
 const char *zt_nvme_path(const zt_tensor *t, size_t *offset);
 
 #endif

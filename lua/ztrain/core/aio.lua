@@ -203,7 +203,8 @@ function M.shutdown() check(C.zt_nvme_shutdown(), "aio.shutdown") end
 -- (and nvme tensors) are unusable afterwards.
 function M.remove_files() C.zt_aio_remove_files() end
 
--- path_of(t) -> the swap file holding nvme tensor t, and t's byte offset in it.
+-- path_of(t) -> the swap file holding nvme tensor t, and t's byte offset in it
+-- (striped: the first of its files, and the offset in the storage).
 function M.path_of(t)
   if type(t) ~= "table" or t.c == nil then error("aio.path_of: expected a live tensor", 2) end
   local p = C.zt_nvme_path(t.c, sbuf)

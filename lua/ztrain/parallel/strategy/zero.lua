@@ -205,7 +205,11 @@ local function fetch_next(place, ctx)
   local model = ctx.model
   for d = 1, math.max(1, ctx.work.fetch_depth or 0) do
     local u = model.units[d]
-    if u then for _, pu in ipairs(model:param_units(u)) do params.fetch(place, ctx, pu) end end
+    if u then
+      for _, pu in ipairs(model:param_units(u)) do
+        if ctx.state.pshard[pu.index] then params.fetch(place, ctx, pu) end   -- units this rank holds
+      end
+    end
   end
 end
 
