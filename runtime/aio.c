@@ -125,30 +125,55 @@ static int io_error(char *msg, size_t n, int write, const char *path, size_t off
 
 /* ---- a block's transfers (any backend) ------------------------------------------------ */
 
+void aio_stripe_path(const aio_file *f, int s, char *out, size_t n)
+{
+    if (s == 0) snprintf(out, n, "%s", f->path);
+    else snprintf(out, n, "%s.%d", f->path, s);
+}
+
+/* Bytes of stripe s of a storage of `reserved` bytes striped over n files
+ * in blocks of b (aio_stripe's layout). */
+static size_t stripe_bytes(size_t reserved, size_t b, int n, int s)
+{
+    size_t nb = (reserved + b - 1) / b;            /* blocks, the last maybe short */
+    if ((size_t)s >= nb) return 0;
+    size_t k = (nb - 1 - (size_t)s) / (size_t)n;   /* this stripe's last block: s + k n */
+    size_t last = (size_t)s + k * (size_t)n;
+    return k * b + (last == nb - 1 ? reserved - last * b : b);
+}
+
+/* off: the transfer's offset in the storage; the messages name the file
+ * (the stripe's) and the offset in it. */
 int aio_rw_fail(slot *sl, int write, size_t off, size_t len, size_t got, int e)
 {
     aio_file *f = sl->req->f;
+    size_t at;
+    int s;
+    int fd = aio_stripe(sl->a, f, off, &at, &s);
+    char path[PATH_MAX + 48];
+    aio_stripe_path(f, s, path, sizeof path);
     if (e == 0 || (e == EINVAL && got > 0)) {
         /* 0: end of file. EINVAL after a partial O_DIRECT transfer: the
          * retry is misaligned because the file ended mid-page. */
         struct stat st;
-        long long size = fstat(f->fd, &st) == 0 ? (long long)st.st_size : -1;
+        long long size = fstat(fd, &st) == 0 ? (long long)st.st_size : -1;
+        size_t should = f->stripes > 1 ? stripe_bytes(f->reserved, sl->a->block, f->stripes, s) : f->reserved;
         if (!write) {
             snprintf(sl->msg, sizeof sl->msg,
                      "aio read of %.500s at offset %zu (%zu bytes): short read: the file ends "
                      "at %lld bytes, it should hold %zu (truncated or replaced underneath?); "
                      "its data is lost: restart from a checkpoint, and keep other "
-                     "programs out of %.400s", f->path, off, len, size, f->reserved,
+                     "programs out of %.400s", path, at, len, size, should,
                      sl->a->dir);
             return ZT_EIO;
         }
         snprintf(sl->msg, sizeof sl->msg,
                  "aio write to %.500s at offset %zu (%zu bytes): the device accepted only "
                  "%zu bytes (file now %lld bytes); check free space and the device under %.400s",
-                 f->path, off, len, got, size, sl->a->dir);
+                 path, at, len, got, size, sl->a->dir);
         return ZT_EIO;
     }
-    return io_error(sl->msg, sizeof sl->msg, write, f->path, off + got, len - got, e,
+    return io_error(sl->msg, sizeof sl->msg, write, path, at + got, len - got, e,
                     sl->a->dir);
 }
 
@@ -157,11 +182,16 @@ static int verify(slot *sl, aio_file *f, const char *p, size_t off, size_t len)
 {
     for (size_t i = 0; i < len; i += PAGE) {
         if (page_hash(p + i) != f->sums[(off + i) / PAGE]) {
+            size_t at;                  /* the page's file (a stripe's) and offset there */
+            int s;
+            char path[PATH_MAX + 48];
+            aio_stripe(sl->a, f, off + i, &at, &s);
+            aio_stripe_path(f, s, path, sizeof path);
             snprintf(sl->msg, sizeof sl->msg,
                      "aio read of %.500s: checksum mismatch in the %d-byte page at offset %zu "
                      "(reading %zu bytes at offset %zu): the swap file changed underneath; "
                      "its data is lost: restart from a checkpoint, and keep other programs "
-                     "out of %.400s", f->path, PAGE, off + i, sl->n, sl->off, sl->a->dir);
+                     "out of %.400s", path, PAGE, at, sl->n, sl->off, sl->a->dir);
             return ZT_EIO;
         }
     }
@@ -391,10 +421,15 @@ static void note(zt_aio *a, const char *fmt, ...)
 
 static const char OWNER_MAGIC[] = "ztrain-aio owner 1\n";
 
+/* swap.ID, or a stripe's swap.ID.S */
 static int is_swap_name(const char *s)
 {
     if (strncmp(s, "swap.", 5) != 0 || !s[5]) return 0;
-    for (s += 5; *s; s++) if (*s < '0' || *s > '9') return 0;
+    int dots = 0;
+    for (s += 5; *s; s++) {
+        if (*s == '.' && dots == 0 && s[1] && s[-1] != '.') { dots++; continue; }
+        if (*s < '0' || *s > '9') return 0;
+    }
     return 1;
 }
 
@@ -568,8 +603,12 @@ static int make_dirs(zt_aio *a, const char *dir, const char *host)
 /* Remove every file the engine made and its directory. */
 static void remove_files(zt_aio *a)
 {
+    char path[PATH_MAX + 48];
     for (int i = 0; i < a->nfiles; i++)
-        if (a->files[i]) unlink(a->files[i]->path);
+        for (int s = 0; a->files[i] && s < a->files[i]->stripes; s++) {
+            aio_stripe_path(a->files[i], s, path, sizeof path);
+            unlink(path);
+        }
     char owner[PATH_MAX + 16];
     snprintf(owner, sizeof owner, "%s/owner", a->dir);
     unlink(owner);
@@ -667,6 +706,7 @@ int zt_aio_open(zt_aio **out, const char *dir, size_t block_bytes, int queue_dep
     }
     a->block = block_bytes;
     a->depth = queue_depth;
+    a->stripes = 1;
     a->flags = flags;
     a->owner_fd = -1;
     a->slots = slots;
@@ -786,10 +826,22 @@ int zt_aio_open(zt_aio **out, const char *dir, size_t block_bytes, int queue_dep
     return ZT_OK;
 }
 
+/* Close and remove f's files (those opened: fd >= 0). */
+static void file_unlink(aio_file *f)
+{
+    char path[PATH_MAX + 48];
+    for (int s = 0; s < f->stripes; s++) {
+        if (f->fd[s] < 0) continue;
+        close(f->fd[s]);
+        f->fd[s] = -1;
+        aio_stripe_path(f, s, path, sizeof path);
+        unlink(path);
+    }
+}
+
 static void file_destroy(zt_aio *a, aio_file *f)
 {
-    close(f->fd);
-    unlink(f->path);
+    file_unlink(f);
     if (f->sums) zt_mem_free(f->sums, f->sums_bytes, ZT_TIER_HOST, ZT_CAT_OTHER);
     (void)a;
     free(f);
@@ -837,6 +889,18 @@ const char *zt_aio_dir(const zt_aio *a) { return a ? a->dir : ""; }
 const char *zt_aio_notes(const zt_aio *a) { return a ? a->notes : ""; }
 size_t zt_aio_block_bytes(const zt_aio *a) { return a ? a->block : 0; }
 int zt_aio_queue_depth(const zt_aio *a) { return a ? a->depth : 0; }
+int zt_aio_stripes(const zt_aio *a) { return a ? a->stripes : 0; }
+
+int zt_aio_set_stripes(zt_aio *a, int n)
+{
+    ZT_CHECK(a != NULL, "zt_aio_set_stripes: engine is NULL");
+    ZT_CHECK(n >= 1 && n <= ZT_AIO_MAX_STRIPES,
+             "zt_aio_set_stripes: %d files a storage is out of range (1..%d)", n, ZT_AIO_MAX_STRIPES);
+    pthread_mutex_lock(&a->lock);
+    a->stripes = n;
+    pthread_mutex_unlock(&a->lock);
+    return ZT_OK;
+}
 int zt_aio_flags(const zt_aio *a) { return a ? a->flags : 0; }
 int zt_aio_direct(const zt_aio *a) { return a ? a->direct : 0; }
 const char *zt_aio_engine(const zt_aio *a) { return a && a->be ? a->be->name : ""; }
@@ -853,6 +917,29 @@ int zt_aio_get_stats(zt_aio *a, zt_aio_stats *out)
 }
 
 /* ---- files ------------------------------------------------------------------------------ */
+
+/* Make stripe s of f (f->path, or f->path.S) and reserve its bytes:
+ * ZT_OK, or an error with its message in msg. */
+static int stripe_open(zt_aio *a, aio_file *f, int s, char *msg, size_t nmsg)
+{
+    char path[PATH_MAX + 48];
+    aio_stripe_path(f, s, path, sizeof path);
+    size_t bytes = f->stripes > 1 ? stripe_bytes(f->reserved, a->block, f->stripes, s) : f->reserved;
+    f->fd[s] = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | (a->direct ? O_DIRECT : 0), 0600);
+    if (f->fd[s] < 0) return io_error(msg, nmsg, 1, path, 0, bytes, errno, a->parent);
+    if (bytes == 0) return ZT_OK;
+    if (!(a->flags & ZT_AIO_SPARSE)) {
+        /* Reserve the space now: a full disk is an error at allocation, not
+         * in the middle of a step. Unwritten extents read as zeros. */
+        int e = fallocate(f->fd[s], 0, 0, (off_t)bytes) == 0 ? 0 : errno;
+        if (e == EOPNOTSUPP || e == ENOSYS)   /* no fallocate (ramfs): a sparse file */
+            e = ftruncate(f->fd[s], (off_t)bytes) == 0 ? 0 : errno;
+        if (e) return io_error(msg, nmsg, 1, path, 0, bytes, e, a->parent);
+    } else if (ftruncate(f->fd[s], (off_t)bytes) != 0) {
+        return io_error(msg, nmsg, 1, path, 0, bytes, errno, a->parent);
+    }
+    return ZT_OK;
+}
 
 int zt_aio_file_new(zt_aio *a, size_t nbytes, int *id)
 {
@@ -876,24 +963,16 @@ int zt_aio_file_new(zt_aio *a, size_t nbytes, int *id)
     snprintf(f->path, sizeof f->path, "%s/swap.%d", a->dir, f->id);
     f->size = nbytes;
     f->reserved = reserved;
-    f->fd = open(f->path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | (a->direct ? O_DIRECT : 0),
-                 0600);
+    pthread_mutex_lock(&a->lock);
+    f->stripes = a->stripes;
+    pthread_mutex_unlock(&a->lock);
+    for (int s = 0; s < ZT_AIO_MAX_STRIPES; s++) f->fd[s] = -1;
     int rc = ZT_OK;
     char msg[2048];
-    if (f->fd < 0) {
-        rc = io_error(msg, sizeof msg, 1, f->path, 0, reserved, errno, a->parent);
-    } else if (!(a->flags & ZT_AIO_SPARSE)) {
-        /* Reserve the space now: a full disk is an error at allocation, not
-         * in the middle of a step. Unwritten extents read as zeros. */
-        int e = fallocate(f->fd, 0, 0, (off_t)reserved) == 0 ? 0 : errno;
-        if (e == EOPNOTSUPP || e == ENOSYS)   /* no fallocate (ramfs): a sparse file */
-            e = ftruncate(f->fd, (off_t)reserved) == 0 ? 0 : errno;
-        if (e) rc = io_error(msg, sizeof msg, 1, f->path, 0, reserved, e, a->parent);
-    } else if (ftruncate(f->fd, (off_t)reserved) != 0) {
-        rc = io_error(msg, sizeof msg, 1, f->path, 0, reserved, errno, a->parent);
-    }
+    for (int s = 0; s < f->stripes && rc == ZT_OK; s++)
+        rc = stripe_open(a, f, s, msg, sizeof msg);
     if (rc) {
-        if (f->fd >= 0) { close(f->fd); unlink(f->path); }
+        file_unlink(f);
         if (f->sums) zt_mem_free(f->sums, f->sums_bytes, ZT_TIER_HOST, ZT_CAT_OTHER);
         free(f);
         return zt_error(rc, "%s (reserving a %zu-byte swap file)", msg, reserved);

@@ -27,7 +27,8 @@ enum { AIO_PAGE = ZT_AIO_PAGE };
 
 typedef struct aio_file {
     int id;
-    int fd;
+    int stripes;                /* files it is striped over (aio_stripe) */
+    int fd[ZT_AIO_MAX_STRIPES];
     size_t size;                /* logical bytes (requests stay inside) */
     size_t reserved;            /* on disk: size rounded up to PAGE */
     int inflight;               /* requests not yet complete (under the engine lock) */
@@ -103,6 +104,7 @@ typedef struct aio_region { char *buf; size_t n; } aio_region;
 struct zt_aio {
     size_t block;
     int depth;
+    int stripes;                /* files a new storage is striped over */
     int flags;
     int direct;                 /* files opened with O_DIRECT */
     int owner_fd;
@@ -140,6 +142,20 @@ struct zt_aio {
     uv_thread_t thread;
     struct zt_aio *next_open;   /* the atexit list */
 };
+
+/* The stripe of f holding byte off of the storage: block k (cut at
+ * multiples of a->block) is in stripe k % stripes at (k / stripes) x block.
+ * Returns the stripe's fd, *local the offset in it. A block's transfers
+ * stay inside the block, so each goes to one file. */
+static inline int aio_stripe(const zt_aio *a, const aio_file *f, size_t off, size_t *local, int *which)
+{
+    size_t k = off / a->block, n = (size_t)f->stripes;
+    *local = (k / n) * a->block + off % a->block;
+    if (which) *which = (int)(k % n);
+    return f->fd[k % n];
+}
+/* The path of stripe s of f (s 0: f->path). */
+AIO_HIDDEN void aio_stripe_path(const aio_file *f, int s, char *out, size_t n);
 
 /* Hand the next block to sl (engine lock held): 1, or 0 if none. */
 AIO_HIDDEN int aio_take_block(zt_aio *a, slot *sl);

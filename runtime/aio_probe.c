@@ -14,6 +14,10 @@
  * at most 4, stopping after about 1.5 s); a candidate's time is its median
  * write plus median read (the optimizer step moves as many bytes each way);
  * the pick is the fastest, or a smaller depth x block within 5% of it.
+ * Then, at the pick's depth and block, storages striped over 1, 2 and 4
+ * files (zt_aio_set_stripes), as many rounds in rotated order: the pick is
+ * the fewest files within 10% of the fastest (more files must earn it past
+ * a virtual disk's swings from pass to pass).
  * The probe's engines keep their bounce buffers (up to 32 MiB) outside the
  * memory accounting (ZT_AIO_UNACCOUNTED): they are gone before the run's
  * own engine opens, and a run's host peak stays what its plan predicts.
@@ -37,7 +41,8 @@
 #include <unistd.h>
 #include "internal.h"
 
-enum { NCAND = 5, MIN_ROUNDS = 2, MAX_ROUNDS = 4 };
+enum { NCAND = 5, MIN_ROUNDS = 2, MAX_ROUNDS = 4, NSTRIPE = 3 };
+static const int stripe_cand[NSTRIPE] = { 1, 2, 4 };
 #define PROBE_BYTES ((size_t)64 << 20)
 #define PROBE_SECONDS 1.5
 
@@ -80,13 +85,14 @@ static int pass(zt_aio *a, int f, int write, char *buf, size_t chunk, double *se
     return rc;
 }
 
-/* One round of candidate c: its write and read seconds. */
-static int measure(const char *dir, int flags, int c, char *buf, double *w, double *r, char *engine,
-                   size_t nengine)
+/* One round of candidate c over `stripes` files: its write and read seconds. */
+static int measure(const char *dir, int flags, int c, int stripes, char *buf, double *w, double *r,
+                   char *engine, size_t nengine)
 {
     zt_aio *a = NULL;
     int rc = zt_aio_open(&a, dir, cand[c].block, cand[c].depth, flags | ZT_AIO_UNACCOUNTED);
-    if (rc) return rc;
+    if (!rc) rc = zt_aio_set_stripes(a, stripes);
+    if (rc) { zt_aio_close(a); return rc; }
     snprintf(engine, nengine, "%s", zt_aio_engine(a));
     size_t chunk = (size_t)cand[c].depth * cand[c].block;
     int h = -1, f = -1;
@@ -119,17 +125,18 @@ static int read_cache(const char *path, zt_aio_probe_result *res)
     FILE *fp = fopen(path, "r");
     if (!fp) return 0;
     char key[64], val[256];
-    int have = 0;
+    int have = 0;                       /* a cache without stripes (older): measured again */
     while (fscanf(fp, "%63s %255s", key, val) == 2) {
         if (!strcmp(key, "queue_depth")) { res->queue_depth = atoi(val); have |= 1; }
         else if (!strcmp(key, "block_bytes")) { res->block_bytes = strtoull(val, NULL, 10); have |= 2; }
+        else if (!strcmp(key, "stripes")) { res->stripes = atoi(val); have |= 4; }
         else if (!strcmp(key, "write_gbs")) res->write_gbs = strtod(val, NULL);
         else if (!strcmp(key, "read_gbs")) res->read_gbs = strtod(val, NULL);
         else if (!strcmp(key, "default_write_gbs")) res->default_write_gbs = strtod(val, NULL);
         else if (!strcmp(key, "default_read_gbs")) res->default_read_gbs = strtod(val, NULL);
     }
     fclose(fp);
-    return have == 3 && res->queue_depth >= 1 && res->queue_depth <= 256 && res->block_bytes >= ZT_AIO_PAGE &&
+    return have == 7 && res->stripes >= 1 && res->stripes <= ZT_AIO_MAX_STRIPES && res->queue_depth >= 1 && res->queue_depth <= 256 && res->block_bytes >= ZT_AIO_PAGE &&
            res->block_bytes % ZT_AIO_PAGE == 0 && res->block_bytes <= ((size_t)256 << 20);
 }
 
@@ -139,11 +146,42 @@ static void write_cache(const char *path, const zt_aio_probe_result *res)
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *fp = fopen(tmp, "w");
     if (!fp) return;                    /* a cache that cannot be written: probe again next time */
-    fprintf(fp, "device %s\nengine %s\nqueue_depth %d\nblock_bytes %zu\nwrite_gbs %.3f\nread_gbs %.3f\n"
-                "default_write_gbs %.3f\ndefault_read_gbs %.3f\n",
-            res->device, res->engine, res->queue_depth, res->block_bytes, res->write_gbs, res->read_gbs,
-            res->default_write_gbs, res->default_read_gbs);
+    fprintf(fp, "device %s\nengine %s\nqueue_depth %d\nblock_bytes %zu\nstripes %d\nwrite_gbs %.3f\n"
+                "read_gbs %.3f\ndefault_write_gbs %.3f\ndefault_read_gbs %.3f\n",
+            res->device, res->engine, res->queue_depth, res->block_bytes, res->stripes, res->write_gbs,
+            res->read_gbs, res->default_write_gbs, res->default_read_gbs);
     if (fclose(fp) == 0) rename(tmp, path); else unlink(tmp);
+}
+
+/* At candidate pick's depth and block: 1, 2 and 4 files a storage, rounds
+ * rounds in rotated order; res->stripes the fewest within 10% of the
+ * fastest (median write + read), res->write_gbs/read_gbs its figures. */
+static int probe_stripes(const char *dir, int flags, int pick, int rounds, char *buf, zt_aio_probe_result *res)
+{
+    double w[NSTRIPE][MAX_ROUNDS], r[NSTRIPE][MAX_ROUNDS], t[NSTRIPE];
+    for (int round = 0; round < rounds; round++)
+        for (int k = 0; k < NSTRIPE; k++) {
+            int c = (k + round) % NSTRIPE;
+            int rc = measure(dir, flags, pick, stripe_cand[c], buf, &w[c][round], &r[c][round], res->engine,
+                             sizeof res->engine);
+            if (rc) return rc;
+        }
+    int best = 0;
+    for (int c = 0; c < NSTRIPE; c++) {
+        double mw = median(w[c], rounds), mr = median(r[c], rounds);
+        t[c] = mw + mr;
+        res->stripe_n[c] = stripe_cand[c];
+        res->stripe_write_gbs[c] = (double)PROBE_BYTES / mw / 1e9;
+        res->stripe_read_gbs[c] = (double)PROBE_BYTES / mr / 1e9;
+        if (t[c] < t[best]) best = c;
+    }
+    int pick_s = best;
+    for (int c = NSTRIPE - 1; c >= 0; c--)   /* fewer files within 10% of the fastest */
+        if (t[c] <= 1.10 * t[best] && stripe_cand[c] < stripe_cand[pick_s]) pick_s = c;
+    res->stripes = stripe_cand[pick_s];
+    res->write_gbs = res->stripe_write_gbs[pick_s];
+    res->read_gbs = res->stripe_read_gbs[pick_s];
+    return ZT_OK;
 }
 
 /* Measure every candidate, fill res with the pick. */
@@ -160,13 +198,12 @@ static int run_probe(const char *dir, int flags, zt_aio_probe_result *res)
     while (rounds < MAX_ROUNDS && (rounds < MIN_ROUNDS || zt_now() - t0 < PROBE_SECONDS)) {
         for (int k = 0; k < NCAND && !rc; k++) {
             int c = (k + rounds) % NCAND;
-            rc = measure(dir, flags, c, buf, &w[c][rounds], &r[c][rounds], res->engine, sizeof res->engine);
+            rc = measure(dir, flags, c, 1, buf, &w[c][rounds], &r[c][rounds], res->engine, sizeof res->engine);
         }
         if (rc) break;
         rounds++;
     }
-    munmap(buf, most);
-    if (rc) return rc;
+    if (rc) { munmap(buf, most); return rc; }
     double best = 0, t[NCAND], gw[NCAND], gr[NCAND];
     int pick = 0;
     for (int c = 0; c < NCAND; c++) {
@@ -192,7 +229,9 @@ static int run_probe(const char *dir, int flags, zt_aio_probe_result *res)
     res->default_read_gbs = gr[0];
     res->rounds = rounds;
     res->candidates = NCAND;
-    return ZT_OK;
+    rc = probe_stripes(dir, flags, pick, rounds, buf, res);
+    munmap(buf, most);
+    return rc;
 }
 
 static void cache_file(char *out, size_t n, const char *cache_dir, dev_t d, const char *engine)
@@ -242,6 +281,7 @@ int zt_aio_probe(const char *dir, int flags, const char *cache_dir, zt_aio_probe
     if (!direct) {                      /* buffered: the page cache's speed, not the disk's */
         res->queue_depth = ZT_AIO_DEFAULT_DEPTH;
         res->block_bytes = ZT_AIO_DEFAULT_BLOCK;
+        res->stripes = 1;
         snprintf(res->note, sizeof res->note, "not probed: %.100s refuses O_DIRECT", dir);
         res->seconds = zt_now() - t0;
         return ZT_OK;

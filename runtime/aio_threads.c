@@ -33,13 +33,14 @@ static int pool_threads;        /* libuv's pool size (fixed at its first use) */
 static int rw_full(slot *sl)
 {
     aio_op *o = &sl->op;
-    int fd = sl->req->f->fd;
+    size_t at;                  /* the transfer's offset in its stripe's file */
+    int fd = aio_stripe(sl->a, sl->req->f, o->off, &at, NULL);
     size_t got = 0;
     while (got < o->len) {
         int fault = aio_fault(sl->a, ZT_AIO_FAULT_COMPLETE);
         ssize_t r = fault ? (errno = fault, -1)
-                  : o->write ? pwrite(fd, o->buf + got, o->len - got, (off_t)(o->off + got))
-                             : pread(fd, o->buf + got, o->len - got, (off_t)(o->off + got));
+                  : o->write ? pwrite(fd, o->buf + got, o->len - got, (off_t)(at + got))
+                             : pread(fd, o->buf + got, o->len - got, (off_t)(at + got));
         if (r < 0 && errno == EINTR) continue;
         if (r > 0) { got += (size_t)r; continue; }
         return aio_rw_fail(sl, o->write, o->off, o->len, got, r < 0 ? errno : 0);

@@ -68,12 +68,17 @@ static void block_done(zt_aio *a, slot *sl)
 static void submit_error(slot *sl, int e)
 {
     aio_op *o = &sl->op;
+    size_t at;
+    int s;
+    char path[PATH_MAX + 48];
+    aio_stripe(sl->a, sl->req->f, o->off + sl->op_done, &at, &s);
+    aio_stripe_path(sl->req->f, s, path, sizeof path);
     snprintf(sl->msg, sizeof sl->msg,
              "aio %s %.500s at offset %zu (%zu bytes) failed: io_uring could not take the "
              "request (io_uring_submit: %s); the engine stays usable; if this repeats, use the "
              "thread-pool engine (ZTRAIN_AIO_ENGINE=threads, or ZT_AIO_THREADS to "
-             "zt_aio_open) (swap directory %.400s)", op_name(o->write), sl->req->f->path,
-             o->off + sl->op_done, o->len - sl->op_done, strerror(e), sl->a->dir);
+             "zt_aio_open) (swap directory %.400s)", op_name(o->write), path,
+             at, o->len - sl->op_done, strerror(e), sl->a->dir);
     sl->err = ZT_EIO;
 }
 
@@ -95,8 +100,9 @@ static void prep(zt_aio *a, uring *u, slot *sl)
     aio_op *o = &sl->op;
     char *buf = o->buf + sl->op_done;
     unsigned len = (unsigned)(o->len - sl->op_done);
-    __u64 off = o->off + sl->op_done;
-    int fd = sl->req->f->fd;
+    size_t at;                  /* the offset in its stripe's file */
+    int fd = aio_stripe(a, sl->req->f, o->off + sl->op_done, &at, NULL);
+    __u64 off = at;
     int index = -1;             /* a fixed buffer: the bounce buffers (0), or registered memory */
     if (o->bounce) {
         if (u->fixed) index = 0;

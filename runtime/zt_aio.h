@@ -70,6 +70,7 @@ enum {
                                        (the disk probe's short-lived engines) */
     ZT_AIO_PAGE = 4096,             /* O_DIRECT alignment: buffers, offsets, lengths */
     ZT_AIO_MAX_REGISTERED = 16,     /* regions zt_aio_register holds at once */
+    ZT_AIO_MAX_STRIPES = 8,         /* files a storage is striped over, at most */
     ZT_AIO_DEFAULT_BLOCK = 1048576, /* block_bytes 0 means this (DeepSpeed's default) */
     ZT_AIO_DEFAULT_DEPTH = 8        /* queue_depth 0 means this */
 };
@@ -129,6 +130,14 @@ int zt_aio_file_new(zt_aio *a, size_t nbytes, int *id);
 int zt_aio_file_free(zt_aio *a, int id);
 /* The file's path (valid until it is freed), NULL if unknown. */
 const char *zt_aio_file_path(zt_aio *a, int id);
+/* Files made from now on are striped over n files (1..ZT_AIO_MAX_STRIPES; 1,
+ * the default: one file a storage): block k of a storage (cut at multiples
+ * of block_bytes) lives in its file k % n, at offset (k / n) x block_bytes,
+ * so the blocks in flight spread over n files. Files made before keep
+ * their count. zt_aio_file_path names the first (swap.ID); the others are
+ * swap.ID.1 .. swap.ID.(n-1); errors name the file and offset the disk saw. */
+int zt_aio_set_stripes(zt_aio *a, int n);
+int zt_aio_stripes(const zt_aio *a);
 
 /* Write nbytes from buf to file at offset / read them into buf. Any offset,
  * length and buffer alignment; [offset, offset+nbytes) must lie inside the
@@ -166,7 +175,8 @@ int zt_aio_test(zt_aio_req *r, int *done);
  * scratch file written and read back by the engine flags choose, at queue
  * depth 8, 16, 32 x 1 MiB blocks and 4, 8 x 4 MiB, rounds in rotated order;
  * the pick is the least median write + read time (a smaller depth x block
- * within 5% wins). With cache_dir (made if its parent exists; NULL or "":
+ * within 5% wins); then at the pick, storages striped over 1, 2 and 4 files
+ * (the fewest within 10% of the fastest wins; about 1 s more). With cache_dir (made if its parent exists; NULL or "":
  * none) the pick is kept per device and engine in
  * cache_dir/aio-probe.MAJ-MIN.ENGINE and read back next time without
  * measuring (cached = 1); concurrent probes of one device take turns. A
@@ -187,6 +197,9 @@ typedef struct zt_aio_probe_result {
     char engine[16];                      /* "io_uring" or "threads" */
     char cache_path[4096];                /* where the pick is kept ("" if nowhere) */
     char note[256];                       /* why nothing was measured ("" if it was) */
+    int stripes;                          /* the pick's files a storage is striped over */
+    int stripe_n[3];                      /* at the pick's depth and block: 1, 2, 4 files */
+    double stripe_write_gbs[3], stripe_read_gbs[3];   /* their medians (0 when cached) */
 } zt_aio_probe_result;
 int zt_aio_probe(const char *dir, int flags, const char *cache_dir, zt_aio_probe_result *res);
 /* The pick kept in cache_dir for dir's device and engine ("io_uring" or
@@ -209,7 +222,8 @@ zt_aio *zt_nvme_engine(void);
  * tensors exist). Harmless when not configured. */
 int zt_nvme_shutdown(void);
 /* The swap file holding an nvme tensor's storage, and the tensor's byte
- * offset in it (for messages, reports and tests); NULL if t is not on nvme. */
+ * offset in it (for messages, reports and tests); NULL if t is not on nvme.
+ * A striped storage: its first file, and the offset in the storage. */
 const char *zt_nvme_path(const zt_tensor *t, size_t *offset);
 
 #endif

@@ -10,7 +10,7 @@
  *
  *   make build/bench_aio && build/bench_aio [--dir DIR] [--size 512MiB]
  *        [--block 1MiB] [--depth 8,32] [--repeat 5] [--engine auto|uring|threads|both]
- *        [--register 1|0|both] [--psync-jobs N] [--buffered] [--sweep]
+ *        [--register 1|0|both] [--psync-jobs N] [--buffered] [--sweep] [--stripes N]
  *        (ZT_BENCH_AIO_RUNS=1 prints every round)
  *
  * For each queue depth (default 8 and 32), the engine makes a file of
@@ -33,6 +33,9 @@
  * a column, --register both the engine without registering its buffer;
  * --psync-jobs N adds fio's psync with N jobs (the thread pool's own
  * pattern). Without fio the engine's columns are printed alone.
+ *
+ * --stripes N: the engine's file striped over N files (zt_aio_set_stripes);
+ * fio then runs on the first of them only, so the fio columns are left out.
  *
  * Both end with the nvme tier's short probe of DIR (zt_aio_probe: what
  * offload.queue_depth / offload.block_size = "auto" would pick, measured
@@ -159,6 +162,7 @@ typedef struct bench {
     char why[300];
     int quiet;                     /* sweep: no per-config detail lines */
     int huge;                      /* --huge: the buffer 2 MiB-aligned, MADV_HUGEPAGE */
+    int stripes;                   /* --stripes: files the engine's file is striped over */
 } bench;
 
 /* Contenders: engines 0..nengines-1, then fio libaio, fio io_uring, fio
@@ -188,6 +192,7 @@ static void measure(bench *b, size_t block, int depth, result *res)
      * the same for memory already touched) -- then filled */
     for (int e = 0; e < b->nengines; e++) {
         if (zt_aio_open(&a[e], b->dir, block, depth, b->flags | b->engine_flags[e])) die("open");
+        if (zt_aio_set_stripes(a[e], b->stripes)) die("stripes");
         if (zt_aio_file_new(a[e], size, &f[e])) die("file");
         int h;
         if (b->engine_reg[e] && zt_aio_register(a[e], buf, chunk, ZT_AIO_REG_FRESH, &h)) die("register");
@@ -287,17 +292,20 @@ static void print_probe(const bench *b)
         return;
     }
     if (r.note[0]) { printf("  probe: %s\n", r.note); return; }
-    printf("  probe (offload.queue_depth/block_size = auto; %s, %d rounds of 64 MiB, %.1f s): pick %d x %zu KiB;",
-           r.engine, r.rounds, r.seconds, r.queue_depth, r.block_bytes >> 10);
+    printf("  probe (offload.queue_depth/block_size/stripes = auto; %s, %d rounds of 64 MiB, %.1f s): pick %d x "
+           "%zu KiB over %d file(s);", r.engine, r.rounds, r.seconds, r.queue_depth, r.block_bytes >> 10, r.stripes);
     for (int c = 0; c < r.candidates; c++)
         printf(" %dx%zuKi %.2f|%.2f", r.cand_depth[c], r.cand_block[c] >> 10, r.cand_write_gbs[c],
                r.cand_read_gbs[c]);
+    printf(";");
+    for (int c = 0; c < 3; c++)
+        printf(" %d file(s) %.2f|%.2f", r.stripe_n[c], r.stripe_write_gbs[c], r.stripe_read_gbs[c]);
     printf(" (GB/s write|read)\n");
 }
 
 int main(int argc, char **argv)
 {
-    bench b = { .dir = "build", .size = (size_t)512 << 20, .repeat = 0, .nengines = 1 };
+    bench b = { .dir = "build", .size = (size_t)512 << 20, .repeat = 0, .nengines = 1, .stripes = 1 };
     size_t block = (size_t)1 << 20;
     int depths[16] = { 8, 32 }, ndepth = 2, sweep = 0;
     const char *engine = "auto", *reg = "1";
@@ -318,8 +326,9 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--engine")) engine = v;
         else if (!strcmp(a, "--register")) reg = v;
         else if (!strcmp(a, "--psync-jobs")) b.psync = atoi(v);
+        else if (!strcmp(a, "--stripes")) b.stripes = atoi(v);
         else { fprintf(stderr, "bench_aio: unknown option %s (--dir --size --block --depth "
-                       "--repeat --engine --psync-jobs --buffered --sweep)\n", a); return 2; }
+                       "--repeat --engine --psync-jobs --buffered --sweep --stripes)\n", a); return 2; }
         i++;
     }
     if (b.repeat < 1 || b.repeat > MAXR) b.repeat = sweep ? 2 : 5;
@@ -342,6 +351,10 @@ int main(int argc, char **argv)
     }
     b.have_fio = system("command -v fio >/dev/null 2>&1") == 0;
     snprintf(b.why, sizeof b.why, "fio is not installed (make deps installs it)");
+    if (b.stripes > 1 && b.have_fio) {   /* fio would see the first stripe only */
+        b.have_fio = 0;
+        snprintf(b.why, sizeof b.why, "--stripes %d: fio would see one of the files", b.stripes);
+    }
 
     char fstype[64] = "?", cmd[4200];
     snprintf(cmd, sizeof cmd, "stat -f -c %%T '%s' 2>/dev/null", b.dir);

@@ -494,11 +494,111 @@ static void test_underneath(int flags, const char *tag)
     zt_aio_close(a);
 }
 
+/* ---- striped storages ------------------------------------------------------------------ */
+
+/* A storage striped over 3 files in 64 KiB blocks (block k in file k % 3
+ * at (k / 3) x 64 KiB): round trips of unaligned ranges against a shadow,
+ * the layout on disk read back with plain read(2), a changed byte and a
+ * truncated stripe named by the stripe's path and offset, every stripe
+ * removed with the file, a killed run's stripes removed by the next run. */
+static void test_striped(int flags, const char *tag)
+{
+    enum { B = 65536, S = 3 };
+    const size_t N = 7 * B + 5000;      /* 8 blocks, the last short: stripes of 3, 3 and 2 blocks */
+    char name[200], p[4300];
+    zt_aio *a = NULL;
+    int rc = zt_aio_open(&a, subdir(flags ? "striped_sum" : "striped"), B, 4, flags);
+    if (!rc) rc = zt_aio_set_stripes(a, S);
+    int f = -1;
+    if (!rc) rc = zt_aio_file_new(a, N, &f);
+    snprintf(name, sizeof name, "%s: a storage striped over %d files", tag, S);
+    ct_check(rc == ZT_OK && zt_aio_stripes(a) == S && count_entries(zt_aio_dir(a)) == 1 + S, name,
+             "rc %d %s; %d entries", rc, zt_last_error(), count_entries(zt_aio_dir(a)));
+    if (rc) { zt_aio_close(a); return; }
+    unsigned char *shadow = ct_alloc(N), *src = page_alloc(N), *dst = page_alloc(N);
+    memset(shadow, 0, N);
+    const size_t offs[] = { 0, 17, B - 100, 2 * B, 3 * B + 4095, 5 * B + 1, N - 7000 };
+    const size_t sizes[] = { 1, 200, 4096, B, B + 13, 3 * B + 7, 4 * B };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof offs / sizeof *offs; i++)
+        for (size_t j = 0; j < sizeof sizes / sizeof *sizes; j++) {
+            size_t off = offs[i], n = sizes[j];
+            if (off + n > N) continue;
+            fill_random(src + (i % 2), n);
+            if (zt_aio_write(a, f, off, src + (i % 2), n, NULL) != ZT_OK) { bad++; continue; }
+            memcpy(shadow + off, src + (i % 2), n);
+            memset(dst, 0xee, n);
+            if (zt_aio_read(a, f, off, dst + (j % 2), n, NULL) != ZT_OK || memcmp(dst + (j % 2), src + (i % 2), n))
+                bad++;
+        }
+    rc = zt_aio_read(a, f, 0, dst, N, NULL);
+    snprintf(name, sizeof name, "%s: striped round trips (unaligned), the whole storage = shadow", tag);
+    ct_check(bad == 0 && rc == ZT_OK && !memcmp(dst, shadow, N), name, "%d bad, rc %d %s", bad, rc,
+             zt_last_error());
+    /* the layout: block k at (k / S) x B of file k % S */
+    int layout = 1;
+    struct stat st;
+    size_t want_size[S] = { 3 * B, 2 * B + 8192, 2 * B };  /* blocks 0 3 6 | 1 4 7 | 2 5; 7: 8 KiB on disk */
+    for (int s = 0; s < S; s++) {
+        if (s) snprintf(p, sizeof p, "%s.%d", zt_aio_file_path(a, f), s);
+        else snprintf(p, sizeof p, "%s", zt_aio_file_path(a, f));
+        unsigned char *disk = slurp(p, want_size[s]);
+        layout &= stat(p, &st) == 0 && (size_t)st.st_size == want_size[s];
+        for (size_t k = (size_t)s; k * B < N; k += S) {
+            size_t n = N - k * B < B ? N - k * B : B;
+            layout &= !memcmp(disk + (k / S) * B, shadow + k * B, n);
+        }
+        free(disk);
+    }
+    snprintf(name, sizeof name, "%s: on disk, block k lies in file k %% %d at (k / %d) x block", tag, S, S);
+    ct_check(layout, name, "a stripe's size or bytes differ");
+
+    /* a changed byte in stripe 1 (block 4's byte 100: its offset B + 100) */
+    snprintf(p, sizeof p, "%s.1", zt_aio_file_path(a, f));
+    int fd = open(p, O_RDWR);
+    unsigned char x = shadow[4 * B + 100] ^ 0x10;
+    ssize_t w = pwrite(fd, &x, 1, B + 100);
+    close(fd);
+    rc = zt_aio_read(a, f, 4 * B, dst, B, NULL);
+    if (flags & ZT_AIO_CHECKSUM) {
+        snprintf(name, sizeof name, "%s: a changed byte in a stripe fails the read, naming its file and page", tag);
+        ct_check(w == 1 && rc == ZT_EIO && has(zt_last_error(), "checksum mismatch") && has(zt_last_error(), p) &&
+                 has(zt_last_error(), "page at offset 65536"), name, "rc %d %s", rc, zt_last_error());
+    } else {
+        snprintf(name, sizeof name, "%s: without checksums a stripe's changed byte reads back changed", tag);
+        ct_check(w == 1 && rc == ZT_OK && dst[100] == x, name, "rc %d", rc);
+    }
+    /* stripe 2 truncated: a read of block 5 (its offset B) names it */
+    snprintf(p, sizeof p, "%s.2", zt_aio_file_path(a, f));
+    if (truncate(p, B / 2) != 0) printf("# truncate: %s\n", strerror(errno));
+    rc = zt_aio_read(a, f, 5 * B, dst, 4096, NULL);
+    snprintf(name, sizeof name, "%s: a short read of a truncated stripe names its file and offset", tag);
+    ct_check(rc == ZT_EIO && has(zt_last_error(), "short read") && has(zt_last_error(), p) &&
+             has(zt_last_error(), "offset 65536") && has(zt_last_error(), "ends at 32768"), name,
+             "rc %d %s", rc, zt_last_error());
+
+    rc = zt_aio_file_free(a, f);
+    snprintf(name, sizeof name, "%s: file_free removes every stripe", tag);
+    ct_check(rc == ZT_OK && count_entries(zt_aio_dir(a)) == 1, name, "rc %d, %d entries", rc,
+             count_entries(zt_aio_dir(a)));
+    ct_check(zt_aio_set_stripes(a, 0) == ZT_EINVAL && zt_aio_set_stripes(a, ZT_AIO_MAX_STRIPES + 1) == ZT_EINVAL &&
+             has(zt_last_error(), "out of range"), "set_stripes refuses 0 and too many", "%s", zt_last_error());
+    /* a file made with one stripe after files with three */
+    zt_aio_set_stripes(a, 1);
+    rc = zt_aio_file_new(a, B, &f);
+    ct_check(rc == ZT_OK && count_entries(zt_aio_dir(a)) == 2, "later files take the new count",
+             "rc %d, %d entries", rc, count_entries(zt_aio_dir(a)));
+    free(shadow); free(src); free(dst);
+    zt_aio_close(a);
+}
+
 /* ---- dead, live and foreign runs --------------------------------------------------------- */
 
 /* A child process opens an engine in dir, makes a file and writes it, then
  * dies by SIGKILL (how = 0), exits normally (1: atexit), or waits for a
  * byte on `go` and closes (2). ready gets a byte once the file is written. */
+static int child_stripes = 1;   /* files the child's storage is striped over */
+
 static pid_t child_engine(const char *dir, int how, int ready, int go)
 {
     fflush(NULL);                       /* the child's exit must not print our buffer again */
@@ -507,7 +607,8 @@ static pid_t child_engine(const char *dir, int how, int ready, int go)
     zt_aio *a = NULL;
     int f;
     static unsigned char buf[8192] __attribute__((aligned(4096)));
-    if (zt_aio_open(&a, dir, 65536, 2, 0) || zt_aio_file_new(a, 8192, &f) ||
+    if (zt_aio_open(&a, dir, 65536, 2, 0) || zt_aio_set_stripes(a, child_stripes) ||
+        zt_aio_file_new(a, child_stripes > 1 ? 2 * 65536 : 8192, &f) ||
         zt_aio_write(a, f, 0, buf, 8192, NULL)) {
         fprintf(stderr, "child: %s\n", zt_last_error());
         _exit(3);
@@ -541,6 +642,19 @@ static void test_cleanup(void)
              has(zt_aio_notes(a), "dead run") && !strchr(zt_aio_notes(a), '\n'),
              "the next run removes a dead run's files, and says so (once)",
              "rc %d notes: %s", rc, zt_aio_notes(a));
+    zt_aio_close(a);
+
+    /* a dead run's striped storage: swap.0 and swap.0.1 */
+    child_stripes = 2;
+    pid = child_engine(d, 0, -1, -1);
+    child_stripes = 1;
+    waitpid(pid, &status, 0);
+    left = find_entry(d, "ztrain-aio.", child_dir, sizeof child_dir);
+    snprintf(p, sizeof p, "%s/swap.0.1", child_dir);
+    int had = left && stat(p, &st) == 0;
+    rc = zt_aio_open(&a, d, 65536, 2, 0);
+    ct_check(had && rc == ZT_OK && stat(child_dir, &st) != 0 && has(zt_aio_notes(a), "removed 2 swap files"),
+             "a dead run's stripes are removed too", "had %d rc %d notes: %s", had, rc, zt_aio_notes(a));
     zt_aio_close(a);
 
     /* a live run is left alone */
@@ -1305,6 +1419,8 @@ int main(void)
         test_enospc();
         test_underneath(ZT_AIO_CHECKSUM, "checksum");
         test_underneath(0, "no checksum");
+        test_striped(ZT_AIO_CHECKSUM, "striped, checksum");
+        test_striped(0, "striped");
         test_cleanup();
         test_nvme_tier();
         test_stream_overlap();

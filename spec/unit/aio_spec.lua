@@ -319,24 +319,33 @@ describe("the disk probe", function()
     local text = assert(fs.read_file(file))
     assert.matches("queue_depth " .. p.queue_depth .. "\n", text, 1, true)
     assert.matches("block_bytes " .. p.block_bytes .. "\n", text, 1, true)
+    assert.is_true(p.stripes == 1 or p.stripes == 2 or p.stripes == 4, "stripes " .. p.stripes)
+    assert.matches("stripes " .. p.stripes .. "\n", text, 1, true)
     -- the next probe measures nothing: a pick edited into the file comes back
-    util.write(file, text:gsub("queue_depth %d+", "queue_depth 24"):gsub("block_bytes %d+", "block_bytes 2097152"))
+    util.write(file, text:gsub("queue_depth %d+", "queue_depth 24"):gsub("block_bytes %d+", "block_bytes 2097152")
+                         :gsub("stripes %d+", "stripes 3"))
     local q = aio.probe { path = dir, cache_dir = cdir .. "/c" }
     assert.is_true(q.cached)
     assert.are.equal(24, q.queue_depth)
     assert.are.equal(2097152, q.block_bytes)
+    assert.are.equal(3, q.stripes)
+    -- a pick kept before the probe measured stripes is measured again
+    util.write(file, (text:gsub("stripes %d+\n", "")))
+    q = aio.probe { path = dir, cache_dir = cdir .. "/c" }
+    assert.is_false(q.cached)
+    assert.matches("stripes " .. q.stripes .. "\n", assert(fs.read_file(file)), 1, true)
     assert.same({}, entries(dir))                 -- its scratch files are gone
     os.execute("rm -rf '" .. dir .. "' '" .. cdir .. "'")
   end)
 
-  it("offload's auto settings come from it; an explicit depth or block size wins", function()
+  it("offload's auto settings come from it; an explicit depth, block size or stripe count wins", function()
     local dir, cdir = tmpdir(), tmpdir()
     local old = os.getenv("ZTRAIN_CACHE")
     libc.setenv("ZTRAIN_CACHE", cdir, 1)
     local eng = engines[1]
     -- a pick kept for this device: auto takes it without measuring
     util.write(("%s/aio-probe.%s.%s"):format(cdir, devkey(dir), eng),
-          "queue_depth 24\nblock_bytes 2097152\nwrite_gbs 1.5\nread_gbs 0.75\n")
+          "queue_depth 24\nblock_bytes 2097152\nstripes 2\nwrite_gbs 1.5\nread_gbs 0.75\n")
     local function conf(o)
       o.nvme_path = dir
       o.aio_engine = eng == "io_uring" and "uring" or "threads"
@@ -347,18 +356,25 @@ describe("the disk probe", function()
     local i = conf { queue_depth = "auto", block_size = "auto" }
     assert.are.equal(24, i.queue_depth)
     assert.are.equal(2097152, i.block_bytes)
-    assert.matches("24 x 2.00 MiB, write 1.50 / read 0.75 GB/s", i.probe, 1, true)
+    assert.are.equal(2, i.stripes)
+    assert.matches("24 x 2.00 MiB, 2 files a storage, write 1.50 / read 0.75 GB/s", i.probe, 1, true)
+    assert.matches("striped over 2 files", i.summary, 1, true)
     assert.matches("as measured before, kept in " .. cdir, i.probe, 1, true)
     assert.matches(i.probe, i.summary, 1, true)   -- the start-up line says so
     i = conf { queue_depth = 4, block_size = "auto" }
     assert.are.equal(4, i.queue_depth)
     assert.are.equal(2097152, i.block_bytes)
-    i = conf { queue_depth = 4, block_size = "256KiB" }
+    i = conf { queue_depth = 4, block_size = "256KiB" }   -- stripes: auto
+    assert.are.equal(2, i.stripes)
+    i = conf { queue_depth = 4, block_size = "256KiB", stripes = 3 }
     assert.are.equal(4, i.queue_depth)
     assert.are.equal(262144, i.block_bytes)
+    assert.are.equal(3, i.stripes)
     assert.is_nil(i.probe)
     local err = raises(conf, { queue_depth = "deep", block_size = "auto" })
     assert.matches('offload.queue_depth must be a whole number >= 1 or "auto", got deep', err, 1, true)
+    err = raises(conf, { queue_depth = 4, block_size = "1MiB", stripes = 9 })
+    assert.matches('offload.stripes must be a whole number of files from 1 to 8 or "auto", got 9', err, 1, true)
     libc.setenv("ZTRAIN_CACHE", old or "", 1)
     os.execute("rm -rf '" .. dir .. "' '" .. cdir .. "'")
   end)
@@ -371,5 +387,10 @@ describe("the disk probe", function()
     local r, err = recipe.resolve({}, { "offload.queue_depth=0" })
     assert.is_nil(r)
     assert.matches('offload.queue_depth must be an integer in [1, 1024] or "auto", got 0', err, 1, true)
+    assert.are.equal("auto", recipe.resolve({}, {}).offload.stripes)
+    assert.are.equal(2, recipe.resolve({}, { "offload.stripes=2" }).offload.stripes)
+    r, err = recipe.resolve({}, { "offload.stripes=9" })
+    assert.is_nil(r)
+    assert.matches('offload.stripes must be an integer in [1, 8] or "auto", got 9', err, 1, true)
   end)
 end)

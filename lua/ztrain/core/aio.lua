@@ -51,7 +51,7 @@ local function host_ptr(buf, what)
 end
 
 local KNOWN = { path = true, block_bytes = true, queue_depth = true, checksum = true,
-                buffered = true, sparse = true, engine = true }
+                buffered = true, sparse = true, engine = true, stripes = true }
 -- engine = "auto" (the default: io_uring where it works, else the thread
 -- pool; $ZTRAIN_AIO_ENGINE may name one), "uring" (an error where io_uring
 -- is missing or refused) or "threads" (libuv's thread pool)
@@ -66,8 +66,13 @@ local function options(what, opts)
   for k in pairs(opts) do
     if not KNOWN[k] then
       error(("%s: unknown option %q (known: block_bytes, buffered, checksum, engine, path, "
-             .. "queue_depth, sparse)"):format(what, tostring(k)), 3)
+             .. "queue_depth, sparse, stripes)"):format(what, tostring(k)), 3)
     end
+  end
+  local st = opts.stripes or 1
+  if type(st) ~= "number" or st % 1 ~= 0 or st < 1 or st > C.ZT_AIO_MAX_STRIPES then
+    error(("%s: stripes must be a whole number of files from 1 to %d (offload.stripes), got %s")
+          :format(what, C.ZT_AIO_MAX_STRIPES, tostring(opts.stripes)), 3)
   end
   if type(opts.path) ~= "string" or opts.path == "" then
     error(what .. ": path must be a directory name (offload.nvme_path)", 3)
@@ -117,20 +122,22 @@ local function info_of(a)
     dir = ffi.string(C.zt_aio_dir(a)),
     block_bytes = tonumber(C.zt_aio_block_bytes(a)),
     queue_depth = tonumber(C.zt_aio_queue_depth(a)),
+    stripes = tonumber(C.zt_aio_stripes(a)),             -- files a storage is striped over
     checksum = bit.band(C.zt_aio_flags(a), C.ZT_AIO_CHECKSUM) ~= 0,
     engine = ffi.string(C.zt_aio_engine(a)),            -- "io_uring" or "threads"
     engine_note = ffi.string(C.zt_aio_engine_note(a)),  -- how it was chosen
     notes = notes,
   }
-  i.summary = ("nvme: %s, %s, %s blocks, queue depth %d%s, in %s%s"):format(
+  i.summary = ("nvme: %s, %s, %s blocks, queue depth %d%s%s, in %s%s"):format(
     i.mode, i.engine_note, memory.format(i.block_bytes), i.queue_depth,
+    i.stripes > 1 and (", striped over " .. i.stripes .. " files") or "",
     i.checksum and ", checksummed" or "", i.dir, notes ~= "" and ("\n" .. notes) or "")
   return i
 end
 
 -- ---- the nvme tier ------------------------------------------------------------------
 
--- configure{ path = DIR, block_bytes = "1MiB", queue_depth = 8, checksum = false,
+-- configure{ path = DIR, block_bytes = "1MiB", queue_depth = 8, stripes = 1, checksum = false,
 --            buffered = false, sparse = false, engine = "auto" } -> info
 -- Opens the tier's engine over DIR (made if its parent exists; an error if it
 -- is not a directory or not writable) and removes files left there by dead
@@ -141,6 +148,7 @@ end
 function M.configure(opts)
   local dir, block, depth, flags = options("aio.configure", opts)
   check(C.zt_nvme_configure(dir, block, depth, flags), "aio.configure")
+  check(C.zt_aio_set_stripes(C.zt_nvme_engine(), opts.stripes or 1), "aio.configure")
   return info_of(C.zt_nvme_engine())
 end
 
@@ -195,7 +203,8 @@ function M.shutdown() check(C.zt_nvme_shutdown(), "aio.shutdown") end
 -- (and nvme tensors) are unusable afterwards.
 function M.remove_files() C.zt_aio_remove_files() end
 
--- path_of(t) -> the swap file holding nvme tensor t, and t's byte offset in it.
+-- path_of(t) -> the swap file holding nvme tensor t, and t's byte offset in it
+-- (striped: the first of its files, and the offset in the storage).
 function M.path_of(t)
   if type(t) ~= "table" or t.c == nil then error("aio.path_of: expected a live tensor", 2) end
   local p = C.zt_nvme_path(t.c, sbuf)
@@ -228,10 +237,11 @@ end
 local probe_result
 
 -- probe{ path = DIR, engine = "auto", cache_dir = DIR } -> { queue_depth,
--- block_bytes, write_gbs, read_gbs, default_write_gbs, default_read_gbs,
--- rounds, cached, seconds, device, engine, cache_path, note }: the queue depth and
--- block size the engine moves bytes fastest with on DIR's disk (a 64 MiB
--- scratch file, about 1.5 s; zt_aio.h's zt_aio_probe), kept per device in
+-- block_bytes, stripes, write_gbs, read_gbs, default_write_gbs, default_read_gbs,
+-- rounds, cached, seconds, device, engine, cache_path, note }: the queue depth,
+-- block size and files a storage is striped over that the engine moves bytes
+-- fastest with on DIR's disk (a 64 MiB scratch file, about 2.5 s; zt_aio.h's
+-- zt_aio_probe), kept per device in
 -- cache_dir (nil: measured every time) and read back from there.
 function M.probe(opts)
   if type(opts) ~= "table" or type(opts.path) ~= "string" or opts.path == "" then
@@ -255,7 +265,7 @@ end
 function probe_result(r)
   return { queue_depth = r.queue_depth, block_bytes = tonumber(r.block_bytes), write_gbs = r.write_gbs,
            read_gbs = r.read_gbs, default_write_gbs = r.default_write_gbs, default_read_gbs = r.default_read_gbs,
-           rounds = r.rounds, cached = r.cached ~= 0, seconds = r.seconds, device = ffi.string(r.device),
+           rounds = r.rounds, cached = r.cached ~= 0, stripes = r.stripes, seconds = r.seconds, device = ffi.string(r.device),
            engine = ffi.string(r.engine), cache_path = ffi.string(r.cache_path), note = ffi.string(r.note) }
 end
 
@@ -267,6 +277,7 @@ function M.open(opts)
   check(C.zt_aio_open(abuf, dir, block, depth, flags), "aio.open")
   local a = abuf[0]
   ffi.gc(a, C.zt_aio_close)
+  check(C.zt_aio_set_stripes(a, opts.stripes or 1), "aio.open")
   -- reqs: every request not yet waited, held strongly so its buffer outlives
   -- the I/O even if the caller drops the request
   return setmetatable({ c = a, reqs = {} }, Engine)

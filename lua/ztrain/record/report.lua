@@ -377,7 +377,7 @@ function M.print_summary(s)
              "optimizer's transfers, %.0f ms updating on the host (%s%s)\n"):format(off.fetch_wait_ms,
              off.io_wait_ms, off.update_ms, off.tier, off.aio_engine and (", aio " .. off.aio_engine ..
              (off.aio_queue_depth and (" " .. off.aio_queue_depth .. " x " .. memory.format(off.aio_block_bytes))
-              or "")) or ""))
+              or "") .. ((off.aio_stripes or 1) > 1 and (", " .. off.aio_stripes .. " files a storage") or "")) or ""))
     local moved = (off.nvme_read_bytes or 0) + (off.nvme_written_bytes or 0)
     if moved > 0 and (off.optimizer_ms or 0) > 0 and (off.disk_busy_ms or 0) > 0 then
       w:write(("              the optimizer step %.0f ms, %.2f GB read and %.2f GB written on nvme: %.2f GB/s; " ..

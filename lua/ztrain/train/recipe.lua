@@ -85,9 +85,10 @@ M.defaults = {
   -- where offloaded state is staged and swapped (zt.strategy.zero{offload_*})
   -- (aio_engine: "auto" = io_uring where it works, else libuv's thread pool;
   -- "uring" (an error without it) or "threads"; $ZTRAIN_AIO_ENGINE decides under auto)
-  -- (block_size, queue_depth: "auto" = from a short probe of nvme_path's disk, kept per device)
+  -- (block_size, queue_depth, stripes -- files a storage is striped over --: "auto" = from a
+  -- short probe of nvme_path's disk, kept per device)
   offload  = { staging = "16MiB", prefetch = 2, nvme_path = "", block_size = "auto", queue_depth = "auto",
-               checksum = false, aio_engine = "auto" },
+               stripes = "auto", checksum = false, aio_engine = "auto" },
   -- written at the end of a run: export.hf = DIR, the trained model as a
   -- Hugging Face GPT-2 directory ("" = none)
   export   = { hf = "" },
@@ -197,7 +198,7 @@ end
 -- Check every key of r against the schema; returns nil, err on the first unknown.
 -- Numeric keys whose default is "auto": a number is welcome too (an
 -- override's number arrives as a string, the default being one)
-local AUTO = { ["offload.queue_depth"] = true }
+local AUTO = { ["offload.queue_depth"] = true, ["offload.stripes"] = true }
 
 local function validate(r, schema, prefix)
   for k, v in pairs(r) do
@@ -318,7 +319,7 @@ local RANGES = {
   ["train.eval_batches"] = { 0, 2 ^ 31, true }, ["device.threads"] = { 0, 1024, true },
   ["launch.nproc"] = { 0, 4096, true }, ["pipeline.stages"] = { 1, 4096, true },
   ["pipeline.chunks"] = { 1, 64, true }, ["offload.prefetch"] = { 1, 64, true },
-  ["offload.queue_depth"] = { 1, 1024, true }, ["train.ckpt_every"] = { 0, 2 ^ 40, true },
+  ["offload.queue_depth"] = { 1, 1024, true }, ["offload.stripes"] = { 1, 8, true }, ["train.ckpt_every"] = { 0, 2 ^ 40, true },
   ["train.ckpt_keep"] = { 0, 2 ^ 20, true }, ["sample.tokens"] = { 0, 2 ^ 20, true },
   ["sample.temperature"] = { 0, 1e3 }, ["sample.top_k"] = { 0, 2 ^ 24, true }, ["sample.top_p"] = { 1e-9, 1 },
   ["comm.timeout"] = { 0, 1e9 },

@@ -132,11 +132,15 @@ local function plan(self, work)
   return chunks
 end
 
--- step(optim, work, lr, scale): work is a list of { u, lo, size, P, G, st }
--- per unit: P (params over [lo, lo+size): device, host or nvme), G (the
--- reduced gradient shard, device), st (moments, host or nvme). Returns once
--- every updated parameter and moment is back where it lives.
-function Off:step(optim, work, lr, scale)
+-- step(optim, work, lr, scale, tail): work is a list of { u, lo, size, P,
+-- G, st } per unit: P (params over [lo, lo+size): device, host or nvme), G
+-- (the reduced gradient shard, device), st (moments, host or nvme).
+-- Returns once every updated parameter and moment is back where it lives.
+-- tail (optional) runs once the last chunk's writes are issued, before
+-- they are waited for: what it queues on the copy stream (the next
+-- forward's first parameter fetches) joins those writes on the disk, and
+-- the step does not wait for it.
+function Off:step(optim, work, lr, scale, tail)
   local chunks, cs, views = plan(self, work), self.copies, {}
   local function view(t, off, len)
     local v = t:view(off, { len })
@@ -206,15 +210,7 @@ function Off:step(optim, work, lr, scale)
       local t2 = now()
       self.time.io_wait, self.time.update = self.time.io_wait + (t1 - t0), self.time.update + (t2 - t1)
     end
-    local t3 = now()
-    cs:sync(); ds:sync()
-    self.time.io_wait = self.time.io_wait + (now() - t3)
-    self.time.opt = self.time.opt + (now() - t_start)
-    local s1 = s0 and aio.stats()
-    if s1 then
-      self.disk.busy, self.disk.depth = self.disk.busy + s1.busy_s - s0.busy_s, self.disk.depth + s1.depth_s - s0.depth_s
-    end
-    self.time.steps = self.time.steps + 1
+    self:finish_step(tail, t_start, s0)
   end)
   if not ok then
     for _, c in ipairs(chunks) do
@@ -224,6 +220,27 @@ function Off:step(optim, work, lr, scale)
   end
   for _, v in ipairs(views) do v:free() end         -- copies retain what they use
   if not ok then error(M.with_key(err), 0) end
+end
+
+-- The step's end: its own transfers waited for -- not what tail queues
+-- after them on the copy stream -- and its figures counted (t_start, s0:
+-- the step's start time and aio stats).
+function Off:finish_step(tail, t_start, s0)
+  local t3 = now()
+  local written = self.copies:record()
+  local tok, terr = pcall(tail or function() end)
+  local wok, werr = pcall(written.sync, written)
+  written:free()
+  if not wok then error(werr, 0) end
+  if not tok then error(terr, 0) end
+  self.dcopies:sync()
+  self.time.io_wait = self.time.io_wait + (now() - t3)
+  self.time.opt = self.time.opt + (now() - t_start)
+  local s1 = s0 and aio.stats()
+  if s1 then
+    self.disk.busy, self.disk.depth = self.disk.busy + s1.busy_s - s0.busy_s, self.disk.depth + s1.depth_s - s0.depth_s
+  end
+  self.time.steps = self.time.steps + 1
 end
 
 -- copy(dst, src): a copy between tiers, waited for (set-up). Device and
@@ -264,14 +281,15 @@ function M.staging_bytes(recipe)
   return b
 end
 
--- The queue depth and block size for the swap directory: the recipe's
--- where given (a number, a size), the probe's where "auto" (aio.probe: a
--- short measurement of the directory's disk, kept per device under the
--- cache directory: $ZTRAIN_CACHE, else ~/.cache/ztrain). A probe that
--- fails (a full disk) leaves the engine's defaults and says why. -> depth,
--- block bytes, the probe's line for the start-up summary (nil: no probe)
+-- The queue depth, block size and files a storage is striped over for
+-- the swap directory: the recipe's where given (a number, a size), the
+-- probe's where "auto" (aio.probe: a short measurement of the directory's
+-- disk, kept per device under the cache directory: $ZTRAIN_CACHE, else
+-- ~/.cache/ztrain). A probe that fails (a full disk) leaves the engine's
+-- defaults (one file) and says why. -> depth, block bytes, stripes, the
+-- probe's line for the start-up summary (nil: no probe)
 local function disk_settings(o, path, engine)
-  local depth, block = o.queue_depth or "auto", o.block_size or "auto"
+  local depth, block, stripes = o.queue_depth or "auto", o.block_size or "auto", o.stripes or "auto"
   if block ~= "auto" then
     local b, err = memory.parse_size(block)
     if not b then error("offload.block_size: " .. err .. ' (or "auto": from a probe of the disk)', 0) end
@@ -280,24 +298,30 @@ local function disk_settings(o, path, engine)
   if depth ~= "auto" and (type(depth) ~= "number" or depth < 1 or depth % 1 ~= 0) then
     error(('offload.queue_depth must be a whole number >= 1 or "auto", got %s'):format(tostring(depth)), 0)
   end
-  if depth ~= "auto" and block ~= "auto" then return depth, block end
+  if stripes ~= "auto" and (type(stripes) ~= "number" or stripes < 1 or stripes > 8 or stripes % 1 ~= 0) then
+    error(('offload.stripes must be a whole number of files from 1 to 8 or "auto", got %s'):format(tostring(stripes)), 0)
+  end
+  if depth ~= "auto" and block ~= "auto" and stripes ~= "auto" then return depth, block, stripes end
   local dir = cache.default_dir()
   if dir and not fs.mkdirs(dir, "the cache directory") then dir = nil end
   local ok, p = pcall(aio.probe, { path = path, engine = engine, cache_dir = dir })
   local line
   if not ok then
     line = "nvme probe failed, defaults kept: " .. errors.message(p)
-    p = { queue_depth = aio.DEFAULT_DEPTH, block_bytes = aio.DEFAULT_BLOCK }
+    p = { queue_depth = aio.DEFAULT_DEPTH, block_bytes = aio.DEFAULT_BLOCK, stripes = 1 }
   elseif p.note ~= "" then
     line = "nvme " .. p.note .. "; defaults kept"
   else
-    line = ("nvme probe of %s (%s): %d x %s, write %.2f / read %.2f GB/s (8 x 1 MiB: %.2f / %.2f), %s%s"):format(
-      p.device, p.engine, p.queue_depth, memory.format(p.block_bytes), p.write_gbs, p.read_gbs,
+    line = ("nvme probe of %s (%s): %d x %s, %d file%s a storage, write %.2f / read %.2f GB/s " ..
+            "(8 x 1 MiB: %.2f / %.2f), %s%s"):format(
+      p.device, p.engine, p.queue_depth, memory.format(p.block_bytes), p.stripes, p.stripes > 1 and "s" or "",
+      p.write_gbs, p.read_gbs,
       p.default_write_gbs, p.default_read_gbs,
       p.cached and "as measured before" or ("measured in %.1f s"):format(p.seconds),
       p.cache_path ~= "" and (", kept in " .. p.cache_path) or "")
   end
-  return depth == "auto" and p.queue_depth or depth, block == "auto" and p.block_bytes or block, line
+  return depth == "auto" and p.queue_depth or depth, block == "auto" and p.block_bytes or block,
+         stripes == "auto" and p.stripes or stripes, line
 end
 
 -- The aio engine's bounce buffers (queue depth x block bytes, host
@@ -325,8 +349,8 @@ function M.aio_bounce_bytes(recipe)
 end
 
 -- nvme(recipe, out_dir) -> aio info: the nvme tier configured from the
--- recipe's offload keys (nvme_path, default OUT/nvme; block_size;
--- queue_depth: "auto" from a probe; checksum; aio_engine). The path is
+-- recipe's offload keys (nvme_path, default OUT/nvme; block_size,
+-- queue_depth, stripes: "auto" from a probe; checksum; aio_engine). The path is
 -- made if missing. info.probe: the probe's line (nil without one).
 function M.configure_nvme(recipe, out_dir)
   local o = recipe and recipe.offload or {}
@@ -350,8 +374,8 @@ function M.configure_nvme(recipe, out_dir)
   if engine ~= "auto" and engine ~= "uring" and engine ~= "threads" then
     error(("offload.aio_engine must be \"auto\", \"uring\" or \"threads\", got %s"):format(tostring(engine)), 0)
   end
-  local depth, block, line = disk_settings(o, path, engine)
-  local ok, info = pcall(aio.configure, { path = path, block_bytes = block, queue_depth = depth,
+  local depth, block, stripes, line = disk_settings(o, path, engine)
+  local ok, info = pcall(aio.configure, { path = path, block_bytes = block, queue_depth = depth, stripes = stripes,
                                           checksum = o.checksum or false, engine = engine })
   -- the runtime names the swap directory; the user set offload.nvme_path
   if not ok then error(("offload.nvme_path=%s: %s"):format(path, errors.message(info)), 0) end

@@ -197,6 +197,36 @@ local function grad_shard(ctx, u)
 end
 
 ---------------------------------------------------------------------- step
+-- The next forward's first units (offload.prefetch of them, at least one):
+-- their shards fetched from the host or nvme while the optimizer's last
+-- writes drain (the disk's queue stays full across the step's turn). The
+-- forward's gather takes them as its own prefetch would have.
+local function fetch_next(place, ctx)
+  local model = ctx.model
+  for d = 1, math.max(1, ctx.work.fetch_depth or 0) do
+    local u = model.units[d]
+    if u then
+      for _, pu in ipairs(model:param_units(u)) do
+        if ctx.state.pshard[pu.index] then params.fetch(place, ctx, pu) end   -- units this rank holds
+      end
+    end
+  end
+end
+
+-- Shards fetched ahead hold what the files held when they were read: a
+-- load that rewrites the shards makes them stale.
+local function drop_fetches(ctx)
+  local W = ctx.work
+  for i, f in pairs(W and W.fetches or {}) do
+    local ok, err = pcall(f.ready.sync, f.ready)
+    f.ready:free()
+    W.lpool.put(f.staged)
+    if f.bounce then W.hpool.put(f.bounce) end
+    W.fetches[i] = nil
+    if not ok then error(err, 0) end
+  end
+end
+
 function H.step(place, ctx, lr)
   finish_all(ctx)
   local model, st, W = ctx.model, ctx.state, ctx.work
@@ -229,8 +259,9 @@ function H.step(place, ctx, lr)
     end
     if place.stage < 3 then reqs[#reqs + 1] = { u = u, pv = P } end
   end
-  -- off the device: every shard streamed through the host and back
-  if W.offload then W.offload:step(ctx.optim, work, lr, scale) end
+  -- off the device: every shard streamed through the host and back; the
+  -- next forward's first shards fetched beside the last writes
+  if W.offload then W.offload:step(ctx.optim, work, lr, scale, place.ptier and function() fetch_next(place, ctx) end) end
   -- the updated shards go to every rank (in place: my slice is the input)
   for _, r in ipairs(reqs) do r.req = ctx.dp:all_gather(r.u.params, r.pv, true) end
   for _, r in ipairs(reqs) do r.req:wait(); r.pv:free() end
@@ -245,6 +276,7 @@ function H.reduce_loss(place, ctx, loss_sum) return shard.sum_over_ranks(ctx.dp,
 -- stored parameters rounded from them, and for stages 1 and 2 gathered
 -- into the full parameters. A collective.
 function H.after_load(place, ctx)
+  drop_fetches(ctx)
   local st, W = ctx.state, ctx.work
   -- a shard on another tier goes through the device (casts run there)
   local function on_device(t, pool, fn)
@@ -344,6 +376,7 @@ function H.describe(place, ctx)
   return { offload = { tier = place.otier, params_tier = place.ptier or "device", chunk_elems = off.chunk,
                        aio_engine = nv and nv.engine or nil, aio_engine_note = nv and nv.engine_note or nil,
                        aio_queue_depth = nv and nv.queue_depth or nil, aio_block_bytes = nv and nv.block_bytes or nil,
+                       aio_stripes = nv and nv.stripes or nil,
                        aio_probe = nv and nv.probe or nil,
                        fetch_wait_ms = 1000 * off.time.fetch_wait / n, io_wait_ms = 1000 * off.time.io_wait / n,
                        update_ms = 1000 * off.time.update / n, optimizer_ms = 1000 * off.time.opt / n,
