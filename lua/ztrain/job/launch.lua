@@ -47,10 +47,18 @@ function M.command(n, program, args, o)
     hostfile = o.hostfile, nproc = n, mpirun_args = o.mpirun_args, env = os.getenv("ZTRAIN_MPIRUN_ARGS") })
   if not extra then return nil, local_only end
   local threads = math.max(1, math.floor(M.cores() / n))
+  -- odls_base_sigkill_timeout 0: ending a job (the launcher killed, a rank
+  -- dead, MPI_Abort, a rank's non-zero exit) Open MPI 4.1 sends each rank
+  -- SIGCONT, sleeps this many seconds, SIGTERM, sleeps again, SIGKILL: 2 s
+  -- by default, a rank's first SIGTERM being only a stop request (cli.lua).
+  -- Not when the user's words set it (Open MPI refuses a parameter twice)
   local cmd = { "mpirun", "-np", tostring(n), "--oversubscribe", "--bind-to", "none",
                 "-x", "ZTRAIN_HOME",
                 "-x", "ZTRAIN_TTY=" .. (libc.isatty(1) == 1 and "1" or "0"),
                 "-x", "ZTRAIN_COMM=mpi" }
+  if not table.concat(extra, " "):find("odls_base_sigkill_timeout", 1, true) then
+    for _, w in ipairs({ "--mca", "odls_base_sigkill_timeout", "0" }) do cmd[#cmd + 1] = w end
+  end
   if local_only then
     cmd[#cmd + 1] = "-x"; cmd[#cmd + 1] = "ZTRAIN_DEFAULT_THREADS=" .. threads
   end
