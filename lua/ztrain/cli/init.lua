@@ -317,6 +317,9 @@ local function run_recipe(opts, zt, pre)
       -- every rank stopped at the same point: rank 0 says why, all exit
       -- alike (1, or 130 when interrupted)
       if world.rank == 0 then say(rerr) end
+      -- flushed before the last collective: the first rank to exit non-zero
+      -- makes mpirun kill the others at once (launch.lua), maybe before exit
+      io.stdout:flush(); io.stderr:flush()
       zt.comm.finalize()
       return errors.status(rerr)
     elseif world.size > 1 then

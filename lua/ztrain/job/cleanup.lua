@@ -11,10 +11,21 @@ local M = {}
 -- the paths matching pattern; none on no match or a read error
 local function glob(pattern) return fs.glob(pattern) or {} end
 
+-- gone(pid) -> true once pid has ended: no such process, or a zombie (a
+-- rank mpirun left unreaped is adopted by the launcher, its subreaper, and
+-- waits as a zombie until reap_adopted: it writes nothing any more)
+local function gone(pid)
+  if libc.kill(pid, 0) ~= 0 then return true end
+  local stat = fs.read_file(("/proc/%d/stat"):format(pid)) or ""
+  local state = stat:match("%) (%a)")
+  return state == "Z" or state == "X"
+end
+M.gone = gone
+
 -- Is pid alive and one of this job's processes (its environment names the
 -- job directory: a recycled pid is never killed)?
 local function ours(pid, dir)
-  if libc.kill(pid, 0) ~= 0 then return false end
+  if gone(pid) then return false end
   local env = fs.read_file(("/proc/%d/environ"):format(pid)) or ""
   return env:find("\0ZTRAIN_JOB=" .. dir .. "\0", 1, true) ~= nil
       or env:sub(1, 12 + #dir) == "ZTRAIN_JOB=" .. dir .. "\0"
@@ -114,7 +125,7 @@ function M.cleanup_job(job, ranks)
       libc.kill(p, libc.SIGKILL)
       -- its swap directory's lock goes when it is gone: wait for that (2 s at most)
       local t = os.time() + 2
-      while libc.kill(p, 0) == 0 and os.time() <= t do libc.poll(nil, 0, 20) end
+      while not gone(p) and os.time() <= t do libc.poll(nil, 0, 20) end
     end
   end
   -- then any other process of the job (its environment names the job):
@@ -136,12 +147,12 @@ function M.cleanup_job(job, ranks)
     -- an Open MPI daemon killed above leaves its session directory
     -- (tools/netns_agent notes it); the pattern keeps rm to those
     if r.session and r.session:match("^/[%w_/%.%-]*/ompi%.[%w_%.%-]+%.%d+/jf%.%d+$")
-       and libc.kill(p, 0) ~= 0 then
+       and gone(p) then
       os.execute("rm -rf '" .. r.session .. "'")
       libc.rmdir((r.session:match("^(.*)/jf%.%d+$")))   -- its host's directory, when empty
     end
     for _, d in ipairs(r.nvme) do M.remove_swap(d, p, 2) end
-    if libc.kill(p, 0) ~= 0 then for _, d in ipairs(r.ckpt or {}) do M.remove_ckpt_tmp(d) end end
+    if gone(p) then for _, d in ipairs(r.ckpt or {}) do M.remove_ckpt_tmp(d) end end
     os.remove(("%s/%d"):format(job, p))
   end
   os.remove(job .. "/lock")

@@ -10,6 +10,7 @@ local host = require "ztrain.util.host"
 local registry = require "ztrain.job.registry"
 local hosts = require "ztrain.job.hosts"
 local cleanup = require "ztrain.job.cleanup"
+local mpi_text = require "ztrain.job.mpi_text"
 local zffi = require "ztrain.core.ffi"
 
 local M = {}
@@ -46,10 +47,18 @@ function M.command(n, program, args, o)
     hostfile = o.hostfile, nproc = n, mpirun_args = o.mpirun_args, env = os.getenv("ZTRAIN_MPIRUN_ARGS") })
   if not extra then return nil, local_only end
   local threads = math.max(1, math.floor(M.cores() / n))
+  -- odls_base_sigkill_timeout 0: ending a job (the launcher killed, a rank
+  -- dead, MPI_Abort, a rank's non-zero exit) Open MPI 4.1 sends each rank
+  -- SIGCONT, sleeps this many seconds, SIGTERM, sleeps again, SIGKILL: 2 s
+  -- by default, a rank's first SIGTERM being only a stop request (cli.lua).
+  -- Not when the user's words set it (Open MPI refuses a parameter twice)
   local cmd = { "mpirun", "-np", tostring(n), "--oversubscribe", "--bind-to", "none",
                 "-x", "ZTRAIN_HOME",
                 "-x", "ZTRAIN_TTY=" .. (libc.isatty(1) == 1 and "1" or "0"),
                 "-x", "ZTRAIN_COMM=mpi" }
+  if not table.concat(extra, " "):find("odls_base_sigkill_timeout", 1, true) then
+    for _, w in ipairs({ "--mca", "odls_base_sigkill_timeout", "0" }) do cmd[#cmd + 1] = w end
+  end
   if local_only then
     cmd[#cmd + 1] = "-x"; cmd[#cmd + 1] = "ZTRAIN_DEFAULT_THREADS=" .. threads
   end
@@ -249,53 +258,6 @@ local function new_watch(mp, n, job, o)
   return w
 end
 
--- Open MPI's own text -- its help blocks, between rules of exactly 74
--- dashes (show_help's: the abort banners "MPI_ABORT was invoked ...",
--- "mpirun detected that one or more processes exited ..."), and its
--- "[host:pid] ..." notes -- is kept out of the terminal, so a failed job's
--- last line is the rank's own message; M.run writes it to the run
--- directory's mpirun.log (or $TMPDIR, or $ZTRAIN_MPI_LOG). The ranks' lines
--- pass. A "block" longer than MPI_BLOCK lines was not Open MPI's: it goes
--- to the terminal as it was; past MPI_KEEP bytes kept, the rest too
--- (nothing is dropped).
-local MPI_RULE, MPI_NOTE = "^" .. ("%-"):rep(74) .. "$", "^%[[%w%.%-_]+:%d+%] "
-local MPI_KEEP, MPI_BLOCK = 65536, 60
-
-local function to_terminal(text) libc.write(2, text, #text) end
-
-local function divert(w, text)
-  if #w.mpi < MPI_KEEP then w.mpi = w.mpi .. text else to_terminal(text) end
-end
-
--- relay_text(w, text): the ranks' lines to stderr, Open MPI's to w.mpi; a
--- partial line waits for its end unless it cannot start Open MPI's text
-local function relay_text(w, text)
-  w.partial = w.partial .. text
-  while true do
-    local nl = w.partial:find("\n", 1, true)
-    if not nl then break end
-    local line = w.partial:sub(1, nl)
-    w.partial = w.partial:sub(nl + 1)
-    local bare = line:gsub("\r?\n$", "")
-    if bare:match(MPI_RULE) then
-      if w.block then divert(w, table.concat(w.block) .. line); w.block = nil
-      else w.block = { line } end
-    elseif w.block then
-      w.block[#w.block + 1] = line
-      if #w.block > MPI_BLOCK then to_terminal(table.concat(w.block)); w.block = nil end
-    elseif bare:match(MPI_NOTE) then
-      divert(w, line)
-    else
-      to_terminal(line)
-    end
-  end
-  local c = w.partial:sub(1, 1)
-  if w.partial ~= "" and not w.block and c ~= "-" and c ~= "[" then
-    to_terminal(w.partial)                       -- a progress line without its end yet
-    w.partial = ""
-  end
-end
-
 -- relay_output(w): mpirun's output (0.1 s wait at most) to stderr, its last 8 KiB in w.tail
 local function relay_output(w)
   if not w.open_fd then
@@ -304,37 +266,11 @@ local function relay_output(w)
     local got = libc.read(w.fd, w.buf, 65536)
     if got > 0 then
       local text = ffi.string(w.buf, got)
-      relay_text(w, text)
+      mpi_text.relay(w, text)
       w.tail = (w.tail .. text):sub(-8192)
     else
       w.open_fd = false                        -- EOF: mpirun and every writer are gone
     end
-  end
-end
-
--- keep_mpi_text(w, ranks): Open MPI's text into $ZTRAIN_MPI_LOG when set,
--- else OUT/mpirun.log (rank 0's
--- run directory, from the registry), or where the job has none (it ended
--- before one was made, or a failed start removed it) into
--- $TMPDIR/ztrain-mpirun-PID.log (the launcher's pid); to stderr only when
--- neither can be written
-local function keep_mpi_text(w, ranks)
-  if w.partial ~= "" then relay_text(w, "\n") end
-  if w.block then divert(w, table.concat(w.block)); w.block = nil end   -- a block the job's end cut short
-  if w.mpi == "" then return end
-  local out
-  for _, r in pairs(ranks) do
-    -- not into a run --overwrite put back as it was (rundir.lua)
-    if r.out and not r.out_restored then out = out or r.out end
-  end
-  local tmp, named = os.getenv("TMPDIR"), os.getenv("ZTRAIN_MPI_LOG")
-  local f = (named and named ~= "" and io.open(named, "a")) or (out and io.open(out .. "/mpirun.log", "a")) or
-            io.open(("%s/ztrain-mpirun-%d.log"):format((tmp and tmp ~= "") and tmp or "/tmp", libc.getpid()), "a")
-  if f then
-    f:write(w.mpi)
-    f:close()
-  else
-    io.stderr:write(w.mpi)
   end
 end
 
@@ -509,7 +445,7 @@ function M.run(n, program, args, o)
   local w = new_watch(mp, n, job, o)
   watch(w)
   local code = exit_code(w)
-  keep_mpi_text(w, M.read_job(job))     -- first: what the launcher says after it is the last word
+  mpi_text.keep(w, M.read_job(job))   -- first: what the launcher says after it is the last word
   M.cleanup_job(job, tell_failures(w, code))
   if w.hard_killed then cleanup.remove_mpirun_session(w.pid) end
   reap_adopted(w.status)
