@@ -910,8 +910,15 @@ static void test_stream_overlap(void)
     int rc = zt_event_sync(e);
     zt_aio_stats st;
     zt_aio_get_stats(zt_nvme_engine(), &st);
-    ct_check(rc == ZT_OK && st.peak_inflight == 8,
-             "16 small nvme copies on one stream fill the queue (8 blocks in flight)",
+    /* io_uring takes the queued copies as one batch: the queue fills (8).
+     * On the thread pool a worker can finish a 64 KiB block before the
+     * stream has handed over the next (a clean-clone CI saw a peak of 5
+     * once, 8 in every other run): overlap, not the exact depth, is what
+     * the stream owes there; serialised copies would show a peak of 1. */
+    int uring = !strcmp(engine, "io_uring");
+    ct_check(rc == ZT_OK && (uring ? st.peak_inflight == 8 : st.peak_inflight >= 2),
+             uring ? "16 small nvme copies on one stream fill the queue (8 blocks in flight)"
+                   : "16 small nvme copies on one stream overlap on the thread pool (2 or more in flight)",
              "rc %d peak %llu", rc, (unsigned long long)st.peak_inflight);
     for (int i = 0; i < K; i++) zt_copy_async(bv[i], nvv[i], cs);
     zt_event_record(e, cs);
