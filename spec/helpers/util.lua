@@ -169,6 +169,15 @@ function M.device_tensor(shape, values, dtype)
   return t
 end
 
+-- round_bf16(t): an fp32 tensor's values rounded to bf16 in place (a cast
+-- there and back): what a bf16 activation holds, for specs that build the
+-- bf16 path's account from the fp32 one
+function M.round_bf16(t)
+  local zt = require "ztrain"
+  local h = zt.tensor.new(t:shape(), { dtype = "bf16" })
+  zt.ops.cast(h, t); zt.ops.cast(t, h); h:free()
+end
+
 -- lcg(n, seed, lo, hi) -> n numbers in [lo, hi) from a fixed linear
 -- congruential stream: the same values on every machine, no math.random
 function M.lcg(n, seed, lo, hi)

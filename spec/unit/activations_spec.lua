@@ -27,10 +27,7 @@ end
 -- first reads it, qkv as the attention first reads it and atty as the
 -- attention writes it (what bf16 fch, qkv and atty are), with the f32
 -- kernels: an independent account of the bf16 kernels' arithmetic
-local function round_in_place(t)
-  local h = zt.tensor.new(t:shape(), { dtype = "bf16" })
-  zt.ops.cast(h, t); zt.ops.cast(t, h); h:free()
-end
+local round_in_place = require("helpers.util").round_bf16
 
 local function block_step(model, gemm16, round_acts)
   model.gemm16 = gemm16

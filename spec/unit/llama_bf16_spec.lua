@@ -16,10 +16,7 @@ local precision = require "ztrain.model.precision"
 
 local B, Tn = 2, 24
 
-local function round_in_place(t)
-  local h = zt.tensor.new(t:shape(), { dtype = "bf16" })
-  zt.ops.cast(h, t); zt.ops.cast(t, h); h:free()
-end
+local round_in_place = require("helpers.util").round_bf16
 
 -- the ops the bf16 path rounds around, wrapped to round the fp32 path the same way
 local function rounding_ops()
