@@ -33,13 +33,6 @@ static float row_max(const float *restrict x, int V) {
     return m;
 }
 
-/* max(acc, x[0], x[XE_LANES], x[2 XE_LANES], ...) over x[0 .. n): one lane
- * of row_max, for the bf16 twin's chunks (max is exact: any order gives it) */
-static float row_max_from(float acc, const float *x, int n) {
-    for (int i = 0; i < n; i += XE_LANES) acc = x[i] > acc ? x[i] : acc;
-    return acc;
-}
-
 /* sum of exp(x - mx) in double lanes (V terms: float would lose ~1e-4) */
 static double row_sumexp(const float *restrict x, float mx, int V) {
     double acc[XE_LANES] = {0};
@@ -125,9 +118,19 @@ int zk_crossentropy(float *losses, float *dlogits, const float *logits,
  * dlogits rounded once to bf16 (nearest even): dlogits and losses have the
  * bits zk_crossentropy gives on the widened row, dlogits then cast. The row
  * goes through a float chunk on the stack (XE_CHUNK, a multiple of the
- * lanes: each lane sums the same elements in the same order). */
+ * lanes: each lane sums the same elements in the same order), three times:
+ * the max, the sum (row_sumexp_store's chunk loop), dlogits. Each exp is
+ * computed twice (there is no fp32 row to keep them in), by the same
+ * vectorised loop, so the same floats. */
 static void widen(float *restrict f, const uint16_t *restrict b, int n) {
+    #pragma omp simd
     for (int i = 0; i < n; i++) { uint32_t u = (uint32_t)b[i] << 16; memcpy(f + i, &u, 4); }
+}
+
+/* exp(f - mx) in place over a chunk */
+static void exp_chunk(float *restrict f, float mx, int c) {
+    #pragma omp simd
+    for (int i = 0; i < c; i++) f[i] = exp_nonpos(f[i] - mx);
 }
 
 int zk_crossentropy_bf16(float *losses, uint16_t *dlogits, const uint16_t *logits,
@@ -151,17 +154,21 @@ int zk_crossentropy_bf16(float *losses, uint16_t *dlogits, const uint16_t *logit
         float lanes[XE_LANES];
         for (int k = 0; k < XE_LANES; k++) lanes[k] = -INFINITY;
         for (int c0 = 0; c0 < V; c0 += XE_CHUNK) {
-            int c = V - c0 < XE_CHUNK ? V - c0 : XE_CHUNK;
+            int c = V - c0 < XE_CHUNK ? V - c0 : XE_CHUNK, i = 0;
             widen(f, x + c0, c);
-            for (int k = 0; k < XE_LANES; k++) lanes[k] = row_max_from(lanes[k], f + k, c - k);
+            for (; i + XE_LANES <= c; i += XE_LANES) max_lanes(lanes, f + i);
+            for (int k = 0; i < c; i++, k++) lanes[k] = f[i] > lanes[k] ? f[i] : lanes[k];
         }
         float mx = lanes[0];
         for (int k = 1; k < XE_LANES; k++) mx = lanes[k] > mx ? lanes[k] : mx;
         double acc[XE_LANES] = {0};
         for (int c0 = 0; c0 < V; c0 += XE_CHUNK) {
-            int c = V - c0 < XE_CHUNK ? V - c0 : XE_CHUNK;
+            int c = V - c0 < XE_CHUNK ? V - c0 : XE_CHUNK, i = 0;
             widen(f, x + c0, c);
-            for (int i = 0; i < c; i++) acc[i % XE_LANES] += (double)exp_nonpos(f[i] - mx);
+            exp_chunk(f, mx, c);
+            for (; i + XE_LANES <= c; i += XE_LANES)
+                for (int k = 0; k < XE_LANES; k++) acc[k] += (double)f[i + k];
+            for (int k = 0; i < c; i++, k++) acc[k] += (double)f[i];
         }
         double sum = 0.0;
         for (int k = 0; k < XE_LANES; k++) sum += acc[k];
@@ -171,8 +178,9 @@ int zk_crossentropy_bf16(float *losses, uint16_t *dlogits, const uint16_t *logit
         for (int c0 = 0; c0 < V; c0 += XE_CHUNK) {
             int c = V - c0 < XE_CHUNK ? V - c0 : XE_CHUNK;
             widen(f, x + c0, c);
+            exp_chunk(f, mx, c);
             #pragma omp simd
-            for (int i = 0; i < c; i++) f[i] = exp_nonpos(f[i] - mx) / fsum * dscale;
+            for (int i = 0; i < c; i++) f[i] = f[i] / fsum * dscale;
             zk_cast_f32_bf16(d + c0, f, (size_t)c);
         }
         float ft = (exp_nonpos(xt - mx) / fsum - 1.0f) * dscale;
