@@ -3,13 +3,14 @@
 -- (tools/torch_gpt2_bench.py, the same FLOP count and peak).
 --
 --   build-cuda/ztrain --script tools/bench_gpu.lua [model=gpt2] [B=16] [T=1024]
---       [precision=bf16] [attention=exact] [steps=10] [profile=3]
+--       [precision=bf16] [attention=auto] [steps=10] [profile=3]
 --       [peak_tflops=989] [out=FILE] [backend=cuda]
 --
 -- A trainer as `ztrain` builds it (strategy single, one rank) on
 -- device.backend=cuda; bf16 is precision=bf16 with the bf16 GEMMs
--- (device.bf16_gemm=on); attention=bf16 is device.attention=bf16 (the
--- tensor-core kernels, docs/gpu.md). Two warm-up steps, then `steps` timed ones
+-- (device.bf16_gemm=on); attention= is device.attention (auto: the
+-- tensor-core kernels in bf16 on the GPU, as a user's run takes them; bf16
+-- forces them, exact the fp32 kernels; docs/gpu.md). Two warm-up steps, then `steps` timed ones
 -- (train_step waits for the device at its end): the median step gives
 -- tokens/s, and MFU = tokens/s x (6 N + 12 L C T) / peak (PaLM's count,
 -- torch_gpt2_bench.py's; peak_tflops 989 = H200/H100 SXM dense bf16).
@@ -44,7 +45,7 @@ end
 local peak = tonumber(args.peak_tflops or 989)
 if not peak or peak < 0 then error("bench_gpu: peak_tflops=" .. tostring(args.peak_tflops) .. " is not a number >= 0", 0) end
 local backend = args.backend or "cuda"
-local attention = args.attention or "exact"     -- the recipe checks it
+local attention = args.attention or "auto"     -- the recipe checks it
 
 -- no GPU: one line, exit 0 (like make test-cuda's tests)
 do
@@ -99,7 +100,7 @@ local ok, err = pcall(function()
   local flops = bc.step_flops(tr.model, B, Tlen)
   say(("ztrain bench_gpu: %s, device %s, model %s (%d parameters), B=%d T=%d %s, attention %s")
       :format(zt.version(), ffi.string(C.zt_device_name()), size, tr.model.nparams, B, Tlen, precision,
-              attention))
+              tr.attention))
   for _ = 1, 2 do tr:train_step() end   -- warm-up: allocation, cuBLAS heuristics
   local times, loss = {}, nil
   local w0 = C.zt_device_count("host_waits")

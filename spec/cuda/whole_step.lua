@@ -206,7 +206,9 @@ local function child()
   local bf16_gemm = prec == "bf16"
   if bf16_gemm then over[#over + 1] = "device.bf16_gemm=on" end
   if args.threads then over[#over + 1] = "device.threads=" .. args.threads end
-  if args.attention then over[#over + 1] = "device.attention=" .. args.attention end
+  -- exact unless attention_b says bf16 (device.attention's default, auto,
+  -- would take the tensor-core kernels for b's bf16 run on the GPU)
+  over[#over + 1] = "device.attention=" .. (args.attention or "exact")
   local r = assert(zt.recipe.load(zt.home .. "/recipes/single.lua", over))
   local tr = zt.trainer.new(r)
   local L = tr.cfg.L

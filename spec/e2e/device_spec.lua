@@ -2,7 +2,8 @@
 -- build without CUDA, an unknown backend), and device.attention
 -- (zt_device_attention in runtime/ztrain.h):
 -- "exact" everywhere, "bf16" (the tensor-core kernels) on the CUDA device
--- only. The recipe refuses what the runtime would, before anything starts;
+-- only, "auto" (the default) bf16 where a run takes the bf16 GEMMs on the
+-- CUDA device, else exact. The recipe refuses what the runtime would, before anything starts;
 -- the runtime refuses it too, for programs that call it directly; a run's
 -- summary.json says which attention it trained with. The bf16 kernels
 -- themselves are checked by test_cuda (on a GPU), test_attention_tiles and
@@ -53,18 +54,38 @@ describe("device.backend", function()
 end)
 
 describe("device.attention", function()
-  it("the recipe knows exact and bf16, and bf16 needs the CUDA device", function()
+  it("the recipe knows auto, exact and bf16, and bf16 needs the CUDA device", function()
     local r = assert(recipe.resolve({}, {}))
-    assert.are.equal("exact", r.device.attention)
+    assert.are.equal("auto", r.device.attention)
     local bad, err = recipe.resolve({}, { "device.attention=fast" })
     assert.is_nil(bad)
-    assert.are.equal('device.attention must be "exact" or "bf16", got "fast"', err)
+    assert.are.equal('device.attention must be "auto", "exact" or "bf16", got "fast"', err)
     for _, backend in ipairs({ "cpu", "fakegpu" }) do
       bad, err = recipe.resolve({}, { "device.attention=bf16", "device.backend=" .. backend })
       assert.is_nil(bad)
       assert.are.equal(('device.attention = "bf16" needs device.backend = "cuda" (a tensor-core kernel), got %q')
                        :format(backend), err)
     end
+  end)
+
+  it("auto takes the tensor-core kernels where the run takes bf16 GEMMs on the CUDA device, else exact", function()
+    local precision = require "ztrain.model.precision"
+    local function mode(...)
+      return precision.attention_mode(assert(recipe.resolve({}, { ... })))
+    end
+    assert.are.equal("bf16", mode("device.backend=cuda", "precision=bf16"))
+    assert.are.equal("bf16", mode("device.backend=cuda", "precision=bf16", "device.bf16_gemm=on"))
+    -- bf16 stored, fp32 matmuls: the user asked for fp32 arithmetic
+    assert.are.equal("exact", mode("device.backend=cuda", "precision=bf16", "device.bf16_gemm=off"))
+    assert.are.equal("exact", mode("device.backend=cuda"))
+    assert.are.equal("exact", mode("device.backend=cuda", "precision=fp16"))
+    -- the test devices run the CPU kernels: their runs keep the CPU's bits
+    for _, backend in ipairs({ "cpu", "fakegpu", "fakegpu-async" }) do
+      assert.are.equal("exact", mode("device.backend=" .. backend, "precision=bf16", "device.bf16_gemm=on"))
+    end
+    -- a mode the user names is kept
+    assert.are.equal("exact", mode("device.backend=cuda", "precision=bf16", "device.attention=exact"))
+    assert.are.equal("bf16", mode("device.backend=cuda", "device.attention=bf16"))
   end)
 
   it("the runtime refuses bf16 on a device without it, naming the device and what to do", function()
@@ -85,12 +106,14 @@ describe("device.attention", function()
     end
   end)
 
-  it("a run's summary.json names its attention", function()
+  it("a run's summary.json names the attention it trained with (auto resolved)", function()
     local dir = util.outdir()
-    local out, rc = util.sh(RUN .. "out=" .. dir)
-    assert.are.equal(0, rc, out)
-    local s = cjson.decode(util.read(dir .. "/summary.json"))
-    assert.are.equal("exact", s.attention)
+    for _, extra in ipairs({ "", "precision=bf16 device.bf16_gemm=on device.backend=fakegpu " }) do
+      local out, rc = util.sh(RUN .. extra .. "out=" .. dir .. " overwrite=true")
+      assert.are.equal(0, rc, out)
+      local s = cjson.decode(util.read(dir .. "/summary.json"))
+      assert.are.equal("exact", s.attention)
+    end
     util.rm(dir)
   end)
 end)

@@ -101,7 +101,7 @@ Recipe keys (defaults in lua/ztrain/train/recipe.lua; docs/recipes.md):
     report.csv (PATH: a CSV of the logged steps; true: OUT/metrics.csv)
   sample.prompt, sample.tokens, sample.temperature, sample.top_k, sample.top_p, sample.seed
   device.backend, device.memory_limit (e.g. 2GiB), device.threads, device.bf16_gemm (auto, on, off),
-    device.attention (exact, bf16: tensor cores, needs device.backend=cuda),
+    device.attention (auto: bf16 with bf16 GEMMs on cuda, else exact; exact; bf16: tensor cores, cuda only),
     device.memory_fraction (0.9: the share of MemAvailable a run may plan to fill without a limit)
   comm.backend (mpi, nccl: needs device.backend=cuda), comm.deterministic (rank-order sums)
   strategy (single, dp, dp_deferred, zero1, zero2, zero3, zero1_offload, zero2_offload,

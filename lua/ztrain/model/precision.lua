@@ -256,6 +256,19 @@ function M.gemm16(r)
   return on, path
 end
 
+-- attention_mode(recipe) -> "exact" | "bf16": device.attention with "auto"
+-- resolved. auto takes the tensor-core kernels (bf16 operands, fp32
+-- accumulation; kernels/cuda/attention_tc.cu) where the run takes the bf16
+-- GEMMs on the cuda device: measured on an H200 at FlashAttention-2's speed
+-- at GPT-2's shape, and the whole step within its bf16 tolerances against
+-- the CPU (docs/gpu.md). Everywhere else the fp32 kernels, which give the
+-- CPU's bits: fakegpu, the CPU and fp32 runs keep their digests.
+function M.attention_mode(r)
+  local at = r.device.attention
+  if at ~= "auto" then return at end
+  return (r.device.backend == "cuda" and M.gemm16(r)) and "bf16" or "exact"
+end
+
 -- the interface gpt2.lua calls: mm.forward(...), mm.backward(...)
 function M.bf16_matmuls(tier, policy)
   local g = M.bf16_gemm(tier, policy)

@@ -59,9 +59,11 @@ M.defaults = {
   -- device.backend: "cpu", "cuda" (make CUDA=1), "fakegpu" (a test device:
   -- the CPU kernels behind memory the host cannot address, docs/gpu.md),
   -- "fakegpu-async[:SEED]" (the same, its streams run later in a seeded order)
-  -- device.attention: "exact" (the fp32 kernels) or "bf16" (backend cuda:
-  -- tensor cores, head size 64; docs/gpu.md "Tensor-core attention")
-  device   = { backend = "cpu", memory_limit = "0", threads = 0, bf16_gemm = "auto", attention = "exact",
+  -- device.attention: "exact" (the fp32 kernels), "bf16" (backend cuda:
+  -- tensor cores, head sizes 64 and 128; docs/gpu.md "Tensor-core
+  -- attention") or "auto": bf16 where the run takes the bf16 GEMMs on the
+  -- cuda device, else exact (precision.attention_mode)
+  device   = { backend = "cpu", memory_limit = "0", threads = 0, bf16_gemm = "auto", attention = "auto",
                memory_fraction = 0.9 },
   -- comm.backend: "mpi" (MPI under a launcher, one local rank otherwise) or
   -- "nccl" (device.backend = "cuda": device tensors over NCCL, one GPU per

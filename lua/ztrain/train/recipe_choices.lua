@@ -94,8 +94,8 @@ function M.check(r)
                 :format(tostring(r.precision))
   end
   local at = r.device.attention
-  if at ~= "exact" and at ~= "bf16" then
-    return nil, ('device.attention must be "exact" or "bf16", got %q'):format(tostring(at))
+  if at ~= "auto" and at ~= "exact" and at ~= "bf16" then
+    return nil, ('device.attention must be "auto", "exact" or "bf16", got %q'):format(tostring(at))
   end
   if at == "bf16" and r.device.backend ~= "cuda" then
     return nil, ('device.attention = "bf16" needs device.backend = "cuda" (a tensor-core kernel), got %q')

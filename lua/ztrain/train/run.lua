@@ -164,7 +164,7 @@ local function summary_of(R)
     warnings = tr.warnings,
     blas = ffi.string(C.zt_blas_info()),
     gemm = tr.gemm or "fp32",
-    attention = tr.recipe.device.attention,
+    attention = tr.attention,
     tokens_per_s = median(R.tps), step_ms_median = median(R.steps_ms),
     tokens_per_s_wall = wall_rate(R), flops_per_token = fpt, model_tflops = tflops,
     mfu = peak and tflops / (peak * tr.world_size) or cjson_null, peak_tflops = peak or cjson_null,

@@ -146,7 +146,8 @@ end
 function setup_device(self, r)
   -- (the runtime's messages name the call; the errors name the key)
   check_key(C.zt_device_init(r.device.backend), "device.backend=" .. r.device.backend)
-  check_key(C.zt_device_attention(r.device.attention), "device.attention=" .. r.device.attention)
+  self.attention = precision.attention_mode(r)
+  check_key(C.zt_device_attention(self.attention), "device.attention=" .. r.device.attention)
   -- before the groups: groups split from an NCCL world run NCCL too
   if r.comm.backend == "nccl" then self.world:use_nccl(r.comm.deterministic, "comm.backend=nccl") end
   local threads = r.device.threads
