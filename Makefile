@@ -104,8 +104,24 @@ $(B)/test_cuda: spec/c/test_cuda.c $(CUDA_TEST_OBJ) spec/c/ctest.h
 $(B)/bench_cuda: tools/bench_cuda.c $(CUDA_TEST_OBJ)
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Iruntime -o $@ $< $(CUDA_TEST_OBJ) $(CUDA_LIBS) -lm -lpthread
 bench-cuda:
-	$(MAKE) CUDA=1 B=build-cuda build-cuda/bench_cuda
+	$(MAKE) CUDA=1 B=build-cuda build-cuda/bench_cuda build-cuda/bench_cuda_dqatomic
 	build-cuda/bench_cuda
+	build-cuda/bench_cuda_dqatomic
+
+# The price of the attention backward's determinism (GPU-Attention): the
+# tensor-core kernels built with dQ by fp32 atomics (FA2's scheme; never in
+# the library), timed at bench_cuda's attention shapes. For sm_90 only (the
+# H100 and H200 the kit runs on): one arch keeps its compile to a third.
+DQATOMIC_NVCCFLAGS ?= -O3 -std=c++17 -lineinfo -Xcompiler -fPIC,-Wall -compress-mode=size \
+                      -gencode arch=compute_90,code=sm_90
+$(B)/obj/dqatomic/kernels/cuda/attention_tc.o: kernels/cuda/attention_tc.cu $(wildcard kernels/cuda/*.cuh)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(DQATOMIC_NVCCFLAGS) -DZKC_ATTN_TC_DQ_ATOMIC -Xptxas -v -c $< -o $@ 2> $@.ptxas; rc=$$?; \
+	  grep -v -e '^ptxas info' -e 'bytes stack frame' $@.ptxas >&2; exit $$rc
+DQATOMIC_OBJ := $(filter-out $(B)/obj/kernels/cuda/attention_tc.o,$(CUDA_TEST_OBJ)) \
+                $(B)/obj/dqatomic/kernels/cuda/attention_tc.o
+$(B)/bench_cuda_dqatomic: tools/bench_cuda.c $(DQATOMIC_OBJ)
+	$(CC) $(CFLAGS) -DBENCH_DQ_ATOMIC -I$(CUDA_HOME)/include -Iruntime -o $@ $< $(DQATOMIC_OBJ) $(CUDA_LIBS) -lm -lpthread
 
 # Builds into build-cuda/ (not build/) and runs the GPU tests
 # (tools/test_cuda.sh; "skipped" where no GPU is visible): test_cuda, the

@@ -47,11 +47,47 @@ static double copy_gbs, last_ms;
     printf("%-34s %9s    %8.1f GB/s  %.2fx roof\n", "", "", gbs_, copy_gbs / gbs_); \
     } while (0)
 
+#ifdef BENCH_DQ_ATOMIC
+/* build-cuda/bench_cuda_dqatomic (this file with -DBENCH_DQ_ATOMIC, linked
+ * with attention_tc.cu built -DZKC_ATTN_TC_DQ_ATOMIC): the tensor-core
+ * backward with dQ added by fp32 atomics in the dK/dV kernel (FA2's scheme:
+ * 5 matmul-equivalents, bits that vary run to run), at bench_cuda's
+ * attention shapes with fp32 I/O (that build refuses a bf16 dqkv). The price
+ * of determinism is bench_cuda's "attention bwd ... bf16 tc" row at the same
+ * shape minus this one (docs/gpu.md). */
+static int bench_dq_atomic(void)
+{
+    static const int cfg[][4] = { { 4, 1024, 12, 64 }, { 4, 4096, 16, 64 }, { 4, 4096, 16, 128 },
+                                  { 2, 8192, 16, 128 } };
+    zt_cuda_attention_mode(1);
+    for (int k = 0; k < 4; k++) {
+        int Bk = cfg[k][0], Tk = cfg[k][1], NHk = cfg[k][2], Ck = NHk * cfg[k][3];
+        size_t nq = (size_t)Bk * Tk * 3 * Ck, no = (size_t)Bk * Tk * Ck;
+        float *q2 = dalloc(nq), *d2 = dalloc(nq), *o2 = dalloc(no), *g2 = dalloc(no);
+        float *l2 = dalloc((size_t)Bk * NHk * Tk);
+        dv->fill(q2, 0.01f, nq); dv->fill(g2, 0.01f, no);
+        dv->attention_forward(o2, l2, q2, 0, Bk, Tk, Ck, NHk, NHk, 0);
+        double fk = 4.0 * Bk * NHk * ((double)Tk * Tk / 2) * cfg[k][3];
+        char nm[96];
+        snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc, dQ atomics", Bk, Tk, cfg[k][3]);
+        TIME(nm, 2.5 * fk, Tk > 1024 ? 5 : 20, dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk, NHk, 0));
+        dv->free(q2); dv->free(d2); dv->free(o2); dv->free(g2); dv->free(l2);
+    }
+    zt_cuda_attention_mode(0);
+    int rc = dv->sync();
+    printf("sync: %s\n", rc == ZT_OK ? "ok" : zt_last_error());
+    return rc != ZT_OK;
+}
+#endif
+
 int main(void)
 {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) { printf("cuda: no GPU here, bench skipped\n"); return 0; }
     if (zt_cuda_init() != ZT_OK) { printf("zt_cuda_init: %s\n", zt_last_error()); return 1; }
+#ifdef BENCH_DQ_ATOMIC
+    return bench_dq_atomic();
+#endif
     int B = 4, T = 1024, C = 768, NH = 12, V = 50257, N = B * T;
     float *x = dalloc((size_t)N * 4 * C), *w = dalloc((size_t)4 * C * C), *b = dalloc(4 * C);
     float *y = dalloc((size_t)N * 4 * C), *g = dalloc((size_t)N * 4 * C);

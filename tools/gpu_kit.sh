@@ -14,7 +14,9 @@
 #            resolve, 2 MPI ranks of a tiny CPU training (LuaJIT, lua-cjson,
 #            Open MPI, OpenBLAS, libuv), tools/bench_gpu.lua on the CPU
 #     test   tools/test_cuda.sh (make test-cuda's tests, without make)
-#     bench  build-cuda/bench_cuda, then tools/bench_gpu.lua (GPT-2 124M,
+#     bench  build-cuda/bench_cuda, build-cuda/bench_cuda_dqatomic (the
+#            attention backward with dQ by atomics: the price of
+#            determinism), then tools/bench_gpu.lua (GPT-2 124M,
 #            B=16 T=1024 bf16) with each attention mode (ZKIT_ATTENTION=bf16:
 #            that one alone)
 #     torch  tools/torch_gpt2_bench.py, eager and torch.compile, same shape;
@@ -49,7 +51,7 @@ PKGS="openmpi-bin openmpi-common libopenmpi3 libpmix2 libevent-core-2.1-7 libeve
 libhwloc15 libudev1 libfabric1 libibverbs1 ibverbs-providers librdmacm1 libnl-3-200 libnl-route-3-200
 libpsm-infinipath1 libpsm2-2 libucx0 libmunge2 libnuma1 libatomic1 libgomp1 libopenblas0-pthread
 libgfortran5 libquadmath0 libuv1 liburing2 libluajit-5.1-2 lua-cjson"
-BINS="libztrain.so ztrain test_cuda test_cuda_seams test_cuda_nccl bench_cuda"
+BINS="libztrain.so ztrain test_cuda test_cuda_seams test_cuda_nccl bench_cuda bench_cuda_dqatomic"
 BIN_PATHS=$(for b in $BINS; do printf 'build-cuda/%s ' "$b"; done)
 # seconds each part may take (sum 470: unpack and all inside 8 minutes; test
 # holds spec/cuda/strategies.lua's 66 runs, every recipe twice: estimates);
@@ -155,6 +157,8 @@ check() {
 bench() {
   build-cuda/bench_cuda || return 1
   rc=0
+  # the attention backward with dQ by atomics: the price of determinism
+  build-cuda/bench_cuda_dqatomic || rc=1
   for m in ${ZKIT_ATTENTION:-exact bf16}; do
     echo "== bench_gpu attention=$m"
     build-cuda/ztrain --script tools/bench_gpu.lua attention=$m || rc=1

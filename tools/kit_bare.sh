@@ -33,7 +33,7 @@ $L/openmpi $L/pmix2 $L/openblas-pthread $L/blas $L/lapack $L/hwloc $L/libfabric 
 /usr/lib/libpsm1 /usr/share/openmpi /usr/share/pmix /usr/share/hwloc /etc/openmpi /etc/libibverbs.d"
 dirs=""
 for d in $DIRS; do [ -d "$d" ] && dirs="$dirs $d"; done
-objs=$(for b in libztrain.so ztrain test_cuda test_cuda_seams test_cuda_nccl bench_cuda; do
+objs=$(for b in libztrain.so ztrain test_cuda test_cuda_seams test_cuda_nccl bench_cuda bench_cuda_dqatomic; do
          [ -f build-cuda/$b ] && echo build-cuda/$b; done
        find $dirs -name '*.so*' -type f 2>/dev/null)
 progs=""
