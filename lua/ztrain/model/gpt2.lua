@@ -493,7 +493,9 @@ function Model:tied() return true end
 -- the embed unit's embedding gradient view (the tied head's part goes there)
 function Model:embedding_grad() return self.embed.g.wte end
 
--- The units a unit reads parameters from (itself, plus embed for the tied head).
+-- The units a unit reads parameters from (itself, plus embed for the tied
+-- head, which reads only wte, and only as its GEMMs' weight: with bf16
+-- GEMMs the precision policy leaves the embedding's fp32 image uncast for it).
 function Model:param_units(u)
   if u.kind == "head" then return { u, self.embed } end
   return { u }

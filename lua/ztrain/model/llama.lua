@@ -350,7 +350,8 @@ end
 function Model:tied() return self.cfg.tied end
 function Model:embedding_grad() return self.embed.g["model.embed_tokens.weight"] end
 
--- the units a unit reads parameters from (the head: embed too when tied)
+-- the units a unit reads parameters from (the head: embed too when tied,
+-- read only as its GEMMs' weight, as GPT-2's)
 function Model:param_units(u)
   if u.kind == "head" and self.cfg.tied then return { u, self.embed } end
   return { u }

@@ -67,7 +67,7 @@ function P:enter(u, want_params, want_grads)
     if want_params and pu.params then
       local w = work(self, self.pw, k, pu.padded)
       local v = w:view(0, { pu.padded })
-      if self.lp_of then self:cast_params(pu, v) else ops.cast(v, pu.params) end
+      if self.lp_of then self:cast_params(pu, v, u) else ops.cast(v, pu.params) end
       self.saved_p[k] = { u = pu, lp = model:set_params(pu, v) }
       -- bf16 GEMMs read a weight as bf16: the stored view is the very bits
       -- a cast of its fp32 image gives back (bf16 -> fp32 -> bf16 is exact)
@@ -119,8 +119,12 @@ end
 
 -- v (fp32, u.padded) = u's stored parameters, but for the matmul-only
 -- tensors, whose fp32 image nothing reads (the bf16 GEMMs read the stored
--- bf16 view): it keeps whatever it held
-function P:cast_params(u, v)
+-- bf16 view): it keeps whatever it held. For a reader other than u (the
+-- tied head reading the embedding: Model:param_units) nothing is cast: the
+-- head reads the embedding's wte only as its GEMMs' weight, and nothing
+-- else of it (at GPT-2's size 39.4M elements a pass not widened)
+function P:cast_params(u, v, reader)
+  if reader and reader ~= u then return end
   local rs = self.ranges[u] or fp32_ranges(u)
   self.ranges[u] = rs
   if #rs == 1 and rs[1][1] == 0 and rs[1][2] == u.padded then return ops.cast(v, u.params) end
