@@ -493,6 +493,11 @@ function Model:tied() return true end
 -- the embed unit's embedding gradient view (the tied head's part goes there)
 function Model:embedding_grad() return self.embed.g.wte end
 
+-- Whether a unit's backward reads its parameters: the embedding's adds
+-- dout's rows into its gradient and reads none (the precision policy then
+-- widens nothing for it; driver/stage.lua)
+function Model:backward_reads_params(u) return u.kind ~= "embed" end
+
 -- The units a unit reads parameters from (itself, plus embed for the tied
 -- head, which reads only wte, and only as its GEMMs' weight: with bf16
 -- GEMMs the precision policy leaves the embedding's fp32 image uncast for it).

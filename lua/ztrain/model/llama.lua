@@ -350,6 +350,11 @@ end
 function Model:tied() return self.cfg.tied end
 function Model:embedding_grad() return self.embed.g["model.embed_tokens.weight"] end
 
+-- Whether a unit's backward reads its parameters: the embedding's adds
+-- dout's rows into its gradient and reads none (the precision policy then
+-- widens nothing for it; driver/stage.lua)
+function Model:backward_reads_params(u) return u.kind ~= "embed" end
+
 -- the units a unit reads parameters from (the head: embed too when tied,
 -- read only as its GEMMs' weight, as GPT-2's)
 function Model:param_units(u)

@@ -174,7 +174,8 @@ function M.backward(ctx, S, stage, a, mb)
     local u = units[i]
     S.pre_backward(ctx, u, mb)
     S.pre_weight_grad(ctx, u, mb)
-    if P then P:enter(u, true, true) end
+    -- the parameters widened where the backward (or a recompute) reads them
+    if P then P:enter(u, a.checkpointed[u.index] or model:backward_reads_params(u), true) end
     -- a checkpointed block: its forward again, from its kept input
     if a.checkpointed[u.index] then
       local x = a.x[u.index]
@@ -203,7 +204,7 @@ function M.backward_input(ctx, S, stage, a, mb, pool)
     end
     S.pre_backward(ctx, u, mb)
     a.w[u.index] = pool:wget(u)
-    if P then P:enter(u, true, false) end
+    if P then P:enter(u, model:backward_reads_params(u), false) end
     model:backward_input(u, a, a.w[u.index])
     if P then P:leave(u) end
     S.post_input_grad(ctx, u, mb)
