@@ -108,9 +108,10 @@ static void cpu_adamw_segments(float *p, const float *g, float *m, float *v, voi
     for (int s = 0; s < sg->n; s++) {
         int64_t o = sg->off[s];
         size_t n = (size_t)sg->len[s];
-        zk_adamw(p + o, g + o, m + o, v + o, n, lr, b1, b2, eps, sg->wd[s], gscale, t);
-        if (lp_dtype == ZT_BF16) zk_cast_f32_bf16((uint16_t *)lp + o, p + o, n);
-        else if (lp_dtype == ZT_F16) zk_cast_f32_f16((uint16_t *)lp + o, p + o, n);
+        if (lp_dtype == ZT_BF16 || lp_dtype == ZT_F16)
+            zk_adamw_lp(p + o, g + o, m + o, v + o, (uint16_t *)lp + o, lp_dtype == ZT_F16, n, lr,
+                        b1, b2, eps, sg->wd[s], gscale, t);
+        else zk_adamw(p + o, g + o, m + o, v + o, n, lr, b1, b2, eps, sg->wd[s], gscale, t);
     }
 }
 

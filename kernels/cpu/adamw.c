@@ -111,9 +111,11 @@ static adam_block_fn adamw_pick(void) {
 #endif
 }
 
-void zk_adamw(float *param, const float *grad, float *m, float *v, size_t n,
-              float lr, float beta1, float beta2, float eps, float wd,
-              float grad_scale, int t) {
+/* lp (if not NULL): each block's updated param rounded into it while the
+ * block is in cache (lp_f16: IEEE half, else bf16) */
+static void adamw_run(float *param, const float *grad, float *m, float *v, uint16_t *lp,
+                      int lp_f16, size_t n, float lr, float beta1, float beta2, float eps,
+                      float wd, float grad_scale, int t) {
     adam_coef c;
     c.decay = (float)(1.0 - (double)lr * (double)wd);
     c.b1 = beta1;
@@ -131,5 +133,19 @@ void zk_adamw(float *param, const float *grad, float *m, float *v, size_t n,
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * ADAM_BLOCK, hi = lo + ADAM_BLOCK < n ? lo + ADAM_BLOCK : n;
         block(param + lo, grad + lo, m + lo, v + lo, hi - lo, &c);
+        if (lp && lp_f16) zk_cast_f32_f16(lp + lo, param + lo, hi - lo);
+        else if (lp) zk_cast_f32_bf16(lp + lo, param + lo, hi - lo);
     }
+}
+
+void zk_adamw(float *param, const float *grad, float *m, float *v, size_t n,
+              float lr, float beta1, float beta2, float eps, float wd,
+              float grad_scale, int t) {
+    adamw_run(param, grad, m, v, NULL, 0, n, lr, beta1, beta2, eps, wd, grad_scale, t);
+}
+
+void zk_adamw_lp(float *param, const float *grad, float *m, float *v, uint16_t *lp, int lp_f16,
+                 size_t n, float lr, float beta1, float beta2, float eps, float wd,
+                 float grad_scale, int t) {
+    adamw_run(param, grad, m, v, lp, lp_f16, n, lr, beta1, beta2, eps, wd, grad_scale, t);
 }

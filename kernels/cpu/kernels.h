@@ -352,6 +352,13 @@ int zk_crossentropy_bf16(float *losses, uint16_t *dlogits, const uint16_t *logit
 void zk_adamw(float *param, const float *grad, float *m, float *v, size_t n,
               float lr, float beta1, float beta2, float eps, float wd,
               float grad_scale, int t);
+/* zk_adamw, and the updated param rounded into lp (n elements, WRITTEN;
+ * lp_f16: IEEE half, else bf16) in the same pass, a block at a time while
+ * it is in cache: the bits of zk_adamw then zk_cast_f32_bf16 (or _f16), 6
+ * bytes an element fewer than the two passes (param is not read again) */
+void zk_adamw_lp(float *param, const float *grad, float *m, float *v, uint16_t *lp, int lp_f16,
+                 size_t n, float lr, float beta1, float beta2, float eps, float wd,
+                 float grad_scale, int t);
 
 /* ---- sums in fp64 over a fixed block partition -------------------------- */
 #define ZK_SUM_BLOCK 1024

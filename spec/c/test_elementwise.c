@@ -287,6 +287,39 @@ static void ref_adamw(float *p, const float *g, float *m, float *v, size_t n, fl
     }
 }
 
+/* zk_adamw_lp: zk_adamw's param, m and v, and lp the cast of the updated
+ * param (bf16 and half), every element written, on 1-3 threads */
+static void test_adamw_lp(void) {
+    char name[128];
+    const size_t ns[] = {7, 4096 * 9 + 5};
+    for (size_t s = 0; s < 2; s++) {
+        size_t n = ns[s];
+        float *p0 = ct_rand(n, -1, 1), *g = ct_rand(n, -0.1f, 0.1f);
+        for (int f16 = 0; f16 <= 1; f16++)
+            for (int t = 1; t <= 3; t++) {
+                omp_set_num_threads(t);
+                float *pa = ct_alloc(n * 4), *ma = ct_alloc(n * 4), *va = ct_alloc(n * 4);
+                float *pb = ct_alloc(n * 4), *mb = ct_alloc(n * 4), *vb = ct_alloc(n * 4);
+                uint16_t *la = ct_alloc(n * 2), *lb = ct_alloc(n * 2);
+                memcpy(pa, p0, n * 4); memcpy(pb, p0, n * 4);
+                for (size_t i = 0; i < n; i++) lb[i] = 0x7fc1;
+                for (int step = 1; step <= 3; step++) {
+                    zk_adamw(pa, g, ma, va, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, step);
+                    if (f16) zk_cast_f32_f16(la, pa, n); else zk_cast_f32_bf16(la, pa, n);
+                    zk_adamw_lp(pb, g, mb, vb, lb, f16, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, step);
+                }
+                snprintf(name, sizeof name, "adamw_lp n=%zu %s %d thread(s): adamw's bits, lp its cast",
+                         n, f16 ? "f16" : "bf16", t);
+                ct_check(!memcmp(pa, pb, n * 4) && !memcmp(ma, mb, n * 4) && !memcmp(va, vb, n * 4) &&
+                         !memcmp(la, lb, n * 2), name, "param %s, lp %s",
+                         memcmp(pa, pb, n * 4) ? "differs" : "same", memcmp(la, lb, n * 2) ? "differs" : "same");
+                free(pa); free(ma); free(va); free(pb); free(mb); free(vb); free(la); free(lb);
+            }
+        free(p0); free(g);
+    }
+    omp_set_num_threads(2);
+}
+
 static void test_adamw(void) {
     char name[96];
     const size_t ns[] = {7, 100003};
@@ -477,6 +510,7 @@ int main(void) {
     test_cast_encode();
     test_sums();
     test_adamw();
+    test_adamw_lp();
     test_adamw_random();
     test_adamw_second_thread();
     return ct_summary();
