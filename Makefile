@@ -102,7 +102,7 @@ $(B)/test_cuda: spec/c/test_cuda.c $(CUDA_TEST_OBJ) spec/c/ctest.h
 
 # The CUDA ops at GPT-2 124M shapes, ms per call (needs a GPU).
 $(B)/bench_cuda: tools/bench_cuda.c $(CUDA_TEST_OBJ)
-	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Iruntime -o $@ $< $(CUDA_TEST_OBJ) $(CUDA_LIBS) -lm -lpthread
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Iruntime -Ikernels/cpu -o $@ $< $(CUDA_TEST_OBJ) $(CUDA_LIBS) -lm -lpthread
 bench-cuda:
 	$(MAKE) CUDA=1 B=build-cuda build-cuda/bench_cuda build-cuda/bench_cuda_dqatomic
 	build-cuda/bench_cuda
@@ -121,7 +121,7 @@ $(B)/obj/dqatomic/kernels/cuda/attention_tc.o: kernels/cuda/attention_tc.cu $(wi
 DQATOMIC_OBJ := $(filter-out $(B)/obj/kernels/cuda/attention_tc.o,$(CUDA_TEST_OBJ)) \
                 $(B)/obj/dqatomic/kernels/cuda/attention_tc.o
 $(B)/bench_cuda_dqatomic: tools/bench_cuda.c $(DQATOMIC_OBJ)
-	$(CC) $(CFLAGS) -DBENCH_DQ_ATOMIC -I$(CUDA_HOME)/include -Iruntime -o $@ $< $(DQATOMIC_OBJ) $(CUDA_LIBS) -lm -lpthread
+	$(CC) $(CFLAGS) -DBENCH_DQ_ATOMIC -I$(CUDA_HOME)/include -Iruntime -Ikernels/cpu -o $@ $< $(DQATOMIC_OBJ) $(CUDA_LIBS) -lm -lpthread
 
 # Builds into build-cuda/ (not build/) and runs the GPU tests
 # (tools/test_cuda.sh; "skipped" where no GPU is visible): test_cuda, the

@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 #include "internal.h"
 #include "cuda_stream.h"
+#include "kernels.h"      /* ZK_SUM_BLOCK */
 
 extern const zt_device_ops zt_cuda_device;
 int zt_cuda_init(void);
@@ -178,12 +179,6 @@ int main(void)
         }
     }
     zt_cuda_attention_mode(0);
-    TIME("layernorm fwd (N,768)", 0, 50, dv->layernorm_forward(y, 0, mean, rstd, x, w, b, N, C));
-    TIME("layernorm bwd (N,768)", 0, 50, dv->layernorm_backward(dx, NULL, dw, db, g, x, w, mean, rstd, N, C));
-    TIME("layernorm bwd (N,768) + bf16 dinp", 0, 50, dv->layernorm_backward(dx, (uint16_t *)y, dw, db, g, x, w, mean, rstd, N, C));
-    TIME("gelu fwd (N,3072)", 0, 50, dv->gelu_forward(y, 0, x, 0, (size_t)N * 4 * C));
-    TIME("gelu fwd (N,3072) bf16 in and out", 0, 50, dv->gelu_forward(y, 1, x, 1, (size_t)N * 4 * C));
-    TIME("adamw 12.6M params", 0, 10, dv->adamw(x, g, y, dx, (size_t)N * 4 * C, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1));
     /* the LM head (B=4 of the step's 16): bf16 operands, logits in rows of
      * V (fp32, the old layout) against rows padded to Vp (bf16, the new) */
     int Vp = (V + 127) / 128 * 128;
@@ -221,6 +216,58 @@ int main(void)
     dv->fill(lg, 0.0f, (size_t)N * Vp / 2);     /* bf16 zeros: finite logits */
     TIMEB("classifier bf16 (N, V rows of Vp)", 3.0 * N * Vp * 2, 5,
           dv->crossentropy(loss, lg, lg, tg, N, V, Vp, 1, 1.0f));
+    /* last, so that a fault here leaves every row above printed: the
+     * memory-bound ops of a step, each with the bytes it must move at
+     * the least (every operand read or written once) beside the copy's
+     * rate: GPU-Step's "within 1.5x of its roofline" */
+    double nc = (double)N * C, nf = (double)N * 4 * C;
+    TIMEB("layernorm fwd (N,768)", nc * 8 + N * 8.0, 50, dv->layernorm_forward(y, 0, mean, rstd, x, w, b, N, C));
+    TIMEB("layernorm fwd (N,768) bf16 out", nc * 6 + N * 8.0, 50,
+          dv->layernorm_forward(y, 1, mean, rstd, x, w, b, N, C));
+    /* resid = a + b, then its layer norm (bf16 out): a, b read, resid and out written */
+    TIMEB("layernorm + residual fwd, bf16 out", nc * 14 + N * 8.0, 50,
+          dv->layernorm_residual_forward(dx, y, 1, mean, rstd, x, g, w, b, N, C));
+    /* dout, inp read, dinp read and written (it accumulates) */
+    TIMEB("layernorm bwd (N,768)", nc * 16 + N * 8.0, 50, dv->layernorm_backward(dx, NULL, dw, db, g, x, w, mean, rstd, N, C));
+    TIMEB("layernorm bwd (N,768) + bf16 dinp", nc * 18 + N * 8.0, 50,
+          dv->layernorm_backward(dx, (uint16_t *)y, dw, db, g, x, w, mean, rstd, N, C));
+    TIMEB("residual add (N,768)", nc * 12, 50, dv->add3(dx, x, g, (size_t)nc));
+    TIMEB("gelu fwd (N,3072)", nf * 8, 50, dv->gelu_forward(y, 0, x, 0, (size_t)nf));
+    TIMEB("gelu fwd (N,3072) bf16 in and out", nf * 4, 50, dv->gelu_forward(y, 1, x, 1, (size_t)nf));
+    TIMEB("gelu bwd (N,3072)", nf * 12, 50, dv->gelu_backward(dx, 0, x, 0, g, (size_t)nf));
+    TIMEB("gelu bwd (N,3072) bf16 in and dinp", nf * 8, 50, dv->gelu_backward(dx, 1, x, 1, g, (size_t)nf));
+    TIMEB("cast f32 -> bf16 (N,3072)", nf * 6, 50, dv->cast(y, ZT_BF16, x, ZT_F32, (size_t)nf));
+    TIMEB("cast bf16 -> f32 (N,3072)", nf * 6, 50, dv->cast(y, ZT_F32, x, ZT_BF16, (size_t)nf));
+    TIMEB("adamw 12.6M params", nf * 28, 10, dv->adamw(x, g, y, dx, (size_t)nf, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1));
+    {   /* one unit's update as the trainer calls it: the stored bf16 parameters written too */
+        zt_adamw_segs sg = { 1, { 0 }, { (int64_t)nf }, { 0.1f } };
+        uint16_t *lp = NULL;
+        dv->alloc((void **)&lp, (size_t)nf * 2);
+        TIMEB("adamw segments + bf16 params", nf * 30, 10,
+              dv->adamw_segments(x, g, y, dx, lp, ZT_BF16, &sg, 1e-4f, 0.9f, 0.95f, 1e-8f, 1.0f, 1));
+        dv->free(lp);
+    }
+    {   /* the gradient norm's partials over 12.6M floats (zt_sumsq_blocks_many:
+         * the block partials, then one copy to the host and one wait) */
+        size_t cnt = (size_t)nf, nb = (cnt + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
+        double *part = malloc(nb * sizeof(double));
+        const float *xs[1] = { x };
+        TIMEB("sumsq partials 12.6M floats", nf * 4, 20, dv->sumsq_blocks_many(part, xs, &cnt, 1));
+        free(part);
+    }
+    {   /* the embedding: wte rows and wpe read, (B,T,C) written; backward:
+         * dout read, the tokens' dwte rows read and written (distinct
+         * tokens here: the most rows), dwpe written */
+        int Vb = N;                       /* a vocabulary of N rows, token n = n */
+        int32_t *tok = NULL, *htok = malloc((size_t)N * 4);
+        float *tw = dalloc((size_t)Vb * C), *tp = dalloc((size_t)T * C);
+        for (int i = 0; i < N; i++) htok[i] = (i * 7919) % Vb;
+        dv->alloc((void **)&tok, (size_t)N * 4);
+        dv->upload(tok, htok, (size_t)N * 4);
+        TIMEB("encoder fwd (B,T,768)", nc * 12, 50, dv->encoder_forward(y, tok, tw, tp, B, T, C, Vb));
+        TIMEB("encoder bwd (B,T,768)", nc * 16, 20, dv->encoder_backward(tw, tp, g, tok, B, T, C, Vb));
+        dv->free(tok); dv->free(tw); dv->free(tp); free(htok);
+    }
     (void)logits;
     int rc = dv->sync();
     printf("sync: %s\n", rc == ZT_OK ? "ok" : zt_last_error());

@@ -53,10 +53,10 @@ libpsm-infinipath1 libpsm2-2 libucx0 libmunge2 libnuma1 libatomic1 libgomp1 libo
 libgfortran5 libquadmath0 libuv1 liburing2 libluajit-5.1-2 lua-cjson"
 BINS="libztrain.so ztrain test_cuda test_cuda_seams test_cuda_nccl bench_cuda bench_cuda_dqatomic"
 BIN_PATHS=$(for b in $BINS; do printf 'build-cuda/%s ' "$b"; done)
-# seconds each part may take (sum 470: unpack and all inside 8 minutes; test
+# seconds each part may take (sum 490: unpack and all inside 8.5 minutes; test
 # holds spec/cuda/strategies.lua's 66 runs, every recipe twice: estimates);
 # ZKIT_LIMITS="test=300 ..." overrides some
-LIMITS="${ZKIT_LIMITS:-} check=40 test=240 bench=90 torch=100"
+LIMITS="${ZKIT_LIMITS:-} check=40 test=240 bench=110 torch=100"
 
 pack() {
   make -s CUDA=1 B=build-cuda $BIN_PATHS
@@ -155,8 +155,9 @@ check() {
 }
 
 bench() {
-  build-cuda/bench_cuda || return 1
   rc=0
+  # a failed kernel bench leaves the step's bench to run (the part fails)
+  build-cuda/bench_cuda || rc=1
   # the attention backward with dQ by atomics: the price of determinism
   build-cuda/bench_cuda_dqatomic || rc=1
   for m in ${ZKIT_ATTENTION:-exact bf16}; do
