@@ -58,6 +58,11 @@ static double copy_gbs, last_ms;
  * shape minus this one (docs/gpu.md). */
 static int bench_dq_atomic(void)
 {
+    struct cudaDeviceProp pr;
+    if (cudaGetDeviceProperties(&pr, 0) != cudaSuccess || pr.major != 9 || pr.minor != 0) {
+        printf("bench_cuda_dqatomic: built for sm_90 only (H100, H200), skipped on this GPU\n");
+        return 0;
+    }
     static const int cfg[][4] = { { 4, 1024, 12, 64 }, { 16, 1024, 16, 128 }, { 4, 4096, 16, 64 },
                                   { 4, 4096, 16, 128 }, { 2, 8192, 16, 64 }, { 2, 8192, 16, 128 } };
     zt_cuda_attention_mode(1);

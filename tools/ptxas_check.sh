@@ -7,7 +7,8 @@
 # at local-memory speed: fix its tiles or launch bounds, do not raise this.
 #   sh tools/ptxas_check.sh [build dir, default build-cuda]
 B=${1:-build-cuda}
-set -- $B/obj/kernels/cuda/*.o.ptxas
+# the library's kernels, and the bench-only dQ-atomics attention where built
+set -- $B/obj/kernels/cuda/*.o.ptxas $(ls $B/obj/dqatomic/kernels/cuda/*.o.ptxas 2>/dev/null)
 [ -f "$1" ] || { echo "ptxas_check: no reports in $B/obj/kernels/cuda (make CUDA=1 B=$B first)" >&2; exit 2; }
 # an object built before the reports were kept has none: rebuild it
 for o in $B/obj/kernels/cuda/*.o; do

@@ -87,8 +87,10 @@
  * which runs blocks one after another. Its arithmetic is here already in
  * the -DZKC_ATTN_TC_DQ_ATOMIC variant (below; atomics instead of the
  * ordered adds), built only to measure the price of determinism once on a
- * GPU (dK/dV then 168 / 241 registers, 46592 / 46720 B at head size 64 /
- * 128, no spills).
+ * GPU (tools/bench_cuda.c's bench_cuda_dqatomic; dK/dV then 238 / 240
+ * registers at 2 blocks an SM, 46592 / 46720 B at head size 64 / 128, no
+ * spills on sm_90: at 3 blocks head size 64 spilled 104 bytes, so that
+ * variant also holds fewer blocks an SM than the deterministic dK/dV).
  *
  * Rounded to bf16 (RNE) on the way into shared memory: q, k, v (io16:
  * already bf16), dout; in registers: p, dS where they enter a product. In
@@ -165,7 +167,9 @@ __device__ __forceinline__ int win_start(const tcp &a, int q, int n)
 /* The backward's inner chunk (queries for dK, dV; keys for dQ) */
 template <int HD> struct tc_cfg {
     enum { CH = HD == 64 ? 64 : 16, LD = HD + 8,
-           MINB_DKV = HD == 64 ? 3 : 2 };         /* blocks an SM: register caps */
+           /* blocks an SM: register caps (the DQA build's dK/dV also holds
+            * the dQ part: at 3 blocks its head size 64 spilled on sm_90) */
+           MINB_DKV = HD == 64 && !DQA ? 3 : 2 };
 };
 /* The dQ kernel: 128 query rows (8 warps) and key chunks of 32 at head size
  * 64, so that a K, V chunk read from L2 serves twice the rows; 64 rows and

@@ -68,12 +68,25 @@ describe("device.attention", function()
     end
   end)
 
-  it("auto takes the tensor-core kernels where the run takes bf16 GEMMs on the CUDA device, else exact", function()
+  it("auto takes the tensor-core kernels where the run takes bf16 GEMMs on the CUDA device and a GPU " ..
+     "has checked the heads, else exact", function()
     local precision = require "ztrain.model.precision"
+    local GPT2 = { C = 768, NH = 12 }           -- head size 64
     local function mode(...)
-      return precision.attention_mode(assert(recipe.resolve({}, { ... })))
+      return precision.attention_mode(assert(recipe.resolve({}, { ... })), GPT2)
     end
     assert.are.equal("bf16", mode("device.backend=cuda", "precision=bf16"))
+    -- the model's heads: 64 or 128 wide, one key/value head each, no window
+    local cuda16 = assert(recipe.resolve({}, { "device.backend=cuda", "precision=bf16" }))
+    assert.are.equal("bf16", precision.attention_mode(cuda16, { C = 2048, NH = 16, NKV = 16, window = 0 }))
+    for _, cfg in ipairs({ { C = 64, NH = 4 },                         -- head size 16 (the tiny models)
+                           { C = 2048, NH = 32, NKV = 8, window = 0 },  -- grouped-query (Llama 3.2 1B)
+                           { C = 4096, NH = 32, NKV = 32, window = 4096 } }) do   -- a window
+      assert.are.equal("exact", precision.attention_mode(cuda16, cfg))
+      -- named, the tensor-core kernels are taken where they exist
+      local forced = assert(recipe.resolve({}, { "device.backend=cuda", "precision=bf16", "device.attention=bf16" }))
+      assert.are.equal("bf16", precision.attention_mode(forced, cfg))
+    end
     assert.are.equal("bf16", mode("device.backend=cuda", "precision=bf16", "device.bf16_gemm=on"))
     -- bf16 stored, fp32 matmuls: the user asked for fp32 arithmetic
     assert.are.equal("exact", mode("device.backend=cuda", "precision=bf16", "device.bf16_gemm=off"))

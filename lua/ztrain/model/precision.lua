@@ -260,17 +260,25 @@ function M.gemm16(r)
   return on, path
 end
 
--- attention_mode(recipe) -> "exact" | "bf16": device.attention with "auto"
--- resolved. auto takes the tensor-core kernels (bf16 operands, fp32
+-- attention_mode(recipe, cfg) -> "exact" | "bf16": device.attention with
+-- "auto" resolved for the model cfg (C, NH; NKV and window where the family
+-- has them). auto takes the tensor-core kernels (bf16 operands, fp32
 -- accumulation; kernels/cuda/attention_tc.cu) where the run takes the bf16
--- GEMMs on the cuda device: measured on an H200 at FlashAttention-2's speed
--- at GPT-2's shape, and the whole step within its bf16 tolerances against
--- the CPU (docs/gpu.md). Everywhere else the fp32 kernels, which give the
--- CPU's bits: fakegpu, the CPU and fp32 runs keep their digests.
-function M.attention_mode(r)
+-- GEMMs on the cuda device and the attention is what a GPU has checked:
+-- every query head its own key/value head, no window, head size 64 or 128
+-- (measured on an H200 at FlashAttention-2's speed at GPT-2's shape, the
+-- whole step within its bf16 tolerances against the CPU: docs/gpu.md).
+-- Grouped-query and windowed attention have tensor-core kernels too,
+-- checked on the CPU only: "bf16" takes them. Everywhere else the fp32
+-- kernels, which give the CPU's bits: fakegpu, the CPU and fp32 runs keep
+-- their digests.
+function M.attention_mode(r, cfg)
   local at = r.device.attention
   if at ~= "auto" then return at end
-  return (r.device.backend == "cuda" and M.gemm16(r)) and "bf16" or "exact"
+  if r.device.backend ~= "cuda" or not M.gemm16(r) then return "exact" end
+  local hs = cfg.C / cfg.NH
+  local mha = (cfg.NKV or cfg.NH) == cfg.NH and (cfg.window or 0) == 0
+  return (mha and (hs == 64 or hs == 128)) and "bf16" or "exact"
 end
 
 -- the interface gpt2.lua calls: mm.forward(...), mm.backward(...)

@@ -146,8 +146,6 @@ end
 function setup_device(self, r)
   -- (the runtime's messages name the call; the errors name the key)
   check_key(C.zt_device_init(r.device.backend), "device.backend=" .. r.device.backend)
-  self.attention = precision.attention_mode(r)
-  check_key(C.zt_device_attention(self.attention), "device.attention=" .. r.device.attention)
   -- before the groups: groups split from an NCCL world run NCCL too
   if r.comm.backend == "nccl" then self.world:use_nccl(r.comm.deterministic, "comm.backend=nccl") end
   local threads = r.device.threads
@@ -261,6 +259,9 @@ function build_model(self, r)
   local S, dp = self.strategy, self.dp
   local pad = S.pad and S.pad(dp.size) or family.PAD
   self.model = family.new(self.cfg, { alloc = false, pad = pad })
+  -- the attention kernels, auto resolved for this model's heads
+  self.attention = precision.attention_mode(r, self.cfg)
+  check_key(C.zt_device_attention(self.attention), "device.attention=" .. r.device.attention)
   self.optim = adamw.new { lr = r.optim.lr, betas = r.optim.betas, eps = r.optim.eps,
                            weight_decay = r.optim.weight_decay }
   self.schedule = lr.make(r.optim.lr, r.lr, r.train.steps)
