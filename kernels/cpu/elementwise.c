@@ -9,7 +9,6 @@
 #include <omp.h>
 #include <string.h>
 #include "kernels.h"
-#include "fastmath.h"
 
 #define EW_BLOCK 4096
 /* below this many blocks a parallel region costs more than it saves */
@@ -98,8 +97,16 @@ static inline uint32_t sel(int c, uint32_t a, uint32_t b) {
     return (a & m) | (b & ~m);
 }
 
-/* + 0x7fff + lsb: ties go to the even result (fastmath.h) */
-static inline uint16_t f32_to_bf16(float f) { return zk_bf16_round(f); }
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t u = f32_bits(f);
+    /* NaN: keep sign and top payload, force the quiet bit so the payload
+     * cannot round away into an infinity. */
+    uint32_t nan = (u >> 16) | 0x0040u;
+    /* + 0x7fff + lsb: ties go to the even result; overflow carries into
+     * the exponent and lands on inf, as it should. */
+    uint32_t rne = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rne);
+}
 
 void zk_cast_f32_bf16(uint16_t *dst, const float *src, size_t n) {
     EW_FOR_BLOCKS(n, lo, hi, {

@@ -14,26 +14,6 @@
 #include <string.h>
 #include "kernels.h"
 
-/* fp32 -> bf16, round to nearest even; a NaN keeps its sign and top
- * payload with the quiet bit forced (so the payload cannot round away into
- * an infinity); overflow rounds to inf. Integer bit tricks, branch-free so
- * loops calling it vectorize. The casts (elementwise.c) and the kernels
- * that round their own outputs (gelu.c) share it: the same bits. */
-static inline uint16_t zk_bf16_round(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint32_t nan = (u >> 16) | 0x0040u;
-    uint32_t rne = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rne);
-}
-/* bf16 -> fp32: exact */
-static inline float zk_bf16_widen(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* The AVX-512 twins (attention's products, GELU) run where the CPU has
  * avx512f, unless a test forces the plain AVX2 path (zk_force_scalar). */
 static inline int zk_avx512_twin(void) {

@@ -77,89 +77,46 @@ void zk_gelu_forward(float *out, const float *inp, size_t n) {
     }
 }
 
-/* bf16 out: the fp32 kernel's expressions on each element, the result
- * rounded once in the same loop (zk_bf16_round, the casts' rounding): the
- * fp32 kernel's floats rounded, bit for bit. A bf16 inp (in16) is widened
- * exactly as it is read: the bits of the fp32 kernel on the cast input.
- * Written as one loop (was: widen into a stack tile, the fp32 kernel, a
- * cast pass: three passes over L1 at AVX2 width). */
-static inline __attribute__((always_inline)) float gelu_in(const void *p, size_t i, int in16) {
-    return in16 ? zk_bf16_widen(((const uint16_t *)p)[i]) : ((const float *)p)[i];
-}
-
-static inline __attribute__((always_inline)) void
-gelu_fwd_block_b16(uint16_t *out, const void *inp, int in16, size_t lo, size_t hi) {
-    #pragma omp simd
-    for (size_t i = lo; i < hi; i++) {
-        float x = gelu_in(inp, i, in16);
-        float inner = GELU_K * (x + GELU_A * (x * x * x));
-        out[i] = zk_bf16_round(0.5f * x * (1.0f + tanh_fast(inner)));
-    }
-}
-
-/* out may be inp itself (the same element read, then written); dinp does
- * not alias dout (kernels.h) */
-static inline __attribute__((always_inline)) void
-gelu_bwd_block_b16(uint16_t *dinp, const void *inp, int in16,
-                   const float *restrict dout, size_t lo, size_t hi) {
-    #pragma omp simd
-    for (size_t i = lo; i < hi; i++) {
-        float x = gelu_in(inp, i, in16);
-        float x2 = x * x;
-        float inner = GELU_K * (x + GELU_A * (x2 * x));
-        float th = tanh_fast(inner);
-        float left_d = 0.5f * (1.0f + th);
-        float inner_d = GELU_K * (1.0f + 3.0f * GELU_A * x2);
-        float right_d = 0.5f * x * (1.0f - th * th) * inner_d;
-        dinp[i] = zk_bf16_round(dout[i] * (left_d + right_d));
-    }
-}
-
-/* the twins, in16 a constant in each call so the load is one kind */
-static void fwdb8(uint16_t *out, const void *inp, int in16, size_t lo, size_t hi) {
-    if (in16) gelu_fwd_block_b16(out, inp, 1, lo, hi); else gelu_fwd_block_b16(out, inp, 0, lo, hi);
-}
-GELU_AVX512 static void fwdb16(uint16_t *out, const void *inp, int in16, size_t lo, size_t hi) {
-    if (in16) gelu_fwd_block_b16(out, inp, 1, lo, hi); else gelu_fwd_block_b16(out, inp, 0, lo, hi);
-}
-static void bwdb8(uint16_t *dinp, const void *inp, int in16, const float *dout, size_t lo, size_t hi) {
-    if (in16) gelu_bwd_block_b16(dinp, inp, 1, dout, lo, hi);
-    else gelu_bwd_block_b16(dinp, inp, 0, dout, lo, hi);
-}
-GELU_AVX512 static void bwdb16(uint16_t *dinp, const void *inp, int in16, const float *dout, size_t lo,
-                               size_t hi) {
-    if (in16) gelu_bwd_block_b16(dinp, inp, 1, dout, lo, hi);
-    else gelu_bwd_block_b16(dinp, inp, 0, dout, lo, hi);
-}
-
-static void fwd_b16(uint16_t *out, const void *inp, int in16, size_t n) {
+/* bf16 out: each block through a float tile on the stack (16 KiB), then
+ * rounded: the fp32 kernel's floats, rounded once. A bf16 inp (inp16, else
+ * inp32) widens exactly into a second tile first: the bits of the fp32
+ * kernel on the cast input. */
+static void fwd_b16(uint16_t *out, const float *inp32, const uint16_t *inp16, size_t n) {
     size_t nb = (n + GELU_BLOCK - 1) / GELU_BLOCK;
-    void (*f)(uint16_t *, const void *, int, size_t, size_t) = zk_avx512_twin() ? fwdb16 : fwdb8;
+    void (*f)(float *, const float *, size_t, size_t) = zk_avx512_twin() ? fwd16 : fwd8;
     #pragma omp parallel for schedule(static) if (nb >= GELU_PAR_BLOCKS)
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * GELU_BLOCK, hi = lo + GELU_BLOCK < n ? lo + GELU_BLOCK : n;
-        f(out, inp, in16, lo, hi);
+        float t[GELU_BLOCK], xt[GELU_BLOCK];
+        const float *x = inp32 ? inp32 + lo : xt;
+        if (!inp32) zk_cast_bf16_f32(xt, inp16 + lo, hi - lo);
+        f(t, x, 0, hi - lo);
+        zk_cast_f32_bf16(out + lo, t, hi - lo);
     }
 }
 
-static void bwd_b16(uint16_t *dinp, const void *inp, int in16, const float *dout, size_t n) {
+static void bwd_b16(uint16_t *dinp, const float *inp32, const uint16_t *inp16, const float *dout,
+                    size_t n) {
     size_t nb = (n + GELU_BLOCK - 1) / GELU_BLOCK;
-    void (*f)(uint16_t *, const void *, int, const float *, size_t, size_t) =
-        zk_avx512_twin() ? bwdb16 : bwdb8;
+    void (*f)(float *, const float *, const float *, size_t, size_t) = zk_avx512_twin() ? bwd16 : bwd8;
     #pragma omp parallel for schedule(static) if (nb >= GELU_PAR_BLOCKS)
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * GELU_BLOCK, hi = lo + GELU_BLOCK < n ? lo + GELU_BLOCK : n;
-        f(dinp, inp, in16, dout, lo, hi);
+        float t[GELU_BLOCK], xt[GELU_BLOCK];
+        const float *x = inp32 ? inp32 + lo : xt;
+        if (!inp32) zk_cast_bf16_f32(xt, inp16 + lo, hi - lo);
+        f(t, x, dout + lo, 0, hi - lo);
+        zk_cast_f32_bf16(dinp + lo, t, hi - lo);
     }
 }
 
-void zk_gelu_forward_b16(uint16_t *out, const float *inp, size_t n) { fwd_b16(out, inp, 0, n); }
-void zk_gelu_forward_bb(uint16_t *out, const uint16_t *inp, size_t n) { fwd_b16(out, inp, 1, n); }
+void zk_gelu_forward_b16(uint16_t *out, const float *inp, size_t n) { fwd_b16(out, inp, NULL, n); }
+void zk_gelu_forward_bb(uint16_t *out, const uint16_t *inp, size_t n) { fwd_b16(out, NULL, inp, n); }
 void zk_gelu_backward_b16(uint16_t *dinp, const float *inp, const float *dout, size_t n) {
-    bwd_b16(dinp, inp, 0, dout, n);
+    bwd_b16(dinp, inp, NULL, dout, n);
 }
 void zk_gelu_backward_bb(uint16_t *dinp, const uint16_t *inp, const float *dout, size_t n) {
-    bwd_b16(dinp, inp, 1, dout, n);
+    bwd_b16(dinp, NULL, inp, dout, n);
 }
 
 /* dinp = dout * gelu'(inp), WRITTEN; dinp may alias dout. */
