@@ -15,6 +15,10 @@ local add = fp.add
 -- stage's scratch (model/activations.lua's plan); kept inputs on the host.
 -- ckpt: the model's checkpointed blocks (the trainer's rule,
 -- driver/stage.lua's checkpoint_units over every unit of the model).
+
+-- A Llama-family RoPE table of n positions: cos and sin, (n, hs/2) fp32
+-- each (model/llama.lua's rope_table)
+local function rope_bytes(cfg, n) return 2 * n * (cfg.C / cfg.NH / 2) * 4 end
 function M.activations(t, cfg, r, units, sets, ckpt)
   local B, Tlen = r.batch.micro, r.data.seq_len
   local host = r.train.checkpoint_host and next(ckpt) ~= nil
@@ -30,7 +34,7 @@ function M.activations(t, cfg, r, units, sets, ckpt)
     if u.kind == "head" then add(t, "device", "activations", losses.bytes(r.batch.accumulate, B, Tlen)) end
     rope = rope or (u.kind == "block" and cfg.family == "llama")
   end
-  if rope then add(t, "device", "activations", 2 * Tlen * (cfg.C / cfg.NH / 2) * 4) end
+  if rope then add(t, "device", "activations", rope_bytes(cfg, Tlen)) end
   if host then
     for _ in pairs(ckpt) do add(t, "host", "activations", sets * B * Tlen * cfg.C * 4) end
   end
@@ -66,8 +70,7 @@ function M.sample(t, cfg, r, spec)
   -- positions; in place, the training model's table is made again for cap
   -- positions when cap > T, replacing it (cos and sin, (positions, hs/2) each)
   local copy = spec.stage > 0 or r.precision ~= "fp32"
-  local hs = cfg.C / cfg.NH
-  local rope = cfg.family ~= "llama" and 0 or copy and 4 * cap * hs or 4 * math.max(0, cap - r.data.seq_len) * hs
+  local rope = cfg.family ~= "llama" and 0 or rope_bytes(cfg, copy and cap or math.max(0, cap - r.data.seq_len))
   add(t, "device", "activations", 4 * (2 * cfg.L * kv * cap + cfg.C + 2 + cfg.V) + gen_work(cfg, n) +
       gen_work(cfg, 1) + rope)
   if copy then
