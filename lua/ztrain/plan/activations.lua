@@ -11,14 +11,14 @@ local data = require "ztrain.model.data"
 local M = {}
 local add = fp.add
 
+-- A Llama-family RoPE table of n positions: cos and sin, (n, hs/2) fp32
+-- each (model/llama.lua's rope_table)
+local function rope_bytes(cfg, n) return 2 * n * (cfg.C / cfg.NH / 2) * 4 end
+
 -- Activations of `sets` micro-batches in flight over these units, and the
 -- stage's scratch (model/activations.lua's plan); kept inputs on the host.
 -- ckpt: the model's checkpointed blocks (the trainer's rule,
 -- driver/stage.lua's checkpoint_units over every unit of the model).
-
--- A Llama-family RoPE table of n positions: cos and sin, (n, hs/2) fp32
--- each (model/llama.lua's rope_table)
-local function rope_bytes(cfg, n) return 2 * n * (cfg.C / cfg.NH / 2) * 4 end
 function M.activations(t, cfg, r, units, sets, ckpt)
   local B, Tlen = r.batch.micro, r.data.seq_len
   local host = r.train.checkpoint_host and next(ckpt) ~= nil
