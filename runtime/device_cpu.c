@@ -341,8 +341,10 @@ int64_t zt_device_count(const char *what)
         return active->attention_tc_calls ? active->attention_tc_calls() : 0;
     if (strcmp(what, "host_waits") == 0)
         return active->host_waits ? active->host_waits() : 0;
+    if (strcmp(what, "host_wait_us") == 0)
+        return active->host_wait_ns ? active->host_wait_ns() / 1000 : 0;
     return zt_error(ZT_EINVAL, "zt_device_count: \"%s\" is not counted; known: attention_tc, "
-                    "host_waits", what);
+                    "host_waits, host_wait_us", what);
 }
 
 int zt_set_threads(int n)

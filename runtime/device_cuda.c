@@ -25,6 +25,7 @@
 #include <cuda_runtime_api.h>
 #include <cublas_v2.h>
 #include <pthread.h>
+#include <time.h>
 #include "internal.h"
 #include "cuda_stream.h"
 #include "../kernels/cpu/kernels.h"
@@ -68,9 +69,36 @@ static int cu_err(const char *file, int line, const char *call, cudaError_t e)
  * stream or event sync, a copy with host memory, an op returning a value,
  * an upload slot's reuse), counted as called: unlike fakegpu-async, a wait
  * on an idle stream counts too */
-static int64_t cu_waits;
+static int64_t cu_waits, cu_wait_ns;
 static inline void waited(void) { __atomic_add_fetch(&cu_waits, 1, __ATOMIC_RELAXED); }
 static int64_t cuda_host_waits(void) { return __atomic_load_n(&cu_waits, __ATOMIC_RELAXED); }
+/* zt_device_count("host_wait_us"): the time the host spent blocked in
+ * those stream and event syncs -- a step's wall time minus this is the
+ * host's own (Lua, launches): near the step's time, the launches are what
+ * bounds it (tools/bench_gpu.lua prints both) */
+static int64_t cuda_host_wait_ns(void) { return __atomic_load_n(&cu_wait_ns, __ATOMIC_RELAXED); }
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+static cudaError_t wait_stream(cudaStream_t s)
+{
+    waited();
+    int64_t t0 = mono_ns();
+    cudaError_t e = cudaStreamSynchronize(s);
+    __atomic_add_fetch(&cu_wait_ns, mono_ns() - t0, __ATOMIC_RELAXED);
+    return e;
+}
+static cudaError_t wait_event(cudaEvent_t ev)
+{
+    waited();
+    int64_t t0 = mono_ns();
+    cudaError_t e = cudaEventSynchronize(ev);
+    __atomic_add_fetch(&cu_wait_ns, mono_ns() - t0, __ATOMIC_RELAXED);
+    return e;
+}
 
 static int blas_err(const char *file, int line, const char *call, int st)
 {
@@ -180,8 +208,7 @@ static int bad_check(void)
 
 static int cuda_sync(void)
 {
-    waited();
-    CU(cudaStreamSynchronize(S()));
+    CU(wait_stream(S()));
     ZT_TRY(take_pending());
     return bad_check();
 }
@@ -215,7 +242,7 @@ static void cuda_copy(void *dst, const void *src, size_t nbytes)
 {
     if (nbytes == 0) return;
     CU_NOTE(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, S()));
-    if (!on_device(dst) || !on_device(src)) { waited(); CU_NOTE(cudaStreamSynchronize(S())); }
+    if (!on_device(dst) || !on_device(src)) CU_NOTE(wait_stream(S()));
 }
 
 /* ---- uploads (zt_tensor_upload: a micro-batch's tokens and targets):
@@ -232,7 +259,7 @@ static int up_next;
 static int upload(void *dst, const void *src, size_t nbytes)
 {
     struct up_slot *u = &up[up_next];
-    if (u->queued) { waited(); CU(cudaEventSynchronize(u->ev)); }
+    if (u->queued) CU(wait_event(u->ev));
     u->queued = 0;
     if (!u->ev) CU(cudaEventCreateWithFlags(&u->ev, cudaEventDisableTiming));
     if (u->cap < nbytes) {
@@ -460,8 +487,7 @@ static int sumsq_blocks(double *partials, const float *x, size_t n)
     KC(zkc_sumsq_blocks(S(), cu_scratch, x, n));
     CU(cudaMemcpyAsync(partials, cu_scratch, nb * sizeof(double), cudaMemcpyDeviceToHost,
                        S()));
-    waited();
-    CU(cudaStreamSynchronize(S()));
+    CU(wait_stream(S()));
     return ZT_OK;
 }
 
@@ -487,8 +513,7 @@ static int sumsq_blocks_many(double *partials, const float *const *x, const size
         off += (n[i] + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
     }
     CU(cudaMemcpyAsync(partials, cu_scratch, nb * sizeof(double), cudaMemcpyDeviceToHost, S()));
-    waited();
-    CU(cudaStreamSynchronize(S()));
+    CU(wait_stream(S()));
     return ZT_OK;
 }
 
@@ -517,8 +542,8 @@ static double cuda_sum(const float *x, size_t n)
     if (rc == ZT_OK) {
         cudaError_t e = cudaMemcpyAsync(part, cu_scratch, nb * sizeof(double),
                                         cudaMemcpyDeviceToHost, S());
-        waited();
-        if (e == cudaSuccess) e = cudaStreamSynchronize(S());
+        if (e == cudaSuccess) e = wait_stream(S());
+        else waited();
         if (e != cudaSuccess) rc = cu_err(__FILE__, __LINE__, "cudaMemcpyAsync(partials)", e);
     }
     pthread_mutex_unlock(&cu_lock);
@@ -629,8 +654,7 @@ static void cuda_randn(float *x, size_t n, uint64_t seed, uint64_t stream, float
     if (!h) { note(zt_error(ZT_ENOMEM, "cuda randn: %zu bytes of host staging", n * 4)); return; }
     zk_randn(h, n, seed, stream, mean, std);
     CU_NOTE(cudaMemcpyAsync(x, h, n * sizeof(float), cudaMemcpyHostToDevice, S()));
-    waited();
-    CU_NOTE(cudaStreamSynchronize(S()));
+    CU_NOTE(wait_stream(S()));
     free(h);
 }
 
@@ -672,8 +696,7 @@ void zt_cuda_stream_free(void *s)
 int zt_cuda_stream_sync(void *s)
 {
     NEED_INIT("zt_cuda_stream_sync");
-    waited();
-    CU(cudaStreamSynchronize(s ? (cudaStream_t)s : S()));
+    CU(wait_stream(s ? (cudaStream_t)s : S()));
     return take_pending();
 }
 
@@ -724,8 +747,7 @@ int zt_cuda_stream_wait_event(void *s, void *e)
 int zt_cuda_event_sync(void *e)
 {
     ZT_CHECK(e != NULL, "zt_cuda_event_sync: event is NULL (freed?)");
-    waited();
-    CU(cudaEventSynchronize((cudaEvent_t)e));
+    CU(wait_event((cudaEvent_t)e));
     return take_pending();
 }
 
@@ -806,8 +828,7 @@ static int cuda_copy_blocking(void *dst, const void *src, size_t nbytes)
     CU(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault));
     /* from pageable memory cudaMemcpy may return before the bytes land:
      * the caller's waiters must see them */
-    waited();
-    CU(cudaStreamSynchronize(cudaStreamLegacy));
+    CU(wait_stream(cudaStreamLegacy));
     return ZT_OK;
 }
 
@@ -906,6 +927,7 @@ const zt_device_ops zt_cuda_device = {
     .sumsq_blocks_many = cuda_sumsq_blocks_many,
     .upload = cuda_upload,
     .host_waits = cuda_host_waits,
+    .host_wait_ns = cuda_host_wait_ns,
     .sumsq_blocks = cuda_sumsq_blocks,
     .sum = cuda_sum,
     .randn = cuda_randn,

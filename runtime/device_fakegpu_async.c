@@ -176,12 +176,24 @@ static int waited(sim_stream *s)
 }
 static void count_wait(int fresh) { if (fresh) __atomic_add_fetch(&host_waits, 1, __ATOMIC_RELAXED); }
 
+/* zt_device_count("host_wait_us"): the time the host spent in those waits,
+ * here running the queued work it waits for (a GPU's time in them) */
+static int64_t host_wait_ns;
+static int64_t fa_host_wait_ns(void) { return __atomic_load_n(&host_wait_ns, __ATOMIC_RELAXED); }
+static int wait_run(sim_stream *s, uint64_t pos)
+{
+    uint64_t t0 = zt_stats_now_ns();
+    int rc = run_until(s, pos);
+    __atomic_add_fetch(&host_wait_ns, (int64_t)(zt_stats_now_ns() - t0), __ATOMIC_RELAXED);
+    return rc;
+}
+
 static int drain_all(void)
 {
     int fresh = 0;
     for (sim_stream *s = streams; s; s = s->next) fresh |= waited(s);
     count_wait(fresh);
-    for (sim_stream *s = streams; s; s = s->next) ZT_TRY(run_until(s, s->issued));
+    for (sim_stream *s = streams; s; s = s->next) ZT_TRY(wait_run(s, s->issued));
     return ZT_OK;
 }
 
@@ -230,7 +242,7 @@ static int issue_sync(item *it, double *d)
     it->keep = 1;               /* step() leaves it: the result is read here */
     push(s, it);
     count_wait(waited(s));
-    int rc = run_until(s, s->issued);
+    int rc = wait_run(s, s->issued);
     if (rc != ZT_OK) {          /* still queued (an internal bug): step() frees it */
         it->keep = 0;
         pthread_mutex_unlock(&sim_lock);
@@ -686,7 +698,7 @@ static int fx_stream_sync(void *p)
     pthread_mutex_lock(&sim_lock);
     sim_stream *s = stream_of(p);
     count_wait(waited(s));
-    int rc = run_until(s, s->issued);
+    int rc = wait_run(s, s->issued);
     pthread_mutex_unlock(&sim_lock);
     return rc ? rc : take_pending();
 }
@@ -740,7 +752,7 @@ static int fx_event_sync(void *ev)
     sim_event *e = ev;
     pthread_mutex_lock(&sim_lock);
     if (e->st && e->st->seen < e->pos) { count_wait(1); e->st->seen = e->pos; }
-    int rc = e->st ? run_until(e->st, e->pos) : ZT_OK;
+    int rc = e->st ? wait_run(e->st, e->pos) : ZT_OK;
     pthread_mutex_unlock(&sim_lock);
     /* a kept op error stays for the issuing thread's next sync or op, as
      * CUDA's zt_cuda_event_sync leaves it: taken here, on the communication
@@ -873,4 +885,5 @@ const zt_device_ops zt_fakegpu_async_device = {
     .sumsq_blocks = fa_sumsq_blocks, .sumsq_blocks_many = fa_sumsq_blocks_many,
     .sum = fa_sum, .randn = fa_randn, .upload = fa_upload,
     .host_waits = fa_host_waits,
+    .host_wait_ns = fa_host_wait_ns,
 };

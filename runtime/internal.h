@@ -256,6 +256,9 @@ typedef struct zt_device_ops {
     int64_t (*attention_tc_calls)(void);
     /* zt_device_count's "host_waits" (NULL: not counted, 0) */
     int64_t (*host_waits)(void);
+    /* zt_device_count's "host_wait_us": nanoseconds the host spent in those
+     * waits (NULL: not counted, 0) */
+    int64_t (*host_wait_ns)(void);
 } zt_device_ops;
 
 /* comm_stats.c: a thread was blocked this long waiting for a comm request

@@ -103,13 +103,16 @@ local ok, err = pcall(function()
               tr.attention))
   for _ = 1, 2 do tr:train_step() end   -- warm-up: allocation, cuBLAS heuristics
   local times, loss = {}, nil
-  local w0 = C.zt_device_count("host_waits")
+  local w0, us0 = C.zt_device_count("host_waits"), C.zt_device_count("host_wait_us")
+  local t_all = C.zt_now()
   for _ = 1, steps do
     local t0 = C.zt_now()
     loss = tr:train_step().loss
     times[#times + 1] = C.zt_now() - t0
   end
+  t_all = C.zt_now() - t_all
   local waits = tonumber(C.zt_device_count("host_waits") - w0) / steps
+  local wait_s = tonumber(C.zt_device_count("host_wait_us") - us0) / 1e6 / steps
   local t = bc.median(times)
   local tps = B * Tlen / t
   local tflops = flops / t / 1e12
@@ -117,6 +120,11 @@ local ok, err = pcall(function()
       :format(t * 1e3, steps, math.min(unpack(times)) * 1e3, math.max(unpack(times)) * 1e3, tps, tflops,
               peak > 0 and (", MFU %.1f%% of %g TFLOP/s"):format(100 * tflops / peak, peak) or "", loss))
   say(("host waits: %.1f a step (every stream or event sync, copy with host memory, value read)"):format(waits))
+  -- the host's own time (Lua, launches) against the step: where it nears
+  -- the step, the launches bound it and a CUDA graph would pay (GPU-Step)
+  local mean = t_all / steps
+  say(("host time: %.2f ms a step waiting for the device, %.2f ms its own (Lua, launches), of %.2f ms (the mean step)")
+      :format(wait_s * 1e3, (mean - wait_s) * 1e3, mean * 1e3))
   say(("| ztrain | %.0f | %.1f | %s |"):format(tps, t * 1e3,
       peak > 0 and ("%.1f%%"):format(100 * tflops / peak) or "-"))
   if nprof == 0 then return end

@@ -36,6 +36,23 @@ describe("tools/bench_gpu.lua", function()
     assert.are.equal(out, written .. "rc=0\n")   -- u.sh appends the exit status
   end)
 
+  it("splits the host's time into waiting for the device and its own (fakegpu-async: waits run the queue)",
+     function()
+    local out, rc = u.sh(BENCH .. "backend=fakegpu-async:3 model=gpt2-tiny B=2 T=32 steps=3 profile=0")
+    assert.are.equal(0, rc, out)
+    local w, own, step = out:match("host time: ([%d.]+) ms a step waiting for the device, (%-?[%d.]+) ms its own " ..
+                                   "%(Lua, launches%), of ([%d.]+) ms %(the mean step%)")
+    assert.is_truthy(w, out)
+    w, own, step = tonumber(w), tonumber(own), tonumber(step)
+    -- the queued kernels run inside the waits: a share of the step, not all of it
+    assert.is_true(w > 0 and own > 0, out)
+    assert.is_true(math.abs(w + own - step) <= 0.011, out)   -- printed to 0.01 ms
+    -- on the CPU nothing waits: all the host's own
+    out, rc = u.sh(BENCH .. "backend=cpu model=gpt2-tiny B=2 T=32 steps=2 profile=0")
+    assert.are.equal(0, rc, out)
+    assert.is_truthy(out:match("host time: 0%.00 ms a step waiting for the device"), out)
+  end)
+
   it("without a GPU prints one skip line and exits 0", function()
     local out, rc = u.sh(BENCH)
     assert.are.equal(0, rc, out)
