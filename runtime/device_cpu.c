@@ -101,6 +101,14 @@ static void cpu_layernorm_residual_forward(float *resid, void *out, int out16, f
                                   w, bias, N, C);
 }
 
+/* w16: wte and wpe bf16 (the stored parameters), widened as read */
+static int cpu_encoder_forward(float *out, const int32_t *tok, const void *wte, const void *wpe,
+                               int w16, int B, int T, int C, int V)
+{
+    return w16 ? zk_encoder_forward_b16(out, tok, wte, wpe, B, T, C, V)
+               : zk_encoder_forward(out, tok, wte, wpe, B, T, C, V);
+}
+
 static void cpu_adamw_segments(float *p, const float *g, float *m, float *v, void *lp,
                                int lp_dtype, const zt_adamw_segs *sg, float lr, float b1,
                                float b2, float eps, float gscale, int t)
@@ -230,7 +238,7 @@ const zt_device_ops zt_cpu_device = {
     .add = zk_add,
     .add3 = zk_add3,
     .cast = cpu_cast,
-    .encoder_forward = zk_encoder_forward,
+    .encoder_forward = cpu_encoder_forward,
     .encoder_backward = zk_encoder_backward,
     .layernorm_forward = cpu_layernorm_forward,
     .layernorm_residual_forward = cpu_layernorm_residual_forward,

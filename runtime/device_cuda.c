@@ -311,13 +311,13 @@ static void cuda_cast(void *dst, int dd, const void *src, int sd, size_t n)
 
 /* The ops that count bad ids return 0: the count is read at the next
  * device sync (bad_check, above). A CUDA failure returns its error code. */
-static int cuda_encoder_forward(float *out, const int32_t *tok, const float *wte,
-                                const float *wpe, int B, int T, int C, int V)
+static int cuda_encoder_forward(float *out, const int32_t *tok, const void *wte,
+                                const void *wpe, int w16, int B, int T, int C, int V)
 {
     ZT_TRY(take_pending());
     pthread_mutex_lock(&cu_lock);      /* the host's notes of the counts */
     bad_note(BAD_ENC_FWD, (int64_t)B * T, V);
-    int e = zkc_encoder_forward(S(), out, tok, wte, wpe, B, T, C, V, cu_flag + BAD_ENC_FWD);
+    int e = zkc_encoder_forward(S(), out, tok, wte, wpe, w16, B, T, C, V, cu_flag + BAD_ENC_FWD);
     int rc = e ? cu_err(__FILE__, __LINE__, "zkc_encoder_forward", (cudaError_t)e) : ZT_OK;
     pthread_mutex_unlock(&cu_lock);
     return rc;

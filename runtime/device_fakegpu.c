@@ -51,10 +51,10 @@ static void fg_cast(void *dst, int dt, const void *src, int st, size_t n)
     CPU.cast(un(dst), dt, un(src), st, n);
 }
 
-static int fg_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe,
-                              int B, int T, int C, int V)
+static int fg_encoder_forward(float *out, const int32_t *tok, const void *wte, const void *wpe,
+                              int w16, int B, int T, int C, int V)
 {
-    return CPU.encoder_forward(F(out), un(tok), CF(wte), CF(wpe), B, T, C, V);
+    return CPU.encoder_forward(F(out), un(tok), un(wte), un(wpe), w16, B, T, C, V);
 }
 
 static int fg_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok,

@@ -367,16 +367,16 @@ static void keep_bad(const char *op, const char *what, int bad, int64_t n, int V
 static void r_encf(item *it)
 {
     keep_bad("zt_encoder_forward", "tokens",
-             FG.encoder_forward(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1],
+             FG.encoder_forward(it->p[0], it->p[1], it->p[2], it->p[3], it->i[4], it->i[0], it->i[1],
                                 it->i[2], it->i[3]), (int64_t)it->i[0] * it->i[1], it->i[3]);
 }
-static int fa_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe,
-                              int B, int T, int C, int V)
+static int fa_encoder_forward(float *out, const int32_t *tok, const void *wte, const void *wpe,
+                              int w16, int B, int T, int C, int V)
 {
     ZT_TRY(take_pending());
     OPV(it, r_encf, ZT_ENOMEM);
     it->p[0] = out; it->p[1] = (void *)tok; it->p[2] = (void *)wte; it->p[3] = (void *)wpe;
-    it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = V;
+    it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = V; it->i[4] = w16;
     issue(it);
     return 0;
 }

@@ -163,8 +163,8 @@ typedef struct zt_device_ops {
     void (*add)(float *y, const float *x, size_t n);
     void (*add3)(float *out, const float *a, const float *b, size_t n);
     void (*cast)(void *dst, int dst_dtype, const void *src, int src_dtype, size_t n);
-    int (*encoder_forward)(float *out, const int32_t *tok, const float *wte,
-                           const float *wpe, int B, int T, int C, int V);
+    int (*encoder_forward)(float *out, const int32_t *tok, const void *wte,
+                           const void *wpe, int w16, int B, int T, int C, int V);
     int (*encoder_backward)(float *dwte, float *dwpe, const float *dout,
                             const int32_t *tok, int B, int T, int C, int V);
     /* out16: out (dinp for gelu_backward) is bf16, the fp32 result rounded

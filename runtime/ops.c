@@ -199,8 +199,10 @@ int zt_encoder_forward(zt_tensor *out, const zt_tensor *tokens, const zt_tensor 
 {
     const char *op = "zt_encoder_forward";
     ZT_TRY(need(op, "tokens", tokens, ZT_I32));
-    ZT_TRY(need(op, "wte", wte, ZT_F32));
-    if (wpe) ZT_TRY(need(op, "wpe", wpe, ZT_F32));
+    /* fp32 tables, or bf16 ones (a bf16 run's stored parameters), both alike */
+    ZT_TRY(need(op, "wte", wte, wte && wte->dtype == ZT_BF16 ? ZT_BF16 : ZT_F32));
+    int w16 = wte->dtype == ZT_BF16;
+    if (wpe) ZT_TRY(need(op, "wpe", wpe, wte->dtype));
     ZT_CHECK(tokens->ndim == 2, "%s: tokens must be (B,T)", op);
     ZT_CHECK(wte->ndim == 2 && (!wpe || (wpe->ndim == 2 && wte->shape[1] == wpe->shape[1])),
              "%s: wte (V,C) and wpe (maxT,C) must be 2-D with equal C", op);
@@ -212,7 +214,7 @@ int zt_encoder_forward(zt_tensor *out, const zt_tensor *tokens, const zt_tensor 
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "tokens", tokens, "wte", wte, "wpe", wpe, NULL));
     int64_t V = wte->shape[0];
-    int bad = dev->encoder_forward(out->data, tokens->data, wte->data, wpe ? wpe->data : NULL,
+    int bad = dev->encoder_forward(out->data, tokens->data, wte->data, wpe ? wpe->data : NULL, w16,
                                    (int)B, (int)T, (int)C, (int)V);
     return bad_tokens(op, "tokens", bad, B * T, V);
 }

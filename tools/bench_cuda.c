@@ -269,7 +269,7 @@ int main(void)
         for (int i = 0; i < N; i++) htok[i] = (i * 7919) % Vb;
         dv->alloc((void **)&tok, (size_t)N * 4);
         dv->upload(tok, htok, (size_t)N * 4);
-        TIMEB("encoder fwd (B,T,768)", nc * 12, 50, dv->encoder_forward(y, tok, tw, tp, B, T, C, Vb));
+        TIMEB("encoder fwd (B,T,768)", nc * 12, 50, dv->encoder_forward(y, tok, tw, tp, 0, B, T, C, Vb));
         TIMEB("encoder bwd (B,T,768)", nc * 16, 20, dv->encoder_backward(tw, tp, g, tok, B, T, C, Vb));
         dv->free(tok); dv->free(tw); dv->free(tp); free(htok);
     }

@@ -30,6 +30,28 @@ int zk_encoder_forward(float *out, const int32_t *tokens, const float *wte,
     return bad;
 }
 
+static inline float widen16(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
+
+int zk_encoder_forward_b16(float *out, const int32_t *tokens, const uint16_t *wte,
+                           const uint16_t *wpe, int B, int T, int C, int V) {
+    int bad = 0;
+    #pragma omp parallel for schedule(static) reduction(+:bad) if ((long)B * T * C >= 65536)
+    for (int bt = 0; bt < B * T; bt++) {
+        int t = bt % T, tok = tokens[bt];
+        float *restrict o = out + (size_t)bt * C;            // (C)
+        const uint16_t *restrict p = wpe ? wpe + (size_t)t * C : NULL;
+        if (tok < 0 || tok >= V) {
+            bad++;
+            for (int c = 0; c < C; c++) o[c] = p ? widen16(p[c]) : 0.0f;
+            continue;
+        }
+        const uint16_t *restrict e = wte + (size_t)tok * C;
+        if (!p) { for (int c = 0; c < C; c++) o[c] = widen16(e[c]); continue; }
+        for (int c = 0; c < C; c++) o[c] = widen16(e[c]) + widen16(p[c]);
+    }
+    return bad;
+}
+
 /* dwte (V,C) ACCUMULATED; dwpe rows [0,T) WRITTEN (NULL: none).
  * Tasks split the channels, never the rows: a task walks every (b,t) in
  * order for its channel slice, so each dwte element receives its additions

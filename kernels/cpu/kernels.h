@@ -55,6 +55,10 @@ void zk_cast_f16_f32(float *dst, const uint16_t *src, size_t n);
  * zeros without wpe). */
 int zk_encoder_forward(float *out, const int32_t *tokens, const float *wte,
                        const float *wpe, int B, int T, int C, int V);
+/* The same from bf16 wte and wpe (the stored parameters of a bf16 run),
+ * widened exactly: zk_encoder_forward's bits on the widened tables. */
+int zk_encoder_forward_b16(float *out, const int32_t *tokens, const uint16_t *wte,
+                           const uint16_t *wpe, int B, int T, int C, int V);
 /* dwte (V,C) ACCUMULATED (+=) (the tied LM head wrote it first);
  * dwpe (maxT,C) rows [0,T) WRITTEN = sum over b of dout[b,t,:] (NULL: none).
  * Deterministic: each dwte row sums its occurrences in (b,t) order.

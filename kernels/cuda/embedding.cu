@@ -4,15 +4,24 @@
 /* out (B,T,C) = wte[tok] + wpe[t] (wpe NULL: wte[tok] alone); a bad id gives
  * wpe[t] alone (0 without wpe), counted once per position (by its c == 0
  * thread) */
-__global__ static void k_enc_fwd(float *out, const int32_t *tok, const float *wte,
-                                 const float *wpe, int BT, int T, int C, int V, int *bad)
+/* an element of the tables: fp32, or bf16 widened exactly */
+__device__ __forceinline__ float enc_w(const float *w, size_t i) { return w[i]; }
+__device__ __forceinline__ float enc_w(const uint16_t *w, size_t i)
+{
+    return __uint_as_float((unsigned)w[i] << 16);
+}
+
+template <class W>
+__global__ static void k_enc_fwd(float *out, const int32_t *tok, const W *wte,
+                                 const W *wpe, int BT, int T, int C, int V, int *bad)
 {
     ZKC_FOR(i, (size_t)BT * C) {
         size_t bt = i / C;
         int c = (int)(i % C), t = (int)(bt % T), id = tok[bt];
-        float p = wpe ? wpe[(size_t)t * C + c] : 0.0f;
+        float p = wpe ? enc_w(wpe, (size_t)t * C + c) : 0.0f;
         if (id < 0 || id >= V) { out[i] = p; if (c == 0) atomicAdd(bad, 1); continue; }
-        out[i] = wpe ? wte[(size_t)id * C + c] + p : wte[(size_t)id * C + c];
+        float e = enc_w(wte, (size_t)id * C + c);
+        out[i] = wpe ? e + p : e;
     }
 }
 
@@ -291,12 +300,16 @@ __global__ static void k_enc_bwd_wpe(float *dwpe, const float *dout, int B, int 
 }
 
 extern "C" int zkc_encoder_forward(cudaStream_t s, float *out, const int32_t *tok,
-                                   const float *wte, const float *wpe, int B, int T, int C,
-                                   int V, int *dbad)
+                                   const void *wte, const void *wpe, int w16, int B, int T,
+                                   int C, int V, int *dbad)
 {
     size_t n = (size_t)B * T * C;
     if (n == 0) return 0;
-    k_enc_fwd<<<zkc_grid(n, 256), 256, 0, s>>>(out, tok, wte, wpe, B * T, T, C, V, dbad);
+    const uint16_t *te = (const uint16_t *)wte, *pe = (const uint16_t *)wpe;
+    const float *tf = (const float *)wte, *pf = (const float *)wpe;
+    unsigned g = zkc_grid(n, 256);
+    if (w16) k_enc_fwd<<<g, 256, 0, s>>>(out, tok, te, pe, B * T, T, C, V, dbad);
+    else k_enc_fwd<<<g, 256, 0, s>>>(out, tok, tf, pf, B * T, T, C, V, dbad);
     return ZKC_LAUNCHED();
 }
 

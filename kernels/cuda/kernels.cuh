@@ -103,8 +103,9 @@ int zkc_swiglu_backward_bb(cudaStream_t s, uint16_t *dgu, const float *dout, con
                            int N, int F);
 
 /* ---- embedding.cu: bad counts go to *dbad (device int, ADDED to) ---- */
-int zkc_encoder_forward(cudaStream_t s, float *out, const int32_t *tok, const float *wte,
-                        const float *wpe, int B, int T, int C, int V, int *dbad);
+/* w16: wte and wpe bf16 (a bf16 run's stored parameters), widened exactly */
+int zkc_encoder_forward(cudaStream_t s, float *out, const int32_t *tok, const void *wte,
+                        const void *wpe, int w16, int B, int T, int C, int V, int *dbad);
 /* dwte ACCUMULATED, each row summing its occurrences in (b,t) order (no
  * atomics: deterministic); dwpe rows [0,T) WRITTEN. */
 int zkc_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float *dout,

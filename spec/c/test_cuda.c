@@ -284,7 +284,7 @@ static void t_encoder(void)
     int32_t *dtok = up(tok, bt * 4);
     float *dwte = up(wte, (size_t)V * C * 4), *dwpe = up(wpe, (size_t)maxT * C * 4);
     float *dout = up(o, bt * C * 4);
-    int bad_g = dv->encoder_forward(dout, dtok, dwte, dwpe, B, T, C, V);
+    int bad_g = dv->encoder_forward(dout, dtok, dwte, dwpe, 0, B, T, C, V);
     /* the GPU's count is read at the next sync, not waited for a call */
     int rs = dv->sync();
     ct_check(bad_g == 0 && bad_c == 2 && rs == ZT_EINVAL &&

@@ -154,6 +154,28 @@ static void test_ops_validation(void)
         zt_tensor_write(tok, ids, sizeof ids);
         rc = zt_encoder_forward(out, tok, dwte, dwpe);
         CHECK("tokens inside the vocabulary pass", rc == ZT_OK, "rc %d %s", rc, zt_last_error());
+        {   /* bf16 tables (a bf16 run's stored parameters): the fp32 tables'
+             * rows widened; wte and wpe of one dtype */
+            zt_tensor *te = NULL, *pe = NULL, *o2 = NULL;
+            zt_tensor_new(&te, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_BF16, 2, (int64_t[]){ 4, 8 });
+            zt_tensor_new(&pe, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_BF16, 2, sv);
+            zt_tensor_new(&o2, ZT_TIER_DEVICE, ZT_CAT_OTHER, ZT_F32, 3, sd);
+            zt_randn(dwte, 7, 0, 0.0f, 1.0f); zt_randn(dwpe, 8, 0, 0.0f, 1.0f);
+            zt_cast(te, dwte); zt_cast(pe, dwpe);          /* rounded */
+            zt_cast(dwte, te); zt_cast(dwpe, pe);          /* widened back: exact */
+            rc = zt_encoder_forward(out, tok, dwte, dwpe);
+            int rc2 = zt_encoder_forward(o2, tok, te, pe);
+            float a[16], b2[16];
+            zt_tensor_read(out, a, sizeof a); zt_tensor_read(o2, b2, sizeof b2);
+            CHECK("encoder forward from bf16 tables: the widened fp32 tables' rows, bit for bit",
+                  rc == ZT_OK && rc2 == ZT_OK && !memcmp(a, b2, sizeof a), "rc %d/%d: %s", rc, rc2,
+                  zt_last_error());
+            rc = zt_encoder_forward(o2, tok, te, dwpe);
+            CHECK("encoder forward refuses bf16 wte with fp32 wpe, naming wpe",
+                  rc == ZT_EINVAL && strstr(zt_last_error(), "zt_encoder_forward: wpe must be bf16"),
+                  "rc %d: %s", rc, zt_last_error());
+            zt_tensor_release(te); zt_tensor_release(pe); zt_tensor_release(o2);
+        }
         /* cross-entropy targets: logits (2,4) */
         int64_t sl[2] = { 2, 4 };
         zt_tensor *logits = NULL, *losses = NULL;

@@ -18,8 +18,8 @@
 
 int zkc_encoder_backward(void *s, float *dwte, float *dwpe, const float *dout,
                          const int32_t *tok, int B, int T, int C, int V, int *dbad);
-int zkc_encoder_forward(void *s, float *out, const int32_t *tok, const float *wte,
-                        const float *wpe, int B, int T, int C, int V, int *dbad);
+int zkc_encoder_forward(void *s, float *out, const int32_t *tok, const void *wte,
+                        const void *wpe, int w16, int B, int T, int C, int V, int *dbad);
 
 /* no positions (Llama's embedding: wpe and dwpe NULL): the forward's rows
  * are wte's (zeros for bad ids), the backward's dwte the CPU's bits */
@@ -32,7 +32,7 @@ static void no_positions(void)
     float *wte = ct_rand((size_t)V * C, -2, 2), *dout = ct_rand((size_t)N * C, -1, 1);
     float *want = malloc((size_t)N * C * 4), *got = malloc((size_t)N * C * 4);
     int cbad = zk_encoder_forward(want, tok, wte, NULL, B, T, C, V), dbad = 0;
-    int rc = zkc_encoder_forward(NULL, got, tok, wte, NULL, B, T, C, V, &dbad);
+    int rc = zkc_encoder_forward(NULL, got, tok, wte, NULL, 0, B, T, C, V, &dbad);
     int rows = 1;
     for (int i = 0; i < N; i++)
         for (int c = 0; c < C; c++)
@@ -47,6 +47,36 @@ static void no_positions(void)
     ct_check(rc == 0 && !memcmp(w1, w2, (size_t)V * C * 4),
              "emu encoder backward without dwpe: dwte the CPU's bits", "rc %d", rc);
     free(tok); free(wte); free(dout); free(want); free(got); free(w1); free(w2);
+}
+
+/* bf16 tables (a bf16 run's stored wte and wpe): the CPU's bf16 twin's
+ * bits, which are the fp32 kernel's on the widened tables; with and
+ * without positions, a bad id among them */
+static void bf16_tables(void)
+{
+    int B = 2, T = 9, C = 48, V = 37, N = B * T;
+    int32_t *tok = malloc((size_t)N * 4);
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)(ct_u64() % (uint64_t)V);
+    tok[5] = V;
+    float *wte = ct_rand((size_t)V * C, -2, 2), *wpe = ct_rand((size_t)T * C, -1, 1);
+    uint16_t *te = malloc((size_t)V * C * 2), *pe = malloc((size_t)T * C * 2);
+    float *wtw = malloc((size_t)V * C * 4), *wpw = malloc((size_t)T * C * 4);
+    zk_cast_f32_bf16(te, wte, (size_t)V * C); zk_cast_bf16_f32(wtw, te, (size_t)V * C);
+    zk_cast_f32_bf16(pe, wpe, (size_t)T * C); zk_cast_bf16_f32(wpw, pe, (size_t)T * C);
+    float *want = malloc((size_t)N * C * 4), *cpu = malloc((size_t)N * C * 4), *got = malloc((size_t)N * C * 4);
+    for (int pos = 0; pos <= 1; pos++) {
+        int wbad = zk_encoder_forward(want, tok, wtw, pos ? wpw : NULL, B, T, C, V);
+        int cbad = zk_encoder_forward_b16(cpu, tok, te, pos ? pe : NULL, B, T, C, V), dbad = 0;
+        int rc = zkc_encoder_forward(NULL, got, tok, te, pos ? pe : NULL, 1, B, T, C, V, &dbad);
+        char name[128];
+        snprintf(name, sizeof name, "emu encoder forward from bf16 tables%s: the fp32 kernel's bits on them "
+                 "widened (CPU twin and kernel)", pos ? " with positions" : "");
+        ct_check(rc == 0 && wbad == 1 && cbad == 1 && dbad == 1 && !memcmp(cpu, want, (size_t)N * C * 4) &&
+                 !memcmp(got, want, (size_t)N * C * 4), name, "rc %d, bad %d/%d/%d, cpu %s, kernel %s", rc,
+                 wbad, cbad, dbad, memcmp(cpu, want, (size_t)N * C * 4) ? "differs" : "same",
+                 memcmp(got, want, (size_t)N * C * 4) ? "differs" : "same");
+    }
+    free(tok); free(wte); free(wpe); free(te); free(pe); free(wtw); free(wpw); free(want); free(cpu); free(got);
 }
 
 enum { ID_UNIFORM, ID_ONE, ID_HEAVY, ID_RUNS, ID_BAD };
@@ -125,6 +155,7 @@ static void one(const char *what, int B, int T, int C, int V, int kind, int nbad
 int main(void)
 {
     ct_seed(17);
+    bf16_tables();
     one("uniform ids", 10, 30, 100, 500, ID_UNIFORM, 4, 1);       /* 2 blocks, C off 64 */
     one("skewed runs", 20, 30, 130, 300, ID_RUNS, 2, 1);          /* runs across windows */
     one("one id 5000 times", 250, 20, 70, 3, ID_ONE, 0, 0);       /* 1 block, 3 flushes */

@@ -430,9 +430,13 @@ local function head_backward_weight(u, a, w, model)
                          G["ln_f.weight"], S.lnf_mean, S.lnf_rstd)
 end
 
+-- With bf16 GEMMs (a.mm.stored) the tables are read as stored, bf16,
+-- widened by the kernel: the precision policy widens nothing for the
+-- embedding (Model:reads_stored), the same bits.
 local function embed_forward(u, a)
   local out = a.unit[u.index].out
-  ops.encoder_forward(out, a.tokens, u.p.wte, u.p.wpe)
+  local s = a.mm and a.mm.stored
+  ops.encoder_forward(out, a.tokens, s and s(u.p.wte) or u.p.wte, s and s(u.p.wpe) or u.p.wpe)
   return out
 end
 
@@ -497,6 +501,9 @@ function Model:embedding_grad() return self.embed.g.wte end
 -- dout's rows into its gradient and reads none (the precision policy then
 -- widens nothing for it; driver/stage.lua)
 function Model:backward_reads_params(u) return u.kind ~= "embed" end
+-- Whether a unit's ops read its stored bf16 parameters themselves when the
+-- bf16 GEMMs are on (the embedding's tables: embed_forward)
+function Model:reads_stored(u) return u.kind == "embed" end
 
 -- The units a unit reads parameters from (itself, plus embed for the tied
 -- head, which reads only wte, and only as its GEMMs' weight: with bf16

@@ -309,9 +309,11 @@ local function head_backward_weight(self, u, a, w)
                        S.lnf_rstd)
 end
 
+-- bf16 GEMMs: the table read as stored, as GPT-2's (model/gpt2.lua)
 local function embed_forward(u, a)
   local out = a.unit[u.index].out
-  ops.encoder_forward(out, a.tokens, u.p["model.embed_tokens.weight"], nil)
+  local w, s = u.p["model.embed_tokens.weight"], a.mm and a.mm.stored
+  ops.encoder_forward(out, a.tokens, s and s(w) or w, nil)
   return out
 end
 
@@ -354,6 +356,7 @@ function Model:embedding_grad() return self.embed.g["model.embed_tokens.weight"]
 -- dout's rows into its gradient and reads none (the precision policy then
 -- widens nothing for it; driver/stage.lua)
 function Model:backward_reads_params(u) return u.kind ~= "embed" end
+function Model:reads_stored(u) return u.kind == "embed" end
 
 -- the units a unit reads parameters from (the head: embed too when tied,
 -- read only as its GEMMs' weight, as GPT-2's)

@@ -125,6 +125,9 @@ end
 -- else of it (at GPT-2's size 39.4M elements a pass not widened)
 function P:cast_params(u, v, reader)
   if reader and reader ~= u then return end
+  -- the embedding reads its stored bf16 tables itself (Model:reads_stored,
+  -- ops.encoder_forward from bf16): nothing of it is widened
+  if self.model.reads_stored and self.model:reads_stored(u) then return end
   local rs = self.ranges[u] or fp32_ranges(u)
   self.ranges[u] = rs
   if #rs == 1 and rs[1][1] == 0 and rs[1][2] == u.padded then return ops.cast(v, u.params) end
@@ -287,6 +290,9 @@ function M.bf16_matmuls(tier, policy)
   local mm = {}
   function mm.forward(...) local ok, err = pcall(g.forward_, g, ...); g:done(); if not ok then error(err, 0) end end
   function mm.backward(...) local ok, err = pcall(g.backward_, g, ...); g:done(); if not ok then error(err, 0) end end
+  -- w's stored bf16 view while its unit is entered (nil: none), for an op
+  -- that reads the stored parameters itself (the embedding's tables)
+  function mm.stored(w) local p = g.policy; return p and p.lp_of and p.lp_of[w] end
   function mm.free()
     for _, list in pairs(g.free_bufs) do for _, b in ipairs(list) do b:free() end end
     g.free_bufs = {}
