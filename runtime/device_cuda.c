@@ -83,21 +83,21 @@ static int64_t mono_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
-static cudaError_t wait_stream(cudaStream_t s)
+static int64_t wait_begin(void) { waited(); return mono_ns(); }
+static cudaError_t wait_end(int64_t t0, cudaError_t e)
 {
-    waited();
-    int64_t t0 = mono_ns();
-    cudaError_t e = cudaStreamSynchronize(s);
     __atomic_add_fetch(&cu_wait_ns, mono_ns() - t0, __ATOMIC_RELAXED);
     return e;
 }
+static cudaError_t wait_stream(cudaStream_t s)
+{
+    int64_t t0 = wait_begin();
+    return wait_end(t0, cudaStreamSynchronize(s));
+}
 static cudaError_t wait_event(cudaEvent_t ev)
 {
-    waited();
-    int64_t t0 = mono_ns();
-    cudaError_t e = cudaEventSynchronize(ev);
-    __atomic_add_fetch(&cu_wait_ns, mono_ns() - t0, __ATOMIC_RELAXED);
-    return e;
+    int64_t t0 = wait_begin();
+    return wait_end(t0, cudaEventSynchronize(ev));
 }
 
 static int blas_err(const char *file, int line, const char *call, int st)
