@@ -497,12 +497,11 @@ function Model:tied() return true end
 -- the embed unit's embedding gradient view (the tied head's part goes there)
 function Model:embedding_grad() return self.embed.g.wte end
 
--- Whether a unit's backward reads its parameters: the embedding's adds
--- dout's rows into its gradient and reads none (the precision policy then
--- widens nothing for it; driver/stage.lua)
+-- For the precision policy: whether a unit's backward reads its parameters
+-- (the embedding's adds dout's rows: none; driver/stage.lua), and whether
+-- its ops read the stored bf16 ones themselves with bf16 GEMMs (the
+-- embedding's tables: embed_forward)
 function Model:backward_reads_params(u) return u.kind ~= "embed" end
--- Whether a unit's ops read its stored bf16 parameters themselves when the
--- bf16 GEMMs are on (the embedding's tables: embed_forward)
 function Model:reads_stored(u) return u.kind == "embed" end
 
 -- The units a unit reads parameters from (itself, plus embed for the tied
