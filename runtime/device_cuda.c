@@ -73,9 +73,13 @@ static int64_t cu_waits, cu_wait_ns;
 static inline void waited(void) { __atomic_add_fetch(&cu_waits, 1, __ATOMIC_RELAXED); }
 static int64_t cuda_host_waits(void) { return __atomic_load_n(&cu_waits, __ATOMIC_RELAXED); }
 /* zt_device_count("host_wait_us"): the time the host spent blocked in
- * those stream and event syncs -- a step's wall time minus this is the
- * host's own (Lua, launches): near the step's time, the launches are what
- * bounds it (tools/bench_gpu.lua prints both) */
+ * those stream and event syncs (and a blocking copy's, the bad-token
+ * read's) -- a step's wall time minus this is the host's own (Lua,
+ * launches): near the step's time, the launches are what bounds it
+ * (tools/bench_gpu.lua prints both). Every thread's waits add up here: with
+ * a communication thread waiting too (dp, ZeRO) the sum can pass the wall
+ * time; bench_gpu runs one rank, single. A cudaFree's implicit wait is not
+ * timed. */
 static int64_t cuda_host_wait_ns(void) { return __atomic_load_n(&cu_wait_ns, __ATOMIC_RELAXED); }
 static int64_t mono_ns(void)
 {
@@ -191,7 +195,7 @@ static int bad_check(void)
     int bad[BAD_OPS] = { 0 }, any = 0;
     pthread_mutex_lock(&cu_lock);
     cudaError_t e = cudaMemcpyAsync(bad, cu_flag, sizeof bad, cudaMemcpyDeviceToHost, S());
-    if (e == cudaSuccess) e = cudaStreamSynchronize(S());
+    if (e == cudaSuccess) { int64_t t0 = mono_ns(); e = wait_end(t0, cudaStreamSynchronize(S())); }
     for (int i = 0; i < BAD_OPS; i++) any |= bad[i] != 0;
     if (e == cudaSuccess && any) e = cudaMemsetAsync(cu_flag, 0, sizeof bad, S());
     int rc = e == cudaSuccess ? ZT_OK : cu_err(__FILE__, __LINE__, "bad token counts", e);
@@ -825,7 +829,8 @@ static int cuda_copy_blocking(void *dst, const void *src, size_t nbytes)
 {
     NEED_INIT("cuda copy_blocking");
     if (!nbytes) return ZT_OK;
-    CU(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault));
+    int64_t t0 = mono_ns();             /* its blocking time is a wait's (counted below) */
+    CU(wait_end(t0, cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault)));
     /* from pageable memory cudaMemcpy may return before the bytes land:
      * the caller's waiters must see them */
     CU(wait_stream(cudaStreamLegacy));
