@@ -36,8 +36,10 @@ describe("a job's temporary checkpoint directories", function()
     local job, root = u.tmpdir(), u.tmpdir()
     u.sh(("mkdir -p %s/.step-00000003.tmp"):format(root))
     u.write(root .. "/.step-00000003.tmp/rank-00001.bin", "partial")
-    -- a child that exits at once under a parent that never reaps it
-    u.sh(("sh -c 'sleep 0 & echo $! > %s/z; exec sleep 30' >/dev/null 2>&1 & echo $! > %s/parent"):format(job, job))
+    -- a child that exits under a parent that never reaps it: after the
+    -- exec (a child that ended before it could be reaped by the shell, and
+    -- no zombie seen: the clean-clone CI at 95e0d33, once)
+    u.sh(("sh -c 'sleep 0.3 & echo $! > %s/z; exec sleep 30' >/dev/null 2>&1 & echo $! > %s/parent"):format(job, job))
     local zpid, state
     for _ = 1, 200 do
       zpid = tonumber(u.sh("cat " .. job .. "/z 2>/dev/null"):match("^(%d+)\n"))
