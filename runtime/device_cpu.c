@@ -86,27 +86,55 @@ static int cpu_matmul_bf16_backward(float *dinp, float *dw, float *db, const uin
     return ZT_OK;
 }
 
+/* in16 / r16: the bf16 residual stream's kernels (kernels.h, "_r16"; ops.c
+ * pairs a bf16 input with a bf16 out) */
 static void cpu_layernorm_forward(void *out, int out16, float *mean, float *rstd,
-                                  const float *inp, const float *w, const float *b, int N, int C)
+                                  const void *inp, int in16, const float *w, const float *b,
+                                  int N, int C)
 {
-    if (out16) zk_layernorm_forward_b16(out, mean, rstd, inp, w, b, N, C);
+    if (in16) zk_layernorm_forward_r16(out, mean, rstd, inp, w, b, N, C);
+    else if (out16) zk_layernorm_forward_b16(out, mean, rstd, inp, w, b, N, C);
     else zk_layernorm_forward(out, mean, rstd, inp, w, b, N, C);
 }
 
-static void cpu_layernorm_residual_forward(float *resid, void *out, int out16, float *mean,
-                                           float *rstd, const float *a, const float *b,
+static void cpu_layernorm_residual_forward(void *resid, void *out, int out16, float *mean,
+                                           float *rstd, const void *a, const void *b, int r16,
                                            const float *w, const float *bias, int N, int C)
 {
-    zk_layernorm_residual_forward(resid, out16 ? NULL : out, out16 ? out : NULL, mean, rstd, a, b,
-                                  w, bias, N, C);
+    if (r16) zk_layernorm_residual_forward_r16(resid, out, mean, rstd, a, b, w, bias, N, C);
+    else zk_layernorm_residual_forward(resid, out16 ? NULL : out, out16 ? out : NULL, mean, rstd,
+                                       a, b, w, bias, N, C);
 }
 
-/* w16: wte and wpe bf16 (the stored parameters), widened as read */
-static int cpu_encoder_forward(float *out, const int32_t *tok, const void *wte, const void *wpe,
-                               int w16, int B, int T, int C, int V)
+static void cpu_layernorm_backward(void *dinp, uint16_t *dinp16, float *dw, float *db,
+                                   const float *dout, const void *inp, int r16, const float *w,
+                                   const float *mean, const float *rstd, int N, int C)
 {
+    if (r16) zk_layernorm_backward_r16(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    else zk_layernorm_backward_b16(dinp, dinp16, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+
+static void cpu_add3(void *out, const void *a, const void *b, int r16, size_t n)
+{
+    if (r16) zk_add3_b16(out, a, b, n);
+    else zk_add3(out, a, b, n);
+}
+
+/* w16: wte and wpe bf16 (the stored parameters), widened as read; out16:
+ * out bf16 (the bf16 residual stream's first rows) */
+static int cpu_encoder_forward(void *out, int out16, const int32_t *tok, const void *wte,
+                               const void *wpe, int w16, int B, int T, int C, int V)
+{
+    if (out16) return zk_encoder_forward_o16(out, tok, wte, wpe, w16, B, T, C, V);
     return w16 ? zk_encoder_forward_b16(out, tok, wte, wpe, B, T, C, V)
                : zk_encoder_forward(out, tok, wte, wpe, B, T, C, V);
+}
+
+static int cpu_encoder_backward(float *dwte, float *dwpe, const void *dout, int dout16,
+                                const int32_t *tok, int B, int T, int C, int V)
+{
+    return dout16 ? zk_encoder_backward_b16(dwte, dwpe, dout, tok, B, T, C, V)
+                  : zk_encoder_backward(dwte, dwpe, dout, tok, B, T, C, V);
 }
 
 static void cpu_adamw_segments(float *p, const float *g, float *m, float *v, void *lp,
@@ -196,11 +224,20 @@ static void cpu_cast(void *dst, int dd, const void *src, int sd, size_t n)
     else if (sd == ZT_F16 && dd == ZT_F32) zk_cast_f16_f32(dst, src, n);
 }
 
-static void cpu_rmsnorm_forward(void *out, int out16, float *rstd, const float *inp,
+static void cpu_rmsnorm_forward(void *out, int out16, float *rstd, const void *inp, int in16,
                                 const float *w, float eps, int N, int C)
 {
-    if (out16) zk_rmsnorm_forward_b16(out, rstd, inp, w, eps, N, C);
+    if (in16) zk_rmsnorm_forward_r16(out, rstd, inp, w, eps, N, C);
+    else if (out16) zk_rmsnorm_forward_b16(out, rstd, inp, w, eps, N, C);
     else zk_rmsnorm_forward(out, rstd, inp, w, eps, N, C);
+}
+
+static void cpu_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const float *dout,
+                                 const void *inp, int r16, const float *w, const float *rstd,
+                                 int N, int C)
+{
+    if (r16) zk_rmsnorm_backward_r16(dinp, dw, dout, inp, w, rstd, N, C);
+    else zk_rmsnorm_backward_b16(dinp, dinp16, dw, dout, inp, w, rstd, N, C);
 }
 
 static void cpu_rope(void *x, int x16, int N, int T, int ld, int nh, int hs, const float *cos_t,
@@ -236,15 +273,15 @@ const zt_device_ops zt_cpu_device = {
     .scale = zk_scale,
     .axpy = zk_axpy,
     .add = zk_add,
-    .add3 = zk_add3,
+    .add3 = cpu_add3,
     .cast = cpu_cast,
     .encoder_forward = cpu_encoder_forward,
-    .encoder_backward = zk_encoder_backward,
+    .encoder_backward = cpu_encoder_backward,
     .layernorm_forward = cpu_layernorm_forward,
     .layernorm_residual_forward = cpu_layernorm_residual_forward,
-    .layernorm_backward = zk_layernorm_backward_b16,
+    .layernorm_backward = cpu_layernorm_backward,
     .rmsnorm_forward = cpu_rmsnorm_forward,
-    .rmsnorm_backward = zk_rmsnorm_backward_b16,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
     .rope = cpu_rope,
     .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward,

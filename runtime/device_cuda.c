@@ -300,7 +300,11 @@ static void cuda_fill(float *x, float v, size_t n) { KC_NOTE(zkc_fill(S(), x, v,
 static void cuda_scale(float *x, float a, size_t n) { KC_NOTE(zkc_scale(S(), x, a, n)); }
 static void cuda_axpy(float *y, float a, const float *x, size_t n) { KC_NOTE(zkc_axpy(S(), y, a, x, n)); }
 static void cuda_add(float *y, const float *x, size_t n) { KC_NOTE(zkc_add(S(), y, x, n)); }
-static void cuda_add3(float *o, const float *a, const float *b, size_t n) { KC_NOTE(zkc_add3(S(), o, a, b, n)); }
+static void cuda_add3(void *o, const void *a, const void *b, int r16, size_t n)
+{
+    if (r16) KC_NOTE(zkc_add3_b16(S(), o, a, b, n));
+    else KC_NOTE(zkc_add3(S(), o, a, b, n));
+}
 
 static void cuda_cast(void *dst, int dd, const void *src, int sd, size_t n)
 {
@@ -315,59 +319,91 @@ static void cuda_cast(void *dst, int dd, const void *src, int sd, size_t n)
 
 /* The ops that count bad ids return 0: the count is read at the next
  * device sync (bad_check, above). A CUDA failure returns its error code. */
-static int cuda_encoder_forward(float *out, const int32_t *tok, const void *wte,
+static int cuda_encoder_forward(void *out, int out16, const int32_t *tok, const void *wte,
                                 const void *wpe, int w16, int B, int T, int C, int V)
 {
     ZT_TRY(take_pending());
     pthread_mutex_lock(&cu_lock);      /* the host's notes of the counts */
     bad_note(BAD_ENC_FWD, (int64_t)B * T, V);
-    int e = zkc_encoder_forward(S(), out, tok, wte, wpe, w16, B, T, C, V, cu_flag + BAD_ENC_FWD);
+    int e = out16 ? zkc_encoder_forward_o16(S(), out, tok, wte, wpe, w16, B, T, C, V,
+                                            cu_flag + BAD_ENC_FWD)
+                  : zkc_encoder_forward(S(), out, tok, wte, wpe, w16, B, T, C, V,
+                                        cu_flag + BAD_ENC_FWD);
     int rc = e ? cu_err(__FILE__, __LINE__, "zkc_encoder_forward", (cudaError_t)e) : ZT_OK;
     pthread_mutex_unlock(&cu_lock);
     return rc;
 }
 
-static int cuda_encoder_backward(float *dwte, float *dwpe, const float *dout,
+static int cuda_encoder_backward(float *dwte, float *dwpe, const void *dout, int dout16,
                                  const int32_t *tok, int B, int T, int C, int V)
 {
     ZT_TRY(take_pending());
     pthread_mutex_lock(&cu_lock);
     bad_note(BAD_ENC_BWD, (int64_t)B * T, V);
-    int e = zkc_encoder_backward(S(), dwte, dwpe, dout, tok, B, T, C, V, cu_flag + BAD_ENC_BWD);
+    int e = dout16 ? zkc_encoder_backward_b16(S(), dwte, dwpe, dout, tok, B, T, C, V,
+                                              cu_flag + BAD_ENC_BWD)
+                   : zkc_encoder_backward(S(), dwte, dwpe, dout, tok, B, T, C, V,
+                                          cu_flag + BAD_ENC_BWD);
     int rc = e ? cu_err(__FILE__, __LINE__, "zkc_encoder_backward", (cudaError_t)e) : ZT_OK;
     pthread_mutex_unlock(&cu_lock);
     return rc;
 }
 
-static void cuda_layernorm_forward(void *out, int out16, float *mean, float *rstd,
-                                   const float *inp, const float *w, const float *b, int N, int C)
+/* the bf16 residual stream's ops take bf16 rows with a bf16 out, and no
+ * dinp16 (internal.h; ops.c guarantees): another mix is a caller's bug,
+ * kept as an error for the next sync */
+static void r16_misuse(const char *op)
 {
-    KC_NOTE(zkc_layernorm_forward(S(), out, out16, mean, rstd, inp, w, b, N, C));
+    note(zt_error(ZT_EINVAL, "cuda: %s: a bf16 residual row needs a bf16 out and no dinp16", op));
 }
 
-static void cuda_layernorm_residual_forward(float *resid, void *out, int out16, float *mean,
-                                            float *rstd, const float *a, const float *b,
+static void cuda_layernorm_forward(void *out, int out16, float *mean, float *rstd,
+                                   const void *inp, int in16, const float *w, const float *b,
+                                   int N, int C)
+{
+    if (in16 && !out16) r16_misuse("layernorm_forward");
+    else if (in16) KC_NOTE(zkc_layernorm_forward_r16(S(), out, mean, rstd, inp, w, b, N, C));
+    else KC_NOTE(zkc_layernorm_forward(S(), out, out16, mean, rstd, inp, w, b, N, C));
+}
+
+static void cuda_layernorm_residual_forward(void *resid, void *out, int out16, float *mean,
+                                            float *rstd, const void *a, const void *b, int r16,
                                             const float *w, const float *bias, int N, int C)
 {
-    KC_NOTE(zkc_layernorm_residual_forward(S(), resid, out, out16, mean, rstd, a, b, w, bias, N, C));
+    if (r16 && !out16) r16_misuse("layernorm_residual_forward");
+    else if (r16)
+        KC_NOTE(zkc_layernorm_residual_forward_r16(S(), resid, out, mean, rstd, a, b, w, bias, N,
+                                                   C));
+    else
+        KC_NOTE(zkc_layernorm_residual_forward(S(), resid, out, out16, mean, rstd, a, b, w, bias,
+                                               N, C));
 }
 
 static int scratch(size_t nb);       /* below: the shared device scratch, cu_lock held */
 
-static void cuda_layernorm_backward(float *dinp, uint16_t *dinp16, float *dw, float *db,
-                                    const float *dout, const float *inp, const float *w,
+/* r16: dinp and inp bf16 (zkc_layernorm_backward_r16) */
+static int ln_bwd(void *dinp, uint16_t *dinp16, float *dw, float *db, const float *dout,
+                  const void *inp, int r16, const float *w, const float *mean, const float *rstd,
+                  int N, int C, double *scr)
+{
+    return r16 ? zkc_layernorm_backward_r16(S(), dinp, dw, db, dout, inp, w, mean, rstd, N, C, scr)
+               : zkc_layernorm_backward(S(), dinp, dinp16, dw, db, dout, inp, w, mean, rstd, N, C,
+                                        scr);
+}
+
+static void cuda_layernorm_backward(void *dinp, uint16_t *dinp16, float *dw, float *db,
+                                    const float *dout, const void *inp, int r16, const float *w,
                                     const float *mean, const float *rstd, int N, int C)
 {
+    if (r16 && dinp16) { r16_misuse("layernorm_backward"); return; }
     if (!dw || !db) {               /* no weight gradients: no scratch */
-        KC_NOTE(zkc_layernorm_backward(S(), dinp, dinp16, dw, db, dout, inp, w, mean, rstd, N, C,
-                                       NULL));
+        KC_NOTE(ln_bwd(dinp, dinp16, dw, db, dout, inp, r16, w, mean, rstd, N, C, NULL));
         return;
     }
     pthread_mutex_lock(&cu_lock);   /* the shared scratch (see scratch()) */
     int rc = scratch(zkc_layernorm_scratch(N, C));
     if (rc == ZT_OK)
-        KC_NOTE(zkc_layernorm_backward(S(), dinp, dinp16, dw, db, dout, inp, w, mean, rstd, N, C,
-                                       cu_scratch));
+        KC_NOTE(ln_bwd(dinp, dinp16, dw, db, dout, inp, r16, w, mean, rstd, N, C, cu_scratch));
     else note(rc);
     pthread_mutex_unlock(&cu_lock);
 }
@@ -852,24 +888,33 @@ static const zt_exec_ops cuda_exec = {
 };
 
 /* Llama's ops (kernels/cuda/layernorm.cu's RMS paths, rope.cu, swiglu.cu) */
-static void cuda_rmsnorm_forward(void *out, int out16, float *rstd, const float *inp,
+static void cuda_rmsnorm_forward(void *out, int out16, float *rstd, const void *inp, int in16,
                                  const float *w, float eps, int N, int C)
 {
-    KC_NOTE(zkc_rmsnorm_forward(S(), out, out16, rstd, inp, w, eps, N, C));
+    if (in16 && !out16) r16_misuse("rmsnorm_forward");
+    else if (in16) KC_NOTE(zkc_rmsnorm_forward_r16(S(), out, rstd, inp, w, eps, N, C));
+    else KC_NOTE(zkc_rmsnorm_forward(S(), out, out16, rstd, inp, w, eps, N, C));
 }
-static void cuda_rmsnorm_backward(float *dinp, uint16_t *dinp16, float *dw, const float *dout,
-                                  const float *inp, const float *w, const float *rstd, int N,
-                                  int C)
+/* r16: dinp and inp bf16 (zkc_rmsnorm_backward_r16) */
+static int rms_bwd(void *dinp, uint16_t *dinp16, float *dw, const float *dout, const void *inp,
+                   int r16, const float *w, const float *rstd, int N, int C, double *scr)
 {
+    return r16 ? zkc_rmsnorm_backward_r16(S(), dinp, dw, dout, inp, w, rstd, N, C, scr)
+               : zkc_rmsnorm_backward(S(), dinp, dinp16, dw, dout, inp, w, rstd, N, C, scr);
+}
+static void cuda_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const float *dout,
+                                  const void *inp, int r16, const float *w, const float *rstd,
+                                  int N, int C)
+{
+    if (r16 && dinp16) { r16_misuse("rmsnorm_backward"); return; }
     if (!dw) {                      /* no weight gradient: no scratch */
-        KC_NOTE(zkc_rmsnorm_backward(S(), dinp, dinp16, NULL, dout, inp, w, rstd, N, C, NULL));
+        KC_NOTE(rms_bwd(dinp, dinp16, NULL, dout, inp, r16, w, rstd, N, C, NULL));
         return;
     }
     pthread_mutex_lock(&cu_lock);   /* the shared scratch (see scratch()) */
     int rc = scratch(zkc_rmsnorm_scratch(N, C));
     if (rc == ZT_OK)
-        KC_NOTE(zkc_rmsnorm_backward(S(), dinp, dinp16, dw, dout, inp, w, rstd, N, C,
-                                     cu_scratch));
+        KC_NOTE(rms_bwd(dinp, dinp16, dw, dout, inp, r16, w, rstd, N, C, cu_scratch));
     else note(rc);
     pthread_mutex_unlock(&cu_lock);
 }

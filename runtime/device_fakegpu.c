@@ -44,37 +44,40 @@ static void fg_copy(void *dst, const void *src, size_t n) { CPU.copy(un(dst), un
 static void fg_scale(float *x, float a, size_t n) { CPU.scale(F(x), a, n); }
 static void fg_axpy(float *y, float a, const float *x, size_t n) { CPU.axpy(F(y), a, CF(x), n); }
 static void fg_add(float *y, const float *x, size_t n) { CPU.add(F(y), CF(x), n); }
-static void fg_add3(float *o, const float *a, const float *b, size_t n) { CPU.add3(F(o), CF(a), CF(b), n); }
+static void fg_add3(void *o, const void *a, const void *b, int r16, size_t n)
+{
+    CPU.add3(un(o), un(a), un(b), r16, n);
+}
 
 static void fg_cast(void *dst, int dt, const void *src, int st, size_t n)
 {
     CPU.cast(un(dst), dt, un(src), st, n);
 }
 
-static int fg_encoder_forward(float *out, const int32_t *tok, const void *wte, const void *wpe,
-                              int w16, int B, int T, int C, int V)
+static int fg_encoder_forward(void *out, int out16, const int32_t *tok, const void *wte,
+                              const void *wpe, int w16, int B, int T, int C, int V)
 {
-    return CPU.encoder_forward(F(out), un(tok), un(wte), un(wpe), w16, B, T, C, V);
+    return CPU.encoder_forward(un(out), out16, un(tok), un(wte), un(wpe), w16, B, T, C, V);
 }
 
-static int fg_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok,
-                               int B, int T, int C, int V)
+static int fg_encoder_backward(float *dwte, float *dwpe, const void *dout, int dout16,
+                               const int32_t *tok, int B, int T, int C, int V)
 {
-    return CPU.encoder_backward(F(dwte), F(dwpe), CF(dout), un(tok), B, T, C, V);
+    return CPU.encoder_backward(F(dwte), F(dwpe), un(dout), dout16, un(tok), B, T, C, V);
 }
 
-static void fg_layernorm_forward(void *out, int out16, float *mean, float *rstd, const float *inp,
-                                 const float *w, const float *b, int N, int C)
+static void fg_layernorm_forward(void *out, int out16, float *mean, float *rstd, const void *inp,
+                                 int in16, const float *w, const float *b, int N, int C)
 {
-    CPU.layernorm_forward(un(out), out16, F(mean), F(rstd), CF(inp), CF(w), CF(b), N, C);
+    CPU.layernorm_forward(un(out), out16, F(mean), F(rstd), un(inp), in16, CF(w), CF(b), N, C);
 }
 
-static void fg_layernorm_backward(float *dinp, uint16_t *dinp16, float *dw, float *db,
-                                  const float *dout, const float *inp, const float *w,
+static void fg_layernorm_backward(void *dinp, uint16_t *dinp16, float *dw, float *db,
+                                  const float *dout, const void *inp, int r16, const float *w,
                                   const float *mean, const float *rstd, int N, int C)
 {
-    CPU.layernorm_backward(F(dinp), un(dinp16), F(dw), F(db), CF(dout), CF(inp), CF(w), CF(mean),
-                           CF(rstd), N, C);
+    CPU.layernorm_backward(un(dinp), un(dinp16), F(dw), F(db), CF(dout), un(inp), r16, CF(w),
+                           CF(mean), CF(rstd), N, C);
 }
 
 static int fg_matmul_forward(float *out, const float *inp, const float *w, const float *b,
@@ -123,12 +126,12 @@ static void fg_attention_decode(float *out, float *kc, float *vc, const float *q
     CPU.attention_decode(F(out), F(kc), F(vc), CF(qkv), B, T, C, NH, NKV, W, maxT, pos);
 }
 
-static void fg_layernorm_residual_forward(float *resid, void *out, int out16, float *mean,
-                                          float *rstd, const float *a, const float *b,
+static void fg_layernorm_residual_forward(void *resid, void *out, int out16, float *mean,
+                                          float *rstd, const void *a, const void *b, int r16,
                                           const float *w, const float *bias, int N, int C)
 {
-    CPU.layernorm_residual_forward(F(resid), un(out), out16, F(mean), F(rstd), CF(a), CF(b), CF(w),
-                                   CF(bias), N, C);
+    CPU.layernorm_residual_forward(un(resid), un(out), out16, F(mean), F(rstd), un(a), un(b), r16,
+                                   CF(w), CF(bias), N, C);
 }
 
 static void fg_adamw_segments(float *p, const float *g, float *m, float *v, void *lp,
@@ -177,15 +180,17 @@ static void fg_randn(float *x, size_t n, uint64_t seed, uint64_t stream, float m
     CPU.randn(F(x), n, seed, stream, mean, std);
 }
 
-static void fg_rmsnorm_forward(void *out, int out16, float *rstd, const float *inp,
+static void fg_rmsnorm_forward(void *out, int out16, float *rstd, const void *inp, int in16,
                                const float *w, float eps, int N, int C)
 {
-    CPU.rmsnorm_forward(un(out), out16, F(rstd), CF(inp), CF(w), eps, N, C);
+    CPU.rmsnorm_forward(un(out), out16, F(rstd), un(inp), in16, CF(w), eps, N, C);
 }
-static void fg_rmsnorm_backward(float *dinp, uint16_t *dinp16, float *dw, const float *dout,
-                                const float *inp, const float *w, const float *rstd, int N, int C)
+static void fg_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const float *dout,
+                                const void *inp, int r16, const float *w, const float *rstd,
+                                int N, int C)
 {
-    CPU.rmsnorm_backward(F(dinp), un(dinp16), F(dw), CF(dout), CF(inp), CF(w), CF(rstd), N, C);
+    CPU.rmsnorm_backward(un(dinp), un(dinp16), F(dw), CF(dout), un(inp), r16, CF(w), CF(rstd), N,
+                         C);
 }
 static void fg_rope(void *x, int x16, int N, int T, int ld, int nh, int hs, const float *cos_t,
                     const float *sin_t, int pos0, int dir)

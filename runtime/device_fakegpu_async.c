@@ -342,10 +342,12 @@ static void fa_add(float *y, const float *x, size_t n)
     OP0(it, r_add); it->p[0] = y; it->p[1] = (void *)x; it->n = n; issue(it);
 }
 
-static void r_add3(item *it) { FG.add3(it->p[0], it->p[1], it->p[2], it->n); }
-static void fa_add3(float *o, const float *a, const float *b, size_t n)
+static void r_add3(item *it) { FG.add3(it->p[0], it->p[1], it->p[2], it->i[0], it->n); }
+static void fa_add3(void *o, const void *a, const void *b, int r16, size_t n)
 {
-    OP0(it, r_add3); it->p[0] = o; it->p[1] = (void *)a; it->p[2] = (void *)b; it->n = n; issue(it);
+    OP0(it, r_add3); it->p[0] = o; it->p[1] = (void *)a; it->p[2] = (void *)b; it->n = n;
+    it->i[0] = r16;
+    issue(it);
 }
 
 static void r_cast(item *it) { FG.cast(it->p[0], it->i[0], it->p[1], it->i[1], it->n); }
@@ -367,16 +369,17 @@ static void keep_bad(const char *op, const char *what, int bad, int64_t n, int V
 static void r_encf(item *it)
 {
     keep_bad("zt_encoder_forward", "tokens",
-             FG.encoder_forward(it->p[0], it->p[1], it->p[2], it->p[3], it->i[4], it->i[0], it->i[1],
-                                it->i[2], it->i[3]), (int64_t)it->i[0] * it->i[1], it->i[3]);
+             FG.encoder_forward(it->p[0], it->i[5], it->p[1], it->p[2], it->p[3], it->i[4], it->i[0],
+                                it->i[1], it->i[2], it->i[3]), (int64_t)it->i[0] * it->i[1],
+             it->i[3]);
 }
-static int fa_encoder_forward(float *out, const int32_t *tok, const void *wte, const void *wpe,
-                              int w16, int B, int T, int C, int V)
+static int fa_encoder_forward(void *out, int out16, const int32_t *tok, const void *wte,
+                              const void *wpe, int w16, int B, int T, int C, int V)
 {
     ZT_TRY(take_pending());
     OPV(it, r_encf, ZT_ENOMEM);
     it->p[0] = out; it->p[1] = (void *)tok; it->p[2] = (void *)wte; it->p[3] = (void *)wpe;
-    it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = V; it->i[4] = w16;
+    it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = V; it->i[4] = w16; it->i[5] = out16;
     issue(it);
     return 0;
 }
@@ -384,43 +387,45 @@ static int fa_encoder_forward(float *out, const int32_t *tok, const void *wte, c
 static void r_encb(item *it)
 {
     keep_bad("zt_encoder_backward", "tokens",
-             FG.encoder_backward(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1],
-                                 it->i[2], it->i[3]), (int64_t)it->i[0] * it->i[1], it->i[3]);
+             FG.encoder_backward(it->p[0], it->p[1], it->p[2], it->i[4], it->p[3], it->i[0],
+                                 it->i[1], it->i[2], it->i[3]), (int64_t)it->i[0] * it->i[1],
+             it->i[3]);
 }
-static int fa_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok,
-                               int B, int T, int C, int V)
+static int fa_encoder_backward(float *dwte, float *dwpe, const void *dout, int dout16,
+                               const int32_t *tok, int B, int T, int C, int V)
 {
     ZT_TRY(take_pending());
     OPV(it, r_encb, ZT_ENOMEM);
     it->p[0] = dwte; it->p[1] = dwpe; it->p[2] = (void *)dout; it->p[3] = (void *)tok;
-    it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = V;
+    it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = V; it->i[4] = dout16;
     issue(it);
     return 0;
 }
 
 static void r_lnf(item *it)
 {
-    FG.layernorm_forward(it->p[0], it->i[2], it->p[1], it->p[2], it->p[3], it->p[4], it->p[5],
-                         it->i[0], it->i[1]);
+    FG.layernorm_forward(it->p[0], it->i[2], it->p[1], it->p[2], it->p[3], it->i[3], it->p[4],
+                         it->p[5], it->i[0], it->i[1]);
 }
-static void fa_layernorm_forward(void *out, int out16, float *mean, float *rstd, const float *inp,
-                                 const float *w, const float *b, int N, int C)
+static void fa_layernorm_forward(void *out, int out16, float *mean, float *rstd, const void *inp,
+                                 int in16, const float *w, const float *b, int N, int C)
 {
     OP0(it, r_lnf);
     it->p[0] = out; it->p[1] = mean; it->p[2] = rstd; it->p[3] = (void *)inp;
     it->p[4] = (void *)w; it->p[5] = (void *)b; it->i[0] = N; it->i[1] = C; it->i[2] = out16;
+    it->i[3] = in16;
     issue(it);
 }
 
 /* ten pointers: two ride in u[] */
 static void r_lnb(item *it)
 {
-    FG.layernorm_backward(it->p[0], it->p[6], it->p[1], it->p[2], it->p[3], it->p[4], it->p[5],
-                          (const float *)(uintptr_t)it->u[0], (const float *)(uintptr_t)it->u[1],
-                          it->i[0], it->i[1]);
+    FG.layernorm_backward(it->p[0], it->p[6], it->p[1], it->p[2], it->p[3], it->p[4], it->i[2],
+                          it->p[5], (const float *)(uintptr_t)it->u[0],
+                          (const float *)(uintptr_t)it->u[1], it->i[0], it->i[1]);
 }
-static void fa_layernorm_backward(float *dinp, uint16_t *dinp16, float *dw, float *db,
-                                  const float *dout, const float *inp, const float *w,
+static void fa_layernorm_backward(void *dinp, uint16_t *dinp16, float *dw, float *db,
+                                  const float *dout, const void *inp, int r16, const float *w,
                                   const float *mean, const float *rstd, int N, int C)
 {
     OP0(it, r_lnb);
@@ -428,6 +433,7 @@ static void fa_layernorm_backward(float *dinp, uint16_t *dinp16, float *dw, floa
     it->p[4] = (void *)inp; it->p[5] = (void *)w;
     it->p[6] = dinp16;
     it->u[0] = (uintptr_t)mean; it->u[1] = (uintptr_t)rstd; it->i[0] = N; it->i[1] = C;
+    it->i[2] = r16;
     issue(it);
 }
 
@@ -548,18 +554,18 @@ static void fa_attention_decode(float *out, float *kc, float *vc, const float *q
 static void r_lnrf(item *it)
 {
     FG.layernorm_residual_forward(it->p[0], it->p[1], it->i[2], it->p[2], it->p[3], it->p[4],
-                                  it->p[5], (const float *)(uintptr_t)it->u[0],
+                                  it->p[5], it->i[3], (const float *)(uintptr_t)it->u[0],
                                   (const float *)(uintptr_t)it->u[1], it->i[0], it->i[1]);
 }
-static void fa_layernorm_residual_forward(float *resid, void *out, int out16, float *mean,
-                                          float *rstd, const float *a, const float *b,
+static void fa_layernorm_residual_forward(void *resid, void *out, int out16, float *mean,
+                                          float *rstd, const void *a, const void *b, int r16,
                                           const float *w, const float *bias, int N, int C)
 {
     OP0(it, r_lnrf);
     it->p[0] = resid; it->p[1] = out; it->p[2] = mean; it->p[3] = rstd;
     it->p[4] = (void *)a; it->p[5] = (void *)b;
     it->u[0] = (uintptr_t)w; it->u[1] = (uintptr_t)bias;
-    it->i[0] = N; it->i[1] = C; it->i[2] = out16;
+    it->i[0] = N; it->i[1] = C; it->i[2] = out16; it->i[3] = r16;
     issue(it);
 }
 
@@ -807,28 +813,30 @@ static const zt_exec_ops fakegpu_async_exec = {
 /* Llama's ops, queued as the others */
 static void r_rmsf(item *it)
 {
-    FG.rmsnorm_forward(it->p[0], it->i[2], it->p[1], it->p[2], it->p[3], it->f[0], it->i[0], it->i[1]);
+    FG.rmsnorm_forward(it->p[0], it->i[2], it->p[1], it->p[2], it->i[3], it->p[3], it->f[0],
+                       it->i[0], it->i[1]);
 }
-static void fa_rmsnorm_forward(void *out, int out16, float *rstd, const float *inp,
+static void fa_rmsnorm_forward(void *out, int out16, float *rstd, const void *inp, int in16,
                                const float *w, float eps, int N, int C)
 {
     OP0(it, r_rmsf);
     it->p[0] = out; it->p[1] = rstd; it->p[2] = (void *)inp; it->p[3] = (void *)w;
-    it->f[0] = eps; it->i[0] = N; it->i[1] = C; it->i[2] = out16;
+    it->f[0] = eps; it->i[0] = N; it->i[1] = C; it->i[2] = out16; it->i[3] = in16;
     issue(it);
 }
 static void r_rmsb(item *it)
 {
-    FG.rmsnorm_backward(it->p[0], it->p[6], it->p[1], it->p[2], it->p[3], it->p[4], it->p[5],
-                        it->i[0], it->i[1]);
+    FG.rmsnorm_backward(it->p[0], it->p[6], it->p[1], it->p[2], it->p[3], it->i[2], it->p[4],
+                        it->p[5], it->i[0], it->i[1]);
 }
-static void fa_rmsnorm_backward(float *dinp, uint16_t *dinp16, float *dw, const float *dout,
-                                const float *inp, const float *w, const float *rstd, int N, int C)
+static void fa_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const float *dout,
+                                const void *inp, int r16, const float *w, const float *rstd,
+                                int N, int C)
 {
     OP0(it, r_rmsb);
     it->p[0] = dinp; it->p[1] = dw; it->p[2] = (void *)dout; it->p[3] = (void *)inp;
     it->p[4] = (void *)w; it->p[5] = (void *)rstd; it->p[6] = dinp16;
-    it->i[0] = N; it->i[1] = C;
+    it->i[0] = N; it->i[1] = C; it->i[2] = r16;
     issue(it);
 }
 static void r_rope(item *it)

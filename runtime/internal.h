@@ -161,24 +161,37 @@ typedef struct zt_device_ops {
     void (*scale)(float *x, float a, size_t n);
     void (*axpy)(float *y, float a, const float *x, size_t n);
     void (*add)(float *y, const float *x, size_t n);
-    void (*add3)(float *out, const float *a, const float *b, size_t n);
+    /* r16 ("the residual stream is bf16", bf16 activations end to end):
+     * out, a, b all bf16 (uint16_t bits), out = round(widen(a) + widen(b)),
+     * one fp32 add rounded once to nearest even; else all f32 */
+    void (*add3)(void *out, const void *a, const void *b, int r16, size_t n);
     void (*cast)(void *dst, int dst_dtype, const void *src, int src_dtype, size_t n);
-    int (*encoder_forward)(float *out, const int32_t *tok, const void *wte,
+    /* w16: wte and wpe bf16 (widened exactly); out16: out bf16, the f32
+     * sum rounded once */
+    int (*encoder_forward)(void *out, int out16, const int32_t *tok, const void *wte,
                            const void *wpe, int w16, int B, int T, int C, int V);
-    int (*encoder_backward)(float *dwte, float *dwpe, const float *dout,
+    /* dout16: dout bf16, widened exactly (the f32 kernel's bits on the
+     * widened rows) */
+    int (*encoder_backward)(float *dwte, float *dwpe, const void *dout, int dout16,
                             const int32_t *tok, int B, int T, int C, int V);
     /* out16: out (dinp for gelu_backward) is bf16, the fp32 result rounded
      * once (a bf16 GEMM's input) */
+    /* in16: inp bf16, widened exactly (then out16 is set: ops.c) */
     void (*layernorm_forward)(void *out, int out16, float *mean, float *rstd,
-                              const float *inp, const float *w, const float *b,
+                              const void *inp, int in16, const float *w, const float *b,
                               int N, int C);
-    /* resid = a + b, then out = layernorm(resid) (out16 as above) */
-    void (*layernorm_residual_forward)(float *resid, void *out, int out16, float *mean,
-                                       float *rstd, const float *a, const float *b,
+    /* resid = a + b, then out = layernorm(resid) (out16 as above); r16:
+     * resid, a, b bf16 (resid = add3's r16 rounding) and out bf16, the
+     * layer norm of the stored (rounded) resid */
+    void (*layernorm_residual_forward)(void *resid, void *out, int out16, float *mean,
+                                       float *rstd, const void *a, const void *b, int r16,
                                        const float *w, const float *bias, int N, int C);
-    /* dinp16: NULL, or the accumulated dinp rounded once (bf16) */
-    void (*layernorm_backward)(float *dinp, uint16_t *dinp16, float *dw, float *db,
-                               const float *dout, const float *inp,
+    /* dinp16: NULL, or the accumulated dinp rounded once (bf16). r16: dinp
+     * and inp bf16 (dinp16 NULL): inp widened exactly, each dinp element
+     * round(widen(dinp) + the f32 kernel's term), one rounding; dw, db
+     * the f32 kernel's on the widened inp */
+    void (*layernorm_backward)(void *dinp, uint16_t *dinp16, float *dw, float *db,
+                               const float *dout, const void *inp, int r16,
                                const float *w, const float *mean,
                                const float *rstd, int N, int C);
     /* ldo: the row stride of out (forward) or dout (backward), >= OC
@@ -223,10 +236,12 @@ typedef struct zt_device_ops {
      * bf16 out, dinp16 (NULL or) the accumulated dinp rounded, x16 bf16
      * rows turned in place, io16 a bf16 gu with a bf16 out / dgu (dout
      * f32); each the f32 kernel's floats rounded once. */
-    void (*rmsnorm_forward)(void *out, int out16, float *rstd, const float *inp, const float *w,
-                            float eps, int N, int C);
-    void (*rmsnorm_backward)(float *dinp, uint16_t *dinp16, float *dw, const float *dout,
-                             const float *inp, const float *w, const float *rstd, int N, int C);
+    /* in16 and r16 as layernorm's */
+    void (*rmsnorm_forward)(void *out, int out16, float *rstd, const void *inp, int in16,
+                            const float *w, float eps, int N, int C);
+    void (*rmsnorm_backward)(void *dinp, uint16_t *dinp16, float *dw, const float *dout,
+                             const void *inp, int r16, const float *w, const float *rstd,
+                             int N, int C);
     void (*rope)(void *x, int x16, int N, int T, int ld, int nh, int hs, const float *cos_t,
                  const float *sin_t, int pos0, int dir);
     void (*swiglu_forward)(void *out, const void *gu, int io16, int N, int F);

@@ -44,6 +44,27 @@ static int need_numel(const char *op, const char *name, const zt_tensor *t,
 
 static int64_t last_dim(const zt_tensor *t) { return t->shape[t->ndim - 1]; }
 
+/* The residual stream's tensors: f32, or bf16 (bf16 activations end to
+ * end: "r16" in the device table). t must be one of the two; *r16 says
+ * which. */
+static int need_stream(const char *op, const char *name, const zt_tensor *t, int *r16)
+{
+    ZT_TRY(need(op, name, t, t && t->dtype == ZT_BF16 ? ZT_BF16 : ZT_F32));
+    *r16 = t->dtype == ZT_BF16;
+    return ZT_OK;
+}
+
+/* The CPU's bf16-stream norms widen a row (and its gradient) on the
+ * thread's stack: a bound on C keeps that to 128 KiB */
+#define ZT_R16_MAX_C 16384
+static int r16_width(const char *op, int r16, int64_t C)
+{
+    ZT_CHECK(!r16 || C <= ZT_R16_MAX_C, "%s: a bf16 residual stream of %lld channels is past "
+             "the %d the kernels take; use fp32 activations (precision = \"fp32\") for this "
+             "model", op, (long long)C, ZT_R16_MAX_C);
+    return ZT_OK;
+}
+
 /* whether two tensors' bytes overlap (views of one storage) */
 static int overlaps(const zt_tensor *x, const zt_tensor *y)
 {
@@ -121,10 +142,14 @@ static int bad_tokens(const char *op, const char *what, int bad, int64_t n, int6
 
 int zt_fill(zt_tensor *x, float v)
 {
-    ZT_TRY(need("zt_fill", "x", x, ZT_F32));
+    int r16 = 0;
+    ZT_TRY(need_stream("zt_fill", "x", x, &r16));
+    ZT_CHECK(!r16 || v == 0.0f, "zt_fill: a bf16 tensor is filled with 0 only (got %g); fill "
+             "an f32 tensor and cast it", (double)v);
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, "zt_fill", "x", x, NULL));
-    dev->fill(x->data, v, (size_t)x->numel);
+    if (r16) dev->zero(x->data, (size_t)x->numel * 2);
+    else dev->fill(x->data, v, (size_t)x->numel);
     return ZT_OK;
 }
 
@@ -169,12 +194,14 @@ int zt_add(zt_tensor *y, const zt_tensor *x)
 
 int zt_add3(zt_tensor *out, const zt_tensor *a, const zt_tensor *b)
 {
-    ZT_TRY(need("zt_add3", "a", a, ZT_F32));
-    ZT_TRY(need_numel("zt_add3", "b", b, ZT_F32, a->numel, "(same as a)"));
-    ZT_TRY(need_numel("zt_add3", "out", out, ZT_F32, a->numel, "(same as a)"));
+    int r16 = 0;
+    ZT_TRY(need_stream("zt_add3", "a", a, &r16));
+    int dt = r16 ? ZT_BF16 : ZT_F32;
+    ZT_TRY(need_numel("zt_add3", "b", b, dt, a->numel, "(same as a, and a's dtype)"));
+    ZT_TRY(need_numel("zt_add3", "out", out, dt, a->numel, "(same as a, and a's dtype)"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, "zt_add3", "out", out, "a", a, "b", b, NULL));
-    dev->add3(out->data, a->data, b->data, (size_t)a->numel);
+    dev->add3(out->data, a->data, b->data, r16, (size_t)a->numel);
     return ZT_OK;
 }
 
@@ -210,12 +237,13 @@ int zt_encoder_forward(zt_tensor *out, const zt_tensor *tokens, const zt_tensor 
     ZT_CHECK(!wpe || T <= wpe->shape[0], "%s: tokens' sequence length T = %lld exceeds wpe's "
              "%lld positions (the model's context); pass shorter sequences", op, (long long)T,
              wpe ? (long long)wpe->shape[0] : 0LL);
-    ZT_TRY(need_numel(op, "out", out, ZT_F32, B * T * C, "(B,T,C)"));
+    int out16 = out != NULL && out->dtype == ZT_BF16;   /* a bf16 residual stream's */
+    ZT_TRY(need_numel(op, "out", out, out16 ? ZT_BF16 : ZT_F32, B * T * C, "(B,T,C) f32 or bf16"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "tokens", tokens, "wte", wte, "wpe", wpe, NULL));
     int64_t V = wte->shape[0];
-    int bad = dev->encoder_forward(out->data, tokens->data, wte->data, wpe ? wpe->data : NULL, w16,
-                                   (int)B, (int)T, (int)C, (int)V);
+    int bad = dev->encoder_forward(out->data, out16, tokens->data, wte->data,
+                                   wpe ? wpe->data : NULL, w16, (int)B, (int)T, (int)C, (int)V);
     return bad_tokens(op, "tokens", bad, B * T, V);
 }
 
@@ -230,28 +258,33 @@ int zt_encoder_backward(zt_tensor *dwte, zt_tensor *dwpe, const zt_tensor *dout,
              "%s: tokens (B,T), dwte (V,C), dwpe (maxT,C) must be 2-D", op);
     int64_t B = tokens->shape[0], T = tokens->shape[1], V = dwte->shape[0], C = dwte->shape[1];
     ZT_CHECK(!dwpe || (dwpe->shape[1] == C && T <= dwpe->shape[0]), "%s: dwpe shape mismatch", op);
-    ZT_TRY(need_numel(op, "dout", dout, ZT_F32, B * T * C, "(B,T,C)"));
+    int d16 = dout != NULL && dout->dtype == ZT_BF16;   /* a bf16 residual gradient */
+    ZT_TRY(need_numel(op, "dout", dout, d16 ? ZT_BF16 : ZT_F32, B * T * C, "(B,T,C) f32 or bf16"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "dwte", dwte, "dwpe", dwpe, "dout", dout, "tokens", tokens, NULL));
-    int bad = dev->encoder_backward(dwte->data, dwpe ? dwpe->data : NULL, dout->data, tokens->data,
-                                    (int)B, (int)T, (int)C, (int)V);
+    int bad = dev->encoder_backward(dwte->data, dwpe ? dwpe->data : NULL, dout->data, d16,
+                                    tokens->data, (int)B, (int)T, (int)C, (int)V);
     return bad_tokens(op, "tokens", bad, B * T, V);
 }
 
 /* A layer norm forward's operands: weight, bias (C) f32, the input (named
- * `in_name`, (N,C) f32), out (N,C) f32 or bf16 (*out16), mean, rstd (N). */
+ * `in_name`, (N,C) f32 or bf16: *in16, the bf16 residual stream's), out
+ * (N,C) f32 or bf16 (*out16; bf16 when the input is), mean, rstd (N). */
 static int ln_forward_dims(const char *op, const char *in_name, const zt_tensor *inp,
                            const zt_tensor *w, const zt_tensor *b, const zt_tensor *out,
                            const zt_tensor *mean, const zt_tensor *rstd, int64_t *N, int64_t *C,
-                           int *out16)
+                           int *out16, int *in16)
 {
     ZT_TRY(need(op, "weight", w, ZT_F32));
     *C = w->numel;
     ZT_TRY(need_numel(op, "bias", b, ZT_F32, *C, "(C)"));
-    ZT_TRY(need(op, in_name, inp, ZT_F32));
+    ZT_TRY(need_stream(op, in_name, inp, in16));
     ZT_CHECK(last_dim(inp) == *C, "%s: %s's last dim must be C=%lld", op, in_name, (long long)*C);
+    ZT_TRY(r16_width(op, *in16, *C));
     *N = inp->numel / *C;
     *out16 = out != NULL && out->dtype == ZT_BF16;
+    ZT_CHECK(!*in16 || out == NULL || *out16, "%s: a bf16 %s takes a bf16 out (a bf16 stream "
+             "feeds bf16 GEMMs)", op, in_name);
     ZT_TRY(need_numel(op, "out", out, *out16 ? ZT_BF16 : ZT_F32, *N * *C, "(N,C) f32 or bf16"));
     ZT_TRY(need_numel(op, "mean", mean, ZT_F32, *N, "(N)"));
     ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, *N, "(N)"));
@@ -263,12 +296,12 @@ int zt_layernorm_forward(zt_tensor *out, zt_tensor *mean, zt_tensor *rstd,
 {
     const char *op = "zt_layernorm_forward";
     int64_t N = 0, C = 0;
-    int out16 = 0;
-    ZT_TRY(ln_forward_dims(op, "inp", inp, w, b, out, mean, rstd, &N, &C, &out16));
+    int out16 = 0, in16 = 0;
+    ZT_TRY(ln_forward_dims(op, "inp", inp, w, b, out, mean, rstd, &N, &C, &out16, &in16));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "mean", mean, "rstd", rstd, "inp", inp, "weight", w,
                  "bias", b, NULL));
-    dev->layernorm_forward(out->data, out16, mean->data, rstd->data, inp->data, w->data,
+    dev->layernorm_forward(out->data, out16, mean->data, rstd->data, inp->data, in16, w->data,
                            b->data, (int)N, (int)C);
     return ZT_OK;
 }
@@ -279,17 +312,17 @@ int zt_layernorm_residual_forward(zt_tensor *resid, zt_tensor *out, zt_tensor *m
 {
     const char *op = "zt_layernorm_residual_forward";
     int64_t N = 0, C = 0;
-    int out16 = 0;
-    ZT_TRY(ln_forward_dims(op, "a", a, w, bias, out, mean, rstd, &N, &C, &out16));
-    ZT_TRY(need_numel(op, "b", b, ZT_F32, N * C, "(N,C)"));
-    ZT_TRY(need_numel(op, "resid", resid, ZT_F32, N * C, "(N,C)"));
+    int out16 = 0, r16 = 0;
+    ZT_TRY(ln_forward_dims(op, "a", a, w, bias, out, mean, rstd, &N, &C, &out16, &r16));
+    ZT_TRY(need_numel(op, "b", b, r16 ? ZT_BF16 : ZT_F32, N * C, "(N,C), a's dtype"));
+    ZT_TRY(need_numel(op, "resid", resid, r16 ? ZT_BF16 : ZT_F32, N * C, "(N,C), a's dtype"));
     ZT_CHECK(!overlaps(resid, a) && !overlaps(resid, b),
              "%s: resid must be a tensor of its own (it may not overlap a or b)", op);
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "resid", resid, "out", out, "mean", mean, "rstd", rstd, "a", a,
                  "b", b, "weight", w, "bias", bias, NULL));
     dev->layernorm_residual_forward(resid->data, out->data, out16, mean->data, rstd->data,
-                                    a->data, b->data, w->data, bias->data, (int)N, (int)C);
+                                    a->data, b->data, r16, w->data, bias->data, (int)N, (int)C);
     return ZT_OK;
 }
 
@@ -307,15 +340,19 @@ int zt_layernorm_backward_b16(zt_tensor *dinp, zt_tensor *dinp16, zt_tensor *dw,
     const char *op = dinp16 ? "zt_layernorm_backward_b16" : "zt_layernorm_backward";
     ZT_TRY(need(op, "weight", w, ZT_F32));
     int64_t C = w->numel;
-    ZT_TRY(need(op, "inp", inp, ZT_F32));
+    int r16 = 0;   /* the bf16 residual stream: inp and dinp bf16 */
+    ZT_TRY(need_stream(op, "inp", inp, &r16));
     ZT_CHECK(last_dim(inp) == C, "%s: inp's last dim must be C=%lld", op, (long long)C);
+    ZT_TRY(r16_width(op, r16, C));
     int64_t N = inp->numel / C;
     ZT_CHECK((dw == NULL) == (db == NULL), "%s: dweight and dbias are computed together: "
              "pass both (weight gradient) or neither (input gradient only)", op);
     ZT_CHECK(dinp != NULL || dw != NULL, "%s: nothing to compute: dinp, dweight and dbias "
              "are all NULL", op);
-    if (dinp) ZT_TRY(need_numel(op, "dinp", dinp, ZT_F32, N * C, "(N,C)"));
+    if (dinp) ZT_TRY(need_numel(op, "dinp", dinp, r16 ? ZT_BF16 : ZT_F32, N * C,
+                                "(N,C), inp's dtype"));
     ZT_CHECK(dinp16 == NULL || dinp != NULL, "%s: dinp16 is dinp rounded: pass dinp too", op);
+    ZT_CHECK(dinp16 == NULL || !r16, "%s: dinp is bf16 already (a bf16 inp): pass no dinp16", op);
     if (dinp16) ZT_TRY(need_numel(op, "dinp16", dinp16, ZT_BF16, N * C, "(N,C) bf16"));
     ZT_TRY(need_numel(op, "dout", dout, ZT_F32, N * C, "(N,C)"));
     if (dw) ZT_TRY(need_numel(op, "dweight", dw, ZT_F32, C, "(C)"));
@@ -327,7 +364,7 @@ int zt_layernorm_backward_b16(zt_tensor *dinp, zt_tensor *dinp16, zt_tensor *dw,
                  dout, "inp", inp, "weight", w, "mean", mean, "rstd", rstd, NULL));
     dev->layernorm_backward(dinp ? dinp->data : NULL, dinp16 ? dinp16->data : NULL,
                             dw ? dw->data : NULL,
-                            db ? db->data : NULL, dout->data, inp->data,
+                            db ? db->data : NULL, dout->data, inp->data, r16,
                             w->data, mean->data, rstd->data, (int)N, (int)C);
     return ZT_OK;
 }
@@ -630,13 +667,14 @@ int zt_gelu_backward(zt_tensor *dinp, const zt_tensor *inp, const zt_tensor *dou
 
 /* ---- Llama's ops ---- */
 
-/* inp (N,C) f32, w (C) f32: N and C */
+/* inp (N,C) f32 or bf16 (*r16: the bf16 residual stream), w (C) f32: N and C */
 static int rms_dims(const char *op, const zt_tensor *inp, const zt_tensor *w, int64_t *N,
-                    int64_t *C)
+                    int64_t *C, int *r16)
 {
     ZT_TRY(need(op, "weight", w, ZT_F32));
-    ZT_TRY(need(op, "inp", inp, ZT_F32));
+    ZT_TRY(need_stream(op, "inp", inp, r16));
     *C = w->numel;
+    ZT_TRY(r16_width(op, *r16, *C));
     ZT_CHECK(*C > 0 && last_dim(inp) == *C, "%s: inp's last dim must be C=%lld (the weight's "
              "length)", op, (long long)*C);
     *N = inp->numel / *C;
@@ -650,17 +688,21 @@ int zt_rmsnorm_forward(zt_tensor *out, zt_tensor *rstd, const zt_tensor *inp, co
 {
     const char *op = "zt_rmsnorm_forward";
     int64_t N = 0, C = 0;
-    ZT_TRY(rms_dims(op, inp, w, &N, &C));
+    int in16 = 0;
+    ZT_TRY(rms_dims(op, inp, w, &N, &C, &in16));
     ZT_CHECK(eps > 0.0f && eps < 1.0f, "%s: eps must be in (0, 1), got %g (config.json's "
              "rms_norm_eps: 1e-5 or 1e-6)", op, (double)eps);
     int out16 = out != NULL && out->dtype == ZT_BF16;
+    ZT_CHECK(!in16 || out == NULL || out16, "%s: a bf16 inp takes a bf16 out (a bf16 stream "
+             "feeds bf16 GEMMs)", op);
     ZT_TRY(need_numel(op, "out", out, out16 ? ZT_BF16 : ZT_F32, N * C, "(N,C) f32 or bf16"));
     ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, N, "(N)"));
     ZT_CHECK(!overlaps(out, inp) && !overlaps(rstd, out) && !overlaps(rstd, inp),
              "%s: out and rstd may not overlap inp or each other", op);
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "rstd", rstd, "inp", inp, "weight", w, NULL));
-    dev->rmsnorm_forward(out->data, out16, rstd->data, inp->data, w->data, eps, (int)N, (int)C);
+    dev->rmsnorm_forward(out->data, out16, rstd->data, inp->data, in16, w->data, eps, (int)N,
+                         (int)C);
     return ZT_OK;
 }
 
@@ -676,11 +718,14 @@ int zt_rmsnorm_backward_b16(zt_tensor *dinp, zt_tensor *dinp16, zt_tensor *dweig
 {
     const char *op = dinp16 ? "zt_rmsnorm_backward_b16" : "zt_rmsnorm_backward";
     int64_t N = 0, C = 0;
-    ZT_TRY(rms_dims(op, inp, w, &N, &C));
+    int r16 = 0;
+    ZT_TRY(rms_dims(op, inp, w, &N, &C, &r16));
     ZT_CHECK(dinp != NULL || dweight != NULL, "%s: nothing to compute: dinp and dweight are "
              "both NULL", op);
-    if (dinp) ZT_TRY(need_numel(op, "dinp", dinp, ZT_F32, N * C, "(N,C)"));
+    if (dinp) ZT_TRY(need_numel(op, "dinp", dinp, r16 ? ZT_BF16 : ZT_F32, N * C,
+                                "(N,C), inp's dtype"));
     ZT_CHECK(dinp16 == NULL || dinp != NULL, "%s: dinp16 is dinp rounded: pass dinp too", op);
+    ZT_CHECK(dinp16 == NULL || !r16, "%s: dinp is bf16 already (a bf16 inp): pass no dinp16", op);
     if (dinp16) ZT_TRY(need_numel(op, "dinp16", dinp16, ZT_BF16, N * C, "(N,C) bf16"));
     ZT_CHECK(!dinp16 || (!overlaps(dinp16, dinp) && !overlaps(dinp16, dout) &&
                          !overlaps(dinp16, inp)),
@@ -700,7 +745,7 @@ int zt_rmsnorm_backward_b16(zt_tensor *dinp, zt_tensor *dinp16, zt_tensor *dweig
     ZT_TRY(ready(&dev, op, "dinp", dinp, "dinp16", dinp16, "dweight", dweight, "dout", dout,
                  "inp", inp, "weight", w, "rstd", rstd, NULL));
     dev->rmsnorm_backward(dinp ? dinp->data : NULL, dinp16 ? dinp16->data : NULL,
-                          dweight ? dweight->data : NULL, dout->data, inp->data, w->data,
+                          dweight ? dweight->data : NULL, dout->data, inp->data, r16, w->data,
                           rstd->data, (int)N, (int)C);
     return ZT_OK;
 }

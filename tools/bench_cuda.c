@@ -226,17 +226,32 @@ int main(void)
      * the least (every operand read or written once) beside the copy's
      * rate: GPU-Step's "within 1.5x of its roofline" */
     double nc = (double)N * C, nf = (double)N * 4 * C;
-    TIMEB("layernorm fwd (N,768)", nc * 8 + N * 8.0, 50, dv->layernorm_forward(y, 0, mean, rstd, x, w, b, N, C));
+    TIMEB("layernorm fwd (N,768)", nc * 8 + N * 8.0, 50, dv->layernorm_forward(y, 0, mean, rstd, x, 0, w, b, N, C));
     TIMEB("layernorm fwd (N,768) bf16 out", nc * 6 + N * 8.0, 50,
-          dv->layernorm_forward(y, 1, mean, rstd, x, w, b, N, C));
+          dv->layernorm_forward(y, 1, mean, rstd, x, 0, w, b, N, C));
+    /* the bf16 residual stream (r16): its rows bf16, cast from x, g, dx
+     * (finite values) */
+    uint16_t *x16 = NULL, *g16 = NULL, *s16 = NULL;
+    dv->alloc((void **)&x16, (size_t)nc * 2); dv->alloc((void **)&g16, (size_t)nc * 2);
+    dv->alloc((void **)&s16, (size_t)nc * 2);
+    dv->cast(x16, ZT_BF16, x, ZT_F32, (size_t)nc); dv->cast(g16, ZT_BF16, g, ZT_F32, (size_t)nc);
+    dv->cast(s16, ZT_BF16, dx, ZT_F32, (size_t)nc);
+    TIMEB("layernorm fwd (N,768) bf16 in, out", nc * 4 + N * 8.0, 50,
+          dv->layernorm_forward(y, 1, mean, rstd, x16, 1, w, b, N, C));
     /* resid = a + b, then its layer norm (bf16 out): a, b read, resid and out written */
     TIMEB("layernorm + residual fwd, bf16 out", nc * 14 + N * 8.0, 50,
-          dv->layernorm_residual_forward(dx, y, 1, mean, rstd, x, g, w, b, N, C));
+          dv->layernorm_residual_forward(dx, y, 1, mean, rstd, x, g, 0, w, b, N, C));
+    TIMEB("layernorm + residual fwd, bf16 stream", nc * 8 + N * 8.0, 50,
+          dv->layernorm_residual_forward(s16, y, 1, mean, rstd, x16, g16, 1, w, b, N, C));
     /* dout, inp read, dinp read and written (it accumulates) */
-    TIMEB("layernorm bwd (N,768)", nc * 16 + N * 8.0, 50, dv->layernorm_backward(dx, NULL, dw, db, g, x, w, mean, rstd, N, C));
+    TIMEB("layernorm bwd (N,768)", nc * 16 + N * 8.0, 50, dv->layernorm_backward(dx, NULL, dw, db, g, x, 0, w, mean, rstd, N, C));
     TIMEB("layernorm bwd (N,768) + bf16 dinp", nc * 18 + N * 8.0, 50,
-          dv->layernorm_backward(dx, (uint16_t *)y, dw, db, g, x, w, mean, rstd, N, C));
-    TIMEB("residual add (N,768)", nc * 12, 50, dv->add3(dx, x, g, (size_t)nc));
+          dv->layernorm_backward(dx, (uint16_t *)y, dw, db, g, x, 0, w, mean, rstd, N, C));
+    /* r16: dout f32, inp bf16, dinp bf16 read and written */
+    TIMEB("layernorm bwd (N,768) bf16 stream", nc * 10 + N * 8.0, 50,
+          dv->layernorm_backward(s16, NULL, dw, db, g, x16, 1, w, mean, rstd, N, C));
+    TIMEB("residual add (N,768)", nc * 12, 50, dv->add3(dx, x, g, 0, (size_t)nc));
+    TIMEB("residual add (N,768) bf16", nc * 6, 50, dv->add3(s16, x16, g16, 1, (size_t)nc));
     TIMEB("gelu fwd (N,3072)", nf * 8, 50, dv->gelu_forward(y, 0, x, 0, (size_t)nf));
     TIMEB("gelu fwd (N,3072) bf16 in and out", nf * 4, 50, dv->gelu_forward(y, 1, x, 1, (size_t)nf));
     TIMEB("gelu bwd (N,3072)", nf * 12, 50, dv->gelu_backward(dx, 0, x, 0, g, (size_t)nf));
@@ -269,10 +284,16 @@ int main(void)
         for (int i = 0; i < N; i++) htok[i] = (i * 7919) % Vb;
         dv->alloc((void **)&tok, (size_t)N * 4);
         dv->upload(tok, htok, (size_t)N * 4);
-        TIMEB("encoder fwd (B,T,768)", nc * 12, 50, dv->encoder_forward(y, tok, tw, tp, 0, B, T, C, Vb));
-        TIMEB("encoder bwd (B,T,768)", nc * 16, 20, dv->encoder_backward(tw, tp, g, tok, B, T, C, Vb));
+        TIMEB("encoder fwd (B,T,768)", nc * 12, 50, dv->encoder_forward(y, 0, tok, tw, tp, 0, B, T, C, Vb));
+        TIMEB("encoder bwd (B,T,768)", nc * 16, 20, dv->encoder_backward(tw, tp, g, 0, tok, B, T, C, Vb));
+        /* the bf16 residual stream: out (dout) bf16 */
+        TIMEB("encoder fwd (B,T,768) bf16 out", nc * 10, 50,
+              dv->encoder_forward(y, 1, tok, tw, tp, 0, B, T, C, Vb));
+        TIMEB("encoder bwd (B,T,768) bf16 dout", nc * 14, 20,
+              dv->encoder_backward(tw, tp, g16, 1, tok, B, T, C, Vb));
         dv->free(tok); dv->free(tw); dv->free(tp); free(htok);
     }
+    dv->free(x16); dv->free(g16); dv->free(s16);
     (void)logits;
     int rc = dv->sync();
     printf("sync: %s\n", rc == ZT_OK ? "ok" : zt_last_error());

@@ -108,6 +108,16 @@ static inline uint16_t f32_to_bf16(float f) {
     return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rne);
 }
 
+/* the bf16 residual stream's add: one fp32 add of the widened values,
+ * rounded once (f32_to_bf16); out may alias a or b (elementwise) */
+void zk_add3_b16(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n) {
+    EW_FOR_BLOCKS(n, lo, hi, {
+        _Pragma("omp simd")
+        for (size_t i = lo; i < hi; i++)
+            out[i] = f32_to_bf16(bits_f32((uint32_t)a[i] << 16) + bits_f32((uint32_t)b[i] << 16));
+    });
+}
+
 void zk_cast_f32_bf16(uint16_t *dst, const float *src, size_t n) {
     EW_FOR_BLOCKS(n, lo, hi, {
         _Pragma("omp simd")

@@ -52,14 +52,46 @@ int zk_encoder_forward_b16(float *out, const int32_t *tokens, const uint16_t *wt
     return bad;
 }
 
+/* bf16 out: each row's floats as zk_encoder_forward(_b16) makes them (the
+ * same adds), in chunks on the stack, rounded once */
+#define ENC_OCHUNK 256
+int zk_encoder_forward_o16(uint16_t *out, const int32_t *tokens, const void *wte,
+                           const void *wpe, int w16, int B, int T, int C, int V) {
+    int bad = 0;
+    #pragma omp parallel for schedule(static) reduction(+:bad) if ((long)B * T * C >= 65536)
+    for (int bt = 0; bt < B * T; bt++) {
+        int t = bt % T, tok = tokens[bt], ok = tok >= 0 && tok < V;
+        bad += !ok;
+        size_t e0 = ok ? (size_t)tok * C : 0, p0 = (size_t)t * C;
+        for (int c0 = 0; c0 < C; c0 += ENC_OCHUNK) {
+            int n = C - c0 < ENC_OCHUNK ? C - c0 : ENC_OCHUNK;
+            float o[ENC_OCHUNK];
+            for (int j = 0; j < n; j++) {
+                size_t c = (size_t)c0 + j;
+                float p = !wpe ? 0.0f : w16 ? widen16(((const uint16_t *)wpe)[p0 + c])
+                                            : ((const float *)wpe)[p0 + c];
+                if (!ok) { o[j] = p; continue; }
+                float e = w16 ? widen16(((const uint16_t *)wte)[e0 + c])
+                              : ((const float *)wte)[e0 + c];
+                o[j] = wpe ? e + p : e;
+            }
+            zk_cast_f32_bf16(out + (size_t)bt * C + c0, o, (size_t)n);
+        }
+    }
+    return bad;
+}
+
 /* dwte (V,C) ACCUMULATED; dwpe rows [0,T) WRITTEN (NULL: none).
  * Tasks split the channels, never the rows: a task walks every (b,t) in
  * order for its channel slice, so each dwte element receives its additions
  * in (b,t) order -- the sequential loop's bits -- and no two tasks touch the
  * same element even when a token repeats. A token outside [0,V) adds to no
  * row (dwpe still gets its dout); the count of them is returned. */
-int zk_encoder_backward(float *dwte, float *dwpe, const float *dout,
-                        const int32_t *tokens, int B, int T, int C, int V) {
+/* dout's element i, widened when bf16 (exactly: the same floats) */
+#define DOUT(i) (d16 ? widen16(((const uint16_t *)dout)[i]) : ((const float *)dout)[i])
+static inline __attribute__((always_inline))
+int enc_backward(float *dwte, float *dwpe, const void *dout, int d16,
+                 const int32_t *tokens, int B, int T, int C, int V) {
     int nchunk = (C + ENC_CHUNK - 1) / ENC_CHUNK, bad = 0;
     #pragma omp parallel for schedule(static) reduction(+:bad) if ((long)B * T * C >= 65536)
     for (int k = 0; k < nchunk; k++) {
@@ -68,17 +100,28 @@ int zk_encoder_backward(float *dwte, float *dwpe, const float *dout,
             float *restrict p = dwpe + (size_t)t * C;
             for (int c = c0; c < c1; c++) p[c] = 0.0f;
             for (int b = 0; b < B; b++) {
-                const float *restrict d = dout + ((size_t)b * T + t) * C;
-                for (int c = c0; c < c1; c++) p[c] += d[c];
+                size_t r = ((size_t)b * T + t) * C;
+                for (int c = c0; c < c1; c++) p[c] += DOUT(r + c);
             }
         }
         for (int bt = 0; bt < B * T; bt++) {
             int tok = tokens[bt];
             if (tok < 0 || tok >= V) { bad += k == 0; continue; }   /* counted once */
-            const float *restrict d = dout + (size_t)bt * C;
+            size_t r = (size_t)bt * C;
             float *restrict w = dwte + (size_t)tok * C;
-            for (int c = c0; c < c1; c++) w[c] += d[c];
+            for (int c = c0; c < c1; c++) w[c] += DOUT(r + c);
         }
     }
     return bad;
+}
+#undef DOUT
+
+int zk_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                        const int32_t *tokens, int B, int T, int C, int V) {
+    return enc_backward(dwte, dwpe, dout, 0, tokens, B, T, C, V);
+}
+
+int zk_encoder_backward_b16(float *dwte, float *dwpe, const uint16_t *dout,
+                            const int32_t *tokens, int B, int T, int C, int V) {
+    return enc_backward(dwte, dwpe, dout, 1, tokens, B, T, C, V);
 }

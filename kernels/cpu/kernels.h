@@ -41,6 +41,9 @@ void zk_scale(float *x, float a, size_t n);                 /* x *= a          *
 void zk_axpy(float *y, float a, const float *x, size_t n);  /* y += a * x      */
 void zk_add(float *y, const float *x, size_t n);            /* y += x          */
 void zk_add3(float *out, const float *a, const float *b, size_t n); /* out = a + b (residual) */
+/* The bf16 residual stream (bf16 activations end to end): out = a + b on
+ * the widened values, rounded once to nearest even. out may alias a or b. */
+void zk_add3_b16(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n);
 
 /* ---- casts (round to nearest even; NaN stays NaN) ---------------------- */
 void zk_cast_f32_bf16(uint16_t *dst, const float *src, size_t n);
@@ -59,12 +62,20 @@ int zk_encoder_forward(float *out, const int32_t *tokens, const float *wte,
  * widened exactly: zk_encoder_forward's bits on the widened tables. */
 int zk_encoder_forward_b16(float *out, const int32_t *tokens, const uint16_t *wte,
                            const uint16_t *wpe, int B, int T, int C, int V);
+/* bf16 out (the residual stream's first rows): zk_encoder_forward's (w16
+ * 0: f32 tables) or zk_encoder_forward_b16's (w16 1) floats, rounded once. */
+int zk_encoder_forward_o16(uint16_t *out, const int32_t *tokens, const void *wte,
+                           const void *wpe, int w16, int B, int T, int C, int V);
 /* dwte (V,C) ACCUMULATED (+=) (the tied LM head wrote it first);
  * dwpe (maxT,C) rows [0,T) WRITTEN = sum over b of dout[b,t,:] (NULL: none).
  * Deterministic: each dwte row sums its occurrences in (b,t) order.
  * Returns the number of tokens outside [0,V) (they add to no dwte row). */
 int zk_encoder_backward(float *dwte, float *dwpe, const float *dout,
                         const int32_t *tokens, int B, int T, int C, int V);
+/* The same from a bf16 dout, widened exactly: zk_encoder_backward's bits
+ * on the widened rows. */
+int zk_encoder_backward_b16(float *dwte, float *dwpe, const uint16_t *dout,
+                            const int32_t *tokens, int B, int T, int C, int V);
 
 /* ---- layer norm (eps = 1e-5, biased variance, as PyTorch) -------------- */
 /* out (N,C); mean, rstd (N) saved for backward. */
@@ -97,6 +108,23 @@ void zk_layernorm_backward_b16(float *dinp, uint16_t *dinp16, float *dweight, fl
                                const float *weight, const float *mean,
                                const float *rstd, int N, int C);
 
+/* The bf16 residual stream ("_r16": the stream's rows, and its gradient,
+ * stored bf16). Each is the f32 kernel above on the widened rows:
+ * forward: bf16 inp -> bf16 out (the f32 out rounded once), mean, rstd;
+ * residual forward: resid = zk_add3_b16(a, b), then the forward on the
+ * stored (rounded) resid; backward: dinp (N,C) bf16 ACCUMULATED, each
+ * element round(widen(dinp) + the f32 kernel's term), one rounding;
+ * dweight, dbias the f32 kernel's on the widened inp. */
+void zk_layernorm_forward_r16(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
+                              const float *weight, const float *bias, int N, int C);
+void zk_layernorm_residual_forward_r16(uint16_t *resid, uint16_t *out, float *mean,
+                                       float *rstd, const uint16_t *a, const uint16_t *b,
+                                       const float *weight, const float *bias, int N, int C);
+void zk_layernorm_backward_r16(uint16_t *dinp, float *dweight, float *dbias,
+                               const float *dout, const uint16_t *inp,
+                               const float *weight, const float *mean,
+                               const float *rstd, int N, int C);
+
 /* ---- RMS norm (Llama, Qwen 2.5, Mistral) -------------------------------- */
 /* out (N,C) = weight * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps), in that
  * order (transformers' LlamaRMSNorm); rstd (N) saved for backward. */
@@ -116,6 +144,13 @@ void zk_rmsnorm_forward_b16(uint16_t *out, float *rstd, const float *inp, const 
 void zk_rmsnorm_backward_b16(float *dinp, uint16_t *dinp16, float *dweight, const float *dout,
                              const float *inp, const float *weight, const float *rstd, int N,
                              int C);
+/* The bf16 residual stream, as zk_layernorm_*_r16: bf16 inp -> bf16 out;
+ * dinp bf16 accumulated, each element rounded once. */
+void zk_rmsnorm_forward_r16(uint16_t *out, float *rstd, const uint16_t *inp,
+                            const float *weight, float eps, int N, int C);
+void zk_rmsnorm_backward_r16(uint16_t *dinp, float *dweight, const float *dout,
+                             const uint16_t *inp, const float *weight, const float *rstd,
+                             int N, int C);
 
 /* ---- rotary position embedding (transformers' rotate_half layout) -------- */
 /* Llama 3's frequency scaling (rope_scaling rope_type "llama3"); factor <= 0

@@ -7,6 +7,7 @@
  * accumulator), and the order depends on C only, never on threads.
  */
 #include <math.h>
+#include <string.h>
 #include "kernels.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -196,6 +197,47 @@ void zk_layernorm_residual_forward(float *resid, float *out, uint16_t *out16, fl
     }
 }
 
+/* ---- the bf16 residual stream (kernels.h, "_r16") ----------------------
+ * A bf16 row is widened into a float row on the stack (exact), and the f32
+ * kernel's row functions run on it: their bits on the widened values. */
+static inline float widen16(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+void zk_layernorm_forward_r16(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
+                              const float *weight, const float *bias, int N, int C) {
+    #pragma omp parallel for schedule(static) if ((long)N * C >= 32768)
+    for (int n = 0; n < N; n++) {
+        float x[C];                                       // (C) the widened row
+        zk_cast_bf16_f32(x, inp + (size_t)n * C, (size_t)C);
+        float m, s;
+        row_stats(x, C, &m, &s);
+        row_out16(out + (size_t)n * C, x, m, s, weight, bias, C);
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+void zk_layernorm_residual_forward_r16(uint16_t *resid, uint16_t *out, float *mean,
+                                       float *rstd, const uint16_t *a, const uint16_t *b,
+                                       const float *weight, const float *bias, int N, int C) {
+    #pragma omp parallel for schedule(static) if ((long)N * C >= 32768)
+    for (int n = 0; n < N; n++) {
+        uint16_t *r = resid + (size_t)n * C;
+        zk_add3_b16(r, a + (size_t)n * C, b + (size_t)n * C, (size_t)C);
+        float x[C];                                       // the stored resid, widened
+        zk_cast_bf16_f32(x, r, (size_t)C);
+        float m, s;
+        row_stats(x, C, &m, &s);
+        row_out16(out + (size_t)n * C, x, m, s, weight, bias, C);
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
 /* dinp (N,C) ACCUMULATED; dweight, dbias (C) WRITTEN (rows in order).
  * dinp NULL: weights only; dweight = dbias = NULL: input gradient only. The
  * two parts share nothing but their inputs, so each output has the same bits
@@ -207,41 +249,38 @@ void zk_layernorm_backward(float *dinp, float *dweight, float *dbias,
     zk_layernorm_backward_b16(dinp, NULL, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 
-void zk_layernorm_backward_b16(float *dinp, uint16_t *dinp16, float *dweight, float *dbias,
-                               const float *dout, const float *inp,
-                               const float *weight, const float *mean,
-                               const float *rstd, int N, int C) {
-    int par = (long)N * C >= 32768;
-    /* dinp: one row per task. With norm = (x - mean) * rstd and
-     * g = weight * dout:  dinp += (g - mean(g) - norm * mean(g * norm)) * rstd */
-    if (dinp != NULL) {
-    dinp_sums_fn sums = dinp_sums_pick();
-    #pragma omp parallel for schedule(static) if (par)
-    for (int n = 0; n < N; n++) {
-        const float *restrict x = inp + (size_t)n * C;
-        const float *restrict d = dout + (size_t)n * C;
-        float *restrict di = dinp + (size_t)n * C;
-        float m = mean[n], s = rstd[n], g_sum, gn_sum;
-        sums(&g_sum, &gn_sum, weight, d, x, m, s, C);
-        float g_mean = g_sum / (float)C;
-        float gn_mean = gn_sum / (float)C;
-        for (int c = 0; c < C; c++) {
-            float norm = (x[c] - m) * s;
-            di[c] += (weight[c] * d[c] - g_mean - norm * gn_mean) * s;
-        }
-        if (dinp16) zk_cast_f32_bf16(dinp16 + (size_t)n * C, di, (size_t)C);
+/* The input gradient of row n: di (C) += the term (below), x the row */
+static inline void dinp_row(float *restrict di, const float *restrict d,
+                            const float *restrict x, const float *restrict weight, float m,
+                            float s, int C, dinp_sums_fn sums) {
+    float g_sum, gn_sum;
+    sums(&g_sum, &gn_sum, weight, d, x, m, s, C);
+    float g_mean = g_sum / (float)C;
+    float gn_mean = gn_sum / (float)C;
+    for (int c = 0; c < C; c++) {
+        float norm = (x[c] - m) * s;
+        di[c] += (weight[c] * d[c] - g_mean - norm * gn_mean) * s;
     }
-    }
-    if (dweight == NULL || dbias == NULL) return;
-    /* dweight, dbias: column slices, each summing all rows in order in
-     * double (N terms; double keeps large N accurate at no real cost). */
+}
+
+/* dweight, dbias: column slices, each summing all rows in order in double
+ * (N terms; double keeps large N accurate at no real cost). r16: inp bf16,
+ * each element widened (the same floats). */
+static void ln_weight_grads(float *dweight, float *dbias, const float *dout, const void *inp,
+                            int r16, const float *mean, const float *rstd, int N, int C,
+                            int par) {
     int nchunk = (C + LN_COL_CHUNK - 1) / LN_COL_CHUNK;
     #pragma omp parallel for schedule(static) if (par)
     for (int k = 0; k < nchunk; k++) {
         int c0 = k * LN_COL_CHUNK, w = C - c0 < LN_COL_CHUNK ? C - c0 : LN_COL_CHUNK;
         double dw[LN_COL_CHUNK] = {0}, db[LN_COL_CHUNK] = {0};
+        float xw[LN_COL_CHUNK];
         for (int n = 0; n < N; n++) {
-            const float *restrict x = inp + (size_t)n * C + c0;
+            const float *restrict x = (const float *)inp + (size_t)n * C + c0;
+            if (r16) {
+                zk_cast_bf16_f32(xw, (const uint16_t *)inp + (size_t)n * C + c0, (size_t)w);
+                x = xw;
+            }
             const float *restrict d = dout + (size_t)n * C + c0;
             float m = mean[n], s = rstd[n];
             for (int j = 0; j < w; j++) {
@@ -254,4 +293,47 @@ void zk_layernorm_backward_b16(float *dinp, uint16_t *dinp16, float *dweight, fl
             dbias[c0 + j] = (float)db[j];
         }
     }
+}
+
+void zk_layernorm_backward_b16(float *dinp, uint16_t *dinp16, float *dweight, float *dbias,
+                               const float *dout, const float *inp,
+                               const float *weight, const float *mean,
+                               const float *rstd, int N, int C) {
+    int par = (long)N * C >= 32768;
+    /* dinp: one row per task. With norm = (x - mean) * rstd and
+     * g = weight * dout:  dinp += (g - mean(g) - norm * mean(g * norm)) * rstd */
+    if (dinp != NULL) {
+        dinp_sums_fn sums = dinp_sums_pick();
+        #pragma omp parallel for schedule(static) if (par)
+        for (int n = 0; n < N; n++) {
+            float *restrict di = dinp + (size_t)n * C;
+            dinp_row(di, dout + (size_t)n * C, inp + (size_t)n * C, weight, mean[n], rstd[n],
+                     C, sums);
+            if (dinp16) zk_cast_f32_bf16(dinp16 + (size_t)n * C, di, (size_t)C);
+        }
+    }
+    if (dweight == NULL || dbias == NULL) return;
+    ln_weight_grads(dweight, dbias, dout, inp, 0, mean, rstd, N, C, par);
+}
+
+/* The bf16 stream's: the row and its gradient widened on the stack, the
+ * f32 row function, the gradient rounded back once */
+void zk_layernorm_backward_r16(uint16_t *dinp, float *dweight, float *dbias,
+                               const float *dout, const uint16_t *inp,
+                               const float *weight, const float *mean,
+                               const float *rstd, int N, int C) {
+    int par = (long)N * C >= 32768;
+    if (dinp != NULL) {
+        dinp_sums_fn sums = dinp_sums_pick();
+        #pragma omp parallel for schedule(static) if (par)
+        for (int n = 0; n < N; n++) {
+            float x[C], di[C];                           // (C) each, widened
+            zk_cast_bf16_f32(x, inp + (size_t)n * C, (size_t)C);
+            zk_cast_bf16_f32(di, dinp + (size_t)n * C, (size_t)C);
+            dinp_row(di, dout + (size_t)n * C, x, weight, mean[n], rstd[n], C, sums);
+            zk_cast_f32_bf16(dinp + (size_t)n * C, di, (size_t)C);
+        }
+    }
+    if (dweight == NULL || dbias == NULL) return;
+    ln_weight_grads(dweight, dbias, dout, inp, 1, mean, rstd, N, C, par);
 }

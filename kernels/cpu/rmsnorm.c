@@ -9,6 +9,7 @@
  * double, a task per chunk of columns.
  */
 #include <math.h>
+#include <string.h>
 #include "kernels.h"
 
 #if defined(__clang__)
@@ -96,6 +97,30 @@ static void dinp_row(float *restrict di, const float *restrict d, const float *r
     for (c = 0; c < C; c++) di[c] += r * (w[c] * d[c] - (x[c] * r) * gn_mean);
 }
 
+/* dweight: column slices down the rows in order, in double; r16: inp
+ * bf16, widened (the same floats) */
+RMS_NOCONTRACT
+static void rms_weight_grad(float *dweight, const float *dout, const void *inp, int r16,
+                            const float *rstd, int N, int C) {
+    int chunks = (C + RMS_COL_CHUNK - 1) / RMS_COL_CHUNK;
+    #pragma omp parallel for schedule(static) if ((long)N * C >= 32768)
+    for (int k = 0; k < chunks; k++) {
+        int c0 = k * RMS_COL_CHUNK, nc = C - c0 < RMS_COL_CHUNK ? C - c0 : RMS_COL_CHUNK;
+        double dw[RMS_COL_CHUNK] = {0};
+        float xw[RMS_COL_CHUNK];
+        for (int n = 0; n < N; n++) {
+            const float *x = (const float *)inp + (size_t)n * C + c0, *d = dout + (size_t)n * C + c0;
+            if (r16) {
+                zk_cast_bf16_f32(xw, (const uint16_t *)inp + (size_t)n * C + c0, (size_t)nc);
+                x = xw;
+            }
+            float r = rstd[n];
+            for (int j = 0; j < nc; j++) dw[j] += (double)((x[j] * r) * d[j]);
+        }
+        for (int j = 0; j < nc; j++) dweight[c0 + j] = (float)dw[j];
+    }
+}
+
 void zk_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                          const float *weight, const float *rstd, int N, int C) {
     zk_rmsnorm_backward_b16(dinp, NULL, dweight, dout, inp, weight, rstd, N, C);
@@ -113,17 +138,42 @@ void zk_rmsnorm_backward_b16(float *dinp, uint16_t *dinp16, float *dweight, cons
             if (dinp16) zk_cast_f32_bf16(dinp16 + (size_t)n * C, dinp + (size_t)n * C, (size_t)C);
         }
     }
-    if (!dweight) return;
-    int chunks = (C + RMS_COL_CHUNK - 1) / RMS_COL_CHUNK;
+    if (dweight) rms_weight_grad(dweight, dout, inp, 0, rstd, N, C);
+}
+
+/* ---- the bf16 residual stream (kernels.h, "_r16"): a bf16 row widened on
+ * the stack (exact), the f32 row functions on it, a gradient rounded back
+ * once */
+RMS_NOCONTRACT
+void zk_rmsnorm_forward_r16(uint16_t *out, float *rstd, const uint16_t *inp,
+                            const float *weight, float eps, int N, int C) {
     #pragma omp parallel for schedule(static) if ((long)N * C >= 32768)
-    for (int k = 0; k < chunks; k++) {
-        int c0 = k * RMS_COL_CHUNK, nc = C - c0 < RMS_COL_CHUNK ? C - c0 : RMS_COL_CHUNK;
-        double dw[RMS_COL_CHUNK] = {0};
-        for (int n = 0; n < N; n++) {
-            const float *x = inp + (size_t)n * C + c0, *d = dout + (size_t)n * C + c0;
-            float r = rstd[n];
-            for (int j = 0; j < nc; j++) dw[j] += (double)((x[j] * r) * d[j]);
+    for (int n = 0; n < N; n++) {
+        float x[C], o[RMS_CHUNK];
+        zk_cast_bf16_f32(x, inp + (size_t)n * C, (size_t)C);
+        float r = row_rstd(x, C, eps);
+        for (int c0 = 0; c0 < C; c0 += RMS_CHUNK) {
+            int c1 = C - c0 < RMS_CHUNK ? C : c0 + RMS_CHUNK;
+            row_out(o, x, weight, r, c0, c1);
+            zk_cast_f32_bf16(out + (size_t)n * C + c0, o, (size_t)(c1 - c0));
         }
-        for (int j = 0; j < nc; j++) dweight[c0 + j] = (float)dw[j];
+        rstd[n] = r;
     }
+}
+
+RMS_NOCONTRACT
+void zk_rmsnorm_backward_r16(uint16_t *dinp, float *dweight, const float *dout,
+                             const uint16_t *inp, const float *weight, const float *rstd,
+                             int N, int C) {
+    if (dinp) {
+        #pragma omp parallel for schedule(static) if ((long)N * C >= 32768)
+        for (int n = 0; n < N; n++) {
+            float x[C], di[C];
+            zk_cast_bf16_f32(x, inp + (size_t)n * C, (size_t)C);
+            zk_cast_bf16_f32(di, dinp + (size_t)n * C, (size_t)C);
+            dinp_row(di, dout + (size_t)n * C, x, weight, rstd[n], C);
+            zk_cast_f32_bf16(dinp + (size_t)n * C, di, (size_t)C);
+        }
+    }
+    if (dweight) rms_weight_grad(dweight, dout, inp, 1, rstd, N, C);
 }

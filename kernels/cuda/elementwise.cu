@@ -14,6 +14,37 @@ __global__ static void k_add3(float *o, const float *a, const float *b, size_t n
 {
     ZKC_FOR(i, n) o[i] = a[i] + b[i];
 }
+/* the bf16 residual stream's add: widen, one fp32 add, round once
+ * (zkc_bf16); o may alias a or b (each thread reads its elements before
+ * it writes them) */
+__global__ static void k_add3_b16(uint16_t *o, const uint16_t *a, const uint16_t *b, size_t n)
+{
+    ZKC_FOR(i, n) o[i] = zkc_bf16(zkc_get(a + i) + zkc_get(b + i));
+}
+/* one register's two bf16 added as above, the sums packed the same way */
+__device__ __forceinline__ uint32_t add2_b16(uint32_t x, uint32_t y)
+{
+    float lo = __uint_as_float(x << 16) + __uint_as_float(y << 16);
+    float hi = __uint_as_float(x & 0xffff0000u) + __uint_as_float(y & 0xffff0000u);
+    return (uint32_t)zkc_bf16(lo) | (uint32_t)zkc_bf16(hi) << 16;
+}
+/* 8 elements a thread by 16-byte loads and stores where the three
+ * pointers are on 16 bytes, the tail (n mod 8) by block 0: the bits of
+ * k_add3_b16 */
+__global__ static void k_add3_b16_8(uint16_t *o, const uint16_t *a, const uint16_t *b, size_t n)
+{
+    size_t n8 = n / 8;
+    ZKC_FOR(i, n8) {
+        uint4 x = ((const uint4 *)a)[i], y = ((const uint4 *)b)[i], r;
+        r.x = add2_b16(x.x, y.x);
+        r.y = add2_b16(x.y, y.y);
+        r.z = add2_b16(x.z, y.z);
+        r.w = add2_b16(x.w, y.w);
+        ((uint4 *)o)[i] = r;
+    }
+    size_t t = n8 * 8 + threadIdx.x;
+    if (blockIdx.x == 0 && t < n) o[t] = zkc_bf16(zkc_get(a + t) + zkc_get(b + t));
+}
 
 /* bf16 = the high half of a float, rounded to nearest even; a NaN keeps
  * its sign and top payload bits, made quiet */
@@ -80,6 +111,11 @@ int zkc_scale(cudaStream_t s, float *x, float a, size_t n) { LAUNCH(k_scale, n, 
 int zkc_axpy(cudaStream_t s, float *y, float a, const float *x, size_t n) { LAUNCH(k_axpy, n, y, a, x, n); }
 int zkc_add(cudaStream_t s, float *y, const float *x, size_t n) { LAUNCH(k_add, n, y, x, n); }
 int zkc_add3(cudaStream_t s, float *o, const float *a, const float *b, size_t n) { LAUNCH(k_add3, n, o, a, b, n); }
+int zkc_add3_b16(cudaStream_t s, uint16_t *o, const uint16_t *a, const uint16_t *b, size_t n)
+{
+    if (n >= 64 && zkc_aligned16(o, a, b)) LAUNCH(k_add3_b16_8, n / 8 + 1, o, a, b, n);
+    LAUNCH(k_add3_b16, n, o, a, b, n);
+}
 int zkc_cast_f32_bf16(cudaStream_t s, uint16_t *d, const float *x, size_t n)
 {
     if (n >= 64 && zkc_aligned16(d, x, NULL)) LAUNCH(k_f32_bf16_8, n / 8 + 1, d, x, n);

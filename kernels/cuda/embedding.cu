@@ -1,4 +1,8 @@
-/* embedding.cu -- token + position embedding (kernels.cuh). */
+/* embedding.cu -- token + position embedding (kernels.cuh). The bf16
+ * residual stream's variants are the same kernels instantiated on the
+ * out's type (forward: uint16_t, the float rounded once, zkc_put) and on
+ * dout's (backward: uint16_t, each element widened exactly as it is
+ * loaded, zkc_get): every float operation the fp32 kernels'. */
 #include "common.cuh"
 
 /* out (B,T,C) = wte[tok] + wpe[t] (wpe NULL: wte[tok] alone); a bad id gives
@@ -11,17 +15,18 @@ __device__ __forceinline__ float enc_w(const uint16_t *w, size_t i)
     return __uint_as_float((unsigned)w[i] << 16);
 }
 
-template <class W>
-__global__ static void k_enc_fwd(float *out, const int32_t *tok, const W *wte,
+/* O: out's type, float or uint16_t (bf16, each element rounded once) */
+template <class W, class O>
+__global__ static void k_enc_fwd(O *out, const int32_t *tok, const W *wte,
                                  const W *wpe, int BT, int T, int C, int V, int *bad)
 {
     ZKC_FOR(i, (size_t)BT * C) {
         size_t bt = i / C;
         int c = (int)(i % C), t = (int)(bt % T), id = tok[bt];
         float p = wpe ? enc_w(wpe, (size_t)t * C + c) : 0.0f;
-        if (id < 0 || id >= V) { out[i] = p; if (c == 0) atomicAdd(bad, 1); continue; }
+        if (id < 0 || id >= V) { zkc_put(out + i, p); if (c == 0) atomicAdd(bad, 1); continue; }
         float e = enc_w(wte, (size_t)id * C + c);
-        out[i] = wpe ? e + p : e;
+        zkc_put(out + i, wpe ? e + p : e);
     }
 }
 
@@ -64,7 +69,9 @@ __global__ static void k_enc_fwd(float *out, const int32_t *tok, const W *wte,
  * every position one id: one block streams 50 MB through 8 warps, 8
  * flushes: ~0.5-0.8 ms. Not yet timed on a GPU; checked on the CPU under
  * spec/emu (sh tools/emu_kernel.sh embedding). Ids outside [0,V): counted
- * once each by block 0, added to no row. */
+ * once each by block 0, added to no row. D: dout's type, float or
+ * uint16_t (bf16 widened as loaded; the loads 2 bytes a lane, a warp's 64
+ * contiguous bytes, half the f32 kernel's bytes). */
 #define EB_THREADS 256                 /* 8 warps */
 #define EB_WARPS (EB_THREADS / 32)
 #define EB_TPT 8                       /* ids per thread per scan round */
@@ -85,7 +92,8 @@ struct eb_list {
 
 /* runs [gs, ge) of the sorted list, columns c0 = s*64 + lane and c0 + 32:
  * each run's dwte value once, its dout rows in order, stored once */
-__device__ __forceinline__ void eb_unit(float *dwte, const float *dout, const eb_list &L,
+template <class D>
+__device__ __forceinline__ void eb_unit(float *dwte, const D *dout, const eb_list &L,
                                         int C, int b, int lg, int gs, int ge, int c0)
 {
     int c1 = c0 + 32;
@@ -111,9 +119,9 @@ __device__ __forceinline__ void eb_unit(float *dwte, const float *dout, const eb
                 for (int k = 0; k < EB_UL; k++) {
                     d0[k] = d1[k] = 0.0f;
                     if (j + k < e) {
-                        const float *dr = dout + (size_t)p[k] * C;
-                        if (ok0) d0[k] = dr[c0];
-                        if (ok1) d1[k] = dr[c1];
+                        const D *dr = dout + (size_t)p[k] * C;
+                        if (ok0) d0[k] = zkc_get(dr + c0);
+                        if (ok1) d1[k] = zkc_get(dr + c1);
                     }
                 }
 #pragma unroll
@@ -150,9 +158,9 @@ __device__ __forceinline__ void eb_unit(float *dwte, const float *dout, const eb
         for (int k = 0; k < EB_U; k++) {
             d0[k] = d1[k] = w0[k] = w1[k] = 0.0f;
             if (k < n) {
-                const float *dr = dout + (size_t)p[k] * C;
-                if (ok0) d0[k] = dr[c0];
-                if (ok1) d1[k] = dr[c1];
+                const D *dr = dout + (size_t)p[k] * C;
+                if (ok0) d0[k] = zkc_get(dr + c0);
+                if (ok1) d1[k] = zkc_get(dr + c1);
                 if (fm >> k & 1u) {
                     const float *wr = dwte + (size_t)(b + (rk[k] << lg)) * C;
                     if (ok0) w0[k] = wr[c0];
@@ -176,7 +184,8 @@ __device__ __forceinline__ void eb_unit(float *dwte, const float *dout, const eb
 }
 
 /* the list's n entries into dwte: sort by key (stable), then the units */
-__device__ static void eb_flush(float *dwte, const float *dout, eb_list &L, int n, int C,
+template <class D>
+__device__ static void eb_flush(float *dwte, const D *dout, eb_list &L, int n, int C,
                                 int b, int lg)
 {
     int tid = threadIdx.x, lane = tid % 32, w = tid / 32;
@@ -238,8 +247,9 @@ __device__ static void eb_flush(float *dwte, const float *dout, eb_list &L, int 
 }
 
 /* grid NB = 2^lg blocks; block b: the ids b + r * NB, r < EB_KEYS */
+template <class D>
 __global__ static void __launch_bounds__(EB_THREADS, 2)
-k_enc_bwd_wte(float *dwte, const float *dout, const int32_t *tok, int N, int C, int V, int lg,
+k_enc_bwd_wte(float *dwte, const D *dout, const int32_t *tok, int N, int C, int V, int lg,
               int *bad)
 {
     __shared__ eb_list L;
@@ -290,18 +300,19 @@ k_enc_bwd_wte(float *dwte, const float *dout, const int32_t *tok, int N, int C, 
 }
 
 /* dwpe rows [0,T) = sum over b in order */
-__global__ static void k_enc_bwd_wpe(float *dwpe, const float *dout, int B, int T, int C)
+template <class D>
+__global__ static void k_enc_bwd_wpe(float *dwpe, const D *dout, int B, int T, int C)
 {
     ZKC_FOR(i, (size_t)T * C) {
         float s = 0.0f;
-        for (int b = 0; b < B; b++) s += dout[(size_t)b * T * C + i];
+        for (int b = 0; b < B; b++) s += zkc_get(dout + (size_t)b * T * C + i);
         dwpe[i] = s;
     }
 }
 
-extern "C" int zkc_encoder_forward(cudaStream_t s, float *out, const int32_t *tok,
-                                   const void *wte, const void *wpe, int w16, int B, int T,
-                                   int C, int V, int *dbad)
+template <class O>
+static int enc_fwd(cudaStream_t s, O *out, const int32_t *tok, const void *wte, const void *wpe,
+                   int w16, int B, int T, int C, int V, int *dbad)
 {
     size_t n = (size_t)B * T * C;
     if (n == 0) return 0;
@@ -313,17 +324,45 @@ extern "C" int zkc_encoder_forward(cudaStream_t s, float *out, const int32_t *to
     return ZKC_LAUNCHED();
 }
 
-extern "C" int zkc_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float *dout,
-                                    const int32_t *tok, int B, int T, int C, int V, int *dbad)
+extern "C" int zkc_encoder_forward(cudaStream_t s, float *out, const int32_t *tok,
+                                   const void *wte, const void *wpe, int w16, int B, int T,
+                                   int C, int V, int *dbad)
+{
+    return enc_fwd(s, out, tok, wte, wpe, w16, B, T, C, V, dbad);
+}
+
+extern "C" int zkc_encoder_forward_o16(cudaStream_t s, uint16_t *out, const int32_t *tok,
+                                       const void *wte, const void *wpe, int w16, int B, int T,
+                                       int C, int V, int *dbad)
+{
+    return enc_fwd(s, out, tok, wte, wpe, w16, B, T, C, V, dbad);
+}
+
+template <class D>
+static int enc_bwd(cudaStream_t s, float *dwte, float *dwpe, const D *dout, const int32_t *tok,
+                   int B, int T, int C, int V, int *dbad)
 {
     if ((size_t)B * T * C == 0) return 0;
     int lg = 0;                                     /* NB = 2^lg blocks, NB * 256 >= V */
     while (((int64_t)EB_KEYS << lg) < (int64_t)V) lg++;
     unsigned nb = 1u << lg;
-    k_enc_bwd_wte<<<nb, EB_THREADS, 0, s>>>(dwte, dout, tok, B * T, C, V, lg, dbad);
+    k_enc_bwd_wte<D><<<nb, EB_THREADS, 0, s>>>(dwte, dout, tok, B * T, C, V, lg, dbad);
     int e = ZKC_LAUNCHED();
     if (e) return e;
     if (!dwpe) return 0;                            /* no positions (Llama's) */
-    k_enc_bwd_wpe<<<zkc_grid((size_t)T * C, 256), 256, 0, s>>>(dwpe, dout, B, T, C);
+    k_enc_bwd_wpe<D><<<zkc_grid((size_t)T * C, 256), 256, 0, s>>>(dwpe, dout, B, T, C);
     return ZKC_LAUNCHED();
+}
+
+extern "C" int zkc_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float *dout,
+                                    const int32_t *tok, int B, int T, int C, int V, int *dbad)
+{
+    return enc_bwd(s, dwte, dwpe, dout, tok, B, T, C, V, dbad);
+}
+
+extern "C" int zkc_encoder_backward_b16(cudaStream_t s, float *dwte, float *dwpe,
+                                        const uint16_t *dout, const int32_t *tok, int B, int T,
+                                        int C, int V, int *dbad)
+{
+    return enc_bwd(s, dwte, dwpe, dout, tok, B, T, C, V, dbad);
 }

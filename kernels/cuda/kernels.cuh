@@ -33,6 +33,11 @@ int zkc_scale(cudaStream_t s, float *x, float a, size_t n);
 int zkc_axpy(cudaStream_t s, float *y, float a, const float *x, size_t n);
 int zkc_add(cudaStream_t s, float *y, const float *x, size_t n);
 int zkc_add3(cudaStream_t s, float *out, const float *a, const float *b, size_t n);
+/* the bf16 residual stream (kernels.h zk_add3_b16): out = a + b on the
+ * widened values, rounded once (zkc_bf16); the CPU's bits. out may alias a
+ * or b. 16-byte loads and stores (8 elements a thread) where the three
+ * pointers are on 16 bytes. */
+int zkc_add3_b16(cudaStream_t s, uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n);
 /* Round to nearest even, NaN stays NaN: the same bits as the CPU casts
  * for every non-NaN value. */
 int zkc_cast_f32_bf16(cudaStream_t s, uint16_t *dst, const float *src, size_t n);
@@ -79,6 +84,31 @@ int zkc_rmsnorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, float *d
                          const float *dout, const float *inp, const float *w, const float *rstd,
                          int N, int C, double *scratch);
 size_t zkc_rmsnorm_scratch(int N, int C);
+/* The bf16 residual stream (kernels.h's _r16 twins): the rows (inp;
+ * resid, a, b2; the backward's inp and dinp) bf16, widened exactly on
+ * load, each stored element rounded once (zkc_bf16); every float
+ * operation the fp32 kernels' above on the widened rows, on the same
+ * paths (the vector one with bf16 rows on 8 bytes). So: out = the fp32
+ * forward's out on the widened inp, rounded; the residual forward's resid
+ * = zkc_add3_b16's bits, its norm on the stored (rounded) resid; dinp
+ * ACCUMULATED, each element round(widen(dinp) + the fp32 kernel's term);
+ * mean, rstd, dw, db as the fp32 kernels' on the widened rows. NULL
+ * dinp, dw (db) as above; scratch the same sizes. */
+int zkc_layernorm_forward_r16(cudaStream_t s, uint16_t *out, float *mean, float *rstd,
+                              const uint16_t *inp, const float *w, const float *b, int N, int C);
+int zkc_layernorm_residual_forward_r16(cudaStream_t s, uint16_t *resid, uint16_t *out,
+                                       float *mean, float *rstd, const uint16_t *a,
+                                       const uint16_t *b2, const float *w, const float *b,
+                                       int N, int C);
+int zkc_layernorm_backward_r16(cudaStream_t s, uint16_t *dinp, float *dw, float *db,
+                               const float *dout, const uint16_t *inp, const float *w,
+                               const float *mean, const float *rstd, int N, int C,
+                               double *scratch);
+int zkc_rmsnorm_forward_r16(cudaStream_t s, uint16_t *out, float *rstd, const uint16_t *inp,
+                            const float *w, float eps, int N, int C);
+int zkc_rmsnorm_backward_r16(cudaStream_t s, uint16_t *dinp, float *dw, const float *dout,
+                             const uint16_t *inp, const float *w, const float *rstd, int N,
+                             int C, double *scratch);
 
 /* ---- rope.cu, swiglu.cu (Llama's; kernels.h zk_rope_*, zk_swiglu_*): the
  * same layouts; cos_t, sin_t device copies of zk_rope_table's. RoPE: the
@@ -110,6 +140,14 @@ int zkc_encoder_forward(cudaStream_t s, float *out, const int32_t *tok, const vo
  * atomics: deterministic); dwpe rows [0,T) WRITTEN. */
 int zkc_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float *dout,
                          const int32_t *tok, int B, int T, int C, int V, int *dbad);
+/* The bf16 residual stream (kernels.h zk_encoder_forward_o16,
+ * zk_encoder_backward_b16): out bf16, zkc_encoder_forward's floats rounded
+ * once; dout bf16, widened exactly, the rest zkc_encoder_backward's (the
+ * CPU's bits on the widened rows) */
+int zkc_encoder_forward_o16(cudaStream_t s, uint16_t *out, const int32_t *tok, const void *wte,
+                            const void *wpe, int w16, int B, int T, int C, int V, int *dbad);
+int zkc_encoder_backward_b16(cudaStream_t s, float *dwte, float *dwpe, const uint16_t *dout,
+                             const int32_t *tok, int B, int T, int C, int V, int *dbad);
 
 /* ---- xent.cu: the fused classifier. logits (N,V) in rows ld apart (ld >=
  * V: the LM head's padded rows), fp32 or bf16; losses (N) fp32 WRITTEN;

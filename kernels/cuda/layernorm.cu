@@ -31,7 +31,20 @@
  * chunks of 64 rows in a second pass (an H200: backward 1,263 GB/s,
  * forward 1,787 GB/s against a 3,719 GB/s copy, 4.0 + 1.7 ms a step).
  * The vector path is checked on the CPU under spec/emu (sh
- * tools/emu_kernel.sh layernorm); not yet timed on a GPU. */
+ * tools/emu_kernel.sh layernorm); not yet timed on a GPU.
+ *
+ * The bf16 residual stream ("r16", kernels.cuh's _r16 entry points): the
+ * same kernels instantiated with the row type I = uint16_t for the input
+ * rows (resid, a, b2 of the residual forward; inp and dinp of the
+ * backward): each element widened exactly as it is loaded (zkc_get, or
+ * ln_ld4: 8 bytes, 4 bf16, where the f32 path loads 16 bytes, 4 floats),
+ * each element stored rounded once (zkc_put, ln_st4), and every float
+ * operation in between the f32 instantiation's; so the r16 results are
+ * the f32 kernels' on the widened rows, rounded once (checked bit for bit
+ * under spec/emu). The vector path takes bf16 rows on 8 bytes (a warp's
+ * loads 256 contiguous bytes), the weights and dout on 16 as before. The
+ * I = float instantiations are the float operations of before (the same
+ * PTX instructions; the backward's stores scheduled differently). */
 #include <cuda_bf16.h>
 #include "mma.cuh"
 #include "common.cuh"
@@ -54,87 +67,129 @@ extern "C" size_t zkc_layernorm_scratch(int N, int C)
     return N <= 0 ? 0 : 2 * (size_t)((N + zkc_ln_rows(N) - 1) / zkc_ln_rows(N)) * (size_t)C;
 }
 
+/* the vector path's 4 neighbouring elements as floats: 16 bytes of fp32,
+ * or 8 bytes of bf16 widened exactly (p on 8 bytes) */
+__device__ __forceinline__ float4 ln_ld4(const float *p) { return zkc_ldg4(p); }
+__device__ __forceinline__ float4 ln_ld4(const uint16_t *p)
+{
+    uint32_t lo, hi;
+#ifdef __CUDACC__
+    uint2 v = *(const uint2 *)p;
+    lo = v.x;
+    hi = v.y;
+#else
+    emu_aligned(p, 8, "load");
+    memcpy(&lo, p, 4);
+    memcpy(&hi, p + 2, 4);
+#endif
+    return float4{ __uint_as_float(lo << 16), __uint_as_float(lo & 0xffff0000u),
+                   __uint_as_float(hi << 16), __uint_as_float(hi & 0xffff0000u) };
+}
+/* ... and stored: fp32 as they are (16 bytes), or bf16 rounded once (8) */
+__device__ __forceinline__ void ln_st4(float *p, float4 v) { zkc_stg4(p, v); }
+__device__ __forceinline__ void ln_st4(uint16_t *p, float4 v)
+{
+    zkc_stg4h(p, (uint32_t)zkc_bf16(v.x) | (uint32_t)zkc_bf16(v.y) << 16,
+              (uint32_t)zkc_bf16(v.z) | (uint32_t)zkc_bf16(v.w) << 16);
+}
+/* the values ln_st4 stores into a row of p's type, as floats: v itself, or
+ * v rounded to bf16 and widened back */
+__device__ __forceinline__ float4 ln_stored4(const float *, float4 v) { return v; }
+__device__ __forceinline__ float4 ln_stored4(const uint16_t *, float4 v)
+{
+    return float4{ __uint_as_float((uint32_t)zkc_bf16(v.x) << 16),
+                   __uint_as_float((uint32_t)zkc_bf16(v.y) << 16),
+                   __uint_as_float((uint32_t)zkc_bf16(v.z) << 16),
+                   __uint_as_float((uint32_t)zkc_bf16(v.w) << 16) };
+}
+
 /* ------------------------------------------------------------------ */
 /* the scalar path                                                      */
 
 /* out (N,C) fp32 or bf16 (O = uint16_t: rounded once); mean (N, not
  * written for RMS), rstd (N). RMS: out = w * (x * rstd), the mean 0 and
- * no bias (transformers' LlamaRMSNorm's order) */
-template <class O, bool RMS>
-__device__ __forceinline__ void ln_fwd(O *out, float *mean, float *rstd, const float *inp,
+ * no bias (transformers' LlamaRMSNorm's order). inp fp32, or (I =
+ * uint16_t) bf16 widened: a warp's loads 64 contiguous bytes */
+template <class I, class O, bool RMS>
+__device__ __forceinline__ void ln_fwd(O *out, float *mean, float *rstd, const I *inp,
                                        const float *w, const float *b, float eps, int N, int C)
 {
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
+    const I *x = inp + (size_t)row * C;
     float m = 0.0f;
     if (!RMS) {
         float s = 0.0f;
-        for (int c = lane; c < C; c += 32) s += x[c];
+        for (int c = lane; c < C; c += 32) s += zkc_get(x + c);
         m = zkc_warp_sum(s) / (float)C;
     }
     float v = 0.0f;
-    for (int c = lane; c < C; c += 32) { float d = x[c] - m; v += d * d; }
+    for (int c = lane; c < C; c += 32) { float d = zkc_get(x + c) - m; v += d * d; }
     float r = 1.0f / sqrtf(zkc_warp_sum(v) / (float)C + eps);
     O *o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32)
-        zkc_put(o + c, RMS ? w[c] * (x[c] * r) : (x[c] - m) * r * w[c] + b[c]);
+    for (int c = lane; c < C; c += 32) {
+        float xc = zkc_get(x + c);
+        zkc_put(o + c, RMS ? w[c] * (xc * r) : (xc - m) * r * w[c] + b[c]);
+    }
     if (lane == 0) { if (!RMS) mean[row] = m; rstd[row] = r; }
 }
-template <class O, bool RMS>
-__global__ static void k_ln_fwd(O *out, float *mean, float *rstd, const float *inp,
+template <class I, class O, bool RMS>
+__global__ static void k_ln_fwd(O *out, float *mean, float *rstd, const I *inp,
                                 const float *w, const float *b, float eps, int N, int C)
-{ ln_fwd<O, RMS>(out, mean, rstd, inp, w, b, eps, N, C); }
+{ ln_fwd<I, O, RMS>(out, mean, rstd, inp, w, b, eps, N, C); }
 
 /* the residual add first: resid = a + b (the row written, then read back
- * from cache by the same lane), then ln_fwd's row on it */
-template <class O>
-__global__ static void k_ln_res_fwd(float *resid, O *out, float *mean, float *rstd,
-                                    const float *a, const float *b2, const float *w,
+ * from cache by the same lane), then ln_fwd's row on it; I = uint16_t:
+ * resid = the sum rounded once, the norm on the stored (rounded) row */
+template <class I, class O>
+__global__ static void k_ln_res_fwd(I *resid, O *out, float *mean, float *rstd,
+                                    const I *a, const I *b2, const float *w,
                                     const float *b, int N, int C)
 {
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
-    float *x = resid + (size_t)row * C;
-    const float *ar = a + (size_t)row * C, *br = b2 + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) x[c] = ar[c] + br[c];
+    I *x = resid + (size_t)row * C;
+    const I *ar = a + (size_t)row * C, *br = b2 + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) zkc_put(x + c, zkc_get(ar + c) + zkc_get(br + c));
     __syncwarp();
-    ln_fwd<O, false>(out, mean, rstd, resid, w, b, 1e-5f, N, C);
+    ln_fwd<I, O, false>(out, mean, rstd, resid, w, b, 1e-5f, N, C);
 }
 
 /* dinp += (g - mean(g) - norm * mean(g * norm)) * rstd, g = w * dout
  * (RMS: no mean(g), norm = x * rstd); dinp16 (NULL: none) the new dinp
- * rounded once */
-template <bool RMS>
-__global__ static void k_ln_bwd_dinp(float *dinp, uint16_t *dinp16, const float *dout,
-                                     const float *inp, const float *w, const float *mean,
+ * rounded once. I = uint16_t: inp and dinp bf16, widened, the new dinp
+ * rounded once (dinp16 NULL) */
+template <class I, bool RMS>
+__global__ static void k_ln_bwd_dinp(I *dinp, uint16_t *dinp16, const float *dout,
+                                     const I *inp, const float *w, const float *mean,
                                      const float *rstd, int N, int C)
 {
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
-    float *di = dinp + (size_t)row * C;
+    const I *x = inp + (size_t)row * C;
+    const float *d = dout + (size_t)row * C;
+    I *di = dinp + (size_t)row * C;
     float m = RMS ? 0.0f : mean[row], s = rstd[row], a1 = 0.0f, a2 = 0.0f;
     for (int c = lane; c < C; c += 32) {
         float g = w[c] * d[c];
         a1 += g;
-        a2 += g * ((x[c] - m) * s);
+        a2 += g * ((zkc_get(x + c) - m) * s);
     }
     float g_mean = RMS ? 0.0f : zkc_warp_sum(a1) / (float)C, gn_mean = zkc_warp_sum(a2) / (float)C;
     uint16_t *d16 = dinp16 ? dinp16 + (size_t)row * C : NULL;
     for (int c = lane; c < C; c += 32) {
-        float norm = (x[c] - m) * s;
-        float v = RMS ? di[c] + (w[c] * d[c] - norm * gn_mean) * s
-                      : di[c] + (w[c] * d[c] - g_mean - norm * gn_mean) * s;
-        di[c] = v;
+        float norm = (zkc_get(x + c) - m) * s;
+        float v = RMS ? zkc_get(di + c) + (w[c] * d[c] - norm * gn_mean) * s
+                      : zkc_get(di + c) + (w[c] * d[c] - g_mean - norm * gn_mean) * s;
+        zkc_put(di + c, v);
         if (d16) d16[c] = zkc_bf16(v);
     }
 }
 
 /* part (P, nk, C), P = 2 (1 for RMS): chunk k's sums of column c, dw's
  * then db's */
-template <bool RMS>
-__global__ static void k_ln_bwd_w_part(double *part, const float *dout, const float *inp,
+template <class I, bool RMS>
+__global__ static void k_ln_bwd_w_part(double *part, const float *dout, const I *inp,
                                        const float *mean, const float *rstd, int N, int C, int R)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
@@ -142,7 +197,7 @@ __global__ static void k_ln_bwd_w_part(double *part, const float *dout, const fl
     int n0 = k * R, n1 = min(N, n0 + R);
     double sw = 0.0, sb = 0.0;
     for (int n = n0; n < n1; n++) {
-        float x = inp[(size_t)n * C + c], d = dout[(size_t)n * C + c];
+        float x = zkc_get(inp + (size_t)n * C + c), d = dout[(size_t)n * C + c];
         sw += (double)(((x - (RMS ? 0.0f : mean[n])) * rstd[n]) * d);
         sb += (double)d;
     }
@@ -159,10 +214,12 @@ __device__ __forceinline__ float ln_sum4(float4 v) { return ((v.x + v.y) + v.z) 
 /* V float4 groups a lane: group j of a lane is columns 4 (32 j + lane) ..
  * +3 (j < V, those past C skipped). RES: the row is a + b2, written to
  * resid first. O: the out's element type (float, or uint16_t bf16 rounded
- * once). */
-template <int V, class O, bool RES, bool RMS>
-__global__ static void k_ln_fwd_v(float *resid, O *out, float *mean, float *rstd,
-                                  const float *inp, const float *b2, const float *w,
+ * once). I: the rows' (inp, b2, resid): float, or uint16_t bf16 (loaded 8
+ * bytes a group, widened; resid the sum rounded once, the norm on the
+ * rounded row). */
+template <int V, class I, class O, bool RES, bool RMS>
+__global__ static void k_ln_fwd_v(I *resid, O *out, float *mean, float *rstd,
+                                  const I *inp, const I *b2, const float *w,
                                   const float *b, float eps, int N, int C)
 {
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -177,11 +234,12 @@ __global__ static void k_ln_fwd_v(float *resid, O *out, float *mean, float *rstd
         x[j] = float4{ 0.0f, 0.0f, 0.0f, 0.0f };
         if (g >= C4) continue;
         if (RES) {
-            float4 p = zkc_ldg4(inp + base + 4 * g), q = zkc_ldg4(b2 + base + 4 * g);
+            float4 p = ln_ld4(inp + base + 4 * g), q = ln_ld4(b2 + base + 4 * g);
             x[j] = float4{ p.x + q.x, p.y + q.y, p.z + q.z, p.w + q.w };
-            zkc_stg4(resid + base + 4 * g, x[j]);
+            ln_st4(resid + base + 4 * g, x[j]);
+            x[j] = ln_stored4(resid, x[j]);
         } else {
-            x[j] = zkc_ldg4(inp + base + 4 * g);
+            x[j] = ln_ld4(inp + base + 4 * g);
         }
         if (!RMS) s += ln_sum4(x[j]);
     }
@@ -226,10 +284,11 @@ __global__ static void k_ln_fwd_v(float *resid, O *out, float *mean, float *rstd
  * over the block's warps in warp order (smem, double-buffered: one
  * barrier a step), updates dinp (dinp16) and adds norm dout and dout into
  * the thread's double sums. part NULL: no weight gradients; dinp NULL:
- * none of dinp. */
-template <int V, bool RMS>
-__global__ static void __launch_bounds__(LN_BWD_MAX) k_ln_bwd_v(float *dinp, uint16_t *dinp16, double *part,
-                                  const float *dout, const float *inp, const float *w,
+ * none of dinp. I = uint16_t: inp and dinp bf16 (8-byte loads and stores
+ * a group), the new dinp rounded once (dinp16 NULL). */
+template <int V, class I, bool RMS>
+__global__ static void __launch_bounds__(LN_BWD_MAX) k_ln_bwd_v(I *dinp, uint16_t *dinp16, double *part,
+                                  const float *dout, const I *inp, const float *w,
                                   const float *mean, const float *rstd, int N, int C, int R)
 {
     enum { RG = 4 / V };
@@ -261,9 +320,9 @@ __global__ static void __launch_bounds__(LN_BWD_MAX) k_ln_bwd_v(float *dinp, uin
                 size_t at = (size_t)(n + r) * C + 4 * (size_t)g;
                 const float4 z = { 0.0f, 0.0f, 0.0f, 0.0f };
                 bool here = on && g < C4;
-                xv[r][j] = here ? zkc_ldg4(inp + at) : z;
+                xv[r][j] = here ? ln_ld4(inp + at) : z;
                 dv[r][j] = here ? zkc_ldg4(dout + at) : z;
-                iv[r][j] = here && dinp ? zkc_ldg4(dinp + at) : z;
+                iv[r][j] = here && dinp ? ln_ld4(dinp + at) : z;
                 float4 x = xv[r][j], d = dv[r][j], ww = wv[j];
                 float g0 = ww.x * d.x, g1 = ww.y * d.y, g2 = ww.z * d.z, g3 = ww.w * d.w;
                 a1 += ((g0 + g1) + g2) + g3;
@@ -306,8 +365,8 @@ __global__ static void __launch_bounds__(LN_BWD_MAX) k_ln_bwd_v(float *dinp, uin
                     sw[j][e] += (double)(norm * ds[e]);
                     sb[j][e] += (double)ds[e];
                 }
-                if (dinp) zkc_stg4(dinp + at, float4{ o[0], o[1], o[2], o[3] });
-                if (dinp && dinp16)
+                if (dinp) ln_st4(dinp + at, float4{ o[0], o[1], o[2], o[3] });
+                if (sizeof(I) == 4 && dinp && dinp16)
                     zkc_stg4h(dinp16 + at, (uint32_t)zkc_bf16(o[0]) | (uint32_t)zkc_bf16(o[1]) << 16,
                               (uint32_t)zkc_bf16(o[2]) | (uint32_t)zkc_bf16(o[3]) << 16);
             }
@@ -362,45 +421,46 @@ static int ln_fwd_groups(int C)
         if (need <= vs[i]) return vs[i];
     return 0;
 }
-static int ln_vec_ok(int C, const void *a, const void *b, const void *c, const void *d,
-                     const void *e, const void *f, const void *o16)
+/* a row pointer on its vector access's bytes: 16 (4 floats), 8 for bf16
+ * (4 bf16); NULL counts as aligned */
+static int ln_al(const void *p, size_t esize)
 {
-    return C % 4 == 0 && zkc_aligned16(a, b, c) && zkc_aligned16(d, e, f) &&
-           !((uintptr_t)o16 & 7);
+    return !((uintptr_t)p & (esize == 2 ? 7 : 15));
 }
 
-template <int V, class O, bool RES, bool RMS>
-static int ln_fwd_launch(cudaStream_t s, float *resid, void *out, float *mean, float *rstd,
-                         const float *inp, const float *b2, const float *w, const float *b,
+template <int V, class I, class O, bool RES, bool RMS>
+static int ln_fwd_launch(cudaStream_t s, I *resid, void *out, float *mean, float *rstd,
+                         const I *inp, const I *b2, const float *w, const float *b,
                          float eps, int N, int C)
 {
     unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);   /* launches on one line: spec/emu */
-    k_ln_fwd_v<V, O, RES, RMS><<<g, 32 * LN_WARPS, 0, s>>>(resid, (O *)out, mean, rstd, inp, b2, w, b, eps, N, C);
+    k_ln_fwd_v<V, I, O, RES, RMS><<<g, 32 * LN_WARPS, 0, s>>>(resid, (O *)out, mean, rstd, inp, b2, w, b, eps, N, C);
     return ZKC_LAUNCHED();
 }
 /* a forward: the vector path where the shape and pointers allow, else the
- * scalar one (RES: the residual add first, resid = a + b2) */
-template <class O, bool RES, bool RMS>
-static int ln_fwd_any(cudaStream_t s, float *resid, void *out, float *mean, float *rstd,
-                      const float *inp, const float *b2, const float *w, const float *b,
+ * scalar one (RES: the residual add first, resid = a + b2); I the rows'
+ * type, O the out's */
+template <class I, class O, bool RES, bool RMS>
+static int ln_fwd_any(cudaStream_t s, I *resid, void *out, float *mean, float *rstd,
+                      const I *inp, const I *b2, const float *w, const float *b,
                       float eps, int N, int C)
 {
     if (N == 0) return 0;
     int V = ln_fwd_groups(C);
-    const void *o32 = sizeof(O) == 4 ? out : NULL, *o16 = sizeof(O) == 2 ? out : NULL;
-    if (V && ln_vec_ok(C, inp, b2, w, RMS ? NULL : b, resid, o32, o16)) {
+    if (V && C % 4 == 0 && zkc_aligned16(w, RMS ? NULL : b, NULL) && ln_al(inp, sizeof(I)) &&
+        ln_al(b2, sizeof(I)) && ln_al(resid, sizeof(I)) && ln_al(out, sizeof(O))) {
         switch (V) {
-        case 2: return ln_fwd_launch<2, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
-        case 4: return ln_fwd_launch<4, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
-        case 6: return ln_fwd_launch<6, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
-        case 8: return ln_fwd_launch<8, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
-        case 12: return ln_fwd_launch<12, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
-        default: return ln_fwd_launch<16, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
+        case 2: return ln_fwd_launch<2, I, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
+        case 4: return ln_fwd_launch<4, I, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
+        case 6: return ln_fwd_launch<6, I, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
+        case 8: return ln_fwd_launch<8, I, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
+        case 12: return ln_fwd_launch<12, I, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
+        default: return ln_fwd_launch<16, I, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
         }
     }
     unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);
-    if (RES) k_ln_res_fwd<O><<<g, 32 * LN_WARPS, 0, s>>>(resid, (O *)out, mean, rstd, inp, b2, w, b, N, C);
-    else k_ln_fwd<O, RMS><<<g, 32 * LN_WARPS, 0, s>>>((O *)out, mean, rstd, inp, w, b, eps, N, C);
+    if (RES) k_ln_res_fwd<I, O><<<g, 32 * LN_WARPS, 0, s>>>(resid, (O *)out, mean, rstd, inp, b2, w, b, N, C);
+    else k_ln_fwd<I, O, RMS><<<g, 32 * LN_WARPS, 0, s>>>((O *)out, mean, rstd, inp, w, b, eps, N, C);
     return ZKC_LAUNCHED();
 }
 
@@ -408,8 +468,8 @@ extern "C" int zkc_layernorm_forward(cudaStream_t s, void *out, int out16, float
                                      float *rstd, const float *inp, const float *w,
                                      const float *b, int N, int C)
 {
-    if (out16) return ln_fwd_any<uint16_t, false, false>(s, NULL, out, mean, rstd, inp, NULL, w, b, 1e-5f, N, C);
-    return ln_fwd_any<float, false, false>(s, NULL, out, mean, rstd, inp, NULL, w, b, 1e-5f, N, C);
+    if (out16) return ln_fwd_any<float, uint16_t, false, false>(s, NULL, out, mean, rstd, inp, NULL, w, b, 1e-5f, N, C);
+    return ln_fwd_any<float, float, false, false>(s, NULL, out, mean, rstd, inp, NULL, w, b, 1e-5f, N, C);
 }
 
 extern "C" int zkc_layernorm_residual_forward(cudaStream_t s, float *resid, void *out, int out16,
@@ -417,15 +477,37 @@ extern "C" int zkc_layernorm_residual_forward(cudaStream_t s, float *resid, void
                                               const float *b2, const float *w, const float *b,
                                               int N, int C)
 {
-    if (out16) return ln_fwd_any<uint16_t, true, false>(s, resid, out, mean, rstd, a, b2, w, b, 1e-5f, N, C);
-    return ln_fwd_any<float, true, false>(s, resid, out, mean, rstd, a, b2, w, b, 1e-5f, N, C);
+    if (out16) return ln_fwd_any<float, uint16_t, true, false>(s, resid, out, mean, rstd, a, b2, w, b, 1e-5f, N, C);
+    return ln_fwd_any<float, float, true, false>(s, resid, out, mean, rstd, a, b2, w, b, 1e-5f, N, C);
 }
 
 extern "C" int zkc_rmsnorm_forward(cudaStream_t s, void *out, int out16, float *rstd,
                                    const float *inp, const float *w, float eps, int N, int C)
 {
-    if (out16) return ln_fwd_any<uint16_t, false, true>(s, NULL, out, NULL, rstd, inp, NULL, w, NULL, eps, N, C);
-    return ln_fwd_any<float, false, true>(s, NULL, out, NULL, rstd, inp, NULL, w, NULL, eps, N, C);
+    if (out16) return ln_fwd_any<float, uint16_t, false, true>(s, NULL, out, NULL, rstd, inp, NULL, w, NULL, eps, N, C);
+    return ln_fwd_any<float, float, false, true>(s, NULL, out, NULL, rstd, inp, NULL, w, NULL, eps, N, C);
+}
+
+extern "C" int zkc_layernorm_forward_r16(cudaStream_t s, uint16_t *out, float *mean, float *rstd,
+                                         const uint16_t *inp, const float *w, const float *b,
+                                         int N, int C)
+{
+    return ln_fwd_any<uint16_t, uint16_t, false, false>(s, NULL, out, mean, rstd, inp, NULL, w, b, 1e-5f, N, C);
+}
+
+extern "C" int zkc_layernorm_residual_forward_r16(cudaStream_t s, uint16_t *resid, uint16_t *out,
+                                                  float *mean, float *rstd, const uint16_t *a,
+                                                  const uint16_t *b2, const float *w,
+                                                  const float *b, int N, int C)
+{
+    return ln_fwd_any<uint16_t, uint16_t, true, false>(s, resid, out, mean, rstd, a, b2, w, b, 1e-5f, N, C);
+}
+
+extern "C" int zkc_rmsnorm_forward_r16(cudaStream_t s, uint16_t *out, float *rstd,
+                                       const uint16_t *inp, const float *w, float eps, int N,
+                                       int C)
+{
+    return ln_fwd_any<uint16_t, uint16_t, false, true>(s, NULL, out, NULL, rstd, inp, NULL, w, NULL, eps, N, C);
 }
 
 /* the vector backward: V float4 groups a thread, threads a block (a
@@ -441,31 +523,32 @@ static int ln_bwd_shape(int C, int *threads)
 }
 
 /* dinp (dinp16) and the weights' partials into scratch (weights), then dw
- * (db unless RMS) from them */
-template <bool RMS>
-static int ln_bwd_any(cudaStream_t s, float *dinp, uint16_t *dinp16, float *dw, float *db,
-                      const float *dout, const float *inp, const float *w, const float *mean,
+ * (db unless RMS) from them; I: inp's and dinp's type */
+template <class I, bool RMS>
+static int ln_bwd_any(cudaStream_t s, I *dinp, uint16_t *dinp16, float *dw, float *db,
+                      const float *dout, const I *inp, const float *w, const float *mean,
                       const float *rstd, int N, int C, double *scratch)
 {
     if (N == 0) return 0;
     int weights = dw && (RMS || db), R = zkc_ln_rows(N), nk = (N + R - 1) / R, threads = 0, e;
     int V = ln_bwd_shape(C, &threads);
     if (!dinp && !weights) return 0;
-    if (V && ln_vec_ok(C, dinp, dout, inp, w, NULL, NULL, dinp16)) {
+    if (V && C % 4 == 0 && zkc_aligned16(dout, w, NULL) && ln_al(dinp, sizeof(I)) &&
+        ln_al(inp, sizeof(I)) && ln_al(dinp16, 2)) {
         unsigned g = (unsigned)nk;
         double *part = weights ? scratch : NULL;
-        if (V == 1) k_ln_bwd_v<1, RMS><<<g, threads, 0, s>>>(dinp, dinp16, part, dout, inp, w, mean, rstd, N, C, R);
-        else k_ln_bwd_v<2, RMS><<<g, threads, 0, s>>>(dinp, dinp16, part, dout, inp, w, mean, rstd, N, C, R);
+        if (V == 1) k_ln_bwd_v<1, I, RMS><<<g, threads, 0, s>>>(dinp, dinp16, part, dout, inp, w, mean, rstd, N, C, R);
+        else k_ln_bwd_v<2, I, RMS><<<g, threads, 0, s>>>(dinp, dinp16, part, dout, inp, w, mean, rstd, N, C, R);
         e = ZKC_LAUNCHED();
     } else {
         if (dinp) {
             unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);
-            k_ln_bwd_dinp<RMS><<<g, 32 * LN_WARPS, 0, s>>>(dinp, dinp16, dout, inp, w, mean, rstd, N, C);
+            k_ln_bwd_dinp<I, RMS><<<g, 32 * LN_WARPS, 0, s>>>(dinp, dinp16, dout, inp, w, mean, rstd, N, C);
             if ((e = ZKC_LAUNCHED())) return e;
         }
         if (!weights) return 0;
         dim3 g((unsigned)((C + 127) / 128), (unsigned)nk);
-        k_ln_bwd_w_part<RMS><<<g, 128, 0, s>>>(scratch, dout, inp, mean, rstd, N, C, R);
+        k_ln_bwd_w_part<I, RMS><<<g, 128, 0, s>>>(scratch, dout, inp, mean, rstd, N, C, R);
         e = ZKC_LAUNCHED();
     }
     if (e || !weights) return e;
@@ -478,14 +561,29 @@ extern "C" int zkc_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *din
                                       const float *w, const float *mean, const float *rstd, int N,
                                       int C, double *scratch)
 {
-    return ln_bwd_any<false>(s, dinp, dinp16, dw, db, dout, inp, w, mean, rstd, N, C, scratch);
+    return ln_bwd_any<float, false>(s, dinp, dinp16, dw, db, dout, inp, w, mean, rstd, N, C, scratch);
 }
 
 extern "C" int zkc_rmsnorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, float *dw,
                                     const float *dout, const float *inp, const float *w,
                                     const float *rstd, int N, int C, double *scratch)
 {
-    return ln_bwd_any<true>(s, dinp, dinp16, dw, NULL, dout, inp, w, NULL, rstd, N, C, scratch);
+    return ln_bwd_any<float, true>(s, dinp, dinp16, dw, NULL, dout, inp, w, NULL, rstd, N, C, scratch);
+}
+
+extern "C" int zkc_layernorm_backward_r16(cudaStream_t s, uint16_t *dinp, float *dw, float *db,
+                                          const float *dout, const uint16_t *inp, const float *w,
+                                          const float *mean, const float *rstd, int N, int C,
+                                          double *scratch)
+{
+    return ln_bwd_any<uint16_t, false>(s, dinp, NULL, dw, db, dout, inp, w, mean, rstd, N, C, scratch);
+}
+
+extern "C" int zkc_rmsnorm_backward_r16(cudaStream_t s, uint16_t *dinp, float *dw,
+                                        const float *dout, const uint16_t *inp, const float *w,
+                                        const float *rstd, int N, int C, double *scratch)
+{
+    return ln_bwd_any<uint16_t, true>(s, dinp, NULL, dw, NULL, dout, inp, w, NULL, rstd, N, C, scratch);
 }
 
 extern "C" size_t zkc_rmsnorm_scratch(int N, int C)

@@ -35,7 +35,15 @@
  *    shares (there broken variants of the algorithm must fail it);
  *  - bf16 I/O attention (io16, plain and tensor-core kernels): exact bits
  *    against the fp32 call on this GPU with the widened inputs, its out
- *    and dqkv rounded to bf16 (zk_cast_f32_bf16), lse the same bits.
+ *    and dqkv rounded to bf16 (zk_cast_f32_bf16), lse the same bits;
+ *  - the bf16 residual stream (r16: add3, encoder out16 / dout16, layer
+ *    and RMS norm on bf16 rows) against the CPU's _r16/_b16/_o16 twins:
+ *    add3, the residual forward's resid and the embedding the CPU's bits
+ *    (one fp32 add rounded once; the same adds); a bf16 norm output or
+ *    dinp is the f32 value (within the f32 tolerance above of the CPU's)
+ *    rounded once, so within 1e-5 + (1e-5 + 2^-7) |x| (the f32 gap plus
+ *    a bf16 ulp, at most 2^-7 |x|); mean, rstd, dw, db the f32 tolerances;
+ *    a split backward's parts the fused call's bits.
  */
 #include <cuda_runtime_api.h>
 #include "ctest.h"
@@ -99,7 +107,7 @@ static void t_elementwise(void)
     dv->scale(dy, 0.37f, n); zk_scale(y, 0.37f, n);
     dv->axpy(dy, -1.3f, dx, n); zk_axpy(y, -1.3f, x, n);
     dv->add(dy, dx, n); zk_add(y, x, n);
-    dv->add3(dz, dy, dx, n); zk_add3(w, y, x, n);
+    dv->add3(dz, dy, dx, 0, n); zk_add3(w, y, x, n);
     if (!synced("elementwise")) return;
     float *gy = down(dy, n * 4), *gz = down(dz, n * 4);
     same_bits("scale, axpy, add: CPU bits", gy, y, n * 4);
@@ -109,6 +117,41 @@ static void t_elementwise(void)
     same_bits("fill", gf, w, n * 4);
     free(x); free(y); free(w); free(gy); free(gz); free(gf);
     dv->free(dx); dv->free(dy); dv->free(dz);
+}
+
+/* the bf16 residual stream's add (r16): the CPU's bits (one fp32 add,
+ * rounded once), on the 8-wide path (16-byte aligned, n % 8 != 0: the
+ * tail too), the scalar one (rows 2 bytes off), and out aliasing a; with
+ * ties, overflow to inf, subnormals (no NaN: a NaN's payload is the
+ * hardware's) */
+static void t_add3_r16(void)
+{
+    size_t n = 100003;
+    float *xf = ct_rand(n, -2, 2), *yf = ct_rand(n, -2, 2);
+    uint16_t *a = malloc(n * 2), *b = malloc(n * 2), *want = malloc(n * 2);
+    zk_cast_f32_bf16(a, xf, n); zk_cast_f32_bf16(b, yf, n);
+    static const uint16_t sp[][2] = {
+        { 0x3f80, 0x3b80 }, { 0x3f81, 0x3b80 }, { 0x7f7f, 0x7f7f }, { 0xff7f, 0xff7f },
+        { 0x0001, 0x0001 }, { 0x8001, 0x0003 }, { 0x7f80, 0x3f80 }, { 0x4000, 0xc000 } };
+    for (size_t k = 0; k < sizeof sp / sizeof sp[0]; k++) { a[k] = sp[k][0]; b[k] = sp[k][1]; }
+    zk_add3_b16(want, a, b, n);
+    uint16_t *da = NULL, *db = NULL, *dz = NULL;
+    dv->alloc((void **)&da, n * 2 + 16); dv->alloc((void **)&db, n * 2 + 16);
+    dv->alloc((void **)&dz, n * 2 + 16);
+    for (int off = 0; off <= 1; off++) {
+        dv->copy(da + off, a, n * 2); dv->copy(db + off, b, n * 2);
+        dv->add3(dz + off, da + off, db + off, 1, n);
+        dv->add3(da + off, da + off, db + off, 1, n);      /* out aliasing a */
+        if (!synced("add3 r16")) break;
+        uint16_t *g = down(dz + off, n * 2), *ga = down(da + off, n * 2);
+        same_bits(off ? "add3 r16, rows 2 bytes off (scalar): CPU bits"
+                      : "add3 r16 (16-byte vectors and the tail): CPU bits", g, want, n * 2);
+        same_bits(off ? "add3 r16 in place (out = a), scalar: CPU bits"
+                      : "add3 r16 in place (out = a): CPU bits", ga, want, n * 2);
+        free(g); free(ga);
+    }
+    free(xf); free(yf); free(a); free(b); free(want);
+    dv->free(da); dv->free(db); dv->free(dz);
 }
 
 static void t_casts(void)
@@ -219,7 +262,7 @@ static void t_layernorm_at(int N, int C)
     zk_layernorm_forward(o, m, r, x, w, b, N, C);
     float *dx = up(x, nc * 4), *dw = up(w, C * 4), *db = up(b, C * 4);
     float *dout = up(o, nc * 4), *dm = up(m, N * 4), *dr = up(r, N * 4);
-    dv->layernorm_forward(dout, 0, dm, dr, dx, dw, db, N, C);
+    dv->layernorm_forward(dout, 0, dm, dr, dx, 0, dw, db, N, C);
     if (!synced(ln_name(N, C, "forward"))) return;
     float *go = down(dout, nc * 4), *gm = down(dm, N * 4), *gr = down(dr, N * 4);
     close_to(ln_name(N, C, "forward out"), go, o, nc, 1e-5, 1e-5);
@@ -228,7 +271,7 @@ static void t_layernorm_at(int N, int C)
     {   /* a bf16 out: the fp32 out rounded once (one bf16 ulp allowed) */
         uint16_t *o16 = NULL;
         dv->alloc((void **)&o16, nc * 2);
-        dv->layernorm_forward(o16, 1, dm, dr, dx, dw, db, N, C);
+        dv->layernorm_forward(o16, 1, dm, dr, dx, 0, dw, db, N, C);
         if (!synced(ln_name(N, C, "forward bf16"))) return;
         uint16_t *h16 = down(o16, nc * 2);
         float *w16 = malloc(nc * 4);
@@ -241,10 +284,10 @@ static void t_layernorm_at(int N, int C)
     float *d_dy = up(dy, nc * 4), *d_di = up(di, nc * 4), *d_di2 = up(di, nc * 4);
     float *d_gw = up(w, C * 4), *d_gb = up(b, C * 4);
     zk_layernorm_backward(di, gwt, gbs, dy, x, w, m, r, N, C);
-    dv->layernorm_backward(d_di, NULL, d_gw, d_gb, d_dy, dx, dw, dm, dr, N, C);
+    dv->layernorm_backward(d_di, NULL, d_gw, d_gb, d_dy, dx, 0, dw, dm, dr, N, C);
     uint16_t *d_d16 = NULL;
     dv->alloc((void **)&d_d16, nc * 2);
-    dv->layernorm_backward(d_di2, d_d16, NULL, NULL, d_dy, dx, dw, dm, dr, N, C);   /* + bf16 dinp */
+    dv->layernorm_backward(d_di2, d_d16, NULL, NULL, d_dy, dx, 0, dw, dm, dr, N, C);   /* + bf16 dinp */
     if (!synced(ln_name(N, C, "backward"))) return;
     float *g_di = down(d_di, nc * 4), *g_di2 = down(d_di2, nc * 4);
     float *g_gw = down(d_gw, C * 4), *g_gb = down(d_gb, C * 4);
@@ -271,6 +314,165 @@ static void t_layernorm(void)
     t_layernorm_at(45, 1600);    /* GPT-2 XL's: 13 groups a lane forward */
 }
 
+/* ---- the bf16 residual stream (r16) on the norms ---- */
+/* bf16 values of n uniform floats in [lo, hi] (+ row * step a row of C) */
+static uint16_t *rand16(size_t n, float lo, float hi, int C, float step)
+{
+    float *f = ct_rand(n, lo, hi);
+    for (size_t i = 0; i < n; i++) f[i] += (float)(i / (size_t)C) * step;
+    uint16_t *h = malloc(n * 2);
+    zk_cast_f32_bf16(h, f, n);
+    free(f);
+    return h;
+}
+/* device bf16 rows off elements past an allocation's start (*base: to
+ * free): off 1 puts them 2 bytes off 8 (the scalar paths at any C) */
+static uint16_t *up16(const uint16_t *h, size_t n, int off, uint16_t **base)
+{
+    *base = NULL;
+    if (dv->alloc((void **)base, (n + 8) * 2) != ZT_OK) { printf("FAIL alloc\n"); exit(1); }
+    if (h) dv->copy(*base + off, h, n * 2);
+    return *base + off;
+}
+/* bf16 got against the CPU twin's bf16 want: the f32 tolerance (atol,
+ * rtol) plus one bf16 ulp (2^-7 |x|) */
+static void close16(const char *name, const uint16_t *got, const uint16_t *want, size_t n,
+                    double atol, double rtol)
+{
+    float *g = malloc(n * 4 + 4), *w = malloc(n * 4 + 4);
+    zk_cast_bf16_f32(g, got, n); zk_cast_bf16_f32(w, want, n);
+    close_to(name, g, w, n, atol, rtol + 1.0 / 128);
+    free(g); free(w);
+}
+
+/* the layer norm on bf16 rows (zk_layernorm_*_r16): the forward (bf16 in
+ * and out), the residual forward (resid = zk_add3_b16's bits, the norm on
+ * it), the backward with dinp bf16 accumulated, fused and split (dinp
+ * alone, the weights alone: the fused call's bits). off: the bf16 rows 1
+ * element (2 bytes) past 8-byte alignment, the scalar paths. */
+static void t_layernorm_r16_at(int N, int C, int off)
+{
+    char nm[8][160];
+    const char *what[8] = { "forward out", "forward mean, rstd", "residual forward resid: CPU bits",
+                            "residual forward out, mean, rstd", "backward dinp (accumulated)",
+                            "backward dweight, dbias", "split backward: dinp alone the fused bits",
+                            "split backward: dw, db alone the fused bits" };
+    for (int i = 0; i < 8; i++)
+        snprintf(nm[i], 160, "layernorm r16 N=%d C=%d%s: %s", N, C, off ? " rows 2 bytes off" : "",
+                 what[i]);
+    size_t nc = (size_t)N * C;
+    uint16_t *x = rand16(nc, -3, 3, C, 0.1f), *a = rand16(nc, -2, 2, C, 0.05f);
+    uint16_t *b2 = rand16(nc, -1, 1, C, 0.05f), *di = rand16(nc, -1, 1, C, 0.0f);
+    float *w = ct_rand(C, 0.5f, 1.5f), *b = ct_rand(C, -1, 1), *dy = ct_rand(nc, -1, 1);
+    uint16_t *o = malloc(nc * 2), *res = malloc(nc * 2), *o2 = malloc(nc * 2);
+    float *m = malloc(N * 4), *r = malloc(N * 4), *m2 = malloc(N * 4), *r2 = malloc(N * 4);
+    float *gw = malloc(C * 4), *gb = malloc(C * 4);
+    zk_layernorm_forward_r16(o, m, r, x, w, b, N, C);
+    zk_layernorm_residual_forward_r16(res, o2, m2, r2, a, b2, w, b, N, C);
+    uint16_t *bx, *bo, *ba, *bb2, *bres, *bo2, *bdi, *bdi2;
+    uint16_t *d_x = up16(x, nc, off, &bx), *d_o = up16(NULL, nc, off, &bo);
+    uint16_t *d_a = up16(a, nc, off, &ba), *d_b2 = up16(b2, nc, off, &bb2);
+    uint16_t *d_res = up16(NULL, nc, off, &bres), *d_o2 = up16(NULL, nc, off, &bo2);
+    uint16_t *d_di = up16(di, nc, off, &bdi), *d_di2 = up16(di, nc, off, &bdi2);
+    float *d_w = up(w, C * 4), *d_b = up(b, C * 4), *d_dy = up(dy, nc * 4);
+    float *d_m = up(m, N * 4), *d_r = up(r, N * 4), *d_m2 = up(m, N * 4), *d_r2 = up(r, N * 4);
+    float *d_mc = up(m, N * 4), *d_rc = up(r, N * 4);       /* the CPU's, for the backward */
+    float *d_gw = up(w, C * 4), *d_gb = up(b, C * 4), *d_gw2 = up(w, C * 4), *d_gb2 = up(b, C * 4);
+    zk_layernorm_backward_r16(di, gw, gb, dy, x, w, m, r, N, C);
+    dv->layernorm_forward(d_o, 1, d_m, d_r, d_x, 1, d_w, d_b, N, C);
+    dv->layernorm_residual_forward(d_res, d_o2, 1, d_m2, d_r2, d_a, d_b2, 1, d_w, d_b, N, C);
+    dv->layernorm_backward(d_di, NULL, d_gw, d_gb, d_dy, d_x, 1, d_w, d_mc, d_rc, N, C);
+    dv->layernorm_backward(d_di2, NULL, NULL, NULL, d_dy, d_x, 1, d_w, d_mc, d_rc, N, C);
+    dv->layernorm_backward(NULL, NULL, d_gw2, d_gb2, d_dy, d_x, 1, d_w, d_mc, d_rc, N, C);
+    if (synced(nm[0])) {
+        uint16_t *g_o = down(d_o, nc * 2), *g_res = down(d_res, nc * 2), *g_o2 = down(d_o2, nc * 2);
+        uint16_t *g_di = down(d_di, nc * 2), *g_di2 = down(d_di2, nc * 2);
+        float *g_m = down(d_m, N * 4), *g_r = down(d_r, N * 4), *g_m2 = down(d_m2, N * 4);
+        float *g_r2 = down(d_r2, N * 4), *g_gw = down(d_gw, C * 4), *g_gb = down(d_gb, C * 4);
+        float *g_gw2 = down(d_gw2, C * 4), *g_gb2 = down(d_gb2, C * 4);
+        close16(nm[0], g_o, o, nc, 1e-5, 1e-5);
+        close_to(nm[1], g_m, m, N, 1e-5, 1e-5);
+        close_to(nm[1], g_r, r, N, 1e-5, 1e-5);
+        same_bits(nm[2], g_res, res, nc * 2);
+        close16(nm[3], g_o2, o2, nc, 1e-5, 1e-5);
+        close_to(nm[3], g_m2, m2, N, 1e-5, 1e-5);
+        close_to(nm[3], g_r2, r2, N, 1e-5, 1e-5);
+        close16(nm[4], g_di, di, nc, 1e-5, 1e-5);
+        close_to(nm[5], g_gw, gw, C, 1e-5, 1e-4);
+        close_to(nm[5], g_gb, gb, C, 1e-5, 1e-4);
+        same_bits(nm[6], g_di2, g_di, nc * 2);
+        same_bits(nm[7], g_gw2, g_gw, C * 4);
+        same_bits(nm[7], g_gb2, g_gb, C * 4);
+        free(g_o); free(g_res); free(g_o2); free(g_di); free(g_di2); free(g_m); free(g_r);
+        free(g_m2); free(g_r2); free(g_gw); free(g_gb); free(g_gw2); free(g_gb2);
+    }
+    free(x); free(a); free(b2); free(di); free(w); free(b); free(dy); free(o); free(res); free(o2);
+    free(m); free(r); free(m2); free(r2); free(gw); free(gb);
+    dv->free(bx); dv->free(bo); dv->free(ba); dv->free(bb2); dv->free(bres); dv->free(bo2);
+    dv->free(bdi); dv->free(bdi2); dv->free(d_w); dv->free(d_b); dv->free(d_dy); dv->free(d_m);
+    dv->free(d_r); dv->free(d_m2); dv->free(d_r2); dv->free(d_mc); dv->free(d_rc);
+    dv->free(d_gw); dv->free(d_gb); dv->free(d_gw2); dv->free(d_gb2);
+}
+
+/* the RMS norm on bf16 rows (zk_rmsnorm_*_r16) through the device table,
+ * as the layer norm's above (no mean, no bias, no residual form) */
+static void t_rmsnorm_r16_at(int N, int C, int off)
+{
+    char nm[5][160];
+    const char *what[5] = { "forward out, rstd", "backward dinp (accumulated)", "backward dweight",
+                            "split backward: dinp alone the fused bits",
+                            "split backward: dw alone the fused bits" };
+    for (int i = 0; i < 5; i++)
+        snprintf(nm[i], 160, "rmsnorm r16 N=%d C=%d%s: %s", N, C, off ? " rows 2 bytes off" : "",
+                 what[i]);
+    size_t nc = (size_t)N * C;
+    uint16_t *x = rand16(nc, -3, 3, C, 0.1f), *di = rand16(nc, -1, 1, C, 0.0f);
+    float *w = ct_rand(C, 0.5f, 1.5f), *dy = ct_rand(nc, -1, 1);
+    uint16_t *o = malloc(nc * 2);
+    float *r = malloc(N * 4), *gw = malloc(C * 4);
+    zk_rmsnorm_forward_r16(o, r, x, w, 1e-5f, N, C);
+    zk_rmsnorm_backward_r16(di, gw, dy, x, w, r, N, C);
+    uint16_t *bx, *bo, *bdi, *bdi2;
+    uint16_t *d_x = up16(x, nc, off, &bx), *d_o = up16(NULL, nc, off, &bo);
+    uint16_t *d_di = up16(di, nc, off, &bdi), *d_di2 = up16(di, nc, off, &bdi2);
+    float *d_w = up(w, C * 4), *d_dy = up(dy, nc * 4), *d_r = up(r, N * 4), *d_rc = up(r, N * 4);
+    float *d_gw = up(w, C * 4), *d_gw2 = up(w, C * 4);
+    /* the backward on the CPU's saved rstd (d_rc), as its twin's */
+    dv->rmsnorm_forward(d_o, 1, d_r, d_x, 1, d_w, 1e-5f, N, C);
+    dv->rmsnorm_backward(d_di, NULL, d_gw, d_dy, d_x, 1, d_w, d_rc, N, C);
+    dv->rmsnorm_backward(d_di2, NULL, NULL, d_dy, d_x, 1, d_w, d_rc, N, C);
+    dv->rmsnorm_backward(NULL, NULL, d_gw2, d_dy, d_x, 1, d_w, d_rc, N, C);
+    if (synced(nm[0])) {
+        uint16_t *g_o = down(d_o, nc * 2), *g_di = down(d_di, nc * 2), *g_di2 = down(d_di2, nc * 2);
+        float *g_r = down(d_r, N * 4), *g_gw = down(d_gw, C * 4), *g_gw2 = down(d_gw2, C * 4);
+        close16(nm[0], g_o, o, nc, 1e-5, 1e-5);
+        close_to(nm[0], g_r, r, N, 1e-5, 1e-5);
+        close16(nm[1], g_di, di, nc, 1e-5, 1e-5);
+        close_to(nm[2], g_gw, gw, C, 1e-5, 1e-4);
+        same_bits(nm[3], g_di2, g_di, nc * 2);
+        same_bits(nm[4], g_gw2, g_gw, C * 4);
+        free(g_o); free(g_di); free(g_di2); free(g_r); free(g_gw); free(g_gw2);
+    }
+    free(x); free(di); free(w); free(dy); free(o); free(r); free(gw);
+    dv->free(bx); dv->free(bo); dv->free(bdi); dv->free(bdi2); dv->free(d_w); dv->free(d_dy);
+    dv->free(d_r); dv->free(d_rc); dv->free(d_gw); dv->free(d_gw2);
+}
+
+/* shapes: C 771 the scalar paths; 768 (GPT-2) the vector ones; 1600 the
+ * forward at 13 groups a lane; 2056 the scalar forward (C > 2048) beside
+ * the vector backward at 2 groups a thread; 4100 both scalar (C > 4096);
+ * 768 with rows 2 bytes off 8 the scalar ones. N = 67: chunks of 32 rows,
+ * the last short. */
+static void t_norm_r16(void)
+{
+    static const int sh[][3] = { { 67, 771, 0 }, { 67, 768, 0 }, { 45, 1600, 0 }, { 9, 2056, 0 },
+                                 { 5, 4100, 0 }, { 67, 768, 1 } };
+    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
+        t_layernorm_r16_at(sh[i][0], sh[i][1], sh[i][2]);
+        t_rmsnorm_r16_at(sh[i][0], sh[i][1], sh[i][2]);
+    }
+}
+
 static void t_encoder(void)
 {
     int B = 3, T = 37, C = 97, V = 50, maxT = 40;
@@ -284,7 +486,7 @@ static void t_encoder(void)
     int32_t *dtok = up(tok, bt * 4);
     float *dwte = up(wte, (size_t)V * C * 4), *dwpe = up(wpe, (size_t)maxT * C * 4);
     float *dout = up(o, bt * C * 4);
-    int bad_g = dv->encoder_forward(dout, dtok, dwte, dwpe, 0, B, T, C, V);
+    int bad_g = dv->encoder_forward(dout, 0, dtok, dwte, dwpe, 0, B, T, C, V);
     /* the GPU's count is read at the next sync, not waited for a call */
     int rs = dv->sync();
     ct_check(bad_g == 0 && bad_c == 2 && rs == ZT_EINVAL &&
@@ -297,7 +499,7 @@ static void t_encoder(void)
     float *gpe = ct_rand((size_t)maxT * C, -1, 1);
     float *d_dy = up(dy, bt * C * 4), *d_gte = up(gte, (size_t)V * C * 4), *d_gpe = up(gpe, (size_t)maxT * C * 4);
     bad_c = zk_encoder_backward(gte, gpe, dy, tok, B, T, C, V);
-    bad_g = dv->encoder_backward(d_gte, d_gpe, d_dy, dtok, B, T, C, V);
+    bad_g = dv->encoder_backward(d_gte, d_gpe, d_dy, 0, dtok, B, T, C, V);
     rs = dv->sync();
     ct_check(bad_g == 0 && bad_c == 2 && rs == ZT_EINVAL &&
              strstr(zt_last_error(), "zt_encoder_backward: 2 of") != NULL,
@@ -309,6 +511,52 @@ static void t_encoder(void)
     same_bits("encoder backward dwte (accumulated): CPU bits", h_gte, gte, (size_t)V * C * 4);
     same_bits("encoder backward dwpe (rows < T written, the rest kept): CPU bits", h_gpe, gpe,
               (size_t)maxT * C * 4);
+    /* the bf16 residual stream: a bf16 out from f32 and bf16 tables (and
+     * no wpe, Llama's), a bf16 dout (with and without dwpe): the CPU
+     * twins' bits (the same adds, rounded once; dout widened exactly) */
+    size_t nte = (size_t)V * C, npe = (size_t)maxT * C;
+    uint16_t *te16 = malloc(nte * 2), *pe16 = malloc(npe * 2), *o16 = malloc(bt * C * 2);
+    uint16_t *dy16 = malloc(bt * C * 2);
+    zk_cast_f32_bf16(te16, wte, nte); zk_cast_f32_bf16(pe16, wpe, npe);
+    zk_cast_f32_bf16(dy16, dy, bt * C);
+    uint16_t *d_te16 = up(te16, nte * 2), *d_pe16 = up(pe16, npe * 2), *d_o16 = up(o16, bt * C * 2);
+    uint16_t *d_dy16 = up(dy16, bt * C * 2);
+    for (int k = 0; k < 3; k++) {                 /* w16 0, 1; 2: w16 0 without wpe */
+        int w16 = k == 1;
+        const void *hte = w16 ? (const void *)te16 : wte, *hpe = k == 2 ? NULL : w16 ? (const void *)pe16 : wpe;
+        const void *dte = w16 ? (const void *)d_te16 : dwte;
+        const void *dpe = k == 2 ? NULL : w16 ? (const void *)d_pe16 : dwpe;
+        char nm[128];
+        snprintf(nm, sizeof nm, "encoder forward bf16 out, %s tables%s: CPU bits", w16 ? "bf16" : "f32",
+                 k == 2 ? ", no wpe" : "");
+        bad_c = zk_encoder_forward_o16(o16, tok, hte, hpe, w16, B, T, C, V);
+        bad_g = dv->encoder_forward(d_o16, 1, dtok, dte, dpe, w16, B, T, C, V);
+        rs = dv->sync();
+        ct_check(bad_g == 0 && bad_c == 2 && rs == ZT_EINVAL, nm, "bad ids: gpu %d, sync %d, cpu %d",
+                 bad_g, rs, bad_c);
+        uint16_t *g16 = down(d_o16, bt * C * 2);
+        same_bits(nm, g16, o16, bt * C * 2);
+        free(g16);
+    }
+    for (int k = 0; k < 2; k++) {                 /* 1: no dwpe (Llama's) */
+        float *te = ct_rand(nte, -1, 1), *pe = ct_rand(npe, -1, 1);
+        float *d_te = up(te, nte * 4), *d_pe = up(pe, npe * 4);
+        bad_c = zk_encoder_backward_b16(te, k ? NULL : pe, dy16, tok, B, T, C, V);
+        bad_g = dv->encoder_backward(d_te, k ? NULL : d_pe, d_dy16, 1, dtok, B, T, C, V);
+        rs = dv->sync();
+        char nm[128];
+        snprintf(nm, sizeof nm, "encoder backward bf16 dout%s: dwte (accumulated), dwpe CPU bits",
+                 k ? ", no dwpe" : "");
+        ct_check(bad_g == 0 && bad_c == 2 && rs == ZT_EINVAL, nm, "bad ids: gpu %d, sync %d, cpu %d",
+                 bad_g, rs, bad_c);
+        float *g_te = down(d_te, nte * 4), *g_pe = down(d_pe, npe * 4);
+        same_bits(nm, g_te, te, nte * 4);
+        same_bits(nm, g_pe, pe, npe * 4);
+        free(te); free(pe); free(g_te); free(g_pe); dv->free(d_te); dv->free(d_pe);
+    }
+    synced("encoder r16 (the counts reported once)");
+    free(te16); free(pe16); free(o16); free(dy16);
+    dv->free(d_te16); dv->free(d_pe16); dv->free(d_o16); dv->free(d_dy16);
     free(tok); free(wte); free(wpe); free(o); free(go); free(dy); free(gte); free(gpe); free(h_gte); free(h_gpe);
     dv->free(dtok); dv->free(dwte); dv->free(dwpe); dv->free(dout); dv->free(d_dy); dv->free(d_gte); dv->free(d_gpe);
 }
@@ -1300,7 +1548,7 @@ static void t_two_streams(void)
              "done %d", done);
     zt_cuda_set_stream(b);
     OKC(zt_cuda_stream_wait_event(NULL, ev));
-    dv->add3(y, x, x, n);                        /* on b, after a's count */
+    dv->add3(y, x, x, 0, n);                     /* on b, after a's count */
     OKC(zt_cuda_stream_sync(b));
     OKC(zt_cuda_event_query(ev, &done));
     ct_check(done == 1, "event query after the waiting stream finished: done", "done %d", done);
@@ -1390,7 +1638,7 @@ static void t_pinned_pages(void)
 }
 
 static void (*const tests[])(void) = {
-    t_elementwise, t_casts, t_gelu, t_layernorm, t_encoder, t_xent, t_xent_padded_both, t_adamw, t_sums,
+    t_elementwise, t_add3_r16, t_casts, t_gelu, t_layernorm, t_norm_r16, t_encoder, t_xent, t_xent_padded_both, t_adamw, t_sums,
     t_sum_ranks, t_llama, t_randn, t_matmul_all, t_matmul_epilogue, t_attention_all, t_attention_tc_all,
     t_attention_io16_all, t_errors,
     t_pinned_pages, t_copy_then_compute, t_two_streams, t_blas_on_current_stream, t_stream_errors,

@@ -178,6 +178,66 @@ function M.round_bf16(t)
   zt.ops.cast(h, t); zt.ops.cast(t, h); h:free()
 end
 
+-- stream16_ops() -> restore: wraps the residual stream's ops so that an
+-- fp32 activation set computes what the bf16 stream stores (bf16
+-- activations end to end, model/activations.lua), with the f32 kernels:
+-- the stream's values (a norm's input, the residual adds' operands and
+-- sums, the embedding's out) rounded to bf16 in place, the residual sum
+-- rounded before the layer norm reads it, and the gradient rounded after
+-- each norm backward adds to it. Rounding a value already on the bf16 grid
+-- changes nothing, so the wrappers round whatever the bf16 path stores.
+-- restore() puts the kernels back.
+function M.stream16_ops()
+  local o = require("ztrain").ops
+  local r = M.round_bf16
+  local saved = {}
+  for _, k in ipairs({ "add3", "layernorm_residual_forward", "layernorm_forward", "rmsnorm_forward",
+                       "layernorm_backward", "rmsnorm_backward", "encoder_forward" }) do
+    saved[k] = o[k]
+  end
+  o.add3 = function(out, a, b) r(a); r(b); saved.add3(out, a, b); r(out) end
+  o.layernorm_residual_forward = function(resid, out, mean, rstd, a, b, w, bias)
+    r(a); r(b); saved.add3(resid, a, b); r(resid)
+    saved.layernorm_forward(out, mean, rstd, resid, w, bias)
+  end
+  o.layernorm_forward = function(out, mean, rstd, x, ...) r(x); saved.layernorm_forward(out, mean, rstd, x, ...) end
+  o.rmsnorm_forward = function(out, rstd, x, ...) r(x); saved.rmsnorm_forward(out, rstd, x, ...) end
+  o.layernorm_backward = function(d, ...)
+    if d then r(d) end
+    saved.layernorm_backward(d, ...)
+    if d then r(d) end
+  end
+  o.rmsnorm_backward = function(d, ...)
+    if d then r(d) end
+    saved.rmsnorm_backward(d, ...)
+    if d then r(d) end
+  end
+  o.encoder_forward = function(out, ...) saved.encoder_forward(out, ...); r(out) end
+  return function() for k, f in pairs(saved) do o[k] = f end end
+end
+
+-- write_stream(t, floats): t (f32 or bf16) holds the floats rounded to
+-- bf16 (a stream tensor's values either way); read_stream(t) -> its values
+-- as a string of f32 bytes
+function M.write_stream(t, hx)
+  local zt = require "ztrain"
+  local f = zt.tensor.new(t:shape())
+  f:write(hx); M.round_bf16(f)
+  if t:dtype() == "bf16" then zt.ops.cast(t, f) else zt.ops.copy(t, f) end
+  f:free()
+end
+
+function M.read_stream(t)
+  local zt, ffi = require "ztrain", require "ffi"
+  local f = zt.tensor.new(t:shape())
+  if t:dtype() == "bf16" then zt.ops.cast(f, t) else zt.ops.copy(f, t) end
+  local raw = ffi.new("float[?]", f:numel())
+  f:read(raw)
+  local s = ffi.string(raw, f:numel() * 4)
+  f:free()
+  return s
+end
+
 -- lcg(n, seed, lo, hi) -> n numbers in [lo, hi) from a fixed linear
 -- congruential stream: the same values on every machine, no math.random
 function M.lcg(n, seed, lo, hi)

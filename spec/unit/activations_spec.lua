@@ -3,9 +3,11 @@
 -- reads (ln1, ln2, fch_gelu, lnf, the logits) stored bf16 -- written bf16
 -- by its kernel, the same bits the GEMM's cast gave, so a step is the same
 -- step at half those bytes -- and the GEMM outputs fch and qkv and the
--- attention's atty stored bf16 (bf16 activations): the step of fp32
--- activations with fch rounded to bf16 before the GELU, qkv before the
--- attention and atty after it.
+-- attention's atty stored bf16 (bf16 activations), and the residual
+-- stream and its gradient (x, resid2, the block's out, d): the step of
+-- fp32 activations with fch rounded to bf16 before the GELU, qkv before
+-- the attention, atty after it, and the stream rounded where it is stored
+-- (helpers/util.lua, stream16_ops).
 local ffi = require "ffi"
 local zt = require "ztrain"
 local Acts = require "ztrain.model.activations"
@@ -27,11 +29,13 @@ end
 -- first reads it, qkv as the attention first reads it and atty as the
 -- attention writes it (what bf16 fch, qkv and atty are), with the f32
 -- kernels: an independent account of the bf16 kernels' arithmetic
-local round_in_place = require("helpers.util").round_bf16
+local util = require "helpers.util"
+local round_in_place = util.round_bf16
 
 local function block_step(model, gemm16, round_acts)
   model.gemm16 = gemm16
   local gelu, attf = zt.ops.gelu_forward, zt.ops.attention_forward
+  local restore = round_acts and util.stream16_ops() or function() end
   if round_acts then
     zt.ops.gelu_forward = function(out, inp) round_in_place(inp); return gelu(out, inp) end
     zt.ops.attention_forward = function(out, lse, qkv, NH)
@@ -41,26 +45,32 @@ local function block_step(model, gemm16, round_acts)
   local u = model.units[2]
   local a = model:activations(B, Tn, { u })
   local n = B * Tn * model.cfg.C
-  local x = zt.tensor.new({ B, Tn, model.cfg.C })
+  -- the input x and the output gradient: bf16 values, stored as the set's stream is
+  local x = zt.tensor.new({ B, Tn, model.cfg.C }, { dtype = a.grad:dtype() })
   local hx = ffi.new("float[?]", n)
   for i = 0, n - 1 do hx[i] = math.sin(i * 0.37) end
-  x:write(hx)
+  util.write_stream(x, hx)
   for i = 0, n - 1 do hx[i] = math.cos(i * 0.11) * 0.01 end
   local mm = precision.bf16_matmuls(model.tier)
   a.mm = mm
-  local ok, err = pcall(model.forward, model, u, a, x)
+  local ok, err = pcall(function()
+    model:forward(u, a, x)
+    util.write_stream(a.grad, hx)
+    model:backward(u, a)
+  end)
   zt.ops.gelu_forward, zt.ops.attention_forward = gelu, attf
+  restore()
   assert(ok, err)
-  a.grad:write(hx)
-  model:backward(u, a)
   local out = { dtypes = {} }
   local raw = ffi.new("uint8_t[?]", u.grads:nbytes())
   u.grads:read(raw)
   out.grads = ffi.string(raw, u.grads:nbytes())
-  a.grad:read(hx)
-  out.dx = ffi.string(hx, n * 4)
+  out.dx = util.read_stream(a.grad)
   local S = a.unit[u.index]
-  for _, k in ipairs({ "ln1", "ln2", "fch_gelu", "qkv", "atty", "resid2", "fch" }) do out.dtypes[k] = S[k]:dtype() end
+  for _, k in ipairs({ "ln1", "ln2", "fch_gelu", "qkv", "atty", "resid2", "fch", "out" }) do
+    out.dtypes[k] = S[k]:dtype()
+  end
+  out.dtypes.grad = a.grad:dtype()
   mm.free(); a:free(); x:free()
   model.gemm16 = nil
   return out
@@ -91,21 +101,21 @@ describe("activation sets", function()
     local N, C, Vp = B * Tn, cfg.C, 256
     local f32 = Acts.set_bytes(cfg, B, Tn, zt.gpt2.new(cfg, { alloc = false }).units, {})
     local b16 = Acts.set_bytes(cfg, B, Tn, zt.gpt2.new(cfg, { alloc = false }).units, {}, nil, true)
-    -- per block ln1, ln2, atty (N,C), qkv (N,3C), fch and fch_gelu (N,4C);
-    -- the head's lnf (N,C) and logits (N,Vp): each at 2 bytes instead of 4
-    -- (all multiples of 128 here)
-    local halved = cfg.L * (3 * N * C + N * 3 * C + 2 * N * 4 * C) + N * C + N * Vp
+    -- per block ln1, ln2, atty, resid2, out (N,C), qkv (N,3C), fch and
+    -- fch_gelu (N,4C); the embedding's out, the stream's gradient and the
+    -- head's lnf (N,C), the logits (N,Vp): each at 2 bytes instead of 4 (all
+    -- multiples of 128 here)
+    local halved = cfg.L * (5 * N * C + N * 3 * C + 2 * N * 4 * C) + 3 * N * C + N * Vp
     assert.are.equal(f32 - 2 * halved, b16)
   end)
 
-  it("with bf16 GEMMs give a block the bits of fp32 activations cast, fch, qkv and atty rounded", function()
+  it("with bf16 GEMMs give a block the bits of fp32 activations cast, fch, qkv, atty and the stream rounded", function()
     local cfg, model = tiny(200)
     local cast, direct = block_step(model, nil, true), block_step(model, true)
     assert.are.equal("f32", cast.dtypes.ln1)
-    for _, k in ipairs({ "ln1", "ln2", "fch_gelu", "fch", "qkv", "atty" }) do
+    for _, k in ipairs({ "ln1", "ln2", "fch_gelu", "fch", "qkv", "atty", "resid2", "out", "grad" }) do
       assert.are.equal("bf16", direct.dtypes[k], k)
     end
-    assert.are.equal("f32", direct.dtypes.resid2)
     assert.is_true(cast.grads == direct.grads, "the block's weight gradients differ")
     assert.is_true(cast.dx == direct.dx, "the block's input gradient differs")
     -- and the rounding is other math: without it the bits move

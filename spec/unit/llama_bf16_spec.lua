@@ -3,7 +3,8 @@
 -- reads is stored bf16 (ln1, ln2, lnf: the RMS norms' bf16 out; act: the
 -- SwiGLU's), and so are the GEMM outputs qkv (turned by RoPE in bf16) and
 -- gu, the attention's atty, and in the backward dqkv (turned back in bf16)
--- and dgu. The independent account: the same block on fp32 activations
+-- and dgu, and the residual stream and its gradient (x, resid2, out, d).
+-- The independent account: the same block on fp32 activations
 -- through the same bf16 GEMMs, with each of those tensors rounded to bf16
 -- in place where the bf16 path stores it, by the f32 kernels -- the same
 -- bits, the block's weight gradients and its input gradient; and without
@@ -16,7 +17,8 @@ local precision = require "ztrain.model.precision"
 
 local B, Tn = 2, 24
 
-local round_in_place = require("helpers.util").round_bf16
+local util = require "helpers.util"
+local round_in_place = util.round_bf16
 
 -- the ops the bf16 path rounds around, wrapped to round the fp32 path the same way
 local function rounding_ops()
@@ -37,7 +39,8 @@ local function rounding_ops()
   o.crossentropy = function(losses, dl, logits, ...)
     round_in_place(logits); saved.crossentropy(losses, dl, logits, ...); round_in_place(logits)
   end
-  return function() for k, f in pairs(saved) do o[k] = f end end
+  local stream = util.stream16_ops()     -- the residual stream and its gradient
+  return function() stream(); for k, f in pairs(saved) do o[k] = f end end
 end
 
 local function bytes(t)
@@ -53,10 +56,10 @@ local function unit_step(model, ui, gemm16, round_acts)
   local u = model.units[ui]
   local a = model:activations(B, Tn, { u })
   local C, n = model.cfg.C, B * Tn * model.cfg.C
-  local x = zt.tensor.new({ B, Tn, C })
+  local x = zt.tensor.new({ B, Tn, C }, { dtype = a.grad:dtype() })
   local hx = ffi.new("float[?]", n)
   for i = 0, n - 1 do hx[i] = math.sin(i * 0.37) end
-  x:write(hx)
+  util.write_stream(x, hx)
   if u.kind == "head" then
     local tg = ffi.new("int32_t[?]", B * Tn)
     for i = 0, B * Tn - 1 do tg[i] = (i * 7) % model.cfg.V end
@@ -70,13 +73,13 @@ local function unit_step(model, ui, gemm16, round_acts)
     model:forward(u, a, x)
     if u.kind == "block" then
       for i = 0, n - 1 do hx[i] = math.cos(i * 0.11) * 0.01 end
-      a.grad:write(hx)
+      util.write_stream(a.grad, hx)
     end
     model:backward(u, a)
   end)
   restore()
   assert(ok, err)
-  local out = { grads = bytes(u.grads), dx = bytes(a.grad), dtypes = {} }
+  local out = { grads = bytes(u.grads), dx = util.read_stream(a.grad), dtypes = {} }
   for k, v in pairs(a.unit[u.index]) do out.dtypes[k] = v:dtype() end
   if u.kind == "head" and model.cfg.tied then out.grads = out.grads .. bytes(model.embed.grads) end
   mm.free(); a:free(); x:free()
@@ -85,7 +88,7 @@ local function unit_step(model, ui, gemm16, round_acts)
 end
 
 -- the whole model (embed, blocks, head) forward and backward on one set:
--- the residual gradient's bf16 copy handed from unit to unit (a.d16)
+-- the bf16 stream and its gradient handed from unit to unit
 local function model_step(model, gemm16, round_acts)
   model.gemm16 = gemm16
   local a = model:activations(B, Tn)
@@ -121,7 +124,8 @@ describe("Llama-family models with bf16 GEMMs", function()
         assert.are.equal("bf16", direct.dtypes[k], k)
         assert.are.equal("f32", cast.dtypes[k], k)
       end
-      assert.are.equal("f32", direct.dtypes.resid2)
+      assert.are.equal("bf16", direct.dtypes.resid2)
+      assert.are.equal("bf16", direct.dtypes.out)
       assert.is_true(cast.grads == direct.grads, "the block's weight gradients differ")
       assert.is_true(cast.dx == direct.dx, "the block's input gradient differs")
       local plain = unit_step(model, 2, nil)
@@ -146,7 +150,7 @@ describe("Llama-family models with bf16 GEMMs", function()
     end
   end)
 
-  it("the whole model: every gradient's bits as the rounded fp32 path (the d16 hand-off between units)", function()
+  it("the whole model: every gradient's bits as the rounded fp32 path (the bf16 stream between units)", function()
     for _, size in ipairs({ "llama-tiny", "qwen-tiny" }) do
       local model = llama.new(size)
       model:init(3)
@@ -162,11 +166,12 @@ describe("Llama-family models with bf16 GEMMs", function()
     local f32 = Acts.set_bytes(cfg, B, Tn, units, {})
     local b16 = Acts.set_bytes(cfg, B, Tn, units, {}, nil, true)
     local N, C, hs = B * Tn, cfg.C, cfg.C / cfg.NH
-    -- per block ln1, atty, ln2 (N,C), qkv (N,(NH+2NKV)hs), gu (N,2F), act (N,F);
-    -- the head's lnf (N,C) and logits (N,Vp), each at 2 bytes instead of 4
+    -- per block ln1, atty, ln2, resid2, out (N,C), qkv (N,(NH+2NKV)hs), gu
+    -- (N,2F), act (N,F); the embedding's out, the stream's gradient and the
+    -- head's lnf (N,C), the logits (N,Vp), each at 2 bytes instead of 4
     local function al(n) return math.ceil(n * 2 / 256) * 256 end     -- each view 256-byte aligned
-    local per = al(N * C) * 3 + al(N * (cfg.NH + 2 * cfg.NKV) * hs) + al(N * 2 * cfg.F) + al(N * cfg.F)
-    local halved = cfg.L * per + al(N * C) + al(N * zt.ops.padded_cols(cfg.V))
+    local per = al(N * C) * 5 + al(N * (cfg.NH + 2 * cfg.NKV) * hs) + al(N * 2 * cfg.F) + al(N * cfg.F)
+    local halved = cfg.L * per + 3 * al(N * C) + al(N * zt.ops.padded_cols(cfg.V))
     assert.are.equal(f32 - halved, b16)
   end)
 end)

@@ -36,6 +36,13 @@
 -- reads widened exactly (zt_attention_*'s bf16 I/O); in the stage's
 -- scratch the GELU backward's output dfch16, which the c_fc GEMM reads,
 -- and dqkv, the attention backward's bf16 out, which the c_attn GEMM reads.
+-- So is the residual stream, end to end: every unit's out, resid2, the
+-- stage's input and grad, the scratch's proj (the projection GEMMs' bf16
+-- out), the host checkpoint's kept inputs and ping-pong buffers, and the
+-- split backward's dy and dresid2 -- each sum rounded once (zt_add3, the
+-- layer norm's fused add), the layer norms reading the rounded stream, and
+-- each norm backward adding its gradient into grad rounded once an element
+-- (llm.c's bf16 residual; other math than an fp32 stream).
 -- and for the stage: `input` (N,C) when its first unit is not the embedding
 -- (a pipeline receives it), `grad` (N,C), the gradient flowing backward
 -- (d output on entry to a unit's backward, d input on exit).
@@ -118,11 +125,11 @@ end
 -- holds q and k turned by RoPE.
 local SAVED = {
   gpt2 = { { "ln1", "C", true }, { "ln1_mean", "N" }, { "ln1_rstd", "N" }, { "qkv", "qkv", true },
-           { "atty", "C", true }, { "lse", "lse" }, { "resid2", "C" }, { "ln2", "C", true },
+           { "atty", "C", true }, { "lse", "lse" }, { "resid2", "C", true }, { "ln2", "C", true },
            { "ln2_mean", "N" }, { "ln2_rstd", "N" }, { "fch", "ffn_in", true },
            { "fch_gelu", "ffn", true } },
   llama = { { "ln1", "C", true }, { "ln1_rstd", "N" }, { "qkv", "qkv", true }, { "atty", "C", true },
-            { "lse", "lse" }, { "resid2", "C" }, { "ln2", "C", true }, { "ln2_rstd", "N" },
+            { "lse", "lse" }, { "resid2", "C", true }, { "ln2", "C", true }, { "ln2_rstd", "N" },
             { "gu", "ffn_in", true }, { "act", "ffn", true } },
 }
 local function saved(cfg) return SAVED[cfg.family or "gpt2"] end
@@ -165,14 +172,14 @@ local function plan(cfg, B, Tlen, units, ckpt, host, gemm16)
     local keep_out = not (host and feeds_ckpt(units, i, ckpt))
     if u.kind == "embed" then
       has_embed = true
-      if keep_out then P.add(k .. "out", { B, Tlen, C }) end
+      if keep_out then P.add(k .. "out", { B, Tlen, C }, gemm16) end
     elseif u.kind == "block" then
       if not ckpt[u.index] then
         for _, s in ipairs(saved(cfg)) do
           P.add(k .. s[1], block_shape(s, B, Tlen, N, cfg), gemm16 and s[3])
         end
       end
-      if keep_out then P.add(k .. "out", { B, Tlen, C }) end
+      if keep_out then P.add(k .. "out", { B, Tlen, C }, gemm16) end
     else
       has_head = true
       P.add(k .. "lnf", { B, Tlen, C }, gemm16); P.add(k .. "lnf_rstd", { N })
@@ -181,8 +188,8 @@ local function plan(cfg, B, Tlen, units, ckpt, host, gemm16)
       P.add(k .. "out", { N })
     end
   end
-  if first.kind ~= "embed" then P.add("input", { B, Tlen, C }) end
-  P.add("grad", { B, Tlen, C })
+  if first.kind ~= "embed" then P.add("input", { B, Tlen, C }, gemm16) end
+  P.add("grad", { B, Tlen, C }, gemm16)
   return P, has_embed, has_head
 end
 
@@ -239,7 +246,8 @@ function M.new(cfg, B, Tlen, tier, units, scratch, opts)
           flip = 3 - flip
         end
         if ckpt[u.index] then
-          self.hx[u.index] = T.new({ B, Tlen, cfg.C }, { tier = "host", category = "activations" })
+          self.hx[u.index] = T.new({ B, Tlen, cfg.C }, { tier = "host", category = "activations",
+                                                         dtype = gemm16 and "bf16" or "f32" })
         end
       end
     end
@@ -306,17 +314,17 @@ end
 ---------------------------------------------------------------------------
 -- Scratch shared by the sets of one stage: proj (N,C) for forward; dln,
 -- datty (N,C), dqkv (N,3C), dfch (N,4C) for the fused backward; with
--- opts.gemm16 dqkv is bf16 (the attention backward writes it so) and there
--- are also dfch16 (N,ffn_in) and d16 (N,C) bf16: the GELU (SwiGLU) backward's
--- output and the residual gradient rounded by the layer norm backward that
--- wrote it, as the next bf16 GEMM reads them (model/gpt2.lua); with
+-- opts.gemm16 dqkv and proj are bf16 (the attention backward and the
+-- projection GEMMs write them so) and there is also dfch16 (N,ffn_in)
+-- bf16: the GELU (SwiGLU) backward's output as the next bf16 GEMM reads it
+-- (model/gpt2.lua); with
 -- opts.recompute, one block's saved activations (s.recompute.ln1, ...) for
 -- checkpointed blocks.
 local function scratch_plan(cfg, B, Tlen, opts)
   local N, C, W = B * Tlen, cfg.C, widths(cfg)
   local gemm16 = opts and opts.gemm16
   local P = planner()
-  P.add("proj", { B, Tlen, C })
+  P.add("proj", { B, Tlen, C }, gemm16)
   P.add("dln", { B, Tlen, C }); P.add("datty", { B, Tlen, C })
   P.add("dqkv", { B, Tlen, W.qkv }, gemm16)
   -- dfch: GPT-2's fp32 c_proj input gradient (then GELU'd into dfch16 with
@@ -325,14 +333,15 @@ local function scratch_plan(cfg, B, Tlen, opts)
   if not (gemm16 and cfg.family == "llama") then P.add("dfch", { B, Tlen, W.ffn_in }) end
   -- Llama: the down GEMM's input gradient (N,F), apart from dfch (N,2F)
   if cfg.family == "llama" then P.add("dact", { B, Tlen, W.ffn }) end
-  if gemm16 then P.add("dfch16", { B, Tlen, W.ffn_in }, true); P.add("d16", { B, Tlen, C }, true) end
+  if gemm16 then P.add("dfch16", { B, Tlen, W.ffn_in }, true) end
   if opts and opts.recompute then
     for _, b in ipairs(saved(cfg)) do
       P.add("rc." .. b[1], block_shape(b, B, Tlen, N, cfg), gemm16 and b[3])
     end
   end
   if opts and opts.host then
-    P.add("ping1", { B, Tlen, C }); P.add("ping2", { B, Tlen, C }); P.add("xin", { B, Tlen, C })
+    P.add("ping1", { B, Tlen, C }, gemm16); P.add("ping2", { B, Tlen, C }, gemm16)
+    P.add("xin", { B, Tlen, C }, gemm16)
   end
   return P
 end
@@ -368,7 +377,7 @@ function M.wgrad(cfg, B, Tlen, tier, kind, gemm16)
   local C, W = cfg.C, widths(cfg)
   local P = planner()
   if kind == "block" then
-    P.add("dy", { B, Tlen, C }); P.add("dresid2", { B, Tlen, C })
+    P.add("dy", { B, Tlen, C }, gemm16); P.add("dresid2", { B, Tlen, C }, gemm16)
     P.add("dln1", { B, Tlen, C }); P.add("dln2", { B, Tlen, C })
     P.add("dqkv", { B, Tlen, W.qkv }, gemm16)
     if not (gemm16 and cfg.family == "llama") then P.add("dfch", { B, Tlen, W.ffn_in }) end
@@ -376,7 +385,7 @@ function M.wgrad(cfg, B, Tlen, tier, kind, gemm16)
   elseif kind == "head" then
     P.add("dlnf", { B, Tlen, C })
   else
-    P.add("dy", { B, Tlen, C })
+    P.add("dy", { B, Tlen, C }, gemm16)
   end
   local s = P.alloc(tier, "activations")
   s.free = function() free_slab(s) end

@@ -321,47 +321,35 @@ local function block_forward(u, a, x)
   return S.out
 end
 
--- With bf16 GEMMs the layer norm backward also writes the residual
--- gradient rounded (sc.d16: the very bits the GEMM's cast of d gave), which
--- the next GEMM reads: within a block the attention projection's, and
--- across units the block below's first GEMM. a.d16 says sc.d16 holds
--- a.grad's rounding: set by the unit that wrote both, taken (and cleared)
--- by the next unit's backward; driver/stage.lua clears it when a stage's
--- backward begins (a.grad may then have been received or copied).
-local function take_d16(a)
-  local d16 = a.d16 and a.scratch.d16 or nil
-  a.d16 = nil
-  return d16
-end
-M.take_d16 = take_d16    -- model/llama.lua's blocks keep the same protocol
-
 -- d = a.grad: d(output residual) on entry, d(input residual) on exit.
+-- With bf16 GEMMs the residual stream (x, resid2, the block's out) and d
+-- are bf16 (model/activations.lua): the layer norms read the rounded
+-- stream and add their gradient into d rounding once an element, and the
+-- GEMMs read d as it is -- no casts.
 local function block_backward(u, a)
   local P, G, S, sc, x = u.p, u.g, a.unit[u.index], a.scratch, a.x[u.index]
   local pre, d = "h." .. u.layer .. ".", a.grad
-  mm(a).backward(sc.dfch, G[pre .. "mlp.c_proj.weight"], G[pre .. "mlp.c_proj.bias"], take_d16(a) or d,
+  mm(a).backward(sc.dfch, G[pre .. "mlp.c_proj.weight"], G[pre .. "mlp.c_proj.bias"], d,
                       S.fch_gelu, P[pre .. "mlp.c_proj.weight"])
   local dfch = sc.dfch16 or sc.dfch     -- bf16 GEMMs: written bf16 for the GEMM
   ops.gelu_backward(dfch, S.fch, sc.dfch)
   mm(a).backward(sc.dln, G[pre .. "mlp.c_fc.weight"], G[pre .. "mlp.c_fc.bias"], dfch,
                       S.ln2, P[pre .. "mlp.c_fc.weight"])
   ops.layernorm_backward(d, G[pre .. "ln_2.weight"], G[pre .. "ln_2.bias"], sc.dln, S.resid2,
-                         P[pre .. "ln_2.weight"], S.ln2_mean, S.ln2_rstd, sc.d16)
-  mm(a).backward(sc.datty, G[pre .. "attn.c_proj.weight"], G[pre .. "attn.c_proj.bias"], sc.d16 or d,
+                         P[pre .. "ln_2.weight"], S.ln2_mean, S.ln2_rstd)
+  mm(a).backward(sc.datty, G[pre .. "attn.c_proj.weight"], G[pre .. "attn.c_proj.bias"], d,
                       S.atty, P[pre .. "attn.c_proj.weight"])
   ops.attention_backward(sc.dqkv, sc.datty, S.qkv, S.atty, S.lse, a.cfg.NH)
   mm(a).backward(sc.dln, G[pre .. "attn.c_attn.weight"], G[pre .. "attn.c_attn.bias"], sc.dqkv,
                       S.ln1, P[pre .. "attn.c_attn.weight"])
   ops.layernorm_backward(d, G[pre .. "ln_1.weight"], G[pre .. "ln_1.bias"], sc.dln, x,
-                         P[pre .. "ln_1.weight"], S.ln1_mean, S.ln1_rstd, sc.d16)
-  a.d16 = sc.d16 ~= nil
+                         P[pre .. "ln_1.weight"], S.ln1_mean, S.ln1_rstd)
   return d
 end
 
 local function block_backward_input(u, a, w)
   local P, S, sc, x = u.p, a.unit[u.index], a.scratch, a.x[u.index]
   local pre, d = "h." .. u.layer .. ".", a.grad
-  a.d16 = nil                  -- the split backward casts (W reads kept copies of d)
   ops.copy(w.dy, d)
   mm(a).backward(w.dfch, nil, nil, d, S.fch_gelu, P[pre .. "mlp.c_proj.weight"])
   local dfch = w.dfch16 or w.dfch
@@ -409,14 +397,12 @@ local function head_backward(u, a, model)
   mm(a).backward(sc.dln, model.embed.g.wte, nil, S.logits, S.lnf, model.embed.p.wte)
   ops.fill(a.grad, 0)
   ops.layernorm_backward(a.grad, G["ln_f.weight"], G["ln_f.bias"], sc.dln, a.x[u.index],
-                         P["ln_f.weight"], S.lnf_mean, S.lnf_rstd, sc.d16)
-  a.d16 = sc.d16 ~= nil
+                         P["ln_f.weight"], S.lnf_mean, S.lnf_rstd)
   return a.grad
 end
 
 local function head_backward_input(u, a, w, model)
   local P, S = u.p, a.unit[u.index]
-  a.d16 = nil
   mm(a).backward(w.dlnf, nil, nil, S.logits, S.lnf, model.embed.p.wte)
   ops.fill(a.grad, 0)
   ops.layernorm_backward(a.grad, nil, nil, w.dlnf, a.x[u.index], P["ln_f.weight"], S.lnf_mean, S.lnf_rstd)

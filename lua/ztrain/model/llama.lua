@@ -171,9 +171,8 @@ end
 
 local MM = gpt2.fp32_matmuls
 local function mm(a) return a.mm or MM end
--- bf16 GEMMs: the residual gradient rounded by the RMS norm backward that
--- wrote it (sc.d16), taken by the next GEMM (gpt2.lua's protocol: a.d16)
-local take_d16 = gpt2.take_d16
+-- bf16 GEMMs: the residual stream and its gradient d are bf16, as
+-- GPT-2's (model/gpt2.lua): the GEMMs read d as it is
 
 local function block_names(u)
   local p = "model.layers." .. u.layer .. "."
@@ -213,17 +212,16 @@ local function block_backward(self, u, a)
   local P, G, S, sc, x, cfg = u.p, u.g, a.unit[u.index], a.scratch, a.x[u.index], a.cfg
   local n1, o, n2, down = block_names(u)
   local d = a.grad
-  mm(a).backward(sc.dact, G[down], nil, take_d16(a) or d, S.act, P[down])
+  mm(a).backward(sc.dact, G[down], nil, d, S.act, P[down])
   local dgu = sc.dfch16 or sc.dfch
   ops.swiglu_backward(dgu, sc.dact, S.gu)
   mm(a).backward(sc.dln, G.gu_w, nil, dgu, S.ln2, P.gu_w)
-  ops.rmsnorm_backward(d, G[n2], sc.dln, S.resid2, P[n2], S.ln2_rstd, sc.d16)
-  mm(a).backward(sc.datty, G[o], nil, sc.d16 or d, S.atty, P[o])
+  ops.rmsnorm_backward(d, G[n2], sc.dln, S.resid2, P[n2], S.ln2_rstd)
+  mm(a).backward(sc.datty, G[o], nil, d, S.atty, P[o])
   ops.attention_backward(sc.dqkv, sc.datty, S.qkv, S.atty, S.lse, cfg.NH, cfg.NKV, cfg.window)
   rope(self, a, sc.dqkv, true)
   mm(a).backward(sc.dln, G.qkv_w, G.qkv_b, sc.dqkv, S.ln1, P.qkv_w)
-  ops.rmsnorm_backward(d, G[n1], sc.dln, x, P[n1], S.ln1_rstd, sc.d16)
-  a.d16 = sc.d16 ~= nil
+  ops.rmsnorm_backward(d, G[n1], sc.dln, x, P[n1], S.ln1_rstd)
   return d
 end
 
@@ -232,7 +230,6 @@ local function block_backward_input(self, u, a, w)
   local P, S, sc, x, cfg = u.p, a.unit[u.index], a.scratch, a.x[u.index], a.cfg
   local n1, o, n2, down = block_names(u)
   local d = a.grad
-  a.d16 = nil                  -- the split backward casts (W reads kept copies of d)
   ops.copy(w.dy, d)
   mm(a).backward(sc.dact, nil, nil, d, S.act, P[down])
   local dgu = w.dfch16 or w.dfch
@@ -287,14 +284,12 @@ local function head_backward(self, u, a)
   mm(a).backward(sc.dln, self:lm_head_grad(u), nil, S.logits, S.lnf, self:lm_head(u))
   ops.fill(a.grad, 0)
   ops.rmsnorm_backward(a.grad, u.g["model.norm.weight"], sc.dln, a.x[u.index], u.p["model.norm.weight"],
-                       S.lnf_rstd, sc.d16)
-  a.d16 = sc.d16 ~= nil
+                       S.lnf_rstd)
   return a.grad
 end
 
 local function head_backward_input(self, u, a, w)
   local S = a.unit[u.index]
-  a.d16 = nil
   mm(a).backward(w.dlnf, nil, nil, S.logits, S.lnf, self:lm_head(u))
   ops.fill(a.grad, 0)
   ops.rmsnorm_backward(a.grad, nil, w.dlnf, a.x[u.index], u.p["model.norm.weight"], S.lnf_rstd)

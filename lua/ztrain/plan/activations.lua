@@ -36,7 +36,8 @@ function M.activations(t, cfg, r, units, sets, ckpt)
   end
   if rope then add(t, "device", "activations", rope_bytes(cfg, Tlen)) end
   if host then
-    for _ in pairs(ckpt) do add(t, "host", "activations", sets * B * Tlen * cfg.C * 4) end
+    -- each kept input a stream row: bf16 with the bf16 GEMMs (bf16 activations)
+    for _ in pairs(ckpt) do add(t, "host", "activations", sets * B * Tlen * cfg.C * (g16 and 2 or 4)) end
   end
 end
 

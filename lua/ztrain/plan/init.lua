@@ -39,6 +39,7 @@ local library = require "ztrain.parallel.schedule.library"
 local simulate = require "ztrain.parallel.schedule.simulate"
 local steptime = require "ztrain.plan.steptime"
 local acts = require "ztrain.plan.activations"
+local precision = require "ztrain.model.precision"
 
 local M = {}
 
@@ -320,7 +321,7 @@ function M.time(r, spec, nproc, cfg, hw)
   local one = spec.one_rank or nproc == 1
   local o = { cfg = cfg, strategy = name, B = r.batch.micro, T = r.data.seq_len, m = r.batch.accumulate,
               hosts = one and 1 or hw.hosts, gpus = one and 1 or hw.gpus_per_host, lowp = r.precision ~= "fp32",
-              recompute = r.train.checkpoint_activations and true or false, units = cfg.L + 2 }
+              stream16 = (precision.gemm16(r)), recompute = r.train.checkpoint_activations and true or false, units = cfg.L + 2 }
   -- a layout or strategy the model does not cover ("steptime: ..."): no
   -- time; anything else is a bug and raises
   local ok, res = pcall(steptime.step, o, hw)

@@ -230,7 +230,7 @@ local function pipe_step(o, hw)
   -- seeds' layout: pipeline across hosts, data parallelism within)
   local tier = (o.hosts > 1) and "inter" or "intra"
   local bw, lat = link(hw, tier)
-  local act = o.B * o.T * o.cfg.C * 4
+  local act = o.B * o.T * o.cfg.C * (o.stream16 and 2 or 4)   -- the residual stream's row (bf16 with bf16 GEMMs)
   local x = act / bw + lat
   local res = sim.run(sched.build("1f1b", { ranks = p, microbatches = m, chunks = 1 }),
                       { times = { F = f_mb / 3, B = 2 * f_mb / 3 }, latency = x })
@@ -331,6 +331,7 @@ end
 -- o = { cfg (a GPT-2 shape: L, C, V, maxT), strategy (M.STRATEGIES), B
 -- (micro-batch), T (sequence), m (micro-batches a step: accumulate, or the
 -- pipeline's), hosts, gpus (ranks per host), stages (pipelines), lowp,
+-- stream16 (the residual stream bf16: bf16 GEMMs, 2-byte boundary rows),
 -- recompute, units (collectives per ring step: 1 bucket, or the units),
 -- hidden (share or { strategy = share, default = }), psi (default
 -- params(cfg)), embed (default (V + maxT)·C; 0: no tied re-gather) }.

@@ -168,7 +168,6 @@ end
 -- the gradient of its input at the end (nil for the first stage).
 function M.backward(ctx, S, stage, a, mb)
   a.mm = ctx.mm
-  a.d16 = nil                  -- a.grad was set outside this stage's units (model/gpt2.lua)
   local model, units, P = ctx.model, stage.units, ctx.precision
   for i = #units, 1, -1 do
     local u = units[i]
@@ -194,7 +193,6 @@ end
 -- The input-gradient half: what W needs is kept in a.w[u.index].
 function M.backward_input(ctx, S, stage, a, mb, pool)
   a.mm = ctx.mm
-  a.d16 = nil
   local model, units, P = ctx.model, stage.units, ctx.precision
   for i = #units, 1, -1 do
     local u = units[i]

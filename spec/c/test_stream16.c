@@ -1,0 +1,209 @@
+/*
+ * test_stream16.c -- the bf16 residual stream's CPU kernels (kernels.h,
+ * "_r16", zk_add3_b16, zk_encoder_forward_o16, zk_encoder_backward_b16)
+ * against the f32 kernels they are defined by: each is the f32 kernel on
+ * the widened bf16 values, its bf16 outputs rounded once. Bit for bit, on
+ * 1, 2 and 3 OpenMP threads, at widths that are and are not multiples of
+ * the kernels' lanes, and the split backward's parts apart.
+ */
+#include "ctest.h"
+#include "../../kernels/cpu/kernels.h"
+
+/* n random values already on the bf16 grid: bf16 bits, and their widening */
+static uint16_t *rand16(size_t n, float lo, float hi, float **wide) {
+    float *x = ct_rand(n, lo, hi);
+    uint16_t *h = ct_alloc(n * 2);
+    zk_cast_f32_bf16(h, x, n);
+    zk_cast_bf16_f32(x, h, n);
+    *wide = x;
+    return h;
+}
+
+static uint16_t *round16(const float *x, size_t n) {
+    uint16_t *h = ct_alloc(n * 2);
+    zk_cast_f32_bf16(h, x, n);
+    return h;
+}
+
+static void test_add3(size_t n) {
+    float *wa, *wb;
+    uint16_t *a = rand16(n, -3, 3, &wa), *b = rand16(n, -3, 3, &wb);
+    float *sum = ct_alloc(n * 4);
+    zk_add3(sum, wa, wb, n);
+    uint16_t *want = round16(sum, n), *got = ct_alloc(n * 2);
+    char name[120];
+    for (int t = 1; t <= 3; t++) {
+        omp_set_num_threads(t);
+        memset(got, 0xff, n * 2);
+        zk_add3_b16(got, a, b, n);
+        snprintf(name, sizeof name, "add3 bf16 n=%zu on %d threads: the f32 add's sum rounded once",
+                 n, t);
+        ct_same_bits(name, got, want, n * 2);
+    }
+    memcpy(got, a, n * 2);
+    zk_add3_b16(got, got, b, n);               /* out aliases a: the stream's in-place add */
+    snprintf(name, sizeof name, "add3 bf16 n=%zu in place (out = a)", n);
+    ct_same_bits(name, got, want, n * 2);
+    omp_set_num_threads(2);
+    free(wa); free(wb); free(a); free(b); free(sum); free(want); free(got);
+}
+
+static void test_layernorm(int N, int C) {
+    size_t nc = (size_t)N * C;
+    float *wx, *wa, *wb;
+    uint16_t *x = rand16(nc, -2, 2, &wx), *a = rand16(nc, -2, 2, &wa), *b = rand16(nc, -1, 1, &wb);
+    float *w = ct_rand(C, 0.5f, 1.5f), *bias = ct_rand(C, -0.5f, 0.5f);
+    char name[160];
+
+    /* forward: bf16 in, bf16 out */
+    uint16_t *want = ct_alloc(nc * 2), *got = ct_alloc(nc * 2);
+    float *m0 = ct_alloc(N * 4), *r0 = ct_alloc(N * 4), *m1 = ct_alloc(N * 4), *r1 = ct_alloc(N * 4);
+    zk_layernorm_forward_b16(want, m0, r0, wx, w, bias, N, C);
+    for (int t = 1; t <= 3; t++) {
+        omp_set_num_threads(t);
+        zk_layernorm_forward_r16(got, m1, r1, x, w, bias, N, C);
+        snprintf(name, sizeof name, "layernorm forward r16 N=%d C=%d, %d threads: the f32 "
+                 "kernel's on the widened rows", N, C, t);
+        ct_check(!memcmp(got, want, nc * 2) && !memcmp(m0, m1, N * 4) && !memcmp(r0, r1, N * 4),
+                 name, "out, mean or rstd differ");
+    }
+
+    /* residual forward: resid = add3_b16(a, b), then the forward on it */
+    uint16_t *rwant = ct_alloc(nc * 2), *rgot = ct_alloc(nc * 2);
+    float *rw = ct_alloc(nc * 4);
+    zk_add3_b16(rwant, a, b, nc);
+    zk_cast_bf16_f32(rw, rwant, nc);
+    zk_layernorm_forward_b16(want, m0, r0, rw, w, bias, N, C);
+    for (int t = 1; t <= 3; t++) {
+        omp_set_num_threads(t);
+        zk_layernorm_residual_forward_r16(rgot, got, m1, r1, a, b, w, bias, N, C);
+        snprintf(name, sizeof name, "layernorm residual forward r16 N=%d C=%d, %d threads: the "
+                 "rounded sum, then the forward on it", N, C, t);
+        ct_check(!memcmp(rgot, rwant, nc * 2) && !memcmp(got, want, nc * 2) &&
+                 !memcmp(m0, m1, N * 4) && !memcmp(r0, r1, N * 4), name, "differ");
+    }
+
+    /* backward: dinp bf16 accumulated, rounded once; dw, db the f32 kernel's */
+    float *dout = ct_rand(nc, -1, 1), *wd;
+    uint16_t *d0 = rand16(nc, -0.5f, 0.5f, &wd);
+    float *dw0 = ct_alloc(C * 4), *db0 = ct_alloc(C * 4), *dw1 = ct_alloc(C * 4),
+          *db1 = ct_alloc(C * 4);
+    zk_layernorm_forward(rw, m0, r0, wx, w, bias, N, C);     /* mean, rstd of x */
+    zk_layernorm_backward(wd, dw0, db0, dout, wx, w, m0, r0, N, C);
+    uint16_t *dwant = round16(wd, nc), *dgot = ct_alloc(nc * 2);
+    for (int t = 1; t <= 3; t++) {
+        omp_set_num_threads(t);
+        memcpy(dgot, d0, nc * 2);
+        zk_layernorm_backward_r16(dgot, dw1, db1, dout, x, w, m0, r0, N, C);
+        snprintf(name, sizeof name, "layernorm backward r16 N=%d C=%d, %d threads: "
+                 "round(dinp + the f32 term), dw and db the f32 kernel's", N, C, t);
+        ct_check(!memcmp(dgot, dwant, nc * 2) && !memcmp(dw0, dw1, C * 4) &&
+                 !memcmp(db0, db1, C * 4), name, "differ");
+    }
+    memcpy(dgot, d0, nc * 2);
+    memset(dw1, 0, C * 4); memset(db1, 0, C * 4);
+    zk_layernorm_backward_r16(dgot, NULL, NULL, dout, x, w, m0, r0, N, C);
+    zk_layernorm_backward_r16(NULL, dw1, db1, dout, x, w, m0, r0, N, C);
+    snprintf(name, sizeof name, "layernorm backward r16 N=%d C=%d split: dinp alone, then the "
+             "weights alone, the fused call's bits", N, C);
+    ct_check(!memcmp(dgot, dwant, nc * 2) && !memcmp(dw0, dw1, C * 4) && !memcmp(db0, db1, C * 4),
+             name, "differ");
+    omp_set_num_threads(2);
+    free(wx); free(wa); free(wb); free(x); free(a); free(b); free(w); free(bias);
+    free(want); free(got); free(m0); free(r0); free(m1); free(r1); free(rwant); free(rgot);
+    free(rw); free(dout); free(wd); free(d0); free(dw0); free(db0); free(dw1); free(db1);
+    free(dwant); free(dgot);
+}
+
+static void test_rmsnorm(int N, int C) {
+    size_t nc = (size_t)N * C;
+    float *wx, *wd;
+    uint16_t *x = rand16(nc, -2, 2, &wx), *d0 = rand16(nc, -0.5f, 0.5f, &wd);
+    float *w = ct_rand(C, 0.5f, 1.5f), *dout = ct_rand(nc, -1, 1);
+    float *r0 = ct_alloc(N * 4), *r1 = ct_alloc(N * 4), *dw0 = ct_alloc(C * 4),
+          *dw1 = ct_alloc(C * 4);
+    uint16_t *want = ct_alloc(nc * 2), *got = ct_alloc(nc * 2);
+    char name[160];
+    zk_rmsnorm_forward_b16(want, r0, wx, w, 1e-5f, N, C);
+    zk_rmsnorm_backward(wd, dw0, dout, wx, w, r0, N, C);
+    uint16_t *dwant = round16(wd, nc), *dgot = ct_alloc(nc * 2);
+    for (int t = 1; t <= 3; t++) {
+        omp_set_num_threads(t);
+        zk_rmsnorm_forward_r16(got, r1, x, w, 1e-5f, N, C);
+        memcpy(dgot, d0, nc * 2);
+        zk_rmsnorm_backward_r16(dgot, dw1, dout, x, w, r0, N, C);
+        snprintf(name, sizeof name, "rmsnorm r16 N=%d C=%d, %d threads: forward and backward "
+                 "the f32 kernels' on the widened rows, rounded once", N, C, t);
+        ct_check(!memcmp(got, want, nc * 2) && !memcmp(r0, r1, N * 4) &&
+                 !memcmp(dgot, dwant, nc * 2) && !memcmp(dw0, dw1, C * 4), name, "differ");
+    }
+    memcpy(dgot, d0, nc * 2);
+    memset(dw1, 0, C * 4);
+    zk_rmsnorm_backward_r16(dgot, NULL, dout, x, w, r0, N, C);
+    zk_rmsnorm_backward_r16(NULL, dw1, dout, x, w, r0, N, C);
+    snprintf(name, sizeof name, "rmsnorm backward r16 N=%d C=%d split: the fused call's bits",
+             N, C);
+    ct_check(!memcmp(dgot, dwant, nc * 2) && !memcmp(dw0, dw1, C * 4), name, "differ");
+    omp_set_num_threads(2);
+    free(wx); free(wd); free(x); free(d0); free(w); free(dout); free(r0); free(r1);
+    free(dw0); free(dw1); free(want); free(got); free(dwant); free(dgot);
+}
+
+static void test_encoder(int B, int T, int C, int V, int with_wpe) {
+    size_t n = (size_t)B * T * C;
+    int32_t *tok = ct_alloc((size_t)B * T * 4);
+    for (int i = 0; i < B * T; i++) tok[i] = (int32_t)(ct_u64() % (uint64_t)V);
+    tok[1] = V + 3;                                   /* one outside the vocabulary */
+    float *wte, *wpe;
+    uint16_t *te = rand16((size_t)V * C, -1, 1, &wte), *pe = rand16((size_t)T * C, -1, 1, &wpe);
+    float *f = ct_alloc(n * 4);
+    char name[160];
+    for (int w16 = 0; w16 <= 1; w16++) {
+        int bad0 = w16 ? zk_encoder_forward_b16(f, tok, te, with_wpe ? pe : NULL, B, T, C, V)
+                       : zk_encoder_forward(f, tok, wte, with_wpe ? wpe : NULL, B, T, C, V);
+        uint16_t *want = round16(f, n), *got = ct_alloc(n * 2);
+        for (int t = 1; t <= 3; t += 2) {
+            omp_set_num_threads(t);
+            int bad1 = zk_encoder_forward_o16(got, tok, w16 ? (void *)te : (void *)wte,
+                                              with_wpe ? (w16 ? (void *)pe : (void *)wpe) : NULL,
+                                              w16, B, T, C, V);
+            snprintf(name, sizeof name, "encoder forward bf16 out C=%d, %s tables%s, %d threads: "
+                     "the f32 rows rounded once, bad ids counted", C, w16 ? "bf16" : "f32",
+                     with_wpe ? "" : ", no wpe", t);
+            ct_check(bad0 == 1 && bad1 == 1 && !memcmp(got, want, n * 2), name,
+                     "bad %d/%d or rows differ", bad0, bad1);
+        }
+        free(want); free(got);
+    }
+    /* backward from a bf16 dout: the f32 kernel's bits on the widened rows */
+    float *wd;
+    uint16_t *d = rand16(n, -1, 1, &wd);
+    float *g0 = ct_rand((size_t)V * C, -1, 1), *g1 = ct_alloc((size_t)V * C * 4);
+    float *p0 = ct_alloc((size_t)T * C * 4), *p1 = ct_alloc((size_t)T * C * 4);
+    memcpy(g1, g0, (size_t)V * C * 4);
+    int bad0 = zk_encoder_backward(g0, with_wpe ? p0 : NULL, wd, tok, B, T, C, V);
+    omp_set_num_threads(3);
+    int bad1 = zk_encoder_backward_b16(g1, with_wpe ? p1 : NULL, d, tok, B, T, C, V);
+    snprintf(name, sizeof name, "encoder backward from a bf16 dout C=%d%s: the f32 kernel's "
+             "bits on the widened rows", C, with_wpe ? "" : ", no wpe");
+    ct_check(bad0 == 1 && bad1 == 1 && !memcmp(g0, g1, (size_t)V * C * 4) &&
+             !memcmp(p0, p1, (size_t)T * C * 4), name, "differ");
+    omp_set_num_threads(2);
+    free(tok); free(wte); free(wpe); free(te); free(pe); free(f); free(wd); free(d);
+    free(g0); free(g1); free(p0); free(p1);
+}
+
+int main(void) {
+    ct_seed(16);
+    test_add3(7);
+    test_add3(100003);               /* past one element block: the parallel loop */
+    test_layernorm(5, 7);
+    test_layernorm(67, 768);         /* the vector lanes and the threads' row split */
+    test_layernorm(3, 1040);         /* past the forward's 1024-float chunk */
+    test_rmsnorm(5, 7);
+    test_rmsnorm(67, 768);
+    test_encoder(2, 9, 70, 50, 1);
+    test_encoder(4, 64, 256, 97, 1); /* parallel: B T C >= 65536 */
+    test_encoder(2, 9, 70, 50, 0);
+    return ct_summary();
+}
