@@ -9,7 +9,10 @@
  * thousands of times across the kernel's 2048-entry list flushes (its long
  * run path), runs crossing the 16-entry windows, ids 0 and V-1, GPT-2's
  * V = 50257 (256 blocks) with few positions, all ids bad; and a second run
- * gives the same bits. Run: sh tools/emu_kernel.sh embedding.
+ * gives the same bits. The bf16 residual stream's variants too: the
+ * forward's bf16 out (the fp32 kernel's rounded once, the CPU twin's bits)
+ * and the backward from a bf16 dout (the fp32 kernel's bits on it widened,
+ * the CPU twin's). Run: sh tools/emu_kernel.sh embedding.
  */
 #include <limits.h>
 #include <string.h>
@@ -20,6 +23,10 @@ int zkc_encoder_backward(void *s, float *dwte, float *dwpe, const float *dout,
                          const int32_t *tok, int B, int T, int C, int V, int *dbad);
 int zkc_encoder_forward(void *s, float *out, const int32_t *tok, const void *wte,
                         const void *wpe, int w16, int B, int T, int C, int V, int *dbad);
+int zkc_encoder_forward_o16(void *s, uint16_t *out, const int32_t *tok, const void *wte,
+                            const void *wpe, int w16, int B, int T, int C, int V, int *dbad);
+int zkc_encoder_backward_b16(void *s, float *dwte, float *dwpe, const uint16_t *dout,
+                             const int32_t *tok, int B, int T, int C, int V, int *dbad);
 
 /* no positions (Llama's embedding: wpe and dwpe NULL): the forward's rows
  * are wte's (zeros for bad ids), the backward's dwte the CPU's bits */
@@ -152,6 +159,96 @@ static void one(const char *what, int B, int T, int C, int V, int kind, int nbad
     free(tok); free(dout); free(w0); free(want); free(got); free(pwant); free(pgot);
 }
 
+/* the bf16 residual stream's first rows: a bf16 out (zkc_encoder_forward_o16),
+ * from fp32 or bf16 tables, with and without positions, two bad ids among
+ * the tokens: each element the fp32 kernel's rounded once, and the CPU
+ * twin's (zk_encoder_forward_o16) bits */
+static void forward_o16(int B, int T, int C, int V)
+{
+    char name[200];
+    int N = B * T;
+    size_t nc = (size_t)N * C;
+    int32_t *tok = malloc((size_t)N * 4);
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)(ct_u64() % (uint64_t)V);
+    tok[1] = V; tok[N - 1] = -3;
+    float *wte = ct_rand((size_t)V * C, -2, 2), *wpe = ct_rand((size_t)T * C, -1, 1);
+    uint16_t *te = malloc((size_t)V * C * 2), *pe = malloc((size_t)T * C * 2);
+    zk_cast_f32_bf16(te, wte, (size_t)V * C); zk_cast_f32_bf16(pe, wpe, (size_t)T * C);
+    float *f32 = malloc(nc * 4);
+    uint16_t *got = malloc(nc * 2), *rounded = malloc(nc * 2), *cpu = malloc(nc * 2);
+    for (int k = 0; k < 4; k++) {
+        int w16 = k & 1, pos = k >> 1, dbad = 0, fbad = 0;
+        const void *tt = w16 ? (const void *)te : (const void *)wte;
+        const void *pp = !pos ? NULL : w16 ? (const void *)pe : (const void *)wpe;
+        for (size_t i = 0; i < nc; i++) got[i] = 0x7fc1;
+        int rc = zkc_encoder_forward_o16(NULL, got, tok, tt, pp, w16, B, T, C, V, &dbad);
+        int rc2 = zkc_encoder_forward(NULL, f32, tok, tt, pp, w16, B, T, C, V, &fbad);
+        zk_cast_f32_bf16(rounded, f32, nc);
+        snprintf(name, sizeof name, "emu encoder forward o16 B=%d T=%d C=%d, %s tables%s: the fp32 kernel's "
+                 "out rounded once, 2 bad ids counted", B, T, C, w16 ? "bf16" : "fp32",
+                 pos ? " with positions" : ", no positions");
+        ct_check(rc == 0 && rc2 == 0 && dbad == 2 && fbad == 2 && !memcmp(got, rounded, nc * 2), name,
+                 "rc %d/%d, bad %d/%d, out %s", rc, rc2, dbad, fbad,
+                 memcmp(got, rounded, nc * 2) ? "differs" : "same");
+        int cbad = zk_encoder_forward_o16(cpu, tok, tt, pp, w16, B, T, C, V);
+        snprintf(name, sizeof name, "emu encoder forward o16 B=%d T=%d C=%d, %s tables%s: the CPU twin's bits",
+                 B, T, C, w16 ? "bf16" : "fp32", pos ? " with positions" : ", no positions");
+        ct_check(cbad == 2 && !memcmp(got, cpu, nc * 2), name, "cpu bad %d, out %s", cbad,
+                 memcmp(got, cpu, nc * 2) ? "differs" : "same");
+    }
+    free(tok); free(wte); free(wpe); free(te); free(pe); free(f32); free(got); free(rounded); free(cpu);
+}
+
+/* the backward from a bf16 dout (zkc_encoder_backward_b16, the residual
+ * stream's gradient), each element widened exactly as loaded: dwte
+ * (ACCUMULATED onto random values) and dwpe rows [0,T) (WRITTEN; rows
+ * [T,maxT) left alone) the fp32 kernel's bits on the widened dout, and the
+ * CPU twin's (zk_encoder_backward_b16); bad ids counted once each. pos 0:
+ * no dwpe (Llama's). */
+static void backward_b16(const char *what, int B, int T, int C, int V, int kind, int nbad, int pos)
+{
+    char name[220];
+    int N = B * T, maxT = T + 3;
+    size_t nc = (size_t)N * C, vc = (size_t)V * C, tc = (size_t)maxT * C;
+    int32_t *tok = malloc((size_t)N * 4);
+    int bad = make_ids(tok, N, V, kind, nbad);
+    float *df = ct_rand(nc, -1, 1), *dw = malloc(nc * 4), *w0 = ct_rand(vc, -2, 2);
+    uint16_t *d16 = malloc(nc * 2);
+    zk_cast_f32_bf16(d16, df, nc); zk_cast_bf16_f32(dw, d16, nc);      /* dw: dout widened */
+    float *got = malloc(vc * 4), *ref = malloc(vc * 4), *cpu = malloc(vc * 4);
+    float *pgot = malloc(tc * 4), *pref = malloc(tc * 4), *pcpu = malloc(tc * 4);
+    memcpy(got, w0, vc * 4); memcpy(ref, w0, vc * 4); memcpy(cpu, w0, vc * 4);
+    for (size_t i = 0; i < tc; i++) pgot[i] = pref[i] = pcpu[i] = -7.25f;   /* rows >= T: kept */
+    int dbad = 5, fbad = 0;                                                /* added to */
+    int rc = zkc_encoder_backward_b16(NULL, got, pos ? pgot : NULL, d16, tok, B, T, C, V, &dbad);
+    int rc2 = zkc_encoder_backward(NULL, ref, pos ? pref : NULL, dw, tok, B, T, C, V, &fbad);
+    int cbad = zk_encoder_backward_b16(cpu, pos ? pcpu : NULL, d16, tok, B, T, C, V);
+    size_t nd = 0, first = 0;
+    for (size_t i = vc; i-- > 0;)
+        if (memcmp(&got[i], &ref[i], 4)) { nd++; first = i; }
+    snprintf(name, sizeof name, "emu encoder backward b16 %s B=%d T=%d C=%d V=%d: dwte the fp32 kernel's "
+             "bits on the widened dout", what, B, T, C, V);
+    ct_check(rc == 0 && rc2 == 0 && nd == 0, name, "rc %d/%d, %zu elements differ, first row %zu col %zu: "
+             "%.9g vs %.9g", rc, rc2, nd, first / C, first % C, nd ? got[first] : 0.0, nd ? ref[first] : 0.0);
+    snprintf(name, sizeof name, "emu encoder backward b16 %s: dwte the CPU twin's bits", what);
+    ct_check(!memcmp(got, cpu, vc * 4), name, "differ");
+    snprintf(name, sizeof name, "emu encoder backward b16 %s: %d bad ids counted once each, added to *dbad",
+             what, bad);
+    ct_check(cbad == bad && fbad == bad && dbad == 5 + bad, name, "cpu %d, fp32 kernel %d, b16 kernel %d "
+             "(want %d)", cbad, fbad, dbad - 5, bad);
+    if (pos) {
+        int pf = memcmp(pgot, pref, (size_t)T * C * 4) != 0, pc = memcmp(pgot, pcpu, (size_t)T * C * 4) != 0;
+        int ptail = 0;
+        for (size_t i = (size_t)T * C; i < tc; i++) ptail += pgot[i] != -7.25f;
+        snprintf(name, sizeof name, "emu encoder backward b16 %s: dwpe rows [0,T) the fp32 kernel's and the "
+                 "CPU twin's bits, rows [T,maxT) untouched", what);
+        ct_check(!pf && !pc && ptail == 0, name, "fp32 kernel %s, cpu %s, %d tail elements changed",
+                 pf ? "differs" : "same", pc ? "differs" : "same", ptail);
+    }
+    free(tok); free(df); free(dw); free(w0); free(d16); free(got); free(ref); free(cpu);
+    free(pgot); free(pref); free(pcpu);
+}
+
 int main(void)
 {
     ct_seed(17);
@@ -163,5 +260,9 @@ int main(void)
     one("GPT-2 vocabulary", 10, 4, 64, 50257, ID_UNIFORM, 4, 0);  /* 256 blocks */
     one("all ids bad", 4, 16, 40, 100, ID_BAD, 0, 0);
     no_positions();
+    forward_o16(3, 37, 97, 50);                                   /* C off 64, bad ids */
+    backward_b16("uniform ids", 3, 37, 97, 50, ID_UNIFORM, 2, 1); /* 2 units a row, the second 33 columns */
+    backward_b16("skewed runs", 8, 30, 70, 300, ID_RUNS, 2, 1);   /* 2 blocks, runs past a window */
+    backward_b16("one id 2400 times", 40, 60, 40, 3, ID_ONE, 0, 0);   /* long runs, 2 flushes, no dwpe */
     return ct_summary();
 }

@@ -11,6 +11,10 @@
  * the scalar forward beside the vector backward), a backward too wide
  * (C > 4096: both scalar), chunks of 32 rows with
  * a last one short and row steps of 4 cut by it, and a single row.
+ * The bf16 residual stream's entry points (_r16: bf16 rows in and out,
+ * dinp bf16 accumulated) bit for bit against the f32 kernels on the
+ * widened rows and within a bf16 ulp of the CPU twins, on both paths, a
+ * C not a multiple of 4, rows 8-byte aligned but not 16, and misaligned.
  * Catches indexing, chunk and step bounds, the barrier, the scratch
  * layout; not the GPU's speed. Run: sh tools/emu_kernel.sh layernorm.
  */
@@ -34,6 +38,19 @@ size_t zkc_rmsnorm_scratch(int N, int C);
 int zkc_layernorm_residual_forward(void *s, float *resid, void *out, int out16, float *mean,
                                    float *rstd, const float *a, const float *b2, const float *w,
                                    const float *b, int N, int C);
+int zkc_layernorm_forward_r16(void *s, uint16_t *out, float *mean, float *rstd,
+                              const uint16_t *inp, const float *w, const float *b, int N, int C);
+int zkc_layernorm_residual_forward_r16(void *s, uint16_t *resid, uint16_t *out, float *mean,
+                                       float *rstd, const uint16_t *a, const uint16_t *b2,
+                                       const float *w, const float *b, int N, int C);
+int zkc_layernorm_backward_r16(void *s, uint16_t *dinp, float *dw, float *db, const float *dout,
+                               const uint16_t *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C, double *scratch);
+int zkc_rmsnorm_forward_r16(void *s, uint16_t *out, float *rstd, const uint16_t *inp,
+                            const float *w, float eps, int N, int C);
+int zkc_rmsnorm_backward_r16(void *s, uint16_t *dinp, float *dw, const float *dout,
+                             const uint16_t *inp, const float *w, const float *rstd, int N,
+                             int C, double *scratch);
 
 /* max |a - b| / max(max |b|, floor) over n */
 static double rel(const float *a, const float *b, size_t n, double floor)
@@ -189,6 +206,183 @@ static void misaligned(int N, int C)
     free(x0); free(w); free(b); free(o); free(m); free(r); free(go); free(gm); free(gr);
 }
 
+/* ---- the bf16 residual stream ("r16") ---------------------------------- */
+
+/* n elements at element offset off from a 64-byte boundary (free(p - off)):
+ * bf16 rows off % 4 != 0 miss their 8-byte vector access, float rows their
+ * 16-byte one, so both take the scalar path; off 4: bf16 rows on 8 bytes,
+ * not 16, float rows on 16 -- both the vector path */
+static uint16_t *h_at(size_t n, int off)
+{
+    return (uint16_t *)aligned_alloc(64, ((n + (size_t)off) * 2 + 63) / 64 * 64) + off;
+}
+static float *f_at(size_t n, int off)
+{
+    return (float *)aligned_alloc(64, ((n + (size_t)off) * 4 + 63) / 64 * 64) + off;
+}
+static float wide(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* the worst |a - b| over n bf16 pairs in units of (one bf16 ulp of b +
+ * tol x max |b|): <= 1 is "within a bf16 ulp" (NaN counts) */
+static double ulps16(const uint16_t *a, const uint16_t *b, size_t n, double tol)
+{
+    double m = 0, worst = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs(wide(b[i])) > m) m = fabs(wide(b[i]));
+    for (size_t i = 0; i < n; i++) {
+        double fa = wide(a[i]), fb = wide(b[i]), d = fb == 0 ? 0 : ldexp(1.0, ilogb(fb) - 7);
+        d += tol * m;
+        double e = d > 0 ? fabs(fa - fb) / d : fa == fb ? 0 : INFINITY;
+        if (!(e <= worst)) worst = e;
+    }
+    return worst;
+}
+
+/* The r16 entry points (rows x, resid, dinp bf16) are the f32 kernels on
+ * the widened rows with each bf16 store rounded once: checked bit for bit
+ * against the f32 kernels run on the widened rows at the same offset (so
+ * the same path; their bf16 out, and dinp16 = their accumulated dinp
+ * rounded once), and against the CPU twins (zk_*_r16) within a bf16 ulp.
+ * The backward accumulates onto random bf16 dinp; split calls (dinp alone,
+ * the weights alone) give the fused call's bits. */
+static void one_r16(int N, int C, int off, int rms)
+{
+    char name[200];
+    const char *k = rms ? "rmsnorm" : "layernorm";
+    const float eps = rms ? 1e-6f : 1e-5f;
+    size_t nc = (size_t)N * C;
+    float *xf = ct_rand(nc, -2, 2), *w = ct_rand(C, 0.5f, 1.5f), *b = ct_rand(C, -0.5f, 0.5f);
+    float *dy = ct_rand(nc, -1, 1), *d0f = ct_rand(nc, -1, 1);
+    for (size_t i = 0; i < nc; i++) xf[i] += 0.25f * (float)(i / (size_t)C);  /* rows of other means */
+    uint16_t *x = h_at(nc, off), *d0 = h_at(nc, off);
+    float *xw = f_at(nc, off), *d0w = f_at(nc, off);
+    zk_cast_f32_bf16(x, xf, nc); zk_cast_bf16_f32(xw, x, nc);
+    zk_cast_f32_bf16(d0, d0f, nc); zk_cast_bf16_f32(d0w, d0, nc);
+    uint16_t *go = h_at(nc, off), *fo = h_at(nc, off), *co = h_at(nc, off);
+    float *gm = malloc(N * 4), *gr = malloc(N * 4), *fm = malloc(N * 4), *fr = malloc(N * 4);
+    float *cm = malloc(N * 4), *cr = malloc(N * 4);
+    for (int n = 0; n < N; n++) gm[n] = fm[n] = cm[n] = 0.0f;     /* RMS: no mean */
+
+    /* forward */
+    int rc, rc2;
+    if (rms) {
+        rc = zkc_rmsnorm_forward_r16(NULL, go, gr, x, w, eps, N, C);
+        rc2 = zkc_rmsnorm_forward(NULL, fo, 1, fr, xw, w, eps, N, C);
+        zk_rmsnorm_forward_r16(co, cr, x, w, eps, N, C);
+    } else {
+        rc = zkc_layernorm_forward_r16(NULL, go, gm, gr, x, w, b, N, C);
+        rc2 = zkc_layernorm_forward(NULL, fo, 1, fm, fr, xw, w, b, N, C);
+        zk_layernorm_forward_r16(co, cm, cr, x, w, b, N, C);
+    }
+    snprintf(name, sizeof name, "emu %s r16 forward N=%d C=%d off=%d: out, %srstd the f32 kernel's "
+             "bits on the widened rows", k, N, C, off, rms ? "" : "mean, ");
+    ct_check(rc == 0 && rc2 == 0 && !memcmp(go, fo, nc * 2) && !memcmp(gm, fm, N * 4) &&
+             !memcmp(gr, fr, N * 4), name, "rc %d/%d, out %s, mean %s, rstd %s", rc, rc2,
+             memcmp(go, fo, nc * 2) ? "differs" : "same", memcmp(gm, fm, N * 4) ? "differs" : "same",
+             memcmp(gr, fr, N * 4) ? "differs" : "same");
+    double eo = ulps16(go, co, nc, 1e-5), em = rel(gm, cm, N, 1e-3), er = rel(gr, cr, N, 1e-3);
+    snprintf(name, sizeof name, "emu %s r16 forward N=%d C=%d off=%d: the CPU twin's out within a bf16 "
+             "ulp, %srstd within 1e-5", k, N, C, off, rms ? "" : "mean, ");
+    ct_check(eo <= 1 && em < 1e-5 && er < 1e-5, name, "out %.3g ulps, mean %.3g, rstd %.3g", eo, em, er);
+
+    /* the residual add fused (layer norm only): resid = a + b2 rounded
+     * once, the norm on the stored (rounded) resid */
+    if (!rms) {
+        float *af = ct_rand(nc, -2, 2), *bf = ct_rand(nc, -1, 1);
+        for (size_t i = 0; i < nc; i++) af[i] += 0.25f * (float)(i / (size_t)C);
+        uint16_t *a = h_at(nc, off), *b2 = h_at(nc, off), *want = h_at(nc, off);
+        uint16_t *gres = h_at(nc, off), *go2 = h_at(nc, off), *so = h_at(nc, off);
+        uint16_t *cres = h_at(nc, off), *co2 = h_at(nc, off);
+        float *gm2 = malloc(N * 4), *gr2 = malloc(N * 4), *sm = malloc(N * 4), *sr = malloc(N * 4);
+        zk_cast_f32_bf16(a, af, nc); zk_cast_f32_bf16(b2, bf, nc);
+        zk_add3_b16(want, a, b2, nc);
+        rc = zkc_layernorm_residual_forward_r16(NULL, gres, go2, gm2, gr2, a, b2, w, b, N, C);
+        snprintf(name, sizeof name, "emu layernorm r16 residual N=%d C=%d off=%d: resid = a + b2 rounded "
+                 "once (zk_add3_b16's bits)", N, C, off);
+        ct_check(rc == 0 && !memcmp(gres, want, nc * 2), name, "rc %d, resid differs", rc);
+        rc2 = zkc_layernorm_forward_r16(NULL, so, sm, sr, want, w, b, N, C);
+        snprintf(name, sizeof name, "emu layernorm r16 residual N=%d C=%d off=%d: out, mean, rstd the r16 "
+                 "forward's bits on the rounded resid", N, C, off);
+        ct_check(rc == 0 && rc2 == 0 && !memcmp(go2, so, nc * 2) && !memcmp(gm2, sm, N * 4) &&
+                 !memcmp(gr2, sr, N * 4), name, "rc %d/%d, out %s, mean %s, rstd %s", rc, rc2,
+                 memcmp(go2, so, nc * 2) ? "differs" : "same", memcmp(gm2, sm, N * 4) ? "differs" : "same",
+                 memcmp(gr2, sr, N * 4) ? "differs" : "same");
+        zk_layernorm_residual_forward_r16(cres, co2, sm, sr, a, b2, w, b, N, C);
+        eo = ulps16(go2, co2, nc, 1e-5);
+        snprintf(name, sizeof name, "emu layernorm r16 residual N=%d C=%d off=%d: the CPU twin's resid "
+                 "bits, out within a bf16 ulp", N, C, off);
+        ct_check(!memcmp(gres, cres, nc * 2) && eo <= 1, name, "resid %s, out %.3g ulps",
+                 memcmp(gres, cres, nc * 2) ? "differs" : "same", eo);
+        free(af); free(bf); free(a - off); free(b2 - off); free(want - off); free(gres - off);
+        free(go2 - off); free(so - off); free(cres - off); free(co2 - off);
+        free(gm2); free(gr2); free(sm); free(sr);
+    }
+
+    /* backward on the CPU twin's mean and rstd; dinp ACCUMULATED onto d0,
+     * dw and db WRITTEN */
+    size_t ns = rms ? zkc_rmsnorm_scratch(N, C) : zkc_layernorm_scratch(N, C);
+    double *scratch = malloc((ns ? ns : 1) * sizeof(double));
+    for (size_t i = 0; i < ns; i++) scratch[i] = NAN;
+    uint16_t *gdi = h_at(nc, off), *fdi16 = h_at(nc, off), *cdi = h_at(nc, off);
+    float *fdi = f_at(nc, off);
+    memcpy(gdi, d0, nc * 2); memcpy(cdi, d0, nc * 2); memcpy(fdi, d0w, nc * 4);
+    for (size_t i = 0; i < nc; i++) fdi16[i] = 0x7fc1;
+    float *gdw = malloc(C * 4), *gdb = malloc(C * 4), *fdw = malloc(C * 4), *fdb = malloc(C * 4);
+    float *cdw = malloc(C * 4), *cdb = malloc(C * 4);
+    for (int c = 0; c < C; c++) gdw[c] = gdb[c] = fdw[c] = fdb[c] = cdb[c] = NAN;
+    if (rms) {
+        rc = zkc_rmsnorm_backward_r16(NULL, gdi, gdw, dy, x, w, cr, N, C, scratch);
+        rc2 = zkc_rmsnorm_backward(NULL, fdi, fdi16, fdw, dy, xw, w, cr, N, C, scratch);
+        zk_rmsnorm_backward_r16(cdi, cdw, dy, x, w, cr, N, C);
+        for (int c = 0; c < C; c++) gdb[c] = fdb[c] = cdb[c] = 0.0f;
+    } else {
+        rc = zkc_layernorm_backward_r16(NULL, gdi, gdw, gdb, dy, x, w, cm, cr, N, C, scratch);
+        rc2 = zkc_layernorm_backward(NULL, fdi, fdi16, fdw, fdb, dy, xw, w, cm, cr, N, C, scratch);
+        zk_layernorm_backward_r16(cdi, cdw, cdb, dy, x, w, cm, cr, N, C);
+    }
+    snprintf(name, sizeof name, "emu %s r16 backward N=%d C=%d off=%d: dinp (accumulated) the f32 "
+             "kernel's dinp16 bits on the widened rows, dw%s its bits", k, N, C, off, rms ? "" : " and db");
+    ct_check(rc == 0 && rc2 == 0 && !memcmp(gdi, fdi16, nc * 2) && !memcmp(gdw, fdw, C * 4) &&
+             !memcmp(gdb, fdb, C * 4), name, "rc %d/%d, dinp %s, dw %s, db %s", rc, rc2,
+             memcmp(gdi, fdi16, nc * 2) ? "differs" : "same", memcmp(gdw, fdw, C * 4) ? "differs" : "same",
+             memcmp(gdb, fdb, C * 4) ? "differs" : "same");
+    double edi = ulps16(gdi, cdi, nc, 1e-5), edw = rel(gdw, cdw, C, 1e-3), edb = rel(gdb, cdb, C, 1e-3);
+    snprintf(name, sizeof name, "emu %s r16 backward N=%d C=%d off=%d: the CPU twin's dinp within a bf16 "
+             "ulp, dw%s within 1e-6", k, N, C, off, rms ? "" : " and db");
+    ct_check(edi <= 1 && edw < 1e-6 && edb < 1e-6, name, "dinp %.3g ulps, dw %.3g, db %.3g", edi, edw, edb);
+    /* split: dinp alone (no scratch), then the weights alone */
+    uint16_t *gdi2 = h_at(nc, off);
+    float *gdw2 = malloc(C * 4), *gdb2 = malloc(C * 4);
+    memcpy(gdi2, d0, nc * 2);
+    rc = rms ? zkc_rmsnorm_backward_r16(NULL, gdi2, NULL, dy, x, w, cr, N, C, NULL)
+             : zkc_layernorm_backward_r16(NULL, gdi2, NULL, NULL, dy, x, w, cm, cr, N, C, NULL);
+    snprintf(name, sizeof name, "emu %s r16 backward N=%d C=%d off=%d: dinp alone has the fused call's "
+             "bits", k, N, C, off);
+    ct_check(rc == 0 && !memcmp(gdi2, gdi, nc * 2), name, "rc %d, differ", rc);
+    for (int c = 0; c < C; c++) gdw2[c] = gdb2[c] = NAN;
+    for (size_t i = 0; i < ns; i++) scratch[i] = NAN;
+    if (rms) {
+        rc = zkc_rmsnorm_backward_r16(NULL, NULL, gdw2, dy, x, w, cr, N, C, scratch);
+        for (int c = 0; c < C; c++) gdb2[c] = 0.0f;
+    } else {
+        rc = zkc_layernorm_backward_r16(NULL, NULL, gdw2, gdb2, dy, x, w, cm, cr, N, C, scratch);
+    }
+    snprintf(name, sizeof name, "emu %s r16 backward N=%d C=%d off=%d: dw%s alone %s the fused call's bits",
+             k, N, C, off, rms ? "" : " and db", rms ? "has" : "have");
+    ct_check(rc == 0 && !memcmp(gdw2, gdw, C * 4) && !memcmp(gdb2, gdb, C * 4), name, "rc %d, differ", rc);
+
+    free(xf); free(w); free(b); free(dy); free(d0f); free(x - off); free(d0 - off); free(xw - off);
+    free(d0w - off); free(go - off); free(fo - off); free(co - off); free(gm); free(gr); free(fm);
+    free(fr); free(cm); free(cr); free(scratch); free(gdi - off); free(fdi16 - off); free(cdi - off);
+    free(fdi - off); free(gdw); free(gdb); free(fdw); free(fdb); free(cdw); free(cdb);
+    free(gdi2 - off); free(gdw2); free(gdb2);
+}
+
 int main(void)
 {
     one(1, 5);
@@ -204,6 +398,14 @@ int main(void)
     one_rms(300, 70);    /* scalar */
     one_rms(67, 768);    /* vector */
     one_rms(9, 2056);    /* scalar forward, vector backward (2 groups a thread) */
+    for (int rms = 0; rms <= 1; rms++) {
+        one_r16(33, 70, 0, rms);    /* scalar (C % 4 != 0): 2 chunks, the last of 1 row */
+        one_r16(35, 256, 0, rms);   /* vector: 2 groups a lane forward, 64 threads backward;
+                                     * the last chunk 3 rows, a step of 4 cut at 3 */
+        one_r16(35, 256, 4, rms);   /* vector: bf16 rows on 8 bytes, not 16 */
+        one_r16(35, 256, 1 + rms, rms);   /* scalar: rows 2 (4) bytes off their 8 */
+        one_r16(9, 2056, 0, rms);   /* scalar forward, vector backward (2 groups a thread) */
+    }
     size_t s = zkc_layernorm_scratch(16384, 768);
     ct_check(s == 2u * 512 * 768, "scratch for GPT-2's B=16 T=1024: 2 x 512 chunks x 768 doubles",
              "%zu", s);
