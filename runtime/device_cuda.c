@@ -157,6 +157,15 @@ int zt_cuda_init(void)
     if (!lr) lr = getenv("SLURM_LOCALID");
     if (!lr) lr = getenv("LOCAL_RANK");
     if (lr && n > 1) CU(cudaSetDevice(atoi(lr) % n));
+    /* ZTRAIN_GELU_FUSION=0: the MLP's GEMM and GELU always as two ops
+     * (matmul.cu's zkc_matmul_gelu_fusion; 1, or unset, the default: fused
+     * through cuBLASLt's epilogues where a shape has a plan) */
+    const char *gf = getenv("ZTRAIN_GELU_FUSION");
+    if (gf && strcmp(gf, "0") && strcmp(gf, "1"))
+        return zt_error(ZT_EINVAL, "zt_device_init(\"cuda\"): ZTRAIN_GELU_FUSION is '%.40s'; use "
+                        "0 (the GEMM and the GELU apart) or 1 (fused where cuBLASLt can, the "
+                        "default)", gf);
+    if (gf) zkc_matmul_gelu_fusion(gf[0] == '1');
     CU(cudaGetDevice(&cu_dev));
     struct cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, cu_dev) == cudaSuccess)
@@ -456,6 +465,27 @@ static int cuda_matmul_bf16_backward(float *dinp, float *dw, float *db, const ui
     ZT_TRY(take_pending());
     BLAS_DB(zkc_matmul_bf16_backward(cu_blas, S(), dinp, dw, db, dout, inp, w, N, C, OC, ldo,
                                      cu_scratch));
+    return ZT_OK;
+}
+
+/* the MLP's GEMM and GELU in one (matmul.cu: cuBLASLt's GELU epilogues
+ * where the shape has a plan, else the two ops apart, bits and all) */
+static int cuda_matmul_bf16_forward_gelu(uint16_t *out, uint16_t *pre, const uint16_t *inp,
+                                         const uint16_t *w, const float *b, int N, int C, int OC)
+{
+    ZT_TRY(take_pending());
+    BLAS(zkc_matmul_bf16_forward_gelu(cu_blas, S(), out, pre, inp, w, b, N, C, OC));
+    return ZT_OK;
+}
+
+static int cuda_matmul_bf16_backward_dgelu(uint16_t *dinp16, float *dinp32, float *dw, float *db,
+                                           const uint16_t *dout, const uint16_t *inp,
+                                           const uint16_t *w, const uint16_t *pre, int N, int C,
+                                           int OC, int ldo)
+{
+    ZT_TRY(take_pending());
+    BLAS_DB(zkc_matmul_bf16_backward_dgelu(cu_blas, S(), dinp16, dinp32, dw, db, dout, inp, w,
+                                           pre, N, C, OC, ldo, cu_scratch));
     return ZT_OK;
 }
 
@@ -961,6 +991,8 @@ const zt_device_ops zt_cuda_device = {
     .matmul_backward = cuda_matmul_backward,
     .matmul_bf16_forward = cuda_matmul_bf16_forward,
     .matmul_bf16_backward = cuda_matmul_bf16_backward,
+    .matmul_bf16_forward_gelu = cuda_matmul_bf16_forward_gelu,
+    .matmul_bf16_backward_dgelu = cuda_matmul_bf16_backward_dgelu,
     .attention_forward = cuda_attention_forward,
     .attention_backward = cuda_attention_backward,
     .attention_decode = cuda_attention_decode,

@@ -208,6 +208,22 @@ typedef struct zt_device_ops {
     int (*matmul_bf16_backward)(float *dinp, float *dw, float *db, const uint16_t *dout,
                                 const uint16_t *inp, const uint16_t *w, int N, int C, int OC,
                                 int ldo);
+    /* The MLP's GEMMs fused with its GELU (bf16 activations; NULL: ops.c
+     * issues the GEMM and the GELU apart, which is what the CPU devices
+     * do, the bits of the two ops). forward_gelu: pre (N,OC) = inp @ w^T
+     * + b and out (N,OC) = gelu(pre), both bf16, rows dense. backward_dgelu:
+     * dinp16 (N,C) = gelu'(pre) * (dout @ w) in bf16 (pre (N,C) bf16;
+     * dinp32 (N,C) f32 scratch for a device that forms the product apart);
+     * dw, db as matmul_bf16_backward. The CUDA device takes cuBLASLt's
+     * GELU_AUX_BIAS and DGELU epilogues where it has a plan for the shape
+     * (GELU of the fp32 sum there: its own bits, within the bf16
+     * tolerances of the CPU's), else the two kernels. */
+    int (*matmul_bf16_forward_gelu)(uint16_t *out, uint16_t *pre, const uint16_t *inp,
+                                    const uint16_t *w, const float *b, int N, int C, int OC);
+    int (*matmul_bf16_backward_dgelu)(uint16_t *dinp16, float *dinp32, float *dw, float *db,
+                                      const uint16_t *dout, const uint16_t *inp,
+                                      const uint16_t *w, const uint16_t *pre, int N, int C,
+                                      int OC, int ldo);
     /* io16: qkv, out and (backward) dqkv are bf16 (uint16_t bits), else
      * f32; lse and dout are f32 either way. A bf16 qkv (and out) is widened
      * exactly and the arithmetic is the f32 kernel's on those values; out

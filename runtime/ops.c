@@ -475,6 +475,66 @@ int zt_matmul_bf16_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db,
                                      w->data, (int)N, (int)C, (int)OC, (int)ld);
 }
 
+int zt_matmul_bf16_forward_gelu(zt_tensor *out, const zt_tensor *inp, const zt_tensor *w,
+                                const zt_tensor *b, zt_tensor *pre)
+{
+    const char *op = "zt_matmul_bf16_forward_gelu";
+    int64_t N = 0, C = 0, OC = 0;
+    ZT_TRY(bf16_dims(op, inp, w, &N, &C, &OC));
+    ZT_TRY(need_numel(op, "out", out, ZT_BF16, N * OC, "(N,OC) bf16"));
+    ZT_TRY(need_numel(op, "pre", pre, ZT_BF16, N * OC, "(N,OC) bf16"));
+    if (b) ZT_TRY(need_numel(op, "bias", b, ZT_F32, OC, "(OC) f32"));
+    ZT_CHECK(!overlaps(out, pre) && !overlaps(out, inp) && !overlaps(pre, inp),
+             "%s: out, pre and inp must be tensors apart (none may overlap another)", op);
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "out", out, "pre", pre, "inp", inp, "weight", w, "bias", b, NULL));
+    if (dev->matmul_bf16_forward_gelu)
+        return dev->matmul_bf16_forward_gelu(out->data, pre->data, inp->data, w->data,
+                                             b ? b->data : NULL, (int)N, (int)C, (int)OC);
+    ZT_TRY(dev->matmul_bf16_forward(pre->data, 1, inp->data, w->data, b ? b->data : NULL,
+                                    (int)N, (int)C, (int)OC, (int)OC));
+    dev->gelu_forward(out->data, 1, pre->data, 1, (size_t)(N * OC));
+    return ZT_OK;
+}
+
+int zt_matmul_bf16_backward_dgelu(zt_tensor *dinp16, zt_tensor *dw, zt_tensor *db,
+                                  const zt_tensor *dout, const zt_tensor *inp, const zt_tensor *w,
+                                  const zt_tensor *pre, zt_tensor *dinp32)
+{
+    const char *op = "zt_matmul_bf16_backward_dgelu";
+    int64_t N = 0, C = 0, OC = 0;
+    ZT_TRY(bf16_dims(op, inp, w, &N, &C, &OC));
+    ZT_CHECK(dw != NULL || db == NULL, "%s: dbias without dweight; the weight gradient "
+             "computes both (pass dweight too, or neither for the input gradient only)", op);
+    ZT_CHECK(dinp16 != NULL || dw != NULL, "%s: nothing to compute: dinp16 and dweight are "
+             "both NULL", op);
+    int64_t ld = OC;
+    ZT_TRY(need_rows(op, "dout", dout, ZT_BF16, N, OC, "(N,OC) bf16", &ld));
+    if (dw) ZT_TRY(need_numel(op, "dweight", dw, ZT_F32, OC * C, "(OC,C) f32"));
+    if (db) ZT_TRY(need_numel(op, "dbias", db, ZT_F32, OC, "(OC) f32"));
+    if (dinp16) {
+        ZT_TRY(need_numel(op, "dinp16", dinp16, ZT_BF16, N * C, "(N,C) bf16"));
+        ZT_TRY(need_numel(op, "pre", pre, ZT_BF16, N * C, "(N,C) bf16: the GELU's input"));
+        ZT_TRY(need_numel(op, "dinp32", dinp32, ZT_F32, N * C, "(N,C) f32 scratch"));
+        ZT_CHECK(!overlaps(dinp16, pre) && !overlaps(dinp16, dinp32) && !overlaps(dinp32, pre) &&
+                 !overlaps(dinp16, dout) && !overlaps(dinp32, dout),
+                 "%s: dinp16, dinp32, pre and dout must be tensors apart", op);
+    }
+    const zt_device_ops *dev;
+    ZT_TRY(ready(&dev, op, "dinp16", dinp16, "dweight", dw, "dbias", db, "dout", dout, "inp", inp,
+                 "weight", w, "pre", dinp16 ? pre : NULL, "dinp32", dinp16 ? dinp32 : NULL, NULL));
+    void *d16 = dinp16 ? dinp16->data : NULL, *d32 = dinp16 ? dinp32->data : NULL;
+    if (dev->matmul_bf16_backward_dgelu)
+        return dev->matmul_bf16_backward_dgelu(d16, d32, dw ? dw->data : NULL, db ? db->data : NULL,
+                                               dout->data, inp->data, w->data,
+                                               dinp16 ? pre->data : NULL, (int)N, (int)C, (int)OC,
+                                               (int)ld);
+    ZT_TRY(dev->matmul_bf16_backward(d32, dw ? dw->data : NULL, db ? db->data : NULL, dout->data,
+                                     inp->data, w->data, (int)N, (int)C, (int)OC, (int)ld));
+    if (dinp16) dev->gelu_backward(d16, 1, pre->data, 1, d32, (size_t)(N * C));
+    return ZT_OK;
+}
+
 /* qkv (B,T,R): R = 3C for NKV = NH (GPT-2), else (NH + 2 NKV) hs with
  * C = NH hs; query heads a multiple of kv heads, window >= 0 */
 static int attn_dims(const char *op, const zt_tensor *qkv, int NH, int NKV, int W, int64_t *B,

@@ -93,6 +93,22 @@ int zt_matmul_bf16_forward(zt_tensor *out, const zt_tensor *inp,
 int zt_matmul_bf16_backward(zt_tensor *dinp, zt_tensor *dweight, zt_tensor *dbias,
                             const zt_tensor *dout, const zt_tensor *inp,
                             const zt_tensor *weight);
+/* The MLP's first GEMM and its GELU as one op (bf16 activations): pre
+ * (N,OC) = inp @ weight^T + bias and out (N,OC) = gelu(pre), both bf16
+ * (zt_matmul_bf16_forward's bf16 out, then zt_gelu_forward on it: those
+ * bits on the CPU devices; a GPU may fuse the GELU into the GEMM's
+ * epilogue, computing it from the fp32 sum). */
+int zt_matmul_bf16_forward_gelu(zt_tensor *out, const zt_tensor *inp, const zt_tensor *weight,
+                                const zt_tensor *bias, zt_tensor *pre);
+/* The MLP's second GEMM's backward and the GELU's: dinp16 (N,C) bf16 =
+ * gelu'(pre) * (dout @ weight) (zt_matmul_bf16_backward's dinp into the f32
+ * dinp32, then zt_gelu_backward: those bits on the CPU devices), dweight,
+ * dbias as zt_matmul_bf16_backward. dinp16 NULL: the weight gradient only
+ * (pre and dinp32 may be NULL then). */
+int zt_matmul_bf16_backward_dgelu(zt_tensor *dinp16, zt_tensor *dweight, zt_tensor *dbias,
+                                  const zt_tensor *dout, const zt_tensor *inp,
+                                  const zt_tensor *weight, const zt_tensor *pre,
+                                  zt_tensor *dinp32);
 /* qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T). qkv and out f32, or both
  * bf16 (bf16 activations): then the bits of the f32 kernel on the widened
  * qkv, out rounded once; backward likewise with qkv, out and dqkv bf16

@@ -15,6 +15,7 @@
 #include "internal.h"
 #include "cuda_stream.h"
 #include "kernels.h"      /* ZK_SUM_BLOCK */
+#include "../kernels/cuda/kernels.cuh"   /* zkc_matmul_gelu_fusion */
 
 extern const zt_device_ops zt_cuda_device;
 int zt_cuda_init(void);
@@ -138,6 +139,44 @@ int main(void)
         TIME(nm, 2 * fq, 20, dv->matmul_bf16_backward(dx, dw, NULL, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, 3 * C, 3 * C));
         snprintf(nm, sizeof nm, "matmul bf16 bwd proj (dinp, dw), %s", lib);
         TIME(nm, 2 * fp, 20, dv->matmul_bf16_backward(dx, dw, NULL, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, C, C));
+    }
+    /* the MLP's GEMMs with the GELU (bf16 activations, cuBLASLt, mode 2 as
+     * the loop leaves it): c_fc's forward (N,768) -> pre, out (N,3072) and
+     * c_proj's backward dinp16 (N,3072) = gelu'(pre) * (dout (N,768) @ w),
+     * through cuBLASLt's GELU_AUX_BIAS / DGELU epilogues
+     * (zkc_matmul_gelu_fusion(1)) against the GEMM and the GELU kernel
+     * apart (0); the backward alone (dinp) and with dw, db (the same
+     * kernels either way). "fused" says whether the epilogue ran (the
+     * shape had a plan); GFLOP/s counts the GEMM's flops only. */
+    {
+        size_t nh = (size_t)N * 4 * C;
+        uint16_t *in16 = NULL, *w16 = NULL, *pre16 = NULL, *out16 = NULL, *dout16 = NULL;
+        dv->alloc((void **)&in16, (size_t)N * C * 2); dv->alloc((void **)&w16, (size_t)4 * C * C * 2);
+        dv->alloc((void **)&pre16, nh * 2); dv->alloc((void **)&out16, nh * 2);
+        dv->alloc((void **)&dout16, (size_t)N * C * 2);
+        dv->cast(in16, ZT_BF16, x, ZT_F32, (size_t)N * C);
+        dv->cast(w16, ZT_BF16, w, ZT_F32, (size_t)4 * C * C);
+        dv->cast(dout16, ZT_BF16, g, ZT_F32, (size_t)N * C);
+        char nm[96];
+        for (int fu = 0; fu <= 1; fu++) {
+            zkc_matmul_gelu_fusion(fu);
+            const char *how = fu ? "fused" : "two ops";
+            int64_t n0 = zkc_matmul_gelu_fused();
+            snprintf(nm, sizeof nm, "mlp fc fwd + gelu bf16, %s", how);
+            TIME(nm, f, 20, dv->matmul_bf16_forward_gelu(out16, pre16, in16, w16, b, N, C, 4 * C));
+            int64_t n1 = zkc_matmul_gelu_fused();
+            /* c_proj: w (C, 4C), dout (N, C): OC = C, the GEMM's C = 4C */
+            snprintf(nm, sizeof nm, "mlp proj bwd dinp + dgelu bf16, %s", how);
+            TIME(nm, f, 20, dv->matmul_bf16_backward_dgelu(out16, dx, NULL, NULL, dout16, pre16, w16,
+                                                           pre16, N, 4 * C, C, C));
+            int64_t n2 = zkc_matmul_gelu_fused();
+            snprintf(nm, sizeof nm, "mlp proj bwd + dgelu (dinp, dw, db), %s", how);
+            TIME(nm, 2 * f, 20, dv->matmul_bf16_backward_dgelu(out16, dx, dw, db, dout16, pre16, w16,
+                                                               pre16, N, 4 * C, C, C));
+            if (fu) printf("%-34s fused: forward %s, backward %s\n", "", n1 > n0 ? "yes" : "no (no plan)",
+                           n2 > n1 ? "yes" : "no (no plan)");
+        }
+        dv->free(in16); dv->free(w16); dv->free(pre16); dv->free(out16); dv->free(dout16);
     }
     double fa = 4.0 * B * NH * ((double)T * T / 2) * (C / NH);
     /* bf16 I/O (io16): qkv (cast from qkv), out and dqkv bf16, dout fp32 */

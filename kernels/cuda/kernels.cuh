@@ -227,6 +227,35 @@ int zkc_matmul_epilogue(int on);
  * last multiple of 128 and the rest (matmul.cu, split_at); 0: as one. -1
  * only asks. Returns the setting in force. */
 int zkc_matmul_split(int on);
+/* The MLP's GEMMs with its GELU (internal.h's matmul_bf16_forward_gelu,
+ * matmul_bf16_backward_dgelu), bf16 operands and activations, rows dense
+ * (ld OC forward, C for dinp16 and pre backward; dout's ldo >= OC).
+ * forward_gelu: pre (N,OC) = inp @ w^T + b and out (N,OC) = gelu(pre),
+ * both bf16 (b fp32 or NULL). backward_dgelu: dinp16 (N,C) bf16 =
+ * gelu'(pre) * (dout @ w), pre (N,C) bf16; dinp32 (N,C) fp32 scratch
+ * (written only where the product is formed apart); dw, db (NULL:
+ * skipped) and scratch as zkc_matmul_bf16_backward's, the same bits;
+ * dinp16 NULL: dw, db alone. Through cuBLASLt's GELU_AUX(_BIAS) / DGELU
+ * epilogues where the shape has a plan (the GELU of the fp32 sum, by
+ * cuBLASLt's arithmetic), else exactly the two ops apart:
+ * zkc_matmul_bf16_forward into pre then zkc_gelu_forward (bf16 in and
+ * out); zkc_matmul_bf16_backward into dinp32 then zkc_gelu_backward
+ * (matmul.cu says which shapes fuse: functions of the shapes and
+ * alignments only). Returns as the matmuls do. */
+int zkc_matmul_bf16_forward_gelu(cublasHandle_t h, cudaStream_t s, uint16_t *out, uint16_t *pre,
+                                 const uint16_t *inp, const uint16_t *w, const float *b,
+                                 int N, int C, int OC);
+int zkc_matmul_bf16_backward_dgelu(cublasHandle_t h, cudaStream_t s, uint16_t *dinp16,
+                                   float *dinp32, float *dw, float *db, const uint16_t *dout,
+                                   const uint16_t *inp, const uint16_t *w, const uint16_t *pre,
+                                   int N, int C, int OC, int ldo, double *scratch);
+/* 1 (the default): the two above fuse the GELU where they can; 0: always
+ * the two ops apart (tests and benches compare). -1 only asks. Returns the
+ * setting in force. Process-wide; change it while no matmul runs. */
+int zkc_matmul_gelu_fusion(int on);
+/* how many of those calls took a GELU epilogue so far (the process's
+ * count): tests and benches tell the fused path from the two ops by it */
+int64_t zkc_matmul_gelu_fused(void);
 /* stream s is being destroyed (synced): its cuBLASLt workspace is freed */
 void zkc_matmul_stream_gone(cudaStream_t s);
 #define ZKC_LAUNCH_BASE 1000

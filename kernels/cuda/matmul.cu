@@ -97,8 +97,10 @@ static int gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, in
  * plan (or at its first call, where cublasLtMatmul refuses it), so the
  * path is a function of the shapes (the same for every strategy, whose
  * views share offsets and alignment). Callers serialise
- * (device_cuda.c's lock): the plan cache, the workspace table and the one
- * descriptor whose bias pointer changes per call need no lock of their own.
+ * (device_cuda.c's lock): the plan cache, the workspace table and the
+ * descriptors whose bias and aux pointers change per call need no lock of
+ * their own. The MLP's GELU rides the same plans through its epilogues
+ * (LT_GELU_*, zkc_matmul_gelu_fusion, at the end of this file).
  * ---- */
 static int lt_mode = 2;
 
@@ -115,7 +117,21 @@ struct lt_key {
     cublasOperation_t ta, tb;
     cudaDataType_t ab, ct;
     int bias;                        /* CUBLASLT_EPILOGUE_BIAS with an fp32 bias */
+    int gelu;                        /* LT_GELU_*: the GELU epilogues (below) */
+    int auxld;                       /* their aux matrix's leading dimension (0 without) */
 };
+
+/* The GELU epilogues (zkc_matmul_gelu_fusion), both with a bf16 D and a
+ * bf16 aux matrix of D's shape (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_*, ld
+ * auxld, 16-byte aligned as the operands):
+ *  - LT_GELU_FWD: CUBLASLT_EPILOGUE_GELU_AUX_BIAS (GELU_AUX without a
+ *    bias): aux = acc + bias rounded to bf16 (the pre-activation, which the
+ *    BIAS epilogue would have written to D), D = gelu(acc + bias) computed
+ *    from the fp32 sum by cuBLASLt's GELU and rounded once;
+ *  - LT_GELU_BWD: CUBLASLT_EPILOGUE_DGELU: D = gelu'(aux) * acc rounded
+ *    once, aux read (the forward's pre-activation). Not DGELU_BGRAD: the
+ *    bias gradient stays colsum.cu's deterministic sum. */
+enum { LT_GELU_NONE = 0, LT_GELU_FWD = 1, LT_GELU_BWD = 2 };
 
 #define LT_PLANS 128
 struct lt_plan {
@@ -197,8 +213,9 @@ static int lt_cfg(const cublasLtMatmulAlgo_t *a, cublasLtMatmulAlgoConfigAttribu
 /* ZTRAIN_LT_DEBUG=1: each plan's shape and the heuristic's candidates */
 static void lt_debug(const struct lt_key *k, const cublasLtMatmulHeuristicResult_t *res, int n, int pick)
 {
-    fprintf(stderr, "lt plan m=%d n=%d k=%d ld=%d,%d,%d t=%d%d ab=%d ct=%d bias=%d: %d candidates, took %d\n",
-            k->m, k->n, k->k, k->lda, k->ldb, k->ldc, (int)k->ta, (int)k->tb, (int)k->ab, (int)k->ct, k->bias, n, pick);
+    fprintf(stderr, "lt plan m=%d n=%d k=%d ld=%d,%d,%d t=%d%d ab=%d ct=%d bias=%d gelu=%d auxld=%d: "
+            "%d candidates, took %d\n", k->m, k->n, k->k, k->lda, k->ldb, k->ldc, (int)k->ta, (int)k->tb,
+            (int)k->ab, (int)k->ct, k->bias, k->gelu, k->auxld, n, pick);
     for (int i = 0; i < n && i < 6; i++)
         fprintf(stderr, "  %d: id %d tile %d splitk %d red %d custom %d stages %d cluster %d ws %zu waves %.2f\n", i,
                 lt_cfg(&res[i].algo, CUBLASLT_ALGO_CONFIG_ID), lt_cfg(&res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
@@ -212,7 +229,10 @@ static void lt_debug(const struct lt_key *k, const cublasLtMatmulHeuristicResult
 static int lt_make(struct lt_plan *p)
 {
     const struct lt_key *k = &p->key;
-    cublasLtEpilogue_t ep = k->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasLtEpilogue_t ep = k->gelu == LT_GELU_FWD ? (k->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                              : CUBLASLT_EPILOGUE_GELU_AUX)
+                          : k->gelu == LT_GELU_BWD ? CUBLASLT_EPILOGUE_DGELU
+                          : k->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     /* the bias in D's type (cuBLASLt's rule for a bf16 D): the fp32 bias
      * rounded to bf16 first, then added to the fp32 accumulator and the sum
      * rounded once -- the bits of the bias rows filled first and a beta = 1
@@ -233,6 +253,11 @@ static int lt_make(struct lt_plan *p)
      * stand-in on exactly 16 bytes, what lt_gemm promises (NULL would read
      * as aligned on anything) */
     const void *bias16 = (const void *)(uintptr_t)16;
+    /* the GELU epilogues' aux matrix: ld auxld, its pointer a stand-in on
+     * 16 bytes as the bias's (lt_gemm sets the real one); its type left at
+     * the default, D's (bf16), as llm.c runs these epilogues on an H100 --
+     * naming it is one more attribute a library version may refuse */
+    int64_t auxld = k->auxld;
     /* as stored: A (k, m) when transposed else (m, k), B (n, k) when
      * transposed else (k, n), C = D (m, n); column-major, the given ld */
     int ar = k->ta == CUBLAS_OP_T ? k->k : k->m, ac = k->ta == CUBLAS_OP_T ? k->m : k->k;
@@ -245,6 +270,10 @@ static int lt_make(struct lt_plan *p)
                                                    &bt, sizeof bt)) ||
         (k->bias && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                    &bias16, sizeof bias16)) ||
+        (k->gelu && (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                    &auxld, sizeof auxld) ||
+                     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                    &bias16, sizeof bias16))) ||
         cublasLtMatrixLayoutCreate(&p->la, k->ab, ar, ac, k->lda) ||
         cublasLtMatrixLayoutCreate(&p->lb, k->ab, br, bc, k->ldb) ||
         cublasLtMatrixLayoutCreate(&p->lc, k->ct, k->m, k->n, k->ldc) ||
@@ -281,13 +310,15 @@ static struct lt_plan *lt_plan(const struct lt_key *k)
     return p->ok ? p : NULL;
 }
 
-/* D = op(A) op(B) (+ bias) (+ D when beta is 1); *done = 0 where the key
- * has no plan (the caller takes the plain path) */
+/* D = op(A) op(B) (+ bias) (+ D when beta is 1), through the key's GELU
+ * epilogue with aux (bf16, rows k->auxld apart) where it has one; *done =
+ * 0 where the key has no plan (the caller takes the plain path) */
 static int lt_gemm(cudaStream_t s, const struct lt_key *k, const void *a, const void *b, void *d,
-                   const float *bias, int *done, const float *beta = &zero)
+                   const float *bias, int *done, const float *beta = &zero, const void *aux = NULL)
 {
     *done = 0;
     if (!lt_operands(k, a, b, d) || ((uintptr_t)bias & 15)) return 0;
+    if (k->gelu && (!aux || !lt_aligned(aux, k->auxld, CUDA_R_16BF))) return 0;
     if (k->bias && k->ct == CUDA_R_16BF && k->m > LT_BIAS16) return 0;
     struct lt_plan *p = lt_plan(k);
     if (!p) return 0;
@@ -305,6 +336,8 @@ static int lt_gemm(cudaStream_t s, const struct lt_key *k, const void *a, const 
     }
     if (k->bias)
         CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
+    if (k->gelu)
+        CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
     cublasStatus_t st = cublasLtMatmul(lt, p->desc, &one, a, p->la, b, p->lb, beta, d, p->lc, d,
                                        p->lc, &p->algo, ws, p->ws, s);
     if (!p->ran && (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE)) {
@@ -319,12 +352,13 @@ static int lt_gemm(cudaStream_t s, const struct lt_key *k, const void *a, const 
 
 static struct lt_key lt_key_of(int m, int n, int k, cublasOperation_t ta, cublasOperation_t tb,
                                int lda, int ldb, int ldc, cudaDataType_t ab, cudaDataType_t ct,
-                               int bias)
+                               int bias, int gelu = LT_GELU_NONE, int auxld = 0)
 {
     struct lt_key key;
     memset(&key, 0, sizeof key);     /* the padding too: keys are compared with memcmp */
     key.m = m; key.n = n; key.k = k; key.lda = lda; key.ldb = ldb; key.ldc = ldc;
     key.ta = ta; key.tb = tb; key.ab = ab; key.ct = ct; key.bias = bias;
+    key.gelu = gelu; key.auxld = auxld;
     return key;
 }
 
@@ -453,6 +487,46 @@ static int bwd(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw, float *
     return 0;
 }
 
+/* ---- the MLP's GEMMs with the GELU (zkc_matmul_bf16_forward_gelu,
+ * zkc_matmul_bf16_backward_dgelu): one cublasLtMatmul through the GELU
+ * epilogues (LT_GELU_*) where the shape has a plan, else exactly the two
+ * ops apart that runtime/ops.c issues where a device has no fused entry
+ * (fwd() into pre then gelu.cu's bf16-in, bf16-out kernel; bwd() into the
+ * f32 dinp32 then gelu.cu's backward, bf16 pre and dinp16). The fused
+ * path needs cuBLASLt wanted for bf16 (zkc_matmul_epilogue 1 or 2), the
+ * fusion on, a non-empty product (N, C, OC > 0), no column split
+ * (split_at(OC) == 0: the backward's DGELU must see the whole sum over
+ * OC; a split forward would be two plans, either of which could fall
+ * back alone, and no MLP has such an OC),
+ * every operand, out / dinp16 and pre on 16 bytes with rows a multiple of
+ * 16 bytes (aux ld = the rows of D: OC forward, C backward, a multiple of
+ * 8 elements as cuBLASLt asks), a bias on a bf16 out within LT_BIAS16
+ * columns, and a plan (the heuristic found one and cublasLtMatmul did not
+ * refuse its first call): all functions of the shapes and alignments,
+ * decided once per plan, so every strategy takes the same path.
+ *
+ * Bits: the fused forward's pre is the BIAS epilogue's kind of value
+ * (acc + bf16 bias rounded once, possibly another algorithm's sum), its out
+ * cuBLASLt's GELU of the fp32 sum (not of the rounded pre, and not gelu.cu's
+ * tanhf); the fused backward's dinp16 is cuBLASLt's gelu'(pre) times the
+ * fp32 product, rounded once (no f32 dinp is written: dinp32 untouched).
+ * Within bf16 tolerances of the two-op path (spec/c/test_cuda.c); dw, db
+ * are always bwd()'s, the same bits fused or not. ---- */
+static int gelu_fusion_on = 1;
+static int64_t gelu_fused_n;         /* calls that took an epilogue (callers serialise) */
+int zkc_matmul_gelu_fusion(int on)
+{
+    if (on == 0 || on == 1) gelu_fusion_on = on;
+    return gelu_fusion_on;
+}
+int64_t zkc_matmul_gelu_fused(void) { return gelu_fused_n; }
+
+static int gelu_fusable(int N, int C, int OC)
+{
+    return gelu_fusion_on && lt_wanted(CUDA_R_16BF) && N > 0 && C > 0 && OC > 0 &&
+           !split_at(OC, CUDA_R_16BF);
+}
+
 extern "C" {
 int zkc_matmul_forward(cublasHandle_t h, cudaStream_t s, float *out, const float *inp,
                        const float *w, const float *b, int N, int C, int OC, int ldo)
@@ -483,5 +557,54 @@ int zkc_matmul_bf16_backward(cublasHandle_t h, cudaStream_t s, float *dinp, floa
     return bwd<__nv_bfloat16>(h, s, dinp, dw, db, (const __nv_bfloat16 *)dout,
                               (const __nv_bfloat16 *)inp, (const __nv_bfloat16 *)w, N, C, OC,
                               ldo, CUDA_R_16BF, scratch);
+}
+
+int zkc_matmul_bf16_forward_gelu(cublasHandle_t h, cudaStream_t s, uint16_t *out, uint16_t *pre,
+                                 const uint16_t *inp, const uint16_t *w, const float *b,
+                                 int N, int C, int OC)
+{
+    if (gelu_fusable(N, C, OC)) {
+        /* out^T (OC, N) = gelu(w (C, OC)^T . inp^T (C, N) + b), pre^T the
+         * sum; both column-major with ld OC */
+        struct lt_key k = lt_key_of(OC, N, C, CUBLAS_OP_T, CUBLAS_OP_N, C, C, OC, CUDA_R_16BF,
+                                    CUDA_R_16BF, b != NULL, LT_GELU_FWD, OC);
+        int done, e = lt_gemm(s, &k, w, inp, out, b, &done, &zero, pre);
+        gelu_fused_n += done;
+        if (e || done) return e;
+    }
+    int e = fwd(h, s, pre, inp, w, b, N, C, OC, OC, CUDA_R_16BF, CUDA_R_16BF);
+    if (e) return e;
+    if (N > 0 && OC > 0) {
+        e = zkc_gelu_forward(s, out, 1, pre, 1, (size_t)N * OC);
+        if (e) return ZKC_LAUNCH_BASE + e;
+    }
+    return 0;
+}
+
+int zkc_matmul_bf16_backward_dgelu(cublasHandle_t h, cudaStream_t s, uint16_t *dinp16,
+                                   float *dinp32, float *dw, float *db, const uint16_t *dout,
+                                   const uint16_t *inp, const uint16_t *w, const uint16_t *pre,
+                                   int N, int C, int OC, int ldo, double *scratch)
+{
+    int done = 0;
+    if (dinp16 && gelu_fusable(N, C, OC)) {
+        /* dinp16^T (C, N) = gelu'(pre^T) * (w^T (C, OC) . dout^T (OC, N)),
+         * bwd()'s dinp product with a bf16 D; pre^T (C, N) ld C */
+        struct lt_key k = lt_key_of(C, N, OC, CUBLAS_OP_N, CUBLAS_OP_N, C, ldo, C, CUDA_R_16BF,
+                                    CUDA_R_16BF, 0, LT_GELU_BWD, C);
+        int e = lt_gemm(s, &k, w, dout, dinp16, NULL, &done, &zero, pre);
+        if (e) return e;
+        gelu_fused_n += done;
+    }
+    float *d32 = dinp16 && !done ? dinp32 : NULL;      /* the two ops' f32 product */
+    int e = bwd<__nv_bfloat16>(h, s, d32, dw, db, (const __nv_bfloat16 *)dout,
+                               (const __nv_bfloat16 *)inp, (const __nv_bfloat16 *)w, N, C, OC,
+                               ldo, CUDA_R_16BF, scratch);
+    if (e) return e;
+    if (d32 && N > 0 && C > 0) {
+        e = zkc_gelu_backward(s, dinp16, 1, pre, 1, d32, (size_t)N * C);
+        if (e) return ZKC_LAUNCH_BASE + e;
+    }
+    return 0;
 }
 }

@@ -44,6 +44,31 @@
  *    rounded once, so within 1e-5 + (1e-5 + 2^-7) |x| (the f32 gap plus
  *    a bf16 ulp, at most 2^-7 |x|); mean, rstd, dw, db the f32 tolerances;
  *    a split backward's parts the fused call's bits.
+ *  - the MLP's GEMM fused with its GELU (matmul_bf16_forward_gelu,
+ *    matmul_bf16_backward_dgelu; cuBLASLt's GELU_AUX(_BIAS) / DGELU
+ *    epilogues) against the CPU's two ops (zk_matmul_bf16_forward_b16 +
+ *    zk_gelu_forward_bb; zk_matmul_bf16_backward + zk_gelu_backward_bb),
+ *    bf16 operands and biases. The epilogue takes the GELU of the fp32
+ *    sum (not of the rounded pre) by cuBLASLt's own tanh (or erf: 5e-4
+ *    apart), so per element, with bnd the bf16 GEMM bound above of the
+ *    sum, x the want's pre, y its out (dinp16), D the product:
+ *      pre:    the bf16 GEMM check (bnd + half a bf16 ulp, 2^-8 |ref|);
+ *      out:    1e-6 + 1.13 (2 bnd + 2^-7 |x|) + 2^-10 |x| + 2^-7 |y|
+ *              (gelu's slope is within [-0.13, 1.13]: the two sums' gap
+ *              and a bf16 ulp of pre carried through it; the GELUs'
+ *              difference, tanh approximations or erf, under 2^-10 |x|;
+ *              a bf16 ulp of out, the two roundings);
+ *      dinp16: 1e-6 + 1.13 * 2 bnd + 2^-7 |D| + 2^-7 |y| (the products'
+ *              gap through gelu'; gelu' evaluated apart, 2^-7 absolute:
+ *              a hardware tanh's 2^-11 times d(gelu')/d(tanh) <= 10 on
+ *              pre in [-4, 4], the inputs' range; a bf16 ulp of y).
+ *    The same tolerances between the fused call and the two ops on the
+ *    GPU (zkc_matmul_gelu_fusion(0)); exact bits: the fused call twice,
+ *    dw and db against the unfused call (the same kernels), the unfused
+ *    call against the table's matmul and gelu ops one after the other,
+ *    and a shape or pointer cuBLASLt's epilogues cannot take (rows not a
+ *    multiple of 16 bytes, pre 2 bytes off, cuBLAS mode) against the two
+ *    ops, with the fused-call count unmoved.
  */
 #include <cuda_runtime_api.h>
 #include "ctest.h"
@@ -1066,6 +1091,271 @@ static void t_matmul_epilogue(void)
              "rc %d, setting %d", bad, zt_cuda_matmul_epilogue(-1));
 }
 
+/* ---- the MLP's GEMMs with the GELU (the tolerance comment at the top) ---- */
+static uint16_t *bf16_of(const float *x, size_t n)
+{
+    uint16_t *h = malloc(n * 2 + 2);
+    zk_cast_f32_bf16(h, x, n);
+    return h;
+}
+static float *f32_of(const uint16_t *h, size_t n)
+{
+    float *f = malloc(n * 4 + 4);
+    zk_cast_bf16_f32(f, h, n);
+    return f;
+}
+/* |got - want| <= tol[i] per element, both bf16 */
+static void within16(const char *name, const uint16_t *got, const uint16_t *want,
+                     const double *tol, size_t n)
+{
+    float *g = f32_of(got, n), *w = f32_of(want, n);
+    double worst = 0; size_t wi = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)g[i] - w[i]) / tol[i];
+        if (!(e <= worst)) { worst = e; wi = i; if (isnan(e)) { worst = INFINITY; break; } }
+    }
+    ct_check(worst <= 1.0, name, "element %zu: got %.9g want %.9g (%.3g of the tolerance)",
+             wi, n ? (double)g[wi] : 0.0, n ? (double)w[wi] : 0.0, worst);
+    free(g); free(w);
+}
+/* the forward's out tolerance about a want (pre x, out y); bnd the sum's */
+static double *gelu_fwd_tol(const uint16_t *x16, const uint16_t *y16, const double *bnd, size_t n)
+{
+    float *x = f32_of(x16, n), *y = f32_of(y16, n);
+    double *t = malloc(n * sizeof(double) + 8);
+    for (size_t i = 0; i < n; i++)
+        t[i] = 1e-6 + 1.13 * (2 * bnd[i] + 0x1p-7 * fabs(x[i])) + 0x1p-10 * fabs(x[i]) +
+               0x1p-7 * fabs(y[i]);
+    free(x); free(y);
+    return t;
+}
+/* the backward's dinp16 tolerance about a want y; D, bnd the product's */
+static double *gelu_bwd_tol(const uint16_t *y16, const double *D, const double *bnd, size_t n)
+{
+    float *y = f32_of(y16, n);
+    double *t = malloc(n * sizeof(double) + 8);
+    for (size_t i = 0; i < n; i++)
+        t[i] = 1e-6 + 1.13 * 2 * bnd[i] + 0x1p-7 * fabs(D[i]) + 0x1p-7 * fabs(y[i]);
+    free(y);
+    return t;
+}
+static const char *gname(char (*buf)[384], int *i, const char *tag, const char *what)
+{
+    char *b = buf[(*i)++ % 16];
+    snprintf(b, 384, "%s: %s", tag, what);
+    return b;
+}
+
+/* pre, out = the fused forward at N x C x OC (bias or not), pre's rows
+ * `off` elements past 16 bytes (1: the epilogue's aux cannot take it);
+ * two_ops: the shape must take the two ops (bits and count checked) */
+static void t_mm_gelu_fwd(int N, int C, int OC, int bias, int off, int two_ops)
+{
+    char tag[120], nb[16][384];
+    int ni = 0;
+    snprintf(tag, sizeof tag, "matmul+gelu fwd %dx%dx%d%s%s%s", N, C, OC, bias ? " + bias" : "",
+             off ? ", pre 2 bytes off" : "", zt_cuda_matmul_epilogue(-1) ? "" : " (cuBLAS mode)");
+    size_t nc = (size_t)N * C, wc = (size_t)OC * C, no = (size_t)N * OC;
+    float s = 3.0f / sqrtf((float)C);             /* pre about N(0, 1) + the bias */
+    float *a = ct_rand(nc, -1, 1), *w = ct_rand(wc, -s, s), *b = bias ? ct_rand(OC, -1, 1) : NULL;
+    round_bf16(a, nc); round_bf16(w, wc);
+    if (b) round_bf16(b, OC);                     /* a bf16 model's biases */
+    uint16_t *ha = bf16_of(a, nc), *hw = bf16_of(w, wc), *pc = malloc(no * 2), *oc = malloc(no * 2);
+    zk_matmul_bf16_forward_b16(pc, ha, hw, b, N, C, OC, OC);
+    zk_gelu_forward_bb(oc, pc, no);
+    double *ref = malloc(no * sizeof(double)), *bnd = malloc(no * sizeof(double));
+    ref_gemm_nt(ref, bnd, a, w, b, N, C, OC);
+    uint16_t *da = up(ha, nc * 2), *dw = up(hw, wc * 2);
+    float *db = b ? up(b, OC * 4) : NULL;
+    /* 0, 1: fused twice; 2: fusion off; 3: the table's matmul then gelu */
+    uint16_t *bp[4], *bo[4], *pre[4], *out[4];
+    for (int k = 0; k < 4; k++) { pre[k] = up16(NULL, no, off, &bp[k]); out[k] = up16(NULL, no, 0, &bo[k]); }
+    int was = zkc_matmul_gelu_fusion(-1), rc[4];
+    zkc_matmul_gelu_fusion(1);
+    int64_t f0 = zkc_matmul_gelu_fused();
+    rc[0] = dv->matmul_bf16_forward_gelu(out[0], pre[0], da, dw, db, N, C, OC);
+    int64_t f1 = zkc_matmul_gelu_fused();
+    rc[1] = dv->matmul_bf16_forward_gelu(out[1], pre[1], da, dw, db, N, C, OC);
+    int64_t f2 = zkc_matmul_gelu_fused();
+    zkc_matmul_gelu_fusion(0);
+    rc[2] = dv->matmul_bf16_forward_gelu(out[2], pre[2], da, dw, db, N, C, OC);
+    int64_t f3 = zkc_matmul_gelu_fused();
+    zkc_matmul_gelu_fusion(was);
+    rc[3] = dv->matmul_bf16_forward(pre[3], 1, da, dw, db, N, C, OC, OC);
+    dv->gelu_forward(out[3], 1, pre[3], 1, no);
+    ct_check(rc[0] == ZT_OK && rc[1] == ZT_OK && rc[2] == ZT_OK && rc[3] == ZT_OK,
+             gname(nb, &ni, tag, "calls succeed"), "%d %d %d %d: %s", rc[0], rc[1], rc[2], rc[3],
+             zt_last_error());
+    if (synced(gname(nb, &ni, tag, "runs"))) {
+        int fused = f1 > f0;
+        printf("  %s: %s\n", tag, fused ? "fused (cuBLASLt GELU epilogue)" : "two ops");
+        ct_check(f2 - f1 == f1 - f0 && f3 == f2, gname(nb, &ni, tag, "the path a function of the "
+                 "shape (the second call the first's; none with the fusion off)"),
+                 "fused counts %lld, %lld, %lld", (long long)(f1 - f0), (long long)(f2 - f1),
+                 (long long)(f3 - f2));
+        uint16_t *g[4], *o[4];
+        for (int k = 0; k < 4; k++) { g[k] = down(pre[k], no * 2); o[k] = down(out[k], no * 2); }
+        float *gp = f32_of(g[0], no);
+        for (size_t i = 0; i < no; i++) bnd[i] += fabs(ref[i]) * 0x1p-8;
+        check_gemm(gname(nb, &ni, tag, "pre (fp32 dot bound + a bf16 rounding)"), gp, ref, bnd, no);
+        for (size_t i = 0; i < no; i++) bnd[i] -= fabs(ref[i]) * 0x1p-8;
+        double *t = gelu_fwd_tol(pc, oc, bnd, no);
+        within16(gname(nb, &ni, tag, "out against the CPU's two ops"), o[0], oc, t, no);
+        within16(gname(nb, &ni, tag, "out, fusion off, against the CPU's two ops"), o[2], oc, t, no);
+        free(t);
+        t = gelu_fwd_tol(g[2], o[2], bnd, no);
+        within16(gname(nb, &ni, tag, "out against fusion off"), o[0], o[2], t, no);
+        for (size_t i = 0; i < no; i++) t[i] = 2 * bnd[i] + 0x1p-7 * fabs(ref[i]) + 1e-30;
+        within16(gname(nb, &ni, tag, "pre against fusion off (two sums, two roundings)"), g[0], g[2], t, no);
+        free(t);
+        same_bits(gname(nb, &ni, tag, "fused twice: pre the same bits"), g[1], g[0], no * 2);
+        same_bits(gname(nb, &ni, tag, "fused twice: out the same bits"), o[1], o[0], no * 2);
+        same_bits(gname(nb, &ni, tag, "fusion off: pre the matmul op's bits"), g[2], g[3], no * 2);
+        same_bits(gname(nb, &ni, tag, "fusion off: out the gelu op's bits"), o[2], o[3], no * 2);
+        if (two_ops) {
+            ct_check(f1 == f0, gname(nb, &ni, tag, "takes the two ops"), "fused %lld calls",
+                     (long long)(f2 - f0));
+            same_bits(gname(nb, &ni, tag, "two ops: pre the unfused bits"), g[0], g[3], no * 2);
+            same_bits(gname(nb, &ni, tag, "two ops: out the unfused bits"), o[0], o[3], no * 2);
+        }
+        for (int k = 0; k < 4; k++) { free(g[k]); free(o[k]); }
+        free(gp);
+    }
+    for (int k = 0; k < 4; k++) { dv->free(bp[k]); dv->free(bo[k]); }
+    dv->free(da); dv->free(dw); if (db) dv->free(db);
+    free(a); free(w); free(b); free(ha); free(hw); free(pc); free(oc); free(ref); free(bnd);
+}
+
+/* dinp16 = the fused backward at N x C x OC (dout rows OC), pre and dinp16
+ * `off` elements past 16 bytes; two_ops as the forward's */
+static void t_mm_gelu_bwd(int N, int C, int OC, int off, int two_ops)
+{
+    char tag[120], nb[16][384];
+    int ni = 0;
+    snprintf(tag, sizeof tag, "matmul+dgelu bwd %dx%dx%d%s%s", N, C, OC,
+             off ? ", pre and dinp16 2 bytes off" : "", zt_cuda_matmul_epilogue(-1) ? "" : " (cuBLAS mode)");
+    size_t nc = (size_t)N * C, wc = (size_t)OC * C, no = (size_t)N * OC;
+    float s = 3.0f / sqrtf((float)OC);            /* the product about N(0, 1/3) */
+    float *dy = ct_rand(no, -1, 1), *w = ct_rand(wc, -s, s), *a = ct_rand(nc, -1, 1);
+    float *p = ct_rand(nc, -4, 4);
+    round_bf16(dy, no); round_bf16(w, wc); round_bf16(a, nc); round_bf16(p, nc);
+    uint16_t *hdy = bf16_of(dy, no), *hw = bf16_of(w, wc), *ha = bf16_of(a, nc), *hp = bf16_of(p, nc);
+    float *d32c = malloc(nc * 4), *dwc = malloc(wc * 4), *dbc = malloc(OC * 4);
+    uint16_t *d16c = malloc(nc * 2);
+    zk_matmul_bf16_backward(d32c, dwc, dbc, hdy, ha, hw, N, C, OC, OC);
+    zk_gelu_backward_bb(d16c, hp, d32c, nc);
+    double *ref = malloc(nc * sizeof(double)), *bnd = malloc(nc * sizeof(double));
+    float *wt = transpose(w, OC, C);
+    ref_gemm_nt(ref, bnd, dy, wt, NULL, N, OC, C);     /* D (N,C) = dy . w */
+    uint16_t *ddy = up(hdy, no * 2), *dw = up(hw, wc * 2), *da = up(ha, nc * 2), *bpre;
+    uint16_t *dpre = up16(hp, nc, off, &bpre);
+    /* 0, 1: fused twice; 2: fusion off; 3: the table's matmul then gelu;
+     * 4: fused, dinp16 NULL (dw, db alone) */
+    uint16_t *bd[5], *d16[5];
+    float *d32[5], *gw[5], *gb[5];
+    for (int k = 0; k < 5; k++) {
+        d16[k] = up16(NULL, nc, off, &bd[k]);
+        d32[k] = up(d32c, nc * 4); gw[k] = up(dwc, wc * 4); gb[k] = up(dbc, OC * 4);
+        dv->fill(d32[k], 7.0f, nc);                /* poisoned: the fused call leaves it */
+        dv->fill(gw[k], NAN, wc); dv->fill(gb[k], NAN, OC);
+    }
+    int was = zkc_matmul_gelu_fusion(-1), rc[5];
+    zkc_matmul_gelu_fusion(1);
+    int64_t f0 = zkc_matmul_gelu_fused();
+    rc[0] = dv->matmul_bf16_backward_dgelu(d16[0], d32[0], gw[0], gb[0], ddy, da, dw, dpre, N, C, OC, OC);
+    int64_t f1 = zkc_matmul_gelu_fused();
+    rc[1] = dv->matmul_bf16_backward_dgelu(d16[1], d32[1], gw[1], gb[1], ddy, da, dw, dpre, N, C, OC, OC);
+    int64_t f2 = zkc_matmul_gelu_fused();
+    rc[4] = dv->matmul_bf16_backward_dgelu(NULL, NULL, gw[4], gb[4], ddy, da, dw, NULL, N, C, OC, OC);
+    int64_t f3 = zkc_matmul_gelu_fused();
+    zkc_matmul_gelu_fusion(0);
+    rc[2] = dv->matmul_bf16_backward_dgelu(d16[2], d32[2], gw[2], gb[2], ddy, da, dw, dpre, N, C, OC, OC);
+    int64_t f4 = zkc_matmul_gelu_fused();
+    zkc_matmul_gelu_fusion(was);
+    rc[3] = dv->matmul_bf16_backward(d32[3], gw[3], gb[3], ddy, da, dw, N, C, OC, OC);
+    dv->gelu_backward(d16[3], 1, dpre, 1, d32[3], nc);
+    ct_check(rc[0] == ZT_OK && rc[1] == ZT_OK && rc[2] == ZT_OK && rc[3] == ZT_OK && rc[4] == ZT_OK,
+             gname(nb, &ni, tag, "calls succeed"), "%d %d %d %d %d: %s", rc[0], rc[1], rc[2], rc[3],
+             rc[4], zt_last_error());
+    if (synced(gname(nb, &ni, tag, "runs"))) {
+        int fused = f1 > f0;
+        printf("  %s: %s\n", tag, fused ? "fused (cuBLASLt DGELU epilogue)" : "two ops");
+        ct_check(f2 - f1 == f1 - f0 && f3 == f2 && f4 == f3, gname(nb, &ni, tag, "the path a function "
+                 "of the shape (the second call the first's; none without dinp16 or the fusion)"),
+                 "fused counts %lld, %lld, %lld, %lld", (long long)(f1 - f0), (long long)(f2 - f1),
+                 (long long)(f3 - f2), (long long)(f4 - f3));
+        uint16_t *g[5];
+        float *h32[5], *hw_[5], *hb[5];
+        for (int k = 0; k < 5; k++) {
+            g[k] = down(d16[k], nc * 2); h32[k] = down(d32[k], nc * 4);
+            hw_[k] = down(gw[k], wc * 4); hb[k] = down(gb[k], OC * 4);
+        }
+        double *t = gelu_bwd_tol(d16c, ref, bnd, nc);
+        within16(gname(nb, &ni, tag, "dinp16 against the CPU's two ops"), g[0], d16c, t, nc);
+        within16(gname(nb, &ni, tag, "dinp16, fusion off, against the CPU's two ops"), g[2], d16c, t, nc);
+        free(t);
+        t = gelu_bwd_tol(g[2], ref, bnd, nc);
+        within16(gname(nb, &ni, tag, "dinp16 against fusion off"), g[0], g[2], t, nc);
+        free(t);
+        same_bits(gname(nb, &ni, tag, "fused twice: dinp16 the same bits"), g[1], g[0], nc * 2);
+        for (int k = 1; k < 5; k++) {
+            same_bits(gname(nb, &ni, tag, k == 4 ? "dw alone (dinp16 NULL): the unfused bits"
+                                                 : "dw the unfused call's bits"), hw_[k], hw_[3], wc * 4);
+            same_bits(gname(nb, &ni, tag, k == 4 ? "db alone (dinp16 NULL): the unfused bits"
+                                                 : "db the unfused call's bits"), hb[k], hb[3], OC * 4);
+        }
+        same_bits(gname(nb, &ni, tag, "dw fused: the unfused call's bits"), hw_[0], hw_[3], wc * 4);
+        same_bits(gname(nb, &ni, tag, "db fused: the unfused call's bits"), hb[0], hb[3], OC * 4);
+        same_bits(gname(nb, &ni, tag, "fusion off: dinp32 the matmul op's bits"), h32[2], h32[3], nc * 4);
+        same_bits(gname(nb, &ni, tag, "fusion off: dinp16 the gelu op's bits"), g[2], g[3], nc * 2);
+        {   /* the product's bound on the f32 dinp of the two ops */
+            float *r = malloc(nc * 4);
+            check_gemm(gname(nb, &ni, tag, "fusion off: dinp32 (fp32 dot bound)"), h32[2], ref, bnd, nc);
+            for (size_t i = 0; i < nc; i++) r[i] = 7.0f;
+            if (fused) same_bits(gname(nb, &ni, tag, "fused: dinp32 untouched"), h32[0], r, nc * 4);
+            free(r);
+        }
+        if (two_ops) {
+            ct_check(f1 == f0, gname(nb, &ni, tag, "takes the two ops"), "fused %lld calls",
+                     (long long)(f2 - f0));
+            same_bits(gname(nb, &ni, tag, "two ops: dinp16 the unfused bits"), g[0], g[3], nc * 2);
+            same_bits(gname(nb, &ni, tag, "two ops: dinp32 the unfused bits"), h32[0], h32[3], nc * 4);
+        }
+        for (int k = 0; k < 5; k++) { free(g[k]); free(h32[k]); free(hw_[k]); free(hb[k]); }
+    }
+    for (int k = 0; k < 5; k++) { dv->free(bd[k]); dv->free(d32[k]); dv->free(gw[k]); dv->free(gb[k]); }
+    dv->free(ddy); dv->free(dw); dv->free(da); dv->free(bpre);
+    free(dy); free(w); free(a); free(p); free(hdy); free(hw); free(ha); free(hp);
+    free(d32c); free(dwc); free(dbc); free(d16c); free(ref); free(bnd); free(wt);
+}
+
+/* the fused MLP ops through cuBLASLt (mode 2, the default), small and at
+ * GPT-2 124M's c_fc forward (768 -> 3072) and c_proj's dinp (3072 <- 768),
+ * then shapes and pointers the epilogues cannot take, and cuBLAS mode */
+static void t_matmul_gelu(void)
+{
+    int was = zt_cuda_matmul_epilogue(-1);
+    zt_cuda_matmul_epilogue(2);
+    t_mm_gelu_fwd(33, 128, 256, 1, 0, 0);
+    t_mm_gelu_fwd(33, 128, 256, 0, 0, 0);         /* GELU_AUX: no bias */
+    t_mm_gelu_fwd(64, 768, 3072, 1, 0, 0);
+    t_mm_gelu_fwd(64, 768, 3072, 1, 1, 1);        /* pre 2 bytes off: no aux on 16 bytes */
+    t_mm_gelu_fwd(33, 130, 200, 1, 0, 1);         /* rows of 260 bytes */
+    t_mm_gelu_bwd(33, 256, 128, 0, 0);
+    t_mm_gelu_bwd(64, 3072, 768, 0, 0);
+    t_mm_gelu_bwd(64, 3072, 768, 1, 1);
+    t_mm_gelu_bwd(33, 130, 128, 0, 1);            /* aux rows of 260 bytes */
+    zt_cuda_matmul_epilogue(0);
+    t_mm_gelu_fwd(33, 128, 256, 1, 0, 1);
+    t_mm_gelu_bwd(33, 256, 128, 0, 1);
+    zt_cuda_matmul_epilogue(was);
+    const char *env = getenv("ZTRAIN_GELU_FUSION");
+    int f = zkc_matmul_gelu_fusion(-1), want = !(env && !strcmp(env, "0"));
+    ct_check(f == want && zkc_matmul_gelu_fusion(2) == f && zkc_matmul_gelu_fusion(-1) == f,
+             "matmul gelu fusion: on unless ZTRAIN_GELU_FUSION=0, 2 leaves it", "setting %d, want %d",
+             f, want);
+}
+
 static void t_attention(int B, int T, int C, int NH)
 {
     char name[128];
@@ -1639,7 +1929,7 @@ static void t_pinned_pages(void)
 
 static void (*const tests[])(void) = {
     t_elementwise, t_add3_r16, t_casts, t_gelu, t_layernorm, t_norm_r16, t_encoder, t_xent, t_xent_padded_both, t_adamw, t_sums,
-    t_sum_ranks, t_llama, t_randn, t_matmul_all, t_matmul_epilogue, t_attention_all, t_attention_tc_all,
+    t_sum_ranks, t_llama, t_randn, t_matmul_all, t_matmul_epilogue, t_matmul_gelu, t_attention_all, t_attention_tc_all,
     t_attention_io16_all, t_errors,
     t_pinned_pages, t_copy_then_compute, t_two_streams, t_blas_on_current_stream, t_stream_errors,
 };

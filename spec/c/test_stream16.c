@@ -4,10 +4,13 @@
  * against the f32 kernels they are defined by: each is the f32 kernel on
  * the widened bf16 values, its bf16 outputs rounded once. Bit for bit, on
  * 1, 2 and 3 OpenMP threads, at widths that are and are not multiples of
- * the kernels' lanes, and the split backward's parts apart.
+ * the kernels' lanes, and the split backward's parts apart. Then the ops
+ * (runtime/ops.c): what each refuses, naming the operand, and the MLP's
+ * GEMM+GELU ops on the CPU device: the bits of the two ops apart.
  */
 #include "ctest.h"
 #include "../../kernels/cpu/kernels.h"
+#include "../../runtime/ztrain.h"
 
 /* n random values already on the bf16 grid: bf16 bits, and their widening */
 static uint16_t *rand16(size_t n, float lo, float hi, float **wide) {
@@ -193,6 +196,117 @@ static void test_encoder(int B, int T, int C, int V, int with_wpe) {
     free(g0); free(g1); free(p0); free(p1);
 }
 
+/* a tensor of the given dtype and shape on the device tier, filled from
+ * floats (rounded when bf16) */
+static zt_tensor *tensor(int dtype, int nd, const int64_t *shape, const float *f) {
+    zt_tensor *t = NULL;
+    if (zt_tensor_new(&t, ZT_TIER_DEVICE, ZT_CAT_OTHER, dtype, nd, shape) != 0) abort();
+    size_t n = 1;
+    for (int i = 0; i < nd; i++) n *= (size_t)shape[i];
+    if (f && dtype == ZT_BF16) {
+        uint16_t *h = round16(f, n);
+        zt_tensor_write(t, h, n * 2);
+        free(h);
+    } else if (f) {
+        zt_tensor_write(t, f, n * 4);
+    }
+    return t;
+}
+
+static int refused(int rc, const char *needle) {
+    return rc != 0 && strstr(zt_last_error(), needle) != NULL;
+}
+
+static void test_ops_refuse(void) {
+    int64_t s2[2] = { 4, 8 }, s1[1] = { 8 }, big[2] = { 1, 16385 }, big1[1] = { 16385 };
+    zt_tensor *a16 = tensor(ZT_BF16, 2, s2, NULL), *b16 = tensor(ZT_BF16, 2, s2, NULL);
+    zt_tensor *a32 = tensor(ZT_F32, 2, s2, NULL), *w = tensor(ZT_F32, 1, s1, NULL);
+    zt_tensor *m = tensor(ZT_F32, 1, (int64_t[]){ 4 }, NULL), *r = tensor(ZT_F32, 1, (int64_t[]){ 4 }, NULL);
+    ct_check(refused(zt_add3(a16, a16, a32), "b must be bf16"), "add3 refuses mixed dtypes, naming b",
+             "%s", zt_last_error());
+    ct_check(refused(zt_fill(a16, 1.0f), "filled with 0 only"), "fill refuses a non-zero bf16 fill",
+             "%s", zt_last_error());
+    ct_check(zt_fill(a16, 0.0f) == 0, "fill zeroes a bf16 tensor", "%s", zt_last_error());
+    ct_check(refused(zt_layernorm_forward(a32, m, r, a16, w, w), "takes a bf16 out"),
+             "layernorm forward refuses a bf16 stream into an f32 out", "%s", zt_last_error());
+    ct_check(refused(zt_layernorm_backward_b16(a16, b16, NULL, NULL, a32, a16, w, m, r),
+                     "pass no dinp16"), "layernorm backward refuses dinp16 on a bf16 stream",
+             "%s", zt_last_error());
+    ct_check(refused(zt_layernorm_backward(a32, NULL, NULL, a32, a16, w, m, r), "dinp must be bf16"),
+             "layernorm backward refuses an f32 dinp for a bf16 inp", "%s", zt_last_error());
+    ct_check(refused(zt_layernorm_residual_forward(a16, b16, m, r, a16, a32, w, w), "b must be bf16"),
+             "residual layernorm refuses mixed a and b", "%s", zt_last_error());
+    zt_tensor *x = tensor(ZT_BF16, 2, big, NULL), *o = tensor(ZT_BF16, 2, big, NULL);
+    zt_tensor *wb = tensor(ZT_F32, 1, big1, NULL), *m1 = tensor(ZT_F32, 1, (int64_t[]){ 1 }, NULL);
+    zt_tensor *r1 = tensor(ZT_F32, 1, (int64_t[]){ 1 }, NULL);
+    ct_check(refused(zt_layernorm_forward(o, m1, r1, x, wb, wb), "16384"),
+             "layernorm forward refuses a bf16 stream past 16384 channels, naming the bound",
+             "%s", zt_last_error());
+    ct_check(refused(zt_rmsnorm_forward(o, r1, x, wb, 1e-5f), "16384"),
+             "rmsnorm forward refuses a bf16 stream past 16384 channels", "%s", zt_last_error());
+    zt_tensor *all[] = { a16, b16, a32, w, m, r, x, o, wb, m1, r1 };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) zt_tensor_release(all[i]);
+}
+
+/* The MLP's GEMM+GELU ops on the CPU device: the bits of the GEMM and the
+ * GELU issued apart, and their refusals */
+static void test_gelu_ops(int N, int C, int OC) {
+    int64_t si[2] = { N, C }, sw[2] = { OC, C }, so[2] = { N, OC }, sb[1] = { OC };
+    float *fi = ct_rand((size_t)N * C, -1, 1), *fw = ct_rand((size_t)OC * C, -0.5f, 0.5f);
+    float *fb = ct_rand(OC, -0.2f, 0.2f);
+    zt_tensor *inp = tensor(ZT_BF16, 2, si, fi), *w = tensor(ZT_BF16, 2, sw, fw);
+    zt_tensor *b = tensor(ZT_F32, 1, sb, fb);
+    zt_tensor *out = tensor(ZT_BF16, 2, so, NULL), *pre = tensor(ZT_BF16, 2, so, NULL);
+    zt_tensor *out2 = tensor(ZT_BF16, 2, so, NULL), *pre2 = tensor(ZT_BF16, 2, so, NULL);
+    size_t no = (size_t)N * OC, ni = (size_t)N * C;
+    uint16_t *h1 = ct_alloc(no * 2), *h2 = ct_alloc(no * 2), *p1 = ct_alloc(no * 2),
+             *p2 = ct_alloc(no * 2);
+    char name[160];
+    int rc = zt_matmul_bf16_forward_gelu(out, inp, w, b, pre);
+    int rc2 = zt_matmul_bf16_forward(pre2, inp, w, b);
+    if (!rc2) rc2 = zt_gelu_forward(out2, pre2);
+    zt_tensor_read(out, h1, no * 2); zt_tensor_read(out2, h2, no * 2);
+    zt_tensor_read(pre, p1, no * 2); zt_tensor_read(pre2, p2, no * 2);
+    snprintf(name, sizeof name, "matmul_bf16_forward_gelu %dx%dx%d on the CPU: the GEMM's and the "
+             "GELU's bits", N, C, OC);
+    ct_check(rc == 0 && rc2 == 0 && !memcmp(h1, h2, no * 2) && !memcmp(p1, p2, no * 2), name,
+             "rc %d/%d, or out/pre differ", rc, rc2);
+    /* backward: dout (N,OC) through w (OC,C) into the GELU's input gradient
+     * (N,C), pre (N,C) its input */
+    float *fd = ct_rand(no, -1, 1), *fp = ct_rand(ni, -2, 2);
+    zt_tensor *dout = tensor(ZT_BF16, 2, so, fd), *pin = tensor(ZT_BF16, 2, si, fp);
+    zt_tensor *d16 = tensor(ZT_BF16, 2, si, NULL), *d32 = tensor(ZT_F32, 2, si, NULL);
+    zt_tensor *e16 = tensor(ZT_BF16, 2, si, NULL), *e32 = tensor(ZT_F32, 2, si, NULL);
+    zt_tensor *dw = tensor(ZT_F32, 2, sw, NULL), *db = tensor(ZT_F32, 1, sb, NULL);
+    zt_tensor *dw2 = tensor(ZT_F32, 2, sw, NULL), *db2 = tensor(ZT_F32, 1, sb, NULL);
+    rc = zt_matmul_bf16_backward_dgelu(d16, dw, db, dout, inp, w, pin, d32);
+    rc2 = zt_matmul_bf16_backward(e32, dw2, db2, dout, inp, w);
+    if (!rc2) rc2 = zt_gelu_backward(e16, pin, e32);
+    uint16_t *g1 = ct_alloc(ni * 2), *g2 = ct_alloc(ni * 2);
+    float *w1 = ct_alloc((size_t)OC * C * 4), *w2 = ct_alloc((size_t)OC * C * 4);
+    zt_tensor_read(d16, g1, ni * 2); zt_tensor_read(e16, g2, ni * 2);
+    zt_tensor_read(dw, w1, (size_t)OC * C * 4); zt_tensor_read(dw2, w2, (size_t)OC * C * 4);
+    snprintf(name, sizeof name, "matmul_bf16_backward_dgelu %dx%dx%d on the CPU: the GEMM's and "
+             "the GELU backward's bits, dweight too", N, C, OC);
+    ct_check(rc == 0 && rc2 == 0 && !memcmp(g1, g2, ni * 2) && !memcmp(w1, w2, (size_t)OC * C * 4),
+             name, "rc %d/%d, or dinp16/dweight differ", rc, rc2);
+    /* refusals: name the operand */
+    ct_check(refused(zt_matmul_bf16_forward_gelu(out, inp, w, b, d32), "pre must be bf16"),
+             "forward_gelu refuses an f32 pre, naming it", "%s", zt_last_error());
+    ct_check(refused(zt_matmul_bf16_forward_gelu(out, inp, w, b, out), "apart"),
+             "forward_gelu refuses pre overlapping out", "%s", zt_last_error());
+    ct_check(refused(zt_matmul_bf16_backward_dgelu(d16, NULL, NULL, dout, inp, w, pin, NULL),
+                     "dinp32"), "backward_dgelu refuses a missing f32 scratch, naming dinp32",
+             "%s", zt_last_error());
+    ct_check(zt_matmul_bf16_backward_dgelu(NULL, dw, db, dout, inp, w, NULL, NULL) == 0,
+             "backward_dgelu's weight pass needs no pre or scratch", "%s", zt_last_error());
+    zt_tensor *all[] = { inp, w, b, out, pre, out2, pre2, dout, pin, d16, d32, e16, e32, dw, db,
+                         dw2, db2 };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) zt_tensor_release(all[i]);
+    free(fi); free(fw); free(fb); free(fd); free(fp); free(h1); free(h2); free(p1); free(p2);
+    free(g1); free(g2); free(w1); free(w2);
+}
+
 int main(void) {
     ct_seed(16);
     test_add3(7);
@@ -205,5 +319,8 @@ int main(void) {
     test_encoder(2, 9, 70, 50, 1);
     test_encoder(4, 64, 256, 97, 1); /* parallel: B T C >= 65536 */
     test_encoder(2, 9, 70, 50, 0);
+    test_ops_refuse();
+    test_gelu_ops(6, 40, 24);
+    test_gelu_ops(33, 64, 256);
     return ct_summary();
 }

@@ -64,6 +64,17 @@ function M.matmul_bf16_backward(dinp, dw, db, dout, inp, w)
   check(C.zt_matmul_bf16_backward(c(dinp), c(dw), c(db), c(dout), c(inp), c(w)),
         "matmul_bf16_backward")
 end
+-- The MLP's GEMMs with the GELU (bf16 activations): pre = inp @ w^T + b,
+-- out = gelu(pre), both bf16; and dinp16 = gelu'(pre) * (dout @ w) (dinp32
+-- f32 scratch), dw, db as matmul_bf16_backward. A GPU fuses the GELU into
+-- the GEMM's epilogue; the CPU runs the two ops (zt_ops.h).
+function M.matmul_bf16_forward_gelu(out, inp, w, b, pre)
+  check(C.zt_matmul_bf16_forward_gelu(c(out), c(inp), c(w), c(b), c(pre)), "matmul_bf16_forward_gelu")
+end
+function M.matmul_bf16_backward_dgelu(dinp16, dw, db, dout, inp, w, pre, dinp32)
+  check(C.zt_matmul_bf16_backward_dgelu(c(dinp16), c(dw), c(db), c(dout), c(inp), c(w), c(pre),
+                                        c(dinp32)), "matmul_bf16_backward_dgelu")
+end
 -- Causal attention. kv_heads (nil: nh) grouped-query kv heads, nh a
 -- multiple: qkv rows q (nh heads) | k (kv_heads) | v (kv_heads); window
 -- (nil or 0: plain causal) a sliding window, query i seeing keys (i-window, i].

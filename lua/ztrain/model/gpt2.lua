@@ -304,6 +304,24 @@ local MM = { forward = ops.matmul_forward, backward = ops.matmul_backward }
 M.fp32_matmuls = MM   -- the seam ztrain.record.profile times them through (indexed per call)
 local function mm(a) return a.mm or MM end
 
+-- The MLP's first GEMM and its GELU, and backward the second GEMM's input
+-- gradient and the GELU's: one op where the matmuls have it (the bf16
+-- ones: a GPU fuses the GELU into the GEMM's epilogue), else the two
+local function fc_gelu(a, out, inp, w, b, pre)
+  local m = mm(a)
+  if m.forward_gelu then return m.forward_gelu(out, inp, w, b, pre) end
+  m.forward(pre, inp, w, b)
+  ops.gelu_forward(out, pre)
+end
+-- dfch (the GELU's input gradient, bf16 with bf16 GEMMs) from d; dfch32
+-- the f32 product (scratch); dw, db nil in the split backward's I pass
+local function proj_dgelu(a, dfch, dfch32, dw, db, d, inp, w, pre)
+  local m = mm(a)
+  if m.backward_dgelu then return m.backward_dgelu(dfch, dw, db, d, inp, w, pre, dfch32) end
+  m.backward(dfch32, dw, db, d, inp, w)
+  ops.gelu_backward(dfch, pre, dfch32)
+end
+
 local function block_forward(u, a, x)
   local P, S, sc = u.p, a.unit[u.index], a.scratch
   local pre = "h." .. u.layer .. "."
@@ -314,8 +332,7 @@ local function block_forward(u, a, x)
   -- resid2 = x + proj and ln2 = layernorm(resid2), one pass
   ops.layernorm_residual_forward(S.resid2, S.ln2, S.ln2_mean, S.ln2_rstd, x, sc.proj,
                                  P[pre .. "ln_2.weight"], P[pre .. "ln_2.bias"])
-  mm(a).forward(S.fch, S.ln2, P[pre .. "mlp.c_fc.weight"], P[pre .. "mlp.c_fc.bias"])
-  ops.gelu_forward(S.fch_gelu, S.fch)
+  fc_gelu(a, S.fch_gelu, S.ln2, P[pre .. "mlp.c_fc.weight"], P[pre .. "mlp.c_fc.bias"], S.fch)
   mm(a).forward(sc.proj, S.fch_gelu, P[pre .. "mlp.c_proj.weight"], P[pre .. "mlp.c_proj.bias"])
   ops.add3(S.out, S.resid2, sc.proj)
   return S.out
@@ -329,10 +346,9 @@ end
 local function block_backward(u, a)
   local P, G, S, sc, x = u.p, u.g, a.unit[u.index], a.scratch, a.x[u.index]
   local pre, d = "h." .. u.layer .. ".", a.grad
-  mm(a).backward(sc.dfch, G[pre .. "mlp.c_proj.weight"], G[pre .. "mlp.c_proj.bias"], d,
-                      S.fch_gelu, P[pre .. "mlp.c_proj.weight"])
   local dfch = sc.dfch16 or sc.dfch     -- bf16 GEMMs: written bf16 for the GEMM
-  ops.gelu_backward(dfch, S.fch, sc.dfch)
+  proj_dgelu(a, dfch, sc.dfch, G[pre .. "mlp.c_proj.weight"], G[pre .. "mlp.c_proj.bias"], d,
+             S.fch_gelu, P[pre .. "mlp.c_proj.weight"], S.fch)
   mm(a).backward(sc.dln, G[pre .. "mlp.c_fc.weight"], G[pre .. "mlp.c_fc.bias"], dfch,
                       S.ln2, P[pre .. "mlp.c_fc.weight"])
   ops.layernorm_backward(d, G[pre .. "ln_2.weight"], G[pre .. "ln_2.bias"], sc.dln, S.resid2,
@@ -351,9 +367,8 @@ local function block_backward_input(u, a, w)
   local P, S, sc, x = u.p, a.unit[u.index], a.scratch, a.x[u.index]
   local pre, d = "h." .. u.layer .. ".", a.grad
   ops.copy(w.dy, d)
-  mm(a).backward(w.dfch, nil, nil, d, S.fch_gelu, P[pre .. "mlp.c_proj.weight"])
   local dfch = w.dfch16 or w.dfch
-  ops.gelu_backward(dfch, S.fch, w.dfch)
+  proj_dgelu(a, dfch, w.dfch, nil, nil, d, S.fch_gelu, P[pre .. "mlp.c_proj.weight"], S.fch)
   mm(a).backward(w.dln2, nil, nil, dfch, S.ln2, P[pre .. "mlp.c_fc.weight"])
   ops.layernorm_backward(d, nil, nil, w.dln2, S.resid2, P[pre .. "ln_2.weight"], S.ln2_mean, S.ln2_rstd)
   ops.copy(w.dresid2, d)

@@ -248,6 +248,27 @@ function MMB:backward_(dinp, dw, db, dout, inp, w)
                            self:weight(w, dinp ~= nil))
 end
 
+-- the MLP's GEMMs with the GELU: with bf16 pre and out (activations.lua
+-- stores them so) one op, which a GPU fuses (ops.matmul_bf16_forward_gelu);
+-- on fp32 activations (specs' accounts) the GEMM and the GELU apart
+local function b16(t) return t == nil or t:dtype() == "bf16" end
+function MMB:forward_gelu_(out, inp, w, b, pre)
+  if not (b16(out) and b16(pre)) then
+    self:forward_(pre, inp, w, b)
+    return ops.gelu_forward(out, pre)
+  end
+  ops.matmul_bf16_forward_gelu(out, self:in16(inp, true), self:weight(w, true), b, pre)
+end
+
+function MMB:backward_dgelu_(dinp16, dw, db, dout, inp, w, pre, dinp32)
+  if not (b16(dinp16) and b16(pre)) then
+    self:backward_(dinp32, dw, db, dout, inp, w)
+    return ops.gelu_backward(dinp16, pre, dinp32)
+  end
+  ops.matmul_bf16_backward_dgelu(dinp16, dw, db, self:in16(dout, true), self:in16(inp, dw ~= nil),
+                                 self:weight(w, dinp16 ~= nil), pre, dinp32)
+end
+
 -- gemm16(recipe) -> on, path: whether a run takes the bf16 GEMMs, and the
 -- CPU's bf16 path (zt_matmul_bf16_info). device.bf16_gemm "on" takes them,
 -- "off" not; "auto" where they outrun the fp32 ones: the CUDA device
@@ -290,6 +311,8 @@ function M.bf16_matmuls(tier, policy)
   local mm = {}
   function mm.forward(...) local ok, err = pcall(g.forward_, g, ...); g:done(); if not ok then error(err, 0) end end
   function mm.backward(...) local ok, err = pcall(g.backward_, g, ...); g:done(); if not ok then error(err, 0) end end
+  function mm.forward_gelu(...) local ok, err = pcall(g.forward_gelu_, g, ...); g:done(); if not ok then error(err, 0) end end
+  function mm.backward_dgelu(...) local ok, err = pcall(g.backward_dgelu_, g, ...); g:done(); if not ok then error(err, 0) end end
   -- w's stored bf16 view while its unit is entered (nil: none), for an op
   -- that reads the stored parameters itself (the embedding's tables)
   function mm.stored(w) local p = g.policy; return p and p.lp_of and p.lp_of[w] end

@@ -50,7 +50,8 @@ local FAMILY = {
 M.FAMILY = FAMILY
 
 local MATMUL = { matmul_forward = true, matmul_backward = true,
-                 matmul_bf16_forward = true, matmul_bf16_backward = true }
+                 matmul_bf16_forward = true, matmul_bf16_backward = true,
+                 matmul_bf16_forward_gelu = true, matmul_bf16_backward_dgelu = true }
 
 local active = nil   -- the one running profile
 
@@ -88,6 +89,16 @@ function COST.matmul_backward(cfg, dinp, dw, db, dout, inp, w)
   return fl, by
 end
 COST.matmul_bf16_backward = COST.matmul_backward
+-- the GEMM's and the GELU's: pre written (and read by the GELU), out written
+function COST.matmul_bf16_forward_gelu(cfg, out, inp, w, b, pre)
+  local fl, by = COST.matmul_forward(cfg, pre, inp, w, b)
+  return fl, by + nb(pre) + nb(out)
+end
+function COST.matmul_bf16_backward_dgelu(cfg, dinp16, dw, db, dout, inp, w, pre, dinp32)
+  local fl, by = COST.matmul_backward(cfg, dinp16 and dinp32, dw, db, dout, inp, w)
+  if dinp16 then by = by + nb(pre) + nb(dinp16) end
+  return fl, by
+end
 -- PaLM's count (bench.lua's): QK^T and AV in full, no causal discount;
 -- the backward twice the forward
 function COST.attention_forward(cfg, out, lse, qkv, nh)
@@ -175,7 +186,7 @@ local function wrap_op(self, name, f)
     local family = fam
     if MATMUL[name] then
       local w = select(name:match("backward") and 6 or 3, ...)
-      family = role(cfg, w)
+      family = role(cfg, w) .. (name:match("gelu") and " + gelu" or "")   -- the fused op's GELU in it
     end
     local fl, by = 0, 0
     if cost then fl, by = cost(cfg, ...) end
