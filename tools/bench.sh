@@ -4,6 +4,7 @@
 #   1. one-rank step throughput of GPT-2 124M, fp32 and bf16, against the
 #      sgemm peak and ztrain's own fp32 and bf16 GEMM peaks
 #   1b. the per-op profile of gpt2 and gpt2-medium (tools/bench_ops.lua)
+#   1c. the host's own time a step: gpt2's ops at tiny widths (tools/bench_host.lua)
 #   2. the strategy table (single at N=1; dp, zero1, zero2, zero3 and the
 #      offload settings at N=2)
 #   3. pipeline schedules at p=2 (gpt2) and p=4 (gpt2-mini): measured bubble
@@ -25,6 +26,9 @@ env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/ztrain --script tools/bench.l
 echo
 # per-op profile: time per (phase, op family) of gpt2 and gpt2-medium (build/bench_ops.md)
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/ztrain --script tools/bench_ops.lua || exit 1
+echo
+# the host's own time a step: GPT-2 124M's op sequence at tiny widths (Lua dispatch, checks)
+build/ztrain --script tools/bench_host.lua || exit 1
 echo
 build/ztrain --script tools/bench_data.lua || exit 1   # BPE tokens/s, dataset load time, beside their targets
 build/ztrain --script tools/bench_timings.lua || exit 1   # what specs timed with a stopwatch, beside their targets
