@@ -64,23 +64,20 @@ function P:enter(u, want_params, want_grads)
   if not self.lp then return end
   local model = self.model
   for k, pu in ipairs(model:param_units(u)) do
-    if want_params and pu.params then
+    if want_params and pu.params and self.lp_of and not self:widens(pu, u) then
+      -- nothing reads pu's fp32 image (below): no work buffer, its views
+      -- stay the stored ones, and the GEMMs' map points each at itself
+      self:map_stored(pu, pu.params)
+    elseif want_params and pu.params then
       local w = work(self, self.pw, k, pu.padded)
       local v = w:view(0, { pu.padded })
-      if self.lp_of then self:cast_params(pu, v, u) else ops.cast(v, pu.params) end
+      if self.lp_of then self:cast_params(pu, v) else ops.cast(v, pu.params) end
       self.saved_p[k] = { u = pu, lp = model:set_params(pu, v) }
       -- bf16 GEMMs read a weight as bf16: the stored view is the very bits
       -- a cast of its fp32 image gives back (bf16 -> fp32 -> bf16 is exact)
       -- (a fused view -- Llama's q|k|v, gate|up -- likewise: its tensors are
       -- matmul-only, so its fp32 image is never filled)
-      if self.lp_of then
-        local lp, at = self.saved_p[k].lp, {}
-        for _, t in ipairs(pu.tensors) do
-          self.lp_of[pu.p[t.name]] = lp:view(t.offset, t.shape)
-          at[t.name] = t.offset
-        end
-        for _, f in ipairs(pu.fused or {}) do self.lp_of[pu.p[f[1]]] = lp:view(at[f[2]], f[3]) end
-      end
+      if self.lp_of then self:map_stored(pu, self.saved_p[k].lp) end
     end
     if want_grads and pu.grads then
       local w = work(self, self.gw, k, pu.padded)
@@ -101,6 +98,29 @@ function P:enter(u, want_params, want_grads)
   end
 end
 
+-- lp_of[view] = the stored bf16 view of the same tensor, for each of pu's
+-- current views (and its fused ones): what the bf16 GEMMs read
+function P:map_stored(pu, lp)
+  local at = {}
+  for _, t in ipairs(pu.tensors) do
+    self.lp_of[pu.p[t.name]] = lp:view(t.offset, t.shape)
+    at[t.name] = t.offset
+  end
+  for _, f in ipairs(pu.fused or {}) do self.lp_of[pu.p[f[1]]] = lp:view(at[f[2]], f[3]) end
+end
+
+-- With the bf16 GEMMs, whether anything reads unit pu's parameters in fp32
+-- when `reader` runs: not for another reader (the tied head reads the
+-- embedding's wte only as its GEMMs' weight), nor for a unit whose ops
+-- read the stored bf16 parameters themselves (Model:reads_stored: the
+-- embedding's tables). Such a unit gets no fp32 work buffer at all (at
+-- GPT-2 124M's vocabulary the embedding's is 157 MB, the largest block's
+-- 28 MB).
+function P:widens(pu, reader)
+  if reader ~= pu then return false end
+  return not (self.model.reads_stored and self.model:reads_stored(pu))
+end
+
 -- The ranges of unit u's parameters that something reads in fp32 when the
 -- bf16 GEMMs read the stored weights: all but the matmul-only tensors
 -- (the model's layout marks them mm_only), padding included. Adjacent
@@ -119,15 +139,9 @@ end
 
 -- v (fp32, u.padded) = u's stored parameters, but for the matmul-only
 -- tensors, whose fp32 image nothing reads (the bf16 GEMMs read the stored
--- bf16 view): it keeps whatever it held. For a reader other than u (the
--- tied head reading the embedding: Model:param_units) nothing is cast: the
--- head reads the embedding's wte only as its GEMMs' weight, and nothing
--- else of it (at GPT-2's size 39.4M elements a pass not widened)
-function P:cast_params(u, v, reader)
-  if reader and reader ~= u then return end
-  -- the embedding reads its stored bf16 tables itself (Model:reads_stored,
-  -- ops.encoder_forward from bf16): nothing of it is widened
-  if self.model.reads_stored and self.model:reads_stored(u) then return end
+-- bf16 view): it keeps whatever it held. (A unit nothing reads in fp32 at
+-- all does not come here: P:widens.)
+function P:cast_params(u, v)
   local rs = self.ranges[u] or fp32_ranges(u)
   self.ranges[u] = rs
   if #rs == 1 and rs[1][1] == 0 and rs[1][2] == u.padded then return ops.cast(v, u.params) end
