@@ -177,6 +177,14 @@ describe("mixed precision", function()
       assert.are.equal(ref.param_digest, s.param_digest, p .. " zero3 -> single")
       local z = run(("--nproc 2 recipes/zero1.lua train.steps=6 precision=%s resume=%s"):format(p, ck))
       assert.are.equal(ref.param_digest, z.param_digest, p .. " zero3 -> zero1")
+      assert.are.same({}, z.resumed.kernels_changed, p .. ": the same kernels")
+      if p == "bf16" then
+        -- the bf16 GEMMs turned off: other kernels, other bits; said, not refused
+        local o = run(("recipes/single.lua train.steps=6 batch.accumulate=2 precision=bf16 " ..
+                       "device.bf16_gemm=off resume=%s"):format(ck))
+        assert.are.same({ "gemm bf16 -> fp32" }, o.resumed.kernels_changed)
+        assert.are_not.equal(ref.param_digest, o.param_digest)
+      end
       util.rm(dir)
     end
   end)

@@ -251,12 +251,15 @@ function M.train(R)
     if r.resume ~= "" then
       local from = r.resume == "latest" and R.ckpt_root or r.resume
       local dir, man = ckpt.resume_run(tr, from)
-      R.resumed = { from = dir, step = tr.step, placement_changed = man.placement_changes }
+      R.resumed = { from = dir, step = tr.step, placement_changed = man.placement_changes,
+                    kernels_changed = man.kernel_changes }
       continue_record(R, dir, man)
       if R.lead and not opts.quiet then
         local moved = #man.placement_changes > 0 and (" (placed otherwise: %s; the same math)")
                       :format(table.concat(man.placement_changes, ", ")) or ""
-        print(("resumed from %s at step %d%s"):format(dir, tr.step, moved))
+        local kern = #man.kernel_changes > 0 and (" (with other kernels: %s; other bits from here on)")
+                     :format(table.concat(man.kernel_changes, ", ")) or ""
+        print(("resumed from %s at step %d%s%s"):format(dir, tr.step, moved, kern))
       end
     end
     begin_segment(R)

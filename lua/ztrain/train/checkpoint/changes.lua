@@ -6,9 +6,13 @@
 -- its group. Where the run's pieces are placed (strategy, world size,
 -- pipeline stages, offload) changes nothing of the math (DESIGN.md's "same
 -- math whatever the strategy"): a resume proceeds and says what moved.
+-- The kernels a run took (the device, the bf16 GEMMs or not, the attention
+-- once "auto" is resolved) give other bits but the same training: moving
+-- a run from a CPU to a GPU is expected, so a resume proceeds and says so
+-- too ("with other kernels").
 --
---   changes.of(tr)                      -> the manifest's "math" and "placement"
---   changes.check(saved, now, allowed)  -> notes (placement) | raises
+--   changes.of(tr)                      -> the manifest's "math", "placement", "kernels"
+--   changes.check(saved, now, allowed)  -> placement notes, kernel notes | raises
 local lr = require "ztrain.model.lr"
 
 local M = {}
@@ -40,6 +44,8 @@ function M.of(tr)
       precision = { precision = r.precision },
     },
     placement = { strategy = tr.strategy.name, world_size = tr.world_size, stages = tr.pp and tr.pp.size or 1 },
+    kernels = { device = r.device.backend, gemm = tr.model.gemm16 and "bf16" or "fp32",
+                attention = tr.attention },
   }
 end
 
@@ -93,12 +99,25 @@ function M.allowed(text)
   return set
 end
 
--- check(saved, now, allowed, step, dir) -> notes: raises naming every change
--- of the math not allowed; returns the placement's changes, as lines. A
--- checkpoint written before these records were kept (no saved.math) is not
--- checked.
+-- the keys of `keys` whose value moved from was to now, as "k a -> b" lines
+-- (a key the checkpoint did not record is not compared)
+local function moved(was, now, keys)
+  local notes = {}
+  for _, k in ipairs(keys) do
+    if was[k] ~= nil and was[k] ~= now[k] then
+      notes[#notes + 1] = ("%s %s -> %s"):format(k, tostring(was[k]), tostring(now[k]))
+    end
+  end
+  return notes
+end
+
+-- check(saved, now, allowed, step, dir) -> placement notes, kernel notes:
+-- raises naming every change of the math not allowed; returns the
+-- placement's and the kernels' changes, as lines. A checkpoint written
+-- before these records were kept (no saved.math, no saved.kernels) is not
+-- checked for them.
 function M.check(saved, now, allowed, step, dir)
-  if type(saved) ~= "table" or type(saved.math) ~= "table" then return {} end
+  if type(saved) ~= "table" or type(saved.math) ~= "table" then return {}, {} end
   local refused = {}
   for _, g in ipairs(M.GROUPS) do
     local was = saved.math[g]
@@ -113,13 +132,9 @@ function M.check(saved, now, allowed, step, dir)
     error(("resume from %s would change what the run computes -- %s; resume with the checkpoint's settings, " ..
            "or allow it with allow_changes=%s"):format(dir, table.concat(refused, "; "), table.concat(names, ",")), 0)
   end
-  local notes, was = {}, type(saved.placement) == "table" and saved.placement or {}
-  for _, k in ipairs({ "strategy", "world_size", "stages" }) do
-    if was[k] ~= nil and was[k] ~= now.placement[k] then
-      notes[#notes + 1] = ("%s %s -> %s"):format(k, tostring(was[k]), tostring(now.placement[k]))
-    end
-  end
-  return notes
+  local function saved_of(k) return type(saved[k]) == "table" and saved[k] or {} end
+  return moved(saved_of("placement"), now.placement, { "strategy", "world_size", "stages" }),
+         moved(saved_of("kernels"), now.kernels, { "device", "gemm", "attention" })
 end
 
 return M

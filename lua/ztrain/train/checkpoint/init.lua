@@ -110,7 +110,7 @@ function M.save_run(tr, root, keep, run)
              precision = tr.recipe.precision,
              run = run,
              -- what a resume may not change (the math) and may (placement)
-             math = what.math, placement = what.placement,
+             math = what.math, placement = what.placement, kernels = what.kernels,
              loss_scaler = tr.ctx.loss_scaler and { scale = tr.ctx.loss_scaler.scale, good = tr.ctx.loss_scaler.good,
                                                     left = tr.ctx.loss_scaler.left,
                                                     skipped = tr.ctx.loss_scaler.skipped } or "none" },
@@ -133,9 +133,10 @@ function M.resume_run(tr, path)
   -- its part: a damaged checkpoint says so first): another is refused
   -- unless allow_changes names it, on every rank alike (the same inputs);
   -- where things are placed may change
-  local okc, notes = pcall(changes.check, man, changes.of(tr), changes.allowed(tr.recipe.allow_changes), man.step, dir)
+  local okc, notes, knotes = pcall(changes.check, man, changes.of(tr), changes.allowed(tr.recipe.allow_changes),
+                                   man.step, dir)
   if not okc then fail(errors.all_ranks(errors.message(notes))) end
-  man.placement_changes = notes
+  man.placement_changes, man.kernel_changes = notes, knotes
   tr:finish_load()                               -- e.g. low-precision parameters from the master weights
   if tr.tied then tr.tied:sync_params() end      -- the head's replica of the embedding (a collective)
   return dir, man
