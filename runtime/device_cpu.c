@@ -78,11 +78,12 @@ static int cpu_matmul_bf16_forward(void *out, int out_bf16, const uint16_t *inp,
     return ZT_OK;
 }
 
-static int cpu_matmul_bf16_backward(float *dinp, float *dw, float *db, const uint16_t *dout,
-                                    const uint16_t *inp, const uint16_t *w, int N, int C, int OC,
-                                    int ldo)
+static int cpu_matmul_bf16_backward(void *dinp, int dinp16, float *dw, float *db,
+                                    const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
+                                    int N, int C, int OC, int ldo)
 {
-    zk_matmul_bf16_backward(dinp, dw, db, dout, inp, w, N, C, OC, ldo);
+    if (dinp16) zk_matmul_bf16_backward_b16(dinp, dw, db, dout, inp, w, N, C, OC, ldo);
+    else zk_matmul_bf16_backward(dinp, dw, db, dout, inp, w, N, C, OC, ldo);
     return ZT_OK;
 }
 
@@ -107,7 +108,7 @@ static void cpu_layernorm_residual_forward(void *resid, void *out, int out16, fl
 }
 
 static void cpu_layernorm_backward(void *dinp, uint16_t *dinp16, float *dw, float *db,
-                                   const float *dout, const void *inp, int r16, const float *w,
+                                   const void *dout, const void *inp, int r16, const float *w,
                                    const float *mean, const float *rstd, int N, int C)
 {
     if (r16) zk_layernorm_backward_r16(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
@@ -185,7 +186,7 @@ static int cpu_attention_forward(void *out, float *lse, const void *qkv, int io1
                     "tiles (%zu bytes a thread)", (size_t)(2 * 32 + 2 * 64) * (C / NH) * sizeof(float));
 }
 
-static int cpu_attention_backward(void *dqkv, const float *dout, const void *qkv, const void *out,
+static int cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out,
                                   const float *lse, int io16, int B, int T, int C, int NH,
                                   int NKV, int W)
 {
@@ -232,7 +233,7 @@ static void cpu_rmsnorm_forward(void *out, int out16, float *rstd, const void *i
     else zk_rmsnorm_forward(out, rstd, inp, w, eps, N, C);
 }
 
-static void cpu_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const float *dout,
+static void cpu_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const void *dout,
                                  const void *inp, int r16, const float *w, const float *rstd,
                                  int N, int C)
 {
@@ -255,7 +256,7 @@ static void cpu_swiglu_forward(void *out, const void *gu, int io16, int N, int F
     else zk_swiglu_forward(out, gu, N, F);
 }
 
-static void cpu_swiglu_backward(void *dgu, const float *dout, const void *gu, int io16, int N,
+static void cpu_swiglu_backward(void *dgu, const void *dout, const void *gu, int io16, int N,
                                 int F)
 {
     if (io16) zk_swiglu_backward_bb(dgu, dout, gu, N, F);

@@ -390,8 +390,8 @@ static void cuda_layernorm_residual_forward(void *resid, void *out, int out16, f
 
 static int scratch(size_t nb);       /* below: the shared device scratch, cu_lock held */
 
-/* r16: dinp and inp bf16 (zkc_layernorm_backward_r16) */
-static int ln_bwd(void *dinp, uint16_t *dinp16, float *dw, float *db, const float *dout,
+/* r16: dinp, inp and dout bf16 (zkc_layernorm_backward_r16) */
+static int ln_bwd(void *dinp, uint16_t *dinp16, float *dw, float *db, const void *dout,
                   const void *inp, int r16, const float *w, const float *mean, const float *rstd,
                   int N, int C, double *scr)
 {
@@ -401,7 +401,7 @@ static int ln_bwd(void *dinp, uint16_t *dinp16, float *dw, float *db, const floa
 }
 
 static void cuda_layernorm_backward(void *dinp, uint16_t *dinp16, float *dw, float *db,
-                                    const float *dout, const void *inp, int r16, const float *w,
+                                    const void *dout, const void *inp, int r16, const float *w,
                                     const float *mean, const float *rstd, int N, int C)
 {
     if (r16 && dinp16) { r16_misuse("layernorm_backward"); return; }
@@ -458,13 +458,23 @@ static int cuda_matmul_bf16_forward(void *out, int out_bf16, const uint16_t *inp
     return ZT_OK;
 }
 
-static int cuda_matmul_bf16_backward(float *dinp, float *dw, float *db, const uint16_t *dout,
-                                     const uint16_t *inp, const uint16_t *w, int N, int C, int OC,
-                                     int ldo)
+/* dinp16: a bf16 dinp (the fp32 one rounded once); the scratch holds db's
+ * colsum and, for the LM head's split (matmul.cu), the fp32 dinp rounded
+ * from: zkc_matmul_bf16_backward_scratch, the larger of the two */
+static int cuda_matmul_bf16_backward(void *dinp, int dinp16, float *dw, float *db,
+                                     const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
+                                     int N, int C, int OC, int ldo)
 {
     ZT_TRY(take_pending());
-    BLAS_DB(zkc_matmul_bf16_backward(cu_blas, S(), dinp, dw, db, dout, inp, w, N, C, OC, ldo,
-                                     cu_scratch));
+    pthread_mutex_lock(&cu_lock);
+    size_t nb = zkc_matmul_bf16_backward_scratch(N, C, OC, db != NULL, dinp16 && dinp);
+    int rc = db || nb ? scratch(nb) : ZT_OK;
+    int st = rc == ZT_OK ? zkc_matmul_bf16_backward(cu_blas, S(), dinp, dinp16, dw, db, dout, inp,
+                                                    w, N, C, OC, ldo, cu_scratch)
+                         : 0;
+    pthread_mutex_unlock(&cu_lock);
+    if (rc != ZT_OK) return rc;
+    if (st != 0) return blas_err(__FILE__, __LINE__, "zkc_matmul_bf16_backward", st);
     return ZT_OK;
 }
 
@@ -694,7 +704,7 @@ static void cuda_attention_decode(float *out, float *kcache, float *vcache, cons
 }
 
 /* D = rowsum(dout * out) (B*NH*T floats) lives in the scratch buffer */
-static int cuda_attention_backward(void *dqkv, const float *dout, const void *qkv,
+static int cuda_attention_backward(void *dqkv, const void *dout, const void *qkv,
                                    const void *out, const float *lse, int io16,
                                    int B, int T, int C, int NH, int NKV, int W)
 {
@@ -925,14 +935,14 @@ static void cuda_rmsnorm_forward(void *out, int out16, float *rstd, const void *
     else if (in16) KC_NOTE(zkc_rmsnorm_forward_r16(S(), out, rstd, inp, w, eps, N, C));
     else KC_NOTE(zkc_rmsnorm_forward(S(), out, out16, rstd, inp, w, eps, N, C));
 }
-/* r16: dinp and inp bf16 (zkc_rmsnorm_backward_r16) */
-static int rms_bwd(void *dinp, uint16_t *dinp16, float *dw, const float *dout, const void *inp,
+/* r16: dinp, inp and dout bf16 (zkc_rmsnorm_backward_r16) */
+static int rms_bwd(void *dinp, uint16_t *dinp16, float *dw, const void *dout, const void *inp,
                    int r16, const float *w, const float *rstd, int N, int C, double *scr)
 {
     return r16 ? zkc_rmsnorm_backward_r16(S(), dinp, dw, dout, inp, w, rstd, N, C, scr)
                : zkc_rmsnorm_backward(S(), dinp, dinp16, dw, dout, inp, w, rstd, N, C, scr);
 }
-static void cuda_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const float *dout,
+static void cuda_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const void *dout,
                                   const void *inp, int r16, const float *w, const float *rstd,
                                   int N, int C)
 {
@@ -961,7 +971,7 @@ static void cuda_swiglu_forward(void *out, const void *gu, int io16, int N, int 
     if (io16) KC_NOTE(zkc_swiglu_forward_bb(S(), out, gu, N, F));
     else KC_NOTE(zkc_swiglu_forward(S(), out, gu, N, F));
 }
-static void cuda_swiglu_backward(void *dgu, const float *dout, const void *gu, int io16, int N,
+static void cuda_swiglu_backward(void *dgu, const void *dout, const void *gu, int io16, int N,
                                  int F)
 {
     if (io16) KC_NOTE(zkc_swiglu_backward_bb(S(), dgu, dout, gu, N, F));

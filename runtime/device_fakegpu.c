@@ -73,10 +73,10 @@ static void fg_layernorm_forward(void *out, int out16, float *mean, float *rstd,
 }
 
 static void fg_layernorm_backward(void *dinp, uint16_t *dinp16, float *dw, float *db,
-                                  const float *dout, const void *inp, int r16, const float *w,
+                                  const void *dout, const void *inp, int r16, const float *w,
                                   const float *mean, const float *rstd, int N, int C)
 {
-    CPU.layernorm_backward(un(dinp), un(dinp16), F(dw), F(db), CF(dout), un(inp), r16, CF(w),
+    CPU.layernorm_backward(un(dinp), un(dinp16), F(dw), F(db), un(dout), un(inp), r16, CF(w),
                            CF(mean), CF(rstd), N, C);
 }
 
@@ -98,11 +98,12 @@ static int fg_matmul_bf16_forward(void *out, int out_bf16, const uint16_t *inp,
     return CPU.matmul_bf16_forward(un(out), out_bf16, un(inp), un(w), CF(b), N, C, OC, ldo);
 }
 
-static int fg_matmul_bf16_backward(float *dinp, float *dw, float *db, const uint16_t *dout,
-                                   const uint16_t *inp, const uint16_t *w, int N, int C, int OC,
-                                   int ldo)
+static int fg_matmul_bf16_backward(void *dinp, int dinp16, float *dw, float *db,
+                                   const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
+                                   int N, int C, int OC, int ldo)
 {
-    return CPU.matmul_bf16_backward(F(dinp), F(dw), F(db), un(dout), un(inp), un(w), N, C, OC, ldo);
+    return CPU.matmul_bf16_backward(un(dinp), dinp16, F(dw), F(db), un(dout), un(inp), un(w), N, C,
+                                    OC, ldo);
 }
 
 static int fg_attention_forward(void *out, float *lse, const void *qkv, int io16,
@@ -111,11 +112,11 @@ static int fg_attention_forward(void *out, float *lse, const void *qkv, int io16
     return CPU.attention_forward(un(out), F(lse), un((void *)qkv), io16, B, T, C, NH, NKV, W);
 }
 
-static int fg_attention_backward(void *dqkv, const float *dout, const void *qkv, const void *out,
+static int fg_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out,
                                  const float *lse, int io16, int B, int T, int C, int NH,
                                  int NKV, int W)
 {
-    return CPU.attention_backward(un(dqkv), CF(dout), un((void *)qkv), un((void *)out), CF(lse),
+    return CPU.attention_backward(un(dqkv), un((void *)dout), un((void *)qkv), un((void *)out), CF(lse),
                                   io16, B, T, C, NH, NKV, W);
 }
 
@@ -185,11 +186,11 @@ static void fg_rmsnorm_forward(void *out, int out16, float *rstd, const void *in
 {
     CPU.rmsnorm_forward(un(out), out16, F(rstd), un(inp), in16, CF(w), eps, N, C);
 }
-static void fg_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const float *dout,
+static void fg_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const void *dout,
                                 const void *inp, int r16, const float *w, const float *rstd,
                                 int N, int C)
 {
-    CPU.rmsnorm_backward(un(dinp), un(dinp16), F(dw), CF(dout), un(inp), r16, CF(w), CF(rstd), N,
+    CPU.rmsnorm_backward(un(dinp), un(dinp16), F(dw), un(dout), un(inp), r16, CF(w), CF(rstd), N,
                          C);
 }
 static void fg_rope(void *x, int x16, int N, int T, int ld, int nh, int hs, const float *cos_t,
@@ -201,10 +202,10 @@ static void fg_swiglu_forward(void *out, const void *gu, int io16, int N, int F_
 {
     CPU.swiglu_forward(un(out), un(gu), io16, N, F_);
 }
-static void fg_swiglu_backward(void *dgu, const float *dout, const void *gu, int io16, int N,
+static void fg_swiglu_backward(void *dgu, const void *dout, const void *gu, int io16, int N,
                                int F_)
 {
-    CPU.swiglu_backward(un(dgu), CF(dout), un(gu), io16, N, F_);
+    CPU.swiglu_backward(un(dgu), un(dout), un(gu), io16, N, F_);
 }
 
 const zt_device_ops zt_fakegpu_device = {

@@ -425,7 +425,7 @@ static void r_lnb(item *it)
                           (const float *)(uintptr_t)it->u[1], it->i[0], it->i[1]);
 }
 static void fa_layernorm_backward(void *dinp, uint16_t *dinp16, float *dw, float *db,
-                                  const float *dout, const void *inp, int r16, const float *w,
+                                  const void *dout, const void *inp, int r16, const float *w,
                                   const float *mean, const float *rstd, int N, int C)
 {
     OP0(it, r_lnb);
@@ -471,33 +471,34 @@ static int fa_matmul_bf16_forward(void *out, int out_bf16, const uint16_t *inp,
 static void r_mmb(item *it)
 {
     int rc = it->i[3]
-        ? FG.matmul_bf16_backward(it->p[0], it->p[1], it->p[2], it->p[3], it->p[4], it->p[5],
-                                  it->i[0], it->i[1], it->i[2], it->i[4])
+        ? FG.matmul_bf16_backward(it->p[0], it->i[5], it->p[1], it->p[2], it->p[3], it->p[4],
+                                  it->p[5], it->i[0], it->i[1], it->i[2], it->i[4])
         : FG.matmul_backward(it->p[0], it->p[1], it->p[2], it->p[3], it->p[4], it->p[5],
                              it->i[0], it->i[1], it->i[2], it->i[4]);
     keep_error(rc);
 }
-static int mm_backward(float *dinp, float *dw, float *db, const void *dout, const void *inp,
-                       const void *w, int N, int C, int OC, int ldo, int bf16)
+static int mm_backward(void *dinp, int dinp16, float *dw, float *db, const void *dout,
+                       const void *inp, const void *w, int N, int C, int OC, int ldo, int bf16)
 {
     ZT_TRY(take_pending());
     OPV(it, r_mmb, ZT_ENOMEM);
     it->p[0] = dinp; it->p[1] = dw; it->p[2] = db; it->p[3] = (void *)dout;
     it->p[4] = (void *)inp; it->p[5] = (void *)w;
     it->i[0] = N; it->i[1] = C; it->i[2] = OC; it->i[3] = bf16; it->i[4] = ldo;
+    it->i[5] = dinp16;
     issue(it);
     return ZT_OK;
 }
 static int fa_matmul_backward(float *dinp, float *dw, float *db, const float *dout,
                               const float *inp, const float *w, int N, int C, int OC, int ldo)
 {
-    return mm_backward(dinp, dw, db, dout, inp, w, N, C, OC, ldo, 0);
+    return mm_backward(dinp, 0, dw, db, dout, inp, w, N, C, OC, ldo, 0);
 }
-static int fa_matmul_bf16_backward(float *dinp, float *dw, float *db, const uint16_t *dout,
-                                   const uint16_t *inp, const uint16_t *w, int N, int C, int OC,
-                                   int ldo)
+static int fa_matmul_bf16_backward(void *dinp, int dinp16, float *dw, float *db,
+                                   const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
+                                   int N, int C, int OC, int ldo)
 {
-    return mm_backward(dinp, dw, db, dout, inp, w, N, C, OC, ldo, 1);
+    return mm_backward(dinp, dinp16, dw, db, dout, inp, w, N, C, OC, ldo, 1);
 }
 
 /* attention: queued; an error (the CPU bf16 kernel's tiles) is kept for later */
@@ -523,7 +524,7 @@ static void r_attb(item *it)
     keep_error(FG.attention_backward(it->p[0], it->p[1], it->p[2], it->p[3], it->p[4], it->i[4],
                                      it->i[0], it->i[1], it->i[2], it->i[3], it->i[5], it->i[6]));
 }
-static int fa_attention_backward(void *dqkv, const float *dout, const void *qkv, const void *out,
+static int fa_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out,
                                  const float *lse, int io16, int B, int T, int C, int NH,
                                  int NKV, int W)
 {
@@ -829,7 +830,7 @@ static void r_rmsb(item *it)
     FG.rmsnorm_backward(it->p[0], it->p[6], it->p[1], it->p[2], it->p[3], it->i[2], it->p[4],
                         it->p[5], it->i[0], it->i[1]);
 }
-static void fa_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const float *dout,
+static void fa_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const void *dout,
                                 const void *inp, int r16, const float *w, const float *rstd,
                                 int N, int C)
 {
@@ -864,7 +865,7 @@ static void r_sgb(item *it)
 {
     FG.swiglu_backward(it->p[0], it->p[1], it->p[2], it->i[2], it->i[0], it->i[1]);
 }
-static void fa_swiglu_backward(void *dgu, const float *dout, const void *gu, int io16, int N,
+static void fa_swiglu_backward(void *dgu, const void *dout, const void *gu, int io16, int N,
                                int F)
 {
     OP0(it, r_sgb);

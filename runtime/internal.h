@@ -186,12 +186,12 @@ typedef struct zt_device_ops {
     void (*layernorm_residual_forward)(void *resid, void *out, int out16, float *mean,
                                        float *rstd, const void *a, const void *b, int r16,
                                        const float *w, const float *bias, int N, int C);
-    /* dinp16: NULL, or the accumulated dinp rounded once (bf16). r16: dinp
-     * and inp bf16 (dinp16 NULL): inp widened exactly, each dinp element
-     * round(widen(dinp) + the f32 kernel's term), one rounding; dw, db
-     * the f32 kernel's on the widened inp */
+    /* dinp16: NULL, or the accumulated dinp rounded once (bf16). r16: dinp,
+     * inp and dout bf16 (dinp16 NULL): inp and dout widened exactly, each
+     * dinp element round(widen(dinp) + the f32 kernel's term), one
+     * rounding; dw, db the f32 kernel's on the widened inp and dout */
     void (*layernorm_backward)(void *dinp, uint16_t *dinp16, float *dw, float *db,
-                               const float *dout, const void *inp, int r16,
+                               const void *dout, const void *inp, int r16,
                                const float *w, const float *mean,
                                const float *rstd, int N, int C);
     /* ldo: the row stride of out (forward) or dout (backward), >= OC
@@ -205,9 +205,11 @@ typedef struct zt_device_ops {
      * zk_matmul_bf16_* (the same bits on every CPU backend). */
     int (*matmul_bf16_forward)(void *out, int out_bf16, const uint16_t *inp, const uint16_t *w,
                                const float *b, int N, int C, int OC, int ldo);
-    int (*matmul_bf16_backward)(float *dinp, float *dw, float *db, const uint16_t *dout,
-                                const uint16_t *inp, const uint16_t *w, int N, int C, int OC,
-                                int ldo);
+    /* dinp16: dinp bf16, the f32 dinp rounded once (bf16 activations: an
+     * activation's gradient); dw, db f32 either way */
+    int (*matmul_bf16_backward)(void *dinp, int dinp16, float *dw, float *db,
+                                const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
+                                int N, int C, int OC, int ldo);
     /* The MLP's GEMMs fused with its GELU (bf16 activations; NULL: ops.c
      * issues the GEMM and the GELU apart, which is what the CPU devices
      * do, the bits of the two ops). forward_gelu: pre (N,OC) = inp @ w^T
@@ -238,7 +240,8 @@ typedef struct zt_device_ops {
      * zk_attention_*_gqa. Caches (B,NKV,maxT,hs). */
     int (*attention_forward)(void *out, float *lse, const void *qkv, int io16,
                              int B, int T, int C, int NH, int NKV, int W);
-    int (*attention_backward)(void *dqkv, const float *dout, const void *qkv,
+    /* (backward: io16 takes dout bf16 too, widened exactly) */
+    int (*attention_backward)(void *dqkv, const void *dout, const void *qkv,
                               const void *out, const float *lse, int io16,
                               int B, int T, int C, int NH, int NKV, int W);
     void (*attention_decode)(float *out, float *kcache, float *vcache, const float *qkv,
@@ -250,18 +253,20 @@ typedef struct zt_device_ops {
     /* Llama's (kernels.h zk_rmsnorm_*, zk_rope_*, zk_swiglu_*); rope's dir
      * 1 the forward's turn, -1 the backward's. bf16 activations: out16 a
      * bf16 out, dinp16 (NULL or) the accumulated dinp rounded, x16 bf16
-     * rows turned in place, io16 a bf16 gu with a bf16 out / dgu (dout
-     * f32); each the f32 kernel's floats rounded once. */
+     * rows turned in place, io16 a bf16 gu with a bf16 out / dgu and a
+     * bf16 dout (widened exactly); each the f32 kernel's floats rounded
+     * once. */
     /* in16 and r16 as layernorm's */
     void (*rmsnorm_forward)(void *out, int out16, float *rstd, const void *inp, int in16,
                             const float *w, float eps, int N, int C);
-    void (*rmsnorm_backward)(void *dinp, uint16_t *dinp16, float *dw, const float *dout,
+    void (*rmsnorm_backward)(void *dinp, uint16_t *dinp16, float *dw, const void *dout,
                              const void *inp, int r16, const float *w, const float *rstd,
                              int N, int C);
     void (*rope)(void *x, int x16, int N, int T, int ld, int nh, int hs, const float *cos_t,
                  const float *sin_t, int pos0, int dir);
     void (*swiglu_forward)(void *out, const void *gu, int io16, int N, int F);
-    void (*swiglu_backward)(void *dgu, const float *dout, const void *gu, int io16, int N, int F);
+    /* io16: dout bf16 too (the down GEMM's bf16 input gradient) */
+    void (*swiglu_backward)(void *dgu, const void *dout, const void *gu, int io16, int N, int F);
     /* logits and dlogits (N,V) in rows ld apart, fp32 or (bf16) bf16 */
     /* encoder_forward/backward and crossentropy return the bad ids they
      * skipped, or 0 on a device that counts them on the device and reports

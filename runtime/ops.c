@@ -60,8 +60,8 @@ static int need_stream(const char *op, const char *name, const zt_tensor *t, int
 static int r16_width(const char *op, int r16, int64_t C)
 {
     ZT_CHECK(!r16 || C <= ZT_R16_MAX_C, "%s: a bf16 residual stream of %lld channels is past "
-             "the %d the kernels take; use fp32 activations (precision = \"fp32\") for this "
-             "model", op, (long long)C, ZT_R16_MAX_C);
+             "the %d the CPU kernels take; set device.bf16_gemm=off (an fp32 stream, the bf16 "
+             "weights kept)", op, (long long)C, ZT_R16_MAX_C);
     return ZT_OK;
 }
 
@@ -354,7 +354,7 @@ int zt_layernorm_backward_b16(zt_tensor *dinp, zt_tensor *dinp16, zt_tensor *dw,
     ZT_CHECK(dinp16 == NULL || dinp != NULL, "%s: dinp16 is dinp rounded: pass dinp too", op);
     ZT_CHECK(dinp16 == NULL || !r16, "%s: dinp is bf16 already (a bf16 inp): pass no dinp16", op);
     if (dinp16) ZT_TRY(need_numel(op, "dinp16", dinp16, ZT_BF16, N * C, "(N,C) bf16"));
-    ZT_TRY(need_numel(op, "dout", dout, ZT_F32, N * C, "(N,C)"));
+    ZT_TRY(need_numel(op, "dout", dout, r16 ? ZT_BF16 : ZT_F32, N * C, "(N,C), inp's dtype"));
     if (dw) ZT_TRY(need_numel(op, "dweight", dw, ZT_F32, C, "(C)"));
     if (db) ZT_TRY(need_numel(op, "dbias", db, ZT_F32, C, "(C)"));
     ZT_TRY(need_numel(op, "mean", mean, ZT_F32, N, "(N)"));
@@ -465,12 +465,14 @@ int zt_matmul_bf16_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db,
     int64_t ld = OC;
     ZT_TRY(need_rows(op, "dout", dout, ZT_BF16, N, OC, "(N,OC) bf16", &ld));
     if (dw) ZT_TRY(need_numel(op, "dweight", dw, ZT_F32, OC * C, "(OC,C) f32"));
-    if (dinp) ZT_TRY(need_numel(op, "dinp", dinp, ZT_F32, N * C, "(N,C) f32"));
+    /* dinp f32, or bf16 (bf16 activations: an activation's gradient) */
+    int d16 = dinp != NULL && dinp->dtype == ZT_BF16;
+    if (dinp) ZT_TRY(need_numel(op, "dinp", dinp, d16 ? ZT_BF16 : ZT_F32, N * C, "(N,C) f32 or bf16"));
     if (db) ZT_TRY(need_numel(op, "dbias", db, ZT_F32, OC, "(OC) f32"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "dinp", dinp, "dweight", dw, "dbias", db, "dout", dout, "inp", inp,
                  "weight", w, NULL));
-    return dev->matmul_bf16_backward(dinp ? dinp->data : NULL, dw ? dw->data : NULL,
+    return dev->matmul_bf16_backward(dinp ? dinp->data : NULL, d16, dw ? dw->data : NULL,
                                      db ? db->data : NULL, dout->data, inp->data,
                                      w->data, (int)N, (int)C, (int)OC, (int)ld);
 }
@@ -529,7 +531,7 @@ int zt_matmul_bf16_backward_dgelu(zt_tensor *dinp16, zt_tensor *dw, zt_tensor *d
                                                dout->data, inp->data, w->data,
                                                dinp16 ? pre->data : NULL, (int)N, (int)C, (int)OC,
                                                (int)ld);
-    ZT_TRY(dev->matmul_bf16_backward(d32, dw ? dw->data : NULL, db ? db->data : NULL, dout->data,
+    ZT_TRY(dev->matmul_bf16_backward(d32, 0, dw ? dw->data : NULL, db ? db->data : NULL, dout->data,
                                      inp->data, w->data, (int)N, (int)C, (int)OC, (int)ld));
     if (dinp16) dev->gelu_backward(d16, 1, pre->data, 1, d32, (size_t)(N * C));
     return ZT_OK;
@@ -613,13 +615,14 @@ static int attn_backward(const char *op, zt_tensor *dqkv, const zt_tensor *dout,
 {
     int64_t B = 0, T = 0, C = 0;
     ZT_TRY(attn_dims(op, qkv, NH, NKV, W, &B, &T, &C));
-    /* bf16 activations: qkv, out and dqkv bf16 together; dout stays f32 */
+    /* bf16 activations: qkv, out, dout and dqkv bf16 together */
     int io16 = qkv->dtype == ZT_BF16;
     ZT_TRY(like_qkv(op, "dqkv", dqkv, qkv));
     ZT_TRY(like_qkv(op, "out", out, qkv));
+    ZT_TRY(like_qkv(op, "dout", dout, qkv));
     ZT_TRY(need_numel(op, "dqkv", dqkv, qkv->dtype, qkv->numel,
                       NKV == NH ? "(B,T,3C)" : "qkv's (B,T,(NH+2*NKV)*hs)"));
-    ZT_TRY(need_numel(op, "dout", dout, ZT_F32, B * T * C, "(B,T,C)"));
+    ZT_TRY(need_numel(op, "dout", dout, qkv->dtype, B * T * C, "(B,T,C)"));
     ZT_TRY(need_numel(op, "out", out, qkv->dtype, B * T * C, "(B,T,C)"));
     ZT_TRY(need_numel(op, "lse", lse, ZT_F32, B * NH * T, "(B,NH,T)"));
     const zt_device_ops *dev;
@@ -791,7 +794,7 @@ int zt_rmsnorm_backward_b16(zt_tensor *dinp, zt_tensor *dinp16, zt_tensor *dweig
                          !overlaps(dinp16, inp)),
              "%s: dinp16 may not overlap dinp, dout or inp", op);
     if (dweight) ZT_TRY(need_numel(op, "dweight", dweight, ZT_F32, C, "(C)"));
-    ZT_TRY(need_numel(op, "dout", dout, ZT_F32, N * C, "(N,C)"));
+    ZT_TRY(need_numel(op, "dout", dout, r16 ? ZT_BF16 : ZT_F32, N * C, "(N,C), inp's dtype"));
     ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, N, "(N)"));
     /* the outputs apart from what is read (dweight may be the weight's own
      * gradient view standing in for it: a weight-only pass reads no weight) */
@@ -930,7 +933,7 @@ int zt_swiglu_backward(zt_tensor *dgu, const zt_tensor *dout, const zt_tensor *g
     int64_t N = 0, F = 0;
     int io16 = 0;
     ZT_TRY(gu_dims(op, gu, &N, &F, &io16));
-    ZT_TRY(need_numel(op, "dout", dout, ZT_F32, N * F, "(N,F)"));
+    ZT_TRY(need_numel(op, "dout", dout, io16 ? ZT_BF16 : ZT_F32, N * F, "(N,F), gu's dtype"));
     ZT_TRY(need_numel(op, "dgu", dgu, gu->dtype, N * 2 * F, "(N,2F), as gu (and its dtype)"));
     ZT_CHECK(!overlaps(dgu, gu) && !overlaps(dgu, dout), "%s: dgu may not overlap gu or dout",
              op);

@@ -114,7 +114,7 @@ int main(void)
     TIMEB("bias grad fc (N,3072) f32", (double)N * 4 * C * 4, 20,
           dv->matmul_backward(NULL, NULL, db, g, x, w, N, C, 4 * C, 4 * C));
     TIMEB("bias grad proj (N,768) bf16", (double)N * C * 2, 20,
-          dv->matmul_bf16_backward(NULL, NULL, db, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, C, C));
+          dv->matmul_bf16_backward(NULL, 0, NULL, db, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, C, C));
     /* cuBLAS (mode 0) against cuBLASLt (1: every matmul; 2, the default:
      * bf16 operands), the bias a kernel after the GEMM or in the epilogue;
      * fp32, and the bf16 qkv and attention-projection shapes (x and w's
@@ -136,9 +136,14 @@ int main(void)
         snprintf(nm, sizeof nm, "matmul bf16 fwd fc bf16 out, %s", lib);
         TIME(nm, f, 20, dv->matmul_bf16_forward(y, 1, (uint16_t *)x, (uint16_t *)w, b, N, C, 4 * C, 4 * C));
         snprintf(nm, sizeof nm, "matmul bf16 bwd qkv (dinp, dw), %s", lib);
-        TIME(nm, 2 * fq, 20, dv->matmul_bf16_backward(dx, dw, NULL, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, 3 * C, 3 * C));
+        TIME(nm, 2 * fq, 20, dv->matmul_bf16_backward(dx, 0, dw, NULL, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, 3 * C, 3 * C));
+        /* the same with a bf16 dinp (bf16 activations: one GEMM with a bf16 D) */
+        snprintf(nm, sizeof nm, "matmul bf16 bwd qkv (bf16 dinp, dw), %s", lib);
+        TIME(nm, 2 * fq, 20, dv->matmul_bf16_backward(dx, 1, dw, NULL, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, 3 * C, 3 * C));
         snprintf(nm, sizeof nm, "matmul bf16 bwd proj (dinp, dw), %s", lib);
-        TIME(nm, 2 * fp, 20, dv->matmul_bf16_backward(dx, dw, NULL, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, C, C));
+        TIME(nm, 2 * fp, 20, dv->matmul_bf16_backward(dx, 0, dw, NULL, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, C, C));
+        snprintf(nm, sizeof nm, "matmul bf16 bwd proj (bf16 dinp, dw), %s", lib);
+        TIME(nm, 2 * fp, 20, dv->matmul_bf16_backward(dx, 1, dw, NULL, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, C, C));
     }
     /* the MLP's GEMMs with the GELU (bf16 activations, cuBLASLt, mode 2 as
      * the loop leaves it): c_fc's forward (N,768) -> pre, out (N,3072) and
@@ -179,21 +184,23 @@ int main(void)
         dv->free(in16); dv->free(w16); dv->free(pre16); dv->free(out16); dv->free(dout16);
     }
     double fa = 4.0 * B * NH * ((double)T * T / 2) * (C / NH);
-    /* bf16 I/O (io16): qkv (cast from qkv), out and dqkv bf16, dout fp32 */
-    uint16_t *q16 = NULL, *o16 = NULL, *dq16 = NULL;
+    /* bf16 I/O (io16): qkv (cast from qkv), out, dout (cast from g) and
+     * dqkv bf16 */
+    uint16_t *q16 = NULL, *o16 = NULL, *dq16 = NULL, *go16 = NULL;
     dv->alloc((void **)&q16, (size_t)N * 3 * C * 2); dv->alloc((void **)&o16, (size_t)N * C * 2);
-    dv->alloc((void **)&dq16, (size_t)N * 3 * C * 2);
+    dv->alloc((void **)&dq16, (size_t)N * 3 * C * 2); dv->alloc((void **)&go16, (size_t)N * C * 2);
     dv->cast(q16, ZT_BF16, qkv, ZT_F32, (size_t)N * 3 * C);
+    dv->cast(go16, ZT_BF16, g, ZT_F32, (size_t)N * C);
     TIME("attention fwd T=1024", fa, 5, dv->attention_forward(y, lse, qkv, 0, B, T, C, NH, NH, 0));
     TIME("attention bwd T=1024", 2.5 * fa, 3, dv->attention_backward(dq, g, qkv, y, lse, 0, B, T, C, NH, NH, 0));
     TIME("attention fwd T=1024 bf16 I/O", fa, 5, dv->attention_forward(o16, lse, q16, 1, B, T, C, NH, NH, 0));
-    TIME("attention bwd T=1024 bf16 I/O", 2.5 * fa, 3, dv->attention_backward(dq16, g, q16, o16, lse, 1, B, T, C, NH, NH, 0));
+    TIME("attention bwd T=1024 bf16 I/O", 2.5 * fa, 3, dv->attention_backward(dq16, go16, q16, o16, lse, 1, B, T, C, NH, NH, 0));
     zt_cuda_attention_mode(1);      /* bf16 tensor cores (attention_tc.cu) */
     TIME("attention fwd T=1024 bf16 tc", fa, 20, dv->attention_forward(y, lse, qkv, 0, B, T, C, NH, NH, 0));
     TIME("attention bwd T=1024 bf16 tc", 2.5 * fa, 20, dv->attention_backward(dq, g, qkv, y, lse, 0, B, T, C, NH, NH, 0));
     TIME("attention fwd T=1024 bf16 tc, bf16 I/O", fa, 20, dv->attention_forward(o16, lse, q16, 1, B, T, C, NH, NH, 0));
-    TIME("attention bwd T=1024 bf16 tc, bf16 I/O", 2.5 * fa, 20, dv->attention_backward(dq16, g, q16, o16, lse, 1, B, T, C, NH, NH, 0));
-    dv->free(q16); dv->free(o16); dv->free(dq16);
+    TIME("attention bwd T=1024 bf16 tc, bf16 I/O", 2.5 * fa, 20, dv->attention_backward(dq16, go16, q16, o16, lse, 1, B, T, C, NH, NH, 0));
+    dv->free(q16); dv->free(o16); dv->free(dq16); dv->free(go16);
     /* T = 1024, 4096 and 8192 at head sizes 64 and 128 (the GPU-Attention
      * issue's shapes, beside PyTorch's flash attention:
      * tools/torch_attention_bench.py; B=4 T=1024 hs 64 is above) */
@@ -204,22 +211,25 @@ int main(void)
             int Bk = cfg[k][0], Tk = cfg[k][1], NHk = cfg[k][2], Ck = NHk * cfg[k][3];
             size_t nq = (size_t)Bk * Tk * 3 * Ck, no = (size_t)Bk * Tk * Ck;
             float *q2 = dalloc(nq), *d2 = dalloc(nq), *o2 = dalloc(no), *g2 = dalloc(no);
-            float *l2 = dalloc((size_t)Bk * NHk * Tk);
+            float *l2 = dalloc((size_t)Bk * NHk * Tk), *gb2 = dalloc(no / 2 + 1);
             dv->fill(q2, 0.01f, nq); dv->fill(g2, 0.01f, no);
-            /* bf16 I/O: q2 rounded into d2's first half, dqkv its second, out o2's bytes */
+            /* bf16 I/O: q2 rounded into d2's first half, dqkv its second, out o2's
+             * bytes, dout g2 rounded into gb2 */
             uint16_t *qh = (uint16_t *)d2, *oh = (uint16_t *)o2, *dh = (uint16_t *)d2 + nq;
+            uint16_t *gh = (uint16_t *)gb2;
             dv->cast(qh, ZT_BF16, q2, ZT_F32, nq);
+            dv->cast(gh, ZT_BF16, g2, ZT_F32, no);
             double fk = 4.0 * Bk * NHk * ((double)Tk * Tk / 2) * cfg[k][3];
             char nm[96];
             snprintf(nm, sizeof nm, "attention fwd B=%d T=%d hs=%d bf16 tc, bf16 I/O", Bk, Tk, cfg[k][3]);
             TIME(nm, fk, 10, dv->attention_forward(oh, l2, qh, 1, Bk, Tk, Ck, NHk, NHk, 0));
             snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc, bf16 I/O", Bk, Tk, cfg[k][3]);
-            TIME(nm, 2.5 * fk, 5, dv->attention_backward(dh, g2, qh, oh, l2, 1, Bk, Tk, Ck, NHk, NHk, 0));
+            TIME(nm, 2.5 * fk, 5, dv->attention_backward(dh, gh, qh, oh, l2, 1, Bk, Tk, Ck, NHk, NHk, 0));
             snprintf(nm, sizeof nm, "attention fwd B=%d T=%d hs=%d bf16 tc", Bk, Tk, cfg[k][3]);
             TIME(nm, fk, 10, dv->attention_forward(o2, l2, q2, 0, Bk, Tk, Ck, NHk, NHk, 0));
             snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc", Bk, Tk, cfg[k][3]);
             TIME(nm, 2.5 * fk, 5, dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk, NHk, 0));
-            dv->free(q2); dv->free(d2); dv->free(o2); dv->free(g2); dv->free(l2);
+            dv->free(q2); dv->free(d2); dv->free(o2); dv->free(g2); dv->free(l2); dv->free(gb2);
         }
     }
     zt_cuda_attention_mode(0);
@@ -238,20 +248,25 @@ int main(void)
         snprintf(nm, sizeof nm, "lm head fwd bf16, bf16 rows of Vp, %s", lib);
         TIME(nm, fl, 5, dv->matmul_bf16_forward(lg, 1, (uint16_t *)x, (uint16_t *)wte, NULL, N, C, V, Vp));
         snprintf(nm, sizeof nm, "lm head bwd bf16, dout rows of V, %s", lib);
-        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, V));
+        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 0, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, V));
         snprintf(nm, sizeof nm, "lm head bwd bf16, dout rows of Vp, %s", lib);
-        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
+        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 0, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
+        /* a bf16 dinp: split, so the two partial sums in fp32 scratch, then a cast */
+        snprintf(nm, sizeof nm, "lm head bwd bf16 dinp, rows of Vp, %s", lib);
+        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 1, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
         /* the above split at 50176 (zt_cuda_matmul_split, the default)
          * against one GEMM of V columns, and one of Vp (a padded wte) */
         zt_cuda_matmul_split(0);
         snprintf(nm, sizeof nm, "lm head fwd bf16, rows of Vp, one GEMM, %s", lib);
         TIME(nm, fl, 5, dv->matmul_bf16_forward(lg, 1, (uint16_t *)x, (uint16_t *)wte, NULL, N, C, V, Vp));
         snprintf(nm, sizeof nm, "lm head bwd bf16, rows of Vp, one GEMM, %s", lib);
-        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
+        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 0, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
+        snprintf(nm, sizeof nm, "lm head bwd bf16 dinp, one GEMM, %s", lib);
+        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 1, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
         snprintf(nm, sizeof nm, "lm head fwd bf16, OC = Vp (wte padded), %s", lib);
         TIME(nm, fl, 5, dv->matmul_bf16_forward(lg, 1, (uint16_t *)x, (uint16_t *)wte, NULL, N, C, Vp, Vp));
         snprintf(nm, sizeof nm, "lm head bwd bf16, OC = Vp (wte padded), %s", lib);
-        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, Vp, Vp));
+        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 0, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, Vp, Vp));
         zt_cuda_matmul_split(1);
     }
     /* the classifier: the row read twice, dlogits written once */
@@ -286,9 +301,9 @@ int main(void)
     TIMEB("layernorm bwd (N,768)", nc * 16 + N * 8.0, 50, dv->layernorm_backward(dx, NULL, dw, db, g, x, 0, w, mean, rstd, N, C));
     TIMEB("layernorm bwd (N,768) + bf16 dinp", nc * 18 + N * 8.0, 50,
           dv->layernorm_backward(dx, (uint16_t *)y, dw, db, g, x, 0, w, mean, rstd, N, C));
-    /* r16: dout f32, inp bf16, dinp bf16 read and written */
-    TIMEB("layernorm bwd (N,768) bf16 stream", nc * 10 + N * 8.0, 50,
-          dv->layernorm_backward(s16, NULL, dw, db, g, x16, 1, w, mean, rstd, N, C));
+    /* r16: dout and inp bf16, dinp bf16 read and written */
+    TIMEB("layernorm bwd (N,768) bf16 stream", nc * 8 + N * 8.0, 50,
+          dv->layernorm_backward(s16, NULL, dw, db, g16, x16, 1, w, mean, rstd, N, C));
     TIMEB("residual add (N,768)", nc * 12, 50, dv->add3(dx, x, g, 0, (size_t)nc));
     TIMEB("residual add (N,768) bf16", nc * 6, 50, dv->add3(s16, x16, g16, 1, (size_t)nc));
     TIMEB("gelu fwd (N,3072)", nf * 8, 50, dv->gelu_forward(y, 0, x, 0, (size_t)nf));

@@ -577,14 +577,15 @@ void zk_attention_decode(float *out, float *kcache, float *vcache, const float *
 /* The bf16-I/O backward's tensors and its thread's f32 buffer
  * (bwd16_floats(T, hs)): dK and dV of the whole kv head (they gather terms
  * from every query tile of every query head reading it), then one query
- * tile's dQ, q and o rows, and one key tile's k and v rows. */
-typedef struct { uint16_t *dqkv; const uint16_t *qkv, *out; float *buf; } io16;
+ * tile's dQ, q and o rows, one key tile's k and v rows, and the query
+ * tile's dout rows. */
+typedef struct { uint16_t *dqkv; const uint16_t *qkv, *out, *dout; float *buf; } io16;
 
-static size_t bwd16_floats(int T, int hs) { return (2 * (size_t)T + 3 * AQ + 2 * AK) * (size_t)hs; }
+static size_t bwd16_floats(int T, int hs) { return (2 * (size_t)T + 4 * AQ + 2 * AK) * (size_t)hs; }
 
 /* Query head h's terms of one backward task (attn_bwd_group): dQ of h
  * WRITTEN, dK and dV (of h's kv head, rows at dK, dV of stride ld) added to.
- * f32 tensors, or (x) bf16 qkv, out and dqkv: their rows widened into
+ * f32 tensors, or (x) bf16 qkv, out, dout and dqkv: their rows widened into
  * x->buf tile by tile, dQ accumulated there in f32 in the same order and
  * rounded once at the end of its query tile. */
 static inline void attn_bwd_qhead(gemm_acc_fn gemm_acc, float *dqkv, const float *dout, const float *qkv,
@@ -596,18 +597,19 @@ static inline void attn_bwd_qhead(gemm_acc_fn gemm_acc, float *dqkv, const float
     const size_t qoff = head_at(g, b, 0, h, hs), koff = head_at(g, b, 1, kh, hs);
     const size_t voff = head_at(g, b, 2, kh, hs);
     const size_t ooff = (size_t)b * T * C + (size_t)h * hs;
-    const float *dO = dout + ooff;                                     // rows of stride C
+    const float *dO = x ? NULL : dout + ooff;                          // rows of stride C
     const float *L = lse + ((size_t)b * g->NH + h) * T;
     float P[AQ * AK], dS[AQ * AK], BT[AD * AK], Dv[AQ];
     /* f32: rows of stride R (q, k, v, their gradients) and C (out) */
     const float *Q = NULL, *K = NULL, *V = NULL, *O = NULL;
     float *dQ = NULL;
     size_t ldq = R, ldkv = R, ldo = C;                   /* strides of the tiles used below */
-    float *qw = NULL, *ow = NULL, *kw = NULL, *vw = NULL, *dqw = NULL;
+    float *qw = NULL, *ow = NULL, *kw = NULL, *vw = NULL, *dqw = NULL, *dow = NULL;
+    size_t lddo = C;                                     /* dout's rows: stride C, or hs widened */
     if (x) {
         dqw = x->buf + 2 * (size_t)T * hs; qw = dqw + (size_t)AQ * hs; ow = qw + (size_t)AQ * hs;
-        kw = ow + (size_t)AQ * hs; vw = kw + (size_t)AK * hs;
-        ldq = ldkv = ldo = (size_t)hs;
+        kw = ow + (size_t)AQ * hs; vw = kw + (size_t)AK * hs; dow = vw + (size_t)AK * hs;
+        ldq = ldkv = ldo = lddo = (size_t)hs;
     } else {
         Q = qkv + qoff; K = qkv + koff; V = qkv + voff;
         dQ = dqkv + qoff;
@@ -622,18 +624,20 @@ static inline void attn_bwd_qhead(gemm_acc_fn gemm_acc, float *dqkv, const float
     for (int q0 = 0; q0 < T; q0 += AQ) {
         const int nq = T - q0 < AQ ? T - q0 : AQ;
         const int qlast = q0 + nq - 1;
-        const float *Qt, *Ot;
+        const float *Qt, *Ot, *dOt;
         float *dQt;
         if (x) {
             widen_rows(qw, x->qkv + qoff + (size_t)q0 * R, R, nq, hs);
             widen_rows(ow, x->out + ooff + (size_t)q0 * C, C, nq, hs);
+            widen_rows(dow, x->dout + ooff + (size_t)q0 * C, C, nq, hs);
             memset(dqw, 0, (size_t)nq * hs * sizeof(float));
-            Qt = qw; Ot = ow; dQt = dqw;
+            Qt = qw; Ot = ow; dQt = dqw; dOt = dow;
         } else {
             Qt = Q + (size_t)q0 * R; Ot = O + (size_t)q0 * C; dQt = dQ + (size_t)q0 * R;
+            dOt = dO + (size_t)q0 * C;
         }
         for (int i = 0; i < nq; i++)
-            Dv[i] = dot_lanes(dO + (size_t)(q0 + i) * C, Ot + (size_t)i * ldo, hs);
+            Dv[i] = dot_lanes(dOt + (size_t)i * lddo, Ot + (size_t)i * ldo, hs);
         for (int k0 = first_tile(q0, g->W); k0 <= qlast; k0 += AK) {
             int nk = qlast + 1 - k0 < AK ? qlast + 1 - k0 : AK;
             const float *Kt, *Vt;
@@ -645,7 +649,7 @@ static inline void attn_bwd_qhead(gemm_acc_fn gemm_acc, float *dqkv, const float
                 Kt = K + (size_t)k0 * R; Vt = V + (size_t)k0 * R;
             }
             qk_tile(gemm_acc, P, Qt, ldq, nq, Kt, ldkv, nk, hs, BT);
-            qk_tile(gemm_acc, dS, dO + (size_t)q0 * C, C, nq, Vt, ldkv, nk, hs, BT);
+            qk_tile(gemm_acc, dS, dOt, lddo, nq, Vt, ldkv, nk, hs, BT);
             for (int i = 0; i < nq; i++) {
                 int jn = q0 + i - k0 + 1, j0 = win_lo(q0 + i, g->W) - k0;
                 jn = jn < 0 ? 0 : (jn > nk ? nk : jn);
@@ -661,7 +665,7 @@ static inline void attn_bwd_qhead(gemm_acc_fn gemm_acc, float *dqkv, const float
             /* dV_j += sum_i P_ij dO_i;  dK_j += sum_i dS_ij Q_i  (i ascending),
              * through an AD-wide local accumulator: a dqkv row updated in
              * place would make each step wait on the previous step's store. */
-            gemm_acc(dV + (size_t)k0 * ld, ld, P, 1, AK, dO + (size_t)q0 * C, C,
+            gemm_acc(dV + (size_t)k0 * ld, ld, P, 1, AK, dOt, lddo,
                      nk, hs, nq, 2, k0 - q0);
             gemm_acc(dK + (size_t)k0 * ld, ld, dS, 1, AK, Qt, ldq,
                      nk, hs, nq, 2, k0 - q0);
@@ -729,7 +733,7 @@ void zk_attention_backward(float *dqkv, const float *dout, const float *qkv,
 
 /* The bf16-I/O backward: each thread's f32 buffer on the heap (a kv head's
  * dK and dV, 2 T hs floats). -1 if it cannot be had. */
-int zk_attention_backward_gqa_bb(uint16_t *dqkv, const float *dout, const uint16_t *qkv,
+int zk_attention_backward_gqa_bb(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv,
                                  const uint16_t *out, const float *lse,
                                  int B, int T, int C, int NH, int NKV, int W) {
     const gemm_acc_fn gemm = pick_gemm_acc();
@@ -738,7 +742,7 @@ int zk_attention_backward_gqa_bb(uint16_t *dqkv, const float *dout, const uint16
     int failed = 0;
     #pragma omp parallel if ((long)B * T * C >= 16384)
     {
-        io16 x = { dqkv, qkv, out, malloc(bwd16_floats(T, hs) * sizeof(float)) };
+        io16 x = { dqkv, qkv, out, dout, malloc(bwd16_floats(T, hs) * sizeof(float)) };
         if (!x.buf) {
             #pragma omp atomic write
             failed = 1;
@@ -748,16 +752,16 @@ int zk_attention_backward_gqa_bb(uint16_t *dqkv, const float *dout, const uint16
             if (!x.buf) continue;
             int b = bk / NKV, kh = bk % NKV;
             if (hs == 64)
-                attn_bwd_group(gemm, NULL, dout, NULL, NULL, lse, b, kh, &g, 64, &x);
+                attn_bwd_group(gemm, NULL, NULL, NULL, NULL, lse, b, kh, &g, 64, &x);
             else
-                attn_bwd_group(gemm, NULL, dout, NULL, NULL, lse, b, kh, &g, hs, &x);
+                attn_bwd_group(gemm, NULL, NULL, NULL, NULL, lse, b, kh, &g, hs, &x);
         }
         free(x.buf);
     }
     return failed ? -1 : 0;
 }
 
-int zk_attention_backward_bb(uint16_t *dqkv, const float *dout, const uint16_t *qkv,
+int zk_attention_backward_bb(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv,
                              const uint16_t *out, const float *lse, int B, int T, int C, int NH) {
     return zk_attention_backward_gqa_bb(dqkv, dout, qkv, out, lse, B, T, C, NH, NH, 0);
 }

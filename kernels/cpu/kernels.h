@@ -112,16 +112,18 @@ void zk_layernorm_backward_b16(float *dinp, uint16_t *dinp16, float *dweight, fl
  * stored bf16). Each is the f32 kernel above on the widened rows:
  * forward: bf16 inp -> bf16 out (the f32 out rounded once), mean, rstd;
  * residual forward: resid = zk_add3_b16(a, b), then the forward on the
- * stored (rounded) resid; backward: dinp (N,C) bf16 ACCUMULATED, each
- * element round(widen(dinp) + the f32 kernel's term), one rounding;
- * dweight, dbias the f32 kernel's on the widened inp. */
+ * stored (rounded) resid; backward: dout bf16 too (a bf16 GEMM's input
+ * gradient, zk_matmul_bf16_backward_b16's), dinp (N,C) bf16 ACCUMULATED,
+ * each element round(widen(dinp) + the f32 kernel's term on the widened
+ * dout), one rounding; dweight, dbias the f32 kernel's on the widened inp
+ * and dout. */
 void zk_layernorm_forward_r16(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
                               const float *weight, const float *bias, int N, int C);
 void zk_layernorm_residual_forward_r16(uint16_t *resid, uint16_t *out, float *mean,
                                        float *rstd, const uint16_t *a, const uint16_t *b,
                                        const float *weight, const float *bias, int N, int C);
 void zk_layernorm_backward_r16(uint16_t *dinp, float *dweight, float *dbias,
-                               const float *dout, const uint16_t *inp,
+                               const uint16_t *dout, const uint16_t *inp,
                                const float *weight, const float *mean,
                                const float *rstd, int N, int C);
 
@@ -145,10 +147,11 @@ void zk_rmsnorm_backward_b16(float *dinp, uint16_t *dinp16, float *dweight, cons
                              const float *inp, const float *weight, const float *rstd, int N,
                              int C);
 /* The bf16 residual stream, as zk_layernorm_*_r16: bf16 inp -> bf16 out;
- * dinp bf16 accumulated, each element rounded once. */
+ * backward from a bf16 dout, dinp bf16 accumulated, each element rounded
+ * once. */
 void zk_rmsnorm_forward_r16(uint16_t *out, float *rstd, const uint16_t *inp,
                             const float *weight, float eps, int N, int C);
-void zk_rmsnorm_backward_r16(uint16_t *dinp, float *dweight, const float *dout,
+void zk_rmsnorm_backward_r16(uint16_t *dinp, float *dweight, const uint16_t *dout,
                              const uint16_t *inp, const float *weight, const float *rstd,
                              int N, int C);
 
@@ -186,11 +189,11 @@ void zk_rope_backward_b16(uint16_t *dx, int N, int T, int ld, int nh, int hs,
 void zk_swiglu_forward(float *out, const float *gu, int N, int F);
 /* dgu (N, 2F) WRITTEN: [dout * up * silu'(gate) | dout * silu(gate)]. */
 void zk_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int F);
-/* bf16 gu (the gate/up GEMM's bf16 out), widened exactly; out / dgu bf16,
- * the fp32 kernels' floats rounded once (dout stays fp32: the down GEMM's
- * input gradient). */
+/* bf16 gu (the gate/up GEMM's bf16 out) and, backward, dout (the down
+ * GEMM's bf16 input gradient), widened exactly; out / dgu bf16, the fp32
+ * kernels' floats rounded once. */
 void zk_swiglu_forward_bb(uint16_t *out, const uint16_t *gu, int N, int F);
-void zk_swiglu_backward_bb(uint16_t *dgu, const float *dout, const uint16_t *gu, int N, int F);
+void zk_swiglu_backward_bb(uint16_t *dgu, const uint16_t *dout, const uint16_t *gu, int N, int F);
 
 /* ---- matmul with bias (OpenBLAS sgemm) ---------------------------------- */
 /* Padded rows: out (forward) and dout (backward) are (N,OC) with rows ldo
@@ -260,6 +263,12 @@ void zk_matmul_bf16_forward_b16(uint16_t *out, const uint16_t *inp, const uint16
 void zk_matmul_bf16_backward(float *dinp, float *dweight, float *dbias,
                              const uint16_t *dout, const uint16_t *inp,
                              const uint16_t *weight, int N, int C, int OC, int ldo);
+/* The same with dinp bf16 (bf16 activations: an activation's gradient),
+ * each element the f32 dinp's chain rounded once (zk_cast_f32_bf16's bits);
+ * dweight, dbias as above. */
+void zk_matmul_bf16_backward_b16(uint16_t *dinp, float *dweight, float *dbias,
+                                 const uint16_t *dout, const uint16_t *inp,
+                                 const uint16_t *weight, int N, int C, int OC, int ldo);
 /* Which path the bf16 GEMMs take. mode -1 asks, deciding on first use:
  * AMX where usable, else AVX512_BF16 where the CPU has it, else portable;
  * the environment variable ZTRAIN_BF16_GEMM = amx | avx512_bf16 | portable
@@ -309,15 +318,16 @@ void zk_attention_decode(float *out, float *kcache, float *vcache, const float *
 void zk_attention_backward(float *dqkv, const float *dout, const float *qkv,
                            const float *out, const float *lse,
                            int B, int T, int C, int NH);
-/* bf16 I/O (bf16 activations): qkv, out and dqkv bf16; lse and dout f32.
- * The bits of the f32 kernels above on the widened qkv (and out), their
+/* bf16 I/O (bf16 activations): qkv, out, dqkv and dout bf16; lse f32.
+ * The bits of the f32 kernels above on the widened qkv, out and dout, their
  * out (dqkv) rounded once to nearest even (zk_cast_f32_bf16's bits): the
  * rows are widened tile by tile into f32 tiles each thread allocates
- * (forward (2 AQ + 2 AK) hs floats; backward also a head's dK and dV,
- * 2 T hs). 0, or -1 where that allocation failed (outputs then partial). */
+ * (forward (2 AQ + 2 AK) hs floats; backward (4 AQ + 2 AK) hs and a head's
+ * dK and dV, 2 T hs). 0, or -1 where that allocation failed (outputs then
+ * partial). */
 int zk_attention_forward_bb(uint16_t *out, float *lse, const uint16_t *qkv,
                             int B, int T, int C, int NH);
-int zk_attention_backward_bb(uint16_t *dqkv, const float *dout, const uint16_t *qkv,
+int zk_attention_backward_bb(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv,
                              const uint16_t *out, const float *lse,
                              int B, int T, int C, int NH);
 
@@ -340,7 +350,7 @@ void zk_attention_decode_gqa(float *out, float *kcache, float *vcache, const flo
                              int B, int T, int C, int NH, int NKV, int W, int maxT, int pos);
 int zk_attention_forward_gqa_bb(uint16_t *out, float *lse, const uint16_t *qkv,
                                 int B, int T, int C, int NH, int NKV, int W);
-int zk_attention_backward_gqa_bb(uint16_t *dqkv, const float *dout, const uint16_t *qkv,
+int zk_attention_backward_gqa_bb(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv,
                                  const uint16_t *out, const float *lse,
                                  int B, int T, int C, int NH, int NKV, int W);
 

@@ -264,9 +264,9 @@ static inline void dinp_row(float *restrict di, const float *restrict d,
 }
 
 /* dweight, dbias: column slices, each summing all rows in order in double
- * (N terms; double keeps large N accurate at no real cost). r16: inp bf16,
- * each element widened (the same floats). */
-static void ln_weight_grads(float *dweight, float *dbias, const float *dout, const void *inp,
+ * (N terms; double keeps large N accurate at no real cost). r16: inp and
+ * dout bf16, each element widened (the same floats). */
+static void ln_weight_grads(float *dweight, float *dbias, const void *dout, const void *inp,
                             int r16, const float *mean, const float *rstd, int N, int C,
                             int par) {
     int nchunk = (C + LN_COL_CHUNK - 1) / LN_COL_CHUNK;
@@ -274,14 +274,16 @@ static void ln_weight_grads(float *dweight, float *dbias, const float *dout, con
     for (int k = 0; k < nchunk; k++) {
         int c0 = k * LN_COL_CHUNK, w = C - c0 < LN_COL_CHUNK ? C - c0 : LN_COL_CHUNK;
         double dw[LN_COL_CHUNK] = {0}, db[LN_COL_CHUNK] = {0};
-        float xw[LN_COL_CHUNK];
+        float xw[LN_COL_CHUNK], dw16[LN_COL_CHUNK];
         for (int n = 0; n < N; n++) {
             const float *restrict x = (const float *)inp + (size_t)n * C + c0;
+            const float *restrict d = (const float *)dout + (size_t)n * C + c0;
             if (r16) {
                 zk_cast_bf16_f32(xw, (const uint16_t *)inp + (size_t)n * C + c0, (size_t)w);
+                zk_cast_bf16_f32(dw16, (const uint16_t *)dout + (size_t)n * C + c0, (size_t)w);
                 x = xw;
+                d = dw16;
             }
-            const float *restrict d = dout + (size_t)n * C + c0;
             float m = mean[n], s = rstd[n];
             for (int j = 0; j < w; j++) {
                 dw[j] += (double)(((x[j] - m) * s) * d[j]);
@@ -319,7 +321,7 @@ void zk_layernorm_backward_b16(float *dinp, uint16_t *dinp16, float *dweight, fl
 /* The bf16 stream's: the row and its gradient widened on the stack, the
  * f32 row function, the gradient rounded back once */
 void zk_layernorm_backward_r16(uint16_t *dinp, float *dweight, float *dbias,
-                               const float *dout, const uint16_t *inp,
+                               const uint16_t *dout, const uint16_t *inp,
                                const float *weight, const float *mean,
                                const float *rstd, int N, int C) {
     int par = (long)N * C >= 32768;
@@ -327,10 +329,11 @@ void zk_layernorm_backward_r16(uint16_t *dinp, float *dweight, float *dbias,
         dinp_sums_fn sums = dinp_sums_pick();
         #pragma omp parallel for schedule(static) if (par)
         for (int n = 0; n < N; n++) {
-            float x[C], di[C];                           // (C) each, widened
+            float x[C], di[C], d[C];                     // (C) each, widened
             zk_cast_bf16_f32(x, inp + (size_t)n * C, (size_t)C);
             zk_cast_bf16_f32(di, dinp + (size_t)n * C, (size_t)C);
-            dinp_row(di, dout + (size_t)n * C, x, weight, mean[n], rstd[n], C, sums);
+            zk_cast_bf16_f32(d, dout + (size_t)n * C, (size_t)C);
+            dinp_row(di, d, x, weight, mean[n], rstd[n], C, sums);
             zk_cast_f32_bf16(dinp + (size_t)n * C, di, (size_t)C);
         }
     }

@@ -387,6 +387,9 @@ void zk_matmul_bf16_forward_b16(uint16_t *out, const uint16_t *inp, const uint16
     gemm_bf16_out16(out, ldo, A, Bt, bias, N, OC, C);
 }
 
+static void bwd_weights(float *dweight, float *dbias, const uint16_t *dout, const uint16_t *inp,
+                        int N, int C, int OC, int ldo);
+
 void zk_matmul_bf16_backward(float *dinp, float *dweight, float *dbias,
                              const uint16_t *dout, const uint16_t *inp,
                              const uint16_t *weight, int N, int C, int OC, int ldo) {
@@ -395,6 +398,23 @@ void zk_matmul_bf16_backward(float *dinp, float *dweight, float *dbias,
         bf_view Bt = {weight, 1, C};    /* B^T (C, OC): element (c, o) = weight[o][c] */
         gemm_bf16(dinp, C, A, Bt, NULL, N, C, OC);
     }
+    bwd_weights(dweight, dbias, dout, inp, N, C, OC, ldo);
+}
+
+void zk_matmul_bf16_backward_b16(uint16_t *dinp, float *dweight, float *dbias,
+                                 const uint16_t *dout, const uint16_t *inp,
+                                 const uint16_t *weight, int N, int C, int OC, int ldo) {
+    if (dinp != NULL) {             /* the f32 chains in tiles, each rounded once */
+        bf_view A = {dout, ldo, 1};
+        bf_view Bt = {weight, 1, C};
+        gemm_bf16_out16(dinp, C, A, Bt, NULL, N, C, OC);
+    }
+    bwd_weights(dweight, dbias, dout, inp, N, C, OC, ldo);
+}
+
+/* dweight (OC,C) and dbias (OC), both skipped when NULL */
+static void bwd_weights(float *dweight, float *dbias, const uint16_t *dout, const uint16_t *inp,
+                        int N, int C, int OC, int ldo) {
     if (dweight != NULL) {          /* (OC,C) = dout^T (OC,N) @ inp (N,C) */
         bf_view A = {dout, 1, ldo};     /* element (o, n) = dout[n][o] */
         bf_view Bt = {inp, 1, C};       /* element (c, n) = inp[n][c]  */

@@ -97,22 +97,25 @@ static void dinp_row(float *restrict di, const float *restrict d, const float *r
     for (c = 0; c < C; c++) di[c] += r * (w[c] * d[c] - (x[c] * r) * gn_mean);
 }
 
-/* dweight: column slices down the rows in order, in double; r16: inp
- * bf16, widened (the same floats) */
+/* dweight: column slices down the rows in order, in double; r16: inp and
+ * dout bf16, widened (the same floats) */
 RMS_NOCONTRACT
-static void rms_weight_grad(float *dweight, const float *dout, const void *inp, int r16,
+static void rms_weight_grad(float *dweight, const void *dout, const void *inp, int r16,
                             const float *rstd, int N, int C) {
     int chunks = (C + RMS_COL_CHUNK - 1) / RMS_COL_CHUNK;
     #pragma omp parallel for schedule(static) if ((long)N * C >= 32768)
     for (int k = 0; k < chunks; k++) {
         int c0 = k * RMS_COL_CHUNK, nc = C - c0 < RMS_COL_CHUNK ? C - c0 : RMS_COL_CHUNK;
         double dw[RMS_COL_CHUNK] = {0};
-        float xw[RMS_COL_CHUNK];
+        float xw[RMS_COL_CHUNK], dw16[RMS_COL_CHUNK];
         for (int n = 0; n < N; n++) {
-            const float *x = (const float *)inp + (size_t)n * C + c0, *d = dout + (size_t)n * C + c0;
+            const float *x = (const float *)inp + (size_t)n * C + c0;
+            const float *d = (const float *)dout + (size_t)n * C + c0;
             if (r16) {
                 zk_cast_bf16_f32(xw, (const uint16_t *)inp + (size_t)n * C + c0, (size_t)nc);
+                zk_cast_bf16_f32(dw16, (const uint16_t *)dout + (size_t)n * C + c0, (size_t)nc);
                 x = xw;
+                d = dw16;
             }
             float r = rstd[n];
             for (int j = 0; j < nc; j++) dw[j] += (double)((x[j] * r) * d[j]);
@@ -162,16 +165,17 @@ void zk_rmsnorm_forward_r16(uint16_t *out, float *rstd, const uint16_t *inp,
 }
 
 RMS_NOCONTRACT
-void zk_rmsnorm_backward_r16(uint16_t *dinp, float *dweight, const float *dout,
+void zk_rmsnorm_backward_r16(uint16_t *dinp, float *dweight, const uint16_t *dout,
                              const uint16_t *inp, const float *weight, const float *rstd,
                              int N, int C) {
     if (dinp) {
         #pragma omp parallel for schedule(static) if ((long)N * C >= 32768)
         for (int n = 0; n < N; n++) {
-            float x[C], di[C];
+            float x[C], di[C], d[C];
             zk_cast_bf16_f32(x, inp + (size_t)n * C, (size_t)C);
             zk_cast_bf16_f32(di, dinp + (size_t)n * C, (size_t)C);
-            dinp_row(di, dout + (size_t)n * C, x, weight, rstd[n], C);
+            zk_cast_bf16_f32(d, dout + (size_t)n * C, (size_t)C);
+            dinp_row(di, d, x, weight, rstd[n], C);
             zk_cast_f32_bf16(dinp + (size_t)n * C, di, (size_t)C);
         }
     }

@@ -77,17 +77,18 @@ void zk_swiglu_forward_bb(uint16_t *out, const uint16_t *gu, int N, int F) {
     }
 }
 
-void zk_swiglu_backward_bb(uint16_t *dgu, const float *dout, const uint16_t *gu, int N, int F) {
+void zk_swiglu_backward_bb(uint16_t *dgu, const uint16_t *dout, const uint16_t *gu, int N, int F) {
     #pragma omp parallel for schedule(static) if ((long)N * F >= 65536)
     for (int n = 0; n < N; n++) {
         const uint16_t *row = gu + (size_t)n * 2 * F;
         uint16_t *drow = dgu + (size_t)n * 2 * F;
-        float g[SG_TILE], u[SG_TILE], dg[SG_TILE], du[SG_TILE];
+        float g[SG_TILE], u[SG_TILE], dg[SG_TILE], du[SG_TILE], d[SG_TILE];
         for (int i0 = 0; i0 < F; i0 += SG_TILE) {
             int k = F - i0 < SG_TILE ? F - i0 : SG_TILE;
             zk_cast_bf16_f32(g, row + i0, (size_t)k);
             zk_cast_bf16_f32(u, row + F + i0, (size_t)k);
-            bwd_row(dg, du, dout + (size_t)n * F + i0, g, u, k);
+            zk_cast_bf16_f32(d, dout + (size_t)n * F + i0, (size_t)k);
+            bwd_row(dg, du, d, g, u, k);
             zk_cast_f32_bf16(drow + i0, dg, (size_t)k);
             zk_cast_f32_bf16(drow + F + i0, du, (size_t)k);
         }

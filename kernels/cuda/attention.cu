@@ -7,12 +7,12 @@
  * query row, then dk and dv per key row. Decode (KV cache) runs the
  * forward's row arithmetic over cache rows. Correct and deterministic, not
  * fast: a tiled, tensor-core kernel (FlashAttention style) replaces it.
- * Forward and backward are templates on qkv's, out's and dqkv's element
- * (IO): float, or uint16_t bf16 bits (io16: every element read widened
- * exactly by zkc_get, every output the fp32 value rounded once by zkc_put),
- * so a bf16 call is the f32 kernel's arithmetic on the widened inputs,
- * then one rounding: round(f32 kernel(widen(x))) bit for bit. lse, dout
- * and the D scratch stay fp32; decode is fp32 only.
+ * Forward and backward are templates on the element (IO) of qkv, out,
+ * dqkv and the backward's dout: float, or uint16_t bf16 bits (io16: every
+ * element read widened exactly by zkc_get, every output the fp32 value
+ * rounded once by zkc_put), so a bf16 call is the f32 kernel's arithmetic
+ * on the widened inputs, then one rounding: round(f32 kernel(widen(x)))
+ * bit for bit. lse and the D scratch stay fp32; decode is fp32 only.
  *
  * Grouped-query heads and a sliding window (zk_attention_*_gqa's
  * contract): qkv rows of R = C + 2 NKV hs, q (NH heads) | k (NKV) | v (NKV),
@@ -124,33 +124,33 @@ __global__ static void k_attn_decode(float *out, const float *kc, const float *v
 
 /* D[b,h,i] = sum over the head's d of dout * out */
 template <class IO>
-__global__ static void k_attn_D(float *D, const float *dout, const IO *out, rowp a)
+__global__ static void k_attn_D(float *D, const IO *dout, const IO *out, rowp a)
 {
     int row = blockIdx.x * AW + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= a.B * a.NH * a.T) return;
     int i = row % a.T, h = (row / a.T) % a.NH, b = row / (a.T * a.NH);
     size_t off = ((size_t)b * a.T + i) * a.C + (size_t)h * a.hs;
     float s = 0.0f;
-    for (int d = lane; d < a.hs; d += 32) s += dout[off + d] * zkc_get(out + (off + d));
+    for (int d = lane; d < a.hs; d += 32) s += zkc_get(dout + (off + d)) * zkc_get(out + (off + d));
     s = zkc_warp_sum(s);
     if (lane == 0) D[row] = s;
 }
 
 /* dq_i = scale * sum_{j<=i} p_ij (dout_i . v_j - D_i) k_j */
 template <class IO>
-__global__ static void k_attn_dq(IO *dqkv, const float *dout, const IO *qkv,
+__global__ static void k_attn_dq(IO *dqkv, const IO *dout, const IO *qkv,
                                  const float *lse, const float *D, rowp a)
 {
     int row = blockIdx.x * AW + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= a.B * a.NH * a.T) return;
     int i = row % a.T, h = (row / a.T) % a.NH, b = row / (a.T * a.NH);
     const IO *q = qkv_at(qkv, a, b, i, h, 0);
-    const float *go = dout + ((size_t)b * a.T + i) * a.C + (size_t)h * a.hs;
+    const IO *go = dout + ((size_t)b * a.T + i) * a.C + (size_t)h * a.hs;
     float qr[PER], gr[PER], acc[PER];
 #pragma unroll
     for (int k = 0; k < PER; k++) {
         int d = lane + 32 * k;
-        qr[k] = d < a.hs ? zkc_get(q + d) : 0.0f; gr[k] = d < a.hs ? go[d] : 0.0f; acc[k] = 0.0f;
+        qr[k] = d < a.hs ? zkc_get(q + d) : 0.0f; gr[k] = d < a.hs ? zkc_get(go + d) : 0.0f; acc[k] = 0.0f;
     }
     float L = lse[row], Di = D[row];
     const int g = h / a.G;
@@ -170,7 +170,7 @@ __global__ static void k_attn_dq(IO *dqkv, const float *dout, const IO *qkv,
  * row = (b, kv head g, key j): over g's query heads ascending, i ascending
  * inside each (i < j + W in a window) */
 template <class IO>
-__global__ static void k_attn_dkv(IO *dqkv, const float *dout, const IO *qkv,
+__global__ static void k_attn_dkv(IO *dqkv, const IO *dout, const IO *qkv,
                                   const float *lse, const float *D, rowp a)
 {
     int row = blockIdx.x * AW + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -189,13 +189,13 @@ __global__ static void k_attn_dkv(IO *dqkv, const float *dout, const IO *qkv,
         size_t rbase = (size_t)(b * a.NH + h) * a.T;
         for (int i = j; i < iend; i++) {
             const IO *qi = qkv_at(qkv, a, b, i, h, 0);
-            const float *gi = dout + ((size_t)b * a.T + i) * a.C + (size_t)h * a.hs;
+            const IO *gi = dout + ((size_t)b * a.T + i) * a.C + (size_t)h * a.hs;
             float p = expf(dot_lane(kr, qi, a.hs, lane) * a.scale - lse[rbase + i]);
             float ds = p * (dot_lane(vr, gi, a.hs, lane) - D[rbase + i]) * a.scale;
 #pragma unroll
             for (int k = 0; k < PER; k++) {
                 int d = lane + 32 * k;
-                if (d < a.hs) { dv[k] += p * gi[d]; dk[k] += ds * zkc_get(qi + d); }
+                if (d < a.hs) { dv[k] += p * zkc_get(gi + d); dk[k] += ds * zkc_get(qi + d); }
             }
         }
     }
@@ -225,7 +225,7 @@ static int fwd(cudaStream_t s, IO *out, float *lse, const IO *qkv, rowp a, size_
 }
 
 template <class IO>
-static int bwd(cudaStream_t s, IO *dqkv, const float *dout, const IO *qkv, const IO *out,
+static int bwd(cudaStream_t s, IO *dqkv, const IO *dout, const IO *qkv, const IO *out,
                const float *lse, rowp a, size_t rows, float *scratch)
 {
     unsigned g = (unsigned)((rows + AW - 1) / AW);
@@ -252,7 +252,7 @@ extern "C" int zkc_attention_forward_gqa(cudaStream_t s, void *out, float *lse, 
                 : fwd(s, (float *)out, lse, (const float *)qkv, a, rows);
 }
 
-extern "C" int zkc_attention_backward_gqa(cudaStream_t s, void *dqkv, const float *dout,
+extern "C" int zkc_attention_backward_gqa(cudaStream_t s, void *dqkv, const void *dout,
                                           const void *qkv, const void *out, const float *lse,
                                           int io16, int B, int T, int C, int NH, int NKV, int W,
                                           float *scratch)
@@ -261,10 +261,10 @@ extern "C" int zkc_attention_backward_gqa(cudaStream_t s, void *dqkv, const floa
     if (bad(a, NKV)) return (int)cudaErrorInvalidValue;
     size_t rows = (size_t)B * NH * T;
     if (rows == 0) return 0;
-    return io16 ? bwd(s, (uint16_t *)dqkv, dout, (const uint16_t *)qkv, (const uint16_t *)out,
-                      lse, a, rows, scratch)
-                : bwd(s, (float *)dqkv, dout, (const float *)qkv, (const float *)out, lse, a,
-                      rows, scratch);
+    return io16 ? bwd(s, (uint16_t *)dqkv, (const uint16_t *)dout, (const uint16_t *)qkv,
+                      (const uint16_t *)out, lse, a, rows, scratch)
+                : bwd(s, (float *)dqkv, (const float *)dout, (const float *)qkv,
+                      (const float *)out, lse, a, rows, scratch);
 }
 
 extern "C" int zkc_attention_decode_gqa(cudaStream_t s, float *out, float *kcache, float *vcache,
@@ -290,7 +290,7 @@ extern "C" int zkc_attention_forward(cudaStream_t s, void *out, float *lse, cons
     return zkc_attention_forward_gqa(s, out, lse, qkv, io16, B, T, C, NH, NH, 0);
 }
 
-extern "C" int zkc_attention_backward(cudaStream_t s, void *dqkv, const float *dout,
+extern "C" int zkc_attention_backward(cudaStream_t s, void *dqkv, const void *dout,
                                       const void *qkv, const void *out, const float *lse,
                                       int io16, int B, int T, int C, int NH, float *scratch)
 {

@@ -27,15 +27,17 @@
  * statistics are reduced over the 4 lanes that hold it (xor 1, 2).
  * Tiles: shared memory bf16 at stride HD + 8 (conflict-free ldmatrix),
  * filled from the fp32 rows by 16-byte loads converted once (bf16 rows,
- * io16: 16-byte loads stored as they are), two matrices' loads in flight
- * together (load_tiles). exp2 by ex2.approx.ftz.
+ * io16, dout's included: 16-byte loads stored as they are), two matrices'
+ * loads in flight together (load_tiles). exp2 by ex2.approx.ftz.
  *
  * I/O (io16, kernels.cuh): every kernel is a template on the element of
- * qkv, out and dqkv, float or uint16_t (bf16 bits); lse, dout and D stay
- * fp32. A bf16 q, k, v enters its tile unconverted: the fp32 path's RNE
- * of the widened value is exact, so the operands have the same bits (no
- * fp32 arithmetic precedes that rounding: the scale is folded into the
- * exponent, not into Q). D reads a bf16 out widened; out and dqkv are the
+ * qkv, out, dqkv and the backward's dout, float or uint16_t (bf16 bits);
+ * lse and D stay fp32. A bf16 q, k, v or dout enters its tile
+ * unconverted (chunk<uint16_t>: the same 16-byte loads and stores as
+ * q, k, v): the fp32 path's RNE of the widened value is exact, so the
+ * operands have the same bits (no fp32 arithmetic precedes that rounding:
+ * the scale is folded into the exponent, not into Q). D = rowsum(dout *
+ * out) reads a bf16 dout and out widened (zkc_get); out and dqkv are the
  * fp32 results rounded once (zkc_bf16). So io16 is round(fp32 kernel(
  * widen(x))) bit for bit (spec/emu/test_attention_tc_emu.c checks it); the
  * fp32 variants' SASS is unchanged by the template (nvdisasm, sm_80 and
@@ -92,8 +94,8 @@
  * spills on sm_90: at 3 blocks head size 64 spilled 104 bytes, so that
  * variant also holds fewer blocks an SM than the deterministic dK/dV).
  *
- * Rounded to bf16 (RNE) on the way into shared memory: q, k, v (io16:
- * already bf16), dout; in registers: p, dS where they enter a product. In
+ * Rounded to bf16 (RNE) on the way into shared memory: q, k, v, dout
+ * (io16: already bf16); in registers: p, dS where they enter a product. In
  * fp32: the scores, softmax statistics, lse, D and every accumulation (the
  * order inside an mma is the hardware's).
  *
@@ -115,8 +117,10 @@
  *                  dQ 256, 127, 46080 B (2); dK/dV 128, 168, 37376 B (3)
  *   head size 128: forward 128 threads, 168 registers, 34816 B (3);
  *                  dQ 128, 152, 43520 B (3); dK/dV 128, 224, 43648 B (2)
- * io16 the same threads and shared memory; registers: forward 127 / 168,
- * dQ 127 / 158, dK/dV 168 / 224 (head size 64 / 128).
+ * io16 (dout bf16 too) the same threads and shared memory; registers:
+ * forward 124 / 168, dQ 127 / 158, dK/dV 168 / 214 (head size 64 / 128;
+ * dK/dV's Q, dO loads 2 a thread and matrix per batch, not 4: 4 spilled
+ * at head size 64).
  * All under 48 KiB, so no opt-in to more shared memory. The forward at
  * head size 64 prefetches: the next tile's K loads (16 registers a
  * thread) fly during this tile's S and softmax, its V loads during P V
@@ -202,70 +206,34 @@ template <> struct chunk<uint16_t> {
 };
 
 /* rows [t0, t0+R) of two (T, stride) matrices' HD columns (K and V, or Q
- * and dout), fp32 or bf16 (S1, S2) -> bf16 rows of their tiles at stride
- * HD + 8 (144 or 272 B: the 8 rows an ldmatrix reads fall in 8 different
- * 16-byte bank groups); rows at or past T are zero. Every thread of the
- * block: 16-byte loads in batches of LB (<= LBM) per thread and matrix (2
- * LB loads in flight, then their stores; one batch at a time keeps the
- * staging to 8 LB registers). Where one matrix is bf16 and the other fp32
- * (io16's Q beside dout), a batch is LB loads of the fp32 one and LB / 2
- * of the bf16 one (the same rows).
+ * and dout) of one element S, fp32 or bf16 -> bf16 rows of their tiles at
+ * stride HD + 8 (144 or 272 B: the 8 rows an ldmatrix reads fall in 8
+ * different 16-byte bank groups); rows at or past T are zero. Every thread
+ * of the block: 16-byte loads in batches of LB (<= LBM) per thread and
+ * matrix (2 LB loads in flight, then their stores; one batch at a time
+ * keeps the staging to 8 LB registers).
  * A bf16 source could be a cp.async of 16 bytes per chunk here. */
-template <int R, int HD, int NTH, int LBM = 4, class S1, class S2>
-__device__ __forceinline__ void load_tiles(bf16 *d1, const S1 *s1, size_t st1, bf16 *d2,
-                                           const S2 *s2, size_t st2, int t0, int T)
+template <int R, int HD, int NTH, int LBM = 4, class S>
+__device__ __forceinline__ void load_tiles(bf16 *d1, const S *s1, size_t st1, bf16 *d2,
+                                           const S *s2, size_t st2, int t0, int T)
 {
-    typedef chunk<S1> C1;
-    typedef chunk<S2> C2;
-    constexpr int V1 = HD / C1::E, V2 = HD / C2::E, N1 = R * V1 / NTH, N2 = R * V2 / NTH,
-                  N = N1 > N2 ? N1 : N2, LB = N < LBM ? N : LBM, F1 = N / N1, F2 = N / N2;
-    static_assert(R * V1 % NTH == 0 && R * V2 % NTH == 0 && N % LB == 0 && LB % F1 == 0 &&
-                  LB % F2 == 0, "tile not a multiple of the block");
-    if constexpr (V1 == V2) {                     /* one element type: a load of each a row */
-        constexpr int V = V1;
+    typedef chunk<S> C;
+    constexpr int V = HD / C::E, N = R * V / NTH, LB = N < LBM ? N : LBM;
+    static_assert(R * V % NTH == 0 && N % LB == 0, "tile not a multiple of the block");
 #pragma unroll 1
-        for (int n0 = 0; n0 < N; n0 += LB) {
-            typename C1::V x[2][LB];
+    for (int n0 = 0; n0 < N; n0 += LB) {
+        typename C::V x[2][LB];
 #pragma unroll
-            for (int n = 0; n < LB; n++) {
-                const int idx = threadIdx.x + (n0 + n) * NTH, r = idx / V, c = idx % V * C1::E;
-                x[0][n] = t0 + r < T ? C1::ld(s1 + (size_t)(t0 + r) * st1 + c) : C1::zero();
-                x[1][n] = t0 + r < T ? C2::ld(s2 + (size_t)(t0 + r) * st2 + c) : C2::zero();
-            }
-#pragma unroll
-            for (int n = 0; n < LB; n++) {
-                const int idx = threadIdx.x + (n0 + n) * NTH, r = idx / V, c = idx % V * C1::E;
-                C1::st(d1 + r * (HD + 8) + c, x[0][n]);
-                C2::st(d2 + r * (HD + 8) + c, x[1][n]);
-            }
+        for (int n = 0; n < LB; n++) {
+            const int idx = threadIdx.x + (n0 + n) * NTH, r = idx / V, c = idx % V * C::E;
+            x[0][n] = t0 + r < T ? C::ld(s1 + (size_t)(t0 + r) * st1 + c) : C::zero();
+            x[1][n] = t0 + r < T ? C::ld(s2 + (size_t)(t0 + r) * st2 + c) : C::zero();
         }
-    } else {
-#pragma unroll 1
-        for (int n0 = 0; n0 < N; n0 += LB) {
-            typename C1::V x1[LB / F1];
-            typename C2::V x2[LB / F2];
 #pragma unroll
-            for (int n = 0; n < LB; n++) {
-                if (n < LB / F1) {
-                    const int idx = threadIdx.x + (n0 / F1 + n) * NTH, r = idx / V1, c = idx % V1 * C1::E;
-                    x1[n] = t0 + r < T ? C1::ld(s1 + (size_t)(t0 + r) * st1 + c) : C1::zero();
-                }
-                if (n < LB / F2) {
-                    const int idx = threadIdx.x + (n0 / F2 + n) * NTH, r = idx / V2, c = idx % V2 * C2::E;
-                    x2[n] = t0 + r < T ? C2::ld(s2 + (size_t)(t0 + r) * st2 + c) : C2::zero();
-                }
-            }
-#pragma unroll
-            for (int n = 0; n < LB; n++) {
-                if (n < LB / F1) {
-                    const int idx = threadIdx.x + (n0 / F1 + n) * NTH, r = idx / V1, c = idx % V1 * C1::E;
-                    C1::st(d1 + r * (HD + 8) + c, x1[n]);
-                }
-                if (n < LB / F2) {
-                    const int idx = threadIdx.x + (n0 / F2 + n) * NTH, r = idx / V2, c = idx % V2 * C2::E;
-                    C2::st(d2 + r * (HD + 8) + c, x2[n]);
-                }
-            }
+        for (int n = 0; n < LB; n++) {
+            const int idx = threadIdx.x + (n0 + n) * NTH, r = idx / V, c = idx % V * C::E;
+            C::st(d1 + r * (HD + 8) + c, x[0][n]);
+            C::st(d2 + r * (HD + 8) + c, x[1][n]);
         }
     }
 }
@@ -605,9 +573,13 @@ k_tc_fwd(IO *out, float *lse, const IO *qkv, tcp a)
  * dV += bf16(P^T) dO, dK += bf16(dS^T) Q (16, HD) in registers. */
 template <int HD, class IO, bool WIN>
 __global__ static void __launch_bounds__(NW * 32, WIN ? 1 : tc_cfg<HD>::MINB_DKV)
-k_tc_dkv(IO *dqkv, const float *dout, const IO *qkv, const float *lse, const float *D, tcp a)
+k_tc_dkv(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const float *D, tcp a)
 {
-    enum { CH = tc_cfg<HD>::CH, LD = HD + 8, KS = HD / 16, NC = CH / 8, ND = HD / 8 };
+    enum { CH = tc_cfg<HD>::CH, LD = HD + 8, KS = HD / 16, NC = CH / 8, ND = HD / 8,
+           /* Q, dO: 16-byte loads a thread and matrix per batch, fp32 4,
+            * bf16 2 (io16: 16 staging registers; 4 spilled k_tc_dkv<64>
+            * at its 168-register cap) */
+           LBQ = sizeof(IO) == 2 ? 2 : 4 };
     constexpr bool ATOM = dq_atomic<IO>::on;
     __shared__ __align__(16) bf16 ks[BR * LD], vs[BR * LD], qs[CH * LD], gs[CH * LD];
     __shared__ float ls[CH], dsm[CH];            /* the chunk's lse log2(e) and D */
@@ -636,12 +608,12 @@ k_tc_dkv(IO *dqkv, const float *dout, const IO *qkv, const float *lse, const flo
     const int qend = WIN && k0 + BR - 1 + a.W < T ? k0 + BR - 1 + a.W : T;
     for (int h = kh * a.G; h < (kh + 1) * a.G; h++) {
         const IO *base = qkv + (size_t)b * T * st + (size_t)h * HD;
-        const float *gbase = dout + (size_t)b * T * a.C + (size_t)h * HD;
+        const IO *gbase = dout + (size_t)b * T * a.C + (size_t)h * HD;
         const size_t bh = (size_t)b * a.NH + h;
         const float *L = lse + bh * T, *Dr = D + bh * T;
         for (int qc = k0; qc < qend; qc += CH) {      /* queries before k0 see none of these keys */
             __syncthreads();                          /* the last chunk's Q, dO, ls, dsm read */
-            load_tiles<CH, HD, NW * 32>(qs, base, st, gs, gbase, a.C, qc, T);
+            load_tiles<CH, HD, NW * 32, LBQ>(qs, base, st, gs, gbase, a.C, qc, T);
             if (threadIdx.x < CH) {
                 const int i = qc + threadIdx.x;
                 ls[threadIdx.x] = i < T ? L[i] * LOG2E : 0.0f;
@@ -725,12 +697,13 @@ k_tc_dkv(IO *dqkv, const float *dout, const IO *qkv, const float *lse, const flo
 /* dQ of 64 queries (a warp's 16 each) over chunks of CH keys up to the
  * block's last row: S = Q K^T, dP = dO V^T recomputed (16, CH), dS as in
  * k_tc_dkv, dQ += bf16(dS) K (16, HD) in registers. First D = rowsum(dout
- * * out) of the block's rows (fp32: a lane sums d = lane, lane + 32, ...,
- * then an xor butterfly), kept in registers and written to D[(b*NH + h)*T
- * + i] for k_tc_dkv, which runs after. */
+ * * out) of the block's rows (fp32, dout and out widened where bf16: a
+ * lane sums d = lane, lane + 32, ..., then an xor butterfly), kept in
+ * registers and written to D[(b*NH + h)*T + i] for k_tc_dkv, which runs
+ * after. */
 template <int HD, class IO, bool WIN>
 __global__ static void __launch_bounds__(dq_cfg<HD>::NWQ * 32, WIN ? 1 : dq_cfg<HD>::MINB)
-k_tc_dq(IO *dqkv, float *D, const float *dout, const IO *out, const IO *qkv, const float *lse, tcp a)
+k_tc_dq(IO *dqkv, float *D, const IO *dout, const IO *out, const IO *qkv, const float *lse, tcp a)
 {
     enum { CH = dq_cfg<HD>::CH, LD = HD + 8, KS = HD / 16, NC = CH / 8, ND = HD / 8,
            NWQ = dq_cfg<HD>::NWQ, BRQ = NWQ * 16, NTH = NWQ * 32 };
@@ -743,7 +716,7 @@ k_tc_dq(IO *dqkv, float *D, const float *dout, const IO *out, const IO *qkv, con
     const IO *base = qkv + (size_t)b * T * st + (size_t)h * HD;
     const IO *kb = qkv + (size_t)b * T * st + a.C + (size_t)(h / a.G) * HD;   /* its kv head's k */
     const IO *vb = kb + (size_t)a.NKV * HD;
-    const float *gbase = dout + (size_t)b * T * a.C + (size_t)h * HD;
+    const IO *gbase = dout + (size_t)b * T * a.C + (size_t)h * HD;
     const float sl2 = a.scale * LOG2E;
     const lane_offs lo = lane_offsets<LD>(lane);
     const zkc_sptr kp = zkc_sptr_of(ks), vp = zkc_sptr_of(vs), qp = zkc_sptr_of(qs), gp = zkc_sptr_of(gs);
@@ -756,7 +729,7 @@ k_tc_dq(IO *dqkv, float *D, const float *dout, const IO *out, const IO *qkv, con
         const size_t off = ((size_t)b * T + i) * a.C + (size_t)h * HD;
         float d = 0.0f;
 #pragma unroll
-        for (int x = lane; x < HD; x += 32) d += dout[off + x] * zkc_get(out + (off + x));
+        for (int x = lane; x < HD; x += 32) d += zkc_get(dout + (off + x)) * zkc_get(out + (off + x));
         d = zkc_warp_sum(d);                      /* every lane the same bits */
         if (r == g) Dv[0] = d;
         if (r == g + 8) Dv[1] = d;
@@ -848,7 +821,7 @@ static int tc_forward(cudaStream_t s, IO *out, float *lse, const IO *qkv, int B,
 }
 
 template <int HD, class IO>
-static int tc_backward(cudaStream_t s, IO *dqkv, const float *dout, const IO *qkv,
+static int tc_backward(cudaStream_t s, IO *dqkv, const IO *dout, const IO *qkv,
                        const IO *out, const float *lse, int B, tcp a, float *scratch)
 {
     int e, rows = B * a.NH * a.T;
@@ -875,7 +848,7 @@ static int tc_forward_io(cudaStream_t s, IO *out, float *lse, const IO *qkv, int
 }
 
 template <class IO>
-static int tc_backward_io(cudaStream_t s, IO *dqkv, const float *dout, const IO *qkv,
+static int tc_backward_io(cudaStream_t s, IO *dqkv, const IO *dout, const IO *qkv,
                           const IO *out, const float *lse, int B, tcp a, float *scratch)
 {
     return a.C / a.NH == 64 ? tc_backward<64>(s, dqkv, dout, qkv, out, lse, B, a, scratch)
@@ -895,7 +868,7 @@ extern "C" int zkc_attention_forward_tc_gqa(cudaStream_t s, void *out, float *ls
                 : tc_forward_io(s, (float *)out, lse, (const float *)qkv, B, a);
 }
 
-extern "C" int zkc_attention_backward_tc_gqa(cudaStream_t s, void *dqkv, const float *dout,
+extern "C" int zkc_attention_backward_tc_gqa(cudaStream_t s, void *dqkv, const void *dout,
                                              const void *qkv, const void *out, const float *lse,
                                              int io16, int B, int T, int C, int NH, int NKV,
                                              int W, float *scratch)
@@ -906,10 +879,10 @@ extern "C" int zkc_attention_backward_tc_gqa(cudaStream_t s, void *dqkv, const f
     if (!tc_aligned(dqkv) || !tc_aligned(dout) || !tc_aligned(qkv) || !tc_aligned(out) ||
         (io16 && DQA))
         return (int)cudaErrorInvalidValue;
-    return io16 ? tc_backward_io(s, (uint16_t *)dqkv, dout, (const uint16_t *)qkv,
-                                 (const uint16_t *)out, lse, B, a, scratch)
-                : tc_backward_io(s, (float *)dqkv, dout, (const float *)qkv, (const float *)out,
-                                 lse, B, a, scratch);
+    return io16 ? tc_backward_io(s, (uint16_t *)dqkv, (const uint16_t *)dout,
+                                 (const uint16_t *)qkv, (const uint16_t *)out, lse, B, a, scratch)
+                : tc_backward_io(s, (float *)dqkv, (const float *)dout, (const float *)qkv,
+                                 (const float *)out, lse, B, a, scratch);
 }
 
 extern "C" int zkc_attention_forward_tc(cudaStream_t s, void *out, float *lse, const void *qkv,
@@ -918,7 +891,7 @@ extern "C" int zkc_attention_forward_tc(cudaStream_t s, void *out, float *lse, c
     return zkc_attention_forward_tc_gqa(s, out, lse, qkv, io16, B, T, C, NH, NH, 0);
 }
 
-extern "C" int zkc_attention_backward_tc(cudaStream_t s, void *dqkv, const float *dout,
+extern "C" int zkc_attention_backward_tc(cudaStream_t s, void *dqkv, const void *dout,
                                          const void *qkv, const void *out, const float *lse,
                                          int io16, int B, int T, int C, int NH, float *scratch)
 {

@@ -85,8 +85,8 @@ int zkc_rmsnorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, float *d
                          int N, int C, double *scratch);
 size_t zkc_rmsnorm_scratch(int N, int C);
 /* The bf16 residual stream (kernels.h's _r16 twins): the rows (inp;
- * resid, a, b2; the backward's inp and dinp) bf16, widened exactly on
- * load, each stored element rounded once (zkc_bf16); every float
+ * resid, a, b2; the backward's inp, dout and dinp) bf16, widened exactly
+ * on load, each stored element rounded once (zkc_bf16); every float
  * operation the fp32 kernels' above on the widened rows, on the same
  * paths (the vector one with bf16 rows on 8 bytes). So: out = the fp32
  * forward's out on the widened inp, rounded; the residual forward's resid
@@ -101,12 +101,12 @@ int zkc_layernorm_residual_forward_r16(cudaStream_t s, uint16_t *resid, uint16_t
                                        const uint16_t *b2, const float *w, const float *b,
                                        int N, int C);
 int zkc_layernorm_backward_r16(cudaStream_t s, uint16_t *dinp, float *dw, float *db,
-                               const float *dout, const uint16_t *inp, const float *w,
+                               const uint16_t *dout, const uint16_t *inp, const float *w,
                                const float *mean, const float *rstd, int N, int C,
                                double *scratch);
 int zkc_rmsnorm_forward_r16(cudaStream_t s, uint16_t *out, float *rstd, const uint16_t *inp,
                             const float *w, float eps, int N, int C);
-int zkc_rmsnorm_backward_r16(cudaStream_t s, uint16_t *dinp, float *dw, const float *dout,
+int zkc_rmsnorm_backward_r16(cudaStream_t s, uint16_t *dinp, float *dw, const uint16_t *dout,
                              const uint16_t *inp, const float *w, const float *rstd, int N,
                              int C, double *scratch);
 
@@ -121,16 +121,16 @@ int zkc_swiglu_forward(cudaStream_t s, float *out, const float *gu, int N, int F
 int zkc_swiglu_backward(cudaStream_t s, float *dgu, const float *dout, const float *gu, int N,
                         int F);
 /* bf16 activations (kernels.h zk_rope_*_b16, zk_swiglu_*_bb): bf16 rows
- * widened exactly, the f32 arithmetic above, each result rounded once
- * (zkc_bf16): RoPE the CPU's bits; SwiGLU within the f32 kernels' ulps
- * before the rounding */
+ * (the swiglu backward's dout too) widened exactly, the f32 arithmetic
+ * above, each result rounded once (zkc_bf16): RoPE the CPU's bits; SwiGLU
+ * within the f32 kernels' ulps before the rounding */
 int zkc_rope_forward_b16(cudaStream_t s, uint16_t *x, int N, int T, int ld, int nh, int hs,
                          const float *cos_t, const float *sin_t, int pos0);
 int zkc_rope_backward_b16(cudaStream_t s, uint16_t *dx, int N, int T, int ld, int nh, int hs,
                           const float *cos_t, const float *sin_t, int pos0);
 int zkc_swiglu_forward_bb(cudaStream_t s, uint16_t *out, const uint16_t *gu, int N, int F);
-int zkc_swiglu_backward_bb(cudaStream_t s, uint16_t *dgu, const float *dout, const uint16_t *gu,
-                           int N, int F);
+int zkc_swiglu_backward_bb(cudaStream_t s, uint16_t *dgu, const uint16_t *dout,
+                           const uint16_t *gu, int N, int F);
 
 /* ---- embedding.cu: bad counts go to *dbad (device int, ADDED to) ---- */
 /* w16: wte and wpe bf16 (a bf16 run's stored parameters), widened exactly */
@@ -201,10 +201,19 @@ int zkc_matmul_backward(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw
 int zkc_matmul_bf16_forward(cublasHandle_t h, cudaStream_t s, void *out, int out_bf16,
                             const uint16_t *inp, const uint16_t *w, const float *b,
                             int N, int C, int OC, int ldo);
-int zkc_matmul_bf16_backward(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw,
-                             float *db, const uint16_t *dout, const uint16_t *inp,
+/* dinp16: dinp (N,C) bf16, the fp32 dinp rounded once (RNE): one GEMM with
+ * a bf16 D (cuBLASLt's plan without split-K partials, or cublasGemmEx with
+ * a bf16 C), or, where OC is split (zkc_matmul_split: dinp's k = OC in two
+ * partial sums, not to be added in bf16), the fp32 products into scratch
+ * and zkc_cast_f32_bf16 from there -- the fp32 call's dinp bits rounded.
+ * dinp16 0: dinp fp32 as before. scratch: zkc_matmul_bf16_backward_scratch
+ * doubles (db's colsum, and the split's fp32 dinp: the larger, the two
+ * used one after the other on s); NULL where that is 0. */
+int zkc_matmul_bf16_backward(cublasHandle_t h, cudaStream_t s, void *dinp, int dinp16,
+                             float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
                              const uint16_t *w, int N, int C, int OC, int ldo,
                              double *scratch);
+size_t zkc_matmul_bf16_backward_scratch(int N, int C, int OC, int db, int dinp16);
 
 /* ---- colsum.cu: out (OC) fp32 WRITTEN = column sums of x (N,OC), rows ld
  * apart, fp32 or bf16: the bias gradients. Chunks of 64 rows each summed
@@ -269,14 +278,14 @@ int zkc_sum_ranks(cudaStream_t s, float *dst, const float *src, int nsrc, size_t
  * size C/NH <= 256 (else cudaErrorInvalidValue). Online softmax, no (T,T)
  * buffer; backward deterministic (one owner per output row). scratch: a
  * device array of B*NH*T floats. Plain, not fast (see the file). io16
- * (internal.h's device-table contract): qkv, out and dqkv bf16 (uint16_t
- * bits), else fp32; lse and dout fp32 either way. A bf16 input is widened
+ * (internal.h's device-table contract): qkv, out, dqkv and (backward)
+ * dout bf16 (uint16_t bits), else fp32; lse fp32 either way. A bf16 input is widened
  * exactly and the arithmetic is the fp32 kernel's, each output rounded
  * once to nearest even (zkc_bf16): round(fp32 kernel(widen(x))), bit for
  * bit, on any one GPU. ---- */
 int zkc_attention_forward(cudaStream_t s, void *out, float *lse, const void *qkv, int io16,
                           int B, int T, int C, int NH);
-int zkc_attention_backward(cudaStream_t s, void *dqkv, const float *dout, const void *qkv,
+int zkc_attention_backward(cudaStream_t s, void *dqkv, const void *dout, const void *qkv,
                            const void *out, const float *lse, int io16, int B, int T, int C,
                            int NH, float *scratch);
 /* zk_attention_decode's contract (KV cache rows [pos, pos+T) WRITTEN, then
@@ -292,7 +301,7 @@ int zkc_attention_decode(cudaStream_t s, float *out, float *kcache, float *vcach
  * key row (no atomics); scratch as above (B*NH*T floats). */
 int zkc_attention_forward_gqa(cudaStream_t s, void *out, float *lse, const void *qkv, int io16,
                               int B, int T, int C, int NH, int NKV, int W);
-int zkc_attention_backward_gqa(cudaStream_t s, void *dqkv, const float *dout, const void *qkv,
+int zkc_attention_backward_gqa(cudaStream_t s, void *dqkv, const void *dout, const void *qkv,
                                const void *out, const float *lse, int io16, int B, int T, int C,
                                int NH, int NKV, int W, float *scratch);
 int zkc_attention_decode_gqa(cudaStream_t s, float *out, float *kcache, float *vcache,
@@ -316,7 +325,7 @@ int zkc_attention_decode_gqa(cudaStream_t s, float *out, float *kcache, float *v
  * (cudaErrorInvalidValue: its fp32 atomics need an fp32 dqkv). ---- */
 int zkc_attention_forward_tc(cudaStream_t s, void *out, float *lse, const void *qkv, int io16,
                              int B, int T, int C, int NH);
-int zkc_attention_backward_tc(cudaStream_t s, void *dqkv, const float *dout, const void *qkv,
+int zkc_attention_backward_tc(cudaStream_t s, void *dqkv, const void *dout, const void *qkv,
                               const void *out, const float *lse, int io16, int B, int T, int C,
                               int NH, float *scratch);
 /* Grouped-query heads and a sliding window W >= 0 (zk_attention_*_gqa's
@@ -326,7 +335,7 @@ int zkc_attention_backward_tc(cudaStream_t s, void *dqkv, const float *dout, con
  * cudaErrorInvalidValue. */
 int zkc_attention_forward_tc_gqa(cudaStream_t s, void *out, float *lse, const void *qkv, int io16,
                                  int B, int T, int C, int NH, int NKV, int W);
-int zkc_attention_backward_tc_gqa(cudaStream_t s, void *dqkv, const float *dout, const void *qkv,
+int zkc_attention_backward_tc_gqa(cudaStream_t s, void *dqkv, const void *dout, const void *qkv,
                                   const void *out, const float *lse, int io16, int B, int T, int C,
                                   int NH, int NKV, int W, float *scratch);
 

@@ -35,16 +35,18 @@
  *
  * The bf16 residual stream ("r16", kernels.cuh's _r16 entry points): the
  * same kernels instantiated with the row type I = uint16_t for the input
- * rows (resid, a, b2 of the residual forward; inp and dinp of the
- * backward): each element widened exactly as it is loaded (zkc_get, or
- * ln_ld4: 8 bytes, 4 bf16, where the f32 path loads 16 bytes, 4 floats),
- * each element stored rounded once (zkc_put, ln_st4), and every float
- * operation in between the f32 instantiation's; so the r16 results are
- * the f32 kernels' on the widened rows, rounded once (checked bit for bit
- * under spec/emu). The vector path takes bf16 rows on 8 bytes (a warp's
- * loads 256 contiguous bytes), the weights and dout on 16 as before. The
+ * rows (resid, a, b2 of the residual forward; inp, dinp and dout of the
+ * backward -- dout the gradient of the bf16 norm output, a bf16 GEMM's
+ * input gradient): each element widened exactly as it is loaded (zkc_get,
+ * or ln_ld4: 8 bytes, 4 bf16, where the f32 path loads 16 bytes, 4
+ * floats), each element stored rounded once (zkc_put, ln_st4), and every
+ * float operation in between the f32 instantiation's; so the r16 results
+ * are the f32 kernels' on the widened rows, rounded once (checked bit for
+ * bit under spec/emu). The vector path takes bf16 rows on 8 bytes (a
+ * warp's loads 256 contiguous bytes), the weights on 16 as before. The
  * I = float instantiations are the float operations of before (the same
- * PTX instructions; the backward's stores scheduled differently). */
+ * PTX instructions; the backward's stores scheduled differently; dout's
+ * type following I left their SASS unchanged). */
 #include <cuda_bf16.h>
 #include "mma.cuh"
 #include "common.cuh"
@@ -157,21 +159,21 @@ __global__ static void k_ln_res_fwd(I *resid, O *out, float *mean, float *rstd,
 
 /* dinp += (g - mean(g) - norm * mean(g * norm)) * rstd, g = w * dout
  * (RMS: no mean(g), norm = x * rstd); dinp16 (NULL: none) the new dinp
- * rounded once. I = uint16_t: inp and dinp bf16, widened, the new dinp
- * rounded once (dinp16 NULL) */
+ * rounded once. I = uint16_t: inp, dout and dinp bf16, widened, the new
+ * dinp rounded once (dinp16 NULL) */
 template <class I, bool RMS>
-__global__ static void k_ln_bwd_dinp(I *dinp, uint16_t *dinp16, const float *dout,
+__global__ static void k_ln_bwd_dinp(I *dinp, uint16_t *dinp16, const I *dout,
                                      const I *inp, const float *w, const float *mean,
                                      const float *rstd, int N, int C)
 {
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     const I *x = inp + (size_t)row * C;
-    const float *d = dout + (size_t)row * C;
+    const I *d = dout + (size_t)row * C;
     I *di = dinp + (size_t)row * C;
     float m = RMS ? 0.0f : mean[row], s = rstd[row], a1 = 0.0f, a2 = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        float g = w[c] * d[c];
+        float g = w[c] * zkc_get(d + c);
         a1 += g;
         a2 += g * ((zkc_get(x + c) - m) * s);
     }
@@ -179,17 +181,17 @@ __global__ static void k_ln_bwd_dinp(I *dinp, uint16_t *dinp16, const float *dou
     uint16_t *d16 = dinp16 ? dinp16 + (size_t)row * C : NULL;
     for (int c = lane; c < C; c += 32) {
         float norm = (zkc_get(x + c) - m) * s;
-        float v = RMS ? zkc_get(di + c) + (w[c] * d[c] - norm * gn_mean) * s
-                      : zkc_get(di + c) + (w[c] * d[c] - g_mean - norm * gn_mean) * s;
+        float v = RMS ? zkc_get(di + c) + (w[c] * zkc_get(d + c) - norm * gn_mean) * s
+                      : zkc_get(di + c) + (w[c] * zkc_get(d + c) - g_mean - norm * gn_mean) * s;
         zkc_put(di + c, v);
         if (d16) d16[c] = zkc_bf16(v);
     }
 }
 
 /* part (P, nk, C), P = 2 (1 for RMS): chunk k's sums of column c, dw's
- * then db's */
+ * then db's (I = uint16_t: inp and dout bf16, widened) */
 template <class I, bool RMS>
-__global__ static void k_ln_bwd_w_part(double *part, const float *dout, const I *inp,
+__global__ static void k_ln_bwd_w_part(double *part, const I *dout, const I *inp,
                                        const float *mean, const float *rstd, int N, int C, int R)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
@@ -197,7 +199,7 @@ __global__ static void k_ln_bwd_w_part(double *part, const float *dout, const I 
     int n0 = k * R, n1 = min(N, n0 + R);
     double sw = 0.0, sb = 0.0;
     for (int n = n0; n < n1; n++) {
-        float x = zkc_get(inp + (size_t)n * C + c), d = dout[(size_t)n * C + c];
+        float x = zkc_get(inp + (size_t)n * C + c), d = zkc_get(dout + (size_t)n * C + c);
         sw += (double)(((x - (RMS ? 0.0f : mean[n])) * rstd[n]) * d);
         sb += (double)d;
     }
@@ -284,11 +286,12 @@ __global__ static void k_ln_fwd_v(I *resid, O *out, float *mean, float *rstd,
  * over the block's warps in warp order (smem, double-buffered: one
  * barrier a step), updates dinp (dinp16) and adds norm dout and dout into
  * the thread's double sums. part NULL: no weight gradients; dinp NULL:
- * none of dinp. I = uint16_t: inp and dinp bf16 (8-byte loads and stores
- * a group), the new dinp rounded once (dinp16 NULL). */
+ * none of dinp. I = uint16_t: inp, dout and dinp bf16 (8-byte loads and
+ * stores a group, widened exactly), the new dinp rounded once (dinp16
+ * NULL). */
 template <int V, class I, bool RMS>
 __global__ static void __launch_bounds__(LN_BWD_MAX) k_ln_bwd_v(I *dinp, uint16_t *dinp16, double *part,
-                                  const float *dout, const I *inp, const float *w,
+                                  const I *dout, const I *inp, const float *w,
                                   const float *mean, const float *rstd, int N, int C, int R)
 {
     enum { RG = 4 / V };
@@ -321,7 +324,7 @@ __global__ static void __launch_bounds__(LN_BWD_MAX) k_ln_bwd_v(I *dinp, uint16_
                 const float4 z = { 0.0f, 0.0f, 0.0f, 0.0f };
                 bool here = on && g < C4;
                 xv[r][j] = here ? ln_ld4(inp + at) : z;
-                dv[r][j] = here ? zkc_ldg4(dout + at) : z;
+                dv[r][j] = here ? ln_ld4(dout + at) : z;
                 iv[r][j] = here && dinp ? ln_ld4(dinp + at) : z;
                 float4 x = xv[r][j], d = dv[r][j], ww = wv[j];
                 float g0 = ww.x * d.x, g1 = ww.y * d.y, g2 = ww.z * d.z, g3 = ww.w * d.w;
@@ -523,18 +526,18 @@ static int ln_bwd_shape(int C, int *threads)
 }
 
 /* dinp (dinp16) and the weights' partials into scratch (weights), then dw
- * (db unless RMS) from them; I: inp's and dinp's type */
+ * (db unless RMS) from them; I: inp's, dout's and dinp's type */
 template <class I, bool RMS>
 static int ln_bwd_any(cudaStream_t s, I *dinp, uint16_t *dinp16, float *dw, float *db,
-                      const float *dout, const I *inp, const float *w, const float *mean,
+                      const I *dout, const I *inp, const float *w, const float *mean,
                       const float *rstd, int N, int C, double *scratch)
 {
     if (N == 0) return 0;
     int weights = dw && (RMS || db), R = zkc_ln_rows(N), nk = (N + R - 1) / R, threads = 0, e;
     int V = ln_bwd_shape(C, &threads);
     if (!dinp && !weights) return 0;
-    if (V && C % 4 == 0 && zkc_aligned16(dout, w, NULL) && ln_al(dinp, sizeof(I)) &&
-        ln_al(inp, sizeof(I)) && ln_al(dinp16, 2)) {
+    if (V && C % 4 == 0 && zkc_aligned16(w, NULL, NULL) && ln_al(dout, sizeof(I)) &&
+        ln_al(dinp, sizeof(I)) && ln_al(inp, sizeof(I)) && ln_al(dinp16, 2)) {
         unsigned g = (unsigned)nk;
         double *part = weights ? scratch : NULL;
         if (V == 1) k_ln_bwd_v<1, I, RMS><<<g, threads, 0, s>>>(dinp, dinp16, part, dout, inp, w, mean, rstd, N, C, R);
@@ -572,7 +575,7 @@ extern "C" int zkc_rmsnorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp1
 }
 
 extern "C" int zkc_layernorm_backward_r16(cudaStream_t s, uint16_t *dinp, float *dw, float *db,
-                                          const float *dout, const uint16_t *inp, const float *w,
+                                          const uint16_t *dout, const uint16_t *inp, const float *w,
                                           const float *mean, const float *rstd, int N, int C,
                                           double *scratch)
 {
@@ -580,7 +583,7 @@ extern "C" int zkc_layernorm_backward_r16(cudaStream_t s, uint16_t *dinp, float 
 }
 
 extern "C" int zkc_rmsnorm_backward_r16(cudaStream_t s, uint16_t *dinp, float *dw,
-                                        const float *dout, const uint16_t *inp, const float *w,
+                                        const uint16_t *dout, const uint16_t *inp, const float *w,
                                         const float *rstd, int N, int C, double *scratch)
 {
     return ln_bwd_any<uint16_t, true>(s, dinp, NULL, dw, NULL, dout, inp, w, NULL, rstd, N, C, scratch);

@@ -368,7 +368,8 @@ static struct lt_key lt_key_of(int m, int n, int k, cublasOperation_t ta, cublas
  * So a bf16 GEMM with many output columns not a multiple of 128 is two:
  * columns [0, split_at(OC)) and the rest (81 of the LM head's), each
  * element still one sum over k (the forward and the weight gradient), or
- * (dinp, whose k is OC) two partial sums added in that order. A function of
+ * (dinp, whose k is OC) two partial sums added in that order (in fp32: a
+ * bf16 dinp is their fp32 sum in scratch, rounded once). A function of
  * the shapes: the same path, the same bits, for every strategy.
  * zkc_matmul_split(0) turns it off (bench_cuda compares). */
 static int split_on = 1;
@@ -438,35 +439,55 @@ static int fwd1(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, co
     return 0;
 }
 
-/* one backward product, fp32 out: through cuBLASLt where wanted and
- * planned, else cuBLAS (the handle already on stream s) */
+/* one backward product, fp32 out (or ct = CUDA_R_16BF: a bf16 out, the
+ * fp32 sum rounded once, beta 0 only): through cuBLASLt where wanted and
+ * planned (a bf16 D's plan without split-K partials: lt_make), else cuBLAS
+ * (the handle already on stream s; a bf16 C as the forward's bf16 out
+ * without a bias: the handle's DISALLOW_REDUCED_PRECISION_REDUCTION keeps
+ * its partial sums fp32) */
 static int prod(cublasHandle_t h, cudaStream_t s, cublasOperation_t ta, cublasOperation_t tb,
-                int m, int n, int k, const void *a, int lda, const void *b, int ldb, float *c,
-                int ldc, cudaDataType_t ab, const float *beta = &zero)
+                int m, int n, int k, const void *a, int lda, const void *b, int ldb, void *c,
+                int ldc, cudaDataType_t ab, const float *beta = &zero,
+                cudaDataType_t ct = CUDA_R_32F)
 {
     if (lt_wanted(ab)) {
-        struct lt_key key = lt_key_of(m, n, k, ta, tb, lda, ldb, ldc, ab, CUDA_R_32F, 0);
+        struct lt_key key = lt_key_of(m, n, k, ta, tb, lda, ldb, ldc, ab, ct, 0);
         int done, e = lt_gemm(s, &key, a, b, c, NULL, &done, beta);
         if (e || done) return e;
     }
-    return gemm(h, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, ab, CUDA_R_32F, beta);
+    return gemm(h, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, ab, ct, beta);
 }
 
+/* dinp16 (bf16 operands only): dinp bf16, the fp32 dinp rounded once --
+ * one GEMM with a bf16 D where OC is not split (prod), else (split_at: k =
+ * OC in two partial sums, which cannot be added in bf16) the fp32 path's
+ * two products into scratch as fp32 (N*C floats) and zkc_cast_f32_bf16
+ * from there: then exactly the fp32 dinp's bits rounded once. The scratch
+ * is free again for db's colsum afterwards (stream order). */
 template <typename T>
-static int bwd(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw, float *db,
+static int bwd(cublasHandle_t h, cudaStream_t s, void *dinp, int dinp16, float *dw, float *db,
                const T *dout, const T *inp, const T *w, int N, int C, int OC, int ldo,
                cudaDataType_t ab, double *scratch)
 {
     CUBLAS_TRY(cublasSetStream(h, s));
     int at = split_at(OC, ab);             /* see split_at: 0 or where OC is cut */
+    if (dinp16 && ab == CUDA_R_32F) return ZKC_LAUNCH_BASE + (int)cudaErrorInvalidValue;
     if (dinp && N > 0 && C > 0) {          /* dinp (N,C) = dout (N,OC) @ w (OC,C) */
-        if (OC == 0) { if (cudaMemsetAsync(dinp, 0, (size_t)N * C * 4, s)) return ZKC_LAUNCH_BASE + (int)cudaGetLastError(); }
-        else if (!at) { int e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, C, dout, ldo, dinp, C, ab); if (e) return e; }
+        size_t es = dinp16 ? 2 : 4;
+        cudaDataType_t ct = dinp16 ? CUDA_R_16BF : CUDA_R_32F;
+        if (OC == 0) { if (cudaMemsetAsync(dinp, 0, (size_t)N * C * es, s)) return ZKC_LAUNCH_BASE + (int)cudaGetLastError(); }
+        else if (!at) { int e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, C, dout, ldo, dinp, C, ab, &zero, ct); if (e) return e; }
         else {                             /* k = OC in two parts, the second added to the first */
-            int e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_N, C, N, at, w, C, dout, ldo, dinp, C, ab);
+            if (dinp16 && !scratch) return ZKC_LAUNCH_BASE + (int)cudaErrorInvalidValue;
+            float *d32 = dinp16 ? (float *)scratch : (float *)dinp;
+            int e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_N, C, N, at, w, C, dout, ldo, d32, C, ab);
             if (!e) e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC - at, w + (size_t)at * C, C,
-                             dout + at, ldo, dinp, C, ab, &one);
+                             dout + at, ldo, d32, C, ab, &one);
             if (e) return e;
+            if (dinp16) {                  /* the fp32 sum rounded once (RNE) */
+                e = zkc_cast_f32_bf16(s, (uint16_t *)dinp, d32, (size_t)N * C);
+                if (e) return ZKC_LAUNCH_BASE + e;
+            }
         }
     }
     if (dw && OC > 0 && C > 0) {           /* dw (OC,C) = dout^T @ inp, k over the N rows */
@@ -538,7 +559,7 @@ int zkc_matmul_backward(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw
                         const float *dout, const float *inp, const float *w,
                         int N, int C, int OC, int ldo, double *scratch)
 {
-    return bwd<float>(h, s, dinp, dw, db, dout, inp, w, N, C, OC, ldo, CUDA_R_32F, scratch);
+    return bwd<float>(h, s, dinp, 0, dw, db, dout, inp, w, N, C, OC, ldo, CUDA_R_32F, scratch);
 }
 
 int zkc_matmul_bf16_forward(cublasHandle_t h, cudaStream_t s, void *out, int out_bf16,
@@ -549,12 +570,20 @@ int zkc_matmul_bf16_forward(cublasHandle_t h, cudaStream_t s, void *out, int out
                out_bf16 ? CUDA_R_16BF : CUDA_R_32F);
 }
 
-int zkc_matmul_bf16_backward(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw,
-                             float *db, const uint16_t *dout, const uint16_t *inp,
+size_t zkc_matmul_bf16_backward_scratch(int N, int C, int OC, int db, int dinp16)
+{
+    size_t cs = db ? zkc_colsum_scratch(N, OC) : 0;
+    size_t ds = dinp16 && N > 0 && C > 0 && split_at(OC, CUDA_R_16BF)
+                    ? ((size_t)N * C + 1) / 2 : 0;
+    return cs > ds ? cs : ds;
+}
+
+int zkc_matmul_bf16_backward(cublasHandle_t h, cudaStream_t s, void *dinp, int dinp16,
+                             float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
                              const uint16_t *w, int N, int C, int OC, int ldo,
                              double *scratch)
 {
-    return bwd<__nv_bfloat16>(h, s, dinp, dw, db, (const __nv_bfloat16 *)dout,
+    return bwd<__nv_bfloat16>(h, s, dinp, dinp16, dw, db, (const __nv_bfloat16 *)dout,
                               (const __nv_bfloat16 *)inp, (const __nv_bfloat16 *)w, N, C, OC,
                               ldo, CUDA_R_16BF, scratch);
 }
@@ -597,7 +626,7 @@ int zkc_matmul_bf16_backward_dgelu(cublasHandle_t h, cudaStream_t s, uint16_t *d
         gelu_fused_n += done;
     }
     float *d32 = dinp16 && !done ? dinp32 : NULL;      /* the two ops' f32 product */
-    int e = bwd<__nv_bfloat16>(h, s, d32, dw, db, (const __nv_bfloat16 *)dout,
+    int e = bwd<__nv_bfloat16>(h, s, d32, 0, dw, db, (const __nv_bfloat16 *)dout,
                                (const __nv_bfloat16 *)inp, (const __nv_bfloat16 *)w, N, C, OC,
                                ldo, CUDA_R_16BF, scratch);
     if (e) return e;

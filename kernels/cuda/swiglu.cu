@@ -2,7 +2,8 @@
  * kernels/cpu/swiglu.c): out = silu(gate) * up on rows [gate (F) | up
  * (F)], a thread an element. sigmoid from expf of -|x| (the CPU: its own
  * polynomial exp; within ~2 float ulps of each other). G is float, or
- * uint16_t for bf16 gu and out / dgu (widened exactly, rounded once). */
+ * uint16_t for bf16 gu, out / dgu and the backward's dout (widened
+ * exactly, rounded once). */
 #include "common.cuh"
 
 __device__ __forceinline__ float sg_sigmoid(float x)
@@ -22,14 +23,15 @@ __global__ static void k_swiglu_fwd(G *out, const G *gu, int N, int F)
 }
 
 /* dgate = dout * up * silu'(gate), silu'(x) = s (1 + x (1 - s));
- * dup = dout * silu(gate) */
+ * dup = dout * silu(gate); dout of gu's type (bf16: the down GEMM's bf16
+ * input gradient, widened exactly) */
 template <typename G>
-__global__ static void k_swiglu_bwd(G *dgu, const float *dout, const G *gu, int N, int F)
+__global__ static void k_swiglu_bwd(G *dgu, const G *dout, const G *gu, int N, int F)
 {
     ZKC_FOR(k, (size_t)N * F) {
         size_t n = k / F, i = k % F;
         float x = zkc_get(gu + n * 2 * F + i), u = zkc_get(gu + n * 2 * F + F + i);
-        float d = dout[k], s = sg_sigmoid(x);
+        float d = zkc_get(dout + k), s = sg_sigmoid(x);
         zkc_put(dgu + n * 2 * F + i, (d * u) * (s * (1.0f + x * (1.0f - s))));
         zkc_put(dgu + n * 2 * F + F + i, d * (x * s));
     }
@@ -45,7 +47,7 @@ static int fwd(cudaStream_t s, G *out, const G *gu, int N, int F)
 }
 
 template <typename G>
-static int bwd(cudaStream_t s, G *dgu, const float *dout, const G *gu, int N, int F)
+static int bwd(cudaStream_t s, G *dgu, const G *dout, const G *gu, int N, int F)
 {
     size_t n = (size_t)N * F;
     if (n == 0) return 0;
@@ -70,7 +72,7 @@ extern "C" int zkc_swiglu_forward_bb(cudaStream_t s, uint16_t *out, const uint16
     return fwd(s, out, gu, N, F);
 }
 
-extern "C" int zkc_swiglu_backward_bb(cudaStream_t s, uint16_t *dgu, const float *dout,
+extern "C" int zkc_swiglu_backward_bb(cudaStream_t s, uint16_t *dgu, const uint16_t *dout,
                                       const uint16_t *gu, int N, int F)
 {
     return bwd(s, dgu, dout, gu, N, F);

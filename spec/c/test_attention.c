@@ -264,6 +264,9 @@ static void test_bf16_io(int B, int T, int C, int NH, int threads) {
     float *lf = ct_alloc(nl * 4), *l16 = ct_rand(nl, 9, 10), *df = ct_alloc(nq * 4);
     zk_cast_f32_bf16(q16, x, nq);
     zk_cast_bf16_f32(qw, q16, nq);
+    uint16_t *R16 = ct_alloc(no * 2);                           /* dout bf16, R its widening */
+    zk_cast_f32_bf16(R16, R, no);
+    zk_cast_bf16_f32(R, R16, no);
     for (size_t i = 0; i < no; i++) o16[i] = 0x7fc1;            /* NaN: must be overwritten */
     for (size_t i = 0; i < nq; i++) d16[i] = 0x7fc1;
     zk_attention_forward(of, lf, qw, B, T, C, NH);
@@ -272,7 +275,7 @@ static void test_bf16_io(int B, int T, int C, int NH, int threads) {
     zk_cast_bf16_f32(ow, o16, no);
     zk_attention_backward(df, R, qw, ow, lf, B, T, C, NH);
     zk_cast_f32_bf16(want_d, df, nq);
-    int rb = zk_attention_backward_bb(d16, R, q16, o16, l16, B, T, C, NH);
+    int rb = zk_attention_backward_bb(d16, R16, q16, o16, l16, B, T, C, NH);
     snprintf(name, sizeof name, "attention bf16 I/O B=%d T=%d C=%d NH=%d hs=%d, %d threads: "
              "forward = round(f32 forward(widened qkv)), bits", B, T, C, NH, C / NH, threads);
     ct_check(rf == 0 && !memcmp(o16, want_o, no * 2) && !memcmp(l16, lf, nl * 4), name,
@@ -280,7 +283,7 @@ static void test_bf16_io(int B, int T, int C, int NH, int threads) {
     snprintf(name, sizeof name, "attention bf16 I/O B=%d T=%d C=%d NH=%d hs=%d, %d threads: "
              "backward = round(f32 backward(widened)), bits", B, T, C, NH, C / NH, threads);
     ct_check(rb == 0 && !memcmp(d16, want_d, nq * 2), name, "rc %d; dqkv differs", rb);
-    free(x); free(R); free(q16); free(o16); free(d16); free(want_o); free(want_d);
+    free(x); free(R); free(R16); free(q16); free(o16); free(d16); free(want_o); free(want_d);
     free(qw); free(of); free(ow); free(lf); free(l16); free(df);
     omp_set_num_threads(2);
 }

@@ -246,6 +246,9 @@ static void test_bf16_io(gq s, int threads) {
     float *lf = ct_alloc(nl * 4), *l16 = ct_rand(nl, 9, 10), *df = ct_alloc(nq * 4);
     zk_cast_f32_bf16(q16, x, nq);
     zk_cast_bf16_f32(qw, q16, nq);
+    uint16_t *R16 = ct_alloc(no * 2);                /* dout bf16, R its widening */
+    zk_cast_f32_bf16(R16, R, no);
+    zk_cast_bf16_f32(R, R16, no);
     for (size_t i = 0; i < no; i++) o16[i] = 0x7fc1;
     for (size_t i = 0; i < nq; i++) d16[i] = 0x7fc1;
     fwd(s, of, lf, qw);
@@ -254,7 +257,7 @@ static void test_bf16_io(gq s, int threads) {
     zk_cast_bf16_f32(ow, o16, no);
     bwd(s, df, R, qw, ow, lf);
     zk_cast_f32_bf16(want_d, df, nq);
-    int rb = zk_attention_backward_gqa_bb(d16, R, q16, o16, l16, s.B, s.T, C, s.NH, s.NKV, s.W);
+    int rb = zk_attention_backward_gqa_bb(d16, R16, q16, o16, l16, s.B, s.T, C, s.NH, s.NKV, s.W);
     snprintf(name, sizeof name, "gqa bf16 I/O %s, %d threads: forward = round(f32(widened)), bits",
              tag, threads);
     ct_check(rf == 0 && !memcmp(o16, want_o, no * 2) && !memcmp(l16, lf, nl * 4), name,
@@ -262,6 +265,7 @@ static void test_bf16_io(gq s, int threads) {
     snprintf(name, sizeof name, "gqa bf16 I/O %s, %d threads: backward = round(f32(widened)), bits",
              tag, threads);
     ct_check(rb == 0 && !memcmp(d16, want_d, nq * 2), name, "rc %d; dqkv differs", rb);
+    free(R16);
     free(x); free(R); free(q16); free(o16); free(d16); free(want_o); free(want_d);
     free(qw); free(of); free(ow); free(lf); free(l16); free(df);
     omp_set_num_threads(2);

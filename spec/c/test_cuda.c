@@ -15,7 +15,11 @@
  *  - GEMMs (fp32 and bf16 operands, fp32 accumulation), checked against a
  *    double-precision loop, not the CPU GEMM: |err| <= K * 2^-23 * sum|a*b|
  *    per element (twice the classic gamma_K bound of an fp32 dot product of
- *    any order) -- TF32 would break it;
+ *    any order) -- TF32 would break it; a bf16 out (and the backward's bf16
+ *    dinp, dinp16) that bound plus half a bf16 ulp (2^-8 |ref|), the CPU
+ *    twin (zk_matmul_bf16_backward_b16) within the same and the two within
+ *    both; dinp16's dw, db the fp32 call's bits; the LM head's split OC
+ *    (fp32 partials in scratch) the fp32 call's dinp rounded, bit for bit;
  *  - GELU (tanhf against the CPU's tanh_fast, ~1e-7 absolute): forward
  *    1e-6 + 1e-5 |x|; backward 5e-6 + 1e-5 |x| (dout in [-1,1]): gelu' =
  *    left + right cancels near x = -0.75 and d(gelu')/d(tanh) reaches ~30
@@ -33,11 +37,13 @@
  *    1e-6 + 4 * 2^-9 * (the sum of the absolute terms), lse within its fp32
  *    bound; derived in spec/c/attn_tc_check.h, which test_attention_tiles.c
  *    shares (there broken variants of the algorithm must fail it);
- *  - bf16 I/O attention (io16, plain and tensor-core kernels): exact bits
- *    against the fp32 call on this GPU with the widened inputs, its out
- *    and dqkv rounded to bf16 (zk_cast_f32_bf16), lse the same bits;
+ *  - bf16 I/O attention (io16, plain and tensor-core kernels; the
+ *    backward's dout bf16 too): exact bits against the fp32 call on this
+ *    GPU with the widened inputs, its out and dqkv rounded to bf16
+ *    (zk_cast_f32_bf16), lse the same bits;
  *  - the bf16 residual stream (r16: add3, encoder out16 / dout16, layer
- *    and RMS norm on bf16 rows) against the CPU's _r16/_b16/_o16 twins:
+ *    and RMS norm on bf16 rows, their backward's dout bf16 too; SwiGLU's
+ *    bf16 dout) against the CPU's _r16/_b16/_o16/_bb twins:
  *    add3, the residual forward's resid and the embedding the CPU's bits
  *    (one fp32 add rounded once; the same adds); a bf16 norm output or
  *    dinp is the f32 value (within the f32 tolerance above of the CPU's)
@@ -372,9 +378,10 @@ static void close16(const char *name, const uint16_t *got, const uint16_t *want,
 
 /* the layer norm on bf16 rows (zk_layernorm_*_r16): the forward (bf16 in
  * and out), the residual forward (resid = zk_add3_b16's bits, the norm on
- * it), the backward with dinp bf16 accumulated, fused and split (dinp
- * alone, the weights alone: the fused call's bits). off: the bf16 rows 1
- * element (2 bytes) past 8-byte alignment, the scalar paths. */
+ * it), the backward on a bf16 dout with dinp bf16 accumulated, fused and
+ * split (dinp alone, the weights alone: the fused call's bits). off: the
+ * bf16 rows (dout's too) 1 element (2 bytes) past 8-byte alignment, the
+ * scalar paths. */
 static void t_layernorm_r16_at(int N, int C, int off)
 {
     char nm[8][160];
@@ -388,18 +395,20 @@ static void t_layernorm_r16_at(int N, int C, int off)
     size_t nc = (size_t)N * C;
     uint16_t *x = rand16(nc, -3, 3, C, 0.1f), *a = rand16(nc, -2, 2, C, 0.05f);
     uint16_t *b2 = rand16(nc, -1, 1, C, 0.05f), *di = rand16(nc, -1, 1, C, 0.0f);
-    float *w = ct_rand(C, 0.5f, 1.5f), *b = ct_rand(C, -1, 1), *dy = ct_rand(nc, -1, 1);
+    uint16_t *dy = rand16(nc, -1, 1, C, 0.0f);
+    float *w = ct_rand(C, 0.5f, 1.5f), *b = ct_rand(C, -1, 1);
     uint16_t *o = malloc(nc * 2), *res = malloc(nc * 2), *o2 = malloc(nc * 2);
     float *m = malloc(N * 4), *r = malloc(N * 4), *m2 = malloc(N * 4), *r2 = malloc(N * 4);
     float *gw = malloc(C * 4), *gb = malloc(C * 4);
     zk_layernorm_forward_r16(o, m, r, x, w, b, N, C);
     zk_layernorm_residual_forward_r16(res, o2, m2, r2, a, b2, w, b, N, C);
-    uint16_t *bx, *bo, *ba, *bb2, *bres, *bo2, *bdi, *bdi2;
+    uint16_t *bx, *bo, *ba, *bb2, *bres, *bo2, *bdi, *bdi2, *bdy;
     uint16_t *d_x = up16(x, nc, off, &bx), *d_o = up16(NULL, nc, off, &bo);
     uint16_t *d_a = up16(a, nc, off, &ba), *d_b2 = up16(b2, nc, off, &bb2);
     uint16_t *d_res = up16(NULL, nc, off, &bres), *d_o2 = up16(NULL, nc, off, &bo2);
     uint16_t *d_di = up16(di, nc, off, &bdi), *d_di2 = up16(di, nc, off, &bdi2);
-    float *d_w = up(w, C * 4), *d_b = up(b, C * 4), *d_dy = up(dy, nc * 4);
+    uint16_t *d_dy = up16(dy, nc, off, &bdy);
+    float *d_w = up(w, C * 4), *d_b = up(b, C * 4);
     float *d_m = up(m, N * 4), *d_r = up(r, N * 4), *d_m2 = up(m, N * 4), *d_r2 = up(r, N * 4);
     float *d_mc = up(m, N * 4), *d_rc = up(r, N * 4);       /* the CPU's, for the backward */
     float *d_gw = up(w, C * 4), *d_gb = up(b, C * 4), *d_gw2 = up(w, C * 4), *d_gb2 = up(b, C * 4);
@@ -434,13 +443,14 @@ static void t_layernorm_r16_at(int N, int C, int off)
     free(x); free(a); free(b2); free(di); free(w); free(b); free(dy); free(o); free(res); free(o2);
     free(m); free(r); free(m2); free(r2); free(gw); free(gb);
     dv->free(bx); dv->free(bo); dv->free(ba); dv->free(bb2); dv->free(bres); dv->free(bo2);
-    dv->free(bdi); dv->free(bdi2); dv->free(d_w); dv->free(d_b); dv->free(d_dy); dv->free(d_m);
+    dv->free(bdi); dv->free(bdi2); dv->free(d_w); dv->free(d_b); dv->free(bdy); dv->free(d_m);
     dv->free(d_r); dv->free(d_m2); dv->free(d_r2); dv->free(d_mc); dv->free(d_rc);
     dv->free(d_gw); dv->free(d_gb); dv->free(d_gw2); dv->free(d_gb2);
 }
 
 /* the RMS norm on bf16 rows (zk_rmsnorm_*_r16) through the device table,
- * as the layer norm's above (no mean, no bias, no residual form) */
+ * as the layer norm's above (no mean, no bias, no residual form; dout
+ * bf16) */
 static void t_rmsnorm_r16_at(int N, int C, int off)
 {
     char nm[5][160];
@@ -452,15 +462,17 @@ static void t_rmsnorm_r16_at(int N, int C, int off)
                  what[i]);
     size_t nc = (size_t)N * C;
     uint16_t *x = rand16(nc, -3, 3, C, 0.1f), *di = rand16(nc, -1, 1, C, 0.0f);
-    float *w = ct_rand(C, 0.5f, 1.5f), *dy = ct_rand(nc, -1, 1);
+    uint16_t *dy = rand16(nc, -1, 1, C, 0.0f);
+    float *w = ct_rand(C, 0.5f, 1.5f);
     uint16_t *o = malloc(nc * 2);
     float *r = malloc(N * 4), *gw = malloc(C * 4);
     zk_rmsnorm_forward_r16(o, r, x, w, 1e-5f, N, C);
     zk_rmsnorm_backward_r16(di, gw, dy, x, w, r, N, C);
-    uint16_t *bx, *bo, *bdi, *bdi2;
+    uint16_t *bx, *bo, *bdi, *bdi2, *bdy;
     uint16_t *d_x = up16(x, nc, off, &bx), *d_o = up16(NULL, nc, off, &bo);
     uint16_t *d_di = up16(di, nc, off, &bdi), *d_di2 = up16(di, nc, off, &bdi2);
-    float *d_w = up(w, C * 4), *d_dy = up(dy, nc * 4), *d_r = up(r, N * 4), *d_rc = up(r, N * 4);
+    uint16_t *d_dy = up16(dy, nc, off, &bdy);
+    float *d_w = up(w, C * 4), *d_r = up(r, N * 4), *d_rc = up(r, N * 4);
     float *d_gw = up(w, C * 4), *d_gw2 = up(w, C * 4);
     /* the backward on the CPU's saved rstd (d_rc), as its twin's */
     dv->rmsnorm_forward(d_o, 1, d_r, d_x, 1, d_w, 1e-5f, N, C);
@@ -479,7 +491,7 @@ static void t_rmsnorm_r16_at(int N, int C, int off)
         free(g_o); free(g_di); free(g_di2); free(g_r); free(g_gw); free(g_gw2);
     }
     free(x); free(di); free(w); free(dy); free(o); free(r); free(gw);
-    dv->free(bx); dv->free(bo); dv->free(bdi); dv->free(bdi2); dv->free(d_w); dv->free(d_dy);
+    dv->free(bx); dv->free(bo); dv->free(bdi); dv->free(bdi2); dv->free(d_w); dv->free(bdy);
     dv->free(d_r); dv->free(d_rc); dv->free(d_gw); dv->free(d_gw2);
 }
 
@@ -844,8 +856,9 @@ static void t_llama_rope_swiglu(void)
 }
 
 /* bf16 activations: RoPE on bf16 rows the CPU's bits; SwiGLU's bf16 out
- * and dgu, the RMS norm's bf16 out and dinp16 within one bf16 rounding of
- * the CPU's (their f32 values agree to ~1e-6, then each rounds once) */
+ * and dgu (from a bf16 dout), the RMS norm's bf16 out and dinp16 within
+ * one bf16 rounding of the CPU's (their f32 values agree to ~1e-6, then
+ * each rounds once) */
 static void t_llama_bf16(void)
 {
     cudaStream_t s = zt_cuda_compute_stream();
@@ -855,14 +868,16 @@ static void t_llama_bf16(void)
     zk_rope_table(c, sn, T, hs, 10000.0, NULL);
     float *xf = ct_rand(n, -2, 2), *guf = ct_rand(2 * nf, -20, 20), *d = ct_rand(nf, -1, 1);
     uint16_t *x = malloc(n * 2), *gu = malloc(2 * nf * 2), *o = malloc(nf * 2), *g = malloc(2 * nf * 2);
-    zk_cast_f32_bf16(x, xf, n); zk_cast_f32_bf16(gu, guf, 2 * nf);
+    uint16_t *d16 = malloc(nf * 2);
+    zk_cast_f32_bf16(x, xf, n); zk_cast_f32_bf16(gu, guf, 2 * nf); zk_cast_f32_bf16(d16, d, nf);
     uint16_t *dx = up(x, n * 2), *dgu = up(gu, 2 * nf * 2), *dout = NULL, *dg = NULL;
-    float *dc = up(c, (size_t)T * h2 * 4), *ds = up(sn, (size_t)T * h2 * 4), *dd = up(d, nf * 4);
+    uint16_t *dd = up(d16, nf * 2);
+    float *dc = up(c, (size_t)T * h2 * 4), *ds = up(sn, (size_t)T * h2 * 4);
     dv->alloc((void **)&dout, nf * 2); dv->alloc((void **)&dg, 2 * nf * 2);
     zk_rope_forward_b16(x, N, T, ld, nh, hs, c, sn, 0);
     zk_rope_backward_b16(x, N, T, ld, 2, hs, c, sn, 0);
     zk_swiglu_forward_bb(o, gu, N, F);
-    zk_swiglu_backward_bb(g, d, gu, N, F);
+    zk_swiglu_backward_bb(g, d16, gu, N, F);
     int e = zkc_rope_forward_b16(s, dx, N, T, ld, nh, hs, dc, ds, 0);
     e = e ? e : zkc_rope_backward_b16(s, dx, N, T, ld, 2, hs, dc, ds, 0);
     e = e ? e : zkc_swiglu_forward_bb(s, dout, dgu, N, F);
@@ -886,7 +901,7 @@ static void t_llama_bf16(void)
         float *a = malloc(2 * nc * 4), *b = malloc(2 * nc * 4);
         struct { const char *name; uint16_t *got, *want; size_t n; } k[3] = {
             { "swiglu bf16 forward: within a bf16 rounding of the CPU's", go, o, nf },
-            { "swiglu bf16 backward: within a bf16 rounding of the CPU's", gg, g, 2 * nf },
+            { "swiglu bf16 backward (bf16 dout): within a bf16 rounding of the CPU's", gg, g, 2 * nf },
             { "rmsnorm bf16 out: within a bf16 rounding of the CPU's", gro, ro, nc } };
         for (int i = 0; i < 3; i++) {
             zk_cast_bf16_f32(a, k[i].got, k[i].n); zk_cast_bf16_f32(b, k[i].want, k[i].n);
@@ -902,7 +917,7 @@ static void t_llama_bf16(void)
         free(want16); free(gdi);
         free(a); free(b); free(gx); free(go); free(gg); free(gro); free(gri);
     }
-    free(c); free(sn); free(xf); free(guf); free(d); free(x); free(gu); free(o); free(g);
+    free(c); free(sn); free(xf); free(guf); free(d); free(d16); free(x); free(gu); free(o); free(g);
     free(xr); free(w); free(dy); free(r); free(di); free(ro); free(ri);
     dv->free(dx); dv->free(dgu); dv->free(dout); dv->free(dg); dv->free(dc); dv->free(ds); dv->free(dd);
     dv->free(dxr); dv->free(dw); dv->free(ddy); dv->free(ddi); dv->free(dro); dv->free(dri); dv->free(dr);
@@ -968,8 +983,14 @@ static void round_bf16(float *x, size_t n)
 static void t_matmul_ld(int bf16, int N, int C, int OC, int ld, int out16);
 static void t_matmul(int bf16, int N, int C, int OC) { t_matmul_ld(bf16, N, C, OC, OC, 0); }
 
+static void t_matmul_dinp16(int N, int C, int OC, int ld, const char *k, const uint16_t *ha,
+                            const uint16_t *hw, const uint16_t *hd, void *da, void *dw, void *ddy,
+                            const float *g32, const float *gw32, const float *gb32,
+                            const double *ref, const double *bnd);
+
 /* ld > OC: out (fp32, or bf16 with out16) and dout in rows ld apart, the
- * LM head's layout; the pad poisoned (NaN in dout), checked untouched in out */
+ * LM head's layout; the pad poisoned (NaN in dout), checked untouched in out.
+ * bf16: the backward with a bf16 dinp too (t_matmul_dinp16) */
 static void t_matmul_ld(int bf16, int N, int C, int OC, int ld, int out16)
 {
     char name[160];
@@ -988,12 +1009,12 @@ static void t_matmul_ld(int bf16, int N, int C, int OC, int ld, int out16)
     /* device operands: fp32 or their bf16 bits */
     size_t es = bf16 ? 2 : 4;
     void *da, *dw, *ddy;
+    uint16_t *ha = NULL, *hw = NULL, *hd = NULL;     /* bf16: the operands' bits, kept */
     if (bf16) {
-        uint16_t *ha = malloc((size_t)N * C * 2), *hw = malloc((size_t)OC * C * 2), *hd = malloc((size_t)N * ld * 2);
+        ha = malloc((size_t)N * C * 2); hw = malloc((size_t)OC * C * 2); hd = malloc((size_t)N * ld * 2);
         zk_cast_f32_bf16(ha, a, (size_t)N * C); zk_cast_f32_bf16(hw, w, (size_t)OC * C);
         zk_cast_f32_bf16(hd, dyp, (size_t)N * ld);
         da = up(ha, (size_t)N * C * es); dw = up(hw, (size_t)OC * C * es); ddy = up(hd, (size_t)N * ld * es);
-        free(ha); free(hw); free(hd);
     } else {
         da = up(a, (size_t)N * C * es); dw = up(w, (size_t)OC * C * es); ddy = up(dyp, (size_t)N * ld * es);
     }
@@ -1005,7 +1026,7 @@ static void t_matmul_ld(int bf16, int N, int C, int OC, int ld, int out16)
     dv->fill(dout, 7.0f, (size_t)N * ld * oes / 4);
     int rc = bf16 ? dv->matmul_bf16_forward(dout, out16, da, dw, db, N, C, OC, ld)
                   : dv->matmul_forward(dout, da, dw, db, N, C, OC, ld);
-    int rc2 = bf16 ? dv->matmul_bf16_backward(dinp, dwt, dbias, ddy, da, dw, N, C, OC, ld)
+    int rc2 = bf16 ? dv->matmul_bf16_backward(dinp, 0, dwt, dbias, ddy, da, dw, N, C, OC, ld)
                    : dv->matmul_backward(dinp, dwt, dbias, ddy, da, dw, N, C, OC, ld);
     snprintf(name, sizeof name, "%s %dx%dx%d ld %d%s: calls succeed", k, N, C, OC, ld, out16 ? " bf16 out" : "");
     ct_check(rc == ZT_OK && rc2 == ZT_OK, name, "%d %d: %s", rc, rc2, zt_last_error());
@@ -1031,19 +1052,22 @@ static void t_matmul_ld(int bf16, int N, int C, int OC, int ld, int out16)
     ct_check(pad == 0, name, "%ld rows' pad written", pad);
     /* dinp (N,C) = dy (N,OC) . w (OC,C) = dy . (w^T)^T */
     float *wt = transpose(w, OC, C);
-    g = down(dinp, (size_t)N * C * 4);
+    float *g32 = down(dinp, (size_t)N * C * 4);
     ref_gemm_nt(ref, bnd, dy, wt, NULL, N, OC, C);
     snprintf(name, sizeof name, "%s backward dinp", k);
-    check_gemm(name, g, ref, bnd, (size_t)N * C); free(g);
+    check_gemm(name, g32, ref, bnd, (size_t)N * C);
+    float *gw32 = down(dwt, (size_t)OC * C * 4), *gb32 = down(dbias, OC * 4);
+    if (bf16) t_matmul_dinp16(N, C, OC, ld, k, ha, hw, hd, da, dw, ddy, g32, gw32, gb32, ref, bnd);
+    free(g32); free(ha); free(hw); free(hd);
     /* dw (OC,C) = dy^T (OC,N) . a (N,C) = dy^T . (a^T)^T */
     float *dyt = transpose(dy, N, OC), *at = transpose(a, N, C);
-    g = down(dwt, (size_t)OC * C * 4);
+    g = gw32;
     ref_gemm_nt(ref, bnd, dyt, at, NULL, OC, N, C);
     snprintf(name, sizeof name, "%s backward dweight", k);
     check_gemm(name, g, ref, bnd, (size_t)OC * C); free(g);
     float *ones = malloc(N * 4);
     for (int i = 0; i < N; i++) ones[i] = 1;
-    g = down(dbias, OC * 4);
+    g = gb32;
     ref_gemm_nt(ref, bnd, dyt, ones, NULL, OC, N, 1);
     snprintf(name, sizeof name, "%s backward dbias (double sum)", k);
     {
@@ -1057,6 +1081,74 @@ static void t_matmul_ld(int bf16, int N, int C, int OC, int ld, int out16)
     dv->free(da); dv->free(dw); dv->free(ddy); dv->free(db);
     dv->free(dout); dv->free(dinp); dv->free(dwt); dv->free(dbias);
 }
+/* The backward with a bf16 dinp (dinp16: the fp32 dinp rounded once),
+ * beside t_matmul_ld's fp32 call (g32, gw32, gb32 its dinp, dw, db; ref,
+ * bnd the double product and fp32 bound of dinp): dinp16 within the bf16
+ * out GEMM tolerance (bnd + half a bf16 ulp, 2^-8 |ref|), as the CPU twin
+ * zk_matmul_bf16_backward_b16's, the two within both; dw, db the fp32
+ * call's bits (the same GEMMs and colsum); dinp16 alone (dw, db NULL) the
+ * same bits; where OC is split (the LM head: OC > 8192, not a multiple of
+ * 128), dinp16 is the fp32 call's dinp rounded once, bit for bit (its two
+ * partial sums in fp32 scratch, then the cast). */
+static void t_matmul_dinp16(int N, int C, int OC, int ld, const char *k, const uint16_t *ha,
+                            const uint16_t *hw, const uint16_t *hd, void *da, void *dw, void *ddy,
+                            const float *g32, const float *gw32, const float *gb32,
+                            const double *ref, const double *bnd)
+{
+    char name[200];
+    size_t nc = (size_t)N * C;
+    int split = zt_cuda_matmul_split(-1) == 1 && OC > 8192 && OC % 128;
+    snprintf(name, sizeof name, "%s %dx%dx%d ld %d bf16 dinp%s", k, N, C, OC, ld,
+             split ? " (split OC: fp32 scratch, one rounding)" : "");
+    uint16_t *nan16 = malloc(nc * 2), *c16 = malloc(nc * 2);
+    for (size_t i = 0; i < nc; i++) nan16[i] = 0x7fc1;        /* WRITTEN */
+    uint16_t *d16 = up(nan16, nc * 2), *d16b = up(nan16, nc * 2);
+    float *dwt = NULL, *dbias = NULL;
+    dv->alloc((void **)&dwt, (size_t)OC * C * 4); dv->alloc((void **)&dbias, OC * 4);
+    dv->fill(dwt, NAN, (size_t)OC * C); dv->fill(dbias, NAN, OC);
+    int rc = dv->matmul_bf16_backward(d16, 1, dwt, dbias, ddy, da, dw, N, C, OC, ld);
+    int rc2 = dv->matmul_bf16_backward(d16b, 1, NULL, NULL, ddy, da, dw, N, C, OC, ld);
+    zk_matmul_bf16_backward_b16(c16, NULL, NULL, hd, ha, hw, N, C, OC, ld);
+    char nm[320];
+    snprintf(nm, sizeof nm, "%s: calls succeed", name);
+    ct_check(rc == ZT_OK && rc2 == ZT_OK, nm, "%d %d: %s", rc, rc2, zt_last_error());
+    if (synced(nm)) {
+        uint16_t *g16 = down(d16, nc * 2), *g16b = down(d16b, nc * 2);
+        float *gw = down(dwt, (size_t)OC * C * 4), *gb = down(dbias, OC * 4);
+        float *f = malloc(nc * 4), *fc = malloc(nc * 4);
+        double *b16 = malloc(nc * sizeof(double));
+        zk_cast_bf16_f32(f, g16, nc); zk_cast_bf16_f32(fc, c16, nc);
+        for (size_t i = 0; i < nc; i++) b16[i] = bnd[i] + fabs(ref[i]) * 0x1p-8;
+        snprintf(nm, sizeof nm, "%s: (fp32 dot bound + a bf16 rounding)", name);
+        check_gemm(nm, f, ref, b16, nc);
+        snprintf(nm, sizeof nm, "%s: the CPU twin's (zk_matmul_bf16_backward_b16) within the same", name);
+        check_gemm(nm, fc, ref, b16, nc);
+        {   /* GPU against the CPU twin: each within b16 of ref */
+            double *r = malloc(nc * sizeof(double)), *b2 = malloc(nc * sizeof(double));
+            for (size_t i = 0; i < nc; i++) { r[i] = fc[i]; b2[i] = 2 * b16[i]; }
+            snprintf(nm, sizeof nm, "%s: against the CPU twin (within both bounds)", name);
+            check_gemm(nm, f, r, b2, nc);
+            free(r); free(b2);
+        }
+        snprintf(nm, sizeof nm, "%s: dinp16 alone the same bits", name);
+        same_bits(nm, g16b, g16, nc * 2);
+        snprintf(nm, sizeof nm, "%s: dweight the fp32 call's bits", name);
+        same_bits(nm, gw, gw32, (size_t)OC * C * 4);
+        snprintf(nm, sizeof nm, "%s: dbias the fp32 call's bits", name);
+        same_bits(nm, gb, gb32, OC * 4);
+        if (split) {
+            uint16_t *want = malloc(nc * 2);
+            zk_cast_f32_bf16(want, g32, nc);
+            snprintf(nm, sizeof nm, "%s: the fp32 call's dinp rounded once", name);
+            same_bits(nm, g16, want, nc * 2);
+            free(want);
+        }
+        free(g16); free(g16b); free(gw); free(gb); free(f); free(fc); free(b16);
+    }
+    free(nan16); free(c16);
+    dv->free(d16); dv->free(d16b); dv->free(dwt); dv->free(dbias);
+}
+
 static void t_matmul_all(void)
 {
     t_matmul_ld(0, 67, 771, 130, 256, 0);        /* padded rows: the LM head's layout */
@@ -1067,6 +1159,10 @@ static void t_matmul_all(void)
     t_matmul(0, 128, 768, 2304);
     t_matmul(1, 67, 771, 130);
     t_matmul(1, 128, 768, 3072);
+    int sp = zt_cuda_matmul_split(-1);
+    zt_cuda_matmul_split(0);                     /* the LM head as one GEMM: a bf16 D over k = OC */
+    t_matmul_ld(1, 16, 768, 50257, 50304, 1);
+    zt_cuda_matmul_split(sp);
 }
 
 /* every matmul through cuBLASLt (zt_cuda_matmul_epilogue(1): the bias in
@@ -1272,7 +1368,7 @@ static void t_mm_gelu_bwd(int N, int C, int OC, int off, int two_ops)
     rc[2] = dv->matmul_bf16_backward_dgelu(d16[2], d32[2], gw[2], gb[2], ddy, da, dw, dpre, N, C, OC, OC);
     int64_t f4 = zkc_matmul_gelu_fused();
     zkc_matmul_gelu_fusion(was);
-    rc[3] = dv->matmul_bf16_backward(d32[3], gw[3], gb[3], ddy, da, dw, N, C, OC, OC);
+    rc[3] = dv->matmul_bf16_backward(d32[3], 0, gw[3], gb[3], ddy, da, dw, N, C, OC, OC);
     dv->gelu_backward(d16[3], 1, dpre, 1, d32[3], nc);
     ct_check(rc[0] == ZT_OK && rc[1] == ZT_OK && rc[2] == ZT_OK && rc[3] == ZT_OK && rc[4] == ZT_OK,
              gname(nb, &ni, tag, "calls succeed"), "%d %d %d %d %d: %s", rc[0], rc[1], rc[2], rc[3],
@@ -1625,8 +1721,9 @@ static void t_attention_tc_mode(void)
 
 /* bf16 I/O (io16) through the device table in the given mode: out and
  * lse against the fp32 call on the widened qkv, out = bf16(fp32 out) and
- * lse the same bits; dqkv (prefilled with a NaN: WRITTEN) against the fp32
- * backward given the widened bf16 out, dqkv = bf16(fp32 dqkv): bit for bit
+ * lse the same bits; dqkv (prefilled with a NaN: WRITTEN) from a bf16 dout
+ * against the fp32 backward given the widened bf16 out and dout, dqkv =
+ * bf16(fp32 dqkv): bit for bit
  * on this GPU, whichever kernel the routing picks (counted: tc expected or
  * not). skew: qkv (both calls') 2 or 4 bytes past a 16-byte boundary, so
  * mode 1 routes it plain. */
@@ -1636,8 +1733,10 @@ static void attn_io16(int mode, int B, int T, int NH, int hs, int skew, int want
     const int C = hs * NH;
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1), *qw = malloc(nq * 4);
-    uint16_t *q16 = malloc(nq * 2), *nan16 = malloc(nq * 2);
+    uint16_t *q16 = malloc(nq * 2), *nan16 = malloc(nq * 2), *dy16 = malloc(no * 2);
     zk_cast_f32_bf16(q16, qkv, nq);
+    zk_cast_f32_bf16(dy16, dy, no);
+    zk_cast_bf16_f32(dy, dy16, no);                 /* the fp32 call's dout: the bf16 one widened */
     zk_cast_bf16_f32(qw, q16, nq);                  /* the widened bf16 qkv */
     for (size_t i = 0; i < nq; i++) nan16[i] = 0x7fc1;
     snprintf(at, sizeof at, "attention io16 mode %d B=%d T=%d NH=%d hs=%d%s", mode, B, T, NH, hs,
@@ -1645,7 +1744,7 @@ static void attn_io16(int mode, int B, int T, int NH, int hs, int skew, int want
     float *d_bw = NULL, *d_ow = NULL, *d_lw = NULL, *d_dqw = NULL, *d_l16 = NULL;
     uint16_t *d_b16 = NULL, *d_o16 = NULL;
     float *d_dy = up(dy, no * 4);
-    uint16_t *d_dq16 = up(nan16, nq * 2);
+    uint16_t *d_dy16 = up(dy16, no * 2), *d_dq16 = up(nan16, nq * 2);
     dv->alloc((void **)&d_bw, (nq + 4) * 4); dv->alloc((void **)&d_b16, (nq + 8) * 2);
     float *d_qw = d_bw + (skew ? 1 : 0);
     uint16_t *d_q16 = d_b16 + (skew ? 1 : 0);
@@ -1668,7 +1767,7 @@ static void attn_io16(int mode, int B, int T, int NH, int hs, int skew, int want
     float *d_o16w = up(o16w, no * 4);           /* the fp32 backward reads the bf16 out widened */
     int rb = dv->attention_backward(d_dqw, d_dy, d_qw, d_o16w, d_l16, 0, B, T, C, NH, NH, 0);
     int64_t tc2 = dv->attention_tc_calls();
-    int rb16 = dv->attention_backward(d_dq16, d_dy, d_q16, d_o16, d_l16, 1, B, T, C, NH, NH, 0);
+    int rb16 = dv->attention_backward(d_dq16, d_dy16, d_q16, d_o16, d_l16, 1, B, T, C, NH, NH, 0);
     int64_t tc3 = dv->attention_tc_calls();
     zt_cuda_attention_mode(was);
     snprintf(name, sizeof name, "%s: backward", at);
@@ -1689,9 +1788,9 @@ static void attn_io16(int mode, int B, int T, int NH, int hs, int skew, int want
     zk_cast_f32_bf16(want, dqw, nq);
     snprintf(name, sizeof name, "%s: dqkv = bf16(fp32 dqkv), all written", at);
     same_bits(name, dq16, want, nq * 2);
-    free(qkv); free(dy); free(qw); free(q16); free(nan16); free(o16); free(ow); free(lw); free(l16);
-    free(o16w); free(want); free(dq16); free(dqw);
-    dv->free(d_bw); dv->free(d_b16); dv->free(d_dy); dv->free(d_dq16); dv->free(d_ow); dv->free(d_lw);
+    free(qkv); free(dy); free(qw); free(q16); free(nan16); free(dy16); free(o16); free(ow); free(lw);
+    free(l16); free(o16w); free(want); free(dq16); free(dqw);
+    dv->free(d_bw); dv->free(d_b16); dv->free(d_dy); dv->free(d_dy16); dv->free(d_dq16); dv->free(d_ow); dv->free(d_lw);
     dv->free(d_dqw); dv->free(d_l16); dv->free(d_o16); dv->free(d_o16w);
 }
 

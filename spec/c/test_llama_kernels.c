@@ -374,19 +374,21 @@ static void test_bf16_kernels(void) {
     int F = 600;
     N = 3;
     size_t nf = (size_t)N * F;
-    float *gu = ct_rand(2 * nf, -8, 8), *dd = ct_rand(nf, -1, 1);
-    uint16_t *gu16 = to16(gu, 2 * nf);
+    float *gu = ct_rand(2 * nf, -8, 8), *dd0 = ct_rand(nf, -1, 1);
+    uint16_t *gu16 = to16(gu, 2 * nf), *dd16 = to16(dd0, nf);    /* dout bf16 too */
+    float *dd = widen(dd16, nf);
     float *guw = widen(gu16, 2 * nf), *of = malloc(nf * 4), *gf = malloc(2 * nf * 4);
     uint16_t *ob = malloc(nf * 2), *gb = malloc(2 * nf * 2);
     zk_swiglu_forward(of, guw, N, F);
     zk_swiglu_backward(gf, dd, guw, N, F);
     zk_swiglu_forward_bb(ob, gu16, N, F);
-    zk_swiglu_backward_bb(gb, dd, gu16, N, F);
+    zk_swiglu_backward_bb(gb, dd16, gu16, N, F);
     uint16_t *wo = to16(of, nf), *wg = to16(gf, 2 * nf);
     ct_check(!memcmp(ob, wo, nf * 2), "swiglu forward bf16 gu/out (F=600): the f32 out of the "
              "widened gu, rounded", "differ");
-    ct_check(!memcmp(gb, wg, 2 * nf * 2), "swiglu backward bf16 gu/dgu (F=600): the f32 dgu, "
-             "rounded", "differ");
+    ct_check(!memcmp(gb, wg, 2 * nf * 2), "swiglu backward bf16 gu/dout/dgu (F=600): the f32 dgu "
+             "of the widened gu and dout, rounded", "differ");
+    free(dd0); free(dd16);
     free(gu); free(dd); free(gu16); free(guw); free(of); free(gf); free(ob); free(gb); free(wo);
     free(wg);
 }

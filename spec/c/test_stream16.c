@@ -86,9 +86,10 @@ static void test_layernorm(int N, int C) {
                  !memcmp(m0, m1, N * 4) && !memcmp(r0, r1, N * 4), name, "differ");
     }
 
-    /* backward: dinp bf16 accumulated, rounded once; dw, db the f32 kernel's */
-    float *dout = ct_rand(nc, -1, 1), *wd;
-    uint16_t *d0 = rand16(nc, -0.5f, 0.5f, &wd);
+    /* backward from a bf16 dout: dinp bf16 accumulated, rounded once; dw,
+     * db the f32 kernel's on the widened dout */
+    float *dout, *wd;
+    uint16_t *do16 = rand16(nc, -1, 1, &dout), *d0 = rand16(nc, -0.5f, 0.5f, &wd);
     float *dw0 = ct_alloc(C * 4), *db0 = ct_alloc(C * 4), *dw1 = ct_alloc(C * 4),
           *db1 = ct_alloc(C * 4);
     zk_layernorm_forward(rw, m0, r0, wx, w, bias, N, C);     /* mean, rstd of x */
@@ -97,7 +98,7 @@ static void test_layernorm(int N, int C) {
     for (int t = 1; t <= 3; t++) {
         omp_set_num_threads(t);
         memcpy(dgot, d0, nc * 2);
-        zk_layernorm_backward_r16(dgot, dw1, db1, dout, x, w, m0, r0, N, C);
+        zk_layernorm_backward_r16(dgot, dw1, db1, do16, x, w, m0, r0, N, C);
         snprintf(name, sizeof name, "layernorm backward r16 N=%d C=%d, %d threads: "
                  "round(dinp + the f32 term), dw and db the f32 kernel's", N, C, t);
         ct_check(!memcmp(dgot, dwant, nc * 2) && !memcmp(dw0, dw1, C * 4) &&
@@ -105,8 +106,8 @@ static void test_layernorm(int N, int C) {
     }
     memcpy(dgot, d0, nc * 2);
     memset(dw1, 0, C * 4); memset(db1, 0, C * 4);
-    zk_layernorm_backward_r16(dgot, NULL, NULL, dout, x, w, m0, r0, N, C);
-    zk_layernorm_backward_r16(NULL, dw1, db1, dout, x, w, m0, r0, N, C);
+    zk_layernorm_backward_r16(dgot, NULL, NULL, do16, x, w, m0, r0, N, C);
+    zk_layernorm_backward_r16(NULL, dw1, db1, do16, x, w, m0, r0, N, C);
     snprintf(name, sizeof name, "layernorm backward r16 N=%d C=%d split: dinp alone, then the "
              "weights alone, the fused call's bits", N, C);
     ct_check(!memcmp(dgot, dwant, nc * 2) && !memcmp(dw0, dw1, C * 4) && !memcmp(db0, db1, C * 4),
@@ -114,7 +115,7 @@ static void test_layernorm(int N, int C) {
     omp_set_num_threads(2);
     free(wx); free(wa); free(wb); free(x); free(a); free(b); free(w); free(bias);
     free(want); free(got); free(m0); free(r0); free(m1); free(r1); free(rwant); free(rgot);
-    free(rw); free(dout); free(wd); free(d0); free(dw0); free(db0); free(dw1); free(db1);
+    free(rw); free(dout); free(do16); free(wd); free(d0); free(dw0); free(db0); free(dw1); free(db1);
     free(dwant); free(dgot);
 }
 
@@ -122,7 +123,8 @@ static void test_rmsnorm(int N, int C) {
     size_t nc = (size_t)N * C;
     float *wx, *wd;
     uint16_t *x = rand16(nc, -2, 2, &wx), *d0 = rand16(nc, -0.5f, 0.5f, &wd);
-    float *w = ct_rand(C, 0.5f, 1.5f), *dout = ct_rand(nc, -1, 1);
+    float *w = ct_rand(C, 0.5f, 1.5f), *dout;
+    uint16_t *do16 = rand16(nc, -1, 1, &dout);
     float *r0 = ct_alloc(N * 4), *r1 = ct_alloc(N * 4), *dw0 = ct_alloc(C * 4),
           *dw1 = ct_alloc(C * 4);
     uint16_t *want = ct_alloc(nc * 2), *got = ct_alloc(nc * 2);
@@ -134,7 +136,7 @@ static void test_rmsnorm(int N, int C) {
         omp_set_num_threads(t);
         zk_rmsnorm_forward_r16(got, r1, x, w, 1e-5f, N, C);
         memcpy(dgot, d0, nc * 2);
-        zk_rmsnorm_backward_r16(dgot, dw1, dout, x, w, r0, N, C);
+        zk_rmsnorm_backward_r16(dgot, dw1, do16, x, w, r0, N, C);
         snprintf(name, sizeof name, "rmsnorm r16 N=%d C=%d, %d threads: forward and backward "
                  "the f32 kernels' on the widened rows, rounded once", N, C, t);
         ct_check(!memcmp(got, want, nc * 2) && !memcmp(r0, r1, N * 4) &&
@@ -142,13 +144,13 @@ static void test_rmsnorm(int N, int C) {
     }
     memcpy(dgot, d0, nc * 2);
     memset(dw1, 0, C * 4);
-    zk_rmsnorm_backward_r16(dgot, NULL, dout, x, w, r0, N, C);
-    zk_rmsnorm_backward_r16(NULL, dw1, dout, x, w, r0, N, C);
+    zk_rmsnorm_backward_r16(dgot, NULL, do16, x, w, r0, N, C);
+    zk_rmsnorm_backward_r16(NULL, dw1, do16, x, w, r0, N, C);
     snprintf(name, sizeof name, "rmsnorm backward r16 N=%d C=%d split: the fused call's bits",
              N, C);
     ct_check(!memcmp(dgot, dwant, nc * 2) && !memcmp(dw0, dw1, C * 4), name, "differ");
     omp_set_num_threads(2);
-    free(wx); free(wd); free(x); free(d0); free(w); free(dout); free(r0); free(r1);
+    free(wx); free(wd); free(x); free(d0); free(w); free(dout); free(do16); free(r0); free(r1);
     free(dw0); free(dw1); free(want); free(got); free(dwant); free(dgot);
 }
 
@@ -194,6 +196,43 @@ static void test_encoder(int B, int T, int C, int V, int with_wpe) {
     omp_set_num_threads(2);
     free(tok); free(wte); free(wpe); free(te); free(pe); free(f); free(wd); free(d);
     free(g0); free(g1); free(p0); free(p1);
+}
+
+/* The GEMM's input gradient in bf16: the f32 dinp's chains rounded once,
+ * on every path the CPU has (portable, AVX512_BF16, AMX where usable),
+ * rows of dout padded (ldo > OC), 1 and 3 threads; dweight, dbias the f32
+ * call's bits */
+static void test_mm_dinp16(int N, int C, int OC, int ldo) {
+    size_t nd = (size_t)N * ldo, ni = (size_t)N * C, nw = (size_t)OC * C;
+    float *f;
+    uint16_t *dout = rand16(nd, -1, 1, &f), *inp = NULL, *w = NULL;
+    free(f);
+    inp = rand16(ni, -1, 1, &f); free(f);
+    w = rand16(nw, -0.5f, 0.5f, &f); free(f);
+    float *d32 = ct_alloc(ni * 4), *dw0 = ct_alloc(nw * 4), *dw1 = ct_alloc(nw * 4);
+    float *db0 = ct_alloc(OC * 4), *db1 = ct_alloc(OC * 4);
+    uint16_t *want = ct_alloc(ni * 2), *got = ct_alloc(ni * 2);
+    int was = zk_bf16_simd(-1);
+    char name[160];
+    for (int path = 0; path <= 2; path++) {
+        if (zk_bf16_simd(path) != path) continue;            /* not on this CPU */
+        zk_matmul_bf16_backward(d32, dw0, db0, dout, inp, w, N, C, OC, ldo);
+        zk_cast_f32_bf16(want, d32, ni);
+        for (int t = 1; t <= 3; t += 2) {
+            omp_set_num_threads(t);
+            memset(got, 0xff, ni * 2);
+            zk_matmul_bf16_backward_b16(got, dw1, db1, dout, inp, w, N, C, OC, ldo);
+            snprintf(name, sizeof name, "matmul bf16 backward, bf16 dinp %dx%dx%d ldo=%d, path %d, "
+                     "%d threads: the f32 dinp rounded once, dw and db its bits", N, C, OC, ldo,
+                     path, t);
+            ct_check(!memcmp(got, want, ni * 2) && !memcmp(dw0, dw1, nw * 4) &&
+                     !memcmp(db0, db1, OC * 4), name, "differ");
+        }
+    }
+    zk_bf16_simd(was);
+    omp_set_num_threads(2);
+    free(dout); free(inp); free(w); free(d32); free(dw0); free(dw1); free(db0); free(db1);
+    free(want); free(got);
 }
 
 /* a tensor of the given dtype and shape on the device tier, filled from
@@ -319,6 +358,8 @@ int main(void) {
     test_encoder(2, 9, 70, 50, 1);
     test_encoder(4, 64, 256, 97, 1); /* parallel: B T C >= 65536 */
     test_encoder(2, 9, 70, 50, 0);
+    test_mm_dinp16(5, 40, 24, 24);
+    test_mm_dinp16(97, 130, 200, 256);   /* padded dout rows, tails past the tiles */
     test_ops_refuse();
     test_gelu_ops(6, 40, 24);
     test_gelu_ops(33, 64, 256);

@@ -7,9 +7,12 @@
  * within fp32 rounding: forward out and lse, backward dq, dk, dv (a kv
  * head's dk, dv summed over its query heads by one warp). Bit for bit:
  * decode rows (a prefill, then single steps; caches (B,NKV,maxT,hs)) against
- * the emulated forward's rows, the bf16-I/O kernels against the f32 ones
- * on the widened inputs, rounded once, and the GPT-2 entry points against
- * NKV = NH, W = 0. Run: sh tools/emu_kernel.sh attention.
+ * the emulated forward's rows, the bf16-I/O kernels (qkv, out, dqkv and
+ * the backward's dout bf16) against the f32 ones on the widened inputs,
+ * rounded once, and the GPT-2 entry points against NKV = NH, W = 0; the
+ * bf16-I/O backward also against the CPU twin's (zk_attention_backward_
+ * gqa_bb, the same bf16 inputs) within fp32 rounding and one bf16 step.
+ * Run: sh tools/emu_kernel.sh attention.
  */
 #include <math.h>
 #include <string.h>
@@ -18,12 +21,12 @@
 
 int zkc_attention_forward(void *s, void *out, float *lse, const void *qkv, int io16,
                           int B, int T, int C, int NH);
-int zkc_attention_backward(void *s, void *dqkv, const float *dout, const void *qkv,
+int zkc_attention_backward(void *s, void *dqkv, const void *dout, const void *qkv,
                            const void *out, const float *lse, int io16, int B, int T, int C,
                            int NH, float *scratch);
 int zkc_attention_forward_gqa(void *s, void *out, float *lse, const void *qkv, int io16,
                               int B, int T, int C, int NH, int NKV, int W);
-int zkc_attention_backward_gqa(void *s, void *dqkv, const float *dout, const void *qkv,
+int zkc_attention_backward_gqa(void *s, void *dqkv, const void *dout, const void *qkv,
                                const void *out, const float *lse, int io16, int B, int T, int C,
                                int NH, int NKV, int W, float *scratch);
 int zkc_attention_decode_gqa(void *s, float *out, float *kcache, float *vcache,
@@ -81,25 +84,40 @@ static void one(int B, int T, int NH, int NKV, int hs, int W)
     snprintf(name, sizeof name, "emu attention decode %s: caches (B,NKV,maxT,hs)", tag);
     ct_check(ok, name, "a cache row differs");
 
-    /* bf16 I/O: round(f32 kernel(widened)), bit for bit */
+    /* bf16 I/O: round(f32 kernel(widened)), bit for bit; the backward's
+     * dout bf16 too (dy16, widened dyw for the f32 run) */
     uint16_t *q16 = ct_alloc(nq * 2), *o16 = ct_alloc(no * 2), *d16 = ct_alloc(nq * 2);
-    uint16_t *wo = ct_alloc(no * 2), *wd = ct_alloc(nq * 2);
+    uint16_t *wo = ct_alloc(no * 2), *wd = ct_alloc(nq * 2), *dy16 = ct_alloc(no * 2);
+    uint16_t *cd16 = ct_alloc(nq * 2);
     float *qw = ct_alloc(nq * 4), *ow = ct_alloc(no * 4), *l16 = ct_alloc(nl * 4);
+    float *dyw = ct_alloc(no * 4), *gw = ct_alloc(nq * 4), *cw = ct_alloc(nq * 4);
     zk_cast_f32_bf16(q16, qkv, nq);
     zk_cast_bf16_f32(qw, q16, nq);
+    zk_cast_f32_bf16(dy16, dy, no);
+    zk_cast_bf16_f32(dyw, dy16, no);
     rc = zkc_attention_forward_gqa(NULL, eo, el, qw, 0, B, T, C, NH, NKV, W);
     rc |= zkc_attention_forward_gqa(NULL, o16, l16, q16, 1, B, T, C, NH, NKV, W);
     zk_cast_f32_bf16(wo, eo, no);
     zk_cast_bf16_f32(ow, o16, no);
-    rc |= zkc_attention_backward_gqa(NULL, ed, dy, qw, ow, l16, 0, B, T, C, NH, NKV, W, scratch);
-    rc |= zkc_attention_backward_gqa(NULL, d16, dy, q16, o16, l16, 1, B, T, C, NH, NKV, W, scratch);
+    for (size_t i = 0; i < nq; i++) d16[i] = 0x7fc1;   /* WRITTEN: every element */
+    rc |= zkc_attention_backward_gqa(NULL, ed, dyw, qw, ow, l16, 0, B, T, C, NH, NKV, W, scratch);
+    rc |= zkc_attention_backward_gqa(NULL, d16, dy16, q16, o16, l16, 1, B, T, C, NH, NKV, W, scratch);
     zk_cast_f32_bf16(wd, ed, nq);
     snprintf(name, sizeof name, "emu attention bf16 I/O %s: round(f32(widened)), bits", tag);
     ct_check(rc == 0 && !memcmp(o16, wo, no * 2) && !memcmp(l16, el, nl * 4) &&
              !memcmp(d16, wd, nq * 2), name, "rc %d; out, lse or dqkv differs", rc);
+    /* the CPU twin's bf16-I/O backward on the same bf16 inputs: within the
+     * f32 tolerance above plus one bf16 step (2^-7 relative) */
+    rc = zk_attention_backward_gqa_bb(cd16, dy16, q16, o16, l16, B, T, C, NH, NKV, W);
+    zk_cast_bf16_f32(gw, d16, nq);
+    zk_cast_bf16_f32(cw, cd16, nq);
+    snprintf(name, sizeof name, "emu attention bf16 I/O %s: dqkv vs the CPU's _bb: rc", tag);
+    ct_check(rc == 0, name, "rc %d", rc);
+    snprintf(name, sizeof name, "emu attention bf16 I/O %s: dqkv vs the CPU's _bb", tag);
+    ct_close_f(name, gw, cw, nq, 1e-5, 1e-4 + 0x1p-7);
     free(qkv); free(dy); free(o); free(l); free(d); free(eo); free(el); free(ed); free(scratch);
     free(kc); free(vc); free(got); free(q16); free(o16); free(d16); free(wo); free(wd);
-    free(qw); free(ow); free(l16);
+    free(qw); free(ow); free(l16); free(dy16); free(cd16); free(dyw); free(gw); free(cw);
 }
 
 /* the GPT-2 entry points are NKV = NH, W = 0, bit for bit */

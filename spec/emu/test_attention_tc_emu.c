@@ -8,8 +8,9 @@
  * not the hardware's rounding or speed. The bf16-I/O kernels (io16) too,
  * bit for bit against the fp32 kernels on the widened inputs, their
  * outputs rounded once (zk_cast_f32_bf16): the forward's out and lse, the
- * backward's dqkv from the bf16 forward's own out (the fp32 run reads it
- * widened). Run: sh tools/emu_kernel.sh attention_tc.
+ * backward's dqkv from the bf16 forward's own out and a bf16 dout (the
+ * fp32 run reads both widened: dy is bf16-valued, so dy itself is the
+ * widened dout). Run: sh tools/emu_kernel.sh attention_tc.
  */
 #include "ctest.h"
 #include "kernels.h"
@@ -17,12 +18,12 @@
 
 int zkc_attention_forward_tc(void *s, void *out, float *lse, const void *qkv, int io16,
                              int B, int T, int C, int NH);
-int zkc_attention_backward_tc(void *s, void *dqkv, const float *dout, const void *qkv,
+int zkc_attention_backward_tc(void *s, void *dqkv, const void *dout, const void *qkv,
                               const void *out, const float *lse, int io16, int B, int T, int C,
                               int NH, float *scratch);
 int zkc_attention_forward_tc_gqa(void *s, void *out, float *lse, const void *qkv, int io16,
                                  int B, int T, int C, int NH, int NKV, int W);
-int zkc_attention_backward_tc_gqa(void *s, void *dqkv, const float *dout, const void *qkv,
+int zkc_attention_backward_tc_gqa(void *s, void *dqkv, const void *dout, const void *qkv,
                                   const void *out, const float *lse, int io16, int B, int T, int C,
                                   int NH, int NKV, int W, float *scratch);
 
@@ -52,14 +53,15 @@ static void same16(const char *name, const uint16_t *got, const float *f32, size
 
 /* io16: out, lse, dqkv of the bf16-I/O kernels against the fp32 kernels'
  * on the same (bf16-valued) qkv, dy: out16 = bf16(out), lse the same bits;
- * dqkv16 = bf16(the fp32 backward given widen(out16)), every element
- * written (prefilled with a NaN) */
+ * dqkv16 = bf16(the fp32 backward given widen(out16) and dy = widen(dy16)),
+ * every element written (prefilled with a NaN) */
 static void one16(const char *at, const float *qkv, const float *dy, const float *go,
                   const float *gl, int B, int T, int C, int NH)
 {
     char name[256];
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     uint16_t *q16 = to_bf16(qkv, nq), *o16 = malloc(no * 2), *dq16 = malloc(nq * 2);
+    uint16_t *dy16 = to_bf16(dy, no);             /* dy's own values (bf16-valued) */
     float *l16 = malloc(nl * 4), *ow = malloc(no * 4), *dqw = malloc(nq * 4), *scratch = malloc(nl * 4);
     for (size_t i = 0; i < nq; i++) { dq16[i] = 0x7fc1; dqw[i] = NAN; }
     int rc = zkc_attention_forward_tc(NULL, o16, l16, q16, 1, B, T, C, NH);
@@ -71,17 +73,17 @@ static void one16(const char *at, const float *qkv, const float *dy, const float
     ct_check(!memcmp(l16, gl, nl * 4), name, "lse differs");
     zk_cast_bf16_f32(ow, o16, no);
     int r1 = zkc_attention_backward_tc(NULL, dqw, dy, qkv, ow, l16, 0, B, T, C, NH, scratch);
-    int r2 = zkc_attention_backward_tc(NULL, dq16, dy, q16, o16, l16, 1, B, T, C, NH, scratch);
+    int r2 = zkc_attention_backward_tc(NULL, dq16, dy16, q16, o16, l16, 1, B, T, C, NH, scratch);
     if (DQA) {
         snprintf(name, sizeof name, "%s io16: the atomic build refuses the backward", at);
         ct_check(r1 == 0 && r2 == 1, name, "fp32 rc %d, io16 rc %d", r1, r2);
     } else {
         snprintf(name, sizeof name, "%s io16: backward returns 0", at);
         ct_check(r1 == 0 && r2 == 0, name, "fp32 rc %d, io16 rc %d", r1, r2);
-        snprintf(name, sizeof name, "%s io16: dqkv = bf16(fp32 kernel(widened out)), all written", at);
+        snprintf(name, sizeof name, "%s io16: dqkv = bf16(fp32 kernel(widened out, dout)), all written", at);
         same16(name, dq16, dqw, nq);
     }
-    free(q16); free(o16); free(dq16); free(l16); free(ow); free(dqw); free(scratch);
+    free(q16); free(o16); free(dq16); free(dy16); free(l16); free(ow); free(dqw); free(scratch);
 }
 
 static void one(int B, int T, int NH, int hs)
@@ -195,9 +197,11 @@ static void gqa(int B, int T, int NH, int NKV, int hs, int W, int io)
     }
     if (io && !DQA) {                            /* io16: round(f32 kernel(widened)) */
         uint16_t *q16 = to_bf16(qkv, nq), *o16 = malloc(no * 2), *d16 = malloc(nq * 2);
+        uint16_t *dy16 = to_bf16(dy, no);         /* dy = widen(dy16) */
         float *l16 = malloc(nl * 4);
+        for (size_t i = 0; i < nq; i++) d16[i] = 0x7fc1;       /* WRITTEN: every element */
         int r16 = zkc_attention_forward_tc_gqa(NULL, o16, l16, q16, 1, B, T, C, NH, NKV, W);
-        r16 |= zkc_attention_backward_tc_gqa(NULL, d16, dy, q16, o16, l16, 1, B, T, C, NH, NKV, W,
+        r16 |= zkc_attention_backward_tc_gqa(NULL, d16, dy16, q16, o16, l16, 1, B, T, C, NH, NKV, W,
                                              scratch);
         float *ow = malloc(no * 4), *dw = malloc(nq * 4);
         zk_cast_bf16_f32(ow, o16, no);
@@ -207,9 +211,9 @@ static void gqa(int B, int T, int NH, int NKV, int hs, int W, int io)
         ct_check(r16 == 0 && !memcmp(l16, gl[0], nl * 4), name, "rc %d", r16);
         snprintf(name, sizeof name, "%s io16: out = bf16(the fp32 kernel's)", tag);
         same16(name, o16, go[0], no);
-        snprintf(name, sizeof name, "%s io16: dqkv = bf16(fp32 kernel(widened out))", tag);
+        snprintf(name, sizeof name, "%s io16: dqkv = bf16(fp32 kernel(widened out, dout))", tag);
         same16(name, d16, dw, nq);
-        free(q16); free(o16); free(d16); free(l16); free(ow); free(dw);
+        free(q16); free(o16); free(d16); free(dy16); free(l16); free(ow); free(dw);
     }
     int e = zkc_attention_forward_tc_gqa(NULL, go[0], gl[0], qkv, 0, B, T, C, NH, NH + 1, 0);
     int e2 = zkc_attention_forward_tc_gqa(NULL, go[0], gl[0], qkv, 0, B, T, C, NH, NKV, -1);
@@ -233,10 +237,12 @@ int main(void)
     int e4 = zkc_attention_forward_tc(NULL, buf, buf, buf + 1, 0, 1, 8, 64, 1);
     int e5 = zkc_attention_backward_tc(NULL, buf, buf + 2, buf, buf, buf, 0, 1, 8, 64, 1, buf);
     int e6 = zkc_attention_forward_tc(NULL, b16, buf, b16 + 4, 1, 1, 8, 64, 1);   /* 8 bytes off */
-    int e7 = zkc_attention_backward_tc(NULL, b16, buf, b16, b16 + 1, buf, 1, 1, 8, 64, 1, buf);
-    ct_check(e4 == 1 && e5 == 1 && e6 == 1 && e7 == 1,
-             "emu: qkv, dout or (io16) out not 16-byte aligned is cudaErrorInvalidValue",
-             "forward %d, backward %d, io16 forward %d, io16 backward %d", e4, e5, e6, e7);
+    int e7 = zkc_attention_backward_tc(NULL, b16, b16, b16, b16 + 1, buf, 1, 1, 8, 64, 1, buf);
+    int e8 = zkc_attention_backward_tc(NULL, b16, b16 + 4, b16, b16, buf, 1, 1, 8, 64, 1, buf);
+    ct_check(e4 == 1 && e5 == 1 && e6 == 1 && e7 == 1 && e8 == 1,
+             "emu: qkv, dout or (io16) out, bf16 dout not 16-byte aligned is cudaErrorInvalidValue",
+             "forward %d, backward %d, io16 forward %d, io16 backward out %d, dout %d", e4, e5,
+             e6, e7, e8);
     one(1, 1, 1, 64);       /* one key */
     one(2, 17, 2, 64);      /* under one tile, B*NH = 4 */
     one(1, 64, 3, 64);      /* exactly one tile */

@@ -12,9 +12,10 @@
  * (C > 4096: both scalar), chunks of 32 rows with
  * a last one short and row steps of 4 cut by it, and a single row.
  * The bf16 residual stream's entry points (_r16: bf16 rows in and out,
- * dinp bf16 accumulated) bit for bit against the f32 kernels on the
- * widened rows and within a bf16 ulp of the CPU twins, on both paths, a
- * C not a multiple of 4, rows 8-byte aligned but not 16, and misaligned.
+ * the backward's dout bf16, dinp bf16 accumulated) bit for bit against the
+ * f32 kernels on the widened rows and within a bf16 ulp of the CPU twins,
+ * on both paths, a C not a multiple of 4, rows 8-byte aligned but not 16,
+ * and misaligned.
  * Catches indexing, chunk and step bounds, the barrier, the scratch
  * layout; not the GPU's speed. Run: sh tools/emu_kernel.sh layernorm.
  */
@@ -43,12 +44,12 @@ int zkc_layernorm_forward_r16(void *s, uint16_t *out, float *mean, float *rstd,
 int zkc_layernorm_residual_forward_r16(void *s, uint16_t *resid, uint16_t *out, float *mean,
                                        float *rstd, const uint16_t *a, const uint16_t *b2,
                                        const float *w, const float *b, int N, int C);
-int zkc_layernorm_backward_r16(void *s, uint16_t *dinp, float *dw, float *db, const float *dout,
+int zkc_layernorm_backward_r16(void *s, uint16_t *dinp, float *dw, float *db, const uint16_t *dout,
                                const uint16_t *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C, double *scratch);
 int zkc_rmsnorm_forward_r16(void *s, uint16_t *out, float *rstd, const uint16_t *inp,
                             const float *w, float eps, int N, int C);
-int zkc_rmsnorm_backward_r16(void *s, uint16_t *dinp, float *dw, const float *dout,
+int zkc_rmsnorm_backward_r16(void *s, uint16_t *dinp, float *dw, const uint16_t *dout,
                              const uint16_t *inp, const float *w, const float *rstd, int N,
                              int C, double *scratch);
 
@@ -243,8 +244,9 @@ static double ulps16(const uint16_t *a, const uint16_t *b, size_t n, double tol)
     return worst;
 }
 
-/* The r16 entry points (rows x, resid, dinp bf16) are the f32 kernels on
- * the widened rows with each bf16 store rounded once: checked bit for bit
+/* The r16 entry points (rows x, resid, dinp and the backward's dout bf16)
+ * are the f32 kernels on the widened rows with each bf16 store rounded
+ * once: checked bit for bit
  * against the f32 kernels run on the widened rows at the same offset (so
  * the same path; their bf16 out, and dinp16 = their accumulated dinp
  * rounded once), and against the CPU twins (zk_*_r16) within a bf16 ulp.
@@ -257,12 +259,13 @@ static void one_r16(int N, int C, int off, int rms)
     const float eps = rms ? 1e-6f : 1e-5f;
     size_t nc = (size_t)N * C;
     float *xf = ct_rand(nc, -2, 2), *w = ct_rand(C, 0.5f, 1.5f), *b = ct_rand(C, -0.5f, 0.5f);
-    float *dy = ct_rand(nc, -1, 1), *d0f = ct_rand(nc, -1, 1);
+    float *dyf = ct_rand(nc, -1, 1), *d0f = ct_rand(nc, -1, 1);
     for (size_t i = 0; i < nc; i++) xf[i] += 0.25f * (float)(i / (size_t)C);  /* rows of other means */
-    uint16_t *x = h_at(nc, off), *d0 = h_at(nc, off);
-    float *xw = f_at(nc, off), *d0w = f_at(nc, off);
+    uint16_t *x = h_at(nc, off), *d0 = h_at(nc, off), *dy = h_at(nc, off);
+    float *xw = f_at(nc, off), *d0w = f_at(nc, off), *dyw = f_at(nc, off);
     zk_cast_f32_bf16(x, xf, nc); zk_cast_bf16_f32(xw, x, nc);
     zk_cast_f32_bf16(d0, d0f, nc); zk_cast_bf16_f32(d0w, d0, nc);
+    zk_cast_f32_bf16(dy, dyf, nc); zk_cast_bf16_f32(dyw, dy, nc);     /* dout bf16, and widened */
     uint16_t *go = h_at(nc, off), *fo = h_at(nc, off), *co = h_at(nc, off);
     float *gm = malloc(N * 4), *gr = malloc(N * 4), *fm = malloc(N * 4), *fr = malloc(N * 4);
     float *cm = malloc(N * 4), *cr = malloc(N * 4);
@@ -337,12 +340,12 @@ static void one_r16(int N, int C, int off, int rms)
     for (int c = 0; c < C; c++) gdw[c] = gdb[c] = fdw[c] = fdb[c] = cdb[c] = NAN;
     if (rms) {
         rc = zkc_rmsnorm_backward_r16(NULL, gdi, gdw, dy, x, w, cr, N, C, scratch);
-        rc2 = zkc_rmsnorm_backward(NULL, fdi, fdi16, fdw, dy, xw, w, cr, N, C, scratch);
+        rc2 = zkc_rmsnorm_backward(NULL, fdi, fdi16, fdw, dyw, xw, w, cr, N, C, scratch);
         zk_rmsnorm_backward_r16(cdi, cdw, dy, x, w, cr, N, C);
         for (int c = 0; c < C; c++) gdb[c] = fdb[c] = cdb[c] = 0.0f;
     } else {
         rc = zkc_layernorm_backward_r16(NULL, gdi, gdw, gdb, dy, x, w, cm, cr, N, C, scratch);
-        rc2 = zkc_layernorm_backward(NULL, fdi, fdi16, fdw, fdb, dy, xw, w, cm, cr, N, C, scratch);
+        rc2 = zkc_layernorm_backward(NULL, fdi, fdi16, fdw, fdb, dyw, xw, w, cm, cr, N, C, scratch);
         zk_layernorm_backward_r16(cdi, cdw, cdb, dy, x, w, cm, cr, N, C);
     }
     snprintf(name, sizeof name, "emu %s r16 backward N=%d C=%d off=%d: dinp (accumulated) the f32 "
@@ -376,7 +379,8 @@ static void one_r16(int N, int C, int off, int rms)
              k, N, C, off, rms ? "" : " and db", rms ? "has" : "have");
     ct_check(rc == 0 && !memcmp(gdw2, gdw, C * 4) && !memcmp(gdb2, gdb, C * 4), name, "rc %d, differ", rc);
 
-    free(xf); free(w); free(b); free(dy); free(d0f); free(x - off); free(d0 - off); free(xw - off);
+    free(xf); free(w); free(b); free(dyf); free(dy - off); free(dyw - off); free(d0f); free(x - off);
+    free(d0 - off); free(xw - off);
     free(d0w - off); free(go - off); free(fo - off); free(co - off); free(gm); free(gr); free(fm);
     free(fr); free(cm); free(cr); free(scratch); free(gdi - off); free(fdi16 - off); free(cdi - off);
     free(fdi - off); free(gdw); free(gdb); free(fdw); free(fdb); free(cdw); free(cdb);

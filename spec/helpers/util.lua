@@ -184,15 +184,18 @@ end
 -- the stream's values (a norm's input, the residual adds' operands and
 -- sums, the embedding's out) rounded to bf16 in place, the residual sum
 -- rounded before the layer norm reads it, and the gradient rounded after
--- each norm backward adds to it. Rounding a value already on the bf16 grid
--- changes nothing, so the wrappers round whatever the bf16 path stores.
--- restore() puts the kernels back.
+-- each norm backward adds to it; and the GEMMs' input gradients the norms,
+-- the attention and the SwiGLU read (their dout) rounded as the bf16 path
+-- stores them. Rounding a value already on the bf16 grid changes nothing,
+-- so the wrappers round whatever the bf16 path stores. restore() puts the
+-- kernels back.
 function M.stream16_ops()
   local o = require("ztrain").ops
   local r = M.round_bf16
   local saved = {}
   for _, k in ipairs({ "add3", "layernorm_residual_forward", "layernorm_forward", "rmsnorm_forward",
-                       "layernorm_backward", "rmsnorm_backward", "encoder_forward" }) do
+                       "layernorm_backward", "rmsnorm_backward", "encoder_forward",
+                       "attention_backward", "swiglu_backward" }) do
     saved[k] = o[k]
   end
   o.add3 = function(out, a, b) r(a); r(b); saved.add3(out, a, b); r(out) end
@@ -202,16 +205,20 @@ function M.stream16_ops()
   end
   o.layernorm_forward = function(out, mean, rstd, x, ...) r(x); saved.layernorm_forward(out, mean, rstd, x, ...) end
   o.rmsnorm_forward = function(out, rstd, x, ...) r(x); saved.rmsnorm_forward(out, rstd, x, ...) end
-  o.layernorm_backward = function(d, ...)
+  o.layernorm_backward = function(d, dw, db, dout, ...)
     if d then r(d) end
-    saved.layernorm_backward(d, ...)
-    if d then r(d) end
-  end
-  o.rmsnorm_backward = function(d, ...)
-    if d then r(d) end
-    saved.rmsnorm_backward(d, ...)
+    r(dout)
+    saved.layernorm_backward(d, dw, db, dout, ...)
     if d then r(d) end
   end
+  o.rmsnorm_backward = function(d, dw, dout, ...)
+    if d then r(d) end
+    r(dout)
+    saved.rmsnorm_backward(d, dw, dout, ...)
+    if d then r(d) end
+  end
+  o.attention_backward = function(dqkv, dout, ...) r(dout); return saved.attention_backward(dqkv, dout, ...) end
+  o.swiglu_backward = function(dgu, dout, ...) r(dout); return saved.swiglu_backward(dgu, dout, ...) end
   o.encoder_forward = function(out, ...) saved.encoder_forward(out, ...); r(out) end
   return function() for k, f in pairs(saved) do o[k] = f end end
 end

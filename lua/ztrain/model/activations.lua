@@ -314,10 +314,11 @@ end
 ---------------------------------------------------------------------------
 -- Scratch shared by the sets of one stage: proj (N,C) for forward; dln,
 -- datty (N,C), dqkv (N,3C), dfch (N,4C) for the fused backward; with
--- opts.gemm16 dqkv and proj are bf16 (the attention backward and the
--- projection GEMMs write them so) and there is also dfch16 (N,ffn_in)
--- bf16: the GELU (SwiGLU) backward's output as the next bf16 GEMM reads it
--- (model/gpt2.lua); with
+-- opts.gemm16 dqkv, proj, dln, datty (and Llama's dact) are bf16 (the
+-- attention backward and the GEMMs write them so: activation gradients
+-- bf16 too; dfch stays the f32 product the GELU backward reads) and there
+-- is also dfch16 (N,ffn_in) bf16: the GELU (SwiGLU) backward's output as
+-- the next bf16 GEMM reads it (model/gpt2.lua); with
 -- opts.recompute, one block's saved activations (s.recompute.ln1, ...) for
 -- checkpointed blocks.
 local function scratch_plan(cfg, B, Tlen, opts)
@@ -325,14 +326,14 @@ local function scratch_plan(cfg, B, Tlen, opts)
   local gemm16 = opts and opts.gemm16
   local P = planner()
   P.add("proj", { B, Tlen, C }, gemm16)
-  P.add("dln", { B, Tlen, C }); P.add("datty", { B, Tlen, C })
+  P.add("dln", { B, Tlen, C }, gemm16); P.add("datty", { B, Tlen, C }, gemm16)
   P.add("dqkv", { B, Tlen, W.qkv }, gemm16)
   -- dfch: GPT-2's fp32 c_proj input gradient (then GELU'd into dfch16 with
   -- bf16 GEMMs); Llama's (N,2F) dgu, bf16 in dfch16 with bf16 GEMMs (its
   -- fp32 gradient is dact)
   if not (gemm16 and cfg.family == "llama") then P.add("dfch", { B, Tlen, W.ffn_in }) end
   -- Llama: the down GEMM's input gradient (N,F), apart from dfch (N,2F)
-  if cfg.family == "llama" then P.add("dact", { B, Tlen, W.ffn }) end
+  if cfg.family == "llama" then P.add("dact", { B, Tlen, W.ffn }, gemm16) end
   if gemm16 then P.add("dfch16", { B, Tlen, W.ffn_in }, true) end
   if opts and opts.recompute then
     for _, b in ipairs(saved(cfg)) do
@@ -369,21 +370,22 @@ end
 ---------------------------------------------------------------------------
 -- What a unit's weight-gradient pass (W) needs from its input-gradient pass
 -- (I) when the backward is split: the gradients at each weight's output.
---   block  dy, dresid2, dln1, dln2 (N,C); dqkv (N,3C; bf16 with gemm16);
---          dfch (N,ffn_in), and with gemm16 dfch16 (N,ffn_in) bf16: the
---          GELU (SwiGLU) backward's output
+--   block  dy, dresid2, dln1, dln2 (N,C); dqkv (N,3C); dfch (N,ffn_in),
+--          and with gemm16 dfch16 (N,ffn_in): the GELU (SwiGLU) backward's
+--          output
 --   head   dlnf (N,C)            embed  dy (N,C)
+-- (with gemm16 all bf16 but dfch, the f32 product the GELU reads)
 function M.wgrad(cfg, B, Tlen, tier, kind, gemm16)
   local C, W = cfg.C, widths(cfg)
   local P = planner()
   if kind == "block" then
     P.add("dy", { B, Tlen, C }, gemm16); P.add("dresid2", { B, Tlen, C }, gemm16)
-    P.add("dln1", { B, Tlen, C }); P.add("dln2", { B, Tlen, C })
+    P.add("dln1", { B, Tlen, C }, gemm16); P.add("dln2", { B, Tlen, C }, gemm16)
     P.add("dqkv", { B, Tlen, W.qkv }, gemm16)
     if not (gemm16 and cfg.family == "llama") then P.add("dfch", { B, Tlen, W.ffn_in }) end
     if gemm16 then P.add("dfch16", { B, Tlen, W.ffn_in }, true) end
   elseif kind == "head" then
-    P.add("dlnf", { B, Tlen, C })
+    P.add("dlnf", { B, Tlen, C }, gemm16)
   else
     P.add("dy", { B, Tlen, C }, gemm16)
   end

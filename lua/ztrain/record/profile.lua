@@ -143,9 +143,12 @@ function COST.encoder_forward(cfg, out, tokens, wte, wpe)
   local s = out:shape()
   return 0, 2 * nb(out) + nb(tokens) + s[2] * s[3] * 4
 end
+-- dout read once, the f32 dwte rows it adds to read and written (one per
+-- position at most), dwpe's T rows written
 function COST.encoder_backward(cfg, dwte, dwpe, dout, tokens)
   local s = dout:shape()
-  return 0, 3 * nb(dout) + nb(tokens) + 2 * s[2] * s[3] * 4
+  local rows = s[1] * s[2] * s[3] * 4
+  return 0, nb(dout) + 2 * rows + nb(tokens) + 2 * s[2] * s[3] * 4
 end
 -- logits read, dlogits written in place when asked
 function COST.crossentropy(cfg, losses, dlogits, logits, targets)
