@@ -60,8 +60,8 @@ static int need_stream(const char *op, const char *name, const zt_tensor *t, int
 static int r16_width(const char *op, int r16, int64_t C)
 {
     ZT_CHECK(!r16 || C <= ZT_R16_MAX_C, "%s: a bf16 residual stream of %lld channels is past "
-             "the %d the CPU kernels take; set device.bf16_gemm=off (an fp32 stream, the bf16 "
-             "weights kept)", op, (long long)C, ZT_R16_MAX_C);
+             "the %d the CPU kernels take; run this model with an fp32 stream (the bf16 GEMMs "
+             "off: the bf16 weights are kept)", op, (long long)C, ZT_R16_MAX_C);
     return ZT_OK;
 }
 
@@ -933,8 +933,8 @@ int zt_swiglu_backward(zt_tensor *dgu, const zt_tensor *dout, const zt_tensor *g
     int64_t N = 0, F = 0;
     int io16 = 0;
     ZT_TRY(gu_dims(op, gu, &N, &F, &io16));
-    ZT_TRY(need_numel(op, "dout", dout, io16 ? ZT_BF16 : ZT_F32, N * F, "(N,F), gu's dtype"));
     ZT_TRY(need_numel(op, "dgu", dgu, gu->dtype, N * 2 * F, "(N,2F), as gu (and its dtype)"));
+    ZT_TRY(need_numel(op, "dout", dout, io16 ? ZT_BF16 : ZT_F32, N * F, "(N,F), gu's dtype"));
     ZT_CHECK(!overlaps(dgu, gu) && !overlaps(dgu, dout), "%s: dgu may not overlap gu or dout",
              op);
     const zt_device_ops *dev;

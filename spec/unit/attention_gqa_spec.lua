@@ -74,7 +74,8 @@ end
 local function run(s, dtype)
   local R, Cc = dims(s)
   local qv, dv = rand(s.B * s.T * R, s.seed or 7), rand(s.B * s.T * Cc, 11)
-  local qkv, dout = tensor({ s.B, s.T, R }, qv, dtype), tensor({ s.B, s.T, Cc }, dv)
+  -- dout as qkv: bf16 with bf16 activations (the projection GEMM's bf16 input gradient)
+  local qkv, dout = tensor({ s.B, s.T, R }, qv, dtype), tensor({ s.B, s.T, Cc }, dv, dtype)
   local out, lse = tensor({ s.B, s.T, Cc }, nil, dtype), tensor({ s.B, s.nh, s.T })
   local dqkv = tensor({ s.B, s.T, R }, rand(s.B * s.T * R, 3), dtype)   -- WRITTEN
   ops.attention_forward(out, lse, qkv, s.nh, s.nkv, s.W)

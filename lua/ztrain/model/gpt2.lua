@@ -338,11 +338,9 @@ local function block_forward(u, a, x)
   return S.out
 end
 
--- d = a.grad: d(output residual) on entry, d(input residual) on exit.
--- With bf16 GEMMs the residual stream (x, resid2, the block's out) and d
--- are bf16 (model/activations.lua): the layer norms read the rounded
--- stream and add their gradient into d rounding once an element, and the
--- GEMMs read d as it is -- no casts.
+-- d = a.grad: d(output residual) on entry, d(input residual) on exit. With
+-- bf16 GEMMs the stream (x, resid2, out) and d are bf16 (activations.lua):
+-- norms add their gradient into d rounding once; GEMMs read d as it is.
 local function block_backward(u, a)
   local P, G, S, sc, x = u.p, u.g, a.unit[u.index], a.scratch, a.x[u.index]
   local pre, d = "h." .. u.layer .. ".", a.grad
