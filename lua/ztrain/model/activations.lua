@@ -370,11 +370,10 @@ end
 ---------------------------------------------------------------------------
 -- What a unit's weight-gradient pass (W) needs from its input-gradient pass
 -- (I) when the backward is split: the gradients at each weight's output.
---   block  dy, dresid2, dln1, dln2 (N,C); dqkv (N,3C); dfch (N,ffn_in),
---          and with gemm16 dfch16 (N,ffn_in): the GELU (SwiGLU) backward's
---          output
+--   block  dy, dresid2, dln1, dln2 (N,C); dqkv (N,3C); the GELU (SwiGLU)
+--          backward's output: dfch (N,ffn_in), or with gemm16 dfch16
 --   head   dlnf (N,C)            embed  dy (N,C)
--- (with gemm16 all bf16 but dfch, the f32 product the GELU reads)
+-- (with gemm16 all bf16)
 function M.wgrad(cfg, B, Tlen, tier, kind, gemm16)
   local C, W = cfg.C, widths(cfg)
   local P = planner()
@@ -382,7 +381,9 @@ function M.wgrad(cfg, B, Tlen, tier, kind, gemm16)
     P.add("dy", { B, Tlen, C }, gemm16); P.add("dresid2", { B, Tlen, C }, gemm16)
     P.add("dln1", { B, Tlen, C }, gemm16); P.add("dln2", { B, Tlen, C }, gemm16)
     P.add("dqkv", { B, Tlen, W.qkv }, gemm16)
-    if not (gemm16 and cfg.family == "llama") then P.add("dfch", { B, Tlen, W.ffn_in }) end
+    -- with gemm16 W reads dfch16; the I pass's f32 product is the stage
+    -- scratch's (not kept per unit: ~200 MB a block at GPT-2 B=16 T=1024)
+    if not gemm16 then P.add("dfch", { B, Tlen, W.ffn_in }) end
     if gemm16 then P.add("dfch16", { B, Tlen, W.ffn_in }, true) end
   elseif kind == "head" then
     P.add("dlnf", { B, Tlen, C }, gemm16)

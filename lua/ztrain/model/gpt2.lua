@@ -365,8 +365,8 @@ local function block_backward_input(u, a, w)
   local P, S, sc, x = u.p, a.unit[u.index], a.scratch, a.x[u.index]
   local pre, d = "h." .. u.layer .. ".", a.grad
   ops.copy(w.dy, d)
-  local dfch = w.dfch16 or w.dfch
-  proj_dgelu(a, dfch, w.dfch, nil, nil, d, S.fch_gelu, P[pre .. "mlp.c_proj.weight"], S.fch)
+  local dfch, d32 = w.dfch16 or w.dfch, w.dfch16 and sc.dfch or w.dfch
+  proj_dgelu(a, dfch, d32, nil, nil, d, S.fch_gelu, P[pre .. "mlp.c_proj.weight"], S.fch)
   mm(a).backward(w.dln2, nil, nil, dfch, S.ln2, P[pre .. "mlp.c_fc.weight"])
   ops.layernorm_backward(d, nil, nil, w.dln2, S.resid2, P[pre .. "ln_2.weight"], S.ln2_mean, S.ln2_rstd)
   ops.copy(w.dresid2, d)

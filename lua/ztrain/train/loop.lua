@@ -259,6 +259,10 @@ function M.train(R)
                       :format(table.concat(man.placement_changes, ", ")) or ""
         local kern = #man.kernel_changes > 0 and (" (with other kernels: %s; other bits from here on)")
                      :format(table.concat(man.kernel_changes, ", ")) or ""
+        if man.kernel_changes[1] == "not recorded" then
+          kern = " (the checkpoint does not record its kernels: written before 2026-11-28, " ..
+                 "its bits may differ from here on)"
+        end
         print(("resumed from %s at step %d%s%s"):format(dir, tr.step, moved, kern))
       end
     end

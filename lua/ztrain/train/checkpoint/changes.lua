@@ -14,6 +14,7 @@
 --   changes.of(tr)                      -> the manifest's "math", "placement", "kernels"
 --   changes.check(saved, now, allowed)  -> placement notes, kernel notes | raises
 local lr = require "ztrain.model.lr"
+local precision = require "ztrain.model.precision"
 
 local M = {}
 
@@ -44,9 +45,22 @@ function M.of(tr)
       precision = { precision = r.precision },
     },
     placement = { strategy = tr.strategy.name, world_size = tr.world_size, stages = tr.pp and tr.pp.size or 1 },
-    kernels = { device = r.device.backend, gemm = tr.model.gemm16 and "bf16" or "fp32",
-                attention = tr.attention },
+    kernels = M.kernels(tr),
   }
+end
+
+-- the kernels' bits class: the device (the fake GPUs run the CPU's
+-- kernels), the GEMMs (the CPU's AMX path has its own bits, its
+-- AVX512_BF16 and portable paths share theirs: kernels.h), the attention
+function M.kernels(tr)
+  local r = tr.recipe
+  local dev = tostring(r.device.backend):match("^fakegpu") and "cpu" or r.device.backend
+  local gemm = "fp32"
+  if tr.model.gemm16 then
+    local _, path = precision.gemm16(r)
+    gemm = dev ~= "cpu" and "bf16" or (path:match("^AMX") and "bf16 amx" or "bf16 vdpbf16ps")
+  end
+  return { device = dev, gemm = gemm, attention = tr.attention }
 end
 
 -- the keys under each group as a user sets them (recipe paths)
@@ -133,8 +147,11 @@ function M.check(saved, now, allowed, step, dir)
            "or allow it with allow_changes=%s"):format(dir, table.concat(refused, "; "), table.concat(names, ",")), 0)
   end
   local function saved_of(k) return type(saved[k]) == "table" and saved[k] or {} end
-  return moved(saved_of("placement"), now.placement, { "strategy", "world_size", "stages" }),
-         moved(saved_of("kernels"), now.kernels, { "device", "gemm", "attention" })
+  local knotes = moved(saved_of("kernels"), now.kernels, { "device", "gemm", "attention" })
+  if type(saved.kernels) ~= "table" then
+    knotes = { "not recorded" }     -- a checkpoint written before 2026-11-28
+  end
+  return moved(saved_of("placement"), now.placement, { "strategy", "world_size", "stages" }), knotes
 end
 
 return M
