@@ -51,7 +51,9 @@ end
 
 -- the kernels' bits class: the device (the fake GPUs run the CPU's
 -- kernels), the GEMMs (the CPU's AMX path has its own bits, its
--- AVX512_BF16 and portable paths share theirs: kernels.h), the attention
+-- AVX512_BF16 and portable paths share theirs: kernels.h), the attention,
+-- and on the cuda device whether the GELU rides the GEMMs' epilogue
+-- (ZTRAIN_GELU_FUSION=0 turns it off: other bits)
 function M.kernels(tr)
   local r = tr.recipe
   local dev = tostring(r.device.backend):match("^fakegpu") and "cpu" or r.device.backend
@@ -60,7 +62,9 @@ function M.kernels(tr)
     local _, path = precision.gemm16(r)
     gemm = dev ~= "cpu" and "bf16" or (path:match("^AMX") and "bf16 amx" or "bf16 vdpbf16ps")
   end
-  return { device = dev, gemm = gemm, attention = tr.attention }
+  local gelu = dev == "cuda" and tr.model.gemm16 and
+               (os.getenv("ZTRAIN_GELU_FUSION") == "0" and "apart" or "epilogue") or nil
+  return { device = dev, gemm = gemm, attention = tr.attention, gelu = gelu }
 end
 
 -- the keys under each group as a user sets them (recipe paths)
@@ -147,7 +151,7 @@ function M.check(saved, now, allowed, step, dir)
            "or allow it with allow_changes=%s"):format(dir, table.concat(refused, "; "), table.concat(names, ",")), 0)
   end
   local function saved_of(k) return type(saved[k]) == "table" and saved[k] or {} end
-  local knotes = moved(saved_of("kernels"), now.kernels, { "device", "gemm", "attention" })
+  local knotes = moved(saved_of("kernels"), now.kernels, { "device", "gemm", "attention", "gelu" })
   if type(saved.kernels) ~= "table" then
     knotes = { "not recorded" }     -- a checkpoint written before 2026-11-28
   end
