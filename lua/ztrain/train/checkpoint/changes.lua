@@ -62,8 +62,8 @@ function M.kernels(tr)
     local _, path = precision.gemm16(r)
     gemm = dev ~= "cpu" and "bf16" or (path:match("^AMX") and "bf16 amx" or "bf16 vdpbf16ps")
   end
-  local gelu = dev == "cuda" and tr.model.gemm16 and
-               (os.getenv("ZTRAIN_GELU_FUSION") == "0" and "apart" or "epilogue") or nil
+  local fused = dev == "cuda" and tr.model.gemm16 and os.getenv("ZTRAIN_GELU_FUSION") ~= "0"
+  local gelu = fused and "epilogue" or "apart"
   return { device = dev, gemm = gemm, attention = tr.attention, gelu = gelu }
 end
 
