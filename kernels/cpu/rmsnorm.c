@@ -64,20 +64,26 @@ void zk_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *
     }
 }
 
-/* a row's bf16 out: through a float chunk on the stack, then rounded */
+/* a row's bf16 out: through a float chunk on the stack, then rounded
+ * (the bf16 forwards of an f32 and of a bf16 row share it) */
 #define RMS_CHUNK 1024
+RMS_NOCONTRACT
+static void row_out16(uint16_t *o16, const float *x, const float *w, float r, int C) {
+    float o[RMS_CHUNK];
+    for (int c0 = 0; c0 < C; c0 += RMS_CHUNK) {
+        int c1 = C - c0 < RMS_CHUNK ? C : c0 + RMS_CHUNK;
+        row_out(o, x, w, r, c0, c1);
+        zk_cast_f32_bf16(o16 + c0, o, (size_t)(c1 - c0));
+    }
+}
 RMS_NOCONTRACT
 void zk_rmsnorm_forward_b16(uint16_t *out, float *rstd, const float *inp, const float *weight,
                             float eps, int N, int C) {
     #pragma omp parallel for schedule(static) if ((long)N * C >= 32768)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
-        float r = row_rstd(x, C, eps), o[RMS_CHUNK];
-        for (int c0 = 0; c0 < C; c0 += RMS_CHUNK) {
-            int c1 = C - c0 < RMS_CHUNK ? C : c0 + RMS_CHUNK;
-            row_out(o, x, weight, r, c0, c1);
-            zk_cast_f32_bf16(out + (size_t)n * C + c0, o, (size_t)(c1 - c0));
-        }
+        float r = row_rstd(x, C, eps);
+        row_out16(out + (size_t)n * C, x, weight, r, C);
         rstd[n] = r;
     }
 }
@@ -152,14 +158,10 @@ void zk_rmsnorm_forward_r16(uint16_t *out, float *rstd, const uint16_t *inp,
                             const float *weight, float eps, int N, int C) {
     #pragma omp parallel for schedule(static) if ((long)N * C >= 32768)
     for (int n = 0; n < N; n++) {
-        float x[C], o[RMS_CHUNK];
+        float x[C];
         zk_cast_bf16_f32(x, inp + (size_t)n * C, (size_t)C);
         float r = row_rstd(x, C, eps);
-        for (int c0 = 0; c0 < C; c0 += RMS_CHUNK) {
-            int c1 = C - c0 < RMS_CHUNK ? C : c0 + RMS_CHUNK;
-            row_out(o, x, weight, r, c0, c1);
-            zk_cast_f32_bf16(out + (size_t)n * C + c0, o, (size_t)(c1 - c0));
-        }
+        row_out16(out + (size_t)n * C, x, weight, r, C);
         rstd[n] = r;
     }
 }
