@@ -69,12 +69,23 @@ static int cpu_matmul_backward(float *dinp, float *dw, float *db, const float *d
 }
 
 /* The bf16 GEMMs are our own kernels (no OpenBLAS inside): nothing to check. */
+/* b16: the bias bf16 (a bf16 run's stored one), widened into f32 first:
+ * the kernels' bits on the widened bias */
 static int cpu_matmul_bf16_forward(void *out, int out_bf16, const uint16_t *inp,
-                                   const uint16_t *w, const float *b, int N, int C, int OC,
-                                   int ldo)
+                                   const uint16_t *w, const void *b, int b16, int N, int C,
+                                   int OC, int ldo)
 {
+    float *bw = NULL;
+    if (b && b16) {
+        bw = malloc((size_t)OC * sizeof *bw);
+        if (!bw) return zt_error(ZT_ENOMEM, "a bf16 GEMM (zt_matmul_bf16_forward, or its GELU "
+                                 "op): no host memory to widen its bf16 bias (%d floats)", OC);
+        zk_cast_bf16_f32(bw, b, (size_t)OC);
+        b = bw;
+    }
     if (out_bf16) zk_matmul_bf16_forward_b16(out, inp, w, b, N, C, OC, ldo);
     else zk_matmul_bf16_forward(out, inp, w, b, N, C, OC, ldo);
+    free(bw);
     return ZT_OK;
 }
 
@@ -87,12 +98,28 @@ static int cpu_matmul_bf16_backward(void *dinp, int dinp16, float *dw, float *db
     return ZT_OK;
 }
 
+/* p16: a norm's bf16 weight (and bias), widened into f32 rows on this
+ * thread's stack (C <= ZT_R16_MAX_C: ops.c; at most 128 KiB, beside the
+ * r16 kernels' own widened rows, 3 C floats more on the calling thread),
+ * then the f32-parameter kernels: their bits. wb holds the weight then the
+ * bias (no room for a bias where b is NULL; one float at least). */
+#define WIDEN_PARAMS(w, b, C)                                                  \
+    float wb_[p16 ? ((b) ? 2 : 1) * (size_t)(C) + 1 : 1];                      \
+    if (p16) {                                                                 \
+        zk_cast_bf16_f32(wb_, (w), (size_t)(C));                               \
+        if (b) zk_cast_bf16_f32(wb_ + (C), (b), (size_t)(C));                  \
+    }                                                                          \
+    const float *wf = p16 ? wb_ : (const float *)(w);                          \
+    const float *bf = p16 ? wb_ + (C) : (const float *)(b)
+
 /* in16 / r16: the bf16 residual stream's kernels (kernels.h, "_r16"; ops.c
  * pairs a bf16 input with a bf16 out) */
 static void cpu_layernorm_forward(void *out, int out16, float *mean, float *rstd,
-                                  const void *inp, int in16, const float *w, const float *b,
-                                  int N, int C)
+                                  const void *inp, int in16, const void *w_, const void *b_,
+                                  int p16, int N, int C)
 {
+    WIDEN_PARAMS(w_, b_, C);
+    const float *w = wf, *b = bf;
     if (in16) zk_layernorm_forward_r16(out, mean, rstd, inp, w, b, N, C);
     else if (out16) zk_layernorm_forward_b16(out, mean, rstd, inp, w, b, N, C);
     else zk_layernorm_forward(out, mean, rstd, inp, w, b, N, C);
@@ -100,19 +127,32 @@ static void cpu_layernorm_forward(void *out, int out16, float *mean, float *rstd
 
 static void cpu_layernorm_residual_forward(void *resid, void *out, int out16, float *mean,
                                            float *rstd, const void *a, const void *b, int r16,
-                                           const float *w, const float *bias, int N, int C)
+                                           const void *w_, const void *bias_, int p16, int N,
+                                           int C)
 {
+    WIDEN_PARAMS(w_, bias_, C);
+    const float *w = wf, *bias = bf;
     if (r16) zk_layernorm_residual_forward_r16(resid, out, mean, rstd, a, b, w, bias, N, C);
     else zk_layernorm_residual_forward(resid, out16 ? NULL : out, out16 ? out : NULL, mean, rstd,
                                        a, b, w, bias, N, C);
 }
 
 static void cpu_layernorm_backward(void *dinp, uint16_t *dinp16, float *dw, float *db,
-                                   const void *dout, const void *inp, int r16, const float *w,
-                                   const float *mean, const float *rstd, int N, int C)
+                                   const void *dout, const void *inp, int r16, const void *w_,
+                                   int p16, const float *mean, const float *rstd, int N, int C)
 {
+    WIDEN_PARAMS(w_, NULL, C);
+    const float *w = wf;
+    (void)bf;
     if (r16) zk_layernorm_backward_r16(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
     else zk_layernorm_backward_b16(dinp, dinp16, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+
+static void cpu_add(float *y, const void *x, int x_dtype, size_t n)
+{
+    if (x_dtype == ZT_BF16) zk_add_bf16(y, x, n);
+    else if (x_dtype == ZT_F16) zk_add_f16(y, x, n);
+    else zk_add(y, x, n);
 }
 
 static void cpu_add3(void *out, const void *a, const void *b, int r16, size_t n)
@@ -226,17 +266,23 @@ static void cpu_cast(void *dst, int dd, const void *src, int sd, size_t n)
 }
 
 static void cpu_rmsnorm_forward(void *out, int out16, float *rstd, const void *inp, int in16,
-                                const float *w, float eps, int N, int C)
+                                const void *w_, int p16, float eps, int N, int C)
 {
+    WIDEN_PARAMS(w_, NULL, C);
+    const float *w = wf;
+    (void)bf;
     if (in16) zk_rmsnorm_forward_r16(out, rstd, inp, w, eps, N, C);
     else if (out16) zk_rmsnorm_forward_b16(out, rstd, inp, w, eps, N, C);
     else zk_rmsnorm_forward(out, rstd, inp, w, eps, N, C);
 }
 
 static void cpu_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const void *dout,
-                                 const void *inp, int r16, const float *w, const float *rstd,
-                                 int N, int C)
+                                 const void *inp, int r16, const void *w_, int p16,
+                                 const float *rstd, int N, int C)
 {
+    WIDEN_PARAMS(w_, NULL, C);
+    const float *w = wf;
+    (void)bf;
     if (r16) zk_rmsnorm_backward_r16(dinp, dw, dout, inp, w, rstd, N, C);
     else zk_rmsnorm_backward_b16(dinp, dinp16, dw, dout, inp, w, rstd, N, C);
 }
@@ -273,7 +319,7 @@ const zt_device_ops zt_cpu_device = {
     .copy = cpu_copy,
     .scale = zk_scale,
     .axpy = zk_axpy,
-    .add = zk_add,
+    .add = cpu_add,
     .add3 = cpu_add3,
     .cast = cpu_cast,
     .encoder_forward = cpu_encoder_forward,

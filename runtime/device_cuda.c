@@ -308,7 +308,13 @@ static int cuda_upload(void *dst, const void *src, size_t nbytes)
 static void cuda_fill(float *x, float v, size_t n) { KC_NOTE(zkc_fill(S(), x, v, n)); }
 static void cuda_scale(float *x, float a, size_t n) { KC_NOTE(zkc_scale(S(), x, a, n)); }
 static void cuda_axpy(float *y, float a, const float *x, size_t n) { KC_NOTE(zkc_axpy(S(), y, a, x, n)); }
-static void cuda_add(float *y, const float *x, size_t n) { KC_NOTE(zkc_add(S(), y, x, n)); }
+/* x f32, or (x_dtype ZT_BF16 / ZT_F16) 2-byte, widened exactly (internal.h) */
+static void cuda_add(float *y, const void *x, int x_dtype, size_t n)
+{
+    if (x_dtype == ZT_BF16) KC_NOTE(zkc_add_bf16(S(), y, x, n));
+    else if (x_dtype == ZT_F16) KC_NOTE(zkc_add_f16(S(), y, x, n));
+    else KC_NOTE(zkc_add(S(), y, x, n));
+}
 static void cuda_add3(void *o, const void *a, const void *b, int r16, size_t n)
 {
     if (r16) KC_NOTE(zkc_add3_b16(S(), o, a, b, n));
@@ -366,53 +372,58 @@ static void r16_misuse(const char *op)
     note(zt_error(ZT_EINVAL, "cuda: %s: a bf16 residual row needs a bf16 out and no dinp16", op));
 }
 
+/* p16 (the norms' parameters bf16, widened as read) goes through to the
+ * kernels: layernorm.cu, the f32 parameters' bits on the widened values */
 static void cuda_layernorm_forward(void *out, int out16, float *mean, float *rstd,
-                                   const void *inp, int in16, const float *w, const float *b,
-                                   int N, int C)
+                                   const void *inp, int in16, const void *w, const void *b,
+                                   int p16, int N, int C)
 {
     if (in16 && !out16) r16_misuse("layernorm_forward");
-    else if (in16) KC_NOTE(zkc_layernorm_forward_r16(S(), out, mean, rstd, inp, w, b, N, C));
-    else KC_NOTE(zkc_layernorm_forward(S(), out, out16, mean, rstd, inp, w, b, N, C));
+    else if (in16) KC_NOTE(zkc_layernorm_forward_r16(S(), out, mean, rstd, inp, w, b, p16, N, C));
+    else KC_NOTE(zkc_layernorm_forward(S(), out, out16, mean, rstd, inp, w, b, p16, N, C));
 }
 
 static void cuda_layernorm_residual_forward(void *resid, void *out, int out16, float *mean,
                                             float *rstd, const void *a, const void *b, int r16,
-                                            const float *w, const float *bias, int N, int C)
+                                            const void *w, const void *bias, int p16, int N,
+                                            int C)
 {
     if (r16 && !out16) r16_misuse("layernorm_residual_forward");
     else if (r16)
-        KC_NOTE(zkc_layernorm_residual_forward_r16(S(), resid, out, mean, rstd, a, b, w, bias, N,
-                                                   C));
+        KC_NOTE(zkc_layernorm_residual_forward_r16(S(), resid, out, mean, rstd, a, b, w, bias,
+                                                   p16, N, C));
     else
         KC_NOTE(zkc_layernorm_residual_forward(S(), resid, out, out16, mean, rstd, a, b, w, bias,
-                                               N, C));
+                                               p16, N, C));
 }
 
 static int scratch(size_t nb);       /* below: the shared device scratch, cu_lock held */
 
 /* r16: dinp, inp and dout bf16 (zkc_layernorm_backward_r16) */
 static int ln_bwd(void *dinp, uint16_t *dinp16, float *dw, float *db, const void *dout,
-                  const void *inp, int r16, const float *w, const float *mean, const float *rstd,
-                  int N, int C, double *scr)
+                  const void *inp, int r16, const void *w, int p16, const float *mean,
+                  const float *rstd, int N, int C, double *scr)
 {
-    return r16 ? zkc_layernorm_backward_r16(S(), dinp, dw, db, dout, inp, w, mean, rstd, N, C, scr)
-               : zkc_layernorm_backward(S(), dinp, dinp16, dw, db, dout, inp, w, mean, rstd, N, C,
-                                        scr);
+    return r16 ? zkc_layernorm_backward_r16(S(), dinp, dw, db, dout, inp, w, p16, mean, rstd, N, C,
+                                            scr)
+               : zkc_layernorm_backward(S(), dinp, dinp16, dw, db, dout, inp, w, p16, mean, rstd,
+                                        N, C, scr);
 }
 
 static void cuda_layernorm_backward(void *dinp, uint16_t *dinp16, float *dw, float *db,
-                                    const void *dout, const void *inp, int r16, const float *w,
-                                    const float *mean, const float *rstd, int N, int C)
+                                    const void *dout, const void *inp, int r16, const void *w,
+                                    int p16, const float *mean, const float *rstd, int N, int C)
 {
     if (r16 && dinp16) { r16_misuse("layernorm_backward"); return; }
     if (!dw || !db) {               /* no weight gradients: no scratch */
-        KC_NOTE(ln_bwd(dinp, dinp16, dw, db, dout, inp, r16, w, mean, rstd, N, C, NULL));
+        KC_NOTE(ln_bwd(dinp, dinp16, dw, db, dout, inp, r16, w, p16, mean, rstd, N, C, NULL));
         return;
     }
     pthread_mutex_lock(&cu_lock);   /* the shared scratch (see scratch()) */
     int rc = scratch(zkc_layernorm_scratch(N, C));
     if (rc == ZT_OK)
-        KC_NOTE(ln_bwd(dinp, dinp16, dw, db, dout, inp, r16, w, mean, rstd, N, C, cu_scratch));
+        KC_NOTE(ln_bwd(dinp, dinp16, dw, db, dout, inp, r16, w, p16, mean, rstd, N, C,
+                       cu_scratch));
     else note(rc);
     pthread_mutex_unlock(&cu_lock);
 }
@@ -449,12 +460,13 @@ static int cuda_matmul_backward(float *dinp, float *dw, float *db, const float *
     return ZT_OK;
 }
 
+/* b16: the bias bf16 (matmul.cu: the bits of its widened fp32 copy) */
 static int cuda_matmul_bf16_forward(void *out, int out_bf16, const uint16_t *inp,
-                                    const uint16_t *w, const float *b, int N, int C, int OC,
-                                    int ldo)
+                                    const uint16_t *w, const void *b, int b16, int N, int C,
+                                    int OC, int ldo)
 {
     ZT_TRY(take_pending());
-    BLAS(zkc_matmul_bf16_forward(cu_blas, S(), out, out_bf16, inp, w, b, N, C, OC, ldo));
+    BLAS(zkc_matmul_bf16_forward(cu_blas, S(), out, out_bf16, inp, w, b, b16, N, C, OC, ldo));
     return ZT_OK;
 }
 
@@ -481,10 +493,11 @@ static int cuda_matmul_bf16_backward(void *dinp, int dinp16, float *dw, float *d
 /* the MLP's GEMM and GELU in one (matmul.cu: cuBLASLt's GELU epilogues
  * where the shape has a plan, else the two ops apart, bits and all) */
 static int cuda_matmul_bf16_forward_gelu(uint16_t *out, uint16_t *pre, const uint16_t *inp,
-                                         const uint16_t *w, const float *b, int N, int C, int OC)
+                                         const uint16_t *w, const void *b, int b16, int N, int C,
+                                         int OC)
 {
     ZT_TRY(take_pending());
-    BLAS(zkc_matmul_bf16_forward_gelu(cu_blas, S(), out, pre, inp, w, b, N, C, OC));
+    BLAS(zkc_matmul_bf16_forward_gelu(cu_blas, S(), out, pre, inp, w, b, b16, N, C, OC));
     return ZT_OK;
 }
 
@@ -929,32 +942,33 @@ static const zt_exec_ops cuda_exec = {
 
 /* Llama's ops (kernels/cuda/layernorm.cu's RMS paths, rope.cu, swiglu.cu) */
 static void cuda_rmsnorm_forward(void *out, int out16, float *rstd, const void *inp, int in16,
-                                 const float *w, float eps, int N, int C)
+                                 const void *w, int p16, float eps, int N, int C)
 {
     if (in16 && !out16) r16_misuse("rmsnorm_forward");
-    else if (in16) KC_NOTE(zkc_rmsnorm_forward_r16(S(), out, rstd, inp, w, eps, N, C));
-    else KC_NOTE(zkc_rmsnorm_forward(S(), out, out16, rstd, inp, w, eps, N, C));
+    else if (in16) KC_NOTE(zkc_rmsnorm_forward_r16(S(), out, rstd, inp, w, p16, eps, N, C));
+    else KC_NOTE(zkc_rmsnorm_forward(S(), out, out16, rstd, inp, w, p16, eps, N, C));
 }
-/* r16: dinp, inp and dout bf16 (zkc_rmsnorm_backward_r16) */
+/* r16: dinp, inp and dout bf16 (zkc_rmsnorm_backward_r16); p16 as the
+ * layer norm's */
 static int rms_bwd(void *dinp, uint16_t *dinp16, float *dw, const void *dout, const void *inp,
-                   int r16, const float *w, const float *rstd, int N, int C, double *scr)
+                   int r16, const void *w, int p16, const float *rstd, int N, int C, double *scr)
 {
-    return r16 ? zkc_rmsnorm_backward_r16(S(), dinp, dw, dout, inp, w, rstd, N, C, scr)
-               : zkc_rmsnorm_backward(S(), dinp, dinp16, dw, dout, inp, w, rstd, N, C, scr);
+    return r16 ? zkc_rmsnorm_backward_r16(S(), dinp, dw, dout, inp, w, p16, rstd, N, C, scr)
+               : zkc_rmsnorm_backward(S(), dinp, dinp16, dw, dout, inp, w, p16, rstd, N, C, scr);
 }
 static void cuda_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const void *dout,
-                                  const void *inp, int r16, const float *w, const float *rstd,
-                                  int N, int C)
+                                  const void *inp, int r16, const void *w, int p16,
+                                  const float *rstd, int N, int C)
 {
     if (r16 && dinp16) { r16_misuse("rmsnorm_backward"); return; }
     if (!dw) {                      /* no weight gradient: no scratch */
-        KC_NOTE(rms_bwd(dinp, dinp16, NULL, dout, inp, r16, w, rstd, N, C, NULL));
+        KC_NOTE(rms_bwd(dinp, dinp16, NULL, dout, inp, r16, w, p16, rstd, N, C, NULL));
         return;
     }
     pthread_mutex_lock(&cu_lock);   /* the shared scratch (see scratch()) */
     int rc = scratch(zkc_rmsnorm_scratch(N, C));
     if (rc == ZT_OK)
-        KC_NOTE(rms_bwd(dinp, dinp16, dw, dout, inp, r16, w, rstd, N, C, cu_scratch));
+        KC_NOTE(rms_bwd(dinp, dinp16, dw, dout, inp, r16, w, p16, rstd, N, C, cu_scratch));
     else note(rc);
     pthread_mutex_unlock(&cu_lock);
 }

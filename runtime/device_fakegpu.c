@@ -43,7 +43,7 @@ static void fg_fill(float *x, float v, size_t n) { CPU.fill(F(x), v, n); }
 static void fg_copy(void *dst, const void *src, size_t n) { CPU.copy(un(dst), un(src), n); }
 static void fg_scale(float *x, float a, size_t n) { CPU.scale(F(x), a, n); }
 static void fg_axpy(float *y, float a, const float *x, size_t n) { CPU.axpy(F(y), a, CF(x), n); }
-static void fg_add(float *y, const float *x, size_t n) { CPU.add(F(y), CF(x), n); }
+static void fg_add(float *y, const void *x, int xd, size_t n) { CPU.add(F(y), un(x), xd, n); }
 static void fg_add3(void *o, const void *a, const void *b, int r16, size_t n)
 {
     CPU.add3(un(o), un(a), un(b), r16, n);
@@ -67,17 +67,18 @@ static int fg_encoder_backward(float *dwte, float *dwpe, const void *dout, int d
 }
 
 static void fg_layernorm_forward(void *out, int out16, float *mean, float *rstd, const void *inp,
-                                 int in16, const float *w, const float *b, int N, int C)
+                                 int in16, const void *w, const void *b, int p16, int N, int C)
 {
-    CPU.layernorm_forward(un(out), out16, F(mean), F(rstd), un(inp), in16, CF(w), CF(b), N, C);
+    CPU.layernorm_forward(un(out), out16, F(mean), F(rstd), un(inp), in16, un(w), un(b), p16, N,
+                          C);
 }
 
 static void fg_layernorm_backward(void *dinp, uint16_t *dinp16, float *dw, float *db,
-                                  const void *dout, const void *inp, int r16, const float *w,
-                                  const float *mean, const float *rstd, int N, int C)
+                                  const void *dout, const void *inp, int r16, const void *w,
+                                  int p16, const float *mean, const float *rstd, int N, int C)
 {
-    CPU.layernorm_backward(un(dinp), un(dinp16), F(dw), F(db), un(dout), un(inp), r16, CF(w),
-                           CF(mean), CF(rstd), N, C);
+    CPU.layernorm_backward(un(dinp), un(dinp16), F(dw), F(db), un(dout), un(inp), r16, un(w),
+                           p16, CF(mean), CF(rstd), N, C);
 }
 
 static int fg_matmul_forward(float *out, const float *inp, const float *w, const float *b,
@@ -93,9 +94,10 @@ static int fg_matmul_backward(float *dinp, float *dw, float *db, const float *do
 }
 
 static int fg_matmul_bf16_forward(void *out, int out_bf16, const uint16_t *inp,
-                                  const uint16_t *w, const float *b, int N, int C, int OC, int ldo)
+                                  const uint16_t *w, const void *b, int b16, int N, int C, int OC,
+                                  int ldo)
 {
-    return CPU.matmul_bf16_forward(un(out), out_bf16, un(inp), un(w), CF(b), N, C, OC, ldo);
+    return CPU.matmul_bf16_forward(un(out), out_bf16, un(inp), un(w), un(b), b16, N, C, OC, ldo);
 }
 
 static int fg_matmul_bf16_backward(void *dinp, int dinp16, float *dw, float *db,
@@ -129,10 +131,10 @@ static void fg_attention_decode(float *out, float *kc, float *vc, const float *q
 
 static void fg_layernorm_residual_forward(void *resid, void *out, int out16, float *mean,
                                           float *rstd, const void *a, const void *b, int r16,
-                                          const float *w, const float *bias, int N, int C)
+                                          const void *w, const void *bias, int p16, int N, int C)
 {
     CPU.layernorm_residual_forward(un(resid), un(out), out16, F(mean), F(rstd), un(a), un(b), r16,
-                                   CF(w), CF(bias), N, C);
+                                   un(w), un(bias), p16, N, C);
 }
 
 static void fg_adamw_segments(float *p, const float *g, float *m, float *v, void *lp,
@@ -182,16 +184,16 @@ static void fg_randn(float *x, size_t n, uint64_t seed, uint64_t stream, float m
 }
 
 static void fg_rmsnorm_forward(void *out, int out16, float *rstd, const void *inp, int in16,
-                               const float *w, float eps, int N, int C)
+                               const void *w, int p16, float eps, int N, int C)
 {
-    CPU.rmsnorm_forward(un(out), out16, F(rstd), un(inp), in16, CF(w), eps, N, C);
+    CPU.rmsnorm_forward(un(out), out16, F(rstd), un(inp), in16, un(w), p16, eps, N, C);
 }
 static void fg_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const void *dout,
-                                const void *inp, int r16, const float *w, const float *rstd,
-                                int N, int C)
+                                const void *inp, int r16, const void *w, int p16,
+                                const float *rstd, int N, int C)
 {
-    CPU.rmsnorm_backward(un(dinp), un(dinp16), F(dw), un(dout), un(inp), r16, CF(w), CF(rstd), N,
-                         C);
+    CPU.rmsnorm_backward(un(dinp), un(dinp16), F(dw), un(dout), un(inp), r16, un(w), p16, CF(rstd),
+                         N, C);
 }
 static void fg_rope(void *x, int x16, int N, int T, int ld, int nh, int hs, const float *cos_t,
                     const float *sin_t, int pos0, int dir)

@@ -336,10 +336,10 @@ static void fa_axpy(float *y, float a, const float *x, size_t n)
     OP0(it, r_axpy); it->p[0] = y; it->f[0] = a; it->p[1] = (void *)x; it->n = n; issue(it);
 }
 
-static void r_add(item *it) { FG.add(it->p[0], it->p[1], it->n); }
-static void fa_add(float *y, const float *x, size_t n)
+static void r_add(item *it) { FG.add(it->p[0], it->p[1], it->i[0], it->n); }
+static void fa_add(float *y, const void *x, int x_dtype, size_t n)
 {
-    OP0(it, r_add); it->p[0] = y; it->p[1] = (void *)x; it->n = n; issue(it);
+    OP0(it, r_add); it->p[0] = y; it->p[1] = (void *)x; it->i[0] = x_dtype; it->n = n; issue(it);
 }
 
 static void r_add3(item *it) { FG.add3(it->p[0], it->p[1], it->p[2], it->i[0], it->n); }
@@ -405,15 +405,15 @@ static int fa_encoder_backward(float *dwte, float *dwpe, const void *dout, int d
 static void r_lnf(item *it)
 {
     FG.layernorm_forward(it->p[0], it->i[2], it->p[1], it->p[2], it->p[3], it->i[3], it->p[4],
-                         it->p[5], it->i[0], it->i[1]);
+                         it->p[5], it->i[4], it->i[0], it->i[1]);
 }
 static void fa_layernorm_forward(void *out, int out16, float *mean, float *rstd, const void *inp,
-                                 int in16, const float *w, const float *b, int N, int C)
+                                 int in16, const void *w, const void *b, int p16, int N, int C)
 {
     OP0(it, r_lnf);
     it->p[0] = out; it->p[1] = mean; it->p[2] = rstd; it->p[3] = (void *)inp;
     it->p[4] = (void *)w; it->p[5] = (void *)b; it->i[0] = N; it->i[1] = C; it->i[2] = out16;
-    it->i[3] = in16;
+    it->i[3] = in16; it->i[4] = p16;
     issue(it);
 }
 
@@ -421,19 +421,19 @@ static void fa_layernorm_forward(void *out, int out16, float *mean, float *rstd,
 static void r_lnb(item *it)
 {
     FG.layernorm_backward(it->p[0], it->p[6], it->p[1], it->p[2], it->p[3], it->p[4], it->i[2],
-                          it->p[5], (const float *)(uintptr_t)it->u[0],
+                          it->p[5], it->i[3], (const float *)(uintptr_t)it->u[0],
                           (const float *)(uintptr_t)it->u[1], it->i[0], it->i[1]);
 }
 static void fa_layernorm_backward(void *dinp, uint16_t *dinp16, float *dw, float *db,
-                                  const void *dout, const void *inp, int r16, const float *w,
-                                  const float *mean, const float *rstd, int N, int C)
+                                  const void *dout, const void *inp, int r16, const void *w,
+                                  int p16, const float *mean, const float *rstd, int N, int C)
 {
     OP0(it, r_lnb);
     it->p[0] = dinp; it->p[1] = dw; it->p[2] = db; it->p[3] = (void *)dout;
     it->p[4] = (void *)inp; it->p[5] = (void *)w;
     it->p[6] = dinp16;
     it->u[0] = (uintptr_t)mean; it->u[1] = (uintptr_t)rstd; it->i[0] = N; it->i[1] = C;
-    it->i[2] = r16;
+    it->i[2] = r16; it->i[3] = p16;
     issue(it);
 }
 
@@ -441,31 +441,32 @@ static void fa_layernorm_backward(void *dinp, uint16_t *dinp16, float *dw, float
 static void r_mmf(item *it)
 {
     int rc = it->i[3] ? FG.matmul_bf16_forward(it->p[0], it->i[5], it->p[1], it->p[2], it->p[3],
-                                               it->i[0], it->i[1], it->i[2], it->i[4])
+                                               it->i[6], it->i[0], it->i[1], it->i[2], it->i[4])
                       : FG.matmul_forward(it->p[0], it->p[1], it->p[2], it->p[3], it->i[0], it->i[1],
                                           it->i[2], it->i[4]);
     keep_error(rc);
 }
-static int mm_forward(void *out, int out_bf16, const void *inp, const void *w, const float *b,
-                      int N, int C, int OC, int ldo, int bf16)
+static int mm_forward(void *out, int out_bf16, const void *inp, const void *w, const void *b,
+                      int b16, int N, int C, int OC, int ldo, int bf16)
 {
     ZT_TRY(take_pending());
     OPV(it, r_mmf, ZT_ENOMEM);
     it->p[0] = out; it->p[1] = (void *)inp; it->p[2] = (void *)w; it->p[3] = (void *)b;
     it->i[0] = N; it->i[1] = C; it->i[2] = OC; it->i[3] = bf16; it->i[4] = ldo;
-    it->i[5] = out_bf16;
+    it->i[5] = out_bf16; it->i[6] = b16;
     issue(it);
     return ZT_OK;
 }
 static int fa_matmul_forward(float *out, const float *inp, const float *w, const float *b,
                              int N, int C, int OC, int ldo)
 {
-    return mm_forward(out, 0, inp, w, b, N, C, OC, ldo, 0);
+    return mm_forward(out, 0, inp, w, b, 0, N, C, OC, ldo, 0);
 }
 static int fa_matmul_bf16_forward(void *out, int out_bf16, const uint16_t *inp,
-                                  const uint16_t *w, const float *b, int N, int C, int OC, int ldo)
+                                  const uint16_t *w, const void *b, int b16, int N, int C, int OC,
+                                  int ldo)
 {
-    return mm_forward(out, out_bf16, inp, w, b, N, C, OC, ldo, 1);
+    return mm_forward(out, out_bf16, inp, w, b, b16, N, C, OC, ldo, 1);
 }
 
 static void r_mmb(item *it)
@@ -555,18 +556,18 @@ static void fa_attention_decode(float *out, float *kc, float *vc, const float *q
 static void r_lnrf(item *it)
 {
     FG.layernorm_residual_forward(it->p[0], it->p[1], it->i[2], it->p[2], it->p[3], it->p[4],
-                                  it->p[5], it->i[3], (const float *)(uintptr_t)it->u[0],
-                                  (const float *)(uintptr_t)it->u[1], it->i[0], it->i[1]);
+                                  it->p[5], it->i[3], (const void *)(uintptr_t)it->u[0],
+                                  (const void *)(uintptr_t)it->u[1], it->i[4], it->i[0], it->i[1]);
 }
 static void fa_layernorm_residual_forward(void *resid, void *out, int out16, float *mean,
                                           float *rstd, const void *a, const void *b, int r16,
-                                          const float *w, const float *bias, int N, int C)
+                                          const void *w, const void *bias, int p16, int N, int C)
 {
     OP0(it, r_lnrf);
     it->p[0] = resid; it->p[1] = out; it->p[2] = mean; it->p[3] = rstd;
     it->p[4] = (void *)a; it->p[5] = (void *)b;
     it->u[0] = (uintptr_t)w; it->u[1] = (uintptr_t)bias;
-    it->i[0] = N; it->i[1] = C; it->i[2] = out16; it->i[3] = r16;
+    it->i[0] = N; it->i[1] = C; it->i[2] = out16; it->i[3] = r16; it->i[4] = p16;
     issue(it);
 }
 
@@ -814,30 +815,31 @@ static const zt_exec_ops fakegpu_async_exec = {
 /* Llama's ops, queued as the others */
 static void r_rmsf(item *it)
 {
-    FG.rmsnorm_forward(it->p[0], it->i[2], it->p[1], it->p[2], it->i[3], it->p[3], it->f[0],
-                       it->i[0], it->i[1]);
+    FG.rmsnorm_forward(it->p[0], it->i[2], it->p[1], it->p[2], it->i[3], it->p[3], it->i[4],
+                       it->f[0], it->i[0], it->i[1]);
 }
 static void fa_rmsnorm_forward(void *out, int out16, float *rstd, const void *inp, int in16,
-                               const float *w, float eps, int N, int C)
+                               const void *w, int p16, float eps, int N, int C)
 {
     OP0(it, r_rmsf);
     it->p[0] = out; it->p[1] = rstd; it->p[2] = (void *)inp; it->p[3] = (void *)w;
     it->f[0] = eps; it->i[0] = N; it->i[1] = C; it->i[2] = out16; it->i[3] = in16;
+    it->i[4] = p16;
     issue(it);
 }
 static void r_rmsb(item *it)
 {
     FG.rmsnorm_backward(it->p[0], it->p[6], it->p[1], it->p[2], it->p[3], it->i[2], it->p[4],
-                        it->p[5], it->i[0], it->i[1]);
+                        it->i[3], it->p[5], it->i[0], it->i[1]);
 }
 static void fa_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const void *dout,
-                                const void *inp, int r16, const float *w, const float *rstd,
-                                int N, int C)
+                                const void *inp, int r16, const void *w, int p16,
+                                const float *rstd, int N, int C)
 {
     OP0(it, r_rmsb);
     it->p[0] = dinp; it->p[1] = dw; it->p[2] = (void *)dout; it->p[3] = (void *)inp;
     it->p[4] = (void *)w; it->p[5] = (void *)rstd; it->p[6] = dinp16;
-    it->i[0] = N; it->i[1] = C; it->i[2] = r16;
+    it->i[0] = N; it->i[1] = C; it->i[2] = r16; it->i[3] = p16;
     issue(it);
 }
 static void r_rope(item *it)

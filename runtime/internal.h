@@ -40,6 +40,11 @@ void zt_clear_error(void);
 #define ZT_TRY(expr) \
     do { int zt_rc_ = (expr); if (zt_rc_ != ZT_OK) return zt_rc_; } while (0)
 
+/* The widest row the CPU's bf16 kernels widen on a thread's stack: a bf16
+ * residual stream's rows (and their gradients) and a norm's bf16 weight
+ * and bias. ops.c refuses wider ones before dispatch (128 KiB of floats). */
+#define ZT_R16_MAX_C 16384
+
 /* "f32 [4,64,768]": a tensor (or a dtype + shape) for error messages. */
 const char *zt_describe_shape(char *buf, size_t n, int dtype, int ndim, const int64_t *shape);
 const char *zt_describe(const zt_tensor *t, char *buf, size_t n);
@@ -160,7 +165,9 @@ typedef struct zt_device_ops {
     int (*upload)(void *dst, const void *src, size_t nbytes);
     void (*scale)(float *x, float a, size_t n);
     void (*axpy)(float *y, float a, const float *x, size_t n);
-    void (*add)(float *y, const float *x, size_t n);
+    /* y += x; x f32, or (x_dtype ZT_BF16 / ZT_F16) a 2-byte x widened
+     * exactly: the bits of a cast then an f32 add */
+    void (*add)(float *y, const void *x, int x_dtype, size_t n);
     /* r16 ("the residual stream is bf16", bf16 activations end to end):
      * out, a, b all bf16 (uint16_t bits), out = round(widen(a) + widen(b)),
      * one fp32 add rounded once to nearest even; else all f32 */
@@ -176,23 +183,26 @@ typedef struct zt_device_ops {
                             const int32_t *tok, int B, int T, int C, int V);
     /* out16: out (dinp for gelu_backward) is bf16, the fp32 result rounded
      * once (a bf16 GEMM's input) */
-    /* in16: inp bf16, widened exactly (then out16 is set: ops.c) */
+    /* in16: inp bf16, widened exactly (then out16 is set: ops.c). p16:
+     * the parameters (w and b; rmsnorm's w) bf16, a bf16 run's stored
+     * ones, widened exactly as read: the f32 kernel's bits on the widened
+     * values, so no cast of them before the op (else f32). */
     void (*layernorm_forward)(void *out, int out16, float *mean, float *rstd,
-                              const void *inp, int in16, const float *w, const float *b,
-                              int N, int C);
+                              const void *inp, int in16, const void *w, const void *b,
+                              int p16, int N, int C);
     /* resid = a + b, then out = layernorm(resid) (out16 as above); r16:
      * resid, a, b bf16 (resid = add3's r16 rounding) and out bf16, the
      * layer norm of the stored (rounded) resid */
     void (*layernorm_residual_forward)(void *resid, void *out, int out16, float *mean,
                                        float *rstd, const void *a, const void *b, int r16,
-                                       const float *w, const float *bias, int N, int C);
+                                       const void *w, const void *bias, int p16, int N, int C);
     /* dinp16: NULL, or the accumulated dinp rounded once (bf16). r16: dinp,
      * inp and dout bf16 (dinp16 NULL): inp and dout widened exactly, each
      * dinp element round(widen(dinp) + the f32 kernel's term), one
      * rounding; dw, db the f32 kernel's on the widened inp and dout */
     void (*layernorm_backward)(void *dinp, uint16_t *dinp16, float *dw, float *db,
                                const void *dout, const void *inp, int r16,
-                               const float *w, const float *mean,
+                               const void *w, int p16, const float *mean,
                                const float *rstd, int N, int C);
     /* ldo: the row stride of out (forward) or dout (backward), >= OC
      * (kernels.h: padded rows) */
@@ -200,11 +210,12 @@ typedef struct zt_device_ops {
                           const float *b, int N, int C, int OC, int ldo);
     int (*matmul_backward)(float *dinp, float *dw, float *db, const float *dout,
                            const float *inp, const float *w, int N, int C, int OC, int ldo);
-    /* bf16 operands (uint16_t bits), fp32 bias, out fp32 or (out_bf16)
-     * bf16, the other outputs fp32; the CPU's arithmetic is kernels.h's
-     * zk_matmul_bf16_* (the same bits on every CPU backend). */
+    /* bf16 operands (uint16_t bits), the bias fp32 or (b16) bf16 (a bf16
+     * run's stored one, widened exactly: the fp32 bias's bits), out fp32
+     * or (out_bf16) bf16, the other outputs fp32; the CPU's arithmetic is
+     * kernels.h's zk_matmul_bf16_* (the same bits on every CPU backend). */
     int (*matmul_bf16_forward)(void *out, int out_bf16, const uint16_t *inp, const uint16_t *w,
-                               const float *b, int N, int C, int OC, int ldo);
+                               const void *b, int b16, int N, int C, int OC, int ldo);
     /* dinp16: dinp bf16, the f32 dinp rounded once (bf16 activations: an
      * activation's gradient); dw, db f32 either way */
     int (*matmul_bf16_backward)(void *dinp, int dinp16, float *dw, float *db,
@@ -221,7 +232,8 @@ typedef struct zt_device_ops {
      * (GELU of the fp32 sum there: its own bits, within the bf16
      * tolerances of the CPU's), else the two kernels. */
     int (*matmul_bf16_forward_gelu)(uint16_t *out, uint16_t *pre, const uint16_t *inp,
-                                    const uint16_t *w, const float *b, int N, int C, int OC);
+                                    const uint16_t *w, const void *b, int b16, int N, int C,
+                                    int OC);
     int (*matmul_bf16_backward_dgelu)(uint16_t *dinp16, float *dinp32, float *dw, float *db,
                                       const uint16_t *dout, const uint16_t *inp,
                                       const uint16_t *w, const uint16_t *pre, int N, int C,
@@ -256,12 +268,12 @@ typedef struct zt_device_ops {
      * rows turned in place, io16 a bf16 gu with a bf16 out / dgu and a
      * bf16 dout (widened exactly); each the f32 kernel's floats rounded
      * once. */
-    /* in16 and r16 as layernorm's */
+    /* in16, r16 and p16 as layernorm's */
     void (*rmsnorm_forward)(void *out, int out16, float *rstd, const void *inp, int in16,
-                            const float *w, float eps, int N, int C);
+                            const void *w, int p16, float eps, int N, int C);
     void (*rmsnorm_backward)(void *dinp, uint16_t *dinp16, float *dw, const void *dout,
-                             const void *inp, int r16, const float *w, const float *rstd,
-                             int N, int C);
+                             const void *inp, int r16, const void *w, int p16,
+                             const float *rstd, int N, int C);
     void (*rope)(void *x, int x16, int N, int T, int ld, int nh, int hs, const float *cos_t,
                  const float *sin_t, int pos0, int dir);
     void (*swiglu_forward)(void *out, const void *gu, int io16, int N, int F);

@@ -55,13 +55,28 @@ static int need_stream(const char *op, const char *name, const zt_tensor *t, int
 }
 
 /* The CPU's bf16-stream norms widen a row (and its gradient) on the
- * thread's stack: a bound on C keeps that to 128 KiB */
-#define ZT_R16_MAX_C 16384
+ * thread's stack: a bound on C keeps that to 128 KiB (ZT_R16_MAX_C:
+ * internal.h) */
 static int r16_width(const char *op, int r16, int64_t C)
 {
     ZT_CHECK(!r16 || C <= ZT_R16_MAX_C, "%s: a bf16 residual stream of %lld channels is past "
              "the %d the CPU kernels take; run this model with an fp32 stream (the bf16 GEMMs "
              "off: the bf16 weights are kept)", op, (long long)C, ZT_R16_MAX_C);
+    return ZT_OK;
+}
+
+/* A norm's weight (named `name`): f32, or bf16 (*p16: a bf16 run's stored
+ * parameters, which the kernels widen as they read them). The CPU widens a
+ * bf16 weight and bias on the caller's stack, so C is bounded as above
+ * (checked on every device: the path must not depend on it). */
+static int need_param(const char *op, const char *name, const zt_tensor *w, int *p16)
+{
+    ZT_TRY(need(op, name, w, w && w->dtype == ZT_BF16 ? ZT_BF16 : ZT_F32));
+    *p16 = w->dtype == ZT_BF16;
+    ZT_CHECK(!*p16 || w->numel <= ZT_R16_MAX_C, "%s: a bf16 %s of %lld channels is past the "
+             "%d the CPU kernels take; run this model with the bf16 GEMMs off (its parameters "
+             "are then widened to f32 before the op), or pass an f32 %s", op, name,
+             (long long)w->numel, ZT_R16_MAX_C, name);
     return ZT_OK;
 }
 
@@ -184,11 +199,15 @@ int zt_axpy(zt_tensor *y, float a, const zt_tensor *x)
 
 int zt_add(zt_tensor *y, const zt_tensor *x)
 {
-    ZT_TRY(need("zt_add", "x", x, ZT_F32));
-    ZT_TRY(need_numel("zt_add", "y", y, ZT_F32, x->numel, "(same as x)"));
+    /* x f32, or a 2-byte x (a bf16 or fp16 run's stored gradient into its
+     * fp32 accumulator), widened as read */
+    ZT_TRY(need("zt_add", "x", x, x && (x->dtype == ZT_BF16 || x->dtype == ZT_F16) ? x->dtype
+                                                                                : ZT_F32));
+    ZT_TRY(need_numel("zt_add", "y", y, ZT_F32, x->numel, "(same as x, f32)"));
+    /* (a 2-byte x cannot share y's bytes: views keep their base's dtype) */
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, "zt_add", "y", y, "x", x, NULL));
-    dev->add(y->data, x->data, (size_t)x->numel);
+    dev->add(y->data, x->data, x->dtype, (size_t)x->numel);
     return ZT_OK;
 }
 
@@ -267,17 +286,18 @@ int zt_encoder_backward(zt_tensor *dwte, zt_tensor *dwpe, const zt_tensor *dout,
     return bad_tokens(op, "tokens", bad, B * T, V);
 }
 
-/* A layer norm forward's operands: weight, bias (C) f32, the input (named
+/* A layer norm forward's operands: weight, bias (C) f32 or both bf16
+ * (*p16), the input (named
  * `in_name`, (N,C) f32 or bf16: *in16, the bf16 residual stream's), out
  * (N,C) f32 or bf16 (*out16; bf16 when the input is), mean, rstd (N). */
 static int ln_forward_dims(const char *op, const char *in_name, const zt_tensor *inp,
                            const zt_tensor *w, const zt_tensor *b, const zt_tensor *out,
                            const zt_tensor *mean, const zt_tensor *rstd, int64_t *N, int64_t *C,
-                           int *out16, int *in16)
+                           int *out16, int *in16, int *p16)
 {
-    ZT_TRY(need(op, "weight", w, ZT_F32));
+    ZT_TRY(need_param(op, "weight", w, p16));
     *C = w->numel;
-    ZT_TRY(need_numel(op, "bias", b, ZT_F32, *C, "(C)"));
+    ZT_TRY(need_numel(op, "bias", b, w->dtype, *C, "(C), the weight's dtype"));
     ZT_TRY(need_stream(op, in_name, inp, in16));
     ZT_CHECK(last_dim(inp) == *C, "%s: %s's last dim must be C=%lld", op, in_name, (long long)*C);
     ZT_TRY(r16_width(op, *in16, *C));
@@ -296,13 +316,13 @@ int zt_layernorm_forward(zt_tensor *out, zt_tensor *mean, zt_tensor *rstd,
 {
     const char *op = "zt_layernorm_forward";
     int64_t N = 0, C = 0;
-    int out16 = 0, in16 = 0;
-    ZT_TRY(ln_forward_dims(op, "inp", inp, w, b, out, mean, rstd, &N, &C, &out16, &in16));
+    int out16 = 0, in16 = 0, p16 = 0;
+    ZT_TRY(ln_forward_dims(op, "inp", inp, w, b, out, mean, rstd, &N, &C, &out16, &in16, &p16));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "mean", mean, "rstd", rstd, "inp", inp, "weight", w,
                  "bias", b, NULL));
     dev->layernorm_forward(out->data, out16, mean->data, rstd->data, inp->data, in16, w->data,
-                           b->data, (int)N, (int)C);
+                           b->data, p16, (int)N, (int)C);
     return ZT_OK;
 }
 
@@ -312,8 +332,8 @@ int zt_layernorm_residual_forward(zt_tensor *resid, zt_tensor *out, zt_tensor *m
 {
     const char *op = "zt_layernorm_residual_forward";
     int64_t N = 0, C = 0;
-    int out16 = 0, r16 = 0;
-    ZT_TRY(ln_forward_dims(op, "a", a, w, bias, out, mean, rstd, &N, &C, &out16, &r16));
+    int out16 = 0, r16 = 0, p16 = 0;
+    ZT_TRY(ln_forward_dims(op, "a", a, w, bias, out, mean, rstd, &N, &C, &out16, &r16, &p16));
     ZT_TRY(need_numel(op, "b", b, r16 ? ZT_BF16 : ZT_F32, N * C, "(N,C), a's dtype"));
     ZT_TRY(need_numel(op, "resid", resid, r16 ? ZT_BF16 : ZT_F32, N * C, "(N,C), a's dtype"));
     ZT_CHECK(!overlaps(resid, a) && !overlaps(resid, b),
@@ -322,7 +342,8 @@ int zt_layernorm_residual_forward(zt_tensor *resid, zt_tensor *out, zt_tensor *m
     ZT_TRY(ready(&dev, op, "resid", resid, "out", out, "mean", mean, "rstd", rstd, "a", a,
                  "b", b, "weight", w, "bias", bias, NULL));
     dev->layernorm_residual_forward(resid->data, out->data, out16, mean->data, rstd->data,
-                                    a->data, b->data, r16, w->data, bias->data, (int)N, (int)C);
+                                    a->data, b->data, r16, w->data, bias->data, p16, (int)N,
+                                    (int)C);
     return ZT_OK;
 }
 
@@ -338,7 +359,8 @@ int zt_layernorm_backward_b16(zt_tensor *dinp, zt_tensor *dinp16, zt_tensor *dw,
                               const zt_tensor *mean, const zt_tensor *rstd)
 {
     const char *op = dinp16 ? "zt_layernorm_backward_b16" : "zt_layernorm_backward";
-    ZT_TRY(need(op, "weight", w, ZT_F32));
+    int p16 = 0;   /* a bf16 weight, widened as read */
+    ZT_TRY(need_param(op, "weight", w, &p16));
     int64_t C = w->numel;
     int r16 = 0;   /* the bf16 residual stream: inp and dinp bf16 */
     ZT_TRY(need_stream(op, "inp", inp, &r16));
@@ -365,7 +387,7 @@ int zt_layernorm_backward_b16(zt_tensor *dinp, zt_tensor *dinp16, zt_tensor *dw,
     dev->layernorm_backward(dinp ? dinp->data : NULL, dinp16 ? dinp16->data : NULL,
                             dw ? dw->data : NULL,
                             db ? db->data : NULL, dout->data, inp->data, r16,
-                            w->data, mean->data, rstd->data, (int)N, (int)C);
+                            w->data, p16, mean->data, rstd->data, (int)N, (int)C);
     return ZT_OK;
 }
 
@@ -436,6 +458,15 @@ static int bf16_dims(const char *op, const zt_tensor *inp, const zt_tensor *w,
     return ZT_OK;
 }
 
+/* a bf16 GEMM's bias: NULL, (OC) f32, or (OC) bf16 (*b16: a bf16 run's
+ * stored bias, widened as read) */
+static int need_bias(const char *op, const zt_tensor *b, int64_t OC, int *b16)
+{
+    *b16 = b != NULL && b->dtype == ZT_BF16;
+    if (b) ZT_TRY(need_numel(op, "bias", b, *b16 ? ZT_BF16 : ZT_F32, OC, "(OC) f32 or bf16"));
+    return ZT_OK;
+}
+
 int zt_matmul_bf16_forward(zt_tensor *out, const zt_tensor *inp, const zt_tensor *w,
                            const zt_tensor *b)
 {
@@ -445,11 +476,12 @@ int zt_matmul_bf16_forward(zt_tensor *out, const zt_tensor *inp, const zt_tensor
     int64_t ld = OC;
     int out16 = out != NULL && out->dtype == ZT_BF16;
     ZT_TRY(need_rows(op, "out", out, out16 ? ZT_BF16 : ZT_F32, N, OC, "(N,OC) f32 or bf16", &ld));
-    if (b) ZT_TRY(need_numel(op, "bias", b, ZT_F32, OC, "(OC) f32"));
+    int b16 = 0;
+    ZT_TRY(need_bias(op, b, OC, &b16));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "inp", inp, "weight", w, "bias", b, NULL));
     return dev->matmul_bf16_forward(out->data, out16, inp->data, w->data, b ? b->data : NULL,
-                                    (int)N, (int)C, (int)OC, (int)ld);
+                                    b16, (int)N, (int)C, (int)OC, (int)ld);
 }
 
 int zt_matmul_bf16_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db,
@@ -485,15 +517,16 @@ int zt_matmul_bf16_forward_gelu(zt_tensor *out, const zt_tensor *inp, const zt_t
     ZT_TRY(bf16_dims(op, inp, w, &N, &C, &OC));
     ZT_TRY(need_numel(op, "out", out, ZT_BF16, N * OC, "(N,OC) bf16"));
     ZT_TRY(need_numel(op, "pre", pre, ZT_BF16, N * OC, "(N,OC) bf16"));
-    if (b) ZT_TRY(need_numel(op, "bias", b, ZT_F32, OC, "(OC) f32"));
+    int b16 = 0;
+    ZT_TRY(need_bias(op, b, OC, &b16));
     ZT_CHECK(!overlaps(out, pre) && !overlaps(out, inp) && !overlaps(pre, inp),
              "%s: out, pre and inp must be tensors apart (none may overlap another)", op);
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "pre", pre, "inp", inp, "weight", w, "bias", b, NULL));
     if (dev->matmul_bf16_forward_gelu)
         return dev->matmul_bf16_forward_gelu(out->data, pre->data, inp->data, w->data,
-                                             b ? b->data : NULL, (int)N, (int)C, (int)OC);
-    ZT_TRY(dev->matmul_bf16_forward(pre->data, 1, inp->data, w->data, b ? b->data : NULL,
+                                             b ? b->data : NULL, b16, (int)N, (int)C, (int)OC);
+    ZT_TRY(dev->matmul_bf16_forward(pre->data, 1, inp->data, w->data, b ? b->data : NULL, b16,
                                     (int)N, (int)C, (int)OC, (int)OC));
     dev->gelu_forward(out->data, 1, pre->data, 1, (size_t)(N * OC));
     return ZT_OK;
@@ -730,11 +763,12 @@ int zt_gelu_backward(zt_tensor *dinp, const zt_tensor *inp, const zt_tensor *dou
 
 /* ---- Llama's ops ---- */
 
-/* inp (N,C) f32 or bf16 (*r16: the bf16 residual stream), w (C) f32: N and C */
+/* inp (N,C) f32 or bf16 (*r16: the bf16 residual stream), w (C) f32 or
+ * bf16 (*p16): N and C */
 static int rms_dims(const char *op, const zt_tensor *inp, const zt_tensor *w, int64_t *N,
-                    int64_t *C, int *r16)
+                    int64_t *C, int *r16, int *p16)
 {
-    ZT_TRY(need(op, "weight", w, ZT_F32));
+    ZT_TRY(need_param(op, "weight", w, p16));
     ZT_TRY(need_stream(op, "inp", inp, r16));
     *C = w->numel;
     ZT_TRY(r16_width(op, *r16, *C));
@@ -751,8 +785,8 @@ int zt_rmsnorm_forward(zt_tensor *out, zt_tensor *rstd, const zt_tensor *inp, co
 {
     const char *op = "zt_rmsnorm_forward";
     int64_t N = 0, C = 0;
-    int in16 = 0;
-    ZT_TRY(rms_dims(op, inp, w, &N, &C, &in16));
+    int in16 = 0, p16 = 0;
+    ZT_TRY(rms_dims(op, inp, w, &N, &C, &in16, &p16));
     ZT_CHECK(eps > 0.0f && eps < 1.0f, "%s: eps must be in (0, 1), got %g (config.json's "
              "rms_norm_eps: 1e-5 or 1e-6)", op, (double)eps);
     int out16 = out != NULL && out->dtype == ZT_BF16;
@@ -764,8 +798,8 @@ int zt_rmsnorm_forward(zt_tensor *out, zt_tensor *rstd, const zt_tensor *inp, co
              "%s: out and rstd may not overlap inp or each other", op);
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "out", out, "rstd", rstd, "inp", inp, "weight", w, NULL));
-    dev->rmsnorm_forward(out->data, out16, rstd->data, inp->data, in16, w->data, eps, (int)N,
-                         (int)C);
+    dev->rmsnorm_forward(out->data, out16, rstd->data, inp->data, in16, w->data, p16, eps,
+                         (int)N, (int)C);
     return ZT_OK;
 }
 
@@ -781,8 +815,8 @@ int zt_rmsnorm_backward_b16(zt_tensor *dinp, zt_tensor *dinp16, zt_tensor *dweig
 {
     const char *op = dinp16 ? "zt_rmsnorm_backward_b16" : "zt_rmsnorm_backward";
     int64_t N = 0, C = 0;
-    int r16 = 0;
-    ZT_TRY(rms_dims(op, inp, w, &N, &C, &r16));
+    int r16 = 0, p16 = 0;
+    ZT_TRY(rms_dims(op, inp, w, &N, &C, &r16, &p16));
     ZT_CHECK(dinp != NULL || dweight != NULL, "%s: nothing to compute: dinp and dweight are "
              "both NULL", op);
     if (dinp) ZT_TRY(need_numel(op, "dinp", dinp, r16 ? ZT_BF16 : ZT_F32, N * C,
@@ -809,7 +843,7 @@ int zt_rmsnorm_backward_b16(zt_tensor *dinp, zt_tensor *dinp16, zt_tensor *dweig
                  "inp", inp, "weight", w, "rstd", rstd, NULL));
     dev->rmsnorm_backward(dinp ? dinp->data : NULL, dinp16 ? dinp16->data : NULL,
                           dweight ? dweight->data : NULL, dout->data, inp->data, r16, w->data,
-                          rstd->data, (int)N, (int)C);
+                          p16, rstd->data, (int)N, (int)C);
     return ZT_OK;
 }
 

@@ -22,7 +22,9 @@ int zt_fill(zt_tensor *x, float value);
 int zt_copy(zt_tensor *dst, const zt_tensor *src);          /* same dtype, numel, tier */
 int zt_scale(zt_tensor *x, float a);
 int zt_axpy(zt_tensor *y, float a, const zt_tensor *x);      /* y += a*x */
-int zt_add(zt_tensor *y, const zt_tensor *x);                /* y += x */
+/* y += x; y f32, x f32 or a 2-byte x (bf16, f16: a stored gradient into
+ * its fp32 accumulator) widened as read, the bits of zt_cast then zt_add */
+int zt_add(zt_tensor *y, const zt_tensor *x);
 int zt_add3(zt_tensor *out, const zt_tensor *a, const zt_tensor *b); /* out = a+b */
 /* dst and src of equal numel, f32 <-> bf16/f16 (or equal dtypes: a copy). */
 int zt_cast(zt_tensor *dst, const zt_tensor *src);
@@ -40,7 +42,10 @@ int zt_encoder_forward(zt_tensor *out, const zt_tensor *tokens,
 int zt_encoder_backward(zt_tensor *dwte, zt_tensor *dwpe, const zt_tensor *dout,
                         const zt_tensor *tokens);
 /* out (N,C) f32, or bf16 (each element the f32 out's, rounded once: what a
- * bf16 GEMM reads, written so instead of cast after); mean, rstd (N). */
+ * bf16 GEMM reads, written so instead of cast after); mean, rstd (N).
+ * weight and bias (C) f32, or both bf16 (a bf16 run's stored parameters,
+ * widened exactly as read: the bits of f32 copies of them; C <= 16384).
+ * The same for every layer and RMS norm op below. */
 int zt_layernorm_forward(zt_tensor *out, zt_tensor *mean, zt_tensor *rstd,
                          const zt_tensor *inp, const zt_tensor *weight,
                          const zt_tensor *bias);
@@ -82,8 +87,9 @@ int zt_matmul_backward(zt_tensor *dinp, zt_tensor *dweight, zt_tensor *dbias,
                        const zt_tensor *dout, const zt_tensor *inp,
                        const zt_tensor *weight);
 /* The same on bf16 operands with fp32 accumulation (mixed precision):
- * inp (N,C), weight (OC,C), dout (N,OC) bf16; dinp, dweight, bias, dbias
- * f32; out f32, or bf16 (each element the f32 out's, rounded once). Every output element is one fixed sequential chain over k with
+ * inp (N,C), weight (OC,C), dout (N,OC) bf16; dweight, dbias f32; bias f32
+ * or bf16 (widened exactly as read: an f32 copy's bits); dinp f32 or bf16;
+ * out f32, or bf16 (each element the f32 out's, rounded once). Every output element is one fixed sequential chain over k with
  * VDPBF16PS's arithmetic (kernels/cpu/matmul_bf16.c states it exactly), so
  * the bits are the same on any thread count and any CPU (AVX512_BF16 where
  * present, a much slower portable path elsewhere: zt_matmul_bf16_info).

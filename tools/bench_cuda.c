@@ -128,13 +128,17 @@ int main(void)
         zt_cuda_matmul_epilogue(lt);
         const char *lib = lt ? "cuBLASLt" : "cuBLAS";
         snprintf(nm, sizeof nm, "matmul bf16 fwd qkv, %s", lib);
-        TIME(nm, fq, 20, dv->matmul_bf16_forward(y, 0, (uint16_t *)x, (uint16_t *)w, b, N, C, 3 * C, 3 * C));
+        TIME(nm, fq, 20, dv->matmul_bf16_forward(y, 0, (uint16_t *)x, (uint16_t *)w, b, 0, N, C, 3 * C, 3 * C));
         snprintf(nm, sizeof nm, "matmul bf16 fwd qkv bf16 out, %s", lib);
-        TIME(nm, fq, 20, dv->matmul_bf16_forward(y, 1, (uint16_t *)x, (uint16_t *)w, b, N, C, 3 * C, 3 * C));
+        TIME(nm, fq, 20, dv->matmul_bf16_forward(y, 1, (uint16_t *)x, (uint16_t *)w, b, 0, N, C, 3 * C, 3 * C));
+        /* a bf16 run's stored bias as it is (b16; b's bits read as bf16):
+         * no rounding launch before cuBLASLt's epilogue */
+        snprintf(nm, sizeof nm, "matmul bf16 fwd qkv bf16 out, bf16 bias, %s", lib);
+        TIME(nm, fq, 20, dv->matmul_bf16_forward(y, 1, (uint16_t *)x, (uint16_t *)w, b, 1, N, C, 3 * C, 3 * C));
         snprintf(nm, sizeof nm, "matmul bf16 fwd qkv bf16 out, no bias, %s", lib);
-        TIME(nm, fq, 20, dv->matmul_bf16_forward(y, 1, (uint16_t *)x, (uint16_t *)w, NULL, N, C, 3 * C, 3 * C));
+        TIME(nm, fq, 20, dv->matmul_bf16_forward(y, 1, (uint16_t *)x, (uint16_t *)w, NULL, 0, N, C, 3 * C, 3 * C));
         snprintf(nm, sizeof nm, "matmul bf16 fwd fc bf16 out, %s", lib);
-        TIME(nm, f, 20, dv->matmul_bf16_forward(y, 1, (uint16_t *)x, (uint16_t *)w, b, N, C, 4 * C, 4 * C));
+        TIME(nm, f, 20, dv->matmul_bf16_forward(y, 1, (uint16_t *)x, (uint16_t *)w, b, 0, N, C, 4 * C, 4 * C));
         snprintf(nm, sizeof nm, "matmul bf16 bwd qkv (dinp, dw), %s", lib);
         TIME(nm, 2 * fq, 20, dv->matmul_bf16_backward(dx, 0, dw, NULL, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, 3 * C, 3 * C));
         /* the same with a bf16 dinp (bf16 activations: one GEMM with a bf16 D) */
@@ -168,7 +172,7 @@ int main(void)
             const char *how = fu ? "fused" : "two ops";
             int64_t n0 = zkc_matmul_gelu_fused();
             snprintf(nm, sizeof nm, "mlp fc fwd + gelu bf16, %s", how);
-            TIME(nm, f, 20, dv->matmul_bf16_forward_gelu(out16, pre16, in16, w16, b, N, C, 4 * C));
+            TIME(nm, f, 20, dv->matmul_bf16_forward_gelu(out16, pre16, in16, w16, b, 0, N, C, 4 * C));
             int64_t n1 = zkc_matmul_gelu_fused();
             /* c_proj: w (C, 4C), dout (N, C): OC = C, the GEMM's C = 4C */
             snprintf(nm, sizeof nm, "mlp proj bwd dinp + dgelu bf16, %s", how);
@@ -244,9 +248,9 @@ int main(void)
         zt_cuda_matmul_epilogue(lt);
         const char *lib = lt ? "cuBLASLt" : "cuBLAS";
         snprintf(nm, sizeof nm, "lm head fwd bf16, f32 rows of V, %s", lib);
-        TIME(nm, fl, 5, dv->matmul_bf16_forward(lg, 0, (uint16_t *)x, (uint16_t *)wte, NULL, N, C, V, V));
+        TIME(nm, fl, 5, dv->matmul_bf16_forward(lg, 0, (uint16_t *)x, (uint16_t *)wte, NULL, 0, N, C, V, V));
         snprintf(nm, sizeof nm, "lm head fwd bf16, bf16 rows of Vp, %s", lib);
-        TIME(nm, fl, 5, dv->matmul_bf16_forward(lg, 1, (uint16_t *)x, (uint16_t *)wte, NULL, N, C, V, Vp));
+        TIME(nm, fl, 5, dv->matmul_bf16_forward(lg, 1, (uint16_t *)x, (uint16_t *)wte, NULL, 0, N, C, V, Vp));
         snprintf(nm, sizeof nm, "lm head bwd bf16, dout rows of V, %s", lib);
         TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 0, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, V));
         snprintf(nm, sizeof nm, "lm head bwd bf16, dout rows of Vp, %s", lib);
@@ -258,13 +262,13 @@ int main(void)
          * against one GEMM of V columns, and one of Vp (a padded wte) */
         zt_cuda_matmul_split(0);
         snprintf(nm, sizeof nm, "lm head fwd bf16, rows of Vp, one GEMM, %s", lib);
-        TIME(nm, fl, 5, dv->matmul_bf16_forward(lg, 1, (uint16_t *)x, (uint16_t *)wte, NULL, N, C, V, Vp));
+        TIME(nm, fl, 5, dv->matmul_bf16_forward(lg, 1, (uint16_t *)x, (uint16_t *)wte, NULL, 0, N, C, V, Vp));
         snprintf(nm, sizeof nm, "lm head bwd bf16, rows of Vp, one GEMM, %s", lib);
         TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 0, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
         snprintf(nm, sizeof nm, "lm head bwd bf16 dinp, one GEMM, %s", lib);
         TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 1, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
         snprintf(nm, sizeof nm, "lm head fwd bf16, OC = Vp (wte padded), %s", lib);
-        TIME(nm, fl, 5, dv->matmul_bf16_forward(lg, 1, (uint16_t *)x, (uint16_t *)wte, NULL, N, C, Vp, Vp));
+        TIME(nm, fl, 5, dv->matmul_bf16_forward(lg, 1, (uint16_t *)x, (uint16_t *)wte, NULL, 0, N, C, Vp, Vp));
         snprintf(nm, sizeof nm, "lm head bwd bf16, OC = Vp (wte padded), %s", lib);
         TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 0, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, Vp, Vp));
         zt_cuda_matmul_split(1);
@@ -280,9 +284,9 @@ int main(void)
      * the least (every operand read or written once) beside the copy's
      * rate: GPU-Step's "within 1.5x of its roofline" */
     double nc = (double)N * C, nf = (double)N * 4 * C;
-    TIMEB("layernorm fwd (N,768)", nc * 8 + N * 8.0, 50, dv->layernorm_forward(y, 0, mean, rstd, x, 0, w, b, N, C));
+    TIMEB("layernorm fwd (N,768)", nc * 8 + N * 8.0, 50, dv->layernorm_forward(y, 0, mean, rstd, x, 0, w, b, 0, N, C));
     TIMEB("layernorm fwd (N,768) bf16 out", nc * 6 + N * 8.0, 50,
-          dv->layernorm_forward(y, 1, mean, rstd, x, 0, w, b, N, C));
+          dv->layernorm_forward(y, 1, mean, rstd, x, 0, w, b, 0, N, C));
     /* the bf16 residual stream (r16): its rows bf16, cast from x, g, dx
      * (finite values) */
     uint16_t *x16 = NULL, *g16 = NULL, *s16 = NULL;
@@ -291,19 +295,27 @@ int main(void)
     dv->cast(x16, ZT_BF16, x, ZT_F32, (size_t)nc); dv->cast(g16, ZT_BF16, g, ZT_F32, (size_t)nc);
     dv->cast(s16, ZT_BF16, dx, ZT_F32, (size_t)nc);
     TIMEB("layernorm fwd (N,768) bf16 in, out", nc * 4 + N * 8.0, 50,
-          dv->layernorm_forward(y, 1, mean, rstd, x16, 1, w, b, N, C));
+          dv->layernorm_forward(y, 1, mean, rstd, x16, 1, w, b, 0, N, C));
+    /* a bf16 run's stored parameters read as they are (p16) */
+    uint16_t *p16 = NULL;
+    dv->alloc((void **)&p16, (size_t)2 * C * 2);
+    dv->cast(p16, ZT_BF16, w, ZT_F32, (size_t)C); dv->cast(p16 + C, ZT_BF16, b, ZT_F32, (size_t)C);
+    TIMEB("layernorm fwd (N,768) bf16 in, out, params", nc * 4 + N * 8.0, 50,
+          dv->layernorm_forward(y, 1, mean, rstd, x16, 1, p16, p16 + C, 1, N, C));
     /* resid = a + b, then its layer norm (bf16 out): a, b read, resid and out written */
     TIMEB("layernorm + residual fwd, bf16 out", nc * 14 + N * 8.0, 50,
-          dv->layernorm_residual_forward(dx, y, 1, mean, rstd, x, g, 0, w, b, N, C));
+          dv->layernorm_residual_forward(dx, y, 1, mean, rstd, x, g, 0, w, b, 0, N, C));
     TIMEB("layernorm + residual fwd, bf16 stream", nc * 8 + N * 8.0, 50,
-          dv->layernorm_residual_forward(s16, y, 1, mean, rstd, x16, g16, 1, w, b, N, C));
+          dv->layernorm_residual_forward(s16, y, 1, mean, rstd, x16, g16, 1, w, b, 0, N, C));
     /* dout, inp read, dinp read and written (it accumulates) */
-    TIMEB("layernorm bwd (N,768)", nc * 16 + N * 8.0, 50, dv->layernorm_backward(dx, NULL, dw, db, g, x, 0, w, mean, rstd, N, C));
+    TIMEB("layernorm bwd (N,768)", nc * 16 + N * 8.0, 50, dv->layernorm_backward(dx, NULL, dw, db, g, x, 0, w, 0, mean, rstd, N, C));
     TIMEB("layernorm bwd (N,768) + bf16 dinp", nc * 18 + N * 8.0, 50,
-          dv->layernorm_backward(dx, (uint16_t *)y, dw, db, g, x, 0, w, mean, rstd, N, C));
+          dv->layernorm_backward(dx, (uint16_t *)y, dw, db, g, x, 0, w, 0, mean, rstd, N, C));
     /* r16: dout and inp bf16, dinp bf16 read and written */
     TIMEB("layernorm bwd (N,768) bf16 stream", nc * 8 + N * 8.0, 50,
-          dv->layernorm_backward(s16, NULL, dw, db, g16, x16, 1, w, mean, rstd, N, C));
+          dv->layernorm_backward(s16, NULL, dw, db, g16, x16, 1, w, 0, mean, rstd, N, C));
+    TIMEB("layernorm bwd (N,768) bf16 stream, params", nc * 8 + N * 8.0, 50,
+          dv->layernorm_backward(s16, NULL, dw, db, g16, x16, 1, p16, 1, mean, rstd, N, C));
     TIMEB("residual add (N,768)", nc * 12, 50, dv->add3(dx, x, g, 0, (size_t)nc));
     TIMEB("residual add (N,768) bf16", nc * 6, 50, dv->add3(s16, x16, g16, 1, (size_t)nc));
     TIMEB("gelu fwd (N,3072)", nf * 8, 50, dv->gelu_forward(y, 0, x, 0, (size_t)nf));
@@ -347,7 +359,7 @@ int main(void)
               dv->encoder_backward(tw, tp, g16, 1, tok, B, T, C, Vb));
         dv->free(tok); dv->free(tw); dv->free(tp); free(htok);
     }
-    dv->free(x16); dv->free(g16); dv->free(s16);
+    dv->free(x16); dv->free(g16); dv->free(s16); dv->free(p16);
     (void)logits;
     int rc = dv->sync();
     printf("sync: %s\n", rc == ZT_OK ? "ok" : zt_last_error());

@@ -178,3 +178,17 @@ void zk_cast_f16_f32(float *dst, const uint16_t *src, size_t n) {
         for (size_t i = lo; i < hi; i++) dst[i] = f16_to_f32(src[i]);
     });
 }
+
+void zk_add_bf16(float *y, const uint16_t *x, size_t n) {
+    EW_FOR_BLOCKS(n, lo, hi, {
+        _Pragma("omp simd")
+        for (size_t i = lo; i < hi; i++) y[i] += bits_f32((uint32_t)x[i] << 16);
+    });
+}
+
+void zk_add_f16(float *y, const uint16_t *x, size_t n) {
+    EW_FOR_BLOCKS(n, lo, hi, {
+        _Pragma("omp simd")
+        for (size_t i = lo; i < hi; i++) y[i] += f16_to_f32(x[i]);
+    });
+}

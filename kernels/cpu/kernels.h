@@ -40,6 +40,11 @@ void zk_copy(float *dst, const float *src, size_t n);
 void zk_scale(float *x, float a, size_t n);                 /* x *= a          */
 void zk_axpy(float *y, float a, const float *x, size_t n);  /* y += a * x      */
 void zk_add(float *y, const float *x, size_t n);            /* y += x          */
+/* y += x for a 2-byte x (a bf16 or fp16 run's stored gradient), each element
+ * widened exactly: zk_cast_*_f32 then zk_add, the same bits, one pass and
+ * no f32 copy of x (mixed precision's fp32 gradient accumulation) */
+void zk_add_bf16(float *y, const uint16_t *x, size_t n);
+void zk_add_f16(float *y, const uint16_t *x, size_t n);
 void zk_add3(float *out, const float *a, const float *b, size_t n); /* out = a + b (residual) */
 /* The bf16 residual stream (bf16 activations end to end): out = a + b on
  * the widened values, rounded once to nearest even. out may alias a or b. */

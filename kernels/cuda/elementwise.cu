@@ -9,7 +9,12 @@ __global__ static void k_axpy(float *y, float a, const float *x, size_t n)
 {
     ZKC_FOR(i, n) y[i] = __fadd_rn(y[i], __fmul_rn(a, x[i]));
 }
-__global__ static void k_add(float *y, const float *x, size_t n) { ZKC_FOR(i, n) y[i] = y[i] + x[i]; }
+/* y += x, x fp32 or a 2-byte x widened exactly (X uint16_t: bf16 bits,
+ * __half: fp16): the casts' widening then the one fp32 add, so the bits of
+ * a cast then zkc_add */
+__device__ __forceinline__ float zkc_get(const __half *p) { return __half2float(*p); }
+template <class X>
+__global__ static void k_add(float *y, const X *x, size_t n) { ZKC_FOR(i, n) y[i] = y[i] + zkc_get(x + i); }
 __global__ static void k_add3(float *o, const float *a, const float *b, size_t n)
 {
     ZKC_FOR(i, n) o[i] = a[i] + b[i];
@@ -109,7 +114,12 @@ extern "C" {
 int zkc_fill(cudaStream_t s, float *x, float v, size_t n) { LAUNCH(k_fill, n, x, v, n); }
 int zkc_scale(cudaStream_t s, float *x, float a, size_t n) { LAUNCH(k_scale, n, x, a, n); }
 int zkc_axpy(cudaStream_t s, float *y, float a, const float *x, size_t n) { LAUNCH(k_axpy, n, y, a, x, n); }
-int zkc_add(cudaStream_t s, float *y, const float *x, size_t n) { LAUNCH(k_add, n, y, x, n); }
+int zkc_add(cudaStream_t s, float *y, const float *x, size_t n) { LAUNCH(k_add<float>, n, y, x, n); }
+int zkc_add_bf16(cudaStream_t s, float *y, const uint16_t *x, size_t n) { LAUNCH(k_add<uint16_t>, n, y, x, n); }
+int zkc_add_f16(cudaStream_t s, float *y, const uint16_t *x, size_t n)
+{
+    LAUNCH(k_add<__half>, n, y, (const __half *)x, n);
+}
 int zkc_add3(cudaStream_t s, float *o, const float *a, const float *b, size_t n) { LAUNCH(k_add3, n, o, a, b, n); }
 int zkc_add3_b16(cudaStream_t s, uint16_t *o, const uint16_t *a, const uint16_t *b, size_t n)
 {

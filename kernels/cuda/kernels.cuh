@@ -32,6 +32,10 @@ int zkc_fill(cudaStream_t s, float *x, float v, size_t n);
 int zkc_scale(cudaStream_t s, float *x, float a, size_t n);
 int zkc_axpy(cudaStream_t s, float *y, float a, const float *x, size_t n);
 int zkc_add(cudaStream_t s, float *y, const float *x, size_t n);
+/* y += x for a 2-byte x (bf16, fp16), each element widened exactly: the
+ * bits of the cast below then zkc_add (kernels.h zk_add_bf16, zk_add_f16) */
+int zkc_add_bf16(cudaStream_t s, float *y, const uint16_t *x, size_t n);
+int zkc_add_f16(cudaStream_t s, float *y, const uint16_t *x, size_t n);
 int zkc_add3(cudaStream_t s, float *out, const float *a, const float *b, size_t n);
 /* the bf16 residual stream (kernels.h zk_add3_b16): out = a + b on the
  * widened values, rounded once (zkc_bf16); the CPU's bits. out may alias a
@@ -53,14 +57,21 @@ int zkc_gelu_backward(cudaStream_t s, void *dinp, int out16, const void *inp, in
                       const float *dout, size_t n);
 
 /* ---- layernorm.cu ---- */
-/* out16: out bf16, each element rounded once (a bf16 GEMM's input) */
+/* out16: out bf16, each element rounded once (a bf16 GEMM's input). p16
+ * (every entry point below): the parameters w and b (the RMS norm's w)
+ * bf16 (uint16_t bits, a bf16 run's stored ones), each widened exactly as
+ * it is read, and every float operation the f32 parameters' on the
+ * widened values: the same bits as p16 0 on an f32 copy of them, on the
+ * same path (the vector path takes bf16 parameters on 8 bytes, f32 ones
+ * on 16); else (p16 0) fp32 as before. */
 int zkc_layernorm_forward(cudaStream_t s, void *out, int out16, float *mean, float *rstd,
-                          const float *inp, const float *w, const float *b, int N, int C);
+                          const float *inp, const void *w, const void *b, int p16, int N,
+                          int C);
 /* resid (N,C) WRITTEN = a + b, then zkc_layernorm_forward on resid: one
  * launch, the row read back from cache (the bits of add3 then the forward) */
 int zkc_layernorm_residual_forward(cudaStream_t s, float *resid, void *out, int out16,
                                    float *mean, float *rstd, const float *a, const float *b2,
-                                   const float *w, const float *b, int N, int C);
+                                   const void *w, const void *b, int p16, int N, int C);
 /* dinp ACCUMULATED (skipped when NULL); dw, db WRITTEN (skipped unless
  * both given): chunks of rows in order in double, the chunks' sums in a
  * grouping fixed by (N, C); dinp's bits do not depend on whether dw, db
@@ -69,7 +80,7 @@ int zkc_layernorm_residual_forward(cudaStream_t s, float *resid, void *out, int 
  * touched on s (the caller orders its other users). dinp16: NULL, or with
  * dinp the accumulated dinp rounded once (zkc_bf16). */
 int zkc_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, float *dw, float *db,
-                           const float *dout, const float *inp, const float *w,
+                           const float *dout, const float *inp, const void *w, int p16,
                            const float *mean, const float *rstd, int N, int C,
                            double *scratch);
 size_t zkc_layernorm_scratch(int N, int C);
@@ -77,12 +88,12 @@ size_t zkc_layernorm_scratch(int N, int C);
  * as the layer norm's; rstd (N) WRITTEN. The layer norm's paths with the
  * mean 0 and no bias. */
 int zkc_rmsnorm_forward(cudaStream_t s, void *out, int out16, float *rstd, const float *inp,
-                        const float *w, float eps, int N, int C);
+                        const void *w, int p16, float eps, int N, int C);
 /* dinp ACCUMULATED (NULL: skipped), dinp16 as the layer norm's; dw WRITTEN
  * (NULL: skipped); scratch: zkc_rmsnorm_scratch(N, C) doubles */
 int zkc_rmsnorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, float *dw,
-                         const float *dout, const float *inp, const float *w, const float *rstd,
-                         int N, int C, double *scratch);
+                         const float *dout, const float *inp, const void *w, int p16,
+                         const float *rstd, int N, int C, double *scratch);
 size_t zkc_rmsnorm_scratch(int N, int C);
 /* The bf16 residual stream (kernels.h's _r16 twins): the rows (inp;
  * resid, a, b2; the backward's inp, dout and dinp) bf16, widened exactly
@@ -93,22 +104,23 @@ size_t zkc_rmsnorm_scratch(int N, int C);
  * = zkc_add3_b16's bits, its norm on the stored (rounded) resid; dinp
  * ACCUMULATED, each element round(widen(dinp) + the fp32 kernel's term);
  * mean, rstd, dw, db as the fp32 kernels' on the widened rows. NULL
- * dinp, dw (db) as above; scratch the same sizes. */
+ * dinp, dw (db) as above; scratch the same sizes; p16 as above. */
 int zkc_layernorm_forward_r16(cudaStream_t s, uint16_t *out, float *mean, float *rstd,
-                              const uint16_t *inp, const float *w, const float *b, int N, int C);
+                              const uint16_t *inp, const void *w, const void *b, int p16, int N,
+                              int C);
 int zkc_layernorm_residual_forward_r16(cudaStream_t s, uint16_t *resid, uint16_t *out,
                                        float *mean, float *rstd, const uint16_t *a,
-                                       const uint16_t *b2, const float *w, const float *b,
+                                       const uint16_t *b2, const void *w, const void *b, int p16,
                                        int N, int C);
 int zkc_layernorm_backward_r16(cudaStream_t s, uint16_t *dinp, float *dw, float *db,
-                               const uint16_t *dout, const uint16_t *inp, const float *w,
+                               const uint16_t *dout, const uint16_t *inp, const void *w, int p16,
                                const float *mean, const float *rstd, int N, int C,
                                double *scratch);
 int zkc_rmsnorm_forward_r16(cudaStream_t s, uint16_t *out, float *rstd, const uint16_t *inp,
-                            const float *w, float eps, int N, int C);
+                            const void *w, int p16, float eps, int N, int C);
 int zkc_rmsnorm_backward_r16(cudaStream_t s, uint16_t *dinp, float *dw, const uint16_t *dout,
-                             const uint16_t *inp, const float *w, const float *rstd, int N,
-                             int C, double *scratch);
+                             const uint16_t *inp, const void *w, int p16, const float *rstd,
+                             int N, int C, double *scratch);
 
 /* ---- rope.cu, swiglu.cu (Llama's; kernels.h zk_rope_*, zk_swiglu_*): the
  * same layouts; cos_t, sin_t device copies of zk_rope_table's. RoPE: the
@@ -197,9 +209,12 @@ int zkc_matmul_backward(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw
                         int N, int C, int OC, int ldo, double *scratch);
 /* bf16 operands, fp32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F), out
  * fp32 or (out_bf16) bf16: not zk_matmul_bf16's bits (cuBLAS's k order).
- * ldo: out's (dout's) row stride in elements, >= OC (kernels.h). */
+ * ldo: out's (dout's) row stride in elements, >= OC (kernels.h). b (NULL:
+ * none) fp32, or (b16) bf16 (a bf16 run's stored bias, any alignment):
+ * the bits of an fp32 b holding its widened values (the same path: the
+ * bias's type and alignment never choose it). */
 int zkc_matmul_bf16_forward(cublasHandle_t h, cudaStream_t s, void *out, int out_bf16,
-                            const uint16_t *inp, const uint16_t *w, const float *b,
+                            const uint16_t *inp, const uint16_t *w, const void *b, int b16,
                             int N, int C, int OC, int ldo);
 /* dinp16: dinp (N,C) bf16, the fp32 dinp rounded once (RNE): one GEMM with
  * a bf16 D (cuBLASLt's plan without split-K partials, or cublasGemmEx with
@@ -240,7 +255,8 @@ int zkc_matmul_split(int on);
  * matmul_bf16_backward_dgelu), bf16 operands and activations, rows dense
  * (ld OC forward, C for dinp16 and pre backward; dout's ldo >= OC).
  * forward_gelu: pre (N,OC) = inp @ w^T + b and out (N,OC) = gelu(pre),
- * both bf16 (b fp32 or NULL). backward_dgelu: dinp16 (N,C) bf16 =
+ * both bf16 (b fp32, bf16 (b16) or NULL, as zkc_matmul_bf16_forward's).
+ * backward_dgelu: dinp16 (N,C) bf16 =
  * gelu'(pre) * (dout @ w), pre (N,C) bf16; dinp32 (N,C) fp32 scratch
  * (written only where the product is formed apart); dw, db (NULL:
  * skipped) and scratch as zkc_matmul_bf16_backward's, the same bits;
@@ -252,7 +268,7 @@ int zkc_matmul_split(int on);
  * (matmul.cu says which shapes fuse: functions of the shapes and
  * alignments only). Returns as the matmuls do. */
 int zkc_matmul_bf16_forward_gelu(cublasHandle_t h, cudaStream_t s, uint16_t *out, uint16_t *pre,
-                                 const uint16_t *inp, const uint16_t *w, const float *b,
+                                 const uint16_t *inp, const uint16_t *w, const void *b, int b16,
                                  int N, int C, int OC);
 int zkc_matmul_bf16_backward_dgelu(cublasHandle_t h, cudaStream_t s, uint16_t *dinp16,
                                    float *dinp32, float *dw, float *db, const uint16_t *dout,

@@ -43,10 +43,23 @@
  * float operation in between the f32 instantiation's; so the r16 results
  * are the f32 kernels' on the widened rows, rounded once (checked bit for
  * bit under spec/emu). The vector path takes bf16 rows on 8 bytes (a
- * warp's loads 256 contiguous bytes), the weights on 16 as before. The
- * I = float instantiations are the float operations of before (the same
+ * warp's loads 256 contiguous bytes), the weights on 16 as before (bf16
+ * ones, below, on 8). The I = float instantiations are the float
+ * operations of before (the same
  * PTX instructions; the backward's stores scheduled differently; dout's
- * type following I left their SASS unchanged). */
+ * type following I left their SASS unchanged).
+ *
+ * A bf16 run's parameters ("p16"): every kernel that reads w (and b)
+ * takes them through a third type P, float or uint16_t (bf16 bits, each
+ * widened exactly as it is read: zkc_get, ln_ld4 -- 8 bytes of 4 bf16 on
+ * the vector path), so a bf16 run passes its stored parameters with no
+ * cast before the op; every float operation is the f32 parameters' on the
+ * widened values, hence the same bits as an f32 copy of them (checked
+ * under spec/emu). The path is chosen as before, bf16 parameters on 8
+ * bytes counting as f32 ones on 16: a parameter at a given element offset
+ * takes the same path in either type. The weight-gradient pass apart
+ * (k_ln_bwd_w_part) reads no w: no P. The P = float instantiations are
+ * the kernels of before (the same SASS, sm_80 and sm_90). */
 #include <cuda_bf16.h>
 #include "mma.cuh"
 #include "common.cuh"
@@ -112,9 +125,9 @@ __device__ __forceinline__ float4 ln_stored4(const uint16_t *, float4 v)
  * written for RMS), rstd (N). RMS: out = w * (x * rstd), the mean 0 and
  * no bias (transformers' LlamaRMSNorm's order). inp fp32, or (I =
  * uint16_t) bf16 widened: a warp's loads 64 contiguous bytes */
-template <class I, class O, bool RMS>
+template <class I, class O, class P, bool RMS>
 __device__ __forceinline__ void ln_fwd(O *out, float *mean, float *rstd, const I *inp,
-                                       const float *w, const float *b, float eps, int N, int C)
+                                       const P *w, const P *b, float eps, int N, int C)
 {
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
@@ -131,22 +144,23 @@ __device__ __forceinline__ void ln_fwd(O *out, float *mean, float *rstd, const I
     O *o = out + (size_t)row * C;
     for (int c = lane; c < C; c += 32) {
         float xc = zkc_get(x + c);
-        zkc_put(o + c, RMS ? w[c] * (xc * r) : (xc - m) * r * w[c] + b[c]);
+        float wc = zkc_get(w + c);
+        zkc_put(o + c, RMS ? wc * (xc * r) : (xc - m) * r * wc + zkc_get(b + c));
     }
     if (lane == 0) { if (!RMS) mean[row] = m; rstd[row] = r; }
 }
-template <class I, class O, bool RMS>
+template <class I, class O, class P, bool RMS>
 __global__ static void k_ln_fwd(O *out, float *mean, float *rstd, const I *inp,
-                                const float *w, const float *b, float eps, int N, int C)
-{ ln_fwd<I, O, RMS>(out, mean, rstd, inp, w, b, eps, N, C); }
+                                const P *w, const P *b, float eps, int N, int C)
+{ ln_fwd<I, O, P, RMS>(out, mean, rstd, inp, w, b, eps, N, C); }
 
 /* the residual add first: resid = a + b (the row written, then read back
  * from cache by the same lane), then ln_fwd's row on it; I = uint16_t:
  * resid = the sum rounded once, the norm on the stored (rounded) row */
-template <class I, class O>
+template <class I, class O, class P>
 __global__ static void k_ln_res_fwd(I *resid, O *out, float *mean, float *rstd,
-                                    const I *a, const I *b2, const float *w,
-                                    const float *b, int N, int C)
+                                    const I *a, const I *b2, const P *w,
+                                    const P *b, int N, int C)
 {
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
@@ -154,16 +168,16 @@ __global__ static void k_ln_res_fwd(I *resid, O *out, float *mean, float *rstd,
     const I *ar = a + (size_t)row * C, *br = b2 + (size_t)row * C;
     for (int c = lane; c < C; c += 32) zkc_put(x + c, zkc_get(ar + c) + zkc_get(br + c));
     __syncwarp();
-    ln_fwd<I, O, false>(out, mean, rstd, resid, w, b, 1e-5f, N, C);
+    ln_fwd<I, O, P, false>(out, mean, rstd, resid, w, b, 1e-5f, N, C);
 }
 
 /* dinp += (g - mean(g) - norm * mean(g * norm)) * rstd, g = w * dout
  * (RMS: no mean(g), norm = x * rstd); dinp16 (NULL: none) the new dinp
  * rounded once. I = uint16_t: inp, dout and dinp bf16, widened, the new
  * dinp rounded once (dinp16 NULL) */
-template <class I, bool RMS>
+template <class I, class P, bool RMS>
 __global__ static void k_ln_bwd_dinp(I *dinp, uint16_t *dinp16, const I *dout,
-                                     const I *inp, const float *w, const float *mean,
+                                     const I *inp, const P *w, const float *mean,
                                      const float *rstd, int N, int C)
 {
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -173,7 +187,7 @@ __global__ static void k_ln_bwd_dinp(I *dinp, uint16_t *dinp16, const I *dout,
     I *di = dinp + (size_t)row * C;
     float m = RMS ? 0.0f : mean[row], s = rstd[row], a1 = 0.0f, a2 = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        float g = w[c] * zkc_get(d + c);
+        float g = zkc_get(w + c) * zkc_get(d + c);
         a1 += g;
         a2 += g * ((zkc_get(x + c) - m) * s);
     }
@@ -181,8 +195,9 @@ __global__ static void k_ln_bwd_dinp(I *dinp, uint16_t *dinp16, const I *dout,
     uint16_t *d16 = dinp16 ? dinp16 + (size_t)row * C : NULL;
     for (int c = lane; c < C; c += 32) {
         float norm = (zkc_get(x + c) - m) * s;
-        float v = RMS ? zkc_get(di + c) + (w[c] * zkc_get(d + c) - norm * gn_mean) * s
-                      : zkc_get(di + c) + (w[c] * zkc_get(d + c) - g_mean - norm * gn_mean) * s;
+        float wc = zkc_get(w + c);
+        float v = RMS ? zkc_get(di + c) + (wc * zkc_get(d + c) - norm * gn_mean) * s
+                      : zkc_get(di + c) + (wc * zkc_get(d + c) - g_mean - norm * gn_mean) * s;
         zkc_put(di + c, v);
         if (d16) d16[c] = zkc_bf16(v);
     }
@@ -219,10 +234,10 @@ __device__ __forceinline__ float ln_sum4(float4 v) { return ((v.x + v.y) + v.z) 
  * once). I: the rows' (inp, b2, resid): float, or uint16_t bf16 (loaded 8
  * bytes a group, widened; resid the sum rounded once, the norm on the
  * rounded row). */
-template <int V, class I, class O, bool RES, bool RMS>
+template <int V, class I, class O, class P, bool RES, bool RMS>
 __global__ static void k_ln_fwd_v(I *resid, O *out, float *mean, float *rstd,
-                                  const I *inp, const I *b2, const float *w,
-                                  const float *b, float eps, int N, int C)
+                                  const I *inp, const I *b2, const P *w,
+                                  const P *b, float eps, int N, int C)
 {
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
@@ -258,12 +273,12 @@ __global__ static void k_ln_fwd_v(I *resid, O *out, float *mean, float *rstd,
     for (int j = 0; j < V; j++) {
         int g = 32 * j + lane;
         if (g >= C4) continue;
-        float4 wv = zkc_ldg4(w + 4 * g), y;
+        float4 wv = ln_ld4(w + 4 * g), y;
         if (RMS) {
             y = float4{ wv.x * (x[j].x * r), wv.y * (x[j].y * r), wv.z * (x[j].z * r),
                         wv.w * (x[j].w * r) };
         } else {
-            float4 bv = zkc_ldg4(b + 4 * g);
+            float4 bv = ln_ld4(b + 4 * g);
             y = float4{ (x[j].x - m) * r * wv.x + bv.x, (x[j].y - m) * r * wv.y + bv.y,
                         (x[j].z - m) * r * wv.z + bv.z, (x[j].w - m) * r * wv.w + bv.w };
         }
@@ -289,9 +304,9 @@ __global__ static void k_ln_fwd_v(I *resid, O *out, float *mean, float *rstd,
  * none of dinp. I = uint16_t: inp, dout and dinp bf16 (8-byte loads and
  * stores a group, widened exactly), the new dinp rounded once (dinp16
  * NULL). */
-template <int V, class I, bool RMS>
+template <int V, class I, class P, bool RMS>
 __global__ static void __launch_bounds__(LN_BWD_MAX) k_ln_bwd_v(I *dinp, uint16_t *dinp16, double *part,
-                                  const I *dout, const I *inp, const float *w,
+                                  const I *dout, const I *inp, const P *w,
                                   const float *mean, const float *rstd, int N, int C, int R)
 {
     enum { RG = 4 / V };
@@ -304,7 +319,7 @@ __global__ static void __launch_bounds__(LN_BWD_MAX) k_ln_bwd_v(I *dinp, uint16_
 #pragma unroll
     for (int j = 0; j < V; j++) {
         int g = threadIdx.x + j * blockDim.x;
-        wv[j] = g < C4 ? zkc_ldg4(w + 4 * g) : float4{ 0.0f, 0.0f, 0.0f, 0.0f };
+        wv[j] = g < C4 ? ln_ld4(w + 4 * g) : float4{ 0.0f, 0.0f, 0.0f, 0.0f };
         for (int e = 0; e < 4; e++) sw[j][e] = sb[j][e] = 0.0;
     }
     int buf = 0;
@@ -431,86 +446,101 @@ static int ln_al(const void *p, size_t esize)
     return !((uintptr_t)p & (esize == 2 ? 7 : 15));
 }
 
-template <int V, class I, class O, bool RES, bool RMS>
+template <int V, class I, class O, class P, bool RES, bool RMS>
 static int ln_fwd_launch(cudaStream_t s, I *resid, void *out, float *mean, float *rstd,
-                         const I *inp, const I *b2, const float *w, const float *b,
+                         const I *inp, const I *b2, const P *w, const P *b,
                          float eps, int N, int C)
 {
     unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);   /* launches on one line: spec/emu */
-    k_ln_fwd_v<V, I, O, RES, RMS><<<g, 32 * LN_WARPS, 0, s>>>(resid, (O *)out, mean, rstd, inp, b2, w, b, eps, N, C);
+    k_ln_fwd_v<V, I, O, P, RES, RMS><<<g, 32 * LN_WARPS, 0, s>>>(resid, (O *)out, mean, rstd, inp, b2, w, b, eps, N, C);
     return ZKC_LAUNCHED();
 }
 /* a forward: the vector path where the shape and pointers allow, else the
  * scalar one (RES: the residual add first, resid = a + b2); I the rows'
- * type, O the out's */
-template <class I, class O, bool RES, bool RMS>
+ * type, O the out's, P the parameters' (w and b: float, or uint16_t bf16
+ * widened exactly, on 8 bytes for the vector path's loads of 4) */
+template <class I, class O, class P, bool RES, bool RMS>
 static int ln_fwd_any(cudaStream_t s, I *resid, void *out, float *mean, float *rstd,
-                      const I *inp, const I *b2, const float *w, const float *b,
+                      const I *inp, const I *b2, const P *w, const P *b,
                       float eps, int N, int C)
 {
     if (N == 0) return 0;
     int V = ln_fwd_groups(C);
-    if (V && C % 4 == 0 && zkc_aligned16(w, RMS ? NULL : b, NULL) && ln_al(inp, sizeof(I)) &&
-        ln_al(b2, sizeof(I)) && ln_al(resid, sizeof(I)) && ln_al(out, sizeof(O))) {
+    if (V && C % 4 == 0 && ln_al(w, sizeof(P)) && ln_al(RMS ? NULL : b, sizeof(P)) &&
+        ln_al(inp, sizeof(I)) && ln_al(b2, sizeof(I)) && ln_al(resid, sizeof(I)) &&
+        ln_al(out, sizeof(O))) {
         switch (V) {
-        case 2: return ln_fwd_launch<2, I, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
-        case 4: return ln_fwd_launch<4, I, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
-        case 6: return ln_fwd_launch<6, I, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
-        case 8: return ln_fwd_launch<8, I, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
-        case 12: return ln_fwd_launch<12, I, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
-        default: return ln_fwd_launch<16, I, O, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
+        case 2: return ln_fwd_launch<2, I, O, P, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
+        case 4: return ln_fwd_launch<4, I, O, P, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
+        case 6: return ln_fwd_launch<6, I, O, P, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
+        case 8: return ln_fwd_launch<8, I, O, P, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
+        case 12: return ln_fwd_launch<12, I, O, P, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
+        default: return ln_fwd_launch<16, I, O, P, RES, RMS>(s, resid, out, mean, rstd, inp, b2, w, b, eps, N, C);
         }
     }
     unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);
-    if (RES) k_ln_res_fwd<I, O><<<g, 32 * LN_WARPS, 0, s>>>(resid, (O *)out, mean, rstd, inp, b2, w, b, N, C);
-    else k_ln_fwd<I, O, RMS><<<g, 32 * LN_WARPS, 0, s>>>((O *)out, mean, rstd, inp, w, b, eps, N, C);
+    if (RES) k_ln_res_fwd<I, O, P><<<g, 32 * LN_WARPS, 0, s>>>(resid, (O *)out, mean, rstd, inp, b2, w, b, N, C);
+    else k_ln_fwd<I, O, P, RMS><<<g, 32 * LN_WARPS, 0, s>>>((O *)out, mean, rstd, inp, w, b, eps, N, C);
     return ZKC_LAUNCHED();
+}
+/* ln_fwd_any with the parameters' type picked by p16 (kernels.cuh) */
+template <class I, class O, bool RES, bool RMS>
+static int ln_fwd_p(cudaStream_t s, I *resid, void *out, float *mean, float *rstd,
+                    const I *inp, const I *b2, const void *w, const void *b, int p16,
+                    float eps, int N, int C)
+{
+    if (p16)
+        return ln_fwd_any<I, O, uint16_t, RES, RMS>(s, resid, out, mean, rstd, inp, b2, (const uint16_t *)w,
+                                                    (const uint16_t *)b, eps, N, C);
+    return ln_fwd_any<I, O, float, RES, RMS>(s, resid, out, mean, rstd, inp, b2, (const float *)w,
+                                             (const float *)b, eps, N, C);
 }
 
 extern "C" int zkc_layernorm_forward(cudaStream_t s, void *out, int out16, float *mean,
-                                     float *rstd, const float *inp, const float *w,
-                                     const float *b, int N, int C)
+                                     float *rstd, const float *inp, const void *w,
+                                     const void *b, int p16, int N, int C)
 {
-    if (out16) return ln_fwd_any<float, uint16_t, false, false>(s, NULL, out, mean, rstd, inp, NULL, w, b, 1e-5f, N, C);
-    return ln_fwd_any<float, float, false, false>(s, NULL, out, mean, rstd, inp, NULL, w, b, 1e-5f, N, C);
+    if (out16) return ln_fwd_p<float, uint16_t, false, false>(s, NULL, out, mean, rstd, inp, NULL, w, b, p16, 1e-5f, N, C);
+    return ln_fwd_p<float, float, false, false>(s, NULL, out, mean, rstd, inp, NULL, w, b, p16, 1e-5f, N, C);
 }
 
 extern "C" int zkc_layernorm_residual_forward(cudaStream_t s, float *resid, void *out, int out16,
                                               float *mean, float *rstd, const float *a,
-                                              const float *b2, const float *w, const float *b,
-                                              int N, int C)
+                                              const float *b2, const void *w, const void *b,
+                                              int p16, int N, int C)
 {
-    if (out16) return ln_fwd_any<float, uint16_t, true, false>(s, resid, out, mean, rstd, a, b2, w, b, 1e-5f, N, C);
-    return ln_fwd_any<float, float, true, false>(s, resid, out, mean, rstd, a, b2, w, b, 1e-5f, N, C);
+    if (out16) return ln_fwd_p<float, uint16_t, true, false>(s, resid, out, mean, rstd, a, b2, w, b, p16, 1e-5f, N, C);
+    return ln_fwd_p<float, float, true, false>(s, resid, out, mean, rstd, a, b2, w, b, p16, 1e-5f, N, C);
 }
 
 extern "C" int zkc_rmsnorm_forward(cudaStream_t s, void *out, int out16, float *rstd,
-                                   const float *inp, const float *w, float eps, int N, int C)
+                                   const float *inp, const void *w, int p16, float eps, int N,
+                                   int C)
 {
-    if (out16) return ln_fwd_any<float, uint16_t, false, true>(s, NULL, out, NULL, rstd, inp, NULL, w, NULL, eps, N, C);
-    return ln_fwd_any<float, float, false, true>(s, NULL, out, NULL, rstd, inp, NULL, w, NULL, eps, N, C);
+    if (out16) return ln_fwd_p<float, uint16_t, false, true>(s, NULL, out, NULL, rstd, inp, NULL, w, NULL, p16, eps, N, C);
+    return ln_fwd_p<float, float, false, true>(s, NULL, out, NULL, rstd, inp, NULL, w, NULL, p16, eps, N, C);
 }
 
 extern "C" int zkc_layernorm_forward_r16(cudaStream_t s, uint16_t *out, float *mean, float *rstd,
-                                         const uint16_t *inp, const float *w, const float *b,
-                                         int N, int C)
+                                         const uint16_t *inp, const void *w, const void *b,
+                                         int p16, int N, int C)
 {
-    return ln_fwd_any<uint16_t, uint16_t, false, false>(s, NULL, out, mean, rstd, inp, NULL, w, b, 1e-5f, N, C);
+    return ln_fwd_p<uint16_t, uint16_t, false, false>(s, NULL, out, mean, rstd, inp, NULL, w, b, p16, 1e-5f, N, C);
 }
 
 extern "C" int zkc_layernorm_residual_forward_r16(cudaStream_t s, uint16_t *resid, uint16_t *out,
                                                   float *mean, float *rstd, const uint16_t *a,
-                                                  const uint16_t *b2, const float *w,
-                                                  const float *b, int N, int C)
+                                                  const uint16_t *b2, const void *w,
+                                                  const void *b, int p16, int N, int C)
 {
-    return ln_fwd_any<uint16_t, uint16_t, true, false>(s, resid, out, mean, rstd, a, b2, w, b, 1e-5f, N, C);
+    return ln_fwd_p<uint16_t, uint16_t, true, false>(s, resid, out, mean, rstd, a, b2, w, b, p16, 1e-5f, N, C);
 }
 
 extern "C" int zkc_rmsnorm_forward_r16(cudaStream_t s, uint16_t *out, float *rstd,
-                                       const uint16_t *inp, const float *w, float eps, int N,
-                                       int C)
+                                       const uint16_t *inp, const void *w, int p16, float eps,
+                                       int N, int C)
 {
-    return ln_fwd_any<uint16_t, uint16_t, false, true>(s, NULL, out, NULL, rstd, inp, NULL, w, NULL, eps, N, C);
+    return ln_fwd_p<uint16_t, uint16_t, false, true>(s, NULL, out, NULL, rstd, inp, NULL, w, NULL, p16, eps, N, C);
 }
 
 /* the vector backward: V float4 groups a thread, threads a block (a
@@ -526,27 +556,28 @@ static int ln_bwd_shape(int C, int *threads)
 }
 
 /* dinp (dinp16) and the weights' partials into scratch (weights), then dw
- * (db unless RMS) from them; I: inp's, dout's and dinp's type */
-template <class I, bool RMS>
+ * (db unless RMS) from them; I: inp's, dout's and dinp's type, P: w's (as
+ * the forward's) */
+template <class I, class P, bool RMS>
 static int ln_bwd_any(cudaStream_t s, I *dinp, uint16_t *dinp16, float *dw, float *db,
-                      const I *dout, const I *inp, const float *w, const float *mean,
+                      const I *dout, const I *inp, const P *w, const float *mean,
                       const float *rstd, int N, int C, double *scratch)
 {
     if (N == 0) return 0;
     int weights = dw && (RMS || db), R = zkc_ln_rows(N), nk = (N + R - 1) / R, threads = 0, e;
     int V = ln_bwd_shape(C, &threads);
     if (!dinp && !weights) return 0;
-    if (V && C % 4 == 0 && zkc_aligned16(w, NULL, NULL) && ln_al(dout, sizeof(I)) &&
+    if (V && C % 4 == 0 && ln_al(w, sizeof(P)) && ln_al(dout, sizeof(I)) &&
         ln_al(dinp, sizeof(I)) && ln_al(inp, sizeof(I)) && ln_al(dinp16, 2)) {
         unsigned g = (unsigned)nk;
         double *part = weights ? scratch : NULL;
-        if (V == 1) k_ln_bwd_v<1, I, RMS><<<g, threads, 0, s>>>(dinp, dinp16, part, dout, inp, w, mean, rstd, N, C, R);
-        else k_ln_bwd_v<2, I, RMS><<<g, threads, 0, s>>>(dinp, dinp16, part, dout, inp, w, mean, rstd, N, C, R);
+        if (V == 1) k_ln_bwd_v<1, I, P, RMS><<<g, threads, 0, s>>>(dinp, dinp16, part, dout, inp, w, mean, rstd, N, C, R);
+        else k_ln_bwd_v<2, I, P, RMS><<<g, threads, 0, s>>>(dinp, dinp16, part, dout, inp, w, mean, rstd, N, C, R);
         e = ZKC_LAUNCHED();
     } else {
         if (dinp) {
             unsigned g = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);
-            k_ln_bwd_dinp<I, RMS><<<g, 32 * LN_WARPS, 0, s>>>(dinp, dinp16, dout, inp, w, mean, rstd, N, C);
+            k_ln_bwd_dinp<I, P, RMS><<<g, 32 * LN_WARPS, 0, s>>>(dinp, dinp16, dout, inp, w, mean, rstd, N, C);
             if ((e = ZKC_LAUNCHED())) return e;
         }
         if (!weights) return 0;
@@ -558,35 +589,48 @@ static int ln_bwd_any(cudaStream_t s, I *dinp, uint16_t *dinp16, float *dw, floa
     k_ln_bwd_w_sum<<<(C + 31) / 32, 32 * LN_SUM_WARPS, 0, s>>>(dw, RMS ? NULL : db, scratch, nk, C);
     return ZKC_LAUNCHED();
 }
+/* ln_bwd_any with w's type picked by p16 */
+template <class I, bool RMS>
+static int ln_bwd_p(cudaStream_t s, I *dinp, uint16_t *dinp16, float *dw, float *db,
+                    const I *dout, const I *inp, const void *w, int p16, const float *mean,
+                    const float *rstd, int N, int C, double *scratch)
+{
+    if (p16)
+        return ln_bwd_any<I, uint16_t, RMS>(s, dinp, dinp16, dw, db, dout, inp, (const uint16_t *)w, mean,
+                                            rstd, N, C, scratch);
+    return ln_bwd_any<I, float, RMS>(s, dinp, dinp16, dw, db, dout, inp, (const float *)w, mean, rstd,
+                                     N, C, scratch);
+}
 
 extern "C" int zkc_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, float *dw,
                                       float *db, const float *dout, const float *inp,
-                                      const float *w, const float *mean, const float *rstd, int N,
-                                      int C, double *scratch)
+                                      const void *w, int p16, const float *mean, const float *rstd,
+                                      int N, int C, double *scratch)
 {
-    return ln_bwd_any<float, false>(s, dinp, dinp16, dw, db, dout, inp, w, mean, rstd, N, C, scratch);
+    return ln_bwd_p<float, false>(s, dinp, dinp16, dw, db, dout, inp, w, p16, mean, rstd, N, C, scratch);
 }
 
 extern "C" int zkc_rmsnorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, float *dw,
-                                    const float *dout, const float *inp, const float *w,
+                                    const float *dout, const float *inp, const void *w, int p16,
                                     const float *rstd, int N, int C, double *scratch)
 {
-    return ln_bwd_any<float, true>(s, dinp, dinp16, dw, NULL, dout, inp, w, NULL, rstd, N, C, scratch);
+    return ln_bwd_p<float, true>(s, dinp, dinp16, dw, NULL, dout, inp, w, p16, NULL, rstd, N, C, scratch);
 }
 
 extern "C" int zkc_layernorm_backward_r16(cudaStream_t s, uint16_t *dinp, float *dw, float *db,
-                                          const uint16_t *dout, const uint16_t *inp, const float *w,
-                                          const float *mean, const float *rstd, int N, int C,
-                                          double *scratch)
+                                          const uint16_t *dout, const uint16_t *inp, const void *w,
+                                          int p16, const float *mean, const float *rstd, int N,
+                                          int C, double *scratch)
 {
-    return ln_bwd_any<uint16_t, false>(s, dinp, NULL, dw, db, dout, inp, w, mean, rstd, N, C, scratch);
+    return ln_bwd_p<uint16_t, false>(s, dinp, NULL, dw, db, dout, inp, w, p16, mean, rstd, N, C, scratch);
 }
 
 extern "C" int zkc_rmsnorm_backward_r16(cudaStream_t s, uint16_t *dinp, float *dw,
-                                        const uint16_t *dout, const uint16_t *inp, const float *w,
-                                        const float *rstd, int N, int C, double *scratch)
+                                        const uint16_t *dout, const uint16_t *inp, const void *w,
+                                        int p16, const float *rstd, int N, int C,
+                                        double *scratch)
 {
-    return ln_bwd_any<uint16_t, true>(s, dinp, NULL, dw, NULL, dout, inp, w, NULL, rstd, N, C, scratch);
+    return ln_bwd_p<uint16_t, true>(s, dinp, NULL, dw, NULL, dout, inp, w, p16, NULL, rstd, N, C, scratch);
 }
 
 extern "C" size_t zkc_rmsnorm_scratch(int N, int C)

@@ -3,7 +3,8 @@
  *   out (N,OC) = inp (N,C) @ w (OC,C)^T   is  out^T = w^T(op T) . inp^T
  * and likewise for the two backward products (llm.c's calls). fp32 compute
  * throughout; the bias is a kernel after the GEMM (one fp32 add, as the
- * CPU) or cuBLASLt's bias epilogue (zkc_matmul_epilogue, below); dbias a
+ * CPU) or cuBLASLt's bias epilogue (zkc_matmul_epilogue, below), the bias
+ * fp32 or (b16) bf16 widened exactly (the bits of its fp32 copy); dbias a
  * column sum in two fixed passes (colsum.cu). out and dout may have padded rows
  * (ldo >= OC, the LM head's logits): cuBLAS takes aligned kernels when the
  * row stride is a multiple of 16 bytes, which V = 50257 is not. */
@@ -15,25 +16,53 @@
 #include <cublasLt.h>
 #include "common.cuh"
 
+/* The bias kernels read b as B: float, or uint16_t (b16: a bf16 run's
+ * stored bias, widened exactly, zkc_get), so a bf16 bias gives the bits of
+ * an fp32 one holding the widened values. */
+
 /* out[n,oc] += b[oc], rows ld apart */
-__global__ static void k_bias(float *out, const float *b, size_t N, int OC, int ld)
+template <class B>
+__global__ static void k_bias(float *out, const B *b, size_t N, int OC, int ld)
 {
-    ZKC_FOR(i, N * (size_t)OC) out[i / OC * ld + i % OC] += b[i % OC];
+    ZKC_FOR(i, N * (size_t)OC) out[i / OC * ld + i % OC] += zkc_get(b + i % OC);
 }
 
-/* a bf16 out with a bias: each row set to the bias (rounded to bf16) before
- * a beta = 1 GEMM, which adds the product to it in fp32 and rounds once.
- * (Adding the bias after the GEMM rounded twice: off by half a bf16 ulp of
- * the product where the bias cancels it, which an H200 showed.) */
-__global__ static void k_bias_fill_b16(__nv_bfloat16 *out, const float *b, size_t N, int OC, int ld)
+/* each row set to the bias in out's type O: a bf16 out's rows before a
+ * beta = 1 GEMM, which adds the product to them in fp32 and rounds once
+ * (adding the bias after the GEMM rounded twice: off by half a bf16 ulp of
+ * the product where the bias cancels it, which an H200 showed); and one
+ * row (N = 1) staging the bias for cuBLASLt's epilogue (lt_gemm). The bias
+ * rounded to bf16 (exact for a widened bf16 one), or fp32 as it is. */
+__device__ __forceinline__ __nv_bfloat16 bias_as(const __nv_bfloat16 *, float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ float bias_as(const float *, float v) { return v; }
+template <class B, class O>
+__global__ static void k_bias_fill(O *out, const B *b, size_t N, int OC, int ld)
 {
-    ZKC_FOR(i, N * (size_t)OC) out[i / OC * ld + i % OC] = __float2bfloat16_rn(b[i % OC]);
+    ZKC_FOR(i, N * (size_t)OC) out[i / OC * ld + i % OC] = bias_as(out, zkc_get(b + i % OC));
 }
 
-
+/* the bias b (N rows of OC, ld apart) onto out: added to an fp32 out
+ * (add), else written in out's type ct (k_bias_fill) */
+template <class B>
+static int bias_rows_t(cudaStream_t s, void *out, cudaDataType_t ct, int add, const B *b,
+                       size_t N, int OC, int ld)
+{
+    unsigned g = zkc_grid(N * (size_t)OC, 256);
+    if (add) k_bias<B><<<g, 256, 0, s>>>((float *)out, b, N, OC, ld);
+    else if (ct == CUDA_R_16BF) k_bias_fill<B, __nv_bfloat16><<<g, 256, 0, s>>>((__nv_bfloat16 *)out, b, N, OC, ld);
+    else k_bias_fill<B, float><<<g, 256, 0, s>>>((float *)out, b, N, OC, ld);
+    return ZKC_LAUNCHED();
+}
+/* ... with b fp32, or (b16) bf16; a launch error + ZKC_LAUNCH_BASE */
+static int bias_rows(cudaStream_t s, void *out, cudaDataType_t ct, int add, const void *b, int b16,
+                     size_t N, int OC, int ld)
+{
+    int e = b16 ? bias_rows_t(s, out, ct, add, (const uint16_t *)b, N, OC, ld)
+                : bias_rows_t(s, out, ct, add, (const float *)b, N, OC, ld);
+    return e ? ZKC_LAUNCH_BASE + e : 0;
+}
 
 #define CUBLAS_TRY(x) do { cublasStatus_t st_ = (x); if (st_ != CUBLAS_STATUS_SUCCESS) return (int)st_; } while (0)
-#define LAUNCH_TRY() do { int e_ = ZKC_LAUNCHED(); if (e_) return ZKC_LAUNCH_BASE + e_; } while (0)
 
 static const float one = 1.0f, zero = 0.0f;
 
@@ -74,10 +103,10 @@ static int gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, in
  * cublasLtMatmul with a plan kept per shape, layout and dtype -- the
  * forward's bias in the epilogue (CUBLASLT_EPILOGUE_BIAS, added to the fp32
  * accumulator before the one rounding of the output, as the CPU adds it;
- * for a bf16 out the bias in D's type, the fp32 bias rounded to bf16 into
- * the stream's workspace first -- exact for a bf16 model, whose stored
- * biases are bf16, so the CPU's bits; the cuBLAS path gets the same by
- * filling the rows with the bias and a beta = 1 GEMM),
+ * the bias in D's type: for a bf16 out a bf16 bias as it is, an fp32 one
+ * rounded to bf16 into the stream's workspace first -- exact for a bf16
+ * model, whose stored biases are bf16, so the CPU's bits; the cuBLAS path
+ * gets the same by filling the rows with the bias and a beta = 1 GEMM),
  * padded rows through the layouts' leading dimensions, bf16 or fp32 out,
  * and both backward products. Mode 2 (the default) takes it for bf16
  * operands only: an H200 ran the qkv bf16 forward at 469 TFLOP/s through it
@@ -116,7 +145,7 @@ struct lt_key {
     int m, n, k, lda, ldb, ldc;
     cublasOperation_t ta, tb;
     cudaDataType_t ab, ct;
-    int bias;                        /* CUBLASLT_EPILOGUE_BIAS with an fp32 bias */
+    int bias;                        /* CUBLASLT_EPILOGUE_BIAS, the bias in D's type */
     int gelu;                        /* LT_GELU_*: the GELU epilogues (below) */
     int auxld;                       /* their aux matrix's leading dimension (0 without) */
 };
@@ -148,7 +177,8 @@ static struct lt_plan lt_plans[LT_PLANS];
 static int lt_nplans;
 
 #define LT_WS ((size_t)32 << 20)     /* a stream's workspace for the GEMMs */
-#define LT_BIAS16 65536              /* then room for a bf16 bias of this many columns */
+#define LT_BIAS 65536                /* then room for a staged bias of this many columns
+                                      * (fp32): the most a bias epilogue takes */
 #define LT_STREAMS 16
 static struct { cudaStream_t s; void *p; } lt_ws[LT_STREAMS];
 
@@ -161,7 +191,7 @@ static void *lt_workspace(cudaStream_t s)
         if (!lt_ws[i].p && freeslot < 0) freeslot = i;
     }
     if (freeslot < 0) return NULL;   /* more live streams than slots: the plain path */
-    if (cudaMalloc(&lt_ws[freeslot].p, LT_WS + LT_BIAS16 * 2) != cudaSuccess) {
+    if (cudaMalloc(&lt_ws[freeslot].p, LT_WS + LT_BIAS * 4) != cudaSuccess) {
         (void)cudaGetLastError();
         lt_ws[freeslot].p = NULL;
         return NULL;
@@ -233,11 +263,11 @@ static int lt_make(struct lt_plan *p)
                                                               : CUBLASLT_EPILOGUE_GELU_AUX)
                           : k->gelu == LT_GELU_BWD ? CUBLASLT_EPILOGUE_DGELU
                           : k->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    /* the bias in D's type (cuBLASLt's rule for a bf16 D): the fp32 bias
-     * rounded to bf16 first, then added to the fp32 accumulator and the sum
-     * rounded once -- the bits of the bias rows filled first and a beta = 1
-     * GEMM (k_bias_fill_b16); the CPU's where the bias is bf16 (a bf16
-     * model's are) */
+    /* the bias in D's type (cuBLASLt's rule for a bf16 D): a bf16 bias, or
+     * an fp32 one rounded to bf16 first, then added to the fp32 accumulator
+     * and the sum rounded once -- the bits of the bias rows filled first
+     * and a beta = 1 GEMM (k_bias_fill); the CPU's where the bias is bf16
+     * (a bf16 model's are) */
     cudaDataType_t bt = k->ct == CUDA_R_16BF ? CUDA_R_16BF : CUDA_R_32F;
     /* split-K: fp32 partials only; none at all for a bf16 D (an H200 gave
      * one-ulp errors on a bf16 out with a bias at 16x768x50176, in both
@@ -312,27 +342,33 @@ static struct lt_plan *lt_plan(const struct lt_key *k)
 
 /* D = op(A) op(B) (+ bias) (+ D when beta is 1), through the key's GELU
  * epilogue with aux (bf16, rows k->auxld apart) where it has one; *done =
- * 0 where the key has no plan (the caller takes the plain path) */
+ * 0 where the key has no plan (the caller takes the plain path). bias
+ * fp32, or (b16) bf16: the epilogue takes it as it is where it is in D's
+ * type and on 16 bytes, else staged after the workspace in D's type
+ * (rounded, widened or copied: k_bias_fill), so the path and the bits
+ * never depend on the bias's type or alignment (a bf16 bias has the bits
+ * of an fp32 one holding its widened values), and a bias epilogue takes
+ * at most LT_BIAS columns, either way */
 static int lt_gemm(cudaStream_t s, const struct lt_key *k, const void *a, const void *b, void *d,
-                   const float *bias, int *done, const float *beta = &zero, const void *aux = NULL)
+                   const void *bias, int b16, int *done, const float *beta = &zero,
+                   const void *aux = NULL)
 {
     *done = 0;
-    if (!lt_operands(k, a, b, d) || ((uintptr_t)bias & 15)) return 0;
+    if (!lt_operands(k, a, b, d)) return 0;
     if (k->gelu && (!aux || !lt_aligned(aux, k->auxld, CUDA_R_16BF))) return 0;
-    if (k->bias && k->ct == CUDA_R_16BF && k->m > LT_BIAS16) return 0;
+    if (k->bias && k->m > LT_BIAS) return 0;
     struct lt_plan *p = lt_plan(k);
     if (!p) return 0;
-    int b16 = k->bias && k->ct == CUDA_R_16BF;
-    void *ws = p->ws || b16 ? lt_workspace(s) : NULL;
+    int stage = k->bias && ((b16 != 0) != (k->ct == CUDA_R_16BF) || ((uintptr_t)bias & 15));
+    void *ws = p->ws || stage ? lt_workspace(s) : NULL;
     /* no workspace (out of memory, or more live streams than slots): an
      * error, not cuBLAS -- the path, hence the bits, must follow the shapes */
-    if ((p->ws || b16) && !ws) return ZKC_LAUNCH_BASE + (int)cudaErrorMemoryAllocation;
+    if ((p->ws || stage) && !ws) return ZKC_LAUNCH_BASE + (int)cudaErrorMemoryAllocation;
     const void *bp = bias;
-    if (b16) {          /* the bias rounded to bf16 after the workspace, in stream order */
-        __nv_bfloat16 *b = (__nv_bfloat16 *)((char *)ws + LT_WS);
-        k_bias_fill_b16<<<zkc_grid((size_t)k->m, 256), 256, 0, s>>>(b, bias, 1, k->m, k->m);
-        LAUNCH_TRY();
-        bp = b;
+    if (stage) {        /* one row of the bias in D's type after the workspace, in stream order */
+        bp = (char *)ws + LT_WS;
+        int e = bias_rows(s, (void *)bp, k->ct, 0, bias, b16, 1, k->m, k->m);
+        if (e) return e;
     }
     if (k->bias)
         CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
@@ -384,32 +420,34 @@ static int split_at(int OC, cudaDataType_t ab)
 }
 
 static int fwd1(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, const void *w,
-                const float *b, int N, int C, int OC, int ldo, cudaDataType_t ab,
+                const void *b, int b16, int N, int C, int OC, int ldo, cudaDataType_t ab,
                 cudaDataType_t ct);
 
-/* out (N,OC), rows ldo apart, fp32 or (ct = CUDA_R_16BF) bf16 */
+/* out (N,OC), rows ldo apart, fp32 or (ct = CUDA_R_16BF) bf16; b (NULL:
+ * none) fp32, or (b16) bf16 */
 static int fwd(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, const void *w,
-               const float *b, int N, int C, int OC, int ldo, cudaDataType_t ab,
+               const void *b, int b16, int N, int C, int OC, int ldo, cudaDataType_t ab,
                cudaDataType_t ct)
 {
     int at = N > 0 && C > 0 ? split_at(OC, ab) : 0;
-    if (!at) return fwd1(h, s, out, inp, w, b, N, C, OC, ldo, ab, ct);
+    if (!at) return fwd1(h, s, out, inp, w, b, b16, N, C, OC, ldo, ab, ct);
     size_t eo = ct == CUDA_R_32F ? 4 : 2;
-    int e = fwd1(h, s, out, inp, w, b, N, C, at, ldo, ab, ct);
+    int e = fwd1(h, s, out, inp, w, b, b16, N, C, at, ldo, ab, ct);
     if (e) return e;
     return fwd1(h, s, (char *)out + (size_t)at * eo, inp, (const char *)w + (size_t)at * C * 2,
-                b ? b + at : NULL, N, C, OC - at, ldo, ab, ct);
+                b ? (const char *)b + (size_t)at * (b16 ? 2 : 4) : NULL, b16, N, C, OC - at, ldo,
+                ab, ct);
 }
 
 static int fwd1(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, const void *w,
-               const float *b, int N, int C, int OC, int ldo, cudaDataType_t ab,
+               const void *b, int b16, int N, int C, int OC, int ldo, cudaDataType_t ab,
                cudaDataType_t ct)
 {
     if (N == 0 || OC == 0) return 0;
     if (lt_wanted(ab) && C > 0) {
         /* out^T (OC, N) = w (C, OC)^T . inp^T (C, N), column-major */
         struct lt_key k = lt_key_of(OC, N, C, CUBLAS_OP_T, CUBLAS_OP_N, C, C, ldo, ab, ct, b != NULL);
-        int done, e = lt_gemm(s, &k, w, inp, out, b, &done);
+        int done, e = lt_gemm(s, &k, w, inp, out, b, b16, &done);
         if (e || done) return e;
         /* a bias on a bf16 out without an epilogue plan: the plain path's
          * bias rows and pedantic beta = 1 GEMM below. Not cuBLASLt's beta =
@@ -422,21 +460,16 @@ static int fwd1(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, co
         if (cudaMemset2DAsync(out, (size_t)ldo * es, 0, (size_t)OC * es, (size_t)N, s))
             return ZKC_LAUNCH_BASE + (int)cudaGetLastError();
     } else if (b && ct != CUDA_R_32F) {    /* bf16 out: the bias first, beta = 1 */
-        k_bias_fill_b16<<<zkc_grid((size_t)N * OC, 256), 256, 0, s>>>((__nv_bfloat16 *)out, b, (size_t)N, OC, ldo);
-        LAUNCH_TRY();
+        int e = bias_rows(s, out, ct, 0, b, b16, (size_t)N, OC, ldo);
+        if (e) return e;
         return gemm_onto_bf16(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, inp, C, out, ldo);
     } else {
         int e = gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, inp, C, out, ldo, ab, ct);
         if (e) return e;
     }
-    if (b && ct == CUDA_R_32F) {
-        k_bias<<<zkc_grid((size_t)N * OC, 256), 256, 0, s>>>((float *)out, b, (size_t)N, OC, ldo);
-        LAUNCH_TRY();
-    } else if (b) {       /* C == 0: an empty sum, the bias alone */
-        k_bias_fill_b16<<<zkc_grid((size_t)N * OC, 256), 256, 0, s>>>((__nv_bfloat16 *)out, b, (size_t)N, OC, ldo);
-        LAUNCH_TRY();
-    }
-    return 0;
+    /* an fp32 out: the bias added; a bf16 one here had C == 0 (an empty
+     * sum): the bias alone */
+    return b ? bias_rows(s, out, ct, ct == CUDA_R_32F, b, b16, (size_t)N, OC, ldo) : 0;
 }
 
 /* one backward product, fp32 out (or ct = CUDA_R_16BF: a bf16 out, the
@@ -452,7 +485,7 @@ static int prod(cublasHandle_t h, cudaStream_t s, cublasOperation_t ta, cublasOp
 {
     if (lt_wanted(ab)) {
         struct lt_key key = lt_key_of(m, n, k, ta, tb, lda, ldb, ldc, ab, ct, 0);
-        int done, e = lt_gemm(s, &key, a, b, c, NULL, &done, beta);
+        int done, e = lt_gemm(s, &key, a, b, c, NULL, 0, &done, beta);
         if (e || done) return e;
     }
     return gemm(h, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, ab, ct, beta);
@@ -521,10 +554,11 @@ static int bwd(cublasHandle_t h, cudaStream_t s, void *dinp, int dinp16, float *
  * back alone, and no MLP has such an OC),
  * every operand, out / dinp16 and pre on 16 bytes with rows a multiple of
  * 16 bytes (aux ld = the rows of D: OC forward, C backward, a multiple of
- * 8 elements as cuBLASLt asks), a bias on a bf16 out within LT_BIAS16
- * columns, and a plan (the heuristic found one and cublasLtMatmul did not
- * refuse its first call): all functions of the shapes and alignments,
- * decided once per plan, so every strategy takes the same path.
+ * 8 elements as cuBLASLt asks), a bias within LT_BIAS columns (fp32 or
+ * bf16, any alignment: lt_gemm), and a plan (the heuristic found one and
+ * cublasLtMatmul did not refuse its first call): all functions of the
+ * shapes and alignments, decided once per plan, so every strategy takes
+ * the same path.
  *
  * Bits: the fused forward's pre is the BIAS epilogue's kind of value
  * (acc + bf16 bias rounded once, possibly another algorithm's sum), its out
@@ -552,7 +586,7 @@ extern "C" {
 int zkc_matmul_forward(cublasHandle_t h, cudaStream_t s, float *out, const float *inp,
                        const float *w, const float *b, int N, int C, int OC, int ldo)
 {
-    return fwd(h, s, out, inp, w, b, N, C, OC, ldo, CUDA_R_32F, CUDA_R_32F);
+    return fwd(h, s, out, inp, w, b, 0, N, C, OC, ldo, CUDA_R_32F, CUDA_R_32F);
 }
 
 int zkc_matmul_backward(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw, float *db,
@@ -563,10 +597,10 @@ int zkc_matmul_backward(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw
 }
 
 int zkc_matmul_bf16_forward(cublasHandle_t h, cudaStream_t s, void *out, int out_bf16,
-                            const uint16_t *inp, const uint16_t *w, const float *b,
+                            const uint16_t *inp, const uint16_t *w, const void *b, int b16,
                             int N, int C, int OC, int ldo)
 {
-    return fwd(h, s, out, inp, w, b, N, C, OC, ldo, CUDA_R_16BF,
+    return fwd(h, s, out, inp, w, b, b16, N, C, OC, ldo, CUDA_R_16BF,
                out_bf16 ? CUDA_R_16BF : CUDA_R_32F);
 }
 
@@ -589,19 +623,19 @@ int zkc_matmul_bf16_backward(cublasHandle_t h, cudaStream_t s, void *dinp, int d
 }
 
 int zkc_matmul_bf16_forward_gelu(cublasHandle_t h, cudaStream_t s, uint16_t *out, uint16_t *pre,
-                                 const uint16_t *inp, const uint16_t *w, const float *b,
-                                 int N, int C, int OC)
+                                 const uint16_t *inp, const uint16_t *w, const void *b,
+                                 int b16, int N, int C, int OC)
 {
     if (gelu_fusable(N, C, OC)) {
         /* out^T (OC, N) = gelu(w (C, OC)^T . inp^T (C, N) + b), pre^T the
          * sum; both column-major with ld OC */
         struct lt_key k = lt_key_of(OC, N, C, CUBLAS_OP_T, CUBLAS_OP_N, C, C, OC, CUDA_R_16BF,
                                     CUDA_R_16BF, b != NULL, LT_GELU_FWD, OC);
-        int done, e = lt_gemm(s, &k, w, inp, out, b, &done, &zero, pre);
+        int done, e = lt_gemm(s, &k, w, inp, out, b, b16, &done, &zero, pre);
         gelu_fused_n += done;
         if (e || done) return e;
     }
-    int e = fwd(h, s, pre, inp, w, b, N, C, OC, OC, CUDA_R_16BF, CUDA_R_16BF);
+    int e = fwd(h, s, pre, inp, w, b, b16, N, C, OC, OC, CUDA_R_16BF, CUDA_R_16BF);
     if (e) return e;
     if (N > 0 && OC > 0) {
         e = zkc_gelu_forward(s, out, 1, pre, 1, (size_t)N * OC);
@@ -621,7 +655,7 @@ int zkc_matmul_bf16_backward_dgelu(cublasHandle_t h, cudaStream_t s, uint16_t *d
          * bwd()'s dinp product with a bf16 D; pre^T (C, N) ld C */
         struct lt_key k = lt_key_of(C, N, OC, CUBLAS_OP_N, CUBLAS_OP_N, C, ldo, C, CUDA_R_16BF,
                                     CUDA_R_16BF, 0, LT_GELU_BWD, C);
-        int e = lt_gemm(s, &k, w, dout, dinp16, NULL, &done, &zero, pre);
+        int e = lt_gemm(s, &k, w, dout, dinp16, NULL, 0, &done, &zero, pre);
         if (e) return e;
         gelu_fused_n += done;
     }

@@ -50,6 +50,10 @@
  *    rounded once, so within 1e-5 + (1e-5 + 2^-7) |x| (the f32 gap plus
  *    a bf16 ulp, at most 2^-7 |x|); mean, rstd, dw, db the f32 tolerances;
  *    a split backward's parts the fused call's bits.
+ *  - a bf16 run's parameters read as bf16 (p16: the norms' w and b; b16:
+ *    the bf16 GEMMs' bias, the GELU call's too): exact bits against the
+ *    same op on their widened fp32 copies, on every path (t_norm_p16,
+ *    t_matmul_b16).
  *  - the MLP's GEMM fused with its GELU (matmul_bf16_forward_gelu,
  *    matmul_bf16_backward_dgelu; cuBLASLt's GELU_AUX(_BIAS) / DGELU
  *    epilogues) against the CPU's two ops (zk_matmul_bf16_forward_b16 +
@@ -137,7 +141,7 @@ static void t_elementwise(void)
     float *dx = up(x, n * 4), *dy = up(y, n * 4), *dz = up(y, n * 4);
     dv->scale(dy, 0.37f, n); zk_scale(y, 0.37f, n);
     dv->axpy(dy, -1.3f, dx, n); zk_axpy(y, -1.3f, x, n);
-    dv->add(dy, dx, n); zk_add(y, x, n);
+    dv->add(dy, dx, ZT_F32, n); zk_add(y, x, n);
     dv->add3(dz, dy, dx, 0, n); zk_add3(w, y, x, n);
     if (!synced("elementwise")) return;
     float *gy = down(dy, n * 4), *gz = down(dz, n * 4);
@@ -146,6 +150,25 @@ static void t_elementwise(void)
     dv->fill(dz, 2.5f, n); zk_fill(w, 2.5f, n);
     float *gf = down(dz, n * 4);
     same_bits("fill", gf, w, n * 4);
+    /* a 2-byte x (a bf16 or fp16 run's gradient), widened exactly: the
+     * CPU's bits (zk_add_bf16, zk_add_f16: a cast then the fp32 add) */
+    uint16_t *x16 = malloc(n * 2);
+    for (int k = 0; k < 2; k++) {
+        if (k) zk_cast_f32_f16(x16, x, n);
+        else zk_cast_f32_bf16(x16, x, n);
+        uint16_t *dx16 = up(x16, n * 2);
+        dv->add(dy, dx16, k ? ZT_F16 : ZT_BF16, n);
+        if (k) zk_add_f16(y, x16, n);
+        else zk_add_bf16(y, x16, n);
+        if (synced("add 2-byte x")) {
+            float *g = down(dy, n * 4);
+            same_bits(k ? "add, an fp16 x widened: CPU bits" : "add, a bf16 x widened: CPU bits", g, y,
+                      n * 4);
+            free(g);
+        }
+        dv->free(dx16);
+    }
+    free(x16);
     free(x); free(y); free(w); free(gy); free(gz); free(gf);
     dv->free(dx); dv->free(dy); dv->free(dz);
 }
@@ -293,7 +316,7 @@ static void t_layernorm_at(int N, int C)
     zk_layernorm_forward(o, m, r, x, w, b, N, C);
     float *dx = up(x, nc * 4), *dw = up(w, C * 4), *db = up(b, C * 4);
     float *dout = up(o, nc * 4), *dm = up(m, N * 4), *dr = up(r, N * 4);
-    dv->layernorm_forward(dout, 0, dm, dr, dx, 0, dw, db, N, C);
+    dv->layernorm_forward(dout, 0, dm, dr, dx, 0, dw, db, 0, N, C);
     if (!synced(ln_name(N, C, "forward"))) return;
     float *go = down(dout, nc * 4), *gm = down(dm, N * 4), *gr = down(dr, N * 4);
     close_to(ln_name(N, C, "forward out"), go, o, nc, 1e-5, 1e-5);
@@ -302,7 +325,7 @@ static void t_layernorm_at(int N, int C)
     {   /* a bf16 out: the fp32 out rounded once (one bf16 ulp allowed) */
         uint16_t *o16 = NULL;
         dv->alloc((void **)&o16, nc * 2);
-        dv->layernorm_forward(o16, 1, dm, dr, dx, 0, dw, db, N, C);
+        dv->layernorm_forward(o16, 1, dm, dr, dx, 0, dw, db, 0, N, C);
         if (!synced(ln_name(N, C, "forward bf16"))) return;
         uint16_t *h16 = down(o16, nc * 2);
         float *w16 = malloc(nc * 4);
@@ -315,10 +338,10 @@ static void t_layernorm_at(int N, int C)
     float *d_dy = up(dy, nc * 4), *d_di = up(di, nc * 4), *d_di2 = up(di, nc * 4);
     float *d_gw = up(w, C * 4), *d_gb = up(b, C * 4);
     zk_layernorm_backward(di, gwt, gbs, dy, x, w, m, r, N, C);
-    dv->layernorm_backward(d_di, NULL, d_gw, d_gb, d_dy, dx, 0, dw, dm, dr, N, C);
+    dv->layernorm_backward(d_di, NULL, d_gw, d_gb, d_dy, dx, 0, dw, 0, dm, dr, N, C);
     uint16_t *d_d16 = NULL;
     dv->alloc((void **)&d_d16, nc * 2);
-    dv->layernorm_backward(d_di2, d_d16, NULL, NULL, d_dy, dx, 0, dw, dm, dr, N, C);   /* + bf16 dinp */
+    dv->layernorm_backward(d_di2, d_d16, NULL, NULL, d_dy, dx, 0, dw, 0, dm, dr, N, C);   /* + bf16 dinp */
     if (!synced(ln_name(N, C, "backward"))) return;
     float *g_di = down(d_di, nc * 4), *g_di2 = down(d_di2, nc * 4);
     float *g_gw = down(d_gw, C * 4), *g_gb = down(d_gb, C * 4);
@@ -413,11 +436,11 @@ static void t_layernorm_r16_at(int N, int C, int off)
     float *d_mc = up(m, N * 4), *d_rc = up(r, N * 4);       /* the CPU's, for the backward */
     float *d_gw = up(w, C * 4), *d_gb = up(b, C * 4), *d_gw2 = up(w, C * 4), *d_gb2 = up(b, C * 4);
     zk_layernorm_backward_r16(di, gw, gb, dy, x, w, m, r, N, C);
-    dv->layernorm_forward(d_o, 1, d_m, d_r, d_x, 1, d_w, d_b, N, C);
-    dv->layernorm_residual_forward(d_res, d_o2, 1, d_m2, d_r2, d_a, d_b2, 1, d_w, d_b, N, C);
-    dv->layernorm_backward(d_di, NULL, d_gw, d_gb, d_dy, d_x, 1, d_w, d_mc, d_rc, N, C);
-    dv->layernorm_backward(d_di2, NULL, NULL, NULL, d_dy, d_x, 1, d_w, d_mc, d_rc, N, C);
-    dv->layernorm_backward(NULL, NULL, d_gw2, d_gb2, d_dy, d_x, 1, d_w, d_mc, d_rc, N, C);
+    dv->layernorm_forward(d_o, 1, d_m, d_r, d_x, 1, d_w, d_b, 0, N, C);
+    dv->layernorm_residual_forward(d_res, d_o2, 1, d_m2, d_r2, d_a, d_b2, 1, d_w, d_b, 0, N, C);
+    dv->layernorm_backward(d_di, NULL, d_gw, d_gb, d_dy, d_x, 1, d_w, 0, d_mc, d_rc, N, C);
+    dv->layernorm_backward(d_di2, NULL, NULL, NULL, d_dy, d_x, 1, d_w, 0, d_mc, d_rc, N, C);
+    dv->layernorm_backward(NULL, NULL, d_gw2, d_gb2, d_dy, d_x, 1, d_w, 0, d_mc, d_rc, N, C);
     if (synced(nm[0])) {
         uint16_t *g_o = down(d_o, nc * 2), *g_res = down(d_res, nc * 2), *g_o2 = down(d_o2, nc * 2);
         uint16_t *g_di = down(d_di, nc * 2), *g_di2 = down(d_di2, nc * 2);
@@ -475,10 +498,10 @@ static void t_rmsnorm_r16_at(int N, int C, int off)
     float *d_w = up(w, C * 4), *d_r = up(r, N * 4), *d_rc = up(r, N * 4);
     float *d_gw = up(w, C * 4), *d_gw2 = up(w, C * 4);
     /* the backward on the CPU's saved rstd (d_rc), as its twin's */
-    dv->rmsnorm_forward(d_o, 1, d_r, d_x, 1, d_w, 1e-5f, N, C);
-    dv->rmsnorm_backward(d_di, NULL, d_gw, d_dy, d_x, 1, d_w, d_rc, N, C);
-    dv->rmsnorm_backward(d_di2, NULL, NULL, d_dy, d_x, 1, d_w, d_rc, N, C);
-    dv->rmsnorm_backward(NULL, NULL, d_gw2, d_dy, d_x, 1, d_w, d_rc, N, C);
+    dv->rmsnorm_forward(d_o, 1, d_r, d_x, 1, d_w, 0, 1e-5f, N, C);
+    dv->rmsnorm_backward(d_di, NULL, d_gw, d_dy, d_x, 1, d_w, 0, d_rc, N, C);
+    dv->rmsnorm_backward(d_di2, NULL, NULL, d_dy, d_x, 1, d_w, 0, d_rc, N, C);
+    dv->rmsnorm_backward(NULL, NULL, d_gw2, d_dy, d_x, 1, d_w, 0, d_rc, N, C);
     if (synced(nm[0])) {
         uint16_t *g_o = down(d_o, nc * 2), *g_di = down(d_di, nc * 2), *g_di2 = down(d_di2, nc * 2);
         float *g_r = down(d_r, N * 4), *g_gw = down(d_gw, C * 4), *g_gw2 = down(d_gw2, C * 4);
@@ -508,6 +531,138 @@ static void t_norm_r16(void)
         t_layernorm_r16_at(sh[i][0], sh[i][1], sh[i][2]);
         t_rmsnorm_r16_at(sh[i][0], sh[i][1], sh[i][2]);
     }
+}
+
+/* ---- a bf16 run's parameters (p16) on the norms ---- */
+/* n bytes on the device `off` bytes past an allocation's start (*base: to
+ * free), from h (NULL: left as allocated) */
+static void *up_at(const void *h, size_t n, size_t off, void **base)
+{
+    *base = NULL;
+    if (dv->alloc(base, n + off + 16) != ZT_OK) { printf("FAIL alloc\n"); exit(1); }
+    if (h) dv->copy((char *)*base + off, h, n);
+    return (char *)*base + off;
+}
+
+/* Each norm op with bf16 parameters (p16 1: w and b bf16 bits) against the
+ * same op on their widened f32 copies (p16 0), bit for bit -- the
+ * contract: widened exactly as read, nothing else changes: the layer
+ * norm's forward, residual forward and backward (dinp accumulated, dw,
+ * db), the RMS norm's forward and backward, on f32 rows (out16 0 and 1)
+ * or bf16 ones (r16). roff: the rows that many bytes past 16 (the scalar
+ * paths where it breaks their vector access); poff: both parameter copies
+ * that many elements past 16 bytes: 4, the bf16 ones on 8 bytes and the
+ * f32 ones on 16 (the vector path either way), 1 neither (the scalar path
+ * either way: a bf16 parameter counts as aligned where its f32 copy at the
+ * same element offset would). */
+static const char *gname(char (*buf)[384], int *i, const char *tag, const char *what);
+static void t_norm_p16_at(int N, int C, int r16, int out16, int roff, int poff)
+{
+    char tag[120], nb[16][384];
+    int ni = 0;
+    snprintf(tag, sizeof tag, "norms p16 N=%d C=%d%s%s%s%s", N, C, r16 ? " r16" : "",
+             out16 && !r16 ? " bf16 out" : "", roff ? ", rows off 16 bytes" : "",
+             poff == 4 ? ", params 4 elements off 16 bytes" : poff ? ", params 1 element off" : "");
+    size_t nc = (size_t)N * C, es = r16 ? 2 : 4, oes = out16 ? 2 : 4;
+    /* rows: x, a, b2, dy (bf16 values, so either layout holds them), dinp's start */
+    uint16_t *h16[5] = { rand16(nc, -3, 3, C, 0.1f), rand16(nc, -2, 2, C, 0.05f),
+                         rand16(nc, -1, 1, C, 0.05f), rand16(nc, -1, 1, C, 0.0f),
+                         rand16(nc, -1, 1, C, 0.0f) };
+    void *hrow[5], *rows[5], *rbase[5];
+    for (int k = 0; k < 5; k++) {
+        hrow[k] = r16 ? (void *)h16[k] : malloc(nc * 4);
+        if (!r16) zk_cast_bf16_f32(hrow[k], h16[k], nc);
+        rows[k] = up_at(hrow[k], nc * es, (size_t)roff, &rbase[k]);
+    }
+    /* the parameters: bf16 bits, and their widened f32 copies */
+    uint16_t *w16 = rand16(C, 0.5f, 1.5f, C, 0.0f), *b16 = rand16(C, -1, 1, C, 0.0f);
+    float *wf = malloc(C * 4), *bf = malloc(C * 4);
+    zk_cast_bf16_f32(wf, w16, C); zk_cast_bf16_f32(bf, b16, C);
+    void *pbase[4], *par[2][2];         /* [p16][w, b] */
+    par[1][0] = up_at(w16, C * 2, (size_t)poff * 2, &pbase[0]);
+    par[1][1] = up_at(b16, C * 2, (size_t)poff * 2, &pbase[1]);
+    par[0][0] = up_at(wf, C * 4, (size_t)poff * 4, &pbase[2]);
+    par[0][1] = up_at(bf, C * 4, (size_t)poff * 4, &pbase[3]);
+    /* outputs [p16]: out, resid, out2, dinp (LN), out3, dinp3 (RMS); mean,
+     * rstd (forward), mean2, rstd2 (residual), rstd3 (RMS); dw, db, dw3 */
+    void *ob[2][6], *o[2][6];
+    float *st[2][5], *gw[2][3];
+    size_t osz[6] = { nc * oes, nc * es, nc * oes, nc * es, nc * oes, nc * es };
+    for (int p = 0; p < 2; p++) {
+        for (int k = 0; k < 6; k++)     /* the dinps start at the fifth row set */
+            o[p][k] = up_at(k == 3 || k == 5 ? hrow[4] : NULL, osz[k], (size_t)roff, &ob[p][k]);
+        for (int k = 0; k < 5; k++) { st[p][k] = NULL; dv->alloc((void **)&st[p][k], N * 4); }
+        for (int k = 0; k < 3; k++) { gw[p][k] = NULL; dv->alloc((void **)&gw[p][k], C * 4); }
+    }
+    for (int p = 0; p < 2; p++) {       /* the backward on p16 0's mean and rstd */
+        const void *w = par[p][0], *b = par[p][1];
+        dv->layernorm_forward(o[p][0], out16, st[p][0], st[p][1], rows[0], r16, w, b, p, N, C);
+        dv->layernorm_residual_forward(o[p][1], o[p][2], out16, st[p][2], st[p][3], rows[1], rows[2],
+                                       r16, w, b, p, N, C);
+        dv->layernorm_backward(o[p][3], NULL, gw[p][0], gw[p][1], rows[3], rows[0], r16, w, p,
+                               st[0][0], st[0][1], N, C);
+        dv->rmsnorm_forward(o[p][4], out16, st[p][4], rows[0], r16, w, p, 1e-5f, N, C);
+        dv->rmsnorm_backward(o[p][5], NULL, gw[p][2], rows[3], rows[0], r16, w, p, st[0][4], N, C);
+    }
+    if (synced(gname(nb, &ni, tag, "runs"))) {
+        static const char *on[6] = { "layernorm out", "residual resid", "residual out",
+                                     "layernorm dinp (accumulated)", "rmsnorm out",
+                                     "rmsnorm dinp (accumulated)" };
+        static const char *sn[5] = { "layernorm mean", "layernorm rstd", "residual mean",
+                                     "residual rstd", "rmsnorm rstd" };
+        static const char *wn[3] = { "layernorm dw", "layernorm db", "rmsnorm dw" };
+        char what[160];
+        for (int k = 0; k < 6; k++) {
+            void *g0 = down(o[0][k], osz[k]), *g1 = down(o[1][k], osz[k]);
+            snprintf(what, sizeof what, "%s: p16 the widened f32 parameters' bits", on[k]);
+            same_bits(gname(nb, &ni, tag, what), g1, g0, osz[k]);
+            free(g0); free(g1);
+        }
+        for (int k = 0; k < 5; k++) {
+            float *g0 = down(st[0][k], N * 4), *g1 = down(st[1][k], N * 4);
+            snprintf(what, sizeof what, "%s: p16 the same bits", sn[k]);
+            same_bits(gname(nb, &ni, tag, what), g1, g0, N * 4);
+            free(g0); free(g1);
+        }
+        for (int k = 0; k < 3; k++) {
+            float *g0 = down(gw[0][k], C * 4), *g1 = down(gw[1][k], C * 4);
+            snprintf(what, sizeof what, "%s: p16 the same bits", wn[k]);
+            same_bits(gname(nb, &ni, tag, what), g1, g0, C * 4);
+            free(g0); free(g1);
+        }
+    }
+    for (int p = 0; p < 2; p++) {
+        for (int k = 0; k < 6; k++) dv->free(ob[p][k]);
+        for (int k = 0; k < 5; k++) dv->free(st[p][k]);
+        for (int k = 0; k < 3; k++) dv->free(gw[p][k]);
+    }
+    for (int k = 0; k < 5; k++) {
+        dv->free(rbase[k]);
+        if (!r16) free(hrow[k]);
+        free(h16[k]);
+    }
+    for (int k = 0; k < 4; k++) dv->free(pbase[k]);
+    free(w16); free(b16); free(wf); free(bf);
+}
+
+/* t_norm_r16's shapes (the scalar and vector paths of each op), f32 rows
+ * with an f32 and a bf16 out and bf16 rows; rows off their vector access
+ * (the scalar paths); parameters 4 elements off 16 bytes (the vector
+ * paths) and 1 (the scalar ones) */
+static void t_norm_p16(void)
+{
+    static const int sh[][2] = { { 67, 771 }, { 67, 768 }, { 45, 1600 }, { 9, 2056 }, { 5, 4100 } };
+    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
+        t_norm_p16_at(sh[i][0], sh[i][1], 0, 0, 0, 0);
+        t_norm_p16_at(sh[i][0], sh[i][1], 0, 1, 0, 0);
+        t_norm_p16_at(sh[i][0], sh[i][1], 1, 1, 0, 0);
+    }
+    t_norm_p16_at(67, 768, 0, 1, 4, 0);
+    t_norm_p16_at(67, 768, 1, 1, 2, 0);
+    t_norm_p16_at(67, 768, 0, 0, 0, 4);
+    t_norm_p16_at(67, 768, 1, 1, 0, 4);
+    t_norm_p16_at(67, 768, 0, 1, 0, 1);
+    t_norm_p16_at(67, 768, 1, 1, 0, 1);
 }
 
 static void t_encoder(void)
@@ -788,8 +943,8 @@ static void t_llama_rmsnorm(int N, int C)
     dv->alloc((void **)&dout, nc * 4); dv->alloc((void **)&dr, N * 4); dv->alloc((void **)&ddw, C * 4);
     dv->alloc((void **)&scr, ns * 8);
     zk_rmsnorm_backward(di, dw, dy, x, w, r, N, C);
-    int e = zkc_rmsnorm_forward(s, dout, 0, dr, dx, dwt, 1e-5f, N, C);
-    e = e ? e : zkc_rmsnorm_backward(s, ddi, NULL, ddw, ddy, dx, dwt, dr, N, C, scr);
+    int e = zkc_rmsnorm_forward(s, dout, 0, dr, dx, dwt, 0, 1e-5f, N, C);
+    e = e ? e : zkc_rmsnorm_backward(s, ddi, NULL, ddw, ddy, dx, dwt, 0, dr, N, C, scr);
     snprintf(name, sizeof name, "rmsnorm N=%d C=%d: launched", N, C);
     if (e) { ct_fail(name, "%s", cudaGetErrorString((cudaError_t)e)); return; }
     if (!synced(name)) return;
@@ -890,8 +1045,8 @@ static void t_llama_bf16(void)
     dv->alloc((void **)&dro, nc * 2); dv->alloc((void **)&dri, nc * 2); dv->alloc((void **)&dr, N * 4);
     zk_rmsnorm_forward_b16(ro, r, xr, w, 1e-5f, N, C);
     zk_rmsnorm_backward_b16(di, ri, NULL, dy, xr, w, r, N, C);
-    e = e ? e : zkc_rmsnorm_forward(s, dro, 1, dr, dxr, dw, 1e-5f, N, C);
-    e = e ? e : zkc_rmsnorm_backward(s, ddi, dri, NULL, ddy, dxr, dw, dr, N, C, NULL);
+    e = e ? e : zkc_rmsnorm_forward(s, dro, 1, dr, dxr, dw, 0, 1e-5f, N, C);
+    e = e ? e : zkc_rmsnorm_backward(s, ddi, dri, NULL, ddy, dxr, dw, 0, dr, N, C, NULL);
     if (e) ct_fail("llama bf16: launched", "%s", cudaGetErrorString((cudaError_t)e));
     else if (synced("llama bf16")) {
         uint16_t *gx = down(dx, n * 2), *go = down(dout, nf * 2), *gg = down(dg, 2 * nf * 2);
@@ -1024,7 +1179,7 @@ static void t_matmul_ld(int bf16, int N, int C, int OC, int ld, int out16)
     dv->alloc((void **)&dout, (size_t)N * ld * oes); dv->alloc((void **)&dinp, (size_t)N * C * 4);
     dv->alloc((void **)&dwt, (size_t)OC * C * 4); dv->alloc((void **)&dbias, OC * 4);
     dv->fill(dout, 7.0f, (size_t)N * ld * oes / 4);
-    int rc = bf16 ? dv->matmul_bf16_forward(dout, out16, da, dw, db, N, C, OC, ld)
+    int rc = bf16 ? dv->matmul_bf16_forward(dout, out16, da, dw, db, 0, N, C, OC, ld)
                   : dv->matmul_forward(dout, da, dw, db, N, C, OC, ld);
     int rc2 = bf16 ? dv->matmul_bf16_backward(dinp, 0, dwt, dbias, ddy, da, dw, N, C, OC, ld)
                    : dv->matmul_backward(dinp, dwt, dbias, ddy, da, dw, N, C, OC, ld);
@@ -1269,15 +1424,15 @@ static void t_mm_gelu_fwd(int N, int C, int OC, int bias, int off, int two_ops)
     int was = zkc_matmul_gelu_fusion(-1), rc[4];
     zkc_matmul_gelu_fusion(1);
     int64_t f0 = zkc_matmul_gelu_fused();
-    rc[0] = dv->matmul_bf16_forward_gelu(out[0], pre[0], da, dw, db, N, C, OC);
+    rc[0] = dv->matmul_bf16_forward_gelu(out[0], pre[0], da, dw, db, 0, N, C, OC);
     int64_t f1 = zkc_matmul_gelu_fused();
-    rc[1] = dv->matmul_bf16_forward_gelu(out[1], pre[1], da, dw, db, N, C, OC);
+    rc[1] = dv->matmul_bf16_forward_gelu(out[1], pre[1], da, dw, db, 0, N, C, OC);
     int64_t f2 = zkc_matmul_gelu_fused();
     zkc_matmul_gelu_fusion(0);
-    rc[2] = dv->matmul_bf16_forward_gelu(out[2], pre[2], da, dw, db, N, C, OC);
+    rc[2] = dv->matmul_bf16_forward_gelu(out[2], pre[2], da, dw, db, 0, N, C, OC);
     int64_t f3 = zkc_matmul_gelu_fused();
     zkc_matmul_gelu_fusion(was);
-    rc[3] = dv->matmul_bf16_forward(pre[3], 1, da, dw, db, N, C, OC, OC);
+    rc[3] = dv->matmul_bf16_forward(pre[3], 1, da, dw, db, 0, N, C, OC, OC);
     dv->gelu_forward(out[3], 1, pre[3], 1, no);
     ct_check(rc[0] == ZT_OK && rc[1] == ZT_OK && rc[2] == ZT_OK && rc[3] == ZT_OK,
              gname(nb, &ni, tag, "calls succeed"), "%d %d %d %d: %s", rc[0], rc[1], rc[2], rc[3],
@@ -1450,6 +1605,116 @@ static void t_matmul_gelu(void)
     ct_check(f == want && zkc_matmul_gelu_fusion(2) == f && zkc_matmul_gelu_fusion(-1) == f,
              "matmul gelu fusion: on unless ZTRAIN_GELU_FUSION=0, 2 leaves it", "setting %d, want %d",
              f, want);
+}
+
+/* ---- a bf16 run's biases (b16) ---- */
+/* matmul_bf16_forward (fp32 and bf16 out) and matmul_bf16_forward_gelu
+ * with a bf16 bias (b16 1) against the same calls on its widened fp32
+ * copy (b16 0), bit for bit: the bf16 bias on 16 bytes (a bf16 D's
+ * epilogue takes it as it is) and 2 bytes off (staged), and the fp32 copy
+ * 4 bytes off too (staged: the bias's type and alignment never choose the
+ * path); the GELU call fused exactly when the fp32 bias's is */
+static void t_matmul_b16_at(int N, int C, int OC)
+{
+    char tag[120], nb[16][384], what[160];
+    int ni = 0, lt = zt_cuda_matmul_epilogue(-1);
+    snprintf(tag, sizeof tag, "matmul bf16 bias (b16) %dx%dx%d (%s)", N, C, OC,
+             lt ? "cuBLASLt" : "cuBLAS");
+    size_t nc = (size_t)N * C, wc = (size_t)OC * C, no = (size_t)N * OC;
+    float s = 3.0f / sqrtf((float)C);
+    float *a = ct_rand(nc, -1, 1), *w = ct_rand(wc, -s, s);
+    uint16_t *ha = bf16_of(a, nc), *hw = bf16_of(w, wc), *hb = rand16(OC, -1, 1, OC, 0.0f);
+    float *bf = f32_of(hb, OC);
+    uint16_t *da = up(ha, nc * 2), *dw = up(hw, wc * 2);
+    /* 0: the fp32 copy (the reference), 1: it 4 bytes off, 2: bf16 on 16
+     * bytes, 3: bf16 2 bytes off */
+    static const char *bn[4] = { "fp32 bias", "fp32 bias 4 bytes off", "bf16 bias",
+                                 "bf16 bias 2 bytes off" };
+    static const int b16[4] = { 0, 0, 1, 1 };
+    void *bb[4];
+    const void *bias[4] = { up_at(bf, OC * 4, 0, &bb[0]), up_at(bf, OC * 4, 4, &bb[1]),
+                            up_at(hb, OC * 2, 0, &bb[2]), up_at(hb, OC * 2, 2, &bb[3]) };
+    for (int out16 = 0; out16 <= 1; out16++) {
+        size_t oes = out16 ? 2 : 4;
+        void *out[4];
+        int rc[4];
+        for (int k = 0; k < 4; k++) {
+            out[k] = NULL;
+            dv->alloc(&out[k], no * oes);
+            rc[k] = dv->matmul_bf16_forward(out[k], out16, da, dw, bias[k], b16[k], N, C, OC, OC);
+        }
+        snprintf(what, sizeof what, "forward%s: calls succeed", out16 ? " bf16 out" : "");
+        ct_check(rc[0] == ZT_OK && rc[1] == ZT_OK && rc[2] == ZT_OK && rc[3] == ZT_OK,
+                 gname(nb, &ni, tag, what), "%d %d %d %d: %s", rc[0], rc[1], rc[2], rc[3],
+                 zt_last_error());
+        if (synced(gname(nb, &ni, tag, "forward runs"))) {
+            void *g0 = down(out[0], no * oes);
+            for (int k = 1; k < 4; k++) {
+                void *g = down(out[k], no * oes);
+                snprintf(what, sizeof what, "forward%s, %s: the fp32 bias's bits",
+                         out16 ? " bf16 out" : "", bn[k]);
+                same_bits(gname(nb, &ni, tag, what), g, g0, no * oes);
+                free(g);
+            }
+            free(g0);
+        }
+        for (int k = 0; k < 4; k++) dv->free(out[k]);
+    }
+    {   /* the MLP's GEMM with its GELU: pre and out, fused or the two ops */
+        uint16_t *pre[4], *out[4];
+        int rc[4];
+        int64_t f[5];
+        f[0] = zkc_matmul_gelu_fused();
+        for (int k = 0; k < 4; k++) {
+            pre[k] = out[k] = NULL;
+            dv->alloc((void **)&pre[k], no * 2); dv->alloc((void **)&out[k], no * 2);
+            rc[k] = dv->matmul_bf16_forward_gelu(out[k], pre[k], da, dw, bias[k], b16[k], N, C, OC);
+            f[k + 1] = zkc_matmul_gelu_fused();
+        }
+        ct_check(rc[0] == ZT_OK && rc[1] == ZT_OK && rc[2] == ZT_OK && rc[3] == ZT_OK,
+                 gname(nb, &ni, tag, "forward_gelu: calls succeed"), "%d %d %d %d: %s", rc[0],
+                 rc[1], rc[2], rc[3], zt_last_error());
+        ct_check(f[2] - f[1] == f[1] - f[0] && f[3] - f[2] == f[1] - f[0] && f[4] - f[3] == f[1] - f[0],
+                 gname(nb, &ni, tag, "forward_gelu: fused exactly when the fp32 bias's call is"),
+                 "fused counts %lld %lld %lld %lld", (long long)(f[1] - f[0]), (long long)(f[2] - f[1]),
+                 (long long)(f[3] - f[2]), (long long)(f[4] - f[3]));
+        if (synced(gname(nb, &ni, tag, "forward_gelu runs"))) {
+            uint16_t *p0 = down(pre[0], no * 2), *o0 = down(out[0], no * 2);
+            for (int k = 1; k < 4; k++) {
+                uint16_t *p = down(pre[k], no * 2), *o = down(out[k], no * 2);
+                snprintf(what, sizeof what, "forward_gelu%s, %s: pre the fp32 bias's bits",
+                         f[1] > f[0] ? " (fused)" : "", bn[k]);
+                same_bits(gname(nb, &ni, tag, what), p, p0, no * 2);
+                snprintf(what, sizeof what, "forward_gelu%s, %s: out the fp32 bias's bits",
+                         f[1] > f[0] ? " (fused)" : "", bn[k]);
+                same_bits(gname(nb, &ni, tag, what), o, o0, no * 2);
+                free(p); free(o);
+            }
+            free(p0); free(o0);
+        }
+        for (int k = 0; k < 4; k++) { dv->free(pre[k]); dv->free(out[k]); }
+    }
+    for (int k = 0; k < 4; k++) dv->free(bb[k]);
+    dv->free(da); dv->free(dw);
+    free(a); free(w); free(ha); free(hw); free(hb); free(bf);
+}
+
+/* cuBLASLt for bf16 (mode 2: the bias epilogues, GELU_AUX_BIAS) at a small
+ * shape, GPT-2's qkv and c_fc, rows of 260 bytes (cuBLAS), and an OC split
+ * in two (the second part's bias 8192 columns on); then cuBLAS (mode 0) */
+static void t_matmul_b16(void)
+{
+    int was = zt_cuda_matmul_epilogue(-1);
+    zt_cuda_matmul_epilogue(2);
+    t_matmul_b16_at(33, 128, 256);
+    t_matmul_b16_at(64, 768, 2304);
+    t_matmul_b16_at(64, 768, 3072);
+    t_matmul_b16_at(33, 130, 200);
+    t_matmul_b16_at(16, 64, 8200);
+    zt_cuda_matmul_epilogue(0);
+    t_matmul_b16_at(33, 128, 256);
+    t_matmul_b16_at(33, 130, 200);
+    zt_cuda_matmul_epilogue(was);
 }
 
 static void t_attention(int B, int T, int C, int NH)
@@ -2027,8 +2292,8 @@ static void t_pinned_pages(void)
 }
 
 static void (*const tests[])(void) = {
-    t_elementwise, t_add3_r16, t_casts, t_gelu, t_layernorm, t_norm_r16, t_encoder, t_xent, t_xent_padded_both, t_adamw, t_sums,
-    t_sum_ranks, t_llama, t_randn, t_matmul_all, t_matmul_epilogue, t_matmul_gelu, t_attention_all, t_attention_tc_all,
+    t_elementwise, t_add3_r16, t_casts, t_gelu, t_layernorm, t_norm_r16, t_norm_p16, t_encoder, t_xent, t_xent_padded_both, t_adamw, t_sums,
+    t_sum_ranks, t_llama, t_randn, t_matmul_all, t_matmul_epilogue, t_matmul_gelu, t_matmul_b16, t_attention_all, t_attention_tc_all,
     t_attention_io16_all, t_errors,
     t_pinned_pages, t_copy_then_compute, t_two_streams, t_blas_on_current_stream, t_stream_errors,
 };

@@ -1,5 +1,6 @@
 /*
- * test_elementwise.c -- fill/copy/scale/axpy/add/add3, the four casts,
+ * test_elementwise.c -- fill/copy/scale/axpy/add/add3, the four casts, add
+ * of a bf16 or f16 x,
  * the fp64 block sums and AdamW, each against a plain loop written here,
  * plus bit-identity under 1, 2 and 3 OpenMP threads. AdamW is also checked
  * against a reference that rounds every operation on its own (random inputs,
@@ -135,6 +136,35 @@ static void test_cast_decode(void) {
         ct_check(bad < 0, names[k], "pattern 0x%04x decoded to %.9g (bits 0x%08x)",
                  bad, bad < 0 ? 0.0 : got[bad], bad < 0 ? 0u : fbits(got[bad]));
     }
+}
+
+/* y += x for every 2-byte pattern x (NaN, inf, subnormal halves among
+ * them) onto random y: the bits of the decode (checked above against the
+ * reference) then the f32 add, on 1, 2 and 3 threads (mixed precision's
+ * gradient accumulation, no f32 copy of x) */
+static void test_add_lp(void) {
+    enum { N = 65536 * 2 };
+    static uint16_t x[N];
+    static float y0[N], want[N], got[N], wide[N];
+    for (int i = 0; i < N; i++) x[i] = (uint16_t)(i * 40503u);   /* every pattern, twice */
+    float *r = ct_rand(N, -4, 4);
+    memcpy(y0, r, sizeof y0);
+    free(r);
+    for (int k = 0; k < 2; k++) {
+        if (k) zk_cast_f16_f32(wide, x, N); else zk_cast_bf16_f32(wide, x, N);
+        memcpy(want, y0, sizeof want);
+        zk_add(want, wide, N);
+        for (int t = 1; t <= 3; t++) {
+            omp_set_num_threads(t);
+            memcpy(got, y0, sizeof got);
+            if (k) zk_add_f16(got, x, N); else zk_add_bf16(got, x, N);
+            char name[96];
+            snprintf(name, sizeof name, "add %s: the widened x's f32 add, every pattern, %d threads",
+                     k ? "f16" : "bf16", t);
+            ct_same_bits(name, got, want, sizeof got);
+        }
+    }
+    omp_set_num_threads(2);
 }
 
 /* Encode every x in xs with the kernel and the reference; NaNs must stay NaN
@@ -508,6 +538,7 @@ int main(void) {
     test_small_ops();
     test_cast_decode();
     test_cast_encode();
+    test_add_lp();
     test_sums();
     test_adamw();
     test_adamw_lp();

@@ -68,7 +68,8 @@ static int f_sync(void) { calls[F_SYNC]++; return ZT_OK; }
 static void f_copy(void *d, const void *s, size_t n)
 { if (seen(F_COPY, 2, d, s)) C->copy(d, s, n); }
 static void f_fill(float *x, float v, size_t n) { if (seen(F_FILL, 1, x)) C->fill(x, v, n); }
-static void f_add(float *y, const float *x, size_t n) { if (seen(F_ADD, 2, y, x)) C->add(y, x, n); }
+static void f_add(float *y, const void *x, int xd, size_t n)
+{ if (seen(F_ADD, 2, y, x)) C->add(y, x, xd, n); }
 static void f_scale(float *x, float a, size_t n) { if (seen(F_SCALE, 1, x)) C->scale(x, a, n); }
 static void f_cast(void *d, int dd, const void *s, int sd, size_t n)
 { if (seen(F_CAST, 2, d, s)) C->cast(d, dd, s, sd, n); }
@@ -154,7 +155,7 @@ static result op_add(int tier)
     result r = { zt_add(y, x), 0 };
     mark();
     float *got = get(y);
-    C->add(y0, x0, n);
+    C->add(y0, x0, ZT_F32, n);
     r.same = bits_eq(got, y0, n * sizeof(float));
     free(y0); free(x0); free(got);
     drop((zt_tensor *[]){ y, x }, 2);

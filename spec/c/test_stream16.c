@@ -5,8 +5,9 @@
  * the widened bf16 values, its bf16 outputs rounded once. Bit for bit, on
  * 1, 2 and 3 OpenMP threads, at widths that are and are not multiples of
  * the kernels' lanes, and the split backward's parts apart. Then the ops
- * (runtime/ops.c): what each refuses, naming the operand, and the MLP's
- * GEMM+GELU ops on the CPU device: the bits of the two ops apart.
+ * (runtime/ops.c): what each refuses, naming the operand, the MLP's
+ * GEMM+GELU ops on the CPU device (the bits of the two ops apart), and the
+ * ops reading a bf16 run's stored parameters (the widened ones' bits).
  */
 #include "ctest.h"
 #include "../../kernels/cpu/kernels.h"
@@ -346,6 +347,126 @@ static void test_gelu_ops(int N, int C, int OC) {
     free(g1); free(g2); free(w1); free(w2);
 }
 
+/* two tensors' bytes equal (both read back from the device) */
+static void same_tensor(const char *name, zt_tensor *a, zt_tensor *b) {
+    size_t n = (size_t)zt_tensor_numel(a) * zt_dtype_size(zt_tensor_dtype(a));
+    unsigned char *x = ct_alloc(n), *y = ct_alloc(n);
+    zt_tensor_read(a, x, n);
+    zt_tensor_read(b, y, n);
+    ct_same_bits(name, x, y, n);
+    free(x); free(y);
+}
+
+/* A bf16 run's stored parameters read by the ops themselves (p16: a norm's
+ * weight and bias; b16: a bf16 GEMM's bias), widened as read: the bits of
+ * the same ops given the widened f32 parameters, on an f32 and a bf16
+ * stream. Then what the ops refuse. */
+static void test_params16(int N, int C, int OC) {
+    int64_t sx[2] = { N, C }, sc[1] = { C }, sn[1] = { N }, sw[2] = { OC, C }, so[2] = { N, OC },
+            sb[1] = { OC };
+    float *fx = ct_rand((size_t)N * C, -2, 2), *fy = ct_rand((size_t)N * C, -1, 1);
+    float *fw = ct_rand(C, 0.5f, 1.5f), *fb = ct_rand(C, -0.5f, 0.5f);
+    float *fmw = ct_rand((size_t)OC * C, -0.5f, 0.5f), *fmb = ct_rand(OC, -0.2f, 0.2f);
+    /* the parameters on the bf16 grid, so f32 and bf16 hold the same values */
+    uint16_t *t16;
+    t16 = round16(fw, C); zk_cast_bf16_f32(fw, t16, C); free(t16);
+    t16 = round16(fb, C); zk_cast_bf16_f32(fb, t16, C); free(t16);
+    t16 = round16(fmb, OC); zk_cast_bf16_f32(fmb, t16, OC); free(t16);
+    zt_tensor *w32 = tensor(ZT_F32, 1, sc, fw), *b32 = tensor(ZT_F32, 1, sc, fb);
+    zt_tensor *w16 = tensor(ZT_BF16, 1, sc, fw), *b16 = tensor(ZT_BF16, 1, sc, fb);
+    char name[160];
+    for (int r16 = 0; r16 <= 1; r16++) {
+        int dt = r16 ? ZT_BF16 : ZT_F32;
+        const char *st = r16 ? "bf16 stream" : "f32 stream";
+        zt_tensor *x = tensor(dt, 2, sx, fx), *y = tensor(dt, 2, sx, fy), *o[2], *m[2], *r[2],
+                  *res[2], *di[2], *dw[2], *db[2], *fo[2], *fm[2], *fr[2];
+        for (int k = 0; k < 2; k++) {
+            o[k] = tensor(r16 ? ZT_BF16 : ZT_F32, 2, sx, NULL);
+            fo[k] = tensor(r16 ? ZT_BF16 : ZT_F32, 2, sx, NULL);
+            fm[k] = tensor(ZT_F32, 1, sn, NULL); fr[k] = tensor(ZT_F32, 1, sn, NULL);
+            res[k] = tensor(dt, 2, sx, NULL);
+            di[k] = tensor(dt, 2, sx, NULL);
+            m[k] = tensor(ZT_F32, 1, sn, NULL); r[k] = tensor(ZT_F32, 1, sn, NULL);
+            dw[k] = tensor(ZT_F32, 1, sc, NULL); db[k] = tensor(ZT_F32, 1, sc, NULL);
+            zt_tensor *w = k ? w16 : w32, *b = k ? b16 : b32;
+            if (zt_layernorm_forward(fo[k], fm[k], fr[k], x, w, b) ||
+                zt_layernorm_backward(di[k], dw[k], db[k], y, x, w, fm[k], fr[k]) ||
+                zt_layernorm_residual_forward(res[k], o[k], m[k], r[k], x, y, w, b))
+                ct_check(0, "layernorm ops with bf16 parameters run", "%s", zt_last_error());
+        }
+        snprintf(name, sizeof name, "layernorm %dx%d, %s, bf16 weight and bias: the f32 "
+                 "parameters' bits (out, mean, rstd, dinp, dweight, dbias)", N, C, st);
+        same_tensor(name, fo[0], fo[1]);
+        same_tensor(name, fm[0], fm[1]);
+        same_tensor(name, fr[0], fr[1]);
+        same_tensor(name, di[0], di[1]);
+        same_tensor(name, dw[0], dw[1]);
+        same_tensor(name, db[0], db[1]);
+        snprintf(name, sizeof name, "residual layernorm %dx%d, %s, bf16 weight and bias: the f32 "
+                 "parameters' bits (resid, out, mean, rstd)", N, C, st);
+        same_tensor(name, res[0], res[1]);
+        same_tensor(name, o[0], o[1]);
+        same_tensor(name, r[0], r[1]);
+        for (int k = 0; k < 2; k++) {
+            zt_tensor *w = k ? w16 : w32;
+            if (zt_rmsnorm_forward(o[k], r[k], x, w, 1e-5f) ||
+                zt_rmsnorm_backward(di[k], dw[k], y, x, w, r[k]))
+                ct_check(0, "rmsnorm ops with a bf16 weight run", "%s", zt_last_error());
+        }
+        snprintf(name, sizeof name, "rmsnorm %dx%d, %s, bf16 weight: the f32 weight's bits (out, "
+                 "dinp, dweight)", N, C, st);
+        same_tensor(name, o[0], o[1]);
+        same_tensor(name, di[0], di[1]);
+        same_tensor(name, dw[0], dw[1]);
+        zt_tensor *all[] = { x, y, o[0], o[1], m[0], m[1], r[0], r[1], res[0], res[1], di[0],
+                             di[1], dw[0], dw[1], db[0], db[1], fo[0], fo[1], fm[0], fm[1],
+                             fr[0], fr[1] };
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) zt_tensor_release(all[i]);
+    }
+    /* the bf16 GEMM's bias, f32 and bf16 outs, and the GEMM+GELU op */
+    zt_tensor *in = tensor(ZT_BF16, 2, sx, fx), *mw = tensor(ZT_BF16, 2, sw, fmw);
+    zt_tensor *mb32 = tensor(ZT_F32, 1, sb, fmb), *mb16 = tensor(ZT_BF16, 1, sb, fmb);
+    for (int out16 = 0; out16 <= 1; out16++) {
+        zt_tensor *o0 = tensor(out16 ? ZT_BF16 : ZT_F32, 2, so, NULL);
+        zt_tensor *o1 = tensor(out16 ? ZT_BF16 : ZT_F32, 2, so, NULL);
+        int rc = zt_matmul_bf16_forward(o0, in, mw, mb32), rc2 = zt_matmul_bf16_forward(o1, in, mw, mb16);
+        ct_check(rc == 0 && rc2 == 0, "matmul_bf16_forward with a bf16 bias runs", "%s", zt_last_error());
+        snprintf(name, sizeof name, "matmul_bf16_forward %dx%dx%d, %s out, bf16 bias: the f32 "
+                 "bias's bits", N, C, OC, out16 ? "bf16" : "f32");
+        same_tensor(name, o0, o1);
+        zt_tensor_release(o0); zt_tensor_release(o1);
+    }
+    zt_tensor *g[4];
+    for (int k = 0; k < 4; k++) g[k] = tensor(ZT_BF16, 2, so, NULL);
+    int rc = zt_matmul_bf16_forward_gelu(g[0], in, mw, mb32, g[1]);
+    int rc2 = zt_matmul_bf16_forward_gelu(g[2], in, mw, mb16, g[3]);
+    ct_check(rc == 0 && rc2 == 0, "forward_gelu with a bf16 bias runs", "%s", zt_last_error());
+    snprintf(name, sizeof name, "matmul_bf16_forward_gelu %dx%dx%d, bf16 bias: the f32 bias's "
+             "bits (out, pre)", N, C, OC);
+    same_tensor(name, g[0], g[2]);
+    same_tensor(name, g[1], g[3]);
+    /* refusals */
+    zt_tensor *x = tensor(ZT_F32, 2, sx, fx), *o = tensor(ZT_F32, 2, sx, NULL);
+    zt_tensor *m = tensor(ZT_F32, 1, sn, NULL), *r = tensor(ZT_F32, 1, sn, NULL);
+    ct_check(refused(zt_layernorm_forward(o, m, r, x, w16, b32), "bias must be bf16"),
+             "layernorm refuses a bf16 weight with an f32 bias, naming the bias", "%s",
+             zt_last_error());
+    int64_t big[1] = { 16385 };
+    zt_tensor *wbig = tensor(ZT_BF16, 1, big, NULL), *xbig = tensor(ZT_F32, 2, (int64_t[]){ 1, 16385 }, NULL);
+    zt_tensor *obig = tensor(ZT_F32, 2, (int64_t[]){ 1, 16385 }, NULL);
+    zt_tensor *m1 = tensor(ZT_F32, 1, (int64_t[]){ 1 }, NULL);
+    ct_check(refused(zt_rmsnorm_forward(obig, m1, xbig, wbig, 1e-5f), "16384"),
+             "rmsnorm refuses a bf16 weight past 16384 channels, naming the bound", "%s",
+             zt_last_error());
+    ct_check(refused(zt_matmul_bf16_forward(g[0], in, mw, b16), "bias"),
+             "matmul_bf16_forward refuses a bias of the wrong length, naming it", "%s",
+             zt_last_error());
+    zt_tensor *all[] = { w32, b32, w16, b16, in, mw, mb32, mb16, g[0], g[1], g[2], g[3], x, o,
+                         m, r, wbig, xbig, obig, m1 };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) zt_tensor_release(all[i]);
+    free(fx); free(fy); free(fw); free(fb); free(fmw); free(fmb);
+}
+
 int main(void) {
     ct_seed(16);
     test_add3(7);
@@ -363,5 +484,7 @@ int main(void) {
     test_ops_refuse();
     test_gelu_ops(6, 40, 24);
     test_gelu_ops(33, 64, 256);
+    test_params16(5, 7, 24);
+    test_params16(67, 768, 200);     /* the vector lanes, the threads' row split */
     return ct_summary();
 }

@@ -155,8 +155,9 @@ describe("plan: predicted against measured peaks", function()
   end)
 
   -- the Llama family with bf16 GEMMs: an untied head's stage keeps no
-  -- replica of the embedding; each stage widens its gradients in fp32 (the
-  -- largest unit's buffer); dp on one rank widens through its pool
+  -- replica of the embedding; each stage accumulates its bf16 gradients
+  -- into fp32 as it reads them (no widening buffer); dp on one rank widens
+  -- through its pool
   it("llama-tiny in bf16: 1F1B on 2 ranks and dp on 1 rank exact but the activations, within 15% below", function()
     local L = "model.size=llama-tiny data.tokenizer=bytes precision=bf16 device.bf16_gemm=on"
     for _, c in ipairs({ { 2, "recipes/pipeline_1f1b.lua", L, "pipeline_1f1b" },

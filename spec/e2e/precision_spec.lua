@@ -81,17 +81,15 @@ describe("mixed precision", function()
     assert.is_true(s.final_loss < s.first_loss - 1.5, ("%.3f -> %.3f"):format(s.first_loss, s.final_loss))
   end)
 
-  -- with bf16 GEMMs the policy leaves the fp32 images of the matmul-only
-  -- weights uncast (the GEMMs read the stored bf16 view): if anything read
-  -- one, it would read another unit's stale values, and the digest would
-  -- move against a run that casts every parameter (what enter did before)
-  -- (llama-tiny: its GEMMs read fused views -- q|k|v, gate|up -- over
-  -- matmul-only tensors, which the policy maps to the stored bf16 too).
-  -- And a unit nothing reads in fp32 (the embedding: its tables read
-  -- stored, its wte by the tied head as a GEMM weight) gets no fp32 work
-  -- buffer at all: the policy's are sized by the blocks (P:widens)
-  for _, size in ipairs({ "gpt2-tiny", "llama-tiny" }) do
-  it("bf16 GEMMs: the matmul-only weights left uncast in fp32 change no bit against casting them all, " .. size,
+  -- with bf16 GEMMs the policy casts no parameter: every op reads the
+  -- stored bf16 ones, widened as read (the norms' weights and biases, the
+  -- GEMMs' weights and biases, the embedding's tables; llama-tiny's fused
+  -- q|k|v and gate|up views, qwen-tiny's fused q|k|v bias), so there is no
+  -- fp32 parameter work buffer at all. Against a run that casts every
+  -- parameter into fp32 work buffers and hands the ops those (what enter
+  -- did before): the same bits, and fewer elements cast.
+  for _, size in ipairs({ "gpt2-tiny", "llama-tiny", "qwen-tiny" }) do
+  it("bf16 GEMMs: the ops reading the stored bf16 parameters change no bit against casting them all, " .. size,
      function()
     local zt = require "ztrain"
     local trainer = require "ztrain.train.trainer"
@@ -108,25 +106,19 @@ describe("mixed precision", function()
       ops.cast = cast
       assert(ok, err)
       local d = tr:param_digest()
-      local pw, largest = tr.ctx.precision.pw, 0
-      for _, u in ipairs(tr.model.units) do
-        if u.kind ~= "embed" then largest = math.max(largest, u.padded) end
-      end
       local sizes = {}
-      for k, w in pairs(pw) do sizes[k] = w:numel() end
+      for k, w in pairs(tr.ctx.precision.pw) do sizes[k] = w:numel() end
       tr:free()
-      return d, casts, sizes, largest
+      return d, casts, sizes
     end
-    local skip, n_skip, pw, largest = digest()
-    -- the fp32 parameter work buffers: one, the size of the largest unit
-    -- but the embedding (whose is several times larger at a real vocabulary)
-    assert.are.same({ [1] = largest }, pw)
-    local orig, origw = Pmt.cast_params, Pmt.widens
-    Pmt.cast_params = function(_, u, v) return require("ztrain.core.ops").cast(v, u.params) end
+    local skip, n_skip, pw = digest()
+    assert.are.same({}, pw, "no fp32 parameter work buffer")
+    local origw = Pmt.widens
     Pmt.widens = function() return true end
-    local ok, full, n_full = pcall(digest)
-    Pmt.cast_params, Pmt.widens = orig, origw
+    local ok, full, n_full, pw_full = pcall(digest)
+    Pmt.widens = origw
     assert(ok, full)
+    assert.is_not_nil(pw_full[1], "the all-cast run hands the ops fp32 parameters")
     assert.are.equal(full, skip)
     assert.is_true(n_skip < n_full, ("elements cast: %d skipping, %d casting all"):format(n_skip, n_full))
   end)

@@ -79,23 +79,26 @@ describe("profile", function()
   end)
 
   -- what bench-ops found on bf16 steps: each bf16 GEMM cast its weight again
-  -- though the policy had just cast the stored bf16 weight to fp32
-  it("bf16 GEMMs read the stored bf16 weights, and inputs written bf16: no input cast in the forward", function()
+  -- though the policy had just cast the stored bf16 weight to fp32; then the
+  -- policy cast each block's 5 runs of non-matmul parameters (norms,
+  -- biases): a launch each on a GPU
+  it("bf16 GEMMs: the ops read the stored bf16 parameters and bf16 inputs: no cast in the forward", function()
     local tr = new({ "precision=bf16", "device.bf16_gemm=on" })
     local L = tr.model.cfg.L
     local prof = profile.start(tr.model, tr.ctx)
     tr:train_step()
     prof:stop()
     local f = by_family(prof)
-    -- entered: the head, one cast (its layer norm's); the embedding reads
-    -- its stored bf16 tables itself, and the head reads the tied wte only
-    -- as its GEMMs' bf16 weight: neither is widened; each block: its 5 runs of tensors between the 4 matmul-only weights,
-    -- which are not cast (precision.lua); none of the 4 L + 1 matmuls'
-    -- inputs is cast: ln1, ln2, fch_gelu and lnf are written bf16 by their
-    -- kernels, and so is the attention's output (bf16 activations,
-    -- model/activations.lua; before, each of the 4 L + 1 was cast, then one a
-    -- block: the attention's output)
-    assert.are.equal(1 + 5 * L, f["forward/precision casts"].calls)
+    -- no parameter is widened (the norms and the GEMMs read their bf16
+    -- weights and biases, the embedding its tables: Model:reads_stored), and
+    -- no GEMM input is cast: ln1, ln2, fch_gelu, lnf and the attention's
+    -- output are written bf16 by their kernels (model/activations.lua)
+    assert.is_nil(f["forward/precision casts"])
+    -- the backward's are the storage rule's: each unit's fp32 gradients
+    -- rounded into the stored bf16 ones (L blocks, the head, the head's part
+    -- of the tied wte, the embedding), and the embedding's stored gradient
+    -- widened first (it adds to the head's part)
+    assert.are.equal(L + 4, f["backward/precision casts"].calls)
     tr:free()
   end)
 

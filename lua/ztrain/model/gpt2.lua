@@ -73,11 +73,8 @@ function M.custom(spec, what)
   return cfg
 end
 
--- Parameter layout of each unit: list of { name, shape, decay, std, mm }.
--- std: "w" = 0.02, "proj" = 0.02/sqrt(2L), "zero", "one". mm: read by the
--- unit's matmuls (mm(a) below) and nothing else -- with bf16 GEMMs, which
--- read the stored bf16 weight, the precision policy leaves its fp32 image
--- uncast (precision.lua); wte is not: the encoder reads it in fp32.
+-- Parameter layout of each unit: list of { name, shape, decay, std }.
+-- std: "w" = 0.02, "proj" = 0.02/sqrt(2L), "zero", "one".
 local function unit_layout(cfg)
   local C, V = cfg.C, cfg.V
   local units = {}
@@ -87,14 +84,14 @@ local function unit_layout(cfg)
     local p = "h." .. l .. "."
     units[#units + 1] = { name = "block." .. l, kind = "block", layer = l, tensors = {
       { p .. "ln_1.weight", { C }, false, "one" }, { p .. "ln_1.bias", { C }, false, "zero" },
-      { p .. "attn.c_attn.weight", { 3 * C, C }, true, "w", true },
+      { p .. "attn.c_attn.weight", { 3 * C, C }, true, "w" },
       { p .. "attn.c_attn.bias", { 3 * C }, false, "zero" },
-      { p .. "attn.c_proj.weight", { C, C }, true, "proj", true },
+      { p .. "attn.c_proj.weight", { C, C }, true, "proj" },
       { p .. "attn.c_proj.bias", { C }, false, "zero" },
       { p .. "ln_2.weight", { C }, false, "one" }, { p .. "ln_2.bias", { C }, false, "zero" },
-      { p .. "mlp.c_fc.weight", { 4 * C, C }, true, "w", true },
+      { p .. "mlp.c_fc.weight", { 4 * C, C }, true, "w" },
       { p .. "mlp.c_fc.bias", { 4 * C }, false, "zero" },
-      { p .. "mlp.c_proj.weight", { C, 4 * C }, true, "proj", true },
+      { p .. "mlp.c_proj.weight", { C, 4 * C }, true, "proj" },
       { p .. "mlp.c_proj.bias", { C }, false, "zero" } } }
   end
   units[#units + 1] = { name = "head", kind = "head", tensors = {
@@ -141,7 +138,7 @@ function M.build(cfg, layout, opts, mt)
     for _, t in ipairs(lay.tensors) do
       local n = numel(t[2])
       u.tensors[#u.tensors + 1] = { name = t[1], shape = t[2], offset = off, numel = n,
-                                    decay = t[3], init = t[4], mm_only = t[5] or nil, stream = stream }
+                                    decay = t[3], init = t[4], stream = stream }
       off = off + n
       nparams = nparams + n
       stream = stream + 1
@@ -430,8 +427,7 @@ local function head_backward_weight(u, a, w, model)
 end
 
 -- With bf16 GEMMs (a.mm.stored) the tables are read as stored, bf16,
--- widened by the kernel: the precision policy widens nothing for the
--- embedding (Model:reads_stored), the same bits.
+-- widened by the kernel (Model:reads_stored), the same bits.
 local function embed_forward(u, a)
   local out = a.unit[u.index].out
   local s = a.mm and a.mm.stored
@@ -498,10 +494,12 @@ function Model:embedding_grad() return self.embed.g.wte end
 
 -- For the precision policy: whether a unit's backward reads its parameters
 -- (the embedding's adds dout's rows: none; driver/stage.lua), and whether
--- its ops read the stored bf16 ones themselves with bf16 GEMMs (the
--- embedding's tables: embed_forward)
+-- its ops read the stored bf16 ones themselves with bf16 GEMMs: all do (the
+-- encoder its tables, the layer norms their weights and biases, the GEMMs
+-- their weights and biases, each widened exactly as read), so no unit's
+-- parameters are cast into fp32 work buffers (precision.lua)
 function Model:backward_reads_params(u) return u.kind ~= "embed" end
-function Model:reads_stored(u) return u.kind == "embed" end
+function Model:reads_stored() return true end
 
 -- The units a unit reads parameters from (itself, plus embed for the tied
 -- head, which reads only wte, and only as its GEMMs' weight: with bf16

@@ -96,7 +96,7 @@ function M.config(size, over)
   return M.custom(spec, size)
 end
 
--- Parameter layout: GPT-2's { name, shape, decay, init, mm } (init "w":
+-- Parameter layout: GPT-2's { name, shape, decay, init } (init "w":
 -- normal(0, 0.02), transformers' initializer_range; "one", "zero").
 local function unit_layout(cfg)
   local C, V, F, hs = cfg.C, cfg.V, cfg.F, cfg.C / cfg.NH
@@ -107,19 +107,19 @@ local function unit_layout(cfg)
     local p = "model.layers." .. l .. "."
     local a = p .. "self_attn."
     local t = { { p .. "input_layernorm.weight", { C }, false, "one" },
-                { a .. "q_proj.weight", { q, C }, true, "w", true },
-                { a .. "k_proj.weight", { kv, C }, true, "w", true },
-                { a .. "v_proj.weight", { kv, C }, true, "w", true } }
+                { a .. "q_proj.weight", { q, C }, true, "w" },
+                { a .. "k_proj.weight", { kv, C }, true, "w" },
+                { a .. "v_proj.weight", { kv, C }, true, "w" } }
     if cfg.qkv_bias then
       t[#t + 1] = { a .. "q_proj.bias", { q }, false, "zero" }
       t[#t + 1] = { a .. "k_proj.bias", { kv }, false, "zero" }
       t[#t + 1] = { a .. "v_proj.bias", { kv }, false, "zero" }
     end
-    for _, e in ipairs({ { a .. "o_proj.weight", { C, q }, true, "w", true },
+    for _, e in ipairs({ { a .. "o_proj.weight", { C, q }, true, "w" },
                          { p .. "post_attention_layernorm.weight", { C }, false, "one" },
-                         { p .. "mlp.gate_proj.weight", { F, C }, true, "w", true },
-                         { p .. "mlp.up_proj.weight", { F, C }, true, "w", true },
-                         { p .. "mlp.down_proj.weight", { C, F }, true, "w", true } }) do
+                         { p .. "mlp.gate_proj.weight", { F, C }, true, "w" },
+                         { p .. "mlp.up_proj.weight", { F, C }, true, "w" },
+                         { p .. "mlp.down_proj.weight", { C, F }, true, "w" } }) do
       t[#t + 1] = e
     end
     local fused = { { "qkv_w", a .. "q_proj.weight", { q + 2 * kv, C } },
@@ -128,7 +128,7 @@ local function unit_layout(cfg)
     units[#units + 1] = { name = "block." .. l, kind = "block", layer = l, tensors = t, fused = fused }
   end
   local head = { { "model.norm.weight", { C }, false, "one" } }
-  if not cfg.tied then head[2] = { "lm_head.weight", { V, C }, true, "w", true } end
+  if not cfg.tied then head[2] = { "lm_head.weight", { V, C }, true, "w" } end
   units[#units + 1] = { name = "head", kind = "head", tensors = head }
   return units
 end
@@ -348,10 +348,12 @@ function Model:tied() return self.cfg.tied end
 function Model:embedding_grad() return self.embed.g["model.embed_tokens.weight"] end
 
 -- Whether a unit's backward reads its parameters: the embedding's adds
--- dout's rows into its gradient and reads none (the precision policy then
--- widens nothing for it; driver/stage.lua)
+-- dout's rows into its gradient and reads none (driver/stage.lua); and
+-- whether its ops read the stored bf16 ones with bf16 GEMMs: all do (the
+-- RMS norms' weights, the GEMMs' weights and Qwen's biases, the
+-- embedding's table, each widened exactly as read: precision.lua)
 function Model:backward_reads_params(u) return u.kind ~= "embed" end
-function Model:reads_stored(u) return u.kind == "embed" end
+function Model:reads_stored() return true end
 
 -- the units a unit reads parameters from (the head: embed too when tied,
 -- read only as its GEMMs' weight, as GPT-2's)

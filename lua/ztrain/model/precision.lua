@@ -9,15 +9,15 @@
 --
 -- Storage and compute are separate: a unit's parameters (u.params) and
 -- gradients (u.grads) are low-precision tensors, and the kernels compute in
--- fp32 (this CPU backend has no bf16 GEMM wired in yet). The stage runner
--- (driver/stage.lua) calls enter/leave around each unit's forward and
--- backward: enter casts the parameters of the units it reads (the unit, and
--- the embedding for the tied head; with bf16 GEMMs all but the matmul-only
--- weights, which the GEMMs read stored) into fp32 work buffers and points the
--- unit's views at them; for a backward it points the gradients at fp32 work
--- buffers too (the embedding's is first filled from its stored gradient:
--- the embedding adds to the head's part); leave casts those gradients back
--- to low precision and restores the views. So every strategy sees
+-- fp32. The stage runner (driver/stage.lua) calls enter/leave around each
+-- unit's forward and backward: enter casts the parameters of the units it
+-- reads (the unit, and the embedding for the tied head) into fp32 work
+-- buffers and points the unit's views at them -- except with the bf16 GEMMs,
+-- where every op reads the stored bf16 parameters itself, widened exactly
+-- as read (Model:reads_stored), so nothing is cast; for a backward it points
+-- the gradients at fp32 work buffers too (the embedding's is first filled
+-- from its stored gradient: the embedding adds to the head's part); leave
+-- casts those gradients back to low precision and restores the views. So every strategy sees
 -- low-precision parameters and gradients, and the same kernel calls on the
 -- same fp32 values in every strategy: the same-math rule holds within a
 -- precision.
@@ -41,7 +41,7 @@ function M.new(name, model)
     error(('precision must be "fp32", "bf16" or "fp16", got %s'):format(tostring(name)), 0)
   end
   local self = setmetatable({ name = name, dtype = dtype, lp = dtype ~= "f32", model = model,
-                              pw = {}, gw = {}, saved_p = {}, saved_g = {}, ranges = {} }, P)
+                              pw = {}, gw = {}, saved_p = {}, saved_g = {} }, P)
   return self
 end
 
@@ -71,12 +71,11 @@ function P:enter(u, want_params, want_grads)
     elseif want_params and pu.params then
       local w = work(self, self.pw, k, pu.padded)
       local v = w:view(0, { pu.padded })
-      if self.lp_of then self:cast_params(pu, v) else ops.cast(v, pu.params) end
+      ops.cast(v, pu.params)
       self.saved_p[k] = { u = pu, lp = model:set_params(pu, v) }
       -- bf16 GEMMs read a weight as bf16: the stored view is the very bits
-      -- a cast of its fp32 image gives back (bf16 -> fp32 -> bf16 is exact)
-      -- (a fused view -- Llama's q|k|v, gate|up -- likewise: its tensors are
-      -- matmul-only, so its fp32 image is never filled)
+      -- a cast of its fp32 image gives back (bf16 -> fp32 -> bf16 is exact),
+      -- a fused view (Llama's q|k|v, gate|up) likewise
       if self.lp_of then self:map_stored(pu, self.saved_p[k].lp) end
     end
     if want_grads and pu.grads then
@@ -112,44 +111,13 @@ end
 -- With the bf16 GEMMs, whether anything reads unit pu's parameters in fp32
 -- when `reader` runs: not for another reader (the tied head reads the
 -- embedding's wte only as its GEMMs' weight), nor for a unit whose ops
--- read the stored bf16 parameters themselves (Model:reads_stored: the
--- embedding's tables). Such a unit gets no fp32 work buffer at all (at
--- GPT-2 124M's vocabulary the embedding's is 157 MB, the largest block's
--- 28 MB).
+-- read the stored bf16 parameters themselves (Model:reads_stored: GPT-2's
+-- and Llama's all do). Such a unit gets no fp32 work buffer and no cast:
+-- at GPT-2 124M, B=16, T=1024 that was 61 casts in the forward and as many
+-- again in the backward, each a launch on a GPU.
 function P:widens(pu, reader)
   if reader ~= pu then return false end
   return not (self.model.reads_stored and self.model:reads_stored(pu))
-end
-
--- The ranges of unit u's parameters that something reads in fp32 when the
--- bf16 GEMMs read the stored weights: all but the matmul-only tensors
--- (the model's layout marks them mm_only), padding included. Adjacent
--- tensors merge into one range.
-local function fp32_ranges(u)
-  local r, lo = {}, 0
-  for _, t in ipairs(u.tensors) do
-    if t.mm_only then
-      if t.offset > lo then r[#r + 1] = { lo, t.offset - lo } end
-      lo = t.offset + t.numel
-    end
-  end
-  if u.padded > lo then r[#r + 1] = { lo, u.padded - lo } end
-  return r
-end
-
--- v (fp32, u.padded) = u's stored parameters, but for the matmul-only
--- tensors, whose fp32 image nothing reads (the bf16 GEMMs read the stored
--- bf16 view): it keeps whatever it held. (A unit nothing reads in fp32 at
--- all does not come here: P:widens.)
-function P:cast_params(u, v)
-  local rs = self.ranges[u] or fp32_ranges(u)
-  self.ranges[u] = rs
-  if #rs == 1 and rs[1][1] == 0 and rs[1][2] == u.padded then return ops.cast(v, u.params) end
-  for _, r in ipairs(rs) do
-    local dst, src = v:view(r[1], { r[2] }), u.params:view(r[1], { r[2] })
-    ops.cast(dst, src)
-    dst:free(); src:free()
-  end
 end
 
 -- leave(u): the fp32 gradients back into the stored low-precision ones,

@@ -132,8 +132,8 @@ end
 -- the gradients a stage completes ahead of their turn (looped BFS: m - 1
 -- per unit), on the last stage the tied embedding's replica (parameters
 -- and gradients) with its outgoing gradient buffers (two measured in flight;
--- an untied Llama head has none), and in a 2-byte precision each stage's
--- widening buffer (strategy single's, its largest unit in fp32).
+-- an untied Llama head has none). (A 2-byte precision's gradients are
+-- accumulated into fp32 as they are read: no widening buffer.)
 -- Returns the heaviest rank's prediction.
 local function pipeline(cfg, r, P, lowp)
   local model = family.new(cfg, { alloc = false, pad = family.PAD })
@@ -148,7 +148,6 @@ local function pipeline(cfg, r, P, lowp)
   for s, st in ipairs(stages) do
     local t = zero_tiers()
     fp.replicated_state(t, st.units, lowp, r.batch.accumulate)
-    if lowp then add(t, "device", "comm", 4 * fp.shapes(st.units).largest) end
     if st.has_head and not st.has_embed and (cfg.family ~= "llama" or cfg.tied) then
       local e, pb = model.embed, lowp and 2 or 4
       add(t, "device", "params", pb * e.padded)

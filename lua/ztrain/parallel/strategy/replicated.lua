@@ -74,29 +74,12 @@ end
 
 -- Add micro-batch `micro`'s gradient g into a (the first one is copied:
 -- 0 + x = x, so the bits are those of the sum in micro-batch order). A
--- low-precision g is widened to fp32 first (through `up`, an fp32 buffer of
--- at least its size).
-function M.accumulate(a, g, micro, up)
-  if g:dtype() ~= "f32" then
-    if micro == 0 then return ops.cast(a, g) end
-    local v = up:view(0, { g:numel() })
-    ops.cast(v, g)
-    ops.add(a, v)
-    v:free()
-    return
-  end
-  if micro == 0 then ops.copy(a, g) else ops.add(a, g) end
-end
-
--- A widening buffer for accumulate (fp32, the largest unit), made once.
-function M.up_buffer(ctx)
-  local st = ctx.state
-  if not st.up then
-    local n = 0
-    for _, u in ipairs(M.units(ctx)) do n = math.max(n, u.padded) end
-    st.up = T.new({ n }, { tier = ctx.model.tier, category = "comm" })
-  end
-  return st.up
+-- low-precision g is widened to fp32 as it is read (the cast's bits; no
+-- fp32 copy of it: zt_add takes a 2-byte x).
+function M.accumulate(a, g, micro)
+  if micro > 0 then return ops.add(a, g) end
+  if g:dtype() ~= "f32" then return ops.cast(a, g) end
+  ops.copy(a, g)
 end
 
 -- The step's gradient of unit u: the accumulator, or the last micro-batch's.
@@ -165,16 +148,14 @@ end
 -- The memory model of a replicated strategy (single, dp; footprint.lua):
 -- the full model state, and as working buffers the MPI scratch of the
 -- largest unit's all-reduce and, in a 2-byte precision, the widened
--- gradients being reduced (dp, on any number of ranks: its pool) or, for
--- single, the widening buffer of up_buffer (the largest unit's: a 2-byte
--- precision always accumulates in fp32).
+-- gradients being reduced (dp, on any number of ranks: its pool). single
+-- accumulates a 2-byte gradient into fp32 as it reads it: no buffer.
 M.placement = { stage = 0 }      -- a strategy object takes its own copy (single.lua, dp.lua)
 function M.footprint(t, f, pooled)
   fp.replicated_state(t, f.units, f.lowp, f.accumulate)
   local s = fp.shapes(f.units)
   fp.add(t, "device", "comm", fp.mpi_scratch(s.largest, f.N))
-  if f.lowp and (f.N > 1 or pooled) then fp.add(t, "device", "comm", fp.widened(s))
-  elseif f.lowp then fp.add(t, "device", "comm", 4 * s.largest) end
+  if f.lowp and (f.N > 1 or pooled) then fp.add(t, "device", "comm", fp.widened(s)) end
 end
 -- dp's: widened through its pool, one rank or many
 function M.footprint_pooled(t, f) return M.footprint(t, f, true) end
@@ -186,7 +167,6 @@ function M.free(ctx)
   if not st then return end
   for _, a in pairs(st.acc or {}) do a:free() end
   for _, m in pairs(st.master or {}) do m:free() end
-  if st.up then st.up:free(); st.up = nil end
   st.master = {}
   for _, os in pairs(st.optim or {}) do for _, t in pairs(os) do t:free() end end
   st.acc, st.optim = {}, {}

@@ -31,7 +31,7 @@ function M.new(opts)
   -- micro: 0-based index of the micro-batch within the step.
   function S.post_backward(ctx, u, micro)
     local a = ctx.state.acc[u.index]
-    if a then replicated.accumulate(a, u.grads, micro, ctx.precision and replicated.up_buffer(ctx)) end
+    if a then replicated.accumulate(a, u.grads, micro) end
   end
 
   S.step = replicated.step
