@@ -106,13 +106,21 @@ describe("mixed precision", function()
       ops.cast = cast
       assert(ok, err)
       local d = tr:param_digest()
-      local sizes = {}
+      local sizes, gsizes, want = {}, {}, { 0 }
       for k, w in pairs(tr.ctx.precision.pw) do sizes[k] = w:numel() end
+      for k, w in pairs(tr.ctx.precision.gw) do gsizes[k] = w:numel() end
+      -- the gradients' work buffers: the largest unit's in slot 1, reused by
+      -- every unit, and the tied head's own (small) beside its wte part
+      for _, u in ipairs(tr.model.units) do
+        want[1] = math.max(want[1], u.padded)
+        if u.kind == "head" and tr.model:tied() then want[2] = u.padded end
+      end
       tr:free()
-      return d, casts, sizes
+      return d, casts, sizes, gsizes, want
     end
-    local skip, n_skip, pw = digest()
+    local skip, n_skip, pw, gw, gw_want = digest()
     assert.are.same({}, pw, "no fp32 parameter work buffer")
+    assert.are.same(gw_want, gw, "the gradients' fp32 work buffers")
     local origw = Pmt.widens
     Pmt.widens = function() return true end
     local ok, full, n_full, pw_full = pcall(digest)

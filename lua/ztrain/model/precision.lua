@@ -45,8 +45,8 @@ function M.new(name, model)
   return self
 end
 
--- An fp32 work buffer for slot k (1: the unit; 2: a unit it reads, the
--- embedding for the head), at least n elements; category "activations":
+-- An fp32 work buffer for slot k (a unit's largest request in slot 1:
+-- slots below), at least n elements; category "activations":
 -- transient, per unit, like the other per-unit scratch.
 local function work(self, list, k, n)
   local w = list[k]
@@ -58,18 +58,38 @@ local function work(self, list, k, n)
   return w
 end
 
+-- The work-buffer slot of each of the units a unit reads: the largest
+-- first. Slots are reused from one unit to the next (leave frees them all),
+-- so the largest request always lands in slot 1: GPT-2's tied head writes
+-- the embedding's wte gradient (V x C) beside its own small one, and the
+-- embedding's backward then reuses that buffer instead of growing a second
+-- one as large (154 MB at GPT-2's vocabulary).
+local function slots(pus)
+  local order = {}
+  for k = 1, #pus do order[k] = k end
+  table.sort(order, function(a, b)
+    if pus[a].padded ~= pus[b].padded then return pus[a].padded > pus[b].padded end
+    return a < b
+  end)
+  local slot = {}
+  for i, k in ipairs(order) do slot[k] = i end
+  return slot
+end
+
 -- enter(u, backward): fp32 views of the parameters of every unit u reads,
 -- and for a backward of its gradients.
 function P:enter(u, want_params, want_grads)
   if not self.lp then return end
   local model = self.model
-  for k, pu in ipairs(model:param_units(u)) do
+  local pus = model:param_units(u)
+  local slot = slots(pus)
+  for k, pu in ipairs(pus) do
     if want_params and pu.params and self.lp_of and not self:widens(pu, u) then
       -- nothing reads pu's fp32 image (below): no work buffer, its views
       -- stay the stored ones, and the GEMMs' map points each at itself
       self:map_stored(pu, pu.params)
     elseif want_params and pu.params then
-      local w = work(self, self.pw, k, pu.padded)
+      local w = work(self, self.pw, slot[k], pu.padded)
       local v = w:view(0, { pu.padded })
       ops.cast(v, pu.params)
       self.saved_p[k] = { u = pu, lp = model:set_params(pu, v) }
@@ -79,7 +99,7 @@ function P:enter(u, want_params, want_grads)
       if self.lp_of then self:map_stored(pu, self.saved_p[k].lp) end
     end
     if want_grads and pu.grads then
-      local w = work(self, self.gw, k, pu.padded)
+      local w = work(self, self.gw, slot[k], pu.padded)
       local v = w:view(0, { pu.padded })
       -- the embedding's wte gradient is the head's part plus its own: it
       -- starts from what is stored; every other gradient is written (the
