@@ -178,25 +178,39 @@ static int cpu_encoder_backward(float *dwte, float *dwpe, const void *dout, int 
                   : zk_encoder_backward(dwte, dwpe, dout, tok, B, T, C, V);
 }
 
-static void cpu_adamw_segments(float *p, const float *g, float *m, float *v, void *lp,
+/* g_dtype: a 2-byte gradient (zk_adamw_g16: widened as read), else f32 */
+static void cpu_adamw_segments(float *p, const void *g_, int g_dtype, float *m, float *v, void *lp,
                                int lp_dtype, const zt_adamw_segs *sg, float lr, float b1,
                                float b2, float eps, float gscale, int t)
 {
+    const float *g = g_;
     for (int s = 0; s < sg->n; s++) {
         int64_t o = sg->off[s];
         size_t n = (size_t)sg->len[s];
-        if (lp_dtype == ZT_BF16 || lp_dtype == ZT_F16)
+        int has_lp = lp_dtype == ZT_BF16 || lp_dtype == ZT_F16;
+        if (g_dtype != ZT_F32)
+            zk_adamw_g16(p + o, (const uint16_t *)g_ + o, g_dtype == ZT_F16, m + o, v + o,
+                         has_lp ? (uint16_t *)lp + o : NULL, lp_dtype == ZT_F16, n, lr, b1, b2,
+                         eps, sg->wd[s], gscale, t);
+        else if (has_lp)
             zk_adamw_lp(p + o, g + o, m + o, v + o, (uint16_t *)lp + o, lp_dtype == ZT_F16, n, lr,
                         b1, b2, eps, sg->wd[s], gscale, t);
         else zk_adamw(p + o, g + o, m + o, v + o, n, lr, b1, b2, eps, sg->wd[s], gscale, t);
     }
 }
 
-static void cpu_sumsq_blocks_many(double *partials, const float *const *x, const size_t *n,
-                                  int count)
+/* x_dtype: a 2-byte x (zk_sumsq_blocks_16: widened as read), else f32 */
+static void cpu_sumsq_blocks(double *partials, const void *x, int x_dtype, size_t n)
+{
+    if (x_dtype == ZT_F32) zk_sumsq_blocks(partials, x, n);
+    else zk_sumsq_blocks_16(partials, x, x_dtype == ZT_F16, n);
+}
+
+static void cpu_sumsq_blocks_many(double *partials, const void *const *x, int x_dtype,
+                                  const size_t *n, int count)
 {
     for (int i = 0; i < count; i++) {
-        zk_sumsq_blocks(partials, x[i], n[i]);
+        cpu_sumsq_blocks(partials, x[i], x_dtype, n[i]);
         partials += (n[i] + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
     }
 }
@@ -345,7 +359,7 @@ const zt_device_ops zt_cpu_device = {
     .adamw = zk_adamw,
     .adamw_segments = cpu_adamw_segments,
     .sumsq_blocks_many = cpu_sumsq_blocks_many,
-    .sumsq_blocks = zk_sumsq_blocks,
+    .sumsq_blocks = cpu_sumsq_blocks,
     .sum = zk_sum_f64,
     .randn = zk_randn,
 };

@@ -538,13 +538,23 @@ static int cuda_crossentropy(float *losses, void *dlogits, const void *logits,
     return rc;
 }
 
-static void cuda_adamw_segments(float *p, const float *g, float *m, float *v, void *lp,
-                                int lp_dtype, const zt_adamw_segs *sg, float lr, float b1,
-                                float b2, float eps, float gscale, int t)
+/* an input's zt_dtype as the kernels' kind (kernels.cuh): 0 f32, 1 bf16,
+ * 2 f16; another -1, which the kernels refuse (a noted error, not a
+ * misread tensor) */
+static int kc_kind(int dtype)
+{
+    return dtype == ZT_F32 ? 0 : dtype == ZT_BF16 ? 1 : dtype == ZT_F16 ? 2 : -1;
+}
+
+/* g_dtype ZT_BF16 / ZT_F16: the stored gradient read as it is, widened
+ * exactly in the kernel (the bits of an f32 g) */
+static void cuda_adamw_segments(float *p, const void *g, int g_dtype, float *m, float *v,
+                                void *lp, int lp_dtype, const zt_adamw_segs *sg, float lr,
+                                float b1, float b2, float eps, float gscale, int t)
 {
     int kind = lp == NULL ? 0 : lp_dtype == ZT_BF16 ? 1 : 2;
-    KC_NOTE(zkc_adamw_segments(S(), p, g, m, v, lp, kind, sg->n, sg->off, sg->len, sg->wd, lr,
-                               b1, b2, eps, gscale, t));
+    KC_NOTE(zkc_adamw_segments(S(), p, g, kc_kind(g_dtype), m, v, lp, kind, sg->n, sg->off,
+                               sg->len, sg->wd, lr, b1, b2, eps, gscale, t));
 }
 
 static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
@@ -571,29 +581,31 @@ static int scratch(size_t nb)
     return ZT_OK;
 }
 
-/* partials (host, ceil(n/ZK_SUM_BLOCK) doubles): the CPU's bits */
-static int sumsq_blocks(double *partials, const float *x, size_t n)
+/* partials (host, ceil(n/ZK_SUM_BLOCK) doubles): the CPU's bits (of the
+ * widened values, x_dtype ZT_BF16 / ZT_F16) */
+static int sumsq_blocks(double *partials, const void *x, int x_dtype, size_t n)
 {
     size_t nb = (n + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
     if (nb == 0) return ZT_OK;
     ZT_TRY(scratch(nb));
-    KC(zkc_sumsq_blocks(S(), cu_scratch, x, n));
+    KC(zkc_sumsq_blocks(S(), cu_scratch, x, kc_kind(x_dtype), n));
     CU(cudaMemcpyAsync(partials, cu_scratch, nb * sizeof(double), cudaMemcpyDeviceToHost,
                        S()));
     CU(wait_stream(S()));
     return ZT_OK;
 }
 
-static void cuda_sumsq_blocks(double *partials, const float *x, size_t n)
+static void cuda_sumsq_blocks(double *partials, const void *x, int x_dtype, size_t n)
 {
     pthread_mutex_lock(&cu_lock);
-    note(sumsq_blocks(partials, x, n));
+    note(sumsq_blocks(partials, x, x_dtype, n));
     pthread_mutex_unlock(&cu_lock);
 }
 
 /* every tensor's blocks into the scratch one after another, then one copy
  * and one wait: the gradient norm's host wait once a step */
-static int sumsq_blocks_many(double *partials, const float *const *x, const size_t *n, int count)
+static int sumsq_blocks_many(double *partials, const void *const *x, int x_dtype,
+                             const size_t *n, int count)
 {
     size_t nb = 0;
     for (int i = 0; i < count; i++) nb += (n[i] + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
@@ -602,7 +614,7 @@ static int sumsq_blocks_many(double *partials, const float *const *x, const size
     size_t off = 0;
     for (int i = 0; i < count; i++) {
         if (n[i] == 0) continue;
-        KC(zkc_sumsq_blocks(S(), cu_scratch + off, x[i], n[i]));
+        KC(zkc_sumsq_blocks(S(), cu_scratch + off, x[i], kc_kind(x_dtype), n[i]));
         off += (n[i] + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
     }
     CU(cudaMemcpyAsync(partials, cu_scratch, nb * sizeof(double), cudaMemcpyDeviceToHost, S()));
@@ -610,11 +622,11 @@ static int sumsq_blocks_many(double *partials, const float *const *x, const size
     return ZT_OK;
 }
 
-static void cuda_sumsq_blocks_many(double *partials, const float *const *x, const size_t *n,
-                                   int count)
+static void cuda_sumsq_blocks_many(double *partials, const void *const *x, int x_dtype,
+                                   const size_t *n, int count)
 {
     pthread_mutex_lock(&cu_lock);
-    note(sumsq_blocks_many(partials, x, n, count));
+    note(sumsq_blocks_many(partials, x, x_dtype, n, count));
     pthread_mutex_unlock(&cu_lock);
 }
 

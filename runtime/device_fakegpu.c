@@ -137,11 +137,12 @@ static void fg_layernorm_residual_forward(void *resid, void *out, int out16, flo
                                    un(w), un(bias), p16, N, C);
 }
 
-static void fg_adamw_segments(float *p, const float *g, float *m, float *v, void *lp,
+static void fg_adamw_segments(float *p, const void *g, int g_dtype, float *m, float *v, void *lp,
                               int lp_dtype, const zt_adamw_segs *sg, float lr, float b1,
                               float b2, float eps, float gscale, int t)
 {
-    CPU.adamw_segments(F(p), CF(g), F(m), F(v), un(lp), lp_dtype, sg, lr, b1, b2, eps, gscale, t);
+    CPU.adamw_segments(F(p), un(g), g_dtype, F(m), F(v), un(lp), lp_dtype, sg, lr, b1, b2, eps,
+                       gscale, t);
 }
 
 static void fg_gelu_forward(void *out, int out16, const void *inp, int in16, size_t n)
@@ -168,11 +169,15 @@ static void fg_adamw(float *p, const float *g, float *m, float *v, size_t n, flo
 }
 
 /* partials are the caller's host array, as on CUDA */
-static void fg_sumsq_blocks(double *partials, const float *x, size_t n) { CPU.sumsq_blocks(partials, CF(x), n); }
-static void fg_sumsq_blocks_many(double *partials, const float *const *x, const size_t *n, int count)
+static void fg_sumsq_blocks(double *partials, const void *x, int xd, size_t n)
+{
+    CPU.sumsq_blocks(partials, un(x), xd, n);
+}
+static void fg_sumsq_blocks_many(double *partials, const void *const *x, int xd, const size_t *n,
+                                 int count)
 {
     for (int i = 0; i < count; i++) {
-        CPU.sumsq_blocks(partials, CF(x[i]), n[i]);
+        CPU.sumsq_blocks(partials, un(x[i]), xd, n[i]);
         partials += (n[i] + (size_t)zt_sum_block() - 1) / (size_t)zt_sum_block();
     }
 }

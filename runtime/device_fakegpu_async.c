@@ -606,49 +606,64 @@ static int fa_crossentropy(float *losses, void *dlogits, const void *logits,
 
 static void r_adamw(item *it)
 {
-    FG.adamw(it->p[0], it->p[1], it->p[2], it->p[3], it->n, it->f[0], it->f[1], it->f[2],
-             it->f[3], it->f[4], it->f[5], it->i[0]);
+    if (it->i[1] == ZT_F32) {
+        FG.adamw(it->p[0], it->p[1], it->p[2], it->p[3], it->n, it->f[0], it->f[1], it->f[2],
+                 it->f[3], it->f[4], it->f[5], it->i[0]);
+        return;
+    }
+    /* a 2-byte gradient: one segment of the device's own segments op */
+    zt_adamw_segs sg = { .n = 1 };
+    sg.off[0] = 0; sg.len[0] = (int64_t)it->n; sg.wd[0] = it->f[4];
+    FG.adamw_segments(it->p[0], it->p[1], it->i[1], it->p[2], it->p[3], NULL, -1, &sg, it->f[0],
+                      it->f[1], it->f[2], it->f[3], it->f[5], it->i[0]);
 }
-static void fa_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
-                     float b2, float eps, float wd, float gscale, int t)
+/* g_dtype: f32, or a 2-byte gradient (the segments op's) */
+static void adamw_g(float *p, const void *g, int g_dtype, float *m, float *v, size_t n, float lr,
+                    float b1, float b2, float eps, float wd, float gscale, int t)
 {
     OP0(it, r_adamw);
     it->p[0] = p; it->p[1] = (void *)g; it->p[2] = m; it->p[3] = v; it->n = n;
     it->f[0] = lr; it->f[1] = b1; it->f[2] = b2; it->f[3] = eps; it->f[4] = wd; it->f[5] = gscale;
-    it->i[0] = t;
+    it->i[0] = t; it->i[1] = g_dtype;
     issue(it);
+}
+static void fa_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                     float b2, float eps, float wd, float gscale, int t)
+{
+    adamw_g(p, g, ZT_F32, m, v, n, lr, b1, b2, eps, wd, gscale, t);
 }
 /* one queued op a segment (the segments' table is the caller's, gone by
  * the time a queue runs): the same bits as one launch */
 static void fa_cast(void *dst, int dt, const void *src, int st, size_t n);
-static void fa_adamw_segments(float *p, const float *g, float *m, float *v, void *lp,
+static void fa_adamw_segments(float *p, const void *g, int g_dtype, float *m, float *v, void *lp,
                               int lp_dtype, const zt_adamw_segs *sg, float lr, float b1,
                               float b2, float eps, float gscale, int t)
 {
+    size_t gsz = g_dtype == ZT_F32 ? 4 : 2;
     for (int s = 0; s < sg->n; s++) {
         int64_t o = sg->off[s];
-        fa_adamw(p + o, g + o, m + o, v + o, (size_t)sg->len[s], lr, b1, b2, eps, sg->wd[s],
-                 gscale, t);
+        adamw_g(p + o, (const char *)g + (size_t)o * gsz, g_dtype, m + o, v + o,
+                (size_t)sg->len[s], lr, b1, b2, eps, sg->wd[s], gscale, t);
         if (lp) fa_cast((uint16_t *)lp + o, lp_dtype, p + o, ZT_F32, (size_t)sg->len[s]);
     }
 }
 
 /* partials are a host array: written when the op runs, so it is waited for */
-static void r_sumsq(item *it) { FG.sumsq_blocks(it->p[0], it->p[1], it->n); }
-static void fa_sumsq_blocks(double *partials, const float *x, size_t n)
+static void r_sumsq(item *it) { FG.sumsq_blocks(it->p[0], it->p[1], it->i[0], it->n); }
+static void fa_sumsq_blocks(double *partials, const void *x, int x_dtype, size_t n)
 {
     OP0(it, r_sumsq);
-    it->p[0] = partials; it->p[1] = (void *)x; it->n = n;
+    it->p[0] = partials; it->p[1] = (void *)x; it->i[0] = x_dtype; it->n = n;
     note_error(issue_sync(it, NULL));
 }
 /* each tensor's partials as its own op, queued; the host waits once, for
  * the last (CUDA's one copy and one wait) */
-static void fa_sumsq_blocks_many(double *partials, const float *const *x, const size_t *n,
-                                 int count)
+static void fa_sumsq_blocks_many(double *partials, const void *const *x, int x_dtype,
+                                 const size_t *n, int count)
 {
     for (int i = 0; i < count; i++) {
         OP0(it, r_sumsq);
-        it->p[0] = partials; it->p[1] = (void *)x[i]; it->n = n[i];
+        it->p[0] = partials; it->p[1] = (void *)x[i]; it->i[0] = x_dtype; it->n = n[i];
         if (i < count - 1) issue(it);
         else note_error(issue_sync(it, NULL));
         partials += (n[i] + (size_t)zt_sum_block() - 1) / (size_t)zt_sum_block();

@@ -290,14 +290,20 @@ typedef struct zt_device_ops {
                   float lr, float b1, float b2, float eps, float wd,
                   float gscale, int t);
     /* adamw over segments of p, g, m, v (one launch on a GPU) */
-    /* lp: NULL or the low-precision copy (lp_dtype ZT_BF16 / ZT_F16) */
-    void (*adamw_segments)(float *p, const float *g, float *m, float *v, void *lp,
+    /* lp: NULL or the low-precision copy (lp_dtype ZT_BF16 / ZT_F16). g_dtype:
+     * ZT_F32, or ZT_BF16 / ZT_F16 (a mixed-precision step's stored gradient
+     * read as it is, each element widened exactly: the bits of an f32 copy
+     * of it, so no accumulator is needed without accumulation) */
+    void (*adamw_segments)(float *p, const void *g, int g_dtype, float *m, float *v, void *lp,
                            int lp_dtype, const zt_adamw_segs *segs, float lr, float b1,
                            float b2, float eps, float gscale, int t);
-    void (*sumsq_blocks)(double *partials, const float *x, size_t n);
-    /* count tensors' block partials one after another (zt_sumsq_blocks_many) */
-    void (*sumsq_blocks_many)(double *partials, const float *const *x, const size_t *n,
-                              int count);
+    /* x_dtype: ZT_F32, or ZT_BF16 / ZT_F16 widened exactly as read (the
+     * partials of an f32 copy, bit for bit) */
+    void (*sumsq_blocks)(double *partials, const void *x, int x_dtype, size_t n);
+    /* count tensors' block partials one after another (zt_sumsq_blocks_many),
+     * all of one dtype */
+    void (*sumsq_blocks_many)(double *partials, const void *const *x, int x_dtype,
+                              const size_t *n, int count);
     double (*sum)(const float *x, size_t n);
     void (*randn)(float *x, size_t n, uint64_t seed, uint64_t stream, float mean, float std);
     /* zt_device_count's "attention_tc" (NULL: the device has no such path) */

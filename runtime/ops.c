@@ -1033,7 +1033,9 @@ int zt_adamw_segments(zt_tensor *p, const zt_tensor *g, zt_tensor *m, zt_tensor 
 {
     const char *op = "zt_adamw_segments";
     ZT_TRY(need(op, "param", p, ZT_F32));
-    ZT_TRY(need_numel(op, "grad", g, ZT_F32, p->numel, "(same as param)"));
+    /* grad f32, or a mixed-precision step's stored 2-byte gradient */
+    int gd = g && (g->dtype == ZT_BF16 || g->dtype == ZT_F16) ? g->dtype : ZT_F32;
+    ZT_TRY(need_numel(op, "grad", g, gd, p->numel, "(same as param; f32, bf16 or f16)"));
     ZT_TRY(need_numel(op, "m", m, ZT_F32, p->numel, "(same as param)"));
     ZT_TRY(need_numel(op, "v", v, ZT_F32, p->numel, "(same as param)"));
     ZT_CHECK(step >= 1, "%s: step must be >= 1 (1-based), got %d", op, step);
@@ -1061,20 +1063,27 @@ int zt_adamw_segments(zt_tensor *p, const zt_tensor *g, zt_tensor *m, zt_tensor 
     }
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "param", p, "grad", g, "m", m, "v", v, "lp", lp, NULL));
-    dev->adamw_segments(p->data, g->data, m->data, v->data, lp ? lp->data : NULL,
+    dev->adamw_segments(p->data, g->data, gd, m->data, v->data, lp ? lp->data : NULL,
                         lp ? lp->dtype : -1, &sg, lr, b1, b2, eps, gscale, step);
     return ZT_OK;
 }
 
 int64_t zt_sum_block(void) { return ZK_SUM_BLOCK; }
 
+/* the sums of squares take f32, or a stored 2-byte gradient (bf16, f16)
+ * widened as read */
+static int sum_dtype(const zt_tensor *x)
+{
+    return x && (x->dtype == ZT_BF16 || x->dtype == ZT_F16) ? x->dtype : ZT_F32;
+}
+
 int zt_sumsq_blocks(double *partials, const zt_tensor *x)
 {
     ZT_CHECK(partials != NULL, "zt_sumsq_blocks: partials is NULL");
-    ZT_TRY(need("zt_sumsq_blocks", "x", x, ZT_F32));
+    ZT_TRY(need("zt_sumsq_blocks", "x", x, sum_dtype(x)));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, "zt_sumsq_blocks", "x", x, NULL));
-    dev->sumsq_blocks(partials, x->data, (size_t)x->numel);
+    dev->sumsq_blocks(partials, x->data, x->dtype, (size_t)x->numel);
     return ZT_OK;
 }
 
@@ -1084,13 +1093,19 @@ int zt_sumsq_blocks_many(double *partials, const zt_tensor *const *xs, int n)
     ZT_CHECK(partials != NULL, "%s: partials is NULL", op);
     ZT_CHECK(n >= 0 && (n == 0 || xs != NULL), "%s: %d tensors", op, n);
     if (n == 0) return ZT_OK;
-    const float **x = malloc((size_t)n * sizeof *x);
+    const void **x = malloc((size_t)n * sizeof *x);
     size_t *len = malloc((size_t)n * sizeof *len);
     int rc = (x && len) ? ZT_OK : zt_error(ZT_ENOMEM, "%s: %d tensors' table", op, n);
     const zt_device_ops *dev = NULL;
     for (int i = 0; i < n && rc == ZT_OK; i++) {
         const zt_device_ops *d = NULL;
-        if ((rc = need(op, "x", xs[i], ZT_F32)) != ZT_OK) break;
+        if ((rc = need(op, "x", xs[i], sum_dtype(xs[i]))) != ZT_OK) break;
+        if (i > 0 && xs[i]->dtype != xs[0]->dtype) {
+            rc = zt_error(ZT_EINVAL, "%s: tensor %d is %s, tensor 0 %s: one call takes one dtype "
+                          "(f32, bf16 or f16)", op, i, zt_dtype_name(xs[i]->dtype),
+                          zt_dtype_name(xs[0]->dtype));
+            break;
+        }
         if ((rc = ready(&d, op, "x", xs[i], NULL)) != ZT_OK) break;
         if (i > 0 && (d != dev || xs[i]->storage->tier != xs[0]->storage->tier)) {
             rc = zt_error(ZT_EINVAL, "%s: tensor %d is on another tier than tensor 0 (%s, %s): "
@@ -1102,7 +1117,7 @@ int zt_sumsq_blocks_many(double *partials, const zt_tensor *const *xs, int n)
         x[i] = xs[i]->data;
         len[i] = (size_t)xs[i]->numel;
     }
-    if (rc == ZT_OK) dev->sumsq_blocks_many(partials, x, len, n);
+    if (rc == ZT_OK) dev->sumsq_blocks_many(partials, x, xs[0]->dtype, len, n);
     free(x);
     free(len);
     return rc;

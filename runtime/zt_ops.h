@@ -204,7 +204,9 @@ int zt_crossentropy(zt_tensor *losses, zt_tensor *dlogits,
  * param's numel): the stored low-precision parameters, each updated
  * element also written there rounded (zt_cast's bits), in the same pass:
  * mixed precision's master -> stored parameters without a cast of its own
- * (elements outside the segments are not written). */
+ * (elements outside the segments are not written). grad may be bf16 or f16
+ * (a mixed-precision step's stored gradient, without accumulation), each
+ * element widened exactly as read: the bits of an f32 copy of it. */
 #define ZT_ADAMW_SEGS 16
 int zt_adamw_segments(zt_tensor *param, const zt_tensor *grad, zt_tensor *m, zt_tensor *v,
                       zt_tensor *lp, int nseg, const int64_t *offset, const int64_t *length,
@@ -215,10 +217,11 @@ int zt_adamw(zt_tensor *param, const zt_tensor *grad, zt_tensor *m,
              float weight_decay, float grad_scale, int step);
 /* Elements per block of the fixed-partition fp64 sums. */
 int64_t zt_sum_block(void);
-/* partials[i] = sum of squares of block i of x (f32); writes
- * ceil(numel / zt_sum_block()) doubles. */
+/* partials[i] = sum of squares of block i of x (f32, or bf16 / f16 widened
+ * exactly as read: an f32 copy's bits); writes ceil(numel / zt_sum_block())
+ * doubles. */
 int zt_sumsq_blocks(double *partials, const zt_tensor *x);
-/* zt_sumsq_blocks of n tensors (f32, one tier) in one call: partials holds
+/* zt_sumsq_blocks of n tensors (one dtype, one tier) in one call: partials holds
  * each one's ceil(numel / zt_sum_block()) block sums in turn, the bits of
  * n calls. On a GPU one copy to the host and one wait for all of them
  * (the gradient norm: a wait a step, not one a unit). */

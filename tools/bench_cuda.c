@@ -325,22 +325,39 @@ int main(void)
     TIMEB("cast f32 -> bf16 (N,3072)", nf * 6, 50, dv->cast(y, ZT_BF16, x, ZT_F32, (size_t)nf));
     TIMEB("cast bf16 -> f32 (N,3072)", nf * 6, 50, dv->cast(y, ZT_F32, x, ZT_BF16, (size_t)nf));
     TIMEB("adamw 12.6M params", nf * 28, 10, dv->adamw(x, g, y, dx, (size_t)nf, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1));
+    /* a mixed-precision step's stored bf16 gradient (12.6M, cast from g),
+     * which AdamW and the gradient norm read as it is when the step
+     * accumulates nothing */
+    uint16_t *gb = NULL;
+    dv->alloc((void **)&gb, (size_t)nf * 2);
+    dv->cast(gb, ZT_BF16, g, ZT_F32, (size_t)nf);
     {   /* one unit's update as the trainer calls it: the stored bf16 parameters written too */
         zt_adamw_segs sg = { 1, { 0 }, { (int64_t)nf }, { 0.1f } };
         uint16_t *lp = NULL;
         dv->alloc((void **)&lp, (size_t)nf * 2);
         TIMEB("adamw segments + bf16 params", nf * 30, 10,
-              dv->adamw_segments(x, g, y, dx, lp, ZT_BF16, &sg, 1e-4f, 0.9f, 0.95f, 1e-8f, 1.0f, 1));
+              dv->adamw_segments(x, g, ZT_F32, y, dx, lp, ZT_BF16, &sg, 1e-4f, 0.9f, 0.95f, 1e-8f,
+                                 1.0f, 1));
+        /* the same reading the bf16 gradient (2 bytes a parameter, not 4) */
+        TIMEB("adamw segments, bf16 g + bf16 params", nf * 28, 10,
+              dv->adamw_segments(x, gb, ZT_BF16, y, dx, lp, ZT_BF16, &sg, 1e-4f, 0.9f, 0.95f,
+                                 1e-8f, 1.0f, 1));
         dv->free(lp);
     }
     {   /* the gradient norm's partials over 12.6M floats (zt_sumsq_blocks_many:
          * the block partials, then one copy to the host and one wait) */
         size_t cnt = (size_t)nf, nb = (cnt + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
         double *part = malloc(nb * sizeof(double));
-        const float *xs[1] = { x };
-        TIMEB("sumsq partials 12.6M floats", nf * 4, 20, dv->sumsq_blocks_many(part, xs, &cnt, 1));
+        const void *xs[1] = { x };
+        TIMEB("sumsq partials 12.6M floats", nf * 4, 20,
+              dv->sumsq_blocks_many(part, xs, ZT_F32, &cnt, 1));
+        /* the same over the bf16 gradient, widened as read (8-byte loads) */
+        xs[0] = gb;
+        TIMEB("sumsq partials 12.6M bf16", nf * 2, 20,
+              dv->sumsq_blocks_many(part, xs, ZT_BF16, &cnt, 1));
         free(part);
     }
+    dv->free(gb);
     {   /* the embedding: wte rows and wpe read, (B,T,C) written; backward:
          * dout read, the tokens' dwte rows read and written (distinct
          * tokens here: the most rows), dwpe written */

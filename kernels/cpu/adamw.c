@@ -112,8 +112,12 @@ static adam_block_fn adamw_pick(void) {
 }
 
 /* lp (if not NULL): each block's updated param rounded into it while the
- * block is in cache (lp_f16: IEEE half, else bf16) */
-static void adamw_run(float *param, const float *grad, float *m, float *v, uint16_t *lp,
+ * block is in cache (lp_f16: IEEE half, else bf16). g16 (if not NULL, then
+ * grad is NULL): a 2-byte gradient (g_f16: IEEE half, else bf16), each
+ * block widened exactly into the thread's stack before the f32 block: the
+ * bits of an f32 copy of it */
+static void adamw_run(float *param, const float *grad, const uint16_t *g16, int g_f16,
+                      float *m, float *v, uint16_t *lp,
                       int lp_f16, size_t n, float lr, float beta1, float beta2, float eps,
                       float wd, float grad_scale, int t) {
     adam_coef c;
@@ -132,7 +136,10 @@ static void adamw_run(float *param, const float *grad, float *m, float *v, uint1
     #pragma omp parallel for schedule(static) if (nb >= ADAM_PAR_BLOCKS)
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * ADAM_BLOCK, hi = lo + ADAM_BLOCK < n ? lo + ADAM_BLOCK : n;
-        block(param + lo, grad + lo, m + lo, v + lo, hi - lo, &c);
+        float gw[g16 ? ADAM_BLOCK : 1];
+        if (g16 && g_f16) zk_cast_f16_f32(gw, g16 + lo, hi - lo);
+        else if (g16) zk_cast_bf16_f32(gw, g16 + lo, hi - lo);
+        block(param + lo, g16 ? gw : grad + lo, m + lo, v + lo, hi - lo, &c);
         if (lp && lp_f16) zk_cast_f32_f16(lp + lo, param + lo, hi - lo);
         else if (lp) zk_cast_f32_bf16(lp + lo, param + lo, hi - lo);
     }
@@ -141,11 +148,18 @@ static void adamw_run(float *param, const float *grad, float *m, float *v, uint1
 void zk_adamw(float *param, const float *grad, float *m, float *v, size_t n,
               float lr, float beta1, float beta2, float eps, float wd,
               float grad_scale, int t) {
-    adamw_run(param, grad, m, v, NULL, 0, n, lr, beta1, beta2, eps, wd, grad_scale, t);
+    adamw_run(param, grad, NULL, 0, m, v, NULL, 0, n, lr, beta1, beta2, eps, wd, grad_scale, t);
 }
 
 void zk_adamw_lp(float *param, const float *grad, float *m, float *v, uint16_t *lp, int lp_f16,
                  size_t n, float lr, float beta1, float beta2, float eps, float wd,
                  float grad_scale, int t) {
-    adamw_run(param, grad, m, v, lp, lp_f16, n, lr, beta1, beta2, eps, wd, grad_scale, t);
+    adamw_run(param, grad, NULL, 0, m, v, lp, lp_f16, n, lr, beta1, beta2, eps, wd, grad_scale, t);
+}
+
+void zk_adamw_g16(float *param, const uint16_t *grad, int g_f16, float *m, float *v,
+                  uint16_t *lp, int lp_f16, size_t n, float lr, float beta1, float beta2,
+                  float eps, float wd, float grad_scale, int t) {
+    adamw_run(param, NULL, grad, g_f16, m, v, lp, lp_f16, n, lr, beta1, beta2, eps, wd,
+              grad_scale, t);
 }

@@ -413,6 +413,12 @@ void zk_adamw(float *param, const float *grad, float *m, float *v, size_t n,
 void zk_adamw_lp(float *param, const float *grad, float *m, float *v, uint16_t *lp, int lp_f16,
                  size_t n, float lr, float beta1, float beta2, float eps, float wd,
                  float grad_scale, int t);
+/* zk_adamw_lp (lp NULL: zk_adamw) on a 2-byte gradient (g_f16: IEEE half,
+ * else bf16) widened exactly as read: the bits of an f32 copy of it (a
+ * mixed-precision step without accumulation needs no fp32 gradient) */
+void zk_adamw_g16(float *param, const uint16_t *grad, int g_f16, float *m, float *v,
+                  uint16_t *lp, int lp_f16, size_t n, float lr, float beta1, float beta2,
+                  float eps, float wd, float grad_scale, int t);
 
 /* ---- sums in fp64 over a fixed block partition -------------------------- */
 #define ZK_SUM_BLOCK 1024
@@ -423,6 +429,9 @@ void zk_adamw_lp(float *param, const float *grad, float *m, float *v, uint16_t *
  * ceil(n / ZK_SUM_BLOCK) partials. The caller adds partials in block order:
  * that is how the global gradient norm stays the same under any sharding. */
 void zk_sumsq_blocks(double *partials, const float *x, size_t n);
+/* the same on a 2-byte x (x_f16: IEEE half, else bf16) widened exactly: the
+ * partials of an f32 copy of it, bit for bit */
+void zk_sumsq_blocks_16(double *partials, const uint16_t *x, int x_f16, size_t n);
 /* sum of x in double over the same fixed blocks, blocks added in order. */
 double zk_sum_f64(const float *x, size_t n);
 

@@ -158,6 +158,21 @@ void zk_sumsq_blocks(double *partials, const float *x, size_t n) {
     sum_blocks(partials, x, n, 0, (n + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK, 1);
 }
 
+/* a 2-byte x: each block widened into the thread's stack, then the f32
+ * block's lanes -- the partials of the widened copy */
+void zk_sumsq_blocks_16(double *partials, const uint16_t *x, int x_f16, size_t n) {
+    sum_blocks_fn fn = sum_pick(1);
+    size_t nb = (n + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
+    #pragma omp parallel for schedule(static) if (nb >= SUM_PAR_BLOCKS * SUM_RUN)
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * ZK_SUM_BLOCK, len = n - lo < ZK_SUM_BLOCK ? n - lo : ZK_SUM_BLOCK;
+        float w[ZK_SUM_BLOCK];
+        if (x_f16) zk_cast_f16_f32(w, x + lo, len);
+        else zk_cast_bf16_f32(w, x + lo, len);
+        fn(partials + b, w, 1, len);
+    }
+}
+
 /* sum of x: block partials (index order), then the partials in block order. */
 double zk_sum_f64(const float *x, size_t n) {
     size_t nb = (n + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;

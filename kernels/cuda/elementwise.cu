@@ -10,9 +10,8 @@ __global__ static void k_axpy(float *y, float a, const float *x, size_t n)
     ZKC_FOR(i, n) y[i] = __fadd_rn(y[i], __fmul_rn(a, x[i]));
 }
 /* y += x, x fp32 or a 2-byte x widened exactly (X uint16_t: bf16 bits,
- * __half: fp16): the casts' widening then the one fp32 add, so the bits of
- * a cast then zkc_add */
-__device__ __forceinline__ float zkc_get(const __half *p) { return __half2float(*p); }
+ * __half: fp16; zkc_get, common.cuh): the casts' widening then the one
+ * fp32 add, so the bits of a cast then zkc_add */
 template <class X>
 __global__ static void k_add(float *y, const X *x, size_t n) { ZKC_FOR(i, n) y[i] = y[i] + zkc_get(x + i); }
 __global__ static void k_add3(float *o, const float *a, const float *b, size_t n)

@@ -184,16 +184,22 @@ int zkc_adamw(cudaStream_t s, float *p, const float *g, float *m, float *v, size
 /* the same over nseg (<= 16) segments [off, off + len) of p, g, m, v, each
  * with its weight decay, in one launch (zt_adamw_segments' contract); lp
  * kind 1 (bf16) or 2 (f16): each updated p also written there rounded (the
- * casts' bits), 0: lp NULL */
-int zkc_adamw_segments(cudaStream_t s, float *p, const float *g, float *m, float *v, void *lp,
-                       int lp_kind, int nseg, const int64_t *off, const int64_t *len,
+ * casts' bits), 0: lp NULL. g kind 0: f32; 1 (bf16) or 2 (f16): a
+ * mixed-precision step's stored gradient read as it is, each element
+ * widened exactly -- the bits of g kind 0 on an f32 copy of the widened
+ * values (no fp32 accumulator needed). Another kind: cudaErrorInvalidValue.
+ * (Kinds: zt_dtype's numbers, ZT_F32 0, ZT_BF16 1, ZT_F16 2.) */
+int zkc_adamw_segments(cudaStream_t s, float *p, const void *g, int g_kind, float *m, float *v,
+                       void *lp, int lp_kind, int nseg, const int64_t *off, const int64_t *len,
                        const float *wd, float lr, float b1, float b2, float eps, float gscale,
                        int t);
 
 /* ---- reduce.cu: zk_sumsq_blocks' / zk_sum_f64's block partials, same
  * lanes and order in double: the same bits. partials is a device array of
- * ceil(n / 1024) doubles. ---- */
-int zkc_sumsq_blocks(cudaStream_t s, double *partials, const float *x, size_t n);
+ * ceil(n / 1024) doubles. zkc_sumsq_blocks' x kind as adamw's g kind: 0
+ * f32, 1 bf16, 2 f16 widened exactly (the partials of an f32 copy, bit
+ * for bit), another: cudaErrorInvalidValue. ---- */
+int zkc_sumsq_blocks(cudaStream_t s, double *partials, const void *x, int x_kind, size_t n);
 int zkc_sum_blocks(cudaStream_t s, double *partials, const float *x, size_t n);
 
 /* ---- matmul.cu: cuBLAS fp32 GEMMs (fp32 compute, no TF32: the handle's

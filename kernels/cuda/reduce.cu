@@ -3,7 +3,7 @@
  * order, then the lanes in order): the same double operations in the same
  * order, so the same bits as the CPU.
  *
- * x 16-byte aligned (every tensor the runtime allocates): two threads a
+ * x 16-byte aligned (f32; every tensor the runtime allocates): two threads a
  * sum block, thread t holding lanes 4t .. 4t+3 -- elements 8m + 4t + e
  * come with one 16-byte load and go to four independent fp64 chains (the
  * loads of later m issued ahead of the adds); the pair reads 32
@@ -14,7 +14,19 @@
  * 32 lines 4 KiB apart: 205 GB/s on an H200, 2.4 ms a GPT-2 124M step; a
  * thread per lane, scalar loads: 421 GB/s, 1.18 ms. The two-thread form is
  * checked on the CPU (spec/emu, tools/emu_kernel.sh reduce), not yet timed
- * on a GPU.) */
+ * on a GPU.)
+ *
+ * The sums of squares read x through its type X: float, or a 2-byte
+ * gradient read as stored (uint16_t: bf16 bits, __half: fp16), each
+ * element widened exactly (zkc_get) before its fp64 chain -- so a 2-byte
+ * x's partials are the bits of an f32 x holding the widened values, and a
+ * mixed-precision step needs no fp32 copy of its gradient. A 2-byte x's
+ * vector path loads the same four lanes' elements with one 8-byte load
+ * (zkc_ldg4h: 4 elements a step, the chains fed in the same order); a
+ * 16-byte load of 8 would span both threads' lanes of a step. The path is
+ * chosen by x on 4 elements' bytes (16 for f32, 8 for 2-byte): the same
+ * element offset from an aligned base takes the same path in either type.
+ * (Both paths give the same bits anyway; this keeps the speed alike.) */
 #include <cuda_bf16.h>
 #include "mma.cuh"
 #include "common.cuh"
@@ -23,7 +35,8 @@
 #define SUM_LANES 8
 #define SUM_THREADS 256                          /* 32 sum blocks a CUDA block */
 
-__global__ static void __launch_bounds__(SUM_THREADS) k_blocks(double *partials, const float *x, size_t n,
+template <class X>
+__global__ static void __launch_bounds__(SUM_THREADS) k_blocks(double *partials, const X *x, size_t n,
                                                                  size_t nb, int sq)
 {
     __shared__ double lanes[SUM_THREADS];
@@ -33,7 +46,7 @@ __global__ static void __launch_bounds__(SUM_THREADS) k_blocks(double *partials,
     if (b < nb) {
         size_t lo = b * SUM_BLOCK, hi = lo + SUM_BLOCK < n ? lo + SUM_BLOCK : n;
         for (size_t i = lo + k; i < hi; i += SUM_LANES) {
-            double xi = (double)x[i];
+            double xi = (double)zkc_get(x + i);
             /* __dmul_rn/__dadd_rn: no FMA contraction (the CPU rounds each) */
             s = __dadd_rn(s, sq ? __dmul_rn(xi, xi) : xi);
         }
@@ -54,8 +67,21 @@ __device__ __forceinline__ double sum_step(double s, float v, int sq)
     return __dadd_rn(s, sq ? __dmul_rn(xi, xi) : xi);
 }
 
-/* two threads a sum block, four lanes each (x 16-byte aligned) */
-__global__ static void __launch_bounds__(SUM_THREADS) k_blocks4(double *partials, const float *x,
+/* the vector path's 4 neighbouring elements as floats: 16 bytes of fp32,
+ * or 8 bytes of a 2-byte type, each widened exactly (zkc_get) */
+__device__ __forceinline__ float4 sum_ld4(const float *p) { return zkc_ldg4(p); }
+template <class X>
+__device__ __forceinline__ float4 sum_ld4(const X *p)
+{
+    uint2 v = zkc_ldg4h(p);
+    X e[4];
+    memcpy(e, &v, sizeof e);
+    return float4{ zkc_get(e), zkc_get(e + 1), zkc_get(e + 2), zkc_get(e + 3) };
+}
+
+/* two threads a sum block, four lanes each (x on 4 elements' bytes) */
+template <class X>
+__global__ static void __launch_bounds__(SUM_THREADS) k_blocks4(double *partials, const X *x,
                                                                   size_t n, size_t nb, int sq)
 {
     __shared__ double lanes[SUM_THREADS * 4];
@@ -67,16 +93,16 @@ __global__ static void __launch_bounds__(SUM_THREADS) k_blocks4(double *partials
         size_t i = lo + 4 * (size_t)t;
 #pragma unroll 4
         for (; i + 3 < hi; i += SUM_LANES) {
-            float4 v = zkc_ldg4(x + i);
+            float4 v = sum_ld4(x + i);
             s0 = sum_step(s0, v.x, sq);
             s1 = sum_step(s1, v.y, sq);
             s2 = sum_step(s2, v.z, sq);
             s3 = sum_step(s3, v.w, sq);
         }
         /* the block's last step cut by n: its first elements, if any */
-        if (i < hi) s0 = sum_step(s0, x[i], sq);
-        if (i + 1 < hi) s1 = sum_step(s1, x[i + 1], sq);
-        if (i + 2 < hi) s2 = sum_step(s2, x[i + 2], sq);
+        if (i < hi) s0 = sum_step(s0, zkc_get(x + i), sq);
+        if (i + 1 < hi) s1 = sum_step(s1, zkc_get(x + i + 1), sq);
+        if (i + 2 < hi) s2 = sum_step(s2, zkc_get(x + i + 2), sq);
     }
     double *l = lanes + 4 * threadIdx.x;       /* the pair's 8 lanes, in lane order */
     l[0] = s0; l[1] = s1; l[2] = s2; l[3] = s3;
@@ -88,23 +114,32 @@ __global__ static void __launch_bounds__(SUM_THREADS) k_blocks4(double *partials
     }
 }
 
-static int blocks(cudaStream_t s, double *partials, const float *x, size_t n, int sq)
+/* the vector path where x is on its 4 elements' bytes (then so is every
+ * load, x + 1024 b + 8 m + 4 t), else a thread a lane */
+template <class X>
+static int blocks(cudaStream_t s, double *partials, const X *x, size_t n, int sq)
 {
     size_t nb = (n + SUM_BLOCK - 1) / SUM_BLOCK;
     if (nb == 0) return 0;
-    if (zkc_aligned16(x, NULL, NULL)) {
+    if (!((uintptr_t)x % (4 * sizeof(X)))) {
         unsigned g4 = (unsigned)((nb + SUM_THREADS / 2 - 1) / (SUM_THREADS / 2));
-        k_blocks4<<<g4, SUM_THREADS, 0, s>>>(partials, x, n, nb, sq);
+        k_blocks4<X><<<g4, SUM_THREADS, 0, s>>>(partials, x, n, nb, sq);
         return ZKC_LAUNCHED();
     }
     unsigned grid = (unsigned)((nb + SUM_THREADS / SUM_LANES - 1) / (SUM_THREADS / SUM_LANES));
-    k_blocks<<<grid, SUM_THREADS, 0, s>>>(partials, x, n, nb, sq);
+    k_blocks<X><<<grid, SUM_THREADS, 0, s>>>(partials, x, n, nb, sq);
     return ZKC_LAUNCHED();
 }
 
-extern "C" int zkc_sumsq_blocks(cudaStream_t s, double *partials, const float *x, size_t n)
+extern "C" int zkc_sumsq_blocks(cudaStream_t s, double *partials, const void *x, int x_kind,
+                                size_t n)
 {
-    return blocks(s, partials, x, n, 1);
+    switch (x_kind) {
+    case 0: return blocks(s, partials, (const float *)x, n, 1);
+    case 1: return blocks(s, partials, (const uint16_t *)x, n, 1);
+    case 2: return blocks(s, partials, (const __half *)x, n, 1);
+    default: return (int)cudaErrorInvalidValue;
+    }
 }
 
 extern "C" int zkc_sum_blocks(cudaStream_t s, double *partials, const float *x, size_t n)

@@ -10,7 +10,8 @@
  * Tolerances, by what the two sides compute:
  *  - exact bits: fill/scale/axpy/add/add3, all four casts, embedding
  *    forward, AdamW (the same per-operation rounding), the fp64 block sums,
- *    randn (the CPU generator), the bad-id counts, the rank-order sum of
+ *    both also reading a bf16 or f16 gradient as stored (the bits of the
+ *    f32 call on its widened copy, and the CPU's), randn (the CPU generator), the bad-id counts, the rank-order sum of
  *    the communicators (zkc_sum_ranks against zk_sum_ranks);
  *  - GEMMs (fp32 and bf16 operands, fp32 accumulation), checked against a
  *    double-precision loop, not the CPU GEMM: |err| <= K * 2^-23 * sum|a*b|
@@ -849,7 +850,8 @@ static void t_adamw(void)
             zk_adamw(p + o, g + o, m + o, v + o, (size_t)sg.len[s], 6e-4f, 0.9f, 0.95f, 1e-8f,
                      sg.wd[s], 0.7f, t);
         }
-        dv->adamw_segments(dp, dg, dm, dvv, NULL, -1, &sg, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.7f, t);
+        dv->adamw_segments(dp, dg, ZT_F32, dm, dvv, NULL, -1, &sg, 6e-4f, 0.9f, 0.95f, 1e-8f,
+                           0.7f, t);
     }
     if (!synced("adamw segments")) return;
     free(hp); free(hm); free(hv);
@@ -869,16 +871,16 @@ static void t_sums(void)
     zk_sumsq_blocks(pc, x, n);
     sc = zk_sum_f64(x, n);
     float *dx = up(x, n * 4);
-    dv->sumsq_blocks(pg, dx, n);
+    dv->sumsq_blocks(pg, dx, ZT_F32, n);
     sg = dv->sum(dx, n);
     if (!synced("sums")) return;
     same_bits("sumsq_blocks: CPU bits", pg, pc, nb * 8);
     same_bits("sum: CPU bits", &sg, &sc, 8);
     {   /* two tensors' partials in one call (one copy, one wait) */
         double pm[8] = { 0 };
-        const float *xs[2] = { dx, dx + ZK_SUM_BLOCK };
+        const void *xs[2] = { dx, dx + ZK_SUM_BLOCK };
         size_t ns[2] = { n, 777 };
-        dv->sumsq_blocks_many(pm, xs, ns, 2);
+        dv->sumsq_blocks_many(pm, xs, ZT_F32, ns, 2);
         double p2[1];
         zk_sumsq_blocks(p2, x + ZK_SUM_BLOCK, 777);
         if (!synced("sumsq_blocks_many")) return;
@@ -886,6 +888,153 @@ static void t_sums(void)
         same_bits("sumsq_blocks_many: the second tensor's block", pm + nb, p2, 8);
     }
     free(x); dv->free(dx);
+}
+
+/* A mixed-precision step's stored 2-byte gradient (dtype ZT_BF16 or
+ * ZT_F16) of n gradient-like values -- [-1, 1) times 2^-12 .. 2^12, so
+ * their squares spread over binades and the fp64 chains round (2-byte
+ * values of one binade would add exactly in any order and hide a lane
+ * order broken) -- and w, its exact widening (the f32 copy the kernels
+ * must match bit for bit) */
+static uint16_t *grad16(float *w, size_t n, int dtype)
+{
+    uint16_t *h = malloc(n * 2 + 1);
+    for (size_t i = 0; i < n; i++) w[i] = ldexpf(ct_unif(-1, 1), (int)ct_unif(-12, 13));
+    if (dtype == ZT_BF16) { zk_cast_f32_bf16(h, w, n); zk_cast_bf16_f32(w, h, n); }
+    else { zk_cast_f32_f16(h, w, n); zk_cast_f16_f32(w, h, n); }
+    return h;
+}
+
+/* adamw_segments reading a 2-byte g as it is: p, m, v (and lp, lp_dtype
+ * >= 0) the bits of the same call on an f32 g holding the widened values,
+ * and the CPU's (zk_adamw a segment, lp its cast) */
+static void t_adamw_g16_one(int g_dtype, int lp_dtype)
+{
+    char name[160], what[64];
+    snprintf(what, sizeof what, "%s g, %s", g_dtype == ZT_BF16 ? "bf16" : "f16",
+             lp_dtype == ZT_BF16 ? "bf16 lp" : lp_dtype == ZT_F16 ? "f16 lp" : "no lp");
+    size_t n = 200003;
+    float *g = ct_alloc(n * 4), *p = ct_rand(n, -1, 1), *m = ct_alloc(n * 4), *v = ct_alloc(n * 4);
+    uint16_t *g16 = grad16(g, n, g_dtype), *lp = ct_alloc(n * 2);
+    float *dp[2], *dm[2], *dvv[2];
+    uint16_t *dlp[2] = { NULL, NULL };
+    for (int k = 0; k < 2; k++) {        /* [0]: the f32 g, [1]: the 2-byte one */
+        dp[k] = up(p, n * 4); dm[k] = up(m, n * 4); dvv[k] = up(v, n * 4);
+        if (lp_dtype >= 0) dlp[k] = up(lp, n * 2);
+    }
+    void *dg = up(g, n * 4), *dg16 = up(g16, n * 2);
+    zt_adamw_segs sg = { 3, { 0, 70001, 150000 }, { 70000, 50000, 50003 }, { 0.1f, 0.0f, 0.2f } };
+    for (int t = 1; t <= 2; t++) {
+        dv->adamw_segments(dp[0], dg, ZT_F32, dm[0], dvv[0], dlp[0], lp_dtype, &sg, 6e-4f, 0.9f,
+                           0.95f, 1e-8f, 0.7f, t);
+        dv->adamw_segments(dp[1], dg16, g_dtype, dm[1], dvv[1], dlp[1], lp_dtype, &sg, 6e-4f,
+                           0.9f, 0.95f, 1e-8f, 0.7f, t);
+        for (int s = 0; s < 3; s++) {
+            size_t o = (size_t)sg.off[s];
+            zk_adamw(p + o, g + o, m + o, v + o, (size_t)sg.len[s], 6e-4f, 0.9f, 0.95f, 1e-8f,
+                     sg.wd[s], 0.7f, t);
+        }
+    }
+    for (int s = 0; lp_dtype >= 0 && s < 3; s++) {
+        size_t o = (size_t)sg.off[s];
+        if (lp_dtype == ZT_BF16) zk_cast_f32_bf16(lp + o, p + o, (size_t)sg.len[s]);
+        else zk_cast_f32_f16(lp + o, p + o, (size_t)sg.len[s]);
+    }
+    snprintf(name, sizeof name, "adamw segments, %s", what);
+    if (!synced(name)) return;
+    for (int k = 0; k < 2; k++) {
+        const char *run = k ? "the 2-byte g" : "the f32 g";
+        float *hp = down(dp[k], n * 4), *hm = down(dm[k], n * 4), *hv = down(dvv[k], n * 4);
+        snprintf(name, sizeof name, "adamw segments, %s: %s's param, the CPU's bits on the widened g", what, run);
+        same_bits(name, hp, p, n * 4);
+        snprintf(name, sizeof name, "adamw segments, %s: %s's m, v", what, run);
+        same_bits(name, hm, m, n * 4);
+        same_bits(name, hv, v, n * 4);
+        if (lp_dtype >= 0) {
+            uint16_t *hl = down(dlp[k], n * 2);
+            snprintf(name, sizeof name, "adamw segments, %s: %s's lp, the casts' bits", what, run);
+            same_bits(name, hl, lp, n * 2);
+            free(hl);
+            dv->free(dlp[k]);
+        }
+        free(hp); free(hm); free(hv);
+        dv->free(dp[k]); dv->free(dm[k]); dv->free(dvv[k]);
+    }
+    free(g); free(p); free(m); free(v); free(g16); free(lp);
+    dv->free(dg); dv->free(dg16);
+}
+
+static void t_adamw_g16(void)
+{
+    t_adamw_g16_one(ZT_BF16, -1);
+    t_adamw_g16_one(ZT_BF16, ZT_BF16);
+    t_adamw_g16_one(ZT_F16, -1);
+    t_adamw_g16_one(ZT_F16, ZT_F16);
+    /* another g kind: refused before any launch */
+    int64_t off = 0, len = 1;
+    float wd = 0.0f;
+    int e = zkc_adamw_segments(zt_cuda_compute_stream(), NULL, NULL, 3, NULL, NULL, NULL, 0, 1,
+                               &off, &len, &wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 1);
+    ct_check(e == cudaErrorInvalidValue, "zkc_adamw_segments: g kind 3 refused", "returned %d", e);
+}
+
+/* The gradient norm's partials of a 2-byte x read as it is: the bits of
+ * the f32 call on the widened copy at the same element offset and of
+ * zk_sumsq_blocks on it -- offsets 0..4 from a 256-byte aligned start (0
+ * and 4: the 8-byte loads of the two-thread path, as an f32 x takes 16;
+ * 1..3: a thread a lane), whole blocks, tails, a short tensor; then
+ * sumsq_blocks_many over 2-byte tensors at assorted offsets. */
+static void t_sums16_one(int dtype)
+{
+    char name[160];
+    const char *ty = dtype == ZT_BF16 ? "bf16" : "f16";
+    size_t n = 5 * ZK_SUM_BLOCK + 777, room = n + 8, nb = 6;
+    float *w = ct_alloc(room * 4);
+    uint16_t *h = grad16(w, room, dtype);
+    uint16_t *d16 = up(h, room * 2);
+    float *d32 = up(w, room * 4);
+    const size_t lens[] = { n, 3, ZK_SUM_BLOCK, ZK_SUM_BLOCK + 5 };
+    for (int off = 0; off <= 4; off++)
+        for (size_t j = 0; j < sizeof lens / sizeof *lens; j++) {
+            size_t len = lens[j], lb = (len + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
+            double p16[6], p32[6], pc[6];
+            dv->sumsq_blocks(p16, d16 + off, dtype, len);
+            dv->sumsq_blocks(p32, d32 + off, ZT_F32, len);
+            zk_sumsq_blocks(pc, w + off, len);
+            snprintf(name, sizeof name, "sumsq_blocks %s x+%d n=%zu", ty, off, len);
+            if (!synced(name)) return;
+            snprintf(name, sizeof name, "sumsq_blocks %s x+%d n=%zu: the f32 copy's bits", ty, off, len);
+            same_bits(name, p16, p32, lb * 8);
+            snprintf(name, sizeof name, "sumsq_blocks %s x+%d n=%zu: the CPU's bits on the widened x", ty, off, len);
+            same_bits(name, p16, pc, lb * 8);
+        }
+    {   /* several tensors, one call: each one's partials in turn */
+        const void *xs[3] = { d16 + 1, d16 + 4, d16 };
+        const void *xs32[3] = { d32 + 1, d32 + 4, d32 };
+        size_t ns[3] = { 2000, n, 5 }, tot = 2 + nb + 1;
+        double pm[9], pm32[9], pc[9];
+        dv->sumsq_blocks_many(pm, xs, dtype, ns, 3);
+        dv->sumsq_blocks_many(pm32, xs32, ZT_F32, ns, 3);
+        zk_sumsq_blocks(pc, w + 1, 2000);
+        zk_sumsq_blocks(pc + 2, w + 4, n);
+        zk_sumsq_blocks(pc + 2 + nb, w, 5);
+        snprintf(name, sizeof name, "sumsq_blocks_many %s", ty);
+        if (!synced(name)) return;
+        snprintf(name, sizeof name, "sumsq_blocks_many %s: the f32 copies' bits", ty);
+        same_bits(name, pm, pm32, tot * 8);
+        snprintf(name, sizeof name, "sumsq_blocks_many %s: the CPU's bits, each tensor in turn", ty);
+        same_bits(name, pm, pc, tot * 8);
+    }
+    free(w); free(h);
+    dv->free(d16); dv->free(d32);
+}
+
+static void t_sums16(void)
+{
+    t_sums16_one(ZT_BF16);
+    t_sums16_one(ZT_F16);
+    int e = zkc_sumsq_blocks(zt_cuda_compute_stream(), NULL, NULL, 3, 5);
+    ct_check(e == cudaErrorInvalidValue, "zkc_sumsq_blocks: x kind 3 refused", "returned %d", e);
 }
 
 /* The communicators' rank-order sum: CUDA and CPU bits, for rank counts
@@ -2292,7 +2441,7 @@ static void t_pinned_pages(void)
 }
 
 static void (*const tests[])(void) = {
-    t_elementwise, t_add3_r16, t_casts, t_gelu, t_layernorm, t_norm_r16, t_norm_p16, t_encoder, t_xent, t_xent_padded_both, t_adamw, t_sums,
+    t_elementwise, t_add3_r16, t_casts, t_gelu, t_layernorm, t_norm_r16, t_norm_p16, t_encoder, t_xent, t_xent_padded_both, t_adamw, t_adamw_g16, t_sums, t_sums16,
     t_sum_ranks, t_llama, t_randn, t_matmul_all, t_matmul_epilogue, t_matmul_gelu, t_matmul_b16, t_attention_all, t_attention_tc_all,
     t_attention_io16_all, t_errors,
     t_pinned_pages, t_copy_then_compute, t_two_streams, t_blas_on_current_stream, t_stream_errors,

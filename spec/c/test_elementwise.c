@@ -350,6 +350,55 @@ static void test_adamw_lp(void) {
     omp_set_num_threads(2);
 }
 
+/* the 2-byte gradient's AdamW (with and without lp) and sums of squares:
+ * the f32 kernels' bits on the widened gradient, bf16 and f16, blocks and
+ * tails, 1-3 threads */
+static void test_grad16(void) {
+    char name[128];
+    const size_t ns[] = {7, 1024, 4096 * 9 + 5, 100003};
+    for (size_t s = 0; s < 4; s++) {
+        size_t n = ns[s];
+        float *p0 = ct_rand(n, -1, 1), *gf = ct_rand(n, -0.1f, 0.1f), *gw = ct_alloc(n * 4);
+        uint16_t *g16 = ct_alloc(n * 2);
+        for (int f16 = 0; f16 <= 1; f16++) {
+            if (f16) { zk_cast_f32_f16(g16, gf, n); zk_cast_f16_f32(gw, g16, n); }
+            else { zk_cast_f32_bf16(g16, gf, n); zk_cast_bf16_f32(gw, g16, n); }
+            size_t nb = (n + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
+            double *want = ct_alloc(nb * 8), *got = ct_alloc(nb * 8);
+            zk_sumsq_blocks(want, gw, n);
+            for (int t = 1; t <= 3; t++) {
+                omp_set_num_threads(t);
+                memset(got, 0xff, nb * 8);
+                zk_sumsq_blocks_16(got, g16, f16, n);
+                snprintf(name, sizeof name, "sumsq_blocks_16 n=%zu %s %d thread(s): the widened "
+                         "copy's partials", n, f16 ? "f16" : "bf16", t);
+                ct_same_bits(name, got, want, nb * 8);
+                for (int lp = 0; lp <= 1; lp++) {
+                    float *pa = ct_alloc(n * 4), *ma = ct_alloc(n * 4), *va = ct_alloc(n * 4);
+                    float *pb = ct_alloc(n * 4), *mb = ct_alloc(n * 4), *vb = ct_alloc(n * 4);
+                    uint16_t *la = ct_alloc(n * 2), *lb = ct_alloc(n * 2);
+                    memcpy(pa, p0, n * 4); memcpy(pb, p0, n * 4);
+                    for (int step = 1; step <= 2; step++) {
+                        zk_adamw_lp(pa, gw, ma, va, la, 0, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                                    0.7f, step);
+                        zk_adamw_g16(pb, g16, f16, mb, vb, lp ? lb : NULL, 0, n, 6e-4f, 0.9f,
+                                     0.95f, 1e-8f, 0.1f, 0.7f, step);
+                    }
+                    snprintf(name, sizeof name, "adamw_g16 n=%zu %s %s %d thread(s): the widened "
+                             "gradient's bits", n, f16 ? "f16" : "bf16", lp ? "lp" : "no lp", t);
+                    ct_check(!memcmp(pa, pb, n * 4) && !memcmp(ma, mb, n * 4) &&
+                             !memcmp(va, vb, n * 4) && (!lp || !memcmp(la, lb, n * 2)), name,
+                             "param/m/v/lp differ");
+                    free(pa); free(ma); free(va); free(pb); free(mb); free(vb); free(la); free(lb);
+                }
+            }
+            free(want); free(got);
+        }
+        free(p0); free(gf); free(gw); free(g16);
+    }
+    omp_set_num_threads(2);
+}
+
 static void test_adamw(void) {
     char name[96];
     const size_t ns[] = {7, 100003};
@@ -542,6 +591,7 @@ int main(void) {
     test_sums();
     test_adamw();
     test_adamw_lp();
+    test_grad16();
     test_adamw_random();
     test_adamw_second_thread();
     return ct_summary();

@@ -87,8 +87,8 @@ static int f_matmul_bwd(float *di, float *dw, float *db, const float *dout, cons
 }
 static void f_gelu(void *o, int o16, const void *i, int i16, size_t n)
 { if (seen(F_GELU, 2, o, i)) C->gelu_forward(o, o16, i, i16, n); }
-static void f_sumsq(double *part, const float *x, size_t n)
-{ if (seen(F_SUMSQ, 1, x)) C->sumsq_blocks(part, x, n); }
+static void f_sumsq(double *part, const void *x, int xd, size_t n)
+{ if (seen(F_SUMSQ, 1, x)) C->sumsq_blocks(part, x, xd, n); }
 static double f_sum(const float *x, size_t n) { return seen(F_SUM, 1, x) ? C->sum(x, n) : -1.0; }
 static void f_randn(float *x, size_t n, uint64_t seed, uint64_t st, float mean, float sd)
 { if (seen(F_RANDN, 1, x)) C->randn(x, n, seed, st, mean, sd); }
@@ -275,7 +275,7 @@ static result op_sumsq(int tier)
     reset();
     result r = { zt_sumsq_blocks(got, x), 0 };
     mark();
-    C->sumsq_blocks(want, x0, n);
+    C->sumsq_blocks(want, x0, ZT_F32, n);
     r.same = bits_eq(got, want, sizeof want);
     free(x0);
     zt_tensor_release(x);

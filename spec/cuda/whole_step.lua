@@ -279,7 +279,12 @@ local function child()
       assert(#terms == L, ("the first backward ran %d attention backwards, want %d"):format(#terms, L))
       for _, u in ipairs(replicated.units(ctx)) do
         local g = replicated.grad_of(ctx, u)
-        if args.perturb then zt.ops.scale(g, 1 + tonumber(args.perturb)) end
+        if args.perturb then
+          -- a 2-byte gradient is read as stored (no fp32 accumulator
+          -- without accumulation): a 1e-3 scale would round away there
+          assert(g:dtype() == "f32", "whole_step: perturb=X scales fp32 gradients; run it with precision=fp32")
+          zt.ops.scale(g, 1 + tonumber(args.perturb))
+        end
         dump("grad", u, read_f32(g))
       end
       for l = 0, L - 1 do

@@ -111,8 +111,8 @@ describe("plan: predicted against measured peaks", function()
     end
   end)
 
-  -- (single: one rank always widens a 2-byte precision's gradients into
-  -- an fp32 buffer of the largest unit -- the plan missed it before)
+  -- (single: one micro-batch, so no fp32 accumulator: the norm and AdamW
+  -- read the stored bf16 gradients)
   it("bf16 on one rank, gpt2-tiny and llama-tiny with bf16 GEMMs: model state and working buffers exact, " ..
      "activations within 15% below", function()
     for _, over in ipairs({ "model.size=gpt2-tiny precision=bf16",

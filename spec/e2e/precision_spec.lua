@@ -132,17 +132,62 @@ describe("mixed precision", function()
   end)
   end
 
-  it("model state: 2 bytes of parameters, 2 of gradients (+ the fp32 accumulator), 12 of optimizer state", function()
-    local s = run("recipes/single.lua train.steps=1 precision=bf16")
-    local psi = s.model.params
-    local cats = s.memory[1].by_category
-    -- padded flat buffers: a few elements more than psi per unit
-    local function near(got, want, what) assert.is_true(got >= want and got < want * 1.01, ("%s %d vs %d"):format(what, got, want)) end
-    near(cats.params.device, 2 * psi, "params")
-    near(cats.grads.device, 2 * psi + 4 * psi, "grads + accumulator")
-    near(cats.optim.device, 12 * psi, "optim (master + two moments)")
-    assert.are.equal(2 * psi, s.predicted.params)
-    assert.are.equal(12 * psi, s.predicted.optim)
+  -- without accumulation no fp32 accumulator: the gradient norm and AdamW
+  -- read the stored 2-byte gradient (widened as read). Against the same
+  -- run keeping the accumulator (replicated.setup's `widened`, dp's): the
+  -- same bits, bf16 and fp16; and on fakegpu-async (the queued device's
+  -- 2-byte AdamW and sums of squares) as on the cpu
+  it("one micro-batch: no fp32 accumulator, the bits of a run that keeps one (bf16, fp16; cpu, fakegpu-async)", function()
+    local zt = require "ztrain"
+    local trainer = require "ztrain.train.trainer"
+    local replicated = require "ztrain.parallel.strategy.replicated"
+    for _, prec in ipairs({ { "precision=bf16", "device.bf16_gemm=on" }, { "precision=fp16" } }) do
+      local function digest()
+        local o = { "model.size=gpt2-tiny", "data.tokenizer=bytes", "data.seq_len=32", "batch.micro=2",
+                    "train.eval_every=0", "optim.clip=0.05", unpack(prec) }
+        local tr = trainer.new(assert(zt.recipe.resolve({}, o)), { quiet = true })
+        local ok, err = pcall(function() tr:train_step(); tr:train_step() end)
+        local d, acc = tr:param_digest(), next(tr.ctx.state.acc) ~= nil
+        tr:free()
+        assert(ok, err)
+        return d, acc
+      end
+      local d, acc = digest()
+      assert.is_false(acc, "no accumulator with one micro-batch")
+      local setup = replicated.setup
+      replicated.setup = function(ctx) return setup(ctx, true) end
+      local ok, d_acc, acc2 = pcall(digest)
+      replicated.setup = setup
+      assert(ok, d_acc)
+      assert.is_true(acc2, "the reference keeps its accumulator")
+      assert.are.equal(d_acc, d, prec[1])
+      local G = " train.steps=2 " .. table.concat(prec, " ")
+      assert.are.equal(run("recipes/single.lua" .. G).param_digest,
+                       run("recipes/single.lua device.backend=fakegpu-async:5" .. G).param_digest, prec[1])
+    end
+  end)
+
+  -- without accumulation the gradient norm and AdamW read the stored bf16
+  -- gradient itself (widened as read): 16 bytes a parameter, DeepSpeed's
+  -- count; with accumulation (and under dp, which reduces widened copies)
+  -- the fp32 accumulator's 4 more
+  it("model state: 2 bytes of parameters, 2 of gradients (+ 4 of fp32 accumulator with accumulation), 12 of optimizer state", function()
+    for _, c in ipairs({ { "recipes/single.lua train.steps=1 precision=bf16", 0 },
+                         { "recipes/single.lua train.steps=1 precision=bf16 batch.accumulate=2", 4 } }) do
+      local s = run(c[1])
+      local psi = s.model.params
+      local cats = s.memory[1].by_category
+      -- padded flat buffers: a few elements more than psi per unit
+      local function near(got, want, what)
+        assert.is_true(got >= want and got < want * 1.01, ("%s: %s %d vs %d"):format(c[1], what, got, want))
+      end
+      near(cats.params.device, 2 * psi, "params")
+      near(cats.grads.device, 2 * psi + c[2] * psi, "grads + accumulator")
+      near(cats.optim.device, 12 * psi, "optim (master + two moments)")
+      assert.are.equal(2 * psi, s.predicted.params)
+      assert.are.equal(12 * psi, s.predicted.optim)
+      assert.are.equal(c[2] * psi, s.predicted.accumulator)
+    end
   end)
 
   it("fp16: DeepSpeed's loss scaling -- skip on overflow, halve after the hysteresis, double after the window", function()

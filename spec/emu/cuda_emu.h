@@ -354,6 +354,25 @@ static inline uint4 zkc_ldg8h(const uint16_t *p)
     memcpy(&v, p, 16);
     return v;
 }
+/* common.cuh's 8-byte load of 4 two-byte elements, and its fp16 element
+ * widened exactly (the IEEE half's value: subnormals by ldexp, exact) */
+struct uint2 { uint32_t x, y; };
+template <class X> static inline uint2 zkc_ldg4h(const X *p)
+{
+    static_assert(sizeof(X) == 2, "zkc_ldg4h: 2-byte elements");
+    emu_aligned(p, 8, "load");
+    uint2 v;
+    memcpy(&v, p, 8);
+    return v;
+}
+struct __half { uint16_t x; };
+static inline float __half2float(__half h)
+{
+    uint32_t e = (h.x >> 10) & 31u, m = h.x & 0x3ffu, s = (uint32_t)(h.x & 0x8000u) << 16;
+    if (e == 0) { float f = ldexpf((float)m, -24); return s ? -f : f; }
+    return __uint_as_float(s | (e == 31 ? 0x7f800000u : (e + 112u) << 23) | m << 13);
+}
+static inline float zkc_get(const __half *p) { return __half2float(*p); }
 static inline void zkc_sts2(void *p, uint32_t lo, uint32_t hi)
 {
     emu_aligned(p, 8, "store");

@@ -61,6 +61,42 @@ describe("AdamW", function()
     opt:free(); P:free(); G:free()
   end)
 
+  -- a unit of more tensors than one segments op takes (16) goes through
+  -- several, and a stored bf16 gradient (mixed precision, no accumulation)
+  -- is read as it is: the bits of one op a tensor on the widened fp32
+  -- gradient (zt.ops.adamw per tensor, the reference)
+  it("a unit of 37 tensors, a bf16 gradient: the bits of one op a tensor on the widened gradient", function()
+    local u = { index = 1, numel = 0, tensors = {} }
+    for k = 1, 37 do
+      local n = 3 + (k * 7) % 11
+      u.tensors[k] = { name = "t" .. k, offset = u.numel, numel = n, decay = k % 3 ~= 0 }
+      u.numel = u.numel + n
+    end
+    local p0, g = {}, {}
+    for i = 1, u.numel do p0[i] = math.sin(i) * 0.5; g[i] = math.cos(3 * i) * 0.1 end
+    local G32 = tensor(g)
+    local G16 = zt.tensor.new({ u.numel }, { dtype = "bf16", category = "other" })
+    zt.ops.cast(G16, G32); zt.ops.cast(G32, G16)          -- g on the bf16 grid, both ways
+    local P, Pref = tensor(p0), tensor(p0)
+    local opt = zt.adamw.new { lr = 0.01, betas = { 0.9, 0.95 }, eps = 1e-8, weight_decay = 0.1 }
+    local st = opt:new_state(u.numel)
+    local m = zt.tensor.new({ u.numel }, { category = "other" })
+    local v = zt.tensor.new({ u.numel }, { category = "other" })
+    for t = 1, 2 do
+      opt:begin_step()
+      opt:update_range(u, 0, u.numel, P, G16, st, 0.01, 0.5)
+      for _, x in ipairs(u.tensors) do
+        local pv, gv = Pref:view(x.offset, { x.numel }), G32:view(x.offset, { x.numel })
+        local mv, vv = m:view(x.offset, { x.numel }), v:view(x.offset, { x.numel })
+        zt.ops.adamw(pv, gv, mv, vv, 0.01, 0.9, 0.95, 1e-8, x.decay and 0.1 or 0, 0.5, t)
+        pv:free(); gv:free(); mv:free(); vv:free()
+      end
+    end
+    assert.are.same(Pref:totable(), P:totable())
+    for _, k in ipairs({ "exp_avg", "exp_avg_sq" }) do st[k]:free() end
+    P:free(); Pref:free(); G32:free(); G16:free(); m:free(); v:free()
+  end)
+
   it("decays the matrix and leaves the bias alone when the gradient is zero", function()
     -- g = 0: the moments stay 0, the Adam term is 0 / (0 + eps) = 0, so only
     -- decoupled weight decay moves a parameter, and only a decayed one

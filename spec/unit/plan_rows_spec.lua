@@ -11,7 +11,8 @@ local TIERS = zt.memory.tiers
 describe("plan: gpt2-xl against the ZeRO formulas", function()
   -- DESIGN.md, mixed precision, per rank: dp 16Psi, zero1 4Psi + 12Psi/N,
   -- zero2 2Psi + 14Psi/N, zero3 16Psi/N. ztrain adds what it keeps in fp32:
-  -- the gradient accumulator (single, dp: 4Psi; zero1: its shard 4Psi/N),
+  -- the gradient accumulator (dp: 4Psi; single only when it accumulates,
+  -- not here; zero1: its shard 4Psi/N),
   -- the reduced gradient shards of zero2/3 (4 bytes, not 2: +2Psi/N).
   local r = assert(zt.recipe.resolve({}, { "model.size=gpt2-xl", "model.vocab_size=50257", "precision=bf16",
                                            "device.memory_limit=16GiB",
@@ -27,7 +28,7 @@ describe("plan: gpt2-xl against the ZeRO formulas", function()
   end)
 
   it("model state per rank is the formula plus the documented fp32 extras (padding aside)", function()
-    local want = { single = 16 * psi + 4 * psi, dp = 16 * psi + 4 * psi, zero1 = 4 * psi + 12 * psi / N + 4 * psi / N,
+    local want = { single = 16 * psi, dp = 16 * psi + 4 * psi, zero1 = 4 * psi + 12 * psi / N + 4 * psi / N,
                    zero2 = 2 * psi + 14 * psi / N + 2 * psi / N, zero3 = 16 * psi / N + 2 * psi / N,
                    zero3_offload = 16 * psi / N + 2 * psi / N }
     for name, w in pairs(want) do

@@ -178,8 +178,8 @@ end
 
 -- sumsq_blocks of every tensor of xs (a list) -> partials (a double[]
 -- cdata, each tensor's blocks in turn) and counts (each tensor's number of
--- blocks). Runs of tensors on one tier go in one call: on a GPU one wait a
--- run instead of one a tensor.
+-- blocks). Runs of tensors on one tier and of one dtype go in one call: on
+-- a GPU one wait a run instead of one a tensor.
 function M.sumsq_blocks_many(xs)
   local block = tonumber(C.zt_sum_block())
   local counts, total = {}, 0
@@ -187,8 +187,8 @@ function M.sumsq_blocks_many(xs)
   local partials = ffi.new("double[?]", math.max(total, 1))
   local i, off = 1, 0
   while i <= #xs do
-    local j, tier, nb = i, xs[i]:tier(), 0
-    while j <= #xs and xs[j]:tier() == tier do nb = nb + counts[j]; j = j + 1 end
+    local j, tier, dt, nb = i, xs[i]:tier(), xs[i]:dtype(), 0
+    while j <= #xs and xs[j]:tier() == tier and xs[j]:dtype() == dt do nb = nb + counts[j]; j = j + 1 end
     local run = ffi.new("const zt_tensor *[?]", j - i)
     for k = i, j - 1 do run[k - i] = c(xs[k]) end
     check(C.zt_sumsq_blocks_many(partials + off, run, j - i), "sumsq_blocks_many")

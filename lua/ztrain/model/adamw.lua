@@ -75,19 +75,24 @@ end
 -- lo (views of a shard, a chunk streamed in, ...); padding past the unit's
 -- tensors is left alone. grad_scale is the clip factor.
 -- The range's segments as ops.adamw_segments takes them (ffi arrays, kept
--- with the segments: the weight decay is the optimizer's, fixed).
+-- with the segments: the weight decay is the optimizer's, fixed), in
+-- tables of at most MAX_SEGS segments each (one op a table).
 local MAX_SEGS = 16    -- ztrain.h's ZT_ADAMW_SEGS
 function AdamW:segment_table(u, lo, hi)
   local segs = self:segments(u, lo, hi)
-  if segs.table == nil and #segs > 0 then
-    local n = #segs
-    local t = { n = n, off = ffi.new("int64_t[?]", n), len = ffi.new("int64_t[?]", n),
-                wd = ffi.new("float[?]", n) }
-    for i, seg in ipairs(segs) do
-      t.off[i - 1], t.len[i - 1] = seg[1], seg[2]
-      t.wd[i - 1] = seg[3] and self.weight_decay or 0
+  if segs.tables == nil then
+    segs.tables = {}
+    for first = 1, #segs, MAX_SEGS do
+      local n = math.min(MAX_SEGS, #segs - first + 1)
+      local t = { n = n, off = ffi.new("int64_t[?]", n), len = ffi.new("int64_t[?]", n),
+                  wd = ffi.new("float[?]", n) }
+      for k = 0, n - 1 do
+        local seg = segs[first + k]
+        t.off[k], t.len[k] = seg[1], seg[2]
+        t.wd[k] = seg[3] and self.weight_decay or 0
+      end
+      segs.tables[#segs.tables + 1] = t
     end
-    segs.table = t
   end
   return segs
 end
@@ -97,26 +102,15 @@ end
 -- tensor (the update is elementwise). lp (mixed precision: the stored bf16
 -- or fp16 parameters of the range, params being the fp32 master): the
 -- updated elements rounded into it in the same pass, the bits of a cast
--- after (the range's padding, never updated, keeps what it holds).
+-- after (the range's padding, never updated, keeps what it holds). grads
+-- f32, or a mixed-precision step's stored bf16 / fp16 gradient (no
+-- accumulation): widened as read, the same bits.
 function AdamW:update_range(u, lo, hi, params, grads, st, lr, grad_scale, lp)
   local b1, b2 = self.betas[1], self.betas[2]
-  local segs = self:segment_table(u, lo, hi)
-  if #segs == 0 then return end
-  if #segs <= MAX_SEGS then
-    ops.adamw_segments(params, grads, st.exp_avg, st.exp_avg_sq, lp, segs.table, lr, b1, b2,
+  for _, t in ipairs(self:segment_table(u, lo, hi).tables) do
+    ops.adamw_segments(params, grads, st.exp_avg, st.exp_avg_sq, lp, t, lr, b1, b2,
                        self.eps, grad_scale, self.t)
-    return
   end
-  local m, v = st.exp_avg, st.exp_avg_sq
-  for _, seg in ipairs(segs) do       -- a unit of more tensors than one op takes
-    local off, len = seg[1], seg[2]
-    local p, g = params:view(off, { len }), grads:view(off, { len })
-    local mv, vv = m:view(off, { len }), v:view(off, { len })
-    ops.adamw(p, g, mv, vv, lr, b1, b2, self.eps, seg[3] and self.weight_decay or 0,
-              grad_scale, self.t)
-    p:free(); g:free(); mv:free(); vv:free()
-  end
-  if lp then ops.cast(lp, params) end
 end
 
 -- Convenience for the REPL and tests: the optimizer keeps the state of a

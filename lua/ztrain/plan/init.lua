@@ -8,8 +8,9 @@
 --    sharded strategies pad to N x the norm block), a shard is padded / N;
 --    the optimizer's moments cover u.numel (replicated) or the shard (zero);
 --    mixed precision keeps fp32 master weights with the moments (optim) and
---    an fp32 accumulator (grads). The seeds' 2 + 2 + 12 bytes per parameter
---    are these numbers without the padding.
+--    an fp32 accumulator (grads) where it accumulates (dp: always). The
+--    seeds' 2 + 2 + 12 bytes per parameter are these numbers without the
+--    padding.
 --  * activations: one activation set of the sequential driver plus the
 --    stage's scratch, from model/activations.lua's own slab plan (exact).
 --  * model state and working buffers are each strategy's own memory model

@@ -160,7 +160,9 @@ function COST.adamw(cfg, p, g, m, v) return 0, 2 * nb(p) + nb(g) + 2 * nb(m) + 2
 function COST.adamw_segments(cfg, p, g, m, v, lp, segs)
   local n = 0
   for i = 0, segs.n - 1 do n = n + tonumber(segs.len[i]) end
-  return 0, 28 * n + (lp and 2 * n or 0)   -- the stored low-precision copy written too
+  -- p, m, v read and written (24), g read (4, or 2 when a mixed-precision
+  -- step's stored gradient is read as it is), the low-precision copy written
+  return 0, (24 + (g:dtype() == "f32" and 4 or 2)) * n + (lp and 2 * n or 0)
 end
 
 local Prof = {}

@@ -27,7 +27,7 @@ function M.new(opts)
       error("dp_deferred runs in fp32 only (it reduces the accumulator); use dp with precision " ..
             ctx.precision.name, 0)
     end
-    replicated.setup(ctx)
+    replicated.setup(ctx, true)   -- mixed precision: reduced widened into the accumulator
     replicated.precision_hooks(S, ctx)
     -- mixed precision: gradients are reduced in fp32, widened into a
     -- buffer of their own per reduction in flight (category comm)
@@ -85,7 +85,7 @@ function M.new(opts)
 
   function S.reduce_loss(ctx, loss_sum) return shard.sum_over_ranks(ctx.dp, loss_sum) end
 
-  S.predicted = replicated.predicted
+  S.predicted = function(ctx) return replicated.predicted(ctx, true) end
 
   -- Safe after a failed or partial setup (ctx.work or ctx.state missing).
   function S.free(ctx)

@@ -46,13 +46,14 @@ end
 -- Model state of a full replica of these units (single, dp; a pipeline
 -- stage): parameters and gradients in the stored dtype, the fp32 moments,
 -- with a 2-byte precision the fp32 master weights, and the fp32
--- accumulator where gradients are accumulated or widened.
-function M.replicated_state(t, units, lowp, accumulate)
+-- accumulator where gradients are accumulated, or (widened: dp) reduced
+-- widened into it.
+function M.replicated_state(t, units, lowp, accumulate, widened)
   for _, u in ipairs(units) do
     add(t, "device", "params", (lowp and 2 or 4) * u.padded)
     add(t, "device", "grads", (lowp and 2 or 4) * u.padded)
     add(t, "device", "optim", 8 * u.numel + (lowp and 4 * u.padded or 0))
-    if lowp or accumulate > 1 then add(t, "device", "grads", 4 * u.padded) end
+    if accumulate > 1 or (lowp and widened) then add(t, "device", "grads", 4 * u.padded) end
   end
 end
 

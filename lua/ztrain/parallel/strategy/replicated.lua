@@ -19,16 +19,19 @@ function M.units(ctx) return ctx.units or ctx.model.units end
 -- Their parameter count.
 function M.nparams(ctx) return ctx.nparams or ctx.model.nparams end
 
--- setup(ctx) -> st: full parameters and optimizer state for every unit,
--- and accumulators when ctx.accumulate > 1. Sets ctx.state.
+-- setup(ctx, widened) -> st: full parameters and optimizer state for every
+-- unit, and accumulators when ctx.accumulate > 1. Sets ctx.state.
 --
 -- Mixed precision (ctx.precision, precision.lua): u.params and u.grads are
 -- low-precision; the fp32 master weights are optimizer state
 -- (st.master[u.index]; the public kind "params", so checkpoints hold fp32
 -- whatever the precision), the stored parameters their rounding (the
 -- derived kind "lp_params"); gradients are accumulated (and reduced) in
--- fp32, so there is always an accumulator.
-function M.setup(ctx)
+-- fp32. Without accumulation the gradient norm and AdamW read the stored
+-- gradient itself, widened as they read it (the bits of an fp32 copy), so
+-- there is no accumulator -- unless `widened`: a strategy that reduces an
+-- fp32 widening of each gradient into it (dp).
+function M.setup(ctx, widened)
   local model, tier, P = ctx.model, ctx.model.tier, ctx.precision
   local st = state.new(model, ctx.dp, false)
   st.acc, st.optim, st.master = {}, {}, {}
@@ -52,7 +55,10 @@ function M.setup(ctx)
     model:materialize(ctx.seed, { units = units })
     state.add_kind(st, "params", { tier = tier, category = "params" })
   end
-  state.add_kind(st, "grads", { tier = tier, category = "grads" })
+  -- the step's gradient: the fp32 accumulator, or (none kept) the stored one
+  local keep_acc = ctx.accumulate > 1 or (P and widened)
+  state.add_kind(st, "grads", { dtype = (P and not keep_acc) and P.dtype or nil, tier = tier,
+                                category = "grads" })
   for _, k in ipairs(ctx.optim.state_kinds) do state.add_kind(st, k, { tier = tier, category = "optim" }) end
   for _, u in ipairs(units) do
     if P then
@@ -64,7 +70,7 @@ function M.setup(ctx)
     local os = ctx.optim:new_state(u.numel, tier)
     st.optim[u.index] = os
     for _, k in ipairs(ctx.optim.state_kinds) do state.set(st, k, u, 0, u.numel, os[k]) end
-    if ctx.accumulate > 1 or P then
+    if keep_acc then
       st.acc[u.index] = T.new({ u.padded }, { tier = tier, category = "grads" })
     end
     state.set(st, "grads", u, 0, u.padded, st.acc[u.index] or u.grads)
@@ -135,11 +141,12 @@ end
 -- Model state per rank: fp32, 16 bytes a parameter (4 params + 4 grads +
 -- 8 optimizer), plus the accumulator; mixed precision, 2 + 2 + 12 (fp32
 -- master weights with the optimizer's two moments), plus the fp32
--- accumulator, always there.
-function M.predicted(ctx)
+-- accumulator where gradients are accumulated or (dp) widened.
+function M.predicted(ctx, widened)
   local psi = M.nparams(ctx)
   if ctx.precision then
-    return { params = 2 * psi, grads = 2 * psi, optim = 12 * psi, accumulator = 4 * psi }
+    return { params = 2 * psi, grads = 2 * psi, optim = 12 * psi,
+             accumulator = (ctx.accumulate > 1 or widened) and 4 * psi or 0 }
   end
   return { params = 4 * psi, grads = 4 * psi, optim = 8 * psi,
            accumulator = ctx.accumulate > 1 and 4 * psi or 0 }
@@ -152,7 +159,7 @@ end
 -- accumulates a 2-byte gradient into fp32 as it reads it: no buffer.
 M.placement = { stage = 0 }      -- a strategy object takes its own copy (single.lua, dp.lua)
 function M.footprint(t, f, pooled)
-  fp.replicated_state(t, f.units, f.lowp, f.accumulate)
+  fp.replicated_state(t, f.units, f.lowp, f.accumulate, pooled)
   local s = fp.shapes(f.units)
   fp.add(t, "device", "comm", fp.mpi_scratch(s.largest, f.N))
   if f.lowp and (f.N > 1 or pooled) then fp.add(t, "device", "comm", fp.widened(s)) end
