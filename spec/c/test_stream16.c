@@ -357,6 +357,17 @@ static void same_tensor(const char *name, zt_tensor *a, zt_tensor *b) {
     free(x); free(y);
 }
 
+/* same_tensor over each pair (two runs' outputs, a zt_tensor *[2] each) */
+static void same_pairs(const char *name, int n, ...) {
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++) {
+        zt_tensor **p = va_arg(ap, zt_tensor **);
+        same_tensor(name, p[0], p[1]);
+    }
+    va_end(ap);
+}
+
 /* A bf16 run's stored parameters read by the ops themselves (p16: a norm's
  * weight and bias; b16: a bf16 GEMM's bias), widened as read: the bits of
  * the same ops given the widened f32 parameters, on an f32 and a bf16
@@ -396,17 +407,10 @@ static void test_params16(int N, int C, int OC) {
         }
         snprintf(name, sizeof name, "layernorm %dx%d, %s, bf16 weight and bias: the f32 "
                  "parameters' bits (out, mean, rstd, dinp, dweight, dbias)", N, C, st);
-        same_tensor(name, fo[0], fo[1]);
-        same_tensor(name, fm[0], fm[1]);
-        same_tensor(name, fr[0], fr[1]);
-        same_tensor(name, di[0], di[1]);
-        same_tensor(name, dw[0], dw[1]);
-        same_tensor(name, db[0], db[1]);
+        same_pairs(name, 6, fo, fm, fr, di, dw, db);
         snprintf(name, sizeof name, "residual layernorm %dx%d, %s, bf16 weight and bias: the f32 "
-                 "parameters' bits (resid, out, mean, rstd)", N, C, st);
-        same_tensor(name, res[0], res[1]);
-        same_tensor(name, o[0], o[1]);
-        same_tensor(name, r[0], r[1]);
+                 "parameters' bits (resid, out, rstd)", N, C, st);
+        same_pairs(name, 3, res, o, r);
         for (int k = 0; k < 2; k++) {
             zt_tensor *w = k ? w16 : w32;
             if (zt_rmsnorm_forward(o[k], r[k], x, w, 1e-5f) ||
@@ -415,9 +419,7 @@ static void test_params16(int N, int C, int OC) {
         }
         snprintf(name, sizeof name, "rmsnorm %dx%d, %s, bf16 weight: the f32 weight's bits (out, "
                  "dinp, dweight)", N, C, st);
-        same_tensor(name, o[0], o[1]);
-        same_tensor(name, di[0], di[1]);
-        same_tensor(name, dw[0], dw[1]);
+        same_pairs(name, 3, o, di, dw);
         zt_tensor *all[] = { x, y, o[0], o[1], m[0], m[1], r[0], r[1], res[0], res[1], di[0],
                              di[1], dw[0], dw[1], db[0], db[1], fo[0], fo[1], fm[0], fm[1],
                              fr[0], fr[1] };

@@ -41,7 +41,7 @@ function M.new(name, model)
     error(('precision must be "fp32", "bf16" or "fp16", got %s'):format(tostring(name)), 0)
   end
   local self = setmetatable({ name = name, dtype = dtype, lp = dtype ~= "f32", model = model,
-                              pw = {}, gw = {}, saved_p = {}, saved_g = {} }, P)
+                              pw = {}, gw = {}, saved_p = {}, saved_g = {}, slots = {} }, P)
   return self
 end
 
@@ -82,7 +82,9 @@ function P:enter(u, want_params, want_grads)
   if not self.lp then return end
   local model = self.model
   local pus = model:param_units(u)
-  local slot = slots(pus)
+  -- the units a unit reads are fixed: their slots are worked out once
+  local slot = self.slots[u] or slots(pus)
+  self.slots[u] = slot
   for k, pu in ipairs(pus) do
     if want_params and pu.params and self.lp_of and not self:widens(pu, u) then
       -- nothing reads pu's fp32 image (below): no work buffer, its views
