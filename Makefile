@@ -173,7 +173,7 @@ $(B)/test_mpi_fakecuda: spec/c/test_mpi_fakecuda.c $(FAKEDEV_OBJ) $(wildcard spe
 # A kernels/cuda file's own source run on the CPU under spec/emu/cuda_emu.h
 # (threads, barriers, warp shuffles, WMMA) against its CPU twin, in
 # spec/emu/test_NAME_emu.c: C tests of make test (tools/emu_kernel.sh).
-EMU_KERNELS := attention attention_tc layernorm xent colsum embedding reduce rope swiglu
+EMU_KERNELS := attention attention_tc layernorm xent colsum embedding reduce rope swiglu adamw
 EMU_BIN     := $(patsubst %,$(B)/emu/test_%_emu,$(EMU_KERNELS))
 $(B)/emu/test_%_emu: kernels/cuda/%.cu spec/emu/test_%_emu.c $(wildcard spec/emu/*.h) \
         tools/emu_kernel.sh $(LIB_OBJ)

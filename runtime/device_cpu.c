@@ -89,12 +89,29 @@ static int cpu_matmul_bf16_forward(void *out, int out_bf16, const uint16_t *inp,
     return ZT_OK;
 }
 
-static int cpu_matmul_bf16_backward(void *dinp, int dinp16, float *dw, float *db,
+/* g16: dw and db bf16 (a bf16 run's stored gradients). dw straight from
+ * the GEMM (zk_matmul_bf16_dweight_b16: rounded as each block is done),
+ * db through an fp32 row here, each rounded once: the f32 op's bits */
+static int cpu_matmul_bf16_backward(void *dinp, int dinp16, void *dw, void *db, int g16,
                                     const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
                                     int N, int C, int OC, int ldo)
 {
-    if (dinp16) zk_matmul_bf16_backward_b16(dinp, dw, db, dout, inp, w, N, C, OC, ldo);
-    else zk_matmul_bf16_backward(dinp, dw, db, dout, inp, w, N, C, OC, ldo);
+    float *db32 = db;
+    if (g16 && db && !(db32 = malloc((size_t)OC * sizeof(float))))
+        return zt_error(ZT_ENOMEM, "zt_matmul_bf16_backward: no memory for the bias "
+                        "gradient's fp32 row (%d floats)", OC);
+    if (g16 && dw && zk_matmul_bf16_dweight_b16(dw, dout, inp, N, C, OC, ldo) != 0) {
+        if (db) free(db32);
+        return zt_error(ZT_ENOMEM, "zt_matmul_bf16_backward: no memory for the weight "
+                        "gradient's fp32 blocks");
+    }
+    float *dw32 = g16 ? NULL : dw;
+    if (dinp16) zk_matmul_bf16_backward_b16(dinp, dw32, db32, dout, inp, w, N, C, OC, ldo);
+    else zk_matmul_bf16_backward(dinp, dw32, db32, dout, inp, w, N, C, OC, ldo);
+    if (g16 && db) {
+        zk_cast_f32_bf16(db, db32, (size_t)OC);
+        free(db32);
+    }
     return ZT_OK;
 }
 
@@ -137,15 +154,29 @@ static void cpu_layernorm_residual_forward(void *resid, void *out, int out16, fl
                                        a, b, w, bias, N, C);
 }
 
-static void cpu_layernorm_backward(void *dinp, uint16_t *dinp16, float *dw, float *db,
+/* g16: the norms' bf16 weight gradients through fp32 rows on the stack
+ * (C <= ZT_R16_MAX_C: ops.c), each rounded once after: the f32 bits */
+#define GRADS32(dw, db, C)                                                     \
+    float g32_[g16 ? 2 * (size_t)(C) : 1];                                     \
+    float *dw32 = g16 && (dw) ? g32_ : (float *)(dw);                          \
+    float *db32 = g16 && (db) ? g32_ + (C) : (float *)(db)
+#define GRADS16(dw, db, C)                                                     \
+    do {                                                                       \
+        if (g16 && (dw)) zk_cast_f32_bf16((dw), dw32, (size_t)(C));            \
+        if (g16 && (db)) zk_cast_f32_bf16((db), db32, (size_t)(C));            \
+    } while (0)
+
+static void cpu_layernorm_backward(void *dinp, uint16_t *dinp16, void *dw, void *db, int g16,
                                    const void *dout, const void *inp, int r16, const void *w_,
                                    int p16, const float *mean, const float *rstd, int N, int C)
 {
     WIDEN_PARAMS(w_, NULL, C);
     const float *w = wf;
     (void)bf;
-    if (r16) zk_layernorm_backward_r16(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
-    else zk_layernorm_backward_b16(dinp, dinp16, dw, db, dout, inp, w, mean, rstd, N, C);
+    GRADS32(dw, db, C);
+    if (r16) zk_layernorm_backward_r16(dinp, dw32, db32, dout, inp, w, mean, rstd, N, C);
+    else zk_layernorm_backward_b16(dinp, dinp16, dw32, db32, dout, inp, w, mean, rstd, N, C);
+    GRADS16(dw, db, C);
 }
 
 static void cpu_add(float *y, const void *x, int x_dtype, size_t n)
@@ -171,32 +202,53 @@ static int cpu_encoder_forward(void *out, int out16, const int32_t *tok, const v
                : zk_encoder_forward(out, tok, wte, wpe, B, T, C, V);
 }
 
-static int cpu_encoder_backward(float *dwte, float *dwpe, const void *dout, int dout16,
+static int cpu_encoder_backward(void *dwte, void *dwpe, int g16, const void *dout, int dout16,
                                 const int32_t *tok, int B, int T, int C, int V)
 {
+    if (g16) {
+        int bad = zk_encoder_backward_g16(dwte, dwpe, dout, dout16, tok, B, T, C, V);
+        return bad >= 0 ? bad : zt_error(ZT_ENOMEM, "zt_encoder_backward: no memory for the "
+                                         "fp32 rows of %d tokens x %d channels", B * T, C);
+    }
     return dout16 ? zk_encoder_backward_b16(dwte, dwpe, dout, tok, B, T, C, V)
                   : zk_encoder_backward(dwte, dwpe, dout, tok, B, T, C, V);
 }
 
 /* g_dtype: a 2-byte gradient (zk_adamw_g16: widened as read), else f32 */
-static void cpu_adamw_segments(float *p, const void *g_, int g_dtype, float *m, float *v, void *lp,
+/* one segment: p, g, m, v (lp) at its first element */
+static void adamw_one(float *p, const void *g, int g_dtype, float *m, float *v, void *lp,
+                      int lp_dtype, size_t n, float wd, float lr, float b1, float b2, float eps,
+                      float gscale, int t)
+{
+    int has_lp = lp_dtype == ZT_BF16 || lp_dtype == ZT_F16;
+    if (g_dtype != ZT_F32)
+        zk_adamw_g16(p, g, g_dtype == ZT_F16, m, v, has_lp ? lp : NULL, lp_dtype == ZT_F16, n, lr,
+                     b1, b2, eps, wd, gscale, t);
+    else if (has_lp)
+        zk_adamw_lp(p, g, m, v, lp, lp_dtype == ZT_F16, n, lr, b1, b2, eps, wd, gscale, t);
+    else zk_adamw(p, g, m, v, n, lr, b1, b2, eps, wd, gscale, t);
+}
+
+static void cpu_adamw_segments(float *p, const void *g, int g_dtype, float *m, float *v, void *lp,
                                int lp_dtype, const zt_adamw_segs *sg, float lr, float b1,
                                float b2, float eps, float gscale, int t)
 {
-    const float *g = g_;
+    size_t gs = g_dtype == ZT_F32 ? 4 : 2;
     for (int s = 0; s < sg->n; s++) {
         int64_t o = sg->off[s];
-        size_t n = (size_t)sg->len[s];
-        int has_lp = lp_dtype == ZT_BF16 || lp_dtype == ZT_F16;
-        if (g_dtype != ZT_F32)
-            zk_adamw_g16(p + o, (const uint16_t *)g_ + o, g_dtype == ZT_F16, m + o, v + o,
-                         has_lp ? (uint16_t *)lp + o : NULL, lp_dtype == ZT_F16, n, lr, b1, b2,
-                         eps, sg->wd[s], gscale, t);
-        else if (has_lp)
-            zk_adamw_lp(p + o, g + o, m + o, v + o, (uint16_t *)lp + o, lp_dtype == ZT_F16, n, lr,
-                        b1, b2, eps, sg->wd[s], gscale, t);
-        else zk_adamw(p + o, g + o, m + o, v + o, n, lr, b1, b2, eps, sg->wd[s], gscale, t);
+        adamw_one(p + o, (const char *)g + o * gs, g_dtype, m + o, v + o,
+                  lp ? (char *)lp + o * 2 : NULL, lp_dtype, (size_t)sg->len[s], sg->wd[s], lr, b1,
+                  b2, eps, gscale, t);
     }
+}
+
+/* item after item: each its own op's bits (the update is elementwise) */
+static void cpu_adamw_multi(const zt_adamw_item *it, int n, int g_dtype, int lp_dtype, float lr,
+                            float b1, float b2, float eps, float gscale, int t)
+{
+    for (int k = 0; k < n; k++)
+        adamw_one(it[k].p, it[k].g, g_dtype, it[k].m, it[k].v, it[k].lp, lp_dtype,
+                  (size_t)it[k].n, it[k].wd, lr, b1, b2, eps, gscale, t);
 }
 
 /* x_dtype: a 2-byte x (zk_sumsq_blocks_16: widened as read), else f32 */
@@ -290,15 +342,18 @@ static void cpu_rmsnorm_forward(void *out, int out16, float *rstd, const void *i
     else zk_rmsnorm_forward(out, rstd, inp, w, eps, N, C);
 }
 
-static void cpu_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const void *dout,
-                                 const void *inp, int r16, const void *w_, int p16,
-                                 const float *rstd, int N, int C)
+static void cpu_rmsnorm_backward(void *dinp, uint16_t *dinp16, void *dw, int g16,
+                                 const void *dout, const void *inp, int r16, const void *w_,
+                                 int p16, const float *rstd, int N, int C)
 {
     WIDEN_PARAMS(w_, NULL, C);
     const float *w = wf;
     (void)bf;
-    if (r16) zk_rmsnorm_backward_r16(dinp, dw, dout, inp, w, rstd, N, C);
-    else zk_rmsnorm_backward_b16(dinp, dinp16, dw, dout, inp, w, rstd, N, C);
+    GRADS32(dw, NULL, C);
+    (void)db32;
+    if (r16) zk_rmsnorm_backward_r16(dinp, dw32, dout, inp, w, rstd, N, C);
+    else zk_rmsnorm_backward_b16(dinp, dinp16, dw32, dout, inp, w, rstd, N, C);
+    GRADS16(dw, NULL, C);
 }
 
 static void cpu_rope(void *x, int x16, int N, int T, int ld, int nh, int hs, const float *cos_t,
@@ -358,6 +413,7 @@ const zt_device_ops zt_cpu_device = {
     .crossentropy = cpu_crossentropy,
     .adamw = zk_adamw,
     .adamw_segments = cpu_adamw_segments,
+    .adamw_multi = cpu_adamw_multi,
     .sumsq_blocks_many = cpu_sumsq_blocks_many,
     .sumsq_blocks = cpu_sumsq_blocks,
     .sum = zk_sum_f64,

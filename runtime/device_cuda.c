@@ -349,17 +349,34 @@ static int cuda_encoder_forward(void *out, int out16, const int32_t *tok, const 
     return rc;
 }
 
-static int cuda_encoder_backward(float *dwte, float *dwpe, const void *dout, int dout16,
+static int scratch(size_t nb);       /* below: the shared device scratch, cu_lock held */
+
+/* g16: dwte, dwpe bf16, written by the op (zkc_encoder_backward_g16: the
+ * fp32 kernel's dwte on the widened values, rounded once), its carry rows
+ * in the shared scratch */
+static int cuda_encoder_backward(void *dwte, void *dwpe, int g16, const void *dout, int dout16,
                                  const int32_t *tok, int B, int T, int C, int V)
 {
     ZT_TRY(take_pending());
     pthread_mutex_lock(&cu_lock);
-    bad_note(BAD_ENC_BWD, (int64_t)B * T, V);
-    int e = dout16 ? zkc_encoder_backward_b16(S(), dwte, dwpe, dout, tok, B, T, C, V,
+    int rc = ZT_OK, e = 0;
+    if (g16) {
+        size_t nf = zkc_encoder_backward_g16_scratch(C, V);
+        rc = nf ? scratch((nf + 1) / 2) : ZT_OK;
+        if (rc == ZT_OK) {
+            bad_note(BAD_ENC_BWD, (int64_t)B * T, V);
+            e = zkc_encoder_backward_g16(S(), dwte, dwpe, dout, dout16, tok, B, T, C, V,
+                                         cu_flag + BAD_ENC_BWD, (float *)cu_scratch);
+        }
+    } else {
+        bad_note(BAD_ENC_BWD, (int64_t)B * T, V);
+        e = dout16 ? zkc_encoder_backward_b16(S(), dwte, dwpe, dout, tok, B, T, C, V,
                                               cu_flag + BAD_ENC_BWD)
                    : zkc_encoder_backward(S(), dwte, dwpe, dout, tok, B, T, C, V,
                                           cu_flag + BAD_ENC_BWD);
-    int rc = e ? cu_err(__FILE__, __LINE__, "zkc_encoder_backward", (cudaError_t)e) : ZT_OK;
+    }
+    if (e) rc = cu_err(__FILE__, __LINE__, g16 ? "zkc_encoder_backward_g16" : "zkc_encoder_backward",
+                       (cudaError_t)e);
     pthread_mutex_unlock(&cu_lock);
     return rc;
 }
@@ -397,32 +414,31 @@ static void cuda_layernorm_residual_forward(void *resid, void *out, int out16, f
                                                p16, N, C));
 }
 
-static int scratch(size_t nb);       /* below: the shared device scratch, cu_lock held */
-
-/* r16: dinp, inp and dout bf16 (zkc_layernorm_backward_r16) */
-static int ln_bwd(void *dinp, uint16_t *dinp16, float *dw, float *db, const void *dout,
+/* r16: dinp, inp and dout bf16 (zkc_layernorm_backward_r16); g16: dw, db
+ * bf16, the fp32 values rounded once (layernorm.cu's last store) */
+static int ln_bwd(void *dinp, uint16_t *dinp16, void *dw, void *db, int g16, const void *dout,
                   const void *inp, int r16, const void *w, int p16, const float *mean,
                   const float *rstd, int N, int C, double *scr)
 {
-    return r16 ? zkc_layernorm_backward_r16(S(), dinp, dw, db, dout, inp, w, p16, mean, rstd, N, C,
-                                            scr)
-               : zkc_layernorm_backward(S(), dinp, dinp16, dw, db, dout, inp, w, p16, mean, rstd,
-                                        N, C, scr);
+    return r16 ? zkc_layernorm_backward_r16(S(), dinp, dw, db, g16, dout, inp, w, p16, mean, rstd,
+                                            N, C, scr)
+               : zkc_layernorm_backward(S(), dinp, dinp16, dw, db, g16, dout, inp, w, p16, mean,
+                                        rstd, N, C, scr);
 }
 
-static void cuda_layernorm_backward(void *dinp, uint16_t *dinp16, float *dw, float *db,
+static void cuda_layernorm_backward(void *dinp, uint16_t *dinp16, void *dw, void *db, int g16,
                                     const void *dout, const void *inp, int r16, const void *w,
                                     int p16, const float *mean, const float *rstd, int N, int C)
 {
     if (r16 && dinp16) { r16_misuse("layernorm_backward"); return; }
     if (!dw || !db) {               /* no weight gradients: no scratch */
-        KC_NOTE(ln_bwd(dinp, dinp16, dw, db, dout, inp, r16, w, p16, mean, rstd, N, C, NULL));
+        KC_NOTE(ln_bwd(dinp, dinp16, dw, db, g16, dout, inp, r16, w, p16, mean, rstd, N, C, NULL));
         return;
     }
     pthread_mutex_lock(&cu_lock);   /* the shared scratch (see scratch()) */
     int rc = scratch(zkc_layernorm_scratch(N, C));
     if (rc == ZT_OK)
-        KC_NOTE(ln_bwd(dinp, dinp16, dw, db, dout, inp, r16, w, p16, mean, rstd, N, C,
+        KC_NOTE(ln_bwd(dinp, dinp16, dw, db, g16, dout, inp, r16, w, p16, mean, rstd, N, C,
                        cu_scratch));
     else note(rc);
     pthread_mutex_unlock(&cu_lock);
@@ -472,17 +488,20 @@ static int cuda_matmul_bf16_forward(void *out, int out_bf16, const uint16_t *inp
 
 /* dinp16: a bf16 dinp (the fp32 one rounded once); the scratch holds db's
  * colsum and, for the LM head's split (matmul.cu), the fp32 dinp rounded
- * from: zkc_matmul_bf16_backward_scratch, the larger of the two */
-static int cuda_matmul_bf16_backward(void *dinp, int dinp16, float *dw, float *db,
+ * from: zkc_matmul_bf16_backward_scratch, the larger of the two. g16: dw,
+ * db bf16, written by the op (a bf16-D GEMM, or on a small output the
+ * fp32 dw in the scratch, cast; colsum rounded once) */
+static int cuda_matmul_bf16_backward(void *dinp, int dinp16, void *dw, void *db, int g16,
                                      const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
                                      int N, int C, int OC, int ldo)
 {
     ZT_TRY(take_pending());
     pthread_mutex_lock(&cu_lock);
-    size_t nb = zkc_matmul_bf16_backward_scratch(N, C, OC, db != NULL, dinp16 && dinp);
+    size_t nb = zkc_matmul_bf16_backward_scratch(N, C, OC, db != NULL, dinp16 && dinp,
+                                                 g16 && dw);
     int rc = db || nb ? scratch(nb) : ZT_OK;
-    int st = rc == ZT_OK ? zkc_matmul_bf16_backward(cu_blas, S(), dinp, dinp16, dw, db, dout, inp,
-                                                    w, N, C, OC, ldo, cu_scratch)
+    int st = rc == ZT_OK ? zkc_matmul_bf16_backward(cu_blas, S(), dinp, dinp16, dw, db, g16, dout,
+                                                    inp, w, N, C, OC, ldo, cu_scratch)
                          : 0;
     pthread_mutex_unlock(&cu_lock);
     if (rc != ZT_OK) return rc;
@@ -501,14 +520,22 @@ static int cuda_matmul_bf16_forward_gelu(uint16_t *out, uint16_t *pre, const uin
     return ZT_OK;
 }
 
-static int cuda_matmul_bf16_backward_dgelu(uint16_t *dinp16, float *dinp32, float *dw, float *db,
-                                           const uint16_t *dout, const uint16_t *inp,
+static int cuda_matmul_bf16_backward_dgelu(uint16_t *dinp16, float *dinp32, void *dw, void *db,
+                                           int g16, const uint16_t *dout, const uint16_t *inp,
                                            const uint16_t *w, const uint16_t *pre, int N, int C,
                                            int OC, int ldo)
 {
     ZT_TRY(take_pending());
-    BLAS_DB(zkc_matmul_bf16_backward_dgelu(cu_blas, S(), dinp16, dinp32, dw, db, dout, inp, w,
-                                           pre, N, C, OC, ldo, cu_scratch));
+    pthread_mutex_lock(&cu_lock);   /* the scratch as matmul_bf16_backward's (no dinp16 split) */
+    size_t nb = zkc_matmul_bf16_backward_scratch(N, C, OC, db != NULL, 0, g16 && dw);
+    int rc = db || nb ? scratch(nb) : ZT_OK;
+    int st = rc == ZT_OK ? zkc_matmul_bf16_backward_dgelu(cu_blas, S(), dinp16, dinp32, dw, db,
+                                                          g16, dout, inp, w, pre, N, C, OC, ldo,
+                                                          cu_scratch)
+                         : 0;
+    pthread_mutex_unlock(&cu_lock);
+    if (rc != ZT_OK) return rc;
+    if (st != 0) return blas_err(__FILE__, __LINE__, "zkc_matmul_bf16_backward_dgelu", st);
     return ZT_OK;
 }
 
@@ -555,6 +582,34 @@ static void cuda_adamw_segments(float *p, const void *g, int g_dtype, float *m, 
     int kind = lp == NULL ? 0 : lp_dtype == ZT_BF16 ? 1 : 2;
     KC_NOTE(zkc_adamw_segments(S(), p, g, kc_kind(g_dtype), m, v, lp, kind, sg->n, sg->off,
                                sg->len, sg->wd, lr, b1, b2, eps, gscale, t));
+}
+
+/* the whole step's update in one launch (zkc_adamw_multi; one per 600
+ * items): the items' fields as the launcher's arrays, read before it
+ * returns (the table travels in the kernel's parameters) */
+static void cuda_adamw_multi(const zt_adamw_item *it, int n, int g_dtype, int lp_dtype, float lr,
+                             float b1, float b2, float eps, float gscale, int t)
+{
+    int kind = lp_dtype == ZT_BF16 ? 1 : lp_dtype == ZT_F16 ? 2 : 0;
+    size_t nn = n > 0 ? (size_t)n : 1;
+    void **ptr = malloc(nn * 5 * sizeof *ptr);
+    int64_t *len = malloc(nn * sizeof *len);
+    float *wd = malloc(nn * sizeof *wd);
+    if (!ptr || !len || !wd) {
+        free(ptr); free(len); free(wd);
+        note(zt_error(ZT_ENOMEM, "cuda: adamw_multi: no memory for %d items", n));
+        return;
+    }
+    float **p = (float **)ptr, **m = (float **)(ptr + nn), **v = (float **)(ptr + 2 * nn);
+    const void **g = (const void **)(ptr + 3 * nn);
+    void **lp = ptr + 4 * nn;
+    for (int k = 0; k < n; k++) {
+        p[k] = it[k].p; g[k] = it[k].g; m[k] = it[k].m; v[k] = it[k].v; lp[k] = it[k].lp;
+        len[k] = it[k].n; wd[k] = it[k].wd;
+    }
+    KC_NOTE(zkc_adamw_multi(S(), n, p, g, m, v, lp, len, wd, kc_kind(g_dtype), kind, lr, b1, b2,
+                            eps, gscale, t));
+    free(ptr); free(len); free(wd);
 }
 
 static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
@@ -960,27 +1015,29 @@ static void cuda_rmsnorm_forward(void *out, int out16, float *rstd, const void *
     else if (in16) KC_NOTE(zkc_rmsnorm_forward_r16(S(), out, rstd, inp, w, p16, eps, N, C));
     else KC_NOTE(zkc_rmsnorm_forward(S(), out, out16, rstd, inp, w, p16, eps, N, C));
 }
-/* r16: dinp, inp and dout bf16 (zkc_rmsnorm_backward_r16); p16 as the
+/* r16: dinp, inp and dout bf16 (zkc_rmsnorm_backward_r16); p16, g16 as the
  * layer norm's */
-static int rms_bwd(void *dinp, uint16_t *dinp16, float *dw, const void *dout, const void *inp,
-                   int r16, const void *w, int p16, const float *rstd, int N, int C, double *scr)
+static int rms_bwd(void *dinp, uint16_t *dinp16, void *dw, int g16, const void *dout,
+                   const void *inp, int r16, const void *w, int p16, const float *rstd, int N,
+                   int C, double *scr)
 {
-    return r16 ? zkc_rmsnorm_backward_r16(S(), dinp, dw, dout, inp, w, p16, rstd, N, C, scr)
-               : zkc_rmsnorm_backward(S(), dinp, dinp16, dw, dout, inp, w, p16, rstd, N, C, scr);
+    return r16 ? zkc_rmsnorm_backward_r16(S(), dinp, dw, g16, dout, inp, w, p16, rstd, N, C, scr)
+               : zkc_rmsnorm_backward(S(), dinp, dinp16, dw, g16, dout, inp, w, p16, rstd, N, C,
+                                      scr);
 }
-static void cuda_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const void *dout,
-                                  const void *inp, int r16, const void *w, int p16,
-                                  const float *rstd, int N, int C)
+static void cuda_rmsnorm_backward(void *dinp, uint16_t *dinp16, void *dw, int g16,
+                                  const void *dout, const void *inp, int r16, const void *w,
+                                  int p16, const float *rstd, int N, int C)
 {
     if (r16 && dinp16) { r16_misuse("rmsnorm_backward"); return; }
     if (!dw) {                      /* no weight gradient: no scratch */
-        KC_NOTE(rms_bwd(dinp, dinp16, NULL, dout, inp, r16, w, p16, rstd, N, C, NULL));
+        KC_NOTE(rms_bwd(dinp, dinp16, NULL, g16, dout, inp, r16, w, p16, rstd, N, C, NULL));
         return;
     }
     pthread_mutex_lock(&cu_lock);   /* the shared scratch (see scratch()) */
     int rc = scratch(zkc_rmsnorm_scratch(N, C));
     if (rc == ZT_OK)
-        KC_NOTE(rms_bwd(dinp, dinp16, dw, dout, inp, r16, w, p16, rstd, N, C, cu_scratch));
+        KC_NOTE(rms_bwd(dinp, dinp16, dw, g16, dout, inp, r16, w, p16, rstd, N, C, cu_scratch));
     else note(rc);
     pthread_mutex_unlock(&cu_lock);
 }
@@ -1042,6 +1099,7 @@ const zt_device_ops zt_cuda_device = {
     .crossentropy = cuda_crossentropy,
     .adamw = cuda_adamw,
     .adamw_segments = cuda_adamw_segments,
+    .adamw_multi = cuda_adamw_multi,
     .sumsq_blocks_many = cuda_sumsq_blocks_many,
     .upload = cuda_upload,
     .host_waits = cuda_host_waits,

@@ -60,10 +60,10 @@ static int fg_encoder_forward(void *out, int out16, const int32_t *tok, const vo
     return CPU.encoder_forward(un(out), out16, un(tok), un(wte), un(wpe), w16, B, T, C, V);
 }
 
-static int fg_encoder_backward(float *dwte, float *dwpe, const void *dout, int dout16,
+static int fg_encoder_backward(void *dwte, void *dwpe, int g16, const void *dout, int dout16,
                                const int32_t *tok, int B, int T, int C, int V)
 {
-    return CPU.encoder_backward(F(dwte), F(dwpe), un(dout), dout16, un(tok), B, T, C, V);
+    return CPU.encoder_backward(un(dwte), un(dwpe), g16, un(dout), dout16, un(tok), B, T, C, V);
 }
 
 static void fg_layernorm_forward(void *out, int out16, float *mean, float *rstd, const void *inp,
@@ -73,11 +73,11 @@ static void fg_layernorm_forward(void *out, int out16, float *mean, float *rstd,
                           C);
 }
 
-static void fg_layernorm_backward(void *dinp, uint16_t *dinp16, float *dw, float *db,
+static void fg_layernorm_backward(void *dinp, uint16_t *dinp16, void *dw, void *db, int g16,
                                   const void *dout, const void *inp, int r16, const void *w,
                                   int p16, const float *mean, const float *rstd, int N, int C)
 {
-    CPU.layernorm_backward(un(dinp), un(dinp16), F(dw), F(db), un(dout), un(inp), r16, un(w),
+    CPU.layernorm_backward(un(dinp), un(dinp16), un(dw), un(db), g16, un(dout), un(inp), r16, un(w),
                            p16, CF(mean), CF(rstd), N, C);
 }
 
@@ -100,12 +100,12 @@ static int fg_matmul_bf16_forward(void *out, int out_bf16, const uint16_t *inp,
     return CPU.matmul_bf16_forward(un(out), out_bf16, un(inp), un(w), un(b), b16, N, C, OC, ldo);
 }
 
-static int fg_matmul_bf16_backward(void *dinp, int dinp16, float *dw, float *db,
+static int fg_matmul_bf16_backward(void *dinp, int dinp16, void *dw, void *db, int g16,
                                    const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
                                    int N, int C, int OC, int ldo)
 {
-    return CPU.matmul_bf16_backward(un(dinp), dinp16, F(dw), F(db), un(dout), un(inp), un(w), N, C,
-                                    OC, ldo);
+    return CPU.matmul_bf16_backward(un(dinp), dinp16, un(dw), un(db), g16, un(dout), un(inp), un(w),
+                                    N, C, OC, ldo);
 }
 
 static int fg_attention_forward(void *out, float *lse, const void *qkv, int io16,
@@ -143,6 +143,18 @@ static void fg_adamw_segments(float *p, const void *g, int g_dtype, float *m, fl
 {
     CPU.adamw_segments(F(p), un(g), g_dtype, F(m), F(v), un(lp), lp_dtype, sg, lr, b1, b2, eps,
                        gscale, t);
+}
+
+/* the items' pointers untagged into a copy (the caller's stay as they are) */
+static void fg_adamw_multi(const zt_adamw_item *it, int n, int g_dtype, int lp_dtype, float lr,
+                           float b1, float b2, float eps, float gscale, int t)
+{
+    zt_adamw_item one;
+    for (int k = 0; k < n; k++) {
+        one = (zt_adamw_item){ F(it[k].p), un(it[k].g), F(it[k].m), F(it[k].v), un(it[k].lp),
+                               it[k].n, it[k].wd };
+        CPU.adamw_multi(&one, 1, g_dtype, lp_dtype, lr, b1, b2, eps, gscale, t);
+    }
 }
 
 static void fg_gelu_forward(void *out, int out16, const void *inp, int in16, size_t n)
@@ -193,11 +205,11 @@ static void fg_rmsnorm_forward(void *out, int out16, float *rstd, const void *in
 {
     CPU.rmsnorm_forward(un(out), out16, F(rstd), un(inp), in16, un(w), p16, eps, N, C);
 }
-static void fg_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const void *dout,
-                                const void *inp, int r16, const void *w, int p16,
-                                const float *rstd, int N, int C)
+static void fg_rmsnorm_backward(void *dinp, uint16_t *dinp16, void *dw, int g16,
+                                const void *dout, const void *inp, int r16, const void *w,
+                                int p16, const float *rstd, int N, int C)
 {
-    CPU.rmsnorm_backward(un(dinp), un(dinp16), F(dw), un(dout), un(inp), r16, un(w), p16, CF(rstd),
+    CPU.rmsnorm_backward(un(dinp), un(dinp16), un(dw), g16, un(dout), un(inp), r16, un(w), p16, CF(rstd),
                          N, C);
 }
 static void fg_rope(void *x, int x16, int N, int T, int ld, int nh, int hs, const float *cos_t,
@@ -231,6 +243,7 @@ const zt_device_ops zt_fakegpu_device = {
     .attention_decode = fg_attention_decode,
     .gelu_forward = fg_gelu_forward, .gelu_backward = fg_gelu_backward,
     .crossentropy = fg_crossentropy, .adamw = fg_adamw, .adamw_segments = fg_adamw_segments,
+    .adamw_multi = fg_adamw_multi,
     .sumsq_blocks = fg_sumsq_blocks, .sumsq_blocks_many = fg_sumsq_blocks_many,
     .sum = fg_sum, .randn = fg_randn,
 };

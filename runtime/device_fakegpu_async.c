@@ -364,7 +364,8 @@ static void fa_cast(void *dst, int dt, const void *src, int st, size_t n)
  * next op or sync reports (zt_bad_tokens_error, deferred). sim_lock held. */
 static void keep_bad(const char *op, const char *what, int bad, int64_t n, int V)
 {
-    if (bad > 0) keep_error(zt_bad_tokens_error(op, what, bad, n, V, 1));
+    if (bad < 0) keep_error(bad);      /* the device's error (its message set) */
+    else if (bad > 0) keep_error(zt_bad_tokens_error(op, what, bad, n, V, 1));
 }
 static void r_encf(item *it)
 {
@@ -387,17 +388,17 @@ static int fa_encoder_forward(void *out, int out16, const int32_t *tok, const vo
 static void r_encb(item *it)
 {
     keep_bad("zt_encoder_backward", "tokens",
-             FG.encoder_backward(it->p[0], it->p[1], it->p[2], it->i[4], it->p[3], it->i[0],
+             FG.encoder_backward(it->p[0], it->p[1], it->i[5], it->p[2], it->i[4], it->p[3], it->i[0],
                                  it->i[1], it->i[2], it->i[3]), (int64_t)it->i[0] * it->i[1],
              it->i[3]);
 }
-static int fa_encoder_backward(float *dwte, float *dwpe, const void *dout, int dout16,
+static int fa_encoder_backward(void *dwte, void *dwpe, int g16, const void *dout, int dout16,
                                const int32_t *tok, int B, int T, int C, int V)
 {
     ZT_TRY(take_pending());
     OPV(it, r_encb, ZT_ENOMEM);
     it->p[0] = dwte; it->p[1] = dwpe; it->p[2] = (void *)dout; it->p[3] = (void *)tok;
-    it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = V; it->i[4] = dout16;
+    it->i[0] = B; it->i[1] = T; it->i[2] = C; it->i[3] = V; it->i[4] = dout16; it->i[5] = g16;
     issue(it);
     return 0;
 }
@@ -420,11 +421,12 @@ static void fa_layernorm_forward(void *out, int out16, float *mean, float *rstd,
 /* ten pointers: two ride in u[] */
 static void r_lnb(item *it)
 {
-    FG.layernorm_backward(it->p[0], it->p[6], it->p[1], it->p[2], it->p[3], it->p[4], it->i[2],
+    FG.layernorm_backward(it->p[0], it->p[6], it->p[1], it->p[2], it->i[4], it->p[3], it->p[4],
+                          it->i[2],
                           it->p[5], it->i[3], (const float *)(uintptr_t)it->u[0],
                           (const float *)(uintptr_t)it->u[1], it->i[0], it->i[1]);
 }
-static void fa_layernorm_backward(void *dinp, uint16_t *dinp16, float *dw, float *db,
+static void fa_layernorm_backward(void *dinp, uint16_t *dinp16, void *dw, void *db, int g16,
                                   const void *dout, const void *inp, int r16, const void *w,
                                   int p16, const float *mean, const float *rstd, int N, int C)
 {
@@ -433,7 +435,7 @@ static void fa_layernorm_backward(void *dinp, uint16_t *dinp16, float *dw, float
     it->p[4] = (void *)inp; it->p[5] = (void *)w;
     it->p[6] = dinp16;
     it->u[0] = (uintptr_t)mean; it->u[1] = (uintptr_t)rstd; it->i[0] = N; it->i[1] = C;
-    it->i[2] = r16; it->i[3] = p16;
+    it->i[2] = r16; it->i[3] = p16; it->i[4] = g16;
     issue(it);
 }
 
@@ -472,13 +474,13 @@ static int fa_matmul_bf16_forward(void *out, int out_bf16, const uint16_t *inp,
 static void r_mmb(item *it)
 {
     int rc = it->i[3]
-        ? FG.matmul_bf16_backward(it->p[0], it->i[5], it->p[1], it->p[2], it->p[3], it->p[4],
+        ? FG.matmul_bf16_backward(it->p[0], it->i[5], it->p[1], it->p[2], it->i[6], it->p[3], it->p[4],
                                   it->p[5], it->i[0], it->i[1], it->i[2], it->i[4])
         : FG.matmul_backward(it->p[0], it->p[1], it->p[2], it->p[3], it->p[4], it->p[5],
                              it->i[0], it->i[1], it->i[2], it->i[4]);
     keep_error(rc);
 }
-static int mm_backward(void *dinp, int dinp16, float *dw, float *db, const void *dout,
+static int mm_backward(void *dinp, int dinp16, void *dw, void *db, int g16, const void *dout,
                        const void *inp, const void *w, int N, int C, int OC, int ldo, int bf16)
 {
     ZT_TRY(take_pending());
@@ -486,20 +488,20 @@ static int mm_backward(void *dinp, int dinp16, float *dw, float *db, const void 
     it->p[0] = dinp; it->p[1] = dw; it->p[2] = db; it->p[3] = (void *)dout;
     it->p[4] = (void *)inp; it->p[5] = (void *)w;
     it->i[0] = N; it->i[1] = C; it->i[2] = OC; it->i[3] = bf16; it->i[4] = ldo;
-    it->i[5] = dinp16;
+    it->i[5] = dinp16; it->i[6] = g16;
     issue(it);
     return ZT_OK;
 }
 static int fa_matmul_backward(float *dinp, float *dw, float *db, const float *dout,
                               const float *inp, const float *w, int N, int C, int OC, int ldo)
 {
-    return mm_backward(dinp, 0, dw, db, dout, inp, w, N, C, OC, ldo, 0);
+    return mm_backward(dinp, 0, dw, db, 0, dout, inp, w, N, C, OC, ldo, 0);
 }
-static int fa_matmul_bf16_backward(void *dinp, int dinp16, float *dw, float *db,
+static int fa_matmul_bf16_backward(void *dinp, int dinp16, void *dw, void *db, int g16,
                                    const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
                                    int N, int C, int OC, int ldo)
 {
-    return mm_backward(dinp, dinp16, dw, db, dout, inp, w, N, C, OC, ldo, 1);
+    return mm_backward(dinp, dinp16, dw, db, g16, dout, inp, w, N, C, OC, ldo, 1);
 }
 
 /* attention: queued; an error (the CPU bf16 kernel's tiles) is kept for later */
@@ -645,6 +647,15 @@ static void fa_adamw_segments(float *p, const void *g, int g_dtype, float *m, fl
         adamw_g(p + o, (const char *)g + (size_t)o * gsz, g_dtype, m + o, v + o,
                 (size_t)sg->len[s], lr, b1, b2, eps, sg->wd[s], gscale, t);
         if (lp) fa_cast((uint16_t *)lp + o, lp_dtype, p + o, ZT_F32, (size_t)sg->len[s]);
+    }
+}
+static void fa_adamw_multi(const zt_adamw_item *it, int n, int g_dtype, int lp_dtype, float lr,
+                           float b1, float b2, float eps, float gscale, int t)
+{
+    for (int k = 0; k < n; k++) {
+        adamw_g(it[k].p, it[k].g, g_dtype, it[k].m, it[k].v, (size_t)it[k].n, lr, b1, b2, eps,
+                it[k].wd, gscale, t);
+        if (it[k].lp) fa_cast(it[k].lp, lp_dtype, it[k].p, ZT_F32, (size_t)it[k].n);
     }
 }
 
@@ -844,17 +855,17 @@ static void fa_rmsnorm_forward(void *out, int out16, float *rstd, const void *in
 }
 static void r_rmsb(item *it)
 {
-    FG.rmsnorm_backward(it->p[0], it->p[6], it->p[1], it->p[2], it->p[3], it->i[2], it->p[4],
+    FG.rmsnorm_backward(it->p[0], it->p[6], it->p[1], it->i[4], it->p[2], it->p[3], it->i[2], it->p[4],
                         it->i[3], it->p[5], it->i[0], it->i[1]);
 }
-static void fa_rmsnorm_backward(void *dinp, uint16_t *dinp16, float *dw, const void *dout,
-                                const void *inp, int r16, const void *w, int p16,
-                                const float *rstd, int N, int C)
+static void fa_rmsnorm_backward(void *dinp, uint16_t *dinp16, void *dw, int g16,
+                                const void *dout, const void *inp, int r16, const void *w,
+                                int p16, const float *rstd, int N, int C)
 {
     OP0(it, r_rmsb);
     it->p[0] = dinp; it->p[1] = dw; it->p[2] = (void *)dout; it->p[3] = (void *)inp;
     it->p[4] = (void *)w; it->p[5] = (void *)rstd; it->p[6] = dinp16;
-    it->i[0] = N; it->i[1] = C; it->i[2] = r16; it->i[3] = p16;
+    it->i[0] = N; it->i[1] = C; it->i[2] = r16; it->i[3] = p16; it->i[4] = g16;
     issue(it);
 }
 static void r_rope(item *it)
@@ -908,6 +919,7 @@ const zt_device_ops zt_fakegpu_async_device = {
     .rmsnorm_forward = fa_rmsnorm_forward, .rmsnorm_backward = fa_rmsnorm_backward,
     .rope = fa_rope, .swiglu_forward = fa_swiglu_forward, .swiglu_backward = fa_swiglu_backward,
     .crossentropy = fa_crossentropy, .adamw = fa_adamw, .adamw_segments = fa_adamw_segments,
+    .adamw_multi = fa_adamw_multi,
     .sumsq_blocks = fa_sumsq_blocks, .sumsq_blocks_many = fa_sumsq_blocks_many,
     .sum = fa_sum, .randn = fa_randn, .upload = fa_upload,
     .host_waits = fa_host_waits,

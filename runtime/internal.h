@@ -148,6 +148,17 @@ typedef struct zt_adamw_segs {
     float wd[ZT_ADAMW_SEGS];
 } zt_adamw_segs;
 
+/* zt_adamw_multi's parts, validated: the raw pointers at each segment's
+ * first element (g and lp in their dtypes), n elements, the decay */
+typedef struct zt_adamw_item {
+    float *p;
+    const void *g;
+    float *m, *v;
+    void *lp;
+    int64_t n;
+    float wd;
+} zt_adamw_item;
+
 typedef struct zt_device_ops {
     const char *name;
     const zt_exec_ops *exec;    /* streams, events, copies; NULL: stream.c's CPU model */
@@ -178,8 +189,13 @@ typedef struct zt_device_ops {
     int (*encoder_forward)(void *out, int out16, const int32_t *tok, const void *wte,
                            const void *wpe, int w16, int B, int T, int C, int V);
     /* dout16: dout bf16, widened exactly (the f32 kernel's bits on the
-     * widened rows) */
-    int (*encoder_backward)(float *dwte, float *dwpe, const void *dout, int dout16,
+     * widened rows). g16: dwte and dwpe bf16 (a bf16 run's stored
+     * gradients, written by the op: no fp32 work buffer and no cast
+     * after): each dwte element round(the f32 kernel's additions onto
+     * widen(dwte)), each dwpe element the f32 one rounded once.
+     * Return as below, or a negative error code, zt_error'd (the CPU's
+     * bf16 dwte allocates its row accumulators). */
+    int (*encoder_backward)(void *dwte, void *dwpe, int g16, const void *dout, int dout16,
                             const int32_t *tok, int B, int T, int C, int V);
     /* out16: out (dinp for gelu_backward) is bf16, the fp32 result rounded
      * once (a bf16 GEMM's input) */
@@ -199,8 +215,10 @@ typedef struct zt_device_ops {
     /* dinp16: NULL, or the accumulated dinp rounded once (bf16). r16: dinp,
      * inp and dout bf16 (dinp16 NULL): inp and dout widened exactly, each
      * dinp element round(widen(dinp) + the f32 kernel's term), one
-     * rounding; dw, db the f32 kernel's on the widened inp and dout */
-    void (*layernorm_backward)(void *dinp, uint16_t *dinp16, float *dw, float *db,
+     * rounding; dw, db the f32 kernel's on the widened inp and dout.
+     * g16: dw and db bf16 (a bf16 run's stored gradients), each the f32
+     * value rounded once (zk_cast_f32_bf16's bits) */
+    void (*layernorm_backward)(void *dinp, uint16_t *dinp16, void *dw, void *db, int g16,
                                const void *dout, const void *inp, int r16,
                                const void *w, int p16, const float *mean,
                                const float *rstd, int N, int C);
@@ -217,8 +235,9 @@ typedef struct zt_device_ops {
     int (*matmul_bf16_forward)(void *out, int out_bf16, const uint16_t *inp, const uint16_t *w,
                                const void *b, int b16, int N, int C, int OC, int ldo);
     /* dinp16: dinp bf16, the f32 dinp rounded once (bf16 activations: an
-     * activation's gradient); dw, db f32 either way */
-    int (*matmul_bf16_backward)(void *dinp, int dinp16, float *dw, float *db,
+     * activation's gradient); dw, db f32, or (g16) both bf16 (a bf16
+     * run's stored gradients), each the f32 value rounded once */
+    int (*matmul_bf16_backward)(void *dinp, int dinp16, void *dw, void *db, int g16,
                                 const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
                                 int N, int C, int OC, int ldo);
     /* The MLP's GEMMs fused with its GELU (bf16 activations; NULL: ops.c
@@ -234,7 +253,7 @@ typedef struct zt_device_ops {
     int (*matmul_bf16_forward_gelu)(uint16_t *out, uint16_t *pre, const uint16_t *inp,
                                     const uint16_t *w, const void *b, int b16, int N, int C,
                                     int OC);
-    int (*matmul_bf16_backward_dgelu)(uint16_t *dinp16, float *dinp32, float *dw, float *db,
+    int (*matmul_bf16_backward_dgelu)(uint16_t *dinp16, float *dinp32, void *dw, void *db, int g16,
                                       const uint16_t *dout, const uint16_t *inp,
                                       const uint16_t *w, const uint16_t *pre, int N, int C,
                                       int OC, int ldo);
@@ -271,7 +290,8 @@ typedef struct zt_device_ops {
     /* in16, r16 and p16 as layernorm's */
     void (*rmsnorm_forward)(void *out, int out16, float *rstd, const void *inp, int in16,
                             const void *w, int p16, float eps, int N, int C);
-    void (*rmsnorm_backward)(void *dinp, uint16_t *dinp16, float *dw, const void *dout,
+    /* g16: dw bf16 as layernorm_backward's */
+    void (*rmsnorm_backward)(void *dinp, uint16_t *dinp16, void *dw, int g16, const void *dout,
                              const void *inp, int r16, const void *w, int p16,
                              const float *rstd, int N, int C);
     void (*rope)(void *x, int x16, int N, int T, int ld, int nh, int hs, const float *cos_t,
@@ -297,6 +317,11 @@ typedef struct zt_device_ops {
     void (*adamw_segments)(float *p, const void *g, int g_dtype, float *m, float *v, void *lp,
                            int lp_dtype, const zt_adamw_segs *segs, float lr, float b1,
                            float b2, float eps, float gscale, int t);
+    /* adamw over many tensors' segments (zt_adamw_multi: one launch on a
+     * GPU, or a few, for a step's update); g_dtype and lp_dtype (-1: no
+     * lp) as adamw_segments', one for all items */
+    void (*adamw_multi)(const zt_adamw_item *items, int n, int g_dtype, int lp_dtype, float lr,
+                        float b1, float b2, float eps, float gscale, int t);
     /* x_dtype: ZT_F32, or ZT_BF16 / ZT_F16 widened exactly as read (the
      * partials of an f32 copy, bit for bit) */
     void (*sumsq_blocks)(double *partials, const void *x, int x_dtype, size_t n);

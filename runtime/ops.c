@@ -44,6 +44,19 @@ static int need_numel(const char *op, const char *name, const zt_tensor *t,
 
 static int64_t last_dim(const zt_tensor *t) { return t->shape[t->ndim - 1]; }
 
+/* A backward's parameter gradients (a, b: NULL where not computed): f32,
+ * or all bf16 (*g16: a bf16 run's stored gradients, written by the op,
+ * each element the f32 one rounded once), never a mix. */
+static int grads_dtype(const char *op, const zt_tensor *a, const zt_tensor *b, int *g16)
+{
+    const zt_tensor *t = a ? a : b;
+    *g16 = t != NULL && t->dtype == ZT_BF16;
+    ZT_CHECK(!a || !b || a->dtype == b->dtype, "%s: the parameter gradients must share one "
+             "dtype (f32, or bf16: a bf16 run's stored gradients), got %s and %s", op,
+             zt_dtype_name(a->dtype), zt_dtype_name(b->dtype));
+    return ZT_OK;
+}
+
 /* The residual stream's tensors: f32, or bf16 (bf16 activations end to
  * end: "r16" in the device table). t must be one of the two; *r16 says
  * which. */
@@ -271,8 +284,10 @@ int zt_encoder_backward(zt_tensor *dwte, zt_tensor *dwpe, const zt_tensor *dout,
 {
     const char *op = "zt_encoder_backward";
     ZT_TRY(need(op, "tokens", tokens, ZT_I32));
-    ZT_TRY(need(op, "dwte", dwte, ZT_F32));
-    if (dwpe) ZT_TRY(need(op, "dwpe", dwpe, ZT_F32));
+    int g16 = 0;   /* bf16: a bf16 run's stored gradients */
+    ZT_CHECK(dwte != NULL, "%s: dwte is NULL (freed tensor?)", op);
+    ZT_TRY(grads_dtype(op, dwte, dwpe, &g16));
+    ZT_TRY(need(op, "dwte", dwte, g16 ? ZT_BF16 : ZT_F32));
     ZT_CHECK(tokens->ndim == 2 && dwte->ndim == 2 && (!dwpe || dwpe->ndim == 2),
              "%s: tokens (B,T), dwte (V,C), dwpe (maxT,C) must be 2-D", op);
     int64_t B = tokens->shape[0], T = tokens->shape[1], V = dwte->shape[0], C = dwte->shape[1];
@@ -281,7 +296,7 @@ int zt_encoder_backward(zt_tensor *dwte, zt_tensor *dwpe, const zt_tensor *dout,
     ZT_TRY(need_numel(op, "dout", dout, d16 ? ZT_BF16 : ZT_F32, B * T * C, "(B,T,C) f32 or bf16"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "dwte", dwte, "dwpe", dwpe, "dout", dout, "tokens", tokens, NULL));
-    int bad = dev->encoder_backward(dwte->data, dwpe ? dwpe->data : NULL, dout->data, d16,
+    int bad = dev->encoder_backward(dwte->data, dwpe ? dwpe->data : NULL, g16, dout->data, d16,
                                     tokens->data, (int)B, (int)T, (int)C, (int)V);
     return bad_tokens(op, "tokens", bad, B * T, V);
 }
@@ -377,8 +392,12 @@ int zt_layernorm_backward_b16(zt_tensor *dinp, zt_tensor *dinp16, zt_tensor *dw,
     ZT_CHECK(dinp16 == NULL || !r16, "%s: dinp is bf16 already (a bf16 inp): pass no dinp16", op);
     if (dinp16) ZT_TRY(need_numel(op, "dinp16", dinp16, ZT_BF16, N * C, "(N,C) bf16"));
     ZT_TRY(need_numel(op, "dout", dout, r16 ? ZT_BF16 : ZT_F32, N * C, "(N,C), inp's dtype"));
-    if (dw) ZT_TRY(need_numel(op, "dweight", dw, ZT_F32, C, "(C)"));
-    if (db) ZT_TRY(need_numel(op, "dbias", db, ZT_F32, C, "(C)"));
+    int g16 = 0;
+    ZT_TRY(grads_dtype(op, dw, db, &g16));
+    ZT_CHECK(!g16 || C <= ZT_R16_MAX_C, "%s: bf16 weight gradients take C <= %d, got %lld",
+             op, ZT_R16_MAX_C, (long long)C);
+    if (dw) ZT_TRY(need_numel(op, "dweight", dw, g16 ? ZT_BF16 : ZT_F32, C, "(C)"));
+    if (db) ZT_TRY(need_numel(op, "dbias", db, g16 ? ZT_BF16 : ZT_F32, C, "(C)"));
     ZT_TRY(need_numel(op, "mean", mean, ZT_F32, N, "(N)"));
     ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, N, "(N)"));
     const zt_device_ops *dev;
@@ -386,7 +405,7 @@ int zt_layernorm_backward_b16(zt_tensor *dinp, zt_tensor *dinp16, zt_tensor *dw,
                  dout, "inp", inp, "weight", w, "mean", mean, "rstd", rstd, NULL));
     dev->layernorm_backward(dinp ? dinp->data : NULL, dinp16 ? dinp16->data : NULL,
                             dw ? dw->data : NULL,
-                            db ? db->data : NULL, dout->data, inp->data, r16,
+                            db ? db->data : NULL, g16, dout->data, inp->data, r16,
                             w->data, p16, mean->data, rstd->data, (int)N, (int)C);
     return ZT_OK;
 }
@@ -496,16 +515,19 @@ int zt_matmul_bf16_backward(zt_tensor *dinp, zt_tensor *dw, zt_tensor *db,
              "both NULL", op);
     int64_t ld = OC;
     ZT_TRY(need_rows(op, "dout", dout, ZT_BF16, N, OC, "(N,OC) bf16", &ld));
-    if (dw) ZT_TRY(need_numel(op, "dweight", dw, ZT_F32, OC * C, "(OC,C) f32"));
+    int g16 = 0;
+    ZT_TRY(grads_dtype(op, dw, db, &g16));
+    if (dw) ZT_TRY(need_numel(op, "dweight", dw, g16 ? ZT_BF16 : ZT_F32, OC * C,
+                              "(OC,C) f32 or bf16"));
     /* dinp f32, or bf16 (bf16 activations: an activation's gradient) */
     int d16 = dinp != NULL && dinp->dtype == ZT_BF16;
     if (dinp) ZT_TRY(need_numel(op, "dinp", dinp, d16 ? ZT_BF16 : ZT_F32, N * C, "(N,C) f32 or bf16"));
-    if (db) ZT_TRY(need_numel(op, "dbias", db, ZT_F32, OC, "(OC) f32"));
+    if (db) ZT_TRY(need_numel(op, "dbias", db, g16 ? ZT_BF16 : ZT_F32, OC, "(OC), dweight's dtype"));
     const zt_device_ops *dev;
     ZT_TRY(ready(&dev, op, "dinp", dinp, "dweight", dw, "dbias", db, "dout", dout, "inp", inp,
                  "weight", w, NULL));
     return dev->matmul_bf16_backward(dinp ? dinp->data : NULL, d16, dw ? dw->data : NULL,
-                                     db ? db->data : NULL, dout->data, inp->data,
+                                     db ? db->data : NULL, g16, dout->data, inp->data,
                                      w->data, (int)N, (int)C, (int)OC, (int)ld);
 }
 
@@ -545,8 +567,11 @@ int zt_matmul_bf16_backward_dgelu(zt_tensor *dinp16, zt_tensor *dw, zt_tensor *d
              "both NULL", op);
     int64_t ld = OC;
     ZT_TRY(need_rows(op, "dout", dout, ZT_BF16, N, OC, "(N,OC) bf16", &ld));
-    if (dw) ZT_TRY(need_numel(op, "dweight", dw, ZT_F32, OC * C, "(OC,C) f32"));
-    if (db) ZT_TRY(need_numel(op, "dbias", db, ZT_F32, OC, "(OC) f32"));
+    int g16 = 0;
+    ZT_TRY(grads_dtype(op, dw, db, &g16));
+    if (dw) ZT_TRY(need_numel(op, "dweight", dw, g16 ? ZT_BF16 : ZT_F32, OC * C,
+                              "(OC,C) f32 or bf16"));
+    if (db) ZT_TRY(need_numel(op, "dbias", db, g16 ? ZT_BF16 : ZT_F32, OC, "(OC), dweight's dtype"));
     if (dinp16) {
         ZT_TRY(need_numel(op, "dinp16", dinp16, ZT_BF16, N * C, "(N,C) bf16"));
         ZT_TRY(need_numel(op, "pre", pre, ZT_BF16, N * C, "(N,C) bf16: the GELU's input"));
@@ -561,10 +586,10 @@ int zt_matmul_bf16_backward_dgelu(zt_tensor *dinp16, zt_tensor *dw, zt_tensor *d
     void *d16 = dinp16 ? dinp16->data : NULL, *d32 = dinp16 ? dinp32->data : NULL;
     if (dev->matmul_bf16_backward_dgelu)
         return dev->matmul_bf16_backward_dgelu(d16, d32, dw ? dw->data : NULL, db ? db->data : NULL,
-                                               dout->data, inp->data, w->data,
+                                               g16, dout->data, inp->data, w->data,
                                                dinp16 ? pre->data : NULL, (int)N, (int)C, (int)OC,
                                                (int)ld);
-    ZT_TRY(dev->matmul_bf16_backward(d32, 0, dw ? dw->data : NULL, db ? db->data : NULL, dout->data,
+    ZT_TRY(dev->matmul_bf16_backward(d32, 0, dw ? dw->data : NULL, db ? db->data : NULL, g16, dout->data,
                                      inp->data, w->data, (int)N, (int)C, (int)OC, (int)ld));
     if (dinp16) dev->gelu_backward(d16, 1, pre->data, 1, d32, (size_t)(N * C));
     return ZT_OK;
@@ -827,7 +852,11 @@ int zt_rmsnorm_backward_b16(zt_tensor *dinp, zt_tensor *dinp16, zt_tensor *dweig
     ZT_CHECK(!dinp16 || (!overlaps(dinp16, dinp) && !overlaps(dinp16, dout) &&
                          !overlaps(dinp16, inp)),
              "%s: dinp16 may not overlap dinp, dout or inp", op);
-    if (dweight) ZT_TRY(need_numel(op, "dweight", dweight, ZT_F32, C, "(C)"));
+    int g16 = 0;
+    ZT_TRY(grads_dtype(op, dweight, NULL, &g16));
+    ZT_CHECK(!g16 || C <= ZT_R16_MAX_C, "%s: a bf16 weight gradient takes C <= %d, got %lld",
+             op, ZT_R16_MAX_C, (long long)C);
+    if (dweight) ZT_TRY(need_numel(op, "dweight", dweight, g16 ? ZT_BF16 : ZT_F32, C, "(C)"));
     ZT_TRY(need_numel(op, "dout", dout, r16 ? ZT_BF16 : ZT_F32, N * C, "(N,C), inp's dtype"));
     ZT_TRY(need_numel(op, "rstd", rstd, ZT_F32, N, "(N)"));
     /* the outputs apart from what is read (dweight may be the weight's own
@@ -842,7 +871,7 @@ int zt_rmsnorm_backward_b16(zt_tensor *dinp, zt_tensor *dinp16, zt_tensor *dweig
     ZT_TRY(ready(&dev, op, "dinp", dinp, "dinp16", dinp16, "dweight", dweight, "dout", dout,
                  "inp", inp, "weight", w, "rstd", rstd, NULL));
     dev->rmsnorm_backward(dinp ? dinp->data : NULL, dinp16 ? dinp16->data : NULL,
-                          dweight ? dweight->data : NULL, dout->data, inp->data, r16, w->data,
+                          dweight ? dweight->data : NULL, g16, dout->data, inp->data, r16, w->data,
                           p16, rstd->data, (int)N, (int)C);
     return ZT_OK;
 }
@@ -1066,6 +1095,112 @@ int zt_adamw_segments(zt_tensor *p, const zt_tensor *g, zt_tensor *m, zt_tensor 
     dev->adamw_segments(p->data, g->data, gd, m->data, v->data, lp ? lp->data : NULL,
                         lp ? lp->dtype : -1, &sg, lr, b1, b2, eps, gscale, step);
     return ZT_OK;
+}
+
+/* the byte range a part writes in one of its tensors */
+typedef struct { uintptr_t lo, hi; int part; } wrange;
+
+static int by_lo(const void *a, const void *b)
+{
+    uintptr_t x = ((const wrange *)a)->lo, y = ((const wrange *)b)->lo;
+    return x < y ? -1 : x > y;
+}
+
+/* 0 if no two of the n ranges overlap, else ZT_EINVAL naming the parts;
+ * r is sorted in place */
+static int apart(const char *op, const char *what, wrange *r, int n)
+{
+    qsort(r, (size_t)n, sizeof *r, by_lo);
+    for (int k = 1; k < n; k++)
+        ZT_CHECK(r[k].lo >= r[k - 1].hi, "%s: parts %d and %d write the same %s elements (each "
+                 "element is updated once a step)", op, r[k - 1].part, r[k].part, what);
+    return ZT_OK;
+}
+
+/* one part's operands: as zt_adamw_segments' (g_dtype, lp_dtype: the first
+ * part's, every part's the same) */
+static int adamw_part(const char *op, const zt_adamw_part *q, int k, int g_dtype, int lp_dtype,
+                      const zt_device_ops **dev)
+{
+    char name[64], d[96];
+    ZT_CHECK(q->param && q->grad && q->m && q->v, "%s: part %d: param, grad, m and v are required",
+             op, k);
+    snprintf(name, sizeof name, "part %d's param", k);
+    ZT_TRY(need(op, name, q->param, ZT_F32));
+    int64_t n = q->param->numel;
+    snprintf(name, sizeof name, "part %d's grad", k);
+    ZT_TRY(need_numel(op, name, q->grad, g_dtype, n, "(as its param; every part's one dtype)"));
+    snprintf(name, sizeof name, "part %d's m", k);
+    ZT_TRY(need_numel(op, name, q->m, ZT_F32, n, "(as its param)"));
+    snprintf(name, sizeof name, "part %d's v", k);
+    ZT_TRY(need_numel(op, name, q->v, ZT_F32, n, "(as its param)"));
+    ZT_CHECK((q->lp != NULL) == (lp_dtype >= 0), "%s: part %d %s an lp where part 0 %s: all "
+             "parts or none", op, k, q->lp ? "has" : "has no", lp_dtype >= 0 ? "has" : "has none");
+    if (q->lp) {
+        ZT_CHECK(q->lp->dtype == lp_dtype, "%s: part %d's lp must be %s as part 0's, got %s", op,
+                 k, zt_dtype_name(lp_dtype), zt_describe(q->lp, d, sizeof d));
+        snprintf(name, sizeof name, "part %d's lp", k);
+        ZT_TRY(need_numel(op, name, q->lp, lp_dtype, n, "(as its param)"));
+    }
+    ZT_CHECK(q->offset >= 0 && q->offset < n && q->length >= 1 && q->length <= n - q->offset,
+             "%s: part %d's segment [%lld, +%lld) must be non-empty and inside its %lld elements",
+             op, k, (long long)q->offset, (long long)q->length, (long long)n);
+    const zt_device_ops *pd;
+    ZT_TRY(ready(&pd, op, "param", q->param, "grad", q->grad, "m", q->m, "v", q->v, "lp", q->lp,
+                 NULL));
+    ZT_CHECK(k == 0 || pd == *dev, "%s: part %d is on another device than part 0's", op, k);
+    *dev = pd;
+    return ZT_OK;
+}
+
+int zt_adamw_multi(const zt_adamw_part *parts, int n, float lr, float b1, float b2, float eps,
+                   float gscale, int step)
+{
+    const char *op = "zt_adamw_multi";
+    ZT_CHECK(parts != NULL && n >= 1 && n <= ZT_ADAMW_PARTS, "%s: %d parts (1 to %d)", op, n,
+             ZT_ADAMW_PARTS);
+    ZT_CHECK(step >= 1, "%s: step must be >= 1 (1-based), got %d", op, step);
+    ZT_CHECK(b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1, "%s: betas must be in [0,1)", op);
+    ZT_CHECK(parts[0].grad != NULL, "%s: part 0: grad is required", op);
+    int gd = parts[0].grad->dtype;
+    ZT_CHECK(gd == ZT_F32 || gd == ZT_BF16 || gd == ZT_F16, "%s: grads must be f32, bf16 or f16, "
+             "got %s", op, zt_dtype_name(gd));
+    int ld = parts[0].lp ? parts[0].lp->dtype : -1;
+    ZT_CHECK(ld == -1 || ld == ZT_BF16 || ld == ZT_F16, "%s: lp must be bf16 or f16, got %s", op,
+             zt_dtype_name(ld));
+    const zt_device_ops *dev = NULL;
+    for (int k = 0; k < n; k++) ZT_TRY(adamw_part(op, &parts[k], k, gd, ld, &dev));
+    /* validated: the items, and no element written twice (a race on a GPU) */
+    zt_adamw_item *it = malloc((size_t)n * sizeof *it);
+    wrange *r = malloc((size_t)n * sizeof *r);
+    if (!it || !r) {
+        free(it); free(r);
+        return zt_error(ZT_ENOMEM, "%s: no memory for %d parts", op, n);
+    }
+    size_t gs = zt_dtype_size(gd);
+    for (int k = 0; k < n; k++) {
+        const zt_adamw_part *q = &parts[k];
+        int64_t o = q->offset;
+        it[k] = (zt_adamw_item){ (float *)q->param->data + o, (const char *)q->grad->data + o * gs,
+                                 (float *)q->m->data + o, (float *)q->v->data + o,
+                                 q->lp ? (char *)q->lp->data + o * 2 : NULL, q->length,
+                                 q->weight_decay };
+    }
+    static const char *what[4] = { "param", "m", "v", "lp" };
+    int rc = ZT_OK;
+    for (int w = 0; w < (ld >= 0 ? 4 : 3) && rc == ZT_OK; w++) {
+        for (int k = 0; k < n; k++) {
+            uintptr_t lo = (uintptr_t)(w == 0 ? (void *)it[k].p : w == 1 ? (void *)it[k].m
+                                       : w == 2 ? (void *)it[k].v : it[k].lp);
+            r[k] = (wrange){ lo, lo + (uintptr_t)it[k].n * (w == 3 ? 2 : 4), k };
+        }
+        rc = apart(op, what[w], r, n);
+    }
+    if (rc == ZT_OK)
+        dev->adamw_multi(it, n, gd, ld, lr, b1, b2, eps, gscale, step);
+    free(it);
+    free(r);
+    return rc;
 }
 
 int64_t zt_sum_block(void) { return ZK_SUM_BLOCK; }

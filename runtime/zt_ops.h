@@ -38,7 +38,12 @@ int zt_cast(zt_tensor *dst, const zt_tensor *src);
  * targets. */
 int zt_encoder_forward(zt_tensor *out, const zt_tensor *tokens,
                        const zt_tensor *wte, const zt_tensor *wpe);
-/* dwte ACCUMULATED, dwpe rows [0,T) WRITTEN (NULL: no positions). */
+/* dwte ACCUMULATED, dwpe rows [0,T) WRITTEN (NULL: no positions). Both
+ * f32, or both bf16 (a bf16 run's stored gradients): each dwte element
+ * then round(widen(dwte) + the f32 op's additions, in its order), each
+ * dwpe element the f32 one rounded once -- the bits of an f32 image and a
+ * cast after, without either (the same for every op's bf16 weight
+ * gradients below). */
 int zt_encoder_backward(zt_tensor *dwte, zt_tensor *dwpe, const zt_tensor *dout,
                         const zt_tensor *tokens);
 /* out (N,C) f32, or bf16 (each element the f32 out's, rounded once: what a
@@ -56,7 +61,8 @@ int zt_layernorm_forward(zt_tensor *out, zt_tensor *mean, zt_tensor *rstd,
 int zt_layernorm_residual_forward(zt_tensor *resid, zt_tensor *out, zt_tensor *mean,
                                   zt_tensor *rstd, const zt_tensor *a, const zt_tensor *b,
                                   const zt_tensor *weight, const zt_tensor *bias);
-/* dinp ACCUMULATED; dweight, dbias WRITTEN. Split backward: dinp NULL
+/* dinp ACCUMULATED; dweight, dbias WRITTEN, f32 or both bf16 (each the
+ * f32 value rounded once; C <= 16384). Split backward: dinp NULL
  * computes the weight gradients only; dweight and dbias both NULL the input
  * gradient only. Each output has the same bits as in the fused call. */
 int zt_layernorm_backward(zt_tensor *dinp, zt_tensor *dweight, zt_tensor *dbias,
@@ -87,7 +93,9 @@ int zt_matmul_backward(zt_tensor *dinp, zt_tensor *dweight, zt_tensor *dbias,
                        const zt_tensor *dout, const zt_tensor *inp,
                        const zt_tensor *weight);
 /* The same on bf16 operands with fp32 accumulation (mixed precision):
- * inp (N,C), weight (OC,C), dout (N,OC) bf16; dweight, dbias f32; bias f32
+ * inp (N,C), weight (OC,C), dout (N,OC) bf16; dweight, dbias f32, or both
+ * bf16 (a bf16 run's stored gradients: each element the f32 one rounded
+ * once, the GEMM's sums never stored in fp32); bias f32
  * or bf16 (widened exactly as read: an f32 copy's bits); dinp f32 or bf16;
  * out f32, or bf16 (each element the f32 out's, rounded once). Every output element is one fixed sequential chain over k with
  * VDPBF16PS's arithmetic (kernels/cpu/matmul_bf16.c states it exactly), so
@@ -157,7 +165,8 @@ int zt_gelu_backward(zt_tensor *dinp, const zt_tensor *inp, const zt_tensor *dou
 
 /* Llama's ops (kernels.h zk_rmsnorm_*, zk_rope_*, zk_swiglu_*; f32).
  * rmsnorm: out (N,C) = w * (x * rstd), rstd (N) saved; backward dinp
- * ACCUMULATED, dweight WRITTEN, either NULL (not both). */
+ * ACCUMULATED, dweight WRITTEN (f32, or bf16 rounded once: C <= 16384),
+ * either NULL (not both). */
 int zt_rmsnorm_forward(zt_tensor *out, zt_tensor *rstd, const zt_tensor *inp, const zt_tensor *w,
                        float eps);
 int zt_rmsnorm_backward(zt_tensor *dinp, zt_tensor *dweight, const zt_tensor *dout,
@@ -215,6 +224,23 @@ int zt_adamw_segments(zt_tensor *param, const zt_tensor *grad, zt_tensor *m, zt_
 int zt_adamw(zt_tensor *param, const zt_tensor *grad, zt_tensor *m,
              zt_tensor *v, float lr, float beta1, float beta2, float eps,
              float weight_decay, float grad_scale, int step);
+/* Many tensors' segments at once (one launch on a GPU for a whole step's
+ * update: every unit's tensors, where zt_adamw_segments takes one unit's):
+ * part k updates [offset, offset + length) of its own param, grad, m, v
+ * (and lp) with its weight decay, each element the bits of zt_adamw on its
+ * segment (lp as zt_adamw_segments'). Every part's grad has one dtype
+ * (f32, bf16 or f16), every lp one (or all NULL); no two parts may write
+ * the same element; n in 1..ZT_ADAMW_PARTS. */
+typedef struct zt_adamw_part {
+    zt_tensor *param;
+    const zt_tensor *grad;
+    zt_tensor *m, *v, *lp;
+    int64_t offset, length;
+    float weight_decay;
+} zt_adamw_part;
+#define ZT_ADAMW_PARTS 4096
+int zt_adamw_multi(const zt_adamw_part *parts, int n, float lr, float beta1, float beta2,
+                   float eps, float grad_scale, int step);
 /* Elements per block of the fixed-partition fp64 sums. */
 int64_t zt_sum_block(void);
 /* partials[i] = sum of squares of block i of x (f32, or bf16 / f16 widened

@@ -49,6 +49,27 @@ static double copy_gbs, last_ms;
     printf("%-34s %9s    %8.1f GB/s  %.2fx roof\n", "", "", gbs_, copy_gbs / gbs_); \
     } while (0)
 
+/* adamw_segments a unit over a step's tensors laid out one after another
+ * (tensor i: off[i], len[i]; unit u: tensors u0[u] .. u0[u+1]-1, at most
+ * ZT_ADAMW_SEGS), the stored bf16 parameters written */
+static void adamw_units(float *p, const void *g, int g_dtype, float *m, float *v, uint16_t *lp,
+                        const int64_t *off, const int64_t *len, const int *u0, int nu)
+{
+    size_t gs = g_dtype == ZT_F32 ? 4 : 2;
+    for (int u = 0; u < nu; u++) {
+        zt_adamw_segs sg;
+        int64_t b0 = off[u0[u]];
+        sg.n = u0[u + 1] - u0[u];
+        for (int j = 0; j < sg.n; j++) {
+            sg.off[j] = off[u0[u] + j] - b0;
+            sg.len[j] = len[u0[u] + j];
+            sg.wd[j] = 0.1f;
+        }
+        dv->adamw_segments(p + b0, (const char *)g + b0 * gs, g_dtype, m + b0, v + b0, lp + b0,
+                           ZT_BF16, &sg, 1e-4f, 0.9f, 0.95f, 1e-8f, 1.0f, 1);
+    }
+}
+
 #ifdef BENCH_DQ_ATOMIC
 /* build-cuda/bench_cuda_dqatomic (this file with -DBENCH_DQ_ATOMIC, linked
  * with attention_tc.cu built -DZKC_ATTN_TC_DQ_ATOMIC): the tensor-core
@@ -114,7 +135,7 @@ int main(void)
     TIMEB("bias grad fc (N,3072) f32", (double)N * 4 * C * 4, 20,
           dv->matmul_backward(NULL, NULL, db, g, x, w, N, C, 4 * C, 4 * C));
     TIMEB("bias grad proj (N,768) bf16", (double)N * C * 2, 20,
-          dv->matmul_bf16_backward(NULL, 0, NULL, db, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, C, C));
+          dv->matmul_bf16_backward(NULL, 0, NULL, db, 0, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, C, C));
     /* cuBLAS (mode 0) against cuBLASLt (1: every matmul; 2, the default:
      * bf16 operands), the bias a kernel after the GEMM or in the epilogue;
      * fp32, and the bf16 qkv and attention-projection shapes (x and w's
@@ -140,14 +161,33 @@ int main(void)
         snprintf(nm, sizeof nm, "matmul bf16 fwd fc bf16 out, %s", lib);
         TIME(nm, f, 20, dv->matmul_bf16_forward(y, 1, (uint16_t *)x, (uint16_t *)w, b, 0, N, C, 4 * C, 4 * C));
         snprintf(nm, sizeof nm, "matmul bf16 bwd qkv (dinp, dw), %s", lib);
-        TIME(nm, 2 * fq, 20, dv->matmul_bf16_backward(dx, 0, dw, NULL, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, 3 * C, 3 * C));
+        TIME(nm, 2 * fq, 20, dv->matmul_bf16_backward(dx, 0, dw, NULL, 0, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, 3 * C, 3 * C));
         /* the same with a bf16 dinp (bf16 activations: one GEMM with a bf16 D) */
         snprintf(nm, sizeof nm, "matmul bf16 bwd qkv (bf16 dinp, dw), %s", lib);
-        TIME(nm, 2 * fq, 20, dv->matmul_bf16_backward(dx, 1, dw, NULL, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, 3 * C, 3 * C));
+        TIME(nm, 2 * fq, 20, dv->matmul_bf16_backward(dx, 1, dw, NULL, 0, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, 3 * C, 3 * C));
         snprintf(nm, sizeof nm, "matmul bf16 bwd proj (dinp, dw), %s", lib);
-        TIME(nm, 2 * fp, 20, dv->matmul_bf16_backward(dx, 0, dw, NULL, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, C, C));
+        TIME(nm, 2 * fp, 20, dv->matmul_bf16_backward(dx, 0, dw, NULL, 0, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, C, C));
         snprintf(nm, sizeof nm, "matmul bf16 bwd proj (bf16 dinp, dw), %s", lib);
-        TIME(nm, 2 * fp, 20, dv->matmul_bf16_backward(dx, 1, dw, NULL, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, C, C));
+        TIME(nm, 2 * fp, 20, dv->matmul_bf16_backward(dx, 1, dw, NULL, 0, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, C, C));
+        /* the weight gradient alone, fp32 against a bf16 run's stored bf16
+         * dw (g16) at the qkv and proj shapes (k = N): by matmul.cu's rule
+         * (fewer 128x128 output tiles than SMs: the fp32 GEMM into scratch
+         * and a cast; else a bf16 D, no split-K partials in its plan), and
+         * always the bf16 D (zkc_matmul_g16_hybrid(0)) */
+        snprintf(nm, sizeof nm, "matmul bf16 bwd qkv dw f32, %s", lib);
+        TIME(nm, fq, 20, dv->matmul_bf16_backward(NULL, 0, dw, NULL, 0, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, 3 * C, 3 * C));
+        snprintf(nm, sizeof nm, "matmul bf16 bwd qkv dw bf16 (g16), %s", lib);
+        TIME(nm, fq, 20, dv->matmul_bf16_backward(NULL, 0, dw, NULL, 1, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, 3 * C, 3 * C));
+        snprintf(nm, sizeof nm, "matmul bf16 bwd proj dw f32, %s", lib);
+        TIME(nm, fp, 20, dv->matmul_bf16_backward(NULL, 0, dw, NULL, 0, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, C, C));
+        snprintf(nm, sizeof nm, "matmul bf16 bwd proj dw bf16 (g16), %s", lib);
+        TIME(nm, fp, 20, dv->matmul_bf16_backward(NULL, 0, dw, NULL, 1, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, C, C));
+        zkc_matmul_g16_hybrid(0);
+        snprintf(nm, sizeof nm, "matmul bf16 bwd qkv dw bf16 D (g16), %s", lib);
+        TIME(nm, fq, 20, dv->matmul_bf16_backward(NULL, 0, dw, NULL, 1, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, 3 * C, 3 * C));
+        snprintf(nm, sizeof nm, "matmul bf16 bwd proj dw bf16 D (g16), %s", lib);
+        TIME(nm, fp, 20, dv->matmul_bf16_backward(NULL, 0, dw, NULL, 1, (uint16_t *)g, (uint16_t *)x, (uint16_t *)w, N, C, C, C));
+        zkc_matmul_g16_hybrid(1);
     }
     /* the MLP's GEMMs with the GELU (bf16 activations, cuBLASLt, mode 2 as
      * the loop leaves it): c_fc's forward (N,768) -> pre, out (N,3072) and
@@ -176,11 +216,11 @@ int main(void)
             int64_t n1 = zkc_matmul_gelu_fused();
             /* c_proj: w (C, 4C), dout (N, C): OC = C, the GEMM's C = 4C */
             snprintf(nm, sizeof nm, "mlp proj bwd dinp + dgelu bf16, %s", how);
-            TIME(nm, f, 20, dv->matmul_bf16_backward_dgelu(out16, dx, NULL, NULL, dout16, pre16, w16,
+            TIME(nm, f, 20, dv->matmul_bf16_backward_dgelu(out16, dx, NULL, NULL, 0, dout16, pre16, w16,
                                                            pre16, N, 4 * C, C, C));
             int64_t n2 = zkc_matmul_gelu_fused();
             snprintf(nm, sizeof nm, "mlp proj bwd + dgelu (dinp, dw, db), %s", how);
-            TIME(nm, 2 * f, 20, dv->matmul_bf16_backward_dgelu(out16, dx, dw, db, dout16, pre16, w16,
+            TIME(nm, 2 * f, 20, dv->matmul_bf16_backward_dgelu(out16, dx, dw, db, 0, dout16, pre16, w16,
                                                                pre16, N, 4 * C, C, C));
             if (fu) printf("%-34s fused: forward %s, backward %s\n", "", n1 > n0 ? "yes" : "no (no plan)",
                            n2 > n1 ? "yes" : "no (no plan)");
@@ -252,25 +292,28 @@ int main(void)
         snprintf(nm, sizeof nm, "lm head fwd bf16, bf16 rows of Vp, %s", lib);
         TIME(nm, fl, 5, dv->matmul_bf16_forward(lg, 1, (uint16_t *)x, (uint16_t *)wte, NULL, 0, N, C, V, Vp));
         snprintf(nm, sizeof nm, "lm head bwd bf16, dout rows of V, %s", lib);
-        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 0, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, V));
+        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 0, dwte, NULL, 0, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, V));
         snprintf(nm, sizeof nm, "lm head bwd bf16, dout rows of Vp, %s", lib);
-        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 0, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
+        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 0, dwte, NULL, 0, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
         /* a bf16 dinp: split, so the two partial sums in fp32 scratch, then a cast */
         snprintf(nm, sizeof nm, "lm head bwd bf16 dinp, rows of Vp, %s", lib);
-        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 1, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
+        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 1, dwte, NULL, 0, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
+        /* a bf16 run's: bf16 dinp and the stored bf16 dwte (g16) */
+        snprintf(nm, sizeof nm, "lm head bwd bf16 dinp, bf16 dw (g16), %s", lib);
+        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 1, dwte, NULL, 1, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
         /* the above split at 50176 (zt_cuda_matmul_split, the default)
          * against one GEMM of V columns, and one of Vp (a padded wte) */
         zt_cuda_matmul_split(0);
         snprintf(nm, sizeof nm, "lm head fwd bf16, rows of Vp, one GEMM, %s", lib);
         TIME(nm, fl, 5, dv->matmul_bf16_forward(lg, 1, (uint16_t *)x, (uint16_t *)wte, NULL, 0, N, C, V, Vp));
         snprintf(nm, sizeof nm, "lm head bwd bf16, rows of Vp, one GEMM, %s", lib);
-        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 0, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
+        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 0, dwte, NULL, 0, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
         snprintf(nm, sizeof nm, "lm head bwd bf16 dinp, one GEMM, %s", lib);
-        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 1, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
+        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 1, dwte, NULL, 0, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, V, Vp));
         snprintf(nm, sizeof nm, "lm head fwd bf16, OC = Vp (wte padded), %s", lib);
         TIME(nm, fl, 5, dv->matmul_bf16_forward(lg, 1, (uint16_t *)x, (uint16_t *)wte, NULL, 0, N, C, Vp, Vp));
         snprintf(nm, sizeof nm, "lm head bwd bf16, OC = Vp (wte padded), %s", lib);
-        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 0, dwte, NULL, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, Vp, Vp));
+        TIME(nm, 2 * fl, 5, dv->matmul_bf16_backward(dx, 0, dwte, NULL, 0, (uint16_t *)lg, (uint16_t *)x, (uint16_t *)wte, N, C, Vp, Vp));
         zt_cuda_matmul_split(1);
     }
     /* the classifier: the row read twice, dlogits written once */
@@ -308,14 +351,17 @@ int main(void)
     TIMEB("layernorm + residual fwd, bf16 stream", nc * 8 + N * 8.0, 50,
           dv->layernorm_residual_forward(s16, y, 1, mean, rstd, x16, g16, 1, w, b, 0, N, C));
     /* dout, inp read, dinp read and written (it accumulates) */
-    TIMEB("layernorm bwd (N,768)", nc * 16 + N * 8.0, 50, dv->layernorm_backward(dx, NULL, dw, db, g, x, 0, w, 0, mean, rstd, N, C));
+    TIMEB("layernorm bwd (N,768)", nc * 16 + N * 8.0, 50, dv->layernorm_backward(dx, NULL, dw, db, 0, g, x, 0, w, 0, mean, rstd, N, C));
     TIMEB("layernorm bwd (N,768) + bf16 dinp", nc * 18 + N * 8.0, 50,
-          dv->layernorm_backward(dx, (uint16_t *)y, dw, db, g, x, 0, w, 0, mean, rstd, N, C));
+          dv->layernorm_backward(dx, (uint16_t *)y, dw, db, 0, g, x, 0, w, 0, mean, rstd, N, C));
     /* r16: dout and inp bf16, dinp bf16 read and written */
     TIMEB("layernorm bwd (N,768) bf16 stream", nc * 8 + N * 8.0, 50,
-          dv->layernorm_backward(s16, NULL, dw, db, g16, x16, 1, w, 0, mean, rstd, N, C));
+          dv->layernorm_backward(s16, NULL, dw, db, 0, g16, x16, 1, w, 0, mean, rstd, N, C));
     TIMEB("layernorm bwd (N,768) bf16 stream, params", nc * 8 + N * 8.0, 50,
-          dv->layernorm_backward(s16, NULL, dw, db, g16, x16, 1, p16, 1, mean, rstd, N, C));
+          dv->layernorm_backward(s16, NULL, dw, db, 0, g16, x16, 1, p16, 1, mean, rstd, N, C));
+    /* ... and its gradients dw, db stored bf16 (g16) */
+    TIMEB("layernorm bwd (N,768) bf16 stream, all bf16", nc * 8 + N * 8.0, 50,
+          dv->layernorm_backward(s16, NULL, dw, db, 1, g16, x16, 1, p16, 1, mean, rstd, N, C));
     TIMEB("residual add (N,768)", nc * 12, 50, dv->add3(dx, x, g, 0, (size_t)nc));
     TIMEB("residual add (N,768) bf16", nc * 6, 50, dv->add3(s16, x16, g16, 1, (size_t)nc));
     TIMEB("gelu fwd (N,3072)", nf * 8, 50, dv->gelu_forward(y, 0, x, 0, (size_t)nf));
@@ -344,6 +390,54 @@ int main(void)
                                  1e-8f, 1.0f, 1));
         dv->free(lp);
     }
+    {   /* a whole GPT-2 124M step's update: its 148 tensors (wte, wpe, 12
+         * layers of 12, the final norm's 2; 124.4M parameters) laid out one
+         * after another, the stored bf16 parameters written. adamw_multi:
+         * one launch for all 148 (zt_adamw_multi); against adamw_segments a
+         * unit (the trainer's call before it: the embeddings, each layer,
+         * the final norm; 14 launches) over the same elements. Bytes: p, m,
+         * v read and written, g read (4 or 2), lp written (2). */
+        enum { NT = 148 };
+        int64_t len[NT], off[NT + 1];
+        int u0[16], nu = 0, k = 0;
+        len[k++] = (int64_t)V * C; len[k++] = (int64_t)T * C; u0[nu++] = 0;
+        for (int l = 0; l < 12; l++) {
+            int64_t ls[12] = { C, C, (int64_t)C * 3 * C, 3 * C, (int64_t)C * C, C, C, C,
+                               (int64_t)C * 4 * C, 4 * C, (int64_t)4 * C * C, C };
+            u0[nu++] = k;
+            for (int j = 0; j < 12; j++) len[k++] = ls[j];
+        }
+        u0[nu++] = k;
+        len[k++] = C; len[k++] = C;
+        u0[nu] = k;
+        off[0] = 0;
+        for (int i = 0; i < NT; i++) off[i + 1] = off[i] + len[i];
+        size_t np = (size_t)off[NT];
+        float *pp = dalloc(np), *pg = dalloc(np), *pm = NULL, *pv = NULL;
+        uint16_t *pgb = NULL, *plp = NULL;
+        dv->alloc((void **)&pm, np * 4); dv->alloc((void **)&pv, np * 4);
+        dv->alloc((void **)&pgb, np * 2); dv->alloc((void **)&plp, np * 2);
+        if (!pm || !pv || !pgb || !plp) { printf("alloc failed\n"); exit(1); }
+        dv->zero(pm, np * 4); dv->zero(pv, np * 4);
+        dv->cast(pgb, ZT_BF16, pg, ZT_F32, np);
+        for (int gk = 0; gk < 2; gk++) {
+            int gd = gk ? ZT_BF16 : ZT_F32;
+            const void *gp = gk ? (const void *)pgb : (const void *)pg;
+            size_t gs = gk ? 2 : 4;
+            double bytes = (double)np * (24 + gs + 2);
+            zt_adamw_item it[NT];
+            for (int i = 0; i < NT; i++)
+                it[i] = (zt_adamw_item){ pp + off[i], (const char *)gp + off[i] * gs, pm + off[i],
+                                         pv + off[i], plp + off[i], len[i], 0.1f };
+            char nm[96];
+            snprintf(nm, sizeof nm, "adamw multi 148 (124M), %s g, bf16 lp", gk ? "bf16" : "f32");
+            TIMEB(nm, bytes, 10,
+                  dv->adamw_multi(it, NT, gd, ZT_BF16, 1e-4f, 0.9f, 0.95f, 1e-8f, 1.0f, 1));
+            snprintf(nm, sizeof nm, "adamw segments a unit (%d), %s g", nu, gk ? "bf16" : "f32");
+            TIMEB(nm, bytes, 10, adamw_units(pp, gp, gd, pm, pv, plp, off, len, u0, nu));
+        }
+        dv->free(pp); dv->free(pg); dv->free(pm); dv->free(pv); dv->free(pgb); dv->free(plp);
+    }
     {   /* the gradient norm's partials over 12.6M floats (zt_sumsq_blocks_many:
          * the block partials, then one copy to the host and one wait) */
         size_t cnt = (size_t)nf, nb = (cnt + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
@@ -368,12 +462,25 @@ int main(void)
         dv->alloc((void **)&tok, (size_t)N * 4);
         dv->upload(tok, htok, (size_t)N * 4);
         TIMEB("encoder fwd (B,T,768)", nc * 12, 50, dv->encoder_forward(y, 0, tok, tw, tp, 0, B, T, C, Vb));
-        TIMEB("encoder bwd (B,T,768)", nc * 16, 20, dv->encoder_backward(tw, tp, g, 0, tok, B, T, C, Vb));
+        TIMEB("encoder bwd (B,T,768)", nc * 16, 20, dv->encoder_backward(tw, tp, 0, g, 0, tok, B, T, C, Vb));
         /* the bf16 residual stream: out (dout) bf16 */
         TIMEB("encoder fwd (B,T,768) bf16 out", nc * 10, 50,
               dv->encoder_forward(y, 1, tok, tw, tp, 0, B, T, C, Vb));
         TIMEB("encoder bwd (B,T,768) bf16 dout", nc * 14, 20,
-              dv->encoder_backward(tw, tp, g16, 1, tok, B, T, C, Vb));
+              dv->encoder_backward(tw, tp, 0, g16, 1, tok, B, T, C, Vb));
+        /* a bf16 run's: dwte, dwpe bf16 (g16; tw's and tp's bytes as bf16,
+         * rows read and written at 2 bytes), the counting scan first */
+        dv->fill(tw, 0.0f, (size_t)Vb * C / 2);
+        TIMEB("encoder bwd (B,T,768) bf16 dout, dwte", nc * 8, 20,
+              dv->encoder_backward(tw, tp, 1, g16, 1, tok, B, T, C, Vb));
+        /* every position one token: a giant run over N / 2048 flushes
+         * (bf16: its fp32 row carried in the scratch between them) */
+        for (int i = 0; i < N; i++) htok[i] = 7;
+        dv->upload(tok, htok, (size_t)N * 4);
+        TIMEB("encoder bwd one token, f32", nc * 4, 5, dv->encoder_backward(tw, tp, 0, g, 0, tok, B, T, C, Vb));
+        dv->fill(tw, 0.0f, (size_t)Vb * C / 2);
+        TIMEB("encoder bwd one token, bf16 dwte", nc * 4, 5,
+              dv->encoder_backward(tw, tp, 1, g, 0, tok, B, T, C, Vb));
         dv->free(tok); dv->free(tw); dv->free(tp); free(htok);
     }
     dv->free(x16); dv->free(g16); dv->free(s16); dv->free(p16);

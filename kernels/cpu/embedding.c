@@ -1,6 +1,7 @@
 /*
  * embedding.c -- token + position embedding (GPT-2's encoder).
  */
+#include <stdlib.h>
 #include <string.h>
 #include "kernels.h"
 
@@ -112,6 +113,56 @@ int enc_backward(float *dwte, float *dwpe, const void *dout, int d16,
             for (int c = c0; c < c1; c++) w[c] += DOUT(r + c);
         }
     }
+    return bad;
+}
+#undef DOUT
+
+/* dout's element i, widened when bf16 (exactly: the same floats) */
+#define DOUT(i) (d16 ? widen16(((const uint16_t *)dout)[i]) : ((const float *)dout)[i])
+int zk_encoder_backward_g16(uint16_t *dwte, uint16_t *dwpe, const void *dout, int d16,
+                            const int32_t *tokens, int B, int T, int C, int V) {
+    int n = B * T, nd = 0, bad = 0;
+    /* the distinct tokens in first-seen order, and each one's fp32 row */
+    int32_t *slot = malloc((size_t)(V > 0 ? V : 1) * sizeof *slot);
+    int32_t *rows = malloc((size_t)(n > 0 ? n : 1) * sizeof *rows);
+    float *acc = NULL;
+    if (slot && rows) {
+        memset(slot, 0xff, (size_t)V * sizeof *slot);          /* -1: not seen */
+        for (int bt = 0; bt < n; bt++) {
+            int tok = tokens[bt];
+            if (tok < 0 || tok >= V) { bad++; continue; }
+            if (slot[tok] < 0) { slot[tok] = nd; rows[nd++] = tok; }
+        }
+        acc = malloc((size_t)(nd > 0 ? nd : 1) * C * sizeof *acc);
+    }
+    if (!acc) { free(slot); free(rows); return -1; }
+    int nchunk = (C + ENC_CHUNK - 1) / ENC_CHUNK;
+    #pragma omp parallel for schedule(static) if ((long)n * C >= 65536)
+    for (int k = 0; k < nchunk; k++) {
+        int c0 = k * ENC_CHUNK, c1 = c0 + ENC_CHUNK < C ? c0 + ENC_CHUNK : C;
+        float p[ENC_CHUNK];
+        for (int t = 0; t < T && dwpe; t++) {
+            for (int c = c0; c < c1; c++) p[c - c0] = 0.0f;
+            for (int b = 0; b < B; b++) {
+                size_t r = ((size_t)b * T + t) * C;
+                for (int c = c0; c < c1; c++) p[c - c0] += DOUT(r + c);
+            }
+            zk_cast_f32_bf16(dwpe + (size_t)t * C + c0, p, (size_t)(c1 - c0));
+        }
+        for (int i = 0; i < nd; i++)
+            for (int c = c0; c < c1; c++) acc[(size_t)i * C + c] = widen16(dwte[(size_t)rows[i] * C + c]);
+        for (int bt = 0; bt < n; bt++) {
+            int tok = tokens[bt];
+            if (tok < 0 || tok >= V) continue;
+            size_t r = (size_t)bt * C;
+            float *restrict w = acc + (size_t)slot[tok] * C;
+            for (int c = c0; c < c1; c++) w[c] += DOUT(r + c);
+        }
+        for (int i = 0; i < nd; i++)
+            zk_cast_f32_bf16(dwte + (size_t)rows[i] * C + c0, acc + (size_t)i * C + c0,
+                             (size_t)(c1 - c0));
+    }
+    free(acc); free(slot); free(rows);
     return bad;
 }
 #undef DOUT

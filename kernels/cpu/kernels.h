@@ -81,6 +81,16 @@ int zk_encoder_backward(float *dwte, float *dwpe, const float *dout,
  * on the widened rows. */
 int zk_encoder_backward_b16(float *dwte, float *dwpe, const uint16_t *dout,
                             const int32_t *tokens, int B, int T, int C, int V);
+/* The same into bf16 dwte and dwpe (a bf16 run's stored gradients; dout
+ * f32, or bf16 when d16): each dwte row a token touches is widened into an
+ * fp32 row, takes the same additions in (b,t) order and is rounded once;
+ * dwpe rows [0,T) are the f32 ones rounded once. So each element is
+ * zk_encoder_backward's on widen(dwte), rounded: the bits of an fp32 image
+ * and a cast after, with fp32 rows only for the distinct tokens (at most
+ * B*T*C floats, not V*C). Returns the bad-token count, or -1 when those
+ * rows could not be allocated (nothing written then). */
+int zk_encoder_backward_g16(uint16_t *dwte, uint16_t *dwpe, const void *dout, int d16,
+                            const int32_t *tokens, int B, int T, int C, int V);
 
 /* ---- layer norm (eps = 1e-5, biased variance, as PyTorch) -------------- */
 /* out (N,C); mean, rstd (N) saved for backward. */
@@ -274,6 +284,12 @@ void zk_matmul_bf16_backward(float *dinp, float *dweight, float *dbias,
 void zk_matmul_bf16_backward_b16(uint16_t *dinp, float *dweight, float *dbias,
                                  const uint16_t *dout, const uint16_t *inp,
                                  const uint16_t *weight, int N, int C, int OC, int ldo);
+/* dweight (OC,C) bf16 WRITTEN: zk_matmul_bf16_backward's dweight, each
+ * element rounded once to nearest even (a bf16 run's stored weight
+ * gradient, written without an fp32 image). Returns 0, or -1 when the
+ * AMX path could not allocate its scratch (the out is undefined then). */
+int zk_matmul_bf16_dweight_b16(uint16_t *dweight, const uint16_t *dout, const uint16_t *inp,
+                               int N, int C, int OC, int ldo);
 /* Which path the bf16 GEMMs take. mode -1 asks, deciding on first use:
  * AMX where usable, else AVX512_BF16 where the CPU has it, else portable;
  * the environment variable ZTRAIN_BF16_GEMM = amx | avx512_bf16 | portable
@@ -297,6 +313,13 @@ int zk_amx_enable(char *why, size_t n);
 void zk_amx_gemm(float *C, long ldc, const uint16_t *a, long a_rs, long a_ks,
                  const uint16_t *bt, long bt_rs, long bt_ks, const float *bias,
                  int M, int N, int K);
+/* The same into a bf16 C16 (rows ldc apart), each element the fp32 out's
+ * rounded once to nearest even (zk_cast_f32_bf16's bits), the fp32 sums
+ * kept in a per-thread block scratch (<= 512 KiB) instead of memory.
+ * Returns 0, or -1 when a scratch could not be allocated. */
+int zk_amx_gemm_b16(uint16_t *C16, long ldc, const uint16_t *a, long a_rs, long a_ks,
+                    const uint16_t *bt, long bt_rs, long bt_ks, const float *bias,
+                    int M, int N, int K);
 /* Tests: the AMX path's task and K-block sizes (multiples of 32; 0 = the
  * default). Returns -1 (and changes nothing) for sizes its buffers cannot
  * hold. Changes no bits -- which is what the test checks. */

@@ -65,6 +65,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "kernels.h"
 
@@ -266,10 +267,13 @@ typedef struct {
     amx_view A, Bt;
     const float *bias;
     int M, N, K, MC, NC, KC;
+    uint16_t *C16;      /* zk_amx_gemm_b16: the bf16 out (C unused) */
 } amx_gemm;
 
-/* one MC x NC block of C over all of K */
-AMX_TARGET static void task(const amx_gemm *g, int m0, int mc, int n0, int nc) {
+/* one MC x NC block of C over all of K, into c (element (m0, n0) of the
+ * block's fp32 home, rows ldc apart: C itself, or a bf16 out's scratch) */
+AMX_TARGET static void task(const amx_gemm *g, int m0, int mc, int n0, int nc, float *cb,
+                            long ldc) {
     /* B strip (KC/32 x 2 KiB) | A block or tail rows | C scratch (4 KiB) */
     uint8_t buf[AMX_BUF_BYTES] __attribute__((aligned(64)));
     float cs[32 * 32] __attribute__((aligned(64)));
@@ -296,46 +300,82 @@ AMX_TARGET static void task(const amx_gemm *g, int m0, int mc, int n0, int nc) {
                     pack_a(ap, ld, g->A, m0 + i, mm, 32, k0, kl);
                     a = ap; lda = ld * 2;
                 }
-                float *c = g->C + (long)(m0 + i) * g->ldc + n0 + j;
+                float *c = cb + (long)i * ldc + j;
                 if (mm == 32 && nn == 32) {
-                    kern(nq, a, lda, bp, c, g->ldc * 4, first);
-                    if (last && g->bias) add_bias(c, g->ldc, g->bias + n0 + j, 32, 32);
+                    kern(nq, a, lda, bp, c, ldc * 4, first);
+                    if (last && g->bias) add_bias(c, ldc, g->bias + n0 + j, 32, 32);
                 } else {            /* a partial block through the scratch */
                     if (!first)
-                        for (int r = 0; r < mm; r++) memcpy(cs + 32 * r, c + r * g->ldc, nn * 4);
+                        for (int r = 0; r < mm; r++) memcpy(cs + 32 * r, c + r * ldc, nn * 4);
                     kern(nq, a, lda, bp, cs, 128, first);
                     if (last && g->bias) add_bias(cs, 32, g->bias + n0 + j, mm, nn);
-                    for (int r = 0; r < mm; r++) memcpy(c + r * g->ldc, cs + 32 * r, nn * 4);
+                    for (int r = 0; r < mm; r++) memcpy(c + r * ldc, cs + 32 * r, nn * 4);
                 }
             }
         }
     }
 }
 
-AMX_TARGET static void run(const amx_gemm *g) {
-    int mt = (g->M + g->MC - 1) / g->MC, nt = (g->N + g->NC - 1) / g->NC;
+/* A bf16 out (g->C16): each task's block in an fp32 scratch of its
+ * thread's (MC x NC, <= 512 KiB: L2-sized), rounded once into C16 when its
+ * last K block is done, so the fp32 result never goes to memory (a weight
+ * gradient written as a bf16 run stores it: no fp32 image and no cast
+ * pass over it). The same chains: each element's bits are the fp32 out's,
+ * rounded to nearest even. Returns 0, or -1 when a thread's scratch
+ * could not be allocated (C16 then holds only some blocks). */
+AMX_TARGET static int run(const amx_gemm *g) {
+    int mt = (g->M + g->MC - 1) / g->MC, nt = (g->N + g->NC - 1) / g->NC, failed = 0;
     #pragma omp parallel if (mt * nt > 1 && (long)g->M * g->N * g->K >= 1L << 20)
     {
+        float *scr = NULL;
+        if (g->C16) {
+            scr = aligned_alloc(64, (size_t)g->MC * g->NC * sizeof(float));
+            if (!scr) {
+                #pragma omp atomic write
+                failed = 1;
+            }
+        }
         _tile_loadconfig(&amx_cfg);
         #pragma omp for schedule(dynamic, 1)
         for (int t = 0; t < mt * nt; t++) {
             int m0 = (t / nt) * g->MC, n0 = (t % nt) * g->NC;
-            task(g, m0, g->M - m0 < g->MC ? g->M - m0 : g->MC, n0,
-                 g->N - n0 < g->NC ? g->N - n0 : g->NC);
+            int mc = g->M - m0 < g->MC ? g->M - m0 : g->MC, nc = g->N - n0 < g->NC ? g->N - n0 : g->NC;
+            if (!g->C16) {
+                task(g, m0, mc, n0, nc, g->C + (long)m0 * g->ldc + n0, g->ldc);
+            } else if (scr) {
+                task(g, m0, mc, n0, nc, scr, g->NC);
+                for (int r = 0; r < mc; r++)
+                    zk_cast_f32_bf16(g->C16 + (long)(m0 + r) * g->ldc + n0, scr + (long)r * g->NC,
+                                     (size_t)nc);
+            }
         }
         _tile_release();
+        free(scr);
     }
+    return failed ? -1 : 0;
+}
+
+static void blocking(amx_gemm *g) {
+    int direct = g->A.ks == 1;
+    g->KC = set_kc ? set_kc : direct ? AMX_KC_DIRECT : AMX_KC_PACKED;
+    g->MC = set_mc ? set_mc : direct ? AMX_MC_DIRECT : AMX_MC_PACKED;
+    g->NC = set_nc ? set_nc : direct ? AMX_NC_DIRECT : AMX_NC_PACKED;
 }
 
 void zk_amx_gemm(float *C, long ldc, const uint16_t *a, long a_rs, long a_ks,
                  const uint16_t *bt, long bt_rs, long bt_ks, const float *bias,
                  int M, int N, int K) {
-    amx_gemm g = {C, ldc, {a, a_rs, a_ks}, {bt, bt_rs, bt_ks}, bias, M, N, K, 0, 0, 0};
-    int direct = a_ks == 1;
-    g.KC = set_kc ? set_kc : direct ? AMX_KC_DIRECT : AMX_KC_PACKED;
-    g.MC = set_mc ? set_mc : direct ? AMX_MC_DIRECT : AMX_MC_PACKED;
-    g.NC = set_nc ? set_nc : direct ? AMX_NC_DIRECT : AMX_NC_PACKED;
+    amx_gemm g = {C, ldc, {a, a_rs, a_ks}, {bt, bt_rs, bt_ks}, bias, M, N, K, 0, 0, 0, NULL};
+    blocking(&g);
     run(&g);
+}
+
+int zk_amx_gemm_b16(uint16_t *C16, long ldc, const uint16_t *a, long a_rs, long a_ks,
+                    const uint16_t *bt, long bt_rs, long bt_ks, const float *bias,
+                    int M, int N, int K) {
+    amx_gemm g = {NULL, ldc, {a, a_rs, a_ks}, {bt, bt_rs, bt_ks}, bias, M, N, K, 0, 0, 0, C16};
+    blocking(&g);
+    return run(&g);
 }
 
 int zk_amx_set_blocking(int mc, int nc, int kc) {
@@ -429,6 +469,14 @@ void zk_amx_gemm(float *C, long ldc, const uint16_t *a, long a_rs, long a_ks,
                  int M, int N, int K) {
     (void)C; (void)ldc; (void)a; (void)a_rs; (void)a_ks; (void)bt; (void)bt_rs;
     (void)bt_ks; (void)bias; (void)M; (void)N; (void)K;
+}
+
+int zk_amx_gemm_b16(uint16_t *C16, long ldc, const uint16_t *a, long a_rs, long a_ks,
+                    const uint16_t *bt, long bt_rs, long bt_ks, const float *bias,
+                    int M, int N, int K) {
+    (void)C16; (void)ldc; (void)a; (void)a_rs; (void)a_ks; (void)bt; (void)bt_rs;
+    (void)bt_ks; (void)bias; (void)M; (void)N; (void)K;
+    return -1;
 }
 
 int zk_amx_set_blocking(int mc, int nc, int kc) { (void)mc; (void)nc; (void)kc; return -1; }

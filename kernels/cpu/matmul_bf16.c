@@ -412,6 +412,20 @@ void zk_matmul_bf16_backward_b16(uint16_t *dinp, float *dweight, float *dbias,
     bwd_weights(dweight, dbias, dout, inp, N, C, OC, ldo);
 }
 
+/* AMX: its blocks' fp32 sums in a per-thread scratch, rounded as each
+ * block is done; the other paths: gemm_bf16_out16's stack tiles (A, the
+ * strided dout^T, packed again for each column sliver: slower, the same
+ * bits) */
+int zk_matmul_bf16_dweight_b16(uint16_t *dweight, const uint16_t *dout, const uint16_t *inp,
+                               int N, int C, int OC, int ldo) {
+    bf_view A = {dout, 1, ldo};     /* (OC, N): element (o, n) = dout[n][o] */
+    bf_view Bt = {inp, 1, C};       /* (C, N):  element (c, n) = inp[n][c]  */
+    if (N > 0 && zk_bf16_simd(-1) == 2)
+        return zk_amx_gemm_b16(dweight, C, A.p, A.rs, A.ks, Bt.p, Bt.rs, Bt.ks, NULL, OC, C, N);
+    gemm_bf16_out16(dweight, C, A, Bt, NULL, OC, C, N);
+    return 0;
+}
+
 /* dweight (OC,C) and dbias (OC), both skipped when NULL */
 static void bwd_weights(float *dweight, float *dbias, const uint16_t *dout, const uint16_t *inp,
                         int N, int C, int OC, int ldo) {

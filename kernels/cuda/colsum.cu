@@ -1,5 +1,6 @@
 /* colsum.cu -- column sums of an (N,OC) array, rows ld apart, fp32 or bf16,
- * into fp32: the matmuls' bias gradients (kernels.cuh). Two passes over a
+ * into fp32 (or bf16, out16: rounded once at the end): the matmuls' bias
+ * gradients (kernels.cuh). Two passes over a
  * partition fixed by the shape (never by the GPU), layernorm.cu's weight
  * gradients' scheme: a thread per column and chunk of zkc_colsum_rows(N)
  * rows sums its rows in order in double into the scratch, then a thread per
@@ -50,40 +51,47 @@ __global__ static void k_colsum_part(double *part, const float *x, int N, int OC
 __global__ static void k_colsum_part_bf16(double *part, const uint16_t *x, int N, int OC, int ld, int R)
 { cs_part<uint16_t>(part, x, N, OC, ld, R); }
 
-/* out[c] = the chunks' sums of column c, in chunk order */
-__global__ static void k_colsum_sum(float *out, const double *part, int nk, int OC)
+/* out[c] = the chunks' sums of column c, in chunk order; O: out's type,
+ * float, or uint16_t (out16: a bf16 run's stored bias gradient, written
+ * by the op with no fp32 image and no cast after): the double sum rounded
+ * to float, then to bf16 once (zkc_put: nearest even), so the bits of the
+ * fp32 out cast by zkc_cast_f32_bf16 */
+template <class O>
+__global__ static void k_colsum_sum(O *out, const double *part, int nk, int OC)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= OC) return;
     double s = 0.0;
     for (int k = 0; k < nk; k++) s += part[(size_t)k * OC + c];
-    out[c] = (float)s;
+    zkc_put(out + c, (float)s);
 }
 
 /* launches each on one line: spec/emu rewrites them */
-static int colsum(cudaStream_t s, float *out, const void *x, int bf16, int N, int OC, int ld,
-                  double *scratch)
+static int colsum(cudaStream_t s, void *out, int out16, const void *x, int bf16, int N, int OC,
+                  int ld, double *scratch)
 {
     if (OC <= 0) return 0;
-    if (N <= 0) return (int)cudaMemsetAsync(out, 0, (size_t)OC * sizeof(float), s);
+    if (N <= 0) return (int)cudaMemsetAsync(out, 0, (size_t)OC * (out16 ? 2 : sizeof(float)), s);
     int R = zkc_colsum_rows(N), nk = (N + R - 1) / R;
     dim3 g((unsigned)((OC + CS_THREADS - 1) / CS_THREADS), (unsigned)nk);
     if (bf16) k_colsum_part_bf16<<<g, CS_THREADS, 0, s>>>(scratch, (const uint16_t *)x, N, OC, ld, R);
     else k_colsum_part<<<g, CS_THREADS, 0, s>>>(scratch, (const float *)x, N, OC, ld, R);
     int e = ZKC_LAUNCHED();
     if (e) return e;
-    k_colsum_sum<<<(OC + CS_THREADS - 1) / CS_THREADS, CS_THREADS, 0, s>>>(out, scratch, nk, OC);
+    unsigned gs = (unsigned)((OC + CS_THREADS - 1) / CS_THREADS);
+    if (out16) k_colsum_sum<uint16_t><<<gs, CS_THREADS, 0, s>>>((uint16_t *)out, scratch, nk, OC);
+    else k_colsum_sum<float><<<gs, CS_THREADS, 0, s>>>((float *)out, scratch, nk, OC);
     return ZKC_LAUNCHED();
 }
 
-extern "C" int zkc_colsum(cudaStream_t s, float *out, const float *x, int N, int OC, int ld,
-                          double *scratch)
+extern "C" int zkc_colsum(cudaStream_t s, void *out, int out16, const float *x, int N, int OC,
+                          int ld, double *scratch)
 {
-    return colsum(s, out, x, 0, N, OC, ld, scratch);
+    return colsum(s, out, out16, x, 0, N, OC, ld, scratch);
 }
 
-extern "C" int zkc_colsum_bf16(cudaStream_t s, float *out, const uint16_t *x, int N, int OC,
-                               int ld, double *scratch)
+extern "C" int zkc_colsum_bf16(cudaStream_t s, void *out, int out16, const uint16_t *x, int N,
+                               int OC, int ld, double *scratch)
 {
-    return colsum(s, out, x, 1, N, OC, ld, scratch);
+    return colsum(s, out, out16, x, 1, N, OC, ld, scratch);
 }

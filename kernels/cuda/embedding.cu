@@ -71,7 +71,29 @@ __global__ static void k_enc_fwd(O *out, const int32_t *tok, const W *wte,
  * spec/emu (sh tools/emu_kernel.sh embedding). Ids outside [0,V): counted
  * once each by block 0, added to no row. D: dout's type, float or
  * uint16_t (bf16 widened as loaded; the loads 2 bytes a lane, a warp's 64
- * contiguous bytes, half the f32 kernel's bytes). */
+ * contiguous bytes, half the f32 kernel's bytes).
+ *
+ * A bf16 run's gradients ("g16", zkc_encoder_backward_g16): dwte and dwpe
+ * bf16, written by the op with no fp32 image of them and no cast after
+ * (G, the gradients' type: float, or uint16_t). Each dwte element must be
+ * round(widen(dwte) + the f32 kernel's adds in the f32 kernel's order),
+ * ONE rounding: a row is widened at its run's first load, carried in fp32
+ * and rounded at its last store. The f32 kernel's store and reload of a
+ * row between flushes would round it once per flush, so the bf16 kernel
+ * (k_enc_bwd_wte16) plans its flushes so that no row spans two but a
+ * giant one: it first counts each key's positions (one more scan of the
+ * ids), then takes the keys in ranges [k0, k1) of at most EB_CAP
+ * positions, one scan and one flush each (a list never overflows), and a
+ * key with more than EB_CAP positions alone, over several flushes, its
+ * fp32 row carried between them in the block's spill row (C floats of
+ * global scratch a block: one such key at a time) instead of dwte. The
+ * adds are the f32 kernel's, in the same order, on the same values: the
+ * f32 kernel's dwte on widen(dwte), rounded once, bit for bit. Cost: a
+ * counting scan, and a scan of the ids per range -- one range for a block
+ * holding <= EB_CAP positions (all of GPT-2's at B*T = 16K but the blocks
+ * of the commonest tokens). The f32 instantiations (G = float) are the
+ * kernel of before: every g16 branch is compiled out. dwpe: the f32 sum
+ * over b, rounded once. */
 #define EB_THREADS 256                 /* 8 warps */
 #define EB_WARPS (EB_THREADS / 32)
 #define EB_TPT 8                       /* ids per thread per scan round */
@@ -90,12 +112,27 @@ struct eb_list {
     int total, next;
 };
 
+/* g16's state beside the list (G = uint16_t; unused, compiled out, for
+ * float): each key's positions in the block (tot) and those flushed so far
+ * in its range (seen), in shared memory; the block's spill row (C floats)
+ * holding the one key whose run spans flushes, between them */
+struct eb_carry {
+    const int *tot;
+    int *seen;
+    float *spill;
+};
+
 /* runs [gs, ge) of the sorted list, columns c0 = s*64 + lane and c0 + 32:
- * each run's dwte value once, its dout rows in order, stored once */
-template <class D>
-__device__ __forceinline__ void eb_unit(float *dwte, const D *dout, const eb_list &L,
-                                        int C, int b, int lg, int gs, int ge, int c0)
+ * each run's dwte value once, its dout rows in order, stored once. G16: a
+ * run continuing an earlier flush's (seen) starts from the spill row, one
+ * continued in a later flush (seen + cnt < tot) ends in it: only the last
+ * flush's store rounds (zkc_put), the first flush's load widens (zkc_get) */
+template <class D, class G>
+__device__ __forceinline__ void eb_unit(G *dwte, const D *dout, const eb_list &L,
+                                        int C, int b, int lg, int gs, int ge, int c0,
+                                        eb_carry cy)
 {
+    const bool G16 = sizeof(G) == 2;
     int c1 = c0 + 32;
     bool ok0 = c0 < C, ok1 = c1 < C;
     float a0 = 0.0f, a1 = 0.0f;                     /* the current run's value */
@@ -107,9 +144,15 @@ __device__ __forceinline__ void eb_unit(float *dwte, const D *dout, const eb_lis
              * value (if j starts it) loaded with the first batch; the
              * positions read from shared first, then every load issued */
             bool fst = j == L.start[r];
-            float *wr = dwte + (size_t)(b + (r << lg)) * C;
+            G *wr = dwte + (size_t)(b + (r << lg)) * C;
             float w0 = 0.0f, w1 = 0.0f;
-            if (fst) { if (ok0) w0 = wr[c0]; if (ok1) w1 = wr[c1]; }
+            if (G16 && fst && cy.seen[r] > 0) {
+                if (ok0) w0 = cy.spill[c0];
+                if (ok1) w1 = cy.spill[c1];
+            } else if (fst) {
+                if (ok0) w0 = zkc_get(wr + c0);
+                if (ok1) w1 = zkc_get(wr + c1);
+            }
             for (; j < e; j += EB_UL) {
                 int p[EB_UL];
                 float d0[EB_UL], d1[EB_UL];
@@ -132,8 +175,13 @@ __device__ __forceinline__ void eb_unit(float *dwte, const D *dout, const eb_lis
                 }
                 fst = false;
             }
-            if (ok0) wr[c0] = a0;
-            if (ok1) wr[c1] = a1;
+            if (G16 && cy.seen[r] + L.cnt[r] < cy.tot[r]) {
+                if (ok0) cy.spill[c0] = a0;
+                if (ok1) cy.spill[c1] = a1;
+            } else {
+                if (ok0) zkc_put(wr + c0, a0);
+                if (ok1) zkc_put(wr + c1, a1);
+            }
             j = e;
             continue;
         }
@@ -161,10 +209,13 @@ __device__ __forceinline__ void eb_unit(float *dwte, const D *dout, const eb_lis
                 const D *dr = dout + (size_t)p[k] * C;
                 if (ok0) d0[k] = zkc_get(dr + c0);
                 if (ok1) d1[k] = zkc_get(dr + c1);
-                if (fm >> k & 1u) {
-                    const float *wr = dwte + (size_t)(b + (rk[k] << lg)) * C;
-                    if (ok0) w0[k] = wr[c0];
-                    if (ok1) w1[k] = wr[c1];
+                if (G16 && (fm >> k & 1u) && cy.seen[rk[k]] > 0) {
+                    if (ok0) w0[k] = cy.spill[c0];
+                    if (ok1) w1[k] = cy.spill[c1];
+                } else if (fm >> k & 1u) {
+                    const G *wr = dwte + (size_t)(b + (rk[k] << lg)) * C;
+                    if (ok0) w0[k] = zkc_get(wr + c0);
+                    if (ok1) w1[k] = zkc_get(wr + c1);
                 }
             }
         }
@@ -173,20 +224,24 @@ __device__ __forceinline__ void eb_unit(float *dwte, const D *dout, const eb_lis
             if (k >= n) break;
             if (fm >> k & 1u) { a0 = __fadd_rn(w0[k], d0[k]); a1 = __fadd_rn(w1[k], d1[k]); }
             else { a0 = __fadd_rn(a0, d0[k]); a1 = __fadd_rn(a1, d1[k]); }
-            if (lm >> k & 1u) {
-                float *wr = dwte + (size_t)(b + (rk[k] << lg)) * C;
-                if (ok0) wr[c0] = a0;
-                if (ok1) wr[c1] = a1;
+            if (G16 && (lm >> k & 1u) && cy.seen[rk[k]] + L.cnt[rk[k]] < cy.tot[rk[k]]) {
+                if (ok0) cy.spill[c0] = a0;
+                if (ok1) cy.spill[c1] = a1;
+            } else if (lm >> k & 1u) {
+                G *wr = dwte + (size_t)(b + (rk[k] << lg)) * C;
+                if (ok0) zkc_put(wr + c0, a0);
+                if (ok1) zkc_put(wr + c1, a1);
             }
         }
         j += n;
     }
 }
 
-/* the list's n entries into dwte: sort by key (stable), then the units */
-template <class D>
-__device__ static void eb_flush(float *dwte, const D *dout, eb_list &L, int n, int C,
-                                int b, int lg)
+/* the list's n entries into dwte: sort by key (stable), then the units;
+ * G16: then each key's flushed positions counted into cy.seen */
+template <class D, class G>
+__device__ static void eb_flush(G *dwte, const D *dout, eb_list &L, int n, int C,
+                                int b, int lg, eb_carry cy)
 {
     int tid = threadIdx.x, lane = tid % 32, w = tid / 32;
     unsigned lt = (1u << lane) - 1u;
@@ -241,18 +296,22 @@ __device__ static void eb_flush(float *dwte, const D *dout, eb_list &L, int n, i
         int r0 = L.skey[j0], gs = j0 == L.start[r0] ? j0 : L.start[r0] + L.cnt[r0];
         if (gs > jl) continue;                      /* no run starts here */
         int rl = L.skey[jl];
-        eb_unit(dwte, dout, L, C, b, lg, gs, L.start[rl] + L.cnt[rl], u % S * EB_COLS + lane);
+        eb_unit(dwte, dout, L, C, b, lg, gs, L.start[rl] + L.cnt[rl], u % S * EB_COLS + lane, cy);
     }
     __syncthreads();                                /* dwte rows stored */
+    if (sizeof(G) == 2)                             /* read after the next flush's barriers */
+        for (int r = tid; r < EB_KEYS; r += EB_THREADS) cy.seen[r] += L.cnt[r];
 }
 
-/* grid NB = 2^lg blocks; block b: the ids b + r * NB, r < EB_KEYS */
-template <class D>
-__global__ static void __launch_bounds__(EB_THREADS, 2)
-k_enc_bwd_wte(float *dwte, const D *dout, const int32_t *tok, int N, int C, int V, int lg,
-              int *bad)
+/* One scan of the N ids, rounds of EB_CAP: the block's positions (RANGED:
+ * only those whose key is in [k0, k1)) appended to the list in (b,t)
+ * order, the list flushed when the next round would overflow it, and at
+ * the end. Returns the bad ids seen by block 0 (!RANGED: the scan that
+ * counts them). */
+template <class D, class G, bool RANGED>
+__device__ __forceinline__ int eb_scan(G *dwte, const D *dout, const int32_t *tok, eb_list &L,
+                                       int N, int C, int V, int lg, int k0, int k1, eb_carry cy)
 {
-    __shared__ eb_list L;
     int tid = threadIdx.x, lane = tid % 32, w = tid / 32, b = blockIdx.x, nbad = 0, n = 0;
     unsigned lt = (1u << lane) - 1u, msk = (1u << lg) - 1u;
     for (int base = 0; base < N; base += EB_CAP) {
@@ -265,8 +324,9 @@ k_enc_bwd_wte(float *dwte, const D *dout, const int32_t *tok, int N, int C, int 
         for (int k = 0; k < EB_TPT; k++) {
             int e = base + k * EB_THREADS + tid, id = key[k];
             bool in = e < N && id >= 0 && id < V;
-            if (e < N && !in && b == 0) nbad++;
+            if (!RANGED && e < N && !in && b == 0) nbad++;
             in = in && ((unsigned)id & msk) == (unsigned)b;
+            if (RANGED) in = in && (unsigned)((id >> lg) - k0) < (unsigned)(k1 - k0);
             key[k] = in ? id >> lg : -1;
             m[k] = __ballot_sync(0xffffffffu, in);
             if (lane == 0) L.wofs[k * EB_WARPS + w] = __popc(m[k]);
@@ -285,7 +345,7 @@ k_enc_bwd_wte(float *dwte, const D *dout, const int32_t *tok, int N, int C, int 
         }
         __syncthreads();
         int total = L.total;
-        if (n + total > EB_CAP) { eb_flush(dwte, dout, L, n, C, b, lg); n = 0; }
+        if (n + total > EB_CAP) { eb_flush(dwte, dout, L, n, C, b, lg, cy); n = 0; }
 #pragma unroll
         for (int k = 0; k < EB_TPT; k++)
             if (key[k] >= 0) {
@@ -295,18 +355,81 @@ k_enc_bwd_wte(float *dwte, const D *dout, const int32_t *tok, int N, int C, int 
             }
         n += total;
     }
-    if (n > 0) eb_flush(dwte, dout, L, n, C, b, lg);
+    if (n > 0) eb_flush(dwte, dout, L, n, C, b, lg, cy);
+    return nbad;
+}
+
+/* grid NB = 2^lg blocks; block b: the ids b + r * NB, r < EB_KEYS */
+template <class D>
+__global__ static void __launch_bounds__(EB_THREADS, 2)
+k_enc_bwd_wte(float *dwte, const D *dout, const int32_t *tok, int N, int C, int V, int lg,
+              int *bad)
+{
+    __shared__ eb_list L;
+    int nbad = eb_scan<D, float, false>(dwte, dout, tok, L, N, C, V, lg, 0, EB_KEYS, eb_carry{});
     if (nbad) atomicAdd(bad, nbad);
 }
 
-/* dwpe rows [0,T) = sum over b in order */
+/* The same into a bf16 dwte (g16, the header's plan): count each key's
+ * positions (the bad ids too, block 0), then ranges [k0, k1) of keys, one
+ * scan each: at most EB_CAP positions (one flush), or one key alone (its
+ * row carried in spill, this block's C floats, across the flushes) */
 template <class D>
-__global__ static void k_enc_bwd_wpe(float *dwpe, const D *dout, int B, int T, int C)
+__global__ static void __launch_bounds__(EB_THREADS, 2)
+k_enc_bwd_wte16(uint16_t *dwte, const D *dout, const int32_t *tok, int N, int C, int V, int lg,
+                int *bad, float *spill)
+{
+    __shared__ eb_list L;
+    __shared__ int tot[EB_KEYS], seen[EB_KEYS], rng[2];
+    int tid = threadIdx.x, lane = tid % 32, b = blockIdx.x, nbad = 0;
+    unsigned lt = (1u << lane) - 1u, msk = (1u << lg) - 1u;
+    for (int r = tid; r < EB_KEYS; r += EB_THREADS) tot[r] = seen[r] = 0;
+    __syncthreads();
+    for (int base = 0; base < N; base += EB_CAP) {
+        int key[EB_TPT];
+#pragma unroll
+        for (int k = 0; k < EB_TPT; k++)                /* all loads first (N >= 1) */
+            key[k] = tok[min(base + k * EB_THREADS + tid, N - 1)];
+#pragma unroll
+        for (int k = 0; k < EB_TPT; k++) {
+            int e = base + k * EB_THREADS + tid, id = key[k];
+            bool in = e < N && id >= 0 && id < V;
+            if (e < N && !in && b == 0) nbad++;
+            in = in && ((unsigned)id & msk) == (unsigned)b;
+            int kk = in ? id >> lg : -1;
+            unsigned mm = __match_any_sync(0xffffffffu, kk);  /* one shared atomic a key */
+            if (kk >= 0 && !(mm & lt)) atomicAdd(&tot[kk], __popc(mm));
+        }
+    }
+    __syncthreads();
+    eb_carry cy = { tot, seen, spill + (size_t)b * C };
+    for (int k0 = 0;;) {
+        if (tid == 0) {                             /* the next range: keys with positions */
+            while (k0 < EB_KEYS && tot[k0] == 0) k0++;
+            int k1 = k0, sum = 0;
+            while (k1 < EB_KEYS && (k1 == k0 || sum + tot[k1] <= EB_CAP)) sum += tot[k1++];
+            rng[0] = k0;
+            rng[1] = k1;
+        }
+        __syncthreads();
+        k0 = rng[0];
+        int k1 = rng[1];
+        __syncthreads();                            /* read before thread 0's next write */
+        if (k0 >= EB_KEYS) break;
+        eb_scan<D, uint16_t, true>(dwte, dout, tok, L, N, C, V, lg, k0, k1, cy);
+        k0 = k1;
+    }
+    if (nbad) atomicAdd(bad, nbad);
+}
+
+/* dwpe rows [0,T) = sum over b in order; G uint16_t (g16): rounded once */
+template <class D, class G>
+__global__ static void k_enc_bwd_wpe(G *dwpe, const D *dout, int B, int T, int C)
 {
     ZKC_FOR(i, (size_t)T * C) {
         float s = 0.0f;
         for (int b = 0; b < B; b++) s += zkc_get(dout + (size_t)b * T * C + i);
-        dwpe[i] = s;
+        zkc_put(dwpe + i, s);
     }
 }
 
@@ -338,31 +461,55 @@ extern "C" int zkc_encoder_forward_o16(cudaStream_t s, uint16_t *out, const int3
     return enc_fwd(s, out, tok, wte, wpe, w16, B, T, C, V, dbad);
 }
 
-template <class D>
-static int enc_bwd(cudaStream_t s, float *dwte, float *dwpe, const D *dout, const int32_t *tok,
-                   int B, int T, int C, int V, int *dbad)
+/* NB = 2^lg blocks, NB * EB_KEYS >= V */
+static int enc_bwd_lg(int V)
+{
+    int lg = 0;
+    while (((int64_t)EB_KEYS << lg) < (int64_t)V) lg++;
+    return lg;
+}
+
+/* G: dwte's and dwpe's type (uint16_t: g16, spill the scratch's NB x C
+ * floats) */
+template <class D, class G>
+static int enc_bwd(cudaStream_t s, G *dwte, G *dwpe, const D *dout, const int32_t *tok,
+                   int B, int T, int C, int V, int *dbad, float *spill)
 {
     if ((size_t)B * T * C == 0) return 0;
-    int lg = 0;                                     /* NB = 2^lg blocks, NB * 256 >= V */
-    while (((int64_t)EB_KEYS << lg) < (int64_t)V) lg++;
+    int lg = enc_bwd_lg(V);
     unsigned nb = 1u << lg;
-    k_enc_bwd_wte<D><<<nb, EB_THREADS, 0, s>>>(dwte, dout, tok, B * T, C, V, lg, dbad);
+    if (sizeof(G) == 2) k_enc_bwd_wte16<D><<<nb, EB_THREADS, 0, s>>>((uint16_t *)dwte, dout, tok, B * T, C, V, lg, dbad, spill);
+    else k_enc_bwd_wte<D><<<nb, EB_THREADS, 0, s>>>((float *)dwte, dout, tok, B * T, C, V, lg, dbad);
     int e = ZKC_LAUNCHED();
     if (e) return e;
     if (!dwpe) return 0;                            /* no positions (Llama's) */
-    k_enc_bwd_wpe<D><<<zkc_grid((size_t)T * C, 256), 256, 0, s>>>(dwpe, dout, B, T, C);
+    k_enc_bwd_wpe<D, G><<<zkc_grid((size_t)T * C, 256), 256, 0, s>>>(dwpe, dout, B, T, C);
     return ZKC_LAUNCHED();
 }
 
 extern "C" int zkc_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float *dout,
                                     const int32_t *tok, int B, int T, int C, int V, int *dbad)
 {
-    return enc_bwd(s, dwte, dwpe, dout, tok, B, T, C, V, dbad);
+    return enc_bwd(s, dwte, dwpe, dout, tok, B, T, C, V, dbad, (float *)NULL);
 }
 
 extern "C" int zkc_encoder_backward_b16(cudaStream_t s, float *dwte, float *dwpe,
                                         const uint16_t *dout, const int32_t *tok, int B, int T,
                                         int C, int V, int *dbad)
 {
-    return enc_bwd(s, dwte, dwpe, dout, tok, B, T, C, V, dbad);
+    return enc_bwd(s, dwte, dwpe, dout, tok, B, T, C, V, dbad, (float *)NULL);
+}
+
+extern "C" size_t zkc_encoder_backward_g16_scratch(int C, int V)
+{
+    return C > 0 ? ((size_t)1 << enc_bwd_lg(V)) * (size_t)C : 0;
+}
+
+extern "C" int zkc_encoder_backward_g16(cudaStream_t s, uint16_t *dwte, uint16_t *dwpe,
+                                        const void *dout, int d16, const int32_t *tok, int B,
+                                        int T, int C, int V, int *dbad, float *scratch)
+{
+    if ((size_t)B * T * C != 0 && !scratch) return (int)cudaErrorInvalidValue;
+    if (d16) return enc_bwd(s, dwte, dwpe, (const uint16_t *)dout, tok, B, T, C, V, dbad, scratch);
+    return enc_bwd(s, dwte, dwpe, (const float *)dout, tok, B, T, C, V, dbad, scratch);
 }

@@ -78,9 +78,12 @@ int zkc_layernorm_residual_forward(cudaStream_t s, float *resid, void *out, int 
  * are asked for;
  * scratch: zkc_layernorm_scratch(N, C) doubles of device memory, only
  * touched on s (the caller orders its other users). dinp16: NULL, or with
- * dinp the accumulated dinp rounded once (zkc_bf16). */
-int zkc_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, float *dw, float *db,
-                           const float *dout, const float *inp, const void *w, int p16,
+ * dinp the accumulated dinp rounded once (zkc_bf16). g16 (every norm
+ * backward below): dw and db bf16 (uint16_t bits, a bf16 run's stored
+ * gradients), each the fp32 value rounded once (zkc_bf16: the fp32
+ * call's dw, db cast by zkc_cast_f32_bf16, bit for bit); 0: fp32. */
+int zkc_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, void *dw, void *db,
+                           int g16, const float *dout, const float *inp, const void *w, int p16,
                            const float *mean, const float *rstd, int N, int C,
                            double *scratch);
 size_t zkc_layernorm_scratch(int N, int C);
@@ -90,8 +93,9 @@ size_t zkc_layernorm_scratch(int N, int C);
 int zkc_rmsnorm_forward(cudaStream_t s, void *out, int out16, float *rstd, const float *inp,
                         const void *w, int p16, float eps, int N, int C);
 /* dinp ACCUMULATED (NULL: skipped), dinp16 as the layer norm's; dw WRITTEN
- * (NULL: skipped); scratch: zkc_rmsnorm_scratch(N, C) doubles */
-int zkc_rmsnorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, float *dw,
+ * (NULL: skipped), g16 as the layer norm's; scratch: zkc_rmsnorm_scratch(N,
+ * C) doubles */
+int zkc_rmsnorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, void *dw, int g16,
                          const float *dout, const float *inp, const void *w, int p16,
                          const float *rstd, int N, int C, double *scratch);
 size_t zkc_rmsnorm_scratch(int N, int C);
@@ -104,7 +108,7 @@ size_t zkc_rmsnorm_scratch(int N, int C);
  * = zkc_add3_b16's bits, its norm on the stored (rounded) resid; dinp
  * ACCUMULATED, each element round(widen(dinp) + the fp32 kernel's term);
  * mean, rstd, dw, db as the fp32 kernels' on the widened rows. NULL
- * dinp, dw (db) as above; scratch the same sizes; p16 as above. */
+ * dinp, dw (db) as above; scratch the same sizes; p16, g16 as above. */
 int zkc_layernorm_forward_r16(cudaStream_t s, uint16_t *out, float *mean, float *rstd,
                               const uint16_t *inp, const void *w, const void *b, int p16, int N,
                               int C);
@@ -112,15 +116,15 @@ int zkc_layernorm_residual_forward_r16(cudaStream_t s, uint16_t *resid, uint16_t
                                        float *mean, float *rstd, const uint16_t *a,
                                        const uint16_t *b2, const void *w, const void *b, int p16,
                                        int N, int C);
-int zkc_layernorm_backward_r16(cudaStream_t s, uint16_t *dinp, float *dw, float *db,
+int zkc_layernorm_backward_r16(cudaStream_t s, uint16_t *dinp, void *dw, void *db, int g16,
                                const uint16_t *dout, const uint16_t *inp, const void *w, int p16,
                                const float *mean, const float *rstd, int N, int C,
                                double *scratch);
 int zkc_rmsnorm_forward_r16(cudaStream_t s, uint16_t *out, float *rstd, const uint16_t *inp,
                             const void *w, int p16, float eps, int N, int C);
-int zkc_rmsnorm_backward_r16(cudaStream_t s, uint16_t *dinp, float *dw, const uint16_t *dout,
-                             const uint16_t *inp, const void *w, int p16, const float *rstd,
-                             int N, int C, double *scratch);
+int zkc_rmsnorm_backward_r16(cudaStream_t s, uint16_t *dinp, void *dw, int g16,
+                             const uint16_t *dout, const uint16_t *inp, const void *w, int p16,
+                             const float *rstd, int N, int C, double *scratch);
 
 /* ---- rope.cu, swiglu.cu (Llama's; kernels.h zk_rope_*, zk_swiglu_*): the
  * same layouts; cos_t, sin_t device copies of zk_rope_table's. RoPE: the
@@ -160,6 +164,19 @@ int zkc_encoder_forward_o16(cudaStream_t s, uint16_t *out, const int32_t *tok, c
                             const void *wpe, int w16, int B, int T, int C, int V, int *dbad);
 int zkc_encoder_backward_b16(cudaStream_t s, float *dwte, float *dwpe, const uint16_t *dout,
                              const int32_t *tok, int B, int T, int C, int V, int *dbad);
+/* A bf16 run's gradients (kernels.h zk_encoder_backward_g16): dwte and
+ * dwpe bf16, written by the op (no fp32 image, no cast after); dout fp32,
+ * or (d16) bf16 widened exactly. dwte ACCUMULATED, each element
+ * round(widen(dwte) + zkc_encoder_backward's adds, in its order, in fp32):
+ * one rounding, the fp32 kernel's dwte on the widened values rounded, bit
+ * for bit; dwpe rows [0,T) WRITTEN, the fp32 sums rounded once. scratch:
+ * zkc_encoder_backward_g16_scratch(C, V) floats of device memory (a fp32
+ * row a block, carrying a token with more positions than one flush holds:
+ * embedding.cu), touched on s only; NULL: cudaErrorInvalidValue. */
+int zkc_encoder_backward_g16(cudaStream_t s, uint16_t *dwte, uint16_t *dwpe, const void *dout,
+                             int d16, const int32_t *tok, int B, int T, int C, int V, int *dbad,
+                             float *scratch);
+size_t zkc_encoder_backward_g16_scratch(int C, int V);
 
 /* ---- xent.cu: the fused classifier. logits (N,V) in rows ld apart (ld >=
  * V: the LM head's padded rows), fp32 or bf16; losses (N) fp32 WRITTEN;
@@ -193,6 +210,19 @@ int zkc_adamw_segments(cudaStream_t s, float *p, const void *g, int g_kind, floa
                        void *lp, int lp_kind, int nseg, const int64_t *off, const int64_t *len,
                        const float *wd, float lr, float b1, float b2, float eps, float gscale,
                        int t);
+/* The same over many tensors' segments at once (zt_adamw_multi: a step's
+ * whole update in one launch, or one per 600 items): item k is len[k] >= 0
+ * elements at p[k], g[k] (g_kind, as above, one for all items), m[k],
+ * v[k] and (lp_kind 1 or 2, as above; 0: lp unused, may be NULL) lp[k],
+ * each pointer at the item's first element, with weight decay wd[k]. The
+ * items must not overlap (zt_adamw_multi checks). Every element the bits
+ * of zkc_adamw_segments over it (the same per-element code: the CPU's).
+ * The host arrays are read before the call returns. n < 1, a negative
+ * len, another kind: cudaErrorInvalidValue, nothing launched. */
+int zkc_adamw_multi(cudaStream_t s, int n, float *const *p, const void *const *g,
+                    float *const *m, float *const *v, void *const *lp, const int64_t *len,
+                    const float *wd, int g_kind, int lp_kind, float lr, float b1, float b2,
+                    float eps, float gscale, int t);
 
 /* ---- reduce.cu: zk_sumsq_blocks' / zk_sum_f64's block partials, same
  * lanes and order in double: the same bits. partials is a device array of
@@ -229,24 +259,48 @@ int zkc_matmul_bf16_forward(cublasHandle_t h, cudaStream_t s, void *out, int out
  * and zkc_cast_f32_bf16 from there -- the fp32 call's dinp bits rounded.
  * dinp16 0: dinp fp32 as before. scratch: zkc_matmul_bf16_backward_scratch
  * doubles (db's colsum, and the split's fp32 dinp: the larger, the two
- * used one after the other on s); NULL where that is 0. */
+ * used one after the other on s); NULL where that is 0.
+ * g16: dw (OC,C) and db (OC) bf16 (a bf16 run's stored gradients, written
+ * by the op: no fp32 image in the caller's memory); 0: fp32. dw, where
+ * zkc_matmul_g16_dw_f32(N, C, OC) (a small output: fewer 128x128 tiles
+ * than the device's SMs, where a bf16 D's plan, without split-K, would
+ * leave most of the GPU idle): the fp32 call's GEMMs into scratch and
+ * zkc_cast_f32_bf16 -- the fp32 call's dw rounded, bit for bit; else one
+ * GEMM with a bf16 D (k = N is never split), the fp32 accumulator rounded
+ * once by cuBLAS(Lt), its algorithm pinned per shape and D type like
+ * every plan: within the fp32 GEMM's bound plus half a bf16 ulp (the
+ * bf16-D plan may take another algorithm than the fp32-D one: not
+ * necessarily the fp32 call's dw rounded); db: colsum's, rounded once --
+ * the fp32 call's db rounded, bit for bit. The same scratch, sized by
+ * zkc_matmul_bf16_backward_scratch (g16dw: g16 with a dw; then OC*C floats
+ * more where the shape takes the fp32 path), its users one after another
+ * on s (dinp16's split, dw's fp32 image, db's colsum). */
 int zkc_matmul_bf16_backward(cublasHandle_t h, cudaStream_t s, void *dinp, int dinp16,
-                             float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
-                             const uint16_t *w, int N, int C, int OC, int ldo,
-                             double *scratch);
-size_t zkc_matmul_bf16_backward_scratch(int N, int C, int OC, int db, int dinp16);
+                             void *dw, void *db, int g16, const uint16_t *dout,
+                             const uint16_t *inp, const uint16_t *w, int N, int C, int OC,
+                             int ldo, double *scratch);
+size_t zkc_matmul_bf16_backward_scratch(int N, int C, int OC, int db, int dinp16, int g16dw);
+/* 1 where a g16 dw of this shape takes the fp32 path and the cast (above)
+ * on the current device, 0 where one GEMM with a bf16 D. */
+int zkc_matmul_g16_dw_f32(int N, int C, int OC);
+/* 1 (the default): that rule; 0: a g16 dw always one bf16-D GEMM (tests
+ * and benches compare); -1 only asks. Returns the setting in force.
+ * Process-wide; change it while no matmul runs. */
+int zkc_matmul_g16_hybrid(int on);
 
 /* ---- colsum.cu: out (OC) fp32 WRITTEN = column sums of x (N,OC), rows ld
  * apart, fp32 or bf16: the bias gradients. Chunks of 64 rows each summed
  * in order in double (a thread per column and chunk), then the chunks in
  * order: deterministic, the same bits on any GPU; the CPU's grouping of
- * double sums differs (a float ulp at most). scratch: zkc_colsum_scratch(N,
- * OC) doubles of device memory, touched on s only. ---- */
+ * double sums differs (a float ulp at most). out16: out bf16 (a bf16 run's
+ * stored bias gradient), the fp32 result rounded once (zkc_bf16: the
+ * fp32 out cast, bit for bit). scratch: zkc_colsum_scratch(N, OC) doubles
+ * of device memory, touched on s only. ---- */
 size_t zkc_colsum_scratch(int N, int OC);
-int zkc_colsum(cudaStream_t s, float *out, const float *x, int N, int OC, int ld,
+int zkc_colsum(cudaStream_t s, void *out, int out16, const float *x, int N, int OC, int ld,
                double *scratch);
-int zkc_colsum_bf16(cudaStream_t s, float *out, const uint16_t *x, int N, int OC, int ld,
-                    double *scratch);
+int zkc_colsum_bf16(cudaStream_t s, void *out, int out16, const uint16_t *x, int N, int OC,
+                    int ld, double *scratch);
 /* Which library runs the matmuls: 0 cuBLAS, 1 cuBLASLt (the forward's bias
  * in its epilogue), 2 cuBLASLt for bf16 operands only (the default); -1
  * only asks. Returns the setting in force. Shapes, layouts and alignments
@@ -265,8 +319,9 @@ int zkc_matmul_split(int on);
  * backward_dgelu: dinp16 (N,C) bf16 =
  * gelu'(pre) * (dout @ w), pre (N,C) bf16; dinp32 (N,C) fp32 scratch
  * (written only where the product is formed apart); dw, db (NULL:
- * skipped) and scratch as zkc_matmul_bf16_backward's, the same bits;
- * dinp16 NULL: dw, db alone. Through cuBLASLt's GELU_AUX(_BIAS) / DGELU
+ * skipped), g16 and scratch as zkc_matmul_bf16_backward's, the same bits
+ * (scratch: zkc_matmul_bf16_backward_scratch(N, C, OC, db != NULL, 0,
+ * g16 && dw)); dinp16 NULL: dw, db alone. Through cuBLASLt's GELU_AUX(_BIAS) / DGELU
  * epilogues where the shape has a plan (the GELU of the fp32 sum, by
  * cuBLASLt's arithmetic), else exactly the two ops apart:
  * zkc_matmul_bf16_forward into pre then zkc_gelu_forward (bf16 in and
@@ -277,9 +332,10 @@ int zkc_matmul_bf16_forward_gelu(cublasHandle_t h, cudaStream_t s, uint16_t *out
                                  const uint16_t *inp, const uint16_t *w, const void *b, int b16,
                                  int N, int C, int OC);
 int zkc_matmul_bf16_backward_dgelu(cublasHandle_t h, cudaStream_t s, uint16_t *dinp16,
-                                   float *dinp32, float *dw, float *db, const uint16_t *dout,
-                                   const uint16_t *inp, const uint16_t *w, const uint16_t *pre,
-                                   int N, int C, int OC, int ldo, double *scratch);
+                                   float *dinp32, void *dw, void *db, int g16,
+                                   const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
+                                   const uint16_t *pre, int N, int C, int OC, int ldo,
+                                   double *scratch);
 /* 1 (the default): the two above fuse the GELU where they can; 0: always
  * the two ops apart (tests and benches compare). -1 only asks. Returns the
  * setting in force. Process-wide; change it while no matmul runs. */

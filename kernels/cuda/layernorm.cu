@@ -59,7 +59,13 @@
  * bytes counting as f32 ones on 16: a parameter at a given element offset
  * takes the same path in either type. The weight-gradient pass apart
  * (k_ln_bwd_w_part) reads no w: no P. The P = float instantiations are
- * the kernels of before (the same SASS, sm_80 and sm_90). */
+ * the kernels of before (the same SASS, sm_80 and sm_90).
+ *
+ * A bf16 run's weight gradients ("g16"): dw and db (the RMS norm's dw)
+ * bf16, written by the op -- the final store of k_ln_bwd_w_sum rounds the
+ * fp32 value once (zkc_put), so a bf16 run keeps no fp32 image of them
+ * and casts nothing after; the partials, their order and every other
+ * kernel are the fp32 call's, hence its dw, db rounded, bit for bit. */
 #include <cuda_bf16.h>
 #include "mma.cuh"
 #include "common.cuh"
@@ -406,8 +412,13 @@ __global__ static void __launch_bounds__(LN_BWD_MAX) k_ln_bwd_v(I *dinp, uint16_
 /* dw, db (C) from part (2, nk, C) (db NULL: dw alone from (1, nk, C)):
  * 32 columns a block (a lane each, loads coalesced), warp q summing chunks
  * q, q + LN_SUM_WARPS, ... in order, then the warps' sums in warp order:
- * a grouping fixed by (N, C) */
-__global__ static void k_ln_bwd_w_sum(float *dw, float *db, const double *part, int nk, int C)
+ * a grouping fixed by (N, C). G: dw's and db's type, float, or uint16_t
+ * (g16: a bf16 run's stored gradients, written by the op with no fp32
+ * image and no cast after): the double sum rounded to float, then to bf16
+ * once (zkc_put: nearest even) -- the fp32 store's bits, cast. The only
+ * place g16 enters: the partials and their order are the fp32 call's. */
+template <class G>
+__global__ static void k_ln_bwd_w_sum(G *dw, G *db, const double *part, int nk, int C)
 {
     __shared__ double red[2][LN_SUM_WARPS][32];
     int lane = threadIdx.x % 32, q = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
@@ -423,8 +434,9 @@ __global__ static void k_ln_bwd_w_sum(float *dw, float *db, const double *part, 
     if (q != 0 || c >= C) return;
     sw = sb = 0.0;
     for (int i = 0; i < LN_SUM_WARPS; i++) { sw += red[0][i][lane]; sb += red[1][i][lane]; }
-    dw[c] = (float)sw;
-    if (db) db[c] = (float)sb;
+    float fw = (float)sw, fb = (float)sb;   /* (this order: G = float's PTX of before) */
+    zkc_put(dw + c, fw);
+    if (db) zkc_put(db + c, fb);
 }
 
 /* ------------------------------------------------------------------ */
@@ -556,10 +568,10 @@ static int ln_bwd_shape(int C, int *threads)
 }
 
 /* dinp (dinp16) and the weights' partials into scratch (weights), then dw
- * (db unless RMS) from them; I: inp's, dout's and dinp's type, P: w's (as
- * the forward's) */
+ * (db unless RMS) from them, fp32 or (g16) bf16; I: inp's, dout's and
+ * dinp's type, P: w's (as the forward's) */
 template <class I, class P, bool RMS>
-static int ln_bwd_any(cudaStream_t s, I *dinp, uint16_t *dinp16, float *dw, float *db,
+static int ln_bwd_any(cudaStream_t s, I *dinp, uint16_t *dinp16, void *dw, void *db, int g16,
                       const I *dout, const I *inp, const P *w, const float *mean,
                       const float *rstd, int N, int C, double *scratch)
 {
@@ -586,51 +598,57 @@ static int ln_bwd_any(cudaStream_t s, I *dinp, uint16_t *dinp16, float *dw, floa
         e = ZKC_LAUNCHED();
     }
     if (e || !weights) return e;
-    k_ln_bwd_w_sum<<<(C + 31) / 32, 32 * LN_SUM_WARPS, 0, s>>>(dw, RMS ? NULL : db, scratch, nk, C);
+    unsigned gs = (unsigned)((C + 31) / 32);
+    if (g16) k_ln_bwd_w_sum<uint16_t><<<gs, 32 * LN_SUM_WARPS, 0, s>>>((uint16_t *)dw, RMS ? NULL : (uint16_t *)db, scratch, nk, C);
+    else k_ln_bwd_w_sum<float><<<gs, 32 * LN_SUM_WARPS, 0, s>>>((float *)dw, RMS ? NULL : (float *)db, scratch, nk, C);
     return ZKC_LAUNCHED();
 }
 /* ln_bwd_any with w's type picked by p16 */
 template <class I, bool RMS>
-static int ln_bwd_p(cudaStream_t s, I *dinp, uint16_t *dinp16, float *dw, float *db,
+static int ln_bwd_p(cudaStream_t s, I *dinp, uint16_t *dinp16, void *dw, void *db, int g16,
                     const I *dout, const I *inp, const void *w, int p16, const float *mean,
                     const float *rstd, int N, int C, double *scratch)
 {
     if (p16)
-        return ln_bwd_any<I, uint16_t, RMS>(s, dinp, dinp16, dw, db, dout, inp, (const uint16_t *)w, mean,
-                                            rstd, N, C, scratch);
-    return ln_bwd_any<I, float, RMS>(s, dinp, dinp16, dw, db, dout, inp, (const float *)w, mean, rstd,
-                                     N, C, scratch);
+        return ln_bwd_any<I, uint16_t, RMS>(s, dinp, dinp16, dw, db, g16, dout, inp, (const uint16_t *)w,
+                                            mean, rstd, N, C, scratch);
+    return ln_bwd_any<I, float, RMS>(s, dinp, dinp16, dw, db, g16, dout, inp, (const float *)w, mean,
+                                     rstd, N, C, scratch);
 }
 
-extern "C" int zkc_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, float *dw,
-                                      float *db, const float *dout, const float *inp,
+extern "C" int zkc_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, void *dw,
+                                      void *db, int g16, const float *dout, const float *inp,
                                       const void *w, int p16, const float *mean, const float *rstd,
                                       int N, int C, double *scratch)
 {
-    return ln_bwd_p<float, false>(s, dinp, dinp16, dw, db, dout, inp, w, p16, mean, rstd, N, C, scratch);
+    return ln_bwd_p<float, false>(s, dinp, dinp16, dw, db, g16, dout, inp, w, p16, mean, rstd, N, C,
+                                  scratch);
 }
 
-extern "C" int zkc_rmsnorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, float *dw,
+extern "C" int zkc_rmsnorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp16, void *dw, int g16,
                                     const float *dout, const float *inp, const void *w, int p16,
                                     const float *rstd, int N, int C, double *scratch)
 {
-    return ln_bwd_p<float, true>(s, dinp, dinp16, dw, NULL, dout, inp, w, p16, NULL, rstd, N, C, scratch);
+    return ln_bwd_p<float, true>(s, dinp, dinp16, dw, NULL, g16, dout, inp, w, p16, NULL, rstd, N, C,
+                                 scratch);
 }
 
-extern "C" int zkc_layernorm_backward_r16(cudaStream_t s, uint16_t *dinp, float *dw, float *db,
-                                          const uint16_t *dout, const uint16_t *inp, const void *w,
-                                          int p16, const float *mean, const float *rstd, int N,
-                                          int C, double *scratch)
+extern "C" int zkc_layernorm_backward_r16(cudaStream_t s, uint16_t *dinp, void *dw, void *db,
+                                          int g16, const uint16_t *dout, const uint16_t *inp,
+                                          const void *w, int p16, const float *mean,
+                                          const float *rstd, int N, int C, double *scratch)
 {
-    return ln_bwd_p<uint16_t, false>(s, dinp, NULL, dw, db, dout, inp, w, p16, mean, rstd, N, C, scratch);
+    return ln_bwd_p<uint16_t, false>(s, dinp, NULL, dw, db, g16, dout, inp, w, p16, mean, rstd, N, C,
+                                     scratch);
 }
 
-extern "C" int zkc_rmsnorm_backward_r16(cudaStream_t s, uint16_t *dinp, float *dw,
+extern "C" int zkc_rmsnorm_backward_r16(cudaStream_t s, uint16_t *dinp, void *dw, int g16,
                                         const uint16_t *dout, const uint16_t *inp, const void *w,
                                         int p16, const float *rstd, int N, int C,
                                         double *scratch)
 {
-    return ln_bwd_p<uint16_t, true>(s, dinp, NULL, dw, NULL, dout, inp, w, p16, NULL, rstd, N, C, scratch);
+    return ln_bwd_p<uint16_t, true>(s, dinp, NULL, dw, NULL, g16, dout, inp, w, p16, NULL, rstd, N, C,
+                                    scratch);
 }
 
 extern "C" size_t zkc_rmsnorm_scratch(int N, int C)

@@ -419,6 +419,49 @@ static int split_at(int OC, cudaDataType_t ab)
     return split_on && ab != CUDA_R_32F && OC > 8192 && OC % 128 ? OC & ~127 : 0;
 }
 
+/* A bf16 run's weight gradient (g16) on a small output: a bf16-D plan has
+ * no split-K (lt_make), so a dw of few output tiles and a long k = N runs
+ * on a fraction of the GPU (GPT-2's attn.c_proj dw: 768x768, 36 tiles of
+ * 128x128 on a 132-SM H100, k = 16384 tokens), where the fp32-D plan may
+ * split k. The rule: the output's 128x128 tiles, ceil(OC/128) *
+ * ceil(C/128), fewer than the device's SMs (less than one wave of
+ * output tiles without split-K) -> dw through the fp32 path into scratch
+ * (the g16 0 call's GEMMs, its plan and its bits) and zkc_cast_f32_bf16
+ * into dw: the fp32 call's dw rounded once, bit for bit. Otherwise one
+ * GEMM with a bf16 D. A function of the shapes and the GPU model (its SM
+ * count, read once per device), so every strategy on one kind of GPU
+ * takes the same path; the bf16-D shapes' bits may differ between GPU
+ * models anyway (cuBLAS's heuristic). GPT-2 124M on an H100 or H200 (132
+ * SMs): qkv (2304x768, 108 tiles) and attn.c_proj (36) take the fp32
+ * path, the MLP's (144 each) and the LM head's the bf16 D.
+ * zkc_matmul_g16_hybrid(0) turns it off (bench_cuda compares). */
+static int g16_hybrid_on = 1;
+int zkc_matmul_g16_hybrid(int on)
+{
+    if (on == 0 || on == 1) g16_hybrid_on = on;
+    return g16_hybrid_on;
+}
+#define SM_DEVS 64
+static int sm_count(void)
+{
+    static int sms[SM_DEVS];            /* callers serialise (device_cuda.c's lock) */
+    int d = 0, n = 0;
+    if (cudaGetDevice(&d) != cudaSuccess) { (void)cudaGetLastError(); return 0; }
+    if (d >= 0 && d < SM_DEVS && sms[d]) return sms[d];
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, d) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;                        /* unknown: the bf16 D (no scratch asked for) */
+    }
+    if (d >= 0 && d < SM_DEVS) sms[d] = n;
+    return n;
+}
+static int dw_via_f32(int N, int C, int OC)
+{
+    if (!g16_hybrid_on || N <= 0 || C <= 0 || OC <= 0) return 0;
+    long long tiles = (long long)((OC + 127) / 128) * ((C + 127) / 128);
+    return tiles < sm_count();
+}
+
 static int fwd1(cublasHandle_t h, cudaStream_t s, void *out, const void *inp, const void *w,
                 const void *b, int b16, int N, int C, int OC, int ldo, cudaDataType_t ab,
                 cudaDataType_t ct);
@@ -496,15 +539,36 @@ static int prod(cublasHandle_t h, cudaStream_t s, cublasOperation_t ta, cublasOp
  * OC in two partial sums, which cannot be added in bf16) the fp32 path's
  * two products into scratch as fp32 (N*C floats) and zkc_cast_f32_bf16
  * from there: then exactly the fp32 dinp's bits rounded once. The scratch
- * is free again for db's colsum afterwards (stream order). */
+ * is free again for db's colsum afterwards (stream order).
+ * g16 (bf16 operands only): dw and db bf16, a bf16 run's stored gradients
+ * written by the op (no fp32 image of them in the caller's memory). dw by
+ * the output's size (dw_via_f32, after split_at):
+ *  - a small output (fewer 128x128 tiles than the GPU has SMs): the fp32
+ *    path's GEMMs (the g16 0 call's, its plan, split-K partials and all)
+ *    into scratch (OC*C floats), then zkc_cast_f32_bf16 into dw: the
+ *    fp32 call's dw rounded once, bit for bit (an fp32 dw on 16 bytes, as
+ *    the scratch is: the same plan; lt_gemm's alignment rule could send a
+ *    misaligned fp32 dw down the plain path). The scratch is then free
+ *    for db's colsum (stream order, as after dinp16's use above);
+ *  - else one GEMM with a bf16 D (dw's k is N, never split, so every
+ *    element is one fp32 sum; prod: cuBLASLt's bf16-D plan, its own
+ *    algorithm pinned per shape like every plan, split-K masked off; or
+ *    cublasGemmEx with a bf16 C, partial sums fp32 by the handle's
+ *    DISALLOW_REDUCED_PRECISION_REDUCTION), the fp32 accumulator rounded
+ *    once -- within the fp32 GEMM's bound plus half a bf16 ulp, as
+ *    dinp16's, not necessarily the fp32 call's dw rounded (the bf16-D plan
+ *    may be another algorithm). With many output tiles the GPU is full
+ *    without split-K, and the bf16 D saves the fp32 image's traffic.
+ * db is colsum.cu's double sums rounded to float, then to bf16 once: the
+ * fp32 call's db rounded, bit for bit. fp32 dw, db (g16 0): unchanged. */
 template <typename T>
-static int bwd(cublasHandle_t h, cudaStream_t s, void *dinp, int dinp16, float *dw, float *db,
-               const T *dout, const T *inp, const T *w, int N, int C, int OC, int ldo,
+static int bwd(cublasHandle_t h, cudaStream_t s, void *dinp, int dinp16, void *dw, void *db,
+               int g16, const T *dout, const T *inp, const T *w, int N, int C, int OC, int ldo,
                cudaDataType_t ab, double *scratch)
 {
     CUBLAS_TRY(cublasSetStream(h, s));
     int at = split_at(OC, ab);             /* see split_at: 0 or where OC is cut */
-    if (dinp16 && ab == CUDA_R_32F) return ZKC_LAUNCH_BASE + (int)cudaErrorInvalidValue;
+    if ((dinp16 || g16) && ab == CUDA_R_32F) return ZKC_LAUNCH_BASE + (int)cudaErrorInvalidValue;
     if (dinp && N > 0 && C > 0) {          /* dinp (N,C) = dout (N,OC) @ w (OC,C) */
         size_t es = dinp16 ? 2 : 4;
         cudaDataType_t ct = dinp16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -524,18 +588,31 @@ static int bwd(cublasHandle_t h, cudaStream_t s, void *dinp, int dinp16, float *
         }
     }
     if (dw && OC > 0 && C > 0) {           /* dw (OC,C) = dout^T @ inp, k over the N rows */
-        if (N == 0) { if (cudaMemsetAsync(dw, 0, (size_t)OC * C * 4, s)) return ZKC_LAUNCH_BASE + (int)cudaGetLastError(); }
-        else if (!at) { int e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, ldo, dw, C, ab); if (e) return e; }
+        /* g16 on a small output (dw_via_f32): the fp32 GEMMs into scratch,
+         * then one cast into dw (stream order: after dinp's use of the
+         * scratch, before db's) */
+        int via = g16 && dw_via_f32(N, C, OC);
+        if (via && !scratch) return ZKC_LAUNCH_BASE + (int)cudaErrorInvalidValue;
+        void *d = via ? (void *)scratch : dw;
+        int d16 = g16 && !via;             /* D's element: fp32, or bf16 */
+        size_t es = d16 ? 2 : 4;
+        cudaDataType_t ct = d16 ? CUDA_R_16BF : CUDA_R_32F;
+        if (N == 0) { if (cudaMemsetAsync(dw, 0, (size_t)OC * C * (g16 ? 2 : 4), s)) return ZKC_LAUNCH_BASE + (int)cudaGetLastError(); }
+        else if (!at) { int e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, ldo, d, C, ab, &zero, ct); if (e) return e; }
         else {                             /* the rows of dw [0, at), then the rest */
-            int e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_T, C, at, N, inp, C, dout, ldo, dw, C, ab);
+            int e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_T, C, at, N, inp, C, dout, ldo, d, C, ab, &zero, ct);
             if (!e) e = prod(h, s, CUBLAS_OP_N, CUBLAS_OP_T, C, OC - at, N, inp, C, dout + at, ldo,
-                             dw + (size_t)at * C, C, ab);
+                             (char *)d + (size_t)at * C * es, C, ab, &zero, ct);
             if (e) return e;
+        }
+        if (via && N > 0) {                /* the fp32 dw rounded once (RNE) */
+            int e = zkc_cast_f32_bf16(s, (uint16_t *)dw, (const float *)scratch, (size_t)OC * C);
+            if (e) return ZKC_LAUNCH_BASE + e;
         }
     }
     if (db && OC) {                        /* two passes, fixed chunks: colsum.cu */
-        int e = ab == CUDA_R_32F ? zkc_colsum(s, db, (const float *)dout, N, OC, ldo, scratch)
-                                 : zkc_colsum_bf16(s, db, (const uint16_t *)dout, N, OC, ldo, scratch);
+        int e = ab == CUDA_R_32F ? zkc_colsum(s, db, g16, (const float *)dout, N, OC, ldo, scratch)
+                                 : zkc_colsum_bf16(s, db, g16, (const uint16_t *)dout, N, OC, ldo, scratch);
         if (e) return ZKC_LAUNCH_BASE + e;
     }
     return 0;
@@ -593,7 +670,7 @@ int zkc_matmul_backward(cublasHandle_t h, cudaStream_t s, float *dinp, float *dw
                         const float *dout, const float *inp, const float *w,
                         int N, int C, int OC, int ldo, double *scratch)
 {
-    return bwd<float>(h, s, dinp, 0, dw, db, dout, inp, w, N, C, OC, ldo, CUDA_R_32F, scratch);
+    return bwd<float>(h, s, dinp, 0, dw, db, 0, dout, inp, w, N, C, OC, ldo, CUDA_R_32F, scratch);
 }
 
 int zkc_matmul_bf16_forward(cublasHandle_t h, cudaStream_t s, void *out, int out_bf16,
@@ -604,20 +681,24 @@ int zkc_matmul_bf16_forward(cublasHandle_t h, cudaStream_t s, void *out, int out
                out_bf16 ? CUDA_R_16BF : CUDA_R_32F);
 }
 
-size_t zkc_matmul_bf16_backward_scratch(int N, int C, int OC, int db, int dinp16)
+size_t zkc_matmul_bf16_backward_scratch(int N, int C, int OC, int db, int dinp16, int g16dw)
 {
     size_t cs = db ? zkc_colsum_scratch(N, OC) : 0;
     size_t ds = dinp16 && N > 0 && C > 0 && split_at(OC, CUDA_R_16BF)
                     ? ((size_t)N * C + 1) / 2 : 0;
-    return cs > ds ? cs : ds;
+    size_t ws = g16dw && dw_via_f32(N, C, OC) ? ((size_t)OC * C + 1) / 2 : 0;
+    size_t m = cs > ds ? cs : ds;
+    return m > ws ? m : ws;
 }
 
+int zkc_matmul_g16_dw_f32(int N, int C, int OC) { return dw_via_f32(N, C, OC); }
+
 int zkc_matmul_bf16_backward(cublasHandle_t h, cudaStream_t s, void *dinp, int dinp16,
-                             float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
-                             const uint16_t *w, int N, int C, int OC, int ldo,
-                             double *scratch)
+                             void *dw, void *db, int g16, const uint16_t *dout,
+                             const uint16_t *inp, const uint16_t *w, int N, int C, int OC,
+                             int ldo, double *scratch)
 {
-    return bwd<__nv_bfloat16>(h, s, dinp, dinp16, dw, db, (const __nv_bfloat16 *)dout,
+    return bwd<__nv_bfloat16>(h, s, dinp, dinp16, dw, db, g16, (const __nv_bfloat16 *)dout,
                               (const __nv_bfloat16 *)inp, (const __nv_bfloat16 *)w, N, C, OC,
                               ldo, CUDA_R_16BF, scratch);
 }
@@ -645,9 +726,10 @@ int zkc_matmul_bf16_forward_gelu(cublasHandle_t h, cudaStream_t s, uint16_t *out
 }
 
 int zkc_matmul_bf16_backward_dgelu(cublasHandle_t h, cudaStream_t s, uint16_t *dinp16,
-                                   float *dinp32, float *dw, float *db, const uint16_t *dout,
-                                   const uint16_t *inp, const uint16_t *w, const uint16_t *pre,
-                                   int N, int C, int OC, int ldo, double *scratch)
+                                   float *dinp32, void *dw, void *db, int g16,
+                                   const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
+                                   const uint16_t *pre, int N, int C, int OC, int ldo,
+                                   double *scratch)
 {
     int done = 0;
     if (dinp16 && gelu_fusable(N, C, OC)) {
@@ -660,7 +742,7 @@ int zkc_matmul_bf16_backward_dgelu(cublasHandle_t h, cudaStream_t s, uint16_t *d
         gelu_fused_n += done;
     }
     float *d32 = dinp16 && !done ? dinp32 : NULL;      /* the two ops' f32 product */
-    int e = bwd<__nv_bfloat16>(h, s, d32, 0, dw, db, (const __nv_bfloat16 *)dout,
+    int e = bwd<__nv_bfloat16>(h, s, d32, 0, dw, db, g16, (const __nv_bfloat16 *)dout,
                                (const __nv_bfloat16 *)inp, (const __nv_bfloat16 *)w, N, C, OC,
                                ldo, CUDA_R_16BF, scratch);
     if (e) return e;

@@ -9,7 +9,8 @@
  *
  * Tolerances, by what the two sides compute:
  *  - exact bits: fill/scale/axpy/add/add3, all four casts, embedding
- *    forward, AdamW (the same per-operation rounding), the fp64 block sums,
+ *    forward, AdamW (the same per-operation rounding; adamw_multi's one
+ *    launch over many tensors the bits of adamw_segments an item), the fp64 block sums,
  *    both also reading a bf16 or f16 gradient as stored (the bits of the
  *    f32 call on its widened copy, and the CPU's), randn (the CPU generator), the bad-id counts, the rank-order sum of
  *    the communicators (zkc_sum_ranks against zk_sum_ranks);
@@ -55,6 +56,16 @@
  *    the bf16 GEMMs' bias, the GELU call's too): exact bits against the
  *    same op on their widened fp32 copies, on every path (t_norm_p16,
  *    t_matmul_b16).
+ *  - a bf16 run's gradients written bf16 by the ops (g16): the norms' dw,
+ *    db, the bf16 GEMMs' db, the embedding's dwte (accumulated onto bf16
+ *    values) and dwpe: exact bits against the same op's fp32 result (on
+ *    the widened dwte) rounded once (zk_cast_f32_bf16); the bf16 GEMMs'
+ *    dw on a small output (fewer 128x128 tiles than the GPU's SMs: the
+ *    fp32 GEMMs into scratch, then the cast) the fp32 call's rounded,
+ *    bit for bit; on a larger one (a GEMM with a bf16 D, maybe another
+ *    cuBLASLt algorithm than the fp32 D's) the bf16-out GEMM tolerance
+ *    above, and within both of the fp32 call's rounded (t_norm_g16,
+ *    t_encoder_g16, t_matmul_g16).
  *  - the MLP's GEMM fused with its GELU (matmul_bf16_forward_gelu,
  *    matmul_bf16_backward_dgelu; cuBLASLt's GELU_AUX(_BIAS) / DGELU
  *    epilogues) against the CPU's two ops (zk_matmul_bf16_forward_b16 +
@@ -339,10 +350,10 @@ static void t_layernorm_at(int N, int C)
     float *d_dy = up(dy, nc * 4), *d_di = up(di, nc * 4), *d_di2 = up(di, nc * 4);
     float *d_gw = up(w, C * 4), *d_gb = up(b, C * 4);
     zk_layernorm_backward(di, gwt, gbs, dy, x, w, m, r, N, C);
-    dv->layernorm_backward(d_di, NULL, d_gw, d_gb, d_dy, dx, 0, dw, 0, dm, dr, N, C);
+    dv->layernorm_backward(d_di, NULL, d_gw, d_gb, 0, d_dy, dx, 0, dw, 0, dm, dr, N, C);
     uint16_t *d_d16 = NULL;
     dv->alloc((void **)&d_d16, nc * 2);
-    dv->layernorm_backward(d_di2, d_d16, NULL, NULL, d_dy, dx, 0, dw, 0, dm, dr, N, C);   /* + bf16 dinp */
+    dv->layernorm_backward(d_di2, d_d16, NULL, NULL, 0, d_dy, dx, 0, dw, 0, dm, dr, N, C);   /* + bf16 dinp */
     if (!synced(ln_name(N, C, "backward"))) return;
     float *g_di = down(d_di, nc * 4), *g_di2 = down(d_di2, nc * 4);
     float *g_gw = down(d_gw, C * 4), *g_gb = down(d_gb, C * 4);
@@ -439,9 +450,9 @@ static void t_layernorm_r16_at(int N, int C, int off)
     zk_layernorm_backward_r16(di, gw, gb, dy, x, w, m, r, N, C);
     dv->layernorm_forward(d_o, 1, d_m, d_r, d_x, 1, d_w, d_b, 0, N, C);
     dv->layernorm_residual_forward(d_res, d_o2, 1, d_m2, d_r2, d_a, d_b2, 1, d_w, d_b, 0, N, C);
-    dv->layernorm_backward(d_di, NULL, d_gw, d_gb, d_dy, d_x, 1, d_w, 0, d_mc, d_rc, N, C);
-    dv->layernorm_backward(d_di2, NULL, NULL, NULL, d_dy, d_x, 1, d_w, 0, d_mc, d_rc, N, C);
-    dv->layernorm_backward(NULL, NULL, d_gw2, d_gb2, d_dy, d_x, 1, d_w, 0, d_mc, d_rc, N, C);
+    dv->layernorm_backward(d_di, NULL, d_gw, d_gb, 0, d_dy, d_x, 1, d_w, 0, d_mc, d_rc, N, C);
+    dv->layernorm_backward(d_di2, NULL, NULL, NULL, 0, d_dy, d_x, 1, d_w, 0, d_mc, d_rc, N, C);
+    dv->layernorm_backward(NULL, NULL, d_gw2, d_gb2, 0, d_dy, d_x, 1, d_w, 0, d_mc, d_rc, N, C);
     if (synced(nm[0])) {
         uint16_t *g_o = down(d_o, nc * 2), *g_res = down(d_res, nc * 2), *g_o2 = down(d_o2, nc * 2);
         uint16_t *g_di = down(d_di, nc * 2), *g_di2 = down(d_di2, nc * 2);
@@ -500,9 +511,9 @@ static void t_rmsnorm_r16_at(int N, int C, int off)
     float *d_gw = up(w, C * 4), *d_gw2 = up(w, C * 4);
     /* the backward on the CPU's saved rstd (d_rc), as its twin's */
     dv->rmsnorm_forward(d_o, 1, d_r, d_x, 1, d_w, 0, 1e-5f, N, C);
-    dv->rmsnorm_backward(d_di, NULL, d_gw, d_dy, d_x, 1, d_w, 0, d_rc, N, C);
-    dv->rmsnorm_backward(d_di2, NULL, NULL, d_dy, d_x, 1, d_w, 0, d_rc, N, C);
-    dv->rmsnorm_backward(NULL, NULL, d_gw2, d_dy, d_x, 1, d_w, 0, d_rc, N, C);
+    dv->rmsnorm_backward(d_di, NULL, d_gw, 0, d_dy, d_x, 1, d_w, 0, d_rc, N, C);
+    dv->rmsnorm_backward(d_di2, NULL, NULL, 0, d_dy, d_x, 1, d_w, 0, d_rc, N, C);
+    dv->rmsnorm_backward(NULL, NULL, d_gw2, 0, d_dy, d_x, 1, d_w, 0, d_rc, N, C);
     if (synced(nm[0])) {
         uint16_t *g_o = down(d_o, nc * 2), *g_di = down(d_di, nc * 2), *g_di2 = down(d_di2, nc * 2);
         float *g_r = down(d_r, N * 4), *g_gw = down(d_gw, C * 4), *g_gw2 = down(d_gw2, C * 4);
@@ -600,10 +611,10 @@ static void t_norm_p16_at(int N, int C, int r16, int out16, int roff, int poff)
         dv->layernorm_forward(o[p][0], out16, st[p][0], st[p][1], rows[0], r16, w, b, p, N, C);
         dv->layernorm_residual_forward(o[p][1], o[p][2], out16, st[p][2], st[p][3], rows[1], rows[2],
                                        r16, w, b, p, N, C);
-        dv->layernorm_backward(o[p][3], NULL, gw[p][0], gw[p][1], rows[3], rows[0], r16, w, p,
+        dv->layernorm_backward(o[p][3], NULL, gw[p][0], gw[p][1], 0, rows[3], rows[0], r16, w, p,
                                st[0][0], st[0][1], N, C);
         dv->rmsnorm_forward(o[p][4], out16, st[p][4], rows[0], r16, w, p, 1e-5f, N, C);
-        dv->rmsnorm_backward(o[p][5], NULL, gw[p][2], rows[3], rows[0], r16, w, p, st[0][4], N, C);
+        dv->rmsnorm_backward(o[p][5], NULL, gw[p][2], 0, rows[3], rows[0], r16, w, p, st[0][4], N, C);
     }
     if (synced(gname(nb, &ni, tag, "runs"))) {
         static const char *on[6] = { "layernorm out", "residual resid", "residual out",
@@ -692,7 +703,7 @@ static void t_encoder(void)
     float *gpe = ct_rand((size_t)maxT * C, -1, 1);
     float *d_dy = up(dy, bt * C * 4), *d_gte = up(gte, (size_t)V * C * 4), *d_gpe = up(gpe, (size_t)maxT * C * 4);
     bad_c = zk_encoder_backward(gte, gpe, dy, tok, B, T, C, V);
-    bad_g = dv->encoder_backward(d_gte, d_gpe, d_dy, 0, dtok, B, T, C, V);
+    bad_g = dv->encoder_backward(d_gte, d_gpe, 0, d_dy, 0, dtok, B, T, C, V);
     rs = dv->sync();
     ct_check(bad_g == 0 && bad_c == 2 && rs == ZT_EINVAL &&
              strstr(zt_last_error(), "zt_encoder_backward: 2 of") != NULL,
@@ -735,7 +746,7 @@ static void t_encoder(void)
         float *te = ct_rand(nte, -1, 1), *pe = ct_rand(npe, -1, 1);
         float *d_te = up(te, nte * 4), *d_pe = up(pe, npe * 4);
         bad_c = zk_encoder_backward_b16(te, k ? NULL : pe, dy16, tok, B, T, C, V);
-        bad_g = dv->encoder_backward(d_te, k ? NULL : d_pe, d_dy16, 1, dtok, B, T, C, V);
+        bad_g = dv->encoder_backward(d_te, k ? NULL : d_pe, 0, d_dy16, 1, dtok, B, T, C, V);
         rs = dv->sync();
         char nm[128];
         snprintf(nm, sizeof nm, "encoder backward bf16 dout%s: dwte (accumulated), dwpe CPU bits",
@@ -978,6 +989,130 @@ static void t_adamw_g16(void)
     ct_check(e == cudaErrorInvalidValue, "zkc_adamw_segments: g kind 3 refused", "returned %d", e);
 }
 
+/* adamw_multi (a step's whole update in one launch, zkc_adamw_multi):
+ * items over four device buffers at odd offsets with gaps between them,
+ * sizes about the kernel's 1024-element tile (many items in a tile, one
+ * item across tiles), or (many) 1300 small items of 0..40 elements, more
+ * than one launch's table of 600; two steps. Against adamw_segments on
+ * copies, one call an item (one segment each): p, m, v and lp the same
+ * bits, every element outside the items untouched on both. */
+#define AM_BUFS 4
+typedef struct am_item { int buf; int64_t off, len; float wd; } am_item;
+static void t_adamw_multi_one(int g_dtype, int lp_dtype, int many)
+{
+    static const am_item fixed[] = {
+        { 0, 3, 1, 0.1f }, { 0, 5, 255, 0.0f }, { 0, 261, 1024, 0.1f }, { 0, 1290, 1025, 0.2f },
+        { 1, 1, 70001, 0.1f }, { 1, 70011, 3, 0.0f },
+        { 2, 7, 1023, 0.1f }, { 2, 1031, 4097, 0.0f }, { 2, 5129, 33, 0.3f },
+        { 3, 0, 256, 0.1f }, { 3, 257, 50000, 0.1f },
+    };
+    int n = many ? 1300 : (int)(sizeof fixed / sizeof *fixed);
+    am_item *its = malloc((size_t)n * sizeof *its);
+    size_t bn[AM_BUFS] = { 2400, 70020, 5170, 50300 };
+    if (many) {
+        int64_t at[AM_BUFS] = { 0 };
+        for (int k = 0; k < n; k++) {
+            int q = k % AM_BUFS;
+            int64_t len = 1 + (int64_t)ct_unif(0, 40);
+            if (len > 40) len = 40;
+            at[q] += (int64_t)ct_unif(0, 3);           /* a gap of 0..2 */
+            its[k] = (am_item){ q, at[q], len, (k % 3) * 0.1f };
+            at[q] += len;
+        }
+        for (int q = 0; q < AM_BUFS; q++) bn[q] = (size_t)at[q] + 1;
+    } else memcpy(its, fixed, sizeof fixed);
+    char name[200], what[96];
+    snprintf(what, sizeof what, "%d items, %s g, %s", n,
+             g_dtype == ZT_BF16 ? "bf16" : g_dtype == ZT_F16 ? "f16" : "f32",
+             lp_dtype == ZT_BF16 ? "bf16 lp" : lp_dtype == ZT_F16 ? "f16 lp" : "no lp");
+    size_t gs = g_dtype == ZT_F32 ? 4 : 2;
+    /* [0]: adamw_multi, [1]: adamw_segments an item */
+    float *dp[2][AM_BUFS], *dm[2][AM_BUFS], *dvv[2][AM_BUFS];
+    void *dg[AM_BUFS];
+    uint16_t *dlp[2][AM_BUFS];
+    for (int q = 0; q < AM_BUFS; q++) {
+        size_t nq = bn[q];
+        float *p = ct_rand(nq, -1, 1), *m = ct_rand(nq, -0.01f, 0.01f), *v = ct_rand(nq, 0, 1e-4f);
+        float *gw = ct_alloc(nq * 4);
+        uint16_t *lp = malloc(nq * 2 + 2), *g16 = NULL;
+        for (size_t i = 0; i < nq; i++) lp[i] = 0x7fc1;               /* untouched outside */
+        if (g_dtype == ZT_F32) for (size_t i = 0; i < nq; i++) gw[i] = ldexpf(ct_unif(-1, 1), (int)ct_unif(-12, 13));
+        else g16 = grad16(gw, nq, g_dtype);
+        dg[q] = g16 ? up(g16, nq * 2) : up(gw, nq * 4);
+        for (int k = 0; k < 2; k++) {
+            dp[k][q] = up(p, nq * 4); dm[k][q] = up(m, nq * 4); dvv[k][q] = up(v, nq * 4);
+            dlp[k][q] = up(lp, nq * 2);
+        }
+        free(p); free(m); free(v); free(gw); free(lp); free(g16);
+    }
+    zt_adamw_item *it = malloc((size_t)n * sizeof *it);
+    for (int k = 0; k < n; k++) {
+        int q = its[k].buf;
+        int64_t o = its[k].off;
+        it[k] = (zt_adamw_item){ dp[0][q] + o, (const char *)dg[q] + o * gs, dm[0][q] + o,
+                                 dvv[0][q] + o, lp_dtype >= 0 ? (void *)(dlp[0][q] + o) : NULL,
+                                 its[k].len, its[k].wd };
+    }
+    for (int t = 1; t <= 2; t++) {
+        dv->adamw_multi(it, n, g_dtype, lp_dtype, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.7f, t);
+        for (int k = 0; k < n; k++) {
+            int q = its[k].buf;
+            zt_adamw_segs sg = { 1, { its[k].off }, { its[k].len }, { its[k].wd } };
+            dv->adamw_segments(dp[1][q], dg[q], g_dtype, dm[1][q], dvv[1][q],
+                               lp_dtype >= 0 ? dlp[1][q] : NULL, lp_dtype, &sg, 6e-4f, 0.9f,
+                               0.95f, 1e-8f, 0.7f, t);
+        }
+    }
+    snprintf(name, sizeof name, "adamw_multi, %s: runs", what);
+    if (synced(name)) {
+        int bad = 0;
+        for (int q = 0; q < AM_BUFS; q++) {
+            size_t nq = bn[q];
+            float *a[3] = { down(dp[0][q], nq * 4), down(dm[0][q], nq * 4), down(dvv[0][q], nq * 4) };
+            float *b[3] = { down(dp[1][q], nq * 4), down(dm[1][q], nq * 4), down(dvv[1][q], nq * 4) };
+            uint16_t *la = down(dlp[0][q], nq * 2), *lb = down(dlp[1][q], nq * 2);
+            for (int k = 0; k < 3; k++) { bad += memcmp(a[k], b[k], nq * 4) != 0; free(a[k]); free(b[k]); }
+            bad += memcmp(la, lb, nq * 2) != 0;
+            free(la); free(lb);
+        }
+        snprintf(name, sizeof name, "adamw_multi, %s: p, m, v, lp the bits of adamw_segments an "
+                 "item (the gaps untouched)", what);
+        ct_check(bad == 0, name, "%d of %d arrays differ", bad, 4 * AM_BUFS);
+    }
+    for (int q = 0; q < AM_BUFS; q++) {
+        dv->free(dg[q]);
+        for (int k = 0; k < 2; k++) {
+            dv->free(dp[k][q]); dv->free(dm[k][q]); dv->free(dvv[k][q]); dv->free(dlp[k][q]);
+        }
+    }
+    free(it); free(its);
+}
+
+static void t_adamw_multi(void)
+{
+    t_adamw_multi_one(ZT_F32, -1, 0);
+    t_adamw_multi_one(ZT_F32, ZT_BF16, 0);
+    t_adamw_multi_one(ZT_BF16, -1, 0);
+    t_adamw_multi_one(ZT_BF16, ZT_BF16, 0);
+    t_adamw_multi_one(ZT_F16, ZT_F16, 0);
+    t_adamw_multi_one(ZT_BF16, ZT_BF16, 1);    /* three launches */
+    t_adamw_multi_one(ZT_F32, -1, 1);
+    /* refused before any launch: another g kind, an lp kind without lp */
+    float *np = NULL;
+    const void *ng = NULL;
+    int64_t len = 1;
+    float wd = 0.0f;
+    int e0 = zkc_adamw_multi(zt_cuda_compute_stream(), 1, &np, &ng, &np, &np, NULL, &len, &wd, 3,
+                             0, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 1);
+    int e1 = zkc_adamw_multi(zt_cuda_compute_stream(), 1, &np, &ng, &np, &np, NULL, &len, &wd, 0,
+                             1, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 1);
+    int e2 = zkc_adamw_multi(zt_cuda_compute_stream(), 0, &np, &ng, &np, &np, NULL, &len, &wd, 0,
+                             0, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 1);
+    ct_check(e0 == cudaErrorInvalidValue && e1 == cudaErrorInvalidValue &&
+             e2 == cudaErrorInvalidValue, "zkc_adamw_multi: g kind 3, lp kind without lp, 0 "
+             "items refused", "returned %d %d %d", e0, e1, e2);
+}
+
 /* The gradient norm's partials of a 2-byte x read as it is: the bits of
  * the f32 call on the widened copy at the same element offset and of
  * zk_sumsq_blocks on it -- offsets 0..4 from a 256-byte aligned start (0
@@ -1093,7 +1228,7 @@ static void t_llama_rmsnorm(int N, int C)
     dv->alloc((void **)&scr, ns * 8);
     zk_rmsnorm_backward(di, dw, dy, x, w, r, N, C);
     int e = zkc_rmsnorm_forward(s, dout, 0, dr, dx, dwt, 0, 1e-5f, N, C);
-    e = e ? e : zkc_rmsnorm_backward(s, ddi, NULL, ddw, ddy, dx, dwt, 0, dr, N, C, scr);
+    e = e ? e : zkc_rmsnorm_backward(s, ddi, NULL, ddw, 0, ddy, dx, dwt, 0, dr, N, C, scr);
     snprintf(name, sizeof name, "rmsnorm N=%d C=%d: launched", N, C);
     if (e) { ct_fail(name, "%s", cudaGetErrorString((cudaError_t)e)); return; }
     if (!synced(name)) return;
@@ -1195,7 +1330,7 @@ static void t_llama_bf16(void)
     zk_rmsnorm_forward_b16(ro, r, xr, w, 1e-5f, N, C);
     zk_rmsnorm_backward_b16(di, ri, NULL, dy, xr, w, r, N, C);
     e = e ? e : zkc_rmsnorm_forward(s, dro, 1, dr, dxr, dw, 0, 1e-5f, N, C);
-    e = e ? e : zkc_rmsnorm_backward(s, ddi, dri, NULL, ddy, dxr, dw, 0, dr, N, C, NULL);
+    e = e ? e : zkc_rmsnorm_backward(s, ddi, dri, NULL, 0, ddy, dxr, dw, 0, dr, N, C, NULL);
     if (e) ct_fail("llama bf16: launched", "%s", cudaGetErrorString((cudaError_t)e));
     else if (synced("llama bf16")) {
         uint16_t *gx = down(dx, n * 2), *go = down(dout, nf * 2), *gg = down(dg, 2 * nf * 2);
@@ -1330,7 +1465,7 @@ static void t_matmul_ld(int bf16, int N, int C, int OC, int ld, int out16)
     dv->fill(dout, 7.0f, (size_t)N * ld * oes / 4);
     int rc = bf16 ? dv->matmul_bf16_forward(dout, out16, da, dw, db, 0, N, C, OC, ld)
                   : dv->matmul_forward(dout, da, dw, db, N, C, OC, ld);
-    int rc2 = bf16 ? dv->matmul_bf16_backward(dinp, 0, dwt, dbias, ddy, da, dw, N, C, OC, ld)
+    int rc2 = bf16 ? dv->matmul_bf16_backward(dinp, 0, dwt, dbias, 0, ddy, da, dw, N, C, OC, ld)
                    : dv->matmul_backward(dinp, dwt, dbias, ddy, da, dw, N, C, OC, ld);
     snprintf(name, sizeof name, "%s %dx%dx%d ld %d%s: calls succeed", k, N, C, OC, ld, out16 ? " bf16 out" : "");
     ct_check(rc == ZT_OK && rc2 == ZT_OK, name, "%d %d: %s", rc, rc2, zt_last_error());
@@ -1410,8 +1545,8 @@ static void t_matmul_dinp16(int N, int C, int OC, int ld, const char *k, const u
     float *dwt = NULL, *dbias = NULL;
     dv->alloc((void **)&dwt, (size_t)OC * C * 4); dv->alloc((void **)&dbias, OC * 4);
     dv->fill(dwt, NAN, (size_t)OC * C); dv->fill(dbias, NAN, OC);
-    int rc = dv->matmul_bf16_backward(d16, 1, dwt, dbias, ddy, da, dw, N, C, OC, ld);
-    int rc2 = dv->matmul_bf16_backward(d16b, 1, NULL, NULL, ddy, da, dw, N, C, OC, ld);
+    int rc = dv->matmul_bf16_backward(d16, 1, dwt, dbias, 0, ddy, da, dw, N, C, OC, ld);
+    int rc2 = dv->matmul_bf16_backward(d16b, 1, NULL, NULL, 0, ddy, da, dw, N, C, OC, ld);
     zk_matmul_bf16_backward_b16(c16, NULL, NULL, hd, ha, hw, N, C, OC, ld);
     char nm[320];
     snprintf(nm, sizeof nm, "%s: calls succeed", name);
@@ -1662,17 +1797,17 @@ static void t_mm_gelu_bwd(int N, int C, int OC, int off, int two_ops)
     int was = zkc_matmul_gelu_fusion(-1), rc[5];
     zkc_matmul_gelu_fusion(1);
     int64_t f0 = zkc_matmul_gelu_fused();
-    rc[0] = dv->matmul_bf16_backward_dgelu(d16[0], d32[0], gw[0], gb[0], ddy, da, dw, dpre, N, C, OC, OC);
+    rc[0] = dv->matmul_bf16_backward_dgelu(d16[0], d32[0], gw[0], gb[0], 0, ddy, da, dw, dpre, N, C, OC, OC);
     int64_t f1 = zkc_matmul_gelu_fused();
-    rc[1] = dv->matmul_bf16_backward_dgelu(d16[1], d32[1], gw[1], gb[1], ddy, da, dw, dpre, N, C, OC, OC);
+    rc[1] = dv->matmul_bf16_backward_dgelu(d16[1], d32[1], gw[1], gb[1], 0, ddy, da, dw, dpre, N, C, OC, OC);
     int64_t f2 = zkc_matmul_gelu_fused();
-    rc[4] = dv->matmul_bf16_backward_dgelu(NULL, NULL, gw[4], gb[4], ddy, da, dw, NULL, N, C, OC, OC);
+    rc[4] = dv->matmul_bf16_backward_dgelu(NULL, NULL, gw[4], gb[4], 0, ddy, da, dw, NULL, N, C, OC, OC);
     int64_t f3 = zkc_matmul_gelu_fused();
     zkc_matmul_gelu_fusion(0);
-    rc[2] = dv->matmul_bf16_backward_dgelu(d16[2], d32[2], gw[2], gb[2], ddy, da, dw, dpre, N, C, OC, OC);
+    rc[2] = dv->matmul_bf16_backward_dgelu(d16[2], d32[2], gw[2], gb[2], 0, ddy, da, dw, dpre, N, C, OC, OC);
     int64_t f4 = zkc_matmul_gelu_fused();
     zkc_matmul_gelu_fusion(was);
-    rc[3] = dv->matmul_bf16_backward(d32[3], 0, gw[3], gb[3], ddy, da, dw, N, C, OC, OC);
+    rc[3] = dv->matmul_bf16_backward(d32[3], 0, gw[3], gb[3], 0, ddy, da, dw, N, C, OC, OC);
     dv->gelu_backward(d16[3], 1, dpre, 1, d32[3], nc);
     ct_check(rc[0] == ZT_OK && rc[1] == ZT_OK && rc[2] == ZT_OK && rc[3] == ZT_OK && rc[4] == ZT_OK,
              gname(nb, &ni, tag, "calls succeed"), "%d %d %d %d %d: %s", rc[0], rc[1], rc[2], rc[3],
@@ -1864,6 +1999,299 @@ static void t_matmul_b16(void)
     t_matmul_b16_at(33, 128, 256);
     t_matmul_b16_at(33, 130, 200);
     zt_cuda_matmul_epilogue(was);
+}
+
+/* ---- a bf16 run's gradients written by the ops (g16) ---- */
+/* The norms' backward with g16 (dw, db bf16) against the same call with
+ * fp32 dw, db: each the fp32 value rounded once (zk_cast_f32_bf16's bits),
+ * dinp (accumulated) the same bits either way; the weights alone (dinp
+ * NULL) the fused call's bits. Rows f32 or bf16 (r16), roff bytes past 16
+ * (4 on f32 rows, 2 on bf16 ones: the scalar paths); the parameters fp32
+ * or bf16 (p16); mean, rstd the CPU twins' on the widened values. */
+static void t_norm_g16_at(int N, int C, int r16, int p16, int roff)
+{
+    char tag[120], nb[16][384];
+    int ni = 0;
+    snprintf(tag, sizeof tag, "norms g16 N=%d C=%d%s%s%s", N, C, r16 ? " r16" : "", p16 ? " p16" : "",
+             roff ? ", rows off their vector access" : "");
+    size_t nc = (size_t)N * C, es = r16 ? 2 : 4;
+    /* rows: x, dy, dinp's start (bf16 values, so either layout holds them) */
+    uint16_t *h16[3] = { rand16(nc, -3, 3, C, 0.1f), rand16(nc, -1, 1, C, 0.0f),
+                         rand16(nc, -1, 1, C, 0.0f) };
+    float *hf[3];
+    void *rows[3], *rbase[3];
+    for (int k = 0; k < 3; k++) {
+        hf[k] = f32_of(h16[k], nc);
+        rows[k] = up_at(r16 ? (void *)h16[k] : (void *)hf[k], nc * es, (size_t)roff, &rbase[k]);
+    }
+    uint16_t *w16 = rand16(C, 0.5f, 1.5f, C, 0.0f), *b16 = rand16(C, -1, 1, C, 0.0f);
+    float *wf = f32_of(w16, C), *bf = f32_of(b16, C);
+    float *o = malloc(nc * 4), *m = malloc(N * 4), *r = malloc(N * 4), *r3 = malloc(N * 4);
+    zk_layernorm_forward(o, m, r, hf[0], wf, bf, N, C);
+    zk_rmsnorm_forward(o, r3, hf[0], wf, 1e-5f, N, C);
+    void *dwp = p16 ? up(w16, C * 2) : up(wf, C * 4);
+    float *dm = up(m, N * 4), *dr = up(r, N * 4), *dr3 = up(r3, N * 4);
+    /* [g16]: dinp (LN), dinp (RMS); dw, db (LN), dw (RMS); [2]: the g16
+     * weights alone */
+    void *di[2][2], *dib[2][2], *gw[3][3];
+    for (int g = 0; g < 2; g++)
+        for (int k = 0; k < 2; k++) di[g][k] = up_at(r16 ? (void *)h16[2] : (void *)hf[2], nc * es,
+                                                     (size_t)roff, &dib[g][k]);
+    for (int g = 0; g < 3; g++)
+        for (int k = 0; k < 3; k++) {
+            gw[g][k] = NULL;
+            dv->alloc(&gw[g][k], C * 4);
+            dv->fill(gw[g][k], NAN, C);            /* WRITTEN */
+        }
+    for (int g = 0; g < 2; g++) {
+        dv->layernorm_backward(di[g][0], NULL, gw[g][0], gw[g][1], g, rows[1], rows[0], r16, dwp, p16,
+                               dm, dr, N, C);
+        dv->rmsnorm_backward(di[g][1], NULL, gw[g][2], g, rows[1], rows[0], r16, dwp, p16, dr3, N, C);
+    }
+    dv->layernorm_backward(NULL, NULL, gw[2][0], gw[2][1], 1, rows[1], rows[0], r16, dwp, p16, dm, dr,
+                           N, C);
+    dv->rmsnorm_backward(NULL, NULL, gw[2][2], 1, rows[1], rows[0], r16, dwp, p16, dr3, N, C);
+    if (synced(gname(nb, &ni, tag, "runs"))) {
+        static const char *dn[2] = { "layernorm dinp (accumulated)", "rmsnorm dinp (accumulated)" };
+        static const char *wn[3] = { "layernorm dw", "layernorm db", "rmsnorm dw" };
+        char what[200];
+        for (int k = 0; k < 2; k++) {
+            void *a = down(di[0][k], nc * es), *b = down(di[1][k], nc * es);
+            snprintf(what, sizeof what, "%s: g16 the fp32 call's bits", dn[k]);
+            same_bits(gname(nb, &ni, tag, what), b, a, nc * es);
+            free(a); free(b);
+        }
+        for (int k = 0; k < 3; k++) {
+            float *f = down(gw[0][k], C * 4);
+            uint16_t *g = down(gw[1][k], C * 2), *alone = down(gw[2][k], C * 2), *want = malloc(C * 2);
+            zk_cast_f32_bf16(want, f, C);
+            snprintf(what, sizeof what, "%s bf16: the fp32 call's rounded once (RNE)", wn[k]);
+            same_bits(gname(nb, &ni, tag, what), g, want, C * 2);
+            snprintf(what, sizeof what, "%s bf16 alone (dinp NULL): the fused call's bits", wn[k]);
+            same_bits(gname(nb, &ni, tag, what), alone, g, C * 2);
+            free(f); free(g); free(alone); free(want);
+        }
+    }
+    for (int g = 0; g < 2; g++) for (int k = 0; k < 2; k++) dv->free(dib[g][k]);
+    for (int g = 0; g < 3; g++) for (int k = 0; k < 3; k++) dv->free(gw[g][k]);
+    for (int k = 0; k < 3; k++) { dv->free(rbase[k]); free(h16[k]); free(hf[k]); }
+    dv->free(dwp); dv->free(dm); dv->free(dr); dv->free(dr3);
+    free(w16); free(b16); free(wf); free(bf); free(o); free(m); free(r); free(r3);
+}
+
+/* the scalar and vector paths (C 771 and 768; 2056: 2 groups a thread; 4100:
+ * both scalar), f32 and bf16 rows, fp32 and bf16 parameters, rows off */
+static void t_norm_g16(void)
+{
+    static const int sh[][2] = { { 67, 771 }, { 67, 768 }, { 9, 2056 }, { 5, 4100 } };
+    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
+        for (int r16 = 0; r16 <= 1; r16++) t_norm_g16_at(sh[i][0], sh[i][1], r16, r16, 0);
+    t_norm_g16_at(67, 768, 0, 1, 0);
+    t_norm_g16_at(67, 768, 1, 0, 0);
+    t_norm_g16_at(67, 768, 0, 0, 4);
+    t_norm_g16_at(67, 768, 1, 1, 2);
+    t_norm_g16_at(300, 768, 1, 1, 0);             /* 10 chunks of rows */
+}
+
+/* The embedding's backward into bf16 dwte, dwpe (g16) against the fp32
+ * call on their widened values, its dwte and dwpe rounded once
+ * (zk_cast_f32_bf16), bit for bit: dwte ACCUMULATED onto random bf16
+ * values (ids not in tok untouched), dwpe rows [0,T) WRITTEN, [T,maxT)
+ * untouched; dout fp32 or bf16 (d16); the bad ids counted once each,
+ * reported at the next sync. kind 0: uniform ids; 1: one id (a run over
+ * several 2048-entry flushes, carried in fp32 between them); 2: V <= 256
+ * (one block holds every id: ranges of keys, one flush each), id 3 over
+ * half the positions (a range of its own, over two flushes) between
+ * ranges of ids 0-2 and of the rest */
+static void t_encoder_g16_at(int B, int T, int C, int V, int kind, int d16, int pos)
+{
+    char tag[160], nb[16][384];
+    int ni = 0, N = B * T, maxT = T + 3;
+    static const char *kn[3] = { "uniform ids", "one id", "one block of ids" };
+    snprintf(tag, sizeof tag, "encoder backward g16 B=%d T=%d C=%d V=%d, %s, %s dout%s", B, T, C, V,
+             kn[kind], d16 ? "bf16" : "fp32", pos ? "" : ", no dwpe");
+    size_t nc = (size_t)N * C, nte = (size_t)V * C, npe = (size_t)maxT * C;
+    int32_t *tok = malloc((size_t)N * 4);
+    for (int i = 0; i < N; i++) {
+        uint64_t u = ct_u64();
+        tok[i] = kind == 1 ? V / 2 : kind == 0 || i % 4 == 0 ? (int32_t)(u % (uint64_t)V)
+                                   : i % 4 == 1 ? (int32_t)(u % 3) : 3;
+    }
+    tok[1] = V; tok[N - 2] = -1;                   /* two bad ids */
+    float *dyf = ct_rand(nc, -1, 1);
+    uint16_t *dy16 = bf16_of(dyf, nc), *te16 = rand16(nte, -1, 1, C, 0.0f), *pe16 = rand16(npe, -1, 1, C, 0.0f);
+    float *te32 = f32_of(te16, nte), *pe32 = f32_of(pe16, npe);
+    int32_t *dtok = up(tok, (size_t)N * 4);
+    void *ddy = d16 ? up(dy16, nc * 2) : up(dyf, nc * 4);
+    void *d_te32 = up(te32, nte * 4), *d_pe32 = up(pe32, npe * 4);
+    void *d_te16 = up(te16, nte * 2), *d_pe16 = up(pe16, npe * 2);
+    int b0 = dv->encoder_backward(d_te32, pos ? d_pe32 : NULL, 0, ddy, d16, dtok, B, T, C, V);
+    int r0 = dv->sync();
+    int b1 = dv->encoder_backward(d_te16, pos ? d_pe16 : NULL, 1, ddy, d16, dtok, B, T, C, V);
+    int r1 = dv->sync();
+    ct_check(b0 == 0 && b1 == 0 && r0 == ZT_EINVAL && r1 == ZT_EINVAL &&
+             strstr(zt_last_error(), "zt_encoder_backward: 2 of") != NULL,
+             gname(nb, &ni, tag, "2 bad ids counted, reported at the next sync"), "calls %d %d, syncs %d %d (%s)",
+             b0, b1, r0, r1, zt_last_error());
+    if (synced(gname(nb, &ni, tag, "runs"))) {
+        float *g_te32 = down(d_te32, nte * 4), *g_pe32 = down(d_pe32, npe * 4);
+        uint16_t *g_te16 = down(d_te16, nte * 2), *g_pe16 = down(d_pe16, npe * 2);
+        uint16_t *wte = malloc(nte * 2), *wpe = malloc(npe * 2);
+        zk_cast_f32_bf16(wte, g_te32, nte); zk_cast_f32_bf16(wpe, g_pe32, npe);
+        same_bits(gname(nb, &ni, tag, "dwte (accumulated) bf16: the fp32 call's on the widened dwte, "
+                  "rounded once"), g_te16, wte, nte * 2);
+        same_bits(gname(nb, &ni, tag, pos ? "dwpe bf16 (rows < T written, the rest kept): the fp32 "
+                  "call's rounded once" : "dwpe untouched"), g_pe16, pos ? wpe : pe16, npe * 2);
+        free(g_te32); free(g_pe32); free(g_te16); free(g_pe16); free(wte); free(wpe);
+    }
+    free(tok); free(dyf); free(dy16); free(te16); free(pe16); free(te32); free(pe32);
+    dv->free(dtok); dv->free(ddy); dv->free(d_te32); dv->free(d_pe32); dv->free(d_te16); dv->free(d_pe16);
+}
+
+static void t_encoder_g16(void)
+{
+    for (int d16 = 0; d16 <= 1; d16++) {
+        t_encoder_g16_at(3, 37, 97, 50, 0, d16, 1);         /* C off the 64-column unit */
+        t_encoder_g16_at(4, 64, 768, 50257, 0, d16, 1);     /* GPT-2's V: 256 blocks */
+        t_encoder_g16_at(8, 640, 70, 300, 1, d16, 1);       /* one id 5120 times: 3 flushes */
+        t_encoder_g16_at(10, 500, 130, 200, 2, d16, 1);     /* 5000 positions in one block */
+    }
+    t_encoder_g16_at(3, 37, 97, 50, 0, 1, 0);               /* no dwpe (Llama's) */
+    t_encoder_g16_at(5, 1000, 40, 7, 1, 0, 0);
+}
+
+/* The bf16 GEMMs' backward with g16 (dw, db bf16) beside the fp32 call
+ * (dw, db fp32) on the same bf16 operands, dout in rows ld apart (the pad
+ * NaN): db the fp32 call's rounded once, bit for bit (colsum.cu); dw by
+ * the shape's path (zkc_matmul_g16_dw_f32: fewer 128x128 output tiles
+ * than the GPU's SMs): a small output the fp32 call's dw rounded once,
+ * bit for bit (its GEMMs into scratch, then the cast); else one GEMM with
+ * a bf16 D: within the fp32 dot bound plus half a bf16 ulp (2^-8 |ref|)
+ * of the double product, within both of the fp32 call's dw rounded (the
+ * bf16-D plan may be another algorithm; how many differ is printed);
+ * dinp (fp32 or bf16) the g16 0 call's bits; dw, db the same bits with a
+ * bf16 dinp, alone, again, and from the dgelu op (dinp16 NULL: bwd()
+ * alone); N = 0 writes zeros. Returns the path taken (1 fp32 + cast). */
+static int t_matmul_g16_at(int N, int C, int OC, int ld)
+{
+    char tag[160], nb[16][384];
+    int ni = 0, lt = zt_cuda_matmul_epilogue(-1), via = zkc_matmul_g16_dw_f32(N, C, OC);
+    snprintf(tag, sizeof tag, "matmul bf16 backward g16 %dx%dx%d ld %d (%s, dw %s)", N, C, OC, ld,
+             lt ? "cuBLASLt" : "cuBLAS", via ? "fp32 + cast" : "bf16 D");
+    size_t nc = (size_t)N * C, wc = (size_t)OC * C, nl = (size_t)N * ld;
+    float *a = ct_rand(nc, -1, 1), *w = ct_rand(wc, -1, 1), *dy = ct_rand((size_t)N * OC, -1, 1);
+    round_bf16(a, nc); round_bf16(w, wc); round_bf16(dy, (size_t)N * OC);
+    uint16_t *ha = bf16_of(a, nc), *hw = bf16_of(w, wc), *hd = malloc(nl * 2);
+    for (size_t i = 0; i < nl; i++) hd[i] = 0x7fc1;          /* the pad NaN */
+    for (int n = 0; n < N; n++) zk_cast_f32_bf16(hd + (size_t)n * ld, dy + (size_t)n * OC, (size_t)OC);
+    uint16_t *da = up(ha, nc * 2), *dw = up(hw, wc * 2), *ddy = up(hd, nl * 2);
+    /* 0: fp32 dw, db; 1: g16; 2: g16 with a bf16 dinp; 3: g16 alone; 4:
+     * g16 again; 5: the dgelu op's g16 weight pass */
+    void *gw[6], *gb[6], *di[3];
+    for (int k = 0; k < 6; k++) {
+        gw[k] = gb[k] = NULL;
+        dv->alloc(&gw[k], wc * 4); dv->alloc(&gb[k], OC * 4);
+        dv->fill(gw[k], NAN, wc); dv->fill(gb[k], NAN, OC);    /* WRITTEN */
+    }
+    for (int k = 0; k < 3; k++) { di[k] = NULL; dv->alloc(&di[k], nc * 4); dv->fill(di[k], NAN, nc); }
+    int rc[6];
+    rc[0] = dv->matmul_bf16_backward(di[0], 0, gw[0], gb[0], 0, ddy, da, dw, N, C, OC, ld);
+    rc[1] = dv->matmul_bf16_backward(di[1], 0, gw[1], gb[1], 1, ddy, da, dw, N, C, OC, ld);
+    rc[2] = dv->matmul_bf16_backward(di[2], 1, gw[2], gb[2], 1, ddy, da, dw, N, C, OC, ld);
+    rc[3] = dv->matmul_bf16_backward(NULL, 0, gw[3], gb[3], 1, ddy, da, dw, N, C, OC, ld);
+    rc[4] = dv->matmul_bf16_backward(NULL, 0, gw[4], gb[4], 1, ddy, da, dw, N, C, OC, ld);
+    rc[5] = dv->matmul_bf16_backward_dgelu(NULL, NULL, gw[5], gb[5], 1, ddy, da, dw, NULL, N, C, OC, ld);
+    ct_check(rc[0] == ZT_OK && rc[1] == ZT_OK && rc[2] == ZT_OK && rc[3] == ZT_OK && rc[4] == ZT_OK &&
+             rc[5] == ZT_OK, gname(nb, &ni, tag, "calls succeed"), "%d %d %d %d %d %d: %s", rc[0], rc[1],
+             rc[2], rc[3], rc[4], rc[5], zt_last_error());
+    if (synced(gname(nb, &ni, tag, "runs"))) {
+        float *w32 = down(gw[0], wc * 4), *b32 = down(gb[0], OC * 4);
+        uint16_t *w16[6], *b16[6], *wr = malloc(wc * 2), *br = malloc(OC * 2);
+        for (int k = 1; k < 6; k++) { w16[k] = down(gw[k], wc * 2); b16[k] = down(gb[k], OC * 2); }
+        zk_cast_f32_bf16(wr, w32, wc); zk_cast_f32_bf16(br, b32, OC);
+        same_bits(gname(nb, &ni, tag, "db bf16: the fp32 call's rounded once (RNE)"), b16[1], br, OC * 2);
+        if (via)                /* the fp32 GEMMs into scratch, then the cast */
+            same_bits(gname(nb, &ni, tag, "dw bf16 (small output): the fp32 call's rounded once (RNE)"),
+                      w16[1], wr, wc * 2);
+        else {  /* dw (OC,C) = dy^T (OC,N) . a (N,C) in double, the fp32 bound + a bf16 rounding */
+            float *dyt = transpose(dy, N, OC), *at = transpose(a, N, C);
+            double *ref = malloc(wc * sizeof(double)), *bnd = malloc(wc * sizeof(double));
+            ref_gemm_nt(ref, bnd, dyt, at, NULL, OC, N, C);
+            for (size_t i = 0; i < wc; i++) bnd[i] += fabs(ref[i]) * 0x1p-8;
+            float *f = f32_of(w16[1], wc), *fr = f32_of(wr, wc);
+            check_gemm(gname(nb, &ni, tag, "dw bf16 (fp32 dot bound + a bf16 rounding)"), f, ref, bnd, wc);
+            size_t nd = 0;
+            for (size_t i = 0; i < wc; i++) { nd += w16[1][i] != wr[i]; ref[i] = fr[i]; bnd[i] *= 2; }
+            check_gemm(gname(nb, &ni, tag, "dw bf16 against the fp32 call's rounded (within both)"), f, ref,
+                       bnd, wc);
+            printf("  %s: dw bf16 differs from the fp32 call's rounded in %zu of %zu elements\n", tag, nd, wc);
+            free(dyt); free(at); free(ref); free(bnd); free(f); free(fr);
+        }
+        static const char *kn[6] = { "", "", "with a bf16 dinp", "alone (dinp NULL)", "again",
+                                     "from matmul_bf16_backward_dgelu (dinp16 NULL)" };
+        char what[200];
+        for (int k = 2; k < 6; k++) {
+            snprintf(what, sizeof what, "dw bf16 %s: the same bits", kn[k]);
+            same_bits(gname(nb, &ni, tag, what), w16[k], w16[1], wc * 2);
+            snprintf(what, sizeof what, "db bf16 %s: the same bits", kn[k]);
+            same_bits(gname(nb, &ni, tag, what), b16[k], b16[1], OC * 2);
+        }
+        float *d0 = down(di[0], nc * 4), *d1 = down(di[1], nc * 4);
+        uint16_t *d2 = down(di[2], nc * 2), *d0r = malloc(nc * 2);
+        same_bits(gname(nb, &ni, tag, "dinp: the g16 0 call's bits"), d1, d0, nc * 4);
+        if (zt_cuda_matmul_split(-1) == 1 && OC > 8192 && OC % 128) {   /* split: cast from fp32 */
+            zk_cast_f32_bf16(d0r, d0, nc);
+            same_bits(gname(nb, &ni, tag, "bf16 dinp (split OC): the fp32 dinp rounded once"), d2, d0r, nc * 2);
+        }
+        free(w32); free(b32); free(wr); free(br); free(d0); free(d1); free(d2); free(d0r);
+        for (int k = 1; k < 6; k++) { free(w16[k]); free(b16[k]); }
+    }
+    if (N > 0 && N <= 128) {    /* N = 0: an empty sum, zeros */
+        dv->fill(gw[1], NAN, wc / 2); dv->fill(gb[1], NAN, OC / 2);
+        int e = dv->matmul_bf16_backward(NULL, 0, gw[1], gb[1], 1, ddy, da, dw, 0, C, OC, ld);
+        ct_check(e == ZT_OK, gname(nb, &ni, tag, "N = 0: the call succeeds"), "%d: %s", e, zt_last_error());
+        if (synced(gname(nb, &ni, tag, "N = 0 runs")) && e == ZT_OK) {
+            uint16_t *z = calloc(wc, 2), *g = down(gw[1], wc * 2), *gz = down(gb[1], OC * 2);
+            same_bits(gname(nb, &ni, tag, "N = 0: dw bf16 zeros"), g, z, wc * 2);
+            same_bits(gname(nb, &ni, tag, "N = 0: db bf16 zeros"), gz, z, OC * 2);
+            free(z); free(g); free(gz);
+        }
+    }
+    for (int k = 0; k < 6; k++) { dv->free(gw[k]); dv->free(gb[k]); }
+    for (int k = 0; k < 3; k++) dv->free(di[k]);
+    dv->free(da); dv->free(dw); dv->free(ddy);
+    free(a); free(w); free(dy); free(ha); free(hw); free(hd);
+    return via;
+}
+
+/* cuBLASLt (mode 2, the default) and cuBLAS (0): rows of 1542 bytes (the
+ * plain path either way), GPT-2's qkv, a long k = N (the fp32 dw's
+ * split-K shape; attn.c_proj's dw), the MLP's fc (144 output tiles), the
+ * LM head split at 50176 (dw's rows in two GEMMs). dw's two paths: the
+ * first shape (14 tiles) takes the fp32 path and the cast on any GPU, the
+ * LM head (2358 tiles) the bf16 D; the rest by the GPU's SM count (an
+ * H100 or H200: qkv and c_proj the fp32 path, fc the bf16 D). Then a small
+ * output with the rule off (zkc_matmul_g16_hybrid(0)): the bf16 D. */
+static void t_matmul_g16(void)
+{
+    int was = zt_cuda_matmul_epilogue(-1), n[2] = { 0, 0 };
+    for (int lt = 2; lt >= 0; lt -= 2) {
+        zt_cuda_matmul_epilogue(lt);
+        n[t_matmul_g16_at(67, 771, 130, 256)]++;
+        n[t_matmul_g16_at(128, 768, 2304, 2304)]++;
+        n[t_matmul_g16_at(1024, 768, 768, 768)]++;
+        n[t_matmul_g16_at(256, 768, 3072, 3072)]++;
+        n[t_matmul_g16_at(16, 768, 50257, 50304)]++;
+    }
+    zt_cuda_matmul_epilogue(was);
+    ct_check(n[0] > 0 && n[1] > 0, "matmul bf16 backward g16: shapes of both dw paths tested",
+             "%d bf16 D, %d fp32 + cast", n[0], n[1]);
+    int hy = zkc_matmul_g16_hybrid(0);
+    int off = zkc_matmul_g16_dw_f32(1024, 768, 768);
+    ct_check(hy == 1 && off == 0, "zkc_matmul_g16_hybrid(0): a small output's dw the bf16 D",
+             "hybrid was %d, dw_f32 %d", hy, off);
+    t_matmul_g16_at(1024, 768, 768, 768);
+    zkc_matmul_g16_hybrid(1);
 }
 
 static void t_attention(int B, int T, int C, int NH)
@@ -2441,8 +2869,9 @@ static void t_pinned_pages(void)
 }
 
 static void (*const tests[])(void) = {
-    t_elementwise, t_add3_r16, t_casts, t_gelu, t_layernorm, t_norm_r16, t_norm_p16, t_encoder, t_xent, t_xent_padded_both, t_adamw, t_adamw_g16, t_sums, t_sums16,
-    t_sum_ranks, t_llama, t_randn, t_matmul_all, t_matmul_epilogue, t_matmul_gelu, t_matmul_b16, t_attention_all, t_attention_tc_all,
+    t_elementwise, t_add3_r16, t_casts, t_gelu, t_layernorm, t_norm_r16, t_norm_p16, t_encoder, t_xent, t_xent_padded_both, t_adamw, t_adamw_g16, t_adamw_multi, t_sums, t_sums16,
+    t_sum_ranks, t_llama, t_randn, t_matmul_all, t_matmul_epilogue, t_matmul_gelu, t_matmul_b16,
+    t_norm_g16, t_encoder_g16, t_matmul_g16, t_attention_all, t_attention_tc_all,
     t_attention_io16_all, t_errors,
     t_pinned_pages, t_copy_then_compute, t_two_streams, t_blas_on_current_stream, t_stream_errors,
 };

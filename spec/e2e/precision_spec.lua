@@ -89,7 +89,7 @@ describe("mixed precision", function()
   -- parameter into fp32 work buffers and hands the ops those (what enter
   -- did before): the same bits, and fewer elements cast.
   for _, size in ipairs({ "gpt2-tiny", "llama-tiny", "qwen-tiny" }) do
-  it("bf16 GEMMs: the ops reading the stored bf16 parameters change no bit against casting them all, " .. size,
+  it("bf16 GEMMs: the ops reading the stored bf16 parameters and writing the stored gradients change no bit against casting them all, " .. size,
      function()
     local zt = require "ztrain"
     local trainer = require "ztrain.train.trainer"
@@ -120,13 +120,20 @@ describe("mixed precision", function()
     end
     local skip, n_skip, pw, gw, gw_want = digest()
     assert.are.same({}, pw, "no fp32 parameter work buffer")
-    assert.are.same(gw_want, gw, "the gradients' fp32 work buffers")
-    local origw = Pmt.widens
+    -- nor gradient work buffers: the ops write the stored bf16 gradients
+    -- (Model:writes_stored), each element rounded once, the embedding's
+    -- table added to as stored
+    assert.are.same({}, gw, "no fp32 gradient work buffer")
+    assert.are.equal(0, n_skip, "nothing cast: neither parameters nor gradients")
+    local origw, origwr = Pmt.widens, Pmt.writes
     Pmt.widens = function() return true end
-    local ok, full, n_full, pw_full = pcall(digest)
-    Pmt.widens = origw
+    Pmt.writes = function() return false end
+    local ok, full, n_full, pw_full, gw_full = pcall(digest)
+    Pmt.widens, Pmt.writes = origw, origwr
     assert(ok, full)
     assert.is_not_nil(pw_full[1], "the all-cast run hands the ops fp32 parameters")
+    -- the gradients' work buffers there: the largest unit's in slot 1
+    assert.are.same(gw_want, gw_full, "the all-cast run's gradient work buffers")
     assert.are.equal(full, skip)
     assert.is_true(n_skip < n_full, ("elements cast: %d skipping, %d casting all"):format(n_skip, n_full))
   end)

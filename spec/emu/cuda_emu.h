@@ -1,7 +1,7 @@
 /*
  * cuda_emu.h -- just enough of CUDA to run kernels/cuda/attention_tc.cu's
  * source (and layernorm.cu's, xent.cu's, colsum.cu's, embedding.cu's,
- * reduce.cu's) on the CPU (tools/emu_kernel.sh),
+ * reduce.cu's, adamw.cu's) on the CPU (tools/emu_kernel.sh),
  * where no GPU is lent.
  *
  * A block's threads are fibers (ucontext) on the calling thread, run
@@ -373,6 +373,25 @@ static inline float __half2float(__half h)
     return __uint_as_float(s | (e == 31 ? 0x7f800000u : (e + 112u) << 23) | m << 13);
 }
 static inline float zkc_get(const __half *p) { return __half2float(*p); }
+/* kernels/cuda/adamw.cu's: a correctly rounded fp32 divide and square
+ * root (IEEE / and sqrtf are), and fp32 -> IEEE half to nearest even (the
+ * CPU cast's algorithm, kernels/cpu/elementwise.c; a NaN becomes CUDA's
+ * 0x7fff) with its bits */
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fsqrt_rn(float a) { return sqrtf(a); }
+static inline __half __float2half_rn(float f)
+{
+    uint32_t u = __float_as_uint(f), sign = (u >> 16) & 0x8000u, h;
+    u &= 0x7fffffffu;
+    if (u > 0x7f800000u) { __half n = { 0x7fffu }; return n; }
+    if (u >= 0x477ff000u) h = 0x7c00u;                          /* inf */
+    else if (u < 0x38800000u)                                   /* subnormal: the FPU rounds */
+        h = __float_as_uint(__uint_as_float(u) + 0.5f) - 0x3f000000u;
+    else h = (u + ((uint32_t)(15 - 127) << 23) + 0xfffu + ((u >> 13) & 1u)) >> 13;
+    __half r = { (uint16_t)(sign | h) };
+    return r;
+}
+static inline uint16_t __half_as_ushort(__half h) { return h.x; }
 static inline void zkc_sts2(void *p, uint32_t lo, uint32_t hi)
 {
     emu_aligned(p, 8, "store");

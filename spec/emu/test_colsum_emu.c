@@ -7,7 +7,9 @@
  * grouping, so within a float ulp (relative 2^-23 of the column's largest
  * partial magnitude). Shapes: N not a multiple of the chunk, OC not of the
  * 128-thread block, padded rows (ld > OC, the pad NaN: never read), one
- * row, and N = 0 (zeros). Run: sh tools/emu_kernel.sh colsum.
+ * row, and N = 0 (zeros). A bf16 out (out16: a bf16 run's stored bias
+ * gradient): the fp32 out rounded once (zk_cast_f32_bf16's bits), zeros
+ * for N = 0. Run: sh tools/emu_kernel.sh colsum.
  */
 #include <math.h>
 #include <string.h>
@@ -15,8 +17,9 @@
 #include "kernels.h"
 
 size_t zkc_colsum_scratch(int N, int OC);
-int zkc_colsum(void *s, float *out, const float *x, int N, int OC, int ld, double *scratch);
-int zkc_colsum_bf16(void *s, float *out, const uint16_t *x, int N, int OC, int ld,
+int zkc_colsum(void *s, void *out, int out16, const float *x, int N, int OC, int ld,
+               double *scratch);
+int zkc_colsum_bf16(void *s, void *out, int out16, const uint16_t *x, int N, int OC, int ld,
                     double *scratch);
 
 /* max |got - want| / max(sum |x| of the column) over the columns */
@@ -50,20 +53,29 @@ static void one(int N, int OC, int ld, int bf16)
     double *scratch = malloc((ns ? ns : 1) * sizeof(double));
     for (size_t i = 0; i < ns; i++) scratch[i] = NAN;
     for (int c = 0; c < OC; c++) got[c] = NAN;                  /* WRITTEN */
-    int rc = bf16 ? zkc_colsum_bf16(NULL, got, xb, N, OC, ld, scratch)
-                  : zkc_colsum(NULL, got, x, N, OC, ld, scratch);
+    int rc = bf16 ? zkc_colsum_bf16(NULL, got, 0, xb, N, OC, ld, scratch)
+                  : zkc_colsum(NULL, got, 0, x, N, OC, ld, scratch);
     double e = worst(got, want, mag, OC);
     snprintf(name, sizeof name, "emu colsum %s N=%d OC=%d ld=%d: the CPU's dbias within a float ulp",
              bf16 ? "bf16" : "f32", N, OC, ld);
     ct_check(rc == 0 && e <= 0x1p-23, name, "rc %d, worst %.3g of the column's magnitude", rc, e);
     /* deterministic: a second run, the same bits */
     float *again = malloc(OC * 4);
-    rc = bf16 ? zkc_colsum_bf16(NULL, again, xb, N, OC, ld, scratch)
-              : zkc_colsum(NULL, again, x, N, OC, ld, scratch);
+    rc = bf16 ? zkc_colsum_bf16(NULL, again, 0, xb, N, OC, ld, scratch)
+              : zkc_colsum(NULL, again, 0, x, N, OC, ld, scratch);
     snprintf(name, sizeof name, "emu colsum %s N=%d OC=%d: run twice, the same bits",
              bf16 ? "bf16" : "f32", N, OC);
     ct_check(rc == 0 && !memcmp(again, got, OC * 4), name, "differ");
-    free(x); free(xb); free(want); free(got); free(mag); free(scratch); free(again);
+    /* a bf16 out: the fp32 out rounded once */
+    uint16_t *g16 = malloc(OC * 2), *w16 = malloc(OC * 2);
+    for (int c = 0; c < OC; c++) g16[c] = 0x7fc1;                /* WRITTEN */
+    rc = bf16 ? zkc_colsum_bf16(NULL, g16, 1, xb, N, OC, ld, scratch)
+              : zkc_colsum(NULL, g16, 1, x, N, OC, ld, scratch);
+    zk_cast_f32_bf16(w16, got, OC);
+    snprintf(name, sizeof name, "emu colsum %s N=%d OC=%d, bf16 out: the fp32 out rounded once",
+             bf16 ? "bf16" : "f32", N, OC);
+    ct_check(rc == 0 && !memcmp(g16, w16, OC * 2), name, "rc %d, differ", rc);
+    free(x); free(xb); free(want); free(got); free(mag); free(scratch); free(again); free(g16); free(w16);
 }
 
 int main(void)

@@ -12,7 +12,12 @@
  * gives the same bits. The bf16 residual stream's variants too: the
  * forward's bf16 out (the fp32 kernel's rounded once, the CPU twin's bits)
  * and the backward from a bf16 dout (the fp32 kernel's bits on it widened,
- * the CPU twin's). Run: sh tools/emu_kernel.sh embedding.
+ * the CPU twin's). A bf16 run's gradients (zkc_encoder_backward_g16: dwte
+ * and dwpe bf16, dout fp32 or bf16): the fp32 kernel's on the widened
+ * dwte rounded once, and the CPU twin's (zk_encoder_backward_g16), bit for
+ * bit -- ids spread, in runs, one id over several flushes (its fp32 row
+ * carried in the scratch), a block's ids in ranges beside a giant one.
+ * Run: sh tools/emu_kernel.sh embedding.
  */
 #include <limits.h>
 #include <string.h>
@@ -27,6 +32,10 @@ int zkc_encoder_forward_o16(void *s, uint16_t *out, const int32_t *tok, const vo
                             const void *wpe, int w16, int B, int T, int C, int V, int *dbad);
 int zkc_encoder_backward_b16(void *s, float *dwte, float *dwpe, const uint16_t *dout,
                              const int32_t *tok, int B, int T, int C, int V, int *dbad);
+int zkc_encoder_backward_g16(void *s, uint16_t *dwte, uint16_t *dwpe, const void *dout, int d16,
+                             const int32_t *tok, int B, int T, int C, int V, int *dbad,
+                             float *scratch);
+size_t zkc_encoder_backward_g16_scratch(int C, int V);
 
 /* no positions (Llama's embedding: wpe and dwpe NULL): the forward's rows
  * are wte's (zeros for bad ids), the backward's dwte the CPU's bits */
@@ -249,6 +258,68 @@ static void backward_b16(const char *what, int B, int T, int C, int V, int kind,
     free(pgot); free(pref); free(pcpu);
 }
 
+/* the backward into bf16 dwte (ACCUMULATED onto random bf16 values) and
+ * dwpe (rows [0,T) WRITTEN, the rest left alone), dout fp32 or (d16)
+ * bf16: the fp32 kernel's dwte and dwpe on the widened values, rounded
+ * once (zk_cast_f32_bf16), and the CPU twin zk_encoder_backward_g16's
+ * bits; bad ids counted once each, added to *dbad; a second run from the
+ * same values, the same bits. pos 0: no dwpe. */
+static void backward_g16(const char *what, int B, int T, int C, int V, int kind, int nbad, int pos,
+                         int d16)
+{
+    char name[240];
+    int N = B * T, maxT = T + 3;
+    size_t nc = (size_t)N * C, vc = (size_t)V * C, tc = (size_t)maxT * C;
+    int32_t *tok = malloc((size_t)N * 4);
+    int bad = make_ids(tok, N, V, kind, nbad);
+    float *df = ct_rand(nc, -1, 1), *dw = malloc(nc * 4);
+    uint16_t *d16v = malloc(nc * 2);
+    zk_cast_f32_bf16(d16v, df, nc); zk_cast_bf16_f32(dw, d16v, nc);    /* bf16 values either way */
+    const void *dout = d16 ? (const void *)d16v : (const void *)dw;
+    float *w0 = ct_rand(vc, -2, 2), *p0 = ct_rand(tc, -2, 2);
+    uint16_t *te = malloc(vc * 2), *pe = malloc(tc * 2);
+    zk_cast_f32_bf16(te, w0, vc); zk_cast_bf16_f32(w0, te, vc);        /* w0: te widened */
+    zk_cast_f32_bf16(pe, p0, tc); zk_cast_bf16_f32(p0, pe, tc);
+    uint16_t *got = malloc(vc * 2), *pgot = malloc(tc * 2), *cpu = malloc(vc * 2), *pcpu = malloc(tc * 2);
+    uint16_t *again = malloc(vc * 2), *want = malloc(vc * 2), *pwant = malloc(tc * 2);
+    memcpy(got, te, vc * 2); memcpy(pgot, pe, tc * 2); memcpy(cpu, te, vc * 2); memcpy(pcpu, pe, tc * 2);
+    memcpy(again, te, vc * 2);
+    size_t ns = zkc_encoder_backward_g16_scratch(C, V);
+    float *scratch = malloc((ns ? ns : 1) * 4);
+    for (size_t i = 0; i < ns; i++) scratch[i] = NAN;
+    int dbad = 5, fbad = 0, abad = 0;                                   /* added to */
+    int rc = zkc_encoder_backward_g16(NULL, got, pos ? pgot : NULL, dout, d16, tok, B, T, C, V, &dbad,
+                                      scratch);
+    int rc2 = zkc_encoder_backward(NULL, w0, pos ? p0 : NULL, dw, tok, B, T, C, V, &fbad);
+    int cbad = zk_encoder_backward_g16(cpu, pos ? pcpu : NULL, dout, d16, tok, B, T, C, V);
+    zk_cast_f32_bf16(want, w0, vc); zk_cast_f32_bf16(pwant, p0, tc);
+    size_t nd = 0, first = 0;
+    for (size_t i = vc; i-- > 0;)
+        if (got[i] != want[i]) { nd++; first = i; }
+    snprintf(name, sizeof name, "emu encoder backward g16 %s %s dout B=%d T=%d C=%d V=%d: dwte the fp32 "
+             "kernel's on the widened dwte, rounded once", what, d16 ? "bf16" : "fp32", B, T, C, V);
+    ct_check(rc == 0 && rc2 == 0 && nd == 0, name, "rc %d/%d, %zu elements differ, first row %zu col %zu: "
+             "%04x vs %04x", rc, rc2, nd, first / C, first % C, nd ? got[first] : 0, nd ? want[first] : 0);
+    snprintf(name, sizeof name, "emu encoder backward g16 %s: dwte%s the CPU twin's bits", what,
+             pos ? ", dwpe" : "");
+    ct_check(!memcmp(got, cpu, vc * 2) && !memcmp(pgot, pcpu, tc * 2), name, "dwte %s, dwpe %s",
+             memcmp(got, cpu, vc * 2) ? "differs" : "same", memcmp(pgot, pcpu, tc * 2) ? "differs" : "same");
+    snprintf(name, sizeof name, "emu encoder backward g16 %s: %s", what,
+             pos ? "dwpe rows [0,T) the fp32 kernel's rounded once, rows [T,maxT) untouched"
+                 : "no dwpe: nothing else written");
+    ct_check(!memcmp(pgot, pos ? pwant : pe, tc * 2), name, "differ");
+    snprintf(name, sizeof name, "emu encoder backward g16 %s: %d bad ids counted once each, added to *dbad",
+             what, bad);
+    ct_check(cbad == bad && fbad == bad && dbad == 5 + bad, name, "cpu %d, fp32 kernel %d, g16 kernel %d "
+             "(want %d)", cbad, fbad, dbad - 5, bad);
+    for (size_t i = 0; i < ns; i++) scratch[i] = NAN;
+    rc = zkc_encoder_backward_g16(NULL, again, NULL, dout, d16, tok, B, T, C, V, &abad, scratch);
+    snprintf(name, sizeof name, "emu encoder backward g16 %s: run twice, the same bits", what);
+    ct_check(rc == 0 && abad == bad && !memcmp(again, got, vc * 2), name, "differ");
+    free(tok); free(df); free(dw); free(d16v); free(w0); free(p0); free(te); free(pe); free(got);
+    free(pgot); free(cpu); free(pcpu); free(again); free(want); free(pwant); free(scratch);
+}
+
 int main(void)
 {
     ct_seed(17);
@@ -264,5 +335,16 @@ int main(void)
     backward_b16("uniform ids", 3, 37, 97, 50, ID_UNIFORM, 2, 1); /* 2 units a row, the second 33 columns */
     backward_b16("skewed runs", 8, 30, 70, 300, ID_RUNS, 2, 1);   /* 2 blocks, runs past a window */
     backward_b16("one id 2400 times", 40, 60, 40, 3, ID_ONE, 0, 0);   /* long runs, 2 flushes, no dwpe */
+    for (int d16 = 0; d16 <= 1; d16++) {
+        backward_g16("uniform ids", 3, 37, 97, 50, ID_UNIFORM, 2, 1, d16);    /* C off 64 */
+        backward_g16("skewed runs", 8, 30, 70, 300, ID_RUNS, 2, 1, d16);      /* 2 blocks */
+        backward_g16("one id 5000 times", 250, 20, 70, 3, ID_ONE, 0, 1, d16); /* 3 flushes carried */
+        /* 4 blocks; block 3: id 7 60% (a range alone, 2 flushes) beside ranges of the rest */
+        backward_g16("60% one id", 250, 20, 130, 700, ID_HEAVY, 3, 0, d16);
+        /* one block: 5000 positions over 200 ids, ranges of keys */
+        backward_g16("one block, 200 ids", 50, 100, 40, 200, ID_UNIFORM, 1, 1, d16);
+    }
+    backward_g16("GPT-2 vocabulary", 10, 4, 64, 50257, ID_UNIFORM, 4, 1, 0);  /* 256 blocks */
+    backward_g16("all ids bad", 4, 16, 40, 100, ID_BAD, 0, 1, 0);
     return ct_summary();
 }

@@ -21,7 +21,8 @@
  * copies, on every path, f32 rows (f32 and bf16 out) and bf16 ones, rows
  * misaligned, parameters on 8 bytes (bf16) and 16 (f32) and off both
  * (a kernel reading the bf16 parameters as f32 fails it: checked by hand
- * with SRC=).
+ * with SRC=). A bf16 run's weight gradients (g16: dw, db bf16) on the same
+ * calls: the fp32 dw, db rounded once, dinp the same bits.
  * Catches indexing, chunk and step bounds, the barrier, the scratch
  * layout; not the GPU's speed. Run: sh tools/emu_kernel.sh layernorm.
  */
@@ -34,13 +35,13 @@
  * void * here) */
 int zkc_layernorm_forward(void *s, void *out, int out16, float *mean, float *rstd, const float *inp,
                           const void *w, const void *b, int p16, int N, int C);
-int zkc_layernorm_backward(void *s, float *dinp, uint16_t *dinp16, float *dw, float *db, const float *dout,
+int zkc_layernorm_backward(void *s, float *dinp, uint16_t *dinp16, void *dw, void *db, int g16, const float *dout,
                            const float *inp, const void *w, int p16, const float *mean,
                            const float *rstd, int N, int C, double *scratch);
 size_t zkc_layernorm_scratch(int N, int C);
 int zkc_rmsnorm_forward(void *s, void *out, int out16, float *rstd, const float *inp,
                         const void *w, int p16, float eps, int N, int C);
-int zkc_rmsnorm_backward(void *s, float *dinp, uint16_t *dinp16, float *dw, const float *dout,
+int zkc_rmsnorm_backward(void *s, float *dinp, uint16_t *dinp16, void *dw, int g16, const float *dout,
                          const float *inp, const void *w, int p16, const float *rstd, int N, int C,
                          double *scratch);
 size_t zkc_rmsnorm_scratch(int N, int C);
@@ -53,12 +54,12 @@ int zkc_layernorm_forward_r16(void *s, uint16_t *out, float *mean, float *rstd,
 int zkc_layernorm_residual_forward_r16(void *s, uint16_t *resid, uint16_t *out, float *mean,
                                        float *rstd, const uint16_t *a, const uint16_t *b2,
                                        const void *w, const void *b, int p16, int N, int C);
-int zkc_layernorm_backward_r16(void *s, uint16_t *dinp, float *dw, float *db, const uint16_t *dout,
+int zkc_layernorm_backward_r16(void *s, uint16_t *dinp, void *dw, void *db, int g16, const uint16_t *dout,
                                const uint16_t *inp, const void *w, int p16, const float *mean,
                                const float *rstd, int N, int C, double *scratch);
 int zkc_rmsnorm_forward_r16(void *s, uint16_t *out, float *rstd, const uint16_t *inp,
                             const void *w, int p16, float eps, int N, int C);
-int zkc_rmsnorm_backward_r16(void *s, uint16_t *dinp, float *dw, const uint16_t *dout,
+int zkc_rmsnorm_backward_r16(void *s, uint16_t *dinp, void *dw, int g16, const uint16_t *dout,
                              const uint16_t *inp, const void *w, int p16, const float *rstd, int N,
                              int C, double *scratch);
 
@@ -124,7 +125,7 @@ static void one(int N, int C)
     zk_layernorm_backward(di, dw, db, dy, x, w, m, r, N, C);
     /* the GPU side on the CPU's mean and rstd: the weight sums then see
      * the same terms, so only the grouping of double additions differs */
-    rc = zkc_layernorm_backward(NULL, gdi, NULL, gdw, gdb, dy, x, w, 0, m, r, N, C, scratch);
+    rc = zkc_layernorm_backward(NULL, gdi, NULL, gdw, gdb, 0, dy, x, w, 0, m, r, N, C, scratch);
     double edi = rel(gdi, di, nc, 1e-3), edw = rel(gdw, dw, C, 1e-3), edb = rel(gdb, db, C, 1e-3);
     snprintf(name, sizeof name, "emu layernorm backward N=%d C=%d: dinp within 1e-5, dw and db "
              "within 1e-6 (chunked double sums)", N, C);
@@ -132,7 +133,7 @@ static void one(int N, int C)
              "db %.3g (scratch %zu doubles)", rc, edi, edw, edb, ns);
     /* dinp alone (weights NULL): no scratch touched */
     for (size_t i = 0; i < nc; i++) gdi[i] = 0.25f;
-    rc = zkc_layernorm_backward(NULL, gdi, NULL, NULL, NULL, dy, x, w, 0, m, r, N, C, NULL);
+    rc = zkc_layernorm_backward(NULL, gdi, NULL, NULL, NULL, 0, dy, x, w, 0, m, r, N, C, NULL);
     edi = rel(gdi, di, nc, 1e-3);
     snprintf(name, sizeof name, "emu layernorm backward N=%d C=%d: dinp alone, no scratch", N, C);
     ct_check(rc == 0 && edi < 1e-5, name, "rc %d, dinp %.3g", rc, edi);
@@ -140,7 +141,7 @@ static void one(int N, int C)
     float *gdi2 = malloc(nc * 4);
     uint16_t *b16 = malloc(nc * 2), *w16 = malloc(nc * 2);
     for (size_t i = 0; i < nc; i++) { gdi2[i] = 0.25f; b16[i] = 0x7fc1; }
-    rc = zkc_layernorm_backward(NULL, gdi2, b16, NULL, NULL, dy, x, w, 0, m, r, N, C, NULL);
+    rc = zkc_layernorm_backward(NULL, gdi2, b16, NULL, NULL, 0, dy, x, w, 0, m, r, N, C, NULL);
     zk_cast_f32_bf16(w16, gdi2, nc);
     snprintf(name, sizeof name, "emu layernorm backward N=%d C=%d: dinp16 = the new dinp rounded "
              "once, dinp unchanged", N, C);
@@ -178,13 +179,13 @@ static void one_rms(int N, int C)
     double *scratch = malloc((ns ? ns : 1) * sizeof(double));
     for (size_t i = 0; i < ns; i++) scratch[i] = NAN;
     zk_rmsnorm_backward(di, dw, dy, x, w, r, N, C);
-    rc = zkc_rmsnorm_backward(NULL, gdi, NULL, gdw, dy, x, w, 0, r, N, C, scratch);
+    rc = zkc_rmsnorm_backward(NULL, gdi, NULL, gdw, 0, dy, x, w, 0, r, N, C, scratch);
     double edi = rel(gdi, di, nc, 1e-3), edw = rel(gdw, dw, C, 1e-3);
     snprintf(name, sizeof name, "emu rmsnorm backward N=%d C=%d: dinp within 1e-5, dw within 1e-6 "
              "(scratch of N/32 x C doubles)", N, C);
     ct_check(rc == 0 && edi < 1e-5 && edw < 1e-6, name, "rc %d, dinp %.3g, dw %.3g", rc, edi, edw);
     uint16_t *b16 = malloc(nc * 2), *w16 = malloc(nc * 2);
-    rc = zkc_rmsnorm_backward(NULL, gdi2, b16, NULL, dy, x, w, 0, r, N, C, NULL);
+    rc = zkc_rmsnorm_backward(NULL, gdi2, b16, NULL, 0, dy, x, w, 0, r, N, C, NULL);
     zk_cast_f32_bf16(w16, gdi2, nc);
     snprintf(name, sizeof name, "emu rmsnorm backward N=%d C=%d: dinp alone has the fused call's "
              "bits, dinp16 it rounded once", N, C);
@@ -192,7 +193,7 @@ static void one_rms(int N, int C)
     /* the weight pass alone (dinp NULL): the fused call's dw bits */
     float *gdw2 = malloc(C * 4);
     for (size_t i = 0; i < ns; i++) scratch[i] = NAN;
-    rc = zkc_rmsnorm_backward(NULL, NULL, NULL, gdw2, dy, x, w, 0, r, N, C, scratch);
+    rc = zkc_rmsnorm_backward(NULL, NULL, NULL, gdw2, 0, dy, x, w, 0, r, N, C, scratch);
     snprintf(name, sizeof name, "emu rmsnorm backward N=%d C=%d: dw alone has the fused call's bits", N, C);
     ct_check(rc == 0 && !memcmp(gdw2, gdw, C * 4), name, "rc %d, differ", rc);
     free(gdw2);
@@ -348,13 +349,13 @@ static void one_r16(int N, int C, int off, int rms)
     float *cdw = malloc(C * 4), *cdb = malloc(C * 4);
     for (int c = 0; c < C; c++) gdw[c] = gdb[c] = fdw[c] = fdb[c] = cdb[c] = NAN;
     if (rms) {
-        rc = zkc_rmsnorm_backward_r16(NULL, gdi, gdw, dy, x, w, 0, cr, N, C, scratch);
-        rc2 = zkc_rmsnorm_backward(NULL, fdi, fdi16, fdw, dyw, xw, w, 0, cr, N, C, scratch);
+        rc = zkc_rmsnorm_backward_r16(NULL, gdi, gdw, 0, dy, x, w, 0, cr, N, C, scratch);
+        rc2 = zkc_rmsnorm_backward(NULL, fdi, fdi16, fdw, 0, dyw, xw, w, 0, cr, N, C, scratch);
         zk_rmsnorm_backward_r16(cdi, cdw, dy, x, w, cr, N, C);
         for (int c = 0; c < C; c++) gdb[c] = fdb[c] = cdb[c] = 0.0f;
     } else {
-        rc = zkc_layernorm_backward_r16(NULL, gdi, gdw, gdb, dy, x, w, 0, cm, cr, N, C, scratch);
-        rc2 = zkc_layernorm_backward(NULL, fdi, fdi16, fdw, fdb, dyw, xw, w, 0, cm, cr, N, C, scratch);
+        rc = zkc_layernorm_backward_r16(NULL, gdi, gdw, gdb, 0, dy, x, w, 0, cm, cr, N, C, scratch);
+        rc2 = zkc_layernorm_backward(NULL, fdi, fdi16, fdw, fdb, 0, dyw, xw, w, 0, cm, cr, N, C, scratch);
         zk_layernorm_backward_r16(cdi, cdw, cdb, dy, x, w, cm, cr, N, C);
     }
     snprintf(name, sizeof name, "emu %s r16 backward N=%d C=%d off=%d: dinp (accumulated) the f32 "
@@ -371,18 +372,18 @@ static void one_r16(int N, int C, int off, int rms)
     uint16_t *gdi2 = h_at(nc, off);
     float *gdw2 = malloc(C * 4), *gdb2 = malloc(C * 4);
     memcpy(gdi2, d0, nc * 2);
-    rc = rms ? zkc_rmsnorm_backward_r16(NULL, gdi2, NULL, dy, x, w, 0, cr, N, C, NULL)
-             : zkc_layernorm_backward_r16(NULL, gdi2, NULL, NULL, dy, x, w, 0, cm, cr, N, C, NULL);
+    rc = rms ? zkc_rmsnorm_backward_r16(NULL, gdi2, NULL, 0, dy, x, w, 0, cr, N, C, NULL)
+             : zkc_layernorm_backward_r16(NULL, gdi2, NULL, NULL, 0, dy, x, w, 0, cm, cr, N, C, NULL);
     snprintf(name, sizeof name, "emu %s r16 backward N=%d C=%d off=%d: dinp alone has the fused call's "
              "bits", k, N, C, off);
     ct_check(rc == 0 && !memcmp(gdi2, gdi, nc * 2), name, "rc %d, differ", rc);
     for (int c = 0; c < C; c++) gdw2[c] = gdb2[c] = NAN;
     for (size_t i = 0; i < ns; i++) scratch[i] = NAN;
     if (rms) {
-        rc = zkc_rmsnorm_backward_r16(NULL, NULL, gdw2, dy, x, w, 0, cr, N, C, scratch);
+        rc = zkc_rmsnorm_backward_r16(NULL, NULL, gdw2, 0, dy, x, w, 0, cr, N, C, scratch);
         for (int c = 0; c < C; c++) gdb2[c] = 0.0f;
     } else {
-        rc = zkc_layernorm_backward_r16(NULL, NULL, gdw2, gdb2, dy, x, w, 0, cm, cr, N, C, scratch);
+        rc = zkc_layernorm_backward_r16(NULL, NULL, gdw2, gdb2, 0, dy, x, w, 0, cm, cr, N, C, scratch);
     }
     snprintf(name, sizeof name, "emu %s r16 backward N=%d C=%d off=%d: dw%s alone %s the fused call's bits",
              k, N, C, off, rms ? "" : " and db", rms ? "has" : "have");
@@ -417,18 +418,18 @@ static int p16_run(struct p16_io *io, int r16, int out16, const void *x, const v
         rc |= zkc_layernorm_forward_r16(NULL, io->o, io->m, io->r, x, w, b, p16, N, C);
         rc |= zkc_layernorm_residual_forward_r16(NULL, io->res, io->o2, io->m2, io->r2, a, b2, w, b,
                                                  p16, N, C);
-        rc |= zkc_layernorm_backward_r16(NULL, io->di, io->dw, io->db, dy, x, w, p16, mean, rstd,
+        rc |= zkc_layernorm_backward_r16(NULL, io->di, io->dw, io->db, 0, dy, x, w, p16, mean, rstd,
                                          N, C, scratch);
         rc |= zkc_rmsnorm_forward_r16(NULL, io->o3, io->r3, x, w, p16, 1e-6f, N, C);
-        rc |= zkc_rmsnorm_backward_r16(NULL, io->di3, io->dw3, dy, x, w, p16, rstd3, N, C, scratch);
+        rc |= zkc_rmsnorm_backward_r16(NULL, io->di3, io->dw3, 0, dy, x, w, p16, rstd3, N, C, scratch);
     } else {
         rc |= zkc_layernorm_forward(NULL, io->o, out16, io->m, io->r, x, w, b, p16, N, C);
         rc |= zkc_layernorm_residual_forward(NULL, io->res, io->o2, out16, io->m2, io->r2, a, b2, w,
                                              b, p16, N, C);
-        rc |= zkc_layernorm_backward(NULL, io->di, NULL, io->dw, io->db, dy, x, w, p16, mean, rstd,
+        rc |= zkc_layernorm_backward(NULL, io->di, NULL, io->dw, io->db, 0, dy, x, w, p16, mean, rstd,
                                      N, C, scratch);
         rc |= zkc_rmsnorm_forward(NULL, io->o3, out16, io->r3, x, w, p16, 1e-6f, N, C);
-        rc |= zkc_rmsnorm_backward(NULL, io->di3, NULL, io->dw3, dy, x, w, p16, rstd3, N, C, scratch);
+        rc |= zkc_rmsnorm_backward(NULL, io->di3, NULL, io->dw3, 0, dy, x, w, p16, rstd3, N, C, scratch);
     }
     return rc;
 }
@@ -505,6 +506,41 @@ static void one_p16(int N, int C, int r16, int out16, int roff, int poff)
              out16 && !r16 ? " bf16 out" : "", roff, poff);
     ct_check(rc[0] == 0 && rc[1] == 0 && !diff[0], name, "rc %d/%d, differ:%s", rc[0], rc[1],
              diff[0] ? diff : " none");
+    {   /* g16: both backwards again (bf16 parameters) into bf16 dw, db:
+         * each the fp32 call's rounded once, dinp the same bits */
+        void *di = r16 ? (void *)h_at(nc, roff) : (void *)f_at(nc, roff);
+        void *di3 = r16 ? (void *)h_at(nc, roff) : (void *)f_at(nc, roff);
+        uint16_t *g[3], *want[3];
+        const float *f32[3] = { io[1].dw, io[1].db, io[1].dw3 };
+        memcpy(di, rows[4], nc * es);
+        memcpy(di3, rows[4], nc * es);
+        for (int k = 0; k < 3; k++) {
+            g[k] = malloc(C * 2); want[k] = malloc(C * 2);
+            memset(g[k], 0x7f, C * 2);
+            zk_cast_f32_bf16(want[k], f32[k], C);
+        }
+        int rg = 0;
+        for (size_t i = 0; i < ns; i++) scratch[i] = NAN;
+        if (r16) {
+            rg |= zkc_layernorm_backward_r16(NULL, di, g[0], g[1], 1, rows[3], rows[0], w16, 1, mean,
+                                             rstd, N, C, scratch);
+            rg |= zkc_rmsnorm_backward_r16(NULL, di3, g[2], 1, rows[3], rows[0], w16, 1, rstd3, N, C,
+                                           scratch);
+        } else {
+            rg |= zkc_layernorm_backward(NULL, di, NULL, g[0], g[1], 1, rows[3], rows[0], w16, 1, mean,
+                                         rstd, N, C, scratch);
+            rg |= zkc_rmsnorm_backward(NULL, di3, NULL, g[2], 1, rows[3], rows[0], w16, 1, rstd3, N, C,
+                                       scratch);
+        }
+        snprintf(name, sizeof name, "emu norms g16 N=%d C=%d%s roff=%d poff=%d: dw, db (rms dw) bf16 "
+                 "the fp32 call's rounded once, dinp the same bits", N, C, r16 ? " r16" : "", roff, poff);
+        int gd = memcmp(g[0], want[0], C * 2) || memcmp(g[1], want[1], C * 2) || memcmp(g[2], want[2], C * 2);
+        int dd = memcmp(di, io[1].di, nc * es) || memcmp(di3, io[1].di3, nc * es);
+        ct_check(rg == 0 && !gd && !dd, name, "rc %d, weights %s, dinp %s", rg, gd ? "differ" : "same",
+                 dd ? "differs" : "same");
+        for (int k = 0; k < 3; k++) { free(g[k]); free(want[k]); }
+        free((char *)di - (size_t)roff * es); free((char *)di3 - (size_t)roff * es);
+    }
     for (int p = 0; p < 2; p++) {
         void *rw[6] = { io[p].o, io[p].res, io[p].o2, io[p].di, io[p].o3, io[p].di3 };
         float *fl[8] = { io[p].m, io[p].r, io[p].m2, io[p].r2, io[p].r3, io[p].dw, io[p].db, io[p].dw3 };

@@ -94,11 +94,12 @@ describe("profile", function()
     -- no GEMM input is cast: ln1, ln2, fch_gelu, lnf and the attention's
     -- output are written bf16 by their kernels (model/activations.lua)
     assert.is_nil(f["forward/precision casts"])
-    -- the backward's are the storage rule's: each unit's fp32 gradients
-    -- rounded into the stored bf16 ones (L blocks, the head, the head's part
-    -- of the tied wte, the embedding), and the embedding's stored gradient
-    -- widened first (it adds to the head's part)
-    assert.are.equal(L + 4, f["backward/precision casts"].calls)
+    -- nor in the backward: the ops write the stored bf16 gradients, each
+    -- element rounded once (Model:writes_stored), the embedding adding to
+    -- its stored table; the policy only zeroes what no op writes (the tied
+    -- head's: the embedding's position table; blocks' padding: none here)
+    assert.is_nil(f["backward/precision casts"])
+    assert.is_true(L >= 1)
     tr:free()
   end)
 

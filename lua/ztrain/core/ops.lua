@@ -157,6 +157,11 @@ function M.adamw_segments(p, g, m, v, lp, segs, lr, b1, b2, eps, gscale, step)
   check(C.zt_adamw_segments(c(p), c(g), c(m), c(v), c(lp), segs.n, segs.off, segs.len, segs.wd, lr,
                             b1, b2, eps, gscale, step), "adamw_segments")
 end
+-- parts: a zt_adamw_part[n] (ffi; model/adamw.lua fills it), n of them:
+-- every tensor's segment of a step in one op (one launch on a GPU)
+function M.adamw_multi(parts, n, lr, b1, b2, eps, gscale, step)
+  check(C.zt_adamw_multi(parts, n, lr, b1, b2, eps, gscale, step), "adamw_multi")
+end
 function M.adamw(p, g, m, v, lr, b1, b2, eps, wd, gscale, step)
   check(C.zt_adamw(c(p), c(g), c(m), c(v), lr, b1, b2, eps, wd, gscale, step), "adamw")
 end

@@ -73,43 +73,61 @@ end
 -- Update elements [lo, hi) of unit u's flat buffer. params, grads and the
 -- moments in st (exp_avg, exp_avg_sq) are tensors whose element 0 is element
 -- lo (views of a shard, a chunk streamed in, ...); padding past the unit's
--- tensors is left alone. grad_scale is the clip factor.
--- The range's segments as ops.adamw_segments takes them (ffi arrays, kept
--- with the segments: the weight decay is the optimizer's, fixed), in
--- tables of at most MAX_SEGS segments each (one op a table).
-local MAX_SEGS = 16    -- ztrain.h's ZT_ADAMW_SEGS
-function AdamW:segment_table(u, lo, hi)
-  local segs = self:segments(u, lo, hi)
-  if segs.tables == nil then
-    segs.tables = {}
-    for first = 1, #segs, MAX_SEGS do
-      local n = math.min(MAX_SEGS, #segs - first + 1)
-      local t = { n = n, off = ffi.new("int64_t[?]", n), len = ffi.new("int64_t[?]", n),
-                  wd = ffi.new("float[?]", n) }
-      for k = 0, n - 1 do
-        local seg = segs[first + k]
-        t.off[k], t.len[k] = seg[1], seg[2]
-        t.wd[k] = seg[3] and self.weight_decay or 0
-      end
-      segs.tables[#segs.tables + 1] = t
-    end
+-- tensors is left alone. grad_scale is the clip factor. lp (mixed
+-- precision: the stored bf16 or fp16 parameters of the range, params being
+-- the fp32 master): the updated elements rounded into it in the same pass,
+-- the bits of a cast after (the range's padding, never updated, keeps what
+-- it holds). grads f32, or a mixed-precision step's stored bf16 / fp16
+-- gradient (no accumulation): widened as read, the same bits.
+--
+-- Each tensor's segment is a part of one zt_adamw_multi op: between
+-- begin_batch() and flush() the parts of every range wait, and flush
+-- issues them together -- a whole step's update in one op (one launch on a
+-- GPU, where it was one a unit; ~150 a step before that, one a tensor).
+-- Outside a batch the range's parts go at once. The update is elementwise:
+-- the same bits either way. The tensors must stay alive until the flush.
+function AdamW:update_range(u, lo, hi, params, grads, st, lr, grad_scale, lp)
+  local b = self.pending or self:begin_batch(true)
+  if b.lr ~= nil and (b.lr ~= lr or b.scale ~= grad_scale) then
+    error("adamw: one batch takes one lr and grad_scale (flush between steps)", 2)
   end
-  return segs
+  b.lr, b.scale = lr, grad_scale
+  for _, seg in ipairs(self:segments(u, lo, hi)) do
+    b[#b + 1] = { params, grads, st.exp_avg, st.exp_avg_sq, lp, seg[1], seg[2],
+                  seg[3] and self.weight_decay or 0 }
+  end
+  if b.now then self:flush() end
 end
 
--- Every segment of the range in one op (one launch on a GPU: ~150 a step
--- before, one a tensor), MAX_SEGS at a time; the same bits as one op a
--- tensor (the update is elementwise). lp (mixed precision: the stored bf16
--- or fp16 parameters of the range, params being the fp32 master): the
--- updated elements rounded into it in the same pass, the bits of a cast
--- after (the range's padding, never updated, keeps what it holds). grads
--- f32, or a mixed-precision step's stored bf16 / fp16 gradient (no
--- accumulation): widened as read, the same bits.
-function AdamW:update_range(u, lo, hi, params, grads, st, lr, grad_scale, lp)
-  local b1, b2 = self.betas[1], self.betas[2]
-  for _, t in ipairs(self:segment_table(u, lo, hi).tables) do
-    ops.adamw_segments(params, grads, st.exp_avg, st.exp_avg_sq, lp, t, lr, b1, b2,
-                       self.eps, grad_scale, self.t)
+-- begin_batch(): update_range's parts wait for flush(); a batch a failed
+-- step left is dropped (its tensors are not updated). (now: one range's
+-- parts, flushed by update_range itself.)
+function AdamW:begin_batch(now)
+  self.pending = { now = now }
+  return self.pending
+end
+
+-- flush(): the waiting parts as zt_adamw_multi ops, MAX_PARTS at a time
+-- (one op for GPT-2 124M's 148 tensors); ends the batch.
+local MAX_PARTS = 4096    -- zt_ops.h's ZT_ADAMW_PARTS
+function AdamW:flush()
+  local b = self.pending
+  self.pending = nil
+  if not b or #b == 0 then return end
+  local cap = math.min(#b, MAX_PARTS)
+  if not self.parts or self.parts_n < cap then
+    self.parts, self.parts_n = ffi.new("zt_adamw_part[?]", cap), cap
+  end
+  local parts, b1, b2 = self.parts, self.betas[1], self.betas[2]
+  for first = 1, #b, MAX_PARTS do
+    local n = math.min(MAX_PARTS, #b - first + 1)
+    for k = 0, n - 1 do
+      local q, d = b[first + k], parts[k]
+      d.param, d.grad, d.m, d.v = q[1].c, q[2].c, q[3].c, q[4].c
+      d.lp = q[5] and q[5].c or nil
+      d.offset, d.length, d.weight_decay = q[6], q[7], q[8]
+    end
+    ops.adamw_multi(parts, n, b.lr, b1, b2, self.eps, b.scale, self.t)
   end
 end
 

@@ -500,6 +500,11 @@ function Model:embedding_grad() return self.embed.g.wte end
 -- parameters are cast into fp32 work buffers (precision.lua)
 function Model:backward_reads_params(u) return u.kind ~= "embed" end
 function Model:reads_stored() return true end
+-- and whether its backward's ops write its stored bf16 gradients with bf16
+-- GEMMs: all do (the GEMMs' weight and bias gradients, the norms', the
+-- embedding's table added to as stored, each rounded once), so no unit's
+-- gradients go through fp32 work buffers and casts (precision.lua)
+function Model:writes_stored() return true end
 
 -- The units a unit reads parameters from (itself, plus embed for the tied
 -- head, which reads only wte, and only as its GEMMs' weight: with bf16

@@ -354,6 +354,11 @@ function Model:embedding_grad() return self.embed.g["model.embed_tokens.weight"]
 -- embedding's table, each widened exactly as read: precision.lua)
 function Model:backward_reads_params(u) return u.kind ~= "embed" end
 function Model:reads_stored() return true end
+-- and whether its backward's ops write its stored bf16 gradients with bf16
+-- GEMMs: all do (the GEMMs' weight and bias gradients, the norms', the
+-- embedding's table added to as stored, each rounded once), so no unit's
+-- gradients go through fp32 work buffers and casts (precision.lua)
+function Model:writes_stored() return true end
 
 -- the units a unit reads parameters from (the head: embed too when tied,
 -- read only as its GEMMs' weight, as GPT-2's)

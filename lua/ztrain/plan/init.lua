@@ -153,7 +153,8 @@ local function pipeline(cfg, r, P, lowp)
       local e, pb = model.embed, lowp and 2 or 4
       add(t, "device", "params", pb * e.padded)
       add(t, "device", "grads", pb * e.padded)
-      add(t, "device", "comm", 2 * 4 * cfg.V * cfg.C)
+      -- its outgoing parts: fp32, or the stored bf16 the bf16 GEMMs' ops write
+      add(t, "device", "comm", 2 * (precision.gemm16(r) and 2 or 4) * cfg.V * cfg.C)
     end
     -- a stage after the first keeps a set until its backward's send is
     -- taken (driver/schedule.lua retires it late): one more than simulated

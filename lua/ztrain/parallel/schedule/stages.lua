@@ -209,10 +209,13 @@ function Tied:after_weight(u, mb)
         p.req:wait(); table.insert(self.spare, p.buf); table.remove(self.pending, i)
       end
     end
+    -- an fp32 work buffer's view, or (the bf16 GEMMs: precision.lua's
+    -- writes) the stored bf16 gradient, sent as it is
     local wte = self.model:embedding_grad()
-    local buf = table.remove(self.spare) or T.new(wte:shape(), { tier = self.model.tier, category = "comm" })
+    local buf = table.remove(self.spare) or
+                T.new(wte:shape(), { tier = self.model.tier, category = "comm", dtype = wte:dtype() })
     ops.copy(buf, wte)
-    if self.dtype then               -- rounded as one rank stores it between the head and the embedding
+    if self.dtype and wte:dtype() == "f32" then   -- rounded as one rank stores it between the head and the embedding
       self.round = self.round or T.new(wte:shape(), { tier = self.model.tier, category = "comm", dtype = self.dtype })
       ops.cast(self.round, buf)
       ops.cast(buf, self.round)

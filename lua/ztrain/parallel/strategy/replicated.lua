@@ -104,12 +104,17 @@ function M.step(ctx, lr)
   if skip then return gn end
   local scale = norm.clip_scale(gn, ctx.clip) * unscale
   ctx.optim:begin_step()
+  -- every unit's update in one op (one launch on a GPU), where the
+  -- optimizer batches (model/adamw.lua; a user's may not)
+  local batch = ctx.optim.begin_batch ~= nil
+  if batch then ctx.optim:begin_batch() end
   for _, u in ipairs(units) do
     local master = st.master[u.index]
     -- mixed precision: the stored parameters rounded from the master in the update's pass
     ctx.optim:update_range(u, 0, u.numel, master or u.params, M.grad_of(ctx, u), st.optim[u.index], lr,
                            scale, master and u.params or nil)
   end
+  if batch then ctx.optim:flush() end
   return gn
 end
 

@@ -242,6 +242,10 @@ function H.step(place, ctx, lr)
   end
   local scale = norm.clip_scale(gn, ctx.clip) * unscale
   ctx.optim:begin_step()
+  -- on the device: every unit's shard updated in one op (one launch on a
+  -- GPU), where the optimizer batches (model/adamw.lua; a user's may not)
+  local batch = not W.offload and ctx.optim.begin_batch ~= nil
+  if batch then ctx.optim:begin_batch() end
   local reqs, work = {}, {}
   for _, u in ipairs(units) do
     local l = st.layout[u.index]
@@ -259,6 +263,7 @@ function H.step(place, ctx, lr)
     end
     if place.stage < 3 then reqs[#reqs + 1] = { u = u, pv = P } end
   end
+  if batch then ctx.optim:flush() end
   -- off the device: every shard streamed through the host and back; the
   -- next forward's first shards fetched beside the last writes
   if W.offload then W.offload:step(ctx.optim, work, lr, scale, place.ptier and function() fetch_next(place, ctx) end) end
