@@ -236,7 +236,10 @@ typedef struct zt_device_ops {
                                const void *b, int b16, int N, int C, int OC, int ldo);
     /* dinp16: dinp bf16, the f32 dinp rounded once (bf16 activations: an
      * activation's gradient); dw, db f32, or (g16) both bf16 (a bf16
-     * run's stored gradients), each the f32 value rounded once */
+     * run's stored gradients), each the f32 value rounded once (CUDA: a
+     * dw of at least as many 128x128 tiles as the card has SMs is one
+     * GEMM with a bf16 D, its own algorithm's fp32 sum rounded once:
+     * deterministic for a shape on a card, not the fp32 call's bits) */
     int (*matmul_bf16_backward)(void *dinp, int dinp16, void *dw, void *db, int g16,
                                 const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
                                 int N, int C, int OC, int ldo);

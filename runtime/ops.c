@@ -1097,8 +1097,8 @@ int zt_adamw_segments(zt_tensor *p, const zt_tensor *g, zt_tensor *m, zt_tensor 
     return ZT_OK;
 }
 
-/* the byte range a part writes in one of its tensors */
-typedef struct { uintptr_t lo, hi; int part; } wrange;
+/* a byte range a part writes (p, m, v, lp: `what`) or reads (its grad) */
+typedef struct { uintptr_t lo, hi; int part; const char *what; } wrange;
 
 static int by_lo(const void *a, const void *b)
 {
@@ -1106,14 +1106,26 @@ static int by_lo(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* 0 if no two of the n ranges overlap, else ZT_EINVAL naming the parts;
- * r is sorted in place */
-static int apart(const char *op, const char *what, wrange *r, int n)
+/* No element written twice, nor written by one part where another reads
+ * its gradient: on a GPU either is a race. w: the n written ranges (sorted
+ * here), g: the m gradient ranges. */
+static int apart(const char *op, wrange *w, int n, const wrange *g, int m)
 {
-    qsort(r, (size_t)n, sizeof *r, by_lo);
+    qsort(w, (size_t)n, sizeof *w, by_lo);
     for (int k = 1; k < n; k++)
-        ZT_CHECK(r[k].lo >= r[k - 1].hi, "%s: parts %d and %d write the same %s elements (each "
-                 "element is updated once a step)", op, r[k - 1].part, r[k].part, what);
+        ZT_CHECK(w[k].lo >= w[k - 1].hi, "%s: part %d's %s and part %d's %s overlap (each element "
+                 "is written once, by one part)", op, w[k - 1].part, w[k - 1].what, w[k].part,
+                 w[k].what);
+    for (int j = 0; j < m; j++) {
+        int lo = 0, hi = n;                 /* the first written range ending past g's start */
+        while (lo < hi) {
+            int mid = lo + (hi - lo) / 2;
+            if (w[mid].hi <= g[j].lo) lo = mid + 1; else hi = mid;
+        }
+        ZT_CHECK(lo == n || w[lo].lo >= g[j].hi, "%s: part %d's grad overlaps part %d's %s (a "
+                 "gradient is read while another part writes it)", op, g[j].part, w[lo].part,
+                 w[lo].what);
+    }
     return ZT_OK;
 }
 
@@ -1172,34 +1184,31 @@ int zt_adamw_multi(const zt_adamw_part *parts, int n, float lr, float b1, float 
     for (int k = 0; k < n; k++) ZT_TRY(adamw_part(op, &parts[k], k, gd, ld, &dev));
     /* validated: the items, and no element written twice (a race on a GPU) */
     zt_adamw_item *it = malloc((size_t)n * sizeof *it);
-    wrange *r = malloc((size_t)n * sizeof *r);
-    if (!it || !r) {
-        free(it); free(r);
+    wrange *w = malloc((size_t)n * 4 * sizeof *w), *gr = malloc((size_t)n * sizeof *gr);
+    if (!it || !w || !gr) {
+        free(it); free(w); free(gr);
         return zt_error(ZT_ENOMEM, "%s: no memory for %d parts", op, n);
     }
     size_t gs = zt_dtype_size(gd);
+    int nw = 0;
     for (int k = 0; k < n; k++) {
         const zt_adamw_part *q = &parts[k];
         int64_t o = q->offset;
+        uintptr_t len = (uintptr_t)q->length;
         it[k] = (zt_adamw_item){ (float *)q->param->data + o, (const char *)q->grad->data + o * gs,
                                  (float *)q->m->data + o, (float *)q->v->data + o,
                                  q->lp ? (char *)q->lp->data + o * 2 : NULL, q->length,
                                  q->weight_decay };
+        w[nw++] = (wrange){ (uintptr_t)it[k].p, (uintptr_t)it[k].p + 4 * len, k, "param" };
+        w[nw++] = (wrange){ (uintptr_t)it[k].m, (uintptr_t)it[k].m + 4 * len, k, "m" };
+        w[nw++] = (wrange){ (uintptr_t)it[k].v, (uintptr_t)it[k].v + 4 * len, k, "v" };
+        if (it[k].lp) w[nw++] = (wrange){ (uintptr_t)it[k].lp, (uintptr_t)it[k].lp + 2 * len, k, "lp" };
+        gr[k] = (wrange){ (uintptr_t)it[k].g, (uintptr_t)it[k].g + gs * len, k, "grad" };
     }
-    static const char *what[4] = { "param", "m", "v", "lp" };
-    int rc = ZT_OK;
-    for (int w = 0; w < (ld >= 0 ? 4 : 3) && rc == ZT_OK; w++) {
-        for (int k = 0; k < n; k++) {
-            uintptr_t lo = (uintptr_t)(w == 0 ? (void *)it[k].p : w == 1 ? (void *)it[k].m
-                                       : w == 2 ? (void *)it[k].v : it[k].lp);
-            r[k] = (wrange){ lo, lo + (uintptr_t)it[k].n * (w == 3 ? 2 : 4), k };
-        }
-        rc = apart(op, what[w], r, n);
-    }
+    int rc = apart(op, w, nw, gr, n);
     if (rc == ZT_OK)
         dev->adamw_multi(it, n, gd, ld, lr, b1, b2, eps, gscale, step);
-    free(it);
-    free(r);
+    free(it); free(w); free(gr);
     return rc;
 }
 

@@ -95,7 +95,10 @@ int zt_matmul_backward(zt_tensor *dinp, zt_tensor *dweight, zt_tensor *dbias,
 /* The same on bf16 operands with fp32 accumulation (mixed precision):
  * inp (N,C), weight (OC,C), dout (N,OC) bf16; dweight, dbias f32, or both
  * bf16 (a bf16 run's stored gradients: each element the f32 one rounded
- * once, the GEMM's sums never stored in fp32); bias f32
+ * once, the GEMM's sums never stored in fp32 -- on the CPU devices; CUDA
+ * writes a large dweight as a bf16 D, the fp32 sum of its own algorithm
+ * rounded once: within the fp32 GEMM's bound, fixed for a shape on a
+ * card); bias f32
  * or bf16 (widened exactly as read: an f32 copy's bits); dinp f32 or bf16;
  * out f32, or bf16 (each element the f32 out's, rounded once). Every output element is one fixed sequential chain over k with
  * VDPBF16PS's arithmetic (kernels/cpu/matmul_bf16.c states it exactly), so

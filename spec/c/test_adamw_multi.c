@@ -101,9 +101,20 @@ static void test_refusals(void) {
     set a = mkset(NA, ZT_F32, 0, 5), b = mkset(NB, ZT_BF16, 0, 6), c = mkset(NB, ZT_F32, 1, 7);
     set ra = copyset(a, ZT_F32);
     zt_adamw_part over[2] = { part(a, 0, 1000, 0.1f), part(a, 999, 10, 0.1f) };
-    ct_check(refused(zt_adamw_multi(over, 2, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 3), "same param"),
+    ct_check(refused(zt_adamw_multi(over, 2, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 3),
+                     "part 0's param and part 1's param overlap"),
              "adamw_multi refuses two parts writing one element, naming them", "%s",
              zt_last_error());
+    /* across kinds: one part's m is another's param; one part's grad is
+     * what another writes (a read racing a write on a GPU) */
+    set d = mkset(NA, ZT_F32, 0, 8);
+    zt_adamw_part cross[2] = { part(a, 0, 10, 0.1f), { d.p, d.g, a.p, d.v, NULL, 5, 10, 0.1f } };
+    ct_check(refused(zt_adamw_multi(cross, 2, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 3), "overlap"),
+             "adamw_multi refuses a part's m over another part's param", "%s", zt_last_error());
+    zt_adamw_part rw[2] = { part(a, 0, 10, 0.1f), { d.p, a.p, d.m, d.v, NULL, 0, 10, 0.1f } };
+    ct_check(refused(zt_adamw_multi(rw, 2, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 3),
+                     "part 1's grad overlaps part 0's param"),
+             "adamw_multi refuses a grad another part writes, naming both", "%s", zt_last_error());
     zt_adamw_part mixed[2] = { part(a, 0, 10, 0.1f), part(b, 0, 10, 0.1f) };
     ct_check(refused(zt_adamw_multi(mixed, 2, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 3), "part 1's grad"),
              "adamw_multi refuses a part whose grad has another dtype, naming it", "%s",
@@ -117,7 +128,7 @@ static void test_refusals(void) {
     ct_check(refused(zt_adamw_multi(past, 0, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 3), "1 to"),
              "adamw_multi refuses 0 parts", "%s", zt_last_error());
     ct_check(same_set(a, ra), "refused adamw_multi ops wrote nothing", "changed");
-    freeset(a); freeset(b); freeset(c); freeset(ra);
+    freeset(a); freeset(b); freeset(c); freeset(d); freeset(ra);
 }
 
 int main(void) {

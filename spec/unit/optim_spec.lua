@@ -97,6 +97,50 @@ describe("AdamW", function()
     P:free(); Pref:free(); G32:free(); G16:free(); m:free(); v:free()
   end)
 
+  -- a batch (begin_batch ... flush: one zt_adamw_multi op for every range)
+  -- gives the bits of the ranges one by one; a batch a failed step left
+  -- unflushed is dropped at the next begin_step, and a later update_range
+  -- outside a batch goes at once (it does not join the stale one)
+  it("a batch of ranges: the bits of each range alone; a stale batch is dropped, not joined", function()
+    local u1, u2 = unit(300, 17), unit(40, 9)
+    u2.index = 2
+    local function fresh(n, k)
+      local p = {}
+      for i = 1, n do p[i] = math.sin(i * k) * 0.5 end
+      return tensor(p)
+    end
+    local opt_a = zt.adamw.new { lr = 0.01, weight_decay = 0.1 }
+    local opt_b = zt.adamw.new { lr = 0.01, weight_decay = 0.1 }
+    local Pa1, Pa2, Pb1, Pb2 = fresh(317, 1), fresh(49, 2), fresh(317, 1), fresh(49, 2)
+    local G1, G2 = fresh(317, 3), fresh(49, 4)
+    local sa1, sa2, sb1, sb2 = opt_a:new_state(317), opt_a:new_state(49), opt_b:new_state(317), opt_b:new_state(49)
+    for _ = 1, 2 do
+      opt_a:begin_step(); opt_a:begin_batch()
+      opt_a:update_range(u1, 0, 317, Pa1, G1, sa1, 0.01, 0.5)
+      opt_a:update_range(u2, 0, 49, Pa2, G2, sa2, 0.01, 0.5)
+      opt_a:flush()
+      opt_b:begin_step()
+      opt_b:update_range(u1, 0, 317, Pb1, G1, sb1, 0.01, 0.5)
+      opt_b:update_range(u2, 0, 49, Pb2, G2, sb2, 0.01, 0.5)
+    end
+    assert.are.same(Pb1:totable(), Pa1:totable())
+    assert.are.same(Pb2:totable(), Pa2:totable())
+    -- a stale batch: begun, a range queued, never flushed (the step failed)
+    local before = Pa1:totable()
+    opt_a:begin_step(); opt_a:begin_batch()
+    opt_a:update_range(u1, 0, 317, Pa1, G1, sa1, 0.01, 0.5)
+    assert.are.same(before, Pa1:totable(), "a batched range waits for the flush")
+    opt_a:begin_step()                                  -- the next step: the stale batch is gone
+    local p2 = Pa2:totable()
+    opt_a:update_range(u2, 0, 49, Pa2, G2, sa2, 0.02, 1)   -- outside a batch: at once
+    assert.are_not.same(p2, Pa2:totable(), "a range outside a batch is updated at once")
+    assert.are.same(before, Pa1:totable(), "the stale batch's range was never updated")
+    opt_a:flush()                                       -- nothing pending: a no-op
+    assert.are.same(before, Pa1:totable())
+    for _, st in ipairs({ sa1, sa2, sb1, sb2 }) do st.exp_avg:free(); st.exp_avg_sq:free() end
+    for _, t in ipairs({ Pa1, Pa2, Pb1, Pb2, G1, G2 }) do t:free() end
+  end)
+
   it("decays the matrix and leaves the bias alone when the gradient is zero", function()
     -- g = 0: the moments stay 0, the Adam term is 0 / (0 + eps) = 0, so only
     -- decoupled weight decay moves a parameter, and only a decayed one

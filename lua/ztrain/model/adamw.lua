@@ -87,7 +87,7 @@ end
 -- Outside a batch the range's parts go at once. The update is elementwise:
 -- the same bits either way. The tensors must stay alive until the flush.
 function AdamW:update_range(u, lo, hi, params, grads, st, lr, grad_scale, lp)
-  local b = self.pending or self:begin_batch(true)
+  local b = self.pending or {}      -- outside a batch: this range's own parts
   if b.lr ~= nil and (b.lr ~= lr or b.scale ~= grad_scale) then
     error("adamw: one batch takes one lr and grad_scale (flush between steps)", 2)
   end
@@ -96,15 +96,15 @@ function AdamW:update_range(u, lo, hi, params, grads, st, lr, grad_scale, lp)
     b[#b + 1] = { params, grads, st.exp_avg, st.exp_avg_sq, lp, seg[1], seg[2],
                   seg[3] and self.weight_decay or 0 }
   end
-  if b.now then self:flush() end
+  if b ~= self.pending then self:issue(b) end
 end
 
--- begin_batch(): update_range's parts wait for flush(); a batch a failed
--- step left is dropped (its tensors are not updated). (now: one range's
--- parts, flushed by update_range itself.)
-function AdamW:begin_batch(now)
-  self.pending = { now = now }
-  return self.pending
+-- begin_batch(): update_range's parts wait for flush(). A batch a failed
+-- step left (an error between begin_batch and flush) is dropped by the
+-- next begin_step or begin_batch: its tensors are not updated, and no
+-- later update_range joins it.
+function AdamW:begin_batch()
+  self.pending = {}
 end
 
 -- flush(): the waiting parts as zt_adamw_multi ops, MAX_PARTS at a time
@@ -113,7 +113,11 @@ local MAX_PARTS = 4096    -- zt_ops.h's ZT_ADAMW_PARTS
 function AdamW:flush()
   local b = self.pending
   self.pending = nil
-  if not b or #b == 0 then return end
+  if b then self:issue(b) end
+end
+
+function AdamW:issue(b)
+  if #b == 0 then return end
   local cap = math.min(#b, MAX_PARTS)
   if not self.parts or self.parts_n < cap then
     self.parts, self.parts_n = ffi.new("zt_adamw_part[?]", cap), cap
@@ -159,6 +163,9 @@ function AdamW:free()
 end
 
 -- Call once per optimizer step, before the updates.
-function AdamW:begin_step() self.t = self.t + 1 end
+function AdamW:begin_step()
+  self.pending = nil
+  self.t = self.t + 1
+end
 
 return M

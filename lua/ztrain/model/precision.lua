@@ -125,7 +125,10 @@ end
 -- bf16 gradients themselves (Model:writes_stored: GPT-2's and Llama's
 -- all do): each element the f32 op's rounded once, the embedding's table
 -- accumulated onto what is stored and rounded once -- the bits of an fp32
--- work buffer and a cast after, without either. At GPT-2 124M that is a
+-- work buffer and a cast after, without either (on the CPU devices; CUDA
+-- writes a large dW as a bf16 D, its own algorithm's sum rounded once:
+-- fixed for a shape on a card, so every strategy still gives one rank's
+-- bits there). At GPT-2 124M that is a
 -- V x C fp32 buffer (154 MB; Llama-3-8B's: 2.1 GB) and 16 casts a
 -- backward, 1.2 GB of traffic a step.
 function P:writes(pu)
