@@ -493,17 +493,13 @@ function Model:tied() return true end
 function Model:embedding_grad() return self.embed.g.wte end
 
 -- For the precision policy: whether a unit's backward reads its parameters
--- (the embedding's adds dout's rows: none; driver/stage.lua), and whether
--- its ops read the stored bf16 ones themselves with bf16 GEMMs: all do (the
--- encoder its tables, the layer norms their weights and biases, the GEMMs
--- their weights and biases, each widened exactly as read), so no unit's
--- parameters are cast into fp32 work buffers (precision.lua)
+-- (the embedding's adds dout's rows: none; driver/stage.lua), and whether,
+-- with bf16 GEMMs, its ops read the stored bf16 parameters (each widened
+-- as read) and write the stored bf16 gradients (each rounded once, the
+-- embedding's table added to as stored): all do, so nothing goes through
+-- fp32 work buffers and casts (precision.lua)
 function Model:backward_reads_params(u) return u.kind ~= "embed" end
 function Model:reads_stored() return true end
--- and whether its backward's ops write its stored bf16 gradients with bf16
--- GEMMs: all do (the GEMMs' weight and bias gradients, the norms', the
--- embedding's table added to as stored, each rounded once), so no unit's
--- gradients go through fp32 work buffers and casts (precision.lua)
 function Model:writes_stored() return true end
 
 -- The units a unit reads parameters from (itself, plus embed for the tied
