@@ -101,8 +101,10 @@ static void test_refusals(void) {
     set a = mkset(NA, ZT_F32, 0, 5), b = mkset(NB, ZT_BF16, 0, 6), c = mkset(NB, ZT_F32, 1, 7);
     set ra = copyset(a, ZT_F32);
     zt_adamw_part over[2] = { part(a, 0, 1000, 0.1f), part(a, 999, 10, 0.1f) };
-    ct_check(refused(zt_adamw_multi(over, 2, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 3),
-                     "part 0's param and part 1's param overlap"),
+    /* (param, m and v all overlap here: whichever pair lies lowest in
+     * memory is named) */
+    ct_check(refused(zt_adamw_multi(over, 2, 1e-3f, 0.9f, 0.95f, 1e-8f, 1.0f, 3), "overlap") &&
+                 strstr(zt_last_error(), "part 0's") && strstr(zt_last_error(), "part 1's"),
              "adamw_multi refuses two parts writing one element, naming them", "%s",
              zt_last_error());
     /* across kinds: one part's m is another's param; one part's grad is
