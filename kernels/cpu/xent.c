@@ -45,6 +45,37 @@ static double row_sumexp(const float *restrict x, float mx, int V) {
     return s;
 }
 
+/* acc[k] += (double)e[i + k] for the chunk's whole lanes, i from 0 by
+ * XE_LANES below c: each lane's adds in index order, as the plain loop
+ * does them (GCC leaves that loop scalar: one convert and one add an
+ * element; two ymm of lanes take four a vector). Returns where the whole
+ * lanes end. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx2")))
+static int lanes_add_avx2(double *restrict acc, const float *restrict e, int c) {
+    __m256d lo = _mm256_loadu_pd(acc), hi = _mm256_loadu_pd(acc + 4);
+    int i = 0;
+    for (; i + XE_LANES <= c; i += XE_LANES) {
+        __m256 v = _mm256_loadu_ps(e + i);
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+    }
+    _mm256_storeu_pd(acc, lo);
+    _mm256_storeu_pd(acc + 4, hi);
+    return i;
+}
+#endif
+static int lanes_add(double *restrict acc, const float *restrict e, int c) {
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2")) return lanes_add_avx2(acc, e, c);
+#endif
+    int i = 0;
+    for (; i + XE_LANES <= c; i += XE_LANES)
+        for (int k = 0; k < XE_LANES; k++) acc[k] += (double)e[i + k];
+    return i;
+}
+
 /* row_sumexp, also storing each exp(x - mx) to e, which may be x itself.
  * In chunks that stay in L1: the exps (a per-index loop, so e == x is safe),
  * then the chunk's floats into the lanes in index order, as row_sumexp adds
@@ -57,8 +88,7 @@ static double row_sumexp_store(float *e, const float *x, float mx, int V) {
         int c1 = V - c0 < XE_CHUNK ? V : c0 + XE_CHUNK, i = c0;
         #pragma omp simd
         for (int j = c0; j < c1; j++) e[j] = exp_nonpos(x[j] - mx);
-        for (; i + XE_LANES <= c1; i += XE_LANES)
-            for (int k = 0; k < XE_LANES; k++) acc[k] += (double)e[i + k];
+        i += lanes_add(acc, e + c0, c1 - c0);
         for (int k = 0; i < c1; i++, k++) acc[k] += (double)e[i];
     }
     double s = 0.0;
@@ -166,8 +196,7 @@ int zk_crossentropy_bf16(float *losses, uint16_t *dlogits, const uint16_t *logit
             int c = V - c0 < XE_CHUNK ? V - c0 : XE_CHUNK, i = 0;
             widen(f, x + c0, c);
             exp_chunk(f, mx, c);
-            for (; i + XE_LANES <= c; i += XE_LANES)
-                for (int k = 0; k < XE_LANES; k++) acc[k] += (double)f[i + k];
+            i = lanes_add(acc, f, c);
             for (int k = 0; i < c; i++, k++) acc[k] += (double)f[i];
         }
         double sum = 0.0;
