@@ -18,6 +18,7 @@
  * 4 KiB streams seem to defeat the prefetcher), where one block at a time
  * already reads at about copy bandwidth.
  */
+#include <string.h>
 #include "kernels.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -72,94 +73,43 @@ static inline void blocks_scalar(double *restrict parts, const float *restrict x
 }
 
 #ifdef SUM_X86
-/* 8 floats widened to lanes 0-3 (lo) and 4-7 (hi), squared if sq */
-#define SUM_LOAD8(p, lo, hi)                                                   \
-    do {                                                                       \
-        __m256 v_ = _mm256_loadu_ps(p);                                        \
-        lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v_));                      \
-        hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v_, 1));                    \
-        if (sq) { lo = _mm256_mul_pd(lo, lo); hi = _mm256_mul_pd(hi, hi); }    \
-    } while (0)
+/* The vector path, for an f32 x or a stored 2-byte gradient's (kind X_BF16,
+ * X_F16: zk_sumsq_blocks_16) widened in registers as loaded -- bf16 by a
+ * shift, f16 by F16C, both exact -- so a 2-byte x gives the partials of an
+ * f32 copy without writing one. GPT-2 124M's 124M bf16 gradients, 2
+ * threads of this VM: 23-31 ms, 30-36 through a stack copy before; the
+ * f32 path reads twice the bytes in 18-22 ms, so the 2-byte path is bound
+ * by its widening work, not by memory. Every CPU with AVX2 has F16C. */
+enum { X_F32, X_BF16, X_F16 };
+#define SUM_TARGET __attribute__((target("avx2,f16c"), always_inline)) SUM_NOCONTRACT
 
-/* One block of len elements, any len: the vector lanes, then the tail into
- * lanes 0.. in order, as block_scalar. */
-__attribute__((target("avx2"), always_inline)) SUM_NOCONTRACT
-static inline double block_avx2(const float *restrict x, size_t len, int sq) {
+/* x advanced by n elements of its kind */
+static inline const void *at(const void *x, size_t n, int kind) {
+    return (const char *)x + n * (kind == X_F32 ? 4 : 2);
+}
+
+/* 8 elements at x widened to lanes 0-3 (lo) and 4-7 (hi), squared if sq */
+SUM_TARGET static inline void load8(const void *x, int kind, int sq, __m256d *lo, __m256d *hi) {
+    __m256 v;
+    if (kind == X_F32) {
+        v = _mm256_loadu_ps(x);
+    } else {
+        __m128i h = _mm_loadu_si128((const __m128i *)x);
+        v = kind == X_F16 ? _mm256_cvtph_ps(h)
+                          : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    *lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+    *hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+    if (sq) { *lo = _mm256_mul_pd(*lo, *lo); *hi = _mm256_mul_pd(*hi, *hi); }
+}
+
+/* One block of len elements, any len: the vector lanes, then the tail
+ * (widened) into lanes 0.. in order, as block_scalar. */
+SUM_TARGET static inline double block_avx2(const void *x, size_t len, int kind, int sq) {
     __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd(), lo, hi;
     size_t i = 0;
     for (; i + 8 <= len; i += 8) {
-        SUM_LOAD8(x + i, lo, hi);
-        a0 = _mm256_add_pd(a0, lo);
-        a1 = _mm256_add_pd(a1, hi);
-    }
-    double s[8];
-    _mm256_storeu_pd(s, a0);
-    _mm256_storeu_pd(s + 4, a1);
-    for (int k = 0; i < len; i++, k++) s[k] += sq ? (double)x[i] * (double)x[i] : (double)x[i];
-    return lanes_total(s);
-}
-
-/* Four full blocks at once: eight independent chains of adds where one
- * block has two, so the adds' latency no longer bounds the loop (a block
- * alone ran at ~3 G elements/s a thread, latency-bound). Each block's lanes
- * take the same values in the same order as block_avx2's: the same bits. */
-__attribute__((target("avx2"), always_inline)) SUM_NOCONTRACT
-static inline void block4_avx2(double *restrict parts, const float *restrict x, int sq) {
-    __m256d a[8], lo, hi;
-    for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_pd();
-    for (size_t i = 0; i < ZK_SUM_BLOCK; i += 8)
-        for (int b = 0; b < 4; b++) {
-            SUM_LOAD8(x + (size_t)b * ZK_SUM_BLOCK + i, lo, hi);
-            a[2 * b] = _mm256_add_pd(a[2 * b], lo);
-            a[2 * b + 1] = _mm256_add_pd(a[2 * b + 1], hi);
-        }
-    for (int b = 0; b < 4; b++) {
-        double s[8];
-        _mm256_storeu_pd(s, a[2 * b]);
-        _mm256_storeu_pd(s + 4, a[2 * b + 1]);
-        parts[b] = lanes_total(s);
-    }
-}
-
-__attribute__((target("avx2"), always_inline)) SUM_NOCONTRACT
-static inline void blocks_avx2(double *restrict parts, const float *restrict x, size_t nblk,
-                               size_t last_len, int sq) {
-    size_t j = 0;
-    /* blocks j .. j+3 all full: the last one is not among them, or is full */
-    for (; j + 4 < nblk || (j + 4 == nblk && last_len == ZK_SUM_BLOCK); j += 4)
-        block4_avx2(parts + j, x + j * ZK_SUM_BLOCK, sq);
-    for (; j < nblk; j++)
-        parts[j] = block_avx2(x + j * ZK_SUM_BLOCK, j + 1 < nblk ? ZK_SUM_BLOCK : last_len, sq);
-}
-#endif
-
-#ifdef SUM_X86
-/* A stored 2-byte gradient's sums of squares (zk_sumsq_blocks_16) widened
- * in registers as loaded -- bf16 by a shift, f16 by F16C, both exact --
- * then the f32 path's converts, squares and adds in the same lanes and
- * order: the partials of an f32 copy, without writing one (it used to be
- * widened into the stack a run of blocks at a time). GPT-2 124M's 124M
- * bf16 gradients, 2 threads of this VM: 23-31 ms, 30-36 before; the f32
- * path reads twice the bytes in 18-22 ms, so the 2-byte path is bound by
- * its widening work, not by memory. */
-#define SUM_LOAD8_16(p, f16, lo, hi)                                           \
-    do {                                                                       \
-        __m128i h_ = _mm_loadu_si128((const __m128i *)(p));                    \
-        __m256 v_ = (f16) ? _mm256_cvtph_ps(h_)                                \
-                          : _mm256_castsi256_ps(                               \
-                                _mm256_slli_epi32(_mm256_cvtepu16_epi32(h_), 16)); \
-        lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v_));                      \
-        hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v_, 1));                    \
-        lo = _mm256_mul_pd(lo, lo);                                            \
-        hi = _mm256_mul_pd(hi, hi);                                            \
-    } while (0)
-
-__attribute__((target("avx2,f16c"), always_inline)) SUM_NOCONTRACT
-static inline double block16_avx2(const uint16_t *restrict x, size_t len, int f16) {
-    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd(), lo, hi;
-    size_t i = 0;
-    for (; i + 8 <= len; i += 8) {
-        SUM_LOAD8_16(x + i, f16, lo, hi);
+        load8(at(x, i, kind), kind, sq, &lo, &hi);
         a0 = _mm256_add_pd(a0, lo);
         a1 = _mm256_add_pd(a1, hi);
     }
@@ -167,19 +117,24 @@ static inline double block16_avx2(const uint16_t *restrict x, size_t len, int f1
     float t[8];
     _mm256_storeu_pd(s, a0);
     _mm256_storeu_pd(s + 4, a1);
-    size_t r = len - i;                  /* the tail, widened, into lanes 0.. */
-    if (f16) zk_cast_f16_f32(t, x + i, r); else zk_cast_bf16_f32(t, x + i, r);
-    for (size_t k = 0; k < r; k++) s[k] += (double)t[k] * (double)t[k];
+    size_t r = len - i;
+    if (kind == X_F32) memcpy(t, at(x, i, kind), r * 4);
+    else if (kind == X_F16) zk_cast_f16_f32(t, at(x, i, kind), r);
+    else zk_cast_bf16_f32(t, at(x, i, kind), r);
+    for (size_t k = 0; k < r; k++) s[k] += sq ? (double)t[k] * (double)t[k] : (double)t[k];
     return lanes_total(s);
 }
 
-__attribute__((target("avx2,f16c"), always_inline)) SUM_NOCONTRACT
-static inline void block4_16_avx2(double *restrict parts, const uint16_t *restrict x, int f16) {
+/* Four full blocks at once: eight independent chains of adds where one
+ * block has two, so the adds' latency no longer bounds the loop (a block
+ * alone ran at ~3 G elements/s a thread, latency-bound). Each block's lanes
+ * take the same values in the same order as block_avx2's: the same bits. */
+SUM_TARGET static inline void block4_avx2(double *restrict parts, const void *x, int kind, int sq) {
     __m256d a[8], lo, hi;
     for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_pd();
     for (size_t i = 0; i < ZK_SUM_BLOCK; i += 8)
         for (int b = 0; b < 4; b++) {
-            SUM_LOAD8_16(x + (size_t)b * ZK_SUM_BLOCK + i, f16, lo, hi);
+            load8(at(x, (size_t)b * ZK_SUM_BLOCK + i, kind), kind, sq, &lo, &hi);
             a[2 * b] = _mm256_add_pd(a[2 * b], lo);
             a[2 * b + 1] = _mm256_add_pd(a[2 * b + 1], hi);
         }
@@ -191,38 +146,28 @@ static inline void block4_16_avx2(double *restrict parts, const uint16_t *restri
     }
 }
 
-__attribute__((target("avx2,f16c"), always_inline)) SUM_NOCONTRACT
-static inline void blocks16_avx2(double *restrict parts, const uint16_t *restrict x, size_t nblk,
-                                 size_t last_len, int f16) {
+SUM_TARGET static inline void blocks_avx2(double *restrict parts, const void *x, size_t nblk,
+                                          size_t last_len, int kind, int sq) {
     size_t j = 0;
+    /* blocks j .. j+3 all full: the last one is not among them, or is full */
     for (; j + 4 < nblk || (j + 4 == nblk && last_len == ZK_SUM_BLOCK); j += 4)
-        block4_16_avx2(parts + j, x + j * ZK_SUM_BLOCK, f16);
+        block4_avx2(parts + j, at(x, j * ZK_SUM_BLOCK, kind), kind, sq);
     for (; j < nblk; j++)
-        parts[j] = block16_avx2(x + j * ZK_SUM_BLOCK, j + 1 < nblk ? ZK_SUM_BLOCK : last_len, f16);
+        parts[j] = block_avx2(at(x, j * ZK_SUM_BLOCK, kind), j + 1 < nblk ? ZK_SUM_BLOCK : last_len,
+                              kind, sq);
 }
 
-/* f16 fixed at compile time in each instance */
+/* kind and sq fixed at compile time in each instance: no branch in the loops */
+#define SUM_INSTANCE(name, T, kind, sq)                                        \
+    __attribute__((target("avx2,f16c"))) SUM_NOCONTRACT                        \
+    static void name(double *restrict p, const T *restrict x, size_t nb, size_t last) { \
+        blocks_avx2(p, x, nb, last, kind, sq);                                 \
+    }
+SUM_INSTANCE(sumsq_avx2, float, X_F32, 1)
+SUM_INSTANCE(sum_avx2, float, X_F32, 0)
+SUM_INSTANCE(sumsq_bf16_avx2, uint16_t, X_BF16, 1)
+SUM_INSTANCE(sumsq_f16_avx2, uint16_t, X_F16, 1)
 typedef void (*sum16_fn)(double *restrict, const uint16_t *restrict, size_t, size_t);
-__attribute__((target("avx2,f16c"))) SUM_NOCONTRACT
-static void sumsq_bf16_avx2(double *restrict p, const uint16_t *restrict x, size_t nb, size_t last) {
-    blocks16_avx2(p, x, nb, last, 0);
-}
-__attribute__((target("avx2,f16c"))) SUM_NOCONTRACT
-static void sumsq_f16_avx2(double *restrict p, const uint16_t *restrict x, size_t nb, size_t last) {
-    blocks16_avx2(p, x, nb, last, 1);
-}
-#endif
-
-#ifdef SUM_X86
-/* sq fixed at compile time in each instance, so no branch in the loops */
-__attribute__((target("avx2"))) SUM_NOCONTRACT
-static void sumsq_avx2(double *restrict p, const float *restrict x, size_t nb, size_t last) {
-    blocks_avx2(p, x, nb, last, 1);
-}
-__attribute__((target("avx2"))) SUM_NOCONTRACT
-static void sum_avx2(double *restrict p, const float *restrict x, size_t nb, size_t last) {
-    blocks_avx2(p, x, nb, last, 0);
-}
 #endif
 
 static void sumsq_scalar(double *restrict p, const float *restrict x, size_t nb, size_t last) {
@@ -240,7 +185,8 @@ int zk_scalar_forced(void) { return scalar_forced; }
 
 static sum_blocks_fn sum_pick(int sq) {
 #if defined(SUM_X86)
-    if (!scalar_forced && __builtin_cpu_supports("avx2")) return sq ? sumsq_avx2 : sum_avx2;
+    if (!scalar_forced && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
+        return sq ? sumsq_avx2 : sum_avx2;
 #endif
     return sq ? sumsq_scalar : sum_scalar;
 }
