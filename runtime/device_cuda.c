@@ -487,9 +487,9 @@ static int cuda_matmul_bf16_forward(void *out, int out_bf16, const uint16_t *inp
 }
 
 /* dinp16: a bf16 dinp (the fp32 one rounded once); the scratch holds db's
- * colsum and, for the LM head's split (matmul.cu), the fp32 dinp rounded
- * from: zkc_matmul_bf16_backward_scratch, the larger of the two. g16: dw,
- * db bf16, written by the op (a bf16-D GEMM, or on a small output the
+ * colsum, for the LM head's split (matmul.cu) the fp32 dinp rounded from,
+ * and a small g16 dw's fp32 image: zkc_matmul_bf16_backward_scratch, the
+ * largest of the three. g16: dw, db bf16, written by the op (a bf16-D GEMM, or on a small output the
  * fp32 dw in the scratch, cast; colsum rounded once) */
 static int cuda_matmul_bf16_backward(void *dinp, int dinp16, void *dw, void *db, int g16,
                                      const uint16_t *dout, const uint16_t *inp, const uint16_t *w,

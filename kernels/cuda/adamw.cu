@@ -8,18 +8,34 @@
 
 struct adam_coef { float decay, b1, b2, omb1, omb2, step, bc2_sqrt, eps, gscale; };
 
+/* One element of every AdamW kernel here (the decay an argument): from
+ * p0, m0, v0 and g0 (the gradient element, a 2-byte one widened exactly)
+ * the new p, m, v; the kernels write the stored low-precision parameter
+ * from the new p. One copy, so the three kernels cannot drift apart. */
+struct adam_out { float p, m, v; };
+__device__ __forceinline__ static adam_out adam_step(float p0, float g0, float m0, float v0,
+                                                     float decay, const adam_coef &k)
+{
+    float g = __fmul_rn(g0, k.gscale);
+    float p = __fmul_rn(p0, decay);
+    float mi = __fadd_rn(__fmul_rn(k.b1, m0), __fmul_rn(k.omb1, g));
+    float vi = __fadd_rn(__fmul_rn(k.b2, v0), __fmul_rn(k.omb2, __fmul_rn(g, g)));
+    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
+    adam_out o;
+    o.p = __fsub_rn(p, __fmul_rn(k.step, __fdiv_rn(mi, denom)));
+    o.m = mi;
+    o.v = vi;
+    return o;
+}
+
 __global__ static void k_adamw(float *param, const float *grad, float *m, float *v,
                                size_t n, adam_coef k)
 {
     ZKC_FOR(i, n) {
-        float g = __fmul_rn(grad[i], k.gscale);
-        float p = __fmul_rn(param[i], k.decay);
-        float mi = __fadd_rn(__fmul_rn(k.b1, m[i]), __fmul_rn(k.omb1, g));
-        float vi = __fadd_rn(__fmul_rn(k.b2, v[i]), __fmul_rn(k.omb2, __fmul_rn(g, g)));
-        float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
-        m[i] = mi;
-        v[i] = vi;
-        param[i] = __fsub_rn(p, __fmul_rn(k.step, __fdiv_rn(mi, denom)));
+        adam_out o = adam_step(param[i], grad[i], m[i], v[i], k.decay, k);
+        m[i] = o.m;
+        v[i] = o.v;
+        param[i] = o.p;
     }
 }
 
@@ -58,26 +74,6 @@ extern "C" int zkc_adamw(cudaStream_t s, float *p, const float *g, float *m, flo
  * to fill when the step accumulates nothing. */
 #define ADAM_SEGS 16
 
-/* One element of the segmented and multi-tensor updates (k_adamw's
- * arithmetic, the decay an argument): g the gradient element widened
- * exactly, the new p, m, v; and the stored low-precision parameter (lp
- * kind 1 bf16, 2 f16, 0 none) written from the new p, the casts' bits.
- * One copy, so the two kernels cannot drift apart. */
-struct adam_out { float p, m, v; };
-__device__ __forceinline__ static adam_out adam_step(float p0, float g0, float m0, float v0,
-                                                     float decay, const adam_coef &k)
-{
-    float g = __fmul_rn(g0, k.gscale);
-    float p = __fmul_rn(p0, decay);
-    float mi = __fadd_rn(__fmul_rn(k.b1, m0), __fmul_rn(k.omb1, g));
-    float vi = __fadd_rn(__fmul_rn(k.b2, v0), __fmul_rn(k.omb2, __fmul_rn(g, g)));
-    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
-    adam_out o;
-    o.p = __fsub_rn(p, __fmul_rn(k.step, __fdiv_rn(mi, denom)));
-    o.m = mi;
-    o.v = vi;
-    return o;
-}
 __device__ __forceinline__ static void adam_lp(uint16_t *lp, size_t i, int lp_kind, float np)
 {
     if (lp_kind == 1) lp[i] = zkc_bf16(np);

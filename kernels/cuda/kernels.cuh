@@ -288,7 +288,8 @@ int zkc_matmul_g16_dw_f32(int N, int C, int OC);
  * Process-wide; change it while no matmul runs. */
 int zkc_matmul_g16_hybrid(int on);
 
-/* ---- colsum.cu: out (OC) fp32 WRITTEN = column sums of x (N,OC), rows ld
+/* ---- colsum.cu: out (OC) fp32, or (out16) bf16 rounded once, WRITTEN =
+ * column sums of x (N,OC), rows ld
  * apart, fp32 or bf16: the bias gradients. Chunks of 64 rows each summed
  * in order in double (a thread per column and chunk), then the chunks in
  * order: deterministic, the same bits on any GPU; the CPU's grouping of

@@ -2286,7 +2286,8 @@ static void t_matmul_g16(void)
     zt_cuda_matmul_epilogue(was);
     ct_check(n[0] > 0 && n[1] > 0, "matmul bf16 backward g16: shapes of both dw paths tested",
              "%d bf16 D, %d fp32 + cast", n[0], n[1]);
-    int hy = zkc_matmul_g16_hybrid(0);
+    int hy = zkc_matmul_g16_hybrid(-1);    /* asks; then off */
+    zkc_matmul_g16_hybrid(0);
     int off = zkc_matmul_g16_dw_f32(1024, 768, 768);
     ct_check(hy == 1 && off == 0, "zkc_matmul_g16_hybrid(0): a small output's dw the bf16 D",
              "hybrid was %d, dw_f32 %d", hy, off);

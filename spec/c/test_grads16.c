@@ -14,22 +14,7 @@
 #include "ctest.h"
 #include "../../kernels/cpu/kernels.h"
 #include "../../runtime/ztrain.h"
-
-static zt_tensor *tensor(int dtype, int nd, const int64_t *shape, const float *f) {
-    zt_tensor *t = NULL;
-    if (zt_tensor_new(&t, ZT_TIER_DEVICE, ZT_CAT_OTHER, dtype, nd, shape) != 0) abort();
-    size_t n = 1;
-    for (int i = 0; i < nd; i++) n *= (size_t)shape[i];
-    if (f && dtype == ZT_BF16) {
-        uint16_t *h = ct_alloc(n * 2);
-        zk_cast_f32_bf16(h, f, n);
-        zt_tensor_write(t, h, n * 2);
-        free(h);
-    } else if (f) {
-        zt_tensor_write(t, f, n * 4);
-    }
-    return t;
-}
+#include "ops_tensors.h"
 
 /* g (bf16) must hold f (f32) rounded once */
 static void rounded(const char *name, zt_tensor *f, zt_tensor *g) {
@@ -41,15 +26,6 @@ static void rounded(const char *name, zt_tensor *f, zt_tensor *g) {
     zt_tensor_read(g, got, n * 2);
     ct_same_bits(name, want, got, n * 2);
     free(x); free(want); free(got);
-}
-
-static void same(const char *name, zt_tensor *a, zt_tensor *b) {
-    size_t n = (size_t)zt_tensor_numel(a) * zt_dtype_size(zt_tensor_dtype(a));
-    unsigned char *x = ct_alloc(n), *y = ct_alloc(n);
-    zt_tensor_read(a, x, n);
-    zt_tensor_read(b, y, n);
-    ct_same_bits(name, x, y, n);
-    free(x); free(y);
 }
 
 static void ran(int rc, const char *what) {
@@ -85,9 +61,9 @@ static void test_matmul(int N, int C, int OC, const char *how) {
     rounded(name, db32, db16);
     snprintf(name, sizeof name, "matmul_bf16_backward %dx%dx%d, %s: dinp unchanged beside bf16 "
              "gradients; the W-only pass the fused one's bits", N, C, OC, how);
-    same(name, di32, di16);
-    same(name, dw16, sw16);
-    same(name, db16, sb16);
+    same_tensor(name, di32, di16);
+    same_tensor(name, dw16, sw16);
+    same_tensor(name, db16, sb16);
     /* the GEMM+dGELU op (its weight half is this GEMM's) with bf16 grads */
     if (OC == C) {
         zt_tensor *pre = tensor(ZT_BF16, 2, sx, fx), *o16 = tensor(ZT_BF16, 2, sx, NULL);
@@ -129,7 +105,7 @@ static void test_norms(int N, int C) {
                  "f32 ones rounded once; dinp unchanged", N, C, st);
         rounded(name, dw32, dw16);
         rounded(name, db32, db16);
-        same(name, di[0], di[1]);
+        same_tensor(name, di[0], di[1]);
         ran(zt_layernorm_backward(NULL, dw16, db16, y, x, dw16, m, r), "layernorm W only bf16");
         snprintf(name, sizeof name, "layernorm backward %dx%d, %s: the W-only pass, its bf16 "
                  "gradient standing in for the weight", N, C, st);
@@ -140,7 +116,7 @@ static void test_norms(int N, int C) {
         snprintf(name, sizeof name, "rmsnorm backward %dx%d, %s: bf16 dweight = the f32 one "
                  "rounded once; dinp unchanged", N, C, st);
         rounded(name, dw32, dw16);
-        same(name, di[0], di[1]);
+        same_tensor(name, di[0], di[1]);
         zt_tensor *t[] = { x, y, w, b, o, m, r, di[0], di[1], dw32, db32, dw16, db16 };
         release(t, 13);
     }
@@ -181,10 +157,6 @@ static void test_encoder(int B, int T, int C, int V, int maxT) {
     }
     zt_tensor_release(tokens);
     free(tok); free(fe); free(fp); free(fd);
-}
-
-static int refused(int rc, const char *needle) {
-    return rc != 0 && strstr(zt_last_error(), needle) != NULL;
 }
 
 static void test_refusals(void) {

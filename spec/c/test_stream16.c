@@ -12,6 +12,7 @@
 #include "ctest.h"
 #include "../../kernels/cpu/kernels.h"
 #include "../../runtime/ztrain.h"
+#include "ops_tensors.h"
 
 /* n random values already on the bf16 grid: bf16 bits, and their widening */
 static uint16_t *rand16(size_t n, float lo, float hi, float **wide) {
@@ -236,27 +237,6 @@ static void test_mm_dinp16(int N, int C, int OC, int ldo) {
     free(want); free(got);
 }
 
-/* a tensor of the given dtype and shape on the device tier, filled from
- * floats (rounded when bf16) */
-static zt_tensor *tensor(int dtype, int nd, const int64_t *shape, const float *f) {
-    zt_tensor *t = NULL;
-    if (zt_tensor_new(&t, ZT_TIER_DEVICE, ZT_CAT_OTHER, dtype, nd, shape) != 0) abort();
-    size_t n = 1;
-    for (int i = 0; i < nd; i++) n *= (size_t)shape[i];
-    if (f && dtype == ZT_BF16) {
-        uint16_t *h = round16(f, n);
-        zt_tensor_write(t, h, n * 2);
-        free(h);
-    } else if (f) {
-        zt_tensor_write(t, f, n * 4);
-    }
-    return t;
-}
-
-static int refused(int rc, const char *needle) {
-    return rc != 0 && strstr(zt_last_error(), needle) != NULL;
-}
-
 static void test_ops_refuse(void) {
     int64_t s2[2] = { 4, 8 }, s1[1] = { 8 }, big[2] = { 1, 16385 }, big1[1] = { 16385 };
     zt_tensor *a16 = tensor(ZT_BF16, 2, s2, NULL), *b16 = tensor(ZT_BF16, 2, s2, NULL);
@@ -348,15 +328,6 @@ static void test_gelu_ops(int N, int C, int OC) {
 }
 
 /* two tensors' bytes equal (both read back from the device) */
-static void same_tensor(const char *name, zt_tensor *a, zt_tensor *b) {
-    size_t n = (size_t)zt_tensor_numel(a) * zt_dtype_size(zt_tensor_dtype(a));
-    unsigned char *x = ct_alloc(n), *y = ct_alloc(n);
-    zt_tensor_read(a, x, n);
-    zt_tensor_read(b, y, n);
-    ct_same_bits(name, x, y, n);
-    free(x); free(y);
-}
-
 /* same_tensor over each pair (two runs' outputs, a zt_tensor *[2] each) */
 static void same_pairs(const char *name, int n, ...) {
     va_list ap;

@@ -13,7 +13,8 @@
  * items (lengths 0..40), more than one launch's table (600): three
  * launches, the same bits. And zkc_adamw_segments over one buffer's
  * segments against the multi call on the same segments: the same bits.
- * Refused: n = 0, g kind 3, lp kind 3, a negative length, nothing written.
+ * Refused: n = 0, g kind 3, lp kind 3, a negative length, an lp kind
+ * without lp: nothing written.
  * Run: sh tools/emu_kernel.sh adamw.
  */
 #include <math.h>

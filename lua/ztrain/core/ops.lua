@@ -150,13 +150,6 @@ function M.crossentropy(losses, dlogits, logits, targets, dscale, V)
 end
 -- n rounded up to the row padding of logits (128): 50257 -> 50304
 function M.padded_cols(n) return tonumber(C.zt_padded_cols(n)) end
--- segs: { n = count, off = int64_t[n], len = int64_t[n], wd = float[n] }
--- (ffi arrays; model/adamw.lua builds them once a range); lp: nil, or the
--- bf16/f16 stored parameters, written rounded in the same pass
-function M.adamw_segments(p, g, m, v, lp, segs, lr, b1, b2, eps, gscale, step)
-  check(C.zt_adamw_segments(c(p), c(g), c(m), c(v), c(lp), segs.n, segs.off, segs.len, segs.wd, lr,
-                            b1, b2, eps, gscale, step), "adamw_segments")
-end
 -- parts: a zt_adamw_part[n] (ffi; model/adamw.lua fills it), n of them:
 -- every tensor's segment of a step in one op (one launch on a GPU)
 function M.adamw_multi(parts, n, lr, b1, b2, eps, gscale, step)

@@ -42,7 +42,7 @@ local FAMILY = {
   add3 = "residual add", add = "grad accumulate",
   encoder_forward = "embedding", encoder_backward = "embedding",
   crossentropy = "cross-entropy", sum = "loss sum",
-  adamw = "AdamW", adamw_segments = "AdamW", adamw_multi = "AdamW", sumsq_blocks = "grad norm",
+  adamw = "AdamW", adamw_multi = "AdamW", sumsq_blocks = "grad norm",
   sumsq_blocks_many = "grad norm", scale = "grad clip",
   cast = "precision casts", copy = "copy/fill", fill = "copy/fill",
   axpy = "axpy", randn = "init",
@@ -156,20 +156,16 @@ function COST.crossentropy(cfg, losses, dlogits, logits, targets)
 end
 -- p, g, m, v read; p, m, v written
 function COST.adamw(cfg, p, g, m, v) return 0, 2 * nb(p) + nb(g) + 2 * nb(m) + 2 * nb(v) end
--- the segments' elements only (a range's padding is not touched)
-function COST.adamw_segments(cfg, p, g, m, v, lp, segs)
-  local n = 0
-  for i = 0, segs.n - 1 do n = n + tonumber(segs.len[i]) end
-  -- p, m, v read and written (24), g read (4, or 2 when a mixed-precision
-  -- step's stored gradient is read as it is), the low-precision copy written
-  return 0, (24 + (g:dtype() == "f32" and 4 or 2)) * n + (lp and 2 * n or 0)
-end
--- parts: a zt_adamw_part[n], each its segment's elements as above
+-- parts: a zt_adamw_part[n], each its segment's elements only (a range's
+-- padding is not touched): p, m, v read and written (24), g read (4, or 2
+-- when a mixed-precision step's stored gradient is read as it is), the
+-- low-precision copy written
 function COST.adamw_multi(cfg, parts, n)
   local bytes = 0
   for k = 0, n - 1 do
     local q, len = parts[k], tonumber(parts[k].length)
-    bytes = bytes + (24 + (zffi.C.zt_tensor_dtype(q.grad) == 0 and 4 or 2)) * len + (q.lp ~= nil and 2 * len or 0)
+    local gb = zffi.C.zt_tensor_dtype(q.grad) == zffi.C.ZT_F32 and 4 or 2
+    bytes = bytes + (24 + gb) * len + (q.lp ~= nil and 2 * len or 0)
   end
   return 0, bytes
 end
