@@ -137,6 +137,13 @@ describe("AdamW", function()
     assert.are.same(before, Pa1:totable(), "the stale batch's range was never updated")
     opt_a:flush()                                       -- nothing pending: a no-op
     assert.are.same(before, Pa1:totable())
+    -- one batch is one step's: another lr or clip scale inside it is misuse
+    opt_a:begin_batch()
+    opt_a:update_range(u1, 0, 317, Pa1, G1, sa1, 0.01, 0.5)
+    local ok, err = pcall(opt_a.update_range, opt_a, u2, 0, 49, Pa2, G2, sa2, 0.02, 0.5)
+    assert.is_false(ok)
+    assert.matches("one batch takes one lr and grad_scale", err)
+    opt_a:begin_step()
     for _, st in ipairs({ sa1, sa2, sb1, sb2 }) do st.exp_avg:free(); st.exp_avg_sq:free() end
     for _, t in ipairs({ Pa1, Pa2, Pb1, Pb2, G1, G2 }) do t:free() end
   end)
