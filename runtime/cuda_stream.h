@@ -87,5 +87,10 @@ int zt_cuda_matmul_epilogue(int on);
  * up to the last multiple of 128 and the rest (kernels/cuda/matmul.cu); 0
  * as one; -1 only asks. Returns the setting in force. Process-wide. */
 int zt_cuda_matmul_split(int on);
+/* The tensor-core attention backward's dQ (attention_tc.cu): 0 its own
+ * pass (the default), 1 in the dK/dV kernel with the key tiles' parts added
+ * in a fixed order (ZTRAIN_ATTN_DQ at init); -1 queries. Both give the same
+ * bits run to run; not each other's (dk, dv: the same). */
+int zt_cuda_attention_dq(int on);
 
 #endif

@@ -166,6 +166,16 @@ int zt_cuda_init(void)
                         "0 (the GEMM and the GELU apart) or 1 (fused where cuBLASLt can, the "
                         "default)", gf);
     if (gf) zkc_matmul_gelu_fusion(gf[0] == '1');
+    /* ZTRAIN_ATTN_DQ=ordered: the tensor-core backward makes dQ in its
+     * dK/dV kernel, the key tiles' parts added in a fixed order (5
+     * matmul-equivalents); pass (or unset, the default until a GPU has
+     * timed both): its own pass (7). Both deterministic (attention_tc.cu) */
+    const char *aq = getenv("ZTRAIN_ATTN_DQ");
+    if (aq && strcmp(aq, "ordered") && strcmp(aq, "pass"))
+        return zt_error(ZT_EINVAL, "zt_device_init(\"cuda\"): ZTRAIN_ATTN_DQ is '%.40s'; use "
+                        "pass (dQ by its own kernel, the default) or ordered (in the dK/dV "
+                        "kernel, in a fixed order)", aq);
+    if (aq) zkc_attention_tc_ordered_dq(aq[0] == 'o');
     CU(cudaGetDevice(&cu_dev));
     struct cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, cu_dev) == cudaSuccess)
@@ -744,6 +754,13 @@ int zt_cuda_matmul_split(int on)
     return zkc_matmul_split(on);
 }
 
+int zt_cuda_attention_dq(int on)
+{
+    ZT_CHECK(on >= -1 && on <= 1, "zt_cuda_attention_dq: %d (known: 0 dQ by its own pass, 1 in "
+             "the dK/dV kernel in a fixed order, -1 query)", on);
+    return zkc_attention_tc_ordered_dq(on);
+}
+
 static int64_t tc_calls;          /* zt_device_count("attention_tc") */
 static int64_t cuda_attention_tc_calls(void) { return __atomic_load_n(&tc_calls, __ATOMIC_RELAXED); }
 
@@ -783,17 +800,19 @@ static void cuda_attention_decode(float *out, float *kcache, float *vcache, cons
                                      pos));
 }
 
-/* D = rowsum(dout * out) (B*NH*T floats) lives in the scratch buffer */
+/* D = rowsum(dout * out) (B*NH*T floats) lives in the scratch buffer, and
+ * the tensor-core kernels' ordered dQ's counts and sums
+ * (zkc_attention_backward_tc_scratch) */
 static int cuda_attention_backward(void *dqkv, const void *dout, const void *qkv,
                                    const void *out, const float *lse, int io16,
                                    int B, int T, int C, int NH, int NKV, int W)
 {
     ZT_TRY(take_pending());
-    size_t rows = (size_t)B * NH * T;
+    int tc = attn_tc(C, NH, dqkv, dout, qkv, out), e = 0;
+    size_t nf = tc ? zkc_attention_backward_tc_scratch(io16, B, T, C, NH) : (size_t)B * NH * T;
     pthread_mutex_lock(&cu_lock);
-    int rc = scratch(rows / 2 + 1), tc = 0, e = 0;
+    int rc = scratch(nf / 2 + 1);
     if (rc == ZT_OK) {
-        tc = attn_tc(C, NH, dqkv, dout, qkv, out);
         e = tc ? zkc_attention_backward_tc_gqa(S(), dqkv, dout, qkv, out, lse, io16, B, T, C, NH,
                                                NKV, W, (float *)cu_scratch)
                : zkc_attention_backward_gqa(S(), dqkv, dout, qkv, out, lse, io16, B, T, C, NH,

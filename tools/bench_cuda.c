@@ -244,6 +244,13 @@ int main(void)
     TIME("attention bwd T=1024 bf16 tc", 2.5 * fa, 20, dv->attention_backward(dq, g, qkv, y, lse, 0, B, T, C, NH, NH, 0));
     TIME("attention fwd T=1024 bf16 tc, bf16 I/O", fa, 20, dv->attention_forward(o16, lse, q16, 1, B, T, C, NH, NH, 0));
     TIME("attention bwd T=1024 bf16 tc, bf16 I/O", 2.5 * fa, 20, dv->attention_backward(dq16, go16, q16, o16, lse, 1, B, T, C, NH, NH, 0));
+    /* dQ in the dK/dV kernel, added in a fixed order (zt_cuda_attention_dq):
+     * beside the rows above (dQ by its own pass) and bench_cuda_dqatomic's
+     * (the same kernel adding by atomics: the price of the order) */
+    zt_cuda_attention_dq(1);
+    TIME("attention bwd T=1024 bf16 tc, ordered dQ", 2.5 * fa, 20, dv->attention_backward(dq, g, qkv, y, lse, 0, B, T, C, NH, NH, 0));
+    TIME("attention bwd T=1024 bf16 tc, bf16 I/O, ordered dQ", 2.5 * fa, 20, dv->attention_backward(dq16, go16, q16, o16, lse, 1, B, T, C, NH, NH, 0));
+    zt_cuda_attention_dq(0);
     dv->free(q16); dv->free(o16); dv->free(dq16); dv->free(go16);
     /* T = 1024, 4096 and 8192 at head sizes 64 and 128 (the GPU-Attention
      * issue's shapes, beside PyTorch's flash attention:
@@ -273,6 +280,12 @@ int main(void)
             TIME(nm, fk, 10, dv->attention_forward(o2, l2, q2, 0, Bk, Tk, Ck, NHk, NHk, 0));
             snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc", Bk, Tk, cfg[k][3]);
             TIME(nm, 2.5 * fk, 5, dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk, NHk, 0));
+            zt_cuda_attention_dq(1);
+            snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc, bf16 I/O, ordered dQ", Bk, Tk, cfg[k][3]);
+            TIME(nm, 2.5 * fk, 5, dv->attention_backward(dh, gh, qh, oh, l2, 1, Bk, Tk, Ck, NHk, NHk, 0));
+            snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc, ordered dQ", Bk, Tk, cfg[k][3]);
+            TIME(nm, 2.5 * fk, 5, dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk, NHk, 0));
+            zt_cuda_attention_dq(0);
             dv->free(q2); dv->free(d2); dv->free(o2); dv->free(g2); dv->free(l2); dv->free(gb2);
         }
     }

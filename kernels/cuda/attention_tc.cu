@@ -72,27 +72,37 @@
  * parts need an owner: per-key-block partials summed in a fixed order
  * need T/64 copies of dQ (at GPT-2 124M, B=16, T=1024: 16 x 50 MB a
  * layer) where the contract's scratch is B*NH*T floats (D); ordering the
- * adds (a semaphore per query block) serialises the key blocks of a query
- * block and rests on block scheduling order. The dQ pass instead costs 3
+ * adds needs counts between blocks (below, the ordered dQ, not yet the
+ * default). The dQ pass instead costs 3
  * of the 7 matmul-equivalents' FLOPs, 2 of them recomputation: at that
  * shape 3 x 2 x (T^2/2) x 64 x 192 heads = 39 GFLOP a layer (26 of them
  * recomputed), ~0.13 ms at 300 TFLOP/s; FA2's atomics move instead 136 key
  * x query block pairs x 16 KiB of fp32 dQ x 192 heads = 430 MB a layer
  * through L2 (~0.1 ms at L2 atomic rates), overlapped with its products.
- * The way to 5 without atomics (not done): k_tc_dkv writes bf16(dS) to
- * shared memory, computes the chunk's dQ part (dS^T K) and adds it into
- * dqkv's fp32 dQ rows in key-block order, a block waiting on a per-(b, h,
- * query chunk) counter that the previous key block bumps (T/64 ints per
- * (b, h): the scratch would have to grow, or D be recomputed per chunk);
- * it relies on blocks being dispatched in index order (as FA3's
- * deterministic backward does) and cannot be checked by the emulator,
- * which runs blocks one after another. Its arithmetic is here already in
- * the -DZKC_ATTN_TC_DQ_ATOMIC variant (below; atomics instead of the
- * ordered adds), built only to measure the price of determinism once on a
- * GPU (tools/bench_cuda.c's bench_cuda_dqatomic; dK/dV then 238 / 240
+ * The way to 5 without atomics (zkc_attention_tc_ordered_dq(1), off by
+ * default until a GPU has timed it; ZTRAIN_ATTN_DQ=ordered at device init):
+ * k_tc_D writes D and zeroes the counts, then k_tc_dkv<ORD> also makes
+ * each chunk's dQ part (bf16(dS)^T K over its 64 keys, dS staged in shared
+ * memory as the DQA variant does) and adds it into an fp32 sum (dqkv's q
+ * part itself for fp32 I/O, the scratch's (B, T, C) for bf16) in one order:
+ * a query chunk's own key tile J first (it writes), then J-1 down to the
+ * lowest tile that reaches it (0, or the window's: that one writes the
+ * result in dqkv's type). A tile waits on a count per (b, h, chunk) until
+ * the J - kt tiles above it have added theirs (ordered_add). Causal work
+ * makes that order free of stalls when blocks keep pace: tile kt reaches
+ * chunk c one chunk after tile kt+1 did. Deadlock-free whatever the GPU's
+ * dispatch order: a block's work is its ticket (taken when it starts; a
+ * (b, kv head)'s tiles last to first), and it waits only on blocks with
+ * smaller tickets, which have started. The price: the scratch grows by a
+ * count per 64 (16 at head size 128) queries and, for bf16, B T C floats;
+ * the dK/dV kernel holds 2 blocks an SM, not 3 (its registers), and the
+ * last head's tile 0 (the longest) starts last. The emulator runs the
+ * blocks one at a time in either order and aborts a wait that no earlier
+ * block can end. Its atomic twin, -DZKC_ATTN_TC_DQ_ATOMIC (below), is the
+ * same kernel adding by fp32 atomics: built only to price the order
+ * (tools/bench_cuda.c's bench_cuda_dqatomic; dK/dV then 238 / 240
  * registers at 2 blocks an SM, 46592 / 46720 B at head size 64 / 128, no
- * spills on sm_90: at 3 blocks head size 64 spilled 104 bytes, so that
- * variant also holds fewer blocks an SM than the deterministic dK/dV).
+ * spills on sm_90).
  *
  * Rounded to bf16 (RNE) on the way into shared memory: q, k, v, dout
  * (io16: already bf16); in registers: p, dS where they enter a product. In
@@ -114,9 +124,11 @@
  * Resources (ptxas, sm_90, static shared memory, no spills; launch bounds
  * cap the registers so that the blocks an SM holds are as listed):
  *   head size 64:  forward 256 threads, 128 registers, 36864 B (2 a SM);
- *                  dQ 256, 127, 46080 B (2); dK/dV 128, 168, 37376 B (3)
+ *                  dQ 256, 127, 46080 B (2); dK/dV 128, 168, 37376 B (3);
+ *                  dK/dV with the ordered dQ 128, 235, 46608 B (2)
  *   head size 128: forward 128 threads, 168 registers, 34816 B (3);
- *                  dQ 128, 152, 43520 B (3); dK/dV 128, 224, 43648 B (2)
+ *                  dQ 128, 152, 43520 B (3); dK/dV 128, 224, 43648 B (2);
+ *                  dK/dV with the ordered dQ 128, 228, 46736 B (2)
  * io16 (dout bf16 too) the same threads and shared memory; registers:
  * forward 124 / 168, dQ 127 / 158, dK/dV 168 / 214 (head size 64 / 128;
  * dK/dV's Q, dO loads 2 a thread and matrix per batch, not 4: 4 spilled
@@ -143,7 +155,8 @@
  * price determinism on a GPU (not in any build by default): k_tc_dkv also
  * adds each chunk's dQ part (bf16(dS)^T K over its 64 keys) into dqkv with
  * fp32 atomicAdd (5 matmul-equivalents in all, FA2's scheme), after
- * k_tc_D has zeroed dQ and written D; no k_tc_dq. */
+ * k_tc_D has zeroed dQ and written D; no k_tc_dq. The ordered dQ is the
+ * same kernel with the adds in a fixed order instead. */
 #ifdef ZKC_ATTN_TC_DQ_ATOMIC
 #define DQA 1
 #else
@@ -171,9 +184,10 @@ __device__ __forceinline__ int win_start(const tcp &a, int q, int n)
 /* The backward's inner chunk (queries for dK, dV; keys for dQ) */
 template <int HD> struct tc_cfg {
     enum { CH = HD == 64 ? 64 : 16, LD = HD + 8,
-           /* blocks an SM: register caps (the DQA build's dK/dV also holds
-            * the dQ part: at 3 blocks its head size 64 spilled on sm_90) */
-           MINB_DKV = HD == 64 && !DQA ? 3 : 2 };
+           /* blocks an SM: register caps (a dK/dV kernel that also makes
+            * the dQ parts, DQA's or the ordered one: at 3 blocks its head
+            * size 64 spilled on sm_90) */
+           MINB_DKV = HD == 64 && !DQA ? 3 : 2, MINB_DQ = 2 };
 };
 /* The dQ kernel: 128 query rows (8 warps) and key chunks of 32 at head size
  * 64, so that a K, V chunk read from L2 serves twice the rows; 64 rows and
@@ -567,27 +581,87 @@ k_tc_fwd(IO *out, float *lse, const IO *qkv, tcp a)
     }
 }
 
+/* a block's ticket (mma.cuh): thread 0 takes it, every thread returns it */
+__device__ __forceinline__ int block_ticket(int *cnt)
+{
+    __shared__ int tick;
+    if (threadIdx.x == 0) tick = zkc_ticket(cnt);
+    __syncthreads();
+    return tick;
+}
+
+/* ORD: a dK/dV block's (key tile kt's) part of dQ chunk c (queries [c CH,
+ * c CH + CH)) of head h, this lane's rows qi and n-tiles n0 .. n0 + NQ - 1,
+ * added in the chunk's fixed order: key tiles from the chunk's own (J, the
+ * first, which writes) down to the lowest that reaches it (jlo: 0, or the
+ * window's; the last, which writes dqkv in IO). acc holds the running sum
+ * in fp32: dqkv's q part itself when IO is fp32, the scratch's (B, T, C)
+ * when bf16. The block waits until the chunk's count says the J - kt tiles
+ * above it have added theirs; returns the count, bumped once the block's
+ * stores are done (the caller's next barrier). */
+template <int HD, int NQ, class IO>
+__device__ __forceinline__ int *ordered_add(IO *dqkv, float *acc, int *cnt, const float (*dq)[4],
+                                            const tcp &a, int b, int h, int c, int nch, int kt,
+                                            int CH, const int qi[2], int n0)
+{
+    const int qc = c * CH, J = qc / BR, lo = qc - (BR - 1) - a.W;
+    const int jlo = a.W > 0 && lo >= 0 ? lo / BR + 1 : 0;
+    int *ct = cnt + 1 + ((size_t)b * a.NH + h) * nch + c;
+    if (threadIdx.x == 0) zkc_wait_count(ct, J - kt);
+    __syncthreads();                              /* the tiles above have added theirs */
+    const bool first = kt == J, last = kt == jlo;
+    const size_t ast = sizeof(IO) == 4 ? a.R : (size_t)a.C;
+    const int t = threadIdx.x % 32 & 3;
+    float *ap[2];
+    float2 o[2][NQ];                              /* both rows' loads in flight, then the stores */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        ap[r] = acc + ((size_t)b * a.T + qi[r]) * ast + (size_t)h * HD + 2 * t + n0 * 8;
+#pragma unroll
+        for (int n = 0; n < NQ; n++)
+            o[r][n] = first || qi[r] >= a.T ? make_float2(0.0f, 0.0f) : zkc_ldcg2(ap[r] + n * 8);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (qi[r] >= a.T) continue;
+        IO *dp = dqkv + ((size_t)b * a.T + qi[r]) * a.R + (size_t)h * HD + 2 * t + n0 * 8;
+#pragma unroll
+        for (int n = 0; n < NQ; n++) {
+            const float x = first ? dq[n][2 * r] : o[r][n].x + dq[n][2 * r];
+            const float y = first ? dq[n][2 * r + 1] : o[r][n].y + dq[n][2 * r + 1];
+            if (last) stg_pair(dp + n * 8, x, y);
+            else zkc_stcg2(ap[r] + n * 8, x, y);
+        }
+    }
+    return ct;
+}
+
 /* dK, dV of 64 keys (a warp's 16 keys each) over chunks of CH queries from
  * the block's first key to T. Per chunk and warp: S^T = K Q^T, dP^T = V
  * dO^T (16, CH); P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - D) scale;
  * dV += bf16(P^T) dO, dK += bf16(dS^T) Q (16, HD) in registers. */
-template <int HD, class IO, bool WIN>
-__global__ static void __launch_bounds__(NW * 32, WIN ? 1 : tc_cfg<HD>::MINB_DKV)
-k_tc_dkv(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const float *D, tcp a)
+template <int HD, class IO, bool WIN, bool ORD>
+__global__ static void __launch_bounds__(NW * 32, WIN ? 1 : ORD ? tc_cfg<HD>::MINB_DQ : tc_cfg<HD>::MINB_DKV)
+k_tc_dkv(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const float *D, float *acc,
+         int *cnt, tcp a)
 {
     enum { CH = tc_cfg<HD>::CH, LD = HD + 8, KS = HD / 16, NC = CH / 8, ND = HD / 8,
            /* Q, dO: 16-byte loads a thread and matrix per batch, fp32 4,
             * bf16 2 (io16: 16 staging registers; 4 spilled k_tc_dkv<64>
             * at its 168-register cap) */
            LBQ = sizeof(IO) == 2 ? 2 : 4 };
-    constexpr bool ATOM = dq_atomic<IO>::on;
+    constexpr bool ATOM = dq_atomic<IO>::on && !ORD, DQP = ATOM || ORD;   /* dQ parts made here */
     __shared__ __align__(16) bf16 ks[BR * LD], vs[BR * LD], qs[CH * LD], gs[CH * LD];
     __shared__ float ls[CH], dsm[CH];            /* the chunk's lse log2(e) and D */
     enum { LQ = CH + 8 };
-    __shared__ __align__(16) bf16 dss[ATOM ? BR * LQ : 8];  /* DQA: bf16(dS^T), keys x queries */
+    __shared__ __align__(16) bf16 dss[DQP ? BR * LQ : 8];  /* dQ parts: bf16(dS^T), keys x queries */
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3, T = a.T;
-    const int kt = blockIdx.x;                   /* tile 0 has the most queries: first */
-    const int b = blockIdx.y / a.NKV, kh = blockIdx.y % a.NKV, k0 = kt * BR;   /* kv head kh */
+    /* the plain order: blockIdx, tile 0 (the most queries) first; ORD: the
+     * order the blocks started, a (b, kv head)'s tiles last to first */
+    const unsigned tk = ORD ? (unsigned)block_ticket(cnt) : 0u;   /* (unsigned: blockIdx's */
+    const int kt = ORD ? gridDim.x - 1 - tk % gridDim.x : blockIdx.x;   /* division; a signed */
+    const unsigned by = ORD ? tk / gridDim.x : blockIdx.y;         /* one spilled <64, bf16>) */
+    const int b = by / a.NKV, kh = by % a.NKV, k0 = kt * BR;   /* kv head kh */
     const int j0 = k0 + w * 16 + g, j1 = j0 + 8;  /* this lane's two keys */
     const size_t st = a.R;
     const IO *kb = qkv + (size_t)b * T * st + a.C + (size_t)kh * HD, *vb = kb + (size_t)a.NKV * HD;
@@ -606,6 +680,8 @@ k_tc_dkv(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const float 
      * chunks in order: dK, dV gather every term in one fixed order */
     /* a window: queries from k0 + BR - 1 + W on see none of these keys */
     const int qend = WIN && k0 + BR - 1 + a.W < T ? k0 + BR - 1 + a.W : T;
+    const int nch = (T + CH - 1) / CH;           /* ORD: a head's counts, one a chunk */
+    int *post = nullptr;                         /* ORD: the count to bump at the next barrier */
     for (int h = kh * a.G; h < (kh + 1) * a.G; h++) {
         const IO *base = qkv + (size_t)b * T * st + (size_t)h * HD;
         const IO *gbase = dout + (size_t)b * T * a.C + (size_t)h * HD;
@@ -613,6 +689,10 @@ k_tc_dkv(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const float 
         const float *L = lse + bh * T, *Dr = D + bh * T;
         for (int qc = k0; qc < qend; qc += CH) {      /* queries before k0 see none of these keys */
             __syncthreads();                          /* the last chunk's Q, dO, ls, dsm read */
+            if (ORD && post) {                        /* and its dQ part stored */
+                if (threadIdx.x == 0) zkc_post_count(post);
+                post = nullptr;
+            }
             load_tiles<CH, HD, NW * 32, LBQ>(qs, base, st, gs, gbase, a.C, qc, T);
             if (threadIdx.x < CH) {
                 const int i = qc + threadIdx.x;
@@ -640,7 +720,7 @@ k_tc_dkv(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const float 
             mma_reg_kn<NC / 2, ND, LD>(dv, af, gp + lo.kn);  /* dV += bf16(P^T) dO */
             c_to_a<NC / 2>(af, dp);
             mma_reg_kn<NC / 2, ND, LD>(dk, af, qp + lo.kn);  /* dK += bf16(dS^T) Q */
-            if constexpr (ATOM) {                     /* dQ[chunk] += bf16(dS) K, by atomics */
+            if constexpr (DQP) {                      /* dQ[chunk] += bf16(dS) K */
                 enum { QT = CH / 16, WPQ = NW / QT, NQ = ND / WPQ };   /* query tiles; warps, n-tiles each */
                 uint32_t *dw = (uint32_t *)dss;
 #pragma unroll
@@ -667,18 +747,26 @@ k_tc_dkv(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const float 
                     }
                 }
                 const int qi[2] = { qc + q16 * 16 + g, qc + q16 * 16 + g + 8 };
+                if constexpr (ATOM) {                 /* by atomics (DQA) */
 #pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    if (qi[r] >= T) continue;
-                    float *q = dqkv + ((size_t)b * T + qi[r]) * st + (size_t)h * HD + 2 * t;
+                    for (int r = 0; r < 2; r++) {
+                        if (qi[r] >= T) continue;
+                        float *q = (float *)dqkv + ((size_t)b * T + qi[r]) * st + (size_t)h * HD + 2 * t;
 #pragma unroll
-                    for (int n = 0; n < NQ; n++) {
-                        atomicAdd(q + (n0 + n) * 8, dq[n][2 * r]);
-                        atomicAdd(q + (n0 + n) * 8 + 1, dq[n][2 * r + 1]);
+                        for (int n = 0; n < NQ; n++) {
+                            atomicAdd(q + (n0 + n) * 8, dq[n][2 * r]);
+                            atomicAdd(q + (n0 + n) * 8 + 1, dq[n][2 * r + 1]);
+                        }
                     }
+                } else {                              /* in the fixed order (ORD) */
+                    post = ordered_add<HD, NQ>(dqkv, acc, cnt, dq, a, b, h, qc / CH, nch, kt, CH, qi, n0);
                 }
             }
         }
+    }
+    if (ORD && post) {                           /* the last chunk's dQ part stored */
+        __syncthreads();
+        if (threadIdx.x == 0) zkc_post_count(post);
     }
     const int rows[2] = { j0, j1 };
     IO *drow = dqkv + (size_t)b * T * st + a.C + (size_t)kh * HD + 2 * t;   /* dk of kv head kh */
@@ -787,11 +875,16 @@ static int tc_params(tcp *a, int B, int T, int C, int NH, int NKV, int W)
     return 0;
 }
 
-/* DQA only: D[(b*NH + h)*T + i] = sum over the head of dout * out (fp32,
- * a warp per row), and the row's dQ zeroed */
-template <int HD>
-__global__ static void k_tc_D(float *D, float *dqkv, const float *dout, const float *out, tcp a, int rows)
+/* The backwards that make dQ in the dK/dV kernel (DQA's, the ordered one):
+ * D[(b*NH + h)*T + i] = sum over the head of dout * out (fp32, widened
+ * where bf16, a warp per row: k_tc_dq's sum); DQA: the row's dQ zeroed;
+ * cnt[0 .. ncnt) zeroed (the ordered dQ's ticket and counts) */
+template <int HD, class IO>
+__global__ static void k_tc_D(float *D, IO *dqkv, const IO *dout, const IO *out, int *cnt, int ncnt,
+                              tcp a, int rows)
 {
+    const int gid = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int k = gid; k < ncnt; k += gridDim.x * blockDim.x) cnt[k] = 0;
     int row = blockIdx.x * NW + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= rows) return;
     int i = row % a.T, h = (row / a.T) % a.NH, b = row / (a.T * a.NH);
@@ -799,14 +892,41 @@ __global__ static void k_tc_D(float *D, float *dqkv, const float *dout, const fl
     float s = 0.0f;
 #pragma unroll
     for (int d = lane; d < HD; d += 32) {
-        s += dout[off + d] * out[off + d];
-        dqkv[((size_t)b * a.T + i) * a.R + (size_t)h * HD + d] = 0.0f;
+        s += zkc_get(dout + (off + d)) * zkc_get(out + (off + d));
+        if (dq_atomic<IO>::on && !cnt) dqkv[((size_t)b * a.T + i) * a.R + (size_t)h * HD + d] = 0.0f;
     }
     s = zkc_warp_sum(s);
     if (lane == 0) D[row] = s;
 }
 
 static int tc_aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* The ordered dQ's scratch after D (B*NH*T floats, padded to 16 bytes): the
+ * ticket and a count per (b, h, query chunk) (ints, padded to 16 bytes),
+ * then for a bf16 dqkv the fp32 running sums (B, T, C) */
+static size_t tc_counts(int B, int T, int NH, int HD)
+{
+    const size_t ch = HD == 64 ? (size_t)tc_cfg<64>::CH : (size_t)tc_cfg<128>::CH;
+    return (1 + (size_t)B * NH * ((T + ch - 1) / ch) + 3) / 4 * 4;
+}
+
+/* The backward's dQ (kernels.cuh): 0 its own pass (k_tc_dq, the default),
+ * 1 ordered in the dK/dV kernel; -1 asks. Read at each launch: the
+ * caller sizes the scratch by zkc_attention_backward_tc_scratch first.
+ * The DQA build has only its atomics: it stays 0. */
+static int ordered_dq_on = 0;
+extern "C" int zkc_attention_tc_ordered_dq(int on)
+{
+    if ((on == 0 || on == 1) && !DQA) ordered_dq_on = on;
+    return ordered_dq_on;
+}
+
+extern "C" size_t zkc_attention_backward_tc_scratch(int io16, int B, int T, int C, int NH)
+{
+    size_t rows = (size_t)B * NH * T;
+    if (!ordered_dq_on || DQA || NH <= 0 || C % NH || (C / NH != 64 && C / NH != 128)) return rows;
+    return (rows + 3) / 4 * 4 + tc_counts(B, T, NH, C / NH) + (io16 ? (size_t)B * T * C : 0);
+}
 
 template <int HD, class IO>
 static int tc_forward(cudaStream_t s, IO *out, float *lse, const IO *qkv, int B, tcp a)
@@ -827,17 +947,31 @@ static int tc_backward(cudaStream_t s, IO *dqkv, const IO *dout, const IO *qkv,
     int e, rows = B * a.NH * a.T;
     dim3 g((unsigned)((a.T + BR - 1) / BR), (unsigned)(B * a.NKV));   /* (key tile, b, kv head) */
     dim3 gq((unsigned)((a.T + dq_cfg<HD>::NWQ * 16 - 1) / (dq_cfg<HD>::NWQ * 16)), (unsigned)(B * a.NH));
+    const unsigned gD = (unsigned)((rows + NW - 1) / NW);
+    if (ordered_dq_on && !dq_atomic<IO>::on) {  /* D and the counts, then one kernel */
+        const size_t nc = tc_counts(B, a.T, a.NH, HD);
+        const size_t r4 = ((size_t)rows + 3) / 4 * 4;
+        int *cnt = (int *)(scratch + r4);
+        float *acc = sizeof(IO) == 4 ? (float *)dqkv : scratch + r4 + nc;
+        k_tc_D<HD, IO><<<gD, NW * 32, 0, s>>>(scratch, dqkv, dout, out, cnt, (int)nc, a, rows);
+        if ((e = ZKC_LAUNCHED())) return e;
+        if (a.W > 0)
+            k_tc_dkv<HD, IO, true, true><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, acc, cnt, a);
+        else
+            k_tc_dkv<HD, IO, false, true><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, acc, cnt, a);
+        return ZKC_LAUNCHED();
+    }
     if constexpr (dq_atomic<IO>::on)
-        k_tc_D<HD><<<(unsigned)((rows + NW - 1) / NW), NW * 32, 0, s>>>(scratch, dqkv, dout, out, a, rows);
+        k_tc_D<HD, IO><<<gD, NW * 32, 0, s>>>(scratch, dqkv, dout, out, (int *)nullptr, 0, a, rows);
     else if (a.W > 0)
         k_tc_dq<HD, IO, true><<<gq, dq_cfg<HD>::NWQ * 32, 0, s>>>(dqkv, scratch, dout, out, qkv, lse, a);
     else
         k_tc_dq<HD, IO, false><<<gq, dq_cfg<HD>::NWQ * 32, 0, s>>>(dqkv, scratch, dout, out, qkv, lse, a);   /* and D */
     if ((e = ZKC_LAUNCHED())) return e;
     if (a.W > 0)
-        k_tc_dkv<HD, IO, true><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, a);
+        k_tc_dkv<HD, IO, true, false><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, (float *)nullptr, (int *)nullptr, a);
     else
-        k_tc_dkv<HD, IO, false><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, a);
+        k_tc_dkv<HD, IO, false, false><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, (float *)nullptr, (int *)nullptr, a);
     return ZKC_LAUNCHED();
 }
 

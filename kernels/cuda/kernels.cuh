@@ -396,7 +396,8 @@ int zkc_attention_decode_gqa(cudaStream_t s, float *out, float *kcache, float *v
  * Not the plain kernels' bits (about 2^-9 relative apart: see the file and
  * spec/c/attn_tc_check.h); deterministic run to run (no atomics in the
  * default build). dqkv WRITTEN; scratch: B*NH*T floats (D, written by the
- * dQ kernel). io16 as the plain kernels': bf16 q, k, v go into the tiles
+ * dQ kernel), more with the ordered dQ (zkc_attention_backward_tc_scratch).
+ * io16 as the plain kernels': bf16 q, k, v go into the tiles
  * as they are (the fp32 path's rounding of a widened bf16 is exact: the
  * same operand bits), a bf16 out is widened for D, out and dqkv are the
  * fp32 results rounded once; so again round(fp32 kernel(widen(x))) bit
@@ -417,6 +418,18 @@ int zkc_attention_forward_tc_gqa(cudaStream_t s, void *out, float *lse, const vo
 int zkc_attention_backward_tc_gqa(cudaStream_t s, void *dqkv, const void *dout, const void *qkv,
                                   const void *out, const float *lse, int io16, int B, int T, int C,
                                   int NH, int NKV, int W, float *scratch);
+/* The backward's dQ: 0 (the default) its own kernel after D, 3
+ * matmul-equivalents of the 7; 1 in the dK/dV kernel (5 in all): each key
+ * tile's part of a query chunk's dQ added into an fp32 sum in one fixed
+ * order (the chunk's own tile first, then down), the blocks taking tickets
+ * in the order they start and waiting on a count per (b, h, chunk): the
+ * same bits run to run, whatever the dispatch order. -1 asks; returns the
+ * mode (the -DZKC_ATTN_TC_DQ_ATOMIC build stays 0). Process-wide. */
+int zkc_attention_tc_ordered_dq(int on);
+/* floats of scratch the backward needs in the current mode: B*NH*T (D) in
+ * mode 0 and for other head sizes; in mode 1 also the counts and, for a
+ * bf16 dqkv (io16), the fp32 sums (B*T*C) */
+size_t zkc_attention_backward_tc_scratch(int io16, int B, int T, int C, int NH);
 
 #ifdef __cplusplus
 }

@@ -91,4 +91,31 @@ __device__ __forceinline__ void zkc_stg2h(uint16_t *p, uint32_t v) { *(uint32_t 
 /* 16-byte global store of 4 floats, 8-byte of 4 bf16 (layernorm.cu) */
 __device__ __forceinline__ void zkc_stg4(float *p, float4 v) { *(float4 *)p = v; }
 __device__ __forceinline__ void zkc_stg4h(uint16_t *p, uint32_t lo, uint32_t hi) { *(uint2 *)p = make_uint2(lo, hi); }
+/* Ordered accumulation between the blocks of one grid (attention_tc.cu's
+ * ordered dQ): a block takes a ticket (its place in the order the GPU
+ * started the blocks), waits until a count reaches the number of blocks
+ * before it in the sum's order, adds its part, and bumps the count. A block
+ * waits only on blocks with smaller tickets, which have started, so the
+ * wait ends whatever the dispatch order (no reliance on blockIdx order).
+ * The count's wait is an acquire at GPU scope (thread 0, then the block's
+ * barrier), its bump a release after the block's barrier (CUTLASS's
+ * semaphore pattern); the parts move by ld.cg / st.cg (L2, never a stale
+ * L1 line). spec/emu/cuda_emu.h's twins run blocks one at a time and
+ * report a wait that no earlier block can satisfy (a deadlock on a GPU). */
+__device__ __forceinline__ int zkc_ticket(int *p) { return atomicAdd(p, 1); }
+__device__ __forceinline__ void zkc_wait_count(const int *p, int v)
+{
+    int x;
+    for (;;) {
+        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(x) : "l"(p) : "memory");
+        if (x == v) break;
+        __nanosleep(32);
+    }
+}
+__device__ __forceinline__ void zkc_post_count(int *p)
+{
+    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" : : "l"(p) : "memory");
+}
+__device__ __forceinline__ float2 zkc_ldcg2(const float *p) { return __ldcg((const float2 *)p); }
+__device__ __forceinline__ void zkc_stcg2(float *p, float x, float y) { __stcg((float2 *)p, make_float2(x, y)); }
 #endif

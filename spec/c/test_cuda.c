@@ -2451,10 +2451,14 @@ static void t_attention_all(void)
     t_attention(2, 33, 120, 3);     /* hs 40: lanes past the head */
 }
 
-/* bf16 tensor-core attention through the device table in mode 1, twice:
- * against the CPU twin (attn_tc_check.h's tolerances), dqkv prefilled with
- * NaN (WRITTEN: every element), and the same bits both runs. */
-static void t_attention_tc(int B, int T, int NH, int hs)
+/* the tests' names in the ordered-dQ pass (t_attention_dq_ordered) */
+static const char *dq_tag = "";
+
+/* bf16 tensor-core attention through the device table in mode 1, runs
+ * times (2 or 3): against the CPU twin (attn_tc_check.h's tolerances),
+ * dqkv prefilled with NaN (WRITTEN: every element), and the same bits
+ * every run. */
+static void t_attention_tc_runs(int B, int T, int NH, int hs, int runs)
 {
     char name[128];
     const int C = hs * NH;
@@ -2468,37 +2472,41 @@ static void t_attention_tc(int B, int T, int NH, int hs)
     zk_attention_forward(o, l, qkv, B, T, C, NH);
     zk_attention_backward(dq, dy, qkv, o, l, B, T, C, NH);
     tc_mags(mo, ml, mdq, qkv, dy, B, T, C, NH);
-    float *d_qkv = up(qkv, nq * 4), *d_dy = up(dy, no * 4), *d_o[2], *d_l[2], *d_dq[2];
+    float *d_qkv = up(qkv, nq * 4), *d_dy = up(dy, no * 4), *d_o[3], *d_l[3], *d_dq[3];
     int was = zt_cuda_attention_mode(-1);
     zt_cuda_attention_mode(1);
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < runs; r++) {
         d_dq[r] = up(nan, nq * 4);
         dv->alloc((void **)&d_o[r], no * 4); dv->alloc((void **)&d_l[r], nl * 4);
         dv->attention_forward(d_o[r], d_l[r], d_qkv, 0, B, T, C, NH, NH, 0);
         dv->attention_backward(d_dq[r], d_dy, d_qkv, d_o[r], d_l[r], 0, B, T, C, NH, NH, 0);
     }
     zt_cuda_attention_mode(was);
-    snprintf(name, sizeof name, "attention bf16 B=%d T=%d NH=%d hs=%d", B, T, NH, hs);
+    snprintf(name, sizeof name, "attention bf16%s B=%d T=%d NH=%d hs=%d", dq_tag, B, T, NH, hs);
     if (!synced(name)) return;
     float *go = down(d_o[0], no * 4), *gl = down(d_l[0], nl * 4), *gq = down(d_dq[0], nq * 4);
-    float *go2 = down(d_o[1], no * 4), *gl2 = down(d_l[1], nl * 4), *gq2 = down(d_dq[1], nq * 4);
-    snprintf(name, sizeof name, "attention bf16 forward out, B=%d T=%d NH=%d", B, T, NH);
+    snprintf(name, sizeof name, "attention bf16%s forward out, B=%d T=%d NH=%d", dq_tag, B, T, NH);
     tc_check(name, go, o, mo, no, TC_RHO);
-    snprintf(name, sizeof name, "attention bf16 forward lse, T=%d", T);
+    snprintf(name, sizeof name, "attention bf16%s forward lse, T=%d", dq_tag, T);
     tc_check(name, gl, l, ml, nl, 1.0);
-    snprintf(name, sizeof name, "attention bf16 backward dqkv (all written), T=%d", T);
+    snprintf(name, sizeof name, "attention bf16%s backward dqkv (all written), T=%d", dq_tag, T);
     tc_check(name, gq, dq, mdq, nq, TC_RHO);
-    snprintf(name, sizeof name, "attention bf16 T=%d: out the same bits twice", T);
-    same_bits(name, go2, go, no * 4);
-    snprintf(name, sizeof name, "attention bf16 T=%d: lse the same bits twice", T);
-    same_bits(name, gl2, gl, nl * 4);
-    snprintf(name, sizeof name, "attention bf16 T=%d: dqkv the same bits twice", T);
-    same_bits(name, gq2, gq, nq * 4);
+    for (int r = 1; r < runs; r++) {
+        float *go2 = down(d_o[r], no * 4), *gl2 = down(d_l[r], nl * 4), *gq2 = down(d_dq[r], nq * 4);
+        snprintf(name, sizeof name, "attention bf16%s T=%d: out the same bits, run %d", dq_tag, T, r + 1);
+        same_bits(name, go2, go, no * 4);
+        snprintf(name, sizeof name, "attention bf16%s T=%d: lse the same bits, run %d", dq_tag, T, r + 1);
+        same_bits(name, gl2, gl, nl * 4);
+        snprintf(name, sizeof name, "attention bf16%s T=%d: dqkv the same bits, run %d", dq_tag, T, r + 1);
+        same_bits(name, gq2, gq, nq * 4);
+        free(go2); free(gl2); free(gq2);
+    }
     free(qkv); free(dy); free(nan); free(o); free(l); free(dq); free(mo); free(ml); free(mdq);
-    free(go); free(gl); free(gq); free(go2); free(gl2); free(gq2);
+    free(go); free(gl); free(gq);
     dv->free(d_qkv); dv->free(d_dy);
-    for (int r = 0; r < 2; r++) { dv->free(d_o[r]); dv->free(d_l[r]); dv->free(d_dq[r]); }
+    for (int r = 0; r < runs; r++) { dv->free(d_o[r]); dv->free(d_l[r]); dv->free(d_dq[r]); }
 }
+static void t_attention_tc(int B, int T, int NH, int hs) { t_attention_tc_runs(B, T, NH, hs, 2); }
 
 /* forward + backward of (B, T, C, NH) in the given mode: out and dqkv, host */
 /* skew: qkv read from 4 bytes past an allocation's start (not 16-byte
@@ -2582,8 +2590,8 @@ static void attn_io16(int mode, int B, int T, int NH, int hs, int skew, int want
     zk_cast_bf16_f32(dy, dy16, no);                 /* the fp32 call's dout: the bf16 one widened */
     zk_cast_bf16_f32(qw, q16, nq);                  /* the widened bf16 qkv */
     for (size_t i = 0; i < nq; i++) nan16[i] = 0x7fc1;
-    snprintf(at, sizeof at, "attention io16 mode %d B=%d T=%d NH=%d hs=%d%s", mode, B, T, NH, hs,
-             skew ? " qkv off 16 bytes" : "");
+    snprintf(at, sizeof at, "attention io16%s mode %d B=%d T=%d NH=%d hs=%d%s", dq_tag, mode, B, T,
+             NH, hs, skew ? " qkv off 16 bytes" : "");
     float *d_bw = NULL, *d_ow = NULL, *d_lw = NULL, *d_dqw = NULL, *d_l16 = NULL;
     uint16_t *d_b16 = NULL, *d_o16 = NULL;
     float *d_dy = up(dy, no * 4);
@@ -2664,6 +2672,37 @@ static void t_attention_tc_all(void)
     t_attention_tc(1, 1, 1, 128);       /* head size 128 (Llama's) */
     t_attention_tc(2, 100, 2, 128);
     t_attention_tc(1, 257, 3, 128);
+}
+
+/* The tensor-core backward with the ordered dQ (zt_cuda_attention_dq(1):
+ * dQ in the dK/dV kernel, each query chunk's key-tile parts added in one
+ * order by blocks that wait on counts): the tensor-core checks above again
+ * (against the CPU twin, every element written, the same bits twice; io16
+ * = bf16(the fp32 call)), then at shapes with thousands of blocks in
+ * flight, three runs the same bits (the order must not depend on which
+ * block the GPU starts first) and against the CPU twin. A wait no block
+ * can end would hang here: the kit's timeout. */
+static void t_attention_dq_ordered(void)
+{
+    int was = zt_cuda_attention_dq(-1), on = zt_cuda_attention_dq(1);
+    ct_check(on == 1 && zt_cuda_attention_dq(-1) == 1, "attention ordered dQ: mode 1 set",
+             "got %d", on);
+    dq_tag = " (ordered dQ)";
+    t_attention_tc(1, 1, 1, 64);
+    t_attention_tc(2, 100, 2, 64);
+    t_attention_tc(1, 257, 2, 64);
+    t_attention_tc(2, 193, 12, 64);
+    t_attention_tc(1, 1, 1, 128);
+    t_attention_tc(2, 100, 2, 128);
+    t_attention_tc(1, 257, 3, 128);
+    attn_io16(1, 1, 1024, 12, 64, 0, 1);
+    attn_io16(1, 2, 257, 2, 64, 0, 1);
+    attn_io16(1, 1, 257, 3, 128, 0, 1);
+    attn_io16(1, 2, 33, 1, 128, 0, 1);
+    t_attention_tc_runs(2, 2048, 12, 64, 3);   /* 768 dK/dV blocks, 264 an H100 holds */
+    t_attention_tc_runs(2, 2048, 8, 128, 3);
+    dq_tag = "";
+    zt_cuda_attention_dq(was);
 }
 
 /* errors come back as codes with file:line, never exit */
@@ -2873,7 +2912,7 @@ static void (*const tests[])(void) = {
     t_elementwise, t_add3_r16, t_casts, t_gelu, t_layernorm, t_norm_r16, t_norm_p16, t_encoder, t_xent, t_xent_padded_both, t_adamw, t_adamw_g16, t_adamw_multi, t_sums, t_sums16,
     t_sum_ranks, t_llama, t_randn, t_matmul_all, t_matmul_epilogue, t_matmul_gelu, t_matmul_b16,
     t_norm_g16, t_encoder_g16, t_matmul_g16, t_attention_all, t_attention_tc_all,
-    t_attention_io16_all, t_errors,
+    t_attention_io16_all, t_attention_dq_ordered, t_errors,
     t_pinned_pages, t_copy_then_compute, t_two_streams, t_blas_on_current_stream, t_stream_errors,
 };
 #define NTESTS (int)(sizeof tests / sizeof tests[0])

@@ -175,6 +175,11 @@ static inline float __fmul_rn(float a, float b) { return a * b; }
  * block's threads as fibers (above), each on its own stack */
 static void *emu_fn;
 static void (*emu_call)(void *);
+/* the order emu_launch runs a grid's blocks: 0 linear (x fastest), 1 its
+ * reverse; a test sets it through emu_set_block_order (C linkage: the
+ * test's C file calls it) */
+static int emu_block_order;
+extern "C" void emu_set_block_order(int o) { emu_block_order = o; }
 template <class F> static void emu_call_as(void *f) { (*(F *)f)(); }
 static void emu_entry(void) { emu_call(emu_fn); emu_fibers[(size_t)emu_cur].done = true; emu_progress++; }
 
@@ -191,8 +196,11 @@ template <class F> static void emu_launch(dim3 g, int threads, F f)
         if (!st) { fprintf(stderr, "emu: no memory for a fiber's stack\n"); abort(); }
         emu_stacks.push_back(st);
     }
-    for (unsigned by = 0; by < g.y; by++)
-        for (unsigned bx = 0; bx < g.x; bx++) {
+    for (unsigned blk = 0; blk < g.x * g.y; blk++) {
+            /* the blocks in linear order, or (emu_block_order 1) its
+             * reverse: a kernel whose blocks pass work by tickets
+             * (mma.cuh) must give the same bits either way */
+            const unsigned lin = emu_block_order ? g.x * g.y - 1 - blk : blk, bx = lin % g.x, by = lin / g.x;
             blockIdx = dim3(bx, by);
             emu_block_bar = emu_bar{ threads, 0, 0 };
             for (int w = 0; w < threads / 32; w++) emu_warp_bar[w] = emu_bar{ 32, 0, 0 };
@@ -423,6 +431,36 @@ static inline void zkc_stg4h(uint16_t *p, uint32_t lo, uint32_t hi)
     emu_aligned(p, 8, "store");
     uint32_t v[2] = { lo, hi };
     memcpy(p, v, 8);
+}
+
+/* mma.cuh's ordered accumulation between blocks. The emulator runs a
+ * grid's blocks one at a time (emu_launch, in the order emu_block_order
+ * picks), so a block's ticket is its place in that order and every block
+ * it may wait on has finished: a count that does not already hold the
+ * value waited for is a wait no earlier block can end, a deadlock on a
+ * GPU: said and aborted, never spun on. */
+static inline float2 make_float2(float x, float y) { float2 v = { x, y }; return v; }
+static inline int zkc_ticket(int *p) { return atomicAdd(p, 1); }
+static inline void zkc_wait_count(const int *p, int v)
+{
+    if (*p != v) {
+        fprintf(stderr, "emu: block (%u,%u) waits for a count of %d at %p that holds %d: no block "
+                "started before it can bring it there (a deadlock on a GPU)\n",
+                blockIdx.x, blockIdx.y, v, (const void *)p, *p);
+        abort();
+    }
+}
+static inline void zkc_post_count(int *p) { atomicAdd(p, 1); }
+static inline float2 zkc_ldcg2(const float *p)
+{
+    emu_aligned(p, 8, "load");
+    float2 v = { p[0], p[1] };
+    return v;
+}
+static inline void zkc_stcg2(float *p, float x, float y)
+{
+    emu_aligned(p, 8, "store");
+    p[0] = x; p[1] = y;
 }
 
 namespace nvcuda { namespace wmma {

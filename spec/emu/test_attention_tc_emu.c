@@ -26,6 +26,9 @@ int zkc_attention_forward_tc_gqa(void *s, void *out, float *lse, const void *qkv
 int zkc_attention_backward_tc_gqa(void *s, void *dqkv, const void *dout, const void *qkv,
                                   const void *out, const float *lse, int io16, int B, int T, int C,
                                   int NH, int NKV, int W, float *scratch);
+int zkc_attention_tc_ordered_dq(int on);
+size_t zkc_attention_backward_tc_scratch(int io16, int B, int T, int C, int NH);
+void emu_set_block_order(int o);             /* spec/emu/cuda_emu.h */
 
 /* -DZKC_ATTN_TC_DQ_ATOMIC (EMU_DEFS, passed here too): the io16 backward
  * is refused */
@@ -224,6 +227,81 @@ static void gqa(int B, int T, int NH, int NKV, int hs, int W, int io)
     for (int r = 0; r < 3; r++) { free(go[r]); free(gl[r]); free(gq[r]); }
 }
 
+/* The ordered dQ (zkc_attention_tc_ordered_dq(1): dQ made in the dK/dV
+ * kernel, each query chunk's parts added in a fixed key-tile order by
+ * blocks that take tickets and wait on counts; cuda_emu.h aborts a wait
+ * that no earlier block can end, a deadlock on a GPU). dqkv against the
+ * CPU twin at attn_tc_check.h's tolerances, every element written; the
+ * same bits with the grid's blocks run in reverse order (the tickets, not
+ * blockIdx, give the work and the order); dk, dv the two-pass kernels'
+ * bits (the same code and D); io16 = round(the fp32 ordered kernel on the
+ * widened out, dout), bit for bit. */
+static void ordered(int B, int T, int NH, int NKV, int hs, int W)
+{
+    char name[192], tag[96];
+    snprintf(tag, sizeof tag, "emu ordered dQ B=%d T=%d NH=%d NKV=%d hs=%d W=%d", B, T, NH, NKV, hs, W);
+    const int C = NH * hs, R = (NH + 2 * NKV) * hs;
+    size_t nq = (size_t)B * T * R, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1);
+    tc_round_bf16(qkv, nq); tc_round_bf16(dy, no);
+    float *o = malloc(no * 4), *l = malloc(nl * 4), *dq = malloc(nq * 4);
+    double *mo = malloc(no * 8), *ml = malloc(nl * 8), *mq = malloc(nq * 8);
+    zk_attention_forward_gqa(o, l, qkv, B, T, C, NH, NKV, W);
+    zk_attention_backward_gqa(dq, dy, qkv, o, l, B, T, C, NH, NKV, W);
+    tc_mags_gqa(mo, ml, mq, qkv, dy, B, T, C, NH, NKV, W);
+    float *go = malloc(no * 4), *gl = malloc(nl * 4), *d[3];
+    int on = zkc_attention_tc_ordered_dq(1);
+    if (DQA) {                                   /* that build has no ordered dQ */
+        snprintf(name, sizeof name, "%s: the atomic build refuses it", tag);
+        ct_check(on == 0, name, "mode %d", on);
+        free(qkv); free(dy); free(o); free(l); free(dq); free(mo); free(ml); free(mq); free(go);
+        free(gl);
+        return;
+    }
+    float *scratch = malloc(zkc_attention_backward_tc_scratch(1, B, T, C, NH) * 4);
+    int rc = zkc_attention_forward_tc_gqa(NULL, go, gl, qkv, 0, B, T, C, NH, NKV, W);
+    for (int r = 0; r < 3; r++) {                /* two-pass; ordered; ordered, blocks reversed */
+        d[r] = malloc(nq * 4);
+        for (size_t i = 0; i < nq; i++) d[r][i] = NAN;
+        zkc_attention_tc_ordered_dq(r > 0);
+        emu_set_block_order(r == 2);
+        rc |= zkc_attention_backward_tc_gqa(NULL, d[r], dy, qkv, go, gl, 0, B, T, C, NH, NKV, W, scratch);
+    }
+    emu_set_block_order(0);
+    snprintf(name, sizeof name, "%s: launchers return 0", tag);
+    ct_check(rc == 0, name, "rc %d", rc);
+    snprintf(name, sizeof name, "%s: dqkv vs the CPU, every element written", tag);
+    tc_check(name, d[1], dq, mq, nq, TC_RHO);
+    snprintf(name, sizeof name, "%s: the same bits with the blocks run in reverse", tag);
+    ct_check(!memcmp(d[1], d[2], nq * 4), name, "dqkv differs");
+    size_t at = 0;
+    while (at < (size_t)B * T && !memcmp(d[0] + at * R + C, d[1] + at * R + C, (size_t)(R - C) * 4)) at++;
+    snprintf(name, sizeof name, "%s: dk, dv the two-pass kernels' bits", tag);
+    ct_check(at == (size_t)B * T, name, "row %zu differs", at);
+    {
+        uint16_t *q16 = to_bf16(qkv, nq), *o16 = malloc(no * 2), *d16 = malloc(nq * 2);
+        uint16_t *dy16 = to_bf16(dy, no);
+        float *l16 = malloc(nl * 4), *ow = malloc(no * 4), *dw = malloc(nq * 4);
+        for (size_t i = 0; i < nq; i++) d16[i] = 0x7fc1;
+        int r16 = zkc_attention_forward_tc_gqa(NULL, o16, l16, q16, 1, B, T, C, NH, NKV, W);
+        zk_cast_bf16_f32(ow, o16, no);
+        emu_set_block_order(1);
+        r16 |= zkc_attention_backward_tc_gqa(NULL, d16, dy16, q16, o16, l16, 1, B, T, C, NH, NKV, W,
+                                             scratch);
+        emu_set_block_order(0);
+        r16 |= zkc_attention_backward_tc_gqa(NULL, dw, dy, qkv, ow, l16, 0, B, T, C, NH, NKV, W, scratch);
+        snprintf(name, sizeof name, "%s io16: returns 0", tag);
+        ct_check(r16 == 0, name, "rc %d", r16);
+        snprintf(name, sizeof name, "%s io16: dqkv = bf16(fp32 kernel(widened out, dout))", tag);
+        same16(name, d16, dw, nq);
+        free(q16); free(o16); free(d16); free(dy16); free(l16); free(ow); free(dw);
+    }
+    zkc_attention_tc_ordered_dq(0);
+    free(qkv); free(dy); free(o); free(l); free(dq); free(mo); free(ml); free(mq); free(go); free(gl);
+    free(scratch);
+    for (int r = 0; r < 3; r++) free(d[r]);
+}
+
 int main(void)
 {
     ct_seed(99);
@@ -260,5 +338,11 @@ int main(void)
     gqa(1, 90, 2, 2, 128, 17, 1);   /* NKV = NH, hs 128, a window across chunks of 16 */
     gqa(1, 40, 2, 1, 64, 1, 0);     /* window 1: each query its own key */
     gqa(1, 40, 2, 1, 64, 100, 0);   /* a window > T: no window's bits */
+    ordered(1, 1, 1, 1, 64, 0);     /* one key: one tile, first and last */
+    ordered(1, 150, 1, 1, 64, 0);   /* three tiles, ragged: a chunk summed over three */
+    ordered(1, 100, 1, 1, 128, 0);  /* chunks of 16: four a tile */
+    ordered(1, 70, 2, 1, 64, 0);    /* GQA: a block's two query heads */
+    ordered(1, 140, 1, 1, 64, 40);  /* a window: the lowest tile of a chunk not 0 */
+    ordered(1, 90, 1, 1, 128, 17);  /* a window across chunks of 16 */
     return ct_summary();
 }
