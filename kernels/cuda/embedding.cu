@@ -303,6 +303,24 @@ __device__ static void eb_flush(G *dwte, const D *dout, eb_list &L, int n, int C
         for (int r = tid; r < EB_KEYS; r += EB_THREADS) cy.seen[r] += L.cnt[r];
 }
 
+/* A round's ids, positions base + k EB_THREADS + tid (all loads first;
+ * N >= 1: positions past N read the last id, ignored by eb_owned) */
+__device__ __forceinline__ void eb_load(int (&key)[EB_TPT], const int32_t *tok, int base, int N)
+{
+#pragma unroll
+    for (int k = 0; k < EB_TPT; k++) key[k] = tok[min(base + k * EB_THREADS + (int)threadIdx.x, N - 1)];
+}
+
+/* Position e's id: its key (id >> lg) if it is a position (e < N), a good
+ * id (0 <= id < V) and this block's (id mod 2^lg = b), else -1; a bad id
+ * counted in *nbad by block 0 (the scan that counts them) */
+__device__ __forceinline__ int eb_owned(int e, int id, int N, int V, int lg, int *nbad)
+{
+    bool in = e < N && id >= 0 && id < V;
+    if (nbad && e < N && !in && blockIdx.x == 0) (*nbad)++;
+    return in && ((unsigned)id & ((1u << lg) - 1u)) == blockIdx.x ? id >> lg : -1;
+}
+
 /* One scan of the N ids, rounds of EB_CAP: the block's positions (RANGED:
  * only those whose key is in [k0, k1)) appended to the list in (b,t)
  * order, the list flushed when the next round would overflow it, and at
@@ -313,21 +331,16 @@ __device__ __forceinline__ int eb_scan(G *dwte, const D *dout, const int32_t *to
                                        int N, int C, int V, int lg, int k0, int k1, eb_carry cy)
 {
     int tid = threadIdx.x, lane = tid % 32, w = tid / 32, b = blockIdx.x, nbad = 0, n = 0;
-    unsigned lt = (1u << lane) - 1u, msk = (1u << lg) - 1u;
+    unsigned lt = (1u << lane) - 1u;
     for (int base = 0; base < N; base += EB_CAP) {
         int key[EB_TPT];
         unsigned m[EB_TPT];
-#pragma unroll
-        for (int k = 0; k < EB_TPT; k++)                /* all loads first (N >= 1) */
-            key[k] = tok[min(base + k * EB_THREADS + tid, N - 1)];
+        eb_load(key, tok, base, N);
 #pragma unroll
         for (int k = 0; k < EB_TPT; k++) {
-            int e = base + k * EB_THREADS + tid, id = key[k];
-            bool in = e < N && id >= 0 && id < V;
-            if (!RANGED && e < N && !in && b == 0) nbad++;
-            in = in && ((unsigned)id & msk) == (unsigned)b;
-            if (RANGED) in = in && (unsigned)((id >> lg) - k0) < (unsigned)(k1 - k0);
-            key[k] = in ? id >> lg : -1;
+            int kk = eb_owned(base + k * EB_THREADS + tid, key[k], N, V, lg, RANGED ? nullptr : &nbad);
+            bool in = kk >= 0 && (!RANGED || (unsigned)(kk - k0) < (unsigned)(k1 - k0));
+            key[k] = in ? kk : -1;
             m[k] = __ballot_sync(0xffffffffu, in);
             if (lane == 0) L.wofs[k * EB_WARPS + w] = __popc(m[k]);
         }
@@ -382,21 +395,15 @@ k_enc_bwd_wte16(uint16_t *dwte, const D *dout, const int32_t *tok, int N, int C,
     __shared__ eb_list L;
     __shared__ int tot[EB_KEYS], seen[EB_KEYS], rng[2];
     int tid = threadIdx.x, lane = tid % 32, b = blockIdx.x, nbad = 0;
-    unsigned lt = (1u << lane) - 1u, msk = (1u << lg) - 1u;
+    unsigned lt = (1u << lane) - 1u;
     for (int r = tid; r < EB_KEYS; r += EB_THREADS) tot[r] = seen[r] = 0;
     __syncthreads();
     for (int base = 0; base < N; base += EB_CAP) {
         int key[EB_TPT];
-#pragma unroll
-        for (int k = 0; k < EB_TPT; k++)                /* all loads first (N >= 1) */
-            key[k] = tok[min(base + k * EB_THREADS + tid, N - 1)];
+        eb_load(key, tok, base, N);
 #pragma unroll
         for (int k = 0; k < EB_TPT; k++) {
-            int e = base + k * EB_THREADS + tid, id = key[k];
-            bool in = e < N && id >= 0 && id < V;
-            if (e < N && !in && b == 0) nbad++;
-            in = in && ((unsigned)id & msk) == (unsigned)b;
-            int kk = in ? id >> lg : -1;
+            int kk = eb_owned(base + k * EB_THREADS + tid, key[k], N, V, lg, &nbad);
             unsigned mm = __match_any_sync(0xffffffffu, kk);  /* one shared atomic a key */
             if (kk >= 0 && !(mm & lt)) atomicAdd(&tot[kk], __popc(mm));
         }
