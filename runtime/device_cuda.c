@@ -501,15 +501,21 @@ static int cuda_matmul_bf16_forward(void *out, int out_bf16, const uint16_t *inp
  * and a small g16 dw's fp32 image: zkc_matmul_bf16_backward_scratch, the
  * largest of the three. g16: dw, db bf16, written by the op (a bf16-D GEMM, or on a small output the
  * fp32 dw in the scratch, cast; colsum rounded once) */
+/* Takes cu_lock (the caller releases it) and sizes the scratch for a bf16
+ * backward GEMM (zkc_matmul_bf16_backward_scratch); its status */
+static int bwd_scratch_locked(int N, int C, int OC, int db, int dinp16, int g16dw)
+{
+    pthread_mutex_lock(&cu_lock);
+    size_t nb = zkc_matmul_bf16_backward_scratch(N, C, OC, db, dinp16, g16dw);
+    return db || nb ? scratch(nb) : ZT_OK;
+}
+
 static int cuda_matmul_bf16_backward(void *dinp, int dinp16, void *dw, void *db, int g16,
                                      const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
                                      int N, int C, int OC, int ldo)
 {
     ZT_TRY(take_pending());
-    pthread_mutex_lock(&cu_lock);
-    size_t nb = zkc_matmul_bf16_backward_scratch(N, C, OC, db != NULL, dinp16 && dinp,
-                                                 g16 && dw);
-    int rc = db || nb ? scratch(nb) : ZT_OK;
+    int rc = bwd_scratch_locked(N, C, OC, db != NULL, dinp16 && dinp, g16 && dw);
     int st = rc == ZT_OK ? zkc_matmul_bf16_backward(cu_blas, S(), dinp, dinp16, dw, db, g16, dout,
                                                     inp, w, N, C, OC, ldo, cu_scratch)
                          : 0;
@@ -536,9 +542,7 @@ static int cuda_matmul_bf16_backward_dgelu(uint16_t *dinp16, float *dinp32, void
                                            int OC, int ldo)
 {
     ZT_TRY(take_pending());
-    pthread_mutex_lock(&cu_lock);   /* the scratch as matmul_bf16_backward's (no dinp16 split) */
-    size_t nb = zkc_matmul_bf16_backward_scratch(N, C, OC, db != NULL, 0, g16 && dw);
-    int rc = db || nb ? scratch(nb) : ZT_OK;
+    int rc = bwd_scratch_locked(N, C, OC, db != NULL, 0, g16 && dw);   /* no dinp16 split */
     int st = rc == ZT_OK ? zkc_matmul_bf16_backward_dgelu(cu_blas, S(), dinp16, dinp32, dw, db,
                                                           g16, dout, inp, w, pre, N, C, OC, ldo,
                                                           cu_scratch)

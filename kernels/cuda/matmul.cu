@@ -611,7 +611,7 @@ static int bwd(cublasHandle_t h, cudaStream_t s, void *dinp, int dinp16, void *d
         }
     }
     if (db && OC) {                        /* two passes, fixed chunks: colsum.cu */
-        int e = ab == CUDA_R_32F ? zkc_colsum(s, db, g16, (const float *)dout, N, OC, ldo, scratch)
+        int e = ab == CUDA_R_32F ? zkc_colsum(s, db, 0, (const float *)dout, N, OC, ldo, scratch)   /* no g16: above */
                                  : zkc_colsum_bf16(s, db, g16, (const uint16_t *)dout, N, OC, ldo, scratch);
         if (e) return ZKC_LAUNCH_BASE + e;
     }

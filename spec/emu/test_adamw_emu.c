@@ -139,6 +139,21 @@ static int run(side *a, side *b, const item *it, int n, int g_kind, int lp_kind,
 
 static const char *gname[3] = { "f32", "bf16", "f16" }, *lname[3] = { "no lp", "bf16 lp", "f16 lp" };
 
+/* two steps of the items (bufn set) on both sides: the CPU's bits, every
+ * element outside the items untouched (same compares whole buffers) */
+static void check_items(const item *its, int n, int g_kind, int lp_kind, const char *what)
+{
+    side a, b;
+    make(&a, &b, g_kind);
+    int rc = 0;
+    for (int t = 1; t <= 2 && !rc; t++) rc = run(&a, &b, its, n, g_kind, lp_kind, t);
+    char name[200];
+    snprintf(name, sizeof name, "emu adamw_multi %d %s, %s g, %s: the CPU's bits, the gaps untouched",
+             n, what, gname[g_kind], lname[lp_kind]);
+    ct_check(rc == 0 && same(&a, &b, lp_kind), name, "rc %d, differ", rc);
+    drop(&a, &b);
+}
+
 /* items over four buffers, offsets odd, gaps between, sizes about the tile */
 static void t_items(int g_kind, int lp_kind)
 {
@@ -148,17 +163,8 @@ static void t_items(int g_kind, int lp_kind)
         { 2, 7, 1023, 0.1f }, { 2, 1031, 4097, 0.0f }, { 2, 5129, 33, 0.3f },
         { 3, 0, 256, 0.1f }, { 3, 257, 5000, 0.1f },
     };
-    int n = (int)(sizeof its / sizeof *its);
     bufn[0] = 2400; bufn[1] = 70020; bufn[2] = 5170; bufn[3] = 5300;
-    side a, b;
-    make(&a, &b, g_kind);
-    int rc = 0;
-    for (int t = 1; t <= 2 && !rc; t++) rc = run(&a, &b, its, n, g_kind, lp_kind, t);
-    char name[200];
-    snprintf(name, sizeof name, "emu adamw_multi %d items, %s g, %s: the CPU's bits, the gaps "
-             "untouched", n, gname[g_kind], lname[lp_kind]);
-    ct_check(rc == 0 && same(&a, &b, lp_kind), name, "rc %d, differ", rc);
-    drop(&a, &b);
+    check_items(its, (int)(sizeof its / sizeof *its), g_kind, lp_kind, "items");
 }
 
 /* more items than one launch's table: launches of 600 in order */
@@ -176,15 +182,7 @@ static void t_many(int g_kind, int lp_kind)
         at[q] += len;
     }
     for (int q = 0; q < NBUF; q++) bufn[q] = (size_t)at[q] + 1;
-    side a, b;
-    make(&a, &b, g_kind);
-    int rc = 0;
-    for (int t = 1; t <= 2 && !rc; t++) rc = run(&a, &b, its, n, g_kind, lp_kind, t);
-    char name[200];
-    snprintf(name, sizeof name, "emu adamw_multi %d small items (3 launches), %s g, %s: the CPU's "
-             "bits", n, gname[g_kind], lname[lp_kind]);
-    ct_check(rc == 0 && same(&a, &b, lp_kind), name, "rc %d, differ", rc);
-    drop(&a, &b);
+    check_items(its, n, g_kind, lp_kind, "small items (3 launches)");
     free(its);
 }
 
