@@ -90,7 +90,12 @@ int zt_cuda_matmul_split(int on);
 /* The tensor-core attention backward's dQ (attention_tc.cu): 0 its own
  * pass (the default), 1 in the dK/dV kernel with the key tiles' parts added
  * in a fixed order (ZTRAIN_ATTN_DQ at init); -1 queries. Both give the same
- * bits run to run; not each other's (dk, dv: the same). */
+ * bits run to run; not each other's (dk, dv: the same). Process-wide: change
+ * it while no attention backward runs (its scratch is sized by the mode). */
 int zt_cuda_attention_dq(int on);
+/* The tensor-core forward at head size 128: 0 blocks of 64 query rows (the
+ * default), 1 of 128 with the next tile prefetched (ZTRAIN_ATTN_FWD128=wide
+ * at init); -1 queries. The same bits either way. */
+int zt_cuda_attention_fwd_wide(int on);
 
 #endif

@@ -176,6 +176,14 @@ int zt_cuda_init(void)
                         "pass (dQ by its own kernel, the default) or ordered (in the dK/dV "
                         "kernel, in a fixed order)", aq);
     if (aq) zkc_attention_tc_ordered_dq(aq[0] == 'o');
+    /* ZTRAIN_ATTN_FWD128=wide: the tensor-core forward at head size 128 in
+     * blocks of 128 query rows (8 warps, prefetching); narrow (or unset,
+     * the default until a GPU has timed both): 64. The same bits */
+    const char *af = getenv("ZTRAIN_ATTN_FWD128");
+    if (af && strcmp(af, "wide") && strcmp(af, "narrow"))
+        return zt_error(ZT_EINVAL, "zt_device_init(\"cuda\"): ZTRAIN_ATTN_FWD128 is '%.40s'; use "
+                        "narrow (blocks of 64 query rows, the default) or wide (128)", af);
+    if (af) zkc_attention_tc_fwd_wide(af[0] == 'w');
     CU(cudaGetDevice(&cu_dev));
     struct cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, cu_dev) == cudaSuccess)
@@ -765,6 +773,13 @@ int zt_cuda_attention_dq(int on)
     return zkc_attention_tc_ordered_dq(on);
 }
 
+int zt_cuda_attention_fwd_wide(int on)
+{
+    ZT_CHECK(on >= -1 && on <= 1, "zt_cuda_attention_fwd_wide: %d (known: 0 blocks of 64 query "
+             "rows at head size 128, 1 of 128, -1 query)", on);
+    return zkc_attention_tc_fwd_wide(on);
+}
+
 static int64_t tc_calls;          /* zt_device_count("attention_tc") */
 static int64_t cuda_attention_tc_calls(void) { return __atomic_load_n(&tc_calls, __ATOMIC_RELAXED); }
 
@@ -812,9 +827,9 @@ static int cuda_attention_backward(void *dqkv, const void *dout, const void *qkv
                                    int B, int T, int C, int NH, int NKV, int W)
 {
     ZT_TRY(take_pending());
+    pthread_mutex_lock(&cu_lock);
     int tc = attn_tc(C, NH, dqkv, dout, qkv, out), e = 0;
     size_t nf = tc ? zkc_attention_backward_tc_scratch(io16, B, T, C, NH) : (size_t)B * NH * T;
-    pthread_mutex_lock(&cu_lock);
     int rc = scratch(nf / 2 + 1);
     if (rc == ZT_OK) {
         e = tc ? zkc_attention_backward_tc_gqa(S(), dqkv, dout, qkv, out, lse, io16, B, T, C, NH,

@@ -276,13 +276,25 @@ int main(void)
             TIME(nm, fk, 10, dv->attention_forward(oh, l2, qh, 1, Bk, Tk, Ck, NHk, NHk, 0));
             snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc, bf16 I/O", Bk, Tk, cfg[k][3]);
             TIME(nm, 2.5 * fk, 5, dv->attention_backward(dh, gh, qh, oh, l2, 1, Bk, Tk, Ck, NHk, NHk, 0));
-            snprintf(nm, sizeof nm, "attention fwd B=%d T=%d hs=%d bf16 tc", Bk, Tk, cfg[k][3]);
-            TIME(nm, fk, 10, dv->attention_forward(o2, l2, q2, 0, Bk, Tk, Ck, NHk, NHk, 0));
-            snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc", Bk, Tk, cfg[k][3]);
-            TIME(nm, 2.5 * fk, 5, dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk, NHk, 0));
+            /* the same inputs, dQ in the dK/dV kernel in a fixed order (before
+             * the fp32 rows below overwrite oh and qh's bytes) */
             zt_cuda_attention_dq(1);
             snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc, bf16 I/O, ordered dQ", Bk, Tk, cfg[k][3]);
             TIME(nm, 2.5 * fk, 5, dv->attention_backward(dh, gh, qh, oh, l2, 1, Bk, Tk, Ck, NHk, NHk, 0));
+            zt_cuda_attention_dq(0);
+            snprintf(nm, sizeof nm, "attention fwd B=%d T=%d hs=%d bf16 tc", Bk, Tk, cfg[k][3]);
+            TIME(nm, fk, 10, dv->attention_forward(o2, l2, q2, 0, Bk, Tk, Ck, NHk, NHk, 0));
+            if (cfg[k][3] == 128) {                  /* blocks of 128 rows (zt_cuda_attention_fwd_wide) */
+                zt_cuda_attention_fwd_wide(1);
+                snprintf(nm, sizeof nm, "attention fwd B=%d T=%d hs=128 bf16 tc, bf16 I/O, wide", Bk, Tk);
+                TIME(nm, fk, 10, dv->attention_forward(oh, l2, qh, 1, Bk, Tk, Ck, NHk, NHk, 0));
+                snprintf(nm, sizeof nm, "attention fwd B=%d T=%d hs=128 bf16 tc, wide", Bk, Tk);
+                TIME(nm, fk, 10, dv->attention_forward(o2, l2, q2, 0, Bk, Tk, Ck, NHk, NHk, 0));
+                zt_cuda_attention_fwd_wide(0);
+            }
+            snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc", Bk, Tk, cfg[k][3]);
+            TIME(nm, 2.5 * fk, 5, dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk, NHk, 0));
+            zt_cuda_attention_dq(1);
             snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc, ordered dQ", Bk, Tk, cfg[k][3]);
             TIME(nm, 2.5 * fk, 5, dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk, NHk, 0));
             zt_cuda_attention_dq(0);

@@ -125,10 +125,12 @@
  * cap the registers so that the blocks an SM holds are as listed):
  *   head size 64:  forward 256 threads, 128 registers, 36864 B (2 a SM);
  *                  dQ 256, 127, 46080 B (2); dK/dV 128, 168, 37376 B (3);
- *                  dK/dV with the ordered dQ 128, 235, 46608 B (2)
+ *                  dK/dV with the ordered dQ 128, 242, 46608 B (2)
  *   head size 128: forward 128 threads, 168 registers, 34816 B (3);
  *                  dQ 128, 152, 43520 B (3); dK/dV 128, 224, 43648 B (2);
- *                  dK/dV with the ordered dQ 128, 228, 46736 B (2)
+ *                  dK/dV with the ordered dQ 128, 244, 46736 B (2);
+ *                  forward wide (8 warps, 128 rows, prefetching) 256, 252,
+ *                  34816 B (1)
  * io16 (dout bf16 too) the same threads and shared memory; registers:
  * forward 124 / 168, dQ 127 / 158, dK/dV 168 / 214 (head size 64 / 128;
  * dK/dV's Q, dO loads 2 a thread and matrix per batch, not 4: 4 spilled
@@ -187,7 +189,7 @@ template <int HD> struct tc_cfg {
            /* blocks an SM: register caps (a dK/dV kernel that also makes
             * the dQ parts, DQA's or the ordered one: at 3 blocks its head
             * size 64 spilled on sm_90) */
-           MINB_DKV = HD == 64 && !DQA ? 3 : 2, MINB_DQ = 2 };
+           MINB_DKV = HD == 64 && !DQA ? 3 : 2, MINB_ORD = 2 };
 };
 /* The dQ kernel: 128 query rows (8 warps) and key chunks of 32 at head size
  * 64, so that a K, V chunk read from L2 serves twice the rows; 64 rows and
@@ -440,15 +442,22 @@ __device__ __forceinline__ float quad_sum(float v)
  * a K, V tile read from L2 serves twice the rows (64 FLOP a byte of fp32
  * K, V); 4 at 128 (its registers) */
 template <int HD> struct fwd_cfg { enum { NWF = HD == 64 ? 8 : 4, BRF = NWF * 16, MINB = HD == 64 ? 2 : 3 }; };
+/* Head size 128 wide (zkc_attention_tc_fwd_wide(1), off by default until a
+ * GPU has timed it): 8 warps, 128 rows a block as at 64 (a K, V tile read
+ * from L2 serves twice the rows: 64 FLOP a byte of bf16 K, V, not 32), Q
+ * in registers, the next tile prefetched; 1 block an SM (its registers) */
+template <int HD, int NWF> struct fwd_minb { enum { v = NWF == fwd_cfg<HD>::NWF ? fwd_cfg<HD>::MINB : 1 }; };
 
-template <int HD, class IO, bool WIN>
-__global__ static void __launch_bounds__(fwd_cfg<HD>::NWF * 32, WIN ? 1 : fwd_cfg<HD>::MINB)
+template <int HD, class IO, bool WIN, int NWF>
+__global__ static void __launch_bounds__(NWF * 32, WIN ? 1 : fwd_minb<HD, NWF>::v)
 k_tc_fwd(IO *out, float *lse, const IO *qkv, tcp a)
 {
-    enum { LD = HD + 8, KS = HD / 16, BC = 64, NS = BC / 8, ND = HD / 8,
-           NWF = fwd_cfg<HD>::NWF, BRF = fwd_cfg<HD>::BRF, NTH = NWF * 32 };
+    enum { LD = HD + 8, KS = HD / 16, BC = 64, NS = BC / 8, ND = HD / 8, BRF = NWF * 16,
+           NTH = NWF * 32 };
     enum { QREG = HD == 128 };                    /* Q fragments: registers, or read each tile */
-    __shared__ __align__(16) bf16 qs[QREG ? 8 : BRF * LD], ks[BC * LD], vs[BC * LD];
+    /* K and V tiles adjacent: QREG stages Q's BRF <= 128 rows across both */
+    __shared__ __align__(16) bf16 qs[QREG ? 8 : BRF * LD], kvs[2 * BC * LD];
+    bf16 *const ks = kvs, *const vs = kvs + BC * LD;
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3, T = a.T;
     const int qt = gridDim.x - 1 - blockIdx.x;   /* the longest rows first */
     const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, q0 = qt * BRF, r0 = q0 + w * 16;
@@ -462,7 +471,8 @@ k_tc_fwd(IO *out, float *lse, const IO *qkv, tcp a)
     const zkc_sptr qp = zkc_sptr_of(qs), kp = zkc_sptr_of(ks), vp = zkc_sptr_of(vs);
 
     uint32_t qr[QREG ? KS : 1][4];                /* the warp's 16 queries (QREG) */
-    if (QREG) {                                   /* staged in ks (BRF = 64 rows) */
+    static_assert(!QREG || BRF <= 2 * BC, "Q's stage: the K and V tiles");
+    if (QREG) {                                   /* staged in ks, vs */
         load_tile<BRF, HD, NTH>(ks, base, st, q0, T);
         __syncthreads();
 #pragma unroll
@@ -474,9 +484,10 @@ k_tc_fwd(IO *out, float *lse, const IO *qkv, tcp a)
 #pragma unroll
     for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
-    /* PIPE (head size 64): the next tile's K loads fly during this tile's
+    /* PIPE (8 warps: head size 64, and 128 wide): the next tile's K loads fly during this tile's
      * S and softmax, its V loads during P V; 3 barriers a tile */
-    enum { PIPE = !QREG, NP = PIPE ? BC * HD / chunk<IO>::E / NTH : 1 };
+    enum { PIPE = NWF == 8, NP = PIPE ? BC * HD / chunk<IO>::E / NTH : 1 };
+    if (QREG && PIPE) __syncthreads();            /* every warp's Q read from the stage */
     const int kend = min(q0 + BRF, T);            /* causal: keys after the block's last row skipped */
     const int kstart = WIN ? win_start(a, q0, BC) : 0;   /* a window: tiles before every row's skipped */
     if (PIPE) load_tiles<BC, HD, NTH>(ks, kb, st, vs, vb, st, kstart, T);
@@ -641,7 +652,7 @@ __device__ __forceinline__ int *ordered_add(IO *dqkv, float *acc, int *cnt, cons
  * dO^T (16, CH); P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - D) scale;
  * dV += bf16(P^T) dO, dK += bf16(dS^T) Q (16, HD) in registers. */
 template <int HD, class IO, bool WIN, bool ORD>
-__global__ static void __launch_bounds__(NW * 32, WIN ? 1 : ORD ? tc_cfg<HD>::MINB_DQ : tc_cfg<HD>::MINB_DKV)
+__global__ static void __launch_bounds__(NW * 32, WIN ? 1 : ORD ? tc_cfg<HD>::MINB_ORD : tc_cfg<HD>::MINB_DKV)
 k_tc_dkv(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const float *D, float *acc,
          int *cnt, tcp a)
 {
@@ -910,10 +921,21 @@ static size_t tc_counts(int B, int T, int NH, int HD)
     return (1 + (size_t)B * NH * ((T + ch - 1) / ch) + 3) / 4 * 4;
 }
 
+/* Head size 128's forward (kernels.cuh): 0 4 warps, 64 rows a block (the
+ * default), 1 wide (fwd_minb); -1 asks. Read at each launch. */
+static int fwd_wide_on = 0;
+extern "C" int zkc_attention_tc_fwd_wide(int on)
+{
+    if (on == 0 || on == 1) fwd_wide_on = on;
+    return fwd_wide_on;
+}
+
 /* The backward's dQ (kernels.cuh): 0 its own pass (k_tc_dq, the default),
  * 1 ordered in the dK/dV kernel; -1 asks. Read at each launch: the
- * caller sizes the scratch by zkc_attention_backward_tc_scratch first.
- * The DQA build has only its atomics: it stays 0. */
+ * caller sizes the scratch by zkc_attention_backward_tc_scratch first, so
+ * it is set while no attention backward runs (at init, or between calls on
+ * one thread; like matmul.cu's switches). The DQA build has only its
+ * atomics: it stays 0. */
 static int ordered_dq_on = 0;
 extern "C" int zkc_attention_tc_ordered_dq(int on)
 {
@@ -931,12 +953,20 @@ extern "C" size_t zkc_attention_backward_tc_scratch(int io16, int B, int T, int 
 template <int HD, class IO>
 static int tc_forward(cudaStream_t s, IO *out, float *lse, const IO *qkv, int B, tcp a)
 {
+    if (HD == 128 && fwd_wide_on) {
+        dim3 g((unsigned)((a.T + 127) / 128), (unsigned)(B * a.NH));
+        if (a.W > 0)
+            k_tc_fwd<HD, IO, true, 8><<<g, 8 * 32, 0, s>>>(out, lse, qkv, a);
+        else
+            k_tc_fwd<HD, IO, false, 8><<<g, 8 * 32, 0, s>>>(out, lse, qkv, a);
+        return ZKC_LAUNCHED();
+    }
     enum { NWF = fwd_cfg<HD>::NWF, BRF = fwd_cfg<HD>::BRF };
     dim3 g((unsigned)((a.T + BRF - 1) / BRF), (unsigned)(B * a.NH));
     if (a.W > 0)
-        k_tc_fwd<HD, IO, true><<<g, NWF * 32, 0, s>>>(out, lse, qkv, a);
+        k_tc_fwd<HD, IO, true, NWF><<<g, NWF * 32, 0, s>>>(out, lse, qkv, a);
     else
-        k_tc_fwd<HD, IO, false><<<g, NWF * 32, 0, s>>>(out, lse, qkv, a);
+        k_tc_fwd<HD, IO, false, NWF><<<g, NWF * 32, 0, s>>>(out, lse, qkv, a);
     return ZKC_LAUNCHED();
 }
 

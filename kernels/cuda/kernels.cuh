@@ -426,6 +426,12 @@ int zkc_attention_backward_tc_gqa(cudaStream_t s, void *dqkv, const void *dout, 
  * same bits run to run, whatever the dispatch order. -1 asks; returns the
  * mode (the -DZKC_ATTN_TC_DQ_ATOMIC build stays 0). Process-wide. */
 int zkc_attention_tc_ordered_dq(int on);
+/* Head size 128's forward: 0 (the default) blocks of 4 warps, 64 query rows;
+ * 1 wide: 8 warps, 128 rows (a K, V tile read from L2 serves twice the
+ * rows), the next tile prefetched, 1 block an SM. Every row the same tiles
+ * in the same order: the same bits either way. -1 asks; returns the
+ * setting. Process-wide. */
+int zkc_attention_tc_fwd_wide(int on);
 /* floats of scratch the backward needs in the current mode: B*NH*T (D) in
  * mode 0 and for other head sizes; in mode 1 also the counts and, for a
  * bf16 dqkv (io16), the fp32 sums (B*T*C) */

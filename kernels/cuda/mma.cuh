@@ -103,13 +103,21 @@ __device__ __forceinline__ void zkc_stg4h(uint16_t *p, uint32_t lo, uint32_t hi)
  * L1 line). spec/emu/cuda_emu.h's twins run blocks one at a time and
  * report a wait that no earlier block can satisfy (a deadlock on a GPU). */
 __device__ __forceinline__ int zkc_ticket(int *p) { return atomicAdd(p, 1); }
+/* A wait still unmet after ~20 s is a bug (a count that no block brings
+ * there): it traps, the launch fails with an error, rather than hang. */
 __device__ __forceinline__ void zkc_wait_count(const int *p, int v)
 {
-    int x;
-    for (;;) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    for (unsigned n = 1;; n++) {
+        int x;
         asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(x) : "l"(p) : "memory");
         if (x == v) break;
         __nanosleep(32);
+        if ((n & 4095) == 0) {
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+            if (t - t0 > 20000000000ull) __trap();
+        }
     }
 }
 __device__ __forceinline__ void zkc_post_count(int *p)

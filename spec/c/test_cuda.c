@@ -2451,15 +2451,15 @@ static void t_attention_all(void)
     t_attention(2, 33, 120, 3);     /* hs 40: lanes past the head */
 }
 
-/* the tests' names in the ordered-dQ pass (t_attention_dq_ordered) */
+/* the tests' names in the ordered-dQ and wide-forward passes */
 static const char *dq_tag = "";
 
-/* bf16 tensor-core attention through the device table in mode 1, runs
- * times (2 or 3): against the CPU twin (attn_tc_check.h's tolerances),
- * dqkv prefilled with NaN (WRITTEN: every element), and the same bits
- * every run. */
-static void t_attention_tc_runs(int B, int T, int NH, int hs, int runs)
+/* bf16 tensor-core attention through the device table in mode 1, twice:
+ * against the CPU twin (attn_tc_check.h's tolerances), dqkv prefilled with
+ * NaN (WRITTEN: every element), and the same bits both runs. */
+static void t_attention_tc(int B, int T, int NH, int hs)
 {
+    enum { runs = 2 };
     char name[128];
     const int C = hs * NH;
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
@@ -2472,7 +2472,7 @@ static void t_attention_tc_runs(int B, int T, int NH, int hs, int runs)
     zk_attention_forward(o, l, qkv, B, T, C, NH);
     zk_attention_backward(dq, dy, qkv, o, l, B, T, C, NH);
     tc_mags(mo, ml, mdq, qkv, dy, B, T, C, NH);
-    float *d_qkv = up(qkv, nq * 4), *d_dy = up(dy, no * 4), *d_o[3], *d_l[3], *d_dq[3];
+    float *d_qkv = up(qkv, nq * 4), *d_dy = up(dy, no * 4), *d_o[runs], *d_l[runs], *d_dq[runs];
     int was = zt_cuda_attention_mode(-1);
     zt_cuda_attention_mode(1);
     for (int r = 0; r < runs; r++) {
@@ -2506,7 +2506,6 @@ static void t_attention_tc_runs(int B, int T, int NH, int hs, int runs)
     dv->free(d_qkv); dv->free(d_dy);
     for (int r = 0; r < runs; r++) { dv->free(d_o[r]); dv->free(d_l[r]); dv->free(d_dq[r]); }
 }
-static void t_attention_tc(int B, int T, int NH, int hs) { t_attention_tc_runs(B, T, NH, hs, 2); }
 
 /* forward + backward of (B, T, C, NH) in the given mode: out and dqkv, host */
 /* skew: qkv read from 4 bytes past an allocation's start (not 16-byte
@@ -2674,14 +2673,111 @@ static void t_attention_tc_all(void)
     t_attention_tc(1, 257, 3, 128);
 }
 
+/* Ordered dQ at a shape with hundreds of dK/dV blocks in flight (B*NH*T/64):
+ * three runs the same bits (the order must not depend on which block the
+ * GPU starts first), and head (B-1, NH-1)'s q, k, v gradients against the
+ * CPU twin run on that head alone (the whole problem's CPU magnitudes take
+ * a minute at T = 2048) */
+static void t_ordered_many(int B, int T, int NH, int hs)
+{
+    char name[160];
+    const int C = NH * hs, b1 = B - 1, h1 = NH - 1;
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1), *nan = malloc(nq * 4);
+    tc_round_bf16(qkv, nq);
+    tc_round_bf16(dy, no);
+    for (size_t i = 0; i < nq; i++) nan[i] = NAN;
+    float *d_qkv = up(qkv, nq * 4), *d_dy = up(dy, no * 4), *d_o = NULL, *d_l = NULL, *d_dq[3];
+    dv->alloc((void **)&d_o, no * 4); dv->alloc((void **)&d_l, nl * 4);
+    int am = zt_cuda_attention_mode(-1), rc = 0;
+    zt_cuda_attention_mode(1);
+    rc |= dv->attention_forward(d_o, d_l, d_qkv, 0, B, T, C, NH, NH, 0);
+    for (int r = 0; r < 3; r++) {
+        d_dq[r] = up(nan, nq * 4);
+        rc |= dv->attention_backward(d_dq[r], d_dy, d_qkv, d_o, d_l, 0, B, T, C, NH, NH, 0);
+    }
+    zt_cuda_attention_mode(am);
+    snprintf(name, sizeof name, "attention ordered dQ B=%d T=%d NH=%d hs=%d", B, T, NH, hs);
+    if (!synced(name) || rc) { ct_fail(name, "rc %d", rc); return; }
+    float *g[3];
+    for (int r = 0; r < 3; r++) g[r] = down(d_dq[r], nq * 4);
+    snprintf(name, sizeof name, "attention ordered dQ B=%d T=%d hs=%d: three runs the same bits", B, T, hs);
+    ct_check(!memcmp(g[0], g[1], nq * 4) && !memcmp(g[0], g[2], nq * 4), name, "dqkv differs");
+    /* head (b1, h1) alone: qkv rows of 3 hs, its dy, and the GPU's dq, dk, dv */
+    float *q1 = malloc((size_t)T * 3 * hs * 4), *y1 = malloc((size_t)T * hs * 4);
+    float *got = malloc((size_t)T * 3 * hs * 4);
+    for (int t = 0; t < T; t++)
+        for (int p = 0; p < 3; p++) {
+            size_t src = ((size_t)b1 * T + t) * 3 * C + (size_t)p * C + (size_t)h1 * hs;
+            memcpy(q1 + ((size_t)t * 3 + p) * hs, qkv + src, (size_t)hs * 4);
+            memcpy(got + ((size_t)t * 3 + p) * hs, g[0] + src, (size_t)hs * 4);
+            if (p == 0) memcpy(y1 + (size_t)t * hs, dy + ((size_t)b1 * T + t) * C + (size_t)h1 * hs, (size_t)hs * 4);
+        }
+    float *o = malloc((size_t)T * hs * 4), *l = malloc((size_t)T * 4), *dq = malloc((size_t)T * 3 * hs * 4);
+    double *mo = malloc((size_t)T * hs * 8), *ml = malloc((size_t)T * 8), *mdq = malloc((size_t)T * 3 * hs * 8);
+    zk_attention_forward(o, l, q1, 1, T, hs, 1);
+    zk_attention_backward(dq, y1, q1, o, l, 1, T, hs, 1);
+    tc_mags(mo, ml, mdq, q1, y1, 1, T, hs, 1);
+    snprintf(name, sizeof name, "attention ordered dQ B=%d T=%d hs=%d: head %d of batch %d's dq, dk, dv "
+             "vs the CPU", B, T, hs, h1, b1);
+    tc_check(name, got, dq, mdq, (size_t)T * 3 * hs, TC_RHO);
+    free(q1); free(y1); free(got); free(o); free(l); free(dq); free(mo); free(ml); free(mdq);
+    free(qkv); free(dy); free(nan);
+    for (int r = 0; r < 3; r++) { free(g[r]); dv->free(d_dq[r]); }
+    dv->free(d_qkv); dv->free(d_dy); dv->free(d_o); dv->free(d_l);
+}
+
+/* Ordered dQ with grouped-query heads and windows (the windowed kernels
+ * hold 1 block an SM): dqkv against the CPU twin (zk_attention_*_gqa,
+ * attn_tc_check.h's magnitudes), every element written, the same bits
+ * twice */
+static void t_ordered_gqa(int B, int T, int NH, int NKV, int hs, int W)
+{
+    char name[192];
+    const int C = NH * hs, R = (NH + 2 * NKV) * hs;
+    size_t nq = (size_t)B * T * R, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1), *nan = malloc(nq * 4);
+    tc_round_bf16(qkv, nq);
+    tc_round_bf16(dy, no);
+    for (size_t i = 0; i < nq; i++) nan[i] = NAN;
+    float *o = malloc(no * 4), *l = malloc(nl * 4), *dq = malloc(nq * 4);
+    double *mo = malloc(no * 8), *ml = malloc(nl * 8), *mq = malloc(nq * 8);
+    zk_attention_forward_gqa(o, l, qkv, B, T, C, NH, NKV, W);
+    zk_attention_backward_gqa(dq, dy, qkv, o, l, B, T, C, NH, NKV, W);
+    tc_mags_gqa(mo, ml, mq, qkv, dy, B, T, C, NH, NKV, W);
+    float *d_qkv = up(qkv, nq * 4), *d_dy = up(dy, no * 4), *d_o = NULL, *d_l = NULL, *d_dq[2];
+    dv->alloc((void **)&d_o, no * 4); dv->alloc((void **)&d_l, nl * 4);
+    int am = zt_cuda_attention_mode(-1), rc = 0;
+    zt_cuda_attention_mode(1);
+    rc |= dv->attention_forward(d_o, d_l, d_qkv, 0, B, T, C, NH, NKV, W);
+    for (int r = 0; r < 2; r++) {
+        d_dq[r] = up(nan, nq * 4);
+        rc |= dv->attention_backward(d_dq[r], d_dy, d_qkv, d_o, d_l, 0, B, T, C, NH, NKV, W);
+    }
+    zt_cuda_attention_mode(am);
+    snprintf(name, sizeof name, "attention ordered dQ gqa B=%d T=%d NH=%d NKV=%d hs=%d W=%d", B, T, NH,
+             NKV, hs, W);
+    if (!synced(name) || rc) { ct_fail(name, "rc %d", rc); return; }
+    float *g0 = down(d_dq[0], nq * 4), *g1 = down(d_dq[1], nq * 4);
+    char what[240];
+    snprintf(what, sizeof what, "%s: dqkv vs the CPU, all written", name);
+    tc_check(what, g0, dq, mq, nq, TC_RHO);
+    snprintf(what, sizeof what, "%s: the same bits twice", name);
+    ct_check(!memcmp(g0, g1, nq * 4), what, "dqkv differs");
+    free(qkv); free(dy); free(nan); free(o); free(l); free(dq); free(mo); free(ml); free(mq);
+    free(g0); free(g1);
+    for (int r = 0; r < 2; r++) dv->free(d_dq[r]);
+    dv->free(d_qkv); dv->free(d_dy); dv->free(d_o); dv->free(d_l);
+}
+
 /* The tensor-core backward with the ordered dQ (zt_cuda_attention_dq(1):
  * dQ in the dK/dV kernel, each query chunk's key-tile parts added in one
  * order by blocks that wait on counts): the tensor-core checks above again
  * (against the CPU twin, every element written, the same bits twice; io16
- * = bf16(the fp32 call)), then at shapes with thousands of blocks in
- * flight, three runs the same bits (the order must not depend on which
- * block the GPU starts first) and against the CPU twin. A wait no block
- * can end would hang here: the kit's timeout. */
+ * = bf16(the fp32 call)), with grouped-query heads and windows, and at
+ * shapes with hundreds of blocks in flight (t_ordered_many). A wait that
+ * no block can end traps after ~20 s (mma.cuh): a failed launch, not a
+ * hang. */
 static void t_attention_dq_ordered(void)
 {
     int was = zt_cuda_attention_dq(-1), on = zt_cuda_attention_dq(1);
@@ -2699,10 +2795,70 @@ static void t_attention_dq_ordered(void)
     attn_io16(1, 2, 257, 2, 64, 0, 1);
     attn_io16(1, 1, 257, 3, 128, 0, 1);
     attn_io16(1, 2, 33, 1, 128, 0, 1);
-    t_attention_tc_runs(2, 2048, 12, 64, 3);   /* 768 dK/dV blocks, 264 an H100 holds */
-    t_attention_tc_runs(2, 2048, 8, 128, 3);
+    t_ordered_gqa(1, 300, 4, 2, 64, 0);        /* GQA: a block's two query heads */
+    t_ordered_gqa(2, 300, 4, 2, 64, 50);       /* and a window: 1 block an SM */
+    t_ordered_gqa(2, 200, 4, 1, 128, 70);      /* MQA, hs 128, a window across chunks of 16 */
+    t_ordered_many(2, 2048, 12, 64);           /* 768 dK/dV blocks, 264 an H100 holds */
+    t_ordered_many(2, 2048, 8, 128);
     dq_tag = "";
     zt_cuda_attention_dq(was);
+}
+
+/* Head size 128's wide forward (zt_cuda_attention_fwd_wide(1): 128 query
+ * rows a block, prefetching): out and lse the narrow blocks' bits (a row
+ * sees the same tiles in the same order), fp32 and bf16 I/O, with a
+ * window and GQA too; then the tensor-core checks at head size 128 with it
+ * (against the CPU twin, the same bits twice). */
+static void t_attention_fwd_wide(void)
+{
+    static const int shp[][5] = { { 1, 257, 3, 3, 0 }, { 2, 100, 4, 2, 0 }, { 1, 300, 2, 1, 70 },
+                                  { 2, 2048, 8, 8, 0 } };
+    int was = zt_cuda_attention_fwd_wide(-1), am = zt_cuda_attention_mode(-1);
+    for (int k = 0; k < 4; k++) {
+        int B = shp[k][0], T = shp[k][1], NH = shp[k][2], NKV = shp[k][3], W = shp[k][4];
+        int C = NH * 128, R = (NH + 2 * NKV) * 128;
+        size_t nq = (size_t)B * T * R, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+        float *qkv = ct_rand(nq, -2, 2);
+        uint16_t *q16 = malloc(nq * 2);
+        zk_cast_f32_bf16(q16, qkv, nq);
+        float *d_q = up(qkv, nq * 4), *d_o[2], *d_l[2], *d_hl[2];
+        uint16_t *d_q16 = up(q16, nq * 2), *d_h[2];
+        int rc = 0;
+        zt_cuda_attention_mode(1);
+        for (int r = 0; r < 2; r++) {             /* narrow, then wide */
+            dv->alloc((void **)&d_o[r], no * 4); dv->alloc((void **)&d_l[r], nl * 4);
+            dv->alloc((void **)&d_h[r], no * 2); dv->alloc((void **)&d_hl[r], nl * 4);
+            zt_cuda_attention_fwd_wide(r);
+            rc |= dv->attention_forward(d_o[r], d_l[r], d_q, 0, B, T, C, NH, NKV, W);
+            rc |= dv->attention_forward(d_h[r], d_hl[r], d_q16, 1, B, T, C, NH, NKV, W);
+        }
+        zt_cuda_attention_fwd_wide(was);
+        zt_cuda_attention_mode(am);
+        char name[160];
+        snprintf(name, sizeof name, "attention wide forward B=%d T=%d NH=%d NKV=%d W=%d", B, T, NH, NKV, W);
+        if (!synced(name) || rc) { ct_fail(name, "rc %d", rc); continue; }
+        float *o0 = down(d_o[0], no * 4), *o1 = down(d_o[1], no * 4);
+        float *l0 = down(d_l[0], nl * 4), *l1 = down(d_l[1], nl * 4);
+        float *hl0 = down(d_hl[0], nl * 4), *hl1 = down(d_hl[1], nl * 4);
+        uint16_t *h0 = down(d_h[0], no * 2), *h1 = down(d_h[1], no * 2);
+        snprintf(name, sizeof name, "attention wide forward B=%d T=%d NKV=%d W=%d: out, lse the narrow "
+                 "blocks' bits (fp32 I/O)", B, T, NKV, W);
+        ct_check(!memcmp(o0, o1, no * 4) && !memcmp(l0, l1, nl * 4), name, "differ");
+        snprintf(name, sizeof name, "attention wide forward B=%d T=%d NKV=%d W=%d: the same, bf16 I/O",
+                 B, T, NKV, W);
+        ct_check(!memcmp(h0, h1, no * 2) && !memcmp(hl0, hl1, nl * 4), name, "differ");
+        free(qkv); free(q16); free(o0); free(o1); free(l0); free(l1); free(hl0); free(hl1);
+        free(h0); free(h1);
+        dv->free(d_q); dv->free(d_q16);
+        for (int r = 0; r < 2; r++) { dv->free(d_o[r]); dv->free(d_l[r]); dv->free(d_h[r]); dv->free(d_hl[r]); }
+    }
+    zt_cuda_attention_fwd_wide(1);
+    dq_tag = " (wide forward)";
+    t_attention_tc(1, 1, 1, 128);
+    t_attention_tc(2, 100, 2, 128);
+    t_attention_tc(1, 257, 3, 128);
+    dq_tag = "";
+    zt_cuda_attention_fwd_wide(was);
 }
 
 /* errors come back as codes with file:line, never exit */
@@ -2912,7 +3068,7 @@ static void (*const tests[])(void) = {
     t_elementwise, t_add3_r16, t_casts, t_gelu, t_layernorm, t_norm_r16, t_norm_p16, t_encoder, t_xent, t_xent_padded_both, t_adamw, t_adamw_g16, t_adamw_multi, t_sums, t_sums16,
     t_sum_ranks, t_llama, t_randn, t_matmul_all, t_matmul_epilogue, t_matmul_gelu, t_matmul_b16,
     t_norm_g16, t_encoder_g16, t_matmul_g16, t_attention_all, t_attention_tc_all,
-    t_attention_io16_all, t_attention_dq_ordered, t_errors,
+    t_attention_io16_all, t_attention_dq_ordered, t_attention_fwd_wide, t_errors,
     t_pinned_pages, t_copy_then_compute, t_two_streams, t_blas_on_current_stream, t_stream_errors,
 };
 #define NTESTS (int)(sizeof tests / sizeof tests[0])

@@ -27,6 +27,7 @@ int zkc_attention_backward_tc_gqa(void *s, void *dqkv, const void *dout, const v
                                   const void *out, const float *lse, int io16, int B, int T, int C,
                                   int NH, int NKV, int W, float *scratch);
 int zkc_attention_tc_ordered_dq(int on);
+int zkc_attention_tc_fwd_wide(int on);
 size_t zkc_attention_backward_tc_scratch(int io16, int B, int T, int C, int NH);
 void emu_set_block_order(int o);             /* spec/emu/cuda_emu.h */
 
@@ -302,6 +303,45 @@ static void ordered(int B, int T, int NH, int NKV, int hs, int W)
     for (int r = 0; r < 3; r++) free(d[r]);
 }
 
+/* Head size 128's wide forward (zkc_attention_tc_fwd_wide(1): 8 warps, 128
+ * rows a block, the next tile prefetched): every row sees the same tiles
+ * in the same order as in the 4-warp blocks (a warp skips the tiles after
+ * its rows, and outside its rows' windows), so out and lse have the
+ * default forward's bits, fp32 and bf16 I/O; and out against the CPU twin. */
+static void wide(int B, int T, int NH, int NKV, int W)
+{
+    char name[192], tag[96];
+    snprintf(tag, sizeof tag, "emu wide forward B=%d T=%d NH=%d NKV=%d hs=128 W=%d", B, T, NH, NKV, W);
+    const int hs = 128, C = NH * hs, R = (NH + 2 * NKV) * hs;
+    size_t nq = (size_t)B * T * R, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1);
+    tc_round_bf16(qkv, nq);
+    float *o = malloc(no * 4), *l = malloc(nl * 4), *dq = malloc(nq * 4);
+    double *mo = malloc(no * 8), *ml = malloc(nl * 8), *mq = malloc(nq * 8);
+    zk_attention_forward_gqa(o, l, qkv, B, T, C, NH, NKV, W);
+    zk_attention_backward_gqa(dq, dy, qkv, o, l, B, T, C, NH, NKV, W);
+    tc_mags_gqa(mo, ml, mq, qkv, dy, B, T, C, NH, NKV, W);
+    uint16_t *q16 = to_bf16(qkv, nq), *h[2];
+    float *go[2], *gl[2], *hl[2];
+    int rc = 0;
+    for (int r = 0; r < 2; r++) {                /* default, then wide */
+        go[r] = malloc(no * 4); gl[r] = malloc(nl * 4); h[r] = malloc(no * 2); hl[r] = malloc(nl * 4);
+        rc |= zkc_attention_tc_fwd_wide(r) != r;
+        rc |= zkc_attention_forward_tc_gqa(NULL, go[r], gl[r], qkv, 0, B, T, C, NH, NKV, W);
+        rc |= zkc_attention_forward_tc_gqa(NULL, h[r], hl[r], q16, 1, B, T, C, NH, NKV, W);
+    }
+    zkc_attention_tc_fwd_wide(0);
+    snprintf(name, sizeof name, "%s: returns 0", tag);
+    ct_check(rc == 0, name, "rc %d", rc);
+    snprintf(name, sizeof name, "%s: out vs the CPU", tag);
+    tc_check(name, go[1], o, mo, no, TC_RHO);
+    snprintf(name, sizeof name, "%s: out, lse the 4-warp blocks' bits, fp32 and bf16 I/O", tag);
+    ct_check(!memcmp(go[0], go[1], no * 4) && !memcmp(gl[0], gl[1], nl * 4) &&
+             !memcmp(h[0], h[1], no * 2) && !memcmp(hl[0], hl[1], nl * 4), name, "differ");
+    free(qkv); free(dy); free(o); free(l); free(dq); free(mo); free(ml); free(mq); free(q16);
+    for (int r = 0; r < 2; r++) { free(go[r]); free(gl[r]); free(h[r]); free(hl[r]); }
+}
+
 int main(void)
 {
     ct_seed(99);
@@ -338,11 +378,16 @@ int main(void)
     gqa(1, 90, 2, 2, 128, 17, 1);   /* NKV = NH, hs 128, a window across chunks of 16 */
     gqa(1, 40, 2, 1, 64, 1, 0);     /* window 1: each query its own key */
     gqa(1, 40, 2, 1, 64, 100, 0);   /* a window > T: no window's bits */
+    wide(1, 1, 1, 1, 0);            /* one key */
+    wide(1, 300, 2, 1, 0);          /* three 128-row blocks, the last ragged; GQA */
+    wide(1, 200, 1, 1, 70);         /* a window: a block's rows start at other tiles */
     ordered(1, 1, 1, 1, 64, 0);     /* one key: one tile, first and last */
     ordered(1, 150, 1, 1, 64, 0);   /* three tiles, ragged: a chunk summed over three */
     ordered(1, 100, 1, 1, 128, 0);  /* chunks of 16: four a tile */
     ordered(1, 70, 2, 1, 64, 0);    /* GQA: a block's two query heads */
     ordered(1, 140, 1, 1, 64, 40);  /* a window: the lowest tile of a chunk not 0 */
     ordered(1, 90, 1, 1, 128, 17);  /* a window across chunks of 16 */
+    ordered(2, 150, 4, 2, 64, 0);   /* batches and kv heads: the ticket's (b, kv head), the counts' (b, h) */
+    ordered(2, 130, 4, 2, 128, 30); /* the same at hs 128, a window */
     return ct_summary();
 }
