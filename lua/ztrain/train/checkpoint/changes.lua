@@ -53,7 +53,9 @@ end
 -- kernels), the GEMMs (the CPU's AMX path has its own bits, its
 -- AVX512_BF16 and portable paths share theirs: kernels.h), the attention,
 -- and on the cuda device whether the GELU rides the GEMMs' epilogue
--- (ZTRAIN_GELU_FUSION=0 turns it off: other bits)
+-- (ZTRAIN_GELU_FUSION=0 turns it off: other bits) and whether the
+-- tensor-core attention's backward adds dQ in its dK/dV kernel
+-- (ZTRAIN_ATTN_DQ=ordered: other bits; ZTRAIN_ATTN_FWD128 keeps them)
 function M.kernels(tr)
   local r = tr.recipe
   local dev = tostring(r.device.backend):match("^fakegpu") and "cpu" or r.device.backend
@@ -64,7 +66,11 @@ function M.kernels(tr)
   end
   local fused = dev == "cuda" and tr.model.gemm16 and os.getenv("ZTRAIN_GELU_FUSION") ~= "0"
   local gelu = fused and "epilogue" or "apart"
-  return { device = dev, gemm = gemm, attention = tr.attention, gelu = gelu }
+  local attention = tr.attention
+  if dev == "cuda" and attention == "bf16" and os.getenv("ZTRAIN_ATTN_DQ") == "ordered" then
+    attention = "bf16 ordered-dq"
+  end
+  return { device = dev, gemm = gemm, attention = attention, gelu = gelu }
 end
 
 -- the keys under each group as a user sets them (recipe paths)
