@@ -88,7 +88,9 @@
  * a query chunk's own key tile J first (it writes), then J-1 down to the
  * lowest tile that reaches it (0, or the window's: that one writes the
  * result in dqkv's type). A tile waits on a count per (b, h, chunk) until
- * the J - kt tiles above it have added theirs (ordered_add). Causal work
+ * the J - kt tiles above it have added theirs (ordered_at: thread 0 waits
+ * before the barrier that publishes the staged dS, so the wait costs no
+ * barrier of its own; ordered_add). Causal work
  * makes that order free of stalls when blocks keep pace: tile kt reaches
  * chunk c one chunk after tile kt+1 did. Deadlock-free whatever the GPU's
  * dispatch order: a block's work is its ticket (taken when it starts; a
@@ -125,10 +127,10 @@
  * cap the registers so that the blocks an SM holds are as listed):
  *   head size 64:  forward 256 threads, 128 registers, 36864 B (2 a SM);
  *                  dQ 256, 127, 46080 B (2); dK/dV 128, 168, 37376 B (3);
- *                  dK/dV with the ordered dQ 128, 242, 46608 B (2)
+ *                  dK/dV with the ordered dQ 128, 239, 46608 B (2)
  *   head size 128: forward 128 threads, 168 registers, 34816 B (3);
  *                  dQ 128, 152, 43520 B (3); dK/dV 128, 224, 43648 B (2);
- *                  dK/dV with the ordered dQ 128, 244, 46736 B (2);
+ *                  dK/dV with the ordered dQ 128, 238, 46736 B (2);
  *                  forward wide (8 warps, 128 rows, prefetching) 256, 252,
  *                  34816 B (1)
  * io16 (dout bf16 too) the same threads and shared memory; registers:
@@ -601,26 +603,33 @@ __device__ __forceinline__ int block_ticket(int *cnt)
     return tick;
 }
 
-/* ORD: a dK/dV block's (key tile kt's) part of dQ chunk c (queries [c CH,
- * c CH + CH)) of head h, this lane's rows qi and n-tiles n0 .. n0 + NQ - 1,
- * added in the chunk's fixed order: key tiles from the chunk's own (J, the
- * first, which writes) down to the lowest that reaches it (jlo: 0, or the
- * window's; the last, which writes dqkv in IO). acc holds the running sum
- * in fp32: dqkv's q part itself when IO is fp32, the scratch's (B, T, C)
- * when bf16. The block waits until the chunk's count says the J - kt tiles
- * above it have added theirs; returns the count, bumped once the block's
- * stores are done (the caller's next barrier). */
-template <int HD, int NQ, class IO>
-__device__ __forceinline__ int *ordered_add(IO *dqkv, float *acc, int *cnt, const float (*dq)[4],
-                                            const tcp &a, int b, int h, int c, int nch, int kt,
-                                            int CH, const int qi[2], int n0)
+/* ORD: where key tile kt stands in dQ chunk c's order (queries [c CH,
+ * c CH + CH) of head h): the chunk's count, the value it holds once the
+ * tiles before kt have added theirs (J - kt: the chunk's own tile J first,
+ * then down to the lowest that reaches it, jlo: 0, or the window's), and
+ * whether kt is the first (it writes the sum) or the last (it writes
+ * dqkv in IO) */
+struct ord_at { int *ct; int expect; bool first, last; };
+__device__ __forceinline__ ord_at ordered_at(int *cnt, const tcp &a, int b, int h, int c, int nch,
+                                            int kt, int CH)
 {
     const int qc = c * CH, J = qc / BR, lo = qc - (BR - 1) - a.W;
     const int jlo = a.W > 0 && lo >= 0 ? lo / BR + 1 : 0;
-    int *ct = cnt + 1 + ((size_t)b * a.NH + h) * nch + c;
-    if (threadIdx.x == 0) zkc_wait_count(ct, J - kt);
-    __syncthreads();                              /* the tiles above have added theirs */
-    const bool first = kt == J, last = kt == jlo;
+    ord_at o = { cnt + 1 + ((size_t)b * a.NH + h) * nch + c, J - kt, kt == J, kt == jlo };
+    return o;
+}
+
+/* ORD: the block's part of the chunk, this lane's rows qi and n-tiles n0 ..
+ * n0 + NQ - 1, added once the count says so (the caller waited): acc holds
+ * the running sum in fp32 (dqkv's q part itself when IO is fp32, the
+ * scratch's (B, T, C) when bf16); the first tile writes it, the last writes
+ * dqkv. The caller bumps the count once every thread's stores are done
+ * (at its next barrier). */
+template <int HD, int NQ, class IO>
+__device__ __forceinline__ void ordered_add(IO *dqkv, float *acc, const float (*dq)[4],
+                                            const tcp &a, int b, int h, const ord_at &oa,
+                                            const int qi[2], int n0)
+{
     const size_t ast = sizeof(IO) == 4 ? a.R : (size_t)a.C;
     const int t = threadIdx.x % 32 & 3;
     float *ap[2];
@@ -630,7 +639,7 @@ __device__ __forceinline__ int *ordered_add(IO *dqkv, float *acc, int *cnt, cons
         ap[r] = acc + ((size_t)b * a.T + qi[r]) * ast + (size_t)h * HD + 2 * t + n0 * 8;
 #pragma unroll
         for (int n = 0; n < NQ; n++)
-            o[r][n] = first || qi[r] >= a.T ? make_float2(0.0f, 0.0f) : zkc_ldcg2(ap[r] + n * 8);
+            o[r][n] = oa.first || qi[r] >= a.T ? make_float2(0.0f, 0.0f) : zkc_ldcg2(ap[r] + n * 8);
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -638,13 +647,12 @@ __device__ __forceinline__ int *ordered_add(IO *dqkv, float *acc, int *cnt, cons
         IO *dp = dqkv + ((size_t)b * a.T + qi[r]) * a.R + (size_t)h * HD + 2 * t + n0 * 8;
 #pragma unroll
         for (int n = 0; n < NQ; n++) {
-            const float x = first ? dq[n][2 * r] : o[r][n].x + dq[n][2 * r];
-            const float y = first ? dq[n][2 * r + 1] : o[r][n].y + dq[n][2 * r + 1];
-            if (last) stg_pair(dp + n * 8, x, y);
+            const float x = oa.first ? dq[n][2 * r] : o[r][n].x + dq[n][2 * r];
+            const float y = oa.first ? dq[n][2 * r + 1] : o[r][n].y + dq[n][2 * r + 1];
+            if (oa.last) stg_pair(dp + n * 8, x, y);
             else zkc_stcg2(ap[r] + n * 8, x, y);
         }
     }
-    return ct;
 }
 
 /* dK, dV of 64 keys (a warp's 16 keys each) over chunks of CH queries from
@@ -739,7 +747,12 @@ k_tc_dkv(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const float 
                     dw[((w * 16 + g) * LQ + n * 8 + 2 * t) / 2] = af[n / 2][(n & 1) * 2];
                     dw[((w * 16 + g + 8) * LQ + n * 8 + 2 * t) / 2] = af[n / 2][(n & 1) * 2 + 1];
                 }
-                __syncthreads();
+                ord_at oa = {};                       /* ORD: thread 0 waits for the tiles above */
+                if constexpr (ORD) {
+                    oa = ordered_at(cnt, a, b, h, qc / CH, nch, kt, CH);
+                    if (threadIdx.x == 0) zkc_wait_count(oa.ct, oa.expect);
+                }
+                __syncthreads();                      /* dS staged (ORD: and their parts added) */
                 const int q16 = w / WPQ, n0 = (w % WPQ) * NQ;
                 const zkc_sptr sp = zkc_sptr_of(dss) + a_trans_offset<LQ>(lane);
                 float dq[NQ][4];
@@ -770,7 +783,8 @@ k_tc_dkv(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const float 
                         }
                     }
                 } else {                              /* in the fixed order (ORD) */
-                    post = ordered_add<HD, NQ>(dqkv, acc, cnt, dq, a, b, h, qc / CH, nch, kt, CH, qi, n0);
+                    ordered_add<HD, NQ>(dqkv, acc, dq, a, b, h, oa, qi, n0);
+                    post = oa.ct;
                 }
             }
         }
