@@ -2687,22 +2687,32 @@ static void t_ordered_many(int B, int T, int NH, int hs)
     tc_round_bf16(qkv, nq);
     tc_round_bf16(dy, no);
     for (size_t i = 0; i < nq; i++) nan[i] = NAN;
-    float *d_qkv = up(qkv, nq * 4), *d_dy = up(dy, no * 4), *d_o = NULL, *d_l = NULL, *d_dq[3];
+    float *d_qkv = up(qkv, nq * 4), *d_dy = up(dy, no * 4), *d_o = NULL, *d_l = NULL, *d_dq[4];
     dv->alloc((void **)&d_o, no * 4); dv->alloc((void **)&d_l, nl * 4);
     int am = zt_cuda_attention_mode(-1), rc = 0;
     zt_cuda_attention_mode(1);
     rc |= dv->attention_forward(d_o, d_l, d_qkv, 0, B, T, C, NH, NH, 0);
-    for (int r = 0; r < 3; r++) {
+    for (int r = 0; r < 4; r++) {                 /* three ordered, then dQ by its own pass */
         d_dq[r] = up(nan, nq * 4);
+        zt_cuda_attention_dq(r < 3);
         rc |= dv->attention_backward(d_dq[r], d_dy, d_qkv, d_o, d_l, 0, B, T, C, NH, NH, 0);
     }
+    zt_cuda_attention_dq(1);
     zt_cuda_attention_mode(am);
     snprintf(name, sizeof name, "attention ordered dQ B=%d T=%d NH=%d hs=%d", B, T, NH, hs);
     if (!synced(name) || rc) { ct_fail(name, "rc %d", rc); return; }
-    float *g[3];
-    for (int r = 0; r < 3; r++) g[r] = down(d_dq[r], nq * 4);
+    float *g[4];
+    for (int r = 0; r < 4; r++) g[r] = down(d_dq[r], nq * 4);
     snprintf(name, sizeof name, "attention ordered dQ B=%d T=%d hs=%d: three runs the same bits", B, T, hs);
     ct_check(!memcmp(g[0], g[1], nq * 4) && !memcmp(g[0], g[2], nq * 4), name, "dqkv differs");
+    size_t bad = 0;
+    while (bad < nq && isfinite(g[0][bad])) bad++;
+    snprintf(name, sizeof name, "attention ordered dQ B=%d T=%d hs=%d: every element written", B, T, hs);
+    ct_check(bad == nq, name, "element %zu is %g", bad, bad < nq ? (double)g[0][bad] : 0.0);
+    size_t row = 0;                               /* dk, dv: the same kernel code and D either way */
+    while (row < (size_t)B * T && !memcmp(g[0] + row * 3 * C + C, g[3] + row * 3 * C + C, (size_t)C * 8)) row++;
+    snprintf(name, sizeof name, "attention ordered dQ B=%d T=%d hs=%d: dk, dv the pass mode's bits", B, T, hs);
+    ct_check(row == (size_t)B * T, name, "row %zu differs", row);
     /* head (b1, h1) alone: qkv rows of 3 hs, its dy, and the GPU's dq, dk, dv */
     float *q1 = malloc((size_t)T * 3 * hs * 4), *y1 = malloc((size_t)T * hs * 4);
     float *got = malloc((size_t)T * 3 * hs * 4);
@@ -2723,7 +2733,7 @@ static void t_ordered_many(int B, int T, int NH, int hs)
     tc_check(name, got, dq, mdq, (size_t)T * 3 * hs, TC_RHO);
     free(q1); free(y1); free(got); free(o); free(l); free(dq); free(mo); free(ml); free(mdq);
     free(qkv); free(dy); free(nan);
-    for (int r = 0; r < 3; r++) { free(g[r]); dv->free(d_dq[r]); }
+    for (int r = 0; r < 4; r++) { free(g[r]); dv->free(d_dq[r]); }
     dv->free(d_qkv); dv->free(d_dy); dv->free(d_o); dv->free(d_l);
 }
 
@@ -2821,29 +2831,41 @@ static void t_attention_fwd_wide(void)
         float *qkv = ct_rand(nq, -2, 2);
         uint16_t *q16 = malloc(nq * 2);
         zk_cast_f32_bf16(q16, qkv, nq);
+        float *nanf = malloc(no * 4);
+        uint16_t *nanh = malloc(no * 2);
+        for (size_t i = 0; i < no; i++) { nanf[i] = NAN; nanh[i] = 0x7fc1; }
         float *d_q = up(qkv, nq * 4), *d_o[2], *d_l[2], *d_hl[2];
         uint16_t *d_q16 = up(q16, nq * 2), *d_h[2];
-        int rc = 0;
+        int rc = 0, set = 1;
         zt_cuda_attention_mode(1);
+        int64_t tc0 = dv->attention_tc_calls();
         for (int r = 0; r < 2; r++) {             /* narrow, then wide */
-            dv->alloc((void **)&d_o[r], no * 4); dv->alloc((void **)&d_l[r], nl * 4);
-            dv->alloc((void **)&d_h[r], no * 2); dv->alloc((void **)&d_hl[r], nl * 4);
-            zt_cuda_attention_fwd_wide(r);
+            d_o[r] = up(nanf, no * 4); d_h[r] = up(nanh, no * 2);
+            dv->alloc((void **)&d_l[r], nl * 4); dv->alloc((void **)&d_hl[r], nl * 4);
+            set &= zt_cuda_attention_fwd_wide(r) == r && zt_cuda_attention_fwd_wide(-1) == r;
             rc |= dv->attention_forward(d_o[r], d_l[r], d_q, 0, B, T, C, NH, NKV, W);
             rc |= dv->attention_forward(d_h[r], d_hl[r], d_q16, 1, B, T, C, NH, NKV, W);
         }
+        int64_t tcn = dv->attention_tc_calls() - tc0;
+        free(nanf); free(nanh);
         zt_cuda_attention_fwd_wide(was);
         zt_cuda_attention_mode(am);
         char name[160];
         snprintf(name, sizeof name, "attention wide forward B=%d T=%d NH=%d NKV=%d W=%d", B, T, NH, NKV, W);
         if (!synced(name) || rc) { ct_fail(name, "rc %d", rc); continue; }
+        snprintf(name, sizeof name, "attention wide forward B=%d T=%d NKV=%d W=%d: the switch set, four "
+                 "tensor-core calls", B, T, NKV, W);
+        ct_check(set && tcn == 4, name, "set %d, tc calls %lld", set, (long long)tcn);
         float *o0 = down(d_o[0], no * 4), *o1 = down(d_o[1], no * 4);
         float *l0 = down(d_l[0], nl * 4), *l1 = down(d_l[1], nl * 4);
         float *hl0 = down(d_hl[0], nl * 4), *hl1 = down(d_hl[1], nl * 4);
         uint16_t *h0 = down(d_h[0], no * 2), *h1 = down(d_h[1], no * 2);
-        snprintf(name, sizeof name, "attention wide forward B=%d T=%d NKV=%d W=%d: out, lse the narrow "
-                 "blocks' bits (fp32 I/O)", B, T, NKV, W);
-        ct_check(!memcmp(o0, o1, no * 4) && !memcmp(l0, l1, nl * 4), name, "differ");
+        size_t bad = 0;
+        while (bad < no && isfinite(o1[bad])) bad++;
+        snprintf(name, sizeof name, "attention wide forward B=%d T=%d NKV=%d W=%d: every out written, the "
+                 "narrow blocks' out and lse bits (fp32 I/O)", B, T, NKV, W);
+        ct_check(bad == no && !memcmp(o0, o1, no * 4) && !memcmp(l0, l1, nl * 4), name,
+                 "unwritten from %zu of %zu, or differ", bad, no);
         snprintf(name, sizeof name, "attention wide forward B=%d T=%d NKV=%d W=%d: the same, bf16 I/O",
                  B, T, NKV, W);
         ct_check(!memcmp(h0, h1, no * 2) && !memcmp(hl0, hl1, nl * 4), name, "differ");
@@ -3068,8 +3090,9 @@ static void (*const tests[])(void) = {
     t_elementwise, t_add3_r16, t_casts, t_gelu, t_layernorm, t_norm_r16, t_norm_p16, t_encoder, t_xent, t_xent_padded_both, t_adamw, t_adamw_g16, t_adamw_multi, t_sums, t_sums16,
     t_sum_ranks, t_llama, t_randn, t_matmul_all, t_matmul_epilogue, t_matmul_gelu, t_matmul_b16,
     t_norm_g16, t_encoder_g16, t_matmul_g16, t_attention_all, t_attention_tc_all,
-    t_attention_io16_all, t_attention_dq_ordered, t_attention_fwd_wide, t_errors,
+    t_attention_io16_all, t_attention_fwd_wide, t_errors,
     t_pinned_pages, t_copy_then_compute, t_two_streams, t_blas_on_current_stream, t_stream_errors,
+    t_attention_dq_ordered,     /* last: a wait that traps leaves the context unusable */
 };
 #define NTESTS (int)(sizeof tests / sizeof tests[0])
 

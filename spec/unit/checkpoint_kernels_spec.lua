@@ -14,14 +14,18 @@ local function with_env(env, f)
   return r
 end
 
-local function tr(backend, attention)
-  return { recipe = { device = { backend = backend } }, model = { gemm16 = false }, attention = attention }
+local function tr(backend, attention, hs)
+  return { recipe = { device = { backend = backend } }, model = { gemm16 = false }, attention = attention,
+           cfg = { C = 4 * (hs or 64), NH = 4 } }
 end
 
 describe("checkpoint kernels class", function()
   it("names the ordered dQ on the cuda device's tensor-core attention, not elsewhere", function()
     local env = { ZTRAIN_ATTN_DQ = "ordered", ZTRAIN_ATTN_FWD128 = "wide" }
     assert.are.equal("bf16 ordered-dq", with_env(env, function() return changes.kernels(tr("cuda", "bf16")).attention end))
+    assert.are.equal("bf16 ordered-dq", with_env(env, function() return changes.kernels(tr("cuda", "bf16", 128)).attention end))
+    -- bf16 forced at a head size the tensor-core kernels do not take: the plain kernels run
+    assert.are.equal("bf16", with_env(env, function() return changes.kernels(tr("cuda", "bf16", 96)).attention end))
     assert.are.equal("exact", with_env(env, function() return changes.kernels(tr("cuda", "exact")).attention end))
     assert.are.equal("bf16", with_env({ ZTRAIN_ATTN_DQ = "pass", ZTRAIN_ATTN_FWD128 = "wide" },
       function() return changes.kernels(tr("cuda", "bf16")).attention end))

@@ -67,7 +67,9 @@ function M.kernels(tr)
   local fused = dev == "cuda" and tr.model.gemm16 and os.getenv("ZTRAIN_GELU_FUSION") ~= "0"
   local gelu = fused and "epilogue" or "apart"
   local attention = tr.attention
-  if dev == "cuda" and attention == "bf16" and os.getenv("ZTRAIN_ATTN_DQ") == "ordered" then
+  local hs = tr.cfg and tr.cfg.C / tr.cfg.NH      -- the tensor-core kernels' head sizes: 64, 128
+  if dev == "cuda" and attention == "bf16" and (hs == 64 or hs == 128) and
+     os.getenv("ZTRAIN_ATTN_DQ") == "ordered" then
     attention = "bf16 ordered-dq"
   end
   return { device = dev, gemm = gemm, attention = attention, gelu = gelu }
