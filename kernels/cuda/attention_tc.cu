@@ -967,13 +967,15 @@ extern "C" size_t zkc_attention_backward_tc_scratch(int io16, int B, int T, int 
 template <int HD, class IO>
 static int tc_forward(cudaStream_t s, IO *out, float *lse, const IO *qkv, int B, tcp a)
 {
-    if (HD == 128 && fwd_wide_on) {
-        dim3 g((unsigned)((a.T + 127) / 128), (unsigned)(B * a.NH));
-        if (a.W > 0)
-            k_tc_fwd<HD, IO, true, 8><<<g, 8 * 32, 0, s>>>(out, lse, qkv, a);
-        else
-            k_tc_fwd<HD, IO, false, 8><<<g, 8 * 32, 0, s>>>(out, lse, qkv, a);
-        return ZKC_LAUNCHED();
+    if constexpr (HD == 128) {
+        if (fwd_wide_on) {
+            dim3 g((unsigned)((a.T + 127) / 128), (unsigned)(B * a.NH));
+            if (a.W > 0)
+                k_tc_fwd<HD, IO, true, 8><<<g, 8 * 32, 0, s>>>(out, lse, qkv, a);
+            else
+                k_tc_fwd<HD, IO, false, 8><<<g, 8 * 32, 0, s>>>(out, lse, qkv, a);
+            return ZKC_LAUNCHED();
+        }
     }
     enum { NWF = fwd_cfg<HD>::NWF, BRF = fwd_cfg<HD>::BRF };
     dim3 g((unsigned)((a.T + BRF - 1) / BRF), (unsigned)(B * a.NH));
