@@ -89,7 +89,7 @@ pack() {
   echo "gpu_kit: $(ls $KIT/debs | wc -l) .debs and $(echo $BINS | wc -w) binaries, $((kib / 1024)) MiB," \
        "with the tree $(((kib + tree) / 1024)) MiB of the 64 MiB a device call carries"
   echo "device run: carry = [\"$KIT/debs\"$(for p in $BIN_PATHS; do printf ', "%s"' "$p"; done)]"
-  echo "            command = \"sh tools/gpu_kit.sh run all\" (or some of check test bench torch), timeout_s = 540"
+  echo "            command = \"sh tools/gpu_kit.sh run all\" (or some of check test bench torch), timeout_s = 590"
 }
 
 unpack() {
