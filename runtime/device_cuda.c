@@ -137,6 +137,19 @@ static void note(int rc)
 /* The kept error, once: an op returning a code reports it first. */
 static int take_pending(void) { return __atomic_exchange_n(&cu_pending, ZT_OK, __ATOMIC_ACQ_REL); }
 
+/* A two-way switch read from the environment at init: *v = 0 for off, 1
+ * for on, untouched when unset; any other value is refused, naming the
+ * variable and what each value does (help) */
+static int env_switch(const char *name, const char *off, const char *on, const char *help, int *v)
+{
+    const char *e = getenv(name);
+    if (!e) return ZT_OK;
+    if (strcmp(e, off) && strcmp(e, on))
+        return zt_error(ZT_EINVAL, "zt_device_init(\"cuda\"): %s is '%.40s'; use %s", name, e, help);
+    *v = strcmp(e, on) == 0;
+    return ZT_OK;
+}
+
 static char cu_model[256];         /* the card's name (cudaDeviceProp), at init */
 const char *zt_cuda_model(void) { return cu_model; }
 
@@ -160,30 +173,23 @@ int zt_cuda_init(void)
     /* ZTRAIN_GELU_FUSION=0: the MLP's GEMM and GELU always as two ops
      * (matmul.cu's zkc_matmul_gelu_fusion; 1, or unset, the default: fused
      * through cuBLASLt's epilogues where a shape has a plan) */
-    const char *gf = getenv("ZTRAIN_GELU_FUSION");
-    if (gf && strcmp(gf, "0") && strcmp(gf, "1"))
-        return zt_error(ZT_EINVAL, "zt_device_init(\"cuda\"): ZTRAIN_GELU_FUSION is '%.40s'; use "
-                        "0 (the GEMM and the GELU apart) or 1 (fused where cuBLASLt can, the "
-                        "default)", gf);
-    if (gf) zkc_matmul_gelu_fusion(gf[0] == '1');
+    int gf = -1, aq = -1, af = -1;
+    ZT_TRY(env_switch("ZTRAIN_GELU_FUSION", "0", "1", "0 (the GEMM and the GELU apart) or 1 "
+                      "(fused where cuBLASLt can, the default)", &gf));
+    if (gf >= 0) zkc_matmul_gelu_fusion(gf);
     /* ZTRAIN_ATTN_DQ=ordered: the tensor-core backward makes dQ in its
      * dK/dV kernel, the key tiles' parts added in a fixed order (5
      * matmul-equivalents); pass (or unset, the default until a GPU has
      * timed both): its own pass (7). Both deterministic (attention_tc.cu) */
-    const char *aq = getenv("ZTRAIN_ATTN_DQ");
-    if (aq && strcmp(aq, "ordered") && strcmp(aq, "pass"))
-        return zt_error(ZT_EINVAL, "zt_device_init(\"cuda\"): ZTRAIN_ATTN_DQ is '%.40s'; use "
-                        "pass (dQ by its own kernel, the default) or ordered (in the dK/dV "
-                        "kernel, in a fixed order)", aq);
-    if (aq) zkc_attention_tc_ordered_dq(aq[0] == 'o');
+    ZT_TRY(env_switch("ZTRAIN_ATTN_DQ", "pass", "ordered", "pass (dQ by its own kernel, the "
+                      "default) or ordered (in the dK/dV kernel, in a fixed order)", &aq));
+    if (aq >= 0) zkc_attention_tc_ordered_dq(aq);
     /* ZTRAIN_ATTN_FWD128=wide: the tensor-core forward at head size 128 in
      * blocks of 128 query rows (8 warps, prefetching); narrow (or unset,
      * the default until a GPU has timed both): 64. The same bits */
-    const char *af = getenv("ZTRAIN_ATTN_FWD128");
-    if (af && strcmp(af, "wide") && strcmp(af, "narrow"))
-        return zt_error(ZT_EINVAL, "zt_device_init(\"cuda\"): ZTRAIN_ATTN_FWD128 is '%.40s'; use "
-                        "narrow (blocks of 64 query rows, the default) or wide (128)", af);
-    if (af) zkc_attention_tc_fwd_wide(af[0] == 'w');
+    ZT_TRY(env_switch("ZTRAIN_ATTN_FWD128", "narrow", "wide", "narrow (blocks of 64 query rows, "
+                      "the default) or wide (128)", &af));
+    if (af >= 0) zkc_attention_tc_fwd_wide(af);
     CU(cudaGetDevice(&cu_dev));
     struct cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, cu_dev) == cudaSuccess)

@@ -127,6 +127,32 @@ static void one(int B, int T, int NH, int hs)
     for (int r = 0; r < 2; r++) { free(go[r]); free(gl[r]); free(gq[r]); }
 }
 
+/* A problem in zk_attention_*_gqa's layout and the CPU twin's answer:
+ * qkv (rows of R = C + 2 NKV hs) and dy, random and rounded to bf16 (both
+ * sides see the same inputs), the CPU's out, lse and dqkv, and
+ * attn_tc_check.h's magnitudes of each */
+typedef struct cpu_ref {
+    float *qkv, *dy, *o, *l, *dq;
+    double *mo, *ml, *mq;
+} cpu_ref;
+static cpu_ref ref_make(int B, int T, int NH, int NKV, int hs, int W)
+{
+    const int C = NH * hs, R = (NH + 2 * NKV) * hs;
+    size_t nq = (size_t)B * T * R, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    cpu_ref f = { ct_rand(nq, -2, 2), ct_rand(no, -1, 1), malloc(no * 4), malloc(nl * 4),
+                  malloc(nq * 4), malloc(no * 8), malloc(nl * 8), malloc(nq * 8) };
+    tc_round_bf16(f.qkv, nq); tc_round_bf16(f.dy, no);
+    zk_attention_forward_gqa(f.o, f.l, f.qkv, B, T, C, NH, NKV, W);
+    zk_attention_backward_gqa(f.dq, f.dy, f.qkv, f.o, f.l, B, T, C, NH, NKV, W);
+    tc_mags_gqa(f.mo, f.ml, f.mq, f.qkv, f.dy, B, T, C, NH, NKV, W);
+    return f;
+}
+static void ref_free(cpu_ref *f)
+{
+    free(f->qkv); free(f->dy); free(f->o); free(f->l); free(f->dq);
+    free(f->mo); free(f->ml); free(f->mq);
+}
+
 /* Grouped-query heads and a sliding window (zkc_attention_*_tc_gqa):
  * out, lse and dqkv against the CPU twin (zk_attention_*_gqa) at
  * attn_tc_check.h's tolerances (tc_mags_gqa: the window's rows, a kv
@@ -142,8 +168,9 @@ static void gqa(int B, int T, int NH, int NKV, int hs, int W, int io)
     const int C = NH * hs, R = (NH + 2 * NKV) * hs, G = NH / NKV;
     size_t nq = (size_t)B * T * R, nx = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
     size_t nl = (size_t)B * NH * T;
-    float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1), *qx = malloc(nx * 4);
-    tc_round_bf16(qkv, nq); tc_round_bf16(dy, no);
+    cpu_ref f = ref_make(B, T, NH, NKV, hs, W);
+    float *qkv = f.qkv, *dy = f.dy, *o = f.o, *l = f.l, *dq = f.dq, *qx = malloc(nx * 4);
+    double *mo = f.mo, *ml = f.ml, *mq = f.mq;
     for (int b = 0; b < B; b++)                  /* expanded: kv head h / G copied to head h */
         for (int t = 0; t < T; t++) {
             const float *src = qkv + ((size_t)b * T + t) * R;
@@ -154,11 +181,7 @@ static void gqa(int B, int T, int NH, int NKV, int hs, int W, int io)
                 memcpy(dst + 2 * C + h * hs, src + C + (NKV + h / G) * hs, (size_t)hs * 4);
             }
         }
-    float *o = malloc(no * 4), *l = malloc(nl * 4), *dq = malloc(nq * 4), *scratch = malloc(nl * 4);
-    double *mo = malloc(no * 8), *ml = malloc(nl * 8), *mq = malloc(nq * 8);
-    zk_attention_forward_gqa(o, l, qkv, B, T, C, NH, NKV, W);
-    zk_attention_backward_gqa(dq, dy, qkv, o, l, B, T, C, NH, NKV, W);
-    tc_mags_gqa(mo, ml, mq, qkv, dy, B, T, C, NH, NKV, W);
+    float *scratch = malloc(nl * 4);
     float *go[3], *gl[3], *gq[3];
     int rc = 0, nrun = W >= T ? 3 : 2;           /* twice; then W = 0 for a window >= T */
     for (int r = 0; r < 3; r++) {
@@ -223,8 +246,8 @@ static void gqa(int B, int T, int NH, int NKV, int hs, int W, int io)
     int e2 = zkc_attention_forward_tc_gqa(NULL, go[0], gl[0], qkv, 0, B, T, C, NH, NKV, -1);
     snprintf(name, sizeof name, "%s: NH %% NKV != 0 or W < 0 is cudaErrorInvalidValue", tag);
     ct_check(e == 1 && e2 == 1, name, "rc %d %d", e, e2);
-    free(qkv); free(dy); free(qx); free(o); free(l); free(dq); free(scratch); free(mo); free(ml);
-    free(mq);
+    ref_free(&f);
+    free(qx); free(scratch);
     for (int r = 0; r < 3; r++) { free(go[r]); free(gl[r]); free(gq[r]); }
 }
 
@@ -243,22 +266,14 @@ static void ordered(int B, int T, int NH, int NKV, int hs, int W)
     snprintf(tag, sizeof tag, "emu ordered dQ B=%d T=%d NH=%d NKV=%d hs=%d W=%d", B, T, NH, NKV, hs, W);
     const int C = NH * hs, R = (NH + 2 * NKV) * hs;
     size_t nq = (size_t)B * T * R, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
-    float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1);
-    tc_round_bf16(qkv, nq); tc_round_bf16(dy, no);
-    float *o = malloc(no * 4), *l = malloc(nl * 4), *dq = malloc(nq * 4);
-    double *mo = malloc(no * 8), *ml = malloc(nl * 8), *mq = malloc(nq * 8);
-    zk_attention_forward_gqa(o, l, qkv, B, T, C, NH, NKV, W);
-    zk_attention_backward_gqa(dq, dy, qkv, o, l, B, T, C, NH, NKV, W);
-    tc_mags_gqa(mo, ml, mq, qkv, dy, B, T, C, NH, NKV, W);
-    float *go = malloc(no * 4), *gl = malloc(nl * 4), *d[3];
     int on = zkc_attention_tc_ordered_dq(1);
     if (DQA) {                                   /* that build has no ordered dQ */
         snprintf(name, sizeof name, "%s: the atomic build refuses it", tag);
         ct_check(on == 0, name, "mode %d", on);
-        free(qkv); free(dy); free(o); free(l); free(dq); free(mo); free(ml); free(mq); free(go);
-        free(gl);
         return;
     }
+    cpu_ref f = ref_make(B, T, NH, NKV, hs, W);
+    float *qkv = f.qkv, *dy = f.dy, *dq = f.dq, *go = malloc(no * 4), *gl = malloc(nl * 4), *d[3];
     float *scratch = malloc(zkc_attention_backward_tc_scratch(1, B, T, C, NH) * 4);
     int rc = zkc_attention_forward_tc_gqa(NULL, go, gl, qkv, 0, B, T, C, NH, NKV, W);
     for (int r = 0; r < 3; r++) {                /* two-pass; ordered; ordered, blocks reversed */
@@ -272,7 +287,7 @@ static void ordered(int B, int T, int NH, int NKV, int hs, int W)
     snprintf(name, sizeof name, "%s: launchers return 0", tag);
     ct_check(rc == 0, name, "rc %d", rc);
     snprintf(name, sizeof name, "%s: dqkv vs the CPU, every element written", tag);
-    tc_check(name, d[1], dq, mq, nq, TC_RHO);
+    tc_check(name, d[1], dq, f.mq, nq, TC_RHO);
     snprintf(name, sizeof name, "%s: the same bits with the blocks run in reverse", tag);
     ct_check(!memcmp(d[1], d[2], nq * 4), name, "dqkv differs");
     size_t at = 0;
@@ -298,8 +313,8 @@ static void ordered(int B, int T, int NH, int NKV, int hs, int W)
         free(q16); free(o16); free(d16); free(dy16); free(l16); free(ow); free(dw);
     }
     zkc_attention_tc_ordered_dq(0);
-    free(qkv); free(dy); free(o); free(l); free(dq); free(mo); free(ml); free(mq); free(go); free(gl);
-    free(scratch);
+    ref_free(&f);
+    free(go); free(gl); free(scratch);
     for (int r = 0; r < 3; r++) free(d[r]);
 }
 
@@ -314,13 +329,8 @@ static void wide(int B, int T, int NH, int NKV, int W)
     snprintf(tag, sizeof tag, "emu wide forward B=%d T=%d NH=%d NKV=%d hs=128 W=%d", B, T, NH, NKV, W);
     const int hs = 128, C = NH * hs, R = (NH + 2 * NKV) * hs;
     size_t nq = (size_t)B * T * R, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
-    float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1);
-    tc_round_bf16(qkv, nq);
-    float *o = malloc(no * 4), *l = malloc(nl * 4), *dq = malloc(nq * 4);
-    double *mo = malloc(no * 8), *ml = malloc(nl * 8), *mq = malloc(nq * 8);
-    zk_attention_forward_gqa(o, l, qkv, B, T, C, NH, NKV, W);
-    zk_attention_backward_gqa(dq, dy, qkv, o, l, B, T, C, NH, NKV, W);
-    tc_mags_gqa(mo, ml, mq, qkv, dy, B, T, C, NH, NKV, W);
+    cpu_ref f = ref_make(B, T, NH, NKV, hs, W);
+    float *qkv = f.qkv;
     uint16_t *q16 = to_bf16(qkv, nq), *h[2];
     float *go[2], *gl[2], *hl[2];
     int rc = 0;
@@ -334,11 +344,12 @@ static void wide(int B, int T, int NH, int NKV, int W)
     snprintf(name, sizeof name, "%s: returns 0", tag);
     ct_check(rc == 0, name, "rc %d", rc);
     snprintf(name, sizeof name, "%s: out vs the CPU", tag);
-    tc_check(name, go[1], o, mo, no, TC_RHO);
+    tc_check(name, go[1], f.o, f.mo, no, TC_RHO);
     snprintf(name, sizeof name, "%s: out, lse the 4-warp blocks' bits, fp32 and bf16 I/O", tag);
     ct_check(!memcmp(go[0], go[1], no * 4) && !memcmp(gl[0], gl[1], nl * 4) &&
              !memcmp(h[0], h[1], no * 2) && !memcmp(hl[0], hl[1], nl * 4), name, "differ");
-    free(qkv); free(dy); free(o); free(l); free(dq); free(mo); free(ml); free(mq); free(q16);
+    ref_free(&f);
+    free(q16);
     for (int r = 0; r < 2; r++) { free(go[r]); free(gl[r]); free(h[r]); free(hl[r]); }
 }
 
