@@ -2790,9 +2790,9 @@ static void t_ordered_gqa(int B, int T, int NH, int NKV, int hs, int W)
  * hang. */
 static void t_attention_dq_ordered(void)
 {
-    int was = zt_cuda_attention_dq(-1), on = zt_cuda_attention_dq(1);
-    ct_check(on == 1 && zt_cuda_attention_dq(-1) == 1, "attention ordered dQ: mode 1 set",
-             "got %d", on);
+    int was = zt_cuda_attention_dq(-1), on = zt_cuda_attention_dq(1), bad = zt_cuda_attention_dq(7);
+    ct_check(on == 1 && bad == ZT_EINVAL && zt_cuda_attention_dq(-1) == 1,
+             "attention ordered dQ: mode 1 set, 7 refused and the mode kept", "got %d, 7 %d", on, bad);
     dq_tag = " (ordered dQ)";
     t_attention_tc(1, 1, 1, 64);
     t_attention_tc(2, 100, 2, 64);
@@ -2824,6 +2824,9 @@ static void t_attention_fwd_wide(void)
     static const int shp[][5] = { { 1, 257, 3, 3, 0 }, { 2, 100, 4, 2, 0 }, { 1, 300, 2, 1, 70 },
                                   { 2, 2048, 8, 8, 0 } };
     int was = zt_cuda_attention_fwd_wide(-1), am = zt_cuda_attention_mode(-1);
+    int bad = zt_cuda_attention_fwd_wide(2);
+    ct_check(bad == ZT_EINVAL && zt_cuda_attention_fwd_wide(-1) == was,
+             "attention wide forward: 2 refused, the setting kept", "2 %d", bad);
     for (int k = 0; k < 4; k++) {
         int B = shp[k][0], T = shp[k][1], NH = shp[k][2], NKV = shp[k][3], W = shp[k][4];
         int C = NH * 128, R = (NH + 2 * NKV) * 128;
