@@ -97,5 +97,11 @@ int zt_cuda_attention_dq(int on);
  * default), 1 of 128 with the next tile prefetched (ZTRAIN_ATTN_FWD128=wide
  * at init); -1 queries. The same bits either way. */
 int zt_cuda_attention_fwd_wide(int on);
+/* The tensor-core backward's dK/dV at head size 128: 0 blocks of 64 keys
+ * (the default), 1 of 128 keys, 8 warps, 173 KB of shared memory, where
+ * the GPU grants it (ZTRAIN_ATTN_BWD128=wide at init); -1 queries. dk, dv
+ * the same bits either way; dq too with its own pass, other bits (the
+ * same run to run) with the ordered dQ. */
+int zt_cuda_attention_bwd_wide(int on);
 
 #endif

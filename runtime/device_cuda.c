@@ -173,7 +173,7 @@ int zt_cuda_init(void)
     /* ZTRAIN_GELU_FUSION=0: the MLP's GEMM and GELU always as two ops
      * (matmul.cu's zkc_matmul_gelu_fusion; 1, or unset, the default: fused
      * through cuBLASLt's epilogues where a shape has a plan) */
-    int gf = -1, aq = -1, af = -1;
+    int gf = -1, aq = -1, af = -1, ab = -1;
     ZT_TRY(env_switch("ZTRAIN_GELU_FUSION", "0", "1", "0 (the GEMM and the GELU apart) or 1 "
                       "(fused where cuBLASLt can, the default)", &gf));
     if (gf >= 0) zkc_matmul_gelu_fusion(gf);
@@ -190,6 +190,13 @@ int zt_cuda_init(void)
     ZT_TRY(env_switch("ZTRAIN_ATTN_FWD128", "narrow", "wide", "narrow (blocks of 64 query rows, "
                       "the default) or wide (128)", &af));
     if (af >= 0) zkc_attention_tc_fwd_wide(af);
+    /* ZTRAIN_ATTN_BWD128=wide: the backward's dK/dV at head size 128 in
+     * blocks of 128 keys, 8 warps, 173 KB of shared memory (a GPU that
+     * grants less keeps narrow); narrow (or unset, the default until a GPU
+     * has timed both): 64 keys. dk, dv the same bits */
+    ZT_TRY(env_switch("ZTRAIN_ATTN_BWD128", "narrow", "wide", "narrow (blocks of 64 keys, the "
+                      "default) or wide (128 keys, 8 warps)", &ab));
+    if (ab >= 0) zkc_attention_tc_bwd_wide(ab);
     CU(cudaGetDevice(&cu_dev));
     struct cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, cu_dev) == cudaSuccess)
@@ -784,6 +791,13 @@ int zt_cuda_attention_fwd_wide(int on)
     ZT_CHECK(on >= -1 && on <= 1, "zt_cuda_attention_fwd_wide: %d (known: 0 blocks of 64 query "
              "rows at head size 128, 1 of 128, -1 query)", on);
     return zkc_attention_tc_fwd_wide(on);
+}
+
+int zt_cuda_attention_bwd_wide(int on)
+{
+    ZT_CHECK(on >= -1 && on <= 1, "zt_cuda_attention_bwd_wide: %d (known: 0 dK/dV blocks of 64 "
+             "keys at head size 128, 1 of 128, -1 query)", on);
+    return zkc_attention_tc_bwd_wide(on);
 }
 
 static int64_t tc_calls;          /* zt_device_count("attention_tc") */

@@ -99,6 +99,11 @@ static int bench_dq_atomic(void)
         char nm[96];
         snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc, dQ atomics", Bk, Tk, cfg[k][3]);
         TIME(nm, 2.5 * fk, Tk > 1024 ? 5 : 20, dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk, NHk, 0));
+        if (cfg[k][3] == 128 && zt_cuda_attention_bwd_wide(1)) {   /* the wide dK/dV kernel adding by atomics */
+            snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=128 bf16 tc, wide, dQ atomics", Bk, Tk);
+            TIME(nm, 2.5 * fk, Tk > 1024 ? 5 : 20, dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk, NHk, 0));
+            zt_cuda_attention_bwd_wide(0);
+        }
         dv->free(q2); dv->free(d2); dv->free(o2); dv->free(g2); dv->free(l2);
     }
     zt_cuda_attention_mode(0);
@@ -282,6 +287,15 @@ int main(void)
             snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc, bf16 I/O, ordered dQ", Bk, Tk, cfg[k][3]);
             TIME(nm, 2.5 * fk, 5, dv->attention_backward(dh, gh, qh, oh, l2, 1, Bk, Tk, Ck, NHk, NHk, 0));
             zt_cuda_attention_dq(0);
+            if (cfg[k][3] == 128 && zt_cuda_attention_bwd_wide(1)) {   /* dK/dV in blocks of 128 keys */
+                snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=128 bf16 tc, bf16 I/O, wide", Bk, Tk);
+                TIME(nm, 2.5 * fk, 5, dv->attention_backward(dh, gh, qh, oh, l2, 1, Bk, Tk, Ck, NHk, NHk, 0));
+                zt_cuda_attention_dq(1);
+                snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=128 bf16 tc, bf16 I/O, wide, ordered dQ", Bk, Tk);
+                TIME(nm, 2.5 * fk, 5, dv->attention_backward(dh, gh, qh, oh, l2, 1, Bk, Tk, Ck, NHk, NHk, 0));
+                zt_cuda_attention_dq(0);
+                zt_cuda_attention_bwd_wide(0);
+            }
             snprintf(nm, sizeof nm, "attention fwd B=%d T=%d hs=%d bf16 tc", Bk, Tk, cfg[k][3]);
             TIME(nm, fk, 10, dv->attention_forward(o2, l2, q2, 0, Bk, Tk, Ck, NHk, NHk, 0));
             if (cfg[k][3] == 128) {                  /* blocks of 128 rows (zt_cuda_attention_fwd_wide) */
@@ -298,6 +312,13 @@ int main(void)
             snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc, ordered dQ", Bk, Tk, cfg[k][3]);
             TIME(nm, 2.5 * fk, 5, dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk, NHk, 0));
             zt_cuda_attention_dq(0);
+            if (cfg[k][3] == 128 && zt_cuda_attention_bwd_wide(1)) {   /* beside bench_cuda_dqatomic's wide row */
+                zt_cuda_attention_dq(1);
+                snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=128 bf16 tc, wide, ordered dQ", Bk, Tk);
+                TIME(nm, 2.5 * fk, 5, dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk, NHk, 0));
+                zt_cuda_attention_dq(0);
+                zt_cuda_attention_bwd_wide(0);
+            }
             dv->free(q2); dv->free(d2); dv->free(o2); dv->free(g2); dv->free(l2); dv->free(gb2);
         }
     }

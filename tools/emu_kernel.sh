@@ -15,12 +15,12 @@ B=${2:-build}
 D=$B/emu
 [ -f spec/emu/test_${N}_emu.c ] || { echo "emu_kernel: no spec/emu/test_${N}_emu.c" >&2; exit 2; }
 mkdir -p $D
-# the launches <<<grid, threads, 0, s>>>(args), each on one line, become
-# emu_launch(grid, threads, lambda) (a template kernel's name, k<HD><<< or
-# k<HD, IO><<<, too); kernels/cuda/mma.cuh's instructions are cuda_emu.h's
-# own functions
+# the launches <<<grid, threads, shared bytes, s>>>(args), each on one line,
+# become emu_launch(grid, threads, lambda, shared bytes) (a template
+# kernel's name, k<HD><<< or k<HD, IO><<<, too); kernels/cuda/mma.cuh's
+# instructions are cuda_emu.h's own functions
 sed -E -e 's|#include <cuda_bf16.h>||; s|#include <mma.h>||; s|#include "mma.cuh"||; s|#include "common.cuh"|#include "cuda_emu.h"|' \
-       -e 's/([A-Za-z_0-9]+(<[A-Za-z_0-9, ]+>)?)<<<(.*), ([^,]+), 0, s>>>\((.*)\);/emu_launch(\3, \4, [=] { \1(\5); });/' \
+       -e 's/([A-Za-z_0-9]+(<[A-Za-z_0-9, ]+>)?)<<<(.*), ([^,]+), ([^,]+), s>>>\((.*)\);/emu_launch(\3, \4, [=] { \1(\6); }, \5);/' \
        ${SRC:-kernels/cuda/$N.cu} > $D/${N}_emu.cpp
 g++ -std=c++17 -O2 -g -Wall -Wno-unused-function -Wno-unknown-pragmas -pthread -Ispec/emu $EMU_DEFS -c $D/${N}_emu.cpp -o $D/${N}_emu.o
 cc -std=c11 -O2 -g -Wall -Wextra -fopenmp -D_GNU_SOURCE -Ikernels/cpu -Ispec/c $EMU_DEFS -c spec/emu/test_${N}_emu.c -o $D/test_${N}.o

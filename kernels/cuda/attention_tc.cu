@@ -603,6 +603,25 @@ __device__ __forceinline__ int block_ticket(int *cnt)
     return tick;
 }
 
+/* DQA: the block's part of the chunk (this lane's rows qi, n-tiles n0 ..
+ * n0 + NQ - 1) added into an fp32 dqkv by atomics, in whatever order */
+template <int HD, int NQ, class IO>
+__device__ __forceinline__ void atomic_add_part(IO *dqkv, const float (*dq)[4], const tcp &a, int b,
+                                                int h, const int qi[2], int n0)
+{
+    const int t = threadIdx.x % 32 & 3;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (qi[r] >= a.T) continue;
+        float *q = (float *)dqkv + ((size_t)b * a.T + qi[r]) * a.R + (size_t)h * HD + 2 * t;
+#pragma unroll
+        for (int n = 0; n < NQ; n++) {
+            atomicAdd(q + (n0 + n) * 8, dq[n][2 * r]);
+            atomicAdd(q + (n0 + n) * 8 + 1, dq[n][2 * r + 1]);
+        }
+    }
+}
+
 /* ORD: where key tile kt stands in dQ chunk c's order (queries [c CH,
  * c CH + CH) of head h): the chunk's count, the value it holds once the
  * tiles before kt have added theirs (J - kt: the chunk's own tile J first,
@@ -611,10 +630,10 @@ __device__ __forceinline__ int block_ticket(int *cnt)
  * dqkv in IO) */
 struct ord_at { int *ct; int expect; bool first, last; };
 __device__ __forceinline__ ord_at ordered_at(int *cnt, const tcp &a, int b, int h, int c, int nch,
-                                            int kt, int CH)
+                                            int kt, int CH, int BK = BR)
 {
-    const int qc = c * CH, J = qc / BR, lo = qc - (BR - 1) - a.W;
-    const int jlo = a.W > 0 && lo >= 0 ? lo / BR + 1 : 0;
+    const int qc = c * CH, J = qc / BK, lo = qc - (BK - 1) - a.W;   /* key tiles of BK */
+    const int jlo = a.W > 0 && lo >= 0 ? lo / BK + 1 : 0;
     ord_at o = { cnt + 1 + ((size_t)b * a.NH + h) * nch + c, J - kt, kt == J, kt == jlo };
     return o;
 }
@@ -772,16 +791,7 @@ k_tc_dkv(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const float 
                 }
                 const int qi[2] = { qc + q16 * 16 + g, qc + q16 * 16 + g + 8 };
                 if constexpr (ATOM) {                 /* by atomics (DQA) */
-#pragma unroll
-                    for (int r = 0; r < 2; r++) {
-                        if (qi[r] >= T) continue;
-                        float *q = (float *)dqkv + ((size_t)b * T + qi[r]) * st + (size_t)h * HD + 2 * t;
-#pragma unroll
-                        for (int n = 0; n < NQ; n++) {
-                            atomicAdd(q + (n0 + n) * 8, dq[n][2 * r]);
-                            atomicAdd(q + (n0 + n) * 8 + 1, dq[n][2 * r + 1]);
-                        }
-                    }
+                    atomic_add_part<HD, NQ>(dqkv, dq, a, b, h, qi, n0);
                 } else {                              /* in the fixed order (ORD) */
                     ordered_add<HD, NQ>(dqkv, acc, dq, a, b, h, oa, qi, n0);
                     post = oa.ct;
@@ -805,6 +815,263 @@ k_tc_dkv(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const float 
             stg_pair(drow + (size_t)rows[r] * st + dvo + n * 8, dv[n][2 * r], dv[n][2 * r + 1]);
         }
     }
+}
+
+/* Head size 128's wide dK/dV (zkc_attention_tc_bwd_wide(1), off by default
+ * until a GPU has timed it). The narrow kernel above gives each warp 16
+ * keys and every query of a 16-query chunk: an ldmatrix for every mma,
+ * bound by shared memory's bandwidth (call 3: 1.79-2.0x FlashAttention-2's
+ * backward at head size 128). Here 8 warps, 128 keys, chunks of 64
+ * queries, the products tiled in two dimensions (FA2's hdim-128 shape):
+ * S^T and dP^T a warp's 32 keys x 32 queries (0.5 ldmatrix an mma); P^T,
+ * dS^T rounded to bf16 into shared memory; dV, dK a warp's 32 keys x 64
+ * columns over the chunk's queries (0.375). The next chunk's Q and dO are
+ * staged by cp.async while this one computes (io16; an fp32 source is
+ * loaded and rounded in turn), its lse and D through registers. 173 KB of
+ * shared memory (the dynamic opt-in: sm_90 has 227 KB, an A100 163, where
+ * the launcher keeps the narrow kernel), 1 block (8 warps) an SM, as the
+ * narrow kernel's 2 of 4. Each dK, dV element takes the same 16-query mma
+ * steps in the same order as there (heads, then queries ascending; the
+ * extra chunks below a key's diagonal or past its window add zeros), so
+ * dk and dv keep the narrow kernel's bits. ORD, ATOM: each chunk's dQ part
+ * (64 queries x 128, bf16(dS) K over the block's 128 keys; a warp 32 x 32)
+ * added as there, in key tiles of 128. */
+struct bw_cfg {
+    enum { HD = 128, NTH = 256, BN = 128, CH = 64, LD = HD + 8, LQ = CH + 8,
+           SMEM = (2 * BN * LD + 4 * CH * LD + 2 * BN * LQ) * 2 + 4 * CH * 4 };
+};
+
+/* The wide backward's score-shaped products: a warp's 32 rows (r0..) x 32
+ * columns (c0..) over HD, from zero, x = A B^T with A, B tiles stored row
+ * by HD (K or V; Q or dO); a, b the tiles' addresses plus the lane's a, nk
+ * offsets. 0.5 ldmatrix an mma. The k-steps not unrolled: unrolled,
+ * ptxas hoists their fragments and k_tc_dkv_wide spills at 255 registers
+ * (rolled: 243-255 on sm_90 and sm_80, none spilling; 8 warps an SM hide
+ * a step's ldmatrix latency). */
+template <int KS, int LD>
+__device__ __forceinline__ void product_32x32(float (*x)[4][4], zkc_sptr a, zkc_sptr b, int r0, int c0)
+{
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int n = 0; n < 4; n++) x[mt][n][0] = x[mt][n][1] = x[mt][n][2] = x[mt][n][3] = 0.0f;
+#pragma unroll 1
+    for (int kk = 0; kk < KS; kk++) {
+        uint32_t fa[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) frag_a<LD>(fa[mt], a, r0 + 16 * mt, kk * 16);
+#pragma unroll
+        for (int np = 0; np < 2; np++) {
+            uint32_t bf[4];
+            frag_b_nk<LD>(bf, b, c0 + 16 * np, kk * 16);
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                zkc_mma_bf16_16816(x[mt][2 * np], fa[mt], bf);
+                zkc_mma_bf16_16816(x[mt][2 * np + 1], fa[mt], bf + 2);
+            }
+        }
+    }
+}
+
+/* rows [t0, t0+R) of src into a tile (stride HD + 8) for the wide
+ * backward's next chunk: io16 16-byte cp.async (zero past T; the caller
+ * commits), fp32 loaded and rounded now (load_tile) */
+template <int R, int HD, int NTH, class S>
+__device__ __forceinline__ void stage_rows(bf16 *dst, const S *src, size_t stride, int t0, int T)
+{
+    if constexpr (sizeof(S) == 2) {
+        constexpr int V = HD / 8, N = R * V / NTH;
+        static_assert(R * V % NTH == 0, "tile not a multiple of the block");
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+            const int idx = threadIdx.x + n * NTH, r = idx / V, c = idx % V * 8;
+            const bool ok = t0 + r < T;
+            zkc_cp_async16(dst + r * (HD + 8) + c, src + (size_t)(ok ? t0 + r : t0) * stride + c, ok);
+        }
+    } else {
+        load_tile<R, HD, NTH>(dst, src, stride, t0, T);
+    }
+}
+
+template <class IO, bool WIN, bool ORD>
+__global__ static void __launch_bounds__(bw_cfg::NTH, 1)
+k_tc_dkv_wide(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const float *D, float *acc,
+              int *cnt, tcp a)
+{
+    enum { HD = 128, NTH = bw_cfg::NTH, BN = bw_cfg::BN, CH = bw_cfg::CH, LD = bw_cfg::LD,
+           LQ = bw_cfg::LQ, KS = HD / 16 };
+    constexpr bool ATOM = dq_atomic<IO>::on && !ORD, DQP = ATOM || ORD;
+    /* shared: K, V (BN, LD); Q, dO of two chunks (CH, LD); P^T, dS^T (BN, LQ)
+     * bf16; lse log2(e) and D of two chunks */
+    bf16 *ks = (bf16 *)zkc_dyn_smem(), *vs = ks + BN * LD, *qd = vs + BN * LD;
+    bf16 *pts = qd + 4 * CH * LD, *dss = pts + BN * LQ;
+    float *lsd = (float *)(dss + BN * LQ);
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3, T = a.T;
+    const int wm = w & 3, wn = w >> 2;           /* keys 32 wm..; queries (S^T) or columns (dV, dK) by wn */
+    const unsigned tk = ORD ? (unsigned)block_ticket(cnt) : 0u;     /* as k_tc_dkv */
+    const int kt = ORD ? gridDim.x - 1 - tk % gridDim.x : blockIdx.x;
+    const unsigned by = ORD ? tk / gridDim.x : blockIdx.y;
+    const int b = by / a.NKV, kh = by % a.NKV, k0 = kt * BN;
+    const size_t st = a.R;
+    const IO *kb = qkv + (size_t)b * T * st + a.C + (size_t)kh * HD, *vb = kb + (size_t)a.NKV * HD;
+    const float sl2 = a.scale * LOG2E;
+    const lane_offs lo = lane_offsets<LD>(lane), lq = lane_offsets<LQ>(lane);
+    const zkc_sptr kp = zkc_sptr_of(ks), vp = zkc_sptr_of(vs);
+    const zkc_sptr pp = zkc_sptr_of(pts) + lq.a, dsp = zkc_sptr_of(dss) + lq.a;
+
+    /* the chunks: the kv head's query heads ascending, each over its chunks
+     * from k0 to qend (as k_tc_dkv), it = head in group * nq + chunk */
+    const int qend = WIN && k0 + BN - 1 + a.W < T ? k0 + BN - 1 + a.W : T;
+    const int nq = (qend - k0 + CH - 1) / CH, nit = nq * a.G, nch = (T + CH - 1) / CH;
+    /* chunk it's Q and dO into buffer it & 1 (then committed); its lse
+     * log2(e) (threads < CH) or D (CH .. 2 CH - 1) for this thread */
+    auto stage = [&](int it) {
+        const int h = kh * a.G + it / nq, qc = k0 + it % nq * CH;
+        bf16 *q = qd + (it & 1) * 2 * CH * LD;
+        stage_rows<CH, HD, NTH>(q, qkv + (size_t)b * T * st + (size_t)h * HD, st, qc, T);
+        stage_rows<CH, HD, NTH>(q + CH * LD, dout + (size_t)b * T * a.C + (size_t)h * HD, a.C, qc, T);
+        zkc_cp_async_commit();
+    };
+    auto stat = [&](int it) -> float {
+        const int h = kh * a.G + it / nq, i = k0 + it % nq * CH + threadIdx.x % CH;
+        const size_t bh = (size_t)b * a.NH + h;
+        if (threadIdx.x >= 2 * CH || i >= T) return 0.0f;
+        return threadIdx.x < CH ? lse[bh * T + i] * LOG2E : D[bh * T + i];
+    };
+    stage(0);
+    load_tiles<BN, HD, NTH>(ks, kb, st, vs, vb, st, k0, T);
+    if (threadIdx.x < 2 * CH) lsd[threadIdx.x] = stat(0);
+    float dk[2][8][4], dv[2][8][4];              /* keys 32 wm + 16 mt.., columns 64 wn + 8 n.. */
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dk[mt][n][e] = dv[mt][n][e] = 0.0f;
+    /* ORD: chunk i's count (ordered_at's), bumped at the barrier after its part is stored */
+    auto count_of = [&](int i) { return cnt + 1 + ((size_t)b * a.NH + kh * a.G + i / nq) * nch + k0 / CH + i % nq; };
+    for (int it = 0; it < nit; it++) {
+        const int h = kh * a.G + it / nq, qc = k0 + it % nq * CH;
+        const bf16 *qs = qd + (it & 1) * 2 * CH * LD, *gs = qs + CH * LD;
+        const float *ls = lsd + (it & 1) * 2 * CH, *dsm = ls + CH;
+        const zkc_sptr qp = zkc_sptr_of(qs), gp = zkc_sptr_of(gs);
+        zkc_cp_async_wait_all();
+        __syncthreads();                         /* chunk it staged; chunk it - 1's reads done */
+        if (ORD && it > 0 && threadIdx.x == 0)   /* and its dQ part stored */
+            zkc_post_count(count_of(it - 1));
+        if (it + 1 < nit) stage(it + 1);
+        /* S^T = K Q^T, dP^T = V dO^T (keys 32 wm + 16 mt.., queries 32 wn +
+         * 8 n..); P^T, dS^T as k_tc_dkv's, rounded to bf16 into pts, dss
+         * (keys x queries) */
+        const bool full = qc >= k0 + BN && qc + CH <= T && (!WIN || qc + CH - 1 < k0 + a.W);
+        uint32_t *pw = (uint32_t *)pts, *dw = (uint32_t *)dss;
+        float x[2][4][4], y[2][4][4];
+        product_32x32<KS, LD>(x, kp + lo.a, qp + lo.nk, 32 * wm, 32 * wn);
+        product_32x32<KS, LD>(y, vp + lo.a, gp + lo.nk, 32 * wm, 32 * wn);
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) {  /* key g, then g + 8 */
+                    const int r = 32 * wm + 16 * mt + g + 8 * hf, c = 32 * wn + n * 8 + 2 * t, j = k0 + r;
+                    float p2[2], d2[2];
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int i = qc + c + e;
+                        const bool ok = full || (i < T && i >= j && (!WIN || i < j + a.W));
+                        p2[e] = ok ? zkc_exp2(fmaf(x[mt][n][2 * hf + e], sl2, -ls[c + e])) : 0.0f;
+                        d2[e] = p2[e] * (y[mt][n][2 * hf + e] - dsm[c + e]) * a.scale;
+                    }
+                    pw[(r * LQ + c) / 2] = zkc_pack_bf16(p2[0], p2[1]);
+                    dw[(r * LQ + c) / 2] = zkc_pack_bf16(d2[0], d2[1]);
+                }
+        /* the next chunk's lse or D, loaded now, stored after dV, dK (fewer live registers) */
+        const float nx = it + 1 < nit ? stat(it + 1) : 0.0f;
+        ord_at oa = {};                          /* ORD: thread 0 waits for the tiles above */
+        if constexpr (ORD) {
+            oa = ordered_at(cnt, a, b, h, qc / CH, nch, kt, CH, BN);
+            if (threadIdx.x == 0) zkc_wait_count(oa.ct, oa.expect);
+        }
+        __syncthreads();                         /* P^T, dS^T staged (ORD: the parts above added) */
+        /* dV += bf16(P^T) dO, dK += bf16(dS^T) Q: keys 32 wm.., columns 64 wn.. */
+#pragma unroll
+        for (int kk = 0; kk < CH / 16; kk++) {
+            uint32_t fp[2][4], fd[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                frag_a<LQ>(fp[mt], pp, 32 * wm + 16 * mt, kk * 16);
+                frag_a<LQ>(fd[mt], dsp, 32 * wm + 16 * mt, kk * 16);
+            }
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                uint32_t bf[4];
+                frag_b_kn<LD>(bf, gp + lo.kn, kk * 16, 64 * wn + 16 * np);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    zkc_mma_bf16_16816(dv[mt][2 * np], fp[mt], bf);
+                    zkc_mma_bf16_16816(dv[mt][2 * np + 1], fp[mt], bf + 2);
+                }
+                frag_b_kn<LD>(bf, qp + lo.kn, kk * 16, 64 * wn + 16 * np);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    zkc_mma_bf16_16816(dk[mt][2 * np], fd[mt], bf);
+                    zkc_mma_bf16_16816(dk[mt][2 * np + 1], fd[mt], bf + 2);
+                }
+            }
+        }
+        if (it + 1 < nit && threadIdx.x < 2 * CH)   /* the other buffer: last read before this */
+            lsd[((it + 1) & 1) * 2 * CH + threadIdx.x] = nx;   /* chunk's first barrier */
+        if constexpr (DQP) {                     /* dQ[chunk] += bf16(dS) K: queries 32 qh.., columns 32 d4.. */
+            const int qh = w >> 2, d4 = w & 3;
+            const zkc_sptr sp = zkc_sptr_of(dss) + a_trans_offset<LQ>(lane);
+            float dq[2][4][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int n = 0; n < 4; n++) dq[mt][n][0] = dq[mt][n][1] = dq[mt][n][2] = dq[mt][n][3] = 0.0f;
+#pragma unroll 1                                /* (as product_32x32's) */
+            for (int kk = 0; kk < BN / 16; kk++) {
+                uint32_t fa[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) frag_a_km<LQ>(fa[mt], sp, 32 * qh + 16 * mt, kk * 16);
+#pragma unroll
+                for (int np = 0; np < 2; np++) {
+                    uint32_t bf[4];
+                    frag_b_kn<LD>(bf, kp + lo.kn, kk * 16, 32 * d4 + 16 * np);
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        zkc_mma_bf16_16816(dq[mt][2 * np], fa[mt], bf);
+                        zkc_mma_bf16_16816(dq[mt][2 * np + 1], fa[mt], bf + 2);
+                    }
+                }
+            }
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const int qi[2] = { qc + 32 * qh + 16 * mt + g, qc + 32 * qh + 16 * mt + g + 8 };
+                if constexpr (ATOM) atomic_add_part<HD, 4>(dqkv, dq[mt], a, b, h, qi, 4 * d4);
+                else ordered_add<HD, 4>(dqkv, acc, dq[mt], a, b, h, oa, qi, 4 * d4);
+            }
+        }
+    }
+    if (ORD) {                                   /* the last chunk's dQ part stored */
+        __syncthreads();
+        if (threadIdx.x == 0) zkc_post_count(count_of(nit - 1));
+    }
+    IO *drow = dqkv + (size_t)b * T * st + a.C + (size_t)kh * HD + 64 * wn + 2 * t;   /* dk of kv head kh */
+    const size_t dvo = (size_t)a.NKV * HD;
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = k0 + 32 * wm + 16 * mt + g + 8 * r;
+            if (row >= T) continue;
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                stg_pair(drow + (size_t)row * st + n * 8, dk[mt][n][2 * r], dk[mt][n][2 * r + 1]);
+                stg_pair(drow + (size_t)row * st + dvo + n * 8, dv[mt][n][2 * r], dv[mt][n][2 * r + 1]);
+            }
+        }
 }
 
 /* dQ of 64 queries (a warp's 16 each) over chunks of CH keys up to the
@@ -928,7 +1195,9 @@ static int tc_aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 /* The ordered dQ's scratch after D (B*NH*T floats, padded to 16 bytes): the
  * ticket and a count per (b, h, query chunk) (ints, padded to 16 bytes),
- * then for a bf16 dqkv the fp32 running sums (B, T, C) */
+ * then for a bf16 dqkv the fp32 running sums (B, T, C). Sized for the
+ * narrow kernels' chunks (16 queries at head size 128: the wide one's 64
+ * use the first quarter) */
 static size_t tc_counts(int B, int T, int NH, int HD)
 {
     const size_t ch = HD == 64 ? (size_t)tc_cfg<64>::CH : (size_t)tc_cfg<128>::CH;
@@ -955,6 +1224,55 @@ extern "C" int zkc_attention_tc_ordered_dq(int on)
 {
     if ((on == 0 || on == 1) && !DQA) ordered_dq_on = on;
     return ordered_dq_on;
+}
+
+/* whether the current GPU grants k_tc_dkv_wide's shared memory a block
+ * (the opt-in, and the ticket's static int beside it) */
+static bool wide_fits(void)
+{
+    int dev = 0, v = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+           v >= (int)bw_cfg::SMEM + 16;
+}
+
+/* Head size 128's backward dK/dV (kernels.cuh): 0 the narrow kernel (the
+ * default), 1 the wide one, taken only where the current GPU grants its
+ * shared memory (else the setting stays 0); -1 asks. Read at each launch. */
+static int bwd_wide_on = 0;
+extern "C" int zkc_attention_tc_bwd_wide(int on)
+{
+    if (on == 0 || (on == 1 && wide_fits())) bwd_wide_on = on;
+    return bwd_wide_on;
+}
+
+/* the dK/dV kernel of a backward: the wide one at head size 128 when asked
+ * (its shared memory opted into first), else k_tc_dkv */
+template <int HD, class IO, bool ORD>
+static int launch_dkv(cudaStream_t s, bool wide, IO *dqkv, const IO *dout, const IO *qkv,
+                      const float *lse, const float *D, float *acc, int *cnt, int B, tcp a)
+{
+    if constexpr (HD == 128) {
+        if (wide) {
+            dim3 g((unsigned)((a.T + bw_cfg::BN - 1) / bw_cfg::BN), (unsigned)(B * a.NKV));
+            const int smem = (int)bw_cfg::SMEM;
+            int e = a.W > 0
+                ? (int)cudaFuncSetAttribute(k_tc_dkv_wide<IO, true, ORD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)
+                : (int)cudaFuncSetAttribute(k_tc_dkv_wide<IO, false, ORD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+            if (e) return e;
+            if (a.W > 0)
+                k_tc_dkv_wide<IO, true, ORD><<<g, bw_cfg::NTH, smem, s>>>(dqkv, dout, qkv, lse, D, acc, cnt, a);
+            else
+                k_tc_dkv_wide<IO, false, ORD><<<g, bw_cfg::NTH, smem, s>>>(dqkv, dout, qkv, lse, D, acc, cnt, a);
+            return ZKC_LAUNCHED();
+        }
+    }
+    dim3 g((unsigned)((a.T + BR - 1) / BR), (unsigned)(B * a.NKV));   /* (key tile, b, kv head) */
+    if (a.W > 0)
+        k_tc_dkv<HD, IO, true, ORD><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, D, acc, cnt, a);
+    else
+        k_tc_dkv<HD, IO, false, ORD><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, D, acc, cnt, a);
+    return ZKC_LAUNCHED();
 }
 
 extern "C" size_t zkc_attention_backward_tc_scratch(int io16, int B, int T, int C, int NH)
@@ -991,9 +1309,9 @@ static int tc_backward(cudaStream_t s, IO *dqkv, const IO *dout, const IO *qkv,
                        const IO *out, const float *lse, int B, tcp a, float *scratch)
 {
     int e, rows = B * a.NH * a.T;
-    dim3 g((unsigned)((a.T + BR - 1) / BR), (unsigned)(B * a.NKV));   /* (key tile, b, kv head) */
     dim3 gq((unsigned)((a.T + dq_cfg<HD>::NWQ * 16 - 1) / (dq_cfg<HD>::NWQ * 16)), (unsigned)(B * a.NH));
     const unsigned gD = (unsigned)((rows + NW - 1) / NW);
+    const bool wide = HD == 128 && bwd_wide_on;
     if (ordered_dq_on && !dq_atomic<IO>::on) {  /* D and the counts, then one kernel */
         const size_t nc = tc_counts(B, a.T, a.NH, HD);
         const size_t r4 = ((size_t)rows + 3) / 4 * 4;
@@ -1001,11 +1319,7 @@ static int tc_backward(cudaStream_t s, IO *dqkv, const IO *dout, const IO *qkv,
         float *acc = sizeof(IO) == 4 ? (float *)dqkv : scratch + r4 + nc;
         k_tc_D<HD, IO><<<gD, NW * 32, 0, s>>>(scratch, dqkv, dout, out, cnt, (int)nc, a, rows);
         if ((e = ZKC_LAUNCHED())) return e;
-        if (a.W > 0)
-            k_tc_dkv<HD, IO, true, true><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, acc, cnt, a);
-        else
-            k_tc_dkv<HD, IO, false, true><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, acc, cnt, a);
-        return ZKC_LAUNCHED();
+        return launch_dkv<HD, IO, true>(s, wide, dqkv, dout, qkv, lse, scratch, acc, cnt, B, a);
     }
     if constexpr (dq_atomic<IO>::on)
         k_tc_D<HD, IO><<<gD, NW * 32, 0, s>>>(scratch, dqkv, dout, out, (int *)nullptr, 0, a, rows);
@@ -1014,11 +1328,7 @@ static int tc_backward(cudaStream_t s, IO *dqkv, const IO *dout, const IO *qkv,
     else
         k_tc_dq<HD, IO, false><<<gq, dq_cfg<HD>::NWQ * 32, 0, s>>>(dqkv, scratch, dout, out, qkv, lse, a);   /* and D */
     if ((e = ZKC_LAUNCHED())) return e;
-    if (a.W > 0)
-        k_tc_dkv<HD, IO, true, false><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, (float *)nullptr, (int *)nullptr, a);
-    else
-        k_tc_dkv<HD, IO, false, false><<<g, NW * 32, 0, s>>>(dqkv, dout, qkv, lse, scratch, (float *)nullptr, (int *)nullptr, a);
-    return ZKC_LAUNCHED();
+    return launch_dkv<HD, IO, false>(s, wide, dqkv, dout, qkv, lse, scratch, (float *)nullptr, (int *)nullptr, B, a);
 }
 
 template <class IO>

@@ -432,6 +432,15 @@ int zkc_attention_tc_ordered_dq(int on);
  * in the same order: the same bits either way. -1 asks; returns the
  * setting. Process-wide. */
 int zkc_attention_tc_fwd_wide(int on);
+/* Head size 128's backward dK/dV: 0 (the default) blocks of 4 warps, 64
+ * keys, chunks of 16 queries; 1 wide: 8 warps, 128 keys, chunks of 64,
+ * the products tiled in two dimensions, the next chunk staged by
+ * cp.async, 173 KB of shared memory (on a GPU that grants less, e.g. an
+ * A100, 1 is not taken: the setting stays 0). dk and dv the same bits
+ * either way; with the ordered dQ, dq is summed in key tiles of 128 (other
+ * bits than the narrow kernel's, the same run to run). -1 asks; returns
+ * the setting. Process-wide. */
+int zkc_attention_tc_bwd_wide(int on);
 /* floats of scratch the backward needs in the current mode: B*NH*T (D) in
  * mode 0 and for other head sizes; in mode 1 also the counts and, for a
  * bf16 dqkv (io16), the fp32 sums (B*T*C) */

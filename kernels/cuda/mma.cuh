@@ -126,4 +126,25 @@ __device__ __forceinline__ void zkc_post_count(int *p)
 }
 __device__ __forceinline__ float2 zkc_ldcg2(const float *p) { return __ldcg((const float2 *)p); }
 __device__ __forceinline__ void zkc_stcg2(float *p, float x, float y) { __stcg((float2 *)p, make_float2(x, y)); }
+/* Dynamic shared memory (the launch's third argument; above 48 KB the
+ * kernel's cudaFuncAttributeMaxDynamicSharedMemorySize first): its base,
+ * 16-byte aligned. spec/emu/cuda_emu.h's twin ends it at a guard page. */
+__device__ __forceinline__ unsigned char *zkc_dyn_smem(void)
+{
+    extern __shared__ __align__(16) unsigned char zkc_dsm[];
+    return zkc_dsm;
+}
+/* cp.async (sm_80+): 16 bytes global -> shared without registers, both
+ * 16-byte aligned; full 0 writes 16 zero bytes and reads none (src-size
+ * 0). A thread's copies since its last commit form a group; wait_all waits
+ * for this thread's committed groups, then a barrier publishes them to the
+ * block. The emulator's twins copy at the wait (a read before it sees the
+ * old bytes) and abort a block that ends with copies never waited for. */
+__device__ __forceinline__ void zkc_cp_async16(void *dst, const void *src, bool full)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 : : "r"(zkc_sptr_of(dst)), "l"(src), "r"(full ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void zkc_cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" : : : "memory"); }
+__device__ __forceinline__ void zkc_cp_async_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" : : : "memory"); }
 #endif

@@ -2682,6 +2682,7 @@ static void t_ordered_many(int B, int T, int NH, int hs)
 {
     char name[160];
     const int C = NH * hs, b1 = B - 1, h1 = NH - 1;
+    const char *wt = hs == 128 && zt_cuda_attention_bwd_wide(-1) ? ", wide backward" : "";
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1), *nan = malloc(nq * 4);
     tc_round_bf16(qkv, nq);
@@ -2699,19 +2700,19 @@ static void t_ordered_many(int B, int T, int NH, int hs)
     }
     zt_cuda_attention_dq(1);
     zt_cuda_attention_mode(am);
-    snprintf(name, sizeof name, "attention ordered dQ B=%d T=%d NH=%d hs=%d", B, T, NH, hs);
+    snprintf(name, sizeof name, "attention ordered dQ%s B=%d T=%d NH=%d hs=%d", wt, B, T, NH, hs);
     if (!synced(name) || rc) { ct_fail(name, "rc %d", rc); return; }
     float *g[4];
     for (int r = 0; r < 4; r++) g[r] = down(d_dq[r], nq * 4);
-    snprintf(name, sizeof name, "attention ordered dQ B=%d T=%d hs=%d: three runs the same bits", B, T, hs);
+    snprintf(name, sizeof name, "attention ordered dQ%s B=%d T=%d hs=%d: three runs the same bits", wt, B, T, hs);
     ct_check(!memcmp(g[0], g[1], nq * 4) && !memcmp(g[0], g[2], nq * 4), name, "dqkv differs");
     size_t bad = 0;
     while (bad < nq && isfinite(g[0][bad])) bad++;
-    snprintf(name, sizeof name, "attention ordered dQ B=%d T=%d hs=%d: every element written", B, T, hs);
+    snprintf(name, sizeof name, "attention ordered dQ%s B=%d T=%d hs=%d: every element written", wt, B, T, hs);
     ct_check(bad == nq, name, "element %zu is %g", bad, bad < nq ? (double)g[0][bad] : 0.0);
     size_t row = 0;                               /* dk, dv: the same kernel code and D either way */
     while (row < (size_t)B * T && !memcmp(g[0] + row * 3 * C + C, g[3] + row * 3 * C + C, (size_t)C * 8)) row++;
-    snprintf(name, sizeof name, "attention ordered dQ B=%d T=%d hs=%d: dk, dv the pass mode's bits", B, T, hs);
+    snprintf(name, sizeof name, "attention ordered dQ%s B=%d T=%d hs=%d: dk, dv the pass mode's bits", wt, B, T, hs);
     ct_check(row == (size_t)B * T, name, "row %zu differs", row);
     /* head (b1, h1) alone: qkv rows of 3 hs, its dy, and the GPU's dq, dk, dv */
     float *q1 = malloc((size_t)T * 3 * hs * 4), *y1 = malloc((size_t)T * hs * 4);
@@ -2728,8 +2729,8 @@ static void t_ordered_many(int B, int T, int NH, int hs)
     zk_attention_forward(o, l, q1, 1, T, hs, 1);
     zk_attention_backward(dq, y1, q1, o, l, 1, T, hs, 1);
     tc_mags(mo, ml, mdq, q1, y1, 1, T, hs, 1);
-    snprintf(name, sizeof name, "attention ordered dQ B=%d T=%d hs=%d: head %d of batch %d's dq, dk, dv "
-             "vs the CPU", B, T, hs, h1, b1);
+    snprintf(name, sizeof name, "attention ordered dQ%s B=%d T=%d hs=%d: head %d of batch %d's dq, dk, dv "
+             "vs the CPU", wt, B, T, hs, h1, b1);
     tc_check(name, got, dq, mdq, (size_t)T * 3 * hs, TC_RHO);
     free(q1); free(y1); free(got); free(o); free(l); free(dq); free(mo); free(ml); free(mdq);
     free(qkv); free(dy); free(nan);
@@ -2745,6 +2746,7 @@ static void t_ordered_gqa(int B, int T, int NH, int NKV, int hs, int W)
 {
     char name[192];
     const int C = NH * hs, R = (NH + 2 * NKV) * hs;
+    const char *wt = hs == 128 && zt_cuda_attention_bwd_wide(-1) ? ", wide backward" : "";
     size_t nq = (size_t)B * T * R, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1), *nan = malloc(nq * 4);
     tc_round_bf16(qkv, nq);
@@ -2765,7 +2767,7 @@ static void t_ordered_gqa(int B, int T, int NH, int NKV, int hs, int W)
         rc |= dv->attention_backward(d_dq[r], d_dy, d_qkv, d_o, d_l, 0, B, T, C, NH, NKV, W);
     }
     zt_cuda_attention_mode(am);
-    snprintf(name, sizeof name, "attention ordered dQ gqa B=%d T=%d NH=%d NKV=%d hs=%d W=%d", B, T, NH,
+    snprintf(name, sizeof name, "attention ordered dQ%s gqa B=%d T=%d NH=%d NKV=%d hs=%d W=%d", wt, B, T, NH,
              NKV, hs, W);
     if (!synced(name) || rc) { ct_fail(name, "rc %d", rc); return; }
     float *g0 = down(d_dq[0], nq * 4), *g1 = down(d_dq[1], nq * 4);
@@ -2810,6 +2812,16 @@ static void t_attention_dq_ordered(void)
     t_ordered_gqa(2, 200, 4, 1, 128, 70);      /* MQA, hs 128, a window across chunks of 16 */
     t_ordered_many(2, 2048, 12, 64);           /* 768 dK/dV blocks, 264 an H100 holds */
     t_ordered_many(2, 2048, 8, 128);
+    /* head size 128's wide backward with it: parts of 128 keys, 64-query chunks */
+    int ww = zt_cuda_attention_bwd_wide(-1);
+    zt_cuda_attention_bwd_wide(1);
+    dq_tag = " (ordered dQ, wide backward)";
+    t_attention_tc(2, 100, 2, 128);
+    t_attention_tc(1, 257, 3, 128);
+    attn_io16(1, 1, 257, 3, 128, 0, 1);
+    t_ordered_gqa(2, 300, 4, 1, 128, 70);      /* MQA, a window: a chunk's lowest tile not 0 */
+    t_ordered_many(2, 2048, 8, 128);           /* 256 blocks of 128 keys, one an SM */
+    zt_cuda_attention_bwd_wide(ww);
     dq_tag = "";
     zt_cuda_attention_dq(was);
 }
@@ -2884,6 +2896,81 @@ static void t_attention_fwd_wide(void)
     t_attention_tc(1, 257, 3, 128);
     dq_tag = "";
     zt_cuda_attention_fwd_wide(was);
+}
+
+/* Head size 128's wide backward (zt_cuda_attention_bwd_wide(1): dK/dV in
+ * blocks of 128 keys, 8 warps, chunks of 64 queries staged by cp.async,
+ * 173 KB of shared memory). Each dK, dV element takes the narrow kernel's
+ * mma steps in its order, and dQ is k_tc_dq's either way: the whole dqkv
+ * the narrow kernels' bits, fp32 and bf16 I/O, every element written,
+ * with GQA, a window, and hundreds of blocks; then the tensor-core checks
+ * at head size 128 with it (against the CPU twin, the same bits twice).
+ * Its ordered dQ is checked in t_attention_dq_ordered (last). */
+static void t_attention_bwd_wide(void)
+{
+    static const int shp[][5] = { { 1, 257, 3, 3, 0 }, { 2, 300, 4, 2, 0 }, { 1, 300, 2, 1, 70 },
+                                  { 2, 2048, 8, 8, 0 } };
+    int was = zt_cuda_attention_bwd_wide(-1), am = zt_cuda_attention_mode(-1);
+    int bad = zt_cuda_attention_bwd_wide(2);
+    ct_check(bad == ZT_EINVAL && zt_cuda_attention_bwd_wide(-1) == was,
+             "attention wide backward: 2 refused, the setting kept", "2 %d", bad);
+    for (int k = 0; k < 4; k++) {
+        int B = shp[k][0], T = shp[k][1], NH = shp[k][2], NKV = shp[k][3], W = shp[k][4];
+        int C = NH * 128, R = (NH + 2 * NKV) * 128;
+        size_t nq = (size_t)B * T * R, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+        float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1);
+        tc_round_bf16(qkv, nq);
+        tc_round_bf16(dy, no);
+        uint16_t *q16 = malloc(nq * 2), *y16 = malloc(no * 2), *nanh = malloc(nq * 2);
+        zk_cast_f32_bf16(q16, qkv, nq);
+        zk_cast_f32_bf16(y16, dy, no);
+        float *nanf = malloc(nq * 4);
+        for (size_t i = 0; i < nq; i++) { nanf[i] = NAN; nanh[i] = 0x7fc1; }
+        float *d_q = up(qkv, nq * 4), *d_y = up(dy, no * 4), *d_o = NULL, *d_l = NULL, *d_l16 = NULL, *d_d[2];
+        uint16_t *d_q16 = up(q16, nq * 2), *d_y16 = up(y16, no * 2), *d_o16 = NULL, *d_h[2];
+        dv->alloc((void **)&d_o, no * 4); dv->alloc((void **)&d_l, nl * 4);
+        dv->alloc((void **)&d_o16, no * 2); dv->alloc((void **)&d_l16, nl * 4);
+        int rc = 0, set = 1;
+        zt_cuda_attention_mode(1);
+        rc |= dv->attention_forward(d_o, d_l, d_q, 0, B, T, C, NH, NKV, W);
+        rc |= dv->attention_forward(d_o16, d_l16, d_q16, 1, B, T, C, NH, NKV, W);
+        for (int r = 0; r < 2; r++) {             /* narrow, then wide */
+            d_d[r] = up(nanf, nq * 4); d_h[r] = up(nanh, nq * 2);
+            set &= zt_cuda_attention_bwd_wide(r) == r && zt_cuda_attention_bwd_wide(-1) == r;
+            rc |= dv->attention_backward(d_d[r], d_y, d_q, d_o, d_l, 0, B, T, C, NH, NKV, W);
+            rc |= dv->attention_backward(d_h[r], d_y16, d_q16, d_o16, d_l16, 1, B, T, C, NH, NKV, W);
+        }
+        zt_cuda_attention_bwd_wide(was);
+        zt_cuda_attention_mode(am);
+        free(nanf); free(nanh);
+        char name[160];
+        snprintf(name, sizeof name, "attention wide backward B=%d T=%d NH=%d NKV=%d W=%d", B, T, NH, NKV, W);
+        if (!synced(name) || rc) { ct_fail(name, "rc %d", rc); continue; }
+        snprintf(name, sizeof name, "attention wide backward B=%d T=%d NKV=%d W=%d: the switch set (the "
+                 "GPU grants 173 KB a block)", B, T, NKV, W);
+        ct_check(set, name, "set %d", set);
+        float *g0 = down(d_d[0], nq * 4), *g1 = down(d_d[1], nq * 4);
+        uint16_t *h0 = down(d_h[0], nq * 2), *h1 = down(d_h[1], nq * 2);
+        size_t nw = 0;
+        while (nw < nq && isfinite(g1[nw])) nw++;
+        snprintf(name, sizeof name, "attention wide backward B=%d T=%d NKV=%d W=%d: every dqkv element "
+                 "written, the narrow kernels' bits (fp32 I/O)", B, T, NKV, W);
+        ct_check(nw == nq && !memcmp(g0, g1, nq * 4), name, "unwritten from %zu of %zu, or differ", nw, nq);
+        snprintf(name, sizeof name, "attention wide backward B=%d T=%d NKV=%d W=%d: the same, bf16 I/O",
+                 B, T, NKV, W);
+        ct_check(!memcmp(h0, h1, nq * 2), name, "differ");
+        free(qkv); free(dy); free(q16); free(y16); free(g0); free(g1); free(h0); free(h1);
+        dv->free(d_q); dv->free(d_y); dv->free(d_o); dv->free(d_l); dv->free(d_q16); dv->free(d_y16);
+        dv->free(d_o16); dv->free(d_l16);
+        for (int r = 0; r < 2; r++) { dv->free(d_d[r]); dv->free(d_h[r]); }
+    }
+    zt_cuda_attention_bwd_wide(1);
+    dq_tag = " (wide backward)";
+    t_attention_tc(1, 1, 1, 128);
+    t_attention_tc(2, 100, 2, 128);
+    t_attention_tc(1, 257, 3, 128);
+    dq_tag = "";
+    zt_cuda_attention_bwd_wide(was);
 }
 
 /* errors come back as codes with file:line, never exit */
@@ -3093,7 +3180,7 @@ static void (*const tests[])(void) = {
     t_elementwise, t_add3_r16, t_casts, t_gelu, t_layernorm, t_norm_r16, t_norm_p16, t_encoder, t_xent, t_xent_padded_both, t_adamw, t_adamw_g16, t_adamw_multi, t_sums, t_sums16,
     t_sum_ranks, t_llama, t_randn, t_matmul_all, t_matmul_epilogue, t_matmul_gelu, t_matmul_b16,
     t_norm_g16, t_encoder_g16, t_matmul_g16, t_attention_all, t_attention_tc_all,
-    t_attention_io16_all, t_attention_fwd_wide, t_errors,
+    t_attention_io16_all, t_attention_fwd_wide, t_attention_bwd_wide, t_errors,
     t_pinned_pages, t_copy_then_compute, t_two_streams, t_blas_on_current_stream, t_stream_errors,
     t_attention_dq_ordered,     /* last: a wait that traps leaves the context unusable */
 };

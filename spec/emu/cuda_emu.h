@@ -34,7 +34,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 #include <type_traits>
 #include <vector>
 
@@ -52,6 +54,25 @@ static dim3 gridDim, blockDim;
 typedef void *cudaStream_t;
 enum { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
 static inline int cudaGetLastError(void) { return 0; }
+/* the device the emulator stands for: an sm_90's shared memory a block
+ * (227 KB with the opt-in); a kernel's opt-in above it is refused */
+enum { EMU_SMEM_OPTIN = 232448 };
+enum { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97, cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+static inline int cudaGetDevice(int *d) { *d = 0; return 0; }
+static inline int cudaDeviceGetAttribute(int *v, int attr, int)
+{
+    if (attr != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
+    *v = EMU_SMEM_OPTIN;
+    return 0;
+}
+static int emu_optin;                         /* the last opt-in granted (any kernel's) */
+template <class K> static inline int cudaFuncSetAttribute(K, int attr, int v)
+{
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || v < 0 || v > EMU_SMEM_OPTIN)
+        return cudaErrorInvalidValue;
+    emu_optin = v;
+    return 0;
+}
 #define ZKC_LAUNCHED() ((int)cudaGetLastError())
 
 /* The fibers of the block running: their contexts, the scheduler's, and
@@ -75,7 +96,24 @@ static inline void emu_wait(emu_bar *b)
     while (b->gen == g) emu_yield();
 }
 static float emu_xchg[32][32];
-static inline void __syncthreads(void) { emu_wait(&emu_block_bar); }
+/* cp.async (mma.cuh): each thread's copies not yet waited for, with the
+ * group they belong to (its commits so far), and those waited for, which
+ * land as the thread arrives at its next __syncthreads: the pattern is
+ * wait, barrier, read, and a wait placed after the barrier leaves the
+ * others' reads with the old bytes (a thread reading its own copies
+ * before a barrier is not modelled: it would read the old bytes too) */
+struct emu_cp { void *dst; const void *src; bool full; unsigned grp; };
+static std::vector<emu_cp> emu_cps[1024], emu_cps_done[1024];
+static unsigned emu_cp_grp[1024];
+static inline void emu_cp_land(int t)
+{
+    for (const emu_cp &c : emu_cps_done[t]) {
+        if (c.full) memcpy(c.dst, c.src, 16);
+        else memset(c.dst, 0, 16);
+    }
+    emu_cps_done[t].clear();
+}
+static inline void __syncthreads(void) { emu_cp_land((int)threadIdx.x); emu_wait(&emu_block_bar); }
 static inline void __syncwarp(void) { emu_wait(&emu_warp_bar[threadIdx.x / 32]); }
 static inline float __shfl_xor_sync(unsigned, float v, int o)
 {
@@ -180,12 +218,29 @@ static void (*emu_call)(void *);
  * test's C file calls it) */
 static int emu_block_order;
 extern "C" void emu_set_block_order(int o) { emu_block_order = o; }
+/* A launch's dynamic shared memory (its third argument): its bytes end at
+ * a page no one may touch (a read or write past the size asked for
+ * faults), and a block finds them all 0xff (NaN as bf16 or fp32: a read of
+ * a byte no thread wrote shows). */
+static unsigned char *emu_dyn;
+static inline unsigned char *zkc_dyn_smem(void) { return emu_dyn; }
 template <class F> static void emu_call_as(void *f) { (*(F *)f)(); }
 static void emu_entry(void) { emu_call(emu_fn); emu_fibers[(size_t)emu_cur].done = true; emu_progress++; }
 
-template <class F> static void emu_launch(dim3 g, int threads, F f)
+template <class F> static void emu_launch(dim3 g, int threads, F f, size_t dyn = 0)
 {
     if (threads % 32 || threads > 1024) { fprintf(stderr, "emu: %d threads\n", threads); abort(); }
+    if (dyn > (size_t)48 * 1024 && dyn > (size_t)emu_optin) {
+        fprintf(stderr, "emu: %zu bytes of dynamic shared memory, %d opted into\n", dyn, emu_optin);
+        abort();
+    }
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE), span = (dyn + pg - 1) / pg * pg;
+    unsigned char *map = NULL;
+    if (dyn) {
+        map = (unsigned char *)mmap(NULL, span + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (map == MAP_FAILED || mprotect(map + span, pg, PROT_NONE)) { perror("emu: dynamic shared memory"); abort(); }
+        emu_dyn = map + span - dyn;               /* dyn: a multiple of 16 (aligned as the GPU's) */
+    }
     gridDim = g;
     blockDim = dim3((unsigned)threads);
     emu_fn = &f;
@@ -206,6 +261,7 @@ template <class F> static void emu_launch(dim3 g, int threads, F f)
             for (int w = 0; w < threads / 32; w++) emu_warp_bar[w] = emu_bar{ 32, 0, 0 };
             memset(emu_xchg_ph, 0, sizeof emu_xchg_ph);
             memset(emu_rec_ph, 0, sizeof emu_rec_ph);
+            if (dyn) memset(emu_dyn, 0xff, dyn);
             for (int t = 0; t < threads; t++) {
                 emu_fiber &fb = emu_fibers[(size_t)t];
                 fb.tid = dim3((unsigned)t);
@@ -238,7 +294,18 @@ template <class F> static void emu_launch(dim3 g, int threads, F f)
                     abort();
                 }
             }
+            for (int t = 0; t < threads; t++) {
+                if (!emu_cps[t].empty() || !emu_cps_done[t].empty()) {
+                    fprintf(stderr, "emu: block (%u,%u) thread %d ends with %zu cp.async copies never "
+                            "waited for, %zu waited for with no __syncthreads after\n", bx, by, t,
+                            emu_cps[t].size(), emu_cps_done[t].size());
+                    abort();
+                }
+                emu_cp_grp[t] = 0;
+            }
         }
+    if (map) munmap(map, span + pg);
+    emu_dyn = NULL;
 }
 
 struct __nv_bfloat16 { uint16_t x; };
@@ -439,6 +506,24 @@ static inline void zkc_stg4h(uint16_t *p, uint32_t lo, uint32_t hi)
  * it may wait on has finished: a count that does not already hold the
  * value waited for is a wait no earlier block can end, a deadlock on a
  * GPU: said and aborted, never spun on. */
+/* cp.async: queued; the thread's wait for its committed groups passes
+ * them to its next __syncthreads, which copies them (or writes 16 zero
+ * bytes, full 0); both addresses 16-byte aligned */
+static inline void zkc_cp_async16(void *dst, const void *src, bool full)
+{
+    emu_aligned(dst, 16, "cp.async destination");
+    emu_aligned(src, 16, "cp.async source");
+    emu_cps[threadIdx.x].push_back(emu_cp{ dst, src, full, emu_cp_grp[threadIdx.x] });
+}
+static inline void zkc_cp_async_commit(void) { emu_cp_grp[threadIdx.x]++; }
+static inline void zkc_cp_async_wait_all(void)
+{
+    std::vector<emu_cp> &q = emu_cps[threadIdx.x], left;
+    for (const emu_cp &c : q)                     /* committed: land at the next barrier */
+        (c.grp < emu_cp_grp[threadIdx.x] ? emu_cps_done[threadIdx.x] : left).push_back(c);
+    q.swap(left);
+}
+
 static inline float2 make_float2(float x, float y) { float2 v = { x, y }; return v; }
 static inline int zkc_ticket(int *p) { return atomicAdd(p, 1); }
 static inline void zkc_wait_count(const int *p, int v)

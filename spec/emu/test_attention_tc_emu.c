@@ -28,6 +28,7 @@ int zkc_attention_backward_tc_gqa(void *s, void *dqkv, const void *dout, const v
                                   int NH, int NKV, int W, float *scratch);
 int zkc_attention_tc_ordered_dq(int on);
 int zkc_attention_tc_fwd_wide(int on);
+int zkc_attention_tc_bwd_wide(int on);
 size_t zkc_attention_backward_tc_scratch(int io16, int B, int T, int C, int NH);
 void emu_set_block_order(int o);             /* spec/emu/cuda_emu.h */
 
@@ -353,6 +354,94 @@ static void wide(int B, int T, int NH, int NKV, int W)
     for (int r = 0; r < 2; r++) { free(go[r]); free(gl[r]); free(h[r]); free(hl[r]); }
 }
 
+/* the first row of dqkv's k, v part (columns C .. R) where a and b differ, or rows */
+static size_t kv_differs(const float *a, const float *b, size_t rows, int C, int R)
+{
+    size_t at = 0;
+    while (at < rows && !memcmp(a + at * R + C, b + at * R + C, (size_t)(R - C) * 4)) at++;
+    return at;
+}
+
+/* Head size 128's wide backward (zkc_attention_tc_bwd_wide(1): 8 warps,
+ * 128 keys, chunks of 64 queries, the products tiled in two dimensions,
+ * P^T and dS^T through shared memory, the next chunk staged by cp.async).
+ * Each dK, dV element takes the narrow kernel's mma steps in its order, so
+ * with the two-pass dQ the whole dqkv has the narrow kernels' bits, fp32
+ * and bf16 I/O. With the ordered dQ (parts of 128 keys): dqkv against the
+ * CPU twin, every element written; the same bits with the grid's blocks
+ * run in reverse; dk, dv the narrow bits still; io16 = round(the fp32
+ * kernel on the widened out, dout). The atomic build (its dQ by atomics,
+ * in the wide kernel too): dqkv against the CPU, dk, dv the narrow bits. */
+static void wide_bwd(int B, int T, int NH, int NKV, int W)
+{
+    char name[192], tag[96];
+    snprintf(tag, sizeof tag, "emu wide backward B=%d T=%d NH=%d NKV=%d hs=128 W=%d", B, T, NH, NKV, W);
+    const int hs = 128, C = NH * hs, R = (NH + 2 * NKV) * hs;
+    size_t nq = (size_t)B * T * R, no = (size_t)B * T * C, nl = (size_t)B * NH * T, rows = (size_t)B * T;
+    cpu_ref f = ref_make(B, T, NH, NKV, hs, W);
+    float *qkv = f.qkv, *dy = f.dy, *go = malloc(no * 4), *gl = malloc(nl * 4), *d[4];
+    zkc_attention_tc_ordered_dq(1);
+    float *scratch = malloc(zkc_attention_backward_tc_scratch(1, B, T, C, NH) * 4);
+    zkc_attention_tc_ordered_dq(0);
+    int rc = zkc_attention_forward_tc_gqa(NULL, go, gl, qkv, 0, B, T, C, NH, NKV, W), set = 1;
+    /* narrow, two-pass; wide, two-pass; wide, ordered; the same, blocks reversed */
+    const int nrun = DQA ? 2 : 4;
+    for (int r = 0; r < nrun; r++) {
+        d[r] = malloc(nq * 4);
+        for (size_t i = 0; i < nq; i++) d[r][i] = NAN;
+        set &= zkc_attention_tc_bwd_wide(r > 0) == (r > 0);
+        zkc_attention_tc_ordered_dq(r > 1);
+        emu_set_block_order(r == 3);
+        rc |= zkc_attention_backward_tc_gqa(NULL, d[r], dy, qkv, go, gl, 0, B, T, C, NH, NKV, W, scratch);
+    }
+    emu_set_block_order(0);
+    zkc_attention_tc_ordered_dq(0);
+    snprintf(name, sizeof name, "%s: launchers return 0, the switch takes", tag);
+    ct_check(rc == 0 && set, name, "rc %d, set %d", rc, set);
+    snprintf(name, sizeof name, "%s: dqkv vs the CPU, every element written", tag);
+    tc_check(name, d[1], f.dq, f.mq, nq, TC_RHO);
+    size_t at = kv_differs(d[0], d[1], rows, C, R);
+    snprintf(name, sizeof name, "%s: dk, dv the narrow kernel's bits", tag);
+    ct_check(at == rows, name, "row %zu differs", at);
+    if (!DQA) {
+        snprintf(name, sizeof name, "%s: dq (k_tc_dq's) the same bits", tag);
+        ct_check(!memcmp(d[0], d[1], nq * 4), name, "dqkv differs");
+        snprintf(name, sizeof name, "%s, ordered dQ: dqkv vs the CPU, every element written", tag);
+        tc_check(name, d[2], f.dq, f.mq, nq, TC_RHO);
+        snprintf(name, sizeof name, "%s, ordered dQ: the same bits with the blocks run in reverse", tag);
+        ct_check(!memcmp(d[2], d[3], nq * 4), name, "dqkv differs");
+        at = kv_differs(d[0], d[2], rows, C, R);
+        snprintf(name, sizeof name, "%s, ordered dQ: dk, dv the narrow kernel's bits", tag);
+        ct_check(at == rows, name, "row %zu differs", at);
+        uint16_t *q16 = to_bf16(qkv, nq), *o16 = malloc(no * 2), *dy16 = to_bf16(dy, no), *h[3];
+        float *l16 = malloc(nl * 4), *ow = malloc(no * 4), *dw = malloc(nq * 4);
+        int r16 = zkc_attention_forward_tc_gqa(NULL, o16, l16, q16, 1, B, T, C, NH, NKV, W);
+        zk_cast_bf16_f32(ow, o16, no);
+        for (int r = 0; r < 3; r++) {            /* narrow, wide; wide ordered, blocks reversed */
+            h[r] = malloc(nq * 2);
+            for (size_t i = 0; i < nq; i++) h[r][i] = 0x7fc1;
+            zkc_attention_tc_bwd_wide(r > 0);
+            zkc_attention_tc_ordered_dq(r == 2);
+            emu_set_block_order(r == 2);
+            r16 |= zkc_attention_backward_tc_gqa(NULL, h[r], dy16, q16, o16, l16, 1, B, T, C, NH, NKV, W,
+                                                 scratch);
+        }
+        emu_set_block_order(0);
+        r16 |= zkc_attention_backward_tc_gqa(NULL, dw, dy, qkv, ow, l16, 0, B, T, C, NH, NKV, W, scratch);
+        zkc_attention_tc_ordered_dq(0);
+        snprintf(name, sizeof name, "%s io16: returns 0, dqkv the narrow kernels' bits", tag);
+        ct_check(r16 == 0 && !memcmp(h[0], h[1], nq * 2), name, "rc %d", r16);
+        snprintf(name, sizeof name, "%s io16, ordered dQ: dqkv = bf16(fp32 kernel(widened out, dout))", tag);
+        same16(name, h[2], dw, nq);
+        free(q16); free(o16); free(dy16); free(l16); free(ow); free(dw);
+        for (int r = 0; r < 3; r++) free(h[r]);
+    }
+    zkc_attention_tc_bwd_wide(0);
+    ref_free(&f);
+    free(go); free(gl); free(scratch);
+    for (int r = 0; r < nrun; r++) free(d[r]);
+}
+
 int main(void)
 {
     ct_seed(99);
@@ -400,5 +489,9 @@ int main(void)
     ordered(1, 90, 1, 1, 128, 17);  /* a window across chunks of 16 */
     ordered(2, 150, 4, 2, 64, 0);   /* batches and kv heads: the ticket's (b, kv head), the counts' (b, h) */
     ordered(2, 130, 4, 2, 128, 30); /* the same at hs 128, a window */
+    wide_bwd(1, 1, 1, 1, 0);        /* one key: rows past T zero-filled by cp.async */
+    wide_bwd(2, 130, 2, 1, 0);      /* batches, GQA (chunks staged across a block's two heads), */
+                                    /* two tiles of 128, the last chunk of 64 two rows */
+    wide_bwd(1, 300, 1, 1, 40);     /* a window: chunks past it skipped, chunk 4's lowest tile 1 */
     return ct_summary();
 }

@@ -55,7 +55,9 @@ end
 -- and on the cuda device whether the GELU rides the GEMMs' epilogue
 -- (ZTRAIN_GELU_FUSION=0 turns it off: other bits) and whether the
 -- tensor-core attention's backward adds dQ in its dK/dV kernel
--- (ZTRAIN_ATTN_DQ=ordered: other bits; ZTRAIN_ATTN_FWD128 keeps them)
+-- (ZTRAIN_ATTN_DQ=ordered: other bits, and others again at head size 128
+-- with ZTRAIN_ATTN_BWD128=wide, its dQ parts of 128 keys; ZTRAIN_ATTN_FWD128
+-- keeps them, and so does the wide backward with dQ by its own pass)
 function M.kernels(tr)
   local r = tr.recipe
   local dev = tostring(r.device.backend):match("^fakegpu") and "cpu" or r.device.backend
@@ -71,6 +73,7 @@ function M.kernels(tr)
   if dev == "cuda" and attention == "bf16" and (hs == 64 or hs == 128) and
      os.getenv("ZTRAIN_ATTN_DQ") == "ordered" then
     attention = "bf16 ordered-dq"
+    if hs == 128 and os.getenv("ZTRAIN_ATTN_BWD128") == "wide" then attention = "bf16 ordered-dq wide" end
   end
   return { device = dev, gemm = gemm, attention = attention, gelu = gelu }
 end
