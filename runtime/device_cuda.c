@@ -196,7 +196,10 @@ int zt_cuda_init(void)
      * has timed both): 64 keys. dk, dv the same bits */
     ZT_TRY(env_switch("ZTRAIN_ATTN_BWD128", "narrow", "wide", "narrow (blocks of 64 keys, the "
                       "default) or wide (128 keys, 8 warps)", &ab));
-    if (ab >= 0) zkc_attention_tc_bwd_wide(ab);
+    if (ab >= 0 && zkc_attention_tc_bwd_wide(ab) != ab)
+        return zt_error(ZT_EINVAL, "ZTRAIN_ATTN_BWD128=wide: this GPU does not grant the wide "
+                        "backward's 173 KB of shared memory a block (an H100 or H200 does); unset "
+                        "ZTRAIN_ATTN_BWD128 or set it to narrow");
     CU(cudaGetDevice(&cu_dev));
     struct cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, cu_dev) == cudaSuccess)

@@ -1259,7 +1259,10 @@ static int launch_dkv(cudaStream_t s, bool wide, IO *dqkv, const IO *dout, const
             int e = a.W > 0
                 ? (int)cudaFuncSetAttribute(k_tc_dkv_wide<IO, true, ORD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)
                 : (int)cudaFuncSetAttribute(k_tc_dkv_wide<IO, false, ORD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-            if (e) return e;
+            if (e) {
+                (void)cudaGetLastError();                /* returned here, not left for the next launch */
+                return e;
+            }
             if (a.W > 0)
                 k_tc_dkv_wide<IO, true, ORD><<<g, bw_cfg::NTH, smem, s>>>(dqkv, dout, qkv, lse, D, acc, cnt, a);
             else

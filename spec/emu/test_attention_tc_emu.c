@@ -490,8 +490,9 @@ int main(void)
     ordered(2, 150, 4, 2, 64, 0);   /* batches and kv heads: the ticket's (b, kv head), the counts' (b, h) */
     ordered(2, 130, 4, 2, 128, 30); /* the same at hs 128, a window */
     wide_bwd(1, 1, 1, 1, 0);        /* one key: rows past T zero-filled by cp.async */
-    wide_bwd(2, 130, 2, 1, 0);      /* batches, GQA (chunks staged across a block's two heads), */
-                                    /* two tiles of 128, the last chunk of 64 two rows */
+    wide_bwd(2, 200, 2, 1, 0);      /* batches, GQA (chunks staged across a block's two heads), */
+                                    /* two tiles of 128, the last chunk ragged, tile 0's chunk 2 */
+                                    /* with no masked pair (the full shortcut) */
     wide_bwd(1, 300, 1, 1, 40);     /* a window: chunks past it skipped, chunk 4's lowest tile 1 */
     return ct_summary();
 }
