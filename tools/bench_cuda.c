@@ -113,6 +113,89 @@ static int bench_dq_atomic(void)
 }
 #endif
 
+/* The tensor-core attention at T = 1024, 4096 and 8192, head sizes 64 and
+ * 128 (the GPU-Attention issue's shapes, beside PyTorch's flash attention:
+ * tools/torch_attention_bench.py; B=4 T=1024 hs 64 is in main's rows). late
+ * 0: the default kernels, bf16 and fp32 I/O. late 1, at the end of the
+ * run: the variants no GPU has run yet (a fault there loses only them):
+ * the ordered dQ (beside the default rows and bench_cuda_dqatomic's, the
+ * same kernel adding by atomics: the price of the order) and head size
+ * 128's wide forward and backward, each beside its default row. */
+static void attention_shapes(int late)
+{
+    static const int cfg[][4] = { { 4, 1024, 12, 64 }, { 16, 1024, 16, 128 }, { 4, 4096, 16, 64 },
+                                  { 4, 4096, 16, 128 }, { 2, 8192, 16, 64 }, { 2, 8192, 16, 128 } };
+    zt_cuda_attention_mode(1);
+    for (int k = late ? 0 : 1; k < 6; k++) {
+        int Bk = cfg[k][0], Tk = cfg[k][1], NHk = cfg[k][2], hs = cfg[k][3], Ck = NHk * hs;
+        size_t nq = (size_t)Bk * Tk * 3 * Ck, no = (size_t)Bk * Tk * Ck;
+        float *q2 = dalloc(nq), *d2 = dalloc(nq), *o2 = dalloc(no), *g2 = dalloc(no);
+        float *l2 = dalloc((size_t)Bk * NHk * Tk), *gb2 = dalloc(no / 2 + 1);
+        dv->fill(q2, 0.01f, nq); dv->fill(g2, 0.01f, no);
+        /* bf16 I/O: q2 rounded into d2's first half, dqkv its second, out o2's
+         * bytes, dout g2 rounded into gb2 */
+        uint16_t *qh = (uint16_t *)d2, *oh = (uint16_t *)o2, *dh = (uint16_t *)d2 + nq;
+        uint16_t *gh = (uint16_t *)gb2;
+        dv->cast(qh, ZT_BF16, q2, ZT_F32, nq);
+        dv->cast(gh, ZT_BF16, g2, ZT_F32, no);
+        double fk = 4.0 * Bk * NHk * ((double)Tk * Tk / 2) * hs;
+        char nm[96];
+#define ROW(io, what, reps, stmt) do { \
+            snprintf(nm, sizeof nm, "attention %s B=%d T=%d hs=%d bf16 tc%s%s", (what)[0] == 'f' ? "fwd" : "bwd", \
+                     Bk, Tk, hs, (io) ? ", bf16 I/O" : "", (what) + 1); \
+            TIME(nm, ((what)[0] == 'f' ? 1.0 : 2.5) * fk, reps, stmt); } while (0)
+#define FWD16 dv->attention_forward(oh, l2, qh, 1, Bk, Tk, Ck, NHk, NHk, 0)
+#define BWD16 dv->attention_backward(dh, gh, qh, oh, l2, 1, Bk, Tk, Ck, NHk, NHk, 0)
+#define FWD32 dv->attention_forward(o2, l2, q2, 0, Bk, Tk, Ck, NHk, NHk, 0)
+#define BWD32 dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk, NHk, 0)
+        FWD16;                                       /* out and lse for the backwards */
+        if (!late) {
+            ROW(1, "f", 10, FWD16);
+            ROW(1, "b", 5, BWD16);
+        } else {
+            zt_cuda_attention_dq(1);
+            ROW(1, "b, ordered dQ", 5, BWD16);
+            zt_cuda_attention_dq(0);
+            if (hs == 128 && zt_cuda_attention_fwd_wide(1)) {   /* blocks of 128 query rows */
+                ROW(1, "f, wide", 10, FWD16);
+                zt_cuda_attention_fwd_wide(0);
+            }
+            if (hs == 128 && zt_cuda_attention_bwd_wide(1)) {   /* dK/dV in blocks of 128 keys */
+                ROW(1, "b, wide", 5, BWD16);
+                zt_cuda_attention_dq(1);
+                ROW(1, "b, wide, ordered dQ", 5, BWD16);
+                zt_cuda_attention_dq(0);
+                zt_cuda_attention_bwd_wide(0);
+            }
+        }
+        /* fp32 I/O (overwrites oh and qh's bytes) */
+        FWD32;
+        if (!late) {
+            ROW(0, "f", 10, FWD32);
+            ROW(0, "b", 5, BWD32);
+        } else {
+            zt_cuda_attention_dq(1);
+            ROW(0, "b, ordered dQ", 5, BWD32);
+            if (hs == 128 && zt_cuda_attention_bwd_wide(1)) {   /* beside bench_cuda_dqatomic's wide row */
+                ROW(0, "b, wide, ordered dQ", 5, BWD32);
+                zt_cuda_attention_bwd_wide(0);
+            }
+            zt_cuda_attention_dq(0);
+            if (hs == 128 && zt_cuda_attention_fwd_wide(1)) {
+                ROW(0, "f, wide", 10, FWD32);
+                zt_cuda_attention_fwd_wide(0);
+            }
+        }
+#undef ROW
+#undef FWD16
+#undef BWD16
+#undef FWD32
+#undef BWD32
+        dv->free(q2); dv->free(d2); dv->free(o2); dv->free(g2); dv->free(l2); dv->free(gb2);
+    }
+    zt_cuda_attention_mode(0);
+}
+
 int main(void)
 {
     int n = 0;
@@ -249,79 +332,8 @@ int main(void)
     TIME("attention bwd T=1024 bf16 tc", 2.5 * fa, 20, dv->attention_backward(dq, g, qkv, y, lse, 0, B, T, C, NH, NH, 0));
     TIME("attention fwd T=1024 bf16 tc, bf16 I/O", fa, 20, dv->attention_forward(o16, lse, q16, 1, B, T, C, NH, NH, 0));
     TIME("attention bwd T=1024 bf16 tc, bf16 I/O", 2.5 * fa, 20, dv->attention_backward(dq16, go16, q16, o16, lse, 1, B, T, C, NH, NH, 0));
-    /* dQ in the dK/dV kernel, added in a fixed order (zt_cuda_attention_dq):
-     * beside the rows above (dQ by its own pass) and bench_cuda_dqatomic's
-     * (the same kernel adding by atomics: the price of the order) */
-    zt_cuda_attention_dq(1);
-    TIME("attention bwd T=1024 bf16 tc, ordered dQ", 2.5 * fa, 20, dv->attention_backward(dq, g, qkv, y, lse, 0, B, T, C, NH, NH, 0));
-    TIME("attention bwd T=1024 bf16 tc, bf16 I/O, ordered dQ", 2.5 * fa, 20, dv->attention_backward(dq16, go16, q16, o16, lse, 1, B, T, C, NH, NH, 0));
-    zt_cuda_attention_dq(0);
     dv->free(q16); dv->free(o16); dv->free(dq16); dv->free(go16);
-    /* T = 1024, 4096 and 8192 at head sizes 64 and 128 (the GPU-Attention
-     * issue's shapes, beside PyTorch's flash attention:
-     * tools/torch_attention_bench.py; B=4 T=1024 hs 64 is above) */
-    {
-        static const int cfg[][4] = { { 16, 1024, 16, 128 }, { 4, 4096, 16, 64 }, { 4, 4096, 16, 128 },
-                                      { 2, 8192, 16, 64 }, { 2, 8192, 16, 128 } };
-        for (int k = 0; k < 5; k++) {
-            int Bk = cfg[k][0], Tk = cfg[k][1], NHk = cfg[k][2], Ck = NHk * cfg[k][3];
-            size_t nq = (size_t)Bk * Tk * 3 * Ck, no = (size_t)Bk * Tk * Ck;
-            float *q2 = dalloc(nq), *d2 = dalloc(nq), *o2 = dalloc(no), *g2 = dalloc(no);
-            float *l2 = dalloc((size_t)Bk * NHk * Tk), *gb2 = dalloc(no / 2 + 1);
-            dv->fill(q2, 0.01f, nq); dv->fill(g2, 0.01f, no);
-            /* bf16 I/O: q2 rounded into d2's first half, dqkv its second, out o2's
-             * bytes, dout g2 rounded into gb2 */
-            uint16_t *qh = (uint16_t *)d2, *oh = (uint16_t *)o2, *dh = (uint16_t *)d2 + nq;
-            uint16_t *gh = (uint16_t *)gb2;
-            dv->cast(qh, ZT_BF16, q2, ZT_F32, nq);
-            dv->cast(gh, ZT_BF16, g2, ZT_F32, no);
-            double fk = 4.0 * Bk * NHk * ((double)Tk * Tk / 2) * cfg[k][3];
-            char nm[96];
-            snprintf(nm, sizeof nm, "attention fwd B=%d T=%d hs=%d bf16 tc, bf16 I/O", Bk, Tk, cfg[k][3]);
-            TIME(nm, fk, 10, dv->attention_forward(oh, l2, qh, 1, Bk, Tk, Ck, NHk, NHk, 0));
-            snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc, bf16 I/O", Bk, Tk, cfg[k][3]);
-            TIME(nm, 2.5 * fk, 5, dv->attention_backward(dh, gh, qh, oh, l2, 1, Bk, Tk, Ck, NHk, NHk, 0));
-            /* the same inputs, dQ in the dK/dV kernel in a fixed order (before
-             * the fp32 rows below overwrite oh and qh's bytes) */
-            zt_cuda_attention_dq(1);
-            snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc, bf16 I/O, ordered dQ", Bk, Tk, cfg[k][3]);
-            TIME(nm, 2.5 * fk, 5, dv->attention_backward(dh, gh, qh, oh, l2, 1, Bk, Tk, Ck, NHk, NHk, 0));
-            zt_cuda_attention_dq(0);
-            if (cfg[k][3] == 128 && zt_cuda_attention_bwd_wide(1)) {   /* dK/dV in blocks of 128 keys */
-                snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=128 bf16 tc, bf16 I/O, wide", Bk, Tk);
-                TIME(nm, 2.5 * fk, 5, dv->attention_backward(dh, gh, qh, oh, l2, 1, Bk, Tk, Ck, NHk, NHk, 0));
-                zt_cuda_attention_dq(1);
-                snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=128 bf16 tc, bf16 I/O, wide, ordered dQ", Bk, Tk);
-                TIME(nm, 2.5 * fk, 5, dv->attention_backward(dh, gh, qh, oh, l2, 1, Bk, Tk, Ck, NHk, NHk, 0));
-                zt_cuda_attention_dq(0);
-                zt_cuda_attention_bwd_wide(0);
-            }
-            snprintf(nm, sizeof nm, "attention fwd B=%d T=%d hs=%d bf16 tc", Bk, Tk, cfg[k][3]);
-            TIME(nm, fk, 10, dv->attention_forward(o2, l2, q2, 0, Bk, Tk, Ck, NHk, NHk, 0));
-            if (cfg[k][3] == 128) {                  /* blocks of 128 rows (zt_cuda_attention_fwd_wide) */
-                zt_cuda_attention_fwd_wide(1);
-                snprintf(nm, sizeof nm, "attention fwd B=%d T=%d hs=128 bf16 tc, bf16 I/O, wide", Bk, Tk);
-                TIME(nm, fk, 10, dv->attention_forward(oh, l2, qh, 1, Bk, Tk, Ck, NHk, NHk, 0));
-                snprintf(nm, sizeof nm, "attention fwd B=%d T=%d hs=128 bf16 tc, wide", Bk, Tk);
-                TIME(nm, fk, 10, dv->attention_forward(o2, l2, q2, 0, Bk, Tk, Ck, NHk, NHk, 0));
-                zt_cuda_attention_fwd_wide(0);
-            }
-            snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc", Bk, Tk, cfg[k][3]);
-            TIME(nm, 2.5 * fk, 5, dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk, NHk, 0));
-            zt_cuda_attention_dq(1);
-            snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc, ordered dQ", Bk, Tk, cfg[k][3]);
-            TIME(nm, 2.5 * fk, 5, dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk, NHk, 0));
-            zt_cuda_attention_dq(0);
-            if (cfg[k][3] == 128 && zt_cuda_attention_bwd_wide(1)) {   /* beside bench_cuda_dqatomic's wide row */
-                zt_cuda_attention_dq(1);
-                snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=128 bf16 tc, wide, ordered dQ", Bk, Tk);
-                TIME(nm, 2.5 * fk, 5, dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk, NHk, 0));
-                zt_cuda_attention_dq(0);
-                zt_cuda_attention_bwd_wide(0);
-            }
-            dv->free(q2); dv->free(d2); dv->free(o2); dv->free(g2); dv->free(l2); dv->free(gb2);
-        }
-    }
+    attention_shapes(0);
     zt_cuda_attention_mode(0);
     /* the LM head (B=4 of the step's 16): bf16 operands, logits in rows of
      * V (fp32, the old layout) against rows padded to Vp (bf16, the new) */
@@ -531,6 +543,7 @@ int main(void)
     }
     dv->free(x16); dv->free(g16); dv->free(s16); dv->free(p16);
     (void)logits;
+    attention_shapes(1);                        /* last: the variants no GPU has run */
     int rc = dv->sync();
     printf("sync: %s\n", rc == ZT_OK ? "ok" : zt_last_error());
     return rc != ZT_OK;

@@ -4,7 +4,8 @@
  * reduce.cu's, adamw.cu's) on the CPU (tools/emu_kernel.sh),
  * where no GPU is lent.
  *
- * A block's threads are fibers (ucontext) on the calling thread, run
+ * A block's threads are fibers on the calling thread (on x86-64 switched
+ * by emu_ctx_switch below, elsewhere by ucontext), run
  * round-robin: each runs until it waits at a barrier (__syncthreads, and
  * __syncwarp for its warp), then the next; a barrier releases when its
  * last thread arrives. Deterministic, and a missing barrier shows at once
@@ -78,15 +79,32 @@ template <class K> static inline int cudaFuncSetAttribute(K, int attr, int v)
 /* The fibers of the block running: their contexts, the scheduler's, and
  * which one runs. A barrier counts arrivals; the last to arrive starts its
  * next generation, and the others, resumed in turn, see it and go on. */
-struct emu_fiber { ucontext_t ctx; dim3 tid; bool done; };
+struct emu_fiber { ucontext_t ctx; void *sp; dim3 tid; bool done; };
 static std::vector<emu_fiber> emu_fibers;
 static std::vector<char *> emu_stacks;
-static ucontext_t emu_sched;
+[[maybe_unused]] static ucontext_t emu_sched;   /* (the ucontext switch) */
 static int emu_cur;
 enum { EMU_STACK = 256 << 10 };
 struct emu_bar { int expected, arrived; unsigned gen; };
 static emu_bar emu_block_bar, emu_warp_bar[32];
+#if defined(__x86_64__)
+/* A switch on x86-64: push the callee-saved registers, keep the stack
+ * pointer in *from, take to's, pop its registers and return into it (a new
+ * fiber's stack is laid out so that this returns into emu_entry).
+ * swapcontext also saves and sets the signal mask, a system call a switch:
+ * a third of the emulator's time. The x87 and SSE control words are not
+ * switched: no kernel here changes them. */
+extern "C" void emu_ctx_switch(void **from, void *to);
+asm(".text\n.type emu_ctx_switch,@function\nemu_ctx_switch:\n"
+    "\tpushq %rbp\n\tpushq %rbx\n\tpushq %r12\n\tpushq %r13\n\tpushq %r14\n\tpushq %r15\n"
+    "\tmovq %rsp, (%rdi)\n\tmovq %rsi, %rsp\n"
+    "\tpopq %r15\n\tpopq %r14\n\tpopq %r13\n\tpopq %r12\n\tpopq %rbx\n\tpopq %rbp\n\tret\n"
+    ".size emu_ctx_switch, .-emu_ctx_switch\n");
+static void *emu_sched_sp;
+static inline void emu_yield(void) { emu_ctx_switch(&emu_fibers[(size_t)emu_cur].sp, emu_sched_sp); }
+#else
 static inline void emu_yield(void) { swapcontext(&emu_fibers[(size_t)emu_cur].ctx, &emu_sched); }
+#endif
 static unsigned long emu_progress;            /* arrivals and finished threads: the scheduler's pulse */
 static inline void emu_wait(emu_bar *b)
 {
@@ -225,7 +243,43 @@ extern "C" void emu_set_block_order(int o) { emu_block_order = o; }
 static unsigned char *emu_dyn;
 static inline unsigned char *zkc_dyn_smem(void) { return emu_dyn; }
 template <class F> static void emu_call_as(void *f) { (*(F *)f)(); }
-static void emu_entry(void) { emu_call(emu_fn); emu_fibers[(size_t)emu_cur].done = true; emu_progress++; }
+static void emu_entry(void)
+{
+    emu_call(emu_fn);
+    emu_fibers[(size_t)emu_cur].done = true;
+    emu_progress++;
+#if defined(__x86_64__)
+    emu_yield();                                  /* back to the scheduler, never resumed */
+    abort();
+#endif
+}
+/* fiber t ready to start on its stack st */
+static void emu_fiber_start(int t, char *st)
+{
+    emu_fiber &fb = emu_fibers[(size_t)t];
+#if defined(__x86_64__)
+    void **p = (void **)(((uintptr_t)(st + EMU_STACK)) & ~(uintptr_t)15);
+    *--p = NULL;                                  /* emu_entry's return slot: the ABI's alignment at entry */
+    *--p = (void *)emu_entry;                     /* emu_ctx_switch returns here */
+    for (int i = 0; i < 6; i++) *--p = NULL;      /* rbp, rbx, r12-r15 */
+    fb.sp = p;
+#else
+    getcontext(&fb.ctx);
+    fb.ctx.uc_stack.ss_sp = st;
+    fb.ctx.uc_stack.ss_size = EMU_STACK;
+    fb.ctx.uc_link = &emu_sched;
+    makecontext(&fb.ctx, emu_entry, 0);
+#endif
+}
+/* run fiber t until it waits or ends */
+static void emu_run_fiber(int t)
+{
+#if defined(__x86_64__)
+    emu_ctx_switch(&emu_sched_sp, emu_fibers[(size_t)t].sp);
+#else
+    swapcontext(&emu_sched, &emu_fibers[(size_t)t].ctx);
+#endif
+}
 
 template <class F> static void emu_launch(dim3 g, int threads, F f, size_t dyn = 0)
 {
@@ -266,11 +320,7 @@ template <class F> static void emu_launch(dim3 g, int threads, F f, size_t dyn =
                 emu_fiber &fb = emu_fibers[(size_t)t];
                 fb.tid = dim3((unsigned)t);
                 fb.done = false;
-                getcontext(&fb.ctx);
-                fb.ctx.uc_stack.ss_sp = emu_stacks[(size_t)t];
-                fb.ctx.uc_stack.ss_size = EMU_STACK;
-                fb.ctx.uc_link = &emu_sched;
-                makecontext(&fb.ctx, emu_entry, 0);
+                emu_fiber_start(t, emu_stacks[(size_t)t]);
             }
             /* passes alternate ascending and descending thread order, so a
              * missing barrier shows whichever neighbour a thread reads; a
@@ -285,7 +335,7 @@ template <class F> static void emu_launch(dim3 g, int threads, F f, size_t dyn =
                     if (emu_fibers[(size_t)t].done) continue;
                     emu_cur = t;
                     threadIdx = emu_fibers[(size_t)t].tid;
-                    swapcontext(&emu_sched, &emu_fibers[(size_t)t].ctx);
+                    emu_run_fiber(t);
                     if (!emu_fibers[(size_t)t].done) live++;
                 }
                 if (live > 0 && emu_progress == before) {
