@@ -106,12 +106,17 @@ static inline void emu_yield(void) { emu_ctx_switch(&emu_fibers[(size_t)emu_cur]
 static inline void emu_yield(void) { swapcontext(&emu_fibers[(size_t)emu_cur].ctx, &emu_sched); }
 #endif
 static unsigned long emu_progress;            /* arrivals and finished threads: the scheduler's pulse */
+/* the generation of the block barrier each thread waits at (-1: none; the
+ * warp-major schedule below) */
+static long emu_at_block[1024];
 static inline void emu_wait(emu_bar *b)
 {
     unsigned g = b->gen;
     emu_progress++;
     if (++b->arrived == b->expected) { b->arrived = 0; b->gen++; return; }
+    if (b == &emu_block_bar) emu_at_block[threadIdx.x] = g;
     while (b->gen == g) emu_yield();
+    emu_at_block[threadIdx.x] = -1;
 }
 static float emu_xchg[32][32];
 /* cp.async (mma.cuh): each thread's copies not yet waited for, with the
@@ -236,6 +241,8 @@ static void (*emu_call)(void *);
  * test's C file calls it) */
 static int emu_block_order;
 extern "C" void emu_set_block_order(int o) { emu_block_order = o; }
+static int emu_warp_major;                    /* emu_launch's schedule (below) */
+extern "C" void emu_set_warp_major(int on) { emu_warp_major = on; }
 /* A launch's dynamic shared memory (its third argument): its bytes end at
  * a page no one may touch (a read or write past the size asked for
  * faults), and a block finds them all 0xff (NaN as bf16 or fp32: a read of
@@ -327,7 +334,39 @@ template <class F> static void emu_launch(dim3 g, int threads, F f, size_t dyn =
              * pass in which no thread arrived anywhere or finished is a
              * deadlock (a barrier some thread never reaches): said, and
              * aborted, instead of spinning */
-            for (int live = threads, pass = 0; live > 0; pass++) {
+            for (int t = 0; t < threads; t++) emu_at_block[t] = -1;
+            /* emu_set_warp_major(1): a warp runs (its lanes in turn, through
+             * its warp-wide operations) until every lane waits at a
+             * __syncthreads or ends, then the next warp: warps as far apart
+             * as a GPU may put them between two barriers, so a write into a
+             * buffer another warp has still to read shows (the round-robin
+             * below keeps warps within one warp-wide operation of each
+             * other) */
+            while (emu_warp_major) {
+                unsigned long before = emu_progress;
+                int live = 0;
+                for (int w = 0; w < threads / 32; w++)
+                    for (bool ran = true; ran;) {
+                        ran = false;
+                        for (int t = w * 32; t < w * 32 + 32; t++) {
+                            if (emu_fibers[(size_t)t].done ||
+                                emu_at_block[t] == (long)emu_block_bar.gen) continue;
+                            unsigned long p0 = emu_progress;
+                            emu_cur = t;
+                            threadIdx = emu_fibers[(size_t)t].tid;
+                            emu_run_fiber(t);
+                            ran |= emu_progress != p0 || emu_fibers[(size_t)t].done;
+                        }
+                    }
+                for (int t = 0; t < threads; t++) live += !emu_fibers[(size_t)t].done;
+                if (live == 0) break;
+                if (emu_progress == before) {
+                    fprintf(stderr, "emu: block (%u,%u): %d threads wait at barriers no other thread "
+                            "reaches (a __syncthreads or __syncwarp behind a branch?)\n", bx, by, live);
+                    abort();
+                }
+            }
+            for (int live = emu_warp_major ? 0 : threads, pass = 0; live > 0; pass++) {
                 unsigned long before = emu_progress;
                 live = 0;
                 for (int k = 0; k < threads; k++) {
@@ -558,11 +597,22 @@ static inline void zkc_stg4h(uint16_t *p, uint32_t lo, uint32_t hi)
  * GPU: said and aborted, never spun on. */
 /* cp.async: queued; the thread's wait for its committed groups passes
  * them to its next __syncthreads, which copies them (or writes 16 zero
- * bytes, full 0); both addresses 16-byte aligned */
+ * bytes, full 0); both addresses 16-byte aligned. That is the latest a
+ * copy may land; emu_set_cp_early(1) (a test's C code calls it) lands
+ * each at issue instead, the earliest: a copy issued into a buffer other
+ * threads still read then overwrites it before they do. A kernel must
+ * give the same bits either way. */
+static int emu_cp_early;
+extern "C" void emu_set_cp_early(int on) { emu_cp_early = on; }
 static inline void zkc_cp_async16(void *dst, const void *src, bool full)
 {
     emu_aligned(dst, 16, "cp.async destination");
     emu_aligned(src, 16, "cp.async source");
+    if (emu_cp_early) {
+        if (full) memcpy(dst, src, 16);
+        else memset(dst, 0, 16);
+        return;
+    }
     emu_cps[threadIdx.x].push_back(emu_cp{ dst, src, full, emu_cp_grp[threadIdx.x] });
 }
 static inline void zkc_cp_async_commit(void) { emu_cp_grp[threadIdx.x]++; }

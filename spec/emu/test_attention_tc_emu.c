@@ -31,6 +31,8 @@ int zkc_attention_tc_fwd_wide(int on);
 int zkc_attention_tc_bwd_wide(int on);
 size_t zkc_attention_backward_tc_scratch(int io16, int B, int T, int C, int NH);
 void emu_set_block_order(int o);             /* spec/emu/cuda_emu.h */
+void emu_set_cp_early(int on);
+void emu_set_warp_major(int on);
 
 /* -DZKC_ATTN_TC_DQ_ATOMIC (EMU_DEFS, passed here too): the io16 backward
  * is refused */
@@ -370,7 +372,10 @@ static size_t kv_differs(const float *a, const float *b, size_t rows, int C, int
  * and bf16 I/O. With the ordered dQ (parts of 128 keys): dqkv against the
  * CPU twin, every element written; the same bits with the grid's blocks
  * run in reverse; dk, dv the narrow bits still; io16 = round(the fp32
- * kernel on the widened out, dout). The atomic build (its dQ by atomics,
+ * kernel on the widened out, dout); and (io16: Q, dO staged by cp.async)
+ * the same bits with each copy landing as issued, not as late as allowed,
+ * and each warp run from barrier to barrier before the next (a copy into
+ * a buffer another warp still reads shows). The atomic build (its dQ by atomics,
  * in the wide kernel too): dqkv against the CPU, dk, dv the narrow bits. */
 static void wide_bwd(int B, int T, int NH, int NKV, int W)
 {
@@ -413,28 +418,38 @@ static void wide_bwd(int B, int T, int NH, int NKV, int W)
         at = kv_differs(d[0], d[2], rows, C, R);
         snprintf(name, sizeof name, "%s, ordered dQ: dk, dv the narrow kernel's bits", tag);
         ct_check(at == rows, name, "row %zu differs", at);
-        uint16_t *q16 = to_bf16(qkv, nq), *o16 = malloc(no * 2), *dy16 = to_bf16(dy, no), *h[3];
+        uint16_t *q16 = to_bf16(qkv, nq), *o16 = malloc(no * 2), *dy16 = to_bf16(dy, no), *h[4];
         float *l16 = malloc(nl * 4), *ow = malloc(no * 4), *dw = malloc(nq * 4);
         int r16 = zkc_attention_forward_tc_gqa(NULL, o16, l16, q16, 1, B, T, C, NH, NKV, W);
         zk_cast_bf16_f32(ow, o16, no);
-        for (int r = 0; r < 3; r++) {            /* narrow, wide; wide ordered, blocks reversed */
+        /* narrow, wide; wide ordered, blocks reversed; wide with each cp.async
+         * landing as issued (not at the barrier after its wait) */
+        for (int r = 0; r < 4; r++) {
             h[r] = malloc(nq * 2);
             for (size_t i = 0; i < nq; i++) h[r][i] = 0x7fc1;
             zkc_attention_tc_bwd_wide(r > 0);
             zkc_attention_tc_ordered_dq(r == 2);
             emu_set_block_order(r == 2);
+            emu_set_cp_early(r == 3);
+            emu_set_warp_major(r == 3);
             r16 |= zkc_attention_backward_tc_gqa(NULL, h[r], dy16, q16, o16, l16, 1, B, T, C, NH, NKV, W,
                                                  scratch);
         }
+        emu_set_cp_early(0);
+        emu_set_warp_major(0);
         emu_set_block_order(0);
+        zkc_attention_tc_ordered_dq(1);          /* h[2]'s mode, fp32 */
         r16 |= zkc_attention_backward_tc_gqa(NULL, dw, dy, qkv, ow, l16, 0, B, T, C, NH, NKV, W, scratch);
         zkc_attention_tc_ordered_dq(0);
         snprintf(name, sizeof name, "%s io16: returns 0, dqkv the narrow kernels' bits", tag);
         ct_check(r16 == 0 && !memcmp(h[0], h[1], nq * 2), name, "rc %d", r16);
+        snprintf(name, sizeof name, "%s io16: the same bits with cp.async landing as issued, warps run "
+                 "barrier to barrier", tag);
+        ct_check(!memcmp(h[1], h[3], nq * 2), name, "dqkv differs");
         snprintf(name, sizeof name, "%s io16, ordered dQ: dqkv = bf16(fp32 kernel(widened out, dout))", tag);
         same16(name, h[2], dw, nq);
         free(q16); free(o16); free(dy16); free(l16); free(ow); free(dw);
-        for (int r = 0; r < 3; r++) free(h[r]);
+        for (int r = 0; r < 4; r++) free(h[r]);
     }
     zkc_attention_tc_bwd_wide(0);
     ref_free(&f);
