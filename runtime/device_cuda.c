@@ -775,32 +775,36 @@ int zt_cuda_matmul_epilogue(int on)
     return zkc_matmul_epilogue(on);
 }
 
+/* a 0/1 switch's wrapper: on in -1 .. 1 (-1 asks), else ZT_EINVAL naming
+ * the function and its known values */
+static int switch01(int on, int (*set)(int), const char *fn, const char *known)
+{
+    ZT_CHECK(on >= -1 && on <= 1, "%s: %d (known: %s, -1 query)", fn, on, known);
+    return set(on);
+}
+
 int zt_cuda_matmul_split(int on)
 {
-    ZT_CHECK(on >= -1 && on <= 1, "zt_cuda_matmul_split: %d (known: 0 one GEMM, 1 the LM head's "
-             "columns in two, -1 query)", on);
-    return zkc_matmul_split(on);
+    return switch01(on, zkc_matmul_split, "zt_cuda_matmul_split",
+                    "0 one GEMM, 1 the LM head's columns in two");
 }
 
 int zt_cuda_attention_dq(int on)
 {
-    ZT_CHECK(on >= -1 && on <= 1, "zt_cuda_attention_dq: %d (known: 0 dQ by its own pass, 1 in "
-             "the dK/dV kernel in a fixed order, -1 query)", on);
-    return zkc_attention_tc_ordered_dq(on);
+    return switch01(on, zkc_attention_tc_ordered_dq, "zt_cuda_attention_dq",
+                    "0 dQ by its own pass, 1 in the dK/dV kernel in a fixed order");
 }
 
 int zt_cuda_attention_fwd_wide(int on)
 {
-    ZT_CHECK(on >= -1 && on <= 1, "zt_cuda_attention_fwd_wide: %d (known: 0 blocks of 64 query "
-             "rows at head size 128, 1 of 128, -1 query)", on);
-    return zkc_attention_tc_fwd_wide(on);
+    return switch01(on, zkc_attention_tc_fwd_wide, "zt_cuda_attention_fwd_wide",
+                    "0 blocks of 64 query rows at head size 128, 1 of 128");
 }
 
 int zt_cuda_attention_bwd_wide(int on)
 {
-    ZT_CHECK(on >= -1 && on <= 1, "zt_cuda_attention_bwd_wide: %d (known: 0 dK/dV blocks of 64 "
-             "keys at head size 128, 1 of 128, -1 query)", on);
-    return zkc_attention_tc_bwd_wide(on);
+    return switch01(on, zkc_attention_tc_bwd_wide, "zt_cuda_attention_bwd_wide",
+                    "0 dK/dV blocks of 64 keys at head size 128, 1 of 128");
 }
 
 static int64_t tc_calls;          /* zt_device_count("attention_tc") */

@@ -841,6 +841,18 @@ struct bw_cfg {
            SMEM = (2 * BN * LD + 4 * CH * LD + 2 * BN * LQ) * 2 + 4 * CH * 4 };
 };
 
+/* acc[mt][n], acc[mt][n + 1] += a[mt] b for the wide backward's two m-tiles
+ * (b: the B fragments of n-tiles n, n + 1) */
+template <int N>
+__device__ __forceinline__ void mma_2x2(float (*acc)[N][4], const uint32_t (*a)[4], const uint32_t b[4], int n)
+{
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+        zkc_mma_bf16_16816(acc[mt][n], a[mt], b);
+        zkc_mma_bf16_16816(acc[mt][n + 1], a[mt], b + 2);
+    }
+}
+
 /* The wide backward's score-shaped products: a warp's 32 rows (r0..) x 32
  * columns (c0..) over HD, from zero, x = A B^T with A, B tiles stored row
  * by HD (K or V; Q or dO); a, b the tiles' addresses plus the lane's a, nk
@@ -864,11 +876,7 @@ __device__ __forceinline__ void product_32x32(float (*x)[4][4], zkc_sptr a, zkc_
         for (int np = 0; np < 2; np++) {
             uint32_t bf[4];
             frag_b_nk<LD>(bf, b, c0 + 16 * np, kk * 16);
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                zkc_mma_bf16_16816(x[mt][2 * np], fa[mt], bf);
-                zkc_mma_bf16_16816(x[mt][2 * np + 1], fa[mt], bf + 2);
-            }
+            mma_2x2(x, fa, bf, 2 * np);
         }
     }
 }
@@ -1007,17 +1015,9 @@ k_tc_dkv_wide(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const f
             for (int np = 0; np < 4; np++) {
                 uint32_t bf[4];
                 frag_b_kn<LD>(bf, gp + lo.kn, kk * 16, 64 * wn + 16 * np);
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    zkc_mma_bf16_16816(dv[mt][2 * np], fp[mt], bf);
-                    zkc_mma_bf16_16816(dv[mt][2 * np + 1], fp[mt], bf + 2);
-                }
+                mma_2x2(dv, fp, bf, 2 * np);
                 frag_b_kn<LD>(bf, qp + lo.kn, kk * 16, 64 * wn + 16 * np);
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    zkc_mma_bf16_16816(dk[mt][2 * np], fd[mt], bf);
-                    zkc_mma_bf16_16816(dk[mt][2 * np + 1], fd[mt], bf + 2);
-                }
+                mma_2x2(dk, fd, bf, 2 * np);
             }
         }
         if (it + 1 < nit && threadIdx.x < 2 * CH)   /* the other buffer: last read before this */
@@ -1039,11 +1039,7 @@ k_tc_dkv_wide(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const f
                 for (int np = 0; np < 2; np++) {
                     uint32_t bf[4];
                     frag_b_kn<LD>(bf, kp + lo.kn, kk * 16, 32 * d4 + 16 * np);
-#pragma unroll
-                    for (int mt = 0; mt < 2; mt++) {
-                        zkc_mma_bf16_16816(dq[mt][2 * np], fa[mt], bf);
-                        zkc_mma_bf16_16816(dq[mt][2 * np + 1], fa[mt], bf + 2);
-                    }
+                    mma_2x2(dq, fa, bf, 2 * np);
                 }
             }
 #pragma unroll

@@ -288,6 +288,15 @@ static void emu_run_fiber(int t)
 #endif
 }
 
+/* a pass in which no thread arrived anywhere or finished: a barrier some
+ * thread never reaches (said, and aborted, instead of spinning) */
+static void emu_deadlock(unsigned bx, unsigned by, int live)
+{
+    fprintf(stderr, "emu: block (%u,%u): %d threads wait at barriers no other thread "
+            "reaches (a __syncthreads or __syncwarp behind a branch?)\n", bx, by, live);
+    abort();
+}
+
 template <class F> static void emu_launch(dim3 g, int threads, F f, size_t dyn = 0)
 {
     if (threads % 32 || threads > 1024) { fprintf(stderr, "emu: %d threads\n", threads); abort(); }
@@ -361,9 +370,7 @@ template <class F> static void emu_launch(dim3 g, int threads, F f, size_t dyn =
                 for (int t = 0; t < threads; t++) live += !emu_fibers[(size_t)t].done;
                 if (live == 0) break;
                 if (emu_progress == before) {
-                    fprintf(stderr, "emu: block (%u,%u): %d threads wait at barriers no other thread "
-                            "reaches (a __syncthreads or __syncwarp behind a branch?)\n", bx, by, live);
-                    abort();
+                    emu_deadlock(bx, by, live);
                 }
             }
             for (int live = emu_warp_major ? 0 : threads, pass = 0; live > 0; pass++) {
@@ -378,9 +385,7 @@ template <class F> static void emu_launch(dim3 g, int threads, F f, size_t dyn =
                     if (!emu_fibers[(size_t)t].done) live++;
                 }
                 if (live > 0 && emu_progress == before) {
-                    fprintf(stderr, "emu: block (%u,%u): %d threads wait at barriers no other thread "
-                            "reaches (a __syncthreads or __syncwarp behind a branch?)\n", bx, by, live);
-                    abort();
+                    emu_deadlock(bx, by, live);
                 }
             }
             for (int t = 0; t < threads; t++) {
