@@ -7,6 +7,7 @@ local fs = require "ztrain.util.fs"
 local usage = require "ztrain.cli.usage"
 local schedules = require "ztrain.parallel.schedule.library"
 local simulate = require "ztrain.parallel.schedule.simulate"
+local sets = require "ztrain.parallel.schedule.sets"
 local timeline = require "ztrain.record.timeline"
 local csv = require "ztrain.parallel.schedule.csv"
 local IR = require "ztrain.parallel.schedule"
@@ -60,6 +61,14 @@ local function held(lists, stages)
   return "gradients completed early, kept until their turn (micro-batch order) per stage: " .. table.concat(t, ", ")
 end
 
+-- the activation sets the driver keeps per stage (parallel/schedule/sets.lua):
+-- what the memory plan counts
+local function kept(lists, stages)
+  local peak, t = sets.plan(lists).peak, {}
+  for s = 0, stages - 1 do t[#t + 1] = ("s%d %d"):format(s, peak[s] or 0) end
+  return "activation sets the driver keeps per stage (a send still out included): " .. table.concat(t, ", ")
+end
+
 local function out_dir(o, what)
   local dir = o.out or ("runs/schedule-%s-p%d-m%d%s-%s"):format(what, o.p, o.m,
     (o.v and o.v > 1) and ("-v" .. o.v) or "", os.date("%Y%m%d-%H%M%S"))
@@ -80,6 +89,7 @@ local function schedule_one(name, o, model)
   print(("bubble %.6f (%.1f%%) of ranks x makespan %g, idle / (ranks x makespan); %.6f of busy time " ..
          "(Megatron's normalisation)"):format(res.bubble, 100 * res.bubble, res.makespan, res.bubble_busy))
   print("peak activations per stage (micro-batches held): " .. fmt_peak(res, q.stages))
+  print(kept(lists, q.stages))
   local hl = held(lists, q.stages)
   if hl then print(hl) end
   local dir = out_dir(o, name)
@@ -107,6 +117,7 @@ local function schedule_csv(spec, o, model)
   io.stdout:write(simulate.grid(res))
   print(("bubble %.6f (%.1f%%) of ranks x makespan %g"):format(res.bubble, 100 * res.bubble, res.makespan))
   print("peak activations per stage (micro-batches held): " .. fmt_peak(res, info.stages))
+  print(kept(lists, info.stages))
   local hl = held(lists, info.stages)
   if hl then print(hl) end
   o.p, o.m = info.ranks, info.microbatches

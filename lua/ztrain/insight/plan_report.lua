@@ -37,7 +37,7 @@ function M.table(rows, r)
       "units, MPI scratch, offload staging (comm) and aio buffers.")
   if rows[#rows] and rows[#rows].spec.pipeline then
     say("* pipeline_1f1b: one stage per rank (no data parallelism), the heaviest stage: its units as " ..
-        "pipeline.split divides them, its activation sets in flight from the schedule's simulator.")
+        "pipeline.split divides them, the activation sets the schedule driver keeps on it.")
   end
   local fit = {}
   for _, row in ipairs(rows) do if row.fits then fit[#fit + 1] = row.name end end

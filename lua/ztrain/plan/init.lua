@@ -23,8 +23,9 @@
 --    reductions (zero.lua), each pooled by size. Measured equal on
 --    gpt2-tiny and gpt2-mini (spec/e2e/plan_spec.lua); for other shapes an
 --    estimate of the same pattern.
--- Pipelines: the heaviest stage, its sets in flight from the schedule's
--- simulator (pipeline rows are checked on one recipe, 1F1B on 2 ranks).
+-- Pipelines: the heaviest stage, the activation sets the driver keeps on it
+-- (parallel/schedule/sets.lua; pipeline rows are checked on GPipe and 1F1B
+-- on 2 ranks).
 local memory = require "ztrain.core.memory"
 local family = require "ztrain.model.family"
 local host = require "ztrain.util.host"
@@ -38,6 +39,7 @@ local stage_cuts = require "ztrain.parallel.schedule.stages"
 local stage = require "ztrain.parallel.driver.stage"
 local library = require "ztrain.parallel.schedule.library"
 local simulate = require "ztrain.parallel.schedule.simulate"
+local sets = require "ztrain.parallel.schedule.sets"
 local steptime = require "ztrain.plan.steptime"
 local acts = require "ztrain.plan.activations"
 local precision = require "ztrain.model.precision"
@@ -128,8 +130,8 @@ end
 -- A pipeline (one stage per rank, pipeline.stages or nproc of them, loop
 -- placement): each stage's units as parallel/schedule/stages.lua splits them
 -- ("params"; "time" is taken as "params"), the activation sets in flight on
--- it as the schedule's simulator counts them (1F1B: one per later stage;
--- a stage that sends gradients back holds one more while the send is out),
+-- it as parallel/schedule/sets.lua fixes them for the driver (1F1B: one
+-- per later stage, the driver waiting for a send before reusing its set),
 -- the gradients a stage completes ahead of their turn (looped BFS: m - 1
 -- per unit), on the last stage the tied embedding's replica (parameters
 -- and gradients) with its outgoing gradient buffers (two measured in flight;
@@ -144,6 +146,7 @@ local function pipeline(cfg, r, P, lowp)
   local sched = type(r.schedule) == "string" and r.schedule ~= "" and r.schedule or "1f1b"
   local lists = library.build(sched, { ranks = P, microbatches = r.batch.accumulate, chunks = 1 })
   local res = simulate.check(lists)
+  local held = sets.plan(lists).peak
   local ckpt = stage.checkpoint_units(model.units, r.train.checkpoint_activations)
   local best, best_total
   for s, st in ipairs(stages) do
@@ -156,11 +159,7 @@ local function pipeline(cfg, r, P, lowp)
       -- its outgoing parts: fp32, or the stored bf16 the bf16 GEMMs' ops write
       add(t, "device", "comm", 2 * (precision.gemm16(r) and 2 or 4) * cfg.V * cfg.C)
     end
-    -- a stage after the first keeps a set until its backward's send is
-    -- taken (driver/schedule.lua retires it late): one more than simulated
-    -- when the schedule reuses sets (1F1B), none when all are live (GPipe)
-    local peak = math.max(res.peak[s - 1] or 1, 1)
-    acts.activations(t, cfg, r, st.units, peak + ((s > 1 and peak < r.batch.accumulate) and 1 or 0), ckpt)
+    acts.activations(t, cfg, r, st.units, math.max(held[s - 1] or 1, 1), ckpt)
     -- gradients completed ahead of their turn, one buffer a unit each (driver/grad_order.lua)
     for _, u in ipairs(st.units) do add(t, "device", "grads", (res.held[s - 1] or 0) * (lowp and 2 or 4) * u.padded) end
     local total = M.totals(t).device
@@ -386,8 +385,9 @@ function M.preflight(o)
   local r = o.recipe
   local spec = M.spec_of(o.strategy)
   local nproc = o.nproc
-  -- pipelines keep one more activation set than predicted when a send is
-  -- slow to be taken (timing): they are checked on model state only
+  -- pipelines are checked on model state only: the planner's pipeline rows
+  -- cover one stage per rank under a built-in schedule and no data
+  -- parallelism, not every pipeline a recipe can ask for
   if not spec or r.pipeline.stages > 1 or r.schedule ~= "" then return false end
   local t = M.predict(r, { spec = spec, nproc = nproc, cfg = o.cfg })
   local tot = M.totals(t)

@@ -5,9 +5,13 @@
 --
 -- Sends and receives go over the pipeline group (env.pp), tagged by stage
 -- boundary, micro-batch and direction, and are asynchronous: a RECV's buffer
--- is waited on before the action that reads it; a set whose backward is
--- done is released once its sends have completed (polled between actions,
--- all waited for at STEP), so a send never blocks the next action. Stages
+-- is waited on before the action that reads it, and a send never blocks
+-- the action after it. A set whose backward is done is given back at once
+-- when it left no send in flight; one whose send is still out is given back
+-- at a point parallel/schedule/sets.lua fixes from the lists (before an
+-- action that would take a new set of its stage: the send is waited for
+-- there), so how many sets a stage holds does not depend on when a peer
+-- takes a message (all are waited for at STEP). Stages
 -- on other ranks are reached through env.stage_rank(s); between two stages
 -- of one rank a SEND copies into the next set and its RECV does nothing.
 --
@@ -25,13 +29,14 @@
 local stage_run = require "ztrain.parallel.driver.stage"
 local losses = require "ztrain.parallel.driver.losses"
 local grad_order = require "ztrain.parallel.driver.grad_order"
+local sets = require "ztrain.parallel.schedule.sets"
 local T = require "ztrain.core.tensor"
 local ops = require "ztrain.core.ops"
 local zffi = require "ztrain.core.ffi"
 
 local M = { name = "schedule" }
 
-local function key(s, mb) return s * 1048576 + mb end
+local key = sets.key
 -- Message tags: one per boundary (between stages b and b+1), direction and
 -- micro-batch, so interleaved stages on one pair of ranks never mix. MPI
 -- promises tags up to 32767 only: past p x 2 x m = 32768 tags repeat, and
@@ -111,7 +116,8 @@ local function new_run(env, lr)
     list = env.lists[rank + 1], m = env.microbatches, async = env.async,
     recv_f = {}, recv_b = {}, send_f = {}, send_b = {},
     done = {},        -- key -> { weights, sent }: what of the backward is complete
-    retiring = {},    -- { pool, mb, k }: backward done, sends maybe in flight
+    retiring = {},    -- key -> { pool, mb }: backward done, a send in flight
+    release = env.sets.release[rank + 1],   -- action index -> keys given back before it
     -- gnorm: set when the optimizer steps
   }
   -- measured events for timelines: env.events[#+1] = { op, stage, mb, t0, t1 }
@@ -163,41 +169,39 @@ local function set_for(run, a)
   return stage, pool, set
 end
 
--- Whether k's sends have completed (those that have are settled).
-local function sends_done(run, k)
-  for _, tbl in ipairs({ run.send_f, run.send_b }) do
-    local r = tbl[k]
-    if r then
-      if not r:test() then return false end
-      tbl[k] = nil; r:wait()
-    end
-  end
-  return true
-end
-
--- Release the retiring sets whose sends have completed (block: all of
--- them, waiting for their sends).
-local function poll_retiring(run, block)
+-- Give back the retired sets of keys (nil: all of them), each once its
+-- sends have completed (waited for).
+local function give_back(run, keys)
   local retiring = run.retiring
-  for i = #retiring, 1, -1 do
-    local t = retiring[i]
-    if block then settle(run.send_f, t.k); settle(run.send_b, t.k) end
-    if block or sends_done(run, t.k) then
-      t.pool:release(t.mb)
-      table.remove(retiring, i)
-    end
+  if not keys then
+    keys = {}
+    for k in pairs(retiring) do keys[#keys + 1] = k end
+  end
+  for _, k in ipairs(keys) do
+    local t = retiring[k]
+    if not t then error(("schedule driver: set %d of stage %d is given back before it retired (sets.lua and " ..
+                         "the driver disagree)"):format(k % 1048576, math.floor(k / 1048576))) end
+    settle(run.send_f, k); settle(run.send_b, k)
+    t.pool:release(t.mb)
+    retiring[k] = nil
   end
 end
 
 -- A micro-batch's activations go once its weight gradient is complete and
--- (past the first stage) its input gradient has been sent.
+-- (past the first stage) its input gradient has been sent: at once, or,
+-- with a send still out, where sets.lua placed it.
 local function maybe_retire(run, a, stage, pool)
   local k = key(a.stage, a.mb)
   local d = run.done[k]
   if d and d.weights and (stage.index == 0 or d.sent) then
     run.done[k] = nil
-    run.retiring[#run.retiring + 1] = { pool = pool, mb = a.mb, k = k }
-    poll_retiring(run, false)
+    if run.send_f[k] or run.send_b[k] then
+      if not run.env.sets.remote[k] then error(("schedule driver: set %d of stage %d has a send out, which " ..
+                                               "sets.lua did not foresee"):format(a.mb, a.stage)) end
+      run.retiring[k] = { pool = pool, mb = a.mb }
+    else
+      pool:release(a.mb)
+    end
   end
 end
 
@@ -305,7 +309,7 @@ end
 
 -- every send completes before the optimizer steps (async: the updates are done)
 function ACT.STEP(run)
-  poll_retiring(run, true)
+  give_back(run)
   for kk in pairs(run.send_f) do settle(run.send_f, kk) end
   for kk in pairs(run.send_b) do settle(run.send_b, kk) end
   if not run.async then run.gnorm = run.S.step(run.ctx, run.lr) end
@@ -313,7 +317,7 @@ end
 
 -- the step's end: every set released, every request completed
 local function drain(run)
-  poll_retiring(run, true)
+  give_back(run)
   for _, tbl in ipairs({ run.recv_f, run.recv_b, run.send_f, run.send_b }) do
     for kk in pairs(tbl) do settle(tbl, kk) end
   end
@@ -323,7 +327,8 @@ end
 -- env: as for the sequential driver, plus lists (one action list per
 -- pipeline rank), pp (pipeline group or nil), stage_rank.
 function M.step(env, lr)
-  for _, pool in ipairs(env.pools) do pool:reset() end
+  for _, pool in pairs(env.pools) do pool:reset() end      -- (sparse: this rank's stages)
+  if env.sets_of ~= env.lists then env.sets, env.sets_of = sets.plan(env.lists), env.lists end
   env.ledger = env.ledger or losses.new(env.microbatches)
   env.ledger:reset()
   local run = new_run(env, lr)
@@ -334,8 +339,8 @@ function M.step(env, lr)
     env.stash = env.stash or { spare = {}, live = {} }
     reclaim_stash(env.stash)
   end
-  for _, a in ipairs(run.list) do
-    if #run.retiring > 0 then poll_retiring(run, false) end
+  for i, a in ipairs(run.list) do
+    if run.release[i] then give_back(run, run.release[i]) end
     run.t0 = run.events and run.now()
     local act = ACT[a.op]    -- validated lists hold only these ops
     if act then act(run, a, a.mb and key(a.stage, a.mb)) end

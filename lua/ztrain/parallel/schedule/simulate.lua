@@ -27,13 +27,17 @@ M.TIMES = { F = 1, B = 2, I = 1, W = 1, SEND_F = 0, RECV_F = 0, SEND_B = 0, RECV
             REDUCE_GRAD = 0, STEP = 0 }
 local COMPUTE = { F = true, B = true, I = true, W = true }
 
--- the key of the message an action sends or receives: boundary, direction, mb
-local function msg(a)
+-- message(a) -> the key of the message an action sends or receives
+-- (boundary, direction, micro-batch): "F0:3" leaves stage 0 for stage 1,
+-- "B1:3" leaves stage 1 for stage 0; nil for other actions
+function M.message(a)
   if a.op == "SEND_F" then return ("F%d:%d"):format(a.stage, a.mb)
   elseif a.op == "RECV_F" then return ("F%d:%d"):format(a.stage - 1, a.mb)
   elseif a.op == "SEND_B" then return ("B%d:%d"):format(a.stage - 1, a.mb)
   elseif a.op == "RECV_B" then return ("B%d:%d"):format(a.stage, a.mb) end
 end
+local msg = M.message
+
 -- the SEND a RECV waits for, as an action
 local function sender(a)
   if a.op == "RECV_F" then return { op = "SEND_F", stage = a.stage - 1, mb = a.mb } end
@@ -74,22 +78,33 @@ end
 -- direction (forward or not), stage, micro-batch
 local function reader_key(forward, a) return (forward and "F" or "B") .. a.stage .. ":" .. a.mb end
 
--- ready(sim, r, a) -> earliest start allowed by messages, or nil (not yet sent)
+-- ready(sim, r, a) -> earliest start allowed by messages, or nil (not yet
+-- sent, or a receive the action waits for not yet posted)
 local function ready(sim, r, a)
   local t = sim.clock[r]
   local key
   if a.op == "RECV_F" or a.op == "RECV_B" then
     if sim.posted_mode then
       sim.posted[r][reader_key(a.op == "RECV_F", a)] = msg(a)
-      return t
+    else
+      key = msg(a)
     end
-    key = msg(a)
   elseif sim.posted_mode and COMPUTE[a.op] and a.op ~= "W" then
     key = sim.posted[r][reader_key(a.op == "F", a)]
   end
   if key then
     if not sim.sent[key] then return nil end
     t = math.max(t, sim.sent[key] + sim.latency)
+  end
+  -- the sets given back before this action wait for their sends' receives
+  local waits = sim.waits and sim.waits[r][sim.pc[r]]
+  if waits then
+    local t0 = t
+    for _, m in ipairs(waits) do
+      if not sim.recv_at[m] then return nil end
+      t = math.max(t, sim.recv_at[m] + sim.latency)
+    end
+    if t > t0 then sim.delayed[r][sim.pc[r]] = { by = t - t0, from = t0 } end
   end
   return t
 end
@@ -112,6 +127,7 @@ local function advance(sim, lists)
         timeline[r][#timeline[r] + 1] = { action = a, index = pc[r], start = t0, finish = t1 }
         if COMPUTE[a.op] then busy[r] = busy[r] + (t1 - t0); sim.stage_rank[a.stage] = r - 1 end
         if a.op == "SEND_F" or a.op == "SEND_B" then sim.sent[msg(a)] = sim.sent[msg(a)] or t1 end
+        if a.op == "RECV_F" or a.op == "RECV_B" then sim.recv_at[msg(a)] = sim.recv_at[msg(a)] or t0 end
         clock[r] = t1
         pc[r] = pc[r] + 1
         progress = true
@@ -128,7 +144,16 @@ local function stuck(sim, lists, origin)
   for r = 1, #lists do
     local pc = sim.pc[r]
     local a = lists[r][pc]
-    if a then
+    local unposted = {}
+    for _, m in ipairs(a and sim.waits and sim.waits[r][pc] or {}) do
+      if not sim.recv_at[m] then unposted[#unposted + 1] = m end
+    end
+    if #unposted > 0 then
+      -- held by opts.waits: the sets' sends whose receives were never posted
+      blocked[r] = { index = pc, action = a, unposted = unposted }
+      parts[#parts + 1] = ("rank %d blocked at action %d (%s) waiting for the receive of %s to be posted " ..
+                           "(sets given back)"):format(r - 1, pc, S.format(a), table.concat(unposted, ", "))
+    elseif a then
       local w = sender(a)
       if sim.posted_mode and COMPUTE[a.op] then
         -- the reader waits on a posted RECV: name the send it waits for
@@ -166,12 +191,15 @@ local function peak_activations(timeline)
 end
 
 -- run(lists, opts) -> result. opts (all optional): times = { op = t }
--- overriding M.TIMES; latency (0); posted (false). Raises only on lists
+-- overriding M.TIMES; latency (0); posted (false); waits (none: sets.lua's
+-- plan().waits, the receives a rank waits for before giving sets back,
+-- each posted plus latency). Raises only on lists
 -- that are not action lists (run validate first for the rest). result:
 --   ok          false on deadlock
 --   deadlock    nil, or "deadlock: rank 0 blocked at action 5 (0RECV_B0) ..."
 --   blocked     [rank + 1] = { index, action, waits = SEND action, on = rank
 --               or nil, at = index or nil } for each rank that could not finish
+--               (or { index, action, unposted = { message } }, held by opts.waits)
 --   timeline    [rank + 1] = { { action, index, start, finish }, ... } (what ran)
 --   makespan    when the last rank finishes
 --   busy        [rank + 1] = compute time (F, B, I, W) of that rank
@@ -184,6 +212,9 @@ end
 --   peak        [stage] (0-based) = most micro-batches whose F is done and
 --               whose backward (B, or W) is not, at any moment
 --   stage_rank  [stage] = rank holding it
+--   delayed     [rank + 1] = { [index] = { by, from } }: the actions opts.waits
+--               started late, by how much, and when they would have started
+--   recv_at     [message] = when its RECV was posted
 --   held        [stage] = most gradients completed ahead of their turn and
 --               kept at once (schedule.held_grads: the list order's, not timing's)
 function M.run(lists, opts)
@@ -195,14 +226,20 @@ function M.run(lists, opts)
   local sim = {
     times = times, latency = latency, posted_mode = opts.posted,
     sent = {},          -- msg -> time the SEND was issued
+    recv_at = {},       -- msg -> time the RECV was posted
+    waits = opts.waits, -- [rank + 1][index] = { msg }: posted RECVs the action waits for (sets.lua)
+    delayed = {},       -- [rank + 1][index] = { by = time those waits added, from = start without them }
     posted = {},        -- [rank][reader key] = msg, with opts.posted
     pc = {}, clock = {}, busy = {}, timeline = {}, stage_rank = {},
   }
-  for r = 1, R do sim.pc[r], sim.clock[r], sim.busy[r], sim.timeline[r], sim.posted[r] = 1, 0, 0, {}, {} end
+  for r = 1, R do
+    sim.pc[r], sim.clock[r], sim.busy[r], sim.timeline[r], sim.posted[r], sim.delayed[r] = 1, 0, 0, {}, {}, {}
+  end
   advance(sim, lists)
 
   local busy, timeline = sim.busy, sim.timeline
-  local res = { timeline = timeline, busy = busy, ok = true, stage_rank = sim.stage_rank }
+  local res = { timeline = timeline, busy = busy, ok = true, stage_rank = sim.stage_rank, delayed = sim.delayed,
+                recv_at = sim.recv_at }
   local makespan = 0
   for r = 1, R do makespan = math.max(makespan, sim.clock[r]) end
   res.makespan = makespan

@@ -1,0 +1,375 @@
+-- ztrain.parallel.schedule.sets: when each activation set is taken and
+-- given back, decided from the action lists alone, so that how many sets a
+-- stage holds at its peak is the same on every run (and the planner can say
+-- it to the byte).
+--
+-- The driver (driver/schedule.lua) takes a stage's set for a micro-batch at
+-- the first action of the rank that touches it, and is done with it when
+-- the micro-batch's weight gradient is complete and, past the first stage,
+-- its input gradient has been sent (the retire point). A set whose retire
+-- left a send to another rank in flight cannot be reused until that send
+-- has completed, and when that happens depends on when the peer posts its
+-- receive and on both ranks' progress: given back "as soon as the send is
+-- seen done", a last stage of 1F1B held 2 sets on most runs and 3 on a
+-- loaded machine (CI measured it). So the driver gives such a set back at a
+-- point fixed here instead: before an action where the rank would take a new
+-- set of that stage, it waits for the retired set's sends and reuses it.
+--
+-- A wait there must not deadlock: the peer's receive must come without this
+-- rank doing anything more. Each retired set's release point starts at the
+-- first take of its stage after the retire; the lists are then run together
+-- (untimed, every rank as far as it can go: an F, B or I that reads a
+-- message needs its SEND issued, a release needs the matching RECVs posted,
+-- STEP needs every send of the rank received); a release that leaves its
+-- rank blocked moves to the stage's next take, then to STEP, and the run is
+-- repeated until every rank finishes. Runs whose only blocking is what the
+-- lists already had (without release waits) stay as they were.
+--
+-- plan(lists) -> { release = { [rank + 1] = { [index] = { keys } } },
+--                   waits = { [rank + 1] = { [index] = { messages } } },
+--                   peak = { [stage] = sets }, remote = { [key] = true } }
+-- key(stage, mb) names a set; index is the action before which the rank
+-- waits for those sets' sends and gives them back (a set retired without a
+-- send to another rank is given back at its retire, and has no entry).
+-- Raises on lists that are not action lists (validate them first).
+local S = require "ztrain.parallel.schedule"
+local simulate = require "ztrain.parallel.schedule.simulate"
+
+local M = {}
+
+function M.key(s, mb) return s * 1048576 + mb end
+local key = M.key
+
+local msg = simulate.message
+
+local COMPUTE = { F = true, B = true, I = true, W = true }
+-- the latencies (in the simulator's units: F = 1) a release must not start late under
+local DELAY_LATENCIES = { 0, 0.25, 1 }
+
+-- the rank of each stage: the one running its compute actions
+local function stage_ranks(lists)
+  local at = {}
+  for r, list in ipairs(lists) do
+    if type(list) ~= "table" then error(("sets: rank %d's list is not a table"):format(r - 1), 0) end
+    for k, a in ipairs(list) do
+      if type(a) ~= "table" or not S.OPS[a.op] then
+        error(("sets: rank %d action %d is not an action"):format(r - 1, k), 0)
+      end
+      if COMPUTE[a.op] then at[a.stage] = r - 1 end
+    end
+  end
+  return at
+end
+
+-- The sets one rank's list touches, in the driver's order (schedule.lua's
+-- set_for, maybe_retire): per action index, the keys it takes (first
+-- touch), and per key its retire index and the messages it leaves in
+-- flight to other ranks.
+local function walk(list, rank, at)
+  local takes, live, life = {}, {}, {}
+  local done = {}
+  local function touch(k, s, i)
+    if not live[k] then
+      live[k] = true
+      takes[i] = takes[i] or {}
+      takes[i][#takes[i] + 1] = { key = k, stage = s }
+      life[k] = { stage = s, take = i, sends = {} }
+    end
+  end
+  local function retire_check(k, s, i)
+    local d = done[k]
+    if d and d.weights and (s == 0 or d.sent) then
+      done[k] = nil
+      life[k].retire = i
+      live[k] = nil
+    end
+  end
+  for i, a in ipairs(list) do
+    local op = a.op
+    if a.mb then
+      local k = key(a.stage, a.mb)
+      touch(k, a.stage, i)
+      if op == "SEND_F" then
+        if at[a.stage + 1] == rank then touch(key(a.stage + 1, a.mb), a.stage + 1, i)
+        else table.insert(life[k].sends, msg(a)) end
+      elseif op == "SEND_B" then
+        if at[a.stage - 1] == rank then touch(key(a.stage - 1, a.mb), a.stage - 1, i)
+        else table.insert(life[k].sends, msg(a)) end
+        done[k] = done[k] or {}
+        done[k].sent = true
+        retire_check(k, a.stage, i)
+      elseif op == "B" or op == "W" then
+        done[k] = done[k] or {}
+        done[k].weights = true
+        retire_check(k, a.stage, i)
+      end
+    end
+  end
+  return takes, life
+end
+
+-- candidates(takes, life, list) -> for each key retired with a send in
+-- flight, the indices where it may be given back, in order: each later
+-- take of its stage, then STEP (or past the list's end)
+local function candidates(takes, life, list)
+  local step = #list + 1
+  for i, a in ipairs(list) do if a.op == "STEP" then step = i; break end end
+  local out = {}
+  for k, l in pairs(life) do
+    if l.retire and #l.sends > 0 then
+      local c = {}
+      for i = l.retire + 1, #list do
+        for _, t in ipairs(takes[i] or {}) do
+          if t.stage == l.stage and c[#c] ~= i and i < step then c[#c + 1] = i end
+        end
+      end
+      c[#c + 1] = step
+      out[k] = c
+    end
+  end
+  return out
+end
+
+-- starts(res) -> { [rank + 1] = { [index] = start } } of the compute actions
+local function starts(res)
+  local out = {}
+  for r, tl in ipairs(res.timeline) do
+    out[r] = {}
+    for _, e in ipairs(tl) do if COMPUTE[e.action.op] then out[r][e.index] = e.start end end
+  end
+  return out
+end
+
+-- the compute action that starts late against base first: rank, index
+local function first_late(res, base)
+  local best
+  for r, tl in ipairs(res.timeline) do
+    for _, e in ipairs(tl) do
+      if COMPUTE[e.action.op] and e.start > base[r][e.index] + 1e-9 and (not best or e.start < best[3]) then
+        best = { r, e.index, e.start }
+      end
+    end
+  end
+  if best then return best[1], best[2] end
+end
+
+-- Run every list together, untimed, with the given release points.
+-- Returns nil when every rank finished, else { [rank + 1] = { keys } }: for
+-- each rank stopped at a release, the keys whose sends are not yet taken.
+local function run(lists, ranks, release)
+  local R = #lists
+  local pc, sent, posted = {}, {}, {}
+  for r = 1, R do pc[r] = 1 end
+  local function unposted(r, i)
+    local bad
+    for _, k in ipairs(release[r][i] or {}) do
+      for _, m in ipairs(ranks[r].life[k].sends) do
+        if not posted[m] then bad = bad or {}; bad[#bad + 1] = k; break end
+      end
+    end
+    return bad
+  end
+  local progress = true
+  while progress do
+    progress = false
+    for r = 1, R do
+      local list = lists[r]
+      while pc[r] <= #list do
+        local i, a = pc[r], list[pc[r]]
+        if unposted(r, i) then break end
+        local reads
+        if a.op == "F" then reads = ("F%d:%d"):format(a.stage - 1, a.mb)
+        elseif a.op == "B" or a.op == "I" then reads = ("B%d:%d"):format(a.stage, a.mb) end
+        if reads and ranks[r].recv[reads] and not sent[reads] then break end
+        if a.op == "STEP" then
+          local all = true
+          for _, m in ipairs(ranks[r].sends) do if not posted[m] then all = false; break end end
+          if not all then break end
+        end
+        if a.op == "SEND_F" or a.op == "SEND_B" then sent[msg(a)] = true end
+        if a.op == "RECV_F" or a.op == "RECV_B" then posted[msg(a)] = true end
+        pc[r] = i + 1
+        progress = true
+      end
+    end
+  end
+  local stuck
+  for r = 1, R do
+    if pc[r] <= #lists[r] then
+      stuck = stuck or {}
+      stuck[r] = unposted(r, pc[r]) or {}
+    end
+  end
+  return stuck
+end
+
+-- What each rank's list does with sets and messages: per rank { takes,
+-- life, recv (the remote messages its F, B and I read), sends (every send
+-- to another rank: STEP waits for them all), cand (candidates) }.
+local function facts(lists)
+  local at = stage_ranks(lists)
+  local ranks = {}
+  for r, list in ipairs(lists) do
+    local takes, life = walk(list, r - 1, at)
+    local recv, sends = {}, {}
+    for _, a in ipairs(list) do
+      if (a.op == "RECV_F" and at[a.stage - 1] ~= r - 1) or (a.op == "RECV_B" and at[a.stage + 1] ~= r - 1) then
+        recv[msg(a)] = true
+      end
+      if (a.op == "SEND_F" and at[a.stage + 1] ~= r - 1) or (a.op == "SEND_B" and at[a.stage - 1] ~= r - 1) then
+        sends[#sends + 1] = msg(a)
+      end
+    end
+    ranks[r] = { takes = takes, life = life, recv = recv, sends = sends, cand = candidates(takes, life, list) }
+  end
+  return ranks
+end
+
+-- The release points chosen so far: for each retired set with a send out,
+-- which of its candidates (choice[r][k], from 1); release[r][index] = keys.
+local Choice = {}
+Choice.__index = Choice
+
+local function new_choice(lists, ranks)
+  local c = setmetatable({ lists = lists, ranks = ranks, choice = {}, release = {} }, Choice)
+  for r = 1, #lists do
+    c.choice[r] = {}
+    for k in pairs(ranks[r].cand) do c.choice[r][k] = 1 end
+  end
+  c:points()
+  return c
+end
+
+function Choice:points()
+  for r = 1, #self.lists do
+    local rel = {}
+    for k, cand in pairs(self.ranks[r].cand) do
+      local i = cand[self.choice[r][k]]
+      rel[i] = rel[i] or {}
+      table.insert(rel[i], k)
+    end
+    for _, ks in pairs(rel) do table.sort(ks) end
+    self.release[r] = rel
+  end
+end
+
+-- the messages each release waits for (simulate.lua's opts.waits)
+function Choice:waits()
+  local waits = {}
+  for r = 1, #self.lists do
+    waits[r] = {}
+    for i, ks in pairs(self.release[r]) do
+      local w = {}
+      for _, k in ipairs(ks) do for _, m in ipairs(self.ranks[r].life[k].sends) do w[#w + 1] = m end end
+      waits[r][i] = w
+    end
+  end
+  return waits
+end
+
+-- move k's release on to its next candidate; false when it is at its last
+function Choice:push(r, k)
+  if self.choice[r][k] < #self.ranks[r].cand[k] then
+    self.choice[r][k] = self.choice[r][k] + 1
+    return true
+  end
+  return false
+end
+
+-- First no deadlock: the releases that leave a rank stuck move on. Stuck
+-- with none to move, the lists deadlock by themselves (simulate.lua names
+-- how); the sets then stay for STEP.
+local function avoid_deadlock(c)
+  while true do
+    local stuck = run(c.lists, c.ranks, c.release)
+    if not stuck then return end
+    local moved = false
+    for r, keys in pairs(stuck) do
+      for _, k in ipairs(keys) do moved = c:push(r, k) or moved end
+    end
+    if not moved then return end
+    c:points()
+  end
+end
+
+-- Then no wait that starts a compute action late in the simulator's timing
+-- (its default times, at each of DELAY_LATENCIES): while some F, B, I or W
+-- starts later than with no waits at all, the waits on its rank since its
+-- previous compute action that held it move on (or, when the lateness came
+-- from another rank, the wait that held an action first).
+local function avoid_lateness(c)
+  local lists, ranks, release = c.lists, c.ranks, c.release
+  for _, latency in ipairs(DELAY_LATENCIES) do
+    local base = starts(simulate.run(lists, { posted = true, latency = latency }))
+    while true do
+      local res = simulate.run(lists, { posted = true, latency = latency, waits = c:waits() })
+      local r, j = first_late(res, base)
+      if not r then break end
+      local moved = false
+      local function move(rr, i, d)
+        for _, k in ipairs(release[rr][i]) do
+          for _, m in ipairs(ranks[rr].life[k].sends) do
+            if res.recv_at[m] + latency > d.from then moved = c:push(rr, k) or moved; break end
+          end
+        end
+      end
+      local i = j
+      repeat
+        if res.delayed[r][i] then move(r, i, res.delayed[r][i]) end
+        i = i - 1
+      until i < 1 or COMPUTE[lists[r][i].op]
+      if not moved then
+        local best
+        for rr, late in pairs(res.delayed) do
+          for ii, d in pairs(late) do
+            if not best or d.from < best[3].from then best = { rr, ii, d } end
+          end
+        end
+        if best then move(best[1], best[2], best[3]) end
+      end
+      if not moved then break end     -- nothing left to move: keep what there is
+      c:points()
+      release = c.release
+    end
+  end
+end
+
+-- the sets live at once per stage, walking each rank's list with the
+-- chosen releases; and which sets retire with a send out
+local function peaks(c)
+  local peak, remote = {}, {}
+  for r, list in ipairs(c.lists) do
+    local ranks, live, gone = c.ranks[r], {}, {}   -- gone: index -> stages given back right after it
+    for k, l in pairs(ranks.life) do
+      if l.retire and #l.sends == 0 then
+        gone[l.retire] = gone[l.retire] or {}
+        table.insert(gone[l.retire], l.stage)
+      elseif l.retire then
+        remote[k] = true
+      end
+    end
+    for i = 1, #list + 1 do
+      for _, k in ipairs(c.release[r][i] or {}) do
+        local s = ranks.life[k].stage
+        live[s] = live[s] - 1
+      end
+      for _, t in ipairs(ranks.takes[i] or {}) do
+        live[t.stage] = (live[t.stage] or 0) + 1
+        peak[t.stage] = math.max(peak[t.stage] or 0, live[t.stage])
+      end
+      for _, s in ipairs(gone[i] or {}) do live[s] = live[s] - 1 end
+    end
+  end
+  return peak, remote
+end
+
+function M.plan(lists)
+  if type(lists) ~= "table" or #lists < 1 then error("sets: expected one action list per rank", 0) end
+  local c = new_choice(lists, facts(lists))
+  avoid_deadlock(c)
+  avoid_lateness(c)
+  local peak, remote = peaks(c)
+  return { release = c.release, peak = peak, remote = remote, waits = c:waits() }
+end
+
+return M

@@ -1,0 +1,81 @@
+-- spec/helpers/late_receiver.lua -- run under `ztrain --nproc 2 --script`,
+-- with arg[1] = micro-batches, arg[2] = the schedule (1f1b, gpipe, ..., or
+-- crossed, below) and
+-- arg[3] = milliseconds: one step of gpt2-tiny over 2 stages on 2 ranks
+-- through the schedule driver, where rank 0 posts each receive of a
+-- gradient that late (a busy or descheduled peer: a send to it stays out).
+-- Prints, per rank, the activation sets its stage's pool made and the
+-- number parallel/schedule/sets.lua plans for that stage, which the driver
+-- must keep to whatever the timing:
+--   rank R sets peak P planned Q live L
+local ffi = require "ffi"
+local zt = require "ztrain"
+local gpt2 = require "ztrain.model.gpt2"
+local stage_run = require "ztrain.parallel.driver.stage"
+local schedule = require "ztrain.parallel.schedule"
+local library = require "ztrain.parallel.schedule.library"
+local sets = require "ztrain.parallel.schedule.sets"
+local driver = require "ztrain.parallel.driver.schedule"
+local groups = require "ztrain.parallel.groups"
+
+pcall(ffi.cdef, "int usleep(unsigned int usec);")
+local M, sched, late_ms = tonumber(arg[1]), arg[2], tonumber(arg[3])
+local B, Tl = 2, 16
+local w = zt.comm.world()
+local g = groups.build(w, { pp = 2 })
+local cfg = gpt2.config("gpt2-tiny", { vocab_size = 256 })
+local model = gpt2.new(cfg)
+model:init(7)
+
+local S = zt.strategy.options.validate({ name = "none", setup = function() end, step = function() return 0 end })
+
+local function load(a, mb)
+  local n = B * Tl
+  local x, y = ffi.new("int32_t[?]", n), ffi.new("int32_t[?]", n)
+  for i = 0, n - 1 do x[i] = (i * 7 + mb * 13) % 256; y[i] = (i * 11 + mb * 5 + 3) % 256 end
+  if a.tokens then a.tokens:write(x) end
+  if a.targets then a.targets:write(y) end
+end
+
+-- rank 0 takes its gradients late: each backward receive posted after a sleep
+local pp = g.pp
+if pp.rank == 0 then
+  local recv = pp.recv
+  pp.recv = function(self, x, src, tag, async)
+    if tag % (2 * M) >= M then ffi.C.usleep(late_ms * 1000) end    -- driver/schedule.lua's tag(): backward
+    return recv(self, x, src, tag, async)
+  end
+end
+
+-- "crossed": rank 0 takes the last micro-batch's gradient first, so rank 1
+-- must not wait for micro-batch 0's send before its next forward (it would
+-- deadlock): sets.lua leaves that set to STEP
+local function crossed(q)
+  local A, l0, l1 = schedule.action, {}, {}
+  for i = 0, q.microbatches - 1 do
+    l0[#l0 + 1] = A("F", 0, i); l0[#l0 + 1] = A("SEND_F", 0, i)
+    l1[#l1 + 1] = A("RECV_F", 1, i); l1[#l1 + 1] = A("F", 1, i)
+    l1[#l1 + 1] = A("B", 1, i); l1[#l1 + 1] = A("SEND_B", 1, i)
+  end
+  for i = q.microbatches - 1, 0, -1 do l0[#l0 + 1] = A("RECV_B", 0, i); l0[#l0 + 1] = A("B", 0, i) end
+  l0[#l0 + 1] = { op = "STEP" }; l1[#l1 + 1] = { op = "STEP" }
+  return { l0, l1 }
+end
+
+local lists = library.build(sched == "crossed" and crossed or sched, { ranks = 2, microbatches = M, chunks = 1 })
+local stages = stage_run.stages(model, { 2, 2 })
+local pools = { [pp.rank + 1] = stage_run.pool(model, stages[pp.rank + 1], B, Tl) }
+local env = { ctx = { model = model, training = true }, strategy = S, stages = stages, pools = pools,
+              microbatches = M, lists = lists, pp = pp, stage_rank = function(s) return s end,
+              load = load, dscale = 1.0 / (B * Tl * M) }
+driver.step(env, 0)
+driver.step(env, 0)        -- a second step reuses the sets: no more are made
+
+local pool = pools[pp.rank + 1]
+local live = 0
+for _ in pairs(pool.live) do live = live + 1 end
+print(("rank %d sets peak %d planned %d live %d"):format(pp.rank, pool.peak_sets, sets.plan(lists).peak[pp.rank],
+                                                         live))
+pool:free()
+model:free()
+groups.free(g)
