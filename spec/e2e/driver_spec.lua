@@ -113,17 +113,21 @@ describe("drivers", function()
   -- CI's loaded machine), 1 more than the plan; now each is given back where
   -- parallel/schedule/sets.lua says, so the count is the plan's whatever
   -- the timing (with rank 0 taking every gradient 30 ms late, or not)
-  for _, c in ipairs({ { "1f1b", 0 }, { "1f1b", 30 }, { "zb_h1", 30 }, { "gpipe", 30 } }) do
+  -- (crossed: rank 0 takes the gradients last first, so rank 1's waits move
+  -- to STEP; zbv, dualpipev, interleaved_1f1b: two stages a rank)
+  for _, c in ipairs({ { "1f1b", 0, 2 }, { "1f1b", 30, 2 }, { "zb_h1", 30, 2 }, { "gpipe", 30, 2 },
+                       { "crossed", 30, 2 }, { "zbv", 30, 4 }, { "dualpipev", 30, 4 }, { "interleaved_1f1b", 30, 4 } }) do
     it(("holds the planned activation sets on 2 ranks (%s, gradients taken %d ms late)"):format(c[1], c[2]), function()
       local out, rc = sh(("timeout 60 build/ztrain --nproc 2 --script spec/helpers/late_receiver.lua 4 %s %d")
                          :format(c[1], c[2]))
       assert.are.equal(0, rc, out)
-      for r = 0, 1 do
-        local peak, planned, live = out:match("rank " .. r .. " sets peak (%d+) planned (%d+) live (%d+)")
-        assert.is_string(peak, out)
-        assert.are.equal(planned, peak, ("rank %d: %s"):format(r, out))
+      local n = 0
+      for r, s, peak, planned, live in out:gmatch("rank (%d) stage (%d) sets peak (%d+) planned (%d+) live (%d+)") do
+        assert.are.equal(planned, peak, ("rank %s stage %s: %s"):format(r, s, out))
         assert.are.equal("0", live)
+        n = n + 1
       end
+      assert.are.equal(c[3], n, out)
     end)
   end
 

@@ -183,6 +183,25 @@ describe("pipeline training", function()
       end
       return r]])
     fails(recipe .. " batch.accumulate=2", "the recipe's schedule would deadlock: rank 0 blocked at action 4 (0B0)")
+    -- one that waits on the tied embedding: rank 0's W0 takes the head's part
+    -- of micro-batch 0's wte gradient, which rank 1's W0 sends only after its
+    -- F2, whose input rank 0 sends after that W0 (before, a hang)
+    local tied = os.tmpname() .. ".lua"
+    util.write(tied, [[
+      local r = dofile("recipes/pipeline_1f1b.lua")
+      local S = require("ztrain.parallel.schedule")
+      local function parse(str)
+        local l = {}
+        for w in str:gmatch("%S+") do l[#l + 1] = S.parse(w) end
+        return l
+      end
+      r.schedule = function(p)
+        return { parse("0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0I0 0W0 0F2 0SEND_F2 0RECV_B1 0I1 0W1 0RECV_B2 0I2 0W2 STEP"),
+                 parse("1RECV_F0 1F0 1I0 1SEND_B0 1RECV_F1 1F1 1I1 1SEND_B1 1RECV_F2 1F2 1W0 1I2 1SEND_B2 1W1 1W2 STEP") }
+      end
+      return r]])
+    fails(tied .. " batch.accumulate=3", "the recipe's schedule would deadlock: rank 0 blocked at action 7 (0W0) " ..
+          "waiting for the tied embedding's gradient part of stage 1's weight pass of micro-batch 0")
     local logs, jobs = util.tmpdir(), {}
     for i, c in ipairs(cases) do
       jobs[i] = ("(ZTRAIN_MPI_LOG=%s/mpi%d timeout 60 build/ztrain %s %s out=%s > %s/%d 2>&1; echo \"rc=$?\" >> %s/%d) &")
@@ -200,7 +219,7 @@ describe("pipeline training", function()
       if f then f:close() end
       assert.is_nil(said:find("MPI_ABORT", 1, true), "every rank stops alike, no abort: " .. said)
     end
-    assert.are.equal(12, #cases)
-    os.remove(drop); os.remove(recipe); util.rm(logs)
+    assert.are.equal(13, #cases)
+    os.remove(drop); os.remove(recipe); os.remove(tied); util.rm(logs)
   end)
 end)

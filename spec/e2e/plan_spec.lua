@@ -158,7 +158,10 @@ describe("plan: predicted against measured peaks", function()
   -- replica of the embedding; each stage accumulates its bf16 gradients
   -- into fp32 as it reads them (no widening buffer); dp on one rank widens
   -- through its pool
-  it("llama-tiny in bf16: 1F1B on 2 ranks and dp on 1 rank exact but the activations, within 15% below", function()
+  -- (1F1B's activations exact: the sets a stage holds are fixed from the
+  -- lists, parallel/schedule/sets.lua; before, a gradient's send still out
+  -- made the last stage hold 2 or 3 sets, by timing)
+  it("llama-tiny in bf16: 1F1B on 2 ranks exact, dp on 1 rank exact but the activations, within 15% below", function()
     local L = "model.size=llama-tiny data.tokenizer=bytes precision=bf16 device.bf16_gemm=on"
     for _, c in ipairs({ { 2, "recipes/pipeline_1f1b.lua", L, "pipeline_1f1b" },
                          { 1, "recipes/dp.lua", L .. " launch.nproc=1" } }) do
@@ -167,7 +170,11 @@ describe("plan: predicted against measured peaks", function()
       local m = c[4] and heaviest(s) or s.memory[1]
       assert.are.same({}, differences(t, m, { params = true, grads = true, optim = true, comm = true, other = true }))
       local got, want = m.by_category.activations.device, t.device.activations
-      assert.is_true(want <= got and want >= 0.85 * got, ("%s activations predicted %d, measured %d"):format(c[2], want, got))
+      if c[4] then
+        assert.are.equal(want, got, c[2] .. " activations")
+      else
+        assert.is_true(want <= got and want >= 0.85 * got, ("%s activations predicted %d, measured %d"):format(c[2], want, got))
+      end
     end
   end)
 

@@ -56,6 +56,21 @@ describe("any backward order gives one rank's digest", function()
     assert.matches("kept until their turn (micro-batch order) per stage: s0 3, s1 3, s2 3, s3 3", out, 1, true)
   end)
 
+  -- GPT-2's tied embedding links the first stage's weight pass of a
+  -- micro-batch to the last stage's (stages.lua's Tied, a blocking
+  -- receive). Rank 1 here runs W1 after its take of micro-batch 2, and rank
+  -- 0 runs W1 before it posts the receive of micro-batch 0's gradient: a
+  -- driver waiting at that take for micro-batch 0's send would hang
+  -- (parallel/schedule/sets.lua without the link did)
+  it("a CSV with the last stage's weight passes late: no hang on the tied part, the same bits", function()
+    local path = dir .. "/late_w.csv"
+    util.write(path, "0F0,0SEND_F0,0F1,0SEND_F1,0F2,0SEND_F2,0F3,0SEND_F3,0RECV_B1,0I1,0W1,0RECV_B0,0I0,0W0," ..
+                     "0RECV_B3,0I3,0W3,0RECV_B2,0I2,0W2\n" ..
+                     "1RECV_F0,1F0,1RECV_F1,1F1,1RECV_F3,1F3,1I1,1SEND_B1,1I0,1SEND_B0,1W0,1I3,1SEND_B3,1W3," ..
+                     "1RECV_F2,1F2,1I2,1SEND_B2,1W1,1W2\n")
+    assert.are.equal(want, digest("--nproc 2 recipes/pipeline_1f1b.lua schedule=csv:" .. path))
+  end)
+
   it("DualPipe-V at p=2, fp32 and bf16", function()
     assert.are.equal(want, digest("--nproc 2 recipes/pipeline_1f1b.lua schedule=dualpipev pipeline.chunks=2"))
     assert.are.equal(want16, digest("--nproc 2 recipes/pipeline_1f1b.lua schedule=dualpipev pipeline.chunks=2 " ..

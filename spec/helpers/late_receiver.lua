@@ -4,10 +4,10 @@
 -- arg[3] = milliseconds: one step of gpt2-tiny over 2 stages on 2 ranks
 -- through the schedule driver, where rank 0 posts each receive of a
 -- gradient that late (a busy or descheduled peer: a send to it stays out).
--- Prints, per rank, the activation sets its stage's pool made and the
--- number parallel/schedule/sets.lua plans for that stage, which the driver
--- must keep to whatever the timing:
---   rank R sets peak P planned Q live L
+-- Prints, per stage, the activation sets its pool made and the number
+-- parallel/schedule/sets.lua plans for it, which the driver must keep to
+-- whatever the timing (the model's embedding is not tied here: no Tied):
+--   rank R stage S sets peak P planned Q live L
 local ffi = require "ffi"
 local zt = require "ztrain"
 local gpt2 = require "ztrain.model.gpt2"
@@ -62,20 +62,34 @@ local function crossed(q)
   return { l0, l1 }
 end
 
-local lists = library.build(sched == "crossed" and crossed or sched, { ranks = 2, microbatches = M, chunks = 1 })
-local stages = stage_run.stages(model, { 2, 2 })
-local pools = { [pp.rank + 1] = stage_run.pool(model, stages[pp.rank + 1], B, Tl) }
+-- two stages a rank for the schedules that need them: ZB-V and DualPipe-V
+-- in a V (stages 0 and 3 on rank 0), interleaved 1F1B looped (0 and 2)
+local v = (sched == "zbv" or sched == "dualpipev" or sched == "interleaved_1f1b") and 2 or 1
+local V = library.placement(sched) == "v"
+local function stage_rank(s)
+  if v == 1 then return s end
+  if V then return s < 2 and s or 3 - s end
+  return s % 2
+end
+local lists = library.build(sched == "crossed" and crossed or sched, { ranks = 2, microbatches = M, chunks = v })
+local stages = stage_run.stages(model, v == 1 and { 2, 2 } or { 1, 1, 1, 1 })
+local pools = {}
+for i, st in ipairs(stages) do
+  if stage_rank(st.index) == pp.rank then pools[i] = stage_run.pool(model, st, B, Tl) end
+end
 local env = { ctx = { model = model, training = true }, strategy = S, stages = stages, pools = pools,
-              microbatches = M, lists = lists, pp = pp, stage_rank = function(s) return s end,
+              microbatches = M, lists = lists, pp = pp, stage_rank = stage_rank,
               load = load, dscale = 1.0 / (B * Tl * M) }
 driver.step(env, 0)
 driver.step(env, 0)        -- a second step reuses the sets: no more are made
 
-local pool = pools[pp.rank + 1]
-local live = 0
-for _ in pairs(pool.live) do live = live + 1 end
-print(("rank %d sets peak %d planned %d live %d"):format(pp.rank, pool.peak_sets, sets.plan(lists).peak[pp.rank],
-                                                         live))
-pool:free()
+local planned = sets.plan(lists).peak
+for i, pool in pairs(pools) do
+  local live = 0
+  for _ in pairs(pool.live) do live = live + 1 end
+  print(("rank %d stage %d sets peak %d planned %d live %d"):format(pp.rank, i - 1, pool.peak_sets, planned[i - 1],
+                                                                    live))
+  pool:free()
+end
 model:free()
 groups.free(g)

@@ -90,6 +90,36 @@ describe("schedule sets: where the driver gives activation sets back", function(
     assert.is_true(sim.run(lists, { posted = true, waits = plan.waits }).ok)
   end)
 
+  -- GPT-2's tied embedding: the first stage's weight pass of a micro-batch
+  -- takes the head's part of the wte gradient from the last stage's weight
+  -- pass of it (a blocking receive, stages.lua's Tied). Here rank 1 delays
+  -- W1 past its take of micro-batch 2; rank 0 runs W1 before it posts the
+  -- receive of micro-batch 0's gradient: waiting at that take for
+  -- micro-batch 0's send would hang (a list found by a reviewer)
+  it("with a tied embedding, a wait that the tied part would hang moves on", function()
+    local function parse(str)
+      local l = {}
+      for w in str:gmatch("%S+") do l[#l + 1] = S.parse(w) end
+      return l
+    end
+    local lists = {
+      parse("0F0 0SEND_F0 0F1 0SEND_F1 0F2 0SEND_F2 0F3 0SEND_F3 0RECV_B1 0I1 0W1 0RECV_B0 0I0 0W0 " ..
+            "0RECV_B3 0I3 0W3 0RECV_B2 0I2 0W2 STEP"),
+      parse("1RECV_F0 1F0 1RECV_F1 1F1 1RECV_F3 1F3 1I1 1SEND_B1 1I0 1SEND_B0 1W0 1I3 1SEND_B3 1W3 " ..
+            "1RECV_F2 1F2 1I2 1SEND_B2 1W1 1W2 STEP") }
+    assert(S.validate(lists, { stages = 2, microbatches = 4, tied = true }))
+    local untied = sets.plan(lists)
+    assert.are.same({ sets.key(1, 0) }, untied.release[2][15])            -- before 1RECV_F2
+    local hang = sim.run(lists, { posted = true, tied = true, waits = untied.waits })
+    assert.is_false(hang.ok)
+    assert.matches("rank 0 blocked at action 11 (0W1) waiting for the tied embedding's gradient part of stage 1's " ..
+                   "weight pass of micro-batch 1", hang.deadlock, 1, true)
+    local tied = sets.plan(lists, { tied = true })
+    assert.is_nil(tied.release[2][15])
+    assert.is_true(sim.run(lists, { posted = true, tied = true, waits = tied.waits }).ok)
+    assert.are.equal(4, tied.peak[1])
+  end)
+
   it("one rank: every set given back at its retire, none waited for", function()
     local plan = sets.plan(S.one_stage(4))
     assert.are.same({}, plan.release[1])

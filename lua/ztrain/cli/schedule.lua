@@ -64,7 +64,7 @@ end
 -- the activation sets the driver keeps per stage (parallel/schedule/sets.lua):
 -- what the memory plan counts
 local function kept(lists, stages)
-  local peak, t = sets.plan(lists).peak, {}
+  local peak, t = sets.plan(lists, { tied = true }).peak, {}   -- GPT-2's tied embedding
   for s = 0, stages - 1 do t[#t + 1] = ("s%d %d"):format(s, peak[s] or 0) end
   return "activation sets the driver keeps per stage (a send still out included): " .. table.concat(t, ", ")
 end

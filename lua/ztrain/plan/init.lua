@@ -146,7 +146,7 @@ local function pipeline(cfg, r, P, lowp)
   local sched = type(r.schedule) == "string" and r.schedule ~= "" and r.schedule or "1f1b"
   local lists = library.build(sched, { ranks = P, microbatches = r.batch.accumulate, chunks = 1 })
   local res = simulate.check(lists)
-  local held = sets.plan(lists).peak
+  local held = sets.plan(lists, { tied = model:tied() }).peak
   local ckpt = stage.checkpoint_units(model.units, r.train.checkpoint_activations)
   local best, best_total
   for s, st in ipairs(stages) do

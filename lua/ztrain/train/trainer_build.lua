@@ -23,6 +23,7 @@ local strategy = require "ztrain.parallel.strategy"
 local schedules = require "ztrain.parallel.schedule.registry"
 local pipe = require "ztrain.parallel.schedule.library"
 local simulate = require "ztrain.parallel.schedule.simulate"
+local sets = require "ztrain.parallel.schedule.sets"
 local stage_run = require "ztrain.parallel.driver.stage"
 local sequential = require "ztrain.parallel.driver.sequential"
 local schedule_driver = require "ztrain.parallel.driver.schedule"
@@ -395,7 +396,7 @@ function build_driver(self, r, b)
     if P > 1 then
       -- every rank's list simulated together before any rank blocks: a
       -- schedule whose sends and receives cross is refused, naming them
-      local sim = simulate.run(lists, { posted = true })
+      local sim = simulate.run(lists, { posted = true, tied = self.tied ~= nil })
       if not sim.ok then
         local what = type(sched) == "string" and ("schedule " .. sched) or "the recipe's schedule"
         fail_all(what .. " would " .. tostring(sim.deadlock) .. "; reorder its sends and receives")
@@ -413,6 +414,9 @@ function build_driver(self, r, b)
       self.env.async = true
     end
     self.env.lists = lists
+    -- where the driver gives activation sets back, fixed before any rank
+    -- blocks (for a long list this takes a moment: not in the first step)
+    self.env.sets, self.env.sets_of = sets.plan(lists, { tied = self.tied ~= nil }), lists
     self.driver = schedule_driver
   end
   self.xbuf = ffi.new("int32_t[?]", B * Tlen)

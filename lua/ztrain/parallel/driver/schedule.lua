@@ -328,7 +328,10 @@ end
 -- pipeline rank), pp (pipeline group or nil), stage_rank.
 function M.step(env, lr)
   for _, pool in pairs(env.pools) do pool:reset() end      -- (sparse: this rank's stages)
-  if env.sets_of ~= env.lists then env.sets, env.sets_of = sets.plan(env.lists), env.lists end
+  -- (the trainer plans them when it builds: trainer_build.lua)
+  if env.sets_of ~= env.lists then
+    env.sets, env.sets_of = sets.plan(env.lists, { tied = env.ctx.tied ~= nil }), env.lists
+  end
   env.ledger = env.ledger or losses.new(env.microbatches)
   env.ledger:reset()
   local run = new_run(env, lr)

@@ -20,18 +20,29 @@
 -- first take of its stage after the retire; the lists are then run together
 -- (untimed, every rank as far as it can go: an F, B or I that reads a
 -- message needs its SEND issued, a release needs the matching RECVs posted,
--- STEP needs every send of the rank received); a release that leaves its
--- rank blocked moves to the stage's next take, then to STEP, and the run is
--- repeated until every rank finishes. Runs whose only blocking is what the
--- lists already had (without release waits) stay as they were.
+-- STEP needs every send of the rank received, and with a tied embedding the
+-- first stage's weight pass of a micro-batch needs the last stage's, whose
+-- part of the gradient it takes); a release that leaves its rank blocked
+-- moves to the stage's next take, then to STEP, and the run is repeated
+-- until every rank finishes. Each wait depends only on other ranks having
+-- got somewhere, and once met stays met, so if this run finishes every real
+-- one does. Then, so that no wait costs time, the simulator (simulate.lua)
+-- runs the lists with and without the waits (default times, latencies 0,
+-- 0.25 and 1): a wait that starts an F, B, I or W later moves on too.
 --
--- plan(lists) -> { release = { [rank + 1] = { [index] = { keys } } },
+-- The trainer plans this once when it builds (trainer_build.lua): ~0.03 s
+-- for 1F1B at p = 8, m = 64; ~2 s for interleaved 1F1B or DualPipe-V
+-- there, ~10 s at m = 128 (each move re-runs the simulator).
+--
+-- plan(lists, opts) -> { release = { [rank + 1] = { [index] = { keys } } },
 --                   waits = { [rank + 1] = { [index] = { messages } } },
 --                   peak = { [stage] = sets }, remote = { [key] = true } }
 -- key(stage, mb) names a set; index is the action before which the rank
 -- waits for those sets' sends and gives them back (a set retired without a
 -- send to another rank is given back at its retire, and has no entry).
--- Raises on lists that are not action lists (validate them first).
+-- opts.tied: the model shares its embedding between the first and the last
+-- stage (GPT-2), whose weight passes are then linked (simulate.lua's
+-- tied_last). Raises on lists that are not action lists (validate first).
 local S = require "ztrain.parallel.schedule"
 local simulate = require "ztrain.parallel.schedule.simulate"
 
@@ -153,10 +164,12 @@ local function first_late(res, base)
   if best then return best[1], best[2] end
 end
 
--- Run every list together, untimed, with the given release points.
+-- Run every list together, untimed, with the given release points (and,
+-- tied_last given, the tied embedding's part: the first stage's weight pass
+-- of a micro-batch waits for that of stage tied_last, simulate.lua).
 -- Returns nil when every rank finished, else { [rank + 1] = { keys } }: for
 -- each rank stopped at a release, the keys whose sends are not yet taken.
-local function run(lists, ranks, release)
+local function run(lists, ranks, release, tied_last)
   local R = #lists
   local pc, sent, posted = {}, {}, {}
   for r = 1, R do pc[r] = 1 end
@@ -181,6 +194,8 @@ local function run(lists, ranks, release)
         if a.op == "F" then reads = ("F%d:%d"):format(a.stage - 1, a.mb)
         elseif a.op == "B" or a.op == "I" then reads = ("B%d:%d"):format(a.stage, a.mb) end
         if reads and ranks[r].recv[reads] and not sent[reads] then break end
+        local weight = a.op == "B" or a.op == "W"
+        if tied_last and weight and a.stage == 0 and not sent[simulate.tied_key(a.mb)] then break end
         if a.op == "STEP" then
           local all = true
           for _, m in ipairs(ranks[r].sends) do if not posted[m] then all = false; break end end
@@ -188,6 +203,7 @@ local function run(lists, ranks, release)
         end
         if a.op == "SEND_F" or a.op == "SEND_B" then sent[msg(a)] = true end
         if a.op == "RECV_F" or a.op == "RECV_B" then posted[msg(a)] = true end
+        if tied_last and weight and a.stage == tied_last then sent[simulate.tied_key(a.mb)] = true end
         pc[r] = i + 1
         progress = true
       end
@@ -280,8 +296,9 @@ end
 -- with none to move, the lists deadlock by themselves (simulate.lua names
 -- how); the sets then stay for STEP.
 local function avoid_deadlock(c)
+  local tied_last = c.tied and simulate.tied_last(c.lists) or nil
   while true do
-    local stuck = run(c.lists, c.ranks, c.release)
+    local stuck = run(c.lists, c.ranks, c.release, tied_last)
     if not stuck then return end
     local moved = false
     for r, keys in pairs(stuck) do
@@ -300,9 +317,9 @@ end
 local function avoid_lateness(c)
   local lists, ranks, release = c.lists, c.ranks, c.release
   for _, latency in ipairs(DELAY_LATENCIES) do
-    local base = starts(simulate.run(lists, { posted = true, latency = latency }))
+    local base = starts(simulate.run(lists, { posted = true, latency = latency, tied = c.tied }))
     while true do
-      local res = simulate.run(lists, { posted = true, latency = latency, waits = c:waits() })
+      local res = simulate.run(lists, { posted = true, latency = latency, tied = c.tied, waits = c:waits() })
       local r, j = first_late(res, base)
       if not r then break end
       local moved = false
@@ -363,9 +380,10 @@ local function peaks(c)
   return peak, remote
 end
 
-function M.plan(lists)
+function M.plan(lists, opts)
   if type(lists) ~= "table" or #lists < 1 then error("sets: expected one action list per rank", 0) end
   local c = new_choice(lists, facts(lists))
+  c.tied = opts and opts.tied
   avoid_deadlock(c)
   avoid_lateness(c)
   local peak, remote = peaks(c)

@@ -38,6 +38,25 @@ function M.message(a)
 end
 local msg = M.message
 
+-- tied_last(lists) -> the last stage L where the first and the last stage
+-- share the embedding (GPT-2) from two ranks, else nil. The first stage's
+-- weight pass of a micro-batch (its B, or W) then takes the head's part of
+-- the embedding gradient, which L's weight pass of that micro-batch sends
+-- (parallel/schedule/stages.lua's Tied: a blocking receive), the message
+-- tied_key(mb) here.
+function M.tied_last(lists)
+  local at, last = {}, -1
+  for r, list in ipairs(lists) do
+    for _, a in ipairs(list) do
+      if COMPUTE[a.op] then at[a.stage] = r; if a.stage > last then last = a.stage end end
+    end
+  end
+  if last > 0 and at[0] ~= at[last] then return last end
+end
+function M.tied_key(mb) return "T:" .. mb end
+-- a is a weight pass (the one that writes or takes the tied part)
+local function weight_pass(a) return a.op == "B" or a.op == "W" end
+
 -- the SEND a RECV waits for, as an action
 local function sender(a)
   if a.op == "RECV_F" then return { op = "SEND_F", stage = a.stage - 1, mb = a.mb } end
@@ -96,6 +115,11 @@ local function ready(sim, r, a)
     if not sim.sent[key] then return nil end
     t = math.max(t, sim.sent[key] + sim.latency)
   end
+  if sim.tied_last and a.stage == 0 and weight_pass(a) then
+    local tk = M.tied_key(a.mb)
+    if not sim.sent[tk] then return nil end
+    t = math.max(t, sim.sent[tk] + sim.latency)
+  end
   -- the sets given back before this action wait for their sends' receives
   local waits = sim.waits and sim.waits[r][sim.pc[r]]
   if waits then
@@ -128,6 +152,7 @@ local function advance(sim, lists)
         if COMPUTE[a.op] then busy[r] = busy[r] + (t1 - t0); sim.stage_rank[a.stage] = r - 1 end
         if a.op == "SEND_F" or a.op == "SEND_B" then sim.sent[msg(a)] = sim.sent[msg(a)] or t1 end
         if a.op == "RECV_F" or a.op == "RECV_B" then sim.recv_at[msg(a)] = sim.recv_at[msg(a)] or t0 end
+        if a.stage == sim.tied_last and weight_pass(a) then sim.sent[M.tied_key(a.mb)] = t1 end
         clock[r] = t1
         pc[r] = pc[r] + 1
         progress = true
@@ -148,7 +173,12 @@ local function stuck(sim, lists, origin)
     for _, m in ipairs(a and sim.waits and sim.waits[r][pc] or {}) do
       if not sim.recv_at[m] then unposted[#unposted + 1] = m end
     end
-    if #unposted > 0 then
+    local L = sim.tied_last
+    if L and a and a.stage == 0 and weight_pass(a) and not sim.sent[M.tied_key(a.mb)] then
+      blocked[r] = { index = pc, action = a, tied = L }
+      parts[#parts + 1] = ("rank %d blocked at action %d (%s) waiting for the tied embedding's gradient part " ..
+                           "of stage %d's weight pass of micro-batch %d"):format(r - 1, pc, S.format(a), L, a.mb)
+    elseif #unposted > 0 then
       -- held by opts.waits: the sets' sends whose receives were never posted
       blocked[r] = { index = pc, action = a, unposted = unposted }
       parts[#parts + 1] = ("rank %d blocked at action %d (%s) waiting for the receive of %s to be posted " ..
@@ -193,13 +223,15 @@ end
 -- run(lists, opts) -> result. opts (all optional): times = { op = t }
 -- overriding M.TIMES; latency (0); posted (false); waits (none: sets.lua's
 -- plan().waits, the receives a rank waits for before giving sets back,
--- each posted plus latency). Raises only on lists
+-- each posted plus latency); tied (false: the model shares its embedding
+-- between the first and the last stage, tied_last). Raises only on lists
 -- that are not action lists (run validate first for the rest). result:
 --   ok          false on deadlock
 --   deadlock    nil, or "deadlock: rank 0 blocked at action 5 (0RECV_B0) ..."
 --   blocked     [rank + 1] = { index, action, waits = SEND action, on = rank
 --               or nil, at = index or nil } for each rank that could not finish
---               (or { index, action, unposted = { message } }, held by opts.waits)
+--               (or { index, action, unposted = { message } }, held by opts.waits;
+--               or { index, action, tied = L }, waiting for the tied part)
 --   timeline    [rank + 1] = { { action, index, start, finish }, ... } (what ran)
 --   makespan    when the last rank finishes
 --   busy        [rank + 1] = compute time (F, B, I, W) of that rank
@@ -228,6 +260,7 @@ function M.run(lists, opts)
     sent = {},          -- msg -> time the SEND was issued
     recv_at = {},       -- msg -> time the RECV was posted
     waits = opts.waits, -- [rank + 1][index] = { msg }: posted RECVs the action waits for (sets.lua)
+    tied_last = opts.tied and M.tied_last(lists) or nil,
     delayed = {},       -- [rank + 1][index] = { by = time those waits added, from = start without them }
     posted = {},        -- [rank][reader key] = msg, with opts.posted
     pc = {}, clock = {}, busy = {}, timeline = {}, stage_rank = {},
