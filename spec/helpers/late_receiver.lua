@@ -1,13 +1,16 @@
 -- spec/helpers/late_receiver.lua -- run under `ztrain --nproc 2 --script`,
 -- with arg[1] = micro-batches, arg[2] = the schedule (1f1b, gpipe, ..., or
--- crossed, below) and
--- arg[3] = milliseconds: one step of gpt2-tiny over 2 stages on 2 ranks
--- through the schedule driver, where rank 0 posts each receive of a
--- gradient that late (a busy or descheduled peer: a send to it stays out).
+-- crossed, below), arg[3] = milliseconds and arg[4] = grads (default) or
+-- inputs: two steps of gpt2-tiny over 2 (or 4) stages on 2 ranks through
+-- the schedule driver, where rank 0 posts each receive of a gradient that
+-- late (a busy or descheduled peer: a send to it stays out), or rank 1
+-- each receive of an input.
 -- Prints, per stage, the activation sets its pool made and the number
 -- parallel/schedule/sets.lua plans for it, which the driver must keep to
--- whatever the timing (the model's embedding is not tied here: no Tied):
+-- whatever the timing, and with one stage a rank, the buffers the last
+-- stage made for its parts of the tied embedding's gradient:
 --   rank R stage S sets peak P planned Q live L
+--   rank R tied parts made P planned Q
 local ffi = require "ffi"
 local zt = require "ztrain"
 local gpt2 = require "ztrain.model.gpt2"
@@ -17,9 +20,10 @@ local library = require "ztrain.parallel.schedule.library"
 local sets = require "ztrain.parallel.schedule.sets"
 local driver = require "ztrain.parallel.driver.schedule"
 local groups = require "ztrain.parallel.groups"
+local pipeline_stages = require "ztrain.parallel.schedule.stages"
 
 pcall(ffi.cdef, "int usleep(unsigned int usec);")
-local M, sched, late_ms = tonumber(arg[1]), arg[2], tonumber(arg[3])
+local M, sched, late_ms, late_what = tonumber(arg[1]), arg[2], tonumber(arg[3]), arg[4] or "grads"
 local B, Tl = 2, 16
 local w = zt.comm.world()
 local g = groups.build(w, { pp = 2 })
@@ -37,12 +41,15 @@ local function load(a, mb)
   if a.targets then a.targets:write(y) end
 end
 
--- rank 0 takes its gradients late: each backward receive posted after a sleep
+-- "grads": rank 0 takes its gradients late, each backward receive posted
+-- after a sleep; "inputs": rank 1 takes its inputs late (the first stage
+-- then takes the head's tied parts early)
 local pp = g.pp
-if pp.rank == 0 then
+if pp.rank == (late_what == "grads" and 0 or 1) then
   local recv = pp.recv
   pp.recv = function(self, x, src, tag, async)
-    if tag % (2 * M) >= M then ffi.C.usleep(late_ms * 1000) end    -- driver/schedule.lua's tag(): backward
+    local backward = tag % (2 * M) >= M                            -- driver/schedule.lua's tag()
+    if backward == (late_what == "grads") then ffi.C.usleep(late_ms * 1000) end
     return recv(self, x, src, tag, async)
   end
 end
@@ -77,13 +84,24 @@ local pools = {}
 for i, st in ipairs(stages) do
   if stage_rank(st.index) == pp.rank then pools[i] = stage_run.pool(model, st, B, Tl) end
 end
-local env = { ctx = { model = model, training = true }, strategy = S, stages = stages, pools = pools,
+-- the tied embedding across ranks (one stage a rank): the head's parts of
+-- the wte gradient go to rank 0 from buffers the driver gives back
+local tied
+if v == 1 then
+  local holds = {}
+  for _, u in ipairs(stages[pp.rank + 1].units) do holds[u.index] = true end
+  tied = pipeline_stages.tied(model, pp, holds, 0, 1, "f32")
+  tied:init(7)
+end
+local env = { ctx = { model = model, training = true, tied = tied }, strategy = S, stages = stages, pools = pools,
               microbatches = M, lists = lists, pp = pp, stage_rank = stage_rank,
               load = load, dscale = 1.0 / (B * Tl * M) }
 driver.step(env, 0)
+if tied then tied:sync_params() end
 driver.step(env, 0)        -- a second step reuses the sets: no more are made
+if tied then tied:sync_params() end
 
-local planned = sets.plan(lists).peak
+local planned = sets.plan(lists, { tied = tied ~= nil }).peak
 for i, pool in pairs(pools) do
   local live = 0
   for _ in pairs(pool.live) do live = live + 1 end
@@ -91,5 +109,9 @@ for i, pool in pairs(pools) do
                                                                     live))
   pool:free()
 end
+if tied and tied.replica then
+  print(("rank %d tied parts made %d planned %d"):format(pp.rank, tied.made or 0, planned[sets.PART] or 0))
+end
+if tied then tied:free() end
 model:free()
 groups.free(g)

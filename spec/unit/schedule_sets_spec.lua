@@ -120,6 +120,23 @@ describe("schedule sets: where the driver gives activation sets back", function(
     assert.are.equal(4, tied.peak[1])
   end)
 
+  -- 1F1B at p=2 (F = 1, B = 2): the head's part of micro-batch k leaves as
+  -- rank 1's B(k) starts (t), rank 0's B(k) starts at t + 2 (after the
+  -- gradient) and takes the part as it ends, t + 4; rank 1's next weight
+  -- pass, B(k+1), starts at t + 3 (after F(k+1)): reusing part k's buffer
+  -- there would start it late, at B(k+2) (t + 6) it is free: 2 buffers
+  it("a tied embedding on two ranks: the head's parts as stage PART, 2 buffers for 1F1B at p=2", function()
+    local plan = sets.plan(P.build("1f1b", { ranks = 2, microbatches = 8, chunks = 1 }), { tied = true })
+    assert.are.equal(2, plan.peak[sets.PART])
+    local n = 0
+    for _ in pairs(plan.part_order[2]) do n = n + 1 end
+    assert.are.equal(8, n)                                   -- rank 1 sends 8 parts a step
+    assert.are.same({}, plan.part_order[1])
+    -- none untied, and none where the first and last stage share a rank (ZB-V's V)
+    assert.is_nil(sets.plan(P.build("1f1b", { ranks = 2, microbatches = 8, chunks = 1 })).peak[sets.PART])
+    assert.is_nil(sets.plan(P.build("zbv", { ranks = 2, microbatches = 8, chunks = 2 }), { tied = true }).peak[sets.PART])
+  end)
+
   it("one rank: every set given back at its retire, none waited for", function()
     local plan = sets.plan(S.one_stage(4))
     assert.are.same({}, plan.release[1])

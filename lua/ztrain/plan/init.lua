@@ -134,8 +134,8 @@ end
 -- per later stage, the driver waiting for a send before reusing its set),
 -- the gradients a stage completes ahead of their turn (looped BFS: m - 1
 -- per unit), on the last stage the tied embedding's replica (parameters
--- and gradients) with its outgoing gradient buffers (two measured in flight;
--- an untied Llama head has none). (A 2-byte precision's gradients are
+-- and gradients) with its outgoing gradient buffers (as many as sets.lua
+-- keeps; an untied Llama head has none). (A 2-byte precision's gradients are
 -- accumulated into fp32 as they are read: no widening buffer.)
 -- Returns the heaviest rank's prediction.
 local function pipeline(cfg, r, P, lowp)
@@ -156,8 +156,9 @@ local function pipeline(cfg, r, P, lowp)
       local e, pb = model.embed, lowp and 2 or 4
       add(t, "device", "params", pb * e.padded)
       add(t, "device", "grads", pb * e.padded)
-      -- its outgoing parts: fp32, or the stored bf16 the bf16 GEMMs' ops write
-      add(t, "device", "comm", 2 * (precision.gemm16(r) and 2 or 4) * cfg.V * cfg.C)
+      -- its outgoing parts, as many buffers as sets.lua keeps (stage PART):
+      -- fp32, or the stored bf16 the bf16 GEMMs' ops write
+      add(t, "device", "comm", (held[sets.PART] or 0) * (precision.gemm16(r) and 2 or 4) * cfg.V * cfg.C)
     end
     acts.activations(t, cfg, r, st.units, math.max(held[s - 1] or 1, 1), ckpt)
     -- gradients completed ahead of their turn, one buffer a unit each (driver/grad_order.lua)

@@ -170,7 +170,8 @@ local function set_for(run, a)
 end
 
 -- Give back the retired sets of keys (nil: all of them), each once its
--- sends have completed (waited for).
+-- sends have completed (waited for); a key of sets.PART is a tied part's
+-- buffer, given back by the tied embedding's handler (stages.lua).
 local function give_back(run, keys)
   local retiring = run.retiring
   if not keys then
@@ -178,12 +179,18 @@ local function give_back(run, keys)
     for k in pairs(retiring) do keys[#keys + 1] = k end
   end
   for _, k in ipairs(keys) do
-    local t = retiring[k]
-    if not t then error(("schedule driver: set %d of stage %d is given back before it retired (sets.lua and " ..
-                         "the driver disagree)"):format(k % 1048576, math.floor(k / 1048576))) end
-    settle(run.send_f, k); settle(run.send_b, k)
-    t.pool:release(t.mb)
-    retiring[k] = nil
+    if k < 0 then
+      local n = run.env.sets.part_order[run.rank + 1][k]
+      if not run.ctx.tied or not n then error(("schedule driver: tied part %d has no handler or order"):format(k)) end
+      run.ctx.tied:give_back(n)
+    else
+      local t = retiring[k]
+      if not t then error(("schedule driver: set %d of stage %d is given back before it retired (sets.lua and " ..
+                           "the driver disagree)"):format(k % 1048576, math.floor(k / 1048576))) end
+      settle(run.send_f, k); settle(run.send_b, k)
+      t.pool:release(t.mb)
+      retiring[k] = nil
+    end
   end
 end
 
@@ -335,6 +342,7 @@ function M.step(env, lr)
   env.ledger = env.ledger or losses.new(env.microbatches)
   env.ledger:reset()
   local run = new_run(env, lr)
+  if run.ctx.tied then run.ctx.tied:begin_step() end
   -- gradients completed out of micro-batch order reach the strategy in it
   if not run.async then run.S = grad_order.wrap(env, env.strategy, run.list) end
   if run.async then

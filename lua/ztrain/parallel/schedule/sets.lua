@@ -36,13 +36,17 @@
 --
 -- plan(lists, opts) -> { release = { [rank + 1] = { [index] = { keys } } },
 --                   waits = { [rank + 1] = { [index] = { messages } } },
---                   peak = { [stage] = sets }, remote = { [key] = true } }
+--                   peak = { [stage] = sets }, remote = { [key] = true },
+--                   part_order = { [rank + 1] = { [key] = n } } }
 -- key(stage, mb) names a set; index is the action before which the rank
 -- waits for those sets' sends and gives them back (a set retired without a
 -- send to another rank is given back at its retire, and has no entry).
 -- opts.tied: the model shares its embedding between the first and the last
 -- stage (GPT-2), whose weight passes are then linked (simulate.lua's
--- tied_last). Raises on lists that are not action lists (validate first).
+-- tied_last); on two ranks the head's parts of its gradient are then keys
+-- of stage PART (peak[PART] buffers; part_order: the n-th part the rank
+-- sends in the step). Raises on lists that are not action lists (validate
+-- them first).
 local S = require "ztrain.parallel.schedule"
 local simulate = require "ztrain.parallel.schedule.simulate"
 
@@ -50,6 +54,13 @@ local M = {}
 
 function M.key(s, mb) return s * 1048576 + mb end
 local key = M.key
+-- The head's parts of a tied embedding's gradient (stages.lua's Tied) are
+-- counted as sets of a stage of their own, PART: each buffer is taken at
+-- the last stage's weight pass of a micro-batch (B, or W), its send to the
+-- first stage issued there, and given back once that stage's weight pass of
+-- the micro-batch has taken it.
+M.PART = -1
+local PART = M.PART
 
 local msg = simulate.message
 
@@ -76,8 +87,9 @@ end
 -- set_for, maybe_retire): per action index, the keys it takes (first
 -- touch), and per key its retire index and the messages it leaves in
 -- flight to other ranks.
-local function walk(list, rank, at)
-  local takes, live, life = {}, {}, {}
+local function walk(list, rank, at, tied_last)
+  local takes, live, life, order = {}, {}, {}, {}
+  local parts = tied_last and at[tied_last] == rank and at[0] ~= rank
   local done = {}
   local function touch(k, s, i)
     if not live[k] then
@@ -113,10 +125,17 @@ local function walk(list, rank, at)
         done[k] = done[k] or {}
         done[k].weights = true
         retire_check(k, a.stage, i)
+        if parts and a.stage == tied_last then
+          local pk = key(PART, a.mb)
+          takes[i] = takes[i] or {}
+          takes[i][#takes[i] + 1] = { key = pk, stage = PART }
+          life[pk] = { stage = PART, take = i, retire = i, sends = { simulate.tied_key(a.mb) } }
+          order[#order + 1] = pk
+        end
       end
     end
   end
-  return takes, life
+  return takes, life, order
 end
 
 -- candidates(takes, life, list) -> for each key retired with a send in
@@ -204,6 +223,7 @@ local function run(lists, ranks, release, tied_last)
         if a.op == "SEND_F" or a.op == "SEND_B" then sent[msg(a)] = true end
         if a.op == "RECV_F" or a.op == "RECV_B" then posted[msg(a)] = true end
         if tied_last and weight and a.stage == tied_last then sent[simulate.tied_key(a.mb)] = true end
+        if tied_last and weight and a.stage == 0 then posted[simulate.tied_key(a.mb)] = true end
         pc[r] = i + 1
         progress = true
       end
@@ -221,12 +241,13 @@ end
 
 -- What each rank's list does with sets and messages: per rank { takes,
 -- life, recv (the remote messages its F, B and I read), sends (every send
--- to another rank: STEP waits for them all), cand (candidates) }.
-local function facts(lists)
+-- to another rank: STEP waits for them all), cand (candidates), order (the
+-- tied parts' keys in the order the rank sends them) }.
+local function facts(lists, tied_last)
   local at = stage_ranks(lists)
   local ranks = {}
   for r, list in ipairs(lists) do
-    local takes, life = walk(list, r - 1, at)
+    local takes, life, order = walk(list, r - 1, at, tied_last)
     local recv, sends = {}, {}
     for _, a in ipairs(list) do
       if (a.op == "RECV_F" and at[a.stage - 1] ~= r - 1) or (a.op == "RECV_B" and at[a.stage + 1] ~= r - 1) then
@@ -236,7 +257,8 @@ local function facts(lists)
         sends[#sends + 1] = msg(a)
       end
     end
-    ranks[r] = { takes = takes, life = life, recv = recv, sends = sends, cand = candidates(takes, life, list) }
+    ranks[r] = { takes = takes, life = life, recv = recv, sends = sends, cand = candidates(takes, life, list),
+                 order = order }
   end
   return ranks
 end
@@ -296,9 +318,8 @@ end
 -- with none to move, the lists deadlock by themselves (simulate.lua names
 -- how); the sets then stay for STEP.
 local function avoid_deadlock(c)
-  local tied_last = c.tied and simulate.tied_last(c.lists) or nil
   while true do
-    local stuck = run(c.lists, c.ranks, c.release, tied_last)
+    local stuck = run(c.lists, c.ranks, c.release, c.tied_last)
     if not stuck then return end
     local moved = false
     for r, keys in pairs(stuck) do
@@ -382,12 +403,19 @@ end
 
 function M.plan(lists, opts)
   if type(lists) ~= "table" or #lists < 1 then error("sets: expected one action list per rank", 0) end
-  local c = new_choice(lists, facts(lists))
-  c.tied = opts and opts.tied
+  local tied = opts and opts.tied
+  local tied_last = tied and simulate.tied_last(lists) or nil
+  local c = new_choice(lists, facts(lists, tied_last))
+  c.tied, c.tied_last = tied, tied_last
   avoid_deadlock(c)
   avoid_lateness(c)
   local peak, remote = peaks(c)
-  return { release = c.release, peak = peak, remote = remote, waits = c:waits() }
+  local part_order = {}
+  for r = 1, #lists do
+    part_order[r] = {}
+    for n, k in ipairs(c.ranks[r].order) do part_order[r][k] = n end
+  end
+  return { release = c.release, peak = peak, remote = remote, waits = c:waits(), part_order = part_order }
 end
 
 return M

@@ -152,7 +152,11 @@ local function advance(sim, lists)
         if COMPUTE[a.op] then busy[r] = busy[r] + (t1 - t0); sim.stage_rank[a.stage] = r - 1 end
         if a.op == "SEND_F" or a.op == "SEND_B" then sim.sent[msg(a)] = sim.sent[msg(a)] or t1 end
         if a.op == "RECV_F" or a.op == "RECV_B" then sim.recv_at[msg(a)] = sim.recv_at[msg(a)] or t0 end
-        if a.stage == sim.tied_last and weight_pass(a) then sim.sent[M.tied_key(a.mb)] = t1 end
+        -- the head's part goes out as its weight pass starts (the head is a
+        -- stage's last unit: its backward comes first), and the first
+        -- stage takes it as its weight pass ends (the embedding's, last)
+        if a.stage == sim.tied_last and weight_pass(a) then sim.sent[M.tied_key(a.mb)] = t0 end
+        if sim.tied_last and a.stage == 0 and weight_pass(a) then sim.recv_at[M.tied_key(a.mb)] = t1 end
         clock[r] = t1
         pc[r] = pc[r] + 1
         progress = true

@@ -192,7 +192,11 @@ end
 -- Hooks the stage runner calls around a unit's weight-gradient pass. The
 -- head's part goes out from a buffer of its own, so the head can go on to
 -- the next micro-batch while the first stage has not taken it yet (it takes
--- them in micro-batch order, when it reaches the embedding's backward).
+-- them in micro-batch order, when it reaches the embedding's backward). A
+-- buffer is reused only once the schedule driver gives it back
+-- (give_back(n), at a point parallel/schedule/sets.lua fixed from the
+-- lists), never when its send is seen done: how many there are does not
+-- depend on timing.
 function Tied:before_weight(u, mb)
   if u == self.embed and self.receiver then
     self.comm:recv(self.model:embedding_grad(), self.last, mb % 32768)   -- the head's part, written
@@ -202,35 +206,53 @@ end
 function Tied:after_weight(u, mb)
   if u == self.head and self.replica then
     self.pending, self.spare = self.pending or {}, self.spare or {}
-    -- recycle the buffers of sends already taken
-    for i = #self.pending, 1, -1 do
-      local p = self.pending[i]
-      if p.req:test() then
-        p.req:wait(); table.insert(self.spare, p.buf); table.remove(self.pending, i)
-      end
-    end
+    self.nparts = (self.nparts or 0) + 1
     -- an fp32 work buffer's view, or (the bf16 GEMMs: precision.lua's
     -- writes) the stored bf16 gradient, sent as it is
     local wte = self.model:embedding_grad()
-    local buf = table.remove(self.spare) or
-                T.new(wte:shape(), { tier = self.model.tier, category = "comm", dtype = wte:dtype() })
+    local buf = table.remove(self.spare)
+    if not buf then
+      buf = T.new(wte:shape(), { tier = self.model.tier, category = "comm", dtype = wte:dtype() })
+      self.made = (self.made or 0) + 1      -- buffers made (the plan's count: sets.lua's peak[PART])
+    end
     ops.copy(buf, wte)
     if self.dtype and wte:dtype() == "f32" then   -- rounded as one rank stores it between the head and the embedding
       self.round = self.round or T.new(wte:shape(), { tier = self.model.tier, category = "comm", dtype = self.dtype })
       ops.cast(self.round, buf)
       ops.cast(buf, self.round)
     end
-    self.pending[#self.pending + 1] = { req = self.comm:send(buf, self.first, mb % 32768, true), buf = buf }
+    self.pending[self.nparts] = { req = self.comm:send(buf, self.first, mb % 32768, true), buf = buf }
   end
 end
 
+-- give_back(n): the step's n-th part (in the order sent) has been taken:
+-- its buffer is reused (waits for the send; the first stage has posted its
+-- receive, or is about to without waiting on this rank)
+function Tied:give_back(n)
+  local p = self.pending and self.pending[n]
+  if not p then error(("tied embedding: part %d given back, but it was not sent this step"):format(n)) end
+  self.pending[n] = nil
+  p.req:wait()
+  table.insert(self.spare, p.buf)
+end
+
+-- A step begins: parts are numbered from 1 again. Any left by a step that
+-- failed part-way wait for the drain (their receives may never come).
+function Tied:begin_step()
+  self.orphans = self.orphans or {}
+  for _, p in pairs(self.pending or {}) do self.orphans[#self.orphans + 1] = p end
+  self.pending, self.nparts = {}, 0
+end
+
 local function drain(self)
-  for _, p in ipairs(self.pending or {}) do
-    pcall(p.req.wait, p.req)
-    self.spare = self.spare or {}
-    table.insert(self.spare, p.buf)
+  self.spare = self.spare or {}
+  for _, list in ipairs({ self.pending or {}, self.orphans or {} }) do
+    for _, p in pairs(list) do
+      pcall(p.req.wait, p.req)
+      table.insert(self.spare, p.buf)
+    end
   end
-  self.pending = {}
+  self.pending, self.orphans = {}, {}
 end
 
 -- After the step: the first stage's updated embedding to the replica.
