@@ -118,6 +118,11 @@ describe("schedule sets: where the driver gives activation sets back", function(
     assert.is_nil(tied.release[2][15])
     assert.is_true(sim.run(lists, { posted = true, tied = true, waits = tied.waits }).ok)
     assert.are.equal(4, tied.peak[1])
+    -- rank 1 sends its parts in its weight passes' order, W0 W3 W1 W2: Tied
+    -- numbers them so (n-th sent), not by micro-batch
+    local P_ = sets.PART
+    assert.are.same({ [sets.key(P_, 0)] = 1, [sets.key(P_, 3)] = 2, [sets.key(P_, 1)] = 3, [sets.key(P_, 2)] = 4 },
+                    tied.part_order[2])
   end)
 
   -- 1F1B at p=2 (F = 1, B = 2): the head's part of micro-batch k leaves as

@@ -237,7 +237,8 @@ function Tied:give_back(n)
 end
 
 -- A step begins: parts are numbered from 1 again. Any left by a step that
--- failed part-way wait for the drain (their receives may never come).
+-- failed part-way are kept aside for the drain (a failed pipeline step ends
+-- the run: the trainer does not go on after one, and free() waits for them).
 function Tied:begin_step()
   self.orphans = self.orphans or {}
   for _, p in pairs(self.pending or {}) do self.orphans[#self.orphans + 1] = p end
