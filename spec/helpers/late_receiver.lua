@@ -12,6 +12,7 @@
 --   rank R stage S sets peak P planned Q live L
 --   rank R tied parts made P planned Q
 local ffi = require "ffi"
+local bit = require "bit"
 local zt = require "ztrain"
 local gpt2 = require "ztrain.model.gpt2"
 local stage_run = require "ztrain.parallel.driver.stage"
@@ -20,6 +21,8 @@ local library = require "ztrain.parallel.schedule.library"
 local sets = require "ztrain.parallel.schedule.sets"
 local driver = require "ztrain.parallel.driver.schedule"
 local groups = require "ztrain.parallel.groups"
+local T = require "ztrain.core.tensor"
+local ops = require "ztrain.core.ops"
 local pipeline_stages = require "ztrain.parallel.schedule.stages"
 
 pcall(ffi.cdef, "int usleep(unsigned int usec);")
@@ -31,7 +34,15 @@ local cfg = gpt2.config("gpt2-tiny", { vocab_size = 256 })
 local model = gpt2.new(cfg)
 model:init(7)
 
-local S = zt.strategy.options.validate({ name = "none", setup = function() end, step = function() return 0 end })
+-- a strategy that only sums each unit's gradient over the step's micro-batches
+-- (in the order they complete: the test compares runs of one schedule)
+local acc = {}
+local S = zt.strategy.options.validate({ name = "accumulate", setup = function() end,
+  step = function() return 0 end,
+  post_backward = function(_, u, mb)
+    acc[u.index] = acc[u.index] or T.new({ u.padded })
+    if mb == 0 then ops.copy(acc[u.index], u.grads) else ops.add(acc[u.index], u.grads) end
+  end })
 
 local function load(a, mb)
   local n = B * Tl
@@ -112,6 +123,23 @@ end
 if tied and tied.replica then
   print(("rank %d tied parts made %d planned %d"):format(pp.rank, tied.made or 0, planned[sets.PART] or 0))
 end
+-- the summed gradients' bits (FNV-1a over every float of this rank's
+-- units, in unit order): a buffer reused while its send was still out
+-- would have sent other numbers
+local h = 0xcbf29ce484222325ULL
+local f = ffi.new("float[1]")
+for i in ipairs(model.units) do
+  if acc[i] then
+    local v = acc[i]:totable()
+    for k = 1, #v do
+      f[0] = v[k]
+      local bits = ffi.cast("uint32_t *", f)[0]
+      h = bit.bxor(h, 0ULL + bits) * 0x100000001b3ULL
+    end
+    acc[i]:free()
+  end
+end
+print(("rank %d gradients %s"):format(pp.rank, tostring(h)))
 if tied then tied:free() end
 model:free()
 groups.free(g)
