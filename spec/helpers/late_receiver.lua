@@ -21,8 +21,7 @@ local library = require "ztrain.parallel.schedule.library"
 local sets = require "ztrain.parallel.schedule.sets"
 local driver = require "ztrain.parallel.driver.schedule"
 local groups = require "ztrain.parallel.groups"
-local T = require "ztrain.core.tensor"
-local ops = require "ztrain.core.ops"
+local toy = require "spec.helpers.toy_steps"
 local pipeline_stages = require "ztrain.parallel.schedule.stages"
 
 pcall(ffi.cdef, "int usleep(unsigned int usec);")
@@ -34,23 +33,10 @@ local cfg = gpt2.config("gpt2-tiny", { vocab_size = 256 })
 local model = gpt2.new(cfg)
 model:init(7)
 
--- a strategy that only sums each unit's gradient over the step's micro-batches
--- (in the order they complete: the test compares runs of one schedule)
-local acc = {}
-local S = zt.strategy.options.validate({ name = "accumulate", setup = function() end,
-  step = function() return 0 end,
-  post_backward = function(_, u, mb)
-    acc[u.index] = acc[u.index] or T.new({ u.padded })
-    if mb == 0 then ops.copy(acc[u.index], u.grads) else ops.add(acc[u.index], u.grads) end
-  end })
-
-local function load(a, mb)
-  local n = B * Tl
-  local x, y = ffi.new("int32_t[?]", n), ffi.new("int32_t[?]", n)
-  for i = 0, n - 1 do x[i] = (i * 7 + mb * 13) % 256; y[i] = (i * 11 + mb * 5 + 3) % 256 end
-  if a.tokens then a.tokens:write(x) end
-  if a.targets then a.targets:write(y) end
-end
+-- each unit's gradient summed over the step's micro-batches (the test
+-- compares runs of one schedule family)
+local S, acc = toy.accumulator()
+local load = toy.loader(B, Tl)
 
 -- "grads": rank 0 takes its gradients late, each backward receive posted
 -- after a sleep; "inputs": rank 1 takes its inputs late (the first stage

@@ -5,11 +5,9 @@
 -- unit of this rank's stage, the largest gradient difference, and the loss.
 -- Embed's wte is left out: its tied gradient has a part on each stage, which
 -- the Pipeline issue will sum (only wpe is compared).
-local ffi = require "ffi"
 local zt = require "ztrain"
 local gpt2 = require "ztrain.model.gpt2"
-local ops = require "ztrain.core.ops"
-local T = require "ztrain.core.tensor"
+local toy = require "spec.helpers.toy_steps"
 local stage_run = require "ztrain.parallel.driver.stage"
 local schedule = require "ztrain.parallel.schedule"
 local driver = require "ztrain.parallel.driver.schedule"
@@ -25,21 +23,8 @@ local model = gpt2.new(cfg)
 model:init(7)
 
 -- a strategy that only accumulates each unit's gradient in micro-batch order
-local acc = {}
-local S = zt.strategy.options.validate({ name = "accumulate", setup = function() end,
-  step = function() return 0 end,
-  post_backward = function(_, u, mb)
-    acc[u.index] = acc[u.index] or T.new({ u.padded })
-    if mb == 0 then ops.copy(acc[u.index], u.grads) else ops.add(acc[u.index], u.grads) end
-  end })
-
-local function load(a, mb)
-  local n = B * Tl
-  local x, y = ffi.new("int32_t[?]", n), ffi.new("int32_t[?]", n)
-  for i = 0, n - 1 do x[i] = (i * 7 + mb * 13) % 256; y[i] = (i * 11 + mb * 5 + 3) % 256 end
-  if a.tokens then a.tokens:write(x) end
-  if a.targets then a.targets:write(y) end
-end
+local S, acc = toy.accumulator()
+local load = toy.loader(B, Tl)
 
 local function env_for(counts, lists, pp)
   local stages = stage_run.stages(model, counts)
@@ -53,8 +38,7 @@ end
 local ref = env_for(nil, schedule.one_stage(M), nil)
 local ref_loss = driver.step(ref, 0)
 local want = {}
-for i in ipairs(model.units) do want[i] = acc[i]:totable(); acc[i]:free() end
-acc = {}
+for i in ipairs(model.units) do want[i] = acc[i]:totable(); acc[i]:free(); acc[i] = nil end
 
 -- GPipe: embed + block.0 on stage 0, block.1 + head on stage 1
 local bw = split and { "I", "W" } or { "B" }

@@ -30,9 +30,11 @@
 -- runs the lists with and without the waits (default times, latencies 0,
 -- 0.25 and 1): a wait that starts an F, B, I or W later moves on too.
 --
--- The trainer plans this once when it builds (trainer_build.lua): ~0.03 s
--- for 1F1B at p = 8, m = 64; ~2 s for interleaved 1F1B or DualPipe-V
--- there, ~10 s at m = 128 (each move re-runs the simulator).
+-- The trainer plans this once when it builds (trainer_build.lua). Measured
+-- with GPT-2's tie (its parts add moves): 0.34 s for 1F1B at p = 8, m = 64
+-- (2.6 s at p = 16, m = 128); 3.6 s for interleaved 1F1B and 2.8 s for
+-- DualPipe-V at p = 8, m = 64, 16-19 s at m = 128: each move re-runs the
+-- simulator over the whole step.
 --
 -- plan(lists, opts) -> { release = { [rank + 1] = { [index] = { keys } } },
 --                   waits = { [rank + 1] = { [index] = { messages } } },
