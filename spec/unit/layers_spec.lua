@@ -5,7 +5,7 @@
 -- -> plan -> plan_report -> cli -> run -> trainer (a usage text), cli <->
 -- compare, compare <-> compare_tables, plan <-> plan_report,
 -- schedule <-> pipeline.schedules, data <-> data.text -- were broken by
--- moving the thing to where it belongs (ztrain.cli.usage, plan.refusal,
+-- moving the thing to where it belongs (ztrain.cli.usage, plan.preflight.refusal,
 -- compare_tables.DEFAULTS, schedule.registry, data.tokenizer).
 --
 -- And the layers: LAYERS below, lowest first, is the one place the order is
@@ -172,7 +172,7 @@ describe("layers: the Lua tree's requires", function()
     local n = 0
     for _, e in pairs(g) do for _ in pairs(e) do n = n + 1 end end
     assert.is_true(n > 200, ("only %d require edges parsed: the parser is broken"):format(n))
-    assert.is_truthy(g["ztrain.train.trainer"]["ztrain.plan"], "trainer's require of plan not seen")
+    assert.is_truthy(g["ztrain.train.trainer"]["ztrain.plan.preflight"], "trainer's require of plan.preflight not seen")
     local found = cycles(g)
     assert.are.same({}, found, "require cycles (each a set of modules that reach each other):\n  " ..
                     table.concat(found, "\n  "))

@@ -157,9 +157,12 @@ ztrain plan predicts one rank's bytes by tier (device, host, nvme) and category
 (parameters, gradients, optimizer state, activations, working buffers) for
 every strategy and offload setting at nproc=N ranks, says which fit
 device.memory_limit (else the available memory shared by the ranks) and which
-is fastest to try. Any recipe key may be set, e.g.
+is fastest to try. A pipeline recipe's own run comes first (recipe+: its
+stages, chunks, schedule and strategy, the heaviest rank). Any recipe key may
+be set, e.g.
   ztrain plan model.size=gpt2-xl nproc=8 device.memory_limit=16GiB precision=bf16
   ztrain plan recipes/zero3.lua nproc=4 batch.micro=8 data.seq_len=1024
+  ztrain plan recipes/pipeline_dp.lua strategy=dp
 Its step and tokens/s columns are the step-time model's (docs/scaling.md) on
 --hosts H x --gpus-per-host G ranks (default: 8 a host), --link RATE and
 --latency T across hosts (400gbit, 5us), --intra-link RATE and

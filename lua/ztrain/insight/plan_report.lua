@@ -27,7 +27,7 @@ function M.table(rows, r)
     local t, tot = row.t, row.totals
     local cells = {}
     for i, c in ipairs(COLUMNS) do cells[i] = cell(t, c[2]) end
-    local name = row.name .. (row.spec.pipeline and "*" or "")
+    local name = row.name .. (row.recipe and "+" or row.spec.pipeline and "*" or "")
     say(head, name, tostring(row.ranks), fmt(tot.device), fmt(tot.host), fmt(tot.nvme), cells[1], cells[2],
         cells[3], cells[4], cells[5], row.fits and "yes" or "no", row.time and M.seconds(row.time.step) or "-",
         row.tokens_per_s and ("%.0f"):format(row.tokens_per_s) or "-")
@@ -35,6 +35,16 @@ function M.table(rows, r)
   say("")
   say("bytes per rank at the step's peak; h = host tier, n = nvme tier; working = gradient buckets, gathered " ..
       "units, MPI scratch, offload staging (comm) and aio buffers.")
+  if rows[1] and rows[1].recipe then
+    local pl = r.pipeline
+    local sched = (r.schedule ~= "" and type(r.schedule) == "string") and r.schedule or
+                  (pl.chunks > 1 and "interleaved_1f1b" or "1f1b")
+    say("+ recipe: the run as asked for, %s over %d data-parallel rank(s) x %d pipeline stages x %d chunk(s), " ..
+        "schedule %s: its heaviest rank, with the activation sets, kept gradients and W records the schedule " ..
+        "driver keeps (lua/ztrain/plan/pipeline.lua%s).", rows[1].spec.name, rows.nproc / pl.stages, pl.stages,
+        pl.chunks, type(r.schedule) == "function" and "(a function)" or sched,
+        pl.split == "time" and '; pipeline.split = "time" planned as "params"' or "")
+  end
   if rows[#rows] and rows[#rows].spec.pipeline then
     say("* pipeline_1f1b: one stage per rank (no data parallelism), the heaviest stage: its units as " ..
         "pipeline.split divides them, the activation sets the schedule driver keeps on it.")

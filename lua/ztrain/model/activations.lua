@@ -374,7 +374,7 @@ end
 --          backward's output: dfch (N,ffn_in), or with gemm16 dfch16
 --   head   dlnf (N,C)            embed  dy (N,C)
 -- (with gemm16 all bf16)
-function M.wgrad(cfg, B, Tlen, tier, kind, gemm16)
+local function wgrad_plan(cfg, B, Tlen, kind, gemm16)
   local C, W = cfg.C, widths(cfg)
   local P = planner()
   if kind == "block" then
@@ -390,9 +390,19 @@ function M.wgrad(cfg, B, Tlen, tier, kind, gemm16)
   else
     P.add("dy", { B, Tlen, C }, gemm16)
   end
-  local s = P.alloc(tier, "activations")
+  return P
+end
+
+function M.wgrad(cfg, B, Tlen, tier, kind, gemm16)
+  local s = wgrad_plan(cfg, B, Tlen, kind, gemm16).alloc(tier, "activations")
   s.free = function() free_slab(s) end
   return s
+end
+
+-- wgrad_bytes(cfg, B, T, kind, gemm16) -> the bytes M.wgrad allocates (the
+-- planner's; no allocation).
+function M.wgrad_bytes(cfg, B, Tlen, kind, gemm16)
+  return wgrad_plan(cfg, B, Tlen, kind, gemm16).bytes()
 end
 
 return M

@@ -19,8 +19,14 @@ local function rope_bytes(cfg, n) return 2 * n * (cfg.C / cfg.NH / 2) * 4 end
 -- stage's scratch (model/activations.lua's plan); kept inputs on the host.
 -- ckpt: the model's checkpointed blocks (the trainer's rule,
 -- driver/stage.lua's checkpoint_units over every unit of the model).
-function M.activations(t, cfg, r, units, sets, ckpt)
+-- rank: a table shared by the calls for one rank's stages (what the rank's
+-- model keeps once: the RoPE table), or nil for a rank with one stage.
+function M.activations(t, cfg, r, units, sets, ckpt, rank)
   local B, Tlen = r.batch.micro, r.data.seq_len
+  -- the stage's own checkpointed blocks (its pool's: driver/stage.lua)
+  local mine = {}
+  for _, u in ipairs(units) do if ckpt[u.index] then mine[u.index] = true end end
+  ckpt = mine
   local host = r.train.checkpoint_host and next(ckpt) ~= nil
   -- bf16 GEMMs keep what only they read in bf16 (the trainer's choice)
   local g16 = precision.gemm16(r)
@@ -34,7 +40,8 @@ function M.activations(t, cfg, r, units, sets, ckpt)
     if u.kind == "head" then add(t, "device", "activations", losses.bytes(r.batch.accumulate, B, Tlen)) end
     rope = rope or (u.kind == "block" and cfg.family == "llama")
   end
-  if rope then add(t, "device", "activations", rope_bytes(cfg, Tlen)) end
+  if rope and not (rank and rank.rope) then add(t, "device", "activations", rope_bytes(cfg, Tlen)) end
+  if rope and rank then rank.rope = true end
   if host then
     -- each kept input a stream row: bf16 with the bf16 GEMMs (bf16 activations)
     for _ in pairs(ckpt) do add(t, "host", "activations", sets * B * Tlen * cfg.C * (g16 and 2 or 4)) end

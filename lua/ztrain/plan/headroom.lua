@@ -1,5 +1,5 @@
 -- ztrain.plan.headroom: how much of this machine's memory a run may plan to
--- fill when no device.memory_limit is set (the pre-flight, plan.preflight,
+-- fill when no device.memory_limit is set (the pre-flight, plan/preflight.lua,
 -- and `ztrain plan`'s limit per rank).
 --
 -- Not all of MemAvailable: a rank's share is device.memory_fraction of it

@@ -35,11 +35,9 @@ local strategy = require "ztrain.parallel.strategy"
 local rep = require "ztrain.parallel.strategy.replicated"
 local data = require "ztrain.model.data"
 local hf = require "ztrain.model.hf"
-local stage_cuts = require "ztrain.parallel.schedule.stages"
 local stage = require "ztrain.parallel.driver.stage"
-local library = require "ztrain.parallel.schedule.library"
-local simulate = require "ztrain.parallel.schedule.simulate"
-local sets = require "ztrain.parallel.schedule.sets"
+local pipeline = require "ztrain.plan.pipeline"
+local batch = require "ztrain.parallel.batch"
 local steptime = require "ztrain.plan.steptime"
 local acts = require "ztrain.plan.activations"
 local precision = require "ztrain.model.precision"
@@ -127,54 +125,57 @@ function M.model_config(r)
   return family.config(r.model.size, { vocab_size = M.vocab(r) })
 end
 
--- A pipeline (one stage per rank, pipeline.stages or nproc of them, loop
--- placement): each stage's units as parallel/schedule/stages.lua splits them
--- ("params"; "time" is taken as "params"), the activation sets in flight on
--- it as parallel/schedule/sets.lua fixes them for the driver (1F1B: one
--- per later stage, the driver waiting for a send before reusing its set),
--- the gradients a stage completes ahead of their turn (looped BFS: m - 1
--- per unit), on the last stage the tied embedding's replica (parameters
--- and gradients) with its outgoing gradient buffers (as many as sets.lua
--- keeps; an untied Llama head has none). (A 2-byte precision's gradients are
--- accumulated into fp32 as they are read: no widening buffer.)
--- Returns the heaviest rank's prediction.
-local function pipeline(cfg, r, P, lowp)
-  local model = family.new(cfg, { alloc = false, pad = family.PAD })
-  local split = type(r.pipeline.split) == "table" and r.pipeline.split or "params"
-  local counts = stage_cuts.partition(model, P, split)
-  local stages = stage.stages(model, counts)
-  local sched = type(r.schedule) == "string" and r.schedule ~= "" and r.schedule or "1f1b"
-  local lists = library.build(sched, { ranks = P, microbatches = r.batch.accumulate, chunks = 1 })
-  local res = simulate.check(lists)
-  local held = sets.plan(lists, { tied = model:tied() }).peak
-  local ckpt = stage.checkpoint_units(model.units, r.train.checkpoint_activations)
-  local best, best_total
-  for s, st in ipairs(stages) do
-    local t = zero_tiers()
-    fp.replicated_state(t, st.units, lowp, r.batch.accumulate)
-    if st.has_head and not st.has_embed and (cfg.family ~= "llama" or cfg.tied) then
-      local e, pb = model.embed, lowp and 2 or 4
-      add(t, "device", "params", pb * e.padded)
-      add(t, "device", "grads", pb * e.padded)
-      -- its outgoing parts, as many buffers as sets.lua keeps (stage PART):
-      -- fp32, or the stored bf16 the bf16 GEMMs' ops write
-      add(t, "device", "comm", (held[sets.PART] or 0) * (precision.gemm16(r) and 2 or 4) * cfg.V * cfg.C)
-    end
-    acts.activations(t, cfg, r, st.units, math.max(held[s - 1] or 1, 1), ckpt)
-    -- gradients completed ahead of their turn, one buffer a unit each (driver/grad_order.lua)
-    for _, u in ipairs(st.units) do add(t, "device", "grads", (res.held[s - 1] or 0) * (lowp and 2 or 4) * u.padded) end
-    local total = M.totals(t).device
-    if not best or total > best_total then best, best_total = t, total end
-  end
-  return best
+-- batch_of(r, N) -> r as it runs on N data-parallel ranks: batch.global
+-- divided into batch.accumulate as the trainer divides it (a view of r;
+-- r itself when there is nothing to divide, or it does not divide).
+local function batch_of(r, N)
+  local a = batch.accumulation(r, N)
+  if not a or a == r.batch.accumulate then return r end
+  return setmetatable({ batch = setmetatable({ accumulate = a }, { __index = r.batch }) }, { __index = r })
 end
+
+-- A run of the schedule driver (a pipeline, or a schedule on one stage):
+-- plan/pipeline.lua predicts every pipeline rank; rank 0 also samples,
+-- from a full copy of the model where it holds a pipeline's first stages
+-- only. Returns the heaviest rank's prediction, and every rank's.
+local function driven(cfg, r, spec, world)
+  local P = math.max(r.pipeline.stages, 1)
+  local N = math.max(math.floor(world / P), 1)
+  r = batch_of(r, N)
+  local ranks = pipeline.predict(cfg, r, { spec = spec, P = P, N = N,
+                                           new_t = zero_tiers, pad = spec.stage == 0 and family.PAD or N * norm_block() })
+  acts.sample(ranks[1], cfg, r, { stage = P > 1 and 1 or spec.stage })
+  local best
+  for _, t in ipairs(ranks) do
+    if not best or M.totals(t).device > M.totals(best).device then best = t end
+  end
+  return best, ranks
+end
+
+-- The pipeline_1f1b row of the plan: the recipe as 1F1B over one stage per
+-- rank (nproc of them, or pipeline.stages), replicated stages, no data
+-- parallelism; the recipe's split.
+local function one_f_one_b(r, P)
+  return setmetatable({ schedule = "1f1b", pipeline = { stages = P, chunks = 1, placement = "",
+                                                        split = r.pipeline.split } }, { __index = r })
+end
+local ROW_STAGE = replicated_spec("pipeline_1f1b")
+
 
 -- predict(r, opts) -> { device = { params =, grads =, optim =, activations =,
 -- comm =, other = }, host = {...}, nvme = {...} }: one rank's peak bytes.
 -- r: a resolved recipe (recipe.resolve); opts.nproc (world size, default
 -- r.launch.nproc or 1), opts.strategy (a name or object; default
--- r.strategy), opts.cfg (the model's shape; default from r). Raises for a
--- strategy the planner does not know.
+-- r.strategy), opts.cfg (the model's shape; default from r), opts.data_parallel
+-- (a pipeline recipe's strategy over nproc data-parallel ranks instead of
+-- its pipeline: the plan's alternatives). Raises for a strategy the
+-- planner does not know.
+-- A recipe the schedule driver runs (pipeline.stages > 1, or a schedule
+-- on one stage) is planned as it runs (plan/pipeline.lua): its heaviest
+-- pipeline rank's bytes.
+-- Returns t, the strategy's description, and for a scheduled run every
+-- pipeline rank's t (ranks[pipeline rank + 1]; a world rank w is pipeline
+-- rank floor(w / data-parallel ranks)).
 function M.predict(r, opts)
   opts = opts or {}
   local spec = opts.spec or M.spec_of(opts.strategy or r.strategy)
@@ -188,12 +189,20 @@ function M.predict(r, opts)
   local lowp = r.precision ~= "fp32"
   local t = zero_tiers()
   if spec.pipeline then
-    return pipeline(cfg, r, math.max(r.pipeline.stages > 1 and r.pipeline.stages or world, 1), lowp), spec
+    local P = math.max(r.pipeline.stages > 1 and r.pipeline.stages or world, 1)
+    return (driven(cfg, one_f_one_b(r, P), ROW_STAGE, P)), spec
+  end
+  if pipeline.driven(r) and (r.pipeline.stages == 1 or not opts.data_parallel) then
+    local best, ranks = driven(cfg, r, spec, world)
+    return best, spec, ranks
   end
   local N = spec.one_rank and 1 or world
+  r = batch_of(r, N)
   local pad = spec.stage == 0 and family.PAD or N * norm_block()
-  local units = M.units(cfg, pad)
-  spec.footprint(t, { units = units, N = N, lowp = lowp, accumulate = r.batch.accumulate, recipe = r })
+  local model = family.new(cfg, { alloc = false, pad = pad })
+  local units = model.units
+  spec.footprint(t, { units = units, N = N, lowp = lowp, accumulate = r.batch.accumulate, recipe = r,
+                      tied = model:tied() })
   acts.activations(t, cfg, r, units, 1, stage.checkpoint_units(units, r.train.checkpoint_activations))
   acts.sample(t, cfg, r, spec)
   return t, spec
@@ -341,11 +350,24 @@ function M.rows(r, nproc, cfg, hw)
   local psi, lowp = psi_of(cfg), r.precision ~= "fp32"
   local limit, source, explicit = M.limit(r, nproc)
   local rows = { cfg = cfg, psi = psi, nproc = nproc, limit = limit, source = source }
+  -- a pipeline recipe: first its own row, the run as it is asked for
+  -- (plan/pipeline.lua; no step time: steptime.lua models 1F1B on one
+  -- chunk, the pipeline_1f1b row)
+  local P = math.max(r.pipeline.stages, 1)
+  if P > 1 then
+    local own = M.spec_of(r.strategy)
+    if own and nproc % P == 0 then
+      local t = M.predict(r, { spec = own, nproc = nproc, cfg = cfg })
+      rows[#rows + 1] = { name = "recipe", spec = own, recipe = true, t = t, totals = M.totals(t),
+                          fits = M.fits(t, r, limit, explicit), ranks = nproc,
+                          traffic = { class = CLASS.pipeline, net = 0, offload = 0 } }
+    end
+  end
   for _, spec in ipairs(M.STRATEGIES) do
     local applies = (spec.one_rank or nproc > 1 or spec.otier) and not (spec.pipeline and nproc < 2)
     if applies then
       local N = spec.one_rank and 1 or nproc
-      local t = M.predict(r, { spec = spec, nproc = nproc, cfg = cfg })
+      local t = M.predict(r, { spec = spec, nproc = nproc, cfg = cfg, data_parallel = true })
       local row = { name = spec.name, spec = spec, t = t, totals = M.totals(t), fits = M.fits(t, r, limit, explicit),
                     traffic = M.traffic(spec, psi, N, lowp), ranks = spec.pipeline and nproc or N }
       if hw then row.time = M.time(r, spec, nproc, cfg, hw) end
@@ -373,54 +395,6 @@ function M.rows(r, nproc, cfg, hw)
 end
 
 ---------------------------------------------------------------------------
--- The pre-flight check of a run (trainer.lua, before anything is
--- allocated): the same prediction as `ztrain plan`, against
--- device.memory_limit (the device tier), or without one on the CPU backend
--- against the machine's available memory shared by the local ranks (device
--- and host are both RAM there; the kernel's OOM killer would end the run
--- without a word). nvme bytes live on disk and are not counted.
--- o = { recipe, strategy (object), cfg, nproc (data-parallel ranks),
--- local_ranks }. Returns nil when it fits, false when the strategy or
--- driver is one the planner does not predict, else the refusal's text.
-function M.preflight(o)
-  local r = o.recipe
-  local spec = M.spec_of(o.strategy)
-  local nproc = o.nproc
-  -- pipelines are checked on model state only: the planner's pipeline rows
-  -- cover one stage per rank under a built-in schedule and no data
-  -- parallelism, not every pipeline a recipe can ask for
-  if not spec or r.pipeline.stages > 1 or r.schedule ~= "" then return false end
-  local t = M.predict(r, { spec = spec, nproc = nproc, cfg = o.cfg })
-  local tot = M.totals(t)
-  local lim = memory.parse_size(r.device.memory_limit) or 0
-  local need, limit, source
-  if lim > 0 then
-    need, limit, source = tot.device, lim, {}
-  elseif r.device.backend == "cpu" then
-    local avail = M.available()
-    if not avail then return nil end
-    local lr = math.max(o.local_ranks or 1, 1)
-    local share, over = headroom.share(r, avail, lr)
-    need, limit, source = tot.device + tot.host, share, { avail = avail, local_ranks = lr, over = over }
-  else
-    return nil
-  end
-  if need <= limit then return nil end
-  -- what fits instead, fastest first, at the same ranks (a limit
-  -- explicit or not, as above)
-  local rows = M.rows(r, nproc, o.cfg)
-  local alts = {}
-  for _, row in ipairs(rows) do
-    if row.fits and row.name ~= spec.name and not row.spec.pipeline and (nproc == 1 or not row.spec.one_rank) then
-      alts[#alts + 1] = row
-    end
-  end
-  table.sort(alts, M.faster)
-  return M.refusal({ what = ("%s under %s"):format(o.cfg.name, spec.name), t = t,
-    need = need, limit = limit, avail = source.avail, local_ranks = source.local_ranks, over = source.over,
-    explicit = lim > 0, alts = alts, nproc = nproc, recipe = r })
-end
-
 -- The planner's category columns (`ztrain plan`'s and the refusal's): a
 -- tier's bytes marked h (host) or n (nvme).
 local TIER_MARK = { device = "", host = " h", nvme = " n" }
@@ -437,35 +411,5 @@ function M.cell(t, cats)
   end
   return #parts == 0 and "0" or table.concat(parts, " + ")
 end
-
--- refusal(o) -> the pre-flight's message (plan.preflight): the predicted
--- bytes per category, the limit, and what to try: the strategies that fit,
--- fastest first, and the `ztrain plan` line that shows them all.
-function M.refusal(o)
-  local parts = {}
-  for _, c in ipairs(M.COLUMNS) do parts[#parts + 1] = c[1] .. " " .. M.cell(o.t, c[2]) end
-  local try = {}
-  for i = 1, math.min(#o.alts, 3) do
-    local a = o.alts[i]
-    try[#try + 1] = ("strategy=%s (%s)"):format(a.name, memory.format(o.explicit and a.totals.device or a.totals.device + a.totals.host))
-  end
-  local r = o.recipe
-  local plan_line = ("ztrain plan %s%snproc=%d%s"):format(r.path and (r.path .. " ") or "",
-    r.path and "" or ("model.size=" .. r.model.size .. " "), o.nproc,
-    o.explicit and (" device.memory_limit=" .. tostring(r.device.memory_limit)) or "")
-  local head = o.explicit and "device memory limit exceeded (predicted before the run): " or
-               "not enough memory (predicted before the run): "
-  local over = o.explicit and ("over device.memory_limit = " .. memory.format(o.limit)) or
-               ("but each rank has %s (%s)"):format(memory.format(o.limit),
-                 headroom.describe(r, o.avail, o.local_ranks, o.over or 0))
-  local advice = #try > 0 and ("try " .. table.concat(try, ", ")) or
-                 ("no other strategy fits at %d rank(s): use more ranks or train.checkpoint_activations=true"):format(o.nproc)
-  local escape = o.explicit and "raise device.memory_limit" or
-                 "raise device.memory_fraction (at most 1) or set device.memory_limit to try anyway"
-  return ("%s%s needs %s per rank (%s; h = host, n = nvme), %s; %s, lower batch.micro or data.seq_len, or %s " ..
-          "(`%s` with your overrides shows every strategy)"):format(head, o.what, memory.format(o.need),
-          table.concat(parts, ", "), over, advice, escape, plan_line)
-end
-
 
 return M

@@ -25,8 +25,8 @@ local errors = require "ztrain.core.errors"
 local activations = require "ztrain.model.activations"
 local schedule_driver = require "ztrain.parallel.driver.schedule"
 local build = require "ztrain.train.trainer_build"
-local plan = require "ztrain.plan"
 local headroom = require "ztrain.plan.headroom"
+local preflight = require "ztrain.plan.preflight"
 local host = require "ztrain.util.host"
 local whole_model = require "ztrain.train.whole_model"
 
@@ -122,10 +122,10 @@ end
 
 -- Refuse early (with numbers) a run that cannot fit in device.memory_limit
 -- or this machine's available memory, instead of being killed by the OOM
--- killer half-way through: the memory planner's prediction (plan.lua) of
+-- killer half-way through: the memory planner's prediction (plan/preflight.lua) of
 -- model state, activations and working buffers.
 function Trainer:check_fits()
-  local ok, msg = pcall(plan.preflight, { recipe = self.recipe, strategy = self.strategy, cfg = self.cfg,
+  local ok, msg = pcall(preflight.check, { recipe = self.recipe, strategy = self.strategy, cfg = self.cfg,
                                           nproc = self.dp.size, local_ranks = host.local_ranks() })
   -- a prediction that failed (a bug in the planner) must not stop a run
   -- that may fit: the runtime's own limit still guards it

@@ -7,39 +7,13 @@
 -- either way. Pure: no communicator, no device.
 local groups = require "ztrain.parallel.groups"
 local single = require "ztrain.parallel.strategy.single"
+local batch = require "ztrain.parallel.batch"
 
 local M = {}
 
--- accumulation(r, dp) -> micro-batches a step | nil, err: batch.global,
--- when set, must split into dp ranks x batch.micro x accumulate
-function M.accumulation(r, dp)
-  local B, accum, G = r.batch.micro, r.batch.accumulate, r.batch.global
-  if G == 0 then return accum end
-  local per = B * dp
-  if G % per ~= 0 then
-    -- valid choices: the multiples of ranks x micro around G, and the
-    -- micro-batch sizes that split G over the ranks
-    local choices = {}
-    local lo = G - G % per
-    if lo >= per then choices[#choices + 1] = "batch.global=" .. lo end
-    choices[#choices + 1] = "batch.global=" .. (lo + per)
-    if G % dp == 0 then
-      local per_rank, micros = G / dp, {}
-      for d = math.min(per_rank, 2 * B), 1, -1 do
-        if per_rank % d == 0 and #micros < 3 then micros[#micros + 1] = tostring(d) end
-      end
-      choices[#choices + 1] = "batch.micro=" .. table.concat(micros, " or ")
-    end
-    return nil, ("batch.global %d does not divide into %d rank(s) x batch.micro %d = %d sequences per " ..
-                 "micro-step; use %s"):format(G, dp, B, per, table.concat(choices, ", or "))
-  end
-  local a = G / per
-  if accum ~= 1 and accum ~= a then
-    return nil, ("batch.global %d = %d rank(s) x batch.micro %d x %d, but batch.accumulate is %d; " ..
-                 "set one of them"):format(G, dp, B, a, accum)
-  end
-  return a
-end
+-- accumulation(r, dp) -> micro-batches a step | nil, err
+-- (parallel/batch.lua: the planner asks it too)
+M.accumulation = batch.accumulation
 
 local function strategy_name(r)
   return type(r.strategy) == "table" and r.strategy.name or r.strategy

@@ -48,8 +48,9 @@ local function tag(m, boundary, mb, backward)
 end
 
 -- For an asynchronous list: which (stage, micro-batch) forwards need a
--- stash, the stage being updated (a B or W of it) before their backward.
-local function stash_plan(list)
+-- stash, the stage being updated (a B or W of it) before their backward
+-- (the memory planner counts them: plan/pipeline.lua).
+function M.stash_plan(list)
   local need, open = {}, {}
   for _, a in ipairs(list) do
     if a.op == "F" then open[key(a.stage, a.mb)] = a.stage
@@ -346,7 +347,7 @@ function M.step(env, lr)
   -- gradients completed out of micro-batch order reach the strategy in it
   if not run.async then run.S = grad_order.wrap(env, env.strategy, run.list) end
   if run.async then
-    run.need_stash = stash_plan(run.list)
+    run.need_stash = M.stash_plan(run.list)
     env.stash = env.stash or { spare = {}, live = {} }
     reclaim_stash(env.stash)
   end

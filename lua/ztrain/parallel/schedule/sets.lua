@@ -403,9 +403,35 @@ local function peaks(c)
   return peak, remote
 end
 
+-- The last answer, by the lists' contents (read-only to its callers): the
+-- pre-flight check (plan/pipeline.lua) and the trainer's build ask it of
+-- equal lists, and a long schedule's plan takes seconds.
+local memo = {}
+local plan
+local function fingerprint(lists, tied)
+  local parts = { tied and "tied" or "untied" }
+  for r, list in ipairs(lists) do
+    local row = {}
+    -- (not validated yet: plan() names what is wrong)
+    for i, a in ipairs(type(list) == "table" and list or {}) do
+      row[i] = type(a) == "table" and ("%s,%s,%s"):format(tostring(a.op), tostring(a.stage), tostring(a.mb)) or "?"
+    end
+    parts[r + 1] = type(list) == "table" and table.concat(row, " ") or "?"
+  end
+  return table.concat(parts, "\n")
+end
+
 function M.plan(lists, opts)
   if type(lists) ~= "table" or #lists < 1 then error("sets: expected one action list per rank", 0) end
   local tied = opts and opts.tied
+  local key = fingerprint(lists, tied)
+  if memo.key == key then return memo.res end
+  local res = plan(lists, tied)
+  memo.key, memo.res = key, res
+  return res
+end
+
+function plan(lists, tied)
   local tied_last = tied and simulate.tied_last(lists) or nil
   local c = new_choice(lists, facts(lists, tied_last))
   c.tied, c.tied_last = tied, tied_last

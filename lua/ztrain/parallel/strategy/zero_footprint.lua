@@ -31,7 +31,8 @@ end
 -- Working buffers: MPI scratch, widened gradients, the accumulation
 -- buffers, stage 2's buckets, stage 3's gathered units, prefetched
 -- parameter shards, the offload staging pool and aio's bounce buffers.
-local function working(t, place, units, N, lowp, r)
+local function working(t, place, f)
+  local units, N, lowp, r = f.units, f.N, f.lowp, f.recipe
   local s = fp.shapes(units)
   local lb = lowp and 2 or 4                -- gathered units and buckets: the stored dtype
   add(t, "device", "comm", fp.mpi_scratch(s.largest, N))
@@ -40,11 +41,15 @@ local function working(t, place, units, N, lowp, r)
   -- add; how many are alive at once depends on when reductions complete
   -- (measured: the head's and two blocks', sometimes the embedding's too):
   -- the upper bound
-  if r.batch.accumulate > 1 then
+  if f.accumulate > 1 then
     add(t, "device", "comm", 4 * (s.embed + s.head + math.min(s.blocks, 3) * s.block) / N)
   end
   if place.stage == 2 then            -- buckets: the unit in backward and two reductions in flight
     add(t, "device", "comm", lb * (s.embed + s.head + math.min(s.blocks, 3) * s.block))
+    -- a tied head writes its part of wte's gradient into the embedding's
+    -- bucket: accumulating, it takes the next micro-batch's while the
+    -- embedding's last reduction is still in flight
+    if f.tied and f.accumulate > 1 and s.embed > 0 and s.head > 0 then add(t, "device", "comm", lb * s.embed) end
   elseif place.stage == 3 then        -- a gathered unit and a bucket of each; blocks as zero.lua pools them
     add(t, "device", "comm", lb * (2 * s.embed + 2 * s.head + math.min(s.blocks + 1, 5) * s.block))
   end
@@ -65,7 +70,7 @@ end
 -- footprint(t, place, f): place = zero.lua's S.placement; f as footprint.lua says
 function M.footprint(t, place, f)
   state(t, place, f.units, f.N, f.lowp, f.accumulate)
-  working(t, place, f.units, f.N, f.lowp, f.recipe)
+  working(t, place, f)
 end
 
 return M
