@@ -44,21 +44,6 @@ function M.driven(r)
   return r.pipeline.stages > 1 or (r.schedule ~= nil and r.schedule ~= "")
 end
 
--- layout(r, P) -> the trainer's choices: schedule, placement, chunks V and
--- stage_rank; raises the trainer's user errors (a V schedule without
--- chunks = 2, numbers out of range).
-function M.layout(r, P)
-  local V = r.pipeline.chunks
-  local sched = r.schedule
-  if (sched == nil or sched == "") and P > 1 then sched = V > 1 and "interleaved_1f1b" or "1f1b" end
-  local placement = r.pipeline.placement ~= "" and r.pipeline.placement or pipe.placement(sched)
-  if placement == "v" and V ~= 2 then
-    error(("%s places two stages on each rank in a V: set pipeline.chunks = 2 (it is %d)")
-          :format(r.pipeline.placement ~= "" and 'pipeline.placement = "v"' or ("schedule " .. tostring(sched)), V), 0)
-  end
-  return sched, placement, V
-end
-
 -- Stashed weights of an asynchronous list (PipeDream): per stage, the most
 -- kept at once, each from its forward to its backward (which forwards need
 -- one: driver/schedule.lua's stash_plan).
@@ -116,7 +101,7 @@ end
 function M.predict(cfg, r, o)
   local P, N, m = o.P, o.N, r.batch.accumulate
   local lowp = r.precision ~= "fp32"
-  local sched, placement, V = M.layout(r, P)
+  local sched, placement, V = schedules.layout(r)
   local q = pipe.params({ ranks = P, chunks = V, microbatches = m, placement = placement }, "pipeline")
   local model = family.new(cfg, { alloc = false, pad = o.pad })
   local split = type(r.pipeline.split) == "table" and r.pipeline.split or "params"

@@ -24,6 +24,7 @@ local schedules = require "ztrain.parallel.schedule.registry"
 local pipe = require "ztrain.parallel.schedule.library"
 local simulate = require "ztrain.parallel.schedule.simulate"
 local sets = require "ztrain.parallel.schedule.sets"
+local nccl_order = require "ztrain.parallel.schedule.nccl_order"
 local stage_run = require "ztrain.parallel.driver.stage"
 local sequential = require "ztrain.parallel.driver.sequential"
 local schedule_driver = require "ztrain.parallel.driver.schedule"
@@ -279,13 +280,8 @@ function plan_stages(self, r)
     fail_all("pipeline.stages > 1 composes with single, dp, zero1 and zero2; zero3 across pipeline stages " ..
              "is not supported yet")
   end
-  local sched = r.schedule
-  if sched == "" and P > 1 then sched = V > 1 and "interleaved_1f1b" or "1f1b" end
-  local placement = r.pipeline.placement ~= "" and r.pipeline.placement or pipe.placement(sched)
-  if placement == "v" and V ~= 2 then
-    fail_all(("%s places two stages on each rank in a V: set pipeline.chunks = 2 (it is %d)")
-             :format(r.pipeline.placement ~= "" and 'pipeline.placement = "v"' or ("schedule " .. tostring(sched)), V))
-  end
+  local okl, sched, placement = pcall(schedules.layout, r)
+  if not okl then fail_all(errors.message(sched)) end
   local okq, q = pcall(pipe.params, { ranks = P, chunks = V, microbatches = accum, placement = placement }, "pipeline")
   if not okq then fail_all(errors.message(q)) end
   local stage_rank = q.stage_rank
@@ -393,6 +389,14 @@ function build_driver(self, r, b)
                                                          ranks = P, chunks = V, placement = placement,
                                                          stage_rank = stage_rank, tied = true })
     if not okl then fail_all(errors.message(lists)) end
+    if P > 1 and r.comm.backend == "nccl" then
+      -- NCCL pairs messages by order, not tag (world_checks asked the
+      -- launcher's copy already; a job mpirun started asks here)
+      local okn, nerr = nccl_order.check(lists, { tied = self.tied ~= nil, builtin = pipe.builtin[sched] ~= nil })
+      if not okn then
+        fail_all(("schedule %s: %s"):format(type(sched) == "string" and sched or "(a function)", nerr))
+      end
+    end
     if P > 1 then
       -- every rank's list simulated together before any rank blocks: a
       -- schedule whose sends and receives cross is refused, naming them

@@ -8,6 +8,10 @@
 local groups = require "ztrain.parallel.groups"
 local single = require "ztrain.parallel.strategy.single"
 local batch = require "ztrain.parallel.batch"
+local schedules = require "ztrain.parallel.schedule.registry"
+local pipe = require "ztrain.parallel.schedule.library"
+local nccl_order = require "ztrain.parallel.schedule.nccl_order"
+local plan = require "ztrain.plan"
 
 local M = {}
 
@@ -21,7 +25,8 @@ end
 
 -- check(r, n) -> true | nil, err: recipe r on a world of n ranks: the
 -- pipeline stages divide it, strategy single has one rank a stage, the
--- global batch splits over a stage's ranks
+-- global batch splits over a stage's ranks, and under NCCL the schedule
+-- receives in the order it sends
 function M.check(r, n)
   local p = r.pipeline.stages
   local ok, err = groups.check(n, p)
@@ -33,7 +38,32 @@ function M.check(r, n)
   end
   ok, err = M.accumulation(r, dp)
   if not ok then return nil, err end
+  if p > 1 and r.comm.backend == "nccl" then return M.nccl_order(r, ok) end
   return true
+end
+
+-- nccl_order(r, accumulate) -> true | nil, err: under comm.backend=nccl a
+-- pipeline's lists must receive each pair of ranks' messages in the order
+-- they are sent (parallel/schedule/nccl_order.lua); the lists as the
+-- trainer builds them. A schedule that cannot be built is left to the
+-- trainer's own message.
+function M.nccl_order(r, accumulate)
+  local okl, sched, placement, V = pcall(schedules.layout, r)
+  if not okl then return true end
+  local P = r.pipeline.stages
+  local okq, q = pcall(pipe.params, { ranks = P, chunks = V, microbatches = accumulate, placement = placement })
+  if not okq then return true end
+  local okr, lists = pcall(schedules.resolve, sched, { stages = P * V, microbatches = accumulate, ranks = P,
+                                                       chunks = V, placement = placement, stage_rank = q.stage_rank,
+                                                       tied = true })
+  if not okr then return true end
+  -- GPT-2 and tied Llamas share the embedding with the head (its parts
+  -- follow the weight passes); a model that cannot be read is taken as tied
+  local okc, cfg = pcall(plan.model_config, r)
+  local tied = not okc or cfg.family ~= "llama" or cfg.tied and true or false
+  local ok, err = nccl_order.check(lists, { tied = tied, builtin = pipe.builtin[sched] ~= nil })
+  if ok then return true end
+  return nil, ("schedule %s: %s"):format(type(sched) == "string" and sched or "(a function)", err)
 end
 
 -- The strategies whose only point is splitting work over ranks: on one

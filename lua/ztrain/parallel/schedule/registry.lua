@@ -25,6 +25,24 @@ function M.names()
   return names
 end
 
+-- layout(r) -> schedule, placement, chunks: what a recipe's pipeline runs
+-- (pipeline.stages ranks x pipeline.chunks stages a rank): its schedule
+-- (none given: 1f1b, interleaved_1f1b with chunks > 1; "" on one stage
+-- without one), pipeline.placement or the schedule's own ("loop", "v").
+-- The trainer, the planner and the launcher's checks ask it. Raises a user
+-- error for a V without two chunks.
+function M.layout(r)
+  local P, V = r.pipeline.stages, r.pipeline.chunks
+  local sched = r.schedule
+  if (sched == nil or sched == "") and P > 1 then sched = V > 1 and "interleaved_1f1b" or "1f1b" end
+  local placement = r.pipeline.placement ~= "" and r.pipeline.placement or pipe.placement(sched)
+  if placement == "v" and V ~= 2 then
+    error(("%s places two stages on each rank in a V: set pipeline.chunks = 2 (it is %d)")
+          :format(r.pipeline.placement ~= "" and 'pipeline.placement = "v"' or ("schedule " .. tostring(sched)), V), 0)
+  end
+  return sched, placement, V
+end
+
 -- resolve(name_or_fn, p) -> validated lists, or raises a user error.
 -- "csv:PATH" reads PyTorch's pipelining CSV (any format it writes).
 -- p: { stages, microbatches, ranks, stage_rank }. Names are the one-stage
