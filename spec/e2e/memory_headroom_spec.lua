@@ -92,25 +92,47 @@ describe("pre-flight headroom", function()
   end)
 end)
 
+-- refused(args) -> the output of a 2-rank run of args with a share of
+-- 1e-06 of MemAvailable: exit status 1, one message (the pattern `said`
+-- once), no MPI abort, no summary written
+local function refused(args, said)
+  local d = u.outdir()
+  local env, mpi = u.mpi_log()
+  local out, rc = u.sh(("%s%s --nproc 2 %s train.steps=1 -q device.memory_fraction=0.000001 out=%s")
+                       :format(env, ZT, args, d))
+  assert.are.equal(1, rc, out)
+  local _, n = out:gsub(said, "")
+  assert.are.equal(1, n, out)
+  assert.not_matches("MPI_ABORT", out .. mpi())
+  assert.is_nil(io.open(d .. "/summary.json"))
+  return out
+end
+
+-- a strategy of one's own without a memory model (S.footprint): the
+-- model-state bytes its S.predicted says, against the same share
+describe("a strategy without a memory model: the model-state check", function()
+  it("takes the same headroom, and every rank stops together with one message", function()
+    local out = refused("examples/diloco.lua",
+      "ztrain: gpt2%-tiny with diloco needs [%d.]+ %a+ of model state per rank, but each rank has 0 B %(MemAvailable " ..
+      "[%d.]+ %a+ in /proc/meminfo x device.memory_fraction = 1e%-06 over 2 local rank%(s%), less [%d.]+ %a+ this " ..
+      "process holds beyond its tensors")
+    assert.matches(" this process holds beyond its tensors: code, data, Lua heap): use a smaller model.size, zero3 " ..
+                   "with more ranks, raise device.memory_fraction (at most 1), or set device.memory_limit to try anyway",
+                   out, 1, true)
+  end)
+end)
+
 -- (until the planner predicted pipelines, they were checked on model state
 -- only: the activation sets in flight went unchecked)
 describe("pipelines: the pre-flight predicts them as they run", function()
   it("takes the same headroom, and every rank stops together with one message", function()
-    local d = u.outdir()
-    local env, mpi = u.mpi_log()
-    local out, rc = u.sh(("%s%s --nproc 2 recipes/pipeline_1f1b.lua model.size=gpt2-tiny data.tokenizer=bytes " ..
-                          "train.steps=1 -q device.memory_fraction=0.000001 out=%s"):format(env, ZT, d))
-    assert.are.equal(1, rc, out)
-    local _, n = out:gsub("ztrain: not enough memory %(predicted before the run%): gpt2%-tiny under single, 2 " ..
-                          "pipeline stages %(the heaviest rank%) needs [%d.]+ %a+ per rank %(params [^)]*activations " ..
-                          "[%d.]+ %a+, working 0; h = host, n = nvme%), but each rank has 0 B %(MemAvailable [%d.]+ %a+ " ..
-                          "in /proc/meminfo x device.memory_fraction = 1e%-06 over 2 local rank%(s%), less [%d.]+ %a+ " ..
-                          "this process holds beyond its tensors", "")
-    assert.are.equal(1, n, out)
+    local out = refused("recipes/pipeline_1f1b.lua model.size=gpt2-tiny data.tokenizer=bytes",
+      "ztrain: not enough memory %(predicted before the run%): gpt2%-tiny under single, 2 pipeline stages %(the " ..
+      "heaviest rank%) needs [%d.]+ %a+ per rank %(params [^)]*activations [%d.]+ %a+, working 0; h = host, n = " ..
+      "nvme%), but each rank has 0 B %(MemAvailable [%d.]+ %a+ in /proc/meminfo x device.memory_fraction = 1e%-06 " ..
+      "over 2 local rank%(s%), less [%d.]+ %a+ this process holds beyond its tensors")
     assert.matches("use more pipeline.stages, train.checkpoint_activations=true, or a schedule that keeps fewer " ..
                    "activation sets (`ztrain schedule` prints them), lower batch.micro or data.seq_len", out, 1, true)
-    assert.not_matches("MPI_ABORT", out .. mpi())
-    assert.is_nil(io.open(d .. "/summary.json"))
   end)
 end)
 

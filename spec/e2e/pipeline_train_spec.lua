@@ -151,6 +151,10 @@ describe("pipeline training", function()
           "interleaved_1f1b: microbatches (3) must be a multiple of the pipeline ranks (2)")
     fails("--nproc 2 recipes/single.lua pipeline.stages=2 schedule=zbv",
           "schedule zbv places two stages on each rank in a V: set pipeline.chunks = 2 (it is 1)")
+    -- (before, the sequential driver's internal assertion at the first step)
+    fails("--nproc 1 recipes/single.lua pipeline.chunks=2",
+          "pipeline.chunks = 2 cuts the model into 2 stages on one rank, which only a schedule runs: set " ..
+          "pipeline.stages > 1, a schedule (e.g. interleaved_1f1b), or pipeline.chunks = 1")
     fails("--nproc 2 recipes/pipeline_pipedream.lua optim.clip=1",
           "schedule pipedream updates each stage after every micro-batch, on its own")
     fails("--nproc 2 recipes/single.lua pipeline.stages=2 pipeline.placement=w",
@@ -219,7 +223,7 @@ describe("pipeline training", function()
       if f then f:close() end
       assert.is_nil(said:find("MPI_ABORT", 1, true), "every rank stops alike, no abort: " .. said)
     end
-    assert.are.equal(13, #cases)
+    assert.are.equal(14, #cases)
     os.remove(drop); os.remove(recipe); os.remove(tied); util.rm(logs)
   end)
 end)

@@ -7,10 +7,9 @@
 -- Tolerances, from the measurements below (gpt2-tiny, 1 step):
 --   fp32: every tier and category exact (model state, activations, working
 --         buffers), and the device peak equal to the predicted total;
---   bf16: model state and working buffers exact; activations predicted
---         within 15% below the measured peak (precision.lua's fp32 work
---         copies and the bf16 GEMM operand copies are not predicted:
---         measured 10.5-12.5% more);
+--   bf16: model state and activations exact, with the bf16 GEMMs or
+--         without (then precision.lua's fp32 work buffers); working
+--         buffers exact but dp's widened gradients in flight (timing);
 --   runs of the schedule driver (pipelines, a schedule on one stage):
 --         every rank exact in every category (plan/pipeline.lua), bf16
 --         with the bf16 GEMMs included.
@@ -116,16 +115,16 @@ describe("plan: predicted against measured peaks", function()
 
   -- (single: one micro-batch, so no fp32 accumulator: the norm and AdamW
   -- read the stored bf16 gradients)
-  it("bf16 on one rank, gpt2-tiny and llama-tiny with bf16 GEMMs: model state and working buffers exact, " ..
-     "activations within 15% below", function()
-    for _, over in ipairs({ "model.size=gpt2-tiny precision=bf16",
+  -- (without the bf16 GEMMs the activations hold precision.lua's fp32 work
+  -- buffers, two slots of the largest units' sizes: unpredicted until they
+  -- were, 10-13% of the activations)
+  it("bf16 on one rank, gpt2-tiny with and without the bf16 GEMMs, llama-tiny with them: exact", function()
+    for _, over in ipairs({ "model.size=gpt2-tiny precision=bf16 device.bf16_gemm=off",
+                            "model.size=gpt2-tiny precision=bf16 device.bf16_gemm=on",
                             "model.size=llama-tiny data.tokenizer=bytes precision=bf16 device.bf16_gemm=on" }) do
       local s, r = run(1, "recipes/single.lua", over)
       local t = plan.predict(r, { nproc = 1 })
-      local m = s.memory[1]
-      assert.are.same({}, differences(t, m, { params = true, grads = true, optim = true, comm = true, other = true }))
-      local got, want = m.by_category.activations.device, t.device.activations
-      assert.is_true(want <= got and want >= 0.85 * got, ("%s: activations predicted %d, measured %d"):format(over, want, got))
+      assert.are.same({}, differences(t, s.memory[1], ALL), over)
     end
   end)
 
@@ -152,6 +151,7 @@ describe("plan: predicted against measured peaks", function()
   -- prediction (plan.predict's third value: pipeline rank floor(w / N))
   local function every_rank(s, r, nproc, cats)
     local _, _, ranks = plan.predict(r, { nproc = nproc })
+    assert.are.equal(nproc, #s.memory, "every rank's peaks")
     local N = nproc / math.max(r.pipeline.stages, 1)
     for _, m in ipairs(s.memory) do
       local t = ranks[math.floor(m.rank / N) + 1]
@@ -202,6 +202,22 @@ describe("plan: predicted against measured peaks", function()
     end
   end)
 
+  -- looped BFS completes every stage's gradients in reverse: they reach
+  -- zero2 in bursts, a unit's micro-batches one after another, and how many
+  -- buckets of a size are out at once follows its reductions' completion:
+  -- the plan bounds them (three of each size), measured 90-100% of it
+  it("zero2 under looped BFS, 2 stages x 2 replicas: every rank exact but the buckets, at most the bound", function()
+    local s, r = run(4, "recipes/pipeline_dp.lua", "strategy=zero2 schedule=looped_bfs pipeline.chunks=2")
+    local cats = {}
+    for c in pairs(ALL) do cats[c] = c ~= "comm" end
+    local ranks = every_rank(s, r, 4, cats)
+    for _, m in ipairs(s.memory) do
+      local got, want = m.by_category.comm.device, ranks[math.floor(m.rank / 2) + 1].device.comm
+      assert.is_true(got <= want and got >= 0.85 * want, ("rank %d comm predicted %d, measured %d"):format(m.rank,
+                     want, got))
+    end
+  end)
+
   -- the Llama family with bf16 GEMMs: an untied head's stage keeps no
   -- replica of the embedding; each stage accumulates its bf16 gradients
   -- into fp32 as it reads them (no widening buffer); dp on one rank widens
@@ -209,7 +225,7 @@ describe("plan: predicted against measured peaks", function()
   -- (1F1B's activations exact: the sets a stage holds are fixed from the
   -- lists, parallel/schedule/sets.lua; before, a gradient's send still out
   -- made the last stage hold 2 or 3 sets, by timing)
-  it("llama-tiny in bf16: 1F1B on 2 ranks exact, dp on 1 rank exact but the activations, within 15% below", function()
+  it("llama-tiny in bf16: 1F1B on 2 ranks and dp on 1 rank exact", function()
     local L = "model.size=llama-tiny data.tokenizer=bytes precision=bf16 device.bf16_gemm=on"
     for _, c in ipairs({ { 2, "recipes/pipeline_1f1b.lua", L, "pipeline_1f1b" },
                          { 1, "recipes/dp.lua", L .. " launch.nproc=1" } }) do
@@ -217,12 +233,7 @@ describe("plan: predicted against measured peaks", function()
       local t = plan.predict(r, { nproc = c[1] })
       local m = c[4] and heaviest(s) or s.memory[1]
       assert.are.same({}, differences(t, m, { params = true, grads = true, optim = true, comm = true, other = true }))
-      local got, want = m.by_category.activations.device, t.device.activations
-      if c[4] then
-        assert.are.equal(want, got, c[2] .. " activations")
-      else
-        assert.is_true(want <= got and want >= 0.85 * got, ("%s activations predicted %d, measured %d"):format(c[2], want, got))
-      end
+      assert.are.equal(t.device.activations, m.by_category.activations.device, c[2] .. " activations")
     end
   end)
 
@@ -255,8 +266,8 @@ describe("plan: predicted against measured peaks", function()
     every_rank(s, r, 2, ALL)
   end)
 
-  it("bf16 (dp 2): model state exact, working buffers at most the predicted peak, activations within 15% below", function()
-    local s, r = run(2, "recipes/dp.lua", "precision=bf16")
+  it("bf16 (dp 2): model state and activations exact, working buffers at most the predicted peak", function()
+    local s, r = run(2, "recipes/dp.lua", "precision=bf16 device.bf16_gemm=off")
     local t = plan.predict(r, { nproc = 2 })
     local m = s.memory[1]
     assert.are.same({}, differences(t, m, { params = true, grads = true, optim = true, other = true }))
@@ -265,8 +276,7 @@ describe("plan: predicted against measured peaks", function()
     -- machine measured 86% of it (600320 of 698624 bytes), an idle one 100%
     local gc, wc = m.by_category.comm.device, t.device.comm
     assert.is_true(gc <= wc and gc >= 0.75 * wc, ("comm predicted %d, measured %d"):format(wc, gc))
-    local got, want = m.by_category.activations.device, t.device.activations
-    assert.is_true(want <= got and want >= 0.85 * got, ("activations predicted %d, measured %d"):format(want, got))
+    assert.are.equal(t.device.activations, m.by_category.activations.device, "activations")
   end)
 end)
 
@@ -311,7 +321,7 @@ describe("plan: the pre-flight check", function()
     assert.are.equal(1, rc2, out2)
     assert.matches("device memory limit exceeded (predicted before the run): gpt2-mini under zero3", out2, 1, true)
   end)
-end)
+
   -- (pipelines were checked on model state only before plan/pipeline.lua)
   it("a pipeline with data-parallel stages: refused over a limit with the strategies that fit it, and let " ..
      "through at its predicted peak", function()
@@ -333,7 +343,7 @@ end)
                               :format(base, peaks.zero1, util.outdir()))
     assert.are.equal(0, rc2, out2)
   end)
-
+end)
 
 describe("plan: the `ztrain plan` command", function()
   it("`ztrain plan` prints the table", function()

@@ -69,6 +69,18 @@ describe("any backward order gives one rank's digest", function()
                      "1RECV_F0,1F0,1RECV_F1,1F1,1RECV_F3,1F3,1I1,1SEND_B1,1I0,1SEND_B0,1W0,1I3,1SEND_B3,1W3," ..
                      "1RECV_F2,1F2,1I2,1SEND_B2,1W1,1W2\n")
     assert.are.equal(want, digest("--nproc 2 recipes/pipeline_1f1b.lua schedule=csv:" .. path))
+    -- rank 1 takes micro-batch 3's activations before 2's: MPI's tags keep
+    -- them apart, NCCL (no tags) would hand micro-batch 2's to the receive
+    -- of 3's: the launcher refuses it before any rank starts
+    local out, rc = util.sh("build/ztrain --nproc 2 recipes/pipeline_1f1b.lua comm.backend=nccl device.backend=cuda " ..
+                            "schedule=csv:" .. path .. " " .. BASE .. " out=" .. dir .. "/nccl")
+    assert.are.equal(1, rc, out)
+    assert.matches("ztrain: schedule csv:" .. path .. ": comm.backend=nccl pairs the messages of a link by order, " ..
+                   "not tag: rank 0's 3rd message of boundary 0 -> 1's activations is stage 0's output of micro-batch " ..
+                   "2, its action 6 (0SEND_F2), but rank 1's 3rd receive of them takes stage 0's output of " ..
+                   "micro-batch 3, its action 5 (1RECV_F3); reorder the receiving rank's list to take them in the order they are " ..
+                   "sent, or run comm.backend=mpi (messages matched by tag)", out, 1, true)
+    assert.is_nil(io.open(dir .. "/nccl/summary.json"))
   end)
 
   it("DualPipe-V at p=2, fp32 and bf16", function()

@@ -17,42 +17,29 @@ local function parse(str)
 end
 
 describe("nccl_order: messages received in the order they are sent", function()
-  it("every built-in schedule on the loop placement passes, tied or not", function()
+  -- (over one communicator, ZB-V at every p and DualPipe-V from p = 3 would
+  -- not pair: both chunks of a V cross between the same two ranks,
+  -- interleaved differently on each side; a link per boundary and
+  -- direction, driver/links.lua, keeps them apart)
+  it("every built-in schedule pairs over the driver's links, tied or not", function()
     local n = 0
-    for _, name in ipairs({ "gpipe", "1f1b", "interleaved_1f1b", "looped_bfs", "zb_h1", "pipedream" }) do
+    for name in pairs(P.builtin) do
       for _, p in ipairs({ 2, 3, 4 }) do
         for _, m in ipairs({ 1, 2, 4, 8, 12 }) do
-          local v = (name == "interleaved_1f1b" or name == "looped_bfs") and 2 or 1
-          local ok, lists = pcall(P.build, name, { ranks = p, microbatches = m, chunks = v })
-          if ok then
-            n = n + 1
-            for _, tied in ipairs({ true, false }) do
-              local good, err = nccl.check(lists, { tied = tied, builtin = true })
-              assert.is_true(good, ("%s p=%d m=%d: %s"):format(name, p, m, tostring(err)))
+          for _, v in ipairs({ 1, 2 }) do
+            local ok, lists = pcall(P.build, name, { ranks = p, microbatches = m, chunks = v })
+            if ok then
+              n = n + 1
+              for _, tied in ipairs({ true, false }) do
+                local good, err = nccl.check(lists, { tied = tied })
+                assert.is_true(good, ("%s p=%d m=%d v=%d: %s"):format(name, p, m, v, tostring(err)))
+              end
             end
           end
         end
       end
     end
-    assert.is_true(n >= 80, "cases built: " .. n)
-  end)
-
-  -- rank r and r + 1 of a V carry the first chunk's activations one way and
-  -- the second chunk's gradients the same way, interleaved differently on
-  -- each side
-  it("ZB-V and DualPipe-V are refused, naming the first message out of order and what to run", function()
-    -- (DualPipe-V at p = 2 happens to pair; from p = 3 it does not)
-    for _, c in ipairs({ { "zbv", 2, 4 }, { "dualpipev", 3, 8 } }) do
-      local name = c[1]
-      local lists = P.build(name, { ranks = c[2], microbatches = c[3], chunks = 2 })
-      assert.is_true(sim.run(lists, { posted = true }).ok, name .. " runs under MPI")
-      local ok, err = nccl.check(lists, { tied = true, builtin = true })
-      assert.is_nil(ok, name)
-      assert.matches("comm.backend=nccl pairs the messages between two ranks by order, not tag: rank %d's %d%a%a " ..
-                     "message to rank %d is stage %d's", err)
-      assert.matches("ztrain's schedules on the V placement (zbv, dualpipev) need a communicator per stage " ..
-                     "boundary under NCCL, not built yet: run comm.backend=mpi", err, 1, true)
-    end
+    assert.is_true(n >= 120, "cases built: " .. n)
   end)
 
   it("a list MPI runs (tags) that receives micro-batch 3's activations before 2's is refused", function()
@@ -65,9 +52,10 @@ describe("nccl_order: messages received in the order they are sent", function()
     assert.is_true(sim.run(lists, { posted = true, tied = true }).ok)
     local ok, err = nccl.check(lists, { tied = true })
     assert.is_nil(ok)
-    assert.are.equal("comm.backend=nccl pairs the messages between two ranks by order, not tag: rank 0's 3rd " ..
-                     "message to rank 1 is stage 0's output of micro-batch 2 (action 6, 0SEND_F2), but rank 1's 3rd " ..
-                     "receive from rank 0 takes stage 0's output of micro-batch 3 (action 9, 1RECV_F3); reorder the " ..
+    assert.are.equal("comm.backend=nccl pairs the messages of a link by order, not tag: rank 0's 3rd message of " ..
+                     "boundary 0 -> 1's activations is stage 0's output of micro-batch 2, its action 6 (0SEND_F2), but " ..
+                     "rank 1's 3rd receive of them takes stage 0's output of micro-batch 3, its action 9 (1RECV_F3); " ..
+                     "reorder the " ..
                      "receiving rank's list to take them in the order they are sent, or run comm.backend=mpi " ..
                      "(messages matched by tag)", err)
   end)
@@ -87,16 +75,28 @@ describe("nccl_order: messages received in the order they are sent", function()
                    "rank 0's 1st take (action 6, 0B0) is micro-batch 0's", err, 1, true)
   end)
 
-  it("the launcher's checks refuse zbv under nccl before any rank starts, not under mpi, not 1f1b", function()
+  it("the launcher's checks ask it under nccl only: a recipe's CSV out of order refused, the built-ins not", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    os.execute("mkdir -p " .. dir)
+    local csv = dir .. "/crossed.csv"
+    -- PyTorch's compute-and-comms CSV: rank 1 posts micro-batch 1's activations' receive first
+    local f = assert(io.open(csv, "w"))
+    f:write("0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n")
+    f:write("1RECV_F1,1RECV_F0,1F0,1B0,1SEND_B0,1F1,1B1,1SEND_B1\n")
+    f:close()
     local function check(path, over)
       local r = assert(zt.recipe.load(path, over))
       return world_checks.check(r, 2)
     end
-    local ok, err = check("recipes/pipeline_zbv.lua", { "comm.backend=nccl", "device.backend=cuda" })
+    local NCCL = { "comm.backend=nccl", "device.backend=cuda" }
+    local function with(t, x) local o = { x } for _, v in ipairs(t) do o[#o + 1] = v end return o end
+    local ok, err = check("recipes/pipeline_1f1b.lua", with(with(NCCL, "batch.accumulate=2"), "schedule=csv:" .. csv))
+    os.remove(csv); os.remove(dir)
     assert.is_nil(ok)
-    assert.matches("^schedule zbv: comm.backend=nccl pairs the messages", err)
-    assert.is_true(check("recipes/pipeline_zbv.lua", {}))
-    assert.is_true(check("recipes/pipeline_1f1b.lua", { "comm.backend=nccl", "device.backend=cuda" }))
-    assert.is_true(check("recipes/pipeline_interleaved.lua", { "comm.backend=nccl", "device.backend=cuda" }))
+    assert.matches("^schedule csv:.*crossed%.csv: comm%.backend=nccl pairs the messages of a link by order", err)
+    for _, rec in ipairs({ "pipeline_1f1b", "pipeline_zbv", "pipeline_interleaved", "pipeline_dp" }) do
+      assert.is_true(check("recipes/" .. rec .. ".lua", NCCL), rec)
+    end
   end)
 end)

@@ -76,6 +76,24 @@ local function slots(pus)
   return slot
 end
 
+-- work_bytes(model, units, gemm16) -> the bytes of the fp32 work buffers
+-- enter() keeps for these units (the memory planner's, plan/activations.lua):
+-- slot k grows to the largest k-th request of any of them, once for
+-- parameters and once for gradients. None with the bf16 GEMMs: GPT-2's and
+-- Llama's ops read and write the stored bf16 themselves (widens, writes).
+function M.work_bytes(model, units, gemm16)
+  if gemm16 then return 0 end
+  local size = {}
+  for _, u in ipairs(units) do
+    local pus = model:param_units(u)
+    local slot = slots(pus)
+    for k, pu in ipairs(pus) do size[slot[k]] = math.max(size[slot[k]] or 0, pu.padded) end
+  end
+  local n = 0
+  for _, e in pairs(size) do n = n + e end
+  return 2 * 4 * n
+end
+
 -- enter(u, backward): fp32 views of the parameters of every unit u reads,
 -- and for a backward of its gradients.
 function P:enter(u, want_params, want_grads)

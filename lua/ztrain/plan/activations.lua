@@ -48,6 +48,14 @@ function M.activations(t, cfg, r, units, sets, ckpt, rank)
   end
 end
 
+-- Mixed precision without the bf16 GEMMs: the fp32 work buffers a rank's
+-- precision policy keeps for the units it runs (model/precision.lua's
+-- work_bytes; category activations), once a rank.
+function M.precision_work(t, r, model, units)
+  if r.precision == "fp32" then return end
+  add(t, "device", "activations", precision.work_bytes(model, units, precision.gemm16(r) and true or false))
+end
+
 -- Rank 0's sample (sample.tokens > 0, at each evaluation and at the end,
 -- while the training activations are held): model/generate.lua's session (a
 -- key/value cache of prompt + tokens positions, the final norm, logits)

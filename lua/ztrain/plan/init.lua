@@ -23,9 +23,11 @@
 --    reductions (zero.lua), each pooled by size. Measured equal on
 --    gpt2-tiny and gpt2-mini (spec/e2e/plan_spec.lua); for other shapes an
 --    estimate of the same pattern.
--- Pipelines: the heaviest stage, the activation sets the driver keeps on it
--- (parallel/schedule/sets.lua; pipeline rows are checked on GPipe and 1F1B
--- on 2 ranks).
+--  * mixed precision without the bf16 GEMMs: precision.lua's fp32 work
+--    buffers (plan/activations.lua's precision_work).
+-- Runs of the schedule driver (pipelines, a schedule on one stage) are
+-- planned rank by rank as they run (plan/pipeline.lua): the heaviest rank.
+-- The pre-flight check and its refusal: plan/preflight.lua.
 local memory = require "ztrain.core.memory"
 local family = require "ztrain.model.family"
 local host = require "ztrain.util.host"
@@ -140,24 +142,35 @@ end
 -- only. Returns the heaviest rank's prediction, and every rank's.
 local function driven(cfg, r, spec, world)
   local P = math.max(r.pipeline.stages, 1)
-  local N = math.max(math.floor(world / P), 1)
+  local N = spec.one_rank and 1 or math.max(math.floor(world / P), 1)
   r = batch_of(r, N)
   local ranks = pipeline.predict(cfg, r, { spec = spec, P = P, N = N,
                                            new_t = zero_tiers, pad = spec.stage == 0 and family.PAD or N * norm_block() })
   acts.sample(ranks[1], cfg, r, { stage = P > 1 and 1 or spec.stage })
-  local best
+  return M.heaviest(ranks), ranks
+end
+
+-- heaviest(ranks, measure) -> the rank's t with the most bytes by
+-- measure(totals) (default: the device tier's)
+function M.heaviest(ranks, measure)
+  measure = measure or function(tot) return tot.device end
+  local best, most
   for _, t in ipairs(ranks) do
-    if not best or M.totals(t).device > M.totals(best).device then best = t end
+    local n = measure(M.totals(t))
+    if not best or n > most then best, most = t, n end
   end
-  return best, ranks
+  return best
 end
 
 -- The pipeline_1f1b row of the plan: the recipe as 1F1B over one stage per
 -- rank (nproc of them, or pipeline.stages), replicated stages, no data
 -- parallelism; the recipe's split.
 local function one_f_one_b(r, P)
-  return setmetatable({ schedule = "1f1b", pipeline = { stages = P, chunks = 1, placement = "",
-                                                        split = r.pipeline.split } }, { __index = r })
+  -- a split given as counts is the recipe's stages' (x chunks): here by parameters
+  local split = r.pipeline.split
+  if type(split) == "table" and #split ~= P then split = "params" end
+  return setmetatable({ schedule = "1f1b", pipeline = { stages = P, chunks = 1, placement = "", split = split } },
+                      { __index = r })
 end
 local ROW_STAGE = replicated_spec("pipeline_1f1b")
 
@@ -204,6 +217,7 @@ function M.predict(r, opts)
   spec.footprint(t, { units = units, N = N, lowp = lowp, accumulate = r.batch.accumulate, recipe = r,
                       tied = model:tied() })
   acts.activations(t, cfg, r, units, 1, stage.checkpoint_units(units, r.train.checkpoint_activations))
+  acts.precision_work(t, r, model, units)
   acts.sample(t, cfg, r, spec)
   return t, spec
 end
@@ -262,15 +276,20 @@ function M.limit(r, local_ranks)
   return share, headroom.describe(r, avail, local_ranks, over), false
 end
 
--- fits(t, r, limit, explicit) -> true when a rank's prediction fits: the
--- device tier under device.memory_limit; without one, on the CPU backend,
--- device + host under the rank's share of available memory.
+-- measure(r, explicit) -> fn(totals) -> the bytes a limit is compared
+-- with: the device tier under device.memory_limit; without one, on the CPU
+-- backend, device + host (both this machine's memory); else the host tier.
+function M.measure(r, explicit)
+  if explicit then return function(tot) return tot.device end end
+  if r.device.backend == "cpu" then return function(tot) return tot.device + tot.host end end
+  return function(tot) return tot.host end
+end
+
+-- fits(t, r, limit, explicit) -> true when a rank's prediction fits the
+-- limit (M.limit) by M.measure.
 function M.fits(t, r, limit, explicit)
   if not limit then return true end
-  local tot = M.totals(t)
-  if explicit then return tot.device <= limit end
-  if r.device.backend == "cpu" then return tot.device + tot.host <= limit end
-  return tot.host <= limit
+  return M.measure(r, explicit)(M.totals(t)) <= limit
 end
 
 -- faster(a, b) -> true when row a ranks before row b: the slower tier
@@ -356,8 +375,9 @@ function M.rows(r, nproc, cfg, hw)
   local P = math.max(r.pipeline.stages, 1)
   if P > 1 then
     local own = M.spec_of(r.strategy)
-    if own and nproc % P == 0 then
-      local t = M.predict(r, { spec = own, nproc = nproc, cfg = cfg })
+    if own and nproc % P == 0 and own.stage ~= 3 then      -- (zero3 across stages is refused)
+      local _, _, ranks = M.predict(r, { spec = own, nproc = nproc, cfg = cfg })
+      local t = M.heaviest(ranks, M.measure(r, explicit))
       rows[#rows + 1] = { name = "recipe", spec = own, recipe = true, t = t, totals = M.totals(t),
                           fits = M.fits(t, r, limit, explicit), ranks = nproc,
                           traffic = { class = CLASS.pipeline, net = 0, offload = 0 } }

@@ -11,7 +11,8 @@
 --
 -- Per pipeline rank (every data-parallel replica of it holds the same):
 --  * model state: the strategy's footprint over the rank's units (all its
---    stages), on the data-parallel group;
+--    stages), on the data-parallel group; mixed precision's fp32 work
+--    buffers once a rank;
 --  * per stage: its activation sets (sets.plan's peak) and scratch
 --    (plan/activations.lua), the gradients it completes ahead of their
 --    turn (driver/grad_order.lua: one buffer a unit each) and, for an
@@ -125,11 +126,15 @@ function M.predict(cfg, r, o)
     end
     -- the head writes the embedding's gradient where one rank holds both
     local both = model:tied() and q.stage_rank(0) == pr and q.stage_rank(#stages - 1) == pr
-    o.spec.footprint(t, { units = units, N = N, lowp = lowp, accumulate = m, recipe = r, tied = both })
+    local held = false                                    -- gradients completed ahead of their turn
+    for _, st in ipairs(mine) do held = held or (early[st.index] or 0) > 0 end
+    o.spec.footprint(t, { units = units, N = N, lowp = lowp, accumulate = m, recipe = r, tied = both,
+                          held = held })
     local list = lists[pr + 1]
     local stash = lists.async and stashes(list) or {}
     local wrec = w_open(list)
     local once = {}
+    acts.precision_work(t, r, model, units)
     for _, st in ipairs(mine) do
       local s = st.index
       acts.activations(t, cfg, r, st.units, math.max(kept[s] or 1, 1), ckpt, once)
@@ -146,7 +151,10 @@ function M.predict(cfg, r, o)
         add(t, "device", "grads", gb * e.padded)
         -- mixed precision: initialised in fp32, then rounded (a moment at start-up)
         if lowp then add(t, "device", "other", 4 * e.padded) end
-        add(t, "device", "comm", (kept[sets.PART] or 0) * (precision.gemm16(r) and 2 or 4) * cfg.V * cfg.C)
+        local g16 = precision.gemm16(r)
+        add(t, "device", "comm", (kept[sets.PART] or 0) * (g16 and 2 or 4) * cfg.V * cfg.C)
+        -- an fp32 part rounded through the stored dtype before it leaves
+        if lowp and not g16 then add(t, "device", "comm", 2 * cfg.V * cfg.C) end
       elseif holds_head and holds_embed and #stages > 1 then
         -- one rank holds both (the V placement): the head's parts kept
         -- apart when two would be open at once (driver/grad_order.lua)

@@ -25,9 +25,11 @@ function M.check(o)
   if not spec then return false end
   local P = math.max(r.pipeline.stages, 1)
   local world = o.nproc * P
-  local t = plan.predict(r, { spec = spec, nproc = world, cfg = o.cfg })
-  local tot = plan.totals(t)
   local lim = memory.parse_size(r.device.memory_limit) or 0
+  local t, _, ranks = plan.predict(r, { spec = spec, nproc = world, cfg = o.cfg })
+  -- a pipeline: its heaviest rank by what the limit is compared with
+  if ranks then t = plan.heaviest(ranks, plan.measure(r, lim > 0)) end
+  local tot = plan.totals(t)
   local need, limit, source
   if lim > 0 then
     need, limit, source = tot.device, lim, {}
@@ -43,7 +45,8 @@ function M.check(o)
   if need <= limit then return nil end
   local alts = P > 1 and M.pipeline_alternatives(r, spec, world, o.cfg, limit, lim > 0) or
                M.alternatives(r, spec, world, o.cfg)
-  local what = P > 1 and ("%s under %s, %d pipeline stages (the heaviest rank)"):format(o.cfg.name, spec.name, P) or
+  local what = P > 1 and ("%s under %s, %d pipeline stages (the heaviest rank%s)"):format(o.cfg.name, spec.name, P,
+                 r.pipeline.split == "time" and '; pipeline.split = "time" planned as "params"' or "") or
                ("%s under %s"):format(o.cfg.name, spec.name)
   return M.refusal({ what = what, t = t,
     need = need, limit = limit, avail = source.avail, local_ranks = source.local_ranks, over = source.over,

@@ -27,6 +27,7 @@ local schedule_driver = require "ztrain.parallel.driver.schedule"
 local build = require "ztrain.train.trainer_build"
 local headroom = require "ztrain.plan.headroom"
 local preflight = require "ztrain.plan.preflight"
+local links = require "ztrain.parallel.driver.links"
 local host = require "ztrain.util.host"
 local whole_model = require "ztrain.train.whole_model"
 
@@ -128,8 +129,9 @@ function Trainer:check_fits()
   local ok, msg = pcall(preflight.check, { recipe = self.recipe, strategy = self.strategy, cfg = self.cfg,
                                           nproc = self.dp.size, local_ranks = host.local_ranks() })
   -- a prediction that failed (a bug in the planner) must not stop a run
-  -- that may fit: the runtime's own limit still guards it
-  if not ok then msg = nil end
+  -- that may fit: the model-state check below and the runtime's own limit
+  -- still guard it
+  if not ok then msg = false end
   if msg == false then msg = self:check_model_state() end
   -- ranks could read /proc/meminfo a moment apart: they stop together
   local err = errors.agree(self.world, msg or "")
@@ -236,6 +238,7 @@ function Trainer:free()
   if self.ctx and self.ctx.mm then self.ctx.mm.free(); self.ctx.mm = nil end
   self.setup_called = nil
   if self.tied then self.tied:free(); self.tied = nil end
+  if self.env and self.env.links then links.free(self.env.links); self.env.links = nil end
   if self.model then self.model:free(); self.model = nil end
   if self.groups then groups.free(self.groups); self.groups = nil end
 end

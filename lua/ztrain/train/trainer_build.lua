@@ -25,6 +25,7 @@ local pipe = require "ztrain.parallel.schedule.library"
 local simulate = require "ztrain.parallel.schedule.simulate"
 local sets = require "ztrain.parallel.schedule.sets"
 local nccl_order = require "ztrain.parallel.schedule.nccl_order"
+local links = require "ztrain.parallel.driver.links"
 local stage_run = require "ztrain.parallel.driver.stage"
 local sequential = require "ztrain.parallel.driver.sequential"
 local schedule_driver = require "ztrain.parallel.driver.schedule"
@@ -392,7 +393,7 @@ function build_driver(self, r, b)
     if P > 1 and r.comm.backend == "nccl" then
       -- NCCL pairs messages by order, not tag (world_checks asked the
       -- launcher's copy already; a job mpirun started asks here)
-      local okn, nerr = nccl_order.check(lists, { tied = self.tied ~= nil, builtin = pipe.builtin[sched] ~= nil })
+      local okn, nerr = nccl_order.check(lists, { tied = self.tied ~= nil })
       if not okn then
         fail_all(("schedule %s: %s"):format(type(sched) == "string" and sched or "(a function)", nerr))
       end
@@ -418,6 +419,8 @@ function build_driver(self, r, b)
       self.env.async = true
     end
     self.env.lists = lists
+    -- a communicator per boundary and direction between two ranks
+    if P > 1 then self.env.links = links.build(self.pp, stage_rank, #self.stages) end
     -- where the driver gives activation sets back, fixed before any rank
     -- blocks (for a long list this takes a moment: not in the first step)
     self.env.sets, self.env.sets_of = sets.plan(lists, { tied = self.tied ~= nil }), lists

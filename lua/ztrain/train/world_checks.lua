@@ -61,7 +61,7 @@ function M.nccl_order(r, accumulate)
   -- follow the weight passes); a model that cannot be read is taken as tied
   local okc, cfg = pcall(plan.model_config, r)
   local tied = not okc or cfg.family ~= "llama" or cfg.tied and true or false
-  local ok, err = nccl_order.check(lists, { tied = tied, builtin = pipe.builtin[sched] ~= nil })
+  local ok, err = nccl_order.check(lists, { tied = tied })
   if ok then return true end
   return nil, ("schedule %s: %s"):format(type(sched) == "string" and sched or "(a function)", err)
 end

@@ -3,8 +3,9 @@
 -- micro-batch) from F (or RECV_F) until the stage's backward of that
 -- micro-batch is complete (B, or W) and its gradient has been sent.
 --
--- Sends and receives go over the pipeline group (env.pp), tagged by stage
--- boundary, micro-batch and direction, and are asynchronous: a RECV's buffer
+-- Sends and receives go over a link per boundary and direction
+-- (env.links, driver/links.lua: what NCCL, matching by order, needs), tagged
+-- by stage boundary, micro-batch and direction, and are asynchronous: a RECV's buffer
 -- is waited on before the action that reads it, and a send never blocks
 -- the action after it. A set whose backward is done is given back at once
 -- when it left no send in flight; one whose send is still out is given back
@@ -29,6 +30,7 @@
 local stage_run = require "ztrain.parallel.driver.stage"
 local losses = require "ztrain.parallel.driver.losses"
 local grad_order = require "ztrain.parallel.driver.grad_order"
+local links = require "ztrain.parallel.driver.links"
 local sets = require "ztrain.parallel.schedule.sets"
 local T = require "ztrain.core.tensor"
 local ops = require "ztrain.core.ops"
@@ -270,6 +272,15 @@ function ACT.W(run, a)
   weights_done(run, a, stage, pool)
 end
 
+-- The communicator a boundary's message goes over, and the peer's rank in
+-- it: the boundary's link in that direction (driver/links.lua), or without
+-- links (a driver some spec builds by hand) the pipeline group.
+local function channel(env, boundary, backward, peer)
+  local l = env.links and env.links[links.key(boundary, backward)]
+  if l then return l.comm, l.peer end
+  return env.pp, peer
+end
+
 function ACT.SEND_F(run, a, k)
   local env = run.env
   local stage, _, set = set_for(run, a)
@@ -279,7 +290,8 @@ function ACT.SEND_F(run, a, k)
     local _, _, nset = set_for(run, { stage = a.stage + 1, mb = a.mb })
     ops.copy(nset.input, out)
   else
-    run.send_f[k] = env.pp:send(out, dst, tag(run.m, a.stage, a.mb), true)
+    local c, peer = channel(env, a.stage, false, dst)
+    run.send_f[k] = c:send(out, peer, tag(run.m, a.stage, a.mb), true)
   end
 end
 
@@ -287,7 +299,10 @@ function ACT.RECV_F(run, a, k)
   local env = run.env
   local _, _, set = set_for(run, a)
   local src = env.stage_rank(a.stage - 1)
-  if src ~= run.rank then run.recv_f[k] = env.pp:recv(set.input, src, tag(run.m, a.stage - 1, a.mb), true) end
+  if src ~= run.rank then
+    local c, peer = channel(env, a.stage - 1, false, src)
+    run.recv_f[k] = c:recv(set.input, peer, tag(run.m, a.stage - 1, a.mb), true)
+  end
 end
 
 function ACT.SEND_B(run, a, k)
@@ -298,7 +313,8 @@ function ACT.SEND_B(run, a, k)
     local _, _, pset = set_for(run, { stage = a.stage - 1, mb = a.mb })
     ops.copy(pset.grad, set.grad)
   else
-    run.send_b[k] = env.pp:send(set.grad, dst, tag(run.m, a.stage - 1, a.mb, true), true)
+    local c, peer = channel(env, a.stage - 1, true, dst)
+    run.send_b[k] = c:send(set.grad, peer, tag(run.m, a.stage - 1, a.mb, true), true)
   end
   mark(run, a, "sent")
   maybe_retire(run, a, stage, pool)
@@ -308,7 +324,10 @@ function ACT.RECV_B(run, a, k)
   local env = run.env
   local _, _, set = set_for(run, a)
   local src = env.stage_rank(a.stage + 1)
-  if src ~= run.rank then run.recv_b[k] = env.pp:recv(set.grad, src, tag(run.m, a.stage, a.mb, true), true) end
+  if src ~= run.rank then
+    local c, peer = channel(env, a.stage, true, src)
+    run.recv_b[k] = c:recv(set.grad, peer, tag(run.m, a.stage, a.mb, true), true)
+  end
 end
 
 function ACT.REDUCE_GRAD(run)

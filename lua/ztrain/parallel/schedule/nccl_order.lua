@@ -3,15 +3,17 @@
 --
 -- MPI keeps a pipeline's messages apart by tag (driver/schedule.lua: one
 -- per boundary, direction and micro-batch), so a rank may receive them in
--- any order. NCCL has no tags: between two ranks of a communicator the
--- n-th send is the n-th receive posted (runtime/comm_nccl.c). The driver
--- issues a rank's SEND_* and RECV_* in its list's order, and the tied
--- embedding's parts (parallel/schedule/stages.lua's Tied, a communicator of
--- its own) leave at the last stage's weight passes and are taken at the
--- first stage's, each in its list's order. A list that MPI runs correctly
--- may then pair a message with another of the same size: no error, wrong
--- activations or gradients. check() refuses it, naming the first message
--- out of order. (Built-in schedules receive in the order they send.)
+-- any order. NCCL has no tags: on a communicator the n-th send from one
+-- rank to another is the other's n-th receive from it (runtime/comm_nccl.c).
+-- The driver sends each boundary's messages of one direction over a link
+-- of their own (driver/links.lua), issuing a rank's SEND_* and RECV_* in
+-- its list's order; the tied embedding's parts (parallel/schedule/stages.lua's
+-- Tied, a communicator of its own) leave at the last stage's weight passes
+-- and are taken at the first stage's, each in its list's order. A list
+-- that MPI runs correctly may still receive a link's messages in another
+-- order than they were sent, pairing messages of the same size wrongly: no
+-- error, wrong activations or gradients. check() refuses it, naming the
+-- first message out of order. (Every built-in schedule pairs.)
 local simulate = require "ztrain.parallel.schedule.simulate"
 
 local M = {}
@@ -37,15 +39,14 @@ local function owners(lists)
   return at
 end
 
--- each directed pair's messages in issue order: out[src][dst] (sends) and
--- into[dst][src] (receives posted), entries { key, index, action }
+-- each link's messages in issue order: out[link] (sends) and into[link]
+-- (receives posted), entries { key, index, action, rank }; a link is a
+-- boundary's direction (driver/links.lua's key), between two ranks only
 local function streams(lists, at)
   local out, into = {}, {}
-  local function push(t, a, b, e)
-    t[a] = t[a] or {}
-    t[a][b] = t[a][b] or {}
-    local s = t[a][b]
-    s[#s + 1] = e
+  local function push(t, link, e)
+    t[link] = t[link] or {}
+    t[link][#t[link] + 1] = e
   end
   for r, list in ipairs(lists) do
     local me = r - 1
@@ -53,9 +54,11 @@ local function streams(lists, at)
       local key = simulate.message(a)
       if key then
         local send = a.op == "SEND_F" or a.op == "SEND_B"
+        local backward = a.op == "SEND_B" or a.op == "RECV_B"
+        local b = (a.op == "SEND_F" or a.op == "RECV_B") and a.stage or a.stage - 1   -- the boundary b -> b + 1
         local peer = at[(a.op == "SEND_F" or a.op == "RECV_B") and a.stage + 1 or a.stage - 1]
         if peer and peer ~= me then
-          push(send and out or into, me, peer, { key = key, index = i, action = a })
+          push(send and out or into, b * 2 + (backward and 1 or 0), { key = key, index = i, action = a, rank = me })
         end
       end
     end
@@ -80,34 +83,34 @@ end
 
 local FIX = "; reorder the receiving rank's list to take them in the order they are sent, or run " ..
             "comm.backend=mpi (messages matched by tag)"
--- ZB-V and DualPipe-V: both chunks of a V cross between the same two ranks
--- in both directions, interleaved differently on each side
-local FIX_BUILTIN = "; ztrain's schedules on the V placement (zbv, dualpipev) need a communicator per stage " ..
-                    "boundary under NCCL, not built yet: run comm.backend=mpi, or a schedule on the loop " ..
-                    "placement (1f1b, interleaved_1f1b, zb_h1, gpipe)"
+
 
 -- check(lists, opts) -> true | nil, message. opts.tied: the model's
--- embedding is tied to its head (GPT-2, tied Llamas); opts.builtin: the
--- lists are one of ztrain's schedules (the advice differs).
+-- embedding is tied to its head (GPT-2, tied Llamas).
 function M.check(lists, opts)
-  local fix = opts and opts.builtin and FIX_BUILTIN or FIX
   local at = owners(lists)
   local out, into = streams(lists, at)
-  for src, dsts in pairs(out) do
-    for dst, sent in pairs(dsts) do
-      local got = (into[dst] or {})[src] or {}
-      for n = 1, math.max(#sent, #got) do
-        local s, g = sent[n], got[n]
-        if not s or not g or s.key ~= g.key then
-          local what = s and ("rank %d's %s message to rank %d is %s (action %d, %d%s%d)"):format(src, nth(n), dst,
-                                describe(s.key), s.index, s.action.stage, s.action.op, s.action.mb) or
-                       ("rank %d sends rank %d %d messages"):format(src, dst, #sent)
-          local other = g and ("rank %d's %s receive from rank %d takes %s (action %d, %d%s%d)"):format(dst, nth(n), src,
-                                describe(g.key), g.index, g.action.stage, g.action.op, g.action.mb) or
-                        ("rank %d posts %d receives from rank %d"):format(dst, #got, src)
-          return nil, ("comm.backend=nccl pairs the messages between two ranks by order, not tag: %s, but %s%s")
-                      :format(what, other, fix)
-        end
+  local links = {}
+  for link in pairs(out) do links[#links + 1] = link end
+  for link in pairs(into) do if not out[link] then links[#links + 1] = link end end
+  table.sort(links)
+  for _, link in ipairs(links) do
+    local sent, got = out[link] or {}, into[link] or {}
+    for n = 1, math.max(#sent, #got) do
+      local s, g = sent[n], got[n]
+      if not s or not g or s.key ~= g.key then
+        local b, dir = math.floor(link / 2), link % 2 == 1 and "gradients" or "activations"
+        local what = s and ("rank %d's %s message of boundary %d -> %d's %s is %s, its action %d (%d%s%d)")
+                              :format(s.rank, nth(n), b, b + 1, dir, describe(s.key), s.index, s.action.stage,
+                                      s.action.op, s.action.mb) or
+                     ("rank %d sends %d messages of boundary %d -> %d's %s"):format(sent[1] and sent[1].rank or -1,
+                              #sent, b, b + 1, dir)
+        local other = g and ("rank %d's %s receive of them takes %s, its action %d (%d%s%d)")
+                              :format(g.rank, nth(n), describe(g.key), g.index, g.action.stage, g.action.op,
+                                      g.action.mb) or
+                      ("its receiver posts %d receives"):format(#got)
+        return nil, ("comm.backend=nccl pairs the messages of a link by order, not tag: %s, but %s%s")
+                    :format(what, other, FIX)
       end
     end
   end
@@ -116,10 +119,10 @@ function M.check(lists, opts)
     for n = 1, sends and #sends or 0 do
       local s, g = sends[n], takes[n]
       if g and s.mb ~= g.a.mb then
-        return nil, ("comm.backend=nccl pairs the messages between two ranks by order, not tag: rank %d sends %s " ..
+        return nil, ("comm.backend=nccl pairs the messages of a link by order, not tag: rank %d sends %s " ..
                      "%s (at %d%s%d), but rank %d's %s take (action %d, %d%s%d) is micro-batch %d's%s")
                     :format(last, nth(n), describe("T:" .. s.mb), s.stage, s.op, s.mb, first, nth(n), g.index,
-                            g.a.stage, g.a.op, g.a.mb, g.a.mb, fix)
+                            g.a.stage, g.a.op, g.a.mb, g.a.mb, FIX)
       end
     end
   end

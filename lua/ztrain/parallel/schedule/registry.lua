@@ -30,11 +30,15 @@ end
 -- (none given: 1f1b, interleaved_1f1b with chunks > 1; "" on one stage
 -- without one), pipeline.placement or the schedule's own ("loop", "v").
 -- The trainer, the planner and the launcher's checks ask it. Raises a user
--- error for a V without two chunks.
+-- error for a V without two chunks, or chunks on one rank without a schedule.
 function M.layout(r)
   local P, V = r.pipeline.stages, r.pipeline.chunks
   local sched = r.schedule
   if (sched == nil or sched == "") and P > 1 then sched = V > 1 and "interleaved_1f1b" or "1f1b" end
+  if (sched == nil or sched == "") and V > 1 then
+    error(("pipeline.chunks = %d cuts the model into %d stages on one rank, which only a schedule runs: set " ..
+           "pipeline.stages > 1, a schedule (e.g. interleaved_1f1b), or pipeline.chunks = 1"):format(V, V), 0)
+  end
   local placement = r.pipeline.placement ~= "" and r.pipeline.placement or pipe.placement(sched)
   if placement == "v" and V ~= 2 then
     error(("%s places two stages on each rank in a V: set pipeline.chunks = 2 (it is %d)")

@@ -5,7 +5,8 @@
 -- as plan.lua keeps it), for f = { units (the model's units, padded as the
 -- strategy pads them: numel, padded, kind), N (data-parallel ranks), lowp
 -- (a 2-byte precision), accumulate (micro-batches a step), recipe, tied
--- (the units hold a head that writes the embedding's gradient) }. The
+-- (the units hold a head that writes the embedding's gradient), held (a
+-- schedule completes some of their gradients ahead of their turn) }. The
 -- planner (plan.lua) asks the strategy; it knows no strategy by name.
 -- Beside it S.placement says where the strategy keeps things ({ stage = 0
 -- (replicated) .. 3, otier, ptier: the optimizer's and parameters' offload

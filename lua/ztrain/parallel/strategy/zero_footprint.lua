@@ -35,17 +35,26 @@ local function working(t, place, f)
   local units, N, lowp, r = f.units, f.N, f.lowp, f.recipe
   local s = fp.shapes(units)
   local lb = lowp and 2 or 4                -- gathered units and buckets: the stored dtype
+  -- what is in flight at once of each unit size: the unit in backward and
+  -- two reductions (zero.lua's MAX_INFLIGHT); gradients completed early
+  -- (f.held: driver/grad_order.lua) are handed over in bursts, a unit's
+  -- micro-batches one after another: three of one size at once (a bound;
+  -- measured for stage 2 under looped BFS: 74% of it)
+  local sizes = s.embed + s.head + math.min(s.blocks, 3) * s.block
+  if f.held and place.stage == 2 then
+    sizes = 3 * (s.embed + s.head + (s.blocks > 0 and s.block or 0))
+  end
   add(t, "device", "comm", fp.mpi_scratch(s.largest, N))
-  if lowp then add(t, "device", "comm", fp.widened(s)) end
+  if lowp then add(t, "device", "comm", f.held and place.stage == 2 and 4 * sizes or fp.widened(s)) end
   -- accumulation: micro-batches > 0 reduce into a shard-sized buffer, then
   -- add; how many are alive at once depends on when reductions complete
   -- (measured: the head's and two blocks', sometimes the embedding's too):
   -- the upper bound
   if f.accumulate > 1 then
-    add(t, "device", "comm", 4 * (s.embed + s.head + math.min(s.blocks, 3) * s.block) / N)
+    add(t, "device", "comm", 4 * sizes / N)
   end
   if place.stage == 2 then            -- buckets: the unit in backward and two reductions in flight
-    add(t, "device", "comm", lb * (s.embed + s.head + math.min(s.blocks, 3) * s.block))
+    add(t, "device", "comm", lb * sizes)
     -- a tied head writes its part of wte's gradient into the embedding's
     -- bucket: accumulating, it takes the next micro-batch's while the
     -- embedding's last reduction is still in flight
