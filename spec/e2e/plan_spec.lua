@@ -167,7 +167,11 @@ describe("plan: predicted against measured peaks", function()
     for _, c in ipairs({ { "recipes/pipeline_gpipe.lua", 3 }, { "recipes/pipeline_1f1b.lua", 2 } }) do
       local s, r = run(2, c[1], "")
       every_rank(s, r, 2, ALL)
-      assert.are.equal(plan.totals(plan.predict(r, { nproc = 2 })).device, heaviest(s).device_peak, c[1])
+      -- the plan adds each category's peak: the device's peak is that sum,
+      -- less the first exchanges' 4-byte buffer where it alone made the
+      -- comm peak (freed at build, before the step's peak)
+      local over = plan.totals(plan.predict(r, { nproc = 2 })).device - heaviest(s).device_peak
+      assert.is_true(over == 0 or over == 4, c[1] .. ": total predicted less the measured peak " .. over)
       local last                                   -- the head's rank (for 1F1B not the heaviest)
       for _, x in ipairs(s.memory) do if x.rank == 1 then last = x end end
       assert.are.equal(c[2] * 4 * 256 * 128, last.by_category.comm.device, c[1] .. ": the tied parts' buffers")

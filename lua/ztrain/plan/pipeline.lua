@@ -162,6 +162,10 @@ function M.predict(cfg, r, o)
         if n > 1 then add(t, "device", "grads", n * gb * cfg.V * cfg.C) end
       end
     end
+    -- the first exchanges' 1-element buffer (driver/links.lua's connect, at
+    -- build; freed before anything else of "comm" is made on a rank with
+    -- none of its own): the category's peak where nothing else is
+    if P > 1 and t.device.comm < 4 then t.device.comm = 4 end
     ranks[pr + 1] = t
   end
   -- rank 0's sample gathers the other ranks' units one at a time, each

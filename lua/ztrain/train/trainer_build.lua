@@ -341,6 +341,7 @@ function build_strategy(self, r, b)
   self.tied = pipeline_stages.tied(self.model, self.pp, holds, stage_rank(0), stage_rank(#self.stages - 1),
                                    prec.dtype)
   self.ctx.tied = self.tied
+  if self.tied then self.tied:connect() end
   self.setup_called = true
   -- every unit a strategy initialises (whole, or one at a time before it
   -- keeps its shard) takes the checkpoint's values instead of the seed's
@@ -420,7 +421,13 @@ function build_driver(self, r, b)
     end
     self.env.lists = lists
     -- a communicator per boundary and direction between two ranks
-    if P > 1 then self.env.links = links.build(self.pp, stage_rank, #self.stages) end
+    if P > 1 then
+      self.env.links = links.build(self.pp, stage_rank, #self.stages)
+      local one = T.new({ 1 }, { tier = self.model.tier, category = "comm" })
+      local okc, cerr = pcall(links.connect, self.env.links, one)
+      one:free()
+      if not okc then error(cerr, 0) end
+    end
     -- where the driver gives activation sets back, fixed before any rank
     -- blocks (for a long list this takes a moment: not in the first step)
     self.env.sets, self.env.sets_of = sets.plan(lists, { tied = self.tied ~= nil }), lists

@@ -23,36 +23,62 @@ local M = {}
 function M.key(b, backward) return b * 2 + (backward and 1 or 0) end
 
 -- build(pp, stage_rank, nstages) -> links: links[key] = { comm, peer (the
--- other rank's number in comm) } on the two ranks a link joins, nothing
--- elsewhere; links.all: the communicators to free. Collective over pp:
--- every rank calls it with the same stage_rank and nstages.
+-- other rank's number in comm), send (this rank sends on it) } on the two
+-- ranks a link joins, nothing elsewhere; links.all: the links in the order
+-- made (the same on every rank). Collective over pp: every rank calls it
+-- with the same stage_rank and nstages. A failure part-way frees what was
+-- made before it raises.
 function M.build(pp, stage_rank, nstages)
   local links = { all = {} }
-  for b = 0, nstages - 2 do
-    local x, y = stage_rank(b), stage_rank(b + 1)
-    if x ~= y then
-      for _, backward in ipairs({ false, true }) do
-        local member = pp.rank == x or pp.rank == y
-        -- the two members, numbered by pipeline rank; the others' group is freed
-        local c = pp:split(member and 1 or 0, pp.rank)
-        if member then
-          local other = pp.rank == x and y or x
-          links[M.key(b, backward)] = { comm = c, peer = other < pp.rank and 0 or 1 }
-          links.all[#links.all + 1] = c
-        else
-          c:free()
+  local ok, err = pcall(function()
+    for b = 0, nstages - 2 do
+      local x, y = stage_rank(b), stage_rank(b + 1)
+      if x ~= y then
+        for _, backward in ipairs({ false, true }) do
+          local member = pp.rank == x or pp.rank == y
+          -- the two members, numbered by pipeline rank; the others' group is freed
+          local c = pp:split(member and 1 or 0, pp.rank)
+          if member then
+            local other = pp.rank == x and y or x
+            local l = { comm = c, peer = other < pp.rank and 0 or 1, send = pp.rank == (backward and y or x) }
+            links[M.key(b, backward)] = l
+            links.all[#links.all + 1] = l
+          else
+            c:free()
+          end
         end
       end
     end
-  end
+  end)
+  if not ok then M.free(links); error(err, 0) end
   return links
 end
 
--- free(links): every link's communicator (collective over its two ranks;
--- every rank frees its links in the order they were made).
+-- connect(links, buf): one message of buf (a device-tier tensor, its first
+-- element) over every link, sender to receiver, waited for, in the order
+-- the links were made. NCCL connects two ranks the first time they
+-- exchange, blocking the communication thread (runtime/comm.c: one a
+-- process) until the peer does too: first uses in crossing orders (a
+-- link's first receive on one rank, another's first send on the other, or
+-- the tied embedding's communicator) would hang the first step. Made here
+-- in one order on every rank, none is first during a step. MPI: a few
+-- microseconds a link.
+function M.connect(links, buf)
+  local one = buf:view(0, { 1 })
+  local ok, err = pcall(function()
+    for _, l in ipairs(links.all) do
+      if l.send then l.comm:send(one, l.peer, 0) else l.comm:recv(one, l.peer, 0) end
+    end
+  end)
+  one:free()
+  if not ok then error(err, 0) end
+end
+
+-- free(links): every link's communicator (the engine frees them in its own
+-- time, runtime/comm.c; under NCCL a local destroy, one GPU a process).
 function M.free(links)
   if not links then return end
-  for _, c in ipairs(links.all) do c:free() end
+  for _, l in ipairs(links.all) do l.comm:free() end
   links.all = {}
 end
 

@@ -274,11 +274,15 @@ end
 
 -- The communicator a boundary's message goes over, and the peer's rank in
 -- it: the boundary's link in that direction (driver/links.lua), or without
--- links (a driver some spec builds by hand) the pipeline group.
+-- links (a driver some spec builds by hand, on MPI) the pipeline group.
 local function channel(env, boundary, backward, peer)
-  local l = env.links and env.links[links.key(boundary, backward)]
-  if l then return l.comm, l.peer end
-  return env.pp, peer
+  if not env.links then return env.pp, peer end
+  local l = env.links[links.key(boundary, backward)]
+  if not l then
+    error(("schedule driver: no link for boundary %d %s (driver/links.lua built none)")
+          :format(boundary, backward and "backward" or "forward"))
+  end
+  return l.comm, l.peer
 end
 
 function ACT.SEND_F(run, a, k)

@@ -174,6 +174,26 @@ function M.tied(model, pp, holds, first, last, dtype)
   return self
 end
 
+-- connect(): one message each way between the first and the last stage's
+-- ranks over this communicator, waited for (a no-op elsewhere): NCCL
+-- connects two ranks at their first exchange, blocking the communication
+-- thread until the peer does too, so no first exchange may fall inside a
+-- step, where the pipeline's links make theirs in another order
+-- (driver/links.lua's connect, after this one on every rank).
+function Tied:connect()
+  if not (self.replica or self.receiver) then return end
+  local one = T.new({ 1 }, { tier = self.model.tier, category = "comm" })
+  local ok, err = pcall(function()
+    if self.receiver then
+      self.comm:send(one, self.last, 32766); self.comm:recv(one, self.last, 32766)
+    else
+      self.comm:recv(one, self.first, 32766); self.comm:send(one, self.first, 32766)
+    end
+  end)
+  one:free()
+  if not ok then error(err, 0) end
+end
+
 -- The replica's parameters start as the first stage's (same seed; mixed
 -- precision: initialised in fp32, then rounded).
 function Tied:init(seed)
