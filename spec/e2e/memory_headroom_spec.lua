@@ -128,7 +128,7 @@ describe("pipelines: the pre-flight predicts them as they run", function()
   it("takes the same headroom, and every rank stops together with one message", function()
     local out = refused("recipes/pipeline_1f1b.lua model.size=gpt2-tiny data.tokenizer=bytes",
       "ztrain: not enough memory %(predicted before the run%): gpt2%-tiny under single, 2 pipeline stages %(the " ..
-      "heaviest rank%) needs [%d.]+ %a+ per rank %(params [^)]*activations [%d.]+ %a+, working 0; h = host, n = " ..
+      "heaviest rank%) needs [%d.]+ %a+ per rank %(params [^)]*activations [%d.]+ %a+, working 4 B; h = host, n = " ..
       "nvme%), but each rank has 0 B %(MemAvailable [%d.]+ %a+ in /proc/meminfo x device.memory_fraction = 1e%-06 " ..
       "over 2 local rank%(s%), less [%d.]+ %a+ this process holds beyond its tensors")
     assert.matches("use more pipeline.stages, train.checkpoint_activations=true, or a schedule that keeps fewer " ..

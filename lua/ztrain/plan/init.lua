@@ -174,7 +174,6 @@ local function one_f_one_b(r, P)
 end
 local ROW_STAGE = replicated_spec("pipeline_1f1b")
 
-
 -- predict(r, opts) -> { device = { params =, grads =, optim =, activations =,
 -- comm =, other = }, host = {...}, nvme = {...} }: one rank's peak bytes.
 -- r: a resolved recipe (recipe.resolve); opts.nproc (world size, default

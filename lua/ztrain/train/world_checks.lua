@@ -43,7 +43,7 @@ function M.check(r, n)
 end
 
 -- nccl_order(r, accumulate) -> true | nil, err: under comm.backend=nccl a
--- pipeline's lists must receive each pair of ranks' messages in the order
+-- pipeline's lists must receive each link's messages in the order
 -- they are sent (parallel/schedule/nccl_order.lua); the lists as the
 -- trainer builds them. A schedule that cannot be built is left to the
 -- trainer's own message.
