@@ -20,6 +20,10 @@
 -- 5. the per-op profile: the op families' share of 3 measured gpt2-tiny
 --    steps (spec/unit/profile_spec.lua; target >= 50 %; the rest is Lua,
 --    data and allocation)
+-- 6. where the pipeline driver gives activation sets back
+--    (parallel/schedule/sets.lua, at trainer build): interleaved 1F1B and
+--    DualPipe-V at p = 8, m = 128 with GPT-2's tie (target < 2 s each; it
+--    was 16-19 s moving one wait per simulator run)
 local zt = require "ztrain"
 local now = zt.ffi.C.zt_now
 
@@ -142,4 +146,16 @@ do
   tr:free()
   row("profile: 3 gpt2-tiny steps, the op families' share", steps, ">= 50 % in ops", share >= 0.5,
       (" ops %.0f %%"):format(100 * share))
+end
+-- 6. sets.plan on long schedules
+do
+  local lib = require "ztrain.parallel.schedule.library"
+  local sets = require "ztrain.parallel.schedule.sets"
+  for _, name in ipairs({ "interleaved_1f1b", "dualpipev" }) do
+    local lists = lib.build(name, { ranks = 8, microbatches = 128, chunks = 2 })
+    local t0 = now()
+    sets.plan(lists, { tied = true })
+    local secs = now() - t0
+    row(("sets: %s at p=8, m=128, tied, planned"):format(name), secs, "< 2 s", secs < 2)
+  end
 end
