@@ -71,8 +71,9 @@ describe("nccl_order: messages received in the order they are sent", function()
     assert.is_true(nccl.check(lists, { tied = false }))
     local ok, err = nccl.check(lists, { tied = true })
     assert.is_nil(ok)
-    assert.matches("rank 1 sends 1st the head's part of the embedding's gradient of micro-batch 1 (at 1W1), but " ..
-                   "rank 0's 1st take (action 6, 0B0) is micro-batch 0's", err, 1, true)
+    assert.matches("comm.backend=nccl pairs the tied embedding's parts by order, not tag: rank 1's 1st part sent " ..
+                   "is the head's part of the embedding's gradient of micro-batch 1 (at 1W1), but rank 0's 1st take " ..
+                   "(action 6, 0B0) is micro-batch 0's", err, 1, true)
   end)
 
   it("the launcher's checks ask it under nccl only: a recipe's CSV out of order refused, the built-ins not", function()

@@ -84,7 +84,6 @@ end
 local FIX = "; reorder the receiving rank's list to take them in the order they are sent, or run " ..
             "comm.backend=mpi (messages matched by tag)"
 
-
 -- check(lists, opts) -> true | nil, message. opts.tied: the model's
 -- embedding is tied to its head (GPT-2, tied Llamas).
 function M.check(lists, opts)
@@ -103,8 +102,7 @@ function M.check(lists, opts)
         local what = s and ("rank %d's %s message of boundary %d -> %d's %s is %s, its action %d (%d%s%d)")
                               :format(s.rank, nth(n), b, b + 1, dir, describe(s.key), s.index, s.action.stage,
                                       s.action.op, s.action.mb) or
-                     ("rank %d sends %d messages of boundary %d -> %d's %s"):format(sent[1] and sent[1].rank or -1,
-                              #sent, b, b + 1, dir)
+                     ("its sender sends %d messages of boundary %d -> %d's %s"):format(#sent, b, b + 1, dir)
         local other = g and ("rank %d's %s receive of them takes %s, its action %d (%d%s%d)")
                               :format(g.rank, nth(n), describe(g.key), g.index, g.action.stage, g.action.op,
                                       g.action.mb) or
@@ -119,8 +117,8 @@ function M.check(lists, opts)
     for n = 1, sends and #sends or 0 do
       local s, g = sends[n], takes[n]
       if g and s.mb ~= g.a.mb then
-        return nil, ("comm.backend=nccl pairs the messages of a link by order, not tag: rank %d sends %s " ..
-                     "%s (at %d%s%d), but rank %d's %s take (action %d, %d%s%d) is micro-batch %d's%s")
+        return nil, ("comm.backend=nccl pairs the tied embedding's parts by order, not tag: rank %d's %s part " ..
+                     "sent is %s (at %d%s%d), but rank %d's %s take (action %d, %d%s%d) is micro-batch %d's%s")
                     :format(last, nth(n), describe("T:" .. s.mb), s.stage, s.op, s.mb, first, nth(n), g.index,
                             g.a.stage, g.a.op, g.a.mb, g.a.mb, FIX)
       end
