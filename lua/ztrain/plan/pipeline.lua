@@ -25,7 +25,6 @@
 -- plan splits by parameters instead (stated where it prints).
 local family = require "ztrain.model.family"
 local fp = require "ztrain.parallel.strategy.footprint"
-local pipe = require "ztrain.parallel.schedule.library"
 local schedules = require "ztrain.parallel.schedule.registry"
 local IR = require "ztrain.parallel.schedule"
 local sets = require "ztrain.parallel.schedule.sets"
@@ -102,13 +101,10 @@ end
 function M.predict(cfg, r, o)
   local P, N, m = o.P, o.N, r.batch.accumulate
   local lowp = r.precision ~= "fp32"
-  local sched, placement, V = schedules.layout(r)
-  local q = pipe.params({ ranks = P, chunks = V, microbatches = m, placement = placement }, "pipeline")
+  local lists, q = schedules.lists(r, m)
   local model = family.new(cfg, { alloc = false, pad = o.pad })
   local split = type(r.pipeline.split) == "table" and r.pipeline.split or "params"
-  local stages = stage.stages(model, stage_cuts.partition(model, P * V, split))
-  local lists = schedules.resolve(sched, { stages = #stages, microbatches = m, ranks = P, chunks = V,
-                                           placement = placement, stage_rank = q.stage_rank, tied = true })
+  local stages = stage.stages(model, stage_cuts.partition(model, q.stages, split))
   local tied = P > 1 and model:tied()
   local kept = sets.plan(lists, { tied = tied }).peak
   local early = IR.held_grads(lists)

@@ -9,7 +9,6 @@ local groups = require "ztrain.parallel.groups"
 local single = require "ztrain.parallel.strategy.single"
 local batch = require "ztrain.parallel.batch"
 local schedules = require "ztrain.parallel.schedule.registry"
-local pipe = require "ztrain.parallel.schedule.library"
 local nccl_order = require "ztrain.parallel.schedule.nccl_order"
 local plan = require "ztrain.plan"
 
@@ -48,14 +47,7 @@ end
 -- trainer builds them. A schedule that cannot be built is left to the
 -- trainer's own message.
 function M.nccl_order(r, accumulate)
-  local okl, sched, placement, V = pcall(schedules.layout, r)
-  if not okl then return true end
-  local P = r.pipeline.stages
-  local okq, q = pcall(pipe.params, { ranks = P, chunks = V, microbatches = accumulate, placement = placement })
-  if not okq then return true end
-  local okr, lists = pcall(schedules.resolve, sched, { stages = P * V, microbatches = accumulate, ranks = P,
-                                                       chunks = V, placement = placement, stage_rank = q.stage_rank,
-                                                       tied = true })
+  local okr, lists, _, sched = pcall(schedules.lists, r, accumulate)
   if not okr then return true end
   -- GPT-2 and tied Llamas share the embedding with the head (its parts
   -- follow the weight passes); a model that cannot be read is taken as tied

@@ -15,6 +15,7 @@
 -- error, wrong activations or gradients. check() refuses it, naming the
 -- first message out of order. (Every built-in schedule pairs.)
 local simulate = require "ztrain.parallel.schedule.simulate"
+local links = require "ztrain.parallel.driver.links"
 
 local M = {}
 
@@ -58,7 +59,7 @@ local function streams(lists, at)
         local b = (a.op == "SEND_F" or a.op == "RECV_B") and a.stage or a.stage - 1   -- the boundary b -> b + 1
         local peer = at[(a.op == "SEND_F" or a.op == "RECV_B") and a.stage + 1 or a.stage - 1]
         if peer and peer ~= me then
-          push(send and out or into, b * 2 + (backward and 1 or 0), { key = key, index = i, action = a, rank = me })
+          push(send and out or into, links.key(b, backward), { key = key, index = i, action = a, rank = me })
         end
       end
     end
@@ -89,16 +90,16 @@ local FIX = "; reorder the receiving rank's list to take them in the order they 
 function M.check(lists, opts)
   local at = owners(lists)
   local out, into = streams(lists, at)
-  local links = {}
-  for link in pairs(out) do links[#links + 1] = link end
-  for link in pairs(into) do if not out[link] then links[#links + 1] = link end end
-  table.sort(links)
-  for _, link in ipairs(links) do
+  local ids = {}
+  for link in pairs(out) do ids[#ids + 1] = link end
+  for link in pairs(into) do if not out[link] then ids[#ids + 1] = link end end
+  table.sort(ids)
+  for _, link in ipairs(ids) do
     local sent, got = out[link] or {}, into[link] or {}
     for n = 1, math.max(#sent, #got) do
       local s, g = sent[n], got[n]
       if not s or not g or s.key ~= g.key then
-        local b, dir = math.floor(link / 2), link % 2 == 1 and "gradients" or "activations"
+        local b, dir = math.floor(link / 2), link % 2 == 1 and "gradients" or "activations"   -- links.key's inverse
         local what = s and ("rank %d's %s message of boundary %d -> %d's %s is %s, its action %d (%d%s%d)")
                               :format(s.rank, nth(n), b, b + 1, dir, describe(s.key), s.index, s.action.stage,
                                       s.action.op, s.action.mb) or

@@ -47,6 +47,19 @@ function M.layout(r)
   return sched, placement, V
 end
 
+-- lists(r, accumulate) -> lists, q, sched: a recipe's pipeline lists as
+-- the trainer builds them (layout, library.params' q with stage_rank, then
+-- resolve, GPT-2's tie assumed), for accumulate micro-batches a step; the
+-- planner and the launcher's checks ask it. Raises the same user errors.
+function M.lists(r, accumulate)
+  local sched, placement, V = M.layout(r)
+  local P = r.pipeline.stages
+  local q = pipe.params({ ranks = P, chunks = V, microbatches = accumulate, placement = placement }, "pipeline")
+  local lists = M.resolve(sched, { stages = P * V, microbatches = accumulate, ranks = P, chunks = V,
+                                   placement = placement, stage_rank = q.stage_rank, tied = true })
+  return lists, q, sched
+end
+
 -- resolve(name_or_fn, p) -> validated lists, or raises a user error.
 -- "csv:PATH" reads PyTorch's pipelining CSV (any format it writes).
 -- p: { stages, microbatches, ranks, stage_rank }. Names are the one-stage
