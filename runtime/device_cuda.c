@@ -190,6 +190,18 @@ int zt_cuda_init(void)
     ZT_TRY(env_switch("ZTRAIN_ATTN_FWD128", "narrow", "wide", "narrow (blocks of 64 query rows, "
                       "the default) or wide (128)", &af));
     if (af >= 0) zkc_attention_tc_fwd_wide(af);
+    /* ZTRAIN_ATTN_FWD=pair: the tensor-core forward, both head sizes, in
+     * blocks of 4 warps of 32 query rows (two m-tiles sharing each K, V
+     * fragment), the next tile staged by cp.async, 54 / 102 KB of shared
+     * memory (over ZTRAIN_ATTN_FWD128); single (or unset, the default
+     * until a GPU has timed both): 16 rows a warp. The same bits */
+    int ap = -1;
+    ZT_TRY(env_switch("ZTRAIN_ATTN_FWD", "single", "pair", "single (16 query rows a warp, the "
+                      "default) or pair (32)", &ap));
+    if (ap >= 0 && zkc_attention_tc_fwd_pair(ap) != ap)
+        return zt_error(ZT_EINVAL, "ZTRAIN_ATTN_FWD=pair: this GPU does not grant the pair "
+                        "forward's 102 KB of shared memory a block (an A100, H100 or H200 does); "
+                        "unset ZTRAIN_ATTN_FWD or set it to single");
     /* ZTRAIN_ATTN_BWD128=wide: the backward's dK/dV at head size 128 in
      * blocks of 128 keys, 8 warps, 173 KB of shared memory (a GPU that
      * grants less keeps narrow); narrow (or unset, the default until a GPU
@@ -799,6 +811,12 @@ int zt_cuda_attention_fwd_wide(int on)
 {
     return switch01(on, zkc_attention_tc_fwd_wide, "zt_cuda_attention_fwd_wide",
                     "0 blocks of 64 query rows at head size 128, 1 of 128");
+}
+
+int zt_cuda_attention_fwd_pair(int on)
+{
+    return switch01(on, zkc_attention_tc_fwd_pair, "zt_cuda_attention_fwd_pair",
+                    "0 16 query rows a warp, 1 a pair of m-tiles, 32 rows");
 }
 
 int zt_cuda_attention_bwd_wide(int on)

@@ -119,8 +119,9 @@ static int bench_dq_atomic(void)
  * 0: the default kernels, bf16 and fp32 I/O. late 1, at the end of the
  * run: the variants no GPU has run yet (a fault there loses only them):
  * the ordered dQ (beside the default rows and bench_cuda_dqatomic's, the
- * same kernel adding by atomics: the price of the order) and head size
- * 128's wide forward and backward, each beside its default row. */
+ * same kernel adding by atomics: the price of the order), head size
+ * 128's wide forward and backward, and the pair forward (4 warps of 32
+ * rows) at both head sizes, each beside its default row. */
 static void attention_shapes(int late)
 {
     static const int cfg[][4] = { { 4, 1024, 12, 64 }, { 16, 1024, 16, 128 }, { 4, 4096, 16, 64 },
@@ -160,6 +161,10 @@ static void attention_shapes(int late)
                 ROW(1, "f, wide", 10, FWD16);
                 zt_cuda_attention_fwd_wide(0);
             }
+            if (zt_cuda_attention_fwd_pair(1)) {   /* 4 warps of 32 query rows */
+                ROW(1, "f, pair", 10, FWD16);
+                zt_cuda_attention_fwd_pair(0);
+            }
             if (hs == 128 && zt_cuda_attention_bwd_wide(1)) {   /* dK/dV in blocks of 128 keys */
                 ROW(1, "b, wide", 5, BWD16);
                 zt_cuda_attention_dq(1);
@@ -184,6 +189,10 @@ static void attention_shapes(int late)
             if (hs == 128 && zt_cuda_attention_fwd_wide(1)) {
                 ROW(0, "f, wide", 10, FWD32);
                 zt_cuda_attention_fwd_wide(0);
+            }
+            if (zt_cuda_attention_fwd_pair(1)) {
+                ROW(0, "f, pair", 10, FWD32);
+                zt_cuda_attention_fwd_pair(0);
             }
         }
 #undef ROW

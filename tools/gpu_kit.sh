@@ -172,10 +172,11 @@ bench() {
     build-cuda/ztrain --script tools/bench_gpu.lua attention=$m || rc=1
     echo "== bench_gpu attention=$m: $(($(date +%s) - t0)) s"
   done
-  # the step with the tensor-core backward's dQ in its dK/dV kernel
+  # the step with the tensor-core backward's dQ in its dK/dV kernel and
+  # the forward's pair blocks (the profile times each apart)
   case " ${ZKIT_ATTENTION:-exact bf16} " in *" bf16 "*)
-    echo "== bench_gpu attention=bf16 ZTRAIN_ATTN_DQ=ordered"
-    ZTRAIN_ATTN_DQ=ordered build-cuda/ztrain --script tools/bench_gpu.lua attention=bf16 || rc=1 ;;
+    echo "== bench_gpu attention=bf16 ZTRAIN_ATTN_DQ=ordered ZTRAIN_ATTN_FWD=pair"
+    ZTRAIN_ATTN_DQ=ordered ZTRAIN_ATTN_FWD=pair build-cuda/ztrain --script tools/bench_gpu.lua attention=bf16 || rc=1 ;;
   esac
   return $rc
 }

@@ -133,11 +133,15 @@
  *                  dK/dV with the ordered dQ 128, 238, 46736 B (2);
  *                  forward wide (8 warps, 128 rows, prefetching) 256, 252,
  *                  34816 B (1)
+ *   the pair forward (4 warps of 32 rows, the next K, V tile by cp.async;
+ *   dynamic shared memory, opted into): head size 64 128 threads, 240-244
+ *   registers, 55296 B (2 a SM); 128 (bf16 I/O only) 248-250, 104448 B (2)
  * io16 (dout bf16 too) the same threads and shared memory; registers:
  * forward 124 / 168, dQ 127 / 158, dK/dV 168 / 214 (head size 64 / 128;
  * dK/dV's Q, dO loads 2 a thread and matrix per batch, not 4: 4 spilled
  * at head size 64).
- * All under 48 KiB, so no opt-in to more shared memory. The forward at
+ * All under 48 KiB but the pair forward and the wide backward (those opt
+ * in to more shared memory). The forward at
  * head size 64 prefetches: the next tile's K loads (16 registers a
  * thread) fly during this tile's S and softmax, its V loads during P V
  * (3 barriers a tile). Elsewhere a tile's (chunk's) loads and its products
@@ -306,6 +310,45 @@ __device__ __forceinline__ void sts_rows(bf16 *dst, const typename chunk<S>::V *
     }
 }
 
+/* rows [t0, t0+R) of src into a tile (stride HD + 8) for a next
+ * chunk or tile (the wide backward, the pair forward): io16 16-byte cp.async (zero past T; the caller
+ * commits), fp32 loaded and rounded now (load_tile) */
+template <int R, int HD, int NTH, class S>
+__device__ __forceinline__ void stage_rows(bf16 *dst, const S *src, size_t stride, int t0, int T)
+{
+    if constexpr (sizeof(S) == 2) {
+        /* a thread's chunks: column c of rows r, r + RS, ...; one pointer
+         * stepped (per-chunk offsets, hoisted out of a caller's loop, cost
+         * the pair forward 32 registers and spilled it) */
+        constexpr int V = HD / 8, N = R * V / NTH, RS = NTH / V;
+        static_assert(NTH % V == 0 && R % RS == 0, "tile not a multiple of the block");
+        const int r = threadIdx.x / V, c = threadIdx.x % V * 8;
+        const S *p = src + (size_t)(t0 + r) * stride + c;     /* read only below T */
+        const size_t step = (size_t)RS * stride;
+#pragma unroll
+        for (int n = 0; n < N; n++, p += step) {
+            const bool ok = t0 + r + n * RS < T;
+            zkc_cp_async16(dst + (r + n * RS) * (HD + 8) + c, ok ? p : src + c, ok);
+        }
+    } else {                                      /* load_tile's, one pointer stepped */
+        typedef chunk<S> C;
+        constexpr int V = HD / C::E, N = R * V / NTH, RS = NTH / V, LB = N < 4 ? N : 4;
+        static_assert(NTH % V == 0 && R % RS == 0 && N % LB == 0, "tile not a multiple of the block");
+        const int r = threadIdx.x / V, c = threadIdx.x % V * C::E;
+        const S *p = src + (size_t)(t0 + r) * stride + c;
+        const size_t step = (size_t)RS * stride;
+#pragma unroll 1
+        for (int n0 = 0; n0 < N; n0 += LB, p += LB * step) {
+            typename C::V x[LB];
+#pragma unroll
+            for (int n = 0; n < LB; n++)
+                x[n] = t0 + r + (n0 + n) * RS < T ? C::ld(p + n * step) : C::zero();
+#pragma unroll
+            for (int n = 0; n < LB; n++) C::st(dst + (r + (n0 + n) * RS) * (HD + 8) + c, x[n]);
+        }
+    }
+}
+
 /* two adjacent outputs of a row: fp32 as computed (8 bytes), or io16 each
  * rounded once to nearest even (zkc_bf16, the casts' bits; 4 bytes) */
 __device__ __forceinline__ void stg_pair(float *p, float x, float y) { zkc_stg2(p, x, y); }
@@ -425,6 +468,18 @@ __device__ __forceinline__ void c_to_a(uint32_t (*a)[4], const float (*c)[4])
         a[kk][1] = zkc_pack_bf16(c[2 * kk][2], c[2 * kk][3]);
         a[kk][2] = zkc_pack_bf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
         a[kk][3] = zkc_pack_bf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+    }
+}
+
+/* acc[mt][n], acc[mt][n + 1] += a[mt] b for a warp's two m-tiles (the
+ * wide backward, the pair forward; b: the B fragments of n-tiles n, n + 1) */
+template <int N>
+__device__ __forceinline__ void mma_2x2(float (*acc)[N][4], const uint32_t (*a)[4], const uint32_t b[4], int n)
+{
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+        zkc_mma_bf16_16816(acc[mt][n], a[mt], b);
+        zkc_mma_bf16_16816(acc[mt][n + 1], a[mt], b + 2);
     }
 }
 
@@ -592,6 +647,219 @@ k_tc_fwd(IO *out, float *lse, const IO *qkv, tcp a)
             stg_pair(ob + (size_t)rows[r] * a.C + n * 8, o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
         if (t == 0) lse[(size_t)blockIdx.y * T + rows[r]] = m[r] * a.scale + logf(lt[r]);  /* (B,NH,T) */
     }
+}
+
+/* The forward with a pair of m-tiles a warp (zkc_attention_tc_fwd_pair(1),
+ * off by default until a GPU has timed it; FlashAttention-2's shape on an
+ * H100): 4 warps of 32 query rows, 128 rows a block at head size 64 and
+ * 128. A warp's K and V fragments serve both of its m-tiles, so a tile
+ * takes 0.31 ldmatrix an mma (Q read from shared memory each tile) where
+ * k_tc_fwd's 16 rows a warp take 0.5-0.56; each K, V tile read from L2
+ * serves 128 rows. The next tile's K and V are staged into a second buffer
+ * while this one computes (io16 by cp.async; fp32 loaded and rounded at
+ * the stage): one barrier a tile. Shared memory: Q (128 rows) and two K, V
+ * buffers, (128 + 4 x 64) (HD + 8) bf16: 54 KB at head size 64, 102 KB at
+ * 128 (dynamic, opted into; 2 blocks an SM). Each m-tile takes the tiles
+ * k_tc_fwd's warp of the same 16 rows takes (the same activity test), in
+ * the same order, with the same operations, so out and lse keep its bits. */
+template <int HD> struct fwdp_cfg {
+    enum { NTH = 128, BRF = 128, BC = 64, LD = HD + 8, SMEM = (BRF + 4 * BC) * LD * 2 };
+};
+
+/* One key tile of the pair forward for the warp's first NM m-tiles (the
+ * active ones: both, or with a window the first alone; each case its own
+ * code, so that no mma sits under a per-m-tile branch, which made ptxas put
+ * a WARPSYNC before each): S = Q K^T, the masks, the online softmax, O +=
+ * bf16(P) V, each as k_tc_fwd's. qp, kp, vp: the tiles' addresses plus the
+ * lane's a, nk and kn offsets. */
+template <int NM, int HD, bool WIN>
+__device__ __forceinline__ void pair_tile(float (&o)[2][HD / 8][4], float (&m)[2][2], float (&l)[2][2],
+                                          zkc_sptr qp, zkc_sptr kp, zkc_sptr vp, const tcp &a,
+                                          int k0, int r0, float sl2)
+{
+    enum { LD = HD + 8, KS = HD / 16, BC = 64, NS = BC / 8, ND = HD / 8,
+           /* m-tiles a score pass: all at head size 64 (each K fragment
+            * serves them); at 128 one at a time (S of both beside O, 192
+            * registers, spilled) */
+           MS = HD == 64 ? NM : 1 };
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+    uint32_t pf[NM][NS / 2][4];                   /* bf16(p) as A fragments */
+#pragma unroll
+    for (int ps = 0; ps < NM / MS; ps++) {
+        float s[MS][NS][4];                       /* S = Q K^T: (16 MS, 64), raw scores */
+#pragma unroll
+        for (int j = 0; j < MS; j++)
+#pragma unroll
+            for (int n = 0; n < NS; n++) s[j][n][0] = s[j][n][1] = s[j][n][2] = s[j][n][3] = 0.0f;
+#pragma unroll 1                                /* rolled: unrolled, ptxas hoists the fragments and spills */
+        for (int kk = 0; kk < KS; kk++) {
+            uint32_t qf[MS][4];
+#pragma unroll
+            for (int j = 0; j < MS; j++) frag_a<LD>(qf[j], qp, w * 32 + 16 * (ps * MS + j), kk * 16);
+#pragma unroll
+            for (int np = 0; np < NS / 2; np++) {
+                uint32_t bf[4];
+                frag_b_nk<LD>(bf, kp, np * 16, kk * 16);
+#pragma unroll
+                for (int j = 0; j < MS; j++) {
+                    zkc_mma_bf16_16816(s[j][2 * np], qf[j], bf);
+                    zkc_mma_bf16_16816(s[j][2 * np + 1], qf[j], bf + 2);
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < MS; j++) {
+            const int mt = ps * MS + j, rm = r0 + 16 * mt, i0 = rm + g, i1 = i0 + 8;
+            if (k0 + BC - 1 > rm) {               /* the diagonal: key after the row */
+#pragma unroll
+                for (int n = 0; n < NS; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (k0 + n * 8 + 2 * t + (e & 1) > (e < 2 ? i0 : i1)) s[j][n][e] = -INFINITY;
+            }
+            if (WIN && k0 + a.W <= rm + 15) {     /* keys at or before a row - W */
+#pragma unroll
+                for (int n = 0; n < NS; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (k0 + n * 8 + 2 * t + (e & 1) + a.W <= (e < 2 ? i0 : i1)) s[j][n][e] = -INFINITY;
+            }
+            float mx[2] = { m[mt][0], m[mt][1] }, c[2];
+#pragma unroll
+            for (int n = 0; n < NS; n++) {
+                mx[0] = fmaxf(mx[0], fmaxf(s[j][n][0], s[j][n][1]));
+                mx[1] = fmaxf(mx[1], fmaxf(s[j][n][2], s[j][n][3]));
+            }
+#pragma unroll
+            for (int r = 0; r < 2; r++) {         /* as k_tc_fwd */
+                mx[r] = quad_max(mx[r]);
+                const float mu = WIN && mx[r] == -INFINITY ? 0.0f : mx[r];
+                c[r] = zkc_exp2((m[mt][r] - mu) * sl2);
+                m[mt][r] = mx[r];
+                mx[r] = mu * sl2;
+                l[mt][r] *= c[r];
+            }
+#pragma unroll
+            for (int n = 0; n < NS; n++)          /* p = exp(scale (s - m)), fp32 */
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    s[j][n][e] = zkc_exp2(fmaf(s[j][n][e], sl2, -mx[e >> 1]));
+                    l[mt][e >> 1] += s[j][n][e];
+                }
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                o[mt][n][0] *= c[0]; o[mt][n][1] *= c[0]; o[mt][n][2] *= c[1]; o[mt][n][3] *= c[1];
+            }
+            c_to_a<NS / 2>(pf[mt], s[j]);
+        }
+    }
+    /* O += bf16(P) V: each V fragment for every m-tile */
+#pragma unroll
+    for (int kk = 0; kk < NS / 2; kk++)
+#pragma unroll
+        for (int np = 0; np < ND / 2; np++) {
+            uint32_t bf[4];
+            frag_b_kn<LD>(bf, vp, kk * 16, np * 16);
+#pragma unroll
+            for (int j = 0; j < NM; j++) {
+                zkc_mma_bf16_16816(o[j][2 * np], pf[j][kk], bf);
+                zkc_mma_bf16_16816(o[j][2 * np + 1], pf[j][kk], bf + 2);
+            }
+        }
+}
+
+/* Head size 128's pair is built for sm_90 (the H100 and H200 it is for):
+ * on sm_80 ptxas spilled it at 255 registers. There its kernel traps, and
+ * the launcher takes the default blocks (the same bits). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define ZKC_PAIR128 0
+#else
+#define ZKC_PAIR128 1
+#endif
+
+template <int HD, class IO, bool WIN>
+__device__ __forceinline__ void fwd_pair(IO *out, float *lse, const IO *qkv, const tcp &a)
+{
+    enum { LD = HD + 8, BC = 64, ND = HD / 8, BRF = fwdp_cfg<HD>::BRF, NTH = fwdp_cfg<HD>::NTH };
+    /* shared: Q (BRF, LD), then K, V of buffer 0, K, V of buffer 1 (BC, LD) */
+    bf16 *const qs = (bf16 *)zkc_dyn_smem(), *const kv = qs + BRF * LD;
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3, T = a.T;
+    const int qt = gridDim.x - 1 - blockIdx.x;   /* the longest rows first */
+    const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, q0 = qt * BRF, r0 = q0 + w * 32;
+    const size_t st = a.R;
+    const IO *base = qkv + (size_t)b * T * st + (size_t)h * HD;         /* q of (b, 0, h) */
+    const IO *kb = qkv + (size_t)b * T * st + a.C + (size_t)(h / a.G) * HD;   /* its kv head's k */
+    const IO *vb = kb + (size_t)a.NKV * HD;
+    const float sl2 = a.scale * LOG2E;
+    const lane_offs lo = lane_offsets<LD>(lane);
+    const zkc_sptr qp = zkc_sptr_of(qs) + lo.a;
+
+    float o[2][ND][4], m[2][2], l[2][2];         /* m-tile mt: rows r0 + 16 mt + g, + 8 */
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < ND; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+    }
+    const int kend = min(q0 + BRF, T);            /* causal: keys after the block's last row skipped */
+    const int kstart = WIN ? win_start(a, q0, BC) : 0;   /* a window: tiles before every row's skipped */
+    auto stage = [&](int k0, int buf) {           /* tile k0's K, V into buffer buf */
+        bf16 *ks = kv + buf * 2 * BC * LD;
+        stage_rows<BC, HD, NTH>(ks, kb, st, k0, T);
+        stage_rows<BC, HD, NTH>(ks + BC * LD, vb, st, k0, T);
+    };
+    stage_rows<BRF, HD, NTH>(qs, base, st, q0, T);
+    stage(kstart, 0);
+    zkc_cp_async_commit();
+    for (int k0 = kstart, buf = 0; k0 < kend; k0 += BC, buf ^= 1) {
+        zkc_cp_async_wait_all();
+        __syncthreads();                          /* this tile (and Q) staged; the other buffer's last reads done */
+        if (k0 + BC < kend) {
+            stage(k0 + BC, buf ^ 1);
+            zkc_cp_async_commit();
+        }
+        /* an m-tile is active where k_tc_fwd's warp of its rows is */
+        bool act[2];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            const int rm = r0 + 16 * mt;
+            act[mt] = k0 <= rm + 15 && (!WIN || k0 + BC + a.W > rm + 1);
+        }
+        const zkc_sptr kp = zkc_sptr_of(kv + buf * 2 * BC * LD), vp = kp + BC * LD * 2;
+        /* Without a window both m-tiles are active or neither (a tile starts
+         * at a multiple of 64, a warp's rows at one of 32: no tile starts
+         * inside a warp's rows after its first m-tile). With one, the second
+         * m-tile's window starts later: it alone may be inactive. */
+        if (act[0] && act[1])
+            pair_tile<2, HD, WIN>(o, m, l, qp, kp + lo.nk, vp + lo.kn, a, k0, r0, sl2);
+        else if (WIN && act[0])
+            pair_tile<1, HD, WIN>(o, m, l, qp, kp + lo.nk, vp + lo.kn, a, k0, r0, sl2);
+    }
+    /* from blockIdx again: b, h kept across the loop spilled at head size 128 */
+    IO *ob = out + (size_t)(blockIdx.y / a.NH) * T * a.C + (size_t)(blockIdx.y % a.NH) * HD + 2 * t;
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+        const float lt[2] = { quad_sum(l[mt][0]), quad_sum(l[mt][1]) };
+        const int rows[2] = { r0 + 16 * mt + g, r0 + 16 * mt + g + 8 };
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            if (rows[r] >= T) continue;
+            const float inv = 1.0f / lt[r];
+#pragma unroll
+            for (int n = 0; n < ND; n++)
+                stg_pair(ob + (size_t)rows[r] * a.C + n * 8, o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
+            if (t == 0) lse[(size_t)blockIdx.y * T + rows[r]] = m[mt][r] * a.scale + logf(lt[r]);
+        }
+    }
+}
+
+template <int HD, class IO, bool WIN>
+__global__ static void __launch_bounds__(fwdp_cfg<HD>::NTH, 2)
+k_tc_fwd_pair(IO *out, float *lse, const IO *qkv, tcp a)
+{
+    if constexpr (HD == 128 && !ZKC_PAIR128) __trap();
+    else fwd_pair<HD, IO, WIN>(out, lse, qkv, a);
 }
 
 /* a block's ticket (mma.cuh): thread 0 takes it, every thread returns it */
@@ -841,24 +1109,12 @@ struct bw_cfg {
            SMEM = (2 * BN * LD + 4 * CH * LD + 2 * BN * LQ) * 2 + 4 * CH * 4 };
 };
 
-/* acc[mt][n], acc[mt][n + 1] += a[mt] b for the wide backward's two m-tiles
- * (b: the B fragments of n-tiles n, n + 1) */
-template <int N>
-__device__ __forceinline__ void mma_2x2(float (*acc)[N][4], const uint32_t (*a)[4], const uint32_t b[4], int n)
-{
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++) {
-        zkc_mma_bf16_16816(acc[mt][n], a[mt], b);
-        zkc_mma_bf16_16816(acc[mt][n + 1], a[mt], b + 2);
-    }
-}
-
 /* The wide backward's score-shaped products: a warp's 32 rows (r0..) x 32
  * columns (c0..) over HD, from zero, x = A B^T with A, B tiles stored row
  * by HD (K or V; Q or dO); a, b the tiles' addresses plus the lane's a, nk
  * offsets. 0.5 ldmatrix an mma. The k-steps not unrolled: unrolled,
  * ptxas hoists their fragments and k_tc_dkv_wide spills at 255 registers
- * (rolled: 243-255 on sm_90 and sm_80, none spilling; 8 warps an SM hide
+ * (rolled: 235-255 on sm_90 and sm_80, none spilling; 8 warps an SM hide
  * a step's ldmatrix latency). */
 template <int KS, int LD>
 __device__ __forceinline__ void product_32x32(float (*x)[4][4], zkc_sptr a, zkc_sptr b, int r0, int c0)
@@ -878,26 +1134,6 @@ __device__ __forceinline__ void product_32x32(float (*x)[4][4], zkc_sptr a, zkc_
             frag_b_nk<LD>(bf, b, c0 + 16 * np, kk * 16);
             mma_2x2(x, fa, bf, 2 * np);
         }
-    }
-}
-
-/* rows [t0, t0+R) of src into a tile (stride HD + 8) for the wide
- * backward's next chunk: io16 16-byte cp.async (zero past T; the caller
- * commits), fp32 loaded and rounded now (load_tile) */
-template <int R, int HD, int NTH, class S>
-__device__ __forceinline__ void stage_rows(bf16 *dst, const S *src, size_t stride, int t0, int T)
-{
-    if constexpr (sizeof(S) == 2) {
-        constexpr int V = HD / 8, N = R * V / NTH;
-        static_assert(R * V % NTH == 0, "tile not a multiple of the block");
-#pragma unroll
-        for (int n = 0; n < N; n++) {
-            const int idx = threadIdx.x + n * NTH, r = idx / V, c = idx % V * 8;
-            const bool ok = t0 + r < T;
-            zkc_cp_async16(dst + r * (HD + 8) + c, src + (size_t)(ok ? t0 + r : t0) * stride + c, ok);
-        }
-    } else {
-        load_tile<R, HD, NTH>(dst, src, stride, t0, T);
     }
 }
 
@@ -1209,6 +1445,31 @@ extern "C" int zkc_attention_tc_fwd_wide(int on)
     return fwd_wide_on;
 }
 
+/* The forward's warps (kernels.cuh): 0 16 query rows a warp (k_tc_fwd,
+ * the default), 1 a pair of m-tiles, 32 rows (k_tc_fwd_pair, both head
+ * sizes, over fwd_wide_on), taken only where the current GPU grants its
+ * shared memory (else the setting stays 0); -1 asks. Read at each launch. */
+static int fwd_pair_on = 0;
+static bool smem_fits(int bytes)
+{
+    int dev = 0, v = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+           v >= bytes;
+}
+static bool pair128_ok;                          /* the GPU is sm_90 or later (ZKC_PAIR128) */
+extern "C" int zkc_attention_tc_fwd_pair(int on)
+{
+    if (on == 0 || (on == 1 && smem_fits((int)fwdp_cfg<128>::SMEM))) fwd_pair_on = on;
+    if (on == 1 && fwd_pair_on) {
+        int dev = 0, major = 0;
+        pair128_ok = cudaGetDevice(&dev) == cudaSuccess &&
+                     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                     major >= 9;
+    }
+    return fwd_pair_on;
+}
+
 /* The backward's dQ (kernels.cuh): 0 its own pass (k_tc_dq, the default),
  * 1 ordered in the dK/dV kernel; -1 asks. Read at each launch: the
  * caller sizes the scratch by zkc_attention_backward_tc_scratch first, so
@@ -1224,13 +1485,7 @@ extern "C" int zkc_attention_tc_ordered_dq(int on)
 
 /* whether the current GPU grants k_tc_dkv_wide's shared memory a block
  * (the opt-in, and the ticket's static int beside it) */
-static bool wide_fits(void)
-{
-    int dev = 0, v = 0;
-    return cudaGetDevice(&dev) == cudaSuccess &&
-           cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
-           v >= (int)bw_cfg::SMEM + 16;
-}
+static bool wide_fits(void) { return smem_fits((int)bw_cfg::SMEM + 16); }
 
 /* Head size 128's backward dK/dV (kernels.cuh): 0 the narrow kernel (the
  * default), 1 the wide one, taken only where the current GPU grants its
@@ -1240,6 +1495,16 @@ extern "C" int zkc_attention_tc_bwd_wide(int on)
 {
     if (on == 0 || (on == 1 && wide_fits())) bwd_wide_on = on;
     return bwd_wide_on;
+}
+
+/* a kernel's dynamic shared memory above 48 KB, opted into before its
+ * launch; a refusal returned here, not left for the next launch */
+template <class K>
+static int opt_in(K kernel, int smem)
+{
+    int e = (int)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e) (void)cudaGetLastError();
+    return e;
 }
 
 /* the dK/dV kernel of a backward: the wide one at head size 128 when asked
@@ -1252,13 +1517,8 @@ static int launch_dkv(cudaStream_t s, bool wide, IO *dqkv, const IO *dout, const
         if (wide) {
             dim3 g((unsigned)((a.T + bw_cfg::BN - 1) / bw_cfg::BN), (unsigned)(B * a.NKV));
             const int smem = (int)bw_cfg::SMEM;
-            int e = a.W > 0
-                ? (int)cudaFuncSetAttribute(k_tc_dkv_wide<IO, true, ORD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)
-                : (int)cudaFuncSetAttribute(k_tc_dkv_wide<IO, false, ORD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-            if (e) {
-                (void)cudaGetLastError();                /* returned here, not left for the next launch */
-                return e;
-            }
+            int e = a.W > 0 ? opt_in(k_tc_dkv_wide<IO, true, ORD>, smem) : opt_in(k_tc_dkv_wide<IO, false, ORD>, smem);
+            if (e) return e;
             if (a.W > 0)
                 k_tc_dkv_wide<IO, true, ORD><<<g, bw_cfg::NTH, smem, s>>>(dqkv, dout, qkv, lse, D, acc, cnt, a);
             else
@@ -1284,6 +1544,21 @@ extern "C" size_t zkc_attention_backward_tc_scratch(int io16, int B, int T, int 
 template <int HD, class IO>
 static int tc_forward(cudaStream_t s, IO *out, float *lse, const IO *qkv, int B, tcp a)
 {
+    /* the pair at head size 128 with bf16 I/O on sm_90 only (fp32's
+     * staging registers, and sm_80, spilled it; the default blocks give the
+     * same bits) */
+    if constexpr (HD == 64 || sizeof(IO) == 2) if (fwd_pair_on && (HD == 64 || pair128_ok)) {
+        enum { BRF = fwdp_cfg<HD>::BRF, SMEM = fwdp_cfg<HD>::SMEM };
+        dim3 g((unsigned)((a.T + BRF - 1) / BRF), (unsigned)(B * a.NH));
+        const int smem = (int)SMEM;
+        int e = a.W > 0 ? opt_in(k_tc_fwd_pair<HD, IO, true>, smem) : opt_in(k_tc_fwd_pair<HD, IO, false>, smem);
+        if (e) return e;
+        if (a.W > 0)
+            k_tc_fwd_pair<HD, IO, true><<<g, fwdp_cfg<HD>::NTH, smem, s>>>(out, lse, qkv, a);
+        else
+            k_tc_fwd_pair<HD, IO, false><<<g, fwdp_cfg<HD>::NTH, smem, s>>>(out, lse, qkv, a);
+        return ZKC_LAUNCHED();
+    }
     if constexpr (HD == 128) {
         if (fwd_wide_on) {
             dim3 g((unsigned)((a.T + 127) / 128), (unsigned)(B * a.NH));

@@ -2827,22 +2827,26 @@ static void t_attention_dq_ordered(void)
     zt_cuda_attention_dq(was);
 }
 
-/* Head size 128's wide forward (zt_cuda_attention_fwd_wide(1): 128 query
- * rows a block, prefetching): out and lse the narrow blocks' bits (a row
- * sees the same tiles in the same order), fp32 and bf16 I/O, with a
- * window and GQA too; then the tensor-core checks at head size 128 with it
- * (against the CPU twin, the same bits twice). */
-static void t_attention_fwd_wide(void)
+/* The forward's other block shapes against the default, each switched on
+ * in turn: head size 128's wide forward (zt_cuda_attention_fwd_wide(1):
+ * 128 query rows a block, prefetching) and the pair forward at head sizes
+ * 64 and 128 (zt_cuda_attention_fwd_pair(1): 4 warps of 32 rows, the next
+ * K, V tile staged by cp.async, 54 / 102 KB of shared memory). out and lse
+ * the default blocks' bits (a row sees the same tiles in the same order),
+ * fp32 and bf16 I/O, with a window and GQA too; then the tensor-core
+ * checks with it (against the CPU twin, the same bits twice). */
+static void fwd_variant(const char *what, int (*set)(int), int hs)
 {
     static const int shp[][5] = { { 1, 257, 3, 3, 0 }, { 2, 100, 4, 2, 0 }, { 1, 300, 2, 1, 70 },
                                   { 2, 2048, 8, 8, 0 } };
-    int was = zt_cuda_attention_fwd_wide(-1), am = zt_cuda_attention_mode(-1);
-    int bad = zt_cuda_attention_fwd_wide(2);
-    ct_check(bad == ZT_EINVAL && zt_cuda_attention_fwd_wide(-1) == was,
-             "attention wide forward: 2 refused, the setting kept", "2 %d", bad);
+    int was = set(-1), am = zt_cuda_attention_mode(-1);
+    int bad = set(2);
+    char name[192];
+    snprintf(name, sizeof name, "attention %s forward hs=%d: 2 refused, the setting kept", what, hs);
+    ct_check(bad == ZT_EINVAL && set(-1) == was, name, "2 %d", bad);
     for (int k = 0; k < 4; k++) {
         int B = shp[k][0], T = shp[k][1], NH = shp[k][2], NKV = shp[k][3], W = shp[k][4];
-        int C = NH * 128, R = (NH + 2 * NKV) * 128;
+        int C = NH * hs, R = (NH + 2 * NKV) * hs;
         size_t nq = (size_t)B * T * R, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
         float *qkv = ct_rand(nq, -2, 2);
         uint16_t *q16 = malloc(nq * 2);
@@ -2852,51 +2856,57 @@ static void t_attention_fwd_wide(void)
         for (size_t i = 0; i < no; i++) { nanf[i] = NAN; nanh[i] = 0x7fc1; }
         float *d_q = up(qkv, nq * 4), *d_o[2], *d_l[2], *d_hl[2];
         uint16_t *d_q16 = up(q16, nq * 2), *d_h[2];
-        int rc = 0, set = 1;
+        int rc = 0, ok = 1;
         zt_cuda_attention_mode(1);
         int64_t tc0 = dv->attention_tc_calls();
-        for (int r = 0; r < 2; r++) {             /* narrow, then wide */
+        for (int r = 0; r < 2; r++) {             /* the default, then the variant */
             d_o[r] = up(nanf, no * 4); d_h[r] = up(nanh, no * 2);
             dv->alloc((void **)&d_l[r], nl * 4); dv->alloc((void **)&d_hl[r], nl * 4);
-            set &= zt_cuda_attention_fwd_wide(r) == r && zt_cuda_attention_fwd_wide(-1) == r;
+            ok &= set(r) == r && set(-1) == r;
             rc |= dv->attention_forward(d_o[r], d_l[r], d_q, 0, B, T, C, NH, NKV, W);
             rc |= dv->attention_forward(d_h[r], d_hl[r], d_q16, 1, B, T, C, NH, NKV, W);
         }
         int64_t tcn = dv->attention_tc_calls() - tc0;
         free(nanf); free(nanh);
-        zt_cuda_attention_fwd_wide(was);
+        set(was);
         zt_cuda_attention_mode(am);
-        char name[160];
-        snprintf(name, sizeof name, "attention wide forward B=%d T=%d NH=%d NKV=%d W=%d", B, T, NH, NKV, W);
+        snprintf(name, sizeof name, "attention %s forward hs=%d B=%d T=%d NH=%d NKV=%d W=%d", what, hs, B, T,
+                 NH, NKV, W);
         if (!synced(name) || rc) { ct_fail(name, "rc %d", rc); continue; }
-        snprintf(name, sizeof name, "attention wide forward B=%d T=%d NKV=%d W=%d: the switch set, four "
-                 "tensor-core calls", B, T, NKV, W);
-        ct_check(set && tcn == 4, name, "set %d, tc calls %lld", set, (long long)tcn);
+        snprintf(name, sizeof name, "attention %s forward hs=%d B=%d T=%d NKV=%d W=%d: the switch set, four "
+                 "tensor-core calls", what, hs, B, T, NKV, W);
+        ct_check(ok && tcn == 4, name, "set %d, tc calls %lld", set, (long long)tcn);
         float *o0 = down(d_o[0], no * 4), *o1 = down(d_o[1], no * 4);
         float *l0 = down(d_l[0], nl * 4), *l1 = down(d_l[1], nl * 4);
         float *hl0 = down(d_hl[0], nl * 4), *hl1 = down(d_hl[1], nl * 4);
         uint16_t *h0 = down(d_h[0], no * 2), *h1 = down(d_h[1], no * 2);
         size_t bad = 0;
         while (bad < no && isfinite(o1[bad])) bad++;
-        snprintf(name, sizeof name, "attention wide forward B=%d T=%d NKV=%d W=%d: every out written, the "
-                 "narrow blocks' out and lse bits (fp32 I/O)", B, T, NKV, W);
+        snprintf(name, sizeof name, "attention %s forward hs=%d B=%d T=%d NKV=%d W=%d: every out written, "
+                 "the default blocks' out and lse bits (fp32 I/O)", what, hs, B, T, NKV, W);
         ct_check(bad == no && !memcmp(o0, o1, no * 4) && !memcmp(l0, l1, nl * 4), name,
                  "unwritten from %zu of %zu, or differ", bad, no);
-        snprintf(name, sizeof name, "attention wide forward B=%d T=%d NKV=%d W=%d: the same, bf16 I/O",
-                 B, T, NKV, W);
+        snprintf(name, sizeof name, "attention %s forward hs=%d B=%d T=%d NKV=%d W=%d: the same, bf16 I/O",
+                 what, hs, B, T, NKV, W);
         ct_check(!memcmp(h0, h1, no * 2) && !memcmp(hl0, hl1, nl * 4), name, "differ");
         free(qkv); free(q16); free(o0); free(o1); free(l0); free(l1); free(hl0); free(hl1);
         free(h0); free(h1);
         dv->free(d_q); dv->free(d_q16);
         for (int r = 0; r < 2; r++) { dv->free(d_o[r]); dv->free(d_l[r]); dv->free(d_h[r]); dv->free(d_hl[r]); }
     }
-    zt_cuda_attention_fwd_wide(1);
-    dq_tag = " (wide forward)";
-    t_attention_tc(1, 1, 1, 128);
-    t_attention_tc(2, 100, 2, 128);
-    t_attention_tc(1, 257, 3, 128);
+    set(1);
+    dq_tag = !strcmp(what, "wide") ? " (wide forward)" : " (pair forward)";
+    t_attention_tc(1, 1, 1, hs);
+    t_attention_tc(2, 100, 2, hs);
+    t_attention_tc(1, 257, 3, hs);
     dq_tag = "";
-    zt_cuda_attention_fwd_wide(was);
+    set(was);
+}
+static void t_attention_fwd_wide(void) { fwd_variant("wide", zt_cuda_attention_fwd_wide, 128); }
+static void t_attention_fwd_pair(void)
+{
+    fwd_variant("pair", zt_cuda_attention_fwd_pair, 64);
+    fwd_variant("pair", zt_cuda_attention_fwd_pair, 128);
 }
 
 /* Head size 128's wide backward (zt_cuda_attention_bwd_wide(1): dK/dV in
@@ -3190,7 +3200,7 @@ static void (*const tests[])(void) = {
     t_attention_io16_all, t_errors,
     t_pinned_pages, t_copy_then_compute, t_two_streams, t_blas_on_current_stream, t_stream_errors,
     /* kernels no GPU has run yet, late: a fault leaves the context unusable */
-    t_attention_fwd_wide, t_attention_bwd_wide,
+    t_attention_fwd_wide, t_attention_fwd_pair, t_attention_bwd_wide,
     t_attention_dq_ordered,     /* last: a wait that traps leaves the context unusable */
 };
 #define NTESTS (int)(sizeof tests / sizeof tests[0])

@@ -58,10 +58,12 @@ static inline int cudaGetLastError(void) { return 0; }
 /* the device the emulator stands for: an sm_90's shared memory a block
  * (227 KB with the opt-in); a kernel's opt-in above it is refused */
 enum { EMU_SMEM_OPTIN = 232448 };
-enum { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97, cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97, cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+       cudaDevAttrComputeCapabilityMajor = 75 };
 static inline int cudaGetDevice(int *d) { *d = 0; return 0; }
 static inline int cudaDeviceGetAttribute(int *v, int attr, int)
 {
+    if (attr == cudaDevAttrComputeCapabilityMajor) { *v = 9; return 0; }
     if (attr != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
     *v = EMU_SMEM_OPTIN;
     return 0;
@@ -249,6 +251,7 @@ extern "C" void emu_set_warp_major(int on) { emu_warp_major = on; }
  * a byte no thread wrote shows). */
 static unsigned char *emu_dyn;
 static inline unsigned char *zkc_dyn_smem(void) { return emu_dyn; }
+static inline void __trap(void) { fprintf(stderr, "emu: __trap\n"); abort(); }
 template <class F> static void emu_call_as(void *f) { (*(F *)f)(); }
 static void emu_entry(void)
 {

@@ -28,6 +28,7 @@ int zkc_attention_backward_tc_gqa(void *s, void *dqkv, const void *dout, const v
                                   int NH, int NKV, int W, float *scratch);
 int zkc_attention_tc_ordered_dq(int on);
 int zkc_attention_tc_fwd_wide(int on);
+int zkc_attention_tc_fwd_pair(int on);
 int zkc_attention_tc_bwd_wide(int on);
 size_t zkc_attention_backward_tc_scratch(int io16, int B, int T, int C, int NH);
 void emu_set_block_order(int o);             /* spec/emu/cuda_emu.h */
@@ -321,40 +322,55 @@ static void ordered(int B, int T, int NH, int NKV, int hs, int W)
     for (int r = 0; r < 3; r++) free(d[r]);
 }
 
-/* Head size 128's wide forward (zkc_attention_tc_fwd_wide(1): 8 warps, 128
- * rows a block, the next tile prefetched): every row sees the same tiles
- * in the same order as in the 4-warp blocks (a warp skips the tiles after
- * its rows, and outside its rows' windows), so out and lse have the
- * default forward's bits, fp32 and bf16 I/O; and out against the CPU twin. */
-static void wide(int B, int T, int NH, int NKV, int W)
+/* The forward's other block shapes, each switched on in turn against the
+ * default: head size 128's wide forward (zkc_attention_tc_fwd_wide(1): 8
+ * warps, 128 rows a block, the next tile prefetched) and the pair forward
+ * at head sizes 64 and 128 (zkc_attention_tc_fwd_pair(1): 4 warps of 32
+ * rows, the next K, V tile staged by cp.async into a second buffer). Every
+ * row sees the same tiles in the same order as in the default blocks (a
+ * warp or m-tile skips the tiles after its rows, and outside its rows'
+ * windows), so out and lse have the default forward's bits, fp32 and bf16
+ * I/O; and out against the CPU twin. The pair runs again with each
+ * cp.async landing at issue and each warp run from barrier to barrier
+ * before the next (a stage into a buffer a warp still reads shows). */
+static void variant(const char *what, int (*set)(int), int B, int T, int NH, int NKV, int hs, int W)
 {
-    char name[192], tag[96];
-    snprintf(tag, sizeof tag, "emu wide forward B=%d T=%d NH=%d NKV=%d hs=128 W=%d", B, T, NH, NKV, W);
-    const int hs = 128, C = NH * hs, R = (NH + 2 * NKV) * hs;
+    char name[192], tag[112];
+    snprintf(tag, sizeof tag, "emu %s forward B=%d T=%d NH=%d NKV=%d hs=%d W=%d", what, B, T, NH, NKV, hs, W);
+    const int C = NH * hs, R = (NH + 2 * NKV) * hs, runs = set == zkc_attention_tc_fwd_pair ? 3 : 2;
     size_t nq = (size_t)B * T * R, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     cpu_ref f = ref_make(B, T, NH, NKV, hs, W);
     float *qkv = f.qkv;
-    uint16_t *q16 = to_bf16(qkv, nq), *h[2];
-    float *go[2], *gl[2], *hl[2];
+    uint16_t *q16 = to_bf16(qkv, nq), *h[3];
+    float *go[3], *gl[3], *hl[3];
     int rc = 0;
-    for (int r = 0; r < 2; r++) {                /* default, then wide */
+    for (int r = 0; r < runs; r++) {             /* default, the variant, (pair) the variant warp-major */
         go[r] = malloc(no * 4); gl[r] = malloc(nl * 4); h[r] = malloc(no * 2); hl[r] = malloc(nl * 4);
-        rc |= zkc_attention_tc_fwd_wide(r) != r;
+        rc |= set(r > 0) != (r > 0);
+        emu_set_cp_early(r == 2);
+        emu_set_warp_major(r == 2);
         rc |= zkc_attention_forward_tc_gqa(NULL, go[r], gl[r], qkv, 0, B, T, C, NH, NKV, W);
         rc |= zkc_attention_forward_tc_gqa(NULL, h[r], hl[r], q16, 1, B, T, C, NH, NKV, W);
     }
-    zkc_attention_tc_fwd_wide(0);
+    set(0);
+    emu_set_cp_early(0);
+    emu_set_warp_major(0);
     snprintf(name, sizeof name, "%s: returns 0", tag);
     ct_check(rc == 0, name, "rc %d", rc);
     snprintf(name, sizeof name, "%s: out vs the CPU", tag);
     tc_check(name, go[1], f.o, f.mo, no, TC_RHO);
-    snprintf(name, sizeof name, "%s: out, lse the 4-warp blocks' bits, fp32 and bf16 I/O", tag);
-    ct_check(!memcmp(go[0], go[1], no * 4) && !memcmp(gl[0], gl[1], nl * 4) &&
-             !memcmp(h[0], h[1], no * 2) && !memcmp(hl[0], hl[1], nl * 4), name, "differ");
+    for (int r = 1; r < runs; r++) {
+        snprintf(name, sizeof name, "%s%s: out, lse the default blocks' bits, fp32 and bf16 I/O", tag,
+                 r == 2 ? ", warp-major, copies at issue" : "");
+        ct_check(!memcmp(go[0], go[r], no * 4) && !memcmp(gl[0], gl[r], nl * 4) &&
+                 !memcmp(h[0], h[r], no * 2) && !memcmp(hl[0], hl[r], nl * 4), name, "differ");
+    }
     ref_free(&f);
     free(q16);
-    for (int r = 0; r < 2; r++) { free(go[r]); free(gl[r]); free(h[r]); free(hl[r]); }
+    for (int r = 0; r < runs; r++) { free(go[r]); free(gl[r]); free(h[r]); free(hl[r]); }
 }
+static void wide(int B, int T, int NH, int NKV, int W) { variant("wide", zkc_attention_tc_fwd_wide, B, T, NH, NKV, 128, W); }
+static void pair(int B, int T, int NH, int NKV, int hs, int W) { variant("pair", zkc_attention_tc_fwd_pair, B, T, NH, NKV, hs, W); }
 
 /* the first row of dqkv's k, v part (columns C .. R) where a and b differ, or rows */
 static size_t kv_differs(const float *a, const float *b, size_t rows, int C, int R)
@@ -496,6 +512,12 @@ int main(void)
     wide(1, 1, 1, 1, 0);            /* one key */
     wide(1, 300, 2, 1, 0);          /* three 128-row blocks, the last ragged; GQA */
     wide(1, 200, 1, 1, 70);         /* a window: a block's rows start at other tiles */
+    pair(1, 1, 1, 1, 64, 0);        /* one key: rows and keys past T zero-filled by cp.async */
+    pair(1, 1, 1, 1, 128, 0);
+    pair(2, 300, 2, 1, 64, 0);      /* batches, GQA, three 128-row blocks, the last ragged */
+    pair(1, 193, 2, 2, 128, 0);     /* hs 128 (one m-tile a score pass), ragged */
+    pair(1, 200, 2, 1, 64, 70);     /* a window: m-tiles of one warp active on different tiles */
+    pair(1, 260, 1, 1, 128, 20);    /* a window inside a tile at hs 128 */
     ordered(1, 1, 1, 1, 64, 0);     /* one key: one tile, first and last */
     ordered(1, 150, 1, 1, 64, 0);   /* three tiles, ragged: a chunk summed over three */
     ordered(1, 100, 1, 1, 128, 0);  /* chunks of 16: four a tile */

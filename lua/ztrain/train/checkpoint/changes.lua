@@ -57,7 +57,8 @@ end
 -- tensor-core attention's backward adds dQ in its dK/dV kernel
 -- (ZTRAIN_ATTN_DQ=ordered: other bits, and others again at head size 128
 -- with ZTRAIN_ATTN_BWD128=wide, its dQ parts of 128 keys; ZTRAIN_ATTN_FWD128
--- keeps them, and so does the wide backward with dQ by its own pass)
+-- and ZTRAIN_ATTN_FWD keep them, and so does the wide backward with dQ by its
+-- own pass)
 function M.kernels(tr)
   local r = tr.recipe
   local dev = tostring(r.device.backend):match("^fakegpu") and "cpu" or r.device.backend
