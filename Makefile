@@ -117,12 +117,12 @@ bench-cuda:
 # H100 and H200 the kit runs on): one arch keeps its compile to a third.
 DQATOMIC_NVCCFLAGS ?= -O3 -std=c++17 -Xcompiler -fPIC,-Wall -compress-mode=size \
                       -gencode arch=compute_90,code=sm_90
-$(B)/obj/dqatomic/kernels/cuda/attention_tc.o: kernels/cuda/attention_tc.cu $(wildcard kernels/cuda/*.cuh)
+$(B)/obj/dqatomic/kernels/cuda/attention_tc_bwd.o: kernels/cuda/attention_tc_bwd.cu $(wildcard kernels/cuda/*.cuh)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(DQATOMIC_NVCCFLAGS) -DZKC_ATTN_TC_DQ_ATOMIC -Xptxas -v -c $< -o $@ 2> $@.ptxas; rc=$$?; \
 	  grep -v -e '^ptxas info' -e 'bytes stack frame' $@.ptxas >&2; exit $$rc
-DQATOMIC_OBJ := $(filter-out $(B)/obj/kernels/cuda/attention_tc.o,$(CUDA_TEST_OBJ)) \
-                $(B)/obj/dqatomic/kernels/cuda/attention_tc.o
+DQATOMIC_OBJ := $(filter-out $(B)/obj/kernels/cuda/attention_tc_bwd.o,$(CUDA_TEST_OBJ)) \
+                $(B)/obj/dqatomic/kernels/cuda/attention_tc_bwd.o
 $(B)/bench_cuda_dqatomic: tools/bench_cuda.c $(DQATOMIC_OBJ)
 	$(CC) $(CFLAGS) -DBENCH_DQ_ATOMIC -I$(CUDA_HOME)/include -Iruntime -Ikernels/cpu -o $@ $< $(DQATOMIC_OBJ) $(CUDA_LIBS) -lm -lpthread
 
@@ -181,7 +181,11 @@ EMU_BIN     := $(patsubst %,$(B)/emu/test_%_emu,$(EMU_KERNELS))
 $(B)/emu/test_%_emu: kernels/cuda/%.cu spec/emu/test_%_emu.c $(wildcard spec/emu/*.h) \
         tools/emu_kernel.sh $(LIB_OBJ)
 	NO_RUN=1 sh tools/emu_kernel.sh $* $(B)
-$(B)/emu/test_attention_tc_emu: spec/c/attn_tc_check.h
+# a family in several files: kernels/cuda/NAME_*.cu and NAME.cuh
+$(B)/emu/test_attention_tc_emu: kernels/cuda/attention_tc_fwd.cu kernels/cuda/attention_tc_bwd.cu \
+        kernels/cuda/attention_tc.cuh spec/emu/test_attention_tc_emu.c $(wildcard spec/emu/*.h) \
+        spec/c/attn_tc_check.h tools/emu_kernel.sh $(LIB_OBJ)
+	NO_RUN=1 sh tools/emu_kernel.sh attention_tc $(B)
 CTEST_BIN += $(EMU_BIN)
 
 $(B)/test_%: spec/c/test_%.c $(LIB_OBJ) $(wildcard spec/c/*.h)

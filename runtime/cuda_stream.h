@@ -63,7 +63,7 @@ void zt_cuda_host_free(void *p);
 int zt_cuda_is_pinned(const void *p);
 
 /* Attention kernels, process-wide: mode 0 "exact" (the plain fp32 kernels,
- * the default), 1 "bf16" (kernels/cuda/attention_tc.cu, bf16 tensor cores
+ * the default), 1 "bf16" (kernels/cuda/attention_tc_*.cu, bf16 tensor cores
  * with fp32 accumulation, where the head size is 64; the plain kernels
  * otherwise), -1 only asks. Returns the mode in force (ZT_EINVAL for an
  * unknown mode). zt_device_attention("exact"|"bf16") (ztrain.h, the recipe
@@ -87,7 +87,7 @@ int zt_cuda_matmul_epilogue(int on);
  * up to the last multiple of 128 and the rest (kernels/cuda/matmul.cu); 0
  * as one; -1 only asks. Returns the setting in force. Process-wide. */
 int zt_cuda_matmul_split(int on);
-/* The tensor-core attention backward's dQ (attention_tc.cu): 0 its own
+/* The tensor-core attention backward's dQ (attention_tc_bwd.cu): 0 its own
  * pass (the default), 1 in the dK/dV kernel with the key tiles' parts added
  * in a fixed order (ZTRAIN_ATTN_DQ at init); -1 queries. Both give the same
  * bits run to run; not each other's (dk, dv: the same). Process-wide: change

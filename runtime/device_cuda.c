@@ -180,7 +180,7 @@ int zt_cuda_init(void)
     /* ZTRAIN_ATTN_DQ=ordered: the tensor-core backward makes dQ in its
      * dK/dV kernel, the key tiles' parts added in a fixed order (5
      * matmul-equivalents); pass (or unset, the default until a GPU has
-     * timed both): its own pass (7). Both deterministic (attention_tc.cu) */
+     * timed both): its own pass (7). Both deterministic (attention_tc_bwd.cu) */
     ZT_TRY(env_switch("ZTRAIN_ATTN_DQ", "pass", "ordered", "pass (dQ by its own kernel, the "
                       "default) or ordered (in the dK/dV kernel, in a fixed order)", &aq));
     if (aq >= 0) zkc_attention_tc_ordered_dq(aq);
@@ -764,7 +764,7 @@ static double cuda_sum(const float *x, size_t n)
 }
 
 /* Attention mode (cuda_stream.h): 0 exact (the plain kernels, fp32
- * arithmetic), 1 bf16 (attention_tc.cu where the head size is 64 or 128);
+ * arithmetic), 1 bf16 (attention_tc_*.cu where the head size is 64 or 128);
  * either with fp32 or (io16) bf16 I/O. Process-wide; set by
  * zt_device_attention (recipe key device.attention). Decode always runs the
  * plain kernel, so in bf16 mode a decode row no longer has a forward row's

@@ -23,7 +23,7 @@ const char *zt_device_model(void);
 int zt_device_sync(void);
 /* The attention kernels of the active device (recipe key device.attention):
  * "exact" (the plain fp32 kernels; every device) or "bf16" (CUDA only: the
- * tensor-core kernels of kernels/cuda/attention_tc.cu where the head size is
+ * tensor-core kernels of kernels/cuda/attention_tc_*.cu where the head size is
  * 64, bf16 operands with fp32 accumulation; other head sizes stay exact).
  * ZT_EINVAL for an unknown mode, or "bf16" on a device without it. Call it
  * after zt_device_init, while no attention op runs; zt_device_init leaves

@@ -72,7 +72,7 @@ static void adamw_units(float *p, const void *g, int g_dtype, float *m, float *v
 
 #ifdef BENCH_DQ_ATOMIC
 /* build-cuda/bench_cuda_dqatomic (this file with -DBENCH_DQ_ATOMIC, linked
- * with attention_tc.cu built -DZKC_ATTN_TC_DQ_ATOMIC): the tensor-core
+ * with attention_tc_bwd.cu built -DZKC_ATTN_TC_DQ_ATOMIC): the tensor-core
  * backward with dQ added by fp32 atomics in the dK/dV kernel (FA2's scheme:
  * 5 matmul-equivalents, bits that vary run to run), at bench_cuda's
  * attention shapes with fp32 I/O (that build refuses a bf16 dqkv). The price
@@ -336,7 +336,7 @@ int main(void)
     TIME("attention bwd T=1024", 2.5 * fa, 3, dv->attention_backward(dq, g, qkv, y, lse, 0, B, T, C, NH, NH, 0));
     TIME("attention fwd T=1024 bf16 I/O", fa, 5, dv->attention_forward(o16, lse, q16, 1, B, T, C, NH, NH, 0));
     TIME("attention bwd T=1024 bf16 I/O", 2.5 * fa, 3, dv->attention_backward(dq16, go16, q16, o16, lse, 1, B, T, C, NH, NH, 0));
-    zt_cuda_attention_mode(1);      /* bf16 tensor cores (attention_tc.cu) */
+    zt_cuda_attention_mode(1);      /* bf16 tensor cores (attention_tc_*.cu) */
     TIME("attention fwd T=1024 bf16 tc", fa, 20, dv->attention_forward(y, lse, qkv, 0, B, T, C, NH, NH, 0));
     TIME("attention bwd T=1024 bf16 tc", 2.5 * fa, 20, dv->attention_backward(dq, g, qkv, y, lse, 0, B, T, C, NH, NH, 0));
     TIME("attention fwd T=1024 bf16 tc, bf16 I/O", fa, 20, dv->attention_forward(o16, lse, q16, 1, B, T, C, NH, NH, 0));

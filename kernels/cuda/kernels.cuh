@@ -387,7 +387,7 @@ int zkc_attention_decode_gqa(cudaStream_t s, float *out, float *kcache, float *v
                              const float *qkv, int B, int T, int C, int NH, int NKV, int W,
                              int maxT, int pos);
 
-/* ---- attention_tc.cu: the same contracts on bf16 tensor cores
+/* ---- attention_tc_*.cu: the same contracts on bf16 tensor cores
  * (mma.sync m16n8k16 + ldmatrix, kernels/cuda/mma.cuh), fp32 accumulation,
  * FlashAttention-2 style tiles; head size C/NH 64 or 128, and qkv, out,
  * dout, dqkv on 16 bytes (else cudaErrorInvalidValue, nothing launched).

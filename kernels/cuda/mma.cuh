@@ -1,4 +1,4 @@
-/* mma.cuh -- the warp-level matrix instructions attention_tc.cu uses, each
+/* mma.cuh -- the warp-level matrix instructions attention_tc_*.cu uses, each
  * behind a small inline function so that spec/emu/cuda_emu.h can give its
  * own definition (tools/emu_kernel.sh drops this include): the emulator
  * models each lane's registers by the PTX ISA's documented layouts
@@ -91,7 +91,7 @@ __device__ __forceinline__ void zkc_stg2h(uint16_t *p, uint32_t v) { *(uint32_t 
 /* 16-byte global store of 4 floats, 8-byte of 4 bf16 (layernorm.cu) */
 __device__ __forceinline__ void zkc_stg4(float *p, float4 v) { *(float4 *)p = v; }
 __device__ __forceinline__ void zkc_stg4h(uint16_t *p, uint32_t lo, uint32_t hi) { *(uint2 *)p = make_uint2(lo, hi); }
-/* Ordered accumulation between the blocks of one grid (attention_tc.cu's
+/* Ordered accumulation between the blocks of one grid (attention_tc_bwd.cu's
  * ordered dQ): a block takes a ticket (its place in the order the GPU
  * started the blocks), waits until a count reaches the number of blocks
  * before it in the sum's order, adds its part, and bumps the count. A block

@@ -1,6 +1,6 @@
 /*
  * attn_tc_check.h -- how the bf16 tensor-core attention (kernels/cuda/
- * attention_tc.cu) is judged against the fp32 CPU twin (zk_attention_*):
+ * attention_tc_*.cu) is judged against the fp32 CPU twin (zk_attention_*):
  * shared by spec/c/test_cuda.c (the GPU kernels) and spec/c/
  * test_attention_tiles.c (their algorithm mirrored on the CPU), so both
  * apply the same tolerances. Include after ctest.h.

@@ -1,10 +1,10 @@
 /*
- * test_attention_tiles.c -- the algorithm of kernels/cuda/attention_tc.cu
+ * test_attention_tiles.c -- the algorithm of kernels/cuda/attention_tc_*.cu
  * (bf16 tensor-core attention, head sizes 64 and 128) mirrored in plain
  * loops on the CPU and checked against zk_attention_forward/backward (fp32)
  * with the tolerances test_cuda.c applies to the GPU (spec/c/attn_tc_check.h).
  *
- * MIRRORS attention_tc.cu: change the two together. The same tiles (64
+ * MIRRORS attention_tc_fwd.cu and _bwd.cu: change the two together. The same tiles (64
  * keys forward, tiles after a row's own skipped, the mask on the diagonal;
  * the kernel's blocks of 128 query rows at head size 64 give each row
  * this same sequence of tiles; 64 keys x CH-query chunks from the tile's

@@ -34,7 +34,7 @@
  *    tiles, expf): out 1e-5 + 1e-4 |x|, lse 1e-5 + 1e-5 |x|, dqkv
  *    1e-5 + 1e-3 |x| (sums of T products with cancellation); decode (KV
  *    cache) as out against the CPU, and the GPU forward's bits exactly;
- *  - bf16 tensor-core attention (attention_tc.cu, zt_cuda_attention_mode(1)):
+ *  - bf16 tensor-core attention (attention_tc_*.cu, zt_cuda_attention_mode(1)):
  *    on bf16-valued inputs against the CPU twin, per element within
  *    1e-6 + 4 * 2^-9 * (the sum of the absolute terms), lse within its fp32
  *    bound; derived in spec/c/attn_tc_check.h, which test_attention_tiles.c
@@ -2377,7 +2377,7 @@ static void t_decode(int B, int P, int Tn, int C, int NH, int maxT)
 /* Grouped-query heads and a sliding window (zkc_attention_*_gqa through
  * the device table): forward and backward against the CPU twin, a
  * prefill of T - 1 and one decode step giving the GPU forward's last
- * rows bit for bit; in the tensor-core mode (hs 64, 128: attention_tc.cu;
+ * rows bit for bit; in the tensor-core mode (hs 64, 128: attention_tc_*.cu;
  * else the plain kernel) the forward near the CPU's (a loose bound: the
  * emulator's test holds the tc kernels to attn_tc_check.h's). */
 static void t_attention_gqa(int B, int T, int NH, int NKV, int hs, int W)

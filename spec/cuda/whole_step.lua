@@ -5,7 +5,7 @@
 -- configurations:
 --   tiny  gpt2-tiny (2 layers, C 64, 4 heads of 16), seq_len 32
 --   hs64  2 layers, C 128, 2 heads of 64 (the head size the tensor-core
---         attention takes: kernels/cuda/attention_tc.cu), seq_len 100 -- not
+--         attention takes: kernels/cuda/attention_tc_*.cu), seq_len 100 -- not
 --         a multiple of its 64-row tiles, its 32-row backward chunks or the
 --         16-row WMMA fragments, so every partial-tile mask runs
 -- Checks every step's loss, the first step's gradient norm and every

@@ -1,5 +1,5 @@
 /*
- * cuda_emu.h -- just enough of CUDA to run kernels/cuda/attention_tc.cu's
+ * cuda_emu.h -- just enough of CUDA to run kernels/cuda/attention_tc_*.cu's
  * source (and layernorm.cu's, xent.cu's, colsum.cu's, embedding.cu's,
  * reduce.cu's, adamw.cu's) on the CPU (tools/emu_kernel.sh),
  * where no GPU is lent.
@@ -168,7 +168,7 @@ static inline int cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { mems
 static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
-/* fp32 atomicAdd (attention_tc.cu's -DZKC_ATTN_TC_DQ_ATOMIC variant): a CAS loop */
+/* fp32 atomicAdd (attention_tc_bwd.cu's -DZKC_ATTN_TC_DQ_ATOMIC variant): a CAS loop */
 static inline float atomicAdd(float *p, float v)
 {
     uint32_t *u = (uint32_t *)p, old = __atomic_load_n(u, __ATOMIC_SEQ_CST), nu;

@@ -1,5 +1,5 @@
 /*
- * test_attention_tc_emu.c -- kernels/cuda/attention_tc.cu's own source run
+ * test_attention_tc_emu.c -- kernels/cuda/attention_tc_*.cu's own source run
  * on the CPU under spec/emu/cuda_emu.h (threads, barriers, mma.sync and
  * ldmatrix by their per-lane register layouts), against the CPU twin with
  * the tolerances of test_cuda.c (spec/c/attn_tc_check.h), head sizes 64

@@ -354,7 +354,7 @@ end
 -- attention_mode(recipe, cfg) -> "exact" | "bf16": device.attention with
 -- "auto" resolved for the model cfg (C, NH; NKV and window where the family
 -- has them). auto takes the tensor-core kernels (bf16 operands, fp32
--- accumulation; kernels/cuda/attention_tc.cu) where the run takes the bf16
+-- accumulation; kernels/cuda/attention_tc_*.cu) where the run takes the bf16
 -- GEMMs on the cuda device and the attention is what a GPU has checked:
 -- every query head its own key/value head, no window, head size 64 or 128
 -- (measured on an H200 at FlashAttention-2's speed at GPT-2's shape, the
