@@ -99,10 +99,10 @@ int zt_cuda_attention_dq(int on);
 int zt_cuda_attention_fwd_wide(int on);
 /* The tensor-core forward's warps, head sizes 64 and 128: 0 16 query rows
  * a warp (the default), 1 a pair of m-tiles, 32 rows, 4 warps a block, the
- * next K, V tile staged by cp.async, where the GPU grants its 102 KB of
+ * next K, V tile staged by cp.async, where the GPU grants its 54 KB of
  * shared memory (ZTRAIN_ATTN_FWD=pair at init; over zt_cuda_attention_
- * fwd_wide; head size 128 with bf16 I/O on sm_90 or later only, else the
- * default blocks); -1 queries. The same bits either way. */
+ * fwd_wide; head size 128 with bf16 I/O, 102 KB and sm_90 code only, else
+ * the default blocks); -1 queries. The same bits either way. */
 int zt_cuda_attention_fwd_pair(int on);
 /* The tensor-core backward's dK/dV at head size 128: 0 blocks of 64 keys
  * (the default), 1 of 128 keys, 8 warps, 173 KB of shared memory, where

@@ -200,7 +200,7 @@ int zt_cuda_init(void)
                       "default) or pair (32)", &ap));
     if (ap >= 0 && zkc_attention_tc_fwd_pair(ap) != ap)
         return zt_error(ZT_EINVAL, "ZTRAIN_ATTN_FWD=pair: this GPU does not grant the pair "
-                        "forward's 102 KB of shared memory a block (an A100, H100 or H200 does); "
+                        "forward's 54 KB of shared memory a block (an A100, H100 or H200 does); "
                         "unset ZTRAIN_ATTN_FWD or set it to single");
     /* ZTRAIN_ATTN_BWD128=wide: the backward's dK/dV at head size 128 in
      * blocks of 128 keys, 8 warps, 173 KB of shared memory (a GPU that

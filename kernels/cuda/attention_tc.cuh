@@ -297,7 +297,10 @@ __device__ __forceinline__ void stage_rows(bf16 *dst, const S *src, size_t strid
         constexpr int V = HD / 8, N = R * V / NTH, RS = NTH / V;
         static_assert(NTH % V == 0 && R % RS == 0, "tile not a multiple of the block");
         const int r = threadIdx.x / V, c = threadIdx.x % V * 8;
-        const S *p = src + (size_t)(t0 + r) * stride + c;     /* read only below T */
+        /* read only below T; for rows past it p points past the tensor, never
+         * dereferenced (an offset or an integer address instead changed the
+         * pair forward's register allocation at head size 128 into spills) */
+        const S *p = src + (size_t)(t0 + r) * stride + c;
         const size_t step = (size_t)RS * stride;
 #pragma unroll
         for (int n = 0; n < N; n++, p += step) {

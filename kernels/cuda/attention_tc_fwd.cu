@@ -382,18 +382,23 @@ extern "C" int zkc_attention_tc_fwd_wide(int on)
 
 /* The forward's warps (kernels.cuh): 0 16 query rows a warp (k_tc_fwd,
  * the default), 1 a pair of m-tiles, 32 rows (k_tc_fwd_pair, both head
- * sizes, over fwd_wide_on), taken only where the current GPU grants its
- * shared memory (else the setting stays 0); -1 asks. Read at each launch. */
+ * sizes, over fwd_wide_on), taken only where the current GPU grants head
+ * size 64's shared memory (else the setting stays 0); -1 asks. Read at each
+ * launch. Head size 128 takes it where its shared memory is granted too and
+ * the code loaded for its kernel was compiled for sm_90 or later (the PTX
+ * version, not the GPU's: an sm_80-only build JIT-compiled on an H100 has
+ * the trapping kernel, ZKC_PAIR128); else the default blocks, the same bits. */
 static int fwd_pair_on = 0;
-static bool pair128_ok;                          /* the GPU is sm_90 or later (ZKC_PAIR128) */
+static bool pair128_ok;
 extern "C" int zkc_attention_tc_fwd_pair(int on)
 {
-    if (on == 0 || (on == 1 && smem_fits((int)fwdp_cfg<128>::SMEM))) fwd_pair_on = on;
+    if (on == 0 || (on == 1 && smem_fits((int)fwdp_cfg<64>::SMEM))) fwd_pair_on = on;
     if (on == 1 && fwd_pair_on) {
-        int dev = 0, major = 0;
-        pair128_ok = cudaGetDevice(&dev) == cudaSuccess &&
-                     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-                     major >= 9;
+        cudaFuncAttributes fa;
+        pair128_ok = smem_fits((int)fwdp_cfg<128>::SMEM) &&
+                     cudaFuncGetAttributes(&fa, k_tc_fwd_pair<128, uint16_t, false>) == cudaSuccess &&
+                     fa.ptxVersion >= 90;
+        (void)cudaGetLastError();
     }
     return fwd_pair_on;
 }

@@ -437,9 +437,9 @@ int zkc_attention_tc_fwd_wide(int on);
  * tc_fwd_wide says); 1 a pair: 4 warps of 32 rows (two m-tiles sharing
  * each K, V fragment), 128 rows a block, the next K, V tile staged while
  * this one computes, 54 / 102 KB of shared memory (on a GPU that grants
- * less, 1 is not taken: the setting stays 0); over fwd_wide when on. At
- * head size 128 only with bf16 I/O on sm_90 or later (elsewhere the
- * default blocks run). The same bits either way. -1 asks; returns the
+ * less than 54, 1 is not taken: the setting stays 0); over fwd_wide when
+ * on. At head size 128 only with bf16 I/O, where 102 KB are granted and the
+ * kernel's code is sm_90's or later (elsewhere the default blocks run). The same bits either way. -1 asks; returns the
  * setting. Process-wide. */
 int zkc_attention_tc_fwd_pair(int on);
 /* Head size 128's backward dK/dV: 0 (the default) blocks of 4 warps, 64

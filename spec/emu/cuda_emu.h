@@ -58,14 +58,19 @@ static inline int cudaGetLastError(void) { return 0; }
 /* the device the emulator stands for: an sm_90's shared memory a block
  * (227 KB with the opt-in); a kernel's opt-in above it is refused */
 enum { EMU_SMEM_OPTIN = 232448 };
-enum { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97, cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
-       cudaDevAttrComputeCapabilityMajor = 75 };
+enum { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97, cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 static inline int cudaGetDevice(int *d) { *d = 0; return 0; }
 static inline int cudaDeviceGetAttribute(int *v, int attr, int)
 {
-    if (attr == cudaDevAttrComputeCapabilityMajor) { *v = 9; return 0; }
     if (attr != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
     *v = EMU_SMEM_OPTIN;
+    return 0;
+}
+/* the code a kernel runs: the emulator's is the source, as built for sm_90 */
+struct cudaFuncAttributes { int ptxVersion, binaryVersion; };
+template <class K> static inline int cudaFuncGetAttributes(cudaFuncAttributes *fa, K)
+{
+    fa->ptxVersion = fa->binaryVersion = 90;
     return 0;
 }
 static int emu_optin;                         /* the last opt-in granted (any kernel's) */
