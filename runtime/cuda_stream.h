@@ -110,5 +110,8 @@ int zt_cuda_attention_fwd_pair(int on);
  * the same bits either way; dq too with its own pass, other bits (the
  * same run to run) with the ordered dQ. */
 int zt_cuda_attention_bwd_wide(int on);
+/* The same at head size 64 (ZTRAIN_ATTN_BWD64=wide at init; 111 KB of
+ * shared memory): the same bits contract. */
+int zt_cuda_attention_bwd_wide64(int on);
 
 #endif

@@ -150,6 +150,64 @@ static int env_switch(const char *name, const char *off, const char *on, const c
     return ZT_OK;
 }
 
+/* The kernels' switches read from the environment at init (after the
+ * rank's device is set: some ask it what it grants). Each: the variable,
+ * its off and on values, the help a bad value gets, the setter (returns the
+ * setting it took), and what it means when on is not taken. */
+static const struct env_knob {
+    const char *name, *off, *on, *help;
+    int (*set)(int);
+    const char *refused;
+} env_knobs[] = {
+    /* the MLP's GEMM and GELU always as two ops (matmul.cu; 1, or unset:
+     * fused through cuBLASLt's epilogues where a shape has a plan) */
+    { "ZTRAIN_GELU_FUSION", "0", "1", "0 (the GEMM and the GELU apart) or 1 (fused where cuBLASLt "
+      "can, the default)", zkc_matmul_gelu_fusion, NULL },
+    /* the tensor-core backward makes dQ in its dK/dV kernel, the key tiles'
+     * parts added in a fixed order (5 matmul-equivalents); pass (or unset,
+     * the default until a GPU has timed both): its own pass (7). Both
+     * deterministic (attention_tc_bwd.cu) */
+    { "ZTRAIN_ATTN_DQ", "pass", "ordered", "pass (dQ by its own kernel, the default) or ordered "
+      "(in the dK/dV kernel, in a fixed order)", zkc_attention_tc_ordered_dq, NULL },
+    /* the tensor-core forward at head size 128 in blocks of 128 query rows
+     * (8 warps, prefetching); narrow (the default until a GPU has timed
+     * both): 64. The same bits */
+    { "ZTRAIN_ATTN_FWD128", "narrow", "wide", "narrow (blocks of 64 query rows, the default) or "
+      "wide (128)", zkc_attention_tc_fwd_wide, NULL },
+    /* the tensor-core forward, both head sizes, in blocks of 4 warps of 32
+     * query rows (two m-tiles sharing each K, V fragment), the next tile
+     * staged by cp.async, 54 / 102 KB of shared memory (over
+     * ZTRAIN_ATTN_FWD128); single (the default until a GPU has timed
+     * both): 16 rows a warp. The same bits */
+    { "ZTRAIN_ATTN_FWD", "single", "pair", "single (16 query rows a warp, the default) or pair "
+      "(32)", zkc_attention_tc_fwd_pair,
+      "this GPU does not grant the pair forward's 54 KB of shared memory a block (an A100, H100 "
+      "or H200 does); unset ZTRAIN_ATTN_FWD or set it to single" },
+    /* the backward's dK/dV in blocks of 128 keys, 8 warps, at head size 128
+     * (173 KB of shared memory) and 64 (111 KB); narrow (the default until
+     * a GPU has timed both): 64 keys. dk, dv the same bits */
+    { "ZTRAIN_ATTN_BWD128", "narrow", "wide", "narrow (blocks of 64 keys, the default) or wide "
+      "(128 keys, 8 warps)", zkc_attention_tc_bwd_wide,
+      "this GPU does not grant the wide backward's 173 KB of shared memory a block (an H100 or "
+      "H200 does); unset ZTRAIN_ATTN_BWD128 or set it to narrow" },
+    { "ZTRAIN_ATTN_BWD64", "narrow", "wide", "narrow (blocks of 64 keys, the default) or wide "
+      "(128 keys, 8 warps)", zkc_attention_tc_bwd_wide64,
+      "this GPU does not grant the wide backward's 111 KB of shared memory a block (an A100, H100 "
+      "or H200 does); unset ZTRAIN_ATTN_BWD64 or set it to narrow" },
+};
+
+static int env_switches(void)
+{
+    for (size_t k = 0; k < sizeof env_knobs / sizeof env_knobs[0]; k++) {
+        const struct env_knob *e = &env_knobs[k];
+        int v = -1;
+        ZT_TRY(env_switch(e->name, e->off, e->on, e->help, &v));
+        if (v >= 0 && e->set(v) != v && e->refused)
+            return zt_error(ZT_EINVAL, "%s=%s: %s", e->name, e->on, e->refused);
+    }
+    return ZT_OK;
+}
+
 static char cu_model[256];         /* the card's name (cudaDeviceProp), at init */
 const char *zt_cuda_model(void) { return cu_model; }
 
@@ -170,48 +228,7 @@ int zt_cuda_init(void)
     if (!lr) lr = getenv("SLURM_LOCALID");
     if (!lr) lr = getenv("LOCAL_RANK");
     if (lr && n > 1) CU(cudaSetDevice(atoi(lr) % n));
-    /* ZTRAIN_GELU_FUSION=0: the MLP's GEMM and GELU always as two ops
-     * (matmul.cu's zkc_matmul_gelu_fusion; 1, or unset, the default: fused
-     * through cuBLASLt's epilogues where a shape has a plan) */
-    int gf = -1, aq = -1, af = -1, ab = -1;
-    ZT_TRY(env_switch("ZTRAIN_GELU_FUSION", "0", "1", "0 (the GEMM and the GELU apart) or 1 "
-                      "(fused where cuBLASLt can, the default)", &gf));
-    if (gf >= 0) zkc_matmul_gelu_fusion(gf);
-    /* ZTRAIN_ATTN_DQ=ordered: the tensor-core backward makes dQ in its
-     * dK/dV kernel, the key tiles' parts added in a fixed order (5
-     * matmul-equivalents); pass (or unset, the default until a GPU has
-     * timed both): its own pass (7). Both deterministic (attention_tc_bwd.cu) */
-    ZT_TRY(env_switch("ZTRAIN_ATTN_DQ", "pass", "ordered", "pass (dQ by its own kernel, the "
-                      "default) or ordered (in the dK/dV kernel, in a fixed order)", &aq));
-    if (aq >= 0) zkc_attention_tc_ordered_dq(aq);
-    /* ZTRAIN_ATTN_FWD128=wide: the tensor-core forward at head size 128 in
-     * blocks of 128 query rows (8 warps, prefetching); narrow (or unset,
-     * the default until a GPU has timed both): 64. The same bits */
-    ZT_TRY(env_switch("ZTRAIN_ATTN_FWD128", "narrow", "wide", "narrow (blocks of 64 query rows, "
-                      "the default) or wide (128)", &af));
-    if (af >= 0) zkc_attention_tc_fwd_wide(af);
-    /* ZTRAIN_ATTN_FWD=pair: the tensor-core forward, both head sizes, in
-     * blocks of 4 warps of 32 query rows (two m-tiles sharing each K, V
-     * fragment), the next tile staged by cp.async, 54 / 102 KB of shared
-     * memory (over ZTRAIN_ATTN_FWD128); single (or unset, the default
-     * until a GPU has timed both): 16 rows a warp. The same bits */
-    int ap = -1;
-    ZT_TRY(env_switch("ZTRAIN_ATTN_FWD", "single", "pair", "single (16 query rows a warp, the "
-                      "default) or pair (32)", &ap));
-    if (ap >= 0 && zkc_attention_tc_fwd_pair(ap) != ap)
-        return zt_error(ZT_EINVAL, "ZTRAIN_ATTN_FWD=pair: this GPU does not grant the pair "
-                        "forward's 54 KB of shared memory a block (an A100, H100 or H200 does); "
-                        "unset ZTRAIN_ATTN_FWD or set it to single");
-    /* ZTRAIN_ATTN_BWD128=wide: the backward's dK/dV at head size 128 in
-     * blocks of 128 keys, 8 warps, 173 KB of shared memory (a GPU that
-     * grants less keeps narrow); narrow (or unset, the default until a GPU
-     * has timed both): 64 keys. dk, dv the same bits */
-    ZT_TRY(env_switch("ZTRAIN_ATTN_BWD128", "narrow", "wide", "narrow (blocks of 64 keys, the "
-                      "default) or wide (128 keys, 8 warps)", &ab));
-    if (ab >= 0 && zkc_attention_tc_bwd_wide(ab) != ab)
-        return zt_error(ZT_EINVAL, "ZTRAIN_ATTN_BWD128=wide: this GPU does not grant the wide "
-                        "backward's 173 KB of shared memory a block (an H100 or H200 does); unset "
-                        "ZTRAIN_ATTN_BWD128 or set it to narrow");
+    ZT_TRY(env_switches());
     CU(cudaGetDevice(&cu_dev));
     struct cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, cu_dev) == cudaSuccess)
@@ -823,6 +840,12 @@ int zt_cuda_attention_bwd_wide(int on)
 {
     return switch01(on, zkc_attention_tc_bwd_wide, "zt_cuda_attention_bwd_wide",
                     "0 dK/dV blocks of 64 keys at head size 128, 1 of 128");
+}
+
+int zt_cuda_attention_bwd_wide64(int on)
+{
+    return switch01(on, zkc_attention_tc_bwd_wide64, "zt_cuda_attention_bwd_wide64",
+                    "0 dK/dV blocks of 64 keys at head size 64, 1 of 128");
 }
 
 static int64_t tc_calls;          /* zt_device_count("attention_tc") */

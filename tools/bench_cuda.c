@@ -99,10 +99,12 @@ static int bench_dq_atomic(void)
         char nm[96];
         snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc, dQ atomics", Bk, Tk, cfg[k][3]);
         TIME(nm, 2.5 * fk, Tk > 1024 ? 5 : 20, dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk, NHk, 0));
-        if (cfg[k][3] == 128 && zt_cuda_attention_bwd_wide(1)) {   /* the wide dK/dV kernel adding by atomics */
-            snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=128 bf16 tc, wide, dQ atomics", Bk, Tk);
+        if (cfg[k][3] == 128 ? zt_cuda_attention_bwd_wide(1) : zt_cuda_attention_bwd_wide64(1)) {
+            /* the wide dK/dV kernel adding by atomics */
+            snprintf(nm, sizeof nm, "attention bwd B=%d T=%d hs=%d bf16 tc, wide, dQ atomics", Bk, Tk, cfg[k][3]);
             TIME(nm, 2.5 * fk, Tk > 1024 ? 5 : 20, dv->attention_backward(d2, g2, q2, o2, l2, 0, Bk, Tk, Ck, NHk, NHk, 0));
             zt_cuda_attention_bwd_wide(0);
+            zt_cuda_attention_bwd_wide64(0);
         }
         dv->free(q2); dv->free(d2); dv->free(o2); dv->free(g2); dv->free(l2);
     }
@@ -165,12 +167,13 @@ static void attention_shapes(int late)
                 ROW(1, "f, pair", 10, FWD16);
                 zt_cuda_attention_fwd_pair(0);
             }
-            if (hs == 128 && zt_cuda_attention_bwd_wide(1)) {   /* dK/dV in blocks of 128 keys */
-                ROW(1, "b, wide", 5, BWD16);
+            if (hs == 128 ? zt_cuda_attention_bwd_wide(1) : zt_cuda_attention_bwd_wide64(1)) {
+                ROW(1, "b, wide", 5, BWD16);             /* dK/dV in blocks of 128 keys */
                 zt_cuda_attention_dq(1);
                 ROW(1, "b, wide, ordered dQ", 5, BWD16);
                 zt_cuda_attention_dq(0);
                 zt_cuda_attention_bwd_wide(0);
+                zt_cuda_attention_bwd_wide64(0);
             }
         }
         /* fp32 I/O (overwrites oh and qh's bytes) */
@@ -181,9 +184,10 @@ static void attention_shapes(int late)
         } else {
             zt_cuda_attention_dq(1);
             ROW(0, "b, ordered dQ", 5, BWD32);
-            if (hs == 128 && zt_cuda_attention_bwd_wide(1)) {   /* beside bench_cuda_dqatomic's wide row */
-                ROW(0, "b, wide, ordered dQ", 5, BWD32);
+            if (hs == 128 ? zt_cuda_attention_bwd_wide(1) : zt_cuda_attention_bwd_wide64(1)) {
+                ROW(0, "b, wide, ordered dQ", 5, BWD32);   /* beside bench_cuda_dqatomic's wide row */
                 zt_cuda_attention_bwd_wide(0);
+                zt_cuda_attention_bwd_wide64(0);
             }
             zt_cuda_attention_dq(0);
             if (hs == 128 && zt_cuda_attention_fwd_wide(1)) {

@@ -1,6 +1,6 @@
 /* attention_tc_bwd.cu -- the tensor-core attention's backward: dQ by its
  * own pass (k_tc_dq) or ordered in the dK/dV kernel (k_tc_dkv, head size
- * 128 wide: k_tc_dkv_wide), D (k_tc_D), their switches and launch
+ * wide: k_tc_dkv_wide), D (k_tc_D), their switches and launch
  * (kernels.cuh). Built again with -DZKC_ATTN_TC_DQ_ATOMIC for
  * bench_cuda_dqatomic. The design, the numerics and the resources:
  * attention_tc.cuh. */
@@ -261,8 +261,9 @@ k_tc_dkv(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const float 
     }
 }
 
-/* Head size 128's wide dK/dV (zkc_attention_tc_bwd_wide(1), off by default
- * until a GPU has timed it). The narrow kernel above gives each warp 16
+/* The wide dK/dV at head size 128 (zkc_attention_tc_bwd_wide(1)) and 64
+ * (zkc_attention_tc_bwd_wide64(1), FA2's hdim-64 shape too), off by default
+ * until a GPU has timed them. The narrow kernel above gives each warp 16
  * keys and every query of a 16-query chunk: an ldmatrix for every mma,
  * bound by shared memory's bandwidth (call 3: 1.79-2.0x FlashAttention-2's
  * backward at head size 128). Here 8 warps, 128 keys, chunks of 64
@@ -278,11 +279,14 @@ k_tc_dkv(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const float 
  * steps in the same order as there (heads, then queries ascending; the
  * extra chunks below a key's diagonal or past its window add zeros), so
  * dk and dv keep the narrow kernel's bits. ORD, ATOM: each chunk's dQ part
- * (64 queries x 128, bf16(dS) K over the block's 128 keys; a warp 32 x 32)
- * added as there, in key tiles of 128. */
-struct bw_cfg {
-    enum { HD = 128, NTH = 256, BN = 128, CH = 64, LD = HD + 8, LQ = CH + 8,
-           SMEM = (2 * BN * LD + 4 * CH * LD + 2 * BN * LQ) * 2 + 4 * CH * 4 };
+ * (64 queries x HD, bf16(dS) K over the block's 128 keys; a warp 32 x HD /
+ * 4) added as there, in key tiles of 128. At head size 64: a warp's dV, dK
+ * 32 keys x 32 columns (0.5 ldmatrix an mma), 111 KB of shared memory. */
+template <int HD> struct bw_cfg {
+    enum { NTH = 256, BN = 128, CH = 64, LD = HD + 8, LQ = CH + 8,
+           SMEM = (2 * BN * LD + 4 * CH * LD + 2 * BN * LQ) * 2 + 4 * CH * 4,
+           NK = HD / 16,    /* dV, dK: a warp's n-tiles (HD / 2 columns) */
+           NQ = HD / 32 };  /* the dQ part: a warp's n-tiles (HD / 4 columns) */
 };
 
 /* The wide backward's score-shaped products: a warp's 32 rows (r0..) x 32
@@ -313,13 +317,13 @@ __device__ __forceinline__ void product_32x32(float (*x)[4][4], zkc_sptr a, zkc_
     }
 }
 
-template <class IO, bool WIN, bool ORD>
-__global__ static void __launch_bounds__(bw_cfg::NTH, 1)
+template <int HD, class IO, bool WIN, bool ORD>
+__global__ static void __launch_bounds__(bw_cfg<HD>::NTH, 1)
 k_tc_dkv_wide(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const float *D, float *acc,
               int *cnt, tcp a)
 {
-    enum { HD = 128, NTH = bw_cfg::NTH, BN = bw_cfg::BN, CH = bw_cfg::CH, LD = bw_cfg::LD,
-           LQ = bw_cfg::LQ, KS = HD / 16 };
+    enum { NTH = bw_cfg<HD>::NTH, BN = bw_cfg<HD>::BN, CH = bw_cfg<HD>::CH, LD = bw_cfg<HD>::LD,
+           LQ = bw_cfg<HD>::LQ, KS = HD / 16, NK = bw_cfg<HD>::NK, NQ = bw_cfg<HD>::NQ };
     constexpr bool ATOM = dq_atomic<IO>::on && !ORD, DQP = ATOM || ORD;
     /* shared: K, V (BN, LD); Q, dO of two chunks (CH, LD); P^T, dS^T (BN, LQ)
      * bf16; lse log2(e) and D of two chunks */
@@ -361,11 +365,11 @@ k_tc_dkv_wide(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const f
     stage(0);
     load_tiles<BN, HD, NTH>(ks, kb, st, vs, vb, st, k0, T);
     if (threadIdx.x < 2 * CH) lsd[threadIdx.x] = stat(0);
-    float dk[2][8][4], dv[2][8][4];              /* keys 32 wm + 16 mt.., columns 64 wn + 8 n.. */
+    float dk[2][NK][4], dv[2][NK][4];            /* keys 32 wm + 16 mt.., columns HD / 2 wn + 8 n.. */
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-        for (int n = 0; n < 8; n++)
+        for (int n = 0; n < NK; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) dk[mt][n][e] = dv[mt][n][e] = 0.0f;
     /* ORD: chunk i's count (ordered_at's), bumped at the barrier after its part is stored */
@@ -414,7 +418,7 @@ k_tc_dkv_wide(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const f
             if (threadIdx.x == 0) zkc_wait_count(oa.ct, oa.expect);
         }
         __syncthreads();                         /* P^T, dS^T staged (ORD: the parts above added) */
-        /* dV += bf16(P^T) dO, dK += bf16(dS^T) Q: keys 32 wm.., columns 64 wn.. */
+        /* dV += bf16(P^T) dO, dK += bf16(dS^T) Q: keys 32 wm.., columns HD / 2 wn.. */
 #pragma unroll
         for (int kk = 0; kk < CH / 16; kk++) {
             uint32_t fp[2][4], fd[2][4];
@@ -424,41 +428,41 @@ k_tc_dkv_wide(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const f
                 frag_a<LQ>(fd[mt], dsp, 32 * wm + 16 * mt, kk * 16);
             }
 #pragma unroll
-            for (int np = 0; np < 4; np++) {
+            for (int np = 0; np < NK / 2; np++) {
                 uint32_t bf[4];
-                frag_b_kn<LD>(bf, gp + lo.kn, kk * 16, 64 * wn + 16 * np);
+                frag_b_kn<LD>(bf, gp + lo.kn, kk * 16, HD / 2 * wn + 16 * np);
                 mma_2x2(dv, fp, bf, 2 * np);
-                frag_b_kn<LD>(bf, qp + lo.kn, kk * 16, 64 * wn + 16 * np);
+                frag_b_kn<LD>(bf, qp + lo.kn, kk * 16, HD / 2 * wn + 16 * np);
                 mma_2x2(dk, fd, bf, 2 * np);
             }
         }
         if (it + 1 < nit && threadIdx.x < 2 * CH)   /* the other buffer: last read before this */
             lsd[((it + 1) & 1) * 2 * CH + threadIdx.x] = nx;   /* chunk's first barrier */
-        if constexpr (DQP) {                     /* dQ[chunk] += bf16(dS) K: queries 32 qh.., columns 32 d4.. */
+        if constexpr (DQP) {                     /* dQ[chunk] += bf16(dS) K: queries 32 qh.., columns HD / 4 d4.. */
             const int qh = w >> 2, d4 = w & 3;
             const zkc_sptr sp = zkc_sptr_of(dss) + a_trans_offset<LQ>(lane);
-            float dq[2][4][4];
+            float dq[2][NQ][4];
 #pragma unroll
             for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-                for (int n = 0; n < 4; n++) dq[mt][n][0] = dq[mt][n][1] = dq[mt][n][2] = dq[mt][n][3] = 0.0f;
+                for (int n = 0; n < NQ; n++) dq[mt][n][0] = dq[mt][n][1] = dq[mt][n][2] = dq[mt][n][3] = 0.0f;
 #pragma unroll 1                                /* (as product_32x32's) */
             for (int kk = 0; kk < BN / 16; kk++) {
                 uint32_t fa[2][4];
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) frag_a_km<LQ>(fa[mt], sp, 32 * qh + 16 * mt, kk * 16);
 #pragma unroll
-                for (int np = 0; np < 2; np++) {
+                for (int np = 0; np < NQ / 2; np++) {
                     uint32_t bf[4];
-                    frag_b_kn<LD>(bf, kp + lo.kn, kk * 16, 32 * d4 + 16 * np);
+                    frag_b_kn<LD>(bf, kp + lo.kn, kk * 16, HD / 4 * d4 + 16 * np);
                     mma_2x2(dq, fa, bf, 2 * np);
                 }
             }
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
                 const int qi[2] = { qc + 32 * qh + 16 * mt + g, qc + 32 * qh + 16 * mt + g + 8 };
-                if constexpr (ATOM) atomic_add_part<HD, 4>(dqkv, dq[mt], a, b, h, qi, 4 * d4);
-                else ordered_add<HD, 4>(dqkv, acc, dq[mt], a, b, h, oa, qi, 4 * d4);
+                if constexpr (ATOM) atomic_add_part<HD, NQ>(dqkv, dq[mt], a, b, h, qi, NQ * d4);
+                else ordered_add<HD, NQ>(dqkv, acc, dq[mt], a, b, h, oa, qi, NQ * d4);
             }
         }
     }
@@ -466,7 +470,7 @@ k_tc_dkv_wide(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const f
         __syncthreads();
         if (threadIdx.x == 0) zkc_post_count(count_of(nit - 1));
     }
-    IO *drow = dqkv + (size_t)b * T * st + a.C + (size_t)kh * HD + 64 * wn + 2 * t;   /* dk of kv head kh */
+    IO *drow = dqkv + (size_t)b * T * st + a.C + (size_t)kh * HD + HD / 2 * wn + 2 * t;   /* dk of kv head kh */
     const size_t dvo = (size_t)a.NKV * HD;
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
@@ -475,7 +479,7 @@ k_tc_dkv_wide(IO *dqkv, const IO *dout, const IO *qkv, const float *lse, const f
             const int row = k0 + 32 * wm + 16 * mt + g + 8 * r;
             if (row >= T) continue;
 #pragma unroll
-            for (int n = 0; n < 8; n++) {
+            for (int n = 0; n < NK; n++) {
                 stg_pair(drow + (size_t)row * st + n * 8, dk[mt][n][2 * r], dk[mt][n][2 * r + 1]);
                 stg_pair(drow + (size_t)row * st + dvo + n * 8, dv[mt][n][2 * r], dv[mt][n][2 * r + 1]);
             }
@@ -612,38 +616,44 @@ extern "C" int zkc_attention_tc_ordered_dq(int on)
     return ordered_dq_on;
 }
 
-/* whether the current GPU grants k_tc_dkv_wide's shared memory a block
- * (the opt-in, and the ticket's static int beside it) */
-static bool wide_fits(void) { return smem_fits((int)bw_cfg::SMEM + 16); }
+/* whether the current GPU grants k_tc_dkv_wide's shared memory a block at
+ * head size HD (the opt-in, and the ticket's static int beside it) */
+template <int HD> static bool wide_fits(void) { return smem_fits((int)bw_cfg<HD>::SMEM + 16); }
 
-/* Head size 128's backward dK/dV (kernels.cuh): 0 the narrow kernel (the
- * default), 1 the wide one, taken only where the current GPU grants its
- * shared memory (else the setting stays 0); -1 asks. Read at each launch. */
-static int bwd_wide_on = 0;
+/* The backward's dK/dV at head size 128, and at 64 (kernels.cuh): 0 the
+ * narrow kernel (the default), 1 the wide one, taken only where the
+ * current GPU grants its shared memory (else the setting stays 0); -1
+ * asks. Read at each launch. */
+static int bwd_wide_on = 0, bwd_wide64_on = 0;
 extern "C" int zkc_attention_tc_bwd_wide(int on)
 {
-    if (on == 0 || (on == 1 && wide_fits())) bwd_wide_on = on;
+    if (on == 0 || (on == 1 && wide_fits<128>())) bwd_wide_on = on;
     return bwd_wide_on;
 }
+extern "C" int zkc_attention_tc_bwd_wide64(int on)
+{
+    if (on == 0 || (on == 1 && wide_fits<64>())) bwd_wide64_on = on;
+    return bwd_wide64_on;
+}
 
-/* the dK/dV kernel of a backward: the wide one at head size 128 when asked
- * (its shared memory opted into first), else k_tc_dkv */
+/* the dK/dV kernel of a backward: the wide one when asked (its shared
+ * memory opted into first), else k_tc_dkv */
 template <int HD, class IO, bool ORD>
 static int launch_dkv(cudaStream_t s, bool wide, IO *dqkv, const IO *dout, const IO *qkv,
                       const float *lse, const float *D, float *acc, int *cnt, int B, tcp a)
 {
-    if constexpr (HD == 128) {
-        if (wide) {
-            dim3 g((unsigned)((a.T + bw_cfg::BN - 1) / bw_cfg::BN), (unsigned)(B * a.NKV));
-            const int smem = (int)bw_cfg::SMEM;
-            int e = a.W > 0 ? opt_in(k_tc_dkv_wide<IO, true, ORD>, smem) : opt_in(k_tc_dkv_wide<IO, false, ORD>, smem);
-            if (e) return e;
-            if (a.W > 0)
-                k_tc_dkv_wide<IO, true, ORD><<<g, bw_cfg::NTH, smem, s>>>(dqkv, dout, qkv, lse, D, acc, cnt, a);
-            else
-                k_tc_dkv_wide<IO, false, ORD><<<g, bw_cfg::NTH, smem, s>>>(dqkv, dout, qkv, lse, D, acc, cnt, a);
-            return ZKC_LAUNCHED();
-        }
+    if (wide) {
+        typedef bw_cfg<HD> W;
+        dim3 g((unsigned)((a.T + W::BN - 1) / W::BN), (unsigned)(B * a.NKV));
+        const int smem = (int)W::SMEM;
+        int e = a.W > 0 ? opt_in(k_tc_dkv_wide<HD, IO, true, ORD>, smem)
+                        : opt_in(k_tc_dkv_wide<HD, IO, false, ORD>, smem);
+        if (e) return e;
+        if (a.W > 0)
+            k_tc_dkv_wide<HD, IO, true, ORD><<<g, W::NTH, smem, s>>>(dqkv, dout, qkv, lse, D, acc, cnt, a);
+        else
+            k_tc_dkv_wide<HD, IO, false, ORD><<<g, W::NTH, smem, s>>>(dqkv, dout, qkv, lse, D, acc, cnt, a);
+        return ZKC_LAUNCHED();
     }
     dim3 g((unsigned)((a.T + BR - 1) / BR), (unsigned)(B * a.NKV));   /* (key tile, b, kv head) */
     if (a.W > 0)
@@ -667,7 +677,7 @@ static int tc_backward(cudaStream_t s, IO *dqkv, const IO *dout, const IO *qkv,
     int e, rows = B * a.NH * a.T;
     dim3 gq((unsigned)((a.T + dq_cfg<HD>::NWQ * 16 - 1) / (dq_cfg<HD>::NWQ * 16)), (unsigned)(B * a.NH));
     const unsigned gD = (unsigned)((rows + NW - 1) / NW);
-    const bool wide = HD == 128 && bwd_wide_on;
+    const bool wide = HD == 128 ? bwd_wide_on : bwd_wide64_on;
     if (ordered_dq_on && !dq_atomic<IO>::on) {  /* D and the counts, then one kernel */
         const size_t nc = tc_counts(B, a.T, a.NH, HD);
         const size_t r4 = ((size_t)rows + 3) / 4 * 4;

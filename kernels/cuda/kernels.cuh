@@ -451,6 +451,12 @@ int zkc_attention_tc_fwd_pair(int on);
  * bits than the narrow kernel's, the same run to run). -1 asks; returns
  * the setting. Process-wide. */
 int zkc_attention_tc_bwd_wide(int on);
+/* Head size 64's backward dK/dV: 0 (the default) the narrow kernel (4
+ * warps, 64 keys, chunks of 64 queries); 1 wide as at 128 (8 warps, 128
+ * keys, a warp's products 32 x 32, 111 KB of shared memory; on a GPU that
+ * grants less the setting stays 0). The same bits contract as there. -1
+ * asks; returns the setting. Process-wide. */
+int zkc_attention_tc_bwd_wide64(int on);
 /* floats of scratch the backward needs in the current mode: B*NH*T (D) in
  * mode 0 and for other head sizes; in mode 1 also the counts and, for a
  * bf16 dqkv (io16), the fp32 sums (B*T*C) */

@@ -2823,6 +2823,16 @@ static void t_attention_dq_ordered(void)
         t_ordered_many(2, 2048, 8, 128);       /* 256 blocks of 128 keys, one an SM */
     }
     zt_cuda_attention_bwd_wide(ww);
+    ww = zt_cuda_attention_bwd_wide64(-1);     /* and head size 64's */
+    if (zt_cuda_attention_bwd_wide64(1) == 1) {
+        dq_tag = " (ordered dQ, wide backward)";
+        t_attention_tc(2, 100, 2, 64);
+        t_attention_tc(2, 193, 12, 64);
+        attn_io16(1, 1, 1024, 12, 64, 0, 1);
+        t_ordered_gqa(2, 300, 4, 2, 64, 50);
+        t_ordered_many(2, 2048, 12, 64);       /* 384 blocks of 128 keys */
+    }
+    zt_cuda_attention_bwd_wide64(ww);
     dq_tag = "";
     zt_cuda_attention_dq(was);
 }
@@ -2911,31 +2921,33 @@ static void t_attention_fwd_pair(void)
     fwd_variant("pair", zt_cuda_attention_fwd_pair, 128);
 }
 
-/* Head size 128's wide backward (zt_cuda_attention_bwd_wide(1): dK/dV in
- * blocks of 128 keys, 8 warps, chunks of 64 queries staged by cp.async,
- * 173 KB of shared memory). Each dK, dV element takes the narrow kernel's
+/* The wide backward at head size 128 and 64 (zt_cuda_attention_bwd_wide(1),
+ * _wide64(1): dK/dV in blocks of 128 keys, 8 warps, chunks of 64 queries
+ * staged by cp.async, 173 / 111 KB of shared memory). Each dK, dV element takes the narrow kernel's
  * mma steps in its order, and dQ is k_tc_dq's either way: the whole dqkv
  * the narrow kernels' bits, fp32 and bf16 I/O, every element written,
  * with GQA, a window, and hundreds of blocks; then the tensor-core checks
- * at head size 128 with it (against the CPU twin, the same bits twice).
- * Its ordered dQ is checked in t_attention_dq_ordered (last). */
-static void t_attention_bwd_wide(void)
+ * with it (against the CPU twin, the same bits twice). Its ordered dQ is
+ * checked in t_attention_dq_ordered (last). */
+static void bwd_wide_hs(int hs)
 {
+    int (*wide)(int) = hs == 128 ? zt_cuda_attention_bwd_wide : zt_cuda_attention_bwd_wide64;
+    char name[192];
     static const int shp[][5] = { { 1, 257, 3, 3, 0 }, { 2, 300, 4, 2, 0 }, { 1, 300, 2, 1, 70 },
                                   { 2, 2048, 8, 8, 0 } };
-    int was = zt_cuda_attention_bwd_wide(-1), am = zt_cuda_attention_mode(-1);
-    int bad = zt_cuda_attention_bwd_wide(2);
-    ct_check(bad == ZT_EINVAL && zt_cuda_attention_bwd_wide(-1) == was,
-             "attention wide backward: 2 refused, the setting kept", "2 %d", bad);
-    if (zt_cuda_attention_bwd_wide(1) != 1) {     /* a GPU that grants less than 173 KB a block */
-        printf("attention wide backward: not taken on this GPU (its shared memory), skipped\n");
-        zt_cuda_attention_bwd_wide(was);
+    int was = wide(-1), am = zt_cuda_attention_mode(-1);
+    int bad = wide(2);
+    snprintf(name, sizeof name, "attention wide backward hs=%d: 2 refused, the setting kept", hs);
+    ct_check(bad == ZT_EINVAL && wide(-1) == was, name, "2 %d", bad);
+    if (wide(1) != 1) {     /* a GPU that grants less than 173 (111) KB a block */
+        printf("attention wide backward hs=%d: not taken on this GPU (its shared memory), skipped\n", hs);
+        wide(was);
         return;
     }
-    zt_cuda_attention_bwd_wide(was);
+    wide(was);
     for (int k = 0; k < 4; k++) {
         int B = shp[k][0], T = shp[k][1], NH = shp[k][2], NKV = shp[k][3], W = shp[k][4];
-        int C = NH * 128, R = (NH + 2 * NKV) * 128;
+        int C = NH * hs, R = (NH + 2 * NKV) * hs;
         size_t nq = (size_t)B * T * R, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
         float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1);
         tc_round_bf16(qkv, nq);
@@ -2955,41 +2967,46 @@ static void t_attention_bwd_wide(void)
         rc |= dv->attention_forward(d_o16, d_l16, d_q16, 1, B, T, C, NH, NKV, W);
         for (int r = 0; r < 2; r++) {             /* narrow, then wide */
             d_d[r] = up(nanf, nq * 4); d_h[r] = up(nanh, nq * 2);
-            set &= zt_cuda_attention_bwd_wide(r) == r && zt_cuda_attention_bwd_wide(-1) == r;
+            set &= wide(r) == r && wide(-1) == r;
             rc |= dv->attention_backward(d_d[r], d_y, d_q, d_o, d_l, 0, B, T, C, NH, NKV, W);
             rc |= dv->attention_backward(d_h[r], d_y16, d_q16, d_o16, d_l16, 1, B, T, C, NH, NKV, W);
         }
-        zt_cuda_attention_bwd_wide(was);
+        wide(was);
         zt_cuda_attention_mode(am);
         free(nanf); free(nanh);
-        char name[160];
-        snprintf(name, sizeof name, "attention wide backward B=%d T=%d NH=%d NKV=%d W=%d", B, T, NH, NKV, W);
+        snprintf(name, sizeof name, "attention wide backward hs=%d B=%d T=%d NH=%d NKV=%d W=%d", hs, B, T, NH,
+                 NKV, W);
         if (!synced(name) || rc) { ct_fail(name, "rc %d", rc); continue; }
-        snprintf(name, sizeof name, "attention wide backward B=%d T=%d NKV=%d W=%d: the switch set (the "
-                 "GPU grants 173 KB a block)", B, T, NKV, W);
+        snprintf(name, sizeof name, "attention wide backward hs=%d B=%d T=%d NKV=%d W=%d: the switch set",
+                 hs, B, T, NKV, W);
         ct_check(set, name, "set %d", set);
         float *g0 = down(d_d[0], nq * 4), *g1 = down(d_d[1], nq * 4);
         uint16_t *h0 = down(d_h[0], nq * 2), *h1 = down(d_h[1], nq * 2);
         size_t nw = 0;
         while (nw < nq && isfinite(g1[nw])) nw++;
-        snprintf(name, sizeof name, "attention wide backward B=%d T=%d NKV=%d W=%d: every dqkv element "
-                 "written, the narrow kernels' bits (fp32 I/O)", B, T, NKV, W);
+        snprintf(name, sizeof name, "attention wide backward hs=%d B=%d T=%d NKV=%d W=%d: every dqkv "
+                 "element written, the narrow kernels' bits (fp32 I/O)", hs, B, T, NKV, W);
         ct_check(nw == nq && !memcmp(g0, g1, nq * 4), name, "unwritten from %zu of %zu, or differ", nw, nq);
-        snprintf(name, sizeof name, "attention wide backward B=%d T=%d NKV=%d W=%d: the same, bf16 I/O",
-                 B, T, NKV, W);
+        snprintf(name, sizeof name, "attention wide backward hs=%d B=%d T=%d NKV=%d W=%d: the same, bf16 I/O",
+                 hs, B, T, NKV, W);
         ct_check(!memcmp(h0, h1, nq * 2), name, "differ");
         free(qkv); free(dy); free(q16); free(y16); free(g0); free(g1); free(h0); free(h1);
         dv->free(d_q); dv->free(d_y); dv->free(d_o); dv->free(d_l); dv->free(d_q16); dv->free(d_y16);
         dv->free(d_o16); dv->free(d_l16);
         for (int r = 0; r < 2; r++) { dv->free(d_d[r]); dv->free(d_h[r]); }
     }
-    zt_cuda_attention_bwd_wide(1);
+    wide(1);
     dq_tag = " (wide backward)";
-    t_attention_tc(1, 1, 1, 128);
-    t_attention_tc(2, 100, 2, 128);
-    t_attention_tc(1, 257, 3, 128);
+    t_attention_tc(1, 1, 1, hs);
+    t_attention_tc(2, 100, 2, hs);
+    t_attention_tc(1, 257, 3, hs);
     dq_tag = "";
-    zt_cuda_attention_bwd_wide(was);
+    wide(was);
+}
+static void t_attention_bwd_wide(void)
+{
+    bwd_wide_hs(128);
+    bwd_wide_hs(64);
 }
 
 /* errors come back as codes with file:line, never exit */

@@ -30,6 +30,7 @@ int zkc_attention_tc_ordered_dq(int on);
 int zkc_attention_tc_fwd_wide(int on);
 int zkc_attention_tc_fwd_pair(int on);
 int zkc_attention_tc_bwd_wide(int on);
+int zkc_attention_tc_bwd_wide64(int on);
 size_t zkc_attention_backward_tc_scratch(int io16, int B, int T, int C, int NH);
 void emu_set_block_order(int o);             /* spec/emu/cuda_emu.h */
 void emu_set_cp_early(int on);
@@ -380,7 +381,7 @@ static size_t kv_differs(const float *a, const float *b, size_t rows, int C, int
     return at;
 }
 
-/* Head size 128's wide backward (zkc_attention_tc_bwd_wide(1): 8 warps,
+/* The wide backward at head size 128 and 64 (zkc_attention_tc_bwd_wide(1), _wide64(1): 8 warps,
  * 128 keys, chunks of 64 queries, the products tiled in two dimensions,
  * P^T and dS^T through shared memory, the next chunk staged by cp.async).
  * Each dK, dV element takes the narrow kernel's mma steps in its order, so
@@ -393,11 +394,12 @@ static size_t kv_differs(const float *a, const float *b, size_t rows, int C, int
  * and each warp run from barrier to barrier before the next (a copy into
  * a buffer another warp still reads shows). The atomic build (its dQ by atomics,
  * in the wide kernel too): dqkv against the CPU, dk, dv the narrow bits. */
-static void wide_bwd(int B, int T, int NH, int NKV, int W)
+static void wide_bwd_hs(int B, int T, int NH, int NKV, int W, int hs)
 {
+    int (*wide)(int) = hs == 128 ? zkc_attention_tc_bwd_wide : zkc_attention_tc_bwd_wide64;
     char name[192], tag[96];
-    snprintf(tag, sizeof tag, "emu wide backward B=%d T=%d NH=%d NKV=%d hs=128 W=%d", B, T, NH, NKV, W);
-    const int hs = 128, C = NH * hs, R = (NH + 2 * NKV) * hs;
+    snprintf(tag, sizeof tag, "emu wide backward B=%d T=%d NH=%d NKV=%d hs=%d W=%d", B, T, NH, NKV, hs, W);
+    const int C = NH * hs, R = (NH + 2 * NKV) * hs;
     size_t nq = (size_t)B * T * R, no = (size_t)B * T * C, nl = (size_t)B * NH * T, rows = (size_t)B * T;
     cpu_ref f = ref_make(B, T, NH, NKV, hs, W);
     float *qkv = f.qkv, *dy = f.dy, *go = malloc(no * 4), *gl = malloc(nl * 4), *d[4];
@@ -410,7 +412,7 @@ static void wide_bwd(int B, int T, int NH, int NKV, int W)
     for (int r = 0; r < nrun; r++) {
         d[r] = malloc(nq * 4);
         for (size_t i = 0; i < nq; i++) d[r][i] = NAN;
-        set &= zkc_attention_tc_bwd_wide(r > 0) == (r > 0);
+        set &= wide(r > 0) == (r > 0);
         zkc_attention_tc_ordered_dq(r > 1);
         emu_set_block_order(r == 3);
         rc |= zkc_attention_backward_tc_gqa(NULL, d[r], dy, qkv, go, gl, 0, B, T, C, NH, NKV, W, scratch);
@@ -443,7 +445,7 @@ static void wide_bwd(int B, int T, int NH, int NKV, int W)
         for (int r = 0; r < 4; r++) {
             h[r] = malloc(nq * 2);
             for (size_t i = 0; i < nq; i++) h[r][i] = 0x7fc1;
-            zkc_attention_tc_bwd_wide(r > 0);
+            wide(r > 0);
             zkc_attention_tc_ordered_dq(r == 2);
             emu_set_block_order(r == 2);
             emu_set_cp_early(r == 3);
@@ -467,11 +469,12 @@ static void wide_bwd(int B, int T, int NH, int NKV, int W)
         free(q16); free(o16); free(dy16); free(l16); free(ow); free(dw);
         for (int r = 0; r < 4; r++) free(h[r]);
     }
-    zkc_attention_tc_bwd_wide(0);
+    wide(0);
     ref_free(&f);
     free(go); free(gl); free(scratch);
     for (int r = 0; r < nrun; r++) free(d[r]);
 }
+static void wide_bwd(int B, int T, int NH, int NKV, int W) { wide_bwd_hs(B, T, NH, NKV, W, 128); }
 
 int main(void)
 {
@@ -531,5 +534,8 @@ int main(void)
                                     /* two tiles of 128, the last chunk ragged, tile 0's chunk 2 */
                                     /* with no masked pair (the full shortcut) */
     wide_bwd(1, 300, 1, 1, 40);     /* a window: chunks past it skipped, chunk 4's lowest tile 1 */
+    wide_bwd_hs(1, 1, 1, 1, 0, 64);     /* head size 64: one key */
+    wide_bwd_hs(2, 200, 2, 1, 0, 64);   /* batches, GQA, two tiles of 128, ragged */
+    wide_bwd_hs(1, 300, 2, 2, 40, 64);  /* a window, NKV = NH */
     return ct_summary();
 }

@@ -56,7 +56,8 @@ end
 -- (ZTRAIN_GELU_FUSION=0 turns it off: other bits) and whether the
 -- tensor-core attention's backward adds dQ in its dK/dV kernel
 -- (ZTRAIN_ATTN_DQ=ordered: other bits, and others again at head size 128
--- with ZTRAIN_ATTN_BWD128=wide, its dQ parts of 128 keys; ZTRAIN_ATTN_FWD128
+-- with ZTRAIN_ATTN_BWD128=wide (ZTRAIN_ATTN_BWD64 at head size 64), its dQ
+-- parts of 128 keys; ZTRAIN_ATTN_FWD128
 -- and ZTRAIN_ATTN_FWD keep them, and so does the wide backward with dQ by its
 -- own pass)
 function M.kernels(tr)
@@ -74,7 +75,9 @@ function M.kernels(tr)
   if dev == "cuda" and attention == "bf16" and (hs == 64 or hs == 128) and
      os.getenv("ZTRAIN_ATTN_DQ") == "ordered" then
     attention = "bf16 ordered-dq"
-    if hs == 128 and os.getenv("ZTRAIN_ATTN_BWD128") == "wide" then attention = "bf16 ordered-dq wide" end
+    if os.getenv(hs == 128 and "ZTRAIN_ATTN_BWD128" or "ZTRAIN_ATTN_BWD64") == "wide" then
+      attention = "bf16 ordered-dq wide"
+    end
   end
   return { device = dev, gemm = gemm, attention = attention, gelu = gelu }
 end
