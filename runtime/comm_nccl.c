@@ -58,6 +58,9 @@ typedef struct {
     ncclComm_t nc;
     cudaStream_t st;
     int det;
+    float *scr;                 /* the deterministic reductions' receive buffer (device tier,
+                                   "comm"), kept between operations: receive_buffer() */
+    size_t scr_bytes;
 } nccl_impl;
 
 #define IMPL(c) ((nccl_impl *)(c)->impl)
@@ -65,8 +68,6 @@ typedef struct {
 /* An operation's NCCL state (op->pending; freed by the engine). */
 typedef struct {
     cudaEvent_t done;           /* recorded after its last call on the stream */
-    float *scr;                 /* reduction scratch on the device tier ("comm") */
-    size_t scr_bytes;
 } nccl_state;
 
 static int nc_err(const char *file, int line, const char *call, ncclResult_t r, ncclComm_t c)
@@ -196,9 +197,37 @@ out:
     return rc;
 }
 
+/* The deterministic reductions' receive buffer, at least `bytes`: the
+ * communicator's own, kept from one operation to the next. Its operations
+ * run in issue order on im->st, so one buffer serves them all; a larger
+ * one replaces it once that stream has drained (a few times a run: the
+ * rounds cap its size). Allocated and freed per operation it cost a
+ * cudaFree each -- a wait for the whole device on the communication
+ * thread, so a backward's next bucket could not start before the compute
+ * stream was done, and an NCCL transfer in flight on another communicator
+ * was waited for from inside this one's progress. */
+static int receive_buffer(zt_comm_req *op, nccl_impl *im, size_t bytes, float **out)
+{
+    if (im->scr_bytes < bytes) {
+        if (im->scr) {
+            cudaError_t e = cudaStreamSynchronize(im->st);      /* its last reader */
+            if (e != cudaSuccess) return cu_fail(__FILE__, __LINE__, "cudaStreamSynchronize", e);
+            zt_mem_free(im->scr, im->scr_bytes, ZT_TIER_DEVICE, ZT_CAT_COMM);
+            im->scr = NULL;
+            im->scr_bytes = 0;
+        }
+        ZT_TRY(zt_mem_alloc((void **)&im->scr, bytes, ZT_TIER_DEVICE, ZT_CAT_COMM,
+                            "nccl reduction receive buffer"));
+        im->scr_bytes = bytes;
+    }
+    (void)op;
+    *out = im->scr;
+    return ZT_OK;
+}
+
 /* all_reduce, deterministic: per round, exchange + sum of this rank's chunk
  * of the balanced partition, then every rank's reduced slice to every rank. */
-static int all_reduce_det(zt_comm_req *op, nccl_impl *im, nccl_state *ns)
+static int all_reduce_det(zt_comm_req *op, nccl_impl *im)
 {
     zt_comm *c = op->comm;
     const int p = c->size, me = c->rank;
@@ -206,9 +235,8 @@ static int all_reduce_det(zt_comm_req *op, nccl_impl *im, nccl_state *ns)
     const int64_t n = op->count, base = n / p, rem = n % p, big = base + (rem ? 1 : 0);
     if (big == 0) return ZT_OK;
     const int64_t S = zt_comm_round_elems(op, p, big);
-    ns->scr_bytes = (size_t)p * (size_t)S * 4;
-    ZT_TRY(zt_mem_alloc((void **)&ns->scr, ns->scr_bytes, ZT_TIER_DEVICE, ZT_CAT_COMM,
-                        "nccl all_reduce receive buffer"));
+    float *scr = NULL;
+    ZT_TRY(receive_buffer(op, im, (size_t)p * (size_t)S * 4, &scr));
     const float **send = malloc((size_t)p * sizeof *send);
     int64_t *len = malloc((size_t)p * sizeof *len);
     int rc = send && len ? ZT_OK : zt_error(ZT_ENOMEM, "%s: out of memory", op->fn);
@@ -220,7 +248,7 @@ static int all_reduce_det(zt_comm_req *op, nccl_impl *im, nccl_state *ns)
         }
         float *mine = (float *)send[me];
         const int64_t ml = len[me];
-        rc = exchange_sum(im, c, ns->scr, S, send, len, mine, ml);
+        rc = exchange_sum(im, c, scr, S, send, len, mine, ml);
         if (rc) break;
         NC(im->nc, ncclGroupStart());
         for (int r = 0; r < p; r++) {
@@ -242,16 +270,15 @@ out:
 
 /* reduce_scatter, deterministic: in holds p chunks of m; rank r's chunk k
  * goes to rank k; out = the rank-order sum of what arrives. */
-static int reduce_scatter_det(zt_comm_req *op, nccl_impl *im, nccl_state *ns)
+static int reduce_scatter_det(zt_comm_req *op, nccl_impl *im)
 {
     zt_comm *c = op->comm;
     const int p = c->size;
     const int64_t m = op->count;
     if (m == 0) return ZT_OK;
     const int64_t S = zt_comm_round_elems(op, p, m);
-    ns->scr_bytes = (size_t)p * (size_t)S * 4;
-    ZT_TRY(zt_mem_alloc((void **)&ns->scr, ns->scr_bytes, ZT_TIER_DEVICE, ZT_CAT_COMM,
-                        "nccl reduce_scatter receive buffer"));
+    float *scr = NULL;
+    ZT_TRY(receive_buffer(op, im, (size_t)p * (size_t)S * 4, &scr));
     const float **send = malloc((size_t)p * sizeof *send);
     int64_t *len = malloc((size_t)p * sizeof *len);
     int rc = send && len ? ZT_OK : zt_error(ZT_ENOMEM, "%s: out of memory", op->fn);
@@ -261,7 +288,7 @@ static int reduce_scatter_det(zt_comm_req *op, nccl_impl *im, nccl_state *ns)
             len[r] = L;
             send[r] = (const float *)op->in + (size_t)r * m + k0;
         }
-        rc = exchange_sum(im, c, ns->scr, S, send, len, (float *)op->out + k0, L);
+        rc = exchange_sum(im, c, scr, S, send, len, (float *)op->out + k0, L);
     }
     free(send);
     free(len);
@@ -280,11 +307,11 @@ static int enqueue_device(zt_comm_req *op, nccl_state *ns)
     }
     switch (op->kind) {
     case ZT_OP_ALL_REDUCE:
-        if (im->det) rc = all_reduce_det(op, im, ns);
+        if (im->det) rc = all_reduce_det(op, im);
         else if (op->count) NC(nc, ncclAllReduce(op->out, op->out, (size_t)op->count, ncclFloat, ncclSum, nc, im->st));
         break;
     case ZT_OP_REDUCE_SCATTER:
-        if (im->det) rc = reduce_scatter_det(op, im, ns);
+        if (im->det) rc = reduce_scatter_det(op, im);
         else if (op->count) NC(nc, ncclReduceScatter(op->in, op->out, (size_t)op->count, ncclFloat, ncclSum, nc, im->st));
         break;
     case ZT_OP_ALL_GATHER:      /* in place when in is out's own slot (NCCL's rule too) */
@@ -310,8 +337,6 @@ static void state_free(zt_comm_req *op)
     nccl_state *ns = op->pending;
     if (!ns) return;
     if (ns->done) cudaEventDestroy(ns->done);
-    zt_mem_free(ns->scr, ns->scr_bytes, ZT_TIER_DEVICE, ZT_CAT_COMM);
-    ns->scr = NULL;
     ns->done = NULL;
 }
 
@@ -345,7 +370,7 @@ static int nccl_start(zt_comm_req *op)
 out:
     if (op->ready) { cudaEventDestroy((cudaEvent_t)op->ready); op->ready = NULL; }
     if (rc != ZT_OK) {
-        /* what was enqueued may still run: let it end before the scratch goes */
+        /* what was enqueued may still run: let it end before its event goes */
         cudaStreamSynchronize(IMPL(op->comm)->st);
         state_free(op);
         return rc;
@@ -374,8 +399,7 @@ static int nccl_progress(zt_comm_req *op, int *done)
         if (ncclCommGetAsyncError(im->nc, &ae) == ncclSuccess && ae != ncclSuccess &&
             ae != ncclInProgress) {
             int rc = nc_err(__FILE__, __LINE__, "ncclCommGetAsyncError", ae, im->nc);
-            *done = 1;              /* the communicator is broken; its scratch stays */
-            ns->scr = NULL;
+            *done = 1;              /* the communicator is broken */
             cudaEventDestroy(ns->done);
             ns->done = NULL;
             return rc;
@@ -398,6 +422,8 @@ static int nccl_free_comm(zt_comm *c)
         ncclResult_t r = ncclCommDestroy(im->nc);
         if (r != ncclSuccess) rc = nc_err(__FILE__, __LINE__, "ncclCommDestroy", r, NULL);
         cudaStreamDestroy(im->st);
+        zt_mem_free(im->scr, im->scr_bytes, ZT_TIER_DEVICE, ZT_CAT_COMM);   /* its stream drained */
+        im->scr = NULL;
     }
     int rm = zt_transport_mpi.free_comm(c);     /* MPI_Comm_free + free(impl) */
     return rc ? rc : rm;
@@ -417,6 +443,7 @@ static int nccl_finalize(zt_comm *w)
         cudaStreamSynchronize(im->st);
         ncclCommDestroy(im->nc);
         cudaStreamDestroy(im->st);
+        zt_mem_free(im->scr, im->scr_bytes, ZT_TIER_DEVICE, ZT_CAT_COMM);
         MPI_Comm *h = malloc(sizeof *h);    /* hand MPI its handle back, as it made it */
         if (h) *h = im->mpi;
         free(im);

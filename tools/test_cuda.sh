@@ -25,12 +25,15 @@ run() {
 run "$B/test_cuda"
 run "$B/test_cuda_seams"
 # device-tensor collectives under mpirun -np 2: staged through MPI (ranks
-# may share a GPU) and through NCCL (one GPU per rank; skips with fewer)
+# may share a GPU) and through NCCL (one GPU per rank; skips with fewer);
+# then NCCL with one rank (comm_nccl.c on a one-GPU machine)
 if command -v mpirun >/dev/null; then
   for m in mpi nccl; do
     echo "mpirun -np 2 $B/test_cuda_nccl $m"
     run mpirun --oversubscribe -np 2 "$B/test_cuda_nccl" $m
   done
+  echo "mpirun -np 1 $B/test_cuda_nccl nccl"
+  run mpirun -np 1 "$B/test_cuda_nccl" nccl
 else
   echo "cuda mpi/nccl: no mpirun, skipped"
 fi

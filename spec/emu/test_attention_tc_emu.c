@@ -336,7 +336,7 @@ static void ordered(int B, int T, int NH, int NKV, int hs, int W)
  * before the next (a stage into a buffer a warp still reads shows). */
 static void variant(const char *what, int (*set)(int), int B, int T, int NH, int NKV, int hs, int W)
 {
-    char name[192], tag[112];
+    char name[256], tag[112];
     snprintf(tag, sizeof tag, "emu %s forward B=%d T=%d NH=%d NKV=%d hs=%d W=%d", what, B, T, NH, NKV, hs, W);
     const int C = NH * hs, R = (NH + 2 * NKV) * hs, runs = set == zkc_attention_tc_fwd_pair ? 3 : 2;
     size_t nq = (size_t)B * T * R, no = (size_t)B * T * C, nl = (size_t)B * NH * T;

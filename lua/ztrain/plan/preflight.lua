@@ -4,7 +4,6 @@
 -- to try instead.
 local memory = require "ztrain.core.memory"
 local plan = require "ztrain.plan"
-local headroom = require "ztrain.plan.headroom"
 
 local M = {}
 
@@ -23,34 +22,28 @@ function M.check(o)
   local r = o.recipe
   local spec = plan.spec_of(o.strategy)
   if not spec then return false end
+  -- a GPU without device.memory_limit: not checked (its memory is not
+  -- known before the device is up; its host tier is the machine's)
+  local explicit = (memory.parse_size(r.device.memory_limit) or 0) > 0
+  if not explicit and r.device.backend ~= "cpu" then return nil end
+  local lr = math.max(o.local_ranks or 1, 1)
+  local limit, why = plan.limit(r, lr)
+  if not limit then return nil end
   local P = math.max(r.pipeline.stages, 1)
   local world = o.nproc * P
-  local lim = memory.parse_size(r.device.memory_limit) or 0
+  local measure = plan.measure(r, explicit)
   local t, _, ranks = plan.predict(r, { spec = spec, nproc = world, cfg = o.cfg })
   -- a pipeline: its heaviest rank by what the limit is compared with
-  if ranks then t = plan.heaviest(ranks, plan.measure(r, lim > 0)) end
-  local tot = plan.totals(t)
-  local need, limit, source
-  if lim > 0 then
-    need, limit, source = tot.device, lim, {}
-  elseif r.device.backend == "cpu" then
-    local avail = plan.available()
-    if not avail then return nil end
-    local lr = math.max(o.local_ranks or 1, 1)
-    local share, over = headroom.share(r, avail, lr)
-    need, limit, source = tot.device + tot.host, share, { avail = avail, local_ranks = lr, over = over }
-  else
-    return nil
-  end
+  if ranks then t = plan.heaviest(ranks, measure) end
+  local need = measure(plan.totals(t))
   if need <= limit then return nil end
-  local alts = P > 1 and M.pipeline_alternatives(r, spec, world, o.cfg, limit, lim > 0) or
+  local alts = P > 1 and M.pipeline_alternatives(r, spec, world, o.cfg, limit, explicit) or
                M.alternatives(r, spec, world, o.cfg)
   local what = P > 1 and ("%s under %s, %d pipeline stages (the heaviest rank%s)"):format(o.cfg.name, spec.name, P,
                  r.pipeline.split == "time" and '; pipeline.split = "time" planned as "params"' or "") or
                ("%s under %s"):format(o.cfg.name, spec.name)
-  return M.refusal({ what = what, t = t,
-    need = need, limit = limit, avail = source.avail, local_ranks = source.local_ranks, over = source.over,
-    explicit = lim > 0, alts = alts, nproc = world, recipe = r, pipeline = P > 1 })
+  return M.refusal({ what = what, t = t, need = need, limit = limit, why = why, explicit = explicit,
+    alts = alts, nproc = world, recipe = r, pipeline = P > 1, measure = measure })
 end
 
 -- alternatives(r, spec, nproc, cfg) -> the plan's rows that fit instead
@@ -74,19 +67,22 @@ local PIPELINE_STRATEGIES = { "dp", "zero1", "zero2" }
 
 -- pipeline_alternatives(r, spec, world, cfg, limit, explicit) -> the
 -- recipe's pipeline under the other strategies it composes with that fit,
--- fewest device bytes first (with one replica no data parallelism shards
--- anything: none).
+-- fewest bytes first by what the limit is compared with (with one replica
+-- no data parallelism shards anything: none).
 function M.pipeline_alternatives(r, spec, world, cfg, limit, explicit)
   local alts = {}
   if world / math.max(r.pipeline.stages, 1) < 2 then return alts end
   for _, name in ipairs(PIPELINE_STRATEGIES) do
     local s = plan.spec_of(name)
     if s and s.name ~= spec.name then
-      local t = plan.predict(r, { spec = s, nproc = world, cfg = cfg })
+      -- each alternative's heaviest rank by what the limit is compared with, as the run's
+      local t, _, ranks = plan.predict(r, { spec = s, nproc = world, cfg = cfg })
+      if ranks then t = plan.heaviest(ranks, plan.measure(r, explicit)) end
       if plan.fits(t, r, limit, explicit) then alts[#alts + 1] = { name = name, spec = s, t = t, totals = plan.totals(t) } end
     end
   end
-  table.sort(alts, function(a, b) return a.totals.device < b.totals.device end)
+  local measure = plan.measure(r, explicit)
+  table.sort(alts, function(a, b) return measure(a.totals) < measure(b.totals) end)
   return alts
 end
 
@@ -99,7 +95,7 @@ function M.refusal(o)
   local try = {}
   for i = 1, math.min(#o.alts, 3) do
     local a = o.alts[i]
-    try[#try + 1] = ("strategy=%s (%s)"):format(a.name, memory.format(o.explicit and a.totals.device or a.totals.device + a.totals.host))
+    try[#try + 1] = ("strategy=%s (%s)"):format(a.name, memory.format(o.measure(a.totals)))
   end
   local r = o.recipe
   local plan_line = ("ztrain plan %s%snproc=%d%s"):format(r.path and (r.path .. " ") or "",
@@ -108,8 +104,7 @@ function M.refusal(o)
   local head = o.explicit and "device memory limit exceeded (predicted before the run): " or
                "not enough memory (predicted before the run): "
   local over = o.explicit and ("over device.memory_limit = " .. memory.format(o.limit)) or
-               ("but each rank has %s (%s)"):format(memory.format(o.limit),
-                 headroom.describe(r, o.avail, o.local_ranks, o.over or 0))
+               ("but each rank has %s (%s)"):format(memory.format(o.limit), o.why)
   local advice
   if o.pipeline then
     -- a pipeline's activations are the sets its schedule keeps in flight

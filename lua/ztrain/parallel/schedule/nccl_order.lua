@@ -19,7 +19,6 @@ local links = require "ztrain.parallel.driver.links"
 
 local M = {}
 
-local COMPUTE = { F = true, B = true, I = true, W = true }
 local ORDINAL = { "1st", "2nd", "3rd" }
 local function nth(n) return ORDINAL[n] or (n .. "th") end
 
@@ -29,15 +28,6 @@ local function describe(key)
   if dir == "F" then return ("stage %s's output of micro-batch %s"):format(b, mb) end
   if dir == "B" then return ("stage %d's input gradient of micro-batch %s"):format(tonumber(b) + 1, mb) end
   return ("the head's part of the embedding's gradient of micro-batch %s"):format(mb)
-end
-
--- the stage -> rank map the lists say (0-based ranks)
-local function owners(lists)
-  local at = {}
-  for r, list in ipairs(lists) do
-    for _, a in ipairs(list) do if COMPUTE[a.op] then at[a.stage] = r - 1 end end
-  end
-  return at
 end
 
 -- each link's messages in issue order: out[link] (sends) and into[link]
@@ -88,7 +78,7 @@ local FIX = "; reorder the receiving rank's list to take them in the order they 
 -- check(lists, opts) -> true | nil, message. opts.tied: the model's
 -- embedding is tied to its head (GPT-2, tied Llamas).
 function M.check(lists, opts)
-  local at = owners(lists)
+  local at = simulate.stage_ranks(lists)
   local out, into = streams(lists, at)
   local ids = {}
   for link in pairs(out) do ids[#ids + 1] = link end

@@ -72,19 +72,17 @@ local COMPUTE = { F = true, B = true, I = true, W = true }
 -- the latencies (in the simulator's units: F = 1) a release must not start late under
 local DELAY_LATENCIES = { 0, 0.25, 1 }
 
--- the rank of each stage: the one running its compute actions
+-- the rank of each stage (simulate.stage_ranks), the lists checked first
 local function stage_ranks(lists)
-  local at = {}
   for r, list in ipairs(lists) do
     if type(list) ~= "table" then error(("sets: rank %d's list is not a table"):format(r - 1), 0) end
     for k, a in ipairs(list) do
       if type(a) ~= "table" or not S.OPS[a.op] then
         error(("sets: rank %d action %d is not an action"):format(r - 1, k), 0)
       end
-      if COMPUTE[a.op] then at[a.stage] = r - 1 end
     end
   end
-  return at
+  return (simulate.stage_ranks(lists))
 end
 
 -- The sets one rank's list touches, in the driver's order (schedule.lua's

@@ -38,6 +38,20 @@ function M.message(a)
 end
 local msg = M.message
 
+-- stage_ranks(lists) -> at, last: the rank (0-based) each stage's compute
+-- runs on, and the last stage (-1 for none). The one stage -> rank map of
+-- the lists (sets.lua, nccl_order.lua and tied_last below ask it; csv.lua
+-- keeps its own, which tolerates a malformed list while it reports it).
+function M.stage_ranks(lists)
+  local at, last = {}, -1
+  for r, list in ipairs(lists) do
+    for _, a in ipairs(list) do
+      if COMPUTE[a.op] then at[a.stage] = r - 1; if a.stage > last then last = a.stage end end
+    end
+  end
+  return at, last
+end
+
 -- tied_last(lists) -> the last stage L where the first and the last stage
 -- share the embedding (GPT-2) from two ranks, else nil. The first stage's
 -- weight pass of a micro-batch (its B, or W) then takes the head's part of
@@ -45,12 +59,7 @@ local msg = M.message
 -- (parallel/schedule/stages.lua's Tied: a blocking receive), the message
 -- tied_key(mb) here.
 function M.tied_last(lists)
-  local at, last = {}, -1
-  for r, list in ipairs(lists) do
-    for _, a in ipairs(list) do
-      if COMPUTE[a.op] then at[a.stage] = r; if a.stage > last then last = a.stage end end
-    end
-  end
+  local at, last = M.stage_ranks(lists)
   if last > 0 and at[0] ~= at[last] then return last end
 end
 function M.tied_key(mb) return "T:" .. mb end
