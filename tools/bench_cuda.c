@@ -122,8 +122,10 @@ static int bench_dq_atomic(void)
  * run: the variants no GPU has run yet (a fault there loses only them):
  * the ordered dQ (beside the default rows and bench_cuda_dqatomic's, the
  * same kernel adding by atomics: the price of the order), head size
- * 128's wide forward and backward, and the pair forward (4 warps of 32
- * rows) at both head sizes, each beside its default row. */
+ * 128's wide forward, the wide backward at both head sizes, and the pair
+ * forward (4 warps of 32 rows) at both, each beside its default row. Each
+ * variant is switched on for its rows and off after them (a switch set
+ * from the environment is not kept here). */
 static void attention_shapes(int late)
 {
     static const int cfg[][4] = { { 4, 1024, 12, 64 }, { 16, 1024, 16, 128 }, { 4, 4096, 16, 64 },

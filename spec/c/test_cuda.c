@@ -2682,7 +2682,8 @@ static void t_ordered_many(int B, int T, int NH, int hs)
 {
     char name[160];
     const int C = NH * hs, b1 = B - 1, h1 = NH - 1;
-    const char *wt = hs == 128 && zt_cuda_attention_bwd_wide(-1) ? ", wide backward" : "";
+    const char *wt = (hs == 128 ? zt_cuda_attention_bwd_wide(-1) : zt_cuda_attention_bwd_wide64(-1))
+                     ? ", wide backward" : "";
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1), *nan = malloc(nq * 4);
     tc_round_bf16(qkv, nq);
@@ -2746,7 +2747,8 @@ static void t_ordered_gqa(int B, int T, int NH, int NKV, int hs, int W)
 {
     char name[192];
     const int C = NH * hs, R = (NH + 2 * NKV) * hs;
-    const char *wt = hs == 128 && zt_cuda_attention_bwd_wide(-1) ? ", wide backward" : "";
+    const char *wt = (hs == 128 ? zt_cuda_attention_bwd_wide(-1) : zt_cuda_attention_bwd_wide64(-1))
+                     ? ", wide backward" : "";
     size_t nq = (size_t)B * T * R, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float *qkv = ct_rand(nq, -2, 2), *dy = ct_rand(no, -1, 1), *nan = malloc(nq * 4);
     tc_round_bf16(qkv, nq);
