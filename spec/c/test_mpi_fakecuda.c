@@ -23,7 +23,9 @@
  * Then the same through comm_nccl.c (zt_comm_use_nccl on the world)
  * against a fake NCCL that moves the masked bytes over MPI: the
  * deterministic all-to-all + ordered-sum algorithm gives the rank-order
- * bits; splits, NCCL's native reductions, and an NCCL error's message.
+ * bits, its receive buffer kept by the communicator (reused, nothing else
+ * allocated) and freed with it; splits, NCCL's native reductions, and an
+ * NCCL error's message.
  * Rank 0 prints "N passed, N failed" over all ranks.
  */
 #include <math.h>
@@ -32,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -368,11 +371,23 @@ static void t_all_reduce(int64_t n, size_t scratch)
     for (int64_t i = 0; i < n; i++) w[i] = mt_rank_sum(3, i);
     CHECK(N("device all_reduce n=%lld scratch=%zu: rank-order bits", (long long)n, scratch), rc == 0 && diff_bits(g, w, n) == 0, "rc %d (%s), %lld differ", rc,
           rc ? zt_last_error() : "", (long long)diff_bits(g, w, n));
-    CHECK(N("comm buffers freed after the operation"),
+    /* staged: every buffer freed after the operation; NCCL: the receive
+     * buffer stays with the communicator (comm_nccl.c's receive_buffer):
+     * no other device bytes at the operation's peak, none left on the host */
+    size_t dcur = zt_mem_current(ZT_TIER_DEVICE, ZT_CAT_COMM);
+    CHECK(N(NCCL ? "comm buffers: the receive buffer kept, nothing else" : "comm buffers freed after the operation"),
           zt_mem_current(ZT_TIER_HOST, ZT_CAT_COMM) == host0 &&
-          zt_mem_current(ZT_TIER_DEVICE, ZT_CAT_COMM) == 0, "host comm bytes %zu -> %zu, "
-          "device %zu", host0, zt_mem_current(ZT_TIER_HOST, ZT_CAT_COMM),
-          zt_mem_current(ZT_TIER_DEVICE, ZT_CAT_COMM));
+          (NCCL ? dcur == zt_mem_peak(ZT_TIER_DEVICE, ZT_CAT_COMM) : dcur == 0),
+          "host comm bytes %zu -> %zu, device %zu (peak %zu)", host0,
+          zt_mem_current(ZT_TIER_HOST, ZT_CAT_COMM), dcur, zt_mem_peak(ZT_TIER_DEVICE, ZT_CAT_COMM));
+    if (NCCL) {                     /* the same operation again: the kept buffer serves it */
+        zt_mem_reset_peak();
+        rc = zt_all_reduce(W, x, NULL);
+        CHECK(N("device all_reduce n=%lld again: its receive buffer reused, no allocation", (long long)n),
+              rc == 0 && zt_mem_current(ZT_TIER_DEVICE, ZT_CAT_COMM) == dcur &&
+              zt_mem_peak(ZT_TIER_DEVICE, ZT_CAT_COMM) == dcur, "rc %d, device comm %zu -> %zu, peak %zu",
+              rc, dcur, zt_mem_current(ZT_TIER_DEVICE, ZT_CAT_COMM), zt_mem_peak(ZT_TIER_DEVICE, ZT_CAT_COMM));
+    }
     /* staged: MPI's receive scratch must be host memory (MPI cannot write a
      * GPU's); NCCL: the ordered sum's scratch is device memory, none on the host */
     size_t dpk = zt_mem_peak(ZT_TIER_DEVICE, ZT_CAT_COMM), hpk = zt_mem_peak(ZT_TIER_HOST, ZT_CAT_COMM);
@@ -501,10 +516,20 @@ static void t_split_nccl(void)
     CHECK("nccl: a split group is nccl", rc == 0 && !strcmp(zt_comm_backend(g), "nccl"),
           "rc %d (%s)", rc, rc ? zt_last_error() : "");
     if (rc) return;
+    size_t d0 = zt_mem_current(ZT_TIER_DEVICE, ZT_CAT_COMM);
     int64_t bad = mt_all_reduce_reversed(g, 13, 4099, &rc);
     CHECK("nccl: all_reduce over the split group sums in its rank order", rc == 0 && bad == 0,
           "rc %d, %lld differ", rc, (long long)bad);
-    zt_comm_free(g);
+    size_t d1 = zt_mem_current(ZT_TIER_DEVICE, ZT_CAT_COMM);
+    zt_comm_free(g);                /* queued to the communication thread: nobody waits */
+    for (int k = 0; k < 10000 && zt_mem_current(ZT_TIER_DEVICE, ZT_CAT_COMM) != d0; k++) {
+        struct timespec ms = { 0, 1000000 };
+        nanosleep(&ms, NULL);
+    }
+    CHECK("nccl: a group's receive buffer kept while it lives, freed with it",
+          d1 > d0 && zt_mem_current(ZT_TIER_DEVICE, ZT_CAT_COMM) == d0,
+          "device comm bytes %zu, with the group's %zu, after its free %zu", d0, d1,
+          zt_mem_current(ZT_TIER_DEVICE, ZT_CAT_COMM));
 }
 
 /* deterministic = 0: NCCL's own reductions (the fake: MPI_Allreduce), and an
