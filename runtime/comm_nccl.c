@@ -206,7 +206,7 @@ out:
  * thread, so a backward's next bucket could not start before the compute
  * stream was done, and an NCCL transfer in flight on another communicator
  * was waited for from inside this one's progress. */
-static int receive_buffer(zt_comm_req *op, nccl_impl *im, size_t bytes, float **out)
+static int receive_buffer(nccl_impl *im, size_t bytes, float **out)
 {
     if (im->scr_bytes < bytes) {
         if (im->scr) {
@@ -220,7 +220,6 @@ static int receive_buffer(zt_comm_req *op, nccl_impl *im, size_t bytes, float **
                             "nccl reduction receive buffer"));
         im->scr_bytes = bytes;
     }
-    (void)op;
     *out = im->scr;
     return ZT_OK;
 }
@@ -236,7 +235,7 @@ static int all_reduce_det(zt_comm_req *op, nccl_impl *im)
     if (big == 0) return ZT_OK;
     const int64_t S = zt_comm_round_elems(op, p, big);
     float *scr = NULL;
-    ZT_TRY(receive_buffer(op, im, (size_t)p * (size_t)S * 4, &scr));
+    ZT_TRY(receive_buffer(im, (size_t)p * (size_t)S * 4, &scr));
     const float **send = malloc((size_t)p * sizeof *send);
     int64_t *len = malloc((size_t)p * sizeof *len);
     int rc = send && len ? ZT_OK : zt_error(ZT_ENOMEM, "%s: out of memory", op->fn);
@@ -278,7 +277,7 @@ static int reduce_scatter_det(zt_comm_req *op, nccl_impl *im)
     if (m == 0) return ZT_OK;
     const int64_t S = zt_comm_round_elems(op, p, m);
     float *scr = NULL;
-    ZT_TRY(receive_buffer(op, im, (size_t)p * (size_t)S * 4, &scr));
+    ZT_TRY(receive_buffer(im, (size_t)p * (size_t)S * 4, &scr));
     const float **send = malloc((size_t)p * sizeof *send);
     int64_t *len = malloc((size_t)p * sizeof *len);
     int rc = send && len ? ZT_OK : zt_error(ZT_ENOMEM, "%s: out of memory", op->fn);

@@ -14,6 +14,17 @@ template <int HD> struct fwd_cfg { enum { NWF = HD == 64 ? 8 : 4, BRF = NWF * 16
  * in registers, the next tile prefetched; 1 block an SM (its registers) */
 template <int HD, int NWF> struct fwd_minb { enum { v = NWF == fwd_cfg<HD>::NWF ? fwd_cfg<HD>::MINB : 1 }; };
 
+/* a forward block's rows 0 of batch b: query head h's q, and k, v of its
+ * kv head (h / G); row stride a.R */
+template <int HD, class IO>
+__device__ __forceinline__ void head_rows(const IO *qkv, const tcp &a, int b, int h, const IO *&q,
+                                          const IO *&k, const IO *&v)
+{
+    q = qkv + (size_t)b * a.T * a.R + (size_t)h * HD;
+    k = qkv + (size_t)b * a.T * a.R + a.C + (size_t)(h / a.G) * HD;
+    v = k + (size_t)a.NKV * HD;
+}
+
 template <int HD, class IO, bool WIN, int NWF>
 __global__ static void __launch_bounds__(NWF * 32, WIN ? 1 : fwd_minb<HD, NWF>::v)
 k_tc_fwd(IO *out, float *lse, const IO *qkv, tcp a)
@@ -29,9 +40,8 @@ k_tc_fwd(IO *out, float *lse, const IO *qkv, tcp a)
     const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, q0 = qt * BRF, r0 = q0 + w * 16;
     const int i0 = r0 + g, i1 = i0 + 8;          /* this lane's two rows */
     const size_t st = a.R;
-    const IO *base = qkv + (size_t)b * T * st + (size_t)h * HD;         /* q of (b, 0, h) */
-    const IO *kb = qkv + (size_t)b * T * st + a.C + (size_t)(h / a.G) * HD;   /* its kv head's k */
-    const IO *vb = kb + (size_t)a.NKV * HD;
+    const IO *base, *kb, *vb;                    /* q of (b, 0, h); its kv head's k, v */
+    head_rows<HD>(qkv, a, b, h, base, kb, vb);
     const float sl2 = a.scale * LOG2E;
     const lane_offs lo = lane_offsets<LD>(lane);
     const zkc_sptr qp = zkc_sptr_of(qs), kp = zkc_sptr_of(ks), vp = zkc_sptr_of(vs);
@@ -296,9 +306,8 @@ __device__ __forceinline__ void fwd_pair(IO *out, float *lse, const IO *qkv, con
     const int qt = gridDim.x - 1 - blockIdx.x;   /* the longest rows first */
     const int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, q0 = qt * BRF, r0 = q0 + w * 32;
     const size_t st = a.R;
-    const IO *base = qkv + (size_t)b * T * st + (size_t)h * HD;         /* q of (b, 0, h) */
-    const IO *kb = qkv + (size_t)b * T * st + a.C + (size_t)(h / a.G) * HD;   /* its kv head's k */
-    const IO *vb = kb + (size_t)a.NKV * HD;
+    const IO *base, *kb, *vb;                    /* q of (b, 0, h); its kv head's k, v */
+    head_rows<HD>(qkv, a, b, h, base, kb, vb);
     const float sl2 = a.scale * LOG2E;
     const lane_offs lo = lane_offsets<LD>(lane);
     const zkc_sptr qp = zkc_sptr_of(qs) + lo.a;
