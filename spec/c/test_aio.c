@@ -1002,8 +1002,18 @@ static void test_stream_records(void)
     zt_aio_stats st0;
     zt_aio_get_stats(zt_nvme_engine(), &st0);
     unsigned long long peak = st0.peak_inflight;
-    ct_check(rc == ZT_OK && peak == 8, "copies after an event record start while those before it "
-             "are in flight (8 blocks, not 4)", "rc %d peak %llu", rc, peak);
+    /* io_uring takes what the stream hands over as one batch: 8 exactly,
+     * where a stream that drained its copies at each record peaks at 4.
+     * The thread pool's workers can finish a 64 KiB block before the
+     * stream hands over the next (a clean-clone CI saw a peak of 3 there
+     * once): its peak says the copies overlap, not how far. The record
+     * logic is the stream's, the same on both engines. */
+    int uring = !strcmp(engine, "io_uring");
+    ct_check(rc == ZT_OK && (uring ? peak == 8 : peak >= 2),
+             uring ? "copies after an event record start while those before it are in flight "
+                     "(8 blocks, not 4)"
+                   : "copies around event records overlap on the thread pool (2 or more in flight)",
+             "rc %d peak %llu", rc, peak);
     /* read back the same way; each record, once reached, covers its copies */
     zt_comm_req *gate2 = gate_new();
     zt_stream_wait_comm(cs, gate2);
