@@ -136,6 +136,52 @@ describe("pipelines: the pre-flight predicts them as they run", function()
   end)
 end)
 
+-- the alternatives a refused pipeline is offered: each strategy's heaviest
+-- rank by what the limit is compared with, fewest bytes first; checked
+-- against the ranks' predictions summed here, the tiers by hand
+describe("pipelines: the alternatives offered", function()
+  it("take each strategy's heaviest rank by the limit's measure, fewest bytes first", function()
+    -- (4 stages: the heaviest is the second, not the first; host bytes 0 in
+    -- both measures, so they agree here: a pipeline's strategies keep no
+    -- state on the host)
+    local r = assert(zt.recipe.load("recipes/pipeline_1f1b.lua",
+                                    { "model.size=gpt2-tiny", "data.tokenizer=bytes", "pipeline.stages=4" }))
+    local cfg, world = plan.model_config(r), 2 * r.pipeline.stages
+    local spec = plan.spec_of(r.strategy)
+    -- explicit: the device tier alone; else, on the CPU: device + host
+    for _, case in ipairs({ { explicit = true }, { explicit = false } }) do
+      local function bytes(t, tier)
+        local n = 0
+        for _, v in pairs(t[tier]) do n = n + v end
+        return n
+      end
+      local function sum(t)
+        return case.explicit and bytes(t, "device") or bytes(t, "device") + bytes(t, "host")
+      end
+      local want, most_of = {}, {}
+      for _, name in ipairs({ "dp", "zero1", "zero2" }) do
+        if name ~= spec.name then
+          local _, _, ranks = plan.predict(r, { spec = plan.spec_of(name), nproc = world, cfg = cfg })
+          assert.are.equal(r.pipeline.stages, #ranks, name .. ": one prediction a stage")
+          local most = 0
+          for _, t in ipairs(ranks) do most = math.max(most, sum(t)) end
+          want[#want + 1], most_of[name] = most, most
+        end
+      end
+      table.sort(want)
+      -- a limit every alternative fits: all, fewest bytes first
+      local alts = pre.pipeline_alternatives(r, spec, world, cfg, want[#want], case.explicit)
+      assert.are.equal(#want, #alts, "all fit")
+      for i, a in ipairs(alts) do
+        assert.are.equal(most_of[a.name], sum(a.t), a.name .. ": its heaviest rank")
+        assert.are.equal(want[i], sum(a.t), "order " .. i)
+      end
+      -- a limit under the lightest: none
+      assert.are.same({}, pre.pipeline_alternatives(r, spec, world, cfg, want[1] - 1, case.explicit))
+    end
+  end)
+end)
+
 describe("device.memory_limit below one page", function()
   for _, v in ipairs({ "0.5", "0.0000001KiB", "1KiB" }) do
     it(v .. " is refused naming the key, not read as no limit", function()

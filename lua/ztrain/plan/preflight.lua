@@ -72,16 +72,16 @@ local PIPELINE_STRATEGIES = { "dp", "zero1", "zero2" }
 function M.pipeline_alternatives(r, spec, world, cfg, limit, explicit)
   local alts = {}
   if world / math.max(r.pipeline.stages, 1) < 2 then return alts end
+  local measure = plan.measure(r, explicit)
   for _, name in ipairs(PIPELINE_STRATEGIES) do
     local s = plan.spec_of(name)
     if s and s.name ~= spec.name then
       -- each alternative's heaviest rank by what the limit is compared with, as the run's
       local t, _, ranks = plan.predict(r, { spec = s, nproc = world, cfg = cfg })
-      if ranks then t = plan.heaviest(ranks, plan.measure(r, explicit)) end
+      if ranks then t = plan.heaviest(ranks, measure) end
       if plan.fits(t, r, limit, explicit) then alts[#alts + 1] = { name = name, spec = s, t = t, totals = plan.totals(t) } end
     end
   end
-  local measure = plan.measure(r, explicit)
   table.sort(alts, function(a, b) return measure(a.totals) < measure(b.totals) end)
   return alts
 end
