@@ -204,21 +204,21 @@ describe("device.memory_limit below one page", function()
 end)
 
 describe("[ELIMIT] says what to change", function()
-  -- (the runtime's own check: bf16's step needs 96 KiB more than predicted;
-  -- the trainer's build said what to change before, core.ffi's check now)
-  it("a limit the pre-flight passes but the run exceeds (bf16 at its predicted peak)", function()
-    local r = assert(zt.recipe.load("recipes/single.lua", { "model.size=gpt2-tiny", "data.tokenizer=bytes",
-                                                            "precision=bf16" }))
-    local peak = plan.totals(plan.predict(r, { nproc = 1 })).device
+  -- (the runtime's own check, core.ffi's: a strategy of one's own without a
+  -- memory model is checked on its model state, 14.5 MiB here; its first
+  -- forward's activations then pass the limit. A planned strategy at its
+  -- predicted peak did once on an AMX machine, bf16's step 96 KiB over the
+  -- prediction, and not on others: not a test that can fail everywhere.)
+  it("a limit the pre-flight passes but the run exceeds (the activations past a model-state check)", function()
     local d = u.outdir()
-    local out, rc = u.sh(("%s %s precision=bf16 train.steps=2 device.memory_limit=%d out=%s"):format(ZT, TINY, peak, d))
-    if rc == 0 then pending("the prediction now covers bf16's step: find another ELIMIT mid-run"); return end
+    local out, rc = u.sh(("%s examples/diloco.lua train.steps=2 -q device.memory_limit=16MiB out=%s"):format(ZT, d))
     assert.are.equal(1, rc, out)
-    assert.matches("device memory limit exceeded: requested ", out, 1, true)
+    assert.matches("device memory limit exceeded: requested [%d.]+ %a+ for activations", out)
     assert.matches("[ELIMIT]; raise device.memory_limit, lower batch.micro, data.seq_len or model.size, or move " ..
                    "model state off the device (strategy=zero3_offload", out, 1, true)
     local _, n = out:gsub("raise device.memory_limit", "")
     assert.are.equal(1, n, out)                 -- said once
+    assert.is_nil(io.open(d .. "/summary.json"))
     u.rm(d)
   end)
 
