@@ -36,6 +36,31 @@ describe("checkpoint directories", function()
     u.rm(d)
   end)
 
+  it("a train.ckpt_dir holding an earlier run's checkpoints is refused unless resume= or --overwrite", function()
+    local d = u.tmpdir()
+    local ck = d .. "/a/checkpoints"
+    local _, rc = u.sh(("%s %s out=%s/a train.steps=4 train.ckpt_every=2"):format(ZT, TINY, d))
+    assert.are.equal(0, rc)
+    -- another run (another seed) pointed at it: refused before it writes anything
+    local out, rc2 = u.sh(("%s %s out=%s/b model.seed=7 train.steps=3 train.ckpt_every=1 train.ckpt_dir=%s")
+                          :format(ZT, TINY, d, ck))
+    assert.are.equal(1, rc2, out)
+    assert.matches(("ztrain: train.ckpt_dir=%s holds an earlier run's checkpoints %%(latest %%-> step%%-00000004%%); " ..
+                    "choose another train.ckpt_dir, continue that run with resume=latest, or replace them with " ..
+                    "%%-%%-overwrite"):format(pat(ck)), out)
+    assert.is_false(exists(d .. "/b"))
+    -- the earlier run's checkpoints as they were: latest, both steps
+    assert.are.equal("step-00000004\n", u.read(ck .. "/latest"))
+    assert.is_true(exists(ck .. "/step-00000002/manifest.json"))
+    assert.is_true(exists(ck .. "/step-00000004/manifest.json"))
+    -- a run that writes no checkpoints may read from it; resume= continues it
+    local out3, rc3 = u.sh(("%s %s out=%s/c train.steps=6 train.ckpt_every=2 train.ckpt_dir=%s resume=latest")
+                           :format(ZT, TINY, d, ck))
+    assert.are.equal(0, rc3, out3)
+    assert.are.equal("step-00000006\n", u.read(ck .. "/latest"))
+    u.rm(d)
+  end)
+
   it("--overwrite removes the replaced run's checkpoints: resume=latest cannot continue it", function()
     local d = u.tmpdir()
     for _, ckdir in ipairs({ "", " train.ckpt_dir=" .. d .. "/ck" }) do

@@ -215,6 +215,25 @@ local function claim_out(r)
   return dir, lk
 end
 
+-- earlier_checkpoints(root) -> a short description of the checkpoints a
+-- run left in root ("latest -> step-00000006", "step-00000002"), or nil;
+-- a failed write's .step-*.tmp is not one (checkpoint.save removes those)
+local function earlier_checkpoints(root)
+  local steps = {}
+  for _, e in ipairs(entries(root)) do
+    local name = e:match("[^/]+$")
+    if name:match("^step%-%d+$") then steps[#steps + 1] = name end
+  end
+  local f = io.open(root .. "/latest", "rb")
+  if f then
+    local target = (f:read("*l") or ""):match("^%s*(.-)%s*$")
+    f:close()
+    return "latest -> " .. target
+  end
+  table.sort(steps)
+  return steps[#steps]
+end
+
 -- claim_ckpt(r, out) -> the checkpoint root's Lock, or nil when the run
 -- neither writes checkpoints nor finds the root already there
 local function claim_ckpt(r, out)
@@ -228,6 +247,16 @@ local function claim_ckpt(r, out)
     return nil
   end
   local lk = lock(root, created, "train.ckpt_dir", ".ckpt.lock", "out=" .. out)
+  if not created and not r.overwrite and (r.resume or "") == "" and (t.ckpt_every or 0) > 0 then
+    -- an earlier run's checkpoints: this run's would join them, its pruning
+    -- remove them, and `latest` then point at a mix of the two runs
+    local held = earlier_checkpoints(root)
+    if held then
+      lk:release()
+      error(("train.ckpt_dir=%s holds an earlier run's checkpoints (%s); choose another train.ckpt_dir, " ..
+             "continue that run with resume=latest, or replace them with --overwrite"):format(root, held), 0)
+    end
+  end
   if r.overwrite and (r.resume or "") == "" then
     -- out=/checkpoints moved with out='s files (claim_out); an outside
     -- root's checkpoints are staged in it
