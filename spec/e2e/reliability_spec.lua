@@ -367,3 +367,28 @@ describe("graceful stop's grace period", function()
     assert.is_nil(out:find("not stopped", 1, true))
   end)
 end)
+
+-- a stop signal while the run is still being built (data read, model
+-- made): the run ends as interrupted (130), as after a step, not as a
+-- failed run (1); a script cannot tell the two apart otherwise
+describe("a stop while the trainer is built", function()
+  it("ends the run with the interrupt's status, 130, and leaves no out=", function()
+    local zt = require "ztrain"
+    local errors = require "ztrain.core.errors"
+    local interrupt = require "ztrain.core.interrupt"
+    local build = require "ztrain.train.trainer_build"
+    local d = u.tmpdir()
+    local r = assert(zt.recipe.load("recipes/single.lua", { "model.size=gpt2-tiny", "data.tokenizer=bytes",
+                                                          "train.steps=2", "out=" .. d .. "/x" }))
+    -- the poll in the data's tokenisation raising, as a SIGINT 0.08 s in did
+    local real = build.build
+    build.build = function() error(interrupt.error(false), 0) end
+    local ok, err = pcall(require("ztrain.train.run").run, r, { quiet = true })
+    build.build = real
+    assert.is_false(ok)
+    assert.are.equal(130, errors.status(err))
+    assert.are.equal("interrupted", errors.message(err))
+    assert.is_false(exists(d .. "/x"))
+    u.rm(d)
+  end)
+end)
