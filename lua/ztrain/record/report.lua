@@ -147,6 +147,7 @@ local function open_tracking(log, outdir, opts)
   local rep = opts.report or {}
   log.csv_path = where(rep.csv, outdir, "metrics.csv")
   if log.csv_path then
+    log.csv_made = not fs.exists(log.csv_path)
     local a, err = open_csv(log.csv_path, opts.resume)
     if not a then return nil, "report.csv: " .. err end
     log.csv = a
@@ -171,7 +172,17 @@ function M.open(outdir, opts)
   local log = setmetatable({ f = f, path = path, outdir = outdir, tty = M.is_tty() and not opts.quiet,
                              quiet = opts.quiet, total = opts.total_steps, t0 = libc.now(), first_step = 0 }, Log)
   local ok, terr = open_tracking(log, outdir, opts)
-  if not ok then log:close(); return nil, terr end
+  if not ok then
+    log:close()
+    -- what this call made goes (a resume's files stay as they were): an
+    -- empty metrics.jsonl in out= would refuse the corrected retry as an
+    -- earlier run
+    if not opts.resume then
+      os.remove(path)
+      if log.csv_made then os.remove(log.csv_path) end
+    end
+    return nil, terr
+  end
   return log
 end
 
