@@ -8,6 +8,7 @@
  * one beside this binary unless ZTRAIN_LIB says otherwise.
  */
 #include <libgen.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,6 +118,11 @@ int main(int argc, char **argv)
     }
     if (realpath(home, rp)) snprintf(home, sizeof home, "%s", rp);
     default_lib();
+    /* A file-size limit (ulimit -f) ends a write with EFBIG instead of
+     * killing the process: the write's own error names the file, the
+     * run ends with exit status 3, and its temporaries are removed
+     * (docs/cli.md "Exit status"). mpirun's ranks inherit it. */
+    signal(SIGXFSZ, SIG_IGN);
 
     lua_State *L = luaL_newstate();
     if (!L) { fprintf(stderr, "ztrain: cannot create a Lua state\n"); return 1; }

@@ -66,6 +66,20 @@ describe("outputs", function()
     u.rm(d)
   end)
 
+  it("a run under a file-size limit (ulimit -f, SIGXFSZ not ignored by the caller) ends with exit 3, naming the file",
+     function()
+    -- (ztrain ignores SIGXFSZ itself: the write fails with EFBIG instead of
+    -- the kernel killing the process, 153, with nothing said)
+    local d = u.tmpdir()
+    local out, rc = u.sh(("bash -c 'ulimit -f 200; exec %s %s train.steps=2 train.ckpt_every=1 out=%s/a'")
+                         :format(ZT, TINY, d))
+    assert.are.equal(3, rc, out)
+    assert.matches("cannot write " .. d .. "/a/checkpoints/.step-00000001.tmp/rank-00000.bin: File too large; " ..
+                   "the previous checkpoint is intact", out, 1, true)
+    assert.are.equal("rc=0\n", (u.sh("find " .. d .. " -name '*.tmp*'")))
+    u.rm(d)
+  end)
+
   it("a run on a full disk fails with exit 3 naming the file, and the old summary stays", function()
     if not can_tmpfs() then
       pending("no user+mount namespace here to make a small tmpfs (the RLIMIT case covers the code)")
