@@ -70,6 +70,9 @@ describe("recipe", function()
     assert.matches('"batch" must be a table', err, 1, true)
     r, err = recipe.resolve({}, { "train.steps" })
     assert.matches("key=value", err, 1, true)
+    -- a table where a string goes: named by type, without its address
+    r, err = recipe.resolve({ name = {} })
+    assert.are.equal('recipe key "name" must be a string, got table', err)
   end)
 
   it("loads a file, names it, and reports a file that returns no table", function()

@@ -214,7 +214,9 @@ local function validate(r, schema, prefix)
       local ok, err = validate(v, s, p)
       if not ok then return nil, err end
     elseif not LEAF[p] and type(v) ~= type(s) and not (AUTO[p] and type(v) == "number") then
-      return nil, ("recipe key %q must be a %s, got %s (%s)"):format(p, type(s), type(v), tostring(v))
+      -- the value shown when it says something (a table's address does not)
+      local shown = (type(v) == "table" or type(v) == "function") and "" or (" (%s)"):format(tostring(v))
+      return nil, ("recipe key %q must be a %s, got %s%s"):format(p, type(s), type(v), shown)
     end
   end
   return true
