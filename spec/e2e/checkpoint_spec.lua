@@ -227,7 +227,7 @@ describe("checkpoints", function()
         function(d) util.sh(("printf '\\001' | dd of=%s/rank-00001.bin bs=1 seek=100 conv=notrunc 2>/dev/null")
                             :format(d)) end, nil, "rank-00001.bin block 0 (bytes 0.." },
       { "a truncated file", function(d) util.sh("truncate -s 1000 " .. d .. "/rank-00000.bin") end, nil,
-        "rank-00000.bin is truncated" },
+        { "rank-00000.bin is truncated or unreadable at block 0 (bytes 0..", "bytes); resume from an older checkpoint" } },
       { "a missing shard", function(d) util.sh("rm " .. d .. "/rank-00001.bin") end, nil, "cannot open rank-00001.bin" },
       { "a checkpoint of another model size", function() end, "model.size=gpt2-mini",
         "but this run's model has 4, 128, 4 and 256" },
@@ -280,7 +280,7 @@ describe("checkpoints", function()
       it(c[1], function()
         local out = got[i]
         assert.are.equal(1, tonumber(out:match("rc=(%d+)%s*$")), out)
-        assert.matches(c[4], out, 1, true)
+        for _, want in ipairs(type(c[4]) == "table" and c[4] or { c[4] }) do assert.matches(want, out, 1, true) end
         assert.is_nil((out .. mpi_text[i]):find("MPI_ABORT", 1, true), out .. mpi_text[i])
         assert.is_nil(out:find("%.lua:%d+"), "no Lua location in a user error: " .. out)
       end)

@@ -166,7 +166,8 @@ local function read_verified(dir, f, off, n, p)
     local len = math.min(B, f.bytes - start)
     local got = libc.pread(f.fd, blk, len, start)
     if got ~= len then
-      fail(("checkpoint %s: %s is truncated or unreadable at block %d (bytes %d..%d; the index says %d bytes)")
+      fail(("checkpoint %s: %s is truncated or unreadable at block %d (bytes %d..%d; the index says %d bytes); " ..
+            "resume from an older checkpoint")
            :format(dir, f.path:match("[^/]+$"), b, start, start + len, f.bytes))
     end
     if sha_hex(blk, len) ~= f.index.blocks[b + 1] then
