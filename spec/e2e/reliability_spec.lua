@@ -401,7 +401,7 @@ describe("a stop while the trainer is built", function()
     build.build = real
     assert.is_false(ok)
     assert.are.equal(130, errors.status(err))
-    assert.are.equal("interrupted", errors.message(err))
+    assert.are.equal("interrupted before the first step: nothing was trained or saved", errors.message(err))
     assert.is_false(exists(d .. "/x"))
     u.rm(d)
   end)

@@ -105,6 +105,11 @@ function M.run(r, opts)
   pcall(memory.set_limit, "device", limit)
   C.zt_set_threads(threads)
   if not ok then
+    -- stopped while the trainer was built: the stop request promised a
+    -- checkpoint and summary.json, and there is nothing to save yet
+    if interrupt.is_interrupt(res) and not state.opened and type(res) == "table" then
+      res.msg = res.msg .. " before the first step: nothing was trained or saved"
+    end
     -- all-ranks errors and those with an exit status of their own keep their kind
     if errors.is_all_ranks(res) or (type(res) == "table" and res.status) then error(res, 0) end
     -- a user needs the message, not the Lua file and line it came from
@@ -188,6 +193,7 @@ end
 
 function run(r, opts, out, state)
   local R = loop.open(r, opts, out)
+  state.opened = true
   local okrun, rerr = loop.stop(R, loop.train(R))
   state.saved = R.saved
   local tr = R.tr
