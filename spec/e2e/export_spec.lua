@@ -160,3 +160,94 @@ describe("model=hf:DIR whose tokenizer is a tokenizer.json (issue 33)", function
     generates_as_bytes(dir)
   end)
 end)
+
+-- `ztrain export CHECKPOINT DIR` with arguments a user may mistype or a
+-- hostile one may craft: refused naming the argument, or written exactly
+-- where named; nothing run by a shell, nothing written into /.
+describe("ztrain export's arguments and messages", function()
+  local run, ck
+  setup(function()
+    run = u.outdir()
+    local out, rc = u.sh(("build/ztrain recipes/single.lua model.size=gpt2-tiny data.tokenizer=bytes " ..
+                          "data.seq_len=32 batch.micro=2 train.steps=2 train.ckpt_every=1 train.eval_every=0 -q out=%s")
+                         :format(run))
+    assert.are.equal(0, rc, out)
+    ck = run .. "/checkpoints"
+  end)
+  teardown(function() u.rm(run) end)
+
+  -- export(dir) -> output, exit code of `ztrain export CK DIR`, dir single-quoted
+  -- (the test's own shell expands nothing in it)
+  local function export(dir, from)
+    return u.sh(("build/ztrain export %s '%s'"):format(from or ck, dir))
+  end
+
+  it("runs nothing a DIR names as a shell command: $(...) and $HOME stay part of the name", function()
+    local base = u.tmpdir()
+    local dir = base .. "/d$(touch " .. base .. "/PWNED)"
+    local out, rc = export(dir)
+    assert.are.equal(0, rc, out)
+    assert.is_nil(io.open(base .. "/PWNED"), "the command in the name ran")
+    assert.truthy(io.open(dir .. "/config.json"), out)
+    -- a non-empty directory whose name holds $HOME is refused as any other
+    local full = base .. "/h$HOME"
+    assert.are.equal(0, os.execute(("mkdir -p '%s' && touch '%s/x'"):format(full, full)))
+    out, rc = export(full)
+    assert.are.equal(1, rc, out)
+    assert.matches(full .. " is not empty (it holds x)", out, 1, true)
+    assert.is_nil(io.open(full .. "/config.json"), out)
+    u.rm(base)
+  end)
+
+  it("refuses an empty DIR or CHECKPOINT naming it, writing nothing", function()
+    local out, rc = export("")
+    assert.are.equal(1, rc, out)
+    assert.matches("export: DIR is empty ('')", out, 1, true)
+    assert.is_nil(out:find("wrote", 1, true), out)
+    out, rc = u.sh("build/ztrain export '' " .. u.outdir())
+    assert.are.equal(1, rc, out)
+    assert.matches("export: CHECKPOINT is empty ('')", out, 1, true)
+    assert.not_matches("%.lua:%d+:", out)
+  end)
+
+  it("a missing or corrupt checkpoint is met with export's remedy, not a training run's", function()
+    local dir = u.outdir()
+    local out, rc = export(dir, dir .. "-none")
+    assert.are.equal(1, rc, out)
+    assert.matches("give export a checkpoint step directory", out, 1, true)
+    assert.is_nil(out:find("resume", 1, true), out)
+    assert.is_nil(out:find("out=", 1, true), out)
+    -- a flipped byte in the weights: its block fails its checksum
+    local bad = u.tmpdir()
+    assert.are.equal(0, os.execute(("cp -r %s/step-00000002/. %s/"):format(ck, bad)))
+    local f = assert(io.open(bad .. "/rank-00000.bin", "r+b"))
+    f:seek("set", 5000)
+    local b = f:read(1)
+    f:seek("set", 5000)
+    f:write(string.char((b:byte() + 1) % 256))
+    f:close()
+    out, rc = export(dir, bad)
+    assert.are.equal(1, rc, out)
+    assert.matches("fails its checksum", out, 1, true)
+    assert.matches("export another step directory of the run", out, 1, true)
+    assert.is_nil(out:find("resume", 1, true), out)
+    assert.is_nil(io.open(dir .. "/model.safetensors"), out)
+    assert.not_matches("%.lua:%d+:", out)
+    u.rm(bad); u.rm(dir)
+  end)
+
+  it("says the tokenizer files were not written when the run's tokenizer directory is gone", function()
+    local step, dir = u.tmpdir(), u.outdir()
+    assert.are.equal(0, os.execute(("cp -r %s/step-00000002/. %s/"):format(ck, step)))
+    local man = cjson.decode(u.read(step .. "/manifest.json"))
+    man.data.tokenizer = "bpe:/nonexistent"
+    u.write(step .. "/manifest.json", cjson.encode(man))
+    local out, rc = export(dir, step)
+    assert.are.equal(0, rc, out)                   -- the weights are fine
+    assert.truthy(io.open(dir .. "/model.safetensors"), out)
+    assert.is_nil(io.open(dir .. "/vocab.json"), out)
+    assert.matches("warning: " .. dir .. ": tokenizer files not written (vocab.json, merges.txt)", out, 1, true)
+    assert.matches("/nonexistent/vocab.json: No such file or directory", out, 1, true)
+    u.rm(step); u.rm(dir)
+  end)
+end)

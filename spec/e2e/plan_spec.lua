@@ -392,3 +392,46 @@ describe("plan: the `ztrain plan` command", function()
     end
   end)
 end)
+
+describe("plan: rank counts it cannot plan for", function()
+  -- plan(args) -> output, exit code; timeout: inf once planned without end
+  local function plan_cmd(args) return util.sh("timeout 30 build/ztrain plan " .. args) end
+
+  it("refuses inf, 1e300 and past-the-bound nproc, --hosts and --gpus-per-host, naming them and the range", function()
+    for args, want in pairs({
+      ["model.size=gpt2-tiny nproc=inf"] = "plan: nproc=inf must be a whole number >= 1 and at most 1048576",
+      ["model.size=gpt2-tiny nproc=1e300"] = "plan: nproc=1e300 must be a whole number >= 1 and at most 1048576",
+      ["model.size=gpt2-tiny nproc=2.5"] = "plan: nproc=2.5 must be a whole number >= 1 and at most 1048576",
+      ["model.size=gpt2-tiny --hosts inf --gpus-per-host 8"] = "plan: --hosts inf must be a whole number >= 1 " ..
+                                                              "and at most 1048576",
+      ["model.size=gpt2 --hosts 2000 --gpus-per-host 1000"] = "plan: --hosts 2000 x --gpus-per-host 1000 = " ..
+        "2000000 ranks: the ranks to plan for must be a whole number from 1 to 1048576",
+      ["model.size=gpt2 --mfu nan"] = "plan: --mfu nan must be a fraction in (0, 1]",
+      ["model.size=gpt2 --flops 1e999"] = "plan: --flops 1e999 is not a finite number",
+    }) do
+      local out, rc = plan_cmd(args)
+      assert.are.equal(1, rc, args .. "\n" .. out)
+      assert.matches(want, out, 1, true)
+      assert.is_nil(out:find("%.lua:%d+"), out)
+      assert.is_true(#out < 1000, out)
+    end
+  end)
+
+  it("more ranks than the model's units: the rows but pipeline_1f1b (one stage a rank), not a refusal", function()
+    -- (before: refused with a pipeline's message about p and v)
+    local out, rc = plan_cmd("model.size=gpt2 nproc=16")
+    assert.are.equal(0, rc, out)
+    assert.matches("zero3", out, 1, true)
+    assert.is_nil(out:find("pipeline_1f1b", 1, true), out)
+    out, rc = plan_cmd("model.size=gpt2 nproc=2048")
+    assert.are.equal(0, rc, out)
+    assert.is_nil(out:find("pipeline_1f1b", 1, true), out)
+    -- up to one unit a rank it is there (gpt2: embedding, 12 blocks, head)
+    out, rc = plan_cmd("model.size=gpt2 nproc=14")
+    assert.are.equal(0, rc, out)
+    assert.matches("pipeline_1f1b", out, 1, true)
+    -- a pipeline recipe's rows use its own stages: more ranks than units are fine
+    out, rc = plan_cmd("recipes/pipeline_dp.lua nproc=64")
+    assert.are.equal(0, rc, out)
+  end)
+end)

@@ -96,3 +96,73 @@ describe("ztrain schedule", function()
     os.execute("rm -rf " .. dir)
   end)
 end)
+
+describe("ztrain schedule's arguments and output", function()
+  local function exists(path)
+    local f = io.open(path, "rb")
+    if f then f:close() end
+    return f ~= nil
+  end
+  -- the names in dir, sorted
+  local function listing(dir)
+    local out = run("ls -A " .. dir)
+    local names = {}
+    for n in out:gmatch("[^\n]+") do if not n:match("^rc=") then names[#names + 1] = n end end
+    table.sort(names)
+    return table.concat(names, " ")
+  end
+
+  it("refuses an empty out= naming it, before writing anything", function()
+    local out, rc = run("build/ztrain schedule 1f1b p=2 m=4 out=")
+    assert.are.equal(1, rc, out)
+    assert.matches("out= is empty", out, 1, true)
+    assert.is_nil(out:find("wrote", 1, true), out)
+    assert.is_nil(out:find("cannot open", 1, true), out)
+  end)
+
+  it("refuses inf and nan naming the key", function()
+    for _, c in ipairs({ { "p=inf", "p=inf: pipeline ranks must be a whole number >= 1" },
+                         { "m=inf", "m=inf: micro-batches must be a whole number >= 1" },
+                         { "v=nan", "v=nan: chunks per rank (interleaved) must be a whole number >= 1" } }) do
+      local out, rc = run("build/ztrain schedule 1f1b out=/nonexistent-dir/x " .. c[1])
+      assert.are.equal(1, rc, out)
+      assert.matches(c[2], out, 1, true)
+      assert.is_nil(out:find("nil", 1, true), out)
+    end
+  end)
+
+  it("csv: refuses p, m and v (the file sets them), and a directory as its file, naming them", function()
+    local dir = tmpdir()
+    local out, rc = run("build/ztrain schedule csv:spec/fixtures/pytorch/gpipe_p2_m4.comms.csv p=7 m=99 v=5 out=" .. dir)
+    assert.are.equal(1, rc, out)
+    assert.matches("p=7 m=99 v=5: the file sets the ranks", out, 1, true)
+    assert.are.equal("", listing(dir))
+    out, rc = run("build/ztrain schedule csv:" .. dir .. " out=" .. dir .. "/x")
+    assert.are.equal(1, rc, out)
+    assert.matches("pipeline csv load " .. dir .. ": cannot read (Is a directory)", out, 1, true)
+    assert.is_nil(out:find("%.lua:%d+"), out)
+    assert.is_nil(out:find("traceback", 1, true), out)
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("a write that fails leaves none of the command's files behind", function()
+    local dir = tmpdir()
+    os.execute("mkdir " .. dir .. "/timeline.json")          -- timeline.svg is written first
+    local out, rc = run("build/ztrain schedule 1f1b p=2 m=4 out=" .. dir)
+    assert.are.equal(1, rc, out)
+    assert.matches("cannot write " .. dir .. "/timeline.json", out, 1, true)
+    assert.are.equal("timeline.json", listing(dir))
+    os.execute("rm -rf " .. dir .. "/timeline.json && mkdir " .. dir .. "/compare.svg")   -- written last
+    out, rc = run("build/ztrain schedule compare p=2 m=4 out=" .. dir)
+    assert.are.equal(1, rc, out)
+    assert.matches("cannot write " .. dir .. "/compare.svg", out, 1, true)
+    assert.are.equal("compare.svg", listing(dir))
+    -- a file that was there before is no part of the failed write's: it stays
+    util.write(dir .. "/timeline-gpipe.svg", "mine")
+    out, rc = run("build/ztrain schedule compare p=2 m=4 out=" .. dir)
+    assert.are.equal(1, rc, out)
+    assert.is_true(exists(dir .. "/timeline-gpipe.svg"))
+    assert.are.equal("compare.svg timeline-gpipe.svg", listing(dir))
+    os.execute("rm -rf " .. dir)
+  end)
+end)

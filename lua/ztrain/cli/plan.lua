@@ -18,22 +18,50 @@ local FLAGS = {
   flops = { "flops", "parse_flops" }, mfu = { "mfu", "fraction" },
 }
 
+-- MAX_RANKS: the most ranks plan plans for (2^20: past any machine; inf,
+-- which passes n == math.floor(n), would never end). The pipeline_1f1b
+-- row is left out where it cannot put one stage on each rank (plan/init.lua).
+local MAX_RANKS = 1048576
+
+-- whole(n) -> n is a whole number from 1 to MAX_RANKS
+local function whole(n)
+  return type(n) == "number" and n >= 1 and n <= MAX_RANKS and n == math.floor(n)
+end
+
 local function flag_value(name, v)
   local f = FLAGS[name]
-    if f[2] == "count" then
+  if f[2] == "count" then
     local n = tonumber(v)
-    if not n or n < 1 or n ~= math.floor(n) then
-      error(("plan: --%s %s must be a whole number >= 1"):format(name, tostring(v)), 0)
+    if not whole(n) then
+      error(("plan: --%s %s must be a whole number >= 1 and at most %d (the most ranks plan plans for)")
+            :format(name, tostring(v), MAX_RANKS), 0)
     end
     return n
   elseif f[2] == "fraction" then
     local n = tonumber(v)
-    if not n or n <= 0 or n > 1 then error(("plan: --mfu %s must be a fraction in (0, 1], e.g. 0.4"):format(tostring(v)), 0) end
+    if not n or not (n > 0 and n <= 1) then      -- (nan fails both)
+      error(("plan: --mfu %s must be a fraction in (0, 1], e.g. 0.4"):format(tostring(v)), 0)
+    end
     return n
   end
   local n, why = steptime[f[2]](v)
   if not n then error(("plan: --%s: %s"):format(name, why), 0) end
+  -- 1e999 reads as inf: no rate or time the step-time model could use
+  if n ~= n or n == math.huge then
+    error(("plan: --%s %s is not a finite number; give e.g. %s"):format(name, tostring(v),
+          ({ parse_rate = "100gbit", parse_time = "5us", parse_flops = "989T" })[f[2]] or "a number"), 0)
+  end
   return n
+end
+
+-- check_ranks(nproc, given): nproc ranks can be planned; given says
+-- where the number came from as the user typed it (nproc=N, --hosts A x
+-- --gpus-per-host B, the recipe's launch.nproc). Raises a user error
+-- naming it and the accepted range.
+local function check_ranks(nproc, given)
+  if not whole(nproc) then
+    error(("plan: %s: the ranks to plan for must be a whole number from 1 to %d"):format(given, MAX_RANKS), 0)
+  end
 end
 
 -- plan_args(args) -> recipe path or nil, overrides, nproc, hardware options.
@@ -60,8 +88,8 @@ local function plan_args(args)
     elseif not k and a:match("%.lua$") and not path then path = a
     elseif k == "nproc" or k == "launch.nproc" then
       nproc = tonumber(v)
-      if not nproc or nproc < 1 or nproc ~= math.floor(nproc) then
-        error(("plan: nproc=%s must be a whole number >= 1 (the ranks to plan for)"):format(v), 0)
+      if not whole(nproc) then
+        error(("plan: %s must be a whole number >= 1 and at most %d (the ranks to plan for)"):format(a, MAX_RANKS), 0)
       end
     elseif k then over[#over + 1] = a
     else error(("plan: cannot read argument %q: expected [RECIPE.lua] key=value (e.g. model.size=gpt2-xl " ..
@@ -88,9 +116,17 @@ function M.main(args)
   end
   if not r then error(err, 0) end
   -- --hosts x --gpus-per-host is the rank count when nproc is not given
-  if not nproc and hwopts.hosts and hwopts.gpus_per_host then nproc = hwopts.hosts * hwopts.gpus_per_host end
-  nproc = nproc or math.max(r.launch.nproc, 1)
-  local hw = plan.hardware(nproc, hwopts)
+  local given = nproc and ("nproc=%d"):format(nproc)
+  if not nproc and hwopts.hosts and hwopts.gpus_per_host then
+    nproc = hwopts.hosts * hwopts.gpus_per_host
+    given = ("--hosts %d x --gpus-per-host %d = %d ranks"):format(hwopts.hosts, hwopts.gpus_per_host, nproc)
+  end
+  if not nproc then
+    nproc = math.max(r.launch.nproc, 1)
+    given = ("launch.nproc = %s (the recipe's)"):format(tostring(r.launch.nproc))
+  end
+  check_ranks(nproc, given)
+  local hw = plan.hardware(nproc, hwopts)    -- (its layout errors first: they name --hosts)
   local rows = plan.rows(r, nproc, nil, hw)
   rows.hw = hw
   io.stdout:write(plan_report.table(rows, r))

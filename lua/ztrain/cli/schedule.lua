@@ -30,10 +30,15 @@ local function schedule_args(args, from)
       error(("unknown key %q for ztrain schedule (known: p ranks, m micro-batches, v chunks, out DIR)")
             :format(k), 0)
     end
-    if k == "out" then o.out = v
+    if k == "out" then
+      -- "" would write /timeline.svg (out .. "/timeline.svg")
+      if v == "" then error("out= is empty: give the directory to write the timeline into, e.g. out=DIR", 0) end
+      o.out = v
     else
       local n = tonumber(v)
-      if not n or n ~= math.floor(n) or n < 1 then
+      -- inf passes n == math.floor(n); a large finite number is left to the
+      -- schedule's bounds (parallel/schedule/library.lua), which name them
+      if not n or n ~= math.floor(n) or n < 1 or n == math.huge then
         error(("%s=%s: %s must be a whole number >= 1"):format(k, v, SCHEDULE_KEYS[k]), 0)
       end
       o[k] = n
@@ -69,11 +74,28 @@ local function kept(lists, stages)
   return "activation sets the driver keeps per stage (a send still out included): " .. table.concat(t, ", ")
 end
 
+-- out_dir(o, what) -> the output directory, made; and whether it was
+-- there before (a failed write removes one this command made)
 local function out_dir(o, what)
   local dir = o.out or ("runs/schedule-%s-p%d-m%d%s-%s"):format(what, o.p, o.m,
     (o.v and o.v > 1) and ("-v" .. o.v) or "", os.date("%Y%m%d-%H%M%S"))
+  local was = fs.exists(dir)
   local ok, err = fs.mkdirs(dir, "output directory")
   if not ok then error(err, 0) end
+  return dir, was
+end
+
+-- write_out(o, what, files(dir) -> { { path, text }, ... }) -> dir: the
+-- command's files written together (record/timeline.lua's write_files):
+-- when one cannot be written, none it created is left, nor the output
+-- directory it made.
+local function write_out(o, what, files_in)
+  local dir, was = out_dir(o, what)
+  local ok, err = pcall(timeline.write_files, files_in(dir))
+  if not ok then
+    if not was then os.remove(dir) end              -- (removes only an empty directory)
+    error(err, 0)
+  end
   return dir
 end
 
@@ -92,11 +114,14 @@ local function schedule_one(name, o, model)
   print(kept(lists, q.stages))
   local hl = held(lists, q.stages)
   if hl then print(hl) end
-  local dir = out_dir(o, name)
-  local w = timeline.write(dir, timeline.from_simulation(res), {
-    name = ("%s p=%d m=%d%s"):format(name, q.ranks, q.microbatches, q.chunks > 1 and (" v=" .. q.chunks) or ""),
-    subtitle = model .. "; the ideal timeline", us_per_unit = 1000 })
-  print(("wrote %s and %s (1 time unit = 1 ms in the trace)"):format(w.svg, w.json))
+  local files
+  write_out(o, name, function(dir)
+    files = timeline.files(dir, timeline.from_simulation(res), {
+      name = ("%s p=%d m=%d%s"):format(name, q.ranks, q.microbatches, q.chunks > 1 and (" v=" .. q.chunks) or ""),
+      subtitle = model .. "; the ideal timeline", us_per_unit = 1000 })
+    return files
+  end)
+  print(("wrote %s and %s (1 time unit = 1 ms in the trace)"):format(files[1][1], files[2][1]))
   return 0
 end
 
@@ -104,6 +129,17 @@ end
 -- it, then its grid, bubble, peak activations and timeline
 local function schedule_csv(spec, o, model)
   local path = spec:sub(5)
+  -- the file sets the shape: a p, m or v given too would be ignored, and
+  -- the timeline would not be of what was asked for
+  local given = {}
+  for _, k in ipairs({ "p", "m", "v" }) do
+    if o[k] then given[#given + 1] = ("%s=%d"):format(k, o[k]) end
+  end
+  if #given > 0 then
+    error(("%s: %s: the file sets the ranks (its rows), micro-batches and chunks (its stages); drop %s " ..
+           "(out=DIR is the one key a csv: schedule takes)"):format(spec, table.concat(given, " "),
+           #given > 1 and "them" or "it"), 0)
+  end
   -- a file ztrain cannot read is the user's to mend: its message, no Lua location
   local ok, lists, info = pcall(csv.load, path)
   if not ok then error(errors.message(lists), 0) end
@@ -122,10 +158,13 @@ local function schedule_csv(spec, o, model)
   if hl then print(hl) end
   o.p, o.m = info.ranks, info.microbatches
   local base = path:match("([^/]+)%.[^./]*$") or path:match("[^/]+$")
-  local dir = out_dir(o, "csv-" .. base:gsub("[^%w_]+", "-"))
-  local w = timeline.write(dir, timeline.from_simulation(res), { name = base, subtitle = model .. "; the ideal timeline",
-                                                               us_per_unit = 1000 })
-  print(("wrote %s and %s (1 time unit = 1 ms in the trace)"):format(w.svg, w.json))
+  local files
+  write_out(o, "csv-" .. base:gsub("[^%w_]+", "-"), function(dir)
+    files = timeline.files(dir, timeline.from_simulation(res), { name = base,
+                           subtitle = model .. "; the ideal timeline", us_per_unit = 1000 })
+    return files
+  end)
+  print(("wrote %s and %s (1 time unit = 1 ms in the trace)"):format(files[1][1], files[2][1]))
   return 0
 end
 
@@ -134,8 +173,7 @@ end
 local function schedule_compare(o, model)
   local T = simulate.TIMES
   local v = o.v or 2
-  local dir = out_dir(o, "compare")
-  local rows = {}
+  local rows, timelines = {}, {}
   print(("p=%d ranks, m=%d micro-batches (interleaved_1f1b: v=%d); %s"):format(o.p, o.m, v, model))
   print(("%-18s %-9s %-9s %s"):format("schedule", "bubble", "makespan", "peak activations per stage"))
   local cases = { { "naive (gpipe m=1)", "gpipe", 1, 1 }, { "gpipe", "gpipe", o.m, 1 },
@@ -152,20 +190,29 @@ local function schedule_compare(o, model)
       local maxpeak = 0
       for s = 0, q.stages - 1 do maxpeak = math.max(maxpeak, res.peak[s] or 0) end
       rows[#rows + 1] = { name = label, bubble = res.bubble, note = ("(peak activations: %d)"):format(maxpeak) }
-      timeline.write(dir, timeline.from_simulation(res), {
+      timelines[#timelines + 1] = { timeline.from_simulation(res), {
         name = ("%s p=%d m=%d%s"):format(sname, q.ranks, q.microbatches, q.chunks > 1 and (" v=" .. q.chunks) or ""),
-        subtitle = model, us_per_unit = 1000, basename = "timeline-" .. label:gsub("[^%w_]+", "-"):gsub("-$", "") })
+        subtitle = model, us_per_unit = 1000, basename = "timeline-" .. label:gsub("[^%w_]+", "-"):gsub("-$", "") } }
     else
       local why = errors.message(lists or res)
       print(("%-18s n/a: %s"):format(label, why))
       rows[#rows + 1] = { name = label, note = why }
     end
   end
-  local path = timeline.write_file(dir .. "/compare.svg", timeline.compare_svg(rows, {
+  local chart = timeline.compare_svg(rows, {
     title = ("pipeline bubble per schedule, p=%d m=%d"):format(o.p, o.m),
     subtitle = ("idle / (ranks x makespan), utilisation = 1 - bubble; F=%g B=%g (I=%g W=%g), no communication cost")
-               :format(T.F, T.B, T.I, T.W) }))
-  print(("wrote %s and each schedule's timeline-NAME.svg/.json in %s"):format(path, dir))
+               :format(T.F, T.B, T.I, T.W) })
+  -- every timeline and the chart at once: a failed write leaves none of them
+  local dir = write_out(o, "compare", function(d)
+    local files = {}
+    for _, t in ipairs(timelines) do
+      for _, f in ipairs(timeline.files(d, t[1], t[2])) do files[#files + 1] = f end
+    end
+    files[#files + 1] = { d .. "/compare.svg", chart }
+    return files
+  end)
+  print(("wrote %s and each schedule's timeline-NAME.svg/.json in %s"):format(dir .. "/compare.svg", dir))
   return 0
 end
 

@@ -96,15 +96,7 @@ local function fresh(r)
   error(("cannot create an output directory under runs/: %s-* are all taken"):format(base), 0)
 end
 
--- entries(dir) -> the paths in dir, dotfiles too (dir's own glob
--- characters escaped: out=runs/exp[1] lists runs/exp[1], not runs/exp1)
-local function entries(dir)
-  local out, esc = {}, dir:gsub("[%[%]%*%?\\]", "\\%0")
-  for _, pat in ipairs({ "/*", "/.[!.]*", "/..?*" }) do
-    for _, p in ipairs(fs.glob(esc .. pat) or {}) do out[#out + 1] = p end
-  end
-  return out
-end
+local entries = fs.entries
 
 -- remove_tree(p): p and, for a directory, what it holds. unlink first: a
 -- symlink (to a directory too) is removed as a link, never followed

@@ -316,14 +316,20 @@ end
 -- check_dir(dir) -> true | nil, err: can an export be written there?
 -- (made if missing; a file of that name, or no write access, fails)
 function M.check_dir(dir)
+  -- "" would put config.json and model.safetensors in / (dir .. "/config.json")
+  if type(dir) ~= "string" or dir == "" then
+    return nil, "the export directory is empty; name a new directory to write the model into"
+  end
   -- an export replaces nothing: a directory that holds anything is refused
   -- (stale vocab.json or config.json of another model would mix with ours)
-  local g = io.popen(("ls -A %q 2>/dev/null | grep -v '^.ztrain-probe' | head -3"):format(dir))
-  local found = g and g:read("*a") or ""
-  if g then g:close() end
-  if found ~= "" then
+  local found = {}
+  for _, path in ipairs(files.entries(dir)) do
+    local name = path:match("[^/]*$")
+    if not name:match("^%.ztrain%-probe") and #found < 3 then found[#found + 1] = name end
+  end
+  if #found > 0 then
     return nil, ("%s is not empty (it holds %s); export into a new directory, or empty it first: an export " ..
-                 "replaces nothing"):format(dir, (found:gsub("\n$", ""):gsub("\n", ", ")))
+                 "replaces nothing"):format(dir, table.concat(found, ", "))
   end
   local made, merr = files.mkdirs(dir, "export directory")
   if not made then return nil, ("cannot write into %s: %s"):format(dir, merr:match(":%s*([^:]+)$") or merr) end
@@ -333,6 +339,31 @@ function M.check_dir(dir)
   f:close()
   os.remove(probe)
   return true
+end
+
+-- copy_tokenizer(from, dir, json) -> nil, or a note saying why dir got no
+-- usable tokenizer: vocab.json + merges.txt (and tokenizer.json where json)
+-- copied from the directory the run's tokenizer came from. A file that is
+-- not there is skipped (an hf: model may carry only tokenizer.json); the
+-- note names what is missing, so an export without its tokenizer is not
+-- mistaken for a complete one.
+local function copy_tokenizer(from, dir, json)
+  local names, got, why = { "vocab.json", "merges.txt", json and "tokenizer.json" or nil }, {}, nil
+  for _, name in ipairs(names) do
+    local text, rerr = files.read_file(from .. "/" .. name)
+    if text then
+      st.write_file_atomic(dir .. "/" .. name, text)
+      got[name] = true
+    else
+      why = why or rerr
+    end
+  end
+  if (got["vocab.json"] and got["merges.txt"]) or got["tokenizer.json"] then return nil end
+  local missing = {}
+  for _, name in ipairs(names) do if not got[name] then missing[#missing + 1] = name end end
+  return ("%s: tokenizer files not written (%s): the run's tokenizer came from %s, and %s; the weights and " ..
+          "config.json are written: copy that tokenizer's vocab.json and merges.txt into %s to use the model " ..
+          "with it"):format(dir, table.concat(missing, ", "), from, why or "it holds none", dir)
 end
 
 -- save(model, dir, opts): write dir/model.safetensors (F32, keys with the
@@ -408,27 +439,21 @@ function M.save(model, dir, opts)
     if not okw then werr = e end
   end)
   if not okv and not werr then werr = verr end
+  local tokenizer_note
   local ok, err = pcall(function()
     if werr then error(werr, 0) end
     w:commit()
     st.write_file_atomic(dir .. "/config.json", llama and hf_llama.config_text(model.cfg, opts)
                                                  or config_text(model.cfg, opts))
     for name, text in pairs(opts.tokenizer_files or {}) do st.write_file_atomic(dir .. "/" .. name, text) end
-    if opts.tokenizer_dir then
-      for _, name in ipairs({ "vocab.json", "merges.txt", opts.tokenizer_json and "tokenizer.json" or nil }) do
-        local f = io.open(opts.tokenizer_dir .. "/" .. name, "rb")
-        if f then
-          local text = f:read("*a")
-          f:close()
-          st.write_file_atomic(dir .. "/" .. name, text)
-        end
-      end
-    end
+    if opts.tokenizer_dir then tokenizer_note = copy_tokenizer(opts.tokenizer_dir, dir, opts.tokenizer_json) end
   end)
   if not ok then
     if w then w:abort() end
     return nil, errors.message(err)
   end
+  -- the weights are fine without a tokenizer: say so, don't fail the export
+  if tokenizer_note then io.stderr:write("ztrain: warning: ", tokenizer_note, "\n") end
   return true
 end
 

@@ -43,6 +43,7 @@ local batch = require "ztrain.parallel.batch"
 local steptime = require "ztrain.plan.steptime"
 local acts = require "ztrain.plan.activations"
 local precision = require "ztrain.model.precision"
+local schedules = require "ztrain.parallel.schedule.library"
 
 local M = {}
 
@@ -382,8 +383,11 @@ function M.rows(r, nproc, cfg, hw)
                           traffic = { class = CLASS.pipeline, net = 0, offload = 0 } }
     end
   end
+  -- the pipeline_1f1b row puts one stage on each rank: from 2 ranks up to
+  -- one unit (embedding, a block, the head) a rank, and a schedule's bound
+  local one_stage_each = nproc >= 2 and nproc <= cfg.L + 2 and nproc <= schedules.MAX_STAGES
   for _, spec in ipairs(M.STRATEGIES) do
-    local applies = (spec.one_rank or nproc > 1 or spec.otier) and not (spec.pipeline and nproc < 2)
+    local applies = (spec.one_rank or nproc > 1 or spec.otier) and not (spec.pipeline and not one_stage_each)
     if applies then
       local N = spec.one_rank and 1 or nproc
       local t = M.predict(r, { spec = spec, nproc = nproc, cfg = cfg, data_parallel = true })

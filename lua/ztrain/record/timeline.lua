@@ -10,6 +10,8 @@
 --   svg(events, opts)         -> timeline.svg text (ranks x time)
 --   trace(events, opts)       -> timeline.json text (Chrome trace, Perfetto)
 --   write(dir, events, opts)  -> { svg = path, json = path, bubble = b }
+--   files(dir, events, opts)  -> what write writes: { { path, text }, ... }
+--   write_files(files)        -> each written; on a failure, those it created removed
 --   from_simulation(res)      -> events of simulate.run's result
 --   compare_svg(rows, opts)   -> bar chart of bubble fraction per schedule
 --   write_file(path, text)    -> atomic write (temporary name, then rename)
@@ -369,17 +371,44 @@ end
 -- Raises an I/O error naming the file.
 M.write_file = svg.write
 
+-- write_files(files): files = { { path, text }, ... }, each written with
+-- write_file in order. All or nothing, as far as this call can make it:
+-- when one fails, the files it had created before are removed (a file
+-- that was there before stays, replaced) and the error is raised again,
+-- so a failed command leaves no half of its output behind.
+function M.write_files(files)
+  local made = {}
+  for _, f in ipairs(files) do
+    local was = io.open(f[1], "rb")
+    if was then was:close() end
+    local ok, err = pcall(M.write_file, f[1], f[2])
+    if not ok then
+      for _, p in ipairs(made) do os.remove(p) end
+      error(err, 0)
+    end
+    if not was then made[#made + 1] = f[1] end
+  end
+end
+
+-- files(dir, events, opts) -> { { dir/BASE.svg, text }, { dir/BASE.json,
+-- text } }: what write writes, for a caller that writes them with others
+-- (write_files). opts as write's.
+function M.files(dir, events, opts)
+  opts = opts or {}
+  local base = (dir:gsub("/+$", "")) .. "/" .. (opts.basename or "timeline")
+  return { { base .. ".svg", M.svg(events, opts) }, { base .. ".json", M.trace(events, opts) } }
+end
+
 -- write(dir, events, opts) -> { svg = path, json = path, bubble = b }.
 -- Writes dir/timeline.svg and dir/timeline.json (dir must exist); opts as
 -- svg() and trace() take them (name, predicted_bubble, unit = "s" with
 -- us_per_unit 1e6 for measured seconds), plus opts.basename (default
--- "timeline"). Raises a user error naming the file it could not write.
+-- "timeline"). Raises a user error naming the file it could not write;
+-- then neither file is left if it was not there before.
 function M.write(dir, events, opts)
-  opts = opts or {}
-  local base = (dir:gsub("/+$", "")) .. "/" .. (opts.basename or "timeline")
-  local svg, json = M.svg(events, opts), M.trace(events, opts)
-  return { svg = M.write_file(base .. ".svg", svg), json = M.write_file(base .. ".json", json),
-           bubble = (M.bubble(events)) }
+  local files = M.files(dir, events, opts)
+  M.write_files(files)
+  return { svg = files[1][1], json = files[2][1], bubble = (M.bubble(events)) }
 end
 
 local PALETTE = { "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1" }

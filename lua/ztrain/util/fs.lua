@@ -71,4 +71,16 @@ function M.glob(pattern, flags)
   return nil, "glob() failed with code " .. rc
 end
 
+-- entries(dir) -> the paths in dir, dotfiles too, by glob(3) (no shell:
+-- $(...), $HOME and quotes in dir stay literal); dir's own glob characters
+-- are escaped (DIR[1] lists DIR[1], not DIR1). {} for a missing or
+-- unreadable directory.
+function M.entries(dir)
+  local out, esc = {}, dir:gsub("[%[%]%*%?\\]", "\\%0")
+  for _, pat in ipairs({ "/*", "/.[!.]*", "/..?*" }) do
+    for _, p in ipairs(M.glob(esc .. pat) or {}) do out[#out + 1] = p end
+  end
+  return out
+end
+
 return M

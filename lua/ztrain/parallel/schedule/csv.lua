@@ -173,6 +173,29 @@ local function fields(line)
   end
 end
 
+-- SHOWN: the longest cell text an error echoes. A cell is the user's own
+-- text, but a file may hold anything: a 2 MB cell or terminal escape
+-- bytes must not go to the terminal whole.
+local SHOWN = 60
+
+-- shown(text) -> text quoted for an error message: at most SHOWN bytes of
+-- it, bytes outside printable ASCII as \xHH, and its length where cut
+local function shown(text)
+  local head = text:sub(1, SHOWN):gsub('[\\"]', "\\%0"):gsub("[^\32-\126]", function(c)
+    return ("\\x%02X"):format(c:byte())
+  end)
+  if #text <= SHOWN then return '"' .. head .. '"' end
+  return ('"%s..." (%d bytes; the first %d shown)'):format(head, #text, SHOWN)
+end
+M.shown = shown
+
+-- named(text) -> text as it is where short and plain (a sub-action, a
+-- type), else shown(text)
+local function named(text)
+  if #text <= SHOWN and not text:find('[^\32-\126]') then return text end
+  return shown(text)
+end
+
 local cell
 
 -- "(0F3;3B1)OVERLAP_F_B" (PyTorch's DualPipeV: a forward of one chunk
@@ -186,8 +209,10 @@ local function overlapped(s)
   local out = {}
   for part in (inner .. ";"):gmatch("([^;]*);") do
     local a, err = cell(part)
-    if err then return nil, "sub-action " .. part .. ": " .. err end
-    if a and not COMPUTE[a.op] then return nil, "sub-action " .. part .. " is not a compute action (F, B, I, W)" end
+    if err then return nil, "sub-action " .. named(part) .. ": " .. err end
+    if a and not COMPUTE[a.op] then
+      return nil, "sub-action " .. named(part) .. " is not a compute action (F, B, I, W)"
+    end
     if a then out[#out + 1] = a end
   end
   if #out == 0 then return nil, "OVERLAP_F_B with no sub-action" end
@@ -205,7 +230,9 @@ cell = function(text)
   if not st then
     return nil, "expected {stage}{TYPE}{micro-batch}, e.g. 0F3, 1SEND_B2, 0REDUCE_GRAD"
   end
-  if TYPES[ty] == nil then return nil, ("unknown action type %s (known: %s)"):format(ty, KNOWN) end
+  if TYPES[ty] == nil then
+    return nil, ("unknown action type %s (known: %s)"):format(named(ty), KNOWN)
+  end
   if TYPES[ty] and mb == "" then return nil, ty .. " needs a micro-batch, e.g. 0" .. ty .. "1" end
   if not TYPES[ty] and mb ~= "" then return nil, ty .. " takes no micro-batch, e.g. 0" .. ty end
   return { op = ty, stage = tonumber(st), mb = mb ~= "" and tonumber(mb) or nil }
@@ -233,8 +260,12 @@ end
 local function read_lines(path)
   local f, err = io.open(path, "rb")
   if not f then error(("pipeline csv load %s: cannot open (%s)"):format(path, tostring(err)), CALLER) end
-  local text = f:read("*a")
+  -- a directory opens, then fails to read (nil, "Is a directory")
+  local text, rerr = f:read("*a")
   f:close()
+  if not text then
+    error(("pipeline csv load %s: cannot read (%s); give the path of a CSV file"):format(path, tostring(rerr)), CALLER)
+  end
   if text:sub(1, 3) == "\239\187\191" then text = text:sub(4) end   -- a UTF-8 BOM
   local lines = {}
   for line in (text .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = line:gsub("\r$", "") end
@@ -265,8 +296,8 @@ local function parse_row(path, r, line, seen)
   local function add(a)
     local other = seen.placed[a.stage]
     if other and other ~= r - 1 then
-      error(("pipeline csv load %s: row %d (rank %d) column %d: cell %q: stage %d is already on rank %d")
-            :format(path, r, r - 1, c, txt, a.stage, other), CALLER + 1)
+      error(("pipeline csv load %s: row %d (rank %d) column %d: cell %s: stage %d is already on rank %d")
+            :format(path, r, r - 1, c, shown(txt), a.stage, other), CALLER + 1)
     end
     seen.placed[a.stage] = r - 1
     if a.stage > seen.maxs then seen.maxs = a.stage end
@@ -288,8 +319,8 @@ local function parse_row(path, r, line, seen)
     c, txt = k, t
     local a, cerr = cell(txt)
     if cerr then
-      error(("pipeline csv load %s: row %d (rank %d) column %d: cell %q: %s")
-            :format(path, r, r - 1, c, txt, cerr), CALLER)
+      error(("pipeline csv load %s: row %d (rank %d) column %d: cell %s: %s")
+            :format(path, r, r - 1, c, shown(txt), cerr), CALLER)
     end
     if a and a.overlap then
       seen.overlaps = seen.overlaps + 1
@@ -361,6 +392,17 @@ end
 -- chunks = stages / ranks.
 local function lists_with_comms(path, rows, seen, nst, m)
   local R = #rows
+  -- the bounds on a schedule (parallel/schedule/library.lua), said of the
+  -- file: its numbers are not p, m or v a user could lower on a command line
+  if nst > schedules.MAX_STAGES then
+    error(("pipeline csv load %s: the file uses %.0f stages (its highest stage index + 1), more than the bound " ..
+           "of %d pipeline stages a schedule may have"):format(path, nst, schedules.MAX_STAGES), CALLER)
+  end
+  if nst * m > schedules.MAX_PAIRS then
+    error(("pipeline csv load %s: the file uses %.0f stages x %.0f micro-batches (its highest indices + 1) = %.0f " ..
+           "(stage, micro-batch) pairs, more than the bound of %d a schedule's action lists may hold")
+          :format(path, nst, m, nst * m, schedules.MAX_PAIRS), CALLER)
+  end
   if nst % R ~= 0 then
     error(("pipeline csv load %s: a compute-only file needs stages = ranks x chunks: %d stages on %d ranks")
           :format(path, nst, R), CALLER)
@@ -371,11 +413,10 @@ local function lists_with_comms(path, rows, seen, nst, m)
            "s %% %d) nor V (ranks r and %d - r); write the file with its SEND/RECV to use another placement")
           :format(path, bad, seen.placed[bad], R, 2 * R - 1), CALLER)
   end
+  -- (the bounds are checked above: what params could still refuse names the file alone)
   local ok, q = pcall(schedules.params, { stages = nst, microbatches = m, ranks = R, chunks = nst / R,
-                                          placement = placement }, "pipeline csv")
-  if not ok then
-    error(("pipeline csv load %s: a compute-only file needs stages = ranks x chunks: %s"):format(path, q), CALLER)
-  end
+                                          placement = placement }, "pipeline csv load " .. path)
+  if not ok then error(errors.message(q), CALLER) end
   local orders = {}
   for r, row in ipairs(rows) do
     local o = {}
