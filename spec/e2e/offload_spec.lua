@@ -250,3 +250,52 @@ describe("offload: options", function()
     assert.matches('offload.staging: cannot read size "lots"', tostring(e2), 1, true)
   end)
 end)
+
+describe("offload: the nvme keys", function()
+  local TINY = "model.size=gpt2-tiny data.tokenizer=bytes data.seq_len=32 batch.micro=2 train.eval_every=0 " ..
+               "train.steps=2 -q"
+
+  it("a bad block size, queue depth or engine is refused naming the key, and OUT/nvme is not left", function()
+    for _, c in ipairs({
+      { "offload.block_size=3", "offload.block_size must be a multiple of 4096 bytes" },
+      { "offload.block_size=512MiB", "offload.block_size must be a multiple of 4096 bytes (4KiB) up to 256MiB" },
+      { "offload.block_size=abc", 'offload.block_size: cannot read size "abc"' },
+      -- (the recipe's range is the engine's limit: refused before the run starts)
+      { "offload.queue_depth=300", 'offload.queue_depth must be an integer in [1, 256] or "auto", got 300' },
+      { "offload.aio_engine=foo", 'offload.aio_engine must be "auto", "uring" or "threads", got foo' },
+    }) do
+      local dir = util.tmpdir()          -- made before: the run leaves it, and must leave it as it was
+      local out, rc = util.sh(("timeout 120 build/ztrain recipes/infinity.lua %s launch.nproc=1 %s out=%s")
+                              :format(TINY, c[1], dir))
+      local left = io.open(dir .. "/nvme")
+      if left then left:close() end
+      util.rm(dir)
+      assert.are.equal(1, rc, out)
+      assert.matches("ztrain: ", out, 1, true)
+      assert.matches(c[2], out, 1, true)
+      for _, bad in ipairs({ "nvme_path", "zt_aio", "aio.configure", "[EINVAL]" }) do
+        assert.is_nil(out:find(bad, 1, true), c[1] .. ": " .. out)
+      end
+      assert.is_nil(left, c[1] .. ": an empty " .. dir .. "/nvme was left")
+    end
+  end)
+
+  it("a swap directory the engine cannot use is removed if the run made it, kept if it was there", function()
+    local offload, aio = require "ztrain.parallel.strategy.offload", require "ztrain.core.aio"
+    local configure = aio.configure
+    aio.configure = function() error("aio.configure: zt_aio_open: cannot open the swap file: Permission denied [EACCES]", 0) end
+    local r = { offload = { block_size = "1MiB", queue_depth = 8, stripes = 1 } }
+    local made, there = util.tmpdir(), util.tmpdir()
+    util.sh("mkdir " .. there .. "/nvme")
+    local ok1, e1 = pcall(offload.configure_nvme, r, made)
+    local ok2 = pcall(offload.configure_nvme, r, there)
+    aio.configure = configure
+    local gone, kept = io.open(made .. "/nvme") == nil, io.open(there .. "/nvme") ~= nil
+    util.rm(made); util.rm(there)
+    assert.is_false(ok1); assert.is_false(ok2)
+    assert.are.equal(("offload.nvme_path=%s/nvme: cannot open the swap file: Permission denied"):format(made),
+                     tostring(e1))
+    assert.is_true(gone, "OUT/nvme made by the run was left")
+    assert.is_true(kept, "a directory that was there was removed")
+  end)
+end)

@@ -41,7 +41,7 @@ describe("DeepSpeed configs", function()
     local out, rc = util.sh(("%s ds-convert examples/ds_config.json nproc=0"):format(ZT))
     assert.are.equal(1, rc, out)
     assert.matches("ztrain: ds-convert: nproc=0: give a world size >= 1 (the ranks the config's batch sizes " ..
-                   "are divided among)", out, 1, true)
+                   "are divided among): a whole number from 1 to 4096", out, 1, true)
     assert.is_nil(out:find("world size 0", 1, true), out)
   end)
 end)

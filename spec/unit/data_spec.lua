@@ -341,6 +341,26 @@ describe("ztrain.model.data.text", function()
     end
     os.execute("rm -rf " .. cdir)
   end)
+
+  it("a cache that cannot be written says so once, naming data.cache, the path and the reason", function()
+    local tok = { name = "fake", vocab_size = 300, eot = 299, cache_key = "fake 300", encode = bytes.encode,
+                  decode = bytes.decode }
+    local afile = d.path .. "/a.txt"                 -- a regular file where the cache directory should be
+    local ds = assert(data.text{ text = d.path .. "/*", exclude = "*.dat", tokenizer = tok, cache = afile })
+    assert.are.equal(3, #ds.cache.errors)             -- one failure a file, none fatal
+    assert.are.equal("data.cache " .. afile .. " is not used: cannot create the cache directory " .. afile ..
+                     "/tokens: Not a directory (3 entries not written); every run tokenises the text again " ..
+                     "(give a writable directory, or data.cache=off)", ds.cache:warning())
+    -- the run's data (source.open) carries it among its warnings, which rank 0 prints
+    local opened = assert(data.open{ text = d.path .. "/*", exclude = "*.dat", tokenizer = tok, cache = afile,
+                                     seq_len = 4 })
+    assert.are.same({ "data.cache " .. afile .. " is not used: cannot create the cache directory " .. afile ..
+                      "/tokens: Not a directory (3 entries not written); every run tokenises the text again " ..
+                      "(give a writable directory, or data.cache=off)" }, opened.warnings)
+    local cdir = d.path .. "/cache"                    -- a cache that works: nothing to say
+    ds = assert(data.text{ text = d.path .. "/*", exclude = "*.dat", tokenizer = tok, cache = cdir })
+    assert.is_nil(ds.cache:warning())
+  end)
 end)
 
 ---------------------------------------------------------------------------

@@ -134,6 +134,83 @@ describe("ds-config: what is refused", function()
     assert.are.same({ "ds-config: some_new_feature is not supported (ignored)" }, out.notes)
   end)
 
+  it("a value of the wrong JSON kind is refused naming its key, not read as absent", function()
+    local cases = {
+      { { tensorboard = { enabled = true, output_path = 5 } }, "tensorboard.output_path must be a string, got 5" },
+      { { csv_monitor = { enabled = true, job_name = true } }, "csv_monitor.job_name must be a string, got true" },
+      { { fp16 = { enabled = "yes" } }, 'fp16.enabled must be true or false, got "yes"' },
+      { { bf16 = { enabled = 1 } }, "bf16.enabled must be true or false, got 1" },
+      { { fp16 = true }, "fp16 must be an object, got true" },
+      { { zero_optimization = { 1, 2 } }, "zero_optimization must be an object, got an array" },
+      { { zero_optimization = { stage = "3" } }, 'zero_optimization.stage must be a number, got "3"' },
+      { { zero_optimization = { stage = 3, offload_param = { device = 5 } } },
+        "zero_optimization.offload_param.device must be a string, got 5" },
+      { { zero_optimization = { stage = 3, offload_optimizer = "nvme" } },
+        'zero_optimization.offload_optimizer must be an object, got "nvme"' },
+      { { zero_optimization = { stage = 1, overlap_comm = "no" } },
+        'zero_optimization.overlap_comm must be true or false, got "no"' },
+      { { optimizer = "AdamW" }, 'optimizer must be an object, got "AdamW"' },
+      { { optimizer = { type = 1 } }, "optimizer.type must be a string, got 1" },
+      { { optimizer = { type = "AdamW", params = { betas = 0.9 } } }, "optimizer.params.betas must be an array, got 0.9" },
+      { { optimizer = { type = "AdamW", params = { betas = { 0.9 } } } },
+        "optimizer.params.betas must be an array of two numbers" },
+      { { optimizer = { type = "AdamW", params = { amsgrad = "false" } } },
+        'optimizer.params.amsgrad must be true or false, got "false"' },
+      { { scheduler = { type = "WarmupLR", params = { warmup_type = 1 } } },
+        "scheduler.params.warmup_type must be a string, got 1" },
+      { { amp = { enabled = "true" } }, 'amp.enabled must be true or false, got "true"' },
+      { { prescale_gradients = 1 }, "prescale_gradients must be true or false, got 1" },
+      { { wandb = true }, "wandb must be an object, got true" },
+      { { aio = { block_size = "1MiB" } }, 'aio.block_size must be a number, got "1MiB"' },
+      { { steps_per_print = { 1 } }, "steps_per_print must be a number, got an array" },
+    }
+    for _, c in ipairs(cases) do
+      local ok, e = pcall(conv, c[1])
+      assert.is_false(ok, c[2])
+      e = require("ztrain.core.errors").message(e)
+      assert.are.equal("ds-config: " .. c[2], e:sub(1, #c[2] + 11))
+    end
+  end)
+
+  it("a value out of its recipe key's range is refused naming the file's key", function()
+    local function opt(params) return { optimizer = { type = "AdamW", params = params } } end
+    local cases = {
+      { opt { lr = -1 }, "optimizer.params.lr must be a number in [0, 1000], got -1 (ztrain's optim.lr)" },
+      { opt { eps = 0 }, "optimizer.params.eps must be a number in [1e-30, 1], got 0 (ztrain's optim.eps)" },
+      { opt { weight_decay = -0.1 }, "optimizer.params.weight_decay must be a number in [0, 1000], got -0.1" },
+      { opt { betas = { 1.5, -2 } }, "optimizer.params.betas must be a pair of numbers in [0, 1) like { 0.9, 0.95 }, " ..
+                                       "got { 1.5, -2 } (ztrain's optim.betas)" },
+      { { gradient_clipping = -1 }, "gradient_clipping must be a number in [0, 1e+30], got -1 (ztrain's optim.clip)" },
+      { { train_micro_batch_size_per_gpu = 1e300 },
+        "train_micro_batch_size_per_gpu must be an integer in [1, 2147483648], got 1e+300 (ztrain's batch.micro)" },
+      { { gradient_accumulation_steps = -2 }, "gradient_accumulation_steps must be an integer in [1, 2147483648]" },
+      { { train_batch_size = 2 ^ 40 }, "train_batch_size must be an integer in [0, 2147483648]" },
+      { { train_micro_batch_size_per_gpu = 2 ^ 30, gradient_accumulation_steps = 2 ^ 30 },
+        "train_micro_batch_size_per_gpu x gradient_accumulation_steps x world size must be an integer" },
+      { { steps_per_print = 0.5 }, "steps_per_print must be an integer in [0, 1099511627776], got 0.5" },
+      { { fp16 = { enabled = true, min_loss_scale = 0 } }, "fp16.min_loss_scale must be a number in [" },
+      { { scheduler = { type = "WarmupLR", params = { warmup_type = "linear", warmup_max_lr = -3 } } },
+        "scheduler.params.warmup_max_lr must be a number in [0, 1000], got -3 (ztrain's optim.lr)" },
+      { { scheduler = { type = "WarmupDecayLR", params = { warmup_type = "linear", total_num_steps = 0 } } },
+        "scheduler.params.total_num_steps must be an integer in [1, " },
+      { { aio = { block_size = 3 } }, "aio.block_size must be a multiple of 4096 bytes" },
+      { { aio = { queue_depth = 300 } }, "aio.queue_depth must be an integer in [1, 256] or \"auto\", got 300" },
+    }
+    for _, c in ipairs(cases) do
+      local e = err_of(conv, c[1])
+      assert.are.equal("ds-config: " .. c[2], e:sub(1, #c[2] + 11))
+    end
+  end)
+
+  it("a file that starts with a UTF-8 byte order mark reads as without it", function()
+    local path = os.tmpname()
+    util.write(path, "\239\187\191{ \"gradient_clipping\": 0.5 }")
+    local ok, t = pcall(ds.read, path)
+    os.remove(path)
+    assert.is_true(ok, ok or require("ztrain.core.errors").message(t))
+    assert.are.same({ gradient_clipping = 0.5 }, t)
+  end)
+
   it("a file that is not JSON is one line naming it", function()
     local path = os.tmpname()
     util.write(path, "{ not json")

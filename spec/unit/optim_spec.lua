@@ -205,6 +205,29 @@ describe("AdamW", function()
     assert.matches("optim.eps must be > 0", err_of { eps = 0 }, 1, true)
     assert.matches("optim.weight_decay must be >= 0", err_of { weight_decay = -0.1 }, 1, true)
   end)
+
+  it("refuses NaN and the infinities up front, not in the kernel mid-run", function()
+    local function err_of(opts)
+      local ok, err = pcall(zt.adamw.new, opts)
+      assert.is_false(ok, "accepted")
+      return tostring(err)
+    end
+    local nan, inf = 0 / 0, 1 / 0
+    for _, b in ipairs({ { nan, 0.9 }, { 0.9, nan }, { inf, 0.9 }, { -inf, 0.9 } }) do
+      local e = err_of { betas = b }
+      assert.matches("optim.betas must be a pair of numbers in [0, 1)", e, 1, true)
+      assert.is_nil(e:find("zt_adamw", 1, true), e)
+    end
+    assert.matches("optim.lr must be a finite number >= 0", err_of { lr = nan }, 1, true)
+    assert.matches("optim.eps must be > 0", err_of { eps = nan }, 1, true)
+    assert.matches("optim.eps must be > 0", err_of { eps = inf }, 1, true)
+    assert.matches("optim.weight_decay must be >= 0", err_of { weight_decay = nan }, 1, true)
+    assert.matches("optim.weight_decay must be >= 0", err_of { weight_decay = inf }, 1, true)
+    -- a string is refused naming the key, not a Lua comparison error
+    assert.matches("optim.lr must be a finite number >= 0, got 1e-3", err_of { lr = "1e-3" }, 1, true)
+    assert.are.same({ nil, "optim.betas must be a pair of numbers in [0, 1) like { 0.9, 0.95 }, got { nan, 0.9 }" },
+                    { zt.adamw.check { betas = { nan, 0.9 } } })
+  end)
 end)
 
 describe("clipping by global norm", function()

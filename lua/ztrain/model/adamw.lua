@@ -23,19 +23,50 @@ M.state_kinds = { "exp_avg", "exp_avg_sq" }
 
 local function user_error(msg) error(msg, 0) end
 
+-- in_range(x, lo, hi, open_hi): a number with lo <= x <= hi (x < hi when
+-- open_hi). Written as the test that must pass, not the one that fails: every
+-- comparison with NaN is false, so `x < lo or x >= hi` would let NaN through.
+local function in_range(x, lo, hi, open_hi)
+  return type(x) == "number" and x >= lo and (x < hi or not open_hi and x == hi)
+end
+
+local function show(v)
+  if type(v) ~= "table" then return tostring(v) end
+  local parts = {}
+  for i, x in ipairs(v) do parts[i] = tostring(x) end
+  return "{ " .. table.concat(parts, ", ") .. " }"
+end
+
+-- check(opts) -> true | nil, message: the hyperparameters new() takes (lr,
+-- betas, eps, weight_decay; nil = the default), each named as its recipe
+-- key. NaN and the infinities are refused: the kernel would refuse them
+-- only mid-run, or spread them through the weights.
+function M.check(opts)
+  local o = {}
+  for k, v in pairs(M.defaults) do o[k] = opts[k] == nil and v or opts[k] end
+  local b = o.betas
+  if type(b) ~= "table" or #b ~= 2 or not (in_range(b[1], 0, 1, true) and in_range(b[2], 0, 1, true)) then
+    return nil, ("optim.betas must be a pair of numbers in [0, 1) like { 0.9, 0.95 }, got %s"):format(show(b))
+  end
+  if not in_range(o.lr, 0, math.huge, true) then
+    return nil, ("optim.lr must be a finite number >= 0, got %s"):format(show(o.lr))
+  end
+  if not (in_range(o.eps, 0, math.huge, true) and o.eps > 0) then
+    return nil, ("optim.eps must be > 0 and finite, got %s"):format(show(o.eps))
+  end
+  if not in_range(o.weight_decay, 0, math.huge, true) then
+    return nil, ("optim.weight_decay must be >= 0 and finite, got %s"):format(show(o.weight_decay))
+  end
+  return true
+end
+
 -- new(opts) -> optimizer; opts: lr, betas, eps, weight_decay.
 function M.new(opts)
   opts = opts or {}
+  local ok, err = M.check(opts)
+  if not ok then user_error(err) end
   local self = setmetatable({ state_kinds = M.state_kinds }, AdamW)
   for k, v in pairs(M.defaults) do self[k] = opts[k] == nil and v or opts[k] end
-  local b = self.betas
-  if type(b) ~= "table" or #b ~= 2 or type(b[1]) ~= "number" or type(b[2]) ~= "number"
-     or b[1] < 0 or b[1] >= 1 or b[2] < 0 or b[2] >= 1 then
-    user_error("optim.betas must be a pair of numbers in [0, 1) like { 0.9, 0.95 }")
-  end
-  if not (self.lr >= 0 and self.lr < math.huge) then user_error("optim.lr must be a finite number >= 0") end
-  if not (self.eps > 0) then user_error("optim.eps must be > 0") end
-  if not (self.weight_decay >= 0) then user_error("optim.weight_decay must be >= 0") end
   self.t = 0
   self.segments_cache = {}
   return self

@@ -16,6 +16,8 @@ local cjson = require "cjson.safe"
 local errors = require "ztrain.core.errors"
 local recipe = require "ztrain.train.recipe"
 local dsfile = require "ztrain.train.dsconfig_file"
+local adamw = require "ztrain.model.adamw"
+local offload = require "ztrain.parallel.strategy.offload"
 
 local M = {}
 
@@ -36,10 +38,82 @@ local function value(t, key, path)
   return v
 end
 
-local function number(t, key, path)
+-- JSON's kinds as DeepSpeed's schema names them. A decoded object and
+-- array are both tables: an array's keys are 1..n, an object's are strings
+-- (JSON has no other), and an empty table is either.
+local KINDS = { string = "a string", number = "a number", boolean = "true or false", object = "an object",
+                array = "an array" }
+
+local function kind_of(v)
+  if type(v) ~= "table" then return type(v) end
+  if next(v) == nil then return "empty" end
+  return #v > 0 and "array" or "object"
+end
+
+-- shown(v) -> v as the file writes it, for "got ..."
+local function shown(v)
+  local k = kind_of(v)
+  if k == "string" then return ("%q"):format(v) end
+  if k == "array" or k == "object" then return KINDS[k] end
+  return tostring(v)
+end
+
+-- typed(t, key, path, kind) -> t[key] when it is of JSON kind `kind`, nil
+-- when absent; any other kind refuses the file, naming the key's path: a
+-- value of the wrong kind must not read as absent (fp16: true as fp32) or
+-- reach the code that uses it (a number as a directory name)
+local function typed(t, key, path, kind)
   local v = value(t, key, path)
-  if v ~= nil and type(v) ~= "number" then refuse("%s must be a number, got %s", path, tostring(v)) end
+  if v == nil then return nil end
+  local k = kind_of(v)
+  if k ~= kind and not (k == "empty" and (kind == "object" or kind == "array")) then
+    refuse("%s must be %s, got %s", path, KINDS[kind], shown(v))
+  end
   return v
+end
+
+local function number(t, key, path) return typed(t, key, path, "number") end
+local function boolean(t, key, path) return typed(t, key, path, "boolean") end
+local function object(t, key, path) return typed(t, key, path, "object") end
+local function str(t, key, path) return typed(t, key, path, "string") end
+
+-- num(x) -> the shortest text that reads back as x (3e-4, not 0.00029999...)
+local function num(x)
+  for digits = 6, 17 do
+    local t = ("%." .. digits .. "g"):format(x)
+    if tonumber(t) == x then return t end
+  end
+  return ("%.17g"):format(x)
+end
+
+-- text(v) -> v as a key=value override's value ({a,b} for pairs)
+local function text(v)
+  if type(v) == "table" then return ("{%s,%s}"):format(num(v[1]), num(v[2])) end
+  if type(v) == "number" then return num(v) end
+  return tostring(v)
+end
+
+-- nvme(key) -> a check of offload.KEY by the nvme tier's own (stricter
+-- than the recipe's range: the engine's limits)
+local function nvme(key) return function(v) return pcall(offload.disk_keys, { [key] = v }) end end
+
+-- Checks beyond the recipe's ranges, for values the recipe takes as is
+-- and a later layer checks: the optimizer's betas, the nvme tier's keys.
+local CHECK = {
+  ["optim.betas"] = function(v) return adamw.check { betas = v } end,
+  ["offload.block_size"] = nvme("block_size"), ["offload.queue_depth"] = nvme("queue_depth"),
+}
+
+-- check(k, v, from): recipe key k takes v, by the recipe's own checks
+-- (recipe.resolve: ranges, integers) and CHECK's; else the refusal names
+-- `from`, the file's key, in the recipe check's words.
+local function check(k, v, from)
+  local ok, err = recipe.resolve({}, { k .. "=" .. text(v) })
+  if ok and CHECK[k] then ok, err = CHECK[k](v) end
+  if ok then return end
+  err = tostring(err)
+  if err:sub(1, #k) == k then err = from .. err:sub(#k + 1) else err = from .. ": " .. err end
+  refuse("%s (ztrain's %s)", err, k)
 end
 
 -- The conversion's state: keys in order ({ key, value }), lines for
@@ -47,8 +121,11 @@ end
 local function new_out()
   local out = { keys = {}, notes = {}, set = {}, filled = {} }
   -- a key set twice (the optimizer's lr, then the scheduler's peak) keeps
-  -- its first place and the last value, as DeepSpeed's scheduler wins
-  function out.put(k, v)
+  -- its first place and the last value, as DeepSpeed's scheduler wins.
+  -- from: the file's key v came from, checked against k's range (nil: v is
+  -- a constant of the conversion)
+  function out.put(k, v, from)
+    if from then check(k, v, from) end
     if out.set[k] == nil then out.keys[#out.keys + 1] = { k, v }
     else for _, kv in ipairs(out.keys) do if kv[1] == k then kv[2] = v end end end
     out.set[k] = v
@@ -116,19 +193,18 @@ local ZERO_KNOBS = {   -- tuning knobs: ztrain buckets and gathers per unit, ove
 }
 
 local function offload_tier(out, z, key)
-  local o = value(z, key, "zero_optimization." .. key)
+  local o = object(z, key, "zero_optimization." .. key)
   if o == nil then return "none" end
-  if type(o) ~= "table" then refuse("zero_optimization.%s must be an object", key) end
-  local dev = value(o, "device", ("zero_optimization.%s.device"):format(key)) or "none"
+  local dev = str(o, "device", ("zero_optimization.%s.device"):format(key)) or "none"
   local tier = TIER[dev]
   if not tier then refuse('zero_optimization.%s.device must be "none", "cpu" or "nvme", got %q', key, tostring(dev)) end
   local p = ("zero_optimization.%s."):format(key)
-  local path = value(o, "nvme_path", p .. "nvme_path")
+  local path = str(o, "nvme_path", p .. "nvme_path")
   if path and tier == "nvme" then
     if out.set["offload.nvme_path"] and out.set["offload.nvme_path"] ~= path then
       out.ignore(p .. "nvme_path", "the optimizer's nvme_path " .. out.set["offload.nvme_path"] .. " serves both")
     else
-      out.put("offload.nvme_path", path)
+      out.put("offload.nvme_path", path, p .. "nvme_path")
     end
   end
   ignore_rest(out, o, p, { device = true, nvme_path = true },
@@ -152,9 +228,8 @@ local function strategy_name(stage, otier, ptier)
 end
 
 local function zero(out, cfg)
-  local z = value(cfg, "zero_optimization", "zero_optimization")
+  local z = object(cfg, "zero_optimization", "zero_optimization")
   if z == nil then return end
-  if type(z) ~= "table" then refuse("zero_optimization must be an object") end
   local stage = number(z, "stage", "zero_optimization.stage") or 0
   if stage ~= 0 and stage ~= 1 and stage ~= 2 and stage ~= 3 then
     refuse("zero_optimization.stage must be 0, 1, 2 or 3, got %s", tostring(stage))
@@ -164,7 +239,7 @@ local function zero(out, cfg)
   out.zero = { stage = stage, offload_optimizer = otier, offload_params = ptier }
   local ok, name = pcall(strategy_name, stage, otier, ptier)
   if ok then out.put("strategy", name) elseif not out.lenient then error(name, 0) end
-  if value(z, "overlap_comm", "zero_optimization.overlap_comm") == false then
+  if boolean(z, "overlap_comm", "zero_optimization.overlap_comm") == false then
     out.ignore("zero_optimization.overlap_comm = false", "ztrain always overlaps reductions with backward")
   end
   local known = { stage = true, offload_optimizer = true, offload_param = true, overlap_comm = true }
@@ -174,13 +249,13 @@ end
 ---------------------------------------------------------------------------
 -- fp16 / bf16: precision and the dynamic loss scale.
 local function precision(out, cfg)
-  local f, b = value(cfg, "fp16", "fp16"), value(cfg, "bf16", "bf16")
-  local fon = type(f) == "table" and value(f, "enabled", "fp16.enabled") == true
-  local bon = type(b) == "table" and value(b, "enabled", "bf16.enabled") == true
+  local f, b = object(cfg, "fp16", "fp16"), object(cfg, "bf16", "bf16")
+  local fon = f and boolean(f, "enabled", "fp16.enabled") == true
+  local bon = b and boolean(b, "enabled", "bf16.enabled") == true
   if fon and bon then refuse("fp16.enabled and bf16.enabled are both true; choose one") end
   if bon then out.put("precision", "bf16") end
-  if type(b) == "table" then ignore_rest(out, b, "bf16.", { enabled = true }) end
-  if type(f) ~= "table" then return end
+  if b then ignore_rest(out, b, "bf16.", { enabled = true }) end
+  if not f then return end
   if fon then out.put("precision", "fp16") end
   local ls = number(f, "loss_scale", "fp16.loss_scale")
   if fon and ls and ls ~= 0 then
@@ -188,10 +263,10 @@ local function precision(out, cfg)
   end
   for _, k in ipairs({ "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale" }) do
     local v = number(f, k, "fp16." .. k)
-    if v then out.put("fp16." .. k, v) end
+    if v then out.put("fp16." .. k, v, "fp16." .. k) end
   end
   for _, k in ipairs({ "consecutive_hysteresis", "auto_cast" }) do
-    if value(f, k, "fp16." .. k) == true then
+    if boolean(f, k, "fp16." .. k) == true then
       refuse("fp16.%s = true changes the loss scaling or casts; ztrain does not have it (set it to false)", k)
     end
   end
@@ -212,6 +287,10 @@ local function batch(out, cfg, world)
   local tbs = number(cfg, "train_batch_size", "train_batch_size")
   local mb = number(cfg, "train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu")
   local gas = number(cfg, "gradient_accumulation_steps", "gradient_accumulation_steps")
+  -- each in its recipe key's range before any arithmetic (1e300 has no %d)
+  if tbs then check("batch.global", tbs, "train_batch_size") end
+  if mb then check("batch.micro", mb, "train_micro_batch_size_per_gpu") end
+  if gas then check("batch.accumulate", gas, "gradient_accumulation_steps") end
   if out.filled.train_micro_batch_size_per_gpu or out.filled.gradient_accumulation_steps then
     -- the recipe's micro-batch or accumulation stands; the run checks the global batch against it
     if mb then out.put("batch.micro", whole(mb, "train_micro_batch_size_per_gpu")) end
@@ -234,35 +313,37 @@ local function batch(out, cfg, world)
   else return end
   out.put("batch.micro", whole(mb, "train_micro_batch_size_per_gpu"))
   out.put("batch.accumulate", whole(gas, "gradient_accumulation_steps"))
-  out.put("batch.global", tbs)
+  out.put("batch.global", tbs, "train_micro_batch_size_per_gpu x gradient_accumulation_steps x world size")
 end
 
 ---------------------------------------------------------------------------
 -- optimizer: AdamW (and Adam, which DeepSpeed runs as AdamW unless
 -- adam_w_mode is false).
 local function optimizer(out, cfg)
-  local o = value(cfg, "optimizer", "optimizer")
+  local o = object(cfg, "optimizer", "optimizer")
   if o == nil then return end
-  local kind = tostring(value(o, "type", "optimizer.type") or "")
+  local kind = str(o, "type", "optimizer.type") or ""
   if kind:lower() ~= "adamw" and kind:lower() ~= "adam" then
     refuse("optimizer.type %q is not supported: ztrain trains with AdamW (type AdamW or Adam)", kind)
   end
-  local p = value(o, "params", "optimizer.params") or {}
-  if value(p, "adam_w_mode", "optimizer.params.adam_w_mode") == false then
+  local p = object(o, "params", "optimizer.params") or {}
+  if boolean(p, "adam_w_mode", "optimizer.params.adam_w_mode") == false then
     refuse("optimizer.params.adam_w_mode = false is Adam with L2 regularisation; ztrain has AdamW (decoupled decay)")
   end
-  if value(p, "amsgrad", "optimizer.params.amsgrad") == true then refuse("optimizer.params.amsgrad = true is not supported") end
+  if boolean(p, "amsgrad", "optimizer.params.amsgrad") == true then refuse("optimizer.params.amsgrad = true is not supported") end
   local lr = number(p, "lr", "optimizer.params.lr")
-  if lr then out.put("optim.lr", lr) end
-  local betas = value(p, "betas", "optimizer.params.betas")
+  if lr then out.put("optim.lr", lr, "optimizer.params.lr") end
+  local betas = typed(p, "betas", "optimizer.params.betas", "array")
   if betas then
-    if type(betas) ~= "table" or #betas ~= 2 then refuse("optimizer.params.betas must be two numbers") end
-    out.put("optim.betas", { betas[1], betas[2] })
+    if #betas ~= 2 or type(betas[1]) ~= "number" or type(betas[2]) ~= "number" then
+      refuse("optimizer.params.betas must be an array of two numbers, like [0.9, 0.999]")
+    end
+    out.put("optim.betas", { betas[1], betas[2] }, "optimizer.params.betas")
   end
   local eps = number(p, "eps", "optimizer.params.eps")
-  if eps then out.put("optim.eps", eps) end
+  if eps then out.put("optim.eps", eps, "optimizer.params.eps") end
   local wd = number(p, "weight_decay", "optimizer.params.weight_decay")
-  if wd then out.put("optim.weight_decay", wd) end
+  if wd then out.put("optim.weight_decay", wd, "optimizer.params.weight_decay") end
   ignore_rest(out, o, "optimizer.", { type = true, params = true })
   ignore_rest(out, p, "optimizer.params.", { lr = true, betas = true, eps = true, weight_decay = true,
                                             adam_w_mode = true, amsgrad = true },
@@ -273,25 +354,25 @@ end
 -- scheduler: WarmupLR, WarmupDecayLR, WarmupCosineLR onto lr.* (ztrain's
 -- warm-up is linear from 0; its decay ends at the last step).
 local function warmup(out, p, path)
-  local wt = value(p, "warmup_type", path .. "warmup_type") or "log"
+  local wt = str(p, "warmup_type", path .. "warmup_type") or "log"
   if wt ~= "linear" then
     refuse('%swarmup_type is %q (DeepSpeed\'s default is "log"); ztrain warms up linearly: set "linear"', path, wt)
   end
   if out.filled[path .. "warmup_num_steps"] then return end
-  out.put("lr.warmup", number(p, "warmup_num_steps", path .. "warmup_num_steps") or 1000)
+  out.put("lr.warmup", number(p, "warmup_num_steps", path .. "warmup_num_steps") or 1000, path .. "warmup_num_steps")
 end
 
 local function scheduler(out, cfg)
-  local sch = value(cfg, "scheduler", "scheduler")
+  local sch = object(cfg, "scheduler", "scheduler")
   if sch == nil then return end
-  local kind = tostring(value(sch, "type", "scheduler.type") or "")
-  local p, path = value(sch, "params", "scheduler.params") or {}, "scheduler.params."
+  local kind = str(sch, "type", "scheduler.type") or ""
+  local p, path = object(sch, "params", "scheduler.params") or {}, "scheduler.params."
   local known = { warmup_type = true, warmup_num_steps = true }
   if kind == "WarmupLR" or kind == "WarmupDecayLR" then
     local min = number(p, "warmup_min_lr", path .. "warmup_min_lr") or 0
     if min ~= 0 then refuse("%swarmup_min_lr = %s: ztrain's warm-up starts from 0", path, tostring(min)) end
     if not out.filled[path .. "warmup_max_lr"] then
-      out.put("optim.lr", number(p, "warmup_max_lr", path .. "warmup_max_lr") or 0.001)
+      out.put("optim.lr", number(p, "warmup_max_lr", path .. "warmup_max_lr") or 0.001, path .. "warmup_max_lr")
     end
     warmup(out, p, path)
     known.warmup_min_lr, known.warmup_max_lr = true, true
@@ -300,7 +381,7 @@ local function scheduler(out, cfg)
       local total = number(p, "total_num_steps", path .. "total_num_steps")
       if not (total or out.filled[path .. "total_num_steps"]) then refuse("%stotal_num_steps is needed by WarmupDecayLR", path) end
       out.put("lr.schedule", "linear"); out.put("lr.min_ratio", 0)
-      if total then out.put("train.steps", total) end
+      if total then out.put("train.steps", total, path .. "total_num_steps") end
       known.total_num_steps = true
     end
   elseif kind == "WarmupCosineLR" then
@@ -309,8 +390,9 @@ local function scheduler(out, cfg)
     local total = number(p, "total_num_steps", path .. "total_num_steps")
     if not (total or out.filled[path .. "total_num_steps"]) then refuse("%stotal_num_steps is needed by WarmupCosineLR", path) end
     warmup(out, p, path)
-    out.put("lr.schedule", "cosine"); out.put("lr.min_ratio", number(p, "cos_min_ratio", path .. "cos_min_ratio") or 0.0001)
-    if total then out.put("train.steps", total) end
+    out.put("lr.schedule", "cosine")
+    out.put("lr.min_ratio", number(p, "cos_min_ratio", path .. "cos_min_ratio") or 0.0001, path .. "cos_min_ratio")
+    if total then out.put("train.steps", total, path .. "total_num_steps") end
     known.warmup_min_ratio, known.total_num_steps, known.cos_min_ratio = true, true, true
   else
     refuse("scheduler.type %q is not supported (WarmupLR, WarmupDecayLR, WarmupCosineLR)", kind)
@@ -331,20 +413,20 @@ local TOP_WHY = {
 -- keys that change the math when set: refused unless at their neutral value
 local function refuse_math(cfg)
   local function enabled(k)
-    local b = value(cfg, k, k)
-    return type(b) == "table" and value(b, "enabled", k .. ".enabled") == true
+    local b = object(cfg, k, k)
+    return b ~= nil and boolean(b, "enabled", k .. ".enabled") == true
   end
   for _, k in ipairs({ "amp", "curriculum_learning", "data_efficiency", "compression_training", "sparse_attention" }) do
     if enabled(k) or (k == "sparse_attention" or k == "compression_training") and cfg[k] ~= nil then
       refuse("%s changes what is trained; ztrain does not have it (remove the block)", k)
     end
   end
-  if value(cfg, "prescale_gradients", "prescale_gradients") == true then
+  if boolean(cfg, "prescale_gradients", "prescale_gradients") == true then
     refuse("prescale_gradients = true divides before the reduction; ztrain sums in rank order, then averages")
   end
   local f = number(cfg, "gradient_predivide_factor", "gradient_predivide_factor")
   if f and f ~= 1 then refuse("gradient_predivide_factor = %s is not supported (1)", tostring(f)) end
-  local cdt = value(cfg, "communication_data_type", "communication_data_type")
+  local cdt = str(cfg, "communication_data_type", "communication_data_type")
   if cdt and cdt ~= "fp32" then
     refuse("communication_data_type = %q: ztrain reduces gradients in fp32 (remove the key)", tostring(cdt))
   end
@@ -362,30 +444,30 @@ local HANDLED = { zero_optimization = true, fp16 = true, bf16 = true, train_batc
 -- wandb refused, naming both (offline) alternatives.
 local MONITORS = { { "tensorboard", "report.tensorboard", "" }, { "csv_monitor", "report.csv", "/metrics.csv" } }
 local function monitors(out, cfg)
-  local w = value(cfg, "wandb", "wandb")
-  if type(w) == "table" and value(w, "enabled", "wandb.enabled") == true then
+  local w = object(cfg, "wandb", "wandb")
+  if w and boolean(w, "enabled", "wandb.enabled") == true then
     refuse("wandb.enabled = true: ztrain does not send runs to Weights & Biases; log offline instead with " ..
            "report.tensorboard=DIR (TensorBoard event files) or report.csv=PATH (a CSV file), and set " ..
            "wandb.enabled to false or remove the block")
   end
   for _, m in ipairs(MONITORS) do
-    local b = value(cfg, m[1], m[1])
-    if type(b) == "table" and value(b, "enabled", m[1] .. ".enabled") == true then
-      local dir = value(b, "output_path", m[1] .. ".output_path") or ""
-      local job = value(b, "job_name", m[1] .. ".job_name") or "DeepSpeedJobName"
+    local b = object(cfg, m[1], m[1])
+    if b and boolean(b, "enabled", m[1] .. ".enabled") == true then
+      local dir = str(b, "output_path", m[1] .. ".output_path") or ""
+      local job = str(b, "job_name", m[1] .. ".job_name") or "DeepSpeedJobName"
       out.put(m[2], dir == "" and true or (dir:gsub("/+$", "") .. "/" .. job .. m[3]))
     end
-    if type(b) == "table" then ignore_rest(out, b, m[1] .. ".", { enabled = true, output_path = true, job_name = true }) end
+    if b then ignore_rest(out, b, m[1] .. ".", { enabled = true, output_path = true, job_name = true }) end
   end
 end
 
 local function aio(out, cfg)
-  local a = value(cfg, "aio", "aio")
-  if type(a) ~= "table" then return end
+  local a = object(cfg, "aio", "aio")
+  if a == nil then return end
   local bs = number(a, "block_size", "aio.block_size")
-  if bs then out.put("offload.block_size", bs) end
+  if bs then out.put("offload.block_size", bs, "aio.block_size") end
   local qd = number(a, "queue_depth", "aio.queue_depth")
-  if qd then out.put("offload.queue_depth", qd) end
+  if qd then out.put("offload.queue_depth", qd, "aio.queue_depth") end
   ignore_rest(out, a, "aio.", { block_size = true, queue_depth = true },
               { thread_count = "libuv's thread pool", single_submit = nil, overlap_events = nil })
 end
@@ -407,29 +489,13 @@ function M.convert(cfg, opts)
   optimizer(out, cfg)
   scheduler(out, cfg)
   local clip = number(cfg, "gradient_clipping", "gradient_clipping")
-  if clip then out.put("optim.clip", clip) end
+  if clip then out.put("optim.clip", clip, "gradient_clipping") end
   local spp = number(cfg, "steps_per_print", "steps_per_print")
-  if spp then out.put("train.log_every", spp) end
+  if spp then out.put("train.log_every", spp, "steps_per_print") end
   aio(out, cfg)
   monitors(out, cfg)
   ignore_rest(out, cfg, "", HANDLED, TOP_WHY)
   return out
-end
-
--- num(x) -> the shortest text that reads back as x (3e-4, not 0.00029999...)
-local function num(x)
-  for digits = 6, 17 do
-    local t = ("%." .. digits .. "g"):format(x)
-    if tonumber(t) == x then return t end
-  end
-  return ("%.17g"):format(x)
-end
-
--- text(v) -> v as a key=value override's value ({a,b} for pairs)
-local function text(v)
-  if type(v) == "table" then return ("{%s,%s}"):format(num(v[1]), num(v[2])) end
-  if type(v) == "number" then return num(v) end
-  return tostring(v)
 end
 
 -- overrides(path, world) -> { "key=value" ... }, notes: what --ds-config

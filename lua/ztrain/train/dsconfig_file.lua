@@ -29,6 +29,8 @@ function M.read(path)
   local text, rerr = f:read("*a")
   f:close()
   if not text then refuse("cannot read %s: %s (a DeepSpeed config is a JSON file)", path, tostring(rerr)) end
+  -- a UTF-8 byte order mark (Windows editors write one) is not JSON: skip it
+  text = text:gsub("^\239\187\191", "")
   local t, jerr = cjson.decode(text)
   if type(t) ~= "table" then
     refuse("%s is not a JSON object%s", path, jerr and (": " .. tostring(jerr)) or "")

@@ -323,7 +323,7 @@ local RANGES = {
   ["train.eval_batches"] = { 0, 2 ^ 31, true }, ["device.threads"] = { 0, 1024, true },
   ["launch.nproc"] = { 0, 4096, true }, ["pipeline.stages"] = { 1, 4096, true },
   ["pipeline.chunks"] = { 1, 64, true }, ["offload.prefetch"] = { 1, 64, true },
-  ["offload.queue_depth"] = { 1, 1024, true }, ["offload.stripes"] = { 1, 8, true }, ["train.ckpt_every"] = { 0, 2 ^ 40, true },
+  ["offload.queue_depth"] = { 1, 256, true }, ["offload.stripes"] = { 1, 8, true }, ["train.ckpt_every"] = { 0, 2 ^ 40, true },
   ["train.ckpt_keep"] = { 0, 2 ^ 20, true }, ["sample.tokens"] = { 0, 2 ^ 20, true },
   ["sample.temperature"] = { 0, 1e3 }, ["sample.top_k"] = { 0, 2 ^ 24, true }, ["sample.top_p"] = { 1e-9, 1 },
   ["comm.timeout"] = { 0, 1e9 },

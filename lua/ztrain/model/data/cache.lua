@@ -9,6 +9,7 @@
 --   --     part B = tokens[a..n-1]); on a miss: nil, st -- read and tokenise the file, then
 --   c:put(path, st, rule, { a_ids, a_n, b_ids, b_n, a_bytes, b_bytes })
 --   -- (c:get(path, st, rule) -> e | nil, why ("miss", "racy", "corrupt: ...") is the lookup alone)
+--   c:warning()                           -- one line when entries could not be written, else nil
 --
 -- Where. One file per entry: DIR/tokens/<16 hex digits>.bin, the FNV-1a 64 hash of the
 -- key. DIR is the `dir` argument; the default is $ZTRAIN_CACHE, else
@@ -245,7 +246,7 @@ end
 
 -- put(path, st, rule, e) -> true | nil, err. e = { a_ids, a_n, b_ids, b_n, a_bytes, b_bytes }
 -- (ids: 0-based int arrays). A failure to write is not fatal to the caller: the
--- tokens are in memory; it is recorded in c.errors.
+-- tokens are in memory; it is recorded in c.errors, and c:warning() says it.
 function Cache:put(path, st, rule, e)
   local ok, err = mkdirs(self.tokdir)
   if not ok then self.errors[#self.errors + 1] = err; return nil, err end
@@ -264,6 +265,17 @@ function Cache:put(path, st, rule, e)
   ok, err = tokbin.write(self:path_of(key), arr, n, { wide = self.wide, header = h })
   if not ok then self.errors[#self.errors + 1] = err; return nil, err end
   return true
+end
+
+-- warning() -> one line for the run's warnings when entries could not be
+-- written (nil when all were): the run goes on from the tokens in memory,
+-- but nothing is cached, so every run tokenises again; said once, with the
+-- first reason, however many files failed.
+function Cache:warning()
+  local first, n = self.errors[1], #self.errors
+  if not first then return nil end
+  return ("data.cache %s is not used: %s%s; every run tokenises the text again (give a writable directory, " ..
+          "or data.cache=off)"):format(self.dir, first, n > 1 and (" (%d entries not written)"):format(n) or "")
 end
 
 function Cache:describe()

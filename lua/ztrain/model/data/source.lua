@@ -248,6 +248,9 @@ function M.open(opts)
     end
   end
   if not ds then return nil, err end
+  -- a cache that could not be written (cache.lua): a line with the run's warnings
+  local cw = ds.cache and ds.cache:warning()
+  if cw then ds.warnings = ds.warnings or {}; ds.warnings[#ds.warnings + 1] = cw end
   return check_lengths(ds, opts.seq_len)
 end
 

@@ -281,30 +281,75 @@ function M.staging_bytes(recipe)
   return b
 end
 
+-- The engine's limits (runtime/aio.c's MAX_BLOCK and MAX_DEPTH), checked
+-- here so that a bad key is refused naming the key, before the swap
+-- directory is made.
+local MAX_BLOCK, MAX_DEPTH = 256 * 2 ^ 20, 256
+
+-- block_bytes(v) -> bytes | nil, message: offload.block_size (a size, not
+-- "auto") as the engine takes it: whole pages (O_DIRECT's alignment).
+local function block_bytes(v)
+  local b, err = memory.parse_size(v)
+  if not b then return nil, "offload.block_size: " .. err .. ' (or "auto": from a probe of the disk)' end
+  if b < aio.PAGE or b % aio.PAGE ~= 0 or b > MAX_BLOCK then
+    return nil, ('offload.block_size must be a multiple of %d bytes (4KiB) up to 256MiB, such as "1MiB", ' ..
+                 'or "auto" (from a probe of the disk), got %s'):format(aio.PAGE, tostring(v))
+  end
+  return b
+end
+
+-- disk_keys(o) -> { engine, depth, block (bytes), stripes }: the recipe's
+-- nvme keys checked ("auto" kept), each refused naming it. ds-config checks
+-- DeepSpeed's aio.block_size and aio.queue_depth with it too.
+function M.disk_keys(o)
+  local k = { engine = o.aio_engine or "auto", depth = o.queue_depth or "auto", block = o.block_size or "auto",
+              stripes = o.stripes or "auto" }
+  if k.engine ~= "auto" and k.engine ~= "uring" and k.engine ~= "threads" then
+    error(("offload.aio_engine must be \"auto\", \"uring\" or \"threads\", got %s"):format(tostring(k.engine)), 0)
+  end
+  if k.block ~= "auto" then
+    local b, err = block_bytes(k.block)
+    if not b then error(err, 0) end
+    k.block = b
+  end
+  if k.depth ~= "auto" and (type(k.depth) ~= "number" or k.depth < 1 or k.depth % 1 ~= 0) then
+    error(('offload.queue_depth must be a whole number >= 1 or "auto", got %s'):format(tostring(k.depth)), 0)
+  end
+  if k.depth ~= "auto" and k.depth > MAX_DEPTH then
+    error(('offload.queue_depth must be at most %d blocks in flight (the engine\'s limit) or "auto", got %s')
+          :format(MAX_DEPTH, tostring(k.depth)), 0)
+  end
+  if k.stripes ~= "auto" and (type(k.stripes) ~= "number" or k.stripes < 1 or k.stripes > 8 or k.stripes % 1 ~= 0) then
+    error(('offload.stripes must be a whole number of files from 1 to 8 or "auto", got %s')
+          :format(tostring(k.stripes)), 0)
+  end
+  return k
+end
+
+-- engine_env(engine): offload.aio_engine "auto" defers to
+-- $ZTRAIN_AIO_ENGINE (aio.configure); a bad one is refused as such, not
+-- as the swap directory's fault
+local function engine_env(engine)
+  local env = os.getenv("ZTRAIN_AIO_ENGINE")
+  if engine == "auto" and env and env ~= "" and not ({ auto = 1, uring = 1, io_uring = 1, threads = 1 })[env] then
+    error(("ZTRAIN_AIO_ENGINE=%s is not an engine: use auto, uring or threads (or unset it; offload.aio_engine " ..
+           "names one in the recipe)"):format(env), 0)
+  end
+end
+
 -- The queue depth, block size and files a storage is striped over for
--- the swap directory: the recipe's where given (a number, a size), the
+-- the swap directory: the recipe's where given (k: disk_keys), the
 -- probe's where "auto" (aio.probe: a short measurement of the directory's
 -- disk, kept per device under the cache directory: $ZTRAIN_CACHE, else
 -- ~/.cache/ztrain). A probe that fails (a full disk) leaves the engine's
 -- defaults (one file) and says why. -> depth, block bytes, stripes, the
 -- probe's line for the start-up summary (nil: no probe)
-local function disk_settings(o, path, engine)
-  local depth, block, stripes = o.queue_depth or "auto", o.block_size or "auto", o.stripes or "auto"
-  if block ~= "auto" then
-    local b, err = memory.parse_size(block)
-    if not b then error("offload.block_size: " .. err .. ' (or "auto": from a probe of the disk)', 0) end
-    block = b
-  end
-  if depth ~= "auto" and (type(depth) ~= "number" or depth < 1 or depth % 1 ~= 0) then
-    error(('offload.queue_depth must be a whole number >= 1 or "auto", got %s'):format(tostring(depth)), 0)
-  end
-  if stripes ~= "auto" and (type(stripes) ~= "number" or stripes < 1 or stripes > 8 or stripes % 1 ~= 0) then
-    error(('offload.stripes must be a whole number of files from 1 to 8 or "auto", got %s'):format(tostring(stripes)), 0)
-  end
+local function disk_settings(k, path)
+  local depth, block, stripes = k.depth, k.block, k.stripes
   if depth ~= "auto" and block ~= "auto" and stripes ~= "auto" then return depth, block, stripes end
   local dir = cache.default_dir()
   if dir and not fs.mkdirs(dir, "the cache directory") then dir = nil end
-  local ok, p = pcall(aio.probe, { path = path, engine = engine, cache_dir = dir })
+  local ok, p = pcall(aio.probe, { path = path, engine = k.engine, cache_dir = dir })
   local line
   if not ok then
     line = "nvme probe failed, defaults kept: " .. errors.message(p)
@@ -348,38 +393,61 @@ function M.aio_bounce_bytes(recipe)
   return depth * block
 end
 
--- nvme(recipe, out_dir) -> aio info: the nvme tier configured from the
--- recipe's offload keys (nvme_path, default OUT/nvme; block_size,
--- queue_depth, stripes: "auto" from a probe; checksum; aio_engine). The path is
--- made if missing. info.probe: the probe's line (nil without one).
-function M.configure_nvme(recipe, out_dir)
-  local o = recipe and recipe.offload or {}
-  local explicit = o.nvme_path and o.nvme_path ~= ""
-  local path = explicit and o.nvme_path or ((out_dir or "runs/offload") .. "/nvme")
-  if explicit then
-    -- a path the user named must exist: a typo must not become a new directory
+-- swap_dir(o, out_dir) -> the swap directory, and whether this call made it:
+-- offload.nvme_path as given (it must exist: a typo must not become a new
+-- directory), else OUT/nvme, made here.
+local function swap_dir(o, out_dir)
+  if o.nvme_path and o.nvme_path ~= "" then
+    local path = o.nvme_path
     local f, ferr = io.open(path)
     if not f and tostring(ferr):find("No such file", 1, true) then
       error(("offload.nvme_path %s does not exist; create it (a directory on a fast local disk) or " ..
              "leave offload.nvme_path empty for the run's OUT/nvme"):format(path), 0)
     end
     if f then f:close() end
-  else
-    local ok, merr = fs.mkdirs(path, "output directory")
-    if not ok then error("offload.nvme_path: " .. tostring(merr), 0) end
+    return path, false
   end
+  local path = (out_dir or "runs/offload") .. "/nvme"
+  local existed = fs.exists(path)
+  local ok, merr = fs.mkdirs(path, "output directory")
+  if not ok then error("offload.nvme_path: " .. tostring(merr), 0) end
+  return path, not existed
+end
+
+-- open_nvme(o, k, path) -> aio info: the engine on the swap directory
+local function open_nvme(o, k, path)
+  local depth, block, stripes, line = disk_settings(k, path)
+  local ok, info = pcall(aio.configure, { path = path, block_bytes = block, queue_depth = depth, stripes = stripes,
+                                          checksum = o.checksum or false, engine = k.engine })
+  -- the keys were checked (disk_keys): what is left is the directory's
+  -- (permissions, a file system without O_DIRECT ...), said without the
+  -- engine's function names
+  if not ok then
+    local why = errors.message(info):gsub("^aio%.configure: ", ""):gsub("^zt_aio_[%w_]+: ", ""):gsub(" %[E%u+%]$", "")
+    error(("offload.nvme_path=%s: %s"):format(path, why), 0)
+  end
+  if line then info.probe, info.summary = line, info.summary .. "\n" .. line end
+  return info
+end
+
+-- nvme(recipe, out_dir) -> aio info: the nvme tier configured from the
+-- recipe's offload keys (nvme_path, default OUT/nvme; block_size,
+-- queue_depth, stripes: "auto" from a probe; checksum; aio_engine). The keys
+-- are checked first; OUT/nvme is made if missing, and removed again when
+-- the engine cannot use it (an empty directory left would look like a run's
+-- swap space). info.probe: the probe's line (nil without one).
+function M.configure_nvme(recipe, out_dir)
+  local o = recipe and recipe.offload or {}
+  local k = M.disk_keys(o)
+  engine_env(k.engine)
+  local path, made = swap_dir(o, out_dir)
   -- the launcher removes these swap files if this rank is killed (launch.run)
   registry.note("nvme " .. path)
-  local engine = o.aio_engine or "auto"
-  if engine ~= "auto" and engine ~= "uring" and engine ~= "threads" then
-    error(("offload.aio_engine must be \"auto\", \"uring\" or \"threads\", got %s"):format(tostring(engine)), 0)
+  local ok, info = pcall(open_nvme, o, k, path)
+  if not ok then
+    if made then os.remove(path) end        -- only if still empty: nothing of anyone else's goes
+    error(info, 0)
   end
-  local depth, block, stripes, line = disk_settings(o, path, engine)
-  local ok, info = pcall(aio.configure, { path = path, block_bytes = block, queue_depth = depth, stripes = stripes,
-                                          checksum = o.checksum or false, engine = engine })
-  -- the runtime names the swap directory; the user set offload.nvme_path
-  if not ok then error(("offload.nvme_path=%s: %s"):format(path, errors.message(info)), 0) end
-  if line then info.probe, info.summary = line, info.summary .. "\n" .. line end
   return info
 end
 
