@@ -53,7 +53,11 @@ describe("checkpoint directories", function()
     assert.are.equal("step-00000004\n", u.read(ck .. "/latest"))
     assert.is_true(exists(ck .. "/step-00000002/manifest.json"))
     assert.is_true(exists(ck .. "/step-00000004/manifest.json"))
-    -- a run that writes no checkpoints may read from it; resume= continues it
+    -- nor a run without train.ckpt_every: a graceful stop writes a checkpoint there too
+    local out4, rc4 = u.sh(("%s %s out=%s/b train.steps=3 train.ckpt_dir=%s"):format(ZT, TINY, d, ck))
+    assert.are.equal(1, rc4, out4)
+    assert.matches("holds an earlier run's checkpoints", out4, 1, true)
+    -- resume= continues it
     local out3, rc3 = u.sh(("%s %s out=%s/c train.steps=6 train.ckpt_every=2 train.ckpt_dir=%s resume=latest")
                            :format(ZT, TINY, d, ck))
     assert.are.equal(0, rc3, out3)

@@ -403,6 +403,16 @@ describe("a stop while the trainer is built", function()
     assert.are.equal(130, errors.status(err))
     assert.are.equal("interrupted before the first step: nothing was trained or saved", errors.message(err))
     assert.is_false(exists(d .. "/x"))
+    -- built, then stopped before the first step ended: the same words, nothing saved
+    local loop = require "ztrain.train.loop"
+    local train = loop.train
+    loop.train = function() return false, interrupt.error(false) end
+    ok, err = pcall(require("ztrain.train.run").run, r, { quiet = true, graceful = true })
+    loop.train = train
+    assert.is_false(ok)
+    assert.are.equal(130, errors.status(err))
+    assert.are.equal("interrupted before the first step: nothing was trained or saved", errors.message(err))
+    assert.is_false(exists(d .. "/x/checkpoints"))
     u.rm(d)
   end)
 end)

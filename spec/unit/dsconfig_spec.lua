@@ -163,6 +163,7 @@ describe("ds-config: what is refused", function()
       { { wandb = true }, "wandb must be an object, got true" },
       { { aio = { block_size = "1MiB" } }, 'aio.block_size must be a number, got "1MiB"' },
       { { steps_per_print = { 1 } }, "steps_per_print must be a number, got an array" },
+      { { steps_per_print = {} }, "steps_per_print must be a number, got an empty array or object" },
     }
     for _, c in ipairs(cases) do
       local ok, e = pcall(conv, c[1])

@@ -239,9 +239,10 @@ local function claim_ckpt(r, out)
     return nil
   end
   local lk = lock(root, created, "train.ckpt_dir", ".ckpt.lock", "out=" .. out)
-  if not created and not r.overwrite and (r.resume or "") == "" and (t.ckpt_every or 0) > 0 then
-    -- an earlier run's checkpoints: this run's would join them, its pruning
-    -- remove them, and `latest` then point at a mix of the two runs
+  if not created and not r.overwrite and (r.resume or "") == "" then
+    -- an earlier run's checkpoints: this run's would join them (a graceful
+    -- stop writes one even with train.ckpt_every = 0), its pruning remove
+    -- them, and `latest` then point at a mix of the two runs
     local held = earlier_checkpoints(root)
     if held then
       lk:release()

@@ -55,6 +55,7 @@ local function shown(v)
   local k = kind_of(v)
   if k == "string" then return ("%q"):format(v) end
   if k == "array" or k == "object" then return KINDS[k] end
+  if k == "empty" then return "an empty array or object" end
   return tostring(v)
 end
 

@@ -297,6 +297,10 @@ end
 -- stopped at the same point (else it raises); a graceful stop (SIGINT or
 -- SIGTERM to a run) keeps the step every rank finished as a checkpoint;
 -- the metrics file is closed (a failed close fails the run).
+-- what a stop says when it came before any step (the launcher promised a
+-- checkpoint and summary.json; there is nothing to save)
+M.NOT_STARTED = "interrupted before the first step: nothing was trained or saved"
+
 function M.stop(R, okrun, rerr)
   local tr, opts = R.tr, R.opts
   if not okrun then
@@ -316,6 +320,8 @@ function M.stop(R, okrun, rerr)
     end
     rerr = interrupt.error(true)
     rerr.msg = msg
+  elseif not okrun and interrupt.is_interrupt(rerr) and type(rerr) == "table" and tr.step == 0 then
+    rerr.msg = M.NOT_STARTED
   end
   local okc, cerr = R.log:close()
   if not okc and okrun then okrun, rerr, R.status = false, errors.io(cerr), "error: " .. cerr end

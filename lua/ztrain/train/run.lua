@@ -108,7 +108,7 @@ function M.run(r, opts)
     -- stopped while the trainer was built: the stop request promised a
     -- checkpoint and summary.json, and there is nothing to save yet
     if interrupt.is_interrupt(res) and not state.opened and type(res) == "table" then
-      res.msg = res.msg .. " before the first step: nothing was trained or saved"
+      res.msg = loop.NOT_STARTED
     end
     -- all-ranks errors and those with an exit status of their own keep their kind
     if errors.is_all_ranks(res) or (type(res) == "table" and res.status) then error(res, 0) end
