@@ -463,6 +463,12 @@ describe("Hugging Face GPT-2 checkpoints", function()
       assert.matches("n_embd 64 does not divide into n_head 5 heads", open_error(dir), 1, true)
       dir = with_config("layers", function(j) j.n_layer = nil end)
       assert.matches("n_layer must be a whole number >= 1, got nothing", open_error(dir), 1, true)
+      -- a number written as a string, and one past what ztrain takes: each said as what it is
+      dir = with_config("string", function(j) j.n_embd = "64" end)
+      assert.matches('n_embd must be a whole number >= 1, got the string "64" (write it without quotes)',
+                     open_error(dir), 1, true)
+      dir = with_config("huge", function(j) j.n_positions = 1e12 end)
+      assert.matches("n_positions 1000000000000 is larger than ztrain takes (at most 2^31)", open_error(dir), 1, true)
       dir = with_config("layers3", function(j) j.n_layer = 3 end)
       assert.matches("missing tensor transformer.h.2.ln_1.weight", open_error(dir), 1, true)
       local err = open_error(tmp .. "/nowhere")

@@ -97,9 +97,8 @@ function M.config(dir)
   local function int(key, alt)
     local v = j[key]
     if v == nil and alt then v = j[alt] end
-    if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
-      bad(("%s must be a whole number >= 1, got %s"):format(key, v == nil and "nothing" or tostring(v)))
-    end
+    local why = hf_llama.whole_problem(key, v)
+    if why then bad(why) end
     return v
   end
   local cfg = { name = "hf:" .. dir, L = int("n_layer"), C = int("n_embd"), NH = int("n_head"),
