@@ -48,6 +48,17 @@ local function run(name, c, opts)
 end
 
 describe("pipeline schedules", function()
+  it("params names what is wrong: no stages it did not get, huge numbers in exponent form", function()
+    local L = P
+    local ok, err = pcall(L.params, { microbatches = 4, ranks = 1 / 0 }, "1f1b")
+    assert.is_false(ok)
+    assert.are.equal("1f1b: ranks must be a whole number >= 1, got inf", err)
+    ok, err = pcall(L.params, { microbatches = 4, stages = 3, chunks = 2 }, "1f1b")
+    assert.are.equal("1f1b: ranks must be a whole number >= 1 (stages 3 / chunks 2), got 1.5", err)
+    ok, err = pcall(L.params, { microbatches = 4, ranks = 1e300 }, "1f1b")
+    assert.matches("stages (ranks 1e+300 x chunks 1 = 1e+300) exceed the bound of 1024", err, 1, true)
+  end)
+
   for _, name in ipairs({ "gpipe", "1f1b", "interleaved_1f1b", "looped_bfs", "zb_h1", "zbv", "dualpipev",
                           "pipedream" }) do
     it(name .. " validates and runs without deadlock over (p, m, v)", function()

@@ -52,8 +52,9 @@ function M.params(p, name)
   if r == nil and st ~= nil and whole(st) then r = st / v end
   if st == nil and r ~= nil and whole(r) then st = r * v end
   if not whole(r) or r < 1 then
-    error(("%s: ranks must be a whole number >= 1 (stages %s / chunks %d), got %s")
-          :format(name, tostring(p.stages), v, tostring(r)), 0)
+    -- (the stages it came from, when it came from them)
+    local from = p.ranks == nil and p.stages ~= nil and (" (stages %s / chunks %d)"):format(tostring(p.stages), v) or ""
+    error(("%s: ranks must be a whole number >= 1%s, got %s"):format(name, from, tostring(r)), 0)
   end
   if not whole(st) or st ~= r * v then
     error(("%s: stages (%s) must equal ranks (%d) x chunks (%d) = %d: stages counts every model chunk")
@@ -64,11 +65,11 @@ function M.params(p, name)
     error(("%s: microbatches must be a whole number >= 1, got %s"):format(name, tostring(m)), 0)
   end
   if st > M.MAX_STAGES then
-    error(("%s: stages (ranks %.0f x chunks %.0f = %.0f) exceed the bound of %d pipeline stages a schedule may have; " ..
+    error(("%s: stages (ranks %.15g x chunks %.15g = %.15g) exceed the bound of %d pipeline stages a schedule may have; " ..
            "lower the ranks (p) or the chunks (v)"):format(name, r, v, st, M.MAX_STAGES), 0)
   end
   if st * m > M.MAX_PAIRS then
-    error(("%s: stages (%.0f) x microbatches (%.0f) = %.0f exceeds the bound of %d (stage, micro-batch) pairs a " ..
+    error(("%s: stages (%.15g) x microbatches (%.15g) = %.15g exceeds the bound of %d (stage, micro-batch) pairs a " ..
            "schedule's action lists may hold; lower the microbatches (m), ranks (p) or chunks (v)")
           :format(name, st, m, st * m, M.MAX_PAIRS), 0)
   end
