@@ -119,6 +119,8 @@ end
 -- netns_subnet(host) -> the network of the host's interface zteth (the
 -- test cluster's), or nil
 function M.netns_subnet(host)
+  -- (through a shell: only a name of the characters a namespace may have)
+  if type(host) ~= "string" or not host:match("^[%w_.%-]+$") then return nil end
   local p = io.popen(("ip -n %s -4 -o addr show dev zteth 2>/dev/null"):format(host))
   if not p then return nil end
   local text = p:read("*a")
