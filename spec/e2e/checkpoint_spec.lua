@@ -296,7 +296,8 @@ describe("checkpoints", function()
                              "train.ckpt_dir=%s/ck %s out=%s"):format(mnt, BASE, dir))
     util.sh("umount " .. mnt)
     assert.are.equal(1, rc, out)
-    assert.matches("train.ckpt_dir: cannot create output directory " .. mnt .. "/ck: Read-only file system", out, 1, true)
+    assert.matches("train.ckpt_dir: cannot create output directory " .. mnt .. "/ck: Read-only file system; " ..
+                   "choose another train.ckpt_dir", out, 1, true)
     local m = io.open(dir .. "/metrics.jsonl")
     assert.is_true(m == nil or m:read("*a") == "", "no step was trained")
     if m then m:close() end

@@ -74,7 +74,7 @@ describe("rundir.claim", function()
 
   it("says why it cannot make out=", function()
     util.write(root .. "/file", "")
-    assert.matches("^cannot create output directory " .. (root .. "/file/run"):gsub("%p", "%%%0") .. ": Not a directory$",
+    assert.matches("^cannot create output directory " .. (root .. "/file/run"):gsub("%p", "%%%0") .. ": Not a directory; choose another out=$",
                    refusal(root .. "/file/run"))
   end)
 end)

@@ -188,7 +188,7 @@ local function claim_out(r)
   local dir = strip(r.out)
   local created = not fs.exists(dir)
   local ok, err = fs.mkdirs(dir, "output directory")
-  if not ok then error(err, 0) end
+  if not ok then error(err .. "; choose another out=", 0) end
   local lk = lock(dir, created)
   if r.overwrite and r.resume == "" and not created then
     local okst, st = pcall(stage, dir, ".replaced", out_name)
@@ -234,7 +234,7 @@ local function claim_ckpt(r, out)
   local created = not fs.exists(root)
   if (t.ckpt_every or 0) > 0 then
     local ok, err = fs.mkdirs(root, "output directory")
-    if not ok then error("train.ckpt_dir: " .. tostring(err), 0) end
+    if not ok then error("train.ckpt_dir: " .. tostring(err) .. "; choose another train.ckpt_dir", 0) end
   elseif created then
     return nil
   end
