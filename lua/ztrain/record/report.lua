@@ -111,11 +111,7 @@ local CSV_COLUMNS = { "step", "time", "elapsed", "loss", "lr", "grad_norm", "tok
 local function csv_num(x)
   if type(x) ~= "number" then return "" end
   if x ~= x or math.abs(x) == math.huge then return tostring(x) end
-  for digits = 6, 17 do
-    local t = ("%." .. digits .. "g"):format(x)
-    if tonumber(t) == x then return t end
-  end
-  return ("%.17g"):format(x)
+  return fmt.shortest(x)
 end
 
 -- where(v, outdir, default) -> the path a report.* key names: true = the

@@ -8,6 +8,7 @@ local errors = require "ztrain.core.errors"
 local recipe = require "ztrain.train.recipe"
 local adamw = require "ztrain.model.adamw"
 local offload = require "ztrain.parallel.strategy.offload"
+local fmt = require "ztrain.util.fmt"
 
 local M = {}
 
@@ -65,13 +66,7 @@ local function object(t, key, path) return typed(t, key, path, "object") end
 local function str(t, key, path) return typed(t, key, path, "string") end
 
 -- num(x) -> the shortest text that reads back as x (3e-4, not 0.00029999...)
-local function num(x)
-  for digits = 6, 17 do
-    local t = ("%." .. digits .. "g"):format(x)
-    if tonumber(t) == x then return t end
-  end
-  return ("%.17g"):format(x)
-end
+local num = fmt.shortest
 
 -- text(v) -> v as a key=value override's value ({a,b} for pairs)
 local function text(v)

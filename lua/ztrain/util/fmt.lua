@@ -9,4 +9,14 @@ function M.thousands(x)
   return (out:gsub("^(-?),", "%1"))
 end
 
+-- shortest(x) -> the shortest text that reads back as x (3e-4, not
+-- 0.00029999...): a recipe's value, a CSV cell
+function M.shortest(x)
+  for digits = 6, 17 do
+    local t = ("%." .. digits .. "g"):format(x)
+    if tonumber(t) == x then return t end
+  end
+  return ("%.17g"):format(x)
+end
+
 return M
