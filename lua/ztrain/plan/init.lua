@@ -367,7 +367,9 @@ end
 function M.rows(r, nproc, cfg, hw)
   cfg = cfg or M.model_config(r)
   local psi, lowp = psi_of(cfg), r.precision ~= "fp32"
-  local limit, source, explicit = M.limit(r, nproc)
+  -- the ranks that share a host's memory: a layout's ranks a host (hw),
+  -- else all of them on this machine
+  local limit, source, explicit = M.limit(r, hw and hw.gpus_per_host or nproc)
   local rows = { cfg = cfg, psi = psi, nproc = nproc, limit = limit, source = source }
   -- a pipeline recipe: first its own row, the run as it is asked for
   -- (plan/pipeline.lua; no step time: steptime.lua models 1F1B on one
