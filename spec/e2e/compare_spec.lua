@@ -232,6 +232,29 @@ describe("ztrain compare", function()
     assert.is_nil(io.open(ROOT .. "/bad/results.csv"))
   end)
 
+  it("refuses an item directory holding a run it did not make, and reruns over its own", function()
+    local d = ROOT .. "/again"
+    local TINY = "model.size=gpt2-tiny data.tokenizer=bytes data.seq_len=32 batch.micro=2 train.eval_every=0 " ..
+                 "train.steps=2 train.ckpt_every=1"
+    -- a run of the user's own where the item "single" would go: left as it was
+    local _, rc0 = run(("build/ztrain recipes/single.lua %s -q out=%s/single"):format(TINY, d))
+    assert.are.equal(0, rc0)
+    local before = slurp(d .. "/single/summary.json")
+    local o, code = run(("build/ztrain compare single %s out=%s"):format(TINY, d))
+    assert.are.equal(1, code, o)
+    assert.truthy(o:find("compare: " .. d .. "/single holds a run compare did not make (summary.json); choose " ..
+                         "another out=", 1, true), o)
+    assert.are.equal(before, slurp(d .. "/single/summary.json"))
+    assert.is_nil(io.open(d .. "/single/log.txt"))
+    -- compare's own items (checkpoints too) are replaced when it runs again
+    local d2 = ROOT .. "/again2"
+    for i = 1, 2 do
+      local o2, code2 = run(("build/ztrain compare single %s out=%s"):format(TINY, d2))
+      assert.are.equal(0, code2, i .. ": " .. o2)
+      assert.are.equal("ok", cjson.decode(slurp(d2 .. "/single/summary.json")).exit)
+    end
+  end)
+
   it("splits items: ranks, own overrides, commas inside values", function()
     local runs = compare.plan({ items = { "single", "zero3@2,model.seed=7,data.text=bin:a,b,c", "dp@1" },
                                 nproc = 2, accumulate = 1 })

@@ -197,8 +197,11 @@ local function program()
 end
 
 -- command(o, run, dir) -> shell command line (output to dir/log.txt)
-function M.command(o, run, dir)
+function M.command(o, run, dir, again)
   local argv = { program() }
+  -- this compare's own item from an earlier compare (its log.txt): replaced
+  -- only when the new run ends, put back when it fails (rundir.lua)
+  if again then argv[#argv + 1] = "--overwrite" end
   if run.ranks > 1 then argv[#argv + 1] = "--nproc"; argv[#argv + 1] = tostring(run.ranks) end
   argv[#argv + 1] = run.recipe
   for _, kv in ipairs(M.DEFAULTS) do argv[#argv + 1] = kv end
@@ -324,13 +327,24 @@ end
 -- run_all(o) -> rows; prints a line per run
 function M.run_all(o, say)
   local rows = {}
+  -- an item's directory holding a run compare did not make (no log.txt of
+  -- an earlier compare): refused before anything runs, never replaced
+  for _, run in ipairs(o.runs) do
+    local dir = o.out .. "/" .. run.dir
+    if not fs.exists(dir .. "/log.txt") then
+      for _, f in ipairs({ "summary.json", "metrics.jsonl", "checkpoints" }) do
+        if fs.exists(dir .. "/" .. f) then
+          error(errors.user(("compare: %s holds a run compare did not make (%s); choose another out=, or move " ..
+                             "that run away"):format(dir, f)), 0)
+        end
+      end
+    end
+  end
   for k, run in ipairs(o.runs) do
     local dir = o.out .. "/" .. run.dir
     local ok, err = fs.mkdirs(dir, "output directory")
     if not ok then error(errors.user(err), 0) end
-    os.remove(dir .. "/summary.json")      -- a stale one must not pass for this run's
-    os.remove(dir .. "/metrics.jsonl")
-    local cmd = M.command(o, run, dir)
+    local cmd = M.command(o, run, dir, fs.exists(dir .. "/log.txt"))
     say(("[%d/%d] %s: %d rank(s) x %d micro-batch(es) ... "):format(k, #o.runs, run.label, run.ranks,
                                                                    run.accumulate), false)
     local t0 = os.time()
