@@ -7,6 +7,7 @@
  * The runtime itself is libztrain.so, loaded by lua/ztrain/core/ffi.lua: the
  * one beside this binary unless ZTRAIN_LIB says otherwise.
  */
+#include <errno.h>
 #include <libgen.h>
 #include <signal.h>
 #include <limits.h>
@@ -161,5 +162,14 @@ int main(int argc, char **argv)
         }
     }
     lua_close(L);
+    /* What the command printed must have reached standard output (a
+     * generated text is the whole result): a full disk's error is the
+     * command's, exit 3 as for any failed write (docs/cli.md). */
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "ztrain: cannot write standard output%s%s\n", errno ? ": " : "",
+                errno ? strerror(errno) : "");
+        if (rc == 0) rc = 3;
+    }
     return rc;
 }

@@ -90,6 +90,15 @@ describe("the ztrain program", function()
     assert.matches("optim.betas must be a pair of numbers in [0, 1)", out, 1, true)
     assert.is_nil(out:find("attempt to", 1, true), out)
   end)
+
+  it("a standard output that cannot be written (a full disk) is a failed write: exit 3, said", function()
+    -- (a generated text, an exported listing, -e's prints: the output is the result)
+    local out = util.sh("{ build/ztrain -e 'print((\"x\"):rep(100000))' >/dev/full; }")
+    assert.matches("ztrain: cannot write standard output: No space left on device", out, 1, true)
+    assert.are.equal(3, tonumber(out:match("rc=(%d+)")))
+    local ok = util.sh("build/ztrain -e 'print(1)' >/dev/null")
+    assert.matches("rc=0", ok, 1, true)
+  end)
 end)
 
 -- The rows of docs/errors.md that unit specs check in-process (recipe_spec,
