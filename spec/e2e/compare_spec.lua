@@ -217,6 +217,10 @@ describe("ztrain compare", function()
       { "--nproc 0", "--nproc needs a rank count >= 1" },
       { "--frobnicate", "unknown option --frobnicate" },
       { "dp@x", '"dp@x": the rank count after' },
+      -- inf passes n == math.floor(n): it read as -9223372036854775808 ranks
+      { "dp@inf", '"dp@inf": the rank count after \'@\' must be a whole number >= 1' },
+      { "--nproc inf", "--nproc needs a rank count >= 1" },
+      { "--nproc 1000000 single", "at most " },
       { "dp@3", "3 rank(s) cannot share the global batch of 2 micro-batches" },
       { "dp,seed", 'cannot read "seed": expected key=value' },
       { "out=", "out= needs a directory" },

@@ -23,6 +23,7 @@ local tables = require "ztrain.insight.compare_tables"
 local errors = require "ztrain.core.errors"
 local fs = require "ztrain.util.fs"
 local recipe = require "ztrain.train.recipe"
+local host = require "ztrain.util.host"
 
 local M = {}
 
@@ -50,6 +51,20 @@ local function known_recipes()
 end
 
 function M.shell_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+-- The most ranks a compare run starts: this machine's usable cores x 8,
+-- the launcher's bound without --oversubscribe (job/launch.lua), which
+-- compare's runs do not pass.
+local MOST_WHY = "this machine's usable cores x 8"
+local function most_ranks() return host.cores() * 8 end
+
+-- rank_count(s) -> s as a whole number from 1 to most_ranks(), or nil
+-- (inf and nan are not whole: n == math.floor(n) holds for inf)
+local function rank_count(s)
+  local n = tonumber(s or "")
+  if not n or n ~= n or n < 1 or n > most_ranks() or n ~= math.floor(n) then return nil end
+  return n
+end
 
 -- is_override(a): "key=value" where key is a dotted name (an ITEM's name
 -- has no "=" before a comma or "@")
@@ -97,9 +112,10 @@ function M.parse(args)
   while args[i] do
     local a = args[i]
     if a == "--nproc" then
-      local n = tonumber(args[i + 1] or "")
-      if not n or n < 1 or n ~= math.floor(n) then
-        error(user("--nproc needs a rank count >= 1 (e.g. --nproc 2)"), 0)
+      local n = rank_count(args[i + 1])
+      if not n then
+        error(user("--nproc needs a rank count >= 1 (e.g. --nproc 2), at most %d (%s)", most_ranks(),
+                   MOST_WHY), 0)
       end
       o.nproc, i = n, i + 1
     elseif a:match("^%-") then
@@ -141,9 +157,10 @@ function M.plan(o)
     local path = resolve(name, item)
     local n = o.nproc
     if ranks then
-      n = tonumber(ranks)
-      if not n or n < 1 or n ~= math.floor(n) then
-        error(user("%q: the rank count after '@' must be a whole number >= 1 (e.g. dp@2)", item), 0)
+      n = rank_count(ranks)
+      if not n then
+        error(user("%q: the rank count after '@' must be a whole number >= 1 (e.g. dp@2), at most %d (%s)", item,
+                   most_ranks(), MOST_WHY), 0)
       end
     elseif name == "single" or name:match("([^/]+)$") == "single.lua" then
       n = 1
