@@ -29,4 +29,22 @@ describe("tensors through the runtime's accessors", function()
     assert.are.equal(4, t:numel())
     t:free()
   end)
+
+  it("refuse a shape or fill value that is not a number as such, not as a Lua location inside the binding", function()
+    for _, case in ipairs({ { { 0 / 0 }, "dimension 1 must be a whole number, got nan" },
+                            { { 2.5 }, "dimension 1 must be a whole number, got 2.5" },
+                            { { 3, 1 / 0 }, "dimension 2 must be a whole number, got inf" },
+                            { "abc", "tensor shape must be a table of 1 to 4 dimensions" } }) do
+      local ok, err = pcall(zt.tensor.new, case[1])
+      assert.is_false(ok)
+      assert.matches(case[2], err, 1, true)
+      assert.is_nil(err:find("tensor%.lua:%d+"), err)
+    end
+    local t = zt.tensor.new({ 2 })
+    local ok, err = pcall(t.fill, t, "x")
+    assert.is_false(ok)
+    assert.matches("tensor:fill: the value must be a number, got string", err, 1, true)
+    assert.is_nil(err:find("tensor%.lua:%d+"), err)
+    t:free()
+  end)
 end)

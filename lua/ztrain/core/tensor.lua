@@ -43,10 +43,21 @@ local function wrap(c)
   return setmetatable({ c = c }, Tensor)
 end
 
+-- fill_shape(shape) -> its number of dimensions, shape in shape_buf. A
+-- misuse raises at the caller of new/view (level 3): a dimension must be a
+-- whole number (2.5 would truncate, NaN and inf convert to garbage; the
+-- runtime checks it is >= 1)
 local function fill_shape(shape)
-  assert(type(shape) == "table" and #shape >= 1 and #shape <= 4,
-         "tensor shape must be a table of 1 to 4 dimensions")
-  for i = 1, #shape do shape_buf[i - 1] = shape[i] end
+  if type(shape) ~= "table" or #shape < 1 or #shape > 4 then
+    error("tensor shape must be a table of 1 to 4 dimensions", 3)
+  end
+  for i = 1, #shape do
+    local d = shape[i]
+    if type(d) ~= "number" or d ~= math.floor(d) or math.abs(d) >= 2 ^ 62 then
+      error(("tensor shape: dimension %d must be a whole number, got %s"):format(i, tostring(d)), 3)
+    end
+    shape_buf[i - 1] = d
+  end
   return #shape
 end
 
@@ -131,7 +142,11 @@ function Tensor:totable()
   return t
 end
 
-function Tensor:fill(v) check(C.zt_fill(live(self), v), "tensor:fill"); return self end
+function Tensor:fill(v)
+  if type(v) ~= "number" then error(("tensor:fill: the value must be a number, got %s"):format(type(v)), 2) end
+  check(C.zt_fill(live(self), v), "tensor:fill")
+  return self
+end
 
 function Tensor:__tostring()
   if self.c == nil then return "Tensor(freed)" end
