@@ -29,5 +29,11 @@ describe("ztrain generate", function()
     -- a recipe key is an unknown key too, not an unreadable argument
     assert.matches("ztrain: generate: unknown key \"device.backend\" %(known: max_tokens,.*rc=1\n$",
                    run("hf:" .. dir .. " 'Hi' tokenizer=bytes device.backend=cuda"))
+    -- a ztrain checkpoint given where an HF directory goes: pointed at export
+    local ck = util.tmpdir()
+    util.write(ck .. "/manifest.json", "{}")
+    assert.matches(("; %s is a ztrain checkpoint: `ztrain export %s DIR` makes one"):format(ck, ck),
+                   run(ck .. " 'Hi'"), 1, true)
+    util.rm(ck)
   end)
 end)

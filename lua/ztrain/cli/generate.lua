@@ -49,8 +49,11 @@ function M.main(args)
     return h ~= nil
   end
   if not has("config.json") then
+    -- a ztrain checkpoint (its manifest.json, or the directory holding `latest`): exported first
+    local ckpt = has("manifest.json") or has("latest")
     error(("generate: %s has no config.json: SRC must be a Hugging Face GPT-2 directory " ..
-           "(hf:DIR, or a run's export.hf directory)"):format(dir), 0)
+           "(hf:DIR, or a run's export.hf directory)%s"):format(dir, ckpt and
+           ("; %s is a ztrain checkpoint: `ztrain export %s DIR` makes one"):format(dir, dir) or ""), 0)
   end
   local tok = o.tokenizer
   if not tok then
