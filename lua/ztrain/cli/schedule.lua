@@ -99,6 +99,17 @@ local function write_out(o, what, files_in)
   return dir
 end
 
+-- write_timeline(o, what, res, opts): one simulated schedule's timeline
+-- (svg and json, together) in the output directory, and the line saying so
+local function write_timeline(o, what, res, opts)
+  local files
+  write_out(o, what, function(dir)
+    files = timeline.files(dir, timeline.from_simulation(res), opts)
+    return files
+  end)
+  print(("wrote %s and %s (1 time unit = 1 ms in the trace)"):format(files[1][1], files[2][1]))
+end
+
 -- one schedule at p, m, v: its grid, bubble, peak activations, timeline
 local function schedule_one(name, o, model)
   -- interleaving with one chunk is 1F1B: default to two
@@ -114,14 +125,9 @@ local function schedule_one(name, o, model)
   print(kept(lists, q.stages))
   local hl = held(lists, q.stages)
   if hl then print(hl) end
-  local files
-  write_out(o, name, function(dir)
-    files = timeline.files(dir, timeline.from_simulation(res), {
-      name = ("%s p=%d m=%d%s"):format(name, q.ranks, q.microbatches, q.chunks > 1 and (" v=" .. q.chunks) or ""),
-      subtitle = model .. "; the ideal timeline", us_per_unit = 1000 })
-    return files
-  end)
-  print(("wrote %s and %s (1 time unit = 1 ms in the trace)"):format(files[1][1], files[2][1]))
+  write_timeline(o, name, res, {
+    name = ("%s p=%d m=%d%s"):format(name, q.ranks, q.microbatches, q.chunks > 1 and (" v=" .. q.chunks) or ""),
+    subtitle = model .. "; the ideal timeline", us_per_unit = 1000 })
   return 0
 end
 
@@ -158,13 +164,8 @@ local function schedule_csv(spec, o, model)
   if hl then print(hl) end
   o.p, o.m = info.ranks, info.microbatches
   local base = path:match("([^/]+)%.[^./]*$") or path:match("[^/]+$")
-  local files
-  write_out(o, "csv-" .. base:gsub("[^%w_]+", "-"), function(dir)
-    files = timeline.files(dir, timeline.from_simulation(res), { name = base,
-                           subtitle = model .. "; the ideal timeline", us_per_unit = 1000 })
-    return files
-  end)
-  print(("wrote %s and %s (1 time unit = 1 ms in the trace)"):format(files[1][1], files[2][1]))
+  write_timeline(o, "csv-" .. base:gsub("[^%w_]+", "-"), res, { name = base,
+                 subtitle = model .. "; the ideal timeline", us_per_unit = 1000 })
   return 0
 end
 

@@ -75,15 +75,12 @@ local function text(v)
   return tostring(v)
 end
 
--- nvme(key) -> a check of offload.KEY by the nvme tier's own (stricter
--- than the recipe's range: the engine's limits)
-local function nvme(key) return function(v) return pcall(offload.disk_keys, { [key] = v }) end end
-
 -- Checks beyond the recipe's ranges, for values the recipe takes as is
--- and a later layer checks: the optimizer's betas, the nvme tier's keys.
+-- and a later layer checks: the optimizer's betas, the nvme block size
+-- (whole pages, the engine's limit; the queue depth's is the recipe's range)
 local CHECK = {
   ["optim.betas"] = function(v) return adamw.check { betas = v } end,
-  ["offload.block_size"] = nvme("block_size"), ["offload.queue_depth"] = nvme("queue_depth"),
+  ["offload.block_size"] = function(v) return pcall(offload.disk_keys, { block_size = v }) end,
 }
 
 -- check(k, v, from): recipe key k takes v, by the recipe's own checks

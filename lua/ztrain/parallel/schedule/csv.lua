@@ -77,7 +77,6 @@ local function shown(text)
   if #text <= SHOWN then return '"' .. head .. '"' end
   return ('"%s..." (%d bytes; the first %d shown)'):format(head, #text, SHOWN)
 end
-M.shown = shown
 
 -- named(text) -> text as it is where short and plain (a sub-action, a
 -- type), else shown(text)
