@@ -278,6 +278,17 @@ describe("offload: the nvme keys", function()
       end
       assert.is_nil(left, c[1] .. ": an empty " .. dir .. "/nvme was left")
     end
+    -- offload.aio_engine "auto" defers to $ZTRAIN_AIO_ENGINE: a bad one is named as such
+    local dir = util.tmpdir()
+    local out, rc = util.sh(("ZTRAIN_AIO_ENGINE=bogus timeout 120 build/ztrain recipes/infinity.lua %s launch.nproc=1 " ..
+                             "out=%s"):format(TINY, dir))
+    local left = io.open(dir .. "/nvme")
+    if left then left:close() end
+    util.rm(dir)
+    assert.are.equal(1, rc, out)
+    assert.matches("ztrain: ZTRAIN_AIO_ENGINE=bogus is not an engine: use auto, uring or threads", out, 1, true)
+    assert.is_nil(out:find("nvme_path", 1, true), out)
+    assert.is_nil(left, "an empty " .. dir .. "/nvme was left")
   end)
 
   it("a swap directory the engine cannot use is removed if the run made it, kept if it was there", function()

@@ -21,4 +21,13 @@ describe("hostfile bounds", function()
     h = hosts.parse("a slots=2147483647\n", "hf")
     assert.are.equal(2147483647, h[1].slots)
   end)
+
+  it("netns_subnet runs no shell word a host name carries (only namespace characters reach ip(8))", function()
+    local mark = os.tmpname()
+    os.remove(mark)
+    assert.is_nil(hosts.netns_subnet("x$(touch " .. mark .. ")"))
+    local f = io.open(mark)
+    if f then f:close(); os.remove(mark) end
+    assert.is_nil(f, "the name's $(...) ran")
+  end)
 end)
