@@ -63,6 +63,23 @@ describe("rundir.claim", function()
     end
   end)
 
+  it("refuses a train.ckpt_dir with an earlier run's checkpoints: by latest, else by its newest step", function()
+    local ck = root .. "/ck"
+    util.sh(("mkdir -p %s/step-00000002 %s/step-00000010 %s/.step-00000012.tmp"):format(ck, ck, ck))
+    local function msg(held)
+      return ("train.ckpt_dir=%s holds an earlier run's checkpoints (%s); choose another train.ckpt_dir, continue " ..
+              "that run with resume=latest, or replace them with --overwrite"):format(ck, held)
+    end
+    -- no latest (a failed write's .tmp is not a checkpoint): the newest step named
+    assert.are.equal(msg("step-00000010"), refusal(root .. "/a", { train = { ckpt_dir = ck, ckpt_every = 1 } }))
+    util.write(ck .. "/latest", "step-00000002\n")
+    assert.are.equal(msg("latest -> step-00000002"), refusal(root .. "/a", { train = { ckpt_dir = ck } }))
+    assert.is_false(util.exists(ck .. "/.ckpt.lock"))
+    -- only .tmp left: nothing of a run's to keep
+    util.sh(("rm -rf %s/latest %s/step-*"):format(ck, ck))
+    local _, l = claim(root .. "/a", { train = { ckpt_dir = ck, ckpt_every = 1 } }); l:release()
+  end)
+
   it("refuses a second claim while the first holds the lock, naming its pid", function()
     local _, lock = claim(root)
     assert.are.equal(("out=%s is in use by another run (pid %d); wait for it to end, or choose another out=")
