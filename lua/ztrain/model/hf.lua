@@ -97,7 +97,7 @@ function M.config(dir)
   local function int(key, alt)
     local v = j[key]
     if v == nil and alt then v = j[alt] end
-    local why = hf_llama.whole_problem(key, v)
+    local why = hff.whole_problem(key, v)
     if why then bad(why) end
     return v
   end

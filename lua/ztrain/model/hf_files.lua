@@ -10,6 +10,21 @@ local M = {}
 
 M.SLICE = 1024 * 1024   -- elements a read moves (fill_tensor)
 
+-- whole_problem(key, v) -> nil when config.json's v is a whole number from
+-- 1 to 2^31 (gpt2.whole_numbers' bound), else what is wrong, naming the key
+-- as the file does: a string is quoted (and said to be one), a number past
+-- the bound named as too large, not as not whole
+function M.whole_problem(key, v)
+  if type(v) == "number" and v >= 1 and v == math.floor(v) and v <= 2 ^ 31 then return nil end
+  if type(v) == "number" and v > 2 ^ 31 then
+    return ("%s %.17g is larger than ztrain takes (at most 2^31)"):format(key, v)
+  end
+  if type(v) == "string" then
+    return ("%s must be a whole number >= 1, got the string %q (write it without quotes)"):format(key, v)
+  end
+  return ("%s must be a whole number >= 1, got %s"):format(key, v == nil and "nothing" or tostring(v))
+end
+
 local function fail(msg) error(msg, 0) end
 
 -- read_json(path, what) -> the decoded object; raises naming path and what

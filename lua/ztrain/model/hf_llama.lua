@@ -27,21 +27,6 @@ M.TYPES = { llama = true, qwen2 = true, mistral = true }
 
 -- config(dir, j) -> a llama config from config.json's fields; raises naming
 -- the file and the field for what ztrain's Llama does not compute
--- whole_problem(key, v) -> nil when config.json's v is a whole number from
--- 1 to 2^31 (gpt2.whole_numbers' bound), else what is wrong, naming the key
--- as the file does: a string is quoted (and said to be one), a number past
--- the bound named as too large, not as not whole
-function M.whole_problem(key, v)
-  if type(v) == "number" and v >= 1 and v == math.floor(v) and v <= 2 ^ 31 then return nil end
-  if type(v) == "number" and v > 2 ^ 31 then
-    return ("%s %.17g is larger than ztrain takes (at most 2^31)"):format(key, v)
-  end
-  if type(v) == "string" then
-    return ("%s must be a whole number >= 1, got the string %q (write it without quotes)"):format(key, v)
-  end
-  return ("%s must be a whole number >= 1, got %s"):format(key, v == nil and "nothing" or tostring(v))
-end
-
 function M.config(dir, j)
   local path = dir .. "/config.json"
   local function bad(msg) fail(("%s: %s"):format(path, msg)) end
@@ -49,7 +34,7 @@ function M.config(dir, j)
   local function int(key, default)
     local v = j[key]
     if (v == nil or v == cjson.null) and default then v = default end
-    local why = M.whole_problem(key, v)
+    local why = hff.whole_problem(key, v)
     if why then bad(why) end
     return v
   end
