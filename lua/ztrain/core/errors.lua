@@ -46,6 +46,13 @@ function M.status(e)
   return type(e) == "table" and e.status or M.EXIT.error
 end
 
+-- keeps_kind(e) -> true for an error a caller passes on as it is, not as
+-- its message: every rank's (all_ranks), or one with an exit status of its
+-- own (an interrupt: 130; a failed write: 3)
+function M.keeps_kind(e)
+  return M.is_all_ranks(e) or (type(e) == "table" and e.status ~= nil)
+end
+
 -- located(s) -> true when string s starts with a Lua location, as error()
 -- at level >= 1 and the VM's own errors write it: "path/file.lua:12: ",
 -- "repl:3: ", '[string "..."]:1: '.

@@ -110,8 +110,8 @@ function M.run(r, opts)
     if interrupt.is_interrupt(res) and not state.opened and type(res) == "table" then
       res.msg = loop.NOT_STARTED
     end
-    -- all-ranks errors and those with an exit status of their own keep their kind
-    if errors.is_all_ranks(res) or (type(res) == "table" and res.status) then error(res, 0) end
+    -- (errors.keeps_kind: every rank's, or with an exit status of its own)
+    if errors.keeps_kind(res) then error(res, 0) end
     -- a user needs the message, not the Lua file and line it came from
     error(errors.message(res), 0)
   end

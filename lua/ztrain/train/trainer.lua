@@ -59,9 +59,8 @@ function M.new(r, env)
     memory.set_limit("device", 0)
     pcall(memory.set_limit, "device", limit0)
     C.zt_set_threads(threads0)
-    -- all-ranks errors and those with an exit status of their own (an
-    -- interrupt: 130; a failed write: 3) keep their kind
-    if errors.is_all_ranks(err) or (type(err) == "table" and err.status) then error(err, 0) end
+    -- (errors.keeps_kind: every rank's, or with an exit status of its own)
+    if errors.keeps_kind(err) then error(err, 0) end
     err = errors.message(err)
     -- (an [ELIMIT] from core.ffi's check carries its remedy already)
     if err:match("memory limit exceeded") and not err:find(zffi.ELIMIT_REMEDY, 1, true) then
